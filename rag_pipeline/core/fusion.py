@@ -1,0 +1,222 @@
+"""Score fusion for hybrid retrieval: per-leg normalisation, weighted sum, RRF, ordering.
+
+One *pool* is the union (by chunk id) of the vector leg's and the keyword
+leg's candidates for one evaluation case. Per pool slot the caller passes
+``vector_score`` / ``keyword_score`` (NaN where that leg did not return the
+chunk) and ``vector_rank`` / ``keyword_rank`` (1-based; 0 or NaN where
+missing). A leg is *present* for a slot iff its score is not NaN.
+
+Normalisations act on the present scores of one leg within one pool:
+
+* ``none``   identity.
+* ``minmax`` ``(s - min) / (max - min)``; all-equal (incl. one value) -> 1.0.
+* ``zscore`` ``(s - mean) / std`` (population std); std 0 -> 0.0.
+* ``rank``   Borda-style from the leg's ranks: ``(n - rank + 1) / n`` with
+  ``n`` the deepest rank present in that leg of the pool (= the leg's result
+  count for ranks 1..N), so rank 1 -> 1.0 and the last rank -> 1/n.
+* ``dbsf``   distribution-based score fusion: ``(s - (mean - 3 std)) / (6 std)``
+  clipped to [0, 1] (population std); std 0 -> 1.0, like ``minmax``.
+
+After normalisation a missing leg contributes 0 ("a missing leg scores 0").
+Reductions (sums for mean / std) add the present values in ascending order,
+so results do not depend on slot order or padding: the batch functions
+(2-D ``(n_cases, pool_size)`` arrays plus a ``mask`` of valid slots) equal
+the 1-D functions bit for bit, and the 1-D functions are their one-row case.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+NORMALIZATIONS = ("none", "minmax", "zscore", "rank", "dbsf")
+TIE_BREAK = "final_score desc, vector_score desc (missing last), chunk_id asc"
+
+
+def _batch(values: ArrayLike, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    array = np.asarray(values, dtype=float)
+    if array.ndim != 2 or (shape is not None and array.shape != shape):
+        raise ValueError(f"expected a 2-D array of shape {shape or '(n_cases, pool_size)'}, "
+                         f"got shape {array.shape}")
+    return array
+
+
+def _valid(mask: ArrayLike | None, shape: tuple[int, ...]) -> np.ndarray:
+    if mask is None:
+        return np.ones(shape, dtype=bool)
+    valid = np.asarray(mask, dtype=bool)
+    if valid.shape != shape:
+        raise ValueError(f"mask shape {valid.shape} != scores shape {shape}")
+    return valid
+
+
+def _row(values: ArrayLike | None) -> np.ndarray | None:
+    return None if values is None else np.asarray(values, dtype=float).reshape(1, -1)
+
+
+def _sorted_row_sum(values: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Per-row sum of the present values, added sequentially in ascending order."""
+    if values.shape[1] == 0:
+        return np.zeros(values.shape[0])
+    ascending = np.sort(np.where(present, values, np.inf), axis=1)
+    return np.cumsum(np.where(np.isinf(ascending), 0.0, ascending), axis=1)[:, -1]
+
+
+def _present_ranks(ranks: ArrayLike | None, present: np.ndarray) -> np.ndarray:
+    """Ranks of present slots (NaN elsewhere); every present slot needs a rank >= 1."""
+    if ranks is None:
+        raise ValueError("ranks are required for rank-based normalisation / RRF")
+    rank = _batch(ranks, present.shape)
+    if np.any(present & ~(np.isfinite(rank) & (rank >= 1))):
+        raise ValueError("every present score needs a finite 1-based rank")
+    return np.where(present, rank, np.nan)
+
+
+def normalize_batch(scores: ArrayLike, method: str, mask: ArrayLike | None = None,
+                    ranks: ArrayLike | None = None) -> np.ndarray:
+    """Normalise one leg per row over its present, valid slots; NaN elsewhere."""
+    raw = _batch(scores)
+    present = _valid(mask, raw.shape) & ~np.isnan(raw)
+    if np.any(present & np.isinf(raw)):
+        raise ValueError("scores must be finite or NaN (missing)")
+    s = np.where(present, raw, 0.0)
+    count = np.maximum(present.sum(axis=1, keepdims=True), 1)
+    low = np.min(np.where(present, s, np.inf), axis=1, keepdims=True, initial=np.inf)
+    high = np.max(np.where(present, s, -np.inf), axis=1, keepdims=True, initial=-np.inf)
+    spread = np.isfinite(low) & (high > low)
+    if method == "none":
+        out = s
+    elif method == "minmax":
+        out = np.where(spread, (s - low) / np.where(spread, high - low, 1.0), 1.0)
+    elif method in ("zscore", "dbsf"):
+        mean = _sorted_row_sum(s, present)[:, None] / count
+        var = _sorted_row_sum((s - mean) ** 2, present)[:, None] / count
+        std = np.where(spread, np.sqrt(var), 0.0)
+        safe = np.where(std > 0, std, 1.0)
+        if method == "zscore":
+            out = np.where(std > 0, (s - mean) / safe, 0.0)
+        else:
+            out = np.where(std > 0, np.clip((s - (mean - 3 * std)) / (6 * safe), 0.0, 1.0), 1.0)
+    elif method == "rank":
+        rank = np.where(present, _present_ranks(ranks, present), 1.0)
+        depth = np.max(np.where(present, rank, 1.0), axis=1, keepdims=True, initial=1.0)
+        out = (depth - rank + 1.0) / depth
+    else:
+        raise ValueError(f"unknown normalization {method!r}; expected one of {list(NORMALIZATIONS)}")
+    return np.where(present, out, np.nan)
+
+
+def normalize(scores: ArrayLike, method: str, ranks: ArrayLike | None = None) -> np.ndarray:
+    """Normalise one leg of one pool (1-D); missing (NaN) stays NaN. ``ranks`` for ``rank``."""
+    return normalize_batch(_row(scores), method, ranks=_row(ranks))[0]
+
+
+def weighted_fusion_batch(vector_score: ArrayLike, keyword_score: ArrayLike,
+                          vector_weight: float, keyword_weight: float,
+                          normalization: str = "none", mask: ArrayLike | None = None,
+                          vector_rank: ArrayLike | None = None,
+                          keyword_rank: ArrayLike | None = None) -> np.ndarray:
+    """``wv * norm(vs) + wk * norm(ks)`` with missing -> 0; masked slots -> -inf."""
+    vs = _batch(vector_score)
+    valid = _valid(mask, vs.shape)
+    nv = normalize_batch(vs, normalization, valid, vector_rank)
+    nk = normalize_batch(_batch(keyword_score, vs.shape), normalization, valid, keyword_rank)
+    final = (vector_weight * np.where(np.isnan(nv), 0.0, nv)
+             + keyword_weight * np.where(np.isnan(nk), 0.0, nk))
+    return np.where(valid, final, -np.inf)
+
+
+def weighted_fusion(vector_score: ArrayLike, keyword_score: ArrayLike, vector_weight: float,
+                    keyword_weight: float, normalization: str = "none",
+                    vector_rank: ArrayLike | None = None,
+                    keyword_rank: ArrayLike | None = None) -> np.ndarray:
+    """1-D :func:`weighted_fusion_batch` for one pool."""
+    return weighted_fusion_batch(_row(vector_score), _row(keyword_score), vector_weight,
+                                 keyword_weight, normalization, None, _row(vector_rank),
+                                 _row(keyword_rank))[0]
+
+
+def rrf_fusion_batch(vector_rank: ArrayLike, keyword_rank: ArrayLike, k: float = 60,
+                     vector_weight: float = 1.0, keyword_weight: float = 1.0,
+                     mask: ArrayLike | None = None) -> np.ndarray:
+    """Reciprocal rank fusion ``sum(w / (k + rank))`` over present legs; masked slots -> -inf.
+
+    A rank of 0 or NaN means the leg did not return the chunk; other ranks must be >= 1.
+    """
+    vr = _batch(vector_rank)
+    valid = _valid(mask, vr.shape)
+    final = np.zeros(vr.shape)
+    for ranks, weight in ((vr, vector_weight), (_batch(keyword_rank, vr.shape), keyword_weight)):
+        present = valid & ~np.isnan(ranks) & (ranks != 0)
+        rank = _present_ranks(ranks, present)
+        final = final + np.where(present, weight / (k + np.where(present, rank, 1.0)), 0.0)
+    return np.where(valid, final, -np.inf)
+
+
+def rrf_fusion(vector_rank: ArrayLike, keyword_rank: ArrayLike, k: float = 60,
+               vector_weight: float = 1.0, keyword_weight: float = 1.0) -> np.ndarray:
+    """1-D :func:`rrf_fusion_batch` for one pool."""
+    return rrf_fusion_batch(_row(vector_rank), _row(keyword_rank), k,
+                            vector_weight, keyword_weight)[0]
+
+
+def fuse_batch(strategy: Any, vector_score: ArrayLike, keyword_score: ArrayLike,
+               vector_rank: ArrayLike | None = None, keyword_rank: ArrayLike | None = None,
+               mask: ArrayLike | None = None) -> np.ndarray:
+    """Final scores per slot for any object with ``fusion``, ``normalization``,
+    ``vector_weight``, ``keyword_weight`` and ``rrf_k`` (e.g. a Strategy).
+
+    RRF uses the ranks of the legs whose score is present. Masked slots -> -inf.
+    """
+    if strategy.fusion == "weighted":
+        return weighted_fusion_batch(vector_score, keyword_score, strategy.vector_weight,
+                                     strategy.keyword_weight, strategy.normalization, mask,
+                                     vector_rank, keyword_rank)
+    if strategy.fusion != "rrf":
+        raise ValueError(f"unknown fusion {strategy.fusion!r}; expected 'weighted' or 'rrf'")
+    if strategy.normalization != "none":
+        raise ValueError("fusion 'rrf' uses ranks only; normalization must be 'none'")
+    vs = _batch(vector_score)
+    valid = _valid(mask, vs.shape)
+    vr = _present_ranks(vector_rank, valid & ~np.isnan(vs))
+    kr = _present_ranks(keyword_rank, valid & ~np.isnan(_batch(keyword_score, vs.shape)))
+    return rrf_fusion_batch(vr, kr, strategy.rrf_k, strategy.vector_weight,
+                            strategy.keyword_weight, valid)
+
+
+def fuse(strategy: Any, vector_score: ArrayLike, keyword_score: ArrayLike,
+         vector_rank: ArrayLike | None = None, keyword_rank: ArrayLike | None = None) -> np.ndarray:
+    """1-D :func:`fuse_batch` for one pool (ranks needed only for ``rank`` / ``rrf``)."""
+    return fuse_batch(strategy, _row(vector_score), _row(keyword_score),
+                      _row(vector_rank), _row(keyword_rank))[0]
+
+
+def order_batch(final: ArrayLike, vector_score: ArrayLike, chunk_rank: ArrayLike,
+                mask: ArrayLike | None = None) -> np.ndarray:
+    """Per-row slot indices in :data:`TIE_BREAK` order; masked slots come last.
+
+    ``chunk_rank`` is any integer array ordered like the chunk ids (e.g. the
+    ids themselves when they are ints, or their ordinal among all ids).
+    """
+    scores = _batch(final)
+    valid = _valid(mask, scores.shape)
+    if np.any(valid & np.isnan(scores)):
+        raise ValueError("final scores of valid slots must not be NaN")
+    vs = _batch(vector_score, scores.shape)
+    ids = np.asarray(chunk_rank)
+    if ids.shape != scores.shape:
+        raise ValueError(f"chunk_rank shape {ids.shape} != final shape {scores.shape}")
+    vector_key = np.where(valid & ~np.isnan(vs), -vs, np.inf)
+    final_key = np.where(valid, -scores, np.inf)
+    return np.lexsort((np.where(valid, ids, 0), vector_key, final_key, ~valid), axis=-1)
+
+
+def order(final: ArrayLike, vector_score: ArrayLike, chunk_ids: ArrayLike) -> np.ndarray:
+    """Indices of one pool in :data:`TIE_BREAK` order; chunk ids must be unique."""
+    ids = np.asarray(chunk_ids)
+    unique, ordinal = np.unique(ids, return_inverse=True)
+    if unique.size != ids.size:
+        raise ValueError("chunk ids within a pool must be unique")
+    return order_batch(_row(final), _row(vector_score), ordinal.reshape(1, -1))[0]
