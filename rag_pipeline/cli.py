@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from rag_pipeline import cli_diagnose, cli_eval
 from rag_pipeline.core import embedded_pg
 from rag_pipeline.core.db import DatabaseError, dagster_database_url, database_url, get_engine
 from rag_pipeline.core.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, EmbeddingError
@@ -114,6 +115,12 @@ def cmd_doc(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rag_pipeline.demo_run import run_demo  # noqa: PLC0415 - imports Dagster
+
+    return run_demo(strategies=args.strategy or None, out_dir=Path(args.output_dir) if args.output_dir else None)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag-pipeline", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -156,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--publication", choices=["PUBLISHED", "UNPUBLISHED", "DRAFT"])
     p.add_argument("--deleted", choices=["delete", "undelete"])
     p.set_defaults(func=cmd_doc)
+    p = sub.add_parser("demo", help="the main job: ingest the demo KB, evaluate every strategy through Dagster, "
+                                    "compare them, write reports/ (make run)")
+    p.add_argument("--strategy", action="append", help="only these strategy versions (repeatable; default all)")
+    p.add_argument("--output-dir", help="where the JSON reports go (default reports/)")
+    p.set_defaults(func=cmd_demo)
+    cli_eval.register(sub)
+    cli_diagnose.register(sub)
     return parser
 
 

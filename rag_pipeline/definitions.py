@@ -3,11 +3,20 @@
 
 import dagster as dg
 
+from rag_pipeline.defs.checks import label_integrity
+from rag_pipeline.defs.comparison import compare_strategies_job, strategy_comparison
+from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
+from rag_pipeline.defs.jobs import evaluate_retrieval_job
 from rag_pipeline.defs.knowledge_base import ingest_knowledge_base_job, knowledge_base
 from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.defs.schedules import nightly_reevaluation
+from rag_pipeline.defs.sensors import new_dataset_sensor
 
 defs = dg.Definitions(
-    assets=[knowledge_base],
-    jobs=[ingest_knowledge_base_job],
+    assets=[knowledge_base, evaluation_dataset, evaluation_run, strategy_comparison],
+    asset_checks=[label_integrity],
+    jobs=[ingest_knowledge_base_job, evaluate_retrieval_job, compare_strategies_job],
+    sensors=[new_dataset_sensor],
+    schedules=[nightly_reevaluation],
     resources={"rag_db": RagDatabase()},
 )

@@ -1,0 +1,477 @@
+"""Evaluation throughput benchmark: the pipeline vs the seed's per-case loop, against the embedding floor.
+
+SYNTHETIC data (``bench/synthetic.py``): a knowledge base of ``--chunks`` chunks with **random unit
+vectors** (labelled, benchmark only) and ``--cases`` generated questions with valid labels. The KB is
+generated and ingested in a child process (so this process's peak RSS is the evaluation's), then, in
+this one process and on the same database:
+
+1. the floor: pure embedding time of the questions with the real default embedder (USE), batched as the
+   pipeline batches them — measured before and after the pipeline, the mean is used;
+2. the seed-style baseline (``bench/seed_baseline.py``) on the first ``--skip-baseline-over`` cases at most;
+3. the pipeline, :func:`rag_pipeline.core.evaluation.evaluate_dataset` (``--pipeline-subprocess``: in a
+   child process, so its peak RSS is its own), with its recorded time split; fusion time is measured by
+   wrapping :func:`rag_pipeline.core.retrieval.fuse_pool` (SQL = retrieval - fusion);
+4. a check that baseline and pipeline stored the same candidate pools;
+5. HNSW vs exact top-10 recall at the strategy's ``ef_search`` (and a few others) with real question
+   embeddings, plus an EXPLAIN that the vector leg uses the model's HNSW index;
+6. ingestion: ``ingest_documents`` of ``--ingest-texts`` generated chunk-sized texts with real USE vs
+   ``embedder.embed`` of the same texts alone;
+7. two strategy partitions as two concurrent ``dagster job execute`` runs (multiprocess executor) on an
+   instance configured by the repo's ``dagster.yaml`` (``--dagster-cases 0`` skips it).
+
+The last line is ``speedup_vs_seed=<x> eval_over_embed=<y> persist_rows_per_s=<z> peak_rss_mb=<m>``.
+
+Usage: python bench/eval_bench.py --chunks 100000 --cases 1000 [--strategy hybrid-v1]
+       [--skip-baseline-over 2000] [--pipeline-subprocess] [--recall-queries 100] [--ingest-texts 2000]
+       [--dagster-cases 200] [--json-out results.json]
+Database: ``RAG_DATABASE_URL`` or the embedded server in ``RAG_PGDATA`` (use a scratch directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import sqlalchemy as sa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from rag_pipeline.core import retrieval, retrieval_sql  # noqa: E402
+from rag_pipeline.core.dataset import Dataset, load_dataset  # noqa: E402
+from rag_pipeline.core.db import get_engine, hnsw_index_name  # noqa: E402
+from rag_pipeline.core.embedding import get_embedder  # noqa: E402
+from rag_pipeline.core.strategies import get_strategy  # noqa: E402
+
+BENCH_PREFIX = "synthetic-bench-"
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def machine() -> str:
+    cpu = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                      if line.startswith("MemTotal"))
+        ram = f"{mem_kb / 1024 / 1024:.1f}GiB"
+    except (OSError, StopIteration):
+        ram = "?"
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"cpu={cpu!r} cores={os.cpu_count()} ram={ram} load={load} python={platform.python_version()} "
+            f"numpy={np.__version__}")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}" if math.isfinite(x) else "nan"
+
+
+# ---------------------------------------------------------------------------------------------- phases
+
+def generate(args) -> Path:
+    """Generate + ingest the KB and write the dataset JSON, in a child process (keeps this RSS clean)."""
+    out = Path(tempfile.mkdtemp(prefix="eval_bench_")) / "dataset.json"
+    cmd = [sys.executable, str(ROOT / "bench" / "synthetic.py"), "--chunks", str(args.chunks),
+           "--cases", str(args.cases), "--seed", str(args.seed), "--out", str(out)]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        raise SystemExit(f"synthetic generation failed (exit {proc.returncode})")
+    for line in proc.stdout.splitlines():
+        if not line.startswith("wrote "):
+            print(line)
+    print(f"generation (child process): {time.perf_counter() - t:.1f}s")
+    return out
+
+
+def clean_previous_runs(engine: sa.Engine) -> int:
+    """Delete earlier bench runs (their candidates and case results cascade) so tables do not grow."""
+    with engine.begin() as conn:
+        return conn.execute(sa.text(
+            "DELETE FROM retrieval_evaluation_runs r USING retrieval_evaluation_datasets d "
+            "WHERE r.dataset_id = d.id AND d.name LIKE :p"), {"p": BENCH_PREFIX + "%"}).rowcount
+
+
+def embed_floor(questions: list[str], model: str) -> tuple[float, np.ndarray]:
+    embedder = get_embedder(model)
+    t = time.perf_counter()
+    vectors = embedder.embed(questions)
+    return time.perf_counter() - t, vectors
+
+
+class FusionTimer:
+    """Wraps ``retrieval.fuse_pool`` (looked up as a module global by ``hybrid_search_batch``)."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self._orig = retrieval.fuse_pool
+
+    def __enter__(self):
+        def timed(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return self._orig(*a, **kw)
+            finally:
+                self.seconds += time.perf_counter() - t
+        retrieval.fuse_pool = timed
+        return self
+
+    def __exit__(self, *exc):
+        retrieval.fuse_pool = self._orig
+
+
+def run_pipeline(engine: sa.Engine, dataset: Dataset, strategy) -> dict:
+    from rag_pipeline.core.evaluation import evaluate_dataset  # noqa: PLC0415
+
+    with FusionTimer() as fusion:
+        t = time.perf_counter()
+        outcome = evaluate_dataset(engine, dataset, strategy)
+        wall = time.perf_counter() - t
+    return {"run_id": outcome.run_id, "wall_s": wall, "case_count": outcome.case_count,
+            "candidate_count": outcome.candidate_count, "timings": dict(outcome.timings),
+            "fusion_s": fusion.seconds, "averages": outcome.averages, "peak_rss_mb": peak_rss_mb()}
+
+
+def run_pipeline_child(dataset_path: Path, strategy_version: str) -> dict:
+    """The pipeline in a fresh process (model warmed first, untimed); its own peak RSS."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child-pipeline", str(dataset_path),
+           "--strategy", strategy_version]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-5000:] + proc.stderr[-5000:])
+        raise SystemExit(f"pipeline child failed (exit {proc.returncode})")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def child_pipeline(dataset_path: Path, strategy_version: str) -> int:
+    strategy = get_strategy(strategy_version)
+    dataset = load_dataset(dataset_path)
+    engine = get_engine()
+    get_embedder(strategy.embedding_model).embed([c.question for c in dataset.cases[:8]])  # load the model
+    result = run_pipeline(engine, dataset, strategy)
+    print(json.dumps(result))
+    return 0
+
+
+def compare_pools(engine: sa.Engine, baseline_run: str, pipeline_run: str) -> dict:
+    """Per case: same chunk ids in the same ranks, and the largest final-score difference."""
+    with engine.connect() as conn:
+        row = conn.execute(sa.text("""
+            WITH b AS (SELECT case_id, rank, chunk_id, final_score FROM retrieval_evaluation_candidates
+                       WHERE evaluation_run_id = :b),
+                 p AS (SELECT case_id, rank, chunk_id, final_score FROM retrieval_evaluation_candidates
+                       WHERE evaluation_run_id = :p AND case_id IN (SELECT DISTINCT case_id FROM b)),
+                 j AS (SELECT coalesce(b.case_id, p.case_id) AS case_id, b.chunk_id AS bc, p.chunk_id AS pc,
+                              abs(b.final_score - p.final_score) AS d
+                       FROM b FULL JOIN p ON p.case_id = b.case_id AND p.rank = b.rank)
+            SELECT count(DISTINCT case_id) AS cases,
+                   count(DISTINCT case_id) FILTER (WHERE bc IS DISTINCT FROM pc) AS differing_cases,
+                   coalesce(max(d), 0) AS max_score_diff,
+                   (SELECT count(*) FROM b) AS baseline_rows
+            FROM j"""), {"b": baseline_run, "p": pipeline_run}).one()
+    return dict(row._mapping)
+
+
+def hnsw_recall(engine: sa.Engine, kb_name: str, strategy, vectors: np.ndarray, ef_values: list[int]) -> dict:
+    """Top-10 overlap of the HNSW vector leg with exact search (index scans disabled), same filters."""
+    model = strategy.embedding_model
+    with engine.connect() as conn:
+        kb = conn.execute(sa.text("SELECT id FROM knowledge_bases WHERE name = :n"), {"n": kb_name}).scalar_one()
+        dim = conn.execute(sa.text(retrieval_sql.MODEL_DIMENSION_SQL), {"model": model}).scalar_one()
+    sql = sa.text(retrieval_sql.vector_leg_sql(dim))
+    params = {"kb": kb, "model": model, "k": 10, "query_vectors": list(vectors.astype(np.float32))}
+
+    def top10(rows) -> list[set[str]]:
+        out = [set() for _ in range(len(vectors))]
+        for r in rows:
+            out[r.query_index - 1].add(str(r.chunk_id))
+        return out
+
+    result: dict = {"queries": len(vectors), "ef_search_default": strategy.ef_search, "recall": {}, "seconds": {}}
+    with engine.connect() as conn, conn.begin():
+        conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": strategy.ef_search})
+        conn.execute(sa.text("SET LOCAL enable_indexscan = off"))
+        conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+        plan = "\n".join(r[0] for r in conn.execute(sa.text("EXPLAIN (COSTS OFF) " + sql.text),
+                                                         {**params, "query_vectors": params["query_vectors"][:1]}))
+        if hnsw_index_name(model) in plan:
+            raise RuntimeError("the exact reference still uses the HNSW index:\n" + plan)
+        t = time.perf_counter()
+        exact = top10(conn.execute(sql, params))
+        result["seconds"]["exact"] = time.perf_counter() - t
+    for ef in ef_values:
+        with engine.connect() as conn, conn.begin():
+            conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": ef})
+            if ef == strategy.ef_search:
+                plan = "\n".join(r[0] for r in conn.execute(
+                    sa.text("EXPLAIN (COSTS OFF) " + sql.text),
+                    {**params, "query_vectors": params["query_vectors"][:1]}))
+                result["explain"] = plan
+                result["uses_hnsw_index"] = hnsw_index_name(model) in plan
+            t = time.perf_counter()
+            approx = top10(conn.execute(sql, params))
+            result["seconds"][ef] = time.perf_counter() - t
+        result["recall"][ef] = float(np.mean([len(a & e) / max(len(e), 1) for a, e in zip(approx, exact)]))
+    return result
+
+
+def ingestion_vs_encode(engine: sa.Engine, n_texts: int, model: str, seed: int) -> dict:
+    """Real USE: ingest_documents of n generated chunk-sized texts vs embedder.embed of the same texts."""
+    from synthetic import generate_documents  # noqa: PLC0415
+
+    from rag_pipeline.core.ingestion import ingest_documents  # noqa: PLC0415
+    from rag_pipeline.core.sources import SourceDocument  # noqa: PLC0415
+
+    name = f"bench-ingest-{uuid.uuid4().hex[:8]}"
+    _, chunks = generate_documents(n_texts, name, seed=seed + 101)
+    texts = [c.content for c in chunks]
+    docs = [SourceDocument(f"ingest/{i:05d}.txt", None, t) for i, t in enumerate(texts)]
+    embedder = get_embedder(model)
+    embedder.embed(texts[:16])  # warm
+    t = time.perf_counter()
+    embedder.embed(texts)
+    raw1 = time.perf_counter() - t
+    t = time.perf_counter()
+    result = ingest_documents(engine, docs, name, text_search="english", chunk_size=None, models=(model,))
+    ingest = time.perf_counter() - t
+    t = time.perf_counter()
+    embedder.embed(texts)
+    raw2 = time.perf_counter() - t
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM knowledge_bases WHERE name = :n"), {"n": name})
+    raw = (raw1 + raw2) / 2
+    return {"texts": n_texts, "chars_mean": float(np.mean([len(t) for t in texts])), "raw_encode_s": raw,
+            "raw_encode_runs_s": [raw1, raw2], "ingest_s": ingest, "ratio": ingest / raw,
+            "chunks_per_s": result.chunks_inserted / ingest, "ingest_timings": result.timings}
+
+
+def instance_config(home: Path) -> str:
+    """Copy the repo's ``dagster.yaml`` into ``home``; if Dagster rejects it, write the equivalent valid
+    form (``run_coordinator.config.max_concurrent_runs`` moved to ``concurrency.runs``) and say so."""
+    import yaml  # noqa: PLC0415
+    from dagster._core.instance.config import dagster_instance_config  # noqa: PLC0415
+
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    try:
+        dagster_instance_config(str(home))
+        return "repo dagster.yaml"
+    except Exception as exc:  # noqa: BLE001 - reported, then the corrected copy is used
+        config = yaml.safe_load((ROOT / "dagster.yaml").read_text(encoding="utf-8"))
+        runs_limit = (config.get("run_coordinator", {}).get("config") or {}).pop("max_concurrent_runs", None)
+        if not config.get("run_coordinator", {}).get("config"):
+            config.get("run_coordinator", {}).pop("config", None)
+        if runs_limit is not None:
+            config.setdefault("concurrency", {}).setdefault("runs", {})["max_concurrent_runs"] = runs_limit
+        (home / "dagster.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        dagster_instance_config(str(home))
+        return (f"repo dagster.yaml is rejected by Dagster ({str(exc).splitlines()[0]}); used it with "
+                f"max_concurrent_runs moved to concurrency.runs")
+
+
+def dagster_two_partitions(engine: sa.Engine, dataset: Dataset, n_cases: int, strategies: list[str]) -> dict:
+    """Two strategy partitions of one dataset as two concurrent ``dagster job execute`` runs."""
+    import dagster as dg  # noqa: PLC0415
+
+    from rag_pipeline.core.db import dagster_database_url  # noqa: PLC0415
+
+    work = Path(tempfile.mkdtemp(prefix="eval_bench_dagster_"))
+    datasets, home = work / "datasets", work / "dagster_home"
+    datasets.mkdir()
+    home.mkdir()
+    key = f"{BENCH_PREFIX}dg"
+    (datasets / f"{key}.json").write_text(json.dumps({
+        "name": key, "knowledge_base": dataset.knowledge_base,
+        "cases": [c.as_dict() for c in dataset.cases[:n_cases]]}), encoding="utf-8")
+    config_note = instance_config(home)
+    env = {**os.environ, "DAGSTER_HOME": str(home), "RAG_DAGSTER_PG_URL": dagster_database_url(),
+           "RAG_DATASETS_DIR": str(datasets),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    saved = {k: os.environ.get(k) for k in ("DAGSTER_HOME", "RAG_DAGSTER_PG_URL")}
+    os.environ.update({k: env[k] for k in saved})
+    try:
+        with dg.DagsterInstance.get() as instance:
+            instance.add_dynamic_partitions("dataset", [key])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    dagster = Path(sys.executable).with_name("dagster")
+    t = time.perf_counter()
+    procs = [subprocess.Popen(
+        [str(dagster), "job", "execute", "-m", "rag_pipeline", "-j", "evaluate_retrieval",
+         "--tags", json.dumps({"dagster/partition": f"{key}|{s}"})],
+        cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for s in strategies]
+    outputs = [p.communicate()[0] for p in procs]
+    wall = time.perf_counter() - t
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(
+            "SELECT partition_key, status, case_count, dagster_run_id, started_at, finished_at, "
+            "(timings->>'total_s')::float AS eval_s FROM retrieval_evaluation_runs WHERE partition_key = ANY(:k) "
+            "ORDER BY started_at DESC"), {"k": [f"{key}|{s}" for s in strategies]}).all()
+    latest = {}
+    for r in rows:
+        latest.setdefault(r.partition_key, r)
+    runs = list(latest.values())
+    overlap = None
+    if len(runs) == 2 and all(r.finished_at for r in runs):
+        overlap = max(0.0, (min(r.finished_at for r in runs) - max(r.started_at for r in runs)).total_seconds())
+    shutil.rmtree(work, ignore_errors=True)
+    return {"config": config_note, "wall_s": wall, "exit_codes": [p.returncode for p in procs], "cases": n_cases,
+            "runs": [{"partition": r.partition_key, "status": r.status, "cases": r.case_count,
+                      "eval_s": r.eval_s, "dagster_run_id": r.dagster_run_id} for r in runs],
+            "overlap_s": overlap,
+            "tail": [o[-1500:] for o, p in zip(outputs, procs) if p.returncode != 0]}
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--cases", type=int, default=1000)
+    parser.add_argument("--strategy", default="hybrid-v1")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-baseline-over", type=int, default=2000, metavar="Q",
+                        help="run the seed baseline on at most the first Q cases (0: no baseline)")
+    parser.add_argument("--pipeline-subprocess", action="store_true",
+                        help="run the pipeline in a child process (its own peak RSS)")
+    parser.add_argument("--recall-queries", type=int, default=100, help="0 skips the HNSW recall check")
+    parser.add_argument("--ef-search", default="40,100,200,400", help="ef_search values for the recall table")
+    parser.add_argument("--ingest-texts", type=int, default=2000, help="0 skips the ingestion comparison")
+    parser.add_argument("--dagster-cases", type=int, default=200, help="0 skips the 2-partition Dagster run")
+    parser.add_argument("--dagster-strategies", default="hybrid-v1,keyword-v1")
+    parser.add_argument("--keep-runs", action="store_true", help="keep earlier bench runs in the database")
+    parser.add_argument("--json-out", type=Path)
+    parser.add_argument("--child-pipeline", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child_pipeline:
+        return child_pipeline(args.child_pipeline, args.strategy)
+
+    strategy = get_strategy(args.strategy)
+    print(f"SYNTHETIC benchmark: {args.chunks} chunks (random unit vectors, Zipf texts) x {args.cases} cases, "
+          f"strategy {strategy.version}")
+    print(f"machine: {machine()}")
+    dataset_path = generate(args)
+    dataset = load_dataset(dataset_path)
+    engine = get_engine()
+    if not args.keep_runs:
+        print(f"removed {clean_previous_runs(engine)} earlier bench run(s)")
+    questions = [c.question for c in dataset.cases]
+    model = strategy.embedding_model
+    get_embedder(model).embed(questions[:64])  # load + warm the model (untimed)
+    report: dict = {"chunks": args.chunks, "cases": len(dataset.cases), "strategy": strategy.version,
+                    "machine": machine()}
+
+    floor1, vectors = embed_floor(questions, model)
+    print(f"floor: embedding {len(questions)} questions (USE, batches of 64): {floor1:.2f}s")
+
+    n_base = len(questions) if args.skip_baseline_over <= 0 else min(len(questions), args.skip_baseline_over)
+    base = None
+    if args.skip_baseline_over > 0:
+        from seed_baseline import run_seed_baseline  # noqa: PLC0415
+
+        base = run_seed_baseline(engine, dataset, strategy, dataset.cases[:n_base])
+        bt = base.timings
+        print(f"seed baseline: {base.case_count} cases in {base.wall_s:.2f}s = {base.case_count / base.wall_s:.1f} "
+              f"cases/s | embed {bt['embedding_s']:.2f}s, SQL {bt['sql_s']:.2f}s, fusion+metrics "
+              f"{bt['fusion_metrics_s']:.2f}s, persistence (ORM add + commit) {bt['persistence_s']:.2f}s, "
+              f"{base.candidate_count / max(bt['persistence_s'], 1e-9):.0f} rows/s")
+        report["baseline"] = {"cases": base.case_count, "wall_s": base.wall_s, "timings": bt,
+                              "candidates": base.candidate_count}
+
+    if args.pipeline_subprocess:
+        pipe = run_pipeline_child(dataset_path, strategy.version)
+        rss_label = "pipeline child process"
+    else:
+        pipe = run_pipeline(engine, dataset, strategy)
+        rss_label = "bench process (baseline + pipeline)"
+    rss = pipe["peak_rss_mb"]
+    floor2, _ = embed_floor(questions, model)
+    floor = (floor1 + floor2) / 2
+    tm = pipe["timings"]
+    sql_s = tm["retrieval_s"] - pipe["fusion_s"]
+    split_sum = tm["embedding_s"] + tm["retrieval_s"] + tm["metrics_s"] + tm["persistence_s"]
+    persist_rate = pipe["candidate_count"] / max(tm["persistence_s"], 1e-9)
+    pipe_rate = pipe["case_count"] / pipe["wall_s"]
+    print(f"pipeline: {pipe['case_count']} cases in {pipe['wall_s']:.2f}s = {pipe_rate:.1f} cases/s | embed "
+          f"{tm['embedding_s']:.2f}s, SQL {sql_s:.2f}s, fusion+metrics {pipe['fusion_s'] + tm['metrics_s']:.2f}s "
+          f"(fusion {pipe['fusion_s']:.2f}s), persistence (COPY) {tm['persistence_s']:.2f}s, other "
+          f"(run rows, heartbeats, commit) {pipe['wall_s'] - split_sum:.2f}s")
+    print(f"persistence: {pipe['candidate_count']} candidate rows (+{pipe['case_count']} case rows) in "
+          f"{tm['persistence_s']:.2f}s = {persist_rate:.0f} candidate rows/s")
+    print(f"floor: second measurement {floor2:.2f}s, mean {floor:.2f}s; eval/embed = {pipe['wall_s'] / floor:.3f}")
+    print(f"peak RSS ({rss_label}): {rss:.0f} MB")
+    speedup = float("nan")
+    if base is not None:
+        speedup = pipe_rate / (base.case_count / base.wall_s)
+        same = compare_pools(engine, base.run_id, pipe["run_id"])
+        print(f"speedup vs seed baseline: {speedup:.1f}x | pools: {same['cases'] - same['differing_cases']}/"
+              f"{same['cases']} cases identical, max |final_score diff| {same['max_score_diff']:.2g}")
+        report["pools"] = {k: float(v) for k, v in same.items()}
+    report.update({"pipeline": pipe, "floor_s": [floor1, floor2], "speedup_vs_seed": speedup,
+                   "eval_over_embed": pipe["wall_s"] / floor, "persist_rows_per_s": persist_rate,
+                   "peak_rss_mb": rss, "peak_rss_scope": rss_label})
+
+    if args.recall_queries > 0 and strategy.vector_candidate_k:
+        efs = sorted({int(x) for x in args.ef_search.split(",") if x} | {strategy.ef_search})
+        rec = hnsw_recall(engine, dataset.knowledge_base, strategy, vectors[:args.recall_queries], efs)
+        print(f"HNSW: vector leg uses index {hnsw_index_name(model)}: {rec['uses_hnsw_index']}")
+        print("  " + "\n  ".join(rec["explain"].splitlines()))
+        print(f"HNSW recall@10 vs exact ({rec['queries']} real question embeddings; exact {rec['seconds']['exact']:.1f}s): "
+              + ", ".join(f"ef_search={ef}: {r:.3f} ({rec['seconds'][ef]:.2f}s)" for ef, r in rec["recall"].items()))
+        report["hnsw"] = rec
+
+    if args.ingest_texts > 0:
+        ing = ingestion_vs_encode(engine, args.ingest_texts, model, args.seed)
+        print(f"ingestion: {ing['texts']} texts (mean {ing['chars_mean']:.0f} chars) ingest_documents "
+              f"{ing['ingest_s']:.2f}s = {ing['chunks_per_s']:.1f} chunks/s vs raw encode {ing['raw_encode_s']:.2f}s "
+              f"(runs {ing['raw_encode_runs_s'][0]:.2f}s, {ing['raw_encode_runs_s'][1]:.2f}s) -> ratio "
+              f"{ing['ratio']:.3f}")
+        report["ingestion"] = ing
+
+    if args.dagster_cases > 0:
+        strategies = [s for s in args.dagster_strategies.split(",") if s][:2]
+        dg_res = dagster_two_partitions(engine, dataset, min(args.dagster_cases, len(dataset.cases)), strategies)
+        print(f"dagster: 2 partitions ({', '.join(strategies)}) x {dg_res['cases']} cases as 2 concurrent runs "
+              f"(multiprocess executor): wall {dg_res['wall_s']:.1f}s, exit codes {dg_res['exit_codes']}, "
+              f"runs overlapped {dg_res['overlap_s'] if dg_res['overlap_s'] is not None else 'n/a'}s")
+        print(f"  instance config: {dg_res['config']}")
+        for r in dg_res["runs"]:
+            print(f"  {r['partition']}: {r['status']}, {r['cases']} cases, eval {r['eval_s']}s")
+        for tail in dg_res["tail"]:
+            print("  failed run output: " + tail.replace("\n", "\n    "))
+        report["dagster"] = dg_res
+
+    report["machine_end"] = machine()
+    print(f"machine at end: {report['machine_end']}")
+    if args.json_out:
+        args.json_out.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+    shutil.rmtree(dataset_path.parent, ignore_errors=True)
+    print(f"speedup_vs_seed={_fmt(speedup)} eval_over_embed={_fmt(pipe['wall_s'] / floor)} "
+          f"persist_rows_per_s={_fmt(persist_rate)} peak_rss_mb={_fmt(rss)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""``rag-pipeline check-dataset`` and ``rag-pipeline compare``: why everything is 0, and which strategy is better.
+
+``check-dataset --dataset FILE [--knowledge-base NAME] [--format text|json]`` classifies every relevant id
+(:mod:`rag_pipeline.core.label_check`); ``--format json`` prints a list of ``{"case_id", "chunk_id",
+"status", "detail"}``. A file whose only problems are non-UUID ids is still checked (status ``not_a_uuid``).
+Exit 0: every label is valid; 1: some labels are invalid; 2: user error (unreadable dataset, unknown KB).
+
+``compare --dataset NAME_OR_FILE [--baseline V] [--margin X] [--alpha A] [--format text|json]`` compares the
+current runs of every strategy on the dataset (:mod:`rag_pipeline.core.comparison`). Exit 0: the regression
+gate passed; 1: some strategy is significantly worse than the baseline on nDCG@k by more than the margin
+(use it in CI); 2: user error (nothing evaluated, unknown baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+from pathlib import Path
+
+from rag_pipeline.core.comparison import DEFAULT_BASELINE, ComparisonError, attach_top_chunks, compare, \
+    load_current_runs, regression_gate
+from rag_pipeline.core.comparison_report import render_text
+from rag_pipeline.core.dataset import DatasetError, load_dataset
+from rag_pipeline.core.db import DatabaseError, get_engine
+from rag_pipeline.core.knowledge_base import KnowledgeBaseError
+from rag_pipeline.core.label_check import LabelReport, check_labels
+from rag_pipeline.core.settings import mask_secrets
+
+ERRORS = (DatasetError, DatabaseError, KnowledgeBaseError, ComparisonError, OSError, ValueError)
+
+
+def _guarded(func):
+    @functools.wraps(func)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except ERRORS as exc:
+            print(f"rag-pipeline: error: {mask_secrets(exc)}", file=sys.stderr)
+            return 2
+
+    return wrapper
+
+
+def _lenient_cases(path: Path, error: DatasetError) -> tuple[list[dict], str | None]:
+    """The cases of a file whose only problems are malformed relevant ids (else re-raise ``error``)."""
+    if not error.problems or any(not (p.field or "").startswith("relevant_chunk_ids[") or "not a UUID"
+                                 not in p.message for p in error.problems):
+        raise error
+    data = json.loads(path.read_text(encoding="utf-8-sig"))
+    items = data["cases"] if isinstance(data, dict) else data
+    kb = data.get("knowledge_base") if isinstance(data, dict) else None
+    return [{"case_id": c["case_id"], "relevant_chunk_ids": [str(i) for i in c["relevant_chunk_ids"]]}
+            for c in items], kb
+
+
+def format_report(report: LabelReport) -> str:
+    """Human-readable check-dataset output: the verdict, then every invalid label grouped by case."""
+    lines = [("OK: " if not report.invalid() else "PROBLEMS: ") + report.summary()]
+    for case_id, verdict in report.verdicts.items():
+        if verdict == "ok":
+            continue
+        note = "no valid label: this case can only score 0" if verdict == "all_invalid" else "some labels invalid"
+        lines.append(f"\ncase {case_id} ({note})")
+        for r in report.rows:
+            if r.case_id == case_id and not r.ok:
+                lines.append(f"  {r.chunk_id}  {r.status}\n      {r.detail}")
+    if report.invalid():
+        lines.append("\nlabels per status: " + ", ".join(f"{s}={n}" for s, n in report.counts().items()))
+    return "\n".join(lines)
+
+
+@_guarded
+def cmd_check_dataset(args: argparse.Namespace) -> int:
+    path = Path(args.dataset)
+    try:
+        dataset = load_dataset(path, knowledge_base=args.knowledge_base)
+        cases, kb = list(dataset.cases), dataset.knowledge_base
+    except DatasetError as exc:
+        cases, file_kb = _lenient_cases(path, exc)
+        kb = args.knowledge_base or file_kb
+        if not kb:
+            raise
+        print("note: the dataset has malformed ids (reported as not_a_uuid below); fix them before evaluating",
+              file=sys.stderr)
+    with get_engine().connect() as conn:
+        report = check_labels(conn, kb, cases)
+    if args.format == "json":
+        print(json.dumps([r.as_dict() for r in report.rows], ensure_ascii=False, indent=2))
+    else:
+        print(format_report(report))
+    return 1 if report.invalid() else 0
+
+
+@_guarded
+def cmd_compare(args: argparse.Namespace) -> int:
+    name, kb = args.dataset, args.knowledge_base
+    if Path(name).is_file():
+        dataset = load_dataset(name, knowledge_base=kb)
+        name, kb = dataset.name, dataset.knowledge_base
+    with get_engine().connect() as conn:
+        comp = compare(load_current_runs(conn, name, kb), args.baseline, dataset=name, n_resamples=args.resamples)
+        attach_top_chunks(conn, comp)
+    gate = regression_gate(comp, margin=args.margin, alpha=args.alpha)
+    if args.format == "json":
+        out = {**comp.as_dict(), "gate": {"passed": gate.passed, "margin": gate.margin, "alpha": gate.alpha,
+                                          "metric": gate.metric, "failing": [p.strategy for p in gate.failures],
+                                          "description": gate.description()}}
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+    else:
+        sys.stdout.write(render_text(comp, gate))
+    return 0 if gate.passed else 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("check-dataset", help="check every relevant id of a dataset against a knowledge base "
+                                             "(why are all metrics 0?); exit 1 when some label is invalid")
+    p.add_argument("--dataset", required=True, help="dataset JSON file")
+    p.add_argument("--knowledge-base", help="knowledge base name or id (default: the one the file names)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_check_dataset)
+
+    p = sub.add_parser("compare", help="compare the current runs of every strategy on a dataset with a baseline "
+                                       "(paired significance, regression gate: exit 1 when it fails)")
+    p.add_argument("--dataset", required=True, help="dataset name, or its JSON file")
+    p.add_argument("--knowledge-base", help="only when the dataset name is used with several knowledge bases")
+    p.add_argument("--baseline", default=DEFAULT_BASELINE, help=f"baseline strategy (default {DEFAULT_BASELINE})")
+    p.add_argument("--margin", type=float, default=0.0, help="gate: nDCG@k loss tolerated (default 0)")
+    p.add_argument("--alpha", type=float, default=0.05, help="gate: significance level (default 0.05)")
+    p.add_argument("--resamples", type=int, default=10000, help="permutation/bootstrap resamples")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_compare)

@@ -1,0 +1,183 @@
+"""``rag-pipeline evaluate | runs | show``: offline evaluation (seed §7.2) and run history (seed §6.2).
+
+Same core code as the Dagster assets, no Dagster daemon needed. Every run is stored in the database;
+reports are built from the database, so ``evaluate --output`` and ``show`` print the same JSON.
+Errors print one line ``rag-pipeline: error: ...`` (a dataset with several problems lists them on the
+following lines) and exit 2; a database error mid-run exits 3; anything unexpected exits 1 (traceback
+with ``RAG_DEBUG=1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from rag_pipeline.core.dataset import DatasetError, load_dataset
+from rag_pipeline.core.db import DatabaseError, get_engine
+from rag_pipeline.core.embedding import EmbeddingError
+from rag_pipeline.core.knowledge_base import KnowledgeBaseError, resolve_knowledge_base
+from rag_pipeline.core.retrieval import RetrievalError
+from rag_pipeline.core.runs import RunNotFoundError
+from rag_pipeline.core.settings import mask_secrets
+from rag_pipeline.core.strategies import StrategyError, get_strategy, load_registry
+from rag_pipeline.core.strategy_store import StrategyConflictError
+
+DEFAULT_STRATEGY = "hybrid-v1"
+EVAL_ERRORS: tuple[type[BaseException], ...] = (
+    DatasetError, KnowledgeBaseError, StrategyError, StrategyConflictError, DatabaseError, EmbeddingError,
+    RetrievalError, RunNotFoundError, OSError,
+)
+
+
+def _guarded(func):
+    """User errors → one clear line on stderr and exit 2, never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except EVAL_ERRORS as exc:
+            print(f"rag-pipeline: error: {mask_secrets(exc)}", file=sys.stderr)
+            return 2
+        except sa.exc.DBAPIError as exc:
+            first = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
+            print(f"rag-pipeline: error: database error: {mask_secrets(first[0])}", file=sys.stderr)
+            return 3
+        except KeyboardInterrupt:
+            print("rag-pipeline: interrupted", file=sys.stderr)
+            return 130
+        except Exception as exc:  # a bug: still one line, the traceback only on request
+            if os.environ.get("RAG_DEBUG"):
+                raise
+            print(f"rag-pipeline: error: unexpected {type(exc).__name__}: {mask_secrets(exc)} "
+                  "(set RAG_DEBUG=1 for the traceback)", file=sys.stderr)
+            return 1
+
+    return wrapper
+
+
+@_guarded
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm  # noqa: PLC0415
+
+    from rag_pipeline.core.evaluation import evaluate_dataset  # noqa: PLC0415
+    from rag_pipeline.core.reports import comparison_table, summary_of, write_report  # noqa: PLC0415
+    from rag_pipeline.core.runs import get_run  # noqa: PLC0415
+
+    registry = load_registry()
+    versions = list(dict.fromkeys(args.strategies or [DEFAULT_STRATEGY]))
+    strategies = [get_strategy(v, registry) for v in versions]
+    kb_name = args.knowledge_base
+    if args.knowledge_base_id:
+        with get_engine().connect() as conn:
+            kb_name = resolve_knowledge_base(conn, args.knowledge_base_id).name
+    dataset = load_dataset(args.dataset, knowledge_base=kb_name)  # all validation before anything is written
+    engine = get_engine()
+    outcomes = []
+    for strategy in strategies:
+        with tqdm(total=len(dataset.cases), desc=strategy.version, unit="case", file=sys.stderr,
+                  disable=args.quiet) as bar:
+            outcomes.append(evaluate_dataset(engine, dataset, strategy, batch_size=args.batch_size,
+                                             progress=lambda done, _total, b=bar: b.update(done - b.n)))
+    with engine.connect() as conn:
+        summaries = [summary_of(get_run(conn, o.run_id)) for o in outcomes]
+        for s in summaries:  # "All metrics are 0: ..." — the dominant reason first
+            if (s["counts"] or {}).get("first_line"):
+                print(f"{s['strategy_version']}: {s['counts']['first_line']}")
+        print(comparison_table(summaries))
+        for outcome, path in zip(outcomes, _output_paths(args.output, versions), strict=True):
+            if path is None:
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("w", encoding="utf-8") as fp:
+                write_report(conn, outcome.run_id, fp, include_text=args.include_text)
+            print(f"report: {path}", file=sys.stderr)
+    return 0
+
+
+def _output_paths(output: str | None, versions: list[str]) -> list[Path | None]:
+    """One strategy → the path as given; several → ``<stem>-<strategy><suffix>`` each."""
+    if not output:
+        return [None] * len(versions)
+    path = Path(output)
+    if len(versions) == 1:
+        return [path]
+    return [path.with_name(f"{path.stem}-{v}{path.suffix or '.json'}") for v in versions]
+
+
+@_guarded
+def cmd_runs(args: argparse.Namespace) -> int:
+    from rag_pipeline.core.reports import comparison_table, summary_of  # noqa: PLC0415
+    from rag_pipeline.core.runs import list_runs  # noqa: PLC0415
+
+    with get_engine().connect() as conn:
+        kb_id = resolve_knowledge_base(conn, args.knowledge_base).id if args.knowledge_base else None
+        rows = list_runs(conn, knowledge_base_id=kb_id, dataset=args.dataset, strategy=args.strategy,
+                         current_only=args.current, limit=args.limit)
+        summaries = [summary_of(r) for r in rows]
+    if args.format == "json":
+        print(json.dumps(summaries, ensure_ascii=False, indent=2))
+    else:
+        print(comparison_table(summaries) if summaries else "no evaluation runs (see `rag-pipeline evaluate`)")
+    return 0
+
+
+@_guarded
+def cmd_show(args: argparse.Namespace) -> int:
+    from rag_pipeline.core.reports import write_report  # noqa: PLC0415
+
+    with get_engine().connect() as conn:
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as fp:
+                write_report(conn, args.run_id, fp, include_text=args.include_text)
+        else:
+            write_report(conn, args.run_id, sys.stdout, include_text=args.include_text)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``evaluate``, ``runs`` and ``show`` to the ``rag-pipeline`` sub-commands."""
+    p = sub.add_parser("evaluate", help="evaluate strategies on a dataset file, store the runs, write a report")
+    kb = p.add_mutually_exclusive_group()
+    kb.add_argument("--knowledge-base", help="knowledge base name (optional if the dataset names it)")
+    kb.add_argument("--knowledge-base-id", help="knowledge base id")
+    p.add_argument("--dataset", required=True, help="dataset JSON (seed array, or {knowledge_base, cases})")
+    p.add_argument("--strategy", action="append", dest="strategies", metavar="VERSION",
+                   help=f"strategy version, repeatable (default {DEFAULT_STRATEGY})")
+    p.add_argument("--output", help="report JSON; with several strategies one file per strategy "
+                                    "(<stem>-<strategy>.json)")
+    p.add_argument("--include-text", action="store_true", help="add each candidate's chunk text to the report")
+    p.add_argument("--batch-size", type=_positive, default=64, help="cases per retrieval batch (default 64)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("runs", help="evaluation run history (newest first)")
+    p.add_argument("--knowledge-base", "--knowledge-base-id", dest="knowledge_base", help="name or id")
+    p.add_argument("--dataset", help="dataset name")
+    p.add_argument("--strategy", help="strategy version")
+    p.add_argument("--current", action="store_true", help="only the current run of each dataset × strategy")
+    p.add_argument("--limit", type=_positive, default=100)
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("show", help="one run as the report JSON (summary, cases, candidates)")
+    p.add_argument("run_id")
+    p.add_argument("--include-text", action="store_true", help="add each candidate's chunk text")
+    p.add_argument("--output", help="write to this file instead of stdout")
+    p.set_defaults(func=cmd_show)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value

@@ -1,0 +1,105 @@
+"""Reading dataset JSON strictly: UTF-8 (BOM allowed), NaN/Infinity and duplicate keys kept visible.
+
+Python's ``json`` accepts ``NaN``/``Infinity`` and silently keeps the last of duplicate keys; here
+non-finite numbers become :class:`NonFinite` markers and objects remember their duplicate keys, so the
+dataset validator can report them with the case and field they appear in.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class JsonReadError(ValueError):
+    """The bytes are not a JSON document we can read (encoding, syntax, size)."""
+
+
+class NonFinite:
+    """Stands in for NaN / Infinity / -Infinity (and overflowing numbers) so they are reported, not used."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class JsonObject(dict):
+    duplicate_keys: tuple[str, ...] = ()
+
+
+def object_hook(pairs: list[tuple[str, Any]]) -> JsonObject:
+    obj = JsonObject(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        obj.duplicate_keys = tuple(sorted({k for k, _ in pairs if k in seen or seen.add(k)}))
+    return obj
+
+
+def parse_float(text: str) -> Any:
+    value = float(text)
+    return value if math.isfinite(value) else NonFinite(text)
+
+
+def type_name(value: Any) -> str:
+    if isinstance(value, NonFinite):
+        return "non-finite number"
+    return {dict: "object", JsonObject: "object", list: "array", str: "string", bool: "boolean",
+            int: "integer", float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def got(value: Any, limit: int = 60) -> str:
+    """``got <type> <value>`` for a message, with long values cut."""
+    if isinstance(value, NonFinite):
+        return f"got non-finite number {value.text}"
+    if value is None or isinstance(value, (dict, list)):
+        return f"got {type_name(value)}"
+    text = json.dumps(value, ensure_ascii=False)
+    return f"got {type_name(value)} " + (text if len(text) <= limit else text[:limit] + "…")
+
+
+def show(value: str, limit: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def text_problem(value: str) -> str | None:
+    if "\x00" in value:
+        return "contains a NUL character (\\u0000), which PostgreSQL cannot store"
+    if any("\ud800" <= ch <= "\udfff" for ch in value):
+        return "contains an unpaired UTF-16 surrogate (invalid Unicode)"
+    return None
+
+
+def decode_json(raw: bytes | str, max_bytes: int) -> Any:
+    """Parse dataset bytes (UTF-8, optional BOM) or text; :class:`JsonReadError` says why not."""
+    if isinstance(raw, bytes):
+        if len(raw) > max_bytes:
+            raise JsonReadError(f"file is larger than {max_bytes // 1024 // 1024} MB")
+        if raw.startswith(_BOM):
+            raw = raw[len(_BOM):]
+        elif raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            raise JsonReadError("file is UTF-16 encoded; save it as UTF-8")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw.count(b"\n", 0, exc.start) + 1
+            raise JsonReadError(f"file is not valid UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
+                                f"(line {line}); save it as UTF-8") from None
+    else:
+        text = raw.removeprefix("\ufeff")
+    if not text.strip():
+        raise JsonReadError("file is empty; expected a JSON array of cases or an object with 'cases'")
+    try:
+        return json.loads(text, object_pairs_hook=object_hook, parse_float=parse_float,
+                          parse_constant=NonFinite)
+    except json.JSONDecodeError as exc:
+        raise JsonReadError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise JsonReadError("JSON is nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer with more than 4300 digits
+        raise JsonReadError(f"invalid JSON: {exc}") from None

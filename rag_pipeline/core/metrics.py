@@ -1,0 +1,254 @@
+"""Retrieval-quality metrics following trec_eval conventions (numpy only, no Dagster).
+
+Each evaluation case is a ranked list of retrieved chunk ids, the judged relevant
+ids and a cutoff ``k``. Relevance is either a set of ids (every grade is 1) or a
+graded ``{id: grade}`` mapping; ``grade > 0`` means relevant, while grades ``<= 0``
+count as non-relevant with gain 0. The ranked list is de-duplicated first,
+keeping the first occurrence of each id (see :func:`_unique_prefix`).
+
+Definitions (rank ``r`` is 1-based, ``R`` is the number of relevant ids):
+
+* ``precision_at_k`` -- relevant ids in the top k / k (trec_eval ``P_k``). It
+  divides by k even when fewer than k ids were retrieved, so for short lists it
+  is lower than the seed's "TopK relevant / TopK total".
+* ``recall_at_k`` -- relevant ids in the top k / R (trec_eval ``recall_k``).
+* ``reciprocal_rank`` -- 1 / rank of the first relevant id within the top k, 0 if
+  there is none (MRR@k, ranx ``mrr@k``; trec_eval ``recip_rank`` has no cutoff).
+* ``ndcg_at_k`` -- DCG@k / IDCG@k with gain = grade (linear, as trec_eval
+  ``ndcg_cut_k``) and discount 1 / log2(r + 1); the ideal ranking holds the top
+  min(R, k) grades sorted in descending order.
+* ``hit_at_k`` -- 1 if any relevant id is in the top k, else 0.
+* ``average_precision_at_k`` -- sum of precision@r over the ranks r <= k holding
+  a relevant id, divided by R (trec_eval ``map_cut_k``).
+* ``r_precision`` -- relevant ids in the top R of the whole de-duplicated list,
+  divided by R (trec_eval ``Rprec``); it ignores k.
+
+All metrics except nDCG are binary (they only look at ``grade > 0``). A case with
+no relevant id is a dataset validation error and raises ``ValueError``, as does a
+cutoff that is not a positive integer.
+
+:func:`evaluate_retrieval` is the readable per-case reference, :func:`batch_metrics`
+the vectorised core for large sweeps (equal to the reference up to float rounding,
+~1e-15), and :func:`evaluate_many` turns id lists into the arrays it consumes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import astuple, dataclass, fields
+from itertools import islice
+from numbers import Integral
+
+import numpy as np
+
+METRIC_NAMES = (
+    "precision_at_k",
+    "recall_at_k",
+    "reciprocal_rank",
+    "ndcg_at_k",
+    "hit_at_k",
+    "average_precision_at_k",
+    "r_precision",
+)
+
+Relevance = set[str] | frozenset[str] | Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class RetrievalMetrics:
+    """Metric values of one case (or their mean); fields follow ``METRIC_NAMES``."""
+
+    precision_at_k: float
+    recall_at_k: float
+    reciprocal_rank: float
+    ndcg_at_k: float
+    hit_at_k: float
+    average_precision_at_k: float
+    r_precision: float
+
+    def as_dict(self) -> dict[str, float]:
+        """Return ``{metric name: value}`` in ``METRIC_NAMES`` order."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _check_k(k: object) -> int:
+    """Return ``k`` as an int, raising ``ValueError`` unless it is a positive integer."""
+    if isinstance(k, bool) or not isinstance(k, Integral) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    return int(k)
+
+
+def _relevant_grades(relevant: Relevance) -> dict[str, float]:
+    """Map each relevant id (grade > 0) to its grade; a set gives every id grade 1.
+
+    Raises ``ValueError`` on non-finite grades and when no id is relevant.
+    """
+    if isinstance(relevant, str):
+        raise TypeError("relevant ids must be a set or a mapping, not a str")
+    if isinstance(relevant, Mapping):
+        grades = {doc: float(grade) for doc, grade in relevant.items()}
+        if not all(math.isfinite(g) for g in grades.values()):
+            raise ValueError("relevance grades must be finite numbers")
+        grades = {doc: g for doc, g in grades.items() if g > 0}
+    else:
+        grades = dict.fromkeys(relevant, 1.0)
+    if not grades:
+        raise ValueError("a case needs at least one relevant id (grade > 0)")
+    return grades
+
+
+def _unique_prefix(ids: Sequence[str], k: int) -> list[str]:
+    """Return the first ``k`` distinct ids of ``ids``, keeping first occurrences."""
+    return list(islice(dict.fromkeys(ids), k))
+
+
+def evaluate_retrieval(
+    retrieved_ids: Sequence[str], relevant_ids: Relevance, k: int
+) -> RetrievalMetrics:
+    """Compute every metric of ``METRIC_NAMES`` for one case (plain-Python reference).
+
+    ``retrieved_ids`` is best-first and may contain duplicates or be shorter than k;
+    ``relevant_ids`` is a set (all grades 1) or an ``{id: grade}`` mapping.
+    """
+    k = _check_k(k)
+    grades = _relevant_grades(relevant_ids)
+    n_rel = len(grades)
+    hits, rr, ap_sum, dcg = 0, 0.0, 0.0, 0.0
+    for rank, doc in enumerate(_unique_prefix(retrieved_ids, k), start=1):
+        gain = grades.get(doc, 0.0)
+        if gain > 0:
+            hits += 1
+            rr = rr or 1.0 / rank
+            ap_sum += hits / rank
+        dcg += gain / math.log2(rank + 1)
+    ideal = sorted(grades.values(), reverse=True)[:k]
+    idcg = sum(g / math.log2(rank + 1) for rank, g in enumerate(ideal, start=1))
+    r_hits = sum(doc in grades for doc in _unique_prefix(retrieved_ids, n_rel))
+    return RetrievalMetrics(
+        precision_at_k=hits / k,
+        recall_at_k=hits / n_rel,
+        reciprocal_rank=rr,
+        ndcg_at_k=dcg / idcg,
+        hit_at_k=float(hits > 0),
+        average_precision_at_k=ap_sum / n_rel,
+        r_precision=r_hits / n_rel,
+    )
+
+
+def average_metrics(metrics: Sequence[RetrievalMetrics]) -> RetrievalMetrics:
+    """Return the per-metric arithmetic mean; an empty input gives all 0.0 (seed behaviour)."""
+    if not metrics:
+        return RetrievalMetrics(*([0.0] * len(METRIC_NAMES)))
+    means = np.mean(np.array([astuple(m) for m in metrics], dtype=np.float64), axis=0)
+    return RetrievalMetrics(*(float(v) for v in means))
+
+
+def _k_array(k: np.ndarray | Sequence[int] | int, n_cases: int) -> np.ndarray:
+    """Broadcast ``k`` to an int64 array of shape ``(n_cases,)`` and validate it."""
+    arr = np.asarray(k)
+    if arr.dtype.kind not in "iu" or arr.ndim > 1:
+        raise ValueError("k must be a positive integer or a 1-D integer array")
+    if arr.ndim == 1 and arr.shape[0] != n_cases:
+        raise ValueError(f"k has {arr.shape[0]} entries for {n_cases} cases")
+    if arr.size and arr.min() < 1:
+        raise ValueError("every k must be a positive integer")
+    return np.broadcast_to(arr.astype(np.int64, copy=False), (n_cases,))
+
+
+def batch_metrics(
+    gains: np.ndarray, ideal_gains: np.ndarray, k: np.ndarray | int
+) -> dict[str, np.ndarray]:
+    """Vectorised metrics for many cases; returns one float64 ``(n_cases,)`` array per name.
+
+    ``gains`` ``(n_cases, depth)``: grade (>= 0) of the item at each rank of the
+    de-duplicated list, 0 for non-relevant items and for padding past a short list.
+    ``ideal_gains`` ``(n_cases, max_rel)``: every relevant grade of the case sorted
+    descending and 0-padded; its count of positive entries is R. ``k``: scalar or
+    per-case integer array. ``r_precision`` uses all of ``gains`` (not cut at k), so
+    pass at least the first R ranks of each list. Only the first max(k) and max(R)
+    columns are read, so wide padded pools cost little. Results equal
+    :func:`evaluate_retrieval` up to float rounding.
+    """
+    gains = np.asarray(gains)
+    ideal = np.asarray(ideal_gains, dtype=np.float64)
+    if gains.ndim != 2 or ideal.ndim != 2 or gains.shape[0] != ideal.shape[0]:
+        raise ValueError("gains and ideal_gains must be 2-D with one row per case")
+    n_cases = gains.shape[0]
+    if gains.shape[1] == 0:  # all lists empty: one zero column keeps shapes simple
+        gains = np.zeros((n_cases, 1))
+    k_arr = _k_array(k, n_cases)
+    n_rel = np.count_nonzero(ideal > 0, axis=1)
+    if np.any(n_rel == 0):
+        raise ValueError("every case needs at least one relevant id (grade > 0)")
+    if np.any(np.diff(ideal, axis=1) > 0):
+        raise ValueError("ideal_gains rows must be sorted in descending order")
+
+    k_max = int(k_arr.max()) if n_cases else 1
+    cols = min(k_max, gains.shape[1])
+    ranks = np.arange(1, cols + 1)
+    discount = 1.0 / np.log2(np.arange(2, max(cols, ideal.shape[1]) + 2))
+    top = gains[:, :cols].astype(np.float64, copy=False)
+    if np.ndim(k) != 0:  # per-case k: zero the ranks past each case's cutoff
+        top = np.where(ranks <= k_arr[:, None], top, 0.0)
+    relevant = top > 0
+    cum_hits = np.cumsum(relevant, axis=1)
+    hits = cum_hits[:, -1]
+    dcg = top @ discount[:cols]
+
+    icols = min(k_max, ideal.shape[1])
+    ideal_top = np.where(np.arange(1, icols + 1) <= k_arr[:, None], ideal[:, :icols], 0.0)
+    idcg = ideal_top @ discount[:icols]
+
+    r_cols = min(int(n_rel.max()) if n_cases else 0, gains.shape[1])
+    in_r = np.arange(1, r_cols + 1) <= n_rel[:, None]
+    r_hits = np.count_nonzero((gains[:, :r_cols] > 0) & in_r, axis=1)
+
+    first = np.argmax(relevant, axis=1)
+    return {
+        "precision_at_k": hits / k_arr,
+        "recall_at_k": hits / n_rel,
+        "reciprocal_rank": np.where(hits > 0, 1.0 / (first + 1), 0.0),
+        "ndcg_at_k": dcg / idcg,
+        "hit_at_k": (hits > 0).astype(np.float64),
+        "average_precision_at_k": np.where(relevant, cum_hits / ranks, 0.0).sum(axis=1)
+        / n_rel,
+        "r_precision": r_hits / n_rel,
+    }
+
+
+def _pad_rows(rows: list[list[float]], lengths: np.ndarray) -> np.ndarray:
+    """Stack ragged float rows into a 0-padded ``(len(rows), max length)`` array."""
+    out = np.zeros((len(rows), int(lengths.max(initial=0))), dtype=np.float64)
+    flat = np.fromiter((v for row in rows for v in row), np.float64, int(lengths.sum()))
+    row_idx = np.repeat(np.arange(len(rows)), lengths)
+    starts = np.cumsum(lengths) - lengths
+    out[row_idx, np.arange(flat.size) - np.repeat(starts, lengths)] = flat
+    return out
+
+
+def evaluate_many(
+    retrieved: Sequence[Sequence[str]],
+    relevant: Sequence[Relevance],
+    k: Sequence[int] | int,
+) -> dict[str, np.ndarray]:
+    """Metrics for many cases from id lists (same inputs as :func:`evaluate_retrieval`).
+
+    Builds the ``gains``/``ideal_gains`` arrays of :func:`batch_metrics` (lists are
+    de-duplicated keeping first occurrences and only the first max(k, R) unique
+    ids of each case are kept, which is all any metric reads) and returns its result.
+    """
+    if len(retrieved) != len(relevant):
+        raise ValueError("retrieved and relevant must have one entry per case")
+    k_arr = _k_array(_check_k(k) if np.ndim(k) == 0 else k, len(retrieved))
+    gain_rows, ideal_rows = [], []
+    for ids, rel, case_k in zip(retrieved, relevant, k_arr.tolist()):
+        grades = _relevant_grades(rel)
+        ideal_rows.append(sorted(grades.values(), reverse=True))
+        depth = max(case_k, len(grades))
+        gain_rows.append([grades.get(doc, 0.0) for doc in _unique_prefix(ids, depth)])
+    gain_len = np.fromiter(map(len, gain_rows), np.int64, len(gain_rows))
+    ideal_len = np.fromiter(map(len, ideal_rows), np.int64, len(ideal_rows))
+    gains = _pad_rows(gain_rows, gain_len)
+    ideal = _pad_rows(ideal_rows, ideal_len)
+    return batch_metrics(gains, ideal, k if np.ndim(k) == 0 else k_arr)

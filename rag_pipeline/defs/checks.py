@@ -1,0 +1,92 @@
+"""Asset checks: label integrity of ``evaluation_dataset`` and the regression gate of ``strategy_comparison``.
+
+``label_integrity`` (blocking) classifies every relevant id of the stored dataset version
+(:mod:`rag_pipeline.core.label_check`): **ERROR** — the evaluation of the partition does not run — when
+some case has no valid label at all (it could only score 0); **WARN** when some labels are invalid; passed
+otherwise. The metadata lists each invalid label with what to do.
+
+``regression_gate`` is declared here (:data:`REGRESSION_GATE_SPEC`) and evaluated by the
+``strategy_comparison`` asset itself (:func:`regression_gate_result`), with the asset's config
+(baseline, margin, alpha), so both always agree.
+"""
+
+import warnings
+
+import dagster as dg
+
+from rag_pipeline.core.comparison import Comparison, regression_gate
+from rag_pipeline.core.label_check import LabelReport, check_labels
+from rag_pipeline.core.persistence import load_stored_dataset
+from rag_pipeline.defs.evaluation import evaluation_dataset
+from rag_pipeline.defs.partitions import evaluation_partitions
+from rag_pipeline.defs.resources import RagDatabase
+
+MAX_ROWS = 100
+REGRESSION_GATE_SPEC = dg.AssetCheckSpec(
+    "regression_gate", asset="strategy_comparison",
+    description="Fails when a strategy is significantly worse than the baseline on nDCG@k (Holm-adjusted "
+                "paired permutation p < alpha) by more than the configured margin.")
+
+
+def label_integrity_result(report: LabelReport) -> dg.AssetCheckResult:
+    """The check result of a label report (pure: testable without a Dagster run)."""
+    all_bad, some_bad = report.cases_with("all_invalid"), report.cases_with("some_invalid")
+    invalid = report.invalid()
+    lines = ["| case | label | status | detail |", "|---|---|---|---|"]
+    lines += [f"| {r.case_id} | `{r.chunk_id}` | {r.status} | {r.detail.replace('|', '/')} |"
+              for r in invalid[:MAX_ROWS]]
+    if len(invalid) > MAX_ROWS:
+        lines.append(f"| … | | | {len(invalid) - MAX_ROWS} more: rag-pipeline check-dataset --format json |")
+    metadata = {
+        "summary": report.summary(),
+        "invalid_labels": len(invalid),
+        "labels": len(report.rows),
+        "cases_without_valid_label": len(all_bad),
+        "cases_with_some_invalid_labels": len(some_bad),
+        "status_counts": dg.MetadataValue.json(report.counts()),
+    }
+    if invalid:
+        metadata["invalid"] = dg.MetadataValue.md("\n".join(lines))
+    severity = dg.AssetCheckSeverity.ERROR if all_bad else dg.AssetCheckSeverity.WARN
+    return dg.AssetCheckResult(passed=not invalid, severity=severity, metadata=metadata,
+                               description=report.summary())
+
+
+def _stored_dataset_id(context: dg.AssetCheckExecutionContext) -> str:
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=evaluation_dataset.key, asset_partitions=[str(context.partition_key)]),
+        limit=1).records
+    entry = records[0].asset_materialization.metadata.get("dataset_id") if records else None
+    if entry is None:
+        raise dg.Failure(f"evaluation_dataset has no materialization for partition {context.partition_key}")
+    return entry.value
+
+
+def _label_integrity(context: dg.AssetCheckExecutionContext, rag_db: RagDatabase) -> dg.AssetCheckResult:
+    with rag_db.engine().connect() as conn:
+        dataset = load_stored_dataset(conn, _stored_dataset_id(context))
+        report = check_labels(conn, dataset.knowledge_base, dataset.cases)
+    if report.invalid():
+        context.log.warning(report.summary())
+    return label_integrity_result(report)
+
+
+with warnings.catch_warnings():  # a partitioned check is a Dagster "preview" feature; the check needs the key
+    warnings.simplefilter("ignore", dg.PreviewWarning)
+    label_integrity = dg.asset_check(
+        asset=evaluation_dataset, name="label_integrity", blocking=True, partitions_def=evaluation_partitions,
+        description="Every relevant id must be a current chunk of the knowledge base whose document is READY, "
+                    "PUBLISHED and not deleted (seed §8). ERROR (blocks the evaluation) when a case has no valid "
+                    "label; WARN when some labels are invalid.")(_label_integrity)
+
+
+def regression_gate_result(comparison: Comparison, *, margin: float, alpha: float) -> dg.AssetCheckResult:
+    gate = regression_gate(comparison, margin=margin, alpha=alpha)
+    rows = [p for p in comparison.paired if p.metric == gate.metric]
+    return dg.AssetCheckResult(
+        check_name=REGRESSION_GATE_SPEC.name, asset_key=REGRESSION_GATE_SPEC.asset_key, passed=gate.passed,
+        severity=dg.AssetCheckSeverity.ERROR, description=gate.description(),
+        metadata={"baseline": comparison.baseline, "margin": margin, "alpha": alpha,
+                  "failing_strategies": [p.strategy for p in gate.failures],
+                  "deltas": dg.MetadataValue.json({p.strategy: round(p.delta, 6) for p in rows}),
+                  "holm_p": dg.MetadataValue.json({p.strategy: p.p_holm for p in rows})})

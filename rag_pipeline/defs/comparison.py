@@ -1,0 +1,84 @@
+"""Asset ``strategy_comparison`` (group ``retrieval_evaluation``), one partition per dataset.
+
+Reads, from the database, the current succeeded run of every strategy on the partition's dataset (so it
+depends on every strategy partition of ``evaluation_run_summary`` for that dataset) and compares them
+with the baseline: metric table with deltas, paired permutation p, bootstrap 95 % CI, Holm correction,
+win/tie/loss, the cases that moved most with their top chunks before/after, and a bar chart. It also
+evaluates the ``regression_gate`` asset check (:mod:`rag_pipeline.defs.checks`) with the same config.
+
+Job ``compare_strategies`` materialises it for one dataset partition.
+"""
+
+import warnings
+
+import dagster as dg
+
+from rag_pipeline.core.comparison import DEFAULT_BASELINE, ComparisonError, attach_top_chunks, compare, \
+    load_current_runs
+from rag_pipeline.core.comparison_report import chart_markdown, chart_png, metric_table, moved_table, \
+    significance_table
+from rag_pipeline.defs.checks import REGRESSION_GATE_SPEC, regression_gate_result
+from rag_pipeline.defs.partitions import DATASET_DIMENSION, dataset_partitions
+from rag_pipeline.defs.resources import RagDatabase
+
+
+with warnings.catch_warnings():  # beta in Dagster 1.13; maps dataset "demo" to every "demo|<strategy>"
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    _EVERY_STRATEGY_OF_THE_DATASET = dg.MultiToSingleDimensionPartitionMapping(
+        partition_dimension_name=DATASET_DIMENSION)
+
+
+class ComparisonConfig(dg.Config):
+    baseline: str = DEFAULT_BASELINE
+    """Strategy version every other strategy is compared with."""
+    margin: float = 0.0
+    """Regression gate: a loss on nDCG@k smaller than this never fails the gate."""
+    alpha: float = 0.05
+    """Regression gate: significance level of the Holm-adjusted paired permutation p-value."""
+    knowledge_base: str = ""
+    """Only when one dataset name is evaluated on several knowledge bases (default: the latest run's)."""
+    n_resamples: int = 10000
+    """Permutation / bootstrap resamples."""
+
+
+@dg.asset(
+    group_name="retrieval_evaluation",
+    partitions_def=dataset_partitions,
+    deps=[dg.AssetDep("evaluation_run_summary", partition_mapping=_EVERY_STRATEGY_OF_THE_DATASET)],
+    check_specs=[REGRESSION_GATE_SPEC],
+    kinds={"postgres", "python"},
+)
+def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonConfig, rag_db: RagDatabase):
+    """Which strategy version is really better on this dataset: averages, deltas vs the baseline, paired
+    significance (permutation test, bootstrap CI, Holm), win/tie/loss, biggest movers, chart."""
+    dataset = context.partition_key
+    with rag_db.engine().connect() as conn:
+        try:
+            runs = load_current_runs(conn, dataset, config.knowledge_base or None)
+            comp = compare(runs, config.baseline, dataset=dataset, n_resamples=config.n_resamples)
+        except ComparisonError as exc:
+            raise dg.Failure(description=str(exc), allow_retries=False) from exc
+        attach_top_chunks(conn, comp)
+    for note in comp.notes:
+        context.log.warning(note)
+    png = chart_png(comp)
+    primary = {p.strategy: p for p in comp.paired if p.metric == "ndcg_at_k"}
+    yield dg.MaterializeResult(metadata={
+        "baseline": comp.baseline,
+        "strategies": len(comp.runs),
+        "knowledge_base": runs[0].knowledge_base,
+        "metrics": dg.MetadataValue.md(metric_table(comp)),
+        "significance": dg.MetadataValue.md(significance_table(comp) if comp.paired else "_only the baseline_"),
+        "moved_cases": dg.MetadataValue.md(moved_table(comp)),
+        "chart": dg.MetadataValue.md(chart_markdown(png)),
+        "ndcg_delta_vs_baseline": dg.MetadataValue.json({v: round(p.delta, 6) for v, p in primary.items()}),
+        "ndcg_holm_p": dg.MetadataValue.json({v: p.p_holm for v, p in primary.items()}),
+        "notes": dg.MetadataValue.json(comp.notes),
+        "comparison": dg.MetadataValue.json(comp.as_dict()),
+    })
+    yield regression_gate_result(comp, margin=config.margin, alpha=config.alpha)
+
+
+compare_strategies_job = dg.define_asset_job(
+    "compare_strategies", selection=[strategy_comparison],
+    description="Compare every strategy's current run on one dataset (partition = dataset) with the baseline.")

@@ -1,0 +1,159 @@
+"""Asset group ``retrieval_evaluation``: dataset → candidates → case metrics → run summary, per dataset × strategy.
+
+A thin layer over :mod:`rag_pipeline.core.evaluation` (the same code as ``rag-pipeline evaluate``).
+``evaluation_dataset`` validates and stores the dataset version. The other three assets are produced by
+one step, :func:`evaluation_run`, because they are one database transaction: a run's candidates, case
+results and summary are committed together or not at all (a failed step leaves a ``failed`` run row and
+no result rows). Re-materialising a partition creates a new run; earlier runs stay as history.
+
+User errors (bad dataset, unknown knowledge base, strategy conflicts) and bugs fail at once with the
+message in the UI; only transient database errors (connection refused or dropped, serialization
+failures) are retried by :data:`RETRY_POLICY`.
+"""
+
+import contextlib
+
+import dagster as dg
+import sqlalchemy as sa
+
+from rag_pipeline.core.db import DatabaseError
+from rag_pipeline.core.dataset import DatasetError, load_dataset
+from rag_pipeline.core.embedding import EmbeddingError
+from rag_pipeline.core.evaluation import evaluate_dataset, relevant_ids_missing
+from rag_pipeline.core.knowledge_base import KnowledgeBaseError, resolve_knowledge_base
+from rag_pipeline.core.persistence import load_stored_dataset, store_dataset
+from rag_pipeline.core.reports import HEADLINE_METRICS, case_overview
+from rag_pipeline.core.retrieval import RetrievalError
+from rag_pipeline.core.settings import datasets_dir, mask_secrets
+from rag_pipeline.core.strategies import StrategyError, get_strategy
+from rag_pipeline.core.strategy_store import StrategyConflictError
+from rag_pipeline.defs import evaluation_metadata as md
+from rag_pipeline.defs.partitions import evaluation_partitions, split_key
+from rag_pipeline.defs.resources import RagDatabase
+
+GROUP = "retrieval_evaluation"
+POOL = "rag_db"
+RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
+USER_ERRORS = (DatasetError, KnowledgeBaseError, StrategyError, StrategyConflictError, EmbeddingError,
+               RetrievalError, LookupError)
+
+
+TRANSIENT_ERRORS = (DatabaseError, sa.exc.OperationalError, sa.exc.InterfaceError)
+
+
+@contextlib.contextmanager
+def _fail_fast_unless_transient():
+    """Re-raise transient database errors (retried); anything else becomes a ``Failure`` that is not
+    retried, with the full message in the UI (user errors without their traceback)."""
+    try:
+        yield
+    except TRANSIENT_ERRORS:
+        raise
+    except Exception as exc:
+        text = mask_secrets(str(exc))
+        message = text if isinstance(exc, USER_ERRORS) else f"{type(exc).__name__}: {text}"
+        metadata = {"error": dg.MetadataValue.md("```\n" + message + "\n```")}
+        raise dg.Failure(description=message, metadata=metadata, allow_retries=False) from exc
+
+
+class EvaluationDatasetConfig(dg.Config):
+    knowledge_base: str = ""
+    """Knowledge base for a bare seed-array dataset file (object-form files name their own)."""
+
+
+class EvaluationRunConfig(dg.Config):
+    batch_size: int = 64
+    """Cases per retrieval batch (one embedding call and one SQL statement per leg per batch)."""
+
+
+@dg.asset(group_name=GROUP, partitions_def=evaluation_partitions, kinds={"json", "postgres"},
+          retry_policy=RETRY_POLICY, pool=POOL)
+def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationDatasetConfig,
+                       rag_db: RagDatabase) -> dg.MaterializeResult:
+    """The labelled dataset ``datasets/<dataset>.json`` (seed §2), validated and stored as a version.
+
+    Every problem of the file is reported at once (file, case index and case_id, field) and nothing is
+    written. A valid file becomes a row of ``retrieval_evaluation_datasets`` keyed by the SHA-256 of its
+    canonical cases: the same content twice is one dataset version.
+    """
+    dataset_key, _ = split_key(context)
+    path = datasets_dir() / f"{dataset_key}.json"
+    with _fail_fast_unless_transient():
+        dataset = load_dataset(path, knowledge_base=config.knowledge_base or None)
+        engine = rag_db.engine()
+        with engine.begin() as conn:
+            kb = resolve_knowledge_base(conn, dataset.knowledge_base)
+            dataset_id = store_dataset(conn, dataset, kb.name)
+            missing = relevant_ids_missing(conn, kb.id, dataset)
+    if missing:
+        context.log.warning(f"{missing} relevant chunk id(s) are not chunks of knowledge base {kb.name!r}")
+    ks = [c.k for c in dataset.cases]
+    return dg.MaterializeResult(metadata={
+        "dataset_id": str(dataset_id),
+        "dataset_name": dataset.name,
+        "dataset_version": dataset.content_hash,
+        "knowledge_base": kb.name,
+        "source_path": dg.MetadataValue.path(str(path)),
+        "dagster/row_count": len(dataset.cases),
+        "relevant_chunk_ids": sum(len(c.relevant_chunk_ids) for c in dataset.cases),
+        "relevant_ids_not_in_kb": missing,
+        "k_min": min(ks),
+        "k_max": max(ks),
+    })
+
+
+def _stored_dataset_id(context: dg.AssetExecutionContext) -> str:
+    """The dataset version the upstream ``evaluation_dataset`` materialisation of this partition stored."""
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=evaluation_dataset.key, asset_partitions=[str(context.partition_key)]),
+        limit=1,
+    ).records
+    entry = records[0].asset_materialization.metadata.get("dataset_id") if records else None
+    if entry is None:
+        raise LookupError(f"evaluation_dataset has not been materialised for partition {context.partition_key}; "
+                          "materialise the whole retrieval_evaluation group (job evaluate_retrieval)")
+    return entry.value
+
+
+@dg.multi_asset(
+    name="evaluation_run",
+    specs=[
+        dg.AssetSpec("retrieval_candidates", deps=[evaluation_dataset], group_name=GROUP,
+                     kinds={"postgres", "python"}, description=md.CANDIDATES_DOC),
+        dg.AssetSpec("case_metrics", deps=["retrieval_candidates"], group_name=GROUP,
+                     kinds={"postgres", "python"}, description=md.CASE_METRICS_DOC),
+        dg.AssetSpec("evaluation_run_summary", deps=["case_metrics"], group_name=GROUP,
+                     kinds={"postgres"}, description=md.SUMMARY_DOC),
+    ],
+    partitions_def=evaluation_partitions,
+    retry_policy=RETRY_POLICY,
+    pool=POOL,
+)
+def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfig, rag_db: RagDatabase):
+    """One evaluation run of the partition's strategy over the partition's dataset, stored atomically."""
+    _, version = split_key(context)
+    engine = rag_db.engine()
+    with _fail_fast_unless_transient():
+        strategy = get_strategy(version)
+        with engine.connect() as conn:
+            dataset = load_stored_dataset(conn, _stored_dataset_id(context))
+        step = max(1, len(dataset.cases) // 10)
+
+        def progress(done: int, total: int) -> None:
+            if done == total or done // step != (done - config.batch_size) // step:
+                context.log.info(f"{done}/{total} cases ({100 * done // max(total, 1)}%)")
+
+        outcome = evaluate_dataset(engine, dataset, strategy, batch_size=config.batch_size,
+                                   partition_key=str(context.partition_key), dagster_run_id=context.run_id,
+                                   progress=progress, logger=context.log)
+    try:  # the run is committed: a failure here must not fail (and re-run) the step
+        with engine.connect() as conn:
+            cases = case_overview(conn, outcome.run_id, limit=md.MAX_TABLE_ROWS)
+            worst = case_overview(conn, outcome.run_id, worst_first=True, limit=10)
+    except sa.exc.SQLAlchemyError as exc:
+        context.log.warning(f"run {outcome.run_id} is stored, but its case tables could not be read: {exc}")
+        cases, worst = [], []
+    context.log.info(" ".join(f"{m}={outcome.averages[m]:.4f}" for m in HEADLINE_METRICS))
+    yield dg.MaterializeResult(asset_key="retrieval_candidates", metadata=md.candidates_metadata(outcome))
+    yield dg.MaterializeResult(asset_key="case_metrics", metadata=md.case_metrics_metadata(outcome, cases))
+    yield dg.MaterializeResult(asset_key="evaluation_run_summary", metadata=md.summary_metadata(outcome, worst))

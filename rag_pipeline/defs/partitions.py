@@ -1,0 +1,33 @@
+"""Partitions of the evaluation assets: dataset (dynamic, one key per ``datasets/<key>.json``) × strategy version.
+
+Multi-partition keys join the dimensions in name order with ``|``: ``"<dataset>|<strategy>"``, e.g.
+``demo|hybrid-v1``. Dataset keys are added by :mod:`rag_pipeline.defs.sensors` (or by hand:
+``DagsterInstance.add_dynamic_partitions("dataset", ["demo"])``); strategy keys are the versions of the
+registry (``rag_pipeline/strategies.yaml`` or ``RAG_STRATEGIES_FILE``) when the code location loads.
+"""
+
+import dagster as dg
+
+from rag_pipeline.core.strategies import load_registry
+
+DATASET_DIMENSION = "dataset"
+STRATEGY_DIMENSION = "strategy"
+
+dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
+strategy_partitions = dg.StaticPartitionsDefinition(list(load_registry()))
+evaluation_partitions = dg.MultiPartitionsDefinition(
+    {DATASET_DIMENSION: dataset_partitions, STRATEGY_DIMENSION: strategy_partitions}
+)
+
+
+def partition_key(dataset: str, strategy: str) -> dg.MultiPartitionKey:
+    return dg.MultiPartitionKey({DATASET_DIMENSION: dataset, STRATEGY_DIMENSION: strategy})
+
+
+def split_key(context: dg.AssetExecutionContext) -> tuple[str, str]:
+    """(dataset key, strategy version) of the partition being materialised."""
+    key = context.partition_key
+    if not isinstance(key, dg.MultiPartitionKey):  # e.g. from the dagster/partition tag of the CLI
+        key = evaluation_partitions.get_partition_key_from_str(str(key))
+    keys = key.keys_by_dimension
+    return keys[DATASET_DIMENSION], keys[STRATEGY_DIMENSION]

@@ -1,0 +1,36 @@
+"""``nightly_reevaluation``: re-evaluate every dataset partition whose file still exists, with every strategy.
+
+Useful when knowledge bases change under the datasets (re-ingestion): each night adds a new run per
+dataset × strategy to the history, so regressions show up in the asset plots. Default status
+**STOPPED** (a nightly sweep over every strategy is a deliberate choice); start it in the UI or with
+``dagster schedule start nightly_reevaluation``.
+"""
+
+import dagster as dg
+
+from rag_pipeline.core.settings import datasets_dir
+from rag_pipeline.defs.jobs import evaluate_retrieval_job
+from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
+
+
+@dg.schedule(
+    name="nightly_reevaluation",
+    cron_schedule="0 3 * * *",
+    execution_timezone="UTC",
+    job=evaluate_retrieval_job,
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="03:00 UTC: re-evaluate every current dataset (file present in datasets/) with every strategy.",
+)
+def nightly_reevaluation(context: dg.ScheduleEvaluationContext):
+    day = context.scheduled_execution_time.strftime("%Y-%m-%d")
+    folder = datasets_dir()
+    keys = [k for k in context.instance.get_dynamic_partitions(dataset_partitions.name)
+            if (folder / f"{k}.json").is_file()]
+    if not keys:
+        return dg.SkipReason(f"no dataset partition has a file in {folder}")
+    return [
+        dg.RunRequest(run_key=f"nightly:{day}:{key}:{version}", partition_key=partition_key(key, version),
+                      tags={"rag/trigger": "nightly_reevaluation"})
+        for key in keys
+        for version in strategy_partitions.get_partition_keys()
+    ]

@@ -1,0 +1,86 @@
+"""``new_dataset_sensor``: a new or changed ``datasets/*.json`` → dataset partition + one run per strategy.
+
+Watches :func:`rag_pipeline.core.settings.datasets_dir` (``RAG_DATASETS_DIR``, default ``datasets/``).
+The cursor maps each file stem to ``{mtime_ns, size, sha256}``: an untouched file costs one ``stat``, a
+touched file is hashed, and only a new hash requests runs. Run keys ``<file>:<sha256>:<strategy>`` make
+the requests idempotent (the same content never runs twice for a strategy, even after a cursor reset).
+The file is not parsed here: an invalid file produces failed runs whose error lists every problem.
+
+Default status **RUNNING**: with ``dagster dev`` (which starts the daemon) dropping a file into
+``datasets/`` evaluates it with every strategy without a click. Stop it in the UI (Automation tab) or
+with ``dagster sensor stop new_dataset_sensor`` if you only want manual runs.
+"""
+
+import hashlib
+import json
+import re
+
+import dagster as dg
+
+from rag_pipeline.core.settings import datasets_dir
+from rag_pipeline.defs.jobs import evaluate_retrieval_job
+from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
+
+# Characters that cannot appear in a dimension key of a multi-partition key (and control characters).
+_BAD_KEY = re.compile(r"[|,\[\]\x00-\x1f\x7f]|\.\.\.")
+
+
+def valid_dataset_key(key: str) -> bool:
+    return bool(key) and not _BAD_KEY.search(key) and len(key) <= 200
+
+
+def file_sha256(path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fp:
+        for block in iter(lambda: fp.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dg.sensor(
+    name="new_dataset_sensor",
+    job=evaluate_retrieval_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="New or changed datasets/*.json → add the dataset partition and evaluate it with every strategy.",
+)
+def new_dataset_sensor(context: dg.SensorEvaluationContext):
+    folder = datasets_dir()
+    previous: dict = json.loads(context.cursor) if context.cursor else {}
+    cursor: dict = {}
+    new_keys: list[str] = []
+    requests: list[dg.RunRequest] = []
+    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    for path in files:
+        key = path.stem
+        if not valid_dataset_key(key):
+            context.log.warning(f"ignoring {path.name}: a dataset file name may not contain | , [ ] ... "
+                                "or control characters")
+            continue
+        stat = path.stat()
+        seen = previous.get(key)
+        if seen and (seen["mtime_ns"], seen["size"]) == (stat.st_mtime_ns, stat.st_size):
+            cursor[key] = seen
+            continue
+        digest = file_sha256(path)
+        cursor[key] = {"mtime_ns": stat.st_mtime_ns, "size": stat.st_size, "sha256": digest}
+        if seen and seen["sha256"] == digest:
+            continue  # touched, same content
+        if key not in new_keys and not context.instance.has_dynamic_partition(dataset_partitions.name, key):
+            new_keys.append(key)
+        context.log.info(f"{'changed' if seen else 'new'} dataset file {path.name} (sha256 {digest[:12]})")
+        requests += [
+            dg.RunRequest(run_key=f"{path.name}:{digest}:{version}", partition_key=partition_key(key, version),
+                          tags={"rag/dataset_file": path.name})
+            for version in strategy_partitions.get_partition_keys()
+        ]
+    for gone in sorted(set(previous) - set(cursor) - {k for k in previous if not valid_dataset_key(k)}):
+        context.log.info(f"dataset file {gone}.json disappeared (its partition and runs are kept)")
+    if not requests:
+        context.update_cursor(json.dumps(cursor, sort_keys=True))
+        return dg.SkipReason(f"no new or changed dataset file in {folder} ({len(files)} watched)")
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=[dataset_partitions.build_add_request(new_keys)] if new_keys else [],
+        cursor=json.dumps(cursor, sort_keys=True),
+    )

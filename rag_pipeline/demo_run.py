@@ -1,0 +1,97 @@
+"""``rag-pipeline demo`` — the main job end to end, through real Dagster runs on the configured instance.
+
+1. materialise ``knowledge_base`` for the demo corpus (``demo/kb``, USE + MiniLM embeddings);
+2. register the ``demo`` dataset partition and materialise ``evaluate_retrieval`` for every shipped
+   strategy (partition ``demo|<strategy>``);
+3. materialise ``strategy_comparison`` for the dataset (paired significance vs ``hybrid-v1``);
+4. print the comparison and write one JSON report per strategy to ``reports/``.
+
+Runs are recorded in the Dagster instance of ``DAGSTER_HOME`` (the repo root, with ``dagster.yaml`` on the
+embedded Postgres), so they show up afterwards in ``make dev``.
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+
+from rag_pipeline.core.comparison import attach_top_chunks, compare, load_current_runs, regression_gate
+from rag_pipeline.core.comparison_report import render_text
+from rag_pipeline.core.db import dagster_database_url, get_engine
+from rag_pipeline.core.demo_dataset import DEMO_CHUNK_OVERLAP, DEMO_CHUNK_SIZE, DEMO_KB, DEMO_TEXT_SEARCH
+from rag_pipeline.core.embedding import EMBEDDING_MODELS
+from rag_pipeline.core.reports import write_report
+from rag_pipeline.core.settings import project_root, reports_dir
+from rag_pipeline.core.strategies import load_registry
+
+
+def _load_env_file() -> None:
+    """What the ``dagster`` command does for us: read ``.env`` of the repo root (written by ``db start``)."""
+    env_file = project_root() / ".env"
+    if env_file.exists():
+        for line in env_file.read_text(encoding="utf-8").splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() and not line.lstrip().startswith("#"):
+                os.environ.setdefault(key.strip(), value.strip())
+    os.environ.setdefault("DAGSTER_HOME", str(project_root()))
+    os.environ.setdefault("RAG_DAGSTER_PG_URL", dagster_database_url())
+
+
+def _step(message: str) -> float:
+    print(f"==> {message}", file=sys.stderr, flush=True)
+    return time.perf_counter()
+
+
+def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, dataset: str = "demo") -> int:
+    """Run the demo; returns the regression gate's exit code (0 passed, 1 a strategy is significantly worse)."""
+    _load_env_file()
+    from rag_pipeline.definitions import defs  # noqa: PLC0415 - after the environment is set
+    from rag_pipeline.defs.partitions import partition_key  # noqa: PLC0415
+
+    strategies = strategies or list(load_registry())
+    out_dir = out_dir or reports_dir()
+    instance = dg.DagsterInstance.get()
+
+    t = _step("ingest the demo knowledge base (Dagster job ingest_knowledge_base)")
+    kb_config = {"source_dir": str(project_root() / "demo" / "kb"), "knowledge_base": DEMO_KB,
+                 "text_search": DEMO_TEXT_SEARCH, "chunk_size": DEMO_CHUNK_SIZE,
+                 "chunk_overlap": DEMO_CHUNK_OVERLAP, "models": list(EMBEDDING_MODELS)}
+    defs.resolve_job_def("ingest_knowledge_base").execute_in_process(
+        instance=instance, run_config={"ops": {"knowledge_base": {"config": kb_config}}})
+    print(f"    done in {time.perf_counter() - t:.1f}s", file=sys.stderr)
+
+    instance.add_dynamic_partitions("dataset", [dataset])
+    job = defs.resolve_job_def("evaluate_retrieval")
+    failed = []
+    for version in strategies:
+        t = _step(f"evaluate {dataset}|{version} (Dagster job evaluate_retrieval)")
+        result = job.execute_in_process(partition_key=partition_key(dataset, version), instance=instance,
+                                        raise_on_error=False)
+        print(f"    {'succeeded' if result.success else 'FAILED'} in {time.perf_counter() - t:.1f}s",
+              file=sys.stderr)
+        if not result.success:
+            failed.append(version)
+
+    _step(f"compare strategies on {dataset} (Dagster job compare_strategies → asset strategy_comparison)")
+    defs.resolve_job_def("compare_strategies").execute_in_process(partition_key=dataset, instance=instance,
+                                                              raise_on_error=False)
+
+    engine = get_engine()
+    with engine.connect() as conn:
+        runs = load_current_runs(conn, dataset, DEMO_KB)
+        comp = compare(runs, dataset=dataset)
+        attach_top_chunks(conn, comp)
+        gate = regression_gate(comp)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for run in runs:
+            path = out_dir / f"{dataset}-{run.version}.json"
+            with path.open("w", encoding="utf-8") as fp:
+                write_report(conn, run.run_id, fp)
+    sys.stdout.write(render_text(comp, gate))
+    print(f"\nreports: {out_dir}/{dataset}-<strategy>.json  ·  Dagster UI: make dev")
+    if failed:
+        print(f"failed strategies: {', '.join(failed)} (see the Dagster run logs)", file=sys.stderr)
+        return 2
+    return 0

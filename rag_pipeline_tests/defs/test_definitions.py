@@ -1,0 +1,97 @@
+"""Dagster Definitions: loadable, the knowledge_base asset group, and a real materialisation."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import sqlalchemy as sa
+
+import rag_pipeline
+from rag_pipeline.core import chunking
+from rag_pipeline.core.embedding import DEFAULT_MODEL
+from rag_pipeline.defs.knowledge_base import knowledge_base
+from rag_pipeline.defs.resources import RagDatabase
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = dg.AssetKey("knowledge_base")
+
+
+def test_definitions_are_loadable() -> None:
+    dg.Definitions.validate_loadable(rag_pipeline.defs)
+    from rag_pipeline.definitions import defs
+
+    assert defs is rag_pipeline.defs
+
+
+def test_knowledge_base_asset_group_and_job() -> None:
+    defs = rag_pipeline.defs
+    assets_def = defs.resolve_assets_def(KEY)
+    assert assets_def.group_names_by_key[KEY] == "knowledge_base"
+    assert "rag_db" in assets_def.required_resource_keys
+    job = defs.resolve_job_def("ingest_knowledge_base")
+    assert job.asset_layer.selected_asset_keys == {KEY}
+    specs = {s.key: s for s in defs.resolve_all_asset_specs()}
+    assert specs[KEY].group_name == "knowledge_base"
+
+
+def _write_folder(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    (folder / "one.md").write_text("# One\n\nThe first document talks about VPN tokens and how to reset them.\n",
+                                   encoding="utf-8")
+    (folder / "two.txt").write_text("第二个文档介绍差旅报销流程。报销需要在三十天内提交。\n", encoding="utf-8")
+    (folder / "three.jsonl").write_text('{"id": "x", "text": "A third document from JSONL."}\n', encoding="utf-8")
+
+
+def _metadata(result: dg.ExecuteInProcessResult) -> dict:
+    [mat] = result.asset_materializations_for_node("knowledge_base")
+    return {k: v.value for k, v in mat.metadata.items()}
+
+
+def test_materialise_knowledge_base(engine, kb_name: str, tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    _write_folder(folder)
+    config = {"source_dir": str(folder), "knowledge_base": kb_name, "text_search": "chinese",
+              "chunk_size": 300, "chunk_overlap": 40, "models": [DEFAULT_MODEL]}
+    run_config = {"ops": {"knowledge_base": {"config": config}}}
+
+    result = dg.materialize([knowledge_base], resources={"rag_db": RagDatabase()}, run_config=run_config)
+    assert result.success
+    meta = _metadata(result)
+    assert meta["knowledge_base"] == kb_name
+    assert (meta["documents_new"], meta["documents_changed"], meta["documents_unchanged"]) == (3, 0, 0)
+    assert meta["chunks_inserted"] == 3 and meta["current_chunks"] == 3
+    assert meta["embeddings"] == {DEFAULT_MODEL: 3}
+    with engine.connect() as conn:
+        n = conn.execute(sa.text("SELECT count(*) FROM document_chunks WHERE knowledge_base_id = :kb"),
+                         {"kb": chunking.knowledge_base_id(kb_name)}).scalar()
+    assert n == 3
+
+    # re-materialising an unchanged folder changes nothing
+    again = dg.materialize([knowledge_base], resources={"rag_db": RagDatabase()}, run_config=run_config)
+    assert again.success
+    meta = _metadata(again)
+    assert (meta["documents_new"], meta["documents_unchanged"], meta["chunks_inserted"]) == (0, 3, 0)
+    assert meta["current_chunks"] == 3
+
+
+def test_materialise_reports_a_bad_folder(tmp_path: Path, kb_name: str) -> None:
+    run_config = {"ops": {"knowledge_base": {"config": {"source_dir": str(tmp_path / "missing"),
+                                                        "knowledge_base": kb_name}}}}
+    result = dg.materialize([knowledge_base], resources={"rag_db": RagDatabase()}, run_config=run_config,
+                            raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    error = failure.step_failure_data.error
+    assert error.cause is not None and error.cause.cls_name == "SourceError"
+    assert "not a folder" in error.cause.message
+
+
+def test_module_import_exposes_defs() -> None:
+    """``dagster ... -m rag_pipeline`` imports the package and finds ``defs``."""
+    proc = subprocess.run([sys.executable, "-c", "import rag_pipeline; print(rag_pipeline.defs)"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("Definitions(") and "knowledge_base" in proc.stdout

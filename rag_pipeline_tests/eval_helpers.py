@@ -1,0 +1,82 @@
+"""Shared setup of the evaluation tests: a tiny real knowledge base (real USE embeddings) and datasets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from rag_pipeline.core.ingestion import ingest_documents
+from rag_pipeline.core.sources import read_folder
+
+TINY_DOCS = {
+    "backup.md": "Nightly backups use basebackup with continuous archiving of the write-ahead log. "
+                 "Restores are tested every quarter on a scratch server.",
+    "coffee.md": "The office coffee machine is descaled every Friday. Oat milk is in the left fridge.",
+    "monorepo.md": "Keeping every service in one repository allows atomic commits across services "
+                   "and a single version of each third-party library.",
+    "onboarding.md": "New hires get a laptop on day one, meet their buddy, and ship a small change "
+                     "in their first week.",
+    "vacation-zh.md": "每位员工每年有十五天带薪年假，未休完的年假最多可以结转五天到下一年。",
+}
+
+EVAL_TABLES = ("retrieval_evaluation_datasets", "retrieval_evaluation_runs", "retrieval_evaluation_candidates",
+               "retrieval_evaluation_case_results", "retrieval_strategies")
+
+
+def ingest_tiny_kb(engine: sa.Engine, name: str, folder: Path) -> dict[str, str]:
+    """Ingest :data:`TINY_DOCS` (one chunk each) into knowledge base ``name``; returns doc name → chunk id."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for doc, text in TINY_DOCS.items():
+        (folder / doc).write_text(text + "\n", encoding="utf-8")
+    ingest_documents(engine, read_folder(folder), name, text_search="simple", chunk_size=500, chunk_overlap=80)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(
+            "SELECT d.original_name, c.id FROM document_chunks c JOIN documents d ON d.id = c.document_id "
+            "JOIN knowledge_bases kb ON kb.id = c.knowledge_base_id WHERE kb.name = :n AND c.is_current"
+        ), {"n": name}).all()
+    chunks = {r.original_name: str(r.id) for r in rows}
+    assert set(chunks) == set(TINY_DOCS), "every tiny document is one chunk"
+    return chunks
+
+
+def tiny_cases(chunks: dict[str, str]) -> list[dict]:
+    return [
+        {"case_id": "backup-001", "question": "basebackup archiving", "k": 3,
+         "relevant_chunk_ids": [chunks["backup.md"], chunks["coffee.md"]]},
+        {"case_id": "monorepo-001", "question": "Why keep all services in one repository?", "k": 2,
+         "relevant_chunk_ids": [chunks["monorepo.md"]]},
+        {"case_id": "onboarding-001", "question": "What happens in the first week for a new hire?", "k": 3,
+         "relevant_chunk_ids": [chunks["onboarding.md"]]},
+        {"case_id": "vacation-zh-001", "question": "年假可以结转几天？", "k": 1,
+         "relevant_chunk_ids": [chunks["vacation-zh.md"]]},
+        {"case_id": "injection-001", "question": "'); DROP TABLE documents; -- & | ! ( ) : * <-> \x07 coffee",
+         "k": 2, "relevant_chunk_ids": [chunks["coffee.md"]]},
+    ]
+
+
+def write_dataset(path: Path, knowledge_base: str | None, cases: list[dict], name: str | None = None) -> Path:
+    data: object = cases
+    if knowledge_base is not None:
+        data = {"knowledge_base": knowledge_base, "cases": cases}
+        if name:
+            data["name"] = name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=2), encoding="utf-8")
+    return path
+
+
+def table_counts(engine: sa.Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {t: conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one() for t in EVAL_TABLES}
+
+
+def run_rows(engine: sa.Engine, run_id) -> tuple[int, int]:
+    """(candidate rows, case result rows) stored for one run."""
+    with engine.connect() as conn:
+        cands = conn.execute(sa.text("SELECT count(*) FROM retrieval_evaluation_candidates "
+                                     "WHERE evaluation_run_id = :r"), {"r": run_id}).scalar_one()
+        cases = conn.execute(sa.text("SELECT count(*) FROM retrieval_evaluation_case_results "
+                                     "WHERE evaluation_run_id = :r"), {"r": run_id}).scalar_one()
+    return cands, cases

@@ -1,0 +1,30 @@
+"""Smoke-run bench/tuning_bench.py on tiny synthetic pools."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "tuning_bench.py"
+LAST_LINE = re.compile(
+    r"configs=(?P<configs>\d+) cases=(?P<cases>\d+) pool=(?P<pool>\d+) sweep_s=(?P<sweep>\S+) "
+    r"cv_s=(?P<cv>\S+) recommend_s=(?P<recommend>\S+) configs_per_s=(?P<rate>\S+)"
+)
+
+
+def test_tuning_bench_smoke() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--cases", "20", "--pool", "12", "--folds", "3",
+         "--repeats", "1"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].startswith("SYNTHETIC random pools")
+    assert any(line.startswith("machine: ") for line in lines)
+    match = LAST_LINE.fullmatch(lines[-1])
+    assert match, proc.stdout
+    assert (int(match["configs"]), int(match["cases"]), int(match["pool"])) == (112, 20, 12)
+    assert all(float(match[name]) > 0 for name in ("sweep", "cv", "recommend", "rate"))
