@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from rag_pipeline import cli_diagnose, cli_eval
+from rag_pipeline import cli_diagnose, cli_eval, cli_tune
 from rag_pipeline.core import embedded_pg
 from rag_pipeline.core.db import DatabaseError, dagster_database_url, database_url, get_engine
 from rag_pipeline.core.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, EmbeddingError
@@ -170,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
     cli_eval.register(sub)
     cli_diagnose.register(sub)
+    cli_tune.register(sub)
     return parser
 
 

@@ -11,11 +11,12 @@ from rag_pipeline.defs.knowledge_base import ingest_knowledge_base_job, knowledg
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.schedules import nightly_reevaluation
 from rag_pipeline.defs.sensors import new_dataset_sensor
+from rag_pipeline.defs.tuning import fusion_sweep, tune_fusion_job
 
 defs = dg.Definitions(
-    assets=[knowledge_base, evaluation_dataset, evaluation_run, strategy_comparison],
+    assets=[knowledge_base, evaluation_dataset, evaluation_run, strategy_comparison, fusion_sweep],
     asset_checks=[label_integrity],
-    jobs=[ingest_knowledge_base_job, evaluate_retrieval_job, compare_strategies_job],
+    jobs=[ingest_knowledge_base_job, evaluate_retrieval_job, compare_strategies_job, tune_fusion_job],
     sensors=[new_dataset_sensor],
     schedules=[nightly_reevaluation],
     resources={"rag_db": RagDatabase()},
