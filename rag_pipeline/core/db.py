@@ -37,11 +37,16 @@ def _with_database(url: str, database: str) -> str:
     return urlunsplit(parts._replace(path="/" + database))
 
 
+def normalize_url(url: str) -> str:
+    """Any PostgreSQL URL (``postgres://``, ``postgresql://``, ``postgresql+psycopg2://``...) with the psycopg 3 driver."""
+    return _with_driver(url, "psycopg")
+
+
 def database_url() -> str:
     """SQLAlchemy URL (psycopg 3 driver) of the knowledge-base database; starts the embedded server if needed."""
     explicit = os.environ.get("RAG_DATABASE_URL")
     if explicit:
-        return _with_driver(explicit, "psycopg")
+        return normalize_url(explicit)
     uri = embedded_pg.start()
     url = _with_driver(_with_database(uri, KB_DATABASE), "psycopg")
     _create_database_if_missing(uri, KB_DATABASE)
