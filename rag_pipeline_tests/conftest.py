@@ -37,13 +37,15 @@ def engine():
 
 
 def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001
-    if _PGDATA is not None and _PGDATA.exists():
-        from rag_pipeline.core import embedded_pg
+    if _PGDATA is None:
+        return
+    try:
+        if _PGDATA.exists():
+            from rag_pipeline.core import embedded_pg
 
-        try:
             embedded_pg.stop(_PGDATA)
-        finally:
-            shutil.rmtree(_PGDATA.parent, ignore_errors=True)
+    finally:
+        shutil.rmtree(_PGDATA.parent, ignore_errors=True)
 
 
 @pytest.fixture

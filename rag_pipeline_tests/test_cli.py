@@ -22,6 +22,8 @@ from rag_pipeline.core import chunking
 
 RAG = Path(sys.executable).parent / "rag-pipeline"
 ROOT = Path(__file__).resolve().parents[1]
+SECRET_URL = "postgresql://rag:hunter2@db.invalid:5432/rag"
+INGEST_OPTS = ("--text-search", "chinese", "--chunk-size", "300", "--chunk-overlap", "50")
 
 
 def subcommands() -> list[str]:
@@ -94,6 +96,11 @@ def run_in_process(capsys, *args: str) -> tuple[int, str, str]:
     return rc, out, err
 
 
+def rc_and_stderr(capsys, *args: str) -> tuple[int, str]:
+    rc, _, err = run_in_process(capsys, *args)
+    return rc, err
+
+
 @pytest.fixture(scope="module")
 def launched(engine, tmp_path_factory):  # noqa: ARG001 - the server must be up and migrated first
     """Independent subprocesses, started together."""
@@ -123,10 +130,6 @@ def launched(engine, tmp_path_factory):  # noqa: ARG001 - the server must be up 
         if p.popen.poll() is None:
             p.popen.kill()
             p.popen.wait()
-
-
-SECRET_URL = "postgresql://rag:hunter2@db.invalid:5432/rag"
-INGEST_OPTS = ("--text-search", "chinese", "--chunk-size", "300", "--chunk-overlap", "50")
 
 
 def test_help_of_every_subcommand(launched, capsys) -> None:
@@ -171,10 +174,10 @@ def test_user_errors_are_one_line(launched, capsys, monkeypatch) -> None:
     proc = procs["unknown-kb"]
     _one_line_error(proc.rc, proc.stderr, "unknown knowledge base 'no-such-kb-")
     assert proc.stdout == ""
-    _one_line_error(*run_in_process(capsys, "ingest", str(ctx["tmp"] / "missing"), "--knowledge-base", "x")[::2],
+    _one_line_error(*rc_and_stderr(capsys, "ingest", str(ctx["tmp"] / "missing"), "--knowledge-base", "x"),
                     "not a folder")
     monkeypatch.setenv("RAG_DATABASE_URL", "postgresql://rag:hunter2@/rag?host=/nonexistent-socket-dir")
-    _one_line_error(*run_in_process(capsys, "kb", "x")[::2], "cannot reach the database")
+    _one_line_error(*rc_and_stderr(capsys, "kb", "x"), "cannot reach the database")
 
 
 def test_ingest_kb_and_doc(engine, launched, capsys) -> None:
@@ -201,15 +204,15 @@ def test_ingest_kb_and_doc(engine, launched, capsys) -> None:
             "FROM documents WHERE knowledge_base_id = :kb"), {"kb": chunking.knowledge_base_id(kb)}).all())
     assert rows == {"a.md": "READY/UNPUBLISHED/false", "b.txt": "READY/PUBLISHED/false",
                     "c.html": "FAILED/PUBLISHED/true"}
-    _one_line_error(*run_in_process(capsys, "doc", "a.md", "--knowledge-base", kb)[::2], "nothing to change")
-    _one_line_error(*run_in_process(capsys, "doc", "zzz.md", "--knowledge-base", kb, "--status", "FAILED")[::2],
+    _one_line_error(*rc_and_stderr(capsys, "doc", "a.md", "--knowledge-base", kb), "nothing to change")
+    _one_line_error(*rc_and_stderr(capsys, "doc", "zzz.md", "--knowledge-base", kb, "--status", "FAILED"),
                     "no document 'zzz.md'")
     procs["import-beir"].wait()  # no two ingestions at once (see the fixture)
     rc, out, _ = run_in_process(capsys, "ingest", str(ctx["docs"]), *INGEST_OPTS, "--knowledge-base", kb)
     again = json.loads(out)
     assert rc == 0 and (again["chunks_inserted"], again["embeddings_written"]) == (0, 0)
     # a conflicting setting is a one-line user error, and nothing changes
-    _one_line_error(*run_in_process(capsys, "ingest", str(ctx["docs"]), "--knowledge-base", kb)[::2],
+    _one_line_error(*rc_and_stderr(capsys, "ingest", str(ctx["docs"]), "--knowledge-base", kb),
                     "was built with text_search=chinese")
 
 

@@ -63,9 +63,12 @@ def read_beir(folder: str | Path, split: str = "test", max_docs: int | None = No
     queries = {q: queries[q] for q in qids}
     qrels = {q: qrels[q] for q in qids}
     needed = {d for rel in qrels.values() for d in rel}
-    docs, others = [], 0
+    docs, others, seen = [], 0, set()
     for obj in _jsonl(folder / "corpus.jsonl"):
         doc_id = str(obj["_id"])
+        if doc_id in seen:
+            raise SourceError(f"{folder / 'corpus.jsonl'}: duplicate document _id {doc_id!r}")
+        seen.add(doc_id)
         if max_docs is not None and doc_id not in needed:
             if others >= max_docs:
                 continue
@@ -90,16 +93,18 @@ def import_beir(
 ) -> tuple[IngestionResult, dict]:
     """Ingest the corpus (one chunk per document) and build the dataset dict ``{"knowledge_base", "cases"}``."""
     docs, queries, qrels = read_beir(folder, split, max_docs, max_queries)
+    by_name = {d.original_name: d for d in docs}
+    for qid, judged in qrels.items():  # before the (long) ingestion: a bad qrels file fails fast
+        missing = sorted(set(judged) - by_name.keys())
+        if missing:
+            raise SourceError(f"{folder}: qrels of query {qid} name document {missing[0]}, which is not in the corpus")
     result = ingest_documents(engine, docs, knowledge_base, text_search=text_search, chunk_size=None,
                               chunk_overlap=0, models=models, progress=progress)
-    by_name = {d.original_name: d for d in docs}
     cases = []
     for qid, question in queries.items():
         relevant = []
         for doc_id in sorted(qrels[qid]):
-            doc = by_name.get(doc_id)
-            if doc is None:
-                raise SourceError(f"{folder}: qrels of query {qid} name document {doc_id}, which is not in the corpus")
+            doc = by_name[doc_id]
             relevant.extend(str(chunking.chunk_id(knowledge_base, doc_id, c)) for c in chunking.whole_document(doc.text))
         cases.append({"case_id": f"{Path(folder).name}-{qid}", "question": question,
                       "relevant_chunk_ids": relevant, "k": k})

@@ -149,6 +149,7 @@ def upgrade(engine: Engine) -> None:
 
 def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backend: str) -> None:
     """Register an embedding model and create its HNSW cosine index (partial, on ``embedding::vector(dim)``)."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(726355)"))  # one registration at a time
     row = conn.execute(
         sa.text("SELECT dimension FROM embedding_models WHERE name = :n"), {"n": name}
     ).scalar()
@@ -162,6 +163,8 @@ def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backe
             ),
             {"n": name, "d": dimension, "b": backend},
         )
+    if conn.execute(sa.text("SELECT to_regclass(:i)"), {"i": hnsw_index_name(name)}).scalar() is not None:
+        return  # CREATE INDEX IF NOT EXISTS would still take a SHARE lock on the table
     conn.execute(sa.text(f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(name)} ON chunk_embeddings "
                          f"USING hnsw ((embedding::vector({int(dimension)})) vector_cosine_ops) "
                          f"WHERE model = '{_sql_literal(name)}'"))

@@ -2,7 +2,9 @@
 
 Idempotent: an unchanged document is skipped; a changed one keeps its unchanged chunks (same
 deterministic id), gets new chunks for the rest, and its old chunks are kept with ``is_current = false``
-(history, so an old label can be explained later). A document missing from the folder is marked deleted.
+(history, so an old label can be explained later). Ingestion syncs the KB with the folder: a document
+missing from it is marked deleted, and a document present in it is (again) not deleted — to hide a
+document that stays in the folder, unpublish it (``rag-pipeline doc NAME --publication UNPUBLISHED``).
 Everything is written in one transaction with COPY, so a concurrent evaluation sees the old or the new
 knowledge base, never a mix.
 """
@@ -66,6 +68,11 @@ def ingest_documents(
     """Bring the knowledge base in line with ``docs``; ``chunk_size=None`` keeps each document one chunk."""
     t0 = time.perf_counter()
     embedders = [get_embedder(m) for m in models]
+    # Models and their HNSW indexes first, in their own short transaction: CREATE INDEX takes a SHARE lock
+    # on chunk_embeddings that, held until the end of a long ingestion, deadlocks a concurrent one.
+    with engine.begin() as conn:
+        for embedder in embedders:
+            ensure_embedding_model(conn, embedder.name, embedder.dimension, embedder.backend)
     with engine.begin() as conn:
         kb_id = ensure_knowledge_base(conn, knowledge_base, text_search, chunk_size or 0, chunk_overlap)
         result = IngestionResult(knowledge_base, str(kb_id), documents_seen=len(docs))
@@ -77,7 +84,8 @@ def ingest_documents(
             )
         }
         new_chunks, changed_doc_ids, doc_rows = _plan(docs, existing, knowledge_base, chunk_size, chunk_overlap, result)
-        removed = [v[0] for k, v in existing.items() if prune and not v[2] and k not in {d.original_name for d in docs}]
+        present = {d.original_name for d in docs}
+        removed = [v[0] for k, v in existing.items() if prune and not v[2] and k not in present]
         result.documents_removed = len(removed)
         result.timings["chunk_s"] = time.perf_counter() - t0
 
@@ -90,7 +98,6 @@ def ingest_documents(
         result.chunks_inserted = len(inserted)
         t1 = time.perf_counter()
         for embedder in embedders:
-            ensure_embedding_model(conn, embedder.name, embedder.dimension, embedder.backend)
             result.embeddings_written += _embed_missing(conn, kb_id, embedder, progress, result.timings)
         result.timings["embed_and_copy_s"] = time.perf_counter() - t1
         if inserted or result.chunks_replaced or removed:

@@ -73,6 +73,7 @@ def _read_text(path: Path) -> str:
 
 def _jsonl_documents(path: Path, rel: str) -> list[SourceDocument]:
     docs = []
+    seen: dict[str, int] = {}
     for lineno, line in enumerate(_read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
@@ -84,6 +85,9 @@ def _jsonl_documents(path: Path, rel: str) -> list[SourceDocument]:
         text = obj.get("text") if isinstance(obj, dict) else None
         if doc_id is None or not isinstance(text, str):
             raise SourceError(f"{path}:{lineno}: each line needs an 'id' (or '_id') and a string 'text'")
+        if str(doc_id) in seen:
+            raise SourceError(f"{path}:{lineno}: duplicate id {doc_id!r} (first on line {seen[str(doc_id)]})")
+        seen[str(doc_id)] = lineno
         title = obj.get("title") or None
         body = f"{title}\n\n{text}" if title else text
         docs.append(SourceDocument(f"{rel}#{doc_id}", title, body))

@@ -178,7 +178,7 @@ def test_content_change_changes_only_affected_chunk_ids() -> None:
 _PIECES = st.sampled_from(list("abc xyz.!?。！？；\n报销出差政策") + ["  ", ". ", "\n\n", "word ", "\t"])
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, database=None)
 @given(text=st.lists(_PIECES, max_size=400).map("".join), size=st.integers(20, 120), overlap_frac=st.floats(0, 0.49))
 def test_invariants_hold_for_arbitrary_text(text: str, size: int, overlap_frac: float) -> None:
     overlap = min(int(size * overlap_frac), size // 2 - 1)

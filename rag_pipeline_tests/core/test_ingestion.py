@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from rag_pipeline.core.db import hnsw_index_name
 from rag_pipeline.core.embedding import DEFAULT_MODEL
 from rag_pipeline.core.ingestion import ingest_documents
 from rag_pipeline.core.knowledge_base import KnowledgeBaseError
-from rag_pipeline.core.sources import read_folder
+from rag_pipeline.core.sources import SourceError, read_folder
 
 MINILM = "all-minilm-l6-v2"
 MODE, SIZE, OVERLAP = "chinese", 200, 40
@@ -90,7 +92,7 @@ def snapshot(conn: sa.Connection, kb: str) -> dict:
 def ingested(engine, tmp_path_factory):
     """One KB ingested once (read-only checks share it)."""
     folder = make_folder(tmp_path_factory.mktemp("kb") / "docs")
-    kb = "t-ingestion-shared-" + folder.parent.name[-8:]
+    kb = f"t-ingestion-shared-{uuid.uuid4().hex[:8]}"
     result = ingest(engine, folder, kb)
     return folder, kb, result
 
@@ -354,8 +356,6 @@ def test_concurrent_ingestions_into_different_kbs_both_succeed(engine, ingested,
     vectors, the interleaving that two real concurrent runs hit. A fix that serialises ingestions
     (e.g. an advisory lock) makes one wait at the barrier until it times out, which is fine.
     """
-    import threading
-
     barrier = threading.Barrier(2)
     errors: dict[str, BaseException] = {}
     results: dict = {}
@@ -382,3 +382,25 @@ def test_concurrent_ingestions_into_different_kbs_both_succeed(engine, ingested,
         t.join(timeout=120)
     assert not errors, f"concurrent ingestion failed: {errors}"
     assert all(results[n].embeddings_written == results[n].chunks_inserted > 0 for n in names)
+
+
+@pytest.mark.parametrize("second_text", ["Same text in both lines.", "A different text on the second line."])
+def test_duplicate_jsonl_ids_are_a_user_error(engine, kb_name, tmp_path, second_text) -> None:
+    """Two lines with the same id would be one document name: refuse them instead of mixing rows.
+
+    (Today: identical lines crash with a CardinalityViolation traceback; different lines leave one
+    document row whose content does not contain the first line's chunk.)
+    """
+    folder = tmp_path / "dup"
+    folder.mkdir()
+    lines = [{"id": "1", "text": "Same text in both lines."}, {"id": "1", "text": second_text}]
+    (folder / "faq.jsonl").write_text("\n".join(json.dumps(o) for o in lines) + "\n", encoding="utf-8")
+    with pytest.raises((SourceError, KnowledgeBaseError), match="duplicate|faq.jsonl#1"):
+        ingest(engine, folder, kb_name)
+    with engine.connect() as conn:
+        bad = conn.execute(sa.text(
+            "SELECT count(*) FROM document_chunks c JOIN documents d ON d.id = c.document_id "
+            "WHERE c.knowledge_base_id = :kb "
+            "AND substr(d.content, c.char_start + 1, c.char_end - c.char_start) <> c.content"),
+            {"kb": kb_id(kb_name)}).scalar()
+    assert bad == 0

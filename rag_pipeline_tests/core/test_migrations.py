@@ -54,7 +54,7 @@ def test_every_expected_table_and_the_vector_extension_exist(engine) -> None:
         tables = _tables(conn)
         assert EXPECTED_TABLES <= tables, f"missing: {EXPECTED_TABLES - tables}"
         assert conn.execute(sa.text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar()
-        # the models' tables are exactly what the migrations create (no stray model without migration)
+        # every model's table was created by a migration
         assert set(Base.metadata.tables) <= tables
 
 

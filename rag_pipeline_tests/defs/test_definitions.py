@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import dagster as dg
+import pytest
 import sqlalchemy as sa
 
 import rag_pipeline
-from rag_pipeline.core import chunking
+from rag_pipeline.core import chunking, embedded_pg
 from rag_pipeline.core.embedding import DEFAULT_MODEL
 from rag_pipeline.defs.knowledge_base import knowledge_base
 from rag_pipeline.defs.resources import RagDatabase
@@ -95,3 +99,65 @@ def test_module_import_exposes_defs() -> None:
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("Definitions(") and "knowledge_base" in proc.stdout
+
+
+def _url(base: str, database: str, driver: str | None = None) -> str:
+    parts = urlsplit(base)
+    scheme = parts.scheme.split("+")[0] + (f"+{driver}" if driver else "")
+    return urlunsplit(parts._replace(scheme=scheme, path="/" + database))
+
+
+@pytest.fixture(scope="module")
+def other_database(engine):  # noqa: ARG001 - the session server must be up
+    """A second, empty database on the test server: (name, plain postgresql:// URL)."""
+    server = os.environ.get("RAG_DATABASE_URL") or embedded_pg.start()
+    name = f"rag_restest_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(_url(server, "postgres", "psycopg"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield name, _url(server, name)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def keep_rag_database_url():
+    """Today RagDatabase(url=...).engine() may set RAG_DATABASE_URL process-wide: undo it after the test."""
+    before = os.environ.get("RAG_DATABASE_URL")
+    yield
+    if before is None:
+        os.environ.pop("RAG_DATABASE_URL", None)
+    else:
+        os.environ["RAG_DATABASE_URL"] = before
+
+
+def test_rag_database_url_is_honoured(engine, other_database, monkeypatch, keep_rag_database_url) -> None:
+    """A configured ``url`` wins over RAG_DATABASE_URL and does not leak into the process environment."""
+    name, url = other_database
+    session_url = engine.url.render_as_string(hide_password=False)
+    monkeypatch.setenv("RAG_DATABASE_URL", session_url)
+    assert RagDatabase(url=url).engine().url.database == name
+    assert os.environ["RAG_DATABASE_URL"] == session_url
+    monkeypatch.delenv("RAG_DATABASE_URL")
+    assert RagDatabase(url=url).engine().url.database == name
+    assert "RAG_DATABASE_URL" not in os.environ, "the resource must not set RAG_DATABASE_URL for the whole process"
+
+
+def test_rag_database_accepts_a_psycopg2_url(other_database, kb_name: str, tmp_path: Path,
+                                            keep_rag_database_url) -> None:
+    """The Dagster-storage style ``postgresql+psycopg2://`` URL works for the KB resource too."""
+    name, url = other_database
+    folder = tmp_path / "docs"
+    _write_folder(folder)
+    run_config = {"ops": {"knowledge_base": {"config": {"source_dir": str(folder), "knowledge_base": kb_name,
+                                                        "text_search": "simple"}}}}
+    resource = RagDatabase(url=_url(url, name, "psycopg2"))
+    result = dg.materialize([knowledge_base], resources={"rag_db": resource}, run_config=run_config,
+                            raise_on_error=False)
+    failures = [(e.step_failure_data.error.cause or e.step_failure_data.error).message for e in result.all_events
+                if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert result.success, failures
+    assert _metadata(result)["current_chunks"] == 3
