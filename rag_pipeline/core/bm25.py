@@ -29,6 +29,13 @@ Choices, documented:
   for chunks of normal size).
 - The sum over terms is an ordered aggregate (``ORDER BY lexeme``) so the float result does not depend
   on the join order the planner picks: a batch and a single question score bit-identically.
+
+Plan shape: df is a scalar subquery and the postings a ``LATERAL ... OFFSET 0`` subquery, so each query
+term is two primary-key lookups whatever the table statistics say. Right after an ingestion, before
+autovacuum has analysed the new rows, a free join order let the planner cross-join the KB's term stats
+with its postings (measured: 2.2 s instead of 6 ms for 4 questions on an 83-chunk KB). The cost is
+linear in the postings of the query terms (exhaustive scoring, no WAND): SciFact, 300 questions,
+1.1 M postings: ~2.5 s on 2 busy cores.
 """
 
 from __future__ import annotations
@@ -36,34 +43,42 @@ from __future__ import annotations
 from rag_pipeline.core.retrieval_sql import BASE_FILTERS
 
 BM25_LEG_SQL = f"""
-WITH query_terms AS (
-    SELECT q.ord, lexeme
+WITH query_terms AS MATERIALIZED (
+    SELECT q.ord, t.lexeme,
+           (SELECT s.doc_freq
+            FROM knowledge_base_term_stats s
+            WHERE s.knowledge_base_id = :kb AND s.lexeme = t.lexeme) AS df
     FROM unnest(CAST(:query_texts AS text[])) WITH ORDINALITY AS q(query_text, ord)
-    CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), q.query_text))) AS lexeme
+    CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), q.query_text))) AS t(lexeme)
 ),
 kb AS (
     SELECT CAST(chunk_count AS float8) AS n, avg_chunk_length AS avgdl
     FROM knowledge_bases
     WHERE id = :kb
 ),
-weighted_terms AS (
-    SELECT qt.ord, qt.lexeme,
-           ln(1 + (kb.n - s.doc_freq + 0.5) / (CAST(s.doc_freq AS float8) + 0.5)) AS idf
+postings AS (
+    SELECT qt.ord, qt.lexeme, p.chunk_id, p.tf,
+           ln(1 + (kb.n - qt.df + 0.5) / (CAST(qt.df AS float8) + 0.5)) AS idf
     FROM query_terms qt
-    JOIN knowledge_base_term_stats s ON s.knowledge_base_id = :kb AND s.lexeme = qt.lexeme
     CROSS JOIN kb
+    CROSS JOIN LATERAL (
+        SELECT ct.chunk_id, ct.tf
+        FROM chunk_terms ct
+        WHERE ct.knowledge_base_id = :kb AND ct.lexeme = qt.lexeme
+        OFFSET 0  -- keep the per-term index lookup whatever the table statistics say
+    ) AS p
+    WHERE qt.df IS NOT NULL
 ),
 scores AS (
-    SELECT w.ord, ct.chunk_id,
-           sum(w.idf * ct.tf * (CAST(:k1 AS float8) + 1)
-               / (ct.tf + CAST(:k1 AS float8)
+    SELECT p.ord, p.chunk_id,
+           sum(p.idf * p.tf * (CAST(:k1 AS float8) + 1)
+               / (p.tf + CAST(:k1 AS float8)
                   * (1 - CAST(:b AS float8) + CAST(:b AS float8) * c.token_count / kb.avgdl))
-               ORDER BY w.lexeme) AS score
-    FROM weighted_terms w
-    JOIN chunk_terms ct ON ct.knowledge_base_id = :kb AND ct.lexeme = w.lexeme
-    JOIN document_chunks c ON c.id = ct.chunk_id
+               ORDER BY p.lexeme) AS score
+    FROM postings p
+    JOIN document_chunks c ON c.id = p.chunk_id
     CROSS JOIN kb
-    GROUP BY w.ord, ct.chunk_id
+    GROUP BY p.ord, p.chunk_id
 ),
 ranked AS (
     SELECT s.ord, s.chunk_id, c.document_id, d.original_name AS document_name, s.score,

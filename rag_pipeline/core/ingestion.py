@@ -102,6 +102,10 @@ def ingest_documents(
         result.timings["embed_and_copy_s"] = time.perf_counter() - t1
         if inserted or result.chunks_replaced or removed:
             refresh_term_stats(conn, kb_id)
+    if result.chunks_inserted or result.chunks_replaced or result.embeddings_written:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            # fresh planner statistics, so the first evaluation on a new KB gets good plans
+            conn.execute(sa.text("ANALYZE document_chunks, chunk_embeddings, chunk_terms, knowledge_base_term_stats"))
     result.timings["total_s"] = time.perf_counter() - t0
     return result
 

@@ -1,4 +1,6 @@
-"""BM25 in PostgreSQL against two independent implementations, given the same tokens.
+"""The keyword leg: BM25 in PostgreSQL against two independent implementations; Chinese text search.
+
+BM25 is compared given the same tokens.
 
 The tokens are read back from Postgres (the lexemes and positions of each chunk's tsvector, the lexemes of
 ``to_tsvector`` for the question), so the comparison tests the scoring, not the tokenizer:
@@ -10,6 +12,7 @@ The tokens are read back from Postgres (the lexemes and positions of each chunk'
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import uuid
 
@@ -153,3 +156,44 @@ def test_bm25_single_equals_batch_and_respects_k(engine, corpus_kb):
     assert batch == singles
     assert all(len(t.candidates) <= 5 and len(t.selected) <= 3 for t in batch)
     assert any(len(t.candidates) == 5 for t in batch)
+
+
+CHINESE = {
+    "library.md": "我们今天在图书馆学习机器学习的基础知识。",
+    "weather.md": "明天的天气预报说会下大雨，请记得带伞。",
+    "food.md": "这家餐厅的北京烤鸭非常好吃。",
+}
+
+
+def _zh_kb(engine, mode: str):
+    name = f"t-zh-{mode}-{uuid.uuid4().hex[:8]}"
+    ingest_documents(engine, [SourceDocument(n, None, t) for n, t in CHINESE.items()], name, text_search=mode,
+                     chunk_size=None, models=[])
+    return chunking.knowledge_base_id(name)
+
+
+def _search(engine, kb_id, question, strategy):
+    with engine.connect() as conn:
+        return hybrid_search_with_trace(conn, knowledge_base_id=kb_id, query=question, strategy=strategy)
+
+
+def test_chinese_keyword_search_finds_a_word_inside_an_unsegmented_sentence(engine):
+    chinese, simple = _zh_kb(engine, "chinese"), _zh_kb(engine, "simple")
+    for scorer in ("ts_rank_cd", "bm25"):
+        strategy = dataclasses.replace(_strategy(), keyword_scorer=scorer)
+        found = _search(engine, chinese, "图书馆", strategy)
+        assert [c.document_name for c in found.candidates] == ["library.md"]
+        assert _search(engine, chinese, "天气预报怎么样", strategy).candidates[0].document_name == "weather.md"
+        # Postgres 'simple' keeps the whole sentence as one token: the word inside is not found.
+        assert _search(engine, simple, "图书馆", strategy).candidates == []
+
+
+def test_bm25_plan_looks_up_postings_per_term_on_a_fresh_kb(engine):
+    """Right after ingestion (no ANALYZE yet) the postings are still read per query term by primary key."""
+    from rag_pipeline.core.bm25 import BM25_LEG_SQL
+
+    kb_id = _zh_kb(engine, "simple")
+    with engine.connect() as conn:
+        plan = "\n".join(r[0] for r in conn.execute(sa.text("EXPLAIN " + BM25_LEG_SQL), {
+            "kb": kb_id, "cfg": "simple", "k": 10, "k1": 0.9, "b": 0.4, "query_texts": ["a b", "c"]}))
+    assert "Index Scan using chunk_terms_pkey on chunk_terms" in plan and "lexeme = qt.lexeme" in plan, plan
