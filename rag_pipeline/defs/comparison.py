@@ -47,6 +47,7 @@ class ComparisonConfig(dg.Config):
     deps=[dg.AssetDep("evaluation_run_summary", partition_mapping=_EVERY_STRATEGY_OF_THE_DATASET)],
     check_specs=[REGRESSION_GATE_SPEC],
     kinds={"postgres", "python"},
+    pool="rag_db",
 )
 def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonConfig, rag_db: RagDatabase):
     """Which strategy version is really better on this dataset: averages, deltas vs the baseline, paired

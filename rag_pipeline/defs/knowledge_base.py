@@ -20,7 +20,7 @@ class KnowledgeBaseConfig(dg.Config):
     models: list[str] = [DEFAULT_MODEL]
 
 
-@dg.asset(group_name="knowledge_base", kinds={"postgres", "python"})
+@dg.asset(group_name="knowledge_base", kinds={"postgres", "python"}, pool="rag_db")
 def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfig, rag_db: RagDatabase):
     """Documents, chunks, embeddings (one row per chunk per model), tsvectors and BM25 statistics.
 

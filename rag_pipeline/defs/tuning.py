@@ -116,6 +116,7 @@ def fusion_sweep_metadata(result: TuneResult) -> dict:
     partitions_def=dataset_partitions,
     deps=[dg.AssetDep("evaluation_run_summary", partition_mapping=_EVERY_STRATEGY_OF_THE_DATASET)],
     kinds={"postgres", "python", "numpy"},
+    pool="rag_db",
 )
 def fusion_sweep(context: dg.AssetExecutionContext, config: FusionSweepConfig, rag_db: RagDatabase):
     """Tuned fusion for this dataset, from stored candidate pools (no re-retrieval): every weight (step
