@@ -39,6 +39,9 @@ def _load_env_file() -> None:
     os.environ.setdefault("RAG_DAGSTER_PG_URL", dagster_database_url())
 
 
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # progress lines come from _step
+
+
 def _step(message: str) -> float:
     print(f"==> {message}", file=sys.stderr, flush=True)
     return time.perf_counter()
@@ -59,7 +62,7 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
                  "text_search": DEMO_TEXT_SEARCH, "chunk_size": DEMO_CHUNK_SIZE,
                  "chunk_overlap": DEMO_CHUNK_OVERLAP, "models": list(EMBEDDING_MODELS)}
     defs.resolve_job_def("ingest_knowledge_base").execute_in_process(
-        instance=instance, run_config={"ops": {"knowledge_base": {"config": kb_config}}})
+        instance=instance, run_config={**QUIET, "ops": {"knowledge_base": {"config": kb_config}}})
     print(f"    done in {time.perf_counter() - t:.1f}s", file=sys.stderr)
 
     instance.add_dynamic_partitions("dataset", [dataset])
@@ -68,7 +71,7 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
     for version in strategies:
         t = _step(f"evaluate {dataset}|{version} (Dagster job evaluate_retrieval)")
         result = job.execute_in_process(partition_key=partition_key(dataset, version), instance=instance,
-                                        raise_on_error=False)
+                                        run_config=QUIET, raise_on_error=False)
         print(f"    {'succeeded' if result.success else 'FAILED'} in {time.perf_counter() - t:.1f}s",
               file=sys.stderr)
         if not result.success:
@@ -76,7 +79,7 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
 
     _step(f"compare strategies on {dataset} (Dagster job compare_strategies → asset strategy_comparison)")
     defs.resolve_job_def("compare_strategies").execute_in_process(partition_key=dataset, instance=instance,
-                                                              raise_on_error=False)
+                                                                  run_config=QUIET, raise_on_error=False)
 
     engine = get_engine()
     with engine.connect() as conn:

@@ -36,7 +36,8 @@ def test_eval_bench_smoke(engine) -> None:  # noqa: ARG001 - the session databas
     # by ~1e-7, which could swap two near-tied vector scores: allow one or two such cases)
     same = re.search(r"pools: (\d+)/50 cases identical", proc.stdout)
     assert same and int(same[1]) >= 48, proc.stdout
-    assert any("uses index ix_chunk_embeddings_hnsw_use_multilingual_v3: True" in line for line in lines)
+    # at 500 chunks the planner may prefer a scan; the leg's expression must still match the HNSW index
+    assert any("(index usable by the vector leg: True)" in line for line in lines), proc.stdout
     match = LAST_LINE.fullmatch(lines[-1])
     assert match, proc.stdout
     values = {name: float(match[name]) for name in ("speedup", "ratio", "rows", "rss")}

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
 from rag_pipeline.core import embedded_pg
-from rag_pipeline.core.settings import DAGSTER_DATABASE, KB_DATABASE, mask_url, project_root
+from rag_pipeline.core.settings import DAGSTER_DATABASE, KB_DATABASE, mask_secrets, mask_url, project_root
 
 
 class DatabaseError(RuntimeError):
@@ -25,11 +25,18 @@ class DatabaseError(RuntimeError):
 
 
 def _with_driver(url: str, driver: str) -> str:
-    parts = urlsplit(url)
-    scheme = parts.scheme.split("+")[0]
-    if scheme not in ("postgresql", "postgres"):
-        raise DatabaseError(f"not a PostgreSQL URL: {mask_url(url)}")
-    return urlunsplit(parts._replace(scheme=f"postgresql+{driver}"))
+    try:
+        parts = urlsplit(url)
+        scheme = parts.scheme.split("+")[0]
+        if scheme not in ("postgresql", "postgres"):
+            raise DatabaseError(f"not a PostgreSQL URL: {mask_url(url)}")
+        result = urlunsplit(parts._replace(scheme=f"postgresql+{driver}"))
+        parsed = make_url(result)  # SQLAlchemy's own parsing (port, query) fails here, not later with a traceback
+        if "@" in (parsed.host or ""):  # the driver's "cannot resolve host" message would show the password's tail
+            raise ValueError("an '@' in the user name or password must be written %40")
+    except (ValueError, sa.exc.ArgumentError) as exc:
+        raise DatabaseError(f"invalid database URL {mask_url(url)}: {mask_secrets(str(exc))}") from None
+    return result
 
 
 def _with_database(url: str, database: str) -> str:

@@ -5,7 +5,9 @@ For one knowledge base, a :class:`~rag_pipeline.core.strategies.Strategy` and a 
 1. **Vector leg** (``vector_candidate_k`` > 0): the ``strategy.embedding_model`` vectors of searchable
    chunks, pgvector cosine distance through the model's partial HNSW index (``hnsw.ef_search`` from the
    strategy, iterative ``strict_order`` scans so the filters never starve the result);
-   ``vector_score = 1 - cosine distance``.
+   ``vector_score = 1 - cosine distance``. Should the index scan still return fewer than
+   ``min(k, searchable vectors)`` rows for a question (pgvector ends an iterative scan after
+   ``hnsw.max_scan_tuples``), that question is searched again exactly (sequential scan).
 2. **Keyword leg** (``keyword_candidate_k`` > 0): the question becomes an OR-tsquery with the KB's
    text-search mode (simple / english / chinese segmentation: the ingestion path). Scorer
    ``ts_rank_cd`` = ``ts_rank_cd(content_tsvector, q, 32)`` = rank/(rank+1) in [0, 1) (the seed's
@@ -100,6 +102,9 @@ def hybrid_search_batch(
 ) -> list[RetrievalTrace]:
     """Search many questions: one embedding call and one SQL statement per enabled leg for the batch.
 
+    ``conn`` must be in a transaction (SQLAlchemy's default, not AUTOCOMMIT): the HNSW settings are
+    ``SET LOCAL`` (``set_config(..., true)``) and last until that transaction ends.
+
     ``limits`` (one per question) default to ``strategy.final_top_k``; ``query_vectors``
     (``len(queries) × dimension``, unit length) skip the embedding call.
     """
@@ -161,12 +166,21 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> list[li
     vectors = np.asarray(query_vectors, dtype=np.float32)
     if vectors.shape != (len(queries), dimension):
         raise ValueError(f"query_vectors must have shape {(len(queries), dimension)}, got {vectors.shape}")
+    k, sql = strategy.vector_candidate_k, sa.text(retrieval_sql.vector_leg_sql(dimension))
     conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": strategy.ef_search})
-    rows = conn.execute(
-        sa.text(retrieval_sql.vector_leg_sql(dimension)),
-        {**params, "query_vectors": list(vectors), "k": strategy.vector_candidate_k},
-    )
-    return _group(rows, len(queries))
+    hits = _group(conn.execute(sql, {**params, "query_vectors": list(vectors), "k": k}), len(queries))
+    short = [i for i, leg in enumerate(hits) if len(leg) < k]
+    if short:
+        available = conn.execute(sa.text(retrieval_sql.SEARCHABLE_VECTORS_SQL), params).scalar()
+        short = [i for i in short if len(hits[i]) < min(k, available)]
+    if short:
+        # The HNSW scan gave up before finding k searchable chunks (pgvector stops an iterative scan after
+        # hnsw.max_scan_tuples, e.g. a small KB sharing the model's index with a large one): exact search.
+        exact_sql = sa.text(retrieval_sql.vector_leg_sql(dimension, exact=True))
+        exact = _group(conn.execute(exact_sql, {**params, "query_vectors": list(vectors[short]), "k": k}), len(short))
+        for i, leg in zip(short, exact, strict=True):
+            hits[i] = leg
+    return hits
 
 
 def _keyword_leg(conn, kb, queries, strategy: Strategy) -> list[list[LegHit]]:

@@ -36,7 +36,8 @@ SELECT set_config('hnsw.ef_search', CAST(:ef_search AS text), true),
 
 # Vector leg. ``<=>`` is pgvector's cosine distance; vector_score = 1 - distance. ORDER BY the bare
 # distance expression (no secondary key) so the HNSW index can deliver the order; ties are broken
-# by chunk id afterwards in Python.
+# by chunk id afterwards in Python. {order_by} is the indexed expression ``e.embedding::vector(dim)``
+# (HNSW), or the plain column ``e.embedding`` (same distances, but no index matches it: exact search).
 VECTOR_LEG_SQL = """
 SELECT q.ord AS query_index, hit.chunk_id, hit.document_id, hit.document_name, hit.score
 FROM unnest(CAST(:query_vectors AS vector[])) WITH ORDINALITY AS q(query_vector, ord)
@@ -49,7 +50,7 @@ CROSS JOIN LATERAL (
     WHERE e.model = :model
       AND e.knowledge_base_id = :kb
       AND {filters}
-    ORDER BY e.embedding::vector({dim}) <=> q.query_vector
+    ORDER BY {order_by} <=> q.query_vector
     LIMIT :k
 ) AS hit
 """
@@ -88,6 +89,17 @@ SELECT EXISTS (
 )
 """
 
+# How many vectors of the model the KB can return (bounds what a complete vector leg must deliver).
+SEARCHABLE_VECTORS_SQL = f"""
+SELECT count(*)
+FROM chunk_embeddings e
+JOIN document_chunks c ON c.id = e.chunk_id
+JOIN documents d ON d.id = c.document_id
+WHERE e.model = :model
+  AND e.knowledge_base_id = :kb
+  AND {BASE_FILTERS}
+"""
+
 MODEL_DIMENSION_SQL = "SELECT dimension FROM embedding_models WHERE name = :model"
 
 KNOWLEDGE_BASE_SQL = """
@@ -97,6 +109,8 @@ WHERE id = :kb
 """
 
 
-def vector_leg_sql(dimension: int) -> str:
-    """:data:`VECTOR_LEG_SQL` for a model of ``dimension`` (must be the int the HNSW index was built with)."""
-    return VECTOR_LEG_SQL.format(dim=int(dimension), filters=BASE_FILTERS)
+def vector_leg_sql(dimension: int, *, exact: bool = False) -> str:
+    """:data:`VECTOR_LEG_SQL` for a model of ``dimension`` (the int the HNSW index was built with);
+    ``exact=True`` orders by an expression the index cannot serve: a sequential, exact search."""
+    order_by = "e.embedding" if exact else f"e.embedding::vector({int(dimension)})"
+    return VECTOR_LEG_SQL.format(dim=int(dimension), order_by=order_by, filters=BASE_FILTERS)

@@ -44,7 +44,8 @@ def reports_dir() -> Path:
     return project_root() / "reports"
 
 
-_PASSWORD = re.compile(r"(?P<head>[a-z0-9+]+://[^:/@?]*:)(?P<pw>[^@]*)(?P<tail>@)", re.IGNORECASE)
+# The password runs to the *last* '@' (greedy): an unencoded '@' in a password must not leave its tail visible.
+_PASSWORD = re.compile(r"(?P<head>[a-z0-9+]+://[^:/@?]*:)(?P<pw>.*)(?P<tail>@)", re.IGNORECASE)
 _PASSWORD_PARAM = re.compile(r"(?P<head>[?&]password=)(?P<pw>[^&]*)", re.IGNORECASE)
 
 

@@ -42,7 +42,7 @@ class ComparisonConfig(dg.Config):
 
 
 @dg.asset(
-    group_name="retrieval_evaluation",
+    group_name="strategy_analysis",
     partitions_def=dataset_partitions,
     deps=[dg.AssetDep("evaluation_run_summary", partition_mapping=_EVERY_STRATEGY_OF_THE_DATASET)],
     check_specs=[REGRESSION_GATE_SPEC],

@@ -13,7 +13,7 @@ from rag_pipeline.defs.partitions import evaluation_partitions
 
 evaluate_retrieval_job = dg.define_asset_job(
     "evaluate_retrieval",
-    selection=dg.AssetSelection.groups(GROUP) - dg.AssetSelection.assets("strategy_comparison", "fusion_sweep"),
+    selection=dg.AssetSelection.groups(GROUP),
     partitions_def=evaluation_partitions,
     description="Evaluate one strategy on one dataset (partition '<dataset>|<strategy>') and store the run.",
 )

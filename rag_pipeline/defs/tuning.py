@@ -22,7 +22,6 @@ from rag_pipeline.cli_tune import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TOP_CONF
 from rag_pipeline.core.strategies import StrategyError
 from rag_pipeline.core.tuning import DEFAULT_METRIC, FusionConfig
 from rag_pipeline.core.tuning_plot import sweep_markdown
-from rag_pipeline.defs.evaluation import GROUP
 from rag_pipeline.defs.partitions import DATASET_DIMENSION, dataset_partitions
 from rag_pipeline.defs.resources import RagDatabase
 
@@ -112,7 +111,7 @@ def fusion_sweep_metadata(result: TuneResult) -> dict:
 
 
 @dg.asset(
-    group_name=GROUP,
+    group_name="strategy_analysis",
     partitions_def=dataset_partitions,
     deps=[dg.AssetDep("evaluation_run_summary", partition_mapping=_EVERY_STRATEGY_OF_THE_DATASET)],
     kinds={"postgres", "python", "numpy"},

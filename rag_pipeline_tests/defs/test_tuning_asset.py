@@ -89,5 +89,5 @@ def test_tune_fusion_job_and_the_evaluate_retrieval_job_selection():
     assert KEY not in evaluate and dg.AssetKey("strategy_comparison") not in evaluate
     assert dg.AssetKey("evaluation_run_summary") in evaluate
     spec = {s.key: s for s in defs.resolve_all_asset_specs()}[KEY]
-    assert spec.group_name == "retrieval_evaluation" and "Tuned fusion" in (spec.description or "")
+    assert spec.group_name == "strategy_analysis" and "Tuned fusion" in (spec.description or "")
     assert spec.partitions_def.name == "dataset"
