@@ -69,6 +69,7 @@ def cmd_db(args: argparse.Namespace) -> int:
     if os.environ.get("RAG_PGDATA"):
         lines.append(f"RAG_PGDATA={pgdata_dir()}")
     env_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env_file.chmod(0o600)  # it may hold a database password (RAG_DATABASE_URL with one)
     print(f"database ready: {mask_url(database_url())}\nwrote {env_file} (DAGSTER_HOME, RAG_DAGSTER_PG_URL)")
     return 0
 

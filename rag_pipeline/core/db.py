@@ -24,6 +24,10 @@ class DatabaseError(RuntimeError):
     """The database cannot be reached or prepared; the message is meant for the user (password masked)."""
 
 
+class DatabaseUnreachableError(DatabaseError):
+    """The database did not answer (refused, dropped, timed out): transient, worth a bounded retry."""
+
+
 def _with_driver(url: str, driver: str) -> str:
     try:
         parts = urlsplit(url)
@@ -91,7 +95,9 @@ def _create_database_if_missing(admin_uri: str, name: str) -> None:
 
 @functools.cache
 def _engine_for(url: str) -> Engine:
-    engine = sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    # connect_timeout: a host that does not answer fails in seconds, not after the OS TCP timeout
+    engine = sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5,
+                              connect_args={"connect_timeout": 10})
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):  # noqa: ANN001
@@ -113,7 +119,7 @@ def get_engine(url: str | None = None, *, migrate: bool = True) -> Engine:
         try:
             upgrade(engine)
         except sa.exc.OperationalError as exc:
-            raise DatabaseError(f"cannot reach the database {mask_url(url)}: {_first_line(exc)}") from None
+            raise DatabaseUnreachableError(f"cannot reach the database {mask_url(url)}: {_first_line(exc)}") from None
     return engine
 
 

@@ -16,7 +16,7 @@ import contextlib
 import dagster as dg
 import sqlalchemy as sa
 
-from rag_pipeline.core.db import DatabaseError
+from rag_pipeline.core.db import DatabaseUnreachableError
 from rag_pipeline.core.dataset import DatasetError, load_dataset
 from rag_pipeline.core.embedding import EmbeddingError
 from rag_pipeline.core.evaluation import evaluate_dataset, relevant_ids_missing
@@ -38,7 +38,7 @@ USER_ERRORS = (DatasetError, KnowledgeBaseError, StrategyError, StrategyConflict
                RetrievalError, LookupError)
 
 
-TRANSIENT_ERRORS = (DatabaseError, sa.exc.OperationalError, sa.exc.InterfaceError)
+TRANSIENT_ERRORS = (DatabaseUnreachableError, sa.exc.OperationalError, sa.exc.InterfaceError)
 
 
 @contextlib.contextmanager
@@ -53,7 +53,9 @@ def _fail_fast_unless_transient():
         text = mask_secrets(str(exc))
         message = text if isinstance(exc, USER_ERRORS) else f"{type(exc).__name__}: {text}"
         metadata = {"error": dg.MetadataValue.md("```\n" + message + "\n```")}
-        raise dg.Failure(description=message, metadata=metadata, allow_retries=False) from exc
+        # no cause chain when it would carry an unmasked secret (Dagster stores the chain in the event log)
+        cause = None if isinstance(exc, USER_ERRORS) or text != str(exc) else exc
+        raise dg.Failure(description=message, metadata=metadata, allow_retries=False) from cause
 
 
 class EvaluationDatasetConfig(dg.Config):

@@ -55,6 +55,12 @@ def _pool(engine, run_id) -> set[tuple]:
     return {(r.case_id, r.chunk_id, r.rank, r.strategy_version, round(r.final_score, 9)) for r in rows}
 
 
+def _errors(output: str) -> str:
+    """The lines of a ``dagster job execute`` output worth reading when it failed (not the DEBUG events)."""
+    lines = [line for line in output.splitlines() if " - DEBUG - " not in line and "warn" not in line.lower()]
+    return "\n".join(lines)[-6000:]
+
+
 def test_two_partitions_materialised_concurrently_by_the_multiprocess_executor(engine, chunks, tmp_path,
                                                                                monkeypatch):
     name = f"conc-{uuid.uuid4().hex[:6]}"
@@ -93,7 +99,7 @@ def test_two_partitions_materialised_concurrently_by_the_multiprocess_executor(e
 
         def both_mid_write() -> bool:
             exited = [v for v, p in procs.items() if p.poll() is not None]
-            assert not exited, f"{exited} ended before writing: {procs[exited[0]].stdout.read()[-3000:]}"
+            assert not exited, f"{exited} ended before writing:\n{_errors(procs[exited[0]].stdout.read())}"
             return {r.application_name for r in waiting_on(conn, lock)} >= set(apps.values())
 
         try:
@@ -104,7 +110,7 @@ def test_two_partitions_materialised_concurrently_by_the_multiprocess_executor(e
             raise
     outputs = {v: p.communicate(timeout=300)[0] for v, p in procs.items()}  # the barrier is released
     for v, p in procs.items():
-        assert p.returncode == 0, outputs[v][-3000:]
+        assert p.returncode == 0, _errors(outputs[v])
 
     with engine.connect() as conn:
         rows = {v: runs.list_runs(conn, dataset=name, strategy=v) for v in versions}

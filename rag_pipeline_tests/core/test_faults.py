@@ -265,6 +265,10 @@ def test_retry_policy_is_bounded_and_only_for_transient_database_errors():
     with pytest.raises(sa.exc.OperationalError), _fail_fast_unless_transient():
         raw.connect()
     assert isinstance(info.value, TRANSIENT_ERRORS)
+    # a configuration error (bad URL) is not transient: it fails at once
+    with pytest.raises(dg.Failure) as config_failure, _fail_fast_unless_transient():
+        raise DatabaseError("not a PostgreSQL URL: mysql://x")
+    assert config_failure.value.allow_retries is False
     # user errors become a Failure that Dagster does not retry, with the message (and no secret)
     for error in (DatasetError("x.json", []), KnowledgeBaseError("unknown knowledge base 'nope'"),
                   ValueError("a bug")):
