@@ -13,23 +13,18 @@ import sys
 from pathlib import Path
 
 from rag_pipeline import cli_diagnose, cli_eval, cli_tune
+from rag_pipeline.cli_errors import guarded
 from rag_pipeline.core import embedded_pg
 from rag_pipeline.core.db import DatabaseError, dagster_database_url, database_url, get_engine
 from rag_pipeline.core.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, EmbeddingError
 from rag_pipeline.core.knowledge_base import KnowledgeBaseError, knowledge_base_stats, set_document_state
-from rag_pipeline.core.settings import mask_secrets, mask_url, pgdata_dir, project_root
+from rag_pipeline.core.settings import mask_url, pgdata_dir, project_root
 from rag_pipeline.core.sources import SourceError, read_folder
 from rag_pipeline.core.textsearch import TEXT_SEARCH_MODES, TextSearchError
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
     DatabaseError, EmbeddingError, KnowledgeBaseError, SourceError, TextSearchError, FileNotFoundError,
 )
-
-
-def register_error(*types: type[BaseException]) -> None:
-    """Let another command module add its user-facing error types."""
-    global USER_ERRORS  # noqa: PLW0603
-    USER_ERRORS = USER_ERRORS + types
 
 
 def _progress_bar():
@@ -177,11 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except USER_ERRORS as exc:
-        print(f"rag-pipeline: error: {mask_secrets(exc)}", file=sys.stderr)
-        return 2
+    return guarded(*USER_ERRORS)(args.func)(args)  # the subcommand modules guard their own commands too
 
 
 if __name__ == "__main__":

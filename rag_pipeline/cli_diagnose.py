@@ -14,11 +14,11 @@ gate passed; 1: some strategy is significantly worse than the baseline on nDCG@k
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 from pathlib import Path
 
+from rag_pipeline.cli_errors import guarded
 from rag_pipeline.core.comparison import DEFAULT_BASELINE, ComparisonError, attach_top_chunks, compare, \
     load_current_runs, regression_gate
 from rag_pipeline.core.comparison_report import render_text
@@ -26,21 +26,11 @@ from rag_pipeline.core.dataset import DatasetError, load_dataset
 from rag_pipeline.core.db import DatabaseError, get_engine
 from rag_pipeline.core.knowledge_base import KnowledgeBaseError
 from rag_pipeline.core.label_check import LabelReport, check_labels
-from rag_pipeline.core.settings import mask_secrets
 
 ERRORS = (DatasetError, DatabaseError, KnowledgeBaseError, ComparisonError, OSError, ValueError)
 
 
-def _guarded(func):
-    @functools.wraps(func)
-    def wrapper(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except ERRORS as exc:
-            print(f"rag-pipeline: error: {mask_secrets(exc)}", file=sys.stderr)
-            return 2
-
-    return wrapper
+_guarded = guarded(*ERRORS)
 
 
 def _lenient_cases(path: Path, error: DatasetError) -> tuple[list[dict], str | None]:

@@ -10,21 +10,18 @@ with ``RAG_DEBUG=1``).
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import os
 import sys
 from pathlib import Path
 
-import sqlalchemy as sa
 
+from rag_pipeline.cli_errors import guarded
 from rag_pipeline.core.dataset import DatasetError, load_dataset
 from rag_pipeline.core.db import DatabaseError, get_engine
 from rag_pipeline.core.embedding import EmbeddingError
 from rag_pipeline.core.knowledge_base import KnowledgeBaseError, resolve_knowledge_base
 from rag_pipeline.core.retrieval import RetrievalError
 from rag_pipeline.core.runs import RunNotFoundError
-from rag_pipeline.core.settings import mask_secrets
 from rag_pipeline.core.strategies import StrategyError, get_strategy, load_registry
 from rag_pipeline.core.strategy_store import StrategyConflictError
 
@@ -35,31 +32,7 @@ EVAL_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def _guarded(func):
-    """User errors → one clear line on stderr and exit 2, never a traceback."""
-
-    @functools.wraps(func)
-    def wrapper(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except EVAL_ERRORS as exc:
-            print(f"rag-pipeline: error: {mask_secrets(exc)}", file=sys.stderr)
-            return 2
-        except sa.exc.DBAPIError as exc:
-            first = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
-            print(f"rag-pipeline: error: database error: {mask_secrets(first[0])}", file=sys.stderr)
-            return 3
-        except KeyboardInterrupt:
-            print("rag-pipeline: interrupted", file=sys.stderr)
-            return 130
-        except Exception as exc:  # a bug: still one line, the traceback only on request
-            if os.environ.get("RAG_DEBUG"):
-                raise
-            print(f"rag-pipeline: error: unexpected {type(exc).__name__}: {mask_secrets(exc)} "
-                  "(set RAG_DEBUG=1 for the traceback)", file=sys.stderr)
-            return 1
-
-    return wrapper
+_guarded = guarded(*EVAL_ERRORS)
 
 
 @_guarded

@@ -22,7 +22,6 @@ The Dagster asset ``fusion_sweep`` (:mod:`rag_pipeline.defs.tuning`) uses :func:
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
@@ -35,12 +34,12 @@ import numpy as np
 import sqlalchemy as sa
 import yaml
 
+from rag_pipeline.cli_errors import guarded
 from rag_pipeline.core.dataset import DatasetError, load_dataset
 from rag_pipeline.core.db import DatabaseError, get_engine
 from rag_pipeline.core.knowledge_base import KnowledgeBaseError
 from rag_pipeline.core.metrics import METRIC_NAMES
 from rag_pipeline.core.pools import load_pools
-from rag_pipeline.core.settings import mask_secrets
 from rag_pipeline.core.strategies import (
     FIELD_NAMES, Strategy, StrategyError, load_registry, parse_registry, registry_path,
     strategy_from_mapping, strategy_to_yaml,
@@ -337,20 +336,7 @@ def render_text(result: TuneResult, top: int = TOP_CONFIGS) -> str:
 ERRORS = (TuneError, DatasetError, DatabaseError, KnowledgeBaseError, StrategyError, OSError, ValueError)
 
 
-def _guarded(func):
-    @functools.wraps(func)
-    def wrapper(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except ERRORS as exc:
-            print(f"rag-pipeline: error: {mask_secrets(exc)}", file=sys.stderr)
-            return 2
-        except sa.exc.DBAPIError as exc:
-            first = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
-            print(f"rag-pipeline: error: database error: {mask_secrets(first[0])}", file=sys.stderr)
-            return 3
-
-    return wrapper
+_guarded = guarded(*ERRORS)
 
 
 @_guarded

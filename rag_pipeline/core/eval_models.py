@@ -14,17 +14,10 @@ from sqlalchemy import BigInteger, Boolean, DateTime, Double, ForeignKey, Index,
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
+from rag_pipeline.core.metrics import METRIC_NAMES
 from rag_pipeline.core.models import Base, _now
 
-METRIC_COLUMNS = (
-    "precision_at_k",
-    "recall_at_k",
-    "reciprocal_rank",
-    "ndcg_at_k",
-    "hit_at_k",
-    "average_precision_at_k",
-    "r_precision",
-)
+METRIC_COLUMNS = METRIC_NAMES  # one column per metric, in the metrics module's order
 
 
 class RetrievalEvaluationDataset(Base):

@@ -1,0 +1,52 @@
+"""How every ``rag-pipeline`` command reports failure: one line on stderr, never a traceback.
+
+Exit codes: 2 a user or configuration error (the command's own error types), 3 a database error in the
+middle of the work, 130 interrupted, 1 anything unexpected (``RAG_DEBUG=1`` re-raises for the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from collections.abc import Callable
+
+import sqlalchemy as sa
+
+from rag_pipeline.core.settings import mask_secrets
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def error(message: object) -> None:
+    print(f"rag-pipeline: error: {mask_secrets(message)}", file=sys.stderr)
+
+
+def guarded(*user_errors: type[BaseException]) -> Callable[[Command], Command]:
+    """Decorator for a command function: ``user_errors`` → exit 2 with their message."""
+
+    def decorate(func: Command) -> Command:
+        @functools.wraps(func)
+        def wrapper(args: argparse.Namespace) -> int:
+            try:
+                return func(args)
+            except user_errors as exc:
+                error(exc)
+                return 2
+            except sa.exc.DBAPIError as exc:
+                first = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
+                error(f"database error: {first[0]}")
+                return 3
+            except KeyboardInterrupt:
+                print("rag-pipeline: interrupted", file=sys.stderr)
+                return 130
+            except Exception as exc:  # a bug: still one line, the traceback only on request
+                if os.environ.get("RAG_DEBUG"):
+                    raise
+                error(f"unexpected {type(exc).__name__}: {exc} (set RAG_DEBUG=1 for the traceback)")
+                return 1
+
+        return wrapper
+
+    return decorate
