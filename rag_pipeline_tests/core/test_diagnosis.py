@@ -152,6 +152,20 @@ def test_hybrid_reasons_and_scores_against_numpy_and_a_deep_pool(engine, kb):
                 assert m.keyword_rank == c.keyword_rank
 
 
+def test_large_kb_keeps_the_vector_score_but_skips_the_exact_rank(engine, kb, monkeypatch):
+    """Above EXACT_VECTOR_RANK_MAX_CHUNKS the per-target scan of every vector is skipped: same score, no rank."""
+    from rag_pipeline.core import diagnosis_db
+
+    kb_row, ids = kb
+    shallow = Strategy("diag-shallow", vector_candidate_k=2, keyword_candidate_k=2)
+    small, _ = _diagnose(engine, kb_row, ids, shallow)
+    monkeypatch.setattr(diagnosis_db, "EXACT_VECTOR_RANK_MAX_CHUNKS", 0)
+    large, _ = _diagnose(engine, kb_row, ids, shallow)
+    assert small["pasta.md"].vector_rank is not None and large["pasta.md"].vector_rank is None
+    assert large["pasta.md"].vector_score == pytest.approx(small["pasta.md"].vector_score, abs=1e-12)
+    assert large["pasta.md"].reason == "not_in_pool" and "would be vector rank" not in large["pasta.md"].detail
+
+
 @pytest.mark.parametrize("scorer", ["ts_rank_cd", "bm25"])
 def test_keyword_only_strategy_below_cutoff_and_not_in_pool(engine, kb, scorer):
     kb_row, ids = kb
