@@ -9,8 +9,9 @@ this one process and on the same database:
    pipeline batches them — measured before and after the pipeline, the mean is used;
 2. the seed-style baseline (``bench/seed_baseline.py``) on the first ``--skip-baseline-over`` cases at most;
 3. the pipeline, :func:`rag_pipeline.core.evaluation.evaluate_dataset` (``--pipeline-subprocess``: in a
-   child process, so its peak RSS is its own), with its recorded time split; fusion time is measured by
-   wrapping :func:`rag_pipeline.core.retrieval.fuse_pool` (SQL = retrieval - fusion);
+   child process, so its peak RSS is its own), with its recorded time split; fusion, every embedding call
+   and core's miss diagnosis (``diagnosis_db.diagnose_run``, after the batch loop) are timed by wrapping
+   those functions (SQL = retrieval - fusion); ``--without-diagnosis`` stubs the diagnosis out;
 4. a check that baseline and pipeline stored the same candidate pools;
 5. HNSW vs exact top-10 recall at the strategy's ``ef_search`` (and a few others) with real question
    embeddings, plus an EXPLAIN that the vector leg uses the model's HNSW index;
@@ -22,8 +23,8 @@ this one process and on the same database:
 The last line is ``speedup_vs_seed=<x> eval_over_embed=<y> persist_rows_per_s=<z> peak_rss_mb=<m>``.
 
 Usage: python bench/eval_bench.py --chunks 100000 --cases 1000 [--strategy hybrid-v1]
-       [--skip-baseline-over 2000] [--pipeline-subprocess] [--recall-queries 100] [--ingest-texts 2000]
-       [--dagster-cases 200] [--json-out results.json]
+       [--skip-baseline-over 2000] [--pipeline-subprocess] [--without-diagnosis] [--recall-queries 100]
+       [--ingest-texts 2000] [--dagster-cases 200] [--json-out results.json]
 Database: ``RAG_DATABASE_URL`` or the embedded server in ``RAG_PGDATA`` (use a scratch directory).
 """
 
@@ -118,43 +119,84 @@ def embed_floor(questions: list[str], model: str) -> tuple[float, np.ndarray]:
     return time.perf_counter() - t, vectors
 
 
-class FusionTimer:
-    """Wraps ``retrieval.fuse_pool`` (looked up as a module global by ``hybrid_search_batch``)."""
+class PhaseTimers:
+    """Time functions of core by wrapping them where the pipeline looks them up (module attributes):
+    ``retrieval.fuse_pool`` (fusion inside the retrieval step), ``Embedder.embed`` (every embedding call,
+    so re-embedding outside the batch loop shows up), and ``diagnosis_db.diagnose_run`` /
+    ``diagnosis_db.score_chunks`` when the pipeline has them (miss diagnosis after the batch loop)."""
 
     def __init__(self):
-        self.seconds = 0.0
-        self._orig = retrieval.fuse_pool
+        from rag_pipeline.core import embedding  # noqa: PLC0415
+
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self._targets = [("fusion", retrieval, "fuse_pool"), ("embed_calls", embedding.Embedder, "embed")]
+        try:
+            from rag_pipeline.core import diagnosis_db  # noqa: PLC0415
+
+            self._targets += [("diagnose_run", diagnosis_db, "diagnose_run"),
+                              ("diagnosis_scores", diagnosis_db, "score_chunks")]
+        except ImportError:
+            pass
+        self._saved: list = []
 
     def __enter__(self):
-        def timed(*a, **kw):
-            t = time.perf_counter()
-            try:
-                return self._orig(*a, **kw)
-            finally:
-                self.seconds += time.perf_counter() - t
-        retrieval.fuse_pool = timed
+        for label, owner, name in self._targets:
+            if not hasattr(owner, name):
+                continue
+            orig = getattr(owner, name)
+            self.seconds[label], self.calls[label] = 0.0, 0
+
+            def timed(*a, _orig=orig, _label=label, **kw):
+                t = time.perf_counter()
+                try:
+                    return _orig(*a, **kw)
+                finally:
+                    self.seconds[_label] += time.perf_counter() - t
+                    self.calls[_label] += 1
+            self._saved.append((owner, name, orig))
+            setattr(owner, name, timed)
         return self
 
     def __exit__(self, *exc):
-        retrieval.fuse_pool = self._orig
+        for owner, name, orig in reversed(self._saved):
+            setattr(owner, name, orig)
 
 
-def run_pipeline(engine: sa.Engine, dataset: Dataset, strategy) -> dict:
+class _NoDiagnosis:
+    def summary_metadata(self) -> dict:
+        return {"miss_reasons": "skipped by bench/eval_bench.py --without-diagnosis"}
+
+
+def run_pipeline(engine: sa.Engine, dataset: Dataset, strategy, *, without_diagnosis: bool = False) -> dict:
+    from unittest import mock  # noqa: PLC0415
+
     from rag_pipeline.core.evaluation import evaluate_dataset  # noqa: PLC0415
 
-    with FusionTimer() as fusion:
-        t = time.perf_counter()
-        outcome = evaluate_dataset(engine, dataset, strategy)
-        wall = time.perf_counter() - t
+    patch = None
+    if without_diagnosis:
+        from rag_pipeline.core import diagnosis_db  # noqa: PLC0415
+
+        patch = mock.patch.object(diagnosis_db, "diagnose_run", lambda *a, **kw: _NoDiagnosis())
+        patch.start()
+    try:
+        with PhaseTimers() as timers:
+            t = time.perf_counter()
+            outcome = evaluate_dataset(engine, dataset, strategy)
+            wall = time.perf_counter() - t
+    finally:
+        if patch:
+            patch.stop()
     return {"run_id": outcome.run_id, "wall_s": wall, "case_count": outcome.case_count,
             "candidate_count": outcome.candidate_count, "timings": dict(outcome.timings),
-            "fusion_s": fusion.seconds, "averages": outcome.averages, "peak_rss_mb": peak_rss_mb()}
+            "fusion_s": timers.seconds["fusion"], "phases": timers.seconds, "calls": timers.calls,
+            "averages": outcome.averages, "peak_rss_mb": peak_rss_mb()}
 
 
-def run_pipeline_child(dataset_path: Path, strategy_version: str) -> dict:
+def run_pipeline_child(dataset_path: Path, strategy_version: str, without_diagnosis: bool) -> dict:
     """The pipeline in a fresh process (model warmed first, untimed); its own peak RSS."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child-pipeline", str(dataset_path),
-           "--strategy", strategy_version]
+           "--strategy", strategy_version] + (["--without-diagnosis"] if without_diagnosis else [])
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-5000:] + proc.stderr[-5000:])
@@ -162,12 +204,12 @@ def run_pipeline_child(dataset_path: Path, strategy_version: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def child_pipeline(dataset_path: Path, strategy_version: str) -> int:
+def child_pipeline(dataset_path: Path, strategy_version: str, without_diagnosis: bool) -> int:
     strategy = get_strategy(strategy_version)
     dataset = load_dataset(dataset_path)
     engine = get_engine()
     get_embedder(strategy.embedding_model).embed([c.question for c in dataset.cases[:8]])  # load the model
-    result = run_pipeline(engine, dataset, strategy)
+    result = run_pipeline(engine, dataset, strategy, without_diagnosis=without_diagnosis)
     print(json.dumps(result))
     return 0
 
@@ -200,10 +242,16 @@ def hnsw_recall(engine: sa.Engine, kb_name: str, strategy, vectors: np.ndarray, 
     sql = sa.text(retrieval_sql.vector_leg_sql(dim))
     params = {"kb": kb, "model": model, "k": 10, "query_vectors": list(vectors.astype(np.float32))}
 
-    def top10(rows) -> list[set[str]]:
+    scores: dict[str, list[list[float]]] = {}
+
+    def top10(rows, label: str | None = None) -> list[set[str]]:
         out = [set() for _ in range(len(vectors))]
+        got = [[] for _ in range(len(vectors))]
         for r in rows:
             out[r.query_index - 1].add(str(r.chunk_id))
+            got[r.query_index - 1].append(float(r.score))
+        if label:
+            scores[label] = [sorted(g, reverse=True) for g in got]
         return out
 
     result: dict = {"queries": len(vectors), "ef_search_default": strategy.ef_search, "recall": {}, "seconds": {}}
@@ -216,8 +264,10 @@ def hnsw_recall(engine: sa.Engine, kb_name: str, strategy, vectors: np.ndarray, 
         if hnsw_index_name(model) in plan:
             raise RuntimeError("the exact reference still uses the HNSW index:\n" + plan)
         t = time.perf_counter()
-        exact = top10(conn.execute(sql, params))
+        exact = top10(conn.execute(sql, params), "exact")
         result["seconds"]["exact"] = time.perf_counter() - t
+    result["recall_in_distribution"] = _recall_in_distribution(engine, sql, kb, model, strategy.ef_search,
+                                                               len(vectors))
     for ef in ef_values:
         with engine.connect() as conn, conn.begin():
             conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": ef})
@@ -227,11 +277,57 @@ def hnsw_recall(engine: sa.Engine, kb_name: str, strategy, vectors: np.ndarray, 
                     {**params, "query_vectors": params["query_vectors"][:1]}))
                 result["explain"] = plan
                 result["uses_hnsw_index"] = hnsw_index_name(model) in plan
+                if not result["uses_hnsw_index"]:  # the planner may prefer a scan on a tiny KB: is it usable?
+                    conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
+                    conn.execute(sa.text("SET LOCAL enable_sort = off"))  # only the index gives the order
+                    forced = "\n".join(r[0] for r in conn.execute(
+                        sa.text("EXPLAIN (COSTS OFF) " + sql.text),
+                        {**params, "query_vectors": params["query_vectors"][:1]}))
+                    conn.execute(sa.text("SET LOCAL enable_seqscan = on"))
+                    conn.execute(sa.text("SET LOCAL enable_sort = on"))
+                    result["hnsw_index_usable"] = hnsw_index_name(model) in forced
+                else:
+                    result["hnsw_index_usable"] = True
             t = time.perf_counter()
-            approx = top10(conn.execute(sql, params))
+            approx = top10(conn.execute(sql, params), "hnsw" if ef == strategy.ef_search else None)
             result["seconds"][ef] = time.perf_counter() - t
         result["recall"][ef] = float(np.mean([len(a & e) / max(len(e), 1) for a, e in zip(approx, exact)]))
+    def mean_at(label: str, i: int) -> float:
+        return float(np.mean([g[i] for g in scores.get(label, []) if len(g) > i] or [np.nan]))
+
+    result["score_gap"] = {"exact_1st": mean_at("exact", 0), "exact_10th": mean_at("exact", 9),
+                           "hnsw_10th": mean_at("hnsw", 9)}
     return result
+
+
+def _recall_in_distribution(engine: sa.Engine, sql, kb, model: str, ef: int, n: int) -> float:
+    """Recall@10 for queries that *have* near neighbours: stored KB vectors plus small noise (cos ~0.9)."""
+    rng = np.random.default_rng(11)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(
+            "SELECT embedding FROM chunk_embeddings WHERE knowledge_base_id = :kb AND model = :m "
+            "ORDER BY chunk_id LIMIT :n"), {"kb": kb, "m": model, "n": n}).scalars().all()
+    base = np.array([np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32)
+                     for v in rows])  # pgvector's Vector (SQLAlchemy type) or numpy (psycopg loader)
+    noisy = base + rng.standard_normal(base.shape).astype(np.float32) * (0.5 / np.sqrt(base.shape[1]))
+    noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+    params = {"kb": kb, "model": model, "k": 10, "query_vectors": list(noisy)}
+
+    def top10(conn) -> list[set[str]]:
+        out = [set() for _ in range(len(noisy))]
+        for r in conn.execute(sql, params):
+            out[r.query_index - 1].add(str(r.chunk_id))
+        return out
+
+    with engine.connect() as conn, conn.begin():
+        conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": ef})
+        conn.execute(sa.text("SET LOCAL enable_indexscan = off"))
+        conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+        exact = top10(conn)
+    with engine.connect() as conn, conn.begin():
+        conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": ef})
+        approx = top10(conn)
+    return float(np.mean([len(a & e) / max(len(e), 1) for a, e in zip(approx, exact)]))
 
 
 def ingestion_vs_encode(engine: sa.Engine, n_texts: int, model: str, seed: int) -> dict:
@@ -310,6 +406,11 @@ def dagster_two_partitions(engine: sa.Engine, dataset: Dataset, n_cases: int, st
     try:
         with dg.DagsterInstance.get() as instance:
             instance.add_dynamic_partitions("dataset", [key])
+            # Create the `rag_db` pool row once, before two runs start at the same moment: otherwise both
+            # lazily insert it and one run fails on concurrency_limits' unique key (seen with Dagster 1.13
+            # on Postgres storage, whose insert-then-update fallback runs in an aborted transaction).
+            if "rag_db" not in instance.event_log_storage.get_concurrency_keys():
+                instance.event_log_storage.initialize_concurrency_limit_to_default("rag_db")
     finally:
         for k, v in saved.items():
             if v is None:
@@ -326,20 +427,27 @@ def dagster_two_partitions(engine: sa.Engine, dataset: Dataset, n_cases: int, st
     wall = time.perf_counter() - t
     with engine.connect() as conn:
         rows = conn.execute(sa.text(
-            "SELECT partition_key, status, case_count, dagster_run_id, started_at, finished_at, "
-            "(timings->>'total_s')::float AS eval_s FROM retrieval_evaluation_runs WHERE partition_key = ANY(:k) "
+            "SELECT partition_key, status, case_count, dagster_run_id, started_at, "
+            "(timings->>'total_s')::float AS eval_s, coalesce((timings->>'embedding_s')::float, 0) "
+            "+ coalesce((timings->>'retrieval_s')::float, 0) + coalesce((timings->>'metrics_s')::float, 0) "
+            "+ coalesce((timings->>'persistence_s')::float, 0) AS loop_s "
+            "FROM retrieval_evaluation_runs WHERE partition_key = ANY(:k) "
             "ORDER BY started_at DESC"), {"k": [f"{key}|{s}" for s in strategies]}).all()
     latest = {}
     for r in rows:
         latest.setdefault(r.partition_key, r)
     runs = list(latest.values())
     overlap = None
-    if len(runs) == 2 and all(r.finished_at for r in runs):
-        overlap = max(0.0, (min(r.finished_at for r in runs) - max(r.started_at for r in runs)).total_seconds())
+    if len(runs) == 2 and all(r.loop_s for r in runs):
+        # each run's batch loop starts when its run row is inserted (started_at) and lasts at least the sum
+        # of its recorded loop timings (finished_at is the write transaction's start: now() is per transaction)
+        starts = [r.started_at.timestamp() for r in runs]
+        ends = [r.started_at.timestamp() + r.loop_s for r in runs]
+        overlap = max(0.0, min(ends) - max(starts))
     shutil.rmtree(work, ignore_errors=True)
     return {"config": config_note, "wall_s": wall, "exit_codes": [p.returncode for p in procs], "cases": n_cases,
             "runs": [{"partition": r.partition_key, "status": r.status, "cases": r.case_count,
-                      "eval_s": r.eval_s, "dagster_run_id": r.dagster_run_id} for r in runs],
+                      "eval_s": r.eval_s, "loop_s": r.loop_s, "dagster_run_id": r.dagster_run_id} for r in runs],
             "overlap_s": overlap,
             "tail": [o[-1500:] for o, p in zip(outputs, procs) if p.returncode != 0]}
 
@@ -361,12 +469,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ingest-texts", type=int, default=2000, help="0 skips the ingestion comparison")
     parser.add_argument("--dagster-cases", type=int, default=200, help="0 skips the 2-partition Dagster run")
     parser.add_argument("--dagster-strategies", default="hybrid-v1,keyword-v1")
+    parser.add_argument("--without-diagnosis", action="store_true",
+                        help="replace core's miss diagnosis (diagnosis_db.diagnose_run) by a no-op, to time the rest")
     parser.add_argument("--keep-runs", action="store_true", help="keep earlier bench runs in the database")
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--child-pipeline", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_pipeline:
-        return child_pipeline(args.child_pipeline, args.strategy)
+        return child_pipeline(args.child_pipeline, args.strategy, args.without_diagnosis)
 
     strategy = get_strategy(args.strategy)
     print(f"SYNTHETIC benchmark: {args.chunks} chunks (random unit vectors, Zipf texts) x {args.cases} cases, "
@@ -401,10 +511,10 @@ def main(argv: list[str] | None = None) -> int:
                               "candidates": base.candidate_count}
 
     if args.pipeline_subprocess:
-        pipe = run_pipeline_child(dataset_path, strategy.version)
+        pipe = run_pipeline_child(dataset_path, strategy.version, args.without_diagnosis)
         rss_label = "pipeline child process"
     else:
-        pipe = run_pipeline(engine, dataset, strategy)
+        pipe = run_pipeline(engine, dataset, strategy, without_diagnosis=args.without_diagnosis)
         rss_label = "bench process (baseline + pipeline)"
     rss = pipe["peak_rss_mb"]
     floor2, _ = embed_floor(questions, model)
@@ -414,10 +524,17 @@ def main(argv: list[str] | None = None) -> int:
     split_sum = tm["embedding_s"] + tm["retrieval_s"] + tm["metrics_s"] + tm["persistence_s"]
     persist_rate = pipe["candidate_count"] / max(tm["persistence_s"], 1e-9)
     pipe_rate = pipe["case_count"] / pipe["wall_s"]
+    if args.without_diagnosis:
+        print("NOTE: pipeline timed WITHOUT core's miss diagnosis (--without-diagnosis)")
     print(f"pipeline: {pipe['case_count']} cases in {pipe['wall_s']:.2f}s = {pipe_rate:.1f} cases/s | embed "
           f"{tm['embedding_s']:.2f}s, SQL {sql_s:.2f}s, fusion+metrics {pipe['fusion_s'] + tm['metrics_s']:.2f}s "
           f"(fusion {pipe['fusion_s']:.2f}s), persistence (COPY) {tm['persistence_s']:.2f}s, other "
-          f"(run rows, heartbeats, commit) {pipe['wall_s'] - split_sum:.2f}s")
+          f"(run rows, heartbeats, diagnosis, commit) {pipe['wall_s'] - split_sum:.2f}s")
+    ph = pipe.get("phases", {})
+    extra_embed = ph.get("embed_calls", 0.0) - tm["embedding_s"]
+    print(f"  inside 'other': miss diagnosis {ph.get('diagnose_run', 0.0):.2f}s (its leg-score SQL "
+          f"{ph.get('diagnosis_scores', 0.0):.2f}s); embedding outside the batch loop {max(extra_embed, 0.0):.2f}s "
+          f"({pipe.get('calls', {}).get('embed_calls', 0)} embed calls in all)")
     print(f"persistence: {pipe['candidate_count']} candidate rows (+{pipe['case_count']} case rows) in "
           f"{tm['persistence_s']:.2f}s = {persist_rate:.0f} candidate rows/s")
     print(f"floor: second measurement {floor2:.2f}s, mean {floor:.2f}s; eval/embed = {pipe['wall_s'] / floor:.3f}")
@@ -436,10 +553,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.recall_queries > 0 and strategy.vector_candidate_k:
         efs = sorted({int(x) for x in args.ef_search.split(",") if x} | {strategy.ef_search})
         rec = hnsw_recall(engine, dataset.knowledge_base, strategy, vectors[:args.recall_queries], efs)
-        print(f"HNSW: vector leg uses index {hnsw_index_name(model)}: {rec['uses_hnsw_index']}")
+        print(f"HNSW: vector leg uses index {hnsw_index_name(model)}: {rec['uses_hnsw_index']} "
+              f"(index usable by the vector leg: {rec['hnsw_index_usable']})")
         print("  " + "\n  ".join(rec["explain"].splitlines()))
         print(f"HNSW recall@10 vs exact ({rec['queries']} real question embeddings; exact {rec['seconds']['exact']:.1f}s): "
               + ", ".join(f"ef_search={ef}: {r:.3f} ({rec['seconds'][ef]:.2f}s)" for ef, r in rec["recall"].items()))
+        gap = rec["score_gap"]
+        print(f"  mean cosine of the exact 1st / 10th neighbour {gap['exact_1st']:.4f} / {gap['exact_10th']:.4f}, "
+              f"of HNSW's 10th {gap['hnsw_10th']:.4f} (near-ties: random vectors have no real neighbours)")
+        print(f"HNSW recall@10 at ef_search={strategy.ef_search} for in-distribution queries (a stored vector + "
+              f"noise, cos ~0.9): {rec['recall_in_distribution']:.3f}")
         report["hnsw"] = rec
 
     if args.ingest_texts > 0:
@@ -455,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         dg_res = dagster_two_partitions(engine, dataset, min(args.dagster_cases, len(dataset.cases)), strategies)
         print(f"dagster: 2 partitions ({', '.join(strategies)}) x {dg_res['cases']} cases as 2 concurrent runs "
               f"(multiprocess executor): wall {dg_res['wall_s']:.1f}s, exit codes {dg_res['exit_codes']}, "
-              f"runs overlapped {dg_res['overlap_s'] if dg_res['overlap_s'] is not None else 'n/a'}s")
+              f"evaluation loops overlapped {dg_res['overlap_s'] if dg_res['overlap_s'] is not None else 'n/a'}s")
         print(f"  instance config: {dg_res['config']}")
         for r in dg_res["runs"]:
             print(f"  {r['partition']}: {r['status']}, {r['cases']} cases, eval {r['eval_s']}s")
