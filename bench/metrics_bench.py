@@ -23,19 +23,16 @@ Usage: python bench/metrics_bench.py [--queries 100000] [--depth 100] [--k 10]
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
-import time
 import warnings
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rag_pipeline.core.metrics import batch_metrics, evaluate_many  # noqa: E402
+from benchutil import best_time, machine_line  # noqa: E402 - bench/ is on sys.path
 
 TOLERANCE = 1e-9
 OURS_TO_RANX = {
@@ -76,32 +73,6 @@ def padded_arrays(retrieved, relevant) -> tuple[np.ndarray, np.ndarray]:
         gains[i, : len(ids)] = [rel.get(doc, 0) for doc in ids]
         ideal[i, : len(rel)] = sorted(rel.values(), reverse=True)
     return gains, ideal
-
-
-def best_time(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
-    """Run ``fn`` ``repeats`` times; return the fastest wall time and the last result."""
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
-
-
-def machine_line() -> str:
-    """CPU model, core count, python and numpy versions."""
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (
-        f"machine: cpu={cpu!r} cores={os.cpu_count()} "
-        f"python={platform.python_version()} numpy={np.__version__}"
-    )
 
 
 def time_all(retrieved, relevant, k: int, repeats: int) -> dict[str, tuple[float, dict]]:

@@ -23,12 +23,9 @@ Usage: python bench/tuning_bench.py [--cases 300] [--pool 200] [--folds 5]
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +35,7 @@ from rag_pipeline.core.fusion import fuse_batch, order_batch  # noqa: E402
 from rag_pipeline.core.pools import pools_from_rows  # noqa: E402
 from rag_pipeline.core.strategies import get_strategy  # noqa: E402
 from rag_pipeline.core.tuning import cross_validate, evaluate_fusion, recommend, sweep  # noqa: E402
+from benchutil import best_time, machine_line  # noqa: E402 - bench/ is on sys.path
 
 
 def _leg_ranks(scores: np.ndarray) -> np.ndarray:
@@ -89,29 +87,6 @@ def synthetic_rows(n_cases: int, pool: int, seed: int, strategy: Any
               + [f"missing-{i}-{r}" for r in range(n_rel[i] - planted[i])]}
              for i in range(n_cases)]
     return candidates, cases
-
-
-def best_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    """Fastest wall time of ``repeats`` calls and the last result."""
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
-
-
-def machine_line() -> str:
-    """CPU model, core count, 1-minute load average, python and numpy versions."""
-    cpu = "unknown"
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in
-                   Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = "n/a" if not hasattr(os, "getloadavg") else f"{os.getloadavg()[0]:.2f}"
-    return (f"machine: cpu={cpu!r} cores={os.cpu_count()} load1={load} "
-            f"python={platform.python_version()} numpy={np.__version__}")
 
 
 def main(argv: list[str] | None = None) -> int:
