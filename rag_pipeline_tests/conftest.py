@@ -52,3 +52,12 @@ def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001
 def kb_name(request) -> str:
     """A knowledge-base name unique to this test."""
     return f"t-{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def datasets(tmp_path, monkeypatch) -> Path:
+    """An empty datasets folder that the sensor and the dataset asset read (``RAG_DATASETS_DIR``)."""
+    folder = tmp_path / "datasets"
+    folder.mkdir()
+    monkeypatch.setenv("RAG_DATASETS_DIR", str(folder))
+    return folder

@@ -232,26 +232,30 @@ def _validate_cases(items: list, problems: list[DatasetProblem]) -> list[Evaluat
     return cases
 
 
-def _check_case_id(item: dict, bad) -> str | None:
-    if "case_id" not in item:
+def _check_text(item: dict, bad, field: str, limit: int, empty: str) -> str | None:
+    """A non-empty string field of at most ``limit`` characters without NUL or lone surrogates."""
+    if field not in item:
         return None
-    value = item["case_id"]
+    value = item[field]
     if not isinstance(value, str):
-        bad("case_id", f"must be a string, {got(value)}")
+        bad(field, f"must be a string, {got(value)}")
     elif not value.strip():
-        bad("case_id", "must not be empty")
-    elif len(value) > MAX_CASE_ID_CHARS:
-        bad("case_id", f"is {len(value)} characters; the limit is {MAX_CASE_ID_CHARS}")
+        bad(field, empty)
+    elif len(value) > limit:
+        bad(field, f"is {len(value):,} characters; the limit is {limit:,}")
     elif problem := text_problem(value):
-        bad("case_id", problem)
+        bad(field, problem)
     else:
         return value
     return None
 
 
+def _check_case_id(item: dict, bad) -> str | None:
+    return _check_text(item, bad, "case_id", MAX_CASE_ID_CHARS, "must not be empty")
+
+
 def _check_question(item: dict, bad) -> str | None:
-    if "question" not in item:
-        return None
+    return _check_text(item, bad, "question", MAX_QUESTION_CHARS, "must not be empty or whitespace only")
     value = item["question"]
     if not isinstance(value, str):
         bad("question", f"must be a string, {got(value)}")

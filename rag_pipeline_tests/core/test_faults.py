@@ -59,14 +59,6 @@ def chunks(engine, tmp_path_factory):
     return ingest_tiny_kb(engine, KB, tmp_path_factory.mktemp("faults_kb"))
 
 
-@pytest.fixture
-def datasets(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "datasets"
-    folder.mkdir()
-    monkeypatch.setenv("RAG_DATASETS_DIR", str(folder))
-    return folder
-
-
 def _run(engine, run_id) -> sa.Row:
     with engine.connect() as conn:
         return runs.get_run(conn, run_id)

@@ -33,14 +33,6 @@ def chunks(engine, tmp_path_factory):
     return ingest_tiny_kb(engine, KB, tmp_path_factory.mktemp("tiny_kb_dagster"))
 
 
-@pytest.fixture
-def datasets(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "datasets"
-    folder.mkdir()
-    monkeypatch.setenv("RAG_DATASETS_DIR", str(folder))
-    return folder
-
-
 def _materialize(instance, key: str, run_config: dict | None = None):
     return dg.materialize([evaluation_dataset, evaluation_run], partition_key=key, instance=instance,
                           resources={"rag_db": RagDatabase()}, run_config=run_config, raise_on_error=False)
