@@ -65,8 +65,22 @@ def cmd_db(args: argparse.Namespace) -> int:
         lines.append(f"RAG_PGDATA={pgdata_dir()}")
     env_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
     env_file.chmod(0o600)  # it may hold a database password (RAG_DATABASE_URL with one)
+    _prepare_dagster_instance(lines)
     print(f"database ready: {mask_url(database_url())}\nwrote {env_file} (DAGSTER_HOME, RAG_DAGSTER_PG_URL)")
     return 0
+
+
+def _prepare_dagster_instance(env_lines: list[str]) -> None:
+    """Create the ``rag_db`` concurrency pool in Dagster's storage once (see defs.evaluation.ensure_pool)."""
+    for line in env_lines:
+        key, _, value = line.partition("=")
+        os.environ.setdefault(key, value)
+    import dagster as dg  # noqa: PLC0415 - only here: the other db commands stay fast
+
+    from rag_pipeline.defs.evaluation import ensure_pool  # noqa: PLC0415
+
+    with dg.DagsterInstance.get() as instance:
+        ensure_pool(instance)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:

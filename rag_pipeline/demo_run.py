@@ -51,11 +51,13 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
     """Run the demo; returns the regression gate's exit code (0 passed, 1 a strategy is significantly worse)."""
     _load_env_file()
     from rag_pipeline.definitions import defs  # noqa: PLC0415 - after the environment is set
+    from rag_pipeline.defs.evaluation import ensure_pool  # noqa: PLC0415
     from rag_pipeline.defs.partitions import partition_key  # noqa: PLC0415
 
     strategies = strategies or list(load_registry())
     out_dir = out_dir or reports_dir()
     instance = dg.DagsterInstance.get()
+    ensure_pool(instance)
 
     t = _step("ingest the demo knowledge base (Dagster job ingest_knowledge_base)")
     kb_config = {"source_dir": str(project_root() / "demo" / "kb"), "knowledge_base": DEMO_KB,

@@ -41,6 +41,14 @@ USER_ERRORS = (DatasetError, KnowledgeBaseError, StrategyError, StrategyConflict
 TRANSIENT_ERRORS = (DatabaseUnreachableError, sa.exc.OperationalError, sa.exc.InterfaceError)
 
 
+def ensure_pool(instance: dg.DagsterInstance) -> None:
+    """Create the ``rag_db`` pool's limit row once, before runs share it: on fresh storage two runs claiming
+    the pool at the same moment both insert it and one fails (Dagster 1.13, UniqueViolation)."""
+    storage = instance.event_log_storage
+    if POOL not in storage.get_concurrency_keys():  # initialising an existing row fails in Dagster 1.13
+        storage.initialize_concurrency_limit_to_default(POOL)
+
+
 @contextlib.contextmanager
 def _fail_fast_unless_transient():
     """Re-raise transient database errors (retried); anything else becomes a ``Failure`` that is not

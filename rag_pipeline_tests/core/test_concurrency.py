@@ -26,6 +26,7 @@ from rag_pipeline.core.evaluation import evaluate_dataset
 from rag_pipeline.core.ingestion import ingest_documents
 from rag_pipeline.core.sources import read_folder
 from rag_pipeline.core.strategies import get_strategy
+from rag_pipeline.defs.evaluation import ensure_pool
 from rag_pipeline_tests.eval_helpers import TINY_DOCS, ingest_tiny_kb, run_rows, tiny_cases, write_dataset
 from rag_pipeline_tests.reliability_helpers import (
     admin,
@@ -78,6 +79,7 @@ def test_two_partitions_materialised_concurrently_by_the_multiprocess_executor(e
     monkeypatch.setenv("RAG_DAGSTER_PG_URL", dagster_database_url())
     with dg.DagsterInstance.get() as instance:
         instance.add_dynamic_partitions("dataset", [name])
+        ensure_pool(instance)  # what `make run` / `rag-pipeline db start` do on a new instance
     run_config = home / "run_config.json"
     run_config.write_text(json.dumps({
         # the multiprocess executor (one process per step); forkserver + preload keeps step start-up short
