@@ -57,7 +57,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         with tqdm(total=len(dataset.cases), desc=strategy.version, unit="case", file=sys.stderr,
                   disable=args.quiet) as bar:
             outcomes.append(evaluate_dataset(engine, dataset, strategy, batch_size=args.batch_size,
-                                             progress=lambda done, _total, b=bar: b.update(done - b.n)))
+                                             readers=args.readers, progress=lambda done, _total, b=bar: b.update(done - b.n)))
     with engine.connect() as conn:
         summaries = [summary_of(get_run(conn, o.run_id)) for o in outcomes]
         for s in summaries:  # "All metrics are 0: ..." — the dominant reason first
@@ -127,6 +127,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     "(<stem>-<strategy>.json)")
     p.add_argument("--include-text", action="store_true", help="add each candidate's chunk text to the report")
     p.add_argument("--batch-size", type=_positive, default=64, help="cases per retrieval batch (default 64)")
+    p.add_argument("--readers", type=_positive, default=None,
+                   help="read connections searching batches in parallel (default: RAG_EVAL_READERS or 2)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_evaluate)
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from rag_pipeline.core.retrieval_sql import BASE_FILTERS
 
-BM25_LEG_SQL = f"""
+_BM25_SQL = f"""
 WITH query_terms AS MATERIALIZED (
     SELECT q.ord, t.lexeme,
            (SELECT s.doc_freq
@@ -88,10 +88,18 @@ ranked AS (
     JOIN documents d ON d.id = c.document_id
     WHERE {BASE_FILTERS}
 )
-SELECT ord AS query_index, chunk_id, document_id, document_name, score
+SELECT ord AS query_index, chunk_id, document_id, document_name, score{{extra}}
 FROM ranked
-WHERE leg_rank <= :k
+WHERE {{where}}
 """
+
+BM25_LEG_SQL = _BM25_SQL.format(extra="", where="leg_rank <= :k")
+
+# With targets (see retrieval_sql.TS_RANK_CD_TARGETS_LEG_SQL): the top :k plus the relevant chunks
+# (one ``{uuid,...}`` literal per question in :targets) wherever they rank, each row with its leg_rank.
+BM25_TARGETS_LEG_SQL = _BM25_SQL.format(
+    extra=", leg_rank",
+    where="leg_rank <= :k OR chunk_id = ANY(CAST((CAST(:targets AS text[]))[CAST(ord AS int)] AS uuid[]))")
 
 
 def bm25_params(k1: float, b: float) -> dict[str, float]:

@@ -189,12 +189,15 @@ def classify_misses(case, candidates: Sequence, k: int | None = None,
 
 def summarize(reasons: Iterable) -> dict:
     """Counts per reason (MissReason objects or their dicts), the dominant non-hit reason, totals."""
-    items = [r if isinstance(r, Mapping) else r.as_dict() for r in reasons]
-    counts = Counter(r["reason"] for r in items)
-    ordered = {reason: counts[reason] for reason in REASONS if counts[reason]}
+    return summarize_counts(Counter(r["reason"] if isinstance(r, Mapping) else r.reason for r in reasons))
+
+
+def summarize_counts(counts: Mapping[str, int]) -> dict:
+    """:func:`summarize` from ``{reason: count}`` (a run's counts accumulated batch by batch)."""
+    ordered = {reason: counts[reason] for reason in REASONS if counts.get(reason)}
     misses = {reason: n for reason, n in ordered.items() if reason != "hit"}
     dominant = max(misses, key=lambda reason: (misses[reason], -REASONS.index(reason))) if misses else None
-    return {"labels": len(items), "counts": ordered, "dominant_reason": dominant,
+    return {"labels": sum(ordered.values()), "counts": ordered, "dominant_reason": dominant,
             "dominant_count": misses.get(dominant, 0),
             "invalid_labels": sum(n for reason, n in ordered.items() if reason in INVALID_LABEL_REASONS)}
 

@@ -20,6 +20,8 @@ the score is still reported, the rank is left out.
 from __future__ import annotations
 
 import json
+import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -124,24 +126,47 @@ def _missing_legs(m: diagnosis.MissReason) -> tuple[str, ...]:
 
 def diagnose_batch(conn: sa.Connection, kb, strategy: Strategy, cases: Sequence, pools: Sequence[Sequence],
                    labels: label_check.LabelReport | None = None,
-                   query_vectors: np.ndarray | None = None) -> list[list[diagnosis.MissReason]]:
+                   query_vectors: np.ndarray | None = None,
+                   known: Sequence[Mapping[str, dict]] | None = None) -> list[list[diagnosis.MissReason]]:
     """Reasons per case (``cases[i]`` with pool ``pools[i]``, e.g. ``trace.candidates``), missing-leg
-    scores filled in. ``query_vectors`` (one row per case) spare re-embedding the questions."""
+    scores filled in. ``query_vectors`` (one row per case) spare re-embedding the questions; ``known`` (one
+    mapping per case, chunk id -> ``{"keyword_score", "keyword_rank"}``, e.g. ``trace.keyword_targets``)
+    spares the keyword leg's second pass for the chunks it covers."""
     statuses = labels.status_map() if labels else None
     details = {(r.case_id, r.chunk_id): r.detail for r in labels.rows} if labels else None
     legs = diagnosis.legs_of(strategy)
     per_case = [diagnosis.classify_misses(case, pool, label_statuses=statuses, label_details=details, legs=legs)
                 for case, pool in zip(cases, pools, strict=True)]
     question = [str(diagnosis._get(case, "question")) for case in cases]
+    given: dict[tuple[str, str], dict] = {}
+    for i, reasons in enumerate(per_case):
+        for m in reasons:
+            for leg in _missing_legs(m):
+                scores = _known(known, i, m.chunk_id, leg)
+                if scores is not None:
+                    given.setdefault((question[i], m.chunk_id), {}).update(scores)
     targets = [(question[i], m.chunk_id, leg) for i, reasons in enumerate(per_case) for m in reasons
-               for leg in _missing_legs(m)]
-    if not targets:
+               for leg in _missing_legs(m) if _known(known, i, m.chunk_id, leg) is None]
+    if not targets and not given:
         return per_case
     vectors = None if query_vectors is None else dict(zip(question, np.asarray(query_vectors), strict=True))
-    scores = score_chunks(conn, kb, strategy, targets, vectors)
+    scores = score_chunks(conn, kb, strategy, targets, vectors) if targets else {}
+    for key, value in given.items():
+        scores.setdefault(key, {}).update(value)
     return [[replace(m, **scores[(question[i], m.chunk_id)], scores_computed=True)
              if (question[i], m.chunk_id) in scores else m for m in reasons]
             for i, reasons in enumerate(per_case)]
+
+
+def _known(known: Sequence[Mapping[str, dict]] | None, i: int, chunk_id: str, leg: str) -> dict | None:
+    """The precomputed scores of ``leg`` for chunk ``chunk_id`` of case ``i``, if ``known`` has them."""
+    if known is None or leg != "keyword":
+        return None
+    try:
+        key = str(uuid.UUID(str(chunk_id)))
+    except ValueError:
+        return None
+    return known[i].get(key)
 
 
 @dataclass
@@ -154,10 +179,32 @@ class RunDiagnosis:
 
     def summary_metadata(self) -> dict:
         """What to merge into the run summary (``retrieval_evaluation_runs.summary``)."""
-        return {"miss_reasons": self.summary, "first_line": self.first_line,
-                "label_integrity": {"counts": self.labels.counts(), "summary": self.labels.summary(),
-                                    "cases_all_invalid": self.labels.cases_with("all_invalid"),
-                                    "cases_some_invalid": self.labels.cases_with("some_invalid")}}
+        return _summary_metadata(self.summary, self.first_line, self.labels)
+
+
+def _summary_metadata(summary: dict, line: str | None, labels: label_check.LabelReport) -> dict:
+    return {"miss_reasons": summary, "first_line": line,
+            "label_integrity": {"counts": labels.counts(), "summary": labels.summary(),
+                                "cases_all_invalid": labels.cases_with("all_invalid"),
+                                "cases_some_invalid": labels.cases_with("some_invalid")}}
+
+
+class RunDiagnosisTally:
+    """A run's diagnosis accumulated batch by batch (the evaluation loop diagnoses each batch as it goes and
+    stores the reasons with the case rows): label statuses and reason counts, never the pools."""
+
+    def __init__(self, knowledge_base: str):
+        self.labels = label_check.LabelReport(knowledge_base, [])
+        self.counts: Counter = Counter()
+
+    def add(self, labels: label_check.LabelReport, reasons: Sequence[Sequence[diagnosis.MissReason]]) -> None:
+        self.labels.rows.extend(labels.rows)
+        self.labels.verdicts.update(labels.verdicts)
+        self.counts.update(m.reason for case in reasons for m in case)
+
+    def summary_metadata(self, averages: Mapping[str, float]) -> dict:
+        summary = diagnosis.summarize_counts(self.counts)
+        return _summary_metadata(summary, diagnosis.first_line(summary, averages), self.labels)
 
 
 def strategy_of_run(run) -> Strategy:

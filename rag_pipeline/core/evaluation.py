@@ -6,16 +6,25 @@ Flow of :func:`evaluate_dataset`:
    its model, text-search mode), the embedder loads. Stale ``running`` runs are swept to ``abandoned``.
 2. One short transaction: register the strategy version (:mod:`strategy_store`), store the dataset
    version, insert the run row with status ``running`` (visible while the run is in progress).
-3. Cases in batches (:data:`BATCH_SIZE`): embed the questions, :func:`hybrid_search_batch` with each
-   case's own k as limit, metrics (:func:`metrics.evaluate_many`), then COPY the full candidate pools and
-   the case results. Reads use one REPEATABLE READ transaction (a consistent snapshot of the knowledge
-   base even if it is re-ingested meanwhile); writes go to another connection's single transaction.
-   Only running sums are kept, never the candidates of more than one batch. Heartbeat after each batch.
-4. The write transaction ends with the summary, ``succeeded`` and ``is_current`` → commit. Any failure
-   rolls it back (no candidate or case row survives) and marks the run ``failed`` with the error.
+3. Cases in batches (:data:`BATCH_SIZE`), pipelined: the main thread embeds a batch's questions and hands
+   it to one of ``readers`` worker threads, each with its own read connection, which runs
+   :func:`hybrid_search_batch` (each case's own k as limit; the keyword leg also ranks the case's relevant
+   chunks, for the diagnosis) and the batch's miss diagnosis (label integrity + the missing legs' scores,
+   :func:`diagnosis_db.diagnose_batch`). Back in the main thread, in batch order: metrics
+   (:func:`metrics.evaluate_many`), then COPY of the full candidate pools and the case results with their
+   miss reasons. The read connections share one exported REPEATABLE READ snapshot
+   (:mod:`snapshot_readers`: one consistent knowledge base even if it is re-ingested meanwhile); writes
+   go to another connection's single transaction. Only running sums and reason counts are kept, never the
+   candidates of more than ``readers + 1`` batches. Heartbeat after each batch.
+4. The write transaction ends with the summary (incl. the miss-reason and label-integrity headline),
+   ``succeeded`` and ``is_current`` → commit. Any failure rolls it back (no candidate or case row
+   survives) and marks the run ``failed`` with the error.
 
 Timings stored with the run: ``embedding_s`` (question vectors), ``retrieval_s`` (both legs' SQL plus
-fusion), ``metrics_s``, ``persistence_s`` (COPY), ``total_s`` (including preflight and model loading).
+fusion), ``diagnosis_s`` (labels + missing-leg scores), ``metrics_s``, ``persistence_s`` (COPY),
+``total_s`` (wall time, including preflight and model loading). ``retrieval_s`` and ``diagnosis_s`` are
+summed over the worker threads, which overlap each other and the main thread: the parts may add up to
+more than ``total_s``.
 """
 
 from __future__ import annotations
@@ -23,7 +32,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,9 +43,12 @@ import sqlalchemy as sa
 from rag_pipeline.core import diagnosis_db, persistence, retrieval_sql, runs
 from rag_pipeline.core.dataset import Dataset, EvaluationCase
 from rag_pipeline.core.embedding import get_embedder
+from rag_pipeline.core.diagnosis import MissReason
 from rag_pipeline.core.knowledge_base import resolve_knowledge_base
+from rag_pipeline.core.label_check import LabelReport, check_labels
 from rag_pipeline.core.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.core.retrieval import RetrievalError, RetrievalTrace, hybrid_search_batch, text_search_mode
+from rag_pipeline.core.snapshot_readers import SnapshotReaders, reader_count, snapshot_readers
 from rag_pipeline.core.strategies import Strategy
 from rag_pipeline.core.strategy_store import register_strategy
 
@@ -70,9 +84,13 @@ def evaluate_dataset(
     dagster_run_id: str | None = None,
     progress: Progress | None = None,
     logger=None,
+    readers: int | None = None,
 ) -> EvaluationOutcome:
-    """Run ``strategy`` over every case of ``dataset`` (against ``dataset.knowledge_base``) and store the run."""
+    """Run ``strategy`` over every case of ``dataset`` (against ``dataset.knowledge_base``) and store the run.
+
+    ``readers``: read connections searching batches in parallel (default ``RAG_EVAL_READERS`` or 2)."""
     logger = logger or log
+    readers = reader_count(readers)
     t_start = time.perf_counter()
     runs.sweep_abandoned(engine)
     with engine.connect() as conn:
@@ -93,7 +111,7 @@ def evaluate_dataset(
                 f"(version {dataset.version}) on {kb.name!r} with {strategy.version}")
     try:
         _run(engine, run_id, dataset, kb, strategy, outcome, batch_size, progress, logger,
-             extra={"relevant_ids_not_in_kb": missing}, t_start=t_start)
+             extra={"relevant_ids_not_in_kb": missing}, t_start=t_start, readers=readers)
     except BaseException as exc:
         runs.mark_failed(engine, run_id, f"{type(exc).__name__}: {exc}")
         raise
@@ -121,56 +139,97 @@ def relevant_ids_missing(conn: sa.Connection, kb_id, dataset: Dataset) -> int:
     ), {"ids": ids, "kb": kb_id}).scalar_one()
 
 
+@dataclass
+class _BatchResult:
+    traces: list[RetrievalTrace]
+    reasons: list[list[MissReason]]
+    labels: LabelReport
+    retrieval_s: float
+    diagnosis_s: float
+
+
+def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
+                  vectors) -> _BatchResult:
+    """Worker thread: one batch's retrieval and miss diagnosis on a borrowed snapshot connection."""
+    with readers.borrow() as conn:
+        t = time.perf_counter()
+        traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in batch],
+                                     strategy=strategy, limits=[c.k for c in batch], query_vectors=vectors,
+                                     targets=[c.relevant_chunk_ids for c in batch])
+        t_search = time.perf_counter()
+        labels = check_labels(conn, kb, batch)
+        reasons = diagnosis_db.diagnose_batch(conn, kb, strategy, batch, [tr.candidates for tr in traces], labels,
+                                              query_vectors=vectors, known=[tr.keyword_targets for tr in traces])
+        return _BatchResult(traces, reasons, labels, t_search - t, time.perf_counter() - t_search)
+
+
 def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: EvaluationOutcome,
-         batch_size: int, progress: Progress | None, logger, *, extra: dict, t_start: float) -> None:
-    timings = dict.fromkeys(("embedding_s", "retrieval_s", "metrics_s", "persistence_s"), 0.0)
+         batch_size: int, progress: Progress | None, logger, *, extra: dict, t_start: float,
+         readers: int) -> None:
+    timings = dict.fromkeys(("embedding_s", "retrieval_s", "diagnosis_s", "metrics_s", "persistence_s"), 0.0)
     sums = np.zeros(len(METRIC_NAMES))
     stats = {"cases_with_hit": 0, "cases_without_candidates": 0, "relevant_in_pool": 0, "relevant_total": 0}
     total = len(dataset.cases)
+    starts = list(range(0, total, batch_size))
     embedder = get_embedder(strategy.embedding_model) if strategy.vector_candidate_k else None
-    reader = engine.connect().execution_options(isolation_level="REPEATABLE READ")
-    try:
-        with reader.begin(), engine.begin() as writer:
-            for start in range(0, total, batch_size):
-                batch = dataset.cases[start:start + batch_size]
+    tally = diagnosis_db.RunDiagnosisTally(kb.name)
+    pending: deque = deque()
+    with snapshot_readers(engine, readers) as pool_conns, engine.begin() as writer, \
+            ThreadPoolExecutor(max_workers=readers, thread_name_prefix="rag-eval") as workers:
+
+        todo = iter(starts)
+
+        def submit() -> None:
+            """Embed the next batch (main thread) and hand its SQL to a worker."""
+            start = next(todo, None)
+            if start is None:
+                return
+            batch = dataset.cases[start:start + batch_size]
+            t = time.perf_counter()
+            vectors = embedder.embed([c.question for c in batch]) if embedder else None
+            _tick(timings, "embedding_s", t)
+            pending.append((start, batch, workers.submit(_search_batch, pool_conns, kb, strategy, batch, vectors)))
+
+        try:
+            for _ in range(readers):
+                submit()
+            while pending:
+                start, batch, future = pending.popleft()
+                submit()  # keep every reader busy while this batch is scored and written
+                result = future.result()
+                timings["retrieval_s"] += result.retrieval_s
+                timings["diagnosis_s"] += result.diagnosis_s
+                tally.add(result.labels, result.reasons)
                 t = time.perf_counter()
-                vectors = embedder.embed([c.question for c in batch]) if embedder else None
-                t = _tick(timings, "embedding_s", t)
-                traces = hybrid_search_batch(reader, knowledge_base_id=kb.id, queries=[c.question for c in batch],
-                                             strategy=strategy, limits=[c.k for c in batch], query_vectors=vectors)
-                t = _tick(timings, "retrieval_s", t)
-                values = _metrics(batch, traces)
+                values = _metrics(batch, result.traces)
                 sums += values.sum(axis=0)
                 t = _tick(timings, "metrics_s", t)
                 outcome.candidate_count += persistence.copy_candidates(
-                    writer, _candidate_rows(run_id, batch, traces))
-                persistence.copy_case_results(writer, _case_rows(run_id, start, batch, traces, values, stats))
+                    writer, _candidate_rows(run_id, batch, result.traces))
+                persistence.copy_case_results(
+                    writer, _case_rows(run_id, start, batch, result.traces, values, result.reasons, stats))
                 _tick(timings, "persistence_s", t)
                 outcome.case_count += len(batch)
                 runs.heartbeat(engine, run_id)
                 if progress:
                     progress(outcome.case_count, total)
-                if start and (start // batch_size) % 10 == 0:
+                if (start // batch_size) % 10 == 9:
                     logger.info(f"{outcome.case_count}/{total} cases evaluated")
-            averages = sums / max(total, 1)
-            outcome.averages = {m: float(v) for m, v in zip(METRIC_NAMES, averages, strict=True)}
-            timings["total_s"] = time.perf_counter() - t_start
-            outcome.timings = {k: round(v, 4) for k, v in timings.items()}
-            outcome.summary = {
-                "batch_size": batch_size,
-                **stats,
-                **extra,
-            }
-            # Miss reasons of every relevant chunk (stored per case) and the run's headline, before commit.
-            diag = diagnosis_db.diagnose_run(writer, run_id, averages=outcome.averages)
-            outcome.summary.update(diag.summary_metadata())
-            persistence.finalize_run(
-                writer, run_id, dataset_name=dataset.name, knowledge_base_name=kb.name,
-                strategy_version=strategy.version, case_count=outcome.case_count,
-                candidate_count=outcome.candidate_count, averages=outcome.averages,
-                timings=outcome.timings, summary=outcome.summary)
-    finally:
-        reader.close()
+        except BaseException:
+            for _, _, future in pending:
+                future.cancel()
+            raise
+        averages = sums / max(total, 1)
+        outcome.averages = {m: float(v) for m, v in zip(METRIC_NAMES, averages, strict=True)}
+        timings["total_s"] = time.perf_counter() - t_start
+        outcome.timings = {k: round(v, 4) for k, v in timings.items()}
+        outcome.summary = {"batch_size": batch_size, "readers": readers, **stats, **extra,
+                           **tally.summary_metadata(outcome.averages)}
+        persistence.finalize_run(
+            writer, run_id, dataset_name=dataset.name, knowledge_base_name=kb.name,
+            strategy_version=strategy.version, case_count=outcome.case_count,
+            candidate_count=outcome.candidate_count, averages=outcome.averages,
+            timings=outcome.timings, summary=outcome.summary)
 
 
 def _tick(timings: dict[str, float], key: str, since: float) -> float:
@@ -197,7 +256,7 @@ def _candidate_rows(run_id, batch: Sequence[EvaluationCase], traces: Sequence[Re
 
 
 def _case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
-               values: np.ndarray, stats: dict):
+               values: np.ndarray, reasons: Sequence[Sequence[MissReason]], stats: dict):
     for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
         relevant = set(case.relevant_chunk_ids)
         ranks = [c.rank for c in trace.candidates if c.chunk_id in relevant]
@@ -207,4 +266,5 @@ def _case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Seq
         stats["cases_with_hit"] += any(c.chunk_id in relevant for c in trace.selected)
         yield (run_id, case.case_id, offset + i, case.question, case.k, json.dumps(list(case.relevant_chunk_ids)),
                json.dumps([c.chunk_id for c in trace.selected]), min(ranks) if ranks else None,
-               *(float(v) for v in values[i]))
+               *(float(v) for v in values[i]),
+               json.dumps([m.as_dict() for m in reasons[i]], ensure_ascii=False))

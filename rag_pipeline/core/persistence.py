@@ -22,7 +22,7 @@ CANDIDATE_COLUMNS = (
 )
 CASE_RESULT_COLUMNS = (
     "evaluation_run_id", "case_id", "case_index", "question", "k", "relevant_chunk_ids",
-    "retrieved_chunk_ids", "first_relevant_rank", *METRIC_NAMES,
+    "retrieved_chunk_ids", "first_relevant_rank", *METRIC_NAMES, "miss_reasons",
 )
 
 
@@ -70,7 +70,7 @@ def copy_candidates(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
 
 
 def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
-    """Rows in :data:`CASE_RESULT_COLUMNS` order; the two id lists as JSON text."""
+    """Rows in :data:`CASE_RESULT_COLUMNS` order; the two id lists and the miss reasons as JSON text."""
     return _copy(conn, "retrieval_evaluation_case_results", CASE_RESULT_COLUMNS, rows)
 
 

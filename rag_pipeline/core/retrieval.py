@@ -30,14 +30,15 @@ embedded alone and inside a batch).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.core import fusion, retrieval_sql, textsearch
-from rag_pipeline.core.bm25 import BM25_LEG_SQL, bm25_params
+from rag_pipeline.core.bm25 import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
 from rag_pipeline.core.embedding import get_embedder
 from rag_pipeline.core.strategies import Strategy
 
@@ -70,6 +71,9 @@ class RetrievalTrace:
     question: str
     candidates: list[Candidate]
     selected: list[Candidate]
+    # Only with ``targets`` (evaluation): target chunk id -> {"keyword_score", "keyword_rank"} for targets the
+    # keyword leg scored *below* its top k (None/None: the chunk shares no term with the question).
+    keyword_targets: dict[str, dict] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ def hybrid_search_batch(
     strategy: Strategy,
     limits: Sequence[int] | None = None,
     query_vectors: np.ndarray | None = None,
+    targets: Sequence[Sequence[str]] | None = None,
 ) -> list[RetrievalTrace]:
     """Search many questions: one embedding call and one SQL statement per enabled leg for the batch.
 
@@ -106,7 +111,10 @@ def hybrid_search_batch(
     ``SET LOCAL`` (``set_config(..., true)``) and last until that transaction ends.
 
     ``limits`` (one per question) default to ``strategy.final_top_k``; ``query_vectors``
-    (``len(queries) × dimension``, unit length) skip the embedding call.
+    (``len(queries) × dimension``, unit length) skip the embedding call. ``targets`` (one list of chunk ids
+    per question, e.g. the case's relevant chunks) make the keyword leg also report, in
+    ``trace.keyword_targets``, the score and leg rank of each target it ranked below its top k — in the same
+    statement (:data:`retrieval_sql.TS_RANK_CD_TARGETS_LEG_SQL`); the pools are unchanged.
     """
     queries = list(queries)
     if any(not isinstance(q, str) for q in queries):
@@ -117,12 +125,17 @@ def hybrid_search_batch(
     kb = conn.execute(sa.text(retrieval_sql.KNOWLEDGE_BASE_SQL), {"kb": knowledge_base_id}).first()
     if kb is None:
         raise RetrievalError(f"no knowledge base with id {knowledge_base_id}")
+    if targets is not None and len(targets) != len(queries):
+        raise ValueError(f"got {len(targets)} target lists for {len(queries)} questions")
     vector_hits = _vector_leg(conn, kb, queries, strategy, query_vectors)
-    keyword_hits = _keyword_leg(conn, kb, queries, strategy)
-    return [
+    keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, targets)
+    traces = [
         fuse_pool(question, vector_hits[i], keyword_hits[i], strategy, limits[i])
         for i, question in enumerate(queries)
     ]
+    for trace, found in zip(traces, keyword_targets, strict=True):
+        trace.keyword_targets.update(found)
+    return traces
 
 
 def _check_limits(limits: Sequence[int] | None, n: int, default: int) -> list[int]:
@@ -183,23 +196,58 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> list[li
     return hits
 
 
-def _keyword_leg(conn, kb, queries, strategy: Strategy) -> list[list[LegHit]]:
+def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None) -> tuple[list[list[LegHit]], list[dict]]:
+    """The leg's hits per question, and per question ``{target chunk id: {keyword_score, keyword_rank}}``
+    for the targets below the leg's top k (empty dicts without ``targets``)."""
+    below: list[dict] = [{} for _ in queries]
     if strategy.keyword_candidate_k == 0:
-        return [[] for _ in queries]
+        return [[] for _ in queries], below
     mode = text_search_mode(kb, strategy)
+    k = strategy.keyword_candidate_k
     params = {
         "kb": kb.id,
         "cfg": textsearch.regconfig(mode),
         "query_texts": [textsearch.prepare(mode, q) for q in queries],
-        "k": strategy.keyword_candidate_k,
+        "k": k,
     }
     if strategy.keyword_scorer == "bm25":
-        sql, params = BM25_LEG_SQL, {**params, **bm25_params(strategy.bm25_k1, strategy.bm25_b)}
+        sql = BM25_LEG_SQL if targets is None else BM25_TARGETS_LEG_SQL
+        params |= bm25_params(strategy.bm25_k1, strategy.bm25_b)
     elif strategy.keyword_scorer == "ts_rank_cd":
-        sql = retrieval_sql.TS_RANK_CD_LEG_SQL
+        sql = retrieval_sql.TS_RANK_CD_LEG_SQL if targets is None else retrieval_sql.TS_RANK_CD_TARGETS_LEG_SQL
     else:  # pragma: no cover - Strategy validates the scorer
         raise RetrievalError(f"unknown keyword scorer {strategy.keyword_scorer!r}")
-    return _group(conn.execute(sa.text(sql), params), len(queries))
+    if targets is None:
+        return _group(conn.execute(sa.text(sql), params), len(queries)), below
+    wanted = [_uuid_strings(t) for t in targets]
+    params["targets"] = ["{" + ",".join(ids) + "}" for ids in wanted]
+    rows = conn.execute(sa.text(sql), params).all()
+    for i, ids in enumerate(wanted):
+        below[i].update(dict.fromkeys(ids))  # scored below k, or (None) no match at all
+    top = []
+    for row in rows:
+        if row.leg_rank <= k:
+            top.append(row)
+            below[row.query_index - 1].pop(str(row.chunk_id), None)
+        else:
+            below[row.query_index - 1][str(row.chunk_id)] = {"keyword_score": float(row.score),
+                                                             "keyword_rank": int(row.leg_rank)}
+    for found in below:
+        for chunk_id, value in found.items():
+            if value is None:
+                found[chunk_id] = {"keyword_score": None, "keyword_rank": None}
+    return _group(top, len(queries)), below
+
+
+def _uuid_strings(ids: Sequence[str]) -> list[str]:
+    """The ids that are UUIDs, in canonical form (anything else cannot be a chunk: label_check reports it)."""
+    out = []
+    for raw in ids:
+        try:
+            out.append(str(uuid.UUID(str(raw))))
+        except ValueError:
+            continue
+    return sorted(set(out))
 
 
 def _group(rows, n: int) -> list[list[LegHit]]:

@@ -61,21 +61,45 @@ _TSQUERY = textsearch.OR_TSQUERY_SQL.replace(":qtext", "q.query_text")
 if _TSQUERY == textsearch.OR_TSQUERY_SQL:  # pragma: no cover - guards a change in textsearch
     raise RuntimeError("textsearch.OR_TSQUERY_SQL no longer uses the :qtext parameter")
 
-# Keyword leg, seed scorer: ts_rank_cd(tsvector, query, 32) = rank / (rank + 1), a float4 in [0, 1).
-# A question without lexemes has a NULL tsquery and matches nothing.
-TS_RANK_CD_LEG_SQL = f"""
-SELECT q.ord AS query_index, hit.chunk_id, hit.document_id, hit.document_name, hit.score
-FROM unnest(CAST(:query_texts AS text[])) WITH ORDINALITY AS q(query_text, ord)
-CROSS JOIN LATERAL (SELECT {_TSQUERY} AS tsq) AS t
-CROSS JOIN LATERAL (
+# Every searchable chunk matching the question's OR-tsquery ``t.tsq``, with its seed keyword score:
+# ts_rank_cd(tsvector, query, 32) = rank / (rank + 1), a float4 in [0, 1). Used by both keyword legs below.
+_TS_RANK_CD_MATCHES = f"""
     SELECT c.id AS chunk_id, c.document_id, d.original_name AS document_name,
            CAST(ts_rank_cd(c.content_tsvector, t.tsq, 32) AS float8) AS score
     FROM document_chunks c
     JOIN documents d ON d.id = c.document_id
     WHERE c.content_tsvector @@ t.tsq
-      AND {BASE_FILTERS}
+      AND {BASE_FILTERS}"""
+
+# Keyword leg, seed scorer: the top :k matches. A question without lexemes has a NULL tsquery and matches
+# nothing.
+TS_RANK_CD_LEG_SQL = f"""
+SELECT q.ord AS query_index, hit.chunk_id, hit.document_id, hit.document_name, hit.score
+FROM unnest(CAST(:query_texts AS text[])) WITH ORDINALITY AS q(query_text, ord)
+CROSS JOIN LATERAL (SELECT {_TSQUERY} AS tsq) AS t
+CROSS JOIN LATERAL ({_TS_RANK_CD_MATCHES}
     ORDER BY score DESC, c.id
     LIMIT :k
+) AS hit
+"""
+
+# Keyword leg with *targets* (evaluation: the case's relevant chunk ids, one ``{uuid,...}`` array literal per
+# question): the same scores and order as TS_RANK_CD_LEG_SQL, but every match gets its leg rank
+# (row_number over score desc, chunk id) and the rows kept are the top :k *plus* any target ranked lower.
+# The leg scores every match anyway to find its top :k, so a missed relevant chunk's own keyword score and
+# would-be rank come at the price of one full sort instead of a top-N heapsort (miss diagnosis, no
+# second pass). Rows with leg_rank <= :k are exactly TS_RANK_CD_LEG_SQL's rows.
+TS_RANK_CD_TARGETS_LEG_SQL = f"""
+SELECT q.ord AS query_index, hit.chunk_id, hit.document_id, hit.document_name, hit.score, hit.leg_rank
+FROM unnest(CAST(:query_texts AS text[]), CAST(:targets AS text[])) WITH ORDINALITY AS q(query_text, target_ids, ord)
+CROSS JOIN LATERAL (SELECT {_TSQUERY} AS tsq) AS t
+CROSS JOIN LATERAL (
+    SELECT r.chunk_id, r.document_id, r.document_name, r.score, r.leg_rank
+    FROM (
+        SELECT s.*, row_number() OVER (ORDER BY s.score DESC, s.chunk_id) AS leg_rank
+        FROM ({_TS_RANK_CD_MATCHES}) AS s
+    ) AS r
+    WHERE r.leg_rank <= :k OR r.chunk_id = ANY(CAST(q.target_ids AS uuid[]))
 ) AS hit
 """
 

@@ -74,6 +74,8 @@ class EvaluationDatasetConfig(dg.Config):
 class EvaluationRunConfig(dg.Config):
     batch_size: int = 64
     """Cases per retrieval batch (one embedding call and one SQL statement per leg per batch)."""
+    readers: int = 0
+    """Read connections searching batches in parallel; 0 = ``RAG_EVAL_READERS`` or 2."""
 
 
 @dg.asset(group_name=GROUP, partitions_def=evaluation_partitions, kinds={"json", "postgres"},
@@ -154,7 +156,7 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
                 context.log.info(f"{done}/{total} cases ({100 * done // max(total, 1)}%)")
 
         outcome = evaluate_dataset(engine, dataset, strategy, batch_size=config.batch_size,
-                                   partition_key=str(context.partition_key), dagster_run_id=context.run_id,
+                                   readers=config.readers or None, partition_key=str(context.partition_key), dagster_run_id=context.run_id,
                                    progress=progress, logger=context.log)
     try:  # the run is committed: a failure here must not fail (and re-run) the step
         with engine.connect() as conn:

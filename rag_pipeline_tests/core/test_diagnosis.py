@@ -226,3 +226,45 @@ def test_diagnose_run_stores_reasons_and_states_why_everything_is_zero(engine, k
     outcome, diag = run(f"diag-zero-{uuid.uuid4().hex[:6]}", [zero])
     assert outcome.averages["ndcg_at_k"] == 0.0
     assert diag.first_line == "All metrics are 0: 1 of 1 labels are document ids, not chunk ids — see check-dataset."
+
+
+@pytest.mark.parametrize("scorer", ["ts_rank_cd", "bm25"])
+def test_evaluation_loop_diagnosis_equals_a_separate_diagnosis_pass(engine, kb, scorer):
+    """The evaluation diagnoses each batch in the loop, taking the keyword leg's scores of missed relevant
+    chunks from the leg statement itself (targets); diagnose_run recomputes them in a second pass
+    (keyword_score_sql) from the stored pools. Both must agree exactly, label problems included."""
+    from rag_pipeline.core.dataset import parse_dataset
+    from rag_pipeline.core.evaluation import evaluate_dataset
+
+    kb_row, ids = kb
+    strategy = Strategy(f"diag-loop-{scorer}-{uuid.uuid4().hex[:6]}", vector_candidate_k=1, keyword_candidate_k=1,
+                        keyword_scorer=scorer)
+    questions = [QUESTION, "reset the router power button", "password rules characters", "garden watering",
+                 "sign-in recover account"]
+    labels = [*ids.values(), str(chunking.document_id(kb_row.name, "pasta.md")), str(uuid.uuid4())]
+    cases = [{"case_id": f"c{i}", "question": q, "k": 1, "relevant_chunk_ids": labels} for i, q in enumerate(questions)]
+    dataset = parse_dataset(json.dumps({"name": f"diag-loop-{uuid.uuid4().hex[:6]}",
+                                        "knowledge_base": kb_row.name, "cases": cases}))
+    outcome = evaluate_dataset(engine, dataset, strategy, batch_size=2, readers=2)
+    with engine.connect() as conn:
+        stored = dict(conn.execute(sa.text(
+            "SELECT case_id, miss_reasons FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :r"),
+            {"r": outcome.run_id}).all())
+        again = diagnosis_db.diagnose_run(conn, outcome.run_id, store=False)
+    # Equal up to the last float bits of the question vectors (embedded per batch vs all at once, ~1e-7).
+    expected = json.loads(json.dumps({case: [m.as_dict() for m in reasons] for case, reasons in again.reasons.items()}))
+    assert stored.keys() == expected.keys()
+    for case, reasons in stored.items():
+        assert [sorted(m) for m in reasons] == [sorted(m) for m in expected[case]], case
+        for got, want in zip(reasons, expected[case], strict=True):
+            for key, value in want.items():
+                if isinstance(value, float):
+                    assert got[key] == pytest.approx(value, abs=1e-6), (case, key)
+                elif key != "detail":
+                    assert got[key] == value, (case, key)
+    below_k = [m for reasons in stored.values() for m in reasons
+               if m["reason"] == "not_in_pool" and (m.get("keyword_rank") or 0) > 1]
+    assert below_k, "some relevant chunk must be keyword-matched below the leg's k (the fused path)"
+    assert any(m["reason"] == "not_in_pool" and "keyword_score" not in m for r in stored.values() for m in r)
+    assert outcome.summary["miss_reasons"] == again.summary
+    assert outcome.summary["label_integrity"] == again.summary_metadata()["label_integrity"]

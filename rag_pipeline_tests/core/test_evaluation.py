@@ -44,7 +44,7 @@ def test_evaluation_stores_runs_candidates_and_case_results(engine, tiny):
     assert (run.status, run.is_current, run.case_count) == ("succeeded", True, len(dataset.cases))
     assert run.params_hash == get_strategy("hybrid-v1").params_hash()
     assert run.embedding_model == "use-multilingual-v3"
-    assert set(run.timings) == {"embedding_s", "retrieval_s", "metrics_s", "persistence_s", "total_s"}
+    assert set(run.timings) == {"embedding_s", "retrieval_s", "diagnosis_s", "metrics_s", "persistence_s", "total_s"}
     cands, cases = run_rows(engine, outcome.run_id)
     assert (cands, cases) == (run.candidate_count, len(dataset.cases))
     assert cands == 5 * len(dataset.cases), "the vector leg returns all 5 chunks of the tiny KB for every case"

@@ -131,8 +131,9 @@ def test_unreachable_database_in_a_real_process(tmp_path):
 
 @pytest.mark.parametrize("victim", ["reader", "writer", "all"])
 def test_connection_terminated_mid_run_fails_the_run_and_keeps_nothing(engine, chunks, tmp_path, victim):
-    """After the first batch (its rows already written inside the run's transaction) another session
-    terminates the run's REPEATABLE READ reader, its writer, or every connection of the process."""
+    """After two batches (their rows already written inside the run's transaction) another session
+    terminates the run's REPEATABLE READ readers (both: later batches use either), its writer, or every
+    connection of the process. Batches of one case: the fifth batch is submitted only after the kill."""
     path = write_dataset(tmp_path / "ds.json", KB, tiny_cases(chunks), name=f"faults-drop-{victim}")
     dataset = load_dataset(path)
     strategy = get_strategy("hybrid-v1")
@@ -147,8 +148,8 @@ def test_connection_terminated_mid_run_fails_the_run_and_keeps_nothing(engine, c
         with admin() as conn:
             rows = backends(conn, app)
             seen["rows"] = rows
-            if victim == "reader":
-                pids = [r.pid for r in rows if r.state == "idle in transaction" and not r.has_written]
+            if victim == "reader":  # in a transaction (idle or running a batch), never written
+                pids = [r.pid for r in rows if r.state in ("idle in transaction", "active") and not r.has_written]
             elif victim == "writer":
                 pids = [r.pid for r in rows if r.state == "idle in transaction" and r.has_written]
             else:
@@ -159,10 +160,10 @@ def test_connection_terminated_mid_run_fails_the_run_and_keeps_nothing(engine, c
 
     try:
         with pytest.raises(sa.exc.DBAPIError, match=DROPPED):
-            evaluate_dataset(run_engine, dataset, strategy, batch_size=2, progress=progress)
+            evaluate_dataset(run_engine, dataset, strategy, batch_size=1, readers=2, progress=progress)
     finally:
         run_engine.dispose()
-    assert len(seen["pids"]) == (1 if victim != "all" else len(seen["rows"]))
+    assert len(seen["pids"]) == {"reader": 2, "writer": 1, "all": len(seen["rows"])}[victim]
     with engine.connect() as conn:
         history = runs.list_runs(conn, dataset=dataset.name, strategy=strategy.version)
     assert [r.status for r in history] == ["failed", "succeeded"]

@@ -341,3 +341,35 @@ def test_strategy_parameter_hash_refusal(engine):
                               {"v": version}).one()
     assert stored.params_hash == first and stored.params["vector_weight"] == 0.7
 
+
+
+@pytest.mark.parametrize("scorer", ["ts_rank_cd", "bm25"])
+def test_targets_leave_the_pool_unchanged_and_rank_the_rest_of_the_keyword_leg(engine, kb, scorer):
+    """With targets the keyword leg ranks every match; pools must be identical to the plain path, and a target
+    below the leg's k gets exactly the score and rank it has in a leg deep enough to hold it."""
+    name, kb_id = kb
+    shallow = dataclasses.replace(HYBRID_V1, version=f"t-shallow-{scorer}", keyword_scorer=scorer,
+                                  vector_candidate_k=1, keyword_candidate_k=1)
+    deep = dataclasses.replace(shallow, version=f"t-deep-{scorer}", keyword_candidate_k=50)
+    targets = [[_chunk(name, d, t) for d, t in CORPUS.items()] + ["not-a-uuid"] for _ in QUESTIONS]
+    vectors = get_embedder(USE).embed(QUESTIONS)
+    with engine.connect() as conn:
+        args = {"knowledge_base_id": kb_id, "queries": QUESTIONS, "query_vectors": vectors}
+        plain = hybrid_search_batch(conn, strategy=shallow, **args)
+        with_targets = hybrid_search_batch(conn, strategy=shallow, targets=targets, **args)
+        deep_pool = hybrid_search_batch(conn, strategy=deep, **args)
+    assert with_targets == plain and all(not t.keyword_targets for t in plain)
+    checked = 0
+    for trace, reference, wanted in zip(with_targets, deep_pool, targets, strict=True):
+        leg = {c.chunk_id: c for c in reference.candidates if c.keyword_rank is not None}
+        in_top = {c.chunk_id for c in trace.candidates if c.keyword_rank is not None}
+        assert set(trace.keyword_targets) == set(wanted[:-1]) - in_top  # the non-UUID is dropped
+        for chunk_id, got in trace.keyword_targets.items():
+            if chunk_id in leg:
+                assert got == {"keyword_score": pytest.approx(leg[chunk_id].keyword_score, abs=1e-12),
+                               "keyword_rank": leg[chunk_id].keyword_rank}
+                assert got["keyword_rank"] > 1
+                checked += 1
+            else:
+                assert got == {"keyword_score": None, "keyword_rank": None}
+    assert checked >= 3

@@ -343,6 +343,16 @@ def test_the_dagster_resource_and_dagster_yaml_hold_no_secret():
 # Anything else spliced into a string that looks like SQL fails the test: use a bind parameter.
 VETTED_SQL_SPLICES = {
     ("core/bm25.py", "<module>", "BASE_FILTERS"): "constant SQL fragment",
+    ("core/bm25.py", "<module>", 'extra=""'): "literal select-list suffix",
+    ("core/bm25.py", "<module>", 'where="leg_rank <= :k"'): "literal filter",
+    ("core/bm25.py", "<module>", 'extra=", leg_rank"'): "literal select-list suffix",
+    ("core/bm25.py", "<module>", 'where="leg_rank <= :k OR chunk_id = ANY(CAST((CAST(:targets AS text[]))'
+                                 '[CAST(ord AS int)] AS uuid[]))"'): "literal filter (targets are a bind parameter)",
+    ("core/embedded_pg.py", "_apply_settings", "name"): "a key of tuned_settings() (constant setting names)",
+    ("core/embedded_pg.py", "_apply_settings", "value"): "checked against \\d+(kB|MB|GB) just above "
+                                                         "(ALTER SYSTEM takes no parameters)",
+    ("core/snapshot_readers.py", "snapshot_readers", "snapshot_id"): "pg_export_snapshot()'s id, checked against "
+                                                                     "[0-9A-F]+-[0-9A-F]+(-[0-9]+)? just above",
     ("core/comparison.py", "<module>", "', '.join(METRIC_NAMES)"): "constant column names",
     ("core/db.py", "_create_database_if_missing", "name"): "checked against [a-z_][a-z0-9_]* just above; "
                                                            "called with the constants rag/dagster",
@@ -365,6 +375,7 @@ VETTED_SQL_SPLICES = {
     ("core/reports.py", "case_overview", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
     ("core/reports.py", "case_overview", "order"): "one of two literal ORDER BY lists",
     ("core/retrieval_sql.py", "<module>", "_TSQUERY"): "constant SQL fragment",
+    ("core/retrieval_sql.py", "<module>", "_TS_RANK_CD_MATCHES"): "constant SQL fragment",
     ("core/retrieval_sql.py", "<module>", "BASE_FILTERS"): "constant SQL fragment",
     ("core/retrieval_sql.py", "vector_leg_sql", "dim=int(dimension)"): "an int from embedding_models "
                                                                         "(must match the HNSW index expression)",
