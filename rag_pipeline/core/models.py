@@ -142,6 +142,8 @@ class ChunkEmbedding(Base):
     )
     embedding = mapped_column(Vector(), nullable=False)
     created_at: Mapped[datetime] = _now()
+    # Deleting a knowledge base cascades here: without it, one scan of every vector.
+    __table_args__ = (Index("ix_chunk_embeddings_knowledge_base_id", "knowledge_base_id"),)
 
 
 class ChunkTerm(Base):
@@ -154,6 +156,9 @@ class ChunkTerm(Base):
         ForeignKey("document_chunks.id", ondelete="CASCADE"), primary_key=True
     )
     tf: Mapped[int] = mapped_column(Integer, nullable=False)
+    # The cascade from document_chunks, retiring replaced chunks and the token_count update look postings up by
+    # chunk: without it each deleted chunk scanned every posting (2,000 chunks next to 100k: > 4 minutes).
+    __table_args__ = (Index("ix_chunk_terms_chunk_id", "chunk_id"),)
 
 
 class KnowledgeBaseTermStat(Base):
