@@ -213,3 +213,31 @@ def test_cli_errors_are_one_clear_line(engine, tiny, capsys, argv, message):
     assert main(["evaluate", "--dataset", str(path), "--quiet", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("rag-pipeline: error: ") and message in err[0]
+
+
+def test_results_do_not_depend_on_the_number_of_readers(engine, tiny):
+    """Batches searched by 1 or 3 parallel snapshot readers: the same stored pools, case order, reasons
+    and averages (the main thread consumes the batches in order whatever finishes first)."""
+    _, path = tiny
+    dataset = load_dataset(path)
+    strategy = get_strategy("hybrid-v1")
+    outcomes = [evaluate_dataset(engine, dataset, strategy, batch_size=1, readers=n) for n in (1, 3)]
+
+    def stored(run_id):
+        with engine.connect() as conn:
+            cands = conn.execute(sa.text(
+                "SELECT case_id, rank, chunk_id, vector_rank, keyword_rank, is_relevant, is_selected, "
+                "round(CAST(final_score AS numeric), 6) FROM retrieval_evaluation_candidates "
+                "WHERE evaluation_run_id = :r ORDER BY case_id, rank"), {"r": run_id}).all()
+            cases = conn.execute(sa.text(
+                "SELECT case_index, case_id, retrieved_chunk_ids, miss_reasons IS NOT NULL "
+                "FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :r ORDER BY case_index"),
+                {"r": run_id}).all()
+        return cands, cases
+
+    one, three = (stored(o.run_id) for o in outcomes)
+    assert one == three and len(one[1]) == len(dataset.cases)
+    assert [c.case_id for c in one[1]] == [c.case_id for c in dataset.cases]
+    assert outcomes[0].averages == pytest.approx(outcomes[1].averages, abs=1e-9)
+    assert [o.summary["readers"] for o in outcomes] == [1, 3]
+    assert outcomes[0].summary["miss_reasons"] == outcomes[1].summary["miss_reasons"]
