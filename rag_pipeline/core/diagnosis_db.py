@@ -11,8 +11,13 @@ leg's own score is computed for the case's question with the strategy's own defi
   :mod:`rag_pipeline.core.retrieval_sql` / :mod:`rag_pipeline.core.bm25`) run without its LIMIT, so
   score and would-be rank are exactly what the leg computes; no row = no query term in the chunk.
 
-One statement per leg for all targets of a batch. The exact vector rank costs a scan of the KB's
-vectors per target, so it is computed only for knowledge bases of at most
+One statement per leg for all targets of a batch. The evaluation loop needs no keyword statement at all: its
+keyword leg already ranked the case's relevant chunks (``trace.keyword_targets``, passed as ``known`` to
+:func:`diagnose_batch`); :func:`diagnose_run` re-diagnoses a stored run with the statements below (the two
+agree up to float noise, ``test_evaluation_loop_diagnosis_equals_a_separate_diagnosis_pass``).
+
+The exact vector rank costs a scan of the KB's vectors per target, so it is computed only for knowledge
+bases of at most
 :data:`EXACT_VECTOR_RANK_MAX_CHUNKS` chunks (measured: ~0.8 s per target at 100,000 chunks); above that
 the score is still reported, the rank is left out.
 """
