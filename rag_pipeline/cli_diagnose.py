@@ -83,12 +83,18 @@ def cmd_check_dataset(args: argparse.Namespace) -> int:
     return 1 if report.invalid() else 0
 
 
+def dataset_name_and_kb(name: str, knowledge_base: str | None) -> tuple[str, str | None]:
+    """A dataset argument of ``compare`` / ``tune``: a stored dataset's name, or a dataset file (validated,
+    then its own name and knowledge base are used)."""
+    if Path(name).is_file():
+        dataset = load_dataset(name, knowledge_base=knowledge_base)
+        return dataset.name, dataset.knowledge_base
+    return name, knowledge_base
+
+
 @_guarded
 def cmd_compare(args: argparse.Namespace) -> int:
-    name, kb = args.dataset, args.knowledge_base
-    if Path(name).is_file():
-        dataset = load_dataset(name, knowledge_base=kb)
-        name, kb = dataset.name, dataset.knowledge_base
+    name, kb = dataset_name_and_kb(args.dataset, args.knowledge_base)
     with get_engine().connect() as conn:
         comp = compare(load_current_runs(conn, name, kb), args.baseline, dataset=name, n_resamples=args.resamples)
         attach_top_chunks(conn, comp)

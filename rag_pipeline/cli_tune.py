@@ -34,8 +34,9 @@ import numpy as np
 import sqlalchemy as sa
 import yaml
 
+from rag_pipeline.cli_diagnose import dataset_name_and_kb
 from rag_pipeline.cli_errors import guarded
-from rag_pipeline.core.dataset import DatasetError, load_dataset
+from rag_pipeline.core.dataset import DatasetError
 from rag_pipeline.core.db import DatabaseError, get_engine
 from rag_pipeline.core.knowledge_base import KnowledgeBaseError
 from rag_pipeline.core.metrics import METRIC_NAMES
@@ -341,10 +342,7 @@ _guarded = guarded(*ERRORS)
 
 @_guarded
 def cmd_tune(args: argparse.Namespace) -> int:
-    name, kb = args.dataset, args.knowledge_base
-    if Path(name).is_file():
-        dataset = load_dataset(name, knowledge_base=kb)
-        name, kb = dataset.name, dataset.knowledge_base
+    name, kb = dataset_name_and_kb(args.dataset, args.knowledge_base)
     with get_engine().connect() as conn:
         result = tune(conn, name, args.pool_strategy, args.metric, args.folds, args.seed, knowledge_base=kb,
                       version=args.version, n_resamples=args.resamples)

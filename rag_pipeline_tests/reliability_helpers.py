@@ -8,6 +8,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -129,3 +130,10 @@ def closed_tcp_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def with_database(url: str, name: str, driver: str | None = None) -> str:
+    """``url`` pointing at database ``name`` (and at the SQLAlchemy ``driver``, e.g. psycopg2, if given)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.split("+")[0] + (f"+{driver}" if driver else "")
+    return urlunsplit(parts._replace(scheme=scheme, path="/" + name))

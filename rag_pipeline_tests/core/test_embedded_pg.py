@@ -1,8 +1,9 @@
-"""The embedded server boots with the tuned settings, honours the override, and never restarts a running server."""
+"""The embedded server boots with the tuned settings, honours the override, and never restarts a running server.
+
+Each test starts its own server in a scratch directory, so it runs whatever database the session uses."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -10,10 +11,6 @@ import psycopg
 import pytest
 
 from rag_pipeline.core import embedded_pg
-
-pytestmark = pytest.mark.skipif(bool(os.environ.get("RAG_DATABASE_URL")),
-                                reason="embedded server only (an external server is configured by its operator)")
-
 
 def _setting(uri: str, name: str) -> int:
     with psycopg.connect(uri) as conn:

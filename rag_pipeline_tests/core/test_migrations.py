@@ -7,7 +7,6 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import sqlalchemy as sa
@@ -18,6 +17,7 @@ from alembic.script import ScriptDirectory
 from rag_pipeline.core import embedded_pg, eval_models  # noqa: F401 - registers the evaluation tables
 from rag_pipeline.core.db import alembic_config
 from rag_pipeline.core.models import Base
+from rag_pipeline_tests.reliability_helpers import with_database
 
 ROOT = Path(__file__).resolve().parents[2]
 ALEMBIC = Path(sys.executable).parent / "alembic"
@@ -63,22 +63,16 @@ def _server_url() -> str:
     return os.environ.get("RAG_DATABASE_URL") or embedded_pg.start()
 
 
-def _with_database(url: str, name: str, driver: str | None = None) -> str:
-    parts = urlsplit(url)
-    scheme = parts.scheme.split("+")[0] + (f"+{driver}" if driver else "")
-    return urlunsplit(parts._replace(scheme=scheme, path="/" + name))
-
-
 @pytest.fixture(scope="module")
 def scratch_db(engine):  # noqa: ARG001 - the session server must be up
     """A fresh, empty database on the test server (dropped afterwards): (libpq URL, SQLAlchemy URL)."""
     server = _server_url()
     name = f"rag_migtest_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(_with_database(server, "postgres", "psycopg"), isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(with_database(server, "postgres", "psycopg"), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     try:
-        yield _with_database(server, name), _with_database(server, name, "psycopg")
+        yield with_database(server, name), with_database(server, name, "psycopg")
     finally:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

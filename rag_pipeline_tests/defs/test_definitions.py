@@ -7,7 +7,6 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import dagster as dg
 import pytest
@@ -16,6 +15,7 @@ import sqlalchemy as sa
 import rag_pipeline
 from rag_pipeline.core import chunking, embedded_pg
 from rag_pipeline.core.embedding import DEFAULT_MODEL
+from rag_pipeline_tests.reliability_helpers import with_database
 from rag_pipeline.defs.knowledge_base import knowledge_base
 from rag_pipeline.defs.resources import RagDatabase
 
@@ -101,22 +101,16 @@ def test_module_import_exposes_defs() -> None:
     assert proc.stdout.startswith("Definitions(") and "knowledge_base" in proc.stdout
 
 
-def _url(base: str, database: str, driver: str | None = None) -> str:
-    parts = urlsplit(base)
-    scheme = parts.scheme.split("+")[0] + (f"+{driver}" if driver else "")
-    return urlunsplit(parts._replace(scheme=scheme, path="/" + database))
-
-
 @pytest.fixture(scope="module")
 def other_database(engine):  # noqa: ARG001 - the session server must be up
     """A second, empty database on the test server: (name, plain postgresql:// URL)."""
     server = os.environ.get("RAG_DATABASE_URL") or embedded_pg.start()
     name = f"rag_restest_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(_url(server, "postgres", "psycopg"), isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(with_database(server, "postgres", "psycopg"), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     try:
-        yield name, _url(server, name)
+        yield name, with_database(server, name)
     finally:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
@@ -154,7 +148,7 @@ def test_rag_database_accepts_a_psycopg2_url(other_database, kb_name: str, tmp_p
     _write_folder(folder)
     run_config = {"ops": {"knowledge_base": {"config": {"source_dir": str(folder), "knowledge_base": kb_name,
                                                         "text_search": "simple"}}}}
-    resource = RagDatabase(url=_url(url, name, "psycopg2"))
+    resource = RagDatabase(url=with_database(url, name, "psycopg2"))
     result = dg.materialize([knowledge_base], resources={"rag_db": resource}, run_config=run_config,
                             raise_on_error=False)
     failures = [(e.step_failure_data.error.cause or e.step_failure_data.error).message for e in result.all_events
