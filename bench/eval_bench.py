@@ -8,7 +8,7 @@ this one process and on the same database:
 1. the floor: pure embedding time of the questions with the real default embedder (USE), batched as the
    pipeline batches them — measured before and after the pipeline, the mean is used;
 2. the seed-style baseline (``bench/seed_baseline.py``) on the first ``--skip-baseline-over`` cases at most;
-3. the pipeline, :func:`rag_pipeline.core.evaluation.evaluate_dataset` (``--pipeline-subprocess``: in a
+3. the pipeline, :func:`rag_pipeline.evaluation.runner.evaluate_dataset` (``--pipeline-subprocess``: in a
    child process, so its peak RSS is its own), with its recorded time split (the batch loop is pipelined:
    ``--readers`` worker threads search batches in parallel while the main thread embeds and writes, so the
    parts overlap); fusion and every embedding call are timed by wrapping those functions (SQL = retrieval -
@@ -52,11 +52,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from rag_pipeline.core import retrieval, retrieval_sql  # noqa: E402
-from rag_pipeline.core.dataset import Dataset, load_dataset  # noqa: E402
-from rag_pipeline.core.db import get_engine, hnsw_index_name  # noqa: E402
-from rag_pipeline.core.embedding import get_embedder  # noqa: E402
-from rag_pipeline.core.strategies import get_strategy  # noqa: E402
+from rag_pipeline.retrieval import search as retrieval  # noqa: E402
+
+from rag_pipeline.retrieval import sql as retrieval_sql  # noqa: E402
+from rag_pipeline.evaluation.dataset import Dataset, load_dataset  # noqa: E402
+from rag_pipeline.storage.engine import get_engine, hnsw_index_name  # noqa: E402
+from rag_pipeline.knowledge_base.embedding import get_embedder  # noqa: E402
+from rag_pipeline.retrieval.strategies import get_strategy  # noqa: E402
 
 BENCH_PREFIX = "synthetic-bench-"
 
@@ -127,13 +129,13 @@ class PhaseTimers:
     ``diagnosis_db.score_chunks`` (per-batch miss diagnosis; summed over the worker threads)."""
 
     def __init__(self):
-        from rag_pipeline.core import embedding  # noqa: PLC0415
+        from rag_pipeline.knowledge_base import embedding  # noqa: PLC0415
 
         self.seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
         self._targets = [("fusion", retrieval, "fuse_pool"), ("embed_calls", embedding.Embedder, "embed")]
         try:
-            from rag_pipeline.core import diagnosis_db  # noqa: PLC0415
+            from rag_pipeline.evaluation import diagnosis_db  # noqa: PLC0415
 
             self._targets += [("diagnose_batch", diagnosis_db, "diagnose_batch"),
                               ("diagnosis_scores", diagnosis_db, "score_chunks")]
@@ -172,11 +174,11 @@ def run_pipeline(engine: sa.Engine, dataset: Dataset, strategy, *, without_diagn
                  readers: int | None = None) -> dict:
     from unittest import mock  # noqa: PLC0415
 
-    from rag_pipeline.core.evaluation import evaluate_dataset  # noqa: PLC0415
+    from rag_pipeline.evaluation.runner import evaluate_dataset  # noqa: PLC0415
 
     patch = None
     if without_diagnosis:
-        from rag_pipeline.core import diagnosis_db  # noqa: PLC0415
+        from rag_pipeline.evaluation import diagnosis_db  # noqa: PLC0415
 
         patch = mock.patch.object(diagnosis_db, "diagnose_batch", _no_diagnosis)
         patch.start()
@@ -240,7 +242,7 @@ def persistence_alone(engine: sa.Engine, run_id: str) -> dict:
     """COPY the run's candidate rows again with nothing else running, through ``persistence.copy_candidates``
     into the real table (its indexes and foreign key), in a transaction that first deletes the run's own rows
     (untimed) and is rolled back. In the pipelined run the same COPY shares the cores with the readers."""
-    from rag_pipeline.core import persistence  # noqa: PLC0415
+    from rag_pipeline.evaluation import persistence  # noqa: PLC0415
 
     cols = ", ".join(persistence.CANDIDATE_COLUMNS)
     params = {"r": run_id}
@@ -364,8 +366,8 @@ def ingestion_vs_encode(engine: sa.Engine, n_texts: int, model: str, seed: int) 
     """Real USE: ingest_documents of n generated chunk-sized texts vs embedder.embed of the same texts."""
     from synthetic import generate_documents  # noqa: PLC0415
 
-    from rag_pipeline.core.ingestion import ingest_documents  # noqa: PLC0415
-    from rag_pipeline.core.sources import SourceDocument  # noqa: PLC0415
+    from rag_pipeline.knowledge_base.ingestion import ingest_documents  # noqa: PLC0415
+    from rag_pipeline.knowledge_base.sources import SourceDocument  # noqa: PLC0415
 
     name = f"bench-ingest-{uuid.uuid4().hex[:8]}"
     _, chunks = generate_documents(n_texts, name, seed=seed + 101)
@@ -421,7 +423,7 @@ def dagster_two_partitions(engine: sa.Engine, dataset: Dataset, n_cases: int, st
     """Two strategy partitions of one dataset as two concurrent ``dagster job execute`` runs."""
     import dagster as dg  # noqa: PLC0415
 
-    from rag_pipeline.core.db import dagster_database_url  # noqa: PLC0415
+    from rag_pipeline.storage.engine import dagster_database_url  # noqa: PLC0415
 
     work = Path(tempfile.mkdtemp(prefix="eval_bench_dagster_"))
     datasets, home = work / "datasets", work / "dagster_home"
@@ -454,7 +456,7 @@ def dagster_two_partitions(engine: sa.Engine, dataset: Dataset, n_cases: int, st
     dagster = Path(sys.executable).with_name("dagster")
     t = time.perf_counter()
     procs = [subprocess.Popen(
-        [str(dagster), "job", "execute", "-m", "rag_pipeline", "-j", "evaluate_retrieval",
+        [str(dagster), "job", "execute", "-m", "rag_pipeline.definitions", "-j", "evaluate_retrieval",
          "--tags", json.dumps({"dagster/partition": f"{key}|{s}"})],
         cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for s in strategies]
     outputs = [p.communicate()[0] for p in procs]

@@ -1,4 +1,4 @@
-"""Benchmark rag_pipeline.core.metrics against ranx and pytrec_eval.
+"""Benchmark rag_pipeline.evaluation.metrics against ranx and pytrec_eval.
 
 Synthetic but seeded data: ``--queries`` queries, each with ``--depth`` retrieved
 ids (drawn from a shared id universe, de-duplicated keep-first) and 1-5 relevant
@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rag_pipeline.core.metrics import batch_metrics, evaluate_many  # noqa: E402
+from rag_pipeline.evaluation.metrics import batch_metrics, evaluate_many  # noqa: E402
 from benchutil import best_time, machine_line  # noqa: E402 - bench/ is on sys.path
 
 TOLERANCE = 1e-9

@@ -1,12 +1,12 @@
 """Retrieval quality of every shipped strategy on a BEIR dataset (default: SciFact, 5,183 docs, 300 queries).
 
-1. Imports the BEIR folder into a knowledge base with :func:`rag_pipeline.core.beir.import_beir`: one chunk
+1. Imports the BEIR folder into a knowledge base with :func:`rag_pipeline.knowledge_base.beir.import_beir`: one chunk
    per document (title + blank line + text), ``text_search="english"``, both embedders (USE and MiniLM).
    Re-running is cheap: unchanged documents are skipped. A subset (``--limit-queries`` / ``--max-docs``:
    the first N judged queries, every document they judge, the first M others) goes to its own KB.
 2. For each strategy of the registry: :func:`hybrid_search_batch` over all queries (query embedding
    included in the time), then nDCG@10, Recall@100, MRR@10 and P@10 over the whole candidate pool
-   (:func:`rag_pipeline.core.metrics.evaluate_many`, cross-checked with ``pytrec_eval`` when installed).
+   (:func:`rag_pipeline.evaluation.metrics.evaluate_many`, cross-checked with ``pytrec_eval`` when installed).
    Strategies whose pool is smaller than 100 report Recall@100 of their pool.
 3. HNSW recall: per embedder, the vector leg's top-10 / top-100 through the index (the strategies'
    ``ef_search``, iterative scan) against exact search (``SET LOCAL enable_indexscan = off``).
@@ -32,13 +32,15 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rag_pipeline.core import chunking, retrieval_sql  # noqa: E402
-from rag_pipeline.core.beir import import_beir  # noqa: E402
-from rag_pipeline.core.db import get_engine  # noqa: E402
-from rag_pipeline.core.embedding import get_embedder  # noqa: E402
-from rag_pipeline.core.metrics import evaluate_many  # noqa: E402
-from rag_pipeline.core.retrieval import hybrid_search_batch  # noqa: E402
-from rag_pipeline.core.strategies import load_registry  # noqa: E402
+from rag_pipeline.knowledge_base import chunking  # noqa: E402
+
+from rag_pipeline.retrieval import sql as retrieval_sql  # noqa: E402
+from rag_pipeline.knowledge_base.beir import import_beir  # noqa: E402
+from rag_pipeline.storage.engine import get_engine  # noqa: E402
+from rag_pipeline.knowledge_base.embedding import get_embedder  # noqa: E402
+from rag_pipeline.evaluation.metrics import evaluate_many  # noqa: E402
+from rag_pipeline.retrieval.search import hybrid_search_batch  # noqa: E402
+from rag_pipeline.retrieval.strategies import load_registry  # noqa: E402
 
 MODELS = ("use-multilingual-v3", "all-minilm-l6-v2")
 REFERENCES = [  # published, title + text, trec_eval (see ../shared/benchmarks/scifact/README.md)

@@ -13,7 +13,7 @@ So that the baseline and the pipeline produce the *same* candidates and scores (
 the queries use the pipeline's semantics, not a cheaper variant: the vector leg orders by the model's
 ``embedding::vector(dim) <=> q`` (partial HNSW index, the strategy's ``hnsw.ef_search``, iterative
 scan), the keyword leg uses the project's OR-tsquery and ``ts_rank_cd(tsv, q, 32)`` with chunk-id ties,
-and the merge is :func:`rag_pipeline.core.retrieval.fuse_pool` (core fusion and tie-break).
+and the merge is :func:`rag_pipeline.retrieval.search.fuse_pool` (core fusion and tie-break).
 The run row itself is created and finalised like the pipeline's so it does not linger as ``running``.
 """
 
@@ -28,22 +28,28 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION
 from sqlalchemy.orm import Session
 
-from rag_pipeline.core import persistence, retrieval_sql, runs, textsearch
-from rag_pipeline.core.dataset import Dataset, EvaluationCase
-from rag_pipeline.core.embedding import get_embedder
-from rag_pipeline.core.eval_models import RetrievalEvaluationCandidate
-from rag_pipeline.core.knowledge_base import resolve_knowledge_base
-from rag_pipeline.core.metrics import METRIC_NAMES, evaluate_retrieval
-from rag_pipeline.core.models import (
+from rag_pipeline.evaluation import persistence
+
+from rag_pipeline.retrieval import sql as retrieval_sql
+
+from rag_pipeline.evaluation import runs
+
+from rag_pipeline.knowledge_base import textsearch
+from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
+from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.storage.evaluation_schema import RetrievalEvaluationCandidate
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_retrieval
+from rag_pipeline.storage.schema import (
     ChunkEmbedding,
     Document,
     DocumentChunk,
     DocumentPublicationStatus,
     DocumentStatus,
 )
-from rag_pipeline.core.retrieval import LegHit, fuse_pool
-from rag_pipeline.core.strategies import Strategy
-from rag_pipeline.core.strategy_store import register_strategy
+from rag_pipeline.retrieval.search import LegHit, fuse_pool
+from rag_pipeline.retrieval.strategies import Strategy
+from rag_pipeline.retrieval.strategy_store import register_strategy
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """SYNTHETIC-scale knowledge base and labelled dataset for ``bench/eval_bench.py`` (not real data).
 
 Knowledge base ``synthetic-<N>-s<seed>`` with exactly N chunks, written by the project's own ingestion
-(:func:`rag_pipeline.core.ingestion.ingest_documents`: documents, sentence chunking with the default
+(:func:`rag_pipeline.knowledge_base.ingestion.ingest_documents`: documents, sentence chunking with the default
 chunk_size 500 / overlap 80, tsvectors, ``chunk_terms``, BM25 term statistics, binary COPY of the
 embeddings, the model's partial HNSW index) — nothing is re-implemented here.
 
@@ -20,7 +20,7 @@ embeddings, the model's partial HNSW index) — nothing is re-implemented here.
 - **Cases**: each question is a generated sentence built from 3–6 content words of its relevant
   chunk(s) (rarer words preferred, as a user names the topic), wrapped in a question template; 30 % of the
   cases have two relevant chunks (adjacent chunks of one document, words from both). ``k`` is 5 or 10.
-  Labels are the deterministic chunk ids of :func:`rag_pipeline.core.chunking.chunk_id`, checked
+  Labels are the deterministic chunk ids of :func:`rag_pipeline.knowledge_base.chunking.chunk_id`, checked
   against the database after ingestion.
 
 Usage: ``python bench/synthetic.py --chunks 2000 --cases 100 [--out dataset.json]`` (scratch database
@@ -46,10 +46,12 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rag_pipeline.core import chunking, ingestion  # noqa: E402
-from rag_pipeline.core.dataset import Dataset, parse_dataset  # noqa: E402
-from rag_pipeline.core.embedding import DEFAULT_MODEL, Embedder, get_embedder  # noqa: E402
-from rag_pipeline.core.sources import SourceDocument  # noqa: E402
+from rag_pipeline.knowledge_base import chunking  # noqa: E402
+
+from rag_pipeline.knowledge_base import ingestion  # noqa: E402
+from rag_pipeline.evaluation.dataset import Dataset, parse_dataset  # noqa: E402
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, Embedder, get_embedder  # noqa: E402
+from rag_pipeline.knowledge_base.sources import SourceDocument  # noqa: E402
 
 LABEL = "SYNTHETIC"
 CHUNK_SIZE = 500
@@ -290,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="write the dataset JSON here")
     args = parser.parse_args(argv)
-    from rag_pipeline.core.db import get_engine  # noqa: PLC0415
+    from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
 
     engine = get_engine()
     kb = build_knowledge_base(engine, args.chunks, seed=args.seed)

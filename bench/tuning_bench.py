@@ -1,4 +1,4 @@
-"""Benchmark the fusion sweep + k-fold cross-validation of rag_pipeline.core.tuning.
+"""Benchmark the fusion sweep + k-fold cross-validation of rag_pipeline.analysis.tuning.
 
 SYNTHETIC, RANDOM data (not a real dataset; seeded): ``--cases`` cases, each
 with a pool of ``--pool`` distinct chunks. Every chunk is in the vector leg
@@ -31,10 +31,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rag_pipeline.core.fusion import fuse_batch, order_batch  # noqa: E402
-from rag_pipeline.core.pools import pools_from_rows  # noqa: E402
-from rag_pipeline.core.strategies import get_strategy  # noqa: E402
-from rag_pipeline.core.tuning import cross_validate, evaluate_fusion, recommend, sweep  # noqa: E402
+from rag_pipeline.retrieval.fusion import fuse_batch, order_batch  # noqa: E402
+from rag_pipeline.evaluation.pools import pools_from_rows  # noqa: E402
+from rag_pipeline.retrieval.strategies import get_strategy  # noqa: E402
+from rag_pipeline.analysis.tuning import cross_validate, evaluate_fusion, recommend, sweep  # noqa: E402
 from benchutil import best_time, machine_line  # noqa: E402 - bench/ is on sys.path
 
 

@@ -1,8 +1,5 @@
-"""rag_pipeline: measure RAG retrieval quality with Dagster on PostgreSQL + pgvector.
+"""rag_pipeline: measure RAG retrieval quality on PostgreSQL + pgvector, run by Dagster, a CLI or (next) HTTP.
 
-``dagster ... -m rag_pipeline`` finds the ``defs`` below. Dagster-free code lives in ``rag_pipeline.core``.
+Importing the package loads nothing: the Dagster definitions live in :mod:`rag_pipeline.definitions`
+(``dagster dev -w workspace.yaml``, ``dagster ... -m rag_pipeline.definitions``).
 """
-
-from rag_pipeline.definitions import defs
-
-__all__ = ["defs"]

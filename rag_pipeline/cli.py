@@ -14,13 +14,13 @@ from pathlib import Path
 
 from rag_pipeline import cli_diagnose, cli_eval, cli_tune
 from rag_pipeline.cli_errors import guarded
-from rag_pipeline.core import embedded_pg
-from rag_pipeline.core.db import DatabaseError, dagster_database_url, database_url, get_engine
-from rag_pipeline.core.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, EmbeddingError
-from rag_pipeline.core.knowledge_base import KnowledgeBaseError, knowledge_base_stats, set_document_state
-from rag_pipeline.core.settings import mask_url, pgdata_dir, project_root
-from rag_pipeline.core.sources import SourceError, read_folder
-from rag_pipeline.core.textsearch import TEXT_SEARCH_MODES, TextSearchError
+from rag_pipeline.storage import embedded_server as embedded_pg
+from rag_pipeline.storage.engine import DatabaseError, dagster_database_url, database_url, get_engine
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, EmbeddingError
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, knowledge_base_stats, set_document_state
+from rag_pipeline.settings import mask_url, pgdata_dir, project_root
+from rag_pipeline.knowledge_base.sources import SourceError, read_folder
+from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES, TextSearchError
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
     DatabaseError, EmbeddingError, KnowledgeBaseError, SourceError, TextSearchError, FileNotFoundError,
@@ -84,7 +84,7 @@ def _prepare_dagster_instance(env_lines: list[str]) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from rag_pipeline.core.ingestion import ingest_documents  # noqa: PLC0415
+    from rag_pipeline.knowledge_base.ingestion import ingest_documents  # noqa: PLC0415
 
     docs = read_folder(args.path)
     result = ingest_documents(
@@ -97,7 +97,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_import_beir(args: argparse.Namespace) -> int:
-    from rag_pipeline.core.beir import import_beir  # noqa: PLC0415
+    from rag_pipeline.knowledge_base.beir import import_beir  # noqa: PLC0415
 
     result, dataset = import_beir(
         get_engine(), args.path, args.knowledge_base, split=args.split, models=args.models,

@@ -1,12 +1,12 @@
 """``rag-pipeline check-dataset`` and ``rag-pipeline compare``: why everything is 0, and which strategy is better.
 
 ``check-dataset --dataset FILE [--knowledge-base NAME] [--format text|json]`` classifies every relevant id
-(:mod:`rag_pipeline.core.label_check`); ``--format json`` prints a list of ``{"case_id", "chunk_id",
+(:mod:`rag_pipeline.evaluation.label_check`); ``--format json`` prints a list of ``{"case_id", "chunk_id",
 "status", "detail"}``. A file whose only problems are non-UUID ids is still checked (status ``not_a_uuid``).
 Exit 0: every label is valid; 1: some labels are invalid; 2: user error (unreadable dataset, unknown KB).
 
 ``compare --dataset NAME_OR_FILE [--baseline V] [--margin X] [--alpha A] [--format text|json]`` compares the
-current runs of every strategy on the dataset (:mod:`rag_pipeline.core.comparison`). Exit 0: the regression
+current runs of every strategy on the dataset (:mod:`rag_pipeline.analysis.comparison`). Exit 0: the regression
 gate passed; 1: some strategy is significantly worse than the baseline on nDCG@k by more than the margin
 (use it in CI); 2: user error (nothing evaluated, unknown baseline).
 """
@@ -19,13 +19,13 @@ import sys
 from pathlib import Path
 
 from rag_pipeline.cli_errors import guarded
-from rag_pipeline.core.comparison import DEFAULT_BASELINE, ComparisonError, attach_top_chunks, compare, \
+from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, ComparisonError, attach_top_chunks, compare, \
     load_current_runs, regression_gate
-from rag_pipeline.core.comparison_report import render_text
-from rag_pipeline.core.dataset import DatasetError, load_dataset
-from rag_pipeline.core.db import DatabaseError, get_engine
-from rag_pipeline.core.knowledge_base import KnowledgeBaseError
-from rag_pipeline.core.label_check import LabelReport, check_labels
+from rag_pipeline.analysis.comparison_report import render_text
+from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
+from rag_pipeline.storage.engine import DatabaseError, get_engine
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
+from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 
 ERRORS = (DatasetError, DatabaseError, KnowledgeBaseError, ComparisonError, OSError, ValueError)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from rag_pipeline.core.settings import mask_secrets
+from rag_pipeline.settings import mask_secrets
 
 Command = Callable[[argparse.Namespace], int]
 

@@ -16,14 +16,14 @@ from pathlib import Path
 
 
 from rag_pipeline.cli_errors import guarded
-from rag_pipeline.core.dataset import DatasetError, load_dataset
-from rag_pipeline.core.db import DatabaseError, get_engine
-from rag_pipeline.core.embedding import EmbeddingError
-from rag_pipeline.core.knowledge_base import KnowledgeBaseError, resolve_knowledge_base
-from rag_pipeline.core.retrieval import RetrievalError
-from rag_pipeline.core.runs import RunNotFoundError
-from rag_pipeline.core.strategies import StrategyError, get_strategy, load_registry
-from rag_pipeline.core.strategy_store import StrategyConflictError
+from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
+from rag_pipeline.storage.engine import DatabaseError, get_engine
+from rag_pipeline.knowledge_base.embedding import EmbeddingError
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
+from rag_pipeline.retrieval.search import RetrievalError
+from rag_pipeline.evaluation.runs import RunNotFoundError
+from rag_pipeline.retrieval.strategies import StrategyError, get_strategy, load_registry
+from rag_pipeline.retrieval.strategy_store import StrategyConflictError
 
 DEFAULT_STRATEGY = "hybrid-v1"
 EVAL_ERRORS: tuple[type[BaseException], ...] = (
@@ -39,9 +39,9 @@ _guarded = guarded(*EVAL_ERRORS)
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from tqdm import tqdm  # noqa: PLC0415
 
-    from rag_pipeline.core.evaluation import evaluate_dataset  # noqa: PLC0415
-    from rag_pipeline.core.reports import comparison_table, summary_of, write_report  # noqa: PLC0415
-    from rag_pipeline.core.runs import get_run  # noqa: PLC0415
+    from rag_pipeline.evaluation.runner import evaluate_dataset  # noqa: PLC0415
+    from rag_pipeline.evaluation.reports import comparison_table, summary_of, write_report  # noqa: PLC0415
+    from rag_pipeline.evaluation.runs import get_run  # noqa: PLC0415
 
     registry = load_registry()
     versions = list(dict.fromkeys(args.strategies or [DEFAULT_STRATEGY]))
@@ -86,8 +86,8 @@ def _output_paths(output: str | None, versions: list[str]) -> list[Path | None]:
 
 @_guarded
 def cmd_runs(args: argparse.Namespace) -> int:
-    from rag_pipeline.core.reports import comparison_table, summary_of  # noqa: PLC0415
-    from rag_pipeline.core.runs import list_runs  # noqa: PLC0415
+    from rag_pipeline.evaluation.reports import comparison_table, summary_of  # noqa: PLC0415
+    from rag_pipeline.evaluation.runs import list_runs  # noqa: PLC0415
 
     with get_engine().connect() as conn:
         kb_id = resolve_knowledge_base(conn, args.knowledge_base).id if args.knowledge_base else None
@@ -103,7 +103,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 @_guarded
 def cmd_show(args: argparse.Namespace) -> int:
-    from rag_pipeline.core.reports import write_report  # noqa: PLC0415
+    from rag_pipeline.evaluation.reports import write_report  # noqa: PLC0415
 
     with get_engine().connect() as conn:
         if args.output:

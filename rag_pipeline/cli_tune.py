@@ -3,8 +3,8 @@
 ``tune --dataset NAME_OR_FILE [--knowledge-base KB] [--pool-strategy hybrid-bm25-v1] [--metric ndcg_at_k]
 [--folds 5] [--seed 0] [--version NAME] [--format text|json] [--write-strategy FILE]`` reads the current
 succeeded run of the pool strategy on the dataset (evaluate it first), re-fuses its stored pools under
-every configuration of :func:`rag_pipeline.core.tuning.grid` and picks one by k-fold cross-validation
-over cases (:func:`rag_pipeline.core.tuning.recommend`). It prints the cross-validated metric with its
+every configuration of :func:`rag_pipeline.analysis.tuning.grid` and picks one by k-fold cross-validation
+over cases (:func:`rag_pipeline.analysis.tuning.recommend`). It prints the cross-validated metric with its
 bootstrap 95 % CI, the gain over the pool strategy's own fusion (CI, p), the recall ceiling, the
 configuration each fold chose, the best configurations and the ready-to-paste strategy YAML. No SQL per
 case and no embedding: only the stored pools are read.
@@ -36,16 +36,16 @@ import yaml
 
 from rag_pipeline.cli_diagnose import dataset_name_and_kb
 from rag_pipeline.cli_errors import guarded
-from rag_pipeline.core.dataset import DatasetError
-from rag_pipeline.core.db import DatabaseError, get_engine
-from rag_pipeline.core.knowledge_base import KnowledgeBaseError
-from rag_pipeline.core.metrics import METRIC_NAMES
-from rag_pipeline.core.pools import load_pools
-from rag_pipeline.core.strategies import (
+from rag_pipeline.evaluation.dataset import DatasetError
+from rag_pipeline.storage.engine import DatabaseError, get_engine
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
+from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.evaluation.pools import load_pools
+from rag_pipeline.retrieval.strategies import (
     FIELD_NAMES, Strategy, StrategyError, load_registry, parse_registry, registry_path,
     strategy_from_mapping, strategy_to_yaml,
 )
-from rag_pipeline.core.tuning import DEFAULT_METRIC, FusionConfig, Recommendation, recommend
+from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig, Recommendation, recommend
 
 DEFAULT_POOL_STRATEGY = "hybrid-bm25-v1"
 DEFAULT_FOLDS = 5

@@ -1,4 +1,4 @@
-"""The Dagster ``Definitions`` of rag_pipeline (``dagster dev -w workspace.yaml``, ``-m rag_pipeline``)."""
+"""The Dagster ``Definitions`` of rag_pipeline (``dagster dev -w workspace.yaml``, ``-m rag_pipeline.definitions``)."""
 
 
 import dagster as dg

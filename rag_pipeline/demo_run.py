@@ -17,14 +17,14 @@ from pathlib import Path
 
 import dagster as dg
 
-from rag_pipeline.core.comparison import attach_top_chunks, compare, load_current_runs, regression_gate
-from rag_pipeline.core.comparison_report import render_text
-from rag_pipeline.core.db import dagster_database_url, get_engine
-from rag_pipeline.core.demo_dataset import DEMO_CHUNK_OVERLAP, DEMO_CHUNK_SIZE, DEMO_KB, DEMO_TEXT_SEARCH
-from rag_pipeline.core.embedding import EMBEDDING_MODELS
-from rag_pipeline.core.reports import write_report
-from rag_pipeline.core.settings import project_root, reports_dir
-from rag_pipeline.core.strategies import load_registry
+from rag_pipeline.analysis.comparison import attach_top_chunks, compare, load_current_runs, regression_gate
+from rag_pipeline.analysis.comparison_report import render_text
+from rag_pipeline.storage.engine import dagster_database_url, get_engine
+from rag_pipeline.evaluation.demo_dataset import DEMO_CHUNK_OVERLAP, DEMO_CHUNK_SIZE, DEMO_KB, DEMO_TEXT_SEARCH
+from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
+from rag_pipeline.evaluation.reports import write_report
+from rag_pipeline.settings import project_root, reports_dir
+from rag_pipeline.retrieval.strategies import load_registry
 
 
 def _load_env_file() -> None:

@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def engine():
     """A migrated SQLAlchemy engine on the session's database."""
-    from rag_pipeline.core.db import get_engine
+    from rag_pipeline.storage.engine import get_engine
 
     eng = get_engine()
     yield eng
@@ -41,7 +41,7 @@ def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001
         return
     try:
         if _PGDATA.exists():
-            from rag_pipeline.core import embedded_pg
+            from rag_pipeline.storage import embedded_server as embedded_pg
 
             embedded_pg.stop(_PGDATA)
     finally:

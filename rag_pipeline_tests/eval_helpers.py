@@ -7,8 +7,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.core.ingestion import ingest_documents
-from rag_pipeline.core.sources import read_folder
+from rag_pipeline.knowledge_base.ingestion import ingest_documents
+from rag_pipeline.knowledge_base.sources import read_folder
 
 TINY_DOCS = {
     "backup.md": "Nightly backups use basebackup with continuous archiving of the write-ahead log. "

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from rag_pipeline.core.db import database_url, get_engine
+from rag_pipeline.storage.engine import database_url, get_engine
 
 # Tables the evaluation only ever reads (their row counts must not change during an evaluation).
 KB_TABLES = ("knowledge_bases", "documents", "document_chunks", "chunk_embeddings", "chunk_terms",

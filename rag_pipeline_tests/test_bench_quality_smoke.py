@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_pipeline.core.strategies import load_registry
+from rag_pipeline.retrieval.strategies import load_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 SCIFACT = ROOT.parent / "shared" / "benchmarks" / "scifact"

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli import build_parser, main
-from rag_pipeline.core import chunking
+from rag_pipeline.knowledge_base import chunking
 
 RAG = Path(sys.executable).parent / "rag-pipeline"
 ROOT = Path(__file__).resolve().parents[1]

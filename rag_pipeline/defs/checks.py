@@ -1,7 +1,7 @@
 """Asset checks: label integrity of ``evaluation_dataset`` and the regression gate of ``strategy_comparison``.
 
 ``label_integrity`` (blocking) classifies every relevant id of the stored dataset version
-(:mod:`rag_pipeline.core.label_check`): **ERROR** — the evaluation of the partition does not run — when
+(:mod:`rag_pipeline.evaluation.label_check`): **ERROR** — the evaluation of the partition does not run — when
 some case has no valid label at all (it could only score 0); **WARN** when some labels are invalid; passed
 otherwise. The metadata lists each invalid label with what to do.
 
@@ -14,9 +14,9 @@ import warnings
 
 import dagster as dg
 
-from rag_pipeline.core.comparison import Comparison, regression_gate
-from rag_pipeline.core.label_check import LabelReport, check_labels
-from rag_pipeline.core.persistence import load_stored_dataset
+from rag_pipeline.analysis.comparison import Comparison, regression_gate
+from rag_pipeline.evaluation.label_check import LabelReport, check_labels
+from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.defs.evaluation import evaluation_dataset
 from rag_pipeline.defs.partitions import evaluation_partitions
 from rag_pipeline.defs.resources import RagDatabase

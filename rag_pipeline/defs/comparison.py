@@ -13,9 +13,9 @@ import warnings
 
 import dagster as dg
 
-from rag_pipeline.core.comparison import DEFAULT_BASELINE, ComparisonError, attach_top_chunks, compare, \
+from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, ComparisonError, attach_top_chunks, compare, \
     load_current_runs
-from rag_pipeline.core.comparison_report import chart_markdown, chart_png, metric_table, moved_table, \
+from rag_pipeline.analysis.comparison_report import chart_markdown, chart_png, metric_table, moved_table, \
     significance_table
 from rag_pipeline.defs.checks import REGRESSION_GATE_SPEC, regression_gate_result
 from rag_pipeline.defs.partitions import DATASET_DIMENSION, dataset_partitions

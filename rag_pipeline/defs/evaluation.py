@@ -1,6 +1,6 @@
 """Asset group ``retrieval_evaluation``: dataset → candidates → case metrics → run summary, per dataset × strategy.
 
-A thin layer over :mod:`rag_pipeline.core.evaluation` (the same code as ``rag-pipeline evaluate``).
+A thin layer over :mod:`rag_pipeline.evaluation.runner` (the same code as ``rag-pipeline evaluate``).
 ``evaluation_dataset`` validates and stores the dataset version. The other three assets are produced by
 one step, :func:`evaluation_run`, because they are one database transaction: a run's candidates, case
 results and summary are committed together or not at all (a failed step leaves a ``failed`` run row and
@@ -16,17 +16,17 @@ import contextlib
 import dagster as dg
 import sqlalchemy as sa
 
-from rag_pipeline.core.db import DatabaseUnreachableError
-from rag_pipeline.core.dataset import DatasetError, load_dataset
-from rag_pipeline.core.embedding import EmbeddingError
-from rag_pipeline.core.evaluation import evaluate_dataset, relevant_ids_missing
-from rag_pipeline.core.knowledge_base import KnowledgeBaseError, resolve_knowledge_base
-from rag_pipeline.core.persistence import load_stored_dataset, store_dataset
-from rag_pipeline.core.reports import HEADLINE_METRICS, case_overview
-from rag_pipeline.core.retrieval import RetrievalError
-from rag_pipeline.core.settings import datasets_dir, mask_secrets
-from rag_pipeline.core.strategies import StrategyError, get_strategy
-from rag_pipeline.core.strategy_store import StrategyConflictError
+from rag_pipeline.storage.engine import DatabaseUnreachableError
+from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
+from rag_pipeline.knowledge_base.embedding import EmbeddingError
+from rag_pipeline.evaluation.runner import evaluate_dataset, relevant_ids_missing
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
+from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
+from rag_pipeline.evaluation.reports import HEADLINE_METRICS, case_overview
+from rag_pipeline.retrieval.search import RetrievalError
+from rag_pipeline.settings import datasets_dir, mask_secrets
+from rag_pipeline.retrieval.strategies import StrategyError, get_strategy
+from rag_pipeline.retrieval.strategy_store import StrategyConflictError
 from rag_pipeline.defs import evaluation_metadata as md
 from rag_pipeline.defs.partitions import evaluation_partitions, split_key
 from rag_pipeline.defs.resources import RagDatabase

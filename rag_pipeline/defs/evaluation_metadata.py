@@ -2,8 +2,8 @@
 
 import dagster as dg
 
-from rag_pipeline.core.evaluation import EvaluationOutcome
-from rag_pipeline.core.metrics import METRIC_NAMES
+from rag_pipeline.evaluation.runner import EvaluationOutcome
+from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
 MAX_TABLE_ROWS = 200
 SHORT = {"precision_at_k": "P@k", "recall_at_k": "R@k", "reciprocal_rank": "RR", "ndcg_at_k": "nDCG@k",

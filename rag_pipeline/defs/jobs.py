@@ -3,7 +3,7 @@
 ``evaluate_retrieval`` materialises the whole ``retrieval_evaluation`` group for one dataset × strategy
 partition::
 
-    dagster job execute -m rag_pipeline -j evaluate_retrieval --tags '{"dagster/partition": "demo|hybrid-v1"}'
+    dagster job execute -m rag_pipeline.definitions -j evaluate_retrieval --tags '{"dagster/partition": "demo|hybrid-v1"}'
 """
 
 import dagster as dg

@@ -3,11 +3,11 @@
 
 import dagster as dg
 
-from rag_pipeline.core.embedding import DEFAULT_MODEL
-from rag_pipeline.core.ingestion import ingest_documents
-from rag_pipeline.core.knowledge_base import knowledge_base_stats
-from rag_pipeline.core.settings import project_root
-from rag_pipeline.core.sources import read_folder
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
+from rag_pipeline.knowledge_base.ingestion import ingest_documents
+from rag_pipeline.knowledge_base.lifecycle import knowledge_base_stats
+from rag_pipeline.settings import project_root
+from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.defs.resources import RagDatabase
 
 

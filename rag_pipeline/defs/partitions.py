@@ -3,12 +3,12 @@
 Multi-partition keys join the dimensions in name order with ``|``: ``"<dataset>|<strategy>"``, e.g.
 ``demo|hybrid-v1``. Dataset keys are added by :mod:`rag_pipeline.defs.sensors` (or by hand:
 ``DagsterInstance.add_dynamic_partitions("dataset", ["demo"])``); strategy keys are the versions of the
-registry (``rag_pipeline/strategies.yaml`` or ``RAG_STRATEGIES_FILE``) when the code location loads.
+registry (``rag_pipeline/retrieval/strategies.yaml`` or ``RAG_STRATEGIES_FILE``) when the code location loads.
 """
 
 import dagster as dg
 
-from rag_pipeline.core.strategies import load_registry
+from rag_pipeline.retrieval.strategies import load_registry
 
 DATASET_DIMENSION = "dataset"
 STRATEGY_DIMENSION = "strategy"

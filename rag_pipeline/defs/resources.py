@@ -4,7 +4,7 @@
 import dagster as dg
 import sqlalchemy as sa
 
-from rag_pipeline.core.db import get_engine, normalize_url
+from rag_pipeline.storage.engine import get_engine, normalize_url
 
 
 class RagDatabase(dg.ConfigurableResource):

@@ -8,7 +8,7 @@ dataset × strategy to the history, so regressions show up in the asset plots. D
 
 import dagster as dg
 
-from rag_pipeline.core.settings import datasets_dir
+from rag_pipeline.settings import datasets_dir
 from rag_pipeline.defs.jobs import evaluate_retrieval_job
 from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
 

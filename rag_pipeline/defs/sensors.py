@@ -1,6 +1,6 @@
 """``new_dataset_sensor``: a new or changed ``datasets/*.json`` → dataset partition + one run per strategy.
 
-Watches :func:`rag_pipeline.core.settings.datasets_dir` (``RAG_DATASETS_DIR``, default ``datasets/``).
+Watches :func:`rag_pipeline.settings.datasets_dir` (``RAG_DATASETS_DIR``, default ``datasets/``).
 The cursor maps each file stem to ``{mtime_ns, size, sha256}``: an untouched file costs one ``stat``, a
 touched file is hashed, and only a new hash requests runs. Run keys ``<file>:<sha256>:<strategy>`` make
 the requests idempotent (the same content never runs twice for a strategy, even after a cursor reset).
@@ -17,7 +17,7 @@ import re
 
 import dagster as dg
 
-from rag_pipeline.core.settings import datasets_dir
+from rag_pipeline.settings import datasets_dir
 from rag_pipeline.defs.jobs import evaluate_retrieval_job
 from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
 

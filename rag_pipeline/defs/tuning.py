@@ -5,7 +5,7 @@ fusion can be re-tuned offline from the database, without re-querying the knowle
 the current run of a "pool" strategy that stores deep pools (default ``hybrid-bm25-v1``: USE + BM25,
 100 candidates per leg), re-fuses it under every configuration of the grid (weighted fusion with each
 normalisation x vector weight in steps of 0.05, RRF per k) and picks one by k-fold cross-validation over
-cases (:func:`rag_pipeline.core.tuning.recommend`, shared with ``rag-pipeline tune`` through
+cases (:func:`rag_pipeline.analysis.tuning.recommend`, shared with ``rag-pipeline tune`` through
 :func:`rag_pipeline.cli_tune.tune`).
 
 Like ``strategy_comparison`` it depends on every strategy partition of ``evaluation_run_summary`` for its
@@ -19,9 +19,9 @@ import warnings
 import dagster as dg
 
 from rag_pipeline.cli_tune import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TOP_CONFIGS, TuneError, TuneResult, tune
-from rag_pipeline.core.strategies import StrategyError
-from rag_pipeline.core.tuning import DEFAULT_METRIC, FusionConfig
-from rag_pipeline.core.tuning_plot import sweep_markdown
+from rag_pipeline.retrieval.strategies import StrategyError
+from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig
+from rag_pipeline.analysis.tuning_plot import sweep_markdown
 from rag_pipeline.defs.partitions import DATASET_DIMENSION, dataset_partitions
 from rag_pipeline.defs.resources import RagDatabase
 
@@ -77,7 +77,7 @@ def fusion_sweep_metadata(result: TuneResult) -> dict:
     rec, run = result.recommendation, result.pool_run
     title = (f"{run.dataset}: mean {rec.metric} of {rec.base.version}'s pools "
              f"({rec.cv.fold_of.size} cases) vs vector weight")
-    yaml_block = ("```yaml\n# paste under `strategies:` in rag_pipeline/strategies.yaml (or your "
+    yaml_block = ("```yaml\n# paste under `strategies:` in rag_pipeline/retrieval/strategies.yaml (or your "
                   "RAG_STRATEGIES_FILE)\n" + rec.yaml.rstrip("\n") + "\n```")
     return {
         "headline": dg.MetadataValue.md(headline_markdown(result)),

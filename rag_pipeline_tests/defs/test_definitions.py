@@ -12,9 +12,10 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-import rag_pipeline
-from rag_pipeline.core import chunking, embedded_pg
-from rag_pipeline.core.embedding import DEFAULT_MODEL
+from rag_pipeline import definitions
+from rag_pipeline.knowledge_base import chunking
+from rag_pipeline.storage import embedded_server as embedded_pg
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline_tests.reliability_helpers import with_database
 from rag_pipeline.defs.knowledge_base import knowledge_base
 from rag_pipeline.defs.resources import RagDatabase
@@ -24,14 +25,11 @@ KEY = dg.AssetKey("knowledge_base")
 
 
 def test_definitions_are_loadable() -> None:
-    dg.Definitions.validate_loadable(rag_pipeline.defs)
-    from rag_pipeline.definitions import defs
-
-    assert defs is rag_pipeline.defs
+    dg.Definitions.validate_loadable(definitions.defs)
 
 
 def test_knowledge_base_asset_group_and_job() -> None:
-    defs = rag_pipeline.defs
+    defs = definitions.defs
     assets_def = defs.resolve_assets_def(KEY)
     assert assets_def.group_names_by_key[KEY] == "knowledge_base"
     assert "rag_db" in assets_def.required_resource_keys
@@ -94,8 +92,8 @@ def test_materialise_reports_a_bad_folder(tmp_path: Path, kb_name: str) -> None:
 
 
 def test_module_import_exposes_defs() -> None:
-    """``dagster ... -m rag_pipeline`` imports the package and finds ``defs``."""
-    proc = subprocess.run([sys.executable, "-c", "import rag_pipeline; print(rag_pipeline.defs)"],
+    """``dagster ... -m rag_pipeline.definitions`` imports the module and finds ``defs``."""
+    proc = subprocess.run([sys.executable, "-c", "import rag_pipeline.definitions as d; print(d.defs)"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("Definitions(") and "knowledge_base" in proc.stdout

@@ -15,7 +15,7 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.core.strategies import load_registry
+from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.schedules import nightly_reevaluation
@@ -152,7 +152,7 @@ def test_nightly_schedule_requests_every_dataset_with_a_file(datasets):
 
 def test_dagster_job_execute_in_a_subprocess(engine, chunks, datasets, tmp_path, monkeypatch):
     """The README command, on an instance configured by the repo's dagster.yaml (Postgres storage)."""
-    from rag_pipeline.core.db import dagster_database_url
+    from rag_pipeline.storage.engine import dagster_database_url
 
     write_dataset(datasets / "tiny-cli.json", KB, tiny_cases(chunks)[:3])
     home = tmp_path / "dagster_home"
@@ -166,7 +166,7 @@ def test_dagster_job_execute_in_a_subprocess(engine, chunks, datasets, tmp_path,
     dagster = Path(sys.executable).with_name("dagster")
     # cwd outside the repo: a developer's .env in the repo root would point Dagster at their own instance
     proc = subprocess.run(
-        [str(dagster), "job", "execute", "-m", "rag_pipeline", "-j", "evaluate_retrieval",
+        [str(dagster), "job", "execute", "-m", "rag_pipeline.definitions", "-j", "evaluate_retrieval",
          "--tags", json.dumps({"dagster/partition": "tiny-cli|keyword-v1"})],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )
@@ -183,7 +183,7 @@ def test_dagster_job_execute_in_a_subprocess(engine, chunks, datasets, tmp_path,
 
 
 def _graph_snapshot() -> dict:
-    from rag_pipeline import defs
+    from rag_pipeline.definitions import defs
 
     graph = defs.resolve_asset_graph()
     assets = []

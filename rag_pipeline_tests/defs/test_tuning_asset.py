@@ -10,13 +10,13 @@ import dagster as dg
 import pytest
 import yaml
 
-import rag_pipeline
-from rag_pipeline.core.dataset import load_dataset
-from rag_pipeline.core.evaluation import evaluate_dataset
-from rag_pipeline.core.strategies import get_strategy, parse_registry
+from rag_pipeline import definitions
+from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.runner import evaluate_dataset
+from rag_pipeline.retrieval.strategies import get_strategy, parse_registry
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.tuning import fusion_sweep
-from rag_pipeline_tests.core.test_tuning_db import POOL_STRATEGY, QUESTIONS, build_world
+from rag_pipeline_tests.analysis.test_tuning_db import POOL_STRATEGY, QUESTIONS, build_world
 
 KEY = dg.AssetKey("fusion_sweep")
 
@@ -83,7 +83,7 @@ def test_fusion_sweep_without_a_pool_run_fails_naming_the_partition_to_materiali
 
 
 def test_tune_fusion_job_and_the_evaluate_retrieval_job_selection():
-    defs = rag_pipeline.defs
+    defs = definitions.defs
     assert defs.resolve_job_def("tune_fusion").asset_layer.selected_asset_keys == {KEY}
     evaluate = defs.resolve_job_def("evaluate_retrieval").asset_layer.selected_asset_keys
     assert KEY not in evaluate and dg.AssetKey("strategy_comparison") not in evaluate

@@ -1,0 +1,216 @@
+"""Which strategy version is really better: paired comparison of the current runs on one dataset.
+
+For every strategy with a current succeeded run on the dataset: its averages; against the baseline
+(default ``hybrid-v1``), per metric, on the cases both runs share (paired by ``case_id``): the mean
+per-case difference (strategy − baseline), a two-sided paired sign-flip permutation p-value and a
+percentile bootstrap 95 % CI (:mod:`rag_pipeline.analysis.statistics`), the paired t-test p for reference, the
+Holm-adjusted p across the compared strategies (per metric), win/tie/loss, and the cases that moved
+most on the primary metric. :func:`regression_gate` fails when a strategy is significantly worse than
+the baseline (Holm p < alpha) by more than ``margin``. Rendering lives in :mod:`comparison_report`.
+
+:func:`compare` is pure (plain :class:`StrategyRun` objects); :func:`load_current_runs` and
+:func:`attach_top_chunks` read the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import sqlalchemy as sa
+
+from rag_pipeline.analysis import statistics as stats
+from rag_pipeline.evaluation.metrics import METRIC_NAMES
+
+DEFAULT_BASELINE = "hybrid-v1"
+PRIMARY_METRIC = "ndcg_at_k"
+HEADLINE = ("precision_at_k", "recall_at_k", "reciprocal_rank", "ndcg_at_k")
+
+
+class ComparisonError(LookupError):
+    """Nothing to compare (no current run, unknown baseline); the message says what to run."""
+
+
+@dataclass
+class StrategyRun:
+    version: str
+    run_id: str
+    per_case: dict[str, dict[str, float]]  # case_id -> metric -> value
+    dataset_version: str = ""
+    knowledge_base: str = ""
+    finished_at: str | None = None
+
+    def mean(self, metric: str) -> float:
+        return float(np.mean([v[metric] for v in self.per_case.values()])) if self.per_case else 0.0
+
+
+@dataclass
+class PairedResult:
+    strategy: str
+    metric: str
+    n: int
+    baseline_mean: float
+    strategy_mean: float
+    delta: float
+    p_value: float
+    ci_low: float
+    ci_high: float
+    ttest_p: float
+    wins: int
+    ties: int
+    losses: int
+    p_holm: float = float("nan")
+
+
+@dataclass
+class Comparison:
+    dataset: str
+    baseline: str
+    metrics: tuple[str, ...]
+    runs: list[StrategyRun]
+    paired: list[PairedResult]
+    moved: dict[str, list[dict]] = field(default_factory=dict)  # strategy -> cases that moved most
+    notes: list[str] = field(default_factory=list)
+
+    def result(self, strategy: str, metric: str = PRIMARY_METRIC) -> PairedResult:
+        return next(p for p in self.paired if p.strategy == strategy and p.metric == metric)
+
+    def as_dict(self) -> dict:
+        return {
+            "dataset": self.dataset, "baseline": self.baseline, "notes": self.notes,
+            "runs": [{"strategy": r.version, "run_id": r.run_id, "cases": len(r.per_case),
+                      "dataset_version": r.dataset_version, "knowledge_base": r.knowledge_base,
+                      **{m: r.mean(m) for m in self.metrics}} for r in self.runs],
+            "paired": [{k: _finite(v) for k, v in p.__dict__.items()} for p in self.paired],
+            "moved": self.moved,
+        }
+
+
+def _finite(value):
+    """NaN (e.g. the t-test p of identical values) as None, so the dict is valid JSON."""
+    return None if isinstance(value, float) and not np.isfinite(value) else value
+
+
+def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, dataset: str = "",
+            metrics: Sequence[str] = HEADLINE, primary: str = PRIMARY_METRIC, n_resamples: int = 10000,
+            seed: int = 0, top_moved: int = 5) -> Comparison:
+    """Paired statistics of every run against the baseline run (see module doc)."""
+    by_version = {r.version: r for r in runs}
+    if baseline not in by_version:
+        raise ComparisonError(f"baseline strategy {baseline!r} has no current run on dataset {dataset!r}; "
+                              f"runs exist for: {', '.join(sorted(by_version)) or '(none)'} — evaluate the "
+                              f"baseline first or pick one of those with --baseline")
+    metrics = tuple(dict.fromkeys([*metrics, primary]))
+    base = by_version[baseline]
+    ordered = [base] + sorted((r for r in runs if r.version != baseline), key=lambda r: r.version)
+    comp = Comparison(dataset, baseline, metrics, ordered, [])
+    for run in ordered[1:]:
+        shared = [c for c in base.per_case if c in run.per_case]
+        if len(shared) != len(base.per_case) or len(shared) != len(run.per_case):
+            comp.notes.append(f"{run.version}: paired on the {len(shared)} case ids both runs share "
+                              f"(baseline has {len(base.per_case)}, {run.version} has {len(run.per_case)})")
+        if not shared:
+            continue
+        for metric in metrics:
+            a = np.array([run.per_case[c][metric] for c in shared], dtype=float)
+            b = np.array([base.per_case[c][metric] for c in shared], dtype=float)
+            low, high = stats.bootstrap_ci(a - b, n_resamples=n_resamples, seed=seed)
+            wins, ties, losses = stats.win_tie_loss(a, b)
+            comp.paired.append(PairedResult(
+                run.version, metric, len(shared), float(b.mean()), float(a.mean()), float((a - b).mean()),
+                stats.paired_permutation_test(a, b, n_resamples=n_resamples, seed=seed), low, high,
+                stats.paired_ttest(a, b)[1], wins, ties, losses))
+        diffs = sorted(shared, key=lambda c: (-round(abs(run.per_case[c][primary] - base.per_case[c][primary]), 12),
+                                              c))
+        comp.moved[run.version] = [
+            {"case_id": c, "baseline": base.per_case[c][primary], "strategy": run.per_case[c][primary],
+             "delta": run.per_case[c][primary] - base.per_case[c][primary]}
+            for c in diffs[:top_moved] if run.per_case[c][primary] != base.per_case[c][primary]]
+    for metric in metrics:
+        rows = [p for p in comp.paired if p.metric == metric]
+        if rows:
+            for p, adj in zip(rows, stats.holm_correction([p.p_value for p in rows]), strict=True):
+                p.p_holm = float(adj)
+    return comp
+
+
+@dataclass
+class GateResult:
+    passed: bool
+    failures: list[PairedResult]
+    margin: float
+    alpha: float
+    metric: str
+
+    def description(self) -> str:
+        if self.passed:
+            return (f"no strategy is significantly worse than the baseline on {self.metric} by more than "
+                    f"{self.margin:g} (Holm-adjusted p < {self.alpha:g})")
+        return "; ".join(f"{p.strategy} is worse than the baseline on {p.metric} by {-p.delta:.4f} "
+                         f"(95% CI {p.ci_low:+.4f}..{p.ci_high:+.4f}, Holm p={p.p_holm:.4g}, "
+                         f"{p.losses} cases worse / {p.wins} better)" for p in self.failures)
+
+
+def regression_gate(comparison: Comparison, *, margin: float = 0.0, alpha: float = 0.05,
+                    metric: str = PRIMARY_METRIC) -> GateResult:
+    """Fail when some strategy's mean difference to the baseline is below ``-margin`` and significant
+    (Holm-adjusted permutation p < ``alpha``)."""
+    if margin < 0 or not 0 < alpha < 1:
+        raise ValueError(f"need margin >= 0 and 0 < alpha < 1, got margin={margin}, alpha={alpha}")
+    failures = [p for p in comparison.paired if p.metric == metric and p.p_holm < alpha and p.delta < -margin]
+    return GateResult(not failures, failures, margin, alpha, metric)
+
+
+_RUNS_SQL = """
+SELECT r.id::text AS run_id, r.strategy_version, d.content_hash, kb.name AS kb_name, r.finished_at
+FROM retrieval_evaluation_runs r
+JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+WHERE d.name = :ds AND r.is_current AND r.status = 'succeeded' AND (CAST(:kb AS text) IS NULL OR kb.name = :kb)
+ORDER BY r.finished_at DESC
+"""
+_CASES_SQL = f"""
+SELECT evaluation_run_id::text AS run_id, case_id, {', '.join(METRIC_NAMES)}
+FROM retrieval_evaluation_case_results WHERE evaluation_run_id = ANY(CAST(:runs AS uuid[]))
+"""
+
+
+def load_current_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = None) -> list[StrategyRun]:
+    """The current succeeded run of every strategy on dataset ``dataset`` (name), per-case metrics included.
+    A dataset name used with several knowledge bases: the one of the most recent run (a note says so)."""
+    rows = conn.execute(sa.text(_RUNS_SQL), {"ds": dataset, "kb": knowledge_base}).all()
+    if not rows:
+        raise ComparisonError(f"no current succeeded run on dataset {dataset!r}"
+                              + (f" and knowledge base {knowledge_base!r}" if knowledge_base else "")
+                              + "; evaluate it first (rag-pipeline evaluate / the retrieval_evaluation assets)")
+    kb = rows[0].kb_name
+    runs = {r.run_id: StrategyRun(r.strategy_version, r.run_id, {}, r.content_hash, r.kb_name,
+                                  r.finished_at.isoformat() if r.finished_at else None)
+            for r in rows if r.kb_name == kb}
+    for row in conn.execute(sa.text(_CASES_SQL), {"runs": list(runs)}).mappings():
+        runs[row["run_id"]].per_case[row["case_id"]] = {m: float(row[m]) for m in METRIC_NAMES}
+    return list(runs.values())
+
+
+def attach_top_chunks(conn: sa.Connection, comparison: Comparison, top: int = 3) -> None:
+    """Add the top-``top`` stored candidates of the baseline (``before``) and the strategy (``after``) run
+    to every moved case (document name, chunk id, rank, relevant flag)."""
+    run_of = {r.version: r.run_id for r in comparison.runs}
+    wanted = {(run_of[v], m["case_id"]) for v, moved in comparison.moved.items() for m in moved}
+    wanted |= {(run_of[comparison.baseline], c) for _, c in wanted}
+    if not wanted:
+        return
+    rows = conn.execute(sa.text(
+        "SELECT evaluation_run_id::text AS run_id, case_id, chunk_id::text AS chunk_id, document_name, rank, "
+        "is_relevant FROM retrieval_evaluation_candidates WHERE evaluation_run_id = ANY(CAST(:runs AS uuid[])) "
+        "AND case_id = ANY(:cases) AND rank <= :top ORDER BY rank"),
+        {"runs": sorted({r for r, _ in wanted}), "cases": sorted({c for _, c in wanted}), "top": top})
+    pools: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        pools.setdefault((r.run_id, r.case_id), []).append(
+            {"rank": r.rank, "document_name": r.document_name, "chunk_id": r.chunk_id, "is_relevant": r.is_relevant})
+    for version, moved in comparison.moved.items():
+        for m in moved:
+            m["before"] = pools.get((run_of[comparison.baseline], m["case_id"]), [])
+            m["after"] = pools.get((run_of[version], m["case_id"]), [])

@@ -1,0 +1,103 @@
+"""Rendering of a :class:`~rag_pipeline.analysis.comparison.Comparison`: markdown tables, a bar chart PNG
+(matplotlib, Agg backend) embedded as a data URI, and the plain text the ``compare`` command prints."""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+
+from rag_pipeline.analysis.comparison import Comparison, GateResult
+
+SHORT = {"precision_at_k": "P@k", "recall_at_k": "R@k", "reciprocal_rank": "MRR", "ndcg_at_k": "nDCG@k",
+         "hit_at_k": "Hit@k", "average_precision_at_k": "AP@k", "r_precision": "R-prec"}
+
+
+def _num(x, fmt: str = ".4f") -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows])
+
+
+def metric_table(comp: Comparison) -> str:
+    """One row per strategy: averages, and Δ vs the baseline for every metric."""
+    headers = ["strategy", "cases", *(SHORT.get(m, m) for m in comp.metrics), "run"]
+    rows = []
+    for run in comp.runs:
+        cells = []
+        for m in comp.metrics:
+            value = _num(run.mean(m))
+            if run.version != comp.baseline:
+                match = [p for p in comp.paired if p.strategy == run.version and p.metric == m]
+                value += f" ({match[0].delta:+.4f})" if match else ""
+            cells.append(value)
+        name = run.version + (" (baseline)" if run.version == comp.baseline else "")
+        rows.append([name, str(len(run.per_case)), *cells, run.run_id[:8]])
+    return _table(headers, rows)
+
+
+def significance_table(comp: Comparison) -> str:
+    headers = ["strategy", "metric", "n", "Δ mean", "95% CI", "perm. p", "Holm p", "t-test p", "win/tie/loss"]
+    rows = [[p.strategy, SHORT.get(p.metric, p.metric), str(p.n), f"{p.delta:+.4f}",
+             f"[{p.ci_low:+.4f}, {p.ci_high:+.4f}]", _num(p.p_value, ".4g"), _num(p.p_holm, ".4g"),
+             _num(p.ttest_p, ".4g"), f"{p.wins}/{p.ties}/{p.losses}"] for p in comp.paired]
+    return _table(headers, rows)
+
+
+def _chunks(items: list[dict]) -> str:
+    return "<br>".join(f"{c['rank']}. {'✅' if c['is_relevant'] else '·'} {c['document_name']} "
+                       f"`{c['chunk_id'][:8]}`" for c in items) or "—"
+
+
+def moved_table(comp: Comparison) -> str:
+    headers = ["strategy", "case", "baseline", "strategy value", "Δ", "top before", "top after"]
+    rows = [[v, m["case_id"], _num(m["baseline"]), _num(m["strategy"]), f"{m['delta']:+.4f}",
+             _chunks(m.get("before", [])), _chunks(m.get("after", []))]
+            for v, moved in comp.moved.items() for m in moved]
+    return _table(headers, rows) if rows else "_no case changed on the primary metric_"
+
+
+def chart_png(comp: Comparison) -> bytes:
+    """Grouped bars: the average of every metric per strategy (baseline first)."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    fig = Figure(figsize=(max(6.0, 1.6 * len(comp.metrics) + 0.4 * len(comp.runs)), 3.8), dpi=100)
+    ax = fig.subplots()
+    width = 0.8 / max(len(comp.runs), 1)
+    for i, run in enumerate(comp.runs):
+        xs = [j + (i - (len(comp.runs) - 1) / 2) * width for j in range(len(comp.metrics))]
+        ax.bar(xs, [run.mean(m) for m in comp.metrics], width, label=run.version)
+    ax.set_xticks(range(len(comp.metrics)), [SHORT.get(m, m) for m in comp.metrics])
+    ax.set_ylim(0, 1)
+    ax.set_title(f"dataset {comp.dataset}: strategies vs baseline {comp.baseline}")
+    ax.legend(fontsize="small", ncols=min(4, len(comp.runs)))
+    fig.tight_layout()
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    return out.getvalue()
+
+
+def chart_markdown(png: bytes) -> str:
+    return f"![strategy comparison](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"
+
+
+def render_markdown(comp: Comparison, gate: GateResult | None = None) -> str:
+    parts = [f"## Strategies on dataset `{comp.dataset}` (baseline `{comp.baseline}`)", metric_table(comp)]
+    if comp.paired:
+        parts += ["### Paired significance (strategy − baseline, per case)", significance_table(comp),
+                  "### Cases that moved most", moved_table(comp)]
+    if gate is not None:
+        parts.append(f"**Regression gate {'passed' if gate.passed else 'FAILED'}:** {gate.description()}")
+    parts += [f"_Note: {n}_" for n in comp.notes]
+    return "\n\n".join(parts)
+
+
+def render_text(comp: Comparison, gate: GateResult | None = None) -> str:
+    """The CLI's output: the markdown tables are readable as text; chunk lists one per line."""
+    return render_markdown(comp, gate).replace("<br>", "; ") + "\n"

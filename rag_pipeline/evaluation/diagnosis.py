@@ -1,0 +1,237 @@
+"""Why a relevant chunk was (not) retrieved: one reason per relevant chunk per case, from the stored pool.
+
+Taxonomy (``reason``), decided in this order:
+
+* a label status other than ``ok`` from :mod:`rag_pipeline.evaluation.label_check` (``is_document_id``,
+  ``unknown_id``, ``document_unpublished``, ...): the label is wrong, this is *not* a retrieval miss;
+* ``hit`` — in the pool at rank r <= k (``legs`` tells which leg(s) found it);
+* ``vector_only`` / ``keyword_only`` — in the pool at rank r > k and, with *both* legs enabled, only that
+  leg found it (the other leg's own score for the chunk is computed, so the user sees why it missed);
+* ``below_cutoff`` — in the pool at rank r > k, found by both legs (or the strategy has one leg);
+* ``not_in_pool`` — no leg returned it: the chunk's own vector similarity and keyword score for the
+  question are computed (:mod:`rag_pipeline.evaluation.diagnosis_db`) next to the score of the last
+  pool member of each leg, with the rank it would have had in each leg.
+
+For a pool member the final-score gap to the k-th candidate is ``kth_score - final_score``.
+:func:`classify_misses` is pure (plain data in, no database); ``diagnosis_db.diagnose_batch`` adds the
+computed scores and ``diagnosis_db.diagnose_run`` diagnoses (and stores) a whole run.
+Stored per case in ``retrieval_evaluation_case_results.miss_reasons`` (list of :meth:`MissReason.as_dict`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from rag_pipeline.evaluation.label_check import STATUSES as LABEL_STATUSES
+
+RETRIEVAL_REASONS = ("hit", "below_cutoff", "vector_only", "keyword_only", "not_in_pool")
+INVALID_LABEL_REASONS = tuple(s for s in LABEL_STATUSES if s != "ok")
+REASONS = RETRIEVAL_REASONS + INVALID_LABEL_REASONS
+LEGS = ("vector", "keyword")
+
+
+@dataclass(frozen=True)
+class MissReason:
+    case_id: str
+    chunk_id: str
+    reason: str
+    k: int
+    rank: int | None = None  # final rank in the pool
+    legs: str | None = None  # "both" | "vector" | "keyword": who put it in the pool
+    final_score: float | None = None
+    kth_score: float | None = None  # final score of the k-th candidate (None: pool shorter than k)
+    gap: float | None = None  # kth_score - final_score, for pool members below k
+    vector_score: float | None = None  # the chunk's own score (from the pool, or computed)
+    vector_rank: int | None = None  # its rank in the vector leg (computed exactly when not in the pool)
+    keyword_score: float | None = None  # None: the chunk shares no term with the question
+    keyword_rank: int | None = None
+    vector_last_score: float | None = None  # score of the last vector-leg member of the pool
+    vector_leg_size: int = 0
+    keyword_last_score: float | None = None
+    keyword_leg_size: int = 0
+    enabled_legs: tuple[str, ...] = ()
+    scores_computed: bool = False  # own scores of the missing leg(s) filled in by diagnosis_db
+    label_detail: str | None = None
+
+    @property
+    def is_label_problem(self) -> bool:
+        return self.reason in INVALID_LABEL_REASONS
+
+    @property
+    def detail(self) -> str:
+        return _describe(self)
+
+    def as_dict(self) -> dict:
+        """JSON-ready (stored in ``miss_reasons``): None fields dropped, pool context only for pool questions."""
+        data = {key: value for key, value in asdict(self).items() if value is not None}
+        if self.is_label_problem:
+            data = {key: data[key] for key in ("case_id", "chunk_id", "reason", "k", "label_detail") if key in data}
+        elif self.reason == "hit":
+            data = {key: value for key, value in data.items() if "_last_" not in key and "leg_size" not in key}
+        return data | {"detail": self.detail}
+
+
+def _get(obj, name: str):
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _case(case) -> tuple[str, list[str], int]:
+    return str(_get(case, "case_id")), [str(i) for i in _get(case, "relevant_chunk_ids")], int(_get(case, "k"))
+
+
+def _fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:.4f}"
+
+
+def _leg_clause(m: MissReason, leg: str) -> str:
+    own, rank = getattr(m, f"{leg}_score"), getattr(m, f"{leg}_rank")
+    last, size = getattr(m, f"{leg}_last_score"), getattr(m, f"{leg}_leg_size")
+    if own is None:
+        if not m.scores_computed:
+            return f"{leg} score not computed"
+        return "keyword score: no query term in the chunk" if leg == "keyword" else f"no {leg} embedding"
+    if m.reason != "not_in_pool":  # the other leg's own score for a one-leg pool member
+        return f"its {leg} score {_fmt(own)}" + (f" (would be {leg} rank {rank})" if rank else "") + (
+            f" vs {_fmt(last)} for the last of the leg's {size} pool candidates" if last is not None else "")
+    where = f" (would be {leg} rank {rank})" if rank else ""
+    if last is None:
+        return f"{leg} score {_fmt(own)}{where}; the {leg} leg returned nothing"
+    text = f"{leg} score {_fmt(own)}{where} vs {_fmt(last)} for the last of the leg's {size} pool candidates"
+    if own > last and leg == "vector":
+        text += " — above it: the approximate HNSW search missed this chunk (raise ef_search)"
+    elif own == last:
+        text += " — tied; lost on chunk id order"
+    return text
+
+
+def _describe(m: MissReason) -> str:
+    if m.is_label_problem:
+        return f"invalid label ({m.reason}): {m.label_detail or 'see check-dataset'}"
+    if m.reason == "hit":
+        return f"rank {m.rank} <= k={m.k} (found by {m.legs} leg{'s' if m.legs == 'both' else ''})"
+    if m.reason == "not_in_pool":
+        legs = [_leg_clause(m, leg) for leg in LEGS if leg in m.enabled_legs]
+        return "not retrieved by any leg; " + ("; ".join(legs) if legs else "no score computed")
+    text = f"rank {m.rank} > k={m.k}, final score {_fmt(m.final_score)}"
+    if m.kth_score is not None:
+        text += f" vs {_fmt(m.kth_score)} at rank {m.k} (gap {_fmt(m.gap)})"
+        if m.gap == 0:
+            text += " — tied; lost on the tie-break (vector score, then chunk id)"
+    if m.reason in ("vector_only", "keyword_only"):
+        missing = "keyword" if m.reason == "vector_only" else "vector"
+        text += f"; only the {m.legs} leg found it — {_leg_clause(m, missing)}"
+    return text
+
+
+def _enabled_legs(candidates: Sequence, legs: Iterable[str] | None) -> tuple[str, ...]:
+    if legs is not None:
+        return tuple(legs)
+    return tuple(leg for leg in LEGS if any(_get(c, f"{leg}_score") is not None for c in candidates))
+
+
+def legs_of(strategy) -> tuple[str, ...]:
+    """The enabled legs of a strategy (candidate k > 0)."""
+    return tuple(leg for leg in LEGS if getattr(strategy, f"{leg}_candidate_k"))
+
+
+def classify_misses(case, candidates: Sequence, k: int | None = None,
+                    label_statuses: Mapping | None = None, *, legs: Iterable[str] | None = None,
+                    label_details: Mapping | None = None) -> list[MissReason]:
+    """One :class:`MissReason` per relevant chunk of ``case`` (object or dict with ``case_id``,
+    ``relevant_chunk_ids``, ``k``), from its ranked pool ``candidates`` (Candidate objects or rows with
+    ``chunk_id, rank, final_score, vector_score, vector_rank, keyword_score, keyword_rank``).
+
+    ``label_statuses`` maps ``(case_id, chunk_id)`` or ``chunk_id`` to a label status; ``legs`` the
+    enabled legs (default: the legs with a score in the pool; pass :func:`legs_of(strategy)`).
+    """
+    case_id, relevant, case_k = _case(case)
+    k = case_k if k is None else int(k)
+    pool = sorted(candidates, key=lambda c: int(_get(c, "rank")))
+    by_id = {str(_get(c, "chunk_id")): c for c in pool}
+    enabled = _enabled_legs(pool, legs)
+    kth = float(_get(pool[k - 1], "final_score")) if len(pool) >= k else None
+    leg_info = {}
+    for leg in LEGS:
+        members = [c for c in pool if _get(c, f"{leg}_rank") is not None]
+        last = max(members, key=lambda c: _get(c, f"{leg}_rank"), default=None)
+        leg_info[f"{leg}_leg_size"] = len(members)
+        leg_info[f"{leg}_last_score"] = None if last is None else float(_get(last, f"{leg}_score"))
+    leg_info["enabled_legs"] = enabled
+    statuses, details = label_statuses or {}, label_details or {}
+    out = []
+    for chunk_id in relevant:
+        status = statuses.get((case_id, chunk_id), statuses.get(chunk_id, "ok"))
+        if status != "ok":
+            detail = details.get((case_id, chunk_id), details.get(chunk_id))
+            out.append(MissReason(case_id, chunk_id, status, k, label_detail=detail, **leg_info))
+            continue
+        c = by_id.get(chunk_id)
+        if c is None:
+            out.append(MissReason(case_id, chunk_id, "not_in_pool", k, **leg_info))
+            continue
+        found = [leg for leg in LEGS if _get(c, f"{leg}_rank") is not None]
+        found_by = "both" if len(found) == 2 else (found[0] if found else None)
+        rank, final = int(_get(c, "rank")), float(_get(c, "final_score"))
+        if rank <= k:
+            reason = "hit"
+        elif len(enabled) == 2 and len(found) == 1:
+            reason = f"{found[0]}_only"
+        else:
+            reason = "below_cutoff"
+        scores = {f"{leg}_{what}": _get(c, f"{leg}_{what}") for leg in LEGS for what in ("score", "rank")}
+        out.append(MissReason(
+            case_id, chunk_id, reason, k, rank=rank, legs=found_by, final_score=final, kth_score=kth,
+            gap=None if rank <= k or kth is None else kth - final, **scores, **leg_info))
+    return out
+
+
+def summarize(reasons: Iterable) -> dict:
+    """Counts per reason (MissReason objects or their dicts), the dominant non-hit reason, totals."""
+    return summarize_counts(Counter(r["reason"] if isinstance(r, Mapping) else r.reason for r in reasons))
+
+
+def summarize_counts(counts: Mapping[str, int]) -> dict:
+    """:func:`summarize` from ``{reason: count}`` (a run's counts accumulated batch by batch)."""
+    ordered = {reason: counts[reason] for reason in REASONS if counts.get(reason)}
+    misses = {reason: n for reason, n in ordered.items() if reason != "hit"}
+    dominant = max(misses, key=lambda reason: (misses[reason], -REASONS.index(reason))) if misses else None
+    return {"labels": sum(ordered.values()), "counts": ordered, "dominant_reason": dominant,
+            "dominant_count": misses.get(dominant, 0),
+            "invalid_labels": sum(n for reason, n in ordered.items() if reason in INVALID_LABEL_REASONS)}
+
+
+_SENTENCES = {
+    "is_document_id": "{n} of {total} labels are document ids, not chunk ids — see check-dataset",
+    "is_knowledge_base_id": "{n} of {total} labels are knowledge-base ids, not chunk ids — see check-dataset",
+    "unknown_id": "{n} of {total} labels match no chunk, document or knowledge base — see check-dataset",
+    "not_a_uuid": "{n} of {total} labels are not UUIDs — see check-dataset",
+    "other_knowledge_base": "{n} of {total} labels are chunks of another knowledge base — see check-dataset",
+    "document_deleted": "{n} of {total} labels belong to deleted documents — see check-dataset",
+    "document_unpublished": "{n} of {total} labels belong to unpublished documents — see check-dataset",
+    "document_not_ready": "{n} of {total} labels belong to documents that are not READY — see check-dataset",
+    "chunk_replaced": "{n} of {total} labels are chunks replaced by re-ingestion — check-dataset names the "
+                      "current ones",
+    "not_in_pool": "{n} of {total} relevant chunks never entered the candidate pool (no leg retrieved them)",
+    "below_cutoff": "{n} of {total} relevant chunks are in the pool but ranked below k",
+    "vector_only": "{n} of {total} relevant chunks are below k and were found by the vector leg only",
+    "keyword_only": "{n} of {total} relevant chunks are below k and were found by the keyword leg only",
+}
+
+
+def first_line(summary: Mapping, averages: Mapping[str, float] | None = None) -> str | None:
+    """The headline for a run whose averages are all 0 (None otherwise, or when nothing was missed)."""
+    if averages and any(float(v) != 0.0 for v in averages.values()):
+        return None
+    dominant = summary.get("dominant_reason")
+    if dominant is None:
+        return None
+    sentence = _SENTENCES[dominant].format(n=summary["dominant_count"], total=summary["labels"])
+    return f"All metrics are 0: {sentence}."
+
+
+def case_summary(reasons: Iterable) -> str:
+    """Compact per-case text for reports and ``show``: ``2 hit, 1 not_in_pool``."""
+    counts = summarize(reasons)["counts"]
+    return ", ".join(f"{n} {reason}" for reason, n in counts.items()) or "no labels"

@@ -1,0 +1,260 @@
+"""Database side of miss diagnosis: a relevant chunk's own leg scores, and diagnosing a stored run.
+
+For a relevant chunk the pool did not hold (``not_in_pool``), or held from one leg only, the missing
+leg's own score is computed for the case's question with the strategy's own definitions:
+
+* vector: ``1 - (embedding <=> q)`` with the strategy's embedding model (question embedded by
+  :func:`rag_pipeline.knowledge_base.embedding.get_embedder`), and its *exact* rank among the searchable chunks
+  (the leg itself uses the approximate HNSW index, so a chunk may rank inside the leg's k here and
+  still have been missed — the detail then says so);
+* keyword: the very leg statement of the strategy (``ts_rank_cd`` or BM25 from
+  :mod:`rag_pipeline.retrieval.sql` / :mod:`rag_pipeline.retrieval.bm25_sql`) run without its LIMIT, so
+  score and would-be rank are exactly what the leg computes; no row = no query term in the chunk.
+
+One statement per leg for all targets of a batch. The evaluation loop needs no keyword statement at all: its
+keyword leg already ranked the case's relevant chunks (``trace.keyword_targets``, passed as ``known`` to
+:func:`diagnose_batch`); :func:`diagnose_run` re-diagnoses a stored run with the statements below (the two
+agree up to float noise, ``test_evaluation_loop_diagnosis_equals_a_separate_diagnosis_pass``).
+
+The exact vector rank costs a scan of the KB's vectors per target, so it is computed only for knowledge
+bases of at most
+:data:`EXACT_VECTOR_RANK_MAX_CHUNKS` chunks (measured: ~0.8 s per target at 100,000 chunks); above that
+the score is still reported, the rank is left out.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import sqlalchemy as sa
+
+from rag_pipeline.evaluation import diagnosis
+
+from rag_pipeline.evaluation import label_check
+
+from rag_pipeline.retrieval import sql as retrieval_sql
+
+from rag_pipeline.knowledge_base import textsearch
+from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, bm25_params
+from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.evaluation.pools import CANDIDATE_SQL
+from rag_pipeline.retrieval.search import text_search_mode
+from rag_pipeline.retrieval.strategies import Strategy, get_strategy, strategy_from_mapping
+
+_NO_LIMIT = 2_147_483_647
+_TARGETS = "unnest(CAST(:t_ord AS int[]), CAST(:t_chunk AS uuid[])) AS t(ord, chunk_id)"
+
+VECTOR_SCORE_SQL = f"""
+SELECT t.ord, t.chunk_id::text AS chunk_id, s.score,
+       1 + (SELECT count(*) FROM chunk_embeddings e2
+            JOIN document_chunks c ON c.id = e2.chunk_id JOIN documents d ON d.id = c.document_id
+            -- CASE: never compare vectors of another model (another dimension) whatever the plan
+            CROSS JOIN LATERAL (SELECT CASE WHEN e2.model = :model THEN 1 - (e2.embedding <=> q.v) END AS score) o
+            WHERE e2.model = :model AND {retrieval_sql.BASE_FILTERS}
+              AND (o.score > s.score OR (o.score = s.score AND c.id < t.chunk_id))) AS rank
+FROM {_TARGETS}
+JOIN unnest(CAST(:query_vectors AS vector[])) WITH ORDINALITY AS q(v, ord) ON q.ord = t.ord
+JOIN chunk_embeddings e ON e.chunk_id = t.chunk_id AND e.model = :model
+CROSS JOIN LATERAL (SELECT 1 - (e.embedding <=> q.v) AS score) AS s
+"""
+
+
+EXACT_VECTOR_RANK_MAX_CHUNKS = 20_000
+VECTOR_SCORE_NO_RANK_SQL = f"""
+SELECT t.ord, t.chunk_id::text AS chunk_id, s.score, NULL::bigint AS rank
+FROM {_TARGETS}
+JOIN unnest(CAST(:query_vectors AS vector[])) WITH ORDINALITY AS q(v, ord) ON q.ord = t.ord
+JOIN chunk_embeddings e ON e.chunk_id = t.chunk_id AND e.model = :model
+CROSS JOIN LATERAL (SELECT 1 - (e.embedding <=> q.v) AS score) AS s
+"""
+
+
+def keyword_score_sql(scorer: str) -> str:
+    leg = BM25_LEG_SQL if scorer == "bm25" else retrieval_sql.TS_RANK_CD_LEG_SQL
+    return f"""
+WITH leg AS ({leg}),
+ranked AS (SELECT query_index, chunk_id, score,
+                  row_number() OVER (PARTITION BY query_index ORDER BY score DESC, chunk_id) AS rank FROM leg)
+SELECT t.ord, t.chunk_id::text AS chunk_id, r.score, r.rank
+FROM {_TARGETS} JOIN ranked r ON r.query_index = t.ord AND r.chunk_id = t.chunk_id
+"""
+
+
+def score_chunks(conn: sa.Connection, kb, strategy: Strategy, targets: Sequence[tuple[str, str, str]],
+                 query_vectors: Mapping[str, np.ndarray] | None = None) -> dict[tuple[str, str], dict]:
+    """Own leg scores of ``targets`` = ``(question, chunk_id, leg)``; ``kb`` a row with ``id``/``name``/
+    ``text_search``. Returns ``{(question, chunk_id): {"vector_score", "vector_rank", "keyword_score",
+    "keyword_rank"}}`` (keys present only for the legs asked; ``None`` = no embedding / no query term)."""
+    out: dict[tuple[str, str], dict] = {}
+    for leg in diagnosis.LEGS:
+        pairs = sorted({(q, c) for q, c, want in targets if want == leg})
+        if not pairs:
+            continue
+        questions = sorted({q for q, _ in pairs})
+        index = {q: i + 1 for i, q in enumerate(questions)}
+        params = {"kb": kb.id, "t_ord": [index[q] for q, _ in pairs], "t_chunk": [c for _, c in pairs]}
+        if leg == "vector":
+            vectors = query_vectors or {}
+            missing = [q for q in questions if q not in vectors]
+            if missing:
+                vectors = {**vectors, **dict(zip(missing, get_embedder(strategy.embedding_model).embed(missing),
+                                                 strict=True))}
+            params |= {"model": strategy.embedding_model,
+                       "query_vectors": [np.asarray(vectors[q], dtype=np.float32) for q in questions]}
+            n_chunks = conn.execute(sa.text("SELECT chunk_count FROM knowledge_bases WHERE id = :kb"),
+                                    {"kb": kb.id}).scalar() or 0
+            exact_rank = n_chunks <= EXACT_VECTOR_RANK_MAX_CHUNKS
+            rows = conn.execute(sa.text(VECTOR_SCORE_SQL if exact_rank else VECTOR_SCORE_NO_RANK_SQL), params)
+        else:
+            mode = text_search_mode(kb, strategy)
+            params |= {"cfg": textsearch.regconfig(mode), "k": _NO_LIMIT,
+                       "query_texts": [textsearch.prepare(mode, q) for q in questions]}
+            if strategy.keyword_scorer == "bm25":
+                params |= bm25_params(strategy.bm25_k1, strategy.bm25_b)
+            rows = conn.execute(sa.text(keyword_score_sql(strategy.keyword_scorer)), params)
+        for q, c in pairs:
+            out.setdefault((q, c), {})[f"{leg}_score"] = None
+            out[(q, c)][f"{leg}_rank"] = None
+        for row in rows:
+            entry = out[(questions[row.ord - 1], row.chunk_id)]
+            entry[f"{leg}_score"] = float(row.score)
+            entry[f"{leg}_rank"] = None if row.rank is None else int(row.rank)
+    return out
+
+
+def _missing_legs(m: diagnosis.MissReason) -> tuple[str, ...]:
+    if m.reason == "not_in_pool":
+        return m.enabled_legs
+    if m.reason in ("vector_only", "keyword_only"):
+        return ("keyword",) if m.reason == "vector_only" else ("vector",)
+    return ()
+
+
+def diagnose_batch(conn: sa.Connection, kb, strategy: Strategy, cases: Sequence, pools: Sequence[Sequence],
+                   labels: label_check.LabelReport | None = None,
+                   query_vectors: np.ndarray | None = None,
+                   known: Sequence[Mapping[str, dict]] | None = None) -> list[list[diagnosis.MissReason]]:
+    """Reasons per case (``cases[i]`` with pool ``pools[i]``, e.g. ``trace.candidates``), missing-leg
+    scores filled in. ``query_vectors`` (one row per case) spare re-embedding the questions; ``known`` (one
+    mapping per case, chunk id -> ``{"keyword_score", "keyword_rank"}``, e.g. ``trace.keyword_targets``)
+    spares the keyword leg's second pass for the chunks it covers."""
+    statuses = labels.status_map() if labels else None
+    details = {(r.case_id, r.chunk_id): r.detail for r in labels.rows} if labels else None
+    legs = diagnosis.legs_of(strategy)
+    per_case = [diagnosis.classify_misses(case, pool, label_statuses=statuses, label_details=details, legs=legs)
+                for case, pool in zip(cases, pools, strict=True)]
+    question = [str(diagnosis._get(case, "question")) for case in cases]
+    given: dict[tuple[str, str], dict] = {}
+    for i, reasons in enumerate(per_case):
+        for m in reasons:
+            for leg in _missing_legs(m):
+                scores = _known(known, i, m.chunk_id, leg)
+                if scores is not None:
+                    given.setdefault((question[i], m.chunk_id), {}).update(scores)
+    targets = [(question[i], m.chunk_id, leg) for i, reasons in enumerate(per_case) for m in reasons
+               for leg in _missing_legs(m) if _known(known, i, m.chunk_id, leg) is None]
+    if not targets and not given:
+        return per_case
+    vectors = None if query_vectors is None else dict(zip(question, np.asarray(query_vectors), strict=True))
+    scores = score_chunks(conn, kb, strategy, targets, vectors) if targets else {}
+    for key, value in given.items():
+        scores.setdefault(key, {}).update(value)
+    return [[replace(m, **scores[(question[i], m.chunk_id)], scores_computed=True)
+             if (question[i], m.chunk_id) in scores else m for m in reasons]
+            for i, reasons in enumerate(per_case)]
+
+
+def _known(known: Sequence[Mapping[str, dict]] | None, i: int, chunk_id: str, leg: str) -> dict | None:
+    """The precomputed scores of ``leg`` for chunk ``chunk_id`` of case ``i``, if ``known`` has them."""
+    if known is None or leg != "keyword":
+        return None
+    try:
+        key = str(uuid.UUID(str(chunk_id)))
+    except ValueError:
+        return None
+    return known[i].get(key)
+
+
+@dataclass
+class RunDiagnosis:
+    run_id: str
+    reasons: dict[str, list[diagnosis.MissReason]]  # case_id -> reasons, in case order
+    labels: label_check.LabelReport
+    summary: dict
+    first_line: str | None
+
+    def summary_metadata(self) -> dict:
+        """What to merge into the run summary (``retrieval_evaluation_runs.summary``)."""
+        return _summary_metadata(self.summary, self.first_line, self.labels)
+
+
+def _summary_metadata(summary: dict, line: str | None, labels: label_check.LabelReport) -> dict:
+    return {"miss_reasons": summary, "first_line": line,
+            "label_integrity": {"counts": labels.counts(), "summary": labels.summary(),
+                                "cases_all_invalid": labels.cases_with("all_invalid"),
+                                "cases_some_invalid": labels.cases_with("some_invalid")}}
+
+
+class RunDiagnosisTally:
+    """A run's diagnosis accumulated batch by batch (the evaluation loop diagnoses each batch as it goes and
+    stores the reasons with the case rows): label statuses and reason counts, never the pools."""
+
+    def __init__(self, knowledge_base: str):
+        self.labels = label_check.LabelReport(knowledge_base, [])
+        self.counts: Counter = Counter()
+
+    def add(self, labels: label_check.LabelReport, reasons: Sequence[Sequence[diagnosis.MissReason]]) -> None:
+        self.labels.rows.extend(labels.rows)
+        self.labels.verdicts.update(labels.verdicts)
+        self.counts.update(m.reason for case in reasons for m in case)
+
+    def summary_metadata(self, averages: Mapping[str, float]) -> dict:
+        summary = diagnosis.summarize_counts(self.counts)
+        return _summary_metadata(summary, diagnosis.first_line(summary, averages), self.labels)
+
+
+def strategy_of_run(run) -> Strategy:
+    """The strategy a run used: its stored parameters (the registry only if they are missing)."""
+    if run.strategy_params:
+        return strategy_from_mapping({"version": run.strategy_version, **run.strategy_params})
+    return get_strategy(run.strategy_version)
+
+
+def diagnose_run(conn: sa.Connection, run_id, *, store: bool = True,
+                 averages: Mapping[str, float] | None = None) -> RunDiagnosis:
+    """Diagnose every case of a stored run (visible on ``conn``: also inside the run's own write transaction
+    before it commits); ``store`` writes ``case_results.miss_reasons``. ``averages`` default to the run's."""
+    run = conn.execute(sa.text(
+        "SELECT r.strategy_version, r.strategy_params, r.knowledge_base_id, r.ndcg_at_k, r.recall_at_k, "
+        "r.precision_at_k, r.reciprocal_rank FROM retrieval_evaluation_runs r WHERE r.id = CAST(:id AS uuid)"),
+        {"id": str(run_id)}).one()
+    kb = conn.execute(sa.text(retrieval_sql.KNOWLEDGE_BASE_SQL), {"kb": run.knowledge_base_id}).one()
+    cases = conn.execute(sa.text(
+        "SELECT case_id, question, k, relevant_chunk_ids FROM retrieval_evaluation_case_results "
+        "WHERE evaluation_run_id = CAST(:id AS uuid) ORDER BY case_index, case_id"), {"id": str(run_id)}
+    ).mappings().all()
+    pools: dict[str, list] = {c["case_id"]: [] for c in cases}
+    for row in conn.execute(CANDIDATE_SQL, {"run_id": str(run_id)}).mappings():
+        pools.setdefault(row["case_id"], []).append(row)
+    strategy = strategy_of_run(run)
+    labels = label_check.check_labels(conn, kb, cases)
+    reasons = diagnose_batch(conn, kb, strategy, cases, [pools[c["case_id"]] for c in cases], labels)
+    by_case = {c["case_id"]: r for c, r in zip(cases, reasons, strict=True)}
+    if store and cases:
+        conn.execute(sa.text(
+            "UPDATE retrieval_evaluation_case_results r SET miss_reasons = CAST(u.j AS jsonb) "
+            "FROM unnest(CAST(:cases AS text[]), CAST(:js AS text[])) AS u(case_id, j) "
+            "WHERE r.evaluation_run_id = CAST(:id AS uuid) AND r.case_id = u.case_id"),
+            {"id": str(run_id), "cases": list(by_case),
+             "js": [json.dumps([m.as_dict() for m in r], ensure_ascii=False) for r in by_case.values()]})
+    summary = diagnosis.summarize(m for r in reasons for m in r)
+    if averages is None and run.ndcg_at_k is not None:
+        averages = {"ndcg_at_k": run.ndcg_at_k, "recall_at_k": run.recall_at_k,
+                    "precision_at_k": run.precision_at_k, "reciprocal_rank": run.reciprocal_rank}
+    line = diagnosis.first_line(summary, averages) if averages is not None else None
+    return RunDiagnosis(str(run_id), by_case, labels, summary, line)

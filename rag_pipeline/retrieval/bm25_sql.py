@@ -1,0 +1,109 @@
+"""BM25 computed in PostgreSQL from the term statistics that ingestion keeps (``Postgres ts_rank`` is not BM25).
+
+Inputs, all maintained at ingestion from the *same lexemes the chunk's tsvector holds*
+(:mod:`rag_pipeline.knowledge_base.ingestion`, :mod:`rag_pipeline.knowledge_base.term_stats`):
+
+- ``chunk_terms.tf``                          term frequency of a lexeme in a chunk (its tsvector positions);
+- ``knowledge_base_term_stats.doc_freq``      df: current chunks of the KB containing the lexeme;
+- ``knowledge_bases.chunk_count``             N: current chunks of the KB;
+- ``knowledge_bases.avg_chunk_length``        avgdl: mean ``token_count``;
+- ``document_chunks.token_count``             dl: sum of the chunk's term frequencies.
+
+Score of chunk d for question q (Robertson/Sparck Jones with Lucene's non-negative idf, as Anserini)::
+
+    idf(t)      = ln(1 + (N - df + 0.5) / (df + 0.5))
+    score(q, d) = Σ_{t ∈ q}  idf(t) · tf · (k1 + 1) / (tf + k1 · (1 - b + b · dl / avgdl))
+
+Choices, documented:
+
+- Query terms are the lexemes of ``to_tsvector(regconfig, question)`` — the same parser, stemmer and
+  stop words as the chunks — and they are **deduplicated** (a tsvector holds each lexeme once), so a
+  word repeated in the question counts once (Lucene's BooleanQuery counts it twice; for short questions
+  the difference is negligible, and it makes the score independent of phrasing repetitions).
+- The ``(k1 + 1)`` factor is kept (classic BM25; Lucene >= 8 drops this constant factor, which does
+  not change any ranking; ``bm25s`` ``method="lucene"`` scores are ours divided by ``k1 + 1``).
+- N, df and avgdl describe every *current* chunk of the KB, including chunks of documents that are
+  unpublished / not ready / deleted but not re-ingested yet; those chunks are filtered out of the
+  results, not out of the statistics (they are refreshed at the next ingestion).
+- Postgres keeps at most 256 positions per lexeme in a tsvector, so tf saturates at 256 (irrelevant
+  for chunks of normal size).
+- The sum over terms is an ordered aggregate (``ORDER BY lexeme``) so the float result does not depend
+  on the join order the planner picks: a batch and a single question score bit-identically.
+
+Plan shape: df is a scalar subquery and the postings a ``LATERAL ... OFFSET 0`` subquery, so each query
+term is two primary-key lookups whatever the table statistics say. Right after an ingestion, before
+autovacuum has analysed the new rows, a free join order let the planner cross-join the KB's term stats
+with its postings (measured: 2.2 s instead of 6 ms for 4 questions on an 83-chunk KB). The cost is
+linear in the postings of the query terms (exhaustive scoring, no WAND): SciFact, 300 questions,
+1.1 M postings: ~2.5 s on 2 busy cores.
+"""
+
+from __future__ import annotations
+
+from rag_pipeline.retrieval.sql import BASE_FILTERS
+
+_BM25_SQL = f"""
+WITH query_terms AS MATERIALIZED (
+    SELECT q.ord, t.lexeme,
+           (SELECT s.doc_freq
+            FROM knowledge_base_term_stats s
+            WHERE s.knowledge_base_id = :kb AND s.lexeme = t.lexeme) AS df
+    FROM unnest(CAST(:query_texts AS text[])) WITH ORDINALITY AS q(query_text, ord)
+    CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), q.query_text))) AS t(lexeme)
+),
+kb AS (
+    SELECT CAST(chunk_count AS float8) AS n, avg_chunk_length AS avgdl
+    FROM knowledge_bases
+    WHERE id = :kb
+),
+postings AS (
+    SELECT qt.ord, qt.lexeme, p.chunk_id, p.tf,
+           ln(1 + (kb.n - qt.df + 0.5) / (CAST(qt.df AS float8) + 0.5)) AS idf
+    FROM query_terms qt
+    CROSS JOIN kb
+    CROSS JOIN LATERAL (
+        SELECT ct.chunk_id, ct.tf
+        FROM chunk_terms ct
+        WHERE ct.knowledge_base_id = :kb AND ct.lexeme = qt.lexeme
+        OFFSET 0  -- keep the per-term index lookup whatever the table statistics say
+    ) AS p
+    WHERE qt.df IS NOT NULL
+),
+scores AS (
+    SELECT p.ord, p.chunk_id,
+           sum(p.idf * p.tf * (CAST(:k1 AS float8) + 1)
+               / (p.tf + CAST(:k1 AS float8)
+                  * (1 - CAST(:b AS float8) + CAST(:b AS float8) * c.token_count / kb.avgdl))
+               ORDER BY p.lexeme) AS score
+    FROM postings p
+    JOIN document_chunks c ON c.id = p.chunk_id
+    CROSS JOIN kb
+    GROUP BY p.ord, p.chunk_id
+),
+ranked AS (
+    SELECT s.ord, s.chunk_id, c.document_id, d.original_name AS document_name, s.score,
+           row_number() OVER (PARTITION BY s.ord ORDER BY s.score DESC, s.chunk_id) AS leg_rank
+    FROM scores s
+    JOIN document_chunks c ON c.id = s.chunk_id
+    JOIN documents d ON d.id = c.document_id
+    WHERE {BASE_FILTERS}
+)
+SELECT ord AS query_index, chunk_id, document_id, document_name, score{{extra}}
+FROM ranked
+WHERE {{where}}
+"""
+
+BM25_LEG_SQL = _BM25_SQL.format(extra="", where="leg_rank <= :k")
+
+# With targets (see retrieval_sql.TS_RANK_CD_TARGETS_LEG_SQL): the top :k plus the relevant chunks
+# (one ``{uuid,...}`` literal per question in :targets) wherever they rank, each row with its leg_rank.
+BM25_TARGETS_LEG_SQL = _BM25_SQL.format(
+    extra=", leg_rank",
+    where="leg_rank <= :k OR chunk_id = ANY(CAST((CAST(:targets AS text[]))[CAST(ord AS int)] AS uuid[]))")
+
+
+def bm25_params(k1: float, b: float) -> dict[str, float]:
+    """The bind parameters of :data:`BM25_LEG_SQL` besides the questions, KB, config and k."""
+    if k1 < 0 or not 0.0 <= b <= 1.0:
+        raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
+    return {"k1": float(k1), "b": float(b)}

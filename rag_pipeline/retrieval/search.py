@@ -1,0 +1,305 @@
+"""Hybrid retrieval with a full trace (seed §3): vector leg + keyword leg → merged, fused, ordered pool.
+
+For one knowledge base, a :class:`~rag_pipeline.retrieval.strategies.Strategy` and a question:
+
+1. **Vector leg** (``vector_candidate_k`` > 0): the ``strategy.embedding_model`` vectors of searchable
+   chunks, pgvector cosine distance through the model's partial HNSW index (``hnsw.ef_search`` from the
+   strategy, iterative ``strict_order`` scans so the filters never starve the result);
+   ``vector_score = 1 - cosine distance``. Should the index scan still return fewer than
+   ``min(k, searchable vectors)`` rows for a question (pgvector ends an iterative scan after
+   ``hnsw.max_scan_tuples``), that question is searched again exactly (sequential scan).
+2. **Keyword leg** (``keyword_candidate_k`` > 0): the question becomes an OR-tsquery with the KB's
+   text-search mode (simple / english / chinese segmentation: the ingestion path). Scorer
+   ``ts_rank_cd`` = ``ts_rank_cd(content_tsvector, q, 32)`` = rank/(rank+1) in [0, 1) (the seed's
+   choice, hybrid-v1), or ``bm25`` = real BM25 over the ingestion-time term statistics (:mod:`bm25`).
+3. Merge by chunk id (a chunk found by both legs appears once; a leg that did not return it has
+   ``None`` there and contributes 0), ``final_score`` from :func:`fusion.fuse` (weighted sum after the
+   strategy's normalisation, or RRF), ordered by :func:`fusion.order` — ``final desc, vector desc
+   (missing last), chunk id asc`` — and ranked 1..n. ``selected = candidates[:limit]``.
+
+Searchable = seed ``base_filters``: chunk of that KB, current, document READY, PUBLISHED, not deleted.
+Scores in a candidate are the *raw* leg scores; normalisation only shapes ``final_score``. Within a leg,
+equal scores are ranked by chunk id. ``rerank_score`` is always ``None`` (no reranker yet; the slot is
+kept so stored pools keep their shape).
+
+:func:`hybrid_search_batch` embeds all questions in one call and runs one SQL statement per leg for the
+whole batch; :func:`hybrid_search_with_trace` is the batch of one, so both paths return the same pool
+for the same query vector (an encoder may differ in the last float bits, ~1e-7, between a question
+embedded alone and inside a batch).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import sqlalchemy as sa
+
+from rag_pipeline.retrieval import fusion
+
+from rag_pipeline.retrieval import sql as retrieval_sql
+
+from rag_pipeline.knowledge_base import textsearch
+from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
+from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.retrieval.strategies import Strategy
+
+
+class RetrievalError(RuntimeError):
+    """The knowledge base cannot be searched with this strategy; the message tells the user what to do."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One chunk of the merged pool, with every score that explains its place (seed §4.1)."""
+
+    chunk_id: str
+    document_id: str
+    document_name: str
+    rank: int  # 1-based final rank in the pool
+    vector_score: float | None
+    vector_rank: int | None
+    keyword_score: float | None
+    keyword_rank: int | None
+    rerank_score: float | None  # always None: no reranker
+    final_score: float
+    strategy_version: str
+
+
+@dataclass(frozen=True)
+class RetrievalTrace:
+    """The whole sorted pool (for evaluation) and its first ``limit`` candidates (for the business path)."""
+
+    question: str
+    candidates: list[Candidate]
+    selected: list[Candidate]
+    # Only with ``targets`` (evaluation): target chunk id -> {"keyword_score", "keyword_rank"} for targets the
+    # keyword leg scored *below* its top k (None/None: the chunk shares no term with the question).
+    keyword_targets: dict[str, dict] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class LegHit:
+    """One row of one leg (raw score); a leg's hits are best first."""
+
+    chunk_id: str
+    document_id: str
+    document_name: str
+    score: float
+
+
+def hybrid_search_with_trace(
+    conn: sa.Connection, *, knowledge_base_id, query: str, strategy: Strategy, limit: int | None = None
+) -> RetrievalTrace:
+    """Search one question (seed ``hybrid_search_with_trace``); ``limit`` defaults to ``strategy.final_top_k``."""
+    limits = None if limit is None else [limit]
+    return hybrid_search_batch(conn, knowledge_base_id=knowledge_base_id, queries=[query], strategy=strategy,
+                               limits=limits)[0]
+
+
+def hybrid_search_batch(
+    conn: sa.Connection,
+    *,
+    knowledge_base_id,
+    queries: Sequence[str],
+    strategy: Strategy,
+    limits: Sequence[int] | None = None,
+    query_vectors: np.ndarray | None = None,
+    targets: Sequence[Sequence[str]] | None = None,
+) -> list[RetrievalTrace]:
+    """Search many questions: one embedding call and one SQL statement per enabled leg for the batch.
+
+    ``conn`` must be in a transaction (SQLAlchemy's default, not AUTOCOMMIT): the HNSW settings are
+    ``SET LOCAL`` (``set_config(..., true)``) and last until that transaction ends.
+
+    ``limits`` (one per question) default to ``strategy.final_top_k``; ``query_vectors``
+    (``len(queries) × dimension``, unit length) skip the embedding call. ``targets`` (one list of chunk ids
+    per question, e.g. the case's relevant chunks) make the keyword leg also report, in
+    ``trace.keyword_targets``, the score and leg rank of each target it ranked below its top k — in the same
+    statement (:data:`retrieval_sql.TS_RANK_CD_TARGETS_LEG_SQL`); the pools are unchanged.
+    """
+    queries = list(queries)
+    if any(not isinstance(q, str) for q in queries):
+        raise TypeError("every question must be a str")
+    limits = _check_limits(limits, len(queries), strategy.final_top_k)
+    if not queries:
+        return []
+    kb = conn.execute(sa.text(retrieval_sql.KNOWLEDGE_BASE_SQL), {"kb": knowledge_base_id}).first()
+    if kb is None:
+        raise RetrievalError(f"no knowledge base with id {knowledge_base_id}")
+    if targets is not None and len(targets) != len(queries):
+        raise ValueError(f"got {len(targets)} target lists for {len(queries)} questions")
+    vector_hits = _vector_leg(conn, kb, queries, strategy, query_vectors)
+    keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, targets)
+    traces = [
+        fuse_pool(question, vector_hits[i], keyword_hits[i], strategy, limits[i])
+        for i, question in enumerate(queries)
+    ]
+    for trace, found in zip(traces, keyword_targets, strict=True):
+        trace.keyword_targets.update(found)
+    return traces
+
+
+def _check_limits(limits: Sequence[int] | None, n: int, default: int) -> list[int]:
+    if limits is None:
+        return [default] * n
+    limits = list(limits)
+    if len(limits) != n:
+        raise ValueError(f"got {len(limits)} limits for {n} questions")
+    if any(isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1 for k in limits):
+        raise ValueError(f"every limit must be a positive integer, got {limits}")
+    return [int(k) for k in limits]
+
+
+def text_search_mode(kb: sa.Row, strategy: Strategy) -> str:
+    """The KB's text-search mode; a strategy naming another concrete mode is refused (the tsvectors
+    were built with the KB's mode, a query in another mode would silently miss)."""
+    if strategy.text_search not in ("kb", kb.text_search):
+        raise RetrievalError(
+            f"strategy {strategy.version} searches text with mode {strategy.text_search!r}, but knowledge base "
+            f"{kb.name!r} was ingested with text_search={kb.text_search!r}; use a strategy with text_search "
+            f"'kb' or {kb.text_search!r}, or re-ingest into a new knowledge base with --text-search "
+            f"{strategy.text_search}"
+        )
+    return kb.text_search
+
+
+def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> list[list[LegHit]]:
+    if strategy.vector_candidate_k == 0:
+        return [[] for _ in queries]
+    model = strategy.embedding_model
+    params = {"kb": kb.id, "model": model}
+    dimension = conn.execute(sa.text(retrieval_sql.MODEL_DIMENSION_SQL), params).scalar()
+    if dimension is None or not conn.execute(sa.text(retrieval_sql.HAS_EMBEDDINGS_SQL), params).scalar():
+        raise RetrievalError(
+            f"knowledge base {kb.name!r} has no embeddings of model {model!r}, which strategy "
+            f"{strategy.version} uses; ingest it with that model too (rag-pipeline ingest ... --models {model}) "
+            f"or pick a strategy of an ingested model"
+        )
+    if query_vectors is None:
+        query_vectors = get_embedder(model).embed(queries)
+    vectors = np.asarray(query_vectors, dtype=np.float32)
+    if vectors.shape != (len(queries), dimension):
+        raise ValueError(f"query_vectors must have shape {(len(queries), dimension)}, got {vectors.shape}")
+    k, sql = strategy.vector_candidate_k, sa.text(retrieval_sql.vector_leg_sql(dimension))
+    conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": strategy.ef_search})
+    hits = _group(conn.execute(sql, {**params, "query_vectors": list(vectors), "k": k}), len(queries))
+    short = [i for i, leg in enumerate(hits) if len(leg) < k]
+    if short:
+        available = conn.execute(sa.text(retrieval_sql.SEARCHABLE_VECTORS_SQL), params).scalar()
+        short = [i for i in short if len(hits[i]) < min(k, available)]
+    if short:
+        # The HNSW scan gave up before finding k searchable chunks (pgvector stops an iterative scan after
+        # hnsw.max_scan_tuples, e.g. a small KB sharing the model's index with a large one): exact search.
+        exact_sql = sa.text(retrieval_sql.vector_leg_sql(dimension, exact=True))
+        exact = _group(conn.execute(exact_sql, {**params, "query_vectors": list(vectors[short]), "k": k}), len(short))
+        for i, leg in zip(short, exact, strict=True):
+            hits[i] = leg
+    return hits
+
+
+def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None) -> tuple[list[list[LegHit]], list[dict]]:
+    """The leg's hits per question, and per question ``{target chunk id: {keyword_score, keyword_rank}}``
+    for the targets below the leg's top k (empty dicts without ``targets``)."""
+    below: list[dict] = [{} for _ in queries]
+    if strategy.keyword_candidate_k == 0:
+        return [[] for _ in queries], below
+    mode = text_search_mode(kb, strategy)
+    k = strategy.keyword_candidate_k
+    params = {
+        "kb": kb.id,
+        "cfg": textsearch.regconfig(mode),
+        "query_texts": [textsearch.prepare(mode, q) for q in queries],
+        "k": k,
+    }
+    if strategy.keyword_scorer == "bm25":
+        sql = BM25_LEG_SQL if targets is None else BM25_TARGETS_LEG_SQL
+        params |= bm25_params(strategy.bm25_k1, strategy.bm25_b)
+    elif strategy.keyword_scorer == "ts_rank_cd":
+        sql = retrieval_sql.TS_RANK_CD_LEG_SQL if targets is None else retrieval_sql.TS_RANK_CD_TARGETS_LEG_SQL
+    else:  # pragma: no cover - Strategy validates the scorer
+        raise RetrievalError(f"unknown keyword scorer {strategy.keyword_scorer!r}")
+    if targets is None:
+        return _group(conn.execute(sa.text(sql), params), len(queries)), below
+    wanted = [_uuid_strings(t) for t in targets]
+    params["targets"] = ["{" + ",".join(ids) + "}" for ids in wanted]
+    rows = conn.execute(sa.text(sql), params).all()
+    for i, ids in enumerate(wanted):
+        below[i].update(dict.fromkeys(ids))  # scored below k, or (None) no match at all
+    top = []
+    for row in rows:
+        if row.leg_rank <= k:
+            top.append(row)
+            below[row.query_index - 1].pop(str(row.chunk_id), None)
+        else:
+            below[row.query_index - 1][str(row.chunk_id)] = {"keyword_score": float(row.score),
+                                                             "keyword_rank": int(row.leg_rank)}
+    for found in below:
+        for chunk_id, value in found.items():
+            if value is None:
+                found[chunk_id] = {"keyword_score": None, "keyword_rank": None}
+    return _group(top, len(queries)), below
+
+
+def _uuid_strings(ids: Sequence[str]) -> list[str]:
+    """The ids that are UUIDs, in canonical form (anything else cannot be a chunk: label_check reports it)."""
+    out = []
+    for raw in ids:
+        try:
+            out.append(str(uuid.UUID(str(raw))))
+        except ValueError:
+            continue
+    return sorted(set(out))
+
+
+def _group(rows, n: int) -> list[list[LegHit]]:
+    """Rows of a leg → per question, best first (score desc, then chunk id asc: deterministic leg ranks)."""
+    hits: list[list[LegHit]] = [[] for _ in range(n)]
+    for row in rows:
+        hits[row.query_index - 1].append(
+            LegHit(str(row.chunk_id), str(row.document_id), row.document_name, float(row.score))
+        )
+    for leg in hits:
+        leg.sort(key=lambda h: (-h.score, h.chunk_id))
+    return hits
+
+
+def fuse_pool(question: str, vector: list[LegHit], keyword: list[LegHit], strategy: Strategy, limit: int) -> RetrievalTrace:
+    """Merge the two legs' hits (each best first) by chunk id, fuse, order and rank them into a trace.
+
+    Pure (no database): also re-fuses stored pools offline.
+    """
+    slots: dict[str, dict] = {}
+    for leg, hits in (("vector", vector), ("keyword", keyword)):
+        for rank, hit in enumerate(hits, start=1):
+            slot = slots.setdefault(hit.chunk_id, {"hit": hit})
+            slot[f"{leg}_score"], slot[f"{leg}_rank"] = hit.score, rank
+    if not slots:
+        return RetrievalTrace(question, [], [])
+    ids = list(slots)
+
+    def column(name: str) -> np.ndarray:
+        return np.array([slots[c].get(name, np.nan) for c in ids], dtype=float)
+
+    vs, ks = column("vector_score"), column("keyword_score")
+    final = fusion.fuse(strategy, vs, ks, column("vector_rank"), column("keyword_rank"))
+    candidates = []
+    for rank, index in enumerate(fusion.order(final, vs, np.array(ids)), start=1):
+        slot = slots[ids[index]]
+        hit = slot["hit"]
+        candidates.append(Candidate(
+            chunk_id=hit.chunk_id,
+            document_id=hit.document_id,
+            document_name=hit.document_name,
+            rank=rank,
+            vector_score=slot.get("vector_score"),
+            vector_rank=slot.get("vector_rank"),
+            keyword_score=slot.get("keyword_score"),
+            keyword_rank=slot.get("keyword_rank"),
+            rerank_score=None,
+            final_score=float(final[index]),
+            strategy_version=strategy.version,
+        ))
+    return RetrievalTrace(question, candidates, candidates[:limit])

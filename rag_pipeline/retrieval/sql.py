@@ -1,0 +1,140 @@
+"""The SQL of the two retrieval legs, written out in full (one statement per leg per batch of questions).
+
+Every leg statement takes a *batch* of questions — ``unnest(:array) WITH ORDINALITY AS q(..., ord)`` —
+and runs the per-question search in a ``CROSS JOIN LATERAL`` subquery, so one round trip serves the
+whole batch and the single-question path is the batch of one (identical results by construction).
+Each row carries ``query_index`` (1-based position of its question in the batch).
+
+Seed ``base_filters``: a chunk is searchable iff it belongs to the knowledge base, is current (not
+replaced by a re-ingestion) and its document is READY, PUBLISHED and not deleted.
+
+Values always travel as bind parameters. The only text spliced in is the embedding *dimension*,
+an ``int`` from ``embedding_models`` (a type modifier cannot be a parameter); it must match the
+per-model partial HNSW index expression ``(embedding::vector(dim)) vector_cosine_ops WHERE model = ...``
+created by :func:`rag_pipeline.storage.engine.ensure_embedding_model`, otherwise the index is not used.
+"""
+
+from __future__ import annotations
+
+from rag_pipeline.knowledge_base import textsearch
+
+BASE_FILTERS = """c.knowledge_base_id = :kb
+          AND c.is_current
+          AND d.status = 'READY'
+          AND d.publication_status = 'PUBLISHED'
+          AND NOT d.is_deleted"""
+
+# Per transaction (``set_config(..., true)`` is ``SET LOCAL``): the HNSW candidate list size, pgvector
+# 0.8 iterative index scans (keep scanning, in exact distance order, until LIMIT rows pass the
+# filters), and custom plans so the partial index predicate ``model = '<name>'`` is matched against
+# the actual :model value even when the driver switched to a prepared statement.
+VECTOR_SETTINGS_SQL = """
+SELECT set_config('hnsw.ef_search', CAST(:ef_search AS text), true),
+       set_config('hnsw.iterative_scan', 'strict_order', true),
+       set_config('plan_cache_mode', 'force_custom_plan', true)
+"""
+
+# Vector leg. ``<=>`` is pgvector's cosine distance; vector_score = 1 - distance. ORDER BY the bare
+# distance expression (no secondary key) so the HNSW index can deliver the order; ties are broken
+# by chunk id afterwards in Python. {order_by} is the indexed expression ``e.embedding::vector(dim)``
+# (HNSW), or the plain column ``e.embedding`` (same distances, but no index matches it: exact search).
+VECTOR_LEG_SQL = """
+SELECT q.ord AS query_index, hit.chunk_id, hit.document_id, hit.document_name, hit.score
+FROM unnest(CAST(:query_vectors AS vector[])) WITH ORDINALITY AS q(query_vector, ord)
+CROSS JOIN LATERAL (
+    SELECT c.id AS chunk_id, c.document_id, d.original_name AS document_name,
+           1 - (e.embedding::vector({dim}) <=> q.query_vector) AS score
+    FROM chunk_embeddings e
+    JOIN document_chunks c ON c.id = e.chunk_id
+    JOIN documents d ON d.id = c.document_id
+    WHERE e.model = :model
+      AND e.knowledge_base_id = :kb
+      AND {filters}
+    ORDER BY {order_by} <=> q.query_vector
+    LIMIT :k
+) AS hit
+"""
+
+# The question's OR-tsquery (textsearch.OR_TSQUERY_SQL: the lexemes of to_tsvector(:cfg, text),
+# each quoted, joined with |), computed once per question of the batch.
+_TSQUERY = textsearch.OR_TSQUERY_SQL.replace(":qtext", "q.query_text")
+if _TSQUERY == textsearch.OR_TSQUERY_SQL:  # pragma: no cover - guards a change in textsearch
+    raise RuntimeError("textsearch.OR_TSQUERY_SQL no longer uses the :qtext parameter")
+
+# Every searchable chunk matching the question's OR-tsquery ``t.tsq``, with its seed keyword score:
+# ts_rank_cd(tsvector, query, 32) = rank / (rank + 1), a float4 in [0, 1). Used by both keyword legs below.
+_TS_RANK_CD_MATCHES = f"""
+    SELECT c.id AS chunk_id, c.document_id, d.original_name AS document_name,
+           CAST(ts_rank_cd(c.content_tsvector, t.tsq, 32) AS float8) AS score
+    FROM document_chunks c
+    JOIN documents d ON d.id = c.document_id
+    WHERE c.content_tsvector @@ t.tsq
+      AND {BASE_FILTERS}"""
+
+# Keyword leg, seed scorer: the top :k matches. A question without lexemes has a NULL tsquery and matches
+# nothing.
+TS_RANK_CD_LEG_SQL = f"""
+SELECT q.ord AS query_index, hit.chunk_id, hit.document_id, hit.document_name, hit.score
+FROM unnest(CAST(:query_texts AS text[])) WITH ORDINALITY AS q(query_text, ord)
+CROSS JOIN LATERAL (SELECT {_TSQUERY} AS tsq) AS t
+CROSS JOIN LATERAL ({_TS_RANK_CD_MATCHES}
+    ORDER BY score DESC, c.id
+    LIMIT :k
+) AS hit
+"""
+
+# Keyword leg with *targets* (evaluation: the case's relevant chunk ids, one ``{uuid,...}`` array literal per
+# question): the same scores and order as TS_RANK_CD_LEG_SQL, but every match gets its leg rank
+# (row_number over score desc, chunk id) and the rows kept are the top :k *plus* any target ranked lower.
+# The leg scores every match anyway to find its top :k, so a missed relevant chunk's own keyword score and
+# would-be rank come at the price of one full sort instead of a top-N heapsort (miss diagnosis, no
+# second pass). Rows with leg_rank <= :k are exactly TS_RANK_CD_LEG_SQL's rows.
+TS_RANK_CD_TARGETS_LEG_SQL = f"""
+SELECT q.ord AS query_index, hit.chunk_id, hit.document_id, hit.document_name, hit.score, hit.leg_rank
+FROM unnest(CAST(:query_texts AS text[]), CAST(:targets AS text[])) WITH ORDINALITY AS q(query_text, target_ids, ord)
+CROSS JOIN LATERAL (SELECT {_TSQUERY} AS tsq) AS t
+CROSS JOIN LATERAL (
+    SELECT r.chunk_id, r.document_id, r.document_name, r.score, r.leg_rank
+    FROM (
+        SELECT s.*, row_number() OVER (ORDER BY s.score DESC, s.chunk_id) AS leg_rank
+        FROM ({_TS_RANK_CD_MATCHES}) AS s
+    ) AS r
+    WHERE r.leg_rank <= :k OR r.chunk_id = ANY(CAST(q.target_ids AS uuid[]))
+) AS hit
+"""
+
+# Does the knowledge base hold vectors of this model (any current chunk)? Uses the chunk index + PK.
+HAS_EMBEDDINGS_SQL = """
+SELECT EXISTS (
+    SELECT 1
+    FROM document_chunks c
+    JOIN chunk_embeddings e ON e.chunk_id = c.id AND e.model = :model
+    WHERE c.knowledge_base_id = :kb AND c.is_current
+)
+"""
+
+# How many vectors of the model the KB can return (bounds what a complete vector leg must deliver).
+SEARCHABLE_VECTORS_SQL = f"""
+SELECT count(*)
+FROM chunk_embeddings e
+JOIN document_chunks c ON c.id = e.chunk_id
+JOIN documents d ON d.id = c.document_id
+WHERE e.model = :model
+  AND e.knowledge_base_id = :kb
+  AND {BASE_FILTERS}
+"""
+
+MODEL_DIMENSION_SQL = "SELECT dimension FROM embedding_models WHERE name = :model"
+
+KNOWLEDGE_BASE_SQL = """
+SELECT id, name, text_search, chunk_count, avg_chunk_length
+FROM knowledge_bases
+WHERE id = :kb
+"""
+
+
+def vector_leg_sql(dimension: int, *, exact: bool = False) -> str:
+    """:data:`VECTOR_LEG_SQL` for a model of ``dimension`` (the int the HNSW index was built with);
+    ``exact=True`` orders by an expression the index cannot serve: a sequential, exact search."""
+    order_by = "e.embedding" if exact else f"e.embedding::vector({int(dimension)})"
+    return VECTOR_LEG_SQL.format(dim=int(dimension), order_by=order_by, filters=BASE_FILTERS)

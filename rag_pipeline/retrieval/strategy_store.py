@@ -1,0 +1,65 @@
+"""Strategy versions are immutable: the first run of a version records its parameters, later runs must match.
+
+``retrieval_strategies`` holds ``version``, ``params_hash`` (:meth:`Strategy.params_hash`) and ``params``.
+:func:`register_strategy` inserts the row on first use; when the version already exists with another
+hash it raises :class:`StrategyConflictError`, telling the user to bump the version instead of changing
+what an existing version means (stored results of the old parameters would otherwise be mislabelled).
+"""
+
+from __future__ import annotations
+
+import json
+
+import sqlalchemy as sa
+
+from rag_pipeline.retrieval.strategies import Strategy
+
+INSERT_SQL = """
+INSERT INTO retrieval_strategies (version, params_hash, params)
+VALUES (:version, :params_hash, CAST(:params AS jsonb))
+ON CONFLICT (version) DO NOTHING
+"""
+
+SELECT_SQL = "SELECT params_hash, params FROM retrieval_strategies WHERE version = :version"
+
+
+class StrategyConflictError(RuntimeError):
+    """A strategy version is being run with parameters other than the ones it was first run with."""
+
+
+def register_strategy(conn: sa.Connection, strategy: Strategy) -> str:
+    """Record ``strategy`` on first use (idempotent); return its params hash.
+
+    Raises :class:`StrategyConflictError` if the version was recorded with different parameters.
+    Concurrent first uses are safe: ``ON CONFLICT DO NOTHING`` then a re-read decides.
+    """
+    params_hash = strategy.params_hash()
+    conn.execute(
+        sa.text(INSERT_SQL),
+        {"version": strategy.version, "params_hash": params_hash, "params": json.dumps(strategy.params())},
+    )
+    stored = conn.execute(sa.text(SELECT_SQL), {"version": strategy.version}).one()
+    if stored.params_hash != params_hash:
+        raise StrategyConflictError(_conflict_message(strategy, stored.params_hash, stored.params or {}))
+    return params_hash
+
+
+def _conflict_message(strategy: Strategy, stored_hash: str, stored_params: dict) -> str:
+    current = strategy.params()
+    changed = [
+        f"{name}: {stored_params.get(name, '(absent)')!r} → {current.get(name, '(absent)')!r}"
+        for name in sorted(set(current) | set(stored_params))
+        if stored_params.get(name) != current.get(name)
+    ]
+    return (
+        f"strategy {strategy.version} was run before with different parameters "
+        f"(hash {stored_hash[:12]}… ≠ {strategy.params_hash()[:12]}…"
+        + (f"; changed {', '.join(changed)}" if changed else "")
+        + f"): bump the version (e.g. {_next_version(strategy.version)}) instead of changing it"
+    )
+
+
+def _next_version(version: str) -> str:
+    """``hybrid-v1`` → ``hybrid-v2``; anything else gets ``-v2`` appended."""
+    head, sep, tail = version.rpartition("-v")
+    return f"{head}-v{int(tail) + 1}" if sep and tail.isdigit() else f"{version}-v2"

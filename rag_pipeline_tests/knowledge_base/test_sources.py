@@ -1,0 +1,115 @@
+"""Reading a folder of .md/.txt/.html/.jsonl documents."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rag_pipeline.knowledge_base.sources import SourceDocument, SourceError, html_to_text, read_folder
+
+HTML = """<!doctype html>
+<html><head><title>SSO setup</title>
+<style>body { color: red; } .secret-style { display: none }</style>
+<script>var trackingSecret = "do-not-index";</script></head>
+<body>
+  <h1>Single   sign-on</h1>
+  <p>Connect your <b>identity provider</b> &amp; test   the login.</p>
+  <script type="text/javascript">console.log("hidden script text")</script>
+  <ul><li>Okta</li><li>Azure AD</li></ul>
+  <div>单点登录配置步骤</div>
+</body></html>
+"""
+
+
+def write(path: Path, text: str, encoding: str = "utf-8") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding=encoding)
+    return path
+
+
+def test_reads_md_txt_html_jsonl(tmp_path: Path) -> None:
+    write(tmp_path / "b-notes.txt", "Plain text notes.\n第二行。\n")
+    write(tmp_path / "a-guide.md", "# Guide\n\nRead me first.\n")
+    write(tmp_path / "sub" / "sso.html", HTML)
+    lines = [
+        {"id": "q1", "title": "Refunds", "text": "Refunds take 5 days."},
+        {"_id": 7, "text": "退款需要五个工作日。"},
+    ]
+    write(tmp_path / "faq.jsonl", "\n".join(json.dumps(o, ensure_ascii=False) for o in lines) + "\n\n")
+    write(tmp_path / "image.png", "not a document")
+    write(tmp_path / "readme.pdf", "not supported either")
+
+    docs = read_folder(tmp_path)
+    by_name = {d.original_name: d for d in docs}
+    assert [d.original_name for d in docs] == [
+        "a-guide.md", "b-notes.txt", "faq.jsonl#q1", "faq.jsonl#7", "sub/sso.html"
+    ]
+    assert by_name["a-guide.md"] == SourceDocument("a-guide.md", None, "# Guide\n\nRead me first.\n")
+    assert by_name["b-notes.txt"].text == "Plain text notes.\n第二行。\n"
+    # jsonl: one document per line named file.jsonl#id, title prepended to the text
+    assert by_name["faq.jsonl#q1"].title == "Refunds"
+    assert by_name["faq.jsonl#q1"].text == "Refunds\n\nRefunds take 5 days."
+    assert by_name["faq.jsonl#7"].title is None
+    assert by_name["faq.jsonl#7"].text == "退款需要五个工作日。"
+
+    html = by_name["sub/sso.html"]
+    assert html.title == "SSO setup"
+    assert html.text == (
+        "Single sign-on\n\nConnect your identity provider & test the login.\n\nOkta\n\nAzure AD\n\n单点登录配置步骤"
+    )
+    for hidden in ("do-not-index", "hidden script text", "color: red", "secret-style", "SSO setup"):
+        assert hidden not in html.text
+
+
+def test_html_to_text_without_title() -> None:
+    title, text = html_to_text("<p>One</p><p>Two<br>Three</p>")
+    assert title is None
+    assert text == "One\n\nTwo\n\nThree"
+
+
+def test_utf8_bom_is_dropped(tmp_path: Path) -> None:
+    write(tmp_path / "bom.md", "Hello", encoding="utf-8-sig")
+    [doc] = read_folder(tmp_path)
+    assert doc.text == "Hello"
+
+
+@pytest.mark.parametrize("name", ["legacy.txt", "legacy.md", "legacy.html", "legacy.jsonl"])
+def test_non_utf8_file_is_a_source_error_naming_the_file(tmp_path: Path, name: str) -> None:
+    write(tmp_path / "fine.md", "ok")
+    content = '{"id": "1", "text": "差旅报销"}' if name.endswith(".jsonl") else "差旅报销政策"
+    (tmp_path / name).write_bytes(content.encode("gb18030"))
+    with pytest.raises(SourceError, match=r"legacy\.[a-z]+.*not UTF-8"):
+        read_folder(tmp_path)
+
+
+def test_empty_folder_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="no .* documents found"):
+        read_folder(tmp_path)
+    write(tmp_path / "photo.jpg", "x")
+    with pytest.raises(SourceError, match="no .* documents found"):
+        read_folder(tmp_path)
+
+
+def test_missing_folder_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="not a folder"):
+        read_folder(tmp_path / "nope")
+    f = write(tmp_path / "file.md", "x")
+    with pytest.raises(SourceError, match="not a folder"):
+        read_folder(f)
+
+
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        ('{"id": "1", "text": "ok"', r"bad\.jsonl:2: invalid JSON"),
+        ('{"text": "no id"}', r"bad\.jsonl:2: each line needs an 'id'"),
+        ('{"id": "2", "text": 5}', r"bad\.jsonl:2: each line needs"),
+        ('["not", "an", "object"]', r"bad\.jsonl:2: each line needs"),
+    ],
+)
+def test_bad_jsonl_lines(tmp_path: Path, line: str, match: str) -> None:
+    write(tmp_path / "bad.jsonl", '{"id": "1", "text": "fine"}\n' + line + "\n")
+    with pytest.raises(SourceError, match=match):
+        read_folder(tmp_path)

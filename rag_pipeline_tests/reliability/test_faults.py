@@ -1,0 +1,375 @@
+"""Faults on a real PostgreSQL: database unreachable at start, connections terminated mid-run
+(``pg_terminate_backend`` from another session), the process killed with SIGKILL mid-run, and the
+Dagster retry policy (transient database errors only). Nothing partial may ever read as a good run."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+
+from rag_pipeline.evaluation import runs
+from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
+from rag_pipeline.storage.engine import DatabaseError, get_engine
+from rag_pipeline.evaluation.runner import evaluate_dataset
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
+from rag_pipeline.retrieval.strategies import get_strategy
+from rag_pipeline.defs.evaluation import (
+    RETRY_POLICY,
+    TRANSIENT_ERRORS,
+    _fail_fast_unless_transient,
+    evaluation_dataset,
+    evaluation_run,
+)
+from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, run_rows, table_counts, tiny_cases, write_dataset
+from rag_pipeline_tests.reliability_helpers import (
+    admin,
+    assert_no_partial_succeeded_runs,
+    backends,
+    blocked_writes,
+    closed_tcp_port,
+    kb_counts,
+    tagged_engine,
+    tagged_url,
+    terminate,
+    wait_until,
+    waiting_on,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+KB = "faults-tiny"
+BIN = Path(sys.executable).parent
+SECRET = "s3cr%40t-pw"  # percent-encoded "s3cr@t-pw"
+# What libpq/psycopg report when the server ends a session (depends on what the client was doing).
+DROPPED = r"terminating connection due to administrator command|the connection is lost|server closed the connection"
+
+
+@pytest.fixture(scope="module")
+def chunks(engine, tmp_path_factory):
+    return ingest_tiny_kb(engine, KB, tmp_path_factory.mktemp("faults_kb"))
+
+
+def _run(engine, run_id) -> sa.Row:
+    with engine.connect() as conn:
+        return runs.get_run(conn, run_id)
+
+
+def _one_line_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# --- database unreachable at start ----------------------------------------------------------------
+
+def _unreachable_urls() -> dict[str, tuple[str, str]]:
+    """name → (RAG_DATABASE_URL with a password, the masked form the message must show)."""
+    port = closed_tcp_port()
+    return {
+        "closed-tcp-port": (f"postgresql://alice:{SECRET}@127.0.0.1:{port}/rag",
+                            f"postgresql+psycopg://alice:***@127.0.0.1:{port}/rag"),
+        "missing-socket-dir": (f"postgresql://alice:{SECRET}@/rag?host=/nonexistent/rag-socket-dir",
+                               "postgresql+psycopg://alice:***@/rag?host=/nonexistent/rag-socket-dir"),
+    }
+
+
+@pytest.mark.parametrize("where", ["closed-tcp-port", "missing-socket-dir"])
+def test_unreachable_database_is_one_masked_line_for_every_command(where, tmp_path, monkeypatch, capsys):
+    from rag_pipeline.cli import main
+
+    url, masked = _unreachable_urls()[where]
+    monkeypatch.setenv("RAG_DATABASE_URL", url)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("some text\n", encoding="utf-8")
+    commands = [
+        ["evaluate", "--dataset", str(ROOT / "datasets" / "demo.json"), "--quiet"],
+        ["ingest", str(docs), "--knowledge-base", "kb"],
+        ["runs"],
+        ["show", str(uuid.uuid4())],
+        ["kb", "kb"],
+        ["doc", "a.md", "--knowledge-base", "kb", "--status", "READY"],
+    ]
+    for argv in commands:
+        assert main(argv) == 2, argv
+        captured = capsys.readouterr()
+        line = _one_line_error(captured.err)
+        assert line.startswith(f"rag-pipeline: error: cannot reach the database {masked}"), (argv, line)
+        assert "s3cr" not in captured.err + captured.out, "the password is never printed"
+
+
+def test_unreachable_database_in_a_real_process(tmp_path):
+    """The installed ``rag-pipeline`` command: exit code, a single stderr line, no traceback."""
+    url, masked = _unreachable_urls()["closed-tcp-port"]
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("some text\n", encoding="utf-8")
+    env = {**os.environ, "RAG_DATABASE_URL": url}
+    for argv in (["evaluate", "--dataset", str(ROOT / "datasets" / "demo.json"), "--quiet"],
+                 ["ingest", str(docs), "--knowledge-base", "kb"]):
+        proc = subprocess.run([str(BIN / "rag-pipeline"), *argv], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=180)
+        assert proc.returncode == 2, proc.stderr
+        line = _one_line_error(proc.stderr)
+        assert line.startswith(f"rag-pipeline: error: cannot reach the database {masked}: "), line
+        assert "Connection refused" in line
+        assert "s3cr" not in proc.stderr + proc.stdout
+
+
+# --- connection dropped mid-run --------------------------------------------------------------------
+
+@pytest.mark.parametrize("victim", ["reader", "writer", "all"])
+def test_connection_terminated_mid_run_fails_the_run_and_keeps_nothing(engine, chunks, tmp_path, victim):
+    """After two batches (their rows already written inside the run's transaction) another session
+    terminates the run's REPEATABLE READ readers (both: later batches use either), its writer, or every
+    connection of the process. Batches of one case: the fifth batch is submitted only after the kill."""
+    path = write_dataset(tmp_path / "ds.json", KB, tiny_cases(chunks), name=f"faults-drop-{victim}")
+    dataset = load_dataset(path)
+    strategy = get_strategy("hybrid-v1")
+    good = evaluate_dataset(engine, dataset, strategy, batch_size=2)
+    before = kb_counts(engine)
+    run_engine, app = tagged_engine(f"drop-{victim}")
+    seen = {}
+
+    def progress(done: int, _total: int) -> None:
+        if done != 2:
+            return
+        with admin() as conn:
+            rows = backends(conn, app)
+            seen["rows"] = rows
+            if victim == "reader":  # in a transaction (idle or running a batch), never written
+                pids = [r.pid for r in rows if r.state in ("idle in transaction", "active") and not r.has_written]
+            elif victim == "writer":
+                pids = [r.pid for r in rows if r.state == "idle in transaction" and r.has_written]
+            else:
+                pids = [r.pid for r in rows]
+            assert pids, rows
+            terminate(conn, pids)
+            seen["pids"] = pids
+
+    try:
+        with pytest.raises(sa.exc.DBAPIError, match=DROPPED):
+            evaluate_dataset(run_engine, dataset, strategy, batch_size=1, readers=2, progress=progress)
+    finally:
+        run_engine.dispose()
+    assert len(seen["pids"]) == {"reader": 2, "writer": 1, "all": len(seen["rows"])}[victim]
+    with engine.connect() as conn:
+        history = runs.list_runs(conn, dataset=dataset.name, strategy=strategy.version)
+    assert [r.status for r in history] == ["failed", "succeeded"]
+    failed, kept = history
+    assert not failed.is_current and failed.finished_at is not None
+    assert re.search(DROPPED, failed.error), failed.error
+    assert run_rows(engine, failed.id) == (0, 0), "the first batch's rows were rolled back"
+    assert str(kept.id) == good.run_id and kept.is_current, "the previous good run stays current"
+    assert run_rows(engine, kept.id) == (kept.candidate_count, kept.case_count)
+    assert kb_counts(engine) == before
+    assert_no_partial_succeeded_runs(engine)
+
+
+def test_cli_reports_a_dropped_connection_in_one_line(engine, chunks, tmp_path, monkeypatch, capsys):
+    """``rag-pipeline evaluate`` whose connections are terminated while it waits on a lock: exit 3, one line."""
+    from rag_pipeline.cli import main
+
+    path = write_dataset(tmp_path / "ds.json", KB, tiny_cases(chunks), name="faults-cli-drop")
+    url, app = tagged_url("cli-drop")
+    monkeypatch.setenv("RAG_DATABASE_URL", url)
+    result = {}
+    worker = threading.Thread(target=lambda: result.setdefault(
+        "rc", main(["evaluate", "--dataset", str(path), "--strategy", "keyword-v1", "--quiet"])))
+    with blocked_writes("retrieval_evaluation_case_results") as lock, admin() as conn:
+        worker.start()
+        wait_until(lambda: any(r.application_name == app for r in waiting_on(conn, lock)), timeout=120,
+                   what="the CLI run to reach its first write")
+        terminate(conn, [r.pid for r in backends(conn, app)])
+    worker.join(timeout=120)
+    assert not worker.is_alive()
+    assert result["rc"] == 3
+    line = _one_line_error(capsys.readouterr().err)
+    assert line.startswith("rag-pipeline: error: database error: ") and re.search(DROPPED, line), line
+    with engine.connect() as conn:
+        (run,) = runs.list_runs(conn, dataset="faults-cli-drop")
+    assert run.status == "failed" and run_rows(engine, run.id) == (0, 0)
+
+
+# --- Dagster: transient errors are retried, the retry succeeds -------------------------------------
+
+def test_dagster_retries_a_dropped_connection_and_the_retry_succeeds(engine, chunks, datasets):
+    write_dataset(datasets / "faults-dg.json", KB, tiny_cases(chunks))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("dataset", ["faults-dg"])
+    url, app = tagged_url("dagster-drop")
+    killed: dict = {}
+
+    def killer(lock) -> None:
+        try:
+            with admin() as conn:
+                wait_until(lambda: any(r.application_name == app for r in waiting_on(conn, lock)), timeout=120,
+                           what="the evaluation step to reach its first write")
+                killed["pids"] = [r.pid for r in backends(conn, app)]
+                terminate(conn, killed["pids"])
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            killed["error"] = exc
+        finally:
+            lock.rollback()  # release the barrier: the retry must be able to write
+
+    with blocked_writes("retrieval_evaluation_case_results") as lock:
+        thread = threading.Thread(target=killer, args=(lock,))
+        thread.start()
+        result = dg.materialize([evaluation_dataset, evaluation_run], partition_key="faults-dg|keyword-v1",
+                                instance=instance, resources={"rag_db": RagDatabase(url=url)}, raise_on_error=False)
+        thread.join(timeout=60)
+    assert "error" not in killed, killed.get("error")
+    assert killed["pids"]
+    assert result.success
+    retries = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
+    assert [e.step_key for e in retries] == ["evaluation_run"]
+    with engine.connect() as conn:
+        history = runs.list_runs(conn, dataset="faults-dg")
+    assert [(r.status, r.is_current) for r in history] == [("succeeded", True), ("failed", False)]
+    assert re.search(DROPPED, history[1].error), history[1].error
+    assert {r.dagster_run_id for r in history} == {result.run_id}, "both attempts belong to one Dagster run"
+    assert run_rows(engine, history[1].id) == (0, 0)
+    assert run_rows(engine, history[0].id) == (history[0].candidate_count, 5)
+    assert_no_partial_succeeded_runs(engine)
+
+
+def test_retry_policy_is_bounded_and_only_for_transient_database_errors():
+    assert evaluation_dataset.op.retry_policy == RETRY_POLICY == evaluation_run.op.retry_policy
+    assert 1 <= RETRY_POLICY.max_retries <= 3 and RETRY_POLICY.delay
+    # a real connection error and the masked DatabaseError built from it are re-raised (→ retried)
+    port = closed_tcp_port()
+    with pytest.raises(DatabaseError, match=r"alice:\*\*\*@127.0.0.1") as info:
+        get_engine(f"postgresql+psycopg://alice:{SECRET}@127.0.0.1:{port}/rag")
+    assert "s3cr" not in str(info.value)
+    with pytest.raises(DatabaseError), _fail_fast_unless_transient():
+        raise info.value
+    raw = sa.create_engine(f"postgresql+psycopg://alice@127.0.0.1:{port}/rag")
+    with pytest.raises(sa.exc.OperationalError), _fail_fast_unless_transient():
+        raw.connect()
+    assert isinstance(info.value, TRANSIENT_ERRORS)
+    # a configuration error (bad URL) is not transient: it fails at once
+    with pytest.raises(dg.Failure) as config_failure, _fail_fast_unless_transient():
+        raise DatabaseError("not a PostgreSQL URL: mysql://x")
+    assert config_failure.value.allow_retries is False
+    # user errors become a Failure that Dagster does not retry, with the message (and no secret)
+    for error in (DatasetError("x.json", []), KnowledgeBaseError("unknown knowledge base 'nope'"),
+                  ValueError("a bug")):
+        with pytest.raises(dg.Failure) as failure, _fail_fast_unless_transient():
+            raise error
+        assert failure.value.allow_retries is False
+        assert str(error) in failure.value.description
+
+
+def test_dagster_unknown_knowledge_base_fails_once_and_writes_nothing(engine, datasets):
+    write_dataset(datasets / "faults-nokb.json", "no-such-kb", [
+        {"case_id": "a", "question": "q", "k": 1, "relevant_chunk_ids": [str(uuid.uuid4())]}])
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("dataset", ["faults-nokb"])
+    before = table_counts(engine)
+    result = dg.materialize([evaluation_dataset, evaluation_run], partition_key="faults-nokb|hybrid-v1",
+                            instance=instance, resources={"rag_db": RagDatabase()}, raise_on_error=False)
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert failure.step_key == "evaluation_dataset"
+    assert failure.step_failure_data.user_failure_data.description.startswith("unknown knowledge base 'no-such-kb'")
+    assert not [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
+    assert table_counts(engine) == before
+
+
+# --- process killed mid-run -------------------------------------------------------------------------
+
+def test_killed_process_reads_as_abandoned_and_a_rerun_becomes_current(engine, chunks, tmp_path, monkeypatch,
+                                                                       capsys):
+    from rag_pipeline.cli import main
+
+    name = "faults-killed"
+    path = write_dataset(tmp_path / "ds.json", KB, tiny_cases(chunks), name=name)
+    app = f"rag-test-killed-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "PGAPPNAME": app, "RAG_RUN_STALE_SECONDS": "600"}
+    monkeypatch.setenv("RAG_RUN_STALE_SECONDS", "600")
+
+    def running_run():
+        with engine.connect() as conn:
+            rows = runs.list_runs(conn, dataset=name)
+        return rows[0] if rows and rows[0].status == "running" else None
+
+    with blocked_writes("retrieval_evaluation_case_results") as lock, admin() as conn:
+        proc = subprocess.Popen([str(BIN / "rag-pipeline"), "evaluate", "--dataset", str(path), "--strategy",
+                                 "keyword-v1", "--quiet"], env=env, cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_until(lambda: proc.poll() is not None or any(r.application_name == app
+                                                              for r in waiting_on(conn, lock)),
+                       timeout=180, what="the CLI process to be mid-run")
+            assert proc.poll() is None, proc.stderr.read().decode()
+            run = running_run()
+            assert run is not None, "the run row is committed as 'running' before any result"
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    with admin() as conn:  # the server notices the dead client and rolls its transaction back
+        wait_until(lambda: not backends(conn, app), timeout=60, what="the killed process's backends to exit")
+    assert _run(engine, run.id).status == "running", "fresh heartbeat: still reads as running"
+    assert run_rows(engine, run.id) == (0, 0)
+
+    monkeypatch.setenv("RAG_RUN_STALE_SECONDS", "1")
+    wait_until(lambda: _run(engine, run.id).status == "abandoned", timeout=30, interval=0.2,
+               what="the stale run to read as abandoned")
+    capsys.readouterr()
+    assert main(["runs", "--dataset", name, "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(r["run_id"], r["status"], r["is_current"]) for r in listed] == [(str(run.id), "abandoned", False)]
+
+    assert main(["evaluate", "--dataset", str(path), "--strategy", "keyword-v1", "--quiet"]) == 0
+    monkeypatch.setenv("RAG_RUN_STALE_SECONDS", "600")
+    with engine.connect() as conn:
+        history = runs.list_runs(conn, dataset=name)
+        stored = conn.execute(sa.text("SELECT status, error FROM retrieval_evaluation_runs WHERE id = :id"),
+                              {"id": run.id}).one()
+    assert [(r.status, r.is_current) for r in history] == [("succeeded", True), ("abandoned", False)]
+    assert stored.status == "abandoned" and "no heartbeat since" in stored.error, "swept by the next run"
+    assert run_rows(engine, history[0].id) == (history[0].candidate_count, 5)
+    assert_no_partial_succeeded_runs(engine)
+
+
+# --- bad input through Dagster: every malformed file of the corpus ---------------------------------
+
+def test_every_malformed_dataset_fails_its_dagster_run_with_the_full_message(engine, datasets):
+    """The corpus of ``test_dataset.py`` through the asset: one failed step, the same message as the CLI
+    (every problem, naming file / case / field) in the UI, no retry, nothing written."""
+    corpus = sorted((ROOT / "rag_pipeline_tests" / "data" / "bad_datasets").glob("*.json"))
+    assert len(corpus) >= 30
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("dataset", [p.stem for p in corpus])
+    before = table_counts(engine)
+    for source in corpus:
+        path = datasets / source.name
+        shutil.copy(source, path)
+        with pytest.raises(DatasetError) as expected:
+            load_dataset(path)
+        result = dg.materialize([evaluation_dataset, evaluation_run], partition_key=f"{source.stem}|keyword-v1",
+                                instance=instance, resources={"rag_db": RagDatabase()}, raise_on_error=False)
+        assert not result.success, source.name
+        (failure,) = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+        assert failure.step_key == "evaluation_dataset"
+        data = failure.step_failure_data.user_failure_data
+        assert data.description == str(expected.value), source.name
+        assert str(path) in data.description
+        assert str(expected.value) in data.metadata["error"].value
+        assert not [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
+    assert table_counts(engine) == before

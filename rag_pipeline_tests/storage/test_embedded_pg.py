@@ -1,0 +1,53 @@
+"""The embedded server boots with the tuned settings, honours the override, and never restarts a running server.
+
+Each test starts its own server in a scratch directory, so it runs whatever database the session uses."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from rag_pipeline.storage import embedded_server as embedded_pg
+
+def _setting(uri: str, name: str) -> int:
+    with psycopg.connect(uri) as conn:
+        return conn.execute("SELECT pg_size_bytes(current_setting(%s))", (name,)).fetchone()[0]
+
+
+def _size(text: str) -> int:
+    units = {"kB": 2**10, "MB": 2**20, "GB": 2**30}
+    return int(text[:-2]) * units[text[-2:]]
+
+
+@pytest.fixture
+def pgdata():
+    # Outside /root and short (unix socket path limit); removed by the OS' tmp cleaning, stopped here.
+    path = Path(tempfile.mkdtemp(prefix="rag_pg_")) / "d"
+    yield path
+    embedded_pg.stop(path)
+
+
+def test_fresh_server_gets_tuned_settings_and_override_applies_at_next_start(pgdata, monkeypatch):
+    monkeypatch.delenv("RAG_PG_SHARED_BUFFERS", raising=False)
+    uri = embedded_pg.start(pgdata)
+    tuned = embedded_pg.tuned_settings()
+    for name, value in tuned.items():
+        assert _setting(uri, name) == _size(value), name
+    assert 128 * 2**20 <= _size(tuned["shared_buffers"]) <= 2**30
+
+    # A running server is not restarted by another start(): the override waits for the next boot.
+    monkeypatch.setenv("RAG_PG_SHARED_BUFFERS", "192MB")
+    uri = embedded_pg.start(pgdata)
+    assert _setting(uri, "shared_buffers") == _size(tuned["shared_buffers"])
+    assert embedded_pg.stop(pgdata)
+    uri = embedded_pg.start(pgdata)
+    assert _setting(uri, "shared_buffers") == 192 * 2**20
+
+
+def test_bad_override_is_refused_with_its_name(pgdata, monkeypatch):
+    monkeypatch.setenv("RAG_PG_SHARED_BUFFERS", "1GB; DROP TABLE x")
+    with pytest.raises(ValueError, match="shared_buffers must be a size"):
+        embedded_pg.start(pgdata)
