@@ -1,5 +1,8 @@
-"""The Dagster ``Definitions`` of rag_pipeline (``dagster dev -w workspace.yaml``, ``-m rag_pipeline.definitions``)."""
+"""The Dagster ``Definitions`` of rag_pipeline (``dagster dev -w workspace.yaml``, ``-m rag_pipeline.definitions``).
 
+The only module that assembles Dagster objects; the asset groups live in :mod:`rag_pipeline.defs`, one module
+each, as thin adapters over :mod:`rag_pipeline.service`. Nothing else in the package imports Dagster.
+"""
 
 import dagster as dg
 
@@ -8,7 +11,7 @@ from rag_pipeline.defs.comparison import compare_strategies_job, strategy_compar
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.jobs import evaluate_retrieval_job
 from rag_pipeline.defs.knowledge_base import ingest_knowledge_base_job, knowledge_base
-from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.defs.resources import rag_database
 from rag_pipeline.defs.schedules import nightly_reevaluation
 from rag_pipeline.defs.sensors import new_dataset_sensor
 from rag_pipeline.defs.tuning import fusion_sweep, tune_fusion_job
@@ -19,5 +22,5 @@ defs = dg.Definitions(
     jobs=[ingest_knowledge_base_job, evaluate_retrieval_job, compare_strategies_job, tune_fusion_job],
     sensors=[new_dataset_sensor],
     schedules=[nightly_reevaluation],
-    resources={"rag_db": RagDatabase()},
+    resources={"rag_db": rag_database()},
 )

@@ -1,67 +1,159 @@
-"""Where things live: project root, embedded Postgres data dir, datasets folder, database URLs.
+"""Every ``RAG_*`` environment variable in one typed object: its default, its meaning, one parse.
 
-Every command honours these environment variables:
+Read with :func:`get_settings` (a cached :class:`Settings` per distinct ``RAG_*`` environment, so a
+command reads it once and a test's ``monkeypatch.setenv`` is still seen). A bad value fails with a
+:class:`SettingsError` naming the variable (``RAG_EVAL_READERS must be a positive integer, got 'two'``).
+``python -m rag_pipeline.settings`` prints the configuration table of the README (a test keeps them equal).
 
-- ``RAG_DATABASE_URL``  any PostgreSQL with pgvector (SQLAlchemy URL). Unset: the embedded server.
-- ``RAG_PGDATA``        data directory of the embedded server (default ``<project>/.rag_pipeline/pgdata``).
-- ``RAG_DATASETS_DIR``  folder the dataset sensor watches (default ``<project>/datasets``).
-- ``RAG_DAGSTER_PG_URL`` Dagster's own instance storage (written to ``.env`` by ``rag-pipeline db start``).
-
-Tuning (read where they apply):
-
-- ``RAG_EVAL_READERS``      parallel read connections of an evaluation (default 2; :mod:`snapshot_readers`).
-- ``RAG_EMBED_THREADS``     BLAS threads of the USE encoder (default: every core; :mod:`embedding`).
-- ``RAG_PG_SHARED_BUFFERS`` ``shared_buffers`` of the embedded server (default RAM/4, at most 1 GB;
-  :mod:`embedded_pg`).
+``.env`` files: the ``dagster`` command loads ``.env`` of its working directory, and so do ``rag-pipeline``
+and ``make run`` (:func:`load_env_file`, python-dotenv; variables already set win).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 KB_DATABASE = "rag"
 DAGSTER_DATABASE = "dagster"
+ENV_PREFIX = "RAG_"
+
+
+class SettingsError(ValueError):
+    """A ``RAG_*`` variable has a value that cannot be used; the message names the variable."""
+
+
+def _stripped(value: object) -> object:
+    return value.strip() if isinstance(value, str) else value
+
+
+PositiveInt = Annotated[int, BeforeValidator(_stripped), Field(ge=1, strict=False)]
+_SIZE = re.compile(r"\d+(kB|MB|GB)")
+
+
+def _size(value: object) -> object:
+    value = _stripped(value)
+    if isinstance(value, str) and value and not _SIZE.fullmatch(value):
+        raise ValueError("must be a size like 512MB or 1GB")
+    return value
+
+
+class Settings(BaseSettings):
+    """The configuration of every front end (CLI, Dagster, HTTP); each field is the variable ``RAG_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True, extra="ignore", frozen=True)
+
+    database_url: str | None = Field(
+        None, description="Any PostgreSQL with pgvector ≥ 0.8 (SQLAlchemy URL, any driver scheme). "
+                          "Unset: the embedded server.")
+    dagster_pg_url: str | None = Field(
+        None, description="Dagster's run/event storage (`postgresql+psycopg2://`); `rag-pipeline db start` "
+                          "writes it to `.env`. Unset: derived from `RAG_DATABASE_URL` or the embedded server.")
+    pgdata: Path | None = Field(
+        None, description="Data directory of the embedded server. Default `<project>/.rag_pipeline/pgdata`.")
+    datasets_dir: Path | None = Field(
+        None, description="Folder of dataset files the Dagster sensor watches. Default `<project>/datasets`.")
+    strategies_file: Path | None = Field(
+        None, description="Strategy registry YAML. Default: the packaged `rag_pipeline/retrieval/strategies.yaml`.")
+    project_root: Path | None = Field(
+        None, description="The project folder (`.env`, `datasets/`, `reports/`, `.rag_pipeline/`). Default: "
+                          "the checkout holding `pyproject.toml`, else the working directory.")
+    eval_readers: PositiveInt = Field(
+        2, description="Read connections an evaluation searches with in parallel (one PostgreSQL backend each).")
+    embed_threads: PositiveInt | None = Field(
+        None, description="BLAS threads of the USE encoder. Default: every core (ingestion next to a local "
+                          "server: one less).")
+    pg_shared_buffers: Annotated[str | None, BeforeValidator(_size)] = Field(
+        None, description="`shared_buffers` of the embedded server at its next boot. Default: RAM/4, at most 1GB.")
+    run_stale_seconds: PositiveInt = Field(
+        600, description="Heartbeat age after which a `running` evaluation run reads as `abandoned`.")
+    debug: bool = Field(False, description="`1`: the CLI shows the traceback of an unexpected error.")
+    bench_data: Path | None = Field(
+        None, description="Folder of the benchmark collections (`scifact/`) for the benchmark-data tests; set "
+                          "by CI, which then fails if it is missing. Unset: those tests are skipped.")
+    test_database_url: str | None = Field(
+        None, description="Tests only: run the suite against this server instead of a fresh embedded one.")
+    update_snapshots: bool = Field(False, description="Tests only: `1` rewrites the asset-graph snapshot.")
+
+    def resolved_project_root(self) -> Path:
+        if self.project_root:
+            return self.project_root.expanduser().resolve()
+        for parent in Path(__file__).resolve().parents:
+            if (parent / "pyproject.toml").exists() and (parent / "rag_pipeline").is_dir():
+                return parent
+        return Path.cwd().resolve()
+
+
+_MESSAGES = {"greater_than_equal": "must be a positive integer", "int_parsing": "must be a positive integer",
+             "int_from_float": "must be a positive integer", "bool_parsing": "must be 1/0, true/false"}
+
+
+def _error_text(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        name = ENV_PREFIX + str(err["loc"][0]).upper() if err["loc"] else "settings"
+        message = _MESSAGES.get(err["type"]) or err["msg"].removeprefix("Value error, ")
+        parts.append(f"{name} {message}, got {err.get('input')!r}")
+    return "; ".join(parts)
+
+
+@functools.lru_cache(maxsize=16)
+def _settings_for(environment: tuple[tuple[str, str], ...]) -> Settings:  # noqa: ARG001 - the cache key
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise SettingsError(_error_text(exc)) from None
+
+
+def get_settings() -> Settings:
+    """The settings of the current environment (parsed once per distinct set of ``RAG_*`` values)."""
+    return _settings_for(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIX))))
+
+
+def load_env_file(folder: str | Path | None = None) -> Path | None:
+    """Load ``<folder or cwd>/.env`` into ``os.environ`` (set variables win), as the ``dagster`` command does."""
+    from dotenv import load_dotenv  # noqa: PLC0415
+
+    path = Path(folder or Path.cwd()) / ".env"
+    if path.is_file():
+        load_dotenv(path, override=False)
+        return path
+    return None
 
 
 def project_root() -> Path:
-    """The folder holding ``pyproject.toml`` (the repo root), else the current directory."""
-    env = os.environ.get("RAG_PROJECT_ROOT")
-    if env:
-        return Path(env).resolve()
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "pyproject.toml").exists() and (parent / "rag_pipeline").is_dir():
-            return parent
-    return Path.cwd().resolve()
+    """The folder holding ``pyproject.toml`` (the repo root), else the current directory (``RAG_PROJECT_ROOT``)."""
+    return get_settings().resolved_project_root()
 
 
 def pgdata_dir() -> Path:
-    env = os.environ.get("RAG_PGDATA")
-    return Path(env).expanduser().resolve() if env else project_root() / ".rag_pipeline" / "pgdata"
+    configured = get_settings().pgdata
+    return configured.expanduser().resolve() if configured else project_root() / ".rag_pipeline" / "pgdata"
 
 
 def datasets_dir() -> Path:
-    env = os.environ.get("RAG_DATASETS_DIR")
-    return Path(env).expanduser().resolve() if env else project_root() / "datasets"
+    configured = get_settings().datasets_dir
+    return configured.expanduser().resolve() if configured else project_root() / "datasets"
 
 
 def reports_dir() -> Path:
     return project_root() / "reports"
 
 
-# The password runs to the *last* '@' (greedy): an unencoded '@' in a password must not leave its tail visible.
-_PASSWORD = re.compile(r"(?P<head>[a-z0-9+]+://[^:/@?]*:)(?P<pw>.*)(?P<tail>@)", re.IGNORECASE)
-_PASSWORD_PARAM = re.compile(r"(?P<head>[?&]password=)(?P<pw>[^&]*)", re.IGNORECASE)
+def markdown_table() -> str:
+    """The README's configuration table, generated from :class:`Settings`."""
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = "—" if field.default is None else f"`{str(field.default).lower() if isinstance(field.default, bool) else field.default}`"
+        lines.append(f"| `{ENV_PREFIX}{name.upper()}` | {default} | {field.description} |")
+    return "\n".join(lines)
 
 
-def mask_url(url: str) -> str:
-    """Hide the password of a database URL (for logs, metadata and error messages)."""
-    masked = _PASSWORD.sub(lambda m: m["head"] + ("***" if m["pw"] else "") + m["tail"], str(url))
-    return _PASSWORD_PARAM.sub(lambda m: m["head"] + "***", masked)
-
-
-def mask_secrets(text: str) -> str:
-    """Mask every database URL password inside a free-form message."""
-    return re.sub(r"[a-z0-9+]+://\S+", lambda m: mask_url(m.group(0)), str(text), flags=re.IGNORECASE)
+if __name__ == "__main__":
+    print(markdown_table())

@@ -1,55 +1,72 @@
-"""mask_url / mask_secrets: database passwords never reach logs, metadata or error messages."""
+"""Settings: every RAG_* variable is declared once, typed, documented in the README, and fails with its name."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from rag_pipeline.settings import mask_secrets, mask_url
+from rag_pipeline.settings import Settings, SettingsError, get_settings, markdown_table
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize(
-    ("url", "secret", "masked"),
-    [
-        ("postgresql://user:pw@host/db", "pw", "postgresql://user:***@host/db"),
-        ("postgresql+psycopg://rag:s3cr%40t@db.example:5432/rag", "s3cr%40t",
-         "postgresql+psycopg://rag:***@db.example:5432/rag"),
-        ("postgresql+psycopg2://dagster:a:b/c@h/dagster", "a:b/c", "postgresql+psycopg2://dagster:***@h/dagster"),
-        ("postgres://u@h/d?password=hunter2", "hunter2", "postgres://u@h/d?password=***"),
-        ("postgresql://u@h/d?sslmode=require&password=hunter2&x=1", "hunter2",
-         "postgresql://u@h/d?sslmode=require&password=***&x=1"),
-        ("POSTGRESQL://U:PW@H/D", "PW", "POSTGRESQL://U:***@H/D"),
-    ],
-)
-def test_mask_url_hides_password(url: str, secret: str, masked: str) -> None:
-    out = mask_url(url)
-    assert out == masked
-    assert secret not in out
+def test_every_rag_variable_used_anywhere_is_a_setting():
+    used = set()
+    for folder in ("rag_pipeline", "rag_pipeline_tests", "bench"):
+        for path in (ROOT / folder).rglob("*.py"):
+            used |= set(re.findall(r"\bRAG_[A-Z_]+[A-Z]\b", path.read_text(encoding="utf-8")))
+    for name in ("Makefile", ".ci/run", "README.md"):
+        used |= set(re.findall(r"\bRAG_[A-Z_]+[A-Z]\b", (ROOT / name).read_text(encoding="utf-8")))
+    declared = {"RAG_" + name.upper() for name in Settings.model_fields}
+    assert used - declared == set(), "declare these in rag_pipeline/settings.py"
+    assert len(declared) >= 12
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        "postgresql://user@host/db",
-        "postgresql:///rag?host=/tmp/rag_socket",
-        "postgresql+psycopg://embedded_postgres@/rag?host=%2Ftmp%2Fpg",
-        "postgresql://h:5432/d",
-    ],
-)
-def test_mask_url_leaves_passwordless_urls_intact(url: str) -> None:
-    assert mask_url(url) == url
+def test_the_readme_configuration_table_is_generated_from_the_settings():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert markdown_table() in readme, "regenerate it: python -m rag_pipeline.settings"
+    proc = subprocess.run([sys.executable, "-m", "rag_pipeline.settings"], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == markdown_table()
 
 
-def test_mask_secrets_masks_every_url_in_a_message() -> None:
-    msg = ("cannot reach postgresql://rag:topsecret@db1/rag: connection refused; "
-           "dagster storage \"postgresql+psycopg2://dg:other-pw@db2:5432/dagster?password=third\" failed")
-    out = mask_secrets(msg)
-    for secret in ("topsecret", "other-pw", "third"):
-        assert secret not in out
-    assert "postgresql://rag:***@db1/rag:" in out
-    assert "postgresql+psycopg2://dg:***@db2:5432/dagster?password=***" in out
-    assert out.startswith("cannot reach ") and out.endswith(" failed")
+def test_values_are_typed_and_read_again_when_the_environment_changes(monkeypatch):
+    monkeypatch.setenv("RAG_EVAL_READERS", " 4 ")
+    monkeypatch.setenv("RAG_RUN_STALE_SECONDS", "30")
+    monkeypatch.setenv("RAG_DATASETS_DIR", "/tmp/somewhere")
+    settings = get_settings()
+    assert (settings.eval_readers, settings.run_stale_seconds) == (4, 30)
+    assert settings.datasets_dir == Path("/tmp/somewhere")
+    assert get_settings() is settings, "the same environment is parsed once"
+    monkeypatch.setenv("RAG_EVAL_READERS", "3")
+    assert get_settings().eval_readers == 3
+    monkeypatch.setenv("RAG_EVAL_READERS", "")
+    assert get_settings().eval_readers == 2, "an empty variable is unset"
 
 
-def test_mask_secrets_leaves_plain_text_and_passwordless_urls() -> None:
-    msg = "no such table knowledge_bases on postgresql://rag@localhost/rag (password not needed)"
-    assert mask_secrets(msg) == msg
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("RAG_EVAL_READERS", "two", "RAG_EVAL_READERS must be a positive integer, got 'two'"),
+    ("RAG_RUN_STALE_SECONDS", "0", "RAG_RUN_STALE_SECONDS must be a positive integer, got '0'"),
+    ("RAG_EMBED_THREADS", "1.5", "RAG_EMBED_THREADS must be a positive integer, got '1.5'"),
+    ("RAG_PG_SHARED_BUFFERS", "1GB; DROP TABLE x", "RAG_PG_SHARED_BUFFERS must be a size like 512MB or 1GB"),
+    ("RAG_DEBUG", "maybe", "RAG_DEBUG must be 1/0, true/false, got 'maybe'"),
+])
+def test_a_bad_value_names_the_variable(monkeypatch, name, value, message):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as info:
+        get_settings()
+    assert str(info.value).startswith(message)
+
+
+def test_a_bad_setting_is_one_cli_line_with_exit_2(monkeypatch, capsys):
+    from rag_pipeline.cli import main
+
+    monkeypatch.setenv("RAG_EVAL_READERS", "-1")
+    assert main(["runs"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rag-pipeline: error: RAG_EVAL_READERS must be a positive integer") or \
+        "RAG_EVAL_READERS" in err, err
+    assert "Traceback" not in err

@@ -21,11 +21,10 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.analysis import statistics as stats
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.evaluation.metrics import HEADLINE_METRICS, METRIC_NAMES
 
 DEFAULT_BASELINE = "hybrid-v1"
 PRIMARY_METRIC = "ndcg_at_k"
-HEADLINE = ("precision_at_k", "recall_at_k", "reciprocal_rank", "ndcg_at_k")
 
 
 class ComparisonError(LookupError):
@@ -93,7 +92,7 @@ def _finite(value):
 
 
 def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, dataset: str = "",
-            metrics: Sequence[str] = HEADLINE, primary: str = PRIMARY_METRIC, n_resamples: int = 10000,
+            metrics: Sequence[str] = HEADLINE_METRICS, primary: str = PRIMARY_METRIC, n_resamples: int = 10000,
             seed: int = 0, top_moved: int = 5) -> Comparison:
     """Paired statistics of every run against the baseline run (see module doc)."""
     by_version = {r.version: r for r in runs}

@@ -8,9 +8,8 @@ import io
 import math
 
 from rag_pipeline.analysis.comparison import Comparison, GateResult
+from rag_pipeline.evaluation.metrics import METRIC_LABELS
 
-SHORT = {"precision_at_k": "P@k", "recall_at_k": "R@k", "reciprocal_rank": "MRR", "ndcg_at_k": "nDCG@k",
-         "hit_at_k": "Hit@k", "average_precision_at_k": "AP@k", "r_precision": "R-prec"}
 
 
 def _num(x, fmt: str = ".4f") -> str:
@@ -24,7 +23,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 def metric_table(comp: Comparison) -> str:
     """One row per strategy: averages, and Δ vs the baseline for every metric."""
-    headers = ["strategy", "cases", *(SHORT.get(m, m) for m in comp.metrics), "run"]
+    headers = ["strategy", "cases", *(METRIC_LABELS.get(m, m) for m in comp.metrics), "run"]
     rows = []
     for run in comp.runs:
         cells = []
@@ -41,7 +40,7 @@ def metric_table(comp: Comparison) -> str:
 
 def significance_table(comp: Comparison) -> str:
     headers = ["strategy", "metric", "n", "Δ mean", "95% CI", "perm. p", "Holm p", "t-test p", "win/tie/loss"]
-    rows = [[p.strategy, SHORT.get(p.metric, p.metric), str(p.n), f"{p.delta:+.4f}",
+    rows = [[p.strategy, METRIC_LABELS.get(p.metric, p.metric), str(p.n), f"{p.delta:+.4f}",
              f"[{p.ci_low:+.4f}, {p.ci_high:+.4f}]", _num(p.p_value, ".4g"), _num(p.p_holm, ".4g"),
              _num(p.ttest_p, ".4g"), f"{p.wins}/{p.ties}/{p.losses}"] for p in comp.paired]
     return _table(headers, rows)
@@ -73,7 +72,7 @@ def chart_png(comp: Comparison) -> bytes:
     for i, run in enumerate(comp.runs):
         xs = [j + (i - (len(comp.runs) - 1) / 2) * width for j in range(len(comp.metrics))]
         ax.bar(xs, [run.mean(m) for m in comp.metrics], width, label=run.version)
-    ax.set_xticks(range(len(comp.metrics)), [SHORT.get(m, m) for m in comp.metrics])
+    ax.set_xticks(range(len(comp.metrics)), [METRIC_LABELS.get(m, m) for m in comp.metrics])
     ax.set_ylim(0, 1)
     ax.set_title(f"dataset {comp.dataset}: strategies vs baseline {comp.baseline}")
     ax.legend(fontsize="small", ncols=min(4, len(comp.runs)))

@@ -1,23 +1,26 @@
 """Paired statistics for comparing two strategies on the same evaluation cases.
 
 Inputs are per-case metric values ``a`` (strategy A) and ``b`` (strategy B)
-in the same case order; differences are ``a - b``. Resampling is vectorised
-(the resample matrix is built in chunks of about :data:`CHUNK_ELEMENTS`
-numbers) and deterministic for a given ``seed``.
+in the same case order; differences are ``a - b``. The resampling tests are
+thin wrappers over :func:`scipy.stats.permutation_test` and
+:func:`scipy.stats.bootstrap` (vectorised, in batches of about
+:data:`BATCH_ELEMENTS` numbers to bound memory), deterministic for a given
+``seed``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
+import scipy
 from numpy.typing import ArrayLike
 from scipy import stats as scipy_stats
 
-CHUNK_ELEMENTS = 1 << 21
-# Relative tolerance for null statistics that equal the observed one in exact
-# arithmetic; the same value scipy.stats.permutation_test uses.
-_TIE_RTOL = 100 * np.finfo(float).eps
+BATCH_ELEMENTS = 1 << 21
+# scipy >= 1.15 takes ``rng``; older releases call the same argument ``random_state``.
+_RNG_KEYWORD = ("rng" if tuple(int(part) for part in scipy.__version__.split(".")[:2]) >= (1, 15)
+                else "random_state")
 
 
 def _vector(values: ArrayLike, name: str) -> np.ndarray:
@@ -36,11 +39,14 @@ def _paired(a: ArrayLike, b: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     return left, right
 
 
-def _chunks(total: int, width: int) -> Iterator[tuple[int, int]]:
-    """``(start, stop)`` row ranges covering ``total`` rows of ``width`` numbers each."""
-    rows = max(1, CHUNK_ELEMENTS // max(width, 1))
-    for start in range(0, total, rows):
-        yield start, min(start + rows, total)
+def _resampling_options(n: int, seed: int) -> dict[str, Any]:
+    """Shared keyword arguments: vectorised statistic, bounded batches, seeded generator."""
+    return {"vectorized": True, "batch": max(1, BATCH_ELEMENTS // n),
+            _RNG_KEYWORD: np.random.default_rng(seed)}
+
+
+def _abs_mean(diff: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.abs(np.mean(diff, axis=axis))
 
 
 def paired_permutation_test(a: ArrayLike, b: ArrayLike, n_resamples: int = 10000,
@@ -49,52 +55,41 @@ def paired_permutation_test(a: ArrayLike, b: ArrayLike, n_resamples: int = 10000
 
     Under H0 each difference's sign is exchangeable. The p-value is the share
     of sign assignments whose ``|mean|`` reaches the observed ``|mean|``
-    (within a relative 100 eps). Exact enumeration of all ``2**n`` assignments
-    when ``2**n <= n_resamples`` (the rule of ``scipy.stats.permutation_test``);
-    otherwise ``n_resamples`` random assignments and ``(hits + 1) / (n_resamples + 1)``,
+    (within a relative 100 eps): ``scipy.stats.permutation_test`` of the
+    differences with ``permutation_type="samples"`` (one sample = sign flips),
+    statistic ``|mean|`` and ``alternative="greater"``. Exact enumeration of
+    all ``2**n`` assignments when ``2**n <= n_resamples``; otherwise
+    ``n_resamples`` random assignments and ``(hits + 1) / (n_resamples + 1)``,
     which is never 0 and is a valid p-value.
     """
     left, right = _paired(a, b)
     diff = left - right
-    n = diff.size
-    observed = abs(diff.sum())
-    threshold = observed - _TIE_RTOL * observed
-    hits = 0
-    if 2**n <= n_resamples:
-        bits = np.arange(n)
-        for start, stop in _chunks(2**n, n):
-            flips = (np.arange(start, stop)[:, None] >> bits) & 1
-            hits += np.count_nonzero(np.abs((1.0 - 2.0 * flips) @ diff) >= threshold)
-        return hits / 2**n
-    rng = np.random.default_rng(seed)
-    for start, stop in _chunks(n_resamples, n):
-        flips = rng.integers(0, 2, size=(stop - start, n))
-        hits += np.count_nonzero(np.abs((1.0 - 2.0 * flips) @ diff) >= threshold)
-    return (hits + 1) / (n_resamples + 1)
+    result = scipy_stats.permutation_test(
+        (diff,), _abs_mean, permutation_type="samples", n_resamples=n_resamples,
+        alternative="greater", **_resampling_options(diff.size, seed))
+    return float(result.pvalue)
 
 
 def bootstrap_ci(diff: ArrayLike, n_resamples: int = 10000, confidence: float = 0.95,
                  seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap confidence interval of ``mean(diff)``.
 
-    Resamples cases with replacement ``n_resamples`` times and returns the
-    ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles (linear
-    interpolation) of the resampled means, as ``scipy.stats.bootstrap(...,
-    method="percentile")`` does.
+    ``scipy.stats.bootstrap(..., method="percentile")``: resamples cases with
+    replacement ``n_resamples`` times and returns the ``(1 - confidence) / 2``
+    and ``(1 + confidence) / 2`` quantiles of the resampled means. A single
+    case (which scipy rejects) gives the degenerate interval ``(d, d)``.
     """
     values = _vector(diff, "diff")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples!r}")
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_resamples)
-    for start, stop in _chunks(n_resamples, values.size):
-        picks = rng.integers(0, values.size, size=(stop - start, values.size))
-        means[start:stop] = values[picks].mean(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.percentile(means, [100.0 * alpha, 100.0 * (1.0 - alpha)])
-    return float(low), float(high)
+    if values.size == 1:
+        return float(values[0]), float(values[0])
+    interval = scipy_stats.bootstrap(
+        (values,), np.mean, n_resamples=n_resamples, confidence_level=confidence,
+        method="percentile", **_resampling_options(values.size, seed)).confidence_interval
+    return float(interval.low), float(interval.high)
 
 
 def holm_correction(p_values: ArrayLike) -> np.ndarray:

@@ -77,7 +77,7 @@ class FusionConfig:
                                    "keyword_weight": self.keyword_weight}
         if self.fusion == "rrf":
             changes["rrf_k"] = self.rrf_k
-        return dataclasses.replace(strategy, version=version, description=description, **changes)
+        return strategy.replace(version=version, description=description, **changes)
 
 
 def grid(steps: int = WEIGHT_STEPS, rrf_ks: tuple[int, ...] = RRF_KS) -> tuple[FusionConfig, ...]:

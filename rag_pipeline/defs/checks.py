@@ -14,12 +14,12 @@ import warnings
 
 import dagster as dg
 
-from rag_pipeline.analysis.comparison import Comparison, regression_gate
-from rag_pipeline.evaluation.label_check import LabelReport, check_labels
-from rag_pipeline.evaluation.persistence import load_stored_dataset
-from rag_pipeline.defs.evaluation import evaluation_dataset
+from rag_pipeline.analysis.comparison import Comparison, GateResult
+from rag_pipeline.defs.evaluation import evaluation_dataset, stored_dataset_id
 from rag_pipeline.defs.partitions import evaluation_partitions
 from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.evaluation.label_check import LabelReport
+from rag_pipeline.service.datasets import check_stored_dataset
 
 MAX_ROWS = 100
 REGRESSION_GATE_SPEC = dg.AssetCheckSpec(
@@ -52,20 +52,8 @@ def label_integrity_result(report: LabelReport) -> dg.AssetCheckResult:
                                description=report.summary())
 
 
-def _stored_dataset_id(context: dg.AssetCheckExecutionContext) -> str:
-    records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=evaluation_dataset.key, asset_partitions=[str(context.partition_key)]),
-        limit=1).records
-    entry = records[0].asset_materialization.metadata.get("dataset_id") if records else None
-    if entry is None:
-        raise dg.Failure(f"evaluation_dataset has no materialization for partition {context.partition_key}")
-    return entry.value
-
-
 def _label_integrity(context: dg.AssetCheckExecutionContext, rag_db: RagDatabase) -> dg.AssetCheckResult:
-    with rag_db.engine().connect() as conn:
-        dataset = load_stored_dataset(conn, _stored_dataset_id(context))
-        report = check_labels(conn, dataset.knowledge_base, dataset.cases)
+    report = check_stored_dataset(rag_db.engine(), stored_dataset_id(context))
     if report.invalid():
         context.log.warning(report.summary())
     return label_integrity_result(report)
@@ -80,8 +68,8 @@ with warnings.catch_warnings():  # a partitioned check is a Dagster "preview" fe
                     "label; WARN when some labels are invalid.")(_label_integrity)
 
 
-def regression_gate_result(comparison: Comparison, *, margin: float, alpha: float) -> dg.AssetCheckResult:
-    gate = regression_gate(comparison, margin=margin, alpha=alpha)
+def regression_gate_result(comparison: Comparison, gate: GateResult) -> dg.AssetCheckResult:
+    margin, alpha = gate.margin, gate.alpha
     rows = [p for p in comparison.paired if p.metric == gate.metric]
     return dg.AssetCheckResult(
         check_name=REGRESSION_GATE_SPEC.name, asset_key=REGRESSION_GATE_SPEC.asset_key, passed=gate.passed,

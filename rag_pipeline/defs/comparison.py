@@ -9,23 +9,16 @@ evaluates the ``regression_gate`` asset check (:mod:`rag_pipeline.defs.checks`) 
 Job ``compare_strategies`` materialises it for one dataset partition.
 """
 
-import warnings
-
 import dagster as dg
 
-from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, ComparisonError, attach_top_chunks, compare, \
-    load_current_runs
+from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, ComparisonError
 from rag_pipeline.analysis.comparison_report import chart_markdown, chart_png, metric_table, moved_table, \
     significance_table
 from rag_pipeline.defs.checks import REGRESSION_GATE_SPEC, regression_gate_result
-from rag_pipeline.defs.partitions import DATASET_DIMENSION, dataset_partitions
+from rag_pipeline.defs.instance import POOL
+from rag_pipeline.defs.partitions import dataset_partitions, every_strategy_of_the_dataset
 from rag_pipeline.defs.resources import RagDatabase
-
-
-with warnings.catch_warnings():  # beta in Dagster 1.13; maps dataset "demo" to every "demo|<strategy>"
-    warnings.simplefilter("ignore", dg.BetaWarning)
-    _EVERY_STRATEGY_OF_THE_DATASET = dg.MultiToSingleDimensionPartitionMapping(
-        partition_dimension_name=DATASET_DIMENSION)
+from rag_pipeline.service import analysis
 
 
 class ComparisonConfig(dg.Config):
@@ -44,22 +37,21 @@ class ComparisonConfig(dg.Config):
 @dg.asset(
     group_name="strategy_analysis",
     partitions_def=dataset_partitions,
-    deps=[dg.AssetDep("evaluation_run_summary", partition_mapping=_EVERY_STRATEGY_OF_THE_DATASET)],
+    deps=[dg.AssetDep("evaluation_run_summary", partition_mapping=every_strategy_of_the_dataset)],
     check_specs=[REGRESSION_GATE_SPEC],
     kinds={"postgres", "python"},
-    pool="rag_db",
+    pool=POOL,
 )
 def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonConfig, rag_db: RagDatabase):
     """Which strategy version is really better on this dataset: averages, deltas vs the baseline, paired
     significance (permutation test, bootstrap CI, Holm), win/tie/loss, biggest movers, chart."""
-    dataset = context.partition_key
-    with rag_db.engine().connect() as conn:
-        try:
-            runs = load_current_runs(conn, dataset, config.knowledge_base or None)
-            comp = compare(runs, config.baseline, dataset=dataset, n_resamples=config.n_resamples)
-        except ComparisonError as exc:
-            raise dg.Failure(description=str(exc), allow_retries=False) from exc
-        attach_top_chunks(conn, comp)
+    try:
+        result = analysis.compare(rag_db.engine(), context.partition_key,
+                                  knowledge_base=config.knowledge_base or None, baseline=config.baseline,
+                                  margin=config.margin, alpha=config.alpha, n_resamples=config.n_resamples)
+    except ComparisonError as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from exc
+    comp, runs = result.comparison, result.runs
     for note in comp.notes:
         context.log.warning(note)
     png = chart_png(comp)
@@ -77,7 +69,7 @@ def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonCon
         "notes": dg.MetadataValue.json(comp.notes),
         "comparison": dg.MetadataValue.json(comp.as_dict()),
     })
-    yield regression_gate_result(comp, margin=config.margin, alpha=config.alpha)
+    yield regression_gate_result(comp, result.gate)
 
 
 compare_strategies_job = dg.define_asset_job(

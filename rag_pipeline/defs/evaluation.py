@@ -1,6 +1,6 @@
 """Asset group ``retrieval_evaluation``: dataset → candidates → case metrics → run summary, per dataset × strategy.
 
-A thin layer over :mod:`rag_pipeline.evaluation.runner` (the same code as ``rag-pipeline evaluate``).
+A thin layer over :mod:`rag_pipeline.service` (the same operations as ``rag-pipeline evaluate``).
 ``evaluation_dataset`` validates and stores the dataset version. The other three assets are produced by
 one step, :func:`evaluation_run`, because they are one database transaction: a run's candidates, case
 results and summary are committed together or not at all (a failed step leaves a ``failed`` run row and
@@ -16,41 +16,22 @@ import contextlib
 import dagster as dg
 import sqlalchemy as sa
 
-from rag_pipeline.storage.engine import DatabaseUnreachableError
-from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
-from rag_pipeline.knowledge_base.embedding import EmbeddingError
-from rag_pipeline.evaluation.runner import evaluate_dataset, relevant_ids_missing
-from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
-from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
-from rag_pipeline.evaluation.reports import HEADLINE_METRICS, case_overview
-from rag_pipeline.retrieval.search import RetrievalError
-from rag_pipeline.settings import datasets_dir, mask_secrets
-from rag_pipeline.retrieval.strategies import StrategyError, get_strategy
-from rag_pipeline.retrieval.strategy_store import StrategyConflictError
 from rag_pipeline.defs import evaluation_metadata as md
+from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.partitions import evaluation_partitions, split_key
 from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.evaluation.metrics import HEADLINE_METRICS
+from rag_pipeline.service import datasets, evaluations
+from rag_pipeline.service.errors import TRANSIENT_ERRORS, USER_ERRORS
+from rag_pipeline.settings import datasets_dir
+from rag_pipeline.storage.urls import mask_secrets
 
 GROUP = "retrieval_evaluation"
-POOL = "rag_db"
 RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
-USER_ERRORS = (DatasetError, KnowledgeBaseError, StrategyError, StrategyConflictError, EmbeddingError,
-               RetrievalError, LookupError)
-
-
-TRANSIENT_ERRORS = (DatabaseUnreachableError, sa.exc.OperationalError, sa.exc.InterfaceError)
-
-
-def ensure_pool(instance: dg.DagsterInstance) -> None:
-    """Create the ``rag_db`` pool's limit row once, before runs share it: on fresh storage two runs claiming
-    the pool at the same moment both insert it and one fails (Dagster 1.13, UniqueViolation)."""
-    storage = instance.event_log_storage
-    if POOL not in storage.get_concurrency_keys():  # initialising an existing row fails in Dagster 1.13
-        storage.initialize_concurrency_limit_to_default(POOL)
 
 
 @contextlib.contextmanager
-def _fail_fast_unless_transient():
+def fail_fast_unless_transient():
     """Re-raise transient database errors (retried); anything else becomes a ``Failure`` that is not
     retried, with the full message in the UI (user errors without their traceback)."""
     try:
@@ -59,10 +40,11 @@ def _fail_fast_unless_transient():
         raise
     except Exception as exc:
         text = mask_secrets(str(exc))
-        message = text if isinstance(exc, USER_ERRORS) else f"{type(exc).__name__}: {text}"
+        user = isinstance(exc, (*USER_ERRORS, LookupError))
+        message = text if user else f"{type(exc).__name__}: {text}"
         metadata = {"error": dg.MetadataValue.md("```\n" + message + "\n```")}
         # no cause chain when it would carry an unmasked secret (Dagster stores the chain in the event log)
-        cause = None if isinstance(exc, USER_ERRORS) or text != str(exc) else exc
+        cause = None if user or text != str(exc) else exc
         raise dg.Failure(description=message, metadata=metadata, allow_retries=False) from cause
 
 
@@ -90,31 +72,26 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
     """
     dataset_key, _ = split_key(context)
     path = datasets_dir() / f"{dataset_key}.json"
-    with _fail_fast_unless_transient():
-        dataset = load_dataset(path, knowledge_base=config.knowledge_base or None)
-        engine = rag_db.engine()
-        with engine.begin() as conn:
-            kb = resolve_knowledge_base(conn, dataset.knowledge_base)
-            dataset_id = store_dataset(conn, dataset, kb.name)
-            missing = relevant_ids_missing(conn, kb.id, dataset)
-    if missing:
-        context.log.warning(f"{missing} relevant chunk id(s) are not chunks of knowledge base {kb.name!r}")
-    ks = [c.k for c in dataset.cases]
+    with fail_fast_unless_transient():
+        stored = datasets.register_dataset(rag_db.engine(), path, config.knowledge_base or None)
+    if stored.relevant_ids_not_in_kb:
+        context.log.warning(f"{stored.relevant_ids_not_in_kb} relevant chunk id(s) are not chunks of knowledge "
+                            f"base {stored.knowledge_base!r}")
     return dg.MaterializeResult(metadata={
-        "dataset_id": str(dataset_id),
-        "dataset_name": dataset.name,
-        "dataset_version": dataset.content_hash,
-        "knowledge_base": kb.name,
+        "dataset_id": stored.dataset_id,
+        "dataset_name": stored.name,
+        "dataset_version": stored.version,
+        "knowledge_base": stored.knowledge_base,
         "source_path": dg.MetadataValue.path(str(path)),
-        "dagster/row_count": len(dataset.cases),
-        "relevant_chunk_ids": sum(len(c.relevant_chunk_ids) for c in dataset.cases),
-        "relevant_ids_not_in_kb": missing,
-        "k_min": min(ks),
-        "k_max": max(ks),
+        "dagster/row_count": stored.cases,
+        "relevant_chunk_ids": stored.relevant_ids,
+        "relevant_ids_not_in_kb": stored.relevant_ids_not_in_kb,
+        "k_min": stored.k_min,
+        "k_max": stored.k_max,
     })
 
 
-def _stored_dataset_id(context: dg.AssetExecutionContext) -> str:
+def stored_dataset_id(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext) -> str:
     """The dataset version the upstream ``evaluation_dataset`` materialisation of this partition stored."""
     records = context.instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=evaluation_dataset.key, asset_partitions=[str(context.partition_key)]),
@@ -144,24 +121,23 @@ def _stored_dataset_id(context: dg.AssetExecutionContext) -> str:
 def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfig, rag_db: RagDatabase):
     """One evaluation run of the partition's strategy over the partition's dataset, stored atomically."""
     _, version = split_key(context)
-    engine = rag_db.engine()
-    with _fail_fast_unless_transient():
-        strategy = get_strategy(version)
-        with engine.connect() as conn:
-            dataset = load_stored_dataset(conn, _stored_dataset_id(context))
-        step = max(1, len(dataset.cases) // 10)
+    engine = rag_db.engine(config.readers or None)
+    with fail_fast_unless_transient():
+        dataset_id = stored_dataset_id(context)
+        step = [0]
 
         def progress(done: int, total: int) -> None:
-            if done == total or done // step != (done - config.batch_size) // step:
+            every = max(1, total // 10)
+            if done == total or done // every != step[0]:
+                step[0] = done // every
                 context.log.info(f"{done}/{total} cases ({100 * done // max(total, 1)}%)")
 
-        outcome = evaluate_dataset(engine, dataset, strategy, batch_size=config.batch_size,
-                                   readers=config.readers or None, partition_key=str(context.partition_key), dagster_run_id=context.run_id,
-                                   progress=progress, logger=context.log)
+        outcome = evaluations.evaluate_stored(
+            engine, dataset_id, version, batch_size=config.batch_size, readers=rag_db.reader_count(config.readers),
+            partition_key=str(context.partition_key), dagster_run_id=context.run_id, progress=progress,
+            logger=context.log)
     try:  # the run is committed: a failure here must not fail (and re-run) the step
-        with engine.connect() as conn:
-            cases = case_overview(conn, outcome.run_id, limit=md.MAX_TABLE_ROWS)
-            worst = case_overview(conn, outcome.run_id, worst_first=True, limit=10)
+        cases, worst = evaluations.case_tables(engine, outcome.run_id, limit=md.MAX_TABLE_ROWS)
     except sa.exc.SQLAlchemyError as exc:
         context.log.warning(f"run {outcome.run_id} is stored, but its case tables could not be read: {exc}")
         cases, worst = [], []

@@ -3,11 +3,9 @@
 import dagster as dg
 
 from rag_pipeline.evaluation.runner import EvaluationOutcome
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.evaluation.metrics import METRIC_LABELS, METRIC_NAMES
 
 MAX_TABLE_ROWS = 200
-SHORT = {"precision_at_k": "P@k", "recall_at_k": "R@k", "reciprocal_rank": "RR", "ndcg_at_k": "nDCG@k",
-         "hit_at_k": "Hit@k", "average_precision_at_k": "AP@k", "r_precision": "R-prec"}
 
 CANDIDATES_DOC = """The full candidate pool of every case (seed §4.1), one row per candidate in
 ``retrieval_evaluation_candidates``: chunk and document ids, document name, final rank, vector/keyword
@@ -45,11 +43,11 @@ def _top3(top: list[dict]) -> str:
 
 def case_metrics_metadata(o: EvaluationOutcome, cases: list[dict]) -> dict:
     columns = [dg.TableColumn("case_id"), dg.TableColumn("question"), dg.TableColumn("k", "int"),
-               *(dg.TableColumn(SHORT[m], "float") for m in METRIC_NAMES[:4]),
+               *(dg.TableColumn(METRIC_LABELS[m], "float") for m in METRIC_NAMES[:4]),
                dg.TableColumn("first_relevant_rank", "int"), dg.TableColumn("top3_selected")]
     records = [dg.TableRecord({
         "case_id": c["case_id"], "question": _cut(c["question"], 160), "k": c["k"],
-        **{SHORT[m]: round(float(c[m]), 4) for m in METRIC_NAMES[:4]},
+        **{METRIC_LABELS[m]: round(float(c[m]), 4) for m in METRIC_NAMES[:4]},
         "first_relevant_rank": c["first_relevant_rank"], "top3_selected": _top3(c["top3"]),
     }) for c in cases]
     return {
@@ -68,7 +66,7 @@ def _cut(text: str, n: int) -> str:
 
 
 def worst_cases_markdown(worst: list[dict]) -> str:
-    head = "| case | question | " + " | ".join(SHORT[m] for m in METRIC_NAMES[:4]) + " | 1st relevant | top-3 |"
+    head = "| case | question | " + " | ".join(METRIC_LABELS[m] for m in METRIC_NAMES[:4]) + " | 1st relevant | top-3 |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for c in worst:
         cells = [c["case_id"], _cut(c["question"], 80), *(f"{float(c[m]):.3f}" for m in METRIC_NAMES[:4]),

@@ -1,26 +1,25 @@
-"""Asset group ``knowledge_base``: ingest a folder of documents into a knowledge base (same code as the CLI)."""
+"""Asset group ``knowledge_base``: ingest a folder of documents into a knowledge base (the CLI's operation)."""
 
 
 import dagster as dg
 
-from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
-from rag_pipeline.knowledge_base.ingestion import ingest_documents
-from rag_pipeline.knowledge_base.lifecycle import knowledge_base_stats
-from rag_pipeline.settings import project_root
-from rag_pipeline.knowledge_base.sources import read_folder
+from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
+from rag_pipeline.service import knowledge_bases
+from rag_pipeline.settings import project_root
 
 
 class KnowledgeBaseConfig(dg.Config):
     source_dir: str = str(project_root() / "demo" / "kb")
     knowledge_base: str = "demo"
     text_search: str = "chinese"
-    chunk_size: int = 500
-    chunk_overlap: int = 80
+    chunk_size: int = knowledge_bases.DEFAULT_CHUNK_SIZE
+    chunk_overlap: int = knowledge_bases.DEFAULT_CHUNK_OVERLAP
     models: list[str] = [DEFAULT_MODEL]
 
 
-@dg.asset(group_name="knowledge_base", kinds={"postgres", "python"}, pool="rag_db")
+@dg.asset(group_name="knowledge_base", kinds={"postgres", "python"}, pool=POOL)
 def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfig, rag_db: RagDatabase):
     """Documents, chunks, embeddings (one row per chunk per model), tsvectors and BM25 statistics.
 
@@ -37,13 +36,11 @@ def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfi
             last["pct"] = pct
             context.log.info(f"{stage}: {done}/{total} ({pct}%)")
 
-    docs = read_folder(config.source_dir)
-    context.log.info(f"read {len(docs)} documents from {config.source_dir}")
-    result = ingest_documents(engine, docs, config.knowledge_base, text_search=config.text_search,
-                              chunk_size=config.chunk_size, chunk_overlap=config.chunk_overlap,
-                              models=config.models, progress=progress)
-    with engine.connect() as conn:
-        stats = knowledge_base_stats(conn, config.knowledge_base)
+    result = knowledge_bases.ingest(engine, config.source_dir, config.knowledge_base, text_search=config.text_search,
+                                    chunk_size=config.chunk_size, chunk_overlap=config.chunk_overlap,
+                                    models=config.models, progress=progress)
+    context.log.info(f"read {result.documents_seen} documents from {config.source_dir}")
+    stats = knowledge_bases.knowledge_base_stats(engine, config.knowledge_base)
     return dg.MaterializeResult(metadata={
         "knowledge_base": config.knowledge_base,
         "documents_new": result.documents_new,

@@ -4,7 +4,11 @@ Multi-partition keys join the dimensions in name order with ``|``: ``"<dataset>|
 ``demo|hybrid-v1``. Dataset keys are added by :mod:`rag_pipeline.defs.sensors` (or by hand:
 ``DagsterInstance.add_dynamic_partitions("dataset", ["demo"])``); strategy keys are the versions of the
 registry (``rag_pipeline/retrieval/strategies.yaml`` or ``RAG_STRATEGIES_FILE``) when the code location loads.
+The dataset-level assets (``strategy_comparison``, ``fusion_sweep``) depend on every strategy partition of
+their dataset through :data:`every_strategy_of_the_dataset`.
 """
+
+import warnings
 
 import dagster as dg
 
@@ -18,6 +22,11 @@ strategy_partitions = dg.StaticPartitionsDefinition(list(load_registry()))
 evaluation_partitions = dg.MultiPartitionsDefinition(
     {DATASET_DIMENSION: dataset_partitions, STRATEGY_DIMENSION: strategy_partitions}
 )
+
+with warnings.catch_warnings():  # beta in Dagster 1.13; maps dataset "demo" to every "demo|<strategy>"
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    every_strategy_of_the_dataset = dg.MultiToSingleDimensionPartitionMapping(
+        partition_dimension_name=DATASET_DIMENSION)
 
 
 def partition_key(dataset: str, strategy: str) -> dg.MultiPartitionKey:

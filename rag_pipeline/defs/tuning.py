@@ -6,7 +6,7 @@ the current run of a "pool" strategy that stores deep pools (default ``hybrid-bm
 100 candidates per leg), re-fuses it under every configuration of the grid (weighted fusion with each
 normalisation x vector weight in steps of 0.05, RRF per k) and picks one by k-fold cross-validation over
 cases (:func:`rag_pipeline.analysis.tuning.recommend`, shared with ``rag-pipeline tune`` through
-:func:`rag_pipeline.cli_tune.tune`).
+:func:`rag_pipeline.service.analysis.tune`).
 
 Like ``strategy_comparison`` it depends on every strategy partition of ``evaluation_run_summary`` for its
 dataset and is not part of the ``evaluate_retrieval`` job. It writes nothing: adding the recommended
@@ -14,23 +14,17 @@ strategy to the registry is the user's decision (paste the YAML, or ``rag-pipeli
 --write-strategy``).
 """
 
-import warnings
-
 import dagster as dg
 
-from rag_pipeline.cli_tune import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TOP_CONFIGS, TuneError, TuneResult, tune
-from rag_pipeline.retrieval.strategies import StrategyError
+from rag_pipeline.analysis.tune_runs import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TOP_CONFIGS, TuneError, TuneResult
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig
 from rag_pipeline.analysis.tuning_plot import sweep_markdown
-from rag_pipeline.defs.partitions import DATASET_DIMENSION, dataset_partitions
+from rag_pipeline.defs.instance import POOL
+from rag_pipeline.defs.partitions import dataset_partitions, every_strategy_of_the_dataset
 from rag_pipeline.defs.resources import RagDatabase
-
-with warnings.catch_warnings():  # beta in Dagster 1.13; maps dataset "demo" to every "demo|<strategy>"
-    warnings.simplefilter("ignore", dg.BetaWarning)
-    _EVERY_STRATEGY_OF_THE_DATASET = dg.MultiToSingleDimensionPartitionMapping(
-        partition_dimension_name=DATASET_DIMENSION)
-
-SHORT = {"ndcg_at_k": "nDCG@k", "recall_at_k": "R@k", "reciprocal_rank": "RR", "precision_at_k": "P@k"}
+from rag_pipeline.evaluation.metrics import METRIC_LABELS
+from rag_pipeline.retrieval.strategies import StrategyError
+from rag_pipeline.service import analysis
 
 
 class FusionSweepConfig(dg.Config):
@@ -50,8 +44,8 @@ class FusionSweepConfig(dg.Config):
 def top_configurations_markdown(result: TuneResult) -> str:
     """The best configurations as a markdown table (the pool strategy's and the recommended one marked)."""
     metric = result.recommendation.metric
-    columns = list(dict.fromkeys([metric, *SHORT]))
-    head = "| # | configuration | " + " | ".join(SHORT.get(c, c) for c in columns) + " | folds chose it | |"
+    columns = list(dict.fromkeys([metric, "ndcg_at_k", "recall_at_k", "reciprocal_rank", "precision_at_k"]))
+    head = "| # | configuration | " + " | ".join(METRIC_LABELS.get(c, c) for c in columns) + " | folds chose it | |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in result.top_configurations(TOP_CONFIGS):
         mark = ", ".join(text for flag, text in ((r["is_recommended"], "**recommended**"),
@@ -113,9 +107,9 @@ def fusion_sweep_metadata(result: TuneResult) -> dict:
 @dg.asset(
     group_name="strategy_analysis",
     partitions_def=dataset_partitions,
-    deps=[dg.AssetDep("evaluation_run_summary", partition_mapping=_EVERY_STRATEGY_OF_THE_DATASET)],
+    deps=[dg.AssetDep("evaluation_run_summary", partition_mapping=every_strategy_of_the_dataset)],
     kinds={"postgres", "python", "numpy"},
-    pool="rag_db",
+    pool=POOL,
 )
 def fusion_sweep(context: dg.AssetExecutionContext, config: FusionSweepConfig, rag_db: RagDatabase):
     """Tuned fusion for this dataset, from stored candidate pools (no re-retrieval): every weight (step
@@ -124,13 +118,11 @@ def fusion_sweep(context: dg.AssetExecutionContext, config: FusionSweepConfig, r
     cases. Metadata: cross-validated metric with bootstrap 95% CI, predicted mean, gain over the pool
     strategy's own fusion (CI, p), recall ceiling, the ready-to-paste strategy YAML, the metric-vs-weight
     chart per normalisation and the top-10 configurations."""
-    dataset = context.partition_key
-    with rag_db.engine().connect() as conn:
-        try:
-            result = tune(conn, dataset, config.pool_strategy, config.metric, config.folds, config.seed,
-                          knowledge_base=config.knowledge_base or None)
-        except (TuneError, StrategyError, ValueError) as exc:
-            raise dg.Failure(description=str(exc), allow_retries=False) from exc
+    try:
+        result = analysis.tune(rag_db.engine(), context.partition_key, config.pool_strategy, config.metric,
+                               config.folds, config.seed, knowledge_base=config.knowledge_base or None)
+    except (TuneError, StrategyError, ValueError) as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from exc
     for note in result.notes:
         context.log.warning(note)
     context.log.info(headline_markdown(result).replace("**", ""))

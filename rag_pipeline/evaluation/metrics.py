@@ -51,6 +51,11 @@ METRIC_NAMES = (
     "average_precision_at_k",
     "r_precision",
 )
+HEADLINE_METRICS = METRIC_NAMES[:4]
+"""The seed's four: P@K, R@K, MRR, nDCG@K."""
+METRIC_LABELS = {"precision_at_k": "P@k", "recall_at_k": "R@k", "reciprocal_rank": "MRR", "ndcg_at_k": "nDCG@k",
+                 "hit_at_k": "Hit@k", "average_precision_at_k": "AP@k", "r_precision": "R-prec"}
+"""Short column labels of the metrics (tables, charts, Dagster metadata)."""
 
 Relevance = set[str] | frozenset[str] | Mapping[str, float]
 

@@ -14,12 +14,11 @@ from typing import IO
 
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.evaluation.metrics import HEADLINE_METRICS, METRIC_NAMES
 from rag_pipeline.evaluation.report_schema import REPORT_VERSION
 from rag_pipeline.evaluation.runs import get_run
 
 PAGE_CASES = 500
-HEADLINE_METRICS = ("precision_at_k", "recall_at_k", "reciprocal_rank", "ndcg_at_k")
 
 _CANDIDATE_SQL = """
 SELECT c.case_id, c.chunk_id, c.document_id, c.document_name, c.rank, c.vector_score, c.vector_rank,

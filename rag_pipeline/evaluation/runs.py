@@ -10,15 +10,14 @@ status to ``succeeded``. A ``running`` run whose heartbeat is older than :func:`
 from __future__ import annotations
 
 import json
-import os
 import uuid
 
 import sqlalchemy as sa
 
-from rag_pipeline.settings import mask_secrets
+from rag_pipeline.settings import get_settings
+from rag_pipeline.storage.urls import mask_secrets
 
 STATUSES = ("running", "succeeded", "failed", "abandoned")
-DEFAULT_STALE_SECONDS = 600
 
 
 class RunNotFoundError(LookupError):
@@ -27,10 +26,7 @@ class RunNotFoundError(LookupError):
 
 def stale_after_seconds() -> int:
     """Heartbeat age after which a ``running`` run counts as abandoned (``RAG_RUN_STALE_SECONDS``)."""
-    try:
-        return max(1, int(os.environ.get("RAG_RUN_STALE_SECONDS", DEFAULT_STALE_SECONDS)))
-    except ValueError:
-        return DEFAULT_STALE_SECONDS
+    return get_settings().run_stale_seconds
 
 
 EFFECTIVE_STATUS = (

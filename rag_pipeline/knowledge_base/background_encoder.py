@@ -22,12 +22,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import sqlalchemy as sa
 
+from rag_pipeline.settings import get_settings
+
 
 def encoder_threads(engine: sa.Engine) -> int | None:
     """BLAS threads for encoding next to ``engine``'s server: ``cpu_count - 1`` when the server is on this
     machine and ``RAG_EMBED_THREADS`` is not set, else ``None`` (the embedder's own setting)."""
     cores = os.cpu_count() or 1
-    if os.environ.get("RAG_EMBED_THREADS", "").strip() or cores < 2:
+    if get_settings().embed_threads is not None or cores < 2:
         return None
     url = engine.url
     host = url.host or str(url.query.get("host") or "")

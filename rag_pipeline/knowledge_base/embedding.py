@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rag_pipeline.settings import SettingsError, get_settings
+
 DEFAULT_MODEL = "use-multilingual-v3"
 
 
@@ -72,12 +74,11 @@ class Embedder:
 
 def embed_threads() -> int:
     """``RAG_EMBED_THREADS`` (a positive integer) if set, else ``os.cpu_count()``."""
-    raw = os.environ.get("RAG_EMBED_THREADS", "").strip()
-    if not raw:
-        return os.cpu_count() or 1
-    if not raw.isdigit() or int(raw) < 1:
-        raise EmbeddingError(f"RAG_EMBED_THREADS must be a positive integer, not {raw!r}")
-    return int(raw)
+    try:
+        configured = get_settings().embed_threads
+    except SettingsError as exc:
+        raise EmbeddingError(str(exc)) from None
+    return configured or os.cpu_count() or 1
 
 
 def _use() -> Embedder:

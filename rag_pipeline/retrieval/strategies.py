@@ -24,37 +24,39 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import (
+    BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator,
+)
+
+from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
+from rag_pipeline.retrieval.fusion import NORMALIZATIONS
+from rag_pipeline.settings import get_settings
 
 STRATEGIES_FILE_ENV = "RAG_STRATEGIES_FILE"
 PACKAGED_STRATEGIES_FILE = Path(__file__).resolve().parent / "strategies.yaml"
 
-EMBEDDING_MODELS = ("use-multilingual-v3", "all-minilm-l6-v2")
 TEXT_SEARCH_MODES = ("kb", "simple", "english", "chinese")
 KEYWORD_SCORERS = ("ts_rank_cd", "bm25")
 FUSIONS = ("weighted", "rrf")
-NORMALIZATIONS = ("none", "minmax", "zscore", "rank", "dbsf")
 MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
 
-_VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _IDENTITY_FIELDS = ("version", "description")
+_CHOICES = {"embedding_model": EMBEDDING_MODELS, "text_search": TEXT_SEARCH_MODES,
+            "keyword_scorer": KEYWORD_SCORERS, "fusion": FUSIONS, "normalization": NORMALIZATIONS}
+_UNSET: Any = object()
 
 
 class StrategyError(ValueError):
     """An invalid strategy definition, registry file or version lookup."""
 
 
-@dataclass(frozen=True)
-class Strategy:
-    """One immutable, fully specified retrieval strategy version.
+class Strategy(BaseModel):
+    """One immutable, fully specified retrieval strategy version (a strict, frozen pydantic model).
 
     ``text_search="kb"`` uses the knowledge base's configured text-search mode.
     A candidate k of 0 disables that leg. ``keyword_scorer="ts_rank_cd"`` is
@@ -62,82 +64,73 @@ class Strategy:
     ``bm25_k1`` / ``bm25_b``. The weights apply to both fusion methods (RRF
     contributions are ``weight / (rrf_k + rank)``). ``final_top_k`` is the
     business-path default; an evaluation case's own k wins.
+
+    Strict: no str -> number or float -> int coercion and no bools for
+    numbers; ints given for float fields become floats. Use :meth:`replace`
+    for a modified copy (``model_copy(update=...)`` would skip validation).
     """
 
-    version: str
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", allow_inf_nan=False)
+
+    version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     description: str = ""
     embedding_model: str = "use-multilingual-v3"
     text_search: str = "kb"
-    vector_candidate_k: int = 10
-    keyword_candidate_k: int = 10
+    vector_candidate_k: int = Field(10, ge=0)
+    keyword_candidate_k: int = Field(10, ge=0)
     keyword_scorer: str = "ts_rank_cd"
-    bm25_k1: float = 0.9
-    bm25_b: float = 0.4
+    bm25_k1: float = Field(0.9, ge=0)
+    bm25_b: float = Field(0.4, ge=0, le=1)
     fusion: str = "weighted"
-    vector_weight: float = 0.7
-    keyword_weight: float = 0.3
+    vector_weight: float = Field(0.7, ge=0)
+    keyword_weight: float = Field(0.3, ge=0)
     normalization: str = "none"
-    rrf_k: int = 60
-    final_top_k: int = 10
-    ef_search: int = 100
+    rrf_k: int = Field(60, ge=0)
+    final_top_k: int = Field(10, ge=1)
+    ef_search: int = Field(100, ge=1, le=MAX_EF_SEARCH)
 
-    def __post_init__(self) -> None:
-        """Type-check, coerce int-valued floats to float, and validate every field."""
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type == "float":
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    self._fail(f.name, f"must be a number, got {value!r}")
-                if not math.isfinite(value):
-                    self._fail(f.name, f"must be finite, got {value!r}")
-                object.__setattr__(self, f.name, float(value))
-            elif f.type == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-                self._fail(f.name, f"must be an integer, got {value!r}")
-            elif f.type == "str" and not isinstance(value, str):
-                self._fail(f.name, f"must be a string, got {value!r}")
-        self._validate()
+    def __init__(self, version: Any = _UNSET, /, **data: Any) -> None:
+        """Validate; ``version`` may also be given positionally. Raises :class:`StrategyError`."""
+        if version is not _UNSET:
+            if "version" in data:
+                raise TypeError("Strategy() got multiple values for 'version'")
+            data["version"] = version
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise StrategyError(_describe(data.get("version"), exc)) from None
 
-    def _fail(self, field: str, problem: str) -> None:
-        raise StrategyError(f"strategy {self.version!r}: field {field!r} {problem}")
+    @field_validator(*_CHOICES)
+    @classmethod
+    def _one_of(cls, value: str, info: ValidationInfo) -> str:
+        allowed = _CHOICES[info.field_name]
+        if value not in allowed:
+            raise ValueError(f"is {value!r}; expected one of {list(allowed)}")
+        return value
 
-    def _validate(self) -> None:
-        if not _VERSION_PATTERN.fullmatch(self.version):
-            self._fail("version", "must be non-empty letters, digits, '.', '_' or '-'")
-        for field, allowed in (
-            ("embedding_model", EMBEDDING_MODELS),
-            ("text_search", TEXT_SEARCH_MODES),
-            ("keyword_scorer", KEYWORD_SCORERS),
-            ("fusion", FUSIONS),
-            ("normalization", NORMALIZATIONS),
-        ):
-            if getattr(self, field) not in allowed:
-                self._fail(field, f"is {getattr(self, field)!r}; expected one of {list(allowed)}")
-        for field in ("vector_candidate_k", "keyword_candidate_k", "bm25_k1",
-                      "vector_weight", "keyword_weight", "rrf_k"):
-            if getattr(self, field) < 0:
-                self._fail(field, f"must be >= 0, got {getattr(self, field)!r}")
+    @model_validator(mode="after")
+    def _consistent(self) -> Strategy:
+        """Cross-field rules; a ValueError's text starts with the field it names."""
         if self.vector_candidate_k == 0 and self.keyword_candidate_k == 0:
-            self._fail("vector_candidate_k", "and keyword_candidate_k are both 0 (no leg enabled)")
+            raise ValueError("field 'vector_candidate_k' and keyword_candidate_k are both 0 (no leg enabled)")
         enabled_weights = [w for k, w in ((self.vector_candidate_k, self.vector_weight),
                                           (self.keyword_candidate_k, self.keyword_weight)) if k > 0]
         if not any(enabled_weights):
-            self._fail("vector_weight", "and keyword_weight are 0 for every enabled leg")
-        if not 0.0 <= self.bm25_b <= 1.0:
-            self._fail("bm25_b", f"must be in [0, 1], got {self.bm25_b!r}")
+            raise ValueError("field 'vector_weight' and keyword_weight are 0 for every enabled leg")
         if self.fusion == "rrf" and self.normalization != "none":
-            self._fail("normalization", "must be 'none' with fusion 'rrf' (RRF uses ranks only)")
-        if self.final_top_k < 1:
-            self._fail("final_top_k", f"must be >= 1, got {self.final_top_k!r}")
-        if not 1 <= self.ef_search <= MAX_EF_SEARCH:
-            self._fail("ef_search", f"must be in [1, {MAX_EF_SEARCH}], got {self.ef_search!r}")
+            raise ValueError("field 'normalization' must be 'none' with fusion 'rrf' (RRF uses ranks only)")
         if self.ef_search < self.vector_candidate_k:
-            self._fail("ef_search", f"({self.ef_search}) must be >= vector_candidate_k "
-                       f"({self.vector_candidate_k}); HNSW returns at most ef_search rows")
+            raise ValueError(f"field 'ef_search' ({self.ef_search}) must be >= vector_candidate_k "
+                             f"({self.vector_candidate_k}); HNSW returns at most ef_search rows")
+        return self
+
+    def replace(self, **changes: Any) -> Strategy:
+        """A validated copy with ``changes`` applied (the former ``dataclasses.replace``)."""
+        return type(self)(**{**self.model_dump(), **changes})
 
     def params(self) -> dict[str, Any]:
         """Every parameter except ``version`` / ``description``, in field order."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in _IDENTITY_FIELDS}
+        return self.model_dump(exclude=set(_IDENTITY_FIELDS))
 
     def params_hash(self) -> str:
         """SHA-256 hex of the canonical JSON of :meth:`params`.
@@ -151,13 +144,51 @@ class Strategy:
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-FIELD_NAMES = tuple(f.name for f in fields(Strategy))
+FIELD_NAMES = tuple(Strategy.model_fields)
+
+_PROBLEMS = {
+    "missing": "is required",
+    "extra_forbidden": f"is not a strategy field; known fields: {list(FIELD_NAMES)}",
+    "string_type": "must be a string, got {input!r}",
+    "int_type": "must be an integer, got {input!r}",
+    "float_type": "must be a number, got {input!r}",
+    "finite_number": "must be finite, got {input!r}",
+    "string_pattern_mismatch": "must be non-empty letters, digits, '.', '_' or '-'",
+}
+
+
+def _bounds(field: str) -> tuple[Any, Any]:
+    """The ``ge`` / ``le`` constraints of a field (None where absent)."""
+    metadata = Strategy.model_fields[field].metadata
+    return (next((m.ge for m in metadata if hasattr(m, "ge")), None),
+            next((m.le for m in metadata if hasattr(m, "le")), None))
+
+
+def _describe(version: Any, exc: ValidationError) -> str:
+    """``strategy 'v': field 'f' <problem>`` for each pydantic error, without pydantic's wording."""
+    problems = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        value = error.get("input")
+        if error["type"] == "value_error":  # our validators' own text
+            text = str(error["ctx"]["error"])
+            problems.append(text if not field else f"field {field!r} {text}")
+            continue
+        if error["type"] in ("greater_than_equal", "less_than_equal"):
+            low, high = _bounds(field)
+            problem = (f"must be >= {low}, got {value!r}" if high is None
+                       else f"must be in [{low}, {high}], got {value!r}")
+        else:
+            problem = _PROBLEMS.get(error["type"], "is invalid ({msg})").format(
+                input=value, msg=error["msg"])
+        problems.append(f"field {field!r} {problem}")
+    return f"strategy {version!r}: " + "; ".join(problems)
 
 
 def strategy_from_mapping(entry: Any, where: str = "") -> Strategy:
     """Build a :class:`Strategy` from one registry entry (a mapping of field names).
 
-    Missing parameters take the dataclass defaults; unknown keys are an error.
+    Missing parameters take the model defaults; unknown keys are an error.
     ``where`` prefixes error messages (e.g. the file and list index).
     """
     prefix = f"{where}: " if where else ""
@@ -198,8 +229,8 @@ def registry_path(path: str | Path | None = None) -> Path:
     """The registry file to read: ``path``, else ``$RAG_STRATEGIES_FILE``, else the packaged file."""
     if path is not None:
         return Path(path)
-    override = os.environ.get(STRATEGIES_FILE_ENV)
-    return Path(override) if override else PACKAGED_STRATEGIES_FILE
+    override = get_settings().strategies_file
+    return override if override else PACKAGED_STRATEGIES_FILE
 
 
 def load_registry(path: str | Path | None = None) -> dict[str, Strategy]:

@@ -24,7 +24,7 @@ import subprocess
 import warnings
 from pathlib import Path
 
-from rag_pipeline.settings import pgdata_dir
+from rag_pipeline.settings import get_settings, pgdata_dir
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def start(pgdata: Path | None = None) -> str:
 
 def tuned_settings() -> dict[str, str]:
     """Server settings for evaluation workloads (see the module docstring)."""
-    shared = os.environ.get("RAG_PG_SHARED_BUFFERS") or f"{_shared_buffers_mb()}MB"
+    shared = get_settings().pg_shared_buffers or f"{_shared_buffers_mb()}MB"
     return {"shared_buffers": shared, "effective_cache_size": "4GB", "maintenance_work_mem": "256MB",
             "work_mem": "16MB"}
 

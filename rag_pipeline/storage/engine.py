@@ -8,78 +8,48 @@ database ``dagster`` for Dagster's instance storage.
 from __future__ import annotations
 
 import functools
-import os
 import re
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
 from rag_pipeline.storage import embedded_server as embedded_pg
-from rag_pipeline.settings import DAGSTER_DATABASE, KB_DATABASE, mask_secrets, mask_url, project_root
-
-
-class DatabaseError(RuntimeError):
-    """The database cannot be reached or prepared; the message is meant for the user (password masked)."""
+from rag_pipeline.settings import DAGSTER_DATABASE, KB_DATABASE, get_settings
+from rag_pipeline.storage.urls import DatabaseError, mask_url, normalize_url, with_database, with_driver
 
 
 class DatabaseUnreachableError(DatabaseError):
     """The database did not answer (refused, dropped, timed out): transient, worth a bounded retry."""
 
 
-def _with_driver(url: str, driver: str) -> str:
-    try:
-        parts = urlsplit(url)
-        scheme = parts.scheme.split("+")[0]
-        if scheme not in ("postgresql", "postgres"):
-            raise DatabaseError(f"not a PostgreSQL URL: {mask_url(url)}")
-        result = urlunsplit(parts._replace(scheme=f"postgresql+{driver}"))
-        parsed = make_url(result)  # SQLAlchemy's own parsing (port, query) fails here, not later with a traceback
-        if "@" in (parsed.host or ""):  # the driver's "cannot resolve host" message would show the password's tail
-            raise ValueError("an '@' in the user name or password must be written %40")
-    except (ValueError, sa.exc.ArgumentError) as exc:
-        raise DatabaseError(f"invalid database URL {mask_url(url)}: {mask_secrets(str(exc))}") from None
-    return result
-
-
-def _with_database(url: str, database: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + database))
-
-
-def normalize_url(url: str) -> str:
-    """Any PostgreSQL URL (``postgres://``, ``postgresql://``, ``postgresql+psycopg2://``...) with the psycopg 3 driver."""
-    return _with_driver(url, "psycopg")
-
-
 def database_url() -> str:
     """SQLAlchemy URL (psycopg 3 driver) of the knowledge-base database; starts the embedded server if needed."""
-    explicit = os.environ.get("RAG_DATABASE_URL")
+    explicit = get_settings().database_url
     if explicit:
         return normalize_url(explicit)
     uri = embedded_pg.start()
-    url = _with_driver(_with_database(uri, KB_DATABASE), "psycopg")
+    url = with_driver(with_database(uri, KB_DATABASE), "psycopg")
     _create_database_if_missing(uri, KB_DATABASE)
     return url
 
 
 def dagster_database_url() -> str:
     """URL for dagster-postgres (``postgresql+psycopg2://``), ``RAG_DAGSTER_PG_URL`` wins."""
-    explicit = os.environ.get("RAG_DAGSTER_PG_URL")
-    if explicit:
-        return _with_driver(explicit, "psycopg2")
-    if os.environ.get("RAG_DATABASE_URL"):
-        return _with_driver(os.environ["RAG_DATABASE_URL"], "psycopg2")
+    settings = get_settings()
+    if settings.dagster_pg_url:
+        return with_driver(settings.dagster_pg_url, "psycopg2")
+    if settings.database_url:
+        return with_driver(settings.database_url, "psycopg2")
     uri = embedded_pg.start()
     _create_database_if_missing(uri, DAGSTER_DATABASE)
-    return _with_driver(_with_database(uri, DAGSTER_DATABASE), "psycopg2")
+    return with_driver(with_database(uri, DAGSTER_DATABASE), "psycopg2")
 
 
 def _create_database_if_missing(admin_uri: str, name: str) -> None:
     if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
         raise DatabaseError(f"invalid database name {name!r}")
-    engine = sa.create_engine(_with_driver(admin_uri, "psycopg"), isolation_level="AUTOCOMMIT")
+    engine = sa.create_engine(with_driver(admin_uri, "psycopg"), isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
             exists = conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar()
@@ -93,10 +63,13 @@ def _create_database_if_missing(admin_uri: str, name: str) -> None:
         engine.dispose()
 
 
+DEFAULT_POOL_SIZE = 5
+
+
 @functools.cache
-def _engine_for(url: str) -> Engine:
+def _engine_for(url: str, pool_size: int) -> Engine:
     # connect_timeout: a host that does not answer fails in seconds, not after the OS TCP timeout
-    engine = sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5,
+    engine = sa.create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=5,
                               connect_args={"connect_timeout": 10})
 
     @sa.event.listens_for(engine, "connect")
@@ -111,10 +84,13 @@ def _engine_for(url: str) -> Engine:
     return engine
 
 
-def get_engine(url: str | None = None, *, migrate: bool = True) -> Engine:
-    """The engine for ``url`` (default :func:`database_url`), schema upgraded to head unless ``migrate=False``."""
+def get_engine(url: str | None = None, *, migrate: bool = True, readers: int = 0) -> Engine:
+    """The engine for ``url`` (default :func:`database_url`), schema upgraded to head unless ``migrate=False``.
+
+    One engine per URL and pool size: its pool keeps ``readers`` + 2 connections (an evaluation's parallel
+    read connections, its write connection and one more), at least :data:`DEFAULT_POOL_SIZE`."""
     url = url or database_url()
-    engine = _engine_for(url)
+    engine = _engine_for(url, max(DEFAULT_POOL_SIZE, readers + 2))
     if migrate:
         try:
             upgrade(engine)
@@ -194,8 +170,3 @@ def _sql_literal(name: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9._/-]+", name):
         raise DatabaseError(f"invalid embedding model name {name!r}")
     return name
-
-
-def database_exists_url(url: str) -> str:
-    """The masked form of a URL for printing."""
-    return mask_url(make_url(url).render_as_string(hide_password=False))

@@ -14,10 +14,12 @@ from sqlalchemy import BigInteger, Boolean, DateTime, Double, ForeignKey, Index,
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.storage.schema import Base, _now
 
-METRIC_COLUMNS = METRIC_NAMES  # one column per metric, in the metrics module's order
+# One column per metric, in the order of rag_pipeline.evaluation.metrics.METRIC_NAMES (a test keeps them equal;
+# a new metric needs a migration anyway).
+METRIC_COLUMNS = ("precision_at_k", "recall_at_k", "reciprocal_rank", "ndcg_at_k", "hit_at_k",
+                  "average_precision_at_k", "r_precision")
 
 
 class RetrievalEvaluationDataset(Base):

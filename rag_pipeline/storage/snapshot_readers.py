@@ -13,7 +13,6 @@ two threads at once).
 
 from __future__ import annotations
 
-import os
 import queue
 import re
 from collections.abc import Iterator
@@ -21,18 +20,15 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
-DEFAULT_READERS = 2
+from rag_pipeline.settings import get_settings
+
 _SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+(-[0-9]+)?")
 
 
 def reader_count(requested: int | None = None) -> int:
-    """``requested``, else ``RAG_EVAL_READERS``, else :data:`DEFAULT_READERS` (at least 1)."""
+    """``requested``, else ``RAG_EVAL_READERS`` (default 2; :mod:`rag_pipeline.settings`), at least 1."""
     if requested is None:
-        raw = os.environ.get("RAG_EVAL_READERS", str(DEFAULT_READERS))
-        try:
-            requested = int(raw)
-        except ValueError:
-            raise ValueError(f"RAG_EVAL_READERS must be a positive integer, got {raw!r}") from None
+        requested = get_settings().eval_readers
     if requested < 1:
         raise ValueError(f"the number of read connections must be at least 1, got {requested}")
     return requested

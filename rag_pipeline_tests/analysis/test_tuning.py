@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 import math
 import uuid
 
@@ -277,9 +276,9 @@ def test_sweep_returns_the_best_configuration_known_by_construction() -> None:
 def test_recommend_emits_a_strategy_that_loads_back() -> None:
     base, pools = _known_best_pools()
     rec = recommend(pools, base, "ndcg_at_k", folds=2, n_resamples=200)
-    expected = dataclasses.replace(base, version="pool-v1-tuned-ndcg_at_k",
-                                   description=rec.strategy.description, fusion="weighted",
-                                   normalization="none", vector_weight=0.3, keyword_weight=0.7)
+    expected = base.replace(version="pool-v1-tuned-ndcg_at_k",
+                            description=rec.strategy.description, fusion="weighted",
+                            normalization="none", vector_weight=0.3, keyword_weight=0.7)
     assert rec.strategy == expected
     assert rec.predicted_mean == 1.0 and rec.base_mean == 0.5  # base 0.7/0.3 solves only L
     loaded = parse_registry(yaml.safe_load("strategies:\n" + rec.yaml))

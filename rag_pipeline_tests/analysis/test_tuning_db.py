@@ -16,7 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli import main
-from rag_pipeline.cli_tune import TuneError, find_pool_run, tune, write_strategy
+from rag_pipeline.analysis.tune_runs import TuneError, find_pool_run, tune_run
+from rag_pipeline.retrieval.registry_file import RegistryConflictError, write_strategy
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
@@ -138,7 +139,7 @@ def test_emitted_strategies_run_for_real_reproduce_the_sweeps_predictions(engine
     pool_outcome = outcomes[POOL_STRATEGY]
     tag = uuid.uuid4().hex[:6]
     with engine.connect() as conn:
-        result = tune(conn, dataset.name, POOL_STRATEGY, folds=4, version=f"tuned-{tag}", n_resamples=2000)
+        result = tune_run(conn, dataset.name, POOL_STRATEGY, folds=4, version=f"tuned-{tag}", n_resamples=2000)
     rec = result.recommendation
     assert result.pool_run.run_id == pool_outcome.run_id and rec.base == get_strategy(POOL_STRATEGY)
     assert rec.cv.fold_of.size == len(QUESTIONS) and len(rec.cv.chosen) == 4
@@ -181,14 +182,14 @@ def test_find_pool_run_errors_and_name_clashes(engine, world, tmp_path):
         run = find_pool_run(conn, dataset.name, "hybrid-v1")  # shallow pools (10 + 10): a note says so
         assert any("shallow pools" in n for n in run.notes)
         with pytest.raises(ValueError, match="folds"):
-            tune(conn, dataset.name, folds=len(QUESTIONS) + 1)
+            tune_run(conn, dataset.name, folds=len(QUESTIONS) + 1)
         with pytest.raises(ValueError, match="unknown metric"):
-            tune(conn, dataset.name, metric="accuracy")
-        result = tune(conn, dataset.name, version="hybrid-v1", n_resamples=500)  # an existing version name
+            tune_run(conn, dataset.name, metric="accuracy")
+        result = tune_run(conn, dataset.name, version="hybrid-v1", n_resamples=500)  # an existing version name
     assert any("already run with other parameters" in n for n in result.notes)
     registry_file = tmp_path / "clash.yaml"
     registry_file.write_text(PACKAGED_STRATEGIES_FILE.read_text(encoding="utf-8"), encoding="utf-8")
-    with pytest.raises(TuneError, match="already defines strategy 'hybrid-v1' with other parameters"):
+    with pytest.raises(RegistryConflictError, match="already defines strategy 'hybrid-v1' with other parameters"):
         write_strategy(registry_file, result.recommendation.strategy)
 
 

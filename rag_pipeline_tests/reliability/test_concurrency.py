@@ -26,7 +26,7 @@ from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.retrieval.strategies import get_strategy
-from rag_pipeline.defs.evaluation import ensure_pool
+from rag_pipeline.defs.instance import ensure_pool
 from rag_pipeline_tests.eval_helpers import TINY_DOCS, ingest_tiny_kb, run_rows, tiny_cases, write_dataset
 from rag_pipeline_tests.reliability_helpers import (
     admin,

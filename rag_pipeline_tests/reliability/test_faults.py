@@ -23,13 +23,8 @@ from rag_pipeline.storage.engine import DatabaseError, get_engine
 from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.retrieval.strategies import get_strategy
-from rag_pipeline.defs.evaluation import (
-    RETRY_POLICY,
-    TRANSIENT_ERRORS,
-    _fail_fast_unless_transient,
-    evaluation_dataset,
-    evaluation_run,
-)
+from rag_pipeline.defs.evaluation import RETRY_POLICY, evaluation_dataset, evaluation_run, fail_fast_unless_transient
+from rag_pipeline.service.errors import TRANSIENT_ERRORS
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, run_rows, table_counts, tiny_cases, write_dataset
 from rag_pipeline_tests.reliability_helpers import (
@@ -252,20 +247,20 @@ def test_retry_policy_is_bounded_and_only_for_transient_database_errors():
     with pytest.raises(DatabaseError, match=r"alice:\*\*\*@127.0.0.1") as info:
         get_engine(f"postgresql+psycopg://alice:{SECRET}@127.0.0.1:{port}/rag")
     assert "s3cr" not in str(info.value)
-    with pytest.raises(DatabaseError), _fail_fast_unless_transient():
+    with pytest.raises(DatabaseError), fail_fast_unless_transient():
         raise info.value
     raw = sa.create_engine(f"postgresql+psycopg://alice@127.0.0.1:{port}/rag")
-    with pytest.raises(sa.exc.OperationalError), _fail_fast_unless_transient():
+    with pytest.raises(sa.exc.OperationalError), fail_fast_unless_transient():
         raw.connect()
     assert isinstance(info.value, TRANSIENT_ERRORS)
     # a configuration error (bad URL) is not transient: it fails at once
-    with pytest.raises(dg.Failure) as config_failure, _fail_fast_unless_transient():
+    with pytest.raises(dg.Failure) as config_failure, fail_fast_unless_transient():
         raise DatabaseError("not a PostgreSQL URL: mysql://x")
     assert config_failure.value.allow_retries is False
     # user errors become a Failure that Dagster does not retry, with the message (and no secret)
     for error in (DatasetError("x.json", []), KnowledgeBaseError("unknown knowledge base 'nope'"),
                   ValueError("a bug")):
-        with pytest.raises(dg.Failure) as failure, _fail_fast_unless_transient():
+        with pytest.raises(dg.Failure) as failure, fail_fast_unless_transient():
             raise error
         assert failure.value.allow_retries is False
         assert str(error) in failure.value.description

@@ -12,7 +12,6 @@ The tokens are read back from Postgres (the lexemes and positions of each chunk'
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import uuid
 
@@ -180,7 +179,7 @@ def _search(engine, kb_id, question, strategy):
 def test_chinese_keyword_search_finds_a_word_inside_an_unsegmented_sentence(engine):
     chinese, simple = _zh_kb(engine, "chinese"), _zh_kb(engine, "simple")
     for scorer in ("ts_rank_cd", "bm25"):
-        strategy = dataclasses.replace(_strategy(), keyword_scorer=scorer)
+        strategy = _strategy().replace(keyword_scorer=scorer)
         found = _search(engine, chinese, "图书馆", strategy)
         assert [c.document_name for c in found.candidates] == ["library.md"]
         assert _search(engine, chinese, "天气预报怎么样", strategy).candidates[0].document_name == "weather.md"

@@ -5,7 +5,6 @@ Chinese keyword search and BM25 scoring are tested in ``test_bm25.py``. The ``en
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 
 import numpy as np
@@ -30,7 +29,7 @@ USE = "use-multilingual-v3"
 REGISTRY = load_registry()
 HYBRID_V1 = REGISTRY["hybrid-v1"]
 WIDE = Strategy(version="t-wide", vector_candidate_k=50, keyword_candidate_k=50)
-WIDE_BM25 = dataclasses.replace(WIDE, version="t-wide-bm25", keyword_scorer="bm25")
+WIDE_BM25 = WIDE.replace(version="t-wide-bm25", keyword_scorer="bm25")
 KEYWORD = Strategy(version="t-keyword", vector_candidate_k=0, keyword_candidate_k=50,
                    vector_weight=0.0, keyword_weight=1.0)
 
@@ -181,7 +180,7 @@ def test_vector_leg_falls_back_to_exact_search_when_hnsw_gives_up(engine, kb, mo
     _ingest(engine, f"t-decoy-{uuid.uuid4().hex[:8]}", CORPUS)
     monkeypatch.setattr(retrieval_sql, "VECTOR_SETTINGS_SQL",
                         retrieval_sql.VECTOR_SETTINGS_SQL.replace("'strict_order'", "'off'"))
-    strategy = dataclasses.replace(REGISTRY["vector-v1"], version="t-starved", vector_candidate_k=9, ef_search=9)
+    strategy = REGISTRY["vector-v1"].replace(version="t-starved", vector_candidate_k=9, ef_search=9)
     query = get_embedder(USE).embed(["which animal purrs"])
     with engine.begin() as conn:
         for setting in ("enable_seqscan = off", "enable_sort = off"):  # the HNSW plan even for a tiny KB
@@ -197,7 +196,7 @@ def test_vector_leg_falls_back_to_exact_search_when_hnsw_gives_up(engine, kb, mo
     monkeypatch.undo()
     with engine.connect() as conn:
         (full,) = hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=["q"], query_vectors=query,
-                                      strategy=dataclasses.replace(strategy, ef_search=100))
+                                      strategy=strategy.replace(ef_search=100))
     assert [c.chunk_id for c in trace.candidates] == [c.chunk_id for c in full.candidates]
 
 
@@ -235,11 +234,11 @@ def test_tie_break_is_deterministic(engine, kb):
     name, kb_id = kb
     tie = fuse_pool("q", [LegHit("z", "d", "z", 0.5), LegHit("y", "d", "y", 0.2), LegHit("x", "d", "x", 0.2)],
                     [LegHit("w", "d", "w", 0.7), LegHit("v", "d", "v", 0.7)],
-                    dataclasses.replace(HYBRID_V1, vector_weight=0.3, keyword_weight=0.3), 10)
+                    HYBRID_V1.replace(vector_weight=0.3, keyword_weight=0.3), 10)
     # finals: z .15, y .06, x .06, w .21, v .21 -> w/v tie (no vector: chunk id), x/y tie (vector equal: id)
     assert [c.chunk_id for c in tie.candidates] == ["v", "w", "z", "x", "y"]
     tie2 = fuse_pool("q", [LegHit("b", "d", "b", 0.3)], [LegHit("a", "d", "a", 0.7)],
-                     dataclasses.replace(HYBRID_V1, vector_weight=0.7, keyword_weight=0.3), 10)
+                     HYBRID_V1.replace(vector_weight=0.7, keyword_weight=0.3), 10)
     assert [c.chunk_id for c in tie2.candidates] == ["b", "a"]  # equal final 0.21: vector present wins
     # Real twins: identical text -> identical scores in both legs -> chunk id decides, every time.
     twins = sorted(_chunk(name, d, CORPUS[d]) for d in ("twin-a.md", "twin-b.md"))
@@ -307,8 +306,8 @@ def test_sql_text_in_a_question_finds_the_document_that_contains_it(engine, kb):
 def test_text_search_mode_mismatch_and_missing_model_are_clear_errors(engine, kb):
     name, kb_id = kb
     with pytest.raises(RetrievalError, match="text_search='english'"):
-        _search(engine, kb_id, "cat", dataclasses.replace(KEYWORD, text_search="simple"))
-    assert _search(engine, kb_id, "cat", dataclasses.replace(KEYWORD, text_search="english")).candidates
+        _search(engine, kb_id, "cat", KEYWORD.replace(text_search="simple"))
+    assert _search(engine, kb_id, "cat", KEYWORD.replace(text_search="english")).candidates
     with pytest.raises(RetrievalError, match="--models all-minilm-l6-v2"):
         _search(engine, kb_id, "cat", REGISTRY["vector-minilm-v1"])
     with pytest.raises(RetrievalError, match="no knowledge base"):
@@ -325,12 +324,12 @@ def test_minilm_strategy_on_a_minilm_kb(engine):
 
 def test_strategy_parameter_hash_refusal(engine):
     version = f"t-store-{uuid.uuid4().hex[:8]}-v1"
-    strategy = dataclasses.replace(HYBRID_V1, version=version)
+    strategy = HYBRID_V1.replace(version=version)
     with engine.begin() as conn:  # idempotent; the description is not a parameter
         first = register_strategy(conn, strategy)
         assert register_strategy(conn, strategy) == first == strategy.params_hash()
-        assert register_strategy(conn, dataclasses.replace(strategy, description="new words")) == first
-    changed = dataclasses.replace(strategy, vector_weight=0.5, keyword_weight=0.5)
+        assert register_strategy(conn, strategy.replace(description="new words")) == first
+    changed = strategy.replace(vector_weight=0.5, keyword_weight=0.5)
     with engine.begin() as conn, pytest.raises(StrategyConflictError) as err:
         register_strategy(conn, changed)
     message = str(err.value)
@@ -350,9 +349,9 @@ def test_targets_leave_the_pool_unchanged_and_rank_the_rest_of_the_keyword_leg(e
     """With targets the keyword leg ranks every match; pools must be identical to the plain path, and a target
     below the leg's k gets exactly the score and rank it has in a leg deep enough to hold it."""
     name, kb_id = kb
-    shallow = dataclasses.replace(HYBRID_V1, version=f"t-shallow-{scorer}", keyword_scorer=scorer,
-                                  vector_candidate_k=1, keyword_candidate_k=1)
-    deep = dataclasses.replace(shallow, version=f"t-deep-{scorer}", keyword_candidate_k=50)
+    shallow = HYBRID_V1.replace(version=f"t-shallow-{scorer}", keyword_scorer=scorer,
+                                vector_candidate_k=1, keyword_candidate_k=1)
+    deep = shallow.replace(version=f"t-deep-{scorer}", keyword_candidate_k=50)
     targets = [[_chunk(name, d, t) for d, t in CORPUS.items()] + ["not-a-uuid"] for _ in QUESTIONS]
     vectors = get_embedder(USE).embed(QUESTIONS)
     with engine.connect() as conn:

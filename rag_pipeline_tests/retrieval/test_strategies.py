@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -89,13 +88,13 @@ def test_params_hash_definition_and_stability() -> None:
 def test_params_hash_changes_with_every_parameter(field: str) -> None:
     assert set(ALTERNATIVES) == set(FIELD_NAMES) - {"version", "description"}
     seed = Strategy(version="hybrid-v1")
-    changed = dataclasses.replace(seed, **{field: ALTERNATIVES[field]})
+    changed = seed.replace(**{field: ALTERNATIVES[field]})
     assert changed.params_hash() != seed.params_hash()
 
 
 def test_description_does_not_change_hash() -> None:
     seed = Strategy(version="hybrid-v1")
-    assert dataclasses.replace(seed, description="new words").params_hash() == seed.params_hash()
+    assert seed.replace(description="new words").params_hash() == seed.params_hash()
 
 
 @pytest.mark.parametrize("changes, field", [

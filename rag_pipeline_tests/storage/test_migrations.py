@@ -138,3 +138,11 @@ def test_models_match_the_migrated_schema(engine) -> None:
     with engine.connect() as conn:
         diffs = _schema_diffs(conn)
     assert diffs == [], "models and migrations differ (write a migration):\n" + "\n".join(map(repr, diffs))
+
+
+def test_the_schema_has_one_column_per_metric() -> None:
+    """storage imports no stage, so its metric columns are spelled out; they must be the metrics module's."""
+    from rag_pipeline.evaluation.metrics import METRIC_NAMES
+    from rag_pipeline.storage.evaluation_schema import METRIC_COLUMNS
+
+    assert METRIC_COLUMNS == METRIC_NAMES

@@ -1,20 +1,22 @@
 """How every ``rag-pipeline`` command reports failure: one line on stderr, never a traceback.
 
-Exit codes: 2 a user or configuration error (the command's own error types), 3 a database error in the
-middle of the work, 130 interrupted, 1 anything unexpected (``RAG_DEBUG=1`` re-raises for the traceback).
+Exit codes: 2 a user or configuration error (:data:`rag_pipeline.service.errors.USER_ERRORS`, unreadable
+files, and the command's own extra error types), 3 a database error in the middle of the work, 130
+interrupted, 1 anything unexpected (``RAG_DEBUG=1`` re-raises for the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import os
 import sys
 from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from rag_pipeline.settings import mask_secrets
+from rag_pipeline.service.errors import USER_ERRORS
+from rag_pipeline.settings import SettingsError, get_settings
+from rag_pipeline.storage.urls import mask_secrets
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -23,8 +25,17 @@ def error(message: object) -> None:
     print(f"rag-pipeline: error: {mask_secrets(message)}", file=sys.stderr)
 
 
-def guarded(*user_errors: type[BaseException]) -> Callable[[Command], Command]:
-    """Decorator for a command function: ``user_errors`` → exit 2 with their message."""
+def _debug() -> bool:
+    try:
+        return get_settings().debug
+    except SettingsError:
+        return False
+
+
+def guarded(*extra_user_errors: type[BaseException]) -> Callable[[Command], Command]:
+    """Decorator for a command function: user errors (the shared ones, ``OSError`` and ``extra_user_errors``)
+    → exit 2 with their message."""
+    user_errors = (*USER_ERRORS, OSError, *extra_user_errors)
 
     def decorate(func: Command) -> Command:
         @functools.wraps(func)
@@ -42,7 +53,7 @@ def guarded(*user_errors: type[BaseException]) -> Callable[[Command], Command]:
                 print("rag-pipeline: interrupted", file=sys.stderr)
                 return 130
             except Exception as exc:  # a bug: still one line, the traceback only on request
-                if os.environ.get("RAG_DEBUG"):
+                if _debug():
                     raise
                 error(f"unexpected {type(exc).__name__}: {exc} (set RAG_DEBUG=1 for the traceback)")
                 return 1

@@ -1,4 +1,4 @@
-"""``rag-pipeline demo`` — the main job end to end, through real Dagster runs on the configured instance.
+"""``make run`` / ``rag-pipeline demo`` — the main job end to end, through real Dagster runs on the configured instance.
 
 1. materialise ``knowledge_base`` for the demo corpus (``demo/kb``, USE + MiniLM embeddings);
 2. register the ``demo`` dataset partition and materialise ``evaluate_retrieval`` for every shipped
@@ -7,9 +7,11 @@
 4. print the comparison and write one JSON report per strategy to ``reports/``.
 
 Runs are recorded in the Dagster instance of ``DAGSTER_HOME`` (the repo root, with ``dagster.yaml`` on the
-embedded Postgres), so they show up afterwards in ``make dev``.
+embedded Postgres), so they show up afterwards in ``make dev``. Run as ``python -m rag_pipeline.defs.demo``
+(``rag-pipeline demo`` starts it in a child process, so the CLI itself never imports Dagster).
 """
 
+import argparse
 import os
 import sys
 import time
@@ -17,24 +19,20 @@ from pathlib import Path
 
 import dagster as dg
 
-from rag_pipeline.analysis.comparison import attach_top_chunks, compare, load_current_runs, regression_gate
 from rag_pipeline.analysis.comparison_report import render_text
-from rag_pipeline.storage.engine import dagster_database_url, get_engine
+from rag_pipeline.defs.instance import ensure_pool
+from rag_pipeline.defs.partitions import partition_key
 from rag_pipeline.evaluation.demo_dataset import DEMO_CHUNK_OVERLAP, DEMO_CHUNK_SIZE, DEMO_KB, DEMO_TEXT_SEARCH
 from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
-from rag_pipeline.evaluation.reports import write_report
-from rag_pipeline.settings import project_root, reports_dir
 from rag_pipeline.retrieval.strategies import load_registry
+from rag_pipeline.service import analysis, evaluations
+from rag_pipeline.settings import load_env_file, project_root, reports_dir
+from rag_pipeline.storage.engine import dagster_database_url, get_engine
 
 
 def _load_env_file() -> None:
     """What the ``dagster`` command does for us: read ``.env`` of the repo root (written by ``db start``)."""
-    env_file = project_root() / ".env"
-    if env_file.exists():
-        for line in env_file.read_text(encoding="utf-8").splitlines():
-            key, sep, value = line.partition("=")
-            if sep and key.strip() and not line.lstrip().startswith("#"):
-                os.environ.setdefault(key.strip(), value.strip())
+    load_env_file(project_root())
     os.environ.setdefault("DAGSTER_HOME", str(project_root()))
     os.environ.setdefault("RAG_DAGSTER_PG_URL", dagster_database_url())
 
@@ -51,8 +49,6 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
     """Run the demo; returns the regression gate's exit code (0 passed, 1 a strategy is significantly worse)."""
     _load_env_file()
     from rag_pipeline.definitions import defs  # noqa: PLC0415 - after the environment is set
-    from rag_pipeline.defs.evaluation import ensure_pool  # noqa: PLC0415
-    from rag_pipeline.defs.partitions import partition_key  # noqa: PLC0415
 
     strategies = strategies or list(load_registry())
     out_dir = out_dir or reports_dir()
@@ -84,19 +80,26 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
                                                                   run_config=QUIET, raise_on_error=False)
 
     engine = get_engine()
-    with engine.connect() as conn:
-        runs = load_current_runs(conn, dataset, DEMO_KB)
-        comp = compare(runs, dataset=dataset)
-        attach_top_chunks(conn, comp)
-        gate = regression_gate(comp)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for run in runs:
-            path = out_dir / f"{dataset}-{run.version}.json"
-            with path.open("w", encoding="utf-8") as fp:
-                write_report(conn, run.run_id, fp)
-    sys.stdout.write(render_text(comp, gate))
+    result = analysis.compare(engine, dataset, knowledge_base=DEMO_KB)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for run in result.runs:
+        with (out_dir / f"{dataset}-{run.version}.json").open("w", encoding="utf-8") as fp:
+            evaluations.write_report(engine, run.run_id, fp)
+    sys.stdout.write(render_text(result.comparison, result.gate))
     print(f"\nreports: {out_dir}/{dataset}-<strategy>.json  ·  Dagster UI: make dev")
     if failed:
         print(f"failed strategies: {', '.join(failed)} (see the Dagster run logs)", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rag-pipeline demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--strategy", action="append", help="only these strategy versions (repeatable; default all)")
+    parser.add_argument("--output-dir", help="where the JSON reports go (default reports/)")
+    args = parser.parse_args(argv)
+    return run_demo(strategies=args.strategy or None, out_dir=Path(args.output_dir) if args.output_dir else None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """``rag-pipeline evaluate | runs | show``: offline evaluation (seed §7.2) and run history (seed §6.2).
 
-Same core code as the Dagster assets, no Dagster daemon needed. Every run is stored in the database;
+Same service as the Dagster assets, no Dagster daemon needed. Every run is stored in the database;
 reports are built from the database, so ``evaluate --output`` and ``show`` print the same JSON.
 Errors print one line ``rag-pipeline: error: ...`` (a dataset with several problems lists them on the
 following lines) and exit 2; a database error mid-run exits 3; anything unexpected exits 1 (traceback
@@ -14,63 +14,37 @@ import json
 import sys
 from pathlib import Path
 
+from rag_pipeline.cli.errors import guarded
+from rag_pipeline.cli.output import case_progress
+from rag_pipeline.evaluation.reports import comparison_table
+from rag_pipeline.service import evaluations as service
+from rag_pipeline.storage.engine import get_engine
 
-from rag_pipeline.cli_errors import guarded
-from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
-from rag_pipeline.storage.engine import DatabaseError, get_engine
-from rag_pipeline.knowledge_base.embedding import EmbeddingError
-from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
-from rag_pipeline.retrieval.search import RetrievalError
-from rag_pipeline.evaluation.runs import RunNotFoundError
-from rag_pipeline.retrieval.strategies import StrategyError, get_strategy, load_registry
-from rag_pipeline.retrieval.strategy_store import StrategyConflictError
-
-DEFAULT_STRATEGY = "hybrid-v1"
-EVAL_ERRORS: tuple[type[BaseException], ...] = (
-    DatasetError, KnowledgeBaseError, StrategyError, StrategyConflictError, DatabaseError, EmbeddingError,
-    RetrievalError, RunNotFoundError, OSError,
-)
+DEFAULT_STRATEGY = service.DEFAULT_STRATEGY
 
 
-_guarded = guarded(*EVAL_ERRORS)
-
-
-@_guarded
+@guarded()
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from tqdm import tqdm  # noqa: PLC0415
-
-    from rag_pipeline.evaluation.runner import evaluate_dataset  # noqa: PLC0415
-    from rag_pipeline.evaluation.reports import comparison_table, summary_of, write_report  # noqa: PLC0415
-    from rag_pipeline.evaluation.runs import get_run  # noqa: PLC0415
-
-    registry = load_registry()
     versions = list(dict.fromkeys(args.strategies or [DEFAULT_STRATEGY]))
-    strategies = [get_strategy(v, registry) for v in versions]
     kb_name = args.knowledge_base
     if args.knowledge_base_id:
-        with get_engine().connect() as conn:
-            kb_name = resolve_knowledge_base(conn, args.knowledge_base_id).name
-    dataset = load_dataset(args.dataset, knowledge_base=kb_name)  # all validation before anything is written
+        kb_name = service.knowledge_base_name(get_engine(), args.knowledge_base_id)
+    plan = service.plan_evaluation(args.dataset, versions, knowledge_base=kb_name)  # validated, nothing written
     engine = get_engine()
-    outcomes = []
-    for strategy in strategies:
-        with tqdm(total=len(dataset.cases), desc=strategy.version, unit="case", file=sys.stderr,
-                  disable=args.quiet) as bar:
-            outcomes.append(evaluate_dataset(engine, dataset, strategy, batch_size=args.batch_size,
-                                             readers=args.readers, progress=lambda done, _total, b=bar: b.update(done - b.n)))
-    with engine.connect() as conn:
-        summaries = [summary_of(get_run(conn, o.run_id)) for o in outcomes]
-        for s in summaries:  # "All metrics are 0: ..." — the dominant reason first
-            if (s["counts"] or {}).get("first_line"):
-                print(f"{s['strategy_version']}: {s['counts']['first_line']}")
-        print(comparison_table(summaries))
-        for outcome, path in zip(outcomes, _output_paths(args.output, versions), strict=True):
-            if path is None:
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("w", encoding="utf-8") as fp:
-                write_report(conn, outcome.run_id, fp, include_text=args.include_text)
-            print(f"report: {path}", file=sys.stderr)
+    outcomes = service.evaluate(engine, plan, batch_size=args.batch_size, readers=args.readers,
+                                progress=case_progress(args.quiet))
+    summaries = service.run_summaries(engine, [o.run_id for o in outcomes])
+    for s in summaries:  # "All metrics are 0: ..." — the dominant reason first
+        if (s["counts"] or {}).get("first_line"):
+            print(f"{s['strategy_version']}: {s['counts']['first_line']}")
+    print(comparison_table(summaries))
+    for outcome, path in zip(outcomes, _output_paths(args.output, versions), strict=True):
+        if path is None:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as fp:
+            service.write_report(engine, outcome.run_id, fp, include_text=args.include_text)
+        print(f"report: {path}", file=sys.stderr)
     return 0
 
 
@@ -84,16 +58,10 @@ def _output_paths(output: str | None, versions: list[str]) -> list[Path | None]:
     return [path.with_name(f"{path.stem}-{v}{path.suffix or '.json'}") for v in versions]
 
 
-@_guarded
+@guarded()
 def cmd_runs(args: argparse.Namespace) -> int:
-    from rag_pipeline.evaluation.reports import comparison_table, summary_of  # noqa: PLC0415
-    from rag_pipeline.evaluation.runs import list_runs  # noqa: PLC0415
-
-    with get_engine().connect() as conn:
-        kb_id = resolve_knowledge_base(conn, args.knowledge_base).id if args.knowledge_base else None
-        rows = list_runs(conn, knowledge_base_id=kb_id, dataset=args.dataset, strategy=args.strategy,
-                         current_only=args.current, limit=args.limit)
-        summaries = [summary_of(r) for r in rows]
+    summaries = service.list_runs(get_engine(), knowledge_base=args.knowledge_base, dataset=args.dataset,
+                                  strategy=args.strategy, current_only=args.current, limit=args.limit)
     if args.format == "json":
         print(json.dumps(summaries, ensure_ascii=False, indent=2))
     else:
@@ -101,16 +69,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-@_guarded
+@guarded()
 def cmd_show(args: argparse.Namespace) -> int:
-    from rag_pipeline.evaluation.reports import write_report  # noqa: PLC0415
-
-    with get_engine().connect() as conn:
-        if args.output:
-            with open(args.output, "w", encoding="utf-8") as fp:
-                write_report(conn, args.run_id, fp, include_text=args.include_text)
-        else:
-            write_report(conn, args.run_id, sys.stdout, include_text=args.include_text)
+    engine = get_engine()
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as fp:
+            service.write_report(engine, args.run_id, fp, include_text=args.include_text)
+    else:
+        service.write_report(engine, args.run_id, sys.stdout, include_text=args.include_text)
     return 0
 
 

@@ -16,33 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from rag_pipeline.cli_errors import guarded
-from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, ComparisonError, attach_top_chunks, compare, \
-    load_current_runs, regression_gate
+from rag_pipeline.analysis.comparison import DEFAULT_BASELINE
 from rag_pipeline.analysis.comparison_report import render_text
-from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
-from rag_pipeline.storage.engine import DatabaseError, get_engine
-from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
-from rag_pipeline.evaluation.label_check import LabelReport, check_labels
-
-ERRORS = (DatasetError, DatabaseError, KnowledgeBaseError, ComparisonError, OSError, ValueError)
-
-
-_guarded = guarded(*ERRORS)
-
-
-def _lenient_cases(path: Path, error: DatasetError) -> tuple[list[dict], str | None]:
-    """The cases of a file whose only problems are malformed relevant ids (else re-raise ``error``)."""
-    if not error.problems or any(not (p.field or "").startswith("relevant_chunk_ids[") or "not a UUID"
-                                 not in p.message for p in error.problems):
-        raise error
-    data = json.loads(path.read_text(encoding="utf-8-sig"))
-    items = data["cases"] if isinstance(data, dict) else data
-    kb = data.get("knowledge_base") if isinstance(data, dict) else None
-    return [{"case_id": c["case_id"], "relevant_chunk_ids": [str(i) for i in c["relevant_chunk_ids"]]}
-            for c in items], kb
+from rag_pipeline.cli.errors import guarded
+from rag_pipeline.evaluation.label_check import LabelReport
+from rag_pipeline.service import analysis, datasets
+from rag_pipeline.storage.engine import get_engine
 
 
 def format_report(report: LabelReport) -> str:
@@ -61,21 +41,12 @@ def format_report(report: LabelReport) -> str:
     return "\n".join(lines)
 
 
-@_guarded
+@guarded(ValueError)
 def cmd_check_dataset(args: argparse.Namespace) -> int:
-    path = Path(args.dataset)
-    try:
-        dataset = load_dataset(path, knowledge_base=args.knowledge_base)
-        cases, kb = list(dataset.cases), dataset.knowledge_base
-    except DatasetError as exc:
-        cases, file_kb = _lenient_cases(path, exc)
-        kb = args.knowledge_base or file_kb
-        if not kb:
-            raise
-        print("note: the dataset has malformed ids (reported as not_a_uuid below); fix them before evaluating",
-              file=sys.stderr)
-    with get_engine().connect() as conn:
-        report = check_labels(conn, kb, cases)
+    checked = datasets.check_dataset(get_engine(), args.dataset, args.knowledge_base)
+    if checked.note:
+        print(f"note: {checked.note}", file=sys.stderr)
+    report = checked.report
     if args.format == "json":
         print(json.dumps([r.as_dict() for r in report.rows], ensure_ascii=False, indent=2))
     else:
@@ -83,30 +54,16 @@ def cmd_check_dataset(args: argparse.Namespace) -> int:
     return 1 if report.invalid() else 0
 
 
-def dataset_name_and_kb(name: str, knowledge_base: str | None) -> tuple[str, str | None]:
-    """A dataset argument of ``compare`` / ``tune``: a stored dataset's name, or a dataset file (validated,
-    then its own name and knowledge base are used)."""
-    if Path(name).is_file():
-        dataset = load_dataset(name, knowledge_base=knowledge_base)
-        return dataset.name, dataset.knowledge_base
-    return name, knowledge_base
-
-
-@_guarded
+@guarded(ValueError)
 def cmd_compare(args: argparse.Namespace) -> int:
-    name, kb = dataset_name_and_kb(args.dataset, args.knowledge_base)
-    with get_engine().connect() as conn:
-        comp = compare(load_current_runs(conn, name, kb), args.baseline, dataset=name, n_resamples=args.resamples)
-        attach_top_chunks(conn, comp)
-    gate = regression_gate(comp, margin=args.margin, alpha=args.alpha)
+    result = analysis.compare(get_engine(), args.dataset, knowledge_base=args.knowledge_base,
+                              baseline=args.baseline, margin=args.margin, alpha=args.alpha,
+                              n_resamples=args.resamples)
     if args.format == "json":
-        out = {**comp.as_dict(), "gate": {"passed": gate.passed, "margin": gate.margin, "alpha": gate.alpha,
-                                          "metric": gate.metric, "failing": [p.strategy for p in gate.failures],
-                                          "description": gate.description()}}
-        print(json.dumps(out, ensure_ascii=False, indent=2))
+        print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
     else:
-        sys.stdout.write(render_text(comp, gate))
-    return 0 if gate.passed else 1
+        sys.stdout.write(render_text(result.comparison, result.gate))
+    return 0 if result.gate.passed else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,207 @@
+"""Fusion tuning of a stored run: find the pool strategy's current run, re-fuse its pools, recommend.
+
+:func:`tune` reads the current succeeded run of a "pool" strategy on a dataset (default ``hybrid-bm25-v1``:
+100 candidates per leg), re-fuses its stored pools under every configuration of
+:func:`rag_pipeline.analysis.tuning.grid` and picks one by k-fold cross-validation over cases
+(:func:`rag_pipeline.analysis.tuning.recommend`). No SQL per case and no embedding: only the stored pools
+are read. ``rag-pipeline tune`` and the Dagster asset ``fusion_sweep`` both call it (through
+:mod:`rag_pipeline.service.analysis`), so they always agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+
+from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig, Recommendation, recommend
+from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.evaluation.pools import load_pools
+from rag_pipeline.retrieval.strategies import FIELD_NAMES, Strategy, StrategyError, load_registry, strategy_from_mapping
+
+DEFAULT_POOL_STRATEGY = "hybrid-bm25-v1"
+DEFAULT_FOLDS = 5
+TOP_CONFIGS = 10
+SHALLOW_POOL = 50  # a leg with fewer candidates than this leaves the sweep little to re-rank
+
+
+
+class TuneError(LookupError):
+    """Nothing to tune (no current run of the pool strategy), or a name clash; the message says what to do."""
+
+
+@dataclass
+class PoolRun:
+    """The stored run whose candidate pools are tuned, and the exact strategy that produced them."""
+
+    run_id: str
+    dataset: str
+    dataset_version: str
+    knowledge_base: str
+    strategy: Strategy
+    case_count: int
+    finished_at: str | None
+    notes: list[str] = field(default_factory=list)
+
+
+_POOL_RUN_SQL = """
+SELECT r.id::text AS run_id, r.strategy_version, r.params_hash, r.strategy_params, r.case_count,
+       r.finished_at, d.name AS dataset_name, d.content_hash, kb.name AS kb_name
+FROM retrieval_evaluation_runs r
+JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+WHERE r.strategy_version = :sv AND r.is_current AND r.status = 'succeeded'
+  AND (d.name = :ds OR r.partition_key = :pk) AND (CAST(:kb AS text) IS NULL OR kb.name = :kb)
+ORDER BY r.finished_at DESC, r.id
+"""
+_OTHER_RUNS_SQL = """
+SELECT DISTINCT r.strategy_version FROM retrieval_evaluation_runs r
+JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+WHERE d.name = :ds AND r.is_current AND r.status = 'succeeded' ORDER BY 1
+"""
+
+
+def find_pool_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY,
+                  knowledge_base: str | None = None,
+                  registry: dict[str, Strategy] | None = None) -> PoolRun:
+    """The current succeeded run of ``pool_strategy`` on dataset ``dataset`` (its name, or the dataset key
+    of an ``evaluate_retrieval`` partition). Several knowledge bases: the most recent run's (a note says so).
+
+    The strategy is rebuilt from the parameters the run stored (with the registry's description when the
+    registry holds the same parameters), so the tuned strategy keeps exactly the pools' candidate ks.
+    Raises :class:`TuneError` naming the command and the partition to run first.
+    """
+    rows = conn.execute(sa.text(_POOL_RUN_SQL), {"sv": pool_strategy, "ds": dataset,
+                                                 "pk": f"{dataset}|{pool_strategy}",
+                                                 "kb": knowledge_base}).all()
+    if not rows:
+        others = conn.execute(sa.text(_OTHER_RUNS_SQL), {"ds": dataset}).scalars().all()
+        where = f" and knowledge base {knowledge_base!r}" if knowledge_base else ""
+        raise TuneError(
+            f"no current succeeded run of strategy {pool_strategy!r} on dataset {dataset!r}{where}, so there "
+            f"are no stored pools to tune: evaluate it first (`rag-pipeline evaluate --dataset <file> --strategy "
+            f"{pool_strategy}`, or materialise partition '{dataset}|{pool_strategy}' with job "
+            f"evaluate_retrieval); current runs on this dataset: {', '.join(others) or '(none)'}")
+    row = rows[0]
+    notes = []
+    if len({r.kb_name for r in rows}) > 1:
+        notes.append(f"dataset {dataset!r} has current runs of {pool_strategy} on several knowledge bases "
+                     f"({', '.join(sorted({r.kb_name for r in rows}))}); tuning the latest ({row.kb_name}); "
+                     "choose with --knowledge-base")
+    strategy = _stored_strategy(row, registry if registry is not None else _registry_or_empty())
+    shallow = [f"{leg} {k}" for leg, k in (("vector", strategy.vector_candidate_k),
+                                           ("keyword", strategy.keyword_candidate_k)) if 0 < k < SHALLOW_POOL]
+    if shallow:
+        notes.append(f"{pool_strategy} stores shallow pools ({', '.join(shallow)} candidates per leg): the "
+                     f"sweep can only re-rank those; a pool strategy with {SHALLOW_POOL}-100 candidates per "
+                     f"leg (e.g. {DEFAULT_POOL_STRATEGY}) leaves more to gain")
+    return PoolRun(row.run_id, row.dataset_name, row.content_hash, row.kb_name, strategy, row.case_count,
+                   row.finished_at.isoformat() if row.finished_at else None, notes)
+
+
+def _registry_or_empty() -> dict[str, Strategy]:
+    try:
+        return load_registry()
+    except StrategyError:
+        return {}
+
+
+def _stored_strategy(row: sa.Row, registry: dict[str, Strategy]) -> Strategy:
+    known = registry.get(row.strategy_version)
+    if known is not None and known.params_hash() == row.params_hash:
+        return known
+    params = {k: v for k, v in (row.strategy_params or {}).items() if k in FIELD_NAMES}
+    try:
+        return strategy_from_mapping({**params, "version": row.strategy_version,
+                                      "description": known.description if known else ""},
+                                     where=f"run {row.run_id}")
+    except StrategyError as exc:
+        raise TuneError(f"the stored parameters of run {row.run_id} do not make a valid strategy: {exc}") from None
+
+
+@dataclass
+class TuneResult:
+    """A recommendation with the run it was computed from (see :func:`tune`)."""
+
+    pool_run: PoolRun
+    recommendation: Recommendation
+    folds: int
+    seed: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def base_config(self) -> FusionConfig:
+        return FusionConfig.from_strategy(self.recommendation.base)
+
+    def per_fold(self) -> list[dict[str, Any]]:
+        """Per fold: its cases, the configuration chosen on the other folds, its held-out mean."""
+        cv = self.recommendation.cv
+        return [{"fold": int(f), "cases": int(np.count_nonzero(cv.fold_of == f)), "chosen": config.label,
+                 "held_out_mean": float(cv.out_of_fold[cv.fold_of == f].mean())}
+                for f, config in zip(np.unique(cv.fold_of), cv.chosen, strict=True)]
+
+    def top_configurations(self, n: int = TOP_CONFIGS) -> list[dict[str, Any]]:
+        """The ``n`` best configurations on all cases (ties: grid order), with every metric's mean,
+        how many folds chose them, and whether they are the base / recommended fusion."""
+        rec = self.recommendation
+        rows = rec.sweep.rows()
+        means = rec.sweep.means
+        order = sorted(range(len(rows)), key=lambda i: (-means[i], i))[:n]
+        chosen = [c.label for c in rec.cv.chosen]
+        recommended = FusionConfig.from_strategy(rec.strategy)
+        return [{"rank": r + 1, **rows[i], "folds_chosen": chosen.count(rows[i]["label"]),
+                 "is_base": rec.sweep.configs[i] == self.base_config,
+                 "is_recommended": rec.sweep.configs[i] == recommended}
+                for r, i in enumerate(order)]
+
+    def as_dict(self, top: int = TOP_CONFIGS) -> dict[str, Any]:
+        """Everything as plain JSON-able values (the ``--format json`` output)."""
+        rec, run = self.recommendation, self.pool_run
+        return _plain({
+            "dataset": run.dataset, "dataset_version": run.dataset_version,
+            "knowledge_base": run.knowledge_base, "pool_run_id": run.run_id, "pool_strategy": rec.base.version,
+            "folds": self.folds, "seed": self.seed, "base_fusion": self.base_config.label,
+            **rec.summary(),
+            "per_fold": self.per_fold(),
+            "top_configurations": self.top_configurations(top),
+            "strategy": {name: getattr(rec.strategy, name) for name in FIELD_NAMES},
+            "yaml": rec.yaml,
+            "notes": self.notes,
+        })
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy scalars as Python ``int`` / ``float`` / ``bool`` and tuples as lists."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def tune_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY,
+         metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS, seed: int = 0, *,
+         knowledge_base: str | None = None, version: str | None = None,
+         n_resamples: int = 10000) -> TuneResult:
+    """Load the pools of the pool strategy's current run on ``dataset`` and :func:`recommend` a fusion."""
+    if metric not in METRIC_NAMES:
+        raise ValueError(f"unknown metric {metric!r}; expected one of {list(METRIC_NAMES)}")
+    run = find_pool_run(conn, dataset, pool_strategy, knowledge_base)
+    pools = load_pools(conn, run.run_id)
+    if not 2 <= folds <= pools.n_cases:
+        raise ValueError(f"--folds must be between 2 and the number of cases ({pools.n_cases}), got {folds}")
+    rec = recommend(pools, run.strategy, metric, folds, seed, version=version, n_resamples=n_resamples)
+    notes = list(run.notes)
+    if FusionConfig.from_strategy(rec.strategy) == FusionConfig.from_strategy(run.strategy):
+        notes.append(f"the best fusion on these pools is {run.strategy.version}'s own "
+                     f"({FusionConfig.from_strategy(run.strategy).label}): the new version only renames it")
+    stored = conn.execute(sa.text("SELECT params_hash FROM retrieval_strategies WHERE version = :v"),
+                          {"v": rec.strategy.version}).scalar()
+    if stored is not None and stored != rec.strategy.params_hash():
+        notes.append(f"strategy version {rec.strategy.version!r} was already run with other parameters; "
+                     "choose a new name with --version before adding this one")
+    return TuneResult(run, rec, folds, seed, notes)

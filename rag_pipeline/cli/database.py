@@ -1,0 +1,75 @@
+"""``rag-pipeline db start|stop|status|url`` and ``rag-pipeline demo`` (the main job, through Dagster)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from rag_pipeline.cli.errors import guarded
+from rag_pipeline.settings import get_settings, pgdata_dir, project_root
+from rag_pipeline.storage import embedded_server
+from rag_pipeline.storage.engine import dagster_database_url, database_url, get_engine
+from rag_pipeline.storage.urls import mask_url
+
+
+@guarded()
+def cmd_db(args: argparse.Namespace) -> int:
+    if args.action == "stop":
+        print("stopped" if embedded_server.stop() else f"not running ({pgdata_dir()})")
+        return 0
+    if args.action == "url":
+        print(mask_url(database_url()) if not args.dagster else mask_url(dagster_database_url()))
+        return 0
+    if args.action == "status":
+        external = get_settings().database_url
+        print(f"RAG_DATABASE_URL {mask_url(external)}" if external else
+              f"embedded {'running' if embedded_server.is_running() else 'stopped'} in {pgdata_dir()}")
+        return 0
+    # start: server, databases, migrations, and the .env Dagster reads from the repo root
+    get_engine()
+    env_file = project_root() / ".env"
+    lines = [f"DAGSTER_HOME={project_root()}", f"RAG_DAGSTER_PG_URL={dagster_database_url()}"]
+    if get_settings().pgdata:
+        lines.append(f"RAG_PGDATA={pgdata_dir()}")
+    env_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env_file.chmod(0o600)  # it may hold a database password (RAG_DATABASE_URL with one)
+    _prepare_dagster_instance(lines)
+    print(f"database ready: {mask_url(database_url())}\nwrote {env_file} (DAGSTER_HOME, RAG_DAGSTER_PG_URL)")
+    return 0
+
+
+def _prepare_dagster_instance(env_lines: list[str]) -> None:
+    """Create the ``rag_db`` concurrency pool in Dagster's storage once (:mod:`rag_pipeline.defs.instance`),
+    in a child process: the CLI itself never imports Dagster."""
+    env = {**os.environ, **dict(line.split("=", 1) for line in env_lines)}
+    proc = subprocess.run([sys.executable, "-m", "rag_pipeline.defs.instance"], env=env, capture_output=True,
+                          text=True, check=False)
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no output"]
+        raise RuntimeError(f"could not prepare Dagster's instance storage: {lines[-1]}")
+
+
+@guarded()
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Runs :mod:`rag_pipeline.defs.demo` (Dagster) in a child process with the same arguments."""
+    argv = [sys.executable, "-m", "rag_pipeline.defs.demo"]
+    for version in args.strategy or []:
+        argv += ["--strategy", version]
+    if args.output_dir:
+        argv += ["--output-dir", args.output_dir]
+    return subprocess.run(argv, check=False).returncode
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("db", help="embedded PostgreSQL: start (and write .env), stop, status, url")
+    p.add_argument("action", choices=["start", "stop", "status", "url"])
+    p.add_argument("--dagster", action="store_true", help="with url: print Dagster's storage URL")
+    p.set_defaults(func=cmd_db)
+
+    p = sub.add_parser("demo", help="the main job: ingest the demo KB, evaluate every strategy through Dagster, "
+                                    "compare them, write reports/ (make run)")
+    p.add_argument("--strategy", action="append", help="only these strategy versions (repeatable; default all)")
+    p.add_argument("--output-dir", help="where the JSON reports go (default reports/)")
+    p.set_defaults(func=cmd_demo)

@@ -1,0 +1,85 @@
+"""``rag-pipeline ingest | import-beir | kb | doc``: build knowledge bases and manage their documents."""
+
+from __future__ import annotations
+
+import argparse
+
+from rag_pipeline.cli.errors import guarded
+from rag_pipeline.cli.output import print_json, stage_progress
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS
+from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
+from rag_pipeline.service import knowledge_bases as service
+from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.schema import DocumentPublicationStatus, DocumentStatus
+
+
+@guarded()
+def cmd_ingest(args: argparse.Namespace) -> int:
+    result = service.ingest(get_engine(), args.path, args.knowledge_base, text_search=args.text_search,
+                            chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap, models=args.models,
+                            progress=stage_progress())
+    print_json(result.as_dict())
+    return 0
+
+
+@guarded()
+def cmd_import_beir(args: argparse.Namespace) -> int:
+    result = service.import_beir(get_engine(), args.path, args.knowledge_base, args.dataset_out, split=args.split,
+                                 models=args.models, text_search=args.text_search, k=args.k,
+                                 progress=stage_progress())
+    print_json(result.as_dict())
+    return 0
+
+
+@guarded()
+def cmd_kb(args: argparse.Namespace) -> int:
+    print_json(service.knowledge_base_stats(get_engine(), args.knowledge_base))
+    return 0
+
+
+@guarded()
+def cmd_doc(args: argparse.Namespace) -> int:
+    deleted = {"delete": True, "undelete": False}.get(args.deleted) if args.deleted else None
+    n = service.set_document_state(get_engine(), args.knowledge_base, args.document, status=args.status,
+                                   publication_status=args.publication, is_deleted=deleted)
+    print(f"updated {n} document(s)")
+    return 0
+
+
+def _kb_options(p: argparse.ArgumentParser, text_search: str) -> None:
+    p.add_argument("--knowledge-base", required=True, help="knowledge base name (created if new)")
+    p.add_argument("--text-search", default=text_search, choices=TEXT_SEARCH_MODES,
+                   help=f"keyword text mode of a new knowledge base (default {text_search})")
+    p.add_argument("--models", nargs="+", default=[DEFAULT_MODEL], choices=EMBEDDING_MODELS,
+                   help=f"embedding models to store (default {DEFAULT_MODEL})")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ingest", help="ingest a folder of .md/.txt/.html/.jsonl documents into a knowledge base")
+    p.add_argument("path")
+    _kb_options(p, "simple")
+    p.add_argument("--chunk-size", type=int, default=service.DEFAULT_CHUNK_SIZE,
+                   help="characters per chunk; 0 = one chunk per document")
+    p.add_argument("--chunk-overlap", type=int, default=service.DEFAULT_CHUNK_OVERLAP,
+                   help="characters repeated between chunks")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("import-beir", help="import a BEIR folder as a knowledge base + evaluation dataset")
+    p.add_argument("path")
+    _kb_options(p, "english")
+    p.add_argument("--dataset-out", required=True, help="where to write the dataset JSON")
+    p.add_argument("--split", default="test")
+    p.add_argument("--k", type=int, default=10, help="k of every case (default 10)")
+    p.set_defaults(func=cmd_import_beir)
+
+    p = sub.add_parser("kb", help="show a knowledge base's counts")
+    p.add_argument("knowledge_base")
+    p.set_defaults(func=cmd_kb)
+
+    p = sub.add_parser("doc", help="mark a document ready/processing/failed, published/unpublished, deleted")
+    p.add_argument("document", help="document original name or id")
+    p.add_argument("--knowledge-base", required=True)
+    p.add_argument("--status", choices=[s.value for s in DocumentStatus])
+    p.add_argument("--publication", choices=[s.value for s in DocumentPublicationStatus])
+    p.add_argument("--deleted", choices=["delete", "undelete"])
+    p.set_defaults(func=cmd_doc)

@@ -1,0 +1,42 @@
+"""What the commands print: JSON documents and progress bars on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+
+
+def stage_progress():
+    """A ``progress(stage, done, total)`` callback drawing one bar per stage (ingestion: chunks)."""
+    from tqdm import tqdm  # noqa: PLC0415
+
+    bars: dict[str, tqdm] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        bar = bars.get(stage) or bars.setdefault(stage, tqdm(total=total, desc=stage, unit="chunk", file=sys.stderr))
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return progress
+
+
+def case_progress(quiet: bool = False):
+    """A ``progress(version, cases)`` factory for evaluations: one bar per strategy run (cases)."""
+    from tqdm import tqdm  # noqa: PLC0415
+
+    def for_run(version: str, total: int):
+        bar = tqdm(total=total, desc=version, unit="case", file=sys.stderr, disable=quiet)
+
+        def progress(done: int, _total: int) -> None:
+            bar.update(done - bar.n)
+            if done >= total:
+                bar.close()
+
+        return progress
+
+    return for_run

@@ -1,0 +1,126 @@
+"""``rag-pipeline tune``: tune the fusion of a stored run's candidate pools, offline, with cross-validation.
+
+``tune --dataset NAME_OR_FILE [--knowledge-base KB] [--pool-strategy hybrid-bm25-v1] [--metric ndcg_at_k]
+[--folds 5] [--seed 0] [--version NAME] [--format text|json] [--write-strategy FILE]`` reads the current
+succeeded run of the pool strategy on the dataset (evaluate it first), re-fuses its stored pools under
+every configuration of :func:`rag_pipeline.analysis.tuning.grid` and picks one by k-fold cross-validation
+over cases (:func:`rag_pipeline.analysis.tuning.recommend`). It prints the cross-validated metric with its
+bootstrap 95 % CI, the gain over the pool strategy's own fusion (CI, p), the recall ceiling, the
+configuration each fold chose, the best configurations and the ready-to-paste strategy YAML. No SQL per
+case and no embedding: only the stored pools are read.
+
+``--write-strategy FILE`` appends the tuned strategy to the registry file ``FILE``; a missing ``FILE``
+starts as a copy of the active registry (``RAG_STRATEGIES_FILE`` or the packaged one), so
+``RAG_STRATEGIES_FILE=FILE rag-pipeline evaluate --strategy <tuned version> ...`` runs it next to every
+existing version. Exit 0 on success, 2 on user errors (nothing evaluated yet, bad metric or folds, a
+version name already used with other parameters).
+
+The computation is :func:`rag_pipeline.service.analysis.tune`, shared with the Dagster asset ``fusion_sweep``
+(:mod:`rag_pipeline.defs.tuning`), so both always agree; this module only parses and renders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rag_pipeline.analysis.tune_runs import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TOP_CONFIGS, TuneResult
+from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig
+from rag_pipeline.cli.errors import guarded
+from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.service import analysis
+from rag_pipeline.storage.engine import get_engine
+
+TABLE_METRICS = ("ndcg_at_k", "recall_at_k", "reciprocal_rank", "precision_at_k")
+
+
+def render_text(result: TuneResult, top: int = TOP_CONFIGS) -> str:
+    """The human-readable report of ``rag-pipeline tune``."""
+    rec, run, m = result.recommendation, result.pool_run, result.recommendation.metric
+    cv = rec.cv
+    own = FusionConfig.from_strategy(rec.strategy) == result.base_config
+    rows = [
+        ("recommended", f"{FusionConfig.from_strategy(rec.strategy).label}  -> new version {rec.strategy.version}"
+         + (f" (the same fusion as {rec.base.version})" if own else "")),
+        (f"cross-validated {m}", f"{cv.mean:.4f}  95% CI [{cv.ci[0]:.4f}, {cv.ci[1]:.4f}]  (each fold scored "
+                                 "with the configuration chosen on the other folds)"),
+        (f"predicted {m}", f"{rec.predicted_mean:.4f}  (the recommended configuration on all cases: what a real "
+                           "run of the new version reproduces)"),
+        (f"{rec.base.version}'s own fusion", f"{rec.base_mean:.4f}  ({result.base_config.label})"),
+        ("gain (CV vs own fusion)", f"{rec.gain:+.4f}  95% CI [{rec.gain_ci[0]:+.4f}, {rec.gain_ci[1]:+.4f}]  "
+                                    f"p={rec.p_value:.4g}"),
+        ("recall ceiling", f"{rec.recall_ceiling:.4f}  (share of relevant chunks anywhere in the pools: no "
+                           "fusion can beat it)"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    per_fold = result.per_fold()
+    chosen_width = max(len(f["chosen"]) for f in per_fold)
+    lines = [
+        f"Fusion tuning of {rec.base.version} on dataset {run.dataset} (knowledge base {run.knowledge_base}, "
+        f"{cv.fold_of.size} cases, run {run.run_id})",
+        f"{len(rec.sweep.configs)} fusion configurations, {result.folds}-fold cross-validation over cases "
+        f"(seed {result.seed}), metric {m}",
+        "",
+        *(f"{label:<{width}}  {value}" for label, value in rows),
+        "",
+        "chosen per fold (on the other folds):",
+        *(f"  fold {f['fold'] + 1}: {f['chosen']:<{chosen_width}}  held-out {m} {f['held_out_mean']:.4f} "
+          f"({f['cases']} cases)" for f in per_fold),
+        "",
+        f"top {top} configurations (mean over all cases):",
+    ]
+    rows = result.top_configurations(top)
+    label_width = max(len("configuration"), *(len(r["label"]) for r in rows))
+    lines.append(f"  {'#':>3}  {'configuration':<{label_width}}  " + "  ".join(f"{x:>15}" for x in TABLE_METRICS)
+                 + "  folds")
+    for r in rows:
+        mark = " (recommended)" if r["is_recommended"] else " (pool strategy)" if r["is_base"] else ""
+        lines.append(f"  {r['rank']:>3}  {r['label']:<{label_width}}  "
+                     + "  ".join(f"{r[x]:>15.4f}" for x in TABLE_METRICS) + f"  {r['folds_chosen']:>5}{mark}")
+    lines += ["", "strategy definition (paste under `strategies:` in the registry, or use --write-strategy):",
+              rec.yaml.rstrip("\n")]
+    lines += [f"note: {n}" for n in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+@guarded(ValueError)
+def cmd_tune(args: argparse.Namespace) -> int:
+    result = analysis.tune(get_engine(), args.dataset, args.pool_strategy, args.metric, args.folds, args.seed,
+                           knowledge_base=args.knowledge_base, version=args.version, n_resamples=args.resamples)
+    rec = result.recommendation
+    written = analysis.add_strategy(result, args.write_strategy) if args.write_strategy else None
+    if args.format == "json":
+        print(json.dumps({**result.as_dict(args.top), "written": written}, ensure_ascii=False, indent=2))
+    else:
+        sys.stdout.write(render_text(result, args.top))
+        if written:
+            print(f"\n{written['status']}: {rec.strategy.version} in {written['path']}; run it with "
+                  f"RAG_STRATEGIES_FILE={written['path']} rag-pipeline evaluate --dataset {args.dataset} "
+                  f"--strategy {rec.strategy.version}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``tune`` to the ``rag-pipeline`` sub-commands."""
+    p = sub.add_parser("tune", help="tune the fusion on a stored run's candidate pools (weights, normalisation, "
+                                    "RRF k) with cross-validation; prints a ready-to-add strategy")
+    p.add_argument("--dataset", required=True, help="dataset name, or its JSON file")
+    p.add_argument("--knowledge-base", help="only when the dataset name is used with several knowledge bases "
+                                            "(or for a bare-array dataset file)")
+    p.add_argument("--pool-strategy", default=DEFAULT_POOL_STRATEGY,
+                   help=f"strategy whose current run's pools are re-fused (default {DEFAULT_POOL_STRATEGY}: "
+                        "100 candidates per leg)")
+    p.add_argument("--metric", default=DEFAULT_METRIC, choices=METRIC_NAMES,
+                   help=f"metric to maximise (default {DEFAULT_METRIC})")
+    p.add_argument("--folds", type=int, default=DEFAULT_FOLDS, help="cross-validation folds (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="fold assignment and bootstrap seed (default 0)")
+    p.add_argument("--version", help="version name of the tuned strategy (default <pool-strategy>-tuned-<metric>)")
+    p.add_argument("--resamples", type=int, default=10000, help="bootstrap / permutation resamples")
+    p.add_argument("--top", type=int, default=TOP_CONFIGS, help="configurations listed (default 10)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--write-strategy", metavar="FILE",
+                   help="append the tuned strategy to this registry file (created from the active registry "
+                        "if missing); then RAG_STRATEGIES_FILE=FILE makes it runnable")
+    p.set_defaults(func=cmd_tune)
+

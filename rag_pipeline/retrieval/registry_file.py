@@ -1,0 +1,69 @@
+"""Adding a strategy to a registry file, safely: validated before it replaces the file, comments kept."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from rag_pipeline.retrieval.strategies import (
+    FIELD_NAMES, Strategy, StrategyError, load_registry, parse_registry, registry_path, strategy_to_yaml,
+)
+
+
+class RegistryConflictError(StrategyError):
+    """The registry file already defines the version with other parameters."""
+
+
+def write_strategy(path: str | Path, strategy: Strategy, comment: str = "") -> str:
+    """Append ``strategy`` to the registry file ``path``; returns ``"appended"`` or ``"unchanged"``.
+
+    A missing file starts as a copy of the active registry (:func:`registry_path`). The result is
+    validated before it replaces the file (atomically); the text is appended as-is (comments kept) unless
+    the file's layout does not allow it, then the registry is re-written as plain YAML. Raises
+    :class:`RegistryConflictError` if the file already defines the version with other parameters.
+    """
+    target = Path(path)
+    source = target if target.exists() else registry_path()
+    text = source.read_text(encoding="utf-8")
+    registry = load_registry(source)
+    existing = registry.get(strategy.version)
+    if existing is not None:
+        if existing.params_hash() == strategy.params_hash():
+            if source != target:
+                _atomic_write(target, text)
+            return "unchanged"
+        raise RegistryConflictError(f"{target} already defines strategy {strategy.version!r} with other parameters; "
+                        "choose a new name with --version")
+    note = "".join(f"  # {line}\n" for line in comment.splitlines() if line.strip())
+    new_text = text.rstrip("\n") + "\n\n" + note + strategy_to_yaml(strategy)
+    expected = {**{v: s.params_hash() for v, s in registry.items()}, strategy.version: strategy.params_hash()}
+    if _registry_hashes(new_text, str(target)) != expected:
+        data = yaml.safe_load(text)
+        data["strategies"].append({name: getattr(strategy, name) for name in FIELD_NAMES})
+        new_text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10**9)
+        if _registry_hashes(new_text, str(target)) != expected:  # pragma: no cover - defensive
+            raise StrategyError(f"could not add {strategy.version!r} to {target} as a valid registry")
+    _atomic_write(target, new_text)
+    return "appended"
+
+
+def _registry_hashes(text: str, source: str) -> dict[str, str] | None:
+    try:
+        return {v: s.params_hash() for v, s in parse_registry(yaml.safe_load(text), source).items()}
+    except (yaml.YAMLError, StrategyError):
+        return None
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fp:
+            fp.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,15 @@
+"""The operations of rag_pipeline, shared by every front end (CLI, Dagster, HTTP).
+
+Plain arguments in (an engine, names, paths, numbers), typed results out; no argparse, no Dagster, no JSON
+rendering here. The front ends parse their input, call one operation and render its result.
+
+| operations | module |
+|---|---|
+| ``ingest``, ``import_beir``, ``knowledge_base_stats``, ``set_document_state`` | :mod:`.knowledge_bases` |
+| ``register_dataset``, ``check_dataset``, ``check_stored_dataset``, ``resolve_dataset`` | :mod:`.datasets` |
+| ``plan_evaluation``, ``evaluate``, ``evaluate_stored``, ``knowledge_base_name``, ``list_runs``, ``run_summaries``, ``write_report``, ``case_tables`` | :mod:`.evaluations` |
+| ``compare``, ``tune``, ``add_strategy`` | :mod:`.analysis` |
+
+:data:`.errors.USER_ERRORS` are the exceptions whose message is meant for the user (a front end shows the
+message, not a traceback); :data:`.errors.TRANSIENT_ERRORS` are worth a bounded retry.
+"""

@@ -1,0 +1,65 @@
+"""Analysis operations on stored runs: compare strategies (significance + regression gate), tune the fusion."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from rag_pipeline.analysis import comparison
+from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, Comparison, GateResult, StrategyRun
+from rag_pipeline.analysis.tune_runs import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TuneError, TuneResult, tune_run
+from rag_pipeline.analysis.tuning import DEFAULT_METRIC
+from rag_pipeline.retrieval.registry_file import write_strategy
+from rag_pipeline.service.datasets import resolve_dataset
+
+
+@dataclass(frozen=True)
+class StrategyComparison:
+    """Every strategy's current run on a dataset compared with the baseline, and the regression gate."""
+
+    comparison: Comparison
+    gate: GateResult
+    runs: list[StrategyRun]
+
+    def as_dict(self) -> dict:
+        gate = self.gate
+        return {**self.comparison.as_dict(),
+                "gate": {"passed": gate.passed, "margin": gate.margin, "alpha": gate.alpha, "metric": gate.metric,
+                         "failing": [p.strategy for p in gate.failures], "description": gate.description()}}
+
+
+def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = None,
+            baseline: str = DEFAULT_BASELINE, margin: float = 0.0, alpha: float = 0.05,
+            n_resamples: int = 10000) -> StrategyComparison:
+    """Compare the current runs of every strategy on ``dataset`` (a name, a partition's dataset key or a
+    dataset file) with ``baseline``: paired permutation test, bootstrap CI, Holm, win/tie/loss, movers."""
+    name, kb = resolve_dataset(dataset, knowledge_base)
+    with engine.connect() as conn:
+        runs = comparison.load_current_runs(conn, name, kb)
+        comp = comparison.compare(runs, baseline, dataset=name, n_resamples=n_resamples)
+        comparison.attach_top_chunks(conn, comp)
+    return StrategyComparison(comp, comparison.regression_gate(comp, margin=margin, alpha=alpha), runs)
+
+
+def tune(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY, metric: str = DEFAULT_METRIC,
+         folds: int = DEFAULT_FOLDS, seed: int = 0, *, knowledge_base: str | None = None,
+         version: str | None = None, n_resamples: int = 10000) -> TuneResult:
+    """Recommend a fusion for ``dataset`` (name, dataset key or file) from the pool strategy's stored pools."""
+    name, kb = resolve_dataset(dataset, knowledge_base)
+    with engine.connect() as conn:
+        return tune_run(conn, name, pool_strategy, metric, folds, seed, knowledge_base=kb, version=version,
+                        n_resamples=n_resamples)
+
+
+def add_strategy(result: TuneResult, path: str | Path) -> dict:
+    """Append the tuned strategy of ``result`` to the registry file ``path`` (created from the active registry
+    if missing). Returns ``{"path", "status"}`` with status ``appended`` or ``unchanged``."""
+    rec = result.recommendation
+    if any("already run with other parameters" in n for n in result.notes):
+        raise TuneError(f"strategy version {rec.strategy.version!r} was already run with other parameters; "
+                        "choose a new name with --version")
+    comment = (f"tuned by `rag-pipeline tune` from run {result.pool_run.run_id} of {rec.base.version} on "
+               f"dataset {result.pool_run.dataset} ({result.pool_run.knowledge_base})")
+    return {"path": str(Path(path).resolve()), "status": write_strategy(path, rec.strategy, comment)}

@@ -1,0 +1,96 @@
+"""Evaluation operations: run strategies over a dataset, list and read stored runs, write reports."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import sqlalchemy as sa
+
+from rag_pipeline.evaluation import reports, runs
+from rag_pipeline.evaluation.dataset import Dataset, load_dataset
+from rag_pipeline.evaluation.persistence import load_stored_dataset
+from rag_pipeline.evaluation.runner import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
+
+DEFAULT_STRATEGY = "hybrid-v1"
+
+
+@dataclass(frozen=True)
+class EvaluationPlan:
+    """A validated dataset file and the strategies to run on it (nothing touched the database yet)."""
+
+    dataset: Dataset
+    strategies: tuple[Strategy, ...]
+
+
+def plan_evaluation(dataset_path: str | Path, strategies: Sequence[str] = (DEFAULT_STRATEGY,), *,
+                    knowledge_base: str | None = None) -> EvaluationPlan:
+    """Validate the strategy versions and the whole dataset file before anything is written.
+
+    ``knowledge_base`` (a name) is needed for a bare seed-array file and must agree with an object file's."""
+    registry = load_registry()
+    chosen = tuple(get_strategy(v, registry) for v in dict.fromkeys(strategies))
+    return EvaluationPlan(load_dataset(dataset_path, knowledge_base=knowledge_base), chosen)
+
+
+def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH_SIZE, readers: int | None = None,
+             progress: Callable[[str, int], Progress | None] | None = None) -> list[EvaluationOutcome]:
+    """Run every strategy of ``plan`` over its dataset; each run is stored. Returns the outcomes in order.
+
+    ``progress(version, cases)`` may return a per-run callback ``(done, total)``."""
+    cases = len(plan.dataset.cases)
+    return [evaluate_dataset(engine, plan.dataset, strategy, batch_size=batch_size, readers=readers,
+                             progress=progress(strategy.version, cases) if progress else None)
+            for strategy in plan.strategies]
+
+
+def knowledge_base_name(engine: sa.Engine, name_or_id: str) -> str:
+    """The name of a knowledge base given by name or id."""
+    with engine.connect() as conn:
+        return resolve_knowledge_base(conn, name_or_id).name
+
+
+def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *, batch_size: int = BATCH_SIZE,
+                    readers: int | None = None, partition_key: str | None = None, dagster_run_id: str | None = None,
+                    progress: Progress | None = None, logger: logging.Logger | None = None) -> EvaluationOutcome:
+    """Evaluate one strategy on a stored dataset version (what the Dagster partition run does)."""
+    strategy = get_strategy(strategy_version)
+    with engine.connect() as conn:
+        dataset = load_stored_dataset(conn, dataset_id)
+    return evaluate_dataset(engine, dataset, strategy, batch_size=batch_size, readers=readers,
+                            partition_key=partition_key, dagster_run_id=dagster_run_id, progress=progress,
+                            logger=logger)
+
+
+def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[dict]:
+    """The summary (seed §6.3 ``summary``) of each run, in order."""
+    with engine.connect() as conn:
+        return [reports.summary_of(runs.get_run(conn, run_id)) for run_id in run_ids]
+
+
+def list_runs(engine: sa.Engine, *, knowledge_base: str | None = None, dataset: str | None = None,
+              strategy: str | None = None, current_only: bool = False, limit: int = 100) -> list[dict]:
+    """Run summaries, newest first; ``knowledge_base`` is a name or id."""
+    with engine.connect() as conn:
+        kb_id = resolve_knowledge_base(conn, knowledge_base).id if knowledge_base else None
+        rows = runs.list_runs(conn, knowledge_base_id=kb_id, dataset=dataset, strategy=strategy,
+                              current_only=current_only, limit=limit)
+        return [reports.summary_of(r) for r in rows]
+
+
+def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: bool = False) -> int:
+    """Stream the report JSON of a run (summary, cases, candidates) to ``fp``; returns the case count."""
+    with engine.connect() as conn:
+        return reports.write_report(conn, run_id, fp, include_text=include_text)
+
+
+def case_tables(engine: sa.Engine, run_id: str, *, limit: int) -> tuple[list[dict], list[dict]]:
+    """(the first ``limit`` cases, the 10 worst cases) of a run, for dashboards."""
+    with engine.connect() as conn:
+        return (reports.case_overview(conn, run_id, limit=limit),
+                reports.case_overview(conn, run_id, worst_first=True, limit=10))

@@ -1,0 +1,67 @@
+"""Knowledge-base operations: ingest a folder, import a BEIR collection, counts, document lifecycle."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from rag_pipeline.knowledge_base import beir, lifecycle
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
+from rag_pipeline.knowledge_base.ingestion import IngestionResult, Progress, ingest_documents
+from rag_pipeline.knowledge_base.sources import read_folder
+
+DEFAULT_CHUNK_SIZE = 500
+DEFAULT_CHUNK_OVERLAP = 80
+
+
+def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_search: str = "simple",
+           chunk_size: int = DEFAULT_CHUNK_SIZE, chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+           models: Sequence[str] = (DEFAULT_MODEL,), progress: Progress | None = None) -> IngestionResult:
+    """Bring knowledge base ``knowledge_base`` in line with the documents of ``folder`` (created if new).
+
+    ``chunk_size`` 0 keeps each document one chunk. Re-ingesting an unchanged folder changes nothing."""
+    docs = read_folder(folder)
+    return ingest_documents(engine, docs, knowledge_base, text_search=text_search, chunk_size=chunk_size or None,
+                            chunk_overlap=chunk_overlap, models=models, progress=progress)
+
+
+@dataclass(frozen=True)
+class BeirImport:
+    """What :func:`import_beir` ingested and the dataset file it wrote."""
+
+    ingestion: IngestionResult
+    dataset_path: Path
+    cases: int
+
+    def as_dict(self) -> dict:
+        return {**self.ingestion.as_dict(), "dataset_out": str(self.dataset_path), "cases": self.cases}
+
+
+def import_beir(engine: sa.Engine, folder: str | Path, knowledge_base: str, dataset_out: str | Path, *,
+                split: str = "test", models: Sequence[str] = (DEFAULT_MODEL,), text_search: str = "english",
+                k: int = 10, progress: Progress | None = None) -> BeirImport:
+    """Ingest a BEIR corpus (one chunk per document) and write its queries + qrels as a dataset file."""
+    result, dataset = beir.import_beir(engine, folder, knowledge_base, split=split, models=models,
+                                       text_search=text_search, k=k, progress=progress)
+    out = Path(dataset_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dataset, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    return BeirImport(result, out, len(dataset["cases"]))
+
+
+def knowledge_base_stats(engine: sa.Engine, knowledge_base: str) -> dict:
+    """Counts of a knowledge base (name or id): documents, searchable, chunks, embeddings per model."""
+    with engine.connect() as conn:
+        return lifecycle.knowledge_base_stats(conn, knowledge_base)
+
+
+def set_document_state(engine: sa.Engine, knowledge_base: str, document: str, *, status: str | None = None,
+                       publication_status: str | None = None, is_deleted: bool | None = None) -> int:
+    """Mark a document (original name or id) READY/PROCESSING/FAILED, PUBLISHED/..., deleted; returns the count."""
+    with engine.begin() as conn:
+        return lifecycle.set_document_state(conn, knowledge_base, document, status=status,
+                                            publication_status=publication_status, is_deleted=is_deleted)

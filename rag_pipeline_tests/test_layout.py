@@ -1,0 +1,116 @@
+"""The package layout stays what the README's map says: layered stage packages, thin front ends, no Dagster on import.
+
+Layers, each importing only the ones before it: settings → storage → knowledge_base → retrieval → evaluation →
+analysis → service → front ends (cli, defs + definitions). Front ends never import each other and hold no SQL.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rag_pipeline"
+LAYERS = ["settings", "storage", "knowledge_base", "retrieval", "evaluation", "analysis", "service"]
+FRONT_ENDS = {"cli", "defs", "definitions"}
+DAGSTER_FRONT_END = {"defs", "definitions"}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        if "migrations" in rel.parts:
+            continue
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        found[name] = path
+    return found
+
+
+def _top(module: str) -> str:
+    """The layer of a module: ``rag_pipeline.<top>...``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return {n for n in names if n.startswith("rag_pipeline")}
+
+
+def test_the_layout_has_the_stage_packages_and_small_folders():
+    modules = _modules()
+    for package in [*LAYERS[1:], "cli", "defs"]:
+        assert f"rag_pipeline.{package}" in modules, f"missing package rag_pipeline/{package}/"
+    for folder in {p.parent for p in modules.values()}:
+        count = len([p for p in folder.glob("*.py") if p.name != "__init__.py"])
+        assert count <= 15, f"{folder.relative_to(PACKAGE.parent)} has {count} modules (keep folders at ~15 or fewer)"
+
+
+def test_each_layer_imports_only_the_layers_before_it():
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    problems = []
+    for module, path in _modules().items():
+        top = _top(module)
+        for imported in _imports(path):
+            other = _top(imported)
+            if not other or other == top:
+                continue
+            if top in FRONT_ENDS:
+                if other in FRONT_ENDS and not (top in DAGSTER_FRONT_END and other in DAGSTER_FRONT_END):
+                    problems.append(f"{module} (a front end) imports the front end {imported}")
+                continue
+            if other in FRONT_ENDS or rank.get(other, -1) >= rank.get(top, -1):
+                problems.append(f"{module} ({top}) imports {imported} ({other}), which is not below it")
+    assert not problems, "\n".join(sorted(problems))
+
+
+def test_front_ends_hold_no_sql():
+    sql = re.compile(r"\b(SELECT|INSERT INTO|UPDATE|DELETE FROM)\b|\bsa\.text\(|(?<![\w.])text\(|\.execute\(")
+    offenders = []
+    for module, path in _modules().items():
+        if _top(module) in FRONT_ENDS:
+            offenders += [f"{module}: {m.group(0)!r}" for m in sql.finditer(path.read_text(encoding="utf-8"))]
+    assert not offenders, "SQL belongs in the stage packages:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("chunk", [0, 1])
+def test_no_module_outside_the_dagster_front_end_imports_dagster(chunk):
+    """Import every non-Dagster module in a fresh interpreter: ``dagster`` must not be loaded (CLI start-up,
+    HTTP workers and library use stay light). Two interpreters, half of the modules each."""
+    names = sorted(m for m in _modules() if _top(m) not in DAGSTER_FRONT_END)
+    assert len(names) > 40
+    half = names[chunk::2]
+    code = ("import importlib, json, sys\n"
+            f"names = {json.dumps(half)}\n"
+            "loaded = {}\n"
+            "for n in names:\n"
+            "    importlib.import_module(n)\n"
+            "    if 'dagster' in sys.modules:\n"
+            "        loaded[n] = True\n"
+            "        break\n"
+            "print(json.dumps(sorted(loaded)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=PACKAGE.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [], "imports dagster: " + proc.stdout
+
+
+def test_the_dagster_modules_do_import_dagster():
+    """The check above can fail: the Dagster front end really loads dagster."""
+    proc = subprocess.run([sys.executable, "-c", "import sys, rag_pipeline.defs.instance; "
+                                                 "print('dagster' in sys.modules)"],
+                          capture_output=True, text=True, timeout=300, cwd=PACKAGE.parent)
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
