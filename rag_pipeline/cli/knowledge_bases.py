@@ -7,10 +7,10 @@ import argparse
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json, stage_progress
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS
+from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES, PUBLICATION_STATUSES
 from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
 from rag_pipeline.service import knowledge_bases as service
 from rag_pipeline.storage.engine import get_engine
-from rag_pipeline.storage.schema import DocumentPublicationStatus, DocumentStatus
 
 
 @guarded()
@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doc", help="mark a document ready/processing/failed, published/unpublished, deleted")
     p.add_argument("document", help="document original name or id")
     p.add_argument("--knowledge-base", required=True)
-    p.add_argument("--status", choices=[s.value for s in DocumentStatus])
-    p.add_argument("--publication", choices=[s.value for s in DocumentPublicationStatus])
+    p.add_argument("--status", choices=DOCUMENT_STATUSES)
+    p.add_argument("--publication", choices=PUBLICATION_STATUSES)
     p.add_argument("--deleted", choices=["delete", "undelete"])
     p.set_defaults(func=cmd_doc)

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rag_pipeline.evaluation.dataset_json import JsonReadError, decode_json, got, show, text_problem, type_name
+from rag_pipeline.evaluation.dataset_json import (  # noqa: F401 - DatasetError/DatasetProblem are this module's API
+    DatasetError, DatasetProblem, JsonReadError, decode_json, got, show, text_problem, type_name,
+)
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
 MAX_CASES = 100_000
@@ -29,45 +31,10 @@ MAX_QUESTION_CHARS = 10_000
 MAX_CASE_ID_CHARS = 200
 MAX_RELEVANT_IDS = 1000
 MAX_NAME_CHARS = 200
-MAX_LISTED_PROBLEMS = 50
 
 CASE_FIELDS = ("case_id", "question", "relevant_chunk_ids", "k")
 OBJECT_FIELDS = ("name", "knowledge_base", "description", "cases")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-
-
-@dataclass(frozen=True)
-class DatasetProblem:
-    """One validation problem; ``case_index`` is 0-based (``cases[i]`` in the file)."""
-
-    message: str
-    field: str | None = None
-    case_index: int | None = None
-    case_id: str | None = None
-
-    def describe(self, source: str) -> str:
-        where = [source]
-        if self.case_index is not None:
-            where.append(f"cases[{self.case_index}]" + (f" (case_id {self.case_id!r})" if self.case_id else ""))
-        if self.field:
-            where.append(f"field {self.field!r}")
-        return ": ".join(where) + ": " + self.message
-
-
-class DatasetError(ValueError):
-    """A dataset file that cannot be used; ``str()`` lists every problem, one per line."""
-
-    def __init__(self, source: str, problems: list[DatasetProblem]):
-        self.source = source
-        self.problems = problems
-        lines = [p.describe(source) for p in problems[:MAX_LISTED_PROBLEMS]]
-        if len(problems) > MAX_LISTED_PROBLEMS:
-            lines.append(f"... and {len(problems) - MAX_LISTED_PROBLEMS} more problems")
-        if len(problems) == 1:  # one problem, one line
-            super().__init__(f"invalid dataset {lines[0]}")
-            return
-        head = f"invalid dataset {source}: {len(problems)} problems"
-        super().__init__("\n".join([head, *("  " + line for line in lines)]))
 
 
 @dataclass(frozen=True)

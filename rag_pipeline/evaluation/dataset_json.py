@@ -1,4 +1,6 @@
-"""Reading dataset JSON strictly: UTF-8 (BOM allowed), NaN/Infinity and duplicate keys kept visible.
+"""Reading dataset JSON strictly, and reporting its problems (:class:`DatasetError`, one line per problem).
+
+UTF-8 (BOM allowed), NaN/Infinity and duplicate keys kept visible.
 
 Python's ``json`` accepts ``NaN``/``Infinity`` and silently keeps the last of duplicate keys; here
 non-finite numbers become :class:`NonFinite` markers and objects remember their duplicate keys, so the
@@ -9,9 +11,46 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
+MAX_LISTED_PROBLEMS = 50
+
 _BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class DatasetProblem:
+    """One validation problem; ``case_index`` is 0-based (``cases[i]`` in the file)."""
+
+    message: str
+    field: str | None = None
+    case_index: int | None = None
+    case_id: str | None = None
+
+    def describe(self, source: str) -> str:
+        where = [source]
+        if self.case_index is not None:
+            where.append(f"cases[{self.case_index}]" + (f" (case_id {self.case_id!r})" if self.case_id else ""))
+        if self.field:
+            where.append(f"field {self.field!r}")
+        return ": ".join(where) + ": " + self.message
+
+
+class DatasetError(ValueError):
+    """A dataset file that cannot be used; ``str()`` lists every problem, one per line."""
+
+    def __init__(self, source: str, problems: list[DatasetProblem]):
+        self.source = source
+        self.problems = problems
+        lines = [p.describe(source) for p in problems[:MAX_LISTED_PROBLEMS]]
+        if len(problems) > MAX_LISTED_PROBLEMS:
+            lines.append(f"... and {len(problems) - MAX_LISTED_PROBLEMS} more problems")
+        if len(problems) == 1:  # one problem, one line
+            super().__init__(f"invalid dataset {lines[0]}")
+            return
+        head = f"invalid dataset {source}: {len(problems)} problems"
+        super().__init__("\n".join([head, *("  " + line for line in lines)]))
 
 
 class JsonReadError(ValueError):

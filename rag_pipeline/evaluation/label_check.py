@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_PUBLICATION, SEARCHABLE_STATUS, resolve_knowledge_base
 
 STATUSES = ("ok", "not_a_uuid", "unknown_id", "is_document_id", "is_knowledge_base_id", "other_knowledge_base",
             "document_deleted", "document_unpublished", "document_not_ready", "chunk_replaced")
@@ -139,12 +139,12 @@ def _chunk_status(row, kb) -> tuple[str, str, tuple[str, ...]]:
     if row.is_deleted:
         problems.append(("document_deleted", f"{doc} is deleted, so none of its chunks can be retrieved "
                          f"(restore it: {fix} --deleted undelete, or label another document)"))
-    if row.publication_status != "PUBLISHED":
-        problems.append(("document_unpublished", f"{doc} is {row.publication_status}; only PUBLISHED documents "
-                         f"are searchable ({fix} --publication PUBLISHED)"))
-    if row.status != "READY":
-        problems.append(("document_not_ready", f"{doc} has status {row.status}; only READY documents are "
-                         f"searchable (finish its ingestion, or {fix} --status READY)"))
+    if row.publication_status != SEARCHABLE_PUBLICATION:
+        problems.append(("document_unpublished", f"{doc} is {row.publication_status}; only {SEARCHABLE_PUBLICATION} "
+                         f"documents are searchable ({fix} --publication {SEARCHABLE_PUBLICATION})"))
+    if row.status != SEARCHABLE_STATUS:
+        problems.append(("document_not_ready", f"{doc} has status {row.status}; only {SEARCHABLE_STATUS} documents "
+                         f"are searchable (finish its ingestion, or {fix} --status {SEARCHABLE_STATUS})"))
     replacements = tuple(row.replacements or ())
     if not row.is_current:
         span = f"chars {row.char_start}-{row.char_end}"

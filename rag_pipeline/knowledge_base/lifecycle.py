@@ -6,9 +6,18 @@ import uuid
 
 import sqlalchemy as sa
 
-from rag_pipeline.knowledge_base import chunking
+from rag_pipeline.knowledge_base import chunking, textsearch
+from rag_pipeline.storage.schema import DocumentPublicationStatus, DocumentStatus
 
-from rag_pipeline.knowledge_base import textsearch
+# The seed's rule for what retrieval may return, defined once: a document that is READY, PUBLISHED and not
+# deleted (its current chunks). Used by the retrieval SQL, the counts below and the label check.
+SEARCHABLE_STATUS = DocumentStatus.READY.value
+SEARCHABLE_PUBLICATION = DocumentPublicationStatus.PUBLISHED.value
+SEARCHABLE_DOCUMENT_SQL = (f"d.status = '{SEARCHABLE_STATUS}' AND d.publication_status = '{SEARCHABLE_PUBLICATION}' "
+                           "AND NOT d.is_deleted")
+DOCUMENT_STATUSES = (SEARCHABLE_STATUS, *(s.value for s in DocumentStatus if s.value != SEARCHABLE_STATUS))
+PUBLICATION_STATUSES = (SEARCHABLE_PUBLICATION,
+                        *(s.value for s in DocumentPublicationStatus if s.value != SEARCHABLE_PUBLICATION))
 
 
 class KnowledgeBaseError(LookupError):
@@ -72,7 +81,7 @@ def set_document_state(
     ``document`` is the document's original name or id. Returns the number of documents changed.
     """
     kb = resolve_knowledge_base(conn, knowledge_base)
-    allowed = {"status": ("READY", "PROCESSING", "FAILED"), "publication_status": ("PUBLISHED", "UNPUBLISHED", "DRAFT")}
+    allowed = {"status": DOCUMENT_STATUSES, "publication_status": PUBLICATION_STATUSES}
     sets, params = [], {"kb": kb.id, "name": document}
     for column, value in (("status", status), ("publication_status", publication_status)):
         if value is not None:
@@ -99,12 +108,14 @@ def set_document_state(
     return changed
 
 
+_DOCUMENT_COUNTS_SQL = (f"SELECT count(*) AS total, count(*) FILTER (WHERE {SEARCHABLE_DOCUMENT_SQL}) AS searchable "
+                        "FROM documents d WHERE d.knowledge_base_id = :kb")
+
+
 def knowledge_base_stats(conn: sa.Connection, name_or_id: str) -> dict:
     """Counts for the CLI and asset metadata."""
     kb = resolve_knowledge_base(conn, name_or_id)
-    docs = conn.execute(sa.text(
-        "SELECT count(*) AS total, count(*) FILTER (WHERE status = 'READY' AND publication_status = 'PUBLISHED' "
-        "AND NOT is_deleted) AS searchable FROM documents WHERE knowledge_base_id = :kb"), {"kb": kb.id}).one()
+    docs = conn.execute(sa.text(_DOCUMENT_COUNTS_SQL), {"kb": kb.id}).one()
     chunks = conn.execute(sa.text(
         "SELECT count(*) FILTER (WHERE is_current) AS current, count(*) FILTER (WHERE NOT is_current) AS replaced "
         "FROM document_chunks WHERE knowledge_base_id = :kb"), {"kb": kb.id}).one()

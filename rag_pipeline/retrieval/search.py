@@ -32,62 +32,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import sqlalchemy as sa
 
-from rag_pipeline.retrieval import fusion
-
-from rag_pipeline.retrieval import sql as retrieval_sql
-
 from rag_pipeline.knowledge_base import textsearch
-from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
 from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.retrieval import fusion
+from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
 from rag_pipeline.retrieval.strategies import Strategy
-
-
-class RetrievalError(RuntimeError):
-    """The knowledge base cannot be searched with this strategy; the message tells the user what to do."""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One chunk of the merged pool, with every score that explains its place (seed §4.1)."""
-
-    chunk_id: str
-    document_id: str
-    document_name: str
-    rank: int  # 1-based final rank in the pool
-    vector_score: float | None
-    vector_rank: int | None
-    keyword_score: float | None
-    keyword_rank: int | None
-    rerank_score: float | None  # always None: no reranker
-    final_score: float
-    strategy_version: str
-
-
-@dataclass(frozen=True)
-class RetrievalTrace:
-    """The whole sorted pool (for evaluation) and its first ``limit`` candidates (for the business path)."""
-
-    question: str
-    candidates: list[Candidate]
-    selected: list[Candidate]
-    # Only with ``targets`` (evaluation): target chunk id -> {"keyword_score", "keyword_rank"} for targets the
-    # keyword leg scored *below* its top k (None/None: the chunk shares no term with the question).
-    keyword_targets: dict[str, dict] = field(default_factory=dict, compare=False)
-
-
-@dataclass(frozen=True)
-class LegHit:
-    """One row of one leg (raw score); a leg's hits are best first."""
-
-    chunk_id: str
-    document_id: str
-    document_name: str
-    score: float
+from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace  # noqa: F401 - API
 
 
 def hybrid_search_with_trace(

@@ -17,12 +17,11 @@ created by :func:`rag_pipeline.storage.engine.ensure_embedding_model`, otherwise
 from __future__ import annotations
 
 from rag_pipeline.knowledge_base import textsearch
+from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_DOCUMENT_SQL
 
-BASE_FILTERS = """c.knowledge_base_id = :kb
+BASE_FILTERS = f"""c.knowledge_base_id = :kb
           AND c.is_current
-          AND d.status = 'READY'
-          AND d.publication_status = 'PUBLISHED'
-          AND NOT d.is_deleted"""
+          AND {SEARCHABLE_DOCUMENT_SQL}"""
 
 # Per transaction (``set_config(..., true)`` is ``SET LOCAL``): the HNSW candidate list size, pgvector
 # 0.8 iterative index scans (keep scanning, in exact distance order, until LIMIT rows pass the

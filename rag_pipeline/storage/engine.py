@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Engine
 
 from rag_pipeline.storage import embedded_server as embedded_pg
 from rag_pipeline.settings import DAGSTER_DATABASE, KB_DATABASE, get_settings

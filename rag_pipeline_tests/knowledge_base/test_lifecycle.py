@@ -81,7 +81,7 @@ def test_updated_at_moves(engine, kb: str) -> None:
     [
         ({"status": "DONE"}, "status must be one of READY, PROCESSING, FAILED"),
         ({"status": "PUBLISHED"}, "status must be one of"),
-        ({"publication_status": "ARCHIVED"}, "publication_status must be one of PUBLISHED, UNPUBLISHED, DRAFT"),
+        ({"publication_status": "ARCHIVED"}, "publication_status must be one of PUBLISHED, DRAFT, UNPUBLISHED"),
         ({"publication_status": "READY"}, "publication_status must be one of"),
         ({}, "nothing to change"),
     ],

@@ -1,0 +1,48 @@
+"""What a retrieval returns: the candidate pool of one question with every leg's score and rank (seed §4.1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class RetrievalError(RuntimeError):
+    """The knowledge base cannot be searched with this strategy; the message tells the user what to do."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One chunk of the merged pool, with every score that explains its place (seed §4.1)."""
+
+    chunk_id: str
+    document_id: str
+    document_name: str
+    rank: int  # 1-based final rank in the pool
+    vector_score: float | None
+    vector_rank: int | None
+    keyword_score: float | None
+    keyword_rank: int | None
+    rerank_score: float | None  # always None: no reranker
+    final_score: float
+    strategy_version: str
+
+
+@dataclass(frozen=True)
+class RetrievalTrace:
+    """The whole sorted pool (for evaluation) and its first ``limit`` candidates (for the business path)."""
+
+    question: str
+    candidates: list[Candidate]
+    selected: list[Candidate]
+    # Only with ``targets`` (evaluation): target chunk id -> {"keyword_score", "keyword_rank"} for targets the
+    # keyword leg scored *below* its top k (None/None: the chunk shares no term with the question).
+    keyword_targets: dict[str, dict] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class LegHit:
+    """One row of one leg (raw score); a leg's hits are best first."""
+
+    chunk_id: str
+    document_id: str
+    document_name: str
+    score: float
