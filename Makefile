@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export DAGSTER_HOME := $(CURDIR)
 
-.PHONY: install run test dev bench-smoke scifact clean-db
+.PHONY: install run test test-fast dev scifact clean-db
 
 $(BIN)/rag-pipeline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,15 +20,21 @@ run: install
 	$(BIN)/rag-pipeline demo
 
 ## make test: install and run the whole test suite on a fresh embedded Postgres
+## (the SciFact tests need RAG_BENCH_DATA=../shared/benchmarks, a folder holding scifact/; skipped without it)
 test: install
 	$(BIN)/pytest -q
+
+## make test-fast: the unit tests that need no database server and are not slow (markers: see
+## rag_pipeline_tests/conftest.py); no embedded Postgres is started
+test-fast: install
+	$(BIN)/pytest -q -m "not db and not slow"
 
 ## make dev: the Dagster UI (http://127.0.0.1:3000) on the embedded Postgres
 dev: install
 	$(BIN)/rag-pipeline db start
 	$(BIN)/dagster dev -w workspace.yaml
 
-## make scifact: the SciFact quality benchmark (needs ../shared/benchmarks/scifact)
+## make scifact: the SciFact quality benchmark (reads $RAG_BENCH_DATA/scifact, default ../shared/benchmarks/scifact)
 scifact: install
 	$(BIN)/python bench/quality_beir.py
 

@@ -14,7 +14,8 @@
 Prints a markdown report (``--markdown PATH`` also writes it). ``--check-targets`` exits 1 unless
 bm25-v1 nDCG@10 >= 0.67, the best strategy >= 0.72 and the best hybrid >= the best single leg.
 
-Usage: python bench/quality_beir.py [--folder ../shared/benchmarks/scifact] [--limit-queries N] [--max-docs N]
+Usage: python bench/quality_beir.py [--folder $RAG_BENCH_DATA/scifact] [--limit-queries N] [--max-docs N]
+(``--folder`` defaults to ``$RAG_BENCH_DATA/scifact``, else ``../shared/benchmarks/scifact`` beside the repo.)
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from rag_pipeline.knowledge_base.embedding import get_embedder  # noqa: E402
 from rag_pipeline.evaluation.metrics import evaluate_many  # noqa: E402
 from rag_pipeline.retrieval.search import hybrid_search_batch  # noqa: E402
 from rag_pipeline.retrieval.strategies import load_registry  # noqa: E402
+from rag_pipeline.settings import get_settings  # noqa: E402
 
 MODELS = ("use-multilingual-v3", "all-minilm-l6-v2")
 REFERENCES = [  # published, title + text, trec_eval (see ../shared/benchmarks/scifact/README.md)
@@ -123,7 +125,9 @@ def hnsw_recall(engine, kb_id, questions, strategies) -> list[tuple[str, int, bo
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--folder", default=str(ROOT.parent / "shared" / "benchmarks" / "scifact"))
+    bench_data = get_settings().bench_data or ROOT.parent / "shared" / "benchmarks"
+    ap.add_argument("--folder", default=str(bench_data / "scifact"),
+                    help="BEIR folder (default $RAG_BENCH_DATA/scifact, else ../shared/benchmarks/scifact)")
     ap.add_argument("--kb", help="knowledge base name (default beir-<folder name>[-q<N>-d<M>])")
     ap.add_argument("--split", default="test")
     ap.add_argument("--limit-queries", type=int)

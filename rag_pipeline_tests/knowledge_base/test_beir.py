@@ -13,7 +13,6 @@ from rag_pipeline.knowledge_base.beir import import_beir, read_beir, read_qrels
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline.knowledge_base.sources import SourceError
 
-SCIFACT = Path("/work/shared/benchmarks/scifact")
 
 CORPUS = [
     {"_id": "d1", "title": "Aspirin and heart attacks", "text": "Daily aspirin lowers the risk of myocardial infarction."},
@@ -115,8 +114,8 @@ def test_flat_qrels_tsv(tmp_path: Path) -> None:
     assert len(docs) == 5 and set(queries) == {"q1", "q2"} and qrels["q2"] == {"d3": 2, "d2": 1}
 
 
-def test_scifact_files() -> None:
-    docs, queries, qrels = read_beir(SCIFACT)
+def test_scifact_files(bench_data: Path) -> None:
+    docs, queries, qrels = read_beir(bench_data / "scifact")
     assert len(docs) == 5183
     assert len({d.original_name for d in docs}) == 5183
     assert len(queries) == 300 and set(queries) == set(qrels)
@@ -128,8 +127,8 @@ def test_scifact_files() -> None:
     assert all(len(chunking.whole_document(d.text)) == 1 for d in docs), "one chunk per SciFact document"
 
 
-def test_scifact_subset() -> None:
-    docs, queries, qrels = read_beir(SCIFACT, max_docs=50, max_queries=10)
+def test_scifact_subset(bench_data: Path) -> None:
+    docs, queries, qrels = read_beir(bench_data / "scifact", max_docs=50, max_queries=10)
     assert len(queries) == 10 and set(qrels) == set(queries)
     judged = {doc for rel in qrels.values() for doc in rel}
     names = {d.original_name for d in docs}

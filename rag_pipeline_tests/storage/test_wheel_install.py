@@ -1,0 +1,189 @@
+"""The built wheel works without the repository: its contents, and a fresh database migrated by the installed CLI.
+
+The wheel is built (``pip wheel --no-build-isolation``, no download) from a copy of the packaging inputs, so
+no ``build/`` or ``*.egg-info`` is written into the working tree. It is installed with ``--no-deps`` into a
+temporary venv that sees the project's dependencies through a ``.pth`` line naming ``.venv``'s site-packages:
+``python -m venv --system-site-packages`` from ``.venv``'s python would expose the *base* interpreter's
+site-packages, not ``.venv``'s. A ``.pth`` path line is appended to ``sys.path`` without processing the
+``.pth`` files inside it, so ``.venv``'s editable-install finder for ``rag_pipeline`` is not loaded and the
+temp venv's own copy is imported. The commands then run from an empty directory on a new empty database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import uuid
+import zipfile
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.script import ScriptDirectory
+
+from rag_pipeline.storage import embedded_server as embedded_pg
+from rag_pipeline.storage import evaluation_schema as eval_models  # noqa: F401 - registers the evaluation tables
+from rag_pipeline.storage.engine import alembic_config
+from rag_pipeline.storage.schema import Base
+from rag_pipeline_tests.reliability_helpers import with_database
+
+ROOT = Path(__file__).resolve().parents[2]
+# what setuptools reads to build the wheel (copied, so the build does not write into the working tree)
+PACKAGING_INPUTS = ("pyproject.toml", "README.md", "setup.cfg", "setup.py", "MANIFEST.in", "LICENSE")
+
+# printed as JSON by the temp venv's python, run from an empty directory
+PROBE = """
+import json, sys
+import rag_pipeline, rag_pipeline.cli
+from rag_pipeline.retrieval.strategies import PACKAGED_STRATEGIES_FILE, load_registry
+from rag_pipeline.storage.engine import MIGRATIONS_DIR
+print(json.dumps({
+    "package": rag_pipeline.__file__, "cli": rag_pipeline.cli.__file__, "migrations": str(MIGRATIONS_DIR),
+    "strategies_file": str(PACKAGED_STRATEGIES_FILE), "strategies": len(load_registry()),
+    "modules": sorted(m.__file__ for m in list(sys.modules.values())
+                      if m.__name__.split(".")[0].startswith("rag_pipeline") and getattr(m, "__file__", None)),
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel_src(tmp_path_factory) -> Path:
+    """A snapshot of what the wheel is built from (the working tree may change meanwhile)."""
+    src = tmp_path_factory.mktemp("wheel_src")
+    for name in PACKAGING_INPUTS:
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "rag_pipeline", src / "rag_pipeline", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return src
+
+
+@pytest.fixture(scope="module")
+def wheel(wheel_src: Path, tmp_path_factory) -> Path:
+    src = wheel_src
+    out = tmp_path_factory.mktemp("wheel_dist")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+         "--disable-pip-version-check", "-w", str(out), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, f"pip wheel failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    wheels = list(out.glob("rag_pipeline-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def test_wheel_ships_the_whole_package_with_migrations_and_strategies_but_not_the_tests(wheel: Path,
+                                                                                        wheel_src: Path) -> None:
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
+    migrations = wheel_src / "rag_pipeline" / "storage" / "migrations"
+    versions = {f"rag_pipeline/storage/migrations/versions/{p.name}" for p in (migrations / "versions").glob("*.py")}
+    assert versions, f"no migration versions found in {migrations / 'versions'}"
+    expected = versions | {"rag_pipeline/storage/migrations/script.py.mako", "rag_pipeline/storage/migrations/env.py",
+                           "rag_pipeline/retrieval/strategies.yaml"}
+    # every module of the source tree, also those of the namespace packages (directories without __init__.py)
+    expected |= {p.relative_to(wheel_src).as_posix() for p in (wheel_src / "rag_pipeline").rglob("*.py")}
+    assert not expected - names, f"missing from the wheel: {sorted(expected - names)}"
+    assert not [n for n in names if n.startswith("rag_pipeline_tests")], "the tests must not be shipped"
+    entry_points = archive.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    assert "rag-pipeline = rag_pipeline.cli:main" in entry_points
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory) -> Path:
+    """A temp venv with the wheel installed (--no-deps), the project's dependencies visible via a .pth line."""
+    venv = tmp_path_factory.mktemp("wheel_venv") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    # pip of .venv installs into the temp venv (it has no pip of its own). Before the .pth line exists: the
+    # editable rag-pipeline of .venv must not look like an installation pip should replace.
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+         "--disable-pip-version-check", str(wheel)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, f"pip install failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    assert (site / "rag_pipeline" / "__init__.py").exists()
+    (site / "_project_dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n", encoding="utf-8")
+    return venv
+
+
+def _server_url() -> str:
+    """Superuser URL of the server the tests use (RAG_DATABASE_URL or the embedded one)."""
+    return os.environ.get("RAG_DATABASE_URL") or embedded_pg.start()
+
+
+@pytest.fixture
+def fresh_db(engine):  # noqa: ARG001 - the session server must be up
+    """A new, empty database on the test server (dropped afterwards): (libpq URL, SQLAlchemy URL)."""
+    server = _server_url()
+    name = f"rag_wheeltest_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(with_database(server, "postgres", "psycopg"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield with_database(server, name), with_database(server, name, "psycopg")
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.mark.slow
+def test_installed_wheel_migrates_a_fresh_database_from_an_empty_directory(installed: Path, fresh_db, tmp_path):
+    url, sqlalchemy_url = fresh_db
+    workdir = tmp_path / "empty"
+    workdir.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "RAG_PROJECT_ROOT", "RAG_STRATEGIES_FILE", "RAG_DAGSTER_PG_URL",
+                        "DAGSTER_HOME", "VIRTUAL_ENV")}
+    env["RAG_DATABASE_URL"] = url
+    site = Path(subprocess.run([str(installed / "bin" / "python"), "-c",
+                                "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip()).resolve()
+
+    probe = subprocess.run([str(installed / "bin" / "python"), "-c", PROBE], cwd=workdir, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    found = json.loads(probe.stdout)
+    for key in ("package", "cli", "migrations", "strategies_file"):
+        assert Path(found[key]).resolve().is_relative_to(site), f"{key} not from the installed wheel: {found[key]}"
+    outside = [m for m in found["modules"] if not Path(m).resolve().is_relative_to(site)]
+    assert not outside, f"modules imported from outside the temp venv: {outside}"
+    assert found["strategies"] >= 1, "the packaged strategies.yaml loads"
+
+    # `rag-pipeline db start` (the README's first command) migrates the database and writes .env into the
+    # project root, which for an installed package is the current directory
+    proc = subprocess.run([str(installed / "bin" / "rag-pipeline"), "db", "start"], cwd=workdir, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"rag-pipeline db start failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert "database ready" in proc.stdout
+    assert (workdir / ".env").exists()
+
+    head = ScriptDirectory.from_config(alembic_config("postgresql+psycopg:///unused")).get_current_head()
+    eng = sa.create_engine(sqlalchemy_url)
+    try:
+        with eng.connect() as conn:
+            versions = set(conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars())
+            tables = set(sa.inspect(conn).get_table_names())
+            vector = conn.execute(sa.text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar()
+    finally:
+        eng.dispose()
+    assert versions == {head}, f"alembic_version {versions}, head of the source tree {head}"
+    assert set(Base.metadata.tables) <= tables, f"missing tables: {set(Base.metadata.tables) - tables}"
+    assert vector, "the vector extension is created by the first migration"
+
+    # alembic.ini's `script_location = rag_pipeline.storage:migrations` resolves to the installed package too
+    ini_dir = tmp_path / "ini"
+    ini_dir.mkdir()
+    shutil.copy2(ROOT / "alembic.ini", ini_dir / "alembic.ini")
+    current = subprocess.run([str(installed / "bin" / "python"), "-m", "alembic", "-c", str(ini_dir / "alembic.ini"),
+                              "current"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert current.returncode == 0, current.stderr[-3000:]
+    assert f"{head} (head)" in current.stdout
