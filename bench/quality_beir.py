@@ -33,16 +33,15 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rag_pipeline.knowledge_base import chunking  # noqa: E402
-
-from rag_pipeline.retrieval import sql as retrieval_sql  # noqa: E402
-from rag_pipeline.knowledge_base.beir import import_beir  # noqa: E402
-from rag_pipeline.storage.engine import get_engine  # noqa: E402
-from rag_pipeline.knowledge_base.embedding import get_embedder  # noqa: E402
 from rag_pipeline.evaluation.metrics import evaluate_many  # noqa: E402
+from rag_pipeline.knowledge_base import chunking  # noqa: E402
+from rag_pipeline.knowledge_base.beir import import_beir  # noqa: E402
+from rag_pipeline.knowledge_base.embedding import get_embedder  # noqa: E402
+from rag_pipeline.retrieval import sql as retrieval_sql  # noqa: E402
 from rag_pipeline.retrieval.search import hybrid_search_batch  # noqa: E402
 from rag_pipeline.retrieval.strategies import load_registry  # noqa: E402
 from rag_pipeline.settings import get_settings  # noqa: E402
+from rag_pipeline.storage.engine import get_engine  # noqa: E402
 
 MODELS = ("use-multilingual-v3", "all-minilm-l6-v2")
 REFERENCES = [  # published, title + text, trec_eval (see ../shared/benchmarks/scifact/README.md)

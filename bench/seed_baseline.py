@@ -28,18 +28,17 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION
 from sqlalchemy.orm import Session
 
-from rag_pipeline.evaluation import persistence
-
-from rag_pipeline.retrieval import sql as retrieval_sql
-
-from rag_pipeline.evaluation import runs
-
-from rag_pipeline.knowledge_base import textsearch
+from rag_pipeline.evaluation import persistence, runs
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
-from rag_pipeline.knowledge_base.embedding import get_embedder
-from rag_pipeline.storage.evaluation_schema import RetrievalEvaluationCandidate
-from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_retrieval
+from rag_pipeline.knowledge_base import textsearch
+from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.retrieval.search import LegHit, fuse_pool
+from rag_pipeline.retrieval.strategies import Strategy
+from rag_pipeline.retrieval.strategy_store import register_strategy
+from rag_pipeline.storage.evaluation_schema import RetrievalEvaluationCandidate
 from rag_pipeline.storage.schema import (
     ChunkEmbedding,
     Document,
@@ -47,9 +46,6 @@ from rag_pipeline.storage.schema import (
     DocumentPublicationStatus,
     DocumentStatus,
 )
-from rag_pipeline.retrieval.search import LegHit, fuse_pool
-from rag_pipeline.retrieval.strategies import Strategy
-from rag_pipeline.retrieval.strategy_store import register_strategy
 
 
 @dataclass

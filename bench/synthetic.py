@@ -46,10 +46,11 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rag_pipeline.knowledge_base import chunking  # noqa: E402
-
-from rag_pipeline.knowledge_base import ingestion  # noqa: E402
 from rag_pipeline.evaluation.dataset import Dataset, parse_dataset  # noqa: E402
+from rag_pipeline.knowledge_base import (
+    chunking,  # noqa: E402
+    ingestion,  # noqa: E402
+)
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, Embedder, get_embedder  # noqa: E402
 from rag_pipeline.knowledge_base.sources import SourceDocument  # noqa: E402
 

@@ -137,3 +137,23 @@ def with_database(url: str, name: str, driver: str | None = None) -> str:
     parts = urlsplit(url)
     scheme = parts.scheme.split("+")[0] + (f"+{driver}" if driver else "")
     return urlunsplit(parts._replace(scheme=scheme, path="/" + name))
+
+
+@contextlib.contextmanager
+def scratch_database(prefix: str) -> Iterator[tuple[str, str]]:
+    """A new, empty database on the test server (dropped afterwards): (libpq URL, SQLAlchemy URL)."""
+    import os  # noqa: PLC0415
+
+    from rag_pipeline.storage import embedded_server  # noqa: PLC0415
+
+    server = os.environ.get("RAG_DATABASE_URL") or embedded_server.start()
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin_engine = sa.create_engine(with_database(server, "postgres", "psycopg"), isolation_level="AUTOCOMMIT")
+    with admin_engine.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield with_database(server, name), with_database(server, name, "psycopg")
+    finally:
+        with admin_engine.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin_engine.dispose()

@@ -9,10 +9,10 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli import main
+from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import set_document_state
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.knowledge_base.sources import SourceDocument
 
 TEXTS = {"vpn.md": "Connect to the office VPN with the client installed on every laptop.",

@@ -11,7 +11,6 @@ from rag_pipeline.analysis.comparison import Comparison, GateResult
 from rag_pipeline.evaluation.metrics import METRIC_LABELS
 
 
-
 def _num(x, fmt: str = ".4f") -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 

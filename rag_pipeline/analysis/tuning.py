@@ -27,13 +27,18 @@ from typing import Any
 
 import numpy as np
 
-from rag_pipeline.retrieval.fusion import NORMALIZATIONS
+from rag_pipeline.analysis.statistics import bootstrap_ci, paired_permutation_test
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import (  # noqa: F401  (re-exported: the tuning API)
-    PoolSet, evaluate_configs, evaluate_fusion, fused_order, fused_ranks, pool_recall,
+    PoolSet,
+    evaluate_configs,
+    evaluate_fusion,
+    fused_order,
+    fused_ranks,
+    pool_recall,
     recall_ceiling,
 )
-from rag_pipeline.analysis.statistics import bootstrap_ci, paired_permutation_test
+from rag_pipeline.retrieval.fusion import NORMALIZATIONS
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, strategy_to_yaml
 
 DEFAULT_METRIC = "ndcg_at_k"

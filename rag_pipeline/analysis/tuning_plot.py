@@ -16,8 +16,8 @@ import io
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from rag_pipeline.retrieval.fusion import NORMALIZATIONS
 from rag_pipeline.analysis.tuning import FusionConfig, SweepResult
+from rag_pipeline.retrieval.fusion import NORMALIZATIONS
 
 
 def plot_sweep(result: SweepResult, base: FusionConfig | None = None, title: str | None = None,

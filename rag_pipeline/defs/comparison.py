@@ -12,8 +12,13 @@ Job ``compare_strategies`` materialises it for one dataset partition.
 import dagster as dg
 
 from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, ComparisonError
-from rag_pipeline.analysis.comparison_report import chart_markdown, chart_png, metric_table, moved_table, \
-    significance_table
+from rag_pipeline.analysis.comparison_report import (
+    chart_markdown,
+    chart_png,
+    metric_table,
+    moved_table,
+    significance_table,
+)
 from rag_pipeline.defs.checks import REGRESSION_GATE_SPEC, regression_gate_result
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.partitions import dataset_partitions, every_strategy_of_the_dataset

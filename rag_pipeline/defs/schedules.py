@@ -8,9 +8,9 @@ dataset × strategy to the history, so regressions show up in the asset plots. D
 
 import dagster as dg
 
-from rag_pipeline.settings import datasets_dir
 from rag_pipeline.defs.jobs import evaluate_retrieval_job
 from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
+from rag_pipeline.settings import datasets_dir
 
 
 @dg.schedule(

@@ -17,9 +17,9 @@ import re
 
 import dagster as dg
 
-from rag_pipeline.settings import datasets_dir
 from rag_pipeline.defs.jobs import evaluate_retrieval_job
 from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
+from rag_pipeline.settings import datasets_dir
 
 # Characters that cannot appear in a dimension key of a multi-partition key (and control characters).
 _BAD_KEY = re.compile(r"[|,\[\]\x00-\x1f\x7f]|\.\.\.")

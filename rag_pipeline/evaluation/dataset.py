@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from rag_pipeline.evaluation.dataset_json import (  # noqa: F401 - DatasetError/DatasetProblem are this module's API
-    DatasetError, DatasetProblem, JsonReadError, decode_json, got, show, text_problem, type_name,
+    DatasetError,
+    DatasetProblem,
+    JsonReadError,
+    decode_json,
+    got,
+    show,
+    text_problem,
+    type_name,
 )
 
 MAX_FILE_BYTES = 50 * 1024 * 1024

@@ -33,16 +33,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation import diagnosis
-
-from rag_pipeline.evaluation import label_check
-
-from rag_pipeline.retrieval import sql as retrieval_sql
-
-from rag_pipeline.knowledge_base import textsearch
-from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, bm25_params
-from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.evaluation import diagnosis, label_check
 from rag_pipeline.evaluation.pools import CANDIDATE_SQL
+from rag_pipeline.knowledge_base import textsearch
+from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, bm25_params
 from rag_pipeline.retrieval.search import text_search_mode
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, strategy_from_mapping
 

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
-from rag_pipeline.retrieval.fusion import fuse_batch, normalize_batch, order_batch, weighted_fusion_batch
 from rag_pipeline.evaluation.metrics import batch_metrics
+from rag_pipeline.retrieval.fusion import fuse_batch, normalize_batch, order_batch, weighted_fusion_batch
 
 CANDIDATE_SQL = sa.text(
     "SELECT case_id, chunk_id::text AS chunk_id, rank, vector_score, vector_rank, keyword_score, "

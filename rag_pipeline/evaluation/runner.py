@@ -40,23 +40,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation import diagnosis_db
-
-from rag_pipeline.evaluation import persistence
-
-from rag_pipeline.retrieval import sql as retrieval_sql
-
-from rag_pipeline.evaluation import runs
+from rag_pipeline.evaluation import diagnosis_db, persistence, runs
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
-from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.evaluation.diagnosis import MissReason
-from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
+from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.search import RetrievalError, RetrievalTrace, hybrid_search_batch, text_search_mode
-from rag_pipeline.storage.snapshot_readers import SnapshotReaders, reader_count, snapshot_readers
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
+from rag_pipeline.storage.snapshot_readers import SnapshotReaders, reader_count, snapshot_readers
 
 BATCH_SIZE = 64
 Progress = Callable[[int, int], None]  # (cases done, cases total)

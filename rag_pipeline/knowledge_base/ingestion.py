@@ -37,15 +37,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import sqlalchemy as sa
 
-from rag_pipeline.knowledge_base import chunking
-
-from rag_pipeline.knowledge_base import textsearch
+from rag_pipeline.knowledge_base import chunking, textsearch
 from rag_pipeline.knowledge_base.background_encoder import BackgroundEncoder, encoder_threads
-from rag_pipeline.storage.engine import ensure_embedding_model
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
-from rag_pipeline.knowledge_base.term_stats import refresh_term_stats
 from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base
 from rag_pipeline.knowledge_base.sources import SourceDocument
+from rag_pipeline.knowledge_base.term_stats import refresh_term_stats
+from rag_pipeline.storage.engine import ensure_embedding_model
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 

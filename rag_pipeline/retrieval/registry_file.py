@@ -9,7 +9,13 @@ from pathlib import Path
 import yaml
 
 from rag_pipeline.retrieval.strategies import (
-    FIELD_NAMES, Strategy, StrategyError, load_registry, parse_registry, registry_path, strategy_to_yaml,
+    FIELD_NAMES,
+    Strategy,
+    StrategyError,
+    load_registry,
+    parse_registry,
+    registry_path,
+    strategy_to_yaml,
 )
 
 

@@ -30,7 +30,13 @@ from typing import Any
 
 import yaml
 from pydantic import (
-    BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
 )
 
 from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS

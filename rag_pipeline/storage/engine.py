@@ -14,8 +14,8 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from rag_pipeline.storage import embedded_server as embedded_pg
 from rag_pipeline.settings import DAGSTER_DATABASE, KB_DATABASE, get_settings
+from rag_pipeline.storage import embedded_server as embedded_pg
 from rag_pipeline.storage.urls import DatabaseError, mask_url, normalize_url, with_database, with_driver
 
 

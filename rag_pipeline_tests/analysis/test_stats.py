@@ -7,7 +7,11 @@ import pytest
 from scipy import stats as scipy_stats
 
 from rag_pipeline.analysis.statistics import (
-    bootstrap_ci, holm_correction, paired_permutation_test, paired_ttest, win_tie_loss,
+    bootstrap_ci,
+    holm_correction,
+    paired_permutation_test,
+    paired_ttest,
+    win_tie_loss,
 )
 
 

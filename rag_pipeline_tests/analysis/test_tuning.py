@@ -11,22 +11,37 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from rag_pipeline.storage.evaluation_schema import (
-    RetrievalEvaluationCandidate, RetrievalEvaluationCaseResult, RetrievalEvaluationDataset,
-    RetrievalEvaluationRun,
-)
-from rag_pipeline.retrieval.fusion import fuse, order
-from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
-from rag_pipeline.storage.schema import KnowledgeBase
-from rag_pipeline.evaluation.pools import load_pools, pools_from_rows
-from rag_pipeline.retrieval.strategies import (
-    PACKAGED_STRATEGIES_FILE, Strategy, parse_registry, strategy_from_mapping, strategy_to_yaml,
-)
 from rag_pipeline.analysis.tuning import (
-    FusionConfig, assign_folds, cross_validate, evaluate_fusion, expressible_configs, fused_ranks,
-    grid, pool_recall, recall_ceiling, recommend, sweep,
+    FusionConfig,
+    assign_folds,
+    cross_validate,
+    evaluate_fusion,
+    expressible_configs,
+    fused_ranks,
+    grid,
+    pool_recall,
+    recall_ceiling,
+    recommend,
+    sweep,
 )
 from rag_pipeline.analysis.tuning_plot import markdown_image, plot_sweep, sweep_markdown
+from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
+from rag_pipeline.evaluation.pools import load_pools, pools_from_rows
+from rag_pipeline.retrieval.fusion import fuse, order
+from rag_pipeline.retrieval.strategies import (
+    PACKAGED_STRATEGIES_FILE,
+    Strategy,
+    parse_registry,
+    strategy_from_mapping,
+    strategy_to_yaml,
+)
+from rag_pipeline.storage.evaluation_schema import (
+    RetrievalEvaluationCandidate,
+    RetrievalEvaluationCaseResult,
+    RetrievalEvaluationDataset,
+    RetrievalEvaluationRun,
+)
+from rag_pipeline.storage.schema import KnowledgeBase
 
 NAN = np.nan
 VECTOR_ONLY = FusionConfig("weighted", "none", 1.0, 0.0)

@@ -10,14 +10,14 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.knowledge_base import chunking
-from rag_pipeline.knowledge_base.ingestion import ingest_documents
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
-from rag_pipeline.knowledge_base.sources import SourceDocument
 from rag_pipeline.defs.checks import label_integrity
 from rag_pipeline.defs.comparison import strategy_comparison
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.knowledge_base import chunking
+from rag_pipeline.knowledge_base.ingestion import ingest_documents
+from rag_pipeline.knowledge_base.sources import SourceDocument
 
 TEXTS = {"vpn.md": "Connect to the office VPN with the client installed on every laptop.",
          "leave.md": "Employees get twenty-five days of paid leave per year."}

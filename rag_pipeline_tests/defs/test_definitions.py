@@ -13,12 +13,12 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline import definitions
-from rag_pipeline.knowledge_base import chunking
-from rag_pipeline.storage import embedded_server as embedded_pg
-from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
-from rag_pipeline_tests.reliability_helpers import with_database
 from rag_pipeline.defs.knowledge_base import knowledge_base
 from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.knowledge_base import chunking
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
+from rag_pipeline.storage import embedded_server as embedded_pg
+from rag_pipeline_tests.reliability_helpers import with_database
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = dg.AssetKey("knowledge_base")

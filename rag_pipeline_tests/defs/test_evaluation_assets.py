@@ -15,11 +15,11 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.schedules import nightly_reevaluation
 from rag_pipeline.defs.sensors import new_dataset_sensor
+from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, table_counts, tiny_cases, write_dataset
 
 ROOT = Path(__file__).resolve().parents[2]

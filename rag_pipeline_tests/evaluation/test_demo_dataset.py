@@ -8,10 +8,9 @@ from pathlib import Path
 import sqlalchemy as sa
 import yaml
 
-from rag_pipeline.knowledge_base import chunking
-
 from rag_pipeline.evaluation import demo_dataset
 from rag_pipeline.evaluation.demo_dataset import build_demo_dataset
+from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
 

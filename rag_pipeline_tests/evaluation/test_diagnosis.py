@@ -10,18 +10,15 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.knowledge_base import chunking
-
-from rag_pipeline.evaluation import diagnosis
-
-from rag_pipeline.evaluation import diagnosis_db
+from rag_pipeline.evaluation import diagnosis, diagnosis_db
 from rag_pipeline.evaluation.diagnosis import classify_misses, first_line, summarize
+from rag_pipeline.evaluation.label_check import check_labels
+from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import set_document_state
-from rag_pipeline.evaluation.label_check import check_labels
-from rag_pipeline.retrieval.search import hybrid_search_with_trace
 from rag_pipeline.knowledge_base.sources import SourceDocument
+from rag_pipeline.retrieval.search import hybrid_search_with_trace
 from rag_pipeline.retrieval.strategies import Strategy
 
 QUESTION = "How do I reset my password?"

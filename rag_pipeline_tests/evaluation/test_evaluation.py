@@ -10,14 +10,12 @@ import jsonschema
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation import persistence
-
-from rag_pipeline.evaluation import runs
+from rag_pipeline.evaluation import persistence, runs
 from rag_pipeline.evaluation.dataset import load_dataset
-from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.report_schema import REPORT_SCHEMA
 from rag_pipeline.evaluation.reports import build_report
+from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, run_rows, tiny_cases, write_dataset
 

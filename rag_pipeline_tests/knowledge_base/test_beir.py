@@ -13,7 +13,6 @@ from rag_pipeline.knowledge_base.beir import import_beir, read_beir, read_qrels
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline.knowledge_base.sources import SourceError
 
-
 CORPUS = [
     {"_id": "d1", "title": "Aspirin and heart attacks", "text": "Daily aspirin lowers the risk of myocardial infarction."},
     {"_id": "d2", "title": "", "text": "Vitamin D supplements do not prevent fractures in older adults."},

@@ -10,14 +10,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.knowledge_base import chunking
-
-from rag_pipeline.knowledge_base import textsearch
-from rag_pipeline.storage.engine import hnsw_index_name
+from rag_pipeline.knowledge_base import chunking, textsearch
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.knowledge_base.sources import SourceError, read_folder
+from rag_pipeline.storage.engine import hnsw_index_name
 
 MINILM = "all-minilm-l6-v2"
 MODE, SIZE, OVERLAP = "chinese", 200, 40

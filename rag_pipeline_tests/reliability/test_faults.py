@@ -17,15 +17,15 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
+from rag_pipeline.defs.evaluation import RETRY_POLICY, evaluation_dataset, evaluation_run, fail_fast_unless_transient
+from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation import runs
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
-from rag_pipeline.storage.engine import DatabaseError, get_engine
 from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.retrieval.strategies import get_strategy
-from rag_pipeline.defs.evaluation import RETRY_POLICY, evaluation_dataset, evaluation_run, fail_fast_unless_transient
 from rag_pipeline.service.errors import TRANSIENT_ERRORS
-from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.storage.engine import DatabaseError, get_engine
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, run_rows, table_counts, tiny_cases, write_dataset
 from rag_pipeline_tests.reliability_helpers import (
     admin,

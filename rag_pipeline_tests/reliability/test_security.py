@@ -17,23 +17,19 @@ import yaml
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from rag_pipeline.storage import engine as db
-
-from rag_pipeline.storage import embedded_server as embedded_pg
-
-from rag_pipeline.evaluation import persistence
-
-from rag_pipeline.evaluation import runs
-from rag_pipeline.evaluation.dataset import load_dataset
-from rag_pipeline.evaluation.runner import evaluate_dataset
-from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
-from rag_pipeline.evaluation.reports import build_report, case_overview
-from rag_pipeline.retrieval.search import hybrid_search_batch
-from rag_pipeline.settings import pgdata_dir
-from rag_pipeline.storage.urls import mask_secrets, mask_url
-from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.evaluation import persistence, runs
+from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.reports import build_report, case_overview
+from rag_pipeline.evaluation.runner import evaluate_dataset
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.retrieval.search import hybrid_search_batch
+from rag_pipeline.retrieval.strategies import get_strategy
+from rag_pipeline.settings import pgdata_dir
+from rag_pipeline.storage import embedded_server as embedded_pg
+from rag_pipeline.storage import engine as db
+from rag_pipeline.storage.urls import mask_secrets, mask_url
 from rag_pipeline_tests.eval_helpers import TINY_DOCS, ingest_tiny_kb, run_rows, table_counts, write_dataset
 from rag_pipeline_tests.reliability_helpers import assert_no_partial_succeeded_runs, closed_tcp_port, kb_counts
 

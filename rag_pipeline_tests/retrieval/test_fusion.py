@@ -9,8 +9,17 @@ import numpy as np
 import pytest
 
 from rag_pipeline.retrieval.fusion import (
-    NORMALIZATIONS, TIE_BREAK, fuse, fuse_batch, normalize, normalize_batch, order,
-    order_batch, rrf_fusion, rrf_fusion_batch, weighted_fusion,
+    NORMALIZATIONS,
+    TIE_BREAK,
+    fuse,
+    fuse_batch,
+    normalize,
+    normalize_batch,
+    order,
+    order_batch,
+    rrf_fusion,
+    rrf_fusion_batch,
+    weighted_fusion,
 )
 from rag_pipeline.retrieval.strategies import Strategy
 

@@ -12,18 +12,21 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base import chunking
-
-from rag_pipeline.retrieval import sql as retrieval_sql
-from rag_pipeline.storage.engine import hnsw_index_name
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import set_document_state
-from rag_pipeline.retrieval.search import (
-    LegHit, RetrievalError, fuse_pool, hybrid_search_batch, hybrid_search_with_trace,
-)
 from rag_pipeline.knowledge_base.sources import SourceDocument
+from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.retrieval.search import (
+    LegHit,
+    RetrievalError,
+    fuse_pool,
+    hybrid_search_batch,
+    hybrid_search_with_trace,
+)
 from rag_pipeline.retrieval.strategies import Strategy, load_registry
 from rag_pipeline.retrieval.strategy_store import StrategyConflictError, register_strategy
+from rag_pipeline.storage.engine import hnsw_index_name
 
 USE = "use-multilingual-v3"
 REGISTRY = load_registry()

@@ -10,8 +10,15 @@ import pytest
 import yaml
 
 from rag_pipeline.retrieval.strategies import (
-    FIELD_NAMES, PACKAGED_STRATEGIES_FILE, STRATEGIES_FILE_ENV, Strategy, StrategyError,
-    get_strategy, load_registry, parse_registry, strategy_to_yaml,
+    FIELD_NAMES,
+    PACKAGED_STRATEGIES_FILE,
+    STRATEGIES_FILE_ENV,
+    Strategy,
+    StrategyError,
+    get_strategy,
+    load_registry,
+    parse_registry,
+    strategy_to_yaml,
 )
 
 PACKAGED_VERSIONS = {

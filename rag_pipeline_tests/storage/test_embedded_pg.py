@@ -12,6 +12,7 @@ import pytest
 
 from rag_pipeline.storage import embedded_server as embedded_pg
 
+
 def _setting(uri: str, name: str) -> int:
     with psycopg.connect(uri) as conn:
         return conn.execute("SELECT pg_size_bytes(current_setting(%s))", (name,)).fetchone()[0]

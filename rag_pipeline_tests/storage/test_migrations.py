@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -14,12 +13,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from rag_pipeline.storage import embedded_server as embedded_pg  # noqa: F401 - registers the evaluation tables
-
 from rag_pipeline.storage import evaluation_schema as eval_models  # noqa: F401 - registers the evaluation tables
 from rag_pipeline.storage.engine import alembic_config
 from rag_pipeline.storage.schema import Base
-from rag_pipeline_tests.reliability_helpers import with_database
+from rag_pipeline_tests.reliability_helpers import scratch_database
 
 ROOT = Path(__file__).resolve().parents[2]
 ALEMBIC = Path(sys.executable).parent / "alembic"
@@ -60,25 +57,11 @@ def test_every_expected_table_and_the_vector_extension_exist(engine) -> None:
         assert set(Base.metadata.tables) <= tables
 
 
-def _server_url() -> str:
-    """Superuser URL of the server the tests use (RAG_DATABASE_URL or the embedded one)."""
-    return os.environ.get("RAG_DATABASE_URL") or embedded_pg.start()
-
-
 @pytest.fixture(scope="module")
 def scratch_db(engine):  # noqa: ARG001 - the session server must be up
     """A fresh, empty database on the test server (dropped afterwards): (libpq URL, SQLAlchemy URL)."""
-    server = _server_url()
-    name = f"rag_migtest_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(with_database(server, "postgres", "psycopg"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield with_database(server, name), with_database(server, name, "psycopg")
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with scratch_database("rag_migtest") as urls:
+        yield urls
 
 
 def _alembic(url: str, *args: str) -> subprocess.CompletedProcess:

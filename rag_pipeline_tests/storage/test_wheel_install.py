@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import uuid
 import zipfile
 from pathlib import Path
 
@@ -25,11 +24,10 @@ import pytest
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 
-from rag_pipeline.storage import embedded_server as embedded_pg
 from rag_pipeline.storage import evaluation_schema as eval_models  # noqa: F401 - registers the evaluation tables
 from rag_pipeline.storage.engine import alembic_config
 from rag_pipeline.storage.schema import Base
-from rag_pipeline_tests.reliability_helpers import with_database
+from rag_pipeline_tests.reliability_helpers import scratch_database
 
 ROOT = Path(__file__).resolve().parents[2]
 # what setuptools reads to build the wheel (copied, so the build does not write into the working tree)
@@ -114,25 +112,11 @@ def installed(wheel: Path, tmp_path_factory) -> Path:
     return venv
 
 
-def _server_url() -> str:
-    """Superuser URL of the server the tests use (RAG_DATABASE_URL or the embedded one)."""
-    return os.environ.get("RAG_DATABASE_URL") or embedded_pg.start()
-
-
 @pytest.fixture
 def fresh_db(engine):  # noqa: ARG001 - the session server must be up
-    """A new, empty database on the test server (dropped afterwards): (libpq URL, SQLAlchemy URL)."""
-    server = _server_url()
-    name = f"rag_wheeltest_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(with_database(server, "postgres", "psycopg"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield with_database(server, name), with_database(server, name, "psycopg")
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    """A fresh, empty database on the test server (dropped afterwards): (libpq URL, SQLAlchemy URL)."""
+    with scratch_database("rag_wheeltest") as urls:
+        yield urls
 
 
 @pytest.mark.slow

@@ -7,10 +7,10 @@ Create Date: 2026-11-30
 Creates the pgvector extension and every table of rag_pipeline.storage.schema / eval_models.
 Per-model HNSW indexes are created when a model is first used (db.ensure_embedding_model).
 """
-from alembic import op
-import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 import pgvector.sqlalchemy
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision = '0001'
 down_revision = None
