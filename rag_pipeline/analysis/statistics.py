@@ -13,14 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy
 from numpy.typing import ArrayLike
 from scipy import stats as scipy_stats
 
 BATCH_ELEMENTS = 1 << 21
-# scipy >= 1.15 takes ``rng``; older releases call the same argument ``random_state``.
-_RNG_KEYWORD = ("rng" if tuple(int(part) for part in scipy.__version__.split(".")[:2]) >= (1, 15)
-                else "random_state")
 
 
 def _vector(values: ArrayLike, name: str) -> np.ndarray:
@@ -42,7 +38,7 @@ def _paired(a: ArrayLike, b: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
 def _resampling_options(n: int, seed: int) -> dict[str, Any]:
     """Shared keyword arguments: vectorised statistic, bounded batches, seeded generator."""
     return {"vectorized": True, "batch": max(1, BATCH_ELEMENTS // n),
-            _RNG_KEYWORD: np.random.default_rng(seed)}
+            "rng": np.random.default_rng(seed)}  # scipy >= 1.15 (pyproject.toml)
 
 
 def _abs_mean(diff: np.ndarray, axis: int = -1) -> np.ndarray:
