@@ -153,3 +153,25 @@ def test_rag_database_accepts_a_psycopg2_url(other_database, kb_name: str, tmp_p
                 if e.event_type == dg.DagsterEventType.STEP_FAILURE]
     assert result.success, failures
     assert _metadata(result)["current_chunks"] == 3
+
+
+def test_the_resource_sizes_its_engine_pool_to_the_readers_it_hands_out(engine, monkeypatch) -> None:  # noqa: ARG001
+    monkeypatch.delenv("RAG_EVAL_READERS", raising=False)
+    assert RagDatabase().reader_count() == 2 and RagDatabase(readers=3).reader_count() == 3
+    assert RagDatabase(readers=3).reader_count(7) == 7, "a run's own setting wins"
+    big = RagDatabase(readers=9).engine()
+    assert big.pool.size() == 11, "9 read connections + the write connection + one"
+    assert RagDatabase().engine().pool.size() == 5, "never below the default pool"
+    assert big is RagDatabase(readers=9).engine(), "one engine per URL and pool size"
+    monkeypatch.setenv("RAG_EVAL_READERS", "6")
+    assert RagDatabase().engine().pool.size() == 8
+
+
+def test_the_code_location_takes_the_database_url_as_an_env_var(monkeypatch) -> None:
+    from rag_pipeline.defs.resources import rag_database
+
+    monkeypatch.setenv("RAG_DATABASE_URL", "postgresql://alice:s3cret@db.example/rag")
+    resource = rag_database()
+    assert isinstance(resource.url, dg.EnvVar) and "s3cret" not in repr(resource.url)
+    monkeypatch.delenv("RAG_DATABASE_URL")
+    assert rag_database().url is None
