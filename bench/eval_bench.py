@@ -91,7 +91,8 @@ def _fmt(x: float) -> str:
 
 def generate(args) -> Path:
     """Generate + ingest the KB and write the dataset JSON, in a child process (keeps this RSS clean)."""
-    out = Path(tempfile.mkdtemp(prefix="eval_bench_")) / "dataset.json"
+    # the file name is the dataset's name; BENCH_PREFIX lets clean_previous_runs find its runs
+    out = Path(tempfile.mkdtemp(prefix="eval_bench_")) / f"{BENCH_PREFIX}{args.chunks}-{args.cases}-s{args.seed}.json"
     cmd = [sys.executable, str(ROOT / "bench" / "synthetic.py"), "--chunks", str(args.chunks),
            "--cases", str(args.cases), "--seed", str(args.seed), "--out", str(out)]
     t = time.perf_counter()

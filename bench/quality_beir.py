@@ -33,6 +33,7 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rag_pipeline.evaluation.dataset_fields import relevance_of  # noqa: E402
 from rag_pipeline.evaluation.metrics import evaluate_many  # noqa: E402
 from rag_pipeline.knowledge_base import chunking  # noqa: E402
 from rag_pipeline.knowledge_base.beir import import_beir  # noqa: E402
@@ -64,7 +65,7 @@ def machine(engine) -> str:
             f"Python {platform.python_version()}; PostgreSQL {pg} + pgvector {vec}")
 
 
-def evaluate(retrieved: list[list[str]], relevant: list[set[str]]) -> dict[str, float]:
+def evaluate(retrieved: list[list[str]], relevant: list[dict[str, int]]) -> dict[str, float]:
     at10 = evaluate_many(retrieved, relevant, 10)
     at100 = evaluate_many(retrieved, relevant, 100)
     return {"ndcg@10": float(at10["ndcg_at_k"].mean()), "recall@100": float(at100["recall_at_k"].mean()),
@@ -77,7 +78,7 @@ def pytrec_check(retrieved, relevant, ours: dict[str, float]) -> str:
         import pytrec_eval  # noqa: PLC0415 - dev dependency
     except ImportError:
         return "pytrec_eval not installed: not cross-checked"
-    qrels = {str(i): dict.fromkeys(rel, 1) for i, rel in enumerate(relevant)}
+    qrels = {str(i): {doc: int(grade) for doc, grade in rel.items()} for i, rel in enumerate(relevant)}
     run = {str(i): {doc: 1.0 / r for r, doc in enumerate(ids, start=1)} for i, ids in enumerate(retrieved)}
     res = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10", "recall_100", "P_10"}).evaluate(run)
     theirs = {key: float(np.mean([res.get(q, {}).get(m, 0.0) for q in qrels])) for key, m in
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ingest_s = time.perf_counter() - t0
     kb_id = chunking.knowledge_base_id(kb_name)
     questions = [c["question"] for c in dataset["cases"]]
-    relevant = [set(c["relevant_chunk_ids"]) for c in dataset["cases"]]
+    relevant = [relevance_of(c["relevant_chunk_ids"]) for c in dataset["cases"]]  # {id: grade >= 1}
     with engine.connect() as conn:
         n_chunks = conn.execute(sa.text("SELECT chunk_count FROM knowledge_bases WHERE id = :kb"), {"kb": kb_id}).scalar()
     print(f"knowledge base {kb_name}: {n_chunks} chunks, {len(questions)} queries "

@@ -21,6 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchutil import best_time, machine_line  # noqa: E402 - bench/ is on sys.path
+
 from rag_pipeline.analysis import statistics  # noqa: E402
 from rag_pipeline.analysis.comparison import StrategyRun, compare  # noqa: E402
 from rag_pipeline.evaluation.metrics import METRIC_NAMES  # noqa: E402

@@ -278,7 +278,7 @@ def make_dataset(kb: SyntheticKB, n_cases: int, *, seed: int = 0, name: str | No
     cases = generate_cases(kb, n_cases, seed=seed)
     payload = {"name": name or f"synthetic-bench-{len(kb.chunks)}-{n_cases}-s{seed}", "knowledge_base": kb.name,
                "cases": cases}
-    return parse_dataset(json.dumps(payload), source="<synthetic>")
+    return parse_dataset(json.dumps(payload), source="<synthetic>", name=payload["name"])
 
 
 def dataset_json(dataset: Dataset) -> str:
@@ -297,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
 
     engine = get_engine()
     kb = build_knowledge_base(engine, args.chunks, seed=args.seed)
-    dataset = make_dataset(kb, args.cases, seed=args.seed)
+    # a dataset is identified by its file name: name it after --out
+    dataset = make_dataset(kb, args.cases, seed=args.seed, name=args.out.stem if args.out else None)
     print(f"{LABEL} dataset {dataset.name}: {len(dataset.cases)} cases, e.g. {dataset.cases[0].question!r}")
     if args.out:
         args.out.write_text(dataset_json(dataset), encoding="utf-8")

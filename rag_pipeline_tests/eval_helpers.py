@@ -57,7 +57,11 @@ def tiny_cases(chunks: dict[str, str]) -> list[dict]:
 
 
 def write_dataset(path: Path, knowledge_base: str | None, cases: list[dict], name: str | None = None) -> Path:
+    """Write a dataset file; returns its path. A dataset is identified by its file name, so with ``name``
+    the file is ``<path's folder>/<name>.json`` (and its ``name`` field says the same)."""
     data: object = cases
+    if name:
+        path = path.with_name(f"{name}.json")
     if knowledge_base is not None:
         data = {"knowledge_base": knowledge_base, "cases": cases}
         if name:

@@ -161,13 +161,30 @@ def regression_gate(comparison: Comparison, *, margin: float = 0.0, alpha: float
     return GateResult(not failures, failures, margin, alpha, metric)
 
 
+_VERSION_SQL = """
+SELECT d.id::text AS dataset_id, d.content_hash, d.knowledge_base_name,
+       (SELECT count(DISTINCT o.knowledge_base_name) FROM retrieval_evaluation_datasets o WHERE o.name = :ds) AS kbs
+FROM retrieval_evaluation_datasets d
+WHERE d.name = :ds AND (CAST(:kb AS text) IS NULL OR d.knowledge_base_name = :kb)
+  AND (CAST(:version AS text) IS NULL OR d.content_hash LIKE CAST(:version AS text) || '%')
+ORDER BY d.last_seen_at DESC, d.id
+"""
+# Per strategy: the succeeded run on that dataset version with the latest start (its "current" run there).
 _RUNS_SQL = """
-SELECT r.id::text AS run_id, r.strategy_version, d.content_hash, kb.name AS kb_name, r.finished_at
+SELECT DISTINCT ON (r.strategy_version) r.id::text AS run_id, r.strategy_version, r.finished_at
+FROM retrieval_evaluation_runs r
+JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+WHERE r.dataset_id = CAST(:dataset_id AS uuid) AND r.status = 'succeeded' AND kb.name = :kb
+ORDER BY r.strategy_version, r.started_at DESC, r.id
+"""
+# Strategies with a succeeded run on some other version of the dataset only (stale on this one).
+_OTHER_VERSIONS_SQL = """
+SELECT r.strategy_version, max(d.content_hash) AS content_hash
 FROM retrieval_evaluation_runs r
 JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
-JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
-WHERE d.name = :ds AND r.is_current AND r.status = 'succeeded' AND (CAST(:kb AS text) IS NULL OR kb.name = :kb)
-ORDER BY r.finished_at DESC
+WHERE d.name = :ds AND d.knowledge_base_name = :kb AND r.status = 'succeeded' AND r.is_current
+  AND d.id <> CAST(:dataset_id AS uuid)
+GROUP BY r.strategy_version ORDER BY r.strategy_version
 """
 _CASES_SQL = f"""
 SELECT evaluation_run_id::text AS run_id, case_id, {', '.join(METRIC_NAMES)}
@@ -175,21 +192,69 @@ FROM retrieval_evaluation_case_results WHERE evaluation_run_id = ANY(CAST(:runs 
 """
 
 
-def load_current_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = None) -> list[StrategyRun]:
-    """The current succeeded run of every strategy on dataset ``dataset`` (name), per-case metrics included.
-    A dataset name used with several knowledge bases: the one of the most recent run (a note says so)."""
-    rows = conn.execute(sa.text(_RUNS_SQL), {"ds": dataset, "kb": knowledge_base}).all()
-    if not rows:
-        raise ComparisonError(f"no current succeeded run on dataset {dataset!r}"
-                              + (f" and knowledge base {knowledge_base!r}" if knowledge_base else "")
-                              + "; evaluate it first (rag-pipeline evaluate / the retrieval_evaluation assets)")
-    kb = rows[0].kb_name
-    runs = {r.run_id: StrategyRun(r.strategy_version, r.run_id, {}, r.content_hash, r.kb_name,
-                                  r.finished_at.isoformat() if r.finished_at else None)
-            for r in rows if r.kb_name == kb}
+def dataset_version_row(conn: sa.Connection, dataset: str, knowledge_base: str | None = None,
+                        dataset_version: str | None = None) -> sa.Row:
+    """The stored version of dataset ``dataset`` to analyse: ``dataset_version`` (a content hash or a prefix),
+    else the latest one (stored or re-stored last). Columns: ``dataset_id``, ``content_hash``,
+    ``knowledge_base_name``, ``kbs`` (how many knowledge bases the name is used with)."""
+    versions = conn.execute(sa.text(_VERSION_SQL), {"ds": dataset, "kb": knowledge_base,
+                                                    "version": dataset_version}).all()
+    if not versions:
+        where = (f" and knowledge base {knowledge_base!r}" if knowledge_base else "") + \
+            (f" with version {dataset_version!r}" if dataset_version else "")
+        raise ComparisonError(f"no stored dataset {dataset!r}{where}; evaluate it first "
+                              "(rag-pipeline evaluate / the retrieval_evaluation assets)")
+    return versions[0]
+
+
+@dataclass
+class RunSelection:
+    """The runs a comparison may pair: every strategy's latest-started succeeded run on ONE dataset version."""
+
+    dataset: str
+    knowledge_base: str
+    dataset_version: str
+    runs: list[StrategyRun]
+    stale: dict[str, str] = field(default_factory=dict)  # strategy -> "stale: no run on version <hash>"
+    notes: list[str] = field(default_factory=list)
+
+
+def select_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = None,
+                dataset_version: str | None = None) -> RunSelection:
+    """The runs of dataset ``dataset`` (its name) to compare: on its latest version (the one stored or
+    re-stored last), or on ``dataset_version`` (a content hash or a prefix of one). A strategy whose runs are
+    all on other versions is listed in ``stale`` and left out: versions never mix. A dataset name used with
+    several knowledge bases: the knowledge base of its latest version (a note says so)."""
+    version = dataset_version_row(conn, dataset, knowledge_base, dataset_version)
+    where = (f" and knowledge base {knowledge_base!r}" if knowledge_base else "") + \
+        (f" with version {dataset_version!r}" if dataset_version else "")
+    selection = RunSelection(dataset, version.knowledge_base_name, version.content_hash, [])
+    if version.kbs > 1:
+        selection.notes.append(f"dataset {dataset!r} is evaluated on several knowledge bases; comparing on "
+                               f"{version.knowledge_base_name!r} (choose with --knowledge-base)")
+    params = {"dataset_id": version.dataset_id, "kb": version.knowledge_base_name, "ds": dataset}
+    rows = conn.execute(sa.text(_RUNS_SQL), params).all()
+    runs = {r.run_id: StrategyRun(r.strategy_version, r.run_id, {}, version.content_hash,
+                                  version.knowledge_base_name, r.finished_at.isoformat() if r.finished_at else None)
+            for r in rows}
     for row in conn.execute(sa.text(_CASES_SQL), {"runs": list(runs)}).mappings():
         runs[row["run_id"]].per_case[row["case_id"]] = {m: float(row[m]) for m in METRIC_NAMES}
-    return list(runs.values())
+    selection.runs = sorted(runs.values(), key=lambda r: r.version)
+    have = {r.version for r in selection.runs}
+    for row in conn.execute(sa.text(_OTHER_VERSIONS_SQL), params):
+        if row.strategy_version not in have:
+            selection.stale[row.strategy_version] = f"stale: no run on version {version.content_hash[:12]}"
+    if not selection.runs:
+        raise ComparisonError(f"no succeeded run on version {version.content_hash[:12]} of dataset {dataset!r}"
+                              f"{where}; evaluate it first (rag-pipeline evaluate / the retrieval_evaluation "
+                              "assets)" + (f"; runs on other versions: {', '.join(selection.stale)}"
+                                           if selection.stale else ""))
+    return selection
+
+
+def load_current_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = None) -> list[StrategyRun]:
+    """The runs :func:`select_runs` picks on the dataset's latest version (per-case metrics included)."""
+    return select_runs(conn, dataset, knowledge_base).runs
 
 
 def attach_top_chunks(conn: sa.Connection, comparison: Comparison, top: int = 3) -> None:

@@ -86,7 +86,9 @@ def chart_markdown(png: bytes) -> str:
 
 
 def render_markdown(comp: Comparison, gate: GateResult | None = None) -> str:
-    parts = [f"## Strategies on dataset `{comp.dataset}` (baseline `{comp.baseline}`)", metric_table(comp)]
+    versions = sorted({r.dataset_version[:12] for r in comp.runs if r.dataset_version})
+    version = f" version `{', '.join(versions)}`" if versions else ""
+    parts = [f"## Strategies on dataset `{comp.dataset}`{version} (baseline `{comp.baseline}`)", metric_table(comp)]
     if comp.paired:
         parts += ["### Paired significance (strategy − baseline, per case)", significance_table(comp),
                   "### Cases that moved most", moved_table(comp)]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
+from rag_pipeline.analysis.comparison import ComparisonError, dataset_version_row
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig, Recommendation, recommend
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import load_pools
@@ -46,50 +47,54 @@ class PoolRun:
     notes: list[str] = field(default_factory=list)
 
 
+# The pool strategy's succeeded run with the latest start on the chosen dataset version.
 _POOL_RUN_SQL = """
 SELECT r.id::text AS run_id, r.strategy_version, r.params_hash, r.strategy_params, r.case_count,
        r.finished_at, d.name AS dataset_name, d.content_hash, kb.name AS kb_name
 FROM retrieval_evaluation_runs r
 JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
 JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
-WHERE r.strategy_version = :sv AND r.is_current AND r.status = 'succeeded'
-  AND (d.name = :ds OR r.partition_key = :pk) AND (CAST(:kb AS text) IS NULL OR kb.name = :kb)
-ORDER BY r.finished_at DESC, r.id
+WHERE r.strategy_version = :sv AND r.status = 'succeeded' AND r.dataset_id = CAST(:dataset_id AS uuid)
+ORDER BY r.started_at DESC, r.id
+LIMIT 1
 """
 _OTHER_RUNS_SQL = """
 SELECT DISTINCT r.strategy_version FROM retrieval_evaluation_runs r
-JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
-WHERE d.name = :ds AND r.is_current AND r.status = 'succeeded' ORDER BY 1
+WHERE r.dataset_id = CAST(:dataset_id AS uuid) AND r.status = 'succeeded' ORDER BY 1
 """
 
 
 def find_pool_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY,
-                  knowledge_base: str | None = None,
-                  registry: dict[str, Strategy] | None = None) -> PoolRun:
-    """The current succeeded run of ``pool_strategy`` on dataset ``dataset`` (its name, or the dataset key
-    of an ``evaluate_retrieval`` partition). Several knowledge bases: the most recent run's (a note says so).
+                  knowledge_base: str | None = None, registry: dict[str, Strategy] | None = None, *,
+                  dataset_version: str | None = None) -> PoolRun:
+    """The latest-started succeeded run of ``pool_strategy`` on dataset ``dataset`` (its name = the dataset key
+    of an ``evaluate_retrieval`` partition), on the dataset's latest version or on ``dataset_version`` (a
+    content hash or prefix) — never on a mix. Several knowledge bases: the latest version's (a note says so).
 
     The strategy is rebuilt from the parameters the run stored (with the registry's description when the
     registry holds the same parameters), so the tuned strategy keeps exactly the pools' candidate ks.
     Raises :class:`TuneError` naming the command and the partition to run first.
     """
-    rows = conn.execute(sa.text(_POOL_RUN_SQL), {"sv": pool_strategy, "ds": dataset,
-                                                 "pk": f"{dataset}|{pool_strategy}",
-                                                 "kb": knowledge_base}).all()
-    if not rows:
-        others = conn.execute(sa.text(_OTHER_RUNS_SQL), {"ds": dataset}).scalars().all()
-        where = f" and knowledge base {knowledge_base!r}" if knowledge_base else ""
+    try:
+        version = dataset_version_row(conn, dataset, knowledge_base, dataset_version)
+    except ComparisonError:
+        version = None
+    row = conn.execute(sa.text(_POOL_RUN_SQL), {"sv": pool_strategy,
+                                                "dataset_id": version.dataset_id if version else None}).first()
+    if row is None:
+        others = conn.execute(sa.text(_OTHER_RUNS_SQL), {"dataset_id": version.dataset_id}).scalars().all() \
+            if version else []
+        where = (f" and knowledge base {knowledge_base!r}" if knowledge_base else "") + \
+            (f" (version {version.content_hash[:12]})" if version else "")
         raise TuneError(
             f"no current succeeded run of strategy {pool_strategy!r} on dataset {dataset!r}{where}, so there "
             f"are no stored pools to tune: evaluate it first (`rag-pipeline evaluate --dataset <file> --strategy "
             f"{pool_strategy}`, or materialise partition '{dataset}|{pool_strategy}' with job "
             f"evaluate_retrieval); current runs on this dataset: {', '.join(others) or '(none)'}")
-    row = rows[0]
     notes = []
-    if len({r.kb_name for r in rows}) > 1:
-        notes.append(f"dataset {dataset!r} has current runs of {pool_strategy} on several knowledge bases "
-                     f"({', '.join(sorted({r.kb_name for r in rows}))}); tuning the latest ({row.kb_name}); "
-                     "choose with --knowledge-base")
+    if version.kbs > 1:
+        notes.append(f"dataset {dataset!r} is evaluated on several knowledge bases; tuning on "
+                     f"{row.kb_name!r} (choose with --knowledge-base)")
     strategy = _stored_strategy(row, registry if registry is not None else _registry_or_empty())
     shallow = [f"{leg} {k}" for leg, k in (("vector", strategy.vector_candidate_k),
                                            ("keyword", strategy.keyword_candidate_k)) if 0 < k < SHALLOW_POOL]
@@ -185,12 +190,13 @@ def _plain(value: Any) -> Any:
 
 def tune_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY,
          metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS, seed: int = 0, *,
-         knowledge_base: str | None = None, version: str | None = None,
+         knowledge_base: str | None = None, version: str | None = None, dataset_version: str | None = None,
          n_resamples: int = 10000) -> TuneResult:
-    """Load the pools of the pool strategy's current run on ``dataset`` and :func:`recommend` a fusion."""
+    """Load the pools of the pool strategy's run on ``dataset`` (:func:`find_pool_run`) and :func:`recommend` a
+    fusion; ``version`` names the tuned strategy, ``dataset_version`` picks a dataset version."""
     if metric not in METRIC_NAMES:
         raise ValueError(f"unknown metric {metric!r}; expected one of {list(METRIC_NAMES)}")
-    run = find_pool_run(conn, dataset, pool_strategy, knowledge_base)
+    run = find_pool_run(conn, dataset, pool_strategy, knowledge_base, dataset_version=dataset_version)
     pools = load_pools(conn, run.run_id)
     if not 2 <= folds <= pools.n_cases:
         raise ValueError(f"--folds must be between 2 and the number of cases ({pools.n_cases}), got {folds}")

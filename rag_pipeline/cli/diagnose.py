@@ -57,7 +57,7 @@ def cmd_check_dataset(args: argparse.Namespace) -> int:
 @guarded(ValueError)
 def cmd_compare(args: argparse.Namespace) -> int:
     result = analysis.compare(get_engine(), args.dataset, knowledge_base=args.knowledge_base,
-                              baseline=args.baseline, margin=args.margin, alpha=args.alpha,
+                              dataset_version=args.dataset_version, baseline=args.baseline, margin=args.margin, alpha=args.alpha,
                               n_resamples=args.resamples)
     if args.format == "json":
         print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
@@ -78,6 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                        "(paired significance, regression gate: exit 1 when it fails)")
     p.add_argument("--dataset", required=True, help="dataset name, or its JSON file")
     p.add_argument("--knowledge-base", help="only when the dataset name is used with several knowledge bases")
+    p.add_argument("--dataset-version", metavar="HASH",
+                   help="compare the runs on this dataset version (content hash or a prefix; default: the latest "
+                        "version — strategies without a run on it are listed as stale, never mixed in)")
     p.add_argument("--baseline", default=DEFAULT_BASELINE, help=f"baseline strategy (default {DEFAULT_BASELINE})")
     p.add_argument("--margin", type=float, default=0.0, help="gate: nDCG@k loss tolerated (default 0)")
     p.add_argument("--alpha", type=float, default=0.05, help="gate: significance level (default 0.05)")

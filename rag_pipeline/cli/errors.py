@@ -1,8 +1,10 @@
 """How every ``rag-pipeline`` command reports failure: one line on stderr, never a traceback.
 
-Exit codes: 2 a user or configuration error (:data:`rag_pipeline.service.errors.USER_ERRORS`, unreadable
-files, and the command's own extra error types), 3 a database error in the middle of the work, 130
-interrupted, 1 anything unexpected (``RAG_DEBUG=1`` re-raises for the traceback).
+Exit codes (one meaning each): 0 success; 1 a check found a problem (:class:`CheckFailed`, or the command's own
+verdict: regression gate, invalid labels); 2 a user or configuration error
+(:data:`rag_pipeline.service.errors.USER_ERRORS`, unreadable files, and the command's own extra error types);
+3 a database error in the middle of the work; 70 an internal error, i.e. a bug (``RAG_DEBUG=1`` re-raises for
+the traceback); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from rag_pipeline.service.errors import USER_ERRORS
+from rag_pipeline.service.errors import USER_ERRORS, CheckFailed
 from rag_pipeline.settings import SettingsError, get_settings
 from rag_pipeline.storage.urls import mask_secrets
 
 Command = Callable[[argparse.Namespace], int]
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_USER_ERROR, EXIT_DATABASE_ERROR, EXIT_INTERNAL_ERROR = 0, 1, 2, 3, 70
+EXIT_CODES_HELP = ("exit codes: 0 success; 1 a check found a problem (regression gate, invalid labels, --strict); "
+                   "2 bad input or configuration; 3 database failure mid-run; 70 internal error")
 
 
 def error(message: object) -> None:
@@ -42,13 +47,16 @@ def guarded(*extra_user_errors: type[BaseException]) -> Callable[[Command], Comm
         def wrapper(args: argparse.Namespace) -> int:
             try:
                 return func(args)
+            except CheckFailed as exc:
+                error(exc)
+                return EXIT_CHECK_FAILED
             except user_errors as exc:
                 error(exc)
-                return 2
+                return EXIT_USER_ERROR
             except sa.exc.DBAPIError as exc:
                 first = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
                 error(f"database error: {first[0]}")
-                return 3
+                return EXIT_DATABASE_ERROR
             except KeyboardInterrupt:
                 print("rag-pipeline: interrupted", file=sys.stderr)
                 return 130
@@ -56,7 +64,7 @@ def guarded(*extra_user_errors: type[BaseException]) -> Callable[[Command], Comm
                 if _debug():
                     raise
                 error(f"unexpected {type(exc).__name__}: {exc} (set RAG_DEBUG=1 for the traceback)")
-                return 1
+                return EXIT_INTERNAL_ERROR
 
         return wrapper
 

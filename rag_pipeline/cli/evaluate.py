@@ -2,9 +2,11 @@
 
 Same service as the Dagster assets, no Dagster daemon needed. Every run is stored in the database;
 reports are built from the database, so ``evaluate --output`` and ``show`` print the same JSON.
-Errors print one line ``rag-pipeline: error: ...`` (a dataset with several problems lists them on the
-following lines) and exit 2; a database error mid-run exits 3; anything unexpected exits 1 (traceback
-with ``RAG_DEBUG=1``).
+Every run starts with the label check (seed §8): a dataset with no valid label is refused (exit 2); with
+``--strict`` any invalid label is (exit 1); otherwise the first output line says how many labels are invalid
+and why. Errors print one line ``rag-pipeline: error: ...`` (a dataset with several problems lists them on
+the following lines) and exit 2; a database error mid-run exits 3; a bug exits 70 (traceback with
+``RAG_DEBUG=1``).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         kb_name = service.knowledge_base_name(get_engine(), args.knowledge_base_id)
     plan = service.plan_evaluation(args.dataset, versions, knowledge_base=kb_name)  # validated, nothing written
     engine = get_engine()
-    outcomes = service.evaluate(engine, plan, batch_size=args.batch_size, readers=args.readers,
-                                progress=case_progress(args.quiet))
+    outcomes = service.evaluate(engine, plan, batch_size=args.batch_size, readers=args.readers, strict=args.strict,
+                                progress=case_progress(args.quiet), on_labels=_print_label_headline)
     summaries = service.run_summaries(engine, [o.run_id for o in outcomes])
     for s in summaries:  # "All metrics are 0: ..." — the dominant reason first
         if (s["counts"] or {}).get("first_line"):
@@ -46,6 +48,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             service.write_report(engine, outcome.run_id, fp, include_text=args.include_text)
         print(f"report: {path}", file=sys.stderr)
     return 0
+
+
+def _print_label_headline(report) -> None:
+    """The first output line of a run with invalid labels (seed §8): counts, the cause, an example and its fix."""
+    headline = service.label_headline(report)
+    if headline:
+        print(f"warning: {headline}", flush=True)
 
 
 def _output_paths(output: str | None, versions: list[str]) -> list[Path | None]:
@@ -95,6 +104,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=_positive, default=64, help="cases per retrieval batch (default 64)")
     p.add_argument("--readers", type=_positive, default=None,
                    help="read connections searching batches in parallel (default: RAG_EVAL_READERS or 2)")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse to run (exit 1) when any label is not a searchable chunk; without it a run with "
+                        "some invalid labels runs and says so first (a dataset with no valid label never runs)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_evaluate)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json, stage_progress
@@ -13,11 +14,17 @@ from rag_pipeline.service import knowledge_bases as service
 from rag_pipeline.storage.engine import get_engine
 
 
+def print_warnings(warnings: list[str]) -> None:
+    for warning in warnings:
+        print(f"rag-pipeline: warning: {warning}", file=sys.stderr)
+
+
 @guarded()
 def cmd_ingest(args: argparse.Namespace) -> int:
     result = service.ingest(get_engine(), args.path, args.knowledge_base, text_search=args.text_search,
                             chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap, models=args.models,
                             progress=stage_progress())
+    print_warnings(result.warnings)
     print_json(result.as_dict())
     return 0
 
@@ -27,6 +34,7 @@ def cmd_import_beir(args: argparse.Namespace) -> int:
     result = service.import_beir(get_engine(), args.path, args.knowledge_base, args.dataset_out, split=args.split,
                                  models=args.models, text_search=args.text_search, k=args.k,
                                  progress=stage_progress())
+    print_warnings(result.warnings)
     print_json(result.as_dict())
     return 0
 
@@ -64,7 +72,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="characters repeated between chunks")
     p.set_defaults(func=cmd_ingest)
 
-    p = sub.add_parser("import-beir", help="import a BEIR folder as a knowledge base + evaluation dataset")
+    p = sub.add_parser("import-beir", help="import a BEIR folder as a knowledge base + evaluation dataset",
+                       description="Import a BEIR folder (corpus.jsonl, queries.jsonl, qrels) as a knowledge base "
+                                   "(one chunk per document) and a dataset file. Documents without text, and queries "
+                                   "without text or without a relevant document left, are skipped and listed in the "
+                                   "output and in the file's metadata. Graded qrels (more than one positive grade) "
+                                   "give {chunk_id: grade} labels.")
     p.add_argument("path")
     _kb_options(p, "english")
     p.add_argument("--dataset-out", required=True, help="where to write the dataset JSON")

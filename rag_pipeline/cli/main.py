@@ -11,15 +11,18 @@ import argparse
 import sys
 
 from rag_pipeline.cli import database, diagnose, evaluate, knowledge_bases, tune
+from rag_pipeline.cli.errors import EXIT_CODES_HELP
 
 DESCRIPTION = "Measure RAG retrieval quality on PostgreSQL + pgvector (no Dagster daemon needed)."
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rag-pipeline", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="rag-pipeline", description=DESCRIPTION, epilog=EXIT_CODES_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
     for group in (database, knowledge_bases, evaluate, diagnose, tune):
         group.register(sub)
+    for command in sub.choices.values():
+        command.epilog = command.epilog or EXIT_CODES_HELP
     return parser
 
 

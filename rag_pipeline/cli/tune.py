@@ -87,7 +87,8 @@ def render_text(result: TuneResult, top: int = TOP_CONFIGS) -> str:
 @guarded(ValueError)
 def cmd_tune(args: argparse.Namespace) -> int:
     result = analysis.tune(get_engine(), args.dataset, args.pool_strategy, args.metric, args.folds, args.seed,
-                           knowledge_base=args.knowledge_base, version=args.version, n_resamples=args.resamples)
+                           knowledge_base=args.knowledge_base, version=args.version,
+                           dataset_version=args.dataset_version, n_resamples=args.resamples)
     rec = result.recommendation
     written = analysis.add_strategy(result, args.write_strategy) if args.write_strategy else None
     if args.format == "json":
@@ -108,6 +109,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", required=True, help="dataset name, or its JSON file")
     p.add_argument("--knowledge-base", help="only when the dataset name is used with several knowledge bases "
                                             "(or for a bare-array dataset file)")
+    p.add_argument("--dataset-version", metavar="HASH",
+                   help="tune on the pools of this dataset version (content hash or a prefix; default: the latest)")
     p.add_argument("--pool-strategy", default=DEFAULT_POOL_STRATEGY,
                    help=f"strategy whose current run's pools are re-fused (default {DEFAULT_POOL_STRATEGY}: "
                         "100 candidates per leg)")

@@ -34,7 +34,9 @@ class ComparisonConfig(dg.Config):
     alpha: float = 0.05
     """Regression gate: significance level of the Holm-adjusted paired permutation p-value."""
     knowledge_base: str = ""
-    """Only when one dataset name is evaluated on several knowledge bases (default: the latest run's)."""
+    """Only when one dataset name is evaluated on several knowledge bases (default: the latest version's)."""
+    dataset_version: str = ""
+    """A dataset version (content hash or prefix); default: the latest. Runs on other versions never mix in."""
     n_resamples: int = 10000
     """Permutation / bootstrap resamples."""
 
@@ -52,11 +54,12 @@ def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonCon
     significance (permutation test, bootstrap CI, Holm), win/tie/loss, biggest movers, chart."""
     try:
         result = analysis.compare(rag_db.engine(), context.partition_key,
-                                  knowledge_base=config.knowledge_base or None, baseline=config.baseline,
+                                  knowledge_base=config.knowledge_base or None,
+                                  dataset_version=config.dataset_version or None, baseline=config.baseline,
                                   margin=config.margin, alpha=config.alpha, n_resamples=config.n_resamples)
     except ComparisonError as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from exc
-    comp, runs = result.comparison, result.runs
+    comp = result.comparison
     for note in comp.notes:
         context.log.warning(note)
     png = chart_png(comp)
@@ -64,7 +67,9 @@ def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonCon
     yield dg.MaterializeResult(metadata={
         "baseline": comp.baseline,
         "strategies": len(comp.runs),
-        "knowledge_base": runs[0].knowledge_base,
+        "knowledge_base": result.knowledge_base,
+        "dataset_version": result.dataset_version,
+        "stale_strategies": dg.MetadataValue.json(result.stale),
         "metrics": dg.MetadataValue.md(metric_table(comp)),
         "significance": dg.MetadataValue.md(significance_table(comp) if comp.paired else "_only the baseline_"),
         "moved_cases": dg.MetadataValue.md(moved_table(comp)),

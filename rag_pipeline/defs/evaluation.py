@@ -22,7 +22,7 @@ from rag_pipeline.defs.partitions import evaluation_partitions, split_key
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation.metrics import HEADLINE_METRICS
 from rag_pipeline.service import datasets, evaluations
-from rag_pipeline.service.errors import TRANSIENT_ERRORS, USER_ERRORS
+from rag_pipeline.service.errors import TRANSIENT_ERRORS, USER_ERRORS, CheckFailed
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.urls import mask_secrets
 
@@ -40,7 +40,7 @@ def fail_fast_unless_transient():
         raise
     except Exception as exc:
         text = mask_secrets(str(exc))
-        user = isinstance(exc, (*USER_ERRORS, LookupError))
+        user = isinstance(exc, (*USER_ERRORS, CheckFailed, LookupError))
         message = text if user else f"{type(exc).__name__}: {text}"
         metadata = {"error": dg.MetadataValue.md("```\n" + message + "\n```")}
         # no cause chain when it would carry an unmasked secret (Dagster stores the chain in the event log)
@@ -58,6 +58,8 @@ class EvaluationRunConfig(dg.Config):
     """Cases per retrieval batch (one embedding call and one SQL statement per leg per batch)."""
     readers: int = 0
     """Read connections searching batches in parallel; 0 = ``RAG_EVAL_READERS`` or 2."""
+    strict: bool = False
+    """Refuse to run when any label is not a searchable chunk (a dataset with no valid label never runs)."""
 
 
 @dg.asset(group_name=GROUP, partitions_def=evaluation_partitions, kinds={"json", "postgres"},
@@ -134,7 +136,7 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
 
         outcome = evaluations.evaluate_stored(
             engine, dataset_id, version, batch_size=config.batch_size, readers=rag_db.reader_count(config.readers),
-            partition_key=str(context.partition_key), dagster_run_id=context.run_id, progress=progress,
+            strict=config.strict, partition_key=str(context.partition_key), dagster_run_id=context.run_id, progress=progress,
             logger=context.log)
     try:  # the run is committed: a failure here must not fail (and re-run) the step
         cases, worst = evaluations.case_tables(engine, outcome.run_id, limit=md.MAX_TABLE_ROWS)

@@ -40,6 +40,8 @@ def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfi
                                     chunk_size=config.chunk_size, chunk_overlap=config.chunk_overlap,
                                     models=config.models, progress=progress)
     context.log.info(f"read {result.documents_seen} documents from {config.source_dir}")
+    for warning in result.warnings:
+        context.log.warning(warning)
     stats = knowledge_bases.knowledge_base_stats(engine, config.knowledge_base)
     return dg.MaterializeResult(metadata={
         "knowledge_base": config.knowledge_base,

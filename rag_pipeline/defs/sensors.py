@@ -13,20 +13,13 @@ with ``dagster sensor stop new_dataset_sensor`` if you only want manual runs.
 
 import hashlib
 import json
-import re
 
 import dagster as dg
 
 from rag_pipeline.defs.jobs import evaluate_retrieval_job
 from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
+from rag_pipeline.evaluation.dataset import valid_dataset_key
 from rag_pipeline.settings import datasets_dir
-
-# Characters that cannot appear in a dimension key of a multi-partition key (and control characters).
-_BAD_KEY = re.compile(r"[|,\[\]\x00-\x1f\x7f]|\.\.\.")
-
-
-def valid_dataset_key(key: str) -> bool:
-    return bool(key) and not _BAD_KEY.search(key) and len(key) <= 200
 
 
 def file_sha256(path) -> str:

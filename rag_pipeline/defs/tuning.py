@@ -38,7 +38,9 @@ class FusionSweepConfig(dg.Config):
     seed: int = 0
     """Seed of the fold assignment and of the bootstrap / permutation resamples."""
     knowledge_base: str = ""
-    """Only when one dataset name is evaluated on several knowledge bases (default: the latest run's)."""
+    """Only when one dataset name is evaluated on several knowledge bases (default: the latest version's)."""
+    dataset_version: str = ""
+    """A dataset version (content hash or prefix); default: the latest. Runs on other versions never mix in."""
 
 
 def top_configurations_markdown(result: TuneResult) -> str:
@@ -120,7 +122,8 @@ def fusion_sweep(context: dg.AssetExecutionContext, config: FusionSweepConfig, r
     chart per normalisation and the top-10 configurations."""
     try:
         result = analysis.tune(rag_db.engine(), context.partition_key, config.pool_strategy, config.metric,
-                               config.folds, config.seed, knowledge_base=config.knowledge_base or None)
+                               config.folds, config.seed, knowledge_base=config.knowledge_base or None,
+                               dataset_version=config.dataset_version or None)
     except (TuneError, StrategyError, ValueError) as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from exc
     for note in result.notes:

@@ -3,12 +3,24 @@
 Two shapes are accepted::
 
     [ {"case_id": ..., "question": ..., "relevant_chunk_ids": [...], "k": 6}, ... ]          # seed array
-    {"name": "demo", "knowledge_base": "demo", "description": "...", "cases": [ ... ]}      # object form
+    {"name": "demo", "knowledge_base": "demo", "description": "...", "metadata": {...},
+     "cases": [ ... ]}                                                                        # object form
+
+``relevant_chunk_ids`` is a list of chunk ids (grade 1 each) or graded ``{chunk_id: grade}`` with integer
+grades 0-10 (0 = judged not relevant: kept, but relevant nowhere); see
+:mod:`rag_pipeline.evaluation.dataset_fields`.
+
+**Identity.** A dataset is identified by its file name: ``datasets/foo.json`` is dataset ``foo``, exactly the
+Dagster partition key. The optional ``name`` field must equal it (else a validation error naming both);
+:func:`parse_dataset` (bytes, e.g. an upload) takes the identity from its ``name=`` / ``default_name=``
+argument the same way. A name must be a valid partition key (:func:`valid_dataset_key`).
 
 The bare array names no knowledge base, so the caller (CLI option or Dagster config) must give one.
-Validation collects *every* problem before failing; each line names the file, the case (index and
-case_id) and the field. Nothing is written anywhere by this module. The dataset version is the SHA-256
-of the canonical JSON of the validated cases, so the same content twice is one version.
+``metadata`` is a free-form JSON object (at most 1 MB, e.g. what an import skipped); it is not part of the
+version and is not stored. Validation collects *every* problem before failing; each line names the file,
+the case (index and case_id) and the field. Nothing is written anywhere by this module. The dataset version
+is the SHA-256 of the canonical JSON of the validated cases (ids lower-cased, keys sorted, a list-form case
+as a list, a graded case as its object), so the same content twice is one version.
 """
 
 from __future__ import annotations
@@ -16,10 +28,27 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rag_pipeline.evaluation.dataset_fields import (  # noqa: F401 - limits and grade constants re-exported
+    MAX_CASE_ID_CHARS,
+    MAX_GRADE,
+    MAX_K,
+    MAX_METADATA_BYTES,
+    MAX_QUESTION_CHARS,
+    MAX_RELEVANT_IDS,
+    MIN_GRADE,
+    RELEVANT_GRADE,
+    Judgments,
+    check_case_id,
+    check_k,
+    check_metadata,
+    check_question,
+    check_relevant,
+)
 from rag_pipeline.evaluation.dataset_json import (  # noqa: F401 - DatasetError/DatasetProblem are this module's API
     DatasetError,
     DatasetProblem,
@@ -33,27 +62,80 @@ from rag_pipeline.evaluation.dataset_json import (  # noqa: F401 - DatasetError/
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
 MAX_CASES = 100_000
-MAX_K = 1000
-MAX_QUESTION_CHARS = 10_000
-MAX_CASE_ID_CHARS = 200
-MAX_RELEVANT_IDS = 1000
 MAX_NAME_CHARS = 200
 
 CASE_FIELDS = ("case_id", "question", "relevant_chunk_ids", "k")
-OBJECT_FIELDS = ("name", "knowledge_base", "description", "cases")
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+OBJECT_FIELDS = ("name", "knowledge_base", "description", "metadata", "cases")
+
+# Characters that cannot appear in a dimension key of a Dagster multi-partition key (and control characters).
+_BAD_KEY = re.compile(r"[|,\[\]\x00-\x1f\x7f]|\.\.\.")
+
+
+def valid_dataset_key(key: str) -> bool:
+    """Whether ``key`` can be a dataset name: a Dagster partition key (no ``| , [ ]``, ``...`` or control
+    characters), 1 to :data:`MAX_NAME_CHARS` characters. The one definition (the sensor uses it too)."""
+    return bool(key) and not _BAD_KEY.search(key) and len(key) <= MAX_NAME_CHARS
 
 
 @dataclass(frozen=True)
 class EvaluationCase:
+    """One labelled case.
+
+    ``relevant_chunk_ids`` are the ids that count as relevant (grade >= 1): what every binary consumer
+    (label check, miss diagnosis, recall denominator, ``is_relevant``) uses; in file order for a list-form
+    case, in id order for a graded one. ``judgments`` is ``None`` for a list-form case (every id grade 1) and,
+    for a graded case, every judged ``(id, grade)`` sorted by id, grade-0 ids included. Use :attr:`relevance`
+    for metrics (graded gain), :attr:`grades` for display and storage, :meth:`grade` for one chunk.
+    """
+
     case_id: str
     question: str
     relevant_chunk_ids: tuple[str, ...]
     k: int
+    judgments: Judgments | None = None
+
+    def __post_init__(self) -> None:
+        if self.judgments is not None:
+            relevant = tuple(cid for cid, grade in self.judgments if grade >= RELEVANT_GRADE)
+            if relevant != tuple(self.relevant_chunk_ids):
+                raise ValueError(f"case {self.case_id!r}: relevant_chunk_ids must be the ids of grade >= "
+                                 f"{RELEVANT_GRADE} of its judgments")
+
+    @property
+    def is_graded(self) -> bool:
+        return self.judgments is not None
+
+    @property
+    def grades(self) -> dict[str, int]:
+        """Every judged id -> grade (grade 0 included); a list-form case gives each id grade 1."""
+        if self.judgments is None:
+            return dict.fromkeys(self.relevant_chunk_ids, RELEVANT_GRADE)
+        return dict(self.judgments)
+
+    @property
+    def relevance(self) -> dict[str, int]:
+        """Relevant id (grade >= 1) -> grade: the graded relevance :mod:`metrics` takes."""
+        return {cid: g for cid, g in self.grades.items() if g >= RELEVANT_GRADE}
+
+    def grade(self, chunk_id: str) -> int | None:
+        """The judged grade of ``chunk_id`` (0 = judged not relevant), ``None`` if it was not judged."""
+        return self.grades.get(str(chunk_id).lower())
 
     def as_dict(self) -> dict[str, Any]:
-        return {"case_id": self.case_id, "question": self.question,
-                "relevant_chunk_ids": list(self.relevant_chunk_ids), "k": self.k}
+        """The canonical case: ``relevant_chunk_ids`` a list (list form) or ``{id: grade}`` (graded)."""
+        relevant: list[str] | dict[str, int] = (
+            list(self.relevant_chunk_ids) if self.judgments is None else dict(self.judgments))
+        return {"case_id": self.case_id, "question": self.question, "relevant_chunk_ids": relevant, "k": self.k}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EvaluationCase:
+        """A case from :meth:`as_dict` output (e.g. ``retrieval_evaluation_datasets.cases``), either form."""
+        value = data["relevant_chunk_ids"]
+        if isinstance(value, Mapping):
+            judgments = tuple(sorted((str(cid), int(g)) for cid, g in value.items()))
+            relevant = tuple(cid for cid, g in judgments if g >= RELEVANT_GRADE)
+            return cls(data["case_id"], data["question"], relevant, int(data["k"]), judgments)
+        return cls(data["case_id"], data["question"], tuple(str(i) for i in value), int(data["k"]))
 
 
 @dataclass(frozen=True)
@@ -64,16 +146,28 @@ class Dataset:
     content_hash: str
     source_path: str | None = None
     description: str | None = None
+    metadata: Mapping[str, Any] | None = None  # free-form, not part of the version, not stored
 
     @property
     def version(self) -> str:
         """Short form of the content hash, for display."""
         return self.content_hash[:12]
 
+    @property
+    def is_graded(self) -> bool:
+        """Some case uses the graded ``{chunk_id: grade}`` form."""
+        return any(c.is_graded for c in self.cases)
 
-def load_dataset(path: str | Path, *, knowledge_base: str | None = None, name: str | None = None) -> Dataset:
+
+def canonical_cases_json(cases) -> str:
+    """The canonical JSON whose SHA-256 is the dataset version (:attr:`Dataset.content_hash`)."""
+    return json.dumps([c.as_dict() for c in cases], ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def load_dataset(path: str | Path, *, knowledge_base: str | None = None) -> Dataset:
     """Read and validate a dataset file. ``knowledge_base`` is required for the bare array form and must
-    agree with the file's own ``knowledge_base`` otherwise; ``name`` defaults to the file's ``name`` or stem."""
+    agree with the file's own ``knowledge_base`` otherwise. The dataset's name is the file stem; a ``name``
+    field that differs from it is a validation error."""
     path = Path(path)
     source = str(path)
     try:
@@ -87,21 +181,24 @@ def load_dataset(path: str | Path, *, knowledge_base: str | None = None, name: s
         raw = path.read_bytes()
     except OSError as exc:
         raise DatasetError(source, [DatasetProblem(f"cannot read the file: {exc.strerror or exc}")]) from None
-    return parse_dataset(raw, source=source, knowledge_base=knowledge_base, name=name or None,
-                         default_name=path.stem, source_path=str(path.resolve()))
+    return parse_dataset(raw, source=source, knowledge_base=knowledge_base, default_name=path.stem,
+                         source_path=str(path.resolve()))
 
 
 def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base: str | None = None,
                   name: str | None = None, default_name: str | None = None,
                   source_path: str | None = None) -> Dataset:
-    """Validate dataset bytes (or text); raises :class:`DatasetError` listing every problem."""
+    """Validate dataset bytes (or text); raises :class:`DatasetError` listing every problem.
+
+    The dataset's name is ``name`` (e.g. an upload's name) or else ``default_name`` (the file stem), and the
+    file's ``name`` field must equal it; with neither argument the field (or ``"dataset"``) is the name."""
     try:
         data = decode_json(raw, MAX_FILE_BYTES)
     except JsonReadError as exc:
         raise DatasetError(source, [DatasetProblem(str(exc))]) from None
     problems: list[DatasetProblem] = []
     if isinstance(data, list):
-        items, file_kb, file_name, description = data, None, None, None
+        items, file_kb, file_name, description, metadata = data, None, None, None, None
     elif isinstance(data, dict):
         unknown = sorted(set(data) - set(OBJECT_FIELDS))
         if unknown:
@@ -111,6 +208,7 @@ def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base
         file_kb = _top_string(data, "knowledge_base", problems)
         file_name = _top_string(data, "name", problems)
         description = _top_string(data, "description", problems, limit=10_000)
+        metadata = check_metadata(data, problems)
         if "cases" not in data:
             problems.append(DatasetProblem("the top-level object has no 'cases' array", field="cases"))
             items = []
@@ -125,6 +223,7 @@ def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base
             f"the top level must be an array of cases or an object with 'cases', got {type_name(data)}")])
 
     kb = _resolve_kb(file_kb, knowledge_base, problems)
+    dataset_name = _resolve_name(file_name, name or default_name, problems)
     if not items and not any(p.field == "cases" for p in problems):
         problems.append(DatasetProblem("there are no cases", field="cases"))
     if len(items) > MAX_CASES:
@@ -132,14 +231,14 @@ def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base
     cases = _validate_cases(items, problems)
     if problems:
         raise DatasetError(source, problems)
-    canonical = json.dumps([c.as_dict() for c in cases], ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     return Dataset(
-        name=name or file_name or default_name or "dataset",
+        name=dataset_name,
         knowledge_base=kb or "",
         cases=tuple(cases),
-        content_hash=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+        content_hash=hashlib.sha256(canonical_cases_json(cases).encode("utf-8")).hexdigest(),
         source_path=source_path,
         description=description,
+        metadata=metadata,
     )
 
 
@@ -158,6 +257,23 @@ def _top_string(data: dict, key: str, problems: list[DatasetProblem], limit: int
     else:
         return value
     return None
+
+
+def _resolve_name(file_name: str | None, given: str | None, problems: list[DatasetProblem]) -> str:
+    """The dataset's identity: ``given`` (file stem or the caller's name), which the field must equal."""
+    if given and file_name is not None and file_name != given:
+        problems.append(DatasetProblem(
+            f"{file_name!r} differs from the file name {given!r}: a dataset is identified by its file name; "
+            "rename the file or change the field", field="name"))
+    name = given or file_name or "dataset"
+    bad = text_problem(name)
+    if bad or not valid_dataset_key(name):
+        where = "the file name" if given else "the name"
+        problems.append(DatasetProblem(
+            f"{where} {show(name)} is not a valid dataset name: " + (bad or (
+                f"1 to {MAX_NAME_CHARS} characters without | , [ ] ... or control characters "
+                "(it is the Dagster partition key)")), field=None if given else "name"))
+    return name
 
 
 def _resolve_kb(file_kb: str | None, given: str | None, problems: list[DatasetProblem]) -> str | None:
@@ -192,100 +308,15 @@ def _validate_cases(items: list, problems: list[DatasetProblem]) -> list[Evaluat
         for key in CASE_FIELDS:
             if key not in item:
                 bad(key, "is missing")
-        cid = _check_case_id(item, bad)
+        cid = check_case_id(item, bad)
         if cid is not None:
             if cid in first_index:
                 bad("case_id", f"duplicate case_id; first used by cases[{first_index[cid]}]")
             else:
                 first_index[cid] = index
-        question = _check_question(item, bad)
-        ids = _check_ids(item, bad)
-        k = _check_k(item, bad)
-        if len(problems) == before and None not in (cid, question, ids, k):
-            cases.append(EvaluationCase(cid, question, ids, k))
+        question = check_question(item, bad)
+        labels = check_relevant(item, bad)
+        k = check_k(item, bad)
+        if len(problems) == before and None not in (cid, question, labels, k):
+            cases.append(EvaluationCase(cid, question, labels[0], k, labels[1]))
     return cases
-
-
-def _check_text(item: dict, bad, field: str, limit: int, empty: str) -> str | None:
-    """A non-empty string field of at most ``limit`` characters without NUL or lone surrogates."""
-    if field not in item:
-        return None
-    value = item[field]
-    if not isinstance(value, str):
-        bad(field, f"must be a string, {got(value)}")
-    elif not value.strip():
-        bad(field, empty)
-    elif len(value) > limit:
-        bad(field, f"is {len(value):,} characters; the limit is {limit:,}")
-    elif problem := text_problem(value):
-        bad(field, problem)
-    else:
-        return value
-    return None
-
-
-def _check_case_id(item: dict, bad) -> str | None:
-    return _check_text(item, bad, "case_id", MAX_CASE_ID_CHARS, "must not be empty")
-
-
-def _check_question(item: dict, bad) -> str | None:
-    return _check_text(item, bad, "question", MAX_QUESTION_CHARS, "must not be empty or whitespace only")
-    value = item["question"]
-    if not isinstance(value, str):
-        bad("question", f"must be a string, {got(value)}")
-    elif not value.strip():
-        bad("question", "must not be empty or whitespace only")
-    elif len(value) > MAX_QUESTION_CHARS:
-        bad("question", f"is {len(value):,} characters; the limit is {MAX_QUESTION_CHARS:,}")
-    elif problem := text_problem(value):
-        bad("question", problem)
-    else:
-        return value
-    return None
-
-
-def _check_ids(item: dict, bad) -> tuple[str, ...] | None:
-    if "relevant_chunk_ids" not in item:
-        return None
-    value = item["relevant_chunk_ids"]
-    field = "relevant_chunk_ids"
-    if not isinstance(value, list):
-        bad(field, f"must be an array of chunk id strings, {got(value)}")
-        return None
-    if not value:
-        bad(field, "is empty; every case needs at least one relevant chunk id (document_chunks.id)")
-        return None
-    if len(value) > MAX_RELEVANT_IDS:
-        bad(field, f"has {len(value)} ids; the limit is {MAX_RELEVANT_IDS}")
-        return None
-    ids: dict[str, int] = {}
-    ok = True
-    for pos, chunk_id in enumerate(value):
-        if not isinstance(chunk_id, str):
-            bad(f"{field}[{pos}]", f"must be a string chunk id, {got(chunk_id)}")
-            ok = False
-        elif not _UUID.fullmatch(chunk_id.strip()):
-            bad(f"{field}[{pos}]", f"{show(chunk_id)} is not a UUID (chunk ids are document_chunks.id, "
-                                   "e.g. 30465673-88ea-41f0-a5a0-da496592f3df)")
-            ok = False
-        else:
-            normal = chunk_id.strip().lower()
-            if normal in ids:
-                bad(f"{field}[{pos}]", f"duplicate id {chunk_id!r} (same as {field}[{ids[normal]}])")
-                ok = False
-            else:
-                ids[normal] = pos
-    return tuple(ids) if ok else None
-
-
-def _check_k(item: dict, bad) -> int | None:
-    if "k" not in item:
-        return None
-    value = item["k"]
-    if isinstance(value, bool) or not isinstance(value, int):
-        bad("k", f"must be an integer between 1 and {MAX_K}, {got(value)}")
-    elif not 1 <= value <= MAX_K:
-        bad("k", f"must be between 1 and {MAX_K}, got {value}")
-    else:
-        return value
-    return None

@@ -142,3 +142,22 @@ def decode_json(raw: bytes | str, max_bytes: int) -> Any:
         raise JsonReadError("JSON is nested too deeply") from None
     except ValueError as exc:  # e.g. an integer with more than 4300 digits
         raise JsonReadError(f"invalid JSON: {exc}") from None
+
+
+def json_problems(value: Any, path: str, limit: int = 10) -> list[tuple[str, str]]:
+    """``(path, message)`` for what would not survive a round trip through strict JSON inside ``value``
+    (non-finite numbers, duplicate object keys), at most ``limit``; paths like ``metadata.a[2].b``.
+    Iterative, so any depth the reader accepted is walked."""
+    out: list[tuple[str, str]] = []
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack and len(out) < limit:
+        where, item = stack.pop()
+        if isinstance(item, NonFinite):
+            out.append((where, f"non-finite number {item.text} is not JSON"))
+        elif isinstance(item, dict):
+            out += [(f"{where}.{key}", "appears more than once in this object")
+                    for key in getattr(item, "duplicate_keys", ())]
+            stack += [(f"{where}.{key}", v) for key, v in reversed(list(item.items()))]
+        elif isinstance(item, list):
+            stack += [(f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item)))]
+    return out[:limit]

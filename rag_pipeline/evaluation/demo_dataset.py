@@ -51,8 +51,10 @@ def build_demo_dataset(kb_dir: str | Path, cases_file: str | Path, *, chunk_size
 
 
 def write_demo_dataset(root: Path, out: Path | None = None) -> Path:
+    """Write the demo dataset to ``out`` (default ``datasets/demo.json``), named after the file (a dataset
+    is identified by its file name)."""
     out = out or root / "datasets" / "demo.json"
-    data = build_demo_dataset(root / "demo" / "kb", root / "demo" / "cases.yaml")
+    data = {**build_demo_dataset(root / "demo" / "kb", root / "demo" / "cases.yaml"), "name": out.stem}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     return out

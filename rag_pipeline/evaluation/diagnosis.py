@@ -1,5 +1,7 @@
 """Why a relevant chunk was (not) retrieved: one reason per relevant chunk per case, from the stored pool.
 
+"Relevant" = grade >= 1: an id a graded case judged 0 (not relevant) gets no reason.
+
 Taxonomy (``reason``), decided in this order:
 
 * a label status other than ``ok`` from :mod:`rag_pipeline.evaluation.label_check` (``is_document_id``,
@@ -24,6 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from rag_pipeline.evaluation.dataset_fields import relevant_ids_of
 from rag_pipeline.evaluation.label_check import STATUSES as LABEL_STATUSES
 
 RETRIEVAL_REASONS = ("hit", "below_cutoff", "vector_only", "keyword_only", "not_in_pool")
@@ -78,7 +81,8 @@ def _get(obj, name: str):
 
 
 def _case(case) -> tuple[str, list[str], int]:
-    return str(_get(case, "case_id")), [str(i) for i in _get(case, "relevant_chunk_ids")], int(_get(case, "k"))
+    """Case id, the ids that count as relevant (grade >= 1: grade-0 judgments get no reason), k."""
+    return str(_get(case, "case_id")), relevant_ids_of(_get(case, "relevant_chunk_ids")), int(_get(case, "k"))
 
 
 def _fmt(x: float | None) -> str:

@@ -189,11 +189,16 @@ class RunDiagnosis:
         return _summary_metadata(self.summary, self.first_line, self.labels)
 
 
+LABEL_EXAMPLES = 5
+
+
 def _summary_metadata(summary: dict, line: str | None, labels: label_check.LabelReport) -> dict:
     return {"miss_reasons": summary, "first_line": line,
             "label_integrity": {"counts": labels.counts(), "summary": labels.summary(),
                                 "cases_all_invalid": labels.cases_with("all_invalid"),
-                                "cases_some_invalid": labels.cases_with("some_invalid")}}
+                                "cases_some_invalid": labels.cases_with("some_invalid"),
+                                # the first invalid labels with what to do about each (the detail names the fix)
+                                "examples": [r.as_dict() for r in labels.invalid()[:LABEL_EXAMPLES]]}}
 
 
 class RunDiagnosisTally:

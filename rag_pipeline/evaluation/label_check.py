@@ -1,6 +1,7 @@
 """Label integrity: is every relevant id of every case a searchable chunk of the evaluated knowledge base?
 
-Seed §8 ("all metrics are 0") as code. Each ``(case_id, chunk_id)`` gets exactly one status:
+Seed §8 ("all metrics are 0") as code. Each ``(case_id, chunk_id)`` of an id that counts as relevant
+(grade >= 1; an id judged grade 0 cannot make a case score 0 and is not checked) gets exactly one status:
 
 ============================  ========================================================================
 ``ok``                        a current chunk of this KB whose document is READY, PUBLISHED, not deleted
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from rag_pipeline.evaluation.dataset_fields import relevant_ids_of
 from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_PUBLICATION, SEARCHABLE_STATUS, resolve_knowledge_base
 
 STATUSES = ("ok", "not_a_uuid", "unknown_id", "is_document_id", "is_knowledge_base_id", "other_knowledge_base",
@@ -111,8 +113,9 @@ class LabelReport:
 
 
 def _case_fields(case) -> tuple[str, list]:
+    """Case id and the ids that count as relevant (grade >= 1; grade-0 judgments are not checked)."""
     if isinstance(case, Mapping):
-        return str(case["case_id"]), list(case["relevant_chunk_ids"])
+        return str(case["case_id"]), relevant_ids_of(case["relevant_chunk_ids"])
     return str(case.case_id), list(case.relevant_chunk_ids)
 
 
@@ -161,7 +164,8 @@ def _chunk_status(row, kb) -> tuple[str, str, tuple[str, ...]]:
 
 def check_labels(conn: sa.Connection, knowledge_base, cases: Iterable) -> LabelReport:
     """Classify every relevant id of ``cases`` (EvaluationCase objects or dicts with ``case_id`` and
-    ``relevant_chunk_ids``) against ``knowledge_base`` (a name, a UUID or a resolved KB row)."""
+    ``relevant_chunk_ids``, a list or graded ``{id: grade}``) against ``knowledge_base`` (a name, a UUID or
+    a resolved KB row)."""
     kb = knowledge_base if hasattr(knowledge_base, "id") else resolve_knowledge_base(conn, str(knowledge_base))
     fields_ = [_case_fields(c) for c in cases]
     pairs = [(cid, str(raw)) for cid, ids in fields_ for raw in ids]

@@ -3,7 +3,8 @@
 Each evaluation case is a ranked list of retrieved chunk ids, the judged relevant
 ids and a cutoff ``k``. Relevance is either a set of ids (every grade is 1) or a
 graded ``{id: grade}`` mapping; ``grade > 0`` means relevant, while grades ``<= 0``
-count as non-relevant with gain 0. The ranked list is de-duplicated first,
+count as non-relevant with gain 0. (Dataset grades are integers 0-10, so relevant =
+grade >= 1; the runner passes :attr:`EvaluationCase.relevance`.) The ranked list is de-duplicated first,
 keeping the first occurrence of each id (see :func:`_unique_prefix`).
 
 Definitions (rank ``r`` is 1-based, ``R`` is the number of relevant ids):

@@ -18,27 +18,26 @@ from rag_pipeline.evaluation.metrics import METRIC_NAMES
 CANDIDATE_COLUMNS = (
     "evaluation_run_id", "case_id", "chunk_id", "document_id", "document_name", "rank",
     "vector_score", "vector_rank", "keyword_score", "keyword_rank", "rerank_score", "final_score",
-    "is_relevant", "is_selected", "strategy_version",
+    "is_relevant", "is_selected", "strategy_version", "relevance_grade",
 )
 CASE_RESULT_COLUMNS = (
     "evaluation_run_id", "case_id", "case_index", "question", "k", "relevant_chunk_ids",
-    "retrieved_chunk_ids", "first_relevant_rank", *METRIC_NAMES, "miss_reasons",
+    "retrieved_chunk_ids", "first_relevant_rank", *METRIC_NAMES, "miss_reasons", "relevance_grades",
 )
 
 
 def store_dataset(conn: sa.Connection, dataset: Dataset, knowledge_base_name: str) -> object:
-    """The id of this dataset version (name, knowledge base, content hash), inserted on first sight."""
-    params = {"name": dataset.name, "kb": knowledge_base_name, "hash": dataset.content_hash}
-    conn.execute(sa.text(
+    """The id of this dataset version (name, knowledge base, content hash), inserted on first sight;
+    storing the same version again moves its ``last_seen_at`` to now() (the latest version of a dataset is
+    the one seen last)."""
+    return conn.execute(sa.text(
         "INSERT INTO retrieval_evaluation_datasets (id, name, knowledge_base_name, source_path, content_hash, "
         "case_count, cases) VALUES (gen_random_uuid(), :name, :kb, :path, :hash, :n, CAST(:cases AS jsonb)) "
-        "ON CONFLICT (name, knowledge_base_name, content_hash) DO NOTHING"
-    ), {**params, "path": dataset.source_path, "n": len(dataset.cases),
-        "cases": json.dumps([c.as_dict() for c in dataset.cases], ensure_ascii=False)})
-    return conn.execute(sa.text(
-        "SELECT id FROM retrieval_evaluation_datasets WHERE name = :name AND knowledge_base_name = :kb "
-        "AND content_hash = :hash"
-    ), params).scalar_one()
+        "ON CONFLICT (name, knowledge_base_name, content_hash) DO UPDATE SET last_seen_at = now() "
+        "RETURNING id"
+    ), {"name": dataset.name, "kb": knowledge_base_name, "hash": dataset.content_hash,
+        "path": dataset.source_path, "n": len(dataset.cases),
+        "cases": json.dumps([c.as_dict() for c in dataset.cases], ensure_ascii=False)}).scalar_one()
 
 
 def load_stored_dataset(conn: sa.Connection, dataset_id) -> Dataset:
@@ -48,8 +47,7 @@ def load_stored_dataset(conn: sa.Connection, dataset_id) -> Dataset:
         "WHERE id = :id"), {"id": dataset_id}).first()
     if row is None:
         raise LookupError(f"no stored dataset version {dataset_id}")
-    cases = tuple(EvaluationCase(c["case_id"], c["question"], tuple(c["relevant_chunk_ids"]), c["k"])
-                  for c in row.cases)
+    cases = tuple(EvaluationCase.from_dict(c) for c in row.cases)
     return Dataset(row.name, row.knowledge_base_name, cases, row.content_hash, row.source_path)
 
 
@@ -65,31 +63,39 @@ def _copy(conn: sa.Connection, table: str, columns: Sequence[str], rows: Iterabl
 
 
 def copy_candidates(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
-    """Rows in :data:`CANDIDATE_COLUMNS` order (no chunk text, seed §4)."""
+    """Rows in :data:`CANDIDATE_COLUMNS` order (no chunk text, seed §4; ``relevance_grade`` None = not judged)."""
     return _copy(conn, "retrieval_evaluation_candidates", CANDIDATE_COLUMNS, rows)
 
 
 def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
-    """Rows in :data:`CASE_RESULT_COLUMNS` order; the two id lists and the miss reasons as JSON text."""
+    """Rows in :data:`CASE_RESULT_COLUMNS` order; the two id lists, the miss reasons and the grades as JSON text."""
     return _copy(conn, "retrieval_evaluation_case_results", CASE_RESULT_COLUMNS, rows)
+
+
+_ELECT_CURRENT_SQL = """
+WITH slot AS (
+    SELECT r.id, r.is_current, row_number() OVER (ORDER BY d.last_seen_at DESC, r.started_at DESC, r.id) AS place
+    FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+    WHERE d.name = :ds AND d.knowledge_base_name = :kb AND r.strategy_version = :sv AND r.status = 'succeeded'
+)
+UPDATE retrieval_evaluation_runs r SET is_current = (slot.place = 1)
+FROM slot WHERE r.id = slot.id AND r.is_current <> (slot.place = 1)
+"""
 
 
 def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_base_name: str,
                  strategy_version: str, case_count: int, candidate_count: int,
                  averages: Mapping[str, float], timings: Mapping[str, float], summary: Mapping) -> None:
-    """Write the summary, mark the run ``succeeded`` and make it the current run of its
-    (dataset name, knowledge base, strategy); earlier runs stay as history with ``is_current = false``."""
+    """Write the summary, mark the run ``succeeded`` and re-elect the current run of its (dataset name,
+    knowledge base, strategy): the succeeded run on the dataset's latest version (``last_seen_at``) with the
+    latest *start*, so an older run that finishes late never displaces a newer one. The others stay as history
+    with ``is_current = false``."""
     key = f"rag-eval-current\x1f{dataset_name}\x1f{knowledge_base_name}\x1f{strategy_version}"
     # Serialise concurrent finishers of the same (dataset, KB, strategy) so exactly one run is current.
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key})
-    conn.execute(sa.text(
-        "UPDATE retrieval_evaluation_runs r SET is_current = false FROM retrieval_evaluation_datasets d "
-        "WHERE r.dataset_id = d.id AND d.name = :ds AND d.knowledge_base_name = :kb "
-        "AND r.strategy_version = :sv AND r.is_current AND r.id <> :id"
-    ), {"ds": dataset_name, "kb": knowledge_base_name, "sv": strategy_version, "id": run_id})
     sets = ", ".join(f"{m} = :{m}" for m in METRIC_NAMES)
     updated = conn.execute(sa.text(
-        f"UPDATE retrieval_evaluation_runs SET status = 'succeeded', is_current = true, case_count = :cases, "
+        f"UPDATE retrieval_evaluation_runs SET status = 'succeeded', case_count = :cases, "
         f"candidate_count = :cands, {sets}, timings = CAST(:timings AS jsonb), summary = CAST(:summary AS jsonb), "
         "error = NULL, finished_at = now(), heartbeat_at = now() WHERE id = :id AND status = 'running'"
     ), {"id": run_id, "cases": case_count, "cands": candidate_count,
@@ -98,3 +104,4 @@ def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_ba
     if updated != 1:
         raise RuntimeError(f"evaluation run {run_id} is no longer 'running' (marked abandoned or failed "
                            "by another process); its results were not saved")
+    conn.execute(sa.text(_ELECT_CURRENT_SQL), {"ds": dataset_name, "kb": knowledge_base_name, "sv": strategy_version})

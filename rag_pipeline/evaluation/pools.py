@@ -41,7 +41,7 @@ CANDIDATE_SQL = sa.text(
     "ORDER BY case_id, rank"
 )
 CASE_SQL = sa.text(
-    "SELECT case_id, k, relevant_chunk_ids FROM retrieval_evaluation_case_results "
+    "SELECT case_id, k, relevant_chunk_ids, relevance_grades FROM retrieval_evaluation_case_results "
     "WHERE evaluation_run_id = CAST(:run_id AS uuid) ORDER BY case_index, case_id"
 )
 _SLOT_FIELDS = ("chunk_ids", "vector_score", "keyword_score", "vector_rank", "keyword_rank", "mask",
@@ -55,7 +55,7 @@ class PoolSet:
     ``stored_rank`` / ``stored_final`` are the run's own rank and final score
     (0 / NaN in padding); ``n_relevant`` counts every relevant chunk of a case,
     including those the pool missed, and ``ideal_gains`` is ``(n_cases,
-    max n_relevant)`` with ``n_relevant`` ones per row (binary relevance).
+    max n_relevant)`` with each case's grades sorted descending (ones for binary relevance).
     """
 
     case_ids: np.ndarray
@@ -114,7 +114,8 @@ def pools_from_rows(candidate_rows: Iterable[Mapping[str, Any]],
     ``candidate_rows`` need ``case_id, chunk_id, rank, vector_score, vector_rank,
     keyword_score, keyword_rank, final_score, is_relevant`` (optional
     ``strategy_version``); ``None`` means a missing leg. ``case_rows`` need
-    ``case_id, k, relevant_chunk_ids`` and fix the case order. Chunk ids are
+    ``case_id, k, relevant_chunk_ids`` (optional ``relevance_grades``: graded gains) and fix the case order.
+    Chunk ids are
     compared as strings. Raises ``ValueError`` for candidates of unknown cases,
     duplicate chunks or ranks within a case, cases without relevant chunks, and
     ``is_relevant`` flags that disagree with the case's ``relevant_chunk_ids``.
@@ -126,6 +127,9 @@ def pools_from_rows(candidate_rows: Iterable[Mapping[str, Any]],
     if len(position) != len(cases):
         raise ValueError("duplicate case_id in case rows")
     relevant = [frozenset(str(x) for x in c["relevant_chunk_ids"]) for c in cases]
+    # Graded cases (``relevance_grades``: every judged id -> grade, 0 included): nDCG gains are the grades.
+    grade_of = [{str(i): int(g) for i, g in (c.get("relevance_grades") or {}).items() if int(g) >= 1}
+                or dict.fromkeys(r, 1) for c, r in zip(cases, relevant, strict=True)]
     n_relevant = np.array([len(r) for r in relevant], dtype=np.int64)
     if np.any(n_relevant == 0):
         raise ValueError(f"case {case_ids[np.argmax(n_relevant == 0)]!r} has no relevant chunk")
@@ -167,6 +171,10 @@ def pools_from_rows(candidate_rows: Iterable[Mapping[str, Any]],
     if len(versions) > 1:
         raise ValueError(f"candidates of several strategy versions: {sorted(versions)}")
     max_rel = int(n_relevant.max(initial=0))
+    ideal = np.zeros((len(cases), max_rel))
+    for i, grades in enumerate(grade_of):
+        ideal[i, :len(grades)] = sorted(grades.values(), reverse=True)
+    row_gain = np.array([grade_of[i].get(c, 0) for c, i in zip(chunk, row_case)], dtype=float)
     return PoolSet(
         case_ids=case_ids,
         chunk_ids=padded(chunk, None, object),
@@ -176,11 +184,11 @@ def pools_from_rows(candidate_rows: Iterable[Mapping[str, Any]],
         keyword_rank=padded(_float_or_nan(r["keyword_rank"] for r in rows), np.nan, float),
         mask=padded(np.ones(len(rows), dtype=bool), False, bool),
         chunk_rank=padded(chunk_ordinal.astype(np.int64), 0, np.int64),
-        gains=padded(flagged.astype(float), 0.0, float),
+        gains=padded(row_gain, 0.0, float),
         stored_rank=padded(stored_rank, 0, np.int64),
         stored_final=padded(_float_or_nan(r["final_score"] for r in rows), np.nan, float),
         n_relevant=n_relevant,
-        ideal_gains=(np.arange(max_rel) < n_relevant[:, None]).astype(float),
+        ideal_gains=ideal,
         k=k,
         strategy_version=versions.pop() if versions else None,
     )

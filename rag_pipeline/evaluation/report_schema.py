@@ -1,7 +1,8 @@
 """JSON Schema (draft 2020-12) of an evaluation report (:mod:`rag_pipeline.evaluation.reports`).
 
 The report is seed §6.3's detail response for a whole run: a ``summary`` of the run and per case the
-``case_id``, ids, ``metrics`` and the full candidate pool with every seed §4.1 field.
+``case_id``, ids, the judged grades, ``metrics`` and the full candidate pool with every seed §4.1 field
+plus each candidate's ``relevance_grade``.
 ``rag-pipeline evaluate --output`` and ``rag-pipeline show`` produce exactly this shape.
 """
 
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
+"""2: cases have ``relevance_grades``, candidates ``relevance_grade`` (graded labels)."""
 
 _NUM_OR_NULL = {"type": ["number", "null"]}
 _INT_OR_NULL = {"type": ["integer", "null"]}
@@ -17,6 +19,7 @@ _STR_OR_NULL = {"type": ["string", "null"]}
 _UUID = {"type": "string", "format": "uuid",
          "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"}
 _METRICS = {m: {"type": "number", "minimum": 0, "maximum": 1} for m in METRIC_NAMES}
+_GRADE = {"type": "integer", "minimum": 0, "maximum": 10}
 
 
 def _obj(properties: dict, optional: tuple[str, ...] = ()) -> dict:
@@ -36,6 +39,7 @@ CANDIDATE_SCHEMA = _obj({
     "rerank_score": _NUM_OR_NULL,
     "final_score": {"type": "number"},
     "is_relevant": {"type": "boolean"},
+    "relevance_grade": {"oneOf": [_GRADE, {"type": "null"}]},
     "is_selected": {"type": "boolean"},
     "strategy_version": {"type": "string"},
     "content": _STR_OR_NULL,
@@ -48,6 +52,8 @@ CASE_SCHEMA = _obj({
     "k": {"type": "integer", "minimum": 1},
     "retrieved_chunk_ids": {"type": "array", "items": _UUID},
     "relevant_chunk_ids": {"type": "array", "items": _UUID, "minItems": 1},
+    "relevance_grades": {"type": "object", "minProperties": 1, "propertyNames": _UUID,
+                         "additionalProperties": _GRADE},
     "first_relevant_rank": _INT_OR_NULL,
     "metrics": _obj(_METRICS),
     "miss_reasons": {},
@@ -79,7 +85,7 @@ SUMMARY_SCHEMA = _obj({
 
 REPORT_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://rag-pipeline.invalid/schemas/evaluation-report-v1.json",
+    "$id": f"https://rag-pipeline.invalid/schemas/evaluation-report-v{REPORT_VERSION}.json",
     "title": "rag_pipeline retrieval evaluation report",
     **_obj({
         "report_version": {"const": REPORT_VERSION},

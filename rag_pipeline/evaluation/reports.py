@@ -2,6 +2,8 @@
 
 :func:`build_report` returns the whole report as a dict; :func:`write_report` streams the same JSON to a
 file page by page (cases in dataset order, candidates by rank), so a large run never sits in memory.
+Each case shows its ``relevance_grades`` (every judged id -> grade, 0 = judged not relevant) and each
+candidate its ``relevance_grade`` (None = not judged by the case).
 Chunk text is included only with ``include_text=True`` (candidate snapshots never store it; it is
 looked up in ``document_chunks``). The shape is :data:`rag_pipeline.evaluation.report_schema.REPORT_SCHEMA`.
 """
@@ -22,8 +24,8 @@ PAGE_CASES = 500
 
 _CANDIDATE_SQL = """
 SELECT c.case_id, c.chunk_id, c.document_id, c.document_name, c.rank, c.vector_score, c.vector_rank,
-       c.keyword_score, c.keyword_rank, c.rerank_score, c.final_score, c.is_relevant, c.is_selected,
-       c.strategy_version{text}
+       c.keyword_score, c.keyword_rank, c.rerank_score, c.final_score, c.is_relevant, c.relevance_grade,
+       c.is_selected, c.strategy_version{text}
 FROM retrieval_evaluation_candidates c{join}
 WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases)
 ORDER BY c.case_id, c.rank
@@ -59,7 +61,7 @@ def summary_of(row: sa.Row) -> dict:
 def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page: int = PAGE_CASES) -> Iterator[dict]:
     """Per-case report entries in dataset order, each with its candidate pool (by rank)."""
     cols = ", ".join(("case_id", "case_index", "question", "k", "retrieved_chunk_ids", "relevant_chunk_ids",
-                      "first_relevant_rank", *METRIC_NAMES, "miss_reasons"))
+                      "relevance_grades", "first_relevant_rank", *METRIC_NAMES, "miss_reasons"))
     candidate_sql = sa.text(_CANDIDATE_SQL.format(
         text=", ch.content" if include_text else "",
         join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" if include_text else ""))
@@ -81,6 +83,7 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
                 "k": r.k,
                 "retrieved_chunk_ids": r.retrieved_chunk_ids,
                 "relevant_chunk_ids": r.relevant_chunk_ids,
+                "relevance_grades": _grades(r),
                 "first_relevant_rank": r.first_relevant_rank,
                 "metrics": {m: getattr(r, m) for m in METRIC_NAMES},
                 "miss_reasons": r.miss_reasons,
@@ -89,13 +92,21 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
         last = rows[-1].case_index
 
 
+def _grades(r: sa.Row) -> dict[str, int]:
+    """Every judged id of a case -> grade (0 = judged not relevant); runs stored before grades existed
+    were binary: each relevant id grade 1."""
+    if r.relevance_grades is not None:
+        return r.relevance_grades
+    return dict.fromkeys(r.relevant_chunk_ids, 1)
+
+
 def _candidate(c: sa.Row, include_text: bool) -> dict:
     out = {
         "chunk_id": str(c.chunk_id), "document_id": str(c.document_id), "document_name": c.document_name,
         "rank": c.rank, "vector_score": c.vector_score, "vector_rank": c.vector_rank,
         "keyword_score": c.keyword_score, "keyword_rank": c.keyword_rank, "rerank_score": c.rerank_score,
-        "final_score": c.final_score, "is_relevant": c.is_relevant, "is_selected": c.is_selected,
-        "strategy_version": c.strategy_version,
+        "final_score": c.final_score, "is_relevant": c.is_relevant, "relevance_grade": c.relevance_grade,
+        "is_selected": c.is_selected, "strategy_version": c.strategy_version,
     }
     if include_text:
         out["content"] = c.content
@@ -147,7 +158,8 @@ def case_overview(conn: sa.Connection, run_id, *, worst_first: bool = False, lim
         SELECT r.case_index, r.case_id, r.question, r.k, r.first_relevant_rank,
                {', '.join('r.' + m for m in METRIC_NAMES)},
                (SELECT coalesce(json_agg(json_build_object('document_name', c.document_name,
-                        'chunk_id', c.chunk_id, 'final_score', c.final_score, 'is_relevant', c.is_relevant)
+                        'chunk_id', c.chunk_id, 'final_score', c.final_score, 'is_relevant', c.is_relevant,
+                        'relevance_grade', c.relevance_grade)
                         ORDER BY c.rank), '[]'::json)
                 FROM retrieval_evaluation_candidates c
                 WHERE c.evaluation_run_id = r.evaluation_run_id AND c.case_id = r.case_id

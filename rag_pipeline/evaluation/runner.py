@@ -11,8 +11,10 @@ Flow of :func:`evaluate_dataset`:
    :func:`hybrid_search_batch` (each case's own k as limit; the keyword leg also ranks the case's relevant
    chunks, for the diagnosis) and the batch's miss diagnosis (label integrity + the missing legs' scores,
    :func:`diagnosis_db.diagnose_batch`). Back in the main thread, in batch order: metrics
-   (:func:`metrics.evaluate_many`), then COPY of the full candidate pools and the case results with their
-   miss reasons. The read connections share one exported REPEATABLE READ snapshot
+   (:func:`metrics.evaluate_many` on :attr:`EvaluationCase.relevance`: nDCG's gain is the grade, the other
+   metrics count grade >= 1), then COPY of the full candidate pools (each candidate's ``relevance_grade``:
+   the case's grade of it, NULL if not judged; ``is_relevant`` = grade >= 1) and the case results with
+   their miss reasons and grades. The read connections share one exported REPEATABLE READ snapshot
    (:mod:`snapshot_readers`: one consistent knowledge base even if it is re-ingested meanwhile); writes
    go to another connection's single transaction. Only running sums and reason counts are kept, never the
    candidates of more than ``readers + 1`` batches. Heartbeat after each batch.
@@ -41,7 +43,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation import diagnosis_db, persistence, runs
-from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
+from rag_pipeline.evaluation.dataset import RELEVANT_GRADE, Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis import MissReason
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
@@ -240,20 +242,22 @@ def _tick(timings: dict[str, float], key: str, since: float) -> float:
 
 
 def _metrics(batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]) -> np.ndarray:
-    """``(len(batch), len(METRIC_NAMES))``; the full pool is passed so R-precision can look past k."""
+    """``(len(batch), len(METRIC_NAMES))``; the full pool is passed so R-precision can look past k. Graded
+    relevance (grade >= 1 ids, grade as nDCG gain; a list-form case is every id grade 1)."""
     result = evaluate_many([[c.chunk_id for c in t.candidates] for t in traces],
-                           [set(c.relevant_chunk_ids) for c in batch], [c.k for c in batch])
+                           [c.relevance for c in batch], [c.k for c in batch])
     return np.column_stack([result[m] for m in METRIC_NAMES])
 
 
 def _candidate_rows(run_id, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]):
     for case, trace in zip(batch, traces, strict=True):
-        relevant = set(case.relevant_chunk_ids)
+        grades = case.grades  # judged grade of a chunk (0 = judged not relevant); not judged: NULL
         n_selected = len(trace.selected)
         for c in trace.candidates:
+            grade = grades.get(c.chunk_id)
             yield (run_id, case.case_id, c.chunk_id, c.document_id, c.document_name, c.rank,
                    c.vector_score, c.vector_rank, c.keyword_score, c.keyword_rank, c.rerank_score, c.final_score,
-                   c.chunk_id in relevant, c.rank <= n_selected, c.strategy_version)
+                   grade is not None and grade >= RELEVANT_GRADE, c.rank <= n_selected, c.strategy_version, grade)
 
 
 def _case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
@@ -268,4 +272,4 @@ def _case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Seq
         yield (run_id, case.case_id, offset + i, case.question, case.k, json.dumps(list(case.relevant_chunk_ids)),
                json.dumps([c.chunk_id for c in trace.selected]), min(ranks) if ranks else None,
                *(float(v) for v in values[i]),
-               json.dumps([m.as_dict() for m in reasons[i]], ensure_ascii=False))
+               json.dumps([m.as_dict() for m in reasons[i]], ensure_ascii=False), json.dumps(case.grades))

@@ -25,6 +25,9 @@ one, rolls the transaction back and propagates.
 - ``embed_and_copy_s``: wall time after the text-side SQL until every vector is written (waiting for the
   encoder + COPYs); the encoding done during the text-side SQL is not in it.
 - ``total_s``: wall time of the whole ingestion, ANALYZE included.
+
+``result.warnings``: what ingestion did not refuse but the user should fix — the text mode does not fit
+the script of the documents (:func:`textsearch.text_mode_warning`), documents without text (no chunk).
 """
 
 from __future__ import annotations
@@ -61,9 +64,10 @@ class IngestionResult:
     chunks_replaced: int = 0
     embeddings_written: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {**self.__dict__, "warnings": list(self.warnings)}
 
 
 @dataclass
@@ -95,7 +99,8 @@ def ingest_documents(
             ensure_embedding_model(conn, embedder.name, embedder.dimension, embedder.backend)
     with engine.begin() as conn:
         kb_id = ensure_knowledge_base(conn, knowledge_base, text_search, chunk_size or 0, chunk_overlap)
-        result = IngestionResult(knowledge_base, str(kb_id), documents_seen=len(docs))
+        result = IngestionResult(knowledge_base, str(kb_id), documents_seen=len(docs), warnings=_warnings(
+            knowledge_base, text_search, docs))
         existing = {
             row.original_name: (row.id, row.content_hash, row.is_deleted)
             for row in conn.execute(
@@ -132,6 +137,18 @@ def ingest_documents(
             conn.execute(sa.text("ANALYZE document_chunks, chunk_embeddings, chunk_terms, knowledge_base_term_stats"))
     result.timings["total_s"] = time.perf_counter() - t0
     return result
+
+
+def _warnings(knowledge_base: str, text_search: str, docs: Sequence[SourceDocument]) -> list[str]:
+    warnings = []
+    if mismatch := textsearch.text_mode_warning(knowledge_base, text_search, [d.text for d in docs]):
+        warnings.append(mismatch)
+    empty = [d.original_name for d in docs if not d.text.strip()]  # chunking yields nothing for these
+    if empty:
+        shown = ", ".join(empty[:10]) + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
+        warnings.append(f"{len(empty)} document(s) have no text and got no chunk, so no label can point at them: "
+                        f"{shown}")
+    return warnings
 
 
 def _plan(docs, existing, kb_name, chunk_size, chunk_overlap, result):

@@ -17,11 +17,25 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from collections.abc import Sequence
 
 TEXT_SEARCH_MODES = ("simple", "english", "chinese")
 
 _REGCONFIG = {"simple": "simple", "english": "english", "chinese": "simple"}
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+# Text-mode check (:func:`text_mode_warning`): CJK ideographs (with extensions and compatibility forms),
+# kana and hangul, as a share of the non-space characters of the documents.
+_CJK_SCRIPT = re.compile(
+    "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]"
+)
+_SPACE = re.compile(r"\s+")
+CJK_MOSTLY = 0.30  # above: a mode other than ``chinese`` barely matches (unspaced runs are one token)
+CJK_ALMOST_NONE = 0.01  # below: ``chinese`` mode is ``simple`` without stemming, ``english`` would fit
+SAMPLE_DOCUMENTS = 500
+SAMPLE_CHARS = 4000
 
 
 class TextSearchError(ValueError):
@@ -60,6 +74,42 @@ def prepare(mode: str, text: str) -> str:
     # NUL bytes cannot be stored in Postgres text; other control characters are only whitespace to the parser.
     text = text.replace("\x00", " ")
     return segment(text) if mode == "chinese" else text
+
+
+def cjk_share(texts: Sequence[str], *, max_texts: int = SAMPLE_DOCUMENTS,
+              max_chars: int = SAMPLE_CHARS) -> tuple[float, int]:
+    """(share of CJK characters among the non-space characters, non-space characters counted) of ``texts``.
+
+    Cheap on a large corpus: at most ``max_texts`` texts, evenly spaced, and the first ``max_chars``
+    characters of each are measured. No character at all gives ``(0.0, 0)``."""
+    n = len(texts)
+    picked = texts if n <= max_texts else [texts[i * n // max_texts] for i in range(max_texts)]
+    cjk = total = 0
+    for text in picked:
+        head = _SPACE.sub("", text[:max_chars])
+        total += len(head)
+        cjk += len(_CJK_SCRIPT.findall(head))
+    return (cjk / total if total else 0.0), total
+
+
+def text_mode_warning(knowledge_base: str, mode: str, texts: Sequence[str]) -> str | None:
+    """A warning naming the fix when the text mode does not fit the script of ``texts``, else None.
+
+    Mostly CJK (> 30 % of the non-space characters) in a mode other than ``chinese``: keyword search
+    barely matches, since Postgres keeps an unspaced run as one token. Almost no CJK (< 1 %) in
+    ``chinese`` mode: no stemming, where ``english`` would stem."""
+    share, counted = cjk_share(texts)
+    if not counted:
+        return None
+    pct = f"{100 * share:.0f}%" if share >= 0.01 or share == 0 else "<1%"
+    if mode != "chinese" and share > CJK_MOSTLY:
+        return (f"knowledge base {knowledge_base!r} is {pct} CJK text but its text mode is {mode!r}: keyword search "
+                "will barely match (an unspaced CJK run is one token); re-create it with --text-search chinese")
+    if mode == "chinese" and share < CJK_ALMOST_NONE:
+        return (f"knowledge base {knowledge_base!r} is {pct} CJK text but its text mode is 'chinese': jieba "
+                "segmentation has nothing to do and words are not stemmed; re-create it with --text-search english "
+                "(or simple)")
+    return None
 
 
 # Builds an OR tsquery from the lexemes of ``to_tsvector(:cfg, :qtext)``; NULL when the question has none.

@@ -17,40 +17,48 @@ from rag_pipeline.service.datasets import resolve_dataset
 
 @dataclass(frozen=True)
 class StrategyComparison:
-    """Every strategy's current run on a dataset compared with the baseline, and the regression gate."""
+    """Every strategy's run on one version of a dataset compared with the baseline, and the regression gate.
+    ``stale``: strategies with runs on other versions only (left out, never mixed in)."""
 
     comparison: Comparison
     gate: GateResult
     runs: list[StrategyRun]
+    dataset_version: str
+    knowledge_base: str
+    stale: dict[str, str]
 
     def as_dict(self) -> dict:
         gate = self.gate
-        return {**self.comparison.as_dict(),
+        return {**self.comparison.as_dict(), "dataset_version": self.dataset_version,
+                "knowledge_base": self.knowledge_base, "stale": self.stale,
                 "gate": {"passed": gate.passed, "margin": gate.margin, "alpha": gate.alpha, "metric": gate.metric,
                          "failing": [p.strategy for p in gate.failures], "description": gate.description()}}
 
 
 def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = None,
-            baseline: str = DEFAULT_BASELINE, margin: float = 0.0, alpha: float = 0.05,
-            n_resamples: int = 10000) -> StrategyComparison:
-    """Compare the current runs of every strategy on ``dataset`` (a name, a partition's dataset key or a
-    dataset file) with ``baseline``: paired permutation test, bootstrap CI, Holm, win/tie/loss, movers."""
+            dataset_version: str | None = None, baseline: str = DEFAULT_BASELINE, margin: float = 0.0,
+            alpha: float = 0.05, n_resamples: int = 10000) -> StrategyComparison:
+    """Compare every strategy's run on one version of ``dataset`` (a name = partition key, or a dataset file)
+    with ``baseline``: paired permutation test, bootstrap CI, Holm, win/tie/loss, movers. The latest version
+    unless ``dataset_version`` (hash or prefix) is given; strategies without a run on it are listed as stale."""
     name, kb = resolve_dataset(dataset, knowledge_base)
     with engine.connect() as conn:
-        runs = comparison.load_current_runs(conn, name, kb)
-        comp = comparison.compare(runs, baseline, dataset=name, n_resamples=n_resamples)
+        selection = comparison.select_runs(conn, name, kb, dataset_version)
+        comp = comparison.compare(selection.runs, baseline, dataset=name, n_resamples=n_resamples)
         comparison.attach_top_chunks(conn, comp)
-    return StrategyComparison(comp, comparison.regression_gate(comp, margin=margin, alpha=alpha), runs)
+    comp.notes[:0] = [*selection.notes, *(f"{v}: {why}" for v, why in selection.stale.items())]
+    return StrategyComparison(comp, comparison.regression_gate(comp, margin=margin, alpha=alpha), selection.runs,
+                              selection.dataset_version, selection.knowledge_base, selection.stale)
 
 
 def tune(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY, metric: str = DEFAULT_METRIC,
          folds: int = DEFAULT_FOLDS, seed: int = 0, *, knowledge_base: str | None = None,
-         version: str | None = None, n_resamples: int = 10000) -> TuneResult:
+         version: str | None = None, dataset_version: str | None = None, n_resamples: int = 10000) -> TuneResult:
     """Recommend a fusion for ``dataset`` (name, dataset key or file) from the pool strategy's stored pools."""
     name, kb = resolve_dataset(dataset, knowledge_base)
     with engine.connect() as conn:
         return tune_run(conn, name, pool_strategy, metric, folds, seed, knowledge_base=kb, version=version,
-                        n_resamples=n_resamples)
+                        dataset_version=dataset_version, n_resamples=n_resamples)
 
 
 def add_strategy(result: TuneResult, path: str | Path) -> dict:

@@ -9,6 +9,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
+from rag_pipeline.evaluation.dataset_fields import relevant_ids_of
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
 from rag_pipeline.evaluation.runner import relevant_ids_missing
@@ -81,13 +82,13 @@ def check_stored_dataset(engine: sa.Engine, dataset_id: str) -> LabelReport:
 
 def _lenient_cases(path: Path, error: DatasetError) -> tuple[list[dict], str | None]:
     """The cases of a file whose only problems are malformed relevant ids (else re-raise ``error``)."""
-    if not error.problems or any(not (p.field or "").startswith("relevant_chunk_ids[") or "not a UUID"
-                                 not in p.message for p in error.problems):
+    if not error.problems or any(not (p.field or "").startswith(("relevant_chunk_ids[", "relevant_chunk_ids."))
+                                 or "not a UUID" not in p.message for p in error.problems):
         raise error
     data = json.loads(path.read_text(encoding="utf-8-sig"))
     items = data["cases"] if isinstance(data, dict) else data
     kb = data.get("knowledge_base") if isinstance(data, dict) else None
-    return [{"case_id": c["case_id"], "relevant_chunk_ids": [str(i) for i in c["relevant_chunk_ids"]]}
+    return [{"case_id": c["case_id"], "relevant_chunk_ids": relevant_ids_of(c["relevant_chunk_ids"])}
             for c in items], kb
 
 

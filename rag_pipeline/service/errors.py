@@ -1,4 +1,9 @@
-"""Which exceptions are the user's to fix (show the message) and which are transient (retry)."""
+"""Which exceptions are the user's to fix (show the message), which report a failed check, which are transient.
+
+Exit codes of every front end that has them (the CLI): 0 success; 1 a check found a problem
+(:class:`CheckFailed`: regression gate, invalid labels in ``check-dataset``, ``--strict``); 2 bad input or
+configuration (:data:`USER_ERRORS`); 3 the database failed mid-run; 70 an internal error (a bug).
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,17 @@ from rag_pipeline.settings import SettingsError
 from rag_pipeline.storage.engine import DatabaseUnreachableError
 from rag_pipeline.storage.urls import DatabaseError
 
+
+class CheckFailed(Exception):  # noqa: N818 - it is a result, not a crash
+    """A check ran and found a problem (exit 1): nothing is wrong with the input, the measurement says no."""
+
+
+class LabelsRefused(ValueError):
+    """No label of the dataset is a searchable chunk of its knowledge base: a run would measure nothing."""
+
+
 USER_ERRORS: tuple[type[BaseException], ...] = (
+    LabelsRefused,
     SettingsError, DatabaseError, SourceError, TextSearchError, EmbeddingError, KnowledgeBaseError,
     DatasetError, StrategyError, StrategyConflictError, RetrievalError, RunNotFoundError, ComparisonError,
     TuneError,

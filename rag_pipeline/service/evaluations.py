@@ -12,10 +12,13 @@ import sqlalchemy as sa
 
 from rag_pipeline.evaluation import reports, runs
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset
+from rag_pipeline.evaluation.diagnosis import first_line
+from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.evaluation.runner import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
+from rag_pipeline.service.errors import CheckFailed, LabelsRefused
 
 DEFAULT_STRATEGY = "hybrid-v1"
 
@@ -38,11 +41,52 @@ def plan_evaluation(dataset_path: str | Path, strategies: Sequence[str] = (DEFAU
     return EvaluationPlan(load_dataset(dataset_path, knowledge_base=knowledge_base), chosen)
 
 
-def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH_SIZE, readers: int | None = None,
-             progress: Callable[[str, int], Progress | None] | None = None) -> list[EvaluationOutcome]:
-    """Run every strategy of ``plan`` over its dataset; each run is stored. Returns the outcomes in order.
+def check_labels_first(engine: sa.Engine, dataset: Dataset, *, strict: bool = False) -> LabelReport:
+    """The label check every run starts with (seed §8). No valid label at all → :class:`LabelsRefused`
+    (nothing would be measured); with ``strict``, any invalid label → :class:`CheckFailed`. Otherwise the
+    report, whose :func:`label_headline` a front end shows first."""
+    with engine.connect() as conn:
+        report = check_labels(conn, dataset.knowledge_base, dataset.cases)
+    invalid = report.invalid()
+    if invalid and len(invalid) == len(report.rows):
+        raise LabelsRefused(f"dataset {dataset.name!r}: no label is a searchable chunk of knowledge base "
+                            f"{dataset.knowledge_base!r}, so every metric would be 0 — {_checklist(report)}; "
+                            "nothing was run (rag-pipeline check-dataset lists every label with its fix)")
+    if invalid and strict:
+        raise CheckFailed(f"--strict: {label_headline(report)}; nothing was run")
+    return report
 
-    ``progress(version, cases)`` may return a per-run callback ``(done, total)``."""
+
+def label_headline(report: LabelReport) -> str | None:
+    """One line for a run with some invalid labels (None when all are valid): counts, the dominant cause, and
+    the first example with its fix."""
+    invalid = report.invalid()
+    if not invalid:
+        return None
+    example = invalid[0]
+    return (f"{report.summary()} — {_checklist(report)}; e.g. case {example.case_id}: {example.chunk_id} "
+            f"{example.status}: {example.detail}")
+
+
+def _checklist(report: LabelReport) -> str:
+    """The seed §8 checklist line of the most frequent invalid status."""
+    counts = {s: n for s, n in report.counts().items() if s != "ok"}
+    dominant = max(counts, key=counts.get)
+    line = first_line({"dominant_reason": dominant, "dominant_count": counts[dominant], "labels": len(report.rows)})
+    return line.removeprefix("All metrics are 0: ").rstrip(".")
+
+
+def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH_SIZE, readers: int | None = None,
+             strict: bool = False, progress: Callable[[str, int], Progress | None] | None = None,
+             on_labels: Callable[[LabelReport], None] | None = None) -> list[EvaluationOutcome]:
+    """Check the labels (:func:`check_labels_first`), then run every strategy of ``plan`` over its dataset; each
+    run is stored. Returns the outcomes in order.
+
+    ``on_labels(report)`` sees the label check before the first run; ``progress(version, cases)`` may return a
+    per-run callback ``(done, total)``."""
+    report = check_labels_first(engine, plan.dataset, strict=strict)
+    if on_labels:
+        on_labels(report)
     cases = len(plan.dataset.cases)
     return [evaluate_dataset(engine, plan.dataset, strategy, batch_size=batch_size, readers=readers,
                              progress=progress(strategy.version, cases) if progress else None)
@@ -56,12 +100,17 @@ def knowledge_base_name(engine: sa.Engine, name_or_id: str) -> str:
 
 
 def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *, batch_size: int = BATCH_SIZE,
-                    readers: int | None = None, partition_key: str | None = None, dagster_run_id: str | None = None,
-                    progress: Progress | None = None, logger: logging.Logger | None = None) -> EvaluationOutcome:
-    """Evaluate one strategy on a stored dataset version (what the Dagster partition run does)."""
+                    readers: int | None = None, strict: bool = False, partition_key: str | None = None,
+                    dagster_run_id: str | None = None, progress: Progress | None = None,
+                    logger: logging.Logger | None = None) -> EvaluationOutcome:
+    """Evaluate one strategy on a stored dataset version (what the Dagster partition run does), after the same
+    label check as :func:`evaluate` (its headline goes to ``logger`` as a warning)."""
     strategy = get_strategy(strategy_version)
     with engine.connect() as conn:
         dataset = load_stored_dataset(conn, dataset_id)
+    headline = label_headline(check_labels_first(engine, dataset, strict=strict))
+    if headline and logger:
+        logger.warning(headline)
     return evaluate_dataset(engine, dataset, strategy, batch_size=batch_size, readers=readers,
                             partition_key=partition_key, dagster_run_id=dagster_run_id, progress=progress,
                             logger=logger)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -29,28 +29,49 @@ def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_s
                             chunk_overlap=chunk_overlap, models=models, progress=progress)
 
 
+BEIR_REPORT_KEYS = ("grades", "skipped_queries", "skipped_documents", "dropped_labels", "zero_grades_omitted")
+
+
 @dataclass(frozen=True)
 class BeirImport:
-    """What :func:`import_beir` ingested and the dataset file it wrote."""
+    """What :func:`import_beir` ingested and the dataset file it wrote (``metadata``: the file's ``metadata``)."""
 
     ingestion: IngestionResult
     dataset_path: Path
     cases: int
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> list[str]:
+        """The ingestion's warnings, then one line counting what the import skipped (listed in the output)."""
+        m = self.metadata
+        counts = [f"{len(m.get(key) or ())} {what}" for key, what in (
+            ("skipped_queries", "query(ies)"), ("skipped_documents", "document(s) without text"),
+            ("dropped_labels", "judgement(s) of skipped documents")) if m.get(key)]
+        skipped = [f"skipped {', '.join(counts)}: listed in the output and in the metadata of {self.dataset_path}"]
+        return [*self.ingestion.warnings, *(skipped if counts else [])]
 
     def as_dict(self) -> dict:
-        return {**self.ingestion.as_dict(), "dataset_out": str(self.dataset_path), "cases": self.cases}
+        return {**self.ingestion.as_dict(), "dataset_out": str(self.dataset_path), "cases": self.cases,
+                **{key: self.metadata[key] for key in BEIR_REPORT_KEYS if key in self.metadata},
+                "warnings": self.warnings}
 
 
 def import_beir(engine: sa.Engine, folder: str | Path, knowledge_base: str, dataset_out: str | Path, *,
                 split: str = "test", models: Sequence[str] = (DEFAULT_MODEL,), text_search: str = "english",
                 k: int = 10, progress: Progress | None = None) -> BeirImport:
-    """Ingest a BEIR corpus (one chunk per document) and write its queries + qrels as a dataset file."""
-    result, dataset = beir.import_beir(engine, folder, knowledge_base, split=split, models=models,
-                                       text_search=text_search, k=k, progress=progress)
+    """Ingest a BEIR corpus (one chunk per document) and write its queries + qrels as a dataset file.
+
+    Documents without text and queries that cannot become a valid case are skipped and listed (with every
+    judgement of a skipped document) in the file's top-level ``metadata`` and in the result; the file has no
+    ``name`` field (a dataset is named by its file stem). Every check runs before the ingestion."""
     out = Path(dataset_out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    plan = beir.plan_import(folder, knowledge_base, split=split, k=k)
+    out.parent.mkdir(parents=True, exist_ok=True)  # an unwritable destination fails before the ingestion
+    result = beir.ingest_plan(engine, plan, knowledge_base, models=models, text_search=text_search, progress=progress)
+    dataset = plan.dataset(knowledge_base)
     out.write_text(json.dumps(dataset, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    return BeirImport(result, out, len(dataset["cases"]))
+    return BeirImport(result, out, len(dataset["cases"]), dataset["metadata"])
 
 
 def knowledge_base_stats(engine: sa.Engine, knowledge_base: str) -> dict:

@@ -10,7 +10,20 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Double, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -23,7 +36,12 @@ METRIC_COLUMNS = ("precision_at_k", "recall_at_k", "reciprocal_rank", "ndcg_at_k
 
 
 class RetrievalEvaluationDataset(Base):
-    """One version of a labelled dataset: the same file content twice is one row."""
+    """One version of a labelled dataset: the same file content twice is one row.
+
+    ``name`` is the dataset's identity (its file stem = the Dagster partition key). ``last_seen_at`` moves to
+    now() whenever the version is stored again, so the latest version of a dataset is the one with the
+    greatest ``last_seen_at``. ``cases`` hold each case as validated (a graded case's ``relevant_chunk_ids``
+    is its ``{chunk_id: grade}`` object, grade-0 ids included)."""
 
     __tablename__ = "retrieval_evaluation_datasets"
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
@@ -34,6 +52,7 @@ class RetrievalEvaluationDataset(Base):
     case_count: Mapped[int] = mapped_column(Integer, nullable=False)
     cases = mapped_column(JSONB, nullable=False)
     created_at: Mapped[datetime] = _now()
+    last_seen_at: Mapped[datetime] = _now()
     __table_args__ = (UniqueConstraint("name", "knowledge_base_name", "content_hash"),)
 
 
@@ -86,7 +105,10 @@ class RetrievalEvaluationRun(Base):
 
 
 class RetrievalEvaluationCandidate(Base):
-    """Seed §4.1: one row per candidate of the full pool of one case (no chunk text)."""
+    """Seed §4.1: one row per candidate of the full pool of one case (no chunk text).
+
+    ``relevance_grade``: the case's judged grade of this chunk (0-10; 0 = judged not relevant), NULL when
+    the case did not judge it; ``is_relevant`` = grade >= 1."""
 
     __tablename__ = "retrieval_evaluation_candidates"
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -107,11 +129,18 @@ class RetrievalEvaluationCandidate(Base):
     is_relevant: Mapped[bool] = mapped_column(Boolean, nullable=False)
     is_selected: Mapped[bool] = mapped_column(Boolean, nullable=False)
     strategy_version: Mapped[str] = mapped_column(String(100), nullable=False)
-    __table_args__ = (Index("ix_candidates_run_case", "evaluation_run_id", "case_id", "rank"),)
+    relevance_grade: Mapped[int | None] = mapped_column(SmallInteger)
+    __table_args__ = (
+        Index("ix_candidates_run_case", "evaluation_run_id", "case_id", "rank"),
+        CheckConstraint("relevance_grade BETWEEN 0 AND 10", name="ck_candidates_relevance_grade"),
+    )
 
 
 class RetrievalEvaluationCaseResult(Base):
-    """Per-case metrics of one run, with the case's own k."""
+    """Per-case metrics of one run, with the case's own k.
+
+    ``relevant_chunk_ids``: the ids that count as relevant (grade >= 1); ``relevance_grades``: every judged
+    id -> grade (grade 0 included; ``{id: 1}`` for a list-form case; NULL in runs stored before it existed)."""
 
     __tablename__ = "retrieval_evaluation_case_results"
     evaluation_run_id: Mapped[uuid.UUID] = mapped_column(
@@ -132,3 +161,4 @@ class RetrievalEvaluationCaseResult(Base):
     average_precision_at_k: Mapped[float] = mapped_column(Double, nullable=False)
     r_precision: Mapped[float] = mapped_column(Double, nullable=False)
     miss_reasons = mapped_column(JSONB)
+    relevance_grades = mapped_column(JSONB)

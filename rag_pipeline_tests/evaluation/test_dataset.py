@@ -15,6 +15,8 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 BAD = DATA / "bad_datasets"
 GOOD = DATA / "good_datasets"
 U1 = "30465673-88ea-41f0-a5a0-da496592f3df"
+U2 = "41576784-99fb-42a1-b6b1-eb5a7a3a04e0"
+U3 = "52687895-aa0c-43b2-87c2-fc6b8b4b15f1"
 
 # file -> expected problems: (case_index, case_id, field, fragment of the message)
 EXPECTED: dict[str, list[tuple]] = {
@@ -38,7 +40,8 @@ EXPECTED: dict[str, list[tuple]] = {
     "unknown_top_level_key.json": [(None, None, None, "unknown top-level key(s) ['version']")],
     "wrong_types.json": [(0, None, "case_id", "must be a string, got integer 17"),
                          (0, None, "question", "must be a string, got array"),
-                         (0, None, "relevant_chunk_ids", "must be an array of chunk id strings, got string"),
+                         (0, None, "relevant_chunk_ids",
+                          "must be an array of chunk ids or an object {chunk_id: grade}, got string"),
                          (0, None, "k", 'got string "5"')],
     "name_not_string.json": [(None, None, "name", "must be a string, got integer")],
     "kb_not_string.json": [(None, None, "knowledge_base", "must be a string, got array")],
@@ -69,6 +72,33 @@ EXPECTED: dict[str, list[tuple]] = {
     "infinity.json": [(0, "a", "k", "non-finite number Infinity"), (1, "b", "k", "non-finite number -Infinity")],
     "number_overflow.json": [(0, "c1", "k", "non-finite number 1e999")],
     "duplicate_keys.json": [(0, "c1", "k", "appears more than once")],
+    "grades_negative.json": [(0, "c1", f"relevant_chunk_ids.{U2}", "0 and 10 (0 = judged not relevant), got -1")],
+    "grades_above_ten.json": [(0, "c1", f"relevant_chunk_ids.{U1}", "0 and 10 (0 = judged not relevant), got 11")],
+    "grades_not_integer.json": [(0, "float", f"relevant_chunk_ids.{U1}",
+                                 "must be an integer grade between 0 and 10, got number 2.5"),
+                                (1, "integral-float", f"relevant_chunk_ids.{U1}", "got number 2.0"),
+                                (2, "bool", f"relevant_chunk_ids.{U1}", "got boolean true"),
+                                (3, "string", f"relevant_chunk_ids.{U1}", 'got string "2"'),
+                                (4, "null", f"relevant_chunk_ids.{U1}", "got null"),
+                                (5, "nan", f"relevant_chunk_ids.{U1}", "got non-finite number NaN"),
+                                (6, "array", f"relevant_chunk_ids.{U1}", "got array")],
+    "grades_all_zero.json": [(1, "zeros", "relevant_chunk_ids", "every grade is 0; a case needs at least one")],
+    "grades_key_not_uuid.json": [(0, "c1", "relevant_chunk_ids.doc-1", '"doc-1" is not a UUID'),
+                                 (0, "c1", "relevant_chunk_ids.", '"" is not a UUID')],
+    "grades_duplicate_keys.json": [(0, "c1", f"relevant_chunk_ids.{U1}", "appears more than once in this object"),
+                                   (1, "c2", f"relevant_chunk_ids.{U1.upper()}",
+                                    f"duplicate id '{U1.upper()}' (same as relevant_chunk_ids.{U1})")],
+    "grades_empty.json": [(0, "c1", "relevant_chunk_ids", "is empty")],
+    "grades_many_problems.json": [(1, "neg", f"relevant_chunk_ids.{U1}", "got -2"),
+                                  (2, "big", f"relevant_chunk_ids.{U3}", "got 100"),
+                                  (2, "big", f"relevant_chunk_ids.{U1}", "got number 1.5"),
+                                  (2, "big", "k", "got 0")],
+    "name_differs_from_file.json": [(None, None, "name", "'demo' differs from the file name 'name_differs_from_file': "
+                                                         "a dataset is identified by its file name; rename the file "
+                                                         "or change the field")],
+    "metadata_not_object.json": [(None, None, "metadata", "must be an object, got array")],
+    "metadata_not_json.json": [(None, None, "metadata.source", "appears more than once"),
+                               (None, None, "metadata.skipped.score", "non-finite number NaN is not JSON")],
     "many_problems.json": [(1, "bad-k", "k", "got 0"), (2, "bad-q", "question", "whitespace only"),
                            (3, "bad-ids", "relevant_chunk_ids", "is empty"),
                            (4, "bad-missing", "relevant_chunk_ids", "is missing"),

@@ -404,3 +404,24 @@ def test_duplicate_jsonl_ids_are_a_user_error(engine, kb_name, tmp_path, second_
             "AND substr(d.content, c.char_start + 1, c.char_end - c.char_start) <> c.content"),
             {"kb": kb_id(kb_name)}).scalar()
     assert bad == 0
+
+
+def test_ingestion_warns_about_a_text_mode_mismatch_and_empty_documents(engine, ingested, kb_name, tmp_path) -> None:
+    _, _, mixed = ingested
+    assert mixed.warnings == [] and mixed.as_dict()["warnings"] == [], "a bilingual KB in chinese mode fits"
+    folder = tmp_path / "zh"
+    folder.mkdir()
+    (folder / "policy-zh.md").write_text(POLICY_ZH, encoding="utf-8")
+    (folder / "empty.txt").write_text(" \n", encoding="utf-8")
+    result = ingest_documents(engine, read_folder(folder), kb_name, text_search="english")
+    share = round(100 * textsearch.cjk_share([POLICY_ZH])[0])
+    assert share > 80
+    assert result.warnings == [
+        f"knowledge base {kb_name!r} is {share}% CJK text but its text mode is 'english': keyword search will barely "
+        "match (an unspaced CJK run is one token); re-create it with --text-search chinese",
+        "1 document(s) have no text and got no chunk, so no label can point at them: empty.txt",
+    ]
+    assert result.as_dict()["warnings"] == result.warnings
+    assert result.chunks_inserted == 1
+    again = ingest_documents(engine, read_folder(folder), kb_name, text_search="english")
+    assert again.warnings == result.warnings, "re-ingesting warns again (measured on the documents, not the changes)"

@@ -113,3 +113,64 @@ def test_or_tsquery_without_lexemes_is_null(engine, question: str) -> None:
     with engine.connect() as conn:
         q = conn.execute(sa.text(f"SELECT {OR_TSQUERY_SQL}"), {"cfg": "english", "qtext": question}).scalar()
         assert q is None
+
+
+# --- text mode vs script of the documents (pure) ---
+
+EN = "Submit every expense report within thirty days and attach the original receipts."
+JA = "経費精算は出張後三十日以内に提出してください。領収書の原本が必要です。"
+KO = "출장 후 삼십 일 이내에 경비 보고서를 제출하십시오."
+
+
+def test_cjk_share_counts_ideographs_kana_and_hangul_among_non_space_characters() -> None:
+    assert textsearch.cjk_share([ZH]) == (1.0, len(ZH))
+    assert textsearch.cjk_share([EN]) == (0.0, len(EN.replace(" ", "")))
+    share, n = textsearch.cjk_share(["差旅 ab", "  \n"])
+    assert (share, n) == (0.5, 4), "spaces are not counted, CJK punctuation and Latin count as non-CJK"
+    assert textsearch.cjk_share([JA])[0] > 0.9  # kanji + kana; only 。 is not counted as CJK
+    assert textsearch.cjk_share([KO])[0] > 0.9
+    assert textsearch.cjk_share(["\U00020000\U0002a6d6"])[0] == 1.0, "extension B ideographs (outside the BMP)"
+    assert textsearch.cjk_share([]) == (0.0, 0) and textsearch.cjk_share(["", " \t"]) == (0.0, 0)
+
+
+def test_cjk_share_samples_a_large_corpus() -> None:
+    texts = [ZH if (i // 100) % 2 else EN for i in range(10_000)]  # texts 0, 100, 200, ... are measured
+    share, counted = textsearch.cjk_share(texts, max_texts=100)
+    assert share == pytest.approx(50 * len(ZH) / counted)
+    assert counted == 50 * len(ZH) + 50 * len(EN.replace(" ", "")), "100 evenly spaced texts, half of each"
+    assert textsearch.cjk_share(["差" * 10 + "a" * 10_000], max_chars=20) == (0.5, 20), "only the head of a text"
+
+
+@pytest.mark.parametrize("mode", ["simple", "english"])
+def test_mostly_cjk_text_in_another_mode_warns_with_the_fix(mode: str) -> None:
+    texts = [ZH] * 5 + [EN]  # 70 CJK of 140 non-space characters
+    warning = textsearch.text_mode_warning("zh-kb", mode, texts)
+    assert warning is not None
+    assert warning.startswith(f"knowledge base 'zh-kb' is 50% CJK text but its text mode is '{mode}': keyword search "
+                              "will barely match")
+    assert warning.endswith("re-create it with --text-search chinese")
+    assert textsearch.text_mode_warning("ja-kb", mode, [JA]) is not None
+    assert textsearch.text_mode_warning("zh-kb", "chinese", texts) is None
+
+
+def test_almost_no_cjk_in_chinese_mode_warns_with_the_fix() -> None:
+    warning = textsearch.text_mode_warning("en-kb", "chinese", [EN] * 5)
+    assert warning == ("knowledge base 'en-kb' is 0% CJK text but its text mode is 'chinese': jieba segmentation has "
+                       "nothing to do and words are not stemmed; re-create it with --text-search english (or simple)")
+    one_char = textsearch.text_mode_warning("en-kb", "chinese", [EN * 2 + "差"])
+    assert one_char is not None and " is <1% CJK text" in one_char
+    assert textsearch.text_mode_warning("en-kb", "english", [EN]) is None
+    assert textsearch.text_mode_warning("en-kb", "simple", [EN]) is None
+
+
+def test_thresholds_and_mixed_text_do_not_warn() -> None:
+    def text(cjk: int, latin: int) -> list[str]:
+        return ["差" * cjk + "a" * latin]
+
+    assert textsearch.text_mode_warning("kb", "english", text(30, 70)) is None, "30% is not more than 30%"
+    assert textsearch.text_mode_warning("kb", "english", text(31, 69)) is not None
+    assert textsearch.text_mode_warning("kb", "chinese", text(1, 99)) is None, "1% is not less than 1%"
+    assert textsearch.text_mode_warning("kb", "chinese", text(1, 199)) is not None
+    for mode in textsearch.TEXT_SEARCH_MODES:  # a bilingual KB fits every mode; no text at all says nothing
+        assert textsearch.text_mode_warning("kb", mode, text(20, 80)) is None
+        assert textsearch.text_mode_warning("kb", mode, ["", "   "]) is None

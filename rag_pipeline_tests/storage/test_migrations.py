@@ -106,6 +106,50 @@ def test_alembic_cli_upgrade_downgrade_round_trip(scratch_db: tuple[str, str]) -
         eng.dispose()
 
 
+def test_0003_backfills_grades_and_last_seen(scratch_db: tuple[str, str]) -> None:
+    """Rows written before 0003: relevant candidates get grade 1, the others stay NULL (not judged); a
+    dataset version's last_seen_at is the later of its creation and its latest run's start."""
+    url, sqlalchemy_url = scratch_db
+    eng = sa.create_engine(sqlalchemy_url)
+    try:
+        _alembic(url, "downgrade", "base")
+        _alembic(url, "upgrade", "0002")
+        with eng.begin() as conn:
+            conn.execute(sa.text(
+                "INSERT INTO knowledge_bases (id, name, text_search, chunk_size, chunk_overlap, chunk_count, "
+                "avg_chunk_length) VALUES ('00000000-0000-0000-0000-00000000000b', 'kb', 'simple', 500, 80, 0, 0)"))
+            conn.execute(sa.text(
+                "INSERT INTO retrieval_evaluation_datasets (id, name, knowledge_base_name, content_hash, case_count, "
+                "cases, created_at) VALUES "
+                "('00000000-0000-0000-0000-0000000000d1', 'd', 'kb', 'h1', 0, '[]', '2026-01-01T00:00:00Z'), "
+                "('00000000-0000-0000-0000-0000000000d2', 'd', 'kb', 'h2', 0, '[]', '2026-02-01T00:00:00Z')"))
+            conn.execute(sa.text(
+                "INSERT INTO retrieval_evaluation_runs (id, dataset_id, knowledge_base_id, strategy_version, "
+                "params_hash, strategy_params, status, is_current, case_count, candidate_count, started_at) VALUES "
+                "('00000000-0000-0000-0000-0000000000a1', '00000000-0000-0000-0000-0000000000d1', "
+                "'00000000-0000-0000-0000-00000000000b', 's', 'p', '{}', 'succeeded', true, 1, 2, "
+                "'2026-03-01T00:00:00Z')"))
+            conn.execute(sa.text(
+                "INSERT INTO retrieval_evaluation_candidates (evaluation_run_id, case_id, chunk_id, document_id, "
+                "document_name, rank, final_score, is_relevant, is_selected, strategy_version) VALUES "
+                "('00000000-0000-0000-0000-0000000000a1', 'c', gen_random_uuid(), gen_random_uuid(), 'x', 1, 1, "
+                "true, true, 's'), "
+                "('00000000-0000-0000-0000-0000000000a1', 'c', gen_random_uuid(), gen_random_uuid(), 'y', 2, 0, "
+                "false, true, 's')"))
+        _alembic(url, "upgrade", "head")
+        with eng.connect() as conn:
+            grades = conn.execute(sa.text("SELECT rank, is_relevant, relevance_grade FROM "
+                                          "retrieval_evaluation_candidates ORDER BY rank")).all()
+            seen = dict(conn.execute(sa.text("SELECT content_hash, last_seen_at::date::text FROM "
+                                             "retrieval_evaluation_datasets")).all())
+            with pytest.raises(sa.exc.IntegrityError):
+                conn.execute(sa.text("UPDATE retrieval_evaluation_candidates SET relevance_grade = 11"))
+        assert [tuple(g) for g in grades] == [(1, True, 1), (2, False, None)]
+        assert seen == {"h1": "2026-03-01", "h2": "2026-02-01"}
+    finally:
+        eng.dispose()
+
+
 def _schema_diffs(conn: sa.Connection) -> list:
     ctx = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": False})
 
