@@ -369,3 +369,43 @@ def test_scifact_plan_is_binary_and_skips_nothing(bench_data: Path) -> None:
     assert len(plan.cases) == 300 and len(plan.documents) == 5183
     assert all(isinstance(c["relevant_chunk_ids"], list) for c in plan.cases), "SciFact stays a list"
     assert sum(len(c["relevant_chunk_ids"]) for c in plan.cases) == 339
+
+
+@pytest.mark.parametrize("version", ["hybrid-v1", "bm25-v1"])
+def test_graded_beir_round_trip_equals_trec_eval_on_the_qrels(engine, kb_name: str, tmp_path: Path, version) -> None:
+    """BEIR folder with grades 0-3 → import-beir → evaluate → per-case nDCG@k (and P, R) equal pytrec_eval's
+    on the folder's own graded qrels (documents = chunks here) within 1e-9."""
+    import pytrec_eval
+
+    from rag_pipeline.evaluation.runner import evaluate_dataset
+    from rag_pipeline.retrieval.strategies import get_strategy
+
+    folder = make_graded_beir(tmp_path / "roundtrip")
+    out = tmp_path / "roundtrip.json"
+    service.import_beir(engine, folder, kb_name, out, k=3)
+    outcome = evaluate_dataset(engine, load_dataset(out), get_strategy(version))
+    doc_of = {_chunk(kb_name, d): d["_id"] for d in GRADED_CORPUS if d["_id"] not in ("g4", "g5")}
+    with engine.connect() as conn:
+        candidates = conn.execute(sa.text(
+            "SELECT case_id, chunk_id::text AS chunk_id, rank FROM retrieval_evaluation_candidates "
+            "WHERE evaluation_run_id = :r"), {"r": outcome.run_id}).all()
+        stored = {r.case_id: r for r in conn.execute(sa.text(
+            "SELECT case_id, k, precision_at_k, recall_at_k, ndcg_at_k FROM retrieval_evaluation_case_results "
+            "WHERE evaluation_run_id = :r"), {"r": outcome.run_id})}
+    qrels_by_query: dict[str, dict[str, int]] = {}
+    for line in (folder / "qrels" / "test.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        query, doc, grade = line.split("\t")
+        qrels_by_query.setdefault(f"roundtrip-{query}", {})[doc] = int(grade)
+    run = {case: {} for case in stored}
+    for c in candidates:  # a descending score per rank: trec_eval orders by score
+        run[c.case_id][doc_of[c.chunk_id]] = 1000.0 - c.rank
+    qrels = {case: {d: g for d, g in qrels_by_query[case].items() if d in doc_of.values()} for case in stored}
+    k = 3
+    measures = pytrec_eval.RelevanceEvaluator(qrels, {f"ndcg_cut.{k}", f"P.{k}", f"recall.{k}"}).evaluate(run)
+    assert set(stored) == {"roundtrip-q1", "roundtrip-q3"}
+    for case, row in stored.items():
+        assert row.k == k
+        assert abs(row.ndcg_at_k - measures[case][f"ndcg_cut_{k}"]) < 1e-9, case
+        assert abs(row.precision_at_k - measures[case][f"P_{k}"]) < 1e-9, case
+        assert abs(row.recall_at_k - measures[case][f"recall_{k}"]) < 1e-9, case
+    assert qrels["roundtrip-q1"] == {"g1": 3, "g2": 0, "g3": 1}, "the case the grades matter for"
