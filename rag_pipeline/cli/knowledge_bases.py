@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from rag_pipeline.cli.errors import guarded
-from rag_pipeline.cli.output import print_json, stage_progress
+from rag_pipeline.cli.output import print_json, print_warnings, stage_progress
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS
 from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES, PUBLICATION_STATUSES
 from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
 from rag_pipeline.service import knowledge_bases as service
 from rag_pipeline.storage.engine import get_engine
-
-
-def print_warnings(warnings: list[str]) -> None:
-    for warning in warnings:
-        print(f"rag-pipeline: warning: {warning}", file=sys.stderr)
 
 
 @guarded()

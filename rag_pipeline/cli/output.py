@@ -10,6 +10,12 @@ def print_json(obj) -> None:
     print(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
 
 
+def print_warnings(warnings: list[str]) -> None:
+    """Warnings go to stderr, one line each: ``rag-pipeline: warning: ...``."""
+    for warning in warnings:
+        print(f"rag-pipeline: warning: {warning}", file=sys.stderr)
+
+
 def stage_progress():
     """A ``progress(stage, done, total)`` callback drawing one bar per stage (ingestion: chunks)."""
     from tqdm import tqdm  # noqa: PLC0415
