@@ -73,6 +73,13 @@ class Settings(BaseSettings):
         None, description="`shared_buffers` of the embedded server at its next boot. Default: RAM/4, at most 1GB.")
     run_stale_seconds: PositiveInt = Field(
         600, description="Heartbeat age after which a `running` evaluation run reads as `abandoned`.")
+    statement_timeout_s: Annotated[float, BeforeValidator(_stripped), Field(gt=0, allow_inf_nan=False)] = Field(
+        60, description="Longest a retrieval statement may run (seconds, `SET LOCAL statement_timeout`); "
+                        "longer fails the case's evaluation with a clear error (exit 2).")
+    max_document_bytes: PositiveInt = Field(
+        10 * 1024 * 1024, description="Largest text of one document, in bytes (a `.md`/`.txt`/`.html` file, or "
+                                      "the `text` of one `.jsonl` line): a bigger one is refused, naming the file "
+                                      "(and line), before ingestion starts. Default 10 MB.")
     debug: bool = Field(False, description="`1`: the CLI shows the traceback of an unexpected error.")
     bench_data: Path | None = Field(
         None, description="Folder of the benchmark collections (`scifact/`) for the benchmark-data tests; set "

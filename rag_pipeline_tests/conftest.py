@@ -20,6 +20,7 @@ Markers (registered in pyproject.toml; set here in :func:`pytest_collection_modi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -156,7 +157,8 @@ def engine():
 @pytest.fixture
 def kb_name(request) -> str:
     """A knowledge-base name unique to this test."""
-    return f"t-{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
+    safe = re.sub(r"[^\w.-]+", "-", request.node.name[:40])  # a valid name (parametrized ids hold [ ])
+    return f"t-{safe}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

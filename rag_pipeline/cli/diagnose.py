@@ -19,10 +19,12 @@ import sys
 
 from rag_pipeline.analysis.comparison import DEFAULT_BASELINE
 from rag_pipeline.analysis.comparison_report import render_text
+from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.evaluation.label_check import LabelReport
 from rag_pipeline.service import analysis, datasets
 from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.names import printable
 
 
 def format_report(report: LabelReport) -> str:
@@ -32,10 +34,10 @@ def format_report(report: LabelReport) -> str:
         if verdict == "ok":
             continue
         note = "no valid label: this case can only score 0" if verdict == "all_invalid" else "some labels invalid"
-        lines.append(f"\ncase {case_id} ({note})")
+        lines.append(f"\ncase {printable(case_id)} ({note})")  # user strings: control characters escaped
         for r in report.rows:
             if r.case_id == case_id and not r.ok:
-                lines.append(f"  {r.chunk_id}  {r.status}\n      {r.detail}")
+                lines.append(f"  {printable(r.chunk_id)}  {r.status}\n      {printable(r.detail)}")
     if report.invalid():
         lines.append("\nlabels per status: " + ", ".join(f"{s}={n}" for s, n in report.counts().items()))
     return "\n".join(lines)
@@ -82,8 +84,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="compare the runs on this dataset version (content hash or a prefix; default: the latest "
                         "version — strategies without a run on it are listed as stale, never mixed in)")
     p.add_argument("--baseline", default=DEFAULT_BASELINE, help=f"baseline strategy (default {DEFAULT_BASELINE})")
-    p.add_argument("--margin", type=float, default=0.0, help="gate: nDCG@k loss tolerated (default 0)")
-    p.add_argument("--alpha", type=float, default=0.05, help="gate: significance level (default 0.05)")
-    p.add_argument("--resamples", type=int, default=10000, help="permutation/bootstrap resamples")
+    p.add_argument("--margin", type=arguments.MARGIN, default=0.0, help="gate: nDCG@k loss tolerated (default 0)")
+    p.add_argument("--alpha", type=arguments.ALPHA, default=0.05, help="gate: significance level (default 0.05)")
+    p.add_argument("--resamples", type=arguments.RESAMPLES, default=10000,
+                   help="permutation/bootstrap resamples (1..1000000)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_compare)

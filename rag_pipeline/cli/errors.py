@@ -4,13 +4,15 @@ Exit codes (one meaning each): 0 success; 1 a check found a problem (:class:`Che
 verdict: regression gate, invalid labels); 2 a user or configuration error
 (:data:`rag_pipeline.service.errors.USER_ERRORS`, unreadable files, and the command's own extra error types);
 3 a database error in the middle of the work; 70 an internal error, i.e. a bug (``RAG_DEBUG=1`` re-raises for
-the traceback); 130 interrupted.
+the traceback); 130 interrupted (SIGINT); 143 terminated (SIGTERM, :class:`Terminated`). A closed stdout
+(``rag-pipeline show RUN | head -1``) ends the command quietly with 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 from collections.abc import Callable
 
@@ -18,16 +20,20 @@ import sqlalchemy as sa
 
 from rag_pipeline.service.errors import USER_ERRORS, CheckFailed
 from rag_pipeline.settings import SettingsError, get_settings
+from rag_pipeline.storage.names import printable
 from rag_pipeline.storage.urls import mask_secrets
 
 Command = Callable[[argparse.Namespace], int]
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USER_ERROR, EXIT_DATABASE_ERROR, EXIT_INTERNAL_ERROR = 0, 1, 2, 3, 70
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM
 EXIT_CODES_HELP = ("exit codes: 0 success; 1 a check found a problem (regression gate, invalid labels, --strict); "
                    "2 bad input or configuration; 3 database failure mid-run; 70 internal error")
 
 
 def error(message: object) -> None:
-    print(f"rag-pipeline: error: {mask_secrets(message)}", file=sys.stderr)
+    """One message on stderr: secrets masked, control characters escaped (a name holding ``ESC[2J`` cannot
+    clear the terminal); the line breaks of a multi-line message (a dataset's problem list) are kept."""
+    print(f"rag-pipeline: error: {printable(mask_secrets(message), keep=chr(10))}", file=sys.stderr)
 
 
 def _debug() -> bool:
@@ -35,6 +41,21 @@ def _debug() -> bool:
         return get_settings().debug
     except SettingsError:
         return False
+
+
+class Terminated(KeyboardInterrupt):  # named after the signal, like KeyboardInterrupt
+    """Raised in the main thread by the SIGTERM handler of :func:`rag_pipeline.cli.main.main`: unwinds like
+    Ctrl-C (psycopg cancels the running statement, a running evaluation is marked failed at once) → exit 143."""
+
+
+def _quiet_stdout() -> None:
+    """stdout's reader went away (``| head``): send what is left to /dev/null, so that neither this command
+    nor the interpreter's final flush reports ``Broken pipe``."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (a test's capture): nothing to redirect
+        pass
 
 
 def guarded(*extra_user_errors: type[BaseException]) -> Callable[[Command], Command]:
@@ -46,7 +67,12 @@ def guarded(*extra_user_errors: type[BaseException]) -> Callable[[Command], Comm
         @functools.wraps(func)
         def wrapper(args: argparse.Namespace) -> int:
             try:
-                return func(args)
+                code = func(args)
+                sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+                return code
+            except BrokenPipeError:  # before OSError (a user error): nobody reads stdout any more
+                _quiet_stdout()
+                return EXIT_OK
             except CheckFailed as exc:
                 error(exc)
                 return EXIT_CHECK_FAILED
@@ -57,9 +83,12 @@ def guarded(*extra_user_errors: type[BaseException]) -> Callable[[Command], Comm
                 first = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
                 error(f"database error: {first[0]}")
                 return EXIT_DATABASE_ERROR
+            except Terminated:
+                print("rag-pipeline: terminated", file=sys.stderr)
+                return EXIT_TERMINATED
             except KeyboardInterrupt:
                 print("rag-pipeline: interrupted", file=sys.stderr)
-                return 130
+                return EXIT_INTERRUPTED
             except Exception as exc:  # a bug: still one line, the traceback only on request
                 if _debug():
                     raise

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
+from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import case_progress
 from rag_pipeline.evaluation.reports import comparison_table
@@ -32,6 +34,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.knowledge_base_id:
         kb_name = service.knowledge_base_name(get_engine(), args.knowledge_base_id)
     plan = service.plan_evaluation(args.dataset, versions, knowledge_base=kb_name)  # validated, nothing written
+    paths = _output_paths(args.output, versions)
+    for path in paths:  # before the run: a run stored as current must not end in "cannot write the report"
+        _check_writable(path)
     engine = get_engine()
     outcomes = service.evaluate(engine, plan, batch_size=args.batch_size, readers=args.readers, strict=args.strict,
                                 progress=case_progress(args.quiet), on_labels=_print_label_headline)
@@ -40,7 +45,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if (s["counts"] or {}).get("first_line"):
             print(f"{s['strategy_version']}: {s['counts']['first_line']}")
     print(comparison_table(summaries))
-    for outcome, path in zip(outcomes, _output_paths(args.output, versions), strict=True):
+    for outcome, path in zip(outcomes, paths, strict=True):
         if path is None:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -55,6 +60,27 @@ def _print_label_headline(report) -> None:
     headline = service.label_headline(report)
     if headline:
         print(f"warning: {headline}", flush=True)
+
+
+def _check_writable(path: Path | None) -> None:
+    """Refuse (exit 2, nothing written or created) an ``--output`` that is a directory, or that cannot be
+    written: an existing file without write permission, or a missing file whose nearest existing parent is
+    not a writable directory (the missing parents are created when the report is written)."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise OSError(f"--output {path} is a directory; give a file name (e.g. {path / 'report.json'})")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise OSError(f"--output {path} is not writable")
+        return
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OSError(f"--output {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OSError(f"--output {path}: directory {parent} is not writable")
 
 
 def _output_paths(output: str | None, versions: list[str]) -> list[Path | None]:
@@ -101,9 +127,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", help="report JSON; with several strategies one file per strategy "
                                     "(<stem>-<strategy>.json)")
     p.add_argument("--include-text", action="store_true", help="add each candidate's chunk text to the report")
-    p.add_argument("--batch-size", type=_positive, default=64, help="cases per retrieval batch (default 64)")
-    p.add_argument("--readers", type=_positive, default=None,
-                   help="read connections searching batches in parallel (default: RAG_EVAL_READERS or 2)")
+    p.add_argument("--batch-size", type=arguments.BATCH_SIZE, default=64,
+                   help="cases per retrieval batch (1..10000, default 64)")
+    p.add_argument("--readers", type=arguments.READERS, default=None,
+                   help="read connections searching batches in parallel (1..64, default: RAG_EVAL_READERS or 2)")
     p.add_argument("--strict", action="store_true",
                    help="refuse to run (exit 1) when any label is not a searchable chunk; without it a run with "
                         "some invalid labels runs and says so first (a dataset with no valid label never runs)")
@@ -115,7 +142,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", help="dataset name")
     p.add_argument("--strategy", help="strategy version")
     p.add_argument("--current", action="store_true", help="only the current run of each dataset × strategy")
-    p.add_argument("--limit", type=_positive, default=100)
+    p.add_argument("--limit", type=arguments.LIMIT, default=100, help="at most this many runs (1..100000, default 100)")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_runs)
 
@@ -124,13 +151,3 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--include-text", action="store_true", help="add each candidate's chunk text")
     p.add_argument("--output", help="write to this file instead of stdout")
     p.set_defaults(func=cmd_show)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value

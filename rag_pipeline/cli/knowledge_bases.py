@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json, print_warnings, stage_progress
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS
@@ -60,9 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ingest", help="ingest a folder of .md/.txt/.html/.jsonl documents into a knowledge base")
     p.add_argument("path")
     _kb_options(p, "simple")
-    p.add_argument("--chunk-size", type=int, default=service.DEFAULT_CHUNK_SIZE,
+    p.add_argument("--chunk-size", type=arguments.CHUNK_CHARS, default=service.DEFAULT_CHUNK_SIZE,
                    help="characters per chunk; 0 = one chunk per document")
-    p.add_argument("--chunk-overlap", type=int, default=service.DEFAULT_CHUNK_OVERLAP,
+    p.add_argument("--chunk-overlap", type=arguments.CHUNK_CHARS, default=service.DEFAULT_CHUNK_OVERLAP,
                    help="characters repeated between chunks")
     p.set_defaults(func=cmd_ingest)
 
@@ -76,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _kb_options(p, "english")
     p.add_argument("--dataset-out", required=True, help="where to write the dataset JSON")
     p.add_argument("--split", default="test")
-    p.add_argument("--k", type=int, default=10, help="k of every case (default 10)")
+    p.add_argument("--k", type=arguments.K, default=10, help="k of every case (1..1000, default 10)")
     p.set_defaults(func=cmd_import_beir)
 
     p = sub.add_parser("kb", help="show a knowledge base's counts")

@@ -2,16 +2,21 @@
 
 Every command honours the ``RAG_*`` settings (:mod:`rag_pipeline.settings`): ``RAG_DATABASE_URL`` (any
 PostgreSQL with pgvector), else the embedded server in ``RAG_PGDATA``.
-User errors print one line ``rag-pipeline: error: ...`` and exit 2.
+User errors print one line ``rag-pipeline: error: ...`` and exit 2. SIGTERM (what an orchestrator sends to
+cancel) is handled like Ctrl-C: a running evaluation is marked failed at once, exit 143 (Ctrl-C: 130).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from rag_pipeline.cli import database, diagnose, evaluate, knowledge_bases, tune
-from rag_pipeline.cli.errors import EXIT_CODES_HELP
+from rag_pipeline.cli.errors import EXIT_CODES_HELP, Terminated
 
 DESCRIPTION = "Measure RAG retrieval quality on PostgreSQL + pgvector (no Dagster daemon needed)."
 
@@ -28,7 +33,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)  # every command is wrapped by rag_pipeline.cli.errors.guarded
+    with sigterm_as_terminated():
+        return args.func(args)  # every command is wrapped by rag_pipeline.cli.errors.guarded
+
+
+@contextlib.contextmanager
+def sigterm_as_terminated() -> Iterator[None]:
+    """While the command runs, SIGTERM raises :class:`Terminated` in the main thread (once: a second SIGTERM
+    during the cleanup is ignored, so marking the run failed is not cut short). The previous handler is
+    restored afterwards (``main`` is also called in-process, by tests). Outside the main thread: no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = False
+
+    def terminate(signum, frame) -> None:  # the signal handler signature
+        nonlocal received
+        if not received:
+            received = True
+            raise Terminated(f"terminated by signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

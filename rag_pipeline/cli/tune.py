@@ -27,6 +27,7 @@ import sys
 
 from rag_pipeline.analysis.tune_runs import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TOP_CONFIGS, TuneResult
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig
+from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.service import analysis
@@ -116,11 +117,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "100 candidates per leg)")
     p.add_argument("--metric", default=DEFAULT_METRIC, choices=METRIC_NAMES,
                    help=f"metric to maximise (default {DEFAULT_METRIC})")
-    p.add_argument("--folds", type=int, default=DEFAULT_FOLDS, help="cross-validation folds (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="fold assignment and bootstrap seed (default 0)")
+    p.add_argument("--folds", type=arguments.FOLDS, default=DEFAULT_FOLDS, help="cross-validation folds (default 5)")
+    p.add_argument("--seed", type=arguments.SEED, default=0, help="fold assignment and bootstrap seed (default 0)")
     p.add_argument("--version", help="version name of the tuned strategy (default <pool-strategy>-tuned-<metric>)")
-    p.add_argument("--resamples", type=int, default=10000, help="bootstrap / permutation resamples")
-    p.add_argument("--top", type=int, default=TOP_CONFIGS, help="configurations listed (default 10)")
+    p.add_argument("--resamples", type=arguments.RESAMPLES, default=10000, help="bootstrap / permutation resamples")
+    p.add_argument("--top", type=arguments.TOP, default=TOP_CONFIGS, help="configurations listed (default 10)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--write-strategy", metavar="FILE",
                    help="append the tuned strategy to this registry file (created from the active registry "

@@ -18,16 +18,15 @@ import dagster as dg
 
 from rag_pipeline.defs.jobs import evaluate_retrieval_job
 from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
-from rag_pipeline.evaluation.dataset import valid_dataset_key
+from rag_pipeline.evaluation.dataset import MAX_FILE_BYTES, valid_dataset_key
 from rag_pipeline.settings import datasets_dir
+from rag_pipeline.storage.files import FileReadError, check_regular, read_bounded
+from rag_pipeline.storage.names import DATASET, name_rule, printable
 
 
 def file_sha256(path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fp:
-        for block in iter(lambda: fp.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """SHA-256 of a dataset file, read through the bounded reader (a FIFO or device never blocks the sensor)."""
+    return hashlib.sha256(read_bounded(path, MAX_FILE_BYTES, what="the dataset file")).hexdigest()
 
 
 @dg.sensor(
@@ -47,15 +46,18 @@ def new_dataset_sensor(context: dg.SensorEvaluationContext):
     for path in files:
         key = path.stem
         if not valid_dataset_key(key):
-            context.log.warning(f"ignoring {path.name}: a dataset file name may not contain | , [ ] ... "
-                                "or control characters")
+            context.log.warning(f"ignoring {printable(path.name)}: {name_rule(DATASET)}")
             continue
-        stat = path.stat()
-        seen = previous.get(key)
-        if seen and (seen["mtime_ns"], seen["size"]) == (stat.st_mtime_ns, stat.st_size):
-            cursor[key] = seen
+        try:
+            stat = check_regular(path)  # a FIFO, device or dangling link must never block the sensor
+            seen = previous.get(key)
+            if seen and (seen["mtime_ns"], seen["size"]) == (stat.st_mtime_ns, stat.st_size):
+                cursor[key] = seen
+                continue
+            digest = file_sha256(path)
+        except FileReadError as exc:
+            context.log.warning(f"ignoring {printable(path.name)}: {exc}")
             continue
-        digest = file_sha256(path)
         cursor[key] = {"mtime_ns": stat.st_mtime_ns, "size": stat.st_size, "sha256": digest}
         if seen and seen["sha256"] == digest:
             continue  # touched, same content

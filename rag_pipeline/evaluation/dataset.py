@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,22 +58,34 @@ from rag_pipeline.evaluation.dataset_json import (  # noqa: F401 - DatasetError/
     text_problem,
     type_name,
 )
+from rag_pipeline.storage.files import FileReadError, read_bounded
+from rag_pipeline.storage.names import (
+    DATASET,
+    MAX_DATASET_NAME_CHARS,
+    InvalidNameError,
+    check_name,
+    name_rule,
+    printable,
+    show_name,
+)
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
 MAX_CASES = 100_000
-MAX_NAME_CHARS = 200
+MAX_NAME_CHARS = MAX_DATASET_NAME_CHARS  # 200
 
 CASE_FIELDS = ("case_id", "question", "relevant_chunk_ids", "k")
 OBJECT_FIELDS = ("name", "knowledge_base", "description", "metadata", "cases")
 
-# Characters that cannot appear in a dimension key of a Dagster multi-partition key (and control characters).
-_BAD_KEY = re.compile(r"[|,\[\]\x00-\x1f\x7f]|\.\.\.")
-
-
 def valid_dataset_key(key: str) -> bool:
-    """Whether ``key`` can be a dataset name: a Dagster partition key (no ``| , [ ]``, ``...`` or control
-    characters), 1 to :data:`MAX_NAME_CHARS` characters. The one definition (the sensor uses it too)."""
-    return bool(key) and not _BAD_KEY.search(key) and len(key) <= MAX_NAME_CHARS
+    """Whether ``key`` can be a dataset name: the shared name rule (:func:`rag_pipeline.storage.names.check_name`,
+    kind ``dataset``: letters of any script, digits, ``. _ - @``, 1 to :data:`MAX_NAME_CHARS` characters, not
+    starting with ``.``, no ``...``), which also makes it a valid Dagster partition key. The one definition
+    (the sensor uses it too)."""
+    try:
+        check_name(DATASET, key)
+    except InvalidNameError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -169,18 +180,16 @@ def load_dataset(path: str | Path, *, knowledge_base: str | None = None) -> Data
     agree with the file's own ``knowledge_base`` otherwise. The dataset's name is the file stem; a ``name``
     field that differs from it is a validation error."""
     path = Path(path)
-    source = str(path)
+    source = printable(path)  # an undecodable byte or a control character in the name is shown escaped
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise DatasetError(source, [DatasetProblem(f"cannot read the file: {exc.strerror or exc}")]) from None
-    if size > MAX_FILE_BYTES:
+        check_name(DATASET, path.stem)
+    except InvalidNameError as exc:
         raise DatasetError(source, [DatasetProblem(
-            f"file is {size / 1024 / 1024:.1f} MB; the limit is {MAX_FILE_BYTES // 1024 // 1024} MB")])
+            f"the file name is not a valid dataset name (a dataset is named by its file): {exc}")]) from None
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DatasetError(source, [DatasetProblem(f"cannot read the file: {exc.strerror or exc}")]) from None
+        raw = read_bounded(path, MAX_FILE_BYTES, what="file")  # a FIFO/device is refused, never read past the limit
+    except FileReadError as exc:
+        raise DatasetError(source, [DatasetProblem(exc.reason)]) from None
     return parse_dataset(raw, source=source, knowledge_base=knowledge_base, default_name=path.stem,
                          source_path=str(path.resolve()))
 
@@ -266,13 +275,13 @@ def _resolve_name(file_name: str | None, given: str | None, problems: list[Datas
             f"{file_name!r} differs from the file name {given!r}: a dataset is identified by its file name; "
             "rename the file or change the field", field="name"))
     name = given or file_name or "dataset"
-    bad = text_problem(name)
-    if bad or not valid_dataset_key(name):
+    try:
+        check_name(DATASET, name)
+    except InvalidNameError as exc:
         where = "the file name" if given else "the name"
         problems.append(DatasetProblem(
-            f"{where} {show(name)} is not a valid dataset name: " + (bad or (
-                f"1 to {MAX_NAME_CHARS} characters without | , [ ] ... or control characters "
-                "(it is the Dagster partition key)")), field=None if given else "name"))
+            f"{where} {show_name(name)} is not a valid dataset name: {exc.reason}; {name_rule(DATASET)} "
+            "(it is the Dagster partition key)", field=None if given else "name"))
     return name
 
 

@@ -137,11 +137,22 @@ def decode_json(raw: bytes | str, max_bytes: int) -> Any:
         return json.loads(text, object_pairs_hook=object_hook, parse_float=parse_float,
                           parse_constant=NonFinite)
     except json.JSONDecodeError as exc:
-        raise JsonReadError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        raise JsonReadError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {_json_message(exc)}") from None
     except RecursionError:
         raise JsonReadError("JSON is nested too deeply") from None
-    except ValueError as exc:  # e.g. an integer with more than 4300 digits
+    except ValueError as exc:  # an integer with more than 4300 digits (Python's int-from-string limit)
+        if "digits" in str(exc):
+            raise JsonReadError("invalid JSON: a number has more than 4300 digits") from None
         raise JsonReadError(f"invalid JSON: {exc}") from None
+
+
+def _json_message(exc: json.JSONDecodeError) -> str:
+    """The decoder's message, completed where Python's ends mid-sentence ("Invalid control character at")."""
+    if exc.msg.startswith("Invalid control character"):
+        char = exc.doc[exc.pos] if exc.pos < len(exc.doc) else "?"
+        return (f"a raw control character U+{ord(char):04X} inside a string; write it escaped "
+                f"(\\u{ord(char):04x}) or remove it")
+    return exc.msg
 
 
 def json_problems(value: Any, path: str, limit: int = 10) -> list[tuple[str, str]]:

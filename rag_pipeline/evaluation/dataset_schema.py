@@ -61,7 +61,7 @@ DATASET_SCHEMA = {
          "additionalProperties": False,
          "required": ["cases"],
          "properties": {
-             "name": {**_TEXT, "maxLength": MAX_NAME_CHARS, "pattern": r"^[^|,\[\]\x00-\x1f\x7f]+$",
+             "name": {**_TEXT, "maxLength": MAX_NAME_CHARS, "pattern": r"^[^.\s/\\|,\[\]\x00-\x1f\x7f][^\s/\\|,\[\]\x00-\x1f\x7f]*$",
                       "not": {"type": "string", "pattern": r"\.\.\."},
                       "description": "must equal the file name without .json (the dataset's identity)"},
              "knowledge_base": {**_TEXT, "maxLength": MAX_NAME_CHARS},

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from rag_pipeline.evaluation.metrics import HEADLINE_METRICS, METRIC_NAMES
 from rag_pipeline.evaluation.report_schema import REPORT_VERSION
 from rag_pipeline.evaluation.runs import get_run
+from rag_pipeline.storage.names import printable
 
 PAGE_CASES = 500
 
@@ -141,7 +142,8 @@ def _indented(obj, level: int = 2) -> str:
 def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLINE_METRICS) -> str:
     """A plain-text table of run summaries (one row per run), for the CLI."""
     headers = ["strategy", "dataset", "status", "cases", *metrics, "run_id"]
-    body = [[s["strategy_version"], s["dataset"]["name"], s["status"] + ("*" if s["is_current"] else ""),
+    body = [[printable(s["strategy_version"]), printable(s["dataset"]["name"]),  # control characters escaped
+             s["status"] + ("*" if s["is_current"] else ""),
              str(s["case_count"]), *(f"{s[m]:.4f}" if s[m] is not None else "-" for m in metrics), s["run_id"]]
             for s in summaries]
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]

@@ -50,7 +50,15 @@ from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval import sql as retrieval_sql
-from rag_pipeline.retrieval.search import RetrievalError, RetrievalTrace, hybrid_search_batch, text_search_mode
+from rag_pipeline.retrieval.search import (
+    RetrievalError,
+    RetrievalTrace,
+    StatementTimeout,
+    hybrid_search_batch,
+    is_statement_timeout,
+    statement_timeout_message,
+    text_search_mode,
+)
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.storage.snapshot_readers import SnapshotReaders, reader_count, snapshot_readers
@@ -153,7 +161,29 @@ class _BatchResult:
 
 def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
                   vectors) -> _BatchResult:
-    """Worker thread: one batch's retrieval and miss diagnosis on a borrowed snapshot connection."""
+    """Worker thread: one batch's retrieval and miss diagnosis on a borrowed snapshot connection. A statement
+    over ``RAG_STATEMENT_TIMEOUT_S`` (retrieval or diagnosis) fails with a :class:`RetrievalError` naming
+    the case (``case <id>: retrieval took longer than 60 s (RAG_STATEMENT_TIMEOUT_S)...``)."""
+    try:
+        return _search_batch_unbounded(readers, kb, strategy, batch, vectors)
+    except (StatementTimeout, sa.exc.OperationalError) as exc:
+        if not isinstance(exc, StatementTimeout) and not is_statement_timeout(exc):
+            raise
+        raise RetrievalError(f"{_cases_label(batch)}: {statement_timeout_message()}") from None
+
+
+def _cases_label(batch: Sequence[EvaluationCase]) -> str:
+    """``case <id>``; in a batch of several, the case of the longest question (the likely culprit) and the
+    batch's first and last case."""
+    longest = max(batch, key=lambda c: len(c.question))
+    if len(batch) == 1:
+        return f"case {longest.case_id}"
+    return (f"case {longest.case_id} (the longest question of the batch of {len(batch)} cases "
+            f"{batch[0].case_id} … {batch[-1].case_id})")
+
+
+def _search_batch_unbounded(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
+                            vectors) -> _BatchResult:
     with readers.borrow() as conn:
         t = time.perf_counter()
         traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in batch],

@@ -40,12 +40,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import sqlalchemy as sa
 
-from rag_pipeline.knowledge_base import chunking, textsearch
+from rag_pipeline.knowledge_base import chunking, term_stats, textsearch
 from rag_pipeline.knowledge_base.background_encoder import BackgroundEncoder, encoder_threads
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
 from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base
 from rag_pipeline.knowledge_base.sources import SourceDocument
-from rag_pipeline.knowledge_base.term_stats import refresh_term_stats
 from rag_pipeline.storage.engine import ensure_embedding_model
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -116,15 +115,16 @@ def ingest_documents(
 
         with BackgroundEncoder(threads=encoder_threads(engine)) as encoder:
             pre = {e.name: _pre_encode(conn, encoder, e, new_chunks) for e in embedders}
-            _write_documents(conn, kb_id, doc_rows)
-            if removed:
-                conn.execute(sa.text("UPDATE documents SET is_deleted = true, updated_at = now() WHERE id = ANY(:ids)"),
-                             {"ids": removed})
-            result.chunks_replaced = _retire_chunks(conn, changed_doc_ids, {c.id for c in new_chunks})
-            inserted = _insert_chunks(conn, kb_id, knowledge_base, text_search, new_chunks)
-            result.chunks_inserted = len(inserted)
-            if inserted or result.chunks_replaced or removed:
-                refresh_term_stats(conn, kb_id)
+            # BM25 statistics = those of the searchable chunks, updated by the difference the written documents make
+            affected = [row[0] for row in doc_rows] + list(changed_doc_ids) + removed
+            with term_stats.tracking(conn, kb_id, affected):
+                _write_documents(conn, kb_id, doc_rows)
+                if removed:
+                    conn.execute(sa.text("UPDATE documents SET is_deleted = true, updated_at = now() "
+                                         "WHERE id = ANY(:ids)"), {"ids": removed})
+                result.chunks_replaced = _retire_chunks(conn, changed_doc_ids, {c.id for c in new_chunks})
+                inserted = _insert_chunks(conn, kb_id, knowledge_base, text_search, new_chunks)
+                result.chunks_inserted = len(inserted)
             t1 = time.perf_counter()
             for embedder in embedders:
                 result.embeddings_written += _embed_missing(

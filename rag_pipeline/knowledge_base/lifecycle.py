@@ -7,6 +7,7 @@ import uuid
 import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base import chunking, textsearch
+from rag_pipeline.storage.names import KNOWLEDGE_BASE, check_name
 from rag_pipeline.storage.schema import DocumentPublicationStatus, DocumentStatus
 
 # The seed's rule for what retrieval may return, defined once: a document that is READY, PUBLISHED and not
@@ -26,9 +27,8 @@ class KnowledgeBaseError(LookupError):
 
 def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chunk_size: int, chunk_overlap: int):
     """Create the KB (deterministic id from its name) or check that its settings did not change."""
+    check_name(KNOWLEDGE_BASE, name)  # the one name rule (InvalidNameError, a user error)
     textsearch.regconfig(text_search)
-    if not name or len(name) > 200:
-        raise KnowledgeBaseError("a knowledge base name must have 1 to 200 characters")
     kb_id = chunking.knowledge_base_id(name)
     row = conn.execute(
         sa.text("SELECT id, text_search, chunk_size, chunk_overlap FROM knowledge_bases WHERE name = :n"), {"n": name}
@@ -98,11 +98,15 @@ def set_document_state(
         params["id"] = uuid.UUID(document)
     except ValueError:
         params["id"] = None
-    changed = conn.execute(
-        sa.text(f"UPDATE documents SET {', '.join(sets)}, updated_at = now() "
-                "WHERE knowledge_base_id = :kb AND (original_name = :name OR id = :id)"),
-        params,
-    ).rowcount
+    from rag_pipeline.knowledge_base import term_stats  # noqa: PLC0415 (term_stats uses this module's rule)
+
+    doc_ids = conn.execute(sa.text("SELECT id FROM documents WHERE knowledge_base_id = :kb "
+                                   "AND (original_name = :name OR id = :id)"), params).scalars().all()
+    with term_stats.tracking(conn, kb.id, doc_ids):  # BM25 statistics follow what is searchable, same transaction
+        changed = conn.execute(
+            sa.text(f"UPDATE documents SET {', '.join(sets)}, updated_at = now() WHERE id = ANY(:ids)"),
+            {**params, "ids": doc_ids},
+        ).rowcount
     if not changed:
         raise KnowledgeBaseError(f"no document {document!r} in knowledge base {kb.name!r}")
     return changed

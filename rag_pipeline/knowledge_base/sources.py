@@ -1,13 +1,39 @@
-"""Reading source documents from a folder: ``.md``, ``.txt``, ``.html`` and ``.jsonl`` (one document a line)."""
+"""Reading source documents from a folder: ``.md``, ``.txt``, ``.html`` and ``.jsonl`` (one document a line).
+
+Every file goes through the bounded reader (:mod:`rag_pipeline.storage.files`): a FIFO, a device or a symlink to
+one is refused, and one document's text may have at most ``RAG_MAX_DOCUMENT_BYTES`` bytes (a ``.jsonl`` line's
+``text`` as well); such a file fails the whole read, naming the file (and line) and the limit, so ingestion
+never starts. Control characters (C0 but tab/newline/CR, and DEL; NUL included) are removed from every text.
+A document with no text left, a symlink loop, a broken symlink and an unreadable file are *skipped*:
+:func:`read_folder` lists them in ``.skipped`` with the reason.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+from rag_pipeline.settings import get_settings
+from rag_pipeline.storage.files import (
+    FileReadError,
+    format_size,
+    open_regular,
+    read_bounded,
+    read_lines_bounded,
+)
+from rag_pipeline.storage.names import printable
+
 SUPPORTED_SUFFIXES = (".md", ".txt", ".html", ".htm", ".jsonl")
+# C0 controls except \t \n \r, and DEL: removed from every document text before chunking.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# A JSON string escapes a character in at most 6 bytes (\uXXXX): the longest line a document within the
+# limit can take, plus room for its id and title.
+_JSON_ESCAPE_FACTOR = 6
+_JSONL_LINE_SLACK = 1024 * 1024
+_SKIPPED_CODES = ("loop", "missing", "unreadable")
 
 
 class SourceError(ValueError):
@@ -21,6 +47,42 @@ class SourceDocument:
     text: str
 
 
+@dataclass(frozen=True)
+class SkippedSource:
+    """A file (or ``file.jsonl#id``) :func:`read_folder` did not turn into a document, and why."""
+
+    name: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"skipped {printable(self.name)}: {self.reason}"
+
+
+class FolderDocuments(list):
+    """The documents of a folder (a plain list of :class:`SourceDocument`) plus ``skipped``: the
+    :class:`SkippedSource` entries, for the ingestion's warnings."""
+
+    def __init__(self, docs=(), skipped=()):
+        super().__init__(docs)
+        self.skipped: list[SkippedSource] = list(skipped)
+
+    def warnings(self, limit: int = 20) -> list[str]:
+        """One line per skipped file (at most ``limit``, then a count)."""
+        lines = [str(s) for s in self.skipped[:limit]]
+        if len(self.skipped) > limit:
+            lines.append(f"... and {len(self.skipped) - limit} more skipped file(s)")
+        return lines
+
+
+def clean_text(text: str) -> str:
+    """``text`` without control characters (NUL and other C0 except tab, newline, CR; DEL)."""
+    return _CONTROL.sub("", text)
+
+
+def max_document_bytes() -> int:
+    return get_settings().max_document_bytes
+
+
 class _TextExtractor(HTMLParser):
     _BLOCK = {"p", "div", "br", "li", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "section", "article", "pre"}
     _SKIP = {"script", "style", "head"}
@@ -32,7 +94,7 @@ class _TextExtractor(HTMLParser):
         self._skip = 0
         self._in_title = False
 
-    def handle_starttag(self, tag, attrs):  # noqa: ANN001, ARG002
+    def handle_starttag(self, tag, attrs):
         if tag in self._SKIP:
             self._skip += 1
         if tag == "title":
@@ -40,7 +102,7 @@ class _TextExtractor(HTMLParser):
         if tag in self._BLOCK:
             self.parts.append("\f")
 
-    def handle_endtag(self, tag):  # noqa: ANN001
+    def handle_endtag(self, tag):
         if tag in self._SKIP and self._skip:
             self._skip -= 1
         if tag == "title":
@@ -48,7 +110,7 @@ class _TextExtractor(HTMLParser):
         if tag in self._BLOCK:
             self.parts.append("\f")
 
-    def handle_data(self, data):  # noqa: ANN001
+    def handle_data(self, data):
         if self._in_title:
             self.title = (self.title or "") + data.strip()
         elif not self._skip:
@@ -58,60 +120,109 @@ class _TextExtractor(HTMLParser):
 def html_to_text(html: str) -> tuple[str | None, str]:
     """Visible text of an HTML page (whitespace folded, one paragraph per block element) and its <title>."""
     parser = _TextExtractor()
-    parser.feed(html)
+    parser.feed(clean_text(html))
+    parser.close()  # text after an unclosed tag is kept, not dropped with the incomplete tag
     blocks = (" ".join(block.split()) for block in "".join(parser.parts).split("\f"))
     text = "\n\n".join(block for block in blocks if block)
     return parser.title, text
 
 
-def _read_text(path: Path) -> str:
+def _decode(raw: bytes, path: Path, offset: int = 0) -> str:
     try:
-        return path.read_text(encoding="utf-8-sig")
+        return raw.decode("utf-8-sig" if offset == 0 else "utf-8")
     except UnicodeDecodeError as exc:
-        raise SourceError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        bom = 3 if offset == 0 and raw.startswith(b"\xef\xbb\xbf") else 0
+        raise SourceError(f"{printable(path)}: not UTF-8 text ({exc.reason} at byte {offset + bom + exc.start})") from None
 
 
-def _jsonl_documents(path: Path, rel: str) -> list[SourceDocument]:
+def _read_text(path: Path, limit: int) -> str:
+    return _decode(read_bounded(path, limit, what="the document"), path)
+
+
+def _jsonl_documents(path: Path, rel: str, limit: int, skipped: list[SkippedSource]) -> list[SourceDocument]:
     docs = []
     seen: dict[str, int] = {}
-    for lineno, line in enumerate(_read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SourceError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-        doc_id = obj.get("id", obj.get("_id")) if isinstance(obj, dict) else None
-        text = obj.get("text") if isinstance(obj, dict) else None
-        if doc_id is None or not isinstance(text, str):
-            raise SourceError(f"{path}:{lineno}: each line needs an 'id' (or '_id') and a string 'text'")
-        if str(doc_id) in seen:
-            raise SourceError(f"{path}:{lineno}: duplicate id {doc_id!r} (first on line {seen[str(doc_id)]})")
-        seen[str(doc_id)] = lineno
-        title = obj.get("title") or None
-        body = f"{title}\n\n{text}" if title else text
-        docs.append(SourceDocument(f"{rel}#{doc_id}", title, body))
+    max_line = limit * _JSON_ESCAPE_FACTOR + _JSONL_LINE_SLACK
+    with open_regular(path) as handle:
+        for lineno, offset, raw in read_lines_bounded(handle, path, max_line, what="the line"):
+            line = _decode(raw, path, offset)
+            if lineno == 1:
+                line = line.removeprefix("\ufeff")
+            if not line.strip():
+                continue
+            doc = _jsonl_document(path, rel, lineno, line, seen, limit)
+            if doc.text.strip():
+                docs.append(doc)
+            else:
+                skipped.append(SkippedSource(doc.original_name, "no text (empty, whitespace or control characters "
+                                                                "only)"))
     return docs
 
 
-def read_folder(folder: str | Path) -> list[SourceDocument]:
-    """Every supported document below ``folder``, sorted by name (deterministic)."""
+def _jsonl_document(path: Path, rel: str, lineno: int, line: str, seen: dict[str, int],
+                    limit: int) -> SourceDocument:
+    where = f"{printable(path)}:{lineno}"
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise SourceError(f"{where}: invalid JSON ({exc.msg})") from None
+    doc_id = obj.get("id", obj.get("_id")) if isinstance(obj, dict) else None
+    text = obj.get("text") if isinstance(obj, dict) else None
+    if doc_id is None or not isinstance(text, str):
+        raise SourceError(f"{where}: each line needs an 'id' (or '_id') and a string 'text'")
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise SourceError(f"{where}: the 'text' of document {printable(repr(str(doc_id)))} is {size / 1024 / 1024:.1f} "
+                          f"MB; the limit is {format_size(limit)} (RAG_MAX_DOCUMENT_BYTES)")
+    if str(doc_id) in seen:
+        raise SourceError(f"{where}: duplicate id {printable(repr(doc_id))} (first on line {seen[str(doc_id)]})")
+    seen[str(doc_id)] = lineno
+    title = obj.get("title") or None
+    title = (clean_text(title) or None) if isinstance(title, str) else title
+    text = clean_text(text)
+    body = f"{title}\n\n{text}" if title else text
+    return SourceDocument(f"{rel}#{doc_id}", title, body)
+
+
+def read_folder(folder: str | Path) -> FolderDocuments:
+    """Every supported document below ``folder``, sorted by name (deterministic); ``.skipped`` lists the
+    files that gave no document (no text, symlink loop, broken symlink, unreadable) with the reason.
+
+    A FIFO/device/socket, a document over ``RAG_MAX_DOCUMENT_BYTES``, non-UTF-8 text or a bad ``.jsonl``
+    line is a :class:`SourceError` naming the file: nothing is returned, so nothing is ingested."""
     root = Path(folder)
     if not root.is_dir():
-        raise SourceError(f"{root}: not a folder")
+        raise SourceError(f"{printable(root)}: not a folder")
+    limit = max_document_bytes()
     docs: list[SourceDocument] = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        rel = path.relative_to(root).as_posix()
+    skipped: list[SkippedSource] = []
+    for path in sorted(root.rglob("*")):
         suffix = path.suffix.lower()
-        if suffix not in SUPPORTED_SUFFIXES:
+        if suffix not in SUPPORTED_SUFFIXES or path.is_dir():
             continue
-        if suffix == ".jsonl":
-            docs.extend(_jsonl_documents(path, rel))
-        elif suffix in (".html", ".htm"):
-            title, text = html_to_text(_read_text(path))
-            docs.append(SourceDocument(rel, title, text))
+        rel = path.relative_to(root).as_posix()
+        try:
+            if suffix == ".jsonl":
+                docs.extend(_jsonl_documents(path, rel, limit, skipped))
+                continue
+            raw_text = _read_text(path, limit)
+        except FileReadError as exc:
+            if exc.code in _SKIPPED_CODES:  # a symlink loop, a broken symlink, no permission: listed, not fatal
+                skipped.append(SkippedSource(rel, exc.reason))
+                continue
+            limit_hint = " (RAG_MAX_DOCUMENT_BYTES)" if exc.code == "too_large" else ""
+            raise SourceError(f"{exc}{limit_hint}") from None
+        if suffix in (".html", ".htm"):
+            title, text = html_to_text(raw_text)
+            doc = SourceDocument(rel, (clean_text(title) or None) if title else None, clean_text(text))
         else:
-            docs.append(SourceDocument(rel, None, _read_text(path)))
+            doc = SourceDocument(rel, None, clean_text(raw_text))
+        if doc.text.strip():
+            docs.append(doc)
+        else:
+            skipped.append(SkippedSource(rel, "no text (empty, whitespace or control characters only)"))
     if not docs:
-        raise SourceError(f"{root}: no {', '.join(SUPPORTED_SUFFIXES)} documents found")
-    return docs
+        detail = f" with text ({'; '.join(str(s) for s in skipped[:5])})" if skipped else ""
+        raise SourceError(f"{printable(root)}: no {', '.join(SUPPORTED_SUFFIXES)} documents found{detail}")
+    return FolderDocuments(docs, skipped)
+

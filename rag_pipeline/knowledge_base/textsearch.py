@@ -9,7 +9,8 @@ Modes (a knowledge-base setting, used by ingestion *and* by queries — the same
   which the seed lists as a known weakness.
 
 A question becomes an OR-query over its lexemes (built in SQL by :data:`OR_TSQUERY_SQL`, parameterised,
-so operators such as ``& | ! ( ) : * <->`` in a question are searched as text, never parsed).
+so operators such as ``& | ! ( ) : * <->`` in a question are searched as text, never parsed), at most
+:data:`MAX_QUERY_TERMS` distinct lexemes (the first ones in question order).
 """
 
 from __future__ import annotations
@@ -112,9 +113,34 @@ def text_mode_warning(knowledge_base: str, mode: str, texts: Sequence[str]) -> s
     return None
 
 
-# Builds an OR tsquery from the lexemes of ``to_tsvector(:cfg, :qtext)``; NULL when the question has none.
-# Each lexeme is quoted ('' for ', \\ for \) so nothing in it is read as a tsquery operator.
+# The keyword leg of one question uses at most this many distinct lexemes: the first ones in question order
+# (position of each lexeme's first occurrence; Postgres caps positions at 16383, ties then go by the
+# tsvector's own lexeme order). Deterministic, and the same for ts_rank_cd and BM25. A normal question has
+# far fewer, so its query is unchanged; a hostile 10,000-character question no longer ORs ~1,500 terms
+# (each one a scan of its postings).
+MAX_QUERY_TERMS = 64
+
+# The query lexemes of ``to_tsvector(:cfg, :qtext)``: rows ``(lexeme, i)``, ``i`` the lexeme's index in the
+# tsvector (its sort order), at most MAX_QUERY_TERMS of them. Written out (no splicing) in
+# :data:`OR_TSQUERY_SQL` and in the BM25 leg (:mod:`rag_pipeline.retrieval.bm25_sql`, with ``q.query_text``
+# for ``:qtext``); rag_pipeline_tests/retrieval/test_query_limits.py keeps the three copies and the limit equal.
+QUERY_LEXEMES_SQL = """(
+    SELECT u.lexeme, u.i
+    FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :qtext)) WITH ORDINALITY AS u(lexeme, positions, weights, i)
+    ORDER BY u.positions[1], u.i
+    LIMIT 64
+)"""
+
+# Builds an OR tsquery from the query lexemes (:data:`QUERY_LEXEMES_SQL`) in the tsvector's lexeme order: for
+# a question of at most MAX_QUERY_TERMS lexemes exactly the tsquery of all of them. NULL when the question has
+# none. Each lexeme is quoted ('' for ', \\ for \) so nothing in it is read as a tsquery operator.
 OR_TSQUERY_SQL = """(
-  SELECT string_agg('''' || replace(replace(lex, '\\', '\\\\'), '''', '''''') || '''', ' | ')::tsquery
-  FROM unnest(tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :qtext))) AS lex
+  SELECT string_agg('''' || replace(replace(ql.lexeme, '\\', '\\\\'), '''', '''''') || '''', ' | '
+                    ORDER BY ql.i)::tsquery
+  FROM (
+    SELECT u.lexeme, u.i
+    FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :qtext)) WITH ORDINALITY AS u(lexeme, positions, weights, i)
+    ORDER BY u.positions[1], u.i
+    LIMIT 64
+) AS ql
 )"""

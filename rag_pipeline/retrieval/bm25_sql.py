@@ -19,12 +19,15 @@ Choices, documented:
 - Query terms are the lexemes of ``to_tsvector(regconfig, question)`` — the same parser, stemmer and
   stop words as the chunks — and they are **deduplicated** (a tsvector holds each lexeme once), so a
   word repeated in the question counts once (Lucene's BooleanQuery counts it twice; for short questions
-  the difference is negligible, and it makes the score independent of phrasing repetitions).
+  the difference is negligible, and it makes the score independent of phrasing repetitions). At most
+  ``textsearch.MAX_QUERY_TERMS`` (64) of them: the first distinct lexemes in question order, exactly as the
+  ts_rank_cd leg (:data:`rag_pipeline.knowledge_base.textsearch.QUERY_LEXEMES_SQL`).
 - The ``(k1 + 1)`` factor is kept (classic BM25; Lucene >= 8 drops this constant factor, which does
   not change any ranking; ``bm25s`` ``method="lucene"`` scores are ours divided by ``k1 + 1``).
-- N, df and avgdl describe every *current* chunk of the KB, including chunks of documents that are
-  unpublished / not ready / deleted but not re-ingested yet; those chunks are filtered out of the
-  results, not out of the statistics (they are refreshed at the next ingestion).
+- N, df and avgdl describe exactly the *searchable* chunks of the KB (current chunks of READY, PUBLISHED,
+  not deleted documents), kept equal to them after every ingestion and every lifecycle change
+  (:mod:`rag_pipeline.knowledge_base.term_stats`), so the same searchable corpus scores the same whatever its
+  history.
 - Postgres keeps at most 256 positions per lexeme in a tsvector, so tf saturates at 256 (irrelevant
   for chunks of normal size).
 - The sum over terms is an ordered aggregate (``ORDER BY lexeme``) so the float result does not depend
@@ -49,7 +52,12 @@ WITH query_terms AS MATERIALIZED (
             FROM knowledge_base_term_stats s
             WHERE s.knowledge_base_id = :kb AND s.lexeme = t.lexeme) AS df
     FROM unnest(CAST(:query_texts AS text[])) WITH ORDINALITY AS q(query_text, ord)
-    CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), q.query_text))) AS t(lexeme)
+    CROSS JOIN LATERAL (  -- textsearch.QUERY_LEXEMES_SQL: at most MAX_QUERY_TERMS, as the ts_rank_cd leg
+    SELECT u.lexeme, u.i
+    FROM unnest(to_tsvector(CAST(:cfg AS regconfig), q.query_text)) WITH ORDINALITY AS u(lexeme, positions, weights, i)
+    ORDER BY u.positions[1], u.i
+    LIMIT 64
+) AS t
 ),
 kb AS (
     SELECT CAST(chunk_count AS float8) AS n, avg_chunk_length AS avgdl

@@ -17,6 +17,9 @@ For one knowledge base, a :class:`~rag_pipeline.retrieval.strategies.Strategy` a
    strategy's normalisation, or RRF), ordered by :func:`fusion.order` — ``final desc, vector desc
    (missing last), chunk id asc`` — and ranked 1..n. ``selected = candidates[:limit]``.
 
+Hostile questions: the keyword leg uses at most ``textsearch.MAX_QUERY_TERMS`` (64) distinct lexemes, the
+first ones in question order, and every statement runs under ``RAG_STATEMENT_TIMEOUT_S`` (default 60 s).
+
 Searchable = seed ``base_filters``: chunk of that KB, current, document READY, PUBLISHED, not deleted.
 Scores in a candidate are the *raw* leg scores; normalisation only shapes ``final_score``. Within a leg,
 equal scores are ranked by chunk id. ``rerank_score`` is always ``None`` (no reranker yet; the slot is
@@ -43,6 +46,7 @@ from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace  # noqa: F401 - API
+from rag_pipeline.settings import get_settings
 
 
 def hybrid_search_with_trace(
@@ -67,7 +71,9 @@ def hybrid_search_batch(
     """Search many questions: one embedding call and one SQL statement per enabled leg for the batch.
 
     ``conn`` must be in a transaction (SQLAlchemy's default, not AUTOCOMMIT): the HNSW settings are
-    ``SET LOCAL`` (``set_config(..., true)``) and last until that transaction ends.
+    ``SET LOCAL`` (``set_config(..., true)``) and last until that transaction ends, and so does the
+    statement timeout (``RAG_STATEMENT_TIMEOUT_S``): a statement running longer raises
+    :class:`StatementTimeout` (a :class:`RetrievalError`).
 
     ``limits`` (one per question) default to ``strategy.final_top_k``; ``query_vectors``
     (``len(queries) × dimension``, unit length) skip the embedding call. ``targets`` (one list of chunk ids
@@ -86,8 +92,14 @@ def hybrid_search_batch(
         raise RetrievalError(f"no knowledge base with id {knowledge_base_id}")
     if targets is not None and len(targets) != len(queries):
         raise ValueError(f"got {len(targets)} target lists for {len(queries)} questions")
-    vector_hits = _vector_leg(conn, kb, queries, strategy, query_vectors)
-    keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, targets)
+    set_statement_timeout(conn)
+    try:
+        vector_hits = _vector_leg(conn, kb, queries, strategy, query_vectors)
+        keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, targets)
+    except sa.exc.OperationalError as exc:
+        if is_statement_timeout(exc):
+            raise StatementTimeout(statement_timeout_message()) from None
+        raise
     traces = [
         fuse_pool(question, vector_hits[i], keyword_hits[i], strategy, limits[i])
         for i, question in enumerate(queries)
@@ -95,6 +107,33 @@ def hybrid_search_batch(
     for trace, found in zip(traces, keyword_targets, strict=True):
         trace.keyword_targets.update(found)
     return traces
+
+
+class StatementTimeout(RetrievalError):
+    """A retrieval statement ran longer than ``RAG_STATEMENT_TIMEOUT_S`` (a hostile or huge question)."""
+
+
+# Transaction-local (``set_config(..., true)`` is ``SET LOCAL``): lasts until the caller's transaction ends, so
+# the statements that follow in it (an evaluation's miss diagnosis) run under the same bound.
+STATEMENT_TIMEOUT_SQL = "SELECT set_config('statement_timeout', :timeout, true)"
+
+
+def set_statement_timeout(conn: sa.Connection) -> None:
+    """Bound every following statement of ``conn``'s transaction by ``RAG_STATEMENT_TIMEOUT_S``."""
+    milliseconds = max(1, round(get_settings().statement_timeout_s * 1000))
+    conn.execute(sa.text(STATEMENT_TIMEOUT_SQL), {"timeout": f"{milliseconds}ms"})
+
+
+def is_statement_timeout(exc: BaseException) -> bool:
+    """``exc`` is PostgreSQL cancelling a statement for ``statement_timeout`` (SQLSTATE 57014, not a user's
+    cancel request)."""
+    orig = getattr(exc, "orig", exc)
+    return getattr(orig, "sqlstate", None) == "57014" and "user request" not in str(orig)
+
+
+def statement_timeout_message() -> str:
+    return (f"retrieval took longer than {get_settings().statement_timeout_s:g} s (RAG_STATEMENT_TIMEOUT_S); "
+            "shorten the question or raise RAG_STATEMENT_TIMEOUT_S")
 
 
 def _check_limits(limits: Sequence[int] | None, n: int, default: int) -> list[int]:

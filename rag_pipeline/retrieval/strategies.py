@@ -42,6 +42,15 @@ from pydantic import (
 from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
 from rag_pipeline.retrieval.fusion import NORMALIZATIONS
 from rag_pipeline.settings import get_settings
+from rag_pipeline.storage.files import FileReadError, read_bounded
+from rag_pipeline.storage.names import (
+    STRATEGY_VERSION,
+    InvalidNameError,
+    check_name,
+    name_rule,
+    printable,
+    show_name,
+)
 
 STRATEGIES_FILE_ENV = "RAG_STRATEGIES_FILE"
 PACKAGED_STRATEGIES_FILE = Path(__file__).resolve().parent / "strategies.yaml"
@@ -50,6 +59,7 @@ TEXT_SEARCH_MODES = ("kb", "simple", "english", "chinese")
 KEYWORD_SCORERS = ("ts_rank_cd", "bm25")
 FUSIONS = ("weighted", "rrf")
 MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
+MAX_STRATEGIES_FILE_BYTES = 1024 * 1024  # a strategies file is read through the bounded reader
 
 _IDENTITY_FIELDS = ("version", "description")
 _CHOICES = {"embedding_model": EMBEDDING_MODELS, "text_search": TEXT_SEARCH_MODES,
@@ -78,7 +88,7 @@ class Strategy(BaseModel):
 
     model_config = ConfigDict(strict=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
-    version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    version: str
     description: str = ""
     embedding_model: str = "use-multilingual-v3"
     text_search: str = "kb"
@@ -105,6 +115,16 @@ class Strategy(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise StrategyError(_describe(data.get("version"), exc)) from None
+
+    @field_validator("version")
+    @classmethod
+    def _valid_version(cls, value: str) -> str:
+        """The shared name rule (:func:`rag_pipeline.storage.names.check_name`)."""
+        try:
+            return check_name(STRATEGY_VERSION, value)
+        except InvalidNameError as exc:
+            raise ValueError(f"{show_name(value)} is not a valid strategy version: {exc.reason}; "
+                             f"{name_rule(STRATEGY_VERSION)}") from None
 
     @field_validator(*_CHOICES)
     @classmethod
@@ -159,7 +179,6 @@ _PROBLEMS = {
     "int_type": "must be an integer, got {input!r}",
     "float_type": "must be a number, got {input!r}",
     "finite_number": "must be finite, got {input!r}",
-    "string_pattern_mismatch": "must be non-empty letters, digits, '.', '_' or '-'",
 }
 
 
@@ -242,10 +261,13 @@ def registry_path(path: str | Path | None = None) -> Path:
 def load_registry(path: str | Path | None = None) -> dict[str, Strategy]:
     """Load and validate the strategy registry; see :func:`registry_path` for the file chosen."""
     resolved = registry_path(path)
-    try:
-        data = yaml.safe_load(resolved.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise StrategyError(f"cannot read strategies file {resolved}: {exc}") from exc
+    try:  # a FIFO or device is refused, at most 1 MB is read
+        data = yaml.safe_load(read_bounded(resolved, MAX_STRATEGIES_FILE_BYTES, what="the file").decode("utf-8"))
+    except FileReadError as exc:
+        raise StrategyError(f"cannot read strategies file {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise StrategyError(f"strategies file {printable(resolved)} is not UTF-8 text ({exc.reason} at byte "
+                            f"{exc.start})") from None
     except yaml.YAMLError as exc:
         raise StrategyError(f"invalid YAML in strategies file {resolved}: {exc}") from exc
     return parse_registry(data, source=str(resolved))

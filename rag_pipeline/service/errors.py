@@ -22,6 +22,8 @@ from rag_pipeline.retrieval.strategies import StrategyError
 from rag_pipeline.retrieval.strategy_store import StrategyConflictError
 from rag_pipeline.settings import SettingsError
 from rag_pipeline.storage.engine import DatabaseUnreachableError
+from rag_pipeline.storage.files import FileReadError
+from rag_pipeline.storage.names import InvalidNameError
 from rag_pipeline.storage.urls import DatabaseError
 
 
@@ -37,7 +39,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     LabelsRefused,
     SettingsError, DatabaseError, SourceError, TextSearchError, EmbeddingError, KnowledgeBaseError,
     DatasetError, StrategyError, StrategyConflictError, RetrievalError, RunNotFoundError, ComparisonError,
-    TuneError,
+    TuneError, InvalidNameError, FileReadError,
 )
 """Errors whose message tells the user what to fix: bad input, unknown names, configuration."""
 

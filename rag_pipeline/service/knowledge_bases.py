@@ -11,8 +11,13 @@ import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base import beir, lifecycle
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
-from rag_pipeline.knowledge_base.ingestion import IngestionResult, Progress, ingest_documents
+from rag_pipeline.knowledge_base.ingestion import (
+    IngestionResult,
+    Progress,
+    ingest_documents,
+)
 from rag_pipeline.knowledge_base.sources import read_folder
+from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
 
 DEFAULT_CHUNK_SIZE = 500
 DEFAULT_CHUNK_OVERLAP = 80
@@ -23,10 +28,15 @@ def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_s
            models: Sequence[str] = (DEFAULT_MODEL,), progress: Progress | None = None) -> IngestionResult:
     """Bring knowledge base ``knowledge_base`` in line with the documents of ``folder`` (created if new).
 
-    ``chunk_size`` 0 keeps each document one chunk. Re-ingesting an unchanged folder changes nothing."""
+    ``chunk_size`` 0 keeps each document one chunk. Re-ingesting an unchanged folder changes nothing.
+    The name is checked and the whole folder read (bounded) before anything is written; the files
+    :func:`read_folder` skipped (no text, symlink loop, unreadable) are listed in the result's warnings."""
+    check_name(KNOWLEDGE_BASE, knowledge_base)
     docs = read_folder(folder)
-    return ingest_documents(engine, docs, knowledge_base, text_search=text_search, chunk_size=chunk_size or None,
-                            chunk_overlap=chunk_overlap, models=models, progress=progress)
+    result = ingest_documents(engine, docs, knowledge_base, text_search=text_search, chunk_size=chunk_size or None,
+                              chunk_overlap=chunk_overlap, models=models, progress=progress)
+    result.warnings.extend(docs.warnings())
+    return result
 
 
 BEIR_REPORT_KEYS = ("grades", "skipped_queries", "skipped_documents", "dropped_labels", "zero_grades_omitted")
@@ -65,7 +75,9 @@ def import_beir(engine: sa.Engine, folder: str | Path, knowledge_base: str, data
     Documents without text and queries that cannot become a valid case are skipped and listed (with every
     judgement of a skipped document) in the file's top-level ``metadata`` and in the result; the file has no
     ``name`` field (a dataset is named by its file stem). Every check runs before the ingestion."""
+    check_name(KNOWLEDGE_BASE, knowledge_base)
     out = Path(dataset_out)
+    check_name(DATASET, out.stem)  # the dataset written is named by its file stem
     plan = beir.plan_import(folder, knowledge_base, split=split, k=k)
     out.parent.mkdir(parents=True, exist_ok=True)  # an unwritable destination fails before the ingestion
     result = beir.ingest_plan(engine, plan, knowledge_base, models=models, text_search=text_search, progress=progress)

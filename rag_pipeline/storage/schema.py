@@ -162,7 +162,8 @@ class ChunkTerm(Base):
 
 
 class KnowledgeBaseTermStat(Base):
-    """BM25 document frequency of each lexeme over the current chunks of a knowledge base."""
+    """BM25 document frequency of each lexeme over the searchable chunks of a knowledge base (current chunks of
+    READY, PUBLISHED, not deleted documents; kept equal to them after every ingestion and lifecycle change)."""
 
     __tablename__ = "knowledge_base_term_stats"
     knowledge_base_id: Mapped[uuid.UUID] = mapped_column(

@@ -230,5 +230,9 @@ def test_cli_tune_text(world, capsys):
     for text in ("cross-validated ndcg_at_k", "95% CI", "gain (CV vs own fusion)", "recall ceiling",
                  "fold 3:", "top 5 configurations", f"  - version: {POOL_STRATEGY}-tuned-ndcg_at_k"):
         assert text in out, text
-    assert main(["tune", "--dataset", dataset.name, "--metric", "recall_at_k", "--folds", "1"]) == 2
-    assert "--folds must be between 2" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:  # the parser refuses it (bounded flag), exit 2
+        main(["tune", "--dataset", dataset.name, "--metric", "recall_at_k", "--folds", "1"])
+    assert exited.value.code == 2
+    assert "argument --folds: expected an integer between 2 and 1000000, got 1" in capsys.readouterr().err
+    assert main(["tune", "--dataset", dataset.name, "--folds", "999"]) == 2, "more folds than cases"
+    assert "--folds must be between 2 and the number of cases" in capsys.readouterr().err

@@ -213,3 +213,15 @@ def test_asset_graph_snapshot():
     if os.environ.get("RAG_UPDATE_SNAPSHOTS") == "1":
         SNAPSHOT.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
     assert current == json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+
+
+def test_sensor_skips_fifos_and_dangling_links_without_blocking(datasets):
+    """A FIFO named like a dataset would block a plain open(); the sensor skips it (and a dangling link)."""
+    instance = dg.DagsterInstance.ephemeral()
+    os.mkfifo(datasets / "pipe.json")
+    (datasets / "dangling.json").symlink_to(datasets / "nowhere.json")
+    (datasets / "good.json").write_text('{"knowledge_base": "kb", "cases": []}', encoding="utf-8")
+    _, result = _sensor(instance)
+    assert isinstance(result, dg.SensorResult)
+    assert set(json.loads(result.cursor)) == {"good"}
+    assert {r.partition_key.split("|")[0] for r in result.run_requests} == {"good"}

@@ -24,6 +24,8 @@ EXPECTED: dict[str, list[tuple]] = {
     "invalid_json_unclosed.json": [(None, None, None, "invalid JSON at line 12")],
     "invalid_json_single_quotes.json": [(None, None, None, "invalid JSON at line 1, column 3")],
     "empty.json": [(None, None, None, "file is empty")],
+    "raw_nul_in_string.json": [(None, None, None, "a raw control character U+0000 inside a string; write it escaped")],
+    "k_5001_digits.json": [(None, None, None, "a number has more than 4300 digits")],
     "whitespace_only.json": [(None, None, None, "file is empty")],
     "bom_with_bad_k.json": [(0, "c1", "k", "must be between 1 and 1000, got 0")],
     "latin1_bytes.json": [(None, None, None, "not valid UTF-8: byte 0xe9")],

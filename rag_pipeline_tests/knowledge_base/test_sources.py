@@ -113,3 +113,39 @@ def test_bad_jsonl_lines(tmp_path: Path, line: str, match: str) -> None:
     write(tmp_path / "bad.jsonl", '{"id": "1", "text": "fine"}\n' + line + "\n")
     with pytest.raises(SourceError, match=match):
         read_folder(tmp_path)
+
+
+def test_control_characters_are_removed_and_empty_documents_skipped(tmp_path: Path) -> None:
+    write(tmp_path / "ctrl.md", "a\x00b\x01c\x1b[0m\x7fd\te\r\nf\x0cg")
+    (tmp_path / "nul.md").write_bytes(b"\x00" * 100)
+    write(tmp_path / "empty.txt", "")
+    write(tmp_path / "blank.html", "<html><head><title>Only a title</title></head><body> </body></html>")
+    write(tmp_path / "docs.jsonl", json.dumps({"id": "x", "text": "\x00\x02"}) + "\n"
+          + json.dumps({"id": "t", "title": "Ti\x00tle", "text": ""}) + "\n")
+    docs = read_folder(tmp_path)
+    assert isinstance(docs, list), "still a list of SourceDocument for every caller"
+    assert [(d.original_name, d.title, d.text) for d in docs] == [
+        ("ctrl.md", None, "abc[0md\te\r\nfg"), ("docs.jsonl#t", "Title", "Title\n\n")]
+    assert [(s.name, s.reason.split(" (")[0]) for s in docs.skipped] == [
+        ("blank.html", "no text"), ("docs.jsonl#x", "no text"), ("empty.txt", "no text"), ("nul.md", "no text")]
+    assert docs.warnings()[0] == "skipped blank.html: no text (empty, whitespace or control characters only)"
+
+
+def test_only_skipped_files_is_an_error_listing_them(tmp_path: Path) -> None:
+    (tmp_path / "nul.md").write_bytes(b"\x00")
+    (tmp_path / "loop.md").symlink_to(tmp_path / "loop.md")
+    with pytest.raises(SourceError, match=r"no .* documents found with text \(skipped loop\.md: .*symlink loop"):
+        read_folder(tmp_path)
+
+
+def test_html_text_after_an_unclosed_tag_is_kept() -> None:
+    assert html_to_text("<p>Start <b unclosed and the rest") == (None, "Start <b unclosed and the rest")
+    assert html_to_text("<p>a < b and c</p>")[1] == "a < b and c"
+
+
+def test_jsonl_lines_are_split_on_newlines_only_and_keep_a_bom(tmp_path: Path) -> None:
+    text = "one\u2028two\x85three"
+    (tmp_path / "c.jsonl").write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": 1, "text": text}, ensure_ascii=False)
+                                       .encode("utf-8") + b"\r\n")
+    [doc] = read_folder(tmp_path)
+    assert (doc.original_name, doc.text) == ("c.jsonl#1", text)

@@ -53,3 +53,52 @@ def test_mask_secrets_masks_every_url_in_a_message() -> None:
 def test_mask_secrets_leaves_plain_text_and_passwordless_urls() -> None:
     msg = "no such table knowledge_bases on postgresql://rag@localhost/rag (password not needed)"
     assert mask_secrets(msg) == msg
+
+
+@pytest.mark.parametrize(
+    ("text", "secret", "masked"),
+    [
+        ("host=h user=alice password=S3cret dbname=rag", "S3cret", "host=h user=alice password=*** dbname=rag"),
+        ("host=h password='a b' dbname=rag", "a b", "host=h password=*** dbname=rag"),
+        ("host=h password='it\\'s a secret' dbname=rag", "secret", "host=h password=*** dbname=rag"),
+        ("host=h password = S3cret port=5432", "S3cret", "host=h password = *** port=5432"),
+        ("PASSWORD=S3cret host=h", "S3cret", "PASSWORD=*** host=h"),
+        ("PGPASSWORD=S3cret rag-pipeline runs", "S3cret", "PGPASSWORD=*** rag-pipeline runs"),
+        ('export APP_DB_PASSWORD="x y z"; next', "x y z", "export APP_DB_PASSWORD=***; next"),
+        ("password='never closed", "never closed", "password=***"),
+    ],
+)
+def test_mask_secrets_hides_libpq_and_environment_passwords(text: str, secret: str, masked: str) -> None:
+    out = mask_secrets(text)
+    assert out == masked
+    assert secret not in out
+
+
+def test_mask_url_hides_the_password_of_a_libpq_string() -> None:
+    assert mask_url("host=h user=alice password=S3cret dbname=rag") == "host=h user=alice password=*** dbname=rag"
+
+
+def test_mask_secrets_mixes_every_form_in_one_message() -> None:
+    msg = ("tried postgresql://rag:one@db1/rag, then host=db2 password='two 2' dbname=rag "
+           "with PGPASSWORD=three and postgres://u@h/d?password=four")
+    out = mask_secrets(msg)
+    for secret in ("one", "two 2", "three", "four"):
+        assert secret not in out
+    assert out == ("tried postgresql://rag:***@db1/rag, then host=db2 password=*** dbname=rag "
+                   "with PGPASSWORD=*** and postgres://u@h/d?password=***")
+
+
+def test_a_libpq_database_url_is_refused_with_the_password_masked(tmp_path) -> None:
+    """``RAG_DATABASE_URL`` must be a URL; a libpq key=value string is refused (exit 2) and never echoed."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "RAG_DATABASE_URL": "host=h user=alice password=S3cret dbname=rag"}
+    proc = subprocess.run([str(Path(sys.executable).parent / "rag-pipeline"), "runs"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "S3cret" not in proc.stderr + proc.stdout
+    assert proc.stderr.strip() == ("rag-pipeline: error: not a PostgreSQL URL: host=h user=alice password=*** "
+                                   "dbname=rag")

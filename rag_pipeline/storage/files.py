@@ -1,0 +1,136 @@
+"""The one bounded reader for user files: datasets, documents, strategy files.
+
+A user file must be a regular file (after following symlinks): a FIFO, a device (``/dev/zero``), a socket or a
+directory is refused before it is opened, so nothing can block or stream forever. The file is opened with
+``O_NONBLOCK`` (a file swapped for a FIFO between the check and the open cannot block) and checked again on
+the open descriptor, and at most ``limit + 1`` bytes are ever read, so a huge or growing file cannot exhaust
+memory. Errors are :class:`FileReadError` whose message names the file (control characters escaped) and the
+limit; callers turn them into their own error type.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import BinaryIO
+
+from rag_pipeline.storage.names import printable
+
+MB = 1024 * 1024
+_CHUNK = 1024 * 1024
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+class FileReadError(ValueError):
+    """A user file that cannot be read: missing, unreadable, not a regular file, or over its limit.
+
+    ``path`` is the file, ``reason`` the problem without the file name, ``code`` one of ``missing``,
+    ``loop``, ``unreadable``, ``not_regular``, ``too_large``."""
+
+    def __init__(self, path: str | os.PathLike, reason: str, code: str):
+        self.path, self.reason, self.code = str(path), reason, code
+        super().__init__(f"{printable(self.path)}: {reason}")
+
+
+def format_size(n: int) -> str:
+    """``50 MB``, ``512 kB``, ``1000 bytes``: a limit as people write it."""
+    if n >= MB and n % MB == 0:
+        return f"{n // MB} MB"
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n // 1024} kB"
+    return f"{n:,} bytes"
+
+
+def _too_large(path: str | os.PathLike, size: int | None, limit: int, what: str) -> FileReadError:
+    have = f"{size / MB:.1f} MB" if size is not None and size >= MB else (
+        f"{size:,} bytes" if size is not None else "more")
+    return FileReadError(path, f"{what} is {have}; the limit is {format_size(limit)}", "too_large")
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def check_regular(path: str | os.PathLike) -> os.stat_result:
+    """``os.stat`` of ``path`` (symlinks followed) if it is a regular file, else :class:`FileReadError`."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FileReadError(path, "cannot read the file: symlink loop (too many levels of symbolic links)",
+                                "loop") from None
+        if exc.errno == errno.ENOENT:
+            broken = os.path.islink(path)
+            raise FileReadError(path, "cannot read the file: " + (
+                "broken symlink (its target does not exist)" if broken else "no such file"), "missing") from None
+        raise FileReadError(path, f"cannot read the file: {exc.strerror or exc}", "unreadable") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise FileReadError(path, f"not a regular file: it is {_kind(st.st_mode)}", "not_regular")
+    return st
+
+
+@contextmanager
+def open_regular(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """Open a regular file for binary reading (see the module docstring); refuses anything else."""
+    check_regular(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise FileReadError(path, f"cannot read the file: {exc.strerror or exc}", "unreadable") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # replaced between the check and the open
+            raise FileReadError(path, f"not a regular file: it is {_kind(mode)}", "not_regular")
+        handle = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with handle:
+        yield handle
+
+
+def read_bounded(path: str | os.PathLike, limit: int, *, what: str = "the file") -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them (more: :class:`FileReadError` naming
+    the limit). Never reads more than ``limit + 1`` bytes, whatever the file claims or becomes."""
+    st = check_regular(path)
+    if st.st_size > limit:
+        raise _too_large(path, st.st_size, limit, what)
+    with open_regular(path) as handle:
+        parts, total = [], 0
+        try:
+            while total <= limit:
+                part = handle.read(min(_CHUNK, limit + 1 - total))
+                if not part:
+                    break
+                parts.append(part)
+                total += len(part)
+        except OSError as exc:
+            raise FileReadError(path, f"cannot read the file: {exc.strerror or exc}", "unreadable") from None
+    if total > limit:
+        raise _too_large(path, None, limit, what)
+    return b"".join(parts)
+
+
+def read_lines_bounded(handle: BinaryIO, path: str | os.PathLike, max_line: int,
+                       *, what: str = "a line") -> Iterator[tuple[int, int, bytes]]:
+    """``(line number, byte offset, line)`` of an :func:`open_regular` handle, each line at most ``max_line``
+    bytes (longer: :class:`FileReadError` naming the file, the line and the limit). Never holds more than one
+    line of ``max_line + 1`` bytes."""
+    lineno, offset = 0, 0
+    while True:
+        try:
+            line = handle.readline(max_line + 1)
+        except OSError as exc:
+            raise FileReadError(path, f"cannot read the file: {exc.strerror or exc}", "unreadable") from None
+        if not line:
+            return
+        lineno += 1
+        if len(line) > max_line and not (len(line) == max_line + 1 and line.endswith(b"\n")):
+            raise FileReadError(f"{path}:{lineno}", f"{what} is longer than {format_size(max_line)}", "too_large")
+        yield lineno, offset, line
+        offset += len(line)

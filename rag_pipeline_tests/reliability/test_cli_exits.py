@@ -1,0 +1,194 @@
+"""Odd ways for a ``rag-pipeline`` command to end: SIGTERM mid-run (the run is failed at once, exit 143), a
+closed stdout (``| head``: exit 0, no ``Broken pipe``), numeric flags out of range (exit 2 before anything
+runs), an ``--output`` that cannot be written (exit 2 before the run), and the current marker of ``runs``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from rag_pipeline.cli import main
+from rag_pipeline.evaluation import runs
+from rag_pipeline_tests.eval_helpers import (
+    ingest_tiny_kb,
+    run_rows,
+    table_counts,
+    tiny_cases,
+    write_dataset,
+)
+from rag_pipeline_tests.reliability_helpers import (
+    admin,
+    blocked_writes,
+    wait_until,
+    waiting_on,
+)
+
+KB = "exits-tiny"
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def chunks(engine, tmp_path_factory):
+    return ingest_tiny_kb(engine, KB, tmp_path_factory.mktemp("exits_kb"))
+
+
+def _latest_run(engine, dataset: str):
+    with engine.connect() as conn:
+        rows = runs.list_runs(conn, dataset=dataset)
+    return rows[0] if rows else None
+
+
+# --- SIGTERM -------------------------------------------------------------------------------------------
+
+def test_sigterm_fails_the_running_run_at_once_and_exits_143(engine, chunks, tmp_path):
+    """The process is stopped mid-run (its first write waits on a lock); SIGTERM: the run row reads
+    ``failed`` as soon as the process has exited (not ``running`` for RAG_RUN_STALE_SECONDS), no result row
+    is kept, one line on stderr, exit 143."""
+    name = "exits-sigterm"
+    path = write_dataset(tmp_path / "ds.json", KB, tiny_cases(chunks), name=name)
+    app = f"rag-test-sigterm-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "PGAPPNAME": app, "RAG_RUN_STALE_SECONDS": "600"}
+    with blocked_writes("retrieval_evaluation_case_results") as lock, admin() as conn:
+        proc = subprocess.Popen([str(BIN / "rag-pipeline"), "evaluate", "--dataset", str(path), "--strategy",
+                                 "keyword-v1", "--quiet"], env=env, cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_until(lambda: proc.poll() is not None or any(r.application_name == app
+                                                              for r in waiting_on(conn, lock)),
+                       timeout=180, what="the CLI process to be mid-run")
+            assert proc.poll() is None, proc.stderr.read().decode()
+            run = _latest_run(engine, name)
+            assert run is not None and run.status == "running"
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)  # the lock is still held: ending must not need it
+            stderr = proc.stderr.read().decode()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.stderr.close()
+        with engine.connect() as c:
+            stored = c.execute(sa.text("SELECT status, error, is_current FROM retrieval_evaluation_runs "
+                                       "WHERE id = :id"), {"id": run.id}).one()
+    assert proc.returncode == 143, stderr
+    assert stderr.strip() == "rag-pipeline: terminated", stderr
+    assert stored.status == "failed" and not stored.is_current
+    assert stored.error.startswith("Terminated: terminated by signal SIGTERM"), stored.error
+    assert run_rows(engine, run.id) == (0, 0)
+
+
+def test_sigterm_handler_is_restored_after_an_in_process_command(engine, chunks, capsys):
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["runs", "--dataset", "no-such-dataset-exits"]) == 0
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+# --- closed stdout -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def stored_run(engine, chunks, tmp_path_factory) -> str:
+    path = write_dataset(tmp_path_factory.mktemp("exits_ds") / "ds.json", KB, tiny_cases(chunks),
+                         name="exits-pipe")
+    assert main(["evaluate", "--dataset", str(path), "--strategy", "keyword-v1", "--quiet"]) == 0
+    return str(_latest_run(engine, "exits-pipe").id)
+
+
+@pytest.mark.parametrize("command", [["show", "{run}", "--include-text"], ["runs"], ["runs", "--format", "json"]])
+def test_closed_stdout_ends_quietly_with_0(stored_run, tmp_path, command):
+    argv = [str(BIN / "rag-pipeline"), *(a.format(run=stored_run) for a in command)]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first byte is written: every write fails with EPIPE
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    assert err.decode() == ""
+
+
+def test_piped_into_head_exits_0(stored_run, tmp_path):
+    script = f"set -o pipefail; '{BIN / 'rag-pipeline'}' show {stored_run} --include-text | head -1"
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "{"
+    assert proc.stderr == ""
+
+
+# --- numeric flags -------------------------------------------------------------------------------------
+
+HUGE = "9" * 5001
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["runs", "--limit", "1e20"], "--limit"),
+        (["runs", "--limit", "100000000000000000000"], "--limit"),
+        (["runs", "--limit", "0"], "--limit"),
+        (["runs", "--limit", HUGE], "--limit"),
+        (["evaluate", "--dataset", "x.json", "--batch-size", "10001"], "--batch-size"),
+        (["evaluate", "--dataset", "x.json", "--batch-size", "-1"], "--batch-size"),
+        (["evaluate", "--dataset", "x.json", "--readers", "65"], "--readers"),
+        (["evaluate", "--dataset", "x.json", "--readers", "two"], "--readers"),
+        (["compare", "--dataset", "x", "--margin", "nan"], "--margin"),
+        (["compare", "--dataset", "x", "--margin", "inf"], "--margin"),
+        (["compare", "--dataset", "x", "--alpha", "0"], "--alpha"),
+        (["compare", "--dataset", "x", "--alpha", "1"], "--alpha"),
+        (["compare", "--dataset", "x", "--alpha", "1e999"], "--alpha"),
+        (["compare", "--dataset", "x", "--resamples", "1000001"], "--resamples"),
+        (["tune", "--dataset", "x", "--folds", "1"], "--folds"),
+        (["tune", "--dataset", "x", "--folds", HUGE], "--folds"),
+        (["tune", "--dataset", "x", "--top", "0"], "--top"),
+        (["tune", "--dataset", "x", "--resamples", "0"], "--resamples"),
+        (["tune", "--dataset", "x", "--seed", "-1"], "--seed"),
+        (["import-beir", "x", "--knowledge-base", "k", "--dataset-out", "o.json", "--k", "1001"], "--k"),
+        (["import-beir", "x", "--knowledge-base", "k", "--dataset-out", "o.json", "--k", HUGE], "--k"),
+        (["ingest", "x", "--knowledge-base", "k", "--chunk-size", HUGE], "--chunk-size"),
+        (["ingest", "x", "--knowledge-base", "k", "--chunk-overlap", "-5"], "--chunk-overlap"),
+    ],
+)
+def test_numeric_flags_out_of_range_are_usage_errors(argv, flag, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert f"error: argument {flag}: expected " in last, err
+    assert len(last) < 200, "the value is not echoed whole"
+    assert "Traceback" not in err
+
+
+# --- --output ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("output", ["{tmp}", "{tmp}/a-file.txt/report.json"])
+def test_unwritable_output_is_refused_before_the_run(engine, chunks, tmp_path, output, capsys):
+    (tmp_path / "a-file.txt").write_text("x", encoding="utf-8")
+    path = write_dataset(tmp_path / "ds.json", KB, tiny_cases(chunks), name="exits-output")
+    before = table_counts(engine)
+    capsys.readouterr()
+    assert main(["evaluate", "--dataset", str(path), "--strategy", "keyword-v1", "--quiet",
+                 "--output", output.format(tmp=tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rag-pipeline: error: --output ") and len(err.strip().splitlines()) == 1, err
+    assert table_counts(engine) == before, "nothing written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file.txt", "exits-output.json"]
+
+
+# --- current marker ------------------------------------------------------------------------------------
+
+def test_runs_marks_only_the_current_run(engine, chunks, tmp_path, capsys):
+    path = write_dataset(tmp_path / "ds.json", KB, tiny_cases(chunks), name="exits-marker")
+    for _ in range(2):
+        assert main(["evaluate", "--dataset", str(path), "--strategy", "keyword-v1", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["runs", "--dataset", "exits-marker", "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["is_current"] for r in listed] == [True, False]
+    assert main(["runs", "--dataset", "exits-marker"]) == 0
+    lines = capsys.readouterr().out.splitlines()[2:]
+    marked = [line for line in lines if "succeeded*" in line]
+    assert len(lines) == 2 and len(marked) == 1 and listed[0]["run_id"] in marked[0]
