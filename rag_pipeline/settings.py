@@ -80,6 +80,10 @@ class Settings(BaseSettings):
         10 * 1024 * 1024, description="Largest text of one document, in bytes (a `.md`/`.txt`/`.html` file, or "
                                       "the `text` of one `.jsonl` line): a bigger one is refused, naming the file "
                                       "(and line), before ingestion starts. Default 10 MB.")
+    sensor_strategies: str | None = Field(
+        None, description="Comma-separated strategy versions the Dagster sensor evaluates a new dataset with "
+                          "(a dataset's `metadata.strategies` list wins). Default: every registry version. "
+                          "Either way only those the knowledge base has the embeddings for.")
     debug: bool = Field(False, description="`1`: the CLI shows the traceback of an unexpected error.")
     bench_data: Path | None = Field(
         None, description="Folder of the benchmark collections (`scifact/`) for the benchmark-data tests; set "

@@ -62,7 +62,7 @@ SLOW_TESTS = (
     "rag_pipeline_tests/reliability/test_faults.py::test_unreachable_database_in_a_real_process",  # 4.2 (CLI processes)
     "rag_pipeline_tests/defs/test_definitions.py::test_module_import_exposes_defs",  # 3.2 (a process importing Dagster)
     # database
-    "rag_pipeline_tests/reliability/test_concurrency.py::test_two_partitions_materialised_concurrently_by_the_multiprocess_executor",  # 23.0
+    "rag_pipeline_tests/reliability/test_concurrency.py::test_two_partitions_materialised_concurrently_by_two_processes",  # 23.0
     "rag_pipeline_tests/defs/test_evaluation_assets.py::test_dagster_job_execute_in_a_subprocess",  # 17.6
     "rag_pipeline_tests/test_bench_eval_smoke.py::test_eval_bench_smoke",  # 6.8
     "rag_pipeline_tests/test_cli.py::test_ingest_kb_and_doc",  # 3.7

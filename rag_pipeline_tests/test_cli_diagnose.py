@@ -109,7 +109,9 @@ def test_compare_prints_tables_and_fails_the_gate(engine, world, capsys):
                     {"r": run, "c": f"c{i}", "i": i, "v": v})
     assert main(["compare", "--dataset", name]) == 1
     out = capsys.readouterr().out
-    assert "| bm25-v1 |" in out and "hybrid-v1 (baseline)" in out and "Regression gate FAILED" in out
+    assert "hybrid-v1 (baseline)" in out and "Regression gate FAILED: bm25-v1 is worse" in out
+    assert "**" not in out and "| " not in out and "---|" not in out, "plain text in a terminal, no markdown"
+    assert any(line.startswith("bm25-v1 ") for line in out.splitlines())
     assert main(["compare", "--dataset", name, "--margin", "0.9", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["gate"]["passed"] and data["baseline"] == "hybrid-v1"

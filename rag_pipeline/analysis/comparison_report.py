@@ -6,9 +6,11 @@ from __future__ import annotations
 import base64
 import io
 import math
+import unicodedata
 
-from rag_pipeline.analysis.comparison import Comparison, GateResult
+from rag_pipeline.analysis.comparison import PRIMARY_METRIC, Comparison, GateResult
 from rag_pipeline.evaluation.metrics import METRIC_LABELS
+from rag_pipeline.storage.names import printable
 
 
 def _num(x, fmt: str = ".4f") -> str:
@@ -22,6 +24,10 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 def metric_table(comp: Comparison) -> str:
     """One row per strategy: averages, and Δ vs the baseline for every metric."""
+    return _table(*_metric_rows(comp))
+
+
+def _metric_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
     headers = ["strategy", "cases", *(METRIC_LABELS.get(m, m) for m in comp.metrics), "run"]
     rows = []
     for run in comp.runs:
@@ -34,15 +40,19 @@ def metric_table(comp: Comparison) -> str:
             cells.append(value)
         name = run.version + (" (baseline)" if run.version == comp.baseline else "")
         rows.append([name, str(len(run.per_case)), *cells, run.run_id[:8]])
-    return _table(headers, rows)
+    return headers, rows
 
 
 def significance_table(comp: Comparison) -> str:
+    return _table(*_significance_rows(comp))
+
+
+def _significance_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
     headers = ["strategy", "metric", "n", "Δ mean", "95% CI", "perm. p", "Holm p", "t-test p", "win/tie/loss"]
     rows = [[p.strategy, METRIC_LABELS.get(p.metric, p.metric), str(p.n), f"{p.delta:+.4f}",
              f"[{p.ci_low:+.4f}, {p.ci_high:+.4f}]", _num(p.p_value, ".4g"), _num(p.p_holm, ".4g"),
              _num(p.ttest_p, ".4g"), f"{p.wins}/{p.ties}/{p.losses}"] for p in comp.paired]
-    return _table(headers, rows)
+    return headers, rows
 
 
 def _chunks(items: list[dict]) -> str:
@@ -65,19 +75,23 @@ def chart_png(comp: Comparison) -> bytes:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure  # noqa: PLC0415
 
-    fig = Figure(figsize=(max(6.0, 1.6 * len(comp.metrics) + 0.4 * len(comp.runs)), 3.8), dpi=100)
-    ax = fig.subplots()
-    width = 0.8 / max(len(comp.runs), 1)
-    for i, run in enumerate(comp.runs):
-        xs = [j + (i - (len(comp.runs) - 1) / 2) * width for j in range(len(comp.metrics))]
-        ax.bar(xs, [run.mean(m) for m in comp.metrics], width, label=run.version)
-    ax.set_xticks(range(len(comp.metrics)), [METRIC_LABELS.get(m, m) for m in comp.metrics])
-    ax.set_ylim(0, 1)
-    ax.set_title(f"dataset {comp.dataset}: strategies vs baseline {comp.baseline}")
-    ax.legend(fontsize="small", ncols=min(4, len(comp.runs)))
-    fig.tight_layout()
-    out = io.BytesIO()
-    fig.savefig(out, format="png")
+    from rag_pipeline.analysis.tuning_plot import chart_fonts  # noqa: PLC0415 (CJK labels)
+
+    with chart_fonts():
+        fig = Figure(figsize=(max(6.0, 1.6 * len(comp.metrics) + 0.4 * len(comp.runs)) + 2.2, 3.8), dpi=100)
+        ax = fig.subplots()
+        width = 0.8 / max(len(comp.runs), 1)
+        for i, run in enumerate(comp.runs):
+            xs = [j + (i - (len(comp.runs) - 1) / 2) * width for j in range(len(comp.metrics))]
+            ax.bar(xs, [run.mean(m) for m in comp.metrics], width, label=run.version)
+        ax.set_xticks(range(len(comp.metrics)), [METRIC_LABELS.get(m, m) for m in comp.metrics])
+        ax.set_ylim(0, 1)
+        ax.set_title(f"dataset {comp.dataset}: strategies vs baseline {comp.baseline}")
+        # right of the plot area: inside, it covered the bars (which reach 1.0)
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+        fig.tight_layout()
+        out = io.BytesIO()
+        fig.savefig(out, format="png", bbox_inches="tight")
     return out.getvalue()
 
 
@@ -98,6 +112,65 @@ def render_markdown(comp: Comparison, gate: GateResult | None = None) -> str:
     return "\n\n".join(parts)
 
 
+def _cell_width(text: str) -> int:
+    """Terminal columns of ``text`` (wide CJK characters take two)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def plain_table(headers: list[str], rows: list[list[str]], indent: str = "") -> str:
+    """Columns aligned with spaces (no markdown); cells with control characters escaped."""
+    rows = [[printable(c) for c in r] for r in rows]
+    widths = [max(_cell_width(h), *(_cell_width(r[i]) for r in rows)) if rows else _cell_width(h)
+              for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return (indent + "  ".join(c + " " * (w - _cell_width(c)) for c, w in zip(cells, widths, strict=True))).rstrip()
+
+    return "\n".join([line(headers), indent + "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+
+
+def _plain_chunks(items: list[dict]) -> str:
+    return "  ".join(f"{c['rank']}. {'✓' if c['is_relevant'] else '·'} {printable(c['document_name'])} "
+                     f"{c['chunk_id'][:8]}" for c in items) or "—"
+
+
+def gate_line(gate: GateResult) -> str:
+    """``Regression gate passed: ...`` / ``Regression gate FAILED: ...`` (plain text; several failing strategies
+    one per line)."""
+    if gate.passed or len(gate.failures) < 2:
+        return f"Regression gate {'passed' if gate.passed else 'FAILED'}: {printable(gate.description())}"
+    each = [printable(GateResult(False, [p], gate.margin, gate.alpha, gate.metric).description())
+            for p in gate.failures]
+    return "\n  - ".join(["Regression gate FAILED:", *each])
+
+
+def render_plain(comp: Comparison, gate: GateResult | None = None, *, details: bool = True) -> str:
+    """The comparison as plain terminal text (no markdown emphasis): the metric table, with ``details`` the
+    paired significance and the cases that moved most, then the gate and the notes."""
+    versions = sorted({r.dataset_version[:12] for r in comp.runs if r.dataset_version})
+    version = f", version {', '.join(versions)}" if versions else ""
+    title = (f"Strategies on dataset {printable(comp.dataset)}{version} (baseline {printable(comp.baseline)}; "
+             "Δ vs the baseline in parentheses)")
+    parts = [title, plain_table(*_metric_rows(comp))]
+    if details and comp.paired:
+        parts += ["Paired significance (strategy − baseline, per case)", plain_table(*_significance_rows(comp))]
+        moved = [(f"Cases that moved most on {METRIC_LABELS.get(PRIMARY_METRIC, PRIMARY_METRIC)} "
+                  "(baseline → strategy; top chunks: ✓ relevant, · not)")]
+        for v, cases in comp.moved.items():
+            for m in cases:
+                moved.append(f"  {printable(v)}  {printable(m['case_id'])}  {_num(m['baseline'])} → "
+                             f"{_num(m['strategy'])} ({m['delta']:+.4f})")
+                if m.get("before") or m.get("after"):
+                    moved += [f"      before: {_plain_chunks(m.get('before', []))}",
+                              f"      after:  {_plain_chunks(m.get('after', []))}"]
+        parts.append("\n".join(moved) if len(moved) > 1 else "No case changed on the primary metric.")
+    if gate is not None:
+        parts.append(gate_line(gate))
+    parts += [f"Note: {printable(n)}" for n in comp.notes]
+    return "\n\n".join(parts)
+
+
 def render_text(comp: Comparison, gate: GateResult | None = None) -> str:
-    """The CLI's output: the markdown tables are readable as text; chunk lists one per line."""
-    return render_markdown(comp, gate).replace("<br>", "; ") + "\n"
+    """The ``compare`` command's output: :func:`render_plain` with every section (the markdown of
+    :func:`render_markdown` is for Dagster metadata)."""
+    return render_plain(comp, gate) + "\n"

@@ -5,26 +5,70 @@ weight = 1 - vector weight); unweighted RRF does not depend on the weight, so
 each RRF k is a dotted horizontal line labelled at the right edge. The best
 configuration is starred and an optional base configuration is marked with a
 cross. Rendering uses matplotlib's Agg canvas on a private ``Figure`` (no
-pyplot global state), so it is safe inside Dagster's worker processes.
+pyplot global state), so it is safe inside Dagster's worker processes. The legend sits to the right of the
+plot area, never over the lines.
+
+:func:`chart_fonts` (shared with the comparison chart) makes labels in Chinese, Japanese or Korean render: it
+adds an installed CJK font (Noto Sans CJK, WenQuanYi, Droid Sans Fallback, ...) as a per-glyph fallback after
+DejaVu Sans; without one, those glyphs render as boxes, silently (no "Glyph ... missing" warnings).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import functools
 import io
+import warnings
+from collections.abc import Iterator
 
+import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from rag_pipeline.analysis.tuning import FusionConfig, SweepResult
 from rag_pipeline.retrieval.fusion import NORMALIZATIONS
 
+CJK_FONTS = (
+    "Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC", "Noto Sans CJK KR", "Noto Sans SC",
+    "Source Han Sans SC", "Source Han Sans CN", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei",
+    "Droid Sans Fallback", "AR PL UMing CN", "AR PL UKai CN", "Microsoft YaHei", "SimHei", "PingFang SC",
+    "Hiragino Sans GB", "Arial Unicode MS",
+)
+
+
+@functools.cache
+def cjk_font() -> str | None:
+    """The name of an installed font with CJK glyphs (from :data:`CJK_FONTS`, else any "CJK" font), or None."""
+    from matplotlib import font_manager
+
+    names = {f.name for f in font_manager.fontManager.ttflist}
+    return next((n for n in CJK_FONTS if n in names), None) or next(
+        (n for n in sorted(names) if "CJK" in n), None)
+
+
+@contextlib.contextmanager
+def chart_fonts() -> Iterator[str | None]:
+    """While building and saving a figure: DejaVu Sans with a CJK font as per-glyph fallback when one is
+    installed (yields its name); otherwise matplotlib's missing-glyph warnings are silenced (yields None)."""
+    cjk = cjk_font()
+    with matplotlib.rc_context({"font.family": ["DejaVu Sans", *([cjk] if cjk else [])]}), \
+            warnings.catch_warnings():
+        if cjk is None:
+            warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font", category=UserWarning)
+        yield cjk
+
 
 def plot_sweep(result: SweepResult, base: FusionConfig | None = None, title: str | None = None,
                dpi: int = 100) -> bytes:
     """PNG bytes of the sweep chart (mean of ``result.metric`` over all cases)."""
+    with chart_fonts():
+        return _plot_sweep(result, base, title, dpi)
+
+
+def _plot_sweep(result: SweepResult, base: FusionConfig | None, title: str | None, dpi: int) -> bytes:
     means = result.means
-    figure = Figure(figsize=(8, 4.8), dpi=dpi)
+    figure = Figure(figsize=(10, 4.8), dpi=dpi)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     for norm in NORMALIZATIONS:
@@ -54,10 +98,11 @@ def plot_sweep(result: SweepResult, base: FusionConfig | None = None, title: str
     axes.grid(True, alpha=0.3)
     axes.set_title(title or f"Fusion sweep: mean {result.metric} over "
                             f"{result.case_ids.size} cases")
-    axes.legend(fontsize=7, loc="best")
+    # outside the plot area, right of the RRF k labels, so it never covers a line
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.08, 1.0), borderaxespad=0.0)
     figure.tight_layout()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
+    figure.savefig(buffer, format="png", bbox_inches="tight")
     return buffer.getvalue()
 
 

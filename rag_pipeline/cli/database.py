@@ -6,6 +6,7 @@ import argparse
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.settings import get_settings, pgdata_dir, project_root
@@ -29,15 +30,33 @@ def cmd_db(args: argparse.Namespace) -> int:
         return 0
     # start: server, databases, migrations, and the .env Dagster reads from the repo root
     get_engine()
+    env_file, lines = write_env_file()
+    _prepare_dagster_instance(lines)
+    print(f"database ready: {mask_url(database_url())}\nwrote {env_file} (DAGSTER_HOME, RAG_DAGSTER_PG_URL)")
+    return 0
+
+
+def write_env_file() -> tuple[Path, list[str]]:
+    """Write ``<project>/.env`` (mode 0600) with what the ``dagster`` command needs: DAGSTER_HOME and Dagster's
+    storage URL (and RAG_PGDATA when it is set)."""
     env_file = project_root() / ".env"
     lines = [f"DAGSTER_HOME={project_root()}", f"RAG_DAGSTER_PG_URL={dagster_database_url()}"]
     if get_settings().pgdata:
         lines.append(f"RAG_PGDATA={pgdata_dir()}")
     env_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
     env_file.chmod(0o600)  # it may hold a database password (RAG_DATABASE_URL with one)
-    _prepare_dagster_instance(lines)
-    print(f"database ready: {mask_url(database_url())}\nwrote {env_file} (DAGSTER_HOME, RAG_DAGSTER_PG_URL)")
-    return 0
+    return env_file, lines
+
+
+def announce_boot(pgdata: Path) -> None:
+    """A command started the embedded server on its own: say so in one line, and (for the project's own server)
+    write ``.env`` so the ``dagster`` commands find it too."""
+    note = ""
+    if pgdata.resolve() == (project_root() / ".rag_pipeline" / "pgdata").resolve() and not get_settings().database_url:
+        env_file, _ = write_env_file()
+        note = f"; wrote {env_file}"
+    print(f"rag-pipeline: started the embedded PostgreSQL in {pgdata} (it keeps running; stop it with "
+          f"`rag-pipeline db stop`){note}", file=sys.stderr)
 
 
 def _prepare_dagster_instance(env_lines: list[str]) -> None:

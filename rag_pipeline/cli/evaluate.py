@@ -107,11 +107,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
 @guarded()
 def cmd_show(args: argparse.Namespace) -> int:
     engine = get_engine()
+    # a prefix (as the tables print it) → the full id; an unknown or ambiguous one fails before --output is opened
+    run_id = service.run_summaries(engine, [args.run_id])[0]["run_id"]
     if args.output:
         with open(args.output, "w", encoding="utf-8") as fp:
-            service.write_report(engine, args.run_id, fp, include_text=args.include_text)
+            service.write_report(engine, run_id, fp, include_text=args.include_text)
     else:
-        service.write_report(engine, args.run_id, sys.stdout, include_text=args.include_text)
+        service.write_report(engine, run_id, sys.stdout, include_text=args.include_text)
     return 0
 
 
@@ -147,7 +149,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser("show", help="one run as the report JSON (summary, cases, candidates)")
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="a run id, or a unique prefix of one (at least 4 hex digits, as `runs` prints it)")
     p.add_argument("--include-text", action="store_true", help="add each candidate's chunk text")
     p.add_argument("--output", help="write to this file instead of stdout")
     p.set_defaults(func=cmd_show)

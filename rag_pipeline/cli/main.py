@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 from rag_pipeline.cli import database, diagnose, evaluate, knowledge_bases, tune
 from rag_pipeline.cli.errors import EXIT_CODES_HELP, Terminated
+from rag_pipeline.storage import embedded_server
 
 DESCRIPTION = "Measure RAG retrieval quality on PostgreSQL + pgvector (no Dagster daemon needed)."
 
@@ -33,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if database.announce_boot not in embedded_server.BOOT_HOOKS:
+        embedded_server.BOOT_HOOKS.append(database.announce_boot)
     with sigterm_as_terminated():
         return args.func(args)  # every command is wrapped by rag_pipeline.cli.errors.guarded
 

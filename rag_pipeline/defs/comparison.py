@@ -20,6 +20,7 @@ from rag_pipeline.analysis.comparison_report import (
     significance_table,
 )
 from rag_pipeline.defs.checks import REGRESSION_GATE_SPEC, regression_gate_result
+from rag_pipeline.defs.evaluation_metadata import display_number
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.partitions import dataset_partitions, every_strategy_of_the_dataset
 from rag_pipeline.defs.resources import RagDatabase
@@ -74,8 +75,8 @@ def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonCon
         "significance": dg.MetadataValue.md(significance_table(comp) if comp.paired else "_only the baseline_"),
         "moved_cases": dg.MetadataValue.md(moved_table(comp)),
         "chart": dg.MetadataValue.md(chart_markdown(png)),
-        "ndcg_delta_vs_baseline": dg.MetadataValue.json({v: round(p.delta, 6) for v, p in primary.items()}),
-        "ndcg_holm_p": dg.MetadataValue.json({v: p.p_holm for v, p in primary.items()}),
+        "ndcg_delta_vs_baseline": dg.MetadataValue.json({v: display_number(p.delta) for v, p in primary.items()}),
+        "ndcg_holm_p": dg.MetadataValue.json({v: display_number(p.p_holm) for v, p in primary.items()}),
         "notes": dg.MetadataValue.json(comp.notes),
         "comparison": dg.MetadataValue.json(comp.as_dict()),
     })

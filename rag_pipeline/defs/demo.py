@@ -4,7 +4,8 @@
 2. register the ``demo`` dataset partition and materialise ``evaluate_retrieval`` for every shipped
    strategy (partition ``demo|<strategy>``);
 3. materialise ``strategy_comparison`` for the dataset (paired significance vs ``hybrid-v1``);
-4. print the comparison and write one JSON report per strategy to ``reports/``.
+4. write one JSON report per strategy to ``reports/`` and print a plain summary (:func:`demo_summary`): the
+   comparison table, the gate and what it means here, the report paths and the next commands to try.
 
 Runs are recorded in the Dagster instance of ``DAGSTER_HOME`` (the repo root, with ``dagster.yaml`` on the
 embedded Postgres), so they show up afterwards in ``make dev``. Run as ``python -m rag_pipeline.defs.demo``
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from rag_pipeline.analysis.comparison_report import render_text
+from rag_pipeline.analysis.comparison import Comparison, GateResult
+from rag_pipeline.analysis.comparison_report import render_plain
 from rag_pipeline.defs.instance import ensure_pool
 from rag_pipeline.defs.partitions import partition_key
 from rag_pipeline.evaluation.demo_dataset import DEMO_CHUNK_OVERLAP, DEMO_CHUNK_SIZE, DEMO_KB, DEMO_TEXT_SEARCH
@@ -46,7 +48,8 @@ def _step(message: str) -> float:
 
 
 def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, dataset: str = "demo") -> int:
-    """Run the demo; returns the regression gate's exit code (0 passed, 1 a strategy is significantly worse)."""
+    """Run the demo; returns 0, or 2 when a strategy's Dagster run failed. A failed regression gate does not fail
+    the demo (its single-leg strategies are weak on purpose): the summary says so."""
     _load_env_file()
     from rag_pipeline.definitions import defs  # noqa: PLC0415 - after the environment is set
 
@@ -82,15 +85,55 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
     engine = get_engine()
     result = analysis.compare(engine, dataset, knowledge_base=DEMO_KB)
     out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
     for run in result.runs:
-        with (out_dir / f"{dataset}-{run.version}.json").open("w", encoding="utf-8") as fp:
+        path = out_dir / f"{dataset}-{run.version}.json"
+        with path.open("w", encoding="utf-8") as fp:
             evaluations.write_report(engine, run.run_id, fp)
-    sys.stdout.write(render_text(result.comparison, result.gate))
-    print(f"\nreports: {out_dir}/{dataset}-<strategy>.json  ·  Dagster UI: make dev")
+        paths.append(path)
+    sys.stdout.write(demo_summary(result.comparison, result.gate, paths, dataset=dataset))
     if failed:
         print(f"failed strategies: {', '.join(failed)} (see the Dagster run logs)", file=sys.stderr)
         return 2
     return 0
+
+
+SINGLE_LEG_NOTE = ("The demo ships deliberately weak single-leg strategies (vector-only, keyword-only, BM25-only) "
+                   "next to the hybrid baseline")
+
+
+def demo_summary(comp: Comparison, gate: GateResult, report_paths: list[Path], *, dataset: str = "demo",
+                 cli: str = ".venv/bin/rag-pipeline") -> str:
+    """The plain-text end of ``make run``: the comparison table, the gate and what it means for the demo, the
+    report files, and the next commands to try (with a real run id prefix)."""
+    lines = [render_plain(comp, gate, details=False), ""]
+    if gate.passed:
+        lines.append(f"{SINGLE_LEG_NOTE}; none is significantly worse on {len(comp.runs[0].per_case)} cases.")
+    else:
+        failing = ", ".join(dict.fromkeys(p.strategy for p in gate.failures))
+        lines.append(f"{SINGLE_LEG_NOTE}, so a failed gate is expected here ({failing}): `make run` still "
+                     "succeeds. In CI, `rag-pipeline compare` exits 1 on it.")
+    lines.append("")
+    if report_paths:
+        folders = {p.parent for p in report_paths}
+        if len(folders) == 1:
+            lines.append(f"{len(report_paths)} JSON reports (one per strategy) in {next(iter(folders))}/:")
+            lines += [f"  {p.name}" for p in report_paths]
+        else:
+            lines.append("JSON reports:")
+            lines += [f"  {p}" for p in report_paths]
+        lines.append("")
+    run = next((r for r in comp.runs if r.version == comp.baseline), comp.runs[0] if comp.runs else None)
+    steps = [("make dev", "the Dagster UI on http://127.0.0.1:3000 (same database)"),
+             (f"{cli} runs --dataset {dataset}", "every run, newest first")]
+    if run is not None:
+        steps.append((f"{cli} show {run.run_id[:8]}", f"run {run.version} as JSON (a unique id prefix is enough)"))
+    steps.append((f"{cli} compare --dataset {dataset}", "with paired significance and the cases that moved"))
+    width = max(len(c) for c, _ in steps)
+    lines.append("Next:")
+    lines += [f"  {c.ljust(width)}  # {why}" for c, why in steps]
+    lines.append("  (or `source .venv/bin/activate` once, then plain `rag-pipeline ...`)")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,21 @@ from rag_pipeline.evaluation.metrics import METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.evaluation.runner import EvaluationOutcome
 
 MAX_TABLE_ROWS = 200
+DISPLAY_DECIMALS = 4
+
+
+def display_number(x: float) -> float:
+    """``x`` rounded for display in the Dagster UI (the database keeps full precision): 4 decimals, except a
+    tiny non-zero value (a p-value) keeps 4 significant digits rather than showing as 0."""
+    x = float(x)
+    if x != 0 and abs(x) < 10 ** -DISPLAY_DECIMALS:
+        return float(f"{x:.{DISPLAY_DECIMALS}g}")
+    return round(x, DISPLAY_DECIMALS)
+
+
+def display_float(x: float) -> dg.FloatMetadataValue:
+    """A float metadata value rounded by :func:`display_number`."""
+    return dg.MetadataValue.float(display_number(x))
 
 CANDIDATES_DOC = """The full candidate pool of every case (seed §4.1), one row per candidate in
 ``retrieval_evaluation_candidates``: chunk and document ids, document name, final rank, vector/keyword
@@ -31,8 +46,8 @@ def candidates_metadata(o: EvaluationOutcome) -> dict:
         "relevant_in_pool": o.summary.get("relevant_in_pool", 0),
         "relevant_total": o.summary.get("relevant_total", 0),
         "cases_without_candidates": o.summary.get("cases_without_candidates", 0),
-        "embedding_seconds": o.timings.get("embedding_s", 0.0),
-        "retrieval_seconds": o.timings.get("retrieval_s", 0.0),
+        "embedding_seconds": display_number(o.timings.get("embedding_s", 0.0)),
+        "retrieval_seconds": display_number(o.timings.get("retrieval_s", 0.0)),
     }
 
 
@@ -47,7 +62,7 @@ def case_metrics_metadata(o: EvaluationOutcome, cases: list[dict]) -> dict:
                dg.TableColumn("first_relevant_rank", "int"), dg.TableColumn("top3_selected")]
     records = [dg.TableRecord({
         "case_id": c["case_id"], "question": _cut(c["question"], 160), "k": c["k"],
-        **{METRIC_LABELS[m]: round(float(c[m]), 4) for m in METRIC_NAMES[:4]},
+        **{METRIC_LABELS[m]: display_number(c[m]) for m in METRIC_NAMES[:4]},
         "first_relevant_rank": c["first_relevant_rank"], "top3_selected": _top3(c["top3"]),
     }) for c in cases]
     return {
@@ -56,7 +71,7 @@ def case_metrics_metadata(o: EvaluationOutcome, cases: list[dict]) -> dict:
         "cases_with_hit": o.summary.get("cases_with_hit", 0),
         "per_case": dg.MetadataValue.table(records, dg.TableSchema(columns)),
         "per_case_rows_shown": len(records),
-        "metrics_seconds": o.timings.get("metrics_s", 0.0),
+        "metrics_seconds": display_number(o.timings.get("metrics_s", 0.0)),
     }
 
 
@@ -77,7 +92,7 @@ def worst_cases_markdown(worst: list[dict]) -> str:
 
 def summary_metadata(o: EvaluationOutcome, worst: list[dict]) -> dict:
     return {
-        **{m: dg.MetadataValue.float(o.averages[m]) for m in METRIC_NAMES},
+        **{m: display_float(o.averages[m]) for m in METRIC_NAMES},
         "run_id": o.run_id,
         "strategy_version": o.strategy_version,
         "params_hash": o.params_hash,
@@ -87,7 +102,8 @@ def summary_metadata(o: EvaluationOutcome, worst: list[dict]) -> dict:
         "cases": o.case_count,
         "candidates": o.candidate_count,
         "dagster/row_count": 1,
-        "timings": dg.MetadataValue.json(o.timings),
+        "timings": dg.MetadataValue.json({k: display_number(v) if isinstance(v, float) else v
+                                          for k, v in o.timings.items()}),
         "worst_cases": dg.MetadataValue.md(worst_cases_markdown(worst)),
         "miss_reasons": dg.MetadataValue.json(o.summary.get("miss_reasons", {}).get("counts", {})),
         "headline": dg.MetadataValue.md(o.summary.get("first_line") or "_metrics are not all zero_"),

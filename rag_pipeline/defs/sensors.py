@@ -1,14 +1,20 @@
-"""``new_dataset_sensor``: a new or changed ``datasets/*.json`` → dataset partition + one run per strategy.
+"""``new_dataset_sensor``: a new or changed valid ``datasets/*.json`` → dataset partition + runs of the strategies
+that make sense for it; ``comparison_after_evaluation``: a succeeded evaluation → the dataset's comparison.
 
-Watches :func:`rag_pipeline.settings.datasets_dir` (``RAG_DATASETS_DIR``, default ``datasets/``).
-The cursor maps each file stem to ``{mtime_ns, size, sha256}``: an untouched file costs one ``stat``, a
-touched file is hashed, and only a new hash requests runs. Run keys ``<file>:<sha256>:<strategy>`` make
-the requests idempotent (the same content never runs twice for a strategy, even after a cursor reset).
-The file is not parsed here: an invalid file produces failed runs whose error lists every problem.
+Watches :func:`rag_pipeline.settings.datasets_dir` (``RAG_DATASETS_DIR``, default ``datasets/``). The cursor maps
+each file stem to ``{mtime_ns, size, sha256}``: an untouched file costs one ``stat``, a touched file is hashed,
+and only a new hash is looked at (:func:`rag_pipeline.service.datasets.plan_dataset_runs`):
 
-Default status **RUNNING**: with ``dagster dev`` (which starts the daemon) dropping a file into
-``datasets/`` evaluates it with every strategy without a click. Stop it in the UI (Automation tab) or
-with ``dagster sensor stop new_dataset_sensor`` if you only want manual runs.
+- an **invalid** file (dataset problems, unknown knowledge base or strategy) adds no partition and launches
+  nothing; its problems are logged and shown as the tick's skip reason;
+- a valid file gets its partition and one run per strategy of ``metadata.strategies`` in the file, else
+  ``RAG_SENSOR_STRATEGIES``, else every registry version — only those whose embedding model the knowledge base
+  holds, and never one whose current run already measured this dataset version with the same parameters
+  (wherever it ran: Dagster, CLI, API).
+
+Run keys ``<file>:<sha256>:<strategy>`` make the requests idempotent. Default status **RUNNING**: with ``dagster
+dev`` dropping a file into ``datasets/`` evaluates it without a click. Stop it in the UI (Automation tab) or with
+``dagster sensor stop new_dataset_sensor`` if you only want manual runs.
 """
 
 import hashlib
@@ -16,12 +22,17 @@ import json
 
 import dagster as dg
 
+from rag_pipeline.defs.comparison import compare_strategies_job
+from rag_pipeline.defs.evaluation_metadata import display_float
 from rag_pipeline.defs.jobs import evaluate_retrieval_job
 from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
+from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation.dataset import MAX_FILE_BYTES, valid_dataset_key
+from rag_pipeline.service import analysis, datasets, run_feed
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.files import FileReadError, check_regular, read_bounded
 from rag_pipeline.storage.names import DATASET, name_rule, printable
+from rag_pipeline.storage.urls import DatabaseError
 
 
 def file_sha256(path) -> str:
@@ -34,14 +45,16 @@ def file_sha256(path) -> str:
     job=evaluate_retrieval_job,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="New or changed datasets/*.json → add the dataset partition and evaluate it with every strategy.",
+    description="New or changed valid datasets/*.json → add the dataset partition and evaluate it with the "
+                "strategies its knowledge base can run (and that have not measured this version yet).",
 )
-def new_dataset_sensor(context: dg.SensorEvaluationContext):
+def new_dataset_sensor(context: dg.SensorEvaluationContext, rag_db: RagDatabase):
     folder = datasets_dir()
     previous: dict = json.loads(context.cursor) if context.cursor else {}
     cursor: dict = {}
     new_keys: list[str] = []
     requests: list[dg.RunRequest] = []
+    problems: list[str] = []
     files = sorted(folder.glob("*.json")) if folder.is_dir() else []
     for path in files:
         key = path.stem
@@ -58,24 +71,97 @@ def new_dataset_sensor(context: dg.SensorEvaluationContext):
         except FileReadError as exc:
             context.log.warning(f"ignoring {printable(path.name)}: {exc}")
             continue
-        cursor[key] = {"mtime_ns": stat.st_mtime_ns, "size": stat.st_size, "sha256": digest}
         if seen and seen["sha256"] == digest:
+            cursor[key] = {"mtime_ns": stat.st_mtime_ns, "size": stat.st_size, "sha256": digest}
             continue  # touched, same content
+        try:
+            plan = datasets.plan_dataset_runs(rag_db.engine(), path)
+        except DatabaseError as exc:  # try again next tick: the file stays "unseen"
+            context.log.warning(f"cannot plan {path.name}: {exc}")
+            problems.append(f"{path.name}: {exc}")
+            continue
+        cursor[key] = {"mtime_ns": stat.st_mtime_ns, "size": stat.st_size, "sha256": digest}
+        if plan.problems:
+            context.log.warning(f"not evaluating {printable(path.name)}: {plan.problems}")
+            problems.append(printable(plan.problems))
+            continue
         if key not in new_keys and not context.instance.has_dynamic_partition(dataset_partitions.name, key):
             new_keys.append(key)
-        context.log.info(f"{'changed' if seen else 'new'} dataset file {path.name} (sha256 {digest[:12]})")
+        context.log.info(f"{'changed' if seen else 'new'} dataset file {path.name} (version {digest[:12]}): "
+                         f"running {', '.join(plan.to_run) or 'nothing'}")
+        for version, reason in plan.skipped.items():
+            context.log.info(f"{path.name}: not running {version}: {reason}")
         requests += [
             dg.RunRequest(run_key=f"{path.name}:{digest}:{version}", partition_key=partition_key(key, version),
                           tags={"rag/dataset_file": path.name})
-            for version in strategy_partitions.get_partition_keys()
+            for version in plan.to_run
         ]
     for gone in sorted(set(previous) - set(cursor) - {k for k in previous if not valid_dataset_key(k)}):
         context.log.info(f"dataset file {gone}.json disappeared (its partition and runs are kept)")
+    partitions = [dataset_partitions.build_add_request(new_keys)] if new_keys else []
     if not requests:
-        context.update_cursor(json.dumps(cursor, sort_keys=True))
-        return dg.SkipReason(f"no new or changed dataset file in {folder} ({len(files)} watched)")
-    return dg.SensorResult(
-        run_requests=requests,
-        dynamic_partitions_requests=[dataset_partitions.build_add_request(new_keys)] if new_keys else [],
-        cursor=json.dumps(cursor, sort_keys=True),
-    )
+        reason = ("invalid dataset file(s), nothing launched:\n" + "\n".join(problems)) if problems else \
+            f"no new or changed dataset file to run in {folder} ({len(files)} watched)"
+        return dg.SensorResult(skip_reason=reason, dynamic_partitions_requests=partitions,
+                               cursor=json.dumps(cursor, sort_keys=True))
+    return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partitions,
+                           cursor=json.dumps(cursor, sort_keys=True))
+
+
+@dg.run_status_sensor(
+    name="comparison_after_evaluation",
+    run_status=dg.DagsterRunStatus.SUCCESS,
+    monitored_jobs=[evaluate_retrieval_job],
+    request_job=compare_strategies_job,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="A succeeded evaluate_retrieval run → re-materialise strategy_comparison for its dataset, once the "
+                "baseline and at least one other strategy have a run on the dataset's latest version.",
+)
+def comparison_after_evaluation(context: dg.RunStatusSensorContext, rag_db: RagDatabase):
+    key = context.dagster_run.tags.get("dagster/partition", "")
+    dataset = key.split("|")[0]
+    if not dataset:
+        return dg.SkipReason("the run has no dataset partition")
+    try:
+        ready = analysis.comparison_ready(rag_db.engine(), dataset)
+    except DatabaseError as exc:
+        return dg.SkipReason(f"cannot check dataset {dataset!r}: {exc}")
+    if ready is not True:
+        return dg.SkipReason(ready)
+    return dg.RunRequest(run_key=f"compare:{context.dagster_run.run_id}", partition_key=dataset)
+
+
+@dg.sensor(
+    name="runs_outside_dagster",
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Evaluation runs made outside Dagster (rag-pipeline evaluate, the service, the API) → a runless "
+                "materialization of their dataset|strategy partition, so the UI's plots and history include them.",
+)
+def runs_outside_dagster(context: dg.SensorEvaluationContext, rag_db: RagDatabase):
+    try:
+        finished = run_feed.runs_outside_dagster(rag_db.engine(), context.cursor)
+    except DatabaseError as exc:
+        return dg.SkipReason(f"cannot read the evaluation runs: {exc}")
+    if not finished:
+        return dg.SkipReason("no new evaluation run made outside Dagster")
+    strategies = set(strategy_partitions.get_partition_keys())
+    events, new_keys = [], []
+    for run in finished:
+        if not valid_dataset_key(run.dataset) or run.strategy_version not in strategies:
+            context.log.info(f"run {run.run_id}: {run.dataset}|{run.strategy_version} is not a partition; not reported")
+            continue
+        if run.dataset not in new_keys and not context.instance.has_dynamic_partition(dataset_partitions.name,
+                                                                                      run.dataset):
+            new_keys.append(run.dataset)
+        events.append(dg.AssetMaterialization(
+            asset_key="evaluation_run_summary", partition=f"{run.dataset}|{run.strategy_version}",
+            description=f"evaluation run {run.run_id} made outside Dagster",
+            metadata={**{m: display_float(v) for m, v in run.averages.items()},
+                      "run_id": run.run_id, "dataset_version": run.dataset_version,
+                      "knowledge_base": run.knowledge_base, "params_hash": run.params_hash,
+                      "dagster/row_count": run.case_count, "candidates": run.candidate_count,
+                      "source": "outside Dagster (CLI, service or API)"}))
+    return dg.SensorResult(asset_events=events, cursor=finished[-1].cursor,
+                           dynamic_partitions_requests=[dataset_partitions.build_add_request(new_keys)] if new_keys
+                           else [])

@@ -19,6 +19,7 @@ import dagster as dg
 from rag_pipeline.analysis.tune_runs import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TOP_CONFIGS, TuneError, TuneResult
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig
 from rag_pipeline.analysis.tuning_plot import sweep_markdown
+from rag_pipeline.defs.evaluation_metadata import display_float
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.partitions import dataset_partitions, every_strategy_of_the_dataset
 from rag_pipeline.defs.resources import RagDatabase
@@ -80,16 +81,16 @@ def fusion_sweep_metadata(result: TuneResult) -> dict:
         "recommended": FusionConfig.from_strategy(rec.strategy).label,
         "recommended_version": rec.strategy.version,
         "metric": rec.metric,
-        "cv_mean": dg.MetadataValue.float(float(rec.cv.mean)),
-        "cv_ci_low": dg.MetadataValue.float(float(rec.cv.ci[0])),
-        "cv_ci_high": dg.MetadataValue.float(float(rec.cv.ci[1])),
-        "predicted_mean": dg.MetadataValue.float(float(rec.predicted_mean)),
-        "pool_strategy_mean": dg.MetadataValue.float(float(rec.base_mean)),
-        "gain": dg.MetadataValue.float(float(rec.gain)),
-        "gain_ci_low": dg.MetadataValue.float(float(rec.gain_ci[0])),
-        "gain_ci_high": dg.MetadataValue.float(float(rec.gain_ci[1])),
-        "gain_p_value": dg.MetadataValue.float(float(rec.p_value)),
-        "recall_ceiling": dg.MetadataValue.float(float(rec.recall_ceiling)),
+        "cv_mean": display_float(rec.cv.mean),
+        "cv_ci_low": display_float(rec.cv.ci[0]),
+        "cv_ci_high": display_float(rec.cv.ci[1]),
+        "predicted_mean": display_float(rec.predicted_mean),
+        "pool_strategy_mean": display_float(rec.base_mean),
+        "gain": display_float(rec.gain),
+        "gain_ci_low": display_float(rec.gain_ci[0]),
+        "gain_ci_high": display_float(rec.gain_ci[1]),
+        "gain_p_value": display_float(rec.p_value),
+        "recall_ceiling": display_float(rec.recall_ceiling),
         "strategy_yaml": dg.MetadataValue.md(yaml_block),
         "sweep_chart": dg.MetadataValue.md(sweep_markdown(rec.sweep, result.base_config, title)),
         "top_configurations": dg.MetadataValue.md(top_configurations_markdown(result)),

@@ -10,15 +10,16 @@ looked up in ``document_chunks``). The shape is :data:`rag_pipeline.evaluation.r
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterator, Sequence
 from typing import IO
 
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.metrics import HEADLINE_METRICS, METRIC_NAMES
+from rag_pipeline.evaluation.metrics import HEADLINE_METRICS, METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.evaluation.report_schema import REPORT_VERSION
-from rag_pipeline.evaluation.runs import get_run
+from rag_pipeline.evaluation.runs import get_run, resolve_run_id
 from rag_pipeline.storage.names import printable
 
 PAGE_CASES = 500
@@ -115,13 +116,16 @@ def _candidate(c: sa.Row, include_text: bool) -> dict:
 
 
 def build_report(conn: sa.Connection, run_id, *, include_text: bool = False) -> dict:
-    """The whole report of one run as a dict (use :func:`write_report` for big runs)."""
+    """The whole report of one run (id or unique id prefix) as a dict (use :func:`write_report` for big runs)."""
+    run_id = resolve_run_id(conn, run_id)
     return {"report_version": REPORT_VERSION, "summary": summary_of(get_run(conn, run_id)),
             "cases": list(iter_cases(conn, run_id, include_text=include_text))}
 
 
 def write_report(conn: sa.Connection, run_id, fp: IO[str], *, include_text: bool = False) -> int:
-    """Stream the report JSON of one run to ``fp``; returns the number of cases written."""
+    """Stream the report JSON of one run (id or unique id prefix, :func:`resolve_run_id`) to ``fp``; returns the
+    number of cases written."""
+    run_id = resolve_run_id(conn, run_id)
     summary = summary_of(get_run(conn, run_id))
     fp.write('{\n  "report_version": %d,\n  "summary": ' % REPORT_VERSION)
     fp.write(_indented(summary))
@@ -139,17 +143,47 @@ def _indented(obj, level: int = 2) -> str:
     return text.replace("\n", "\n" + " " * level)
 
 
-def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLINE_METRICS) -> str:
-    """A plain-text table of run summaries (one row per run), for the CLI."""
-    headers = ["strategy", "dataset", "status", "cases", *metrics, "run_id"]
+RUNS_LEGEND = (
+    "* = the current run of its dataset × knowledge base × strategy (what `compare` uses); "
+    "`rag-pipeline show <run>`\n"
+    "status: running (in progress) · succeeded · failed (`show` has the error) · "
+    "abandoned (no heartbeat for RAG_RUN_STALE_SECONDS)"
+)
+"""The lines :func:`comparison_table` prints under a table."""
+
+
+def _utc_minute(value) -> str:
+    """``YYYY-MM-DD HH:MM`` in UTC of an ISO timestamp (a naive one is taken as UTC); ``-`` for none."""
+    if not value:
+        return "-"
+    when = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+    if when.tzinfo is not None:
+        when = when.astimezone(dt.UTC)
+    return when.strftime("%Y-%m-%d %H:%M")
+
+
+def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLINE_METRICS, *,
+                     legend: bool = True) -> str:
+    """A plain-text table of run summaries (one row per run), for the CLI: status (``*`` = current), cases, the
+    metrics, started/finished (UTC, to the minute) and the run id's first 8 characters (more when two listed
+    ids share them; a unique prefix is accepted wherever a run id is); with ``legend``, :data:`RUNS_LEGEND` under it."""
+    headers = ["strategy", "dataset", "status", "cases", *(METRIC_LABELS.get(m, m) for m in metrics),
+               "started (UTC)", "finished", "run"]
+    ids = [printable(s["run_id"]) for s in summaries]
+    short = 8  # longer only when two listed ids share their first 8 characters
+    while len({i[:short] for i in ids}) < len(set(ids)) and short < 36:
+        short += 1
     body = [[printable(s["strategy_version"]), printable(s["dataset"]["name"]),  # control characters escaped
              s["status"] + ("*" if s["is_current"] else ""),
-             str(s["case_count"]), *(f"{s[m]:.4f}" if s[m] is not None else "-" for m in metrics), s["run_id"]]
-            for s in summaries]
+             str(s["case_count"]), *(f"{s[m]:.4f}" if s[m] is not None else "-" for m in metrics),
+             _utc_minute(s.get("started_at")), _utc_minute(s.get("finished_at")), run_id[:short]]
+            for s, run_id in zip(summaries, ids, strict=True)]
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in body]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body]
+    if legend:
+        lines.append(RUNS_LEGEND)
     return "\n".join(lines)
 
 

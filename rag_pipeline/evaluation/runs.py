@@ -9,6 +9,7 @@ status to ``succeeded``. A ``running`` run whose heartbeat is older than :func:`
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid
 
@@ -94,11 +95,66 @@ RUN_FROM = """
 """
 
 
-def get_run(conn: sa.Connection, run_id) -> sa.Row:
+MIN_PREFIX = 4
+"""Shortest run-id prefix :func:`resolve_run_id` accepts (hex digits)."""
+_UUID_TEMPLATE = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+_HEX = frozenset("0123456789abcdef")
+_SHOWN_MATCHES = 5
+
+
+class AmbiguousRunIdError(RunNotFoundError):
+    """A run-id prefix that matches more than one run."""
+
+
+def _prefix_hex(text: str) -> str | None:
+    """The hex digits of ``text`` when it is the start of a canonical UUID (hyphens where a UUID has them, or
+    none at all), else None."""
+    if len(text) <= 32 and set(text) <= _HEX:
+        return text
+    if len(text) <= len(_UUID_TEMPLATE) and all(
+            (c == "-") if t == "-" else (c in _HEX) for c, t in zip(text, _UUID_TEMPLATE, strict=False)):
+        return text.replace("-", "")
+    return None
+
+
+def resolve_run_id(conn: sa.Connection, run_id) -> uuid.UUID:
+    """The run id that ``run_id`` names: a full UUID (returned as is; :func:`get_run` checks it exists), or a
+    unique prefix of at least :data:`MIN_PREFIX` hex digits, case-insensitive (``fda25a97``, as the tables
+    print). No match → :class:`RunNotFoundError`; several → :class:`AmbiguousRunIdError` listing the first few."""
+    if isinstance(run_id, uuid.UUID):
+        return run_id
+    text = str(run_id).strip().lower()
     try:
-        run_uuid = uuid.UUID(str(run_id))
+        return uuid.UUID(text)
     except ValueError:
-        raise RunNotFoundError(f"{run_id!r} is not a run id (a UUID; see `rag-pipeline runs`)") from None
+        pass
+    digits = _prefix_hex(text)
+    if digits is None or not digits:
+        raise RunNotFoundError(f"{str(run_id)!r} is not a run id (a UUID, or a unique prefix of at least "
+                               f"{MIN_PREFIX} hex digits; see `rag-pipeline runs`)")
+    if len(digits) < MIN_PREFIX:
+        raise RunNotFoundError(f"run id prefix {text!r} is too short: give at least {MIN_PREFIX} hex digits "
+                               "(see `rag-pipeline runs`)")
+    # uuid order is byte order, i.e. the order of the hex text: the prefix is the range [prefix000…, prefixfff…]
+    rows = conn.execute(sa.text(
+        "SELECT r.id, r.strategy_version, d.name AS dataset_name, r.started_at "
+        "FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id "
+        "WHERE r.id BETWEEN CAST(:lo AS uuid) AND CAST(:hi AS uuid) ORDER BY r.started_at DESC, r.id LIMIT :n"
+    ), {"lo": digits.ljust(32, "0"), "hi": digits.ljust(32, "f"), "n": _SHOWN_MATCHES + 1}).all()
+    if not rows:
+        raise RunNotFoundError(f"no evaluation run id starts with {text!r} (see `rag-pipeline runs`)")
+    if len(rows) > 1:
+        shown = ", ".join(f"{r.id} ({r.strategy_version} on {r.dataset_name}, started "
+                          f"{r.started_at.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC)" for r in rows[:_SHOWN_MATCHES])
+        more = " and more" if len(rows) > _SHOWN_MATCHES else ""
+        raise AmbiguousRunIdError(f"run id prefix {text!r} matches several runs: {shown}{more}; "
+                                  "give more characters")
+    return rows[0].id
+
+
+def get_run(conn: sa.Connection, run_id) -> sa.Row:
+    """One run (:data:`RUN_COLUMNS`) by id or unique id prefix (:func:`resolve_run_id`)."""
+    run_uuid = resolve_run_id(conn, run_id)
     row = conn.execute(sa.text(f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id = :id"),
                        {"id": run_uuid, "stale": stale_after_seconds()}).first()
     if row is None:

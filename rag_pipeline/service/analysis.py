@@ -71,3 +71,19 @@ def add_strategy(result: TuneResult, path: str | Path) -> dict:
     comment = (f"tuned by `rag-pipeline tune` from run {result.pool_run.run_id} of {rec.base.version} on "
                f"dataset {result.pool_run.dataset} ({result.pool_run.knowledge_base})")
     return {"path": str(Path(path).resolve()), "status": write_strategy(path, rec.strategy, comment)}
+
+
+def comparison_ready(engine: sa.Engine, dataset: str, baseline: str = DEFAULT_BASELINE) -> bool | str:
+    """True when a comparison of ``dataset`` can run: the baseline and at least one other strategy have a
+    succeeded run on its latest version; else the reason it cannot (for a sensor's skip reason)."""
+    try:
+        with engine.connect() as conn:
+            selection = comparison.select_runs(conn, dataset)
+    except comparison.ComparisonError as exc:
+        return str(exc)
+    versions = {r.version for r in selection.runs}
+    if baseline not in versions:
+        return f"the baseline {baseline} has no run on version {selection.dataset_version[:12]} of {dataset!r} yet"
+    if len(versions) < 2:
+        return f"only the baseline has a run on version {selection.dataset_version[:12]} of {dataset!r}"
+    return True

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -13,7 +14,9 @@ from rag_pipeline.evaluation.dataset_fields import relevant_ids_of
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
 from rag_pipeline.evaluation.runner import relevant_ids_missing
-from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
+from rag_pipeline.retrieval.strategies import StrategyError, load_registry
+from rag_pipeline.settings import get_settings
 
 
 @dataclass(frozen=True)
@@ -99,3 +102,67 @@ def resolve_dataset(name_or_file: str, knowledge_base: str | None = None) -> tup
         dataset = load_dataset(name_or_file, knowledge_base=knowledge_base)
         return dataset.name, dataset.knowledge_base
     return name_or_file, knowledge_base
+
+
+@dataclass(frozen=True)
+class DatasetRunPlan:
+    """What the Dagster sensor should do with one dataset file: ``problems`` (invalid: add no partition), or the
+    strategy versions to run and why the others are skipped (``{version: reason}``)."""
+
+    name: str
+    version: str | None = None
+    knowledge_base: str | None = None
+    to_run: tuple[str, ...] = ()
+    skipped: dict[str, str] = field(default_factory=dict)
+    problems: str | None = None
+
+
+_KB_MODELS_SQL = """
+SELECT DISTINCT e.model FROM chunk_embeddings e
+JOIN document_chunks c ON c.id = e.chunk_id
+WHERE e.knowledge_base_id = :kb AND c.is_current
+"""
+_CURRENT_RUNS_SQL = """
+SELECT r.strategy_version, r.params_hash FROM retrieval_evaluation_runs r
+JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+WHERE d.name = :ds AND d.knowledge_base_name = :kb AND d.content_hash = :hash AND r.is_current
+  AND r.status = 'succeeded'
+"""
+
+
+def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[str] | None = None) -> DatasetRunPlan:
+    """Validate a dataset file and choose the strategies worth running on it: from ``versions`` (else the file's
+    ``metadata.strategies``, else ``RAG_SENSOR_STRATEGIES``, else every registry version), those whose embedding
+    model the knowledge base holds, minus those whose current run already measured this dataset version with the
+    same parameters (wherever that run came from: Dagster, CLI or API)."""
+    path = Path(path)
+    try:
+        dataset = load_dataset(path)
+        with engine.connect() as conn:
+            kb = resolve_knowledge_base(conn, dataset.knowledge_base)
+            models = set(conn.execute(sa.text(_KB_MODELS_SQL), {"kb": kb.id}).scalars())
+            current = dict(conn.execute(sa.text(_CURRENT_RUNS_SQL), {"ds": dataset.name, "kb": kb.name,
+                                                                     "hash": dataset.content_hash}).all())
+        registry = load_registry()
+        wanted = list(versions or (dataset.metadata or {}).get("strategies") or _setting_strategies() or registry)
+        unknown = [v for v in wanted if v not in registry]
+        if unknown:
+            raise StrategyError(f"{path}: unknown strategy version(s) {unknown}; known: {sorted(registry)}")
+    except (ValueError, KnowledgeBaseError) as exc:  # DatasetError, StrategyError, unreadable file
+        return DatasetRunPlan(path.stem, problems=str(exc))
+    to_run, skipped = [], {}
+    for version in wanted:
+        strategy = registry[version]
+        if strategy.vector_candidate_k and strategy.embedding_model not in models:
+            skipped[version] = (f"knowledge base {kb.name!r} has no {strategy.embedding_model} embeddings "
+                                f"(ingest with --models {strategy.embedding_model})")
+        elif current.get(version) == strategy.params_hash():
+            skipped[version] = f"its current run already measured version {dataset.version} with these parameters"
+        else:
+            to_run.append(version)
+    return DatasetRunPlan(dataset.name, dataset.content_hash, kb.name, tuple(to_run), skipped)
+
+
+def _setting_strategies() -> list[str]:
+    raw = get_settings().sensor_strategies or ""
+    return [v.strip() for v in raw.split(",") if v.strip()]

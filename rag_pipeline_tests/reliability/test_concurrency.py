@@ -1,5 +1,5 @@
 """Concurrency on a real PostgreSQL: two partitions of the evaluation assets materialised at the same
-time by two ``dagster job execute`` processes (multiprocess executor), two runs of one partition racing
+time by two ``dagster job execute`` processes, two runs of one partition racing
 for ``is_current``, and a knowledge base re-ingested while an evaluation reads it (REPEATABLE READ).
 
 Overlap is forced, not hoped for: a SHARE lock on ``retrieval_evaluation_case_results`` holds every run
@@ -62,8 +62,7 @@ def _errors(output: str) -> str:
     return "\n".join(lines)[-6000:]
 
 
-def test_two_partitions_materialised_concurrently_by_the_multiprocess_executor(engine, chunks, tmp_path,
-                                                                               monkeypatch):
+def test_two_partitions_materialised_concurrently_by_two_processes(engine, chunks, tmp_path, monkeypatch):
     name = f"conc-{uuid.uuid4().hex[:6]}"
     versions = ("keyword-v1", "bm25-v1")
     folder = tmp_path / "datasets"
@@ -81,10 +80,7 @@ def test_two_partitions_materialised_concurrently_by_the_multiprocess_executor(e
         instance.add_dynamic_partitions("dataset", [name])
         ensure_pool(instance)  # what `make run` / `rag-pipeline db start` do on a new instance
     run_config = home / "run_config.json"
-    run_config.write_text(json.dumps({
-        # the multiprocess executor (one process per step); forkserver + preload keeps step start-up short
-        "execution": {"config": {"multiprocess": {"start_method": {"forkserver": {
-            "preload_modules": ["rag_pipeline.definitions"]}}}}},
+    run_config.write_text(json.dumps({  # the job runs its two steps in its own process (in-process executor)
         "ops": {"evaluation_run": {"config": {"batch_size": 2}}},
     }), encoding="utf-8")
     apps = {v: f"rag-test-conc-{v}-{uuid.uuid4().hex[:6]}" for v in versions}

@@ -52,3 +52,27 @@ def test_bad_override_is_refused_with_its_name(pgdata, monkeypatch):
     monkeypatch.setenv("RAG_PG_SHARED_BUFFERS", "1GB; DROP TABLE x")
     with pytest.raises(ValueError, match="(?i)shared_buffers must be a size"):
         embedded_pg.start(pgdata)
+
+
+def test_a_command_that_boots_the_server_says_so_and_writes_env(tmp_path):
+    """Any CLI command may start a stopped embedded server: it prints one line saying so and, for the project's
+    own server, writes the .env the dagster commands need (so they work afterwards too)."""
+    import os
+    import subprocess
+    import sys
+
+    project = Path(tempfile.mkdtemp(prefix="rag_proj_"))  # short: the socket lives in <project>/.rag_pipeline
+    env = {k: v for k, v in os.environ.items() if k not in ("RAG_DATABASE_URL", "RAG_PGDATA", "RAG_DAGSTER_PG_URL")}
+    env["RAG_PROJECT_ROOT"] = str(project)
+    rag = Path(sys.executable).with_name("rag-pipeline")
+    try:
+        proc = subprocess.run([str(rag), "runs"], cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.count("rag-pipeline: started the embedded PostgreSQL in ") == 1, proc.stderr
+        assert f"wrote {project / '.env'}" in proc.stderr
+        written = (project / ".env").read_text(encoding="utf-8")
+        assert f"DAGSTER_HOME={project}" in written and "RAG_DAGSTER_PG_URL=postgresql+psycopg2://" in written
+        again = subprocess.run([str(rag), "runs"], cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0 and "started the embedded" not in again.stderr, "a running server: silent"
+    finally:
+        embedded_pg.stop(project / ".rag_pipeline" / "pgdata")

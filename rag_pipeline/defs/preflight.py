@@ -1,0 +1,114 @@
+"""One line instead of a traceback when Dagster's storage is not set up (``rag-pipeline db start`` not run yet,
+or the database is down).
+
+Dagster loads the instance (``dagster.yaml``) *before* it imports :mod:`rag_pipeline.definitions`, and resolving
+``postgres_url: {env: RAG_DAGSTER_PG_URL}`` fails there with a ~70-line traceback; a stopped server gives ~200
+lines of connection retries. A check in ``definitions.py`` would run too late, so ``dagster.yaml`` names
+:class:`RagDagsterInstance` as its ``instance_class``: Dagster imports it and calls its ``config_schema()`` while
+reading ``dagster.yaml``, before it builds the storage, which is where :func:`check_dagster_storage` runs.
+Run workers rebuild the instance from a serialised reference (not from ``dagster.yaml``) and skip the check.
+
+Under the ``dagster``/``dagster-webserver``/``dagster-daemon`` commands a failed check prints one line to stderr
+and exits with status 2; in any other process (tests, ``DagsterInstance.get()`` in a script) it raises
+:class:`DagsterStorageNotConfigured` with the same message.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+from dagster._core.instance.ref import InstanceRef
+
+ENV_VAR = "RAG_DAGSTER_PG_URL"
+CONNECT_TIMEOUT_S = 3
+HINT = "run `rag-pipeline db start` first, from the repo root (it writes .env with RAG_DAGSTER_PG_URL)"
+NOT_CONFIGURED = f"rag_pipeline: Dagster's storage is not configured: {HINT}"
+
+
+class DagsterStorageNotConfigured(RuntimeError):
+    """Dagster's storage URL is missing or its database does not answer."""
+
+
+def _connect_args(url: str) -> dict[str, Any]:
+    import sqlalchemy as sa
+
+    parsed = sa.engine.make_url(url)
+    args: dict[str, Any] = {
+        k: v for k, v in parsed.translate_connect_args(username="user", database="dbname").items() if v is not None
+    }
+    args.update({k: v if isinstance(v, str) else v[-1] for k, v in parsed.query.items()})
+    return args
+
+
+def _where(args: Mapping[str, Any]) -> str:
+    host = str(args.get("host") or "localhost")
+    port = args.get("port")
+    return f"{host}:{port}" if port and not host.startswith("/") else host
+
+
+def storage_problem(environ: Mapping[str, str] | None = None) -> str | None:
+    """The one-line problem with Dagster's storage, or None when it is reachable."""
+    environ = os.environ if environ is None else environ
+    url = environ.get(ENV_VAR)
+    if not url:
+        return NOT_CONFIGURED
+    try:
+        args = _connect_args(url)
+    except Exception:  # noqa: BLE001 - a malformed URL: let dagster-postgres report it
+        return None
+    host = str(args.get("host") or "")
+    where = _where(args)
+    if host.startswith("/") and not os.path.exists(os.path.join(host, f".s.PGSQL.{args.get('port') or 5432}")):
+        return f"rag_pipeline: Dagster's storage database is not running (no socket in {host}): {HINT}"
+    try:
+        import psycopg2
+
+        psycopg2.connect(connect_timeout=CONNECT_TIMEOUT_S, **args).close()
+    except ImportError:  # dagster-postgres would fail to import anyway
+        return None
+    except Exception as exc:  # noqa: BLE001 - any connection failure gets the same hint
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if args.get("password"):
+            reason = reason.replace(str(args["password"]), "***")
+        return f"rag_pipeline: Dagster's storage database at {where} is not reachable ({reason}): {HINT}"
+    return None
+
+
+def _under_dagster_cli() -> bool:
+    name = os.path.basename(sys.argv[0] if sys.argv else "")
+    return name.startswith(("dagster", "dg"))
+
+
+_reachable: set[str] = set()  # URLs already checked in this process (Dagster reads dagster.yaml twice)
+
+
+def check_dagster_storage() -> None:
+    url = os.environ.get(ENV_VAR, "")
+    if url in _reachable:
+        return
+    problem = storage_problem()
+    if problem is None:
+        _reachable.add(url)
+        return
+    if _under_dagster_cli():
+        print(problem, file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    raise DagsterStorageNotConfigured(problem)
+
+
+class RagDagsterInstance(dg.DagsterInstance):
+    """Dagster's own instance; ``dagster.yaml``'s ``instance_class`` so the storage is checked first."""
+
+    @classmethod
+    def config_schema(cls) -> Mapping[str, Any]:
+        # Called by Dagster while it reads dagster.yaml, before it resolves and connects the storage.
+        check_dagster_storage()
+        return {}
+
+    @staticmethod
+    def config_defaults(base_dir: str) -> Mapping[str, Any]:
+        return InstanceRef.config_defaults(base_dir)

@@ -1,0 +1,54 @@
+"""Evaluation runs made outside Dagster (CLI, service, API), in the order they finished: what the Dagster
+``runs_outside_dagster`` sensor reports to the instance so the UI's partitions, plots and history include them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from rag_pipeline.evaluation.metrics import METRIC_NAMES
+
+_FEED_SQL = f"""
+SELECT r.id::text AS run_id, d.name AS dataset, d.content_hash, kb.name AS knowledge_base, r.strategy_version,
+       r.params_hash, r.case_count, r.candidate_count, r.finished_at, {', '.join('r.' + m for m in METRIC_NAMES)}
+FROM retrieval_evaluation_runs r
+JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+WHERE r.status = 'succeeded' AND r.dagster_run_id IS NULL
+  AND (r.finished_at, r.id::text) > (CAST(:after AS timestamptz), CAST(:after_id AS text))
+ORDER BY r.finished_at, r.id::text
+LIMIT :limit
+"""
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """One succeeded run made outside Dagster, with what its materialization shows."""
+
+    run_id: str
+    dataset: str
+    dataset_version: str
+    knowledge_base: str
+    strategy_version: str
+    params_hash: str
+    case_count: int
+    candidate_count: int
+    finished_at: str
+    averages: dict[str, float]
+
+    @property
+    def cursor(self) -> str:
+        return f"{self.finished_at}|{self.run_id}"
+
+
+def runs_outside_dagster(engine: sa.Engine, after: str | None = None, limit: int = 100) -> list[FinishedRun]:
+    """Succeeded runs without a Dagster run id that finished after the cursor ``after`` (``finished_at|run_id``
+    of the last one seen; None: from the beginning), oldest first, at most ``limit``."""
+    after_at, _, after_id = (after or "").partition("|")
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(_FEED_SQL), {"after": after_at or "-infinity", "after_id": after_id,
+                                                 "limit": limit}).mappings().all()
+    return [FinishedRun(r["run_id"], r["dataset"], r["content_hash"], r["knowledge_base"], r["strategy_version"],
+                        r["params_hash"], r["case_count"], r["candidate_count"], r["finished_at"].isoformat(),
+                        {m: float(r[m]) for m in METRIC_NAMES if r[m] is not None}) for r in rows]

@@ -1,0 +1,80 @@
+"""Dagster commands before ``rag-pipeline db start`` (no ``.env``) or with the database down: one line naming
+``rag-pipeline db start`` instead of a 70-line traceback or 200 lines of connection retries."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rag_pipeline.defs import preflight
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _dagster_job_execute(tmp_path: Path, **env_overrides: str) -> subprocess.CompletedProcess:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    env = {k: v for k, v in os.environ.items() if k != "RAG_DAGSTER_PG_URL"}
+    env.update(DAGSTER_HOME=str(home), **env_overrides,
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    dagster = Path(sys.executable).with_name("dagster")
+    # cwd without a .env (the repo root's would configure the storage)
+    return subprocess.run(
+        [str(dagster), "job", "execute", "-m", "rag_pipeline.definitions", "-j", "evaluate_retrieval",
+         "--tags", '{"dagster/partition": "demo|hybrid-v1"}'],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+def _assert_one_line_hint(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    ours = [line for line in lines if line.startswith("rag_pipeline:")]
+    assert len(ours) == 1, lines
+    # besides ours, at most Dagster's two-line SupersessionWarning about `dagster job execute`
+    assert len(lines) <= 5, lines
+    assert "`rag-pipeline db start`" in ours[0]
+    return ours[0]
+
+
+def test_dagster_job_execute_without_env_prints_one_line(tmp_path):
+    line = _assert_one_line_hint(_dagster_job_execute(tmp_path))
+    assert line == preflight.NOT_CONFIGURED
+
+
+def test_dagster_job_execute_with_the_database_down_prints_one_line(tmp_path):
+    url = f"postgresql+psycopg2://postgres:pw@/dagster?host={tmp_path / 'stopped-pgdata'}"
+    line = _assert_one_line_hint(_dagster_job_execute(tmp_path, RAG_DAGSTER_PG_URL=url))
+    assert "not running" in line and "pw" not in line.replace("rag_pipeline", "")
+
+
+def test_storage_problem_without_url_or_server(tmp_path):
+    assert preflight.storage_problem({}) == preflight.NOT_CONFIGURED
+    socket_dir = tmp_path / "pgdata"
+    socket_dir.mkdir()
+    problem = preflight.storage_problem({preflight.ENV_VAR: f"postgresql+psycopg2://u@/dagster?host={socket_dir}"})
+    assert problem is not None and "no socket in" in problem
+    # a TCP server that is not there: refused quickly, password not echoed
+    problem = preflight.storage_problem(
+        {preflight.ENV_VAR: "postgresql+psycopg2://alice:s3cret@127.0.0.1:1/dagster"})
+    assert problem is not None and "127.0.0.1:1 is not reachable" in problem and "s3cret" not in problem
+
+
+def test_outside_the_dagster_cli_the_check_raises(monkeypatch):
+    monkeypatch.delenv(preflight.ENV_VAR, raising=False)
+    monkeypatch.setattr(sys, "argv", ["pytest"])
+    with pytest.raises(preflight.DagsterStorageNotConfigured, match="rag-pipeline db start"):
+        preflight.check_dagster_storage()
+
+
+def test_a_configured_storage_passes(engine):
+    from rag_pipeline.storage.engine import dagster_database_url
+
+    assert preflight.storage_problem({preflight.ENV_VAR: dagster_database_url()}) is None
