@@ -111,7 +111,9 @@ def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001
     try:
         if started:
             from rag_pipeline.storage import embedded_server as embedded_pg
+            from rag_pipeline.storage.engine import dispose_engines
 
+            dispose_engines()  # no pooled connection is left to be reset by a server that is gone
             embedded_pg.stop(_PGDATA)
     finally:
         shutil.rmtree(_PGDATA.parent, ignore_errors=True)
