@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import sqlalchemy as sa
@@ -157,3 +160,25 @@ def scratch_database(prefix: str) -> Iterator[tuple[str, str]]:
         with admin_engine.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin_engine.dispose()
+
+
+@contextlib.contextmanager
+def cli_evaluation_held_mid_run(path, cwd, app: str, env: dict) -> Iterator[subprocess.Popen]:
+    """``rag-pipeline evaluate --strategy keyword-v1`` on ``path`` in a child process (``PGAPPNAME`` = ``app``),
+    held mid-run: its first result write waits on a lock held here. Yields the process once it waits (its run
+    row is committed as ``running``); on exit a still-running process is killed and its stderr closed."""
+    rag = Path(sys.executable).with_name("rag-pipeline")
+    with blocked_writes("retrieval_evaluation_case_results") as lock, admin() as conn:
+        proc = subprocess.Popen([str(rag), "evaluate", "--dataset", str(path), "--strategy", "keyword-v1", "--quiet"],
+                                env={**env, "PGAPPNAME": app}, cwd=cwd, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        try:
+            wait_until(lambda: proc.poll() is not None or any(r.application_name == app
+                                                              for r in waiting_on(conn, lock)),
+                       timeout=180, what="the CLI process to be mid-run")
+            assert proc.poll() is None, proc.stderr.read().decode()
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.stderr.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import dagster as dg
@@ -17,8 +16,7 @@ from rag_pipeline.defs.knowledge_base import knowledge_base
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
-from rag_pipeline.storage import embedded_server as embedded_pg
-from rag_pipeline_tests.reliability_helpers import with_database
+from rag_pipeline_tests.reliability_helpers import scratch_database, with_database
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = dg.AssetKey("knowledge_base")
@@ -102,17 +100,8 @@ def test_module_import_exposes_defs() -> None:
 @pytest.fixture(scope="module")
 def other_database(engine):  # noqa: ARG001 - the session server must be up
     """A second, empty database on the test server: (name, plain postgresql:// URL)."""
-    server = os.environ.get("RAG_DATABASE_URL") or embedded_pg.start()
-    name = f"rag_restest_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(with_database(server, "postgres", "psycopg"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield name, with_database(server, name)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with scratch_database("rag_restest") as (url, _):
+        yield sa.engine.make_url(url).database, url
 
 
 @pytest.fixture

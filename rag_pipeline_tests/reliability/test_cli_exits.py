@@ -25,10 +25,7 @@ from rag_pipeline_tests.eval_helpers import (
     write_dataset,
 )
 from rag_pipeline_tests.reliability_helpers import (
-    admin,
-    blocked_writes,
-    wait_until,
-    waiting_on,
+    cli_evaluation_held_mid_run,
 )
 
 KB = "exits-tiny"
@@ -55,25 +52,13 @@ def test_sigterm_fails_the_running_run_at_once_and_exits_143(engine, chunks, tmp
     name = "exits-sigterm"
     path = write_dataset(tmp_path / "ds.json", KB, tiny_cases(chunks), name=name)
     app = f"rag-test-sigterm-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "PGAPPNAME": app, "RAG_RUN_STALE_SECONDS": "600"}
-    with blocked_writes("retrieval_evaluation_case_results") as lock, admin() as conn:
-        proc = subprocess.Popen([str(BIN / "rag-pipeline"), "evaluate", "--dataset", str(path), "--strategy",
-                                 "keyword-v1", "--quiet"], env=env, cwd=tmp_path,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            wait_until(lambda: proc.poll() is not None or any(r.application_name == app
-                                                              for r in waiting_on(conn, lock)),
-                       timeout=180, what="the CLI process to be mid-run")
-            assert proc.poll() is None, proc.stderr.read().decode()
-            run = _latest_run(engine, name)
-            assert run is not None and run.status == "running"
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)  # the lock is still held: ending must not need it
-            stderr = proc.stderr.read().decode()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.stderr.close()
+    env = {**os.environ, "RAG_RUN_STALE_SECONDS": "600"}
+    with cli_evaluation_held_mid_run(path, tmp_path, app, env) as proc:
+        run = _latest_run(engine, name)
+        assert run is not None and run.status == "running"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)  # the lock is still held: ending must not need it
+        stderr = proc.stderr.read().decode()
         with engine.connect() as c:
             stored = c.execute(sa.text("SELECT status, error, is_current FROM retrieval_evaluation_runs "
                                        "WHERE id = :id"), {"id": run.id}).one()

@@ -32,6 +32,7 @@ from rag_pipeline_tests.reliability_helpers import (
     assert_no_partial_succeeded_runs,
     backends,
     blocked_writes,
+    cli_evaluation_held_mid_run,
     closed_tcp_port,
     kb_counts,
     tagged_engine,
@@ -291,7 +292,7 @@ def test_killed_process_reads_as_abandoned_and_a_rerun_becomes_current(engine, c
     name = "faults-killed"
     path = write_dataset(tmp_path / "ds.json", KB, tiny_cases(chunks), name=name)
     app = f"rag-test-killed-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "PGAPPNAME": app, "RAG_RUN_STALE_SECONDS": "600"}
+    env = {**os.environ, "RAG_RUN_STALE_SECONDS": "600"}
     monkeypatch.setenv("RAG_RUN_STALE_SECONDS", "600")
 
     def running_run():
@@ -299,23 +300,11 @@ def test_killed_process_reads_as_abandoned_and_a_rerun_becomes_current(engine, c
             rows = runs.list_runs(conn, dataset=name)
         return rows[0] if rows and rows[0].status == "running" else None
 
-    with blocked_writes("retrieval_evaluation_case_results") as lock, admin() as conn:
-        proc = subprocess.Popen([str(BIN / "rag-pipeline"), "evaluate", "--dataset", str(path), "--strategy",
-                                 "keyword-v1", "--quiet"], env=env, cwd=tmp_path,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            wait_until(lambda: proc.poll() is not None or any(r.application_name == app
-                                                              for r in waiting_on(conn, lock)),
-                       timeout=180, what="the CLI process to be mid-run")
-            assert proc.poll() is None, proc.stderr.read().decode()
-            run = running_run()
-            assert run is not None, "the run row is committed as 'running' before any result"
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.stderr.close()
+    with cli_evaluation_held_mid_run(path, tmp_path, app, env) as proc:
+        run = running_run()
+        assert run is not None, "the run row is committed as 'running' before any result"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     with admin() as conn:  # the server notices the dead client and rolls its transaction back
         wait_until(lambda: not backends(conn, app), timeout=60, what="the killed process's backends to exit")
