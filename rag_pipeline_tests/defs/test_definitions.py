@@ -23,7 +23,10 @@ KEY = dg.AssetKey("knowledge_base")
 
 
 def test_definitions_are_loadable() -> None:
-    dg.Definitions.validate_loadable(definitions.defs)
+    dg.Definitions.validate_loadable(definitions.defs)  # raises on an invalid definition
+    keys = {k.to_user_string() for k in definitions.defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"knowledge_base", "dataset_knowledge_base", "evaluation_dataset", "evaluation_run_summary",
+            "strategy_comparison", "fusion_sweep"} <= keys
 
 
 def test_knowledge_base_asset_group_and_job() -> None:
