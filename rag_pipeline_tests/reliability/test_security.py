@@ -358,6 +358,7 @@ VETTED_SQL_SPLICES = {
     ("knowledge_base/term_stats.py", "tracking", "_N_AND_AVGDL"): "constant SQL statement",
     ("knowledge_base/term_stats.py", "_update_n_and_avgdl", "_N_AND_AVGDL"): "constant SQL statement",
     ("knowledge_base/lifecycle.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
+    ("knowledge_base/versions.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
     ("retrieval/bm25_sql.py", "<module>", "BASE_FILTERS"): "constant SQL fragment",
     ("retrieval/bm25_sql.py", "<module>", 'extra=""'): "literal select-list suffix",
     ("retrieval/bm25_sql.py", "<module>", 'where="leg_rank <= :k"'): "literal filter",
