@@ -78,6 +78,9 @@ def render(out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out, dpi=72)
     plt.close(fig)
+    from PIL import Image  # noqa: PLC0415 - matplotlib's own dependency; 64 colours keep the file small
+
+    Image.open(out).convert("RGB").quantize(colors=64).save(out, optimize=True)
 
 
 if __name__ == "__main__":
