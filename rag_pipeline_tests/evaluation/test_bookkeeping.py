@@ -30,7 +30,7 @@ def tiny(engine, tmp_path_factory):
 
 
 def test_a_batch_slower_than_the_stale_limit_still_succeeds(engine, tiny, monkeypatch):
-    monkeypatch.setenv("RAG_RUN_STALE_SECONDS", "2")  # heartbeat every 0.4 s
+    monkeypatch.setenv("RAG_RUN_STALE_SECONDS", "5")  # heartbeat every second
     dataset = load_dataset(tiny)
     outcome, errors = [], []
 
@@ -44,7 +44,7 @@ def test_a_batch_slower_than_the_stale_limit_still_succeeds(engine, tiny, monkey
     with blocked_writes("retrieval_evaluation_case_results"):  # the single batch's write waits here
         worker = threading.Thread(target=evaluate)
         worker.start()
-        held_until = time.monotonic() + 6  # three times the stale limit
+        held_until = time.monotonic() + 12  # more than twice the stale limit
         while time.monotonic() < held_until:
             swept += runs.sweep_abandoned(engine)  # what every other process's next run does
             time.sleep(0.3)
@@ -56,9 +56,9 @@ def test_a_batch_slower_than_the_stale_limit_still_succeeds(engine, tiny, monkey
         run = runs.get_run(conn, outcome[0].run_id)
     assert run.status == "succeeded" and run.is_current
     assert run.finished_at.timestamp() >= released - 0.5, "finished_at is the end of the run, not its write's start"
-    assert (run.finished_at - run.started_at).total_seconds() >= 5.5
+    assert (run.finished_at - run.started_at).total_seconds() >= 11.5
     assert set(run.timings) == set(TIMING_KEYS)
-    assert run.timings["total_s"] >= run.timings["retrieval_wall_s"] >= 5.5
+    assert run.timings["total_s"] >= run.timings["retrieval_wall_s"] >= 11.5
 
 
 def test_readers_beyond_the_pool_are_refused_before_anything_is_written(engine, tiny):
