@@ -240,17 +240,17 @@ def compare_pools(engine: sa.Engine, baseline_run: str, pipeline_run: str) -> di
 
 def persistence_alone(engine: sa.Engine, run_id: str) -> dict:
     """COPY the run's candidate rows again with nothing else running, through ``persistence.copy_candidates``
-    into the real table (its indexes and foreign key), in a transaction that first deletes the run's own rows
-    (untimed) and is rolled back. In the pipelined run the same COPY shares the cores with the readers."""
+    into the real storage (the run's partition of ``retrieval_evaluation_candidate_rows`` and its index), in a
+    transaction that first deletes the run's own rows (untimed) and is rolled back. In the pipelined run the same COPY shares the cores with the readers."""
     from rag_pipeline.evaluation import persistence  # noqa: PLC0415
 
     cols = ", ".join(persistence.CANDIDATE_COLUMNS)
     params = {"r": run_id}
     with engine.connect() as conn:
         rows = [tuple(r) for r in conn.execute(sa.text(
-            f"SELECT {cols} FROM retrieval_evaluation_candidates WHERE evaluation_run_id = :r"), params)]
+            f"SELECT {cols} FROM retrieval_evaluation_candidate_rows WHERE evaluation_run_id = :r"), params)]
     with engine.connect() as conn, conn.begin() as tx:
-        conn.execute(sa.text("DELETE FROM retrieval_evaluation_candidates WHERE evaluation_run_id = :r"), params)
+        conn.execute(sa.text("DELETE FROM retrieval_evaluation_candidate_rows WHERE evaluation_run_id = :r"), params)
         t = time.perf_counter()
         n = persistence.copy_candidates(conn, rows)
         seconds = time.perf_counter() - t
