@@ -20,7 +20,14 @@ from rag_pipeline.analysis.comparison import ComparisonError, dataset_version_ro
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig, Recommendation, recommend
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import load_pools
-from rag_pipeline.retrieval.strategies import FIELD_NAMES, Strategy, StrategyError, load_registry, strategy_from_mapping
+from rag_pipeline.retrieval.strategies import (
+    FIELD_NAMES,
+    Strategy,
+    StrategyError,
+    load_registry,
+    strategy_entry,
+    strategy_from_mapping,
+)
 
 DEFAULT_POOL_STRATEGY = "hybrid-bm25-v1"
 DEFAULT_FOLDS = 5
@@ -171,7 +178,7 @@ class TuneResult:
             **rec.summary(),
             "per_fold": self.per_fold(),
             "top_configurations": self.top_configurations(top),
-            "strategy": {name: getattr(rec.strategy, name) for name in FIELD_NAMES},
+            "strategy": strategy_entry(rec.strategy),
             "yaml": rec.yaml,
             "notes": self.notes,
         })

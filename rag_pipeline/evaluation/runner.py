@@ -64,6 +64,7 @@ from rag_pipeline.retrieval.search import (
     statement_timeout_message,
     text_search_mode,
 )
+from rag_pipeline.retrieval.stages import preflight_rerank
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.storage.snapshot_readers import SnapshotReaders, check_capacity, reader_count, snapshot_readers
@@ -154,6 +155,7 @@ def _preflight(conn: sa.Connection, kb: sa.Row, strategy: Strategy) -> None:
                 f"strategy {strategy.version} uses; ingest it with --models {strategy.embedding_model} "
                 "or pick another strategy")
         get_embedder(strategy.embedding_model)
+    preflight_rerank(conn, kb, strategy)
 
 
 def relevant_ids_missing(conn: sa.Connection, kb_id, dataset: Dataset) -> int:

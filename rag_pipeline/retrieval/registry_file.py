@@ -9,12 +9,12 @@ from pathlib import Path
 import yaml
 
 from rag_pipeline.retrieval.strategies import (
-    FIELD_NAMES,
     Strategy,
     StrategyError,
     load_registry,
     parse_registry,
     registry_path,
+    strategy_entry,
     strategy_to_yaml,
 )
 
@@ -48,7 +48,7 @@ def write_strategy(path: str | Path, strategy: Strategy, comment: str = "") -> s
     expected = {**{v: s.params_hash() for v, s in registry.items()}, strategy.version: strategy.params_hash()}
     if _registry_hashes(new_text, str(target)) != expected:
         data = yaml.safe_load(text)
-        data["strategies"].append({name: getattr(strategy, name) for name in FIELD_NAMES})
+        data["strategies"].append(strategy_entry(strategy))
         new_text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10**9)
         if _registry_hashes(new_text, str(target)) != expected:  # pragma: no cover - defensive
             raise StrategyError(f"could not add {strategy.version!r} to {target} as a valid registry")

@@ -23,8 +23,8 @@ first ones in question order, and every statement runs under ``RAG_STATEMENT_TIM
 
 Searchable = seed ``base_filters``: chunk of that KB, current, document READY, PUBLISHED, not deleted.
 Scores in a candidate are the *raw* leg scores; normalisation only shapes ``final_score``. Within a leg,
-equal scores are ranked by chunk id. ``rerank_score`` is always ``None`` (no reranker yet; the slot is
-kept so stored pools keep their shape).
+equal scores are ranked by chunk id. Optional stages (:mod:`stages`): ``complete_pool`` fills every pooled
+chunk's missing leg score before fusion; ``rerank`` re-scores the fused pool (``rerank_score``).
 
 :func:`hybrid_search_batch` embeds all questions in one call and runs one SQL statement per leg for the
 whole batch; :func:`hybrid_search_with_trace` is the batch of one, so both paths return the same pool
@@ -42,12 +42,16 @@ import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.embedding import get_embedder
-from rag_pipeline.retrieval import fusion, vector_cut
+from rag_pipeline.retrieval import stages, vector_cut
 from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
+from rag_pipeline.retrieval.stages import fuse_pool  # noqa: F401 - API (the first stage: merge, fuse, order)
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace  # noqa: F401 - API
 from rag_pipeline.settings import get_settings
+
+__all__ = ["Candidate", "LegHit", "RetrievalError", "RetrievalTrace", "StatementTimeout", "fuse_pool",
+           "hybrid_search_batch", "hybrid_search_with_trace", "text_search_mode"]
 
 
 def hybrid_search_with_trace(
@@ -94,17 +98,26 @@ def hybrid_search_batch(
     if targets is not None and len(targets) != len(queries):
         raise ValueError(f"got {len(targets)} target lists for {len(queries)} questions")
     set_statement_timeout(conn)
+    complete = strategy.complete_pool and strategy.vector_candidate_k > 0 and strategy.keyword_candidate_k > 0
+    done: list[dict] = [{} for _ in queries]
     try:
-        vector_hits = _vector_leg(conn, kb, queries, strategy, query_vectors)
-        keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, targets)
+        vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors)
+        leg_targets = stages.completion_targets(vector_hits, targets) if complete else targets
+        keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, leg_targets)
+        if complete:
+            done, keyword_targets = stages.split_keyword_targets(keyword_targets, targets, vector_hits)
+            completed = {"vector": stages.complete_vector(conn, kb.id, strategy, vectors, vector_hits, keyword_hits)}
+        traces = [
+            fuse_pool(question, vector_hits[i], keyword_hits[i], strategy, limits[i],
+                      {"keyword": done[i], "vector": completed["vector"][i]} if complete else None)
+            for i, question in enumerate(queries)
+        ]
+        if strategy.rerank is not None:
+            traces = stages.rerank_batch(conn, kb, strategy, traces, limits)
     except sa.exc.OperationalError as exc:
         if is_statement_timeout(exc):
             raise StatementTimeout(statement_timeout_message()) from None
         raise
-    traces = [
-        fuse_pool(question, vector_hits[i], keyword_hits[i], strategy, limits[i])
-        for i, question in enumerate(queries)
-    ]
     for trace, found in zip(traces, keyword_targets, strict=True):
         trace.keyword_targets.update(found)
     return traces
@@ -161,9 +174,9 @@ def text_search_mode(kb: sa.Row, strategy: Strategy) -> str:
     return kb.text_search
 
 
-def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> list[list[LegHit]]:
+def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> tuple[list[list[LegHit]], np.ndarray]:
     if strategy.vector_candidate_k == 0:
-        return [[] for _ in queries]
+        return [[] for _ in queries], None
     model = strategy.embedding_model
     params = {"kb": kb.id, "model": model}
     dimension = conn.execute(sa.text(retrieval_sql.MODEL_DIMENSION_SQL), params).scalar()
@@ -188,7 +201,7 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> list[li
     def available() -> int:
         return conn.execute(sa.text(retrieval_sql.SEARCHABLE_VECTORS_SQL), params).scalar()
 
-    return vector_cut.top_k(search, len(queries), strategy.vector_candidate_k, available)
+    return vector_cut.top_k(search, len(queries), strategy.vector_candidate_k, available), vectors
 
 
 def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None) -> tuple[list[list[LegHit]], list[dict]]:
@@ -255,42 +268,3 @@ def _group(rows, n: int) -> list[list[LegHit]]:
     for leg in hits:
         leg.sort(key=lambda h: (-h.score, h.chunk_id))
     return hits
-
-
-def fuse_pool(question: str, vector: list[LegHit], keyword: list[LegHit], strategy: Strategy, limit: int) -> RetrievalTrace:
-    """Merge the two legs' hits (each best first) by chunk id, fuse, order and rank them into a trace.
-
-    Pure (no database): also re-fuses stored pools offline.
-    """
-    slots: dict[str, dict] = {}
-    for leg, hits in (("vector", vector), ("keyword", keyword)):
-        for rank, hit in enumerate(hits, start=1):
-            slot = slots.setdefault(hit.chunk_id, {"hit": hit})
-            slot[f"{leg}_score"], slot[f"{leg}_rank"] = hit.score, rank
-    if not slots:
-        return RetrievalTrace(question, [], [])
-    ids = list(slots)
-
-    def column(name: str) -> np.ndarray:
-        return np.array([slots[c].get(name, np.nan) for c in ids], dtype=float)
-
-    vs, ks = column("vector_score"), column("keyword_score")
-    final = fusion.fuse(strategy, vs, ks, column("vector_rank"), column("keyword_rank"))
-    candidates = []
-    for rank, index in enumerate(fusion.order(final, vs, np.array(ids)), start=1):
-        slot = slots[ids[index]]
-        hit = slot["hit"]
-        candidates.append(Candidate(
-            chunk_id=hit.chunk_id,
-            document_id=hit.document_id,
-            document_name=hit.document_name,
-            rank=rank,
-            vector_score=slot.get("vector_score"),
-            vector_rank=slot.get("vector_rank"),
-            keyword_score=slot.get("keyword_score"),
-            keyword_rank=slot.get("keyword_rank"),
-            rerank_score=None,
-            final_score=float(final[index]),
-            strategy_version=strategy.version,
-        ))
-    return RetrievalTrace(question, candidates, candidates[:limit])

@@ -58,10 +58,15 @@ PACKAGED_STRATEGIES_FILE = Path(__file__).resolve().parent / "strategies.yaml"
 TEXT_SEARCH_MODES = ("kb", "simple", "english", "chinese")
 KEYWORD_SCORERS = ("ts_rank_cd", "bm25")
 FUSIONS = ("weighted", "rrf")
+RERANK_METHODS = ("embedding", "cross-encoder")
+RERANK_NORMALIZATIONS = tuple(n for n in NORMALIZATIONS if n != "rank")  # rank needs leg ranks
 MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
 MAX_STRATEGIES_FILE_BYTES = 1024 * 1024  # a strategies file is read through the bounded reader
 
 _IDENTITY_FIELDS = ("version", "description")
+# Optional stages: left out of params() (and so of params_hash()) while unset, so every version defined before
+# they existed keeps its hash and its stored runs.
+OPTIONAL_FIELDS = {"complete_pool": False, "rerank": None}
 _CHOICES = {"embedding_model": EMBEDDING_MODELS, "text_search": TEXT_SEARCH_MODES,
             "keyword_scorer": KEYWORD_SCORERS, "fusion": FUSIONS, "normalization": NORMALIZATIONS}
 _UNSET: Any = object()
@@ -69,6 +74,53 @@ _UNSET: Any = object()
 
 class StrategyError(ValueError):
     """An invalid strategy definition, registry file or version lookup."""
+
+
+class Rerank(BaseModel):
+    """A second stage that re-scores the first stage's pool (or its top ``top_n``).
+
+    ``final = weight · norm(rerank_score) + (1 − weight) · norm(first-stage score)`` over the re-scored
+    candidates, both normalised with ``normalization`` (weight 1 = rerank only). Methods:
+
+    - ``embedding``: cosine similarity between the question and the chunk under ``model``, an embedding model
+      whose vectors the knowledge base stores (the pooled chunks' stored vectors; no index is read);
+    - ``cross-encoder``: a sentence-transformers ``CrossEncoder`` loaded from the local directory ``model``
+      (nothing is downloaded), scoring (question, chunk text) pairs ``batch_size`` at a time.
+
+    Candidates below ``top_n`` keep their first-stage order after every re-scored one (no ``rerank_score``).
+    """
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", allow_inf_nan=False)
+
+    method: str
+    model: str
+    top_n: int | None = Field(None, ge=1)
+    weight: float = Field(1.0, ge=0, le=1)
+    normalization: str = "minmax"
+    batch_size: int = Field(32, ge=1, le=4096)
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, value: str) -> str:
+        if value not in RERANK_METHODS:
+            raise ValueError(f"is {value!r}; expected one of {list(RERANK_METHODS)}")
+        return value
+
+    @field_validator("normalization")
+    @classmethod
+    def _normalization(cls, value: str) -> str:
+        if value not in RERANK_NORMALIZATIONS:
+            raise ValueError(f"is {value!r}; expected one of {list(RERANK_NORMALIZATIONS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _model(self) -> Rerank:
+        if self.method == "embedding" and self.model not in EMBEDDING_MODELS:
+            raise ValueError(f"field 'model' is {self.model!r}; the embedding method needs one of "
+                             f"{list(EMBEDDING_MODELS)} (a model whose vectors the knowledge base stores)")
+        if self.method == "cross-encoder" and not self.model.strip():
+            raise ValueError("field 'model' must name the local directory of a sentence-transformers CrossEncoder")
+        return self
 
 
 class Strategy(BaseModel):
@@ -104,6 +156,8 @@ class Strategy(BaseModel):
     rrf_k: int = Field(60, ge=0)
     final_top_k: int = Field(10, ge=1)
     ef_search: int = Field(100, ge=1, le=MAX_EF_SEARCH)
+    complete_pool: bool = False
+    rerank: Rerank | None = None
 
     def __init__(self, version: Any = _UNSET, /, **data: Any) -> None:
         """Validate; ``version`` may also be given positionally. Raises :class:`StrategyError`."""
@@ -145,6 +199,9 @@ class Strategy(BaseModel):
             raise ValueError("field 'vector_weight' and keyword_weight are 0 for every enabled leg")
         if self.fusion == "rrf" and self.normalization != "none":
             raise ValueError("field 'normalization' must be 'none' with fusion 'rrf' (RRF uses ranks only)")
+        if self.complete_pool and (self.fusion == "rrf" or self.normalization == "rank"):
+            raise ValueError("field 'complete_pool' needs a score-based fusion: a completed score has no leg rank, "
+                             "so fusion 'rrf' and normalization 'rank' cannot use it")
         if self.ef_search < self.vector_candidate_k:
             raise ValueError(f"field 'ef_search' ({self.ef_search}) must be >= vector_candidate_k "
                              f"({self.vector_candidate_k}); HNSW returns at most ef_search rows")
@@ -155,8 +212,13 @@ class Strategy(BaseModel):
         return type(self)(**{**self.model_dump(), **changes})
 
     def params(self) -> dict[str, Any]:
-        """Every parameter except ``version`` / ``description``, in field order."""
-        return self.model_dump(exclude=set(_IDENTITY_FIELDS))
+        """Every parameter except ``version`` / ``description``, in field order; the optional stages
+        (``complete_pool``, ``rerank``) only when set."""
+        params = self.model_dump(exclude=set(_IDENTITY_FIELDS))
+        for name, default in OPTIONAL_FIELDS.items():
+            if params[name] == default:
+                del params[name]
+        return params
 
     def params_hash(self) -> str:
         """SHA-256 hex of the canonical JSON of :meth:`params`.
@@ -178,13 +240,18 @@ _PROBLEMS = {
     "string_type": "must be a string, got {input!r}",
     "int_type": "must be an integer, got {input!r}",
     "float_type": "must be a number, got {input!r}",
+    "bool_type": "must be true or false, got {input!r}",
+    "model_type": "must be a mapping of {{method, model, top_n, weight, normalization, batch_size}}, got {input!r}",
     "finite_number": "must be finite, got {input!r}",
 }
 
 
 def _bounds(field: str) -> tuple[Any, Any]:
     """The ``ge`` / ``le`` constraints of a field (None where absent)."""
-    metadata = Strategy.model_fields[field].metadata
+    model: type[BaseModel] = Strategy
+    if field.startswith("rerank."):
+        model, field = Rerank, field.split(".", 1)[1]
+    metadata = model.model_fields[field].metadata
     return (next((m.ge for m in metadata if hasattr(m, "ge")), None),
             next((m.le for m in metadata if hasattr(m, "le")), None))
 
@@ -193,11 +260,17 @@ def _describe(version: Any, exc: ValidationError) -> str:
     """``strategy 'v': field 'f' <problem>`` for each pydantic error, without pydantic's wording."""
     problems = []
     for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else ""
+        field = ".".join(str(part) for part in error["loc"]) if error["loc"] else ""
         value = error.get("input")
         if error["type"] == "value_error":  # our validators' own text
             text = str(error["ctx"]["error"])
-            problems.append(text if not field else f"field {field!r} {text}")
+            if field and text.startswith("field '"):  # a nested model's own rule: field 'rerank.model' ...
+                problems.append(f"field '{field}.{text[len(chr(39)) + 6:]}")
+            else:
+                problems.append(text if not field else f"field {field!r} {text}")
+            continue
+        if error["type"] == "extra_forbidden" and field.startswith("rerank."):
+            problems.append(f"field {field!r} is not a rerank field; known fields: {list(Rerank.model_fields)}")
             continue
         if error["type"] in ("greater_than_equal", "less_than_equal"):
             low, high = _bounds(field)
@@ -283,8 +356,19 @@ def get_strategy(version: str, registry: Mapping[str, Strategy] | None = None) -
                             f"{', '.join(sorted(strategies))}") from None
 
 
+def strategy_entry(strategy: Strategy) -> dict[str, Any]:
+    """A registry entry: every field, the optional stages only when set (plain YAML-able values)."""
+    entry = {name: getattr(strategy, name) for name in FIELD_NAMES}
+    for name, default in OPTIONAL_FIELDS.items():
+        if entry[name] == default:
+            del entry[name]
+    if entry.get("rerank") is not None:
+        entry["rerank"] = strategy.rerank.model_dump()
+    return entry
+
+
 def strategy_to_yaml(strategy: Strategy) -> str:
     """A complete registry entry, indented to paste under the top-level ``strategies:`` key."""
-    entry = {name: getattr(strategy, name) for name in FIELD_NAMES}
+    entry = strategy_entry(strategy)
     text = yaml.safe_dump([entry], sort_keys=False, allow_unicode=True, width=10**9)
     return "".join("  " + line for line in text.splitlines(keepends=True))

@@ -21,9 +21,11 @@ class Candidate:
     vector_rank: int | None
     keyword_score: float | None
     keyword_rank: int | None
-    rerank_score: float | None  # always None: no reranker
+    rerank_score: float | None  # the rerank stage's score (None: no rerank stage, or below its top_n)
     final_score: float
     strategy_version: str
+    first_stage_rank: int | None = None  # with a rerank stage: the rank before it (``rank`` is the rank after)
+    first_stage_score: float | None = None  # with a rerank stage: the fused score of the legs
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import yaml
 
 from rag_pipeline.retrieval.strategies import (
     FIELD_NAMES,
+    OPTIONAL_FIELDS,
     PACKAGED_STRATEGIES_FILE,
     STRATEGIES_FILE_ENV,
     Strategy,
@@ -34,7 +35,8 @@ ALTERNATIVES = {
     "vector_candidate_k": 20, "keyword_candidate_k": 0, "keyword_scorer": "bm25",
     "bm25_k1": 1.2, "bm25_b": 0.75, "fusion": "rrf", "vector_weight": 0.5,
     "keyword_weight": 0.5, "normalization": "minmax", "rrf_k": 10, "final_top_k": 5,
-    "ef_search": 40,
+    "ef_search": 40, "complete_pool": True,
+    "rerank": {"method": "embedding", "model": "all-minilm-l6-v2"},
 }
 
 
@@ -77,8 +79,10 @@ def test_packaged_registry_contents() -> None:
 def test_packaged_entries_list_every_field() -> None:
     """No packaged version may depend on a code default that could later change."""
     raw = yaml.safe_load(PACKAGED_STRATEGIES_FILE.read_text(encoding="utf-8"))
+    base = tuple(name for name in FIELD_NAMES if name not in OPTIONAL_FIELDS)
     for entry in raw["strategies"]:
-        assert tuple(entry) == FIELD_NAMES, entry["version"]
+        assert tuple(entry)[:len(base)] == base, entry["version"]
+        assert tuple(entry)[len(base):] == tuple(name for name in OPTIONAL_FIELDS if name in entry)
 
 
 def test_params_hash_definition_and_stability() -> None:

@@ -1,0 +1,228 @@
+"""The optional stages after the two legs: complete pools and the rerank stage (``Strategy.complete_pool``,
+``Strategy.rerank``).
+
+**Complete pool.** The legs each return their top N; a chunk found by one leg only has no score from the
+other, and fusion treats it as 0. With ``complete_pool: true`` every pooled chunk gets its *real* score from
+every enabled leg: the vector similarity from its stored vector (:data:`VECTOR_SCORES_SQL`, the vector leg's
+own expression ``1 - (embedding::vector(dim) <=> query)``, so the value is the one the leg would have
+returned), and the keyword score from the keyword leg's own statement, which also scores the requested chunks
+below its top N (``BM25_TARGETS_LEG_SQL`` / ``TS_RANK_CD_TARGETS_LEG_SQL``; a chunk sharing no term with the
+question scores 0, as BM25 and ``ts_rank_cd`` define it). The leg *rank* stays empty: it says which leg
+retrieved the chunk. A candidate with a score but no rank in a leg is a **completed** score (reports mark it
+``vector_completed`` / ``keyword_completed``); without ``complete_pool`` that combination never occurs.
+
+**Rerank.** The first stage's pool in its order; its top ``top_n`` (default: all) is re-scored
+(:func:`rerank_scores`): ``embedding`` = cosine under a second model from the chunks' stored vectors (same
+SQL), ``cross-encoder`` = a local sentence-transformers CrossEncoder (:mod:`cross_encoder`). Then
+``final = weight · norm(rerank) + (1 − weight) · norm(first stage)`` (both normalised over the re-scored
+candidates), ordered ``final desc, first-stage rank asc``; the candidates below ``top_n`` follow in first-stage
+order with their first-stage score as final score and no ``rerank_score``. Every candidate keeps its
+``first_stage_rank`` and ``first_stage_score``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Sequence
+
+import numpy as np
+import sqlalchemy as sa
+
+from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.retrieval import fusion
+from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.retrieval.strategies import Rerank, Strategy
+from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace
+
+# The stored vectors' similarity to each question for the listed chunks (one ``{uuid,...}`` literal per
+# question): the vector leg's own score expression, so a completed score equals the leg's score bit for bit.
+# {dim} is the model's integer dimension (as in the vector leg's SQL).
+VECTOR_SCORES_SQL = """
+SELECT q.ord AS query_index, e.chunk_id, 1 - (e.embedding::vector({dim}) <=> q.query_vector) AS score
+FROM unnest(CAST(:query_vectors AS vector[]), CAST(:chunk_ids AS text[])) WITH ORDINALITY
+     AS q(query_vector, chunk_ids, ord)
+JOIN chunk_embeddings e ON e.chunk_id = ANY(CAST(q.chunk_ids AS uuid[]))
+WHERE e.model = :model AND e.knowledge_base_id = :kb
+"""
+
+CHUNK_TEXT_SQL = "SELECT id, content FROM document_chunks WHERE id = ANY(CAST(:ids AS uuid[]))"
+
+
+def uuid_literal(ids) -> str:
+    return "{" + ",".join(str(uuid.UUID(str(i))) for i in ids) + "}"
+
+
+def stored_vector_scores(conn: sa.Connection, kb_id, model: str, query_vectors: np.ndarray,
+                         chunk_ids: Sequence[Sequence[str]]) -> list[dict[str, float]]:
+    """Per question, ``{chunk id: 1 - cosine distance}`` between the question vector and the chunk's stored
+    vector of ``model``, for the listed chunks that have one."""
+    out: list[dict[str, float]] = [{} for _ in chunk_ids]
+    wanted = [i for i, ids in enumerate(chunk_ids) if ids]
+    if not wanted:
+        return out
+    dimension = conn.execute(sa.text(retrieval_sql.MODEL_DIMENSION_SQL), {"model": model}).scalar()
+    if dimension is None:
+        raise RetrievalError(f"embedding model {model!r} is not registered in this database")
+    vectors = np.asarray(query_vectors, dtype=np.float32)
+    rows = conn.execute(sa.text(VECTOR_SCORES_SQL.format(dim=int(dimension))), {
+        "kb": kb_id, "model": model, "query_vectors": [vectors[i] for i in wanted],
+        "chunk_ids": [uuid_literal(chunk_ids[i]) for i in wanted]})
+    for row in rows:
+        out[wanted[row.query_index - 1]][str(row.chunk_id)] = float(row.score)
+    return out
+
+
+def rerank_scores(conn: sa.Connection, kb, strategy: Strategy, queries: Sequence[str],
+                  chunk_ids: Sequence[Sequence[str]]) -> list[dict[str, float]]:
+    """Per question, ``{chunk id: rerank score}`` for the listed chunks under ``strategy.rerank``."""
+    rerank: Rerank = strategy.rerank
+    if rerank.method == "embedding":
+        vectors = get_embedder(rerank.model).embed(list(queries))
+        scores = stored_vector_scores(conn, kb.id, rerank.model, vectors, chunk_ids)
+        for ids, found in zip(chunk_ids, scores, strict=True):
+            missing = [i for i in ids if i not in found]
+            if missing:
+                raise RetrievalError(
+                    f"strategy {strategy.version}: {len(missing)} pooled chunk(s) (e.g. {missing[0]}) have no "
+                    f"{rerank.model!r} vector for the rerank stage; ingest knowledge base {kb.name!r} with "
+                    f"--models {rerank.model}")
+        return scores
+    from rag_pipeline.retrieval.cross_encoder import load_cross_encoder  # noqa: PLC0415 - torch only when used
+
+    model = load_cross_encoder(rerank.model, strategy.version)
+    every = sorted({i for ids in chunk_ids for i in ids})
+    texts = {str(r.id): r.content for r in conn.execute(sa.text(CHUNK_TEXT_SQL), {"ids": uuid_literal(every)})}
+    pairs = [(q, texts[i]) for q, ids in zip(queries, chunk_ids, strict=True) for i in ids]
+    flat = iter(model.score(pairs, rerank.batch_size))
+    return [{i: next(flat) for i in ids} for ids in chunk_ids]
+
+
+def rerank_trace(trace: RetrievalTrace, scores: dict[str, float], rerank: Rerank, limit: int) -> RetrievalTrace:
+    """Re-order one first-stage trace with its re-scored candidates' ``scores`` (see the module docstring)."""
+    first = trace.candidates
+    n = len(first) if rerank.top_n is None else min(rerank.top_n, len(first))
+    head, tail = first[:n], first[n:]
+    if not head:
+        return trace
+    r = np.array([scores[c.chunk_id] for c in head], dtype=float)
+    f = np.array([c.final_score for c in head], dtype=float)
+    final = (rerank.weight * fusion.normalize(r, rerank.normalization)
+             + (1.0 - rerank.weight) * fusion.normalize(f, rerank.normalization))
+    order = np.lexsort((np.arange(n), -final))  # final desc, then first-stage rank asc
+    out = []
+    for index in order:
+        c = head[index]
+        out.append(dataclasses.replace(c, rank=len(out) + 1, rerank_score=float(r[index]),
+                                       final_score=float(final[index]), first_stage_rank=c.rank,
+                                       first_stage_score=c.final_score))
+    for c in tail:
+        out.append(dataclasses.replace(c, rank=len(out) + 1, first_stage_rank=c.rank,
+                                       first_stage_score=c.final_score))
+    return RetrievalTrace(trace.question, out, out[:limit], trace.keyword_targets)
+
+
+def rerank_batch(conn: sa.Connection, kb, strategy: Strategy, traces: list[RetrievalTrace],
+                 limits: Sequence[int]) -> list[RetrievalTrace]:
+    """Apply ``strategy.rerank`` to every trace of a batch (one scoring call for the batch)."""
+    top_n = strategy.rerank.top_n
+    ids = [[c.chunk_id for c in (t.candidates if top_n is None else t.candidates[:top_n])] for t in traces]
+    scores = rerank_scores(conn, kb, strategy, [t.question for t in traces], ids)
+    return [rerank_trace(t, s, strategy.rerank, limit) for t, s, limit in zip(traces, scores, limits, strict=True)]
+
+
+def completion_targets(vector_hits, targets) -> list[list[str]]:
+    """The keyword leg's targets under ``complete_pool``: the case's own targets plus the vector leg's chunks."""
+    own = targets if targets is not None else [[] for _ in vector_hits]
+    return [sorted({*map(str, t), *(h.chunk_id for h in hits)}) for t, hits in zip(own, vector_hits, strict=True)]
+
+
+def split_keyword_targets(below: list[dict], targets, vector_hits) -> tuple[list[dict], list[dict]]:
+    """The keyword leg's below-top-N rows → (completed keyword scores of the vector leg's chunks, the case
+    targets' rows for the diagnosis). A chunk the leg did not score shares no term with the question: 0."""
+    completed, diagnosis = [], []
+    for i, found in enumerate(below):
+        pooled = {h.chunk_id for h in vector_hits[i]}
+        completed.append({cid: (v["keyword_score"] or 0.0) for cid, v in found.items() if cid in pooled})
+        own = {str(t) for t in targets[i]} if targets is not None else set()
+        diagnosis.append({cid: v for cid, v in found.items() if cid in own})
+    return completed, diagnosis
+
+
+def complete_vector(conn: sa.Connection, kb_id, strategy: Strategy, vectors: np.ndarray, vector_hits,
+                    keyword_hits) -> list[dict[str, float]]:
+    """Vector scores of the keyword leg's chunks the vector leg did not return (from their stored vectors)."""
+    wanted = []
+    for v_hits, k_hits in zip(vector_hits, keyword_hits, strict=True):
+        have = {h.chunk_id for h in v_hits}
+        wanted.append(sorted({h.chunk_id for h in k_hits} - have))
+    return stored_vector_scores(conn, kb_id, strategy.embedding_model, vectors, wanted)
+
+
+def with_completion(candidate: Candidate) -> dict:
+    """``vector_completed`` / ``keyword_completed`` of a candidate: a score without a leg rank."""
+    return {"vector_completed": candidate.vector_score is not None and candidate.vector_rank is None,
+            "keyword_completed": candidate.keyword_score is not None and candidate.keyword_rank is None}
+
+
+def fuse_pool(question: str, vector: list[LegHit], keyword: list[LegHit], strategy: Strategy, limit: int,
+              completed: dict[str, dict[str, float]] | None = None) -> RetrievalTrace:
+    """Merge the two legs' hits (each best first) by chunk id, fuse, order and rank them into a trace.
+
+    ``completed`` (``complete_pool``): ``{"vector"|"keyword": {chunk id: that leg's score}}`` for pooled chunks
+    the leg did not return; the score is filled, the leg rank stays empty. Pure (no database).
+    """
+    slots: dict[str, dict] = {}
+    for leg, hits in (("vector", vector), ("keyword", keyword)):
+        for rank, hit in enumerate(hits, start=1):
+            slot = slots.setdefault(hit.chunk_id, {"hit": hit})
+            slot[f"{leg}_score"], slot[f"{leg}_rank"] = hit.score, rank
+    for leg, scores in (completed or {}).items():
+        for chunk_id, score in scores.items():
+            if chunk_id in slots and f"{leg}_rank" not in slots[chunk_id]:
+                slots[chunk_id][f"{leg}_score"] = score
+    if not slots:
+        return RetrievalTrace(question, [], [])
+    ids = list(slots)
+
+    def column(name: str) -> np.ndarray:
+        return np.array([slots[c].get(name, np.nan) for c in ids], dtype=float)
+
+    vs, ks = column("vector_score"), column("keyword_score")
+    final = fusion.fuse(strategy, vs, ks, column("vector_rank"), column("keyword_rank"))
+    candidates = []
+    for rank, index in enumerate(fusion.order(final, vs, np.array(ids)), start=1):
+        slot = slots[ids[index]]
+        hit = slot["hit"]
+        candidates.append(Candidate(
+            chunk_id=hit.chunk_id,
+            document_id=hit.document_id,
+            document_name=hit.document_name,
+            rank=rank,
+            vector_score=slot.get("vector_score"),
+            vector_rank=slot.get("vector_rank"),
+            keyword_score=slot.get("keyword_score"),
+            keyword_rank=slot.get("keyword_rank"),
+            rerank_score=None,
+            final_score=float(final[index]),
+            strategy_version=strategy.version,
+        ))
+    return RetrievalTrace(question, candidates, candidates[:limit])
+
+
+def preflight_rerank(conn: sa.Connection, kb, strategy: Strategy) -> None:
+    """Fail before anything is written when the rerank stage cannot run on this knowledge base: no stored
+    vectors of the embedding model, or a cross-encoder directory that is missing or not a cross-encoder."""
+    rerank = strategy.rerank
+    if rerank is None:
+        return
+    if rerank.method == "embedding":
+        if not conn.execute(sa.text(retrieval_sql.HAS_EMBEDDINGS_SQL), {"kb": kb.id, "model": rerank.model}).scalar():
+            raise RetrievalError(
+                f"strategy {strategy.version}: field 'rerank.model': knowledge base {kb.name!r} has no embeddings "
+                f"of model {rerank.model!r}; ingest it with --models {rerank.model} or pick another strategy")
+        get_embedder(rerank.model)
+        return
+    from rag_pipeline.retrieval.cross_encoder import load_cross_encoder  # noqa: PLC0415 - torch only when used
+
+    load_cross_encoder(rerank.model, strategy.version)
