@@ -26,6 +26,7 @@ import json
 import sys
 
 from rag_pipeline.analysis.tune_runs import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TOP_CONFIGS, TuneResult
+from rag_pipeline.analysis.tune_split import SplitTuneResult
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
@@ -85,8 +86,64 @@ def render_text(result: TuneResult, top: int = TOP_CONFIGS) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_split(result: SplitTuneResult, top: int = TOP_CONFIGS) -> str:
+    """The report of a stage tuning (``--train-dataset``, or a pool strategy that completes pools / reranks)."""
+    m, train, test, cv = result.metric, result.train, result.test, result.cv
+    lines = [
+        f"Stage tuning of {result.base.version}: {len(result.configs)} configurations (first-stage fusion, "
+        f"completion, rerank weight and normalisation), metric {m}",
+        f"chosen on  {train.run.dataset} (version {train.run.dataset_version[:12]}, {train.chosen.size} cases, "
+        f"run {train.run.run_id})",
+        f"chosen:    {result.chosen.label}  -> new version {result.strategy.version}",
+        "",
+        f"on {train.run.dataset} (tuning data):",
+        f"  in-sample {m} {train.chosen_mean:.4f}   (tuned on these cases: NOT an estimate)",
+        f"  {result.base.version}'s own configuration {train.own_mean:.4f}",
+        f"  {cv.fold_of.size}-case {len(cv.chosen)}-fold cross-validated {m} {cv.mean:.4f}  95% CI "
+        f"[{cv.ci[0]:.4f}, {cv.ci[1]:.4f}]" + ("" if test else "   <- the estimate"),
+    ]
+    if test is not None:
+        lines += [
+            "",
+            f"on {test.run.dataset} (held out: version {test.run.dataset_version[:12]}, {test.chosen.size} cases, "
+            f"run {test.run.run_id}):",
+            f"  chosen configuration {m} {test.chosen_mean:.4f}   <- the estimate (chosen without these cases)",
+            f"  {result.base.version}'s own configuration {test.own_mean:.4f};  gain "
+            f"{test.chosen_mean - test.own_mean:+.4f}  95% CI [{result.gain_ci[0]:+.4f}, {result.gain_ci[1]:+.4f}]"
+            f"  p={result.p_value:.4g}",
+        ]
+    rows = result.top_configurations(top)
+    width = max(len(r["label"]) for r in rows)
+    lines += ["", f"top {top} configurations on {train.run.dataset}:"]
+    lines += [f"  {r['rank']:>3}  {r['label']:<{width}}  {r['train_mean']:.4f}"
+              + (" (chosen)" if r["is_chosen"] else " (pool strategy)" if r["is_own"] else "") for r in rows]
+    lines += ["", "strategy definition (paste under `strategies:` in the registry, or use --write-strategy):",
+              result.yaml.rstrip("\n")]
+    lines += [f"note: {n}" for n in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _cmd_tune_split(args: argparse.Namespace) -> int:
+    result = analysis.tune_stages(get_engine(), args.dataset, args.train_dataset, args.pool_strategy, args.metric,
+                                  args.folds, args.seed, knowledge_base=args.knowledge_base, version=args.version,
+                                  n_resamples=args.resamples)
+    written = analysis.add_split_strategy(result, args.write_strategy) if args.write_strategy else None
+    if args.format == "json":
+        print(json.dumps({**result.as_dict(args.top), "written": written}, ensure_ascii=False, indent=2))
+    else:
+        sys.stdout.write(render_split(result, args.top))
+        if written:
+            print(f"\n{written['status']}: {result.strategy.version} in {written['path']}")
+    return 0
+
+
 @guarded(ValueError)
 def cmd_tune(args: argparse.Namespace) -> int:
+    if args.train_dataset or analysis.has_stages(args.pool_strategy):
+        if args.dataset_version:
+            raise ValueError("--dataset-version is not supported with --train-dataset or a pool strategy with "
+                             "completion / rerank stages (the latest version of each dataset is used)")
+        return _cmd_tune_split(args)
     result = analysis.tune(get_engine(), args.dataset, args.pool_strategy, args.metric, args.folds, args.seed,
                            knowledge_base=args.knowledge_base, version=args.version,
                            dataset_version=args.dataset_version, n_resamples=args.resamples)
@@ -107,7 +164,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add ``tune`` to the ``rag-pipeline`` sub-commands."""
     p = sub.add_parser("tune", help="tune the fusion on a stored run's candidate pools (weights, normalisation, "
                                     "RRF k) with cross-validation; prints a ready-to-add strategy")
-    p.add_argument("--dataset", required=True, help="dataset name, or its JSON file")
+    p.add_argument("--dataset", required=True, help="dataset name, or its JSON file (with --train-dataset: the "
+                                                    "dataset the chosen configuration is reported on)")
+    p.add_argument("--train-dataset", metavar="NAME_OR_FILE",
+                   help="choose the configuration on this dataset (e.g. a BEIR train split) and report it on "
+                        "--dataset; sweeps first-stage fusion, completion and the rerank mix")
     p.add_argument("--knowledge-base", help="only when the dataset name is used with several knowledge bases "
                                             "(or for a bare-array dataset file)")
     p.add_argument("--dataset-version", metavar="HASH",

@@ -36,7 +36,7 @@ from rag_pipeline.retrieval.fusion import fuse_batch, normalize_batch, order_bat
 
 CANDIDATE_SQL = sa.text(
     "SELECT case_id, chunk_id::text AS chunk_id, rank, vector_score, vector_rank, keyword_score, "
-    "keyword_rank, final_score, is_relevant, strategy_version "
+    "keyword_rank, rerank_score, final_score, is_relevant, strategy_version "
     "FROM retrieval_evaluation_candidates WHERE evaluation_run_id = CAST(:run_id AS uuid) "
     "ORDER BY case_id, rank"
 )
@@ -45,7 +45,7 @@ CASE_SQL = sa.text(
     "WHERE evaluation_run_id = CAST(:run_id AS uuid) ORDER BY case_index, case_id"
 )
 _SLOT_FIELDS = ("chunk_ids", "vector_score", "keyword_score", "vector_rank", "keyword_rank", "mask",
-                "chunk_rank", "gains", "stored_rank", "stored_final")
+                "chunk_rank", "gains", "stored_rank", "stored_final", "rerank_score")
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,6 +73,7 @@ class PoolSet:
     ideal_gains: np.ndarray
     k: np.ndarray
     strategy_version: str | None = None
+    rerank_score: np.ndarray | None = None  # the rerank stage's score (NaN: not re-scored); None: not loaded
 
     @property
     def n_cases(self) -> int:
@@ -90,7 +91,7 @@ class PoolSet:
         if index.dtype == bool:
             index = np.flatnonzero(index)
         picked = {f.name: getattr(self, f.name)[index] for f in fields(self)
-                  if f.name != "strategy_version"}
+                  if f.name != "strategy_version" and getattr(self, f.name) is not None}
         return PoolSet(**picked, strategy_version=self.strategy_version)
 
     def reorder_slots(self, order: np.ndarray) -> PoolSet:
@@ -99,7 +100,7 @@ class PoolSet:
         if order.shape != self.mask.shape:
             raise ValueError(f"order shape {order.shape} != pool shape {self.mask.shape}")
         changed = {f.name: np.take_along_axis(getattr(self, f.name), order, axis=1)
-                   for f in fields(self) if f.name in _SLOT_FIELDS}
+                   for f in fields(self) if f.name in _SLOT_FIELDS and getattr(self, f.name) is not None}
         return dataclasses.replace(self, **changed)
 
 
@@ -191,6 +192,7 @@ def pools_from_rows(candidate_rows: Iterable[Mapping[str, Any]],
         ideal_gains=ideal,
         k=k,
         strategy_version=versions.pop() if versions else None,
+        rerank_score=padded(_float_or_nan(r.get("rerank_score") for r in rows), np.nan, float),
     )
 
 

@@ -67,6 +67,8 @@ def _problem(path: Path) -> str | None:
         return f"is a sentence-transformers {model_type}, not a CrossEncoder"
     architectures = config.get("architectures") or [] if isinstance(config, dict) else []
     if model_type is None and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        if (path / "modules.json").is_file():
+            return "is a sentence-transformers embedding model (no sequence-classification head), not a CrossEncoder"
         return (f"is not a cross-encoder: its architectures {architectures} have no sequence-classification "
                 "head (an embedding model?)")
     labels = config.get("num_labels") or len(config.get("id2label") or {}) or 1

@@ -10,8 +10,10 @@ import sqlalchemy as sa
 from rag_pipeline.analysis import comparison
 from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, Comparison, GateResult, StrategyRun
 from rag_pipeline.analysis.tune_runs import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TuneError, TuneResult, tune_run
+from rag_pipeline.analysis.tune_split import SplitTuneResult, tune_split
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC
 from rag_pipeline.retrieval.registry_file import write_strategy
+from rag_pipeline.retrieval.strategies import StrategyError, load_registry
 from rag_pipeline.service.datasets import resolve_dataset
 
 
@@ -59,6 +61,35 @@ def tune(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_POOL_STRA
     with engine.connect() as conn:
         return tune_run(conn, name, pool_strategy, metric, folds, seed, knowledge_base=kb, version=version,
                         dataset_version=dataset_version, n_resamples=n_resamples)
+
+
+def has_stages(pool_strategy: str) -> bool:
+    """Does the registry's ``pool_strategy`` complete its pools or rerank (then ``tune`` sweeps those stages)?"""
+    try:
+        strategy = load_registry().get(pool_strategy)
+    except StrategyError:
+        return False
+    return strategy is not None and (strategy.complete_pool or strategy.rerank is not None)
+
+
+def tune_stages(engine: sa.Engine, dataset: str, train_dataset: str | None, pool_strategy: str,
+                metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS, seed: int = 0, *,
+                knowledge_base: str | None = None, version: str | None = None,
+                n_resamples: int = 10000) -> SplitTuneResult:
+    """Choose the first-stage fusion, completion and rerank mix on ``train_dataset`` (default ``dataset``) from
+    the pool strategy's stored pools and report the choice on ``dataset`` (names or dataset files)."""
+    name, kb = resolve_dataset(dataset, knowledge_base)
+    train = resolve_dataset(train_dataset, knowledge_base)[0] if train_dataset else None
+    with engine.connect() as conn:
+        return tune_split(conn, name, train, pool_strategy, metric, folds, seed, knowledge_base=kb,
+                          version=version, n_resamples=n_resamples)
+
+
+def add_split_strategy(result: SplitTuneResult, path: str | Path) -> dict:
+    """Append the strategy chosen by :func:`tune_stages` to the registry file ``path``."""
+    comment = (f"tuned by `rag-pipeline tune` on dataset {result.train.run.dataset} from run "
+               f"{result.train.run.run_id} of {result.base.version}")
+    return {"path": str(Path(path).resolve()), "status": write_strategy(path, result.strategy, comment)}
 
 
 def add_strategy(result: TuneResult, path: str | Path) -> dict:
