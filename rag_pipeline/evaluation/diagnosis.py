@@ -9,6 +9,8 @@ Taxonomy (``reason``), decided in this order:
 * ``hit`` — in the pool at rank r <= k (``legs`` tells which leg(s) found it);
 * ``vector_only`` / ``keyword_only`` — in the pool at rank r > k and, with *both* legs enabled, only that
   leg found it (the other leg's own score for the chunk is computed, so the user sees why it missed);
+* ``below_cutoff_after_rerank`` — in the pool at rank r > k *after* the rerank stage, but within k after the
+  first stage (``first_stage_rank``): the rerank stage pushed it out;
 * ``below_cutoff`` — in the pool at rank r > k, found by both legs (or the strategy has one leg);
 * ``not_in_pool`` — no leg returned it: the chunk's own vector similarity and keyword score for the
   question are computed (:mod:`rag_pipeline.evaluation.diagnosis_db`) next to the score of the last
@@ -29,7 +31,8 @@ from dataclasses import asdict, dataclass
 from rag_pipeline.evaluation.dataset_fields import relevant_ids_of
 from rag_pipeline.evaluation.label_check import STATUSES as LABEL_STATUSES
 
-RETRIEVAL_REASONS = ("hit", "below_cutoff", "vector_only", "keyword_only", "not_in_pool")
+RETRIEVAL_REASONS = ("hit", "below_cutoff_after_rerank", "below_cutoff", "vector_only", "keyword_only",
+                     "not_in_pool")
 INVALID_LABEL_REASONS = tuple(s for s in LABEL_STATUSES if s != "ok")
 REASONS = RETRIEVAL_REASONS + INVALID_LABEL_REASONS
 LEGS = ("vector", "keyword")
@@ -57,6 +60,8 @@ class MissReason:
     enabled_legs: tuple[str, ...] = ()
     scores_computed: bool = False  # own scores of the missing leg(s) filled in by diagnosis_db
     label_detail: str | None = None
+    first_stage_rank: int | None = None  # with a rerank stage: the rank before it (``rank`` is after it)
+    rerank_score: float | None = None
 
     @property
     def is_label_problem(self) -> bool:
@@ -114,7 +119,14 @@ def _describe(m: MissReason) -> str:
     if m.is_label_problem:
         return f"invalid label ({m.reason}): {m.label_detail or 'see check-dataset'}"
     if m.reason == "hit":
-        return f"rank {m.rank} <= k={m.k} (found by {m.legs} leg{'s' if m.legs == 'both' else ''})"
+        text = f"rank {m.rank} <= k={m.k} (found by {m.legs} leg{'s' if m.legs == 'both' else ''})"
+        if m.first_stage_rank is not None and m.first_stage_rank > m.k:
+            text += f"; first-stage rank {m.first_stage_rank}: the rerank stage lifted it into the top k"
+        return text
+    if m.reason == "below_cutoff_after_rerank":
+        return (f"rank {m.first_stage_rank} <= k={m.k} after the first stage, rank {m.rank} after the rerank stage "
+                f"(rerank score {_fmt(m.rerank_score)}; final score {_fmt(m.final_score)} vs {_fmt(m.kth_score)} "
+                f"at rank {m.k}, gap {_fmt(m.gap)}): the rerank stage pushed it below k")
     if m.reason == "not_in_pool":
         legs = [_leg_clause(m, leg) for leg in LEGS if leg in m.enabled_legs]
         return "not retrieved by any leg; " + ("; ".join(legs) if legs else "no score computed")
@@ -178,8 +190,11 @@ def classify_misses(case, candidates: Sequence, k: int | None = None,
         found = [leg for leg in LEGS if _get(c, f"{leg}_rank") is not None]
         found_by = "both" if len(found) == 2 else (found[0] if found else None)
         rank, final = int(_get(c, "rank")), float(_get(c, "final_score"))
+        first_rank = _get(c, "first_stage_rank")
         if rank <= k:
             reason = "hit"
+        elif first_rank is not None and int(first_rank) <= k:
+            reason = "below_cutoff_after_rerank"
         elif len(enabled) == 2 and len(found) == 1:
             reason = f"{found[0]}_only"
         else:
@@ -187,7 +202,8 @@ def classify_misses(case, candidates: Sequence, k: int | None = None,
         scores = {f"{leg}_{what}": _get(c, f"{leg}_{what}") for leg in LEGS for what in ("score", "rank")}
         out.append(MissReason(
             case_id, chunk_id, reason, k, rank=rank, legs=found_by, final_score=final, kth_score=kth,
-            gap=None if rank <= k or kth is None else kth - final, **scores, **leg_info))
+            gap=None if rank <= k or kth is None else kth - final, **scores, **leg_info,
+            first_stage_rank=None if first_rank is None else int(first_rank), rerank_score=_get(c, "rerank_score")))
     return out
 
 
@@ -219,6 +235,8 @@ _SENTENCES = {
                       "current ones",
     "not_in_pool": "{n} of {total} relevant chunks never entered the candidate pool (no leg retrieved them)",
     "below_cutoff": "{n} of {total} relevant chunks are in the pool but ranked below k",
+    "below_cutoff_after_rerank": "{n} of {total} relevant chunks were within k after the first stage and the "
+                                 "rerank stage pushed them below k",
     "vector_only": "{n} of {total} relevant chunks are below k and were found by the vector leg only",
     "keyword_only": "{n} of {total} relevant chunks are below k and were found by the keyword leg only",
 }

@@ -33,6 +33,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.evaluation.metrics import batch_metrics
 from rag_pipeline.retrieval.fusion import fuse_batch, normalize_batch, order_batch, weighted_fusion_batch
+from rag_pipeline.retrieval.stages import first_stage_ranks
 
 CANDIDATE_SQL = sa.text(
     "SELECT case_id, chunk_id::text AS chunk_id, rank, vector_score, vector_rank, keyword_score, "
@@ -273,3 +274,19 @@ def load_pools(conn: Any, evaluation_run_id: Any) -> PoolSet:
     if not cases:
         raise ValueError(f"evaluation run {evaluation_run_id} has no case results")
     return pools_from_rows(candidates, cases)
+
+
+_POOL_SCORES_SQL = """
+SELECT c.case_id, c.chunk_id::text AS chunk_id, c.vector_score, c.vector_rank, c.keyword_score, c.keyword_rank
+FROM retrieval_evaluation_candidates c
+WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases)
+"""
+
+
+def first_stage_ranks_of_cases(conn: sa.Connection, run_id, strategy, cases: list[str]) -> dict[str, dict[str, int]]:
+    """Per case, chunk id -> rank before the rerank stage, from the case's whole stored pool (whatever the
+    report's candidate mode lists)."""
+    pools: dict[str, list[dict]] = {case: [] for case in cases}
+    for row in conn.execute(sa.text(_POOL_SCORES_SQL), {"run": run_id, "cases": cases}).mappings():
+        pools[row["case_id"]].append(dict(row))
+    return {case: first_stage_ranks(strategy, pool) for case, pool in pools.items()}

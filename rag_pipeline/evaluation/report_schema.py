@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
-REPORT_VERSION = 3
+REPORT_VERSION = 4
 """2: cases have ``relevance_grades``, candidates ``relevance_grade`` (graded labels). 3: ``candidates`` mode,
-``summary.question_embeddings``, timings ``retrieval_wall_s`` / ``retrieval_sql_s`` / ``diagnosis_sql_s``."""
+``summary.question_embeddings``, timings ``retrieval_wall_s`` / ``retrieval_sql_s`` / ``diagnosis_sql_s``. 4: candidates
+have ``first_stage_rank`` (the rank before the rerank stage; null without one) and ``vector_completed`` /
+``keyword_completed`` (a leg score filled in by ``complete_pool``: the leg did not retrieve the chunk)."""
 
 CANDIDATE_MODE = {"enum": ["default", "all", "selected", "relevant", "none"]}
 
@@ -47,6 +49,9 @@ CANDIDATE_SCHEMA = _obj({
     "keyword_score": _NUM_OR_NULL,
     "keyword_rank": _INT_OR_NULL,
     "rerank_score": _NUM_OR_NULL,
+    "first_stage_rank": _INT_OR_NULL,
+    "vector_completed": {"type": "boolean"},
+    "keyword_completed": {"type": "boolean"},
     "final_score": {"type": "number"},
     "is_relevant": {"type": "boolean"},
     "relevance_grade": {"oneOf": [_GRADE, {"type": "null"}]},

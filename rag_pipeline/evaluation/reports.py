@@ -10,7 +10,10 @@ Which candidates a case lists (:data:`CANDIDATE_MODES`, keyword ``candidates`` o
 seed's detail needs; ``all`` — the full pool; ``selected``; ``relevant``; ``none`` (metrics and miss reasons
 only). ``case_id`` restricts a report to one case.
 Each case shows its ``relevance_grades`` (every judged id -> grade, 0 = judged not relevant) and each
-candidate its ``relevance_grade`` (None = not judged by the case).
+candidate its ``relevance_grade`` (None = not judged by the case). A run with a rerank stage shows both ranks:
+``rank`` (after the stage) and ``first_stage_rank`` (re-fused from the stored leg scores exactly as the run fused
+them, :func:`rag_pipeline.retrieval.stages.first_stage_ranks`); ``vector_completed`` / ``keyword_completed`` mark
+a leg score filled in by ``complete_pool`` (a score without a leg rank: that leg did not retrieve the chunk).
 Chunk text is included only with ``include_text=True`` (candidate snapshots never store it; it is
 looked up in ``document_chunks``). The shape is :data:`rag_pipeline.evaluation.report_schema.REPORT_SCHEMA`.
 """
@@ -25,8 +28,10 @@ from typing import IO
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.metrics import HEADLINE_METRICS, METRIC_LABELS, METRIC_NAMES
+from rag_pipeline.evaluation.pools import first_stage_ranks_of_cases
 from rag_pipeline.evaluation.report_schema import REPORT_VERSION
 from rag_pipeline.evaluation.runs import RunNotFoundError, get_run, resolve_run_id
+from rag_pipeline.retrieval.stages import stored_strategy
 from rag_pipeline.storage.names import printable
 
 PAGE_CASES = 500
@@ -98,6 +103,10 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
         join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" if include_text else "",
         mode=_MODE_FILTERS.get(candidates, "")))
     one_case = " AND case_id = :case" if case_id is not None else ""
+    params = conn.execute(sa.text("SELECT strategy_version, strategy_params FROM retrieval_evaluation_runs "
+                                  "WHERE id = :run"), {"run": run_id}).first()
+    strategy = stored_strategy(params.strategy_version, params.strategy_params) if params else None
+    reranked = strategy is not None and strategy.rerank is not None
     last, seen = -1, False
     while True:
         rows = conn.execute(sa.text(
@@ -113,6 +122,10 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
         if candidates != "none":
             for c in conn.execute(candidate_sql, {"run": run_id, "cases": list(pools)}):
                 pools[c.case_id].append(_candidate(c, include_text))
+        if reranked and candidates != "none":  # the first stage re-fused from the case's whole stored pool
+            for case, before in first_stage_ranks_of_cases(conn, run_id, strategy, list(pools)).items():
+                for c in pools[case]:
+                    c["first_stage_rank"] = before.get(c["chunk_id"])
         for r in rows:
             yield {
                 "case_id": r.case_id,
@@ -143,6 +156,9 @@ def _candidate(c: sa.Row, include_text: bool) -> dict:
         "chunk_id": str(c.chunk_id), "document_id": str(c.document_id), "document_name": c.document_name,
         "rank": c.rank, "vector_score": c.vector_score, "vector_rank": c.vector_rank,
         "keyword_score": c.keyword_score, "keyword_rank": c.keyword_rank, "rerank_score": c.rerank_score,
+        "first_stage_rank": None,
+        "vector_completed": c.vector_score is not None and c.vector_rank is None,
+        "keyword_completed": c.keyword_score is not None and c.keyword_rank is None,
         "final_score": c.final_score, "is_relevant": c.is_relevant, "relevance_grade": c.relevance_grade,
         "is_selected": c.is_selected, "strategy_version": c.strategy_version,
     }

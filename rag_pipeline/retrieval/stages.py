@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import sqlalchemy as sa
@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.retrieval import fusion
 from rag_pipeline.retrieval import sql as retrieval_sql
-from rag_pipeline.retrieval.strategies import Rerank, Strategy
+from rag_pipeline.retrieval.strategies import Rerank, Strategy, StrategyError
 from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace
 
 # The stored vectors' similarity to each question for the listed chunks (one ``{uuid,...}`` literal per
@@ -159,10 +159,27 @@ def complete_vector(conn: sa.Connection, kb_id, strategy: Strategy, vectors: np.
     return stored_vector_scores(conn, kb_id, strategy.embedding_model, vectors, wanted)
 
 
-def with_completion(candidate: Candidate) -> dict:
-    """``vector_completed`` / ``keyword_completed`` of a candidate: a score without a leg rank."""
-    return {"vector_completed": candidate.vector_score is not None and candidate.vector_rank is None,
-            "keyword_completed": candidate.keyword_score is not None and candidate.keyword_rank is None}
+def first_stage_ranks(strategy: Strategy, candidates: Sequence[Mapping]) -> dict[str, int]:
+    """The first-stage rank of each stored candidate of one case (mappings with ``chunk_id`` and the four leg
+    fields): the stored leg scores fused and ordered exactly as :func:`fuse_pool` did in the run."""
+    if not candidates:
+        return {}
+    ids = [str(c["chunk_id"]) for c in candidates]
+
+    def column(name: str) -> np.ndarray:
+        return np.array([np.nan if c[name] is None else float(c[name]) for c in candidates], dtype=float)
+
+    vs = column("vector_score")
+    final = fusion.fuse(strategy, vs, column("keyword_score"), column("vector_rank"), column("keyword_rank"))
+    return {ids[i]: rank for rank, i in enumerate(fusion.order(final, vs, np.array(ids)), start=1)}
+
+
+def stored_strategy(version: str, params: Mapping | None) -> Strategy | None:
+    """The strategy a run stored (its ``strategy_params``), or None when they no longer make a valid one."""
+    try:
+        return Strategy(version=version, **{k: v for k, v in (params or {}).items() if k in Strategy.model_fields})
+    except (StrategyError, TypeError):
+        return None
 
 
 def fuse_pool(question: str, vector: list[LegHit], keyword: list[LegHit], strategy: Strategy, limit: int,

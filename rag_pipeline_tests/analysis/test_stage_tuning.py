@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 
+import jsonschema
 import numpy as np
 import pytest
 import sqlalchemy as sa
@@ -19,6 +20,8 @@ from rag_pipeline.cli import main
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import load_pools
+from rag_pipeline.evaluation.report_schema import REPORT_SCHEMA
+from rag_pipeline.evaluation.reports import build_report
 from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.retrieval.search import hybrid_search_batch
@@ -135,3 +138,28 @@ def test_cli_tune_train_dataset_prints_both_and_labels_the_estimate(engine, worl
     data = json.loads(capsys.readouterr().out)
     assert data["test"] is None and data["estimate"] == data["train"]["cv_mean"]
     assert any("not an estimate" in n for n in data["notes"])
+
+
+def test_report_shows_both_ranks_rerank_score_and_completed_scores(engine, world) -> None:
+    kb, files, runs = world
+    dataset = load_dataset(files["train"])
+    outcome = runs[("train", STAGED.version)]
+    with engine.connect() as conn:
+        report = build_report(conn, outcome.run_id)
+    jsonschema.validate(report, REPORT_SCHEMA)
+    with engine.begin() as conn:
+        traces = hybrid_search_batch(conn, knowledge_base_id=chunking.knowledge_base_id(kb),
+                                     queries=[c.question for c in dataset.cases], strategy=STAGED)
+    flags = 0
+    for case, trace in zip(report["cases"], traces, strict=True):
+        for shown, c in zip(case["candidates"], trace.candidates, strict=True):
+            assert (shown["chunk_id"], shown["rank"], shown["first_stage_rank"]) == (c.chunk_id, c.rank,
+                                                                                    c.first_stage_rank)
+            assert shown["rerank_score"] == pytest.approx(c.rerank_score, abs=1e-6)
+            assert shown["vector_completed"] == (c.vector_rank is None)
+            assert shown["keyword_completed"] == (c.keyword_rank is None)
+            flags += shown["vector_completed"] + shown["keyword_completed"]
+        pool_reasons = [m for m in case["miss_reasons"] if m.get("rank") is not None]
+        by_id = {c.chunk_id: c for c in trace.candidates}
+        assert all(m["first_stage_rank"] == by_id[m["chunk_id"]].first_stage_rank for m in pool_reasons)
+    assert flags > 0
