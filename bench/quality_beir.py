@@ -193,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
                    if s.keyword_candidate_k else "—")
         fusion = (f"rrf k={s.rrf_k}" if s.fusion == "rrf" else
                   f"{s.vector_weight:g}/{s.keyword_weight:g} {s.normalization}")
+        fusion += " +complete" if s.complete_pool else ""
+        if s.rerank is not None:
+            fusion += (f" → rerank {s.rerank.method} {s.rerank.model} {s.rerank.weight:g} {s.rerank.normalization}"
+                       + (f" top {s.rerank.top_n}" if s.rerank.top_n else ""))
         lines.append(f"| {s.version} | {model} | {keyword} | {fusion} | {r['pool']:.0f} | {r['ndcg@10']:.4f} | "
                      f"{r['recall@100']:.4f} | {r['mrr@10']:.4f} | {r['p@10']:.4f} | {r['seconds']:.1f} | "
                      f"{1000 * r['seconds'] / max(len(questions), 1):.1f} |")

@@ -372,6 +372,8 @@ VETTED_SQL_SPLICES = {
     ("storage/snapshot_readers.py", "snapshot_readers", "snapshot_id"): "pg_export_snapshot()'s id, checked against "
                                                                      "[0-9A-F]+-[0-9A-F]+(-[0-9]+)? just above",
     ("analysis/comparison.py", "<module>", "', '.join(METRIC_NAMES)"): "constant column names",
+    ("retrieval/stages.py", "stored_vector_scores", "dim=int(dimension)"): "an int from embedding_models (a type "
+                                                                         "modifier cannot be a parameter)",
     ("storage/engine.py", "_create_database_if_missing", "name"): "checked against [a-z_][a-z0-9_]* just above; "
                                                            "called with the constants rag/dagster",
     ("storage/engine.py", "ensure_embedding_model", "index"): "hnsw_index_name: [a-z0-9_] (hex of a UUID, of an md5)",
