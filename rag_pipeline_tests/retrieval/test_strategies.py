@@ -188,3 +188,48 @@ def test_strategy_to_yaml_round_trips(tmp_path: Path) -> None:
     loaded = load_registry(_write(tmp_path, text))
     assert list(loaded.values()) == strategies
     assert [s.params_hash() for s in loaded.values()] == [s.params_hash() for s in strategies]
+
+
+RERANK = {"method": "embedding", "model": "all-minilm-l6-v2"}
+
+
+@pytest.mark.parametrize("changes, field, problem", [
+    ({"rerank": {**RERANK, "method": "colbert"}}, "rerank.method", "expected one of"),
+    ({"rerank": {**RERANK, "model": "bge-small"}}, "rerank.model", "the embedding method needs one of"),
+    ({"rerank": {"method": "cross-encoder", "model": "  "}}, "rerank.model", "must name the local directory"),
+    ({"rerank": {**RERANK, "weight": 1.5}}, "rerank.weight", r"must be in \[0, 1\], got 1.5"),
+    ({"rerank": {**RERANK, "top_n": 0}}, "rerank.top_n", "must be >= 1"),
+    ({"rerank": {**RERANK, "normalization": "rank"}}, "rerank.normalization", "expected one of"),
+    ({"rerank": {**RERANK, "batch_size": "8"}}, "rerank.batch_size", "must be an integer"),
+    ({"rerank": {**RERANK, "depth": 3}}, "rerank.depth", "is not a rerank field"),
+    ({"rerank": {"model": "all-minilm-l6-v2"}}, "rerank.method", "is required"),
+    ({"rerank": "minilm"}, "rerank", "must be a mapping"),
+    ({"complete_pool": "yes"}, "complete_pool", "must be true or false"),
+    ({"complete_pool": True, "fusion": "rrf"}, "complete_pool", "needs a score-based fusion"),
+    ({"complete_pool": True, "normalization": "rank"}, "complete_pool", "needs a score-based fusion"),
+])
+def test_bad_stage_config_names_strategy_and_field(changes: dict, field: str, problem: str) -> None:
+    with pytest.raises(StrategyError, match=rf"strategy 'bad-v1': field '{field}' .*{problem}|"
+                                            rf"strategy 'bad-v1': field '{field}' {problem}"):
+        Strategy(version="bad-v1", **changes)
+
+
+def test_bad_rerank_in_a_registry_file_names_file_entry_and_field(tmp_path: Path) -> None:
+    path = _write(tmp_path, "strategies:\n  - version: r-v1\n    rerank:\n      method: embedding\n"
+                            "      model: all-minilm-l6-v2\n      weight: -1\n")
+    with pytest.raises(StrategyError, match=r"strategies\[0\]: strategy 'r-v1': field 'rerank.weight' must be in"):
+        load_registry(path)
+
+
+def test_optional_stages_leave_every_other_hash_alone_and_round_trip(tmp_path: Path) -> None:
+    plain = Strategy(version="p")
+    assert "rerank" not in plain.params() and "complete_pool" not in plain.params()
+    assert plain.replace(complete_pool=False, rerank=None).params_hash() == plain.params_hash()
+    staged = plain.replace(version="s", complete_pool=True, normalization="minmax", rerank={**RERANK, "weight": 0.6})
+    assert staged.params()["rerank"] == {**RERANK, "top_n": None, "weight": 0.6, "normalization": "minmax",
+                                         "batch_size": 32}
+    text = "strategies:\n" + strategy_to_yaml(plain) + strategy_to_yaml(staged)
+    assert "rerank" not in strategy_to_yaml(plain) and "complete_pool" not in strategy_to_yaml(plain)
+    loaded = load_registry(_write(tmp_path, text))
+    assert loaded["p"] == plain and loaded["p"].params_hash() == plain.params_hash()
+    assert loaded["s"] == staged and loaded["s"].params_hash() == staged.params_hash() != plain.params_hash()
