@@ -9,6 +9,12 @@ bootstrap 95 % CI, the gain over the pool strategy's own fusion (CI, p), the rec
 configuration each fold chose, the best configurations and the ready-to-paste strategy YAML. No SQL per
 case and no embedding: only the stored pools are read.
 
+``tune --train-dataset TRAIN --dataset TEST`` (also used for a pool strategy with ``complete_pool`` or a rerank
+stage, then TRAIN defaults to the dataset) sweeps the first-stage fusion, completion and the rerank mix
+(:mod:`rag_pipeline.analysis.stage_tuning`), chooses on TRAIN and reports that choice on TEST
+(:func:`rag_pipeline.analysis.tune_split.tune_split`): the TRAIN in-sample number is printed as "NOT an
+estimate"; the estimate is the TEST number (or, without a separate TRAIN, the cross-validated mean).
+
 ``--write-strategy FILE`` appends the tuned strategy to the registry file ``FILE``; a missing ``FILE``
 starts as a copy of the active registry (``RAG_STRATEGIES_FILE`` or the packaged one), so
 ``RAG_STRATEGIES_FILE=FILE rag-pipeline evaluate --strategy <tuned version> ...`` runs it next to every
