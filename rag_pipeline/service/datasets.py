@@ -156,6 +156,10 @@ def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[st
         if strategy.vector_candidate_k and strategy.embedding_model not in models:
             skipped[version] = (f"knowledge base {kb.name!r} has no {strategy.embedding_model} embeddings "
                                 f"(ingest with --models {strategy.embedding_model})")
+        elif strategy.rerank is not None and strategy.rerank.method == "embedding" \
+                and strategy.rerank.model not in models:
+            skipped[version] = (f"knowledge base {kb.name!r} has no {strategy.rerank.model} embeddings for its "
+                                f"rerank stage (ingest with --models {strategy.rerank.model})")
         elif current.get(version) == strategy.params_hash():
             skipped[version] = f"its current run already measured version {dataset.version} with these parameters"
         else:

@@ -24,7 +24,7 @@ from rag_pipeline.retrieval.strategies import (
 
 PACKAGED_VERSIONS = {
     "hybrid-v1", "vector-v1", "keyword-v1", "bm25-v1", "hybrid-bm25-v1", "rrf-v1",
-    "vector-minilm-v1", "hybrid-bm25-minilm-v1",
+    "vector-minilm-v1", "hybrid-bm25-minilm-v1", "hybrid-bm25-rerank-minilm-v1",
 }
 # sha256 of the canonical JSON of the seed parameters; stored runs refer to it.
 SEED_PARAMS_HASH = "102c63fbd95eeec2368bd0a7ab7f6bccb41e79d929476a8a3284625a62243b05"
@@ -72,6 +72,12 @@ def test_packaged_registry_contents() -> None:
     assert (minilm.embedding_model, minilm.vector_weight, minilm.keyword_weight,
             minilm.normalization) == ("all-minilm-l6-v2", 0.5, 0.5, "minmax")
     assert all(s.text_search == "kb" for s in r.values())
+    rerank = r["hybrid-bm25-rerank-minilm-v1"]  # weights chosen on SciFact train (bench/RESULTS.md)
+    assert (rerank.embedding_model, rerank.complete_pool, rerank.normalization, rerank.vector_weight) == \
+        ("use-multilingual-v3", True, "zscore", 0.3)
+    assert rerank.rerank.model_dump() == {"method": "embedding", "model": "all-minilm-l6-v2", "top_n": None,
+                                          "weight": 0.6, "normalization": "zscore", "batch_size": 32}
+    assert all(s.rerank is None and not s.complete_pool for v, s in r.items() if v != rerank.version)
     for name in ("hybrid-bm25-v1", "rrf-v1", "vector-minilm-v1", "hybrid-bm25-minilm-v1"):
         assert r[name].vector_candidate_k == 100
 
