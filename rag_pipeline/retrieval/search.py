@@ -42,8 +42,8 @@ import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.embedding import get_embedder
-from rag_pipeline.retrieval import stages, vector_cut
 from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.retrieval import stages, vector_cut
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
 from rag_pipeline.retrieval.stages import fuse_pool  # noqa: F401 - API (the first stage: merge, fuse, order)
 from rag_pipeline.retrieval.strategies import Strategy
