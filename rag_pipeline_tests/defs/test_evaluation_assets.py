@@ -106,9 +106,11 @@ def test_bad_dataset_fails_once_with_the_message_and_writes_nothing(engine, chun
     assert table_counts(engine) == before
 
 
-# The tiny KB holds USE embeddings only: the sensor must not launch the MiniLM strategies on it.
+# The tiny KB holds USE embeddings only: the sensor must not launch the MiniLM strategies on it (nor one whose
+# rerank stage needs MiniLM vectors).
 USE_VERSIONS = [v for v, s in load_registry().items()
-                if not s.vector_candidate_k or s.embedding_model == "use-multilingual-v3"]
+                if (not s.vector_candidate_k or s.embedding_model == "use-multilingual-v3")
+                and (s.rerank is None or s.rerank.model == "use-multilingual-v3")]
 
 
 def _sensor(instance, cursor=None):
