@@ -145,8 +145,14 @@ def test_report_shows_both_ranks_rerank_score_and_completed_scores(engine, world
     dataset = load_dataset(files["train"])
     outcome = runs[("train", STAGED.version)]
     with engine.connect() as conn:
-        report = build_report(conn, outcome.run_id)
+        report = build_report(conn, outcome.run_id, candidates="all")
+        relevant_only = build_report(conn, outcome.run_id, candidates="relevant")
     jsonschema.validate(report, REPORT_SCHEMA)
+    every = {(case["case_id"], c["chunk_id"]): c["first_stage_rank"] for case in report["cases"]
+             for c in case["candidates"]}
+    listed = [(case["case_id"], c["chunk_id"], c["first_stage_rank"]) for case in relevant_only["cases"]
+              for c in case["candidates"]]
+    assert listed and all(every[(case, chunk)] == rank for case, chunk, rank in listed)  # from the whole pool
     with engine.begin() as conn:
         traces = hybrid_search_batch(conn, knowledge_base_id=chunking.knowledge_base_id(kb),
                                      queries=[c.question for c in dataset.cases], strategy=STAGED)
