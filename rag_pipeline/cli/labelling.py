@@ -18,7 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from rag_pipeline.analysis.label_draft import load_draft
+from rag_pipeline.analysis.label_draft import DraftError, load_draft
 from rag_pipeline.cli import arguments, label_tui
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json
@@ -62,7 +62,7 @@ def cmd_chunks(args: argparse.Namespace) -> int:
     return 0
 
 
-@guarded()
+@guarded(DraftError)
 def cmd_suggest(args: argparse.Namespace) -> int:
     draft = labelling.suggest(get_engine(), args.knowledge_base, args.questions, args.output,
                               strategies=args.strategies, depth=args.depth, k=args.k, name=args.name)
@@ -73,7 +73,7 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     return 0
 
 
-@guarded()
+@guarded(DraftError)
 def cmd_label(args: argparse.Namespace) -> int:
     path = Path(args.draft)
     draft = load_draft(path)
