@@ -47,6 +47,7 @@ DB_TESTS = (
     "rag_pipeline_tests/storage/test_embedded_pg.py",  # starts its own embedded servers
     "rag_pipeline_tests/reliability/test_security.py::test_embedded_postgres_listens_on_its_unix_socket_only",
     "rag_pipeline_tests/defs/test_definitions.py::test_materialise_reports_a_bad_folder",  # RagDatabase() resource
+    "rag_pipeline_tests/web/test_console_browser.py",  # a real server + Dagster daemon on the session's database
 )
 
 # Node-id prefixes of the tests that took >= 3 s (setup + call) in a full run (`pytest --durations=30`,
@@ -62,6 +63,7 @@ SLOW_TESTS = (
     "rag_pipeline_tests/reliability/test_faults.py::test_unreachable_database_in_a_real_process",  # 4.2 (CLI processes)
     "rag_pipeline_tests/defs/test_definitions.py::test_module_import_exposes_defs",  # 3.2 (a process importing Dagster)
     # database
+    "rag_pipeline_tests/web/test_console_browser.py",  # a browser driving two Dagster evaluation runs (~1-2 min)
     "rag_pipeline_tests/reliability/test_concurrency.py::test_two_partitions_materialised_concurrently_by_two_processes",  # 23.0
     "rag_pipeline_tests/defs/test_evaluation_assets.py::test_dagster_job_execute_in_a_subprocess",  # 17.6
     "rag_pipeline_tests/test_bench_eval_smoke.py::test_eval_bench_smoke",  # 6.8
