@@ -29,7 +29,7 @@ SELECT c.case_id, c.chunk_id, c.document_id, c.document_name, c.rank, c.vector_s
        c.keyword_score, c.keyword_rank, c.rerank_score, c.final_score, c.is_relevant, c.relevance_grade,
        c.is_selected, c.strategy_version{text}
 FROM retrieval_evaluation_candidates c{join}
-WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases)
+WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases){mode}
 ORDER BY c.case_id, c.rank
 """
 
@@ -57,26 +57,46 @@ def summary_of(row: sa.Row) -> dict:
         "error": row.error,
         "started_at": row.started_at.isoformat(),
         "finished_at": row.finished_at.isoformat() if row.finished_at else None,
+        "queued_at": row.queued_at.isoformat() if row.queued_at else None,
+        "cases_done": row.cases_done,
     }
 
 
-def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page: int = PAGE_CASES) -> Iterator[dict]:
-    """Per-case report entries in dataset order, each with its candidate pool (by rank)."""
+CANDIDATE_MODES = ("default", "all", "selected", "relevant", "none")
+"""Which candidates a report shows per case: ``default`` = the selected ones plus every relevant candidate (the
+case's ``miss_reasons`` diagnose the relevant chunks that were missed); ``all`` = the whole pool; ``selected`` =
+the top k; ``relevant`` = the relevant candidates only; ``none`` = no candidates."""
+_MODE_FILTER = {"default": " AND (c.is_selected OR c.is_relevant)", "all": "", "selected": " AND c.is_selected",
+                "relevant": " AND c.is_relevant", "none": None}
+
+
+def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page: int = PAGE_CASES,
+               candidates: str = "default", case_id: str | None = None, offset: int = 0,
+               limit: int | None = None) -> Iterator[dict]:
+    """Per-case report entries in dataset order, each with its candidates (by rank) as ``candidates`` selects
+    (:data:`CANDIDATE_MODES`); ``case_id``: that case only; ``offset`` / ``limit``: a page of cases (by
+    dataset order)."""
+    if candidates not in _MODE_FILTER:
+        raise ValueError(f"candidates must be one of {', '.join(CANDIDATE_MODES)}, got {candidates!r}")
     cols = ", ".join(("case_id", "case_index", "question", "k", "retrieved_chunk_ids", "relevant_chunk_ids",
                       "relevance_grades", "first_relevant_rank", *METRIC_NAMES, "miss_reasons"))
-    candidate_sql = sa.text(_CANDIDATE_SQL.format(
+    mode = _MODE_FILTER[candidates]
+    candidate_sql = None if mode is None else sa.text(_CANDIDATE_SQL.format(
         text=", ch.content" if include_text else "",
-        join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" if include_text else ""))
-    last = -1
-    while True:
+        join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" if include_text else "", mode=mode))
+    last, left = int(offset) - 1, limit
+    while left is None or left > 0:
+        n = page if left is None else min(page, left)
         rows = conn.execute(sa.text(
             f"SELECT {cols} FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :run "
-            "AND case_index > :last ORDER BY case_index LIMIT :page"), {"run": run_id, "last": last, "page": page}).all()
+            "AND case_index > :last AND (CAST(:cid AS text) IS NULL OR case_id = :cid) ORDER BY case_index "
+            "LIMIT :page"), {"run": run_id, "last": last, "page": n, "cid": case_id}).all()
         if not rows:
             return
         pools: dict[str, list[dict]] = {r.case_id: [] for r in rows}
-        for c in conn.execute(candidate_sql, {"run": run_id, "cases": list(pools)}):
-            pools[c.case_id].append(_candidate(c, include_text))
+        if candidate_sql is not None:
+            for c in conn.execute(candidate_sql, {"run": run_id, "cases": list(pools)}):
+                pools[c.case_id].append(_candidate(c, include_text))
         for r in rows:
             yield {
                 "case_id": r.case_id,
@@ -92,6 +112,8 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
                 "candidates": pools[r.case_id],
             }
         last = rows[-1].case_index
+        if left is not None:
+            left -= len(rows)
 
 
 def _grades(r: sa.Row) -> dict[str, int]:
@@ -115,14 +137,15 @@ def _candidate(c: sa.Row, include_text: bool) -> dict:
     return out
 
 
-def build_report(conn: sa.Connection, run_id, *, include_text: bool = False) -> dict:
+def build_report(conn: sa.Connection, run_id, *, include_text: bool = False, candidates: str = "all") -> dict:
     """The whole report of one run (id or unique id prefix) as a dict (use :func:`write_report` for big runs)."""
     run_id = resolve_run_id(conn, run_id)
     return {"report_version": REPORT_VERSION, "summary": summary_of(get_run(conn, run_id)),
-            "cases": list(iter_cases(conn, run_id, include_text=include_text))}
+            "cases": list(iter_cases(conn, run_id, include_text=include_text, candidates=candidates))}
 
 
-def write_report(conn: sa.Connection, run_id, fp: IO[str], *, include_text: bool = False) -> int:
+def write_report(conn: sa.Connection, run_id, fp: IO[str], *, include_text: bool = False,
+                 candidates: str = "all") -> int:
     """Stream the report JSON of one run (id or unique id prefix, :func:`resolve_run_id`) to ``fp``; returns the
     number of cases written."""
     run_id = resolve_run_id(conn, run_id)
@@ -131,7 +154,7 @@ def write_report(conn: sa.Connection, run_id, fp: IO[str], *, include_text: bool
     fp.write(_indented(summary))
     fp.write(',\n  "cases": [')
     n = 0
-    for case in iter_cases(conn, run_id, include_text=include_text):
+    for case in iter_cases(conn, run_id, include_text=include_text, candidates=candidates):
         fp.write(("," if n else "") + "\n    " + _indented(case, 4))
         n += 1
     fp.write("\n  ]\n}\n" if n else "]\n}\n")

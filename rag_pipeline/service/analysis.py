@@ -37,11 +37,12 @@ class StrategyComparison:
 
 def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = None,
             dataset_version: str | None = None, baseline: str = DEFAULT_BASELINE, margin: float = 0.0,
-            alpha: float = 0.05, n_resamples: int = 10000) -> StrategyComparison:
-    """Compare every strategy's run on one version of ``dataset`` (a name = partition key, or a dataset file)
-    with ``baseline``: paired permutation test, bootstrap CI, Holm, win/tie/loss, movers. The latest version
+            alpha: float = 0.05, n_resamples: int = 10000, named: bool = False) -> StrategyComparison:
+    """Compare every strategy's run on one version of ``dataset`` (a name = partition key, or a dataset file;
+    ``named=True``: only ever a stored dataset's name, never read as a path — for remote callers) with
+    ``baseline``: paired permutation test, bootstrap CI, Holm, win/tie/loss, movers. The latest version
     unless ``dataset_version`` (hash or prefix) is given; strategies without a run on it are listed as stale."""
-    name, kb = resolve_dataset(dataset, knowledge_base)
+    name, kb = (dataset, knowledge_base) if named else resolve_dataset(dataset, knowledge_base)
     with engine.connect() as conn:
         selection = comparison.select_runs(conn, name, kb, dataset_version)
         comp = comparison.compare(selection.runs, baseline, dataset=name, n_resamples=n_resamples)

@@ -390,6 +390,7 @@ VETTED_SQL_SPLICES = {
                                       'if include_text else ""'): "one of two literals",
     ("evaluation/reports.py", "case_overview", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
     ("evaluation/reports.py", "case_overview", "order"): "one of two literal ORDER BY lists",
+    ("evaluation/reports.py", "iter_cases", "mode=mode"): "one of the literal filters of _MODE_FILTER",
     ("retrieval/sql.py", "<module>", "_TSQUERY"): "constant SQL fragment",
     ("retrieval/sql.py", "<module>", "_TS_RANK_CD_MATCHES"): "constant SQL fragment",
     ("retrieval/sql.py", "<module>", "BASE_FILTERS"): "constant SQL fragment",
@@ -403,7 +404,10 @@ VETTED_SQL_SPLICES = {
     ("evaluation/runs.py", "get_run", "RUN_FROM"): "constant SQL fragment",
     ("evaluation/runs.py", "list_runs", "RUN_COLUMNS"): "constant SQL fragment",
     ("evaluation/runs.py", "list_runs", "RUN_FROM"): "constant SQL fragment",
-    ("evaluation/runs.py", "list_runs", "' AND '.join(where)"): "literal 'column = :param' predicates",
+    ("evaluation/runs.py", "list_runs", "where"): "_run_filter's literal 'column = :param' predicates",
+    ("evaluation/runs.py", "count_runs", "RUN_FROM"): "constant SQL fragment",
+    ("evaluation/runs.py", "count_runs", "where"): "_run_filter's literal 'column = :param' predicates",
+    ("evaluation/runs.py", "_run_filter", "EFFECTIVE_STATUS"): "constant SQL fragment",
 }
 _SQL_WORDS = re.compile(r"\b(SELECT|INSERT INTO|UPDATE|DELETE FROM|CREATE|DROP|ALTER|COPY|WHERE|FROM|JOIN|"
                         r"ORDER BY|GROUP BY|LIMIT|VALUES|SET|AS)\b")
