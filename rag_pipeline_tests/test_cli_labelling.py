@@ -103,7 +103,7 @@ def test_chunks_bad_input_is_one_clear_line(kb, capsys):
     assert "unknown knowledge base 'no-such-kb'" in capsys.readouterr().err
     assert main(["chunks", "--knowledge-base", KB, "--document", "backups.md"]) == 2
     err = capsys.readouterr().err
-    assert "has no document 'backups.md'" in err and "did you mean 'backup.md'" in err
+    assert "no document 'backups.md' in knowledge base" in err and "did you mean 'backup.md'" in err
     with pytest.raises(SystemExit):
         main(["chunks", "--knowledge-base", KB, "--limit", "0"])
 

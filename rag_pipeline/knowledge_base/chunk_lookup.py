@@ -81,7 +81,7 @@ def resolve_document(conn: sa.Connection, kb_id, kb_name: str, name_or_id: str) 
     names = conn.execute(sa.text(_DOCUMENT_NAMES_SQL), {"kb": kb_id}).scalars().all()
     close = difflib.get_close_matches(name_or_id, names, n=5, cutoff=0.4)
     hint = f"; did you mean {', '.join(repr(n) for n in close)}?" if close else ""
-    raise KnowledgeBaseError(f"knowledge base {kb_name!r} has no document {name_or_id!r} "
+    raise KnowledgeBaseError(f"no document {name_or_id!r} in knowledge base {kb_name!r} "
                              f"({len(names)} documents){hint}")
 
 
