@@ -23,7 +23,7 @@ from rag_pipeline.cli import arguments, label_tui
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json
 from rag_pipeline.knowledge_base.chunk_lookup import snippet
-from rag_pipeline.service import label_fixes, labelling
+from rag_pipeline.service import label_drafts, label_fixes, labelling
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.names import printable
 
@@ -64,7 +64,7 @@ def cmd_chunks(args: argparse.Namespace) -> int:
 
 @guarded(DraftError)
 def cmd_suggest(args: argparse.Namespace) -> int:
-    draft = labelling.suggest(get_engine(), args.knowledge_base, args.questions, args.output,
+    draft = label_drafts.suggest(get_engine(), args.knowledge_base, args.questions, args.output,
                               strategies=args.strategies, depth=args.depth, k=args.k, name=args.name)
     sizes = [len(q.candidates) for q in draft.questions]
     print(f"wrote {args.output}: {len(draft.questions)} questions, {sum(sizes)} pooled candidates "
@@ -87,8 +87,8 @@ def cmd_label(args: argparse.Namespace) -> int:
               f"(`rag-pipeline label {path}` resumes)")
         if not target:
             return 0
-    done = labelling.export_draft(get_engine(), draft, target, binary=args.binary)
-    print(f"wrote {done.path}: {done.cases} cases; {done.labels.summary()}")
+    done = label_drafts.export_draft(get_engine(), draft, target, binary=args.binary)
+    print(f"wrote {done.path}: {len(done.dataset.cases)} cases; {done.labels.summary()}")
     for case_id, reason in done.left_out:
         print(f"  not exported: {printable(case_id)}: {reason}", file=sys.stderr)
     return 0

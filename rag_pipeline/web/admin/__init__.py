@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from rag_pipeline.web.admin import compare, datasets, overview, runs
+from rag_pipeline.web.admin import compare, datasets, labelling, overview, runs
 from rag_pipeline.web.admin.pages import static_router, templates
 
 router = APIRouter(prefix="/admin", tags=["admin console"], include_in_schema=False)
 router.include_router(static_router)
 for _module in (overview, datasets, runs, compare):
     router.include_router(_module.router)
+router.include_router(labelling.router)  # questions → pooled candidates → graded → dataset version (issue 17)
 
 __all__ = ["router", "templates"]
