@@ -16,7 +16,7 @@ from rag_pipeline.service.history import HistoryPoint
 
 PALETTE = ("#2457c5", "#d9480f", "#2b8a3e", "#862e9c", "#c92a2a", "#0b7285", "#e67700", "#495057",
            "#5c7cfa", "#a61e4d")
-WIDTH, HEIGHT = 400, 210
+WIDTH, HEIGHT = 388, 200
 LEFT, RIGHT, TOP, BOTTOM = 44, 12, 22, 34
 
 

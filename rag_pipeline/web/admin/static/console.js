@@ -126,6 +126,7 @@ function liveRuns() {
     const shown = data.runs.filter((r) => r.status === "queued" || r.status === "running" ||
       launched.includes(r.run_id));
     body.replaceChildren(...shown.map(rowOf));
+    section.hidden = false;
     if (shown.length === 0) body.innerHTML = '<tr class="empty"><td colspan="5" class="muted">no run queued or running</td></tr>';
     const warning = document.getElementById("queue-warning");
     if (data.queue && data.queue.message && !data.queue.daemon_running && !warning) {
