@@ -99,6 +99,12 @@ def test_rechunking_keeps_old_rows_and_fix_labels_remaps_by_span(engine, tmp_pat
     capsys.readouterr()
     recall_after = evaluate(tmp_path, fixed, "after")
     assert {c: recall_after[c] for c in ANSWERS} == {c: recall_before[c] for c in ANSWERS}
+    # a comparison on the re-mapped dataset says that its labels were re-mapped, and from what
+    assert main(["evaluate", "--dataset", str(fixed), "--strategy", "keyword-v1", "--quiet"]) == 0
+    capsys.readouterr()
+    main(["compare", "--dataset", str(fixed), "--baseline", "bm25-v1", "--resamples", "100"])
+    out = capsys.readouterr().out
+    assert "labels re-mapped by fix-labels from dataset 'relabel'" in out and "4 fixed" in out, out
 
     # into a knowledge base with much smaller chunks: every old span is split, so nothing is guessed
     assert main(["ingest", str(folder), "--knowledge-base", KB_SMALL, "--chunk-size", "40", "--chunk-overlap", "0"]) == 0

@@ -12,6 +12,7 @@ from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, Comparison, GateR
 from rag_pipeline.analysis.tune_runs import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TuneError, TuneResult, tune_run
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC
 from rag_pipeline.retrieval.registry_file import write_strategy
+from rag_pipeline.service import label_fixes
 from rag_pipeline.service.datasets import resolve_dataset
 
 
@@ -47,7 +48,9 @@ def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = Non
         selection = comparison.select_runs(conn, name, kb, dataset_version)
         comp = comparison.compare(selection.runs, baseline, dataset=name, n_resamples=n_resamples)
         comparison.attach_top_chunks(conn, comp)
-    comp.notes[:0] = [*selection.notes, *(f"{v}: {why}" for v, why in selection.stale.items())]
+        remapped = label_fixes.remap_note(conn, name, selection.knowledge_base, selection.dataset_version)
+    comp.notes[:0] = [*selection.notes, *(f"{v}: {why}" for v, why in selection.stale.items()),
+                      *([remapped] if remapped else [])]
     return StrategyComparison(comp, comparison.regression_gate(comp, margin=margin, alpha=alpha), selection.runs,
                               selection.dataset_version, selection.knowledge_base, selection.stale)
 

@@ -160,3 +160,28 @@ def _output(dataset: Dataset, kb_name: str, cases: list[dict], fixes: LabelFixes
     if dataset.description:
         data["description"] = dataset.description
     return {**data, "metadata": metadata, "cases": cases}
+
+
+_SOURCE_SQL = ("SELECT source_path FROM retrieval_evaluation_datasets WHERE name = :n AND knowledge_base_name = :kb "
+               "AND content_hash = :h")
+
+
+def remap_note(conn: sa.Connection, dataset: str, knowledge_base: str, content_hash: str) -> str | None:
+    """A line for a comparison of this dataset version when its labels were re-mapped by ``fix-labels`` (read from
+    the ``metadata.label_fixes`` of the file the version was stored from, if that file still holds that version)."""
+    path = conn.execute(sa.text(_SOURCE_SQL), {"n": dataset, "kb": knowledge_base, "h": content_hash}).scalar()
+    if not path:
+        return None
+    try:
+        stored = load_dataset(path)
+    except (DatasetError, OSError):
+        return None
+    record = (stored.metadata or {}).get("label_fixes") if stored.content_hash == content_hash else None
+    if not isinstance(record, dict):
+        return None
+    source, counts = record.get("from") or {}, record.get("counts") or {}
+    return (f"labels re-mapped by fix-labels from dataset {source.get('dataset')!r} version "
+            f"{str(source.get('version'))[:12]} (knowledge base {source.get('knowledge_base')!r}) to knowledge base "
+            f"{record.get('knowledge_base')!r}: {counts.get('fixed', 0)} fixed (by document span or a document's "
+            f"only chunk), {counts.get('unresolved', 0)} left as they were; compare with runs of the source "
+            "dataset knowing the labels differ (details: metadata.label_fixes of " + str(path) + ")")
