@@ -103,8 +103,11 @@ def load_draft(path: str | Path) -> Draft:
     path = Path(path)
     try:
         raw = read_bounded(path, MAX_DRAFT_BYTES, what="draft")
+    except FileReadError as exc:
+        raise DraftError(f"cannot read the draft {exc}") from None
+    try:
         data = decode_json(raw, MAX_DRAFT_BYTES)
-    except (FileReadError, JsonReadError) as exc:
+    except JsonReadError as exc:
         raise DraftError(f"invalid draft {path}: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise DraftError(f"invalid draft {path}: not a label draft (a JSON object with \"format\": \"{FORMAT}\", "
