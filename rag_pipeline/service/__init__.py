@@ -9,6 +9,9 @@ rendering here. The front ends parse their input, call one operation and render 
 | ``register_dataset``, ``check_dataset``, ``check_stored_dataset``, ``resolve_dataset`` | :mod:`.datasets` |
 | ``plan_evaluation``, ``evaluate``, ``evaluate_stored``, ``knowledge_base_name``, ``list_runs``, ``run_summaries``, ``write_report``, ``case_tables`` | :mod:`.evaluations` |
 | ``compare``, ``tune``, ``add_strategy`` | :mod:`.analysis` |
+| ``find_chunks`` (list or search the chunk ids to label) | :mod:`.labelling` |
+| ``pool``, ``suggest``, ``export_draft``, ``store_draft``, the console's drafts (pooled judging) | :mod:`.label_drafts` |
+| ``fix_labels``, ``remap_note`` (labels across a re-chunking) | :mod:`.label_fixes` |
 | ``metric_history``, ``dataset_versions``, ``run_summary``, ``run_cases``, ``case_detail``, ``chunk_texts``, ``compare_runs`` (the admin console's reads) | :mod:`.history` |
 
 :data:`.errors.USER_ERRORS` are the exceptions whose message is meant for the user (a front end shows the
