@@ -63,6 +63,10 @@ SLOW_TESTS = (
     "rag_pipeline_tests/reliability/test_faults.py::test_unreachable_database_in_a_real_process",  # 4.2 (CLI processes)
     "rag_pipeline_tests/defs/test_definitions.py::test_module_import_exposes_defs",  # 3.2 (a process importing Dagster)
     # database
+    "rag_pipeline_tests/test_cli_labelling.py",  # ingestion + USE load of the module fixture, evaluations, a pty (~60 s)
+    "rag_pipeline_tests/test_cli_labelling_fixes.py",  # three ingestions, five evaluations (~60 s)
+    "rag_pipeline_tests/web/test_labelling_api.py",  # the live server fixture
+    "rag_pipeline_tests/web/test_labelling_console.py",  # the live server fixture, pooling on the demo KB
     "rag_pipeline_tests/web/test_console_browser.py",  # a browser driving two Dagster evaluation runs (~1-2 min)
     "rag_pipeline_tests/reliability/test_concurrency.py::test_two_partitions_materialised_concurrently_by_two_processes",  # 23.0
     "rag_pipeline_tests/defs/test_evaluation_assets.py::test_dagster_job_execute_in_a_subprocess",  # 17.6
