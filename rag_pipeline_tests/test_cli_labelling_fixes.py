@@ -35,6 +35,22 @@ def rows(engine, kb: str, where: str = "c.is_current") -> dict[str, sa.Row]:
             f"ON k.id = c.knowledge_base_id WHERE k.name = :kb AND {where}"), {"kb": kb})}
 
 
+def bm25_stats(engine, kb: str) -> tuple:
+    """(chunk count, average chunk length, {lexeme: document frequency}) of a knowledge base."""
+    with engine.connect() as conn:
+        n, avgdl, kb_id = conn.execute(sa.text("SELECT chunk_count, round(avg_chunk_length::numeric, 9), id "
+                                               "FROM knowledge_bases WHERE name = :kb"), {"kb": kb}).one()
+        df = dict(conn.execute(sa.text("SELECT lexeme, doc_freq FROM knowledge_base_term_stats "
+                                       "WHERE knowledge_base_id = :kb"), {"kb": kb_id}).all())
+    return n, avgdl, df
+
+
+def fresh_stats(engine, folder, chunking: list[str], capsys) -> tuple:
+    assert main(["ingest", str(folder), "--knowledge-base", f"{KB}-fresh", *chunking]) == 0
+    capsys.readouterr()
+    return bm25_stats(engine, f"{KB}-fresh")
+
+
 def evaluate(tmp_path, dataset, name: str) -> dict[str, float]:
     report = tmp_path / f"{name}.report.json"
     assert main(["evaluate", "--dataset", str(dataset), "--strategy", "bm25-v1", "--quiet",
@@ -73,6 +89,7 @@ def test_rechunking_keeps_old_rows_and_fix_labels_remaps_by_span(engine, tmp_pat
     for cid in before:  # every replaced chunk is kept with its span and text
         assert cid in old and (old[cid].char_start, old[cid].char_end, old[cid].content) == \
             (before[cid].char_start, before[cid].char_end, before[cid].content)
+    assert bm25_stats(engine, KB) == fresh_stats(engine, folder, big, capsys)  # as if ingested at 400 from scratch
     assert main(["check-dataset", "--dataset", str(dataset)]) == 1
     assert "chunk_replaced" in capsys.readouterr().out
 

@@ -122,7 +122,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--libpq", action="store_true",
                    help="with url: a plain postgresql:// URI for psql/pg_dump (no driver suffix, no password)")
     p.add_argument("psql_args", nargs="*", metavar="PSQL_ARG", help="with psql: arguments for psql, after -- "
-                   "(e.g. db psql -- -c \"SELECT count(*) FROM document_chunks\")")
+                   "(e.g. db psql -- -c '\\dt')")
     p.set_defaults(func=cmd_db)
 
     p = sub.add_parser("demo", help="the main job: ingest the demo KB, evaluate every strategy through Dagster, "
