@@ -17,6 +17,7 @@ class KnowledgeBaseConfig(dg.Config):
     chunk_size: int = knowledge_bases.DEFAULT_CHUNK_SIZE
     chunk_overlap: int = knowledge_bases.DEFAULT_CHUNK_OVERLAP
     models: list[str] = [DEFAULT_MODEL]
+    rechunk: bool = False  # another chunk_size/overlap re-chunks the KB in place (replaced chunks kept for fix-labels)
 
 
 @dg.asset(group_name="knowledge_base", kinds={"postgres", "python"}, pool=POOL)
@@ -25,7 +26,8 @@ def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfi
 
     Reads ``source_dir`` (.md/.txt/.html/.jsonl), chunks sentence-aware with exact spans, embeds in batches
     and writes everything with COPY in one transaction. Re-materialising an unchanged folder changes nothing;
-    a changed document's replaced chunks are kept as history (``is_current = false``).
+    a changed document's replaced chunks are kept as history (``is_current = false``). ``rechunk: true`` with another
+    chunk size/overlap re-chunks every document in place (``rag-pipeline fix-labels`` then carries datasets over).
     """
     engine = rag_db.engine()
     last = {"pct": -1}
@@ -38,7 +40,7 @@ def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfi
 
     result = knowledge_bases.ingest(engine, config.source_dir, config.knowledge_base, text_search=config.text_search,
                                     chunk_size=config.chunk_size, chunk_overlap=config.chunk_overlap,
-                                    models=config.models, progress=progress)
+                                    models=config.models, rechunk=config.rechunk, progress=progress)
     context.log.info(f"read {result.documents_seen} documents from {config.source_dir}")
     for warning in result.warnings:
         context.log.warning(warning)
@@ -47,6 +49,7 @@ def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfi
         "knowledge_base": config.knowledge_base,
         "documents_new": result.documents_new,
         "documents_changed": result.documents_changed,
+        "documents_rechunked": result.documents_rechunked,
         "documents_unchanged": result.documents_unchanged,
         "documents_removed": result.documents_removed,
         "chunks_inserted": result.chunks_inserted,

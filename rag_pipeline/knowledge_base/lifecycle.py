@@ -47,8 +47,8 @@ def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chun
         return kb_id
     chunking_changed = (row.chunk_size, row.chunk_overlap) != (chunk_size, chunk_overlap)
     if row.text_search != text_search or (chunking_changed and not rechunk):
-        hint = (" (or --rechunk to re-chunk this knowledge base in place, keeping the replaced chunks for "
-                "`rag-pipeline fix-labels`)" if row.text_search == text_search else "")
+        hint = (" (or --rechunk, Dagster config rechunk: true, to re-chunk this knowledge base in place, keeping "
+                "the replaced chunks for `rag-pipeline fix-labels`)" if row.text_search == text_search else "")
         raise KnowledgeBaseError(
             f"knowledge base {name!r} was built with text_search={row.text_search}, chunk_size={row.chunk_size}, "
             f"chunk_overlap={row.chunk_overlap}; ingest with the same settings or use a new knowledge base name"
