@@ -157,3 +157,22 @@ def test_history_chart_scales_to_the_values_and_links_each_run():
     assert min(labels) == pytest.approx(0.5) and max(labels) == pytest.approx(0.8)  # not 0..1: differences show
     assert 'r="4"' in svg and "(current)" in svg
     assert "no succeeded run yet" in str(history_svg([], "ndcg_at_k", "nDCG@k", {}))
+
+
+def test_every_console_page_needs_the_console_user_and_every_form_the_csrf_token():
+    """Pages are guarded at router level (login when RAG_API_TOKEN is set; the login flow itself is tested in
+    test_api_security.py); every state-changing route also checks the CSRF token."""
+    from fastapi.routing import APIRoute
+
+    from rag_pipeline.web.admin import compare, datasets, overview, runs
+    from rag_pipeline.web.security import require_console_user, require_csrf
+
+    posts = 0
+    for module in (overview, datasets, runs, compare):
+        assert [d.dependency for d in module.router.dependencies] == [require_console_user], module.__name__
+        for route in module.router.routes:
+            assert isinstance(route, APIRoute) and ("/admin" + route.path).startswith(BASE)
+            if route.methods & {"POST", "PUT", "PATCH", "DELETE"}:
+                posts += 1
+                assert require_csrf in [d.call for d in route.dependant.dependencies], route.path
+    assert posts == 2  # the upload and the evaluate forms
