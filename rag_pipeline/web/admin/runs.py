@@ -18,24 +18,40 @@ from rag_pipeline.web.security import require_console_user
 
 router = APIRouter(dependencies=[Depends(require_console_user)])
 NOT_FOUND = (*USER_ERRORS, history.CaseNotFoundError)
+MAX_ROWS = 3000
+"""The most cases a run page holds (a bigger run is filtered on the server, then cut)."""
 
 
 def case_url(run_id: str, case_id: str) -> str:
     return f"{BASE}/runs/{run_id}/case?case_id={quote(case_id, safe='')}"
 
 
+def _matches(case: dict, q: str, zero: bool, reason: str) -> bool:
+    return ((not q or q in f"{case['case_id']} {case['question']}".lower())
+            and (not zero or case["metrics"]["ndcg_at_k"] == 0) and (not reason or reason in case["reasons"]))
+
+
 @router.get("/retrieval-evaluations/runs/{run_id}", name="admin_run")
-def run_page(request: Request, engine: Engine, run_id: str):
+def run_page(request: Request, engine: Engine, run_id: str, q: Annotated[str, Query(max_length=500)] = "",
+             zero: int = 0, reason: Annotated[str, Query(max_length=100)] = ""):
+    """The run's cases. Up to :data:`MAX_ROWS` cases the page holds them all and filters in the browser; a bigger
+    run is filtered on the server by the same parameters (``q``, ``zero``, ``reason``) and cut to that many rows."""
     try:
         summary, cases = history.run_cases(engine, run_id)
     except NOT_FOUND as exc:
         return error_page(request, 404, str(exc))
     reasons = Counter(r for c in cases for r in c["reasons"])
-    zero = sum(1 for c in cases if c["metrics"]["ndcg_at_k"] == 0)
+    zero_count = sum(1 for c in cases if c["metrics"]["ndcg_at_k"] == 0)
+    total, matching = len(cases), len(cases)
+    if total > MAX_ROWS:
+        cases = [c for c in cases if _matches(c, q.strip().lower(), bool(zero), reason)]
+        matching = len(cases)
+        cases = cases[:MAX_ROWS]
     stored = summary.get("counts") or {}
     label_integrity = stored.get("label_integrity") or {}
     return render(request, "run.html", {
-        "s": summary, "cases": cases, "reasons": sorted(reasons.items(), key=lambda kv: -kv[1]), "zero": zero,
+        "s": summary, "cases": cases, "reasons": sorted(reasons.items(), key=lambda kv: -kv[1]), "zero": zero_count,
+        "total": total, "matching": matching, "truncated": total > MAX_ROWS,
         "headline": stored.get("first_line"), "label_integrity": label_integrity,
         "miss_counts": (stored.get("miss_reasons") or {}).get("counts") or {}, "case_url": case_url,
         "dataset_url": f"{BASE}/kb/{quote(summary['knowledge_base']['name'], safe='')}/datasets/"

@@ -55,7 +55,7 @@ function caseFilters() {
       row.hidden = !ok;
       if (ok) shown += 1;
     });
-    count.textContent = shown + " of " + rows.length + " cases";
+    count.textContent = shown + " of " + (count.dataset.total || rows.length) + " cases";
     const next = new URLSearchParams();
     if (q) next.set("q", search.value.trim());
     if (zero.checked) next.set("zero", "1");
@@ -63,6 +63,9 @@ function caseFilters() {
     const query = next.toString();
     window.history.replaceState(null, "", window.location.pathname + (query ? "?" + query : ""));
   }
+  document.getElementById("case-filters").addEventListener("submit", (event) => {
+    if (!count.dataset.total) event.preventDefault();  // every case is on the page: filter here, no reload
+  });
   search.addEventListener("input", apply);
   zero.addEventListener("change", apply);
   reason.addEventListener("change", apply);
