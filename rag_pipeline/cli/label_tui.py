@@ -25,6 +25,7 @@ import sys
 import termios
 import textwrap
 import tty
+import unicodedata
 from pathlib import Path
 
 from rag_pipeline.analysis.label_draft import Draft, DraftQuestion, save_draft
@@ -33,6 +34,38 @@ from rag_pipeline.storage.names import printable
 KEYS_HELP = ("0-3 grade · r/space relevant · u clear · j/k or ↓/↑ move · n/Enter next question · s skip · "
              "b back · q quit")
 _ESCAPES = {"\x1b[A": "up", "\x1b[B": "down", "\x1bOA": "up", "\x1bOB": "down"}
+
+
+def _cols(ch: str) -> int:
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """``textwrap.wrap`` by display columns: a CJK character takes two (Chinese has no spaces to break at)."""
+    lines = []
+    for line in textwrap.wrap(text, width):
+        if sum(_cols(ch) for ch in line) <= width:
+            lines.append(line)
+            continue
+        current, used = "", 0
+        for ch in line:
+            if used + _cols(ch) > width:
+                lines.append(current)
+                current, used = "", 0
+            current += ch
+            used += _cols(ch)
+        lines.append(current)
+    return lines
+
+
+def clip(line: str, width: int) -> str:
+    """``line`` cut to ``width`` display columns."""
+    used = 0
+    for i, ch in enumerate(line):
+        used += _cols(ch)
+        if used > width:
+            return line[:i]
+    return line
 
 
 class Labeller:
@@ -107,23 +140,23 @@ class Labeller:
         lines = [f"[{d.position + 1}/{len(d.questions)}] case {printable(q.case_id)} · {q.status} · judged "
                  f"{p['judged']}, skipped {p['skipped']}, pending {p['pending']} · knowledge base "
                  f"{printable(d.knowledge_base)}",
-                 *(textwrap.wrap("Q: " + printable(q.question), width) or ["Q:"]), ""]
+                 *(wrap("Q: " + printable(q.question), width) or ["Q:"]), ""]
         rows = max(3, height - len(lines) - 12)
         first = max(0, min(self.cursor - rows // 2, len(q.candidates) - rows))
         for i, c in enumerate(q.candidates[first:first + rows], start=first):
             grade = " " if c.grade is None else str(c.grade)
             found = " ".join(f"{s}:{r}" for s, r in c.found_by.items()) or "prior label"
             mark = ">" if i == self.cursor else " "
-            lines.append(f"{mark}{i + 1:3d} [{grade}] {printable(c.document_name)} #{c.ordinal}  {found}"[:width])
+            lines.append(clip(f"{mark}{i + 1:3d} [{grade}] {printable(c.document_name)} #{c.ordinal}  {found}", width))
         if not q.candidates:
             lines.append("  (no candidate: no strategy returned anything)")
         if q.candidates:
             c = q.candidates[self.cursor]
-            lines += ["", f"── {self.cursor + 1}/{len(q.candidates)} · {printable(c.document_name)} #{c.ordinal} · "
-                          f"chars {c.char_start}-{c.char_end} · {c.chunk_id}"[:width]]
-            body = textwrap.wrap(" ".join(printable(c.text).split()), width) or ["(no text)"]
+            lines += ["", clip(f"── {self.cursor + 1}/{len(q.candidates)} · {printable(c.document_name)} "
+                               f"#{c.ordinal} · chars {c.char_start}-{c.char_end} · {c.chunk_id}", width)]
+            body = wrap(" ".join(printable(c.text).split()), width) or ["(no text)"]
             lines += body[:8] + (["…"] if len(body) > 8 else [])
-        lines += ["", self.message or KEYS_HELP]
+        lines += ["", *wrap(self.message or KEYS_HELP, width)]
         return "\n".join(lines)
 
 
