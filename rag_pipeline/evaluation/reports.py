@@ -169,7 +169,8 @@ def _indented(obj, level: int = 2) -> str:
 RUNS_LEGEND = (
     "* = the current run of its dataset × knowledge base × strategy (what `compare` uses); "
     "`rag-pipeline show <run>`\n"
-    "status: running (in progress) · succeeded · failed (`show` has the error) · "
+    "status: queued (submitted over HTTP, waiting for a Dagster daemon) · running (in progress) · succeeded · "
+    "failed (`show` has the error) · "
     "abandoned (no heartbeat for RAG_RUN_STALE_SECONDS)"
 )
 """The lines :func:`comparison_table` prints under a table."""

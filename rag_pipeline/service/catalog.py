@@ -198,11 +198,12 @@ def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | 
                            name: str | None = None, default_name: str | None = None) -> UploadedDataset:
     """Validate dataset bytes exactly like a file (:func:`parse_dataset`: every problem at once, raised as
     :class:`DatasetError`, nothing written) for knowledge base ``knowledge_base`` (name or id), then store its
-    version. The name: ``name``, else the content's ``name`` field, else ``default_name`` (an upload's file
-    stem); a ``name`` field that differs from a given name is a validation error."""
+    version. The name: ``name``, else ``default_name`` (an uploaded file's stem, as a file is named by its
+    stem), else the content's ``name`` field; a ``name`` field that differs from the name is a validation error,
+    exactly as for a file."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-    fallback = None if name else _field_name(raw) or default_name
+    fallback = None if name else default_name or _field_name(raw)
     unnamed = [] if name or fallback else [DatasetProblem(
         "the dataset has no name: give a `name` field, or name the upload (`name` form field or `?name=`)",
         field="name")]

@@ -25,6 +25,7 @@ cancelled in the UI) before the evaluation started, so no run stays ``queued`` f
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import os
@@ -217,12 +218,21 @@ def reconcile(engine: sa.Engine, min_interval_s: float = 3.0) -> int:
             return 0
         by_id = {r["dagster_run_id"]: r for r in waiting}
         ended = 0
-        for record in instance().get_runs(filters=dg.RunsFilter(run_ids=list(by_id))):
+        records = instance().get_runs(filters=dg.RunsFilter(run_ids=list(by_id)))
+        for record in records:
             verb = _FINISHED.get(record.status)
             if verb:
                 fail_queued(engine, by_id[record.run_id]["run_id"],
                             f"its Dagster run {record.run_id} {verb} before the evaluation started "
                             "(see the run in the Dagster UI)")
+                ended += 1
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=2 * LAUNCH_TIMEOUT_S)
+        for dagster_run_id in set(by_id) - {r.run_id for r in records}:
+            queued_at = by_id[dagster_run_id]["queued_at"]
+            if queued_at is not None and queued_at < cutoff:  # its submission never reached Dagster
+                fail_queued(engine, by_id[dagster_run_id]["run_id"],
+                            f"its Dagster run {dagster_run_id} was never created (the server stopped before "
+                            "submitting it?); evaluate again")
                 ended += 1
         return ended
     except Exception as exc:  # noqa: BLE001 - best effort; the next call retries

@@ -35,6 +35,7 @@ from rag_pipeline.evaluation.dataset import DatasetError
 from rag_pipeline.evaluation.runs import AmbiguousRunIdError, RunNotFoundError
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.retrieval.strategy_store import StrategyConflictError
+from rag_pipeline.service.catalog import DatasetNotFoundError
 from rag_pipeline.service.errors import TRANSIENT_ERRORS, USER_ERRORS, CheckFailed
 from rag_pipeline.storage.names import printable
 from rag_pipeline.storage.urls import mask_secrets
@@ -91,8 +92,8 @@ def problem_response(request: Request | None, status: int, detail: str, *, error
                      error_id: str | None = None) -> JSONResponse:
     body = Problem(title=title or _TITLES.get(status, "Error"), status=status, detail=mask_secrets(detail),
                    instance=request.url.path if request is not None else None, errors=errors, error_id=error_id)
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers,
-                        media_type=PROBLEM_JSON)
+    content = {k: v for k, v in body.model_dump().items() if v is not None}  # items keep their null fields
+    return JSONResponse(content, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
 def dataset_problems(exc: DatasetError) -> list[ProblemItem]:
@@ -105,7 +106,7 @@ def status_of(exc: BaseException) -> int:
     """The HTTP status of a service exception."""
     if isinstance(exc, AmbiguousRunIdError | StrategyConflictError):
         return 409
-    if isinstance(exc, RunNotFoundError):
+    if isinstance(exc, RunNotFoundError | DatasetNotFoundError):
         return 404
     if isinstance(exc, KnowledgeBaseError | ComparisonError | TuneError):
         return 404 if str(exc).startswith(("unknown ", "no ")) else 422

@@ -10,23 +10,32 @@ import uvicorn
 
 from rag_pipeline.settings import load_env_file, project_root
 from rag_pipeline.storage.engine import get_engine
-from rag_pipeline.web import launcher
 from rag_pipeline.web.security import BindRefused, check_bind
 
 log = logging.getLogger("rag_pipeline.web")
-ServeRefused = (BindRefused, launcher.LaunchError)
-"""Why ``serve`` does not start (the message says what to do)."""
+
+
+class ServeRefused(ValueError):
+    """Why ``serve`` does not start (a non-loopback address without a token, no Dagster instance)."""
 
 
 def serve(host: str = "127.0.0.1", port: int = 8000, *, with_daemon: bool = False) -> int:
     """Serve the API and console on ``host:port`` until interrupted. Refuses a non-loopback ``host`` without
     ``RAG_API_TOKEN``; migrates the database and opens the Dagster instance first (errors before listening);
     ``with_daemon``: start a Dagster daemon when none is alive on the instance (stopped on exit)."""
-    check_bind(host)
+    try:
+        check_bind(host)  # before Dagster is even imported: a refusal is immediate
+    except BindRefused as exc:
+        raise ServeRefused(str(exc)) from None
+    from rag_pipeline.web import launcher  # noqa: PLC0415 - loads Dagster
+
     load_env_file(project_root())  # DAGSTER_HOME, RAG_DAGSTER_PG_URL of `rag-pipeline db start`
     get_engine()
-    launcher.prepare_environment()
-    launcher.instance()
+    try:
+        launcher.prepare_environment()
+        launcher.instance()
+    except launcher.LaunchError as exc:
+        raise ServeRefused(str(exc)) from None
     daemon = None
     status = launcher.queue_status(max_age_s=0)
     if with_daemon and not status.daemon_running:

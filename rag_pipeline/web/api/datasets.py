@@ -3,7 +3,8 @@
 An upload is validated exactly like a dataset file (every problem at once, each with case index, case_id and
 field → 422, nothing stored) and limited like one: 50 MB, 100,000 cases. The body is either
 ``multipart/form-data`` (a ``file`` part, optional ``name``) or the dataset JSON itself (``application/json``,
-optional ``?name=``). The name: the given ``name``, else the content's ``name`` field, else the file name's stem.
+optional ``?name=``). The name: the given ``name``, else the uploaded file's stem (a dataset file is named by
+its file name), else (JSON body) the content's ``name`` field; a ``name`` field must agree, as in a file.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ _UPLOAD_BODY = {
     "content": {
         "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
             "file": {"type": "string", "format": "binary", "description": "The dataset JSON file (seed §2)."},
-            "name": {"type": "string", "description": "Dataset name (default: the `name` field, else the file "
-                                                      "name's stem)."}}}},
+            "name": {"type": "string", "description": "Dataset name (default: the file name's stem; the "
+                                                      "content's `name` field must agree)."}}}},
         "application/json": {"schema": {"description": "The dataset itself: an array of cases, or an object "
                                                        "with `cases` (the file format, seed §2).",
                                         "oneOf": [{"type": "array"}, {"type": "object"}]}},
