@@ -176,3 +176,26 @@ def test_every_console_page_needs_the_console_user_and_every_form_the_csrf_token
                 posts += 1
                 assert require_csrf in [d.call for d in route.dependant.dependencies], route.path
     assert posts == 2  # the upload and the evaluate forms
+
+
+def test_an_upload_opens_its_label_check_with_each_invalid_label_and_its_fix(live_server, demo_kb, tmp_path):
+    data = json.loads(DEMO_DATASET.read_text(encoding="utf-8"))
+    cases = data["cases"][:5]
+    unknown = "0b3c4c1e-5f7a-4a47-9d0e-6f1c2b7d8e90"
+    cases[2] = {**cases[2], "relevant_chunk_ids": [unknown]}
+    upload = {"name": "console-labels", "knowledge_base": demo_kb, "cases": cases}
+    session = requests.Session()
+    page = session.get(f"{live_server}{BASE}/kb/{demo_kb}", timeout=60).text
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    response = session.post(f"{live_server}{BASE}/kb/{demo_kb}/upload", data={"csrf_token": token}, timeout=120,
+                            files={"dataset": ("console-labels.json", json.dumps(upload).encode(), "application/json")})
+    assert response.status_code == 200 and response.url.endswith("/datasets/console-labels?uploaded=1")
+    check = response.text[response.text.index('id="label-check"'):response.text.index('id="evaluate"')]
+    rows = re.findall(r"<tr><td class=\"mono\">(.*?)</td><td class=\"mono\">(.*?)</td>.*?badge fail\">(.*?)</span>"
+                      r"</td>\s*<td>(.*?)</td>", check, re.S)
+    assert [(r[0], r[1], r[2]) for r in rows] == [(cases[2]["case_id"], unknown, "unknown_id")]
+    assert "labels must be document_chunks.id of knowledge base" in rows[0][3]
+    assert "1 of 5 cases have no valid label" in check
+    # the applicable strategies are pre-selected, the others disabled with the reason
+    boxes = re.findall(r'<input type="checkbox" name="strategy" value="([^"]+)" (checked)? ?(disabled)?', response.text)
+    assert ("hybrid-v1", "checked", "") in boxes and ("vector-minilm-v1", "", "disabled") in boxes
