@@ -69,8 +69,13 @@ async def create_draft(request: Request, engine: Engine, kb: str):
 
 
 @router.get("/retrieval-evaluations/kb/{kb}/labelling/{name}", name="admin_labelling_draft")
-def draft_page(request: Request, kb: str, name: str, q: int | None = None, error: str | None = None,
-               status_code: int = 200):
+def draft_page(request: Request, kb: str, name: str, q: int | None = None):
+    """One question of a draft (``q``, default: where the labeller stopped) with its pooled candidates."""
+    return _draft_page(request, kb, name, q)
+
+
+def _draft_page(request: Request, kb: str, name: str, q: int | None, error: str | None = None,
+                status_code: int = 200):
     try:
         draft = label_drafts.open_console_draft(kb, name)
     except ERRORS as exc:
@@ -119,6 +124,6 @@ async def save_dataset(request: Request, engine: Engine, kb: str, name: str):
     try:
         done = label_drafts.store_draft(engine, draft, dataset)
     except ERRORS as exc:
-        return draft_page(request, kb, name, q=draft.position, error=str(exc), status_code=422)
+        return _draft_page(request, kb, name, draft.position, error=str(exc), status_code=422)
     return RedirectResponse(f"{dataset_url(done.dataset.knowledge_base, done.dataset.name)}?uploaded=1",
                             status_code=303)

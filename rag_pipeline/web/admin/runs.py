@@ -10,6 +10,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
+from rag_pipeline.analysis.comparison import DEFAULT_BASELINE
 from rag_pipeline.service import evaluations, history
 from rag_pipeline.service.errors import USER_ERRORS
 from rag_pipeline.web.admin.pages import BASE, error_page, render
@@ -47,11 +48,14 @@ def run_page(request: Request, engine: Engine, run_id: str, q: Annotated[str, Qu
         cases = [c for c in cases if _matches(c, q.strip().lower(), bool(zero), reason)]
         matching = len(cases)
         cases = cases[:MAX_ROWS]
+    baseline = [r for r in evaluations.list_runs(engine, knowledge_base=summary["knowledge_base"]["id"],
+                                                 dataset=summary["dataset"]["name"], strategy=DEFAULT_BASELINE,
+                                                 current_only=True, limit=1) if r["run_id"] != summary["run_id"]]
     stored = summary.get("counts") or {}
     label_integrity = stored.get("label_integrity") or {}
     return render(request, "run.html", {
         "s": summary, "cases": cases, "reasons": sorted(reasons.items(), key=lambda kv: -kv[1]), "zero": zero_count,
-        "total": total, "matching": matching, "truncated": total > MAX_ROWS,
+        "total": total, "matching": matching, "baseline": baseline[0] if baseline else None, "truncated": total > MAX_ROWS,
         "headline": stored.get("first_line"), "label_integrity": label_integrity,
         "miss_counts": (stored.get("miss_reasons") or {}).get("counts") or {}, "case_url": case_url,
         "dataset_url": f"{BASE}/kb/{quote(summary['knowledge_base']['name'], safe='')}/datasets/"
