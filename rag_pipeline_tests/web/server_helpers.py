@@ -68,12 +68,13 @@ def _stop(proc: subprocess.Popen, timeout: float = 30) -> None:
 
 @contextlib.contextmanager
 def start_server(env: dict[str, str], *, host: str = "127.0.0.1", log: Path, timeout: float = 180,
-                 ready: bool = True) -> Iterator[tuple[str, subprocess.Popen]]:
+                 ready: bool = True, extra_args: tuple[str, ...] = ()) -> Iterator[tuple[str, subprocess.Popen]]:
     """Run ``rag-pipeline serve`` on a free port; yields (base URL, process). ``ready``: wait for /healthz."""
     port = free_port()
     out = open(log, "ab")  # noqa: SIM115 - handed to the child, closed below
     proc = subprocess.Popen([sys.executable, "-m", "rag_pipeline.cli.main", "serve", "--host", host, "--port",
-                             str(port)], env=env, cwd=env.get("DAGSTER_HOME"), stdout=out, stderr=subprocess.STDOUT)
+                             str(port), *extra_args], env=env, cwd=env.get("DAGSTER_HOME"), stdout=out,
+                            stderr=subprocess.STDOUT)
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '127.0.0.1') else host}:{port}"
     try:
         deadline = time.monotonic() + timeout

@@ -8,7 +8,9 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import dagster as dg
 import pytest
 import requests
 
@@ -33,15 +35,21 @@ def test_beyond_loopback_without_a_token_refuses_to_start(web_env):
     assert short.returncode == 2 and "at least 16" in short.stderr, short.stderr
 
 
-@pytest.fixture(scope="module")
-def guarded_server(engine, tmp_path_factory):
-    """``serve --host 0.0.0.0`` with RAG_API_TOKEN, on a Dagster instance (local storage) that no daemon serves."""
-    home = tmp_path_factory.mktemp("guarded")
+def _local_instance(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a server on a Dagster instance of its own (local storage in ``home``): no daemon."""
     (home / "dagster_home").mkdir()
     (home / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
-    env = dagster_env(home / "dagster_home", home / "datasets", RAG_API_TOKEN=TOKEN)
+    return dagster_env(home / "dagster_home", home / "datasets", **extra)
+
+
+@pytest.fixture(scope="module")
+def guarded_server(engine, tmp_path_factory):
+    """``serve --host 0.0.0.0`` with RAG_API_TOKEN, on a Dagster instance (local storage) that no daemon serves;
+    yields (base URL, DAGSTER_HOME)."""
+    home = tmp_path_factory.mktemp("guarded")
+    env = _local_instance(home, RAG_API_TOKEN=TOKEN)
     with start_server(env, host="0.0.0.0", log=home / "server.log") as (base, _proc):
-        yield base
+        yield base, Path(env["DAGSTER_HOME"])
 
 
 def _auth(token: str = TOKEN) -> dict:
@@ -49,6 +57,7 @@ def _auth(token: str = TOKEN) -> dict:
 
 
 def test_every_api_call_needs_the_bearer_token(guarded_server):
+    guarded_server = guarded_server[0]
     url = f"{guarded_server}/api/v1/knowledge-bases"
     missing = requests.get(url, timeout=60)
     assert missing.status_code == 401 and missing.headers["www-authenticate"].startswith("Bearer")
@@ -63,6 +72,7 @@ def test_every_api_call_needs_the_bearer_token(guarded_server):
 
 
 def test_pages_need_a_login_session_with_csrf(guarded_server):
+    guarded_server = guarded_server[0]
     s = requests.Session()
     page = s.get(f"{guarded_server}/admin/retrieval-evaluations", allow_redirects=False, timeout=60)
     assert page.status_code == 303 and page.headers["location"].startswith("/admin/login?next=/admin/")
@@ -91,6 +101,7 @@ def test_pages_need_a_login_session_with_csrf(guarded_server):
 
 
 def test_cross_site_writes_are_refused_even_with_the_token(guarded_server):
+    guarded_server = guarded_server[0]
     url = f"{guarded_server}/api/v1/knowledge-bases/demo/retrieval/evaluate"
     evil = requests.post(url, json={"dataset": "x"}, headers={**_auth(), "Origin": "https://evil.example"},
                          timeout=60)
@@ -102,6 +113,8 @@ def test_cross_site_writes_are_refused_even_with_the_token(guarded_server):
 
 
 def test_without_a_daemon_queued_runs_say_how_to_start_one(guarded_server, engine, tmp_path, kb_name):
+    """No daemon: every answer says so with the fix; a queued run whose Dagster run is cancelled becomes failed."""
+    guarded_server, dagster_home = guarded_server
     health = requests.get(f"{guarded_server}/healthz", timeout=60).json()
     assert health["queue"]["daemon_running"] is False and "make dev" in health["queue"]["message"]
     chunks = ingest_tiny_kb(engine, kb_name, tmp_path / "kb")
@@ -119,3 +132,42 @@ def test_without_a_daemon_queued_runs_say_how_to_start_one(guarded_server, engin
     history = requests.get(f"{guarded_server}/api/v1/knowledge-bases/{kb_name}/retrieval/runs", headers=_auth(),
                            timeout=60).json()
     assert [r["status"] for r in history["runs"]] == ["queued"] and history["queue"]["daemon_running"] is False
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        deadline = time.monotonic() + 240
+        while getattr(dagster_run := instance.get_run_by_id(run["dagster_run_id"]), "status",
+                      None) != dg.DagsterRunStatus.QUEUED:  # submitted in the background: created, then queued
+            assert time.monotonic() < deadline, f"the Dagster run was never queued: {dagster_run}"
+            time.sleep(2)
+        assert dagster_run.tags["dagster/partition"] == "no-daemon|keyword-v1"
+        instance.report_run_canceled(dagster_run)  # as the UI's "terminate" does for a queued run
+    deadline = time.monotonic() + 60
+    while (summary := requests.get(guarded_server + run["links"]["self"], headers=_auth(),
+                                   timeout=60).json()["summary"])["status"] == "queued":
+        assert time.monotonic() < deadline, "the cancelled run stayed queued"
+        time.sleep(1)
+    assert summary["status"] == "failed" and "was cancelled before the evaluation started" in summary["error"]
+
+
+def test_serve_with_daemon_starts_one_and_stops_it(engine, tmp_path):
+    env = _local_instance(tmp_path)
+    log = tmp_path / "server.log"
+    with start_server(env, log=log, extra_args=("--with-daemon",)) as (base, _proc):
+        deadline = time.monotonic() + 240
+        while not requests.get(base + "/healthz", timeout=60).json()["queue"]["daemon_running"]:
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(3)
+        started = re.search(r"started a Dagster daemon \(pid (\d+)\)", log.read_text())
+        assert started, log.read_text()[-2000:]
+        pid = int(started.group(1))
+        assert Path(f"/proc/{pid}").exists()
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{pid}").exists() and "zombie" not in _proc_state(pid):
+        assert time.monotonic() < deadline, "the daemon outlived the server"
+        time.sleep(1)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return "zombie"
