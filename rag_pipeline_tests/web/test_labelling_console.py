@@ -33,6 +33,8 @@ def test_pool_grade_and_save_a_dataset_version(live_server, demo_kb, engine):
     chunks = re.findall(r'<tr data-chunk="([0-9a-f-]{36})"', made.text)
     assert 3 <= len(chunks) <= 6 and "leave-policy-zh.md" in made.text  # the pool of two strategies at depth 3
     url = f"{start}/{name}"
+    early = s.post(f"{url}/save", data={"csrf_token": token, "dataset": name}, timeout=60)
+    assert early.status_code == 422 and "nothing to export" in early.text  # nothing judged yet: nothing stored
     first = s.post(f"{url}/q/0", data={"csrf_token": token, "grade-0": "2", "grade-1": "0", "action": "next"},
                    timeout=60)
     assert first.status_code == 200 and first.url.endswith("?q=1")
