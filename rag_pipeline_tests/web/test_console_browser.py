@@ -87,7 +87,7 @@ def test_the_seed_workflow_in_the_browser(live_server, demo_kb, browser, shots):
     page = browser.new_page(viewport={"width": 1280, "height": 860})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("requestfailed", lambda req: errors.append(f"request failed: {req.url}"))
+    page.on("requestfailed", lambda req: errors.append(f"request failed: {req.url} ({req.failure})"))
 
     # knowledge bases → the demo knowledge base
     page.goto(f"{live_server}{BASE}")
@@ -135,8 +135,10 @@ def test_the_seed_workflow_in_the_browser(live_server, demo_kb, browser, shots):
     assert {r["strategy_version"] for r in finished.values()} == set(STRATEGIES)
     assert all(r["cases_done"] == r["cases_total"] == cases for r in finished.values())
 
-    # the dashboard: both strategies' current metrics, the regression gate, each metric over time
-    page.goto(dashboard_url)
+    # the dashboard refreshes itself once the runs are done: both strategies' current metrics, the regression
+    # gate, each metric over time
+    page.wait_for_url(re.compile(r"/datasets/demo$"), timeout=60_000)
+    page.wait_for_load_state("load")
     current = page.locator("#current tbody tr")
     assert sorted(r.locator("td").first.inner_text().split()[0] for r in current.all()) == sorted(STRATEGIES)
     for row in current.all():
