@@ -48,6 +48,7 @@ DB_TESTS = (
     "rag_pipeline_tests/reliability/test_security.py::test_embedded_postgres_listens_on_its_unix_socket_only",
     "rag_pipeline_tests/defs/test_definitions.py::test_materialise_reports_a_bad_folder",  # RagDatabase() resource
     "rag_pipeline_tests/web/test_console_browser.py",  # a real server + Dagster daemon on the session's database
+    "rag_pipeline_tests/web/test_console_pages.py",  # the same live server
     "rag_pipeline_tests/web/test_api.py",  # a `rag-pipeline serve` process and a Dagster daemon on the database
     "rag_pipeline_tests/web/test_api_errors.py",
     "rag_pipeline_tests/web/test_api_security.py",
@@ -71,6 +72,7 @@ SLOW_TESTS = (
     "rag_pipeline_tests/web/test_labelling_api.py",  # the live server fixture
     "rag_pipeline_tests/web/test_labelling_console.py",  # the live server fixture, pooling on the demo KB
     "rag_pipeline_tests/web/test_console_browser.py",  # a browser driving two Dagster evaluation runs (~1-2 min)
+    "rag_pipeline_tests/web/test_console_pages.py",  # the live server fixture + two in-process evaluations (~20 s)
     "rag_pipeline_tests/web/test_api.py",  # server + daemon start (~70 s under load), two Dagster evaluations
     "rag_pipeline_tests/web/test_api_errors.py",  # the server fixture; 58 uploads of the malformed corpus
     "rag_pipeline_tests/web/test_api_security.py",  # two more server processes
