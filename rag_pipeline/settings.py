@@ -95,6 +95,8 @@ class Settings(BaseSettings):
     test_database_url: str | None = Field(
         None, description="Tests only: run the suite against this server instead of a fresh embedded one.")
     update_snapshots: bool = Field(False, description="Tests only: `1` rewrites the asset-graph snapshot.")
+    update_screenshots: bool = Field(False, description="Tests only: `1` makes the console's browser test rewrite "
+                                                        "`docs/console-*.png`.")
 
     def resolved_project_root(self) -> Path:
         if self.project_root:
