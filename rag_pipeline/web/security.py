@@ -190,9 +190,14 @@ def logout(request: Request):
     return RedirectResponse("/admin/login", status_code=303)
 
 
+MAX_BODY_BYTES = 51 * 1024 * 1024
+"""Largest request body (a 50 MB dataset plus multipart overhead); the upload route checks the dataset itself."""
+
+
 class CrossSiteGuard:
     """ASGI middleware: a state-changing request that a browser marks as cross-site (``Sec-Fetch-Site``), or
-    whose ``Origin`` is not this server, is answered 403 before any route runs."""
+    whose ``Origin`` is not this server, is answered 403 before any route runs; a body over
+    :data:`MAX_BODY_BYTES` (by its ``Content-Length``) 413, and a body without a length 411, before it is read."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -200,9 +205,15 @@ class CrossSiteGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in UNSAFE_METHODS:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-            reason = _cross_site(headers)
-            if reason:
-                await problem_response(None, 403, reason)(scope, receive, send)
+            refusal = _cross_site(headers)
+            status = 403
+            length = headers.get("content-length")
+            if refusal is None and length is None and "chunked" in headers.get("transfer-encoding", ""):
+                status, refusal = 411, "send the request with a Content-Length (chunked bodies are not accepted)"
+            elif refusal is None and length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+                status, refusal = 413, f"the request body is {length[:30]} bytes; the limit is 50 MB (a dataset)"
+            if refusal:
+                await problem_response(None, status, refusal)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
