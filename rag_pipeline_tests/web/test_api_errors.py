@@ -139,16 +139,19 @@ def test_uploads_over_the_limit_are_refused_before_reading(live_server, demo_kb,
     before = _stored_counts(engine)
     url = f"{live_server}/api/v1/knowledge-bases/{demo_kb}/retrieval/datasets"
     host, port = live_server.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)  # announces 60 MB, sends none of it
-    conn.putrequest("POST", f"/api/v1/knowledge-bases/{demo_kb}/retrieval/datasets")
-    conn.putheader("Content-Type", "application/json")
-    conn.putheader("Content-Length", str(60 * 1024 * 1024))
-    conn.endheaders()
-    answer = conn.getresponse()
-    body = json.loads(answer.read())
-    conn.close()
-    assert answer.status == 413 and answer.getheader("content-type").startswith(PROBLEM)
-    assert "50 MB" in body["detail"]
+    for path, header, status in (("datasets", ("Content-Length", str(60 * 1024 * 1024)), 413),  # none of it sent
+                                 ("evaluate", ("Content-Length", str(60 * 1024 * 1024)), 413),
+                                 ("evaluate", ("Transfer-Encoding", "chunked"), 411)):
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        conn.putrequest("POST", f"/api/v1/knowledge-bases/{demo_kb}/retrieval/{path}")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader(*header)
+        conn.endheaders()
+        answer = conn.getresponse()
+        body = json.loads(answer.read())
+        conn.close()
+        assert answer.status == status and answer.getheader("content-type").startswith(PROBLEM), (path, body)
+        assert ("50 MB" if status == 413 else "Content-Length") in body["detail"]
     big = b"[" + b" " * (50 * 1024 * 1024) + b"]"
     body = _problem(requests.post(url, files={"file": ("big.json", big, "application/json")}, timeout=120), 413)
     assert "over the dataset limit of 50 MB" in body["detail"]
