@@ -94,7 +94,6 @@ def test_the_seed_workflow_in_the_browser(live_server, demo_kb, browser, shots):
     kb_row = page.locator("#knowledge-bases tbody tr", has_text=demo_kb)
     assert kb_row.count() == 1
     assert "use-multilingual-v3" in kb_row.inner_text()
-    _shot(page, shots, "home")
     kb_row.get_by_role("link", name=demo_kb).click()
 
     # an invalid upload: every problem inline with its case index, case_id and field; nothing stored
@@ -195,6 +194,12 @@ def test_the_seed_workflow_in_the_browser(live_server, demo_kb, browser, shots):
     assert page.locator("#moved tbody tr").count() >= 1
     assert page.locator("#side-by-side").count() == 1 and page.locator("table.pool-side").count() == 2
     _shot(page, shots, "compare")
+
+    # back home: the knowledge base now has datasets and runs, the recent runs list them
+    page.goto(f"{live_server}{BASE}")
+    recent = page.locator("#recent-runs tbody tr")
+    assert set(STRATEGIES) <= {r.locator("td").first.inner_text().split()[0] for r in recent.all()}
+    _shot(page, shots, "home")
 
     assert not errors, errors
     page.close()
