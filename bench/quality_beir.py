@@ -11,7 +11,8 @@
 3. HNSW recall: per embedder, the vector leg's top-10 / top-100 through the index (the strategies'
    ``ef_search``, iterative scan) against exact search (``SET LOCAL enable_indexscan = off``).
 
-Prints a markdown report (``--markdown PATH`` also writes it). ``--check-targets`` exits 1 unless
+Prints a markdown report (``--markdown PATH`` also writes it; ``--json PATH`` writes the knowledge base, the
+cases and the unrounded metrics). ``--check-targets`` exits 1 unless
 bm25-v1 nDCG@10 >= 0.67, the best strategy >= 0.72 and the best hybrid >= the best single leg.
 
 Usage: python bench/quality_beir.py [--folder $RAG_BENCH_DATA/scifact] [--limit-queries N] [--max-docs N]
@@ -21,6 +22,7 @@ Usage: python bench/quality_beir.py [--folder $RAG_BENCH_DATA/scifact] [--limit-
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -136,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=100, help="questions per hybrid_search_batch call")
     ap.add_argument("--no-hnsw-recall", action="store_true")
     ap.add_argument("--markdown", type=Path, help="also write the report to this file")
+    ap.add_argument("--json", type=Path, help="also write the knowledge base, the cases and the unrounded metrics "
+                                              "per strategy as JSON (the smoke test re-checks them)")
     ap.add_argument("--check-targets", action="store_true")
     args = ap.parse_args(argv)
 
@@ -205,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     print(report, end="")
     if args.markdown:
         args.markdown.write_text(report, encoding="utf-8")
+    if args.json:
+        args.json.write_text(json.dumps({"knowledge_base": kb_name, "cases": dataset["cases"], "results": results},
+                                        indent=1), encoding="utf-8")
     return 1 if args.check_targets and not ok else 0
 
 

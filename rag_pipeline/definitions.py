@@ -11,16 +11,24 @@ from rag_pipeline.defs.comparison import compare_strategies_job, strategy_compar
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.jobs import evaluate_retrieval_job
 from rag_pipeline.defs.knowledge_base import ingest_knowledge_base_job, knowledge_base
+from rag_pipeline.defs.lineage import dataset_knowledge_base, knowledge_base_versions
 from rag_pipeline.defs.resources import rag_database
 from rag_pipeline.defs.schedules import nightly_reevaluation
-from rag_pipeline.defs.sensors import comparison_after_evaluation, new_dataset_sensor, runs_outside_dagster
+from rag_pipeline.defs.sensors import (
+    comparison_after_evaluation,
+    new_dataset_sensor,
+    reevaluate_stale_runs,
+    runs_outside_dagster,
+)
 from rag_pipeline.defs.tuning import fusion_sweep, tune_fusion_job
 
 defs = dg.Definitions(
-    assets=[knowledge_base, evaluation_dataset, evaluation_run, strategy_comparison, fusion_sweep],
+    assets=[knowledge_base, dataset_knowledge_base, evaluation_dataset, evaluation_run, strategy_comparison,
+            fusion_sweep],
     asset_checks=[label_integrity],
     jobs=[ingest_knowledge_base_job, evaluate_retrieval_job, compare_strategies_job, tune_fusion_job],
-    sensors=[new_dataset_sensor, comparison_after_evaluation, runs_outside_dagster],
+    sensors=[new_dataset_sensor, comparison_after_evaluation, runs_outside_dagster, knowledge_base_versions,
+             reevaluate_stale_runs],
     schedules=[nightly_reevaluation],
     resources={"rag_db": rag_database()},
 )

@@ -78,6 +78,8 @@ SLOW_TESTS = (
     "rag_pipeline_tests/web/test_api_security.py",  # two more server processes
     "rag_pipeline_tests/reliability/test_concurrency.py::test_two_partitions_materialised_concurrently_by_two_processes",  # 23.0
     "rag_pipeline_tests/defs/test_evaluation_assets.py::test_dagster_job_execute_in_a_subprocess",  # 17.6
+    "rag_pipeline_tests/defs/test_lineage.py",  # ~30 each (two KBs ingested and evaluated through Dagster)
+    "rag_pipeline_tests/retrieval/test_ties.py::test_duplicates_give_one_pool_with_the_index_forced_on_and_off_and_on_every_run",  # ~15
     "rag_pipeline_tests/test_bench_eval_smoke.py::test_eval_bench_smoke",  # 6.8
     "rag_pipeline_tests/test_cli.py::test_ingest_kb_and_doc",  # 3.7
     "rag_pipeline_tests/reliability/test_faults.py::test_killed_process_reads_as_abandoned_and_a_rerun_becomes_current",  # 3.6

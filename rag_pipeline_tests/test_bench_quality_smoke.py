@@ -1,10 +1,14 @@
-"""Smoke test of ``bench/quality_beir.py``: a tiny SciFact subset, every shipped strategy, exit 0, sane report.
+"""Smoke test of ``bench/quality_beir.py``: a tiny SciFact subset, every shipped strategy, exit 0, sane report —
+and its numbers re-checked from outside: each strategy evaluated by the pipeline on the same cases stores the
+same nDCG@10, MRR@10 and P@10 (within 1e-9), and pytrec_eval (trec_eval) on the stored pools gives the bench's
+nDCG@10, P@10 and Recall@100 (within 1e-9).
 
 Needs the benchmark data (``RAG_BENCH_DATA``, see the ``bench_data`` fixture): skipped when it is unset.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -12,7 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
+from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.dataset_fields import relevance_of
+from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base.beir import read_beir
 from rag_pipeline.retrieval.strategies import load_registry
 
@@ -24,15 +32,16 @@ CROSS_CHECKED = "Metrics check: nDCG@10, Recall@100 and P@10 equal pytrec_eval's
 
 @pytest.mark.slow
 def test_quality_bench_runs_on_a_subset(bench_data, engine, tmp_path):  # bench_data first: skip before the server starts
-    import pytrec_eval  # noqa: F401, PLC0415 - a dev dependency: without it the bench does not cross-check (fail here)
+    import pytrec_eval  # noqa: PLC0415 - a dev dependency: without it the bench does not cross-check (fail here)
 
     scifact = bench_data / "scifact"
     env = {**os.environ, "RAG_DATABASE_URL": engine.url.render_as_string(hide_password=False),
            "PYTHONPATH": str(ROOT)}
-    report = tmp_path / "report.md"
+    report, numbers = tmp_path / "report.md", tmp_path / "results.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "quality_beir.py"), "--folder", str(scifact),
-         "--limit-queries", str(QUERIES), "--max-docs", str(MAX_DOCS), "--markdown", str(report)],
+         "--limit-queries", str(QUERIES), "--max-docs", str(MAX_DOCS), "--markdown", str(report),
+         "--json", str(numbers)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -59,3 +68,32 @@ def test_quality_bench_runs_on_a_subset(bench_data, engine, tmp_path):  # bench_
     hnsw = re.findall(r"^\| (use-multilingual-v3|all-minilm-l6-v2) \| \d+ \| (yes|no \(exact sort\)) \| ([\d.]+) \| "
                       r"([\d.]+) \|$", out, re.MULTILINE)
     assert len(hnsw) == 2 and all(float(r10) >= 0.9 for _, _, r10, _ in hnsw)
+
+    # The bench's numbers, from outside the bench: the pipeline's stored runs on the same cases, and trec_eval.
+    bench = json.loads(numbers.read_text(encoding="utf-8"))
+    relevance = {c["case_id"]: relevance_of(c["relevant_chunk_ids"]) for c in bench["cases"]}
+    assert [len(r) for r in relevance.values()] == [sum(g >= 1 for g in rel.values()) for rel in qrels.values()]
+    assert {c["k"] for c in bench["cases"]} == {10}
+    dataset_file = tmp_path / "subset.json"
+    dataset_file.write_text(json.dumps({"knowledge_base": bench["knowledge_base"], "cases": bench["cases"]}))
+    dataset = load_dataset(dataset_file)
+    qrels_by_case = {case: {str(i): int(g) for i, g in rel.items()} for case, rel in relevance.items()}
+    trec = pytrec_eval.RelevanceEvaluator(qrels_by_case, {"ndcg_cut_10", "recall_100", "P_10"})
+    for version, strategy in load_registry().items():
+        ours = bench["results"][version]
+        outcome = evaluate_dataset(engine, dataset, strategy)
+        with engine.connect() as conn:
+            run = conn.execute(sa.text("SELECT ndcg_at_k, reciprocal_rank, precision_at_k, case_count FROM "
+                                       "retrieval_evaluation_runs WHERE id = :r"), {"r": outcome.run_id}).one()
+            pools: dict[str, dict[str, float]] = {}
+            for row in conn.execute(sa.text("SELECT case_id, chunk_id::text, rank FROM retrieval_evaluation_candidates "
+                                            "WHERE evaluation_run_id = :r"), {"r": outcome.run_id}):
+                pools.setdefault(row.case_id, {})[row.chunk_id] = 1.0 / row.rank  # trec_eval sorts by score
+        assert run.case_count == QUERIES
+        assert abs(run.ndcg_at_k - ours["ndcg@10"]) <= 1e-9, version
+        assert abs(run.reciprocal_rank - ours["mrr@10"]) <= 1e-9, version
+        assert abs(run.precision_at_k - ours["p@10"]) <= 1e-9, version
+        per_case = trec.evaluate(pools)
+        for key, measure in (("ndcg@10", "ndcg_cut_10"), ("recall@100", "recall_100"), ("p@10", "P_10")):
+            theirs = sum(per_case.get(case, {}).get(measure, 0.0) for case in qrels_by_case) / len(qrels_by_case)
+            assert abs(theirs - ours[key]) <= 1e-9, (version, key, theirs, ours[key])

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "tuning_bench.py"
 LAST_LINE = re.compile(
     r"configs=(?P<configs>\d+) cases=(?P<cases>\d+) pool=(?P<pool>\d+) sweep_s=(?P<sweep>\S+) "
@@ -27,4 +29,11 @@ def test_tuning_bench_smoke() -> None:
     match = LAST_LINE.fullmatch(lines[-1])
     assert match, proc.stdout
     assert (int(match["configs"]), int(match["cases"]), int(match["pool"])) == (112, 20, 12)
-    assert all(float(match[name]) > 0 for name in ("sweep", "cv", "recommend", "rate"))
+    sweep, cv, recommend, rate = (float(match[name]) for name in ("sweep", "cv", "recommend", "rate"))
+    assert 0 < sweep < 120 and 0 < cv < 120 and 0 < recommend < 300, match.group(0)
+    # the rate is the sweep's (configs / sweep seconds), and recommending (sweep + CV + statistics) costs at least
+    # one sweep (timings are best-of-1 on a shared machine: 20% slack)
+    assert rate == pytest.approx(112 / sweep, rel=max(0.02, 1e-4 / sweep)), match.group(0)  # 4 decimals
+    assert recommend >= 0.8 * sweep, match.group(0)
+    # the bench exits 1 unless the sweep equals evaluate_fusion per configuration: it printed its reference line
+    assert any(line.startswith("reference: evaluate_fusion per config") for line in lines), proc.stdout

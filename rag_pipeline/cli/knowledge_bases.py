@@ -83,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=arguments.K, default=10, help="k of every case (1..1000, default 10)")
     p.set_defaults(func=cmd_import_beir)
 
-    p = sub.add_parser("kb", help="show a knowledge base's counts")
+    p = sub.add_parser("kb", help="show a knowledge base's counts and content version")
     p.add_argument("knowledge_base")
     p.set_defaults(func=cmd_kb)
 

@@ -1,6 +1,7 @@
 """``make run`` / ``rag-pipeline demo`` — the main job end to end, through real Dagster runs on the configured instance.
 
-1. materialise ``knowledge_base`` for the demo corpus (``demo/kb``, USE + MiniLM embeddings);
+1. materialise partition ``demo`` of ``knowledge_base`` for the demo corpus (``demo/kb``, USE + MiniLM
+   embeddings); its data version is the knowledge base's content version;
 2. register the ``demo`` dataset partition and materialise ``evaluate_retrieval`` for every shipped
    strategy (partition ``demo|<strategy>``);
 3. materialise ``strategy_comparison`` for the dataset (paired significance vs ``hybrid-v1``);
@@ -59,11 +60,12 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
     ensure_pool(instance)
 
     t = _step("ingest the demo knowledge base (Dagster job ingest_knowledge_base)")
-    kb_config = {"source_dir": str(project_root() / "demo" / "kb"), "knowledge_base": DEMO_KB,
-                 "text_search": DEMO_TEXT_SEARCH, "chunk_size": DEMO_CHUNK_SIZE,
-                 "chunk_overlap": DEMO_CHUNK_OVERLAP, "models": list(EMBEDDING_MODELS)}
+    kb_config = {"source_dir": str(project_root() / "demo" / "kb"), "text_search": DEMO_TEXT_SEARCH,
+                 "chunk_size": DEMO_CHUNK_SIZE, "chunk_overlap": DEMO_CHUNK_OVERLAP, "models": list(EMBEDDING_MODELS)}
+    instance.add_dynamic_partitions("knowledge_base", [DEMO_KB])
     defs.resolve_job_def("ingest_knowledge_base").execute_in_process(
-        instance=instance, run_config={**QUIET, "ops": {"knowledge_base": {"config": kb_config}}})
+        instance=instance, partition_key=DEMO_KB,
+        run_config={**QUIET, "ops": {"knowledge_base": {"config": kb_config}}})
     print(f"    done in {time.perf_counter() - t:.1f}s", file=sys.stderr)
 
     instance.add_dynamic_partitions("dataset", [dataset])

@@ -18,7 +18,8 @@ import sqlalchemy as sa
 
 from rag_pipeline.defs import evaluation_metadata as md
 from rag_pipeline.defs.instance import POOL
-from rag_pipeline.defs.partitions import evaluation_partitions, split_key
+from rag_pipeline.defs.lineage import DATASET_KB, observe_dataset
+from rag_pipeline.defs.partitions import evaluation_partitions, split_key, the_dataset_of_the_partition
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation.metrics import HEADLINE_METRICS
 from rag_pipeline.service import datasets, evaluations
@@ -85,6 +86,8 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
             path = stored.path
         else:
             stored = datasets.register_dataset(rag_db.engine(), path, config.knowledge_base or None)
+    with fail_fast_unless_transient():  # recorded now, before the evaluation step reads it (its provenance)
+        kb_version = observe_dataset(context.instance, rag_db.engine(), dataset_key, stored.knowledge_base)
     if stored.relevant_ids_not_in_kb:
         context.log.warning(f"{stored.relevant_ids_not_in_kb} relevant chunk id(s) are not chunks of knowledge "
                             f"base {stored.knowledge_base!r}")
@@ -93,6 +96,7 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
         "dataset_name": stored.name,
         "dataset_version": stored.version,
         "knowledge_base": stored.knowledge_base,
+        "knowledge_base_version": kb_version,
         "source_path": dg.MetadataValue.path(str(path)) if path else "(uploaded through the HTTP API)",
         "dagster/row_count": stored.cases,
         "relevant_chunk_ids": stored.relevant_ids,
@@ -100,6 +104,11 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
         "k_min": stored.k_min,
         "k_max": stored.k_max,
     })
+
+
+# Each evaluation partition depends on the knowledge-base version its dataset names (defs.lineage): a direct
+# dependency of every run asset, since Dagster marks out of date only the direct children of a changed version.
+KB_OF_THE_DATASET = dg.AssetDep(DATASET_KB, partition_mapping=the_dataset_of_the_partition)
 
 
 def stored_dataset_id(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext) -> str:
@@ -118,11 +127,11 @@ def stored_dataset_id(context: dg.AssetExecutionContext | dg.AssetCheckExecution
 @dg.multi_asset(
     name="evaluation_run",
     specs=[
-        dg.AssetSpec("retrieval_candidates", deps=[evaluation_dataset], group_name=GROUP,
+        dg.AssetSpec("retrieval_candidates", deps=[evaluation_dataset, KB_OF_THE_DATASET], group_name=GROUP,
                      kinds={"postgres", "python"}, description=md.CANDIDATES_DOC),
-        dg.AssetSpec("case_metrics", deps=["retrieval_candidates"], group_name=GROUP,
+        dg.AssetSpec("case_metrics", deps=["retrieval_candidates", KB_OF_THE_DATASET], group_name=GROUP,
                      kinds={"postgres", "python"}, description=md.CASE_METRICS_DOC),
-        dg.AssetSpec("evaluation_run_summary", deps=["case_metrics"], group_name=GROUP,
+        dg.AssetSpec("evaluation_run_summary", deps=["case_metrics", KB_OF_THE_DATASET], group_name=GROUP,
                      kinds={"postgres"}, description=md.SUMMARY_DOC),
     ],
     partitions_def=evaluation_partitions,

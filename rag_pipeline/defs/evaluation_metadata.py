@@ -99,6 +99,7 @@ def summary_metadata(o: EvaluationOutcome, worst: list[dict]) -> dict:
         "dataset": o.dataset_name,
         "dataset_version": o.dataset_version,
         "knowledge_base": o.knowledge_base,
+        "knowledge_base_version": o.knowledge_base_version or "",
         "cases": o.case_count,
         "candidates": o.candidate_count,
         "dagster/row_count": 1,

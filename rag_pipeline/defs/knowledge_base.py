@@ -1,18 +1,28 @@
-"""Asset group ``knowledge_base``: ingest a folder of documents into a knowledge base (the CLI's operation)."""
+"""Asset group ``knowledge_base``: ingest a folder of documents into a knowledge base (the CLI's operation).
+
+Partitioned by knowledge-base name (dynamic partitions): partition ``demo`` is knowledge base ``demo``. Add a
+partition in the UI (or ``DagsterInstance.add_dynamic_partitions("knowledge_base", ["<name>"])``) to ingest a new
+one from Dagster; knowledge bases ingested elsewhere get theirs from the ``knowledge_base_versions`` sensor.
+Each materialisation's **data version** is the knowledge base's content version
+(:mod:`rag_pipeline.knowledge_base.versions`): re-ingesting an unchanged folder keeps it, any change the
+retrieval could see gives a new one, and the evaluations of the datasets naming it show as out of date.
+"""
 
 
 import dagster as dg
 
 from rag_pipeline.defs.instance import POOL
+from rag_pipeline.defs.lineage import dataset_observations
+from rag_pipeline.defs.partitions import knowledge_base_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
-from rag_pipeline.service import knowledge_bases
+from rag_pipeline.service import knowledge_bases, lineage
 from rag_pipeline.settings import project_root
 
 
 class KnowledgeBaseConfig(dg.Config):
     source_dir: str = str(project_root() / "demo" / "kb")
-    knowledge_base: str = "demo"
+    """Folder of .md/.txt/.html/.jsonl documents; the knowledge base is the partition's name."""
     text_search: str = "chinese"
     chunk_size: int = knowledge_bases.DEFAULT_CHUNK_SIZE
     chunk_overlap: int = knowledge_bases.DEFAULT_CHUNK_OVERLAP
@@ -20,7 +30,8 @@ class KnowledgeBaseConfig(dg.Config):
     rechunk: bool = False  # another chunk_size/overlap re-chunks the KB in place (replaced chunks kept for fix-labels)
 
 
-@dg.asset(group_name="knowledge_base", kinds={"postgres", "python"}, pool=POOL)
+@dg.asset(group_name="knowledge_base", kinds={"postgres", "python"}, pool=POOL,
+          partitions_def=knowledge_base_partitions)
 def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfig, rag_db: RagDatabase):
     """Documents, chunks, embeddings (one row per chunk per model), tsvectors and BM25 statistics.
 
@@ -30,6 +41,7 @@ def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfi
     chunk size/overlap re-chunks every document in place (``rag-pipeline fix-labels`` then carries datasets over).
     """
     engine = rag_db.engine()
+    name = context.partition_key
     last = {"pct": -1}
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -38,15 +50,21 @@ def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfi
             last["pct"] = pct
             context.log.info(f"{stage}: {done}/{total} ({pct}%)")
 
-    result = knowledge_bases.ingest(engine, config.source_dir, config.knowledge_base, text_search=config.text_search,
+    result = knowledge_bases.ingest(engine, config.source_dir, name, text_search=config.text_search,
                                     chunk_size=config.chunk_size, chunk_overlap=config.chunk_overlap,
                                     models=config.models, rechunk=config.rechunk, progress=progress)
     context.log.info(f"read {result.documents_seen} documents from {config.source_dir}")
     for warning in result.warnings:
         context.log.warning(warning)
-    stats = knowledge_bases.knowledge_base_stats(engine, config.knowledge_base)
-    return dg.MaterializeResult(metadata={
-        "knowledge_base": config.knowledge_base,
+    version = lineage.knowledge_base_version(engine, name)
+    stats = knowledge_bases.knowledge_base_stats(engine, name)
+    context.log.info(f"knowledge base {name}: version {version.short}, {version.searchable_chunks} searchable chunks")
+    for event in dataset_observations(context.instance, engine, {name: version}):
+        context.instance.report_runless_asset_event(event)  # the evaluations of its datasets: now out of date
+    return dg.MaterializeResult(data_version=dg.DataVersion(version.version), metadata={
+        "knowledge_base": name,
+        "knowledge_base_version": version.version,
+        "searchable_chunks": version.searchable_chunks,
         "documents_new": result.documents_new,
         "documents_changed": result.documents_changed,
         "documents_rechunked": result.documents_rechunked,
@@ -60,4 +78,6 @@ def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfi
     })
 
 
-ingest_knowledge_base_job = dg.define_asset_job("ingest_knowledge_base", selection=[knowledge_base])
+ingest_knowledge_base_job = dg.define_asset_job(
+    "ingest_knowledge_base", selection=[knowledge_base], partitions_def=knowledge_base_partitions,
+    description="Ingest a folder into the knowledge base of the partition (config: source_dir, text_search, ...).")

@@ -5,7 +5,9 @@ Multi-partition keys join the dimensions in name order with ``|``: ``"<dataset>|
 ``DagsterInstance.add_dynamic_partitions("dataset", ["demo"])``); strategy keys are the versions of the
 registry (``rag_pipeline/retrieval/strategies.yaml`` or ``RAG_STRATEGIES_FILE``) when the code location loads.
 The dataset-level assets (``strategy_comparison``, ``fusion_sweep``) depend on every strategy partition of
-their dataset through :data:`every_strategy_of_the_dataset`.
+their dataset through :data:`every_strategy_of_the_dataset`; the evaluation assets depend on their dataset's
+``dataset_knowledge_base`` partition through the same mapping (:mod:`rag_pipeline.defs.lineage`).
+``knowledge_base`` is partitioned by knowledge-base name (:data:`knowledge_base_partitions`, dynamic).
 """
 
 import warnings
@@ -18,6 +20,9 @@ DATASET_DIMENSION = "dataset"
 STRATEGY_DIMENSION = "strategy"
 
 dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
+knowledge_base_partitions = dg.DynamicPartitionsDefinition(name="knowledge_base")
+"""One key per knowledge-base name: added by the ``knowledge_base`` asset's runs (their partition), the demo, and
+the ``knowledge_base_versions`` sensor for knowledge bases ingested outside Dagster."""
 strategy_partitions = dg.StaticPartitionsDefinition(list(load_registry()))
 evaluation_partitions = dg.MultiPartitionsDefinition(
     {DATASET_DIMENSION: dataset_partitions, STRATEGY_DIMENSION: strategy_partitions}
@@ -27,6 +32,8 @@ with warnings.catch_warnings():  # beta in Dagster 1.13; maps dataset "demo" to 
     warnings.simplefilter("ignore", dg.BetaWarning)
     every_strategy_of_the_dataset = dg.MultiToSingleDimensionPartitionMapping(
         partition_dimension_name=DATASET_DIMENSION)
+the_dataset_of_the_partition = every_strategy_of_the_dataset
+"""The same mapping seen from the evaluation side: ``demo|hybrid-v1`` depends on dataset partition ``demo``."""
 
 
 def partition_key(dataset: str, strategy: str) -> dg.MultiPartitionKey:

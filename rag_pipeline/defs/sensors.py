@@ -1,5 +1,7 @@
 """``new_dataset_sensor``: a new or changed valid ``datasets/*.json`` → dataset partition + runs of the strategies
-that make sense for it; ``comparison_after_evaluation``: a succeeded evaluation → the dataset's comparison.
+that make sense for it; ``comparison_after_evaluation``: a succeeded evaluation → the dataset's comparison;
+``runs_outside_dagster``: CLI/API runs → runless materializations; ``reevaluate_stale_runs`` (opt-in, stopped by
+default): a current run that measured an older knowledge-base version → a new run of its partition.
 
 Watches :func:`rag_pipeline.settings.datasets_dir` (``RAG_DATASETS_DIR``, default ``datasets/``). The cursor maps
 each file stem to ``{mtime_ns, size, sha256}``: an untouched file costs one ``stat``, a touched file is hashed,
@@ -28,7 +30,8 @@ from rag_pipeline.defs.jobs import evaluate_retrieval_job
 from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation.dataset import MAX_FILE_BYTES, valid_dataset_key
-from rag_pipeline.service import analysis, datasets, run_feed
+from rag_pipeline.knowledge_base.versions import SHORT
+from rag_pipeline.service import analysis, datasets, lineage, run_feed
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.files import FileReadError, check_regular, read_bounded
 from rag_pipeline.storage.names import DATASET, name_rule, printable
@@ -160,8 +163,38 @@ def runs_outside_dagster(context: dg.SensorEvaluationContext, rag_db: RagDatabas
             metadata={**{m: display_float(v) for m, v in run.averages.items()},
                       "run_id": run.run_id, "dataset_version": run.dataset_version,
                       "knowledge_base": run.knowledge_base, "params_hash": run.params_hash,
+                      "knowledge_base_version": run.knowledge_base_version or "",
                       "dagster/row_count": run.case_count, "candidates": run.candidate_count,
                       "source": "outside Dagster (CLI, service or API)"}))
     return dg.SensorResult(asset_events=events, cursor=finished[-1].cursor,
                            dynamic_partitions_requests=[dataset_partitions.build_add_request(new_keys)] if new_keys
                            else [])
+
+
+@dg.sensor(
+    name="reevaluate_stale_runs", job=evaluate_retrieval_job, minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description="Opt-in (stopped by default): a current evaluation run that measured an older version of its "
+                "knowledge base than the one it has now → re-evaluate its dataset|strategy partition.",
+)
+def reevaluate_stale_runs(context: dg.SensorEvaluationContext, rag_db: RagDatabase):
+    try:
+        stale = lineage.stale_runs(rag_db.engine())
+    except DatabaseError as exc:
+        return dg.SkipReason(f"cannot read the evaluation runs: {exc}")
+    partitions = set(context.instance.get_dynamic_partitions(dataset_partitions.name))
+    strategies = set(strategy_partitions.get_partition_keys())
+    folder = datasets_dir()
+    requests = []
+    for run in stale:
+        if not (valid_dataset_key(run.dataset) and run.dataset in partitions and run.strategy_version in strategies
+                and (folder / f"{run.dataset}.json").is_file()):
+            continue  # not a partition this code location can run (or its file is gone)
+        requests.append(dg.RunRequest(
+            run_key=f"reevaluate:{run.dataset}:{run.strategy_version}:{run.current_version}",
+            partition_key=partition_key(run.dataset, run.strategy_version),
+            tags={"rag/trigger": "reevaluate_stale_runs", "rag/knowledge_base_version": run.current_version[:SHORT]}))
+    if not requests:
+        return dg.SkipReason(f"no current run is out of date ({len(stale)} stale outside the partitions)"
+                             if stale else "every current run measured its knowledge base's current version")
+    return requests

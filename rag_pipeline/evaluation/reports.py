@@ -46,7 +46,8 @@ def summary_of(row: sa.Row) -> dict:
         "embedding_model": row.embedding_model,
         "dataset": {"id": str(row.dataset_id), "name": row.dataset_name, "version": row.dataset_version,
                     "source_path": row.source_path, "case_count": row.dataset_case_count},
-        "knowledge_base": {"id": str(row.knowledge_base_id), "name": row.knowledge_base_name},
+        "knowledge_base": {"id": str(row.knowledge_base_id), "name": row.knowledge_base_name,
+                           "version": row.knowledge_base_version},
         **{m: getattr(row, m) for m in METRIC_NAMES},
         "case_count": row.case_count,
         "candidate_count": row.candidate_count,
@@ -171,7 +172,10 @@ RUNS_LEGEND = (
     "`rag-pipeline show <run>`\n"
     "status: queued (submitted over HTTP, waiting for a Dagster daemon) · running (in progress) · succeeded · "
     "failed (`show` has the error) · "
-    "abandoned (no heartbeat for RAG_RUN_STALE_SECONDS)"
+    "abandoned (no heartbeat for RAG_RUN_STALE_SECONDS)
+"
+    "kb version = content version of the knowledge base the run measured (`rag-pipeline kb <kb>` prints the "
+    "current one; - = not recorded, a run older than this column)"
 )
 """The lines :func:`comparison_table` prints under a table."""
 
@@ -186,13 +190,17 @@ def _utc_minute(value) -> str:
     return when.strftime("%Y-%m-%d %H:%M")
 
 
+KB_VERSION_SHOWN = 12
+"""Characters of the knowledge-base version a table shows (``-``: a run made before versions were recorded)."""
+
+
 def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLINE_METRICS, *,
                      legend: bool = True) -> str:
     """A plain-text table of run summaries (one row per run), for the CLI: status (``*`` = current), cases, the
     metrics, started/finished (UTC, to the minute) and the run id's first 8 characters (more when two listed
     ids share them; a unique prefix is accepted wherever a run id is); with ``legend``, :data:`RUNS_LEGEND` under it."""
     headers = ["strategy", "dataset", "status", "cases", *(METRIC_LABELS.get(m, m) for m in metrics),
-               "started (UTC)", "finished", "run"]
+               "kb version", "started (UTC)", "finished", "run"]
     ids = [printable(s["run_id"]) for s in summaries]
     short = 8  # longer only when two listed ids share their first 8 characters
     while len({i[:short] for i in ids}) < len(set(ids)) and short < 36:
@@ -200,6 +208,7 @@ def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLIN
     body = [[printable(s["strategy_version"]), printable(s["dataset"]["name"]),  # control characters escaped
              s["status"] + ("*" if s["is_current"] else ""),
              str(s["case_count"]), *(f"{s[m]:.4f}" if s[m] is not None else "-" for m in metrics),
+             ((s.get("knowledge_base") or {}).get("version") or "-")[:KB_VERSION_SHOWN],
              _utc_minute(s.get("started_at")), _utc_minute(s.get("finished_at")), run_id[:short]]
             for s, run_id in zip(summaries, ids, strict=True)]
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]

@@ -49,6 +49,7 @@ from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.search import (
     RetrievalError,
@@ -83,6 +84,7 @@ class EvaluationOutcome:
     averages: dict[str, float] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
+    knowledge_base_version: str | None = None
 
 
 def evaluate_dataset(
@@ -217,6 +219,9 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
     pending: deque = deque()
     with snapshot_readers(engine, readers) as pool_conns, engine.begin() as writer, \
             ThreadPoolExecutor(max_workers=readers, thread_name_prefix="rag-eval") as workers:
+        with pool_conns.borrow() as conn:  # the version of what every reader sees (one exported snapshot)
+            outcome.knowledge_base_version = content_version(conn, kb.id).version
+        runs.set_knowledge_base_version(engine, run_id, outcome.knowledge_base_version)
 
         todo = iter(starts)
 

@@ -65,6 +65,14 @@ def create_run(engine: sa.Engine | sa.Connection, *, dataset_id, knowledge_base_
     return run_id
 
 
+def set_knowledge_base_version(engine: sa.Engine, run_id, version: str) -> None:
+    """Record (committed at once, so a running or failed run shows it too) the knowledge-base version the run
+    reads: :func:`rag_pipeline.knowledge_base.versions.content_version` in the run's snapshot."""
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE retrieval_evaluation_runs SET knowledge_base_version = :v WHERE id = :id"),
+                     {"id": run_id, "v": version})
+
+
 def start_queued_run(engine: sa.Engine, run_id, *, strategy_version: str, params_hash: str,
                      dataset_id, dagster_run_id: str | None = None) -> None:
     """Move a ``queued`` run to ``running`` (its start time and heartbeat now). The run must still be queued
@@ -122,7 +130,7 @@ def sweep_abandoned(engine: sa.Engine) -> int:
 
 RUN_COLUMNS = f"""
     r.id, {EFFECTIVE_STATUS} AS status, r.is_current, r.strategy_version, r.params_hash, r.strategy_params,
-    r.embedding_model, r.partition_key, r.dagster_run_id, r.case_count, r.candidate_count,
+    r.embedding_model, r.knowledge_base_version, r.partition_key, r.dagster_run_id, r.case_count, r.candidate_count,
     r.precision_at_k, r.recall_at_k, r.reciprocal_rank, r.ndcg_at_k, r.hit_at_k, r.average_precision_at_k,
     r.r_precision, r.timings, r.summary, r.error, r.started_at, r.heartbeat_at, r.finished_at, r.cases_done,
     r.queued_at,

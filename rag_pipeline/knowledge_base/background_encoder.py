@@ -53,15 +53,25 @@ class BackgroundEncoder:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def submit(self, embedder, ids: list, texts: list[str]) -> list[tuple[list, list[str], Future]]:
-        """Queue ``texts`` in batches of ``embedder.batch_size``: ``[(ids, texts, future of vectors)]``."""
-        step = embedder.batch_size
-        return [(ids[i:i + step], texts[i:i + step], self._pool.submit(self._encode, embedder, texts[i:i + step]))
-                for i in range(0, len(texts), step)]
+        """Queue ``texts`` in batches of ``embedder.batch_size`` *distinct* texts: ``[(ids, texts, future of
+        vectors)]``, one vector per id. Each distinct text is encoded once, so equal texts (a footer repeated in
+        many documents) get bit-identical vectors — an encoder's output depends on the text's place in its batch
+        in the last float bits — and tie exactly at retrieval."""
+        groups: dict[str, list] = {}
+        for chunk_id, text in zip(ids, texts, strict=True):
+            groups.setdefault(text, []).append(chunk_id)
+        distinct, step, out = list(groups), embedder.batch_size, []
+        for i in range(0, len(distinct), step):
+            batch = distinct[i:i + step]
+            expand = [j for j, text in enumerate(batch) for _ in groups[text]]
+            out.append(([cid for text in batch for cid in groups[text]], [batch[j] for j in expand],
+                        self._pool.submit(self._encode, embedder, batch, expand)))
+        return out
 
-    def _encode(self, embedder, texts: list[str]) -> np.ndarray:
+    def _encode(self, embedder, texts: list[str], expand: list[int]) -> np.ndarray:
         t = time.perf_counter()
         try:
             with embedder.limit_threads(self.threads):
-                return embedder.embed(texts)
+                return embedder.embed(texts)[expand]
         finally:
             self.encode_s[embedder.name] += time.perf_counter() - t

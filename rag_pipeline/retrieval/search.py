@@ -5,8 +5,9 @@ For one knowledge base, a :class:`~rag_pipeline.retrieval.strategies.Strategy` a
 1. **Vector leg** (``vector_candidate_k`` > 0): the ``strategy.embedding_model`` vectors of searchable
    chunks, pgvector cosine distance through the model's partial HNSW index (``hnsw.ef_search`` from the
    strategy, iterative ``strict_order`` scans so the filters never starve the result);
-   ``vector_score = 1 - cosine distance``. Should the index scan still return fewer than
-   ``min(k, searchable vectors)`` rows for a question (pgvector ends an iterative scan after
+   ``vector_score = 1 - cosine distance``. The cut at k is by (score desc, chunk id asc) whatever the plan
+   (:mod:`vector_cut`: a few rows over k, more when the k-th score's ties fill them); should the index scan
+   return fewer rows than asked while more are searchable (pgvector ends an iterative scan after
    ``hnsw.max_scan_tuples``), that question is searched again exactly (sequential scan).
 2. **Keyword leg** (``keyword_candidate_k`` > 0): the question becomes an OR-tsquery with the KB's
    text-search mode (simple / english / chinese segmentation: the ingestion path). Scorer
@@ -41,7 +42,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.embedding import get_embedder
-from rag_pipeline.retrieval import fusion
+from rag_pipeline.retrieval import fusion, vector_cut
 from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
 from rag_pipeline.retrieval.strategies import Strategy
@@ -177,21 +178,17 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> list[li
     vectors = np.asarray(query_vectors, dtype=np.float32)
     if vectors.shape != (len(queries), dimension):
         raise ValueError(f"query_vectors must have shape {(len(queries), dimension)}, got {vectors.shape}")
-    k, sql = strategy.vector_candidate_k, sa.text(retrieval_sql.vector_leg_sql(dimension))
     conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": strategy.ef_search})
-    hits = _group(conn.execute(sql, {**params, "query_vectors": list(vectors), "k": k}), len(queries))
-    short = [i for i, leg in enumerate(hits) if len(leg) < k]
-    if short:
-        available = conn.execute(sa.text(retrieval_sql.SEARCHABLE_VECTORS_SQL), params).scalar()
-        short = [i for i in short if len(hits[i]) < min(k, available)]
-    if short:
-        # The HNSW scan gave up before finding k searchable chunks (pgvector stops an iterative scan after
-        # hnsw.max_scan_tuples, e.g. a small KB sharing the model's index with a large one): exact search.
-        exact_sql = sa.text(retrieval_sql.vector_leg_sql(dimension, exact=True))
-        exact = _group(conn.execute(exact_sql, {**params, "query_vectors": list(vectors[short]), "k": k}), len(short))
-        for i, leg in zip(short, exact, strict=True):
-            hits[i] = leg
-    return hits
+
+    def search(indexes, limit: int, exact: bool) -> list[list[LegHit]]:
+        sql = sa.text(retrieval_sql.vector_leg_sql(dimension, exact=exact))
+        rows = conn.execute(sql, {**params, "query_vectors": list(vectors[list(indexes)]), "k": limit})
+        return _group(rows, len(indexes))
+
+    def available() -> int:
+        return conn.execute(sa.text(retrieval_sql.SEARCHABLE_VECTORS_SQL), params).scalar()
+
+    return vector_cut.top_k(search, len(queries), strategy.vector_candidate_k, available)
 
 
 def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None) -> tuple[list[list[LegHit]], list[dict]]:

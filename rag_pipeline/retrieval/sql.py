@@ -34,8 +34,9 @@ SELECT set_config('hnsw.ef_search', CAST(:ef_search AS text), true),
 """
 
 # Vector leg. ``<=>`` is pgvector's cosine distance; vector_score = 1 - distance. ORDER BY the bare
-# distance expression (no secondary key) so the HNSW index can deliver the order; ties are broken
-# by chunk id afterwards in Python. {order_by} is the indexed expression ``e.embedding::vector(dim)``
+# distance expression (no secondary key) so the HNSW index can deliver the order. :k here is the *fetch*
+# limit, a few rows over the strategy's k: retrieval.vector_cut cuts at k by (score desc, chunk id asc) and
+# asks again with a larger limit when the ties of the k-th score fill the fetch. {order_by} is the indexed expression ``e.embedding::vector(dim)``
 # (HNSW), or the plain column ``e.embedding`` (same distances, but no index matches it: exact search).
 VECTOR_LEG_SQL = """
 SELECT q.ord AS query_index, hit.chunk_id, hit.document_id, hit.document_name, hit.score

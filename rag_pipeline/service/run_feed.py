@@ -11,6 +11,7 @@ from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
 _FEED_SQL = f"""
 SELECT r.id::text AS run_id, d.name AS dataset, d.content_hash, kb.name AS knowledge_base, r.strategy_version,
+       r.knowledge_base_version,
        r.params_hash, r.case_count, r.candidate_count, r.finished_at, {', '.join('r.' + m for m in METRIC_NAMES)}
 FROM retrieval_evaluation_runs r
 JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
@@ -36,6 +37,7 @@ class FinishedRun:
     candidate_count: int
     finished_at: str
     averages: dict[str, float]
+    knowledge_base_version: str | None = None
 
     @property
     def cursor(self) -> str:
@@ -51,4 +53,5 @@ def runs_outside_dagster(engine: sa.Engine, after: str | None = None, limit: int
                                                  "limit": limit}).mappings().all()
     return [FinishedRun(r["run_id"], r["dataset"], r["content_hash"], r["knowledge_base"], r["strategy_version"],
                         r["params_hash"], r["case_count"], r["candidate_count"], r["finished_at"].isoformat(),
-                        {m: float(r[m]) for m in METRIC_NAMES if r[m] is not None}) for r in rows]
+                        {m: float(r[m]) for m in METRIC_NAMES if r[m] is not None}, r["knowledge_base_version"])
+            for r in rows]

@@ -81,6 +81,8 @@ class RetrievalEvaluationRun(Base):
     params_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     strategy_params = mapped_column(JSONB, nullable=False)
     embedding_model: Mapped[str | None] = mapped_column(String(100))
+    knowledge_base_version: Mapped[str | None] = mapped_column(String(64))
+    """Content version of the knowledge base the run measured (knowledge_base.versions); NULL before 0004."""
     status: Mapped[str] = mapped_column(String(20), nullable=False, default="running")
     is_current: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     partition_key: Mapped[str | None] = mapped_column(Text)
@@ -106,6 +108,7 @@ class RetrievalEvaluationRun(Base):
         Index("ix_runs_dataset_strategy", "dataset_id", "strategy_version"),
         Index("ix_runs_kb", "knowledge_base_id"),
         CheckConstraint("status IN ('queued', 'running', 'succeeded', 'failed', 'abandoned')", name="ck_runs_status"),
+        CheckConstraint("knowledge_base_version ~ '^[0-9a-f]{64}$'", name="ck_runs_knowledge_base_version"),
     )
 
 

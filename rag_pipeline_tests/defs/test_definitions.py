@@ -23,7 +23,10 @@ KEY = dg.AssetKey("knowledge_base")
 
 
 def test_definitions_are_loadable() -> None:
-    dg.Definitions.validate_loadable(definitions.defs)
+    dg.Definitions.validate_loadable(definitions.defs)  # raises on an invalid definition
+    keys = {k.to_user_string() for k in definitions.defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"knowledge_base", "dataset_knowledge_base", "evaluation_dataset", "evaluation_run_summary",
+            "strategy_comparison", "fusion_sweep"} <= keys
 
 
 def test_knowledge_base_asset_group_and_job() -> None:
@@ -33,6 +36,7 @@ def test_knowledge_base_asset_group_and_job() -> None:
     assert "rag_db" in assets_def.required_resource_keys
     job = defs.resolve_job_def("ingest_knowledge_base")
     assert job.asset_layer.selected_asset_keys == {KEY}
+    assert job.partitions_def == assets_def.partitions_def == dg.DynamicPartitionsDefinition(name="knowledge_base")
     specs = {s.key: s for s in defs.resolve_all_asset_specs()}
     assert specs[KEY].group_name == "knowledge_base"
 
@@ -45,6 +49,16 @@ def _write_folder(folder: Path) -> None:
     (folder / "three.jsonl").write_text('{"id": "x", "text": "A third document from JSONL."}\n', encoding="utf-8")
 
 
+def _materialise(kb_name: str, config: dict, resource: RagDatabase | None = None,
+                 instance: dg.DagsterInstance | None = None) -> dg.ExecuteInProcessResult:
+    """Materialise partition ``kb_name`` of ``knowledge_base`` (the partition is the knowledge base's name)."""
+    instance = instance or dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("knowledge_base", [kb_name])
+    return dg.materialize([knowledge_base], resources={"rag_db": resource or RagDatabase()}, instance=instance,
+                          partition_key=kb_name, run_config={"ops": {"knowledge_base": {"config": config}}},
+                          raise_on_error=False)
+
+
 def _metadata(result: dg.ExecuteInProcessResult) -> dict:
     [mat] = result.asset_materializations_for_node("knowledge_base")
     return {k: v.value for k, v in mat.metadata.items()}
@@ -53,11 +67,11 @@ def _metadata(result: dg.ExecuteInProcessResult) -> dict:
 def test_materialise_knowledge_base(engine, kb_name: str, tmp_path: Path) -> None:
     folder = tmp_path / "docs"
     _write_folder(folder)
-    config = {"source_dir": str(folder), "knowledge_base": kb_name, "text_search": "chinese",
+    config = {"source_dir": str(folder), "text_search": "chinese",
               "chunk_size": 300, "chunk_overlap": 40, "models": [DEFAULT_MODEL]}
-    run_config = {"ops": {"knowledge_base": {"config": config}}}
+    instance = dg.DagsterInstance.ephemeral()
 
-    result = dg.materialize([knowledge_base], resources={"rag_db": RagDatabase()}, run_config=run_config)
+    result = _materialise(kb_name, config, instance=instance)
     assert result.success
     meta = _metadata(result)
     assert meta["knowledge_base"] == kb_name
@@ -70,18 +84,20 @@ def test_materialise_knowledge_base(engine, kb_name: str, tmp_path: Path) -> Non
     assert n == 3
 
     # re-materialising an unchanged folder changes nothing
-    again = dg.materialize([knowledge_base], resources={"rag_db": RagDatabase()}, run_config=run_config)
+    again = _materialise(kb_name, config, instance=instance)
     assert again.success
     meta = _metadata(again)
     assert (meta["documents_new"], meta["documents_unchanged"], meta["chunks_inserted"]) == (0, 3, 0)
     assert meta["current_chunks"] == 3
+    versions = [r.asset_materialization.tags["dagster/data_version"] for r in instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=KEY, asset_partitions=[kb_name]), limit=5).records]
+    assert len(versions) == 2 and versions[0] == versions[1] == meta["knowledge_base_version"], \
+        "an unchanged folder keeps the data version"
+    assert len(versions[0]) == 64
 
 
 def test_materialise_reports_a_bad_folder(tmp_path: Path, kb_name: str) -> None:
-    run_config = {"ops": {"knowledge_base": {"config": {"source_dir": str(tmp_path / "missing"),
-                                                        "knowledge_base": kb_name}}}}
-    result = dg.materialize([knowledge_base], resources={"rag_db": RagDatabase()}, run_config=run_config,
-                            raise_on_error=False)
+    result = _materialise(kb_name, {"source_dir": str(tmp_path / "missing")})
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
     error = failure.step_failure_data.error
@@ -133,11 +149,8 @@ def test_rag_database_accepts_a_psycopg2_url(other_database, kb_name: str, tmp_p
     name, url = other_database
     folder = tmp_path / "docs"
     _write_folder(folder)
-    run_config = {"ops": {"knowledge_base": {"config": {"source_dir": str(folder), "knowledge_base": kb_name,
-                                                        "text_search": "simple"}}}}
     resource = RagDatabase(url=with_database(url, name, "psycopg2"))
-    result = dg.materialize([knowledge_base], resources={"rag_db": resource}, run_config=run_config,
-                            raise_on_error=False)
+    result = _materialise(kb_name, {"source_dir": str(folder), "text_search": "simple"}, resource)
     failures = [(e.step_failure_data.error.cause or e.step_failure_data.error).message for e in result.all_events
                 if e.event_type == dg.DagsterEventType.STEP_FAILURE]
     assert result.success, failures

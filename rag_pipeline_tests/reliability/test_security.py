@@ -362,6 +362,7 @@ VETTED_SQL_SPLICES = {
     ("knowledge_base/chunk_lookup.py", "<module>", "_SEARCHABLE"): "constant SQL fragment (the searchable rule)",
     ("knowledge_base/chunk_lookup.py", "<module>", "_ORDER"): "constant ORDER BY list",
     ("knowledge_base/span_remap.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
+    ("knowledge_base/versions.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
     ("retrieval/bm25_sql.py", "<module>", "BASE_FILTERS"): "constant SQL fragment",
     ("retrieval/bm25_sql.py", "<module>", 'extra=""'): "literal select-list suffix",
     ("retrieval/bm25_sql.py", "<module>", 'where="leg_rank <= :k"'): "literal filter",

@@ -150,6 +150,49 @@ def test_0003_backfills_grades_and_last_seen(scratch_db: tuple[str, str]) -> Non
         eng.dispose()
 
 
+def test_0004_adds_the_knowledge_base_version_of_runs(scratch_db: tuple[str, str]) -> None:
+    """A database that already has runs: they keep working with version NULL (unknown); only a 64-hex version is
+    accepted; downgrading to 0003 drops the column again."""
+    url, sqlalchemy_url = scratch_db
+    eng = sa.create_engine(sqlalchemy_url)
+    run = "'00000000-0000-0000-0000-0000000000a4'"
+    try:
+        _alembic(url, "downgrade", "base")
+        _alembic(url, "upgrade", "0003")
+        with eng.begin() as conn:
+            conn.execute(sa.text(
+                "INSERT INTO knowledge_bases (id, name, text_search, chunk_size, chunk_overlap, chunk_count, "
+                "avg_chunk_length) VALUES ('00000000-0000-0000-0000-00000000000b', 'kb', 'simple', 500, 80, 0, 0)"))
+            conn.execute(sa.text(
+                "INSERT INTO retrieval_evaluation_datasets (id, name, knowledge_base_name, content_hash, case_count, "
+                "cases) VALUES ('00000000-0000-0000-0000-0000000000d1', 'd', 'kb', 'h1', 0, '[]')"))
+            conn.execute(sa.text(
+                "INSERT INTO retrieval_evaluation_runs (id, dataset_id, knowledge_base_id, strategy_version, "
+                f"params_hash, strategy_params, status, is_current, case_count, candidate_count) VALUES ({run}, "
+                "'00000000-0000-0000-0000-0000000000d1', '00000000-0000-0000-0000-00000000000b', 's', 'p', '{}', "
+                "'succeeded', true, 1, 2)"))
+        _alembic(url, "upgrade", "head")
+        with eng.connect() as conn:
+            assert conn.execute(sa.text("SELECT knowledge_base_version FROM retrieval_evaluation_runs")).all() == [
+                (None,)]
+            with pytest.raises(sa.exc.IntegrityError):
+                conn.execute(sa.text(
+                    f"UPDATE retrieval_evaluation_runs SET knowledge_base_version = 'v1' WHERE id = {run}"))
+            conn.rollback()
+            conn.execute(sa.text(
+                f"UPDATE retrieval_evaluation_runs SET knowledge_base_version = repeat('ab', 32) WHERE id = {run}"))
+            conn.commit()
+        _alembic(url, "downgrade", "0003")
+        with eng.connect() as conn:
+            columns = conn.execute(sa.text(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'retrieval_evaluation_runs'"
+            )).scalars().all()
+        assert "knowledge_base_version" not in columns and "params_hash" in columns
+        _alembic(url, "upgrade", "head")
+    finally:
+        eng.dispose()
+
+
 def _schema_diffs(conn: sa.Connection) -> list:
     ctx = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": False})
 

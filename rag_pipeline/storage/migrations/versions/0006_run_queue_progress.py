@@ -1,7 +1,7 @@
 """queued evaluation runs and per-batch progress
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-30
 
 * ``retrieval_evaluation_runs.status`` gains ``queued`` (a run the HTTP API submitted to Dagster that has not
@@ -16,8 +16,8 @@ Create Date: 2026-11-30
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0004'
-down_revision = '0003'
+revision = '0006'
+down_revision = '0005'
 branch_labels = None
 depends_on = None
 
@@ -35,7 +35,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     # a queued run has no results and no older status to return to: it becomes a failed run
     op.execute("UPDATE retrieval_evaluation_runs SET status = 'failed', finished_at = coalesce(finished_at, now()), "
-               "error = coalesce(error, 'queued when the schema was downgraded below 0004') "
+               "error = coalesce(error, 'queued when the schema was downgraded below 0006') "
                "WHERE status = 'queued'")
     op.drop_constraint('ck_runs_status', 'retrieval_evaluation_runs', type_='check')
     op.drop_column('retrieval_evaluation_runs', 'queued_at')

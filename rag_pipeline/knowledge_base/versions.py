@@ -1,0 +1,85 @@
+"""The content version of a knowledge base: what a retrieval over it can see, as one hash.
+
+``version`` = SHA-256 over the knowledge base's text-search mode and, in chunk id order, every **searchable**
+chunk (current, document READY, PUBLISHED and not deleted) with the embedding models it has a vector of.
+A chunk id is derived from the knowledge base, the document and the chunk's text and span
+(:func:`chunking.chunk_id`), so the version changes exactly when a retrieval could return something else:
+a new, changed or removed document, a re-chunking, a model added, a document (un)published, deleted or
+restored. Re-ingesting an unchanged folder keeps it. BM25 statistics are a function of the searchable chunks,
+so they are covered too.
+
+Evaluation runs record the version of the knowledge base they measured (``knowledge_base_version``), read in
+the run's own snapshot; the Dagster ``knowledge_base`` asset uses it as its data version, so evaluations of an
+older version show as out of date.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_DOCUMENT_SQL, resolve_knowledge_base
+
+SHORT = 12
+"""Characters of a version shown in tables (like a git commit)."""
+
+_VERSION_SQL = f"""
+SELECT count(*) AS searchable_chunks,
+       encode(sha256(convert_to(coalesce(
+           string_agg(c.id::text || ':' || coalesce(m.models, ''), E'\\n' ORDER BY c.id), ''), 'UTF8')), 'hex')
+           AS digest
+FROM document_chunks c
+JOIN documents d ON d.id = c.document_id
+LEFT JOIN LATERAL (
+    SELECT string_agg(e.model, ',' ORDER BY e.model) AS models FROM chunk_embeddings e WHERE e.chunk_id = c.id
+) AS m ON true
+WHERE c.knowledge_base_id = :kb AND c.is_current AND {SEARCHABLE_DOCUMENT_SQL}
+"""
+
+_MODEL_COUNTS_SQL = f"""
+SELECT e.model, count(*) AS n
+FROM chunk_embeddings e
+JOIN document_chunks c ON c.id = e.chunk_id
+JOIN documents d ON d.id = c.document_id
+WHERE c.knowledge_base_id = :kb AND c.is_current AND {SEARCHABLE_DOCUMENT_SQL}
+GROUP BY e.model ORDER BY e.model
+"""
+
+
+@dataclass(frozen=True)
+class KnowledgeBaseVersion:
+    knowledge_base: str
+    knowledge_base_id: str
+    version: str
+    """64 hex characters."""
+    searchable_chunks: int
+    text_search: str
+    embeddings: dict[str, int] = field(default_factory=dict)
+    """Searchable chunks with a vector, per embedding model."""
+
+    @property
+    def short(self) -> str:
+        return self.version[:SHORT]
+
+    def as_dict(self) -> dict:
+        return {"knowledge_base": self.knowledge_base, "knowledge_base_id": self.knowledge_base_id,
+                "version": self.version, "searchable_chunks": self.searchable_chunks,
+                "text_search": self.text_search, "embeddings": dict(self.embeddings)}
+
+
+def content_version(conn: sa.Connection, name_or_id) -> KnowledgeBaseVersion:
+    """The current version of a knowledge base (name or id); an unknown one raises
+    :class:`~rag_pipeline.knowledge_base.lifecycle.KnowledgeBaseError`."""
+    kb = resolve_knowledge_base(conn, str(name_or_id))
+    row = conn.execute(sa.text(_VERSION_SQL), {"kb": kb.id}).one()
+    models = {r.model: int(r.n) for r in conn.execute(sa.text(_MODEL_COUNTS_SQL), {"kb": kb.id})}
+    version = hashlib.sha256(f"rag-kb-v1\ntext_search={kb.text_search}\n{row.digest}".encode()).hexdigest()
+    return KnowledgeBaseVersion(kb.name, str(kb.id), version, int(row.searchable_chunks), kb.text_search, models)
+
+
+def all_versions(conn: sa.Connection) -> list[KnowledgeBaseVersion]:
+    """The version of every knowledge base, by name."""
+    names = conn.execute(sa.text("SELECT name FROM knowledge_bases ORDER BY name")).scalars().all()
+    return [content_version(conn, name) for name in names]
