@@ -240,17 +240,17 @@ def compare_pools(engine: sa.Engine, baseline_run: str, pipeline_run: str) -> di
 
 def persistence_alone(engine: sa.Engine, run_id: str) -> dict:
     """COPY the run's candidate rows again with nothing else running, through ``persistence.copy_candidates``
-    into the real table (its indexes and foreign key), in a transaction that first deletes the run's own rows
-    (untimed) and is rolled back. In the pipelined run the same COPY shares the cores with the readers."""
+    into the real storage (the run's partition of ``retrieval_evaluation_candidate_rows`` and its index), in a
+    transaction that first deletes the run's own rows (untimed) and is rolled back. In the pipelined run the same COPY shares the cores with the readers."""
     from rag_pipeline.evaluation import persistence  # noqa: PLC0415
 
     cols = ", ".join(persistence.CANDIDATE_COLUMNS)
     params = {"r": run_id}
     with engine.connect() as conn:
         rows = [tuple(r) for r in conn.execute(sa.text(
-            f"SELECT {cols} FROM retrieval_evaluation_candidates WHERE evaluation_run_id = :r"), params)]
+            f"SELECT {cols} FROM retrieval_evaluation_candidate_rows WHERE evaluation_run_id = :r"), params)]
     with engine.connect() as conn, conn.begin() as tx:
-        conn.execute(sa.text("DELETE FROM retrieval_evaluation_candidates WHERE evaluation_run_id = :r"), params)
+        conn.execute(sa.text("DELETE FROM retrieval_evaluation_candidate_rows WHERE evaluation_run_id = :r"), params)
         t = time.perf_counter()
         n = persistence.copy_candidates(conn, rows)
         seconds = time.perf_counter() - t
@@ -279,7 +279,8 @@ def hnsw_recall(engine: sa.Engine, kb_name: str, strategy, vectors: np.ndarray, 
             scores[label] = [sorted(g, reverse=True) for g in got]
         return out
 
-    result: dict = {"queries": len(vectors), "ef_search_default": strategy.ef_search, "recall": {}, "seconds": {}}
+    result: dict = {"queries": len(vectors), "ef_search_default": strategy.ef_search, "recall": {}, "seconds": {},
+                    "index": hnsw_index_name(model, kb)}
     with engine.connect() as conn:
         result["index_rows"] = dict(conn.execute(sa.text(
             "SELECT count(*) FILTER (WHERE knowledge_base_id = :kb) AS this_kb, "
@@ -293,7 +294,7 @@ def hnsw_recall(engine: sa.Engine, kb_name: str, strategy, vectors: np.ndarray, 
         conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
         plan = "\n".join(r[0] for r in conn.execute(sa.text("EXPLAIN (COSTS OFF) " + sql.text),
                                                          {**params, "query_vectors": params["query_vectors"][:1]}))
-        if hnsw_index_name(model) in plan:
+        if hnsw_index_name(model, kb) in plan:
             raise RuntimeError("the exact reference still uses the HNSW index:\n" + plan)
         t = time.perf_counter()
         exact = top10(conn.execute(sql, params), "exact")
@@ -308,7 +309,7 @@ def hnsw_recall(engine: sa.Engine, kb_name: str, strategy, vectors: np.ndarray, 
                     sa.text("EXPLAIN (COSTS OFF) " + sql.text),
                     {**params, "query_vectors": params["query_vectors"][:1]}))
                 result["explain"] = plan
-                result["uses_hnsw_index"] = hnsw_index_name(model) in plan
+                result["uses_hnsw_index"] = hnsw_index_name(model, kb) in plan
                 if not result["uses_hnsw_index"]:  # the planner may prefer a scan on a tiny KB: is it usable?
                     conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
                     conn.execute(sa.text("SET LOCAL enable_sort = off"))  # only the index gives the order
@@ -317,7 +318,7 @@ def hnsw_recall(engine: sa.Engine, kb_name: str, strategy, vectors: np.ndarray, 
                         {**params, "query_vectors": params["query_vectors"][:1]}))
                     conn.execute(sa.text("SET LOCAL enable_seqscan = on"))
                     conn.execute(sa.text("SET LOCAL enable_sort = on"))
-                    result["hnsw_index_usable"] = hnsw_index_name(model) in forced
+                    result["hnsw_index_usable"] = hnsw_index_name(model, kb) in forced
                 else:
                     result["hnsw_index_usable"] = True
             t = time.perf_counter()
@@ -465,7 +466,7 @@ def dagster_two_partitions(engine: sa.Engine, dataset: Dataset, n_cases: int, st
         rows = conn.execute(sa.text(
             "SELECT partition_key, status, case_count, dagster_run_id, started_at, "
             "(timings->>'total_s')::float AS eval_s, coalesce((timings->>'embedding_s')::float, 0) "
-            "+ coalesce((timings->>'retrieval_s')::float, 0) + coalesce((timings->>'metrics_s')::float, 0) "
+            "+ coalesce((timings->>'retrieval_sql_s')::float, 0) + coalesce((timings->>'metrics_s')::float, 0) "
             "+ coalesce((timings->>'persistence_s')::float, 0) AS loop_s "
             "FROM retrieval_evaluation_runs WHERE partition_key = ANY(:k) "
             "ORDER BY started_at DESC"), {"k": [f"{key}|{s}" for s in strategies]}).all()
@@ -567,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     floor2, _ = embed_floor(questions, model)
     floor = (floor1 + floor2) / 2
     tm = pipe["timings"]
-    sql_s = tm["retrieval_s"] - pipe["fusion_s"]
+    sql_s = tm["retrieval_sql_s"] - pipe["fusion_s"]
     persist_rate = pipe["candidate_count"] / max(tm["persistence_s"], 1e-9)
     pipe_rate = pipe["case_count"] / pipe["wall_s"]
     readers = pipe.get("summary", {}).get("readers", 1)
@@ -577,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{pipe['wall_s']:.2f}s = {pipe_rate:.1f} cases/s")
     print(f"  main thread: embed {tm['embedding_s']:.2f}s, metrics {tm['metrics_s']:.2f}s, persistence (COPY) "
           f"{tm['persistence_s']:.2f}s; worker threads (summed over {readers}): retrieval SQL {sql_s:.2f}s + fusion "
-          f"{pipe['fusion_s']:.2f}s, miss diagnosis {tm.get('diagnosis_s', 0.0):.2f}s (its missing-leg score SQL "
+          f"{pipe['fusion_s']:.2f}s, miss diagnosis {tm.get('diagnosis_sql_s', 0.0):.2f}s (its missing-leg score SQL "
           f"{pipe.get('phases', {}).get('diagnosis_scores', 0.0):.2f}s)")
     ph = pipe.get("phases", {})
     extra_embed = ph.get("embed_calls", 0.0) - tm["embedding_s"]
@@ -605,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.recall_queries > 0 and strategy.vector_candidate_k:
         efs = sorted({int(x) for x in args.ef_search.split(",") if x} | {strategy.ef_search})
         rec = hnsw_recall(engine, dataset.knowledge_base, strategy, vectors[:args.recall_queries], efs)
-        print(f"HNSW: vector leg uses index {hnsw_index_name(model)}: {rec['uses_hnsw_index']} "
+        print(f"HNSW: vector leg uses index {rec['index']} (its KB's own): {rec['uses_hnsw_index']} "
               f"(index usable by the vector leg: {rec['hnsw_index_usable']})")
         print("  " + "\n  ".join(rec["explain"].splitlines()))
         print(f"HNSW recall@10 vs exact ({rec['queries']} real question embeddings; exact {rec['seconds']['exact']:.1f}s): "

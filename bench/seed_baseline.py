@@ -38,7 +38,7 @@ from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.search import LegHit, fuse_pool
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
-from rag_pipeline.storage.evaluation_schema import RetrievalEvaluationCandidate
+from rag_pipeline.storage.evaluation_schema import RetrievalEvaluationCandidate, RetrievalEvaluationCaseResult
 from rag_pipeline.storage.schema import (
     ChunkEmbedding,
     Document,
@@ -84,7 +84,7 @@ def run_seed_baseline(engine: sa.Engine, dataset: Dataset, strategy: Strategy,
         Document.is_deleted.is_(False),
     )
     start = time.perf_counter()
-    for case in cases:
+    for index, case in enumerate(cases):
         with Session(engine) as session, session.begin():
             t0 = time.perf_counter()
             query_embedding = embedder.embed_one(case.question)
@@ -127,6 +127,12 @@ def run_seed_baseline(engine: sa.Engine, dataset: Dataset, strategy: Strategy,
             for name in METRIC_NAMES:
                 sums[name] += metrics[name]
             t3 = time.perf_counter()
+            # the case's result row first: the candidate view takes each candidate's case_index from it
+            session.add(RetrievalEvaluationCaseResult(
+                evaluation_run_id=run_id, case_id=case.case_id, case_index=index, question=case.question, k=case.k,
+                relevant_chunk_ids=list(case.relevant_chunk_ids),
+                retrieved_chunk_ids=[c.chunk_id for c in trace.selected], **{m: metrics[m] for m in METRIC_NAMES}))
+            session.flush()
             # 全量候选落库 (seed §4.2): one ORM object per candidate of the full pool
             for chunk in trace.candidates:
                 session.add(RetrievalEvaluationCandidate(

@@ -9,11 +9,11 @@ import dagster as dg
 from rag_pipeline.defs.checks import label_integrity
 from rag_pipeline.defs.comparison import compare_strategies_job, strategy_comparison
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
-from rag_pipeline.defs.jobs import evaluate_retrieval_job
+from rag_pipeline.defs.jobs import evaluate_retrieval_job, prune_evaluation_runs
 from rag_pipeline.defs.knowledge_base import ingest_knowledge_base_job, knowledge_base
 from rag_pipeline.defs.lineage import dataset_knowledge_base, knowledge_base_versions
 from rag_pipeline.defs.resources import rag_database
-from rag_pipeline.defs.schedules import nightly_reevaluation
+from rag_pipeline.defs.schedules import nightly_prune, nightly_reevaluation
 from rag_pipeline.defs.sensors import (
     comparison_after_evaluation,
     new_dataset_sensor,
@@ -26,9 +26,10 @@ defs = dg.Definitions(
     assets=[knowledge_base, dataset_knowledge_base, evaluation_dataset, evaluation_run, strategy_comparison,
             fusion_sweep],
     asset_checks=[label_integrity],
-    jobs=[ingest_knowledge_base_job, evaluate_retrieval_job, compare_strategies_job, tune_fusion_job],
+    jobs=[ingest_knowledge_base_job, evaluate_retrieval_job, compare_strategies_job, tune_fusion_job,
+          prune_evaluation_runs],
     sensors=[new_dataset_sensor, comparison_after_evaluation, runs_outside_dagster, knowledge_base_versions,
              reevaluate_stale_runs],
-    schedules=[nightly_reevaluation],
+    schedules=[nightly_reevaluation, nightly_prune],
     resources={"rag_db": rag_database()},
 )

@@ -1,7 +1,9 @@
 """``rag-pipeline evaluate | runs | show``: offline evaluation (seed §7.2) and run history (seed §6.2).
 
 Same service as the Dagster assets, no Dagster daemon needed. Every run is stored in the database;
-reports are built from the database, so ``evaluate --output`` and ``show`` print the same JSON.
+reports are built from the database, so ``evaluate --output`` and ``show`` print the same JSON (sized for people:
+``--candidates default`` lists each case's selected and relevant candidates, ``all`` the full pool; ``--case`` one
+case; ``--format jsonl`` streams one case per line).
 Every run starts with the label check (seed §8): a dataset with no valid label is refused (exit 2); with
 ``--strict`` any invalid label is (exit 1); otherwise the first output line says how many labels are invalid
 and why. Errors print one line ``rag-pipeline: error: ...`` (a dataset with several problems lists them on
@@ -12,15 +14,16 @@ the following lines) and exit 2; a database error mid-run exits 3; a bug exits 7
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
 from pathlib import Path
 
-from rag_pipeline.cli import arguments
+from rag_pipeline.cli import arguments, retention
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import case_progress
-from rag_pipeline.evaluation.reports import comparison_table
+from rag_pipeline.evaluation.reports import CANDIDATE_MODES, REPORT_FORMATS, CaseNotFoundError, comparison_table
 from rag_pipeline.service import evaluations as service
 from rag_pipeline.storage.engine import get_engine
 
@@ -34,10 +37,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.knowledge_base_id:
         kb_name = service.knowledge_base_name(get_engine(), args.knowledge_base_id)
     plan = service.plan_evaluation(args.dataset, versions, knowledge_base=kb_name)  # validated, nothing written
+    if args.case is not None and args.case not in {c.case_id for c in plan.dataset.cases}:
+        raise CaseNotFoundError(f"--case {args.case!r}: dataset {plan.dataset.name!r} has no such case")
     paths = _output_paths(args.output, versions)
     for path in paths:  # before the run: a run stored as current must not end in "cannot write the report"
         _check_writable(path)
-    engine = get_engine()
+    engine = service.sized_engine(args.readers)  # a pool sized for --readers
     outcomes = service.evaluate(engine, plan, batch_size=args.batch_size, readers=args.readers, strict=args.strict,
                                 progress=case_progress(args.quiet), on_labels=_print_label_headline)
     summaries = service.run_summaries(engine, [o.run_id for o in outcomes])
@@ -50,7 +55,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8") as fp:
-            service.write_report(engine, outcome.run_id, fp, include_text=args.include_text)
+            service.write_report(engine, outcome.run_id, fp, **_report_options(args))
         print(f"report: {path}", file=sys.stderr)
     return 0
 
@@ -109,12 +114,31 @@ def cmd_show(args: argparse.Namespace) -> int:
     engine = get_engine()
     # a prefix (as the tables print it) → the full id; an unknown or ambiguous one fails before --output is opened
     run_id = service.run_summaries(engine, [args.run_id])[0]["run_id"]
+    if args.case is not None:  # an unknown case fails before --output is created
+        service.write_report(engine, run_id, io.StringIO(), candidates="none", case_id=args.case)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as fp:
-            service.write_report(engine, run_id, fp, include_text=args.include_text)
+            service.write_report(engine, run_id, fp, **_report_options(args))
     else:
-        service.write_report(engine, run_id, sys.stdout, include_text=args.include_text)
+        service.write_report(engine, run_id, sys.stdout, **_report_options(args))
     return 0
+
+
+def _report_options(args: argparse.Namespace) -> dict:
+    return {"include_text": args.include_text, "candidates": args.candidates, "case_id": args.case,
+            "fmt": args.format}
+
+
+def _add_report_options(p: argparse.ArgumentParser) -> None:
+    """``--candidates``, ``--case``, ``--format`` and ``--include-text`` of ``evaluate`` and ``show``."""
+    p.add_argument("--candidates", choices=CANDIDATE_MODES, default="default",
+                   help="which candidates each case lists: default = the selected ones plus every relevant one (with "
+                        "the diagnosis of each missed relevant chunk in miss_reasons); all = the full pool; "
+                        "selected; relevant; none (metrics and miss reasons only)")
+    p.add_argument("--case", metavar="CASE_ID", help="only this case")
+    p.add_argument("--format", choices=REPORT_FORMATS, default="json",
+                   help="json (one document) or jsonl (a summary line, then one line per case, streamed)")
+    p.add_argument("--include-text", action="store_true", help="add each listed candidate's chunk text")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -128,7 +152,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"strategy version, repeatable (default {DEFAULT_STRATEGY})")
     p.add_argument("--output", help="report JSON; with several strategies one file per strategy "
                                     "(<stem>-<strategy>.json)")
-    p.add_argument("--include-text", action="store_true", help="add each candidate's chunk text to the report")
+    _add_report_options(p)
     p.add_argument("--batch-size", type=arguments.BATCH_SIZE, default=64,
                    help="cases per retrieval batch (1..10000, default 64)")
     p.add_argument("--readers", type=arguments.READERS, default=None,
@@ -147,9 +171,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=arguments.LIMIT, default=100, help="at most this many runs (1..100000, default 100)")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_runs)
+    retention.register(p)
 
-    p = sub.add_parser("show", help="one run as the report JSON (summary, cases, candidates)")
+    p = sub.add_parser("show", help="one run as the report (summary, cases, candidates; JSON or JSON Lines)")
     p.add_argument("run_id", help="a run id, or a unique prefix of one (at least 4 hex digits, as `runs` prints it)")
-    p.add_argument("--include-text", action="store_true", help="add each candidate's chunk text")
+    _add_report_options(p)
     p.add_argument("--output", help="write to this file instead of stdout")
     p.set_defaults(func=cmd_show)

@@ -4,7 +4,8 @@ Reads, from the database, the current succeeded run of every strategy on the par
 depends on every strategy partition of ``evaluation_run_summary`` for that dataset) and compares them
 with the baseline: metric table with deltas, paired permutation p, bootstrap 95 % CI, Holm correction,
 win/tie/loss, the cases that moved most with their top chunks before/after, and a bar chart. It also
-evaluates the ``regression_gate`` asset check (:mod:`rag_pipeline.defs.checks`) with the same config.
+evaluates the ``regression_gate`` asset check (:mod:`rag_pipeline.defs.checks`) with the same config, and
+records the runs it compared, which retention (``runs prune``) then keeps.
 
 Job ``compare_strategies`` materialises it for one dataset partition.
 """
@@ -24,7 +25,7 @@ from rag_pipeline.defs.evaluation_metadata import display_number
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.partitions import dataset_partitions, every_strategy_of_the_dataset
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.service import analysis
+from rag_pipeline.service import analysis, retention
 
 
 class ComparisonConfig(dg.Config):
@@ -61,6 +62,9 @@ def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonCon
     except ComparisonError as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from exc
     comp = result.comparison
+    # a stored comparison: retention keeps the runs it refers to (rag_pipeline.service.retention)
+    retention.record_comparison(rag_db.engine(), f"{context.partition_key}|{result.knowledge_base}",
+                                [r.run_id for r in comp.runs])
     for note in comp.notes:
         context.log.warning(note)
     png = chart_png(comp)

@@ -47,7 +47,8 @@ def candidates_metadata(o: EvaluationOutcome) -> dict:
         "relevant_total": o.summary.get("relevant_total", 0),
         "cases_without_candidates": o.summary.get("cases_without_candidates", 0),
         "embedding_seconds": display_number(o.timings.get("embedding_s", 0.0)),
-        "retrieval_seconds": display_number(o.timings.get("retrieval_s", 0.0)),
+        "retrieval_wall_seconds": display_number(o.timings.get("retrieval_wall_s", 0.0)),
+        "retrieval_sql_seconds_summed": display_number(o.timings.get("retrieval_sql_s", 0.0)),
     }
 
 

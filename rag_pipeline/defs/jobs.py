@@ -1,15 +1,21 @@
-"""Jobs of the evaluation group.
+"""Jobs of the evaluation group, and ``prune_evaluation_runs`` (retention).
 
 ``evaluate_retrieval`` materialises the whole ``retrieval_evaluation`` group for one dataset × strategy
 partition (in process: its two steps run one after the other anyway)::
 
     dagster job execute -m rag_pipeline.definitions -j evaluate_retrieval --tags '{"dagster/partition": "demo|hybrid-v1"}'
+
+``prune_evaluation_runs`` removes old runs like ``rag-pipeline runs prune`` (:mod:`rag_pipeline.service.retention`;
+config: keep_last, older_than_days, dataset, dry_run, include_compared); its schedule ``nightly_prune`` is off
+by default.
 """
 
 import dagster as dg
 
 from rag_pipeline.defs.evaluation import GROUP
 from rag_pipeline.defs.partitions import evaluation_partitions
+from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.service import retention
 
 evaluate_retrieval_job = dg.define_asset_job(
     "evaluate_retrieval",
@@ -20,3 +26,36 @@ evaluate_retrieval_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
     description="Evaluate one strategy on one dataset (partition '<dataset>|<strategy>') and store the run.",
 )
+
+
+class PruneConfig(dg.Config):
+    keep_last: int = 5
+    """Keep this many newest runs of every dataset × knowledge base × strategy (current runs are always kept)."""
+    older_than_days: float = 0.0
+    """Only remove runs started at least this many days ago (0 = any age)."""
+    dataset: str = ""
+    """Only this dataset name (default: every dataset)."""
+    dry_run: bool = False
+    """Report what would be removed, remove nothing."""
+    include_compared: bool = False
+    """Also remove runs the latest stored comparison of a dataset refers to."""
+
+
+@dg.op(description="Remove old evaluation runs (retention); logs runs, candidate rows and bytes freed.")
+def prune_evaluation_runs_op(context: dg.OpExecutionContext, config: PruneConfig, rag_db: RagDatabase) -> dg.Output:
+    result = retention.prune_runs(rag_db.engine(), keep_last=config.keep_last,
+                                  older_than_days=config.older_than_days or None, dataset=config.dataset or None,
+                                  dry_run=config.dry_run, include_compared=config.include_compared)
+    verb = "would remove" if result.dry_run else "removed"
+    context.log.info(f"{verb} {len(result.runs)} run(s), {result.candidate_rows} candidate rows, "
+                     f"{result.bytes_freed} bytes; kept {result.kept_for_comparison} run(s) a stored comparison "
+                     "refers to")
+    return dg.Output(None, metadata={
+        "pruned_runs": len(result.runs), "pruned_candidate_rows": result.candidate_rows,
+        "bytes_freed": result.bytes_freed, "dry_run": result.dry_run,
+        "kept_for_comparison": result.kept_for_comparison})
+
+@dg.job(description="Remove old evaluation runs: keep the newest of each dataset × strategy, every current run "
+                    "and every run a stored comparison refers to (rag-pipeline runs prune).")
+def prune_evaluation_runs():
+    prune_evaluation_runs_op()

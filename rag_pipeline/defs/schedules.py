@@ -4,11 +4,15 @@ Useful when knowledge bases change under the datasets (re-ingestion): each night
 dataset × strategy to the history, so regressions show up in the asset plots. Default status
 **STOPPED** (a nightly sweep over every strategy is a deliberate choice); start it in the UI or with
 ``dagster schedule start nightly_reevaluation``.
+
+``nightly_prune``: 04:00 UTC, job ``prune_evaluation_runs`` with its default config (keep the 5 newest runs of each
+dataset × knowledge base × strategy, every current run and every run a stored comparison refers to). Default
+status **STOPPED**: deleting history is opt-in.
 """
 
 import dagster as dg
 
-from rag_pipeline.defs.jobs import evaluate_retrieval_job
+from rag_pipeline.defs.jobs import evaluate_retrieval_job, prune_evaluation_runs
 from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
 from rag_pipeline.settings import datasets_dir
 
@@ -34,3 +38,14 @@ def nightly_reevaluation(context: dg.ScheduleEvaluationContext):
         for key in keys
         for version in strategy_partitions.get_partition_keys()
     ]
+
+
+nightly_prune = dg.ScheduleDefinition(
+    name="nightly_prune",
+    cron_schedule="0 4 * * *",
+    execution_timezone="UTC",
+    job=prune_evaluation_runs,
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="04:00 UTC: remove old evaluation runs (keep the 5 newest per dataset × strategy, current and "
+                "compared runs).",
+)

@@ -16,10 +16,12 @@ from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
 CANDIDATE_COLUMNS = (
-    "evaluation_run_id", "case_id", "chunk_id", "document_id", "document_name", "rank",
-    "vector_score", "vector_rank", "keyword_score", "keyword_rank", "rerank_score", "final_score",
-    "is_relevant", "is_selected", "strategy_version", "relevance_grade",
+    "evaluation_run_id", "case_index", "chunk_id", "rank", "vector_score", "vector_rank", "keyword_score",
+    "keyword_rank", "rerank_score", "final_score", "is_selected", "relevance_grade",
 )
+"""The stored columns of a candidate (``retrieval_evaluation_candidate_rows``); the view
+``retrieval_evaluation_candidates`` adds the seed fields a join gives (case_id, document_id, document_name,
+strategy_version, is_relevant = grade >= 1)."""
 CASE_RESULT_COLUMNS = (
     "evaluation_run_id", "case_id", "case_index", "question", "k", "relevant_chunk_ids",
     "retrieved_chunk_ids", "first_relevant_rank", *METRIC_NAMES, "miss_reasons", "relevance_grades",
@@ -63,8 +65,9 @@ def _copy(conn: sa.Connection, table: str, columns: Sequence[str], rows: Iterabl
 
 
 def copy_candidates(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
-    """Rows in :data:`CANDIDATE_COLUMNS` order (no chunk text, seed §4; ``relevance_grade`` None = not judged)."""
-    return _copy(conn, "retrieval_evaluation_candidates", CANDIDATE_COLUMNS, rows)
+    """Rows in :data:`CANDIDATE_COLUMNS` order (no chunk text, seed §4; ``relevance_grade`` None = not judged)
+    into the run's partition (created with the run by :func:`rag_pipeline.evaluation.runs.create_run`)."""
+    return _copy(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, rows)
 
 
 def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
@@ -97,7 +100,7 @@ def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_ba
     updated = conn.execute(sa.text(
         f"UPDATE retrieval_evaluation_runs SET status = 'succeeded', case_count = :cases, cases_done = :cases, "
         f"candidate_count = :cands, {sets}, timings = CAST(:timings AS jsonb), summary = CAST(:summary AS jsonb), "
-        "error = NULL, finished_at = now(), heartbeat_at = now() WHERE id = :id AND status = 'running'"
+        "error = NULL, finished_at = clock_timestamp(), heartbeat_at = now() WHERE id = :id AND status = 'running'"
     ), {"id": run_id, "cases": case_count, "cands": candidate_count,
         **{m: float(averages[m]) for m in METRIC_NAMES},
         "timings": json.dumps(dict(timings)), "summary": json.dumps(dict(summary), ensure_ascii=False)}).rowcount

@@ -1,17 +1,27 @@
 """JSON Schema (draft 2020-12) of an evaluation report (:mod:`rag_pipeline.evaluation.reports`).
 
 The report is seed §6.3's detail response for a whole run: a ``summary`` of the run and per case the
-``case_id``, ids, the judged grades, ``metrics`` and the full candidate pool with every seed §4.1 field
-plus each candidate's ``relevance_grade``.
-``rag-pipeline evaluate --output`` and ``rag-pipeline show`` produce exactly this shape.
+``case_id``, ids, the judged grades, ``metrics``, ``miss_reasons`` and the candidates the report's
+``candidates`` mode lists (``default``: selected + every relevant one; ``all``: the full pool; ``selected``;
+``relevant``; ``none``), each with every seed §4.1 field plus its ``relevance_grade``.
+``rag-pipeline evaluate --output`` and ``rag-pipeline show`` produce exactly this shape (``--format json``);
+``--format jsonl`` writes :data:`JSONL_HEADER_SCHEMA` on the first line, then one :data:`CASE_SCHEMA` per line.
+
+``summary.timings`` (seconds): ``*_wall_s`` / ``embedding_s`` / ``metrics_s`` / ``persistence_s`` / ``total_s``
+are elapsed time; ``retrieval_sql_s`` and ``diagnosis_sql_s`` are summed over the reader threads (they overlap,
+so they may exceed ``total_s``). ``summary.question_embeddings``: how many question vectors the run reused
+from ``question_embeddings`` and how many it embedded (null for runs before it existed or without a vector leg).
 """
 
 from __future__ import annotations
 
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
-REPORT_VERSION = 2
-"""2: cases have ``relevance_grades``, candidates ``relevance_grade`` (graded labels)."""
+REPORT_VERSION = 3
+"""2: cases have ``relevance_grades``, candidates ``relevance_grade`` (graded labels). 3: ``candidates`` mode,
+``summary.question_embeddings``, timings ``retrieval_wall_s`` / ``retrieval_sql_s`` / ``diagnosis_sql_s``."""
+
+CANDIDATE_MODE = {"enum": ["default", "all", "selected", "relevant", "none"]}
 
 _NUM_OR_NULL = {"type": ["number", "null"]}
 _INT_OR_NULL = {"type": ["integer", "null"]}
@@ -78,6 +88,8 @@ SUMMARY_SCHEMA = _obj({
     "candidate_count": {"type": "integer", "minimum": 0},
     "counts": {"type": ["object", "null"]},
     "timings": {"type": ["object", "null"], "additionalProperties": {"type": "number"}},
+    "question_embeddings": {"oneOf": [{"type": "null"}, _obj({"reused": {"type": "integer", "minimum": 0},
+                                                               "embedded": {"type": "integer", "minimum": 0}})]},
     "partition_key": _STR_OR_NULL,
     "dagster_run_id": _STR_OR_NULL,
     "error": _STR_OR_NULL,
@@ -93,7 +105,14 @@ REPORT_SCHEMA = {
     "title": "rag_pipeline retrieval evaluation report",
     **_obj({
         "report_version": {"const": REPORT_VERSION},
+        "candidates": CANDIDATE_MODE,
         "summary": SUMMARY_SCHEMA,
         "cases": {"type": "array", "items": CASE_SCHEMA},
     }),
+}
+
+JSONL_HEADER_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "rag_pipeline retrieval evaluation report, JSON Lines header (then one case per line)",
+    **_obj({"report_version": {"const": REPORT_VERSION}, "candidates": CANDIDATE_MODE, "summary": SUMMARY_SCHEMA}),
 }

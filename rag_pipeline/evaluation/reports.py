@@ -1,7 +1,14 @@
 """Evaluation reports, always built from the database (so ``evaluate --output`` and ``show`` agree).
 
 :func:`build_report` returns the whole report as a dict; :func:`write_report` streams the same JSON to a
-file page by page (cases in dataset order, candidates by rank), so a large run never sits in memory.
+file page by page (cases in dataset order, candidates by rank), so a large run never sits in memory, or as
+JSON Lines (``fmt="jsonl"``: a header line with the summary, then one line per case, written as it is read).
+
+Which candidates a case lists (:data:`CANDIDATE_MODES`, keyword ``candidates`` of :func:`iter_cases`,
+:func:`build_report`, :func:`write_report`): ``default`` — the selected ones plus every relevant candidate
+(grade >= 1), with the case's ``miss_reasons`` (the diagnosis of each relevant chunk that was missed): all the
+seed's detail needs; ``all`` — the full pool; ``selected``; ``relevant``; ``none`` (metrics and miss reasons
+only). ``case_id`` restricts a report to one case.
 Each case shows its ``relevance_grades`` (every judged id -> grade, 0 = judged not relevant) and each
 candidate its ``relevance_grade`` (None = not judged by the case).
 Chunk text is included only with ``include_text=True`` (candidate snapshots never store it; it is
@@ -19,10 +26,15 @@ import sqlalchemy as sa
 
 from rag_pipeline.evaluation.metrics import HEADLINE_METRICS, METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.evaluation.report_schema import REPORT_VERSION
-from rag_pipeline.evaluation.runs import get_run, resolve_run_id
+from rag_pipeline.evaluation.runs import RunNotFoundError, get_run, resolve_run_id
 from rag_pipeline.storage.names import printable
 
 PAGE_CASES = 500
+
+CANDIDATE_MODES = ("default", "all", "selected", "relevant", "none")
+"""Which candidates a report lists per case (see the module doc); ``default`` is the first."""
+_MODE_FILTERS = {"default": " AND (c.is_selected OR c.is_relevant)", "all": "", "selected": " AND c.is_selected",
+                 "relevant": " AND c.is_relevant"}
 
 _CANDIDATE_SQL = """
 SELECT c.case_id, c.chunk_id, c.document_id, c.document_name, c.rank, c.vector_score, c.vector_rank,
@@ -32,6 +44,17 @@ FROM retrieval_evaluation_candidates c{join}
 WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases){mode}
 ORDER BY c.case_id, c.rank
 """
+
+
+class CaseNotFoundError(RunNotFoundError):
+    """``case_id`` names no case of the run."""
+
+
+def check_mode(candidates: str) -> str:
+    """``candidates`` if it is one of :data:`CANDIDATE_MODES`, else ValueError naming them."""
+    if candidates not in CANDIDATE_MODES:
+        raise ValueError(f"candidates must be one of {', '.join(CANDIDATE_MODES)}, got {candidates!r}")
+    return candidates
 
 
 def summary_of(row: sa.Row) -> dict:
@@ -53,6 +76,7 @@ def summary_of(row: sa.Row) -> dict:
         "candidate_count": row.candidate_count,
         "counts": row.summary,
         "timings": row.timings,
+        "question_embeddings": (row.summary or {}).get("question_embeddings"),
         "partition_key": row.partition_key,
         "dagster_run_id": row.dagster_run_id,
         "error": row.error,
@@ -63,39 +87,35 @@ def summary_of(row: sa.Row) -> dict:
     }
 
 
-CANDIDATE_MODES = ("default", "all", "selected", "relevant", "none")
-"""Which candidates a report shows per case: ``default`` = the selected ones plus every relevant candidate (the
-case's ``miss_reasons`` diagnose the relevant chunks that were missed); ``all`` = the whole pool; ``selected`` =
-the top k; ``relevant`` = the relevant candidates only; ``none`` = no candidates."""
-_MODE_FILTER = {"default": " AND (c.is_selected OR c.is_relevant)", "all": "", "selected": " AND c.is_selected",
-                "relevant": " AND c.is_relevant", "none": None}
-
-
 def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page: int = PAGE_CASES,
                candidates: str = "default", case_id: str | None = None, offset: int = 0,
                limit: int | None = None) -> Iterator[dict]:
-    """Per-case report entries in dataset order, each with its candidates (by rank) as ``candidates`` selects
-    (:data:`CANDIDATE_MODES`); ``case_id``: that case only; ``offset`` / ``limit``: a page of cases (by
-    dataset order)."""
-    if candidates not in _MODE_FILTER:
-        raise ValueError(f"candidates must be one of {', '.join(CANDIDATE_MODES)}, got {candidates!r}")
+    """Per-case report entries in dataset order, each with the candidates of mode ``candidates``
+    (:data:`CANDIDATE_MODES`, by rank); ``case_id``: only that case (:class:`CaseNotFoundError` if the run has
+    none); ``offset`` / ``limit``: a page of cases (by dataset order). Reads :data:`PAGE_CASES` cases at a time,
+    so memory stays flat however large the run."""
+    check_mode(candidates)
     cols = ", ".join(("case_id", "case_index", "question", "k", "retrieved_chunk_ids", "relevant_chunk_ids",
                       "relevance_grades", "first_relevant_rank", *METRIC_NAMES, "miss_reasons"))
-    mode = _MODE_FILTER[candidates]
-    candidate_sql = None if mode is None else sa.text(_CANDIDATE_SQL.format(
+    candidate_sql = sa.text(_CANDIDATE_SQL.format(
         text=", ch.content" if include_text else "",
-        join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" if include_text else "", mode=mode))
-    last, left = int(offset) - 1, limit
+        join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" if include_text else "",
+        mode=_MODE_FILTERS.get(candidates, "")))
+    one_case = " AND case_id = :case" if case_id is not None else ""
+    last, seen, left = int(offset) - 1, False, limit
     while left is None or left > 0:
         n = page if left is None else min(page, left)
         rows = conn.execute(sa.text(
-            f"SELECT {cols} FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :run "
-            "AND case_index > :last AND (CAST(:cid AS text) IS NULL OR case_id = :cid) ORDER BY case_index "
-            "LIMIT :page"), {"run": run_id, "last": last, "page": n, "cid": case_id}).all()
+            f"SELECT {cols} FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :run{one_case} "
+            "AND case_index > :last ORDER BY case_index LIMIT :page"),
+            {"run": run_id, "last": last, "page": n, "case": case_id}).all()
         if not rows:
+            if case_id is not None and not seen:
+                raise CaseNotFoundError(f"run {run_id} has no case {case_id!r}")
             return
+        seen = True
         pools: dict[str, list[dict]] = {r.case_id: [] for r in rows}
-        if candidate_sql is not None:
+        if candidates != "none":
             for c in conn.execute(candidate_sql, {"run": run_id, "cases": list(pools)}):
                 pools[c.case_id].append(_candidate(c, include_text))
         for r in rows:
@@ -138,28 +158,58 @@ def _candidate(c: sa.Row, include_text: bool) -> dict:
     return out
 
 
-def build_report(conn: sa.Connection, run_id, *, include_text: bool = False, candidates: str = "all") -> dict:
+def build_report(conn: sa.Connection, run_id, *, include_text: bool = False, candidates: str = "default",
+                 case_id: str | None = None) -> dict:
     """The whole report of one run (id or unique id prefix) as a dict (use :func:`write_report` for big runs)."""
+    check_mode(candidates)
     run_id = resolve_run_id(conn, run_id)
-    return {"report_version": REPORT_VERSION, "summary": summary_of(get_run(conn, run_id)),
-            "cases": list(iter_cases(conn, run_id, include_text=include_text, candidates=candidates))}
+    summary = summary_of(get_run(conn, run_id))
+    return {"report_version": REPORT_VERSION, "candidates": candidates, "summary": summary,
+            "cases": list(iter_cases(conn, run_id, include_text=include_text, candidates=candidates,
+                                     case_id=case_id))}
+
+
+REPORT_FORMATS = ("json", "jsonl")
 
 
 def write_report(conn: sa.Connection, run_id, fp: IO[str], *, include_text: bool = False,
-                 candidates: str = "all") -> int:
-    """Stream the report JSON of one run (id or unique id prefix, :func:`resolve_run_id`) to ``fp``; returns the
-    number of cases written."""
+                 candidates: str = "default", case_id: str | None = None, fmt: str = "json") -> int:
+    """Stream the report of one run (id or unique id prefix, :func:`resolve_run_id`) to ``fp``; returns the
+    number of cases written. ``fmt="json"``: the :func:`build_report` document, indented; ``"jsonl"``: one line
+    ``{"report_version", "candidates", "summary"}`` then one line per case, written as it is read."""
+    check_mode(candidates)
+    if fmt not in REPORT_FORMATS:
+        raise ValueError(f"format must be one of {', '.join(REPORT_FORMATS)}, got {fmt!r}")
     run_id = resolve_run_id(conn, run_id)
     summary = summary_of(get_run(conn, run_id))
-    fp.write('{\n  "report_version": %d,\n  "summary": ' % REPORT_VERSION)
+    cases = iter_cases(conn, run_id, include_text=include_text, candidates=candidates, case_id=case_id)
+    first = next(cases, None)  # an unknown case_id fails before anything is written
+    stream = _chain(first, cases) if first is not None else iter(())
+    n = 0
+    if fmt == "jsonl":
+        fp.write(_line({"report_version": REPORT_VERSION, "candidates": candidates, "summary": summary}))
+        for case in stream:
+            fp.write(_line(case))
+            n += 1
+        return n
+    fp.write('{\n  "report_version": %d,\n  "candidates": %s,\n  "summary": ' % (REPORT_VERSION,
+                                                                               json.dumps(candidates)))
     fp.write(_indented(summary))
     fp.write(',\n  "cases": [')
-    n = 0
-    for case in iter_cases(conn, run_id, include_text=include_text, candidates=candidates):
+    for case in stream:
         fp.write(("," if n else "") + "\n    " + _indented(case, 4))
         n += 1
     fp.write("\n  ]\n}\n" if n else "]\n}\n")
     return n
+
+
+def _chain(first: dict, rest: Iterator[dict]) -> Iterator[dict]:
+    yield first
+    yield from rest
+
+
+def _line(obj) -> str:
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
 
 
 def _indented(obj, level: int = 2) -> str:
@@ -180,7 +230,7 @@ RUNS_LEGEND = (
 """The lines :func:`comparison_table` prints under a table."""
 
 
-def _utc_minute(value) -> str:
+def utc_minute(value) -> str:
     """``YYYY-MM-DD HH:MM`` in UTC of an ISO timestamp (a naive one is taken as UTC); ``-`` for none."""
     if not value:
         return "-"
@@ -209,7 +259,7 @@ def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLIN
              s["status"] + ("*" if s["is_current"] else ""),
              str(s["case_count"]), *(f"{s[m]:.4f}" if s[m] is not None else "-" for m in metrics),
              ((s.get("knowledge_base") or {}).get("version") or "-")[:KB_VERSION_SHOWN],
-             _utc_minute(s.get("started_at")), _utc_minute(s.get("finished_at")), run_id[:short]]
+             utc_minute(s.get("started_at")), utc_minute(s.get("finished_at")), run_id[:short]]
             for s, run_id in zip(summaries, ids, strict=True)]
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]

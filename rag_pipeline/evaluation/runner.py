@@ -17,16 +17,19 @@ Flow of :func:`evaluate_dataset`:
    their miss reasons and grades. The read connections share one exported REPEATABLE READ snapshot
    (:mod:`snapshot_readers`: one consistent knowledge base even if it is re-ingested meanwhile); writes
    go to another connection's single transaction. Only running sums and reason counts are kept, never the
-   candidates of more than ``readers + 1`` batches. Heartbeat after each batch.
+   candidates of more than ``readers + 1`` batches. A background thread writes the heartbeat every few
+   seconds on a connection of its own for the whole run.
 4. The write transaction ends with the summary (incl. the miss-reason and label-integrity headline),
    ``succeeded`` and ``is_current`` → commit. Any failure rolls it back (no candidate or case row
    survives) and marks the run ``failed`` with the error.
 
-Timings stored with the run: ``embedding_s`` (question vectors), ``retrieval_s`` (both legs' SQL plus
-fusion), ``diagnosis_s`` (labels + missing-leg scores), ``metrics_s``, ``persistence_s`` (COPY),
-``total_s`` (wall time, including preflight and model loading). ``retrieval_s`` and ``diagnosis_s`` are
-summed over the worker threads, which overlap each other and the main thread: the parts may add up to
-more than ``total_s``.
+Timings stored with the run (:data:`TIMING_KEYS`; wall = elapsed time, summed = added up over the reader
+threads, which overlap each other and the main thread, so a summed timing may exceed ``total_s``):
+``embedding_s`` (wall, main thread: question vectors, the ones not already in ``question_embeddings``),
+``retrieval_wall_s`` (wall: from the first batch handed to a reader until the last batch is written — search,
+diagnosis, metrics and COPY overlapping), ``retrieval_sql_s`` (summed: both legs' SQL plus fusion),
+``diagnosis_sql_s`` (summed: labels + missing-leg scores), ``metrics_s`` and ``persistence_s`` (wall, main
+thread: metrics, COPY), ``total_s`` (wall: the whole run, including preflight and model loading).
 """
 
 from __future__ import annotations
@@ -43,13 +46,14 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation import diagnosis_db, persistence, runs
-from rag_pipeline.evaluation.dataset import RELEVANT_GRADE, Dataset, EvaluationCase
+from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis import MissReason
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.versions import content_version
+from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
 from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.search import (
     RetrievalError,
@@ -62,9 +66,14 @@ from rag_pipeline.retrieval.search import (
 )
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
-from rag_pipeline.storage.snapshot_readers import SnapshotReaders, reader_count, snapshot_readers
+from rag_pipeline.storage.snapshot_readers import SnapshotReaders, check_capacity, reader_count, snapshot_readers
 
 BATCH_SIZE = 64
+TIMING_KEYS = ("embedding_s", "retrieval_wall_s", "retrieval_sql_s", "diagnosis_sql_s", "metrics_s",
+               "persistence_s", "total_s")
+EXTRA_CONNECTIONS = 3
+"""Connections a run holds besides its readers: the write transaction, the heartbeat and the short
+transactions of the question-vector store."""
 Progress = Callable[[int, int], None]  # (cases done, cases total)
 log = logging.getLogger(__name__)
 
@@ -107,6 +116,7 @@ def evaluate_dataset(
     queued for this strategy and dataset version (else :class:`runs.RunNotQueuedError`)."""
     logger = logger or log
     readers = reader_count(readers)
+    check_capacity(engine, readers, EXTRA_CONNECTIONS)
     t_start = time.perf_counter()
     runs.sweep_abandoned(engine)
     with engine.connect() as conn:
@@ -131,8 +141,10 @@ def evaluate_dataset(
     logger.info(f"evaluation run {run_id}: {len(dataset.cases)} cases of {dataset.name!r} "
                 f"(version {dataset.version}) on {kb.name!r} with {strategy.version}")
     try:
-        _run(engine, run_id, dataset, kb, strategy, outcome, batch_size, progress, logger,
-             extra={"relevant_ids_not_in_kb": missing}, t_start=t_start, readers=readers)
+        runs.create_candidate_partition(engine, run_id)
+        with runs.Heartbeat(engine, run_id):
+            _run(engine, run_id, dataset, kb, strategy, outcome, batch_size, progress, logger,
+                 extra={"relevant_ids_not_in_kb": missing}, t_start=t_start, readers=readers)
     except BaseException as exc:
         runs.mark_failed(engine, run_id, f"{type(exc).__name__}: {exc}")
         raise
@@ -209,12 +221,13 @@ def _search_batch_unbounded(readers: SnapshotReaders, kb, strategy: Strategy, ba
 def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: EvaluationOutcome,
          batch_size: int, progress: Progress | None, logger, *, extra: dict, t_start: float,
          readers: int) -> None:
-    timings = dict.fromkeys(("embedding_s", "retrieval_s", "diagnosis_s", "metrics_s", "persistence_s"), 0.0)
+    timings = dict.fromkeys(TIMING_KEYS[:-1], 0.0)
     sums = np.zeros(len(METRIC_NAMES))
     stats = {"cases_with_hit": 0, "cases_without_candidates": 0, "relevant_in_pool": 0, "relevant_total": 0}
     total = len(dataset.cases)
     starts = list(range(0, total, batch_size))
-    embedder = get_embedder(strategy.embedding_model) if strategy.vector_candidate_k else None
+    embedder = (QuestionVectors(engine, get_embedder(strategy.embedding_model))
+                if strategy.vector_candidate_k else None)
     tally = diagnosis_db.RunDiagnosisTally(kb.name)
     pending: deque = deque()
     with snapshot_readers(engine, readers) as pool_conns, engine.begin() as writer, \
@@ -232,26 +245,27 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                 return
             batch = dataset.cases[start:start + batch_size]
             t = time.perf_counter()
-            vectors = embedder.embed([c.question for c in batch]) if embedder else None
+            vectors = embedder.vectors([c.question for c in batch]) if embedder else None
             _tick(timings, "embedding_s", t)
             pending.append((start, batch, workers.submit(_search_batch, pool_conns, kb, strategy, batch, vectors)))
 
         try:
+            t_loop = time.perf_counter()
             for _ in range(readers):
                 submit()
             while pending:
                 start, batch, future = pending.popleft()
                 submit()  # keep every reader busy while this batch is scored and written
                 result = future.result()
-                timings["retrieval_s"] += result.retrieval_s
-                timings["diagnosis_s"] += result.diagnosis_s
+                timings["retrieval_sql_s"] += result.retrieval_s
+                timings["diagnosis_sql_s"] += result.diagnosis_s
                 tally.add(result.labels, result.reasons)
                 t = time.perf_counter()
                 values = _metrics(batch, result.traces)
                 sums += values.sum(axis=0)
                 t = _tick(timings, "metrics_s", t)
                 outcome.candidate_count += persistence.copy_candidates(
-                    writer, _candidate_rows(run_id, batch, result.traces))
+                    writer, _candidate_rows(run_id, start, batch, result.traces))
                 persistence.copy_case_results(
                     writer, _case_rows(run_id, start, batch, result.traces, values, result.reasons, stats))
                 _tick(timings, "persistence_s", t)
@@ -265,12 +279,14 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             for _, _, future in pending:
                 future.cancel()
             raise
+        timings["retrieval_wall_s"] = time.perf_counter() - t_loop
         averages = sums / max(total, 1)
         outcome.averages = {m: float(v) for m, v in zip(METRIC_NAMES, averages, strict=True)}
         timings["total_s"] = time.perf_counter() - t_start
         outcome.timings = {k: round(v, 4) for k, v in timings.items()}
         outcome.summary = {"batch_size": batch_size, "readers": readers, **stats, **extra,
-                           **tally.summary_metadata(outcome.averages)}
+                           **tally.summary_metadata(outcome.averages),
+                           "question_embeddings": embedder.summary() if embedder else None}
         persistence.finalize_run(
             writer, run_id, dataset_name=dataset.name, knowledge_base_name=kb.name,
             strategy_version=strategy.version, case_count=outcome.case_count,
@@ -292,15 +308,14 @@ def _metrics(batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]) 
     return np.column_stack([result[m] for m in METRIC_NAMES])
 
 
-def _candidate_rows(run_id, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]):
-    for case, trace in zip(batch, traces, strict=True):
+def _candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]):
+    """:data:`persistence.CANDIDATE_COLUMNS` rows (the view adds case_id, document, strategy, is_relevant)."""
+    for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
         grades = case.grades  # judged grade of a chunk (0 = judged not relevant); not judged: NULL
         n_selected = len(trace.selected)
         for c in trace.candidates:
-            grade = grades.get(c.chunk_id)
-            yield (run_id, case.case_id, c.chunk_id, c.document_id, c.document_name, c.rank,
-                   c.vector_score, c.vector_rank, c.keyword_score, c.keyword_rank, c.rerank_score, c.final_score,
-                   grade is not None and grade >= RELEVANT_GRADE, c.rank <= n_selected, c.strategy_version, grade)
+            yield (run_id, offset + i, c.chunk_id, c.rank, c.vector_score, c.vector_rank, c.keyword_score,
+                   c.keyword_rank, c.rerank_score, c.final_score, c.rank <= n_selected, grades.get(c.chunk_id))
 
 
 def _case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],

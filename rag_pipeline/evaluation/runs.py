@@ -1,9 +1,11 @@
 """Evaluation run records: lifecycle ((queued →) running → succeeded | failed | abandoned), heartbeat, history.
 
 A run row is created and committed on its own (status ``running``) before any result is computed, so
-a run in progress is visible; its heartbeat and ``cases_done`` are refreshed after every batch. A run the HTTP
-API submits to Dagster is created ``queued`` (:func:`create_run` with ``queued=True``) and moved to ``running``
-by the Dagster step that evaluates it (:func:`start_queued_run`). The results themselves
+a run in progress is visible, together with its candidate partition (:func:`create_candidate_partition`);
+its heartbeat is refreshed every few seconds by a background thread on a connection of its own
+(:class:`Heartbeat`), however long one batch takes, and ``cases_done`` after every batch (:func:`heartbeat`).
+A run the HTTP API submits to Dagster is created ``queued`` (:func:`create_run` with ``queued=True``) and
+moved to ``running`` by the Dagster step that evaluates it (:func:`start_queued_run`). The results themselves
 are written by :mod:`rag_pipeline.evaluation.persistence` in one separate transaction that also flips the
 status to ``succeeded``. A ``running`` run whose heartbeat is older than :func:`stale_after_seconds`
 (process killed, machine lost) is reported as ``abandoned`` and swept to that status by the next run.
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
+import threading
 import uuid
 
 import sqlalchemy as sa
@@ -97,12 +101,67 @@ def start_queued_run(engine: sa.Engine, run_id, *, strategy_version: str, params
                             f"{found.dataset_id}, not {strategy_version} on {dataset_id} (or its parameters changed)")
 
 
-def heartbeat(engine: sa.Engine, run_id, cases_done: int | None = None) -> None:
-    """Refresh a running run's heartbeat (and its progress, ``cases_done``)."""
+def create_candidate_partition(engine: sa.Engine, run_id) -> None:
+    """Create and attach the run's partition of ``retrieval_evaluation_candidate_rows`` (its own transaction:
+    ATTACH PARTITION takes a SHARE UPDATE EXCLUSIVE lock on the parent, which no running write waits for)."""
     with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = now(), "
-                             "cases_done = coalesce(:done, cases_done) WHERE id = :id AND status = 'running'"),
-                     {"id": run_id, "done": cases_done})
+        conn.execute(sa.text("SELECT rag_candidate_partition(:id)"), {"id": run_id})
+
+
+_HEARTBEAT_SQL = sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clock_timestamp() "
+                         "WHERE id = :id AND status = 'running'")
+_PROGRESS_SQL = sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clock_timestamp(), "
+                         "cases_done = coalesce(:done, cases_done) WHERE id = :id AND status = 'running'")
+log = logging.getLogger(__name__)
+
+
+def heartbeat(engine: sa.Engine, run_id, cases_done: int | None = None) -> None:
+    """Refresh a running run's heartbeat now (and its progress, ``cases_done``, after a batch)."""
+    with engine.begin() as conn:
+        conn.execute(_PROGRESS_SQL, {"id": run_id, "done": cases_done})
+
+
+def heartbeat_interval() -> float:
+    """Seconds between two heartbeats: a fifth of ``RAG_RUN_STALE_SECONDS``, at most 5 s."""
+    return min(5.0, stale_after_seconds() / 5)
+
+
+class Heartbeat:
+    """Context manager: a daemon thread writes the run's ``heartbeat_at`` every :func:`heartbeat_interval`
+    seconds on a connection of its own (autocommit), for as long as the block runs, so a batch slower than
+    ``RAG_RUN_STALE_SECONDS`` never gets its run marked abandoned. A failed beat is logged and retried."""
+
+    def __init__(self, engine: sa.Engine, run_id, interval: float | None = None):
+        self.engine, self.run_id = engine, run_id
+        self.interval = heartbeat_interval() if interval is None else interval
+        self.beats = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rag-eval-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                if self._conn is None:
+                    self._conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+                self._conn.execute(_HEARTBEAT_SQL, {"id": self.run_id})
+                self.beats += 1
+            except sa.exc.SQLAlchemyError as exc:  # the next beat retries on a new connection
+                log.warning(f"heartbeat of run {self.run_id} failed: {exc}")
+                if self._conn is not None:
+                    self._conn.invalidate()
+                    self._conn.close()
+                self._conn = None
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self._conn is not None:
+            self._conn.close()
 
 
 def mark_failed(engine: sa.Engine, run_id, error: str) -> None:
@@ -111,7 +170,7 @@ def mark_failed(engine: sa.Engine, run_id, error: str) -> None:
     try:
         with engine.begin() as conn:
             conn.execute(sa.text(
-                "UPDATE retrieval_evaluation_runs SET status = 'failed', error = :e, finished_at = now(), "
+                "UPDATE retrieval_evaluation_runs SET status = 'failed', error = :e, finished_at = clock_timestamp(), "
                 "is_current = false WHERE id = :id AND status IN ('running', 'queued')"
             ), {"id": run_id, "e": mask_secrets(error)[:10_000]})
     except sa.exc.SQLAlchemyError:  # the database itself is gone: the stale heartbeat will tell

@@ -47,7 +47,7 @@ from rag_pipeline.knowledge_base.background_encoder import BackgroundEncoder, en
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
 from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base, rechunking
 from rag_pipeline.knowledge_base.sources import SourceDocument
-from rag_pipeline.storage.engine import ensure_embedding_model
+from rag_pipeline.storage.engine import ensure_embedding_model, hnsw_index_name
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -99,8 +99,10 @@ def ingest_documents(
     # Models and their HNSW indexes first, in their own short transaction: CREATE INDEX takes a SHARE lock
     # on chunk_embeddings that, held until the end of a long ingestion, deadlocks a concurrent one.
     with engine.begin() as conn:
-        for embedder in embedders:
-            ensure_embedding_model(conn, embedder.name, embedder.dimension, embedder.backend)
+        kb_index_id = conn.execute(sa.text("SELECT id FROM knowledge_bases WHERE name = :n"),
+                                   {"n": knowledge_base}).scalar() or chunking.knowledge_base_id(knowledge_base)
+        for embedder in embedders:  # the KB's own HNSW index of each model (storage.engine.ensure_embedding_model)
+            ensure_embedding_model(conn, embedder.name, embedder.dimension, embedder.backend, kb_index_id)
     with engine.begin() as conn:
         recut = rechunk and rechunking(conn, knowledge_base, chunk_size or 0, chunk_overlap)
         kb_id = ensure_knowledge_base(conn, knowledge_base, text_search, chunk_size or 0, chunk_overlap,
@@ -143,6 +145,7 @@ def ingest_documents(
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             # fresh planner statistics, so the first evaluation on a new KB gets good plans
             conn.execute(sa.text("ANALYZE document_chunks, chunk_embeddings, chunk_terms, knowledge_base_term_stats"))
+            result.timings["reindex_s"] = _rebuild_if_churned(conn, kb_id, embedders, result)
     result.timings["total_s"] = time.perf_counter() - t0
     return result
 
@@ -214,7 +217,58 @@ def _retire_chunks(conn: sa.Connection, doc_ids, keep_ids) -> int:
         conn.execute(sa.text("UPDATE document_chunks SET is_current = false, replaced_at = now() WHERE id = ANY(:ids)"),
                      {"ids": retire})
         conn.execute(sa.text("DELETE FROM chunk_terms WHERE chunk_id = ANY(:ids)"), {"ids": retire})
+        # the KB's vector index holds only its current vectors (a re-activated chunk is embedded again)
+        conn.execute(sa.text("DELETE FROM chunk_embeddings WHERE chunk_id = ANY(:ids)"), {"ids": retire})
     return len(retire)
+
+
+REINDEX_CHURN = 0.1
+"""A re-ingestion that replaced at least this share of a KB's current chunks rebuilds its HNSW indexes."""
+
+
+REINDEX_LOCK_TIMEOUT_S = 5
+
+
+def _rebuild_if_churned(conn: sa.Connection, kb_id, embedders, result: IngestionResult) -> float:
+    """After a re-ingestion that replaced many vectors (:data:`REINDEX_CHURN`), rebuild the KB's own HNSW index of
+    each model with ``REINDEX INDEX CONCURRENTLY`` (autocommit ``conn``; searches go on meanwhile), so the graph
+    holds no deleted vectors. Cost bounded by this KB's size; other KBs' indexes are untouched. A rebuild that has
+    to wait for a transaction that holds an older snapshot (an evaluation reading) is not started, or given up after
+    :data:`REINDEX_LOCK_TIMEOUT_S`, and a warning says so (autovacuum removes the replaced vectors later).
+    Returns seconds."""
+    if not result.chunks_replaced:
+        return 0.0
+    current = conn.execute(sa.text("SELECT count(*) FROM document_chunks WHERE knowledge_base_id = :kb "
+                                   "AND is_current"), {"kb": kb_id}).scalar_one()
+    if result.chunks_replaced < REINDEX_CHURN * max(current, 1):
+        return 0.0
+    t = time.perf_counter()
+    readers = conn.execute(sa.text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND backend_xmin IS NOT NULL")).scalar_one()
+    if readers:  # a rebuild would wait for every transaction that holds an older snapshot
+        result.warnings.append(_skipped(result, f"{readers} other transaction(s) were reading"))
+        return time.perf_counter() - t
+    conn.execute(sa.text("SELECT set_config('lock_timeout', :t, false)"), {"t": f"{REINDEX_LOCK_TIMEOUT_S}s"})
+    for embedder in embedders:
+        index = hnsw_index_name(embedder.name, kb_id)  # [a-z0-9_] only
+        if conn.execute(sa.text("SELECT to_regclass(:i)"), {"i": index}).scalar() is None:
+            continue
+        try:
+            conn.execute(sa.text(f"REINDEX INDEX CONCURRENTLY {index}"))
+        except sa.exc.OperationalError as exc:
+            if getattr(getattr(exc, "orig", None), "sqlstate", None) != "55P03":  # lock_not_available
+                raise
+            result.warnings.append(_skipped(result, "an evaluation started reading meanwhile") +
+                                   f" (drop the invalid index {index}_ccnew if it remains)")
+            break
+    conn.execute(sa.text("RESET lock_timeout"))  # back to the connection's own setting
+    return time.perf_counter() - t
+
+
+def _skipped(result: IngestionResult, why: str) -> str:
+    return (f"knowledge base {result.knowledge_base!r}: {result.chunks_replaced} vectors were replaced but its HNSW "
+            f"index was not rebuilt ({why}); autovacuum removes the replaced vectors later")
 
 
 def _insert_chunks(conn: sa.Connection, kb_id, kb_name, mode, new_chunks: list[_NewChunk]) -> list:

@@ -20,8 +20,16 @@ from rag_pipeline.evaluation.runner import BATCH_SIZE, EvaluationOutcome, Progre
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
 from rag_pipeline.service.errors import CheckFailed, LabelsRefused
+from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.snapshot_readers import reader_count
 
 DEFAULT_STRATEGY = "hybrid-v1"
+
+
+def sized_engine(readers: int | None = None) -> sa.Engine:
+    """The database engine with a connection pool for ``readers`` read connections (default
+    ``RAG_EVAL_READERS``) plus a run's writer and heartbeat."""
+    return get_engine(readers=reader_count(readers))
 
 
 @dataclass(frozen=True)
@@ -171,11 +179,14 @@ def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "defa
     return {"report_version": REPORT_VERSION, "summary": summary, "cases": cases}
 
 
-def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: bool = False) -> int:
-    """Stream the report JSON of a run (summary, cases, candidates) to ``fp``; returns the case count.
-    ``run_id`` is a run id or a unique prefix of one (at least 4 hex digits, as the tables print it)."""
+def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: bool = False,
+                 candidates: str = "default", case_id: str | None = None, fmt: str = "json") -> int:
+    """Stream the report of a run (summary, cases, candidates of mode ``candidates``, one case with ``case_id``)
+    to ``fp`` as JSON or JSON Lines (``fmt``, :func:`rag_pipeline.evaluation.reports.write_report`); returns the
+    case count. ``run_id`` is a run id or a unique prefix of one (at least 4 hex digits, as the tables print it)."""
     with engine.connect() as conn:
-        return reports.write_report(conn, runs.resolve_run_id(conn, run_id), fp, include_text=include_text)
+        return reports.write_report(conn, runs.resolve_run_id(conn, run_id), fp, include_text=include_text,
+                                    candidates=candidates, case_id=case_id, fmt=fmt)
 
 
 def case_tables(engine: sa.Engine, run_id: str, *, limit: int) -> tuple[list[dict], list[dict]]:

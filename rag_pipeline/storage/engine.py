@@ -8,7 +8,9 @@ database ``dagster`` for Dagster's instance storage.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
+import uuid
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -102,10 +104,10 @@ def _create_engine(url: str, pool_size: int) -> Engine:
 def get_engine(url: str | None = None, *, migrate: bool = True, readers: int = 0) -> Engine:
     """The engine for ``url`` (default :func:`database_url`), schema upgraded to head unless ``migrate=False``.
 
-    One engine per URL and pool size: its pool keeps ``readers`` + 2 connections (an evaluation's parallel
-    read connections, its write connection and one more), at least :data:`DEFAULT_POOL_SIZE`."""
+    One engine per URL and pool size: its pool keeps ``readers`` + 3 connections (an evaluation's parallel
+    read connections, its write connection, its heartbeat and one more), at least :data:`DEFAULT_POOL_SIZE`."""
     url = url or database_url()
-    engine = _engine_for(url, max(DEFAULT_POOL_SIZE, readers + 2))
+    engine = _engine_for(url, max(DEFAULT_POOL_SIZE, readers + 3))
     if migrate:
         try:
             upgrade(engine)
@@ -154,8 +156,15 @@ def upgrade(engine: Engine) -> None:
     _MIGRATED.add(key)
 
 
-def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backend: str) -> None:
-    """Register an embedding model and create its HNSW cosine index (partial, on ``embedding::vector(dim)``)."""
+def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backend: str,
+                           knowledge_base_id=None) -> None:
+    """Register an embedding model; with ``knowledge_base_id``, also create that knowledge base's HNSW cosine index
+    of the model: partial, ``WHERE model = '<name>' AND knowledge_base_id = '<id>'``, on ``embedding::vector(dim)``.
+
+    One index per knowledge base × model: a KB's vector search (whose ``WHERE e.model = :model AND
+    e.knowledge_base_id = :kb`` the planner matches to the predicate, plans being custom) scans a graph that holds
+    only that KB's vectors, so another KB's live or deleted vectors change neither its results nor its speed."""
+    _sql_literal(name)  # a model name is spliced into index predicates: [A-Za-z0-9._/-]+ only
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(726355)"))  # one registration at a time
     row = conn.execute(
         sa.text("SELECT dimension FROM embedding_models WHERE name = :n"), {"n": name}
@@ -170,15 +179,24 @@ def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backe
             ),
             {"n": name, "d": dimension, "b": backend},
         )
-    if conn.execute(sa.text("SELECT to_regclass(:i)"), {"i": hnsw_index_name(name)}).scalar() is not None:
+    if knowledge_base_id is None:
+        return
+    kb = uuid.UUID(str(knowledge_base_id))
+    index = hnsw_index_name(name, kb)
+    if conn.execute(sa.text("SELECT to_regclass(:i)"), {"i": index}).scalar() is not None:
         return  # CREATE INDEX IF NOT EXISTS would still take a SHARE lock on the table
-    conn.execute(sa.text(f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(name)} ON chunk_embeddings "
+    conn.execute(sa.text(f"CREATE INDEX IF NOT EXISTS {index} ON chunk_embeddings "
                          f"USING hnsw ((embedding::vector({int(dimension)})) vector_cosine_ops) "
-                         f"WHERE model = '{_sql_literal(name)}'"))
+                         f"WHERE model = '{_sql_literal(name)}' AND knowledge_base_id = '{kb}'"))
 
 
-def hnsw_index_name(model: str) -> str:
-    return "ix_chunk_embeddings_hnsw_" + re.sub(r"[^a-z0-9]+", "_", model.lower()).strip("_")
+HNSW_INDEX_PREFIX = "ix_emb_hnsw_"
+
+
+def hnsw_index_name(model: str, knowledge_base_id) -> str:
+    """``ix_emb_hnsw_<knowledge base id hex>_<8 hex of the model name's md5>`` (63 characters at most)."""
+    digest = hashlib.md5(model.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
+    return f"{HNSW_INDEX_PREFIX}{uuid.UUID(str(knowledge_base_id)).hex}_{digest}"
 
 
 def _sql_literal(name: str) -> str:

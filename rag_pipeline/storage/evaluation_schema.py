@@ -11,8 +11,8 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
+from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
-    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
@@ -20,6 +20,9 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
     SmallInteger,
     String,
     Text,
@@ -27,7 +30,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from rag_pipeline.storage.schema import Base, _now
 
@@ -112,36 +115,85 @@ class RetrievalEvaluationRun(Base):
     )
 
 
-class RetrievalEvaluationCandidate(Base):
-    """Seed §4.1: one row per candidate of the full pool of one case (no chunk text).
+CANDIDATE_PARTITION_PREFIX = "eval_candidates_"
+"""Each run's candidates live in the partition ``eval_candidates_<run id hex>`` (migration 0005)."""
 
-    ``relevance_grade``: the case's judged grade of this chunk (0-10; 0 = judged not relevant), NULL when
-    the case did not judge it; ``is_relevant`` = grade >= 1."""
 
-    __tablename__ = "retrieval_evaluation_candidates"
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    evaluation_run_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("retrieval_evaluation_runs.id", ondelete="CASCADE"), nullable=False
-    )
-    case_id: Mapped[str] = mapped_column(Text, nullable=False)
+class RetrievalEvaluationCandidateRow(Base):
+    """Storage of seed §4.1's candidate snapshots (no chunk text): one row per candidate of the full pool of one
+    case, in its run's own partition (``PARTITION BY LIST (evaluation_run_id)``; the partition is created with
+    the run by ``rag_candidate_partition(run_id)`` and dropped with it, so removing a run is a metadata operation).
+
+    Only what no join gives is stored: ``case_index`` (the case's ``case_id`` is in the case results),
+    ``chunk_id`` (its ``document_id`` and the document's name are the chunk's), the scores and ranks,
+    ``is_selected`` and ``relevance_grade`` (0-10; 0 = judged not relevant; NULL = not judged; the run gives
+    ``strategy_version``; ``is_relevant`` = grade >= 1). Columns are ordered widest first (no padding).
+    Read it through the view ``retrieval_evaluation_candidates`` (:data:`CANDIDATES_VIEW`), which has every
+    seed §4.1 field under its seed name."""
+
+    __tablename__ = "retrieval_evaluation_candidate_rows"
+    evaluation_run_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     chunk_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
-    document_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
-    document_name: Mapped[str] = mapped_column(Text, nullable=False)
-    rank: Mapped[int] = mapped_column(Integer, nullable=False)
+    final_score: Mapped[float] = mapped_column(Double, nullable=False)
+    vector_score: Mapped[float | None] = mapped_column(Double)
+    keyword_score: Mapped[float | None] = mapped_column(Double)
+    rerank_score: Mapped[float | None] = mapped_column(Double)
+    case_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    keyword_rank: Mapped[int | None] = mapped_column(Integer)
+    vector_rank: Mapped[int | None] = mapped_column(SmallInteger)  # <= ef_search <= 1000
+    relevance_grade: Mapped[int | None] = mapped_column(SmallInteger)
+    is_selected: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    __table_args__ = (
+        PrimaryKeyConstraint("evaluation_run_id", "case_index", "rank", name="pk_candidate_rows"),
+        CheckConstraint("relevance_grade BETWEEN 0 AND 10", name="ck_candidate_rows_relevance_grade"),
+        {"postgresql_partition_by": "LIST (evaluation_run_id)"},
+    )
+
+
+CANDIDATES_VIEW = "retrieval_evaluation_candidates"
+"""The seed's table name, a view over :class:`RetrievalEvaluationCandidateRow` with every seed §4.1 field."""
+
+_VIEWS = MetaData()  # not Base.metadata: the schema comparison knows tables, not views
+
+
+class _ViewBase(DeclarativeBase):
+    metadata = _VIEWS
+
+
+class RetrievalEvaluationCandidate(_ViewBase):
+    """The view ``retrieval_evaluation_candidates`` (seed §4.1 fields, the seed's ORM name). An insert is routed
+    by an INSTEAD OF trigger into the run's partition (the case result must exist: it gives ``case_index``)."""
+
+    __tablename__ = CANDIDATES_VIEW
+    evaluation_run_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    case_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    chunk_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    document_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    document_name: Mapped[str | None] = mapped_column(Text)
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True)
     vector_score: Mapped[float | None] = mapped_column(Double)
     vector_rank: Mapped[int | None] = mapped_column(Integer)
     keyword_score: Mapped[float | None] = mapped_column(Double)
     keyword_rank: Mapped[int | None] = mapped_column(Integer)
     rerank_score: Mapped[float | None] = mapped_column(Double)
-    final_score: Mapped[float] = mapped_column(Double, nullable=False)
-    is_relevant: Mapped[bool] = mapped_column(Boolean, nullable=False)
-    is_selected: Mapped[bool] = mapped_column(Boolean, nullable=False)
-    strategy_version: Mapped[str] = mapped_column(String(100), nullable=False)
+    final_score: Mapped[float] = mapped_column(Double)
+    is_relevant: Mapped[bool] = mapped_column(Boolean)
+    is_selected: Mapped[bool] = mapped_column(Boolean)
+    strategy_version: Mapped[str | None] = mapped_column(String(100))
     relevance_grade: Mapped[int | None] = mapped_column(SmallInteger)
-    __table_args__ = (
-        Index("ix_candidates_run_case", "evaluation_run_id", "case_id", "rank"),
-        CheckConstraint("relevance_grade BETWEEN 0 AND 10", name="ck_candidates_relevance_grade"),
-    )
+    case_index: Mapped[int | None] = mapped_column(Integer)
+
+
+class QuestionEmbedding(Base):
+    """A question's vector by one model, keyed by the sha256 of the question text: embedded once, reused by
+    every later run on any dataset holding the same question."""
+
+    __tablename__ = "question_embeddings"
+    question_hash: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
+    model: Mapped[str] = mapped_column(ForeignKey("embedding_models.name", ondelete="CASCADE"), primary_key=True)
+    embedding = mapped_column(Vector(), nullable=False)
+    created_at: Mapped[datetime] = _now()
 
 
 class RetrievalEvaluationCaseResult(Base):
@@ -170,3 +222,16 @@ class RetrievalEvaluationCaseResult(Base):
     r_precision: Mapped[float] = mapped_column(Double, nullable=False)
     miss_reasons = mapped_column(JSONB)
     relevance_grades = mapped_column(JSONB)
+    __table_args__ = (Index("ix_case_results_run_case_index", "evaluation_run_id", "case_index", unique=True),)
+
+
+class RetrievalComparisonRun(Base):
+    """The runs a stored comparison refers to (``comparison`` = ``<dataset>|<knowledge base>``; the latest
+    comparison of each replaces the previous one's): retention never removes them unless asked."""
+
+    __tablename__ = "retrieval_comparison_runs"
+    comparison: Mapped[str] = mapped_column(Text, primary_key=True)
+    evaluation_run_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("retrieval_evaluation_runs.id", ondelete="CASCADE"), primary_key=True)
+    compared_at: Mapped[datetime] = _now()
+    __table_args__ = (Index("ix_comparison_runs_run", "evaluation_run_id"),)

@@ -1,8 +1,9 @@
 """The database schema: SQLAlchemy 2 typed models (Alembic migrations in ``migrations/`` create them).
 
 Knowledge base side (seed names): ``knowledge_bases``, ``documents``, ``document_chunks``,
-``chunk_embeddings`` (one row per chunk *per embedding model*, so strategies can compare models;
-an HNSW cosine index per model is created by :func:`rag_pipeline.storage.engine.ensure_embedding_model`),
+``chunk_embeddings`` (one row per current chunk *per embedding model*, so strategies can compare models;
+an HNSW cosine index per knowledge base × model is created by
+:func:`rag_pipeline.storage.engine.ensure_embedding_model`),
 ``embedding_models``, and the BM25 term statistics ``chunk_terms`` / ``knowledge_base_term_stats``.
 
 Evaluation side (seed §6.1): ``retrieval_evaluation_datasets``, ``retrieval_evaluation_runs``,

@@ -34,6 +34,37 @@ def reader_count(requested: int | None = None) -> int:
     return requested
 
 
+class TooManyReadersError(ValueError):
+    """More read connections than the engine's pool or the server can give; the message says how many fit."""
+
+
+def check_capacity(engine: sa.Engine, readers: int, extra: int) -> None:
+    """Refuse, before anything is written, a reader count that cannot be served: ``readers`` + ``extra``
+    connections (an evaluation's writer and heartbeat) must fit the engine's pool (``pool_size`` +
+    ``max_overflow``; :func:`rag_pipeline.storage.engine.get_engine` sizes one with ``readers=n``) and the
+    server's free connection slots (``max_connections`` minus reserved and in-use ones)."""
+    needed = readers + extra
+    pool = engine.pool
+    if callable(getattr(pool, "size", None)):  # a QueuePool (NullPool / StaticPool have no bound of their own)
+        capacity = pool.size() + max(getattr(pool, "_max_overflow", 0), 0)
+        if needed > capacity:
+            raise TooManyReadersError(
+                f"--readers {readers} needs {needed} database connections ({readers} readers + {extra}) but the "
+                f"engine's connection pool holds at most {capacity}; use at most {capacity - extra} readers")
+    with engine.connect() as conn:
+        free = conn.execute(sa.text(
+            "SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int "
+            "- coalesce(current_setting('reserved_connections', true)::int, 0) - (SELECT count(*) FROM pg_stat_activity "
+            "WHERE backend_type = 'client backend')")).scalar_one()
+    idle = pool.checkedin() if callable(getattr(pool, "checkedin", None)) else 0
+    free += idle  # the pool's idle connections are counted in use but serve this run
+    if needed > free + 1:  # + 1: the connection that asked is back in the pool
+        raise TooManyReadersError(
+            f"--readers {readers} needs {needed} database connections ({readers} readers + {extra}) but the "
+            f"server has {free + 1} free (max_connections minus reserved and in-use ones); use at most "
+            f"{max(free + 1 - extra, 1)} readers or raise max_connections")
+
+
 class SnapshotReaders:
     def __init__(self, connections: list[sa.Connection], snapshot_id: str | None):
         self.connections = connections

@@ -369,14 +369,14 @@ def test_load_pools_round_trip(engine) -> None:
         (RetrievalEvaluationRun, [{"id": run_id, "dataset_id": dataset_id,
                                    "knowledge_base_id": kb_id, "strategy_version": "pool-v1",
                                    "params_hash": "h", "strategy_params": {}}]),
-        (RetrievalEvaluationCandidate, [
-            {**r, "evaluation_run_id": run_id, "document_id": uuid.uuid4(), "document_name": "doc",
-             "is_selected": False, "vector_rank": _int(r["vector_rank"]),
-             "keyword_rank": _int(r["keyword_rank"])} for r in rows]),
         (RetrievalEvaluationCaseResult, [
             {**c, "evaluation_run_id": run_id, "case_index": i, "question": "q",
              "retrieved_chunk_ids": [], **dict.fromkeys(METRIC_NAMES, 0.0)}
             for i, c in enumerate(cases)]),
+        (RetrievalEvaluationCandidate, [
+            {**r, "evaluation_run_id": run_id, "document_id": uuid.uuid4(), "document_name": "doc",
+             "is_selected": False, "vector_rank": _int(r["vector_rank"]),
+             "keyword_rank": _int(r["keyword_rank"])} for r in rows]),
     ]
     with engine.connect() as conn:
         transaction = conn.begin()

@@ -86,12 +86,23 @@ def _store_run(conn, dataset_id, kb_id, version: str, ndcg: list[float]) -> str:
             f"INSERT INTO retrieval_evaluation_case_results (evaluation_run_id, case_id, case_index, question, k, "
             f"relevant_chunk_ids, retrieved_chunk_ids, {', '.join(METRIC_NAMES)}) VALUES (:id, :c, :i, 'q', 1, "
             f"'[]', '[]', {', '.join(':v' for _ in METRIC_NAMES)})"), {"id": run_id, "c": f"c{i}", "i": i, "v": value})
+        # a candidate's document name is its chunk's document's (the view joins it): store both
+        chunk_id = uuid.uuid4()
+        doc_id = conn.execute(sa.text(
+            "INSERT INTO documents (id, knowledge_base_id, original_name, content, content_hash, status, "
+            "publication_status, is_deleted) VALUES (gen_random_uuid(), :kb, :doc, 'x', 'h', 'READY', 'PUBLISHED', "
+            "false) ON CONFLICT (knowledge_base_id, original_name) DO UPDATE SET updated_at = now() RETURNING id"),
+            {"kb": kb_id, "doc": f"{version}-doc-{i}.md"}).scalar_one()
+        conn.execute(sa.text(
+            "INSERT INTO document_chunks (id, knowledge_base_id, document_id, ordinal, content, content_hash, "
+            "char_start, char_end, content_tsvector, token_count, is_current) "
+            "VALUES (:c, :kb, :d, 0, 'x', 'h', 0, 1, 'x', 1, true)"), {"c": chunk_id, "kb": kb_id, "d": doc_id})
         conn.execute(sa.text(
             "INSERT INTO retrieval_evaluation_candidates (evaluation_run_id, case_id, chunk_id, document_id, "
             "document_name, rank, final_score, is_relevant, is_selected, strategy_version) VALUES (:id, :c, "
-            "gen_random_uuid(), gen_random_uuid(), :doc, 1, :v, :rel, true, :sv)"),
-            {"id": run_id, "c": f"c{i}", "doc": f"{version}-doc-{i}.md", "v": value, "rel": value > 0.5,
-             "sv": version})
+            ":chunk, :d, :doc, 1, :v, :rel, true, :sv)"),
+            {"id": run_id, "c": f"c{i}", "chunk": chunk_id, "d": doc_id, "doc": f"{version}-doc-{i}.md", "v": value,
+             "rel": value > 0.5, "sv": version})
     return run_id
 
 

@@ -162,11 +162,11 @@ def test_the_resource_sizes_its_engine_pool_to_the_readers_it_hands_out(engine, 
     assert RagDatabase().reader_count() == 2 and RagDatabase(readers=3).reader_count() == 3
     assert RagDatabase(readers=3).reader_count(7) == 7, "a run's own setting wins"
     big = RagDatabase(readers=9).engine()
-    assert big.pool.size() == 11, "9 read connections + the write connection + one"
+    assert big.pool.size() == 12, "9 read connections + the writer, the heartbeat and the question vectors"
     assert RagDatabase().engine().pool.size() == 5, "never below the default pool"
     assert big is RagDatabase(readers=9).engine(), "one engine per URL and pool size"
     monkeypatch.setenv("RAG_EVAL_READERS", "6")
-    assert RagDatabase().engine().pool.size() == 8
+    assert RagDatabase().engine().pool.size() == 9
 
 
 def test_the_code_location_takes_the_database_url_as_an_env_var(monkeypatch) -> None:

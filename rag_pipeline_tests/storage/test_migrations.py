@@ -15,6 +15,7 @@ from alembic.script import ScriptDirectory
 
 from rag_pipeline.storage import evaluation_schema as eval_models  # noqa: F401 - registers the evaluation tables
 from rag_pipeline.storage.engine import alembic_config
+from rag_pipeline.storage.evaluation_schema import CANDIDATE_PARTITION_PREFIX, METRIC_COLUMNS
 from rag_pipeline.storage.schema import Base
 from rag_pipeline_tests.reliability_helpers import scratch_database
 
@@ -25,8 +26,10 @@ EXPECTED_TABLES = {
     "knowledge_bases", "documents", "document_chunks", "chunk_embeddings", "embedding_models", "chunk_terms",
     "knowledge_base_term_stats", "retrieval_evaluation_datasets", "retrieval_evaluation_runs",
     "retrieval_evaluation_candidates", "retrieval_evaluation_case_results", "retrieval_strategies",
+    "retrieval_evaluation_candidate_rows", "question_embeddings", "retrieval_comparison_runs",
 }
-HNSW_PREFIX = "ix_chunk_embeddings_hnsw_"
+"""Tables, and the view ``retrieval_evaluation_candidates`` (the seed's name over the partitioned storage)."""
+HNSW_PREFIX = "ix_emb_hnsw_"  # a knowledge base × model vector index (created at ingestion)
 
 
 def _heads() -> set[str]:
@@ -34,7 +37,8 @@ def _heads() -> set[str]:
 
 
 def _tables(conn: sa.Connection) -> set[str]:
-    return set(sa.inspect(conn).get_table_names())
+    inspector = sa.inspect(conn)
+    return set(inspector.get_table_names()) | set(inspector.get_view_names())
 
 
 def _versions(conn: sa.Connection) -> set[str]:
@@ -136,14 +140,14 @@ def test_0003_backfills_grades_and_last_seen(scratch_db: tuple[str, str]) -> Non
                 "true, true, 's'), "
                 "('00000000-0000-0000-0000-0000000000a1', 'c', gen_random_uuid(), gen_random_uuid(), 'y', 2, 0, "
                 "false, true, 's')"))
-        _alembic(url, "upgrade", "head")
+        _alembic(url, "upgrade", "0003")
         with eng.connect() as conn:
             grades = conn.execute(sa.text("SELECT rank, is_relevant, relevance_grade FROM "
                                           "retrieval_evaluation_candidates ORDER BY rank")).all()
             seen = dict(conn.execute(sa.text("SELECT content_hash, last_seen_at::date::text FROM "
                                              "retrieval_evaluation_datasets")).all())
             with pytest.raises(sa.exc.IntegrityError):
-                conn.execute(sa.text("UPDATE retrieval_evaluation_candidates SET relevance_grade = 11"))
+                conn.execute(sa.text("UPDATE retrieval_evaluation_candidates SET relevance_grade = 11"))  # at 0003
         assert [tuple(g) for g in grades] == [(1, True, 1), (2, False, None)]
         assert seen == {"h1": "2026-03-01", "h2": "2026-02-01"}
     finally:
@@ -193,11 +197,99 @@ def test_0004_adds_the_knowledge_base_version_of_runs(scratch_db: tuple[str, str
         eng.dispose()
 
 
+SEED_FIELDS = ("evaluation_run_id", "case_id", "chunk_id", "document_id", "document_name", "rank", "vector_score",
+               "vector_rank", "keyword_score", "keyword_rank", "rerank_score", "final_score", "is_relevant",
+               "is_selected", "strategy_version", "relevance_grade")
+
+
+def test_0005_moves_stored_runs_into_partitions(scratch_db: tuple[str, str]) -> None:
+    """A database at 0003 with two stored runs: upgraded to head (0005), every candidate reads back through the seed's
+    ``retrieval_evaluation_candidates`` with the same §4.1 fields, each run's rows sit in its own partition,
+    deleting a run drops its partition, and a downgrade restores the old table with the same rows."""
+    url, sqlalchemy_url = scratch_db
+    eng = sa.create_engine(sqlalchemy_url)
+    query = sa.text(f"SELECT {', '.join(SEED_FIELDS)} FROM retrieval_evaluation_candidates "
+                    "ORDER BY evaluation_run_id, case_id, rank")
+    try:
+        _alembic(url, "downgrade", "base")
+        _alembic(url, "upgrade", "0003")
+        with eng.begin() as conn:
+            _stored_runs_at_0003(conn)
+            before = [tuple(r) for r in conn.execute(query)]
+        assert len(before) == 6
+        _alembic(url, "upgrade", "head")
+        with eng.begin() as conn:
+            after = [tuple(r) for r in conn.execute(query)]
+            parts = conn.execute(sa.text(
+                "SELECT c.relname, (SELECT count(*) FROM retrieval_evaluation_candidate_rows r "
+                "WHERE r.tableoid = c.oid) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent = 'retrieval_evaluation_candidate_rows'::regclass ORDER BY 1")).all()
+            assert after == before
+            assert [tuple(p) for p in parts] == [(CANDIDATE_PARTITION_PREFIX + "0" * 30 + "a1", 4),
+                                                  (CANDIDATE_PARTITION_PREFIX + "0" * 30 + "a2", 2)]
+        _alembic(url, "downgrade", "0003")
+        with eng.begin() as conn:
+            assert [tuple(r) for r in conn.execute(query)] == before
+        _alembic(url, "upgrade", "head")
+        with eng.begin() as conn:
+            conn.execute(sa.text("DELETE FROM retrieval_evaluation_runs WHERE id = :r"),
+                         {"r": "00000000-0000-0000-0000-0000000000a2"})
+            left = conn.execute(sa.text(
+                "SELECT count(*) FROM pg_class WHERE relname LIKE :p AND relkind = 'r'"), {"p": CANDIDATE_PARTITION_PREFIX + "%"}).scalar()
+            assert left == 1, "deleting a run drops its partition"
+            assert [tuple(r) for r in conn.execute(query)] == before[:4]
+    finally:
+        eng.dispose()
+
+
+def _stored_runs_at_0003(conn: sa.Connection) -> None:
+    """Two runs with case results and candidates, written the way 0003's code wrote them (a real chunk for one)."""
+    kb, doc, chunk = ("00000000-0000-0000-0000-00000000000b", "00000000-0000-0000-0000-0000000000dd",
+                      "00000000-0000-0000-0000-0000000000cc")
+    conn.execute(sa.text(
+        "INSERT INTO knowledge_bases (id, name, text_search, chunk_size, chunk_overlap, chunk_count, "
+        "avg_chunk_length) VALUES (:kb, 'kb', 'simple', 500, 80, 0, 0)"), {"kb": kb})
+    conn.execute(sa.text(
+        "INSERT INTO documents (id, knowledge_base_id, original_name, content, content_hash, status, "
+        "publication_status, is_deleted) VALUES (:d, :kb, 'doc.md', 'text', 'h', 'READY', 'PUBLISHED', false)"), {"d": doc, "kb": kb})
+    conn.execute(sa.text(
+        "INSERT INTO document_chunks (id, knowledge_base_id, document_id, ordinal, content, content_hash, "
+        "char_start, char_end, content_tsvector, token_count, is_current) "
+        "VALUES (:c, :kb, :d, 0, 'text', 'h', 0, 4, 'text', 1, true)"),
+        {"c": chunk, "kb": kb, "d": doc})
+    conn.execute(sa.text(
+        "INSERT INTO retrieval_evaluation_datasets (id, name, knowledge_base_name, content_hash, case_count, cases) "
+        "VALUES ('00000000-0000-0000-0000-0000000000d1', 'd', 'kb', 'h1', 2, '[]')"))
+    for run, version in (("a1", "s-v1"), ("a2", "s-v2")):
+        run_id = "00000000-0000-0000-0000-0000000000" + run
+        conn.execute(sa.text(
+            "INSERT INTO retrieval_evaluation_runs (id, dataset_id, knowledge_base_id, strategy_version, "
+            "params_hash, strategy_params, status, is_current, case_count, candidate_count) VALUES "
+            "(:r, '00000000-0000-0000-0000-0000000000d1', :kb, :v, 'p', '{}', 'succeeded', true, 2, 4)"),
+            {"r": run_id, "kb": kb, "v": version})
+        cases = ("c1", "c2") if run == "a1" else ("c1",)
+        for i, case in enumerate(cases):
+            conn.execute(sa.text(
+                f"INSERT INTO retrieval_evaluation_case_results (evaluation_run_id, case_id, case_index, question, "
+                f"k, relevant_chunk_ids, retrieved_chunk_ids, {', '.join(METRIC_COLUMNS)}) VALUES (:r, :c, :i, 'q', "
+                f"1, '[]', '[]', {', '.join('0' for _ in METRIC_COLUMNS)})"), {"r": run_id, "c": case, "i": i})
+            conn.execute(sa.text(
+                "INSERT INTO retrieval_evaluation_candidates (evaluation_run_id, case_id, chunk_id, document_id, "
+                "document_name, rank, vector_score, vector_rank, keyword_score, keyword_rank, final_score, "
+                "is_relevant, is_selected, strategy_version, relevance_grade) VALUES "
+                "(:r, :c, :chunk, :doc, 'doc.md', 1, 0.5, 1, NULL, NULL, 0.25, true, true, :v, 2), "
+                "(:r, :c, :chunk, :doc, 'doc.md', 2, NULL, NULL, 3.5, 1, 0.125, false, false, :v, NULL)"),
+                {"r": run_id, "c": case, "chunk": chunk, "doc": doc, "v": version})
+
+
 def _schema_diffs(conn: sa.Connection) -> list:
     ctx = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": False})
 
     def runtime_index(diff) -> bool:
+        """An index or table created at run time: a model's HNSW index, a run's candidate partition."""
         obj = diff[1] if isinstance(diff, tuple) else None
+        if isinstance(obj, sa.Table) and diff[0] == "remove_table":
+            return obj.name.startswith(CANDIDATE_PARTITION_PREFIX)
         return isinstance(obj, sa.Index) and (obj.name or "").startswith(HNSW_PREFIX)
 
     return [d for d in compare_metadata(ctx, Base.metadata) if not runtime_index(d)]

@@ -1,0 +1,73 @@
+"""Question vectors embedded once per model: ``question_embeddings`` keyed by (sha256 of the question text, model).
+
+An evaluation asks :class:`QuestionVectors` for each batch's vectors: the ones stored by any earlier run (any
+strategy, any dataset holding the same question text) are read back, only the others are embedded, and those
+are stored at once in a short transaction of their own (``ON CONFLICT DO NOTHING``: two runs embedding the same
+question at the same time both succeed and neither waits for the other's long write). Evaluating eight strategies
+of one model on a dataset embeds each question once; :attr:`QuestionVectors.reused` / ``embedded`` count what
+happened (the run summary's ``question_embeddings``). A vector is stored as pgvector ``vector`` (float32, the
+embedder's own precision), so a reused vector is bit for bit the one first computed (embedding the question again
+could differ in the last float bits with the batch it shares; reuse also removes that noise between strategies).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+import sqlalchemy as sa
+
+from rag_pipeline.knowledge_base.embedding import Embedder
+
+_LOOKUP_SQL = sa.text(
+    "SELECT question_hash, embedding FROM question_embeddings WHERE model = :model AND question_hash = ANY(:hashes)")
+_STORE_SQL = sa.text(
+    "INSERT INTO question_embeddings (question_hash, model, embedding) "
+    "SELECT h, :model, v FROM unnest(CAST(:hashes AS bytea[]), CAST(:vectors AS vector[])) AS t(h, v) "
+    "ON CONFLICT DO NOTHING")
+
+
+def question_hash(text: str) -> bytes:
+    """sha256 of the question text (UTF-8), the key of its vectors."""
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def as_array(value) -> np.ndarray:
+    """A pgvector value as read by the driver (a ``Vector``, an array or a list) → float32 array."""
+    if hasattr(value, "to_numpy"):
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
+class QuestionVectors:
+    """Vectors of questions by one embedder, reusing and filling ``question_embeddings`` (see the module doc)."""
+
+    def __init__(self, engine: sa.Engine, embedder: Embedder):
+        self.engine, self.embedder = engine, embedder
+        self.reused = 0
+        self.embedded = 0
+
+    def vectors(self, questions: Sequence[str]) -> np.ndarray:
+        """``(len(questions), dimension)`` float32, unit length, in the order given."""
+        hashes = [question_hash(q) for q in questions]
+        with self.engine.connect() as conn:
+            stored = {bytes(h): as_array(v)
+                      for h, v in conn.execute(_LOOKUP_SQL, {"model": self.embedder.name,
+                                                             "hashes": list(set(hashes))})}
+        missing = list(dict.fromkeys(h for h in hashes if h not in stored))
+        if missing:
+            text_of = dict(zip(hashes, questions, strict=True))
+            fresh = self.embedder.embed([text_of[h] for h in missing])
+            with self.engine.begin() as conn:
+                conn.execute(_STORE_SQL, {"model": self.embedder.name, "hashes": missing, "vectors": list(fresh)})
+            stored.update(zip(missing, fresh, strict=True))
+        self.embedded += len(missing)
+        self.reused += len(hashes) - len(missing)  # a question repeated within the batch counts as reused
+        out = np.empty((len(questions), self.embedder.dimension), dtype=np.float32)
+        for i, h in enumerate(hashes):
+            out[i] = stored[h]
+        return out
+
+    def summary(self) -> dict[str, int]:
+        return {"reused": self.reused, "embedded": self.embedded}

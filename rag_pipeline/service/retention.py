@@ -1,0 +1,135 @@
+"""Retention: remove old evaluation runs so the database stays bounded (``rag-pipeline runs prune``, the Dagster
+job ``prune_evaluation_runs``).
+
+:func:`prune_runs` keeps, for every dataset × knowledge base × strategy, the ``keep_last`` newest runs, and
+never removes
+
+* a current run (what ``compare`` and the API read),
+* a run in progress (``running`` with a fresh heartbeat) or waiting in the queue (``queued``),
+* a run a stored comparison refers to — the runs of the latest ``strategy_comparison`` materialisation of each
+  dataset × knowledge base, recorded by :func:`record_comparison` in ``retrieval_comparison_runs`` — unless
+  ``include_compared=True``.
+
+``older_than_days`` further restricts removal to runs started that long ago; ``dataset`` to one dataset name.
+A run's candidates are its own partition of ``retrieval_evaluation_candidate_rows``: deleting the run row drops
+the partition (trigger of migration 0005), so the cost follows the number of runs removed, not the table's
+size. The result lists the runs, their candidate rows and the bytes freed (the partitions' and the case
+results' sizes, measured before the removal). ``dry_run=True`` reports the same and removes nothing.
+
+Dropping a partition needs a short exclusive lock on the candidate table, which a run that is being written
+holds for its whole write: the removal waits at most :data:`LOCK_TIMEOUT_S` and then fails with
+:class:`RetentionError` (nothing removed; prune again once the evaluation has finished).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from rag_pipeline.evaluation.runs import EFFECTIVE_STATUS, stale_after_seconds
+
+LOCK_TIMEOUT_S = 10
+
+
+class RetentionError(ValueError):
+    """Bad retention arguments, or the candidate table is busy; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class PrunedRun:
+    run_id: str
+    dataset: str
+    knowledge_base: str
+    strategy_version: str
+    status: str
+    started_at: dt.datetime
+    candidate_rows: int
+    bytes: int
+
+
+@dataclass
+class PruneResult:
+    """What :func:`prune_runs` removed (or, with ``dry_run``, would remove)."""
+
+    dry_run: bool
+    runs: list[PrunedRun] = field(default_factory=list)
+    kept_for_comparison: int = 0
+    """Runs that would otherwise go but a stored comparison refers to (kept; ``include_compared`` removes them)."""
+
+    @property
+    def candidate_rows(self) -> int:
+        return sum(r.candidate_rows for r in self.runs)
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(r.bytes for r in self.runs)
+
+
+_CANDIDATES_SQL = f"""
+WITH ranked AS (
+    SELECT r.id, r.is_current, r.started_at, r.strategy_version, r.candidate_count, d.name AS dataset,
+           kb.name AS knowledge_base, {EFFECTIVE_STATUS} AS status,
+           row_number() OVER (PARTITION BY d.name, r.knowledge_base_id, r.strategy_version
+                              ORDER BY r.started_at DESC, r.id) AS place,
+           EXISTS (SELECT 1 FROM retrieval_comparison_runs c WHERE c.evaluation_run_id = r.id) AS compared
+    FROM retrieval_evaluation_runs r
+    JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+    JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+    WHERE (CAST(:dataset AS text) IS NULL OR d.name = :dataset)
+)
+SELECT id, is_current, started_at, strategy_version, candidate_count, dataset, knowledge_base, status, compared,
+       coalesce(pg_total_relation_size(to_regclass(quote_ident(rag_candidate_partition_name(id)))), 0)
+       + coalesce((SELECT sum(pg_column_size(cr.*)) FROM retrieval_evaluation_case_results cr
+                   WHERE cr.evaluation_run_id = ranked.id), 0) AS bytes
+FROM ranked
+WHERE place > :keep AND NOT is_current AND status NOT IN ('running', 'queued')
+  AND (CAST(:days AS float8) IS NULL OR started_at < now() - make_interval(secs => CAST(:days AS float8) * 86400))
+ORDER BY started_at, id
+"""
+
+
+def prune_runs(engine: sa.Engine, *, keep_last: int, older_than_days: float | None = None,
+               dataset: str | None = None, dry_run: bool = False, include_compared: bool = False) -> PruneResult:
+    """Remove old runs (see the module doc); returns what was (or, with ``dry_run``, would be) removed."""
+    if keep_last < 0:
+        raise RetentionError(f"--keep-last must be 0 or more, got {keep_last}")
+    if older_than_days is not None and not older_than_days >= 0:
+        raise RetentionError(f"--older-than must be 0 or more days, got {older_than_days}")
+    result = PruneResult(dry_run=dry_run)
+    with engine.begin() as conn:
+        rows = conn.execute(sa.text(_CANDIDATES_SQL), {
+            "keep": keep_last, "days": older_than_days, "dataset": dataset, "stale": stale_after_seconds()}).all()
+        for r in rows:
+            if r.compared and not include_compared:
+                result.kept_for_comparison += 1
+                continue
+            result.runs.append(PrunedRun(str(r.id), r.dataset, r.knowledge_base, r.strategy_version, r.status,
+                                         r.started_at, int(r.candidate_count or 0), int(r.bytes)))
+        if dry_run or not result.runs:
+            return result
+        conn.execute(sa.text("SELECT set_config('lock_timeout', :t, true)"), {"t": f"{int(LOCK_TIMEOUT_S)}s"})
+        try:
+            # the trigger drops each run's partition; case results and comparison records cascade
+            conn.execute(sa.text("DELETE FROM retrieval_evaluation_runs WHERE id = ANY(CAST(:ids AS uuid[])) "
+                                 "AND NOT is_current"), {"ids": [r.run_id for r in result.runs]})
+        except sa.exc.OperationalError as exc:
+            if getattr(getattr(exc, "orig", None), "sqlstate", None) != "55P03":  # lock_not_available
+                raise
+            raise RetentionError(
+                f"an evaluation run is being written (its candidates hold the table for {LOCK_TIMEOUT_S} s and "
+                "more); nothing was removed — prune again when it has finished") from None
+    return result
+
+
+def record_comparison(engine: sa.Engine, comparison: str, run_ids: Sequence[str]) -> None:
+    """Remember the runs a stored comparison (``comparison`` = its dataset × knowledge base) refers to, replacing
+    what that comparison referred to before: :func:`prune_runs` keeps them."""
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM retrieval_comparison_runs WHERE comparison = :c"), {"c": comparison})
+        conn.execute(sa.text(
+            "INSERT INTO retrieval_comparison_runs (comparison, evaluation_run_id) "
+            "SELECT :c, r.id FROM retrieval_evaluation_runs r WHERE r.id = ANY(CAST(:ids AS uuid[])) "
+            "ON CONFLICT DO NOTHING"), {"c": comparison, "ids": [str(i) for i in run_ids]})

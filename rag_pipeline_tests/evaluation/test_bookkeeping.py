@@ -1,0 +1,86 @@
+"""Run bookkeeping: the heartbeat thread keeps a run alive through a batch slower than the stale limit,
+``finished_at`` is the real end, reader counts beyond the pool or the server are refused (nothing written),
+``--readers`` sizes the CLI's pool, and the timings say which are wall time and which are summed over threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from rag_pipeline.cli import main
+from rag_pipeline.evaluation import runs
+from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.runner import EXTRA_CONNECTIONS, TIMING_KEYS, evaluate_dataset
+from rag_pipeline.retrieval.strategies import get_strategy
+from rag_pipeline.service.evaluations import sized_engine
+from rag_pipeline.storage.snapshot_readers import TooManyReadersError
+from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, table_counts, tiny_cases, write_dataset
+from rag_pipeline_tests.reliability_helpers import blocked_writes
+
+
+@pytest.fixture(scope="module")
+def tiny(engine, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bookkeeping")
+    name = "bookkeeping-kb"
+    chunks = ingest_tiny_kb(engine, name, folder / "docs")
+    return write_dataset(folder / "d.json", name, tiny_cases(chunks), name="bookkeeping")
+
+
+def test_a_batch_slower_than_the_stale_limit_still_succeeds(engine, tiny, monkeypatch):
+    monkeypatch.setenv("RAG_RUN_STALE_SECONDS", "5")  # heartbeat every second
+    dataset = load_dataset(tiny)
+    outcome, errors = [], []
+
+    def evaluate() -> None:
+        try:
+            outcome.append(evaluate_dataset(engine, dataset, get_strategy("keyword-v1"), batch_size=100))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    swept = 0
+    with blocked_writes("retrieval_evaluation_case_results"):  # the single batch's write waits here
+        worker = threading.Thread(target=evaluate)
+        worker.start()
+        held_until = time.monotonic() + 12  # more than twice the stale limit
+        while time.monotonic() < held_until:
+            swept += runs.sweep_abandoned(engine)  # what every other process's next run does
+            time.sleep(0.3)
+        released = time.time()
+    worker.join(timeout=120)
+    assert not errors, errors
+    assert swept == 0, "the heartbeat thread kept the run fresh"
+    with engine.connect() as conn:
+        run = runs.get_run(conn, outcome[0].run_id)
+    assert run.status == "succeeded" and run.is_current
+    assert run.finished_at.timestamp() >= released - 0.5, "finished_at is the end of the run, not its write's start"
+    assert (run.finished_at - run.started_at).total_seconds() >= 11.5
+    assert set(run.timings) == set(TIMING_KEYS)
+    assert run.timings["total_s"] >= run.timings["retrieval_wall_s"] >= 11.5
+
+
+def test_readers_beyond_the_pool_are_refused_before_anything_is_written(engine, tiny):
+    capacity = engine.pool.size() + engine.pool._max_overflow
+    before = table_counts(engine)
+    readers = capacity - EXTRA_CONNECTIONS + 1
+    with pytest.raises(TooManyReadersError, match=rf"needs {capacity + 1} database connections .* at most {capacity}"):
+        evaluate_dataset(engine, load_dataset(tiny), get_strategy("keyword-v1"), readers=readers)
+    huge = sized_engine(500)
+    with pytest.raises(TooManyReadersError, match=r"the server has \d+ free .*raise max_connections"):
+        evaluate_dataset(huge, load_dataset(tiny), get_strategy("keyword-v1"), readers=500)
+    assert table_counts(engine) == before
+
+
+def test_cli_readers_size_the_pool(engine, tiny, capsys):
+    capacity = engine.pool.size() + engine.pool._max_overflow
+    readers = capacity - EXTRA_CONNECTIONS + 1  # more than the default engine serves
+    assert main(["evaluate", "--dataset", str(tiny), "--strategy", "keyword-v1", "--readers", str(readers),
+                 "--batch-size", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    with engine.connect() as conn:
+        summary = conn.execute(sa.text(
+            "SELECT summary FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d "
+            "ON d.id = r.dataset_id WHERE d.name = 'bookkeeping' ORDER BY r.started_at DESC LIMIT 1")).scalar_one()
+    assert summary["readers"] == readers
