@@ -222,8 +222,7 @@ RUNS_LEGEND = (
     "`rag-pipeline show <run>`\n"
     "status: queued (submitted over HTTP, waiting for a Dagster daemon) · running (in progress) · succeeded · "
     "failed (`show` has the error) · "
-    "abandoned (no heartbeat for RAG_RUN_STALE_SECONDS)
-"
+    "abandoned (no heartbeat for RAG_RUN_STALE_SECONDS)\n"
     "kb version = content version of the knowledge base the run measured (`rag-pipeline kb <kb>` prints the "
     "current one; - = not recorded, a run older than this column)"
 )
