@@ -29,6 +29,13 @@ def tiny(engine, tmp_path_factory):
     return write_dataset(folder / "d.json", name, tiny_cases(chunks), name="bookkeeping")
 
 
+def _abandoned_runs_of(engine, dataset_name: str) -> int:
+    with engine.connect() as conn:
+        return conn.execute(sa.text(
+            "SELECT count(*) FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d "
+            "ON d.id = r.dataset_id WHERE d.name = :name AND r.status = 'abandoned'"), {"name": dataset_name}).scalar()
+
+
 def test_a_batch_slower_than_the_stale_limit_still_succeeds(engine, tiny, monkeypatch):
     monkeypatch.setenv("RAG_RUN_STALE_SECONDS", "5")  # heartbeat every second
     dataset = load_dataset(tiny)
@@ -40,18 +47,19 @@ def test_a_batch_slower_than_the_stale_limit_still_succeeds(engine, tiny, monkey
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    swept = 0
+    abandoned_before = _abandoned_runs_of(engine, dataset.name)
     with blocked_writes("retrieval_evaluation_case_results"):  # the single batch's write waits here
         worker = threading.Thread(target=evaluate)
         worker.start()
         held_until = time.monotonic() + 12  # more than twice the stale limit
         while time.monotonic() < held_until:
-            swept += runs.sweep_abandoned(engine)  # what every other process's next run does
+            runs.sweep_abandoned(engine)  # what every other process's next run does (other tests' runs may go)
             time.sleep(0.3)
+        abandoned_during = _abandoned_runs_of(engine, dataset.name) - abandoned_before
         released = time.time()
     worker.join(timeout=120)
     assert not errors, errors
-    assert swept == 0, "the heartbeat thread kept the run fresh"
+    assert abandoned_during == 0, "the heartbeat thread kept the run fresh"
     with engine.connect() as conn:
         run = runs.get_run(conn, outcome[0].run_id)
     assert run.status == "succeeded" and run.is_current
