@@ -119,7 +119,7 @@ def test_stored_version_and_report_keep_the_grades(engine, world):
     assert stored.cases == dataset.cases and stored.content_hash == dataset.content_hash
     assert cases_json[0]["relevant_chunk_ids"] == dataset.cases[0].grades, "grade 0 kept in the stored version"
     jsonschema.validate(report, REPORT_SCHEMA, format_checker=jsonschema.FormatChecker())
-    assert report["report_version"] == 2
+    assert report["report_version"] == 3
     for case, entry in zip(dataset.cases, report["cases"], strict=True):
         assert entry["relevance_grades"] == case.grades
         assert entry["relevant_chunk_ids"] == list(case.relevant_chunk_ids)
