@@ -98,7 +98,7 @@ def test_detail_with_every_candidate_equals_the_cli_show(evaluated, live_server,
     run_id = launched["runs"][0]["run_id"]
     api = requests.get(f"{live_server}/api/v1/retrieval/evaluations/{run_id}",
                        params={"candidates": "all", "limit": 1000}, timeout=60).json()
-    shown = _cli_json(capsys, "show", run_id)
+    shown = _cli_json(capsys, "show", run_id, "--candidates", "all")
     assert api["report_version"] == shown["report_version"]
     assert api["summary"] == shown["summary"]
     assert api["cases"] == shown["cases"]

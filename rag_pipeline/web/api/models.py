@@ -75,6 +75,8 @@ class DatasetRef(_Strict):
 class KnowledgeBaseRef(_Strict):
     id: str
     name: str
+    version: str | None = Field(description="Content version of the knowledge base the run measured (null: a "
+                                            "run older than that record).")
 
 
 class RunSummary(_Strict):
@@ -99,7 +101,10 @@ class RunSummary(_Strict):
     case_count: int
     candidate_count: int
     counts: dict[str, Any] | None
-    timings: dict[str, float] | None
+    timings: dict[str, float] | None = Field(description="Seconds: `*_wall_s` / `total_s` are wall time, "
+                                                       "`*_sql_s` are summed over the reader threads.")
+    question_embeddings: dict[str, Any] | None = Field(description="Question vectors reused from earlier runs "
+                                                                   "vs embedded by this one (null: no vector leg).")
     partition_key: str | None
     dagster_run_id: str | None
     error: str | None
