@@ -32,11 +32,16 @@ test: install
 test-fast: install
 	$(BIN)/pytest -q -m "not db and not slow"
 
-## make dev: the Dagster UI (http://127.0.0.1:3000) on the embedded Postgres
+## make dev: the Dagster UI (http://127.0.0.1:3000, with the daemon that runs queued evaluations) and the HTTP API +
+## admin console (http://127.0.0.1:8000/admin/retrieval-evaluations, OpenAPI at /docs) on the embedded Postgres;
+## Ctrl-C stops both
 dev: install
 	$(BIN)/rag-pipeline db start
 	@echo "rag-pipeline is $(abspath $(BIN))/rag-pipeline (or run 'source $(VENV)/bin/activate' to put it on PATH)"
-	$(BIN)/dagster dev -w workspace.yaml
+	@echo "Dagster UI: http://127.0.0.1:3000   admin console: http://127.0.0.1:8000/admin/retrieval-evaluations   API: http://127.0.0.1:8000/docs"
+	@$(BIN)/rag-pipeline serve --host 127.0.0.1 --port 8000 & serve=$$!; \
+	  trap 'kill $$serve 2>/dev/null; wait $$serve 2>/dev/null' EXIT INT TERM; \
+	  $(BIN)/dagster dev -w workspace.yaml
 
 ## make scifact: the SciFact quality benchmark (reads $RAG_BENCH_DATA/scifact, default ../shared/benchmarks/scifact)
 scifact: install

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field, ValidationError
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 KB_DATABASE = "rag"
@@ -84,6 +84,10 @@ class Settings(BaseSettings):
         None, description="Comma-separated strategy versions the Dagster sensor evaluates a new dataset with "
                           "(a dataset's `metadata.strategies` list wins). Default: every registry version. "
                           "Either way only those the knowledge base has the embeddings for.")
+    api_token: SecretStr | None = Field(
+        None, description="Token of the HTTP service (`rag-pipeline serve`): required to bind beyond loopback "
+                          "(at least 16 characters); then every API call needs `Authorization: Bearer <token>` "
+                          "and every console page a login with it. Unset: loopback only, no login.")
     debug: bool = Field(False, description="`1`: the CLI shows the traceback of an unexpected error.")
     bench_data: Path | None = Field(
         None, description="Folder of the benchmark collections (`scifact/`) for the benchmark-data tests; set "
@@ -91,6 +95,8 @@ class Settings(BaseSettings):
     test_database_url: str | None = Field(
         None, description="Tests only: run the suite against this server instead of a fresh embedded one.")
     update_snapshots: bool = Field(False, description="Tests only: `1` rewrites the asset-graph snapshot.")
+    update_screenshots: bool = Field(False, description="Tests only: `1` makes the console's browser test rewrite "
+                                                        "`docs/console-*.png`.")
 
     def resolved_project_root(self) -> Path:
         if self.project_root:

@@ -47,6 +47,11 @@ DB_TESTS = (
     "rag_pipeline_tests/storage/test_embedded_pg.py",  # starts its own embedded servers
     "rag_pipeline_tests/reliability/test_security.py::test_embedded_postgres_listens_on_its_unix_socket_only",
     "rag_pipeline_tests/defs/test_definitions.py::test_materialise_reports_a_bad_folder",  # RagDatabase() resource
+    "rag_pipeline_tests/web/test_console_browser.py",  # a real server + Dagster daemon on the session's database
+    "rag_pipeline_tests/web/test_console_pages.py",  # the same live server
+    "rag_pipeline_tests/web/test_api.py",  # a `rag-pipeline serve` process and a Dagster daemon on the database
+    "rag_pipeline_tests/web/test_api_errors.py",
+    "rag_pipeline_tests/web/test_api_security.py",
 )
 
 # Node-id prefixes of the tests that took >= 3 s (setup + call) in a full run (`pytest --durations=30`,
@@ -62,6 +67,15 @@ SLOW_TESTS = (
     "rag_pipeline_tests/reliability/test_faults.py::test_unreachable_database_in_a_real_process",  # 4.2 (CLI processes)
     "rag_pipeline_tests/defs/test_definitions.py::test_module_import_exposes_defs",  # 3.2 (a process importing Dagster)
     # database
+    "rag_pipeline_tests/test_cli_labelling.py",  # ingestion + USE load of the module fixture, evaluations, a pty (~60 s)
+    "rag_pipeline_tests/test_cli_labelling_fixes.py",  # three ingestions, five evaluations (~60 s)
+    "rag_pipeline_tests/web/test_labelling_api.py",  # the live server fixture
+    "rag_pipeline_tests/web/test_labelling_console.py",  # the live server fixture, pooling on the demo KB
+    "rag_pipeline_tests/web/test_console_browser.py",  # a browser driving two Dagster evaluation runs (~1-2 min)
+    "rag_pipeline_tests/web/test_console_pages.py",  # the live server fixture + two in-process evaluations (~20 s)
+    "rag_pipeline_tests/web/test_api.py",  # server + daemon start (~70 s under load), two Dagster evaluations
+    "rag_pipeline_tests/web/test_api_errors.py",  # the server fixture; 58 uploads of the malformed corpus
+    "rag_pipeline_tests/web/test_api_security.py",  # two more server processes
     "rag_pipeline_tests/reliability/test_concurrency.py::test_two_partitions_materialised_concurrently_by_two_processes",  # 23.0
     "rag_pipeline_tests/defs/test_evaluation_assets.py::test_dagster_job_execute_in_a_subprocess",  # 17.6
     "rag_pipeline_tests/defs/test_lineage.py",  # ~30 each (two KBs ingested and evaluated through Dagster)

@@ -1,28 +1,43 @@
-"""``rag-pipeline db start|stop|status|url`` and ``rag-pipeline demo`` (the main job, through Dagster)."""
+"""``rag-pipeline db start|stop|status|url|psql`` and ``rag-pipeline demo`` (the main job, through Dagster)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from rag_pipeline.cli.errors import guarded
+from rag_pipeline.cli.errors import EXIT_USER_ERROR, error, guarded
 from rag_pipeline.settings import get_settings, pgdata_dir, project_root
 from rag_pipeline.storage import embedded_server
 from rag_pipeline.storage.engine import dagster_database_url, database_url, get_engine
-from rag_pipeline.storage.urls import mask_url
+from rag_pipeline.storage.urls import libpq_url, mask_url
 
 
 @guarded()
 def cmd_db(args: argparse.Namespace) -> int:
+    if args.psql_args and args.action != "psql":
+        error(f"db {args.action}: unexpected argument(s) {' '.join(args.psql_args)} (only `db psql -- ARGS` takes "
+              "psql arguments)")
+        return EXIT_USER_ERROR
     if args.action == "stop":
         print("stopped" if embedded_server.stop() else f"not running ({pgdata_dir()})")
         return 0
     if args.action == "url":
-        print(mask_url(database_url()) if not args.dagster else mask_url(dagster_database_url()))
+        url = database_url() if not args.dagster else dagster_database_url()
+        if not args.libpq:
+            print(mask_url(url))
+            return 0
+        uri, password = libpq_url(url)
+        print(uri)
+        if password is not None:
+            print("rag-pipeline: note: the password is left out; psql asks for it (or set PGPASSWORD, use "
+                  "~/.pgpass, or run `rag-pipeline db psql`)", file=sys.stderr)
         return 0
+    if args.action == "psql":
+        return _exec_psql(database_url() if not args.dagster else dagster_database_url(), args.psql_args)
     if args.action == "status":
         external = get_settings().database_url
         print(f"RAG_DATABASE_URL {mask_url(external)}" if external else
@@ -34,6 +49,22 @@ def cmd_db(args: argparse.Namespace) -> int:
     _prepare_dagster_instance(lines)
     print(f"database ready: {mask_url(database_url())}\nwrote {env_file} (DAGSTER_HOME, RAG_DAGSTER_PG_URL)")
     return 0
+
+
+def _exec_psql(url: str, extra: list[str]) -> int:
+    """Replace this process with ``psql <libpq URI> [extra...]``; the password travels as PGPASSWORD, never on
+    the command line. psql from PATH, else the one shipped with the embedded server."""
+    uri, password = libpq_url(url)
+    psql = shutil.which("psql") or embedded_server.bundled_binary("psql")
+    if not psql:
+        raise OSError("psql not found: install the PostgreSQL client (e.g. apt-get install postgresql-client), or "
+                      "connect with `rag-pipeline db url --libpq`")
+    env = dict(os.environ)
+    if password is not None:
+        env["PGPASSWORD"] = password
+    sys.stdout.flush()
+    os.execve(psql, [psql, uri, *(a for a in extra if a != "--")], env)
+    return 0  # pragma: no cover - execve does not return
 
 
 def write_env_file() -> tuple[Path, list[str]]:
@@ -82,9 +113,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("db", help="embedded PostgreSQL: start (and write .env), stop, status, url")
-    p.add_argument("action", choices=["start", "stop", "status", "url"])
-    p.add_argument("--dagster", action="store_true", help="with url: print Dagster's storage URL")
+    p = sub.add_parser("db", help="embedded PostgreSQL: start (and write .env), stop, status, url, psql",
+                       description="Embedded PostgreSQL. `url` prints the SQLAlchemy URL (password masked); "
+                                   "`url --libpq` a URI psql accepts (unix-socket host included, password left "
+                                   "out); `psql [-- ARGS]` runs psql on the database (password as PGPASSWORD).")
+    p.add_argument("action", choices=["start", "stop", "status", "url", "psql"])
+    p.add_argument("--dagster", action="store_true", help="with url/psql: Dagster's storage database")
+    p.add_argument("--libpq", action="store_true",
+                   help="with url: a plain postgresql:// URI for psql/pg_dump (no driver suffix, no password)")
+    p.add_argument("psql_args", nargs="*", metavar="PSQL_ARG", help="with psql: arguments for psql, after -- "
+                   "(e.g. db psql -- -c '\\dt')")
     p.set_defaults(func=cmd_db)
 
     p = sub.add_parser("demo", help="the main job: ingest the demo KB, evaluate every strategy through Dagster, "

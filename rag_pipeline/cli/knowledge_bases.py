@@ -18,7 +18,7 @@ from rag_pipeline.storage.engine import get_engine
 def cmd_ingest(args: argparse.Namespace) -> int:
     result = service.ingest(get_engine(), args.path, args.knowledge_base, text_search=args.text_search,
                             chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap, models=args.models,
-                            progress=stage_progress())
+                            rechunk=args.rechunk, progress=stage_progress())
     print_warnings(result.warnings)
     print_json(result.as_dict())
     return 0
@@ -65,6 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="characters per chunk; 0 = one chunk per document")
     p.add_argument("--chunk-overlap", type=arguments.CHUNK_CHARS, default=service.DEFAULT_CHUNK_OVERLAP,
                    help="characters repeated between chunks")
+    p.add_argument("--rechunk", action="store_true",
+                   help="an existing knowledge base with another chunk size/overlap is re-chunked in place; its "
+                        "replaced chunks stay (is_current = false) so `rag-pipeline fix-labels` can re-map labels")
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("import-beir", help="import a BEIR folder as a knowledge base + evaluation dataset",

@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from rag_pipeline.cli import database, diagnose, evaluate, knowledge_bases, tune
+from rag_pipeline.cli import database, diagnose, evaluate, knowledge_bases, labelling, serve, tune
 from rag_pipeline.cli.errors import EXIT_CODES_HELP, Terminated
 from rag_pipeline.storage import embedded_server
 
@@ -25,7 +25,7 @@ DESCRIPTION = "Measure RAG retrieval quality on PostgreSQL + pgvector (no Dagste
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag-pipeline", description=DESCRIPTION, epilog=EXIT_CODES_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (database, knowledge_bases, evaluate, diagnose, tune):
+    for group in (database, knowledge_bases, labelling, evaluate, diagnose, tune, serve):
         group.register(sub)
     for command in sub.choices.values():
         command.epilog = command.epilog or EXIT_CODES_HELP

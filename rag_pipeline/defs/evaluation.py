@@ -52,6 +52,8 @@ def fail_fast_unless_transient():
 class EvaluationDatasetConfig(dg.Config):
     knowledge_base: str = ""
     """Knowledge base for a bare seed-array dataset file (object-form files name their own)."""
+    dataset_id: str = ""
+    """A stored dataset version to evaluate instead of the file (set by the HTTP API for an uploaded dataset)."""
 
 
 class EvaluationRunConfig(dg.Config):
@@ -61,6 +63,9 @@ class EvaluationRunConfig(dg.Config):
     """Read connections searching batches in parallel; 0 = ``RAG_EVAL_READERS`` or 2."""
     strict: bool = False
     """Refuse to run when any label is not a searchable chunk (a dataset with no valid label never runs)."""
+    evaluation_run_id: str = ""
+    """The ``queued`` evaluation run this Dagster run carries out (set by the HTTP API, which created the row);
+    empty: a new run row."""
 
 
 @dg.asset(group_name=GROUP, partitions_def=evaluation_partitions, kinds={"json", "postgres"},
@@ -76,7 +81,11 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
     dataset_key, _ = split_key(context)
     path = datasets_dir() / f"{dataset_key}.json"
     with fail_fast_unless_transient():
-        stored = datasets.register_dataset(rag_db.engine(), path, config.knowledge_base or None)
+        if config.dataset_id:  # a version stored by the HTTP API (an upload): no file to read
+            stored = datasets.describe_stored_dataset(rag_db.engine(), config.dataset_id, dataset_key)
+            path = stored.path
+        else:
+            stored = datasets.register_dataset(rag_db.engine(), path, config.knowledge_base or None)
     with fail_fast_unless_transient():  # recorded now, before the evaluation step reads it (its provenance)
         kb_version = observe_dataset(context.instance, rag_db.engine(), dataset_key, stored.knowledge_base)
     if stored.relevant_ids_not_in_kb:
@@ -88,7 +97,7 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
         "dataset_version": stored.version,
         "knowledge_base": stored.knowledge_base,
         "knowledge_base_version": kb_version,
-        "source_path": dg.MetadataValue.path(str(path)),
+        "source_path": dg.MetadataValue.path(str(path)) if path else "(uploaded through the HTTP API)",
         "dagster/row_count": stored.cases,
         "relevant_chunk_ids": stored.relevant_ids,
         "relevant_ids_not_in_kb": stored.relevant_ids_not_in_kb,
@@ -146,7 +155,7 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
         outcome = evaluations.evaluate_stored(
             engine, dataset_id, version, batch_size=config.batch_size, readers=rag_db.reader_count(config.readers),
             strict=config.strict, partition_key=str(context.partition_key), dagster_run_id=context.run_id, progress=progress,
-            logger=context.log)
+            logger=context.log, queued_run_id=config.evaluation_run_id or None)
     try:  # the run is committed: a failure here must not fail (and re-run) the step
         cases, worst = evaluations.case_tables(engine, outcome.run_id, limit=md.MAX_TABLE_ROWS)
     except sa.exc.SQLAlchemyError as exc:

@@ -27,6 +27,7 @@ class KnowledgeBaseConfig(dg.Config):
     chunk_size: int = knowledge_bases.DEFAULT_CHUNK_SIZE
     chunk_overlap: int = knowledge_bases.DEFAULT_CHUNK_OVERLAP
     models: list[str] = [DEFAULT_MODEL]
+    rechunk: bool = False  # another chunk_size/overlap re-chunks the KB in place (replaced chunks kept for fix-labels)
 
 
 @dg.asset(group_name="knowledge_base", kinds={"postgres", "python"}, pool=POOL,
@@ -36,7 +37,8 @@ def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfi
 
     Reads ``source_dir`` (.md/.txt/.html/.jsonl), chunks sentence-aware with exact spans, embeds in batches
     and writes everything with COPY in one transaction. Re-materialising an unchanged folder changes nothing;
-    a changed document's replaced chunks are kept as history (``is_current = false``).
+    a changed document's replaced chunks are kept as history (``is_current = false``). ``rechunk: true`` with another
+    chunk size/overlap re-chunks every document in place (``rag-pipeline fix-labels`` then carries datasets over).
     """
     engine = rag_db.engine()
     name = context.partition_key
@@ -50,7 +52,7 @@ def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfi
 
     result = knowledge_bases.ingest(engine, config.source_dir, name, text_search=config.text_search,
                                     chunk_size=config.chunk_size, chunk_overlap=config.chunk_overlap,
-                                    models=config.models, progress=progress)
+                                    models=config.models, rechunk=config.rechunk, progress=progress)
     context.log.info(f"read {result.documents_seen} documents from {config.source_dir}")
     for warning in result.warnings:
         context.log.warning(warning)
@@ -65,6 +67,7 @@ def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfi
         "searchable_chunks": version.searchable_chunks,
         "documents_new": result.documents_new,
         "documents_changed": result.documents_changed,
+        "documents_rechunked": result.documents_rechunked,
         "documents_unchanged": result.documents_unchanged,
         "documents_removed": result.documents_removed,
         "chunks_inserted": result.chunks_inserted,

@@ -98,7 +98,7 @@ def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_ba
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key})
     sets = ", ".join(f"{m} = :{m}" for m in METRIC_NAMES)
     updated = conn.execute(sa.text(
-        f"UPDATE retrieval_evaluation_runs SET status = 'succeeded', case_count = :cases, "
+        f"UPDATE retrieval_evaluation_runs SET status = 'succeeded', case_count = :cases, cases_done = :cases, "
         f"candidate_count = :cands, {sets}, timings = CAST(:timings AS jsonb), summary = CAST(:summary AS jsonb), "
         "error = NULL, finished_at = clock_timestamp(), heartbeat_at = now() WHERE id = :id AND status = 'running'"
     ), {"id": run_id, "cases": case_count, "cands": candidate_count,

@@ -77,7 +77,7 @@ CASE_SCHEMA = _obj({
 
 SUMMARY_SCHEMA = _obj({
     "run_id": _UUID,
-    "status": {"enum": ["running", "succeeded", "failed", "abandoned"]},
+    "status": {"enum": ["queued", "running", "succeeded", "failed", "abandoned"]},
     "is_current": {"type": "boolean"},
     "strategy_version": {"type": "string"},
     "params_hash": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
@@ -100,6 +100,8 @@ SUMMARY_SCHEMA = _obj({
     "error": _STR_OR_NULL,
     "started_at": {"type": "string"},
     "finished_at": _STR_OR_NULL,
+    "queued_at": _STR_OR_NULL,
+    "cases_done": {"type": "integer", "minimum": 0},
 })
 
 REPORT_SCHEMA = {

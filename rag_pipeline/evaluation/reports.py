@@ -87,14 +87,18 @@ def summary_of(row: sa.Row) -> dict:
         "error": row.error,
         "started_at": row.started_at.isoformat(),
         "finished_at": row.finished_at.isoformat() if row.finished_at else None,
+        "queued_at": row.queued_at.isoformat() if row.queued_at else None,
+        "cases_done": row.cases_done,
     }
 
 
 def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page: int = PAGE_CASES,
-               candidates: str = "default", case_id: str | None = None) -> Iterator[dict]:
+               candidates: str = "default", case_id: str | None = None, offset: int = 0,
+               limit: int | None = None) -> Iterator[dict]:
     """Per-case report entries in dataset order, each with the candidates of mode ``candidates``
     (:data:`CANDIDATE_MODES`, by rank); ``case_id``: only that case (:class:`CaseNotFoundError` if the run has
-    none). Reads :data:`PAGE_CASES` cases at a time, so memory stays flat however large the run."""
+    none); ``offset`` / ``limit``: a page of cases (by dataset order). Reads :data:`PAGE_CASES` cases at a time,
+    so memory stays flat however large the run."""
     check_mode(candidates)
     cols = ", ".join(("case_id", "case_index", "question", "k", "retrieved_chunk_ids", "relevant_chunk_ids",
                       "relevance_grades", "first_relevant_rank", *METRIC_NAMES, "miss_reasons"))
@@ -107,12 +111,13 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
                                   "WHERE id = :run"), {"run": run_id}).first()
     strategy = stored_strategy(params.strategy_version, params.strategy_params) if params else None
     reranked = strategy is not None and strategy.rerank is not None
-    last, seen = -1, False
-    while True:
+    last, seen, left = int(offset) - 1, False, limit
+    while left is None or left > 0:
+        n = page if left is None else min(page, left)
         rows = conn.execute(sa.text(
             f"SELECT {cols} FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :run{one_case} "
             "AND case_index > :last ORDER BY case_index LIMIT :page"),
-            {"run": run_id, "last": last, "page": page, "case": case_id}).all()
+            {"run": run_id, "last": last, "page": n, "case": case_id}).all()
         if not rows:
             if case_id is not None and not seen:
                 raise CaseNotFoundError(f"run {run_id} has no case {case_id!r}")
@@ -141,6 +146,8 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
                 "candidates": pools[r.case_id],
             }
         last = rows[-1].case_index
+        if left is not None:
+            left -= len(rows)
 
 
 def _grades(r: sa.Row) -> dict[str, int]:
@@ -229,7 +236,8 @@ def _indented(obj, level: int = 2) -> str:
 RUNS_LEGEND = (
     "* = the current run of its dataset × knowledge base × strategy (what `compare` uses); "
     "`rag-pipeline show <run>`\n"
-    "status: running (in progress) · succeeded · failed (`show` has the error) · "
+    "status: queued (submitted over HTTP, waiting for a Dagster daemon) · running (in progress) · succeeded · "
+    "failed (`show` has the error) · "
     "abandoned (no heartbeat for RAG_RUN_STALE_SECONDS)\n"
     "kb version = content version of the knowledge base the run measured (`rag-pipeline kb <kb>` prints the "
     "current one; - = not recorded, a run older than this column)"

@@ -52,8 +52,8 @@ from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
-from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
+from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.search import (
     RetrievalError,
@@ -108,10 +108,13 @@ def evaluate_dataset(
     progress: Progress | None = None,
     logger=None,
     readers: int | None = None,
+    queued_run_id: str | None = None,
 ) -> EvaluationOutcome:
     """Run ``strategy`` over every case of ``dataset`` (against ``dataset.knowledge_base``) and store the run.
 
-    ``readers``: read connections searching batches in parallel (default ``RAG_EVAL_READERS`` or 2)."""
+    ``readers``: read connections searching batches in parallel (default ``RAG_EVAL_READERS`` or 2).
+    ``queued_run_id``: the ``queued`` run row to use (created by the HTTP API) instead of a new one; it must be
+    queued for this strategy and dataset version (else :class:`runs.RunNotQueuedError`)."""
     logger = logger or log
     readers = reader_count(readers)
     check_capacity(engine, readers, EXTRA_CONNECTIONS)
@@ -127,8 +130,13 @@ def evaluate_dataset(
     with engine.begin() as conn:
         params_hash = register_strategy(conn, strategy)
         dataset_id = persistence.store_dataset(conn, dataset, kb.name)
-    run_id = runs.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
-                             params_hash=params_hash, partition_key=partition_key, dagster_run_id=dagster_run_id)
+    if queued_run_id:
+        run_id = queued_run_id
+        runs.start_queued_run(engine, run_id, strategy_version=strategy.version, params_hash=params_hash,
+                              dataset_id=dataset_id, dagster_run_id=dagster_run_id)
+    else:
+        run_id = runs.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
+                                 params_hash=params_hash, partition_key=partition_key, dagster_run_id=dagster_run_id)
     outcome = EvaluationOutcome(str(run_id), str(dataset_id), dataset.name, dataset.content_hash, str(kb.id),
                                 kb.name, strategy.version, params_hash)
     logger.info(f"evaluation run {run_id}: {len(dataset.cases)} cases of {dataset.name!r} "
@@ -264,6 +272,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                     writer, _case_rows(run_id, start, batch, result.traces, values, result.reasons, stats))
                 _tick(timings, "persistence_s", t)
                 outcome.case_count += len(batch)
+                runs.heartbeat(engine, run_id, outcome.case_count)
                 if progress:
                     progress(outcome.case_count, total)
                 if (start // batch_size) % 10 == 9:

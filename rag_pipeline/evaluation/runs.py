@@ -1,9 +1,11 @@
-"""Evaluation run records: lifecycle (running → succeeded | failed | abandoned), heartbeat, history queries.
+"""Evaluation run records: lifecycle ((queued →) running → succeeded | failed | abandoned), heartbeat, history.
 
 A run row is created and committed on its own (status ``running``) before any result is computed, so
 a run in progress is visible, together with its candidate partition (:func:`create_candidate_partition`);
 its heartbeat is refreshed every few seconds by a background thread on a connection of its own
-(:class:`Heartbeat`), however long one batch takes. The results themselves
+(:class:`Heartbeat`), however long one batch takes, and ``cases_done`` after every batch (:func:`heartbeat`).
+A run the HTTP API submits to Dagster is created ``queued`` (:func:`create_run` with ``queued=True``) and
+moved to ``running`` by the Dagster step that evaluates it (:func:`start_queued_run`). The results themselves
 are written by :mod:`rag_pipeline.evaluation.persistence` in one separate transaction that also flips the
 status to ``succeeded``. A ``running`` run whose heartbeat is older than :func:`stale_after_seconds`
 (process killed, machine lost) is reported as ``abandoned`` and swept to that status by the next run.
@@ -22,11 +24,15 @@ import sqlalchemy as sa
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.urls import mask_secrets
 
-STATUSES = ("running", "succeeded", "failed", "abandoned")
+STATUSES = ("queued", "running", "succeeded", "failed", "abandoned")
 
 
 class RunNotFoundError(LookupError):
     """No evaluation run with that id."""
+
+
+class RunNotQueuedError(RuntimeError):
+    """A queued run that is no longer queued (already started, failed or finished) was asked to start."""
 
 
 def stale_after_seconds() -> int:
@@ -40,19 +46,26 @@ EFFECTIVE_STATUS = (
 )
 
 
-def create_run(engine: sa.Engine, *, dataset_id, knowledge_base_id, strategy, params_hash: str,
-               partition_key: str | None = None, dagster_run_id: str | None = None) -> uuid.UUID:
-    """Insert and commit a ``running`` run row; returns its id."""
+def create_run(engine: sa.Engine | sa.Connection, *, dataset_id, knowledge_base_id, strategy, params_hash: str,
+               partition_key: str | None = None, dagster_run_id: str | None = None,
+               queued: bool = False) -> uuid.UUID:
+    """Insert and commit a ``running`` run row (``queued=True``: a ``queued`` one); returns its id. Given a
+    connection, the row is inserted in its transaction (the caller commits)."""
     run_id = uuid.uuid4()
+    statement = sa.text(
+        "INSERT INTO retrieval_evaluation_runs (id, dataset_id, knowledge_base_id, strategy_version, "
+        "params_hash, strategy_params, embedding_model, status, is_current, partition_key, dagster_run_id, "
+        "case_count, candidate_count, queued_at) VALUES (:id, :ds, :kb, :v, :h, CAST(:p AS jsonb), :m, :status, "
+        "false, :pk, :dr, 0, 0, CASE WHEN :queued THEN now() END)")
+    params = {"id": run_id, "ds": dataset_id, "kb": knowledge_base_id, "v": strategy.version, "h": params_hash,
+              "p": _json(strategy.params()), "m": strategy.embedding_model if strategy.vector_candidate_k else None,
+              "pk": partition_key, "dr": dagster_run_id, "status": "queued" if queued else "running",
+              "queued": queued}
+    if isinstance(engine, sa.Connection):
+        engine.execute(statement, params)
+        return run_id
     with engine.begin() as conn:
-        conn.execute(sa.text(
-            "INSERT INTO retrieval_evaluation_runs (id, dataset_id, knowledge_base_id, strategy_version, "
-            "params_hash, strategy_params, embedding_model, status, is_current, partition_key, dagster_run_id, "
-            "case_count, candidate_count) VALUES (:id, :ds, :kb, :v, :h, CAST(:p AS jsonb), :m, 'running', false, "
-            ":pk, :dr, 0, 0)"
-        ), {"id": run_id, "ds": dataset_id, "kb": knowledge_base_id, "v": strategy.version, "h": params_hash,
-            "p": _json(strategy.params()), "m": strategy.embedding_model if strategy.vector_candidate_k else None,
-            "pk": partition_key, "dr": dagster_run_id})
+        conn.execute(statement, params)
     return run_id
 
 
@@ -64,6 +77,30 @@ def set_knowledge_base_version(engine: sa.Engine, run_id, version: str) -> None:
                      {"id": run_id, "v": version})
 
 
+def start_queued_run(engine: sa.Engine, run_id, *, strategy_version: str, params_hash: str,
+                     dataset_id, dagster_run_id: str | None = None) -> None:
+    """Move a ``queued`` run to ``running`` (its start time and heartbeat now). The run must still be queued
+    and be the same strategy, parameters and dataset version, else :class:`RunNotQueuedError`."""
+    with engine.begin() as conn:
+        row = conn.execute(sa.text(
+            "UPDATE retrieval_evaluation_runs SET status = 'running', started_at = now(), heartbeat_at = now(), "
+            "dagster_run_id = coalesce(:dr, dagster_run_id) WHERE id = :id AND status = 'queued' "
+            "AND strategy_version = :v AND params_hash = :h AND dataset_id = :ds RETURNING id"),
+            {"id": run_id, "dr": dagster_run_id, "v": strategy_version, "h": params_hash, "ds": dataset_id}).first()
+        if row is None:
+            found = conn.execute(sa.text(
+                "SELECT status, strategy_version, params_hash, dataset_id FROM retrieval_evaluation_runs "
+                "WHERE id = :id"), {"id": run_id}).first()
+    if row is not None:
+        return
+    if found is None:
+        raise RunNotQueuedError(f"evaluation run {run_id} does not exist; nothing to start")
+    if found.status != "queued":
+        raise RunNotQueuedError(f"evaluation run {run_id} is {found.status}, not queued; it is not run again")
+    raise RunNotQueuedError(f"evaluation run {run_id} was queued for {found.strategy_version} on dataset version "
+                            f"{found.dataset_id}, not {strategy_version} on {dataset_id} (or its parameters changed)")
+
+
 def create_candidate_partition(engine: sa.Engine, run_id) -> None:
     """Create and attach the run's partition of ``retrieval_evaluation_candidate_rows`` (its own transaction:
     ATTACH PARTITION takes a SHARE UPDATE EXCLUSIVE lock on the parent, which no running write waits for)."""
@@ -73,12 +110,15 @@ def create_candidate_partition(engine: sa.Engine, run_id) -> None:
 
 _HEARTBEAT_SQL = sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clock_timestamp() "
                          "WHERE id = :id AND status = 'running'")
+_PROGRESS_SQL = sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clock_timestamp(), "
+                         "cases_done = coalesce(:done, cases_done) WHERE id = :id AND status = 'running'")
 log = logging.getLogger(__name__)
 
 
-def heartbeat(engine: sa.Engine, run_id) -> None:
+def heartbeat(engine: sa.Engine, run_id, cases_done: int | None = None) -> None:
+    """Refresh a running run's heartbeat now (and its progress, ``cases_done``, after a batch)."""
     with engine.begin() as conn:
-        conn.execute(_HEARTBEAT_SQL, {"id": run_id})
+        conn.execute(_PROGRESS_SQL, {"id": run_id, "done": cases_done})
 
 
 def heartbeat_interval() -> float:
@@ -125,12 +165,13 @@ class Heartbeat:
 
 
 def mark_failed(engine: sa.Engine, run_id, error: str) -> None:
-    """Best effort: record the failure (the results transaction has already been rolled back)."""
+    """Best effort: record the failure of a running or queued run (the results transaction has already been
+    rolled back)."""
     try:
         with engine.begin() as conn:
             conn.execute(sa.text(
                 "UPDATE retrieval_evaluation_runs SET status = 'failed', error = :e, finished_at = clock_timestamp(), "
-                "is_current = false WHERE id = :id AND status = 'running'"
+                "is_current = false WHERE id = :id AND status IN ('running', 'queued')"
             ), {"id": run_id, "e": mask_secrets(error)[:10_000]})
     except sa.exc.SQLAlchemyError:  # the database itself is gone: the stale heartbeat will tell
         pass
@@ -150,7 +191,8 @@ RUN_COLUMNS = f"""
     r.id, {EFFECTIVE_STATUS} AS status, r.is_current, r.strategy_version, r.params_hash, r.strategy_params,
     r.embedding_model, r.knowledge_base_version, r.partition_key, r.dagster_run_id, r.case_count, r.candidate_count,
     r.precision_at_k, r.recall_at_k, r.reciprocal_rank, r.ndcg_at_k, r.hit_at_k, r.average_precision_at_k,
-    r.r_precision, r.timings, r.summary, r.error, r.started_at, r.heartbeat_at, r.finished_at,
+    r.r_precision, r.timings, r.summary, r.error, r.started_at, r.heartbeat_at, r.finished_at, r.cases_done,
+    r.queued_at,
     d.id AS dataset_id, d.name AS dataset_name, d.content_hash AS dataset_version, d.source_path,
     d.case_count AS dataset_case_count, kb.id AS knowledge_base_id, kb.name AS knowledge_base_name
 """
@@ -228,10 +270,15 @@ def get_run(conn: sa.Connection, run_id) -> sa.Row:
     return row
 
 
-def list_runs(conn: sa.Connection, *, knowledge_base_id=None, dataset: str | None = None,
-              strategy: str | None = None, current_only: bool = False, limit: int = 100) -> list[sa.Row]:
-    """Run history, newest first (seed §6.2 ``GET /knowledge-bases/{id}/retrieval/runs``)."""
-    where, params = ["true"], {"stale": stale_after_seconds(), "limit": int(limit)}
+def _run_filter(*, knowledge_base_id=None, dataset: str | None = None, strategy: str | None = None,
+                current_only: bool = False, status: str | None = None, run_ids=None) -> tuple[str, dict]:
+    where, params = ["true"], {"stale": stale_after_seconds()}
+    if status:
+        where.append(f"({EFFECTIVE_STATUS}) = :status")
+        params["status"] = status
+    if run_ids is not None:
+        where.append("r.id = ANY(:ids)")
+        params["ids"] = [uuid.UUID(str(i)) for i in run_ids]
     if knowledge_base_id is not None:
         where.append("r.knowledge_base_id = :kb")
         params["kb"] = knowledge_base_id
@@ -243,9 +290,24 @@ def list_runs(conn: sa.Connection, *, knowledge_base_id=None, dataset: str | Non
         params["sv"] = strategy
     if current_only:
         where.append("r.is_current")
+    return " AND ".join(where), params
+
+
+def list_runs(conn: sa.Connection, *, limit: int = 100, offset: int = 0, **filters) -> list[sa.Row]:
+    """Run history, newest first (seed §6.2 ``GET /knowledge-bases/{id}/retrieval/runs``). Filters:
+    ``knowledge_base_id``, ``dataset``, ``strategy``, ``current_only``, ``status`` (the effective status: a stale
+    ``running`` run is ``abandoned``), ``run_ids``. Newest = latest submitted (``queued_at``, else started)."""
+    where, params = _run_filter(**filters)
     return conn.execute(sa.text(
-        f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE {' AND '.join(where)} ORDER BY r.started_at DESC, r.id LIMIT :limit"
-    ), params).all()
+        f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE {where} "
+        "ORDER BY coalesce(r.queued_at, r.started_at) DESC, r.started_at DESC, r.id LIMIT :limit OFFSET :offset"
+    ), {**params, "limit": int(limit), "offset": int(offset)}).all()
+
+
+def count_runs(conn: sa.Connection, **filters) -> int:
+    """How many runs :func:`list_runs` would list without a limit."""
+    where, params = _run_filter(**filters)
+    return conn.execute(sa.text(f"SELECT count(*) {RUN_FROM} WHERE {where}"), params).scalar_one()
 
 
 def _json(value) -> str:

@@ -1,6 +1,8 @@
 """Ingestion: documents → chunks → embeddings → rows (documents, chunks, embeddings, tsvector, BM25 stats).
 
-Idempotent: an unchanged document is skipped; a changed one keeps its unchanged chunks (same
+Idempotent: an unchanged document is skipped (unless ``rechunk`` changes the knowledge base's chunk size or
+overlap: then every document is cut again, chunks of the same span and text keep their id, and the others are
+retired with ``is_current = false``, their text and span kept for ``fix-labels``); a changed one keeps its unchanged chunks (same
 deterministic id), gets new chunks for the rest, and its old chunks are kept with ``is_current = false``
 (history, so an old label can be explained later). Ingestion syncs the KB with the folder: a document
 missing from it is marked deleted, and a document present in it is (again) not deleted — to hide a
@@ -43,7 +45,7 @@ import sqlalchemy as sa
 from rag_pipeline.knowledge_base import chunking, term_stats, textsearch
 from rag_pipeline.knowledge_base.background_encoder import BackgroundEncoder, encoder_threads
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
-from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base
+from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base, rechunking
 from rag_pipeline.knowledge_base.sources import SourceDocument
 from rag_pipeline.storage.engine import ensure_embedding_model, hnsw_index_name
 
@@ -57,6 +59,7 @@ class IngestionResult:
     documents_seen: int = 0
     documents_new: int = 0
     documents_changed: int = 0
+    documents_rechunked: int = 0
     documents_unchanged: int = 0
     documents_removed: int = 0
     chunks_inserted: int = 0
@@ -86,9 +89,11 @@ def ingest_documents(
     chunk_overlap: int = 80,
     models: Sequence[str] = (DEFAULT_MODEL,),
     prune: bool = True,
+    rechunk: bool = False,
     progress: Progress | None = None,
 ) -> IngestionResult:
-    """Bring the knowledge base in line with ``docs``; ``chunk_size=None`` keeps each document one chunk."""
+    """Bring the knowledge base in line with ``docs``; ``chunk_size=None`` keeps each document one chunk.
+    ``rechunk``: an existing knowledge base with another chunk size/overlap is re-chunked in place (else refused)."""
     t0 = time.perf_counter()
     embedders = [get_embedder(m) for m in models]
     # Models and their HNSW indexes first, in their own short transaction: CREATE INDEX takes a SHARE lock
@@ -99,7 +104,9 @@ def ingest_documents(
         for embedder in embedders:  # the KB's own HNSW index of each model (storage.engine.ensure_embedding_model)
             ensure_embedding_model(conn, embedder.name, embedder.dimension, embedder.backend, kb_index_id)
     with engine.begin() as conn:
-        kb_id = ensure_knowledge_base(conn, knowledge_base, text_search, chunk_size or 0, chunk_overlap)
+        recut = rechunk and rechunking(conn, knowledge_base, chunk_size or 0, chunk_overlap)
+        kb_id = ensure_knowledge_base(conn, knowledge_base, text_search, chunk_size or 0, chunk_overlap,
+                                      rechunk=rechunk)
         result = IngestionResult(knowledge_base, str(kb_id), documents_seen=len(docs), warnings=_warnings(
             knowledge_base, text_search, docs))
         existing = {
@@ -109,7 +116,8 @@ def ingest_documents(
                 {"kb": kb_id},
             )
         }
-        new_chunks, changed_doc_ids, doc_rows = _plan(docs, existing, knowledge_base, chunk_size, chunk_overlap, result)
+        new_chunks, changed_doc_ids, doc_rows = _plan(docs, existing, knowledge_base, chunk_size, chunk_overlap, result,
+                                                      recut)
         present = {d.original_name for d in docs}
         removed = [v[0] for k, v in existing.items() if prune and not v[2] and k not in present]
         result.documents_removed = len(removed)
@@ -154,7 +162,7 @@ def _warnings(knowledge_base: str, text_search: str, docs: Sequence[SourceDocume
     return warnings
 
 
-def _plan(docs, existing, kb_name, chunk_size, chunk_overlap, result):
+def _plan(docs, existing, kb_name, chunk_size, chunk_overlap, result, recut=False):
     new_chunks: list[_NewChunk] = []
     changed: list[object] = []
     doc_rows = []
@@ -163,9 +171,12 @@ def _plan(docs, existing, kb_name, chunk_size, chunk_overlap, result):
         digest = chunking.sha256(doc.text)
         previous = existing.get(doc.original_name)
         if previous and previous[1] == digest and not previous[2]:
-            result.documents_unchanged += 1
-            continue
-        if previous:
+            if not recut:
+                result.documents_unchanged += 1
+                continue
+            result.documents_rechunked += 1
+            changed.append(previous[0])
+        elif previous:
             result.documents_changed += 1
             changed.append(previous[0])
         else:

@@ -25,8 +25,13 @@ class KnowledgeBaseError(LookupError):
     """Unknown knowledge base/document or conflicting settings; the message is for the user."""
 
 
-def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chunk_size: int, chunk_overlap: int):
-    """Create the KB (deterministic id from its name) or check that its settings did not change."""
+def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chunk_size: int, chunk_overlap: int,
+                          *, rechunk: bool = False):
+    """Create the KB (deterministic id from its name) or check that its settings did not change.
+
+    ``rechunk``: a different chunk size/overlap is accepted and becomes the KB's setting (the caller re-chunks
+    every document; replaced chunks stay with ``is_current = false``). The text mode can never change (every
+    tsvector was built with it). :func:`rechunking` tells whether the stored chunking differs."""
     check_name(KNOWLEDGE_BASE, name)  # the one name rule (InvalidNameError, a user error)
     textsearch.regconfig(text_search)
     kb_id = chunking.knowledge_base_id(name)
@@ -40,12 +45,26 @@ def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chun
             {"id": kb_id, "n": name, "ts": text_search, "cs": chunk_size, "co": chunk_overlap},
         )
         return kb_id
-    if (row.text_search, row.chunk_size, row.chunk_overlap) != (text_search, chunk_size, chunk_overlap):
+    chunking_changed = (row.chunk_size, row.chunk_overlap) != (chunk_size, chunk_overlap)
+    if row.text_search != text_search or (chunking_changed and not rechunk):
+        hint = (" (or --rechunk, Dagster config rechunk: true, to re-chunk this knowledge base in place, keeping "
+                "the replaced chunks for `rag-pipeline fix-labels`)" if row.text_search == text_search else "")
         raise KnowledgeBaseError(
             f"knowledge base {name!r} was built with text_search={row.text_search}, chunk_size={row.chunk_size}, "
             f"chunk_overlap={row.chunk_overlap}; ingest with the same settings or use a new knowledge base name"
+            + hint
         )
+    if chunking_changed:
+        conn.execute(sa.text("UPDATE knowledge_bases SET chunk_size = :cs, chunk_overlap = :co WHERE id = :id"),
+                     {"cs": chunk_size, "co": chunk_overlap, "id": row.id})
     return row.id
+
+
+def rechunking(conn: sa.Connection, name: str, chunk_size: int, chunk_overlap: int) -> bool:
+    """Whether knowledge base ``name`` exists with another chunk size or overlap (ingesting it re-chunks)."""
+    row = conn.execute(sa.text("SELECT chunk_size, chunk_overlap FROM knowledge_bases WHERE name = :n"),
+                       {"n": name}).first()
+    return row is not None and (row.chunk_size, row.chunk_overlap) != (chunk_size, chunk_overlap)
 
 
 def resolve_knowledge_base(conn: sa.Connection, name_or_id: str) -> sa.Row:

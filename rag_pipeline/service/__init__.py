@@ -7,8 +7,14 @@ rendering here. The front ends parse their input, call one operation and render 
 |---|---|
 | ``ingest``, ``import_beir``, ``knowledge_base_stats``, ``set_document_state`` | :mod:`.knowledge_bases` |
 | ``register_dataset``, ``check_dataset``, ``check_stored_dataset``, ``resolve_dataset`` | :mod:`.datasets` |
-| ``plan_evaluation``, ``evaluate``, ``evaluate_stored``, ``knowledge_base_name``, ``list_runs``, ``run_summaries``, ``write_report``, ``case_tables`` | :mod:`.evaluations` |
+| ``plan_evaluation``, ``evaluate``, ``evaluate_stored``, ``knowledge_base_name``, ``list_runs``, ``run_page``, ``evaluation_detail``, ``run_summaries``, ``write_report``, ``case_tables`` | :mod:`.evaluations` |
+| ``list_knowledge_bases``, ``describe_knowledge_base``, ``choose_strategies``, ``list_datasets``, ``find_dataset``, ``store_uploaded_dataset`` | :mod:`.catalog` |
+| ``queue_evaluations`` (queued runs the HTTP API hands to Dagster), ``queued_runs``, ``fail_queued`` | :mod:`.run_queue` |
 | ``compare``, ``tune``, ``add_strategy`` | :mod:`.analysis` |
+| ``find_chunks`` (list or search the chunk ids to label) | :mod:`.labelling` |
+| ``pool``, ``suggest``, ``export_draft``, ``store_draft``, the console's drafts (pooled judging) | :mod:`.label_drafts` |
+| ``fix_labels``, ``remap_note`` (labels across a re-chunking) | :mod:`.label_fixes` |
+| ``metric_history``, ``dataset_versions``, ``run_summary``, ``run_cases``, ``case_detail``, ``chunk_texts``, ``compare_runs`` (the admin console's reads) | :mod:`.history` |
 
 :data:`.errors.USER_ERRORS` are the exceptions whose message is meant for the user (a front end shows the
 message, not a traceback); :data:`.errors.TRANSIENT_ERRORS` are worth a bounded retry.

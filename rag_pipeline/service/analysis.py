@@ -14,6 +14,7 @@ from rag_pipeline.analysis.tune_split import SplitTuneResult, tune_split
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC
 from rag_pipeline.retrieval.registry_file import write_strategy
 from rag_pipeline.retrieval.strategies import StrategyError, load_registry
+from rag_pipeline.service import label_fixes
 from rag_pipeline.service.datasets import resolve_dataset
 
 
@@ -39,16 +40,19 @@ class StrategyComparison:
 
 def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = None,
             dataset_version: str | None = None, baseline: str = DEFAULT_BASELINE, margin: float = 0.0,
-            alpha: float = 0.05, n_resamples: int = 10000) -> StrategyComparison:
-    """Compare every strategy's run on one version of ``dataset`` (a name = partition key, or a dataset file)
-    with ``baseline``: paired permutation test, bootstrap CI, Holm, win/tie/loss, movers. The latest version
+            alpha: float = 0.05, n_resamples: int = 10000, named: bool = False) -> StrategyComparison:
+    """Compare every strategy's run on one version of ``dataset`` (a name = partition key, or a dataset file;
+    ``named=True``: only ever a stored dataset's name, never read as a path — for remote callers) with
+    ``baseline``: paired permutation test, bootstrap CI, Holm, win/tie/loss, movers. The latest version
     unless ``dataset_version`` (hash or prefix) is given; strategies without a run on it are listed as stale."""
-    name, kb = resolve_dataset(dataset, knowledge_base)
+    name, kb = (dataset, knowledge_base) if named else resolve_dataset(dataset, knowledge_base)
     with engine.connect() as conn:
         selection = comparison.select_runs(conn, name, kb, dataset_version)
         comp = comparison.compare(selection.runs, baseline, dataset=name, n_resamples=n_resamples)
         comparison.attach_top_chunks(conn, comp)
-    comp.notes[:0] = [*selection.notes, *(f"{v}: {why}" for v, why in selection.stale.items())]
+        remapped = label_fixes.remap_note(conn, name, selection.knowledge_base, selection.dataset_version)
+    comp.notes[:0] = [*selection.notes, *(f"{v}: {why}" for v, why in selection.stale.items()),
+                      *([remapped] if remapped else [])]
     return StrategyComparison(comp, comparison.regression_gate(comp, margin=margin, alpha=alpha), selection.runs,
                               selection.dataset_version, selection.knowledge_base, selection.stale)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
+from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, load_dataset
 from rag_pipeline.evaluation.dataset_fields import relevant_ids_of
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
@@ -27,7 +27,7 @@ class StoredDataset:
     name: str
     version: str
     knowledge_base: str
-    path: Path
+    path: Path | None
     cases: int
     relevant_ids: int
     relevant_ids_not_in_kb: int
@@ -46,6 +46,21 @@ def register_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | 
     return StoredDataset(str(dataset_id), dataset.name, dataset.content_hash, kb.name, Path(path),
                          len(dataset.cases), sum(len(c.relevant_chunk_ids) for c in dataset.cases), missing,
                          min(ks), max(ks))
+
+
+def describe_stored_dataset(engine: sa.Engine, dataset_id: str, expected_name: str | None = None) -> StoredDataset:
+    """A dataset version already stored (e.g. uploaded through the HTTP API), described like
+    :func:`register_dataset` describes a file (``path`` None); ``expected_name``: it must be that dataset."""
+    with engine.connect() as conn:
+        dataset = load_stored_dataset(conn, dataset_id)
+        kb = resolve_knowledge_base(conn, dataset.knowledge_base)
+        missing = relevant_ids_missing(conn, kb.id, dataset)
+    if expected_name is not None and dataset.name != expected_name:
+        raise DatasetError(f"dataset version {dataset_id}", [DatasetProblem(
+            f"is dataset {dataset.name!r}, not {expected_name!r} (the partition's dataset)")])
+    ks = [c.k for c in dataset.cases]
+    return StoredDataset(str(dataset_id), dataset.name, dataset.content_hash, kb.name, None, len(dataset.cases),
+                         sum(len(c.relevant_chunk_ids) for c in dataset.cases), missing, min(ks), max(ks))
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from rag_pipeline.knowledge_base.textsearch import TextSearchError
 from rag_pipeline.retrieval.search import RetrievalError
 from rag_pipeline.retrieval.strategies import StrategyError
 from rag_pipeline.retrieval.strategy_store import StrategyConflictError
+from rag_pipeline.service.catalog import DatasetNotFoundError
 from rag_pipeline.service.retention import RetentionError
 from rag_pipeline.settings import SettingsError
 from rag_pipeline.storage.engine import DatabaseUnreachableError
@@ -41,7 +42,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     LabelsRefused,
     SettingsError, DatabaseError, SourceError, TextSearchError, EmbeddingError, KnowledgeBaseError,
     DatasetError, StrategyError, StrategyConflictError, RetrievalError, RunNotFoundError, ComparisonError,
-    TuneError, InvalidNameError, FileReadError, TooManyReadersError, RetentionError,
+    TuneError, InvalidNameError, FileReadError, TooManyReadersError, RetentionError, DatasetNotFoundError,
 )
 """Errors whose message tells the user what to fix: bad input, unknown names, configuration."""
 

@@ -15,6 +15,7 @@ from rag_pipeline.evaluation.dataset import Dataset, load_dataset
 from rag_pipeline.evaluation.diagnosis import first_line
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.persistence import load_stored_dataset
+from rag_pipeline.evaluation.report_schema import REPORT_VERSION
 from rag_pipeline.evaluation.runner import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
@@ -110,18 +111,24 @@ def knowledge_base_name(engine: sa.Engine, name_or_id: str) -> str:
 def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *, batch_size: int = BATCH_SIZE,
                     readers: int | None = None, strict: bool = False, partition_key: str | None = None,
                     dagster_run_id: str | None = None, progress: Progress | None = None,
-                    logger: logging.Logger | None = None) -> EvaluationOutcome:
+                    logger: logging.Logger | None = None, queued_run_id: str | None = None) -> EvaluationOutcome:
     """Evaluate one strategy on a stored dataset version (what the Dagster partition run does), after the same
-    label check as :func:`evaluate` (its headline goes to ``logger`` as a warning)."""
-    strategy = get_strategy(strategy_version)
-    with engine.connect() as conn:
-        dataset = load_stored_dataset(conn, dataset_id)
-    headline = label_headline(check_labels_first(engine, dataset, strict=strict))
+    label check as :func:`evaluate` (its headline goes to ``logger`` as a warning). ``queued_run_id``: the
+    queued run (HTTP API) this evaluation is; a failure before it starts marks it failed, never left queued."""
+    try:
+        strategy = get_strategy(strategy_version)
+        with engine.connect() as conn:
+            dataset = load_stored_dataset(conn, dataset_id)
+        headline = label_headline(check_labels_first(engine, dataset, strict=strict))
+    except BaseException as exc:
+        if queued_run_id:
+            runs.mark_failed(engine, queued_run_id, f"{type(exc).__name__}: {exc}")
+        raise
     if headline and logger:
         logger.warning(headline)
     return evaluate_dataset(engine, dataset, strategy, batch_size=batch_size, readers=readers,
                             partition_key=partition_key, dagster_run_id=dagster_run_id, progress=progress,
-                            logger=logger)
+                            logger=logger, queued_run_id=queued_run_id)
 
 
 def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[dict]:
@@ -131,13 +138,45 @@ def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[dict]:
 
 
 def list_runs(engine: sa.Engine, *, knowledge_base: str | None = None, dataset: str | None = None,
-              strategy: str | None = None, current_only: bool = False, limit: int = 100) -> list[dict]:
+              strategy: str | None = None, current_only: bool = False, limit: int = 100, offset: int = 0,
+              status: str | None = None) -> list[dict]:
     """Run summaries, newest first; ``knowledge_base`` is a name or id."""
+    return run_page(engine, knowledge_base=knowledge_base, dataset=dataset, strategy=strategy,
+                    current_only=current_only, limit=limit, offset=offset, status=status)[1]
+
+
+def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int = 100, offset: int = 0,
+             **filters) -> tuple[int, list[dict]]:
+    """(how many runs match, one page of their summaries, newest first). Filters: ``dataset``, ``strategy``,
+    ``current_only``, ``status`` (one of :data:`runs.STATUSES`); ``knowledge_base`` is a name or id."""
+    status = filters.get("status")
+    if status and status not in runs.STATUSES:
+        raise ValueError(f"status must be one of {', '.join(runs.STATUSES)}, got {status!r}")
     with engine.connect() as conn:
         kb_id = resolve_knowledge_base(conn, knowledge_base).id if knowledge_base else None
-        rows = runs.list_runs(conn, knowledge_base_id=kb_id, dataset=dataset, strategy=strategy,
-                              current_only=current_only, limit=limit)
-        return [reports.summary_of(r) for r in rows]
+        total = runs.count_runs(conn, knowledge_base_id=kb_id, **filters)
+        rows = runs.list_runs(conn, knowledge_base_id=kb_id, limit=limit, offset=offset, **filters)
+        return total, [reports.summary_of(r) for r in rows]
+
+
+class CaseNotFoundError(runs.RunNotFoundError):
+    """The run has no case with that ``case_id``."""
+
+
+def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "default", case_id: str | None = None,
+                      offset: int = 0, limit: int | None = None, include_text: bool = False) -> dict:
+    """Seed §6.3 detail of a run (id or unique prefix): ``report_version``, ``summary``, a page of ``cases`` with
+    their candidates as ``candidates`` selects (:data:`reports.CANDIDATE_MODES`), ``case_id`` for one case;
+    ``include_text`` adds each candidate's chunk text, looked up live (never stored with the candidates)."""
+    with engine.connect() as conn:
+        run_uuid = runs.resolve_run_id(conn, run_id)
+        summary = reports.summary_of(runs.get_run(conn, run_uuid))
+        cases = list(reports.iter_cases(conn, run_uuid, include_text=include_text, candidates=candidates,
+                                        case_id=case_id, offset=0 if case_id else offset, limit=limit))
+    if case_id is not None and not cases:
+        raise CaseNotFoundError(f"evaluation run {run_uuid} has no case {case_id!r}"
+                                + ("" if summary["status"] == "succeeded" else f" (the run is {summary['status']})"))
+    return {"report_version": REPORT_VERSION, "summary": summary, "cases": cases}
 
 
 def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: bool = False,

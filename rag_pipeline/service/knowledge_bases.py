@@ -25,16 +25,19 @@ DEFAULT_CHUNK_OVERLAP = 80
 
 def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_search: str = "simple",
            chunk_size: int = DEFAULT_CHUNK_SIZE, chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
-           models: Sequence[str] = (DEFAULT_MODEL,), progress: Progress | None = None) -> IngestionResult:
+           models: Sequence[str] = (DEFAULT_MODEL,), rechunk: bool = False,
+           progress: Progress | None = None) -> IngestionResult:
     """Bring knowledge base ``knowledge_base`` in line with the documents of ``folder`` (created if new).
 
     ``chunk_size`` 0 keeps each document one chunk. Re-ingesting an unchanged folder changes nothing.
+    Another chunk size/overlap than the KB's is refused unless ``rechunk``: then every document is cut again and
+    the replaced chunks stay (``is_current = false``, with their spans) for ``fix-labels``.
     The name is checked and the whole folder read (bounded) before anything is written; the files
     :func:`read_folder` skipped (no text, symlink loop, unreadable) are listed in the result's warnings."""
     check_name(KNOWLEDGE_BASE, knowledge_base)
     docs = read_folder(folder)
     result = ingest_documents(engine, docs, knowledge_base, text_search=text_search, chunk_size=chunk_size or None,
-                              chunk_overlap=chunk_overlap, models=models, progress=progress)
+                              chunk_overlap=chunk_overlap, models=models, rechunk=rechunk, progress=progress)
     result.warnings.extend(docs.warnings())
     return result
 

@@ -5,7 +5,7 @@ job ``prune_evaluation_runs``).
 never removes
 
 * a current run (what ``compare`` and the API read),
-* a run in progress (``running`` with a fresh heartbeat),
+* a run in progress (``running`` with a fresh heartbeat) or waiting in the queue (``queued``),
 * a run a stored comparison refers to — the runs of the latest ``strategy_comparison`` materialisation of each
   dataset × knowledge base, recorded by :func:`record_comparison` in ``retrieval_comparison_runs`` — unless
   ``include_compared=True``.
@@ -85,7 +85,7 @@ SELECT id, is_current, started_at, strategy_version, candidate_count, dataset, k
        + coalesce((SELECT sum(pg_column_size(cr.*)) FROM retrieval_evaluation_case_results cr
                    WHERE cr.evaluation_run_id = ranked.id), 0) AS bytes
 FROM ranked
-WHERE place > :keep AND NOT is_current AND status <> 'running'
+WHERE place > :keep AND NOT is_current AND status NOT IN ('running', 'queued')
   AND (CAST(:days AS float8) IS NULL OR started_at < now() - make_interval(secs => CAST(:days AS float8) * 86400))
 ORDER BY started_at, id
 """

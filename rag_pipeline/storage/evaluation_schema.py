@@ -1,7 +1,8 @@
 """Evaluation tables (seed §6.1) plus per-case results and the strategy parameter registry.
 
-``retrieval_evaluation_runs.status`` moves ``running`` → ``succeeded`` | ``failed``; a ``running`` run
-whose ``heartbeat_at`` is stale is shown as ``abandoned``. Readers only treat ``succeeded`` runs as
+``retrieval_evaluation_runs.status`` moves (``queued`` →) ``running`` → ``succeeded`` | ``failed``; a ``running``
+run whose ``heartbeat_at`` is stale is shown as ``abandoned``. ``queued``: submitted by the HTTP API to Dagster,
+not started yet; ``cases_done`` counts the cases evaluated so far (updated per batch). Readers only treat ``succeeded`` runs as
 results, so a run's candidates, case results and summary count together or not at all.
 """
 
@@ -26,6 +27,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -103,9 +105,12 @@ class RetrievalEvaluationRun(Base):
     started_at: Mapped[datetime] = _now()
     heartbeat_at: Mapped[datetime] = _now()
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cases_done: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default=text("0"))
+    queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     __table_args__ = (
         Index("ix_runs_dataset_strategy", "dataset_id", "strategy_version"),
         Index("ix_runs_kb", "knowledge_base_id"),
+        CheckConstraint("status IN ('queued', 'running', 'succeeded', 'failed', 'abandoned')", name="ck_runs_status"),
         CheckConstraint("knowledge_base_version ~ '^[0-9a-f]{64}$'", name="ck_runs_knowledge_base_version"),
     )
 

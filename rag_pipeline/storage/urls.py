@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -69,3 +69,37 @@ def with_database(url: str, database: str) -> str:
 def normalize_url(url: str) -> str:
     """Any PostgreSQL URL (``postgres://``, ``postgresql://``, ``postgresql+psycopg2://``...) with the psycopg 3 driver."""
     return with_driver(url, "psycopg")
+
+
+# Connection parameters libpq (psql, pg_dump) accepts in a URI's query string; anything else (a SQLAlchemy or
+# driver option) would make psql fail with ``invalid URI query parameter``.
+LIBPQ_PARAMETERS = frozenset({
+    "host", "hostaddr", "port", "dbname", "user", "passfile", "channel_binding", "connect_timeout",
+    "client_encoding", "options", "application_name", "fallback_application_name", "keepalives",
+    "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout", "replication", "gssencmode",
+    "sslmode", "requiressl", "sslcompression", "sslcert", "sslkey", "sslpassword", "sslcertmode", "sslrootcert",
+    "sslcrl", "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version", "ssl_max_protocol_version",
+    "krbsrvname", "gsslib", "gssdelegation", "service", "target_session_attrs", "load_balance_hosts",
+    "sslnegotiation", "require_auth", "min_protocol_version", "max_protocol_version",
+})
+
+
+def libpq_url(url: str) -> tuple[str, str | None]:
+    """``(URI psql accepts, password)`` of a database URL: scheme ``postgresql://`` without a driver suffix, the
+    password taken out (pass it as ``PGPASSWORD``, or let psql prompt for it), only libpq's query parameters kept
+    (a unix-socket ``host=/path`` included)."""
+    parsed = make_url(with_driver(url, "psycopg"))
+    password = parsed.password
+
+    def q(text: object, safe: str = "") -> str:
+        return quote(str(text), safe=safe)  # percent-encoding only: libpq reads '+' as '+'
+
+    user = q(parsed.username) + "@" if parsed.username else ""
+    host = q(parsed.host) if parsed.host else ""
+    port = f":{parsed.port}" if parsed.port else ""
+    params = []
+    for key, value in parsed.query.items():
+        if key in LIBPQ_PARAMETERS:
+            params += [f"{key}={q(v, safe='/')}" for v in (value if isinstance(value, tuple) else (value,))]
+    uri = f"postgresql://{user}{host}{port}/{q(parsed.database or '')}" + ("?" + "&".join(params) if params else "")
+    return uri, (str(password) if password else None)

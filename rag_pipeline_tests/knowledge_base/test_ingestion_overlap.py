@@ -162,17 +162,18 @@ def test_second_model_embeds_unchanged_chunks_and_reuses_pre_encoded_ones(engine
         assert second.embeddings_written == second.chunks_inserted + len(current)
         assert_vectors_match_direct_encode(conn, kb_name, MINILM, current)
         use = vectors(conn, kb_name, DEFAULT_MODEL)
-        assert current <= set(use) and len(use) == first.chunks_inserted + second.chunks_inserted
+        assert set(use) == current, "replaced chunks' vectors are deleted: the KB's index holds current vectors only"
         assert_vectors_match_direct_encode(conn, kb_name, DEFAULT_MODEL, set(use))
     assert n_use == second.chunks_inserted, "only the new chunks are encoded with USE"
     assert n_minilm == len(current), "each current chunk encoded once with MiniLM"
-    # back to version 0: the old chunks come back with their USE vectors (not encoded again); MiniLM never had them
+    # back to version 0: the old chunks come back; their vectors were deleted when they were replaced, so both
+    # models encode them again (each once)
     encoded[DEFAULT_MODEL].clear()
     encoded[MINILM].clear()
     third = ingest(engine, make_docs(version=0), kb_name, models=[DEFAULT_MODEL, MINILM])
     assert third.documents_changed == 4 and third.chunks_inserted > 0
-    assert encoded[DEFAULT_MODEL] == []
-    assert len(encoded[MINILM]) == third.chunks_inserted == third.embeddings_written
+    assert len(encoded[DEFAULT_MODEL]) == len(encoded[MINILM]) == third.chunks_inserted
+    assert third.embeddings_written == 2 * third.chunks_inserted
 
 
 def test_embed_threads_setting(monkeypatch) -> None:

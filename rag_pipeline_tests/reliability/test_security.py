@@ -359,6 +359,10 @@ VETTED_SQL_SPLICES = {
     ("knowledge_base/term_stats.py", "tracking", "_N_AND_AVGDL"): "constant SQL statement",
     ("knowledge_base/term_stats.py", "_update_n_and_avgdl", "_N_AND_AVGDL"): "constant SQL statement",
     ("knowledge_base/lifecycle.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
+    ("knowledge_base/chunk_lookup.py", "<module>", "_COLUMNS"): "constant select list",
+    ("knowledge_base/chunk_lookup.py", "<module>", "_SEARCHABLE"): "constant SQL fragment (the searchable rule)",
+    ("knowledge_base/chunk_lookup.py", "<module>", "_ORDER"): "constant ORDER BY list",
+    ("knowledge_base/span_remap.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
     ("knowledge_base/versions.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
     ("retrieval/bm25_sql.py", "<module>", "BASE_FILTERS"): "constant SQL fragment",
     ("retrieval/bm25_sql.py", "<module>", 'extra=""'): "literal select-list suffix",
@@ -408,6 +412,7 @@ VETTED_SQL_SPLICES = {
                                       'if include_text else ""'): "one of two literals",
     ("evaluation/reports.py", "case_overview", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
     ("evaluation/reports.py", "case_overview", "order"): "one of two literal ORDER BY lists",
+    ("evaluation/reports.py", "iter_cases", "mode=mode"): "one of the literal filters of _MODE_FILTER",
     ("retrieval/sql.py", "<module>", "_TSQUERY"): "constant SQL fragment",
     ("retrieval/sql.py", "<module>", "_TS_RANK_CD_MATCHES"): "constant SQL fragment",
     ("retrieval/sql.py", "<module>", "BASE_FILTERS"): "constant SQL fragment",
@@ -421,7 +426,10 @@ VETTED_SQL_SPLICES = {
     ("evaluation/runs.py", "get_run", "RUN_FROM"): "constant SQL fragment",
     ("evaluation/runs.py", "list_runs", "RUN_COLUMNS"): "constant SQL fragment",
     ("evaluation/runs.py", "list_runs", "RUN_FROM"): "constant SQL fragment",
-    ("evaluation/runs.py", "list_runs", "' AND '.join(where)"): "literal 'column = :param' predicates",
+    ("evaluation/runs.py", "list_runs", "where"): "_run_filter's literal 'column = :param' predicates",
+    ("evaluation/runs.py", "count_runs", "RUN_FROM"): "constant SQL fragment",
+    ("evaluation/runs.py", "count_runs", "where"): "_run_filter's literal 'column = :param' predicates",
+    ("evaluation/runs.py", "_run_filter", "EFFECTIVE_STATUS"): "constant SQL fragment",
 }
 _SQL_WORDS = re.compile(r"\b(SELECT|INSERT INTO|UPDATE|DELETE FROM|CREATE|DROP|ALTER|COPY|WHERE|FROM|JOIN|"
                         r"ORDER BY|GROUP BY|LIMIT|VALUES|SET|AS)\b")

@@ -1,0 +1,170 @@
+"""``rag-pipeline chunks | suggest | label | fix-labels``: build a dataset without writing SQL, keep it valid.
+
+- ``chunks --knowledge-base KB [--search TEXT] [--document NAME] [--limit N] [--format table|json]``: chunk ids to
+  label (document, ordinal, character span, snippet); a search finds the literal text, then keyword + vector hits.
+- ``suggest --knowledge-base KB --questions FILE [--strategy S ...] [--depth 10] --output DRAFT``: pooled
+  candidates of several strategies per question, written as a label draft.
+- ``label DRAFT [--output DATASET]``: judge the draft in the terminal (resumable); ``label DRAFT --export DATASET``
+  writes the dataset without a terminal. The dataset is validated and its labels checked before it is written.
+- ``fix-labels --dataset F --knowledge-base KB --output G``: re-map labels after a re-chunking; exit 1 when some
+  labels are left for a person (listed), 0 when every label is valid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from rag_pipeline.analysis.label_draft import DraftError, load_draft
+from rag_pipeline.cli import arguments, label_tui
+from rag_pipeline.cli.errors import guarded
+from rag_pipeline.cli.output import print_json
+from rag_pipeline.knowledge_base.chunk_lookup import snippet
+from rag_pipeline.service import label_drafts, label_fixes, labelling
+from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.names import printable
+
+LIMIT = arguments.int_between(1, labelling.MAX_LIMIT)
+DEPTH = arguments.int_between(1, 1000)
+
+
+def chunk_table(listing: labelling.ChunkListing, width: int) -> str:
+    """One line per chunk: rank, chunk id, document #ordinal, span, how it matched, snippet."""
+    if not listing.chunks:
+        scope = f" of document {listing.document!r}" if listing.document else ""
+        return (f"no chunk{scope} matches {listing.search!r}" if listing.search
+                else f"knowledge base {listing.knowledge_base!r} has no searchable chunk{scope}")
+    lines = []
+    for f in listing.chunks:
+        c = f.chunk
+        head = (f"{f.rank:3d}  {c.chunk_id}  {printable(c.document_name)} #{c.ordinal}  "
+                f"{c.char_start}-{c.char_end}" + (f"  [{'+'.join(f.matched)}]" if f.matched else ""))
+        room = max(40, width - 6)
+        lines += [head, "     " + printable(snippet(c.text, [listing.search or ""], room))]
+    shown = len(listing.chunks)
+    more = f" (first {shown}; --limit shows more)" if listing.total > shown else ""
+    what = "found" if listing.search else "searchable chunks"
+    lines.append(f"{listing.total} {what}{more}")
+    return "\n".join(lines)
+
+
+@guarded()
+def cmd_chunks(args: argparse.Namespace) -> int:
+    listing = labelling.find_chunks(get_engine(), args.knowledge_base, search=args.search, document=args.document,
+                                    limit=args.limit)
+    if args.format == "json":
+        print_json(listing.as_dict())
+    else:
+        print(chunk_table(listing, shutil.get_terminal_size((120, 30)).columns))
+    return 0
+
+
+@guarded(DraftError)
+def cmd_suggest(args: argparse.Namespace) -> int:
+    draft = label_drafts.suggest(get_engine(), args.knowledge_base, args.questions, args.output,
+                              strategies=args.strategies, depth=args.depth, k=args.k, name=args.name)
+    sizes = [len(q.candidates) for q in draft.questions]
+    print(f"wrote {args.output}: {len(draft.questions)} questions, {sum(sizes)} pooled candidates "
+          f"({min(sizes)}-{max(sizes)} per question) from {', '.join(draft.strategies)} at depth {draft.depth}")
+    print(f"next: rag-pipeline label {args.output} --output datasets/{draft.name}.json")
+    return 0
+
+
+@guarded(DraftError)
+def cmd_label(args: argparse.Namespace) -> int:
+    path = Path(args.draft)
+    draft = load_draft(path)
+    target = args.export or args.output
+    if target and Path(target).resolve() == path.resolve():
+        raise OSError(f"{target} is the draft itself; write the dataset to another file")
+    if not args.export:
+        draft = label_tui.run(draft, path).draft
+        p = draft.progress()
+        print(f"saved {path}: {p['judged']} judged, {p['skipped']} skipped, {p['pending']} pending "
+              f"(`rag-pipeline label {path}` resumes)")
+        if not target:
+            return 0
+    done = label_drafts.export_draft(get_engine(), draft, target, binary=args.binary)
+    print(f"wrote {done.path}: {len(done.dataset.cases)} cases; {done.labels.summary()}")
+    for case_id, reason in done.left_out:
+        print(f"  not exported: {printable(case_id)}: {reason}", file=sys.stderr)
+    return 0
+
+
+@guarded()
+def cmd_fix_labels(args: argparse.Namespace) -> int:
+    fixes = label_fixes.fix_labels(get_engine(), args.dataset, args.knowledge_base, args.output)
+    if args.format == "json":
+        print(json.dumps(fixes.as_dict(), ensure_ascii=False, indent=2))
+    else:
+        print(format_fixes(fixes))
+    return 1 if fixes.unresolved else 0
+
+
+def format_fixes(fixes: label_fixes.LabelFixes) -> str:
+    c = fixes.counts()
+    lines = [f"wrote {fixes.output}: {c['labels']} labels against {fixes.knowledge_base!r}: {c['ok']} already valid, "
+             f"{c['fixed']} fixed, {c['unresolved']} left for a person"]
+    for ch in fixes.changes:
+        lines.append(f"  fixed  case {printable(ch['case_id'])}: {ch['old_chunk_id']} -> "
+                     f"{', '.join(ch['new_chunk_ids'])}\n         {printable(ch['reason'])}")
+    for u in fixes.unresolved:
+        lines.append(f"  LISTED case {printable(u['case_id'])}: {u['old_chunk_id']} ({u['status']}): "
+                     f"{printable(u['reason'])}")
+        for cand in u.get("candidates") or []:
+            overlap = f" overlap {cand['overlap']:.0%}" if cand.get("overlap") is not None else ""
+            span = f" chars {cand['char_start']}-{cand['char_end']}" if "char_start" in cand else ""
+            lines.append(f"           candidate {cand['chunk_id']}{span}{overlap}")
+    if fixes.unresolved:
+        lines.append(f"the listed labels are unchanged in {fixes.output}: replace them by hand (find ids with "
+                     "`rag-pipeline chunks --search`), then `rag-pipeline check-dataset`")
+    return "\n".join(lines)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("chunks", help="list or search a knowledge base's chunk ids (what a dataset labels)",
+                       description="List a knowledge base's searchable chunks (document, ordinal, char span, text "
+                                   "snippet), or search them: chunks containing the text literally first, then the "
+                                   "knowledge base's keyword search (BM25, its text mode) and a vector search fused "
+                                   "by reciprocal rank. Chinese works.")
+    p.add_argument("--knowledge-base", required=True, help="knowledge base name or id")
+    p.add_argument("--search", help="text to look for (a phrase, words, a question)")
+    p.add_argument("--document", help="only this document (original name or id)")
+    p.add_argument("--limit", type=LIMIT, default=20, help=f"at most this many chunks (1..{labelling.MAX_LIMIT}, "
+                                                           "default 20)")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=cmd_chunks)
+
+    p = sub.add_parser("suggest", help="pool the top candidates of several strategies per question into a label "
+                                       "draft (TREC-style pooling)")
+    p.add_argument("--knowledge-base", required=True, help="knowledge base name or id")
+    p.add_argument("--questions", required=True, help="a text file (one question per line, # comments) or a "
+                                                      "dataset file (its labels become prior judgments)")
+    p.add_argument("--strategy", action="append", dest="strategies", metavar="VERSION",
+                   help="strategy version, repeatable (default: every registry version the knowledge base can run)")
+    p.add_argument("--depth", type=DEPTH, default=10, help="top candidates taken from each strategy (default 10)")
+    p.add_argument("--k", type=arguments.K, default=10, help="k of the cases of a text questions file (default 10)")
+    p.add_argument("--name", help="name of the dataset the draft becomes (default: the draft's file stem)")
+    p.add_argument("--output", required=True, help="the draft JSON to write")
+    p.set_defaults(func=cmd_suggest)
+
+    p = sub.add_parser("label", help="judge a label draft in the terminal (resumable), or export it as a dataset",
+                       description=label_tui.__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("draft", help="the draft written by `rag-pipeline suggest`")
+    p.add_argument("--output", help="after quitting, write the judged questions as this dataset file")
+    p.add_argument("--export", metavar="DATASET", help="no terminal: write the dataset file and exit")
+    p.add_argument("--binary", action="store_true", help="export relevant ids as a list (grades dropped)")
+    p.set_defaults(func=cmd_label)
+
+    p = sub.add_parser("fix-labels", help="re-map a dataset's labels to a knowledge base's current chunks "
+                                          "(after a re-chunking); exit 1 when some are left for a person",
+                       description=label_fixes.__doc__.split("\n\n", 1)[1],
+                       formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--dataset", required=True, help="dataset JSON file")
+    p.add_argument("--knowledge-base", required=True, help="the knowledge base the labels must point into")
+    p.add_argument("--output", required=True, help="the fixed dataset file to write")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_fix_labels)

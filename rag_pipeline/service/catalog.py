@@ -1,0 +1,236 @@
+"""What there is to evaluate: knowledge bases (counts, models, text mode, applicable strategies), their stored
+datasets, and storing an uploaded dataset (the HTTP front end's upload; the CLI stores files with
+:func:`rag_pipeline.service.datasets.register_dataset`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, parse_dataset
+from rag_pipeline.evaluation.persistence import store_dataset
+from rag_pipeline.evaluation.runner import relevant_ids_missing
+from rag_pipeline.knowledge_base import lifecycle
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
+from rag_pipeline.storage.names import show_name
+
+
+class DatasetNotFoundError(LookupError):
+    """No stored dataset (version) of that name in the knowledge base; the message lists the known ones."""
+
+
+def ping(engine: sa.Engine) -> None:
+    """One round trip to the database (raises when it cannot be reached)."""
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT 1"))
+
+
+_KB_NAMES_SQL = "SELECT name FROM knowledge_bases ORDER BY name"
+_KB_MODELS_SQL = """
+SELECT DISTINCT e.model FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id
+WHERE e.knowledge_base_id = :kb AND c.is_current
+"""
+_KB_ACTIVITY_SQL = """
+SELECT (SELECT count(DISTINCT d.name) FROM retrieval_evaluation_datasets d WHERE d.knowledge_base_name = :name)
+         AS datasets,
+       (SELECT count(*) FROM retrieval_evaluation_runs r WHERE r.knowledge_base_id = :kb) AS runs,
+       (SELECT max(r.started_at) FROM retrieval_evaluation_runs r WHERE r.knowledge_base_id = :kb) AS last_run_at
+"""
+
+
+def applicable_strategies(conn: sa.Connection, kb_id, registry: dict[str, Strategy] | None = None,
+                          ) -> tuple[list[str], dict[str, str]]:
+    """(the registry versions this knowledge base can run — those without a vector leg or whose embedding model
+    it holds —, ``{version: why not}`` for the others)."""
+    registry = registry if registry is not None else load_registry()
+    models = set(conn.execute(sa.text(_KB_MODELS_SQL), {"kb": kb_id}).scalars())
+    ok, skipped = [], {}
+    for version, strategy in registry.items():
+        if strategy.vector_candidate_k and strategy.embedding_model not in models:
+            skipped[version] = (f"the knowledge base has no {strategy.embedding_model} embeddings "
+                                f"(ingest with --models {strategy.embedding_model})")
+        else:
+            ok.append(version)
+    return ok, skipped
+
+
+def _describe(conn: sa.Connection, name_or_id: str, registry: dict[str, Strategy]) -> dict:
+    stats = lifecycle.knowledge_base_stats(conn, name_or_id)
+    kb = resolve_knowledge_base(conn, name_or_id)
+    ok, skipped = applicable_strategies(conn, kb.id, registry)
+    activity = conn.execute(sa.text(_KB_ACTIVITY_SQL), {"name": kb.name, "kb": kb.id}).one()
+    return {
+        "id": str(kb.id), "name": kb.name, "text_search": kb.text_search, "chunk_size": kb.chunk_size,
+        "chunk_overlap": kb.chunk_overlap, "documents": stats["documents"],
+        "searchable_documents": stats["searchable_documents"], "current_chunks": stats["current_chunks"],
+        "replaced_chunks": stats["replaced_chunks"], "embeddings": stats["embeddings"],
+        "models": sorted(stats["embeddings"]), "avg_chunk_tokens": stats["avg_chunk_tokens"],
+        "applicable_strategies": ok, "inapplicable_strategies": skipped,
+        "datasets": activity.datasets, "runs": activity.runs,
+        "last_run_at": activity.last_run_at.isoformat() if activity.last_run_at else None,
+    }
+
+
+def list_knowledge_bases(engine: sa.Engine) -> list[dict]:
+    """Every knowledge base by name: counts (documents, searchable, chunks, embeddings per model), text mode,
+    the strategies it can run, and how many datasets and runs it has."""
+    registry = load_registry()
+    with engine.connect() as conn:
+        names = conn.execute(sa.text(_KB_NAMES_SQL)).scalars().all()
+        return [_describe(conn, name, registry) for name in names]
+
+
+def describe_knowledge_base(engine: sa.Engine, name_or_id: str) -> dict:
+    """One knowledge base (name or id) as :func:`list_knowledge_bases` shows it."""
+    with engine.connect() as conn:
+        return _describe(conn, name_or_id, load_registry())
+
+
+def choose_strategies(engine: sa.Engine, knowledge_base: str, versions: Sequence[str] | None) -> list[str]:
+    """The strategy versions to run on a knowledge base: ``versions`` (each must exist and be applicable), or
+    by default every applicable one. Raises :class:`StrategyError` naming each unknown or inapplicable one."""
+    registry = load_registry()
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, knowledge_base)
+        ok, skipped = applicable_strategies(conn, kb.id, registry)
+    if not versions:
+        if not ok:
+            raise StrategyError(f"no strategy can run on knowledge base {kb.name!r}: " +
+                                "; ".join(f"{v}: {why}" for v, why in skipped.items()))
+        return ok
+    chosen = list(dict.fromkeys(versions))
+    problems = [f"unknown strategy version {show_name(v)}" for v in chosen if v not in registry]
+    problems += [f"{v} cannot run on knowledge base {kb.name!r}: {skipped[v]}" for v in chosen if v in skipped]
+    if problems:
+        raise StrategyError("; ".join(problems) + f" (known: {', '.join(registry)}; applicable: {', '.join(ok)})")
+    return chosen
+
+
+_DATASETS_SQL = """
+SELECT DISTINCT ON (d.name) d.id, d.name, d.content_hash, d.case_count, d.source_path, d.created_at, d.last_seen_at,
+       count(*) OVER (PARTITION BY d.name) AS versions,
+       (SELECT count(*) FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets v ON v.id = r.dataset_id
+        WHERE v.name = d.name AND v.knowledge_base_name = d.knowledge_base_name) AS runs,
+       (SELECT max(r.started_at) FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets v
+          ON v.id = r.dataset_id WHERE v.name = d.name AND v.knowledge_base_name = d.knowledge_base_name) AS last_run_at
+FROM retrieval_evaluation_datasets d
+WHERE d.knowledge_base_name = :kb
+ORDER BY d.name, d.last_seen_at DESC, d.id
+"""
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def list_datasets(engine: sa.Engine, knowledge_base: str) -> list[dict]:
+    """The datasets stored for a knowledge base (name or id), by name: the latest version (id, hash, cases,
+    source), how many versions and runs, when it was last seen and last run."""
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, knowledge_base)
+        rows = conn.execute(sa.text(_DATASETS_SQL), {"kb": kb.name}).all()
+    return [{"name": r.name, "knowledge_base": kb.name, "dataset_id": str(r.id), "version": r.content_hash,
+             "case_count": r.case_count, "source_path": r.source_path, "versions": r.versions, "runs": r.runs,
+             "created_at": _iso(r.created_at), "last_seen_at": _iso(r.last_seen_at),
+             "last_run_at": _iso(r.last_run_at)} for r in rows]
+
+
+_DATASET_VERSION_SQL = """
+SELECT d.id, d.name, d.content_hash, d.case_count FROM retrieval_evaluation_datasets d
+WHERE d.knowledge_base_name = :kb AND d.name = :name AND d.content_hash LIKE :prefix
+ORDER BY d.last_seen_at DESC, d.id LIMIT 2
+"""
+
+
+def find_dataset(engine: sa.Engine, knowledge_base: str, name: str, version: str | None = None) -> dict:
+    """A stored dataset version of a knowledge base: the latest of ``name``, or the one whose hash starts with
+    ``version``. Returns ``{dataset_id, name, version, case_count, knowledge_base}``."""
+    prefix = (version or "").strip().lower()
+    if prefix and (len(prefix) < 4 or not all(c in "0123456789abcdef" for c in prefix)):
+        raise DatasetNotFoundError(f"dataset version {show_name(version)} is not a hash prefix of at least 4 hex "
+                                   "digits")
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, knowledge_base)
+        rows = conn.execute(sa.text(_DATASET_VERSION_SQL), {"kb": kb.name, "name": name,
+                                                            "prefix": prefix + "%"}).all()
+        if not rows:
+            known = sorted({r["name"] for r in list_datasets(engine, kb.name)})
+            what = f"version {prefix} of dataset" if prefix else "dataset"
+            raise DatasetNotFoundError(f"no {what} {show_name(name)} in knowledge base {kb.name!r}; known: "
+                                       f"{', '.join(known) if known else '(none — upload one first)'}")
+    r = rows[0]
+    return {"dataset_id": str(r.id), "name": r.name, "version": r.content_hash, "case_count": r.case_count,
+            "knowledge_base": kb.name}
+
+
+@dataclass(frozen=True)
+class UploadedDataset:
+    """A validated upload stored as a dataset version (``created``: False when this version existed)."""
+
+    dataset_id: str
+    name: str
+    version: str
+    knowledge_base: str
+    cases: int
+    relevant_ids: int
+    relevant_ids_not_in_kb: int
+    k_min: int
+    k_max: int
+    created: bool
+
+    def as_dict(self) -> dict:
+        return {"dataset_id": self.dataset_id, "name": self.name, "version": self.version,
+                "knowledge_base": self.knowledge_base, "case_count": self.cases, "relevant_ids": self.relevant_ids,
+                "relevant_ids_not_in_kb": self.relevant_ids_not_in_kb, "k_min": self.k_min, "k_max": self.k_max,
+                "created": self.created}
+
+
+_VERSION_EXISTS_SQL = """
+SELECT 1 FROM retrieval_evaluation_datasets WHERE name = :name AND knowledge_base_name = :kb AND content_hash = :h
+"""
+
+
+def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | str, *, source: str,
+                           name: str | None = None, default_name: str | None = None) -> UploadedDataset:
+    """Validate dataset bytes exactly like a file (:func:`parse_dataset`: every problem at once, raised as
+    :class:`DatasetError`, nothing written) for knowledge base ``knowledge_base`` (name or id), then store its
+    version. The name: ``name``, else ``default_name`` (an uploaded file's stem, as a file is named by its
+    stem), else the content's ``name`` field; a ``name`` field that differs from the name is a validation error,
+    exactly as for a file."""
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, knowledge_base)
+    fallback = None if name else default_name or _field_name(raw)
+    unnamed = [] if name or fallback else [DatasetProblem(
+        "the dataset has no name: give a `name` field, or name the upload (`name` form field or `?name=`)",
+        field="name")]
+    try:
+        dataset = parse_dataset(raw, source=source, knowledge_base=kb.name, name=name, default_name=fallback)
+    except DatasetError as exc:
+        raise DatasetError(exc.source, [*unnamed, *exc.problems]) from None
+    if unnamed:
+        raise DatasetError(source, unnamed)
+    with engine.begin() as conn:
+        existed = conn.execute(sa.text(_VERSION_EXISTS_SQL), {"name": dataset.name, "kb": kb.name,
+                                                              "h": dataset.content_hash}).first() is not None
+        dataset_id = store_dataset(conn, dataset, kb.name)
+        missing = relevant_ids_missing(conn, kb.id, dataset)
+    ks = [c.k for c in dataset.cases]
+    return UploadedDataset(str(dataset_id), dataset.name, dataset.content_hash, kb.name, len(dataset.cases),
+                           sum(len(c.relevant_chunk_ids) for c in dataset.cases), missing, min(ks), max(ks),
+                           not existed)
+
+
+def _field_name(raw: bytes | str) -> str | None:
+    """The ``name`` field of an object-form dataset, when it has a usable one (else the caller's default)."""
+    import json  # noqa: PLC0415
+
+    try:
+        data = json.loads(raw)
+    except (ValueError, TypeError):
+        return None
+    value = data.get("name") if isinstance(data, dict) else None
+    return value if isinstance(value, str) and value else None

@@ -1,0 +1,231 @@
+"""Pooled judging (TREC-style pooling): questions → label draft → judged → dataset (file or stored version).
+
+- :func:`pool` runs several strategies on every question and keeps, per question, the union of their top-``depth``
+  candidates with text, document and which strategies found them at which rank
+  (:mod:`rag_pipeline.analysis.label_draft` is the draft format).
+- :func:`suggest` does it for a questions file (text, one per line; or a dataset file) and writes the draft;
+  :func:`create_console_draft` for the admin console's textarea (drafts live in ``<datasets>/.drafts/<kb>/``,
+  which the Dagster sensor does not watch).
+- :func:`export_draft` writes a judged draft as a dataset file; :func:`store_draft` stores it as a new dataset
+  version. Both validate it as any dataset file and run the label check first: an invalid label refuses it,
+  nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from rag_pipeline.analysis.label_draft import (
+    Draft,
+    DraftCandidate,
+    DraftError,
+    DraftQuestion,
+    export_cases,
+    load_draft,
+    pool_order,
+    save_draft,
+)
+from rag_pipeline.evaluation.dataset import Dataset, load_dataset, parse_dataset
+from rag_pipeline.evaluation.label_check import LabelReport, check_labels
+from rag_pipeline.evaluation.persistence import store_dataset
+from rag_pipeline.knowledge_base import chunk_lookup
+from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.retrieval.search import hybrid_search_batch
+from rag_pipeline.retrieval.strategies import StrategyError, get_strategy, load_registry
+from rag_pipeline.settings import datasets_dir
+from rag_pipeline.storage.files import FileReadError, read_bounded
+from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
+
+MAX_QUESTIONS_BYTES = 10 * 1024 * 1024
+
+
+def applicable_strategies(conn: sa.Connection, kb) -> list[str]:
+    """Registry versions this knowledge base can run: its embedding model is there (or no vector leg), and its
+    text mode fits (``kb`` or the KB's own)."""
+    models = set(chunk_lookup.embedding_models(conn, kb.id))
+    return [v for v, s in load_registry().items()
+            if (s.vector_candidate_k == 0 or s.embedding_model in models) and s.text_search in ("kb", kb.text_search)]
+
+
+def questions_from_text(text: str, k: int, source: str = "questions") -> list[DraftQuestion]:
+    """One question per line (blank lines and ``#`` comments skipped), case ids ``q-001``, ``q-002``..."""
+    questions = [q for q in (line.strip() for line in text.splitlines()) if q and not q.startswith("#")]
+    if not questions:
+        raise DraftError(f"{source} has no question (one per line; blank lines and # comments are skipped)")
+    width = max(3, len(str(len(questions))))
+    return [DraftQuestion(case_id=f"q-{i:0{width}d}", question=q, k=k, candidates=[])
+            for i, q in enumerate(questions, start=1)]
+
+
+def read_questions(path: str | Path, knowledge_base: str, k: int) -> list[DraftQuestion]:
+    """Questions of a text file, or of a dataset file (its case ids, k and labels: a labelled chunk keeps its grade
+    as a prior judgment)."""
+    path = Path(path)
+    try:
+        raw = read_bounded(path, MAX_QUESTIONS_BYTES, what="questions file")
+    except FileReadError as exc:
+        raise DraftError(f"cannot read the questions file {exc}") from None
+    if raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"[", b"{"):
+        dataset = load_dataset(path, knowledge_base=knowledge_base) if path.suffix == ".json" else parse_dataset(
+            raw, source=str(path), knowledge_base=knowledge_base)
+        return [DraftQuestion(case_id=c.case_id, question=c.question, k=c.k, candidates=[
+            _candidate(None, cid, {}, g) for cid, g in c.grades.items()]) for c in dataset.cases]
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DraftError(f"questions file {path} is not UTF-8 text (byte offset {exc.start})") from None
+    return questions_from_text(text, k, source=f"questions file {path}")
+
+
+def pool(engine: sa.Engine, knowledge_base: str, asked: list[DraftQuestion], *,
+         strategies: Sequence[str] | None = None, depth: int = 10, name: str | None = None) -> Draft:
+    """The draft of ``asked``: per question the union of the top-``depth`` candidates of ``strategies`` (default:
+    every registry version the knowledge base can run), ordered by agreement; prior labels kept with their grade."""
+    if not 1 <= depth <= 1000:
+        raise DraftError(f"depth must be between 1 and 1000, got {depth}")
+    with engine.begin() as conn:
+        kb = resolve_knowledge_base(conn, knowledge_base)
+        versions = list(dict.fromkeys(strategies or applicable_strategies(conn, kb)))
+        if not versions:
+            raise StrategyError(f"no strategy of the registry can search knowledge base {kb.name!r}")
+        chosen = [get_strategy(v) for v in versions]
+        found: list[dict[str, dict[str, int]]] = [{} for _ in asked]
+        for strategy in chosen:
+            traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[q.question for q in asked],
+                                         strategy=strategy, limits=[depth] * len(asked))
+            for i, trace in enumerate(traces):
+                for c in trace.candidates[:depth]:
+                    found[i].setdefault(c.chunk_id, {})[strategy.version] = c.rank
+        prior_ids = [c.chunk_id for q in asked for c in q.candidates]
+        details = chunk_lookup.chunks_by_ids(conn, [cid for f in found for cid in f] + prior_ids)
+    for q, pooled in zip(asked, found, strict=True):
+        prior = {c.chunk_id: c.grade for c in q.candidates}
+        ordered = sorted(pooled, key=lambda cid: (*pool_order(pooled[cid]), cid))
+        ordered += sorted(cid for cid in prior if cid not in pooled)  # labelled, but no strategy found it
+        q.candidates = [_candidate(details.get(cid), cid, pooled.get(cid, {}), prior.get(cid)) for cid in ordered]
+    return Draft(knowledge_base=kb.name, name=name, strategies=versions, depth=depth,
+                 created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), questions=asked)
+
+
+def _candidate(row: ChunkRow | None, chunk_id: str, found_by: dict[str, int], grade: int | None) -> DraftCandidate:
+    if row is None:  # a prior label that is no chunk at all: shown so the judge can drop it
+        return DraftCandidate(chunk_id=chunk_id, document_id="", document_name="(no such chunk)", ordinal=-1,
+                              char_start=0, char_end=0, text="", found_by=found_by, grade=grade)
+    return DraftCandidate(chunk_id=row.chunk_id, document_id=row.document_id, document_name=row.document_name,
+                          ordinal=row.ordinal, char_start=row.char_start, char_end=row.char_end, text=row.text,
+                          found_by=found_by, grade=grade)
+
+
+def suggest(engine: sa.Engine, knowledge_base: str, questions: str | Path, output: str | Path, *,
+            strategies: Sequence[str] | None = None, depth: int = 10, k: int = 10,
+            name: str | None = None) -> Draft:
+    """Pool the candidates for every question of ``questions`` and write the draft to ``output`` (after every
+    check: nothing is written on an error)."""
+    output = Path(output)
+    if output.is_dir():
+        raise OSError(f"--output {output} is a directory; give a file name (e.g. {output / 'draft.json'})")
+    name = name or output.stem.removesuffix(".draft")
+    check_name(DATASET, name)
+    with engine.connect() as conn:
+        kb_name = resolve_knowledge_base(conn, knowledge_base).name  # an unknown KB before the questions
+    draft = pool(engine, kb_name, read_questions(questions, kb_name, k), strategies=strategies, depth=depth,
+                 name=name)
+    save_draft(draft, output)
+    return draft
+
+
+# --- the console's drafts ----------------------------------------------------------------------------------
+
+
+def draft_path(knowledge_base: str, name: str) -> Path:
+    """Where the console keeps draft ``name`` of a knowledge base: ``<datasets>/.drafts/<kb>/<name>.draft.json``."""
+    check_name(KNOWLEDGE_BASE, knowledge_base)
+    check_name(DATASET, name)
+    return datasets_dir() / ".drafts" / knowledge_base / f"{name}.draft.json"
+
+
+def console_drafts(knowledge_base: str) -> list[str]:
+    folder = draft_path(knowledge_base, "x").parent
+    return sorted(p.name.removesuffix(".draft.json") for p in folder.glob("*.draft.json")) if folder.is_dir() else []
+
+
+def create_console_draft(engine: sa.Engine, knowledge_base: str, name: str, questions: str, *,
+                         strategies: Sequence[str] | None = None, depth: int = 10, k: int = 10) -> Path:
+    path = draft_path(knowledge_base, name)
+    draft = pool(engine, knowledge_base, questions_from_text(questions, k), strategies=strategies, depth=depth,
+                 name=name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_draft(draft, path)
+    return path
+
+
+def open_console_draft(knowledge_base: str, name: str) -> Draft:
+    path = draft_path(knowledge_base, name)
+    if not path.is_file():
+        raise DraftError(f"no label draft {name!r} for knowledge base {knowledge_base!r}")
+    return load_draft(path)
+
+
+# --- drafts → datasets ---------------------------------------------------------------------------------------
+
+
+def draft_dataset(draft: Draft, *, binary: bool = False) -> tuple[dict, list]:
+    """The dataset object of a draft, and the questions left out; :class:`DraftError` when no case is ready."""
+    cases, left_out = export_cases(draft, binary=binary)
+    if not cases:
+        raise DraftError(f"no question of the draft has a candidate judged relevant yet ({len(left_out)} left out): "
+                         "nothing to export")
+    meta = {"labelled_with": {"strategies": draft.strategies, "depth": draft.depth, "draft_created_at":
+                              draft.created_at, "exported_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                              "left_out": [{"case_id": c, "reason": r} for c, r in left_out]}}
+    return {"knowledge_base": draft.knowledge_base, "cases": cases, "metadata": meta}, left_out
+
+
+@dataclass(frozen=True)
+class DraftExport:
+    dataset: Dataset
+    text: str
+    left_out: list[tuple[str, str]]
+    labels: LabelReport
+    path: Path | None = None
+    dataset_id: str | None = None
+
+
+def _checked(engine: sa.Engine, draft: Draft, name: str, source: str, binary: bool) -> DraftExport:
+    data, left_out = draft_dataset(draft, binary=binary)
+    text = json.dumps(data, ensure_ascii=False, indent=1) + "\n"
+    dataset = parse_dataset(text, source=source, name=name)  # every rule of a dataset file
+    with engine.connect() as conn:
+        report = check_labels(conn, dataset.knowledge_base, dataset.cases)
+    if report.invalid():
+        bad = report.invalid()[0]
+        raise DraftError(f"not saved: {report.summary()}; e.g. case {bad.case_id}: {bad.chunk_id} {bad.status} — "
+                         f"{bad.detail}")
+    return DraftExport(dataset, text, left_out, report)
+
+
+def export_draft(engine: sa.Engine, draft: Draft, output: str | Path, *, binary: bool = False) -> DraftExport:
+    """Write the judged questions of ``draft`` as a dataset file (validated, labels checked first)."""
+    output = Path(output)
+    if output.is_dir():
+        raise OSError(f"--output {output} is a directory; give a file name")
+    done = _checked(engine, draft, output.stem, str(output), binary)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(done.text, encoding="utf-8")
+    return DraftExport(done.dataset, done.text, done.left_out, done.labels, path=output)
+
+
+def store_draft(engine: sa.Engine, draft: Draft, name: str, *, binary: bool = False) -> DraftExport:
+    """Store the judged questions of ``draft`` as a new version of dataset ``name`` (validated, labels checked)."""
+    done = _checked(engine, draft, name, f"label draft {draft.name or name}", binary)
+    with engine.begin() as conn:
+        kb = resolve_knowledge_base(conn, draft.knowledge_base)
+        dataset_id = store_dataset(conn, done.dataset, kb.name)
+    return DraftExport(done.dataset, done.text, done.left_out, done.labels, dataset_id=str(dataset_id))

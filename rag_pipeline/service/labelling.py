@@ -1,0 +1,102 @@
+"""Finding chunk ids to label (``rag-pipeline chunks``, ``GET /api/v1/knowledge-bases/{id}/chunks``).
+
+:func:`find_chunks` lists a knowledge base's searchable chunks, or searches them: the chunks containing the
+  text literally (any script), then the knowledge base's keyword search (BM25 over its text mode: jieba for a
+  ``chinese`` KB) and a vector search (its embedding model, USE by default: multilingual) fused by reciprocal
+  rank — the retrieval legs of :mod:`rag_pipeline.retrieval.search`, nothing re-implemented. Pooled judging is in
+:mod:`.label_drafts`, the label fixes after a re-chunking in :mod:`.label_fixes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from rag_pipeline.knowledge_base import chunk_lookup
+from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.retrieval.search import hybrid_search_batch
+from rag_pipeline.retrieval.strategies import Strategy
+
+MAX_LIMIT = 1000
+_POOL = 200  # candidates per leg when a search is narrowed to one document
+
+
+@dataclass(frozen=True)
+class FoundChunk:
+    """A chunk of a listing or a search: ``rank`` (1-based), ``matched`` = ``phrase`` / ``keyword`` / ``vector``."""
+
+    rank: int
+    chunk: ChunkRow
+    matched: tuple[str, ...] = ()
+    score: float | None = None
+
+    def as_dict(self, search: str | None = None) -> dict:
+        c = self.chunk
+        return {"rank": self.rank, "chunk_id": c.chunk_id, "document_id": c.document_id,
+                "document_name": c.document_name, "ordinal": c.ordinal, "char_start": c.char_start,
+                "char_end": c.char_end, "matched": list(self.matched),
+                "score": None if self.score is None else round(self.score, 6),
+                "snippet": chunk_lookup.snippet(c.text, [search] if search else []), "text": c.text}
+
+
+@dataclass(frozen=True)
+class ChunkListing:
+    knowledge_base: str
+    knowledge_base_id: str
+    search: str | None
+    document: str | None
+    total: int  # searchable chunks in scope (without a search), or chunks found (with one)
+    chunks: list[FoundChunk] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"knowledge_base": self.knowledge_base, "knowledge_base_id": self.knowledge_base_id,
+                "search": self.search, "document": self.document, "total": self.total,
+                "chunks": [c.as_dict(self.search) for c in self.chunks]}
+
+
+def search_strategy(models: Sequence[str], candidates: int) -> Strategy:
+    """The chunk finder's fused search: BM25 + the KB's vectors (USE when it has them), reciprocal rank fusion."""
+    model = DEFAULT_MODEL if DEFAULT_MODEL in models else (models[0] if models else DEFAULT_MODEL)
+    return Strategy("chunk-search", embedding_model=model, vector_candidate_k=candidates if models else 0,
+                    keyword_candidate_k=candidates, keyword_scorer="bm25", fusion="rrf", vector_weight=1.0,
+                    keyword_weight=1.0, ef_search=max(100, candidates), final_top_k=candidates)
+
+
+def find_chunks(engine: sa.Engine, knowledge_base: str, *, search: str | None = None, document: str | None = None,
+                limit: int = 20) -> ChunkListing:
+    """The searchable chunks of a knowledge base (name or id): all (document and ordinal order) or those matching
+    ``search``; ``document`` (original name or id) narrows to one document."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+    search = (search or "").strip() or None
+    with engine.begin() as conn:
+        kb = resolve_knowledge_base(conn, knowledge_base)
+        doc_id = doc_name = None
+        if document:
+            doc_id, doc_name = chunk_lookup.resolve_document(conn, kb.id, kb.name, document)
+        if search is None:
+            rows, total = chunk_lookup.list_chunks(conn, kb.id, document_id=doc_id, limit=limit)
+            return ChunkListing(kb.name, str(kb.id), None, doc_name, total,
+                                [FoundChunk(i, r) for i, r in enumerate(rows, start=1)])
+        phrase = chunk_lookup.phrase_matches(conn, kb.id, search, document_id=doc_id, limit=MAX_LIMIT)
+        pool = min(MAX_LIMIT, max(limit * 3, _POOL if doc_id else 30))
+        strategy = search_strategy(chunk_lookup.embedding_models(conn, kb.id), pool)
+        [trace] = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[search], strategy=strategy)
+        details = chunk_lookup.chunks_by_ids(conn, [c.chunk_id for c in trace.candidates])
+    fused = {c.chunk_id: c for c in trace.candidates if doc_id is None or c.document_id == doc_id}
+    literal = {r.chunk_id for r in phrase}
+    order = [r.chunk_id for r in sorted(phrase, key=lambda r: (r.chunk_id not in fused,
+                                                               fused[r.chunk_id].rank if r.chunk_id in fused else 0))]
+    order += [cid for cid in fused if cid not in literal]
+    rows = {**details, **{r.chunk_id: r for r in phrase}}
+    found = []
+    for rank, cid in enumerate(order[:limit], start=1):
+        c = fused.get(cid)
+        matched = (("phrase",) if cid in literal else ()) + (
+            (("keyword",) if c.keyword_rank else ()) + (("vector",) if c.vector_rank else ()) if c else ())
+        found.append(FoundChunk(rank, rows[cid], matched, c.final_score if c else None))
+    return ChunkListing(kb.name, str(kb.id), search, doc_name, len(order), found)

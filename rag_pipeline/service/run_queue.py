@@ -1,0 +1,85 @@
+"""Queued evaluations: the run rows the HTTP API creates before it hands the work to Dagster.
+
+:func:`queue_evaluations` validates everything a run would refuse (knowledge base, dataset version, strategies
+and their applicability, the label check of seed §8, parameter conflicts) and then inserts one ``queued`` run
+per strategy in one transaction, each with the id its Dagster run will have, so nothing is queued when anything
+is wrong. The Dagster step that picks a run up moves it to ``running`` (``evaluate_stored(queued_run_id=...)``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from rag_pipeline.evaluation import runs
+from rag_pipeline.evaluation.persistence import load_stored_dataset
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
+from rag_pipeline.retrieval.strategies import get_strategy, load_registry
+from rag_pipeline.retrieval.strategy_store import register_strategy
+from rag_pipeline.service.catalog import DatasetNotFoundError, choose_strategies
+from rag_pipeline.service.evaluations import check_labels_first, label_headline
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    """One queued evaluation run: its id, strategy, Dagster partition key and the id its Dagster run gets."""
+
+    run_id: str
+    strategy_version: str
+    dataset: str
+    dataset_id: str
+    partition_key: str
+    dagster_run_id: str
+    status: str = "queued"
+
+
+@dataclass(frozen=True)
+class QueuedEvaluation:
+    runs: list[QueuedRun]
+    label_warning: str | None
+    """One line when some labels are not searchable chunks (the run goes ahead, as in the CLI)."""
+
+
+def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
+                      strategy_versions: Sequence[str] | None = None, *, strict: bool = False) -> QueuedEvaluation:
+    """Queue one run per strategy of a stored dataset version on a knowledge base (name or id); default
+    strategies: every one the knowledge base can run. Raises the service's user errors, nothing written."""
+    versions = choose_strategies(engine, knowledge_base, strategy_versions)
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, knowledge_base)
+        try:
+            dataset = load_stored_dataset(conn, uuid.UUID(str(dataset_id)))
+        except (LookupError, ValueError):
+            raise DatasetNotFoundError(f"no stored dataset version {dataset_id}") from None
+    if dataset.knowledge_base != kb.name:
+        raise KnowledgeBaseError(f"dataset {dataset.name!r} belongs to knowledge base {dataset.knowledge_base!r}, "
+                                 f"not {kb.name!r}")
+    warning = label_headline(check_labels_first(engine, dataset, strict=strict))
+    registry = load_registry()
+    queued = []
+    with engine.begin() as conn:
+        for version in versions:
+            strategy = get_strategy(version, registry)
+            params_hash = register_strategy(conn, strategy)
+            key = f"{dataset.name}|{version}"
+            dagster_run_id = str(uuid.uuid4())
+            run_id = runs.create_run(conn, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
+                                     params_hash=params_hash, partition_key=key, dagster_run_id=dagster_run_id,
+                                     queued=True)
+            queued.append(QueuedRun(str(run_id), version, dataset.name, str(dataset_id), key, dagster_run_id))
+    return QueuedEvaluation(queued, warning)
+
+
+def fail_queued(engine: sa.Engine, run_id: str, error: str) -> None:
+    """Mark a queued run failed (its submission to Dagster failed, or Dagster dropped it before it started)."""
+    runs.mark_failed(engine, run_id, error)
+
+
+def queued_runs(engine: sa.Engine, limit: int = 500) -> list[dict]:
+    """The runs still ``queued``, oldest first: ``{run_id, dagster_run_id, queued_at}``."""
+    with engine.connect() as conn:
+        rows = runs.list_runs(conn, status="queued", limit=limit)
+    return [{"run_id": str(r.id), "dagster_run_id": r.dagster_run_id, "queued_at": r.queued_at} for r in rows][::-1]

@@ -1,0 +1,31 @@
+"""The admin console at ``/admin/retrieval-evaluations`` (seed §7.1): server-rendered pages over the service layer.
+
+``router`` (prefix ``/admin``) is what :func:`rag_pipeline.web.app.create_app` includes. Every page needs
+:func:`rag_pipeline.web.security.require_console_user`; every form carries the CSRF token of
+:func:`rag_pipeline.web.security.csrf_token` and is checked by :func:`rag_pipeline.web.security.require_csrf`.
+Templates live in ``templates/`` (``base.html`` is the layout every page, including other helpers' pages,
+extends); CSS and JS are served by the app from ``static/`` under ``/admin/static/`` — no CDN, no build step,
+the console works with no internet.
+
+| page | module |
+|---|---|
+| knowledge bases, a knowledge base (datasets, upload) | :mod:`.overview` |
+| a dataset's dashboard (label check, evaluate, live status, current metrics, gate, history charts) | :mod:`.datasets` |
+| a run's cases, a case's drill-down, chunk text on demand | :mod:`.runs` |
+| two runs side by side | :mod:`.compare` |
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from rag_pipeline.web.admin import compare, datasets, labelling, overview, runs
+from rag_pipeline.web.admin.pages import static_router, templates
+
+router = APIRouter(prefix="/admin", tags=["admin console"], include_in_schema=False)
+router.include_router(static_router)
+for _module in (overview, datasets, runs, compare):
+    router.include_router(_module.router)
+router.include_router(labelling.router)  # questions → pooled candidates → graded → dataset version (issue 17)
+
+__all__ = ["router", "templates"]

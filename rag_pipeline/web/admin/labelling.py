@@ -1,0 +1,129 @@
+"""Labelling in the console (issue 17): questions → pooled candidates with text → tick relevant / grade → save as a
+new dataset version (``/admin/retrieval-evaluations/kb/{kb}/labelling``).
+
+The same operations as ``rag-pipeline suggest`` / ``label`` (:mod:`rag_pipeline.service.label_drafts`): a draft is
+the pool of the chosen strategies' top-``depth`` candidates per question, kept as a file in
+``<datasets>/.drafts/<kb>/`` (resumable; not watched by the sensor). Saving validates the judged questions as a
+dataset, runs the label check (an invalid label refuses the save) and stores a new version, then opens the
+dataset's page. Every form carries the CSRF token.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import RedirectResponse
+
+from rag_pipeline.analysis.label_draft import KEY_GRADES, DraftError, save_draft
+from rag_pipeline.service import catalog, label_drafts
+from rag_pipeline.service.errors import USER_ERRORS
+from rag_pipeline.web.admin.datasets import dataset_url
+from rag_pipeline.web.admin.pages import BASE, error_page, render
+from rag_pipeline.web.dependencies import Engine
+from rag_pipeline.web.security import require_console_user, require_csrf
+
+router = APIRouter(dependencies=[Depends(require_console_user)])
+ERRORS = (*USER_ERRORS, DraftError)
+
+
+def labelling_url(kb: str, draft: str | None = None) -> str:
+    url = f"{BASE}/kb/{quote(kb, safe='')}/labelling"
+    return url if draft is None else f"{url}/{quote(draft, safe='')}"
+
+
+def _start_page(request: Request, engine, kb: str, *, error: str | None = None, form: dict | None = None,
+                status_code: int = 200):
+    info = catalog.describe_knowledge_base(engine, kb)
+    return render(request, "labelling.html", {
+        "kb": info["name"], "drafts": label_drafts.console_drafts(info["name"]), "error": error,
+        "strategies": info["applicable_strategies"], "form": form or {}, "url": labelling_url(info["name"]),
+        "labelling_url": labelling_url}, status_code=status_code)
+
+
+@router.get("/retrieval-evaluations/kb/{kb}/labelling", name="admin_labelling")
+def labelling_page(request: Request, engine: Engine, kb: str):
+    try:
+        return _start_page(request, engine, kb)
+    except ERRORS as exc:
+        return error_page(request, 404, str(exc))
+
+
+@router.post("/retrieval-evaluations/kb/{kb}/labelling", dependencies=[Depends(require_csrf)])
+async def create_draft(request: Request, engine: Engine, kb: str):
+    form = await request.form()
+    fields = {"name": str(form.get("name") or "").strip(), "questions": str(form.get("questions") or ""),
+              "depth": str(form.get("depth") or "10"), "k": str(form.get("k") or "10"),
+              "strategies": [str(s) for s in form.getlist("strategy")]}
+    try:
+        depth, k = int(fields["depth"]), int(fields["k"])
+        if not fields["name"]:
+            raise DraftError("give the dataset a name")
+        label_drafts.create_console_draft(engine, kb, fields["name"], fields["questions"],
+                                          strategies=fields["strategies"] or None, depth=depth, k=k)
+    except ValueError as exc:  # DraftError, a bad number, an invalid name, an unknown strategy
+        return _start_page(request, engine, kb, error=str(exc), form=fields, status_code=422)
+    except ERRORS as exc:
+        return _start_page(request, engine, kb, error=str(exc), form=fields, status_code=422)
+    return RedirectResponse(labelling_url(kb, fields["name"]), status_code=303)
+
+
+@router.get("/retrieval-evaluations/kb/{kb}/labelling/{name}", name="admin_labelling_draft")
+def draft_page(request: Request, kb: str, name: str, q: int | None = None):
+    """One question of a draft (``q``, default: where the labeller stopped) with its pooled candidates."""
+    return _draft_page(request, kb, name, q)
+
+
+def _draft_page(request: Request, kb: str, name: str, q: int | None, error: str | None = None,
+                status_code: int = 200):
+    try:
+        draft = label_drafts.open_console_draft(kb, name)
+    except ERRORS as exc:
+        return error_page(request, 404, str(exc))
+    index = draft.position if q is None else max(0, min(q, len(draft.questions) - 1))
+    return render(request, "labelling_draft.html", {
+        "kb": draft.knowledge_base, "draft": draft, "name": name, "index": index, "question": draft.questions[index],
+        "grades": KEY_GRADES, "url": labelling_url(draft.knowledge_base, name), "progress": draft.progress(),
+        "error": error, "start_url": labelling_url(draft.knowledge_base)}, status_code=status_code)
+
+
+@router.post("/retrieval-evaluations/kb/{kb}/labelling/{name}/q/{index}", dependencies=[Depends(require_csrf)])
+async def judge(request: Request, kb: str, name: str, index: int):
+    """Record the grades of one question; ``action``: ``next`` (done), ``skip``, ``back`` or ``save`` (stay)."""
+    form = await request.form()
+    try:
+        draft = label_drafts.open_console_draft(kb, name)
+    except ERRORS as exc:
+        return error_page(request, 404, str(exc))
+    if not 0 <= index < len(draft.questions):
+        return error_page(request, 404, f"the draft has no question {index}")
+    question = draft.questions[index]
+    for i, candidate in enumerate(question.candidates):
+        raw = str(form.get(f"grade-{i}") or "")
+        candidate.grade = int(raw) if raw in {str(g) for g in KEY_GRADES} else None
+    action = str(form.get("action") or "save")
+    if action == "next":
+        question.status = "judged"
+    elif action == "skip":
+        question.status = "skipped"
+    step = {"next": 1, "skip": 1, "back": -1}.get(action, 0)
+    draft.position = max(0, min(index + step, len(draft.questions) - 1))
+    save_draft(draft, label_drafts.draft_path(draft.knowledge_base, name))
+    return RedirectResponse(f"{labelling_url(draft.knowledge_base, name)}?q={draft.position}", status_code=303)
+
+
+@router.post("/retrieval-evaluations/kb/{kb}/labelling/{name}/save", dependencies=[Depends(require_csrf)])
+async def save_dataset(request: Request, engine: Engine, kb: str, name: str):
+    """Store the judged questions as a new version of the dataset named in the form (validated, labels checked)."""
+    form = await request.form()
+    dataset = str(form.get("dataset") or name).strip()
+    try:
+        draft = label_drafts.open_console_draft(kb, name)
+    except ERRORS as exc:
+        return error_page(request, 404, str(exc))
+    try:
+        done = label_drafts.store_draft(engine, draft, dataset)
+    except ERRORS as exc:
+        return _draft_page(request, kb, name, draft.position, error=str(exc), status_code=422)
+    return RedirectResponse(f"{dataset_url(done.dataset.knowledge_base, done.dataset.name)}?uploaded=1",
+                            status_code=303)

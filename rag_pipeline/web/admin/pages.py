@@ -1,0 +1,99 @@
+"""Shared page plumbing of the console: the Jinja2 environment, the render helper, template filters, and the
+CSS/JS assets.
+
+Page modules call :func:`render` with a template name and a context; it adds the request and the CSRF token every
+form needs. Filters format numbers and timestamps the same way on every page. :data:`static_router` serves
+``/admin/static/<name>`` from ``static/`` (no CDN, works offline): only files that exist directly in that folder
+with a known type, no sub-paths, no ``..``; it needs no login (the login form uses the same stylesheet).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import FileResponse
+from fastapi.templating import Jinja2Templates
+
+from rag_pipeline.evaluation.metrics import METRIC_LABELS, METRIC_NAMES
+from rag_pipeline.web.security import api_token, csrf_token
+
+BASE = "/admin/retrieval-evaluations"
+"""The console's root path (the seed's admin page)."""
+TABLE_METRICS = METRIC_NAMES[:6]
+"""The metrics of the console's tables: the seed's four, then hit and MAP (AP@k)."""
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".svg": "image/svg+xml",
+          ".png": "image/png", ".ico": "image/x-icon"}
+templates = Jinja2Templates(directory=str(TEMPLATE_DIR))
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    """A metric as text: ``0.4321``; ``—`` for a missing value."""
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _signed(value: Any, digits: int = 4) -> str:
+    """A delta as text with its sign: ``+0.0123``."""
+    if value is None:
+        return "—"
+    return f"{value:+.{digits}f}"
+
+
+def _when(value: Any) -> str:
+    """A timestamp as ``2026-11-30 17:08 UTC``."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%d %H:%M UTC")
+
+
+templates.env.filters["fmt"] = _fmt
+templates.env.filters["signed"] = _signed
+templates.env.filters["when"] = _when
+
+
+def render(request: Request, name: str, context: dict[str, Any] | None = None, status_code: int = 200):
+    """Render ``templates/<name>`` with the request, the CSRF token and ``context``."""
+    ctx = {"csrf_token": csrf_token(request), "show_logout": bool(api_token()), **(context or {})}
+    return templates.TemplateResponse(request, name, ctx, status_code=status_code)
+
+
+templates.env.globals["METRIC_LABELS"] = METRIC_LABELS
+templates.env.globals["TABLE_METRICS"] = TABLE_METRICS
+templates.env.globals["BASE"] = BASE
+
+
+def error_page(request: Request, status_code: int, message: str, title: str = "Not found"):
+    """An HTML error page (the console never shows a traceback or a JSON problem to a person)."""
+    return render(request, "error.html", {"title": title, "message": message}, status_code=status_code)
+
+
+static_router = APIRouter()
+
+
+def static_names() -> list[str]:
+    """The asset names the console serves (what ``/admin/static/{name}`` accepts)."""
+    return sorted(p.name for p in STATIC_DIR.iterdir() if p.is_file() and p.suffix in _TYPES)
+
+
+@static_router.get("/static/{name}", name="admin_static")
+def admin_static(name: str) -> FileResponse:
+    """One asset of the console; 404 for anything that is not a file of ``static/`` with a known type."""
+    if name not in static_names():
+        raise HTTPException(status_code=404, detail=f"no console asset named {name[:100]!r}")
+    path = STATIC_DIR / name
+    return FileResponse(path, media_type=_TYPES[path.suffix], headers={"Cache-Control": "max-age=300"})

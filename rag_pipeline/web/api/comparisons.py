@@ -1,0 +1,62 @@
+"""``GET /api/v1/retrieval/comparisons``: every strategy's current run on a dataset against a baseline — the
+comparison ``rag-pipeline compare --format json`` prints (paired significance, CI, win/tie/loss, moved cases,
+regression gate)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from rag_pipeline.analysis.comparison import DEFAULT_BASELINE
+from rag_pipeline.service import analysis
+from rag_pipeline.storage.names import DATASET, check_name
+from rag_pipeline.web.dependencies import Engine
+
+router = APIRouter(tags=["comparisons"])
+
+
+class Gate(BaseModel):
+    passed: bool
+    margin: float
+    alpha: float
+    metric: str
+    failing: list[str] = Field(description="Strategies significantly worse than the baseline by more than margin.")
+    description: str
+
+
+class ComparisonResult(BaseModel):
+    """The CLI's `compare --format json`."""
+
+    dataset: str
+    baseline: str
+    dataset_version: str = Field(description="The dataset version compared (runs on other versions are stale).")
+    knowledge_base: str
+    notes: list[str]
+    runs: list[dict[str, Any]] = Field(description="Each strategy's run: run_id, cases and metric means.")
+    paired: list[dict[str, Any]] = Field(description="Per strategy × metric: means, delta, permutation p, "
+                                                     "bootstrap 95% CI, t-test p, Holm p, wins/ties/losses.")
+    moved: dict[str, list[dict[str, Any]]] = Field(description="Per strategy: the cases that moved most.")
+    stale: dict[str, str] = Field(description="Strategies without a run on this version, and why.")
+    gate: Gate
+
+
+@router.get("/retrieval/comparisons", response_model=ComparisonResult, summary="Compare strategies with a baseline")
+def compare(engine: Engine,
+            dataset: Annotated[str, Query(max_length=200, description="The dataset's name.")],
+            baseline: Annotated[str, Query(max_length=100, description="Baseline strategy.")] = DEFAULT_BASELINE,
+            knowledge_base: Annotated[str | None, Query(max_length=200, description="When the dataset name is used "
+                                                        "by several knowledge bases.")] = None,
+            dataset_version: Annotated[str | None, Query(max_length=64, description="A version hash or prefix "
+                                                         "(default: the latest).")] = None,
+            margin: Annotated[float, Query(ge=0, le=1, description="Regression-gate margin.")] = 0.0,
+            alpha: Annotated[float, Query(gt=0, lt=1, description="Significance level.")] = 0.05,
+            resamples: Annotated[int, Query(ge=100, le=100_000, description="Permutation/bootstrap "
+                                                                            "resamples.")] = 10000):
+    """Every strategy's current run on one version of the dataset compared with the baseline's: the same
+    numbers and gate as `rag-pipeline compare`; 404 when there is nothing to compare."""
+    check_name(DATASET, dataset)
+    result = analysis.compare(engine, dataset, knowledge_base=knowledge_base, dataset_version=dataset_version,
+                              baseline=baseline, margin=margin, alpha=alpha, n_resamples=resamples, named=True)
+    return result.as_dict()

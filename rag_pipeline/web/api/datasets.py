@@ -1,0 +1,103 @@
+"""``POST`` / ``GET /api/v1/knowledge-bases/{id}/retrieval/datasets``: upload a labelled dataset, list them.
+
+An upload is validated exactly like a dataset file (every problem at once, each with case index, case_id and
+field → 422, nothing stored) and limited like one: 50 MB, 100,000 cases. The body is either
+``multipart/form-data`` (a ``file`` part, optional ``name``) or the dataset JSON itself (``application/json``,
+optional ``?name=``). The name: the given ``name``, else the uploaded file's stem (a dataset file is named by
+its file name), else (JSON body) the content's ``name`` field; a ``name`` field must agree, as in a file.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from starlette.datastructures import UploadFile
+
+from rag_pipeline.evaluation.dataset import MAX_FILE_BYTES
+from rag_pipeline.service import catalog
+from rag_pipeline.storage.names import printable
+from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
+from rag_pipeline.web.api.models import DatasetList, UploadResult
+from rag_pipeline.web.dependencies import Engine
+from rag_pipeline.web.problems import HTTPProblem
+
+router = APIRouter(tags=["datasets"])
+MULTIPART_OVERHEAD = 64 * 1024
+_LIMIT_TEXT = f"{MAX_FILE_BYTES // (1024 * 1024)} MB"
+
+_UPLOAD_BODY = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
+            "file": {"type": "string", "format": "binary", "description": "The dataset JSON file (seed §2)."},
+            "name": {"type": "string", "description": "Dataset name (default: the file name's stem; the "
+                                                      "content's `name` field must agree)."}}}},
+        "application/json": {"schema": {"description": "The dataset itself: an array of cases, or an object "
+                                                       "with `cases` (the file format, seed §2).",
+                                        "oneOf": [{"type": "array"}, {"type": "object"}]}},
+    },
+}
+
+
+def _check_length(request: Request, limit: int) -> None:
+    raw = request.headers.get("content-length")
+    if raw is None:
+        raise HTTPProblem(411, "send the upload with a Content-Length (chunked uploads are not accepted)",
+                          title="Length required")
+    if not raw.isdigit() or int(raw) > limit:
+        raise HTTPProblem(413, f"the upload is {raw} bytes; the limit of a dataset is {_LIMIT_TEXT}")
+
+
+async def _read_limited(request: Request) -> bytes:
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > MAX_FILE_BYTES:
+            raise HTTPProblem(413, f"the request body is over the dataset limit of {_LIMIT_TEXT}")
+    return bytes(body)
+
+
+@router.post("/knowledge-bases/{id}/retrieval/datasets", response_model=UploadResult, status_code=201,
+             summary="Upload a dataset", openapi_extra={"requestBody": _UPLOAD_BODY},
+             responses={200: {"model": UploadResult, "description": "This version was stored before."},
+                        413: {"description": "Over 50 MB."}})
+async def upload_dataset(request: Request, engine: Engine, id: str = KnowledgeBaseId,  # noqa: A002
+                         name: Annotated[str | None, Query(max_length=200, description="Dataset name (JSON "
+                                                           "body; multipart: the `name` field).")] = None):
+    """Validate and store a dataset version for this knowledge base: 201 (new version) or 200 (the same cases
+    were stored before). Invalid → 422 whose `errors` list every problem with `case_index`, `case_id`, `field`
+    and the CLI's `line`; nothing is stored."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        _check_length(request, MAX_FILE_BYTES + MULTIPART_OVERHEAD)
+        form = await request.form(max_files=1, max_fields=5)
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise HTTPProblem(422, "the multipart body has no `file` part holding the dataset")
+        raw = await upload.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise HTTPProblem(413, f"{printable(upload.filename)}: over the dataset limit of {_LIMIT_TEXT}")
+        given = form.get("name") if isinstance(form.get("name"), str) and form.get("name") else name
+        filename = upload.filename or "upload.json"
+        source, stem = printable(filename), PurePath(filename).stem
+    elif content_type.startswith("application/json") or not content_type:
+        _check_length(request, MAX_FILE_BYTES)
+        raw = await _read_limited(request)
+        given, source, stem = name, "request body", None
+    else:
+        raise HTTPProblem(415, f"send the dataset as multipart/form-data (a `file` part) or application/json, "
+                               f"not {printable(content_type[:100])}", title="Unsupported media type")
+    stored = catalog.store_uploaded_dataset(engine, id, raw, source=source, name=given or None, default_name=stem)
+    return JSONResponse(UploadResult(**stored.as_dict()).model_dump(), status_code=201 if stored.created else 200)
+
+
+@router.get("/knowledge-bases/{id}/retrieval/datasets", response_model=DatasetList, summary="List datasets")
+def list_datasets(engine: Engine, id: str = KnowledgeBaseId):  # noqa: A002
+    """The datasets stored for this knowledge base (uploaded, or evaluated from files), by name, each with its
+    latest version, how many versions and runs it has."""
+    datasets = catalog.list_datasets(engine, id)
+    kb = datasets[0]["knowledge_base"] if datasets else catalog.describe_knowledge_base(engine, id)["name"]
+    return {"knowledge_base": kb, "datasets": datasets}

@@ -1,0 +1,41 @@
+"""``GET /healthz``: is the service up, can it reach its database, is a Dagster daemon picking runs up."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from rag_pipeline.service.catalog import ping
+from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.urls import mask_secrets
+from rag_pipeline.web import launcher
+
+router = APIRouter(tags=["health"])
+
+
+class QueueStatusModel(BaseModel):
+    daemon_running: bool = Field(description="A Dagster daemon sent a heartbeat recently (queued runs will start).")
+    message: str | None = Field(None, description="Why queued runs would wait, and the fix.")
+
+
+class Health(BaseModel):
+    status: str = Field(description="`ok`, or `degraded` when the database cannot be reached.")
+    database: str = Field(description="`ok`, or the error reaching it.")
+    queue: QueueStatusModel = Field(description="The Dagster queue that runs evaluations.")
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness, database and evaluation queue",
+            responses={503: {"model": Health, "description": "The database cannot be reached."}})
+def healthz():
+    """Always answers (no token needed, no data disclosed): 200 when the database answers, else 503."""
+    try:
+        ping(get_engine())
+        database = "ok"
+    except (sa.exc.SQLAlchemyError, ValueError, OSError) as exc:
+        database = mask_secrets(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+    queue = launcher.queue_status()
+    body = Health(status="ok" if database == "ok" else "degraded", database=database,
+                  queue=QueueStatusModel(daemon_running=queue.daemon_running, message=queue.message))
+    return JSONResponse(body.model_dump(), status_code=200 if database == "ok" else 503)

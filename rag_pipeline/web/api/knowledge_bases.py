@@ -1,0 +1,26 @@
+"""``GET /api/v1/knowledge-bases`` and ``GET /api/v1/knowledge-bases/{id}``: what there is to evaluate."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Path
+
+from rag_pipeline.service import catalog
+from rag_pipeline.web.api.models import KnowledgeBaseInfo, KnowledgeBaseList
+from rag_pipeline.web.dependencies import Engine
+
+router = APIRouter(tags=["knowledge bases"])
+KnowledgeBaseId = Path(description="A knowledge base's UUID or name.", max_length=200)
+
+
+@router.get("/knowledge-bases", response_model=KnowledgeBaseList, summary="List knowledge bases")
+def list_knowledge_bases(engine: Engine):
+    """Every knowledge base by name: documents (all and searchable), current and replaced chunks, embeddings per
+    model, keyword text mode, the strategies it can run (the default of an evaluation) and its datasets and
+    runs counts."""
+    return {"knowledge_bases": catalog.list_knowledge_bases(engine)}
+
+
+@router.get("/knowledge-bases/{id}", response_model=KnowledgeBaseInfo, summary="One knowledge base")
+def get_knowledge_base(engine: Engine, id: str = KnowledgeBaseId):  # noqa: A002 - the seed's path parameter
+    """One knowledge base, as the list shows it; 404 for an unknown name or id."""
+    return catalog.describe_knowledge_base(engine, id)

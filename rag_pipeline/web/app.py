@@ -1,0 +1,75 @@
+"""The FastAPI application: ``create_app()`` (what ``rag-pipeline serve`` runs under uvicorn).
+
+| path | what |
+|---|---|
+| ``/api/v1/...`` | the API (:mod:`rag_pipeline.web.api`); OpenAPI at ``/docs`` and ``/openapi.json`` |
+| ``/admin/...`` | the admin console (:mod:`rag_pipeline.web.admin`), its login form and ``/admin/static`` |
+| ``/healthz`` | liveness, database and evaluation queue |
+
+Every error is RFC 9457 problem details (:mod:`.problems`); access rules are in :mod:`.security`.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from fastapi import APIRouter, Depends, FastAPI
+from fastapi.responses import RedirectResponse
+from starlette.middleware.sessions import SessionMiddleware
+
+from rag_pipeline.web import problems, security
+from rag_pipeline.web.api import chunks, comparisons, datasets, evaluations, health, knowledge_bases
+
+DESCRIPTION = """Measure a RAG system's retrieval: upload labelled datasets, evaluate strategies asynchronously
+(each run is a Dagster run of `evaluate_retrieval`), read run history, per-case candidates and comparisons.
+
+`{id}` in a path is a knowledge base's UUID or name; a run id may be shortened to a unique prefix of at least
+4 hex digits. Errors are RFC 9457 problem details (`application/problem+json`) with the CLI's messages. When
+the server has `RAG_API_TOKEN`, every call needs `Authorization: Bearer <token>`."""
+
+TAGS = [
+    {"name": "knowledge bases", "description": "Knowledge bases with their counts, models and applicable strategies."},
+    {"name": "datasets", "description": "Labelled evaluation datasets (seed §2), validated like the files."},
+    {"name": "evaluations", "description": "Evaluation runs (seed §6.2): launch, history, detail with candidates."},
+    {"name": "comparisons", "description": "Strategies compared with a baseline: significance and regression gate."},
+    {"name": "health", "description": "Liveness."},
+]
+
+
+def _version() -> str:
+    try:
+        return metadata.version("rag_pipeline")
+    except metadata.PackageNotFoundError:  # a source checkout that is not installed
+        return "0+unknown"
+
+
+def create_app() -> FastAPI:
+    """The application: API routers under ``/api/v1`` (token-protected when ``RAG_API_TOKEN`` is set), the
+    console, the login form, problem-details error handlers, session and cross-site middleware."""
+    app = FastAPI(title="rag_pipeline", version=_version(), description=DESCRIPTION, openapi_tags=TAGS,
+                  docs_url="/docs", redoc_url=None)
+    problems.install(app)
+    app.add_exception_handler(security.LoginRequired, security.login_redirect)
+    app.add_middleware(SessionMiddleware, secret_key=security.session_secret(),
+                       session_cookie=security.SESSION_COOKIE, max_age=security.SESSION_MAX_AGE,
+                       same_site="strict", https_only=False)
+    app.add_middleware(security.CrossSiteGuard)  # outermost: refuses a cross-site write before anything runs
+
+    api = APIRouter(prefix="/api/v1", dependencies=[Depends(security.require_api_user)],
+                    responses=problems.PROBLEM_RESPONSES)
+    for module in (knowledge_bases, datasets, evaluations, comparisons):
+        api.include_router(module.router)
+    api.include_router(chunks.router)  # GET /knowledge-bases/{id}/chunks (labelling, issue 17)
+    app.include_router(api)
+    app.include_router(health.router)
+    app.include_router(security.router)
+
+    from rag_pipeline.web.admin import router as admin_router  # noqa: PLC0415 - the console package
+
+    app.include_router(admin_router)  # its pages, and its CSS/JS under /admin/static
+
+    @app.get("/", include_in_schema=False)
+    def root():
+        return RedirectResponse("/admin/retrieval-evaluations", status_code=307)
+
+    return app

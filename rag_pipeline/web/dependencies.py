@@ -1,0 +1,36 @@
+"""Dependencies shared by the routers: the database engine, paging parameters.
+
+The engine is the one every front end uses (:func:`rag_pipeline.storage.engine.get_engine`: ``RAG_DATABASE_URL``
+or the embedded server, migrated on first use), created once per process.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import sqlalchemy as sa
+from fastapi import Depends, Query
+
+from rag_pipeline.storage.engine import get_engine
+
+MAX_PAGE = 1000
+
+
+def engine() -> sa.Engine:
+    """The knowledge-base database's engine (created and migrated on first use, then cached)."""
+    return get_engine()
+
+
+Engine = Annotated[sa.Engine, Depends(engine)]
+
+
+class Page:
+    """``limit`` / ``offset`` query parameters of a paginated list."""
+
+    def __init__(self, limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Items per page.")] = 50,
+                 offset: Annotated[int, Query(ge=0, le=10_000_000, description="Items to skip.")] = 0):
+        self.limit = limit
+        self.offset = offset
+
+
+Paging = Annotated[Page, Depends()]

@@ -1,0 +1,250 @@
+"""Evaluation runs through Dagster: submit one ``evaluate_retrieval`` run per strategy, and say whether a daemon
+will pick them up. The only module of :mod:`rag_pipeline.web` that imports dagster.
+
+**How a run is submitted.** :func:`launch_evaluations` first queues the run rows (status ``queued``, each with
+the id its Dagster run will get; :func:`rag_pipeline.service.run_queue.queue_evaluations` validates everything
+first), adds the dataset's dynamic partition, and then — in a background thread, so the API answers 202 at
+once — runs Dagster's own public command for each run::
+
+    dagster job launch -m rag_pipeline.definitions -j evaluate_retrieval --run-id <id> \\
+        --tags '{"dagster/partition": "<dataset>|<strategy>", ...}' --config-json '<dataset_id, evaluation_run_id>'
+
+which submits the run to the instance's run coordinator (the queue of ``dagster.yaml``: at most 4 runs at once,
+the ``rag_db`` pool). Why a subprocess of the CLI rather than Dagster's Python internals or the GraphQL client:
+``dagster job launch`` is a public, documented interface that loads the code location exactly as the daemon
+does (same location name), needs no Dagster webserver running (GraphQL would), and keeps the user code out of
+the web server's process; its cost (a few seconds of start-up per run) is paid off the request path. A
+submission that fails marks its run ``failed`` with the command's last error line.
+
+**Who runs the queue.** A Dagster daemon (``make dev`` runs one inside ``dagster dev``; ``rag-pipeline serve
+--with-daemon`` starts ``dagster-daemon run`` next to the server when none is alive). :func:`queue_status` reads
+the daemons' heartbeats on the instance: without a fresh one, the API and the console say that queued runs wait
+and how to start a daemon. :func:`reconcile` marks a queued run failed when its Dagster run ended (failed,
+cancelled in the UI) before the evaluation started, so no run stays ``queued`` forever.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import sqlalchemy as sa
+
+from rag_pipeline.service.run_queue import QueuedRun, fail_queued, queue_evaluations, queued_runs
+from rag_pipeline.settings import project_root
+from rag_pipeline.storage.engine import dagster_database_url
+from rag_pipeline.storage.urls import mask_secrets
+
+JOB = "evaluate_retrieval"
+CODE_MODULE = "rag_pipeline.definitions"
+DATASET_PARTITIONS = "dataset"
+DAEMON_TYPE = "QUEUED_RUN_COORDINATOR"
+HEARTBEAT_TOLERANCE_S = 120
+LAUNCH_TIMEOUT_S = 300
+NO_DAEMON_FIX = ("start `make dev` (the Dagster UI and its daemon) or `rag-pipeline serve --with-daemon`, on the "
+                 "same DAGSTER_HOME")
+log = logging.getLogger("rag_pipeline.web.launcher")
+
+
+@dataclass(frozen=True)
+class LaunchedRun:
+    """A queued evaluation run and the Dagster run that will carry it out."""
+
+    run_id: str
+    status: str
+    strategy_version: str
+    dagster_run_id: str
+    partition_key: str
+    label_warning: str | None = None
+    """Set when some labels of the dataset are not searchable chunks (the run goes ahead, as in the CLI)."""
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """Whether a Dagster daemon is picking up queued runs; ``message``: why not, with the fix."""
+
+    daemon_running: bool
+    message: str | None = None
+
+
+class LaunchError(RuntimeError):
+    """The Dagster instance cannot be used (no DAGSTER_HOME, storage unreachable); the message says what to do."""
+
+
+def dagster_home() -> Path:
+    """``DAGSTER_HOME``, else the project folder when it holds ``dagster.yaml`` (set in the environment then)."""
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        root = project_root()
+        if not (root / "dagster.yaml").is_file():
+            raise LaunchError("DAGSTER_HOME is not set and the project folder has no dagster.yaml: run "
+                              "`rag-pipeline db start` in the project (it writes .env) or export DAGSTER_HOME")
+        home = str(root)
+    return Path(home)
+
+
+def prepare_environment() -> dict[str, str]:
+    """Set ``DAGSTER_HOME`` and ``RAG_DAGSTER_PG_URL`` in this process (what ``dagster.yaml`` reads) and return
+    the environment a Dagster subprocess gets."""
+    os.environ["DAGSTER_HOME"] = str(dagster_home())
+    if not os.environ.get("RAG_DAGSTER_PG_URL"):
+        os.environ["RAG_DAGSTER_PG_URL"] = dagster_database_url()
+    return dict(os.environ)
+
+
+_lock = threading.Lock()
+_instance: dg.DagsterInstance | None = None
+_instance_home: str | None = None
+
+
+def instance() -> dg.DagsterInstance:
+    """The Dagster instance of ``DAGSTER_HOME`` (opened once per process)."""
+    global _instance, _instance_home  # noqa: PLW0603 - one instance per process
+    with _lock:
+        home = str(dagster_home())
+        if _instance is None or _instance_home != home:
+            prepare_environment()
+            try:
+                _instance = dg.DagsterInstance.get()
+            except Exception as exc:  # noqa: BLE001 - any set-up failure becomes one line for the user
+                raise LaunchError(f"cannot open the Dagster instance of DAGSTER_HOME={home}: "
+                                  f"{mask_secrets(str(exc)).strip().splitlines()[0] if str(exc).strip() else exc!r}"
+                                  ) from None
+            _instance_home = home
+        return _instance
+
+
+def launch_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
+                       strategy_versions: Sequence[str] | None = None, *, strict: bool = False,
+                       wait: bool = False) -> list[LaunchedRun]:
+    """Queue one evaluation run per strategy (default: every strategy the knowledge base can run) of a stored
+    dataset version and submit each to Dagster (in the background; ``wait=True``: before returning)."""
+    inst = instance()  # fails before anything is queued when the instance cannot be used
+    queued = queue_evaluations(engine, knowledge_base, dataset_id, strategy_versions, strict=strict)
+    try:
+        name = queued.runs[0].dataset
+        if not inst.has_dynamic_partition(DATASET_PARTITIONS, name):
+            inst.add_dynamic_partitions(DATASET_PARTITIONS, [name])
+    except Exception as exc:
+        for run in queued.runs:
+            fail_queued(engine, run.run_id, f"could not add the Dagster partition: {exc}")
+        raise
+    worker = threading.Thread(target=_submit_all, args=(engine, queued.runs), name="rag-launch", daemon=True)
+    worker.start()
+    if wait:
+        worker.join()
+    return [LaunchedRun(r.run_id, r.status, r.strategy_version, r.dagster_run_id, r.partition_key,
+                        queued.label_warning) for r in queued.runs]
+
+
+def _submit_all(engine: sa.Engine, runs: Sequence[QueuedRun]) -> None:
+    for run in runs:
+        try:
+            _submit(run)
+        except Exception as exc:  # noqa: BLE001 - the run row records why; the server keeps going
+            log.warning("submitting evaluation run %s to Dagster failed: %s", run.run_id, exc)
+            fail_queued(engine, run.run_id, f"submitting the Dagster run failed: {mask_secrets(str(exc))}")
+
+
+def _submit(run: QueuedRun) -> None:
+    env = prepare_environment()
+    env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")  # dagster 1.13's supersession notice
+    config = {"ops": {"evaluation_dataset": {"config": {"dataset_id": run.dataset_id}},
+                      "evaluation_run": {"config": {"evaluation_run_id": run.run_id}}}}
+    tags = {"dagster/partition": run.partition_key, "rag/evaluation_run_id": run.run_id, "rag/source": "http-api"}
+    command = [str(Path(sys.executable).with_name("dagster")), "job", "launch", "-m", CODE_MODULE, "-j", JOB,
+               "--run-id", run.dagster_run_id, "--tags", json.dumps(tags), "--config-json", json.dumps(config)]
+    proc = subprocess.run(command, cwd=env["DAGSTER_HOME"], env=env, capture_output=True, text=True,
+                          timeout=LAUNCH_TIMEOUT_S, check=False)
+    if proc.returncode != 0:
+        lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
+        errors = [line for line in lines if "Error" in line or "error" in line] or lines or ["(no output)"]
+        raise LaunchError(f"`dagster job launch` exited {proc.returncode}: {errors[-1].strip()[:500]}")
+
+
+_status_cache: tuple[float, QueueStatus] | None = None
+
+
+def queue_status(max_age_s: float = 5.0) -> QueueStatus:
+    """Is a Dagster daemon picking up queued runs? (its queue heartbeat is fresher than 2 minutes). Cached for
+    ``max_age_s`` seconds. Never raises: a broken instance is reported in ``message``."""
+    global _status_cache  # noqa: PLW0603 - a small per-process cache
+    now = time.monotonic()
+    if _status_cache and now - _status_cache[0] < max_age_s:
+        return _status_cache[1]
+    try:
+        inst = instance()
+        beat = inst.get_daemon_heartbeats().get(DAEMON_TYPE)
+        alive = beat is not None and time.time() - beat.timestamp < HEARTBEAT_TOLERANCE_S
+        status = QueueStatus(True) if alive else QueueStatus(False, (
+            f"no Dagster daemon is running on DAGSTER_HOME={dagster_home()}: queued evaluation runs wait until "
+            f"one starts — {NO_DAEMON_FIX}"))
+    except LaunchError as exc:
+        status = QueueStatus(False, str(exc))
+    except Exception as exc:  # noqa: BLE001 - the storage went away: say so, never fail the caller
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        status = QueueStatus(False, f"the Dagster instance cannot be read ({mask_secrets(first)}): queued runs "
+                                    "cannot start; check the database (`rag-pipeline db status`)")
+    _status_cache = (now, status)
+    return status
+
+
+_FINISHED = {dg.DagsterRunStatus.FAILURE: "failed", dg.DagsterRunStatus.CANCELED: "was cancelled",
+             dg.DagsterRunStatus.SUCCESS: "succeeded"}
+_reconciled_at = 0.0
+
+
+def reconcile(engine: sa.Engine, min_interval_s: float = 3.0) -> int:
+    """Mark failed every ``queued`` run whose Dagster run already ended (failed, cancelled) before the
+    evaluation started; returns how many. Throttled to once per ``min_interval_s``; never raises."""
+    global _reconciled_at  # noqa: PLW0603
+    now = time.monotonic()
+    if now - _reconciled_at < min_interval_s:
+        return 0
+    _reconciled_at = now
+    try:
+        waiting = [r for r in queued_runs(engine) if r["dagster_run_id"]]
+        if not waiting:
+            return 0
+        by_id = {r["dagster_run_id"]: r for r in waiting}
+        ended = 0
+        records = instance().get_runs(filters=dg.RunsFilter(run_ids=list(by_id)))
+        for record in records:
+            verb = _FINISHED.get(record.status)
+            if verb:
+                fail_queued(engine, by_id[record.run_id]["run_id"],
+                            f"its Dagster run {record.run_id} {verb} before the evaluation started "
+                            "(see the run in the Dagster UI)")
+                ended += 1
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=2 * LAUNCH_TIMEOUT_S)
+        for dagster_run_id in set(by_id) - {r.run_id for r in records}:
+            queued_at = by_id[dagster_run_id]["queued_at"]
+            if queued_at is not None and queued_at < cutoff:  # its submission never reached Dagster
+                fail_queued(engine, by_id[dagster_run_id]["run_id"],
+                            f"its Dagster run {dagster_run_id} was never created (the server stopped before "
+                            "submitting it?); evaluate again")
+                ended += 1
+        return ended
+    except Exception as exc:  # noqa: BLE001 - best effort; the next call retries
+        log.warning("could not reconcile queued runs with Dagster: %s", exc)
+        return 0
+
+
+def start_daemon(log_path: Path | None = None) -> subprocess.Popen:
+    """Start ``dagster-daemon run -m rag_pipeline.definitions`` on this DAGSTER_HOME (what ``serve
+    --with-daemon`` does when no daemon is alive); the caller stops it."""
+    env = prepare_environment()
+    env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
+    return subprocess.Popen([str(Path(sys.executable).with_name("dagster-daemon")), "run", "-m", CODE_MODULE],
+                            cwd=env["DAGSTER_HOME"], env=env, stdout=out, stderr=subprocess.STDOUT)

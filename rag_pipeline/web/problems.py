@@ -1,0 +1,170 @@
+"""Every error of the HTTP service as RFC 9457 problem details (``application/problem+json``), never a traceback.
+
+The ``detail`` of a user error is the message the CLI prints after ``rag-pipeline: error:`` (the same service
+exceptions, :data:`rag_pipeline.service.errors.USER_ERRORS`). Status codes:
+
+| status | when |
+|---|---|
+| 400 | a malformed request the body validation cannot describe (e.g. an unreadable multipart body) |
+| 401 / 403 | no or wrong token (``WWW-Authenticate: Bearer``), a cross-site request or a bad CSRF token |
+| 404 | unknown knowledge base, run, dataset, or path |
+| 409 | a strategy version run with other parameters; an ambiguous run-id prefix |
+| 413 | an upload over the dataset limit (50 MB) |
+| 422 | invalid input: request validation (each problem in ``errors`` with its ``location``), an invalid dataset
+  (each problem in ``errors`` with ``case_index``, ``case_id`` and ``field``), unknown strategy, labels refused |
+| 503 | the database cannot be reached |
+| 500 | a bug: ``detail`` names only the error type and an ``error_id`` that is in the server log with the traceback |
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from rag_pipeline.analysis.comparison import ComparisonError
+from rag_pipeline.analysis.tune_runs import TuneError
+from rag_pipeline.evaluation.dataset import DatasetError
+from rag_pipeline.evaluation.runs import AmbiguousRunIdError, RunNotFoundError
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
+from rag_pipeline.retrieval.strategy_store import StrategyConflictError
+from rag_pipeline.service.catalog import DatasetNotFoundError
+from rag_pipeline.service.errors import TRANSIENT_ERRORS, USER_ERRORS, CheckFailed
+from rag_pipeline.storage.names import printable
+from rag_pipeline.storage.urls import mask_secrets
+
+PROBLEM_JSON = "application/problem+json"
+log = logging.getLogger("rag_pipeline.web")
+
+_TITLES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
+           409: "Conflict", 413: "Content too large", 415: "Unsupported media type", 422: "Invalid input",
+           500: "Internal error", 503: "Database unavailable"}
+
+
+class ProblemItem(BaseModel):
+    """One problem of an invalid request or dataset (the CLI prints each as one line: ``line``)."""
+
+    message: str = Field(description="What is wrong, as the CLI says it.")
+    line: str | None = Field(None, description="The whole line the CLI prints (source, case, field, message).")
+    case_index: int | None = Field(None, description="0-based index of the case (`cases[i]`), if about one case.")
+    case_id: str | None = Field(None, description="The case's `case_id`, when it has a readable one.")
+    field: str | None = Field(None, description="The field of the case or file (`k`, `relevant_chunk_ids[2]`).")
+    location: list[str | int] | None = Field(None, description="Where in the request (`body`, `query`, ...).")
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details."""
+
+    type: str = Field("about:blank", description="A URI naming the problem type (`about:blank`: see `status`).")
+    title: str = Field(description="Short summary of the status.")
+    status: int = Field(description="The HTTP status code.")
+    detail: str = Field(description="What went wrong and what to do, the same text the CLI prints.")
+    instance: str | None = Field(None, description="The request path.")
+    errors: list[ProblemItem] | None = Field(None, description="Every problem, when there are several.")
+    error_id: str | None = Field(None, description="Internal errors only: the id to look up in the server log.")
+
+
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": Problem, "description": _TITLES[code], "content": {PROBLEM_JSON: {}}}
+    for code in (401, 403, 404, 422, 503)
+}
+"""``responses=`` of a route: the problem statuses every API route can answer with."""
+
+
+class HTTPProblem(Exception):  # noqa: N818 - raised to produce a response, like HTTPException
+    """Raise to answer with a problem (``status``, ``detail``, optional ``errors`` and headers)."""
+
+    def __init__(self, status: int, detail: str, *, errors: list[ProblemItem] | None = None,
+                 headers: dict[str, str] | None = None, title: str | None = None):
+        super().__init__(detail)
+        self.status, self.detail, self.errors, self.headers, self.title = status, detail, errors, headers, title
+
+
+def problem_response(request: Request | None, status: int, detail: str, *, errors: list[ProblemItem] | None = None,
+                     headers: dict[str, str] | None = None, title: str | None = None,
+                     error_id: str | None = None) -> JSONResponse:
+    body = Problem(title=title or _TITLES.get(status, "Error"), status=status, detail=mask_secrets(detail),
+                   instance=request.url.path if request is not None else None, errors=errors, error_id=error_id)
+    content = {k: v for k, v in body.model_dump().items() if v is not None}  # items keep their null fields
+    return JSONResponse(content, status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+
+def dataset_problems(exc: DatasetError) -> list[ProblemItem]:
+    """Every problem of an invalid dataset, each with its case index, case id and field."""
+    return [ProblemItem(message=p.message, line=p.describe(exc.source), case_index=p.case_index,
+                        case_id=p.case_id, field=p.field) for p in exc.problems]
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status of a service exception."""
+    if isinstance(exc, AmbiguousRunIdError | StrategyConflictError):
+        return 409
+    if isinstance(exc, RunNotFoundError | DatasetNotFoundError):
+        return 404
+    if isinstance(exc, KnowledgeBaseError | ComparisonError | TuneError):
+        return 404 if str(exc).startswith(("unknown ", "no ")) else 422
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return 503
+    return 422
+
+
+def _validation_items(exc: RequestValidationError) -> list[ProblemItem]:
+    items = []
+    for err in exc.errors():
+        loc = [part if isinstance(part, int) else str(part) for part in err.get("loc", ())]
+        where = ".".join(str(p) for p in loc[1:]) or (str(loc[0]) if loc else "request")
+        items.append(ProblemItem(message=printable(str(err.get("msg", "invalid"))), line=f"{where}: {err.get('msg')}",
+                                 field=where, location=loc))
+    return items
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn every exception into problem details."""
+
+    @app.exception_handler(HTTPProblem)
+    async def _problem(request: Request, exc: HTTPProblem):
+        return problem_response(request, exc.status, exc.detail, errors=exc.errors, headers=exc.headers,
+                                title=exc.title)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        detail = exc.detail if isinstance(exc.detail, str) else _TITLES.get(exc.status_code, "Error")
+        if exc.status_code == 404 and detail == "Not Found":
+            detail = f"no such path {printable(request.url.path)} (the API is under /api/v1; see /docs)"
+        return problem_response(request, exc.status_code, detail, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        items = _validation_items(exc)
+        detail = f"invalid request: {len(items)} problem(s): " + "; ".join(i.line or i.message for i in items[:10])
+        return problem_response(request, 422, detail, errors=items)
+
+    @app.exception_handler(DatasetError)
+    async def _dataset(request: Request, exc: DatasetError):
+        return problem_response(request, 422, str(exc), errors=dataset_problems(exc), title="Invalid dataset")
+
+    async def _user(request: Request, exc: Exception):
+        return problem_response(request, status_of(exc), str(exc))
+
+    for error_type in (*USER_ERRORS, CheckFailed, *TRANSIENT_ERRORS):
+        if error_type is not DatasetError:
+            app.add_exception_handler(error_type, _user)
+
+    @app.exception_handler(sa.exc.DBAPIError)
+    async def _database(request: Request, exc: sa.exc.DBAPIError):
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
+        return problem_response(request, 503, f"database error: {first[0]}")
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception):
+        error_id = uuid.uuid4().hex[:12]
+        log.error("internal error %s on %s %s", error_id, request.method, request.url.path, exc_info=exc)
+        return problem_response(request, 500, f"internal error ({type(exc).__name__}); the server log has the "
+                                              f"details under error id {error_id}", error_id=error_id)

@@ -1,0 +1,205 @@
+"""The admin console in a real browser: Debian's Chromium, headless, driven by Playwright, against a real server.
+
+The seed's §7.1 workflow end to end on the demo knowledge base: upload the demo dataset (the label check shows
+before anything runs), launch two strategies with one click (real Dagster runs through the daemon of the
+``live_server`` fixture), watch them finish, then the dashboard (current metrics, regression gate, charts), the
+run's case table filtered to zero-score cases, a zero-score case's drill-down (why its relevant chunk was missed,
+chunk text on demand) and the comparison of the two runs. Screenshots of every page are saved as test artefacts
+(the ``console-screenshots`` folder of pytest's temporary directory, printed); with ``RAG_UPDATE_SCREENSHOTS=1``
+the test also rewrites the small PNGs of ``docs/`` that README shows.
+
+Nothing is downloaded: Playwright's own browsers are not used, ``/usr/bin/chromium`` is (``.ci/run`` installs it).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+BASE = "/admin/retrieval-evaluations"
+STRATEGIES = ("hybrid-v1", "keyword-v1")
+RUN_TIMEOUT_S = 900
+DOCS_PNG_MAX = 150_000
+UPDATE_DOCS = os.environ.get("RAG_UPDATE_SCREENSHOTS") == "1"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install chromium`; .ci/run does)")
+    with playwright_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("console-screenshots")
+    print(f"console screenshots: {folder}")
+    return folder
+
+
+def _shot(page, shots: Path, name: str) -> None:
+    """A full-page screenshot as a test artefact; with RAG_UPDATE_SCREENSHOTS=1 also docs/console-<name>.png (the
+    first screen of the page, as a 256-colour PNG, kept small for the README)."""
+    page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+    if not UPDATE_DOCS:
+        return
+    from PIL import Image  # noqa: PLC0415 - only when regenerating the docs
+
+    image = Image.open(io.BytesIO(page.screenshot(full_page=False))).convert("RGB")
+    out = ROOT / "docs" / f"console-{name}.png"
+    out.parent.mkdir(exist_ok=True)
+    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(out, optimize=True)
+    assert out.stat().st_size < DOCS_PNG_MAX, f"{out} is {out.stat().st_size} bytes"
+
+
+def _wait_for_runs(page, runs_url: str, run_ids: list[str]) -> dict[str, dict]:
+    """Poll the dashboard's own status JSON until every launched run has finished; a failed one fails the test
+    with its error."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        data = page.request.get(runs_url).json()
+        runs = {r["run_id"]: r for r in data["runs"] if r["run_id"] in run_ids}
+        failed = [f"{r['strategy_version']}: {r['status']}: {r['error']}" for r in runs.values()
+                  if r["status"] in ("failed", "abandoned")]
+        assert not failed, "evaluation runs failed: " + "; ".join(failed)
+        if len(runs) == len(run_ids) and all(r["status"] == "succeeded" for r in runs.values()):
+            return runs
+        assert time.monotonic() < deadline, f"runs not finished after {RUN_TIMEOUT_S} s: {runs} ({data['queue']})"
+        time.sleep(2)
+
+
+def test_the_seed_workflow_in_the_browser(live_server, demo_kb, browser, shots):
+    page = browser.new_page(viewport={"width": 1280, "height": 860})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("requestfailed", lambda req: errors.append(f"request failed: {req.url} ({req.failure})"))
+
+    # knowledge bases → the demo knowledge base
+    page.goto(f"{live_server}{BASE}")
+    kb_row = page.locator("#knowledge-bases tbody tr", has_text=demo_kb)
+    assert kb_row.count() == 1
+    assert "use-multilingual-v3" in kb_row.inner_text()
+    kb_row.get_by_role("link", name=demo_kb).click()
+
+    # an invalid upload: every problem inline with its case index, case_id and field; nothing stored
+    bad = ROOT / "rag_pipeline_tests" / "data" / "bad_datasets" / "grades_many_problems.json"
+    page.set_input_files("input[name=dataset]", str(bad))
+    page.click("#upload-button")
+    problems = page.locator("#upload-problems")
+    assert "was not stored" in problems.inner_text()
+    cells = [r.locator("td").all_inner_texts() for r in problems.locator("tbody tr").all()]
+    assert len(cells) >= 4 and any(c[1] == "big" and c[2] == "k" and "between 1 and 1000" in c[3] for c in cells)
+    assert page.locator("#datasets", has_text="grades_many_problems").count() == 0
+
+    # the demo dataset: stored, then its label check before anything runs
+    page.set_input_files("input[name=dataset]", str(ROOT / "datasets" / "demo.json"))
+    page.click("#upload-button")
+    page.wait_for_url(re.compile(r"/datasets/demo\?uploaded="))
+    assert "Check its labels below" in page.locator("#uploaded").inner_text()
+    cases = len(json.loads((ROOT / "datasets" / "demo.json").read_text(encoding="utf-8"))["cases"])
+    assert re.search(rf"all \d+ labels of {cases} cases are valid", page.locator("#label-check").inner_text())
+    boxes = page.locator("#evaluate input[name=strategy]")
+    checked = [b.get_attribute("value") for b in boxes.all() if b.is_checked()]
+    assert "hybrid-v1" in checked and "vector-minilm-v1" not in checked  # applicable ones pre-selected
+    _shot(page, shots, "upload")
+
+    # one click: two strategies through the Dagster queue, live status while they run
+    for box in boxes.all():
+        if box.is_enabled() and box.get_attribute("value") not in STRATEGIES:
+            box.uncheck()
+    page.click("#evaluate-button")
+    page.wait_for_url(re.compile(r"launched="))
+    launched = re.search(r"launched=([^&]+)", page.url).group(1).replace("%2C", ",").split(",")
+    assert len(launched) == 2
+    page.wait_for_selector("#live-runs tbody tr[data-run]", timeout=30_000)
+    assert page.locator("#live-runs tbody tr[data-run]").count() >= 1
+    _shot(page, shots, "running")
+    dashboard_url = page.url.split("?")[0]
+    finished = _wait_for_runs(page, f"{dashboard_url}/runs.json", launched)
+    assert {r["strategy_version"] for r in finished.values()} == set(STRATEGIES)
+    assert all(r["cases_done"] == r["cases_total"] == cases for r in finished.values())
+
+    # the dashboard refreshes itself once the runs are done: both strategies' current metrics, the regression
+    # gate, each metric over time
+    page.wait_for_url(re.compile(r"/datasets/demo$"), timeout=60_000)
+    page.wait_for_load_state("load")
+    current = page.locator("#current tbody tr")
+    assert sorted(r.locator("td").first.inner_text().split()[0] for r in current.all()) == sorted(STRATEGIES)
+    for row in current.all():
+        values = [float(v) for v in row.locator("td.num").all_inner_texts()[1:7]]
+        assert all(0.0 <= v <= 1.0 for v in values) and any(v > 0 for v in values)
+    gate = page.locator("#gate").inner_text()
+    assert ("PASSED" in gate or "FAILED" in gate) and "keyword-v1" in gate and "95% CI" in gate
+    assert page.locator("#history svg.chart").count() == 6
+    assert page.locator("#history svg.chart circle").count() >= 2 * 6
+    _shot(page, shots, "dashboard")
+
+    # the baseline's run: filter to zero-score cases
+    page.locator("#current tbody tr", has_text="hybrid-v1").get_by_role("link", name=re.compile("^[0-9a-f]{8}$")).click()
+    page.wait_for_selector("#cases")
+    total = page.locator("#cases tbody tr").count()
+    assert total == cases
+    page.check("#zero-only")
+    zero_rows = page.locator("#cases tbody tr:not([hidden])")
+    assert 0 < zero_rows.count() < total
+    assert f"{zero_rows.count()} of {total} cases" == page.locator("#case-count").inner_text()
+    assert all(v == "0.000" for v in zero_rows.locator("td:nth-child(9)").all_inner_texts())  # nDCG@k column
+    _shot(page, shots, "run")
+
+    # a zero-score case: its question, the missed relevant chunk and why, the candidate pool, chunk text
+    zero_rows.first.locator("td:nth-child(2) a").click()
+    page.wait_for_selector("#pool")
+    assert page.locator("#question").inner_text().strip()
+    missed = page.locator("#relevant tbody tr.hl")
+    assert missed.count() >= 1
+    why = missed.first.inner_text()
+    assert re.search(r"not in pool|below_cutoff|vector_only|keyword_only|not_in_pool", why), why
+    assert "gap" in why or "not retrieved" in why or "score" in why, why
+    pool = page.locator("#pool tbody tr")
+    assert pool.count() >= 3
+    headers = page.locator("#pool thead th").all_inner_texts()
+    for name in ("rank", "chunk", "document", "vector score", "keyword score", "final score", "relevant", "selected"):
+        assert name in headers
+    missed.first.locator("button.show-text").click()
+    text = page.locator("#relevant tr.textrow .chunktext")
+    text.wait_for()
+    assert len(text.inner_text()) > 20
+    _shot(page, shots, "case")
+
+    # the comparison: keyword-v1 against the baseline, deltas with CI and p, win/tie/loss, moved cases, one case's
+    # two candidate lists side by side
+    page.goto(dashboard_url)
+    page.locator("#current tbody tr", has_text="keyword-v1").get_by_role("link", name="vs baseline").click()
+    page.wait_for_selector("#paired")
+    paired = {r.locator("td").first.inner_text(): r.locator("td").all_inner_texts()
+              for r in page.locator("#paired tbody tr").all()}
+    assert {"P@k", "R@k", "MRR", "nDCG@k", "Hit@k", "AP@k"} <= set(paired)
+    assert re.fullmatch(r"\[[+-]\d\.\d{4}, [+-]\d\.\d{4}\]", paired["nDCG@k"][4])
+    assert re.fullmatch(r"\d+ / \d+ / \d+", paired["nDCG@k"][7])
+    assert page.locator("#moved tbody tr").count() >= 1
+    assert page.locator("#side-by-side").count() == 1 and page.locator("table.pool-side").count() == 2
+    _shot(page, shots, "compare")
+
+    # back home: the knowledge base now has datasets and runs, the recent runs list them
+    page.goto(f"{live_server}{BASE}")
+    recent = page.locator("#recent-runs tbody tr")
+    assert set(STRATEGIES) <= {r.locator("td").first.inner_text().split()[0] for r in recent.all()}
+    _shot(page, shots, "home")
+
+    assert not errors, errors
+    page.close()
