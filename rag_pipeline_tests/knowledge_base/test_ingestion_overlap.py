@@ -145,7 +145,7 @@ def test_sql_error_while_encoding_stops_the_encoder(engine, kb_name, small_batch
 
 def test_second_model_embeds_unchanged_chunks_and_reuses_pre_encoded_ones(engine, kb_name, small_batches,
                                                                            monkeypatch) -> None:
-    first = ingest(engine, make_docs(), kb_name)
+    ingest(engine, make_docs(), kb_name)
     encoded: dict[str, list[str]] = {DEFAULT_MODEL: [], MINILM: []}
     for name in encoded:
         embedder = get_embedder(name)
