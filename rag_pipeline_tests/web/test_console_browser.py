@@ -21,8 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-playwright_api = pytest.importorskip("playwright.sync_api")
+from playwright import sync_api as playwright_api
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -38,7 +37,10 @@ UPDATE_DOCS = os.environ.get("RAG_UPDATE_SCREENSHOTS") == "1"
 @pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install chromium`; .ci/run does)")
+        message = f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install chromium`; .ci/run does)"
+        if os.environ.get("CI"):  # .ci/run installs it: a CI machine without it is a broken set-up
+            pytest.fail(message)
+        pytest.skip(message)
     with playwright_api.sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield chromium
