@@ -21,7 +21,12 @@ this one process and on the same database:
 7. two strategy partitions as two concurrent ``dagster job execute`` runs (multiprocess executor) on an
    instance configured by the repo's ``dagster.yaml`` (``--dagster-cases 0`` skips it).
 
-The last line is ``speedup_vs_seed=<x> eval_over_embed=<y> persist_rows_per_s=<z> peak_rss_mb=<m>``.
+8. the retrieval step alone (``hybrid_search_batch`` over the same batches with the same read connections and
+   threads, question vectors given): ``sql_share`` = its wall / the pipeline's wall (1 = the pipeline costs
+   exactly its retrieval); the keyword leg's time per question inside the pipeline (``keyword_ms_per_q``).
+
+The last line is ``speedup_vs_seed=<x> sql_share=<s> keyword_ms_per_q=<ms> eval_over_embed=<y>
+persist_rows_per_s=<z> peak_rss_mb=<m> load1=<1-minute load average at the end>``.
 
 Usage: python bench/eval_bench.py --chunks 100000 --cases 1000 [--strategy hybrid-v1] [--readers 2]
        [--skip-baseline-over 2000] [--pipeline-subprocess] [--without-diagnosis] [--recall-queries 100]
@@ -133,7 +138,8 @@ class PhaseTimers:
 
         self.seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
-        self._targets = [("fusion", retrieval, "fuse_pool"), ("embed_calls", embedding.Embedder, "embed")]
+        self._targets = [("fusion", retrieval, "fuse_pool"), ("embed_calls", embedding.Embedder, "embed"),
+                         ("keyword_leg", retrieval, "_keyword_leg")]
         try:
             from rag_pipeline.evaluation import diagnosis_db  # noqa: PLC0415
 
@@ -164,6 +170,42 @@ class PhaseTimers:
     def __exit__(self, *exc):
         for owner, name, orig in reversed(self._saved):
             setattr(owner, name, orig)
+
+
+def retrieval_alone(engine: sa.Engine, dataset: Dataset, strategy, vectors: np.ndarray, readers: int | None) -> dict:
+    """The retrieval step alone at the pipeline's parallelism: the same batches (64), the same ``readers`` snapshot
+    connections and worker threads, the questions' vectors already computed, nothing but ``hybrid_search_batch``
+    (and, for a BM25 leg, loading the KB's postings once, as the run does). Its wall time is what the pipeline's
+    wall is compared with (``sql_share``)."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    from rag_pipeline.evaluation.runner import BATCH_SIZE  # noqa: PLC0415
+    from rag_pipeline.knowledge_base.chunking import knowledge_base_id  # noqa: PLC0415
+    from rag_pipeline.retrieval.bm25_index import Bm25Index  # noqa: PLC0415
+    from rag_pipeline.storage.snapshot_readers import reader_count, snapshot_readers  # noqa: PLC0415
+
+    n = reader_count(readers)
+    cases = dataset.cases
+    kb = knowledge_base_id(dataset.knowledge_base)
+    t = time.perf_counter()
+    with snapshot_readers(engine, n) as pool, ThreadPoolExecutor(max_workers=n) as workers:
+        index = None
+        if strategy.keyword_candidate_k and strategy.keyword_scorer == "bm25":
+            with pool.borrow() as conn:
+                index = Bm25Index.load(conn, kb, strategy.bm25_k1, strategy.bm25_b)
+        load_s = time.perf_counter() - t
+
+        def one(start: int) -> int:
+            batch = cases[start:start + BATCH_SIZE]
+            with pool.borrow() as conn:
+                traces = retrieval.hybrid_search_batch(
+                    conn, knowledge_base_id=kb, queries=[c.question for c in batch], strategy=strategy,
+                    limits=[c.k for c in batch], query_vectors=vectors[start:start + len(batch)] if
+                    strategy.vector_candidate_k else None, keyword_index=index)
+            return len(traces)
+
+        done = sum(workers.map(one, range(0, len(cases), BATCH_SIZE)))
+    return {"wall_s": time.perf_counter() - t, "cases": done, "readers": n, "index_load_s": load_s}
 
 
 def _no_diagnosis(conn, kb, strategy, cases, *args, **kwargs):  # noqa: ARG001 - diagnose_batch's signature
@@ -599,6 +641,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"speedup vs seed baseline: {speedup:.1f}x | pools: {same['cases'] - same['differing_cases']}/"
               f"{same['cases']} cases identical, max |final_score diff| {same['max_score_diff']:.2g}")
         report["pools"] = {k: float(v) for k, v in same.items()}
+    alone = retrieval_alone(engine, dataset, strategy, vectors, args.readers)
+    sql_share = alone["wall_s"] / pipe["wall_s"]
+    keyword_ms = 1000 * pipe.get("phases", {}).get("keyword_leg", 0.0) / max(pipe["case_count"], 1)
+    print(f"retrieval alone ({alone['readers']} read connection(s), same batches, vectors given): {alone['cases']} "
+          f"cases in {alone['wall_s']:.2f}s (BM25 index load {alone['index_load_s']:.2f}s) -> pipeline wall / "
+          f"retrieval wall = {pipe['wall_s'] / alone['wall_s']:.3f} (sql_share {sql_share:.3f})")
+    print(f"keyword leg in the pipeline: {keyword_ms:.3f} ms per question (summed over the worker threads; scorer "
+          f"{strategy.keyword_scorer}{', in-memory BM25 index' if strategy.keyword_scorer == 'bm25' else ''})")
+    report.update({"retrieval_alone": alone, "sql_share": sql_share, "keyword_ms_per_q": keyword_ms})
     report.update({"pipeline": pipe, "floor_s": [floor1, floor2], "speedup_vs_seed": speedup,
                    "eval_over_embed": pipe["wall_s"] / floor, "persist_rows_per_s": persist_rate,
                    "peak_rss_mb": rss, "peak_rss_scope": rss_label})
@@ -647,8 +698,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
     shutil.rmtree(dataset_path.parent, ignore_errors=True)
-    print(f"speedup_vs_seed={_fmt(speedup)} eval_over_embed={_fmt(pipe['wall_s'] / floor)} "
-          f"persist_rows_per_s={_fmt(persist_rate)} peak_rss_mb={_fmt(rss)}")
+    print(f"speedup_vs_seed={_fmt(speedup)} sql_share={_fmt(sql_share)} keyword_ms_per_q={_fmt(keyword_ms)} "
+          f"eval_over_embed={_fmt(pipe['wall_s'] / floor)} persist_rows_per_s={_fmt(persist_rate)} "
+          f"peak_rss_mb={_fmt(rss)} load1={os.getloadavg()[0]:.2f}")
     return 0
 
 

@@ -44,6 +44,7 @@ from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.retrieval import fusion, vector_cut
 from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace  # noqa: F401 - API
@@ -68,6 +69,7 @@ def hybrid_search_batch(
     limits: Sequence[int] | None = None,
     query_vectors: np.ndarray | None = None,
     targets: Sequence[Sequence[str]] | None = None,
+    keyword_index: Bm25Index | None = None,
 ) -> list[RetrievalTrace]:
     """Search many questions: one embedding call and one SQL statement per enabled leg for the batch.
 
@@ -81,6 +83,8 @@ def hybrid_search_batch(
     per question, e.g. the case's relevant chunks) make the keyword leg also report, in
     ``trace.keyword_targets``, the score and leg rank of each target it ranked below its top k — in the same
     statement (:data:`retrieval_sql.TS_RANK_CD_TARGETS_LEG_SQL`); the pools are unchanged.
+    ``keyword_index`` (a :class:`~rag_pipeline.retrieval.bm25_index.Bm25Index` of this KB and the strategy's
+    k1/b, loaded on the caller's snapshot) serves a BM25 keyword leg from memory: identical hits and scores.
     """
     queries = list(queries)
     if any(not isinstance(q, str) for q in queries):
@@ -96,7 +100,7 @@ def hybrid_search_batch(
     set_statement_timeout(conn)
     try:
         vector_hits = _vector_leg(conn, kb, queries, strategy, query_vectors)
-        keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, targets)
+        keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, targets, keyword_index)
     except sa.exc.OperationalError as exc:
         if is_statement_timeout(exc):
             raise StatementTimeout(statement_timeout_message()) from None
@@ -191,7 +195,8 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> list[li
     return vector_cut.top_k(search, len(queries), strategy.vector_candidate_k, available)
 
 
-def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None) -> tuple[list[list[LegHit]], list[dict]]:
+def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,
+                 index: Bm25Index | None = None) -> tuple[list[list[LegHit]], list[dict]]:
     """The leg's hits per question, and per question ``{target chunk id: {keyword_score, keyword_rank}}``
     for the targets below the leg's top k (empty dicts without ``targets``)."""
     below: list[dict] = [{} for _ in queries]
@@ -205,6 +210,9 @@ def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None) -> tuple[l
         "query_texts": [textsearch.prepare(mode, q) for q in queries],
         "k": k,
     }
+    if strategy.keyword_scorer == "bm25" and index is not None:
+        wanted = None if targets is None else [_uuid_strings(t) for t in targets]
+        return index.leg(conn, kb.id, strategy, params["cfg"], params["query_texts"], wanted)
     if strategy.keyword_scorer == "bm25":
         sql = BM25_LEG_SQL if targets is None else BM25_TARGETS_LEG_SQL
         params |= bm25_params(strategy.bm25_k1, strategy.bm25_b)

@@ -9,6 +9,7 @@ rendering here. The front ends parse their input, call one operation and render 
 | ``register_dataset``, ``check_dataset``, ``check_stored_dataset``, ``resolve_dataset`` | :mod:`.datasets` |
 | ``plan_evaluation``, ``evaluate``, ``evaluate_stored``, ``knowledge_base_name``, ``list_runs``, ``run_summaries``, ``write_report``, ``case_tables`` | :mod:`.evaluations` |
 | ``compare``, ``tune``, ``add_strategy`` | :mod:`.analysis` |
+| ``case_diagnosis`` (one case, exact global leg ranks, on demand) | :mod:`.case_diagnosis` |
 
 :data:`.errors.USER_ERRORS` are the exceptions whose message is meant for the user (a front end shows the
 message, not a traceback); :data:`.errors.TRANSIENT_ERRORS` are worth a bounded retry.
