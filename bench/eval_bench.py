@@ -22,8 +22,9 @@ this one process and on the same database:
    instance configured by the repo's ``dagster.yaml`` (``--dagster-cases 0`` skips it).
 
 8. the retrieval step alone (``hybrid_search_batch`` over the same batches with the same read connections and
-   threads, question vectors given): ``sql_share`` = its wall / the pipeline's wall (1 = the pipeline costs
-   exactly its retrieval); the keyword leg's time per question inside the pipeline (``keyword_ms_per_q``).
+   threads, the main thread embedding each batch as the run does): ``sql_share`` = its wall / the pipeline's
+   wall (1 = the pipeline costs exactly its retrieval); the same with the vectors given (SQL only); the
+   keyword leg's time per question inside the pipeline (``keyword_ms_per_q``).
 
 The last line is ``speedup_vs_seed=<x> sql_share=<s> keyword_ms_per_q=<ms> eval_over_embed=<y>
 persist_rows_per_s=<z> peak_rss_mb=<m> load1=<1-minute load average at the end>``.
@@ -172,11 +173,12 @@ class PhaseTimers:
             setattr(owner, name, orig)
 
 
-def retrieval_alone(engine: sa.Engine, dataset: Dataset, strategy, vectors: np.ndarray, readers: int | None) -> dict:
-    """The retrieval step alone at the pipeline's parallelism: the same batches (64), the same ``readers`` snapshot
-    connections and worker threads, the questions' vectors already computed, nothing but ``hybrid_search_batch``
-    (and, for a BM25 leg, loading the KB's postings once, as the run does). Its wall time is what the pipeline's
-    wall is compared with (``sql_share``)."""
+def retrieval_alone(engine: sa.Engine, dataset: Dataset, strategy, vectors: np.ndarray | None,
+                    readers: int | None) -> dict:
+    """The retrieval step alone at the pipeline's parallelism: the same batches, the same ``readers`` snapshot
+    connections and worker threads, nothing but ``hybrid_search_batch`` (and, for a BM25 leg, loading the KB's
+    postings once, as the run does). ``vectors=None``: the main thread embeds each batch's questions and hands
+    it to a worker, as the run does (retrieval incl. its embedding); else the vectors are given (SQL only)."""
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     from rag_pipeline.evaluation.runner import BATCH_SIZE  # noqa: PLC0415
@@ -187,6 +189,7 @@ def retrieval_alone(engine: sa.Engine, dataset: Dataset, strategy, vectors: np.n
     n = reader_count(readers)
     cases = dataset.cases
     kb = knowledge_base_id(dataset.knowledge_base)
+    embedder = get_embedder(strategy.embedding_model) if strategy.vector_candidate_k else None
     t = time.perf_counter()
     with snapshot_readers(engine, n) as pool, ThreadPoolExecutor(max_workers=n) as workers:
         index = None
@@ -195,17 +198,23 @@ def retrieval_alone(engine: sa.Engine, dataset: Dataset, strategy, vectors: np.n
                 index = Bm25Index.load(conn, kb, strategy.bm25_k1, strategy.bm25_b)
         load_s = time.perf_counter() - t
 
-        def one(start: int) -> int:
-            batch = cases[start:start + BATCH_SIZE]
+        def one(batch, vecs) -> int:
             with pool.borrow() as conn:
-                traces = retrieval.hybrid_search_batch(
+                return len(retrieval.hybrid_search_batch(
                     conn, knowledge_base_id=kb, queries=[c.question for c in batch], strategy=strategy,
-                    limits=[c.k for c in batch], query_vectors=vectors[start:start + len(batch)] if
-                    strategy.vector_candidate_k else None, keyword_index=index)
-            return len(traces)
+                    limits=[c.k for c in batch], query_vectors=vecs, keyword_index=index))
 
-        done = sum(workers.map(one, range(0, len(cases), BATCH_SIZE)))
-    return {"wall_s": time.perf_counter() - t, "cases": done, "readers": n, "index_load_s": load_s}
+        futures = []
+        for start in range(0, len(cases), BATCH_SIZE):
+            batch = cases[start:start + BATCH_SIZE]
+            vecs = None
+            if embedder is not None:
+                vecs = embedder.embed([c.question for c in batch]) if vectors is None else \
+                    vectors[start:start + len(batch)]
+            futures.append(workers.submit(one, batch, vecs))
+        done = sum(f.result() for f in futures)
+    return {"wall_s": time.perf_counter() - t, "cases": done, "readers": n, "index_load_s": load_s,
+            "embeds": vectors is None}
 
 
 def _no_diagnosis(conn, kb, strategy, cases, *args, **kwargs):  # noqa: ARG001 - diagnose_batch's signature
@@ -641,14 +650,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"speedup vs seed baseline: {speedup:.1f}x | pools: {same['cases'] - same['differing_cases']}/"
               f"{same['cases']} cases identical, max |final_score diff| {same['max_score_diff']:.2g}")
         report["pools"] = {k: float(v) for k, v in same.items()}
-    alone = retrieval_alone(engine, dataset, strategy, vectors, args.readers)
+    alone = retrieval_alone(engine, dataset, strategy, None, args.readers)
+    sql_only = retrieval_alone(engine, dataset, strategy, vectors, args.readers)
     sql_share = alone["wall_s"] / pipe["wall_s"]
     keyword_ms = 1000 * pipe.get("phases", {}).get("keyword_leg", 0.0) / max(pipe["case_count"], 1)
-    print(f"retrieval alone ({alone['readers']} read connection(s), same batches, vectors given): {alone['cases']} "
-          f"cases in {alone['wall_s']:.2f}s (BM25 index load {alone['index_load_s']:.2f}s) -> pipeline wall / "
-          f"retrieval wall = {pipe['wall_s'] / alone['wall_s']:.3f} (sql_share {sql_share:.3f})")
+    in_run_sql = (sql_s / readers) / pipe["wall_s"]
+    print(f"retrieval alone ({alone['readers']} read connection(s), same batches, main thread embedding them): "
+          f"{alone['cases']} cases in {alone['wall_s']:.2f}s (BM25 index load {alone['index_load_s']:.2f}s) -> "
+          f"pipeline wall / retrieval wall = {pipe['wall_s'] / alone['wall_s']:.3f} (sql_share {sql_share:.3f})")
+    print(f"retrieval SQL alone (vectors given): {sql_only['wall_s']:.2f}s -> pipeline wall / it = "
+          f"{pipe['wall_s'] / sql_only['wall_s']:.3f}; in the run: retrieval SQL summed over the workers / "
+          f"readers = {sql_s / readers:.2f}s = {in_run_sql:.3f} of the pipeline wall")
     print(f"keyword leg in the pipeline: {keyword_ms:.3f} ms per question (summed over the worker threads; scorer "
           f"{strategy.keyword_scorer}{', in-memory BM25 index' if strategy.keyword_scorer == 'bm25' else ''})")
+    report["retrieval_sql_alone"] = sql_only
     report.update({"retrieval_alone": alone, "sql_share": sql_share, "keyword_ms_per_q": keyword_ms})
     report.update({"pipeline": pipe, "floor_s": [floor1, floor2], "speedup_vs_seed": speedup,
                    "eval_over_embed": pipe["wall_s"] / floor, "persist_rows_per_s": persist_rate,

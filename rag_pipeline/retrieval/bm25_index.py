@@ -37,7 +37,8 @@ from rag_pipeline.retrieval.sql import BASE_FILTERS
 from rag_pipeline.retrieval.trace import LegHit
 
 _CHUNKS_SQL = f"""
-SELECT c.id::text AS chunk_id, c.document_id::text AS document_id, d.original_name AS document_name, c.token_count
+SELECT c.id::text AS chunk_id, uuid_send(c.id) AS key, c.document_id::text AS document_id,
+       d.original_name AS document_name, c.token_count
 FROM document_chunks c JOIN documents d ON d.id = c.document_id
 WHERE {BASE_FILTERS}
 ORDER BY c.id
@@ -52,23 +53,14 @@ WHERE s.knowledge_base_id = :kb
 ORDER BY s.lexeme
 """
 
-# All postings of searchable chunks as one bytea of big-endian int32 triples (term row, chunk column, tf):
-# ~12 bytes per posting, decoded by numpy without a Python object per row.
-_POSTINGS_SQL = f"""
-WITH chunks AS MATERIALIZED (
-    SELECT c.id, CAST(row_number() OVER (ORDER BY c.id) - 1 AS int) AS col
-    FROM document_chunks c JOIN documents d ON d.id = c.document_id
-    WHERE {BASE_FILTERS}
-), terms AS MATERIALIZED (
-    SELECT s.lexeme, CAST(row_number() OVER (ORDER BY s.lexeme) - 1 AS int) AS term
-    FROM knowledge_base_term_stats s
-    WHERE s.knowledge_base_id = :kb
-)
-SELECT count(*) AS n, string_agg(int4send(t.term) || int4send(ch.col) || int4send(ct.tf), ''::bytea) AS data
+# The KB's postings, one row per lexeme in primary-key order (an index scan, no join, no sort): chunk ids as
+# 16-byte uuid_send + tf as big-endian int32, decoded by numpy without a Python object per posting. Postings of
+# chunks that are not searchable (and lexemes without a df) are dropped on the client.
+_POSTINGS_SQL = """
+SELECT ct.lexeme, count(*) AS n, string_agg(uuid_send(ct.chunk_id) || int4send(ct.tf), ''::bytea) AS data
 FROM chunk_terms ct
-JOIN terms t ON t.lexeme = ct.lexeme
-JOIN chunks ch ON ch.id = ct.chunk_id
 WHERE ct.knowledge_base_id = :kb
+GROUP BY ct.lexeme
 """
 
 _KB_SQL = "SELECT CAST(chunk_count AS float8) AS n, avg_chunk_length AS avgdl FROM knowledge_bases WHERE id = :kb"
@@ -83,7 +75,7 @@ FROM unnest(CAST(:query_texts AS text[])) WITH ORDINALITY AS q(query_text, ord)
 CROSS JOIN LATERAL {_LEXEMES} AS t
 """
 
-_TRIPLE = np.dtype([("term", ">i4"), ("col", ">i4"), ("tf", ">i4")])
+_POSTING = np.dtype([("chunk", "S16"), ("tf", ">i4")])
 
 
 @dataclass(frozen=True)
@@ -106,13 +98,18 @@ class Bm25Index:
         kb = conn.execute(sa.text(_KB_SQL), params).one()
         chunks = conn.execute(sa.text(_CHUNKS_SQL), params).all()
         terms = conn.execute(sa.text(_TERMS_SQL), params).all()
-        n, data = conn.execute(sa.text(_POSTINGS_SQL), params).one()
-        triples = np.frombuffer(bytes(data) if data is not None else b"", dtype=_TRIPLE)
-        if len(triples) != n:  # pragma: no cover - guards the encoding above
-            raise RuntimeError(f"decoded {len(triples)} postings, the server sent {n}")
-        term = triples["term"].astype(np.int64)
-        col = triples["col"].astype(np.int64)
-        tf = triples["tf"].astype(np.float64)
+        term_row = {t.lexeme: i for i, t in enumerate(terms)}
+        rows = [(term_row[r.lexeme], r.n, bytes(r.data)) for r in conn.execute(sa.text(_POSTINGS_SQL), params)
+                if r.lexeme in term_row]
+        postings = np.frombuffer(b"".join(r[2] for r in rows), dtype=_POSTING)
+        term = np.repeat(np.array([r[0] for r in rows], dtype=np.int64), [r[1] for r in rows])
+        keys = np.array([bytes(c.key) for c in chunks], dtype="S16")  # uuid order = byte order = S16 order
+        if len(keys) > 1 and not (keys[1:] > keys[:-1]).all():  # pragma: no cover - guards the ORDER BY
+            raise RuntimeError("chunk ids are not in byte order")
+        col = np.searchsorted(keys, postings["chunk"])
+        found = col < len(keys)
+        found[found] = keys[col[found]] == postings["chunk"][found]  # else: a chunk that is not searchable
+        term, col, tf = term[found], col[found], postings["tf"][found].astype(np.float64)
         idf = np.array([t.idf for t in terms], dtype=np.float64)[term]
         dl = np.array([c.token_count for c in chunks], dtype=np.float64)[col]
         k1, b = float(k1), float(b)
@@ -120,7 +117,7 @@ class Bm25Index:
         weight = idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / float(kb.avgdl or 1.0)))
         matrix = sp.csr_array((weight, (term, col)), shape=(len(terms), len(chunks)))
         matrix.sort_indices()
-        return cls(str(knowledge_base_id), k1, b, matrix, {t.lexeme: i for i, t in enumerate(terms)},
+        return cls(str(knowledge_base_id), k1, b, matrix, term_row,
                    np.array([c.chunk_id for c in chunks], dtype=object),
                    np.array([c.document_id for c in chunks], dtype=object),
                    np.array([c.document_name for c in chunks], dtype=object))
@@ -152,14 +149,12 @@ class Bm25Index:
     def scores(self, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(columns, scores)`` of every chunk matching a term, columns ascending (chunk-id order)."""
         m = self.matrix
-        parts = [(m.indices[m.indptr[t]:m.indptr[t + 1]], m.data[m.indptr[t]:m.indptr[t + 1]]) for t in terms]
-        if not parts:
-            return np.empty(0, dtype=np.int64), np.empty(0)
-        cols = np.unique(np.concatenate([c for c, _ in parts]))
-        acc = np.zeros(len(cols))
-        for c, w in parts:  # term by term in lexeme order: the SQL's ordered sum, bit for bit
-            acc[np.searchsorted(cols, c)] += w
-        return cols, acc
+        acc = np.zeros(m.shape[1])
+        for t in terms:  # term by term in lexeme order: the SQL's ordered sum, bit for bit
+            lo, hi = m.indptr[t], m.indptr[t + 1]
+            acc[m.indices[lo:hi]] += m.data[lo:hi]  # a lexeme's postings hold each chunk once
+        cols = np.flatnonzero(acc)  # every contribution is > 0 (idf > 0, tf >= 1)
+        return cols, acc[cols]
 
     def top(self, terms: np.ndarray, k: int, targets: Sequence[str] = ()) -> tuple[list[LegHit], dict[str, dict]]:
         """The leg's top ``k`` (score desc, chunk id asc) and, for each of ``targets`` ranked below k, its

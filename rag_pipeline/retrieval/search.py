@@ -12,7 +12,8 @@ For one knowledge base, a :class:`~rag_pipeline.retrieval.strategies.Strategy` a
 2. **Keyword leg** (``keyword_candidate_k`` > 0): the question becomes an OR-tsquery with the KB's
    text-search mode (simple / english / chinese segmentation: the ingestion path). Scorer
    ``ts_rank_cd`` = ``ts_rank_cd(content_tsvector, q, 32)`` = rank/(rank+1) in [0, 1) (the seed's
-   choice, hybrid-v1), or ``bm25`` = real BM25 over the ingestion-time term statistics (:mod:`bm25`).
+   choice, hybrid-v1), or ``bm25`` = real BM25 over the ingestion-time term statistics (:mod:`bm25_sql`; in an
+   evaluation from the postings in memory, :mod:`bm25_index`, identical results).
 3. Merge by chunk id (a chunk found by both legs appears once; a leg that did not return it has
    ``None`` there and contributes 0), ``final_score`` from :func:`fusion.fuse` (weighted sum after the
    strategy's normalisation, or RRF), ordered by :func:`fusion.order` — ``final desc, vector desc
@@ -83,8 +84,8 @@ def hybrid_search_batch(
     per question, e.g. the case's relevant chunks) make the keyword leg also report, in
     ``trace.keyword_targets``, the score and leg rank of each target it ranked below its top k — in the same
     statement (:data:`retrieval_sql.TS_RANK_CD_TARGETS_LEG_SQL`); the pools are unchanged.
-    ``keyword_index`` (a :class:`~rag_pipeline.retrieval.bm25_index.Bm25Index` of this KB and the strategy's
-    k1/b, loaded on the caller's snapshot) serves a BM25 keyword leg from memory: identical hits and scores.
+    ``keyword_index`` (a :class:`~rag_pipeline.retrieval.bm25_index.Bm25Index` of this KB and k1/b) serves a
+    BM25 keyword leg from memory: identical hits and scores.
     """
     queries = list(queries)
     if any(not isinstance(q, str) for q in queries):
@@ -204,14 +205,10 @@ def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,
         return [[] for _ in queries], below
     mode = text_search_mode(kb, strategy)
     k = strategy.keyword_candidate_k
-    params = {
-        "kb": kb.id,
-        "cfg": textsearch.regconfig(mode),
-        "query_texts": [textsearch.prepare(mode, q) for q in queries],
-        "k": k,
-    }
+    params = {"kb": kb.id, "cfg": textsearch.regconfig(mode), "k": k,
+              "query_texts": [textsearch.prepare(mode, q) for q in queries]}
+    wanted = None if targets is None else [_uuid_strings(t) for t in targets]
     if strategy.keyword_scorer == "bm25" and index is not None:
-        wanted = None if targets is None else [_uuid_strings(t) for t in targets]
         return index.leg(conn, kb.id, strategy, params["cfg"], params["query_texts"], wanted)
     if strategy.keyword_scorer == "bm25":
         sql = BM25_LEG_SQL if targets is None else BM25_TARGETS_LEG_SQL
@@ -222,7 +219,6 @@ def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,
         raise RetrievalError(f"unknown keyword scorer {strategy.keyword_scorer!r}")
     if targets is None:
         return _group(conn.execute(sa.text(sql), params), len(queries)), below
-    wanted = [_uuid_strings(t) for t in targets]
     params["targets"] = ["{" + ",".join(ids) + "}" for ids in wanted]
     rows = conn.execute(sa.text(sql), params).all()
     for i, ids in enumerate(wanted):
@@ -235,11 +231,8 @@ def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,
         else:
             below[row.query_index - 1][str(row.chunk_id)] = {"keyword_score": float(row.score),
                                                              "keyword_rank": int(row.leg_rank)}
-    for found in below:
-        for chunk_id, value in found.items():
-            if value is None:
-                found[chunk_id] = {"keyword_score": None, "keyword_rank": None}
-    return _group(top, len(queries)), below
+    none = {"keyword_score": None, "keyword_rank": None}
+    return _group(top, len(queries)), [{c: v or dict(none) for c, v in found.items()} for found in below]
 
 
 def _uuid_strings(ids: Sequence[str]) -> list[str]:

@@ -278,3 +278,50 @@ def test_evaluation_loop_diagnosis_equals_a_separate_diagnosis_pass(engine, kb, 
     assert any(m["reason"] == "not_in_pool" and "keyword_score" not in m for r in stored.values() for m in r)
     assert outcome.summary["miss_reasons"] == again.summary
     assert outcome.summary["label_integrity"] == again.summary_metadata()["label_integrity"]
+
+
+def test_show_case_computes_global_ranks_on_demand_and_caches_them(engine, kb, capsys):
+    """A run stores own scores without global ranks; ``show RUN --case ID`` (service.case_diagnosis) computes the
+    exact ranks for that case — equal to diagnosing the same pool with ranks — caches them per KB state, and
+    recomputes after the KB changes. Unknown cases are a one-line user error."""
+    from rag_pipeline.cli import main
+    from rag_pipeline.evaluation.dataset import parse_dataset
+    from rag_pipeline.evaluation.runner import evaluate_dataset
+    from rag_pipeline.service.case_diagnosis import case_diagnosis
+
+    kb_row, ids = kb
+    strategy = Strategy(f"diag-show-{uuid.uuid4().hex[:6]}", vector_candidate_k=2, keyword_candidate_k=2)
+    case = {"case_id": "pw", "question": QUESTION, "k": 1, "relevant_chunk_ids": [ids["reset.md"], ids["pasta.md"]]}
+    dataset = parse_dataset(json.dumps({"name": f"diag-show-{uuid.uuid4().hex[:6]}", "knowledge_base": kb_row.name,
+                                        "cases": [case]}))
+    outcome = evaluate_dataset(engine, dataset, strategy)
+    ranked, _ = _diagnose(engine, kb_row, ids, strategy, ranks=True)
+
+    found = case_diagnosis(engine, outcome.run_id[:8], "pw")
+    by_chunk = {m.chunk_id: m for m in found.reasons}
+    pasta = by_chunk[ids["pasta.md"]]
+    assert pasta.reason == "not_in_pool" and pasta.vector_rank == ranked["pasta.md"].vector_rank > 2
+    assert pasta.vector_score == pytest.approx(ranked["pasta.md"].vector_score, abs=1e-6)
+    stored = {m["chunk_id"]: m for m in found.stored}
+    assert "vector_rank" not in stored[ids["pasta.md"]] and "would be vector rank" in pasta.detail
+    assert case_diagnosis(engine, outcome.run_id, "pw") is found, "cached per (run, case, KB state)"
+
+    assert main(["show", outcome.run_id[:8], "--case", "pw"]) == 0
+    out = capsys.readouterr().out
+    assert f"would be vector rank {pasta.vector_rank}" in out and "not_in_pool" in out and QUESTION in out
+    assert main(["show", outcome.run_id, "--case", "pw", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {m["chunk_id"]: m.get("vector_rank") for m in data["reasons"]}[ids["pasta.md"]] == pasta.vector_rank
+
+    with engine.begin() as conn:  # any change of the searchable chunks moves the KB state: no stale cache
+        set_document_state(conn, kb_row.name, "garden.md", publication_status="UNPUBLISHED")
+    try:
+        again = case_diagnosis(engine, outcome.run_id, "pw")
+        assert again is not found and again.knowledge_base_state != found.knowledge_base_state
+    finally:
+        with engine.begin() as conn:
+            set_document_state(conn, kb_row.name, "garden.md", publication_status="PUBLISHED")
+
+    assert main(["show", outcome.run_id, "--case", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "has no case 'nope'" in err and len(err.strip().splitlines()) == 1
