@@ -99,8 +99,8 @@ class Bm25Index:
         chunks = conn.execute(sa.text(_CHUNKS_SQL), params).all()
         terms = conn.execute(sa.text(_TERMS_SQL), params).all()
         term_row = {t.lexeme: i for i, t in enumerate(terms)}
-        rows = [(term_row[r.lexeme], r.n, bytes(r.data)) for r in conn.execute(sa.text(_POSTINGS_SQL), params)
-                if r.lexeme in term_row]
+        rows = sorted((term_row[r.lexeme], r.n, r.data) for r in conn.execute(sa.text(_POSTINGS_SQL), params)
+                      if r.lexeme in term_row)  # by matrix row: the CSR rows are then built in place
         postings = np.frombuffer(b"".join(r[2] for r in rows), dtype=_POSTING)
         term = np.repeat(np.array([r[0] for r in rows], dtype=np.int64), [r[1] for r in rows])
         keys = np.array([bytes(c.key) for c in chunks], dtype="S16")  # uuid order = byte order = S16 order
@@ -115,8 +115,8 @@ class Bm25Index:
         k1, b = float(k1), float(b)
         # bm25_sql's expression, same operand order: idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
         weight = idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / float(kb.avgdl or 1.0)))
-        matrix = sp.csr_array((weight, (term, col)), shape=(len(terms), len(chunks)))
-        matrix.sort_indices()
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(term, minlength=len(terms)))))
+        matrix = sp.csr_array((weight, col, indptr), shape=(len(terms), len(chunks)))
         return cls(str(knowledge_base_id), k1, b, matrix, term_row,
                    np.array([c.chunk_id for c in chunks], dtype=object),
                    np.array([c.document_id for c in chunks], dtype=object),
