@@ -53,8 +53,8 @@ from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
-from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
+from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.search import (

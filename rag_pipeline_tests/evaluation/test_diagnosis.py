@@ -306,12 +306,14 @@ def test_show_case_computes_global_ranks_on_demand_and_caches_them(engine, kb, c
     assert "vector_rank" not in stored[ids["pasta.md"]] and "would be vector rank" in pasta.detail
     assert case_diagnosis(engine, outcome.run_id, "pw") is found, "cached per (run, case, KB state)"
 
-    assert main(["show", outcome.run_id[:8], "--case", "pw"]) == 0
-    out = capsys.readouterr().out
-    assert f"would be vector rank {pasta.vector_rank}" in out and "not_in_pool" in out and QUESTION in out
-    assert main(["show", outcome.run_id, "--case", "pw", "--format", "json"]) == 0
+    assert main(["show", outcome.run_id[:8], "--case", "pw", "--global-ranks"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert {m["chunk_id"]: m.get("vector_rank") for m in data["reasons"]}[ids["pasta.md"]] == pasta.vector_rank
+    assert data["question"] == QUESTION and data["case_id"] == "pw"
+    got = {m["chunk_id"]: m for m in data["reasons"]}[ids["pasta.md"]]
+    assert got["vector_rank"] == pasta.vector_rank and f"would be vector rank {pasta.vector_rank}" in got["detail"]
+    assert "vector_rank" not in {m["chunk_id"]: m for m in data["stored_reasons"]}[ids["pasta.md"]]
+    assert main(["show", outcome.run_id, "--global-ranks"]) == 2
+    assert "--global-ranks needs --case" in capsys.readouterr().err
 
     with engine.begin() as conn:  # any change of the searchable chunks moves the KB state: no stale cache
         set_document_state(conn, kb_row.name, "garden.md", publication_status="UNPUBLISHED")
@@ -322,6 +324,6 @@ def test_show_case_computes_global_ranks_on_demand_and_caches_them(engine, kb, c
         with engine.begin() as conn:
             set_document_state(conn, kb_row.name, "garden.md", publication_status="PUBLISHED")
 
-    assert main(["show", outcome.run_id, "--case", "nope"]) == 2
+    assert main(["show", outcome.run_id, "--case", "nope", "--global-ranks"]) == 2
     err = capsys.readouterr().err
     assert "has no case 'nope'" in err and len(err.strip().splitlines()) == 1
