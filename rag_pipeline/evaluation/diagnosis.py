@@ -12,7 +12,8 @@ Taxonomy (``reason``), decided in this order:
 * ``below_cutoff`` — in the pool at rank r > k, found by both legs (or the strategy has one leg);
 * ``not_in_pool`` — no leg returned it: the chunk's own vector similarity and keyword score for the
   question are computed (:mod:`rag_pipeline.evaluation.diagnosis_db`) next to the score of the last
-  pool member of each leg; the rank it would have had in each leg only on demand (``show RUN --case``).
+  pool member of each leg; the rank it would have had in each leg only on demand
+  (``show RUN --case ID --global-ranks``).
 
 For a pool member the final-score gap to the k-th candidate is ``kth_score - final_score``.
 :func:`classify_misses` is pure (plain data in, no database); ``diagnosis_db.diagnose_batch`` adds the

@@ -15,7 +15,8 @@ That is what an evaluation stores (:func:`diagnose_batch`, called by the runner 
 
 A chunk's **exact global rank** in each leg (its rank among every searchable chunk of the KB: for the vector
 leg a scan of the KB's vectors, for the keyword leg the leg without its LIMIT) is computed only *on demand*
-(``ranks=True``): :func:`diagnose_case` for one case of a stored run (``rag-pipeline show RUN --case ID``,
+(``ranks=True``): :func:`diagnose_case` for one case of a stored run
+(``rag-pipeline show RUN --case ID --global-ranks``,
 :func:`rag_pipeline.service.case_diagnosis.case_diagnosis`). The vector leg itself uses the approximate HNSW
 index, so a chunk may rank inside the leg's k there and still have been missed — the detail then says so.
 No size threshold decides what a run measures.
@@ -120,7 +121,8 @@ def score_chunks(conn: sa.Connection, kb, strategy: Strategy, targets: Sequence[
             rows = conn.execute(sa.text(VECTOR_SCORE_SQL if ranks else VECTOR_SCORE_ONLY_SQL), params)
         else:
             mode = text_search_mode(kb, strategy)
-            params |= {"cfg": textsearch.regconfig(mode), "query_texts": [textsearch.prepare(mode, q) for q in questions]}
+            params |= {"cfg": textsearch.regconfig(mode),
+                       "query_texts": [textsearch.prepare(mode, q) for q in questions]}
             bm25 = strategy.keyword_scorer == "bm25"
             if bm25:
                 params |= bm25_params(strategy.bm25_k1, strategy.bm25_b)

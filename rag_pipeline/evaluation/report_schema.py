@@ -73,7 +73,8 @@ MISS_REASON_SCHEMA = {**_obj({
                                            "question (a missing leg; absent: no embedding)"),
     "vector_rank": _d({"type": "integer"}, "the chunk's rank in the vector leg's pool; absent when the leg did not "
                                            "return it (its exact rank among every chunk is computed on demand: "
-                                           "`rag-pipeline show RUN --case ID`; runs stored before that change may "
+                                           "`rag-pipeline show RUN --case ID --global-ranks`; runs stored before "
+                                           "that change may "
                                            "hold it for knowledge bases of at most 20,000 chunks)"),
     "keyword_score": _d({"type": "number"}, "the chunk's own keyword score, as vector_score (absent: no query "
                                             "term in the chunk)"),

@@ -10,7 +10,8 @@ Flow of :func:`evaluate_dataset`:
    it to one of ``readers`` worker threads, each with its own read connection, which runs
    :func:`hybrid_search_batch` (each case's own k as limit; a BM25 keyword leg from the KB's postings loaded
    once on the run's snapshot, :mod:`bm25_index`) and the batch's miss diagnosis (label integrity + the
-   missing legs' own scores by target lookups, no global ranks: :func:`diagnosis_db.diagnose_batch`). Back in the main thread, in batch order: metrics
+   missing legs' own scores by target lookups, no global ranks: :func:`diagnosis_db.diagnose_batch`). Back in
+   the main thread, in batch order: metrics
    (:func:`metrics.evaluate_many` on :attr:`EvaluationCase.relevance`: nDCG's gain is the grade, the other
    metrics count grade >= 1), then COPY of the full candidate pools (each candidate's ``relevance_grade``:
    the case's grade of it, NULL if not judged; ``is_relevant`` = grade >= 1) and the case results with

@@ -3,7 +3,8 @@
 An evaluation stores, per relevant chunk, what the pool and the legs knew plus the missing legs' own scores
 (cheap lookups: :mod:`rag_pipeline.evaluation.diagnosis_db`). *Where* a missed chunk would have ranked among
 every chunk of the knowledge base — a scan of the KB's vectors for the vector leg, the keyword leg without its
-cut-off — is computed here, for one case, when someone looks at it: ``rag-pipeline show RUN --case ID``, and
+cut-off — is computed here, for one case, when someone looks at it:
+``rag-pipeline show RUN --case ID --global-ranks``, and
 the API's / console's case detail (call :func:`case_diagnosis`).
 
 The ranks are computed against the knowledge base **as it is now**; if it changed since the run (re-ingested,
