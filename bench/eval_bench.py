@@ -21,7 +21,13 @@ this one process and on the same database:
 7. two strategy partitions as two concurrent ``dagster job execute`` runs (multiprocess executor) on an
    instance configured by the repo's ``dagster.yaml`` (``--dagster-cases 0`` skips it).
 
-The last line is ``speedup_vs_seed=<x> eval_over_embed=<y> persist_rows_per_s=<z> peak_rss_mb=<m>``.
+8. the retrieval step alone (``hybrid_search_batch`` over the same batches with the same read connections and
+   threads, the main thread embedding each batch as the run does): ``sql_share`` = its wall / the pipeline's
+   wall (1 = the pipeline costs exactly its retrieval); the same with the vectors given (SQL only); the
+   keyword leg's time per question inside the pipeline (``keyword_ms_per_q``).
+
+The last line is ``speedup_vs_seed=<x> sql_share=<s> keyword_ms_per_q=<ms> eval_over_embed=<y>
+persist_rows_per_s=<z> peak_rss_mb=<m> load1=<1-minute load average at the end>``.
 
 Usage: python bench/eval_bench.py --chunks 100000 --cases 1000 [--strategy hybrid-v1] [--readers 2]
        [--skip-baseline-over 2000] [--pipeline-subprocess] [--without-diagnosis] [--recall-queries 100]
@@ -92,9 +98,11 @@ def _fmt(x: float) -> str:
 def generate(args) -> Path:
     """Generate + ingest the KB and write the dataset JSON, in a child process (keeps this RSS clean)."""
     # the file name is the dataset's name; BENCH_PREFIX lets clean_previous_runs find its runs
-    out = Path(tempfile.mkdtemp(prefix="eval_bench_")) / f"{BENCH_PREFIX}{args.chunks}-{args.cases}-s{args.seed}.json"
+    text = "-text" if args.text_only else ""
+    out = Path(tempfile.mkdtemp(prefix="eval_bench_")) / f"{BENCH_PREFIX}{args.chunks}-{args.cases}-s{args.seed}{text}.json"
     cmd = [sys.executable, str(ROOT / "bench" / "synthetic.py"), "--chunks", str(args.chunks),
-           "--cases", str(args.cases), "--seed", str(args.seed), "--out", str(out)]
+           "--cases", str(args.cases), "--seed", str(args.seed), "--out", str(out)] \
+        + (["--text-only"] if args.text_only else [])
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -133,7 +141,8 @@ class PhaseTimers:
 
         self.seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
-        self._targets = [("fusion", retrieval, "fuse_pool"), ("embed_calls", embedding.Embedder, "embed")]
+        self._targets = [("fusion", retrieval, "fuse_pool"), ("embed_calls", embedding.Embedder, "embed"),
+                         ("keyword_leg", retrieval, "_keyword_leg")]
         try:
             from rag_pipeline.evaluation import diagnosis_db  # noqa: PLC0415
 
@@ -164,6 +173,50 @@ class PhaseTimers:
     def __exit__(self, *exc):
         for owner, name, orig in reversed(self._saved):
             setattr(owner, name, orig)
+
+
+def retrieval_alone(engine: sa.Engine, dataset: Dataset, strategy, vectors: np.ndarray | None,
+                    readers: int | None) -> dict:
+    """The retrieval step alone at the pipeline's parallelism: the same batches, the same ``readers`` snapshot
+    connections and worker threads, nothing but ``hybrid_search_batch`` (and, for a BM25 leg, loading the KB's
+    postings once, as the run does). ``vectors=None``: the main thread embeds each batch's questions and hands
+    it to a worker, as the run does (retrieval incl. its embedding); else the vectors are given (SQL only)."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    from rag_pipeline.evaluation.runner import BATCH_SIZE  # noqa: PLC0415
+    from rag_pipeline.knowledge_base.chunking import knowledge_base_id  # noqa: PLC0415
+    from rag_pipeline.retrieval.bm25_index import Bm25Index  # noqa: PLC0415
+    from rag_pipeline.storage.snapshot_readers import reader_count, snapshot_readers  # noqa: PLC0415
+
+    n = reader_count(readers)
+    cases = dataset.cases
+    kb = knowledge_base_id(dataset.knowledge_base)
+    embedder = get_embedder(strategy.embedding_model) if strategy.vector_candidate_k else None
+    t = time.perf_counter()
+    with snapshot_readers(engine, n) as pool, ThreadPoolExecutor(max_workers=n) as workers:
+        index = None
+        if strategy.keyword_candidate_k and strategy.keyword_scorer == "bm25":
+            with pool.borrow() as conn:
+                index = Bm25Index.load(conn, kb, strategy.bm25_k1, strategy.bm25_b)
+        load_s = time.perf_counter() - t
+
+        def one(batch, vecs) -> int:
+            with pool.borrow() as conn:
+                return len(retrieval.hybrid_search_batch(
+                    conn, knowledge_base_id=kb, queries=[c.question for c in batch], strategy=strategy,
+                    limits=[c.k for c in batch], query_vectors=vecs, keyword_index=index))
+
+        futures = []
+        for start in range(0, len(cases), BATCH_SIZE):
+            batch = cases[start:start + BATCH_SIZE]
+            vecs = None
+            if embedder is not None:
+                vecs = embedder.embed([c.question for c in batch]) if vectors is None else \
+                    vectors[start:start + len(batch)]
+            futures.append(workers.submit(one, batch, vecs))
+        done = sum(f.result() for f in futures)
+    return {"wall_s": time.perf_counter() - t, "cases": done, "readers": n, "index_load_s": load_s,
+            "embeds": vectors is None}
 
 
 def _no_diagnosis(conn, kb, strategy, cases, *args, **kwargs):  # noqa: ARG001 - diagnose_batch's signature
@@ -512,6 +565,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readers", type=int, default=None,
                         help="parallel read connections of the pipeline (default: RAG_EVAL_READERS or 2)")
     parser.add_argument("--keep-runs", action="store_true", help="keep earlier bench runs in the database")
+    parser.add_argument("--text-only", action="store_true",
+                        help="a KB without embeddings (much faster to build; keyword-only strategies such as bm25-v1)")
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--child-pipeline", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -519,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
         return child_pipeline(args.child_pipeline, args.strategy, args.without_diagnosis, args.readers)
 
     strategy = get_strategy(args.strategy)
+    if args.text_only and strategy.vector_candidate_k:
+        parser.error(f"--text-only builds a KB without embeddings: {strategy.version} has a vector leg")
     print(f"SYNTHETIC benchmark: {args.chunks} chunks (random unit vectors, Zipf texts) x {args.cases} cases, "
           f"strategy {strategy.version}")
     print(f"machine: {machine()}")
@@ -599,6 +656,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"speedup vs seed baseline: {speedup:.1f}x | pools: {same['cases'] - same['differing_cases']}/"
               f"{same['cases']} cases identical, max |final_score diff| {same['max_score_diff']:.2g}")
         report["pools"] = {k: float(v) for k, v in same.items()}
+    alone = retrieval_alone(engine, dataset, strategy, None, args.readers)
+    sql_only = retrieval_alone(engine, dataset, strategy, vectors, args.readers)
+    sql_share = alone["wall_s"] / pipe["wall_s"]
+    keyword_ms = 1000 * pipe.get("phases", {}).get("keyword_leg", 0.0) / max(pipe["case_count"], 1)
+    in_run_sql = (sql_s / readers) / pipe["wall_s"]
+    print(f"retrieval alone ({alone['readers']} read connection(s), same batches, main thread embedding them): "
+          f"{alone['cases']} cases in {alone['wall_s']:.2f}s (BM25 index load {alone['index_load_s']:.2f}s) -> "
+          f"pipeline wall / retrieval wall = {pipe['wall_s'] / alone['wall_s']:.3f} (sql_share {sql_share:.3f})")
+    print(f"retrieval SQL alone (vectors given): {sql_only['wall_s']:.2f}s -> pipeline wall / it = "
+          f"{pipe['wall_s'] / sql_only['wall_s']:.3f}; in the run: retrieval SQL summed over the workers / "
+          f"readers = {sql_s / readers:.2f}s = {in_run_sql:.3f} of the pipeline wall")
+    print(f"keyword leg in the pipeline: {keyword_ms:.3f} ms per question (summed over the worker threads; scorer "
+          f"{strategy.keyword_scorer}{', in-memory BM25 index' if strategy.keyword_scorer == 'bm25' else ''})")
+    report["retrieval_sql_alone"] = sql_only
+    report.update({"retrieval_alone": alone, "sql_share": sql_share, "keyword_ms_per_q": keyword_ms})
     report.update({"pipeline": pipe, "floor_s": [floor1, floor2], "speedup_vs_seed": speedup,
                    "eval_over_embed": pipe["wall_s"] / floor, "persist_rows_per_s": persist_rate,
                    "peak_rss_mb": rss, "peak_rss_scope": rss_label})
@@ -647,8 +719,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
     shutil.rmtree(dataset_path.parent, ignore_errors=True)
-    print(f"speedup_vs_seed={_fmt(speedup)} eval_over_embed={_fmt(pipe['wall_s'] / floor)} "
-          f"persist_rows_per_s={_fmt(persist_rate)} peak_rss_mb={_fmt(rss)}")
+    print(f"speedup_vs_seed={_fmt(speedup)} sql_share={_fmt(sql_share)} keyword_ms_per_q={_fmt(keyword_ms)} "
+          f"eval_over_embed={_fmt(pipe['wall_s'] / floor)} persist_rows_per_s={_fmt(persist_rate)} "
+          f"peak_rss_mb={_fmt(rss)} load1={os.getloadavg()[0]:.2f}")
     return 0
 
 

@@ -201,9 +201,10 @@ def random_unit_embedder(model: str = DEFAULT_MODEL, seed: int = 0) -> Embedder:
 
 
 def build_knowledge_base(engine: sa.Engine, n_chunks: int, *, seed: int = 0, model: str = DEFAULT_MODEL,
-                         vocab_size: int = 30_000, log=print) -> SyntheticKB:
-    """Generate and ingest (idempotently) the synthetic KB of ``n_chunks`` chunks; check its chunk ids."""
-    name = f"synthetic-{n_chunks}-s{seed}"
+                         vocab_size: int = 30_000, log=print, text_only: bool = False) -> SyntheticKB:
+    """Generate and ingest (idempotently) the synthetic KB of ``n_chunks`` chunks; check its chunk ids.
+    ``text_only``: no embeddings (KB ``synthetic-<N>-s<seed>-text``, for keyword-only strategies: much faster)."""
+    name = f"synthetic-{n_chunks}-s{seed}" + ("-text" if text_only else "")
     t0 = time.perf_counter()
     docs, chunks = generate_documents(n_chunks, name, seed, vocab_size)
     timings = {"generate_s": time.perf_counter() - t0}
@@ -212,13 +213,14 @@ def build_knowledge_base(engine: sa.Engine, n_chunks: int, *, seed: int = 0, mod
     # The only substitution: ingestion's embedder lookup returns the random-vector embedder.
     with mock.patch.object(ingestion, "get_embedder", lambda _name: fake):
         result = ingestion.ingest_documents(engine, docs, name, text_search=TEXT_SEARCH, chunk_size=CHUNK_SIZE,
-                                            chunk_overlap=CHUNK_OVERLAP, models=(model,))
+                                            chunk_overlap=CHUNK_OVERLAP, models=() if text_only else (model,))
     timings["ingest_s"] = time.perf_counter() - t1
     timings.update({f"ingest_{k}": v for k, v in result.timings.items()})
     with engine.connect() as conn:
         stored = set(map(str, conn.execute(sa.text(
-            "SELECT c.id FROM document_chunks c JOIN chunk_embeddings e ON e.chunk_id = c.id AND e.model = :m "
-            "WHERE c.knowledge_base_id = :kb AND c.is_current"), {"kb": result.knowledge_base_id, "m": model}
+            "SELECT c.id FROM document_chunks c WHERE c.knowledge_base_id = :kb AND c.is_current AND (:text_only OR "
+            "EXISTS (SELECT 1 FROM chunk_embeddings e WHERE e.chunk_id = c.id AND e.model = :m))"),
+            {"kb": result.knowledge_base_id, "m": model, "text_only": text_only}
         ).scalars()))
     expected = {c.chunk_id for c in chunks}
     if stored != expected:
@@ -292,11 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="write the dataset JSON here")
+    parser.add_argument("--text-only", action="store_true", help="no embeddings (keyword-only strategies)")
     args = parser.parse_args(argv)
     from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
 
     engine = get_engine()
-    kb = build_knowledge_base(engine, args.chunks, seed=args.seed)
+    kb = build_knowledge_base(engine, args.chunks, seed=args.seed, text_only=args.text_only)
     # a dataset is identified by its file name: name it after --out
     dataset = make_dataset(kb, args.cases, seed=args.seed, name=args.out.stem if args.out else None)
     print(f"{LABEL} dataset {dataset.name}: {len(dataset.cases)} cases, e.g. {dataset.cases[0].question!r}")

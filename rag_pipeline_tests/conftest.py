@@ -59,6 +59,7 @@ DB_TESTS = (
 # wheel install). A cost paid once per process (a model load, a JIT) is listed with every test sharing it,
 # or `make test-fast` would only move it to the next test. Seconds measured in that run.
 SLOW_TESTS = (
+    "rag_pipeline_tests/retrieval/test_bm25_index.py::test_index_leg_equals_the_sql_leg_on_scifact",  # ingests SciFact
     # no database: these would otherwise be the bulk of `make test-fast`
     "rag_pipeline_tests/knowledge_base/test_embedding.py::test_dimension_dtype_norm_determinism[all-minilm-l6-v2]",  # 6.2 (torch + MiniLM load)
     "rag_pipeline_tests/knowledge_base/test_embedding.py::test_batches_and_progress[all-minilm-l6-v2]",

@@ -22,8 +22,8 @@ from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "eval_bench.py"
 LAST_LINE = re.compile(
-    r"speedup_vs_seed=(?P<speedup>\S+) eval_over_embed=(?P<ratio>\S+) "
-    r"persist_rows_per_s=(?P<rows>\S+) peak_rss_mb=(?P<rss>\S+)"
+    r"speedup_vs_seed=(?P<speedup>\S+) sql_share=(?P<share>\S+) keyword_ms_per_q=(?P<keyword>\S+) "
+    r"eval_over_embed=(?P<ratio>\S+) persist_rows_per_s=(?P<rows>\S+) peak_rss_mb=(?P<rss>\S+) load1=\S+"
 )
 
 
@@ -47,7 +47,7 @@ def test_eval_bench_smoke(engine, tmp_path) -> None:
     assert any("(index usable by the vector leg: True)" in line for line in lines), proc.stdout
     match = LAST_LINE.fullmatch(lines[-1])
     assert match, proc.stdout
-    values = {name: float(match[name]) for name in ("speedup", "ratio", "rows", "rss")}
+    values = {name: float(match[name]) for name in ("speedup", "share", "keyword", "ratio", "rows", "rss")}
     assert all(math.isfinite(v) and v > 0 for v in values.values()), values
 
     # the inputs of the ratios are the pipeline's stored results
@@ -80,3 +80,5 @@ def test_eval_bench_smoke(engine, tmp_path) -> None:
     assert 0.5 <= values["speedup"] <= 500, values
     assert 1e3 <= values["rows"] <= 1e8, values
     assert 50 <= values["rss"] <= 16_000, values
+    assert data["sql_share"] == data["retrieval_alone"]["wall_s"] / pipe["wall_s"] > 0  # retrieval alone / pipeline
+    assert math.isclose(values["share"], data["sql_share"], rel_tol=0.01, abs_tol=0.01)

@@ -25,6 +25,7 @@ from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import case_progress
 from rag_pipeline.evaluation.reports import CANDIDATE_MODES, REPORT_FORMATS, CaseNotFoundError, comparison_table
 from rag_pipeline.service import evaluations as service
+from rag_pipeline.service.case_diagnosis import case_diagnosis
 from rag_pipeline.storage.engine import get_engine
 
 DEFAULT_STRATEGY = service.DEFAULT_STRATEGY
@@ -114,6 +115,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     engine = get_engine()
     # a prefix (as the tables print it) → the full id; an unknown or ambiguous one fails before --output is opened
     run_id = service.run_summaries(engine, [args.run_id])[0]["run_id"]
+    if args.global_ranks:
+        if args.case is None:
+            print("rag-pipeline: error: --global-ranks needs --case CASE_ID (it diagnoses one case)", file=sys.stderr)
+            return 2
+        return _show_case(engine, run_id, args)
     if args.case is not None:  # an unknown case fails before --output is created
         service.write_report(engine, run_id, io.StringIO(), candidates="none", case_id=args.case)
     if args.output:
@@ -139,6 +145,18 @@ def _add_report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=REPORT_FORMATS, default="json",
                    help="json (one document) or jsonl (a summary line, then one line per case, streamed)")
     p.add_argument("--include-text", action="store_true", help="add each listed candidate's chunk text")
+
+
+def _show_case(engine, run_id: str, args: argparse.Namespace) -> int:
+    """``show RUN --case ID --global-ranks``: the case's miss diagnosis computed now, with each missed relevant
+    chunk's exact rank among every chunk of the KB in each leg (``service.case_diagnosis``)."""
+    found = case_diagnosis(engine, run_id, args.case)
+    text = json.dumps(found.as_dict(), ensure_ascii=False, indent=None if args.format == "jsonl" else 2)
+    if args.output:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+    else:
+        print(text)
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -177,4 +195,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_id", help="a run id, or a unique prefix of one (at least 4 hex digits, as `runs` prints it)")
     _add_report_options(p)
     p.add_argument("--output", help="write to this file instead of stdout")
+    p.add_argument("--global-ranks", action="store_true",
+                   help="with --case: instead of the report, the case's miss diagnosis computed now, with each missed "
+                        "relevant chunk's exact rank among every chunk of the knowledge base in each leg")
     p.set_defaults(func=cmd_show)

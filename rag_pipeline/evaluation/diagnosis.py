@@ -14,7 +14,8 @@ Taxonomy (``reason``), decided in this order:
 * ``below_cutoff`` — in the pool at rank r > k, found by both legs (or the strategy has one leg);
 * ``not_in_pool`` — no leg returned it: the chunk's own vector similarity and keyword score for the
   question are computed (:mod:`rag_pipeline.evaluation.diagnosis_db`) next to the score of the last
-  pool member of each leg, with the rank it would have had in each leg.
+  pool member of each leg; the rank it would have had in each leg only on demand
+  (``show RUN --case ID --global-ranks``).
 
 For a pool member the final-score gap to the k-th candidate is ``kth_score - final_score``.
 :func:`classify_misses` is pure (plain data in, no database); ``diagnosis_db.diagnose_batch`` adds the
@@ -50,7 +51,7 @@ class MissReason:
     kth_score: float | None = None  # final score of the k-th candidate (None: pool shorter than k)
     gap: float | None = None  # kth_score - final_score, for pool members below k
     vector_score: float | None = None  # the chunk's own score (from the pool, or computed)
-    vector_rank: int | None = None  # its rank in the vector leg (computed exactly when not in the pool)
+    vector_rank: int | None = None  # its rank in the vector leg's pool; outside it: exact global rank, on demand
     keyword_score: float | None = None  # None: the chunk shares no term with the question
     keyword_rank: int | None = None
     vector_last_score: float | None = None  # score of the last vector-leg member of the pool

@@ -1,31 +1,30 @@
-"""Database side of miss diagnosis: a relevant chunk's own leg scores, and diagnosing a stored run.
+"""Database side of miss diagnosis: a relevant chunk's own leg scores, one case on demand, a stored run.
 
 For a relevant chunk the pool did not hold (``not_in_pool``), or held from one leg only, the missing
-leg's own score is computed for the case's question with the strategy's own definitions:
+leg's own score is computed for the case's question with the strategy's own definitions, **one statement per
+leg for all targets of a batch**, each a lookup of the target chunks only (primary keys; never a scan of the KB):
 
 * vector: ``1 - (embedding <=> q)`` with the strategy's embedding model (question embedded by
-  :func:`rag_pipeline.knowledge_base.embedding.get_embedder`), and its *exact* rank among the searchable chunks
-  (the leg itself uses the approximate HNSW index, so a chunk may rank inside the leg's k here and
-  still have been missed — the detail then says so);
-* keyword: the very leg statement of the strategy (``ts_rank_cd`` or BM25 from
-  :mod:`rag_pipeline.retrieval.sql` / :mod:`rag_pipeline.retrieval.bm25_sql`) run without its LIMIT, so
-  score and would-be rank are exactly what the leg computes; no row = no query term in the chunk.
+  :func:`rag_pipeline.knowledge_base.embedding.get_embedder`, or the vectors the caller already has);
+* keyword: the leg's own score of the chunk — ``ts_rank_cd(tsvector, the question's OR-tsquery, 32)``
+  (:data:`KEYWORD_SCORE_SQL`) or BM25 summed over the chunk's postings of the query terms
+  (:data:`rag_pipeline.retrieval.bm25_sql.BM25_TARGETS_SCORE_SQL`); no row = no query term in the chunk.
 
-One statement per leg for all targets of a batch. The evaluation loop needs no keyword statement at all: its
-keyword leg already ranked the case's relevant chunks (``trace.keyword_targets``, passed as ``known`` to
-:func:`diagnose_batch`); :func:`diagnose_run` re-diagnoses a stored run with the statements below (the two
-agree up to float noise, ``test_evaluation_loop_diagnosis_equals_a_separate_diagnosis_pass``).
+That is what an evaluation stores (:func:`diagnose_batch`, called by the runner per batch) and what
+:func:`diagnose_run` recomputes from a stored run: its cost is independent of the KB's size.
 
-The exact vector rank costs a scan of the KB's vectors per target, so it is computed only for knowledge
-bases of at most
-:data:`EXACT_VECTOR_RANK_MAX_CHUNKS` chunks (measured: ~0.8 s per target at 100,000 chunks); above that
-the score is still reported, the rank is left out.
+A chunk's **exact global rank** in each leg (its rank among every searchable chunk of the KB: for the vector
+leg a scan of the KB's vectors, for the keyword leg the leg without its LIMIT) is computed only *on demand*
+(``ranks=True``): :func:`diagnose_case` for one case of a stored run
+(``rag-pipeline show RUN --case ID --global-ranks``,
+:func:`rag_pipeline.service.case_diagnosis.case_diagnosis`). The vector leg itself uses the approximate HNSW
+index, so a chunk may rank inside the leg's k there and still have been missed — the detail then says so.
+No size threshold decides what a run measures.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -38,13 +37,14 @@ from rag_pipeline.evaluation.pools import CANDIDATE_SQL
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.retrieval import sql as retrieval_sql
-from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, bm25_params
+from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_SCORE_SQL, bm25_params
 from rag_pipeline.retrieval.search import text_search_mode
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, strategy_from_mapping
 
 _NO_LIMIT = 2_147_483_647
 _TARGETS = "unnest(CAST(:t_ord AS int[]), CAST(:t_chunk AS uuid[])) AS t(ord, chunk_id)"
 
+# On demand only (ranks=True): the exact rank costs one scan of the KB's vectors per target.
 VECTOR_SCORE_SQL = f"""
 SELECT t.ord, t.chunk_id::text AS chunk_id, s.score,
        1 + (SELECT count(*) FROM chunk_embeddings e2
@@ -60,8 +60,7 @@ CROSS JOIN LATERAL (SELECT 1 - (e.embedding <=> q.v) AS score) AS s
 """
 
 
-EXACT_VECTOR_RANK_MAX_CHUNKS = 20_000
-VECTOR_SCORE_NO_RANK_SQL = f"""
+VECTOR_SCORE_ONLY_SQL = f"""
 SELECT t.ord, t.chunk_id::text AS chunk_id, s.score, NULL::bigint AS rank
 FROM {_TARGETS}
 JOIN unnest(CAST(:query_vectors AS vector[])) WITH ORDINALITY AS q(v, ord) ON q.ord = t.ord
@@ -70,7 +69,8 @@ CROSS JOIN LATERAL (SELECT 1 - (e.embedding <=> q.v) AS score) AS s
 """
 
 
-def keyword_score_sql(scorer: str) -> str:
+def keyword_rank_sql(scorer: str) -> str:
+    """On demand only: the leg statement without its LIMIT, ranked, restricted to the targets (exact rank)."""
     leg = BM25_LEG_SQL if scorer == "bm25" else retrieval_sql.TS_RANK_CD_LEG_SQL
     return f"""
 WITH leg AS ({leg}),
@@ -81,11 +81,27 @@ FROM {_TARGETS} JOIN ranked r ON r.query_index = t.ord AND r.chunk_id = t.chunk_
 """
 
 
+_TSQUERY = textsearch.OR_TSQUERY_SQL.replace(":qtext", "q.query_text")
+# The ts_rank_cd leg's score of the target chunks only (retrieval_sql._TS_RANK_CD_MATCHES' expression).
+KEYWORD_SCORE_SQL = f"""
+SELECT t.ord, t.chunk_id::text AS chunk_id, CAST(ts_rank_cd(c.content_tsvector, tq.tsq, 32) AS float8) AS score,
+       NULL::bigint AS rank
+FROM {_TARGETS}
+JOIN unnest(CAST(:query_texts AS text[])) WITH ORDINALITY AS q(query_text, ord) ON q.ord = t.ord
+CROSS JOIN LATERAL (SELECT {_TSQUERY} AS tsq) AS tq
+JOIN document_chunks c ON c.id = t.chunk_id
+JOIN documents d ON d.id = c.document_id
+WHERE c.content_tsvector @@ tq.tsq AND {retrieval_sql.BASE_FILTERS}
+"""
+
+
 def score_chunks(conn: sa.Connection, kb, strategy: Strategy, targets: Sequence[tuple[str, str, str]],
-                 query_vectors: Mapping[str, np.ndarray] | None = None) -> dict[tuple[str, str], dict]:
+                 query_vectors: Mapping[str, np.ndarray] | None = None, *,
+                 ranks: bool = False) -> dict[tuple[str, str], dict]:
     """Own leg scores of ``targets`` = ``(question, chunk_id, leg)``; ``kb`` a row with ``id``/``name``/
     ``text_search``. Returns ``{(question, chunk_id): {"vector_score", "vector_rank", "keyword_score",
-    "keyword_rank"}}`` (keys present only for the legs asked; ``None`` = no embedding / no query term)."""
+    "keyword_rank"}}`` (keys present only for the legs asked; ``None`` = no embedding / no query term).
+    The ranks are the exact global leg ranks with ``ranks=True`` (a scan of the KB per leg), else ``None``."""
     out: dict[tuple[str, str], dict] = {}
     for leg in diagnosis.LEGS:
         pairs = sorted({(q, c) for q, c, want in targets if want == leg})
@@ -102,17 +118,20 @@ def score_chunks(conn: sa.Connection, kb, strategy: Strategy, targets: Sequence[
                                                  strict=True))}
             params |= {"model": strategy.embedding_model,
                        "query_vectors": [np.asarray(vectors[q], dtype=np.float32) for q in questions]}
-            n_chunks = conn.execute(sa.text("SELECT chunk_count FROM knowledge_bases WHERE id = :kb"),
-                                    {"kb": kb.id}).scalar() or 0
-            exact_rank = n_chunks <= EXACT_VECTOR_RANK_MAX_CHUNKS
-            rows = conn.execute(sa.text(VECTOR_SCORE_SQL if exact_rank else VECTOR_SCORE_NO_RANK_SQL), params)
+            rows = conn.execute(sa.text(VECTOR_SCORE_SQL if ranks else VECTOR_SCORE_ONLY_SQL), params)
         else:
             mode = text_search_mode(kb, strategy)
-            params |= {"cfg": textsearch.regconfig(mode), "k": _NO_LIMIT,
+            params |= {"cfg": textsearch.regconfig(mode),
                        "query_texts": [textsearch.prepare(mode, q) for q in questions]}
-            if strategy.keyword_scorer == "bm25":
+            bm25 = strategy.keyword_scorer == "bm25"
+            if bm25:
                 params |= bm25_params(strategy.bm25_k1, strategy.bm25_b)
-            rows = conn.execute(sa.text(keyword_score_sql(strategy.keyword_scorer)), params)
+            if ranks:
+                sql = keyword_rank_sql(strategy.keyword_scorer)
+                params["k"] = _NO_LIMIT
+            else:
+                sql = BM25_TARGETS_SCORE_SQL if bm25 else KEYWORD_SCORE_SQL
+            rows = conn.execute(sa.text(sql), params)
         for q, c in pairs:
             out.setdefault((q, c), {})[f"{leg}_score"] = None
             out[(q, c)][f"{leg}_rank"] = None
@@ -133,47 +152,26 @@ def _missing_legs(m: diagnosis.MissReason) -> tuple[str, ...]:
 
 def diagnose_batch(conn: sa.Connection, kb, strategy: Strategy, cases: Sequence, pools: Sequence[Sequence],
                    labels: label_check.LabelReport | None = None,
-                   query_vectors: np.ndarray | None = None,
-                   known: Sequence[Mapping[str, dict]] | None = None) -> list[list[diagnosis.MissReason]]:
+                   query_vectors: np.ndarray | None = None, *, ranks: bool = False) -> list[list[diagnosis.MissReason]]:
     """Reasons per case (``cases[i]`` with pool ``pools[i]``, e.g. ``trace.candidates``), missing-leg
-    scores filled in. ``query_vectors`` (one row per case) spare re-embedding the questions; ``known`` (one
-    mapping per case, chunk id -> ``{"keyword_score", "keyword_rank"}``, e.g. ``trace.keyword_targets``)
-    spares the keyword leg's second pass for the chunks it covers."""
+    scores filled in (one target lookup per leg for the whole batch). ``query_vectors`` (one row per case)
+    spare re-embedding the questions; ``ranks=True`` adds the exact global leg ranks (on demand: a scan of
+    the KB per leg, see the module docstring)."""
     statuses = labels.status_map() if labels else None
     details = {(r.case_id, r.chunk_id): r.detail for r in labels.rows} if labels else None
     legs = diagnosis.legs_of(strategy)
     per_case = [diagnosis.classify_misses(case, pool, label_statuses=statuses, label_details=details, legs=legs)
                 for case, pool in zip(cases, pools, strict=True)]
     question = [str(diagnosis._get(case, "question")) for case in cases]
-    given: dict[tuple[str, str], dict] = {}
-    for i, reasons in enumerate(per_case):
-        for m in reasons:
-            for leg in _missing_legs(m):
-                scores = _known(known, i, m.chunk_id, leg)
-                if scores is not None:
-                    given.setdefault((question[i], m.chunk_id), {}).update(scores)
     targets = [(question[i], m.chunk_id, leg) for i, reasons in enumerate(per_case) for m in reasons
-               for leg in _missing_legs(m) if _known(known, i, m.chunk_id, leg) is None]
-    if not targets and not given:
+               for leg in _missing_legs(m)]
+    if not targets:
         return per_case
     vectors = None if query_vectors is None else dict(zip(question, np.asarray(query_vectors), strict=True))
-    scores = score_chunks(conn, kb, strategy, targets, vectors) if targets else {}
-    for key, value in given.items():
-        scores.setdefault(key, {}).update(value)
+    scores = score_chunks(conn, kb, strategy, targets, vectors, ranks=ranks)
     return [[replace(m, **scores[(question[i], m.chunk_id)], scores_computed=True)
              if (question[i], m.chunk_id) in scores else m for m in reasons]
             for i, reasons in enumerate(per_case)]
-
-
-def _known(known: Sequence[Mapping[str, dict]] | None, i: int, chunk_id: str, leg: str) -> dict | None:
-    """The precomputed scores of ``leg`` for chunk ``chunk_id`` of case ``i``, if ``known`` has them."""
-    if known is None or leg != "keyword":
-        return None
-    try:
-        key = str(uuid.UUID(str(chunk_id)))
-    except ValueError:
-        return None
-    return known[i].get(key)
 
 
 @dataclass
@@ -224,6 +222,37 @@ def strategy_of_run(run) -> Strategy:
     if run.strategy_params:
         return strategy_from_mapping({"version": run.strategy_version, **run.strategy_params})
     return get_strategy(run.strategy_version)
+
+
+def knowledge_base_state(conn: sa.Connection, run_id) -> str | None:
+    """The run's KB and the version of its row (``xmin``: every change of what is searchable updates the row's
+    statistics, term_stats.tracking): equal strings = same searchable KB. ``None``: no such run."""
+    return conn.execute(sa.text(
+        "SELECT k.id::text || ':' || k.xmin::text FROM retrieval_evaluation_runs r "
+        "JOIN knowledge_bases k ON k.id = r.knowledge_base_id WHERE r.id = CAST(:id AS uuid)"),
+        {"id": str(run_id)}).scalar()
+
+
+def diagnose_case(conn: sa.Connection, run_id, case_id: str) -> tuple[dict, list[diagnosis.MissReason]] | None:
+    """One case of a stored run diagnosed *now*, with the exact global leg ranks (on demand; against the KB as it
+    is now). Returns ``(case row, reasons)``, or ``None`` if the run has no such case."""
+    run = conn.execute(sa.text(
+        "SELECT strategy_version, strategy_params, knowledge_base_id FROM retrieval_evaluation_runs "
+        "WHERE id = CAST(:id AS uuid)"), {"id": str(run_id)}).one()
+    case = conn.execute(sa.text(
+        "SELECT case_id, question, k, relevant_chunk_ids, miss_reasons FROM retrieval_evaluation_case_results "
+        "WHERE evaluation_run_id = CAST(:id AS uuid) AND case_id = :case"), {"id": str(run_id), "case": case_id}
+    ).mappings().first()
+    if case is None:
+        return None
+    pool = conn.execute(sa.text(
+        "SELECT chunk_id::text AS chunk_id, rank, vector_score, vector_rank, keyword_score, keyword_rank, "
+        "final_score FROM retrieval_evaluation_candidates WHERE evaluation_run_id = CAST(:id AS uuid) "
+        "AND case_id = :case ORDER BY rank"), {"id": str(run_id), "case": case_id}).mappings().all()
+    kb = conn.execute(sa.text(retrieval_sql.KNOWLEDGE_BASE_SQL), {"kb": run.knowledge_base_id}).one()
+    labels = label_check.check_labels(conn, kb, [case])
+    (reasons,) = diagnose_batch(conn, kb, strategy_of_run(run), [case], [pool], labels, ranks=True)
+    return dict(case), reasons
 
 
 def diagnose_run(conn: sa.Connection, run_id, *, store: bool = True,

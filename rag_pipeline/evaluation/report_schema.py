@@ -60,6 +60,41 @@ CANDIDATE_SCHEMA = _obj({
     "content": _STR_OR_NULL,
 }, optional=("content",))
 
+def _d(schema: dict, description: str) -> dict:
+    return {**schema, "description": description}
+
+
+# One entry of a case's ``miss_reasons`` (diagnosis.MissReason.as_dict): one per relevant chunk.
+MISS_REASON_SCHEMA = {**_obj({
+    "case_id": {"type": "string"},
+    "chunk_id": {"type": "string"},
+    "reason": _d({"type": "string"}, "hit, below_cutoff, vector_only, keyword_only, not_in_pool, or a label status"),
+    "k": {"type": "integer", "minimum": 1},
+    "rank": _d({"type": "integer"}, "final rank in the pool (pool members only)"),
+    "legs": _d({"enum": ["both", "vector", "keyword"]}, "the leg(s) that put the chunk in the pool"),
+    "final_score": {"type": "number"}, "kth_score": {"type": "number"},
+    "gap": _d({"type": "number"}, "kth_score - final_score, for pool members below k"),
+    "vector_score": _d({"type": "number"}, "the chunk's own vector score: from the pool, or computed for the "
+                                           "question (a missing leg; absent: no embedding)"),
+    "vector_rank": _d({"type": "integer"}, "the chunk's rank in the vector leg's pool; absent when the leg did not "
+                                           "return it (its exact rank among every chunk is computed on demand: "
+                                           "`rag-pipeline show RUN --case ID --global-ranks`; runs stored before "
+                                           "that change may "
+                                           "hold it for knowledge bases of at most 20,000 chunks)"),
+    "keyword_score": _d({"type": "number"}, "the chunk's own keyword score, as vector_score (absent: no query "
+                                            "term in the chunk)"),
+    "keyword_rank": _d({"type": "integer"}, "as vector_rank, for the keyword leg"),
+    "vector_last_score": _d({"type": "number"}, "score of the last vector-leg member of the pool"),
+    "vector_leg_size": {"type": "integer"}, "keyword_last_score": {"type": "number"},
+    "keyword_leg_size": {"type": "integer"},
+    "enabled_legs": {"type": "array", "items": {"enum": ["vector", "keyword"]}},
+    "scores_computed": _d({"type": "boolean"}, "the missing legs' own scores were computed"),
+    "label_detail": {"type": "string"},
+    "detail": _d({"type": "string"}, "the reason in words"),
+}, optional=("rank", "legs", "final_score", "kth_score", "gap", "vector_score", "vector_rank", "keyword_score",
+             "keyword_rank", "vector_last_score", "vector_leg_size", "keyword_last_score", "keyword_leg_size",
+             "enabled_legs", "scores_computed", "label_detail"))}
+
 CASE_SCHEMA = _obj({
     "case_id": {"type": "string", "minLength": 1},
     "case_index": {"type": "integer", "minimum": 0},
@@ -71,7 +106,7 @@ CASE_SCHEMA = _obj({
                          "additionalProperties": _GRADE},
     "first_relevant_rank": _INT_OR_NULL,
     "metrics": _obj(_METRICS),
-    "miss_reasons": {},
+    "miss_reasons": {"type": ["array", "null"], "items": MISS_REASON_SCHEMA},
     "candidates": {"type": "array", "items": CANDIDATE_SCHEMA},
 })
 

@@ -8,9 +8,10 @@ Flow of :func:`evaluate_dataset`:
    version, insert the run row with status ``running`` (visible while the run is in progress).
 3. Cases in batches (:data:`BATCH_SIZE`), pipelined: the main thread embeds a batch's questions and hands
    it to one of ``readers`` worker threads, each with its own read connection, which runs
-   :func:`hybrid_search_batch` (each case's own k as limit; the keyword leg also ranks the case's relevant
-   chunks, for the diagnosis) and the batch's miss diagnosis (label integrity + the missing legs' scores,
-   :func:`diagnosis_db.diagnose_batch`). Back in the main thread, in batch order: metrics
+   :func:`hybrid_search_batch` (each case's own k as limit; a BM25 keyword leg from the KB's postings loaded
+   once on the run's snapshot, :mod:`bm25_index`) and the batch's miss diagnosis (label integrity + the
+   missing legs' own scores by target lookups, no global ranks: :func:`diagnosis_db.diagnose_batch`). Back in
+   the main thread, in batch order: metrics
    (:func:`metrics.evaluate_many` on :attr:`EvaluationCase.relevance`: nDCG's gain is the grade, the other
    metrics count grade >= 1), then COPY of the full candidate pools (each candidate's ``relevance_grade``:
    the case's grade of it, NULL if not judged; ``is_relevant`` = grade >= 1) and the case results with
@@ -27,7 +28,8 @@ Timings stored with the run (:data:`TIMING_KEYS`; wall = elapsed time, summed = 
 threads, which overlap each other and the main thread, so a summed timing may exceed ``total_s``):
 ``embedding_s`` (wall, main thread: question vectors, the ones not already in ``question_embeddings``),
 ``retrieval_wall_s`` (wall: from the first batch handed to a reader until the last batch is written — search,
-diagnosis, metrics and COPY overlapping), ``retrieval_sql_s`` (summed: both legs' SQL plus fusion),
+diagnosis, metrics and COPY overlapping), ``retrieval_sql_s`` (summed: both legs' SQL plus fusion, and
+loading a BM25 index once),
 ``diagnosis_sql_s`` (summed: labels + missing-leg scores), ``metrics_s`` and ``persistence_s`` (wall, main
 thread: metrics, COPY), ``total_s`` (wall: the whole run, including preflight and model loading).
 """
@@ -55,6 +57,7 @@ from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
 from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.search import (
     RetrievalError,
     RetrievalTrace,
@@ -184,12 +187,12 @@ class _BatchResult:
 
 
 def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
-                  vectors) -> _BatchResult:
+                  vectors, keyword_index: Bm25Index | None = None) -> _BatchResult:
     """Worker thread: one batch's retrieval and miss diagnosis on a borrowed snapshot connection. A statement
     over ``RAG_STATEMENT_TIMEOUT_S`` (retrieval or diagnosis) fails with a :class:`RetrievalError` naming
     the case (``case <id>: retrieval took longer than 60 s (RAG_STATEMENT_TIMEOUT_S)...``)."""
     try:
-        return _search_batch_unbounded(readers, kb, strategy, batch, vectors)
+        return _search_batch_unbounded(readers, kb, strategy, batch, vectors, keyword_index)
     except (StatementTimeout, sa.exc.OperationalError) as exc:
         if not isinstance(exc, StatementTimeout) and not is_statement_timeout(exc):
             raise
@@ -207,16 +210,16 @@ def _cases_label(batch: Sequence[EvaluationCase]) -> str:
 
 
 def _search_batch_unbounded(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
-                            vectors) -> _BatchResult:
+                            vectors, keyword_index: Bm25Index | None) -> _BatchResult:
     with readers.borrow() as conn:
         t = time.perf_counter()
         traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in batch],
                                      strategy=strategy, limits=[c.k for c in batch], query_vectors=vectors,
-                                     targets=[c.relevant_chunk_ids for c in batch])
+                                     keyword_index=keyword_index)
         t_search = time.perf_counter()
         labels = check_labels(conn, kb, batch)
         reasons = diagnosis_db.diagnose_batch(conn, kb, strategy, batch, [tr.candidates for tr in traces], labels,
-                                              query_vectors=vectors, known=[tr.keyword_targets for tr in traces])
+                                              query_vectors=vectors)
         return _BatchResult(traces, reasons, labels, t_search - t, time.perf_counter() - t_search)
 
 
@@ -238,6 +241,11 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             outcome.knowledge_base_version = content_version(conn, kb.id).version
         runs.set_knowledge_base_version(engine, run_id, outcome.knowledge_base_version)
 
+        keyword_index, t = None, time.perf_counter()
+        if strategy.keyword_candidate_k and strategy.keyword_scorer == "bm25":  # postings once, on the snapshot
+            with pool_conns.borrow() as conn:
+                keyword_index = Bm25Index.load(conn, kb.id, strategy.bm25_k1, strategy.bm25_b)
+        _tick(timings, "retrieval_sql_s", t)
         todo = iter(starts)
 
         def submit() -> None:
@@ -249,7 +257,8 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             t = time.perf_counter()
             vectors = embedder.vectors([c.question for c in batch]) if embedder else None
             _tick(timings, "embedding_s", t)
-            pending.append((start, batch, workers.submit(_search_batch, pool_conns, kb, strategy, batch, vectors)))
+            pending.append((start, batch, workers.submit(_search_batch, pool_conns, kb, strategy, batch, vectors,
+                                                                keyword_index)))
 
         try:
             t_loop = time.perf_counter()

@@ -12,7 +12,8 @@ For one knowledge base, a :class:`~rag_pipeline.retrieval.strategies.Strategy` a
 2. **Keyword leg** (``keyword_candidate_k`` > 0): the question becomes an OR-tsquery with the KB's
    text-search mode (simple / english / chinese segmentation: the ingestion path). Scorer
    ``ts_rank_cd`` = ``ts_rank_cd(content_tsvector, q, 32)`` = rank/(rank+1) in [0, 1) (the seed's
-   choice, hybrid-v1), or ``bm25`` = real BM25 over the ingestion-time term statistics (:mod:`bm25`).
+   choice, hybrid-v1), or ``bm25`` = real BM25 over the ingestion-time term statistics (:mod:`bm25_sql`; in an
+   evaluation from the postings in memory, :mod:`bm25_index`, identical results).
 3. Merge by chunk id (a chunk found by both legs appears once; a leg that did not return it has
    ``None`` there and contributes 0), ``final_score`` from :func:`fusion.fuse` (weighted sum after the
    strategy's normalisation, or RRF), ordered by :func:`fusion.order` — ``final desc, vector desc
@@ -44,6 +45,7 @@ from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval import stages, vector_cut
+from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
 from rag_pipeline.retrieval.stages import fuse_pool  # noqa: F401 - API (the first stage: merge, fuse, order)
 from rag_pipeline.retrieval.strategies import Strategy
@@ -72,6 +74,7 @@ def hybrid_search_batch(
     limits: Sequence[int] | None = None,
     query_vectors: np.ndarray | None = None,
     targets: Sequence[Sequence[str]] | None = None,
+    keyword_index: Bm25Index | None = None,
 ) -> list[RetrievalTrace]:
     """Search many questions: one embedding call and one SQL statement per enabled leg for the batch.
 
@@ -85,6 +88,8 @@ def hybrid_search_batch(
     per question, e.g. the case's relevant chunks) make the keyword leg also report, in
     ``trace.keyword_targets``, the score and leg rank of each target it ranked below its top k — in the same
     statement (:data:`retrieval_sql.TS_RANK_CD_TARGETS_LEG_SQL`); the pools are unchanged.
+    ``keyword_index`` (a :class:`~rag_pipeline.retrieval.bm25_index.Bm25Index` of this KB and k1/b) serves a
+    BM25 keyword leg from memory: identical hits and scores.
     """
     queries = list(queries)
     if any(not isinstance(q, str) for q in queries):
@@ -103,7 +108,7 @@ def hybrid_search_batch(
     try:
         vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors)
         leg_targets = stages.completion_targets(vector_hits, targets) if complete else targets
-        keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, leg_targets)
+        keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, leg_targets, keyword_index)
         if complete:
             done, keyword_targets = stages.split_keyword_targets(keyword_targets, targets, vector_hits)
             completed = {"vector": stages.complete_vector(conn, kb.id, strategy, vectors, vector_hits, keyword_hits)}
@@ -204,7 +209,8 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> tuple[l
     return vector_cut.top_k(search, len(queries), strategy.vector_candidate_k, available), vectors
 
 
-def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None) -> tuple[list[list[LegHit]], list[dict]]:
+def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,
+                 index: Bm25Index | None = None) -> tuple[list[list[LegHit]], list[dict]]:
     """The leg's hits per question, and per question ``{target chunk id: {keyword_score, keyword_rank}}``
     for the targets below the leg's top k (empty dicts without ``targets``)."""
     below: list[dict] = [{} for _ in queries]
@@ -212,12 +218,11 @@ def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None) -> tuple[l
         return [[] for _ in queries], below
     mode = text_search_mode(kb, strategy)
     k = strategy.keyword_candidate_k
-    params = {
-        "kb": kb.id,
-        "cfg": textsearch.regconfig(mode),
-        "query_texts": [textsearch.prepare(mode, q) for q in queries],
-        "k": k,
-    }
+    params = {"kb": kb.id, "cfg": textsearch.regconfig(mode), "k": k,
+              "query_texts": [textsearch.prepare(mode, q) for q in queries]}
+    wanted = None if targets is None else [_uuid_strings(t) for t in targets]
+    if strategy.keyword_scorer == "bm25" and index is not None:
+        return index.leg(conn, kb.id, strategy, params["cfg"], params["query_texts"], wanted)
     if strategy.keyword_scorer == "bm25":
         sql = BM25_LEG_SQL if targets is None else BM25_TARGETS_LEG_SQL
         params |= bm25_params(strategy.bm25_k1, strategy.bm25_b)
@@ -227,7 +232,6 @@ def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None) -> tuple[l
         raise RetrievalError(f"unknown keyword scorer {strategy.keyword_scorer!r}")
     if targets is None:
         return _group(conn.execute(sa.text(sql), params), len(queries)), below
-    wanted = [_uuid_strings(t) for t in targets]
     params["targets"] = ["{" + ",".join(ids) + "}" for ids in wanted]
     rows = conn.execute(sa.text(sql), params).all()
     for i, ids in enumerate(wanted):
@@ -240,11 +244,8 @@ def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None) -> tuple[l
         else:
             below[row.query_index - 1][str(row.chunk_id)] = {"keyword_score": float(row.score),
                                                              "keyword_rank": int(row.leg_rank)}
-    for found in below:
-        for chunk_id, value in found.items():
-            if value is None:
-                found[chunk_id] = {"keyword_score": None, "keyword_rank": None}
-    return _group(top, len(queries)), below
+    none = {"keyword_score": None, "keyword_rank": None}
+    return _group(top, len(queries)), [{c: v or dict(none) for c, v in found.items()} for found in below]
 
 
 def _uuid_strings(ids: Sequence[str]) -> list[str]:

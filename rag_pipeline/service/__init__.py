@@ -15,6 +15,7 @@ rendering here. The front ends parse their input, call one operation and render 
 | ``pool``, ``suggest``, ``export_draft``, ``store_draft``, the console's drafts (pooled judging) | :mod:`.label_drafts` |
 | ``fix_labels``, ``remap_note`` (labels across a re-chunking) | :mod:`.label_fixes` |
 | ``metric_history``, ``dataset_versions``, ``run_summary``, ``run_cases``, ``case_detail``, ``chunk_texts``, ``compare_runs`` (the admin console's reads) | :mod:`.history` |
+| ``case_diagnosis`` (one case, exact global leg ranks, on demand) | :mod:`.case_diagnosis` |
 
 :data:`.errors.USER_ERRORS` are the exceptions whose message is meant for the user (a front end shows the
 message, not a traceback); :data:`.errors.TRANSIENT_ERRORS` are worth a bounded retry.

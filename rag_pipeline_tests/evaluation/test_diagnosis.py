@@ -98,13 +98,14 @@ def kb(engine):
     return row, ids
 
 
-def _diagnose(engine, kb_row, ids, strategy, k=1):
+def _diagnose(engine, kb_row, ids, strategy, k=1, ranks=True):
     case = {"case_id": "pw", "question": QUESTION, "k": k, "relevant_chunk_ids": list(ids.values())}
     with engine.connect() as conn:
         trace = hybrid_search_with_trace(conn, knowledge_base_id=kb_row.id, query=QUESTION, strategy=strategy,
                                          limit=k)
         labels = check_labels(conn, kb_row, [case])
-        (reasons,) = diagnosis_db.diagnose_batch(conn, kb_row, strategy, [case], [trace.candidates], labels)
+        (reasons,) = diagnosis_db.diagnose_batch(conn, kb_row, strategy, [case], [trace.candidates], labels,
+                                                 ranks=ranks)
     name = {v: n for n, v in ids.items()}
     return {name[m.chunk_id]: m for m in reasons}, trace
 
@@ -153,18 +154,24 @@ def test_hybrid_reasons_and_scores_against_numpy_and_a_deep_pool(engine, kb):
                 assert m.keyword_rank == c.keyword_rank
 
 
-def test_large_kb_keeps_the_vector_score_but_skips_the_exact_rank(engine, kb, monkeypatch):
-    """Above EXACT_VECTOR_RANK_MAX_CHUNKS the per-target scan of every vector is skipped: same score, no rank."""
-    from rag_pipeline.evaluation import diagnosis_db
-
+@pytest.mark.parametrize("scorer", ["ts_rank_cd", "bm25"])
+def test_the_evaluation_stores_own_scores_and_leaves_global_ranks_to_demand(engine, kb, scorer):
+    """Without ranks (what a run stores, at any KB size) the missing legs' own scores are the same floats as the
+    on-demand diagnosis (which adds the exact global ranks), and the detail names no rank."""
     kb_row, ids = kb
-    shallow = Strategy("diag-shallow", vector_candidate_k=2, keyword_candidate_k=2)
-    small, _ = _diagnose(engine, kb_row, ids, shallow)
-    monkeypatch.setattr(diagnosis_db, "EXACT_VECTOR_RANK_MAX_CHUNKS", 0)
-    large, _ = _diagnose(engine, kb_row, ids, shallow)
-    assert small["pasta.md"].vector_rank is not None and large["pasta.md"].vector_rank is None
-    assert large["pasta.md"].vector_score == pytest.approx(small["pasta.md"].vector_score, abs=1e-12)
-    assert large["pasta.md"].reason == "not_in_pool" and "would be vector rank" not in large["pasta.md"].detail
+    shallow = Strategy(f"diag-shallow-{scorer}", vector_candidate_k=2, keyword_candidate_k=2, keyword_scorer=scorer)
+    ranked, _ = _diagnose(engine, kb_row, ids, shallow, ranks=True)
+    stored, _ = _diagnose(engine, kb_row, ids, shallow, ranks=False)
+    assert ranked.keys() == stored.keys()
+    misses = [n for n, m in stored.items() if m.reason == "not_in_pool"]
+    assert misses and any(stored[n].keyword_score is not None for n in misses)
+    for n, m in stored.items():
+        assert m.reason == ranked[n].reason
+        assert (m.vector_score, m.keyword_score) == (ranked[n].vector_score, ranked[n].keyword_score), n
+        if m.reason == "not_in_pool":
+            assert m.vector_rank is None and m.keyword_rank is None and "would be" not in m.detail
+            assert ranked[n].vector_rank is not None and m.scores_computed
+            assert (ranked[n].keyword_rank is None) == (m.keyword_score is None)
 
 
 @pytest.mark.parametrize("scorer", ["ts_rank_cd", "bm25"])
@@ -218,7 +225,8 @@ def test_diagnose_run_stores_reasons_and_states_why_everything_is_zero(engine, k
             "SELECT case_id, miss_reasons FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :r"),
             {"r": outcome.run_id}).all())
     assert [m["reason"] for m in stored["pw"]] == ["hit", "not_in_pool", "document_unpublished"]
-    assert stored["pw"][1]["vector_rank"] > 2 and "not retrieved by any leg" in stored["pw"][1]["detail"]
+    assert "vector_rank" not in stored["pw"][1] and "not retrieved by any leg" in stored["pw"][1]["detail"]
+    assert stored["pw"][1]["vector_score"] < stored["pw"][1]["vector_last_score"]
     assert [m["reason"] for m in stored["zero"]] == ["is_document_id"]
     assert diag.summary["counts"] == {"hit": 1, "not_in_pool": 1, "document_unpublished": 1, "is_document_id": 1}
     assert diag.first_line is None, "the averages are not all 0"
@@ -231,9 +239,9 @@ def test_diagnose_run_stores_reasons_and_states_why_everything_is_zero(engine, k
 
 @pytest.mark.parametrize("scorer", ["ts_rank_cd", "bm25"])
 def test_evaluation_loop_diagnosis_equals_a_separate_diagnosis_pass(engine, kb, scorer):
-    """The evaluation diagnoses each batch in the loop, taking the keyword leg's scores of missed relevant
-    chunks from the leg statement itself (targets); diagnose_run recomputes them in a second pass
-    (keyword_score_sql) from the stored pools. Both must agree exactly, label problems included."""
+    """The evaluation diagnoses each batch in the loop (with a BM25 leg served from the in-memory index);
+    diagnose_run recomputes the diagnosis from the stored pools. Both must agree exactly, label problems
+    included."""
     from rag_pipeline.evaluation.dataset import parse_dataset
     from rag_pipeline.evaluation.runner import evaluate_dataset
 
@@ -264,8 +272,58 @@ def test_evaluation_loop_diagnosis_equals_a_separate_diagnosis_pass(engine, kb, 
                 elif key != "detail":
                     assert got[key] == value, (case, key)
     below_k = [m for reasons in stored.values() for m in reasons
-               if m["reason"] == "not_in_pool" and (m.get("keyword_rank") or 0) > 1]
-    assert below_k, "some relevant chunk must be keyword-matched below the leg's k (the fused path)"
+               if m["reason"] == "not_in_pool" and m.get("keyword_score") is not None]
+    assert below_k, "some relevant chunk must be keyword-matched below the leg's k"
+    assert not any("keyword_rank" in m for m in below_k), "global ranks are computed on demand only"
     assert any(m["reason"] == "not_in_pool" and "keyword_score" not in m for r in stored.values() for m in r)
     assert outcome.summary["miss_reasons"] == again.summary
     assert outcome.summary["label_integrity"] == again.summary_metadata()["label_integrity"]
+
+
+def test_show_case_computes_global_ranks_on_demand_and_caches_them(engine, kb, capsys):
+    """A run stores own scores without global ranks; ``show RUN --case ID`` (service.case_diagnosis) computes the
+    exact ranks for that case — equal to diagnosing the same pool with ranks — caches them per KB state, and
+    recomputes after the KB changes. Unknown cases are a one-line user error."""
+    from rag_pipeline.cli import main
+    from rag_pipeline.evaluation.dataset import parse_dataset
+    from rag_pipeline.evaluation.runner import evaluate_dataset
+    from rag_pipeline.service.case_diagnosis import case_diagnosis
+
+    kb_row, ids = kb
+    strategy = Strategy(f"diag-show-{uuid.uuid4().hex[:6]}", vector_candidate_k=2, keyword_candidate_k=2)
+    case = {"case_id": "pw", "question": QUESTION, "k": 1, "relevant_chunk_ids": [ids["reset.md"], ids["pasta.md"]]}
+    dataset = parse_dataset(json.dumps({"name": f"diag-show-{uuid.uuid4().hex[:6]}", "knowledge_base": kb_row.name,
+                                        "cases": [case]}))
+    outcome = evaluate_dataset(engine, dataset, strategy)
+    ranked, _ = _diagnose(engine, kb_row, ids, strategy, ranks=True)
+
+    found = case_diagnosis(engine, outcome.run_id[:8], "pw")
+    by_chunk = {m.chunk_id: m for m in found.reasons}
+    pasta = by_chunk[ids["pasta.md"]]
+    assert pasta.reason == "not_in_pool" and pasta.vector_rank == ranked["pasta.md"].vector_rank > 2
+    assert pasta.vector_score == pytest.approx(ranked["pasta.md"].vector_score, abs=1e-6)
+    stored = {m["chunk_id"]: m for m in found.stored}
+    assert "vector_rank" not in stored[ids["pasta.md"]] and "would be vector rank" in pasta.detail
+    assert case_diagnosis(engine, outcome.run_id, "pw") is found, "cached per (run, case, KB state)"
+
+    assert main(["show", outcome.run_id[:8], "--case", "pw", "--global-ranks"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["question"] == QUESTION and data["case_id"] == "pw"
+    got = {m["chunk_id"]: m for m in data["reasons"]}[ids["pasta.md"]]
+    assert got["vector_rank"] == pasta.vector_rank and f"would be vector rank {pasta.vector_rank}" in got["detail"]
+    assert "vector_rank" not in {m["chunk_id"]: m for m in data["stored_reasons"]}[ids["pasta.md"]]
+    assert main(["show", outcome.run_id, "--global-ranks"]) == 2
+    assert "--global-ranks needs --case" in capsys.readouterr().err
+
+    with engine.begin() as conn:  # any change of the searchable chunks moves the KB state: no stale cache
+        set_document_state(conn, kb_row.name, "garden.md", publication_status="UNPUBLISHED")
+    try:
+        again = case_diagnosis(engine, outcome.run_id, "pw")
+        assert again is not found and again.knowledge_base_state != found.knowledge_base_state
+    finally:
+        with engine.begin() as conn:
+            set_document_state(conn, kb_row.name, "garden.md", publication_status="PUBLISHED")
+
+    assert main(["show", outcome.run_id, "--case", "nope", "--global-ranks"]) == 2
+    err = capsys.readouterr().err
+    assert "has no case 'nope'" in err and len(err.strip().splitlines()) == 1

@@ -349,6 +349,12 @@ def test_the_dagster_resource_and_dagster_yaml_hold_no_secret():
 # Every value spliced into SQL text in rag_pipeline/: (file, function, expression) → why it is safe.
 # Anything else spliced into a string that looks like SQL fails the test: use a bind parameter.
 VETTED_SQL_SPLICES = {
+    ("evaluation/diagnosis_db.py", "<module>", "_TSQUERY"): "constant SQL (textsearch.OR_TSQUERY_SQL)",
+    ("evaluation/diagnosis_db.py", "keyword_rank_sql", "leg"): "constant SQL: one of the two leg statements",
+    ("evaluation/diagnosis_db.py", "keyword_rank_sql", "_TARGETS"): "constant SQL fragment (targets unnest)",
+    ("retrieval/bm25_index.py", "<module>", "BASE_FILTERS"): "constant SQL fragment (seed base_filters)",
+    ("retrieval/bm25_index.py", "<module>", "_LEXEMES"): "constant SQL (textsearch.QUERY_LEXEMES_SQL)",
+    ("retrieval/bm25_sql.py", "<module>", "_QUERY_TERMS"): "constant SQL fragment (the query-terms CTE)",
     ("service/retention.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment (run status)",
     ("service/run_feed.py", "<module>", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
     ("knowledge_base/term_stats.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
@@ -400,8 +406,6 @@ VETTED_SQL_SPLICES = {
                                                                      "(an index predicate cannot be a parameter)",
     ("evaluation/diagnosis_db.py", "<module>", "retrieval_sql.BASE_FILTERS"): "constant SQL fragment",
     ("evaluation/diagnosis_db.py", "<module>", "_TARGETS"): "constant SQL fragment",
-    ("evaluation/diagnosis_db.py", "keyword_score_sql", "leg"): "one of two constant leg statements",
-    ("evaluation/diagnosis_db.py", "keyword_score_sql", "_TARGETS"): "constant SQL fragment",
     ("knowledge_base/lifecycle.py", "set_document_state", "', '.join(sets)"): "literal 'column = :param' pieces",
     ("evaluation/persistence.py", "_copy", "table"): "the constant table names of copy_candidates / copy_case_results",
     ("evaluation/persistence.py", "_copy", "', '.join(columns)"): "the constant column tuples of persistence",

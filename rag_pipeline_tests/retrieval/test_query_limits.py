@@ -146,7 +146,7 @@ def test_an_evaluation_over_the_timeout_fails_naming_the_case(engine, kb, tmp_pa
     path = write_dataset(tmp_path / "ds.json", KB, tiny_cases(chunks)[:1], name=name)
     monkeypatch.setenv("RAG_STATEMENT_TIMEOUT_S", "0.001")
     capsys.readouterr()
-    assert main(["evaluate", "--dataset", str(path), "--strategy", "bm25-v1", "--quiet"]) == 2
+    assert main(["evaluate", "--dataset", str(path), "--strategy", "keyword-v1", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.strip() == ("rag-pipeline: error: case backup-001: retrieval took longer than 0.001 s "
                            "(RAG_STATEMENT_TIMEOUT_S); shorten the question or raise RAG_STATEMENT_TIMEOUT_S"), err

@@ -1,0 +1,185 @@
+"""BM25 keyword leg in memory: a knowledge base's postings loaded once (per evaluation run) into a sparse matrix.
+
+Same results as the SQL leg (:mod:`rag_pipeline.retrieval.bm25_sql`) — same top k, same tie order (score desc,
+then chunk id asc), **bit-identical scores** — at a fraction of its cost: the SQL joins and scores every posting
+of the question's terms in the server (~10 ms per question at 5k chunks, growing with the KB); here the
+postings are one CSR row per lexeme and a question costs a few vectorised numpy operations over its terms'
+postings (measured in ``bench/RESULTS.md``, "Keyword top-k").
+
+Why the scores are bit-identical, not merely close:
+
+- every input comes from the same rows as the SQL reads — the *searchable* chunks (seed ``base_filters``),
+  ``chunk_terms.tf``, ``knowledge_base_term_stats.doc_freq``, ``knowledge_bases.chunk_count`` / avg length — and
+  ``idf`` itself is computed by the server with the very expression of the SQL leg;
+- each posting's contribution ``idf · tf · (k1 + 1) / (tf + k1 · (1 - b + b · dl / avgdl))`` is evaluated in
+  float64 with the SQL's operand order (IEEE operations are correctly rounded: same operands, same bits);
+- a chunk's score is the sum of its contributions **in lexeme order** (the SQL's ``sum(... ORDER BY lexeme)``):
+  the matrix rows are numbered in the server's ``ORDER BY lexeme`` (its collation) and added row by row.
+
+Exact top k: ``np.argpartition``-style threshold (the k-th best score), then every match at or above it sorted by
+(score desc, column asc); columns are numbered in ``ORDER BY chunk id`` so column order is chunk-id order.
+
+Consistency: :meth:`Bm25Index.load` reads on the connection it is given — in an evaluation, one of the run's
+snapshot readers (:mod:`rag_pipeline.storage.snapshot_readers`), so the index is the KB every leg of the run sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import sqlalchemy as sa
+
+from rag_pipeline.knowledge_base import textsearch
+from rag_pipeline.retrieval.sql import BASE_FILTERS
+from rag_pipeline.retrieval.trace import LegHit
+
+_CHUNKS_SQL = f"""
+SELECT c.id::text AS chunk_id, uuid_send(c.id) AS key, c.document_id::text AS document_id,
+       d.original_name AS document_name, c.token_count
+FROM document_chunks c JOIN documents d ON d.id = c.document_id
+WHERE {BASE_FILTERS}
+ORDER BY c.id
+"""
+
+# idf with the SQL leg's expression (bm25_sql), evaluated by the server: same float8 bits.
+_TERMS_SQL = """
+SELECT s.lexeme, ln(1 + (kb.n - s.doc_freq + 0.5) / (CAST(s.doc_freq AS float8) + 0.5)) AS idf
+FROM knowledge_base_term_stats s
+CROSS JOIN (SELECT CAST(chunk_count AS float8) AS n FROM knowledge_bases WHERE id = :kb) AS kb
+WHERE s.knowledge_base_id = :kb
+ORDER BY s.lexeme
+"""
+
+# The KB's postings, one row per lexeme in primary-key order (an index scan, no join, no sort): chunk ids as
+# 16-byte uuid_send + tf as big-endian int32, decoded by numpy without a Python object per posting. Postings of
+# chunks that are not searchable (and lexemes without a df) are dropped on the client.
+_POSTINGS_SQL = """
+SELECT ct.lexeme, count(*) AS n, string_agg(uuid_send(ct.chunk_id) || int4send(ct.tf), ''::bytea) AS data
+FROM chunk_terms ct
+WHERE ct.knowledge_base_id = :kb
+GROUP BY ct.lexeme
+"""
+
+_KB_SQL = "SELECT CAST(chunk_count AS float8) AS n, avg_chunk_length AS avgdl FROM knowledge_bases WHERE id = :kb"
+
+# The question's lexemes exactly as the SQL leg takes them (textsearch.QUERY_LEXEMES_SQL, per question of a batch).
+_LEXEMES = textsearch.QUERY_LEXEMES_SQL.replace(":qtext", "q.query_text")
+if _LEXEMES == textsearch.QUERY_LEXEMES_SQL:  # pragma: no cover - guards a change in textsearch
+    raise RuntimeError("textsearch.QUERY_LEXEMES_SQL no longer uses the :qtext parameter")
+QUERY_LEXEMES_BATCH_SQL = f"""
+SELECT q.ord AS query_index, t.lexeme
+FROM unnest(CAST(:query_texts AS text[])) WITH ORDINALITY AS q(query_text, ord)
+CROSS JOIN LATERAL {_LEXEMES} AS t
+"""
+
+_POSTING = np.dtype([("chunk", "S16"), ("tf", ">i4")])
+
+
+@dataclass(frozen=True)
+class Bm25Index:
+    """One KB's BM25 contributions for one (k1, b): ``matrix[term row, chunk column]``."""
+
+    knowledge_base_id: str
+    k1: float
+    b: float
+    matrix: sp.csr_array
+    term_row: dict[str, int]
+    chunk_ids: np.ndarray  # column -> chunk id (str), ascending
+    document_ids: np.ndarray
+    document_names: np.ndarray
+
+    @classmethod
+    def load(cls, conn: sa.Connection, knowledge_base_id, k1: float, b: float) -> Bm25Index:
+        """Read the KB's searchable postings and statistics on ``conn`` (its transaction's snapshot)."""
+        params = {"kb": knowledge_base_id}
+        kb = conn.execute(sa.text(_KB_SQL), params).one()
+        chunks = conn.execute(sa.text(_CHUNKS_SQL), params).all()
+        terms = conn.execute(sa.text(_TERMS_SQL), params).all()
+        term_row = {t.lexeme: i for i, t in enumerate(terms)}
+        rows = sorted((term_row[r.lexeme], r.n, r.data) for r in conn.execute(sa.text(_POSTINGS_SQL), params)
+                      if r.lexeme in term_row)  # by matrix row: the CSR rows are then built in place
+        postings = np.frombuffer(b"".join(r[2] for r in rows), dtype=_POSTING)
+        term = np.repeat(np.array([r[0] for r in rows], dtype=np.int64), [r[1] for r in rows])
+        keys = np.array([bytes(c.key) for c in chunks], dtype="S16")  # uuid order = byte order = S16 order
+        if len(keys) > 1 and not (keys[1:] > keys[:-1]).all():  # pragma: no cover - guards the ORDER BY
+            raise RuntimeError("chunk ids are not in byte order")
+        col = np.searchsorted(keys, postings["chunk"])
+        found = col < len(keys)
+        found[found] = keys[col[found]] == postings["chunk"][found]  # else: a chunk that is not searchable
+        term, col, tf = term[found], col[found], postings["tf"][found].astype(np.float64)
+        idf = np.array([t.idf for t in terms], dtype=np.float64)[term]
+        dl = np.array([c.token_count for c in chunks], dtype=np.float64)[col]
+        k1, b = float(k1), float(b)
+        # bm25_sql's expression, same operand order: idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+        weight = idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / float(kb.avgdl or 1.0)))
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(term, minlength=len(terms)))))
+        matrix = sp.csr_array((weight, col, indptr), shape=(len(terms), len(chunks)))
+        return cls(str(knowledge_base_id), k1, b, matrix, term_row,
+                   np.array([c.chunk_id for c in chunks], dtype=object),
+                   np.array([c.document_id for c in chunks], dtype=object),
+                   np.array([c.document_name for c in chunks], dtype=object))
+
+    def fits(self, knowledge_base_id, k1: float, b: float) -> bool:
+        return (self.knowledge_base_id, self.k1, self.b) == (str(knowledge_base_id), float(k1), float(b))
+
+    def leg(self, conn: sa.Connection, knowledge_base_id, strategy, cfg: str, query_texts: Sequence[str],
+            targets: Sequence[Sequence[str]] | None = None) -> tuple[list[list[LegHit]], list[dict[str, dict]]]:
+        """The keyword leg of a batch (``search._keyword_leg``'s contract): hits per question, best first, and
+        per question the targets (canonical chunk ids) ranked below ``strategy.keyword_candidate_k``."""
+        if not self.fits(knowledge_base_id, strategy.bm25_k1, strategy.bm25_b):
+            raise ValueError(f"this BM25 index is of knowledge base {self.knowledge_base_id} with k1={self.k1}, "
+                             f"b={self.b}, not {knowledge_base_id} with k1={strategy.bm25_k1}, b={strategy.bm25_b}")
+        wanted = targets if targets is not None else [() for _ in query_texts]
+        legs = [self.top(terms, strategy.keyword_candidate_k, want)
+                for terms, want in zip(self.query_terms(conn, cfg, query_texts), wanted, strict=True)]
+        return [hits for hits, _ in legs], [found for _, found in legs]
+
+    def query_terms(self, conn: sa.Connection, cfg: str, query_texts: Sequence[str]) -> list[np.ndarray]:
+        """Per question, the matrix rows of its lexemes (those with a df), ascending = lexeme order."""
+        rows: list[set[int]] = [set() for _ in query_texts]
+        for r in conn.execute(sa.text(QUERY_LEXEMES_BATCH_SQL), {"cfg": cfg, "query_texts": list(query_texts)}):
+            row = self.term_row.get(r.lexeme)
+            if row is not None:
+                rows[r.query_index - 1].add(row)
+        return [np.array(sorted(s), dtype=np.int64) for s in rows]
+
+    def scores(self, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(columns, scores)`` of every chunk matching a term, columns ascending (chunk-id order)."""
+        m = self.matrix
+        acc = np.zeros(m.shape[1])
+        for t in terms:  # term by term in lexeme order: the SQL's ordered sum, bit for bit
+            lo, hi = m.indptr[t], m.indptr[t + 1]
+            acc[m.indices[lo:hi]] += m.data[lo:hi]  # a lexeme's postings hold each chunk once
+        cols = np.flatnonzero(acc)  # every contribution is > 0 (idf > 0, tf >= 1)
+        return cols, acc[cols]
+
+    def top(self, terms: np.ndarray, k: int, targets: Sequence[str] = ()) -> tuple[list[LegHit], dict[str, dict]]:
+        """The leg's top ``k`` (score desc, chunk id asc) and, for each of ``targets`` ranked below k, its
+        ``{"keyword_score", "keyword_rank"}`` (both None: no query term in the chunk)."""
+        cols, acc = self.scores(terms)
+        if len(cols) > k:
+            kth = -np.partition(-acc, k - 1)[k - 1]
+            keep = np.flatnonzero(acc >= kth)
+        else:
+            keep = np.arange(len(cols))
+        order = keep[np.lexsort((cols[keep], -acc[keep]))][:k]
+        top_cols = cols[order]
+        hits = list(map(LegHit, self.chunk_ids[top_cols].tolist(), self.document_ids[top_cols].tolist(),
+                        self.document_names[top_cols].tolist(), acc[order].tolist()))
+        below: dict[str, dict] = {}
+        top_ids = {h.chunk_id for h in hits}
+        for chunk_id in targets:
+            if chunk_id in top_ids:
+                continue
+            col = np.searchsorted(self.chunk_ids, chunk_id)
+            at = np.searchsorted(cols, col)
+            if col >= len(self.chunk_ids) or self.chunk_ids[col] != chunk_id or at >= len(cols) or cols[at] != col:
+                below[chunk_id] = {"keyword_score": None, "keyword_rank": None}
+                continue
+            s = acc[at]
+            rank = 1 + int(np.count_nonzero(acc > s)) + int(np.count_nonzero((acc == s) & (cols < col)))
+            below[chunk_id] = {"keyword_score": float(s), "keyword_rank": rank}
+        return hits, below

@@ -1,0 +1,118 @@
+"""The in-memory BM25 keyword leg (retrieval/bm25_index.py) against the exhaustive SQL leg (bm25_sql.py).
+
+Identical means: the same top k in the same order (score desc, then chunk id asc — ties included) and the same
+scores (bit for bit here; the requirement is 1e-9), the same leg ranks and scores for targets below k, on the
+synthetic benchmark KB (Zipf texts, with duplicated documents for exact ties) and on SciFact (``bench_data``).
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from rag_pipeline.knowledge_base import chunking
+from rag_pipeline.knowledge_base.beir import read_beir
+from rag_pipeline.knowledge_base.ingestion import ingest_documents
+from rag_pipeline.knowledge_base.lifecycle import set_document_state
+from rag_pipeline.knowledge_base.sources import SourceDocument
+from rag_pipeline.retrieval.bm25_index import Bm25Index
+from rag_pipeline.retrieval.search import hybrid_search_batch
+from rag_pipeline.retrieval.strategies import Strategy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import synthetic  # noqa: E402
+
+
+def _strategy(k1: float, b: float, k: int) -> Strategy:
+    return Strategy(version=f"t-idx-{k1}-{b}-{k}", vector_candidate_k=0, keyword_candidate_k=k,
+                    keyword_scorer="bm25", bm25_k1=k1, bm25_b=b, vector_weight=0.0, keyword_weight=1.0)
+
+
+def assert_identical(engine, kb_id, questions: list[str], strategy: Strategy, targets=None) -> int:
+    """SQL leg vs index leg for every question; returns how many questions had a tie inside their top k."""
+    with engine.connect() as conn:
+        index = Bm25Index.load(conn, kb_id, strategy.bm25_k1, strategy.bm25_b)
+        sql = hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=questions, strategy=strategy,
+                                  targets=targets)
+        mem = hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=questions, strategy=strategy,
+                                  targets=targets, keyword_index=index)
+    ties = 0
+    for q, a, b in zip(questions, sql, mem, strict=True):
+        assert [c.chunk_id for c in a.candidates] == [c.chunk_id for c in b.candidates], q
+        assert [c.keyword_rank for c in a.candidates] == [c.keyword_rank for c in b.candidates], q
+        scores_a = np.array([c.keyword_score for c in a.candidates])
+        scores_b = np.array([c.keyword_score for c in b.candidates])
+        assert np.abs(scores_a - scores_b).max(initial=0.0) <= 1e-9, q
+        assert a.candidates == b.candidates, f"not bit-identical: {q}"
+        assert a.keyword_targets == b.keyword_targets, q
+        ties += len(set(scores_a.tolist())) < len(scores_a)
+    return ties
+
+
+@pytest.fixture(scope="module")
+def synthetic_kb(engine):
+    name = f"t-idx-{uuid.uuid4().hex[:8]}"
+    docs, chunks = synthetic.generate_documents(400, name, seed=3, vocab_size=3_000)
+    twins = [SourceDocument(f"twin-{i}.txt", None, docs[i].text) for i in range(3)]  # identical chunks: ties
+    ingest_documents(engine, [*docs, *twins], name, text_search="english", chunk_size=synthetic.CHUNK_SIZE,
+                     chunk_overlap=synthetic.CHUNK_OVERLAP, models=())
+    rng = np.random.default_rng(5)
+    questions = []
+    for chunk in rng.choice(len(chunks), size=60, replace=False):
+        words = chunks[chunk].content.split()
+        picked = rng.choice(len(words), size=min(len(words), int(rng.integers(2, 9))), replace=False)
+        questions.append("What about " + " ".join(words[i] for i in sorted(picked)) + "?")
+    questions += ["the of and", "", "zzzunknownword", "x " * 80 + "policy policy policy"]
+    return name, chunking.knowledge_base_id(name), chunks, questions
+
+
+@pytest.mark.parametrize(("k1", "b", "k"), [(0.9, 0.4, 100), (1.2, 0.75, 10), (0.0, 1.0, 25), (2.0, 0.0, 1)])
+def test_index_leg_equals_the_sql_leg_on_the_synthetic_kb(engine, synthetic_kb, k1, b, k):
+    _, kb_id, chunks, questions = synthetic_kb
+    targets = [[chunks[i].chunk_id, chunks[-i - 1].chunk_id, "not-a-uuid"] for i in range(len(questions))]
+    ties = assert_identical(engine, kb_id, questions, _strategy(k1, b, k), targets=targets)
+    if k1 == 0.0 or k == 100:  # k1 = 0: a chunk scores the sum of its terms' idf -> many exact ties
+        assert ties > 0, "the twins and k1=0 must produce ties inside the top k"
+
+
+def test_index_leg_follows_the_searchable_chunks(engine, synthetic_kb):
+    """Unpublishing a document changes N, df and the searchable chunks: a reloaded index follows the SQL."""
+    name, kb_id, _, questions = synthetic_kb
+    strategy = _strategy(0.9, 0.4, 50)
+    with engine.begin() as conn:
+        set_document_state(conn, name, "twin-0.txt", publication_status="UNPUBLISHED")
+    try:
+        assert_identical(engine, kb_id, questions, strategy)
+        with engine.connect() as conn:
+            index = Bm25Index.load(conn, kb_id, 0.9, 0.4)
+            hidden = conn.execute(sa.text(
+                "SELECT c.id::text FROM document_chunks c JOIN documents d ON d.id = c.document_id "
+                "WHERE c.knowledge_base_id = :kb AND d.original_name = 'twin-0.txt'"), {"kb": kb_id}).scalars().all()
+        assert hidden and not set(hidden) & set(index.chunk_ids.tolist())
+    finally:
+        with engine.begin() as conn:
+            set_document_state(conn, name, "twin-0.txt", publication_status="PUBLISHED")
+
+
+def test_index_refuses_another_strategy_or_kb(engine, synthetic_kb):
+    _, kb_id, _, questions = synthetic_kb
+    with engine.connect() as conn:
+        index = Bm25Index.load(conn, kb_id, 0.9, 0.4)
+        with pytest.raises(ValueError, match="k1=0.9, b=0.4"):
+            hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=questions[:2], strategy=_strategy(1.2, 0.75, 10),
+                                keyword_index=index)
+
+
+def test_index_leg_equals_the_sql_leg_on_scifact(engine, bench_data):
+    docs, queries, _ = read_beir(bench_data / "scifact")
+    name = f"t-idx-scifact-{uuid.uuid4().hex[:6]}"
+    ingest_documents(engine, docs, name, text_search="english", chunk_size=None, models=())
+    kb_id = chunking.knowledge_base_id(name)
+    questions = list(queries.values())
+    assert len(questions) == 300
+    assert_identical(engine, kb_id, questions, _strategy(0.9, 0.4, 100))  # bm25-v1 / hybrid-bm25-v1's leg
