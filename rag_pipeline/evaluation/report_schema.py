@@ -68,7 +68,8 @@ def _d(schema: dict, description: str) -> dict:
 MISS_REASON_SCHEMA = {**_obj({
     "case_id": {"type": "string"},
     "chunk_id": {"type": "string"},
-    "reason": _d({"type": "string"}, "hit, below_cutoff, vector_only, keyword_only, not_in_pool, or a label status"),
+    "reason": _d({"type": "string"}, "hit, below_cutoff, below_cutoff_after_rerank, vector_only, keyword_only, "
+                                     "not_in_pool, or a label status"),
     "k": {"type": "integer", "minimum": 1},
     "rank": _d({"type": "integer"}, "final rank in the pool (pool members only)"),
     "legs": _d({"enum": ["both", "vector", "keyword"]}, "the leg(s) that put the chunk in the pool"),
@@ -91,7 +92,9 @@ MISS_REASON_SCHEMA = {**_obj({
     "scores_computed": _d({"type": "boolean"}, "the missing legs' own scores were computed"),
     "label_detail": {"type": "string"},
     "detail": _d({"type": "string"}, "the reason in words"),
-}, optional=("rank", "legs", "final_score", "kth_score", "gap", "vector_score", "vector_rank", "keyword_score",
+    "first_stage_rank": _d({"type": "integer"}, "with a rerank stage: the chunk's rank before it (rank is after)"),
+    "rerank_score": _d({"type": "number"}, "with a rerank stage: the chunk's rerank score"),
+}, optional=("rank", "first_stage_rank", "rerank_score", "legs", "final_score", "kth_score", "gap", "vector_score", "vector_rank", "keyword_score",
              "keyword_rank", "vector_last_score", "vector_leg_size", "keyword_last_score", "keyword_leg_size",
              "enabled_legs", "scores_computed", "label_detail"))}
 
