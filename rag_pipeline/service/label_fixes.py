@@ -30,8 +30,11 @@ import sqlalchemy as sa
 
 from rag_pipeline.evaluation.dataset import MAX_METADATA_BYTES, Dataset, DatasetError, load_dataset, parse_dataset
 from rag_pipeline.evaluation.label_check import check_labels
+from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.knowledge_base import chunk_lookup, span_remap
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.service import catalog
+from rag_pipeline.service.catalog import DatasetNotFoundError, UploadedDataset
 
 REMAPPED_STATUSES = ("chunk_replaced", "other_knowledge_base", "unknown_id")
 
@@ -39,7 +42,7 @@ REMAPPED_STATUSES = ("chunk_replaced", "other_knowledge_base", "unknown_id")
 @dataclass
 class LabelFixes:
     source: str
-    output: Path
+    output: Path | None
     knowledge_base: str
     labels: int = 0
     kept: int = 0
@@ -50,7 +53,8 @@ class LabelFixes:
         return {"labels": self.labels, "ok": self.kept, "fixed": len(self.changes), "unresolved": len(self.unresolved)}
 
     def as_dict(self) -> dict:
-        return {"dataset": self.source, "output": str(self.output), "knowledge_base": self.knowledge_base,
+        return {"dataset": self.source, "output": str(self.output) if self.output else None,
+                "knowledge_base": self.knowledge_base,
                 "counts": self.counts(), "changes": self.changes, "unresolved": self.unresolved}
 
 
@@ -71,7 +75,16 @@ def fix_labels(engine: sa.Engine, dataset_path: str | Path, knowledge_base: str,
         raise OSError(f"--output {output} is a directory; give a file name")
     if output.exists() and output.resolve() == path.resolve():
         raise OSError(f"--output {output} is the dataset itself; write the fixed dataset to another file")
-    dataset = _load(path, knowledge_base)
+    fixes, text = fix_dataset(engine, _load(path, knowledge_base), knowledge_base, output=output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    return fixes
+
+
+def fix_dataset(engine: sa.Engine, dataset: Dataset, knowledge_base: str, *,
+                output: Path | None = None) -> tuple[LabelFixes, str]:
+    """The fixes for ``dataset``'s labels on ``knowledge_base`` and the fixed dataset as JSON text (validated:
+    :class:`DatasetError` rather than an invalid dataset); writes nothing."""
     judged = [SimpleNamespace(case_id=c.case_id, relevant_chunk_ids=list(c.grades)) for c in dataset.cases]
     with engine.begin() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
@@ -96,10 +109,34 @@ def fix_labels(engine: sa.Engine, dataset_path: str | Path, knowledge_base: str,
     cases = [_fixed_case(c, new_ids) for c in dataset.cases]
     data = _output(dataset, kb.name, cases, fixes)
     text = json.dumps(data, ensure_ascii=False, indent=1) + "\n"
-    parse_dataset(text, source=str(output), default_name=output.stem)  # a valid dataset, or nothing is written
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
-    return fixes
+    parse_dataset(text, source=str(output or f"fixed labels of {dataset.name}"),
+                  default_name=output.stem if output else dataset.name)  # a valid dataset, or nothing is written
+    return fixes, text
+
+
+@dataclass
+class StoredLabelFixes:
+    """:func:`fix_stored_labels`: the fixes, and the new dataset version when they were saved."""
+
+    fixes: LabelFixes
+    saved: UploadedDataset | None = None
+
+
+def fix_stored_labels(engine: sa.Engine, dataset_id: str, knowledge_base: str, *,
+                      save: bool = False) -> StoredLabelFixes:
+    """Fix the labels of a stored dataset version (the admin console's "fix labels"): a preview, or with
+    ``save`` (and at least one fix) a new version of the same dataset name whose metadata records every change."""
+    with engine.connect() as conn:
+        try:
+            dataset = load_stored_dataset(conn, dataset_id)
+        except LookupError as exc:
+            raise DatasetNotFoundError(str(exc)) from None
+    fixes, text = fix_dataset(engine, dataset, knowledge_base)
+    if not save or not fixes.changes:
+        return StoredLabelFixes(fixes)
+    saved = catalog.store_uploaded_dataset(engine, knowledge_base, text, source=f"fix-labels of {dataset.name}",
+                                           name=dataset.name)
+    return StoredLabelFixes(fixes, saved)
 
 
 def _fix(row, remap: span_remap.SpanRemap | None, document: tuple | None) -> dict:

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse
 
 from rag_pipeline.analysis.label_draft import KEY_GRADES, DraftError, save_draft
-from rag_pipeline.service import catalog, label_drafts
+from rag_pipeline.service import catalog, history, label_drafts, label_fixes
 from rag_pipeline.service.errors import USER_ERRORS
 from rag_pipeline.web.admin.datasets import dataset_url
 from rag_pipeline.web.admin.pages import BASE, error_page, render
@@ -127,3 +127,39 @@ async def save_dataset(request: Request, engine: Engine, kb: str, name: str):
         return _draft_page(request, kb, name, draft.position, error=str(exc), status_code=422)
     return RedirectResponse(f"{dataset_url(done.dataset.knowledge_base, done.dataset.name)}?uploaded=1",
                             status_code=303)
+
+
+def _latest_version(engine, kb: str, dataset: str) -> tuple[str, dict | None]:
+    kb_name, versions = history.dataset_versions(engine, dataset, kb)
+    return kb_name, versions[0] if versions else None
+
+
+@router.get("/retrieval-evaluations/kb/{kb}/datasets/{dataset}/fix-labels", name="admin_fix_labels")
+def fix_labels_preview(request: Request, engine: Engine, kb: str, dataset: str):
+    """What ``rag-pipeline fix-labels`` would change in the dataset's latest version (nothing is written): labels
+    re-mapped by document span after a re-chunking, document ids replaced by their only chunk, the rest listed."""
+    try:
+        kb_name, latest = _latest_version(engine, kb, dataset)
+        if latest is None:
+            return error_page(request, 404, f"knowledge base {kb_name!r} has no dataset {dataset!r}")
+        result = label_fixes.fix_stored_labels(engine, latest["dataset_id"], kb_name)
+    except ERRORS as exc:
+        return error_page(request, 404, str(exc))
+    return render(request, "fix_labels.html", {"kb": kb_name, "dataset": dataset, "latest": latest,
+                                               "fixes": result.fixes, "url": dataset_url(kb_name, dataset)})
+
+
+@router.post("/retrieval-evaluations/kb/{kb}/datasets/{dataset}/fix-labels", dependencies=[Depends(require_csrf)])
+def fix_labels_apply(request: Request, engine: Engine, kb: str, dataset: str):
+    """Apply the unambiguous fixes: a new version of the dataset (its metadata records every change)."""
+    try:
+        kb_name, latest = _latest_version(engine, kb, dataset)
+        if latest is None:
+            return error_page(request, 404, f"knowledge base {kb_name!r} has no dataset {dataset!r}")
+        result = label_fixes.fix_stored_labels(engine, latest["dataset_id"], kb_name, save=True)
+    except ERRORS as exc:
+        return error_page(request, 422, str(exc), title="Labels not fixed")
+    if result.saved is None:
+        return error_page(request, 422, "no label could be fixed without a person: nothing was stored",
+                          title="Nothing to fix")
+    return RedirectResponse(f"{dataset_url(kb_name, dataset)}?uploaded=1", status_code=303)
