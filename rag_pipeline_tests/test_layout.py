@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from rag_pipeline_tests.source_helpers import parse_source
+
 PACKAGE = Path(__file__).resolve().parents[1] / "rag_pipeline"
 LAYERS = ["settings", "storage", "knowledge_base", "retrieval", "evaluation", "analysis", "service"]
 FRONT_ENDS = {"cli", "defs", "definitions", "web"}
@@ -50,7 +52,7 @@ def _top(module: str) -> str:
 
 
 def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse_source(path.read_text(encoding="utf-8"), str(path))
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -125,7 +127,7 @@ def test_in_the_web_front_end_only_the_launcher_imports_dagster():
     """web/ reaches Dagster through web.launcher only (the allowance of :data:`DAGSTER_IMPORTERS`)."""
     importers = set()
     for module, path in _modules().items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parse_source(path.read_text(encoding="utf-8"), str(path))
         for node in ast.walk(tree):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])

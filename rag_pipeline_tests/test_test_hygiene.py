@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from rag_pipeline_tests.source_helpers import parse_source
+
 TESTS = Path(__file__).resolve().parent
 
 CHECK_HELPERS = (
@@ -41,7 +43,7 @@ def _checks(function: ast.AST) -> bool:
 
 
 def _functions(path: Path):
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parse_source(path.read_text(encoding="utf-8"), str(path))
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield node

@@ -32,6 +32,7 @@ from rag_pipeline.storage import engine as db
 from rag_pipeline.storage.urls import mask_secrets, mask_url
 from rag_pipeline_tests.eval_helpers import TINY_DOCS, ingest_tiny_kb, run_rows, table_counts, write_dataset
 from rag_pipeline_tests.reliability_helpers import assert_no_partial_succeeded_runs, closed_tcp_port, kb_counts
+from rag_pipeline_tests.source_helpers import parse_source
 
 ROOT = Path(__file__).resolve().parents[2]
 KB = "security-tiny"
@@ -442,7 +443,7 @@ _SQL_WORDS = re.compile(r"\b(SELECT|INSERT INTO|UPDATE|DELETE FROM|CREATE|DROP|A
 def _sql_splices(path: Path, rel: str) -> list[tuple[str, str, str, int]]:
     """(file, enclosing function, spliced expression, line) of every SQL-looking string built at run time."""
     source = path.read_text(encoding="utf-8")
-    tree = ast.parse(source)
+    tree = parse_source(source, str(path))
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
 
     def scope(node) -> str:
