@@ -126,7 +126,8 @@ def demo_summary(comp: Comparison, gate: GateResult, report_paths: list[Path], *
             lines += [f"  {p}" for p in report_paths]
         lines.append("")
     run = next((r for r in comp.runs if r.version == comp.baseline), comp.runs[0] if comp.runs else None)
-    steps = [("make dev", "the Dagster UI on http://127.0.0.1:3000 (same database)"),
+    steps = [("make dev", "the Dagster UI on http://127.0.0.1:3000 and the admin console on "
+                          "http://127.0.0.1:8000/admin/retrieval-evaluations (same database)"),
              (f"{cli} runs --dataset {dataset}", "every run, newest first")]
     if run is not None:
         steps.append((f"{cli} show {run.run_id[:8]}", f"run {run.version} as JSON (a unique id prefix is enough)"))
