@@ -1,5 +1,6 @@
 """Evaluation runs through Dagster: submit one ``evaluate_retrieval`` run per strategy, and say whether a daemon
-will pick them up. The only module of :mod:`rag_pipeline.web` that imports dagster.
+will pick them up. The only module of :mod:`rag_pipeline.web` that uses dagster, imported inside the functions that
+open the instance (the web app and its workers load without it until a run is submitted or checked).
 
 **How a run is submitted.** :func:`launch_evaluations` first queues the run rows (status ``queued``, each with
 the id its Dagster run will get; :func:`rag_pipeline.service.run_queue.queue_evaluations` validates everything
@@ -37,7 +38,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import dagster as dg
 import sqlalchemy as sa
 
 from rag_pipeline.service.run_queue import QueuedRun, fail_queued, queue_evaluations, queued_runs
@@ -103,12 +103,14 @@ def prepare_environment() -> dict[str, str]:
 
 
 _lock = threading.Lock()
-_instance: dg.DagsterInstance | None = None
+_instance = None  # the process's dagster.DagsterInstance, opened by instance()
 _instance_home: str | None = None
 
 
-def instance() -> dg.DagsterInstance:
-    """The Dagster instance of ``DAGSTER_HOME`` (opened once per process)."""
+def instance():
+    """The ``dagster.DagsterInstance`` of ``DAGSTER_HOME`` (opened once per process)."""
+    import dagster as dg
+
     global _instance, _instance_home  # noqa: PLW0603 - one instance per process
     with _lock:
         home = str(dagster_home())
@@ -199,8 +201,7 @@ def queue_status(max_age_s: float = 5.0) -> QueueStatus:
     return status
 
 
-_FINISHED = {dg.DagsterRunStatus.FAILURE: "failed", dg.DagsterRunStatus.CANCELED: "was cancelled",
-             dg.DagsterRunStatus.SUCCESS: "succeeded"}
+_FINISHED = {"FAILURE": "failed", "CANCELED": "was cancelled", "SUCCESS": "succeeded"}  # DagsterRunStatus names
 _reconciled_at = 0.0
 
 
@@ -218,9 +219,11 @@ def reconcile(engine: sa.Engine, min_interval_s: float = 3.0) -> int:
             return 0
         by_id = {r["dagster_run_id"]: r for r in waiting}
         ended = 0
+        import dagster as dg
+
         records = instance().get_runs(filters=dg.RunsFilter(run_ids=list(by_id)))
         for record in records:
-            verb = _FINISHED.get(record.status)
+            verb = _FINISHED.get(record.status.name)
             if verb:
                 fail_queued(engine, by_id[record.run_id]["run_id"],
                             f"its Dagster run {record.run_id} {verb} before the evaluation started "
