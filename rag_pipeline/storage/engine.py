@@ -159,7 +159,7 @@ def upgrade(engine: Engine) -> None:
 def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backend: str,
                            knowledge_base_id=None) -> None:
     """Register an embedding model; with ``knowledge_base_id``, also create that knowledge base's HNSW cosine index
-    of the model: partial, ``WHERE model = '<name>' AND knowledge_base_id = '<id>'``, on ``embedding::vector(dim)``.
+    of the model if it has none (:func:`build_vector_index`).
 
     One index per knowledge base × model: a KB's vector search (whose ``WHERE e.model = :model AND
     e.knowledge_base_id = :kb`` the planner matches to the predicate, plans being custom) scans a graph that holds
@@ -179,15 +179,47 @@ def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backe
             ),
             {"n": name, "d": dimension, "b": backend},
         )
-    if knowledge_base_id is None:
-        return
+    if knowledge_base_id is not None and vector_index_state(conn, name, knowledge_base_id) != "valid":
+        build_vector_index(conn, name, dimension, knowledge_base_id)
+
+
+def vector_index_state(conn: sa.Connection, model: str, knowledge_base_id) -> str | None:
+    """``"valid"``, ``"invalid"`` (a build that did not finish) or ``None`` (no index) for the KB's own HNSW index
+    of ``model``."""
+    valid = conn.execute(sa.text("SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(:i)"),
+                         {"i": hnsw_index_name(model, knowledge_base_id)}).scalar()
+    return None if valid is None else ("valid" if valid else "invalid")
+
+
+HNSW_BUILD_MEMORY_CAP_MB = 2048
+"""The most ``maintenance_work_mem`` a bulk HNSW build asks for (the server's own setting is kept when larger)."""
+
+
+def build_vector_index(conn: sa.Connection, model: str, dimension: int, knowledge_base_id) -> None:
+    """Create (or rebuild, when invalid) the KB's own HNSW cosine index of ``model``: partial,
+    ``WHERE model = '<name>' AND knowledge_base_id = '<id>'``, on ``embedding::vector(dim)``; ``conn``'s transaction.
+
+    Built in one pass over the vectors already written (ingestion writes a new KB's vectors first, then builds), with
+    ``maintenance_work_mem`` raised for this transaction to hold the whole graph (~dimension × 4 + 600 bytes per
+    vector, at most :data:`HNSW_BUILD_MEMORY_CAP_MB`): pgvector builds in memory, in parallel, instead of
+    inserting vector by vector into a graph on disk. Takes a SHARE lock on ``chunk_embeddings`` until the
+    transaction ends (searches go on; other KBs' vector writes wait), so keep the transaction short."""
+    _sql_literal(model)  # a model name is spliced into index predicates: [A-Za-z0-9._/-]+ only
     kb = uuid.UUID(str(knowledge_base_id))
-    index = hnsw_index_name(name, kb)
-    if conn.execute(sa.text("SELECT to_regclass(:i)"), {"i": index}).scalar() is not None:
-        return  # CREATE INDEX IF NOT EXISTS would still take a SHARE lock on the table
+    index = hnsw_index_name(model, kb)
+    rows = conn.execute(sa.text("SELECT count(*) FROM chunk_embeddings WHERE model = :m AND knowledge_base_id = :kb"),
+                        {"m": model, "kb": kb}).scalar_one()
+    need_mb = min(HNSW_BUILD_MEMORY_CAP_MB, 64 + int(rows * (int(dimension) * 4 + 600) * 1.25) // 2**20)
+    have_mb = conn.execute(sa.text("SELECT setting::bigint * 1024 / 1048576 FROM pg_settings "
+                                   "WHERE name = 'maintenance_work_mem'")).scalar_one()  # setting in kB
+    if need_mb > have_mb:
+        conn.execute(sa.text("SELECT set_config('maintenance_work_mem', :v, true)"), {"v": f"{need_mb}MB"})
+    if vector_index_state(conn, model, kb) == "invalid":
+        conn.execute(sa.text(f"REINDEX INDEX {index}"))
+        return
     conn.execute(sa.text(f"CREATE INDEX IF NOT EXISTS {index} ON chunk_embeddings "
                          f"USING hnsw ((embedding::vector({int(dimension)})) vector_cosine_ops) "
-                         f"WHERE model = '{_sql_literal(name)}' AND knowledge_base_id = '{kb}'"))
+                         f"WHERE model = '{_sql_literal(model)}' AND knowledge_base_id = '{kb}'"))
 
 
 HNSW_INDEX_PREFIX = "ix_emb_hnsw_"

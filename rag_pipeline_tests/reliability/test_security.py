@@ -387,8 +387,8 @@ VETTED_SQL_SPLICES = {
                                                                          "modifier cannot be a parameter)",
     ("storage/engine.py", "_create_database_if_missing", "name"): "checked against [a-z_][a-z0-9_]* just above; "
                                                            "called with the constants rag/dagster",
-    ("storage/engine.py", "ensure_embedding_model", "index"): "hnsw_index_name: [a-z0-9_] (hex of a UUID, of an md5)",
-    ("storage/engine.py", "ensure_embedding_model", "kb"): "a uuid.UUID (hex digits and hyphens)",
+    ("storage/engine.py", "build_vector_index", "index"): "hnsw_index_name: [a-z0-9_] (hex of a UUID, of an md5)",
+    ("storage/engine.py", "build_vector_index", "kb"): "a uuid.UUID (hex digits and hyphens)",
     ("knowledge_base/ingestion.py", "_rebuild_if_churned", "index"): "hnsw_index_name: [a-z0-9_]",
     ("evaluation/reports.py", "iter_cases", 'mode=_MODE_FILTERS.get(candidates, "")'): "constant filters (mode checked)",
     ("evaluation/reports.py", "iter_cases", "one_case"): "a constant fragment with a bind parameter",
@@ -402,13 +402,14 @@ VETTED_SQL_SPLICES = {
         ("_per_kb_vector_indexes", "int(dim)", "an int"),
         ("_per_kb_vector_indexes", "_literal(model)", "validated [A-Za-z0-9._/-]+"),
         ("_per_kb_vector_indexes", "uuid.UUID(str(kb))", "a UUID"))},
-    ("storage/engine.py", "ensure_embedding_model", "int(dimension)"): "an int (a type modifier cannot be a parameter)",
-    ("storage/engine.py", "ensure_embedding_model", "_sql_literal(name)"): "validated [A-Za-z0-9._/-]+ model name "
+    ("storage/engine.py", "build_vector_index", "int(dimension)"): "an int (a type modifier cannot be a parameter)",
+    ("storage/engine.py", "build_vector_index", "_sql_literal(model)"): "validated [A-Za-z0-9._/-]+ model name "
                                                                      "(an index predicate cannot be a parameter)",
     ("evaluation/diagnosis_db.py", "<module>", "retrieval_sql.BASE_FILTERS"): "constant SQL fragment",
     ("evaluation/diagnosis_db.py", "<module>", "_TARGETS"): "constant SQL fragment",
     ("knowledge_base/lifecycle.py", "set_document_state", "', '.join(sets)"): "literal 'column = :param' pieces",
     ("evaluation/persistence.py", "_copy", "table"): "the constant table names of copy_candidates / copy_case_results",
+    ("evaluation/persistence.py", "_copy", "binary"): "a constant: empty or ' WITH (FORMAT BINARY)'",
     ("evaluation/persistence.py", "_copy", "', '.join(columns)"): "the constant column tuples of persistence",
     ("evaluation/persistence.py", "finalize_run", "sets"): "built from METRIC_NAMES",
     ("evaluation/reports.py", "iter_cases", "cols"): "constant column names",
@@ -496,6 +497,8 @@ def test_the_vetted_identifier_checks_refuse_hostile_values(engine):
     for kb in (None, uuid.uuid4()):
         with pytest.raises(db.DatabaseError, match="invalid embedding model name"), engine.begin() as conn:
             db.ensure_embedding_model(conn, "m'); DROP TABLE documents; --", 8, "test", kb)
+    with pytest.raises(db.DatabaseError, match="invalid embedding model name"), engine.begin() as conn:
+        db.build_vector_index(conn, "m'); DROP TABLE documents; --", 8, uuid.uuid4())
     with pytest.raises(db.DatabaseError, match="invalid database name"):
         db._create_database_if_missing(db.database_url(), 'rag"; DROP DATABASE rag; --')
     with engine.connect() as conn:
