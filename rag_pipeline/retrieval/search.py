@@ -4,7 +4,8 @@ For one knowledge base, a :class:`~rag_pipeline.retrieval.strategies.Strategy` a
 
 1. **Vector leg** (``vector_candidate_k`` > 0): the ``strategy.embedding_model`` vectors of searchable
    chunks, pgvector cosine distance through the model's partial HNSW index (``hnsw.ef_search`` from the
-   strategy, iterative ``strict_order`` scans so the filters never starve the result);
+   strategy, raised to the rows a statement fetches — k plus the tie margin — so one graph pass returns them;
+   iterative ``strict_order`` scans so the filters never starve the result);
    ``vector_score = 1 - cosine distance``. The cut at k is by (score desc, chunk id asc) whatever the plan
    (:mod:`vector_cut`: a few rows over k, more when the k-th score's ties fill them); should the index scan
    return fewer rows than asked while more are searchable (pgvector ends an iterative scan after
@@ -48,7 +49,7 @@ from rag_pipeline.retrieval import stages, vector_cut
 from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
 from rag_pipeline.retrieval.stages import fuse_pool  # noqa: F401 - API (the first stage: merge, fuse, order)
-from rag_pipeline.retrieval.strategies import Strategy
+from rag_pipeline.retrieval.strategies import MAX_EF_SEARCH, Strategy
 from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace  # noqa: F401 - API
 from rag_pipeline.settings import get_settings
 
@@ -196,9 +197,12 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> tuple[l
     vectors = np.asarray(query_vectors, dtype=np.float32)
     if vectors.shape != (len(queries), dimension):
         raise ValueError(f"query_vectors must have shape {(len(queries), dimension)}, got {vectors.shape}")
-    conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": strategy.ef_search})
 
     def search(indexes, limit: int, exact: bool) -> list[list[LegHit]]:
+        # ef_search >= the rows fetched: one HNSW pass returns at most ef_search rows, and the iterative scan that
+        # fetches the rest (the tie margin of vector_cut) costs ~70 % more than a pass of that size (bench/RESULTS.md)
+        ef_search = min(max(strategy.ef_search, limit), MAX_EF_SEARCH)
+        conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": ef_search})
         sql = sa.text(retrieval_sql.vector_leg_sql(dimension, exact=exact))
         rows = conn.execute(sql, {**params, "query_vectors": list(vectors[list(indexes)]), "k": limit})
         return _group(rows, len(indexes))

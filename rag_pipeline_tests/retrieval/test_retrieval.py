@@ -174,6 +174,17 @@ def test_vector_query_uses_the_hnsw_index(engine, kb):
     assert "hnsw" not in plan, plan
 
 
+@pytest.mark.parametrize(("k", "ef_search", "expected"), [(9, 9, 17), (9, 40, 40), (100, 100, 125)])
+def test_the_vector_statement_asks_the_graph_for_every_row_it_fetches(engine, kb, k, ef_search, expected):
+    """The vector leg fetches k + a tie margin (vector_cut.fetch_size): hnsw.ef_search is raised to that many for
+    the statement (one graph pass, no iterative continuation), and the strategy's larger ef_search is kept."""
+    _, kb_id = kb
+    strategy = REGISTRY["vector-v1"].replace(version="t-ef", vector_candidate_k=k, ef_search=ef_search)
+    with engine.begin() as conn:
+        hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=["which animal purrs"], strategy=strategy)
+        assert conn.execute(sa.text("SELECT current_setting('hnsw.ef_search')")).scalar() == str(expected)
+
+
 def test_vector_leg_falls_back_to_exact_search_when_hnsw_gives_up(engine, monkeypatch):
     """Unpublished copies of the same texts in the same KB fill half of its HNSW neighbourhood (another KB's vectors
     no longer can: each KB has its own index). An index scan that stops early (simulated: iterative scans off; in
