@@ -197,7 +197,7 @@ def retrieval_alone(engine: sa.Engine, dataset: Dataset, strategy, vectors: np.n
         index = None
         if strategy.keyword_candidate_k and strategy.keyword_scorer == "bm25":
             with pool.borrow() as conn:
-                index = Bm25Index.load(conn, kb, strategy.bm25_k1, strategy.bm25_b)
+                index = Bm25Index.load(conn, kb, strategy.bm25_k1, strategy.bm25_b, borrow=pool.borrow, parts=n)
         load_s = time.perf_counter() - t
 
         def one(batch, vecs) -> int:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -234,18 +235,20 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
     embedder = (QuestionVectors(engine, get_embedder(strategy.embedding_model))
                 if strategy.vector_candidate_k else None)
     tally = diagnosis_db.RunDiagnosisTally(kb.name)
+    run_uuid = uuid.UUID(str(run_id))  # binary COPY of the candidates
     pending: deque = deque()
     with snapshot_readers(engine, readers) as pool_conns, engine.begin() as writer, \
             ThreadPoolExecutor(max_workers=readers, thread_name_prefix="rag-eval") as workers:
-        with pool_conns.borrow() as conn:  # the version of what every reader sees (one exported snapshot)
-            outcome.knowledge_base_version = content_version(conn, kb.id).version
-        runs.set_knowledge_base_version(engine, run_id, outcome.knowledge_base_version)
-
+        # the version of what every reader sees (one exported snapshot), on a worker while a BM25 index loads
+        version = workers.submit(_snapshot_version, pool_conns, kb.id)
         keyword_index, t = None, time.perf_counter()
         if strategy.keyword_candidate_k and strategy.keyword_scorer == "bm25":  # postings once, on the snapshot
             with pool_conns.borrow() as conn:
-                keyword_index = Bm25Index.load(conn, kb.id, strategy.bm25_k1, strategy.bm25_b)
+                keyword_index = Bm25Index.load(conn, kb.id, strategy.bm25_k1, strategy.bm25_b,
+                                               borrow=pool_conns.borrow, parts=readers)
         _tick(timings, "retrieval_sql_s", t)
+        outcome.knowledge_base_version = version.result()
+        runs.set_knowledge_base_version(engine, run_id, outcome.knowledge_base_version)
         todo = iter(starts)
 
         def submit() -> None:
@@ -276,7 +279,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                 sums += values.sum(axis=0)
                 t = _tick(timings, "metrics_s", t)
                 outcome.candidate_count += persistence.copy_candidates(
-                    writer, _candidate_rows(run_id, start, batch, result.traces))
+                    writer, _candidate_rows(run_uuid, start, batch, result.traces))
                 persistence.copy_case_results(
                     writer, _case_rows(run_id, start, batch, result.traces, values, result.reasons, stats))
                 _tick(timings, "persistence_s", t)
@@ -303,6 +306,11 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             strategy_version=strategy.version, case_count=outcome.case_count,
             candidate_count=outcome.candidate_count, averages=outcome.averages,
             timings=outcome.timings, summary=outcome.summary)
+
+
+def _snapshot_version(readers: SnapshotReaders, kb_id) -> str:
+    with readers.borrow() as conn:
+        return content_version(conn, kb_id).version
 
 
 def _tick(timings: dict[str, float], key: str, since: float) -> float:

@@ -116,3 +116,46 @@ def test_index_leg_equals_the_sql_leg_on_scifact(engine, bench_data):
     questions = list(queries.values())
     assert len(questions) == 300
     assert_identical(engine, kb_id, questions, _strategy(0.9, 0.4, 100))  # bm25-v1 / hybrid-bm25-v1's leg
+
+
+@pytest.mark.parametrize("shared_prefix", [False, True])
+def test_postings_find_their_chunk_columns_by_uuid(shared_prefix):
+    """Postings → matrix columns: the binary search on a uuid's first 8 bytes, and on all 16 when two chunk ids
+    share their first 8 (a rare collision, forced here); a posting of a chunk that is not in the list has none."""
+    from rag_pipeline.retrieval.bm25_index import _POSTING, _UUID, _columns  # noqa: PLC0415
+
+    rng = np.random.default_rng(7)
+    ids = [rng.bytes(16) for _ in range(500)]
+    if shared_prefix:
+        ids += [ids[0][:8] + rng.bytes(8), ids[1][:8] + rng.bytes(8)]
+    ids = sorted(set(ids))
+    keys = np.frombuffer(b"".join(ids), dtype=_UUID)
+    absent = [rng.bytes(16) for _ in range(20)] + [ids[3][:8] + bytes(8)]
+    wanted = [ids[i] for i in rng.integers(0, len(ids), 300)] + absent
+    postings = np.frombuffer(b"".join(w + (1).to_bytes(4, "big") for w in wanted), dtype=_POSTING)
+    col, found = _columns(keys, postings)
+    expected = [ids.index(w) if w in ids else None for w in wanted]
+    assert [int(c) if f else None for c, f in zip(col, found, strict=True)] == expected
+    assert found.sum() == 300
+
+
+@pytest.mark.parametrize("parts", [2, 3, 7])
+def test_postings_read_in_lexeme_ranges_on_several_snapshot_readers_give_the_same_index(engine, synthetic_kb, parts):
+    """The parallel load (ranges of lexemes on the run's snapshot readers) builds the very matrix of the one-statement
+    load: same rows, columns and bit-identical weights, every posting once."""
+    from rag_pipeline.retrieval.bm25_index import _TERMS_SQL, _lexeme_ranges  # noqa: PLC0415
+    from rag_pipeline.storage.snapshot_readers import snapshot_readers  # noqa: PLC0415
+
+    _, kb_id, _, _ = synthetic_kb
+    with engine.connect() as conn:
+        whole = Bm25Index.load(conn, kb_id, 0.9, 0.4)
+        terms = conn.execute(sa.text(_TERMS_SQL), {"kb": kb_id}).all()
+    ranges = _lexeme_ranges(terms, parts)
+    assert len(ranges) == parts and ranges[0][0] is None and ranges[-1][1] is None
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # consecutive, no gap, no overlap
+    with snapshot_readers(engine, 2) as pool, pool.borrow() as conn:
+        split = Bm25Index.load(conn, kb_id, 0.9, 0.4, borrow=pool.borrow, parts=parts)
+    assert split.matrix.nnz == whole.matrix.nnz > 0
+    assert (split.matrix.indptr == whole.matrix.indptr).all() and (split.matrix.indices == whole.matrix.indices).all()
+    assert (split.matrix.data == whole.matrix.data).all()
+    assert split.term_row == whole.term_row and (split.chunk_ids == whole.chunk_ids).all()
