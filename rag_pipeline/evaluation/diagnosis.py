@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 from rag_pipeline.evaluation.dataset_fields import relevant_ids_of
 from rag_pipeline.evaluation.label_check import STATUSES as LABEL_STATUSES
@@ -74,12 +74,15 @@ class MissReason:
 
     def as_dict(self) -> dict:
         """JSON-ready (stored in ``miss_reasons``): None fields dropped, pool context only for pool questions."""
-        data = {key: value for key, value in asdict(self).items() if value is not None}
+        data = {key: value for key in _FIELDS if (value := getattr(self, key)) is not None}  # not asdict: 10x slower
         if self.is_label_problem:
             data = {key: data[key] for key in ("case_id", "chunk_id", "reason", "k", "label_detail") if key in data}
         elif self.reason == "hit":
             data = {key: value for key, value in data.items() if "_last_" not in key and "leg_size" not in key}
         return data | {"detail": self.detail}
+
+
+_FIELDS = tuple(f.name for f in fields(MissReason))
 
 
 def _get(obj, name: str):

@@ -8,6 +8,7 @@ transaction commits nobody sees any of them; if anything fails it is rolled back
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
@@ -53,21 +54,37 @@ def load_stored_dataset(conn: sa.Connection, dataset_id) -> Dataset:
     return Dataset(row.name, row.knowledge_base_name, cases, row.content_hash, row.source_path)
 
 
-def _copy(conn: sa.Connection, table: str, columns: Sequence[str], rows: Iterable[Sequence]) -> int:
-    """COPY rows into ``table`` on the transaction's own psycopg 3 connection."""
+def _copy(conn: sa.Connection, table: str, columns: Sequence[str], rows: Iterable[Sequence],
+          binary_types: Sequence[str] | None = None) -> int:
+    """COPY rows into ``table`` on the transaction's own psycopg 3 connection; with ``binary_types`` (the columns'
+    PostgreSQL types) in binary format, which the server stores without parsing text (~20 % faster here)."""
     raw = conn.connection.driver_connection
     n = 0
-    with raw.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+    binary = " WITH (FORMAT BINARY)" if binary_types else ""
+    with raw.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN{binary}") as copy:
+        if binary_types:
+            copy.set_types(list(binary_types))
         for row in rows:
             copy.write_row(row)
             n += 1
     return n
 
 
+CANDIDATE_TYPES = ("uuid", "int4", "uuid", "int4", "float8", "int2", "float8", "int4", "float8", "float8", "bool",
+                   "int2")
+"""The PostgreSQL types of :data:`CANDIDATE_COLUMNS` (binary COPY: the run and chunk ids as ``uuid.UUID``)."""
+
+
 def copy_candidates(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
     """Rows in :data:`CANDIDATE_COLUMNS` order (no chunk text, seed §4; ``relevance_grade`` None = not judged)
-    into the run's partition (created with the run by :func:`rag_pipeline.evaluation.runs.create_run`)."""
-    return _copy(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, rows)
+    into the run's partition (created with the run by :func:`rag_pipeline.evaluation.runs.create_run`). Ids may
+    be ``uuid.UUID`` or their text; binary COPY."""
+    return _copy(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS,
+                 ((_uuid(r[0]), r[1], _uuid(r[2]), *r[3:]) for r in rows), CANDIDATE_TYPES)
+
+
+def _uuid(value) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
 
 
 def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
