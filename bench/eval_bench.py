@@ -98,11 +98,11 @@ def _fmt(x: float) -> str:
 def generate(args) -> Path:
     """Generate + ingest the KB and write the dataset JSON, in a child process (keeps this RSS clean)."""
     # the file name is the dataset's name; BENCH_PREFIX lets clean_previous_runs find its runs
-    text = "-text" if args.text_only else ""
+    text = "-text" if args.text_only else "-model" if args.model_vectors else ""
     out = Path(tempfile.mkdtemp(prefix="eval_bench_")) / f"{BENCH_PREFIX}{args.chunks}-{args.cases}-s{args.seed}{text}.json"
     cmd = [sys.executable, str(ROOT / "bench" / "synthetic.py"), "--chunks", str(args.chunks),
            "--cases", str(args.cases), "--seed", str(args.seed), "--out", str(out)] \
-        + (["--text-only"] if args.text_only else [])
+        + (["--text-only"] if args.text_only else []) + (["--model-vectors"] if args.model_vectors else [])
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -567,6 +567,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-runs", action="store_true", help="keep earlier bench runs in the database")
     parser.add_argument("--text-only", action="store_true",
                         help="a KB without embeddings (much faster to build; keyword-only strategies such as bm25-v1)")
+    parser.add_argument("--model-vectors", action="store_true",
+                        help="the KB's vectors are the real model's of the generated texts, not random (slow to build)")
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--child-pipeline", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -574,9 +576,12 @@ def main(argv: list[str] | None = None) -> int:
         return child_pipeline(args.child_pipeline, args.strategy, args.without_diagnosis, args.readers)
 
     strategy = get_strategy(args.strategy)
+    if args.text_only and args.model_vectors:
+        parser.error("--text-only and --model-vectors exclude each other")
     if args.text_only and strategy.vector_candidate_k:
         parser.error(f"--text-only builds a KB without embeddings: {strategy.version} has a vector leg")
-    print(f"SYNTHETIC benchmark: {args.chunks} chunks (random unit vectors, Zipf texts) x {args.cases} cases, "
+    vectors = "no vectors" if args.text_only else "model vectors" if args.model_vectors else "random unit vectors"
+    print(f"SYNTHETIC benchmark: {args.chunks} chunks ({vectors}, Zipf texts) x {args.cases} cases, "
           f"strategy {strategy.version}")
     print(f"machine: {machine()}")
     dataset_path = generate(args)

@@ -200,15 +200,23 @@ def random_unit_embedder(model: str = DEFAULT_MODEL, seed: int = 0) -> Embedder:
                     batch_size=4096)
 
 
+def kb_name(n_chunks: int, seed: int = 0, *, text_only: bool = False, model_vectors: bool = False) -> str:
+    return f"synthetic-{n_chunks}-s{seed}" + ("-text" if text_only else "-model" if model_vectors else "")
+
+
 def build_knowledge_base(engine: sa.Engine, n_chunks: int, *, seed: int = 0, model: str = DEFAULT_MODEL,
-                         vocab_size: int = 30_000, log=print, text_only: bool = False) -> SyntheticKB:
+                         vocab_size: int = 30_000, log=print, text_only: bool = False,
+                         model_vectors: bool = False) -> SyntheticKB:
     """Generate and ingest (idempotently) the synthetic KB of ``n_chunks`` chunks; check its chunk ids.
-    ``text_only``: no embeddings (KB ``synthetic-<N>-s<seed>-text``, for keyword-only strategies: much faster)."""
-    name = f"synthetic-{n_chunks}-s{seed}" + ("-text" if text_only else "")
+    ``text_only``: no embeddings (KB ``synthetic-<N>-s<seed>-text``, for keyword-only strategies: much faster).
+    ``model_vectors``: the real model's vectors of the generated texts instead of random ones (KB
+    ``synthetic-<N>-s<seed>-model``): the distribution a real KB's vectors have (clusters, near neighbours), at the
+    cost of really encoding every chunk."""
+    name = kb_name(n_chunks, seed, text_only=text_only, model_vectors=model_vectors)
     t0 = time.perf_counter()
     docs, chunks = generate_documents(n_chunks, name, seed, vocab_size)
     timings = {"generate_s": time.perf_counter() - t0}
-    fake = random_unit_embedder(model, seed)
+    fake = get_embedder(model) if model_vectors else random_unit_embedder(model, seed)
     t1 = time.perf_counter()
     # The only substitution: ingestion's embedder lookup returns the random-vector embedder.
     with mock.patch.object(ingestion, "get_embedder", lambda _name: fake):
@@ -229,7 +237,8 @@ def build_knowledge_base(engine: sa.Engine, n_chunks: int, *, seed: int = 0, mod
     if result.chunks_inserted:
         log(f"{LABEL} KB {name}: ingested {result.chunks_inserted} chunks of {len(docs)} documents "
             f"in {timings['ingest_s']:.1f}s ({result.chunks_inserted / timings['ingest_s']:.0f} chunks/s, "
-            f"random vectors; encode {result.timings.get(f'encode_{model}_s', 0):.1f}s)")
+            f"{'model' if model_vectors else 'random'} vectors; encode {result.timings.get(f'encode_{model}_s', 0):.1f}s"
+            f", index build {result.timings.get(f'index_build_{model}_s', 0):.1f}s)")
     else:
         log(f"{LABEL} KB {name}: already ingested ({len(chunks)} chunks of {len(docs)} documents)")
     return SyntheticKB(name, result.knowledge_base_id, docs, chunks, timings)
@@ -295,11 +304,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="write the dataset JSON here")
     parser.add_argument("--text-only", action="store_true", help="no embeddings (keyword-only strategies)")
+    parser.add_argument("--model-vectors", action="store_true",
+                        help="the real model's vectors of the texts instead of random ones (slow: encodes every chunk)")
     args = parser.parse_args(argv)
     from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
 
     engine = get_engine()
-    kb = build_knowledge_base(engine, args.chunks, seed=args.seed, text_only=args.text_only)
+    kb = build_knowledge_base(engine, args.chunks, seed=args.seed, text_only=args.text_only,
+                              model_vectors=args.model_vectors)
     # a dataset is identified by its file name: name it after --out
     dataset = make_dataset(kb, args.cases, seed=args.seed, name=args.out.stem if args.out else None)
     print(f"{LABEL} dataset {dataset.name}: {len(dataset.cases)} cases, e.g. {dataset.cases[0].question!r}")
