@@ -425,7 +425,6 @@ VETTED_SQL_SPLICES = {
     ("retrieval/sql.py", "vector_leg_sql", "dim=int(dimension)"): "an int from embedding_models "
                                                                         "(must match the HNSW index expression)",
     ("retrieval/sql.py", "vector_leg_sql", "filters=BASE_FILTERS"): "constant SQL fragment",
-    ("retrieval/sql.py", "vector_leg_sql", "order_by=order_by"): "a literal column or the int(dimension) cast",
     ("evaluation/runs.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment",
     ("evaluation/runs.py", "sweep_abandoned", "EFFECTIVE_STATUS"): "constant SQL fragment",
     ("evaluation/runs.py", "get_run", "RUN_COLUMNS"): "constant SQL fragment",
