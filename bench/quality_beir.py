@@ -9,7 +9,7 @@
    (:func:`rag_pipeline.evaluation.metrics.evaluate_many`, cross-checked with ``pytrec_eval`` when installed).
    Strategies whose pool is smaller than 100 report Recall@100 of their pool.
 3. HNSW recall: per embedder, the vector leg's top-10 / top-100 through the index (the strategies'
-   ``ef_search``, iterative scan) against exact search (``SET LOCAL enable_indexscan = off``).
+   ``ef_search``, iterative scan) against exact search (the leg's exact fallback statement).
 
 Prints a markdown report (``--markdown PATH`` also writes it; ``--json PATH`` writes the knowledge base, the
 cases and the unrounded metrics). ``--check-targets`` exits 1 unless
@@ -104,12 +104,10 @@ def hnsw_recall(engine, kb_id, questions, strategies) -> list[tuple[str, int, bo
         tops = {}
         with engine.begin() as conn:
             dim = conn.execute(sa.text(retrieval_sql.MODEL_DIMENSION_SQL), {"model": model}).scalar()
-            sql = sa.text(retrieval_sql.vector_leg_sql(dim))
             params = {"kb": kb_id, "model": model, "k": 100, "query_vectors": vectors}
             for mode in ("index", "exact"):
                 conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": ef})
-                if mode == "exact":
-                    conn.execute(sa.text("SET LOCAL enable_indexscan = off"))
+                sql = sa.text(retrieval_sql.vector_leg_sql(dim, exact=mode == "exact"))  # exact: the leg's fallback
                 plan = " ".join(r[0] for r in conn.execute(sa.text("EXPLAIN " + sql.text), params))
                 if mode == "exact":
                     assert "hnsw" not in plan, plan

@@ -17,6 +17,8 @@ embeddings, the model's partial HNSW index) — nothing is re-implemented here.
   They carry no meaning: the vector leg of a hybrid strategy returns arbitrary neighbours, and a
   uniformly random 512-d set is the *worst case* for HNSW recall (no cluster structure). Only this
   benchmark does this; it is how 100,000 chunks can be embedded in seconds on a 2-core machine.
+  ``--model-vectors`` stores the real model's vectors of the generated texts instead (KB
+  ``synthetic-<N>-s<seed>-model``: the neighbourhood structure of a real KB; 100k chunks take ~10 minutes).
 - **Cases**: each question is a generated sentence built from 3–6 content words of its relevant
   chunk(s) (rarer words preferred, as a user names the topic), wrapped in a question template; 30 % of the
   cases have two relevant chunks (adjacent chunks of one document, words from both). ``k`` is 5 or 10.
