@@ -30,11 +30,15 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.dataset_fields import relevant_ids_of
 from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_PUBLICATION, SEARCHABLE_STATUS, resolve_knowledge_base
+
+if TYPE_CHECKING:
+    from rag_pipeline.evaluation.dataset import Dataset
 
 STATUSES = ("ok", "not_a_uuid", "unknown_id", "is_document_id", "is_knowledge_base_id", "other_knowledge_base",
             "document_deleted", "document_unpublished", "document_not_ready", "chunk_replaced")
@@ -207,3 +211,12 @@ def check_labels(conn: sa.Connection, knowledge_base, cases: Iterable) -> LabelR
     verdicts = {cid: "ok" if all(oks) else ("all_invalid" if not any(oks) else "some_invalid")
                 for cid, oks in by_case.items()}
     return LabelReport(kb.name, rows, verdicts)
+
+
+def relevant_ids_missing(conn: sa.Connection, kb_id, dataset: Dataset) -> int:
+    """How many distinct relevant chunk ids of ``dataset`` are not chunks of the knowledge base (current or not)."""
+    ids = sorted({i for c in dataset.cases for i in c.relevant_chunk_ids})
+    return conn.execute(sa.text(
+        "SELECT count(*) FROM unnest(CAST(:ids AS uuid[])) AS u(id) "
+        "WHERE NOT EXISTS (SELECT 1 FROM document_chunks c WHERE c.id = u.id AND c.knowledge_base_id = :kb)"
+    ), {"ids": ids, "kb": kb_id}).scalar_one()

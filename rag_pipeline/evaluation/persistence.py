@@ -11,10 +11,13 @@ import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
+from rag_pipeline.evaluation.diagnosis import MissReason
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.retrieval.trace import RetrievalTrace
 
 CANDIDATE_COLUMNS = (
     "evaluation_run_id", "case_index", "chunk_id", "rank", "vector_score", "vector_rank", "keyword_score",
@@ -125,3 +128,28 @@ def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_ba
         raise RuntimeError(f"evaluation run {run_id} is no longer 'running' (marked abandoned or failed "
                            "by another process); its results were not saved")
     conn.execute(sa.text(_ELECT_CURRENT_SQL), {"ds": dataset_name, "kb": knowledge_base_name, "sv": strategy_version})
+
+
+def candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]):
+    """:data:`CANDIDATE_COLUMNS` rows (the view adds case_id, document, strategy, is_relevant)."""
+    for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
+        grades = case.grades  # judged grade of a chunk (0 = judged not relevant); not judged: NULL
+        n_selected = len(trace.selected)
+        for c in trace.candidates:
+            yield (run_id, offset + i, c.chunk_id, c.rank, c.vector_score, c.vector_rank, c.keyword_score,
+                   c.keyword_rank, c.rerank_score, c.final_score, c.rank <= n_selected, grades.get(c.chunk_id))
+
+
+def case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
+               values: np.ndarray, reasons: Sequence[Sequence[MissReason]], stats: dict):
+    for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
+        relevant = set(case.relevant_chunk_ids)
+        ranks = [c.rank for c in trace.candidates if c.chunk_id in relevant]
+        stats["relevant_total"] += len(relevant)
+        stats["relevant_in_pool"] += len(ranks)
+        stats["cases_without_candidates"] += not trace.candidates
+        stats["cases_with_hit"] += any(c.chunk_id in relevant for c in trace.selected)
+        yield (run_id, case.case_id, offset + i, case.question, case.k, json.dumps(list(case.relevant_chunk_ids)),
+               json.dumps([c.chunk_id for c in trace.selected]), min(ranks) if ranks else None,
+               *(float(v) for v in values[i]),
+               json.dumps([m.as_dict() for m in reasons[i]], ensure_ascii=False), json.dumps(case.grades))

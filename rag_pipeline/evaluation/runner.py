@@ -27,16 +27,14 @@ Flow of :func:`evaluate_dataset`:
 Timings stored with the run (:data:`TIMING_KEYS`; wall = elapsed time, summed = added up over the reader
 threads, which overlap each other and the main thread, so a summed timing may exceed ``total_s``):
 ``embedding_s`` (wall, main thread: question vectors, the ones not already in ``question_embeddings``),
-``retrieval_wall_s`` (wall: from the first batch handed to a reader until the last batch is written — search,
-diagnosis, metrics and COPY overlapping), ``retrieval_sql_s`` (summed: both legs' SQL plus fusion, and
-loading a BM25 index once),
-``diagnosis_sql_s`` (summed: labels + missing-leg scores), ``metrics_s`` and ``persistence_s`` (wall, main
-thread: metrics, COPY), ``total_s`` (wall: the whole run, including preflight and model loading).
+``retrieval_wall_s`` (wall: first batch handed to a reader → last batch written; search, diagnosis, metrics and
+COPY overlap), ``retrieval_sql_s`` (summed: both legs' SQL plus fusion, and loading a BM25 index once),
+``diagnosis_sql_s`` (summed: labels + missing-leg scores), ``metrics_s`` and ``persistence_s`` (wall, main thread:
+metrics, COPY), ``total_s`` (wall: the whole run, including preflight and model loading).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -51,13 +49,12 @@ import sqlalchemy as sa
 from rag_pipeline.evaluation import diagnosis_db, persistence, runs
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis import MissReason
-from rag_pipeline.evaluation.label_check import LabelReport, check_labels
+from rag_pipeline.evaluation.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
 from rag_pipeline.knowledge_base.versions import content_version
-from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.search import (
     RetrievalError,
@@ -65,10 +62,9 @@ from rag_pipeline.retrieval.search import (
     StatementTimeout,
     hybrid_search_batch,
     is_statement_timeout,
+    preflight,
     statement_timeout_message,
-    text_search_mode,
 )
-from rag_pipeline.retrieval.stages import preflight_rerank
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.storage.snapshot_readers import SnapshotReaders, check_capacity, reader_count, snapshot_readers
@@ -77,8 +73,7 @@ BATCH_SIZE = 64
 TIMING_KEYS = ("embedding_s", "retrieval_wall_s", "retrieval_sql_s", "diagnosis_sql_s", "metrics_s",
                "persistence_s", "total_s")
 EXTRA_CONNECTIONS = 3
-"""Connections a run holds besides its readers: the write transaction, the heartbeat and the short
-transactions of the question-vector store."""
+"""Connections a run holds besides its readers: writes, heartbeat, question-vector store."""
 Progress = Callable[[int, int], None]  # (cases done, cases total)
 log = logging.getLogger(__name__)
 
@@ -126,7 +121,7 @@ def evaluate_dataset(
     runs.sweep_abandoned(engine)
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, dataset.knowledge_base)
-        _preflight(conn, kb, strategy)
+        preflight(conn, kb, strategy)
         missing = relevant_ids_missing(conn, kb.id, dataset)
     if missing:
         logger.warning(f"{missing} relevant chunk id(s) of dataset {dataset.name!r} are not chunks of knowledge "
@@ -154,28 +149,6 @@ def evaluate_dataset(
         runs.mark_failed(engine, run_id, f"{type(exc).__name__}: {exc}")
         raise
     return outcome
-
-
-def _preflight(conn: sa.Connection, kb: sa.Row, strategy: Strategy) -> None:
-    """Fail before writing anything when the strategy cannot search this knowledge base."""
-    text_search_mode(kb, strategy)
-    if strategy.vector_candidate_k:
-        params = {"kb": kb.id, "model": strategy.embedding_model}
-        if not conn.execute(sa.text(retrieval_sql.HAS_EMBEDDINGS_SQL), params).scalar():
-            raise RetrievalError(
-                f"knowledge base {kb.name!r} has no embeddings of model {strategy.embedding_model!r}, which "
-                f"strategy {strategy.version} uses; ingest it with --models {strategy.embedding_model} "
-                "or pick another strategy")
-        get_embedder(strategy.embedding_model)
-    preflight_rerank(conn, kb, strategy)
-
-
-def relevant_ids_missing(conn: sa.Connection, kb_id, dataset: Dataset) -> int:
-    ids = sorted({i for c in dataset.cases for i in c.relevant_chunk_ids})
-    return conn.execute(sa.text(
-        "SELECT count(*) FROM unnest(CAST(:ids AS uuid[])) AS u(id) "
-        "WHERE NOT EXISTS (SELECT 1 FROM document_chunks c WHERE c.id = u.id AND c.knowledge_base_id = :kb)"
-    ), {"ids": ids, "kb": kb_id}).scalar_one()
 
 
 @dataclass
@@ -279,9 +252,9 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                 sums += values.sum(axis=0)
                 t = _tick(timings, "metrics_s", t)
                 outcome.candidate_count += persistence.copy_candidates(
-                    writer, _candidate_rows(run_uuid, start, batch, result.traces))
+                    writer, persistence.candidate_rows(run_uuid, start, batch, result.traces))
                 persistence.copy_case_results(
-                    writer, _case_rows(run_id, start, batch, result.traces, values, result.reasons, stats))
+                    writer, persistence.case_rows(run_id, start, batch, result.traces, values, result.reasons, stats))
                 _tick(timings, "persistence_s", t)
                 outcome.case_count += len(batch)
                 runs.heartbeat(engine, run_id, outcome.case_count)
@@ -309,7 +282,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
 
 
 def _snapshot_version(readers: SnapshotReaders, kb_id) -> str:
-    with readers.borrow() as conn:
+    with readers.borrow() as conn:  # the run's KB version, read in its snapshot
         return content_version(conn, kb_id).version
 
 
@@ -325,28 +298,3 @@ def _metrics(batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]) 
     result = evaluate_many([[c.chunk_id for c in t.candidates] for t in traces],
                            [c.relevance for c in batch], [c.k for c in batch])
     return np.column_stack([result[m] for m in METRIC_NAMES])
-
-
-def _candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]):
-    """:data:`persistence.CANDIDATE_COLUMNS` rows (the view adds case_id, document, strategy, is_relevant)."""
-    for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
-        grades = case.grades  # judged grade of a chunk (0 = judged not relevant); not judged: NULL
-        n_selected = len(trace.selected)
-        for c in trace.candidates:
-            yield (run_id, offset + i, c.chunk_id, c.rank, c.vector_score, c.vector_rank, c.keyword_score,
-                   c.keyword_rank, c.rerank_score, c.final_score, c.rank <= n_selected, grades.get(c.chunk_id))
-
-
-def _case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
-               values: np.ndarray, reasons: Sequence[Sequence[MissReason]], stats: dict):
-    for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
-        relevant = set(case.relevant_chunk_ids)
-        ranks = [c.rank for c in trace.candidates if c.chunk_id in relevant]
-        stats["relevant_total"] += len(relevant)
-        stats["relevant_in_pool"] += len(ranks)
-        stats["cases_without_candidates"] += not trace.candidates
-        stats["cases_with_hit"] += any(c.chunk_id in relevant for c in trace.selected)
-        yield (run_id, case.case_id, offset + i, case.question, case.k, json.dumps(list(case.relevant_chunk_ids)),
-               json.dumps([c.chunk_id for c in trace.selected]), min(ranks) if ranks else None,
-               *(float(v) for v in values[i]),
-               json.dumps([m.as_dict() for m in reasons[i]], ensure_ascii=False), json.dumps(case.grades))

@@ -180,6 +180,21 @@ def text_search_mode(kb: sa.Row, strategy: Strategy) -> str:
     return kb.text_search
 
 
+def preflight(conn: sa.Connection, kb: sa.Row, strategy: Strategy) -> None:
+    """Fail before an evaluation writes anything when ``strategy`` cannot search this knowledge base: text-search
+    mode, embeddings of its model (and the model loads), the rerank stage's inputs."""
+    text_search_mode(kb, strategy)
+    if strategy.vector_candidate_k:
+        params = {"kb": kb.id, "model": strategy.embedding_model}
+        if not conn.execute(sa.text(retrieval_sql.HAS_EMBEDDINGS_SQL), params).scalar():
+            raise RetrievalError(
+                f"knowledge base {kb.name!r} has no embeddings of model {strategy.embedding_model!r}, which "
+                f"strategy {strategy.version} uses; ingest it with --models {strategy.embedding_model} "
+                "or pick another strategy")
+        get_embedder(strategy.embedding_model)
+    stages.preflight_rerank(conn, kb, strategy)
+
+
 def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> tuple[list[list[LegHit]], np.ndarray]:
     if strategy.vector_candidate_k == 0:
         return [[] for _ in queries], None

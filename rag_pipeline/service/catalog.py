@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, parse_dataset
+from rag_pipeline.evaluation.label_check import relevant_ids_missing
 from rag_pipeline.evaluation.persistence import store_dataset
-from rag_pipeline.evaluation.runner import relevant_ids_missing
 from rag_pipeline.knowledge_base import lifecycle
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
