@@ -439,8 +439,8 @@ def ingestion_vs_encode(engine: sa.Engine, n_texts: int, model: str, seed: int) 
     raw2 = time.perf_counter() - t
     with engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM knowledge_bases WHERE name = :n"), {"n": name})
-    # The deleted KB's vectors stay in the model's shared HNSW index as dead tuples until vacuumed, and
-    # they degrade later searches of other KBs (measured: recall@10 0.128 -> 0.025): clean up after us.
+    # The deleted KB's vectors stay in the table (and its own, now unused index) as dead tuples until vacuumed:
+    # clean up after us (before per-KB indexes they degraded other KBs' searches: recall@10 0.128 -> 0.025).
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(sa.text("VACUUM chunk_embeddings"))
     raw = (raw1 + raw2) / 2
@@ -688,8 +688,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"HNSW recall@10 vs exact ({rec['queries']} real question embeddings; exact {rec['seconds']['exact']:.1f}s): "
               + ", ".join(f"ef_search={ef}: {r:.3f} ({rec['seconds'][ef]:.2f}s)" for ef, r in rec["recall"].items()))
         rows = rec["index_rows"]
-        print(f"  the model's HNSW index holds {rows['this_kb']} vectors of this KB, {rows['other_kbs']} of other KBs, "
-              f"~{rec['dead_tuples']} dead tuples (both cost ef_search budget: the KB filter applies after the scan)")
+        print(f"  its index holds this KB's {rows['this_kb']} vectors only (the table holds {rows['other_kbs']} of other "
+              f"KBs, which no longer share a graph with it; ~{rec['dead_tuples']} dead tuples in the table)")
         gap = rec["score_gap"]
         print(f"  mean cosine of the exact 1st / 10th neighbour {gap['exact_1st']:.4f} / {gap['exact_10th']:.4f}, "
               f"of HNSW's 10th {gap['hnsw_10th']:.4f} (near-ties: random vectors have no real neighbours)")
