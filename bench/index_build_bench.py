@@ -56,20 +56,18 @@ def ingest(engine: sa.Engine, docs, name: str, *, index_first: bool, seed: int) 
 
 
 def recall_at_10(engine: sa.Engine, name: str, queries: np.ndarray) -> float:
-    kb = chunking.knowledge_base_id(name)
-    found = 0
+    params = {"kb": chunking.knowledge_base_id(name), "model": DEFAULT_MODEL, "k": 10, "query_vectors": list(queries)}
     with engine.begin() as conn:
         conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": 40})
-        for exact in (False, True):
-            rows = conn.execute(sa.text(retrieval_sql.vector_leg_sql(DIM, exact=exact)),
-                                {"kb": kb, "model": DEFAULT_MODEL, "k": 10, "query_vectors": list(queries)}).all()
+
+        def top10(exact: bool) -> dict[int, set]:
             ids: dict[int, set] = {}
-            for r in rows:
+            for r in conn.execute(sa.text(retrieval_sql.vector_leg_sql(DIM, exact=exact)), params):
                 ids.setdefault(r.query_index, set()).add(r.chunk_id)
-            if not exact:
-                approx = ids
-        found = sum(len(approx.get(i, set()) & ids[i]) for i in ids)
-    return found / (10 * len(queries))
+            return ids
+
+        approx, exact = top10(False), top10(True)
+    return sum(len(approx.get(i, set()) & ids) for i, ids in exact.items()) / (10 * len(queries))
 
 
 def drop(engine: sa.Engine, name: str) -> None:
@@ -90,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---:|---:|---:|---:|---|")
     for size in (int(s) for s in args.sizes.split(",") if s):
         docs, _ = synthetic.generate_documents(size, f"index-build-{size}", args.seed)
-        names = {"bulk": f"index-build-bulk-{size}-s{args.seed}", "incremental": f"index-build-incr-{size}-s{args.seed}"}
+        names = {"bulk": f"index-build-bulk-{size}-s{args.seed}",
+                 "incremental": f"index-build-incr-{size}-s{args.seed}"}
         for name in names.values():
             drop(engine, name)
         try:

@@ -80,14 +80,9 @@ CANDIDATE_TYPES = ("uuid", "int4", "uuid", "int4", "float8", "int2", "float8", "
 
 def copy_candidates(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
     """Rows in :data:`CANDIDATE_COLUMNS` order (no chunk text, seed §4; ``relevance_grade`` None = not judged)
-    into the run's partition (created with the run by :func:`rag_pipeline.evaluation.runs.create_run`). Ids may
-    be ``uuid.UUID`` or their text; binary COPY."""
-    return _copy(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS,
-                 ((_uuid(r[0]), r[1], _uuid(r[2]), *r[3:]) for r in rows), CANDIDATE_TYPES)
-
-
-def _uuid(value) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+    into the run's partition (created with the run by :func:`rag_pipeline.evaluation.runs.create_run`), by binary
+    COPY: the run and chunk ids as ``uuid.UUID`` (:func:`candidate_rows` makes such rows)."""
+    return _copy(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, rows, CANDIDATE_TYPES)
 
 
 def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
@@ -131,17 +126,19 @@ def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_ba
 
 
 def candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]):
-    """:data:`CANDIDATE_COLUMNS` rows (the view adds case_id, document, strategy, is_relevant)."""
+    """:data:`CANDIDATE_COLUMNS` rows (the view adds case_id, document, strategy, is_relevant), ids as ``uuid.UUID``."""
+    run = uuid.UUID(str(run_id))
     for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
         grades = case.grades  # judged grade of a chunk (0 = judged not relevant); not judged: NULL
         n_selected = len(trace.selected)
         for c in trace.candidates:
-            yield (run_id, offset + i, c.chunk_id, c.rank, c.vector_score, c.vector_rank, c.keyword_score,
+            yield (run, offset + i, uuid.UUID(c.chunk_id), c.rank, c.vector_score, c.vector_rank, c.keyword_score,
                    c.keyword_rank, c.rerank_score, c.final_score, c.rank <= n_selected, grades.get(c.chunk_id))
 
 
 def case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
-               values: np.ndarray, reasons: Sequence[Sequence[MissReason]], stats: dict):
+              values: np.ndarray, reasons: Sequence[Sequence[MissReason]], stats: dict):
+    """:data:`CASE_RESULT_COLUMNS` rows; adds each case to the run's ``stats`` (relevant found, hits, empty pools)."""
     for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
         relevant = set(case.relevant_chunk_ids)
         ranks = [c.rank for c in trace.candidates if c.chunk_id in relevant]

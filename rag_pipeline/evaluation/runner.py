@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -208,7 +207,6 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
     embedder = (QuestionVectors(engine, get_embedder(strategy.embedding_model))
                 if strategy.vector_candidate_k else None)
     tally = diagnosis_db.RunDiagnosisTally(kb.name)
-    run_uuid = uuid.UUID(str(run_id))  # binary COPY of the candidates
     pending: deque = deque()
     with snapshot_readers(engine, readers) as pool_conns, engine.begin() as writer, \
             ThreadPoolExecutor(max_workers=readers, thread_name_prefix="rag-eval") as workers:
@@ -252,7 +250,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                 sums += values.sum(axis=0)
                 t = _tick(timings, "metrics_s", t)
                 outcome.candidate_count += persistence.copy_candidates(
-                    writer, persistence.candidate_rows(run_uuid, start, batch, result.traces))
+                    writer, persistence.candidate_rows(run_id, start, batch, result.traces))
                 persistence.copy_case_results(
                     writer, persistence.case_rows(run_id, start, batch, result.traces, values, result.reasons, stats))
                 _tick(timings, "persistence_s", t)

@@ -15,7 +15,8 @@ a vector of the model yet) are encoded batch by batch (``embedder.batch_size``) 
 while the main thread writes documents, chunks, tsvectors, BM25 postings and term statistics; then each
 encoded batch is COPYed into ``chunk_embeddings`` as soon as it is ready, so the server's HNSW inserts
 overlap the encoding of the next batches. A KB's first vectors of a model are not inserted into a graph one by
-one: its HNSW index is built once, after the commit, over all of them (``index_build_<model>_s``). Only the encoding runs in the thread; every statement runs on the
+one: its HNSW index is built once, after the commit, over all of them (``index_build_<model>_s``; until it
+exists, a search of that KB is an exact scan). Only the encoding runs in the thread; every statement runs on the
 one connection of the main thread (:mod:`background_encoder`, which also leaves a server on this machine
 one core). An error anywhere (the encoder's included) cancels the pending batches, waits for the running
 one, rolls the transaction back and propagates.
@@ -105,9 +106,9 @@ def ingest_documents(
     embedders = [get_embedder(m) for m in models]
     # Models first, in their own short transaction. A model the KB has no HNSW index of yet (a new KB, a new model)
     # gets it *after* its vectors are written, in one bulk build (storage.engine.build_vector_index): inserting
-    # 100k vectors one by one into a graph costs ~10x more. The build is its own short transaction too: CREATE
-    # INDEX takes a SHARE lock on chunk_embeddings that, held until the end of a long ingestion, deadlocks a
-    # concurrent one.
+    # them one by one into a graph costs 2-3x more at 10k-30k chunks (bench/index_build_bench.py). The build is
+    # its own short transaction too: CREATE INDEX takes a SHARE lock on chunk_embeddings that, held until the end
+    # of a long ingestion, deadlocks a concurrent one.
     with engine.begin() as conn:
         kb_index_id = conn.execute(sa.text("SELECT id FROM knowledge_bases WHERE name = :n"),
                                    {"n": knowledge_base}).scalar() or chunking.knowledge_base_id(knowledge_base)

@@ -62,13 +62,16 @@ _QUERY_TERMS = """query_terms AS MATERIALIZED (
 ),
 """
 
-_BM25_SQL = f"""
-WITH {_QUERY_TERMS}
-kb AS (
+# N and avgdl of the knowledge base, the statistics every BM25 statement reads.
+_KB_STATS = """kb AS (
     SELECT CAST(chunk_count AS float8) AS n, avg_chunk_length AS avgdl
     FROM knowledge_bases
     WHERE id = :kb
-),
+)"""
+
+_BM25_SQL = f"""
+WITH {_QUERY_TERMS}
+{_KB_STATS},
 postings AS (
     SELECT qt.ord, qt.lexeme, p.chunk_id, p.tf,
            ln(1 + (kb.n - qt.df + 0.5) / (CAST(qt.df AS float8) + 0.5)) AS idf
@@ -120,11 +123,7 @@ BM25_TARGETS_LEG_SQL = _BM25_SQL.format(
 # the chunk holds no query term (or is not searchable).
 BM25_TARGETS_SCORE_SQL = f"""
 WITH {_QUERY_TERMS}
-kb AS (
-    SELECT CAST(chunk_count AS float8) AS n, avg_chunk_length AS avgdl
-    FROM knowledge_bases
-    WHERE id = :kb
-)
+{_KB_STATS}
 SELECT t.ord, t.chunk_id::text AS chunk_id, NULL::bigint AS rank,
        sum(ln(1 + (kb.n - qt.df + 0.5) / (CAST(qt.df AS float8) + 0.5)) * ct.tf * (CAST(:k1 AS float8) + 1)
            / (ct.tf + CAST(:k1 AS float8)

@@ -69,7 +69,15 @@ _IDENTITY_FIELDS = ("version", "description")
 OPTIONAL_FIELDS = {"complete_pool": False, "rerank": None}
 _CHOICES = {"embedding_model": EMBEDDING_MODELS, "text_search": TEXT_SEARCH_MODES,
             "keyword_scorer": KEYWORD_SCORERS, "fusion": FUSIONS, "normalization": NORMALIZATIONS}
+_RERANK_CHOICES = {"method": RERANK_METHODS, "normalization": RERANK_NORMALIZATIONS}
 _UNSET: Any = object()
+
+
+def _one_of(value: str, allowed: tuple[str, ...]) -> str:
+    """A field restricted to ``allowed`` (the message pydantic reports under the field's name)."""
+    if value not in allowed:
+        raise ValueError(f"is {value!r}; expected one of {list(allowed)}")
+    return value
 
 
 class StrategyError(ValueError):
@@ -99,19 +107,10 @@ class Rerank(BaseModel):
     normalization: str = "minmax"
     batch_size: int = Field(32, ge=1, le=4096)
 
-    @field_validator("method")
+    @field_validator(*_RERANK_CHOICES)
     @classmethod
-    def _method(cls, value: str) -> str:
-        if value not in RERANK_METHODS:
-            raise ValueError(f"is {value!r}; expected one of {list(RERANK_METHODS)}")
-        return value
-
-    @field_validator("normalization")
-    @classmethod
-    def _normalization(cls, value: str) -> str:
-        if value not in RERANK_NORMALIZATIONS:
-            raise ValueError(f"is {value!r}; expected one of {list(RERANK_NORMALIZATIONS)}")
-        return value
+    def _one_of(cls, value: str, info: ValidationInfo) -> str:
+        return _one_of(value, _RERANK_CHOICES[info.field_name])
 
     @model_validator(mode="after")
     def _model(self) -> Rerank:
@@ -183,10 +182,7 @@ class Strategy(BaseModel):
     @field_validator(*_CHOICES)
     @classmethod
     def _one_of(cls, value: str, info: ValidationInfo) -> str:
-        allowed = _CHOICES[info.field_name]
-        if value not in allowed:
-            raise ValueError(f"is {value!r}; expected one of {list(allowed)}")
-        return value
+        return _one_of(value, _CHOICES[info.field_name])
 
     @model_validator(mode="after")
     def _consistent(self) -> Strategy:

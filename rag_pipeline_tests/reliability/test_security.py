@@ -356,6 +356,7 @@ VETTED_SQL_SPLICES = {
     ("retrieval/bm25_index.py", "<module>", "BASE_FILTERS"): "constant SQL fragment (seed base_filters)",
     ("retrieval/bm25_index.py", "<module>", "_LEXEMES"): "constant SQL (textsearch.QUERY_LEXEMES_SQL)",
     ("retrieval/bm25_sql.py", "<module>", "_QUERY_TERMS"): "constant SQL fragment (the query-terms CTE)",
+    ("retrieval/bm25_sql.py", "<module>", "_KB_STATS"): "constant SQL fragment (the N / avgdl CTE)",
     ("service/retention.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment (run status)",
     ("service/run_feed.py", "<module>", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
     ("knowledge_base/term_stats.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
