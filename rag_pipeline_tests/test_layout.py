@@ -1,6 +1,6 @@
 """The package layout stays what the README's map says: layered stage packages, thin front ends, no Dagster on import.
 
-Layers, each importing only the ones before it: settings → storage → knowledge_base → retrieval → evaluation →
+Layers, each importing only the ones before it: settings → contracts → storage → knowledge_base → retrieval → evaluation →
 analysis → service → front ends (cli, defs + definitions, web). Front ends never import each other (one vetted
 exception: ``rag-pipeline serve`` starts the web front end) and hold no SQL.
 """
@@ -19,7 +19,7 @@ import pytest
 from rag_pipeline_tests.source_helpers import parse_source
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rag_pipeline"
-LAYERS = ["settings", "storage", "knowledge_base", "retrieval", "evaluation", "analysis", "service"]
+LAYERS = ["settings", "contracts", "storage", "knowledge_base", "retrieval", "evaluation", "analysis", "service"]
 FRONT_ENDS = {"cli", "defs", "definitions", "web"}
 DAGSTER_FRONT_END = {"defs", "definitions"}
 # (importer, imported) → why one front end may import another
