@@ -21,7 +21,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.analysis import statistics as stats
-from rag_pipeline.evaluation.metrics import HEADLINE_METRICS, METRIC_NAMES
+from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_NAMES
 
 DEFAULT_BASELINE = "hybrid-v1"
 PRIMARY_METRIC = "ndcg_at_k"

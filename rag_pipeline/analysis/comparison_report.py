@@ -9,7 +9,7 @@ import math
 import unicodedata
 
 from rag_pipeline.analysis.comparison import PRIMARY_METRIC, Comparison, GateResult
-from rag_pipeline.evaluation.metrics import METRIC_LABELS
+from rag_pipeline.contracts.metrics import METRIC_LABELS
 from rag_pipeline.storage.names import printable
 
 

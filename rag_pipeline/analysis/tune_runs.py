@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.analysis.comparison import ComparisonError, dataset_version_row
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig, Recommendation, recommend
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import load_pools
 from rag_pipeline.retrieval.strategies import (
     FIELD_NAMES,

@@ -21,7 +21,7 @@ from rag_pipeline.analysis.stage_tuning import StageConfig, evaluate_stage_confi
 from rag_pipeline.analysis.statistics import bootstrap_ci, paired_permutation_test
 from rag_pipeline.analysis.tune_runs import PoolRun, TuneError, find_pool_run
 from rag_pipeline.analysis.tuning import CVResult, SweepResult, cross_validate
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import load_pools
 from rag_pipeline.retrieval.strategies import strategy_entry, strategy_to_yaml
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from rag_pipeline.analysis.statistics import bootstrap_ci, paired_permutation_test
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import (  # noqa: F401  (re-exported: the tuning API)
     PoolSet,
     evaluate_configs,

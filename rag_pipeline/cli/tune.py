@@ -36,7 +36,7 @@ from rag_pipeline.analysis.tune_split import SplitTuneResult
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.service import analysis
 from rag_pipeline.storage.engine import get_engine
 

@@ -16,12 +16,12 @@ import contextlib
 import dagster as dg
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.metrics import HEADLINE_METRICS
 from rag_pipeline.defs import evaluation_metadata as md
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.lineage import DATASET_KB, observe_dataset
 from rag_pipeline.defs.partitions import evaluation_partitions, split_key, the_dataset_of_the_partition
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.evaluation.metrics import HEADLINE_METRICS
 from rag_pipeline.service import datasets, evaluations
 from rag_pipeline.service.errors import TRANSIENT_ERRORS, USER_ERRORS, CheckFailed
 from rag_pipeline.settings import datasets_dir

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from rag_pipeline.evaluation.metrics import METRIC_LABELS, METRIC_NAMES
+from rag_pipeline.contracts.metrics import METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.evaluation.runner import EvaluationOutcome
 
 MAX_TABLE_ROWS = 200

@@ -37,45 +37,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, make_dataclass
 from itertools import islice
 from numbers import Integral
 
 import numpy as np
 
-METRIC_NAMES = (
-    "precision_at_k",
-    "recall_at_k",
-    "reciprocal_rank",
-    "ndcg_at_k",
-    "hit_at_k",
-    "average_precision_at_k",
-    "r_precision",
-)
-HEADLINE_METRICS = METRIC_NAMES[:4]
-"""The seed's four: P@K, R@K, MRR, nDCG@K."""
-METRIC_LABELS = {"precision_at_k": "P@k", "recall_at_k": "R@k", "reciprocal_rank": "MRR", "ndcg_at_k": "nDCG@k",
-                 "hit_at_k": "Hit@k", "average_precision_at_k": "AP@k", "r_precision": "R-prec"}
-"""Short column labels of the metrics (tables, charts, Dagster metadata)."""
+from rag_pipeline.contracts.metrics import METRIC_NAMES
 
 Relevance = set[str] | frozenset[str] | Mapping[str, float]
 
 
-@dataclass(frozen=True)
-class RetrievalMetrics:
-    """Metric values of one case (or their mean); fields follow ``METRIC_NAMES``."""
+def _as_dict(self) -> dict[str, float]:
+    """Return ``{metric name: value}`` in ``METRIC_NAMES`` order."""
+    return {name: getattr(self, name) for name in METRIC_NAMES}
 
-    precision_at_k: float
-    recall_at_k: float
-    reciprocal_rank: float
-    ndcg_at_k: float
-    hit_at_k: float
-    average_precision_at_k: float
-    r_precision: float
 
-    def as_dict(self) -> dict[str, float]:
-        """Return ``{metric name: value}`` in ``METRIC_NAMES`` order."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+RetrievalMetrics = make_dataclass("RetrievalMetrics", [(name, float) for name in METRIC_NAMES], frozen=True,
+                                  namespace={"as_dict": _as_dict})
+RetrievalMetrics.__doc__ = "Metric values of one case (or their mean), one float field per name of ``METRIC_NAMES``."
 
 
 def _check_k(k: object) -> int:

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis import MissReason
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.retrieval.trace import RetrievalTrace
 
 CANDIDATE_COLUMNS = (

@@ -27,7 +27,7 @@ from typing import IO
 
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.metrics import HEADLINE_METRICS, METRIC_LABELS, METRIC_NAMES
+from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.evaluation.pools import first_stage_ranks_of_cases
 from rag_pipeline.evaluation.report_schema import REPORT_VERSION
 from rag_pipeline.evaluation.runs import RunNotFoundError, get_run, resolve_run_id

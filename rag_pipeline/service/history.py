@@ -18,8 +18,8 @@ import sqlalchemy as sa
 
 from rag_pipeline.analysis import comparison
 from rag_pipeline.analysis.comparison import Comparison, StrategyRun
+from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.evaluation import reports, runs
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 
 _HISTORY_SQL = """

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.contracts.metrics import METRIC_NAMES
 
 _FEED_SQL = f"""
 SELECT r.id::text AS run_id, d.name AS dataset, d.content_hash, kb.name AS knowledge_base, r.strategy_version,

@@ -32,12 +32,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.storage.schema import Base, _now
 
-# One column per metric, in the order of rag_pipeline.evaluation.metrics.METRIC_NAMES (a test keeps them equal;
-# a new metric needs a migration anyway).
-METRIC_COLUMNS = ("precision_at_k", "recall_at_k", "reciprocal_rank", "ndcg_at_k", "hit_at_k",
-                  "average_precision_at_k", "r_precision")
+METRIC_COLUMNS = METRIC_NAMES
+"""One ``double precision`` column per metric, in :data:`METRIC_NAMES` order (a new metric needs a migration)."""
 
 
 class RetrievalEvaluationDataset(Base):
@@ -92,13 +91,7 @@ class RetrievalEvaluationRun(Base):
     dagster_run_id: Mapped[str | None] = mapped_column(String(64))
     case_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     candidate_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    precision_at_k: Mapped[float | None] = mapped_column(Double)
-    recall_at_k: Mapped[float | None] = mapped_column(Double)
-    reciprocal_rank: Mapped[float | None] = mapped_column(Double)
-    ndcg_at_k: Mapped[float | None] = mapped_column(Double)
-    hit_at_k: Mapped[float | None] = mapped_column(Double)
-    average_precision_at_k: Mapped[float | None] = mapped_column(Double)
-    r_precision: Mapped[float | None] = mapped_column(Double)
+    vars().update({m: mapped_column(m, Double) for m in METRIC_COLUMNS})  # the run's means, NULL until it succeeds
     timings = mapped_column(JSONB)
     summary = mapped_column(JSONB)
     error: Mapped[str | None] = mapped_column(Text)
@@ -213,13 +206,7 @@ class RetrievalEvaluationCaseResult(Base):
     relevant_chunk_ids = mapped_column(JSONB, nullable=False)
     retrieved_chunk_ids = mapped_column(JSONB, nullable=False)
     first_relevant_rank: Mapped[int | None] = mapped_column(Integer)
-    precision_at_k: Mapped[float] = mapped_column(Double, nullable=False)
-    recall_at_k: Mapped[float] = mapped_column(Double, nullable=False)
-    reciprocal_rank: Mapped[float] = mapped_column(Double, nullable=False)
-    ndcg_at_k: Mapped[float] = mapped_column(Double, nullable=False)
-    hit_at_k: Mapped[float] = mapped_column(Double, nullable=False)
-    average_precision_at_k: Mapped[float] = mapped_column(Double, nullable=False)
-    r_precision: Mapped[float] = mapped_column(Double, nullable=False)
+    vars().update({m: mapped_column(m, Double, nullable=False) for m in METRIC_COLUMNS})
     miss_reasons = mapped_column(JSONB)
     relevance_grades = mapped_column(JSONB)
     __table_args__ = (Index("ix_case_results_run_case_index", "evaluation_run_id", "case_index", unique=True),)

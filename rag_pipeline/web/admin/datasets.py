@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from rag_pipeline.analysis.comparison import DEFAULT_BASELINE
-from rag_pipeline.evaluation.metrics import METRIC_LABELS
+from rag_pipeline.contracts.metrics import METRIC_LABELS
 from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline.service import analysis, catalog, datasets, evaluations, history
 from rag_pipeline.service.errors import USER_ERRORS
