@@ -15,7 +15,7 @@ candidate its ``relevance_grade`` (None = not judged by the case). A run with a 
 them, :func:`rag_pipeline.retrieval.stages.first_stage_ranks`); ``vector_completed`` / ``keyword_completed`` mark
 a leg score filled in by ``complete_pool`` (a score without a leg rank: that leg did not retrieve the chunk).
 Chunk text is included only with ``include_text=True`` (candidate snapshots never store it; it is
-looked up in ``document_chunks``). The shape is :data:`rag_pipeline.evaluation.report_schema.REPORT_SCHEMA`.
+looked up in ``document_chunks``). The shape is :class:`rag_pipeline.contracts.reports.Report`.
 """
 
 from __future__ import annotations
@@ -28,16 +28,14 @@ from typing import IO
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_LABELS, METRIC_NAMES
+from rag_pipeline.contracts.reports import CANDIDATE_MODES, REPORT_VERSION
 from rag_pipeline.evaluation.pools import first_stage_ranks_of_cases
-from rag_pipeline.evaluation.report_schema import REPORT_VERSION
 from rag_pipeline.evaluation.runs import RunNotFoundError, get_run, resolve_run_id
 from rag_pipeline.retrieval.stages import stored_strategy
 from rag_pipeline.storage.names import printable
 
 PAGE_CASES = 500
 
-CANDIDATE_MODES = ("default", "all", "selected", "relevant", "none")
-"""Which candidates a report lists per case (see the module doc); ``default`` is the first."""
 _MODE_FILTERS = {"default": " AND (c.is_selected OR c.is_relevant)", "all": "", "selected": " AND c.is_selected",
                  "relevant": " AND c.is_relevant"}
 

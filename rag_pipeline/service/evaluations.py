@@ -10,12 +10,12 @@ from typing import IO
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.reports import REPORT_VERSION
 from rag_pipeline.evaluation import reports, runs
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset
 from rag_pipeline.evaluation.diagnosis import first_line
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.persistence import load_stored_dataset
-from rag_pipeline.evaluation.report_schema import REPORT_VERSION
 from rag_pipeline.evaluation.runner import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry

@@ -17,16 +17,19 @@ from rag_pipeline.analysis.stage_tuning import StageConfig, evaluate_stage_confi
 from rag_pipeline.analysis.tune_runs import TuneError
 from rag_pipeline.analysis.tune_split import tune_split
 from rag_pipeline.cli import main
+from rag_pipeline.contracts.reports import Report, json_schema
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import load_pools
-from rag_pipeline.evaluation.report_schema import REPORT_SCHEMA
 from rag_pipeline.evaluation.reports import build_report
 from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline_tests.analysis.test_tuning_db import build_world
+
+# the report's JSON Schema is generated from its contract (it was a hand-written module)
+REPORT_SCHEMA = json_schema(Report)
 
 STAGED = Strategy(version="t-staged", vector_candidate_k=5, keyword_candidate_k=5, keyword_scorer="bm25",
                   normalization="minmax", vector_weight=0.5, keyword_weight=0.5, complete_pool=True,

@@ -15,6 +15,7 @@ from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, Temp
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
 from dagster._time import get_current_datetime
 
+from rag_pipeline.contracts.runs import RunSummary
 from rag_pipeline.definitions import defs
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.knowledge_base import knowledge_base
@@ -22,7 +23,6 @@ from rag_pipeline.defs.lineage import knowledge_base_versions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.sensors import reevaluate_stale_runs
 from rag_pipeline.evaluation import runs
-from rag_pipeline.evaluation.report_schema import SUMMARY_SCHEMA
 from rag_pipeline.evaluation.reports import comparison_table
 from rag_pipeline.service import evaluations, knowledge_bases, lineage
 from rag_pipeline_tests.eval_helpers import TINY_DOCS, tiny_cases, write_dataset
@@ -98,8 +98,9 @@ def test_runs_record_the_version_and_partitions_go_stale_only_when_their_knowled
     [summary] = evaluations.run_summaries(engine, [str(rows[0].id)])
     assert summary["knowledge_base"] == {"id": str(rows[0].knowledge_base_id), "name": names["a"],
                                          "version": version_a}
-    assert set(SUMMARY_SCHEMA["properties"]["knowledge_base"]["required"]) == {"id", "name", "version"}
-    jsonschema.validate(summary, SUMMARY_SCHEMA)
+    summary_schema = RunSummary.model_json_schema()  # generated from the contract (was a hand-written schema)
+    assert set(summary_schema["$defs"]["KnowledgeBaseRef"]["required"]) == {"id", "name", "version"}
+    jsonschema.validate(summary, summary_schema)
     header, _, row = comparison_table([summary], legend=False).splitlines()
     assert "kb version" in header and version_a[:12] in row and version_a[:13] not in row
     for key in ("a", "b"):

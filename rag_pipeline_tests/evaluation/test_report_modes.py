@@ -9,12 +9,15 @@ import jsonschema
 import pytest
 
 from rag_pipeline.cli import main
+from rag_pipeline.contracts.reports import CaseReport, JsonlHeader, Report, json_schema
 from rag_pipeline.evaluation.dataset import load_dataset
-from rag_pipeline.evaluation.report_schema import CASE_SCHEMA, JSONL_HEADER_SCHEMA, REPORT_SCHEMA
 from rag_pipeline.evaluation.reports import CANDIDATE_MODES, CaseNotFoundError, build_report
 from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, table_counts, tiny_cases, write_dataset
+
+# the report's JSON Schemas are generated from its contracts (they were a hand-written module)
+REPORT_SCHEMA, JSONL_HEADER_SCHEMA, CASE_SCHEMA = (json_schema(m) for m in (Report, JsonlHeader, CaseReport))
 
 KB = "report-modes"
 

@@ -4,28 +4,39 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 
+from rag_pipeline.contracts.reports import CandidateMode, EvaluationDetail
+from rag_pipeline.contracts.runs import EvaluateResponse, RunPage, RunStatus
 from rag_pipeline.service import catalog, evaluations
 from rag_pipeline.storage.names import DATASET, check_name
 from rag_pipeline.web import launcher
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
-from rag_pipeline.web.api.models import (
-    CandidateMode,
-    EvaluateRequest,
-    EvaluateResponse,
-    EvaluationDetail,
-    RunPage,
-    RunStatus,
-)
 from rag_pipeline.web.dependencies import Engine, Paging
 from rag_pipeline.web.problems import HTTPProblem
 
 router = APIRouter(tags=["evaluations"])
 MAX_CASE_PAGE = 1000
+
+
+class EvaluateRequest(BaseModel):
+    """What to evaluate: a stored dataset (by name) or inline cases, and the strategies."""
+
+    model_config = ConfigDict(extra="forbid")
+    dataset: str | None = Field(None, max_length=200, description="Name of a dataset stored for this knowledge "
+                                                                  "base (uploaded or evaluated before).")
+    dataset_version: str | None = Field(None, max_length=64, description="With `dataset`: a version hash or a "
+                                                                         "prefix of one (default: the latest).")
+    cases: list[Any] | None = Field(None, description="Inline cases in the file format (seed §2), validated like "
+                                                      "a file; stored as a version of dataset `name`.")
+    name: str | None = Field(None, max_length=200, description="With `cases`: the dataset's name.")
+    strategy_versions: list[str] | None = Field(None, max_length=100, description="Default: every strategy the "
+                                                "knowledge base can run (it has the strategy's embedding model).")
+    strict: bool = Field(False, description="Refuse when any label is not a searchable chunk (like --strict).")
 
 
 def run_links(run_id: str, knowledge_base: str) -> dict:

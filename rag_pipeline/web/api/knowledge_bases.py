@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path
 
+from rag_pipeline.contracts.catalog import KnowledgeBaseInfo, KnowledgeBaseList
 from rag_pipeline.service import catalog
-from rag_pipeline.web.api.models import KnowledgeBaseInfo, KnowledgeBaseList
 from rag_pipeline.web.dependencies import Engine
 
 router = APIRouter(tags=["knowledge bases"])

@@ -1,0 +1,69 @@
+"""What there is to evaluate: the knowledge bases (counts, models, text mode, the strategies each can run) and
+the datasets stored for them."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class KnowledgeBaseInfo(BaseModel):
+    id: str
+    name: str
+    text_search: str = Field(description="Keyword text mode: simple, english or chinese.")
+    chunk_size: int
+    chunk_overlap: int
+    documents: int
+    searchable_documents: int
+    current_chunks: int
+    replaced_chunks: int
+    embeddings: dict[str, int] = Field(description="Embeddings per model.")
+    models: list[str]
+    avg_chunk_tokens: float
+    applicable_strategies: list[str] = Field(description="Strategies it can run (default of `evaluate`).")
+    inapplicable_strategies: dict[str, str] = Field(description="The others, each with why.")
+    datasets: int
+    runs: int
+    last_run_at: str | None
+
+
+class KnowledgeBaseList(BaseModel):
+    knowledge_bases: list[KnowledgeBaseInfo]
+
+
+class DatasetInfo(BaseModel):
+    name: str
+    knowledge_base: str
+    dataset_id: str = Field(description="The latest version's id.")
+    version: str = Field(description="The latest version's hash.")
+    case_count: int
+    source_path: str | None
+    versions: int
+    runs: int
+    created_at: str | None
+    last_seen_at: str | None
+    last_run_at: str | None
+
+
+class DatasetList(BaseModel):
+    knowledge_base: str
+    datasets: list[DatasetInfo]
+
+
+class DatasetVersion(BaseModel):
+    """One stored version of a dataset."""
+
+    dataset_id: str
+    name: str
+    version: str = Field(description="The version's hash.")
+    case_count: int
+    knowledge_base: str
+
+
+class UploadResult(DatasetVersion):
+    """A stored dataset version (``created``: false when the same cases were stored before)."""
+
+    relevant_ids: int
+    relevant_ids_not_in_kb: int = Field(description="Relevant ids that are not chunks of the knowledge base.")
+    k_min: int
+    k_max: int
+    created: bool

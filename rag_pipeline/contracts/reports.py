@@ -1,0 +1,160 @@
+"""The evaluation report: a run's summary and per case the ids, grades, metrics, miss reasons and candidates.
+
+``rag-pipeline evaluate --output`` and ``rag-pipeline show`` write :class:`Report` (``--format json``);
+``--format jsonl`` writes :class:`JsonlHeader` on the first line, then one :class:`CaseReport` per line. Which
+candidates a case lists is the report's ``candidates`` mode (``default``: the selected ones plus every relevant
+one; ``all``: the full pool; ``selected``; ``relevant``; ``none``). The HTTP API's run detail
+(:class:`EvaluationDetail`) is the same summary and a page of the same cases. The published JSON Schema
+(``docs/schemas/evaluation-report.schema.json``) is :func:`json_schema` of :class:`Report`.
+
+``summary.timings`` (seconds): ``*_wall_s`` / ``embedding_s`` / ``metrics_s`` / ``persistence_s`` / ``total_s``
+are elapsed time; ``retrieval_sql_s`` and ``diagnosis_sql_s`` are summed over the reader threads (they overlap,
+so they may exceed ``total_s``). ``summary.question_embeddings``: how many question vectors the run reused
+from ``question_embeddings`` and how many it embedded (null for runs before it existed or without a vector leg).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+from rag_pipeline.contracts.metrics import Metrics
+from rag_pipeline.contracts.runs import QueueInfo, RunLinks, RunSummary, Strict
+
+REPORT_VERSION = 4
+"""2: cases have ``relevance_grades``, candidates ``relevance_grade`` (graded labels). 3: ``candidates`` mode,
+``summary.question_embeddings``, timings ``retrieval_wall_s`` / ``retrieval_sql_s`` / ``diagnosis_sql_s``. 4: candidates
+have ``first_stage_rank`` (the rank before the rerank stage; null without one) and ``vector_completed`` /
+``keyword_completed`` (a leg score filled in by ``complete_pool``: the leg did not retrieve the chunk)."""
+
+CandidateMode = Literal["default", "all", "selected", "relevant", "none"]
+CANDIDATE_MODES: tuple[str, ...] = CandidateMode.__args__
+"""Which candidates a report lists per case; ``default`` is the first."""
+
+
+class Candidate(Strict):
+    """One candidate of a case's pool (seed §4.1): every leg's score and rank, relevance and selection."""
+
+    chunk_id: str
+    document_id: str
+    document_name: str
+    rank: int = Field(ge=1, description="Rank in the fused pool.")
+    vector_score: float | None
+    vector_rank: int | None
+    keyword_score: float | None
+    keyword_rank: int | None
+    rerank_score: float | None = Field(description="The rerank stage's score (null: no rerank stage, or below "
+                                                   "its `top_n`).")
+    first_stage_rank: int | None = Field(description="Rank before the rerank stage (null without one).")
+    vector_completed: bool = Field(description="The vector score was filled in for a chunk outside the vector "
+                                               "leg's top-N (`complete_pool`).")
+    keyword_completed: bool = Field(description="The keyword score was filled in for a chunk outside the keyword "
+                                                "leg's top-N (`complete_pool`).")
+    final_score: float
+    is_relevant: bool
+    relevance_grade: int | None = Field(description="The case's grade of this chunk; null = not judged.")
+    is_selected: bool = Field(description="In the top k the case was scored on.")
+    strategy_version: str
+    content: str | None = Field(None, description="The chunk text, only with `include_text=true` (looked up "
+                                                  "live; null when the chunk no longer exists).")
+
+
+class MissReason(Strict):
+    """Why one relevant chunk of a case was missed (or ``hit``); fields that do not apply are absent."""
+
+    case_id: str
+    chunk_id: str
+    reason: str = Field(description="hit, below_cutoff, below_cutoff_after_rerank, vector_only, keyword_only, "
+                                    "not_in_pool, or a label status")
+    k: int
+    rank: int | None = Field(None, description="final rank in the pool (pool members only)")
+    legs: Literal["both", "vector", "keyword"] | None = Field(None, description="the leg(s) that put the chunk in "
+                                                                               "the pool")
+    final_score: float | None = None
+    kth_score: float | None = None
+    gap: float | None = Field(None, description="kth_score - final_score, for pool members below k")
+    vector_score: float | None = Field(None, description="the chunk's own vector score: from the pool, or "
+                                                         "computed for the question (absent: no embedding)")
+    vector_rank: int | None = Field(None, description="the chunk's rank in the vector leg's pool; absent when the "
+                                                      "leg did not return it (its exact rank among every chunk: "
+                                                      "`rag-pipeline show RUN --case ID --global-ranks`)")
+    keyword_score: float | None = Field(None, description="the chunk's own keyword score, as vector_score "
+                                                          "(absent: no query term in the chunk)")
+    keyword_rank: int | None = Field(None, description="as vector_rank, for the keyword leg")
+    vector_last_score: float | None = Field(None, description="score of the last vector-leg member of the pool")
+    vector_leg_size: int | None = None
+    keyword_last_score: float | None = None
+    keyword_leg_size: int | None = None
+    enabled_legs: list[Literal["vector", "keyword"]] | None = None
+    scores_computed: bool | None = Field(None, description="the missing legs' own scores were computed")
+    label_detail: str | None = None
+    first_stage_rank: int | None = Field(None, description="with a rerank stage: the chunk's rank before it")
+    rerank_score: float | None = Field(None, description="with a rerank stage: the chunk's rerank score")
+    detail: str = Field(description="the reason in words")
+
+
+MissReasons = Annotated[list[dict[str, Any]] | None, WithJsonSchema(
+    {"anyOf": [{"type": "array", "items": MissReason.model_json_schema()}, {"type": "null"}]})]
+"""A case's miss reasons, each a :class:`MissReason`, passed on as stored (keys in their stored order)."""
+
+
+class CaseReport(Strict):
+    """One case of a run (seed §6.3): ids, grades, metrics, miss reasons and candidates."""
+
+    case_id: str
+    case_index: int
+    question: str
+    k: int
+    retrieved_chunk_ids: list[str]
+    relevant_chunk_ids: list[str]
+    relevance_grades: dict[str, int]
+    first_relevant_rank: int | None
+    metrics: Metrics
+    miss_reasons: MissReasons = Field(description="Why each relevant chunk was missed (`hit`, `below_cutoff`, ...).")
+    candidates: list[Candidate]
+
+
+class JsonlHeader(Strict):
+    """The first line of a JSON Lines report (then one :class:`CaseReport` per line)."""
+
+    model_config = ConfigDict(title="rag_pipeline retrieval evaluation report, JSON Lines header (then one case "
+                                    "per line)")
+    report_version: Literal[REPORT_VERSION]
+    candidates: CandidateMode
+    summary: RunSummary
+
+
+class Report(JsonlHeader):
+    """A whole run's report: its summary and every case."""
+
+    model_config = ConfigDict(title="rag_pipeline retrieval evaluation report", json_schema_extra={
+        "$id": f"https://rag-pipeline.invalid/schemas/evaluation-report-v{REPORT_VERSION}.json"})
+    cases: list[CaseReport]
+
+
+def json_schema(model: type[BaseModel]) -> dict:
+    """The JSON Schema (draft 2020-12) of a contract, as published."""
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **model.model_json_schema()}
+
+
+class CasePage(BaseModel):
+    offset: int
+    limit: int
+    returned: int = Field(description="Cases in this response.")
+    total_cases: int = Field(description="Cases of the run (its dataset version's case count).")
+    candidates: CandidateMode
+    include_text: bool
+
+
+class EvaluationDetail(BaseModel):
+    """The run summary and a page of its cases with candidates (``report_version`` as in the CLI)."""
+
+    report_version: int
+    summary: RunSummary
+    cases: list[CaseReport]
+    page: CasePage
+    links: RunLinks
+    queue: QueueInfo | None = Field(None, description="Set while the run is queued.")
+
+

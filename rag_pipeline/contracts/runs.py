@@ -1,0 +1,109 @@
+"""Evaluation runs: a run's summary (what it measured, its mean metrics, counts and timings), a page of the run
+history, and the runs an evaluation request queued."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rag_pipeline.contracts.metrics import METRIC_NAMES
+
+RunStatus = Literal["queued", "running", "succeeded", "failed", "abandoned"]
+
+
+class Strict(BaseModel):
+    """A shape with exactly its fields (no others accepted)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class DatasetRef(Strict):
+    id: str
+    name: str
+    version: str = Field(description="SHA-256 of the canonical cases (the dataset version).")
+    source_path: str | None
+    case_count: int
+
+
+class KnowledgeBaseRef(Strict):
+    id: str
+    name: str
+    version: str | None = Field(description="Content version of the knowledge base the run measured (null: a "
+                                            "run older than that record).")
+
+
+class RunSummary(Strict):
+    """A run's summary (the report's ``summary``; what ``rag-pipeline show`` prints first); one mean per metric,
+    null until the run succeeds."""
+
+    run_id: str
+    status: RunStatus = Field(description="queued → running → succeeded | failed | abandoned (no heartbeat).")
+    is_current: bool = Field(description="The run `compare` uses for its dataset × knowledge base × strategy.")
+    strategy_version: str
+    params_hash: str
+    strategy_params: dict[str, Any]
+    embedding_model: str | None
+    dataset: DatasetRef
+    knowledge_base: KnowledgeBaseRef
+    __annotations__.update(dict.fromkeys(METRIC_NAMES, "float | None"))  # in this place: the fields keep their order
+    case_count: int
+    candidate_count: int
+    counts: dict[str, Any] | None
+    timings: dict[str, float] | None = Field(description="Seconds: `*_wall_s` / `total_s` are wall time, "
+                                                       "`*_sql_s` are summed over the reader threads.")
+    question_embeddings: dict[str, Any] | None = Field(description="Question vectors reused from earlier runs "
+                                                                   "vs embedded by this one (null: no vector leg).")
+    partition_key: str | None
+    dagster_run_id: str | None
+    error: str | None
+    started_at: str
+    finished_at: str | None
+    queued_at: str | None
+    cases_done: int = Field(description="Cases evaluated so far (updated per batch); total: `dataset.case_count`.")
+
+
+class RunLinks(BaseModel):
+    self: str = Field(description="This run's detail (summary + cases).")
+    knowledge_base_runs: str = Field(description="The run history of its knowledge base.")
+
+
+class RunItem(RunSummary):
+    links: RunLinks
+
+
+class QueueInfo(BaseModel):
+    daemon_running: bool = Field(description="A Dagster daemon is picking up queued runs.")
+    message: str | None = Field(None, description="Why queued runs wait, and how to start a daemon.")
+
+
+class RunPage(BaseModel):
+    """One page of a knowledge base's run history, newest first."""
+
+    total: int = Field(description="Runs matching the filters.")
+    limit: int
+    offset: int
+    runs: list[RunItem]
+    queue: QueueInfo
+
+
+class LaunchedRun(BaseModel):
+    run_id: str
+    status: RunStatus
+    strategy_version: str
+    partition_key: str = Field(description="The Dagster partition `<dataset>|<strategy>`.")
+    dagster_run_id: str = Field(description="The id of the Dagster run that carries it out.")
+    links: RunLinks
+
+
+class EvaluateResponse(BaseModel):
+    """202: one queued run per strategy; poll ``links.self`` until ``status`` is succeeded/failed/abandoned."""
+
+    dataset: str
+    dataset_id: str
+    dataset_version: str
+    knowledge_base: str
+    runs: list[LaunchedRun]
+    label_warning: str | None = Field(None, description="Some labels are not searchable chunks (seed §8): "
+                                                        "counts, the dominant cause and an example with its fix.")
+    queue: QueueInfo
