@@ -55,8 +55,8 @@ class DatasetVersion(BaseModel):
     dataset_id: str
     name: str
     version: str = Field(description="The version's hash.")
-    case_count: int
     knowledge_base: str
+    case_count: int
 
 
 class UploadResult(DatasetVersion):

@@ -1,8 +1,9 @@
 """Evaluation runs: a run's summary (what it measured, its mean metrics, counts and timings), a page of the run
-history, and the runs an evaluation request queued."""
+history, and the runs an evaluation request queued and launched."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -85,6 +86,34 @@ class RunPage(BaseModel):
     offset: int
     runs: list[RunItem]
     queue: QueueInfo
+
+
+class QueuedRun(BaseModel):
+    """One queued evaluation run: its id, strategy, Dagster partition key and the id its Dagster run gets."""
+
+    run_id: str
+    strategy_version: str
+    dataset: str
+    dataset_id: str
+    partition_key: str
+    dagster_run_id: str
+    status: RunStatus = "queued"
+
+
+class QueuedEvaluation(BaseModel):
+    """The runs one evaluation request queued (one per strategy)."""
+
+    runs: list[QueuedRun]
+    label_warning: str | None = Field(description="One line when some labels are not searchable chunks (the runs "
+                                                  "go ahead, as in the CLI).")
+
+
+class WaitingRun(BaseModel):
+    """A run still ``queued``, and the Dagster run that should pick it up."""
+
+    run_id: str
+    dagster_run_id: str | None
+    queued_at: dt.datetime | None
 
 
 class LaunchedRun(BaseModel):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.catalog import DatasetInfo, DatasetVersion, KnowledgeBaseInfo, UploadResult
 from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, parse_dataset
 from rag_pipeline.evaluation.label_check import relevant_ids_missing
 from rag_pipeline.evaluation.persistence import store_dataset
@@ -58,24 +58,22 @@ def applicable_strategies(conn: sa.Connection, kb_id, registry: dict[str, Strate
     return ok, skipped
 
 
-def _describe(conn: sa.Connection, name_or_id: str, registry: dict[str, Strategy]) -> dict:
+def _describe(conn: sa.Connection, name_or_id: str, registry: dict[str, Strategy]) -> KnowledgeBaseInfo:
     stats = lifecycle.knowledge_base_stats(conn, name_or_id)
     kb = resolve_knowledge_base(conn, name_or_id)
     ok, skipped = applicable_strategies(conn, kb.id, registry)
     activity = conn.execute(sa.text(_KB_ACTIVITY_SQL), {"name": kb.name, "kb": kb.id}).one()
-    return {
-        "id": str(kb.id), "name": kb.name, "text_search": kb.text_search, "chunk_size": kb.chunk_size,
-        "chunk_overlap": kb.chunk_overlap, "documents": stats["documents"],
-        "searchable_documents": stats["searchable_documents"], "current_chunks": stats["current_chunks"],
-        "replaced_chunks": stats["replaced_chunks"], "embeddings": stats["embeddings"],
-        "models": sorted(stats["embeddings"]), "avg_chunk_tokens": stats["avg_chunk_tokens"],
-        "applicable_strategies": ok, "inapplicable_strategies": skipped,
-        "datasets": activity.datasets, "runs": activity.runs,
-        "last_run_at": activity.last_run_at.isoformat() if activity.last_run_at else None,
-    }
+    return KnowledgeBaseInfo(
+        id=str(kb.id), name=kb.name, text_search=kb.text_search, chunk_size=kb.chunk_size,
+        chunk_overlap=kb.chunk_overlap, documents=stats["documents"],
+        searchable_documents=stats["searchable_documents"], current_chunks=stats["current_chunks"],
+        replaced_chunks=stats["replaced_chunks"], embeddings=stats["embeddings"],
+        models=sorted(stats["embeddings"]), avg_chunk_tokens=stats["avg_chunk_tokens"],
+        applicable_strategies=ok, inapplicable_strategies=skipped,
+        datasets=activity.datasets, runs=activity.runs, last_run_at=_iso(activity.last_run_at))
 
 
-def list_knowledge_bases(engine: sa.Engine) -> list[dict]:
+def list_knowledge_bases(engine: sa.Engine) -> list[KnowledgeBaseInfo]:
     """Every knowledge base by name: counts (documents, searchable, chunks, embeddings per model), text mode,
     the strategies it can run, and how many datasets and runs it has."""
     registry = load_registry()
@@ -84,7 +82,7 @@ def list_knowledge_bases(engine: sa.Engine) -> list[dict]:
         return [_describe(conn, name, registry) for name in names]
 
 
-def describe_knowledge_base(engine: sa.Engine, name_or_id: str) -> dict:
+def describe_knowledge_base(engine: sa.Engine, name_or_id: str) -> KnowledgeBaseInfo:
     """One knowledge base (name or id) as :func:`list_knowledge_bases` shows it."""
     with engine.connect() as conn:
         return _describe(conn, name_or_id, load_registry())
@@ -127,16 +125,16 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def list_datasets(engine: sa.Engine, knowledge_base: str) -> list[dict]:
+def list_datasets(engine: sa.Engine, knowledge_base: str) -> list[DatasetInfo]:
     """The datasets stored for a knowledge base (name or id), by name: the latest version (id, hash, cases,
     source), how many versions and runs, when it was last seen and last run."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
         rows = conn.execute(sa.text(_DATASETS_SQL), {"kb": kb.name}).all()
-    return [{"name": r.name, "knowledge_base": kb.name, "dataset_id": str(r.id), "version": r.content_hash,
-             "case_count": r.case_count, "source_path": r.source_path, "versions": r.versions, "runs": r.runs,
-             "created_at": _iso(r.created_at), "last_seen_at": _iso(r.last_seen_at),
-             "last_run_at": _iso(r.last_run_at)} for r in rows]
+    return [DatasetInfo(name=r.name, knowledge_base=kb.name, dataset_id=str(r.id), version=r.content_hash,
+                        case_count=r.case_count, source_path=r.source_path, versions=r.versions, runs=r.runs,
+                        created_at=_iso(r.created_at), last_seen_at=_iso(r.last_seen_at),
+                        last_run_at=_iso(r.last_run_at)) for r in rows]
 
 
 _DATASET_VERSION_SQL = """
@@ -146,9 +144,9 @@ ORDER BY d.last_seen_at DESC, d.id LIMIT 2
 """
 
 
-def find_dataset(engine: sa.Engine, knowledge_base: str, name: str, version: str | None = None) -> dict:
+def find_dataset(engine: sa.Engine, knowledge_base: str, name: str, version: str | None = None) -> DatasetVersion:
     """A stored dataset version of a knowledge base: the latest of ``name``, or the one whose hash starts with
-    ``version``. Returns ``{dataset_id, name, version, case_count, knowledge_base}``."""
+    ``version``."""
     prefix = (version or "").strip().lower()
     if prefix and (len(prefix) < 4 or not all(c in "0123456789abcdef" for c in prefix)):
         raise DatasetNotFoundError(f"dataset version {show_name(version)} is not a hash prefix of at least 4 hex "
@@ -158,35 +156,13 @@ def find_dataset(engine: sa.Engine, knowledge_base: str, name: str, version: str
         rows = conn.execute(sa.text(_DATASET_VERSION_SQL), {"kb": kb.name, "name": name,
                                                             "prefix": prefix + "%"}).all()
         if not rows:
-            known = sorted({r["name"] for r in list_datasets(engine, kb.name)})
+            known = sorted({r.name for r in list_datasets(engine, kb.name)})
             what = f"version {prefix} of dataset" if prefix else "dataset"
             raise DatasetNotFoundError(f"no {what} {show_name(name)} in knowledge base {kb.name!r}; known: "
                                        f"{', '.join(known) if known else '(none — upload one first)'}")
     r = rows[0]
-    return {"dataset_id": str(r.id), "name": r.name, "version": r.content_hash, "case_count": r.case_count,
-            "knowledge_base": kb.name}
-
-
-@dataclass(frozen=True)
-class UploadedDataset:
-    """A validated upload stored as a dataset version (``created``: False when this version existed)."""
-
-    dataset_id: str
-    name: str
-    version: str
-    knowledge_base: str
-    cases: int
-    relevant_ids: int
-    relevant_ids_not_in_kb: int
-    k_min: int
-    k_max: int
-    created: bool
-
-    def as_dict(self) -> dict:
-        return {"dataset_id": self.dataset_id, "name": self.name, "version": self.version,
-                "knowledge_base": self.knowledge_base, "case_count": self.cases, "relevant_ids": self.relevant_ids,
-                "relevant_ids_not_in_kb": self.relevant_ids_not_in_kb, "k_min": self.k_min, "k_max": self.k_max,
-                "created": self.created}
+    return DatasetVersion(dataset_id=str(r.id), name=r.name, version=r.content_hash, case_count=r.case_count,
+                          knowledge_base=kb.name)
 
 
 _VERSION_EXISTS_SQL = """
@@ -195,7 +171,7 @@ SELECT 1 FROM retrieval_evaluation_datasets WHERE name = :name AND knowledge_bas
 
 
 def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | str, *, source: str,
-                           name: str | None = None, default_name: str | None = None) -> UploadedDataset:
+                           name: str | None = None, default_name: str | None = None) -> UploadResult:
     """Validate dataset bytes exactly like a file (:func:`parse_dataset`: every problem at once, raised as
     :class:`DatasetError`, nothing written) for knowledge base ``knowledge_base`` (name or id), then store its
     version. The name: ``name``, else ``default_name`` (an uploaded file's stem, as a file is named by its
@@ -219,9 +195,10 @@ def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | 
         dataset_id = store_dataset(conn, dataset, kb.name)
         missing = relevant_ids_missing(conn, kb.id, dataset)
     ks = [c.k for c in dataset.cases]
-    return UploadedDataset(str(dataset_id), dataset.name, dataset.content_hash, kb.name, len(dataset.cases),
-                           sum(len(c.relevant_chunk_ids) for c in dataset.cases), missing, min(ks), max(ks),
-                           not existed)
+    return UploadResult(dataset_id=str(dataset_id), name=dataset.name, version=dataset.content_hash,
+                        case_count=len(dataset.cases), knowledge_base=kb.name,
+                        relevant_ids=sum(len(c.relevant_chunk_ids) for c in dataset.cases),
+                        relevant_ids_not_in_kb=missing, k_min=min(ks), k_max=max(ks), created=not existed)
 
 
 def _field_name(raw: bytes | str) -> str | None:

@@ -28,13 +28,14 @@ from types import SimpleNamespace
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.catalog import UploadResult
 from rag_pipeline.evaluation.dataset import MAX_METADATA_BYTES, Dataset, DatasetError, load_dataset, parse_dataset
 from rag_pipeline.evaluation.label_check import check_labels
 from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.knowledge_base import chunk_lookup, span_remap
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.service import catalog
-from rag_pipeline.service.catalog import DatasetNotFoundError, UploadedDataset
+from rag_pipeline.service.catalog import DatasetNotFoundError
 
 REMAPPED_STATUSES = ("chunk_replaced", "other_knowledge_base", "unknown_id")
 
@@ -119,7 +120,7 @@ class StoredLabelFixes:
     """:func:`fix_stored_labels`: the fixes, and the new dataset version when they were saved."""
 
     fixes: LabelFixes
-    saved: UploadedDataset | None = None
+    saved: UploadResult | None = None
 
 
 def fix_stored_labels(engine: sa.Engine, dataset_id: str, knowledge_base: str, *,

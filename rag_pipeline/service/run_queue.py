@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.runs import QueuedEvaluation, QueuedRun, WaitingRun
 from rag_pipeline.evaluation import runs
 from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
@@ -21,26 +21,6 @@ from rag_pipeline.retrieval.strategies import get_strategy, load_registry
 from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.service.catalog import DatasetNotFoundError, choose_strategies
 from rag_pipeline.service.evaluations import check_labels_first, label_headline
-
-
-@dataclass(frozen=True)
-class QueuedRun:
-    """One queued evaluation run: its id, strategy, Dagster partition key and the id its Dagster run gets."""
-
-    run_id: str
-    strategy_version: str
-    dataset: str
-    dataset_id: str
-    partition_key: str
-    dagster_run_id: str
-    status: str = "queued"
-
-
-@dataclass(frozen=True)
-class QueuedEvaluation:
-    runs: list[QueuedRun]
-    label_warning: str | None
-    """One line when some labels are not searchable chunks (the run goes ahead, as in the CLI)."""
 
 
 def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
@@ -69,8 +49,9 @@ def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
             run_id = runs.create_run(conn, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
                                      params_hash=params_hash, partition_key=key, dagster_run_id=dagster_run_id,
                                      queued=True)
-            queued.append(QueuedRun(str(run_id), version, dataset.name, str(dataset_id), key, dagster_run_id))
-    return QueuedEvaluation(queued, warning)
+            queued.append(QueuedRun(run_id=str(run_id), strategy_version=version, dataset=dataset.name,
+                                    dataset_id=str(dataset_id), partition_key=key, dagster_run_id=dagster_run_id))
+    return QueuedEvaluation(runs=queued, label_warning=warning)
 
 
 def fail_queued(engine: sa.Engine, run_id: str, error: str) -> None:
@@ -78,8 +59,8 @@ def fail_queued(engine: sa.Engine, run_id: str, error: str) -> None:
     runs.mark_failed(engine, run_id, error)
 
 
-def queued_runs(engine: sa.Engine, limit: int = 500) -> list[dict]:
-    """The runs still ``queued``, oldest first: ``{run_id, dagster_run_id, queued_at}``."""
+def queued_runs(engine: sa.Engine, limit: int = 500) -> list[WaitingRun]:
+    """The runs still ``queued``, oldest first."""
     with engine.connect() as conn:
         rows = runs.list_runs(conn, status="queued", limit=limit)
-    return [{"run_id": str(r.id), "dagster_run_id": r.dagster_run_id, "queued_at": r.queued_at} for r in rows][::-1]
+    return [WaitingRun(run_id=str(r.id), dagster_run_id=r.dagster_run_id, queued_at=r.queued_at) for r in rows][::-1]

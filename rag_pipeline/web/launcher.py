@@ -214,10 +214,10 @@ def reconcile(engine: sa.Engine, min_interval_s: float = 3.0) -> int:
         return 0
     _reconciled_at = now
     try:
-        waiting = [r for r in queued_runs(engine) if r["dagster_run_id"]]
+        waiting = [r for r in queued_runs(engine) if r.dagster_run_id]
         if not waiting:
             return 0
-        by_id = {r["dagster_run_id"]: r for r in waiting}
+        by_id = {r.dagster_run_id: r for r in waiting}
         ended = 0
         import dagster as dg
 
@@ -225,15 +225,15 @@ def reconcile(engine: sa.Engine, min_interval_s: float = 3.0) -> int:
         for record in records:
             verb = _FINISHED.get(record.status.name)
             if verb:
-                fail_queued(engine, by_id[record.run_id]["run_id"],
+                fail_queued(engine, by_id[record.run_id].run_id,
                             f"its Dagster run {record.run_id} {verb} before the evaluation started "
                             "(see the run in the Dagster UI)")
                 ended += 1
         cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=2 * LAUNCH_TIMEOUT_S)
         for dagster_run_id in set(by_id) - {r.run_id for r in records}:
-            queued_at = by_id[dagster_run_id]["queued_at"]
+            queued_at = by_id[dagster_run_id].queued_at
             if queued_at is not None and queued_at < cutoff:  # its submission never reached Dagster
-                fail_queued(engine, by_id[dagster_run_id]["run_id"],
+                fail_queued(engine, by_id[dagster_run_id].run_id,
                             f"its Dagster run {dagster_run_id} was never created (the server stopped before "
                             "submitting it?); evaluate again")
                 ended += 1

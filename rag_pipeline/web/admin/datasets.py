@@ -33,7 +33,7 @@ def strategy_choices(engine, kb: str) -> list[dict]:
     """Every registry strategy, ``applicable`` when the knowledge base holds its embedding model (else ``reason``):
     the applicable ones are pre-selected."""
     info = catalog.describe_knowledge_base(engine, kb)
-    skipped = info["inapplicable_strategies"]
+    skipped = info.inapplicable_strategies
     return [{"version": v, "description": s.description, "applicable": v not in skipped, "reason": skipped.get(v)}
             for v, s in load_registry().items()]
 

@@ -40,8 +40,8 @@ def _kb_page(request: Request, engine, kb: str, *, problems=None, upload_name: s
     except USER_ERRORS as exc:
         return error_page(request, 404, str(exc))
     return render(request, "knowledge_base.html", {
-        "kb": info, "datasets": catalog.list_datasets(engine, info["name"]),
-        "runs": evaluations.list_runs(engine, knowledge_base=info["name"], limit=RECENT_RUNS),
+        "kb": info, "datasets": catalog.list_datasets(engine, info.name),
+        "runs": evaluations.list_runs(engine, knowledge_base=info.name, limit=RECENT_RUNS),
         "problems": problems, "upload_name": upload_name, "max_mb": MAX_FILE_BYTES // (1024 * 1024),
         "dataset_url": dataset_url}, status_code=status_code)
 

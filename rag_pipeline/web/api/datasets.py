@@ -91,7 +91,7 @@ async def upload_dataset(request: Request, engine: Engine, id: str = KnowledgeBa
         raise HTTPProblem(415, f"send the dataset as multipart/form-data (a `file` part) or application/json, "
                                f"not {printable(content_type[:100])}", title="Unsupported media type")
     stored = catalog.store_uploaded_dataset(engine, id, raw, source=source, name=given or None, default_name=stem)
-    return JSONResponse(UploadResult(**stored.as_dict()).model_dump(), status_code=201 if stored.created else 200)
+    return JSONResponse(stored.model_dump(), status_code=201 if stored.created else 200)
 
 
 @router.get("/knowledge-bases/{id}/retrieval/datasets", response_model=DatasetList, summary="List datasets")
@@ -99,5 +99,5 @@ def list_datasets(engine: Engine, id: str = KnowledgeBaseId):  # noqa: A002
     """The datasets stored for this knowledge base (uploaded, or evaluated from files), by name, each with its
     latest version, how many versions and runs it has."""
     datasets = catalog.list_datasets(engine, id)
-    kb = datasets[0]["knowledge_base"] if datasets else catalog.describe_knowledge_base(engine, id)["name"]
+    kb = datasets[0].knowledge_base if datasets else catalog.describe_knowledge_base(engine, id).name
     return {"knowledge_base": kb, "datasets": datasets}

@@ -71,20 +71,19 @@ def evaluate(body: EvaluateRequest, engine: Engine, id: str = KnowledgeBaseId): 
             raise HTTPProblem(422, "inline `cases` need a dataset `name`")
         check_name(DATASET, body.name)
         raw = json.dumps({"cases": body.cases}, ensure_ascii=False, allow_nan=True)
-        stored = catalog.store_uploaded_dataset(engine, kb, raw, source="request body", name=body.name)
-        dataset = {"dataset_id": stored.dataset_id, "name": stored.name, "version": stored.version}
+        dataset = catalog.store_uploaded_dataset(engine, kb, raw, source="request body", name=body.name)
     else:
         dataset = catalog.find_dataset(engine, kb, body.dataset, body.dataset_version)
     try:
-        launched = launcher.launch_evaluations(engine, kb, dataset["dataset_id"], body.strategy_versions,
+        launched = launcher.launch_evaluations(engine, kb, dataset.dataset_id, body.strategy_versions,
                                                strict=body.strict)
     except launcher.LaunchError as exc:
         raise HTTPProblem(503, str(exc), title="Dagster unavailable") from None
     runs = [{"run_id": r.run_id, "status": r.status, "strategy_version": r.strategy_version,
              "partition_key": r.partition_key, "dagster_run_id": r.dagster_run_id, "links": run_links(r.run_id, kb)}
             for r in launched]
-    body_out = EvaluateResponse(dataset=dataset["name"], dataset_id=dataset["dataset_id"],
-                                dataset_version=dataset["version"], knowledge_base=kb, runs=runs,
+    body_out = EvaluateResponse(dataset=dataset.name, dataset_id=dataset.dataset_id,
+                                dataset_version=dataset.version, knowledge_base=kb, runs=runs,
                                 label_warning=launched[0].label_warning if launched else None, queue=queue_info())
     return JSONResponse(body_out.model_dump(), status_code=202,
                         headers={"Location": runs[0]["links"]["self"]} if runs else None)
