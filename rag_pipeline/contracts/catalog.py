@@ -3,6 +3,8 @@ the datasets stored for them."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from pydantic import BaseModel, Field
 
 
@@ -57,6 +59,17 @@ class DatasetVersion(BaseModel):
     version: str = Field(description="The version's hash.")
     knowledge_base: str
     case_count: int
+
+
+class StoredVersion(BaseModel):
+    """One stored version of a dataset, as its history lists it."""
+
+    dataset_id: str
+    content_hash: str
+    case_count: int
+    source_path: str | None
+    created_at: dt.datetime
+    last_seen_at: dt.datetime
 
 
 class UploadResult(DatasetVersion):

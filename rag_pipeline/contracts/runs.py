@@ -116,6 +116,18 @@ class WaitingRun(BaseModel):
     queued_at: dt.datetime | None
 
 
+class HistoryPoint(BaseModel):
+    """One succeeded run of a dataset: when it finished, on which dataset version, its mean metrics."""
+
+    run_id: str
+    strategy_version: str
+    dataset_version: str
+    is_current: bool
+    finished_at: dt.datetime
+    case_count: int
+    metrics: dict[str, float]
+
+
 class LaunchedRun(BaseModel):
     run_id: str
     status: RunStatus

@@ -10,7 +10,6 @@ stored with candidates); :func:`compare_runs` two runs paired by ``case_id`` wit
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 from dataclasses import dataclass, field
 
@@ -18,7 +17,9 @@ import sqlalchemy as sa
 
 from rag_pipeline.analysis import comparison
 from rag_pipeline.analysis.comparison import Comparison, StrategyRun
+from rag_pipeline.contracts.catalog import StoredVersion
 from rag_pipeline.contracts.metrics import METRIC_NAMES
+from rag_pipeline.contracts.runs import HistoryPoint
 from rag_pipeline.evaluation import reports, runs
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 
@@ -49,13 +50,12 @@ FROM retrieval_evaluation_datasets WHERE name = :ds AND knowledge_base_name = :k
 """
 
 
-def dataset_versions(engine: sa.Engine, dataset: str, knowledge_base: str) -> tuple[str, list[dict]]:
-    """(the knowledge base's name, the stored versions of dataset ``dataset`` on it, latest first): ``dataset_id``,
-    ``content_hash``, ``case_count``, ``source_path``, ``created_at``, ``last_seen_at``."""
+def dataset_versions(engine: sa.Engine, dataset: str, knowledge_base: str) -> tuple[str, list[StoredVersion]]:
+    """(the knowledge base's name, the stored versions of dataset ``dataset`` on it, latest first)."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
         rows = conn.execute(sa.text(_VERSIONS_SQL), {"ds": dataset, "kb": kb.name}).mappings().all()
-    return kb.name, [dict(r) for r in rows]
+    return kb.name, [StoredVersion(**r) for r in rows]
 
 
 PAIRED_METRICS = METRIC_NAMES[:6]
@@ -66,26 +66,14 @@ class CaseNotFoundError(LookupError):
     """The run has no case with that id."""
 
 
-@dataclass(frozen=True)
-class HistoryPoint:
-    """One succeeded run of a dataset: when it finished, on which dataset version, its averages."""
-
-    run_id: str
-    strategy_version: str
-    dataset_version: str
-    is_current: bool
-    finished_at: dt.datetime
-    case_count: int
-    metrics: dict[str, float]
-
-
 def metric_history(engine: sa.Engine, dataset: str, knowledge_base: str, *, limit: int = 2000) -> list[HistoryPoint]:
     """Every succeeded run of dataset ``dataset`` on ``knowledge_base`` (name or id), all versions, oldest first."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
         rows = conn.execute(sa.text(_HISTORY_SQL), {"ds": dataset, "kb": kb.id, "limit": int(limit)}).mappings().all()
-    return [HistoryPoint(r["run_id"], r["strategy_version"], r["content_hash"], r["is_current"], r["finished_at"],
-                         r["case_count"], {m: float(r[m]) for m in METRIC_NAMES if r[m] is not None}) for r in rows]
+    return [HistoryPoint(run_id=r["run_id"], strategy_version=r["strategy_version"], dataset_version=r["content_hash"],
+                         is_current=r["is_current"], finished_at=r["finished_at"], case_count=r["case_count"],
+                         metrics={m: float(r[m]) for m in METRIC_NAMES if r[m] is not None}) for r in rows]
 
 
 def _case_row(row) -> dict:

@@ -12,6 +12,7 @@ import pytest
 import requests
 from markupsafe import escape
 
+from rag_pipeline.contracts.runs import HistoryPoint
 from rag_pipeline.service import catalog, evaluations, history
 from rag_pipeline.web.admin.charts import history_svg, strategy_colours
 from rag_pipeline_tests.web.conftest import DEMO_DATASET
@@ -149,8 +150,10 @@ def test_upload_needs_the_csrf_token_and_shows_every_problem(live_server, demo_k
 
 def test_history_chart_scales_to_the_values_and_links_each_run():
     t0 = datetime(2026, 11, 1, tzinfo=UTC)
-    points = [history.HistoryPoint(f"{i:08x}-0000-4000-8000-000000000000", v, "ab" * 32, i == 2, t0 + timedelta(i),
-                                   10, {"ndcg_at_k": 0.6 + 0.05 * i}) for i, v in enumerate(["x-v1", "x-v1", "y-v1"])]
+    points = [HistoryPoint(run_id=f"{i:08x}-0000-4000-8000-000000000000", strategy_version=v, dataset_version="ab" * 32,
+                           is_current=i == 2, finished_at=t0 + timedelta(i), case_count=10,
+                           metrics={"ndcg_at_k": 0.6 + 0.05 * i})  # a contracts model: keyword arguments
+              for i, v in enumerate(["x-v1", "x-v1", "y-v1"])]
     svg = str(history_svg(points, "ndcg_at_k", "nDCG@k", strategy_colours(["x-v1", "y-v1"])))
     assert svg.count("<circle") == 3 and svg.count("<polyline") == 1  # a line for the strategy with two runs
     labels = [float(v) for v in re.findall(r'text-anchor="end">(\d\.\d\d)</text>', svg)]

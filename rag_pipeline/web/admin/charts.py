@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
-from rag_pipeline.service.history import HistoryPoint
+from rag_pipeline.contracts.runs import HistoryPoint
 
 PALETTE = ("#2457c5", "#d9480f", "#2b8a3e", "#862e9c", "#c92a2a", "#0b7285", "#e67700", "#495057",
            "#5c7cfa", "#a61e4d")

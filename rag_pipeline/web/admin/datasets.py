@@ -69,7 +69,7 @@ def dataset_page(request: Request, engine: Engine, kb: str, dataset: str, upload
     if not versions:
         return error_page(request, 404, f"knowledge base {kb_name!r} has no dataset {dataset!r}; upload it first")
     latest = versions[0]
-    labels = datasets.check_stored_dataset(engine, latest["dataset_id"])
+    labels = datasets.check_stored_dataset(engine, latest.dataset_id)
     summaries = evaluations.list_runs(engine, knowledge_base=kb_name, dataset=dataset, limit=200)
     current = sorted((s for s in summaries if s["is_current"] and s["status"] == "succeeded"),
                      key=lambda s: (s["strategy_version"] != DEFAULT_BASELINE, s["strategy_version"]))
@@ -96,7 +96,7 @@ def evaluate(request: Request, engine: Engine, kb: str, dataset: str,
             return error_page(request, 404, f"knowledge base {kb_name!r} has no dataset {dataset!r}")
         if not strategy:
             return error_page(request, 422, "choose at least one strategy to evaluate", title="Nothing to run")
-        launched = launcher.launch_evaluations(engine, kb_name, versions[0]["dataset_id"], strategy)
+        launched = launcher.launch_evaluations(engine, kb_name, versions[0].dataset_id, strategy)
     except (*USER_ERRORS, launcher.LaunchError) as exc:
         return error_page(request, 422, str(exc), title="Evaluation not started")
     ids = ",".join(r.run_id for r in launched)

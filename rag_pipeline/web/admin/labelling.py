@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse
 
 from rag_pipeline.analysis.label_draft import KEY_GRADES, DraftError, save_draft
+from rag_pipeline.contracts.catalog import StoredVersion
 from rag_pipeline.service import catalog, history, label_drafts, label_fixes
 from rag_pipeline.service.errors import USER_ERRORS
 from rag_pipeline.web.admin.datasets import dataset_url
@@ -129,7 +130,7 @@ async def save_dataset(request: Request, engine: Engine, kb: str, name: str):
                             status_code=303)
 
 
-def _latest_version(engine, kb: str, dataset: str) -> tuple[str, dict | None]:
+def _latest_version(engine, kb: str, dataset: str) -> tuple[str, StoredVersion | None]:
     kb_name, versions = history.dataset_versions(engine, dataset, kb)
     return kb_name, versions[0] if versions else None
 
@@ -142,7 +143,7 @@ def fix_labels_preview(request: Request, engine: Engine, kb: str, dataset: str):
         kb_name, latest = _latest_version(engine, kb, dataset)
         if latest is None:
             return error_page(request, 404, f"knowledge base {kb_name!r} has no dataset {dataset!r}")
-        result = label_fixes.fix_stored_labels(engine, latest["dataset_id"], kb_name)
+        result = label_fixes.fix_stored_labels(engine, latest.dataset_id, kb_name)
     except ERRORS as exc:
         return error_page(request, 404, str(exc))
     return render(request, "fix_labels.html", {"kb": kb_name, "dataset": dataset, "latest": latest,
@@ -156,7 +157,7 @@ def fix_labels_apply(request: Request, engine: Engine, kb: str, dataset: str):
         kb_name, latest = _latest_version(engine, kb, dataset)
         if latest is None:
             return error_page(request, 404, f"knowledge base {kb_name!r} has no dataset {dataset!r}")
-        result = label_fixes.fix_stored_labels(engine, latest["dataset_id"], kb_name, save=True)
+        result = label_fixes.fix_stored_labels(engine, latest.dataset_id, kb_name, save=True)
     except ERRORS as exc:
         return error_page(request, 422, str(exc), title="Labels not fixed")
     if result.saved is None:
