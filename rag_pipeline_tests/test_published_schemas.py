@@ -1,17 +1,22 @@
-"""The JSON Schemas checked in under ``docs/schemas/`` are the ones the contracts generate.
+"""The JSON Schemas checked in under ``docs/schemas/`` are the ones the contracts generate, and the report's
+dicts follow the contracts.
 
 After changing a contract, write them again: ``python -m rag_pipeline_tests.test_published_schemas``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
 
-from rag_pipeline.contracts.reports import JsonlHeader, Report, json_schema
+from rag_pipeline.contracts.reports import Candidate, JsonlHeader, Report, json_schema
+from rag_pipeline.contracts.runs import DatasetRef, KnowledgeBaseRef, RunSummary
+from rag_pipeline.evaluation import reports
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "docs" / "schemas"
 PUBLISHED = {"evaluation-report.schema.json": Report, "evaluation-report-jsonl-header.schema.json": JsonlHeader}
@@ -27,6 +32,25 @@ def test_the_checked_in_schema_is_the_generated_one(name):
     jsonschema.Draft202012Validator.check_schema(schema)
     assert (SCHEMAS / name).read_text(encoding="utf-8") == _text(PUBLISHED[name]), (
         f"docs/schemas/{name} is out of date: python -m rag_pipeline_tests.test_published_schemas")
+
+
+def test_the_report_builder_writes_the_contracts_fields_in_their_order():
+    """``show`` writes the dicts of evaluation.reports and the API dumps the models: same keys, same order."""
+    summary = reports.summary_of(_Any(SimpleNamespace(started_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))))
+    assert list(summary) == list(RunSummary.model_fields)
+    assert list(summary["dataset"]) == list(DatasetRef.model_fields)
+    assert list(summary["knowledge_base"]) == list(KnowledgeBaseRef.model_fields)
+    assert list(reports._candidate(_Any(SimpleNamespace()), True)) == list(Candidate.model_fields)
+
+
+class _Any:
+    """A row whose every other column is None."""
+
+    def __init__(self, known: SimpleNamespace) -> None:
+        self._known = known
+
+    def __getattr__(self, name: str):
+        return getattr(self._known, name, None)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The operations of rag_pipeline, shared by every front end (CLI, Dagster, HTTP).
 
-Plain arguments in (an engine, names, paths, numbers), typed results out; no argparse, no Dagster, no JSON
-rendering here. The front ends parse their input, call one operation and render its result.
+Plain arguments in (an engine, names, paths, numbers), typed results out (the models of
+:mod:`rag_pipeline.contracts`); no argparse, no Dagster, no JSON rendering here. The front ends parse their
+input, call one operation and render its result.
 
 | operations | module |
 |---|---|
