@@ -27,8 +27,8 @@ run: install
 test: install
 	$(BIN)/pytest -q
 
-## make test-fast: the unit tests that need no database server and are not slow (markers: see
-## rag_pipeline_tests/conftest.py); no embedded Postgres is started
+## make test-fast: the tests that need no database server and are not slow (marks `db` / `slow`: see
+## rag_pipeline_tests/conftest.py); no embedded Postgres is started, and the run fails if one is
 test-fast: install
 	$(BIN)/pytest -q -m "not db and not slow"
 

@@ -180,6 +180,7 @@ def test_user_errors_are_one_line(launched, capsys, monkeypatch) -> None:
     _one_line_error(*rc_and_stderr(capsys, "kb", "x"), "cannot reach the database")
 
 
+@pytest.mark.slow  # rag-pipeline processes that ingest
 def test_ingest_kb_and_doc(engine, launched, capsys) -> None:
     ctx, procs = launched
     kb = ctx["kb"]

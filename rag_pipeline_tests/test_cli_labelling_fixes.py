@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli import main
+
+# three ingestions, five evaluations
+pytestmark = pytest.mark.slow
 
 KB, KB_SMALL = "relabel-same", "relabel-small"
 DOCS = {  # each under 400 characters: one chunk per document at chunk size 400

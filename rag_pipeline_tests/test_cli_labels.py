@@ -82,6 +82,9 @@ def test_strict_refuses_any_invalid_label_with_exit_1(engine, world, capsys):
     assert _evaluate(write_dataset(folder / "strict-ok.json", KB, tiny_cases(chunks)), "--strict") == 0
 
 
+# `runs` opens the database before it calls the service: with the server up first (and the test marked `db`),
+# stderr holds the error line only, whichever test ran before
+@pytest.mark.usefixtures("engine")
 def test_a_bug_exits_70_and_a_user_error_2(monkeypatch, capsys, tmp_path):
     from rag_pipeline.service import evaluations
 

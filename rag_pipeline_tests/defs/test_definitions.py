@@ -96,6 +96,7 @@ def test_materialise_knowledge_base(engine, kb_name: str, tmp_path: Path) -> Non
     assert len(versions[0]) == 64
 
 
+@pytest.mark.db  # a RagDatabase() resource connects
 def test_materialise_reports_a_bad_folder(tmp_path: Path, kb_name: str) -> None:
     result = _materialise(kb_name, {"source_dir": str(tmp_path / "missing")})
     assert not result.success
@@ -105,6 +106,7 @@ def test_materialise_reports_a_bad_folder(tmp_path: Path, kb_name: str) -> None:
     assert "not a folder" in error.cause.message
 
 
+@pytest.mark.slow  # a process importing Dagster
 def test_module_import_exposes_defs() -> None:
     """``dagster ... -m rag_pipeline.definitions`` imports the module and finds ``defs``."""
     proc = subprocess.run([sys.executable, "-c", "import rag_pipeline.definitions as d; print(d.defs)"],

@@ -219,6 +219,7 @@ def test_nightly_schedule_requests_every_dataset_with_a_file(datasets):
     assert requests[0].run_key == f"nightly:2026-01-02:kept:{VERSIONS[0]}"
 
 
+@pytest.mark.slow  # `dagster job execute` in a subprocess
 def test_dagster_job_execute_in_a_subprocess(engine, chunks, datasets, tmp_path, monkeypatch):
     """The README command, on an instance configured by the repo's dagster.yaml (Postgres storage)."""
     from rag_pipeline.storage.engine import dagster_database_url

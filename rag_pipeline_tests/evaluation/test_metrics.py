@@ -173,6 +173,7 @@ def _random_cases(rng: np.random.Generator, n: int, graded: bool):
 CUTOFFS = (1, 3, 5, 10, 20)
 
 
+@pytest.mark.slow  # ranx's numba JIT
 @pytest.mark.filterwarnings("ignore:unsafe cast from uint64 to int64")  # ranx/numba internals
 @pytest.mark.parametrize("graded", [False, True])
 def test_agrees_with_pytrec_eval_and_ranx(graded: bool) -> None:

@@ -218,6 +218,7 @@ def test_dagster_metadata_of_a_run_holds_no_chunk_text(engine, chunks, tmp_path,
 
 # --- the embedded server: unix socket only ---------------------------------------------------------
 
+@pytest.mark.db  # reads the embedded server's own settings
 def test_embedded_postgres_listens_on_its_unix_socket_only(tmp_path):
     own = bool(os.environ.get("RAG_DATABASE_URL"))  # tests on an external server: start an embedded one here
     pgdata = tmp_path / "pgdata" if own else pgdata_dir()

@@ -108,6 +108,7 @@ def test_index_refuses_another_strategy_or_kb(engine, synthetic_kb):
                                 keyword_index=index)
 
 
+@pytest.mark.slow  # ingests SciFact
 def test_index_leg_equals_the_sql_leg_on_scifact(engine, bench_data):
     docs, queries, _ = read_beir(bench_data / "scifact")
     name = f"t-idx-scifact-{uuid.uuid4().hex[:6]}"

@@ -17,6 +17,9 @@ import requests
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases
 from rag_pipeline_tests.web.server_helpers import dagster_env, free_port, start_server
 
+# two more server processes
+pytestmark = [pytest.mark.db, pytest.mark.slow]
+
 TOKEN = "test-token-0123456789abcdef"
 
 

@@ -23,6 +23,9 @@ from pathlib import Path
 import pytest
 from playwright import sync_api as playwright_api
 
+# a real server + Dagster daemon on the session's database; a browser driving two Dagster evaluation runs
+pytestmark = [pytest.mark.db, pytest.mark.slow]
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

@@ -8,9 +8,13 @@ import re
 import uuid
 
 import requests
+import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.label_check import check_labels
+
+# the live server fixture, pooling on the demo KB
+pytestmark = pytest.mark.slow
 
 
 def _token(html: str) -> str:
