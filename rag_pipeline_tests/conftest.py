@@ -85,7 +85,7 @@ def pytest_sessionfinish(session):
 
 def bench_data_dir() -> Path:
     """``$RAG_BENCH_DATA`` (a folder holding ``scifact/``): unset → skip the test, missing or incomplete → fail it."""
-    from rag_pipeline.settings import get_settings  # noqa: PLC0415 - every RAG_* variable is read there
+    from rag_pipeline.settings import get_settings  # every RAG_* variable is read there
 
     raw = get_settings().bench_data
     if not raw:

@@ -21,7 +21,8 @@ def world(engine, tmp_path_factory):
 
     with engine.connect() as conn:
         docs = dict(conn.execute(sa.text(
-            "SELECT d.original_name, d.id::text FROM documents d JOIN knowledge_bases kb ON kb.id = d.knowledge_base_id "
+            "SELECT d.original_name, d.id::text FROM documents d "
+            "JOIN knowledge_bases kb ON kb.id = d.knowledge_base_id "
             "WHERE kb.name = :n"), {"n": KB}).all())
     return chunks, docs, folder
 

@@ -113,7 +113,7 @@ def installed(wheel: Path, tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def fresh_db(engine):  # noqa: ARG001 - the session server must be up
+def fresh_db(engine):  # the session server must be up
     """A fresh, empty database on the test server (dropped afterwards): (libpq URL, SQLAlchemy URL)."""
     with scratch_database("rag_wheeltest") as urls:
         yield urls
