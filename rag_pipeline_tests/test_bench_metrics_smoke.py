@@ -44,7 +44,7 @@ def _reference_means() -> dict[str, float]:
     return means
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the bench in a subprocess, ranx's JIT warm-up
 def test_metrics_bench_smoke() -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--queries", str(QUERIES), "--repeats", "1"],

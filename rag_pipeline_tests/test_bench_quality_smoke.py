@@ -31,7 +31,7 @@ CROSS_CHECKED = "Metrics check: nDCG@10, Recall@100 and P@10 equal pytrec_eval's
 
 
 # bench_data first: skip before the server starts
-@pytest.mark.slow
+@pytest.mark.slow  # ingests a SciFact subset, evaluates every shipped strategy
 def test_quality_bench_runs_on_a_subset(bench_data, engine, tmp_path):
     import pytrec_eval  # a dev dependency: without it the bench does not cross-check (fail here)
 

@@ -119,7 +119,7 @@ def fresh_db(engine):  # the session server must be up
         yield urls
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # builds the wheel and installs it into a new venv
 def test_installed_wheel_migrates_a_fresh_database_from_an_empty_directory(installed: Path, fresh_db, tmp_path):
     url, sqlalchemy_url = fresh_db
     workdir = tmp_path / "empty"
