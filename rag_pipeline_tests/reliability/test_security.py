@@ -218,6 +218,7 @@ def test_dagster_metadata_of_a_run_holds_no_chunk_text(engine, chunks, tmp_path,
 
 # --- the embedded server: unix socket only ---------------------------------------------------------
 
+@pytest.mark.db  # reads the embedded server's own settings
 def test_embedded_postgres_listens_on_its_unix_socket_only(tmp_path):
     own = bool(os.environ.get("RAG_DATABASE_URL"))  # tests on an external server: start an embedded one here
     pgdata = tmp_path / "pgdata" if own else pgdata_dir()
@@ -391,7 +392,8 @@ VETTED_SQL_SPLICES = {
     ("storage/engine.py", "build_vector_index", "index"): "hnsw_index_name: [a-z0-9_] (hex of a UUID, of an md5)",
     ("storage/engine.py", "build_vector_index", "kb"): "a uuid.UUID (hex digits and hyphens)",
     ("knowledge_base/ingestion.py", "_rebuild_if_churned", "index"): "hnsw_index_name: [a-z0-9_]",
-    ("evaluation/reports.py", "iter_cases", 'mode=_MODE_FILTERS.get(candidates, "")'): "constant filters (mode checked)",
+    ("evaluation/reports.py", "iter_cases", 'mode=_MODE_FILTERS.get(candidates, "")'):
+        "constant filters (mode checked)",
     ("evaluation/reports.py", "iter_cases", "one_case"): "a constant fragment with a bind parameter",
     **{("storage/migrations/versions/0005_runs_at_scale.py", func, expr): why for func, expr, why in (
         ("_per_model_vector_indexes", "name", "an index name read from pg_indexes, quoted"),
