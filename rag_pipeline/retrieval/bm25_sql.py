@@ -207,7 +207,6 @@ def searchable_chunks(conn: sa.Connection, kb_id) -> list[sa.Row]:
 
 
 def term_idfs(conn: sa.Connection, kb_id) -> list[sa.Row]:
-    """The KB's lexemes in the server's order with their df and idf."""
     return conn.execute(sa.text(_TERMS_SQL), {"kb": kb_id}).all()
 
 

@@ -209,7 +209,6 @@ def set_vector_settings(conn: sa.Connection, ef_search: int) -> None:
 
 
 def vector_leg(conn: sa.Connection, dimension: int, params: dict, *, exact: bool = False) -> sa.CursorResult:
-    """:func:`vector_leg_sql`'s rows for ``params`` (kb, model, query_vectors, k)."""
     return conn.execute(sa.text(vector_leg_sql(dimension, exact=exact)), params)
 
 
@@ -218,13 +217,11 @@ def searchable_vectors(conn: sa.Connection, kb_id, model: str) -> int:
 
 
 def keyword_leg(conn: sa.Connection, statement: str, params: dict) -> sa.CursorResult:
-    """The rows of ``statement``: one of the keyword-leg statements (this module's ``TS_RANK_CD_*_LEG_SQL``,
-    :mod:`bm25_sql`'s ``BM25_*_LEG_SQL``) for ``params``."""
+    """The rows of one of the keyword-leg statements (``TS_RANK_CD_*_LEG_SQL``, ``bm25_sql.BM25_*_LEG_SQL``)."""
     return conn.execute(sa.text(statement), params)
 
 
 def stored_vector_scores(conn: sa.Connection, dimension: int, params: dict) -> sa.CursorResult:
-    """:data:`VECTOR_SCORES_SQL`'s rows for ``params`` (kb, model, query_vectors, chunk_ids)."""
     return conn.execute(sa.text(VECTOR_SCORES_SQL.format(dim=int(dimension))), params)
 
 
@@ -234,7 +231,6 @@ def chunk_texts(conn: sa.Connection, ids_literal: str) -> dict[str, str]:
 
 
 def insert_strategy(conn: sa.Connection, version: str, params_hash: str, params_json: str) -> None:
-    """Record a strategy version on first use (a version already recorded is left as it is)."""
     conn.execute(sa.text(INSERT_STRATEGY_SQL), {"version": version, "params_hash": params_hash, "params": params_json})
 
 

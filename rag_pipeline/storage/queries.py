@@ -1,8 +1,5 @@
-"""The storage stage's SQL: creating databases, advisory locks, embedding models, HNSW index builds, snapshots.
-
-One statement per idea, each run by a thin function on the caller's connection (and so in its transaction).
-Identifiers cannot be bind parameters; the few spliced in are checked where they are spliced.
-"""
+"""The storage stage's SQL: databases, advisory locks, embedding models, HNSW indexes, snapshots, on the caller's
+connection. Identifiers cannot be bind parameters; the few spliced in are checked where they are spliced."""
 
 from __future__ import annotations
 
@@ -20,17 +17,11 @@ _INDEX_NAME = re.compile(r"[a-z0-9_]+")
 
 MODEL_DIMENSION_SQL = "SELECT dimension FROM embedding_models WHERE name = :model"
 
-_REGISTER_MODEL_SQL = ("INSERT INTO embedding_models (name, dimension, backend) VALUES (:n, :d, :b) "
-                       "ON CONFLICT (name) DO NOTHING")
-
 _FREE_CONNECTIONS_SQL = (
     "SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int "
     "- coalesce(current_setting('reserved_connections', true)::int, 0) - (SELECT count(*) FROM pg_stat_activity "
     "WHERE backend_type = 'client backend')")
 
-_OTHER_SNAPSHOT_HOLDERS_SQL = (
-    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-    "AND backend_xmin IS NOT NULL")
 
 
 def database_exists(conn: sa.Connection, name: str) -> bool:
@@ -38,13 +29,11 @@ def database_exists(conn: sa.Connection, name: str) -> bool:
 
 
 def create_database(conn: sa.Connection, name: str) -> None:
-    """``CREATE DATABASE`` (autocommit ``conn``); ``name`` is checked against ``[a-z_][a-z0-9_]*`` by the caller."""
     conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
 
 
 @contextmanager
 def migration_lock(conn: sa.Connection) -> Iterator[None]:
-    """A session advisory lock that serialises schema migrations across processes."""
     conn.execute(sa.text("SELECT pg_advisory_lock(726354)"))
     try:
         yield
@@ -53,7 +42,7 @@ def migration_lock(conn: sa.Connection) -> Iterator[None]:
 
 
 def lock_model_registration(conn: sa.Connection) -> None:
-    """One embedding-model registration at a time (until ``conn``'s transaction ends)."""
+    """One embedding-model registration at a time (until the transaction ends)."""
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(726355)"))
 
 
@@ -62,7 +51,8 @@ def model_dimension(conn: sa.Connection, model: str) -> int | None:
 
 
 def register_model(conn: sa.Connection, name: str, dimension: int, backend: str) -> None:
-    conn.execute(sa.text(_REGISTER_MODEL_SQL), {"n": name, "d": dimension, "b": backend})
+    conn.execute(sa.text("INSERT INTO embedding_models (name, dimension, backend) VALUES (:n, :d, :b) "
+                         "ON CONFLICT (name) DO NOTHING"), {"n": name, "d": dimension, "b": backend})
 
 
 def index_validity(conn: sa.Connection, index: str) -> bool | None:
@@ -82,12 +72,11 @@ def maintenance_work_mem_mb(conn: sa.Connection) -> int:
 
 
 def set_maintenance_work_mem(conn: sa.Connection, megabytes: int) -> None:
-    """For the rest of ``conn``'s transaction."""
     conn.execute(sa.text("SELECT set_config('maintenance_work_mem', :v, true)"), {"v": f"{int(megabytes)}MB"})
 
 
 def model_literal(name: str) -> str:
-    """``name`` if it may be spliced into SQL as a quoted literal (``[A-Za-z0-9._/-]+``), else a DatabaseError."""
+    """``name`` if it may be spliced into SQL as a quoted literal (``[A-Za-z0-9._/-]+``)."""
     if not re.fullmatch(r"[A-Za-z0-9._/-]+", name):
         raise DatabaseError(f"invalid embedding model name {name!r}")
     return name
@@ -114,11 +103,11 @@ def reindex(conn: sa.Connection, index: str, *, concurrently: bool = False) -> N
 
 def other_snapshot_holders(conn: sa.Connection) -> int:
     """Other backends of this database holding a snapshot (a concurrent REINDEX would wait for them)."""
-    return conn.execute(sa.text(_OTHER_SNAPSHOT_HOLDERS_SQL)).scalar_one()
+    return conn.execute(sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL")).scalar_one()
 
 
 def set_lock_timeout(conn: sa.Connection, seconds: float) -> None:
-    """For the session (``RESET`` it with :func:`reset_lock_timeout`)."""
     conn.execute(sa.text("SELECT set_config('lock_timeout', :t, false)"), {"t": f"{seconds}s"})
 
 
@@ -132,7 +121,6 @@ def free_connections(conn: sa.Connection) -> int:
 
 
 def export_snapshot(conn: sa.Connection) -> str:
-    """``pg_export_snapshot()`` of ``conn``'s (REPEATABLE READ) transaction."""
     return conn.execute(sa.text("SELECT pg_export_snapshot()")).scalar_one()
 
 

@@ -55,8 +55,7 @@ _TOKEN_COUNTS_SQL = (
 
 
 def searchable_chunks(conn: sa.Connection, kb_id, document_id, limit: int) -> sa.CursorResult:
-    """The KB's searchable chunks (of one document, or all when ``document_id`` is None) in document name and
-    ordinal order, at most ``limit``."""
+    """At most ``limit`` searchable chunks (of one document, or all), in document name and ordinal order."""
     return conn.execute(sa.text(_LIST_SQL), {"kb": kb_id, "doc": document_id, "limit": limit})
 
 
@@ -100,9 +99,7 @@ def current_spans(conn: sa.Connection, document_ids: list) -> sa.CursorResult:
 
 
 def insert_chunks(conn: sa.Connection, kb_id, cfg: str, rows: Iterable[tuple]) -> list:
-    """Write chunks ``(id, document_id, ordinal, content, content_hash, char_start, char_end, text to index)`` that
-    are not current yet (COPY into a staging table, then one INSERT), with their tsvector in text-search
-    configuration ``cfg``, BM25 postings and token counts. Returns the ids written."""
+    """Write the chunks (rows of chunk_stage's columns) not current yet, with tsvector, postings, token counts."""
     conn.execute(sa.text(_STAGE_SQL))
     with conn.connection.driver_connection.cursor().copy("COPY chunk_stage FROM STDIN") as copy:
         for row in rows:
@@ -115,14 +112,12 @@ def insert_chunks(conn: sa.Connection, kb_id, cfg: str, rows: Iterable[tuple]) -
 
 
 def current_chunk_ids(conn: sa.Connection, document_ids: list) -> list:
-    """The ids of the documents' current chunks."""
     return conn.execute(sa.text("SELECT id FROM document_chunks WHERE document_id = ANY(:d) AND is_current"),
                         {"d": document_ids}).scalars().all()
 
 
 def retire_chunks(conn: sa.Connection, chunk_ids: list) -> None:
-    """Mark chunks replaced (``is_current = false``, text and span kept) and drop their postings and vectors (the
-    KB's vector index holds only its current vectors; a re-activated chunk is embedded again)."""
+    """Mark chunks replaced (text and span kept); drop their postings and vectors (a revived chunk is re-embedded)."""
     params = {"ids": chunk_ids}
     conn.execute(sa.text("UPDATE document_chunks SET is_current = false, replaced_at = now() WHERE id = ANY(:ids)"),
                  params)

@@ -130,5 +130,4 @@ def content_digest(conn: sa.Connection, kb_id) -> sa.Row:
 
 
 def searchable_embedding_counts(conn: sa.Connection, kb_id) -> dict[str, int]:
-    """Searchable chunks with a vector, per model."""
     return {r.model: int(r.n) for r in conn.execute(sa.text(_SEARCHABLE_EMBEDDING_COUNTS_SQL), {"kb": kb_id})}

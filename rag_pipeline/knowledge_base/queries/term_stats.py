@@ -1,8 +1,4 @@
-"""SQL of the BM25 term statistics (:mod:`rag_pipeline.knowledge_base.term_stats` says when each runs).
-
-``doc_freq`` per lexeme, N and avgdl, always those of the KB's searchable chunks; a change is applied as a
-difference through the temporary table ``term_stats_delta`` (per lexeme, searchable chunks after − before).
-"""
+"""SQL of the BM25 term statistics (:mod:`rag_pipeline.knowledge_base.term_stats` says when each statement runs)."""
 
 from __future__ import annotations
 
@@ -62,18 +58,15 @@ def update_n_and_avgdl(conn: sa.Connection, kb_id) -> None:
 
 
 def lock_statistics(conn: sa.Connection, kb_id) -> None:
-    """Lock the KB row (``FOR NO KEY UPDATE``: changes of one KB's statistics are serialised, readers and
-    foreign-key inserts are not blocked) until ``conn``'s transaction ends."""
+    """``FOR NO KEY UPDATE`` of the KB row: one change of its statistics at a time; readers are not blocked."""
     conn.execute(sa.text("SELECT 1 FROM knowledge_bases WHERE id = :kb FOR NO KEY UPDATE"), {"kb": kb_id})
 
 
 def statistics_consistent(conn: sa.Connection, kb_id) -> bool | None:
-    """Whether the stored N and avgdl are those of the KB's searchable chunks."""
     return conn.execute(sa.text(_CONSISTENT_SQL), {"kb": kb_id}).scalar()
 
 
 def start_delta(conn: sa.Connection) -> None:
-    """An empty delta table (dropped at commit at the latest)."""
     conn.execute(sa.text(f"CREATE TEMP TABLE IF NOT EXISTS {_DELTA} (lexeme text PRIMARY KEY, d bigint NOT NULL) "
                          "ON COMMIT DROP"))
     conn.execute(sa.text(f"TRUNCATE {_DELTA}"))
@@ -85,8 +78,7 @@ def add_documents_to_delta(conn: sa.Connection, kb_id, document_ids: list, sign:
 
 
 def apply_delta(conn: sa.Connection, kb_id) -> bool:
-    """Add the delta to ``doc_freq``, drop the lexemes left at 0 and the delta table; whether some ``doc_freq``
-    went below 0 (impossible from consistent statistics)."""
+    """Add the delta to ``doc_freq``, drop lexemes left at 0 and the delta; whether a ``doc_freq`` went below 0."""
     conn.execute(sa.text(_APPLY_DELTA_SQL), {"kb": kb_id})
     negative = conn.execute(sa.text(_DROP_EMPTY_SQL), {"kb": kb_id}).scalars().all()
     conn.execute(sa.text(f"DROP TABLE {_DELTA}"))

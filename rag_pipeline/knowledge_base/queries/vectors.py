@@ -23,7 +23,6 @@ _STORE_QUESTION_VECTORS_SQL = (
 
 
 def chunks_with_vector(conn: sa.Connection, chunk_ids: list, model: str) -> set:
-    """The ids among ``chunk_ids`` that have a vector of ``model``."""
     return set(conn.execute(sa.text("SELECT chunk_id FROM chunk_embeddings WHERE chunk_id = ANY(:ids) AND model = :m"),
                             {"ids": chunk_ids, "m": model}).scalars())
 
@@ -34,8 +33,7 @@ def chunks_without_vector(conn: sa.Connection, kb_id, model: str) -> list[sa.Row
 
 
 def copy_vectors(raw, kb_id, model: str, chunk_ids: Sequence, vectors: np.ndarray) -> None:
-    """Binary COPY of (chunk, model, vector) rows on the driver connection ``raw`` (pgvector's psycopg dumper
-    registered on it)."""
+    """Binary COPY of (chunk, model, vector) rows on ``raw`` (a driver connection with pgvector registered)."""
     with raw.cursor().copy(_COPY_VECTORS_SQL) as copy:
         copy.set_types(["uuid", "varchar", "uuid", "vector"])
         for cid, vec in zip(chunk_ids, vectors, strict=True):
@@ -43,13 +41,11 @@ def copy_vectors(raw, kb_id, model: str, chunk_ids: Sequence, vectors: np.ndarra
 
 
 def embedding_models(conn: sa.Connection, kb_id) -> list[str]:
-    """The embedding models the KB's current chunks have vectors of."""
     return list(conn.execute(sa.text(_MODELS_SQL), {"kb": kb_id}).scalars())
 
 
 def analyze(conn: sa.Connection) -> None:
-    """Fresh planner statistics of the knowledge-base tables (after an ingestion, so the first evaluation on a new
-    KB gets good plans)."""
+    """Fresh planner statistics, so the first evaluation on a new KB gets good plans."""
     conn.execute(sa.text("ANALYZE document_chunks, chunk_embeddings, chunk_terms, knowledge_base_term_stats"))
 
 
