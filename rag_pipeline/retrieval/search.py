@@ -103,7 +103,7 @@ def hybrid_search_batch(
         raise RetrievalError(f"no knowledge base with id {knowledge_base_id}")
     if targets is not None and len(targets) != len(queries):
         raise ValueError(f"got {len(targets)} target lists for {len(queries)} questions")
-    set_statement_timeout(conn)
+    retrieval_sql.set_statement_timeout(conn, max(1, round(get_settings().statement_timeout_s * 1000)))
     complete = strategy.complete_pool and strategy.vector_candidate_k > 0 and strategy.keyword_candidate_k > 0
     done: list[dict] = [{} for _ in queries]
     try:
@@ -131,11 +131,6 @@ def hybrid_search_batch(
 
 class StatementTimeout(RetrievalError):
     """A retrieval statement ran longer than ``RAG_STATEMENT_TIMEOUT_S`` (a hostile or huge question)."""
-
-
-def set_statement_timeout(conn: sa.Connection) -> None:
-    """Bound every following statement of ``conn``'s transaction by ``RAG_STATEMENT_TIMEOUT_S``."""
-    retrieval_sql.set_statement_timeout(conn, max(1, round(get_settings().statement_timeout_s * 1000)))
 
 
 def is_statement_timeout(exc: BaseException) -> bool:
