@@ -116,7 +116,6 @@ def reset_lock_timeout(conn: sa.Connection) -> None:
 
 
 def free_connections(conn: sa.Connection) -> int:
-    """The server's free connection slots: ``max_connections`` minus reserved and in-use client connections."""
     return conn.execute(sa.text(_FREE_CONNECTIONS_SQL)).scalar_one()
 
 

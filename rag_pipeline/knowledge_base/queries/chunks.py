@@ -55,7 +55,6 @@ _TOKEN_COUNTS_SQL = (
 
 
 def searchable_chunks(conn: sa.Connection, kb_id, document_id, limit: int) -> sa.CursorResult:
-    """At most ``limit`` searchable chunks (of one document, or all), in document name and ordinal order."""
     return conn.execute(sa.text(_LIST_SQL), {"kb": kb_id, "doc": document_id, "limit": limit})
 
 
@@ -64,12 +63,10 @@ def searchable_chunk_count(conn: sa.Connection, kb_id, document_id) -> int:
 
 
 def phrase_chunks(conn: sa.Connection, kb_id, document_id, phrase: str, limit: int) -> sa.CursorResult:
-    """Searchable chunks whose text contains ``phrase`` (case-insensitive), in document and ordinal order."""
     return conn.execute(sa.text(_PHRASE_SQL), {"kb": kb_id, "doc": document_id, "limit": limit, "phrase": phrase})
 
 
 def chunks_with_ids(conn: sa.Connection, ids: list) -> sa.CursorResult:
-    """Any chunk (current or replaced, any knowledge base) of ``ids``."""
     return conn.execute(sa.text(_BY_IDS_SQL), {"ids": ids})
 
 
@@ -78,13 +75,11 @@ def document_names(conn: sa.Connection, kb_id) -> list[str]:
 
 
 def document_name(conn: sa.Connection, document_id) -> str | None:
-    """The original name of the document with this id (any knowledge base)."""
     return conn.execute(sa.text("SELECT d.original_name FROM documents d WHERE d.id = :id"),
                         {"id": document_id}).scalar()
 
 
 def named_document_chunks(conn: sa.Connection, kb_id, name: str) -> sa.CursorResult:
-    """The searchable chunks of the KB's document named ``name``, in ordinal order."""
     return conn.execute(sa.text(_NAMED_DOCUMENT_CHUNKS_SQL), {"kb": kb_id, "name": name})
 
 

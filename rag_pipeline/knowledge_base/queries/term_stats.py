@@ -48,7 +48,6 @@ _UPDATE_N_AND_AVGDL_SQL = (f"UPDATE knowledge_bases k SET chunk_count = s.n, avg
 
 
 def rebuild_doc_freqs(conn: sa.Connection, kb_id) -> None:
-    """Every ``doc_freq`` of the KB recomputed from its searchable chunks (linear in the KB's postings)."""
     conn.execute(sa.text("DELETE FROM knowledge_base_term_stats WHERE knowledge_base_id = :kb"), {"kb": kb_id})
     conn.execute(sa.text(_REBUILD_SQL), {"kb": kb_id})
 

@@ -55,5 +55,4 @@ def question_vectors(conn: sa.Connection, model: str, hashes: list[bytes]) -> sa
 
 
 def store_question_vectors(conn: sa.Connection, model: str, hashes: list[bytes], vectors: list) -> None:
-    """Store question vectors; one stored meanwhile by another run is kept (``ON CONFLICT DO NOTHING``)."""
     conn.execute(sa.text(_STORE_QUESTION_VECTORS_SQL), {"model": model, "hashes": hashes, "vectors": vectors})
