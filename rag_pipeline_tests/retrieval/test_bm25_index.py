@@ -144,7 +144,8 @@ def test_postings_find_their_chunk_columns_by_uuid(shared_prefix):
 def test_postings_read_in_lexeme_ranges_on_several_snapshot_readers_give_the_same_index(engine, synthetic_kb, parts):
     """The parallel load (ranges of lexemes on the run's snapshot readers) builds the very matrix of the one-statement
     load: same rows, columns and bit-identical weights, every posting once."""
-    from rag_pipeline.retrieval.bm25_index import _TERMS_SQL, _lexeme_ranges
+    from rag_pipeline.retrieval.bm25_index import _lexeme_ranges
+    from rag_pipeline.retrieval.bm25_sql import _TERMS_SQL  # moved with the other statements
     from rag_pipeline.storage.snapshot_readers import snapshot_readers
 
     _, kb_id, _, _ = synthetic_kb
