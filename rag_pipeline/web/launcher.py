@@ -56,7 +56,6 @@ JOB = "evaluate_retrieval"
 CODE_MODULE = "rag_pipeline.definitions"
 DATASET_PARTITIONS = "dataset"
 DAEMON_TYPE = "QUEUED_RUN_COORDINATOR"
-DAGSTER_VARIABLES = ("DAGSTER_HOME", "RAG_DAGSTER_PG_URL")
 HEARTBEAT_TOLERANCE_S = 120
 LAUNCH_TIMEOUT_S = 300
 RECONCILE_PERIOD_S = 2.0
@@ -132,18 +131,12 @@ class Launcher:
 
     def instance(self):
         """The ``dagster.DagsterInstance`` of ``DAGSTER_HOME`` (opened once). Dagster reads ``DAGSTER_HOME`` and
-        ``RAG_DAGSTER_PG_URL`` from the process environment, so they must be there from the start."""
+        ``RAG_DAGSTER_PG_URL`` from the process environment: ``rag-pipeline serve`` starts with them there."""
         import dagster as dg
 
         with self._lock:
             if self._instance is None:
-                env = self.environment()
-                home = env["DAGSTER_HOME"]
-                unset = [name for name in DAGSTER_VARIABLES if os.environ.get(name) != env.get(name)]
-                if unset:
-                    raise LaunchError(f"cannot open the Dagster instance of DAGSTER_HOME={home}: this process was "
-                                      f"started without {' and '.join(unset)} in its environment (start it with "
-                                      "`rag-pipeline serve`, which sets them)")
+                home = self.environment()["DAGSTER_HOME"]
                 try:
                     self._instance = dg.DagsterInstance.get()
                 except Exception as exc:  # noqa: BLE001 - any set-up failure becomes one line for the user
