@@ -67,15 +67,12 @@ async def _reconcile_periodically(launcher: Launcher) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """The app's launcher (the one given to :func:`create_app`, else one on this process's environment) and the
     reconciliation task, cancelled on shutdown."""
-    if getattr(app.state, "launcher", None) is None:
-        app.state.launcher = Launcher()
+    app.state.launcher = app.state.launcher or Launcher()
     task = asyncio.create_task(_reconcile_periodically(app.state.launcher), name="rag-reconcile")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def create_app(launcher: Launcher | None = None) -> FastAPI:

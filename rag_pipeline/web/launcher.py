@@ -47,7 +47,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.service.run_queue import QueuedRun, fail_queued, queue_evaluations, queued_runs
+from rag_pipeline.service.run_queue import QueuedEvaluation, QueuedRun, fail_queued, queue_evaluations, queued_runs
 from rag_pipeline.settings import project_root
 from rag_pipeline.storage.engine import dagster_database_url
 from rag_pipeline.storage.urls import mask_secrets
@@ -62,19 +62,6 @@ RECONCILE_PERIOD_S = 2.0
 NO_DAEMON_FIX = ("start `make dev` (the Dagster UI and its daemon) or `rag-pipeline serve --with-daemon`, on the "
                  "same DAGSTER_HOME")
 log = logging.getLogger("rag_pipeline.web.launcher")
-
-
-@dataclass(frozen=True)
-class LaunchedRun:
-    """A queued evaluation run and the Dagster run that will carry it out."""
-
-    run_id: str
-    status: str
-    strategy_version: str
-    dagster_run_id: str
-    partition_key: str
-    label_warning: str | None = None
-    """Set when some labels of the dataset are not searchable chunks (the run goes ahead, as in the CLI)."""
 
 
 @dataclass(frozen=True)
@@ -145,10 +132,10 @@ class Launcher:
             return self._instance
 
     def launch_evaluations(self, engine: sa.Engine, knowledge_base: str, dataset_id: str,
-                           strategy_versions: Sequence[str] | None = None, *, strict: bool = False,
-                           wait: bool = False) -> list[LaunchedRun]:
+                           strategy_versions: Sequence[str] | None = None, *, strict: bool = False
+                           ) -> QueuedEvaluation:
         """Queue one evaluation run per strategy (default: every strategy the knowledge base can run) of a stored
-        dataset version and submit each to Dagster (in the background; ``wait=True``: before returning)."""
+        dataset version and submit each to Dagster in the background."""
         inst = self.instance()  # fails before anything is queued when the instance cannot be used
         self.reconcile(engine)
         queued = queue_evaluations(engine, knowledge_base, dataset_id, strategy_versions, strict=strict)
@@ -160,13 +147,8 @@ class Launcher:
             for run in queued.runs:
                 fail_queued(engine, run.run_id, f"could not add the Dagster partition: {exc}")
             raise
-        worker = threading.Thread(target=self._submit_all, args=(engine, queued.runs), name="rag-launch",
-                                  daemon=True)
-        worker.start()
-        if wait:
-            worker.join()
-        return [LaunchedRun(r.run_id, r.status, r.strategy_version, r.dagster_run_id, r.partition_key,
-                            queued.label_warning) for r in queued.runs]
+        threading.Thread(target=self._submit_all, args=(engine, queued.runs), name="rag-launch", daemon=True).start()
+        return queued
 
     def _submit_all(self, engine: sa.Engine, runs: Sequence[QueuedRun]) -> None:
         for run in runs:

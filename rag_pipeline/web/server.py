@@ -8,7 +8,6 @@ instance reads them from the environment the process has."""
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
@@ -18,8 +17,6 @@ from dotenv import dotenv_values
 from rag_pipeline.settings import project_root
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.web.security import BindRefused, check_bind
-
-log = logging.getLogger("rag_pipeline.web")
 
 
 class ServeRefused(ValueError):

@@ -3,6 +3,7 @@ each metric over time, run history (``/admin/retrieval-evaluations/kb/{kb}/datas
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated
 from urllib.parse import quote
 
@@ -100,7 +101,7 @@ def evaluate(request: Request, engine: Engine, launcher: DagsterLauncher, kb: st
         launched = launcher.launch_evaluations(engine, kb_name, versions[0]["dataset_id"], strategy)
     except (*USER_ERRORS, LaunchError) as exc:
         return error_page(request, 422, str(exc), title="Evaluation not started")
-    ids = ",".join(r.run_id for r in launched)
+    ids = ",".join(r.run_id for r in launched.runs)
     return RedirectResponse(f"{dataset_url(kb_name, dataset)}?launched={quote(ids)}", status_code=303)
 
 
@@ -112,7 +113,5 @@ def runs_json(engine: Engine, launcher: DagsterLauncher, kb: str, dataset: str):
         summaries = evaluations.list_runs(engine, knowledge_base=kb, dataset=dataset, limit=50)
     except USER_ERRORS as exc:
         return JSONResponse({"detail": str(exc)}, status_code=404)
-    queue = launcher.queue_status()
     runs = [_progress(s) for s in summaries]
-    return {"runs": runs, "active": sum(r["status"] in ACTIVE for r in runs),
-            "queue": {"daemon_running": queue.daemon_running, "message": queue.message}}
+    return {"runs": runs, "active": sum(r["status"] in ACTIVE for r in runs), "queue": asdict(launcher.queue_status())}

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
@@ -21,7 +22,7 @@ from rag_pipeline.web.api.models import (
     RunStatus,
 )
 from rag_pipeline.web.dependencies import DagsterLauncher, Engine, Paging
-from rag_pipeline.web.launcher import Launcher, LaunchError
+from rag_pipeline.web.launcher import LaunchError
 from rag_pipeline.web.problems import HTTPProblem
 
 router = APIRouter(tags=["evaluations"])
@@ -31,11 +32,6 @@ MAX_CASE_PAGE = 1000
 def run_links(run_id: str, knowledge_base: str) -> dict:
     return {"self": f"/api/v1/retrieval/evaluations/{run_id}",
             "knowledge_base_runs": f"/api/v1/knowledge-bases/{knowledge_base}/retrieval/runs"}
-
-
-def queue_info(launcher: Launcher) -> dict:
-    status = launcher.queue_status()
-    return {"daemon_running": status.daemon_running, "message": status.message}
 
 
 @router.post("/knowledge-bases/{id}/retrieval/evaluate", response_model=EvaluateResponse, status_code=202,
@@ -66,17 +62,16 @@ def evaluate(body: EvaluateRequest, engine: Engine, launcher: DagsterLauncher,
     else:
         dataset = catalog.find_dataset(engine, kb, body.dataset, body.dataset_version)
     try:
-        launched = launcher.launch_evaluations(engine, kb, dataset["dataset_id"], body.strategy_versions,
-                                               strict=body.strict)
+        queued = launcher.launch_evaluations(engine, kb, dataset["dataset_id"], body.strategy_versions,
+                                             strict=body.strict)
     except LaunchError as exc:
         raise HTTPProblem(503, str(exc), title="Dagster unavailable") from None
     runs = [{"run_id": r.run_id, "status": r.status, "strategy_version": r.strategy_version,
              "partition_key": r.partition_key, "dagster_run_id": r.dagster_run_id, "links": run_links(r.run_id, kb)}
-            for r in launched]
+            for r in queued.runs]
     body_out = EvaluateResponse(dataset=dataset["name"], dataset_id=dataset["dataset_id"],
                                 dataset_version=dataset["version"], knowledge_base=kb, runs=runs,
-                                label_warning=launched[0].label_warning if launched else None,
-                                queue=queue_info(launcher))
+                                label_warning=queued.label_warning, queue=asdict(launcher.queue_status()))
     return JSONResponse(body_out.model_dump(), status_code=202,
                         headers={"Location": runs[0]["links"]["self"]} if runs else None)
 
@@ -94,7 +89,7 @@ def list_runs(engine: Engine, launcher: DagsterLauncher, page: Paging, id: str =
     total, summaries = evaluations.run_page(engine, knowledge_base=id, dataset=dataset, strategy=strategy,
                                             status=status, current_only=current, limit=page.limit,
                                             offset=page.offset)
-    return {"total": total, "limit": page.limit, "offset": page.offset, "queue": queue_info(launcher),
+    return {"total": total, "limit": page.limit, "offset": page.offset, "queue": asdict(launcher.queue_status()),
             "runs": [{**s, "links": run_links(s["run_id"], s["knowledge_base"]["name"])} for s in summaries]}
 
 
@@ -123,5 +118,5 @@ def get_evaluation(engine: Engine, launcher: DagsterLauncher,
                       "include_text": include_text}
     detail["links"] = run_links(summary["run_id"], summary["knowledge_base"]["name"])
     if summary["status"] == "queued":
-        detail["queue"] = queue_info(launcher)
+        detail["queue"] = asdict(launcher.queue_status())
     return detail
