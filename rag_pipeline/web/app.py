@@ -25,7 +25,7 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from rag_pipeline.web import dependencies, problems, security
 from rag_pipeline.web.api import chunks, comparisons, datasets, evaluations, health, knowledge_bases
-from rag_pipeline.web.launcher import RECONCILE_PERIOD_S, Launcher
+from rag_pipeline.web.launcher import RECONCILE_PERIOD_S, Launcher, LaunchError
 
 DESCRIPTION = """Measure a RAG system's retrieval: upload labelled datasets, evaluate strategies asynchronously
 (each run is a Dagster run of `evaluate_retrieval`), read run history, per-case candidates and comparisons.
@@ -68,6 +68,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """The app's launcher (the one given to :func:`create_app`, else one on this process's environment) and the
     reconciliation task, cancelled on shutdown."""
     app.state.launcher = app.state.launcher or Launcher()
+    with contextlib.suppress(LaunchError):  # the queue status and each launch report it
+        app.state.launcher.environment()  # read once, before the first request
     task = asyncio.create_task(_reconcile_periodically(app.state.launcher), name="rag-reconcile")
     yield
     task.cancel()

@@ -24,11 +24,9 @@ wait and how to start a daemon. :meth:`Launcher.reconcile` (every :data:`RECONCI
 lives, and on each launch) marks a queued run failed when its Dagster run ended (failed, cancelled in the UI)
 before the evaluation started, so no run stays ``queued`` forever.
 
-**State.** One :class:`Launcher` per app (``app.state.launcher``, made in the app's lifespan): the Dagster
-environment (``DAGSTER_HOME``, ``RAG_DAGSTER_PG_URL``) is resolved once and handed to every subprocess as its
-``env``; this process's ``os.environ`` is never changed. The instance opened in this process reads both from the
-environment the process started with (``rag-pipeline serve`` makes sure they are there, see
-:mod:`rag_pipeline.web.server`).
+**State.** One :class:`Launcher` per app (``app.state.launcher``, made in the lifespan): the Dagster environment
+(``DAGSTER_HOME``, ``RAG_DAGSTER_PG_URL``) is resolved once and given to every subprocess as its ``env``; this
+process's ``os.environ`` is never changed (``rag-pipeline serve`` starts with both set: :mod:`.server`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Running the HTTP service under uvicorn (``rag-pipeline serve``): the bind check, the database and Dagster set-up
 before the first request, and an optional Dagster daemon next to it.
 
-The server never changes its own ``os.environ``: when the environment it was started with lacks the project's
-``.env`` values or what ``dagster.yaml`` reads (``DAGSTER_HOME``, ``RAG_DAGSTER_PG_URL``), :func:`serve` replaces
-the process with the same command in the completed environment (``os.execve``, same pid), because Dagster's
-instance reads them from the environment the process has."""
+The server never changes its own ``os.environ``: started without the project's ``.env`` values or what Dagster's
+instance reads from the environment (``DAGSTER_HOME``, ``RAG_DAGSTER_PG_URL``), it re-executes itself with them."""
 
 from __future__ import annotations
 
