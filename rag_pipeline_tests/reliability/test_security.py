@@ -354,7 +354,8 @@ def test_the_dagster_resource_and_dagster_yaml_hold_no_secret():
 _CONSTANT = "constant SQL fragment"
 VETTED_QUERY_MODULE_SPLICES = {
     **{("storage/queries.py", func, expr): why for func, expr, why in (
-        ("create_database", "name", "checked against [a-z_][a-z0-9_]* by the caller (engine._create_database_if_missing); "
+        ("create_database", "name",
+         "checked against [a-z_][a-z0-9_]* by the caller (engine._create_database_if_missing); "
                                     "called with the constants rag/dagster"),
         ("create_vector_index", "_index(index)", "_index: [a-z0-9_]+ only (hnsw_index_name: hex of a UUID, of an md5)"),
         ("create_vector_index", "int(dimension)", "an int (a type modifier cannot be a parameter)"),
@@ -404,19 +405,8 @@ VETTED_SQL_SPLICES = {
     ("storage/embedded_server.py", "_apply_settings", "value"): "checked against \\d+(kB|MB|GB) just above "
                                                          "(ALTER SYSTEM takes no parameters)",
     ("analysis/comparison.py", "<module>", "', '.join(METRIC_NAMES)"): "constant column names",
-<<<<<<< HEAD
-    ("retrieval/stages.py", "stored_vector_scores", "dim=int(dimension)"): "an int from embedding_models (a type "
-                                                                         "modifier cannot be a parameter)",
-    ("storage/engine.py", "_create_database_if_missing", "name"): "checked against [a-z_][a-z0-9_]* just above; "
-                                                           "called with the constants rag/dagster",
-    ("storage/engine.py", "build_vector_index", "index"): "hnsw_index_name: [a-z0-9_] (hex of a UUID, of an md5)",
-    ("storage/engine.py", "build_vector_index", "kb"): "a uuid.UUID (hex digits and hyphens)",
-    ("knowledge_base/ingestion.py", "_rebuild_if_churned", "index"): "hnsw_index_name: [a-z0-9_]",
     ("evaluation/reports.py", "iter_cases", 'mode=_MODE_FILTERS.get(candidates, "")'):
         "constant filters (mode checked)",
-=======
-    ("evaluation/reports.py", "iter_cases", 'mode=_MODE_FILTERS.get(candidates, "")'): "constant filters (mode checked)",
->>>>>>> sql-kb
     ("evaluation/reports.py", "iter_cases", "one_case"): "a constant fragment with a bind parameter",
     **{("storage/migrations/versions/0005_runs_at_scale.py", func, expr): why for func, expr, why in (
         ("_per_model_vector_indexes", "name", "an index name read from pg_indexes, quoted"),

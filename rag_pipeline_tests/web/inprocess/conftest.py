@@ -123,7 +123,7 @@ def app(launcher):
 
 
 @pytest.fixture(scope="package")
-def _client(app, engine):  # noqa: ARG001 - the session's database must be up
+def _client(app, engine):
     with TestClient(app) as client:  # runs the lifespan: the reconciliation task
         yield client
 

@@ -167,7 +167,7 @@ def test_compare_page_pairs_two_runs(client, evaluated):
         "GET /admin/retrieval-evaluations/kb/{kb}/labelling/{name}",
         "POST /admin/retrieval-evaluations/kb/{kb}/labelling/{name}/q/{index}",
         "POST /admin/retrieval-evaluations/kb/{kb}/labelling/{name}/save")
-def test_labelling_pool_grade_and_save(client, evaluated, datasets, engine):  # noqa: ARG001 - the drafts' folder
+def test_labelling_pool_grade_and_save(client, evaluated, datasets, engine):
     kb, name = evaluated["kb"], f"labels-{uuid.uuid4().hex[:6]}"
     start = f"{BASE}/kb/{kb}/labelling"
     token = _token(_page(client, start))
