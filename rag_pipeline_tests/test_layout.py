@@ -1,8 +1,8 @@
 """The package layout stays what the README's map says: layered stage packages, thin front ends, no Dagster on import.
 
-Layers, each importing only the ones before it: settings → contracts → storage → knowledge_base → retrieval → evaluation →
-analysis → service → front ends (cli, defs + definitions, web). Front ends never import each other (one vetted
-exception: ``rag-pipeline serve`` starts the web front end) and hold no SQL.
+Layers, each importing only the ones before it: settings → contracts → storage → knowledge_base → retrieval →
+evaluation → analysis → service → front ends (cli, defs + definitions, web). Front ends never import each other
+(one vetted exception: ``rag-pipeline serve`` starts the web front end) and hold no SQL.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def test_each_layer_imports_only_the_layers_before_it():
             if top in FRONT_ENDS:
                 bridged = (module, imported) in FRONT_END_BRIDGES or (module, imported.rsplit(".", 1)[0]) in \
                     FRONT_END_BRIDGES
-                if other in FRONT_ENDS and not bridged and not (top in DAGSTER_FRONT_END and other in DAGSTER_FRONT_END):
+                both_dagster = top in DAGSTER_FRONT_END and other in DAGSTER_FRONT_END
+                if other in FRONT_ENDS and not bridged and not both_dagster:
                     problems.append(f"{module} (a front end) imports the front end {imported}")
                 continue
             if other in FRONT_ENDS or rank.get(other, -1) >= rank.get(top, -1):
@@ -138,9 +139,9 @@ def test_in_the_web_front_end_only_the_launcher_imports_dagster():
 
 def test_the_cli_does_not_load_the_web_front_end_or_dagster():
     """``rag-pipeline --help`` and every command but ``serve`` stay light: no FastAPI, no Dagster."""
-    proc = subprocess.run([sys.executable, "-c", "import sys; from rag_pipeline.cli.main import build_parser; build_parser(); "
-                                                 "print(sorted(n for n in ('dagster', 'fastapi', 'rag_pipeline.web') "
-                                                 "if n in sys.modules))"],
+    proc = subprocess.run([sys.executable, "-c",
+                           "import sys; from rag_pipeline.cli.main import build_parser; build_parser(); "
+                           "print(sorted(n for n in ('dagster', 'fastapi', 'rag_pipeline.web') if n in sys.modules))"],
                           capture_output=True, text=True, timeout=300, cwd=PACKAGE.parent)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout

@@ -30,6 +30,8 @@ from rag_pipeline_tests.analysis.test_tuning_db import build_world
 
 # the report's JSON Schema is generated from its contract (it was a hand-written module)
 REPORT_SCHEMA = json_schema(Report)
+# the module fixture ingests and runs four evaluations
+pytestmark = pytest.mark.slow
 
 STAGED = Strategy(version="t-staged", vector_candidate_k=5, keyword_candidate_k=5, keyword_scorer="bm25",
                   normalization="minmax", vector_weight=0.5, keyword_weight=0.5, complete_pool=True,

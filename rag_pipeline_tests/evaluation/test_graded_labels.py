@@ -87,7 +87,8 @@ def test_every_grade_problem_of_a_file_at_once(tmp_path):
     with pytest.raises(DatasetError) as info:
         load_dataset(path)
     got = [(p.case_index, p.case_id, p.field) for p in info.value.problems]
-    assert got == [(0, "a", f"relevant_chunk_ids.{U1}"), (0, "a", "relevant_chunk_ids.x"), (1, "b", "relevant_chunk_ids")]
+    assert got == [(0, "a", f"relevant_chunk_ids.{U1}"), (0, "a", "relevant_chunk_ids.x"),
+                   (1, "b", "relevant_chunk_ids")]
     assert all(line.strip().startswith(str(path)) for line in str(info.value).splitlines()[1:])
 
 
