@@ -1,4 +1,4 @@
-"""The JSON Schemas checked in under ``docs/schemas/`` are the ones the contracts generate, and the report's
+"""The report's JSON Schemas checked in under ``schemas/`` are the ones the contracts generate, and the report's
 dicts follow the contracts.
 
 After changing a contract, write them again: ``python -m rag_pipeline_tests.test_published_schemas``.
@@ -14,12 +14,13 @@ from types import SimpleNamespace
 import jsonschema
 import pytest
 
-from rag_pipeline.contracts.reports import Candidate, JsonlHeader, Report, json_schema
+from rag_pipeline.contracts.reports import REPORT_VERSION, Candidate, JsonlHeader, Report, json_schema
 from rag_pipeline.contracts.runs import DatasetRef, KnowledgeBaseRef, RunSummary
 from rag_pipeline.evaluation import reports
 
-SCHEMAS = Path(__file__).resolve().parents[1] / "docs" / "schemas"
-PUBLISHED = {"evaluation-report.schema.json": Report, "evaluation-report-jsonl-header.schema.json": JsonlHeader}
+SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+PUBLISHED = {f"evaluation-report-v{REPORT_VERSION}.json": Report,
+             f"evaluation-report-jsonl-header-v{REPORT_VERSION}.json": JsonlHeader}
 
 
 def _text(model) -> str:
@@ -31,7 +32,7 @@ def test_the_checked_in_schema_is_the_generated_one(name):
     schema = json_schema(PUBLISHED[name])
     jsonschema.Draft202012Validator.check_schema(schema)
     assert (SCHEMAS / name).read_text(encoding="utf-8") == _text(PUBLISHED[name]), (
-        f"docs/schemas/{name} is out of date: python -m rag_pipeline_tests.test_published_schemas")
+        f"schemas/{name} is out of date: python -m rag_pipeline_tests.test_published_schemas")
 
 
 def test_the_report_builder_writes_the_contracts_fields_in_their_order():

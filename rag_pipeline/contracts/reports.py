@@ -5,7 +5,7 @@
 candidates a case lists is the report's ``candidates`` mode (``default``: the selected ones plus every relevant
 one; ``all``: the full pool; ``selected``; ``relevant``; ``none``). The HTTP API's run detail
 (:class:`EvaluationDetail`) is the same summary and a page of the same cases. The published JSON Schema
-(``docs/schemas/evaluation-report.schema.json``) is :func:`json_schema` of :class:`Report`.
+(``schemas/evaluation-report-v4.json``) is :func:`json_schema` of :class:`Report`.
 
 ``summary.timings`` (seconds): ``*_wall_s`` / ``embedding_s`` / ``metrics_s`` / ``persistence_s`` / ``total_s``
 are elapsed time; ``retrieval_sql_s`` and ``diagnosis_sql_s`` are summed over the reader threads (they overlap,
