@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rag_pipeline.contracts.dataset import MAX_CASES  # moved from evaluation.dataset
 from rag_pipeline.evaluation import dataset as ds
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset, parse_dataset
 from rag_pipeline_tests.eval_helpers import table_counts
@@ -149,7 +150,7 @@ def _case(i: int, **kw) -> dict:
 
 def test_too_many_cases(tmp_path):
     path = tmp_path / "huge.json"
-    path.write_text(json.dumps({"knowledge_base": "kb", "cases": [_case(i) for i in range(ds.MAX_CASES + 1)]}))
+    path.write_text(json.dumps({"knowledge_base": "kb", "cases": [_case(i) for i in range(MAX_CASES + 1)]}))
     with pytest.raises(DatasetError) as info:
         load_dataset(path)
     _check(info.value, path, [(None, None, "cases", "100001 cases; the limit is 100000")])
