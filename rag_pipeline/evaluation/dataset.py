@@ -1,14 +1,8 @@
 """Evaluation datasets: read, validate and version a labelled JSON file (seed §2).
 
-Two shapes are accepted::
-
-    [ {"case_id": ..., "question": ..., "relevant_chunk_ids": [...], "k": 6}, ... ]          # seed array
-    {"name": "demo", "knowledge_base": "demo", "description": "...", "metadata": {...},
-     "cases": [ ... ]}                                                                        # object form
-
-``relevant_chunk_ids`` is a list of chunk ids (grade 1 each) or graded ``{chunk_id: grade}`` with integer
-grades 0-10 (0 = judged not relevant: kept, but relevant nowhere). The file's shape is the pydantic models of
-:mod:`rag_pipeline.contracts.dataset`; :mod:`rag_pipeline.evaluation.dataset_problems` words their errors.
+A file is a bare array of cases or an object with ``cases`` (the shapes: :mod:`rag_pipeline.contracts.dataset`,
+whose pydantic models validate it; :mod:`rag_pipeline.evaluation.dataset_problems` words their errors). A graded
+``relevant_chunk_ids`` ``{chunk_id: grade}`` keeps its grade-0 ids, which are relevant nowhere.
 
 **Identity.** A dataset is identified by its file name: ``datasets/foo.json`` is dataset ``foo``, exactly the
 Dagster partition key. The optional ``name`` field must equal it (else a validation error naming both);

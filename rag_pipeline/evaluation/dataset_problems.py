@@ -33,7 +33,6 @@ FIELD = "relevant_chunk_ids"
 _UUID = re.compile(UUID_PATTERN)
 _NOT_UUID = "is not a UUID (chunk ids are document_chunks.id, e.g. 30465673-88ea-41f0-a5a0-da496592f3df)"
 _TOP_RANK = {"knowledge_base": 2, "name": 3, "description": 4, "metadata": 5, "cases": 6}
-_CASE_RANK = {"case_id": 3, "question": 4, FIELD: 5, "k": 6}
 _BOUNDS = ("greater_than_equal", "less_than_equal")
 _TWICE = "appears more than once in this object (JSON keeps only one of them)"
 Keyed = tuple[tuple, DatasetProblem]
@@ -101,7 +100,7 @@ def _case_error(items: list, loc: tuple, error: dict) -> Keyed:
         message = (f"must be between 1 and {MAX_K}, got {value}" if kind in _BOUNDS
                    else f"must be an integer between 1 and {MAX_K}, {got(value)}")
         return keyed((6,), field, message)
-    return keyed((_CASE_RANK[field],), field, _text(error, got(value)))
+    return keyed((3 if field == "case_id" else 4,), field, _text(error, got(value)))
 
 
 def _set_problems(items: list, flagged: set[tuple]) -> list[Keyed]:
