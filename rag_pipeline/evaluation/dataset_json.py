@@ -106,14 +106,6 @@ def show(value: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def text_problem(value: str) -> str | None:
-    if "\x00" in value:
-        return "contains a NUL character (\\u0000), which PostgreSQL cannot store"
-    if any("\ud800" <= ch <= "\udfff" for ch in value):
-        return "contains an unpaired UTF-16 surrogate (invalid Unicode)"
-    return None
-
-
 def decode_json(raw: bytes | str, max_bytes: int) -> Any:
     """Parse dataset bytes (UTF-8, optional BOM) or text; :class:`JsonReadError` says why not."""
     if isinstance(raw, bytes):

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, load_dataset
-from rag_pipeline.evaluation.dataset_fields import relevant_ids_of
+from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, load_dataset, relevant_ids_of
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
