@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rag_pipeline.contracts.errors import BadInput
 
-class RetrievalError(RuntimeError):
+
+class RetrievalError(BadInput, RuntimeError):
     """The knowledge base cannot be searched with this strategy; the message tells the user what to do."""
 
 

@@ -17,6 +17,6 @@ rendering here. The front ends parse their input, call one operation and render 
 | ``metric_history``, ``dataset_versions``, ``run_summary``, ``run_cases``, ``case_detail``, ``chunk_texts``, ``compare_runs`` (the admin console's reads) | :mod:`.history` |
 | ``case_diagnosis`` (one case, exact global leg ranks, on demand) | :mod:`.case_diagnosis` |
 
-:data:`.errors.USER_ERRORS` are the exceptions whose message is meant for the user (a front end shows the
-message, not a traceback); :data:`.errors.TRANSIENT_ERRORS` are worth a bounded retry.
+Errors meant for the user are :class:`rag_pipeline.contracts.errors.RagError` of one kind (a front end shows the
+message, not a traceback, and maps the kind); :data:`.database.TRANSIENT_ERRORS` are worth a bounded retry.
 """

@@ -8,8 +8,8 @@ import sys
 
 import uvicorn
 
+from rag_pipeline.service.database import get_engine
 from rag_pipeline.settings import load_env_file, project_root
-from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.web.security import BindRefused, check_bind
 
 log = logging.getLogger("rag_pipeline.web")
