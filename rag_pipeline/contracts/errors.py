@@ -9,11 +9,12 @@ front ends map the kind, never a list of classes:
 | :class:`NotFound` | 2 | 404 |
 | :class:`NotFoundOrInvalid` | 2 | 404 if nothing of that name exists (``unknown …``/``no …``), else 422 |
 | :class:`Conflict` | 2 | 409 |
-| :class:`DatabaseUnavailable` (the database cannot be reached at start: exit 2) | 3 | 503 |
+| :class:`DatabaseUnavailable`, and SQLAlchemy's ``DBAPIError`` in the middle of the work | 3 | 503 |
 | :class:`CheckFailed` | 1 | 422 |
 | anything else: a bug | 70 | 500 |
 
-A database that fails in the middle of the work (SQLAlchemy's ``DBAPIError``) is database unavailable too.
+One exception to the exit codes: a database that cannot be reached at start is a configuration pointing nowhere
+(``DatabaseUnreachableError``: exit 2, HTTP 503).
 """
 
 from __future__ import annotations
