@@ -5,11 +5,11 @@ front ends map the kind, never a list of classes:
 
 | kind | CLI exit | HTTP |
 |---|---|---|
-| :class:`BadInput` (also :class:`~rag_pipeline.settings.SettingsError`) | 2 | 422 |
-| :class:`NotFound` | 2 | 404 |
-| :class:`NotFoundOrInvalid` | 2 | 404 if nothing of that name exists (``unknown …``/``no …``), else 422 |
-| :class:`Conflict` | 2 | 409 |
-| :class:`DatabaseUnavailable`, and SQLAlchemy's ``DBAPIError`` in the middle of the work | 3 | 503 |
+| :class:`BadInputError` (also :class:`~rag_pipeline.settings.SettingsError`) | 2 | 422 |
+| :class:`NotFoundError` | 2 | 404 |
+| :class:`NotFoundOrInvalidError` | 2 | 404 if nothing of that name exists (``unknown …``/``no …``), else 422 |
+| :class:`ConflictError` | 2 | 409 |
+| :class:`DatabaseUnavailableError`, and SQLAlchemy's ``DBAPIError`` in the middle of the work | 3 | 503 |
 | :class:`CheckFailed` | 1 | 422 |
 | anything else: a bug | 70 | 500 |
 
@@ -31,17 +31,17 @@ class RagError(Exception):
     http_status = 422
 
 
-class BadInput(RagError):
+class BadInputError(RagError):
     """Invalid input or configuration: a file, a name, a value, a dataset, a strategy."""
 
 
-class NotFound(RagError):
+class NotFoundError(RagError):
     """Nothing of that name or id exists."""
 
     http_status = 404
 
 
-class NotFoundOrInvalid(RagError):
+class NotFoundOrInvalidError(RagError):
     """A lookup that failed: 404 when nothing of that name exists (the message starts ``unknown`` or ``no``),
     422 when the thing exists but does not fit (e.g. a knowledge base built with other settings)."""
 
@@ -50,13 +50,13 @@ class NotFoundOrInvalid(RagError):
         return 404 if str(self).startswith(("unknown ", "no ")) else 422
 
 
-class Conflict(RagError):
+class ConflictError(RagError):
     """The request contradicts what is stored: a strategy version with other parameters, an ambiguous id."""
 
     http_status = 409
 
 
-class DatabaseUnavailable(RagError):
+class DatabaseUnavailableError(RagError):
     """The database does not answer."""
 
     exit_code = EXIT_DATABASE_ERROR

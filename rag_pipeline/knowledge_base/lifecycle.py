@@ -6,7 +6,7 @@ import uuid
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.errors import NotFoundOrInvalid
+from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.knowledge_base import chunking, textsearch
 from rag_pipeline.storage.names import KNOWLEDGE_BASE, check_name
 from rag_pipeline.storage.schema import DocumentPublicationStatus, DocumentStatus
@@ -22,7 +22,7 @@ PUBLICATION_STATUSES = (SEARCHABLE_PUBLICATION,
                         *(s.value for s in DocumentPublicationStatus if s.value != SEARCHABLE_PUBLICATION))
 
 
-class KnowledgeBaseError(NotFoundOrInvalid, LookupError):
+class KnowledgeBaseError(NotFoundOrInvalidError, LookupError):
     """Unknown knowledge base/document or conflicting settings; the message is for the user."""
 
 

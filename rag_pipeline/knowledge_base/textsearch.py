@@ -20,7 +20,7 @@ import logging
 import re
 from collections.abc import Sequence
 
-from rag_pipeline.contracts.errors import BadInput
+from rag_pipeline.contracts.errors import BadInputError
 
 TEXT_SEARCH_MODES = ("simple", "english", "chinese")
 
@@ -41,7 +41,7 @@ SAMPLE_DOCUMENTS = 500
 SAMPLE_CHARS = 4000
 
 
-class TextSearchError(BadInput, ValueError):
+class TextSearchError(BadInputError, ValueError):
     pass
 
 

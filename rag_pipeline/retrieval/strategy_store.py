@@ -12,7 +12,7 @@ import json
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.errors import Conflict
+from rag_pipeline.contracts.errors import ConflictError
 from rag_pipeline.retrieval.strategies import Strategy
 
 INSERT_SQL = """
@@ -24,7 +24,7 @@ ON CONFLICT (version) DO NOTHING
 SELECT_SQL = "SELECT params_hash, params FROM retrieval_strategies WHERE version = :version"
 
 
-class StrategyConflictError(Conflict, RuntimeError):
+class StrategyConflictError(ConflictError, RuntimeError):
     """A strategy version is being run with parameters other than the ones it was first run with."""
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.errors import NotFound
+from rag_pipeline.contracts.errors import NotFoundError
 from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, parse_dataset
 from rag_pipeline.evaluation.label_check import relevant_ids_missing
 from rag_pipeline.evaluation.persistence import store_dataset
@@ -26,7 +26,7 @@ from rag_pipeline.storage.names import printable as printable
 from rag_pipeline.storage.names import show_name
 
 
-class DatasetNotFoundError(NotFound, LookupError):
+class DatasetNotFoundError(NotFoundError, LookupError):
     """No stored dataset (version) of that name in the knowledge base; the message lists the known ones."""
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.errors import DatabaseUnavailable
+from rag_pipeline.contracts.errors import DatabaseUnavailableError
 from rag_pipeline.storage import embedded_server
 from rag_pipeline.storage.engine import dagster_database_url, database_url, get_engine
 from rag_pipeline.storage.snapshot_readers import reader_count
@@ -18,6 +18,6 @@ from rag_pipeline.storage.urls import DatabaseError, libpq_url, mask_secrets, ma
 __all__ = ["TRANSIENT_ERRORS", "DatabaseError", "dagster_database_url", "database_url", "embedded_server",
            "get_engine", "libpq_url", "mask_secrets", "mask_url", "normalize_url", "reader_count"]
 
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (DatabaseUnavailable, sa.exc.OperationalError,
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (DatabaseUnavailableError, sa.exc.OperationalError,
                                                      sa.exc.InterfaceError)
 """The database did not answer or dropped the connection: worth a bounded retry."""

@@ -10,7 +10,7 @@ from typing import IO
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.errors import BadInput, CheckFailed
+from rag_pipeline.contracts.errors import BadInputError, CheckFailed
 from rag_pipeline.evaluation import reports, runs
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset
 from rag_pipeline.evaluation.diagnosis import first_line
@@ -33,7 +33,7 @@ from rag_pipeline.storage.snapshot_readers import reader_count
 DEFAULT_STRATEGY = "hybrid-v1"
 
 
-class LabelsRefused(BadInput, ValueError):
+class LabelsRefused(BadInputError, ValueError):
     """No label of the dataset is a searchable chunk of its knowledge base: a run would measure nothing."""
 
 

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.errors import BadInput
+from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.settings import get_settings
 
 _SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+(-[0-9]+)?")
@@ -35,7 +35,7 @@ def reader_count(requested: int | None = None) -> int:
     return requested
 
 
-class TooManyReadersError(BadInput, ValueError):
+class TooManyReadersError(BadInputError, ValueError):
     """More read connections than the engine's pool or the server can give; the message says how many fit."""
 
 

@@ -8,10 +8,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from rag_pipeline.contracts.errors import BadInput
+from rag_pipeline.contracts.errors import BadInputError
 
 
-class DatabaseError(BadInput, RuntimeError):
+class DatabaseError(BadInputError, RuntimeError):
     """The database cannot be reached or prepared; the message is meant for the user (password masked)."""
 
 
