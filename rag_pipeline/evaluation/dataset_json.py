@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from rag_pipeline.contracts.errors import BadInputError
+
 MAX_LISTED_PROBLEMS = 50
 
 _BOM = b"\xef\xbb\xbf"
@@ -37,7 +39,7 @@ class DatasetProblem:
         return ": ".join(where) + ": " + self.message
 
 
-class DatasetError(ValueError):
+class DatasetError(BadInputError, ValueError):
     """A dataset file that cannot be used; ``str()`` lists every problem, one per line."""
 
     def __init__(self, source: str, problems: list[DatasetProblem]):

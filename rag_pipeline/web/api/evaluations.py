@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 
 from rag_pipeline.service import catalog, evaluations
-from rag_pipeline.storage.names import DATASET, check_name
+from rag_pipeline.service.catalog import DATASET, check_name
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.api.models import (
     CandidateMode,
