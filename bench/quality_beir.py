@@ -35,7 +35,7 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rag_pipeline.evaluation.dataset_fields import relevance_of  # noqa: E402
+from rag_pipeline.evaluation.dataset import relevance_of  # noqa: E402
 from rag_pipeline.evaluation.metrics import evaluate_many  # noqa: E402
 from rag_pipeline.knowledge_base import chunking  # noqa: E402
 from rag_pipeline.knowledge_base.beir import import_beir  # noqa: E402

@@ -21,13 +21,14 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.analysis import statistics as stats
+from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_NAMES
 
 DEFAULT_BASELINE = "hybrid-v1"
 PRIMARY_METRIC = "ndcg_at_k"
 
 
-class ComparisonError(LookupError):
+class ComparisonError(NotFoundOrInvalidError, LookupError):
     """Nothing to compare (no current run, unknown baseline); the message says what to run."""
 
 

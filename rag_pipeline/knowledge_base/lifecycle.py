@@ -6,6 +6,7 @@ import uuid
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.knowledge_base import chunking, term_stats, textsearch
 from rag_pipeline.knowledge_base.queries import documents as queries
 from rag_pipeline.knowledge_base.queries.documents import SEARCHABLE_PUBLICATION, SEARCHABLE_STATUS
@@ -18,7 +19,7 @@ PUBLICATION_STATUSES = (SEARCHABLE_PUBLICATION,
                         *(s.value for s in DocumentPublicationStatus if s.value != SEARCHABLE_PUBLICATION))
 
 
-class KnowledgeBaseError(LookupError):
+class KnowledgeBaseError(NotFoundOrInvalidError, LookupError):
     """Unknown knowledge base/document or conflicting settings; the message is for the user."""
 
 

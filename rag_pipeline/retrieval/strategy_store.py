@@ -12,11 +12,12 @@ import json
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.errors import ConflictError
 from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.strategies import Strategy
 
 
-class StrategyConflictError(RuntimeError):
+class StrategyConflictError(ConflictError, RuntimeError):
     """A strategy version is being run with parameters other than the ones it was first run with."""
 
 

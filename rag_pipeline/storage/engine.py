@@ -16,14 +16,18 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from rag_pipeline.contracts.errors import EXIT_USER_ERROR, DatabaseUnavailableError
 from rag_pipeline.settings import DAGSTER_DATABASE, KB_DATABASE, get_settings
 from rag_pipeline.storage import embedded_server as embedded_pg
 from rag_pipeline.storage import queries
 from rag_pipeline.storage.urls import DatabaseError, mask_url, normalize_url, with_database, with_driver
 
 
-class DatabaseUnreachableError(DatabaseError):
-    """The database did not answer (refused, dropped, timed out): transient, worth a bounded retry."""
+class DatabaseUnreachableError(DatabaseUnavailableError, DatabaseError):
+    """The database did not answer (refused, dropped, timed out): transient, worth a bounded retry. HTTP 503;
+    the CLI exits 2, as for any configuration that points nowhere."""
+
+    exit_code = EXIT_USER_ERROR
 
 
 def database_url() -> str:

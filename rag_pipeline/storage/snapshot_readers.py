@@ -19,6 +19,7 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage import queries
 
@@ -32,7 +33,7 @@ def reader_count(requested: int | None = None) -> int:
     return requested
 
 
-class TooManyReadersError(ValueError):
+class TooManyReadersError(BadInputError, ValueError):
     """More read connections than the engine's pool or the server can give; the message says how many fit."""
 
 

@@ -45,11 +45,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.runs import QueuedEvaluation, QueuedRun
-from rag_pipeline.service.run_queue import fail_queued, queue_evaluations, queued_runs
+from rag_pipeline.service.database import dagster_database_url, mask_secrets
+from rag_pipeline.service.run_queue import QueuedEvaluation, QueuedRun, fail_queued, queue_evaluations, queued_runs
 from rag_pipeline.settings import project_root
-from rag_pipeline.storage.engine import dagster_database_url
-from rag_pipeline.storage.urls import mask_secrets
 
 JOB = "evaluate_retrieval"
 CODE_MODULE = "rag_pipeline.definitions"

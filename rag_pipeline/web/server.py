@@ -12,8 +12,8 @@ import sys
 import uvicorn
 from dotenv import dotenv_values
 
+from rag_pipeline.service.database import get_engine
 from rag_pipeline.settings import project_root
-from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.web.security import BindRefused, check_bind
 
 

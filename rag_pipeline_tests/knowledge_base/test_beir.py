@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli.main import main
-from rag_pipeline.evaluation import dataset as dataset_module
+from rag_pipeline.contracts import dataset as dataset_module  # the limits moved from evaluation.dataset
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.label_check import check_labels
 from rag_pipeline.knowledge_base import beir, chunking

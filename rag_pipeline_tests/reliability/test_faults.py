@@ -24,7 +24,7 @@ from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
 from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.retrieval.strategies import get_strategy
-from rag_pipeline.service.errors import TRANSIENT_ERRORS
+from rag_pipeline.service.database import TRANSIENT_ERRORS  # moved from service.errors (one error hierarchy)
 from rag_pipeline.storage.engine import DatabaseError, get_engine
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, run_rows, table_counts, tiny_cases, write_dataset
 from rag_pipeline_tests.reliability_helpers import (

@@ -320,7 +320,8 @@ def test_the_dagster_resource_and_dagster_yaml_hold_no_secret():
     from rag_pipeline.definitions import defs
 
     config = yaml.safe_load((ROOT / "dagster.yaml").read_text(encoding="utf-8"))
-    assert config["storage"]["postgres"]["postgres_url"] == {"env": "RAG_DAGSTER_PG_URL"}
+    # the storage is dagster-postgres's, named as `custom` so that its URL is checked first (defs/preflight.py)
+    assert config["storage"]["custom"]["config"]["postgres_url"] == {"env": "RAG_DAGSTER_PG_URL"}
 
     def scalars(node, path=()):
         if isinstance(node, dict):

@@ -10,11 +10,11 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import JSONResponse, RedirectResponse
 
-from rag_pipeline.analysis.comparison import DEFAULT_BASELINE
-from rag_pipeline.contracts.metrics import METRIC_LABELS
-from rag_pipeline.retrieval.strategies import load_registry
+from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.service import analysis, catalog, datasets, evaluations, history
-from rag_pipeline.service.errors import USER_ERRORS
+from rag_pipeline.service.analysis import DEFAULT_BASELINE
+from rag_pipeline.service.catalog import load_registry
+from rag_pipeline.service.evaluations import METRIC_LABELS
 from rag_pipeline.web.admin.charts import history_svg, strategy_colours
 from rag_pipeline.web.admin.pages import BASE, TABLE_METRICS, error_page, render
 from rag_pipeline.web.dependencies import DagsterLauncher, Engine

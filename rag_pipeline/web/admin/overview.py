@@ -12,10 +12,9 @@ from pathlib import PurePath
 from fastapi import APIRouter, Depends, Request, UploadFile
 from fastapi.responses import RedirectResponse
 
-from rag_pipeline.evaluation.dataset import MAX_FILE_BYTES, DatasetError
-from rag_pipeline.evaluation.dataset_json import DatasetProblem
+from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.service import catalog, evaluations
-from rag_pipeline.service.errors import USER_ERRORS
+from rag_pipeline.service.datasets import MAX_FILE_BYTES, DatasetError, DatasetProblem
 from rag_pipeline.web.admin.datasets import dataset_url
 from rag_pipeline.web.admin.pages import error_page, render
 from rag_pipeline.web.dependencies import DagsterLauncher, Engine

@@ -8,8 +8,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from rag_pipeline.service.catalog import ping
-from rag_pipeline.storage.engine import get_engine
-from rag_pipeline.storage.urls import mask_secrets
+from rag_pipeline.service.database import get_engine, mask_secrets
 from rag_pipeline.web.dependencies import DagsterLauncher
 
 router = APIRouter(tags=["health"])
