@@ -126,7 +126,7 @@ SUMMARY_SCHEMA = _obj({
     # version: the knowledge base's content version the run measured (null: a run older than migration 0004)
     "knowledge_base": _obj({"id": _UUID, "name": {"type": "string"},
                             "version": {"type": ["string", "null"], "pattern": "^[0-9a-f]{64}$"}}),
-    **{m: _NUM_OR_NULL for m in METRIC_NAMES},
+    **dict.fromkeys(METRIC_NAMES, _NUM_OR_NULL),
     "case_count": {"type": "integer", "minimum": 0},
     "candidate_count": {"type": "integer", "minimum": 0},
     "counts": {"type": ["object", "null"]},
