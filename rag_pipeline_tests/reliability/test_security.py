@@ -350,15 +350,10 @@ def test_the_dagster_resource_and_dagster_yaml_hold_no_secret():
 # Every value spliced into SQL text in rag_pipeline/: (file, function, expression) → why it is safe.
 # Anything else spliced into a string that looks like SQL fails the test: use a bind parameter.
 VETTED_SQL_SPLICES = {
-    ("evaluation/diagnosis_db.py", "<module>", "_TSQUERY"): "constant SQL (textsearch.OR_TSQUERY_SQL)",
-    ("evaluation/diagnosis_db.py", "keyword_rank_sql", "leg"): "constant SQL: one of the two leg statements",
-    ("evaluation/diagnosis_db.py", "keyword_rank_sql", "_TARGETS"): "constant SQL fragment (targets unnest)",
     ("retrieval/bm25_index.py", "<module>", "BASE_FILTERS"): "constant SQL fragment (seed base_filters)",
     ("retrieval/bm25_index.py", "<module>", "_LEXEMES"): "constant SQL (textsearch.QUERY_LEXEMES_SQL)",
     ("retrieval/bm25_sql.py", "<module>", "_QUERY_TERMS"): "constant SQL fragment (the query-terms CTE)",
     ("retrieval/bm25_sql.py", "<module>", "_KB_STATS"): "constant SQL fragment (the N / avgdl CTE)",
-    ("service/retention.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment (run status)",
-    ("service/run_feed.py", "<module>", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
     ("knowledge_base/term_stats.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
     ("knowledge_base/term_stats.py", "<module>", "_SEARCHABLE_CHUNKS"): "constant SQL fragment",
     ("knowledge_base/term_stats.py", "<module>", "_DELTA"): "the constant name of a temporary table",
@@ -383,7 +378,6 @@ VETTED_SQL_SPLICES = {
                                                          "(ALTER SYSTEM takes no parameters)",
     ("storage/snapshot_readers.py", "snapshot_readers", "snapshot_id"): "pg_export_snapshot()'s id, checked against "
                                                                      "[0-9A-F]+-[0-9A-F]+(-[0-9]+)? just above",
-    ("analysis/comparison.py", "<module>", "', '.join(METRIC_NAMES)"): "constant column names",
     ("retrieval/stages.py", "stored_vector_scores", "dim=int(dimension)"): "an int from embedding_models (a type "
                                                                          "modifier cannot be a parameter)",
     ("storage/engine.py", "_create_database_if_missing", "name"): "checked against [a-z_][a-z0-9_]* just above; "
@@ -391,8 +385,6 @@ VETTED_SQL_SPLICES = {
     ("storage/engine.py", "build_vector_index", "index"): "hnsw_index_name: [a-z0-9_] (hex of a UUID, of an md5)",
     ("storage/engine.py", "build_vector_index", "kb"): "a uuid.UUID (hex digits and hyphens)",
     ("knowledge_base/ingestion.py", "_rebuild_if_churned", "index"): "hnsw_index_name: [a-z0-9_]",
-    ("evaluation/reports.py", "iter_cases", 'mode=_MODE_FILTERS.get(candidates, "")'): "constant filters (mode checked)",
-    ("evaluation/reports.py", "iter_cases", "one_case"): "a constant fragment with a bind parameter",
     **{("storage/migrations/versions/0005_runs_at_scale.py", func, expr): why for func, expr, why in (
         ("_per_model_vector_indexes", "name", "an index name read from pg_indexes, quoted"),
         ("_per_model_vector_indexes", "_model_index(model)", "[a-z0-9_]"),
@@ -406,36 +398,44 @@ VETTED_SQL_SPLICES = {
     ("storage/engine.py", "build_vector_index", "int(dimension)"): "an int (a type modifier cannot be a parameter)",
     ("storage/engine.py", "build_vector_index", "_sql_literal(model)"): "validated [A-Za-z0-9._/-]+ model name "
                                                                      "(an index predicate cannot be a parameter)",
-    ("evaluation/diagnosis_db.py", "<module>", "retrieval_sql.BASE_FILTERS"): "constant SQL fragment",
-    ("evaluation/diagnosis_db.py", "<module>", "_TARGETS"): "constant SQL fragment",
     ("knowledge_base/lifecycle.py", "set_document_state", "', '.join(sets)"): "literal 'column = :param' pieces",
-    ("evaluation/persistence.py", "_copy", "table"): "the constant table names of copy_candidates / copy_case_results",
-    ("evaluation/persistence.py", "_copy", "binary"): "a constant: empty or ' WITH (FORMAT BINARY)'",
-    ("evaluation/persistence.py", "_copy", "', '.join(columns)"): "the constant column tuples of persistence",
-    ("evaluation/persistence.py", "finalize_run", "sets"): "built from METRIC_NAMES",
-    ("evaluation/reports.py", "iter_cases", "cols"): "constant column names",
-    ("evaluation/reports.py", "iter_cases", 'text=", ch.content" if include_text else ""'): "one of two literals",
-    ("evaluation/reports.py", "iter_cases", 'join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" '
-                                      'if include_text else ""'): "one of two literals",
-    ("evaluation/reports.py", "case_overview", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
-    ("evaluation/reports.py", "case_overview", "order"): "one of two literal ORDER BY lists",
-    ("evaluation/reports.py", "iter_cases", "mode=mode"): "one of the literal filters of _MODE_FILTER",
     ("retrieval/sql.py", "<module>", "_TSQUERY"): "constant SQL fragment",
     ("retrieval/sql.py", "<module>", "_TS_RANK_CD_MATCHES"): "constant SQL fragment",
     ("retrieval/sql.py", "<module>", "BASE_FILTERS"): "constant SQL fragment",
     ("retrieval/sql.py", "vector_leg_sql", "dim=int(dimension)"): "an int from embedding_models "
                                                                         "(must match the HNSW index expression)",
     ("retrieval/sql.py", "vector_leg_sql", "filters=BASE_FILTERS"): "constant SQL fragment",
-    ("evaluation/runs.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment",
-    ("evaluation/runs.py", "sweep_abandoned", "EFFECTIVE_STATUS"): "constant SQL fragment",
-    ("evaluation/runs.py", "get_run", "RUN_COLUMNS"): "constant SQL fragment",
-    ("evaluation/runs.py", "get_run", "RUN_FROM"): "constant SQL fragment",
-    ("evaluation/runs.py", "list_runs", "RUN_COLUMNS"): "constant SQL fragment",
-    ("evaluation/runs.py", "list_runs", "RUN_FROM"): "constant SQL fragment",
-    ("evaluation/runs.py", "list_runs", "where"): "_run_filter's literal 'column = :param' predicates",
-    ("evaluation/runs.py", "count_runs", "RUN_FROM"): "constant SQL fragment",
-    ("evaluation/runs.py", "count_runs", "where"): "_run_filter's literal 'column = :param' predicates",
-    ("evaluation/runs.py", "_run_filter", "EFFECTIVE_STATUS"): "constant SQL fragment",
+    ("evaluation/queries/diagnosis.py", "<module>", "_TSQUERY"): "constant SQL (textsearch.OR_TSQUERY_SQL)",
+    ("evaluation/queries/diagnosis.py", "<module>", "_TARGETS"): "constant SQL fragment (targets unnest)",
+    ("evaluation/queries/diagnosis.py", "<module>", "retrieval_sql.BASE_FILTERS"): "constant SQL fragment",
+    ("evaluation/queries/diagnosis.py", "keyword_rank_sql", "leg"): "constant SQL: one of the two leg statements",
+    ("evaluation/queries/diagnosis.py", "keyword_rank_sql", "_TARGETS"): "constant SQL fragment (targets unnest)",
+    ("evaluation/queries/retention.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment (run status)",
+    ("evaluation/queries/run_history.py", "<module>", "', '.join('r.' + m for m in METRIC_NAMES)"):
+        "constant column names",
+    ("evaluation/queries/cases.py", "<module>", "', '.join(METRIC_NAMES)"): "constant column names",
+    ("evaluation/queries/cases.py", "copy_rows", "table"): "the constant table names of copy_candidates / "
+                                                          "copy_case_results",
+    ("evaluation/queries/cases.py", "copy_rows", "binary"): "a constant: empty or ' WITH (FORMAT BINARY)'",
+    ("evaluation/queries/cases.py", "copy_rows", "', '.join(columns)"): "the constant column tuples of persistence",
+    ("evaluation/queries/cases.py", "report_page", "_REPORT_COLUMNS"): "constant column names",
+    ("evaluation/queries/cases.py", "report_page", "one_case"): "a constant fragment with a bind parameter",
+    ("evaluation/queries/cases.py", "overview", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
+    ("evaluation/queries/cases.py", "overview", "order"): "one of two literal ORDER BY lists",
+    ("evaluation/queries/candidates.py", "report_statement", 'text=", ch.content" if include_text else ""'):
+        "one of two literals",
+    ("evaluation/queries/candidates.py", "report_statement", 'join=" LEFT JOIN document_chunks ch ON ch.id = '
+                                                             'c.chunk_id" if include_text else ""'): "one of two literals",
+    ("evaluation/queries/candidates.py", "report_statement", 'mode=_MODE_FILTERS.get(mode, "")'):
+        "one of the literal filters of _MODE_FILTERS",
+    ("evaluation/queries/runs.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment",
+    ("evaluation/queries/runs.py", "sweep_abandoned", "EFFECTIVE_STATUS"): "constant SQL fragment",
+    ("evaluation/queries/runs.py", "mark_succeeded", "sets"): "built from METRIC_NAMES",
+    **{("evaluation/queries/runs.py", func, expr): "constant SQL fragment" for func, expr in (
+        ("run_row", "RUN_COLUMNS"), ("run_row", "RUN_FROM"), ("list_runs", "RUN_COLUMNS"), ("list_runs", "RUN_FROM"),
+        ("count_runs", "RUN_FROM"))},
+    ("evaluation/queries/runs.py", "list_runs", "where"): "_run_filter's literal 'column = :param' predicates",
+    ("evaluation/queries/runs.py", "count_runs", "where"): "_run_filter's literal 'column = :param' predicates",
 }
 _SQL_WORDS = re.compile(r"\b(SELECT|INSERT INTO|UPDATE|DELETE FROM|CREATE|DROP|ALTER|COPY|WHERE|FROM|JOIN|"
                         r"ORDER BY|GROUP BY|LIMIT|VALUES|SET|AS)\b")
