@@ -173,7 +173,7 @@ def diagnose_case(conn: sa.Connection, run_id, case_id: str) -> tuple[dict, list
     """One case of a stored run diagnosed *now*, with the exact global leg ranks (on demand; against the KB as it
     is now). Returns ``(case row, reasons)``, or ``None`` if the run has no such case."""
     run = run_queries.run_strategy(conn, run_id)
-    case = case_queries.question_of_case(conn, run_id, case_id)
+    case = next(iter(case_queries.case_rows(conn, run_id, case_id)), None)
     if case is None:
         return None
     pool = candidate_queries.pool_of_case(conn, run_id, case_id)
@@ -189,7 +189,7 @@ def diagnose_run(conn: sa.Connection, run_id, *, store: bool = True,
     before it commits); ``store`` writes ``case_results.miss_reasons``. ``averages`` default to the run's."""
     run = run_queries.run_strategy(conn, run_id)
     kb = knowledge_base_row(conn, run.knowledge_base_id)
-    stored = case_queries.questions_of_run(conn, run_id)
+    stored = case_queries.case_rows(conn, run_id)
     pools: dict[str, list] = {c["case_id"]: [] for c in stored}
     for row in candidate_queries.pools_of_run(conn, run_id):
         pools.setdefault(row["case_id"], []).append(row)

@@ -410,10 +410,10 @@ VETTED_SQL_SPLICES = {
     ("evaluation/queries/diagnosis.py", "<module>", "retrieval_sql.BASE_FILTERS"): "constant SQL fragment",
     ("evaluation/queries/diagnosis.py", "keyword_rank_sql", "leg"): "constant SQL: one of the two leg statements",
     ("evaluation/queries/diagnosis.py", "keyword_rank_sql", "_TARGETS"): "constant SQL fragment (targets unnest)",
-    ("evaluation/queries/retention.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment (run status)",
-    ("evaluation/queries/run_history.py", "<module>", "', '.join('r.' + m for m in METRIC_NAMES)"):
+    ("evaluation/queries/retention.py", "prunable_runs", "EFFECTIVE_STATUS"): "constant SQL fragment (run status)",
+    ("evaluation/queries/run_history.py", "finished_outside_dagster", "', '.join('r.' + m for m in METRIC_NAMES)"):
         "constant column names",
-    ("evaluation/queries/cases.py", "<module>", "', '.join(METRIC_NAMES)"): "constant column names",
+    ("evaluation/queries/cases.py", "metrics_of_runs", "', '.join(METRIC_NAMES)"): "constant column names",
     ("evaluation/queries/cases.py", "copy_rows", "table"): "the constant table names of copy_candidates / "
                                                           "copy_case_results",
     ("evaluation/queries/cases.py", "copy_rows", "binary"): "a constant: empty or ' WITH (FORMAT BINARY)'",

@@ -35,16 +35,13 @@ def pools_of_run(conn, run_id) -> list[sa.RowMapping]:
         "ORDER BY case_id, rank"), {"run_id": str(run_id)}).mappings().all()
 
 
-_LEG_SCORES_SQL = """
+def leg_scores(conn: sa.Connection, run_id, cases: list[str]) -> list[sa.RowMapping]:
+    """The leg scores and ranks of every candidate of the cases."""
+    return conn.execute(sa.text("""
 SELECT c.case_id, c.chunk_id::text AS chunk_id, c.vector_score, c.vector_rank, c.keyword_score, c.keyword_rank
 FROM retrieval_evaluation_candidates c
 WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases)
-"""
-
-
-def leg_scores(conn: sa.Connection, run_id, cases: list[str]) -> list[sa.RowMapping]:
-    """The leg scores and ranks of every candidate of the cases."""
-    return conn.execute(sa.text(_LEG_SCORES_SQL), {"run": run_id, "cases": cases}).mappings().all()
+"""), {"run": run_id, "cases": cases}).mappings().all()
 
 
 def pool_of_case(conn: sa.Connection, run_id, case_id: str) -> list[sa.RowMapping]:

@@ -39,18 +39,15 @@ def report_page(conn: sa.Connection, run_id, *, after: int, page: int, case_id: 
         {"run": run_id, "last": after, "page": page, "case": case_id}).all()
 
 
-_CASES_SQL = """
+def case_rows(conn: sa.Connection, run_id, case_id: str | None = None) -> list[sa.RowMapping]:
+    """Every case of a run in dataset order (``case_id``: only that one): question, labels, metrics, reasons."""
+    return conn.execute(sa.text("""
 SELECT case_index, case_id, question, k, first_relevant_rank, relevant_chunk_ids, relevance_grades, miss_reasons,
        precision_at_k, recall_at_k, reciprocal_rank, ndcg_at_k, hit_at_k, average_precision_at_k, r_precision
 FROM retrieval_evaluation_case_results
-WHERE evaluation_run_id = :run AND (CAST(:case AS text) IS NULL OR case_id = :case)
+WHERE evaluation_run_id = CAST(:run AS uuid) AND (CAST(:case AS text) IS NULL OR case_id = :case)
 ORDER BY case_index
-"""
-
-
-def case_rows(conn: sa.Connection, run_id, case_id: str | None = None) -> list[sa.RowMapping]:
-    """Every case of a run in dataset order (``case_id``: only that one): question, labels, metrics, reasons."""
-    return conn.execute(sa.text(_CASES_SQL), {"run": run_id, "case": case_id}).mappings().all()
+"""), {"run": str(run_id), "case": case_id}).mappings().all()
 
 
 def neighbours(conn: sa.Connection, run_id, case_index: int) -> sa.Row:
@@ -80,15 +77,12 @@ def overview(conn: sa.Connection, run_id, *, worst_first: bool, limit: int) -> l
     return [dict(r._mapping) for r in rows]
 
 
-_METRICS_SQL = f"""
-SELECT evaluation_run_id::text AS run_id, case_id, {', '.join(METRIC_NAMES)}
-FROM retrieval_evaluation_case_results WHERE evaluation_run_id = ANY(CAST(:runs AS uuid[]))
-"""
-
-
 def metrics_of_runs(conn: sa.Connection, run_ids: list[str]) -> list[sa.RowMapping]:
     """``run_id``, ``case_id`` and every metric of each case of the runs."""
-    return conn.execute(sa.text(_METRICS_SQL), {"runs": run_ids}).mappings().all()
+    return conn.execute(sa.text(f"""
+SELECT evaluation_run_id::text AS run_id, case_id, {', '.join(METRIC_NAMES)}
+FROM retrieval_evaluation_case_results WHERE evaluation_run_id = ANY(CAST(:runs AS uuid[]))
+"""), {"runs": run_ids}).mappings().all()
 
 
 def labels_of_run(conn, run_id) -> list[sa.RowMapping]:
@@ -98,22 +92,6 @@ def labels_of_run(conn, run_id) -> list[sa.RowMapping]:
         "SELECT case_id, k, relevant_chunk_ids, relevance_grades FROM retrieval_evaluation_case_results "
         "WHERE evaluation_run_id = CAST(:run_id AS uuid) ORDER BY case_index, case_id"), {"run_id": str(run_id)}
     ).mappings().all()
-
-
-def questions_of_run(conn: sa.Connection, run_id) -> list[sa.RowMapping]:
-    """``case_id, question, k, relevant_chunk_ids`` of every case, in dataset order."""
-    return conn.execute(sa.text(
-        "SELECT case_id, question, k, relevant_chunk_ids FROM retrieval_evaluation_case_results "
-        "WHERE evaluation_run_id = CAST(:id AS uuid) ORDER BY case_index, case_id"), {"id": str(run_id)}
-    ).mappings().all()
-
-
-def question_of_case(conn: sa.Connection, run_id, case_id: str) -> sa.RowMapping | None:
-    """``case_id, question, k, relevant_chunk_ids, miss_reasons`` of one case."""
-    return conn.execute(sa.text(
-        "SELECT case_id, question, k, relevant_chunk_ids, miss_reasons FROM retrieval_evaluation_case_results "
-        "WHERE evaluation_run_id = CAST(:id AS uuid) AND case_id = :case"), {"id": str(run_id), "case": case_id}
-    ).mappings().first()
 
 
 def store_miss_reasons(conn: sa.Connection, run_id, reasons_json: dict[str, str]) -> None:

@@ -38,31 +38,26 @@ def source_path(conn: sa.Connection, name: str, knowledge_base: str, content_has
         "AND content_hash = :h"), {"n": name, "kb": knowledge_base, "h": content_hash}).scalar()
 
 
-_VERSIONS_SQL = """
-SELECT id::text AS dataset_id, content_hash, case_count, source_path, created_at, last_seen_at
-FROM retrieval_evaluation_datasets WHERE name = :ds AND knowledge_base_name = :kb ORDER BY last_seen_at DESC, id
-"""
-
-
 def versions(conn: sa.Connection, name: str, knowledge_base: str) -> list[dict]:
     """Every stored version of a dataset, latest first."""
-    return [dict(r) for r in conn.execute(sa.text(_VERSIONS_SQL), {"ds": name, "kb": knowledge_base}).mappings()]
-
-
-_VERSION_PREFIX_SQL = """
-SELECT d.id, d.name, d.content_hash, d.case_count FROM retrieval_evaluation_datasets d
-WHERE d.knowledge_base_name = :kb AND d.name = :name AND d.content_hash LIKE :prefix
-ORDER BY d.last_seen_at DESC, d.id LIMIT 2
-"""
+    return [dict(r) for r in conn.execute(sa.text("""
+SELECT id::text AS dataset_id, content_hash, case_count, source_path, created_at, last_seen_at
+FROM retrieval_evaluation_datasets WHERE name = :ds AND knowledge_base_name = :kb ORDER BY last_seen_at DESC, id
+"""), {"ds": name, "kb": knowledge_base}).mappings()]
 
 
 def versions_with_prefix(conn: sa.Connection, knowledge_base: str, name: str, prefix: str) -> list[sa.Row]:
     """The (at most two) latest versions whose hash starts with ``prefix``."""
-    return conn.execute(sa.text(_VERSION_PREFIX_SQL), {"kb": knowledge_base, "name": name,
-                                                       "prefix": prefix + "%"}).all()
+    return conn.execute(sa.text("""
+SELECT d.id, d.name, d.content_hash, d.case_count FROM retrieval_evaluation_datasets d
+WHERE d.knowledge_base_name = :kb AND d.name = :name AND d.content_hash LIKE :prefix
+ORDER BY d.last_seen_at DESC, d.id LIMIT 2
+"""), {"kb": knowledge_base, "name": name, "prefix": prefix + "%"}).all()
 
 
-_LATEST_SQL = """
+def latest_versions(conn: sa.Connection, knowledge_base: str) -> list[sa.Row]:
+    """Per dataset name of a knowledge base: its latest version, how many versions and runs, its last run."""
+    return conn.execute(sa.text("""
 SELECT DISTINCT ON (d.name) d.id, d.name, d.content_hash, d.case_count, d.source_path, d.created_at, d.last_seen_at,
        count(*) OVER (PARTITION BY d.name) AS versions,
        (SELECT count(*) FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets v ON v.id = r.dataset_id
@@ -72,38 +67,27 @@ SELECT DISTINCT ON (d.name) d.id, d.name, d.content_hash, d.case_count, d.source
 FROM retrieval_evaluation_datasets d
 WHERE d.knowledge_base_name = :kb
 ORDER BY d.name, d.last_seen_at DESC, d.id
-"""
+"""), {"kb": knowledge_base}).all()
 
 
-def latest_versions(conn: sa.Connection, knowledge_base: str) -> list[sa.Row]:
-    """Per dataset name of a knowledge base: its latest version, how many versions and runs, its last run."""
-    return conn.execute(sa.text(_LATEST_SQL), {"kb": knowledge_base}).all()
-
-
-_VERSION_TO_ANALYSE_SQL = """
+def versions_of_name(conn: sa.Connection, name: str, knowledge_base: str | None, version: str | None) -> list[sa.Row]:
+    """Versions of a dataset name, latest first (``knowledge_base``, ``version`` prefix: None = any), each with
+    ``kbs``, how many knowledge bases the name is used with."""
+    return conn.execute(sa.text("""
 SELECT d.id::text AS dataset_id, d.content_hash, d.knowledge_base_name,
        (SELECT count(DISTINCT o.knowledge_base_name) FROM retrieval_evaluation_datasets o WHERE o.name = :ds) AS kbs
 FROM retrieval_evaluation_datasets d
 WHERE d.name = :ds AND (CAST(:kb AS text) IS NULL OR d.knowledge_base_name = :kb)
   AND (CAST(:version AS text) IS NULL OR d.content_hash LIKE CAST(:version AS text) || '%')
 ORDER BY d.last_seen_at DESC, d.id
-"""
-
-
-def versions_of_name(conn: sa.Connection, name: str, knowledge_base: str | None, version: str | None) -> list[sa.Row]:
-    """Versions of a dataset name, latest first (``knowledge_base``, ``version`` prefix: None = any), each with
-    ``kbs``, how many knowledge bases the name is used with."""
-    return conn.execute(sa.text(_VERSION_TO_ANALYSE_SQL), {"ds": name, "kb": knowledge_base, "version": version}).all()
-
-
-_DATASET_KB_SQL = """
-SELECT DISTINCT ON (d.name) d.name AS dataset, d.knowledge_base_name AS knowledge_base
-FROM retrieval_evaluation_datasets d
-JOIN knowledge_bases kb ON kb.name = d.knowledge_base_name
-ORDER BY d.name, d.last_seen_at DESC, d.created_at DESC
-"""
+"""), {"ds": name, "kb": knowledge_base, "version": version}).all()
 
 
 def knowledge_base_of_names(conn: sa.Connection) -> dict[str, str]:
     """Dataset name → the knowledge base of its latest stored version."""
-    return {r.dataset: r.knowledge_base for r in conn.execute(sa.text(_DATASET_KB_SQL))}
+    return {r.dataset: r.knowledge_base for r in conn.execute(sa.text("""
+SELECT DISTINCT ON (d.name) d.name AS dataset, d.knowledge_base_name AS knowledge_base
+FROM retrieval_evaluation_datasets d
+JOIN knowledge_bases kb ON kb.name = d.knowledge_base_name
+ORDER BY d.name, d.last_seen_at DESC, d.created_at DESC
+"""))}

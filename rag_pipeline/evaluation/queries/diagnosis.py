@@ -12,6 +12,7 @@ from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_SCORE_SQL
 _NO_LIMIT = 2_147_483_647
 _TARGETS = "unnest(CAST(:t_ord AS int[]), CAST(:t_chunk AS uuid[])) AS t(ord, chunk_id)"
 
+
 # On demand only (ranks=True): the exact rank costs one scan of the KB's vectors per target.
 VECTOR_SCORE_SQL = f"""
 SELECT t.ord, t.chunk_id::text AS chunk_id, s.score,

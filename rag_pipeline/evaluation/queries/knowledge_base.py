@@ -29,42 +29,35 @@ def names(conn: sa.Connection) -> list[str]:
     return conn.execute(sa.text("SELECT name FROM knowledge_bases ORDER BY name")).scalars().all()
 
 
-_MODELS_SQL = """
-SELECT DISTINCT e.model FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id
-WHERE e.knowledge_base_id = :kb AND c.is_current
-"""
-
-
 def embedding_models(conn: sa.Connection, kb_id) -> set[str]:
     """The models the knowledge base's current chunks have embeddings of."""
-    return set(conn.execute(sa.text(_MODELS_SQL), {"kb": kb_id}).scalars())
-
-
-_ACTIVITY_SQL = """
-SELECT (SELECT count(DISTINCT d.name) FROM retrieval_evaluation_datasets d WHERE d.knowledge_base_name = :name)
-         AS datasets,
-       (SELECT count(*) FROM retrieval_evaluation_runs r WHERE r.knowledge_base_id = :kb) AS runs,
-       (SELECT max(r.started_at) FROM retrieval_evaluation_runs r WHERE r.knowledge_base_id = :kb) AS last_run_at
-"""
+    return set(conn.execute(sa.text("""
+SELECT DISTINCT e.model FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id
+WHERE e.knowledge_base_id = :kb AND c.is_current
+"""), {"kb": kb_id}).scalars())
 
 
 def activity(conn: sa.Connection, kb) -> sa.Row:
     """``datasets``, ``runs``, ``last_run_at`` of a knowledge base (a row with ``id`` and ``name``)."""
-    return conn.execute(sa.text(_ACTIVITY_SQL), {"name": kb.name, "kb": kb.id}).one()
-
-
-_CHUNK_TEXT_SQL = """
-SELECT c.id::text AS chunk_id, c.content, c.ordinal, c.is_current, d.original_name AS document_name
-FROM document_chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(CAST(:ids AS uuid[]))
-"""
+    return conn.execute(sa.text("""
+SELECT (SELECT count(DISTINCT d.name) FROM retrieval_evaluation_datasets d WHERE d.knowledge_base_name = :name)
+         AS datasets,
+       (SELECT count(*) FROM retrieval_evaluation_runs r WHERE r.knowledge_base_id = :kb) AS runs,
+       (SELECT max(r.started_at) FROM retrieval_evaluation_runs r WHERE r.knowledge_base_id = :kb) AS last_run_at
+"""), {"name": kb.name, "kb": kb.id}).one()
 
 
 def chunk_texts(conn: sa.Connection, ids: list[str]) -> dict[str, dict]:
     """Chunk id → ``chunk_id, content, ordinal, is_current, document_name`` (``ids``: canonical UUID text)."""
-    return {r["chunk_id"]: dict(r) for r in conn.execute(sa.text(_CHUNK_TEXT_SQL), {"ids": ids}).mappings()}
+    return {r["chunk_id"]: dict(r) for r in conn.execute(sa.text("""
+SELECT c.id::text AS chunk_id, c.content, c.ordinal, c.is_current, d.original_name AS document_name
+FROM document_chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(CAST(:ids AS uuid[]))
+"""), {"ids": ids}).mappings()}
 
 
-_LABEL_CHUNKS_SQL = """
+def label_chunks(conn: sa.Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, sa.Row]:
+    """The chunks among ``ids``, each with its document's state and, when replaced, its current replacements."""
+    return {r.id: r for r in conn.execute(sa.text("""
 SELECT c.id, c.knowledge_base_id, k.name AS kb_name, c.document_id, d.original_name, d.status,
        d.publication_status, d.is_deleted, c.is_current, c.char_start, c.char_end, c.replaced_at,
        (SELECT array_agg(n.id::text ORDER BY n.char_start, n.id) FROM document_chunks n
@@ -72,27 +65,19 @@ SELECT c.id, c.knowledge_base_id, k.name AS kb_name, c.document_id, d.original_n
            AND n.char_start < c.char_end AND c.char_start < n.char_end) AS replacements
 FROM document_chunks c JOIN documents d ON d.id = c.document_id JOIN knowledge_bases k ON k.id = c.knowledge_base_id
 WHERE c.id = ANY(:ids)
-"""
+"""), {"ids": ids})}
 
 
-def label_chunks(conn: sa.Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, sa.Row]:
-    """The chunks among ``ids``, each with its document's state and, when replaced, its current replacements."""
-    return {r.id: r for r in conn.execute(sa.text(_LABEL_CHUNKS_SQL), {"ids": ids})}
-
-
-_OTHER_IDS_SQL = """
+def documents_and_knowledge_bases(conn: sa.Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, sa.Row]:
+    """The documents (with their current chunks) and knowledge bases among ``ids``, by ``kind``."""
+    return {r.id: r for r in conn.execute(sa.text("""
 SELECT d.id, 'document' AS kind, k.name AS kb_name, d.original_name,
        (SELECT array_agg(c.id::text ORDER BY c.ordinal, c.id) FROM document_chunks c
          WHERE c.document_id = d.id AND c.is_current) AS chunk_ids
 FROM documents d JOIN knowledge_bases k ON k.id = d.knowledge_base_id WHERE d.id = ANY(:ids)
 UNION ALL
 SELECT k.id, 'knowledge_base', k.name, NULL, NULL FROM knowledge_bases k WHERE k.id = ANY(:ids)
-"""
-
-
-def documents_and_knowledge_bases(conn: sa.Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, sa.Row]:
-    """The documents (with their current chunks) and knowledge bases among ``ids``, by ``kind``."""
-    return {r.id: r for r in conn.execute(sa.text(_OTHER_IDS_SQL), {"ids": ids})}
+"""), {"ids": ids})}
 
 
 def count_not_chunks_of(conn: sa.Connection, kb_id, ids: list) -> int:

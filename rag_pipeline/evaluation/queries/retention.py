@@ -9,7 +9,13 @@ import sqlalchemy as sa
 
 from rag_pipeline.evaluation.queries.runs import EFFECTIVE_STATUS
 
-_PRUNABLE_SQL = f"""
+
+def prunable_runs(conn: sa.Connection, *, keep: int, days: float | None, dataset: str | None,
+                  stale: int) -> list[sa.Row]:
+    """Runs beyond the ``keep`` newest of their dataset × knowledge base × strategy, neither current nor in
+    progress nor queued (started ``days`` ago or earlier; ``dataset``: of that name), oldest first, with
+    ``compared`` (a stored comparison refers to it) and ``bytes`` (its partition's and case results' size)."""
+    return conn.execute(sa.text(f"""
 WITH ranked AS (
     SELECT r.id, r.is_current, r.started_at, r.strategy_version, r.candidate_count, d.name AS dataset,
            kb.name AS knowledge_base, {EFFECTIVE_STATUS} AS status,
@@ -29,16 +35,7 @@ FROM ranked
 WHERE place > :keep AND NOT is_current AND status NOT IN ('running', 'queued')
   AND (CAST(:days AS float8) IS NULL OR started_at < now() - make_interval(secs => CAST(:days AS float8) * 86400))
 ORDER BY started_at, id
-"""
-
-
-def prunable_runs(conn: sa.Connection, *, keep: int, days: float | None, dataset: str | None,
-                  stale: int) -> list[sa.Row]:
-    """Runs beyond the ``keep`` newest of their dataset × knowledge base × strategy, neither current nor in
-    progress nor queued (started ``days`` ago or earlier; ``dataset``: of that name), oldest first, with
-    ``compared`` (a stored comparison refers to it) and ``bytes`` (its partition's and case results' size)."""
-    return conn.execute(sa.text(_PRUNABLE_SQL), {"keep": keep, "days": days, "dataset": dataset,
-                                                 "stale": stale}).all()
+"""), {"keep": keep, "days": days, "dataset": dataset, "stale": stale}).all()
 
 
 def set_lock_timeout(conn: sa.Connection, seconds: int) -> None:

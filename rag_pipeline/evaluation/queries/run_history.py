@@ -7,7 +7,10 @@ import sqlalchemy as sa
 
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
-_HISTORY_SQL = """
+
+def succeeded_runs(conn: sa.Connection, dataset: str, kb_id, limit: int) -> list[sa.RowMapping]:
+    """Every succeeded run of a dataset name on a knowledge base, all versions, oldest first, with its averages."""
+    return conn.execute(sa.text("""
 SELECT r.id::text AS run_id, r.strategy_version, d.content_hash, r.is_current, r.started_at, r.finished_at,
        r.case_count, r.precision_at_k, r.recall_at_k, r.reciprocal_rank, r.ndcg_at_k, r.hit_at_k,
        r.average_precision_at_k, r.r_precision
@@ -15,15 +18,12 @@ FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = 
 WHERE d.name = :ds AND r.knowledge_base_id = :kb AND r.status = 'succeeded' AND r.finished_at IS NOT NULL
 ORDER BY r.finished_at, r.id
 LIMIT :limit
-"""
+"""), {"ds": dataset, "kb": kb_id, "limit": int(limit)}).mappings().all()
 
 
-def succeeded_runs(conn: sa.Connection, dataset: str, kb_id, limit: int) -> list[sa.RowMapping]:
-    """Every succeeded run of a dataset name on a knowledge base, all versions, oldest first, with its averages."""
-    return conn.execute(sa.text(_HISTORY_SQL), {"ds": dataset, "kb": kb_id, "limit": int(limit)}).mappings().all()
-
-
-_FEED_SQL = f"""
+def finished_outside_dagster(conn: sa.Connection, after: str, after_id: str, limit: int) -> list[sa.RowMapping]:
+    """Succeeded runs without a Dagster run id finished after (``after``, ``after_id``), oldest first."""
+    return conn.execute(sa.text(f"""
 SELECT r.id::text AS run_id, d.name AS dataset, d.content_hash, kb.name AS knowledge_base, r.strategy_version,
        r.knowledge_base_version,
        r.params_hash, r.case_count, r.candidate_count, r.finished_at, {', '.join('r.' + m for m in METRIC_NAMES)}
@@ -34,41 +34,29 @@ WHERE r.status = 'succeeded' AND r.dagster_run_id IS NULL
   AND (r.finished_at, r.id::text) > (CAST(:after AS timestamptz), CAST(:after_id AS text))
 ORDER BY r.finished_at, r.id::text
 LIMIT :limit
-"""
+"""), {"after": after, "after_id": after_id, "limit": limit}).mappings().all()
 
 
-def finished_outside_dagster(conn: sa.Connection, after: str, after_id: str, limit: int) -> list[sa.RowMapping]:
-    """Succeeded runs without a Dagster run id finished after (``after``, ``after_id``), oldest first."""
-    return conn.execute(sa.text(_FEED_SQL), {"after": after, "after_id": after_id, "limit": limit}).mappings().all()
-
-
-_CURRENT_RUNS_SQL = """
+def current_runs(conn: sa.Connection) -> list[sa.Row]:
+    """Every current succeeded run: dataset, knowledge base, strategy, the knowledge-base version it measured."""
+    return conn.execute(sa.text("""
 SELECT d.name AS dataset, kb.name AS knowledge_base, r.strategy_version, r.knowledge_base_version, r.id::text AS run_id
 FROM retrieval_evaluation_runs r
 JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
 JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
 WHERE r.is_current AND r.status = 'succeeded'
 ORDER BY d.name, r.strategy_version, kb.name
-"""
-
-
-def current_runs(conn: sa.Connection) -> list[sa.Row]:
-    """Every current succeeded run: dataset, knowledge base, strategy, the knowledge-base version it measured."""
-    return conn.execute(sa.text(_CURRENT_RUNS_SQL)).all()
-
-
-_CURRENT_OF_VERSION_SQL = """
-SELECT r.strategy_version, r.params_hash FROM retrieval_evaluation_runs r
-JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
-WHERE d.name = :ds AND d.knowledge_base_name = :kb AND d.content_hash = :hash AND r.is_current
-  AND r.status = 'succeeded'
-"""
+""")).all()
 
 
 def current_params(conn: sa.Connection, dataset: str, knowledge_base: str, content_hash: str) -> dict[str, str]:
     """Strategy → parameters hash of the current succeeded runs on one dataset version."""
-    return dict(conn.execute(sa.text(_CURRENT_OF_VERSION_SQL), {"ds": dataset, "kb": knowledge_base,
-                                                                "hash": content_hash}).all())
+    return dict(conn.execute(sa.text("""
+SELECT r.strategy_version, r.params_hash FROM retrieval_evaluation_runs r
+JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+WHERE d.name = :ds AND d.knowledge_base_name = :kb AND d.content_hash = :hash AND r.is_current
+  AND r.status = 'succeeded'
+"""), {"ds": dataset, "kb": knowledge_base, "hash": content_hash}).all())
 
 
 # Per strategy: the succeeded run on that dataset version with the latest start (its "current" run there).
@@ -101,8 +89,9 @@ def current_on_other_versions(conn: sa.Connection, dataset: str, knowledge_base:
                                                        "dataset_id": dataset_id}).all()
 
 
-# The pool strategy's succeeded run with the latest start on the chosen dataset version.
-_POOL_RUN_SQL = """
+def latest_of_strategy(conn: sa.Connection, strategy_version: str, dataset_id: str | None) -> sa.Row | None:
+    """The latest-started succeeded run of a strategy on a dataset version, with its parameters and names."""
+    return conn.execute(sa.text("""
 SELECT r.id::text AS run_id, r.strategy_version, r.params_hash, r.strategy_params, r.case_count,
        r.finished_at, d.name AS dataset_name, d.content_hash, kb.name AS kb_name
 FROM retrieval_evaluation_runs r
@@ -111,12 +100,7 @@ JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
 WHERE r.strategy_version = :sv AND r.status = 'succeeded' AND r.dataset_id = CAST(:dataset_id AS uuid)
 ORDER BY r.started_at DESC, r.id
 LIMIT 1
-"""
-
-
-def latest_of_strategy(conn: sa.Connection, strategy_version: str, dataset_id: str | None) -> sa.Row | None:
-    """The latest-started succeeded run of a strategy on a dataset version, with its parameters and names."""
-    return conn.execute(sa.text(_POOL_RUN_SQL), {"sv": strategy_version, "dataset_id": dataset_id}).first()
+"""), {"sv": strategy_version, "dataset_id": dataset_id}).first()
 
 
 def strategies_with_runs(conn: sa.Connection, dataset_id: str) -> list[str]:

@@ -168,17 +168,6 @@ def knowledge_base_state(conn: sa.Connection, run_id) -> str | None:
         {"id": str(run_id)}).scalar()
 
 
-_ELECT_CURRENT_SQL = """
-WITH slot AS (
-    SELECT r.id, r.is_current, row_number() OVER (ORDER BY d.last_seen_at DESC, r.started_at DESC, r.id) AS place
-    FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
-    WHERE d.name = :ds AND d.knowledge_base_name = :kb AND r.strategy_version = :sv AND r.status = 'succeeded'
-)
-UPDATE retrieval_evaluation_runs r SET is_current = (slot.place = 1)
-FROM slot WHERE r.id = slot.id AND r.is_current <> (slot.place = 1)
-"""
-
-
 def lock_current_slot(conn: sa.Connection, key: str) -> None:
     """Serialise, until the transaction ends, everyone who elects the current run of ``key``."""
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key})
@@ -199,4 +188,12 @@ def mark_succeeded(conn: sa.Connection, run_id, *, averages, case_count: int, ca
 
 def elect_current(conn: sa.Connection, *, dataset_name: str, knowledge_base_name: str, strategy_version: str) -> None:
     """Make the succeeded run on the dataset's latest version with the latest start the current one."""
-    conn.execute(sa.text(_ELECT_CURRENT_SQL), {"ds": dataset_name, "kb": knowledge_base_name, "sv": strategy_version})
+    conn.execute(sa.text("""
+WITH slot AS (
+    SELECT r.id, r.is_current, row_number() OVER (ORDER BY d.last_seen_at DESC, r.started_at DESC, r.id) AS place
+    FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+    WHERE d.name = :ds AND d.knowledge_base_name = :kb AND r.strategy_version = :sv AND r.status = 'succeeded'
+)
+UPDATE retrieval_evaluation_runs r SET is_current = (slot.place = 1)
+FROM slot WHERE r.id = slot.id AND r.is_current <> (slot.place = 1)
+"""), {"ds": dataset_name, "kb": knowledge_base_name, "sv": strategy_version})
