@@ -22,7 +22,9 @@ import sqlalchemy as sa
 
 from rag_pipeline.analysis import statistics as stats
 from rag_pipeline.evaluation.metrics import HEADLINE_METRICS, METRIC_NAMES
-from rag_pipeline.evaluation.queries import candidates, datasets, run_history
+from rag_pipeline.evaluation.queries import candidates as candidate_queries
+from rag_pipeline.evaluation.queries import datasets as dataset_queries
+from rag_pipeline.evaluation.queries import run_history
 from rag_pipeline.evaluation.queries.cases import metrics_of_runs
 
 DEFAULT_BASELINE = "hybrid-v1"
@@ -168,7 +170,7 @@ def dataset_version_row(conn: sa.Connection, dataset: str, knowledge_base: str |
     """The stored version of dataset ``dataset`` to analyse: ``dataset_version`` (a content hash or a prefix),
     else the latest one (stored or re-stored last). Columns: ``dataset_id``, ``content_hash``,
     ``knowledge_base_name``, ``kbs`` (how many knowledge bases the name is used with)."""
-    versions = datasets.versions_of_name(conn, dataset, knowledge_base, dataset_version)
+    versions = dataset_queries.versions_of_name(conn, dataset, knowledge_base, dataset_version)
     if not versions:
         where = (f" and knowledge base {knowledge_base!r}" if knowledge_base else "") + \
             (f" with version {dataset_version!r}" if dataset_version else "")
@@ -229,7 +231,7 @@ def attach_top_chunks(conn: sa.Connection, comparison: Comparison, top: int = 3)
     wanted |= {(run_of[comparison.baseline], c) for _, c in wanted}
     if not wanted:
         return
-    rows = candidates.top_candidates(conn, sorted({r for r, _ in wanted}), sorted({c for _, c in wanted}), top)
+    rows = candidate_queries.top_candidates(conn, sorted({r for r, _ in wanted}), sorted({c for _, c in wanted}), top)
     pools: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         pools.setdefault((r.run_id, r.case_id), []).append(

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, parse_dataset
 from rag_pipeline.evaluation.label_check import relevant_ids_missing
 from rag_pipeline.evaluation.persistence import store_dataset
-from rag_pipeline.evaluation.queries import datasets
+from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.knowledge_base import lifecycle
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
@@ -108,7 +108,7 @@ def list_datasets(engine: sa.Engine, knowledge_base: str) -> list[dict]:
     source), how many versions and runs, when it was last seen and last run."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-        rows = datasets.latest_versions(conn, kb.name)
+        rows = dataset_queries.latest_versions(conn, kb.name)
     return [{"name": r.name, "knowledge_base": kb.name, "dataset_id": str(r.id), "version": r.content_hash,
              "case_count": r.case_count, "source_path": r.source_path, "versions": r.versions, "runs": r.runs,
              "created_at": _iso(r.created_at), "last_seen_at": _iso(r.last_seen_at),
@@ -124,7 +124,7 @@ def find_dataset(engine: sa.Engine, knowledge_base: str, name: str, version: str
                                    "digits")
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-        rows = datasets.versions_with_prefix(conn, kb.name, name, prefix)
+        rows = dataset_queries.versions_with_prefix(conn, kb.name, name, prefix)
         if not rows:
             known = sorted({r["name"] for r in list_datasets(engine, kb.name)})
             what = f"version {prefix} of dataset" if prefix else "dataset"
@@ -177,7 +177,7 @@ def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | 
     if unnamed:
         raise DatasetError(source, unnamed)
     with engine.begin() as conn:
-        existed = datasets.version_exists(conn, dataset.name, kb.name, dataset.content_hash)
+        existed = dataset_queries.version_exists(conn, dataset.name, kb.name, dataset.content_hash)
         dataset_id = store_dataset(conn, dataset, kb.name)
         missing = relevant_ids_missing(conn, kb.id, dataset)
     ks = [c.k for c in dataset.cases]

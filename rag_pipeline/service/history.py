@@ -20,8 +20,9 @@ from rag_pipeline.analysis.comparison import Comparison, StrategyRun
 from rag_pipeline.evaluation import reports, runs
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.queries import cases as case_queries
-from rag_pipeline.evaluation.queries import datasets, run_history
+from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
+from rag_pipeline.evaluation.queries import run_history
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.storage.ids import uuid_strings
 
@@ -31,7 +32,7 @@ def dataset_versions(engine: sa.Engine, dataset: str, knowledge_base: str) -> tu
     ``content_hash``, ``case_count``, ``source_path``, ``created_at``, ``last_seen_at``."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-        return kb.name, datasets.versions(conn, dataset, kb.name)
+        return kb.name, dataset_queries.versions(conn, dataset, kb.name)
 
 
 PAIRED_METRICS = METRIC_NAMES[:6]

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.queries import datasets, run_history
+from rag_pipeline.evaluation.queries import datasets as dataset_queries
+from rag_pipeline.evaluation.queries import run_history
 from rag_pipeline.evaluation.queries.knowledge_base import snapshot
 from rag_pipeline.knowledge_base import versions
 from rag_pipeline.knowledge_base.versions import KnowledgeBaseVersion
@@ -48,7 +49,7 @@ def knowledge_base_versions(engine: sa.Engine) -> list[KnowledgeBaseVersion]:
 def dataset_knowledge_bases(engine: sa.Engine) -> dict[str, str]:
     """Dataset name → the knowledge base its latest stored version names."""
     with engine.connect() as conn:
-        return datasets.knowledge_base_of_names(conn)
+        return dataset_queries.knowledge_base_of_names(conn)
 
 
 def stale_runs(engine: sa.Engine) -> list[StaleRun]:
