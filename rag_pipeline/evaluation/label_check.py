@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.dataset_fields import relevant_ids_of
-from rag_pipeline.evaluation.queries import knowledge_base as queries
+from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_PUBLICATION, SEARCHABLE_STATUS, resolve_knowledge_base
 from rag_pipeline.storage.ids import as_uuid
 
@@ -149,9 +149,9 @@ def check_labels(conn: sa.Connection, knowledge_base, cases: Iterable) -> LabelR
     pairs = [(cid, str(raw)) for cid, ids in fields_ for raw in ids]
     parsed = {raw: as_uuid(raw) for _, raw in pairs}
     ids = sorted({u for u in parsed.values() if u is not None})
-    chunks = queries.label_chunks(conn, ids) if ids else {}
+    chunks = kb_queries.label_chunks(conn, ids) if ids else {}
     rest = [u for u in ids if u not in chunks]
-    others = queries.documents_and_knowledge_bases(conn, rest) if rest else {}
+    others = kb_queries.documents_and_knowledge_bases(conn, rest) if rest else {}
 
     rows: list[LabelStatus] = []
     for case_id, raw in pairs:
@@ -190,4 +190,4 @@ def check_labels(conn: sa.Connection, knowledge_base, cases: Iterable) -> LabelR
 def relevant_ids_missing(conn: sa.Connection, kb_id, dataset: Dataset) -> int:
     """How many distinct relevant chunk ids of ``dataset`` are not chunks of the knowledge base (current or not)."""
     ids = sorted({i for c in dataset.cases for i in c.relevant_chunk_ids})
-    return queries.count_not_chunks_of(conn, kb_id, ids)
+    return kb_queries.count_not_chunks_of(conn, kb_id, ids)
