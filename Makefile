@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export DAGSTER_HOME := $(CURDIR)
 
-.PHONY: install run test test-fast dev scifact clean-db
+.PHONY: install run test test-fast lint dev scifact clean-db
 
 $(BIN)/rag-pipeline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,10 +27,14 @@ run: install
 test: install
 	$(BIN)/pytest -q
 
-## make test-fast: the unit tests that need no database server and are not slow (markers: see
-## rag_pipeline_tests/conftest.py); no embedded Postgres is started
+## make test-fast: the tests that need no database server and are not slow (marks `db` / `slow`: see
+## rag_pipeline_tests/conftest.py); no embedded Postgres is started, and the run fails if one is
 test-fast: install
 	$(BIN)/pytest -q -m "not db and not slow"
+
+## make lint: ruff check of the whole repository (rules: [tool.ruff] in pyproject.toml); .ci/run runs it before the tests
+lint: install
+	$(BIN)/ruff check .
 
 ## make dev: the Dagster UI (http://127.0.0.1:3000, with the daemon that runs queued evaluations) and the HTTP API +
 ## admin console (http://127.0.0.1:8000/admin/retrieval-evaluations, OpenAPI at /docs) on the embedded Postgres;

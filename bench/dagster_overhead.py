@@ -46,9 +46,9 @@ def _run(job: str, partition: str, env: dict, cwd: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchutil import machine_line  # noqa: PLC0415 - bench/ is on sys.path when run as a script
+    from benchutil import machine_line  # bench/ is on sys.path when run as a script
 
-    from rag_pipeline.storage.engine import dagster_database_url  # noqa: PLC0415
+    from rag_pipeline.storage.engine import dagster_database_url
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=10)

@@ -101,7 +101,8 @@ def generate(args) -> Path:
     """Generate + ingest the KB and write the dataset JSON, in a child process (keeps this RSS clean)."""
     # the file name is the dataset's name; BENCH_PREFIX lets clean_previous_runs find its runs
     text = "-text" if args.text_only else "-model" if args.model_vectors else ""
-    out = Path(tempfile.mkdtemp(prefix="eval_bench_")) / f"{BENCH_PREFIX}{args.chunks}-{args.cases}-s{args.seed}{text}.json"
+    out = (Path(tempfile.mkdtemp(prefix="eval_bench_"))
+           / f"{BENCH_PREFIX}{args.chunks}-{args.cases}-s{args.seed}{text}.json")
     cmd = [sys.executable, str(ROOT / "bench" / "synthetic.py"), "--chunks", str(args.chunks),
            "--cases", str(args.cases), "--seed", str(args.seed), "--out", str(out)] \
         + (["--text-only"] if args.text_only else []) + (["--model-vectors"] if args.model_vectors else [])
@@ -139,14 +140,14 @@ class PhaseTimers:
     ``diagnosis_db.score_chunks`` (per-batch miss diagnosis; summed over the worker threads)."""
 
     def __init__(self):
-        from rag_pipeline.knowledge_base import embedding  # noqa: PLC0415
+        from rag_pipeline.knowledge_base import embedding
 
         self.seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
         self._targets = [("fusion", retrieval, "fuse_pool"), ("embed_calls", embedding.Embedder, "embed"),
                          ("keyword_leg", retrieval, "_keyword_leg")]
         try:
-            from rag_pipeline.evaluation import diagnosis_db  # noqa: PLC0415
+            from rag_pipeline.evaluation import diagnosis_db
 
             self._targets += [("diagnose_batch", diagnosis_db, "diagnose_batch"),
                               ("diagnosis_scores", diagnosis_db, "score_chunks")]
@@ -183,12 +184,12 @@ def retrieval_alone(engine: sa.Engine, dataset: Dataset, strategy, vectors: np.n
     connections and worker threads, nothing but ``hybrid_search_batch`` (and, for a BM25 leg, loading the KB's
     postings once, as the run does). ``vectors=None``: the main thread embeds each batch's questions and hands
     it to a worker, as the run does (retrieval incl. its embedding); else the vectors are given (SQL only)."""
-    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+    from concurrent.futures import ThreadPoolExecutor
 
-    from rag_pipeline.evaluation.runner import BATCH_SIZE  # noqa: PLC0415
-    from rag_pipeline.knowledge_base.chunking import knowledge_base_id  # noqa: PLC0415
-    from rag_pipeline.retrieval.bm25_index import Bm25Index  # noqa: PLC0415
-    from rag_pipeline.storage.snapshot_readers import reader_count, snapshot_readers  # noqa: PLC0415
+    from rag_pipeline.evaluation.runner import BATCH_SIZE
+    from rag_pipeline.knowledge_base.chunking import knowledge_base_id
+    from rag_pipeline.retrieval.bm25_index import Bm25Index
+    from rag_pipeline.storage.snapshot_readers import reader_count, snapshot_readers
 
     n = reader_count(readers)
     cases = dataset.cases
@@ -227,13 +228,13 @@ def _no_diagnosis(conn, kb, strategy, cases, *args, **kwargs):  # noqa: ARG001 -
 
 def run_pipeline(engine: sa.Engine, dataset: Dataset, strategy, *, without_diagnosis: bool = False,
                  readers: int | None = None) -> dict:
-    from unittest import mock  # noqa: PLC0415
+    from unittest import mock
 
-    from rag_pipeline.evaluation.runner import evaluate_dataset  # noqa: PLC0415
+    from rag_pipeline.evaluation.runner import evaluate_dataset
 
     patch = None
     if without_diagnosis:
-        from rag_pipeline.evaluation import diagnosis_db  # noqa: PLC0415
+        from rag_pipeline.evaluation import diagnosis_db
 
         patch = mock.patch.object(diagnosis_db, "diagnose_batch", _no_diagnosis)
         patch.start()
@@ -296,8 +297,9 @@ def compare_pools(engine: sa.Engine, baseline_run: str, pipeline_run: str) -> di
 def persistence_alone(engine: sa.Engine, run_id: str) -> dict:
     """COPY the run's candidate rows again with nothing else running, through ``persistence.copy_candidates``
     into the real storage (the run's partition of ``retrieval_evaluation_candidate_rows`` and its index), in a
-    transaction that first deletes the run's own rows (untimed) and is rolled back. In the pipelined run the same COPY shares the cores with the readers."""
-    from rag_pipeline.evaluation import persistence  # noqa: PLC0415
+    transaction that first deletes the run's own rows (untimed) and is rolled back. In the pipelined run the same
+    COPY shares the cores with the readers."""
+    from rag_pipeline.evaluation import persistence
 
     cols = ", ".join(persistence.CANDIDATE_COLUMNS)
     params = {"r": run_id}
@@ -417,10 +419,10 @@ def _recall_in_distribution(engine: sa.Engine, sql, exact_sql, kb, model: str, e
 
 def ingestion_vs_encode(engine: sa.Engine, n_texts: int, model: str, seed: int) -> dict:
     """Real USE: ingest_documents of n generated chunk-sized texts vs embedder.embed of the same texts."""
-    from synthetic import generate_documents  # noqa: PLC0415
+    from synthetic import generate_documents
 
-    from rag_pipeline.knowledge_base.ingestion import ingest_documents  # noqa: PLC0415
-    from rag_pipeline.knowledge_base.sources import SourceDocument  # noqa: PLC0415
+    from rag_pipeline.knowledge_base.ingestion import ingest_documents
+    from rag_pipeline.knowledge_base.sources import SourceDocument
 
     name = f"bench-ingest-{uuid.uuid4().hex[:8]}"
     _, chunks = generate_documents(n_texts, name, seed=seed + 101)
@@ -452,8 +454,8 @@ def ingestion_vs_encode(engine: sa.Engine, n_texts: int, model: str, seed: int) 
 def instance_config(home: Path) -> str:
     """Copy the repo's ``dagster.yaml`` into ``home``; if Dagster rejects it, write the equivalent valid
     form (``run_coordinator.config.max_concurrent_runs`` moved to ``concurrency.runs``) and say so."""
-    import yaml  # noqa: PLC0415
-    from dagster._core.instance.config import dagster_instance_config  # noqa: PLC0415
+    import yaml
+    from dagster._core.instance.config import dagster_instance_config
 
     shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
     try:
@@ -474,9 +476,9 @@ def instance_config(home: Path) -> str:
 
 def dagster_two_partitions(engine: sa.Engine, dataset: Dataset, n_cases: int, strategies: list[str]) -> dict:
     """Two strategy partitions of one dataset as two concurrent ``dagster job execute`` runs."""
-    import dagster as dg  # noqa: PLC0415
+    import dagster as dg
 
-    from rag_pipeline.storage.engine import dagster_database_url  # noqa: PLC0415
+    from rag_pipeline.storage.engine import dagster_database_url
 
     work = Path(tempfile.mkdtemp(prefix="eval_bench_dagster_"))
     datasets, home = work / "datasets", work / "dagster_home"
@@ -607,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     n_base = len(questions) if args.skip_baseline_over <= 0 else min(len(questions), args.skip_baseline_over)
     base = None
     if args.skip_baseline_over > 0:
-        from seed_baseline import run_seed_baseline  # noqa: PLC0415
+        from seed_baseline import run_seed_baseline
 
         base = run_seed_baseline(engine, dataset, strategy, dataset.cases[:n_base])
         bt = base.timings
@@ -685,10 +687,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"HNSW: vector leg uses index {rec['index']} (its KB's own): {rec['uses_hnsw_index']} "
               f"(index usable by the vector leg: {rec['hnsw_index_usable']})")
         print("  " + "\n  ".join(rec["explain"].splitlines()))
-        print(f"HNSW recall@10 vs exact ({rec['queries']} real question embeddings; exact {rec['seconds']['exact']:.1f}s): "
+        print(f"HNSW recall@10 vs exact ({rec['queries']} real question embeddings; "
+              f"exact {rec['seconds']['exact']:.1f}s): "
               + ", ".join(f"ef_search={ef}: {r:.3f} ({rec['seconds'][ef]:.2f}s)" for ef, r in rec["recall"].items()))
         rows = rec["index_rows"]
-        print(f"  its index holds this KB's {rows['this_kb']} vectors only (the table holds {rows['other_kbs']} of other "
+        print(f"  its index holds this KB's {rows['this_kb']} vectors only "
+              f"(the table holds {rows['other_kbs']} of other "
               f"KBs, which no longer share a graph with it; ~{rec['dead_tuples']} dead tuples in the table)")
         gap = rec["score_gap"]
         print(f"  mean cosine of the exact 1st / 10th neighbour {gap['exact_1st']:.4f} / {gap['exact_10th']:.4f}, "

@@ -31,13 +31,13 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import synthetic  # noqa: E402
-from benchutil import machine_line  # noqa: E402
+import synthetic
+from benchutil import machine_line
 
-from rag_pipeline.knowledge_base import chunking, ingestion  # noqa: E402
-from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL  # noqa: E402
-from rag_pipeline.retrieval import sql as retrieval_sql  # noqa: E402
-from rag_pipeline.storage.engine import ensure_embedding_model, get_engine  # noqa: E402
+from rag_pipeline.knowledge_base import chunking, ingestion
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
+from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.storage.engine import ensure_embedding_model, get_engine
 
 DIM = 512
 

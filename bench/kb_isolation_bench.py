@@ -24,12 +24,12 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchutil import machine_line  # noqa: E402
+from benchutil import machine_line
 
-from rag_pipeline.knowledge_base.embedding import get_embedder  # noqa: E402
-from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base  # noqa: E402
-from rag_pipeline.retrieval import sql as retrieval_sql  # noqa: E402
-from rag_pipeline.storage.engine import ensure_embedding_model, get_engine  # noqa: E402
+from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.storage.engine import ensure_embedding_model, get_engine
 
 MODEL = "use-multilingual-v3"
 K, EF = 10, 100

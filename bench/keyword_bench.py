@@ -30,12 +30,12 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rag_pipeline.knowledge_base import textsearch  # noqa: E402
-from rag_pipeline.knowledge_base.chunking import knowledge_base_id  # noqa: E402
-from rag_pipeline.retrieval.bm25_index import Bm25Index  # noqa: E402
-from rag_pipeline.retrieval.search import hybrid_search_batch  # noqa: E402
-from rag_pipeline.retrieval.strategies import Strategy  # noqa: E402
-from rag_pipeline.storage.engine import get_engine  # noqa: E402
+from rag_pipeline.knowledge_base import textsearch
+from rag_pipeline.knowledge_base.chunking import knowledge_base_id
+from rag_pipeline.retrieval.bm25_index import Bm25Index
+from rag_pipeline.retrieval.search import hybrid_search_batch
+from rag_pipeline.retrieval.strategies import Strategy
+from rag_pipeline.storage.engine import get_engine
 
 BATCH = 64
 
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
           f"top-k alone {1000 * topk_s / n:.3f} ms/question")
     print(f"identical pools (ids, order, bit-equal scores): {identical}; load is repaid after "
           f"{load_s / max(sql_s / n - index_s / n, 1e-9):.0f} questions")
-    print(f"sql_ms_per_q={1000 * sql_s / n:.3f} index_ms_per_q={1000 * index_s / n:.3f} leg_ms_per_q={1000 * leg_s / n:.3f} "
+    print(f"sql_ms_per_q={1000 * sql_s / n:.3f} index_ms_per_q={1000 * index_s / n:.3f} "
+          f"leg_ms_per_q={1000 * leg_s / n:.3f} "
           f"topk_ms_per_q={1000 * topk_s / n:.4f} load_s={load_s:.2f} identical={identical}")
     return 0 if identical else 1
 

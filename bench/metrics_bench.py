@@ -31,9 +31,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchutil import best_time, machine_line  # noqa: E402 - bench/ is on sys.path
+from benchutil import best_time, machine_line  # bench/ is on sys.path
 
-from rag_pipeline.evaluation.metrics import batch_metrics, evaluate_many  # noqa: E402
+from rag_pipeline.evaluation.metrics import batch_metrics, evaluate_many
 
 TOLERANCE = 1e-9
 OURS_TO_RANX = {

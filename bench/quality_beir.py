@@ -35,7 +35,7 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rag_pipeline.evaluation.dataset_fields import relevance_of  # noqa: E402
+from rag_pipeline.evaluation.dataset import relevance_of  # noqa: E402
 from rag_pipeline.evaluation.metrics import evaluate_many  # noqa: E402
 from rag_pipeline.knowledge_base import chunking  # noqa: E402
 from rag_pipeline.knowledge_base.beir import import_beir  # noqa: E402
@@ -77,7 +77,7 @@ def evaluate(retrieved: list[list[str]], relevant: list[dict[str, int]]) -> dict
 def pytrec_check(retrieved, relevant, ours: dict[str, float]) -> str:
     """Same numbers from trec_eval (pytrec_eval), scores 1/rank so it keeps our order."""
     try:
-        import pytrec_eval  # noqa: PLC0415 - dev dependency
+        import pytrec_eval  # dev dependency
     except ImportError:
         return "pytrec_eval not installed: not cross-checked"
     qrels = {str(i): {doc: int(grade) for doc, grade in rel.items()} for i, rel in enumerate(relevant)}
@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     questions = [c["question"] for c in dataset["cases"]]
     relevant = [relevance_of(c["relevant_chunk_ids"]) for c in dataset["cases"]]  # {id: grade >= 1}
     with engine.connect() as conn:
-        n_chunks = conn.execute(sa.text("SELECT chunk_count FROM knowledge_bases WHERE id = :kb"), {"kb": kb_id}).scalar()
+        n_chunks = conn.execute(sa.text("SELECT chunk_count FROM knowledge_bases WHERE id = :kb"),
+                                {"kb": kb_id}).scalar()
     print(f"knowledge base {kb_name}: {n_chunks} chunks, {len(questions)} queries "
           f"(import {ingest_s:.1f} s, {ingest.documents_new} new documents)", file=sys.stderr)
 
@@ -182,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"Dataset `{folder.name}` ({args.split}): {n_chunks} documents (one chunk each), {len(questions)} queries"
              + (" — SUBSET" if subset else "") + ".", "",
              f"Machine: {machine(engine)}.", "",
-             "| strategy | model | keyword | fusion | pool | nDCG@10 | Recall@100 | MRR@10 | P@10 | time (s) | ms/query |",
+             "| strategy | model | keyword | fusion | pool | nDCG@10 | Recall@100 | MRR@10 | P@10 | time (s) "
+             "| ms/query |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for s in strategies:
         r = results[s.version]

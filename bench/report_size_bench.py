@@ -22,16 +22,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchutil import machine_line  # noqa: E402
-from synthetic import build_knowledge_base, make_dataset  # noqa: E402
+from benchutil import machine_line
+from synthetic import build_knowledge_base, make_dataset
 
-from rag_pipeline.evaluation.dataset import load_dataset  # noqa: E402
-from rag_pipeline.evaluation.reports import CANDIDATE_MODES, build_report, write_report  # noqa: E402
-from rag_pipeline.evaluation.runner import evaluate_dataset  # noqa: E402
-from rag_pipeline.retrieval.strategies import get_strategy  # noqa: E402
-from rag_pipeline.service.knowledge_bases import import_beir  # noqa: E402
-from rag_pipeline.settings import get_settings  # noqa: E402
-from rag_pipeline.storage.engine import get_engine  # noqa: E402
+from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.reports import CANDIDATE_MODES, build_report, write_report
+from rag_pipeline.evaluation.runner import evaluate_dataset
+from rag_pipeline.retrieval.strategies import get_strategy
+from rag_pipeline.service.knowledge_bases import import_beir
+from rag_pipeline.settings import get_settings
+from rag_pipeline.storage.engine import get_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import sys
 from pathlib import Path
 
@@ -20,11 +21,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchutil import best_time, machine_line  # noqa: E402 - bench/ is on sys.path
+from benchutil import best_time, machine_line  # bench/ is on sys.path
 
-from rag_pipeline.analysis import statistics  # noqa: E402
-from rag_pipeline.analysis.comparison import StrategyRun, compare  # noqa: E402
-from rag_pipeline.evaluation.metrics import METRIC_NAMES  # noqa: E402
+from rag_pipeline.analysis import statistics
+from rag_pipeline.analysis.comparison import StrategyRun, compare
+from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
 _TIE_RTOL = 100 * np.finfo(float).eps
 
@@ -101,10 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     for n in (int(x) for x in args.sizes.split(",")):
         a, b = paired_metrics(n, seed=n)
         diff = a - b
-        t_perm, p_scipy = best_time(lambda: statistics.paired_permutation_test(a, b, args.resamples), args.repeats)
-        t_perm0, p_numpy = best_time(lambda: numpy_sign_flip_baseline(diff, args.resamples), args.repeats)
-        t_boot, ci_scipy = best_time(lambda: statistics.bootstrap_ci(diff, args.resamples), args.repeats)
-        t_boot0, ci_numpy = best_time(lambda: numpy_bootstrap_baseline(diff, args.resamples), args.repeats)
+        perm = functools.partial(statistics.paired_permutation_test, a, b, args.resamples)
+        t_perm, p_scipy = best_time(perm, args.repeats)
+        t_perm0, p_numpy = best_time(functools.partial(numpy_sign_flip_baseline, diff, args.resamples), args.repeats)
+        t_boot, ci_scipy = best_time(functools.partial(statistics.bootstrap_ci, diff, args.resamples), args.repeats)
+        t_boot0, ci_numpy = best_time(functools.partial(numpy_bootstrap_baseline, diff, args.resamples), args.repeats)
         ci_gap = max(abs(x - y) for x, y in zip(ci_scipy, ci_numpy, strict=True))
         print(f"{n:>6}  {t_perm:>12.4f}  {t_perm0:>12.4f}  {t_perm / t_perm0:>6.2f}  {abs(p_scipy - p_numpy):>7.4f}  "
               f"{t_boot:>12.4f}  {t_boot0:>12.4f}  {t_boot / t_boot0:>6.2f}  {ci_gap:>7.4f}")

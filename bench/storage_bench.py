@@ -26,10 +26,10 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchutil import machine_line  # noqa: E402
+from benchutil import machine_line
 
-from rag_pipeline.service import retention  # noqa: E402
-from rag_pipeline.storage.engine import get_engine  # noqa: E402
+from rag_pipeline.service import retention
+from rag_pipeline.storage.engine import get_engine
 
 POOL = 200
 OLD_TABLE = "bench_candidates_0003"

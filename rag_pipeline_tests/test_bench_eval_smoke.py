@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
@@ -27,6 +28,7 @@ LAST_LINE = re.compile(
 )
 
 
+@pytest.mark.slow  # the whole eval bench in a subprocess
 def test_eval_bench_smoke(engine, tmp_path) -> None:
     # RAG_PGDATA / RAG_DATABASE_URL of the test session are inherited (set by conftest).
     report = tmp_path / "eval_bench.json"

@@ -24,11 +24,11 @@ QUERIES, K = 2000, 10
 
 def _reference_means() -> dict[str, float]:
     """P@10, recall@10, nDCG@10 by pytrec_eval and MRR@10 by hand, on the bench's data (seed 0, depth 100)."""
-    import pytrec_eval  # noqa: PLC0415 - dev dependency
+    import pytrec_eval  # dev dependency
 
     sys.path.insert(0, str(BENCH.parent))
     try:
-        from metrics_bench import make_data  # noqa: PLC0415 - the bench's own generator
+        from metrics_bench import make_data  # the bench's own generator
     finally:
         sys.path.remove(str(BENCH.parent))
     retrieved, relevant = make_data(QUERIES, 100, 0)
@@ -44,7 +44,7 @@ def _reference_means() -> dict[str, float]:
     return means
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the bench in a subprocess, ranx's JIT warm-up
 def test_metrics_bench_smoke() -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--queries", str(QUERIES), "--repeats", "1"],

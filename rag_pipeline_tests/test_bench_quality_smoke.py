@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.dataset import load_dataset
-from rag_pipeline.evaluation.dataset_fields import relevance_of
+from rag_pipeline.evaluation.dataset import load_dataset, relevance_of
 from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base.beir import read_beir
 from rag_pipeline.retrieval.strategies import load_registry
@@ -30,9 +29,10 @@ QUERIES, MAX_DOCS = 20, 100
 CROSS_CHECKED = "Metrics check: nDCG@10, Recall@100 and P@10 equal pytrec_eval's (trec_eval) within 1e-9."
 
 
-@pytest.mark.slow
-def test_quality_bench_runs_on_a_subset(bench_data, engine, tmp_path):  # bench_data first: skip before the server starts
-    import pytrec_eval  # noqa: PLC0415 - a dev dependency: without it the bench does not cross-check (fail here)
+# bench_data first: skip before the server starts
+@pytest.mark.slow  # ingests a SciFact subset, evaluates every shipped strategy
+def test_quality_bench_runs_on_a_subset(bench_data, engine, tmp_path):
+    import pytrec_eval  # a dev dependency: without it the bench does not cross-check (fail here)
 
     scifact = bench_data / "scifact"
     env = {**os.environ, "RAG_DATABASE_URL": engine.url.render_as_string(hide_password=False),

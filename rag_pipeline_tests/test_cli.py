@@ -28,7 +28,7 @@ INGEST_OPTS = ("--text-search", "chinese", "--chunk-size", "300", "--chunk-overl
 
 def subcommands() -> list[str]:
     parser = build_parser()
-    [sub] = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]  # noqa: SLF001
+    [sub] = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
     return sorted(sub.choices)
 
 
@@ -102,7 +102,7 @@ def rc_and_stderr(capsys, *args: str) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def launched(engine, tmp_path_factory):  # noqa: ARG001 - the server must be up and migrated first
+def launched(engine, tmp_path_factory):  # the server must be up and migrated first
     """Independent subprocesses, started together."""
     tmp = tmp_path_factory.mktemp("cli")
     tag = uuid.uuid4().hex[:8]
@@ -180,6 +180,7 @@ def test_user_errors_are_one_line(launched, capsys, monkeypatch) -> None:
     _one_line_error(*rc_and_stderr(capsys, "kb", "x"), "cannot reach the database")
 
 
+@pytest.mark.slow  # rag-pipeline processes that ingest
 def test_ingest_kb_and_doc(engine, launched, capsys) -> None:
     ctx, procs = launched
     kb = ctx["kb"]

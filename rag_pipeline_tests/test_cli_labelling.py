@@ -15,6 +15,9 @@ import sqlalchemy as sa
 
 from rag_pipeline.cli import main
 
+# ingestion + USE load of the module fixture, evaluations, a pty
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 KB = "labelling-cli"
 DOCS = {

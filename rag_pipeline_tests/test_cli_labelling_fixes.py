@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli import main
+
+# three ingestions, five evaluations
+pytestmark = pytest.mark.slow
 
 KB, KB_SMALL = "relabel-same", "relabel-small"
 DOCS = {  # each under 400 characters: one chunk per document at chunk size 400
@@ -124,7 +128,8 @@ def test_rechunking_keeps_old_rows_and_fix_labels_remaps_by_span(engine, tmp_pat
     assert "labels re-mapped by fix-labels from dataset 'relabel'" in out and "4 fixed" in out, out
 
     # into a knowledge base with much smaller chunks: every old span is split, so nothing is guessed
-    assert main(["ingest", str(folder), "--knowledge-base", KB_SMALL, "--chunk-size", "40", "--chunk-overlap", "0"]) == 0
+    assert main(["ingest", str(folder), "--knowledge-base", KB_SMALL, "--chunk-size", "40",
+                 "--chunk-overlap", "0"]) == 0
     capsys.readouterr()
     split = tmp_path / "relabel-40.json"
     assert main(["fix-labels", "--dataset", str(dataset), "--knowledge-base", KB_SMALL, "--output", str(split),

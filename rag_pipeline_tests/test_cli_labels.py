@@ -21,7 +21,8 @@ def world(engine, tmp_path_factory):
 
     with engine.connect() as conn:
         docs = dict(conn.execute(sa.text(
-            "SELECT d.original_name, d.id::text FROM documents d JOIN knowledge_bases kb ON kb.id = d.knowledge_base_id "
+            "SELECT d.original_name, d.id::text FROM documents d "
+            "JOIN knowledge_bases kb ON kb.id = d.knowledge_base_id "
             "WHERE kb.name = :n"), {"n": KB}).all())
     return chunks, docs, folder
 
@@ -82,6 +83,9 @@ def test_strict_refuses_any_invalid_label_with_exit_1(engine, world, capsys):
     assert _evaluate(write_dataset(folder / "strict-ok.json", KB, tiny_cases(chunks)), "--strict") == 0
 
 
+# `runs` opens the database before it calls the service: with the server up first (and the test marked `db`),
+# stderr holds the error line only, whichever test ran before
+@pytest.mark.usefixtures("engine")
 def test_a_bug_exits_70_and_a_user_error_2(monkeypatch, capsys, tmp_path):
     from rag_pipeline.service import evaluations
 

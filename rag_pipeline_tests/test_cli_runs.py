@@ -39,7 +39,8 @@ def world(engine):
     with engine.begin() as conn:
         ds = conn.execute(sa.text(
             "INSERT INTO retrieval_evaluation_datasets (id, name, knowledge_base_name, content_hash, case_count, "
-            "cases) VALUES (gen_random_uuid(), :n, :kb, 'h', 0, '[]') RETURNING id"), {"n": name, "kb": kb}).scalar_one()
+            "cases) VALUES (gen_random_uuid(), :n, :kb, 'h', 0, '[]') RETURNING id"),
+            {"n": name, "kb": kb}).scalar_one()
         for run_id, version, status, current in ((twin_a, "hybrid-v1", "succeeded", True),
                                                  (twin_b, "bm25-v1", "succeeded", False),
                                                  (running, "keyword-v1", "running", False)):

@@ -1,8 +1,9 @@
 """The package layout stays what the README's map says: layered stage packages, thin front ends, no Dagster on import.
 
-Layers, each importing only the ones before it: settings → contracts → storage → knowledge_base → retrieval → evaluation →
-analysis → service → front ends (cli, defs + definitions, web). Front ends never import each other (one vetted
-exception: ``rag-pipeline serve`` starts the web front end) and hold no SQL.
+Layers, each importing only the ones before it: settings → contracts → storage → knowledge_base → retrieval →
+evaluation → analysis → service → front ends (cli, defs + definitions, web). Front ends import only the service,
+the contracts and settings, never each other (one vetted exception: ``rag-pipeline serve`` starts the web front
+end), and hold no SQL.
 """
 
 from __future__ import annotations
@@ -83,12 +84,22 @@ def test_each_layer_imports_only_the_layers_before_it():
             if top in FRONT_ENDS:
                 bridged = (module, imported) in FRONT_END_BRIDGES or (module, imported.rsplit(".", 1)[0]) in \
                     FRONT_END_BRIDGES
-                if other in FRONT_ENDS and not bridged and not (top in DAGSTER_FRONT_END and other in DAGSTER_FRONT_END):
+                both_dagster = top in DAGSTER_FRONT_END and other in DAGSTER_FRONT_END
+                if other in FRONT_ENDS and not bridged and not both_dagster:
                     problems.append(f"{module} (a front end) imports the front end {imported}")
                 continue
             if other in FRONT_ENDS or rank.get(other, -1) >= rank.get(top, -1):
                 problems.append(f"{module} ({top}) imports {imported} ({other}), which is not below it")
     assert not problems, "\n".join(sorted(problems))
+
+
+def test_front_ends_import_only_the_service_the_contracts_and_settings():
+    """cli/, defs/, definitions.py and web/ reach the stage packages through :mod:`rag_pipeline.service` only
+    (front ends importing each other: the test above)."""
+    allowed = {"service", "contracts", "settings", *FRONT_ENDS}
+    problems = [f"{module} imports {imported}" for module, path in _modules().items() if _top(module) in FRONT_ENDS
+                for imported in _imports(path) if _top(imported) and _top(imported) not in allowed]
+    assert not problems, "front ends import only service, contracts, settings:\n" + "\n".join(sorted(problems))
 
 
 def test_front_ends_hold_no_sql():
@@ -138,9 +149,9 @@ def test_in_the_web_front_end_only_the_launcher_imports_dagster():
 
 def test_the_cli_does_not_load_the_web_front_end_or_dagster():
     """``rag-pipeline --help`` and every command but ``serve`` stay light: no FastAPI, no Dagster."""
-    proc = subprocess.run([sys.executable, "-c", "import sys; from rag_pipeline.cli.main import build_parser; build_parser(); "
-                                                 "print(sorted(n for n in ('dagster', 'fastapi', 'rag_pipeline.web') "
-                                                 "if n in sys.modules))"],
+    proc = subprocess.run([sys.executable, "-c",
+                           "import sys; from rag_pipeline.cli.main import build_parser; build_parser(); "
+                           "print(sorted(n for n in ('dagster', 'fastapi', 'rag_pipeline.web') if n in sys.modules))"],
                           capture_output=True, text=True, timeout=300, cwd=PACKAGE.parent)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout

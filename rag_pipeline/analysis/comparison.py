@@ -21,6 +21,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.analysis import statistics as stats
+from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.evaluation.metrics import HEADLINE_METRICS, METRIC_NAMES
 from rag_pipeline.evaluation.queries import candidates as candidate_queries
 from rag_pipeline.evaluation.queries import datasets as dataset_queries
@@ -31,7 +32,7 @@ DEFAULT_BASELINE = "hybrid-v1"
 PRIMARY_METRIC = "ndcg_at_k"
 
 
-class ComparisonError(LookupError):
+class ComparisonError(NotFoundOrInvalidError, LookupError):
     """Nothing to compare (no current run, unknown baseline); the message says what to run."""
 
 

@@ -34,7 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rag_pipeline.evaluation.dataset_fields import MAX_GRADE, MAX_K
+from rag_pipeline.contracts.dataset import MAX_GRADE, MAX_K
 from rag_pipeline.evaluation.dataset_json import JsonReadError, decode_json
 from rag_pipeline.storage.files import FileReadError, read_bounded
 

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.analysis.comparison import ComparisonError, dataset_version_row
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig, Recommendation, recommend
+from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import load_pools
 from rag_pipeline.evaluation.queries import run_history
@@ -38,7 +39,7 @@ SHALLOW_POOL = 50  # a leg with fewer candidates than this leaves the sweep litt
 
 
 
-class TuneError(LookupError):
+class TuneError(NotFoundOrInvalidError, LookupError):
     """Nothing to tune (no current run of the pool strategy), or a name clash; the message says what to do."""
 
 

@@ -17,14 +17,13 @@ import argparse
 import json
 import sys
 
-from rag_pipeline.analysis.comparison import DEFAULT_BASELINE
-from rag_pipeline.analysis.comparison_report import render_text
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
-from rag_pipeline.evaluation.label_check import LabelReport
 from rag_pipeline.service import analysis, datasets
-from rag_pipeline.storage.engine import get_engine
-from rag_pipeline.storage.names import printable
+from rag_pipeline.service.analysis import DEFAULT_BASELINE, render_text
+from rag_pipeline.service.catalog import printable
+from rag_pipeline.service.database import get_engine
+from rag_pipeline.service.evaluations import LabelReport
 
 
 def format_report(report: LabelReport) -> str:

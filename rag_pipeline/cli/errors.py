@@ -2,9 +2,10 @@
 
 Exit codes (one meaning each): 0 success; 1 a check found a problem (:class:`CheckFailed`, or the command's own
 verdict: regression gate, invalid labels); 2 a user or configuration error
-(:data:`rag_pipeline.service.errors.USER_ERRORS`, unreadable files, and the command's own extra error types);
+(:data:`rag_pipeline.contracts.errors.USER_ERRORS`, unreadable files, and the command's own extra error types);
 3 a database error in the middle of the work; 70 an internal error, i.e. a bug (``RAG_DEBUG=1`` re-raises for
-the traceback); 130 interrupted (SIGINT); 143 terminated (SIGTERM, :class:`Terminated`). A closed stdout
+the traceback); each error's kind (:mod:`rag_pipeline.contracts.errors`) says which; 130 interrupted
+(SIGINT); 143 terminated (SIGTERM, :class:`Terminated`). A closed stdout
 (``rag-pipeline show RUN | head -1``) ends the command quietly with 0.
 """
 
@@ -18,13 +19,13 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from rag_pipeline.service.errors import USER_ERRORS, CheckFailed
+from rag_pipeline.contracts.errors import EXIT_DATABASE_ERROR, EXIT_INTERNAL_ERROR, USER_ERRORS, exit_code
+from rag_pipeline.service.catalog import printable
+from rag_pipeline.service.database import mask_secrets
 from rag_pipeline.settings import SettingsError, get_settings
-from rag_pipeline.storage.names import printable
-from rag_pipeline.storage.urls import mask_secrets
 
 Command = Callable[[argparse.Namespace], int]
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_USER_ERROR, EXIT_DATABASE_ERROR, EXIT_INTERNAL_ERROR = 0, 1, 2, 3, 70
+EXIT_OK = 0
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM
 EXIT_CODES_HELP = ("exit codes: 0 success; 1 a check found a problem (regression gate, invalid labels, --strict); "
                    "2 bad input or configuration; 3 database failure mid-run; 70 internal error")
@@ -60,7 +61,7 @@ def _quiet_stdout() -> None:
 
 def guarded(*extra_user_errors: type[BaseException]) -> Callable[[Command], Command]:
     """Decorator for a command function: user errors (the shared ones, ``OSError`` and ``extra_user_errors``)
-    → exit 2 with their message."""
+    → their message and their kind's exit code (2 unless the kind says otherwise)."""
     user_errors = (*USER_ERRORS, OSError, *extra_user_errors)
 
     def decorate(func: Command) -> Command:
@@ -73,12 +74,9 @@ def guarded(*extra_user_errors: type[BaseException]) -> Callable[[Command], Comm
             except BrokenPipeError:  # before OSError (a user error): nobody reads stdout any more
                 _quiet_stdout()
                 return EXIT_OK
-            except CheckFailed as exc:
-                error(exc)
-                return EXIT_CHECK_FAILED
             except user_errors as exc:
                 error(exc)
-                return EXIT_USER_ERROR
+                return exit_code(exc)
             except sa.exc.DBAPIError as exc:
                 first = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
                 error(f"database error: {first[0]}")

@@ -23,10 +23,10 @@ from pathlib import Path
 from rag_pipeline.cli import arguments, retention
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import case_progress
-from rag_pipeline.evaluation.reports import CANDIDATE_MODES, REPORT_FORMATS, CaseNotFoundError, comparison_table
 from rag_pipeline.service import evaluations as service
 from rag_pipeline.service.case_diagnosis import case_diagnosis
-from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.service.database import get_engine
+from rag_pipeline.service.evaluations import CANDIDATE_MODES, REPORT_FORMATS, CaseNotFoundError, comparison_table
 
 DEFAULT_STRATEGY = service.DEFAULT_STRATEGY
 

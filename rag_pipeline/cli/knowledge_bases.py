@@ -7,11 +7,15 @@ import argparse
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json, print_warnings, stage_progress
-from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS
-from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES, PUBLICATION_STATUSES
-from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
 from rag_pipeline.service import knowledge_bases as service
-from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.service.database import get_engine
+from rag_pipeline.service.knowledge_bases import (
+    DEFAULT_MODEL,
+    DOCUMENT_STATUSES,
+    EMBEDDING_MODELS,
+    PUBLICATION_STATUSES,
+    TEXT_SEARCH_MODES,
+)
 
 
 @guarded()

@@ -28,8 +28,8 @@ import tty
 import unicodedata
 from pathlib import Path
 
-from rag_pipeline.analysis.label_draft import Draft, DraftQuestion, save_draft
-from rag_pipeline.storage.names import printable
+from rag_pipeline.service.catalog import printable
+from rag_pipeline.service.label_drafts import Draft, DraftQuestion, save_draft
 
 KEYS_HELP = ("0-3 grade · r/space relevant · u clear · j/k or ↓/↑ move · n/Enter next question · s skip · "
              "b back · q quit")

@@ -18,14 +18,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from rag_pipeline.analysis.label_draft import DraftError, load_draft
 from rag_pipeline.cli import arguments, label_tui
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json
-from rag_pipeline.knowledge_base.chunk_lookup import snippet
 from rag_pipeline.service import label_drafts, label_fixes, labelling
-from rag_pipeline.storage.engine import get_engine
-from rag_pipeline.storage.names import printable
+from rag_pipeline.service.catalog import printable
+from rag_pipeline.service.database import get_engine
+from rag_pipeline.service.label_drafts import DraftError, load_draft
+from rag_pipeline.service.labelling import snippet
 
 LIMIT = arguments.int_between(1, labelling.MAX_LIMIT)
 DEPTH = arguments.int_between(1, 1000)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 
 from rag_pipeline.cli.arguments import int_between
-from rag_pipeline.cli.errors import EXIT_USER_ERROR, error, guarded
+from rag_pipeline.cli.errors import error, guarded
+from rag_pipeline.contracts.errors import EXIT_USER_ERROR
 
 
 @guarded()

@@ -31,14 +31,20 @@ import argparse
 import json
 import sys
 
-from rag_pipeline.analysis.tune_runs import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TOP_CONFIGS, TuneResult
-from rag_pipeline.analysis.tune_split import SplitTuneResult
-from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
-from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.service import analysis
-from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.service.analysis import (
+    DEFAULT_FOLDS,
+    DEFAULT_METRIC,
+    DEFAULT_POOL_STRATEGY,
+    TOP_CONFIGS,
+    FusionConfig,
+    SplitTuneResult,
+    TuneResult,
+)
+from rag_pipeline.service.database import get_engine
+from rag_pipeline.service.evaluations import METRIC_NAMES
 
 TABLE_METRICS = ("ndcg_at_k", "recall_at_k", "reciprocal_rank", "precision_at_k")
 

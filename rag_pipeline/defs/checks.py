@@ -14,12 +14,12 @@ import warnings
 
 import dagster as dg
 
-from rag_pipeline.analysis.comparison import Comparison, GateResult
 from rag_pipeline.defs.evaluation import evaluation_dataset, stored_dataset_id
 from rag_pipeline.defs.partitions import evaluation_partitions
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.evaluation.label_check import LabelReport
+from rag_pipeline.service.analysis import Comparison, GateResult
 from rag_pipeline.service.datasets import check_stored_dataset
+from rag_pipeline.service.evaluations import LabelReport
 
 MAX_ROWS = 100
 REGRESSION_GATE_SPEC = dg.AssetCheckSpec(

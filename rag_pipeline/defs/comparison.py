@@ -12,20 +12,21 @@ Job ``compare_strategies`` materialises it for one dataset partition.
 
 import dagster as dg
 
-from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, ComparisonError
-from rag_pipeline.analysis.comparison_report import (
-    chart_markdown,
-    chart_png,
-    metric_table,
-    moved_table,
-    significance_table,
-)
 from rag_pipeline.defs.checks import REGRESSION_GATE_SPEC, regression_gate_result
 from rag_pipeline.defs.evaluation_metadata import display_number
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.partitions import dataset_partitions, every_strategy_of_the_dataset
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service import analysis, retention
+from rag_pipeline.service.analysis import (
+    DEFAULT_BASELINE,
+    ComparisonError,
+    chart_markdown,
+    chart_png,
+    metric_table,
+    moved_table,
+    significance_table,
+)
 
 
 class ComparisonConfig(dg.Config):

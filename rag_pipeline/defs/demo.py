@@ -21,16 +21,15 @@ from pathlib import Path
 
 import dagster as dg
 
-from rag_pipeline.analysis.comparison import Comparison, GateResult
-from rag_pipeline.analysis.comparison_report import render_plain
 from rag_pipeline.defs.instance import ensure_pool
 from rag_pipeline.defs.partitions import partition_key
-from rag_pipeline.evaluation.demo_dataset import DEMO_CHUNK_OVERLAP, DEMO_CHUNK_SIZE, DEMO_KB, DEMO_TEXT_SEARCH
-from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
-from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline.service import analysis, evaluations
+from rag_pipeline.service.analysis import Comparison, GateResult, render_plain
+from rag_pipeline.service.catalog import load_registry
+from rag_pipeline.service.database import dagster_database_url, get_engine
+from rag_pipeline.service.datasets import DEMO_CHUNK_OVERLAP, DEMO_CHUNK_SIZE, DEMO_KB, DEMO_TEXT_SEARCH
+from rag_pipeline.service.knowledge_bases import EMBEDDING_MODELS
 from rag_pipeline.settings import load_env_file, project_root, reports_dir
-from rag_pipeline.storage.engine import dagster_database_url, get_engine
 
 
 def _load_env_file() -> None:

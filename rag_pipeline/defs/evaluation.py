@@ -16,16 +16,16 @@ import contextlib
 import dagster as dg
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.defs import evaluation_metadata as md
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.lineage import DATASET_KB, observe_dataset
 from rag_pipeline.defs.partitions import evaluation_partitions, split_key, the_dataset_of_the_partition
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.evaluation.metrics import HEADLINE_METRICS
 from rag_pipeline.service import datasets, evaluations
-from rag_pipeline.service.errors import TRANSIENT_ERRORS, USER_ERRORS, CheckFailed
+from rag_pipeline.service.database import TRANSIENT_ERRORS, mask_secrets
+from rag_pipeline.service.evaluations import HEADLINE_METRICS
 from rag_pipeline.settings import datasets_dir
-from rag_pipeline.storage.urls import mask_secrets
 
 GROUP = "retrieval_evaluation"
 RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
@@ -41,7 +41,7 @@ def fail_fast_unless_transient():
         raise
     except Exception as exc:
         text = mask_secrets(str(exc))
-        user = isinstance(exc, (*USER_ERRORS, CheckFailed, LookupError))
+        user = isinstance(exc, (*USER_ERRORS, LookupError))
         message = text if user else f"{type(exc).__name__}: {text}"
         metadata = {"error": dg.MetadataValue.md("```\n" + message + "\n```")}
         # no cause chain when it would carry an unmasked secret (Dagster stores the chain in the event log)

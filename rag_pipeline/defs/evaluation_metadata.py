@@ -2,8 +2,7 @@
 
 import dagster as dg
 
-from rag_pipeline.evaluation.metrics import METRIC_LABELS, METRIC_NAMES
-from rag_pipeline.evaluation.runner import EvaluationOutcome
+from rag_pipeline.service.evaluations import METRIC_LABELS, METRIC_NAMES, EvaluationOutcome
 
 MAX_TABLE_ROWS = 200
 DISPLAY_DECIMALS = 4

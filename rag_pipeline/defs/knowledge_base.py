@@ -15,15 +15,18 @@ from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.lineage import dataset_observations
 from rag_pipeline.defs.partitions import knowledge_base_partitions
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline.service import knowledge_bases, lineage
-from rag_pipeline.settings import project_root
+from rag_pipeline.service.knowledge_bases import DEFAULT_MODEL
 
 
 class KnowledgeBaseConfig(dg.Config):
-    source_dir: str = str(project_root() / "demo" / "kb")
+    """How to ingest the partition's knowledge base; the demo job (:mod:`rag_pipeline.defs.demo`) passes the
+    demo's folder and settings."""
+
+    source_dir: str
     """Folder of .md/.txt/.html/.jsonl documents; the knowledge base is the partition's name."""
-    text_search: str = "chinese"
+    text_search: str = "simple"
+    """Keyword text mode of a new knowledge base (as ``rag-pipeline ingest``): simple, english or chinese."""
     chunk_size: int = knowledge_bases.DEFAULT_CHUNK_SIZE
     chunk_overlap: int = knowledge_bases.DEFAULT_CHUNK_OVERLAP
     models: list[str] = [DEFAULT_MODEL]

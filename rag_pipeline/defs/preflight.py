@@ -2,11 +2,11 @@
 or the database is down).
 
 Dagster loads the instance (``dagster.yaml``) *before* it imports :mod:`rag_pipeline.definitions`, and resolving
-``postgres_url: {env: RAG_DAGSTER_PG_URL}`` fails there with a ~70-line traceback; a stopped server gives ~200
-lines of connection retries. A check in ``definitions.py`` would run too late, so ``dagster.yaml`` names
-:class:`RagDagsterInstance` as its ``instance_class``: Dagster imports it and calls its ``config_schema()`` while
-reading ``dagster.yaml``, before it builds the storage, which is where :func:`check_dagster_storage` runs.
-Run workers rebuild the instance from a serialised reference (not from ``dagster.yaml``) and skip the check.
+``postgres_url: {env: RAG_DAGSTER_PG_URL}`` there fails with a ~70-line traceback; a stopped server gives ~200
+lines of connection retries. A check in ``definitions.py`` would run too late, so ``dagster.yaml``'s storage is
+``custom``: :class:`RagPostgresStorage`, dagster-postgres's own storage, whose ``config_type()`` Dagster calls
+before it resolves ``postgres_url`` and connects, which is where :func:`check_dagster_storage` runs (once per
+process and URL).
 
 Under the ``dagster``/``dagster-webserver``/``dagster-daemon`` commands a failed check prints one line to stderr
 and exits with status 2; in any other process (tests, ``DagsterInstance.get()`` in a script) it raises
@@ -20,8 +20,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-import dagster as dg
-from dagster._core.instance.ref import InstanceRef
+from dagster_postgres import DagsterPostgresStorage
 
 ENV_VAR = "RAG_DAGSTER_PG_URL"
 CONNECT_TIMEOUT_S = 3
@@ -100,15 +99,11 @@ def check_dagster_storage() -> None:
     raise DagsterStorageNotConfigured(problem)
 
 
-class RagDagsterInstance(dg.DagsterInstance):
-    """Dagster's own instance; ``dagster.yaml``'s ``instance_class`` so the storage is checked first."""
+class RagPostgresStorage(DagsterPostgresStorage):
+    """Dagster's PostgreSQL storage; ``dagster.yaml``'s ``storage: custom`` so the storage is checked first."""
 
     @classmethod
-    def config_schema(cls) -> Mapping[str, Any]:
-        # Called by Dagster while it reads dagster.yaml, before it resolves and connects the storage.
+    def config_type(cls) -> Any:
+        # Called by Dagster before it resolves the config (postgres_url from the environment) and connects.
         check_dagster_storage()
-        return {}
-
-    @staticmethod
-    def config_defaults(base_dir: str) -> Mapping[str, Any]:
-        return InstanceRef.config_defaults(base_dir)
+        return super().config_type()

@@ -16,16 +16,23 @@ strategy to the registry is the user's decision (paste the YAML, or ``rag-pipeli
 
 import dagster as dg
 
-from rag_pipeline.analysis.tune_runs import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TOP_CONFIGS, TuneError, TuneResult
-from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig
-from rag_pipeline.analysis.tuning_plot import sweep_markdown
 from rag_pipeline.defs.evaluation_metadata import display_float
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.partitions import dataset_partitions, every_strategy_of_the_dataset
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.evaluation.metrics import METRIC_LABELS
-from rag_pipeline.retrieval.strategies import StrategyError
 from rag_pipeline.service import analysis
+from rag_pipeline.service.analysis import (
+    DEFAULT_FOLDS,
+    DEFAULT_METRIC,
+    DEFAULT_POOL_STRATEGY,
+    TOP_CONFIGS,
+    FusionConfig,
+    TuneError,
+    TuneResult,
+    sweep_markdown,
+)
+from rag_pipeline.service.catalog import StrategyError
+from rag_pipeline.service.evaluations import METRIC_LABELS
 
 
 class FusionSweepConfig(dg.Config):

@@ -1,14 +1,8 @@
 """Evaluation datasets: read, validate and version a labelled JSON file (seed §2).
 
-Two shapes are accepted::
-
-    [ {"case_id": ..., "question": ..., "relevant_chunk_ids": [...], "k": 6}, ... ]          # seed array
-    {"name": "demo", "knowledge_base": "demo", "description": "...", "metadata": {...},
-     "cases": [ ... ]}                                                                        # object form
-
-``relevant_chunk_ids`` is a list of chunk ids (grade 1 each) or graded ``{chunk_id: grade}`` with integer
-grades 0-10 (0 = judged not relevant: kept, but relevant nowhere); see
-:mod:`rag_pipeline.evaluation.dataset_fields`.
+A file is a bare array of cases or an object with ``cases`` (the shapes: :mod:`rag_pipeline.contracts.dataset`,
+whose pydantic models validate it; :mod:`rag_pipeline.evaluation.dataset_problems` words their errors). A graded
+``relevant_chunk_ids`` ``{chunk_id: grade}`` keeps its grade-0 ids, which are relevant nowhere.
 
 **Identity.** A dataset is identified by its file name: ``datasets/foo.json`` is dataset ``foo``, exactly the
 Dagster partition key. The optional ``name`` field must equal it (else a validation error naming both);
@@ -32,49 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rag_pipeline.evaluation.dataset_fields import (  # noqa: F401 - limits and grade constants re-exported
-    MAX_CASE_ID_CHARS,
-    MAX_GRADE,
-    MAX_K,
-    MAX_METADATA_BYTES,
-    MAX_QUESTION_CHARS,
-    MAX_RELEVANT_IDS,
-    MIN_GRADE,
-    RELEVANT_GRADE,
-    Judgments,
-    check_case_id,
-    check_k,
-    check_metadata,
-    check_question,
-    check_relevant,
-)
-from rag_pipeline.evaluation.dataset_json import (  # noqa: F401 - DatasetError/DatasetProblem are this module's API
-    DatasetError,
-    DatasetProblem,
-    JsonReadError,
-    decode_json,
-    got,
-    show,
-    text_problem,
-    type_name,
-)
+from rag_pipeline.contracts.dataset import RELEVANT_GRADE, DatasetCase
+from rag_pipeline.evaluation.dataset_json import DatasetError, DatasetProblem, JsonReadError, decode_json, type_name
+from rag_pipeline.evaluation.dataset_problems import file_problems
 from rag_pipeline.storage.files import FileReadError, read_bounded
-from rag_pipeline.storage.names import (
-    DATASET,
-    MAX_DATASET_NAME_CHARS,
-    InvalidNameError,
-    check_name,
-    name_rule,
-    printable,
-    show_name,
-)
+from rag_pipeline.storage.names import DATASET, InvalidNameError, check_name, name_rule, printable, show_name
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
-MAX_CASES = 100_000
-MAX_NAME_CHARS = MAX_DATASET_NAME_CHARS  # 200
+Judgments = tuple[tuple[str, int], ...]
 
-CASE_FIELDS = ("case_id", "question", "relevant_chunk_ids", "k")
-OBJECT_FIELDS = ("name", "knowledge_base", "description", "metadata", "cases")
 
 def valid_dataset_key(key: str) -> bool:
     """Whether ``key`` can be a dataset name: the shared name rule (:func:`rag_pipeline.storage.names.check_name`,
@@ -205,67 +165,33 @@ def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base
         data = decode_json(raw, MAX_FILE_BYTES)
     except JsonReadError as exc:
         raise DatasetError(source, [DatasetProblem(str(exc))]) from None
-    problems: list[DatasetProblem] = []
-    if isinstance(data, list):
-        items, file_kb, file_name, description, metadata = data, None, None, None, None
-    elif isinstance(data, dict):
-        unknown = sorted(set(data) - set(OBJECT_FIELDS))
-        if unknown:
-            problems.append(DatasetProblem(f"unknown top-level key(s) {unknown}; allowed: {list(OBJECT_FIELDS)}"))
-        for key in getattr(data, "duplicate_keys", ()):
-            problems.append(DatasetProblem(f"top-level key {key!r} appears more than once"))
-        file_kb = _top_string(data, "knowledge_base", problems)
-        file_name = _top_string(data, "name", problems)
-        description = _top_string(data, "description", problems, limit=10_000)
-        metadata = check_metadata(data, problems)
-        if "cases" not in data:
-            problems.append(DatasetProblem("the top-level object has no 'cases' array", field="cases"))
-            items = []
-        elif not isinstance(data["cases"], list):
-            problems.append(DatasetProblem(f"must be an array of cases, got {type_name(data['cases'])}",
-                                           field="cases"))
-            items = []
-        else:
-            items = data["cases"]
-    else:
+    if not isinstance(data, (list, dict)):
         raise DatasetError(source, [DatasetProblem(
             f"the top level must be an array of cases or an object with 'cases', got {type_name(data)}")])
-
-    kb = _resolve_kb(file_kb, knowledge_base, problems)
-    dataset_name = _resolve_name(file_name, name or default_name, problems)
-    if not items and not any(p.field == "cases" for p in problems):
-        problems.append(DatasetProblem("there are no cases", field="cases"))
-    if len(items) > MAX_CASES:
-        problems.append(DatasetProblem(f"{len(items)} cases; the limit is {MAX_CASES}", field="cases"))
-    cases = _validate_cases(items, problems)
-    if problems:
-        raise DatasetError(source, problems)
-    return Dataset(
-        name=dataset_name,
-        knowledge_base=kb or "",
-        cases=tuple(cases),
-        content_hash=hashlib.sha256(canonical_cases_json(cases).encode("utf-8")).hexdigest(),
-        source_path=source_path,
-        description=description,
-        metadata=metadata,
-    )
+    header = data if isinstance(data, dict) else {"cases": data}
+    model, keyed = file_problems(header)
+    problems = [p for _, p in keyed]
+    valid = {key: None if any(p.field == key and p.case_index is None for p in problems) else header.get(key)
+             for key in ("knowledge_base", "name")}
+    kb = _resolve_kb(valid["knowledge_base"], knowledge_base, problems)
+    dataset_name = _resolve_name(valid["name"], name or default_name, problems)
+    if model is None or len(problems) > len(keyed):
+        keyed += [((-1, 7), p) for p in problems[len(keyed):]]  # after the top-level fields, before the cases
+        raise DatasetError(source, [p for _, p in sorted(keyed, key=lambda kp: kp[0])])
+    cases = tuple(_case(c) for c in model.cases)
+    return Dataset(name=dataset_name, knowledge_base=kb or "", cases=cases,
+                   content_hash=hashlib.sha256(canonical_cases_json(cases).encode("utf-8")).hexdigest(),
+                   source_path=source_path, description=model.description, metadata=header.get("metadata"))
 
 
-def _top_string(data: dict, key: str, problems: list[DatasetProblem], limit: int = MAX_NAME_CHARS) -> str | None:
-    if key not in data or data[key] is None:
-        return None
-    value = data[key]
-    if not isinstance(value, str):
-        problems.append(DatasetProblem(f"must be a string, got {type_name(value)}", field=key))
-    elif not value.strip():
-        problems.append(DatasetProblem("must not be empty", field=key))
-    elif len(value) > limit:
-        problems.append(DatasetProblem(f"is {len(value)} characters; the limit is {limit}", field=key))
-    elif bad := text_problem(value):
-        problems.append(DatasetProblem(bad, field=key))
-    else:
-        return value
-    return None
+def _case(case: DatasetCase) -> EvaluationCase:
+    """The validated case: ids lower-cased, a graded object's judgments in id order."""
+    value = case.relevant_chunk_ids
+    if isinstance(value, list):
+        return EvaluationCase(case.case_id, case.question, tuple(i.strip().lower() for i in value), case.k)
+    judgments = tuple(sorted((cid.strip().lower(), grade) for cid, grade in value.items()))
+    relevant = tuple(cid for cid, grade in judgments if grade >= RELEVANT_GRADE)
+    return EvaluationCase(case.case_id, case.question, relevant, case.k, judgments)
 
 
 def _resolve_name(file_name: str | None, given: str | None, problems: list[DatasetProblem]) -> str:
@@ -297,35 +223,18 @@ def _resolve_kb(file_kb: str | None, given: str | None, problems: list[DatasetPr
     return kb
 
 
-def _validate_cases(items: list, problems: list[DatasetProblem]) -> list[EvaluationCase]:
-    cases: list[EvaluationCase] = []
-    first_index: dict[str, int] = {}
-    for index, item in enumerate(items):
-        if not isinstance(item, dict):
-            problems.append(DatasetProblem(f"each case must be an object, got {type_name(item)}", case_index=index))
-            continue
-        case_id = item.get("case_id") if isinstance(item.get("case_id"), str) else None
-        before = len(problems)
+def relevance_of(value: Any) -> dict[str, int]:
+    """``{id: grade}`` of the ids with grade >= 1 of a raw (already validated) ``relevant_chunk_ids``
+    value, list or object, e.g. a case read back from ``retrieval_evaluation_datasets.cases``."""
+    if isinstance(value, Mapping):
+        return {str(k): int(g) for k, g in value.items() if int(g) >= RELEVANT_GRADE}
+    return dict.fromkeys((str(i) for i in value), RELEVANT_GRADE)
 
-        def bad(field: str | None, message: str, _index: int = index, _cid: str | None = case_id) -> None:
-            problems.append(DatasetProblem(message, field=field, case_index=_index, case_id=_cid))
 
-        for key in getattr(item, "duplicate_keys", ()):
-            bad(key, "appears more than once in this case")
-        for key in sorted(set(item) - set(CASE_FIELDS)):
-            bad(key, f"unknown field; a case has exactly {list(CASE_FIELDS)}")
-        for key in CASE_FIELDS:
-            if key not in item:
-                bad(key, "is missing")
-        cid = check_case_id(item, bad)
-        if cid is not None:
-            if cid in first_index:
-                bad("case_id", f"duplicate case_id; first used by cases[{first_index[cid]}]")
-            else:
-                first_index[cid] = index
-        question = check_question(item, bad)
-        labels = check_relevant(item, bad)
-        k = check_k(item, bad)
-        if len(problems) == before and None not in (cid, question, labels, k):
-            cases.append(EvaluationCase(cid, question, labels[0], k, labels[1]))
-    return cases
+def relevant_ids_of(value: Any) -> list[str]:
+    """The ids that count as relevant of a raw ``relevant_chunk_ids`` value: every entry of a list (as
+    given, duplicates and malformed ids included), the keys of grade >= 1 of an object."""
+    if isinstance(value, Mapping):
+        return [str(k) for k, g in value.items()
+                if isinstance(g, int) and not isinstance(g, bool) and g >= RELEVANT_GRADE]
+    return [str(i) for i in value]

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from rag_pipeline.contracts.errors import BadInputError
+
 MAX_LISTED_PROBLEMS = 50
 
 _BOM = b"\xef\xbb\xbf"
@@ -37,7 +39,7 @@ class DatasetProblem:
         return ": ".join(where) + ": " + self.message
 
 
-class DatasetError(ValueError):
+class DatasetError(BadInputError, ValueError):
     """A dataset file that cannot be used; ``str()`` lists every problem, one per line."""
 
     def __init__(self, source: str, problems: list[DatasetProblem]):
@@ -104,14 +106,6 @@ def got(value: Any, limit: int = 60) -> str:
 def show(value: str, limit: int = 60) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-def text_problem(value: str) -> str | None:
-    if "\x00" in value:
-        return "contains a NUL character (\\u0000), which PostgreSQL cannot store"
-    if any("\ud800" <= ch <= "\udfff" for ch in value):
-        return "contains an unpaired UTF-16 surrogate (invalid Unicode)"
-    return None
 
 
 def decode_json(raw: bytes | str, max_bytes: int) -> Any:

@@ -20,6 +20,7 @@ import uuid
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.errors import ConflictError, NotFoundError
 from rag_pipeline.evaluation.queries import runs as queries
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.ids import as_uuid
@@ -28,7 +29,7 @@ from rag_pipeline.storage.urls import mask_secrets
 STATUSES = ("queued", "running", "succeeded", "failed", "abandoned")
 
 
-class RunNotFoundError(LookupError):
+class RunNotFoundError(NotFoundError, LookupError):
     """No evaluation run with that id."""
 
 
@@ -164,7 +165,7 @@ _HEX = frozenset("0123456789abcdef")
 _SHOWN_MATCHES = 5
 
 
-class AmbiguousRunIdError(RunNotFoundError):
+class AmbiguousRunIdError(ConflictError, RunNotFoundError):
     """A run-id prefix that matches more than one run."""
 
 

@@ -24,19 +24,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# A query that would break one of a dataset case's limits is skipped with the reason: the written dataset stays valid.
+from rag_pipeline.contracts.dataset import (
+    MAX_CASE_ID_CHARS,
+    MAX_CASES,
+    MAX_GRADE,
+    MAX_K,
+    MAX_QUESTION_CHARS,
+    MAX_RELEVANT_IDS,
+)
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline.knowledge_base.ingestion import IngestionResult, Progress, ingest_documents
 from rag_pipeline.knowledge_base.sources import SourceDocument, SourceError
-
-# Limits of a dataset case (rag_pipeline.evaluation.dataset, which this layer may not import; a test keeps
-# them equal): a query that would break one is skipped with the reason, so the written dataset stays valid.
-MAX_QUESTION_CHARS = 10_000
-MAX_CASE_ID_CHARS = 200
-MAX_RELEVANT_IDS = 1000
-MAX_CASES = 100_000
-MAX_K = 1000
-MAX_GRADE = 10
 
 _GRADE = re.compile(r"[0-9]+")
 _SURROGATE = re.compile("[\ud800-\udfff]")

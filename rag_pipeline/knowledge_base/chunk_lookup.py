@@ -2,7 +2,7 @@
 
 What a person labels are ``document_chunks.id`` values (seed §2); these queries show them with their document,
 ordinal, character span and text, so nobody has to write the three-table join by hand. "Searchable" is the one
-rule of :data:`lifecycle.SEARCHABLE_DOCUMENT_SQL` (a current chunk of a READY, PUBLISHED, not deleted document):
+rule of :data:`queries.documents.SEARCHABLE_DOCUMENT_SQL` (a current chunk of a READY, PUBLISHED, not deleted document):
 exactly the chunks a label may name. :func:`chunks_by_ids` also returns replaced (``is_current = false``) chunks
 and chunks of other knowledge bases, for the label fixes.
 """
@@ -10,13 +10,16 @@ and chunks of other knowledge bases, for the label fixes.
 from __future__ import annotations
 
 import difflib
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 import sqlalchemy as sa
 
-from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_DOCUMENT_SQL, KnowledgeBaseError
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
+from rag_pipeline.knowledge_base.queries import chunks as queries
+from rag_pipeline.knowledge_base.queries import vectors
+from rag_pipeline.knowledge_base.queries.documents import documents_named
+from rag_pipeline.storage.ids import as_uuid
 
 
 @dataclass(frozen=True)
@@ -37,48 +40,18 @@ class ChunkRow:
         return asdict(self)
 
 
-_COLUMNS = ("c.id, c.document_id, d.original_name, c.ordinal, c.char_start, c.char_end, c.content, c.is_current, "
-            "c.knowledge_base_id")
-_SEARCHABLE = f"c.knowledge_base_id = :kb AND c.is_current AND {SEARCHABLE_DOCUMENT_SQL}"
-_ORDER = "d.original_name, c.ordinal, c.char_start, c.id"
-
-_LIST_SQL = (f"SELECT {_COLUMNS} FROM document_chunks c JOIN documents d ON d.id = c.document_id "
-             f"WHERE {_SEARCHABLE} AND (CAST(:doc AS uuid) IS NULL OR c.document_id = CAST(:doc AS uuid)) "
-             f"ORDER BY {_ORDER} LIMIT :limit")
-_COUNT_SQL = ("SELECT count(*) FROM document_chunks c JOIN documents d ON d.id = c.document_id "
-              f"WHERE {_SEARCHABLE} AND (CAST(:doc AS uuid) IS NULL OR c.document_id = CAST(:doc AS uuid))")
-# Case-insensitive substring (strpos: no LIKE wildcards to escape); works for any script, jieba or not.
-_PHRASE_SQL = (f"SELECT {_COLUMNS} FROM document_chunks c JOIN documents d ON d.id = c.document_id "
-               f"WHERE {_SEARCHABLE} AND (CAST(:doc AS uuid) IS NULL OR c.document_id = CAST(:doc AS uuid)) "
-               f"AND strpos(lower(c.content), lower(:phrase)) > 0 ORDER BY {_ORDER} LIMIT :limit")
-_BY_IDS_SQL = (f"SELECT {_COLUMNS} FROM document_chunks c JOIN documents d ON d.id = c.document_id "
-               "WHERE c.id = ANY(:ids)")
-_DOCUMENT_SQL = ("SELECT id, original_name FROM documents WHERE knowledge_base_id = :kb "
-                 "AND (original_name = :name OR id = :id)")
-_DOCUMENT_NAMES_SQL = "SELECT original_name FROM documents WHERE knowledge_base_id = :kb ORDER BY original_name"
-_MODELS_SQL = ("SELECT DISTINCT e.model FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id "
-               "WHERE e.knowledge_base_id = :kb AND c.is_current ORDER BY e.model")
-
-
 def _row(r) -> ChunkRow:
     return ChunkRow(str(r.id), str(r.document_id), r.original_name, r.ordinal, r.char_start, r.char_end, r.content,
                     r.is_current, str(r.knowledge_base_id))
 
 
-def as_uuid(value: object) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(value).strip())
-    except (ValueError, AttributeError, TypeError):
-        return None
-
-
 def resolve_document(conn: sa.Connection, kb_id, kb_name: str, name_or_id: str) -> tuple[str, str]:
     """``(document id, original name)`` of a document of the knowledge base, by original name or id; an unknown
     one is a :class:`KnowledgeBaseError` naming the closest names."""
-    row = conn.execute(sa.text(_DOCUMENT_SQL), {"kb": kb_id, "name": name_or_id, "id": as_uuid(name_or_id)}).first()
+    row = documents_named(conn, kb_id, name_or_id, as_uuid(name_or_id)).first()
     if row is not None:
         return str(row.id), row.original_name
-    names = conn.execute(sa.text(_DOCUMENT_NAMES_SQL), {"kb": kb_id}).scalars().all()
+    names = queries.document_names(conn, kb_id)
     close = difflib.get_close_matches(name_or_id, names, n=5, cutoff=0.4)
     hint = f"; did you mean {', '.join(repr(n) for n in close)}?" if close else ""
     raise KnowledgeBaseError(f"no document {name_or_id!r} in knowledge base {kb_name!r} "
@@ -89,9 +62,8 @@ def list_chunks(conn: sa.Connection, kb_id, *, document_id: str | None = None, l
                 ) -> tuple[list[ChunkRow], int]:
     """The searchable chunks (of one document, or all) in document name and ordinal order, at most ``limit``;
     and how many there are in all."""
-    params = {"kb": kb_id, "doc": document_id, "limit": limit}
-    rows = [_row(r) for r in conn.execute(sa.text(_LIST_SQL), params)]
-    return rows, conn.execute(sa.text(_COUNT_SQL), params).scalar_one()
+    rows = [_row(r) for r in queries.searchable_chunks(conn, kb_id, document_id, limit)]
+    return rows, queries.searchable_chunk_count(conn, kb_id, document_id)
 
 
 def phrase_matches(conn: sa.Connection, kb_id, phrase: str, *, document_id: str | None = None,
@@ -99,8 +71,8 @@ def phrase_matches(conn: sa.Connection, kb_id, phrase: str, *, document_id: str 
     """Searchable chunks whose text contains ``phrase`` (case-insensitive), in document and ordinal order."""
     if not phrase.strip():
         return []
-    params = {"kb": kb_id, "doc": document_id, "limit": limit, "phrase": phrase.strip().replace("\x00", "")}
-    return [_row(r) for r in conn.execute(sa.text(_PHRASE_SQL), params)]
+    phrase = phrase.strip().replace("\x00", "")
+    return [_row(r) for r in queries.phrase_chunks(conn, kb_id, document_id, phrase, limit)]
 
 
 def chunks_by_ids(conn: sa.Connection, ids: Iterable[str]) -> dict[str, ChunkRow]:
@@ -108,12 +80,12 @@ def chunks_by_ids(conn: sa.Connection, ids: Iterable[str]) -> dict[str, ChunkRow
     wanted = sorted({u for u in (as_uuid(i) for i in ids) if u is not None})
     if not wanted:
         return {}
-    return {str(r.id): _row(r) for r in conn.execute(sa.text(_BY_IDS_SQL), {"ids": wanted})}
+    return {str(r.id): _row(r) for r in queries.chunks_with_ids(conn, wanted)}
 
 
 def embedding_models(conn: sa.Connection, kb_id) -> list[str]:
     """The embedding models the knowledge base's current chunks have vectors of."""
-    return list(conn.execute(sa.text(_MODELS_SQL), {"kb": kb_id}).scalars())
+    return vectors.embedding_models(conn, kb_id)
 
 
 def snippet(text: str, around: Sequence[str] = (), width: int = 160) -> str:
@@ -130,16 +102,11 @@ def snippet(text: str, around: Sequence[str] = (), width: int = 160) -> str:
     return ("…" if start > 0 else "") + piece + ("…" if start + width < len(flat) else "")
 
 
-_DOCUMENT_OF_SQL = "SELECT d.original_name FROM documents d WHERE d.id = :id"
-_NAMED_DOCUMENT_CHUNKS_SQL = (f"SELECT {_COLUMNS} FROM document_chunks c JOIN documents d ON d.id = c.document_id "
-                              f"WHERE {_SEARCHABLE} AND d.original_name = :name ORDER BY c.ordinal, c.id")
-
-
 def document_chunks_for(conn: sa.Connection, document_id: str, kb_id) -> tuple[str | None, list[ChunkRow]]:
     """For a document id (of any knowledge base): its original name and the searchable chunks of the document of
     that name in knowledge base ``kb_id`` (``(None, [])`` when no document has the id)."""
     u = as_uuid(document_id)
-    name = conn.execute(sa.text(_DOCUMENT_OF_SQL), {"id": u}).scalar() if u else None
+    name = queries.document_name(conn, u) if u else None
     if name is None:
         return None, []
-    return name, [_row(r) for r in conn.execute(sa.text(_NAMED_DOCUMENT_CHUNKS_SQL), {"kb": kb_id, "name": name})]
+    return name, [_row(r) for r in queries.named_document_chunks(conn, kb_id, name)]

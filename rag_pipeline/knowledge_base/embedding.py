@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.settings import SettingsError, get_settings
 
 DEFAULT_MODEL = "use-multilingual-v3"
 
 
-class EmbeddingError(RuntimeError):
+class EmbeddingError(BadInputError, RuntimeError):
     pass
 
 

@@ -42,14 +42,15 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base import chunking, term_stats, textsearch
 from rag_pipeline.knowledge_base.background_encoder import BackgroundEncoder, encoder_threads
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
 from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base, rechunking
+from rag_pipeline.knowledge_base.queries import chunks, documents, vectors
 from rag_pipeline.knowledge_base.sources import SourceDocument
+from rag_pipeline.storage import queries as storage
 from rag_pipeline.storage.engine import (
     build_vector_index,
     ensure_embedding_model,
@@ -110,8 +111,8 @@ def ingest_documents(
     # its own short transaction too: CREATE INDEX takes a SHARE lock on chunk_embeddings that, held until the end
     # of a long ingestion, deadlocks a concurrent one.
     with engine.begin() as conn:
-        kb_index_id = conn.execute(sa.text("SELECT id FROM knowledge_bases WHERE name = :n"),
-                                   {"n": knowledge_base}).scalar() or chunking.knowledge_base_id(knowledge_base)
+        known = documents.knowledge_base_settings(conn, knowledge_base)
+        kb_index_id = known.id if known else chunking.knowledge_base_id(knowledge_base)
         unindexed = []
         for embedder in embedders:
             ensure_embedding_model(conn, embedder.name, embedder.dimension, embedder.backend)
@@ -123,13 +124,8 @@ def ingest_documents(
                                       rechunk=rechunk)
         result = IngestionResult(knowledge_base, str(kb_id), documents_seen=len(docs), warnings=_warnings(
             knowledge_base, text_search, docs))
-        existing = {
-            row.original_name: (row.id, row.content_hash, row.is_deleted)
-            for row in conn.execute(
-                sa.text("SELECT id, original_name, content_hash, is_deleted FROM documents WHERE knowledge_base_id = :kb"),
-                {"kb": kb_id},
-            )
-        }
+        existing = {row.original_name: (row.id, row.content_hash, row.is_deleted)
+                    for row in documents.documents_of(conn, kb_id)}
         new_chunks, changed_doc_ids, doc_rows = _plan(docs, existing, knowledge_base, chunk_size, chunk_overlap, result,
                                                       recut)
         present = {d.original_name for d in docs}
@@ -144,8 +140,7 @@ def ingest_documents(
             with term_stats.tracking(conn, kb_id, affected):
                 _write_documents(conn, kb_id, doc_rows)
                 if removed:
-                    conn.execute(sa.text("UPDATE documents SET is_deleted = true, updated_at = now() "
-                                         "WHERE id = ANY(:ids)"), {"ids": removed})
+                    documents.mark_deleted(conn, removed)
                 result.chunks_replaced = _retire_chunks(conn, changed_doc_ids, {c.id for c in new_chunks})
                 inserted = _insert_chunks(conn, kb_id, knowledge_base, text_search, new_chunks)
                 result.chunks_inserted = len(inserted)
@@ -162,8 +157,7 @@ def ingest_documents(
         result.timings[f"index_build_{embedder.name}_s"] = time.perf_counter() - t
     if result.chunks_inserted or result.chunks_replaced or result.embeddings_written:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            # fresh planner statistics, so the first evaluation on a new KB gets good plans
-            conn.execute(sa.text("ANALYZE document_chunks, chunk_embeddings, chunk_terms, knowledge_base_term_stats"))
+            vectors.analyze(conn)
             result.timings["reindex_s"] = _rebuild_if_churned(conn, kb_id, embedders, result)
     result.timings["total_s"] = time.perf_counter() - t0
     return result
@@ -210,34 +204,18 @@ def _plan(docs, existing, kb_name, chunk_size, chunk_overlap, result, recut=Fals
 
 
 def _write_documents(conn: sa.Connection, kb_id, doc_rows) -> None:
-    if not doc_rows:
-        return
-    conn.execute(
-        sa.text(
-            "INSERT INTO documents (id, knowledge_base_id, original_name, title, content, content_hash, "
-            "status, publication_status, is_deleted) VALUES (:id, :kb, :name, :title, :content, :hash, "
-            "'READY', 'PUBLISHED', false) ON CONFLICT (id) DO UPDATE SET content = EXCLUDED.content, "
-            "title = EXCLUDED.title, content_hash = EXCLUDED.content_hash, is_deleted = false, updated_at = now()"
-        ),
-        [{"id": i, "kb": kb_id, "name": d.original_name, "title": d.title, "content": d.text.replace("\x00", " "),
-          "hash": h} for i, d, h in doc_rows],
-    )
+    if doc_rows:
+        documents.upsert_documents(conn, [{"id": i, "kb": kb_id, "name": d.original_name, "title": d.title,
+                                           "content": d.text.replace("\x00", " "), "hash": h} for i, d, h in doc_rows])
 
 
 def _retire_chunks(conn: sa.Connection, doc_ids, keep_ids) -> int:
     """Mark the current chunks of changed documents that the new chunking does not produce again."""
     if not doc_ids:
         return 0
-    rows = conn.execute(
-        sa.text("SELECT id FROM document_chunks WHERE document_id = ANY(:d) AND is_current"), {"d": doc_ids}
-    ).scalars().all()
-    retire = [r for r in rows if r not in keep_ids]
+    retire = [r for r in chunks.current_chunk_ids(conn, doc_ids) if r not in keep_ids]
     if retire:
-        conn.execute(sa.text("UPDATE document_chunks SET is_current = false, replaced_at = now() WHERE id = ANY(:ids)"),
-                     {"ids": retire})
-        conn.execute(sa.text("DELETE FROM chunk_terms WHERE chunk_id = ANY(:ids)"), {"ids": retire})
-        # the KB's vector index holds only its current vectors (a re-activated chunk is embedded again)
-        conn.execute(sa.text("DELETE FROM chunk_embeddings WHERE chunk_id = ANY(:ids)"), {"ids": retire})
+        chunks.retire_chunks(conn, retire)
     return len(retire)
 
 
@@ -257,31 +235,27 @@ def _rebuild_if_churned(conn: sa.Connection, kb_id, embedders, result: Ingestion
     Returns seconds."""
     if not result.chunks_replaced:
         return 0.0
-    current = conn.execute(sa.text("SELECT count(*) FROM document_chunks WHERE knowledge_base_id = :kb "
-                                   "AND is_current"), {"kb": kb_id}).scalar_one()
-    if result.chunks_replaced < REINDEX_CHURN * max(current, 1):
+    if result.chunks_replaced < REINDEX_CHURN * max(chunks.current_chunk_count(conn, kb_id), 1):
         return 0.0
     t = time.perf_counter()
-    readers = conn.execute(sa.text(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-        "AND backend_xmin IS NOT NULL")).scalar_one()
+    readers = storage.other_snapshot_holders(conn)
     if readers:  # a rebuild would wait for every transaction that holds an older snapshot
         result.warnings.append(_skipped(result, f"{readers} other transaction(s) were reading"))
         return time.perf_counter() - t
-    conn.execute(sa.text("SELECT set_config('lock_timeout', :t, false)"), {"t": f"{REINDEX_LOCK_TIMEOUT_S}s"})
+    storage.set_lock_timeout(conn, REINDEX_LOCK_TIMEOUT_S)
     for embedder in embedders:
-        index = hnsw_index_name(embedder.name, kb_id)  # [a-z0-9_] only
-        if conn.execute(sa.text("SELECT to_regclass(:i)"), {"i": index}).scalar() is None:
+        index = hnsw_index_name(embedder.name, kb_id)
+        if storage.index_validity(conn, index) is None:
             continue
         try:
-            conn.execute(sa.text(f"REINDEX INDEX CONCURRENTLY {index}"))
+            storage.reindex(conn, index, concurrently=True)
         except sa.exc.OperationalError as exc:
             if getattr(getattr(exc, "orig", None), "sqlstate", None) != "55P03":  # lock_not_available
                 raise
             result.warnings.append(_skipped(result, "an evaluation started reading meanwhile") +
                                    f" (drop the invalid index {index}_ccnew if it remains)")
             break
-    conn.execute(sa.text("RESET lock_timeout"))  # back to the connection's own setting
+    storage.reset_lock_timeout(conn)  # back to the connection's own setting
     return time.perf_counter() - t
 
 
@@ -293,47 +267,15 @@ def _skipped(result: IngestionResult, why: str) -> str:
 def _insert_chunks(conn: sa.Connection, kb_id, kb_name, mode, new_chunks: list[_NewChunk]) -> list:
     if not new_chunks:
         return []
-    cfg = textsearch.regconfig(mode)
-    conn.execute(sa.text(
-        "CREATE TEMP TABLE IF NOT EXISTS chunk_stage (id uuid, document_id uuid, ordinal int, content text, "
-        "content_hash text, char_start int, char_end int, ts_text text) ON COMMIT DROP"
-    ))
-    raw = conn.connection.driver_connection
-    with raw.cursor().copy("COPY chunk_stage FROM STDIN") as copy:
-        for c in new_chunks:
-            ch = c.chunk
-            copy.write_row((c.id, c.document_id, ch.ordinal, ch.content.replace("\x00", " "), ch.content_hash,
-                            ch.char_start, ch.char_end, textsearch.prepare(mode, ch.content)))
-    inserted = conn.execute(sa.text(
-        "INSERT INTO document_chunks (id, knowledge_base_id, document_id, ordinal, content, content_hash, "
-        "char_start, char_end, content_tsvector, token_count, is_current) "
-        "SELECT s.id, :kb, s.document_id, s.ordinal, s.content, s.content_hash, s.char_start, s.char_end, "
-        "to_tsvector(CAST(:cfg AS regconfig), s.ts_text), 0, true FROM chunk_stage s "
-        "WHERE NOT EXISTS (SELECT 1 FROM document_chunks d WHERE d.id = s.id AND d.is_current) "
-        "ON CONFLICT (id) DO UPDATE SET is_current = true, replaced_at = NULL, ordinal = EXCLUDED.ordinal "
-        "RETURNING id"
-    ), {"kb": kb_id, "cfg": cfg}).scalars().all()
-    # BM25 postings from the very lexemes of the tsvector (tf = number of positions).
-    conn.execute(sa.text(
-        "INSERT INTO chunk_terms (knowledge_base_id, lexeme, chunk_id, tf) "
-        "SELECT c.knowledge_base_id, t.lexeme, c.id, coalesce(array_length(t.positions, 1), 1) "
-        "FROM document_chunks c, unnest(c.content_tsvector) t WHERE c.id = ANY(:ids) "
-        "ON CONFLICT DO NOTHING"
-    ), {"ids": inserted})
-    conn.execute(sa.text(
-        "UPDATE document_chunks c SET token_count = s.n FROM (SELECT chunk_id, sum(tf) AS n FROM chunk_terms "
-        "WHERE chunk_id = ANY(:ids) GROUP BY chunk_id) s WHERE c.id = s.chunk_id"
-    ), {"ids": inserted})
-    conn.execute(sa.text("DROP TABLE chunk_stage"))
-    return inserted
+    return chunks.insert_chunks(conn, kb_id, textsearch.regconfig(mode), (
+        (c.id, c.document_id, c.chunk.ordinal, c.chunk.content.replace("\x00", " "), c.chunk.content_hash,
+         c.chunk.char_start, c.chunk.char_end, textsearch.prepare(mode, c.chunk.content)) for c in new_chunks))
 
 
 def _pre_encode(conn: sa.Connection, encoder: BackgroundEncoder, embedder, new_chunks: list[_NewChunk]) -> list:
     """Start encoding the new chunks that have no vector of this model yet (a revived old chunk keeps its own)."""
     ids = [c.id for c in new_chunks]
-    have = set(conn.execute(sa.text(
-        "SELECT chunk_id FROM chunk_embeddings WHERE chunk_id = ANY(:ids) AND model = :m"
-    ), {"ids": ids, "m": embedder.name}).scalars()) if ids else set()
+    have = vectors.chunks_with_vector(conn, ids, embedder.name) if ids else set()
     # in id order, the order _embed_missing lists them in (a seeded fake encoder assigns the same vectors)
     todo = sorted((c for c in new_chunks if c.id not in have), key=lambda c: c.id)
     return encoder.submit(embedder, [c.id for c in todo], [c.chunk.content.replace("\x00", " ") for c in todo])
@@ -343,10 +285,7 @@ def _embed_missing(conn: sa.Connection, kb_id, embedder, encoder: BackgroundEnco
                    timings: dict) -> int:
     """Embed every current chunk of the KB that has no vector of this model yet; COPY them in binary, batch by
     batch as the encoder delivers them. ``pre``: batches already submitted (reused by id when the text matches)."""
-    rows = conn.execute(sa.text(
-        "SELECT c.id, c.content FROM document_chunks c WHERE c.knowledge_base_id = :kb AND c.is_current "
-        "AND NOT EXISTS (SELECT 1 FROM chunk_embeddings e WHERE e.chunk_id = c.id AND e.model = :m) ORDER BY c.id"
-    ), {"kb": kb_id, "m": embedder.name}).all()
+    rows = vectors.chunks_without_vector(conn, kb_id, embedder.name)
     wanted = {r.id: r.content for r in rows}
     batches: deque = deque()
     for ids, texts, future in pre:
@@ -371,9 +310,9 @@ def _embed_missing(conn: sa.Connection, kb_id, embedder, encoder: BackgroundEnco
     done, copy_s = 0, 0.0
     while batches:
         ids, future, keep = batches.popleft()
-        vectors = future.result()  # re-raises the encoder's exception as is
+        encoded = future.result()  # re-raises the encoder's exception as is
         t = time.perf_counter()
-        _copy_vectors(raw, kb_id, embedder.name, [ids[i] for i in keep], vectors[keep])
+        vectors.copy_vectors(raw, kb_id, embedder.name, [ids[i] for i in keep], encoded[keep])
         copy_s += time.perf_counter() - t
         done += len(keep)
         if progress:
@@ -381,12 +320,3 @@ def _embed_missing(conn: sa.Connection, kb_id, embedder, encoder: BackgroundEnco
     timings[f"copy_{embedder.name}_s"] = copy_s
     return len(rows)
 
-
-def _copy_vectors(raw, kb_id, model: str, chunk_ids: Sequence, vectors: np.ndarray) -> None:
-    """Binary COPY of (chunk, model, vector) rows (pgvector's psycopg dumper, registered on ``raw``)."""
-    with raw.cursor().copy(
-        "COPY chunk_embeddings (chunk_id, model, knowledge_base_id, embedding) FROM STDIN WITH (FORMAT BINARY)"
-    ) as copy:
-        copy.set_types(["uuid", "varchar", "uuid", "vector"])
-        for cid, vec in zip(chunk_ids, vectors, strict=True):
-            copy.write_row((cid, model, kb_id, vec))

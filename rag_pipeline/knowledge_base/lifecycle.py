@@ -6,22 +6,20 @@ import uuid
 
 import sqlalchemy as sa
 
-from rag_pipeline.knowledge_base import chunking, textsearch
+from rag_pipeline.contracts.errors import NotFoundOrInvalidError
+from rag_pipeline.knowledge_base import chunking, term_stats, textsearch
+from rag_pipeline.knowledge_base.queries import documents as queries
+from rag_pipeline.knowledge_base.queries.documents import SEARCHABLE_PUBLICATION, SEARCHABLE_STATUS
 from rag_pipeline.storage.names import KNOWLEDGE_BASE, check_name
 from rag_pipeline.storage.schema import DocumentPublicationStatus, DocumentStatus
 
-# The seed's rule for what retrieval may return, defined once: a document that is READY, PUBLISHED and not
-# deleted (its current chunks). Used by the retrieval SQL, the counts below and the label check.
-SEARCHABLE_STATUS = DocumentStatus.READY.value
-SEARCHABLE_PUBLICATION = DocumentPublicationStatus.PUBLISHED.value
-SEARCHABLE_DOCUMENT_SQL = (f"d.status = '{SEARCHABLE_STATUS}' AND d.publication_status = '{SEARCHABLE_PUBLICATION}' "
-                           "AND NOT d.is_deleted")
+# What retrieval may return (queries.documents.SEARCHABLE_DOCUMENT_SQL): the first of each list of values.
 DOCUMENT_STATUSES = (SEARCHABLE_STATUS, *(s.value for s in DocumentStatus if s.value != SEARCHABLE_STATUS))
 PUBLICATION_STATUSES = (SEARCHABLE_PUBLICATION,
                         *(s.value for s in DocumentPublicationStatus if s.value != SEARCHABLE_PUBLICATION))
 
 
-class KnowledgeBaseError(LookupError):
+class KnowledgeBaseError(NotFoundOrInvalidError, LookupError):
     """Unknown knowledge base/document or conflicting settings; the message is for the user."""
 
 
@@ -35,15 +33,9 @@ def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chun
     check_name(KNOWLEDGE_BASE, name)  # the one name rule (InvalidNameError, a user error)
     textsearch.regconfig(text_search)
     kb_id = chunking.knowledge_base_id(name)
-    row = conn.execute(
-        sa.text("SELECT id, text_search, chunk_size, chunk_overlap FROM knowledge_bases WHERE name = :n"), {"n": name}
-    ).first()
+    row = queries.knowledge_base_settings(conn, name)
     if row is None:
-        conn.execute(
-            sa.text("INSERT INTO knowledge_bases (id, name, text_search, chunk_size, chunk_overlap, chunk_count, "
-                    "avg_chunk_length) VALUES (:id, :n, :ts, :cs, :co, 0, 0) ON CONFLICT (name) DO NOTHING"),
-            {"id": kb_id, "n": name, "ts": text_search, "cs": chunk_size, "co": chunk_overlap},
-        )
+        queries.insert_knowledge_base(conn, kb_id, name, text_search, chunk_size, chunk_overlap)
         return kb_id
     chunking_changed = (row.chunk_size, row.chunk_overlap) != (chunk_size, chunk_overlap)
     if row.text_search != text_search or (chunking_changed and not rechunk):
@@ -55,15 +47,13 @@ def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chun
             + hint
         )
     if chunking_changed:
-        conn.execute(sa.text("UPDATE knowledge_bases SET chunk_size = :cs, chunk_overlap = :co WHERE id = :id"),
-                     {"cs": chunk_size, "co": chunk_overlap, "id": row.id})
+        queries.set_chunking(conn, row.id, chunk_size, chunk_overlap)
     return row.id
 
 
 def rechunking(conn: sa.Connection, name: str, chunk_size: int, chunk_overlap: int) -> bool:
     """Whether knowledge base ``name`` exists with another chunk size or overlap (ingesting it re-chunks)."""
-    row = conn.execute(sa.text("SELECT chunk_size, chunk_overlap FROM knowledge_bases WHERE name = :n"),
-                       {"n": name}).first()
+    row = queries.knowledge_base_settings(conn, name)
     return row is not None and (row.chunk_size, row.chunk_overlap) != (chunk_size, chunk_overlap)
 
 
@@ -73,13 +63,9 @@ def resolve_knowledge_base(conn: sa.Connection, name_or_id: str) -> sa.Row:
         as_uuid = uuid.UUID(str(name_or_id))
     except ValueError:
         as_uuid = None
-    row = conn.execute(
-        sa.text("SELECT id, name, text_search, chunk_size, chunk_overlap, chunk_count, avg_chunk_length "
-                "FROM knowledge_bases WHERE name = :n OR id = :u"),
-        {"n": str(name_or_id), "u": as_uuid},
-    ).first()
+    row = queries.knowledge_base_by_name_or_id(conn, str(name_or_id), as_uuid)
     if row is None:
-        known = conn.execute(sa.text("SELECT name FROM knowledge_bases ORDER BY name")).scalars().all()
+        known = queries.knowledge_base_names(conn)
         raise KnowledgeBaseError(
             f"unknown knowledge base {name_or_id!r}; known: {', '.join(known) if known else '(none — ingest one first)'}"
         )
@@ -101,50 +87,34 @@ def set_document_state(
     """
     kb = resolve_knowledge_base(conn, knowledge_base)
     allowed = {"status": DOCUMENT_STATUSES, "publication_status": PUBLICATION_STATUSES}
-    sets, params = [], {"kb": kb.id, "name": document}
+    values = {}
     for column, value in (("status", status), ("publication_status", publication_status)):
         if value is not None:
             if value.upper() not in allowed[column]:
                 raise KnowledgeBaseError(f"{column} must be one of {', '.join(allowed[column])}, got {value!r}")
-            sets.append(f"{column} = :{column}")
-            params[column] = value.upper()
+            values[column] = value.upper()
     if is_deleted is not None:
-        sets.append("is_deleted = :is_deleted")
-        params["is_deleted"] = is_deleted
-    if not sets:
+        values["is_deleted"] = is_deleted
+    if not values:
         raise KnowledgeBaseError("nothing to change: give a status, a publication status or deleted")
     try:
-        params["id"] = uuid.UUID(document)
+        document_id = uuid.UUID(document)
     except ValueError:
-        params["id"] = None
-    from rag_pipeline.knowledge_base import term_stats  # noqa: PLC0415 (term_stats uses this module's rule)
-
-    doc_ids = conn.execute(sa.text("SELECT id FROM documents WHERE knowledge_base_id = :kb "
-                                   "AND (original_name = :name OR id = :id)"), params).scalars().all()
+        document_id = None
+    doc_ids = [r.id for r in queries.documents_named(conn, kb.id, document, document_id)]
     with term_stats.tracking(conn, kb.id, doc_ids):  # BM25 statistics follow what is searchable, same transaction
-        changed = conn.execute(
-            sa.text(f"UPDATE documents SET {', '.join(sets)}, updated_at = now() WHERE id = ANY(:ids)"),
-            {**params, "ids": doc_ids},
-        ).rowcount
+        changed = queries.set_document_state(conn, doc_ids, values)
     if not changed:
         raise KnowledgeBaseError(f"no document {document!r} in knowledge base {kb.name!r}")
     return changed
 
 
-_DOCUMENT_COUNTS_SQL = (f"SELECT count(*) AS total, count(*) FILTER (WHERE {SEARCHABLE_DOCUMENT_SQL}) AS searchable "
-                        "FROM documents d WHERE d.knowledge_base_id = :kb")
-
-
 def knowledge_base_stats(conn: sa.Connection, name_or_id: str) -> dict:
     """Counts for the CLI and asset metadata."""
     kb = resolve_knowledge_base(conn, name_or_id)
-    docs = conn.execute(sa.text(_DOCUMENT_COUNTS_SQL), {"kb": kb.id}).one()
-    chunks = conn.execute(sa.text(
-        "SELECT count(*) FILTER (WHERE is_current) AS current, count(*) FILTER (WHERE NOT is_current) AS replaced "
-        "FROM document_chunks WHERE knowledge_base_id = :kb"), {"kb": kb.id}).one()
-    models = conn.execute(sa.text(
-        "SELECT model, count(*) FROM chunk_embeddings WHERE knowledge_base_id = :kb GROUP BY model ORDER BY model"),
-        {"kb": kb.id}).all()
+    docs = queries.document_counts(conn, kb.id)
+    chunks = queries.chunk_counts(conn, kb.id)
+    models = queries.embedding_counts(conn, kb.id)
     return {
         "knowledge_base": kb.name,
         "knowledge_base_id": str(kb.id),

@@ -19,13 +19,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base.embedding import Embedder
-
-_LOOKUP_SQL = sa.text(
-    "SELECT question_hash, embedding FROM question_embeddings WHERE model = :model AND question_hash = ANY(:hashes)")
-_STORE_SQL = sa.text(
-    "INSERT INTO question_embeddings (question_hash, model, embedding) "
-    "SELECT h, :model, v FROM unnest(CAST(:hashes AS bytea[]), CAST(:vectors AS vector[])) AS t(h, v) "
-    "ON CONFLICT DO NOTHING")
+from rag_pipeline.knowledge_base.queries import vectors as queries
 
 
 def question_hash(text: str) -> bytes:
@@ -53,14 +47,13 @@ class QuestionVectors:
         hashes = [question_hash(q) for q in questions]
         with self.engine.connect() as conn:
             stored = {bytes(h): as_array(v)
-                      for h, v in conn.execute(_LOOKUP_SQL, {"model": self.embedder.name,
-                                                             "hashes": list(set(hashes))})}
+                      for h, v in queries.question_vectors(conn, self.embedder.name, list(set(hashes)))}
         missing = list(dict.fromkeys(h for h in hashes if h not in stored))
         if missing:
             text_of = dict(zip(hashes, questions, strict=True))
             fresh = self.embedder.embed([text_of[h] for h in missing])
             with self.engine.begin() as conn:
-                conn.execute(_STORE_SQL, {"model": self.embedder.name, "hashes": missing, "vectors": list(fresh)})
+                queries.store_question_vectors(conn, self.embedder.name, missing, list(fresh))
             stored.update(zip(missing, fresh, strict=True))
         self.embedded += len(missing)
         self.reused += len(hashes) - len(missing)  # a question repeated within the batch counts as reused

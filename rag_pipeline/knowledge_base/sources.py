@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.files import (
     FileReadError,
@@ -36,7 +37,7 @@ _JSONL_LINE_SLACK = 1024 * 1024
 _SKIPPED_CODES = ("loop", "missing", "unreadable")
 
 
-class SourceError(ValueError):
+class SourceError(BadInputError, ValueError):
     pass
 
 

@@ -22,15 +22,11 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow, as_uuid, chunks_by_ids
-from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_DOCUMENT_SQL
+from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow, chunks_by_ids
+from rag_pipeline.knowledge_base.queries import chunks as queries
+from rag_pipeline.storage.ids import as_uuid
 
 AUTO_OVERLAP = 0.5
-
-_TARGET_DOCS_SQL = (f"SELECT d.id, d.original_name, d.content, ({SEARCHABLE_DOCUMENT_SQL}) AS searchable "
-                    "FROM documents d WHERE d.knowledge_base_id = :kb AND d.original_name = ANY(:names)")
-_TARGET_CHUNKS_SQL = ("SELECT id, document_id, ordinal, char_start, char_end FROM document_chunks "
-                      "WHERE document_id = ANY(:docs) AND is_current ORDER BY char_start, id")
 
 
 @dataclass(frozen=True)
@@ -63,10 +59,10 @@ def remap_by_span(conn: sa.Connection, target_kb_id, old_ids: Iterable[str]) -> 
     old_ids = list(old_ids)
     old = chunks_by_ids(conn, old_ids)
     names = sorted({c.document_name for c in old.values()})
-    docs = {r.original_name: r for r in conn.execute(sa.text(_TARGET_DOCS_SQL), {"kb": target_kb_id, "names": names})}
+    docs = {r.original_name: r for r in queries.named_documents(conn, target_kb_id, names)}
     chunks: dict[str, list] = {}
     if docs:
-        for r in conn.execute(sa.text(_TARGET_CHUNKS_SQL), {"docs": [d.id for d in docs.values()]}):
+        for r in queries.current_spans(conn, [d.id for d in docs.values()]):
             chunks.setdefault(str(r.document_id), []).append(r)
     out: dict[str, SpanRemap] = {}
     for raw in old_ids:

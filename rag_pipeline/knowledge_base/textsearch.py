@@ -20,6 +20,8 @@ import logging
 import re
 from collections.abc import Sequence
 
+from rag_pipeline.contracts.errors import BadInputError
+
 TEXT_SEARCH_MODES = ("simple", "english", "chinese")
 
 _REGCONFIG = {"simple": "simple", "english": "english", "chinese": "simple"}
@@ -39,7 +41,7 @@ SAMPLE_DOCUMENTS = 500
 SAMPLE_CHARS = 4000
 
 
-class TextSearchError(ValueError):
+class TextSearchError(BadInputError, ValueError):
     pass
 
 

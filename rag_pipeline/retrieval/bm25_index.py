@@ -34,51 +34,8 @@ import numpy as np
 import scipy.sparse as sp
 import sqlalchemy as sa
 
-from rag_pipeline.knowledge_base import textsearch
-from rag_pipeline.retrieval.sql import BASE_FILTERS
+from rag_pipeline.retrieval import bm25_sql
 from rag_pipeline.retrieval.trace import LegHit
-
-_CHUNKS_SQL = f"""
-SELECT c.id::text AS chunk_id, uuid_send(c.id) AS key, c.document_id::text AS document_id,
-       d.original_name AS document_name, c.token_count
-FROM document_chunks c JOIN documents d ON d.id = c.document_id
-WHERE {BASE_FILTERS}
-ORDER BY c.id
-"""
-
-# idf with the SQL leg's expression (bm25_sql), evaluated by the server: same float8 bits.
-_TERMS_SQL = """
-SELECT s.lexeme, s.doc_freq, ln(1 + (kb.n - s.doc_freq + 0.5) / (CAST(s.doc_freq AS float8) + 0.5)) AS idf
-FROM knowledge_base_term_stats s
-CROSS JOIN (SELECT CAST(chunk_count AS float8) AS n FROM knowledge_bases WHERE id = :kb) AS kb
-WHERE s.knowledge_base_id = :kb
-ORDER BY s.lexeme
-"""
-
-# The KB's postings of the lexemes in [:first, :after) (NULL: open end), one row per lexeme in primary-key order
-# (an index scan, no join, no sort): chunk ids as 16-byte uuid_send + tf as big-endian int32, decoded by numpy
-# without a Python object per posting. Postings of chunks that are not searchable (and lexemes without a df) are
-# dropped on the client. Reading them is most of a load's time: the ranges are read on several connections at once.
-_POSTINGS_SQL = """
-SELECT ct.lexeme, count(*) AS n, string_agg(uuid_send(ct.chunk_id) || int4send(ct.tf), ''::bytea) AS data
-FROM chunk_terms ct
-WHERE ct.knowledge_base_id = :kb
-  AND (CAST(:first AS text) IS NULL OR ct.lexeme >= :first)
-  AND (CAST(:after AS text) IS NULL OR ct.lexeme < :after)
-GROUP BY ct.lexeme
-"""
-
-_KB_SQL = "SELECT CAST(chunk_count AS float8) AS n, avg_chunk_length AS avgdl FROM knowledge_bases WHERE id = :kb"
-
-# The question's lexemes exactly as the SQL leg takes them (textsearch.QUERY_LEXEMES_SQL, per question of a batch).
-_LEXEMES = textsearch.QUERY_LEXEMES_SQL.replace(":qtext", "q.query_text")
-if _LEXEMES == textsearch.QUERY_LEXEMES_SQL:  # pragma: no cover - guards a change in textsearch
-    raise RuntimeError("textsearch.QUERY_LEXEMES_SQL no longer uses the :qtext parameter")
-QUERY_LEXEMES_BATCH_SQL = f"""
-SELECT q.ord AS query_index, t.lexeme
-FROM unnest(CAST(:query_texts AS text[])) WITH ORDINALITY AS q(query_text, ord)
-CROSS JOIN LATERAL {_LEXEMES} AS t
-"""
 
 _UUID = np.dtype([("hi", ">u8"), ("lo", ">u8")])  # a uuid's 16 bytes as two big-endian integers: same order
 _POSTING = np.dtype([("hi", ">u8"), ("lo", ">u8"), ("tf", ">i4")])
@@ -134,15 +91,14 @@ class Bm25Index:
         """Read the KB's searchable postings and statistics on ``conn`` (its transaction's snapshot). With
         ``borrow`` (connections on the *same* snapshot, e.g. ``SnapshotReaders.borrow``) the postings are read in
         ``parts`` lexeme ranges of about equal size at once: ``conn`` reads the first, borrowed ones the others."""
-        params = {"kb": knowledge_base_id}
-        kb = conn.execute(sa.text(_KB_SQL), params).one()
-        chunks = conn.execute(sa.text(_CHUNKS_SQL), params).all()
-        terms = conn.execute(sa.text(_TERMS_SQL), params).all()
+        kb = bm25_sql.kb_statistics(conn, knowledge_base_id)
+        chunks = bm25_sql.searchable_chunks(conn, knowledge_base_id)
+        terms = bm25_sql.term_idfs(conn, knowledge_base_id)
         term_row = {t.lexeme: i for i, t in enumerate(terms)}
         ranges = _lexeme_ranges(terms, parts if borrow is not None else 1)
 
         def read(conn: sa.Connection, first: str | None, after: str | None) -> list:
-            result = conn.execute(sa.text(_POSTINGS_SQL), {**params, "first": first, "after": after})
+            result = bm25_sql.postings(conn, knowledge_base_id, first, after)
             return [(term_row[r.lexeme], r.n, r.data) for r in result if r.lexeme in term_row]
 
         def read_borrowed(first: str | None, after: str | None) -> list:
@@ -188,7 +144,7 @@ class Bm25Index:
     def query_terms(self, conn: sa.Connection, cfg: str, query_texts: Sequence[str]) -> list[np.ndarray]:
         """Per question, the matrix rows of its lexemes (those with a df), ascending = lexeme order."""
         rows: list[set[int]] = [set() for _ in query_texts]
-        for r in conn.execute(sa.text(QUERY_LEXEMES_BATCH_SQL), {"cfg": cfg, "query_texts": list(query_texts)}):
+        for r in bm25_sql.query_lexemes(conn, cfg, query_texts):
             row = self.term_row.get(r.lexeme)
             if row is not None:
                 rows[r.query_index - 1].add(row)

@@ -45,6 +45,11 @@ at a fraction of the cost); this SQL stays the reference and the path of single 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+
+from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.retrieval.sql import BASE_FILTERS
 
 _QUERY_TERMS = """query_terms AS MATERIALIZED (
@@ -140,8 +145,76 @@ GROUP BY t.ord, t.chunk_id
 """
 
 
+# The in-memory leg's inputs (:mod:`rag_pipeline.retrieval.bm25_index`): the same rows as the statements above.
+_CHUNKS_SQL = f"""
+SELECT c.id::text AS chunk_id, uuid_send(c.id) AS key, c.document_id::text AS document_id,
+       d.original_name AS document_name, c.token_count
+FROM document_chunks c JOIN documents d ON d.id = c.document_id
+WHERE {BASE_FILTERS}
+ORDER BY c.id
+"""
+
+# idf with the SQL leg's expression (above), evaluated by the server: same float8 bits.
+_TERMS_SQL = """
+SELECT s.lexeme, s.doc_freq, ln(1 + (kb.n - s.doc_freq + 0.5) / (CAST(s.doc_freq AS float8) + 0.5)) AS idf
+FROM knowledge_base_term_stats s
+CROSS JOIN (SELECT CAST(chunk_count AS float8) AS n FROM knowledge_bases WHERE id = :kb) AS kb
+WHERE s.knowledge_base_id = :kb
+ORDER BY s.lexeme
+"""
+
+# The KB's postings of the lexemes in [:first, :after) (NULL: open end), one row per lexeme in primary-key order
+# (an index scan, no join, no sort): chunk ids as 16-byte uuid_send + tf as big-endian int32, decoded by numpy
+# without a Python object per posting. Postings of chunks that are not searchable (and lexemes without a df) are
+# dropped on the client. Reading them is most of a load's time: the ranges are read on several connections at once.
+_POSTINGS_SQL = """
+SELECT ct.lexeme, count(*) AS n, string_agg(uuid_send(ct.chunk_id) || int4send(ct.tf), ''::bytea) AS data
+FROM chunk_terms ct
+WHERE ct.knowledge_base_id = :kb
+  AND (CAST(:first AS text) IS NULL OR ct.lexeme >= :first)
+  AND (CAST(:after AS text) IS NULL OR ct.lexeme < :after)
+GROUP BY ct.lexeme
+"""
+
+_KB_SQL = "SELECT CAST(chunk_count AS float8) AS n, avg_chunk_length AS avgdl FROM knowledge_bases WHERE id = :kb"
+
+# The question's lexemes exactly as the SQL leg takes them (textsearch.QUERY_LEXEMES_SQL, per question of a batch).
+_LEXEMES = textsearch.QUERY_LEXEMES_SQL.replace(":qtext", "q.query_text")
+if _LEXEMES == textsearch.QUERY_LEXEMES_SQL:  # pragma: no cover - guards a change in textsearch
+    raise RuntimeError("textsearch.QUERY_LEXEMES_SQL no longer uses the :qtext parameter")
+QUERY_LEXEMES_BATCH_SQL = f"""
+SELECT q.ord AS query_index, t.lexeme
+FROM unnest(CAST(:query_texts AS text[])) WITH ORDINALITY AS q(query_text, ord)
+CROSS JOIN LATERAL {_LEXEMES} AS t
+"""
+
+
 def bm25_params(k1: float, b: float) -> dict[str, float]:
     """The bind parameters of :data:`BM25_LEG_SQL` besides the questions, KB, config and k."""
     if k1 < 0 or not 0.0 <= b <= 1.0:
         raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
     return {"k1": float(k1), "b": float(b)}
+
+
+def kb_statistics(conn: sa.Connection, kb_id) -> sa.Row:
+    """N (``n``) and avgdl (``avgdl``) of the knowledge base."""
+    return conn.execute(sa.text(_KB_SQL), {"kb": kb_id}).one()
+
+
+def searchable_chunks(conn: sa.Connection, kb_id) -> list[sa.Row]:
+    """The KB's searchable chunks in chunk-id order: id (text and 16-byte key), document, token count."""
+    return conn.execute(sa.text(_CHUNKS_SQL), {"kb": kb_id}).all()
+
+
+def term_idfs(conn: sa.Connection, kb_id) -> list[sa.Row]:
+    return conn.execute(sa.text(_TERMS_SQL), {"kb": kb_id}).all()
+
+
+def postings(conn: sa.Connection, kb_id, first: str | None, after: str | None) -> sa.CursorResult:
+    """The KB's postings of the lexemes in ``[first, after)``, one row per lexeme (see :data:`_POSTINGS_SQL`)."""
+    return conn.execute(sa.text(_POSTINGS_SQL), {"kb": kb_id, "first": first, "after": after})
+
+
+def query_lexemes(conn: sa.Connection, cfg: str, query_texts: Sequence[str]) -> sa.CursorResult:
+    """``(query_index, lexeme)`` of each question of a batch, as the SQL leg takes them."""
+    return conn.execute(sa.text(QUERY_LEXEMES_BATCH_SQL), {"cfg": cfg, "query_texts": list(query_texts)})

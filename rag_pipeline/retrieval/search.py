@@ -36,7 +36,6 @@ embedded alone and inside a batch).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 
 import numpy as np
@@ -52,6 +51,7 @@ from rag_pipeline.retrieval.stages import fuse_pool  # noqa: F401 - API (the fir
 from rag_pipeline.retrieval.strategies import MAX_EF_SEARCH, Strategy
 from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace  # noqa: F401 - API
 from rag_pipeline.settings import get_settings
+from rag_pipeline.storage.ids import uuid_strings
 
 __all__ = ["Candidate", "LegHit", "RetrievalError", "RetrievalTrace", "StatementTimeout", "fuse_pool",
            "hybrid_search_batch", "hybrid_search_with_trace", "text_search_mode"]
@@ -98,12 +98,12 @@ def hybrid_search_batch(
     limits = _check_limits(limits, len(queries), strategy.final_top_k)
     if not queries:
         return []
-    kb = conn.execute(sa.text(retrieval_sql.KNOWLEDGE_BASE_SQL), {"kb": knowledge_base_id}).first()
+    kb = retrieval_sql.knowledge_base(conn, knowledge_base_id)
     if kb is None:
         raise RetrievalError(f"no knowledge base with id {knowledge_base_id}")
     if targets is not None and len(targets) != len(queries):
         raise ValueError(f"got {len(targets)} target lists for {len(queries)} questions")
-    set_statement_timeout(conn)
+    retrieval_sql.set_statement_timeout(conn, max(1, round(get_settings().statement_timeout_s * 1000)))
     complete = strategy.complete_pool and strategy.vector_candidate_k > 0 and strategy.keyword_candidate_k > 0
     done: list[dict] = [{} for _ in queries]
     try:
@@ -131,17 +131,6 @@ def hybrid_search_batch(
 
 class StatementTimeout(RetrievalError):
     """A retrieval statement ran longer than ``RAG_STATEMENT_TIMEOUT_S`` (a hostile or huge question)."""
-
-
-# Transaction-local (``set_config(..., true)`` is ``SET LOCAL``): lasts until the caller's transaction ends, so
-# the statements that follow in it (an evaluation's miss diagnosis) run under the same bound.
-STATEMENT_TIMEOUT_SQL = "SELECT set_config('statement_timeout', :timeout, true)"
-
-
-def set_statement_timeout(conn: sa.Connection) -> None:
-    """Bound every following statement of ``conn``'s transaction by ``RAG_STATEMENT_TIMEOUT_S``."""
-    milliseconds = max(1, round(get_settings().statement_timeout_s * 1000))
-    conn.execute(sa.text(STATEMENT_TIMEOUT_SQL), {"timeout": f"{milliseconds}ms"})
 
 
 def is_statement_timeout(exc: BaseException) -> bool:
@@ -185,8 +174,7 @@ def preflight(conn: sa.Connection, kb: sa.Row, strategy: Strategy) -> None:
     mode, embeddings of its model (and the model loads), the rerank stage's inputs."""
     text_search_mode(kb, strategy)
     if strategy.vector_candidate_k:
-        params = {"kb": kb.id, "model": strategy.embedding_model}
-        if not conn.execute(sa.text(retrieval_sql.HAS_EMBEDDINGS_SQL), params).scalar():
+        if not retrieval_sql.has_embeddings(conn, kb.id, strategy.embedding_model):
             raise RetrievalError(
                 f"knowledge base {kb.name!r} has no embeddings of model {strategy.embedding_model!r}, which "
                 f"strategy {strategy.version} uses; ingest it with --models {strategy.embedding_model} "
@@ -200,8 +188,8 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> tuple[l
         return [[] for _ in queries], None
     model = strategy.embedding_model
     params = {"kb": kb.id, "model": model}
-    dimension = conn.execute(sa.text(retrieval_sql.MODEL_DIMENSION_SQL), params).scalar()
-    if dimension is None or not conn.execute(sa.text(retrieval_sql.HAS_EMBEDDINGS_SQL), params).scalar():
+    dimension = retrieval_sql.model_dimension(conn, model)
+    if dimension is None or not retrieval_sql.has_embeddings(conn, kb.id, model):
         raise RetrievalError(
             f"knowledge base {kb.name!r} has no embeddings of model {model!r}, which strategy "
             f"{strategy.version} uses; ingest it with that model too (rag-pipeline ingest ... --models {model}) "
@@ -217,13 +205,13 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> tuple[l
         # ef_search >= the rows fetched: one HNSW pass returns at most ef_search rows, and the iterative scan that
         # fetches the rest (the tie margin of vector_cut) costs ~70 % more than a pass of that size (bench/RESULTS.md)
         ef_search = min(max(strategy.ef_search, limit), MAX_EF_SEARCH)
-        conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": ef_search})
-        sql = sa.text(retrieval_sql.vector_leg_sql(dimension, exact=exact))
-        rows = conn.execute(sql, {**params, "query_vectors": list(vectors[list(indexes)]), "k": limit})
+        retrieval_sql.set_vector_settings(conn, ef_search)
+        rows = retrieval_sql.vector_leg(conn, dimension, {**params, "query_vectors": list(vectors[list(indexes)]),
+                                                          "k": limit}, exact=exact)
         return _group(rows, len(indexes))
 
     def available() -> int:
-        return conn.execute(sa.text(retrieval_sql.SEARCHABLE_VECTORS_SQL), params).scalar()
+        return retrieval_sql.searchable_vectors(conn, kb.id, model)
 
     return vector_cut.top_k(search, len(queries), strategy.vector_candidate_k, available), vectors
 
@@ -239,7 +227,7 @@ def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,
     k = strategy.keyword_candidate_k
     params = {"kb": kb.id, "cfg": textsearch.regconfig(mode), "k": k,
               "query_texts": [textsearch.prepare(mode, q) for q in queries]}
-    wanted = None if targets is None else [_uuid_strings(t) for t in targets]
+    wanted = None if targets is None else [uuid_strings(t) for t in targets]
     if strategy.keyword_scorer == "bm25" and index is not None:
         return index.leg(conn, kb.id, strategy, params["cfg"], params["query_texts"], wanted)
     if strategy.keyword_scorer == "bm25":
@@ -250,9 +238,9 @@ def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,
     else:  # pragma: no cover - Strategy validates the scorer
         raise RetrievalError(f"unknown keyword scorer {strategy.keyword_scorer!r}")
     if targets is None:
-        return _group(conn.execute(sa.text(sql), params), len(queries)), below
+        return _group(retrieval_sql.keyword_leg(conn, sql, params), len(queries)), below
     params["targets"] = ["{" + ",".join(ids) + "}" for ids in wanted]
-    rows = conn.execute(sa.text(sql), params).all()
+    rows = retrieval_sql.keyword_leg(conn, sql, params).all()
     for i, ids in enumerate(wanted):
         below[i].update(dict.fromkeys(ids))  # scored below k, or (None) no match at all
     top = []
@@ -265,17 +253,6 @@ def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,
                                                              "keyword_rank": int(row.leg_rank)}
     none = {"keyword_score": None, "keyword_rank": None}
     return _group(top, len(queries)), [{c: v or dict(none) for c, v in found.items()} for found in below]
-
-
-def _uuid_strings(ids: Sequence[str]) -> list[str]:
-    """The ids that are UUIDs, in canonical form (anything else cannot be a chunk: label_check reports it)."""
-    out = []
-    for raw in ids:
-        try:
-            out.append(str(uuid.UUID(str(raw))))
-        except ValueError:
-            continue
-    return sorted(set(out))
 
 
 def _group(rows, n: int) -> list[list[LegHit]]:

@@ -1,4 +1,5 @@
-"""The SQL of the two retrieval legs, written out in full (one statement per leg per batch of questions).
+"""The retrieval stage's SQL: the two legs written out in full (one statement per leg per batch of questions),
+the stages' score look-ups and the strategy registry; thin functions run them on the caller's connection.
 
 Every leg statement takes a *batch* of questions — ``unnest(:array) WITH ORDINALITY AS q(..., ord)`` —
 and runs the per-question search in a ``CROSS JOIN LATERAL`` subquery, so one round trip serves the
@@ -16,8 +17,11 @@ knowledge_base_id = ...``, which the leg's WHERE matches) created by :func:`rag_
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+
 from rag_pipeline.knowledge_base import textsearch
-from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_DOCUMENT_SQL
+from rag_pipeline.knowledge_base.queries.documents import SEARCHABLE_DOCUMENT_SQL
+from rag_pipeline.storage.queries import MODEL_DIMENSION_SQL, model_dimension  # noqa: F401 - the legs' dimension
 
 BASE_FILTERS = f"""c.knowledge_base_id = :kb
           AND c.is_current
@@ -149,16 +153,86 @@ WHERE e.model = :model
   AND {BASE_FILTERS}
 """
 
-MODEL_DIMENSION_SQL = "SELECT dimension FROM embedding_models WHERE name = :model"
-
 KNOWLEDGE_BASE_SQL = """
 SELECT id, name, text_search, chunk_count, avg_chunk_length
 FROM knowledge_bases
 WHERE id = :kb
 """
 
+# The stored vectors' similarity to each question for the listed chunks (one ``{uuid,...}`` literal per
+# question): the vector leg's own score expression, so a completed score equals the leg's score bit for bit.
+# {dim} is the model's integer dimension (as in the vector leg's SQL).
+VECTOR_SCORES_SQL = """
+SELECT q.ord AS query_index, e.chunk_id, 1 - (e.embedding::vector({dim}) <=> q.query_vector) AS score
+FROM unnest(CAST(:query_vectors AS vector[]), CAST(:chunk_ids AS text[])) WITH ORDINALITY
+     AS q(query_vector, chunk_ids, ord)
+JOIN chunk_embeddings e ON e.chunk_id = ANY(CAST(q.chunk_ids AS uuid[]))
+WHERE e.model = :model AND e.knowledge_base_id = :kb
+"""
+
+CHUNK_TEXT_SQL = "SELECT id, content FROM document_chunks WHERE id = ANY(CAST(:ids AS uuid[]))"
+
+# Transaction-local (``set_config(..., true)`` is ``SET LOCAL``): lasts until the caller's transaction ends, so
+# the statements that follow in it (an evaluation's miss diagnosis) run under the same bound.
+STATEMENT_TIMEOUT_SQL = "SELECT set_config('statement_timeout', :timeout, true)"
+
+INSERT_STRATEGY_SQL = """
+INSERT INTO retrieval_strategies (version, params_hash, params)
+VALUES (:version, :params_hash, CAST(:params AS jsonb))
+ON CONFLICT (version) DO NOTHING
+"""
+
+STRATEGY_SQL = "SELECT params_hash, params FROM retrieval_strategies WHERE version = :version"
+
 
 def vector_leg_sql(dimension: int, *, exact: bool = False) -> str:
     """:data:`VECTOR_LEG_SQL` for a model of ``dimension`` (the int the HNSW index was built with);
     ``exact=True``: :data:`VECTOR_LEG_EXACT_SQL`, ordered by an expression the index cannot serve."""
     return (VECTOR_LEG_EXACT_SQL if exact else VECTOR_LEG_SQL).format(dim=int(dimension), filters=BASE_FILTERS)
+
+
+def knowledge_base(conn: sa.Connection, kb_id) -> sa.Row | None:
+    """The KB row a search needs (id, name, text_search, chunk_count, avg_chunk_length)."""
+    return conn.execute(sa.text(KNOWLEDGE_BASE_SQL), {"kb": kb_id}).first()
+
+
+def has_embeddings(conn: sa.Connection, kb_id, model: str) -> bool:
+    return bool(conn.execute(sa.text(HAS_EMBEDDINGS_SQL), {"kb": kb_id, "model": model}).scalar())
+
+
+def set_statement_timeout(conn: sa.Connection, milliseconds: int) -> None:
+    conn.execute(sa.text(STATEMENT_TIMEOUT_SQL), {"timeout": f"{milliseconds}ms"})
+
+
+def set_vector_settings(conn: sa.Connection, ef_search: int) -> None:
+    conn.execute(sa.text(VECTOR_SETTINGS_SQL), {"ef_search": ef_search})
+
+
+def vector_leg(conn: sa.Connection, dimension: int, params: dict, *, exact: bool = False) -> sa.CursorResult:
+    return conn.execute(sa.text(vector_leg_sql(dimension, exact=exact)), params)
+
+
+def searchable_vectors(conn: sa.Connection, kb_id, model: str) -> int:
+    return conn.execute(sa.text(SEARCHABLE_VECTORS_SQL), {"kb": kb_id, "model": model}).scalar()
+
+
+def keyword_leg(conn: sa.Connection, statement: str, params: dict) -> sa.CursorResult:
+    """The rows of one of the keyword-leg statements (``TS_RANK_CD_*_LEG_SQL``, ``bm25_sql.BM25_*_LEG_SQL``)."""
+    return conn.execute(sa.text(statement), params)
+
+
+def stored_vector_scores(conn: sa.Connection, dimension: int, params: dict) -> sa.CursorResult:
+    return conn.execute(sa.text(VECTOR_SCORES_SQL.format(dim=int(dimension))), params)
+
+
+def chunk_texts(conn: sa.Connection, ids_literal: str) -> dict[str, str]:
+    """``{chunk id: text}`` of the chunks in ``ids_literal`` (a ``{uuid,...}`` array literal)."""
+    return {str(r.id): r.content for r in conn.execute(sa.text(CHUNK_TEXT_SQL), {"ids": ids_literal})}
+
+
+def insert_strategy(conn: sa.Connection, version: str, params_hash: str, params_json: str) -> None:
+    conn.execute(sa.text(INSERT_STRATEGY_SQL), {"version": version, "params_hash": params_hash, "params": params_json})
+
+
+def strategy_row(conn: sa.Connection, version: str) -> sa.Row:
+    return conn.execute(sa.text(STRATEGY_SQL), {"version": version}).one()

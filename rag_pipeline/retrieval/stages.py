@@ -3,7 +3,7 @@
 
 **Complete pool.** The legs each return their top N; a chunk found by one leg only has no score from the
 other, and fusion treats it as 0. With ``complete_pool: true`` every pooled chunk gets its *real* score from
-every enabled leg: the vector similarity from its stored vector (:data:`VECTOR_SCORES_SQL`, the vector leg's
+every enabled leg: the vector similarity from its stored vector (``retrieval_sql.VECTOR_SCORES_SQL``, the vector leg's
 own expression ``1 - (embedding::vector(dim) <=> query)``, so the value is the one the leg would have
 returned), and the keyword score from the keyword leg's own statement, which also scores the requested chunks
 below its top N (``BM25_TARGETS_LEG_SQL`` / ``TS_RANK_CD_TARGETS_LEG_SQL``; a chunk sharing no term with the
@@ -35,19 +35,6 @@ from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.strategies import Rerank, Strategy, StrategyError
 from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace
 
-# The stored vectors' similarity to each question for the listed chunks (one ``{uuid,...}`` literal per
-# question): the vector leg's own score expression, so a completed score equals the leg's score bit for bit.
-# {dim} is the model's integer dimension (as in the vector leg's SQL).
-VECTOR_SCORES_SQL = """
-SELECT q.ord AS query_index, e.chunk_id, 1 - (e.embedding::vector({dim}) <=> q.query_vector) AS score
-FROM unnest(CAST(:query_vectors AS vector[]), CAST(:chunk_ids AS text[])) WITH ORDINALITY
-     AS q(query_vector, chunk_ids, ord)
-JOIN chunk_embeddings e ON e.chunk_id = ANY(CAST(q.chunk_ids AS uuid[]))
-WHERE e.model = :model AND e.knowledge_base_id = :kb
-"""
-
-CHUNK_TEXT_SQL = "SELECT id, content FROM document_chunks WHERE id = ANY(CAST(:ids AS uuid[]))"
-
 
 def uuid_literal(ids) -> str:
     return "{" + ",".join(str(uuid.UUID(str(i))) for i in ids) + "}"
@@ -61,11 +48,11 @@ def stored_vector_scores(conn: sa.Connection, kb_id, model: str, query_vectors: 
     wanted = [i for i, ids in enumerate(chunk_ids) if ids]
     if not wanted:
         return out
-    dimension = conn.execute(sa.text(retrieval_sql.MODEL_DIMENSION_SQL), {"model": model}).scalar()
+    dimension = retrieval_sql.model_dimension(conn, model)
     if dimension is None:
         raise RetrievalError(f"embedding model {model!r} is not registered in this database")
     vectors = np.asarray(query_vectors, dtype=np.float32)
-    rows = conn.execute(sa.text(VECTOR_SCORES_SQL.format(dim=int(dimension))), {
+    rows = retrieval_sql.stored_vector_scores(conn, dimension, {
         "kb": kb_id, "model": model, "query_vectors": [vectors[i] for i in wanted],
         "chunk_ids": [uuid_literal(chunk_ids[i]) for i in wanted]})
     for row in rows:
@@ -92,7 +79,7 @@ def rerank_scores(conn: sa.Connection, kb, strategy: Strategy, queries: Sequence
 
     model = load_cross_encoder(rerank.model, strategy.version)
     every = sorted({i for ids in chunk_ids for i in ids})
-    texts = {str(r.id): r.content for r in conn.execute(sa.text(CHUNK_TEXT_SQL), {"ids": uuid_literal(every)})}
+    texts = retrieval_sql.chunk_texts(conn, uuid_literal(every))
     pairs = [(q, texts[i]) for q, ids in zip(queries, chunk_ids, strict=True) for i in ids]
     flat = iter(model.score(pairs, rerank.batch_size))
     return [{i: next(flat) for i in ids} for ids in chunk_ids]
@@ -234,7 +221,7 @@ def preflight_rerank(conn: sa.Connection, kb, strategy: Strategy) -> None:
     if rerank is None:
         return
     if rerank.method == "embedding":
-        if not conn.execute(sa.text(retrieval_sql.HAS_EMBEDDINGS_SQL), {"kb": kb.id, "model": rerank.model}).scalar():
+        if not retrieval_sql.has_embeddings(conn, kb.id, rerank.model):
             raise RetrievalError(
                 f"strategy {strategy.version}: field 'rerank.model': knowledge base {kb.name!r} has no embeddings "
                 f"of model {rerank.model!r}; ingest it with --models {rerank.model} or pick another strategy")

@@ -39,6 +39,7 @@ from pydantic import (
     model_validator,
 )
 
+from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
 from rag_pipeline.retrieval.fusion import NORMALIZATIONS
 from rag_pipeline.settings import get_settings
@@ -80,7 +81,7 @@ def _one_of(value: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
-class StrategyError(ValueError):
+class StrategyError(BadInputError, ValueError):
     """An invalid strategy definition, registry file or version lookup."""
 
 

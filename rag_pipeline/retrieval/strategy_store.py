@@ -12,18 +12,12 @@ import json
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.errors import ConflictError
+from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.strategies import Strategy
 
-INSERT_SQL = """
-INSERT INTO retrieval_strategies (version, params_hash, params)
-VALUES (:version, :params_hash, CAST(:params AS jsonb))
-ON CONFLICT (version) DO NOTHING
-"""
 
-SELECT_SQL = "SELECT params_hash, params FROM retrieval_strategies WHERE version = :version"
-
-
-class StrategyConflictError(RuntimeError):
+class StrategyConflictError(ConflictError, RuntimeError):
     """A strategy version is being run with parameters other than the ones it was first run with."""
 
 
@@ -34,11 +28,8 @@ def register_strategy(conn: sa.Connection, strategy: Strategy) -> str:
     Concurrent first uses are safe: ``ON CONFLICT DO NOTHING`` then a re-read decides.
     """
     params_hash = strategy.params_hash()
-    conn.execute(
-        sa.text(INSERT_SQL),
-        {"version": strategy.version, "params_hash": params_hash, "params": json.dumps(strategy.params())},
-    )
-    stored = conn.execute(sa.text(SELECT_SQL), {"version": strategy.version}).one()
+    retrieval_sql.insert_strategy(conn, strategy.version, params_hash, json.dumps(strategy.params()))
+    stored = retrieval_sql.strategy_row(conn, strategy.version)
     if stored.params_hash != params_hash:
         raise StrategyConflictError(_conflict_message(strategy, stored.params_hash, stored.params or {}))
     return params_hash

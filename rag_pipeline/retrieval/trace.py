@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rag_pipeline.contracts.errors import BadInputError
 
-class RetrievalError(RuntimeError):
+
+class RetrievalError(BadInputError, RuntimeError):
     """The knowledge base cannot be searched with this strategy; the message tells the user what to do."""
 
 

@@ -16,7 +16,10 @@ rendering here. The front ends parse their input, call one operation and render 
 | ``fix_labels``, ``fix_dataset``, ``fix_stored_labels``, ``remap_note`` (labels across a re-chunking) | :mod:`.label_fixes` |
 | ``metric_history``, ``dataset_versions``, ``run_cases``, ``case_detail``, ``chunk_texts``, ``compare_runs`` (the admin console's reads) | :mod:`.history` |
 | ``case_diagnosis`` (one case, exact global leg ranks, on demand) | :mod:`.case_diagnosis` |
+| ``get_engine``, the database URLs, the embedded server, ``TRANSIENT_ERRORS`` (for the front ends) | :mod:`.database` |
 
-:data:`.errors.USER_ERRORS` are the exceptions whose message is meant for the user (a front end shows the
-message, not a traceback); :data:`.errors.TRANSIENT_ERRORS` are worth a bounded retry.
+Errors meant for the user are :class:`rag_pipeline.contracts.errors.RagError` of one kind (a front end shows the
+message, not a traceback, and maps the kind); :data:`.database.TRANSIENT_ERRORS` are worth a bounded retry.
+The front ends import nothing of rag_pipeline but the service, the contracts and settings: a service module
+re-exports (``import X as X``) the constants, result types and exceptions of its stage that they name.
 """

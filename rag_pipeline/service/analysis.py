@@ -9,9 +9,20 @@ import sqlalchemy as sa
 
 from rag_pipeline.analysis import comparison
 from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, Comparison, GateResult, StrategyRun
+from rag_pipeline.analysis.comparison import ComparisonError as ComparisonError
+from rag_pipeline.analysis.comparison_report import chart_markdown as chart_markdown
+from rag_pipeline.analysis.comparison_report import chart_png as chart_png
+from rag_pipeline.analysis.comparison_report import metric_table as metric_table
+from rag_pipeline.analysis.comparison_report import moved_table as moved_table
+from rag_pipeline.analysis.comparison_report import render_plain as render_plain
+from rag_pipeline.analysis.comparison_report import render_text as render_text
+from rag_pipeline.analysis.comparison_report import significance_table as significance_table
 from rag_pipeline.analysis.tune_runs import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TuneError, TuneResult, tune_run
+from rag_pipeline.analysis.tune_runs import TOP_CONFIGS as TOP_CONFIGS
 from rag_pipeline.analysis.tune_split import SplitTuneResult, tune_split
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC
+from rag_pipeline.analysis.tuning import FusionConfig as FusionConfig
+from rag_pipeline.analysis.tuning_plot import sweep_markdown as sweep_markdown
 from rag_pipeline.retrieval.registry_file import write_strategy
 from rag_pipeline.retrieval.strategies import StrategyError, load_registry
 from rag_pipeline.service import label_fixes

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.errors import NotFoundError
 from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, parse_dataset
 from rag_pipeline.evaluation.label_check import relevant_ids_missing
 from rag_pipeline.evaluation.persistence import store_dataset
@@ -18,10 +19,16 @@ from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.knowledge_base import lifecycle
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
+from rag_pipeline.storage.names import DATASET as DATASET
+from rag_pipeline.storage.names import KNOWLEDGE_BASE as KNOWLEDGE_BASE
+from rag_pipeline.storage.names import check_name as check_name
+from rag_pipeline.storage.names import is_valid_name as is_valid_name
+from rag_pipeline.storage.names import name_rule as name_rule
+from rag_pipeline.storage.names import printable as printable
 from rag_pipeline.storage.names import show_name
 
 
-class DatasetNotFoundError(LookupError):
+class DatasetNotFoundError(NotFoundError, LookupError):
     """No stored dataset (version) of that name in the knowledge base; the message lists the known ones."""
 
 

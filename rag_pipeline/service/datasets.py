@@ -9,8 +9,13 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, load_dataset
-from rag_pipeline.evaluation.dataset_fields import relevant_ids_of
+from rag_pipeline.evaluation.dataset import MAX_FILE_BYTES as MAX_FILE_BYTES
+from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, load_dataset, relevant_ids_of
+from rag_pipeline.evaluation.dataset import valid_dataset_key as valid_dataset_key
+from rag_pipeline.evaluation.demo_dataset import DEMO_CHUNK_OVERLAP as DEMO_CHUNK_OVERLAP
+from rag_pipeline.evaluation.demo_dataset import DEMO_CHUNK_SIZE as DEMO_CHUNK_SIZE
+from rag_pipeline.evaluation.demo_dataset import DEMO_KB as DEMO_KB
+from rag_pipeline.evaluation.demo_dataset import DEMO_TEXT_SEARCH as DEMO_TEXT_SEARCH
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
 from rag_pipeline.evaluation.queries.knowledge_base import embedding_models
@@ -18,6 +23,9 @@ from rag_pipeline.evaluation.queries.run_history import current_params
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import StrategyError, load_registry
 from rag_pipeline.settings import get_settings
+from rag_pipeline.storage.files import FileReadError as FileReadError
+from rag_pipeline.storage.files import check_regular as check_regular
+from rag_pipeline.storage.files import read_bounded as read_bounded
 
 
 @dataclass(frozen=True)

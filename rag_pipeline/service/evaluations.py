@@ -10,20 +10,31 @@ from typing import IO
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.errors import BadInputError, CheckFailed
 from rag_pipeline.evaluation import reports, runs
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset
 from rag_pipeline.evaluation.diagnosis import first_line
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
+from rag_pipeline.evaluation.metrics import HEADLINE_METRICS as HEADLINE_METRICS
+from rag_pipeline.evaluation.metrics import METRIC_LABELS as METRIC_LABELS
+from rag_pipeline.evaluation.metrics import METRIC_NAMES as METRIC_NAMES
 from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.evaluation.report_schema import REPORT_VERSION
+from rag_pipeline.evaluation.reports import CANDIDATE_MODES as CANDIDATE_MODES
+from rag_pipeline.evaluation.reports import REPORT_FORMATS as REPORT_FORMATS
+from rag_pipeline.evaluation.reports import comparison_table as comparison_table
+from rag_pipeline.evaluation.reports import utc_minute as utc_minute
 from rag_pipeline.evaluation.runner import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
-from rag_pipeline.service.errors import CheckFailed, LabelsRefused
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.snapshot_readers import reader_count
 
 DEFAULT_STRATEGY = "hybrid-v1"
+
+
+class LabelsRefused(BadInputError, ValueError):
+    """No label of the dataset is a searchable chunk of its knowledge base: a run would measure nothing."""
 
 
 def sized_engine(readers: int | None = None) -> sa.Engine:

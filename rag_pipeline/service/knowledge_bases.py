@@ -12,12 +12,18 @@ import sqlalchemy as sa
 from rag_pipeline.evaluation.queries.knowledge_base import snapshot
 from rag_pipeline.knowledge_base import beir, lifecycle, versions
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
+from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS as EMBEDDING_MODELS
 from rag_pipeline.knowledge_base.ingestion import (
     IngestionResult,
     Progress,
     ingest_documents,
 )
+from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES as DOCUMENT_STATUSES
+from rag_pipeline.knowledge_base.lifecycle import PUBLICATION_STATUSES as PUBLICATION_STATUSES
 from rag_pipeline.knowledge_base.sources import read_folder
+from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES as TEXT_SEARCH_MODES
+from rag_pipeline.knowledge_base.versions import SHORT as SHORT
+from rag_pipeline.knowledge_base.versions import KnowledgeBaseVersion as KnowledgeBaseVersion
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
 
 DEFAULT_CHUNK_SIZE = 500

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from rag_pipeline.analysis.label_draft import KEY_GRADES as KEY_GRADES
 from rag_pipeline.analysis.label_draft import (
     Draft,
     DraftCandidate,

@@ -28,7 +28,8 @@ from types import SimpleNamespace
 
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.dataset import MAX_METADATA_BYTES, Dataset, DatasetError, load_dataset, parse_dataset
+from rag_pipeline.contracts.dataset import MAX_METADATA_BYTES
+from rag_pipeline.evaluation.dataset import Dataset, DatasetError, load_dataset, parse_dataset
 from rag_pipeline.evaluation.label_check import check_labels
 from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.evaluation.queries.datasets import source_path

@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.queries import retention as queries
 from rag_pipeline.evaluation.runs import stale_after_seconds
 
 LOCK_TIMEOUT_S = 10
 
 
-class RetentionError(ValueError):
+class RetentionError(BadInputError, ValueError):
     """Bad retention arguments, or the candidate table is busy; the message says what to do."""
 
 

@@ -16,13 +16,18 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from rag_pipeline.contracts.errors import EXIT_USER_ERROR, DatabaseUnavailableError
 from rag_pipeline.settings import DAGSTER_DATABASE, KB_DATABASE, get_settings
 from rag_pipeline.storage import embedded_server as embedded_pg
+from rag_pipeline.storage import queries
 from rag_pipeline.storage.urls import DatabaseError, mask_url, normalize_url, with_database, with_driver
 
 
-class DatabaseUnreachableError(DatabaseError):
-    """The database did not answer (refused, dropped, timed out): transient, worth a bounded retry."""
+class DatabaseUnreachableError(DatabaseUnavailableError, DatabaseError):
+    """The database did not answer (refused, dropped, timed out): transient, worth a bounded retry. HTTP 503;
+    the CLI exits 2, as for any configuration that points nowhere."""
+
+    exit_code = EXIT_USER_ERROR
 
 
 def database_url() -> str:
@@ -54,10 +59,9 @@ def _create_database_if_missing(admin_uri: str, name: str) -> None:
     engine = sa.create_engine(with_driver(admin_uri, "psycopg"), isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
-            exists = conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar()
-            if not exists:
+            if not queries.database_exists(conn, name):
                 try:
-                    conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+                    queries.create_database(conn, name)
                 except sa.exc.ProgrammingError as exc:  # created concurrently by another process
                     if "already exists" not in str(exc):
                         raise
@@ -144,14 +148,10 @@ def upgrade(engine: Engine) -> None:
         return
     from alembic import command  # noqa: PLC0415
 
-    with engine.begin() as conn:
-        conn.execute(sa.text("SELECT pg_advisory_lock(726354)"))
-        try:
-            cfg = alembic_config(key)
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
-        finally:
-            conn.execute(sa.text("SELECT pg_advisory_unlock(726354)"))
+    with engine.begin() as conn, queries.migration_lock(conn):
+        cfg = alembic_config(key)
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
     engine.dispose()  # connections opened before the extension existed lack the vector type
     _MIGRATED.add(key)
 
@@ -164,21 +164,13 @@ def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backe
     One index per knowledge base × model: a KB's vector search (whose ``WHERE e.model = :model AND
     e.knowledge_base_id = :kb`` the planner matches to the predicate, plans being custom) scans a graph that holds
     only that KB's vectors, so another KB's live or deleted vectors change neither its results nor its speed."""
-    _sql_literal(name)  # a model name is spliced into index predicates: [A-Za-z0-9._/-]+ only
-    conn.execute(sa.text("SELECT pg_advisory_xact_lock(726355)"))  # one registration at a time
-    row = conn.execute(
-        sa.text("SELECT dimension FROM embedding_models WHERE name = :n"), {"n": name}
-    ).scalar()
+    queries.model_literal(name)  # a model name is spliced into index predicates: [A-Za-z0-9._/-]+ only
+    queries.lock_model_registration(conn)
+    row = queries.model_dimension(conn, name)
     if row is not None and row != dimension:
         raise DatabaseError(f"embedding model {name!r} is registered with dimension {row}, not {dimension}")
     if row is None:
-        conn.execute(
-            sa.text(
-                "INSERT INTO embedding_models (name, dimension, backend) VALUES (:n, :d, :b) "
-                "ON CONFLICT (name) DO NOTHING"
-            ),
-            {"n": name, "d": dimension, "b": backend},
-        )
+        queries.register_model(conn, name, dimension, backend)
     if knowledge_base_id is not None and vector_index_state(conn, name, knowledge_base_id) != "valid":
         build_vector_index(conn, name, dimension, knowledge_base_id)
 
@@ -186,8 +178,7 @@ def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backe
 def vector_index_state(conn: sa.Connection, model: str, knowledge_base_id) -> str | None:
     """``"valid"``, ``"invalid"`` (a build that did not finish) or ``None`` (no index) for the KB's own HNSW index
     of ``model``."""
-    valid = conn.execute(sa.text("SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(:i)"),
-                         {"i": hnsw_index_name(model, knowledge_base_id)}).scalar()
+    valid = queries.index_validity(conn, hnsw_index_name(model, knowledge_base_id))
     return None if valid is None else ("valid" if valid else "invalid")
 
 
@@ -204,22 +195,17 @@ def build_vector_index(conn: sa.Connection, model: str, dimension: int, knowledg
     vector, at most :data:`HNSW_BUILD_MEMORY_CAP_MB`): pgvector builds in memory, in parallel, instead of
     inserting vector by vector into a graph on disk. Takes a SHARE lock on ``chunk_embeddings`` until the
     transaction ends (searches go on; other KBs' vector writes wait), so keep the transaction short."""
-    _sql_literal(model)  # a model name is spliced into index predicates: [A-Za-z0-9._/-]+ only
+    queries.model_literal(model)  # a model name is spliced into index predicates: [A-Za-z0-9._/-]+ only
     kb = uuid.UUID(str(knowledge_base_id))
     index = hnsw_index_name(model, kb)
-    rows = conn.execute(sa.text("SELECT count(*) FROM chunk_embeddings WHERE model = :m AND knowledge_base_id = :kb"),
-                        {"m": model, "kb": kb}).scalar_one()
+    rows = queries.model_vector_count(conn, model, kb)
     need_mb = min(HNSW_BUILD_MEMORY_CAP_MB, 64 + int(rows * (int(dimension) * 4 + 600) * 1.25) // 2**20)
-    have_mb = conn.execute(sa.text("SELECT setting::bigint * 1024 / 1048576 FROM pg_settings "
-                                   "WHERE name = 'maintenance_work_mem'")).scalar_one()  # setting in kB
-    if need_mb > have_mb:
-        conn.execute(sa.text("SELECT set_config('maintenance_work_mem', :v, true)"), {"v": f"{need_mb}MB"})
+    if need_mb > queries.maintenance_work_mem_mb(conn):
+        queries.set_maintenance_work_mem(conn, need_mb)
     if vector_index_state(conn, model, kb) == "invalid":
-        conn.execute(sa.text(f"REINDEX INDEX {index}"))
+        queries.reindex(conn, index)
         return
-    conn.execute(sa.text(f"CREATE INDEX IF NOT EXISTS {index} ON chunk_embeddings "
-                         f"USING hnsw ((embedding::vector({int(dimension)})) vector_cosine_ops) "
-                         f"WHERE model = '{_sql_literal(model)}' AND knowledge_base_id = '{kb}'"))
+    queries.create_vector_index(conn, index, dimension, model, kb)
 
 
 HNSW_INDEX_PREFIX = "ix_emb_hnsw_"
@@ -229,9 +215,3 @@ def hnsw_index_name(model: str, knowledge_base_id) -> str:
     """``ix_emb_hnsw_<knowledge base id hex>_<8 hex of the model name's md5>`` (63 characters at most)."""
     digest = hashlib.md5(model.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
     return f"{HNSW_INDEX_PREFIX}{uuid.UUID(str(knowledge_base_id)).hex}_{digest}"
-
-
-def _sql_literal(name: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9._/-]+", name):
-        raise DatabaseError(f"invalid embedding model name {name!r}")
-    return name

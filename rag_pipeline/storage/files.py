@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
+from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.storage.names import printable
 
 MB = 1024 * 1024
@@ -25,7 +26,7 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-class FileReadError(ValueError):
+class FileReadError(BadInputError, ValueError):
     """A user file that cannot be read: missing, unreadable, not a regular file, or over its limit.
 
     ``path`` is the file, ``reason`` the problem without the file name, ``code`` one of ``missing``,

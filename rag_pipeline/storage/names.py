@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import unicodedata
 
+from rag_pipeline.contracts.errors import BadInputError
+
 MAX_NAME_CHARS = 100
 MAX_DATASET_NAME_CHARS = 200
 NAME_PUNCTUATION = "._-"
@@ -35,7 +37,7 @@ _SHOWN_CHARS = 80
 _BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
 
 
-class InvalidNameError(ValueError):
+class InvalidNameError(BadInputError, ValueError):
     """A knowledge base, dataset or strategy version name that breaks the name rule; the message says why."""
 
     def __init__(self, kind: str, value: str, reason: str):

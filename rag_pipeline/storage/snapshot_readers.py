@@ -14,15 +14,14 @@ two threads at once).
 from __future__ import annotations
 
 import queue
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.settings import get_settings
-
-_SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+(-[0-9]+)?")
+from rag_pipeline.storage import queries
 
 
 def reader_count(requested: int | None = None) -> int:
@@ -34,7 +33,7 @@ def reader_count(requested: int | None = None) -> int:
     return requested
 
 
-class TooManyReadersError(ValueError):
+class TooManyReadersError(BadInputError, ValueError):
     """More read connections than the engine's pool or the server can give; the message says how many fit."""
 
 
@@ -52,10 +51,7 @@ def check_capacity(engine: sa.Engine, readers: int, extra: int) -> None:
                 f"--readers {readers} needs {needed} database connections ({readers} readers + {extra}) but the "
                 f"engine's connection pool holds at most {capacity}; use at most {capacity - extra} readers")
     with engine.connect() as conn:
-        free = conn.execute(sa.text(
-            "SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int "
-            "- coalesce(current_setting('reserved_connections', true)::int, 0) - (SELECT count(*) FROM pg_stat_activity "
-            "WHERE backend_type = 'client backend')")).scalar_one()
+        free = queries.free_connections(conn)
     idle = pool.checkedin() if callable(getattr(pool, "checkedin", None)) else 0
     free += idle  # the pool's idle connections are counted in use but serve this run
     if needed > free + 1:  # + 1: the connection that asked is back in the pool
@@ -93,16 +89,12 @@ def snapshot_readers(engine: sa.Engine, n: int) -> Iterator[SnapshotReaders]:
         first = engine.connect().execution_options(isolation_level="REPEATABLE READ")
         connections.append(first)
         first.begin()
-        snapshot_id = None
-        if n > 1:
-            snapshot_id = first.execute(sa.text("SELECT pg_export_snapshot()")).scalar_one()
-            if not _SNAPSHOT_ID.fullmatch(snapshot_id):  # it is spliced into SQL below
-                raise RuntimeError(f"unexpected snapshot id {snapshot_id!r}")
+        snapshot_id = queries.export_snapshot(first) if n > 1 else None
         for _ in range(n - 1):
             conn = engine.connect().execution_options(isolation_level="REPEATABLE READ")
             connections.append(conn)
             conn.begin()
-            conn.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{snapshot_id}'")
+            queries.import_snapshot(conn, snapshot_id)
         yield SnapshotReaders(connections, snapshot_id)
     finally:
         for conn in reversed(connections):

@@ -8,8 +8,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from rag_pipeline.contracts.errors import BadInputError
 
-class DatabaseError(RuntimeError):
+
+class DatabaseError(BadInputError, RuntimeError):
     """The database cannot be reached or prepared; the message is meant for the user (password masked)."""
 
 

@@ -6,19 +6,26 @@
 | ``/admin/...`` | the admin console (:mod:`rag_pipeline.web.admin`), its login form and ``/admin/static`` |
 | ``/healthz`` | liveness, database and evaluation queue |
 
-Every error is RFC 9457 problem details (:mod:`.problems`); access rules are in :mod:`.security`.
+Every error is RFC 9457 problem details (:mod:`.problems`); access rules are in :mod:`.security`. The app's
+lifespan makes its :class:`~rag_pipeline.web.launcher.Launcher` (``app.state.launcher``, unless one is given) and
+reconciles queued runs with Dagster every few seconds while the app lives (no GET writes).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
 from importlib import metadata
 
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.responses import RedirectResponse
 from starlette.middleware.sessions import SessionMiddleware
 
-from rag_pipeline.web import problems, security
+from rag_pipeline.web import dependencies, problems, security
 from rag_pipeline.web.api import chunks, comparisons, datasets, evaluations, health, knowledge_bases
+from rag_pipeline.web.launcher import RECONCILE_PERIOD_S, Launcher, LaunchError
 
 DESCRIPTION = """Measure a RAG system's retrieval: upload labelled datasets, evaluate strategies asynchronously
 (each run is a Dagster run of `evaluate_retrieval`), read run history, per-case candidates and comparisons.
@@ -43,11 +50,40 @@ def _version() -> str:
         return "0+unknown"
 
 
-def create_app() -> FastAPI:
+log = logging.getLogger("rag_pipeline.web")
+
+
+async def _reconcile_periodically(launcher: Launcher) -> None:
+    """Every :data:`RECONCILE_PERIOD_S` seconds: queued runs whose Dagster run already ended are marked failed."""
+    while True:
+        await asyncio.sleep(RECONCILE_PERIOD_S)
+        try:
+            await asyncio.to_thread(launcher.reconcile, dependencies.engine())
+        except Exception as exc:  # noqa: BLE001 - the database is down: the next round retries
+            log.warning("could not reconcile queued runs: %s", exc)
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The app's launcher (the one given to :func:`create_app`, else one on this process's environment) and the
+    reconciliation task, cancelled on shutdown."""
+    app.state.launcher = app.state.launcher or Launcher()
+    with contextlib.suppress(LaunchError):  # the queue status and each launch report it
+        app.state.launcher.environment()  # read once, before the first request
+    task = asyncio.create_task(_reconcile_periodically(app.state.launcher), name="rag-reconcile")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def create_app(launcher: Launcher | None = None) -> FastAPI:
     """The application: API routers under ``/api/v1`` (token-protected when ``RAG_API_TOKEN`` is set), the
-    console, the login form, problem-details error handlers, session and cross-site middleware."""
+    console, the login form, problem-details error handlers, session and cross-site middleware. ``launcher``:
+    the Dagster launcher to use (default: made in the lifespan)."""
     app = FastAPI(title="rag_pipeline", version=_version(), description=DESCRIPTION, openapi_tags=TAGS,
-                  docs_url="/docs", redoc_url=None)
+                  docs_url="/docs", redoc_url=None, lifespan=lifespan)
+    app.state.launcher = launcher
     problems.install(app)
     app.add_exception_handler(security.LoginRequired, security.login_redirect)
     app.add_middleware(SessionMiddleware, secret_key=security.session_secret(),

@@ -1,4 +1,4 @@
-"""Dependencies shared by the routers: the database engine, paging parameters.
+"""Dependencies shared by the routers: the database engine, the app's Dagster launcher, paging parameters.
 
 The engine is the one every front end uses (:func:`rag_pipeline.storage.engine.get_engine`: ``RAG_DATABASE_URL``
 or the embedded server, migrated on first use), created once per process.
@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import sqlalchemy as sa
-from fastapi import Depends, Query
+from fastapi import Depends, Query, Request
 
-from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.service.database import get_engine
+from rag_pipeline.web.launcher import Launcher
 
 MAX_PAGE = 1000
 
@@ -22,6 +23,14 @@ def engine() -> sa.Engine:
 
 
 Engine = Annotated[sa.Engine, Depends(engine)]
+
+
+def launcher(request: Request) -> Launcher:
+    """The app's Dagster launcher (``app.state.launcher``, made in the app's lifespan)."""
+    return request.app.state.launcher
+
+
+DagsterLauncher = Annotated[Launcher, Depends(launcher)]
 
 
 class Page:

@@ -2,7 +2,7 @@
 will pick them up. The only module of :mod:`rag_pipeline.web` that uses dagster, imported inside the functions that
 open the instance (the web app and its workers load without it until a run is submitted or checked).
 
-**How a run is submitted.** :func:`launch_evaluations` first queues the run rows (status ``queued``, each with
+**How a run is submitted.** :meth:`Launcher.launch_evaluations` first queues the run rows (status ``queued``, each with
 the id its Dagster run will get; :func:`rag_pipeline.service.run_queue.queue_evaluations` validates everything
 first), adds the dataset's dynamic partition, and then — in a background thread, so the API answers 202 at
 once — runs Dagster's own public command for each run::
@@ -18,10 +18,15 @@ the web server's process; its cost (a few seconds of start-up per run) is paid o
 submission that fails marks its run ``failed`` with the command's last error line.
 
 **Who runs the queue.** A Dagster daemon (``make dev`` runs one inside ``dagster dev``; ``rag-pipeline serve
---with-daemon`` starts ``dagster-daemon run`` next to the server when none is alive). :func:`queue_status` reads
-the daemons' heartbeats on the instance: without a fresh one, the API and the console say that queued runs wait
-and how to start a daemon. :func:`reconcile` marks a queued run failed when its Dagster run ended (failed,
-cancelled in the UI) before the evaluation started, so no run stays ``queued`` forever.
+--with-daemon`` starts ``dagster-daemon run`` next to the server when none is alive). :meth:`Launcher.queue_status`
+reads the daemons' heartbeats on the instance: without a fresh one, the API and the console say that queued runs
+wait and how to start a daemon. :meth:`Launcher.reconcile` (every :data:`RECONCILE_PERIOD_S` seconds while the app
+lives, and on each launch) marks a queued run failed when its Dagster run ended (failed, cancelled in the UI)
+before the evaluation started, so no run stays ``queued`` forever.
+
+**State.** One :class:`Launcher` per app (``app.state.launcher``, made in the lifespan): the Dagster environment
+(``DAGSTER_HOME``, ``RAG_DAGSTER_PG_URL``) is resolved once and given to every subprocess as its ``env``; this
+process's ``os.environ`` is never changed (``rag-pipeline serve`` starts with both set: :mod:`.server`).
 """
 
 from __future__ import annotations
@@ -34,16 +39,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.service.run_queue import QueuedRun, fail_queued, queue_evaluations, queued_runs
+from rag_pipeline.service.database import dagster_database_url, mask_secrets
+from rag_pipeline.service.run_queue import QueuedEvaluation, QueuedRun, fail_queued, queue_evaluations, queued_runs
 from rag_pipeline.settings import project_root
-from rag_pipeline.storage.engine import dagster_database_url
-from rag_pipeline.storage.urls import mask_secrets
 
 JOB = "evaluate_retrieval"
 CODE_MODULE = "rag_pipeline.definitions"
@@ -51,22 +55,10 @@ DATASET_PARTITIONS = "dataset"
 DAEMON_TYPE = "QUEUED_RUN_COORDINATOR"
 HEARTBEAT_TOLERANCE_S = 120
 LAUNCH_TIMEOUT_S = 300
+RECONCILE_PERIOD_S = 2.0
 NO_DAEMON_FIX = ("start `make dev` (the Dagster UI and its daemon) or `rag-pipeline serve --with-daemon`, on the "
                  "same DAGSTER_HOME")
 log = logging.getLogger("rag_pipeline.web.launcher")
-
-
-@dataclass(frozen=True)
-class LaunchedRun:
-    """A queued evaluation run and the Dagster run that will carry it out."""
-
-    run_id: str
-    status: str
-    strategy_version: str
-    dagster_run_id: str
-    partition_key: str
-    label_warning: str | None = None
-    """Set when some labels of the dataset are not searchable chunks (the run goes ahead, as in the CLI)."""
 
 
 @dataclass(frozen=True)
@@ -81,139 +73,145 @@ class LaunchError(RuntimeError):
     """The Dagster instance cannot be used (no DAGSTER_HOME, storage unreachable); the message says what to do."""
 
 
-def dagster_home() -> Path:
-    """``DAGSTER_HOME``, else the project folder when it holds ``dagster.yaml`` (set in the environment then)."""
-    home = os.environ.get("DAGSTER_HOME")
-    if not home:
+def dagster_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default: this process's) completed with what ``dagster.yaml`` reads: ``DAGSTER_HOME`` (else
+    the project folder when it holds ``dagster.yaml``) and ``RAG_DAGSTER_PG_URL`` (else the database settings').
+    Returns a new mapping; changes nothing."""
+    env = dict(os.environ if environ is None else environ)
+    if not env.get("DAGSTER_HOME"):
         root = project_root()
         if not (root / "dagster.yaml").is_file():
             raise LaunchError("DAGSTER_HOME is not set and the project folder has no dagster.yaml: run "
                               "`rag-pipeline db start` in the project (it writes .env) or export DAGSTER_HOME")
-        home = str(root)
-    return Path(home)
-
-
-def prepare_environment() -> dict[str, str]:
-    """Set ``DAGSTER_HOME`` and ``RAG_DAGSTER_PG_URL`` in this process (what ``dagster.yaml`` reads) and return
-    the environment a Dagster subprocess gets."""
-    os.environ["DAGSTER_HOME"] = str(dagster_home())
-    if not os.environ.get("RAG_DAGSTER_PG_URL"):
-        os.environ["RAG_DAGSTER_PG_URL"] = dagster_database_url()
-    return dict(os.environ)
-
-
-_lock = threading.Lock()
-_instance = None  # the process's dagster.DagsterInstance, opened by instance()
-_instance_home: str | None = None
-
-
-def instance():
-    """The ``dagster.DagsterInstance`` of ``DAGSTER_HOME`` (opened once per process)."""
-    import dagster as dg
-
-    global _instance, _instance_home  # noqa: PLW0603 - one instance per process
-    with _lock:
-        home = str(dagster_home())
-        if _instance is None or _instance_home != home:
-            prepare_environment()
-            try:
-                _instance = dg.DagsterInstance.get()
-            except Exception as exc:  # noqa: BLE001 - any set-up failure becomes one line for the user
-                raise LaunchError(f"cannot open the Dagster instance of DAGSTER_HOME={home}: "
-                                  f"{mask_secrets(str(exc)).strip().splitlines()[0] if str(exc).strip() else exc!r}"
-                                  ) from None
-            _instance_home = home
-        return _instance
-
-
-def launch_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
-                       strategy_versions: Sequence[str] | None = None, *, strict: bool = False,
-                       wait: bool = False) -> list[LaunchedRun]:
-    """Queue one evaluation run per strategy (default: every strategy the knowledge base can run) of a stored
-    dataset version and submit each to Dagster (in the background; ``wait=True``: before returning)."""
-    inst = instance()  # fails before anything is queued when the instance cannot be used
-    queued = queue_evaluations(engine, knowledge_base, dataset_id, strategy_versions, strict=strict)
-    try:
-        name = queued.runs[0].dataset
-        if not inst.has_dynamic_partition(DATASET_PARTITIONS, name):
-            inst.add_dynamic_partitions(DATASET_PARTITIONS, [name])
-    except Exception as exc:
-        for run in queued.runs:
-            fail_queued(engine, run.run_id, f"could not add the Dagster partition: {exc}")
-        raise
-    worker = threading.Thread(target=_submit_all, args=(engine, queued.runs), name="rag-launch", daemon=True)
-    worker.start()
-    if wait:
-        worker.join()
-    return [LaunchedRun(r.run_id, r.status, r.strategy_version, r.dagster_run_id, r.partition_key,
-                        queued.label_warning) for r in queued.runs]
-
-
-def _submit_all(engine: sa.Engine, runs: Sequence[QueuedRun]) -> None:
-    for run in runs:
-        try:
-            _submit(run)
-        except Exception as exc:  # noqa: BLE001 - the run row records why; the server keeps going
-            log.warning("submitting evaluation run %s to Dagster failed: %s", run.run_id, exc)
-            fail_queued(engine, run.run_id, f"submitting the Dagster run failed: {mask_secrets(str(exc))}")
-
-
-def _submit(run: QueuedRun) -> None:
-    env = prepare_environment()
-    env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")  # dagster 1.13's supersession notice
-    config = {"ops": {"evaluation_dataset": {"config": {"dataset_id": run.dataset_id}},
-                      "evaluation_run": {"config": {"evaluation_run_id": run.run_id}}}}
-    tags = {"dagster/partition": run.partition_key, "rag/evaluation_run_id": run.run_id, "rag/source": "http-api"}
-    command = [str(Path(sys.executable).with_name("dagster")), "job", "launch", "-m", CODE_MODULE, "-j", JOB,
-               "--run-id", run.dagster_run_id, "--tags", json.dumps(tags), "--config-json", json.dumps(config)]
-    proc = subprocess.run(command, cwd=env["DAGSTER_HOME"], env=env, capture_output=True, text=True,
-                          timeout=LAUNCH_TIMEOUT_S, check=False)
-    if proc.returncode != 0:
-        lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
-        errors = [line for line in lines if "Error" in line or "error" in line] or lines or ["(no output)"]
-        raise LaunchError(f"`dagster job launch` exited {proc.returncode}: {errors[-1].strip()[:500]}")
-
-
-_status_cache: tuple[float, QueueStatus] | None = None
-
-
-def queue_status(max_age_s: float = 5.0) -> QueueStatus:
-    """Is a Dagster daemon picking up queued runs? (its queue heartbeat is fresher than 2 minutes). Cached for
-    ``max_age_s`` seconds. Never raises: a broken instance is reported in ``message``."""
-    global _status_cache  # noqa: PLW0603 - a small per-process cache
-    now = time.monotonic()
-    if _status_cache and now - _status_cache[0] < max_age_s:
-        return _status_cache[1]
-    try:
-        inst = instance()
-        beat = inst.get_daemon_heartbeats().get(DAEMON_TYPE)
-        alive = beat is not None and time.time() - beat.timestamp < HEARTBEAT_TOLERANCE_S
-        status = QueueStatus(True) if alive else QueueStatus(False, (
-            f"no Dagster daemon is running on DAGSTER_HOME={dagster_home()}: queued evaluation runs wait until "
-            f"one starts — {NO_DAEMON_FIX}"))
-    except LaunchError as exc:
-        status = QueueStatus(False, str(exc))
-    except Exception as exc:  # noqa: BLE001 - the storage went away: say so, never fail the caller
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        status = QueueStatus(False, f"the Dagster instance cannot be read ({mask_secrets(first)}): queued runs "
-                                    "cannot start; check the database (`rag-pipeline db status`)")
-    _status_cache = (now, status)
-    return status
+        env["DAGSTER_HOME"] = str(root)
+    if not env.get("RAG_DAGSTER_PG_URL"):
+        env["RAG_DAGSTER_PG_URL"] = dagster_database_url()
+    return env
 
 
 _FINISHED = {"FAILURE": "failed", "CANCELED": "was cancelled", "SUCCESS": "succeeded"}  # DagsterRunStatus names
-_reconciled_at = 0.0
 
 
-def reconcile(engine: sa.Engine, min_interval_s: float = 3.0) -> int:
-    """Mark failed every ``queued`` run whose Dagster run already ended (failed, cancelled) before the
-    evaluation started; returns how many. Throttled to once per ``min_interval_s``; never raises."""
-    global _reconciled_at  # noqa: PLW0603
-    now = time.monotonic()
-    if now - _reconciled_at < min_interval_s:
-        return 0
-    _reconciled_at = now
-    try:
+class Launcher:
+    """Submits evaluation runs to one Dagster instance and watches its queue; the app holds one
+    (``app.state.launcher``). ``env``: the environment of Dagster's processes (default: this process's, completed
+    by :func:`dagster_environment` on first use)."""
+
+    def __init__(self, env: Mapping[str, str] | None = None):
+        self._env = dict(env) if env is not None else None
+        self._lock = threading.Lock()
+        self._reconciling = threading.Lock()
+        self._instance = None  # the dagster.DagsterInstance, opened by instance()
+        self._status: tuple[float, QueueStatus] | None = None
+
+    def environment(self) -> dict[str, str]:
+        """The environment every Dagster subprocess gets (resolved once; raises :class:`LaunchError`)."""
+        if self._env is None:
+            self._env = dagster_environment()
+        return self._env
+
+    def dagster_home(self) -> Path:
+        return Path(self.environment()["DAGSTER_HOME"])
+
+    def instance(self):
+        """The ``dagster.DagsterInstance`` of ``DAGSTER_HOME`` (opened once). Dagster reads ``DAGSTER_HOME`` and
+        ``RAG_DAGSTER_PG_URL`` from the process environment: ``rag-pipeline serve`` starts with them there."""
+        import dagster as dg
+
+        with self._lock:
+            if self._instance is None:
+                home = self.environment()["DAGSTER_HOME"]
+                try:
+                    self._instance = dg.DagsterInstance.get()
+                except Exception as exc:  # noqa: BLE001 - any set-up failure becomes one line for the user
+                    first = mask_secrets(str(exc)).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                    raise LaunchError(f"cannot open the Dagster instance of DAGSTER_HOME={home}: {first}") from None
+            return self._instance
+
+    def launch_evaluations(self, engine: sa.Engine, knowledge_base: str, dataset_id: str,
+                           strategy_versions: Sequence[str] | None = None, *, strict: bool = False
+                           ) -> QueuedEvaluation:
+        """Queue one evaluation run per strategy (default: every strategy the knowledge base can run) of a stored
+        dataset version and submit each to Dagster in the background."""
+        inst = self.instance()  # fails before anything is queued when the instance cannot be used
+        self.reconcile(engine)
+        queued = queue_evaluations(engine, knowledge_base, dataset_id, strategy_versions, strict=strict)
+        try:
+            name = queued.runs[0].dataset
+            if not inst.has_dynamic_partition(DATASET_PARTITIONS, name):
+                inst.add_dynamic_partitions(DATASET_PARTITIONS, [name])
+        except Exception as exc:
+            for run in queued.runs:
+                fail_queued(engine, run.run_id, f"could not add the Dagster partition: {exc}")
+            raise
+        threading.Thread(target=self._submit_all, args=(engine, queued.runs), name="rag-launch", daemon=True).start()
+        return queued
+
+    def _submit_all(self, engine: sa.Engine, runs: Sequence[QueuedRun]) -> None:
+        for run in runs:
+            try:
+                self._submit(run)
+            except Exception as exc:  # noqa: BLE001 - the run row records why; the server keeps going
+                log.warning("submitting evaluation run %s to Dagster failed: %s", run.run_id, exc)
+                fail_queued(engine, run.run_id, f"submitting the Dagster run failed: {mask_secrets(str(exc))}")
+
+    def _child_environment(self) -> dict[str, str]:
+        env = dict(self.environment())
+        env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")  # dagster 1.13's supersession notice
+        return env
+
+    def _submit(self, run: QueuedRun) -> None:
+        """``dagster job launch`` of one queued run (raises :class:`LaunchError` with its last error line)."""
+        env = self._child_environment()
+        config = {"ops": {"evaluation_dataset": {"config": {"dataset_id": run.dataset_id}},
+                          "evaluation_run": {"config": {"evaluation_run_id": run.run_id}}}}
+        tags = {"dagster/partition": run.partition_key, "rag/evaluation_run_id": run.run_id,
+                "rag/source": "http-api"}
+        command = [str(Path(sys.executable).with_name("dagster")), "job", "launch", "-m", CODE_MODULE, "-j", JOB,
+                   "--run-id", run.dagster_run_id, "--tags", json.dumps(tags), "--config-json", json.dumps(config)]
+        proc = subprocess.run(command, cwd=env["DAGSTER_HOME"], env=env, capture_output=True, text=True,
+                              timeout=LAUNCH_TIMEOUT_S, check=False)
+        if proc.returncode != 0:
+            lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
+            errors = [line for line in lines if "Error" in line or "error" in line] or lines or ["(no output)"]
+            raise LaunchError(f"`dagster job launch` exited {proc.returncode}: {errors[-1].strip()[:500]}")
+
+    def queue_status(self, max_age_s: float = 5.0) -> QueueStatus:
+        """Is a Dagster daemon picking up queued runs? (its queue heartbeat is fresher than 2 minutes). Cached for
+        ``max_age_s`` seconds. Never raises: a broken instance is reported in ``message``."""
+        now = time.monotonic()
+        cached = self._status
+        if cached and now - cached[0] < max_age_s:
+            return cached[1]
+        try:
+            beat = self.instance().get_daemon_heartbeats().get(DAEMON_TYPE)
+            alive = beat is not None and time.time() - beat.timestamp < HEARTBEAT_TOLERANCE_S
+            status = QueueStatus(True) if alive else QueueStatus(False, (
+                f"no Dagster daemon is running on DAGSTER_HOME={self.dagster_home()}: queued evaluation runs wait "
+                f"until one starts — {NO_DAEMON_FIX}"))
+        except LaunchError as exc:
+            status = QueueStatus(False, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the storage went away: say so, never fail the caller
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            status = QueueStatus(False, f"the Dagster instance cannot be read ({mask_secrets(first)}): queued "
+                                        "runs cannot start; check the database (`rag-pipeline db status`)")
+        self._status = (now, status)
+        return status
+
+    def reconcile(self, engine: sa.Engine) -> int:
+        """Mark failed every ``queued`` run whose Dagster run already ended (failed, cancelled) before the
+        evaluation started; returns how many. Skipped while another call runs; never raises."""
+        if not self._reconciling.acquire(blocking=False):
+            return 0
+        try:
+            return self._reconcile(engine)
+        except Exception as exc:  # noqa: BLE001 - best effort; the next call retries
+            log.warning("could not reconcile queued runs with Dagster: %s", exc)
+            return 0
+        finally:
+            self._reconciling.release()
+
+    def _reconcile(self, engine: sa.Engine) -> int:
         waiting = [r for r in queued_runs(engine) if r["dagster_run_id"]]
         if not waiting:
             return 0
@@ -221,7 +219,7 @@ def reconcile(engine: sa.Engine, min_interval_s: float = 3.0) -> int:
         ended = 0
         import dagster as dg
 
-        records = instance().get_runs(filters=dg.RunsFilter(run_ids=list(by_id)))
+        records = self.instance().get_runs(filters=dg.RunsFilter(run_ids=list(by_id)))
         for record in records:
             verb = _FINISHED.get(record.status.name)
             if verb:
@@ -238,16 +236,11 @@ def reconcile(engine: sa.Engine, min_interval_s: float = 3.0) -> int:
                             "submitting it?); evaluate again")
                 ended += 1
         return ended
-    except Exception as exc:  # noqa: BLE001 - best effort; the next call retries
-        log.warning("could not reconcile queued runs with Dagster: %s", exc)
-        return 0
 
-
-def start_daemon(log_path: Path | None = None) -> subprocess.Popen:
-    """Start ``dagster-daemon run -m rag_pipeline.definitions`` on this DAGSTER_HOME (what ``serve
-    --with-daemon`` does when no daemon is alive); the caller stops it."""
-    env = prepare_environment()
-    env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
-    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
-    return subprocess.Popen([str(Path(sys.executable).with_name("dagster-daemon")), "run", "-m", CODE_MODULE],
-                            cwd=env["DAGSTER_HOME"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    def start_daemon(self, log_path: Path | None = None) -> subprocess.Popen:
+        """Start ``dagster-daemon run -m rag_pipeline.definitions`` on this DAGSTER_HOME (what ``serve
+        --with-daemon`` does when no daemon is alive); the caller stops it."""
+        env = self._child_environment()
+        out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
+        return subprocess.Popen([str(Path(sys.executable).with_name("dagster-daemon")), "run", "-m", CODE_MODULE],
+                                cwd=env["DAGSTER_HOME"], env=env, stdout=out, stderr=subprocess.STDOUT)

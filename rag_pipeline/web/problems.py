@@ -1,7 +1,7 @@
 """Every error of the HTTP service as RFC 9457 problem details (``application/problem+json``), never a traceback.
 
-The ``detail`` of a user error is the message the CLI prints after ``rag-pipeline: error:`` (the same service
-exceptions, :data:`rag_pipeline.service.errors.USER_ERRORS`). Status codes:
+The ``detail`` of a user error is the message the CLI prints after ``rag-pipeline: error:`` (the same
+exceptions, :data:`rag_pipeline.contracts.errors.USER_ERRORS`); its kind gives the status. Status codes:
 
 | status | when |
 |---|---|
@@ -29,16 +29,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rag_pipeline.analysis.comparison import ComparisonError
-from rag_pipeline.analysis.tune_runs import TuneError
-from rag_pipeline.evaluation.dataset import DatasetError
-from rag_pipeline.evaluation.runs import AmbiguousRunIdError, RunNotFoundError
-from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
-from rag_pipeline.retrieval.strategy_store import StrategyConflictError
-from rag_pipeline.service.catalog import DatasetNotFoundError
-from rag_pipeline.service.errors import TRANSIENT_ERRORS, USER_ERRORS, CheckFailed
-from rag_pipeline.storage.names import printable
-from rag_pipeline.storage.urls import mask_secrets
+from rag_pipeline.contracts.errors import USER_ERRORS, http_status
+from rag_pipeline.service.catalog import printable
+from rag_pipeline.service.database import TRANSIENT_ERRORS, mask_secrets
+from rag_pipeline.service.datasets import DatasetError
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("rag_pipeline.web")
@@ -103,16 +97,8 @@ def dataset_problems(exc: DatasetError) -> list[ProblemItem]:
 
 
 def status_of(exc: BaseException) -> int:
-    """The HTTP status of a service exception."""
-    if isinstance(exc, AmbiguousRunIdError | StrategyConflictError):
-        return 409
-    if isinstance(exc, RunNotFoundError | DatasetNotFoundError):
-        return 404
-    if isinstance(exc, KnowledgeBaseError | ComparisonError | TuneError):
-        return 404 if str(exc).startswith(("unknown ", "no ")) else 422
-    if isinstance(exc, TRANSIENT_ERRORS):
-        return 503
-    return 422
+    """The HTTP status of a service exception: its kind's; a dropped database connection is 503."""
+    return 503 if isinstance(exc, TRANSIENT_ERRORS) else http_status(exc)
 
 
 def _validation_items(exc: RequestValidationError) -> list[ProblemItem]:
@@ -153,9 +139,8 @@ def install(app: FastAPI) -> None:
     async def _user(request: Request, exc: Exception):
         return problem_response(request, status_of(exc), str(exc))
 
-    for error_type in (*USER_ERRORS, CheckFailed, *TRANSIENT_ERRORS):
-        if error_type is not DatasetError:
-            app.add_exception_handler(error_type, _user)
+    for error_type in (*USER_ERRORS, *TRANSIENT_ERRORS):
+        app.add_exception_handler(error_type, _user)
 
     @app.exception_handler(sa.exc.DBAPIError)
     async def _database(request: Request, exc: sa.exc.DBAPIError):

@@ -1,22 +1,38 @@
 """Running the HTTP service under uvicorn (``rag-pipeline serve``): the bind check, the database and Dagster set-up
-before the first request, and an optional Dagster daemon next to it."""
+before the first request, and an optional Dagster daemon next to it.
+
+The server never changes its own ``os.environ``: started without the project's ``.env`` values or what Dagster's
+instance reads from the environment (``DAGSTER_HOME``, ``RAG_DAGSTER_PG_URL``), it re-executes itself with them."""
 
 from __future__ import annotations
 
-import logging
+import os
 import sys
 
 import uvicorn
+from dotenv import dotenv_values
 
-from rag_pipeline.settings import load_env_file, project_root
-from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.service.database import get_engine
+from rag_pipeline.settings import project_root
 from rag_pipeline.web.security import BindRefused, check_bind
-
-log = logging.getLogger("rag_pipeline.web")
 
 
 class ServeRefused(ValueError):
     """Why ``serve`` does not start (a non-loopback address without a token, no Dagster instance)."""
+
+
+def _completed_environment() -> dict[str, str] | None:
+    """The environment this process lacks, or None: first ``<project>/.env`` (set variables win, as the ``dagster``
+    command does), then the Dagster variables (once ``.env`` is in the environment, they derive from it)."""
+    from rag_pipeline.web.launcher import dagster_environment  # noqa: PLC0415 - after the bind check
+
+    env_file = project_root() / ".env"
+    values = dotenv_values(env_file) if env_file.is_file() else {}
+    missing = {k: v for k, v in values.items() if v is not None and k not in os.environ}
+    if missing:
+        return {**os.environ, **missing}
+    env = dagster_environment()
+    return env if env != dict(os.environ) else None
 
 
 def serve(host: str = "127.0.0.1", port: int = 8000, *, with_daemon: bool = False) -> int:
@@ -27,14 +43,20 @@ def serve(host: str = "127.0.0.1", port: int = 8000, *, with_daemon: bool = Fals
         check_bind(host)  # before Dagster is even imported: a refusal is immediate
     except BindRefused as exc:
         raise ServeRefused(str(exc)) from None
-    from rag_pipeline.web import launcher  # noqa: PLC0415 - loads Dagster
+    from rag_pipeline.web.app import create_app  # noqa: PLC0415 - after the bind check (a refusal is immediate)
+    from rag_pipeline.web.launcher import Launcher, LaunchError  # noqa: PLC0415
 
-    load_env_file(project_root())  # DAGSTER_HOME, RAG_DAGSTER_PG_URL of `rag-pipeline db start`
-    get_engine()
     try:
-        launcher.prepare_environment()
+        env = _completed_environment()
+        if env is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            argv = [sys.executable, "-m", "rag_pipeline.cli.main", "serve", "--host", host, "--port", str(port)]
+            os.execve(sys.executable, [*argv, *(["--with-daemon"] if with_daemon else [])], env)
+        get_engine()
+        launcher = Launcher(os.environ)
         launcher.instance()
-    except launcher.LaunchError as exc:
+    except LaunchError as exc:
         raise ServeRefused(str(exc)) from None
     daemon = None
     status = launcher.queue_status(max_age_s=0)
@@ -51,8 +73,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, *, with_daemon: bool = Fals
     print(f"rag-pipeline: API {base}/api/v1 (OpenAPI {base}/docs), console {base}/admin/retrieval-evaluations",
           file=sys.stderr, flush=True)
     try:
-        uvicorn.run("rag_pipeline.web.app:create_app", factory=True, host=host, port=port, log_level="info",
-                    server_header=False, proxy_headers=False, access_log=True)
+        uvicorn.run(create_app(launcher=launcher), host=host, port=port, log_level="info", server_header=False,
+                    proxy_headers=False, access_log=True)
     finally:
         if daemon is not None:
             daemon.terminate()

@@ -98,7 +98,7 @@ def _finalize(engine, run_id, dataset) -> None:
     with engine.begin() as conn:
         persistence.finalize_run(conn, run_id, dataset_name=dataset.name, knowledge_base_name=KB,
                                  strategy_version="rrf-v1", case_count=0, candidate_count=0,
-                                 averages={m: 0.0 for m in METRIC_NAMES}, timings={}, summary={})
+                                 averages=dict.fromkeys(METRIC_NAMES, 0.0), timings={}, summary={})
 
 
 def test_a_run_that_started_earlier_never_displaces_a_newer_one_by_finishing_last(engine, versions):

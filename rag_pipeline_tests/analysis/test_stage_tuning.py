@@ -28,6 +28,9 @@ from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline_tests.analysis.test_tuning_db import build_world
 
+# the module fixture ingests and runs four evaluations
+pytestmark = pytest.mark.slow
+
 STAGED = Strategy(version="t-staged", vector_candidate_k=5, keyword_candidate_k=5, keyword_scorer="bm25",
                   normalization="minmax", vector_weight=0.5, keyword_weight=0.5, complete_pool=True,
                   rerank={"method": "embedding", "model": "use-multilingual-v3", "weight": 0.5})

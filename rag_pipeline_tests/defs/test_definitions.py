@@ -96,6 +96,7 @@ def test_materialise_knowledge_base(engine, kb_name: str, tmp_path: Path) -> Non
     assert len(versions[0]) == 64
 
 
+@pytest.mark.db  # a RagDatabase() resource connects
 def test_materialise_reports_a_bad_folder(tmp_path: Path, kb_name: str) -> None:
     result = _materialise(kb_name, {"source_dir": str(tmp_path / "missing")})
     assert not result.success
@@ -105,6 +106,7 @@ def test_materialise_reports_a_bad_folder(tmp_path: Path, kb_name: str) -> None:
     assert "not a folder" in error.cause.message
 
 
+@pytest.mark.slow  # a process importing Dagster
 def test_module_import_exposes_defs() -> None:
     """``dagster ... -m rag_pipeline.definitions`` imports the module and finds ``defs``."""
     proc = subprocess.run([sys.executable, "-c", "import rag_pipeline.definitions as d; print(d.defs)"],
@@ -114,7 +116,7 @@ def test_module_import_exposes_defs() -> None:
 
 
 @pytest.fixture(scope="module")
-def other_database(engine):  # noqa: ARG001 - the session server must be up
+def other_database(engine):  # the session server must be up
     """A second, empty database on the test server: (name, plain postgresql:// URL)."""
     with scratch_database("rag_restest") as (url, _):
         yield sa.engine.make_url(url).database, url
@@ -157,7 +159,7 @@ def test_rag_database_accepts_a_psycopg2_url(other_database, kb_name: str, tmp_p
     assert _metadata(result)["current_chunks"] == 3
 
 
-def test_the_resource_sizes_its_engine_pool_to_the_readers_it_hands_out(engine, monkeypatch) -> None:  # noqa: ARG001
+def test_the_resource_sizes_its_engine_pool_to_the_readers_it_hands_out(engine, monkeypatch) -> None:
     monkeypatch.delenv("RAG_EVAL_READERS", raising=False)
     assert RagDatabase().reader_count() == 2 and RagDatabase(readers=3).reader_count() == 3
     assert RagDatabase(readers=3).reader_count(7) == 7, "a run's own setting wins"

@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -212,13 +212,14 @@ def test_nightly_schedule_requests_every_dataset_with_a_file(datasets):
     (datasets / "kept.json").write_text("[]", encoding="utf-8")
     with dg.instance_for_test() as instance:  # the schedule context needs an instance with a ref
         instance.add_dynamic_partitions("dataset", ["kept", "gone"])
-        when = datetime(2026, 1, 2, 3, tzinfo=timezone.utc)
+        when = datetime(2026, 1, 2, 3, tzinfo=UTC)
         with dg.build_schedule_context(instance=instance, scheduled_execution_time=when) as context:
             requests = nightly_reevaluation(context)
     assert [r.partition_key for r in requests] == [f"kept|{v}" for v in VERSIONS]
     assert requests[0].run_key == f"nightly:2026-01-02:kept:{VERSIONS[0]}"
 
 
+@pytest.mark.slow  # `dagster job execute` in a subprocess
 def test_dagster_job_execute_in_a_subprocess(engine, chunks, datasets, tmp_path, monkeypatch):
     """The README command, on an instance configured by the repo's dagster.yaml (Postgres storage)."""
     from rag_pipeline.storage.engine import dagster_database_url

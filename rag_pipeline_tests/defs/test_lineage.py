@@ -27,6 +27,9 @@ from rag_pipeline.evaluation.reports import comparison_table
 from rag_pipeline.service import evaluations, knowledge_bases, lineage
 from rag_pipeline_tests.eval_helpers import TINY_DOCS, tiny_cases, write_dataset
 
+# two KBs ingested and evaluated through Dagster per test
+pytestmark = pytest.mark.slow
+
 SUMMARY = dg.AssetKey("evaluation_run_summary")
 STRATEGIES = ("keyword-v1", "hybrid-v1")
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rag_pipeline.contracts.dataset import MAX_CASES  # moved from evaluation.dataset
 from rag_pipeline.evaluation import dataset as ds
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset, parse_dataset
 from rag_pipeline_tests.eval_helpers import table_counts
@@ -149,7 +150,7 @@ def _case(i: int, **kw) -> dict:
 
 def test_too_many_cases(tmp_path):
     path = tmp_path / "huge.json"
-    path.write_text(json.dumps({"knowledge_base": "kb", "cases": [_case(i) for i in range(ds.MAX_CASES + 1)]}))
+    path.write_text(json.dumps({"knowledge_base": "kb", "cases": [_case(i) for i in range(MAX_CASES + 1)]}))
     with pytest.raises(DatasetError) as info:
         load_dataset(path)
     _check(info.value, path, [(None, None, "cases", "100001 cases; the limit is 100000")])
@@ -216,6 +217,45 @@ def test_content_hash_is_the_version_of_the_cases():
 def test_demo_dataset_is_valid():
     data = load_dataset(Path(__file__).resolve().parents[2] / "datasets" / "demo.json")
     assert data.knowledge_base == "demo" and len(data.cases) >= 30
+
+
+def test_problems_come_in_file_order():
+    """Top level first (keys, fields, the caller's name), then each case: duplicate keys, unknown fields, then
+    field by field, a graded object key by key; the wording and order the validator has always had."""
+    up = U1.upper()
+    raw = ('{"zeta": 1, "cases": [{"k": "5", "answer": 1, "question": "  ", "relevant_chunk_ids": '
+           f'{{"doc": 11, "{U1}": 0, "{up}": 2.0}}, "case_id": "a", "case_id": "a", "aaa": 2}}, 7, '
+           f'{{"case_id": "a", "question": "q", "relevant_chunk_ids": ["{U1}", 3, "{up}"], "k": 0}}], '
+           '"knowledge_base": "", "metadata": {"x": NaN}, "name": "ok", "zeta": 2}')
+    unknown = "unknown field; a case has exactly ['case_id', 'question', 'relevant_chunk_ids', 'k']"
+    first = "f.json: cases[0] (case_id 'a'): field"
+    third = "f.json: cases[2] (case_id 'a'): field"
+    with pytest.raises(DatasetError) as info:
+        parse_dataset(raw, source="f.json", name="other")
+    assert [line.strip() for line in str(info.value).splitlines()] == [
+        "invalid dataset f.json: 19 problems",
+        ("f.json: unknown top-level key(s) ['zeta']; allowed: ['name', 'knowledge_base', 'description', 'metadata', "
+         "'cases']"),
+        "f.json: top-level key 'zeta' appears more than once",
+        "f.json: field 'knowledge_base': must not be empty",
+        "f.json: field 'metadata.x': non-finite number NaN is not JSON",
+        ("f.json: field 'name': 'ok' differs from the file name 'other': a dataset is identified by its file name; "
+         "rename the file or change the field"),
+        f"{first} 'case_id': appears more than once in this case",
+        f"{first} 'aaa': {unknown}",
+        f"{first} 'answer': {unknown}",
+        f"{first} 'question': must not be empty or whitespace only",
+        f"{first} 'relevant_chunk_ids.doc': \"doc\" is not a UUID (chunk ids are document_chunks.id, e.g. {U1})",
+        f"{first} 'relevant_chunk_ids.doc': grade must be between 0 and 10 (0 = judged not relevant), got 11",
+        f"{first} 'relevant_chunk_ids.{up}': duplicate id '{up}' (same as relevant_chunk_ids.{U1})",
+        f"{first} 'relevant_chunk_ids.{up}': must be an integer grade between 0 and 10, got number 2.0",
+        f"{first} 'k': must be an integer between 1 and 1000, got string \"5\"",
+        "f.json: cases[1]: each case must be an object, got integer",
+        f"{third} 'case_id': duplicate case_id; first used by cases[0]",
+        f"{third} 'relevant_chunk_ids[1]': must be a string chunk id, got integer 3",
+        f"{third} 'relevant_chunk_ids[2]': duplicate id '{up}' (same as relevant_chunk_ids[0])",
+        f"{third} 'k': must be between 1 and 1000, got 0",
+    ]
 
 
 def test_cli_rejects_every_malformed_file_and_writes_nothing(engine, capsys):

@@ -55,7 +55,8 @@ def test_evaluation_stores_runs_candidates_and_case_results(engine, tiny):
             "count(*) FILTER (WHERE c.is_relevant) AS relevant, min(c.rank) AS lo, max(c.rank) AS hi "
             "FROM retrieval_evaluation_case_results r JOIN retrieval_evaluation_candidates c "
             "ON c.evaluation_run_id = r.evaluation_run_id AND c.case_id = r.case_id "
-            "WHERE r.evaluation_run_id = :r GROUP BY r.case_id, r.k, r.retrieved_chunk_ids"), {"r": outcome.run_id}).all()
+            "WHERE r.evaluation_run_id = :r GROUP BY r.case_id, r.k, r.retrieved_chunk_ids"),
+            {"r": outcome.run_id}).all()
         averages = conn.execute(sa.text(
             "SELECT " + ", ".join(f"avg({m}) AS {m}" for m in METRIC_NAMES) +
             " FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :r"), {"r": outcome.run_id}).one()

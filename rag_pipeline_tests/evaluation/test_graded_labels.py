@@ -9,12 +9,14 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from rag_pipeline.contracts.dataset import dataset_json_schema
 from rag_pipeline.evaluation import dataset as ds
 from rag_pipeline.evaluation.dataset import DatasetError, EvaluationCase, load_dataset, parse_dataset
-from rag_pipeline.evaluation.dataset_schema import DATASET_SCHEMA
 from rag_pipeline.evaluation.metrics import evaluate_retrieval
 
 ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_FILE = ROOT / "schemas" / "evaluation-dataset-v1.json"
+DATASET_SCHEMA = dataset_json_schema()  # formerly evaluation.dataset_schema.DATASET_SCHEMA, now generated
 DATA = ROOT / "rag_pipeline_tests" / "data"
 U1 = "30465673-88ea-41f0-a5a0-da496592f3df"
 U2 = "41576784-99fb-42a1-b6b1-eb5a7a3a04e0"
@@ -87,7 +89,8 @@ def test_every_grade_problem_of_a_file_at_once(tmp_path):
     with pytest.raises(DatasetError) as info:
         load_dataset(path)
     got = [(p.case_index, p.case_id, p.field) for p in info.value.problems]
-    assert got == [(0, "a", f"relevant_chunk_ids.{U1}"), (0, "a", "relevant_chunk_ids.x"), (1, "b", "relevant_chunk_ids")]
+    assert got == [(0, "a", f"relevant_chunk_ids.{U1}"), (0, "a", "relevant_chunk_ids.x"),
+                   (1, "b", "relevant_chunk_ids")]
     assert all(line.strip().startswith(str(path)) for line in str(info.value).splitlines()[1:])
 
 
@@ -151,6 +154,12 @@ def test_metadata_over_one_megabyte_is_refused():
         parse_dataset(json.dumps(_graded(metadata=meta)), name="g")
     (problem,) = info.value.problems
     assert problem.field == "metadata" and "the limit is 1,048,576 (1 MB)" in problem.message
+
+
+def test_the_published_schema_is_the_generated_one():
+    regenerate = ("python -c 'import json; from rag_pipeline.contracts.dataset import dataset_json_schema as s; "
+                  f"print(json.dumps(s(), indent=2, ensure_ascii=False))' > schemas/{SCHEMA_FILE.name}")
+    assert json.loads(SCHEMA_FILE.read_text(encoding="utf-8")) == DATASET_SCHEMA, f"stale; regenerate: {regenerate}"
 
 
 def test_json_schema_accepts_the_demo_and_graded_files_and_rejects_bad_grades():

@@ -59,7 +59,7 @@ def test_average_metrics() -> None:
     assert average_metrics([]) == RetrievalMetrics(*([0.0] * len(METRIC_NAMES)))
     a = evaluate_retrieval(["x"], {"x"}, 1)
     b = evaluate_retrieval(["y"], {"x"}, 1)
-    assert average_metrics([a, b]).as_dict() == {name: 0.5 for name in METRIC_NAMES}
+    assert average_metrics([a, b]).as_dict() == dict.fromkeys(METRIC_NAMES, 0.5)
 
 
 @pytest.mark.parametrize("relevant", [set(), {}, {"a": 0}, {"a": -1.0}])
@@ -164,7 +164,7 @@ def _random_cases(rng: np.random.Generator, n: int, graded: bool):
         n_rel = int(rng.integers(1, 9))
         grades = rng.integers(1, 4, n_rel) if graded else np.ones(n_rel, int)
         qrels = {doc: int(g) for doc, g in zip(pool[:n_rel], grades)}
-        qrels.update({doc: 0 for doc in pool[n_rel : n_rel + 3]})
+        qrels.update(dict.fromkeys(pool[n_rel:n_rel + 3], 0))
         depth = int(rng.integers(0, 25))
         cases.append(([str(d) for d in rng.permutation(pool[:30])[:depth]], qrels))
     return cases
@@ -173,6 +173,7 @@ def _random_cases(rng: np.random.Generator, n: int, graded: bool):
 CUTOFFS = (1, 3, 5, 10, 20)
 
 
+@pytest.mark.slow  # ranx's numba JIT
 @pytest.mark.filterwarnings("ignore:unsafe cast from uint64 to int64")  # ranx/numba internals
 @pytest.mark.parametrize("graded", [False, True])
 def test_agrees_with_pytrec_eval_and_ranx(graded: bool) -> None:
@@ -184,7 +185,7 @@ def test_agrees_with_pytrec_eval_and_ranx(graded: bool) -> None:
     measures = {f"P.{cut}", f"recall.{cut}", f"ndcg_cut.{cut}", f"map_cut.{cut}", "Rprec"}
     trec = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run)
     ranx_run = Run({q: r for q, r in run.items() if r})
-    ranx_qrels = Qrels({q: qrels[q] for q in ranx_run.keys()})
+    ranx_qrels = Qrels({q: qrels[q] for q, r in run.items() if r})
     retrieved, relevant = [ids for ids, _ in cases], [rel for _, rel in cases]
     pairs = {"P": "precision_at_k", "recall": "recall_at_k", "ndcg_cut": "ndcg_at_k"}
     pairs["map_cut"] = "average_precision_at_k"

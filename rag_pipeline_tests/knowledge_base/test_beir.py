@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli.main import main
-from rag_pipeline.evaluation import dataset as dataset_module
+from rag_pipeline.contracts import dataset as dataset_module  # the limits moved from evaluation.dataset
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.label_check import check_labels
 from rag_pipeline.knowledge_base import beir, chunking
@@ -20,7 +20,8 @@ from rag_pipeline.service import knowledge_bases as service
 from rag_pipeline.service.datasets import check_dataset
 
 CORPUS = [
-    {"_id": "d1", "title": "Aspirin and heart attacks", "text": "Daily aspirin lowers the risk of myocardial infarction."},
+    {"_id": "d1", "title": "Aspirin and heart attacks",
+     "text": "Daily aspirin lowers the risk of myocardial infarction."},
     {"_id": "d2", "title": "", "text": "Vitamin D supplements do not prevent fractures in older adults."},
     {"_id": "d3", "title": "Sleep", "text": "Short sleep is associated with higher blood pressure. " * 30},
     {"_id": "d4", "title": "Coffee", "text": "Coffee consumption is not linked to cancer mortality."},
@@ -80,7 +81,8 @@ def test_import_beir_counts_and_ids_resolve(engine, kb_name: str, tmp_path: Path
     by_doc = {r.original_name: r for r in rows.values()}
     assert set(by_doc) == {"d1", "d2", "d3", "d4", "d5"}, "one chunk per BEIR document"
     # title + blank line + text, the long document is not cut
-    assert by_doc["d1"].content == "Aspirin and heart attacks\n\nDaily aspirin lowers the risk of myocardial infarction."
+    assert by_doc["d1"].content == ("Aspirin and heart attacks\n\n"
+                                    "Daily aspirin lowers the risk of myocardial infarction.")
     assert by_doc["d1"].title == "Aspirin and heart attacks"
     assert by_doc["d2"].content == CORPUS[1]["text"] and by_doc["d2"].title is None
     assert len(by_doc["d3"].content) > 1000
@@ -342,7 +344,7 @@ def test_bad_grade_fails_before_any_ingestion(engine, kb_name: str, tmp_path: Pa
                             {"kb": chunking.knowledge_base_id(kb_name)}).scalar() == 0
 
 
-def test_cli_import_beir_lists_skipped_ids(engine, kb_name: str, tmp_path: Path, capsys) -> None:  # noqa: ARG001
+def test_cli_import_beir_lists_skipped_ids(engine, kb_name: str, tmp_path: Path, capsys) -> None:
     folder = make_graded_beir(tmp_path / "graded")
     out = tmp_path / "graded.json"
     capsys.readouterr()

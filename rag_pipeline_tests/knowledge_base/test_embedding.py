@@ -10,6 +10,9 @@ import pytest
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, EmbeddingError, get_embedder
 
 DIMENSIONS = {"use-multilingual-v3": 512, "all-minilm-l6-v2": 384}
+# MiniLM loads torch and its model once per process: every test sharing that cost is marked, or
+# `make test-fast` would only move it to the next one
+MODELS = ["use-multilingual-v3", pytest.param("all-minilm-l6-v2", marks=pytest.mark.slow)]
 
 EN = ("How do I get reimbursed for travel expenses?",
       "What is the process for claiming back money spent on a business trip?",
@@ -22,7 +25,7 @@ def test_registry() -> None:
     assert set(DIMENSIONS) <= set(EMBEDDING_MODELS)
 
 
-@pytest.mark.parametrize("name", list(DIMENSIONS))
+@pytest.mark.parametrize("name", MODELS)
 def test_dimension_dtype_norm_determinism(name: str) -> None:
     emb = get_embedder(name)
     assert emb.name == name and emb.dimension == DIMENSIONS[name]
@@ -39,7 +42,7 @@ def test_dimension_dtype_norm_determinism(name: str) -> None:
     np.testing.assert_allclose(emb.embed_one(EN[0]), vectors[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("name", list(DIMENSIONS))
+@pytest.mark.parametrize("name", MODELS)
 def test_batches_and_progress(name: str) -> None:
     emb = dataclasses.replace(get_embedder(name), batch_size=2)
     texts = [f"sentence number {i} about policy {i % 7}" for i in range(5)]
@@ -57,7 +60,7 @@ def _ranks_paraphrase_first(name: str, query: str, paraphrase: str, unrelated: s
     return float(q @ p), float(q @ u)
 
 
-@pytest.mark.parametrize("name", list(DIMENSIONS))
+@pytest.mark.parametrize("name", MODELS)
 def test_english_paraphrase_ranks_above_unrelated(name: str) -> None:
     para, unrelated = _ranks_paraphrase_first(name, *EN)
     assert para > unrelated + 0.2, (para, unrelated)

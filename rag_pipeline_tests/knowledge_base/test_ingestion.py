@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import uuid
@@ -63,7 +64,8 @@ def ingest(engine, folder: Path, kb: str, **kw):
 
 
 def expected_chunk_ids(folder: Path, kb: str) -> dict[str, list]:
-    return {d.original_name: [chunking.chunk_id(kb, d.original_name, c) for c in chunking.chunk_text(d.text, SIZE, OVERLAP)]
+    return {d.original_name: [chunking.chunk_id(kb, d.original_name, c)
+                              for c in chunking.chunk_text(d.text, SIZE, OVERLAP)]
             for d in read_folder(folder)}
 
 
@@ -361,8 +363,10 @@ def test_two_models_give_two_embeddings_per_chunk(engine, kb_name, tmp_path) -> 
     with engine.connect() as conn:
         assert _embedding_counts(conn, kb_name) == {DEFAULT_MODEL: (n, 512), MINILM: (n, 384)}
         per_chunk = conn.execute(sa.text(
-            "SELECT count(*) FROM (SELECT c.id FROM document_chunks c LEFT JOIN chunk_embeddings e ON e.chunk_id = c.id "
-            "WHERE c.knowledge_base_id = :kb GROUP BY c.id HAVING count(e.model) <> 2) x"), {"kb": kb_id(kb_name)}).scalar()
+            "SELECT count(*) FROM (SELECT c.id FROM document_chunks c "
+            "LEFT JOIN chunk_embeddings e ON e.chunk_id = c.id "
+            "WHERE c.knowledge_base_id = :kb GROUP BY c.id HAVING count(e.model) <> 2) x"),
+            {"kb": kb_id(kb_name)}).scalar()
         assert per_chunk == 0
         indexes = set(conn.execute(sa.text("SELECT indexname FROM pg_indexes WHERE tablename = 'chunk_embeddings'"))
                       .scalars())
@@ -399,11 +403,9 @@ def test_concurrent_ingestions_into_different_kbs_both_succeed(engine, ingested,
     errors: dict[str, BaseException] = {}
     results: dict = {}
 
-    def progress(stage: str, done: int, total: int) -> None:  # noqa: ARG001
-        try:
+    def progress(stage: str, done: int, total: int) -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
             barrier.wait(timeout=8)
-        except threading.BrokenBarrierError:
-            pass
 
     def run(name: str) -> None:
         try:

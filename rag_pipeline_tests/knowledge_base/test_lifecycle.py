@@ -100,9 +100,8 @@ def test_unknown_document_and_kb(engine, kb: str) -> None:
         change(engine, kb, other_doc, status="FAILED")
     with pytest.raises(KnowledgeBaseError, match=r"unknown knowledge base .no-such-kb-xyz.; known: .*" + re.escape(kb)):
         change(engine, "no-such-kb-xyz", "a.md", status="FAILED")
-    with pytest.raises(KnowledgeBaseError, match="unknown knowledge base"):
-        with engine.connect() as conn:
-            knowledge_base_stats(conn, "no-such-kb-xyz")
+    with pytest.raises(KnowledgeBaseError, match="unknown knowledge base"), engine.connect() as conn:
+        knowledge_base_stats(conn, "no-such-kb-xyz")
 
 
 def test_document_in_another_kb_is_not_touched(engine, kb: str, tmp_path: Path) -> None:

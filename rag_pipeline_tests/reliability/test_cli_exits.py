@@ -97,7 +97,8 @@ def test_closed_stdout_ends_quietly_with_0(stored_run, tmp_path, command):
 
 def test_piped_into_head_exits_0(stored_run, tmp_path):
     script = f"set -o pipefail; '{BIN / 'rag-pipeline'}' show {stored_run} --include-text | head -1"
-    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "{"
     assert proc.stderr == ""

@@ -62,6 +62,7 @@ def _errors(output: str) -> str:
     return "\n".join(lines)[-6000:]
 
 
+@pytest.mark.slow  # two Dagster processes
 def test_two_partitions_materialised_concurrently_by_two_processes(engine, chunks, tmp_path, monkeypatch):
     name = f"conc-{uuid.uuid4().hex[:6]}"
     versions = ("keyword-v1", "bm25-v1")

@@ -24,7 +24,7 @@ from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
 from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.retrieval.strategies import get_strategy
-from rag_pipeline.service.errors import TRANSIENT_ERRORS
+from rag_pipeline.service.database import TRANSIENT_ERRORS  # moved from service.errors (one error hierarchy)
 from rag_pipeline.storage.engine import DatabaseError, get_engine
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, run_rows, table_counts, tiny_cases, write_dataset
 from rag_pipeline_tests.reliability_helpers import (
@@ -105,6 +105,7 @@ def test_unreachable_database_is_one_masked_line_for_every_command(where, tmp_pa
         assert "s3cr" not in captured.err + captured.out, "the password is never printed"
 
 
+@pytest.mark.slow  # CLI processes
 def test_unreachable_database_in_a_real_process(tmp_path):
     """The installed ``rag-pipeline`` command: exit code, a single stderr line, no traceback."""
     url, masked = _unreachable_urls()["closed-tcp-port"]
@@ -285,6 +286,7 @@ def test_dagster_unknown_knowledge_base_fails_once_and_writes_nothing(engine, da
 
 # --- process killed mid-run -------------------------------------------------------------------------
 
+@pytest.mark.slow  # a killed evaluation process and a rerun
 def test_killed_process_reads_as_abandoned_and_a_rerun_becomes_current(engine, chunks, tmp_path, monkeypatch,
                                                                        capsys):
     from rag_pipeline.cli import main
@@ -333,6 +335,7 @@ def test_killed_process_reads_as_abandoned_and_a_rerun_becomes_current(engine, c
 
 # --- bad input through Dagster: every malformed file of the corpus ---------------------------------
 
+@pytest.mark.slow  # one Dagster run per malformed dataset
 def test_every_malformed_dataset_fails_its_dagster_run_with_the_full_message(engine, datasets):
     """The corpus of ``test_dataset.py`` through the asset: one failed step, the same message as the CLI
     (every problem, naming file / case / field) in the UI, no retry, nothing written."""

@@ -218,6 +218,7 @@ def test_dagster_metadata_of_a_run_holds_no_chunk_text(engine, chunks, tmp_path,
 
 # --- the embedded server: unix socket only ---------------------------------------------------------
 
+@pytest.mark.db  # reads the embedded server's own settings
 def test_embedded_postgres_listens_on_its_unix_socket_only(tmp_path):
     own = bool(os.environ.get("RAG_DATABASE_URL"))  # tests on an external server: start an embedded one here
     pgdata = tmp_path / "pgdata" if own else pgdata_dir()
@@ -319,7 +320,8 @@ def test_the_dagster_resource_and_dagster_yaml_hold_no_secret():
     from rag_pipeline.definitions import defs
 
     config = yaml.safe_load((ROOT / "dagster.yaml").read_text(encoding="utf-8"))
-    assert config["storage"]["postgres"]["postgres_url"] == {"env": "RAG_DAGSTER_PG_URL"}
+    # the storage is dagster-postgres's, named as `custom` so that its URL is checked first (defs/preflight.py)
+    assert config["storage"]["custom"]["config"]["postgres_url"] == {"env": "RAG_DAGSTER_PG_URL"}
 
     def scalars(node, path=()):
         if isinstance(node, dict):
@@ -349,62 +351,50 @@ def test_the_dagster_resource_and_dagster_yaml_hold_no_secret():
 
 # Every value spliced into SQL text in rag_pipeline/: (file, function, expression) → why it is safe.
 # Anything else spliced into a string that looks like SQL fails the test: use a bind parameter.
-VETTED_SQL_SPLICES = {
-    ("retrieval/bm25_index.py", "<module>", "BASE_FILTERS"): "constant SQL fragment (seed base_filters)",
-    ("retrieval/bm25_index.py", "<module>", "_LEXEMES"): "constant SQL (textsearch.QUERY_LEXEMES_SQL)",
-    ("retrieval/bm25_sql.py", "<module>", "_QUERY_TERMS"): "constant SQL fragment (the query-terms CTE)",
-    ("retrieval/bm25_sql.py", "<module>", "_KB_STATS"): "constant SQL fragment (the N / avgdl CTE)",
-    ("knowledge_base/term_stats.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
-    ("knowledge_base/term_stats.py", "<module>", "_SEARCHABLE_CHUNKS"): "constant SQL fragment",
-    ("knowledge_base/term_stats.py", "<module>", "_DELTA"): "the constant name of a temporary table",
-    ("knowledge_base/term_stats.py", "refresh_term_stats", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment",
-    ("knowledge_base/term_stats.py", "tracking", "_DELTA"): "the constant name of a temporary table",
-    ("knowledge_base/term_stats.py", "tracking", "_N_AND_AVGDL"): "constant SQL statement",
-    ("knowledge_base/term_stats.py", "_update_n_and_avgdl", "_N_AND_AVGDL"): "constant SQL statement",
-    ("knowledge_base/lifecycle.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
-    ("knowledge_base/chunk_lookup.py", "<module>", "_COLUMNS"): "constant select list",
-    ("knowledge_base/chunk_lookup.py", "<module>", "_SEARCHABLE"): "constant SQL fragment (the searchable rule)",
-    ("knowledge_base/chunk_lookup.py", "<module>", "_ORDER"): "constant ORDER BY list",
-    ("knowledge_base/span_remap.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
-    ("knowledge_base/versions.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): "constant SQL fragment (enum values)",
-    ("retrieval/bm25_sql.py", "<module>", "BASE_FILTERS"): "constant SQL fragment",
-    ("retrieval/bm25_sql.py", "<module>", 'extra=""'): "literal select-list suffix",
-    ("retrieval/bm25_sql.py", "<module>", 'where="leg_rank <= :k"'): "literal filter",
-    ("retrieval/bm25_sql.py", "<module>", 'extra=", leg_rank"'): "literal select-list suffix",
-    ("retrieval/bm25_sql.py", "<module>", 'where="leg_rank <= :k OR chunk_id = ANY(CAST((CAST(:targets AS text[]))'
-                                 '[CAST(ord AS int)] AS uuid[]))"'): "literal filter (targets are a bind parameter)",
-    ("storage/embedded_server.py", "_apply_settings", "name"): "a key of tuned_settings() (constant setting names)",
-    ("storage/embedded_server.py", "_apply_settings", "value"): "checked against \\d+(kB|MB|GB) just above "
-                                                         "(ALTER SYSTEM takes no parameters)",
-    ("storage/snapshot_readers.py", "snapshot_readers", "snapshot_id"): "pg_export_snapshot()'s id, checked against "
-                                                                     "[0-9A-F]+-[0-9A-F]+(-[0-9]+)? just above",
-    ("retrieval/stages.py", "stored_vector_scores", "dim=int(dimension)"): "an int from embedding_models (a type "
-                                                                         "modifier cannot be a parameter)",
-    ("storage/engine.py", "_create_database_if_missing", "name"): "checked against [a-z_][a-z0-9_]* just above; "
-                                                           "called with the constants rag/dagster",
-    ("storage/engine.py", "build_vector_index", "index"): "hnsw_index_name: [a-z0-9_] (hex of a UUID, of an md5)",
-    ("storage/engine.py", "build_vector_index", "kb"): "a uuid.UUID (hex digits and hyphens)",
-    ("knowledge_base/ingestion.py", "_rebuild_if_churned", "index"): "hnsw_index_name: [a-z0-9_]",
-    **{("storage/migrations/versions/0005_runs_at_scale.py", func, expr): why for func, expr, why in (
-        ("_per_model_vector_indexes", "name", "an index name read from pg_indexes, quoted"),
-        ("_per_model_vector_indexes", "_model_index(model)", "[a-z0-9_]"),
-        ("_per_model_vector_indexes", "int(dim)", "an int"),
-        ("_per_model_vector_indexes", "_literal(model)", "validated [A-Za-z0-9._/-]+"),
-        ("_per_kb_vector_indexes", "_kb_index(model, kb)", "[a-z0-9_]"),
-        ("_per_kb_vector_indexes", "_model_index(model)", "[a-z0-9_]"),
-        ("_per_kb_vector_indexes", "int(dim)", "an int"),
-        ("_per_kb_vector_indexes", "_literal(model)", "validated [A-Za-z0-9._/-]+"),
-        ("_per_kb_vector_indexes", "uuid.UUID(str(kb))", "a UUID"))},
-    ("storage/engine.py", "build_vector_index", "int(dimension)"): "an int (a type modifier cannot be a parameter)",
-    ("storage/engine.py", "build_vector_index", "_sql_literal(model)"): "validated [A-Za-z0-9._/-]+ model name "
-                                                                     "(an index predicate cannot be a parameter)",
-    ("knowledge_base/lifecycle.py", "set_document_state", "', '.join(sets)"): "literal 'column = :param' pieces",
-    ("retrieval/sql.py", "<module>", "_TSQUERY"): "constant SQL fragment",
-    ("retrieval/sql.py", "<module>", "_TS_RANK_CD_MATCHES"): "constant SQL fragment",
-    ("retrieval/sql.py", "<module>", "BASE_FILTERS"): "constant SQL fragment",
-    ("retrieval/sql.py", "vector_leg_sql", "dim=int(dimension)"): "an int from embedding_models "
-                                                                        "(must match the HNSW index expression)",
-    ("retrieval/sql.py", "vector_leg_sql", "filters=BASE_FILTERS"): "constant SQL fragment",
+# The splices of the stages' query modules (storage/queries.py, knowledge_base/queries/, retrieval/sql.py,
+# bm25_sql.py, evaluation/queries/).
+_CONSTANT = "constant SQL fragment"
+VETTED_QUERY_MODULE_SPLICES = {
+    **{("storage/queries.py", func, expr): why for func, expr, why in (
+        ("create_database", "name",
+         "checked against [a-z_][a-z0-9_]* by the caller (engine._create_database_if_missing); "
+                                    "called with the constants rag/dagster"),
+        ("create_vector_index", "_index(index)", "_index: [a-z0-9_]+ only (hnsw_index_name: hex of a UUID, of an md5)"),
+        ("create_vector_index", "int(dimension)", "an int (a type modifier cannot be a parameter)"),
+        ("create_vector_index", "model_literal(model)", "validated [A-Za-z0-9._/-]+ model name "
+                                                        "(an index predicate cannot be a parameter)"),
+        ("create_vector_index", "uuid.UUID(str(knowledge_base_id))", "a UUID (hex digits and hyphens)"),
+        ("reindex", "'CONCURRENTLY ' if concurrently else ''", "one of two literals"),
+        ("reindex", "_index(index)", "_index: [a-z0-9_]+ only"),
+        ("import_snapshot", "snapshot_id", "pg_export_snapshot()'s id, checked against "
+                                           "[0-9A-F]+-[0-9A-F]+(-[0-9]+)? just above"))},
+    **{("knowledge_base/queries/chunks.py", "<module>", expr): _CONSTANT
+       for expr in ("_COLUMNS", "_SEARCHABLE", "_ORDER", "SEARCHABLE_DOCUMENT_SQL")},
+    **{("knowledge_base/queries/documents.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): _CONSTANT + " (enum values)",
+       ("knowledge_base/queries/documents.py", "set_document_state", "sets"): "'column = :column' of the constant "
+                                                                           "_DOCUMENT_STATE_COLUMNS"},
+    **{("knowledge_base/queries/term_stats.py", func, expr): why for func, expr, why in (
+        ("<module>", "SEARCHABLE_DOCUMENT_SQL", _CONSTANT + " (enum values)"),
+        ("<module>", "_SEARCHABLE_CHUNKS", _CONSTANT),
+        ("<module>", "_N_AND_AVGDL", "constant SQL statement"),
+        ("<module>", "_DELTA", "the constant name of a temporary table"),
+        ("start_delta", "_DELTA", "the constant name of a temporary table"),
+        ("apply_delta", "_DELTA", "the constant name of a temporary table"))},
+    **{("retrieval/sql.py", func, expr): why for func, expr, why in (
+        ("<module>", "_TSQUERY", _CONSTANT), ("<module>", "_TS_RANK_CD_MATCHES", _CONSTANT),
+        ("<module>", "BASE_FILTERS", _CONSTANT),
+        ("vector_leg_sql", "dim=int(dimension)", "an int from embedding_models (must match the HNSW index expression)"),
+        ("vector_leg_sql", "filters=BASE_FILTERS", _CONSTANT),
+        ("stored_vector_scores", "dim=int(dimension)", "an int from embedding_models (a type modifier cannot be a "
+                                                       "parameter)"))},
+    **{("retrieval/bm25_sql.py", "<module>", expr): why for expr, why in (
+        ("_QUERY_TERMS", "constant SQL fragment (the query-terms CTE)"),
+        ("_KB_STATS", "constant SQL fragment (the N / avgdl CTE)"),
+        ("BASE_FILTERS", _CONSTANT), ("_LEXEMES", "constant SQL (textsearch.QUERY_LEXEMES_SQL)"),
+        ('extra=""', "literal select-list suffix"), ('where="leg_rank <= :k"', "literal filter"),
+        ('extra=", leg_rank"', "literal select-list suffix"),
+        ('where="leg_rank <= :k OR chunk_id = ANY(CAST((CAST(:targets AS text[]))[CAST(ord AS int)] AS uuid[]))"',
+         "literal filter (targets are a bind parameter)"))},
     ("evaluation/queries/diagnosis.py", "<module>", "_TSQUERY"): "constant SQL (textsearch.OR_TSQUERY_SQL)",
     ("evaluation/queries/diagnosis.py", "<module>", "_TARGETS"): "constant SQL fragment (targets unnest)",
     ("evaluation/queries/diagnosis.py", "<module>", "retrieval_sql.BASE_FILTERS"): "constant SQL fragment",
@@ -425,7 +415,8 @@ VETTED_SQL_SPLICES = {
     ("evaluation/queries/candidates.py", "report_statement", 'text=", ch.content" if include_text else ""'):
         "one of two literals",
     ("evaluation/queries/candidates.py", "report_statement", 'join=" LEFT JOIN document_chunks ch ON ch.id = '
-                                                             'c.chunk_id" if include_text else ""'): "one of two literals",
+                                                             'c.chunk_id" if include_text else ""'):
+        "one of two literals",
     ("evaluation/queries/candidates.py", "report_statement", 'mode=_MODE_FILTERS.get(mode, "")'):
         "one of the literal filters of _MODE_FILTERS",
     ("evaluation/queries/runs.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment",
@@ -437,7 +428,23 @@ VETTED_SQL_SPLICES = {
     ("evaluation/queries/runs.py", "list_runs", "where"): "_run_filter's literal 'column = :param' predicates",
     ("evaluation/queries/runs.py", "count_runs", "where"): "_run_filter's literal 'column = :param' predicates",
 }
-_SQL_WORDS = re.compile(r"\b(SELECT|INSERT INTO|UPDATE|DELETE FROM|CREATE|DROP|ALTER|COPY|WHERE|FROM|JOIN|"
+VETTED_SQL_SPLICES = {
+    **VETTED_QUERY_MODULE_SPLICES,
+    ("storage/embedded_server.py", "_apply_settings", "name"): "a key of tuned_settings() (constant setting names)",
+    ("storage/embedded_server.py", "_apply_settings", "value"): "checked against \\d+(kB|MB|GB) just above "
+                                                         "(ALTER SYSTEM takes no parameters)",
+    **{("storage/migrations/versions/0005_runs_at_scale.py", func, expr): why for func, expr, why in (
+        ("_per_model_vector_indexes", "name", "an index name read from pg_indexes, quoted"),
+        ("_per_model_vector_indexes", "_model_index(model)", "[a-z0-9_]"),
+        ("_per_model_vector_indexes", "int(dim)", "an int"),
+        ("_per_model_vector_indexes", "_literal(model)", "validated [A-Za-z0-9._/-]+"),
+        ("_per_kb_vector_indexes", "_kb_index(model, kb)", "[a-z0-9_]"),
+        ("_per_kb_vector_indexes", "_model_index(model)", "[a-z0-9_]"),
+        ("_per_kb_vector_indexes", "int(dim)", "an int"),
+        ("_per_kb_vector_indexes", "_literal(model)", "validated [A-Za-z0-9._/-]+"),
+        ("_per_kb_vector_indexes", "uuid.UUID(str(kb))", "a UUID"))},
+}
+_SQL_WORDS = re.compile(r"\b(SELECT|INSERT INTO|UPDATE|DELETE FROM|CREATE|DROP|ALTER|REINDEX|COPY|WHERE|FROM|JOIN|"
                         r"ORDER BY|GROUP BY|LIMIT|VALUES|SET|AS)\b")
 
 
@@ -467,7 +474,7 @@ def _sql_splices(path: Path, rel: str) -> list[tuple[str, str, str, int]]:
             base = node.func.value
             if isinstance(base, ast.Constant) and isinstance(base.value, str):
                 literal = base.value
-            elif isinstance(base, ast.Name | ast.Attribute):  # a named template: assume SQL, check every argument
+            elif isinstance(base, ast.Name | ast.Attribute | ast.IfExp):  # a named template: assume SQL, check all
                 literal = "SELECT"
             spliced = [text(a) for a in node.args] + [f"{k.arg}={text(k.value)}" for k in node.keywords]
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod | ast.Add):
@@ -487,6 +494,9 @@ def test_sql_is_parameterised_except_for_vetted_identifiers():
     unvetted = [f"{file}:{line} in {func}(): {expr}" for file, func, expr, line in splices
                 if (file, func, expr) not in VETTED_SQL_SPLICES]
     assert not unvetted, "SQL built from runtime values; use bind parameters or vet here:\n" + "\n".join(unvetted)
+    found = {(file, func, expr) for file, func, expr, _ in splices}
+    stale = [key for key in VETTED_QUERY_MODULE_SPLICES if key not in found]
+    assert not stale, f"vetted splices that no longer exist (the vetting must follow the statements): {stale}"
 
 
 def test_the_vetted_identifier_checks_refuse_hostile_values(engine):

@@ -139,7 +139,8 @@ def test_bm25_statistics_are_those_of_the_current_chunks(engine, corpus_kb):
 def test_repeated_query_words_count_once(engine, corpus_kb):
     kb_id, _ = corpus_kb
     with engine.connect() as conn:
-        once, thrice = hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=["cancer risk", "cancer cancer risk risk risk"],
+        once, thrice = hybrid_search_batch(conn, knowledge_base_id=kb_id,
+                                           queries=["cancer risk", "cancer cancer risk risk risk"],
                                            strategy=_strategy())
     assert once.candidates and [(c.chunk_id, c.keyword_score) for c in once.candidates] == [
         (c.chunk_id, c.keyword_score) for c in thrice.candidates]
@@ -149,7 +150,8 @@ def test_bm25_single_equals_batch_and_respects_k(engine, corpus_kb):
     kb_id, _ = corpus_kb
     strategy = _strategy(k=5)
     with engine.connect() as conn:
-        batch = hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=QUESTIONS, strategy=strategy, limits=[3] * len(QUESTIONS))
+        batch = hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=QUESTIONS, strategy=strategy,
+                                    limits=[3] * len(QUESTIONS))
         singles = [hybrid_search_with_trace(conn, knowledge_base_id=kb_id, query=q, strategy=strategy, limit=3)
                    for q in QUESTIONS]
     assert batch == singles

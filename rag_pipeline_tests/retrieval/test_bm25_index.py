@@ -25,7 +25,7 @@ from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import Strategy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import synthetic  # noqa: E402
+import synthetic
 
 
 def _strategy(k1: float, b: float, k: int) -> Strategy:
@@ -108,6 +108,7 @@ def test_index_refuses_another_strategy_or_kb(engine, synthetic_kb):
                                 keyword_index=index)
 
 
+@pytest.mark.slow  # ingests SciFact
 def test_index_leg_equals_the_sql_leg_on_scifact(engine, bench_data):
     docs, queries, _ = read_beir(bench_data / "scifact")
     name = f"t-idx-scifact-{uuid.uuid4().hex[:6]}"
@@ -122,7 +123,7 @@ def test_index_leg_equals_the_sql_leg_on_scifact(engine, bench_data):
 def test_postings_find_their_chunk_columns_by_uuid(shared_prefix):
     """Postings → matrix columns: the binary search on a uuid's first 8 bytes, and on all 16 when two chunk ids
     share their first 8 (a rare collision, forced here); a posting of a chunk that is not in the list has none."""
-    from rag_pipeline.retrieval.bm25_index import _POSTING, _UUID, _columns  # noqa: PLC0415
+    from rag_pipeline.retrieval.bm25_index import _POSTING, _UUID, _columns
 
     rng = np.random.default_rng(7)
     ids = [rng.bytes(16) for _ in range(500)]
@@ -143,8 +144,9 @@ def test_postings_find_their_chunk_columns_by_uuid(shared_prefix):
 def test_postings_read_in_lexeme_ranges_on_several_snapshot_readers_give_the_same_index(engine, synthetic_kb, parts):
     """The parallel load (ranges of lexemes on the run's snapshot readers) builds the very matrix of the one-statement
     load: same rows, columns and bit-identical weights, every posting once."""
-    from rag_pipeline.retrieval.bm25_index import _TERMS_SQL, _lexeme_ranges  # noqa: PLC0415
-    from rag_pipeline.storage.snapshot_readers import snapshot_readers  # noqa: PLC0415
+    from rag_pipeline.retrieval.bm25_index import _lexeme_ranges
+    from rag_pipeline.retrieval.bm25_sql import _TERMS_SQL  # moved with the other statements
+    from rag_pipeline.storage.snapshot_readers import snapshot_readers
 
     _, kb_id, _, _ = synthetic_kb
     with engine.connect() as conn:

@@ -20,6 +20,9 @@ from rag_pipeline.retrieval.cross_encoder import load_cross_encoder
 from rag_pipeline.retrieval.search import RetrievalError, hybrid_search_batch
 from rag_pipeline.retrieval.strategies import Strategy
 
+# builds and loads a cross-encoder with torch
+pytestmark = pytest.mark.slow
+
 WORDS = ["the", "cat", "dog", "database", "vector", "search", "mammal", "ocean", "star", "purr", "bark"]
 CORPUS = {
     "cats.md": "Cats are small mammals. A cat purrs when it is content.",

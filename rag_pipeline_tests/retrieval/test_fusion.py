@@ -164,8 +164,8 @@ def _random_pools(seed: int, n_cases: int = 60, width: int = 25) -> dict[str, np
     vector_rank, keyword_rank = _ranks(vector, ids), _ranks(keyword, ids)
     # Garbage in masked slots must be ignored.
     vector[~mask], keyword[~mask], vector_rank[~mask] = 99.0, -7.0, -3.0
-    return dict(mask=mask, vector=vector, keyword=keyword, vector_rank=vector_rank,
-                keyword_rank=keyword_rank, ids=ids)
+    return {"mask": mask, "vector": vector, "keyword": keyword, "vector_rank": vector_rank,
+            "keyword_rank": keyword_rank, "ids": ids}
 
 
 STRATEGY_LIKES = [

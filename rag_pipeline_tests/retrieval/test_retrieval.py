@@ -1,6 +1,7 @@
 """Hybrid retrieval on a real PostgreSQL + pgvector with the real USE embedder (and MiniLM once).
 
-Chinese keyword search and BM25 scoring are tested in ``test_bm25.py``. The ``engine`` fixture comes from ``rag_pipeline_tests/conftest.py`` (a fresh embedded server per session).
+Chinese keyword search and BM25 scoring are tested in ``test_bm25.py``. The ``engine`` fixture comes from
+``rag_pipeline_tests/conftest.py`` (a fresh embedded server per session).
 """
 
 from __future__ import annotations
@@ -302,8 +303,9 @@ def test_limits_and_empty_inputs(engine, kb):
     assert stop_words_only.candidates and all(c.keyword_score is None for c in stop_words_only.candidates)
 
 
-@pytest.mark.parametrize("question", ["'; DROP TABLE x; --", "&|!():*<->", "a & b | !c <-> d:*", "x\x00y\x01z\x1f\t\r\n",
-                                      "\\' OR 1=1 --", "'''", "", "   ", "drop table; DELETE FROM documents"])
+@pytest.mark.parametrize("question", ["'; DROP TABLE x; --", "&|!():*<->", "a & b | !c <-> d:*",
+                                      "x\x00y\x01z\x1f\t\r\n", "\\' OR 1=1 --", "'''", "", "   ",
+                                      "drop table; DELETE FROM documents"])
 def test_hostile_questions_are_searched_as_text(engine, kb, question):
     _, kb_id = kb
     for strategy in (HYBRID_V1, WIDE_BM25):

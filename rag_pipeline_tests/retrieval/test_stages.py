@@ -20,6 +20,9 @@ from rag_pipeline.retrieval.search import RetrievalError, hybrid_search_batch
 from rag_pipeline.retrieval.stages import preflight_rerank
 from rag_pipeline.retrieval.strategies import Strategy
 
+# the module fixture ingests with MiniLM (torch + model load)
+pytestmark = pytest.mark.slow
+
 USE, MINILM = "use-multilingual-v3", "all-minilm-l6-v2"
 CORPUS = {
     "cats.md": "Cats are small domesticated carnivorous mammals. A cat purrs when it is content.",

@@ -67,6 +67,7 @@ def _plan(conn, kb_id) -> str:
                                                 {"kb": kb_id, "model": USE, "k": K, "query_vectors": [vector]}))
 
 
+@pytest.mark.slow  # many repeated searches, index on and off
 def test_duplicates_give_one_pool_with_the_index_forced_on_and_off_and_on_every_run(engine, tied_kb, monkeypatch):
     kb_id, dup_ids = tied_kb
     expected_top = dup_ids[:K]  # every duplicate ties: the K smallest chunk ids, ranked in id order

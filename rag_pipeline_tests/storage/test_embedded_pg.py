@@ -12,6 +12,9 @@ import pytest
 
 from rag_pipeline.storage import embedded_server as embedded_pg
 
+# each test starts its own embedded servers
+pytestmark = pytest.mark.db
+
 
 def _setting(uri: str, name: str) -> int:
     with psycopg.connect(uri) as conn:

@@ -17,7 +17,8 @@ from rag_pipeline.storage.names import (
 )
 
 KINDS = (KNOWLEDGE_BASE, DATASET, STRATEGY_VERSION)
-GOOD = ["demo", "hybrid-v1", "scifact.test_2026", "知识库", "评测集-v2", "中文_kb.1", "Ünïcödé", "हिन्दी", "a", "x" * 100]
+GOOD = ["demo", "hybrid-v1", "scifact.test_2026", "知识库", "评测集-v2", "中文_kb.1", "Ünïcödé", "हिन्दी", "a",
+        "x" * 100]
 BAD = {  # value -> a fragment of the reason
     "": "empty",
     "x|y": "'|'",

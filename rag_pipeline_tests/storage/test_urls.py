@@ -1,4 +1,5 @@
-"""mask_url / mask_secrets (rag_pipeline.storage.urls): database passwords never reach logs, metadata or error messages."""
+"""mask_url / mask_secrets (rag_pipeline.storage.urls): database passwords never reach logs, metadata or error
+messages."""
 
 from __future__ import annotations
 

@@ -113,13 +113,13 @@ def installed(wheel: Path, tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def fresh_db(engine):  # noqa: ARG001 - the session server must be up
+def fresh_db(engine):  # the session server must be up
     """A fresh, empty database on the test server (dropped afterwards): (libpq URL, SQLAlchemy URL)."""
     with scratch_database("rag_wheeltest") as urls:
         yield urls
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # builds the wheel and installs it into a new venv
 def test_installed_wheel_migrates_a_fresh_database_from_an_empty_directory(installed: Path, fresh_db, tmp_path):
     url, sqlalchemy_url = fresh_db
     workdir = tmp_path / "empty"

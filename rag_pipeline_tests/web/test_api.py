@@ -16,6 +16,9 @@ import sqlalchemy as sa
 from rag_pipeline.cli.main import main as cli
 from rag_pipeline_tests.web.conftest import DEMO_DATASET
 
+# a `rag-pipeline serve` process and a Dagster daemon on the database, two Dagster evaluations
+pytestmark = [pytest.mark.db, pytest.mark.slow]
+
 DATASET = "demo-api"
 STRATEGIES = ["keyword-v1", "hybrid-v1"]
 TERMINAL = ("succeeded", "failed", "abandoned")

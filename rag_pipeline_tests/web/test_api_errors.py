@@ -15,6 +15,9 @@ import sqlalchemy as sa
 
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
 
+# the server fixture; 58 uploads of the malformed corpus
+pytestmark = [pytest.mark.db, pytest.mark.slow]
+
 BAD = Path(__file__).resolve().parents[1] / "data" / "bad_datasets"
 CORPUS = sorted(BAD.glob("*.json"))
 PROBLEM = "application/problem+json"

@@ -17,6 +17,9 @@ import requests
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases
 from rag_pipeline_tests.web.server_helpers import dagster_env, free_port, start_server
 
+# two more server processes
+pytestmark = [pytest.mark.db, pytest.mark.slow]
+
 TOKEN = "test-token-0123456789abcdef"
 
 
@@ -119,7 +122,8 @@ def test_without_a_daemon_queued_runs_say_how_to_start_one(guarded_server, engin
     assert health["queue"]["daemon_running"] is False and "make dev" in health["queue"]["message"]
     chunks = ingest_tiny_kb(engine, kb_name, tmp_path / "kb")
     launched = requests.post(f"{guarded_server}/api/v1/knowledge-bases/{kb_name}/retrieval/evaluate",
-                             json={"name": "no-daemon", "cases": tiny_cases(chunks), "strategy_versions": ["keyword-v1"]},
+                             json={"name": "no-daemon", "cases": tiny_cases(chunks),
+                                   "strategy_versions": ["keyword-v1"]},
                              headers=_auth(), timeout=120)
     assert launched.status_code == 202, launched.text
     body = launched.json()

@@ -23,6 +23,9 @@ from pathlib import Path
 import pytest
 from playwright import sync_api as playwright_api
 
+# a real server + Dagster daemon on the session's database; a browser driving two Dagster evaluation runs
+pytestmark = [pytest.mark.db, pytest.mark.slow]
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -60,7 +63,7 @@ def _shot(page, shots: Path, name: str) -> None:
     page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
     if not UPDATE_DOCS:
         return
-    from PIL import Image  # noqa: PLC0415 - only when regenerating the docs
+    from PIL import Image  # only when regenerating the docs
 
     image = Image.open(io.BytesIO(page.screenshot(full_page=False))).convert("RGB")
     out = ROOT / "docs" / f"console-{name}.png"
@@ -152,7 +155,8 @@ def test_the_seed_workflow_in_the_browser(live_server, demo_kb, browser, shots):
     _shot(page, shots, "dashboard")
 
     # the baseline's run: filter to zero-score cases
-    page.locator("#current tbody tr", has_text="hybrid-v1").get_by_role("link", name=re.compile("^[0-9a-f]{8}$")).click()
+    run_link = re.compile("^[0-9a-f]{8}$")
+    page.locator("#current tbody tr", has_text="hybrid-v1").get_by_role("link", name=run_link).click()
     page.wait_for_selector("#cases")
     total = page.locator("#cases tbody tr").count()
     assert total == cases

@@ -16,6 +16,9 @@ from rag_pipeline.service import catalog, evaluations, history
 from rag_pipeline.web.admin.charts import history_svg, strategy_colours
 from rag_pipeline_tests.web.conftest import DEMO_DATASET
 
+# the live server fixture + two in-process evaluations
+pytestmark = [pytest.mark.db, pytest.mark.slow]
+
 BASE = "/admin/retrieval-evaluations"
 DATASET = "demo-console"
 STRATEGIES = ("hybrid-v1", "keyword-v1")

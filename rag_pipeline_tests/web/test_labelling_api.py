@@ -3,9 +3,13 @@ chunks``, English and Chinese searches, problem details for bad input."""
 
 from __future__ import annotations
 
+import pytest
 import requests
 
 from rag_pipeline.service.labelling import find_chunks
+
+# the live server fixture
+pytestmark = pytest.mark.slow
 
 
 def test_chunks_endpoint_lists_and_searches_like_the_cli(live_server, demo_kb, engine):

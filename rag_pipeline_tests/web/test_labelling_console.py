@@ -7,10 +7,14 @@ import json
 import re
 import uuid
 
+import pytest
 import requests
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.label_check import check_labels
+
+# the live server fixture, pooling on the demo KB
+pytestmark = pytest.mark.slow
 
 
 def _token(html: str) -> str:
@@ -78,7 +82,8 @@ def test_fix_labels_after_a_rechunking_stores_a_new_version(live_server, engine,
     atomic = next(cid for text, cid in chunks.items() if "atomic commits" in text)
     quarter = next(cid for text, cid in chunks.items() if "tested every quarter" in text)
     cases = [{"case_id": "atomic-001", "question": "Why one repository?", "k": 1, "relevant_chunk_ids": [atomic]},
-             {"case_id": "restore-001", "question": "How often are restores tested?", "k": 1, "relevant_chunk_ids": [quarter]}]
+             {"case_id": "restore-001", "question": "How often are restores tested?", "k": 1,
+              "relevant_chunk_ids": [quarter]}]
     catalog.store_uploaded_dataset(engine, kb, json.dumps({"cases": cases}), source="test", name=name)
     knowledge_bases.ingest(engine, folder, kb, chunk_size=400, chunk_overlap=0, rechunk=True)
 

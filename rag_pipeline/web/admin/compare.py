@@ -8,9 +8,9 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from rag_pipeline.analysis.comparison import ComparisonError
+from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.service import history
-from rag_pipeline.service.errors import USER_ERRORS
+from rag_pipeline.service.analysis import ComparisonError
 from rag_pipeline.web.admin.pages import BASE, error_page, render
 from rag_pipeline.web.dependencies import Engine
 from rag_pipeline.web.security import require_console_user

@@ -3,21 +3,22 @@ each metric over time, run history (``/admin/retrieval-evaluations/kb/{kb}/datas
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import JSONResponse, RedirectResponse
 
-from rag_pipeline.analysis.comparison import DEFAULT_BASELINE
-from rag_pipeline.evaluation.metrics import METRIC_LABELS
-from rag_pipeline.retrieval.strategies import load_registry
+from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.service import analysis, catalog, datasets, evaluations, history
-from rag_pipeline.service.errors import USER_ERRORS
-from rag_pipeline.web import launcher
+from rag_pipeline.service.analysis import DEFAULT_BASELINE
+from rag_pipeline.service.catalog import load_registry
+from rag_pipeline.service.evaluations import METRIC_LABELS
 from rag_pipeline.web.admin.charts import history_svg, strategy_colours
 from rag_pipeline.web.admin.pages import BASE, TABLE_METRICS, error_page, render
-from rag_pipeline.web.dependencies import Engine
+from rag_pipeline.web.dependencies import DagsterLauncher, Engine
+from rag_pipeline.web.launcher import LaunchError
 from rag_pipeline.web.security import require_console_user, require_csrf
 
 router = APIRouter(dependencies=[Depends(require_console_user)])
@@ -61,7 +62,8 @@ def _gate(engine, kb: str, dataset: str) -> dict:
 
 
 @router.get("/retrieval-evaluations/kb/{kb}/datasets/{dataset}", name="admin_dataset")
-def dataset_page(request: Request, engine: Engine, kb: str, dataset: str, uploaded: int = 0, launched: str = ""):
+def dataset_page(request: Request, engine: Engine, launcher: DagsterLauncher, kb: str, dataset: str,
+                 uploaded: int = 0, launched: str = ""):
     try:
         kb_name, versions = history.dataset_versions(engine, dataset, kb)
     except USER_ERRORS as exc:
@@ -88,7 +90,7 @@ def dataset_page(request: Request, engine: Engine, kb: str, dataset: str, upload
 
 
 @router.post("/retrieval-evaluations/kb/{kb}/datasets/{dataset}/evaluate", dependencies=[Depends(require_csrf)])
-def evaluate(request: Request, engine: Engine, kb: str, dataset: str,
+def evaluate(request: Request, engine: Engine, launcher: DagsterLauncher, kb: str, dataset: str,
              strategy: Annotated[list[str] | None, Form(max_length=100)] = None):
     try:
         kb_name, versions = history.dataset_versions(engine, dataset, kb)
@@ -97,22 +99,19 @@ def evaluate(request: Request, engine: Engine, kb: str, dataset: str,
         if not strategy:
             return error_page(request, 422, "choose at least one strategy to evaluate", title="Nothing to run")
         launched = launcher.launch_evaluations(engine, kb_name, versions[0]["dataset_id"], strategy)
-    except (*USER_ERRORS, launcher.LaunchError) as exc:
+    except (*USER_ERRORS, LaunchError) as exc:
         return error_page(request, 422, str(exc), title="Evaluation not started")
-    ids = ",".join(r.run_id for r in launched)
+    ids = ",".join(r.run_id for r in launched.runs)
     return RedirectResponse(f"{dataset_url(kb_name, dataset)}?launched={quote(ids)}", status_code=303)
 
 
 @router.get("/retrieval-evaluations/kb/{kb}/datasets/{dataset}/runs.json", name="admin_dataset_runs")
-def runs_json(engine: Engine, kb: str, dataset: str):
+def runs_json(engine: Engine, launcher: DagsterLauncher, kb: str, dataset: str):
     """Live status of the dataset's runs (what the dashboard polls): status and cases done / total per run, and
     the queue's message when no Dagster daemon picks queued runs up."""
     try:
         summaries = evaluations.list_runs(engine, knowledge_base=kb, dataset=dataset, limit=50)
     except USER_ERRORS as exc:
         return JSONResponse({"detail": str(exc)}, status_code=404)
-    launcher.reconcile(engine)  # a queued run whose Dagster run already ended is marked failed
-    queue = launcher.queue_status()
     runs = [_progress(s) for s in summaries]
-    return {"runs": runs, "active": sum(r["status"] in ACTIVE for r in runs),
-            "queue": {"daemon_running": queue.daemon_running, "message": queue.message}}
+    return {"runs": runs, "active": sum(r["status"] in ACTIVE for r in runs), "queue": asdict(launcher.queue_status())}

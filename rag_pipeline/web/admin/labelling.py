@@ -15,9 +15,9 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse
 
-from rag_pipeline.analysis.label_draft import KEY_GRADES, DraftError, save_draft
+from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.service import catalog, history, label_drafts, label_fixes
-from rag_pipeline.service.errors import USER_ERRORS
+from rag_pipeline.service.label_drafts import KEY_GRADES, DraftError, save_draft
 from rag_pipeline.web.admin.datasets import dataset_url
 from rag_pipeline.web.admin.pages import BASE, error_page, render
 from rag_pipeline.web.dependencies import Engine

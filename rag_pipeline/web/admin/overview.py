@@ -12,14 +12,12 @@ from pathlib import PurePath
 from fastapi import APIRouter, Depends, Request, UploadFile
 from fastapi.responses import RedirectResponse
 
-from rag_pipeline.evaluation.dataset import MAX_FILE_BYTES, DatasetError
-from rag_pipeline.evaluation.dataset_json import DatasetProblem
+from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.service import catalog, evaluations
-from rag_pipeline.service.errors import USER_ERRORS
-from rag_pipeline.web import launcher
+from rag_pipeline.service.datasets import MAX_FILE_BYTES, DatasetError, DatasetProblem
 from rag_pipeline.web.admin.datasets import dataset_url
 from rag_pipeline.web.admin.pages import error_page, render
-from rag_pipeline.web.dependencies import Engine
+from rag_pipeline.web.dependencies import DagsterLauncher, Engine
 from rag_pipeline.web.security import require_console_user, require_csrf
 
 router = APIRouter(dependencies=[Depends(require_console_user)])
@@ -27,7 +25,7 @@ RECENT_RUNS = 15
 
 
 @router.get("/retrieval-evaluations", name="admin_home")
-def home(request: Request, engine: Engine):
+def home(request: Request, engine: Engine, launcher: DagsterLauncher):
     return render(request, "home.html", {"kbs": catalog.list_knowledge_bases(engine),
                                          "runs": evaluations.list_runs(engine, limit=RECENT_RUNS),
                                          "queue": launcher.queue_status()})

@@ -17,7 +17,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse
 from fastapi.templating import Jinja2Templates
 
-from rag_pipeline.evaluation.metrics import METRIC_LABELS, METRIC_NAMES
+from rag_pipeline.service.evaluations import METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.web.security import api_token, csrf_token
 
 BASE = "/admin/retrieval-evaluations"

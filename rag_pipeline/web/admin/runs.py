@@ -10,9 +10,9 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
-from rag_pipeline.analysis.comparison import DEFAULT_BASELINE
+from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.service import evaluations, history
-from rag_pipeline.service.errors import USER_ERRORS
+from rag_pipeline.service.analysis import DEFAULT_BASELINE
 from rag_pipeline.web.admin.pages import BASE, error_page, render
 from rag_pipeline.web.dependencies import Engine
 from rag_pipeline.web.security import require_console_user

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from rag_pipeline.analysis.comparison import DEFAULT_BASELINE
 from rag_pipeline.service import analysis
-from rag_pipeline.storage.names import DATASET, check_name
+from rag_pipeline.service.analysis import DEFAULT_BASELINE
+from rag_pipeline.service.catalog import DATASET, check_name
 from rag_pipeline.web.dependencies import Engine
 
 router = APIRouter(tags=["comparisons"])

@@ -16,9 +16,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 
-from rag_pipeline.evaluation.dataset import MAX_FILE_BYTES
 from rag_pipeline.service import catalog
-from rag_pipeline.storage.names import printable
+from rag_pipeline.service.catalog import printable
+from rag_pipeline.service.datasets import MAX_FILE_BYTES
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.api.models import DatasetList, UploadResult
 from rag_pipeline.web.dependencies import Engine

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 
 from rag_pipeline.service import catalog, evaluations
-from rag_pipeline.storage.names import DATASET, check_name
-from rag_pipeline.web import launcher
+from rag_pipeline.service.catalog import DATASET, check_name
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.api.models import (
     CandidateMode,
@@ -21,7 +21,8 @@ from rag_pipeline.web.api.models import (
     RunPage,
     RunStatus,
 )
-from rag_pipeline.web.dependencies import Engine, Paging
+from rag_pipeline.web.dependencies import DagsterLauncher, Engine, Paging
+from rag_pipeline.web.launcher import LaunchError
 from rag_pipeline.web.problems import HTTPProblem
 
 router = APIRouter(tags=["evaluations"])
@@ -33,16 +34,12 @@ def run_links(run_id: str, knowledge_base: str) -> dict:
             "knowledge_base_runs": f"/api/v1/knowledge-bases/{knowledge_base}/retrieval/runs"}
 
 
-def queue_info() -> dict:
-    status = launcher.queue_status()
-    return {"daemon_running": status.daemon_running, "message": status.message}
-
-
 @router.post("/knowledge-bases/{id}/retrieval/evaluate", response_model=EvaluateResponse, status_code=202,
              summary="Evaluate strategies on a dataset (asynchronous)",
              responses={409: {"description": "A strategy version was first run with other parameters."},
                         503: {"description": "The Dagster instance cannot be used."}})
-def evaluate(body: EvaluateRequest, engine: Engine, id: str = KnowledgeBaseId):  # noqa: A002
+def evaluate(body: EvaluateRequest, engine: Engine, launcher: DagsterLauncher,
+             id: str = KnowledgeBaseId):  # noqa: A002
     """Queue one evaluation run per strategy (default: every strategy the knowledge base can run) on a stored
     dataset (`dataset`, optionally `dataset_version`) or on inline `cases` (validated like a file, stored as a
     version of dataset `name`), and submit each as a Dagster run of `evaluate_retrieval` for the partition
@@ -65,22 +62,22 @@ def evaluate(body: EvaluateRequest, engine: Engine, id: str = KnowledgeBaseId): 
     else:
         dataset = catalog.find_dataset(engine, kb, body.dataset, body.dataset_version)
     try:
-        launched = launcher.launch_evaluations(engine, kb, dataset["dataset_id"], body.strategy_versions,
-                                               strict=body.strict)
-    except launcher.LaunchError as exc:
+        queued = launcher.launch_evaluations(engine, kb, dataset["dataset_id"], body.strategy_versions,
+                                             strict=body.strict)
+    except LaunchError as exc:
         raise HTTPProblem(503, str(exc), title="Dagster unavailable") from None
     runs = [{"run_id": r.run_id, "status": r.status, "strategy_version": r.strategy_version,
              "partition_key": r.partition_key, "dagster_run_id": r.dagster_run_id, "links": run_links(r.run_id, kb)}
-            for r in launched]
+            for r in queued.runs]
     body_out = EvaluateResponse(dataset=dataset["name"], dataset_id=dataset["dataset_id"],
                                 dataset_version=dataset["version"], knowledge_base=kb, runs=runs,
-                                label_warning=launched[0].label_warning if launched else None, queue=queue_info())
+                                label_warning=queued.label_warning, queue=asdict(launcher.queue_status()))
     return JSONResponse(body_out.model_dump(), status_code=202,
                         headers={"Location": runs[0]["links"]["self"]} if runs else None)
 
 
 @router.get("/knowledge-bases/{id}/retrieval/runs", response_model=RunPage, summary="Run history")
-def list_runs(engine: Engine, page: Paging, id: str = KnowledgeBaseId,  # noqa: A002
+def list_runs(engine: Engine, launcher: DagsterLauncher, page: Paging, id: str = KnowledgeBaseId,  # noqa: A002
               dataset: Annotated[str | None, Query(max_length=200, description="Only this dataset.")] = None,
               strategy: Annotated[str | None, Query(max_length=100, description="Only this strategy.")] = None,
               status: Annotated[RunStatus | None, Query(description="Only runs with this status.")] = None,
@@ -89,17 +86,16 @@ def list_runs(engine: Engine, page: Paging, id: str = KnowledgeBaseId,  # noqa: 
     """Evaluation runs of this knowledge base, newest first (latest submitted), with filters and pagination
     (`limit`, `offset`, `total`). Each run is its summary plus links; `queue` says whether queued runs will
     start."""
-    launcher.reconcile(engine)
     total, summaries = evaluations.run_page(engine, knowledge_base=id, dataset=dataset, strategy=strategy,
                                             status=status, current_only=current, limit=page.limit,
                                             offset=page.offset)
-    return {"total": total, "limit": page.limit, "offset": page.offset, "queue": queue_info(),
+    return {"total": total, "limit": page.limit, "offset": page.offset, "queue": asdict(launcher.queue_status()),
             "runs": [{**s, "links": run_links(s["run_id"], s["knowledge_base"]["name"])} for s in summaries]}
 
 
 @router.get("/retrieval/evaluations/{run_id}", response_model=EvaluationDetail, response_model_exclude_unset=True,
             summary="A run's detail with per-case candidates (seed §6.3)")
-def get_evaluation(engine: Engine,
+def get_evaluation(engine: Engine, launcher: DagsterLauncher,
                    run_id: Annotated[str, Path(max_length=64, description="A run id, or a unique prefix of at "
                                                                           "least 4 hex digits.")],
                    candidates: Annotated[CandidateMode, Query(description=(
@@ -114,7 +110,6 @@ def get_evaluation(engine: Engine,
     """The run summary and a page of its cases in dataset order, each with ids, grades, metrics, miss reasons
     and candidates (vector / keyword / final score and rank, relevant, selected) — the shape of
     `rag-pipeline show`. A queued or running run has a summary (`status`, `cases_done`) and no cases yet."""
-    launcher.reconcile(engine)
     detail = evaluations.evaluation_detail(engine, run_id, candidates=candidates, case_id=case_id, offset=offset,
                                            limit=limit, include_text=include_text)
     summary = detail["summary"]
@@ -123,5 +118,5 @@ def get_evaluation(engine: Engine,
                       "include_text": include_text}
     detail["links"] = run_links(summary["run_id"], summary["knowledge_base"]["name"])
     if summary["status"] == "queued":
-        detail["queue"] = queue_info()
+        detail["queue"] = asdict(launcher.queue_status())
     return detail

@@ -8,9 +8,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from rag_pipeline.service.catalog import ping
-from rag_pipeline.storage.engine import get_engine
-from rag_pipeline.storage.urls import mask_secrets
-from rag_pipeline.web import launcher
+from rag_pipeline.service.database import get_engine, mask_secrets
+from rag_pipeline.web.dependencies import DagsterLauncher
 
 router = APIRouter(tags=["health"])
 
@@ -28,7 +27,7 @@ class Health(BaseModel):
 
 @router.get("/healthz", response_model=Health, summary="Liveness, database and evaluation queue",
             responses={503: {"model": Health, "description": "The database cannot be reached."}})
-def healthz():
+def healthz(launcher: DagsterLauncher):
     """Always answers (no token needed, no data disclosed): 200 when the database answers, else 503."""
     try:
         ping(get_engine())

@@ -1,0 +1,137 @@
+"""An evaluation dataset file: pydantic models of its two forms and of a case, and its JSON Schema.
+
+A file is a bare array of cases, or an object with ``cases`` and optional ``name``, ``knowledge_base``,
+``description`` and ``metadata``. A case is ``case_id``, ``question``, ``k`` and ``relevant_chunk_ids``: a list
+of chunk ids (grade 1 each) or graded ``{chunk_id: grade}`` with integer grades 0-10 (0 = judged not relevant;
+at least one grade >= 1). Chunk ids are UUIDs (``document_chunks.id``), surrounding whitespace allowed.
+
+The models check each value (types, ranges, lengths, chunk ids, grades);
+:func:`rag_pipeline.evaluation.dataset.parse_dataset` validates a file through them, adds the rules no single
+value shows (duplicate JSON keys, ids unique after lower-casing, unique case ids, the name and knowledge base
+agreeing with the caller's, sizes) and words every problem for the file. :func:`dataset_json_schema` is the
+published schema (``schemas/evaluation-dataset-v1.json``, kept equal to it by a test).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, RootModel, Tag
+
+MAX_CASES = 100_000
+MAX_RELEVANT_IDS = 1000
+MAX_K = 1000
+MAX_QUESTION_CHARS = 10_000
+MAX_CASE_ID_CHARS = 200
+MAX_NAME_CHARS = 200
+MAX_DESCRIPTION_CHARS = 10_000
+MAX_METADATA_BYTES = 1024 * 1024
+MIN_GRADE, MAX_GRADE = 0, 10
+RELEVANT_GRADE = 1
+"""The lowest grade that counts as relevant (precision, recall, MRR, AP, ``is_relevant``, miss diagnosis)."""
+
+_SPACE = "".join(f"\\u{ord(c):04x}" for c in map(chr, range(0x3001)) if c.isspace())  # what str.strip() strips
+_HEX = "[0-9a-fA-F]"
+UUID_PATTERN = rf"^[{_SPACE}]*{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}[{_SPACE}]*$"
+NAME_PATTERN = r"^[^.\s/\\|,\[\]\x00-\x1f\x7f][^\s/\\|,\[\]\x00-\x1f\x7f]*$"
+
+
+def _text(limit: int, empty: str = "must not be empty", grouped: bool = False, **schema: Any) -> Any:
+    """A non-empty string of at most ``limit`` characters that PostgreSQL can store (no NUL, no lone surrogate)."""
+
+    def check(value: str) -> str:
+        if not value.strip():
+            raise ValueError(empty)
+        if len(value) > limit:
+            raise ValueError(f"is {len(value):,} characters; the limit is {limit:,}" if grouped
+                             else f"is {len(value)} characters; the limit is {limit}")
+        if "\x00" in value:
+            raise ValueError("contains a NUL character (\\u0000), which PostgreSQL cannot store")
+        try:
+            value.encode("utf-8")  # fails on a lone surrogate only
+        except UnicodeEncodeError:
+            raise ValueError("contains an unpaired UTF-16 surrogate (invalid Unicode)") from None
+        return value
+
+    return Annotated[str, AfterValidator(check), Field(json_schema_extra={
+        "minLength": 1, "maxLength": limit, "pattern": r"\S", **schema})]
+
+
+def _some_relevant(grades: dict[str, int]) -> dict[str, int]:
+    if all(grade < RELEVANT_GRADE for grade in grades.values()):
+        raise ValueError(f"every grade is 0; a case needs at least one relevant chunk (grade >= {RELEVANT_GRADE}; "
+                         "0 means judged not relevant)")
+    return grades
+
+
+def _object_schema(schema: dict[str, Any]) -> None:
+    """Every key a chunk id (pydantic writes ``patternProperties``, which lets other keys through), not all 0."""
+    ((pattern, grade),) = schema.pop("patternProperties").items()
+    schema.update(propertyNames={"pattern": pattern}, additionalProperties=grade,
+                  **{"not": {"additionalProperties": {"const": 0}}})
+
+
+CaseId = _text(MAX_CASE_ID_CHARS, grouped=True)
+Question = _text(MAX_QUESTION_CHARS, "must not be empty or whitespace only", grouped=True)
+DatasetName = _text(MAX_NAME_CHARS, pattern=NAME_PATTERN, **{"not": {"pattern": r"\.\.\."}})
+KnowledgeBaseName = _text(MAX_NAME_CHARS)
+Description = _text(MAX_DESCRIPTION_CHARS)
+ChunkId = Annotated[str, Field(pattern=UUID_PATTERN)]
+Grade = Annotated[int, Field(ge=MIN_GRADE, le=MAX_GRADE)]
+ChunkIdList = Annotated[list[ChunkId], Field(min_length=1, max_length=MAX_RELEVANT_IDS,
+                                             json_schema_extra={"uniqueItems": True},
+                                             description="chunk ids (document_chunks.id), each grade 1")]
+Judgments = Annotated[dict[ChunkId, Grade], Field(
+    min_length=1, max_length=MAX_RELEVANT_IDS, json_schema_extra=_object_schema,
+    description=f"graded: chunk id -> integer grade {MIN_GRADE}-{MAX_GRADE} (0 = judged not relevant); "
+                "at least one grade >= 1"), AfterValidator(_some_relevant)]
+
+
+def _form(value: Any) -> str | None:
+    """``list`` or ``object``: which form of ``relevant_chunk_ids`` a value is (``None``: neither)."""
+    return "list" if isinstance(value, list) else "object" if isinstance(value, dict) else None
+
+
+class DatasetCase(BaseModel):
+    """One labelled case as the file holds it (ids as written, a graded object in its key order)."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+    case_id: CaseId
+    question: Question
+    relevant_chunk_ids: Annotated[Annotated[ChunkIdList, Tag("list")] | Annotated[Judgments, Tag("object")],
+                                  Discriminator(_form)]
+    k: Annotated[int, Field(ge=1, le=MAX_K)]
+
+
+CASE_FIELDS = tuple(DatasetCase.model_fields)
+Cases = Annotated[list[DatasetCase], Field(min_length=1, json_schema_extra={"maxItems": MAX_CASES})]
+
+
+class DatasetFile(BaseModel):
+    """The object form of a dataset file (the bare array is its ``cases`` alone)."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", title="object form")
+
+    name: DatasetName | None = Field(
+        None, description="must equal the file name without .json (the dataset's identity)")
+    knowledge_base: KnowledgeBaseName | None = None
+    description: Description | None = None
+    metadata: dict[str, Any] | None = Field(None, description="free-form (at most 1 MB); not part of the version")
+    cases: Cases
+
+
+OBJECT_FIELDS = tuple(DatasetFile.model_fields)
+
+
+class DatasetDocument(RootModel[Annotated[Cases, Field(title="array of cases")] | DatasetFile]):
+    """A whole dataset file, either form: what the JSON Schema describes."""
+
+    model_config = ConfigDict(title="rag_pipeline evaluation dataset", json_schema_extra={
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://rag-pipeline.invalid/schemas/evaluation-dataset-v1.json"})
+
+
+def dataset_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a dataset file; the validator checks a little more."""
+    return DatasetDocument.model_json_schema()

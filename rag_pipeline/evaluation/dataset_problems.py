@@ -1,0 +1,190 @@
+"""Every problem of a dataset file, worded for the file: pydantic's errors translated, plus the set rules.
+
+:func:`file_problems` validates the decoded file through :class:`~rag_pipeline.contracts.dataset.DatasetFile`,
+turns each pydantic error into a :class:`DatasetProblem` naming the case and the field
+(``relevant_chunk_ids[i]`` in a list, ``relevant_chunk_ids.<id>`` in a graded object), and adds what no
+single value shows: duplicate JSON keys, ids unique after lower-casing, unique case ids, strict-JSON metadata
+of at most 1 MB. Problems come in file order: the top level first, then each case, field by field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import ValidationError
+
+from rag_pipeline.contracts.dataset import (
+    CASE_FIELDS,
+    MAX_CASES,
+    MAX_GRADE,
+    MAX_K,
+    MAX_METADATA_BYTES,
+    MAX_RELEVANT_IDS,
+    MIN_GRADE,
+    OBJECT_FIELDS,
+    UUID_PATTERN,
+    DatasetFile,
+)
+from rag_pipeline.evaluation.dataset_json import DatasetProblem, got, json_problems, show, type_name
+
+FIELD = "relevant_chunk_ids"
+_UUID = re.compile(UUID_PATTERN)
+_NOT_UUID = "is not a UUID (chunk ids are document_chunks.id, e.g. 30465673-88ea-41f0-a5a0-da496592f3df)"
+_TOP_RANK = {"knowledge_base": 2, "name": 3, "description": 4, "metadata": 5, "cases": 6}
+_BOUNDS = ("greater_than_equal", "less_than_equal")
+_TWICE = "appears more than once in this object (JSON keeps only one of them)"
+Keyed = tuple[tuple, DatasetProblem]
+
+
+def _key_field(key: str) -> str:
+    """``relevant_chunk_ids.<id>``, a very long key cut."""
+    return f"{FIELD}.{key if len(key) <= 60 else key[:60] + '…'}"
+
+
+def _text(error: dict, got_value: str) -> str:
+    return f"must be a string, {got_value}" if error["type"] == "string_type" else str(error["ctx"]["error"])
+
+
+def _relevant(loc: tuple, error: dict, keys: dict[str, tuple[int, str]]) -> tuple[tuple, str, str]:
+    """``(order, field, message)`` of an error inside ``relevant_chunk_ids`` (``loc`` after the field; ``keys``
+    maps a graded key as pydantic names it to its position and the key as written)."""
+    kind, value = error["type"], error["input"]
+    if len(loc) == 0:
+        return (0,), FIELD, f"must be an array of chunk ids or an object {{chunk_id: grade}}, {got(value)}"
+    if len(loc) == 1:
+        if kind == "too_short":
+            return (0,), FIELD, "is empty; every case needs at least one relevant chunk id (document_chunks.id)"
+        if kind == "too_long":
+            return (0,), FIELD, f"has {error['ctx']['actual_length']} ids; the limit is {MAX_RELEVANT_IDS}"
+        return (2,), FIELD, str(error["ctx"]["error"])  # every grade 0
+    if loc[0] == "list":
+        where = f"{FIELD}[{loc[1]}]"
+        if kind == "string_type":
+            return (1, loc[1], 0), where, f"must be a string chunk id, {got(value)}"
+        return (1, loc[1], 0), where, f"{show(value)} {_NOT_UUID}"
+    pos, key = keys[loc[1]]
+    if len(loc) == 3:  # the key itself
+        return (1, pos, 0), _key_field(key), f"{show(key)} {_NOT_UUID}"
+    if kind in _BOUNDS:
+        problem = (f"grade must be between {MIN_GRADE} and {MAX_GRADE} ({MIN_GRADE} = judged not relevant), "
+                   f"got {value}")
+    else:
+        problem = f"must be an integer grade between {MIN_GRADE} and {MAX_GRADE}, {got(value)}"
+    return (1, pos, 1), _key_field(key), problem
+
+
+def _case_error(items: list, loc: tuple, error: dict) -> Keyed:
+    index, kind, value = loc[0], error["type"], error["input"]
+    item = items[index]
+    case_id = _case_id(item)
+
+    def keyed(order: tuple, field: str | None, message: str) -> Keyed:
+        return (index, *order), DatasetProblem(message, field=field, case_index=index, case_id=case_id)
+
+    if len(loc) == 1:
+        return keyed((0,), None, f"each case must be an object, got {type_name(value)}")
+    field = loc[1]
+    if kind == "missing":
+        return keyed((2, CASE_FIELDS.index(field)), field, "is missing")
+    if kind == "extra_forbidden":
+        return keyed((1, field), field, f"unknown field; a case has exactly {list(CASE_FIELDS)}")
+    if field == FIELD:
+        keys = {} if len(loc) < 4 or loc[2] != "object" else {  # a lone surrogate reaches the loc as U+FFFD
+            key.encode("utf-8", "surrogatepass").decode("utf-8", "replace"): (pos, key)
+            for pos, key in reversed(list(enumerate(item[FIELD])))}
+        order, where, message = _relevant(loc[2:], error, keys)
+        return keyed((5, order), where, message)
+    if field == "k":
+        message = (f"must be between 1 and {MAX_K}, got {value}" if kind in _BOUNDS
+                   else f"must be an integer between 1 and {MAX_K}, {got(value)}")
+        return keyed((6,), field, message)
+    return keyed((3 if field == "case_id" else 4,), field, _text(error, got(value)))
+
+
+def _set_problems(items: list, flagged: set[tuple]) -> list[Keyed]:
+    """The rules across values: duplicate JSON keys and ids in a case, duplicate ``case_id``\\ s."""
+    found: list[tuple[int, tuple, str, str]] = []
+    first_case: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        found += [(index, (0, key), key, "appears more than once in this case")
+                  for key in getattr(item, "duplicate_keys", ())]
+        case_id = item.get("case_id")
+        if (isinstance(case_id, str) and (index, "case_id") not in flagged
+                and (first := first_case.setdefault(case_id, index)) != index):
+            found.append((index, (3,), "case_id", f"duplicate case_id; first used by cases[{first}]"))
+        value = item.get(FIELD)
+        if not isinstance(value, (list, dict)) or not 1 <= len(value) <= MAX_RELEVANT_IDS:
+            continue
+        found += [(index, (5, (0,)), _key_field(key), _TWICE) for key in getattr(value, "duplicate_keys", ())]
+        seen: dict[str, Any] = {}
+        for pos, chunk_id in enumerate(value if len(value) > 1 else ()):
+            if not isinstance(chunk_id, str) or not _UUID.fullmatch(chunk_id):
+                continue
+            normal = chunk_id.strip().lower()
+            if normal not in seen:
+                seen[normal] = f"{FIELD}[{pos}]" if isinstance(value, list) else _key_field(chunk_id)
+            else:
+                where = f"{FIELD}[{pos}]" if isinstance(value, list) else _key_field(chunk_id)
+                found.append((index, (5, (1, pos, 0)), where, f"duplicate id {chunk_id!r} (same as {seen[normal]})"))
+    return [((index, *order), DatasetProblem(message, field=field, case_index=index, case_id=_case_id(items[index])))
+            for index, order, field, message in found]
+
+
+def _case_id(item: Any) -> str | None:
+    """The ``case_id`` a problem of this case names: the field if it is a string."""
+    case_id = item.get("case_id") if isinstance(item, dict) else None
+    return case_id if isinstance(case_id, str) else None
+
+
+def _metadata(value: Any) -> list[DatasetProblem]:
+    """Strict JSON (no NaN, no duplicate keys) of at most :data:`MAX_METADATA_BYTES`."""
+    found = [DatasetProblem(message, field=where) for where, message in json_problems(value, "metadata")]
+    if found:
+        return found
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+    if size > MAX_METADATA_BYTES:
+        return [DatasetProblem(f"is {size:,} bytes of JSON; the limit is {MAX_METADATA_BYTES:,} (1 MB)",
+                               field="metadata")]
+    return []
+
+
+def file_problems(data: dict) -> tuple[DatasetFile | None, list[tuple[tuple, DatasetProblem]]]:
+    """The validated file (``None`` if it has a problem) and every problem with its place in the file order:
+    ``(-1, rank, ...)`` for the top level (rank 7 is left to the caller's own checks), ``(case index, ...)``."""
+    try:
+        model, errors = DatasetFile.model_validate(data), []
+    except ValidationError as exc:
+        model, errors = None, exc.errors(include_url=False)
+    items = data["cases"] if isinstance(data.get("cases"), list) else []
+    keyed: list[Keyed] = []
+    unknown = sorted(str(e["loc"][0]) for e in errors if len(e["loc"]) == 1 and e["type"] == "extra_forbidden")
+    if unknown:
+        keyed.append(((-1, 0), DatasetProblem(f"unknown top-level key(s) {unknown}; allowed: {list(OBJECT_FIELDS)}")))
+    keyed += [((-1, 1, key), DatasetProblem(f"top-level key {key!r} appears more than once"))
+              for key in getattr(data, "duplicate_keys", ())]
+    for error in errors:
+        loc, kind, value = error["loc"], error["type"], error["input"]
+        if loc[0] != "cases" and kind != "extra_forbidden":
+            field = str(loc[0])
+            message = (f"must be an object, {got(value)}" if field == "metadata"
+                       else _text(error, f"got {type_name(value)}"))
+            keyed.append(((-1, _TOP_RANK[field]), DatasetProblem(message, field=field)))
+        elif loc == ("cases",):
+            message = {"missing": "the top-level object has no 'cases' array", "too_short": "there are no cases"}.get(
+                kind, f"must be an array of cases, got {type_name(value)}")
+            keyed.append(((-1, 9 if kind == "too_short" else 6), DatasetProblem(message, field="cases")))
+        elif loc[0] == "cases":
+            keyed.append(_case_error(items, loc[1:], error))
+    if len(items) > MAX_CASES:
+        keyed.append(((-1, 9), DatasetProblem(f"{len(items)} cases; the limit is {MAX_CASES}", field="cases")))
+    if isinstance(data.get("metadata"), dict):
+        keyed += [((-1, 5, i), problem) for i, problem in enumerate(_metadata(data["metadata"]))]
+    flagged = {e["loc"][1:3] for e in errors if e["loc"][0] == "cases" and len(e["loc"]) > 2}
+    keyed += _set_problems(items, flagged)
+    others = {key[0] for key, _ in keyed if key[1:2] == (5,) and key[2:] != ((2,),)}
+    keyed = [(key, p) for key, p in keyed if key[1:] != (5, (2,)) or key[0] not in others]  # "every grade is 0": alone
+    return (model if not keyed else None), keyed

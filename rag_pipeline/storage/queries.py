@@ -1,0 +1,130 @@
+"""The storage stage's SQL: databases, advisory locks, embedding models, HNSW indexes, snapshots, on the caller's
+connection. Identifiers cannot be bind parameters; the few spliced in are checked where they are spliced."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import sqlalchemy as sa
+
+from rag_pipeline.storage.urls import DatabaseError
+
+_SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+(-[0-9]+)?")
+_INDEX_NAME = re.compile(r"[a-z0-9_]+")
+
+MODEL_DIMENSION_SQL = "SELECT dimension FROM embedding_models WHERE name = :model"
+
+_FREE_CONNECTIONS_SQL = (
+    "SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int "
+    "- coalesce(current_setting('reserved_connections', true)::int, 0) - (SELECT count(*) FROM pg_stat_activity "
+    "WHERE backend_type = 'client backend')")
+
+
+
+def database_exists(conn: sa.Connection, name: str) -> bool:
+    return bool(conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar())
+
+
+def create_database(conn: sa.Connection, name: str) -> None:
+    conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+
+
+@contextmanager
+def migration_lock(conn: sa.Connection) -> Iterator[None]:
+    conn.execute(sa.text("SELECT pg_advisory_lock(726354)"))
+    try:
+        yield
+    finally:
+        conn.execute(sa.text("SELECT pg_advisory_unlock(726354)"))
+
+
+def lock_model_registration(conn: sa.Connection) -> None:
+    """One embedding-model registration at a time (until the transaction ends)."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(726355)"))
+
+
+def model_dimension(conn: sa.Connection, model: str) -> int | None:
+    return conn.execute(sa.text(MODEL_DIMENSION_SQL), {"model": model}).scalar()
+
+
+def register_model(conn: sa.Connection, name: str, dimension: int, backend: str) -> None:
+    conn.execute(sa.text("INSERT INTO embedding_models (name, dimension, backend) VALUES (:n, :d, :b) "
+                         "ON CONFLICT (name) DO NOTHING"), {"n": name, "d": dimension, "b": backend})
+
+
+def index_validity(conn: sa.Connection, index: str) -> bool | None:
+    """``pg_index.indisvalid`` of the index named ``index``; ``None`` when there is no such index."""
+    return conn.execute(sa.text("SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(:i)"),
+                        {"i": index}).scalar()
+
+
+def model_vector_count(conn: sa.Connection, model: str, knowledge_base_id) -> int:
+    return conn.execute(sa.text("SELECT count(*) FROM chunk_embeddings WHERE model = :m AND knowledge_base_id = :kb"),
+                        {"m": model, "kb": knowledge_base_id}).scalar_one()
+
+
+def maintenance_work_mem_mb(conn: sa.Connection) -> int:
+    return conn.execute(sa.text("SELECT setting::bigint * 1024 / 1048576 FROM pg_settings "
+                                "WHERE name = 'maintenance_work_mem'")).scalar_one()  # setting in kB
+
+
+def set_maintenance_work_mem(conn: sa.Connection, megabytes: int) -> None:
+    conn.execute(sa.text("SELECT set_config('maintenance_work_mem', :v, true)"), {"v": f"{int(megabytes)}MB"})
+
+
+def model_literal(name: str) -> str:
+    """``name`` if it may be spliced into SQL as a quoted literal (``[A-Za-z0-9._/-]+``)."""
+    if not re.fullmatch(r"[A-Za-z0-9._/-]+", name):
+        raise DatabaseError(f"invalid embedding model name {name!r}")
+    return name
+
+
+def _index(name: str) -> str:
+    if not _INDEX_NAME.fullmatch(name):
+        raise DatabaseError(f"invalid index name {name!r}")
+    return name
+
+
+def create_vector_index(conn: sa.Connection, index: str, dimension: int, model: str, knowledge_base_id) -> None:
+    """The partial HNSW cosine index of one knowledge base × model on ``embedding::vector(dimension)``."""
+    conn.execute(sa.text(f"CREATE INDEX IF NOT EXISTS {_index(index)} ON chunk_embeddings "
+                         f"USING hnsw ((embedding::vector({int(dimension)})) vector_cosine_ops) "
+                         f"WHERE model = '{model_literal(model)}' "
+                         f"AND knowledge_base_id = '{uuid.UUID(str(knowledge_base_id))}'"))
+
+
+def reindex(conn: sa.Connection, index: str, *, concurrently: bool = False) -> None:
+    """``REINDEX INDEX`` (``CONCURRENTLY``: outside a transaction, searches go on)."""
+    conn.execute(sa.text(f"REINDEX INDEX {'CONCURRENTLY ' if concurrently else ''}{_index(index)}"))
+
+
+def other_snapshot_holders(conn: sa.Connection) -> int:
+    """Other backends of this database holding a snapshot (a concurrent REINDEX would wait for them)."""
+    return conn.execute(sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL")).scalar_one()
+
+
+def set_lock_timeout(conn: sa.Connection, seconds: float) -> None:
+    conn.execute(sa.text("SELECT set_config('lock_timeout', :t, false)"), {"t": f"{seconds}s"})
+
+
+def reset_lock_timeout(conn: sa.Connection) -> None:
+    conn.execute(sa.text("RESET lock_timeout"))
+
+
+def free_connections(conn: sa.Connection) -> int:
+    return conn.execute(sa.text(_FREE_CONNECTIONS_SQL)).scalar_one()
+
+
+def export_snapshot(conn: sa.Connection) -> str:
+    return conn.execute(sa.text("SELECT pg_export_snapshot()")).scalar_one()
+
+
+def import_snapshot(conn: sa.Connection, snapshot_id: str) -> None:
+    """The first statement of ``conn``'s REPEATABLE READ transaction: see the snapshot ``snapshot_id``."""
+    if not _SNAPSHOT_ID.fullmatch(snapshot_id):  # it is spliced into SQL below
+        raise RuntimeError(f"unexpected snapshot id {snapshot_id!r}")
+    conn.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{snapshot_id}'")

@@ -1,0 +1,210 @@
+"""Every console route in-process (``TestClient``, no server, no daemon): each page shows the service's data for
+the same runs, forms need the session's CSRF token, the login flow with ``RAG_API_TOKEN``, an evaluation launched
+from the dashboard is queued and submitted to Dagster (recorded by :class:`RecordingLauncher`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from urllib.parse import quote
+
+import sqlalchemy as sa
+
+from rag_pipeline.service import history
+from rag_pipeline_tests.web.inprocess.conftest import DATASET, covers
+
+BASE = "/admin/retrieval-evaluations"
+
+
+def _token(html: str) -> str:
+    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
+
+
+def _page(client, path: str, status: int = 200) -> str:
+    response = client.get(path)
+    assert response.status_code == status, (path, response.status_code, response.text[:1000])
+    return response.text
+
+
+def _upload(client, kb: str, name: str, cases: list) -> str:
+    token = _token(_page(client, f"{BASE}/kb/{kb}"))
+    response = client.post(f"{BASE}/kb/{kb}/upload", data={"csrf_token": token}, follow_redirects=False,
+                           files={"dataset": (f"{name}.json", json.dumps({"name": name, "cases": cases}),
+                                              "application/json")})
+    assert response.status_code == 303, response.text[:1000]
+    return response.headers["location"]
+
+
+@covers("GET /admin/login", "POST /admin/login", "POST /admin/logout")
+def test_login_and_logout_with_a_token(client, monkeypatch):
+    token = "t" * 24
+    monkeypatch.setenv("RAG_API_TOKEN", token)
+    refused = client.get(BASE, follow_redirects=False)
+    assert (refused.status_code, refused.headers["location"]) == (303, "/admin/login?next=/admin/retrieval-evaluations")
+    form = _page(client, "/admin/login?next=/admin/retrieval-evaluations")
+    assert 'name="token"' in form
+    wrong = client.post("/admin/login", data={"csrf_token": _token(form), "token": "nope"})
+    assert wrong.status_code == 401 and "wrong token" in wrong.text
+    assert client.post("/admin/login", data={"token": token}).status_code == 403  # no CSRF token
+    done = client.post("/admin/login", data={"csrf_token": _token(form), "token": token, "next": BASE},
+                       follow_redirects=False)
+    assert (done.status_code, done.headers["location"]) == (303, BASE)
+    home = _page(client, BASE)
+    out = client.post("/admin/logout", data={"csrf_token": _token(home)}, follow_redirects=False)
+    assert (out.status_code, out.headers["location"]) == (303, "/admin/login")
+    assert client.get(BASE, follow_redirects=False).status_code == 303
+
+
+@covers("GET /admin/static/{name}")
+def test_static_assets(client):
+    css = client.get("/admin/static/console.css")
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+    assert client.get("/admin/static/..%2Fpages.py").status_code == 404
+    assert client.get("/admin/static/no-such.js").status_code == 404
+
+
+@covers("GET /admin/retrieval-evaluations", "GET /admin/retrieval-evaluations/kb/{kb}")
+def test_home_and_knowledge_base_pages(client, evaluated, launcher):
+    launcher.set_daemon(alive=False)
+    home = _page(client, BASE)
+    launcher.set_daemon(alive=True)
+    assert f"{BASE}/kb/{evaluated['kb']}" in home and 'id="queue-warning"' in home
+    assert "no Dagster daemon is running" in home
+    assert all(s["run_id"][:8] in home for s in evaluated["runs"].values())
+    kb = _page(client, f"{BASE}/kb/{evaluated['kb']}")
+    datasets = re.search(r'<table id="datasets".*?</table>', kb, re.S).group(0)
+    assert f"/datasets/{DATASET}" in datasets
+    assert 'class="problems"' in _page(client, f"{BASE}/kb/no-such-kb", 404)
+
+
+@covers("POST /admin/retrieval-evaluations/kb/{kb}/upload")
+def test_upload_needs_the_csrf_token_and_shows_every_problem(client, evaluated):
+    url = f"{BASE}/kb/{evaluated['kb']}/upload"
+    bad = [{"case_id": "a", "question": "q", "relevant_chunk_ids": ["not-a-uuid"], "k": 5}]
+    files = {"dataset": ("bad.json", json.dumps(bad), "application/json")}
+    assert client.post(url, files=files).status_code == 403
+    token = _token(_page(client, f"{BASE}/kb/{evaluated['kb']}"))
+    shown = client.post(url, files=files, data={"csrf_token": token})
+    assert shown.status_code == 422 and "relevant_chunk_ids[0]" in shown.text
+    name = f"console-{uuid.uuid4().hex[:6]}"
+    assert _upload(client, evaluated["kb"], name, evaluated["cases"]).endswith(f"/datasets/{name}?uploaded=1")
+
+
+@covers("GET /admin/retrieval-evaluations/kb/{kb}/datasets/{dataset}")
+def test_dataset_dashboard_shows_current_runs_and_history(client, evaluated):
+    html = _page(client, f"{BASE}/kb/{evaluated['kb']}/datasets/{DATASET}")
+    current = re.findall(r"<tr><td><span class=\"swatch\".*?</tr>", html, re.S)
+    assert len(current) == 2 and "hybrid-v1" in current[0] and "baseline" in current[0]
+    hybrid = evaluated["runs"]["hybrid-v1"]
+    assert f"{hybrid['ndcg_at_k']:.4f}" in current[0]
+    assert len(re.findall(r"<svg class=\"chart\"", html)) == 6
+    assert 'id="gate"' in html and 'value="keyword-v1"' in html
+    _page(client, f"{BASE}/kb/{evaluated['kb']}/datasets/no-such-dataset", 404)
+
+
+@covers("POST /admin/retrieval-evaluations/kb/{kb}/datasets/{dataset}/evaluate",
+        "GET /admin/retrieval-evaluations/kb/{kb}/datasets/{dataset}/runs.json")
+def test_evaluate_from_the_dashboard_and_poll_its_status(client, evaluated, launcher):
+    kb, name = evaluated["kb"], f"console-{uuid.uuid4().hex[:6]}"
+    dashboard = _upload(client, kb, name, evaluated["cases"]).split("?")[0]
+    token = _token(_page(client, dashboard))
+    assert client.post(f"{dashboard}/evaluate", data={"strategy": "keyword-v1"}).status_code == 403
+    nothing = client.post(f"{dashboard}/evaluate", data={"csrf_token": token})
+    assert nothing.status_code == 422 and "choose at least one strategy" in nothing.text
+    before = len(launcher.submitted)
+    launched = client.post(f"{dashboard}/evaluate", data={"csrf_token": token, "strategy": "keyword-v1"},
+                           follow_redirects=False)
+    assert launched.status_code == 303
+    [submitted] = launcher.wait_for_submissions(before + 1)[before:]
+    assert launched.headers["location"] == f"{dashboard}?launched={submitted.run_id}"
+    status = client.get(f"{dashboard}/runs.json").json()
+    assert status["active"] == 1 and status["queue"] == {"daemon_running": True, "message": None}
+    assert [(r["run_id"], r["status"], r["cases_total"]) for r in status["runs"]] == [
+        (submitted.run_id, "queued", len(evaluated["cases"]))]
+    launcher.dagster.run_status[submitted.dagster_run_id] = "FAILURE"
+    deadline = time.monotonic() + 30
+    while client.get(f"{dashboard}/runs.json").json()["active"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    [run] = client.get(f"{dashboard}/runs.json").json()["runs"]
+    assert run["status"] == "failed" and "failed before the evaluation started" in run["error"]
+    assert client.get(f"{BASE}/kb/{kb}/datasets/no-such-dataset/runs.json").json()["runs"] == []
+    assert client.get(f"{BASE}/kb/no-such-kb/datasets/{name}/runs.json").status_code == 404
+
+
+@covers("GET /admin/retrieval-evaluations/runs/{run_id}", "GET /admin/retrieval-evaluations/runs/{run_id}/case",
+        "GET /admin/retrieval-evaluations/chunks/{chunk_id}")
+def test_run_case_and_chunk_pages(client, evaluated, engine):
+    run = evaluated["runs"]["keyword-v1"]
+    html = _page(client, f"{BASE}/runs/{run['run_id']}")
+    rows = re.findall(r"<tr\b.*?</tr>", re.search(r'<table id="cases".*?<tbody>(.*?)</tbody>', html, re.S).group(1),
+                      re.S)
+    assert len(rows) == len(evaluated["cases"])
+    _, cases = history.run_cases(engine, run["run_id"])
+    case = cases[0]
+    page = _page(client, f"{BASE}/runs/{run['run_id']}/case?case_id={quote(case['case_id'])}")
+    assert case["case_id"] in page and 'id="relevant"' in page
+    _page(client, f"{BASE}/runs/{run['run_id']}/case?case_id=no-such-case", 404)
+    _page(client, f"{BASE}/runs/ffffffff-ffff-4fff-bfff-ffffffffffff", 404)
+    chunk = evaluated["chunks"]["backup.md"]
+    body = client.get(f"{BASE}/chunks/{chunk}").json()
+    assert (body["chunk_id"], body["document_name"]) == (chunk, "backup.md") and "basebackup" in body["content"]
+    assert client.get(f"{BASE}/chunks/not-a-chunk").status_code == 404
+
+
+@covers("GET /admin/retrieval-evaluations/compare")
+def test_compare_page_pairs_two_runs(client, evaluated):
+    a, b = evaluated["runs"]["hybrid-v1"], evaluated["runs"]["keyword-v1"]
+    html = _page(client, f"{BASE}/compare?a={a['run_id'][:8]}&b={b['run_id'][:8]}")
+    paired = re.findall(r"<tr\b.*?</tr>", re.search(r'<table id="paired".*?<tbody>(.*?)</tbody>', html, re.S).group(1),
+                        re.S)
+    assert len(paired) == 6 and f"{b['ndcg_at_k'] - a['ndcg_at_k']:+.4f}" in paired[3]
+    _page(client, f"{BASE}/compare?a={a['run_id']}&b=ffffffff", 404)
+
+
+@covers("GET /admin/retrieval-evaluations/kb/{kb}/labelling", "POST /admin/retrieval-evaluations/kb/{kb}/labelling",
+        "GET /admin/retrieval-evaluations/kb/{kb}/labelling/{name}",
+        "POST /admin/retrieval-evaluations/kb/{kb}/labelling/{name}/q/{index}",
+        "POST /admin/retrieval-evaluations/kb/{kb}/labelling/{name}/save")
+def test_labelling_pool_grade_and_save(client, evaluated, datasets, engine):
+    kb, name = evaluated["kb"], f"labels-{uuid.uuid4().hex[:6]}"
+    start = f"{BASE}/kb/{kb}/labelling"
+    token = _token(_page(client, start))
+    empty = client.post(start, data={"csrf_token": token, "name": name, "questions": " \n"})
+    assert empty.status_code == 422 and "has no question" in empty.text
+    made = client.post(start, data={"csrf_token": token, "name": name, "depth": "2", "k": "2",
+                                    "questions": "basebackup archiving\nWhere is the moon?",
+                                    "strategy": ["keyword-v1"]}, follow_redirects=False)
+    assert (made.status_code, made.headers["location"]) == (303, f"{start}/{name}"), made.text[:1000]
+    draft = _page(client, f"{start}/{name}")
+    chunks = re.findall(r'<tr data-chunk="([0-9a-f-]{36})"', draft)
+    assert chunks and chunks[0] == evaluated["chunks"]["backup.md"]
+    judged = client.post(f"{start}/{name}/q/0", data={"csrf_token": token, "grade-0": "2", "action": "next"},
+                         follow_redirects=False)
+    assert (judged.status_code, judged.headers["location"]) == (303, f"{start}/{name}?q=1")
+    client.post(f"{start}/{name}/q/1", data={"csrf_token": token, "action": "skip"})
+    saved = client.post(f"{start}/{name}/save", data={"csrf_token": token, "dataset": name}, follow_redirects=False)
+    assert saved.status_code == 303 and saved.headers["location"].endswith(f"/datasets/{name}?uploaded=1")
+    _, versions = history.dataset_versions(engine, name, kb)
+    assert len(versions) == 1 and versions[0]["case_count"] == 1
+    _page(client, f"{start}/no-such-draft", 404)
+
+
+@covers("GET /admin/retrieval-evaluations/kb/{kb}/datasets/{dataset}/fix-labels",
+        "POST /admin/retrieval-evaluations/kb/{kb}/datasets/{dataset}/fix-labels")
+def test_fix_labels_replaces_a_document_id_by_its_only_chunk(client, evaluated, engine):
+    kb, name = evaluated["kb"], f"fix-{uuid.uuid4().hex[:6]}"
+    with engine.connect() as conn:
+        document = conn.execute(sa.text("SELECT document_id::text FROM document_chunks WHERE id = :c"),
+                                {"c": evaluated["chunks"]["monorepo.md"]}).scalar_one()
+    cases = [{"case_id": "monorepo-001", "question": "one repository", "k": 1, "relevant_chunk_ids": [document]}]
+    dashboard = _upload(client, kb, name, cases).split("?")[0]
+    preview = _page(client, f"{dashboard}/fix-labels")
+    assert "fixed: 1" in preview and evaluated["chunks"]["monorepo.md"] in preview
+    assert len(history.dataset_versions(engine, name, kb)[1]) == 1, "a preview stores nothing"
+    assert client.post(f"{dashboard}/fix-labels").status_code == 403
+    saved = client.post(f"{dashboard}/fix-labels", data={"csrf_token": _token(preview)}, follow_redirects=False)
+    assert saved.status_code == 303 and saved.headers["location"] == f"{dashboard}?uploaded=1"
+    versions = history.dataset_versions(engine, name, kb)[1]
+    assert len(versions) == 2
