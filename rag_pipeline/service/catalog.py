@@ -16,8 +16,9 @@ from rag_pipeline.evaluation.label_check import relevant_ids_missing
 from rag_pipeline.evaluation.persistence import store_dataset
 from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
-from rag_pipeline.knowledge_base import lifecycle
+from rag_pipeline.knowledge_base import chunk_lookup, lifecycle
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.knowledge_base.queries.documents import knowledge_base_names
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
 from rag_pipeline.storage.names import DATASET as DATASET
 from rag_pipeline.storage.names import KNOWLEDGE_BASE as KNOWLEDGE_BASE
@@ -43,7 +44,7 @@ def applicable_strategies(conn: sa.Connection, kb_id, registry: dict[str, Strate
     """(the registry versions this knowledge base can run — those without a vector leg or whose embedding model
     it holds —, ``{version: why not}`` for the others)."""
     registry = registry if registry is not None else load_registry()
-    models = kb_queries.embedding_models(conn, kb_id)
+    models = set(chunk_lookup.embedding_models(conn, kb_id))
     ok, skipped = [], {}
     for version, strategy in registry.items():
         if strategy.vector_candidate_k and strategy.embedding_model not in models:
@@ -76,7 +77,7 @@ def list_knowledge_bases(engine: sa.Engine) -> list[dict]:
     the strategies it can run, and how many datasets and runs it has."""
     registry = load_registry()
     with engine.connect() as conn:
-        names = kb_queries.names(conn)
+        names = knowledge_base_names(conn)
         return [_describe(conn, name, registry) for name in names]
 
 

@@ -18,8 +18,8 @@ from rag_pipeline.evaluation.demo_dataset import DEMO_KB as DEMO_KB
 from rag_pipeline.evaluation.demo_dataset import DEMO_TEXT_SEARCH as DEMO_TEXT_SEARCH
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
-from rag_pipeline.evaluation.queries.knowledge_base import embedding_models
 from rag_pipeline.evaluation.queries.run_history import current_params
+from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import StrategyError, load_registry
 from rag_pipeline.settings import get_settings
@@ -151,7 +151,7 @@ def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[st
         dataset = load_dataset(path)
         with engine.connect() as conn:
             kb = resolve_knowledge_base(conn, dataset.knowledge_base)
-            models = embedding_models(conn, kb.id)
+            models = set(chunk_lookup.embedding_models(conn, kb.id))
             current = current_params(conn, dataset.name, kb.name, dataset.content_hash)
         registry = load_registry()
         wanted = list(versions or (dataset.metadata or {}).get("strategies") or _setting_strategies() or registry)

@@ -1,5 +1,5 @@
 """What the evaluation stage and the service read of the knowledge base and the strategy store: label lookups,
-chunk text, embedding models, names; and the session statements (ping, snapshot)."""
+chunk text, activity counts; and the session statements (ping, snapshot)."""
 
 from __future__ import annotations
 
@@ -23,18 +23,6 @@ def snapshot(conn: sa.Connection, *, read_only: bool) -> None:
 def knowledge_base_row(conn: sa.Connection, kb_id) -> sa.Row:
     """``id, name, text_search, chunk_count, avg_chunk_length`` of a knowledge base."""
     return conn.execute(sa.text(retrieval_sql.KNOWLEDGE_BASE_SQL), {"kb": kb_id}).one()
-
-
-def names(conn: sa.Connection) -> list[str]:
-    return conn.execute(sa.text("SELECT name FROM knowledge_bases ORDER BY name")).scalars().all()
-
-
-def embedding_models(conn: sa.Connection, kb_id) -> set[str]:
-    """The models the knowledge base's current chunks have embeddings of."""
-    return set(conn.execute(sa.text("""
-SELECT DISTINCT e.model FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id
-WHERE e.knowledge_base_id = :kb AND c.is_current
-"""), {"kb": kb_id}).scalars())
 
 
 def activity(conn: sa.Connection, kb) -> sa.Row:
