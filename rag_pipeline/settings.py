@@ -167,7 +167,8 @@ def markdown_table() -> str:
     """The README's configuration table, generated from :class:`Settings`."""
     lines = ["| variable | default | meaning |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
-        default = "—" if field.default is None else f"`{str(field.default).lower() if isinstance(field.default, bool) else field.default}`"
+        value = str(field.default).lower() if isinstance(field.default, bool) else field.default
+        default = "—" if field.default is None else f"`{value}`"
         lines.append(f"| `{ENV_PREFIX}{name.upper()}` | {default} | {field.description} |")
     return "\n".join(lines)
 

@@ -23,6 +23,10 @@ import sqlalchemy as sa
 from rag_pipeline.analysis import statistics as stats
 from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_NAMES
+from rag_pipeline.evaluation.queries import candidates as candidate_queries
+from rag_pipeline.evaluation.queries import datasets as dataset_queries
+from rag_pipeline.evaluation.queries import run_history
+from rag_pipeline.evaluation.queries.cases import metrics_of_runs
 
 DEFAULT_BASELINE = "hybrid-v1"
 PRIMARY_METRIC = "ndcg_at_k"
@@ -162,44 +166,12 @@ def regression_gate(comparison: Comparison, *, margin: float = 0.0, alpha: float
     return GateResult(not failures, failures, margin, alpha, metric)
 
 
-_VERSION_SQL = """
-SELECT d.id::text AS dataset_id, d.content_hash, d.knowledge_base_name,
-       (SELECT count(DISTINCT o.knowledge_base_name) FROM retrieval_evaluation_datasets o WHERE o.name = :ds) AS kbs
-FROM retrieval_evaluation_datasets d
-WHERE d.name = :ds AND (CAST(:kb AS text) IS NULL OR d.knowledge_base_name = :kb)
-  AND (CAST(:version AS text) IS NULL OR d.content_hash LIKE CAST(:version AS text) || '%')
-ORDER BY d.last_seen_at DESC, d.id
-"""
-# Per strategy: the succeeded run on that dataset version with the latest start (its "current" run there).
-_RUNS_SQL = """
-SELECT DISTINCT ON (r.strategy_version) r.id::text AS run_id, r.strategy_version, r.finished_at
-FROM retrieval_evaluation_runs r
-JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
-WHERE r.dataset_id = CAST(:dataset_id AS uuid) AND r.status = 'succeeded' AND kb.name = :kb
-ORDER BY r.strategy_version, r.started_at DESC, r.id
-"""
-# Strategies with a succeeded run on some other version of the dataset only (stale on this one).
-_OTHER_VERSIONS_SQL = """
-SELECT r.strategy_version, max(d.content_hash) AS content_hash
-FROM retrieval_evaluation_runs r
-JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
-WHERE d.name = :ds AND d.knowledge_base_name = :kb AND r.status = 'succeeded' AND r.is_current
-  AND d.id <> CAST(:dataset_id AS uuid)
-GROUP BY r.strategy_version ORDER BY r.strategy_version
-"""
-_CASES_SQL = f"""
-SELECT evaluation_run_id::text AS run_id, case_id, {', '.join(METRIC_NAMES)}
-FROM retrieval_evaluation_case_results WHERE evaluation_run_id = ANY(CAST(:runs AS uuid[]))
-"""
-
-
 def dataset_version_row(conn: sa.Connection, dataset: str, knowledge_base: str | None = None,
                         dataset_version: str | None = None) -> sa.Row:
     """The stored version of dataset ``dataset`` to analyse: ``dataset_version`` (a content hash or a prefix),
     else the latest one (stored or re-stored last). Columns: ``dataset_id``, ``content_hash``,
     ``knowledge_base_name``, ``kbs`` (how many knowledge bases the name is used with)."""
-    versions = conn.execute(sa.text(_VERSION_SQL), {"ds": dataset, "kb": knowledge_base,
-                                                    "version": dataset_version}).all()
+    versions = dataset_queries.versions_of_name(conn, dataset, knowledge_base, dataset_version)
     if not versions:
         where = (f" and knowledge base {knowledge_base!r}" if knowledge_base else "") + \
             (f" with version {dataset_version!r}" if dataset_version else "")
@@ -233,16 +205,15 @@ def select_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = 
     if version.kbs > 1:
         selection.notes.append(f"dataset {dataset!r} is evaluated on several knowledge bases; comparing on "
                                f"{version.knowledge_base_name!r} (choose with --knowledge-base)")
-    params = {"dataset_id": version.dataset_id, "kb": version.knowledge_base_name, "ds": dataset}
-    rows = conn.execute(sa.text(_RUNS_SQL), params).all()
+    rows = run_history.latest_per_strategy(conn, version.dataset_id, version.knowledge_base_name)
     runs = {r.run_id: StrategyRun(r.strategy_version, r.run_id, {}, version.content_hash,
                                   version.knowledge_base_name, r.finished_at.isoformat() if r.finished_at else None)
             for r in rows}
-    for row in conn.execute(sa.text(_CASES_SQL), {"runs": list(runs)}).mappings():
+    for row in metrics_of_runs(conn, list(runs)):
         runs[row["run_id"]].per_case[row["case_id"]] = {m: float(row[m]) for m in METRIC_NAMES}
     selection.runs = sorted(runs.values(), key=lambda r: r.version)
     have = {r.version for r in selection.runs}
-    for row in conn.execute(sa.text(_OTHER_VERSIONS_SQL), params):
+    for row in run_history.current_on_other_versions(conn, dataset, version.knowledge_base_name, version.dataset_id):
         if row.strategy_version not in have:
             selection.stale[row.strategy_version] = f"stale: no run on version {version.content_hash[:12]}"
     if not selection.runs:
@@ -253,11 +224,6 @@ def select_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = 
     return selection
 
 
-def load_current_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = None) -> list[StrategyRun]:
-    """The runs :func:`select_runs` picks on the dataset's latest version (per-case metrics included)."""
-    return select_runs(conn, dataset, knowledge_base).runs
-
-
 def attach_top_chunks(conn: sa.Connection, comparison: Comparison, top: int = 3) -> None:
     """Add the top-``top`` stored candidates of the baseline (``before``) and the strategy (``after``) run
     to every moved case (document name, chunk id, rank, relevant flag)."""
@@ -266,11 +232,7 @@ def attach_top_chunks(conn: sa.Connection, comparison: Comparison, top: int = 3)
     wanted |= {(run_of[comparison.baseline], c) for _, c in wanted}
     if not wanted:
         return
-    rows = conn.execute(sa.text(
-        "SELECT evaluation_run_id::text AS run_id, case_id, chunk_id::text AS chunk_id, document_name, rank, "
-        "is_relevant FROM retrieval_evaluation_candidates WHERE evaluation_run_id = ANY(CAST(:runs AS uuid[])) "
-        "AND case_id = ANY(:cases) AND rank <= :top ORDER BY rank"),
-        {"runs": sorted({r for r, _ in wanted}), "cases": sorted({c for _, c in wanted}), "top": top})
+    rows = candidate_queries.top_candidates(conn, sorted({r for r, _ in wanted}), sorted({c for _, c in wanted}), top)
     pools: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         pools.setdefault((r.run_id, r.case_id), []).append(

@@ -21,6 +21,8 @@ from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig, Recommend
 from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import load_pools
+from rag_pipeline.evaluation.queries import run_history
+from rag_pipeline.evaluation.queries.knowledge_base import stored_params_hash
 from rag_pipeline.retrieval.strategies import (
     FIELD_NAMES,
     Strategy,
@@ -55,23 +57,6 @@ class PoolRun:
     notes: list[str] = field(default_factory=list)
 
 
-# The pool strategy's succeeded run with the latest start on the chosen dataset version.
-_POOL_RUN_SQL = """
-SELECT r.id::text AS run_id, r.strategy_version, r.params_hash, r.strategy_params, r.case_count,
-       r.finished_at, d.name AS dataset_name, d.content_hash, kb.name AS kb_name
-FROM retrieval_evaluation_runs r
-JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
-JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
-WHERE r.strategy_version = :sv AND r.status = 'succeeded' AND r.dataset_id = CAST(:dataset_id AS uuid)
-ORDER BY r.started_at DESC, r.id
-LIMIT 1
-"""
-_OTHER_RUNS_SQL = """
-SELECT DISTINCT r.strategy_version FROM retrieval_evaluation_runs r
-WHERE r.dataset_id = CAST(:dataset_id AS uuid) AND r.status = 'succeeded' ORDER BY 1
-"""
-
-
 def find_pool_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY,
                   knowledge_base: str | None = None, registry: dict[str, Strategy] | None = None, *,
                   dataset_version: str | None = None) -> PoolRun:
@@ -87,11 +72,9 @@ def find_pool_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAUL
         version = dataset_version_row(conn, dataset, knowledge_base, dataset_version)
     except ComparisonError:
         version = None
-    row = conn.execute(sa.text(_POOL_RUN_SQL), {"sv": pool_strategy,
-                                                "dataset_id": version.dataset_id if version else None}).first()
+    row = run_history.latest_of_strategy(conn, pool_strategy, version.dataset_id if version else None)
     if row is None:
-        others = conn.execute(sa.text(_OTHER_RUNS_SQL), {"dataset_id": version.dataset_id}).scalars().all() \
-            if version else []
+        others = run_history.strategies_with_runs(conn, version.dataset_id) if version else []
         where = (f" and knowledge base {knowledge_base!r}" if knowledge_base else "") + \
             (f" (version {version.content_hash[:12]})" if version else "")
         raise TuneError(
@@ -213,8 +196,7 @@ def tune_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAULT_POO
     if FusionConfig.from_strategy(rec.strategy) == FusionConfig.from_strategy(run.strategy):
         notes.append(f"the best fusion on these pools is {run.strategy.version}'s own "
                      f"({FusionConfig.from_strategy(run.strategy).label}): the new version only renames it")
-    stored = conn.execute(sa.text("SELECT params_hash FROM retrieval_strategies WHERE version = :v"),
-                          {"v": rec.strategy.version}).scalar()
+    stored = stored_params_hash(conn, rec.strategy.version)
     if stored is not None and stored != rec.strategy.params_hash():
         notes.append(f"strategy version {rec.strategy.version!r} was already run with other parameters; "
                      "choose a new name with --version before adding this one")

@@ -40,7 +40,7 @@ CJK_FONTS = (
 @functools.cache
 def cjk_font() -> str | None:
     """The name of an installed font with CJK glyphs (from :data:`CJK_FONTS`, else any "CJK" font), or None."""
-    from matplotlib import font_manager
+    from matplotlib import font_manager  # noqa: PLC0415 - matplotlib only when a chart is drawn
 
     names = {f.name for f in font_manager.fontManager.ttflist}
     return next((n for n in CJK_FONTS if n in names), None) or next(

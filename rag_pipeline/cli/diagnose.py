@@ -58,8 +58,8 @@ def cmd_check_dataset(args: argparse.Namespace) -> int:
 @guarded(ValueError)
 def cmd_compare(args: argparse.Namespace) -> int:
     result = analysis.compare(get_engine(), args.dataset, knowledge_base=args.knowledge_base,
-                              dataset_version=args.dataset_version, baseline=args.baseline, margin=args.margin, alpha=args.alpha,
-                              n_resamples=args.resamples)
+                              dataset_version=args.dataset_version, baseline=args.baseline, margin=args.margin,
+                              alpha=args.alpha, n_resamples=args.resamples)
     if args.format == "json":
         print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
     else:

@@ -50,7 +50,7 @@ def sigterm_as_terminated() -> Iterator[None]:
         return
     received = False
 
-    def terminate(signum, frame) -> None:  # the signal handler signature
+    def terminate(signum, _frame) -> None:  # the signal handler signature
         nonlocal received
         if not received:
             received = True

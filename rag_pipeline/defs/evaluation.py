@@ -39,7 +39,7 @@ def fail_fast_unless_transient():
         yield
     except TRANSIENT_ERRORS:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one dg.Failure with the masked message
         text = mask_secrets(str(exc))
         user = isinstance(exc, (*USER_ERRORS, LookupError))
         message = text if user else f"{type(exc).__name__}: {text}"
@@ -154,8 +154,8 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
 
         outcome = evaluations.evaluate_stored(
             engine, dataset_id, version, batch_size=config.batch_size, readers=rag_db.reader_count(config.readers),
-            strict=config.strict, partition_key=str(context.partition_key), dagster_run_id=context.run_id, progress=progress,
-            logger=context.log, queued_run_id=config.evaluation_run_id or None)
+            strict=config.strict, partition_key=str(context.partition_key), dagster_run_id=context.run_id,
+            progress=progress, logger=context.log, queued_run_id=config.evaluation_run_id or None)
     try:  # the run is committed: a failure here must not fail (and re-run) the step
         cases, worst = evaluations.case_tables(engine, outcome.run_id, limit=md.MAX_TABLE_ROWS)
     except sa.exc.SQLAlchemyError as exc:

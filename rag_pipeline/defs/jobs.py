@@ -3,7 +3,8 @@
 ``evaluate_retrieval`` materialises the whole ``retrieval_evaluation`` group for one dataset × strategy
 partition (in process: its two steps run one after the other anyway)::
 
-    dagster job execute -m rag_pipeline.definitions -j evaluate_retrieval --tags '{"dagster/partition": "demo|hybrid-v1"}'
+    dagster job execute -m rag_pipeline.definitions -j evaluate_retrieval \\
+        --tags '{"dagster/partition": "demo|hybrid-v1"}'
 
 ``prune_evaluation_runs`` removes old runs like ``rag-pipeline runs prune`` (:mod:`rag_pipeline.service.retention`;
 config: keep_last, older_than_days, dataset, dry_run, include_compared); its schedule ``nightly_prune`` is off

@@ -28,12 +28,12 @@ HINT = "run `rag-pipeline db start` first, from the repo root (it writes .env wi
 NOT_CONFIGURED = f"rag_pipeline: Dagster's storage is not configured: {HINT}"
 
 
-class DagsterStorageNotConfigured(RuntimeError):
+class DagsterStorageNotConfigured(RuntimeError):  # noqa: N818 - names the state to fix
     """Dagster's storage URL is missing or its database does not answer."""
 
 
 def _connect_args(url: str) -> dict[str, Any]:
-    import sqlalchemy as sa
+    import sqlalchemy as sa  # noqa: PLC0415 - the storage check runs before Dagster loads; keep its import cheap
 
     parsed = sa.engine.make_url(url)
     args: dict[str, Any] = {
@@ -64,7 +64,7 @@ def storage_problem(environ: Mapping[str, str] | None = None) -> str | None:
     if host.startswith("/") and not os.path.exists(os.path.join(host, f".s.PGSQL.{args.get('port') or 5432}")):
         return f"rag_pipeline: Dagster's storage database is not running (no socket in {host}): {HINT}"
     try:
-        import psycopg2
+        import psycopg2  # noqa: PLC0415 - dagster-postgres's driver, only when checking
 
         psycopg2.connect(connect_timeout=CONNECT_TIMEOUT_S, **args).close()
     except ImportError:  # dagster-postgres would fail to import anyway

@@ -7,7 +7,8 @@ leg for all targets of a batch**, each a lookup of the target chunks only (prima
 * vector: ``1 - (embedding <=> q)`` with the strategy's embedding model (question embedded by
   :func:`rag_pipeline.knowledge_base.embedding.get_embedder`, or the vectors the caller already has);
 * keyword: the leg's own score of the chunk — ``ts_rank_cd(tsvector, the question's OR-tsquery, 32)``
-  (:data:`KEYWORD_SCORE_SQL`) or BM25 summed over the chunk's postings of the query terms
+  (:data:`~rag_pipeline.evaluation.queries.diagnosis.KEYWORD_SCORE_SQL`) or BM25 summed over the chunk's postings of
+  the query terms
   (:data:`rag_pipeline.retrieval.bm25_sql.BM25_TARGETS_SCORE_SQL`); no row = no query term in the chunk.
 
 That is what an evaluation stores (:func:`diagnose_batch`, called by the runner per batch) and what
@@ -33,66 +34,16 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation import diagnosis, label_check
-from rag_pipeline.evaluation.pools import CANDIDATE_SQL
+from rag_pipeline.evaluation.queries import candidates as candidate_queries
+from rag_pipeline.evaluation.queries import cases as case_queries
+from rag_pipeline.evaluation.queries import diagnosis as queries
+from rag_pipeline.evaluation.queries import runs as run_queries
+from rag_pipeline.evaluation.queries.knowledge_base import knowledge_base_row
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.embedding import get_embedder
-from rag_pipeline.retrieval import sql as retrieval_sql
-from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_SCORE_SQL, bm25_params
+from rag_pipeline.retrieval.bm25_sql import bm25_params
 from rag_pipeline.retrieval.search import text_search_mode
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, strategy_from_mapping
-
-_NO_LIMIT = 2_147_483_647
-_TARGETS = "unnest(CAST(:t_ord AS int[]), CAST(:t_chunk AS uuid[])) AS t(ord, chunk_id)"
-
-# On demand only (ranks=True): the exact rank costs one scan of the KB's vectors per target.
-VECTOR_SCORE_SQL = f"""
-SELECT t.ord, t.chunk_id::text AS chunk_id, s.score,
-       1 + (SELECT count(*) FROM chunk_embeddings e2
-            JOIN document_chunks c ON c.id = e2.chunk_id JOIN documents d ON d.id = c.document_id
-            -- CASE: never compare vectors of another model (another dimension) whatever the plan
-            CROSS JOIN LATERAL (SELECT CASE WHEN e2.model = :model THEN 1 - (e2.embedding <=> q.v) END AS score) o
-            WHERE e2.model = :model AND {retrieval_sql.BASE_FILTERS}
-              AND (o.score > s.score OR (o.score = s.score AND c.id < t.chunk_id))) AS rank
-FROM {_TARGETS}
-JOIN unnest(CAST(:query_vectors AS vector[])) WITH ORDINALITY AS q(v, ord) ON q.ord = t.ord
-JOIN chunk_embeddings e ON e.chunk_id = t.chunk_id AND e.model = :model
-CROSS JOIN LATERAL (SELECT 1 - (e.embedding <=> q.v) AS score) AS s
-"""
-
-
-VECTOR_SCORE_ONLY_SQL = f"""
-SELECT t.ord, t.chunk_id::text AS chunk_id, s.score, NULL::bigint AS rank
-FROM {_TARGETS}
-JOIN unnest(CAST(:query_vectors AS vector[])) WITH ORDINALITY AS q(v, ord) ON q.ord = t.ord
-JOIN chunk_embeddings e ON e.chunk_id = t.chunk_id AND e.model = :model
-CROSS JOIN LATERAL (SELECT 1 - (e.embedding <=> q.v) AS score) AS s
-"""
-
-
-def keyword_rank_sql(scorer: str) -> str:
-    """On demand only: the leg statement without its LIMIT, ranked, restricted to the targets (exact rank)."""
-    leg = BM25_LEG_SQL if scorer == "bm25" else retrieval_sql.TS_RANK_CD_LEG_SQL
-    return f"""
-WITH leg AS ({leg}),
-ranked AS (SELECT query_index, chunk_id, score,
-                  row_number() OVER (PARTITION BY query_index ORDER BY score DESC, chunk_id) AS rank FROM leg)
-SELECT t.ord, t.chunk_id::text AS chunk_id, r.score, r.rank
-FROM {_TARGETS} JOIN ranked r ON r.query_index = t.ord AND r.chunk_id = t.chunk_id
-"""
-
-
-_TSQUERY = textsearch.OR_TSQUERY_SQL.replace(":qtext", "q.query_text")
-# The ts_rank_cd leg's score of the target chunks only (retrieval_sql._TS_RANK_CD_MATCHES' expression).
-KEYWORD_SCORE_SQL = f"""
-SELECT t.ord, t.chunk_id::text AS chunk_id, CAST(ts_rank_cd(c.content_tsvector, tq.tsq, 32) AS float8) AS score,
-       NULL::bigint AS rank
-FROM {_TARGETS}
-JOIN unnest(CAST(:query_texts AS text[])) WITH ORDINALITY AS q(query_text, ord) ON q.ord = t.ord
-CROSS JOIN LATERAL (SELECT {_TSQUERY} AS tsq) AS tq
-JOIN document_chunks c ON c.id = t.chunk_id
-JOIN documents d ON d.id = c.document_id
-WHERE c.content_tsvector @@ tq.tsq AND {retrieval_sql.BASE_FILTERS}
-"""
 
 
 def score_chunks(conn: sa.Connection, kb, strategy: Strategy, targets: Sequence[tuple[str, str, str]],
@@ -118,20 +69,14 @@ def score_chunks(conn: sa.Connection, kb, strategy: Strategy, targets: Sequence[
                                                  strict=True))}
             params |= {"model": strategy.embedding_model,
                        "query_vectors": [np.asarray(vectors[q], dtype=np.float32) for q in questions]}
-            rows = conn.execute(sa.text(VECTOR_SCORE_SQL if ranks else VECTOR_SCORE_ONLY_SQL), params)
+            rows = queries.vector_scores(conn, params, ranks=ranks)
         else:
             mode = text_search_mode(kb, strategy)
             params |= {"cfg": textsearch.regconfig(mode),
                        "query_texts": [textsearch.prepare(mode, q) for q in questions]}
-            bm25 = strategy.keyword_scorer == "bm25"
-            if bm25:
+            if strategy.keyword_scorer == "bm25":
                 params |= bm25_params(strategy.bm25_k1, strategy.bm25_b)
-            if ranks:
-                sql = keyword_rank_sql(strategy.keyword_scorer)
-                params["k"] = _NO_LIMIT
-            else:
-                sql = BM25_TARGETS_SCORE_SQL if bm25 else KEYWORD_SCORE_SQL
-            rows = conn.execute(sa.text(sql), params)
+            rows = queries.keyword_scores(conn, params, scorer=strategy.keyword_scorer, ranks=ranks)
         for q, c in pairs:
             out.setdefault((q, c), {})[f"{leg}_score"] = None
             out[(q, c)][f"{leg}_rank"] = None
@@ -224,32 +169,15 @@ def strategy_of_run(run) -> Strategy:
     return get_strategy(run.strategy_version)
 
 
-def knowledge_base_state(conn: sa.Connection, run_id) -> str | None:
-    """The run's KB and the version of its row (``xmin``: every change of what is searchable updates the row's
-    statistics, term_stats.tracking): equal strings = same searchable KB. ``None``: no such run."""
-    return conn.execute(sa.text(
-        "SELECT k.id::text || ':' || k.xmin::text FROM retrieval_evaluation_runs r "
-        "JOIN knowledge_bases k ON k.id = r.knowledge_base_id WHERE r.id = CAST(:id AS uuid)"),
-        {"id": str(run_id)}).scalar()
-
-
 def diagnose_case(conn: sa.Connection, run_id, case_id: str) -> tuple[dict, list[diagnosis.MissReason]] | None:
     """One case of a stored run diagnosed *now*, with the exact global leg ranks (on demand; against the KB as it
     is now). Returns ``(case row, reasons)``, or ``None`` if the run has no such case."""
-    run = conn.execute(sa.text(
-        "SELECT strategy_version, strategy_params, knowledge_base_id FROM retrieval_evaluation_runs "
-        "WHERE id = CAST(:id AS uuid)"), {"id": str(run_id)}).one()
-    case = conn.execute(sa.text(
-        "SELECT case_id, question, k, relevant_chunk_ids, miss_reasons FROM retrieval_evaluation_case_results "
-        "WHERE evaluation_run_id = CAST(:id AS uuid) AND case_id = :case"), {"id": str(run_id), "case": case_id}
-    ).mappings().first()
+    run = run_queries.run_strategy(conn, run_id)
+    case = next(iter(case_queries.case_rows(conn, run_id, case_id)), None)
     if case is None:
         return None
-    pool = conn.execute(sa.text(
-        "SELECT chunk_id::text AS chunk_id, rank, vector_score, vector_rank, keyword_score, keyword_rank, "
-        "final_score FROM retrieval_evaluation_candidates WHERE evaluation_run_id = CAST(:id AS uuid) "
-        "AND case_id = :case ORDER BY rank"), {"id": str(run_id), "case": case_id}).mappings().all()
-    kb = conn.execute(sa.text(retrieval_sql.KNOWLEDGE_BASE_SQL), {"kb": run.knowledge_base_id}).one()
+    pool = candidate_queries.pool_of_case(conn, run_id, case_id)
+    kb = knowledge_base_row(conn, run.knowledge_base_id)
     labels = label_check.check_labels(conn, kb, [case])
     (reasons,) = diagnose_batch(conn, kb, strategy_of_run(run), [case], [pool], labels, ranks=True)
     return dict(case), reasons
@@ -259,29 +187,19 @@ def diagnose_run(conn: sa.Connection, run_id, *, store: bool = True,
                  averages: Mapping[str, float] | None = None) -> RunDiagnosis:
     """Diagnose every case of a stored run (visible on ``conn``: also inside the run's own write transaction
     before it commits); ``store`` writes ``case_results.miss_reasons``. ``averages`` default to the run's."""
-    run = conn.execute(sa.text(
-        "SELECT r.strategy_version, r.strategy_params, r.knowledge_base_id, r.ndcg_at_k, r.recall_at_k, "
-        "r.precision_at_k, r.reciprocal_rank FROM retrieval_evaluation_runs r WHERE r.id = CAST(:id AS uuid)"),
-        {"id": str(run_id)}).one()
-    kb = conn.execute(sa.text(retrieval_sql.KNOWLEDGE_BASE_SQL), {"kb": run.knowledge_base_id}).one()
-    cases = conn.execute(sa.text(
-        "SELECT case_id, question, k, relevant_chunk_ids FROM retrieval_evaluation_case_results "
-        "WHERE evaluation_run_id = CAST(:id AS uuid) ORDER BY case_index, case_id"), {"id": str(run_id)}
-    ).mappings().all()
-    pools: dict[str, list] = {c["case_id"]: [] for c in cases}
-    for row in conn.execute(CANDIDATE_SQL, {"run_id": str(run_id)}).mappings():
+    run = run_queries.run_strategy(conn, run_id)
+    kb = knowledge_base_row(conn, run.knowledge_base_id)
+    stored = case_queries.case_rows(conn, run_id)
+    pools: dict[str, list] = {c["case_id"]: [] for c in stored}
+    for row in candidate_queries.pools_of_run(conn, run_id):
         pools.setdefault(row["case_id"], []).append(row)
     strategy = strategy_of_run(run)
-    labels = label_check.check_labels(conn, kb, cases)
-    reasons = diagnose_batch(conn, kb, strategy, cases, [pools[c["case_id"]] for c in cases], labels)
-    by_case = {c["case_id"]: r for c, r in zip(cases, reasons, strict=True)}
-    if store and cases:
-        conn.execute(sa.text(
-            "UPDATE retrieval_evaluation_case_results r SET miss_reasons = CAST(u.j AS jsonb) "
-            "FROM unnest(CAST(:cases AS text[]), CAST(:js AS text[])) AS u(case_id, j) "
-            "WHERE r.evaluation_run_id = CAST(:id AS uuid) AND r.case_id = u.case_id"),
-            {"id": str(run_id), "cases": list(by_case),
-             "js": [json.dumps([m.as_dict() for m in r], ensure_ascii=False) for r in by_case.values()]})
+    labels = label_check.check_labels(conn, kb, stored)
+    reasons = diagnose_batch(conn, kb, strategy, stored, [pools[c["case_id"]] for c in stored], labels)
+    by_case = {c["case_id"]: r for c, r in zip(stored, reasons, strict=True)}
+    if store and stored:
+        case_queries.store_miss_reasons(conn, run_id, {case: json.dumps([m.as_dict() for m in r], ensure_ascii=False)
+                                                       for case, r in by_case.items()})
     summary = diagnosis.summarize(m for r in reasons for m in r)
     if averages is None and run.ndcg_at_k is not None:
         averages = {"ndcg_at_k": run.ndcg_at_k, "recall_at_k": run.recall_at_k,

@@ -26,7 +26,6 @@ case can only score 0).
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,34 +34,16 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.dataset import relevant_ids_of
+from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_PUBLICATION, SEARCHABLE_STATUS, resolve_knowledge_base
+from rag_pipeline.storage.ids import as_uuid
 
 if TYPE_CHECKING:
     from rag_pipeline.evaluation.dataset import Dataset
 
 STATUSES = ("ok", "not_a_uuid", "unknown_id", "is_document_id", "is_knowledge_base_id", "other_knowledge_base",
             "document_deleted", "document_unpublished", "document_not_ready", "chunk_replaced")
-VERDICTS = ("ok", "some_invalid", "all_invalid")
 _MAX_LISTED = 8
-
-_CHUNKS_SQL = """
-SELECT c.id, c.knowledge_base_id, k.name AS kb_name, c.document_id, d.original_name, d.status,
-       d.publication_status, d.is_deleted, c.is_current, c.char_start, c.char_end, c.replaced_at,
-       (SELECT array_agg(n.id::text ORDER BY n.char_start, n.id) FROM document_chunks n
-         WHERE n.document_id = c.document_id AND n.is_current AND NOT c.is_current
-           AND n.char_start < c.char_end AND c.char_start < n.char_end) AS replacements
-FROM document_chunks c JOIN documents d ON d.id = c.document_id JOIN knowledge_bases k ON k.id = c.knowledge_base_id
-WHERE c.id = ANY(:ids)
-"""
-
-_OTHER_IDS_SQL = """
-SELECT d.id, 'document' AS kind, k.name AS kb_name, d.original_name,
-       (SELECT array_agg(c.id::text ORDER BY c.ordinal, c.id) FROM document_chunks c
-         WHERE c.document_id = d.id AND c.is_current) AS chunk_ids
-FROM documents d JOIN knowledge_bases k ON k.id = d.knowledge_base_id WHERE d.id = ANY(:ids)
-UNION ALL
-SELECT k.id, 'knowledge_base', k.name, NULL, NULL FROM knowledge_bases k WHERE k.id = ANY(:ids)
-"""
 
 
 @dataclass(frozen=True)
@@ -123,13 +104,6 @@ def _case_fields(case) -> tuple[str, list]:
     return str(case.case_id), list(case.relevant_chunk_ids)
 
 
-def _as_uuid(value) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(value).strip())
-    except (ValueError, AttributeError, TypeError):
-        return None
-
-
 def _listed(ids: Iterable[str]) -> str:
     ids = list(ids)
     more = f" … (+{len(ids) - _MAX_LISTED} more)" if len(ids) > _MAX_LISTED else ""
@@ -173,11 +147,11 @@ def check_labels(conn: sa.Connection, knowledge_base, cases: Iterable) -> LabelR
     kb = knowledge_base if hasattr(knowledge_base, "id") else resolve_knowledge_base(conn, str(knowledge_base))
     fields_ = [_case_fields(c) for c in cases]
     pairs = [(cid, str(raw)) for cid, ids in fields_ for raw in ids]
-    parsed = {raw: _as_uuid(raw) for _, raw in pairs}
+    parsed = {raw: as_uuid(raw) for _, raw in pairs}
     ids = sorted({u for u in parsed.values() if u is not None})
-    chunks = {r.id: r for r in conn.execute(sa.text(_CHUNKS_SQL), {"ids": ids})} if ids else {}
+    chunks = kb_queries.label_chunks(conn, ids) if ids else {}
     rest = [u for u in ids if u not in chunks]
-    others = {r.id: r for r in conn.execute(sa.text(_OTHER_IDS_SQL), {"ids": rest})} if rest else {}
+    others = kb_queries.documents_and_knowledge_bases(conn, rest) if rest else {}
 
     rows: list[LabelStatus] = []
     for case_id, raw in pairs:
@@ -216,7 +190,4 @@ def check_labels(conn: sa.Connection, knowledge_base, cases: Iterable) -> LabelR
 def relevant_ids_missing(conn: sa.Connection, kb_id, dataset: Dataset) -> int:
     """How many distinct relevant chunk ids of ``dataset`` are not chunks of the knowledge base (current or not)."""
     ids = sorted({i for c in dataset.cases for i in c.relevant_chunk_ids})
-    return conn.execute(sa.text(
-        "SELECT count(*) FROM unnest(CAST(:ids AS uuid[])) AS u(id) "
-        "WHERE NOT EXISTS (SELECT 1 FROM document_chunks c WHERE c.id = u.id AND c.knowledge_base_id = :kb)"
-    ), {"ids": ids, "kb": kb_id}).scalar_one()
+    return kb_queries.count_not_chunks_of(conn, kb_id, ids)

@@ -17,6 +17,9 @@ import sqlalchemy as sa
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis import MissReason
+from rag_pipeline.evaluation.queries import datasets as dataset_queries
+from rag_pipeline.evaluation.queries import runs as run_queries
+from rag_pipeline.evaluation.queries.cases import copy_rows
 from rag_pipeline.retrieval.trace import RetrievalTrace
 
 CANDIDATE_COLUMNS = (
@@ -36,41 +39,18 @@ def store_dataset(conn: sa.Connection, dataset: Dataset, knowledge_base_name: st
     """The id of this dataset version (name, knowledge base, content hash), inserted on first sight;
     storing the same version again moves its ``last_seen_at`` to now() (the latest version of a dataset is
     the one seen last)."""
-    return conn.execute(sa.text(
-        "INSERT INTO retrieval_evaluation_datasets (id, name, knowledge_base_name, source_path, content_hash, "
-        "case_count, cases) VALUES (gen_random_uuid(), :name, :kb, :path, :hash, :n, CAST(:cases AS jsonb)) "
-        "ON CONFLICT (name, knowledge_base_name, content_hash) DO UPDATE SET last_seen_at = now() "
-        "RETURNING id"
-    ), {"name": dataset.name, "kb": knowledge_base_name, "hash": dataset.content_hash,
-        "path": dataset.source_path, "n": len(dataset.cases),
-        "cases": json.dumps([c.as_dict() for c in dataset.cases], ensure_ascii=False)}).scalar_one()
+    return dataset_queries.upsert_version(conn, name=dataset.name, knowledge_base=knowledge_base_name,
+                                          content_hash=dataset.content_hash, source_path=dataset.source_path,
+                                          cases=[c.as_dict() for c in dataset.cases])
 
 
 def load_stored_dataset(conn: sa.Connection, dataset_id) -> Dataset:
     """A stored dataset version as a :class:`Dataset` (cases exactly as validated when it was stored)."""
-    row = conn.execute(sa.text(
-        "SELECT name, knowledge_base_name, source_path, content_hash, cases FROM retrieval_evaluation_datasets "
-        "WHERE id = :id"), {"id": dataset_id}).first()
+    row = dataset_queries.version_by_id(conn, dataset_id)
     if row is None:
         raise LookupError(f"no stored dataset version {dataset_id}")
     cases = tuple(EvaluationCase.from_dict(c) for c in row.cases)
     return Dataset(row.name, row.knowledge_base_name, cases, row.content_hash, row.source_path)
-
-
-def _copy(conn: sa.Connection, table: str, columns: Sequence[str], rows: Iterable[Sequence],
-          binary_types: Sequence[str] | None = None) -> int:
-    """COPY rows into ``table`` on the transaction's own psycopg 3 connection; with ``binary_types`` (the columns'
-    PostgreSQL types) in binary format, which the server stores without parsing text (~20 % faster here)."""
-    raw = conn.connection.driver_connection
-    n = 0
-    binary = " WITH (FORMAT BINARY)" if binary_types else ""
-    with raw.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN{binary}") as copy:
-        if binary_types:
-            copy.set_types(list(binary_types))
-        for row in rows:
-            copy.write_row(row)
-            n += 1
-    return n
 
 
 CANDIDATE_TYPES = ("uuid", "int4", "uuid", "int4", "float8", "int2", "float8", "int4", "float8", "float8", "bool",
@@ -82,23 +62,12 @@ def copy_candidates(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
     """Rows in :data:`CANDIDATE_COLUMNS` order (no chunk text, seed §4; ``relevance_grade`` None = not judged)
     into the run's partition (created with the run by :func:`rag_pipeline.evaluation.runs.create_run`), by binary
     COPY: the run and chunk ids as ``uuid.UUID`` (:func:`candidate_rows` makes such rows)."""
-    return _copy(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, rows, CANDIDATE_TYPES)
+    return copy_rows(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, rows, CANDIDATE_TYPES)
 
 
 def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
     """Rows in :data:`CASE_RESULT_COLUMNS` order; the two id lists, the miss reasons and the grades as JSON text."""
-    return _copy(conn, "retrieval_evaluation_case_results", CASE_RESULT_COLUMNS, rows)
-
-
-_ELECT_CURRENT_SQL = """
-WITH slot AS (
-    SELECT r.id, r.is_current, row_number() OVER (ORDER BY d.last_seen_at DESC, r.started_at DESC, r.id) AS place
-    FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
-    WHERE d.name = :ds AND d.knowledge_base_name = :kb AND r.strategy_version = :sv AND r.status = 'succeeded'
-)
-UPDATE retrieval_evaluation_runs r SET is_current = (slot.place = 1)
-FROM slot WHERE r.id = slot.id AND r.is_current <> (slot.place = 1)
-"""
+    return copy_rows(conn, "retrieval_evaluation_case_results", CASE_RESULT_COLUMNS, rows)
 
 
 def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_base_name: str,
@@ -110,19 +79,15 @@ def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_ba
     with ``is_current = false``."""
     key = f"rag-eval-current\x1f{dataset_name}\x1f{knowledge_base_name}\x1f{strategy_version}"
     # Serialise concurrent finishers of the same (dataset, KB, strategy) so exactly one run is current.
-    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key})
-    sets = ", ".join(f"{m} = :{m}" for m in METRIC_NAMES)
-    updated = conn.execute(sa.text(
-        f"UPDATE retrieval_evaluation_runs SET status = 'succeeded', case_count = :cases, cases_done = :cases, "
-        f"candidate_count = :cands, {sets}, timings = CAST(:timings AS jsonb), summary = CAST(:summary AS jsonb), "
-        "error = NULL, finished_at = clock_timestamp(), heartbeat_at = now() WHERE id = :id AND status = 'running'"
-    ), {"id": run_id, "cases": case_count, "cands": candidate_count,
-        **{m: float(averages[m]) for m in METRIC_NAMES},
-        "timings": json.dumps(dict(timings)), "summary": json.dumps(dict(summary), ensure_ascii=False)}).rowcount
+    run_queries.lock_current_slot(conn, key)
+    updated = run_queries.mark_succeeded(conn, run_id, averages=averages, case_count=case_count,
+                                         candidate_count=candidate_count, timings=json.dumps(dict(timings)),
+                                         summary=json.dumps(dict(summary), ensure_ascii=False))
     if updated != 1:
         raise RuntimeError(f"evaluation run {run_id} is no longer 'running' (marked abandoned or failed "
                            "by another process); its results were not saved")
-    conn.execute(sa.text(_ELECT_CURRENT_SQL), {"ds": dataset_name, "kb": knowledge_base_name, "sv": strategy_version})
+    run_queries.elect_current(conn, dataset_name=dataset_name, knowledge_base_name=knowledge_base_name,
+                              strategy_version=strategy_version)
 
 
 def candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]):

@@ -32,19 +32,11 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.metrics import batch_metrics
+from rag_pipeline.evaluation.queries.candidates import leg_scores, pools_of_run
+from rag_pipeline.evaluation.queries.cases import labels_of_run
 from rag_pipeline.retrieval.fusion import fuse_batch, normalize_batch, order_batch, weighted_fusion_batch
 from rag_pipeline.retrieval.stages import first_stage_ranks
 
-CANDIDATE_SQL = sa.text(
-    "SELECT case_id, chunk_id::text AS chunk_id, rank, vector_score, vector_rank, keyword_score, "
-    "keyword_rank, rerank_score, final_score, is_relevant, strategy_version "
-    "FROM retrieval_evaluation_candidates WHERE evaluation_run_id = CAST(:run_id AS uuid) "
-    "ORDER BY case_id, rank"
-)
-CASE_SQL = sa.text(
-    "SELECT case_id, k, relevant_chunk_ids, relevance_grades FROM retrieval_evaluation_case_results "
-    "WHERE evaluation_run_id = CAST(:run_id AS uuid) ORDER BY case_index, case_id"
-)
 _SLOT_FIELDS = ("chunk_ids", "vector_score", "keyword_score", "vector_rank", "keyword_rank", "mask",
                 "chunk_rank", "gains", "stored_rank", "stored_final", "rerank_score")
 
@@ -268,25 +260,17 @@ def load_pools(conn: Any, evaluation_run_id: Any) -> PoolSet:
     ``conn`` is a SQLAlchemy ``Connection`` or ``Session``; ``evaluation_run_id``
     a UUID (or its string). Cases follow ``case_index``.
     """
-    params = {"run_id": str(evaluation_run_id)}
-    candidates = conn.execute(CANDIDATE_SQL, params).mappings().all()
-    cases = conn.execute(CASE_SQL, params).mappings().all()
+    candidates = pools_of_run(conn, evaluation_run_id)
+    cases = labels_of_run(conn, evaluation_run_id)
     if not cases:
         raise ValueError(f"evaluation run {evaluation_run_id} has no case results")
     return pools_from_rows(candidates, cases)
-
-
-_POOL_SCORES_SQL = """
-SELECT c.case_id, c.chunk_id::text AS chunk_id, c.vector_score, c.vector_rank, c.keyword_score, c.keyword_rank
-FROM retrieval_evaluation_candidates c
-WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases)
-"""
 
 
 def first_stage_ranks_of_cases(conn: sa.Connection, run_id, strategy, cases: list[str]) -> dict[str, dict[str, int]]:
     """Per case, chunk id -> rank before the rerank stage, from the case's whole stored pool (whatever the
     report's candidate mode lists)."""
     pools: dict[str, list[dict]] = {case: [] for case in cases}
-    for row in conn.execute(sa.text(_POOL_SCORES_SQL), {"run": run_id, "cases": cases}).mappings():
+    for row in leg_scores(conn, run_id, cases):
         pools[row["case_id"]].append(dict(row))
     return {case: first_stage_ranks(strategy, pool) for case, pool in pools.items()}

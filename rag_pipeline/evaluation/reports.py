@@ -30,23 +30,15 @@ import sqlalchemy as sa
 from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.contracts.reports import CANDIDATE_MODES, REPORT_VERSION
 from rag_pipeline.evaluation.pools import first_stage_ranks_of_cases
+from rag_pipeline.evaluation.queries import candidates as candidate_queries
+from rag_pipeline.evaluation.queries import cases as case_queries
+from rag_pipeline.evaluation.queries import runs as run_queries
 from rag_pipeline.evaluation.runs import RunNotFoundError, get_run, resolve_run_id
 from rag_pipeline.retrieval.stages import stored_strategy
 from rag_pipeline.storage.names import printable
 
 PAGE_CASES = 500
 
-_MODE_FILTERS = {"default": " AND (c.is_selected OR c.is_relevant)", "all": "", "selected": " AND c.is_selected",
-                 "relevant": " AND c.is_relevant"}
-
-_CANDIDATE_SQL = """
-SELECT c.case_id, c.chunk_id, c.document_id, c.document_name, c.rank, c.vector_score, c.vector_rank,
-       c.keyword_score, c.keyword_rank, c.rerank_score, c.final_score, c.is_relevant, c.relevance_grade,
-       c.is_selected, c.strategy_version{text}
-FROM retrieval_evaluation_candidates c{join}
-WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases){mode}
-ORDER BY c.case_id, c.rank
-"""
 
 
 class CaseNotFoundError(RunNotFoundError):
@@ -98,24 +90,14 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
     none); ``offset`` / ``limit``: a page of cases (by dataset order). Reads :data:`PAGE_CASES` cases at a time,
     so memory stays flat however large the run."""
     check_mode(candidates)
-    cols = ", ".join(("case_id", "case_index", "question", "k", "retrieved_chunk_ids", "relevant_chunk_ids",
-                      "relevance_grades", "first_relevant_rank", *METRIC_NAMES, "miss_reasons"))
-    candidate_sql = sa.text(_CANDIDATE_SQL.format(
-        text=", ch.content" if include_text else "",
-        join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" if include_text else "",
-        mode=_MODE_FILTERS.get(candidates, "")))
-    one_case = " AND case_id = :case" if case_id is not None else ""
-    params = conn.execute(sa.text("SELECT strategy_version, strategy_params FROM retrieval_evaluation_runs "
-                                  "WHERE id = :run"), {"run": run_id}).first()
+    candidate_sql = candidate_queries.report_statement(candidates, include_text)
+    params = run_queries.run_strategy(conn, run_id)
     strategy = stored_strategy(params.strategy_version, params.strategy_params) if params else None
     reranked = strategy is not None and strategy.rerank is not None
     last, seen, left = int(offset) - 1, False, limit
     while left is None or left > 0:
         n = page if left is None else min(page, left)
-        rows = conn.execute(sa.text(
-            f"SELECT {cols} FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :run{one_case} "
-            "AND case_index > :last ORDER BY case_index LIMIT :page"),
-            {"run": run_id, "last": last, "page": n, "case": case_id}).all()
+        rows = case_queries.report_page(conn, run_id, after=last, page=n, case_id=case_id)
         if not rows:
             if case_id is not None and not seen:
                 raise CaseNotFoundError(f"run {run_id} has no case {case_id!r}")
@@ -285,17 +267,4 @@ def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLIN
 
 def case_overview(conn: sa.Connection, run_id, *, worst_first: bool = False, limit: int = 100) -> list[dict]:
     """Per-case headline metrics with the top-3 selected candidates (for Dagster metadata tables)."""
-    order = "r.ndcg_at_k, r.reciprocal_rank, r.case_index" if worst_first else "r.case_index"
-    rows = conn.execute(sa.text(f"""
-        SELECT r.case_index, r.case_id, r.question, r.k, r.first_relevant_rank,
-               {', '.join('r.' + m for m in METRIC_NAMES)},
-               (SELECT coalesce(json_agg(json_build_object('document_name', c.document_name,
-                        'chunk_id', c.chunk_id, 'final_score', c.final_score, 'is_relevant', c.is_relevant,
-                        'relevance_grade', c.relevance_grade)
-                        ORDER BY c.rank), '[]'::json)
-                FROM retrieval_evaluation_candidates c
-                WHERE c.evaluation_run_id = r.evaluation_run_id AND c.case_id = r.case_id
-                  AND c.is_selected AND c.rank <= 3) AS top3
-        FROM retrieval_evaluation_case_results r
-        WHERE r.evaluation_run_id = :run ORDER BY {order} LIMIT :limit"""), {"run": run_id, "limit": limit})
-    return [dict(r._mapping) for r in rows]
+    return case_queries.overview(conn, run_id, worst_first=worst_first, limit=limit)

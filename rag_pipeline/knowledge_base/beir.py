@@ -145,7 +145,7 @@ def _document_problem(doc: SourceDocument) -> str | None:
     return None
 
 
-def _question_problem(qid: str, question: str | None, case_id: str) -> str | None:
+def _question_problem(question: str | None, case_id: str) -> str | None:
     if question is None:
         return "not in queries.jsonl"
     if not question.strip():
@@ -181,7 +181,7 @@ def plan_import(folder: str | Path, knowledge_base: str, *, split: str = "test",
         dropped += [{"query": qid, "document": d, "grade": judged[d]} for d in sorted(judged) if d in skipped_docs]
         kept = {d: g for d, g in sorted(judged.items()) if d not in skipped_docs}
         case_id = f"{folder.name}-{qid}"
-        reason = _question_problem(qid, queries.get(qid), case_id)
+        reason = _question_problem(queries.get(qid), case_id)
         if reason is None and not any(g > 0 for g in judged.values()):
             reason = "only grade-0 judgements"
         if reason is None and not any(g > 0 for g in kept.values()):

@@ -2,8 +2,8 @@
 
 Idempotent: an unchanged document is skipped (unless ``rechunk`` changes the knowledge base's chunk size or
 overlap: then every document is cut again, chunks of the same span and text keep their id, and the others are
-retired with ``is_current = false``, their text and span kept for ``fix-labels``); a changed one keeps its unchanged chunks (same
-deterministic id), gets new chunks for the rest, and its old chunks are kept with ``is_current = false``
+retired with ``is_current = false``, their text and span kept for ``fix-labels``); a changed one keeps its unchanged
+chunks (same deterministic id), gets new chunks for the rest, and its old chunks are kept with ``is_current = false``
 (history, so an old label can be explained later). Ingestion syncs the KB with the folder: a document
 missing from it is marked deleted, and a document present in it is (again) not deleted — to hide a
 document that stays in the folder, unpublish it (``rag-pipeline doc NAME --publication UNPUBLISHED``).
@@ -142,7 +142,7 @@ def ingest_documents(
                 if removed:
                     documents.mark_deleted(conn, removed)
                 result.chunks_replaced = _retire_chunks(conn, changed_doc_ids, {c.id for c in new_chunks})
-                inserted = _insert_chunks(conn, kb_id, knowledge_base, text_search, new_chunks)
+                inserted = _insert_chunks(conn, kb_id, text_search, new_chunks)
                 result.chunks_inserted = len(inserted)
             t1 = time.perf_counter()
             for embedder in embedders:
@@ -264,7 +264,7 @@ def _skipped(result: IngestionResult, why: str) -> str:
             f"index was not rebuilt ({why}); autovacuum removes the replaced vectors later")
 
 
-def _insert_chunks(conn: sa.Connection, kb_id, kb_name, mode, new_chunks: list[_NewChunk]) -> list:
+def _insert_chunks(conn: sa.Connection, kb_id, mode, new_chunks: list[_NewChunk]) -> list:
     if not new_chunks:
         return []
     return chunks.insert_chunks(conn, kb_id, textsearch.regconfig(mode), (
@@ -281,8 +281,8 @@ def _pre_encode(conn: sa.Connection, encoder: BackgroundEncoder, embedder, new_c
     return encoder.submit(embedder, [c.id for c in todo], [c.chunk.content.replace("\x00", " ") for c in todo])
 
 
-def _embed_missing(conn: sa.Connection, kb_id, embedder, encoder: BackgroundEncoder, pre: list, progress: Progress | None,
-                   timings: dict) -> int:
+def _embed_missing(conn: sa.Connection, kb_id, embedder, encoder: BackgroundEncoder, pre: list,
+                   progress: Progress | None, timings: dict) -> int:
     """Embed every current chunk of the KB that has no vector of this model yet; COPY them in binary, batch by
     batch as the encoder delivers them. ``pre``: batches already submitted (reused by id when the text matches)."""
     rows = vectors.chunks_without_vector(conn, kb_id, embedder.name)

@@ -66,9 +66,8 @@ def resolve_knowledge_base(conn: sa.Connection, name_or_id: str) -> sa.Row:
     row = queries.knowledge_base_by_name_or_id(conn, str(name_or_id), as_uuid)
     if row is None:
         known = queries.knowledge_base_names(conn)
-        raise KnowledgeBaseError(
-            f"unknown knowledge base {name_or_id!r}; known: {', '.join(known) if known else '(none — ingest one first)'}"
-        )
+        raise KnowledgeBaseError(f"unknown knowledge base {name_or_id!r}; known: "
+                                 f"{', '.join(known) if known else '(none — ingest one first)'}")
     return row
 
 
@@ -123,6 +122,6 @@ def knowledge_base_stats(conn: sa.Connection, name_or_id: str) -> dict:
         "searchable_documents": docs.searchable,
         "current_chunks": chunks.current,
         "replaced_chunks": chunks.replaced,
-        "embeddings": {m: n for m, n in models},
+        "embeddings": dict(models),
         "avg_chunk_tokens": round(float(kb.avg_chunk_length), 2),
     }

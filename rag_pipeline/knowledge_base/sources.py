@@ -95,7 +95,7 @@ class _TextExtractor(HTMLParser):
         self._skip = 0
         self._in_title = False
 
-    def handle_starttag(self, tag, attrs):
+    def handle_starttag(self, tag, _attrs):
         if tag in self._SKIP:
             self._skip += 1
         if tag == "title":
@@ -133,7 +133,8 @@ def _decode(raw: bytes, path: Path, offset: int = 0) -> str:
         return raw.decode("utf-8-sig" if offset == 0 else "utf-8")
     except UnicodeDecodeError as exc:
         bom = 3 if offset == 0 and raw.startswith(b"\xef\xbb\xbf") else 0
-        raise SourceError(f"{printable(path)}: not UTF-8 text ({exc.reason} at byte {offset + bom + exc.start})") from None
+        where = offset + bom + exc.start
+        raise SourceError(f"{printable(path)}: not UTF-8 text ({exc.reason} at byte {where})") from None
 
 
 def _read_text(path: Path, limit: int) -> str:

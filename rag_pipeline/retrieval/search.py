@@ -47,9 +47,9 @@ from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval import stages, vector_cut
 from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
-from rag_pipeline.retrieval.stages import fuse_pool  # noqa: F401 - API (the first stage: merge, fuse, order)
+from rag_pipeline.retrieval.stages import fuse_pool
 from rag_pipeline.retrieval.strategies import MAX_EF_SEARCH, Strategy
-from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace  # noqa: F401 - API
+from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.ids import uuid_strings
 
@@ -129,7 +129,7 @@ def hybrid_search_batch(
     return traces
 
 
-class StatementTimeout(RetrievalError):
+class StatementTimeout(RetrievalError):  # noqa: N818 - reads as the event it reports
     """A retrieval statement ran longer than ``RAG_STATEMENT_TIMEOUT_S`` (a hostile or huge question)."""
 
 

@@ -12,7 +12,8 @@ replaced by a re-ingestion) and its document is READY, PUBLISHED and not deleted
 Values always travel as bind parameters. The only text spliced in is the embedding *dimension*,
 an ``int`` from ``embedding_models`` (a type modifier cannot be a parameter); it must match the
 partial HNSW index of the knowledge base × model (``embedding::vector(dim)``, ``WHERE model = ... AND
-knowledge_base_id = ...``, which the leg's WHERE matches) created by :func:`rag_pipeline.storage.engine.ensure_embedding_model`, otherwise the index is not used.
+knowledge_base_id = ...``, which the leg's WHERE matches) created by
+:func:`rag_pipeline.storage.engine.ensure_embedding_model`, otherwise the index is not used.
 """
 
 from __future__ import annotations

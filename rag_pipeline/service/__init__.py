@@ -15,7 +15,7 @@ input, call one operation and render its result.
 | ``find_chunks`` (list or search the chunk ids to label) | :mod:`.labelling` |
 | ``pool``, ``suggest``, ``export_draft``, ``store_draft``, the console's drafts (pooled judging) | :mod:`.label_drafts` |
 | ``fix_labels``, ``fix_dataset``, ``fix_stored_labels``, ``remap_note`` (labels across a re-chunking) | :mod:`.label_fixes` |
-| ``metric_history``, ``dataset_versions``, ``run_summary``, ``run_cases``, ``case_detail``, ``chunk_texts``, ``compare_runs`` (the admin console's reads) | :mod:`.history` |
+| ``metric_history``, ``dataset_versions``, ``run_cases``, ``case_detail``, ``chunk_texts``, ``compare_runs`` (the admin console's reads) | :mod:`.history` |
 | ``case_diagnosis`` (one case, exact global leg ranks, on demand) | :mod:`.case_diagnosis` |
 | ``get_engine``, the database URLs, the embedded server, ``TRANSIENT_ERRORS`` (for the front ends) | :mod:`.database` |
 

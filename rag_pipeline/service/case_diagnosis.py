@@ -23,6 +23,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.evaluation import diagnosis_db
 from rag_pipeline.evaluation.diagnosis import MissReason
+from rag_pipeline.evaluation.queries.runs import knowledge_base_state
 from rag_pipeline.evaluation.runs import RunNotFoundError, resolve_run_id
 
 CACHE_SIZE = 256
@@ -54,7 +55,7 @@ def case_diagnosis(engine: sa.Engine, run_id: str, case_id: str) -> CaseDiagnosi
     Raises :class:`RunNotFoundError` (a user error) for an unknown run or a case the run does not have."""
     with engine.connect() as conn:
         run_uuid = str(resolve_run_id(conn, run_id))
-        state = diagnosis_db.knowledge_base_state(conn, run_uuid)
+        state = knowledge_base_state(conn, run_uuid)
         if state is None:  # the run's knowledge base was deleted
             raise RunNotFoundError(f"run {run_uuid}: its knowledge base no longer exists")
         key = (run_uuid, case_id, state)

@@ -14,8 +14,11 @@ from rag_pipeline.contracts.errors import NotFoundError
 from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, parse_dataset
 from rag_pipeline.evaluation.label_check import relevant_ids_missing
 from rag_pipeline.evaluation.persistence import store_dataset
-from rag_pipeline.knowledge_base import lifecycle
+from rag_pipeline.evaluation.queries import datasets as dataset_queries
+from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
+from rag_pipeline.knowledge_base import chunk_lookup, lifecycle
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.knowledge_base.queries.documents import knowledge_base_names
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
 from rag_pipeline.storage.names import DATASET as DATASET
 from rag_pipeline.storage.names import KNOWLEDGE_BASE as KNOWLEDGE_BASE
@@ -33,20 +36,7 @@ class DatasetNotFoundError(NotFoundError, LookupError):
 def ping(engine: sa.Engine) -> None:
     """One round trip to the database (raises when it cannot be reached)."""
     with engine.connect() as conn:
-        conn.execute(sa.text("SELECT 1"))
-
-
-_KB_NAMES_SQL = "SELECT name FROM knowledge_bases ORDER BY name"
-_KB_MODELS_SQL = """
-SELECT DISTINCT e.model FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id
-WHERE e.knowledge_base_id = :kb AND c.is_current
-"""
-_KB_ACTIVITY_SQL = """
-SELECT (SELECT count(DISTINCT d.name) FROM retrieval_evaluation_datasets d WHERE d.knowledge_base_name = :name)
-         AS datasets,
-       (SELECT count(*) FROM retrieval_evaluation_runs r WHERE r.knowledge_base_id = :kb) AS runs,
-       (SELECT max(r.started_at) FROM retrieval_evaluation_runs r WHERE r.knowledge_base_id = :kb) AS last_run_at
-"""
+        kb_queries.ping(conn)
 
 
 def applicable_strategies(conn: sa.Connection, kb_id, registry: dict[str, Strategy] | None = None,
@@ -54,7 +44,7 @@ def applicable_strategies(conn: sa.Connection, kb_id, registry: dict[str, Strate
     """(the registry versions this knowledge base can run — those without a vector leg or whose embedding model
     it holds —, ``{version: why not}`` for the others)."""
     registry = registry if registry is not None else load_registry()
-    models = set(conn.execute(sa.text(_KB_MODELS_SQL), {"kb": kb_id}).scalars())
+    models = set(chunk_lookup.embedding_models(conn, kb_id))
     ok, skipped = [], {}
     for version, strategy in registry.items():
         if strategy.vector_candidate_k and strategy.embedding_model not in models:
@@ -69,7 +59,7 @@ def _describe(conn: sa.Connection, name_or_id: str, registry: dict[str, Strategy
     stats = lifecycle.knowledge_base_stats(conn, name_or_id)
     kb = resolve_knowledge_base(conn, name_or_id)
     ok, skipped = applicable_strategies(conn, kb.id, registry)
-    activity = conn.execute(sa.text(_KB_ACTIVITY_SQL), {"name": kb.name, "kb": kb.id}).one()
+    activity = kb_queries.activity(conn, kb)
     return KnowledgeBaseInfo(
         id=str(kb.id), name=kb.name, text_search=kb.text_search, chunk_size=kb.chunk_size,
         chunk_overlap=kb.chunk_overlap, documents=stats["documents"],
@@ -85,7 +75,7 @@ def list_knowledge_bases(engine: sa.Engine) -> list[KnowledgeBaseInfo]:
     the strategies it can run, and how many datasets and runs it has."""
     registry = load_registry()
     with engine.connect() as conn:
-        names = conn.execute(sa.text(_KB_NAMES_SQL)).scalars().all()
+        names = knowledge_base_names(conn)
         return [_describe(conn, name, registry) for name in names]
 
 
@@ -115,19 +105,6 @@ def choose_strategies(engine: sa.Engine, knowledge_base: str, versions: Sequence
     return chosen
 
 
-_DATASETS_SQL = """
-SELECT DISTINCT ON (d.name) d.id, d.name, d.content_hash, d.case_count, d.source_path, d.created_at, d.last_seen_at,
-       count(*) OVER (PARTITION BY d.name) AS versions,
-       (SELECT count(*) FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets v ON v.id = r.dataset_id
-        WHERE v.name = d.name AND v.knowledge_base_name = d.knowledge_base_name) AS runs,
-       (SELECT max(r.started_at) FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets v
-          ON v.id = r.dataset_id WHERE v.name = d.name AND v.knowledge_base_name = d.knowledge_base_name) AS last_run_at
-FROM retrieval_evaluation_datasets d
-WHERE d.knowledge_base_name = :kb
-ORDER BY d.name, d.last_seen_at DESC, d.id
-"""
-
-
 def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value else None
 
@@ -137,18 +114,11 @@ def list_datasets(engine: sa.Engine, knowledge_base: str) -> list[DatasetInfo]:
     source), how many versions and runs, when it was last seen and last run."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-        rows = conn.execute(sa.text(_DATASETS_SQL), {"kb": kb.name}).all()
+        rows = dataset_queries.latest_versions(conn, kb.name)
     return [DatasetInfo(name=r.name, knowledge_base=kb.name, dataset_id=str(r.id), version=r.content_hash,
                         case_count=r.case_count, source_path=r.source_path, versions=r.versions, runs=r.runs,
                         created_at=_iso(r.created_at), last_seen_at=_iso(r.last_seen_at),
                         last_run_at=_iso(r.last_run_at)) for r in rows]
-
-
-_DATASET_VERSION_SQL = """
-SELECT d.id, d.name, d.content_hash, d.case_count FROM retrieval_evaluation_datasets d
-WHERE d.knowledge_base_name = :kb AND d.name = :name AND d.content_hash LIKE :prefix
-ORDER BY d.last_seen_at DESC, d.id LIMIT 2
-"""
 
 
 def find_dataset(engine: sa.Engine, knowledge_base: str, name: str, version: str | None = None) -> DatasetVersion:
@@ -160,8 +130,7 @@ def find_dataset(engine: sa.Engine, knowledge_base: str, name: str, version: str
                                    "digits")
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-        rows = conn.execute(sa.text(_DATASET_VERSION_SQL), {"kb": kb.name, "name": name,
-                                                            "prefix": prefix + "%"}).all()
+        rows = dataset_queries.versions_with_prefix(conn, kb.name, name, prefix)
         if not rows:
             known = sorted({r.name for r in list_datasets(engine, kb.name)})
             what = f"version {prefix} of dataset" if prefix else "dataset"
@@ -170,11 +139,6 @@ def find_dataset(engine: sa.Engine, knowledge_base: str, name: str, version: str
     r = rows[0]
     return DatasetVersion(dataset_id=str(r.id), name=r.name, version=r.content_hash, case_count=r.case_count,
                           knowledge_base=kb.name)
-
-
-_VERSION_EXISTS_SQL = """
-SELECT 1 FROM retrieval_evaluation_datasets WHERE name = :name AND knowledge_base_name = :kb AND content_hash = :h
-"""
 
 
 def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | str, *, source: str,
@@ -197,8 +161,7 @@ def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | 
     if unnamed:
         raise DatasetError(source, unnamed)
     with engine.begin() as conn:
-        existed = conn.execute(sa.text(_VERSION_EXISTS_SQL), {"name": dataset.name, "kb": kb.name,
-                                                              "h": dataset.content_hash}).first() is not None
+        existed = dataset_queries.version_exists(conn, dataset.name, kb.name, dataset.content_hash)
         dataset_id = store_dataset(conn, dataset, kb.name)
         missing = relevant_ids_missing(conn, kb.id, dataset)
     ks = [c.k for c in dataset.cases]

@@ -18,6 +18,8 @@ from rag_pipeline.evaluation.demo_dataset import DEMO_KB as DEMO_KB
 from rag_pipeline.evaluation.demo_dataset import DEMO_TEXT_SEARCH as DEMO_TEXT_SEARCH
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
+from rag_pipeline.evaluation.queries.run_history import current_params
+from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import StrategyError, load_registry
 from rag_pipeline.settings import get_settings
@@ -139,19 +141,6 @@ class DatasetRunPlan:
     problems: str | None = None
 
 
-_KB_MODELS_SQL = """
-SELECT DISTINCT e.model FROM chunk_embeddings e
-JOIN document_chunks c ON c.id = e.chunk_id
-WHERE e.knowledge_base_id = :kb AND c.is_current
-"""
-_CURRENT_RUNS_SQL = """
-SELECT r.strategy_version, r.params_hash FROM retrieval_evaluation_runs r
-JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
-WHERE d.name = :ds AND d.knowledge_base_name = :kb AND d.content_hash = :hash AND r.is_current
-  AND r.status = 'succeeded'
-"""
-
-
 def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[str] | None = None) -> DatasetRunPlan:
     """Validate a dataset file and choose the strategies worth running on it: from ``versions`` (else the file's
     ``metadata.strategies``, else ``RAG_SENSOR_STRATEGIES``, else every registry version), those whose embedding
@@ -162,9 +151,8 @@ def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[st
         dataset = load_dataset(path)
         with engine.connect() as conn:
             kb = resolve_knowledge_base(conn, dataset.knowledge_base)
-            models = set(conn.execute(sa.text(_KB_MODELS_SQL), {"kb": kb.id}).scalars())
-            current = dict(conn.execute(sa.text(_CURRENT_RUNS_SQL), {"ds": dataset.name, "kb": kb.name,
-                                                                     "hash": dataset.content_hash}).all())
+            models = set(chunk_lookup.embedding_models(conn, kb.id))
+            current = current_params(conn, dataset.name, kb.name, dataset.content_hash)
         registry = load_registry()
         wanted = list(versions or (dataset.metadata or {}).get("strategies") or _setting_strategies() or registry)
         unknown = [v for v in wanted if v not in registry]

@@ -10,7 +10,6 @@ stored with candidates); :func:`compare_runs` two runs paired by ``case_id`` wit
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -21,41 +20,19 @@ from rag_pipeline.contracts.catalog import StoredVersion
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.runs import HistoryPoint
 from rag_pipeline.evaluation import reports, runs
+from rag_pipeline.evaluation.queries import cases as case_queries
+from rag_pipeline.evaluation.queries import datasets as dataset_queries
+from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
+from rag_pipeline.evaluation.queries import run_history
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
-
-_HISTORY_SQL = """
-SELECT r.id::text AS run_id, r.strategy_version, d.content_hash, r.is_current, r.started_at, r.finished_at,
-       r.case_count, r.precision_at_k, r.recall_at_k, r.reciprocal_rank, r.ndcg_at_k, r.hit_at_k,
-       r.average_precision_at_k, r.r_precision
-FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
-WHERE d.name = :ds AND r.knowledge_base_id = :kb AND r.status = 'succeeded' AND r.finished_at IS NOT NULL
-ORDER BY r.finished_at, r.id
-LIMIT :limit
-"""
-_CASES_SQL = """
-SELECT case_index, case_id, question, k, first_relevant_rank, relevant_chunk_ids, relevance_grades, miss_reasons,
-       precision_at_k, recall_at_k, reciprocal_rank, ndcg_at_k, hit_at_k, average_precision_at_k, r_precision
-FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :run AND (CAST(:case AS text) IS NULL OR case_id = :case)
-ORDER BY case_index
-"""
-_CHUNKS_SQL = """
-SELECT c.id::text AS chunk_id, c.content, c.ordinal, c.is_current, d.original_name AS document_name
-FROM document_chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(CAST(:ids AS uuid[]))
-"""
-
-
-_VERSIONS_SQL = """
-SELECT id::text AS dataset_id, content_hash, case_count, source_path, created_at, last_seen_at
-FROM retrieval_evaluation_datasets WHERE name = :ds AND knowledge_base_name = :kb ORDER BY last_seen_at DESC, id
-"""
+from rag_pipeline.storage.ids import uuid_strings
 
 
 def dataset_versions(engine: sa.Engine, dataset: str, knowledge_base: str) -> tuple[str, list[StoredVersion]]:
     """(the knowledge base's name, the stored versions of dataset ``dataset`` on it, latest first)."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-        rows = conn.execute(sa.text(_VERSIONS_SQL), {"ds": dataset, "kb": kb.name}).mappings().all()
-    return kb.name, [StoredVersion(**r) for r in rows]
+        return kb.name, [StoredVersion(**r) for r in dataset_queries.versions(conn, dataset, kb.name)]
 
 
 PAIRED_METRICS = METRIC_NAMES[:6]
@@ -70,7 +47,7 @@ def metric_history(engine: sa.Engine, dataset: str, knowledge_base: str, *, limi
     """Every succeeded run of dataset ``dataset`` on ``knowledge_base`` (name or id), all versions, oldest first."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-        rows = conn.execute(sa.text(_HISTORY_SQL), {"ds": dataset, "kb": kb.id, "limit": int(limit)}).mappings().all()
+        rows = run_history.succeeded_runs(conn, dataset, kb.id, limit)
     return [HistoryPoint(run_id=r["run_id"], strategy_version=r["strategy_version"], dataset_version=r["content_hash"],
                          is_current=r["is_current"], finished_at=r["finished_at"], case_count=r["case_count"],
                          metrics={m: float(r[m]) for m in METRIC_NAMES if r[m] is not None}) for r in rows]
@@ -85,19 +62,12 @@ def _case_row(row) -> dict:
             "reasons": sorted({r["reason"] for r in reasons if r.get("reason") != "hit"})}
 
 
-def run_summary(engine: sa.Engine, run_id: str) -> dict:
-    """The summary of one run (id or unique prefix), as in the report (seed §6.3)."""
-    with engine.connect() as conn:
-        return reports.summary_of(runs.get_run(conn, run_id))
-
-
 def run_cases(engine: sa.Engine, run_id: str) -> tuple[dict, list[dict]]:
     """(summary, every case of the run in dataset order) — per case: metrics, first relevant rank, miss reasons
     and ``reasons`` (the distinct non-hit reasons, for filtering)."""
     with engine.connect() as conn:
         row = runs.get_run(conn, run_id)
-        cases = conn.execute(sa.text(_CASES_SQL), {"run": row.id, "case": None}).mappings().all()
-        return reports.summary_of(row), [_case_row(c) for c in cases]
+        return reports.summary_of(row), [_case_row(c) for c in case_queries.case_rows(conn, row.id)]
 
 
 @dataclass
@@ -116,16 +86,12 @@ def case_detail(engine: sa.Engine, run_id: str, case_id: str) -> CaseDetail:
     """The drill-down of case ``case_id`` of run ``run_id``; :class:`CaseNotFoundError` if the run lacks it."""
     with engine.connect() as conn:
         row = runs.get_run(conn, run_id)
-        found = conn.execute(sa.text(_CASES_SQL), {"run": row.id, "case": case_id}).mappings().first()
+        found = next(iter(case_queries.case_rows(conn, row.id, case_id)), None)
         if found is None:
             raise CaseNotFoundError(f"run {str(row.id)[:8]} has no case {case_id!r}")
         case = _case_row(found)
         pool = next(reports.iter_cases(conn, row.id, candidates="all", case_id=case_id))["candidates"]
-        neighbours = conn.execute(sa.text(
-            "SELECT (SELECT case_id FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :run "
-            "AND case_index < :i ORDER BY case_index DESC LIMIT 1) AS previous, "
-            "(SELECT case_id FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :run "
-            "AND case_index > :i ORDER BY case_index LIMIT 1) AS next"), {"run": row.id, "i": case["case_index"]}).one()
+        neighbours = case_queries.neighbours(conn, row.id, case["case_index"])
         in_pool = {c["chunk_id"]: c for c in pool}
         missing = [cid for cid in case["relevance_grades"] if cid not in in_pool]
         docs = _chunk_rows(conn, missing)
@@ -143,15 +109,8 @@ def case_detail(engine: sa.Engine, run_id: str, case_id: str) -> CaseDetail:
 
 
 def _chunk_rows(conn: sa.Connection, chunk_ids) -> dict[str, dict]:
-    ids = []
-    for cid in chunk_ids:
-        try:
-            ids.append(str(uuid.UUID(str(cid))))
-        except ValueError:
-            continue
-    if not ids:
-        return {}
-    return {r["chunk_id"]: dict(r) for r in conn.execute(sa.text(_CHUNKS_SQL), {"ids": ids}).mappings()}
+    ids = uuid_strings(c for c in chunk_ids if str(c) == str(c).strip())  # a padded id names no chunk here
+    return kb_queries.chunk_texts(conn, ids) if ids else {}
 
 
 def chunk_texts(engine: sa.Engine, chunk_ids) -> dict[str, dict]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from rag_pipeline.evaluation.queries.knowledge_base import snapshot
 from rag_pipeline.knowledge_base import beir, lifecycle, versions
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS as EMBEDDING_MODELS
@@ -99,7 +100,7 @@ def knowledge_base_stats(engine: sa.Engine, knowledge_base: str) -> dict:
     """Counts of a knowledge base (name or id): documents, searchable, chunks, embeddings per model, and its
     content ``version`` (:mod:`rag_pipeline.knowledge_base.versions`), read in one snapshot."""
     with engine.connect() as conn, conn.begin():
-        conn.execute(sa.text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+        snapshot(conn, read_only=False)
         stats = lifecycle.knowledge_base_stats(conn, knowledge_base)
         return {**stats, "version": versions.content_version(conn, stats["knowledge_base_id"]).version}
 

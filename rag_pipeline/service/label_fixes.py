@@ -33,6 +33,7 @@ from rag_pipeline.contracts.dataset import MAX_METADATA_BYTES
 from rag_pipeline.evaluation.dataset import Dataset, DatasetError, load_dataset, parse_dataset
 from rag_pipeline.evaluation.label_check import check_labels
 from rag_pipeline.evaluation.persistence import load_stored_dataset
+from rag_pipeline.evaluation.queries.datasets import source_path
 from rag_pipeline.knowledge_base import chunk_lookup, span_remap
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.service import catalog
@@ -201,14 +202,10 @@ def _output(dataset: Dataset, kb_name: str, cases: list[dict], fixes: LabelFixes
     return {**data, "metadata": metadata, "cases": cases}
 
 
-_SOURCE_SQL = ("SELECT source_path FROM retrieval_evaluation_datasets WHERE name = :n AND knowledge_base_name = :kb "
-               "AND content_hash = :h")
-
-
 def remap_note(conn: sa.Connection, dataset: str, knowledge_base: str, content_hash: str) -> str | None:
     """A line for a comparison of this dataset version when its labels were re-mapped by ``fix-labels`` (read from
     the ``metadata.label_fixes`` of the file the version was stored from, if that file still holds that version)."""
-    path = conn.execute(sa.text(_SOURCE_SQL), {"n": dataset, "kb": knowledge_base, "h": content_hash}).scalar()
+    path = source_path(conn, dataset, knowledge_base, content_hash)
     if not path:
         return None
     try:

@@ -12,25 +12,11 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from rag_pipeline.evaluation.queries import datasets as dataset_queries
+from rag_pipeline.evaluation.queries import run_history
+from rag_pipeline.evaluation.queries.knowledge_base import snapshot
 from rag_pipeline.knowledge_base import versions
 from rag_pipeline.knowledge_base.versions import KnowledgeBaseVersion
-
-# Per dataset name, the knowledge base of its latest stored version (the one the dataset partition evaluates).
-_DATASET_KB_SQL = """
-SELECT DISTINCT ON (d.name) d.name AS dataset, d.knowledge_base_name AS knowledge_base
-FROM retrieval_evaluation_datasets d
-JOIN knowledge_bases kb ON kb.name = d.knowledge_base_name
-ORDER BY d.name, d.last_seen_at DESC, d.created_at DESC
-"""
-
-_CURRENT_RUNS_SQL = """
-SELECT d.name AS dataset, kb.name AS knowledge_base, r.strategy_version, r.knowledge_base_version, r.id::text AS run_id
-FROM retrieval_evaluation_runs r
-JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
-JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
-WHERE r.is_current AND r.status = 'succeeded'
-ORDER BY d.name, r.strategy_version, kb.name
-"""
 
 
 @dataclass(frozen=True)
@@ -46,36 +32,32 @@ class StaleRun:
     current_version: str
 
 
-def _snapshot(conn: sa.Connection) -> None:
-    conn.execute(sa.text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"))
-
-
 def knowledge_base_version(engine: sa.Engine, knowledge_base: str) -> KnowledgeBaseVersion:
     """The current content version of one knowledge base (name or id)."""
     with engine.connect() as conn, conn.begin():
-        _snapshot(conn)
+        snapshot(conn, read_only=True)
         return versions.content_version(conn, knowledge_base)
 
 
 def knowledge_base_versions(engine: sa.Engine) -> list[KnowledgeBaseVersion]:
     """Every knowledge base's current content version, by name (one snapshot)."""
     with engine.connect() as conn, conn.begin():
-        _snapshot(conn)
+        snapshot(conn, read_only=True)
         return versions.all_versions(conn)
 
 
 def dataset_knowledge_bases(engine: sa.Engine) -> dict[str, str]:
     """Dataset name → the knowledge base its latest stored version names."""
     with engine.connect() as conn:
-        return {r.dataset: r.knowledge_base for r in conn.execute(sa.text(_DATASET_KB_SQL))}
+        return dataset_queries.knowledge_base_of_names(conn)
 
 
 def stale_runs(engine: sa.Engine) -> list[StaleRun]:
     """Current succeeded runs whose recorded knowledge-base version differs from the knowledge base's current one
     (or was never recorded): what to re-run after new documents arrive."""
     with engine.connect() as conn, conn.begin():
-        _snapshot(conn)
-        rows = conn.execute(sa.text(_CURRENT_RUNS_SQL)).all()
+        snapshot(conn, read_only=True)
+        rows = run_history.current_runs(conn)
         now = {name: versions.content_version(conn, name).version for name in {r.knowledge_base for r in rows}}
     return [StaleRun(r.run_id, r.dataset, r.knowledge_base, r.strategy_version, r.knowledge_base_version,
                      now[r.knowledge_base])

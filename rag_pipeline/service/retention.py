@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.evaluation.runs import EFFECTIVE_STATUS, stale_after_seconds
+from rag_pipeline.evaluation.queries import retention as queries
+from rag_pipeline.evaluation.runs import stale_after_seconds
 
 LOCK_TIMEOUT_S = 10
 
@@ -69,29 +70,6 @@ class PruneResult:
         return sum(r.bytes for r in self.runs)
 
 
-_CANDIDATES_SQL = f"""
-WITH ranked AS (
-    SELECT r.id, r.is_current, r.started_at, r.strategy_version, r.candidate_count, d.name AS dataset,
-           kb.name AS knowledge_base, {EFFECTIVE_STATUS} AS status,
-           row_number() OVER (PARTITION BY d.name, r.knowledge_base_id, r.strategy_version
-                              ORDER BY r.started_at DESC, r.id) AS place,
-           EXISTS (SELECT 1 FROM retrieval_comparison_runs c WHERE c.evaluation_run_id = r.id) AS compared
-    FROM retrieval_evaluation_runs r
-    JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
-    JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
-    WHERE (CAST(:dataset AS text) IS NULL OR d.name = :dataset)
-)
-SELECT id, is_current, started_at, strategy_version, candidate_count, dataset, knowledge_base, status, compared,
-       coalesce(pg_total_relation_size(to_regclass(quote_ident(rag_candidate_partition_name(id)))), 0)
-       + coalesce((SELECT sum(pg_column_size(cr.*)) FROM retrieval_evaluation_case_results cr
-                   WHERE cr.evaluation_run_id = ranked.id), 0) AS bytes
-FROM ranked
-WHERE place > :keep AND NOT is_current AND status NOT IN ('running', 'queued')
-  AND (CAST(:days AS float8) IS NULL OR started_at < now() - make_interval(secs => CAST(:days AS float8) * 86400))
-ORDER BY started_at, id
-"""
-
-
 def prune_runs(engine: sa.Engine, *, keep_last: int, older_than_days: float | None = None,
                dataset: str | None = None, dry_run: bool = False, include_compared: bool = False) -> PruneResult:
     """Remove old runs (see the module doc); returns what was (or, with ``dry_run``, would be) removed."""
@@ -101,8 +79,8 @@ def prune_runs(engine: sa.Engine, *, keep_last: int, older_than_days: float | No
         raise RetentionError(f"--older-than must be 0 or more days, got {older_than_days}")
     result = PruneResult(dry_run=dry_run)
     with engine.begin() as conn:
-        rows = conn.execute(sa.text(_CANDIDATES_SQL), {
-            "keep": keep_last, "days": older_than_days, "dataset": dataset, "stale": stale_after_seconds()}).all()
+        rows = queries.prunable_runs(conn, keep=keep_last, days=older_than_days, dataset=dataset,
+                                     stale=stale_after_seconds())
         for r in rows:
             if r.compared and not include_compared:
                 result.kept_for_comparison += 1
@@ -111,11 +89,9 @@ def prune_runs(engine: sa.Engine, *, keep_last: int, older_than_days: float | No
                                          r.started_at, int(r.candidate_count or 0), int(r.bytes)))
         if dry_run or not result.runs:
             return result
-        conn.execute(sa.text("SELECT set_config('lock_timeout', :t, true)"), {"t": f"{int(LOCK_TIMEOUT_S)}s"})
+        queries.set_lock_timeout(conn, LOCK_TIMEOUT_S)
         try:
-            # the trigger drops each run's partition; case results and comparison records cascade
-            conn.execute(sa.text("DELETE FROM retrieval_evaluation_runs WHERE id = ANY(CAST(:ids AS uuid[])) "
-                                 "AND NOT is_current"), {"ids": [r.run_id for r in result.runs]})
+            queries.delete_runs(conn, [r.run_id for r in result.runs])
         except sa.exc.OperationalError as exc:
             if getattr(getattr(exc, "orig", None), "sqlstate", None) != "55P03":  # lock_not_available
                 raise
@@ -129,8 +105,4 @@ def record_comparison(engine: sa.Engine, comparison: str, run_ids: Sequence[str]
     """Remember the runs a stored comparison (``comparison`` = its dataset × knowledge base) refers to, replacing
     what that comparison referred to before: :func:`prune_runs` keeps them."""
     with engine.begin() as conn:
-        conn.execute(sa.text("DELETE FROM retrieval_comparison_runs WHERE comparison = :c"), {"c": comparison})
-        conn.execute(sa.text(
-            "INSERT INTO retrieval_comparison_runs (comparison, evaluation_run_id) "
-            "SELECT :c, r.id FROM retrieval_evaluation_runs r WHERE r.id = ANY(CAST(:ids AS uuid[])) "
-            "ON CONFLICT DO NOTHING"), {"c": comparison, "ids": [str(i) for i in run_ids]})
+        queries.replace_comparison_runs(conn, comparison, run_ids)

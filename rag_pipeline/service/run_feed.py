@@ -8,19 +8,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.metrics import METRIC_NAMES
-
-_FEED_SQL = f"""
-SELECT r.id::text AS run_id, d.name AS dataset, d.content_hash, kb.name AS knowledge_base, r.strategy_version,
-       r.knowledge_base_version,
-       r.params_hash, r.case_count, r.candidate_count, r.finished_at, {', '.join('r.' + m for m in METRIC_NAMES)}
-FROM retrieval_evaluation_runs r
-JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
-JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
-WHERE r.status = 'succeeded' AND r.dagster_run_id IS NULL
-  AND (r.finished_at, r.id::text) > (CAST(:after AS timestamptz), CAST(:after_id AS text))
-ORDER BY r.finished_at, r.id::text
-LIMIT :limit
-"""
+from rag_pipeline.evaluation.queries.run_history import finished_outside_dagster
 
 
 @dataclass(frozen=True)
@@ -49,8 +37,7 @@ def runs_outside_dagster(engine: sa.Engine, after: str | None = None, limit: int
     of the last one seen; None: from the beginning), oldest first, at most ``limit``."""
     after_at, _, after_id = (after or "").partition("|")
     with engine.connect() as conn:
-        rows = conn.execute(sa.text(_FEED_SQL), {"after": after_at or "-infinity", "after_id": after_id,
-                                                 "limit": limit}).mappings().all()
+        rows = finished_outside_dagster(conn, after_at or "-infinity", after_id, limit)
     return [FinishedRun(r["run_id"], r["dataset"], r["content_hash"], r["knowledge_base"], r["strategy_version"],
                         r["params_hash"], r["case_count"], r["candidate_count"], r["finished_at"].isoformat(),
                         {m: float(r[m]) for m in METRIC_NAMES if r[m] is not None}, r["knowledge_base_version"])

@@ -94,7 +94,7 @@ def _create_engine(url: str, pool_size: int) -> Engine:
                               connect_args={"connect_timeout": 10})
 
     @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+    def _on_connect(dbapi_conn, _record):
         try:
             from pgvector.psycopg import register_vector  # noqa: PLC0415
 

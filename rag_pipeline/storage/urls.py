@@ -69,7 +69,7 @@ def with_database(url: str, database: str) -> str:
 
 
 def normalize_url(url: str) -> str:
-    """Any PostgreSQL URL (``postgres://``, ``postgresql://``, ``postgresql+psycopg2://``...) with the psycopg 3 driver."""
+    """Any PostgreSQL URL (``postgres://``, ``postgresql://``, ``postgresql+psycopg2://``...) with psycopg 3."""
     return with_driver(url, "psycopg")
 
 

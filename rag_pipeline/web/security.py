@@ -43,7 +43,7 @@ templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templat
 router = APIRouter(tags=["login"], include_in_schema=False)
 
 
-class BindRefused(ValueError):
+class BindRefused(ValueError):  # noqa: N818 - a refusal the user is shown, not a crash
     """``serve`` on a non-loopback address without a usable ``RAG_API_TOKEN``."""
 
 
@@ -150,7 +150,7 @@ async def require_console_user(request: Request) -> None:
         raise LoginRequired(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
 
 
-def login_redirect(request: Request, exc: LoginRequired) -> RedirectResponse:
+def login_redirect(_request: Request, exc: LoginRequired) -> RedirectResponse:
     from urllib.parse import quote  # noqa: PLC0415
 
     return RedirectResponse(f"/admin/login?next={quote(exc.next_path, safe='/')}", status_code=303)

@@ -17,7 +17,7 @@ from rag_pipeline.settings import project_root
 from rag_pipeline.web.security import BindRefused, check_bind
 
 
-class ServeRefused(ValueError):
+class ServeRefused(ValueError):  # noqa: N818 - a refusal the user is shown, not a crash
     """Why ``serve`` does not start (a non-loopback address without a token, no Dagster instance)."""
 
 

@@ -351,7 +351,8 @@ def test_the_dagster_resource_and_dagster_yaml_hold_no_secret():
 
 # Every value spliced into SQL text in rag_pipeline/: (file, function, expression) → why it is safe.
 # Anything else spliced into a string that looks like SQL fails the test: use a bind parameter.
-# The splices of the stages' query modules (storage/queries.py, knowledge_base/queries/, retrieval/sql.py, bm25_sql.py).
+# The splices of the stages' query modules (storage/queries.py, knowledge_base/queries/, retrieval/sql.py,
+# bm25_sql.py, evaluation/queries/).
 _CONSTANT = "constant SQL fragment"
 VETTED_QUERY_MODULE_SPLICES = {
     **{("storage/queries.py", func, expr): why for func, expr, why in (
@@ -394,21 +395,44 @@ VETTED_QUERY_MODULE_SPLICES = {
         ('extra=", leg_rank"', "literal select-list suffix"),
         ('where="leg_rank <= :k OR chunk_id = ANY(CAST((CAST(:targets AS text[]))[CAST(ord AS int)] AS uuid[]))"',
          "literal filter (targets are a bind parameter)"))},
+    ("evaluation/queries/diagnosis.py", "<module>", "_TSQUERY"): "constant SQL (textsearch.OR_TSQUERY_SQL)",
+    ("evaluation/queries/diagnosis.py", "<module>", "_TARGETS"): "constant SQL fragment (targets unnest)",
+    ("evaluation/queries/diagnosis.py", "<module>", "retrieval_sql.BASE_FILTERS"): "constant SQL fragment",
+    ("evaluation/queries/diagnosis.py", "keyword_rank_sql", "leg"): "constant SQL: one of the two leg statements",
+    ("evaluation/queries/diagnosis.py", "keyword_rank_sql", "_TARGETS"): "constant SQL fragment (targets unnest)",
+    ("evaluation/queries/retention.py", "prunable_runs", "EFFECTIVE_STATUS"): "constant SQL fragment (run status)",
+    ("evaluation/queries/run_history.py", "finished_outside_dagster", "', '.join('r.' + m for m in METRIC_NAMES)"):
+        "constant column names",
+    ("evaluation/queries/cases.py", "metrics_of_runs", "', '.join(METRIC_NAMES)"): "constant column names",
+    ("evaluation/queries/cases.py", "copy_rows", "table"): "the constant table names of copy_candidates / "
+                                                          "copy_case_results",
+    ("evaluation/queries/cases.py", "copy_rows", "binary"): "a constant: empty or ' WITH (FORMAT BINARY)'",
+    ("evaluation/queries/cases.py", "copy_rows", "', '.join(columns)"): "the constant column tuples of persistence",
+    ("evaluation/queries/cases.py", "report_page", "_REPORT_COLUMNS"): "constant column names",
+    ("evaluation/queries/cases.py", "report_page", "one_case"): "a constant fragment with a bind parameter",
+    ("evaluation/queries/cases.py", "overview", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
+    ("evaluation/queries/cases.py", "overview", "order"): "one of two literal ORDER BY lists",
+    ("evaluation/queries/candidates.py", "report_statement", 'text=", ch.content" if include_text else ""'):
+        "one of two literals",
+    ("evaluation/queries/candidates.py", "report_statement", 'join=" LEFT JOIN document_chunks ch ON ch.id = '
+                                                             'c.chunk_id" if include_text else ""'):
+        "one of two literals",
+    ("evaluation/queries/candidates.py", "report_statement", 'mode=_MODE_FILTERS.get(mode, "")'):
+        "one of the literal filters of _MODE_FILTERS",
+    ("evaluation/queries/runs.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment",
+    ("evaluation/queries/runs.py", "sweep_abandoned", "EFFECTIVE_STATUS"): "constant SQL fragment",
+    ("evaluation/queries/runs.py", "mark_succeeded", "sets"): "built from METRIC_NAMES",
+    **{("evaluation/queries/runs.py", func, expr): "constant SQL fragment" for func, expr in (
+        ("run_row", "RUN_COLUMNS"), ("run_row", "RUN_FROM"), ("list_runs", "RUN_COLUMNS"), ("list_runs", "RUN_FROM"),
+        ("count_runs", "RUN_FROM"))},
+    ("evaluation/queries/runs.py", "list_runs", "where"): "_run_filter's literal 'column = :param' predicates",
+    ("evaluation/queries/runs.py", "count_runs", "where"): "_run_filter's literal 'column = :param' predicates",
 }
 VETTED_SQL_SPLICES = {
     **VETTED_QUERY_MODULE_SPLICES,
-    ("evaluation/diagnosis_db.py", "<module>", "_TSQUERY"): "constant SQL (textsearch.OR_TSQUERY_SQL)",
-    ("evaluation/diagnosis_db.py", "keyword_rank_sql", "leg"): "constant SQL: one of the two leg statements",
-    ("evaluation/diagnosis_db.py", "keyword_rank_sql", "_TARGETS"): "constant SQL fragment (targets unnest)",
-    ("service/retention.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment (run status)",
-    ("service/run_feed.py", "<module>", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
     ("storage/embedded_server.py", "_apply_settings", "name"): "a key of tuned_settings() (constant setting names)",
     ("storage/embedded_server.py", "_apply_settings", "value"): "checked against \\d+(kB|MB|GB) just above "
                                                          "(ALTER SYSTEM takes no parameters)",
-    ("analysis/comparison.py", "<module>", "', '.join(METRIC_NAMES)"): "constant column names",
-    ("evaluation/reports.py", "iter_cases", 'mode=_MODE_FILTERS.get(candidates, "")'):
-        "constant filters (mode checked)",
-    ("evaluation/reports.py", "iter_cases", "one_case"): "a constant fragment with a bind parameter",
     **{("storage/migrations/versions/0005_runs_at_scale.py", func, expr): why for func, expr, why in (
         ("_per_model_vector_indexes", "name", "an index name read from pg_indexes, quoted"),
         ("_per_model_vector_indexes", "_model_index(model)", "[a-z0-9_]"),
@@ -419,29 +443,6 @@ VETTED_SQL_SPLICES = {
         ("_per_kb_vector_indexes", "int(dim)", "an int"),
         ("_per_kb_vector_indexes", "_literal(model)", "validated [A-Za-z0-9._/-]+"),
         ("_per_kb_vector_indexes", "uuid.UUID(str(kb))", "a UUID"))},
-    ("evaluation/diagnosis_db.py", "<module>", "retrieval_sql.BASE_FILTERS"): "constant SQL fragment",
-    ("evaluation/diagnosis_db.py", "<module>", "_TARGETS"): "constant SQL fragment",
-    ("evaluation/persistence.py", "_copy", "table"): "the constant table names of copy_candidates / copy_case_results",
-    ("evaluation/persistence.py", "_copy", "binary"): "a constant: empty or ' WITH (FORMAT BINARY)'",
-    ("evaluation/persistence.py", "_copy", "', '.join(columns)"): "the constant column tuples of persistence",
-    ("evaluation/persistence.py", "finalize_run", "sets"): "built from METRIC_NAMES",
-    ("evaluation/reports.py", "iter_cases", "cols"): "constant column names",
-    ("evaluation/reports.py", "iter_cases", 'text=", ch.content" if include_text else ""'): "one of two literals",
-    ("evaluation/reports.py", "iter_cases", 'join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" '
-                                      'if include_text else ""'): "one of two literals",
-    ("evaluation/reports.py", "case_overview", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
-    ("evaluation/reports.py", "case_overview", "order"): "one of two literal ORDER BY lists",
-    ("evaluation/reports.py", "iter_cases", "mode=mode"): "one of the literal filters of _MODE_FILTER",
-    ("evaluation/runs.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment",
-    ("evaluation/runs.py", "sweep_abandoned", "EFFECTIVE_STATUS"): "constant SQL fragment",
-    ("evaluation/runs.py", "get_run", "RUN_COLUMNS"): "constant SQL fragment",
-    ("evaluation/runs.py", "get_run", "RUN_FROM"): "constant SQL fragment",
-    ("evaluation/runs.py", "list_runs", "RUN_COLUMNS"): "constant SQL fragment",
-    ("evaluation/runs.py", "list_runs", "RUN_FROM"): "constant SQL fragment",
-    ("evaluation/runs.py", "list_runs", "where"): "_run_filter's literal 'column = :param' predicates",
-    ("evaluation/runs.py", "count_runs", "RUN_FROM"): "constant SQL fragment",
-    ("evaluation/runs.py", "count_runs", "where"): "_run_filter's literal 'column = :param' predicates",
-    ("evaluation/runs.py", "_run_filter", "EFFECTIVE_STATUS"): "constant SQL fragment",
 }
 _SQL_WORDS = re.compile(r"\b(SELECT|INSERT INTO|UPDATE|DELETE FROM|CREATE|DROP|ALTER|REINDEX|COPY|WHERE|FROM|JOIN|"
                         r"ORDER BY|GROUP BY|LIMIT|VALUES|SET|AS)\b")

@@ -15,7 +15,7 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    from rag_pipeline.storage.engine import database_url, get_engine
+    from rag_pipeline.storage.engine import database_url, get_engine  # noqa: PLC0415 - the engine imports this env
 
     engine = get_engine(database_url(), migrate=False)
     with engine.connect() as conn:

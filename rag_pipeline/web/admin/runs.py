@@ -55,8 +55,8 @@ def run_page(request: Request, engine: Engine, run_id: str, q: Annotated[str, Qu
     label_integrity = stored.get("label_integrity") or {}
     return render(request, "run.html", {
         "s": summary, "cases": cases, "reasons": sorted(reasons.items(), key=lambda kv: -kv[1]), "zero": zero_count,
-        "total": total, "matching": matching, "baseline": baseline[0] if baseline else None, "truncated": total > MAX_ROWS,
-        "headline": stored.get("first_line"), "label_integrity": label_integrity,
+        "total": total, "matching": matching, "baseline": baseline[0] if baseline else None,
+        "truncated": total > MAX_ROWS, "headline": stored.get("first_line"), "label_integrity": label_integrity,
         "miss_counts": (stored.get("miss_reasons") or {}).get("counts") or {}, "case_url": case_url,
         "dataset_url": f"{BASE}/kb/{quote(summary['knowledge_base']['name'], safe='')}/datasets/"
                        f"{quote(summary['dataset']['name'], safe='')}"})

@@ -1,0 +1,61 @@
+"""Statements on the stored candidate pools (the view ``retrieval_evaluation_candidates``)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+_MODE_FILTERS = {"default": " AND (c.is_selected OR c.is_relevant)", "all": "", "selected": " AND c.is_selected",
+                 "relevant": " AND c.is_relevant"}
+_REPORT_SQL = """
+SELECT c.case_id, c.chunk_id, c.document_id, c.document_name, c.rank, c.vector_score, c.vector_rank,
+       c.keyword_score, c.keyword_rank, c.rerank_score, c.final_score, c.is_relevant, c.relevance_grade,
+       c.is_selected, c.strategy_version{text}
+FROM retrieval_evaluation_candidates c{join}
+WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases){mode}
+ORDER BY c.case_id, c.rank
+"""
+
+
+def report_statement(mode: str, include_text: bool) -> sa.TextClause:
+    """The candidates of a report's cases (``:run``, ``:cases``) that candidate mode ``mode`` lists, by case and
+    rank; ``include_text``: with the chunk's ``content``."""
+    return sa.text(_REPORT_SQL.format(
+        text=", ch.content" if include_text else "",
+        join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" if include_text else "",
+        mode=_MODE_FILTERS.get(mode, "")))
+
+
+def pools_of_run(conn, run_id) -> list[sa.RowMapping]:
+    """Every candidate of a run with its leg scores and ranks, by case and rank (``conn``: a connection or a
+    session)."""
+    return conn.execute(sa.text(
+        "SELECT case_id, chunk_id::text AS chunk_id, rank, vector_score, vector_rank, keyword_score, "
+        "keyword_rank, rerank_score, final_score, is_relevant, strategy_version "
+        "FROM retrieval_evaluation_candidates WHERE evaluation_run_id = CAST(:run_id AS uuid) "
+        "ORDER BY case_id, rank"), {"run_id": str(run_id)}).mappings().all()
+
+
+def leg_scores(conn: sa.Connection, run_id, cases: list[str]) -> list[sa.RowMapping]:
+    """The leg scores and ranks of every candidate of the cases."""
+    return conn.execute(sa.text("""
+SELECT c.case_id, c.chunk_id::text AS chunk_id, c.vector_score, c.vector_rank, c.keyword_score, c.keyword_rank
+FROM retrieval_evaluation_candidates c
+WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases)
+"""), {"run": run_id, "cases": cases}).mappings().all()
+
+
+def pool_of_case(conn: sa.Connection, run_id, case_id: str) -> list[sa.RowMapping]:
+    """One case's pool by rank: chunk id, rank, leg scores and ranks, final score."""
+    return conn.execute(sa.text(
+        "SELECT chunk_id::text AS chunk_id, rank, vector_score, vector_rank, keyword_score, keyword_rank, "
+        "final_score FROM retrieval_evaluation_candidates WHERE evaluation_run_id = CAST(:id AS uuid) "
+        "AND case_id = :case ORDER BY rank"), {"id": str(run_id), "case": case_id}).mappings().all()
+
+
+def top_candidates(conn: sa.Connection, run_ids: list[str], cases: list[str], top: int) -> list[sa.Row]:
+    """The candidates ranked ``top`` or better of the cases in the runs, by rank."""
+    return conn.execute(sa.text(
+        "SELECT evaluation_run_id::text AS run_id, case_id, chunk_id::text AS chunk_id, document_name, rank, "
+        "is_relevant FROM retrieval_evaluation_candidates WHERE evaluation_run_id = ANY(CAST(:runs AS uuid[])) "
+        "AND case_id = ANY(:cases) AND rank <= :top ORDER BY rank"),
+        {"runs": run_ids, "cases": cases, "top": top}).all()

@@ -1,0 +1,199 @@
+"""Statements on one evaluation run's row (``retrieval_evaluation_runs``): its lifecycle and reading it back.
+
+``stale`` is the heartbeat age (seconds) after which a ``running`` run counts as ``abandoned``
+(:data:`EFFECTIVE_STATUS`); the lifecycle rules themselves are in :mod:`rag_pipeline.evaluation.runs`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import sqlalchemy as sa
+
+from rag_pipeline.evaluation.metrics import METRIC_NAMES
+
+EFFECTIVE_STATUS = (
+    "CASE WHEN r.status = 'running' AND r.heartbeat_at < now() - make_interval(secs => :stale) "
+    "THEN 'abandoned' ELSE r.status END"
+)
+RUN_COLUMNS = f"""
+    r.id, {EFFECTIVE_STATUS} AS status, r.is_current, r.strategy_version, r.params_hash, r.strategy_params,
+    r.embedding_model, r.knowledge_base_version, r.partition_key, r.dagster_run_id, r.case_count, r.candidate_count,
+    r.precision_at_k, r.recall_at_k, r.reciprocal_rank, r.ndcg_at_k, r.hit_at_k, r.average_precision_at_k,
+    r.r_precision, r.timings, r.summary, r.error, r.started_at, r.heartbeat_at, r.finished_at, r.cases_done,
+    r.queued_at,
+    d.id AS dataset_id, d.name AS dataset_name, d.content_hash AS dataset_version, d.source_path,
+    d.case_count AS dataset_case_count, kb.id AS knowledge_base_id, kb.name AS knowledge_base_name
+"""
+RUN_FROM = """
+    FROM retrieval_evaluation_runs r
+    JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+    JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+"""
+
+_INSERT_RUN_SQL = sa.text(
+    "INSERT INTO retrieval_evaluation_runs (id, dataset_id, knowledge_base_id, strategy_version, "
+    "params_hash, strategy_params, embedding_model, status, is_current, partition_key, dagster_run_id, "
+    "case_count, candidate_count, queued_at) VALUES (:id, :ds, :kb, :v, :h, CAST(:p AS jsonb), :m, :status, "
+    "false, :pk, :dr, 0, 0, CASE WHEN :queued THEN now() END)")
+HEARTBEAT_SQL = sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clock_timestamp() "
+                        "WHERE id = :id AND status = 'running'")
+_PROGRESS_SQL = sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clock_timestamp(), "
+                        "cases_done = coalesce(:done, cases_done) WHERE id = :id AND status = 'running'")
+
+
+def insert_run(conn: sa.Connection, run_id: uuid.UUID, *, dataset_id, knowledge_base_id, strategy, params_hash: str,
+               partition_key: str | None, dagster_run_id: str | None, queued: bool) -> None:
+    """A new run row, ``running`` (``queued``: ``queued``, with its queue time), not current."""
+    conn.execute(_INSERT_RUN_SQL, {
+        "id": run_id, "ds": dataset_id, "kb": knowledge_base_id, "v": strategy.version, "h": params_hash,
+        "p": json.dumps(strategy.params(), sort_keys=True, allow_nan=False),
+        "m": strategy.embedding_model if strategy.vector_candidate_k else None, "pk": partition_key,
+        "dr": dagster_run_id, "status": "queued" if queued else "running", "queued": queued})
+
+
+def set_knowledge_base_version(conn: sa.Connection, run_id, version: str) -> None:
+    conn.execute(sa.text("UPDATE retrieval_evaluation_runs SET knowledge_base_version = :v WHERE id = :id"),
+                 {"id": run_id, "v": version})
+
+
+def start_queued(conn: sa.Connection, run_id, *, strategy_version: str, params_hash: str, dataset_id,
+                 dagster_run_id: str | None) -> bool:
+    """Move the run to ``running`` if it is still queued for this strategy, parameters and dataset version."""
+    return conn.execute(sa.text(
+        "UPDATE retrieval_evaluation_runs SET status = 'running', started_at = now(), heartbeat_at = now(), "
+        "dagster_run_id = coalesce(:dr, dagster_run_id) WHERE id = :id AND status = 'queued' "
+        "AND strategy_version = :v AND params_hash = :h AND dataset_id = :ds RETURNING id"),
+        {"id": run_id, "dr": dagster_run_id, "v": strategy_version, "h": params_hash, "ds": dataset_id}
+    ).first() is not None
+
+
+def queue_state(conn: sa.Connection, run_id) -> sa.Row | None:
+    """``status, strategy_version, params_hash, dataset_id`` of a run (None: no such run)."""
+    return conn.execute(sa.text(
+        "SELECT status, strategy_version, params_hash, dataset_id FROM retrieval_evaluation_runs "
+        "WHERE id = :id"), {"id": run_id}).first()
+
+
+def create_candidate_partition(conn: sa.Connection, run_id) -> None:
+    conn.execute(sa.text("SELECT rag_candidate_partition(:id)"), {"id": run_id})
+
+
+def progress(conn: sa.Connection, run_id, cases_done: int | None) -> None:
+    """The heartbeat now, and ``cases_done`` when given."""
+    conn.execute(_PROGRESS_SQL, {"id": run_id, "done": cases_done})
+
+
+def mark_failed(conn: sa.Connection, run_id, error: str) -> None:
+    conn.execute(sa.text(
+        "UPDATE retrieval_evaluation_runs SET status = 'failed', error = :e, finished_at = clock_timestamp(), "
+        "is_current = false WHERE id = :id AND status IN ('running', 'queued')"
+    ), {"id": run_id, "e": error})
+
+
+def sweep_abandoned(conn: sa.Connection, *, stale: int) -> int:
+    return conn.execute(sa.text(
+        "UPDATE retrieval_evaluation_runs r SET status = 'abandoned', finished_at = now(), "
+        "error = coalesce(r.error, 'no heartbeat since ' || r.heartbeat_at || ' (process stopped?)') "
+        f"WHERE r.status = 'running' AND ({EFFECTIVE_STATUS}) = 'abandoned'"
+    ), {"stale": stale}).rowcount
+
+
+def runs_in_id_range(conn: sa.Connection, lo: str, hi: str, limit: int) -> list[sa.Row]:
+    """Runs whose id lies in [``lo``, ``hi``] (32 hex digits each), newest first: id, strategy, dataset, start."""
+    return conn.execute(sa.text(
+        "SELECT r.id, r.strategy_version, d.name AS dataset_name, r.started_at "
+        "FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id "
+        "WHERE r.id BETWEEN CAST(:lo AS uuid) AND CAST(:hi AS uuid) ORDER BY r.started_at DESC, r.id LIMIT :n"
+    ), {"lo": lo, "hi": hi, "n": limit}).all()
+
+
+def run_row(conn: sa.Connection, run_id: uuid.UUID, *, stale: int) -> sa.Row | None:
+    """One run's :data:`RUN_COLUMNS`."""
+    return conn.execute(sa.text(f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id = :id"),
+                        {"id": run_id, "stale": stale}).first()
+
+
+def _run_filter(*, stale: int, knowledge_base_id=None, dataset: str | None = None, strategy: str | None = None,
+                current_only: bool = False, status: str | None = None, run_ids=None) -> tuple[str, dict]:
+    where, params = ["true"], {"stale": stale}
+    if status:
+        where.append(f"({EFFECTIVE_STATUS}) = :status")
+        params["status"] = status
+    if run_ids is not None:
+        where.append("r.id = ANY(:ids)")
+        params["ids"] = [uuid.UUID(str(i)) for i in run_ids]
+    if knowledge_base_id is not None:
+        where.append("r.knowledge_base_id = :kb")
+        params["kb"] = knowledge_base_id
+    if dataset:
+        where.append("d.name = :ds")
+        params["ds"] = dataset
+    if strategy:
+        where.append("r.strategy_version = :sv")
+        params["sv"] = strategy
+    if current_only:
+        where.append("r.is_current")
+    return " AND ".join(where), params
+
+
+def list_runs(conn: sa.Connection, *, limit: int, offset: int, **filters) -> list[sa.Row]:
+    """:data:`RUN_COLUMNS` of the runs :func:`_run_filter` selects, latest submitted first."""
+    where, params = _run_filter(**filters)
+    return conn.execute(sa.text(
+        f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE {where} "
+        "ORDER BY coalesce(r.queued_at, r.started_at) DESC, r.started_at DESC, r.id LIMIT :limit OFFSET :offset"
+    ), {**params, "limit": int(limit), "offset": int(offset)}).all()
+
+
+def count_runs(conn: sa.Connection, **filters) -> int:
+    where, params = _run_filter(**filters)
+    return conn.execute(sa.text(f"SELECT count(*) {RUN_FROM} WHERE {where}"), params).scalar_one()
+
+
+def run_strategy(conn: sa.Connection, run_id) -> sa.Row | None:
+    """``strategy_version, strategy_params, knowledge_base_id`` and the headline averages of a run."""
+    return conn.execute(sa.text(
+        "SELECT r.strategy_version, r.strategy_params, r.knowledge_base_id, r.ndcg_at_k, r.recall_at_k, "
+        "r.precision_at_k, r.reciprocal_rank FROM retrieval_evaluation_runs r WHERE r.id = CAST(:id AS uuid)"),
+        {"id": str(run_id)}).first()
+
+
+def knowledge_base_state(conn: sa.Connection, run_id) -> str | None:
+    """The run's knowledge-base id and the ``xmin`` of that row (None: no such run)."""
+    return conn.execute(sa.text(
+        "SELECT k.id::text || ':' || k.xmin::text FROM retrieval_evaluation_runs r "
+        "JOIN knowledge_bases k ON k.id = r.knowledge_base_id WHERE r.id = CAST(:id AS uuid)"),
+        {"id": str(run_id)}).scalar()
+
+
+def lock_current_slot(conn: sa.Connection, key: str) -> None:
+    """Serialise, until the transaction ends, everyone who elects the current run of ``key``."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key})
+
+
+def mark_succeeded(conn: sa.Connection, run_id, *, averages, case_count: int, candidate_count: int,
+                   timings: str, summary: str) -> int:
+    """Write a ``running`` run's results (``timings``, ``summary``: JSON text) as ``succeeded``; rows updated."""
+    sets = ", ".join(f"{m} = :{m}" for m in METRIC_NAMES)
+    return conn.execute(sa.text(
+        f"UPDATE retrieval_evaluation_runs SET status = 'succeeded', case_count = :cases, cases_done = :cases, "
+        f"candidate_count = :cands, {sets}, timings = CAST(:timings AS jsonb), summary = CAST(:summary AS jsonb), "
+        "error = NULL, finished_at = clock_timestamp(), heartbeat_at = now() WHERE id = :id AND status = 'running'"
+    ), {"id": run_id, "cases": case_count, "cands": candidate_count,
+        **{m: float(averages[m]) for m in METRIC_NAMES}, "timings": timings,
+        "summary": summary}).rowcount
+
+
+def elect_current(conn: sa.Connection, *, dataset_name: str, knowledge_base_name: str, strategy_version: str) -> None:
+    """Make the succeeded run on the dataset's latest version with the latest start the current one."""
+    conn.execute(sa.text("""
+WITH slot AS (
+    SELECT r.id, r.is_current, row_number() OVER (ORDER BY d.last_seen_at DESC, r.started_at DESC, r.id) AS place
+    FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+    WHERE d.name = :ds AND d.knowledge_base_name = :kb AND r.strategy_version = :sv AND r.status = 'succeeded'
+)
+UPDATE retrieval_evaluation_runs r SET is_current = (slot.place = 1)
+FROM slot WHERE r.id = slot.id AND r.is_current <> (slot.place = 1)
+"""), {"ds": dataset_name, "kb": knowledge_base_name, "sv": strategy_version})
