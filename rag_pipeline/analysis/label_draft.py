@@ -18,8 +18,8 @@ it, and :func:`export_cases` turns it into dataset cases. A draft is a JSON obje
 
 Candidates are ordered by how strongly the strategies agree (sum over strategies of 1 / (60 + rank), then the
 best rank, then chunk id). Grades 0-3 are what the labelling keys give (a dataset allows 0-10, so a prior label
-keeps its grade). Exported case: the relevant ids as a list (seed form) when every judged candidate has grade 1
-(or with ``binary``), else the judged candidates as graded ``{chunk_id: grade}`` (grade 0 = judged not relevant,
+keeps its grade). Exported case: the relevant ids as a list (the original design's form) when every judged candidate has
+grade 1 (or with ``binary``), else the judged candidates as graded ``{chunk_id: grade}`` (grade 0 = judged not relevant,
 kept); unjudged candidates are left out; a question without a relevant candidate, or
 skipped, is not exported (listed instead). Nothing here touches the database.
 """

@@ -1,10 +1,10 @@
-"""``rag-pipeline evaluate | runs | show``: offline evaluation (seed §7.2) and run history (seed §6.2).
+"""``rag-pipeline evaluate | runs | show``: offline runs (docs/design.md §7.2) and history (docs/design.md §6.2).
 
 Same service as the Dagster assets, no Dagster daemon needed. Every run is stored in the database;
 reports are built from the database, so ``evaluate --output`` and ``show`` print the same JSON (sized for people:
 ``--candidates default`` lists each case's selected and relevant candidates, ``all`` the full pool; ``--case`` one
 case; ``--format jsonl`` streams one case per line).
-Every run starts with the label check (seed §8): a dataset with no valid label is refused (exit 2); with
+Every run starts with the label check (docs/design.md §8): a dataset with no valid label is refused (exit 2); with
 ``--strict`` any invalid label is (exit 1); otherwise the first output line says how many labels are invalid
 and why. Errors print one line ``rag-pipeline: error: ...`` (a dataset with several problems lists them on
 the following lines) and exit 2; a database error mid-run exits 3; a bug exits 70 (traceback with
@@ -62,7 +62,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _print_label_headline(report) -> None:
-    """The first output line of a run with invalid labels (seed §8): counts, the cause, an example and its fix."""
+    """The first output line of a run with invalid labels (docs/design.md §8): counts, cause, example and fix."""
     headline = service.label_headline(report)
     if headline:
         print(f"warning: {headline}", flush=True)
@@ -165,7 +165,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     kb = p.add_mutually_exclusive_group()
     kb.add_argument("--knowledge-base", help="knowledge base name (optional if the dataset names it)")
     kb.add_argument("--knowledge-base-id", help="knowledge base id")
-    p.add_argument("--dataset", required=True, help="dataset JSON (seed array, or {knowledge_base, cases})")
+    p.add_argument("--dataset", required=True, help="dataset JSON (a bare array of cases, or {knowledge_base, cases})")
     p.add_argument("--strategy", action="append", dest="strategies", metavar="VERSION",
                    help=f"strategy version, repeatable (default {DEFAULT_STRATEGY})")
     p.add_argument("--output", help="report JSON; with several strategies one file per strategy "

@@ -34,7 +34,7 @@ CANDIDATE_MODES: tuple[str, ...] = CandidateMode.__args__
 
 
 class Candidate(Strict):
-    """One candidate of a case's pool (seed §4.1): every leg's score and rank, relevance and selection."""
+    """One candidate of a case's pool (docs/design.md §4.1): every leg's score and rank, relevance and selection."""
 
     chunk_id: str
     document_id: str
@@ -100,7 +100,7 @@ MissReasons = Annotated[list[dict[str, Any]] | None, WithJsonSchema(
 
 
 class CaseReport(Strict):
-    """One case of a run (seed §6.3): ids, grades, metrics, miss reasons and candidates."""
+    """One case of a run (docs/design.md §6.3): ids, grades, metrics, miss reasons and candidates."""
 
     case_id: str
     case_index: int

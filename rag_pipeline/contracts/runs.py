@@ -145,6 +145,6 @@ class EvaluateResponse(BaseModel):
     dataset_version: str
     knowledge_base: str
     runs: list[LaunchedRun]
-    label_warning: str | None = Field(None, description="Some labels are not searchable chunks (seed §8): "
+    label_warning: str | None = Field(None, description="Some labels are not searchable chunks (docs/design.md §8): "
                                                         "counts, the dominant cause and an example with its fix.")
     queue: QueueInfo

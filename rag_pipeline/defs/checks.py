@@ -64,8 +64,8 @@ with warnings.catch_warnings():  # a partitioned check is a Dagster "preview" fe
     label_integrity = dg.asset_check(
         asset=evaluation_dataset, name="label_integrity", blocking=True, partitions_def=evaluation_partitions,
         description="Every relevant id must be a current chunk of the knowledge base whose document is READY, "
-                    "PUBLISHED and not deleted (seed §8). ERROR (blocks the evaluation) when a case has no valid "
-                    "label; WARN when some labels are invalid.")(_label_integrity)
+                    "PUBLISHED and not deleted (docs/design.md §8). ERROR (blocks the evaluation) when a case has no "
+                    "valid label; WARN when some labels are invalid.")(_label_integrity)
 
 
 def regression_gate_result(comparison: Comparison, gate: GateResult) -> dg.AssetCheckResult:

@@ -51,7 +51,7 @@ def fail_fast_unless_transient():
 
 class EvaluationDatasetConfig(dg.Config):
     knowledge_base: str = ""
-    """Knowledge base for a bare seed-array dataset file (object-form files name their own)."""
+    """Knowledge base for a bare-array dataset file (object-form files name their own)."""
     dataset_id: str = ""
     """A stored dataset version to evaluate instead of the file (set by the HTTP API for an uploaded dataset)."""
 
@@ -72,7 +72,7 @@ class EvaluationRunConfig(dg.Config):
           retry_policy=RETRY_POLICY, pool=POOL)
 def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationDatasetConfig,
                        rag_db: RagDatabase) -> dg.MaterializeResult:
-    """The labelled dataset ``datasets/<dataset>.json`` (seed §2), validated and stored as a version.
+    """The labelled dataset ``datasets/<dataset>.json`` (docs/design.md §2), validated and stored as a version.
 
     Every problem of the file is reported at once (file, case index and case_id, field) and nothing is
     written. A valid file becomes a row of ``retrieval_evaluation_datasets`` keyed by the SHA-256 of its

@@ -21,7 +21,7 @@ def display_float(x: float) -> dg.FloatMetadataValue:
     """A float metadata value rounded by :func:`display_number`."""
     return dg.MetadataValue.float(display_number(x))
 
-CANDIDATES_DOC = """The full candidate pool of every case (seed §4.1), one row per candidate in
+CANDIDATES_DOC = """The full candidate pool of every case (docs/design.md §4.1), one row per candidate in
 ``retrieval_evaluation_candidates``: chunk and document ids, document name, final rank, vector/keyword
 scores and per-leg ranks, rerank and final score, ``is_relevant``, ``is_selected`` (within the case's k),
 strategy version. No chunk text. Written with COPY in the run's single transaction."""
@@ -32,7 +32,7 @@ of the first relevant chunk in the whole pool. Metadata: a per-case table with t
 
 SUMMARY_DOC = """The evaluation run (``retrieval_evaluation_runs``): metric averages, counts, strategy version
 and parameter hash, dataset version, knowledge base, embedding model, timings, status. The newest
-succeeded run of a dataset × strategy is ``is_current``; older runs are kept as history. The four seed
+succeeded run of a dataset × strategy is ``is_current``; older runs are kept as history. The four headline
 averages are numeric metadata, so the UI plots them across partitions and over time."""
 
 

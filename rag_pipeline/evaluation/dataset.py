@@ -1,4 +1,4 @@
-"""Evaluation datasets: read, validate and version a labelled JSON file (seed §2).
+"""Evaluation datasets: read, validate and version a labelled JSON file (docs/design.md §2).
 
 A file is a bare array of cases or an object with ``cases`` (the shapes: :mod:`rag_pipeline.contracts.dataset`,
 whose pydantic models validate it; :mod:`rag_pipeline.evaluation.dataset_problems` words their errors). A graded

@@ -1,6 +1,6 @@
 """Label integrity: is every relevant id of every case a searchable chunk of the evaluated knowledge base?
 
-Seed §8 ("all metrics are 0") as code. Each ``(case_id, chunk_id)`` of an id that counts as relevant
+docs/design.md §8 ("all metrics are 0") as code. Each ``(case_id, chunk_id)`` of an id that counts as relevant
 (grade >= 1; an id judged grade 0 cannot make a case score 0 and is not checked) gets exactly one status:
 
 ============================  ========================================================================

@@ -11,7 +11,7 @@ Definitions (rank ``r`` is 1-based, ``R`` is the number of relevant ids):
 
 * ``precision_at_k`` -- relevant ids in the top k / k (trec_eval ``P_k``). It
   divides by k even when fewer than k ids were retrieved, so for short lists it
-  is lower than the seed's "TopK relevant / TopK total".
+  is lower than the original design's "TopK relevant / TopK total".
 * ``recall_at_k`` -- relevant ids in the top k / R (trec_eval ``recall_k``).
 * ``reciprocal_rank`` -- 1 / rank of the first relevant id within the top k, 0 if
   there is none (MRR@k, ranx ``mrr@k``; trec_eval ``recip_rank`` has no cutoff).
@@ -123,7 +123,7 @@ def evaluate_retrieval(
 
 
 def average_metrics(metrics: Sequence[RetrievalMetrics]) -> RetrievalMetrics:
-    """Return the per-metric arithmetic mean; an empty input gives all 0.0 (seed behaviour)."""
+    """Return the per-metric arithmetic mean; an empty input gives all 0.0 (docs/design.md §5.5)."""
     if not metrics:
         return RetrievalMetrics(*([0.0] * len(METRIC_NAMES)))
     means = np.mean(np.array([astuple(m) for m in metrics], dtype=np.float64), axis=0)

@@ -27,8 +27,8 @@ CANDIDATE_COLUMNS = (
     "keyword_rank", "rerank_score", "final_score", "is_selected", "relevance_grade",
 )
 """The stored columns of a candidate (``retrieval_evaluation_candidate_rows``); the view
-``retrieval_evaluation_candidates`` adds the seed fields a join gives (case_id, document_id, document_name,
-strategy_version, is_relevant = grade >= 1)."""
+``retrieval_evaluation_candidates`` adds the docs/design.md §4.1 fields a join gives (case_id, document_id,
+document_name, strategy_version, is_relevant = grade >= 1)."""
 CASE_RESULT_COLUMNS = (
     "evaluation_run_id", "case_id", "case_index", "question", "k", "relevant_chunk_ids",
     "retrieved_chunk_ids", "first_relevant_rank", *METRIC_NAMES, "miss_reasons", "relevance_grades",
@@ -59,7 +59,7 @@ CANDIDATE_TYPES = ("uuid", "int4", "uuid", "int4", "float8", "int2", "float8", "
 
 
 def copy_candidates(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
-    """Rows in :data:`CANDIDATE_COLUMNS` order (no chunk text, seed §4; ``relevance_grade`` None = not judged)
+    """Rows in :data:`CANDIDATE_COLUMNS` order (no chunk text, docs/design.md §4; ``relevance_grade`` None = not judged)
     into the run's partition (created with the run by :func:`rag_pipeline.evaluation.runs.create_run`), by binary
     COPY: the run and chunk ids as ``uuid.UUID`` (:func:`candidate_rows` makes such rows)."""
     return copy_rows(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, rows, CANDIDATE_TYPES)

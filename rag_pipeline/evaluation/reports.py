@@ -6,8 +6,8 @@ JSON Lines (``fmt="jsonl"``: a header line with the summary, then one line per c
 
 Which candidates a case lists (:data:`CANDIDATE_MODES`, keyword ``candidates`` of :func:`iter_cases`,
 :func:`build_report`, :func:`write_report`): ``default`` — the selected ones plus every relevant candidate
-(grade >= 1), with the case's ``miss_reasons`` (the diagnosis of each relevant chunk that was missed): all the
-seed's detail needs; ``all`` — the full pool; ``selected``; ``relevant``; ``none`` (metrics and miss reasons
+(grade >= 1), with the case's ``miss_reasons`` (the diagnosis of each relevant chunk that was missed): all the detail
+of docs/design.md §6.3 needs; ``all`` — the full pool; ``selected``; ``relevant``; ``none`` (metrics and miss reasons
 only). ``case_id`` restricts a report to one case.
 Each case shows its ``relevance_grades`` (every judged id -> grade, 0 = judged not relevant) and each
 candidate its ``relevance_grade`` (None = not judged by the case). A run with a rerank stage shows both ranks:

@@ -124,7 +124,7 @@ def evaluate_dataset(
         missing = relevant_ids_missing(conn, kb.id, dataset)
     if missing:
         logger.warning(f"{missing} relevant chunk id(s) of dataset {dataset.name!r} are not chunks of knowledge "
-                       f"base {kb.name!r}: those cases cannot score (seed §8: check the ids)")
+                       f"base {kb.name!r}: those cases cannot score (docs/design.md §8: check the ids)")
     with engine.begin() as conn:
         params_hash = register_strategy(conn, strategy)
         dataset_id = persistence.store_dataset(conn, dataset, kb.name)

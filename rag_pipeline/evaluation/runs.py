@@ -220,7 +220,7 @@ def get_run(conn: sa.Connection, run_id) -> sa.Row:
 
 
 def list_runs(conn: sa.Connection, *, limit: int = 100, offset: int = 0, **filters) -> list[sa.Row]:
-    """Run history, newest first (seed §6.2 ``GET /knowledge-bases/{id}/retrieval/runs``). Filters:
+    """Run history, newest first (docs/design.md §6.2 ``GET /knowledge-bases/{id}/retrieval/runs``). Filters:
     ``knowledge_base_id``, ``dataset``, ``strategy``, ``current_only``, ``status`` (the effective status: a stale
     ``running`` run is ``abandoned``), ``run_ids``. Newest = latest submitted (``queued_at``, else started)."""
     return queries.list_runs(conn, limit=limit, offset=offset, stale=stale_after_seconds(), **filters)

@@ -1,8 +1,8 @@
 """Import a BEIR-layout benchmark (``corpus.jsonl``, ``queries.jsonl``, ``qrels.tsv`` or ``qrels/<split>.tsv``).
 
 The corpus becomes a knowledge base with one chunk per BEIR document (title + blank line + text, like
-Anserini's title+text runs), so labels stay exact; the qrels become an evaluation dataset in the seed's
-format with the real, deterministic chunk ids.
+Anserini's title+text runs), so labels stay exact; the qrels become an evaluation dataset in the format of
+docs/design.md §2 with the real, deterministic chunk ids.
 
 The import is faithful: nothing is dropped without a word. A document without text (it would get no chunk)
 is not ingested; a query without text, with only grade-0 judgements, or whose relevant documents were all

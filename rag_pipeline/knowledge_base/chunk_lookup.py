@@ -1,6 +1,6 @@
 """Finding chunks to label: list a knowledge base's searchable chunks, match a phrase, fetch chunks by id.
 
-What a person labels are ``document_chunks.id`` values (seed §2); these queries show them with their document,
+What a person labels are ``document_chunks.id`` values (docs/design.md §2); these queries show them with their document,
 ordinal, character span and text, so nobody has to write the three-table join by hand. "Searchable" is the one
 rule of :data:`queries.documents.SEARCHABLE_DOCUMENT_SQL` (a current chunk of a READY, PUBLISHED, not deleted document):
 exactly the chunks a label may name. :func:`chunks_by_ids` also returns replaced (``is_current = false``) chunks

@@ -2,11 +2,11 @@
 
 Modes (a knowledge-base setting, used by ingestion *and* by queries — the same path both ways):
 
-- ``simple``  Postgres ``simple`` configuration: lower-cased words, no stemming (the seed's choice).
+- ``simple``  Postgres ``simple`` configuration: lower-cased words, no stemming (the original design's choice).
 - ``english`` Postgres ``english`` configuration: Snowball stemming and stop words.
 - ``chinese`` text segmented by ``jieba`` (dictionary shipped in the wheel) into space-separated words,
   then ``simple``. Postgres ``simple`` alone keeps a whole unspaced Chinese sentence as one token,
-  which the seed lists as a known weakness.
+  which docs/design.md §10 lists as a known weakness.
 
 A question becomes an OR-query over its lexemes (built in SQL by :data:`OR_TSQUERY_SQL`, parameterised,
 so operators such as ``& | ! ( ) : * <->`` in a question are searched as text, never parsed), at most

@@ -8,7 +8,7 @@ postings (measured in ``bench/RESULTS.md``, "Keyword top-k").
 
 Why the scores are bit-identical, not merely close:
 
-- every input comes from the same rows as the SQL reads — the *searchable* chunks (seed ``base_filters``),
+- every input comes from the same rows as the SQL reads — the *searchable* chunks (docs/design.md §3.3),
   ``chunk_terms.tf``, ``knowledge_base_term_stats.doc_freq``, ``knowledge_bases.chunk_count`` / avg length — and
   ``idf`` itself is computed by the server with the very expression of the SQL leg;
 - each posting's contribution ``idf · tf · (k1 + 1) / (tf + k1 · (1 - b + b · dl / avgdl))`` is evaluated in

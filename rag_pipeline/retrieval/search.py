@@ -1,4 +1,4 @@
-"""Hybrid retrieval with a full trace (seed §3): vector leg + keyword leg → merged, fused, ordered pool.
+"""Hybrid retrieval with a full trace (docs/design.md §3): vector leg + keyword leg → merged, fused, ordered pool.
 
 For one knowledge base, a :class:`~rag_pipeline.retrieval.strategies.Strategy` and a question:
 
@@ -12,7 +12,7 @@ For one knowledge base, a :class:`~rag_pipeline.retrieval.strategies.Strategy` a
    ``hnsw.max_scan_tuples``), that question is searched again exactly (sequential scan).
 2. **Keyword leg** (``keyword_candidate_k`` > 0): the question becomes an OR-tsquery with the KB's
    text-search mode (simple / english / chinese segmentation: the ingestion path). Scorer
-   ``ts_rank_cd`` = ``ts_rank_cd(content_tsvector, q, 32)`` = rank/(rank+1) in [0, 1) (the seed's
+   ``ts_rank_cd`` = ``ts_rank_cd(content_tsvector, q, 32)`` = rank/(rank+1) in [0, 1) (the original design's
    choice, hybrid-v1), or ``bm25`` = real BM25 over the ingestion-time term statistics (:mod:`bm25_sql`; in an
    evaluation from the postings in memory, :mod:`bm25_index`, identical results).
 3. Merge by chunk id (a chunk found by both legs appears once; a leg that did not return it has
@@ -23,7 +23,7 @@ For one knowledge base, a :class:`~rag_pipeline.retrieval.strategies.Strategy` a
 Hostile questions: the keyword leg uses at most ``textsearch.MAX_QUERY_TERMS`` (64) distinct lexemes, the
 first ones in question order, and every statement runs under ``RAG_STATEMENT_TIMEOUT_S`` (default 60 s).
 
-Searchable = seed ``base_filters``: chunk of that KB, current, document READY, PUBLISHED, not deleted.
+Searchable (docs/design.md §3.3) = chunk of that KB, current, document READY, PUBLISHED, not deleted.
 Scores in a candidate are the *raw* leg scores; normalisation only shapes ``final_score``. Within a leg,
 equal scores are ranked by chunk id. Optional stages (:mod:`stages`): ``complete_pool`` fills every pooled
 chunk's missing leg score before fusion; ``rerank`` re-scores the fused pool (``rerank_score``).
@@ -60,7 +60,7 @@ __all__ = ["Candidate", "LegHit", "RetrievalError", "RetrievalTrace", "Statement
 def hybrid_search_with_trace(
     conn: sa.Connection, *, knowledge_base_id, query: str, strategy: Strategy, limit: int | None = None
 ) -> RetrievalTrace:
-    """Search one question (seed ``hybrid_search_with_trace``); ``limit`` defaults to ``strategy.final_top_k``."""
+    """Search one question (docs/design.md §3.1); ``limit`` defaults to ``strategy.final_top_k``."""
     limits = None if limit is None else [limit]
     return hybrid_search_batch(conn, knowledge_base_id=knowledge_base_id, queries=[query], strategy=strategy,
                                limits=limits)[0]

@@ -6,7 +6,7 @@ and runs the per-question search in a ``CROSS JOIN LATERAL`` subquery, so one ro
 whole batch and the single-question path is the batch of one (identical results by construction).
 Each row carries ``query_index`` (1-based position of its question in the batch).
 
-Seed ``base_filters``: a chunk is searchable iff it belongs to the knowledge base, is current (not
+Searchable (docs/design.md §3.3): a chunk is searchable iff it belongs to the knowledge base, is current (not
 replaced by a re-ingestion) and its document is READY, PUBLISHED and not deleted.
 
 Values always travel as bind parameters. The only text spliced in is the embedding *dimension*,
@@ -91,7 +91,7 @@ _TSQUERY = textsearch.OR_TSQUERY_SQL.replace(":qtext", "q.query_text")
 if _TSQUERY == textsearch.OR_TSQUERY_SQL:  # pragma: no cover - guards a change in textsearch
     raise RuntimeError("textsearch.OR_TSQUERY_SQL no longer uses the :qtext parameter")
 
-# Every searchable chunk matching the question's OR-tsquery ``t.tsq``, with its seed keyword score:
+# Every searchable chunk matching the question's OR-tsquery ``t.tsq``, with its ts_rank_cd keyword score (hybrid-v1):
 # ts_rank_cd(tsvector, query, 32) = rank / (rank + 1), a float4 in [0, 1). Used by both keyword legs below.
 _TS_RANK_CD_MATCHES = f"""
     SELECT c.id AS chunk_id, c.document_id, d.original_name AS document_name,
@@ -101,7 +101,7 @@ _TS_RANK_CD_MATCHES = f"""
     WHERE c.content_tsvector @@ t.tsq
       AND {BASE_FILTERS}"""
 
-# Keyword leg, seed scorer: the top :k matches. A question without lexemes has a NULL tsquery and matches
+# Keyword leg, hybrid-v1's scorer: the top :k matches. A question without lexemes has a NULL tsquery and matches
 # nothing.
 TS_RANK_CD_LEG_SQL = f"""
 SELECT q.ord AS query_index, hit.chunk_id, hit.document_id, hit.document_name, hit.score

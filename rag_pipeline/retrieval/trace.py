@@ -1,4 +1,4 @@
-"""What a retrieval returns: the candidate pool of one question with every leg's score and rank (seed §4.1)."""
+"""What a retrieval returns: one question's candidate pool with every leg's score and rank (docs/design.md §4.1)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ class RetrievalError(BadInputError, RuntimeError):
 
 @dataclass(frozen=True)
 class Candidate:
-    """One chunk of the merged pool, with every score that explains its place (seed §4.1)."""
+    """One chunk of the merged pool, with every score that explains its place (docs/design.md §4.1)."""
 
     chunk_id: str
     document_id: str

@@ -81,7 +81,7 @@ class DatasetCheck:
 
 
 def check_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | None = None) -> DatasetCheck:
-    """Classify every relevant id of a dataset file against its knowledge base (seed §8).
+    """Classify every relevant id of a dataset file against its knowledge base (docs/design.md §8).
 
     A file whose only problems are malformed ids is still checked (those ids get status ``not_a_uuid``);
     any other problem raises :class:`DatasetError`."""

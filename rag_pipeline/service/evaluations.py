@@ -55,14 +55,14 @@ def plan_evaluation(dataset_path: str | Path, strategies: Sequence[str] = (DEFAU
                     knowledge_base: str | None = None) -> EvaluationPlan:
     """Validate the strategy versions and the whole dataset file before anything is written.
 
-    ``knowledge_base`` (a name) is needed for a bare seed-array file and must agree with an object file's."""
+    ``knowledge_base`` (a name) is needed for a bare-array file and must agree with an object file's."""
     registry = load_registry()
     chosen = tuple(get_strategy(v, registry) for v in dict.fromkeys(strategies))
     return EvaluationPlan(load_dataset(dataset_path, knowledge_base=knowledge_base), chosen)
 
 
 def check_labels_first(engine: sa.Engine, dataset: Dataset, *, strict: bool = False) -> LabelReport:
-    """The label check every run starts with (seed §8). No valid label at all → :class:`LabelsRefused`
+    """The label check every run starts with (docs/design.md §8). No valid label at all → :class:`LabelsRefused`
     (nothing would be measured); with ``strict``, any invalid label → :class:`CheckFailed`. Otherwise the
     report, whose :func:`label_headline` a front end shows first."""
     with engine.connect() as conn:
@@ -89,7 +89,7 @@ def label_headline(report: LabelReport) -> str | None:
 
 
 def _checklist(report: LabelReport) -> str:
-    """The seed §8 checklist line of the most frequent invalid status."""
+    """The docs/design.md §8 checklist line of the most frequent invalid status."""
     counts = {s: n for s, n in report.counts().items() if s != "ok"}
     dominant = max(counts, key=counts.get)
     line = first_line({"dominant_reason": dominant, "dominant_count": counts[dominant], "labels": len(report.rows)})
@@ -143,7 +143,7 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
 
 
 def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[dict]:
-    """The summary (seed §6.3 ``summary``) of each run, in order."""
+    """The summary (docs/design.md §6.3 ``summary``) of each run, in order."""
     with engine.connect() as conn:
         return [reports.summary_of(runs.get_run(conn, run_id)) for run_id in run_ids]
 
@@ -176,8 +176,8 @@ class CaseNotFoundError(runs.RunNotFoundError):
 
 def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "default", case_id: str | None = None,
                       offset: int = 0, limit: int | None = None, include_text: bool = False) -> dict:
-    """Seed §6.3 detail of a run (id or unique prefix): ``report_version``, ``summary``, a page of ``cases`` with
-    their candidates as ``candidates`` selects (:data:`reports.CANDIDATE_MODES`), ``case_id`` for one case;
+    """docs/design.md §6.3 detail of a run (id or unique prefix): ``report_version``, ``summary``, a page of ``cases``
+    with their candidates as ``candidates`` selects (:data:`reports.CANDIDATE_MODES`), ``case_id`` for one case;
     ``include_text`` adds each candidate's chunk text, looked up live (never stored with the candidates)."""
     with engine.connect() as conn:
         run_uuid = runs.resolve_run_id(conn, run_id)

@@ -1,7 +1,7 @@
 """Run history for the admin console: metrics over time, a run's cases, one case's pool, two runs side by side.
 
-Read-only operations over the evaluation tables (seed §6.1). :func:`metric_history` gives every succeeded run of
-a dataset (all versions, oldest first) for the "each metric over time" chart; :func:`run_cases` the per-case
+Read-only operations over the evaluation tables (docs/design.md §6.1). :func:`metric_history` gives every succeeded run
+of a dataset (all versions, oldest first) for the "each metric over time" chart; :func:`run_cases` the per-case
 table of a run (metrics, first relevant rank, miss reasons); :func:`case_detail` one case with its whole
 candidate pool, each relevant chunk's document and miss reason; :func:`chunk_texts` chunk text on demand (never
 stored with candidates); :func:`compare_runs` two runs paired by ``case_id`` with the statistics of
@@ -36,7 +36,7 @@ def dataset_versions(engine: sa.Engine, dataset: str, knowledge_base: str) -> tu
 
 
 PAIRED_METRICS = METRIC_NAMES[:6]
-"""What :func:`compare_runs` pairs: the seed's four metrics, hit and AP (MAP)."""
+"""What :func:`compare_runs` pairs: the four metrics of docs/design.md §5, hit and AP (MAP)."""
 
 
 class CaseNotFoundError(LookupError):

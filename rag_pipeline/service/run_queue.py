@@ -1,7 +1,7 @@
 """Queued evaluations: the run rows the HTTP API creates before it hands the work to Dagster.
 
 :func:`queue_evaluations` validates everything a run would refuse (knowledge base, dataset version, strategies
-and their applicability, the label check of seed §8, parameter conflicts) and then inserts one ``queued`` run
+and their applicability, the label check of docs/design.md §8, parameter conflicts) and then inserts one ``queued`` run
 per strategy in one transaction, each with the id its Dagster run will have, so nothing is queued when anything
 is wrong. The Dagster step that picks a run up moves it to ``running`` (``evaluate_stored(queued_run_id=...)``).
 """

@@ -1,4 +1,4 @@
-"""Evaluation tables (seed §6.1) plus per-case results and the strategy parameter registry.
+"""Evaluation tables (docs/design.md §6.1) plus per-case results and the strategy parameter registry.
 
 ``retrieval_evaluation_runs.status`` moves (``queued`` →) ``running`` → ``succeeded`` | ``failed``; a ``running``
 run whose ``heartbeat_at`` is stale is shown as ``abandoned``. ``queued``: submitted by the HTTP API to Dagster,
@@ -113,8 +113,8 @@ CANDIDATE_PARTITION_PREFIX = "eval_candidates_"
 
 
 class RetrievalEvaluationCandidateRow(Base):
-    """Storage of seed §4.1's candidate snapshots (no chunk text): one row per candidate of the full pool of one
-    case, in its run's own partition (``PARTITION BY LIST (evaluation_run_id)``; the partition is created with
+    """Storage of the candidate snapshots of docs/design.md §4.1 (no chunk text): one row per candidate of the full pool
+    of one case, in its run's own partition (``PARTITION BY LIST (evaluation_run_id)``; the partition is created with
     the run by ``rag_candidate_partition(run_id)`` and dropped with it, so removing a run is a metadata operation).
 
     Only what no join gives is stored: ``case_index`` (the case's ``case_id`` is in the case results),
@@ -122,7 +122,7 @@ class RetrievalEvaluationCandidateRow(Base):
     ``is_selected`` and ``relevance_grade`` (0-10; 0 = judged not relevant; NULL = not judged; the run gives
     ``strategy_version``; ``is_relevant`` = grade >= 1). Columns are ordered widest first (no padding).
     Read it through the view ``retrieval_evaluation_candidates`` (:data:`CANDIDATES_VIEW`), which has every
-    seed §4.1 field under its seed name."""
+    docs/design.md §4.1 field under its original name."""
 
     __tablename__ = "retrieval_evaluation_candidate_rows"
     evaluation_run_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
@@ -145,7 +145,7 @@ class RetrievalEvaluationCandidateRow(Base):
 
 
 CANDIDATES_VIEW = "retrieval_evaluation_candidates"
-"""The seed's table name, a view over :class:`RetrievalEvaluationCandidateRow` with every seed §4.1 field."""
+"""The original name (docs/design.md §4.1): a view over :class:`RetrievalEvaluationCandidateRow` with every field."""
 
 _VIEWS = MetaData()  # not Base.metadata: the schema comparison knows tables, not views
 
@@ -155,8 +155,8 @@ class _ViewBase(DeclarativeBase):
 
 
 class RetrievalEvaluationCandidate(_ViewBase):
-    """The view ``retrieval_evaluation_candidates`` (seed §4.1 fields, the seed's ORM name). An insert is routed
-    by an INSTEAD OF trigger into the run's partition (the case result must exist: it gives ``case_index``)."""
+    """The view ``retrieval_evaluation_candidates`` (the fields and ORM name of docs/design.md §4.1). An insert is
+    routed by an INSTEAD OF trigger into the run's partition (the case result must exist: it gives ``case_index``)."""
 
     __tablename__ = CANDIDATES_VIEW
     evaluation_run_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)

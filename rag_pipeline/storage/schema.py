@@ -1,13 +1,13 @@
 """The database schema: SQLAlchemy 2 typed models (Alembic migrations in ``migrations/`` create them).
 
-Knowledge base side (seed names): ``knowledge_bases``, ``documents``, ``document_chunks``,
+Knowledge base side (the original design's names): ``knowledge_bases``, ``documents``, ``document_chunks``,
 ``chunk_embeddings`` (one row per current chunk *per embedding model*, so strategies can compare models;
 an HNSW cosine index per knowledge base × model is created by
 :func:`rag_pipeline.storage.engine.ensure_embedding_model`),
 ``embedding_models``, and the BM25 term statistics ``chunk_terms`` / ``knowledge_base_term_stats``.
 
-Evaluation side (seed §6.1): ``retrieval_evaluation_datasets``, ``retrieval_evaluation_runs``,
-``retrieval_evaluation_candidates`` (seed §4.1 fields, never chunk text), plus
+Evaluation side (docs/design.md §6.1): ``retrieval_evaluation_datasets``, ``retrieval_evaluation_runs``,
+``retrieval_evaluation_candidates`` (docs/design.md §4.1 fields, never chunk text), plus
 ``retrieval_evaluation_case_results`` and ``retrieval_strategies`` (parameter hash per version).
 """
 

@@ -1,4 +1,4 @@
-"""The HTTP front end: the seed's API (``/api/v1``, JSON, OpenAPI at ``/docs``) and the admin console (``/admin``).
+"""The HTTP front end: the API (docs/design.md §6.2: ``/api/v1``, OpenAPI at ``/docs``) and the console (``/admin``).
 
 FastAPI "bigger applications" layout: :func:`rag_pipeline.web.app.create_app` builds the application from the
 routers of :mod:`rag_pipeline.web.api` and :mod:`rag_pipeline.web.admin`; :mod:`.dependencies` gives them the

@@ -36,8 +36,8 @@ the server has `RAG_API_TOKEN`, every call needs `Authorization: Bearer <token>`
 
 TAGS = [
     {"name": "knowledge bases", "description": "Knowledge bases with their counts, models and applicable strategies."},
-    {"name": "datasets", "description": "Labelled evaluation datasets (seed §2), validated like the files."},
-    {"name": "evaluations", "description": "Evaluation runs (seed §6.2): launch, history, detail with candidates."},
+    {"name": "datasets", "description": "Labelled evaluation datasets (docs/design.md §2), validated like the files."},
+    {"name": "evaluations", "description": "Evaluation runs (docs/design.md §6.2): launch, history, per-case detail."},
     {"name": "comparisons", "description": "Strategies compared with a baseline: significance and regression gate."},
     {"name": "health", "description": "Liveness."},
 ]

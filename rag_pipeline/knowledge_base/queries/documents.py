@@ -6,8 +6,8 @@ import sqlalchemy as sa
 
 from rag_pipeline.storage.schema import DocumentPublicationStatus, DocumentStatus
 
-# The seed's rule for what retrieval may return, defined once: a document that is READY, PUBLISHED and not
-# deleted (its current chunks). Used by the retrieval SQL, the counts below and the label check.
+# The rule for what retrieval may return (docs/design.md §3.3), defined once: a document that is READY, PUBLISHED and
+# not deleted (its current chunks). Used by the retrieval SQL, the counts below and the label check.
 SEARCHABLE_STATUS = DocumentStatus.READY.value
 SEARCHABLE_PUBLICATION = DocumentPublicationStatus.PUBLISHED.value
 SEARCHABLE_DOCUMENT_SQL = (f"d.status = '{SEARCHABLE_STATUS}' AND d.publication_status = '{SEARCHABLE_PUBLICATION}' "

@@ -1,4 +1,4 @@
-"""The admin console at ``/admin/retrieval-evaluations`` (seed §7.1): server-rendered pages over the service layer.
+"""The admin console ``/admin/retrieval-evaluations`` (docs/design.md §7.1): server-rendered pages over the service.
 
 ``router`` (prefix ``/admin``) is what :func:`rag_pipeline.web.app.create_app` includes. Every page needs
 :func:`rag_pipeline.web.security.require_console_user`; every form carries the CSRF token of

@@ -1,8 +1,8 @@
 """Knowledge bases → datasets: the console's start page, a knowledge base's page and the dataset upload.
 
 An upload is validated exactly like a file (every problem at once, each with its case index, case_id and field;
-nothing stored when there is one) and, once stored, opens its dataset's dashboard, where the label check (seed
-§8) is shown with its fixes before anything runs.
+nothing stored when there is one) and, once stored, opens its dataset's dashboard, where the label check
+(docs/design.md §8) is shown with its fixes before anything runs.
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from rag_pipeline.service.evaluations import METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.web.security import api_token, csrf_token
 
 BASE = "/admin/retrieval-evaluations"
-"""The console's root path (the seed's admin page)."""
+"""The console's root path (docs/design.md §7.1)."""
 TABLE_METRICS = METRIC_NAMES[:6]
-"""The metrics of the console's tables: the seed's four, then hit and MAP (AP@k)."""
+"""The metrics of the console's tables: the four of docs/design.md §5, then hit and MAP (AP@k)."""
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 _TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".svg": "image/svg+xml",

@@ -32,11 +32,11 @@ _UPLOAD_BODY = {
     "required": True,
     "content": {
         "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
-            "file": {"type": "string", "format": "binary", "description": "The dataset JSON file (seed §2)."},
+            "file": {"type": "string", "format": "binary", "description": "The dataset JSON file (docs/design.md §2)."},
             "name": {"type": "string", "description": "Dataset name (default: the file name's stem; the "
                                                       "content's `name` field must agree)."}}}},
         "application/json": {"schema": {"description": "The dataset itself: an array of cases, or an object "
-                                                       "with `cases` (the file format, seed §2).",
+                                                       "with `cases` (the file format, docs/design.md §2).",
                                         "oneOf": [{"type": "array"}, {"type": "object"}]}},
     },
 }

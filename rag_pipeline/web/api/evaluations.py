@@ -1,4 +1,4 @@
-"""Seed §6.2: launch an evaluation (``POST .../retrieval/evaluate``), the run history
+"""docs/design.md §6.2: launch an evaluation (``POST .../retrieval/evaluate``), the run history
 (``GET .../retrieval/runs``) and a run's detail with its candidates (``GET /retrieval/evaluations/{run_id}``)."""
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ class EvaluateRequest(BaseModel):
                                                                   "base (uploaded or evaluated before).")
     dataset_version: str | None = Field(None, max_length=64, description="With `dataset`: a version hash or a "
                                                                          "prefix of one (default: the latest).")
-    cases: list[Any] | None = Field(None, description="Inline cases in the file format (seed §2), validated like "
-                                                      "a file; stored as a version of dataset `name`.")
+    cases: list[Any] | None = Field(None, description="Inline cases in the file format (docs/design.md §2), validated "
+                                                      "like a file; stored as a version of dataset `name`.")
     name: str | None = Field(None, max_length=200, description="With `cases`: the dataset's name.")
     strategy_versions: list[str] | None = Field(None, max_length=100, description="Default: every strategy the "
                                                 "knowledge base can run (it has the strategy's embedding model).")
@@ -56,8 +56,8 @@ def evaluate(body: EvaluateRequest, engine: Engine, launcher: DagsterLauncher,
     version of dataset `name`), and submit each as a Dagster run of `evaluate_retrieval` for the partition
     `<dataset>|<strategy>`. Answers 202 at once: the runs are `queued`; poll `links.self`
     (`queued` → `running` with `cases_done` → `succeeded` | `failed` | `abandoned`). `queue.message` says when
-    no Dagster daemon is picking runs up, and how to start one. Labels are checked first (seed §8): none valid →
-    422, nothing queued; some invalid → `label_warning`."""
+    no Dagster daemon is picking runs up, and how to start one. Labels are checked first (docs/design.md §8): none valid
+    → 422, nothing queued; some invalid → `label_warning`."""
     kb = evaluations.knowledge_base_name(engine, id)
     if (body.dataset is None) == (body.cases is None):
         raise HTTPProblem(422, "give either `dataset` (the name of a stored dataset) or `cases` (inline cases "
@@ -104,7 +104,7 @@ def list_runs(engine: Engine, launcher: DagsterLauncher, page: Paging, id: str =
 
 
 @router.get("/retrieval/evaluations/{run_id}", response_model=EvaluationDetail, response_model_exclude_unset=True,
-            summary="A run's detail with per-case candidates (seed §6.3)")
+            summary="A run's detail with per-case candidates (docs/design.md §6.3)")
 def get_evaluation(engine: Engine, launcher: DagsterLauncher,
                    run_id: Annotated[str, Path(max_length=64, description="A run id, or a unique prefix of at "
                                                                           "least 4 hex digits.")],

@@ -21,6 +21,6 @@ def list_knowledge_bases(engine: Engine):
 
 
 @router.get("/knowledge-bases/{id}", response_model=KnowledgeBaseInfo, summary="One knowledge base")
-def get_knowledge_base(engine: Engine, id: str = KnowledgeBaseId):  # noqa: A002 - the seed's path parameter
+def get_knowledge_base(engine: Engine, id: str = KnowledgeBaseId):  # noqa: A002 - the API's path parameter
     """One knowledge base, as the list shows it; 404 for an unknown name or id."""
     return catalog.describe_knowledge_base(engine, id)

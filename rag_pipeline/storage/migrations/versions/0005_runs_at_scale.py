@@ -11,8 +11,8 @@ Create Date: 2026-12-01
   position; its ``case_id`` is in ``retrieval_evaluation_case_results``), chunk id, the scores and ranks,
   ``is_selected`` and ``relevance_grade``. ``document_id`` / ``document_name`` come from the chunk,
   ``strategy_version`` from the run, ``is_relevant`` = grade >= 1.
-* ``retrieval_evaluation_candidates`` (the seed's name) becomes a view with every seed §4.1 field (plus
-  ``relevance_grade``, ``vector_rank``, ``keyword_rank``, ``rerank_score``), so every reader is unchanged.
+* ``retrieval_evaluation_candidates`` (the original design's name) becomes a view with every docs/design.md §4.1 field
+  (plus ``relevance_grade``, ``vector_rank``, ``keyword_rank``, ``rerank_score``), so every reader is unchanged.
   An INSTEAD OF INSERT trigger routes a row written to the view into its run's partition.
 * Deleting a run row (retention, or a knowledge base deletion cascading to its runs) drops its partition
   (trigger ``rag_drop_candidate_partition``): a metadata operation, not a DELETE of its rows.
