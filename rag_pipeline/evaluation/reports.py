@@ -188,8 +188,7 @@ def write_report(conn: sa.Connection, run_id, fp: IO[str], *, include_text: bool
             fp.write(_line(case))
             n += 1
         return n
-    fp.write('{\n  "report_version": %d,\n  "candidates": %s,\n  "summary": ' % (REPORT_VERSION,
-                                                                               json.dumps(candidates)))
+    fp.write(f'{{\n  "report_version": {REPORT_VERSION:d},\n  "candidates": {json.dumps(candidates)},\n  "summary": ')
     fp.write(_indented(summary))
     fp.write(',\n  "cases": [')
     for case in stream:

@@ -4,20 +4,23 @@ Plain arguments in (an engine, names, paths, numbers), typed results out (the mo
 :mod:`rag_pipeline.contracts`); no argparse, no Dagster, no JSON rendering here. The front ends parse their
 input, call one operation and render its result.
 
-| operations | module |
-|---|---|
-| ``ingest``, ``import_beir``, ``knowledge_base_stats``, ``set_document_state`` | :mod:`.knowledge_bases` |
-| ``register_dataset``, ``check_dataset``, ``check_stored_dataset``, ``resolve_dataset`` | :mod:`.datasets` |
-| ``plan_evaluation``, ``evaluate``, ``evaluate_stored``, ``knowledge_base_name``, ``list_runs``, ``run_page``, ``evaluation_detail``, ``run_summaries``, ``write_report``, ``case_tables`` | :mod:`.evaluations` |
-| ``list_knowledge_bases``, ``describe_knowledge_base``, ``choose_strategies``, ``list_datasets``, ``find_dataset``, ``store_uploaded_dataset`` | :mod:`.catalog` |
-| ``queue_evaluations`` (queued runs the HTTP API hands to Dagster), ``queued_runs``, ``fail_queued`` | :mod:`.run_queue` |
-| ``compare``, ``tune``, ``add_strategy`` | :mod:`.analysis` |
-| ``find_chunks`` (list or search the chunk ids to label) | :mod:`.labelling` |
-| ``pool``, ``suggest``, ``export_draft``, ``store_draft``, the console's drafts (pooled judging) | :mod:`.label_drafts` |
-| ``fix_labels``, ``fix_dataset``, ``fix_stored_labels``, ``remap_note`` (labels across a re-chunking) | :mod:`.label_fixes` |
-| ``metric_history``, ``dataset_versions``, ``run_cases``, ``case_detail``, ``chunk_texts``, ``compare_runs`` (the admin console's reads) | :mod:`.history` |
-| ``case_diagnosis`` (one case, exact global leg ranks, on demand) | :mod:`.case_diagnosis` |
-| ``get_engine``, the database URLs, the embedded server, ``TRANSIENT_ERRORS`` (for the front ends) | :mod:`.database` |
+Operations by module:
+
+- :mod:`.knowledge_bases`: ``ingest``, ``import_beir``, ``knowledge_base_stats``, ``set_document_state``
+- :mod:`.datasets`: ``register_dataset``, ``check_dataset``, ``check_stored_dataset``, ``resolve_dataset``
+- :mod:`.evaluations`: ``plan_evaluation``, ``evaluate``, ``evaluate_stored``, ``knowledge_base_name``, ``list_runs``,
+  ``run_page``, ``evaluation_detail``, ``run_summaries``, ``write_report``, ``case_tables``
+- :mod:`.catalog`: ``list_knowledge_bases``, ``describe_knowledge_base``, ``choose_strategies``, ``list_datasets``,
+  ``find_dataset``, ``store_uploaded_dataset``
+- :mod:`.run_queue`: ``queue_evaluations`` (queued runs the HTTP API hands to Dagster), ``queued_runs``, ``fail_queued``
+- :mod:`.analysis`: ``compare``, ``tune``, ``add_strategy``
+- :mod:`.labelling`: ``find_chunks`` (list or search the chunk ids to label)
+- :mod:`.label_drafts`: ``pool``, ``suggest``, ``export_draft``, ``store_draft``, the console's drafts (pooled judging)
+- :mod:`.label_fixes`: ``fix_labels``, ``fix_dataset``, ``fix_stored_labels``, ``remap_note`` (after a re-chunking)
+- :mod:`.history`: ``metric_history``, ``dataset_versions``, ``run_cases``, ``case_detail``, ``chunk_texts``,
+  ``compare_runs`` (the admin console's reads)
+- :mod:`.case_diagnosis`: ``case_diagnosis`` (one case, exact global leg ranks, on demand)
+- :mod:`.database`: ``get_engine``, the database URLs, the embedded server, ``TRANSIENT_ERRORS``
 
 Errors meant for the user are :class:`rag_pipeline.contracts.errors.RagError` of one kind (a front end shows the
 message, not a traceback, and maps the kind); :data:`.database.TRANSIENT_ERRORS` are worth a bounded retry.

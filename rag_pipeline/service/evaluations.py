@@ -33,7 +33,7 @@ from rag_pipeline.storage.snapshot_readers import reader_count
 DEFAULT_STRATEGY = "hybrid-v1"
 
 
-class LabelsRefused(BadInputError, ValueError):
+class LabelsRefused(BadInputError, ValueError):  # noqa: N818 - like CheckFailed, a verdict the user is shown
     """No label of the dataset is a searchable chunk of its knowledge base: a run would measure nothing."""
 
 

@@ -2,8 +2,8 @@
 
 ``retrieval_evaluation_runs.status`` moves (``queued`` →) ``running`` → ``succeeded`` | ``failed``; a ``running``
 run whose ``heartbeat_at`` is stale is shown as ``abandoned``. ``queued``: submitted by the HTTP API to Dagster,
-not started yet; ``cases_done`` counts the cases evaluated so far (updated per batch). Readers only treat ``succeeded`` runs as
-results, so a run's candidates, case results and summary count together or not at all.
+not started yet; ``cases_done`` counts the cases evaluated so far (updated per batch). Readers only treat
+``succeeded`` runs as results, so a run's candidates, case results and summary count together or not at all.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def create_app(launcher: Launcher | None = None) -> FastAPI:
                     responses=problems.PROBLEM_RESPONSES)
     for module in (knowledge_bases, datasets, evaluations, comparisons):
         api.include_router(module.router)
-    api.include_router(chunks.router)  # GET /knowledge-bases/{id}/chunks (labelling, issue 17)
+    api.include_router(chunks.router)  # GET /knowledge-bases/{id}/chunks (the chunk ids a labeller picks)
     app.include_router(api)
     app.include_router(health.router)
     app.include_router(security.router)

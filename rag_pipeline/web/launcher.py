@@ -116,7 +116,7 @@ class Launcher:
     def instance(self):
         """The ``dagster.DagsterInstance`` of ``DAGSTER_HOME`` (opened once). Dagster reads ``DAGSTER_HOME`` and
         ``RAG_DAGSTER_PG_URL`` from the process environment: ``rag-pipeline serve`` starts with them there."""
-        import dagster as dg
+        import dagster as dg  # noqa: PLC0415 - Dagster only when the launcher is used (the app loads without it)
 
         with self._lock:
             if self._instance is None:
@@ -217,7 +217,7 @@ class Launcher:
             return 0
         by_id = {r.dagster_run_id: r for r in waiting}
         ended = 0
-        import dagster as dg
+        import dagster as dg  # noqa: PLC0415 - Dagster only when the launcher is used (the app loads without it)
 
         records = self.instance().get_runs(filters=dg.RunsFilter(run_ids=list(by_id)))
         for record in records:

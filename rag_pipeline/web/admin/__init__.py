@@ -26,6 +26,6 @@ router = APIRouter(prefix="/admin", tags=["admin console"], include_in_schema=Fa
 router.include_router(static_router)
 for _module in (overview, datasets, runs, compare):
     router.include_router(_module.router)
-router.include_router(labelling.router)  # questions → pooled candidates → graded → dataset version (issue 17)
+router.include_router(labelling.router)  # questions → pooled candidates → graded → dataset version
 
 __all__ = ["router", "templates"]

@@ -1,4 +1,4 @@
-"""Labelling in the console (issue 17): questions → pooled candidates with text → tick relevant / grade → save as a
+"""Labelling in the console: questions → pooled candidates with text → tick relevant / grade → save as a
 new dataset version (``/admin/retrieval-evaluations/kb/{kb}/labelling``).
 
 The same operations as ``rag-pipeline suggest`` / ``label`` (:mod:`rag_pipeline.service.label_drafts`): a draft is
