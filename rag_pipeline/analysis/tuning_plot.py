@@ -42,9 +42,16 @@ def cjk_font() -> str | None:
     """The name of an installed font with CJK glyphs (from :data:`CJK_FONTS`, else any "CJK" font), or None."""
     from matplotlib import font_manager  # noqa: PLC0415 - matplotlib only when a chart is drawn
 
-    names = {f.name for f in font_manager.fontManager.ttflist}
-    return next((n for n in CJK_FONTS if n in names), None) or next(
-        (n for n in sorted(names) if "CJK" in n), None)
+    def pick() -> str | None:
+        names = {f.name for f in font_manager.fontManager.ttflist}
+        return next((n for n in CJK_FONTS if n in names), None) or next((n for n in sorted(names) if "CJK" in n), None)
+
+    if (found := pick()) is None:  # matplotlib's font cache predates a font installed since: add the system's CJK files
+        for path in font_manager.findSystemFonts():
+            if "cjk" in path.lower():
+                font_manager.fontManager.addfont(path)
+        found = pick()
+    return found
 
 
 @contextlib.contextmanager
