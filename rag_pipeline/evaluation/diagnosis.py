@@ -74,7 +74,7 @@ class MissReason:
 
     def as_dict(self) -> dict:
         """JSON-ready (stored in ``miss_reasons``): None fields dropped, pool context only for pool questions."""
-        # not dataclasses.asdict: its deep copies took 0.2 s per 1,000 cases of a run
+        # not dataclasses.asdict: its deep copies are the slow part at thousands of cases (bench/RESULTS.md)
         data = {key: value for key in _FIELDS if (value := getattr(self, key)) is not None}
         if self.is_label_problem:
             data = {key: data[key] for key in ("case_id", "chunk_id", "reason", "k", "label_detail") if key in data}

@@ -5,9 +5,9 @@ the futures and COPYs each batch when it is ready. Only the encoding runs in the
 statement stays on the caller's connection.
 
 Threads: the encoder and the database compete for the same cores when the server runs on this machine
-(the embedded server, or any server on localhost). Measured on 2 cores, 2,000 texts into a KB next to
-100k vectors: with the encoder's default 2 BLAS threads the overlapped ingestion took 12.2–13.1 s (no
-gain over encode-then-write), with 1 thread 7.6–8.3 s. So :func:`encoder_threads` leaves a local server
+(the embedded server, or any server on localhost): with as many BLAS threads as cores the overlapped
+ingestion gains nothing over encode-then-write, with one thread fewer it does (bench/RESULTS.md, "Ingestion vs
+raw encode"). So :func:`encoder_threads` leaves a local server
 one core (``cpu_count - 1`` threads) unless ``RAG_EMBED_THREADS`` says otherwise; a remote server gets
 every core.
 """

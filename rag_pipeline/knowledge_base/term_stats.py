@@ -21,9 +21,9 @@ inside :func:`tracking`, in the transaction of the change:
   avgdl by one aggregate over the searchable chunks (exact: ``avg`` of integers is a ``numeric``).
 
 The df work is linear in the postings of the affected documents; N/avgdl is one scan of the KB's current chunks.
-Measured (synthetic KB, 2 cores): un/publishing one document 24 ms at 5k chunks (215k postings), 68 ms at 20k,
-against 210 / 520 ms for rebuilding the whole KB's statistics. When the stored statistics are not those of the
-searchable chunks before the change (a KB written by an older version, which counted every current chunk),
+So a lifecycle change costs a fraction of rebuilding the whole KB's statistics (bench/stats_bench.py). When the
+stored statistics are not those of the searchable chunks before the change (a KB written by an older version,
+which counted every current chunk),
 the df of the whole KB is rebuilt instead (:func:`refresh_term_stats`), so such a KB is healed by its next change.
 """
 

@@ -2,7 +2,7 @@
 
 Same results as the SQL leg (:mod:`rag_pipeline.retrieval.bm25_sql`) — same top k, same tie order (score desc,
 then chunk id asc), **bit-identical scores** — at a fraction of its cost: the SQL joins and scores every posting
-of the question's terms in the server (~10 ms per question at 5k chunks, growing with the KB); here the
+of the question's terms in the server (a cost that grows with the KB); here the
 postings are one CSR row per lexeme and a question costs a few vectorised numpy operations over its terms'
 postings (measured in ``bench/RESULTS.md``, "Keyword top-k").
 
@@ -43,8 +43,8 @@ _POSTING = np.dtype([("hi", ">u8"), ("lo", ">u8"), ("tf", ">i4")])
 
 def _columns(keys: np.ndarray, postings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each posting's column (the index of its chunk in ``keys``, ascending uuids) and whether it has one (a
-    posting of a chunk that is not searchable has none). A binary search on the first 8 bytes as integers (half the
-    time of one on 16-byte strings: 0.5 s instead of 1.0 s for 4.3 M postings), then both halves compared; on the
+    posting of a chunk that is not searchable has none). A binary search on the first 8 bytes as integers (about
+    twice as fast as one on 16-byte strings), then both halves compared; on the
     rare equal first halves, on all 16."""
     hi, lo = keys["hi"].astype(np.uint64), keys["lo"].astype(np.uint64)
     if len(keys) > 1 and not ((hi[1:] > hi[:-1]) | ((hi[1:] == hi[:-1]) & (lo[1:] > lo[:-1]))).all():

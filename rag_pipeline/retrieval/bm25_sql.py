@@ -36,9 +36,9 @@ Choices, documented:
 Plan shape: df is a scalar subquery and the postings a ``LATERAL ... OFFSET 0`` subquery, so each query
 term is two primary-key lookups whatever the table statistics say. Right after an ingestion, before
 autovacuum has analysed the new rows, a free join order let the planner cross-join the KB's term stats
-with its postings (measured: 2.2 s instead of 6 ms for 4 questions on an 83-chunk KB). The cost is
-linear in the postings of the query terms (exhaustive scoring, no WAND): SciFact, 300 questions,
-1.1 M postings: ~2.5 s on 2 busy cores. An evaluation run serves this leg from
+with its postings (orders of magnitude slower even on a tiny KB). The cost is
+linear in the postings of the query terms (exhaustive scoring, no WAND; bench/RESULTS.md,
+"Keyword top-k"). An evaluation run serves this leg from
 :mod:`rag_pipeline.retrieval.bm25_index` instead (the KB's postings in memory: the same results, bit for bit,
 at a fraction of the cost); this SQL stays the reference and the path of single searches.
 """

@@ -203,7 +203,7 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> tuple[l
 
     def search(indexes, limit: int, exact: bool) -> list[list[LegHit]]:
         # ef_search >= the rows fetched: one HNSW pass returns at most ef_search rows, and the iterative scan that
-        # fetches the rest (the tie margin of vector_cut) costs ~70 % more than a pass of that size (bench/RESULTS.md)
+        # fetches the rest (the tie margin of vector_cut) costs more than one pass of that size (bench/RESULTS.md)
         ef_search = min(max(strategy.ef_search, limit), MAX_EF_SEARCH)
         retrieval_sql.set_vector_settings(conn, ef_search)
         rows = retrieval_sql.vector_leg(conn, dimension, {**params, "query_vectors": list(vectors[list(indexes)]),

@@ -47,7 +47,7 @@ SELECT set_config('hnsw.ef_search', CAST(:ef_search AS text), true),
 # holds, walked in distance order by pgvector's iterative scan — and keeps a vector only if its chunk is
 # searchable, a sub-select per visited vector (not a join: joined, the planner estimates the KB's chunks × its
 # vectors as a few dozen rows, picks an exact scan + sort of every vector of a small KB in a database holding
-# bigger ones, and a 5,000-chunk KB cost 50 ms per question instead of 4; bench/RESULTS.md, issue 21). The
+# bigger ones, an order of magnitude slower per question: bench/RESULTS.md, "Vector statement"). The
 # document columns are joined to the k rows afterwards.
 VECTOR_LEG_SQL = """
 SELECT q.ord AS query_index, hit.chunk_id, c.document_id, d.original_name AS document_name, hit.score

@@ -6,8 +6,8 @@ running between commands and is stopped explicitly with ``rag-pipeline db stop``
 
 Server settings: initdb's defaults (``shared_buffers=128MB``) are sized for a tiny machine. A knowledge base
 of 100,000 chunks with 512-d vectors has a ~200 MB vector table and a ~260 MB HNSW index; with 128 MB of
-buffers every search re-reads index pages (measured: vector leg 7.9 → 4.2 ms and ``ts_rank_cd`` keyword leg
-37 → 27 ms per question at 100k chunks with 1 GB). So when :func:`start` boots the server it applies
+buffers every search re-reads index pages (1 GB makes both legs markedly faster at 100k chunks:
+bench/RESULTS.md). So when :func:`start` boots the server it applies
 :func:`tuned_settings` with ``ALTER SYSTEM`` and restarts it once if they changed. ``shared_buffers`` is a
 quarter of the machine's memory capped at 1 GB (``RAG_PG_SHARED_BUFFERS``, e.g. ``256MB``, overrides it).
 A server that is already running is never restarted (other sessions may be using it); it picks the

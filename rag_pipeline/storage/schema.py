@@ -158,7 +158,7 @@ class ChunkTerm(Base):
     )
     tf: Mapped[int] = mapped_column(Integer, nullable=False)
     # The cascade from document_chunks, retiring replaced chunks and the token_count update look postings up by
-    # chunk: without it each deleted chunk scanned every posting (2,000 chunks next to 100k: > 4 minutes).
+    # chunk: without it each deleted chunk scanned every posting (minutes for a small KB next to a big one).
     __table_args__ = (Index("ix_chunk_terms_chunk_id", "chunk_id"),)
 
 

@@ -13,7 +13,7 @@ from rag_pipeline.evaluation.metrics import METRIC_NAMES
 def copy_rows(conn: sa.Connection, table: str, columns: Sequence[str], rows: Iterable[Sequence],
               binary_types: Sequence[str] | None = None) -> int:
     """COPY rows into ``table`` on the transaction's own psycopg 3 connection; with ``binary_types`` (the columns'
-    PostgreSQL types) in binary format, which the server stores without parsing text (~20 % faster here)."""
+    PostgreSQL types) in binary format, which the server stores without parsing text (faster: bench/RESULTS.md)."""
     raw = conn.connection.driver_connection
     n = 0
     binary = " WITH (FORMAT BINARY)" if binary_types else ""
