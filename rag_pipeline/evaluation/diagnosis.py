@@ -256,9 +256,3 @@ def first_line(summary: Mapping, averages: Mapping[str, float] | None = None) ->
         return None
     sentence = _SENTENCES[dominant].format(n=summary["dominant_count"], total=summary["labels"])
     return f"All metrics are 0: {sentence}."
-
-
-def case_summary(reasons: Iterable) -> str:
-    """Compact per-case text for reports and ``show``: ``2 hit, 1 not_in_pool``."""
-    counts = summarize(reasons)["counts"]
-    return ", ".join(f"{n} {reason}" for reason, n in counts.items()) or "no labels"

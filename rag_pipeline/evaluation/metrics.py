@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import astuple, make_dataclass
+from dataclasses import make_dataclass
 from itertools import islice
 from numbers import Integral
 
@@ -120,14 +120,6 @@ def evaluate_retrieval(
         average_precision_at_k=ap_sum / n_rel,
         r_precision=r_hits / n_rel,
     )
-
-
-def average_metrics(metrics: Sequence[RetrievalMetrics]) -> RetrievalMetrics:
-    """Return the per-metric arithmetic mean; an empty input gives all 0.0 (docs/design.md §5.5)."""
-    if not metrics:
-        return RetrievalMetrics(*([0.0] * len(METRIC_NAMES)))
-    means = np.mean(np.array([astuple(m) for m in metrics], dtype=np.float64), axis=0)
-    return RetrievalMetrics(*(float(v) for v in means))
 
 
 def _k_array(k: np.ndarray | Sequence[int] | int, n_cases: int) -> np.ndarray:

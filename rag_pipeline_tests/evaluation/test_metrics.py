@@ -14,8 +14,6 @@ from ranx import Qrels, Run, evaluate
 
 from rag_pipeline.evaluation.metrics import (
     METRIC_NAMES,
-    RetrievalMetrics,
-    average_metrics,
     batch_metrics,
     evaluate_many,
     evaluate_retrieval,
@@ -53,13 +51,6 @@ def test_short_list_precision_divides_by_k_and_duplicates_collapse() -> None:
     m = evaluate_retrieval(["a", "a", "b"], {"a"}, 5)
     assert m.precision_at_k == pytest.approx(1 / 5)
     assert m.recall_at_k == 1.0
-
-
-def test_average_metrics() -> None:
-    assert average_metrics([]) == RetrievalMetrics(*([0.0] * len(METRIC_NAMES)))
-    a = evaluate_retrieval(["x"], {"x"}, 1)
-    b = evaluate_retrieval(["y"], {"x"}, 1)
-    assert average_metrics([a, b]).as_dict() == dict.fromkeys(METRIC_NAMES, 0.5)
 
 
 @pytest.mark.parametrize("relevant", [set(), {}, {"a": 0}, {"a": -1.0}])
