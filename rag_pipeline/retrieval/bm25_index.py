@@ -91,9 +91,7 @@ class Bm25Index:
         """Read the KB's searchable postings and statistics on ``conn`` (its transaction's snapshot). With
         ``borrow`` (connections on the *same* snapshot, e.g. ``SnapshotReaders.borrow``) the postings are read in
         ``parts`` lexeme ranges of about equal size at once: ``conn`` reads the first, borrowed ones the others."""
-        kb = bm25_sql.kb_statistics(conn, knowledge_base_id)
-        chunks = bm25_sql.searchable_chunks(conn, knowledge_base_id)
-        terms = bm25_sql.term_idfs(conn, knowledge_base_id)
+        kb, chunks, terms = bm25_sql.index_inputs(conn, knowledge_base_id)
         term_row = {t.lexeme: i for i, t in enumerate(terms)}
         ranges = _lexeme_ranges(terms, parts if borrow is not None else 1)
 

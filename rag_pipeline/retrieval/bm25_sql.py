@@ -1,13 +1,8 @@
 """BM25 computed in PostgreSQL from the term statistics that ingestion keeps (``Postgres ts_rank`` is not BM25).
 
-Inputs, all maintained at ingestion from the *same lexemes the chunk's tsvector holds*
-(:mod:`rag_pipeline.knowledge_base.ingestion`, :mod:`rag_pipeline.knowledge_base.term_stats`):
-
-- ``chunk_terms.tf``                          term frequency of a lexeme in a chunk (its tsvector positions);
-- ``knowledge_base_term_stats.doc_freq``      df: current chunks of the KB containing the lexeme;
-- ``knowledge_bases.chunk_count``             N: current chunks of the KB;
-- ``knowledge_bases.avg_chunk_length``        avgdl: mean ``token_count``;
-- ``document_chunks.token_count``             dl: sum of the chunk's term frequencies.
+Inputs: ``chunk_terms.tf``, ``knowledge_base_term_stats.doc_freq`` (df), ``knowledge_bases.chunk_count`` (N)
+and ``avg_chunk_length`` (avgdl), ``document_chunks.token_count`` (dl), kept by
+:mod:`rag_pipeline.knowledge_base.term_stats`.
 
 Score of chunk d for question q (Robertson/Sparck Jones with Lucene's non-negative idf, as Anserini)::
 
@@ -24,10 +19,8 @@ Choices, documented:
   ts_rank_cd leg (:data:`rag_pipeline.knowledge_base.textsearch.QUERY_LEXEMES_SQL`).
 - The ``(k1 + 1)`` factor is kept (classic BM25; Lucene >= 8 drops this constant factor, which does
   not change any ranking; ``bm25s`` ``method="lucene"`` scores are ours divided by ``k1 + 1``).
-- N, df and avgdl describe exactly the *searchable* chunks of the KB (current chunks of READY, PUBLISHED,
-  not deleted documents), kept equal to them after every ingestion and every lifecycle change
-  (:mod:`rag_pipeline.knowledge_base.term_stats`), so the same searchable corpus scores the same whatever its
-  history.
+- N, df and avgdl describe exactly the *searchable* chunks of the KB (docs/design.md §3.3), so the same
+  searchable corpus scores the same whatever its history.
 - Postgres keeps at most 256 positions per lexeme in a tsvector, so tf saturates at 256 (irrelevant
   for chunks of normal size).
 - The sum over terms is an ordered aggregate (``ORDER BY lexeme``) so the float result does not depend
@@ -196,18 +189,12 @@ def bm25_params(k1: float, b: float) -> dict[str, float]:
     return {"k1": float(k1), "b": float(b)}
 
 
-def kb_statistics(conn: sa.Connection, kb_id) -> sa.Row:
-    """N (``n``) and avgdl (``avgdl``) of the knowledge base."""
-    return conn.execute(sa.text(_KB_SQL), {"kb": kb_id}).one()
-
-
-def searchable_chunks(conn: sa.Connection, kb_id) -> list[sa.Row]:
-    """The KB's searchable chunks in chunk-id order: id (text and 16-byte key), document, token count."""
-    return conn.execute(sa.text(_CHUNKS_SQL), {"kb": kb_id}).all()
-
-
-def term_idfs(conn: sa.Connection, kb_id) -> list[sa.Row]:
-    return conn.execute(sa.text(_TERMS_SQL), {"kb": kb_id}).all()
+def index_inputs(conn: sa.Connection, kb_id) -> tuple[sa.Row, list[sa.Row], list[sa.Row]]:
+    """N and avgdl (``n``, ``avgdl``) of the KB; its searchable chunks in chunk-id order (id as text and 16-byte
+    key, document, token count); every lexeme's ``doc_freq`` and ``idf``, in lexeme order."""
+    params = {"kb": kb_id}
+    return (conn.execute(sa.text(_KB_SQL), params).one(), conn.execute(sa.text(_CHUNKS_SQL), params).all(),
+            conn.execute(sa.text(_TERMS_SQL), params).all())
 
 
 def postings(conn: sa.Connection, kb_id, first: str | None, after: str | None) -> sa.CursorResult:

@@ -1,27 +1,11 @@
-"""Score fusion for hybrid retrieval: per-leg normalisation, weighted sum, RRF, ordering.
+"""Score fusion for hybrid retrieval: per-leg normalisation, weighted sum, RRF, ordering (docs/design.md §3.2, §3.3).
 
-One *pool* is the union (by chunk id) of the vector leg's and the keyword
-leg's candidates for one evaluation case. Per pool slot the caller passes
-``vector_score`` / ``keyword_score`` (NaN where that leg did not return the
-chunk) and ``vector_rank`` / ``keyword_rank`` (1-based; 0 or NaN where
-missing). A leg is *present* for a slot iff its score is not NaN.
-
-Normalisations act on the present scores of one leg within one pool:
-
-* ``none``   identity.
-* ``minmax`` ``(s - min) / (max - min)``; all-equal (incl. one value) -> 1.0.
-* ``zscore`` ``(s - mean) / std`` (population std); std 0 -> 0.0.
-* ``rank``   Borda-style from the leg's ranks: ``(n - rank + 1) / n`` with
-  ``n`` the deepest rank present in that leg of the pool (= the leg's result
-  count for ranks 1..N), so rank 1 -> 1.0 and the last rank -> 1/n.
-* ``dbsf``   distribution-based score fusion: ``(s - (mean - 3 std)) / (6 std)``
-  clipped to [0, 1] (population std); std 0 -> 1.0, like ``minmax``.
-
-After normalisation a missing leg contributes 0 ("a missing leg scores 0").
-Reductions (sums for mean / std) add the present values in ascending order,
-so results do not depend on slot order or padding: the batch functions
-(2-D ``(n_cases, pool_size)`` arrays plus a ``mask`` of valid slots) equal
-the 1-D functions bit for bit, and the 1-D functions are their one-row case.
+Per pool slot the caller passes ``vector_score`` / ``keyword_score`` (NaN where that leg did not return the
+chunk) and ``vector_rank`` / ``keyword_rank`` (1-based; 0 or NaN where missing); a leg is *present* for a slot
+iff its score is not NaN. ``rank`` normalisation uses ``n`` = the deepest rank present in that leg of the pool.
+Reductions (sums for mean / std) add the present values in ascending order, so results do not depend on slot
+order or padding: the batch functions (2-D ``(n_cases, pool_size)`` arrays plus a ``mask`` of valid slots)
+equal the 1-D functions bit for bit, and the 1-D functions are their one-row case.
 """
 
 from __future__ import annotations
@@ -128,16 +112,6 @@ def weighted_fusion_batch(vector_score: ArrayLike, keyword_score: ArrayLike,
     return np.where(valid, final, -np.inf)
 
 
-def weighted_fusion(vector_score: ArrayLike, keyword_score: ArrayLike, vector_weight: float,
-                    keyword_weight: float, normalization: str = "none",
-                    vector_rank: ArrayLike | None = None,
-                    keyword_rank: ArrayLike | None = None) -> np.ndarray:
-    """1-D :func:`weighted_fusion_batch` for one pool."""
-    return weighted_fusion_batch(_row(vector_score), _row(keyword_score), vector_weight,
-                                 keyword_weight, normalization, None, _row(vector_rank),
-                                 _row(keyword_rank))[0]
-
-
 def rrf_fusion_batch(vector_rank: ArrayLike, keyword_rank: ArrayLike, k: float = 60,
                      vector_weight: float = 1.0, keyword_weight: float = 1.0,
                      mask: ArrayLike | None = None) -> np.ndarray:
@@ -153,13 +127,6 @@ def rrf_fusion_batch(vector_rank: ArrayLike, keyword_rank: ArrayLike, k: float =
         rank = _present_ranks(ranks, present)
         final = final + np.where(present, weight / (k + np.where(present, rank, 1.0)), 0.0)
     return np.where(valid, final, -np.inf)
-
-
-def rrf_fusion(vector_rank: ArrayLike, keyword_rank: ArrayLike, k: float = 60,
-               vector_weight: float = 1.0, keyword_weight: float = 1.0) -> np.ndarray:
-    """1-D :func:`rrf_fusion_batch` for one pool."""
-    return rrf_fusion_batch(_row(vector_rank), _row(keyword_rank), k,
-                            vector_weight, keyword_weight)[0]
 
 
 def fuse_batch(strategy: Any, vector_score: ArrayLike, keyword_score: ArrayLike,

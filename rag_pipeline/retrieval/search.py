@@ -1,37 +1,8 @@
-"""Hybrid retrieval with a full trace (docs/design.md §3): vector leg + keyword leg → merged, fused, ordered pool.
+"""Hybrid retrieval with a full trace (docs/design.md §3.1): vector leg + keyword leg → merged, fused, ordered pool.
 
-For one knowledge base, a :class:`~rag_pipeline.retrieval.strategies.Strategy` and a question:
-
-1. **Vector leg** (``vector_candidate_k`` > 0): the ``strategy.embedding_model`` vectors of searchable
-   chunks, pgvector cosine distance through the model's partial HNSW index (``hnsw.ef_search`` from the
-   strategy, raised to the rows a statement fetches — k plus the tie margin — so one graph pass returns them;
-   iterative ``strict_order`` scans so the filters never starve the result);
-   ``vector_score = 1 - cosine distance``. The cut at k is by (score desc, chunk id asc) whatever the plan
-   (:mod:`vector_cut`: a few rows over k, more when the k-th score's ties fill them); should the index scan
-   return fewer rows than asked while more are searchable (pgvector ends an iterative scan after
-   ``hnsw.max_scan_tuples``), that question is searched again exactly (sequential scan).
-2. **Keyword leg** (``keyword_candidate_k`` > 0): the question becomes an OR-tsquery with the KB's
-   text-search mode (simple / english / chinese segmentation: the ingestion path). Scorer
-   ``ts_rank_cd`` = ``ts_rank_cd(content_tsvector, q, 32)`` = rank/(rank+1) in [0, 1) (the original design's
-   choice, hybrid-v1), or ``bm25`` = real BM25 over the ingestion-time term statistics (:mod:`bm25_sql`; in an
-   evaluation from the postings in memory, :mod:`bm25_index`, identical results).
-3. Merge by chunk id (a chunk found by both legs appears once; a leg that did not return it has
-   ``None`` there and contributes 0), ``final_score`` from :func:`fusion.fuse` (weighted sum after the
-   strategy's normalisation, or RRF), ordered by :func:`fusion.order` — ``final desc, vector desc
-   (missing last), chunk id asc`` — and ranked 1..n. ``selected = candidates[:limit]``.
-
-Hostile questions: the keyword leg uses at most ``textsearch.MAX_QUERY_TERMS`` (64) distinct lexemes, the
-first ones in question order, and every statement runs under ``RAG_STATEMENT_TIMEOUT_S`` (default 60 s).
-
-Searchable (docs/design.md §3.3) = chunk of that KB, current, document READY, PUBLISHED, not deleted.
-Scores in a candidate are the *raw* leg scores; normalisation only shapes ``final_score``. Within a leg,
-equal scores are ranked by chunk id. Optional stages (:mod:`stages`): ``complete_pool`` fills every pooled
-chunk's missing leg score before fusion; ``rerank`` re-scores the fused pool (``rerank_score``).
-
-:func:`hybrid_search_batch` embeds all questions in one call and runs one SQL statement per leg for the
-whole batch; :func:`hybrid_search_with_trace` is the batch of one, so both paths return the same pool
-for the same query vector (an encoder may differ in the last float bits, ~1e-7, between a question
-embedded alone and inside a batch).
+One SQL statement per enabled leg serves a whole batch of questions (:func:`hybrid_search_batch`);
+:func:`hybrid_search_with_trace` is the batch of one, so both return the same pool for the same query vector.
+The deterministic vector cut is :mod:`vector_cut` (docs/design.md §3.3), the optional stages :mod:`stages`.
 """
 
 from __future__ import annotations

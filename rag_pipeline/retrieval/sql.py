@@ -1,19 +1,10 @@
-"""The retrieval stage's SQL: the two legs written out in full (one statement per leg per batch of questions),
-the stages' score look-ups and the strategy registry; thin functions run them on the caller's connection.
+"""The retrieval stage's SQL (docs/design.md §3.1): the two legs written out in full, the stages' score look-ups
+and the strategy registry; thin functions run them on the caller's connection.
 
-Every leg statement takes a *batch* of questions — ``unnest(:array) WITH ORDINALITY AS q(..., ord)`` —
-and runs the per-question search in a ``CROSS JOIN LATERAL`` subquery, so one round trip serves the
-whole batch and the single-question path is the batch of one (identical results by construction).
-Each row carries ``query_index`` (1-based position of its question in the batch).
-
-Searchable (docs/design.md §3.3): a chunk is searchable iff it belongs to the knowledge base, is current (not
-replaced by a re-ingestion) and its document is READY, PUBLISHED and not deleted.
-
-Values always travel as bind parameters. The only text spliced in is the embedding *dimension*,
-an ``int`` from ``embedding_models`` (a type modifier cannot be a parameter); it must match the
-partial HNSW index of the knowledge base × model (``embedding::vector(dim)``, ``WHERE model = ... AND
-knowledge_base_id = ...``, which the leg's WHERE matches) created by
-:func:`rag_pipeline.storage.engine.ensure_embedding_model`, otherwise the index is not used.
+Every leg statement takes a *batch* of questions (``unnest(:array) WITH ORDINALITY AS q(..., ord)``) and runs
+the per-question search in a ``CROSS JOIN LATERAL`` subquery; each row carries ``query_index`` (1-based). The
+only text spliced in is the embedding *dimension* (an ``int``: a type modifier cannot be a parameter), which
+must match the knowledge base × model's partial HNSW index for the index to be used.
 """
 
 from __future__ import annotations
@@ -231,9 +222,7 @@ def chunk_texts(conn: sa.Connection, ids_literal: str) -> dict[str, str]:
     return {str(r.id): r.content for r in conn.execute(sa.text(CHUNK_TEXT_SQL), {"ids": ids_literal})}
 
 
-def insert_strategy(conn: sa.Connection, version: str, params_hash: str, params_json: str) -> None:
+def record_strategy(conn: sa.Connection, version: str, params_hash: str, params_json: str) -> sa.Row:
+    """Insert the version's row unless it exists, then read back the stored ``(params_hash, params)``."""
     conn.execute(sa.text(INSERT_STRATEGY_SQL), {"version": version, "params_hash": params_hash, "params": params_json})
-
-
-def strategy_row(conn: sa.Connection, version: str) -> sa.Row:
     return conn.execute(sa.text(STRATEGY_SQL), {"version": version}).one()

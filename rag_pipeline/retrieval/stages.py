@@ -1,23 +1,8 @@
-"""The optional stages after the two legs: complete pools and the rerank stage (``Strategy.complete_pool``,
-``Strategy.rerank``).
+"""The optional stages after the two legs, complete pools and the rerank stage (docs/design.md §3.2).
 
-**Complete pool.** The legs each return their top N; a chunk found by one leg only has no score from the
-other, and fusion treats it as 0. With ``complete_pool: true`` every pooled chunk gets its *real* score from
-every enabled leg: the vector similarity from its stored vector (``retrieval_sql.VECTOR_SCORES_SQL``, the vector leg's
-own expression ``1 - (embedding::vector(dim) <=> query)``, so the value is the one the leg would have
-returned), and the keyword score from the keyword leg's own statement, which also scores the requested chunks
-below its top N (``BM25_TARGETS_LEG_SQL`` / ``TS_RANK_CD_TARGETS_LEG_SQL``; a chunk sharing no term with the
-question scores 0, as BM25 and ``ts_rank_cd`` define it). The leg *rank* stays empty: it says which leg
-retrieved the chunk. A candidate with a score but no rank in a leg is a **completed** score (reports mark it
-``vector_completed`` / ``keyword_completed``); without ``complete_pool`` that combination never occurs.
-
-**Rerank.** The first stage's pool in its order; its top ``top_n`` (default: all) is re-scored
-(:func:`rerank_scores`): ``embedding`` = cosine under a second model from the chunks' stored vectors (same
-SQL), ``cross-encoder`` = a local sentence-transformers CrossEncoder (:mod:`cross_encoder`). Then
-``final = weight · norm(rerank) + (1 − weight) · norm(first stage)`` (both normalised over the re-scored
-candidates), ordered ``final desc, first-stage rank asc``; the candidates below ``top_n`` follow in first-stage
-order with their first-stage score as final score and no ``rerank_score``. Every candidate keeps its
-``first_stage_rank`` and ``first_stage_score``.
+A candidate with a leg score but no leg rank holds a **completed** score (``complete_pool``). The rerank stage
+re-scores the first stage's top ``top_n`` (:func:`rerank_scores`) and orders by ``final desc, first-stage rank
+asc``; every candidate keeps its ``first_stage_rank`` and ``first_stage_score``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
-"""Versioned retrieval strategies: named, immutable parameter sets loaded from YAML.
+"""Versioned retrieval strategies (docs/design.md §3.2): named, immutable parameter sets loaded from YAML.
 
-A strategy version (``hybrid-v1``, ``bm25-v1``, ...) fixes every parameter of
-the hybrid retrieval an evaluation run uses: which embedding model and
-text-search configuration, how many candidates each leg contributes to the
-pool, how the keyword leg scores, and how the two legs are fused and cut.
-Runs record the version *and* :meth:`Strategy.params_hash`, so a result can
-always be traced back to the exact parameters that produced it.
-
-The registry lives in ``rag_pipeline/retrieval/strategies.yaml`` (override with the
-``RAG_STRATEGIES_FILE`` environment variable)::
-
-    strategies:
-      - version: hybrid-v1
-        description: ...
-        embedding_model: use-multilingual-v3
-        ...
-
-Every :class:`Strategy` is validated on construction; any invalid value raises
-:class:`StrategyError` naming the strategy version and the offending field.
+The registry is ``rag_pipeline/retrieval/strategies.yaml`` (``RAG_STRATEGIES_FILE`` overrides it). Every
+:class:`Strategy` is validated on construction; an invalid value raises :class:`StrategyError` naming the
+strategy version and the offending field.
 """
 
 from __future__ import annotations
@@ -29,29 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
 from rag_pipeline.retrieval.fusion import NORMALIZATIONS
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.files import FileReadError, read_bounded
-from rag_pipeline.storage.names import (
-    STRATEGY_VERSION,
-    InvalidNameError,
-    check_name,
-    name_rule,
-    printable,
-    show_name,
-)
+from rag_pipeline.storage.names import STRATEGY_VERSION, InvalidNameError, check_name, name_rule, printable, show_name
 
 STRATEGIES_FILE_ENV = "RAG_STRATEGIES_FILE"
 PACKAGED_STRATEGIES_FILE = Path(__file__).resolve().parent / "strategies.yaml"
@@ -86,18 +56,8 @@ class StrategyError(BadInputError, ValueError):
 
 
 class Rerank(BaseModel):
-    """A second stage that re-scores the first stage's pool (or its top ``top_n``).
-
-    ``final = weight · norm(rerank_score) + (1 − weight) · norm(first-stage score)`` over the re-scored
-    candidates, both normalised with ``normalization`` (weight 1 = rerank only). Methods:
-
-    - ``embedding``: cosine similarity between the question and the chunk under ``model``, an embedding model
-      whose vectors the knowledge base stores (the pooled chunks' stored vectors; no index is read);
-    - ``cross-encoder``: a sentence-transformers ``CrossEncoder`` loaded from the local directory ``model``
-      (nothing is downloaded), scoring (question, chunk text) pairs ``batch_size`` at a time.
-
-    Candidates below ``top_n`` keep their first-stage order after every re-scored one (no ``rerank_score``).
-    """
+    """A second stage that re-scores the first stage's pool (or its top ``top_n``): ``embedding`` (cosine under a
+    model whose vectors the knowledge base stores) or ``cross-encoder`` (a local directory); docs/design.md §3.2."""
 
     model_config = ConfigDict(strict=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -124,19 +84,10 @@ class Rerank(BaseModel):
 
 
 class Strategy(BaseModel):
-    """One immutable, fully specified retrieval strategy version (a strict, frozen pydantic model).
+    """One immutable, fully specified retrieval strategy version (fields: docs/design.md §3.2).
 
-    ``text_search="kb"`` uses the knowledge base's configured text-search mode.
-    A candidate k of 0 disables that leg. ``keyword_scorer="ts_rank_cd"`` is
-    Postgres ``ts_rank_cd(tsv, q, 32)`` (= rank / (rank + 1)); ``"bm25"`` uses
-    ``bm25_k1`` / ``bm25_b``. The weights apply to both fusion methods (RRF
-    contributions are ``weight / (rrf_k + rank)``). ``final_top_k`` is the
-    business-path default; an evaluation case's own k wins.
-
-    Strict: no str -> number or float -> int coercion and no bools for
-    numbers; ints given for float fields become floats. Use :meth:`replace`
-    for a modified copy (``model_copy(update=...)`` would skip validation).
-    """
+    Strict: no str -> number or float -> int coercion and no bools for numbers; ints given for float fields
+    become floats. Use :meth:`replace` for a modified copy (``model_copy(update=...)`` would skip validation)."""
 
     model_config = ConfigDict(strict=True, frozen=True, extra="forbid", allow_inf_nan=False)
 

@@ -1,10 +1,5 @@
-"""Strategy versions are immutable: the first run of a version records its parameters, later runs must match.
-
-``retrieval_strategies`` holds ``version``, ``params_hash`` (:meth:`Strategy.params_hash`) and ``params``.
-:func:`register_strategy` inserts the row on first use; when the version already exists with another
-hash it raises :class:`StrategyConflictError`, telling the user to bump the version instead of changing
-what an existing version means (stored results of the old parameters would otherwise be mislabelled).
-"""
+"""Strategy versions are immutable (docs/design.md §3.2): the first run of a version records its parameters in
+``retrieval_strategies``, later runs must match, or bump the version (old results would be mislabelled)."""
 
 from __future__ import annotations
 
@@ -22,14 +17,11 @@ class StrategyConflictError(ConflictError, RuntimeError):
 
 
 def register_strategy(conn: sa.Connection, strategy: Strategy) -> str:
-    """Record ``strategy`` on first use (idempotent); return its params hash.
-
-    Raises :class:`StrategyConflictError` if the version was recorded with different parameters.
-    Concurrent first uses are safe: ``ON CONFLICT DO NOTHING`` then a re-read decides.
-    """
+    """Record ``strategy`` on first use (idempotent); return its params hash. Raises
+    :class:`StrategyConflictError` if the version was recorded with different parameters. Concurrent first uses
+    are safe: ``ON CONFLICT DO NOTHING`` then a re-read decides."""
     params_hash = strategy.params_hash()
-    retrieval_sql.insert_strategy(conn, strategy.version, params_hash, json.dumps(strategy.params()))
-    stored = retrieval_sql.strategy_row(conn, strategy.version)
+    stored = retrieval_sql.record_strategy(conn, strategy.version, params_hash, json.dumps(strategy.params()))
     if stored.params_hash != params_hash:
         raise StrategyConflictError(_conflict_message(strategy, stored.params_hash, stored.params or {}))
     return params_hash

@@ -1,17 +1,9 @@
 """The deterministic cut of the vector leg: the top k by (score desc, chunk id asc), whatever the query plan.
 
-The HNSW index can only deliver ``ORDER BY embedding <=> q LIMIT n`` (a second sort key in the same ORDER BY
-turns the index off), so which of several chunks at *exactly* the k-th distance come back — duplicated
-boilerplate, a paragraph repeated in two documents — depends on the graph walk, ``ef_search`` and the physical
-order, and differs between the index and an exact scan. :func:`top_k` therefore asks the index-ordered
-statement for a few more rows than k (:func:`fetch_size`), sorts them by the leg rule and cuts at k; when the
-rows tied with the k-th fill the whole fetch (the tie may go on past it) it asks again with twice the limit.
-Every chunk scoring at least the k-th score is then in hand, so the cut is the true top k under the rule as
-soon as the index returns the true top rows in distance order (pgvector's ``strict_order`` iterative scans),
-and identical to an exact scan's cut.
-
-A question whose index scan returned fewer rows than it asked for while the knowledge base holds more
-searchable vectors (pgvector ends an iterative scan after ``hnsw.max_scan_tuples``) is searched again exactly.
+The HNSW index can only deliver ``ORDER BY embedding <=> q LIMIT n``, so :func:`top_k` fetches a few rows more
+than k, cuts them by the leg rule and fetches again with twice the limit while the rows tied with the k-th fill
+the fetch (docs/design.md §3.3). A question whose index scan returned fewer rows than asked while more are
+searchable (pgvector ends an iterative scan after ``hnsw.max_scan_tuples``) is searched again exactly.
 """
 
 from __future__ import annotations

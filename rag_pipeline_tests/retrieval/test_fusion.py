@@ -17,9 +17,8 @@ from rag_pipeline.retrieval.fusion import (
     normalize_batch,
     order,
     order_batch,
-    rrf_fusion,
     rrf_fusion_batch,
-    weighted_fusion,
+    weighted_fusion_batch,
 )
 from rag_pipeline.retrieval.strategies import Strategy
 
@@ -78,17 +77,17 @@ def test_unknown_normalization_and_bad_scores() -> None:
 
 def test_weighted_fusion_minmax_example() -> None:
     # vector minmax: [1, 0, -] ; keyword minmax: [0, -, 1]
-    final = weighted_fusion([0.9, 0.5, NAN], [2.0, NAN, 6.0], 0.3, 0.7, "minmax")
+    final = weighted_fusion_batch([[0.9, 0.5, NAN]], [[2.0, NAN, 6.0]], 0.3, 0.7, "minmax")[0]
     np.testing.assert_allclose(final, [0.3, 0.0, 0.7], rtol=1e-15)
 
 
 def test_rrf_hand_example() -> None:
-    final = rrf_fusion([1, 0, 3], [2, 1, NAN], k=60)
+    final = rrf_fusion_batch([[1, 0, 3]], [[2, 1, NAN]], k=60)[0]
     np.testing.assert_allclose(final, [1 / 61 + 1 / 62, 1 / 61, 1 / 63], rtol=1e-15)
-    weighted = rrf_fusion([1, 2], [2, 0], k=10, vector_weight=2.0, keyword_weight=0.5)
+    weighted = rrf_fusion_batch([[1, 2]], [[2, 0]], k=10, vector_weight=2.0, keyword_weight=0.5)[0]
     np.testing.assert_allclose(weighted, [2 / 11 + 0.5 / 12, 2 / 12], rtol=1e-15)
     with pytest.raises(ValueError, match="1-based rank"):
-        rrf_fusion([-1], [1])
+        rrf_fusion_batch([[-1]], [[1]])
 
 
 def test_fuse_rrf_uses_ranks_of_present_legs() -> None:
@@ -207,7 +206,7 @@ def test_batch_normalize_and_rrf_match_one_dimensional() -> None:
     batch = rrf_fusion_batch(vr, kr, 60, 1.0, 1.0, p["mask"])
     for row in range(batch.shape[0]):
         slots = np.flatnonzero(p["mask"][row])
-        np.testing.assert_array_equal(batch[row, slots], rrf_fusion(vr[row, slots], kr[row, slots]))
+        np.testing.assert_array_equal(batch[row, slots], rrf_fusion_batch(vr[[row]][:, slots], kr[[row]][:, slots])[0])
 
 
 def test_batch_shape_errors() -> None:
