@@ -1,15 +1,10 @@
 """Encoding on a background thread while the main thread talks to the database (ingestion).
 
-:class:`BackgroundEncoder` encodes batches on one worker thread in submission order; the caller collects
-the futures and COPYs each batch when it is ready. Only the encoding runs in the thread — every SQL
-statement stays on the caller's connection.
-
-Threads: the encoder and the database compete for the same cores when the server runs on this machine
-(the embedded server, or any server on localhost): with as many BLAS threads as cores the overlapped
-ingestion gains nothing over encode-then-write, with one thread fewer it does (bench/RESULTS.md, "Ingestion vs
-raw encode"). So :func:`encoder_threads` leaves a local server
-one core (``cpu_count - 1`` threads) unless ``RAG_EMBED_THREADS`` says otherwise; a remote server gets
-every core.
+:class:`BackgroundEncoder` encodes batches on one worker thread in submission order; the caller collects the
+futures and COPYs each batch when it is ready. Only the encoding runs in the thread: every SQL statement stays
+on the caller's connection. A server on this machine competes for the same cores, and the overlap only pays
+with one BLAS thread fewer (bench/RESULTS.md, "Ingestion vs raw encode"), so :func:`encoder_threads` leaves it
+one core unless ``RAG_EMBED_THREADS`` says otherwise.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Finding chunks to label: list a knowledge base's searchable chunks, match a phrase, fetch chunks by id.
-
-What a person labels are ``document_chunks.id`` values (docs/design.md §2); these queries show them with their document,
-ordinal, character span and text, so nobody has to write the three-table join by hand. "Searchable" is the one
-rule of :data:`queries.documents.SEARCHABLE_DOCUMENT_SQL` (a current chunk of a READY, PUBLISHED, not deleted document):
-exactly the chunks a label may name. :func:`chunks_by_ids` also returns replaced (``is_current = false``) chunks
-and chunks of other knowledge bases, for the label fixes.
-"""
+"""Finding chunks to label (``document_chunks.id`` values, docs/design.md §2): list a knowledge base's searchable
+chunks (docs/design.md §3.3), match a phrase, fetch chunks by id with their document, ordinal, span and text.
+:func:`chunks_by_ids` also returns replaced chunks and chunks of other knowledge bases, for the label fixes."""
 
 from __future__ import annotations
 
@@ -62,8 +57,8 @@ def list_chunks(conn: sa.Connection, kb_id, *, document_id: str | None = None, l
                 ) -> tuple[list[ChunkRow], int]:
     """The searchable chunks (of one document, or all) in document name and ordinal order, at most ``limit``;
     and how many there are in all."""
-    rows = [_row(r) for r in queries.searchable_chunks(conn, kb_id, document_id, limit)]
-    return rows, queries.searchable_chunk_count(conn, kb_id, document_id)
+    rows, total = queries.searchable_chunks(conn, kb_id, document_id, limit)
+    return [_row(r) for r in rows], total
 
 
 def phrase_matches(conn: sa.Connection, kb_id, phrase: str, *, document_id: str | None = None,

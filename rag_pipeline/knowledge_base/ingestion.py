@@ -10,16 +10,12 @@ document that stays in the folder, unpublish it (``rag-pipeline doc NAME --publi
 Everything is written in one transaction with COPY, so a concurrent evaluation sees the old or the new
 knowledge base, never a mix.
 
-Encoding overlaps the database work: right after planning, the texts of the new chunks (those without
-a vector of the model yet) are encoded batch by batch (``embedder.batch_size``) on one background thread
-while the main thread writes documents, chunks, tsvectors, BM25 postings and term statistics; then each
-encoded batch is COPYed into ``chunk_embeddings`` as soon as it is ready, so the server's HNSW inserts
-overlap the encoding of the next batches. A KB's first vectors of a model are not inserted into a graph one by
-one: its HNSW index is built once, after the commit, over all of them (``index_build_<model>_s``; until it
-exists, a search of that KB is an exact scan). Only the encoding runs in the thread; every statement runs on the
-one connection of the main thread (:mod:`background_encoder`, which also leaves a server on this machine
-one core). An error anywhere (the encoder's included) cancels the pending batches, waits for the running
-one, rolls the transaction back and propagates.
+Encoding overlaps the database work: the new chunks' texts are encoded on a background thread
+(:mod:`background_encoder`) while the main thread writes documents, chunks, tsvectors, BM25 postings and term
+statistics, then each encoded batch is COPYed into ``chunk_embeddings`` as soon as it is ready. A KB's first
+vectors of a model get its HNSW index built once, after the commit, over all of them (until it exists, a search
+of that KB is an exact scan). An error anywhere (the encoder's included) cancels the pending batches, waits for
+the running one, rolls the transaction back and propagates.
 
 ``result.timings`` (seconds; the stages overlap, so they do not add up to ``total_s``):
 
@@ -47,16 +43,11 @@ import sqlalchemy as sa
 from rag_pipeline.knowledge_base import chunking, term_stats, textsearch
 from rag_pipeline.knowledge_base.background_encoder import BackgroundEncoder, encoder_threads
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
-from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base, rechunking
+from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base
 from rag_pipeline.knowledge_base.queries import chunks, documents, vectors
 from rag_pipeline.knowledge_base.sources import SourceDocument
 from rag_pipeline.storage import queries as storage
-from rag_pipeline.storage.engine import (
-    build_vector_index,
-    ensure_embedding_model,
-    hnsw_index_name,
-    vector_index_state,
-)
+from rag_pipeline.storage.engine import build_vector_index, ensure_embedding_model, hnsw_index_name, vector_index_state
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -119,9 +110,8 @@ def ingest_documents(
             if vector_index_state(conn, embedder.name, kb_index_id) != "valid":
                 unindexed.append(embedder)
     with engine.begin() as conn:
-        recut = rechunk and rechunking(conn, knowledge_base, chunk_size or 0, chunk_overlap)
-        kb_id = ensure_knowledge_base(conn, knowledge_base, text_search, chunk_size or 0, chunk_overlap,
-                                      rechunk=rechunk)
+        kb_id, recut = ensure_knowledge_base(conn, knowledge_base, text_search, chunk_size or 0, chunk_overlap,
+                                             rechunk=rechunk)
         result = IngestionResult(knowledge_base, str(kb_id), documents_seen=len(docs), warnings=_warnings(
             knowledge_base, text_search, docs))
         existing = {row.original_name: (row.id, row.content_hash, row.is_deleted)
@@ -242,20 +232,19 @@ def _rebuild_if_churned(conn: sa.Connection, kb_id, embedders, result: Ingestion
     if readers:  # a rebuild would wait for every transaction that holds an older snapshot
         result.warnings.append(_skipped(result, f"{readers} other transaction(s) were reading"))
         return time.perf_counter() - t
-    storage.set_lock_timeout(conn, REINDEX_LOCK_TIMEOUT_S)
-    for embedder in embedders:
-        index = hnsw_index_name(embedder.name, kb_id)
-        if storage.index_validity(conn, index) is None:
-            continue
-        try:
-            storage.reindex(conn, index, concurrently=True)
-        except sa.exc.OperationalError as exc:
-            if getattr(getattr(exc, "orig", None), "sqlstate", None) != "55P03":  # lock_not_available
-                raise
-            result.warnings.append(_skipped(result, "an evaluation started reading meanwhile") +
-                                   f" (drop the invalid index {index}_ccnew if it remains)")
-            break
-    storage.reset_lock_timeout(conn)  # back to the connection's own setting
+    with storage.lock_timeout(conn, REINDEX_LOCK_TIMEOUT_S):
+        for embedder in embedders:
+            index = hnsw_index_name(embedder.name, kb_id)
+            if storage.index_validity(conn, index) is None:
+                continue
+            try:
+                storage.reindex(conn, index, concurrently=True)
+            except sa.exc.OperationalError as exc:
+                if getattr(getattr(exc, "orig", None), "sqlstate", None) != "55P03":  # lock_not_available
+                    raise
+                result.warnings.append(_skipped(result, "an evaluation started reading meanwhile") +
+                                       f" (drop the invalid index {index}_ccnew if it remains)")
+                break
     return time.perf_counter() - t
 
 

@@ -24,19 +24,20 @@ class KnowledgeBaseError(NotFoundOrInvalidError, LookupError):
 
 
 def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chunk_size: int, chunk_overlap: int,
-                          *, rechunk: bool = False):
-    """Create the KB (deterministic id from its name) or check that its settings did not change.
+                          *, rechunk: bool = False) -> tuple[uuid.UUID, bool]:
+    """Create the KB (deterministic id from its name) or check that its settings did not change; ``(its id,
+    whether its chunking changed)``.
 
     ``rechunk``: a different chunk size/overlap is accepted and becomes the KB's setting (the caller re-chunks
     every document; replaced chunks stay with ``is_current = false``). The text mode can never change (every
-    tsvector was built with it). :func:`rechunking` tells whether the stored chunking differs."""
+    tsvector was built with it)."""
     check_name(KNOWLEDGE_BASE, name)  # the one name rule (InvalidNameError, a user error)
     textsearch.regconfig(text_search)
     kb_id = chunking.knowledge_base_id(name)
     row = queries.knowledge_base_settings(conn, name)
     if row is None:
         queries.insert_knowledge_base(conn, kb_id, name, text_search, chunk_size, chunk_overlap)
-        return kb_id
+        return kb_id, False
     chunking_changed = (row.chunk_size, row.chunk_overlap) != (chunk_size, chunk_overlap)
     if row.text_search != text_search or (chunking_changed and not rechunk):
         hint = (" (or --rechunk, Dagster config rechunk: true, to re-chunk this knowledge base in place, keeping "
@@ -48,13 +49,7 @@ def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chun
         )
     if chunking_changed:
         queries.set_chunking(conn, row.id, chunk_size, chunk_overlap)
-    return row.id
-
-
-def rechunking(conn: sa.Connection, name: str, chunk_size: int, chunk_overlap: int) -> bool:
-    """Whether knowledge base ``name`` exists with another chunk size or overlap (ingesting it re-chunks)."""
-    row = queries.knowledge_base_settings(conn, name)
-    return row is not None and (row.chunk_size, row.chunk_overlap) != (chunk_size, chunk_overlap)
+    return row.id, chunking_changed
 
 
 def resolve_knowledge_base(conn: sa.Connection, name_or_id: str) -> sa.Row:
@@ -111,17 +106,5 @@ def set_document_state(
 def knowledge_base_stats(conn: sa.Connection, name_or_id: str) -> dict:
     """Counts for the CLI and asset metadata."""
     kb = resolve_knowledge_base(conn, name_or_id)
-    docs = queries.document_counts(conn, kb.id)
-    chunks = queries.chunk_counts(conn, kb.id)
-    models = queries.embedding_counts(conn, kb.id)
-    return {
-        "knowledge_base": kb.name,
-        "knowledge_base_id": str(kb.id),
-        "text_search": kb.text_search,
-        "documents": docs.total,
-        "searchable_documents": docs.searchable,
-        "current_chunks": chunks.current,
-        "replaced_chunks": chunks.replaced,
-        "embeddings": dict(models),
-        "avg_chunk_tokens": round(float(kb.avg_chunk_length), 2),
-    }
+    return {"knowledge_base": kb.name, "knowledge_base_id": str(kb.id), "text_search": kb.text_search,
+            **queries.content_counts(conn, kb.id), "avg_chunk_tokens": round(float(kb.avg_chunk_length), 2)}

@@ -1,13 +1,9 @@
 """Question vectors embedded once per model: ``question_embeddings`` keyed by (sha256 of the question text, model).
 
-An evaluation asks :class:`QuestionVectors` for each batch's vectors: the ones stored by any earlier run (any
-strategy, any dataset holding the same question text) are read back, only the others are embedded, and those
-are stored at once in a short transaction of their own (``ON CONFLICT DO NOTHING``: two runs embedding the same
-question at the same time both succeed and neither waits for the other's long write). Evaluating eight strategies
-of one model on a dataset embeds each question once; :attr:`QuestionVectors.reused` / ``embedded`` count what
-happened (the run summary's ``question_embeddings``). A vector is stored as pgvector ``vector`` (float32, the
-embedder's own precision), so a reused vector is bit for bit the one first computed (embedding the question again
-could differ in the last float bits with the batch it shares; reuse also removes that noise between strategies).
+:class:`QuestionVectors` reads back the vectors any earlier run stored and embeds only the others, storing them
+at once in a short transaction of their own (``ON CONFLICT DO NOTHING``: two runs embedding the same question
+both succeed, neither waits for the other's long write); ``reused`` / ``embedded`` count what happened. A
+vector is stored as float32 (the embedder's own precision), so a reused vector is bit for bit the first one.
 """
 
 from __future__ import annotations

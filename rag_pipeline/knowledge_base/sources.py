@@ -18,13 +18,7 @@ from pathlib import Path
 
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.settings import get_settings
-from rag_pipeline.storage.files import (
-    FileReadError,
-    format_size,
-    open_regular,
-    read_bounded,
-    read_lines_bounded,
-)
+from rag_pipeline.storage.files import FileReadError, format_size, open_regular, read_bounded, read_lines_bounded
 from rag_pipeline.storage.names import printable
 
 SUPPORTED_SUFFIXES = (".md", ".txt", ".html", ".htm", ".jsonl")
@@ -96,18 +90,17 @@ class _TextExtractor(HTMLParser):
         self._in_title = False
 
     def handle_starttag(self, tag, _attrs):
-        if tag in self._SKIP:
-            self._skip += 1
-        if tag == "title":
-            self._in_title = True
-        if tag in self._BLOCK:
-            self.parts.append("\f")
+        self._tag(tag, 1)
 
     def handle_endtag(self, tag):
-        if tag in self._SKIP and self._skip:
-            self._skip -= 1
+        self._tag(tag, -1)
+
+    def _tag(self, tag: str, step: int) -> None:
+        """An opening (``step`` 1) or closing (-1) tag: skipped sections, the title, block boundaries."""
+        if tag in self._SKIP:
+            self._skip = max(0, self._skip + step)
         if tag == "title":
-            self._in_title = False
+            self._in_title = step > 0
         if tag in self._BLOCK:
             self.parts.append("\f")
 

@@ -1,16 +1,9 @@
 """Keyword text: how a knowledge base turns text into a ``tsvector`` and a question into a ``tsquery``.
 
-Modes (a knowledge-base setting, used by ingestion *and* by queries — the same path both ways):
-
-- ``simple``  Postgres ``simple`` configuration: lower-cased words, no stemming (the original design's choice).
-- ``english`` Postgres ``english`` configuration: Snowball stemming and stop words.
-- ``chinese`` text segmented by ``jieba`` (dictionary shipped in the wheel) into space-separated words,
-  then ``simple``. Postgres ``simple`` alone keeps a whole unspaced Chinese sentence as one token,
-  which docs/design.md §10 lists as a known weakness.
-
-A question becomes an OR-query over its lexemes (built in SQL by :data:`OR_TSQUERY_SQL`, parameterised,
-so operators such as ``& | ! ( ) : * <->`` in a question are searched as text, never parsed), at most
-:data:`MAX_QUERY_TERMS` distinct lexemes (the first ones in question order).
+The modes ``simple``, ``english`` and ``chinese`` (jieba segmentation, then ``simple``) are a knowledge-base
+setting used by ingestion and queries alike (docs/design.md §3.1). A question becomes an OR-query over at most
+:data:`MAX_QUERY_TERMS` of its lexemes, built in SQL by :data:`OR_TSQUERY_SQL` (parameterised, so operators
+such as ``& | ! ( ) : * <->`` in a question are searched as text, never parsed).
 """
 
 from __future__ import annotations

@@ -51,8 +51,7 @@ def content_version(conn: sa.Connection, name_or_id) -> KnowledgeBaseVersion:
     """The current version of a knowledge base (name or id); an unknown one raises
     :class:`~rag_pipeline.knowledge_base.lifecycle.KnowledgeBaseError`."""
     kb = resolve_knowledge_base(conn, str(name_or_id))
-    row = queries.content_digest(conn, kb.id)
-    models = queries.searchable_embedding_counts(conn, kb.id)
+    row, models = queries.content_digest(conn, kb.id)
     version = hashlib.sha256(f"rag-kb-v1\ntext_search={kb.text_search}\n{row.digest}".encode()).hexdigest()
     return KnowledgeBaseVersion(kb.name, str(kb.id), version, int(row.searchable_chunks), kb.text_search, models)
 

@@ -1,10 +1,8 @@
 """BM25 keyword leg in memory: a knowledge base's postings loaded once (per evaluation run) into a sparse matrix.
 
-Same results as the SQL leg (:mod:`rag_pipeline.retrieval.bm25_sql`) — same top k, same tie order (score desc,
-then chunk id asc), **bit-identical scores** — at a fraction of its cost: the SQL joins and scores every posting
-of the question's terms in the server (a cost that grows with the KB); here the
-postings are one CSR row per lexeme and a question costs a few vectorised numpy operations over its terms'
-postings (measured in ``bench/RESULTS.md``, "Keyword top-k").
+Same results as the SQL leg (:mod:`rag_pipeline.retrieval.bm25_sql`): same top k, same tie order, **bit-identical
+scores**, at a fraction of its cost: the postings are one CSR row per lexeme and a question costs a few vectorised
+numpy operations over its terms' postings (bench/RESULTS.md, "Keyword top-k").
 
 Why the scores are bit-identical, not merely close:
 
@@ -19,8 +17,7 @@ Why the scores are bit-identical, not merely close:
 Exact top k: ``np.argpartition``-style threshold (the k-th best score), then every match at or above it sorted by
 (score desc, column asc); columns are numbered in ``ORDER BY chunk id`` so column order is chunk-id order.
 
-Consistency: :meth:`Bm25Index.load` reads on the connection it is given — in an evaluation, one of the run's
-snapshot readers (:mod:`rag_pipeline.storage.snapshot_readers`), so the index is the KB every leg of the run sees.
+:meth:`Bm25Index.load` reads on the connection it is given (in an evaluation, the run's snapshot readers).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""The ``cross-encoder`` rerank method: a sentence-transformers ``CrossEncoder`` from a local directory.
+"""The ``cross-encoder`` rerank method (docs/design.md §3.2): a sentence-transformers ``CrossEncoder`` from a local
+directory, nothing downloaded.
 
-The strategy's ``rerank.model`` names a directory the user provides (e.g. a downloaded bge-reranker or
-ms-marco MiniLM cross-encoder); nothing is downloaded (``HF_HUB_OFFLINE=1``, ``local_files_only``). Before
-loading, the directory is checked: it must exist and hold a ``config.json``; a sentence-transformers
-``config_sentence_transformers.json`` must say ``model_type: CrossEncoder`` (an embedding model says
-``SentenceTransformer``), and a plain Hugging Face directory must be a ``*ForSequenceClassification`` model
-with one output (a relevance score). Any problem is a :class:`RetrievalError` naming the strategy, the field
-``rerank.model`` and the path. Scores are the model's own (with its activation, e.g. a sigmoid), computed in
-batches of ``rerank.batch_size`` pairs on the CPU. The quality of the stage is the model's: the tiny random
-model the tests build checks the plumbing only.
+Before loading, the directory must hold a ``config.json`` and be a ``CrossEncoder`` (sentence-transformers) or a
+``*ForSequenceClassification`` model with one output; any problem is a :class:`RetrievalError` naming the
+strategy, the field ``rerank.model`` and the path. Scores are the model's own, in batches of
+``rerank.batch_size`` pairs on the CPU.
 """
 
 from __future__ import annotations

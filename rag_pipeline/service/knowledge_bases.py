@@ -11,20 +11,17 @@ import sqlalchemy as sa
 
 from rag_pipeline.evaluation.queries.knowledge_base import snapshot
 from rag_pipeline.knowledge_base import beir, lifecycle, versions
-from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
-from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS as EMBEDDING_MODELS
-from rag_pipeline.knowledge_base.ingestion import (
-    IngestionResult,
-    Progress,
-    ingest_documents,
-)
-from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES as DOCUMENT_STATUSES
-from rag_pipeline.knowledge_base.lifecycle import PUBLICATION_STATUSES as PUBLICATION_STATUSES
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS
+from rag_pipeline.knowledge_base.ingestion import IngestionResult, Progress, ingest_documents
+from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES, PUBLICATION_STATUSES
 from rag_pipeline.knowledge_base.sources import read_folder
-from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES as TEXT_SEARCH_MODES
-from rag_pipeline.knowledge_base.versions import SHORT as SHORT
-from rag_pipeline.knowledge_base.versions import KnowledgeBaseVersion as KnowledgeBaseVersion
+from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
+from rag_pipeline.knowledge_base.versions import SHORT, KnowledgeBaseVersion
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
+
+__all__ = ["BEIR_REPORT_KEYS", "DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "DEFAULT_MODEL", "DOCUMENT_STATUSES",
+           "EMBEDDING_MODELS", "PUBLICATION_STATUSES", "SHORT", "TEXT_SEARCH_MODES", "BeirImport",
+           "KnowledgeBaseVersion", "import_beir", "ingest", "knowledge_base_stats", "set_document_state"]
 
 DEFAULT_CHUNK_SIZE = 500
 DEFAULT_CHUNK_OVERLAP = 80
@@ -34,13 +31,10 @@ def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_s
            chunk_size: int = DEFAULT_CHUNK_SIZE, chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
            models: Sequence[str] = (DEFAULT_MODEL,), rechunk: bool = False,
            progress: Progress | None = None) -> IngestionResult:
-    """Bring knowledge base ``knowledge_base`` in line with the documents of ``folder`` (created if new).
-
-    ``chunk_size`` 0 keeps each document one chunk. Re-ingesting an unchanged folder changes nothing.
-    Another chunk size/overlap than the KB's is refused unless ``rechunk``: then every document is cut again and
-    the replaced chunks stay (``is_current = false``, with their spans) for ``fix-labels``.
-    The name is checked and the whole folder read (bounded) before anything is written; the files
-    :func:`read_folder` skipped (no text, symlink loop, unreadable) are listed in the result's warnings."""
+    """Bring knowledge base ``knowledge_base`` in line with the documents of ``folder`` (created if new; see
+    :mod:`rag_pipeline.knowledge_base.ingestion`); ``chunk_size`` 0 keeps each document one chunk. The name is
+    checked and the whole folder read before anything is written; the files :func:`read_folder` skipped are listed
+    in the result's warnings."""
     check_name(KNOWLEDGE_BASE, knowledge_base)
     docs = read_folder(folder)
     result = ingest_documents(engine, docs, knowledge_base, text_search=text_search, chunk_size=chunk_size or None,

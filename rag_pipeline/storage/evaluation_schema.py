@@ -1,9 +1,8 @@
 """Evaluation tables (docs/design.md §6.1) plus per-case results and the strategy parameter registry.
 
 ``retrieval_evaluation_runs.status`` moves (``queued`` →) ``running`` → ``succeeded`` | ``failed``; a ``running``
-run whose ``heartbeat_at`` is stale is shown as ``abandoned``. ``queued``: submitted by the HTTP API to Dagster,
-not started yet; ``cases_done`` counts the cases evaluated so far (updated per batch). Readers only treat
-``succeeded`` runs as results, so a run's candidates, case results and summary count together or not at all.
+run whose ``heartbeat_at`` is stale is shown as ``abandoned``. Readers only treat ``succeeded`` runs as results,
+so a run's candidates, case results and summary count together or not at all.
 """
 
 from __future__ import annotations
@@ -35,17 +34,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.storage.schema import Base, _now
 
-METRIC_COLUMNS = METRIC_NAMES
-"""One ``double precision`` column per metric, in :data:`METRIC_NAMES` order (a new metric needs a migration)."""
-
 
 class RetrievalEvaluationDataset(Base):
-    """One version of a labelled dataset: the same file content twice is one row.
-
-    ``name`` is the dataset's identity (its file stem = the Dagster partition key). ``last_seen_at`` moves to
-    now() whenever the version is stored again, so the latest version of a dataset is the one with the
-    greatest ``last_seen_at``. ``cases`` hold each case as validated (a graded case's ``relevant_chunk_ids``
-    is its ``{chunk_id: grade}`` object, grade-0 ids included)."""
+    """One version of a labelled dataset (docs/design.md §2.4): the same file content twice is one row; ``cases``
+    hold each case as validated (a graded case's ``relevant_chunk_ids`` is its ``{chunk_id: grade}`` object)."""
 
     __tablename__ = "retrieval_evaluation_datasets"
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
@@ -91,7 +83,8 @@ class RetrievalEvaluationRun(Base):
     dagster_run_id: Mapped[str | None] = mapped_column(String(64))
     case_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     candidate_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    vars().update({m: mapped_column(m, Double) for m in METRIC_COLUMNS})  # the run's means, NULL until it succeeds
+    # one double precision column per metric (a new metric needs a migration): the run's means, NULL until it succeeds
+    vars().update({m: mapped_column(m, Double) for m in METRIC_NAMES})
     timings = mapped_column(JSONB)
     summary = mapped_column(JSONB)
     error: Mapped[str | None] = mapped_column(Text)
@@ -113,16 +106,8 @@ CANDIDATE_PARTITION_PREFIX = "eval_candidates_"
 
 
 class RetrievalEvaluationCandidateRow(Base):
-    """Storage of the candidate snapshots of docs/design.md §4.1 (no chunk text): one row per candidate of the full pool
-    of one case, in its run's own partition (``PARTITION BY LIST (evaluation_run_id)``; the partition is created with
-    the run by ``rag_candidate_partition(run_id)`` and dropped with it, so removing a run is a metadata operation).
-
-    Only what no join gives is stored: ``case_index`` (the case's ``case_id`` is in the case results),
-    ``chunk_id`` (its ``document_id`` and the document's name are the chunk's), the scores and ranks,
-    ``is_selected`` and ``relevance_grade`` (0-10; 0 = judged not relevant; NULL = not judged; the run gives
-    ``strategy_version``; ``is_relevant`` = grade >= 1). Columns are ordered widest first (no padding).
-    Read it through the view ``retrieval_evaluation_candidates`` (:data:`CANDIDATES_VIEW`), which has every
-    docs/design.md §4.1 field under its original name."""
+    """The storage of the candidate pools (docs/design.md §4.2): one row per candidate, only what no join gives,
+    widest columns first, in its run's own partition; read through :data:`CANDIDATES_VIEW`."""
 
     __tablename__ = "retrieval_evaluation_candidate_rows"
     evaluation_run_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
@@ -155,8 +140,8 @@ class _ViewBase(DeclarativeBase):
 
 
 class RetrievalEvaluationCandidate(_ViewBase):
-    """The view ``retrieval_evaluation_candidates`` (the fields and ORM name of docs/design.md §4.1). An insert is
-    routed by an INSTEAD OF trigger into the run's partition (the case result must exist: it gives ``case_index``)."""
+    """The view ``retrieval_evaluation_candidates`` (docs/design.md §4.1, §4.2); an insert is routed into the run's
+    partition (the case result must exist: it gives ``case_index``)."""
 
     __tablename__ = CANDIDATES_VIEW
     evaluation_run_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
@@ -206,7 +191,7 @@ class RetrievalEvaluationCaseResult(Base):
     relevant_chunk_ids = mapped_column(JSONB, nullable=False)
     retrieved_chunk_ids = mapped_column(JSONB, nullable=False)
     first_relevant_rank: Mapped[int | None] = mapped_column(Integer)
-    vars().update({m: mapped_column(m, Double, nullable=False) for m in METRIC_COLUMNS})
+    vars().update({m: mapped_column(m, Double, nullable=False) for m in METRIC_NAMES})
     miss_reasons = mapped_column(JSONB)
     relevance_grades = mapped_column(JSONB)
     __table_args__ = (Index("ix_case_results_run_case_index", "evaluation_run_id", "case_index", unique=True),)

@@ -1,14 +1,12 @@
 """The one name rule (knowledge bases, datasets, strategy versions) and terminal-safe text.
 
-**Name rule** (:func:`check_name`): 1 to 100 characters (a dataset: 200), each a letter or digit of any script
-(``str.isalnum``: ``知识库`` is fine), ``.``, ``_`` or ``-``; not starting with ``.``. So no path separator,
-no control character, no space, no ``|``. A dataset name may also hold ``@`` (shard datasets ``<name>@0001``)
-and never ``...`` (it is a Dagster partition key). The CLI, the Dagster sensor and the service apply this
-rule through this one function.
+**Name rule** (:func:`check_name`, stated by :func:`name_rule`; docs/design.md §2.4): letters of any script
+(``知识库`` is fine), digits, ``.``, ``_``, ``-``, not starting with ``.``; a dataset name may also hold ``@``
+(shard datasets ``<name>@0001``) and never ``...`` (it is a Dagster partition key). Every front end applies it
+through this one function.
 
-**Printable text** (:func:`printable`): control characters (C0, DEL, C1), line/paragraph separators,
-bidirectional overrides and lone surrogates (an undecodable file name) become ``\\xNN`` / ``\\uNNNN``
-escapes; every other character (CJK included) is kept. Use it for every user-supplied string written to a
+**Printable text** (:func:`printable`): control characters, line/paragraph separators, bidirectional overrides
+and lone surrogates become ``\\xNN`` / ``\\uNNNN`` escapes; use it for every user-supplied string written to a
 terminal.
 """
 

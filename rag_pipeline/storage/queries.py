@@ -24,12 +24,15 @@ _FREE_CONNECTIONS_SQL = (
 
 
 
-def database_exists(conn: sa.Connection, name: str) -> bool:
-    return bool(conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar())
-
-
-def create_database(conn: sa.Connection, name: str) -> None:
-    conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+def create_database_if_missing(conn: sa.Connection, name: str) -> None:
+    """``CREATE DATABASE`` unless it exists (or another process creates it meanwhile)."""
+    if conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar():
+        return
+    try:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    except sa.exc.ProgrammingError as exc:  # created concurrently by another process
+        if "already exists" not in str(exc):
+            raise
 
 
 @contextmanager
@@ -41,18 +44,19 @@ def migration_lock(conn: sa.Connection) -> Iterator[None]:
         conn.execute(sa.text("SELECT pg_advisory_unlock(726354)"))
 
 
-def lock_model_registration(conn: sa.Connection) -> None:
-    """One embedding-model registration at a time (until the transaction ends)."""
-    conn.execute(sa.text("SELECT pg_advisory_xact_lock(726355)"))
-
-
 def model_dimension(conn: sa.Connection, model: str) -> int | None:
     return conn.execute(sa.text(MODEL_DIMENSION_SQL), {"model": model}).scalar()
 
 
-def register_model(conn: sa.Connection, name: str, dimension: int, backend: str) -> None:
-    conn.execute(sa.text("INSERT INTO embedding_models (name, dimension, backend) VALUES (:n, :d, :b) "
-                         "ON CONFLICT (name) DO NOTHING"), {"n": name, "d": dimension, "b": backend})
+def register_model(conn: sa.Connection, name: str, dimension: int, backend: str) -> int:
+    """The dimension model ``name`` is registered with, registering it with ``dimension`` when new; one
+    registration at a time (an advisory lock until the transaction ends)."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(726355)"))
+    stored = model_dimension(conn, name)
+    if stored is None:
+        conn.execute(sa.text("INSERT INTO embedding_models (name, dimension, backend) VALUES (:n, :d, :b) "
+                             "ON CONFLICT (name) DO NOTHING"), {"n": name, "d": dimension, "b": backend})
+    return dimension if stored is None else stored
 
 
 def index_validity(conn: sa.Connection, index: str) -> bool | None:
@@ -66,13 +70,12 @@ def model_vector_count(conn: sa.Connection, model: str, knowledge_base_id) -> in
                         {"m": model, "kb": knowledge_base_id}).scalar_one()
 
 
-def maintenance_work_mem_mb(conn: sa.Connection) -> int:
-    return conn.execute(sa.text("SELECT setting::bigint * 1024 / 1048576 FROM pg_settings "
-                                "WHERE name = 'maintenance_work_mem'")).scalar_one()  # setting in kB
-
-
-def set_maintenance_work_mem(conn: sa.Connection, megabytes: int) -> None:
-    conn.execute(sa.text("SELECT set_config('maintenance_work_mem', :v, true)"), {"v": f"{int(megabytes)}MB"})
+def raise_maintenance_work_mem(conn: sa.Connection, megabytes: int) -> None:
+    """``maintenance_work_mem`` of at least ``megabytes`` for this transaction (a larger setting is kept)."""
+    current = conn.execute(sa.text("SELECT setting::bigint * 1024 / 1048576 FROM pg_settings "
+                                   "WHERE name = 'maintenance_work_mem'")).scalar_one()  # setting in kB
+    if megabytes > current:
+        conn.execute(sa.text("SELECT set_config('maintenance_work_mem', :v, true)"), {"v": f"{int(megabytes)}MB"})
 
 
 def model_literal(name: str) -> str:
@@ -107,11 +110,11 @@ def other_snapshot_holders(conn: sa.Connection) -> int:
                                 "AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL")).scalar_one()
 
 
-def set_lock_timeout(conn: sa.Connection, seconds: float) -> None:
+@contextmanager
+def lock_timeout(conn: sa.Connection, seconds: float) -> Iterator[None]:
+    """``lock_timeout`` for the block, then back to the connection's own setting (not after an error)."""
     conn.execute(sa.text("SELECT set_config('lock_timeout', :t, false)"), {"t": f"{seconds}s"})
-
-
-def reset_lock_timeout(conn: sa.Connection) -> None:
+    yield
     conn.execute(sa.text("RESET lock_timeout"))
 
 

@@ -1,14 +1,5 @@
-"""The database schema: SQLAlchemy 2 typed models (Alembic migrations in ``migrations/`` create them).
-
-Knowledge base side (the original design's names): ``knowledge_bases``, ``documents``, ``document_chunks``,
-``chunk_embeddings`` (one row per current chunk *per embedding model*, so strategies can compare models;
-an HNSW cosine index per knowledge base × model is created by
-:func:`rag_pipeline.storage.engine.ensure_embedding_model`),
-``embedding_models``, and the BM25 term statistics ``chunk_terms`` / ``knowledge_base_term_stats``.
-
-Evaluation side (docs/design.md §6.1): ``retrieval_evaluation_datasets``, ``retrieval_evaluation_runs``,
-``retrieval_evaluation_candidates`` (docs/design.md §4.1 fields, never chunk text), plus
-``retrieval_evaluation_case_results`` and ``retrieval_strategies`` (parameter hash per version).
+"""The knowledge-base tables as SQLAlchemy 2 typed models (docs/design.md §6.1); the Alembic migrations in
+``migrations/`` create them, the evaluation tables are in :mod:`rag_pipeline.storage.evaluation_schema`.
 """
 
 from __future__ import annotations
@@ -18,19 +9,7 @@ import uuid
 from datetime import datetime
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import (
-    Boolean,
-    DateTime,
-    Double,
-    Enum,
-    ForeignKey,
-    Index,
-    Integer,
-    String,
-    Text,
-    UniqueConstraint,
-    func,
-)
+from sqlalchemy import Boolean, DateTime, Double, Enum, ForeignKey, Index, Integer, String, Text, UniqueConstraint, func
 from sqlalchemy.dialects.postgresql import TSVECTOR, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 

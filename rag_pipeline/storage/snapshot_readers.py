@@ -1,14 +1,10 @@
 """Several read connections that see one and the same snapshot of the database.
 
-An evaluation reads the knowledge base on ``n`` connections at once (the retrieval legs of different
-batches run in parallel, one PostgreSQL backend each) and must still see *one* consistent knowledge base,
-even if it is re-ingested meanwhile. The first connection opens a REPEATABLE READ transaction and
-exports its snapshot (``pg_export_snapshot()``); every other connection imports it as the first statement
-of its own REPEATABLE READ transaction (``SET TRANSACTION SNAPSHOT``). All transactions stay open until
-the context ends; they only read, and are rolled back.
-
-Threads borrow a connection with :meth:`SnapshotReaders.borrow` (a queue: a connection is never used by
-two threads at once).
+An evaluation reads the knowledge base on ``n`` connections at once and must still see *one* consistent
+knowledge base, even if it is re-ingested meanwhile: the first connection's REPEATABLE READ transaction exports
+its snapshot (``pg_export_snapshot()``), every other one imports it as its first statement. The transactions
+only read and are rolled back when the context ends. Threads borrow a connection with
+:meth:`SnapshotReaders.borrow` (never used by two threads at once).
 """
 
 from __future__ import annotations

@@ -356,7 +356,7 @@ def test_the_dagster_resource_and_dagster_yaml_hold_no_secret():
 _CONSTANT = "constant SQL fragment"
 VETTED_QUERY_MODULE_SPLICES = {
     **{("storage/queries.py", func, expr): why for func, expr, why in (
-        ("create_database", "name",
+        ("create_database_if_missing", "name",
          "checked against [a-z_][a-z0-9_]* by the caller (engine._create_database_if_missing); "
                                     "called with the constants rag/dagster"),
         ("create_vector_index", "_index(index)", "_index: [a-z0-9_]+ only (hnsw_index_name: hex of a UUID, of an md5)"),

@@ -13,9 +13,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.storage import evaluation_schema as eval_models  # noqa: F401 - registers the evaluation tables
 from rag_pipeline.storage.engine import alembic_config
-from rag_pipeline.storage.evaluation_schema import CANDIDATE_PARTITION_PREFIX, METRIC_COLUMNS
+from rag_pipeline.storage.evaluation_schema import CANDIDATE_PARTITION_PREFIX
 from rag_pipeline.storage.schema import Base
 from rag_pipeline_tests.reliability_helpers import scratch_database
 
@@ -273,8 +274,8 @@ def _stored_runs_at_0003(conn: sa.Connection) -> None:
         for i, case in enumerate(cases):
             conn.execute(sa.text(
                 f"INSERT INTO retrieval_evaluation_case_results (evaluation_run_id, case_id, case_index, question, "
-                f"k, relevant_chunk_ids, retrieved_chunk_ids, {', '.join(METRIC_COLUMNS)}) VALUES (:r, :c, :i, 'q', "
-                f"1, '[]', '[]', {', '.join('0' for _ in METRIC_COLUMNS)})"), {"r": run_id, "c": case, "i": i})
+                f"k, relevant_chunk_ids, retrieved_chunk_ids, {', '.join(METRIC_NAMES)}) VALUES (:r, :c, :i, 'q', "
+                f"1, '[]', '[]', {', '.join('0' for _ in METRIC_NAMES)})"), {"r": run_id, "c": case, "i": i})
             conn.execute(sa.text(
                 "INSERT INTO retrieval_evaluation_candidates (evaluation_run_id, case_id, chunk_id, document_id, "
                 "document_name, rank, vector_score, vector_rank, keyword_score, keyword_rank, final_score, "
@@ -305,8 +306,10 @@ def test_models_match_the_migrated_schema(engine) -> None:
 
 
 def test_the_schema_has_one_column_per_metric() -> None:
-    """storage imports no stage, so its metric columns are spelled out; they must be the metrics module's."""
-    from rag_pipeline.evaluation.metrics import METRIC_NAMES
-    from rag_pipeline.storage.evaluation_schema import METRIC_COLUMNS
+    """The runs and the case results have a column per metric of the one metric list, in its order."""
+    from rag_pipeline.evaluation.metrics import METRIC_NAMES as EVALUATION_METRICS
+    from rag_pipeline.storage.evaluation_schema import RetrievalEvaluationCaseResult, RetrievalEvaluationRun
 
-    assert METRIC_COLUMNS == METRIC_NAMES
+    assert EVALUATION_METRICS == METRIC_NAMES
+    for table in (RetrievalEvaluationRun.__table__, RetrievalEvaluationCaseResult.__table__):
+        assert [c.name for c in table.columns if c.name in METRIC_NAMES] == list(METRIC_NAMES)

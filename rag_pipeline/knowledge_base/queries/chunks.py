@@ -54,12 +54,11 @@ _TOKEN_COUNTS_SQL = (
     "WHERE chunk_id = ANY(:ids) GROUP BY chunk_id) s WHERE c.id = s.chunk_id")
 
 
-def searchable_chunks(conn: sa.Connection, kb_id, document_id, limit: int) -> sa.CursorResult:
-    return conn.execute(sa.text(_LIST_SQL), {"kb": kb_id, "doc": document_id, "limit": limit})
-
-
-def searchable_chunk_count(conn: sa.Connection, kb_id, document_id) -> int:
-    return conn.execute(sa.text(_COUNT_SQL), {"kb": kb_id, "doc": document_id}).scalar_one()
+def searchable_chunks(conn: sa.Connection, kb_id, document_id, limit: int) -> tuple[list[sa.Row], int]:
+    """The first ``limit`` searchable chunks (of one document, or all) and how many there are in all."""
+    params = {"kb": kb_id, "doc": document_id}
+    return (conn.execute(sa.text(_LIST_SQL), {**params, "limit": limit}).all(),
+            conn.execute(sa.text(_COUNT_SQL), params).scalar_one())
 
 
 def phrase_chunks(conn: sa.Connection, kb_id, document_id, phrase: str, limit: int) -> sa.CursorResult:

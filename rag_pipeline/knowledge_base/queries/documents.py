@@ -109,25 +109,17 @@ def set_document_state(conn: sa.Connection, document_ids: list, values: dict) ->
                         {**values, "ids": document_ids}).rowcount
 
 
-def document_counts(conn: sa.Connection, kb_id) -> sa.Row:
-    """``(total, searchable)`` documents of the KB."""
-    return conn.execute(sa.text(_DOCUMENT_COUNTS_SQL), {"kb": kb_id}).one()
+def content_counts(conn: sa.Connection, kb_id) -> dict:
+    """The KB's documents (all, searchable), chunks (current, replaced) and vectors per model, by model."""
+    docs = conn.execute(sa.text(_DOCUMENT_COUNTS_SQL), {"kb": kb_id}).one()
+    chunks = conn.execute(sa.text(_CHUNK_COUNTS_SQL), {"kb": kb_id}).one()
+    models = conn.execute(sa.text(_EMBEDDING_COUNTS_SQL), {"kb": kb_id}).all()
+    return {"documents": docs.total, "searchable_documents": docs.searchable, "current_chunks": chunks.current,
+            "replaced_chunks": chunks.replaced, "embeddings": dict(models)}
 
 
-def chunk_counts(conn: sa.Connection, kb_id) -> sa.Row:
-    """``(current, replaced)`` chunks of the KB."""
-    return conn.execute(sa.text(_CHUNK_COUNTS_SQL), {"kb": kb_id}).one()
-
-
-def embedding_counts(conn: sa.Connection, kb_id) -> list[sa.Row]:
-    """``(model, count)`` of every vector the KB holds, by model."""
-    return conn.execute(sa.text(_EMBEDDING_COUNTS_SQL), {"kb": kb_id}).all()
-
-
-def content_digest(conn: sa.Connection, kb_id) -> sa.Row:
-    """``(searchable_chunks, digest)``: SHA-256 hex over the searchable chunk ids with their models, in id order."""
-    return conn.execute(sa.text(_VERSION_SQL), {"kb": kb_id}).one()
-
-
-def searchable_embedding_counts(conn: sa.Connection, kb_id) -> dict[str, int]:
-    return {r.model: int(r.n) for r in conn.execute(sa.text(_SEARCHABLE_EMBEDDING_COUNTS_SQL), {"kb": kb_id})}
+def content_digest(conn: sa.Connection, kb_id) -> tuple[sa.Row, dict[str, int]]:
+    """``(searchable_chunks, digest)``: SHA-256 hex over the searchable chunk ids with their models, in id order;
+    and the searchable chunks with a vector, per model."""
+    digest = conn.execute(sa.text(_VERSION_SQL), {"kb": kb_id}).one()
+    return digest, {r.model: int(r.n) for r in conn.execute(sa.text(_SEARCHABLE_EMBEDDING_COUNTS_SQL), {"kb": kb_id})}

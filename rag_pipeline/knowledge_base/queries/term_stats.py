@@ -47,37 +47,36 @@ _UPDATE_N_AND_AVGDL_SQL = (f"UPDATE knowledge_bases k SET chunk_count = s.n, avg
                            f"FROM ({_N_AND_AVGDL}) s WHERE k.id = :kb")
 
 
-def rebuild_doc_freqs(conn: sa.Connection, kb_id) -> None:
+def refresh_term_stats(conn: sa.Connection, kb_id) -> None:
+    """Every statistic of the KB from its searchable chunks (linear in the KB's postings)."""
     conn.execute(sa.text("DELETE FROM knowledge_base_term_stats WHERE knowledge_base_id = :kb"), {"kb": kb_id})
     conn.execute(sa.text(_REBUILD_SQL), {"kb": kb_id})
+    update_n_and_avgdl(conn, kb_id)
 
 
 def update_n_and_avgdl(conn: sa.Connection, kb_id) -> None:
     conn.execute(sa.text(_UPDATE_N_AND_AVGDL_SQL), {"kb": kb_id})
 
 
-def lock_statistics(conn: sa.Connection, kb_id) -> None:
-    """``FOR NO KEY UPDATE`` of the KB row: one change of its statistics at a time; readers are not blocked."""
+def lock_statistics(conn: sa.Connection, kb_id) -> bool | None:
+    """``FOR NO KEY UPDATE`` of the KB row (one change of its statistics at a time; readers are not blocked),
+    then, in its own statement (seeing what committed while it waited), whether they match its searchable chunks."""
     conn.execute(sa.text("SELECT 1 FROM knowledge_bases WHERE id = :kb FOR NO KEY UPDATE"), {"kb": kb_id})
-
-
-def statistics_consistent(conn: sa.Connection, kb_id) -> bool | None:
     return conn.execute(sa.text(_CONSISTENT_SQL), {"kb": kb_id}).scalar()
 
 
-def start_delta(conn: sa.Connection) -> None:
+def start_delta(conn: sa.Connection, kb_id, document_ids: list) -> None:
+    """A delta table holding − the documents' searchable chunks, per lexeme (as they are before the change)."""
     conn.execute(sa.text(f"CREATE TEMP TABLE IF NOT EXISTS {_DELTA} (lexeme text PRIMARY KEY, d bigint NOT NULL) "
                          "ON COMMIT DROP"))
     conn.execute(sa.text(f"TRUNCATE {_DELTA}"))
+    conn.execute(sa.text(_ADD_DOCUMENTS_SQL), {"kb": kb_id, "docs": document_ids, "sign": -1})
 
 
-def add_documents_to_delta(conn: sa.Connection, kb_id, document_ids: list, sign: int) -> None:
-    """Add ``sign`` × the documents' searchable chunks, per lexeme, to the delta."""
-    conn.execute(sa.text(_ADD_DOCUMENTS_SQL), {"kb": kb_id, "docs": document_ids, "sign": sign})
-
-
-def apply_delta(conn: sa.Connection, kb_id) -> bool:
-    """Add the delta to ``doc_freq``, drop lexemes left at 0 and the delta; whether a ``doc_freq`` went below 0."""
+def apply_delta(conn: sa.Connection, kb_id, document_ids: list) -> bool:
+    """Add the documents' searchable chunks as they are now to the delta, the delta to ``doc_freq``, drop lexemes
+    left at 0 and the delta; whether a ``doc_freq`` went below 0."""
+    conn.execute(sa.text(_ADD_DOCUMENTS_SQL), {"kb": kb_id, "docs": document_ids, "sign": 1})
     conn.execute(sa.text(_APPLY_DELTA_SQL), {"kb": kb_id})
     negative = conn.execute(sa.text(_DROP_EMPTY_SQL), {"kb": kb_id}).scalars().all()
     conn.execute(sa.text(f"DROP TABLE {_DELTA}"))
