@@ -214,19 +214,10 @@ def plan_import(folder: str | Path, knowledge_base: str, *, split: str = "test",
     return BeirPlan([d for d in docs if d.original_name not in skipped_docs], cases, metadata)
 
 
-def import_beir(
-    engine,
-    folder: str | Path,
-    knowledge_base: str,
-    *,
-    split: str = "test",
-    models: Sequence[str] = (DEFAULT_MODEL,),
-    text_search: str = "english",
-    k: int = 10,
-    max_docs: int | None = None,
-    max_queries: int | None = None,
-    progress: Progress | None = None,
-) -> tuple[IngestionResult, dict]:
+def import_beir(engine, folder: str | Path, knowledge_base: str, *, split: str = "test",
+                models: Sequence[str] = (DEFAULT_MODEL,), text_search: str = "english", k: int = 10,
+                max_docs: int | None = None, max_queries: int | None = None,
+                progress: Progress | None = None) -> tuple[IngestionResult, dict]:
     """Ingest the corpus (one chunk per document) and build the dataset dict ``{"knowledge_base", "metadata",
     "cases"}`` (see :func:`plan_import`; every check runs before the ingestion)."""
     plan = plan_import(folder, knowledge_base, split=split, k=k, max_docs=max_docs, max_queries=max_queries)

@@ -79,19 +79,10 @@ class _NewChunk:
     chunk: chunking.Chunk
 
 
-def ingest_documents(
-    engine: sa.Engine,
-    docs: Sequence[SourceDocument],
-    knowledge_base: str,
-    *,
-    text_search: str = "simple",
-    chunk_size: int | None = 500,
-    chunk_overlap: int = 80,
-    models: Sequence[str] = (DEFAULT_MODEL,),
-    prune: bool = True,
-    rechunk: bool = False,
-    progress: Progress | None = None,
-) -> IngestionResult:
+def ingest_documents(engine: sa.Engine, docs: Sequence[SourceDocument], knowledge_base: str, *,
+                     text_search: str = "simple", chunk_size: int | None = 500, chunk_overlap: int = 80,
+                     models: Sequence[str] = (DEFAULT_MODEL,), prune: bool = True, rechunk: bool = False,
+                     progress: Progress | None = None) -> IngestionResult:
     """Bring the knowledge base in line with ``docs``; ``chunk_size=None`` keeps each document one chunk.
     ``rechunk``: an existing knowledge base with another chunk size/overlap is re-chunked in place (else refused)."""
     t0 = time.perf_counter()
@@ -131,7 +122,8 @@ def ingest_documents(
                 _write_documents(conn, kb_id, doc_rows)
                 if removed:
                     documents.mark_deleted(conn, removed)
-                result.chunks_replaced = _retire_chunks(conn, changed_doc_ids, {c.id for c in new_chunks})
+                if changed_doc_ids:  # their current chunks the new chunking does not produce again
+                    result.chunks_replaced = chunks.retire_chunks(conn, changed_doc_ids, {c.id for c in new_chunks})
                 inserted = _insert_chunks(conn, kb_id, text_search, new_chunks)
                 result.chunks_inserted = len(inserted)
             t1 = time.perf_counter()
@@ -197,16 +189,6 @@ def _write_documents(conn: sa.Connection, kb_id, doc_rows) -> None:
     if doc_rows:
         documents.upsert_documents(conn, [{"id": i, "kb": kb_id, "name": d.original_name, "title": d.title,
                                            "content": d.text.replace("\x00", " "), "hash": h} for i, d, h in doc_rows])
-
-
-def _retire_chunks(conn: sa.Connection, doc_ids, keep_ids) -> int:
-    """Mark the current chunks of changed documents that the new chunking does not produce again."""
-    if not doc_ids:
-        return 0
-    retire = [r for r in chunks.current_chunk_ids(conn, doc_ids) if r not in keep_ids]
-    if retire:
-        chunks.retire_chunks(conn, retire)
-    return len(retire)
 
 
 REINDEX_CHURN = 0.1

@@ -66,15 +66,8 @@ def resolve_knowledge_base(conn: sa.Connection, name_or_id: str) -> sa.Row:
     return row
 
 
-def set_document_state(
-    conn: sa.Connection,
-    knowledge_base: str,
-    document: str,
-    *,
-    status: str | None = None,
-    publication_status: str | None = None,
-    is_deleted: bool | None = None,
-) -> int:
+def set_document_state(conn: sa.Connection, knowledge_base: str, document: str, *, status: str | None = None,
+                       publication_status: str | None = None, is_deleted: bool | None = None) -> int:
     """Change a document's lifecycle (READY/PROCESSING/FAILED, PUBLISHED/UNPUBLISHED/DRAFT, deleted).
 
     ``document`` is the document's original name or id. Returns the number of documents changed.

@@ -1,16 +1,10 @@
 """The content version of a knowledge base: what a retrieval over it can see, as one hash.
 
-``version`` = SHA-256 over the knowledge base's text-search mode and, in chunk id order, every **searchable**
-chunk (current, document READY, PUBLISHED and not deleted) with the embedding models it has a vector of.
-A chunk id is derived from the knowledge base, the document and the chunk's text and span
-(:func:`chunking.chunk_id`), so the version changes exactly when a retrieval could return something else:
-a new, changed or removed document, a re-chunking, a model added, a document (un)published, deleted or
-restored. Re-ingesting an unchanged folder keeps it. BM25 statistics are a function of the searchable chunks,
-so they are covered too.
-
-Evaluation runs record the version of the knowledge base they measured (``knowledge_base_version``), read in
-the run's own snapshot; the Dagster ``knowledge_base`` asset uses it as its data version, so evaluations of an
-older version show as out of date.
+``version`` = SHA-256 over the text-search mode and, in chunk id order, every **searchable** chunk (docs/design.md
+§3.3) with the embedding models it has a vector of. A chunk id derives from the knowledge base, the document and
+the chunk's text and span, so the version changes exactly when a retrieval could return something else (BM25
+statistics included); re-ingesting an unchanged folder keeps it. Runs record the version they measured, read in
+their own snapshot; the Dagster ``knowledge_base`` asset uses it as its data version.
 """
 
 from __future__ import annotations

@@ -8,22 +8,14 @@ from pathlib import Path
 
 import yaml
 
-from rag_pipeline.retrieval.strategies import (
-    Strategy,
-    StrategyError,
-    load_registry,
-    parse_registry,
-    registry_path,
-    strategy_entry,
-    strategy_to_yaml,
-)
+from rag_pipeline.retrieval import strategies
 
 
-class RegistryConflictError(StrategyError):
+class RegistryConflictError(strategies.StrategyError):
     """The registry file already defines the version with other parameters."""
 
 
-def write_strategy(path: str | Path, strategy: Strategy, comment: str = "") -> str:
+def write_strategy(path: str | Path, strategy: strategies.Strategy, comment: str = "") -> str:
     """Append ``strategy`` to the registry file ``path``; returns ``"appended"`` or ``"unchanged"``.
 
     A missing file starts as a copy of the active registry (:func:`registry_path`). The result is
@@ -32,9 +24,9 @@ def write_strategy(path: str | Path, strategy: Strategy, comment: str = "") -> s
     :class:`RegistryConflictError` if the file already defines the version with other parameters.
     """
     target = Path(path)
-    source = target if target.exists() else registry_path()
+    source = target if target.exists() else strategies.registry_path()
     text = source.read_text(encoding="utf-8")
-    registry = load_registry(source)
+    registry = strategies.load_registry(source)
     existing = registry.get(strategy.version)
     if existing is not None:
         if existing.params_hash() == strategy.params_hash():
@@ -44,22 +36,22 @@ def write_strategy(path: str | Path, strategy: Strategy, comment: str = "") -> s
         raise RegistryConflictError(f"{target} already defines strategy {strategy.version!r} with other parameters; "
                         "choose a new name with --version")
     note = "".join(f"  # {line}\n" for line in comment.splitlines() if line.strip())
-    new_text = text.rstrip("\n") + "\n\n" + note + strategy_to_yaml(strategy)
+    new_text = text.rstrip("\n") + "\n\n" + note + strategies.strategy_to_yaml(strategy)
     expected = {**{v: s.params_hash() for v, s in registry.items()}, strategy.version: strategy.params_hash()}
     if _registry_hashes(new_text, str(target)) != expected:
         data = yaml.safe_load(text)
-        data["strategies"].append(strategy_entry(strategy))
+        data["strategies"].append(strategies.strategy_entry(strategy))
         new_text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10**9)
         if _registry_hashes(new_text, str(target)) != expected:  # pragma: no cover - defensive
-            raise StrategyError(f"could not add {strategy.version!r} to {target} as a valid registry")
+            raise strategies.StrategyError(f"could not add {strategy.version!r} to {target} as a valid registry")
     _atomic_write(target, new_text)
     return "appended"
 
 
 def _registry_hashes(text: str, source: str) -> dict[str, str] | None:
     try:
-        return {v: s.params_hash() for v, s in parse_registry(yaml.safe_load(text), source).items()}
-    except (yaml.YAMLError, StrategyError):
+        return {v: s.params_hash() for v, s in strategies.parse_registry(yaml.safe_load(text), source).items()}
+    except (yaml.YAMLError, strategies.StrategyError):
         return None
 
 

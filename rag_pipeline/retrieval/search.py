@@ -37,17 +37,10 @@ def hybrid_search_with_trace(
                                limits=limits)[0]
 
 
-def hybrid_search_batch(
-    conn: sa.Connection,
-    *,
-    knowledge_base_id,
-    queries: Sequence[str],
-    strategy: Strategy,
-    limits: Sequence[int] | None = None,
-    query_vectors: np.ndarray | None = None,
-    targets: Sequence[Sequence[str]] | None = None,
-    keyword_index: Bm25Index | None = None,
-) -> list[RetrievalTrace]:
+def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequence[str], strategy: Strategy,
+                        limits: Sequence[int] | None = None, query_vectors: np.ndarray | None = None,
+                        targets: Sequence[Sequence[str]] | None = None,
+                        keyword_index: Bm25Index | None = None) -> list[RetrievalTrace]:
     """Search many questions: one embedding call and one SQL statement per enabled leg for the batch.
 
     ``conn`` must be in a transaction (SQLAlchemy's default, not AUTOCOMMIT): the HNSW settings are

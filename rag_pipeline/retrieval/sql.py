@@ -29,10 +29,8 @@ SELECT set_config('hnsw.ef_search', CAST(:ef_search AS text), true),
        set_config('plan_cache_mode', 'force_custom_plan', true)
 """
 
-# Vector leg. ``<=>`` is pgvector's cosine distance; vector_score = 1 - distance. ORDER BY the bare
-# distance expression (no secondary key) so the HNSW index can deliver the order. :k here is the *fetch*
-# limit, a few rows over the strategy's k: retrieval.vector_cut cuts at k by (score desc, chunk id asc) and
-# asks again with a larger limit when the ties of the k-th score fill the fetch.
+# Vector leg. ``<=>`` is pgvector's cosine distance; vector_score = 1 - distance. ORDER BY the bare distance
+# (no secondary key) so the HNSW index can deliver the order; :k is the *fetch* limit of retrieval.vector_cut.
 #
 # Through the index: the inner query reads chunk_embeddings alone — the KB × model rows the partial HNSW index
 # holds, walked in distance order by pgvector's iterative scan — and keeps a vector only if its chunk is

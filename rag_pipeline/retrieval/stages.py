@@ -184,18 +184,10 @@ def fuse_pool(question: str, vector: list[LegHit], keyword: list[LegHit], strate
         slot = slots[ids[index]]
         hit = slot["hit"]
         candidates.append(Candidate(
-            chunk_id=hit.chunk_id,
-            document_id=hit.document_id,
-            document_name=hit.document_name,
-            rank=rank,
-            vector_score=slot.get("vector_score"),
-            vector_rank=slot.get("vector_rank"),
-            keyword_score=slot.get("keyword_score"),
-            keyword_rank=slot.get("keyword_rank"),
-            rerank_score=None,
-            final_score=float(final[index]),
-            strategy_version=strategy.version,
-        ))
+            chunk_id=hit.chunk_id, document_id=hit.document_id, document_name=hit.document_name, rank=rank,
+            vector_score=slot.get("vector_score"), vector_rank=slot.get("vector_rank"),
+            keyword_score=slot.get("keyword_score"), keyword_rank=slot.get("keyword_rank"), rerank_score=None,
+            final_score=float(final[index]), strategy_version=strategy.version))
     return RetrievalTrace(question, candidates, candidates[:limit])
 
 

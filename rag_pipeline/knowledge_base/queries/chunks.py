@@ -105,18 +105,19 @@ def insert_chunks(conn: sa.Connection, kb_id, cfg: str, rows: Iterable[tuple]) -
     return inserted
 
 
-def current_chunk_ids(conn: sa.Connection, document_ids: list) -> list:
-    return conn.execute(sa.text("SELECT id FROM document_chunks WHERE document_id = ANY(:d) AND is_current"),
-                        {"d": document_ids}).scalars().all()
-
-
-def retire_chunks(conn: sa.Connection, chunk_ids: list) -> None:
-    """Mark chunks replaced (text and span kept); drop their postings and vectors (a revived chunk is re-embedded)."""
-    params = {"ids": chunk_ids}
+def retire_chunks(conn: sa.Connection, document_ids: list, keep: set) -> int:
+    """Mark the documents' current chunks not in ``keep`` replaced (text and span kept) and drop their postings and
+    vectors (a revived chunk is re-embedded); how many."""
+    current = conn.execute(sa.text("SELECT id FROM document_chunks WHERE document_id = ANY(:d) AND is_current"),
+                           {"d": document_ids}).scalars().all()
+    params = {"ids": [c for c in current if c not in keep]}
+    if not params["ids"]:
+        return 0
     conn.execute(sa.text("UPDATE document_chunks SET is_current = false, replaced_at = now() WHERE id = ANY(:ids)"),
                  params)
     conn.execute(sa.text("DELETE FROM chunk_terms WHERE chunk_id = ANY(:ids)"), params)
     conn.execute(sa.text("DELETE FROM chunk_embeddings WHERE chunk_id = ANY(:ids)"), params)
+    return len(params["ids"])
 
 
 def current_chunk_count(conn: sa.Connection, kb_id) -> int:
