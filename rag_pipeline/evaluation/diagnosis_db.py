@@ -82,10 +82,8 @@ def _missing_legs(m: diagnosis.MissReason) -> tuple[str, ...]:
 def diagnose_batch(conn: sa.Connection, kb, strategy: Strategy, cases: Sequence, pools: Sequence[Sequence],
                    labels: label_check.LabelReport | None = None,
                    query_vectors: np.ndarray | None = None, *, ranks: bool = False) -> list[list[diagnosis.MissReason]]:
-    """Reasons per case (``cases[i]`` with pool ``pools[i]``, e.g. ``trace.candidates``), missing-leg
-    scores filled in (one target lookup per leg for the whole batch). ``query_vectors`` (one row per case)
-    spare re-embedding the questions; ``ranks=True`` adds the exact global leg ranks (on demand: a scan of
-    the KB per leg, see the module docstring)."""
+    """Reasons per case (``cases[i]`` with pool ``pools[i]``), missing-leg scores filled in. ``query_vectors`` (one
+    row per case) spare re-embedding; ``ranks=True`` adds the exact global leg ranks."""
     statuses = labels.status_map() if labels else None
     details = {(r.case_id, r.chunk_id): r.detail for r in labels.rows} if labels else None
     legs = diagnosis.legs_of(strategy)
