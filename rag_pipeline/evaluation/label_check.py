@@ -124,9 +124,8 @@ def _chunk_status(row, kb) -> tuple[str, str, tuple[str, ...]]:
 
 
 def check_labels(conn: sa.Connection, knowledge_base, cases: Iterable) -> LabelReport:
-    """Classify every relevant id of ``cases`` (EvaluationCase objects or dicts with ``case_id`` and
-    ``relevant_chunk_ids``, a list or graded ``{id: grade}``) against ``knowledge_base`` (a name, a UUID or
-    a resolved KB row)."""
+    """Classify every relevant id of ``cases`` (EvaluationCase objects or case dicts) against ``knowledge_base``
+    (a name, a UUID or a resolved row)."""
     kb = knowledge_base if hasattr(knowledge_base, "id") else resolve_knowledge_base(conn, str(knowledge_base))
     fields_ = [_case_fields(c) for c in cases]
     pairs = [(cid, str(raw)) for cid, ids in fields_ for raw in ids]

@@ -137,8 +137,7 @@ def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Seque
 
 
 def _cases_label(batch: Sequence[EvaluationCase]) -> str:
-    """``case <id>``; in a batch of several, the case of the longest question (the likely culprit) and the
-    batch's first and last case."""
+    """``case <id>``; in a batch, the case of the longest question (the likely culprit) and the batch's ends."""
     longest = max(batch, key=lambda c: len(c.question))
     if len(batch) == 1:
         return f"case {longest.case_id}"

@@ -51,9 +51,8 @@ class LaunchError(RuntimeError):
 
 
 def dagster_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``environ`` (default: this process's) completed with what ``dagster.yaml`` reads: ``DAGSTER_HOME`` (else
-    the project folder when it holds ``dagster.yaml``) and ``RAG_DAGSTER_PG_URL`` (else the database settings').
-    Returns a new mapping; changes nothing."""
+    """A copy of ``environ`` (default: this process's) completed with ``DAGSTER_HOME`` (else the project folder
+    when it holds ``dagster.yaml``) and ``RAG_DAGSTER_PG_URL`` (else the database settings')."""
     env = dict(os.environ if environ is None else environ)
     if not env.get("DAGSTER_HOME"):
         root = project_root()
@@ -70,9 +69,8 @@ _FINISHED = {"FAILURE": "failed", "CANCELED": "was cancelled", "SUCCESS": "succe
 
 
 class Launcher:
-    """Submits evaluation runs to one Dagster instance and watches its queue; the app holds one
-    (``app.state.launcher``). ``env``: the environment of Dagster's processes (default: this process's, completed
-    by :func:`dagster_environment` on first use)."""
+    """Submits evaluation runs to one Dagster instance and watches its queue. ``env``: the environment of Dagster's
+    processes (default: :func:`dagster_environment`, on first use)."""
 
     def __init__(self, env: Mapping[str, str] | None = None):
         self._env = dict(env) if env is not None else None

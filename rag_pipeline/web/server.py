@@ -1,8 +1,7 @@
 """Running the HTTP service under uvicorn (``rag-pipeline serve``): the bind check, the database and Dagster set-up
-before the first request, and an optional Dagster daemon next to it.
-
-The server never changes its own ``os.environ``: started without the project's ``.env`` values or what Dagster's
-instance reads from the environment (``DAGSTER_HOME``, ``RAG_DAGSTER_PG_URL``), it re-executes itself with them."""
+before the first request, and an optional Dagster daemon next to it. Started without the project's ``.env``
+values or the Dagster variables, the server re-executes itself with them (its ``os.environ`` is never changed).
+"""
 
 from __future__ import annotations
 
