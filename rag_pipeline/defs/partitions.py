@@ -15,13 +15,10 @@ DATASET_DIMENSION = "dataset"
 STRATEGY_DIMENSION = "strategy"
 
 dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
-knowledge_base_partitions = dg.DynamicPartitionsDefinition(name="knowledge_base")
-"""One key per knowledge-base name: added by the ``knowledge_base`` asset's runs (their partition), the demo, and
-the ``knowledge_base_versions`` sensor for knowledge bases ingested outside Dagster."""
+knowledge_base_partitions = dg.DynamicPartitionsDefinition(name="knowledge_base")  # one key per knowledge base
 strategy_partitions = dg.StaticPartitionsDefinition(list(load_registry()))
-evaluation_partitions = dg.MultiPartitionsDefinition(
-    {DATASET_DIMENSION: dataset_partitions, STRATEGY_DIMENSION: strategy_partitions}
-)
+evaluation_partitions = dg.MultiPartitionsDefinition({DATASET_DIMENSION: dataset_partitions,
+                                                      STRATEGY_DIMENSION: strategy_partitions})
 
 with warnings.catch_warnings():  # beta in Dagster 1.13; maps dataset "demo" to every "demo|<strategy>"
     warnings.simplefilter("ignore", dg.BetaWarning)

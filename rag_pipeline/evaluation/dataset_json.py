@@ -97,11 +97,10 @@ def got(value: Any, limit: int = 60) -> str:
         return f"got non-finite number {value.text}"
     if value is None or isinstance(value, (dict, list)):
         return f"got {type_name(value)}"
-    text = json.dumps(value, ensure_ascii=False)
-    return f"got {type_name(value)} " + (text if len(text) <= limit else text[:limit] + "…")
+    return f"got {type_name(value)} {show(value, limit)}"
 
 
-def show(value: str, limit: int = 60) -> str:
+def show(value: Any, limit: int = 60) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit] + "…"
 

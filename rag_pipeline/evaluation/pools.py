@@ -226,8 +226,7 @@ def load_pools(conn: Any, evaluation_run_id: Any) -> PoolSet:
 
 
 def first_stage_ranks_of_cases(conn: sa.Connection, run_id, strategy, cases: list[str]) -> dict[str, dict[str, int]]:
-    """Per case, chunk id -> rank before the rerank stage, from the case's whole stored pool (whatever the
-    report's candidate mode lists)."""
+    """Per case, chunk id -> rank before the rerank stage, from the case's whole stored pool."""
     pools: dict[str, list[dict]] = {case: [] for case in cases}
     for row in leg_scores(conn, run_id, cases):
         pools[row["case_id"]].append(dict(row))
