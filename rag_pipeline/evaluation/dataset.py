@@ -164,13 +164,12 @@ def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base
 
 
 def _case(case: DatasetCase) -> EvaluationCase:
-    """The validated case: ids lower-cased, a graded object's judgments in id order."""
+    """The validated case, ids lower-cased (unique after that: the validator checks it)."""
     value = case.relevant_chunk_ids
-    if isinstance(value, list):
-        return EvaluationCase(case.case_id, case.question, tuple(i.strip().lower() for i in value), case.k)
-    judgments = tuple(sorted((cid.strip().lower(), grade) for cid, grade in value.items()))
-    relevant = tuple(cid for cid, grade in judgments if grade >= RELEVANT_GRADE)
-    return EvaluationCase(case.case_id, case.question, relevant, case.k, judgments)
+    ids = ([i.strip().lower() for i in value] if isinstance(value, list)
+           else {i.strip().lower(): grade for i, grade in value.items()})
+    return EvaluationCase.from_dict({"case_id": case.case_id, "question": case.question, "relevant_chunk_ids": ids,
+                                     "k": case.k})
 
 
 def _resolve_name(file_name: str | None, given: str | None, problems: list[DatasetProblem]) -> str:

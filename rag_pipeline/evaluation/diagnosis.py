@@ -142,13 +142,9 @@ def legs_of(strategy) -> tuple[str, ...]:
 def classify_misses(case, candidates: Sequence, k: int | None = None,
                     label_statuses: Mapping | None = None, *, legs: Iterable[str] | None = None,
                     label_details: Mapping | None = None) -> list[MissReason]:
-    """One :class:`MissReason` per relevant chunk of ``case`` (object or dict with ``case_id``,
-    ``relevant_chunk_ids``, ``k``), from its ranked pool ``candidates`` (Candidate objects or rows with
-    ``chunk_id, rank, final_score, vector_score, vector_rank, keyword_score, keyword_rank``).
-
-    ``label_statuses`` maps ``(case_id, chunk_id)`` or ``chunk_id`` to a label status; ``legs`` the
-    enabled legs (default: the legs with a score in the pool; pass :func:`legs_of(strategy)`).
-    """
+    """One :class:`MissReason` per relevant chunk of ``case`` (object or dict) from its ranked pool ``candidates``
+    (Candidate objects or stored rows). ``label_statuses``: ``(case_id, chunk_id)`` or ``chunk_id`` → status;
+    ``legs``: the enabled legs (default: those with a score in the pool; pass :func:`legs_of(strategy)`)."""
     case_id, relevant, case_k = _case(case)
     k = case_k if k is None else int(k)
     pool = sorted(candidates, key=lambda c: int(_get(c, "rank")))

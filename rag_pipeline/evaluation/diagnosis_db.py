@@ -33,10 +33,8 @@ from rag_pipeline.retrieval.strategies import Strategy, get_strategy, strategy_f
 def score_chunks(conn: sa.Connection, kb, strategy: Strategy, targets: Sequence[tuple[str, str, str]],
                  query_vectors: Mapping[str, np.ndarray] | None = None, *,
                  ranks: bool = False) -> dict[tuple[str, str], dict]:
-    """Own leg scores of ``targets`` = ``(question, chunk_id, leg)``; ``kb`` a row with ``id``/``name``/
-    ``text_search``. Returns ``{(question, chunk_id): {"vector_score", "vector_rank", "keyword_score",
-    "keyword_rank"}}`` (keys present only for the legs asked; ``None`` = no embedding / no query term).
-    The ranks are the exact global leg ranks with ``ranks=True`` (a scan of the KB per leg), else ``None``."""
+    """``{(question, chunk_id): {"<leg>_score", "<leg>_rank"}}`` of ``targets`` = ``(question, chunk_id, leg)``, for
+    the legs asked (``None``: no embedding / no query term; ranks only with ``ranks=True``, else ``None``)."""
     out: dict[tuple[str, str], dict] = {}
     for leg in diagnosis.LEGS:
         pairs = sorted({(q, c) for q, c, want in targets if want == leg})
