@@ -90,13 +90,10 @@ def new_dataset_sensor(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
     for gone in sorted(set(previous) - set(cursor) - {k for k in previous if not valid_dataset_key(k)}):
         context.log.info(f"dataset file {gone}.json disappeared (its partition and runs are kept)")
     partitions = [dataset_partitions.build_add_request(new_keys)] if new_keys else []
-    if not requests:
-        reason = ("invalid dataset file(s), nothing launched:\n" + "\n".join(problems)) if problems else \
-            f"no new or changed dataset file to run in {folder} ({len(files)} watched)"
-        return dg.SensorResult(skip_reason=reason, dynamic_partitions_requests=partitions,
-                               cursor=json.dumps(cursor, sort_keys=True))
-    return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partitions,
-                           cursor=json.dumps(cursor, sort_keys=True))
+    reason = ("invalid dataset file(s), nothing launched:\n" + "\n".join(problems)) if problems else \
+        f"no new or changed dataset file to run in {folder} ({len(files)} watched)"
+    return dg.SensorResult(run_requests=requests, skip_reason=None if requests else reason,
+                           dynamic_partitions_requests=partitions, cursor=json.dumps(cursor, sort_keys=True))
 
 
 @dg.run_status_sensor(

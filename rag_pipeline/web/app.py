@@ -73,9 +73,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app(launcher: Launcher | None = None) -> FastAPI:
-    """The application: API routers under ``/api/v1`` (token-protected when ``RAG_API_TOKEN`` is set), the
-    console, the login form, problem-details error handlers, session and cross-site middleware. ``launcher``:
-    the Dagster launcher to use (default: made in the lifespan)."""
+    """The application (see the module docstring); ``launcher``: the Dagster launcher to use (default: made in the
+    lifespan)."""
     app = FastAPI(title="rag_pipeline", version=_version(), description=DESCRIPTION, openapi_tags=TAGS,
                   docs_url="/docs", redoc_url=None, lifespan=lifespan)
     app.state.launcher = launcher
