@@ -1,7 +1,5 @@
-"""The Dagster ``Definitions`` of rag_pipeline (``dagster dev -w workspace.yaml``, ``-m rag_pipeline.definitions``).
-
-The only module that assembles Dagster objects; the asset groups live in :mod:`rag_pipeline.defs`, one module
-each, as thin adapters over :mod:`rag_pipeline.service`. Nothing else in the package imports Dagster.
+"""The Dagster ``Definitions`` of rag_pipeline (``dagster dev -w workspace.yaml``, ``-m rag_pipeline.definitions``),
+assembled from the adapters of :mod:`rag_pipeline.defs`.
 """
 
 import dagster as dg

@@ -1,12 +1,8 @@
 """Every ``RAG_*`` environment variable in one typed object: its default, its meaning, one parse.
 
-Read with :func:`get_settings` (a cached :class:`Settings` per distinct ``RAG_*`` environment, so a
-command reads it once and a test's ``monkeypatch.setenv`` is still seen). A bad value fails with a
-:class:`SettingsError` naming the variable (``RAG_EVAL_READERS must be a positive integer, got 'two'``).
-``python -m rag_pipeline.settings`` prints the configuration table of the README (a test keeps them equal).
-
-``.env`` files: the ``dagster`` command loads ``.env`` of its working directory, and so do ``rag-pipeline``
-and ``make run`` (:func:`load_env_file`, python-dotenv; variables already set win).
+:func:`get_settings` caches a :class:`Settings` per distinct ``RAG_*`` environment; a bad value is a
+:class:`SettingsError` naming the variable. ``python -m rag_pipeline.settings`` prints the README's configuration
+table (a test keeps them equal). ``.env`` of the working directory is loaded by :func:`load_env_file`.
 """
 
 from __future__ import annotations

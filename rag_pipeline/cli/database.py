@@ -58,8 +58,8 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def _exec_psql(url: str, extra: list[str]) -> int:
-    """Replace this process with ``psql <libpq URI> [extra...]``; the password travels as PGPASSWORD, never on
-    the command line. psql from PATH, else the one shipped with the embedded server."""
+    """Replace this process with ``psql <libpq URI> [extra...]`` (PATH's, else the embedded server's); the password
+    travels as PGPASSWORD, never on the command line."""
     uri, password = libpq_url(url)
     psql = shutil.which("psql") or embedded_server.bundled_binary("psql")
     if not psql:
@@ -74,8 +74,7 @@ def _exec_psql(url: str, extra: list[str]) -> int:
 
 
 def write_env_file() -> tuple[Path, list[str]]:
-    """Write ``<project>/.env`` (mode 0600) with what the ``dagster`` command needs: DAGSTER_HOME and Dagster's
-    storage URL (and RAG_PGDATA when it is set)."""
+    """Write ``<project>/.env`` (mode 0600): DAGSTER_HOME, Dagster's storage URL, RAG_PGDATA when it is set."""
     env_file = project_root() / ".env"
     lines = [f"DAGSTER_HOME={project_root()}", f"RAG_DAGSTER_PG_URL={dagster_database_url()}"]
     if get_settings().pgdata:
@@ -97,8 +96,7 @@ def announce_boot(pgdata: Path) -> None:
 
 
 def _prepare_dagster_instance(env_lines: list[str]) -> None:
-    """Create the ``rag_db`` concurrency pool in Dagster's storage once (:mod:`rag_pipeline.defs.instance`),
-    in a child process: the CLI itself never imports Dagster."""
+    """:mod:`rag_pipeline.defs.instance` in a child process: the CLI itself never imports Dagster."""
     env = {**os.environ, **dict(line.split("=", 1) for line in env_lines)}
     proc = subprocess.run([sys.executable, "-m", "rag_pipeline.defs.instance"], env=env, capture_output=True,
                           text=True, check=False)

@@ -1,12 +1,8 @@
 """How every ``rag-pipeline`` command reports failure: one line on stderr, never a traceback.
 
-Exit codes (one meaning each): 0 success; 1 a check found a problem (:class:`CheckFailed`, or the command's own
-verdict: regression gate, invalid labels); 2 a user or configuration error
-(:data:`rag_pipeline.contracts.errors.USER_ERRORS`, unreadable files, and the command's own extra error types);
-3 a database error in the middle of the work; 70 an internal error, i.e. a bug (``RAG_DEBUG=1`` re-raises for
-the traceback); each error's kind (:mod:`rag_pipeline.contracts.errors`) says which; 130 interrupted
-(SIGINT); 143 terminated (SIGTERM, :class:`Terminated`). A closed stdout
-(``rag-pipeline show RUN | head -1``) ends the command quietly with 0.
+Exit codes (one meaning each, listed in the README's "Failure behaviour"): the error's kind
+(:mod:`rag_pipeline.contracts.errors`) gives 2, 3 or 70; 130/143 interrupted/terminated (:class:`Terminated`).
+A closed stdout (``rag-pipeline show RUN | head -1``) ends the command quietly with 0.
 """
 
 from __future__ import annotations

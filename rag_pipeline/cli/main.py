@@ -1,9 +1,7 @@
 """``rag-pipeline``: measure RAG retrieval quality on PostgreSQL + pgvector (no Dagster daemon needed).
 
-Every command honours the ``RAG_*`` settings (:mod:`rag_pipeline.settings`): ``RAG_DATABASE_URL`` (any
-PostgreSQL with pgvector), else the embedded server in ``RAG_PGDATA``.
-User errors print one line ``rag-pipeline: error: ...`` and exit 2. SIGTERM (what an orchestrator sends to
-cancel) is handled like Ctrl-C: a running evaluation is marked failed at once, exit 143 (Ctrl-C: 130).
+Every command honours the ``RAG_*`` settings (:mod:`rag_pipeline.settings`) and is wrapped by
+:func:`rag_pipeline.cli.errors.guarded`. SIGTERM (what an orchestrator sends to cancel) is handled like Ctrl-C.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""``rag-pipeline runs prune``: remove old evaluation runs (:mod:`rag_pipeline.service.retention`).
-
-Prints one line per run removed (or, with ``--dry-run``, that would be removed) and a total: runs, candidate
-rows, bytes freed, and how many runs were kept because a stored comparison refers to them.
-"""
+"""``rag-pipeline runs prune``: remove old evaluation runs (:mod:`rag_pipeline.service.retention`)."""
 
 from __future__ import annotations
 

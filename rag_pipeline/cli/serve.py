@@ -1,10 +1,4 @@
-"""``rag-pipeline serve [--host 127.0.0.1] [--port 8000] [--with-daemon]``: the HTTP API and admin console.
-
-Binds 127.0.0.1 by default; any other address needs ``RAG_API_TOKEN`` (then every API call sends
-``Authorization: Bearer <token>`` and the console asks for it). Evaluations launched over HTTP are Dagster runs:
-a Dagster daemon must run on the same ``DAGSTER_HOME`` (``make dev`` runs one; ``--with-daemon`` starts one
-when none is alive).
-"""
+"""``rag-pipeline serve``: the HTTP API and admin console (access rules: :mod:`rag_pipeline.web.security`)."""
 
 from __future__ import annotations
 

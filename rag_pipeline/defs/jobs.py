@@ -1,14 +1,6 @@
-"""Jobs of the evaluation group, and ``prune_evaluation_runs`` (retention).
-
-``evaluate_retrieval`` materialises the whole ``retrieval_evaluation`` group for one dataset × strategy
-partition (in process: its two steps run one after the other anyway)::
-
-    dagster job execute -m rag_pipeline.definitions -j evaluate_retrieval \\
-        --tags '{"dagster/partition": "demo|hybrid-v1"}'
-
-``prune_evaluation_runs`` removes old runs like ``rag-pipeline runs prune`` (:mod:`rag_pipeline.service.retention`;
-config: keep_last, older_than_days, dataset, dry_run, include_compared); its schedule ``nightly_prune`` is off
-by default.
+"""Jobs: ``evaluate_retrieval`` materialises the ``retrieval_evaluation`` group for one ``<dataset>|<strategy>``
+partition; ``prune_evaluation_runs`` removes old runs like ``rag-pipeline runs prune``
+(:mod:`rag_pipeline.service.retention`), scheduled by ``nightly_prune`` (off by default).
 """
 
 import dagster as dg

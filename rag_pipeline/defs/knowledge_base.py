@@ -1,11 +1,7 @@
 """Asset group ``knowledge_base``: ingest a folder of documents into a knowledge base (the CLI's operation).
 
-Partitioned by knowledge-base name (dynamic partitions): partition ``demo`` is knowledge base ``demo``. Add a
-partition in the UI (or ``DagsterInstance.add_dynamic_partitions("knowledge_base", ["<name>"])``) to ingest a new
-one from Dagster; knowledge bases ingested elsewhere get theirs from the ``knowledge_base_versions`` sensor.
-Each materialisation's **data version** is the knowledge base's content version
-(:mod:`rag_pipeline.knowledge_base.versions`): re-ingesting an unchanged folder keeps it, any change the
-retrieval could see gives a new one, and the evaluations of the datasets naming it show as out of date.
+Partitioned by knowledge-base name (partition ``demo`` is knowledge base ``demo``); each materialisation's data
+version is the knowledge base's content version (the README's "Lineage").
 """
 
 

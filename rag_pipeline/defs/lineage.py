@@ -1,18 +1,10 @@
-"""Lineage from a knowledge base to the evaluations that measured it, with versions (Dagster side).
+"""Lineage from a knowledge base to the evaluations that measured it, with versions (the README's "Lineage").
 
-- ``knowledge_base`` (:mod:`rag_pipeline.defs.knowledge_base`) is partitioned by knowledge-base name; its data
-  version is the knowledge base's content version (:mod:`rag_pipeline.knowledge_base.versions`).
-- ``dataset_knowledge_base`` (this module) is an *observed* asset partitioned by dataset: its data version for
-  dataset ``d`` is the content version of the knowledge base that ``d`` names. It is the bridge Dagster needs:
-  the mapping "dataset → its knowledge base" lives in the dataset files, and Dagster only shows partition
-  mappings of its built-in kinds, none of which maps ``demo|hybrid-v1`` to knowledge base ``demo``. The
-  evaluation assets depend on it through the built-in dataset-dimension mapping, so each ``dataset|strategy``
-  partition depends on exactly its dataset's knowledge-base version.
-- When a knowledge base changes (the ``knowledge_base`` asset, or :func:`knowledge_base_versions`, which
-  watches the database for ingestions made by the CLI, the API or the demo), the datasets naming it get a new
-  observation with the new version, and their evaluation partitions show as **out of date** in the UI
-  (Dagster's "Unsynced": "has a new dependency data version").
-- ``reevaluate_stale_runs`` (:mod:`rag_pipeline.defs.sensors`, **stopped** by default: opt-in) re-runs them.
+``knowledge_base`` is partitioned by knowledge-base name, its data version the content version. The observed
+asset ``dataset_knowledge_base`` (partition = dataset, data version = the version of the knowledge base the
+dataset names) is the bridge: no built-in partition mapping maps ``demo|hybrid-v1`` to ``demo``, and the
+evaluation assets depend on it through the dataset dimension, so they show as out of date after a change.
+:func:`knowledge_base_versions` reports the changes made outside Dagster.
 """
 
 import json

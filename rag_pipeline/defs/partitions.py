@@ -1,13 +1,8 @@
-"""Partitions of the evaluation assets: dataset (dynamic, one key per ``datasets/<key>.json``) × strategy version.
+"""Partitions of the evaluation assets: dataset (dynamic, one key per ``datasets/<key>.json``) × strategy version
+(the registry's, when the code location loads), keys ``"<dataset>|<strategy>"`` (e.g. ``demo|hybrid-v1``).
 
-Multi-partition keys join the dimensions in name order with ``|``: ``"<dataset>|<strategy>"``, e.g.
-``demo|hybrid-v1``. Dataset keys are added by :mod:`rag_pipeline.defs.sensors` (or by hand:
-``DagsterInstance.add_dynamic_partitions("dataset", ["demo"])``); strategy keys are the versions of the
-registry (``rag_pipeline/retrieval/strategies.yaml`` or ``RAG_STRATEGIES_FILE``) when the code location loads.
-The dataset-level assets (``strategy_comparison``, ``fusion_sweep``) depend on every strategy partition of
-their dataset through :data:`every_strategy_of_the_dataset`; the evaluation assets depend on their dataset's
-``dataset_knowledge_base`` partition through the same mapping (:mod:`rag_pipeline.defs.lineage`).
-``knowledge_base`` is partitioned by knowledge-base name (:data:`knowledge_base_partitions`, dynamic).
+The dataset-level assets depend on every strategy partition of their dataset, and the evaluation assets on their
+dataset's ``dataset_knowledge_base`` partition, through :data:`every_strategy_of_the_dataset`.
 """
 
 import warnings
@@ -20,13 +15,10 @@ DATASET_DIMENSION = "dataset"
 STRATEGY_DIMENSION = "strategy"
 
 dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
-knowledge_base_partitions = dg.DynamicPartitionsDefinition(name="knowledge_base")
-"""One key per knowledge-base name: added by the ``knowledge_base`` asset's runs (their partition), the demo, and
-the ``knowledge_base_versions`` sensor for knowledge bases ingested outside Dagster."""
+knowledge_base_partitions = dg.DynamicPartitionsDefinition(name="knowledge_base")  # one key per knowledge base
 strategy_partitions = dg.StaticPartitionsDefinition(list(load_registry()))
-evaluation_partitions = dg.MultiPartitionsDefinition(
-    {DATASET_DIMENSION: dataset_partitions, STRATEGY_DIMENSION: strategy_partitions}
-)
+evaluation_partitions = dg.MultiPartitionsDefinition({DATASET_DIMENSION: dataset_partitions,
+                                                      STRATEGY_DIMENSION: strategy_partitions})
 
 with warnings.catch_warnings():  # beta in Dagster 1.13; maps dataset "demo" to every "demo|<strategy>"
     warnings.simplefilter("ignore", dg.BetaWarning)

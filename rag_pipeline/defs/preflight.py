@@ -1,16 +1,10 @@
 """One line instead of a traceback when Dagster's storage is not set up (``rag-pipeline db start`` not run yet,
 or the database is down).
 
-Dagster loads the instance (``dagster.yaml``) *before* it imports :mod:`rag_pipeline.definitions`, and resolving
-``postgres_url: {env: RAG_DAGSTER_PG_URL}`` there fails with a ~70-line traceback; a stopped server gives ~200
-lines of connection retries. A check in ``definitions.py`` would run too late, so ``dagster.yaml``'s storage is
-``custom``: :class:`RagPostgresStorage`, dagster-postgres's own storage, whose ``config_type()`` Dagster calls
-before it resolves ``postgres_url`` and connects, which is where :func:`check_dagster_storage` runs (once per
-process and URL).
-
-Under the ``dagster``/``dagster-webserver``/``dagster-daemon`` commands a failed check prints one line to stderr
-and exits with status 2; in any other process (tests, ``DagsterInstance.get()`` in a script) it raises
-:class:`DagsterStorageNotConfigured` with the same message.
+Dagster loads the instance (``dagster.yaml``) before it imports :mod:`rag_pipeline.definitions`, so the check
+lives in the storage class: ``dagster.yaml``'s storage is ``custom``, :class:`RagPostgresStorage`, whose
+``config_type()`` Dagster calls before it resolves ``postgres_url`` and connects. Under the ``dagster`` commands a
+failed check prints one line and exits 2; elsewhere it raises :class:`DagsterStorageNotConfigured`.
 """
 
 from __future__ import annotations

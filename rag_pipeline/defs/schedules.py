@@ -1,13 +1,6 @@
-"""``nightly_reevaluation``: re-evaluate every dataset partition whose file still exists, with every strategy.
-
-Useful when knowledge bases change under the datasets (re-ingestion): each night adds a new run per
-dataset × strategy to the history, so regressions show up in the asset plots. Default status
-**STOPPED** (a nightly sweep over every strategy is a deliberate choice); start it in the UI or with
-``dagster schedule start nightly_reevaluation``.
-
-``nightly_prune``: 04:00 UTC, job ``prune_evaluation_runs`` with its default config (keep the 5 newest runs of each
-dataset × knowledge base × strategy, every current run and every run a stored comparison refers to). Default
-status **STOPPED**: deleting history is opt-in.
+"""``nightly_reevaluation`` (03:00 UTC): every dataset partition whose file still exists × every strategy, so
+regressions under changing knowledge bases show in the history; ``nightly_prune`` (04:00 UTC): the job
+``prune_evaluation_runs`` with its default config. Both **STOPPED** by default: opt-in.
 """
 
 import dagster as dg

@@ -1,22 +1,11 @@
 """``new_dataset_sensor``: a new or changed valid ``datasets/*.json`` → dataset partition + runs of the strategies
-that make sense for it; ``comparison_after_evaluation``: a succeeded evaluation → the dataset's comparison;
-``runs_outside_dagster``: CLI/API runs → runless materializations; ``reevaluate_stale_runs`` (opt-in, stopped by
-default): a current run that measured an older knowledge-base version → a new run of its partition.
+that make sense for it (:func:`rag_pipeline.service.datasets.plan_dataset_runs`; an invalid file adds and launches
+nothing, its problems are the skip reason); ``comparison_after_evaluation``: a succeeded evaluation → the
+dataset's comparison; ``runs_outside_dagster``: CLI/API runs → runless materializations; ``reevaluate_stale_runs``
+(opt-in): a current run that measured an older knowledge-base version → a new run of its partition.
 
-Watches :func:`rag_pipeline.settings.datasets_dir` (``RAG_DATASETS_DIR``, default ``datasets/``). The cursor maps
-each file stem to ``{mtime_ns, size, sha256}``: an untouched file costs one ``stat``, a touched file is hashed,
-and only a new hash is looked at (:func:`rag_pipeline.service.datasets.plan_dataset_runs`):
-
-- an **invalid** file (dataset problems, unknown knowledge base or strategy) adds no partition and launches
-  nothing; its problems are logged and shown as the tick's skip reason;
-- a valid file gets its partition and one run per strategy of ``metadata.strategies`` in the file, else
-  ``RAG_SENSOR_STRATEGIES``, else every registry version — only those whose embedding model the knowledge base
-  holds, and never one whose current run already measured this dataset version with the same parameters
-  (wherever it ran: Dagster, CLI, API).
-
-Run keys ``<file>:<sha256>:<strategy>`` make the requests idempotent. Default status **RUNNING**: with ``dagster
-dev`` dropping a file into ``datasets/`` evaluates it without a click. Stop it in the UI (Automation tab) or with
-``dagster sensor stop new_dataset_sensor`` if you only want manual runs.
+The dataset cursor maps each file stem to ``{mtime_ns, size, sha256}``: an untouched file costs one ``stat``, a
+touched one is hashed, and only a new hash is planned. Run keys ``<file>:<sha256>:<strategy>``.
 """
 
 import hashlib
@@ -101,13 +90,10 @@ def new_dataset_sensor(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
     for gone in sorted(set(previous) - set(cursor) - {k for k in previous if not valid_dataset_key(k)}):
         context.log.info(f"dataset file {gone}.json disappeared (its partition and runs are kept)")
     partitions = [dataset_partitions.build_add_request(new_keys)] if new_keys else []
-    if not requests:
-        reason = ("invalid dataset file(s), nothing launched:\n" + "\n".join(problems)) if problems else \
-            f"no new or changed dataset file to run in {folder} ({len(files)} watched)"
-        return dg.SensorResult(skip_reason=reason, dynamic_partitions_requests=partitions,
-                               cursor=json.dumps(cursor, sort_keys=True))
-    return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partitions,
-                           cursor=json.dumps(cursor, sort_keys=True))
+    reason = ("invalid dataset file(s), nothing launched:\n" + "\n".join(problems)) if problems else \
+        f"no new or changed dataset file to run in {folder} ({len(files)} watched)"
+    return dg.SensorResult(run_requests=requests, skip_reason=None if requests else reason,
+                           dynamic_partitions_requests=partitions, cursor=json.dumps(cursor, sort_keys=True))
 
 
 @dg.run_status_sensor(

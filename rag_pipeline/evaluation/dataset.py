@@ -1,20 +1,9 @@
 """Evaluation datasets: read, validate and version a labelled JSON file (docs/design.md §2).
 
-A file is a bare array of cases or an object with ``cases`` (the shapes: :mod:`rag_pipeline.contracts.dataset`,
-whose pydantic models validate it; :mod:`rag_pipeline.evaluation.dataset_problems` words their errors). A graded
-``relevant_chunk_ids`` ``{chunk_id: grade}`` keeps its grade-0 ids, which are relevant nowhere.
-
-**Identity.** A dataset is identified by its file name: ``datasets/foo.json`` is dataset ``foo``, exactly the
-Dagster partition key. The optional ``name`` field must equal it (else a validation error naming both);
-:func:`parse_dataset` (bytes, e.g. an upload) takes the identity from its ``name=`` / ``default_name=``
-argument the same way. A name must be a valid partition key (:func:`valid_dataset_key`).
-
-The bare array names no knowledge base, so the caller (CLI option or Dagster config) must give one.
-``metadata`` is a free-form JSON object (at most 1 MB, e.g. what an import skipped); it is not part of the
-version and is not stored. Validation collects *every* problem before failing; each line names the file,
-the case (index and case_id) and the field. Nothing is written anywhere by this module. The dataset version
-is the SHA-256 of the canonical JSON of the validated cases (ids lower-cased, keys sorted, a list-form case
-as a list, a graded case as its object), so the same content twice is one version.
+The shapes are the pydantic models of :mod:`rag_pipeline.contracts.dataset`; :mod:`.dataset_problems` words
+their errors. A dataset is named by its file (§2.4; :func:`parse_dataset` of bytes takes ``name=`` /
+``default_name=`` instead) and versioned by the SHA-256 of its canonical cases. Validation collects every
+problem before failing; nothing is written anywhere by this module.
 """
 
 from __future__ import annotations
@@ -37,10 +26,8 @@ Judgments = tuple[tuple[str, int], ...]
 
 
 def valid_dataset_key(key: str) -> bool:
-    """Whether ``key`` can be a dataset name: the shared name rule (:func:`rag_pipeline.storage.names.check_name`,
-    kind ``dataset``: letters of any script, digits, ``. _ - @``, 1 to :data:`MAX_NAME_CHARS` characters, not
-    starting with ``.``, no ``...``), which also makes it a valid Dagster partition key. The one definition
-    (the sensor uses it too)."""
+    """Whether ``key`` can be a dataset name (the shared name rule, docs/design.md §2.4): also a valid Dagster
+    partition key."""
     try:
         check_name(DATASET, key)
     except InvalidNameError:
@@ -50,14 +37,9 @@ def valid_dataset_key(key: str) -> bool:
 
 @dataclass(frozen=True)
 class EvaluationCase:
-    """One labelled case.
-
-    ``relevant_chunk_ids`` are the ids that count as relevant (grade >= 1): what every binary consumer
-    (label check, miss diagnosis, recall denominator, ``is_relevant``) uses; in file order for a list-form
-    case, in id order for a graded one. ``judgments`` is ``None`` for a list-form case (every id grade 1) and,
-    for a graded case, every judged ``(id, grade)`` sorted by id, grade-0 ids included. Use :attr:`relevance`
-    for metrics (graded gain), :attr:`grades` for display and storage, :meth:`grade` for one chunk.
-    """
+    """One labelled case (docs/design.md §2.3). ``relevant_chunk_ids``: the ids of grade >= 1 (file order for a
+    list-form case, id order for a graded one); ``judgments``: ``None`` for a list-form case, else every judged
+    ``(id, grade)`` sorted by id, grade 0 included."""
 
     case_id: str
     question: str
@@ -136,9 +118,8 @@ def canonical_cases_json(cases) -> str:
 
 
 def load_dataset(path: str | Path, *, knowledge_base: str | None = None) -> Dataset:
-    """Read and validate a dataset file. ``knowledge_base`` is required for the bare array form and must
-    agree with the file's own ``knowledge_base`` otherwise. The dataset's name is the file stem; a ``name``
-    field that differs from it is a validation error."""
+    """Read and validate a dataset file, named by its stem; ``knowledge_base`` is required for the bare array
+    form and must agree with the file's own otherwise."""
     path = Path(path)
     source = printable(path)  # an undecodable byte or a control character in the name is shown escaped
     try:
@@ -157,10 +138,8 @@ def load_dataset(path: str | Path, *, knowledge_base: str | None = None) -> Data
 def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base: str | None = None,
                   name: str | None = None, default_name: str | None = None,
                   source_path: str | None = None) -> Dataset:
-    """Validate dataset bytes (or text); raises :class:`DatasetError` listing every problem.
-
-    The dataset's name is ``name`` (e.g. an upload's name) or else ``default_name`` (the file stem), and the
-    file's ``name`` field must equal it; with neither argument the field (or ``"dataset"``) is the name."""
+    """Validate dataset bytes (or text); :class:`DatasetError` lists every problem. The name: ``name`` or else
+    ``default_name`` (which the ``name`` field must equal), with neither the field (or ``"dataset"``)."""
     try:
         data = decode_json(raw, MAX_FILE_BYTES)
     except JsonReadError as exc:
@@ -185,13 +164,12 @@ def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base
 
 
 def _case(case: DatasetCase) -> EvaluationCase:
-    """The validated case: ids lower-cased, a graded object's judgments in id order."""
+    """The validated case, ids lower-cased (unique after that: the validator checks it)."""
     value = case.relevant_chunk_ids
-    if isinstance(value, list):
-        return EvaluationCase(case.case_id, case.question, tuple(i.strip().lower() for i in value), case.k)
-    judgments = tuple(sorted((cid.strip().lower(), grade) for cid, grade in value.items()))
-    relevant = tuple(cid for cid, grade in judgments if grade >= RELEVANT_GRADE)
-    return EvaluationCase(case.case_id, case.question, relevant, case.k, judgments)
+    ids = ([i.strip().lower() for i in value] if isinstance(value, list)
+           else {i.strip().lower(): grade for i, grade in value.items()})
+    return EvaluationCase.from_dict({"case_id": case.case_id, "question": case.question, "relevant_chunk_ids": ids,
+                                     "k": case.k})
 
 
 def _resolve_name(file_name: str | None, given: str | None, problems: list[DatasetProblem]) -> str:

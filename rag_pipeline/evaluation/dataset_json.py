@@ -1,10 +1,8 @@
 """Reading dataset JSON strictly, and reporting its problems (:class:`DatasetError`, one line per problem).
 
-UTF-8 (BOM allowed), NaN/Infinity and duplicate keys kept visible.
-
-Python's ``json`` accepts ``NaN``/``Infinity`` and silently keeps the last of duplicate keys; here
-non-finite numbers become :class:`NonFinite` markers and objects remember their duplicate keys, so the
-dataset validator can report them with the case and field they appear in.
+Python's ``json`` accepts ``NaN``/``Infinity`` and keeps the last of duplicate keys; here non-finite numbers
+become :class:`NonFinite` markers and objects remember their duplicate keys, so the dataset validator can report
+them with the case and field they appear in. UTF-8, BOM allowed.
 """
 
 from __future__ import annotations
@@ -99,11 +97,10 @@ def got(value: Any, limit: int = 60) -> str:
         return f"got non-finite number {value.text}"
     if value is None or isinstance(value, (dict, list)):
         return f"got {type_name(value)}"
-    text = json.dumps(value, ensure_ascii=False)
-    return f"got {type_name(value)} " + (text if len(text) <= limit else text[:limit] + "…")
+    return f"got {type_name(value)} {show(value, limit)}"
 
 
-def show(value: str, limit: int = 60) -> str:
+def show(value: Any, limit: int = 60) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit] + "…"
 

@@ -1,10 +1,8 @@
 """Every problem of a dataset file, worded for the file: pydantic's errors translated, plus the set rules.
 
-:func:`file_problems` validates the decoded file through :class:`~rag_pipeline.contracts.dataset.DatasetFile`,
-turns each pydantic error into a :class:`DatasetProblem` naming the case and the field
-(``relevant_chunk_ids[i]`` in a list, ``relevant_chunk_ids.<id>`` in a graded object), and adds what no
-single value shows: duplicate JSON keys, ids unique after lower-casing, unique case ids, strict-JSON metadata
-of at most 1 MB. Problems come in file order: the top level first, then each case, field by field.
+:func:`file_problems` validates through :class:`~rag_pipeline.contracts.dataset.DatasetFile`, turns each pydantic
+error into a :class:`DatasetProblem` naming the case and the field, and adds what no single value shows
+(duplicate JSON keys and ids, unique case ids, metadata size). Problems come in file order.
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
-"""Why a relevant chunk was (not) retrieved: one reason per relevant chunk per case, from the stored pool.
+"""Why a relevant chunk (grade >= 1) was (not) retrieved: one reason per relevant chunk per case, from the stored
+pool, in the order and with the meanings of docs/design.md §4.3.
 
-"Relevant" = grade >= 1: an id a graded case judged 0 (not relevant) gets no reason.
-
-Taxonomy (``reason``), decided in this order:
-
-* a label status other than ``ok`` from :mod:`rag_pipeline.evaluation.label_check` (``is_document_id``,
-  ``unknown_id``, ``document_unpublished``, ...): the label is wrong, this is *not* a retrieval miss;
-* ``hit`` — in the pool at rank r <= k (``legs`` tells which leg(s) found it);
-* ``vector_only`` / ``keyword_only`` — in the pool at rank r > k and, with *both* legs enabled, only that
-  leg found it (the other leg's own score for the chunk is computed, so the user sees why it missed);
-* ``below_cutoff_after_rerank`` — in the pool at rank r > k *after* the rerank stage, but within k after the
-  first stage (``first_stage_rank``): the rerank stage pushed it out;
-* ``below_cutoff`` — in the pool at rank r > k, found by both legs (or the strategy has one leg);
-* ``not_in_pool`` — no leg returned it: the chunk's own vector similarity and keyword score for the
-  question are computed (:mod:`rag_pipeline.evaluation.diagnosis_db`) next to the score of the last
-  pool member of each leg; the rank it would have had in each leg only on demand
-  (``show RUN --case ID --global-ranks``).
-
-For a pool member the final-score gap to the k-th candidate is ``kth_score - final_score``.
-:func:`classify_misses` is pure (plain data in, no database); ``diagnosis_db.diagnose_batch`` adds the
-computed scores and ``diagnosis_db.diagnose_run`` diagnoses (and stores) a whole run.
-Stored per case in ``retrieval_evaluation_case_results.miss_reasons`` (list of :meth:`MissReason.as_dict`).
+:func:`classify_misses` is pure (plain data in, no database); ``diagnosis_db.diagnose_batch`` adds the computed
+scores and ``diagnosis_db.diagnose_run`` diagnoses (and stores) a whole run.
 """
 
 from __future__ import annotations
@@ -160,13 +142,9 @@ def legs_of(strategy) -> tuple[str, ...]:
 def classify_misses(case, candidates: Sequence, k: int | None = None,
                     label_statuses: Mapping | None = None, *, legs: Iterable[str] | None = None,
                     label_details: Mapping | None = None) -> list[MissReason]:
-    """One :class:`MissReason` per relevant chunk of ``case`` (object or dict with ``case_id``,
-    ``relevant_chunk_ids``, ``k``), from its ranked pool ``candidates`` (Candidate objects or rows with
-    ``chunk_id, rank, final_score, vector_score, vector_rank, keyword_score, keyword_rank``).
-
-    ``label_statuses`` maps ``(case_id, chunk_id)`` or ``chunk_id`` to a label status; ``legs`` the
-    enabled legs (default: the legs with a score in the pool; pass :func:`legs_of(strategy)`).
-    """
+    """One :class:`MissReason` per relevant chunk of ``case`` (object or dict) from its ranked pool ``candidates``
+    (Candidate objects or stored rows). ``label_statuses``: ``(case_id, chunk_id)`` or ``chunk_id`` → status;
+    ``legs``: the enabled legs (default: those with a score in the pool; pass :func:`legs_of(strategy)`)."""
     case_id, relevant, case_k = _case(case)
     k = case_k if k is None else int(k)
     pool = sorted(candidates, key=lambda c: int(_get(c, "rank")))

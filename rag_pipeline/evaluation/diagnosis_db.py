@@ -1,26 +1,10 @@
-"""Database side of miss diagnosis: a relevant chunk's own leg scores, one case on demand, a stored run.
+"""Database side of miss diagnosis (docs/design.md §4.3): a relevant chunk's own leg scores, one case on demand.
 
-For a relevant chunk the pool did not hold (``not_in_pool``), or held from one leg only, the missing
-leg's own score is computed for the case's question with the strategy's own definitions, **one statement per
-leg for all targets of a batch**, each a lookup of the target chunks only (primary keys; never a scan of the KB):
-
-* vector: ``1 - (embedding <=> q)`` with the strategy's embedding model (question embedded by
-  :func:`rag_pipeline.knowledge_base.embedding.get_embedder`, or the vectors the caller already has);
-* keyword: the leg's own score of the chunk — ``ts_rank_cd(tsvector, the question's OR-tsquery, 32)``
-  (:data:`~rag_pipeline.evaluation.queries.diagnosis.KEYWORD_SCORE_SQL`) or BM25 summed over the chunk's postings of
-  the query terms
-  (:data:`rag_pipeline.retrieval.bm25_sql.BM25_TARGETS_SCORE_SQL`); no row = no query term in the chunk.
-
-That is what an evaluation stores (:func:`diagnose_batch`, called by the runner per batch) and what
-:func:`diagnose_run` recomputes from a stored run: its cost is independent of the KB's size.
-
-A chunk's **exact global rank** in each leg (its rank among every searchable chunk of the KB: for the vector
-leg a scan of the KB's vectors, for the keyword leg the leg without its LIMIT) is computed only *on demand*
-(``ranks=True``): :func:`diagnose_case` for one case of a stored run
-(``rag-pipeline show RUN --case ID --global-ranks``,
-:func:`rag_pipeline.service.case_diagnosis.case_diagnosis`). The vector leg itself uses the approximate HNSW
-index, so a chunk may rank inside the leg's k there and still have been missed — the detail then says so.
-No size threshold decides what a run measures.
+For a relevant chunk the pool did not hold, or held from one leg only, the missing leg's own score for the
+question (the strategy's vector similarity, ``ts_rank_cd`` or BM25) is computed with one statement per leg for
+all targets of a batch, a primary-key lookup of those chunks: what an evaluation stores (:func:`diagnose_batch`,
+per batch) and :func:`diagnose_run` recomputes, at a cost independent of the knowledge base's size. A chunk's
+exact global rank in each leg (a scan of the knowledge base) only on demand: :func:`diagnose_case`.
 """
 
 from __future__ import annotations
@@ -49,10 +33,8 @@ from rag_pipeline.retrieval.strategies import Strategy, get_strategy, strategy_f
 def score_chunks(conn: sa.Connection, kb, strategy: Strategy, targets: Sequence[tuple[str, str, str]],
                  query_vectors: Mapping[str, np.ndarray] | None = None, *,
                  ranks: bool = False) -> dict[tuple[str, str], dict]:
-    """Own leg scores of ``targets`` = ``(question, chunk_id, leg)``; ``kb`` a row with ``id``/``name``/
-    ``text_search``. Returns ``{(question, chunk_id): {"vector_score", "vector_rank", "keyword_score",
-    "keyword_rank"}}`` (keys present only for the legs asked; ``None`` = no embedding / no query term).
-    The ranks are the exact global leg ranks with ``ranks=True`` (a scan of the KB per leg), else ``None``."""
+    """``{(question, chunk_id): {"<leg>_score", "<leg>_rank"}}`` of ``targets`` = ``(question, chunk_id, leg)``, for
+    the legs asked (``None``: no embedding / no query term; ranks only with ``ranks=True``, else ``None``)."""
     out: dict[tuple[str, str], dict] = {}
     for leg in diagnosis.LEGS:
         pairs = sorted({(q, c) for q, c, want in targets if want == leg})
@@ -98,10 +80,8 @@ def _missing_legs(m: diagnosis.MissReason) -> tuple[str, ...]:
 def diagnose_batch(conn: sa.Connection, kb, strategy: Strategy, cases: Sequence, pools: Sequence[Sequence],
                    labels: label_check.LabelReport | None = None,
                    query_vectors: np.ndarray | None = None, *, ranks: bool = False) -> list[list[diagnosis.MissReason]]:
-    """Reasons per case (``cases[i]`` with pool ``pools[i]``, e.g. ``trace.candidates``), missing-leg
-    scores filled in (one target lookup per leg for the whole batch). ``query_vectors`` (one row per case)
-    spare re-embedding the questions; ``ranks=True`` adds the exact global leg ranks (on demand: a scan of
-    the KB per leg, see the module docstring)."""
+    """Reasons per case (``cases[i]`` with pool ``pools[i]``), missing-leg scores filled in. ``query_vectors`` (one
+    row per case) spare re-embedding; ``ranks=True`` adds the exact global leg ranks."""
     statuses = labels.status_map() if labels else None
     details = {(r.case_id, r.chunk_id): r.detail for r in labels.rows} if labels else None
     legs = diagnosis.legs_of(strategy)

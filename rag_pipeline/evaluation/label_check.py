@@ -1,27 +1,10 @@
-"""Label integrity: is every relevant id of every case a searchable chunk of the evaluated knowledge base?
+"""Label integrity, docs/design.md §8 as code: is every relevant id (grade >= 1) of every case a searchable chunk
+of the evaluated knowledge base?
 
-docs/design.md §8 ("all metrics are 0") as code. Each ``(case_id, chunk_id)`` of an id that counts as relevant
-(grade >= 1; an id judged grade 0 cannot make a case score 0 and is not checked) gets exactly one status:
-
-============================  ========================================================================
-``ok``                        a current chunk of this KB whose document is READY, PUBLISHED, not deleted
-``not_a_uuid``                the id is not a UUID at all (only reachable when cases bypass the parser)
-``unknown_id``                no chunk, document or knowledge base anywhere has this id
-``is_document_id``            the id is a document's (the detail names it and lists its current chunks)
-``is_knowledge_base_id``      the id is a knowledge base's
-``other_knowledge_base``      a chunk of another knowledge base (named)
-``document_deleted``          its document is deleted (``is_deleted``)
-``document_unpublished``      its document is not PUBLISHED (UNPUBLISHED or DRAFT)
-``document_not_ready``        its document is not READY (PROCESSING or FAILED)
-``chunk_replaced``            re-ingestion superseded it (``is_current = false``); the detail names the
-                              current chunk(s) of the same document overlapping its character span
-============================  ========================================================================
-
-When several problems apply, the status is the first in the order above (a document state wins over
-``chunk_replaced``: relabelling to the new chunks would not help while the document is not searchable)
-and the detail mentions the others. Three SQL statements per dataset, whatever its size (ids batched
-with ``= ANY(:ids)``). Per-case verdict: ``ok`` (every label ok), ``some_invalid``, ``all_invalid`` (the
-case can only score 0).
+Each ``(case_id, chunk_id)`` gets one status of :data:`STATUSES`: when several problems apply, the first in that
+order (a document state wins over ``chunk_replaced``: relabelling would not help while the document is not
+searchable), the detail mentioning the others. Three SQL statements per dataset, whatever its size. Per-case
+verdict: ``ok`` (every label ok), ``some_invalid``, ``all_invalid`` (the case can only score 0).
 """
 
 from __future__ import annotations
@@ -141,9 +124,8 @@ def _chunk_status(row, kb) -> tuple[str, str, tuple[str, ...]]:
 
 
 def check_labels(conn: sa.Connection, knowledge_base, cases: Iterable) -> LabelReport:
-    """Classify every relevant id of ``cases`` (EvaluationCase objects or dicts with ``case_id`` and
-    ``relevant_chunk_ids``, a list or graded ``{id: grade}``) against ``knowledge_base`` (a name, a UUID or
-    a resolved KB row)."""
+    """Classify every relevant id of ``cases`` (EvaluationCase objects or case dicts) against ``knowledge_base``
+    (a name, a UUID or a resolved row)."""
     kb = knowledge_base if hasattr(knowledge_base, "id") else resolve_knowledge_base(conn, str(knowledge_base))
     fields_ = [_case_fields(c) for c in cases]
     pairs = [(cid, str(raw)) for cid, ids in fields_ for raw in ids]

@@ -1,36 +1,8 @@
-"""Retrieval-quality metrics following trec_eval conventions (numpy only, no Dagster).
+"""Retrieval-quality metrics with trec_eval conventions, numpy only: definitions in docs/design.md §5.
 
-Each evaluation case is a ranked list of retrieved chunk ids, the judged relevant
-ids and a cutoff ``k``. Relevance is either a set of ids (every grade is 1) or a
-graded ``{id: grade}`` mapping; ``grade > 0`` means relevant, while grades ``<= 0``
-count as non-relevant with gain 0. (Dataset grades are integers 0-10, so relevant =
-grade >= 1; the runner passes :attr:`EvaluationCase.relevance`.) The ranked list is de-duplicated first,
-keeping the first occurrence of each id (see :func:`_unique_prefix`).
-
-Definitions (rank ``r`` is 1-based, ``R`` is the number of relevant ids):
-
-* ``precision_at_k`` -- relevant ids in the top k / k (trec_eval ``P_k``). It
-  divides by k even when fewer than k ids were retrieved, so for short lists it
-  is lower than the original design's "TopK relevant / TopK total".
-* ``recall_at_k`` -- relevant ids in the top k / R (trec_eval ``recall_k``).
-* ``reciprocal_rank`` -- 1 / rank of the first relevant id within the top k, 0 if
-  there is none (MRR@k, ranx ``mrr@k``; trec_eval ``recip_rank`` has no cutoff).
-* ``ndcg_at_k`` -- DCG@k / IDCG@k with gain = grade (linear, as trec_eval
-  ``ndcg_cut_k``) and discount 1 / log2(r + 1); the ideal ranking holds the top
-  min(R, k) grades sorted in descending order.
-* ``hit_at_k`` -- 1 if any relevant id is in the top k, else 0.
-* ``average_precision_at_k`` -- sum of precision@r over the ranks r <= k holding
-  a relevant id, divided by R (trec_eval ``map_cut_k``).
-* ``r_precision`` -- relevant ids in the top R of the whole de-duplicated list,
-  divided by R (trec_eval ``Rprec``); it ignores k.
-
-All metrics except nDCG are binary (they only look at ``grade > 0``). A case with
-no relevant id is a dataset validation error and raises ``ValueError``, as does a
-cutoff that is not a positive integer.
-
-:func:`evaluate_retrieval` is the readable per-case reference, :func:`batch_metrics`
-the vectorised core for large sweeps (equal to the reference up to float rounding,
-~1e-15), and :func:`evaluate_many` turns id lists into the arrays it consumes.
+Relevance is a set of ids (every grade 1) or ``{id: grade}`` (grade > 0 relevant, gain = grade; only nDCG is
+graded); the ranked list is de-duplicated keeping first occurrences. :func:`evaluate_retrieval` is the readable
+per-case reference, :func:`batch_metrics` the vectorised core and :func:`evaluate_many` its id-list front.
 """
 
 from __future__ import annotations
@@ -49,7 +21,6 @@ Relevance = set[str] | frozenset[str] | Mapping[str, float]
 
 
 def _as_dict(self) -> dict[str, float]:
-    """Return ``{metric name: value}`` in ``METRIC_NAMES`` order."""
     return {name: getattr(self, name) for name in METRIC_NAMES}
 
 
@@ -66,10 +37,7 @@ def _check_k(k: object) -> int:
 
 
 def _relevant_grades(relevant: Relevance) -> dict[str, float]:
-    """Map each relevant id (grade > 0) to its grade; a set gives every id grade 1.
-
-    Raises ``ValueError`` on non-finite grades and when no id is relevant.
-    """
+    """Each relevant id (grade > 0) -> its grade (a set: 1); ``ValueError`` if none, or a grade not finite."""
     if isinstance(relevant, str):
         raise TypeError("relevant ids must be a set or a mapping, not a str")
     if isinstance(relevant, Mapping):
@@ -89,14 +57,8 @@ def _unique_prefix(ids: Sequence[str], k: int) -> list[str]:
     return list(islice(dict.fromkeys(ids), k))
 
 
-def evaluate_retrieval(
-    retrieved_ids: Sequence[str], relevant_ids: Relevance, k: int
-) -> RetrievalMetrics:
-    """Compute every metric of ``METRIC_NAMES`` for one case (plain-Python reference).
-
-    ``retrieved_ids`` is best-first and may contain duplicates or be shorter than k;
-    ``relevant_ids`` is a set (all grades 1) or an ``{id: grade}`` mapping.
-    """
+def evaluate_retrieval(retrieved_ids: Sequence[str], relevant_ids: Relevance, k: int) -> RetrievalMetrics:
+    """Every metric for one case; ``retrieved_ids`` best first (duplicates and a short list allowed)."""
     k = _check_k(k)
     grades = _relevant_grades(relevant_ids)
     n_rel = len(grades)
@@ -134,20 +96,11 @@ def _k_array(k: np.ndarray | Sequence[int] | int, n_cases: int) -> np.ndarray:
     return np.broadcast_to(arr.astype(np.int64, copy=False), (n_cases,))
 
 
-def batch_metrics(
-    gains: np.ndarray, ideal_gains: np.ndarray, k: np.ndarray | int
-) -> dict[str, np.ndarray]:
-    """Vectorised metrics for many cases; returns one float64 ``(n_cases,)`` array per name.
-
-    ``gains`` ``(n_cases, depth)``: grade (>= 0) of the item at each rank of the
-    de-duplicated list, 0 for non-relevant items and for padding past a short list.
-    ``ideal_gains`` ``(n_cases, max_rel)``: every relevant grade of the case sorted
-    descending and 0-padded; its count of positive entries is R. ``k``: scalar or
-    per-case integer array. ``r_precision`` uses all of ``gains`` (not cut at k), so
-    pass at least the first R ranks of each list. Only the first max(k) and max(R)
-    columns are read, so wide padded pools cost little. Results equal
-    :func:`evaluate_retrieval` up to float rounding.
-    """
+def batch_metrics(gains: np.ndarray, ideal_gains: np.ndarray, k: np.ndarray | int) -> dict[str, np.ndarray]:
+    """One float64 ``(n_cases,)`` array per metric. ``gains`` ``(n_cases, depth)``: the grade at each rank of the
+    de-duplicated list (0: not relevant, padding); ``ideal_gains`` ``(n_cases, max R)``: each case's relevant
+    grades sorted descending, 0-padded; ``k`` scalar or per case. ``r_precision`` reads the first R columns of
+    ``gains``; only the first max(k, R) columns are read."""
     gains = np.asarray(gains)
     ideal = np.asarray(ideal_gains, dtype=np.float64)
     if gains.ndim != 2 or ideal.ndim != 2 or gains.shape[0] != ideal.shape[0]:
@@ -189,8 +142,7 @@ def batch_metrics(
         "reciprocal_rank": np.where(hits > 0, 1.0 / (first + 1), 0.0),
         "ndcg_at_k": dcg / idcg,
         "hit_at_k": (hits > 0).astype(np.float64),
-        "average_precision_at_k": np.where(relevant, cum_hits / ranks, 0.0).sum(axis=1)
-        / n_rel,
+        "average_precision_at_k": np.where(relevant, cum_hits / ranks, 0.0).sum(axis=1) / n_rel,
         "r_precision": r_hits / n_rel,
     }
 
@@ -205,17 +157,10 @@ def _pad_rows(rows: list[list[float]], lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-def evaluate_many(
-    retrieved: Sequence[Sequence[str]],
-    relevant: Sequence[Relevance],
-    k: Sequence[int] | int,
-) -> dict[str, np.ndarray]:
-    """Metrics for many cases from id lists (same inputs as :func:`evaluate_retrieval`).
-
-    Builds the ``gains``/``ideal_gains`` arrays of :func:`batch_metrics` (lists are
-    de-duplicated keeping first occurrences and only the first max(k, R) unique
-    ids of each case are kept, which is all any metric reads) and returns its result.
-    """
+def evaluate_many(retrieved: Sequence[Sequence[str]], relevant: Sequence[Relevance],
+                  k: Sequence[int] | int) -> dict[str, np.ndarray]:
+    """:func:`batch_metrics` of many cases given as :func:`evaluate_retrieval` takes one (the first max(k, R)
+    unique ids of each list: all any metric reads)."""
     if len(retrieved) != len(relevant):
         raise ValueError("retrieved and relevant must have one entry per case")
     k_arr = _k_array(_check_k(k) if np.ndim(k) == 0 else k, len(retrieved))

@@ -26,9 +26,7 @@ CANDIDATE_COLUMNS = (
     "evaluation_run_id", "case_index", "chunk_id", "rank", "vector_score", "vector_rank", "keyword_score",
     "keyword_rank", "rerank_score", "final_score", "is_selected", "relevance_grade",
 )
-"""The stored columns of a candidate (``retrieval_evaluation_candidate_rows``); the view
-``retrieval_evaluation_candidates`` adds the docs/design.md §4.1 fields a join gives (case_id, document_id,
-document_name, strategy_version, is_relevant = grade >= 1)."""
+"""The stored columns of a candidate (docs/design.md §4.2); the view adds the rest of §4.1."""
 CASE_RESULT_COLUMNS = (
     "evaluation_run_id", "case_id", "case_index", "question", "k", "relevant_chunk_ids",
     "retrieved_chunk_ids", "first_relevant_rank", *METRIC_NAMES, "miss_reasons", "relevance_grades",
@@ -59,9 +57,7 @@ CANDIDATE_TYPES = ("uuid", "int4", "uuid", "int4", "float8", "int2", "float8", "
 
 
 def copy_candidates(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
-    """Rows in :data:`CANDIDATE_COLUMNS` order (no chunk text, docs/design.md §4; ``relevance_grade`` None = not judged)
-    into the run's partition (created with the run by :func:`rag_pipeline.evaluation.runs.create_run`), by binary
-    COPY: the run and chunk ids as ``uuid.UUID`` (:func:`candidate_rows` makes such rows)."""
+    """:func:`candidate_rows` into the run's partition by binary COPY (docs/design.md §4.2)."""
     return copy_rows(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, rows, CANDIDATE_TYPES)
 
 
@@ -73,10 +69,8 @@ def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
 def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_base_name: str,
                  strategy_version: str, case_count: int, candidate_count: int,
                  averages: Mapping[str, float], timings: Mapping[str, float], summary: Mapping) -> None:
-    """Write the summary, mark the run ``succeeded`` and re-elect the current run of its (dataset name,
-    knowledge base, strategy): the succeeded run on the dataset's latest version (``last_seen_at``) with the
-    latest *start*, so an older run that finishes late never displaces a newer one. The others stay as history
-    with ``is_current = false``."""
+    """Write the summary, mark the run ``succeeded`` and re-elect the current run of its dataset × knowledge base ×
+    strategy: the latest-started succeeded run on the dataset's latest version (a late finisher never wins)."""
     key = f"rag-eval-current\x1f{dataset_name}\x1f{knowledge_base_name}\x1f{strategy_version}"
     # Serialise concurrent finishers of the same (dataset, KB, strategy) so exactly one run is current.
     run_queries.lock_current_slot(conn, key)

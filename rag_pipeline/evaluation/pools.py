@@ -1,24 +1,10 @@
-"""Stored candidate pools of one evaluation run as padded numpy arrays (for offline re-fusion).
+"""One run's stored candidate pools (docs/design.md §4) as padded numpy arrays, for offline re-fusion.
 
-Every evaluation run stores, per case, the full candidate pool (the union of
-the vector and keyword legs' candidates) with each leg's score and rank; see
-``retrieval_evaluation_candidates``. :class:`PoolSet` holds those pools for
-``n`` cases padded to the largest pool size ``m``, in the layout
-:mod:`rag_pipeline.retrieval.fusion` and :func:`rag_pipeline.evaluation.metrics.batch_metrics`
-consume, so any fusion can be re-applied to all cases without SQL per case.
-
-Conventions (those of :mod:`rag_pipeline.retrieval.fusion`): a missing leg has a
-NaN score *and* a NaN rank; padding slots have ``mask`` False, NaN scores and
-ranks, gain 0 and chunk rank 0. Slots follow the stored rank (slot 0 = stored
-rank 1). ``chunk_rank`` is the position of the chunk id string among all ids
-of the run (ascending), so ordering by it is ordering by chunk id.
-
-:func:`load_pools` reads one run (two parameterised queries);
-:func:`pools_from_rows` builds the same object from plain row mappings.
-:func:`evaluate_fusion` re-fuses every pool under any fusion configuration and
-recomputes all metrics (:func:`evaluate_configs` does many configurations,
-faster, with identical results); :func:`recall_ceiling` bounds what any
-fusion of the pools can reach.
+:class:`PoolSet` holds ``n`` cases padded to the largest pool, in the layout :mod:`rag_pipeline.retrieval.fusion`
+and :func:`rag_pipeline.evaluation.metrics.batch_metrics` consume: a missing leg has a NaN score and rank; padding
+has ``mask`` False, NaN scores and ranks, gain 0, chunk rank 0. Slot 0 is stored rank 1; ``chunk_rank`` orders
+by chunk id. :func:`evaluate_fusion` re-fuses every pool under a fusion configuration and recomputes the
+metrics (:func:`evaluate_configs`: many configurations, same results, faster).
 """
 
 from __future__ import annotations
@@ -43,13 +29,9 @@ _SLOT_FIELDS = ("chunk_ids", "vector_score", "keyword_score", "vector_rank", "ke
 
 @dataclass(frozen=True, eq=False)
 class PoolSet:
-    """Padded ``(n_cases, pool_size)`` arrays of one run's candidate pools (see module doc).
-
-    ``stored_rank`` / ``stored_final`` are the run's own rank and final score
-    (0 / NaN in padding); ``n_relevant`` counts every relevant chunk of a case,
-    including those the pool missed, and ``ideal_gains`` is ``(n_cases,
-    max n_relevant)`` with each case's grades sorted descending (ones for binary relevance).
-    """
+    """Padded ``(n_cases, pool_size)`` arrays; ``stored_rank`` / ``stored_final``: the run's own (0 / NaN in
+    padding); ``n_relevant`` counts the relevant chunks the pool missed too; ``ideal_gains`` as
+    :func:`~rag_pipeline.evaluation.metrics.batch_metrics` takes it."""
 
     case_ids: np.ndarray
     chunk_ids: np.ndarray
@@ -70,12 +52,10 @@ class PoolSet:
 
     @property
     def n_cases(self) -> int:
-        """Number of cases (rows)."""
         return int(self.case_ids.size)
 
     @property
     def pool_size(self) -> int:
-        """Padded pool width (the largest pool)."""
         return int(self.mask.shape[1])
 
     def subset(self, cases: Sequence[int] | np.ndarray) -> PoolSet:
@@ -103,17 +83,9 @@ def _float_or_nan(values: Iterable[Any]) -> np.ndarray:
 
 def pools_from_rows(candidate_rows: Iterable[Mapping[str, Any]],
                     case_rows: Iterable[Mapping[str, Any]]) -> PoolSet:
-    """Build a :class:`PoolSet` from candidate rows and case-result rows.
-
-    ``candidate_rows`` need ``case_id, chunk_id, rank, vector_score, vector_rank,
-    keyword_score, keyword_rank, final_score, is_relevant`` (optional
-    ``strategy_version``); ``None`` means a missing leg. ``case_rows`` need
-    ``case_id, k, relevant_chunk_ids`` (optional ``relevance_grades``: graded gains) and fix the case order.
-    Chunk ids are
-    compared as strings. Raises ``ValueError`` for candidates of unknown cases,
-    duplicate chunks or ranks within a case, cases without relevant chunks, and
-    ``is_relevant`` flags that disagree with the case's ``relevant_chunk_ids``.
-    """
+    """A :class:`PoolSet` from candidate rows (the stored fields; ``None``: a missing leg) and case-result rows
+    (``case_id, k, relevant_chunk_ids``, optional ``relevance_grades``; they fix the case order). ``ValueError``
+    for rows that do not fit together (unknown case, duplicate chunk or rank, wrong ``is_relevant``)."""
     cases = list(case_rows)
     rows = list(candidate_rows)
     case_ids = np.array([str(c["case_id"]) for c in cases], dtype=object)
@@ -201,8 +173,8 @@ def recall_ceiling(pools: PoolSet) -> float:
 
 def fused_order(pools: PoolSet, config: Any) -> np.ndarray:
     """Per-case slot indices, best first, under ``config`` (padding last)."""
-    final = fuse_batch(config, pools.vector_score, pools.keyword_score, pools.vector_rank,
-                       pools.keyword_rank, pools.mask)
+    final = fuse_batch(config, pools.vector_score, pools.keyword_score, pools.vector_rank, pools.keyword_rank,
+                       pools.mask)
     return order_batch(final, pools.vector_score, pools.chunk_rank, pools.mask)
 
 
@@ -215,24 +187,16 @@ def fused_ranks(pools: PoolSet, config: Any) -> np.ndarray:
 
 
 def evaluate_fusion(pools: PoolSet, config: Any) -> dict[str, np.ndarray]:
-    """Every metric of :data:`~rag_pipeline.evaluation.metrics.METRIC_NAMES` under ``config``,
-    as ``(n_cases,)`` arrays."""
+    """Every metric under ``config``, as ``(n_cases,)`` arrays."""
     gains = np.take_along_axis(pools.gains, fused_order(pools, config), axis=1)
     return batch_metrics(gains, pools.ideal_gains, pools.k)
 
 
 def evaluate_configs(pools: PoolSet, configs: Sequence[Any]) -> list[dict[str, np.ndarray]]:
-    """:func:`evaluate_fusion` for many configurations, equal bit for bit but faster.
-
-    Slots are permuted once into :data:`~rag_pipeline.retrieval.fusion.TIE_BREAK`
-    order under an all-equal final score (``order_batch`` itself decides it),
-    so a stable sort on the final score alone yields ``order_batch``'s order;
-    fusion is slot-order invariant. Each normalisation is computed once: the
-    weighted fusion of pre-normalised legs with ``none`` (the identity) equals
-    fusing the raw legs with that normalisation.
-    """
-    tie_break = order_batch(np.zeros(pools.mask.shape), pools.vector_score, pools.chunk_rank,
-                            pools.mask)
+    """:func:`evaluate_fusion` for many configurations, equal bit for bit but faster: slots are put in tie-break
+    order once, so a stable sort on the final score alone gives ``order_batch``'s order, and each normalisation
+    is computed once (weighted fusion of pre-normalised legs with ``none`` is the same fusion)."""
+    tie_break = order_batch(np.zeros(pools.mask.shape), pools.vector_score, pools.chunk_rank, pools.mask)
     p = pools.reorder_slots(tie_break)
     normalized: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     results = []
@@ -243,11 +207,9 @@ def evaluate_configs(pools: PoolSet, configs: Sequence[Any]) -> list[dict[str, n
                     normalize_batch(p.vector_score, config.normalization, p.mask, p.vector_rank),
                     normalize_batch(p.keyword_score, config.normalization, p.mask, p.keyword_rank))
             nv, nk = normalized[config.normalization]
-            final = weighted_fusion_batch(nv, nk, config.vector_weight, config.keyword_weight,
-                                          "none", p.mask)
+            final = weighted_fusion_batch(nv, nk, config.vector_weight, config.keyword_weight, "none", p.mask)
         else:
-            final = fuse_batch(config, p.vector_score, p.keyword_score, p.vector_rank,
-                               p.keyword_rank, p.mask)
+            final = fuse_batch(config, p.vector_score, p.keyword_score, p.vector_rank, p.keyword_rank, p.mask)
         ordered = np.argsort(-final, axis=1, kind="stable")
         gains = np.take_along_axis(p.gains, ordered, axis=1)
         results.append(batch_metrics(gains, p.ideal_gains, p.k))
@@ -255,11 +217,7 @@ def evaluate_configs(pools: PoolSet, configs: Sequence[Any]) -> list[dict[str, n
 
 
 def load_pools(conn: Any, evaluation_run_id: Any) -> PoolSet:
-    """Read one evaluation run's pools: one query for candidates, one for case results.
-
-    ``conn`` is a SQLAlchemy ``Connection`` or ``Session``; ``evaluation_run_id``
-    a UUID (or its string). Cases follow ``case_index``.
-    """
+    """One evaluation run's pools (two queries), cases in ``case_index`` order."""
     candidates = pools_of_run(conn, evaluation_run_id)
     cases = labels_of_run(conn, evaluation_run_id)
     if not cases:
@@ -268,8 +226,7 @@ def load_pools(conn: Any, evaluation_run_id: Any) -> PoolSet:
 
 
 def first_stage_ranks_of_cases(conn: sa.Connection, run_id, strategy, cases: list[str]) -> dict[str, dict[str, int]]:
-    """Per case, chunk id -> rank before the rerank stage, from the case's whole stored pool (whatever the
-    report's candidate mode lists)."""
+    """Per case, chunk id -> rank before the rerank stage, from the case's whole stored pool."""
     pools: dict[str, list[dict]] = {case: [] for case in cases}
     for row in leg_scores(conn, run_id, cases):
         pools[row["case_id"]].append(dict(row))

@@ -1,36 +1,12 @@
-"""Evaluate one retrieval strategy on one dataset and store the run (shared by the Dagster assets and the CLI).
+"""Evaluate one retrieval strategy on one dataset and store the run (the flow of docs/design.md §1).
 
-Flow of :func:`evaluate_dataset`:
-
-1. Preflight, nothing written yet: the knowledge base exists, the strategy can search it (embeddings of
-   its model, text-search mode), the embedder loads. Stale ``running`` runs are swept to ``abandoned``.
-2. One short transaction: register the strategy version (:mod:`strategy_store`), store the dataset
-   version, insert the run row with status ``running`` (visible while the run is in progress).
-3. Cases in batches (:data:`BATCH_SIZE`), pipelined: the main thread embeds a batch's questions and hands
-   it to one of ``readers`` worker threads, each with its own read connection, which runs
-   :func:`hybrid_search_batch` (each case's own k as limit; a BM25 keyword leg from the KB's postings loaded
-   once on the run's snapshot, :mod:`bm25_index`) and the batch's miss diagnosis (label integrity + the
-   missing legs' own scores by target lookups, no global ranks: :func:`diagnosis_db.diagnose_batch`). Back in
-   the main thread, in batch order: metrics
-   (:func:`metrics.evaluate_many` on :attr:`EvaluationCase.relevance`: nDCG's gain is the grade, the other
-   metrics count grade >= 1), then COPY of the full candidate pools (each candidate's ``relevance_grade``:
-   the case's grade of it, NULL if not judged; ``is_relevant`` = grade >= 1) and the case results with
-   their miss reasons and grades. The read connections share one exported REPEATABLE READ snapshot
-   (:mod:`snapshot_readers`: one consistent knowledge base even if it is re-ingested meanwhile); writes
-   go to another connection's single transaction. Only running sums and reason counts are kept, never the
-   candidates of more than ``readers + 1`` batches. A background thread writes the heartbeat every few
-   seconds on a connection of its own for the whole run.
-4. The write transaction ends with the summary (incl. the miss-reason and label-integrity headline),
-   ``succeeded`` and ``is_current`` → commit. Any failure rolls it back (no candidate or case row
-   survives) and marks the run ``failed`` with the error.
-
-Timings stored with the run (:data:`TIMING_KEYS`; wall = elapsed time, summed = added up over the reader
-threads, which overlap each other and the main thread, so a summed timing may exceed ``total_s``):
-``embedding_s`` (wall, main thread: question vectors, the ones not already in ``question_embeddings``),
-``retrieval_wall_s`` (wall: first batch handed to a reader → last batch written; search, diagnosis, metrics and
-COPY overlap), ``retrieval_sql_s`` (summed: both legs' SQL plus fusion, and loading a BM25 index once),
-``diagnosis_sql_s`` (summed: labels + missing-leg scores), ``metrics_s`` and ``persistence_s`` (wall, main thread:
-metrics, COPY), ``total_s`` (wall: the whole run, including preflight and model loading).
+:func:`evaluate_dataset`: a preflight that writes nothing; one short transaction registering the strategy and
+the dataset version and inserting the ``running`` run; then batches of cases, pipelined: the main thread embeds a
+batch's questions, one of ``readers`` worker threads (read connections sharing one exported REPEATABLE READ
+snapshot, :mod:`snapshot_readers`) searches it and diagnoses its misses, and the main thread computes its metrics
+and COPYs its candidates and case results into one write transaction, holding at most ``readers + 1`` batches.
+That transaction ends with the summary and ``succeeded``; any failure rolls it back and marks the run
+``failed``. A background thread writes the heartbeat. Timings (:data:`TIMING_KEYS`): README "Timings".
 """
 
 from __future__ import annotations
@@ -95,24 +71,13 @@ class EvaluationOutcome:
     knowledge_base_version: str | None = None
 
 
-def evaluate_dataset(
-    engine: sa.Engine,
-    dataset: Dataset,
-    strategy: Strategy,
-    *,
-    batch_size: int = BATCH_SIZE,
-    partition_key: str | None = None,
-    dagster_run_id: str | None = None,
-    progress: Progress | None = None,
-    logger=None,
-    readers: int | None = None,
-    queued_run_id: str | None = None,
-) -> EvaluationOutcome:
-    """Run ``strategy`` over every case of ``dataset`` (against ``dataset.knowledge_base``) and store the run.
-
-    ``readers``: read connections searching batches in parallel (default ``RAG_EVAL_READERS`` or 2).
-    ``queued_run_id``: the ``queued`` run row to use (created by the HTTP API) instead of a new one; it must be
-    queued for this strategy and dataset version (else :class:`runs.RunNotQueuedError`)."""
+def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *, batch_size: int = BATCH_SIZE,
+                     partition_key: str | None = None, dagster_run_id: str | None = None,
+                     progress: Progress | None = None, logger=None, readers: int | None = None,
+                     queued_run_id: str | None = None) -> EvaluationOutcome:
+    """Run ``strategy`` over every case of ``dataset`` and store the run. ``readers``: default ``RAG_EVAL_READERS``.
+    ``queued_run_id``: the ``queued`` run row (made by the HTTP API) to use instead of a new one; it must be queued
+    for this strategy and dataset version (else :class:`runs.RunNotQueuedError`)."""
     logger = logger or log
     readers = reader_count(readers)
     check_capacity(engine, readers, EXTRA_CONNECTIONS)
@@ -161,9 +126,8 @@ class _BatchResult:
 
 def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
                   vectors, keyword_index: Bm25Index | None = None) -> _BatchResult:
-    """Worker thread: one batch's retrieval and miss diagnosis on a borrowed snapshot connection. A statement
-    over ``RAG_STATEMENT_TIMEOUT_S`` (retrieval or diagnosis) fails with a :class:`RetrievalError` naming
-    the case (``case <id>: retrieval took longer than 60 s (RAG_STATEMENT_TIMEOUT_S)...``)."""
+    """Worker thread: one batch's retrieval and miss diagnosis; a statement timeout is a :class:`RetrievalError`
+    naming the case."""
     try:
         return _search_batch_unbounded(readers, kb, strategy, batch, vectors, keyword_index)
     except (StatementTimeout, sa.exc.OperationalError) as exc:
@@ -173,8 +137,7 @@ def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Seque
 
 
 def _cases_label(batch: Sequence[EvaluationCase]) -> str:
-    """``case <id>``; in a batch of several, the case of the longest question (the likely culprit) and the
-    batch's first and last case."""
+    """``case <id>``; in a batch, the case of the longest question (the likely culprit) and the batch's ends."""
     longest = max(batch, key=lambda c: len(c.question))
     if len(batch) == 1:
         return f"case {longest.case_id}"
@@ -291,8 +254,7 @@ def _tick(timings: dict[str, float], key: str, since: float) -> float:
 
 
 def _metrics(batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]) -> np.ndarray:
-    """``(len(batch), len(METRIC_NAMES))``; the full pool is passed so R-precision can look past k. Graded
-    relevance (grade >= 1 ids, grade as nDCG gain; a list-form case is every id grade 1)."""
+    """``(len(batch), len(METRIC_NAMES))``; the full pool is passed so R-precision can look past k."""
     result = evaluate_many([[c.chunk_id for c in t.candidates] for t in traces],
                            [c.relevance for c in batch], [c.k for c in batch])
     return np.column_stack([result[m] for m in METRIC_NAMES])

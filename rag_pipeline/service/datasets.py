@@ -81,10 +81,8 @@ class DatasetCheck:
 
 
 def check_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | None = None) -> DatasetCheck:
-    """Classify every relevant id of a dataset file against its knowledge base (docs/design.md §8).
-
-    A file whose only problems are malformed ids is still checked (those ids get status ``not_a_uuid``);
-    any other problem raises :class:`DatasetError`."""
+    """Classify every relevant id of a dataset file against its knowledge base (docs/design.md §8); a file whose
+    only problems are malformed ids is still checked (status ``not_a_uuid``)."""
     path = Path(path)
     note = None
     try:
@@ -142,10 +140,9 @@ class DatasetRunPlan:
 
 
 def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[str] | None = None) -> DatasetRunPlan:
-    """Validate a dataset file and choose the strategies worth running on it: from ``versions`` (else the file's
-    ``metadata.strategies``, else ``RAG_SENSOR_STRATEGIES``, else every registry version), those whose embedding
-    model the knowledge base holds, minus those whose current run already measured this dataset version with the
-    same parameters (wherever that run came from: Dagster, CLI or API)."""
+    """Validate a dataset file and choose the strategies worth running on it: of ``versions`` (else the file's
+    ``metadata.strategies``, else ``RAG_SENSOR_STRATEGIES``, else the registry), those the knowledge base has the
+    embeddings for, minus those whose current run already measured this version with the same parameters."""
     path = Path(path)
     try:
         dataset = load_dataset(path)

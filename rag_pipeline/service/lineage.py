@@ -1,9 +1,5 @@
 """Lineage from knowledge base to evaluation run: knowledge-base content versions, which knowledge base each
 dataset names, and the current runs that measured an older version than the knowledge base has now.
-
-Front ends: the Dagster ``knowledge_base`` asset (its data version), the ``knowledge_base_versions`` sensor (which
-reports ingestions made outside Dagster and adds the knowledge-base partitions), the opt-in
-``reevaluate_stale_runs`` sensor, and ``rag-pipeline kb`` (through :func:`knowledge_bases.knowledge_base_stats`).
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Retention: remove old evaluation runs so the database stays bounded (``rag-pipeline runs prune``, the Dagster
-job ``prune_evaluation_runs``).
+job ``prune_evaluation_runs``; what is kept: the README's "Retention").
 
-:func:`prune_runs` keeps, for every dataset × knowledge base × strategy, the ``keep_last`` newest runs, and
-never removes
-
-* a current run (what ``compare`` and the API read),
-* a run in progress (``running`` with a fresh heartbeat) or waiting in the queue (``queued``),
-* a run a stored comparison refers to — the runs of the latest ``strategy_comparison`` materialisation of each
-  dataset × knowledge base, recorded by :func:`record_comparison` in ``retrieval_comparison_runs`` — unless
-  ``include_compared=True``.
-
-``older_than_days`` further restricts removal to runs started that long ago; ``dataset`` to one dataset name.
-A run's candidates are its own partition of ``retrieval_evaluation_candidate_rows``: deleting the run row drops
-the partition (trigger of migration 0005), so the cost follows the number of runs removed, not the table's
-size. The result lists the runs, their candidate rows and the bytes freed (the partitions' and the case
-results' sizes, measured before the removal). ``dry_run=True`` reports the same and removes nothing.
-
-Dropping a partition needs a short exclusive lock on the candidate table, which a run that is being written
-holds for its whole write: the removal waits at most :data:`LOCK_TIMEOUT_S` and then fails with
-:class:`RetentionError` (nothing removed; prune again once the evaluation has finished).
+:func:`prune_runs` keeps the ``keep_last`` newest runs of every dataset × knowledge base × strategy, and never a
+current run, one in progress or queued, or (unless ``include_compared``) one the latest stored comparison refers
+to (:func:`record_comparison`). Deleting a run drops its candidate partition; that needs a short exclusive lock,
+held by a run being written: the removal waits at most :data:`LOCK_TIMEOUT_S`, then fails with
+:class:`RetentionError`, nothing removed.
 """
 
 from __future__ import annotations
@@ -58,8 +45,7 @@ class PruneResult:
 
     dry_run: bool
     runs: list[PrunedRun] = field(default_factory=list)
-    kept_for_comparison: int = 0
-    """Runs that would otherwise go but a stored comparison refers to (kept; ``include_compared`` removes them)."""
+    kept_for_comparison: int = 0  # runs kept only because a stored comparison refers to them
 
     @property
     def candidate_rows(self) -> int:

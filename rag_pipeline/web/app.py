@@ -1,14 +1,9 @@
-"""The FastAPI application: ``create_app()`` (what ``rag-pipeline serve`` runs under uvicorn).
+"""The FastAPI application: ``create_app()`` (what ``rag-pipeline serve`` runs under uvicorn): the API under
+``/api/v1`` (OpenAPI at ``/docs``), the admin console under ``/admin``, ``/healthz``.
 
-| path | what |
-|---|---|
-| ``/api/v1/...`` | the API (:mod:`rag_pipeline.web.api`); OpenAPI at ``/docs`` and ``/openapi.json`` |
-| ``/admin/...`` | the admin console (:mod:`rag_pipeline.web.admin`), its login form and ``/admin/static`` |
-| ``/healthz`` | liveness, database and evaluation queue |
-
-Every error is RFC 9457 problem details (:mod:`.problems`); access rules are in :mod:`.security`. The app's
-lifespan makes its :class:`~rag_pipeline.web.launcher.Launcher` (``app.state.launcher``, unless one is given) and
-reconciles queued runs with Dagster every few seconds while the app lives (no GET writes).
+Every error is RFC 9457 problem details (:mod:`.problems`); access rules are in :mod:`.security`. The lifespan
+makes the app's :class:`~rag_pipeline.web.launcher.Launcher` (unless one is given) and reconciles queued runs with
+Dagster every few seconds while the app lives (no GET writes).
 """
 
 from __future__ import annotations
@@ -78,9 +73,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app(launcher: Launcher | None = None) -> FastAPI:
-    """The application: API routers under ``/api/v1`` (token-protected when ``RAG_API_TOKEN`` is set), the
-    console, the login form, problem-details error handlers, session and cross-site middleware. ``launcher``:
-    the Dagster launcher to use (default: made in the lifespan)."""
+    """The application (see the module docstring); ``launcher``: the Dagster launcher to use (default: made in the
+    lifespan)."""
     app = FastAPI(title="rag_pipeline", version=_version(), description=DESCRIPTION, openapi_tags=TAGS,
                   docs_url="/docs", redoc_url=None, lifespan=lifespan)
     app.state.launcher = launcher

@@ -1,8 +1,4 @@
-"""Dependencies shared by the routers: the database engine, the app's Dagster launcher, paging parameters.
-
-The engine is the one every front end uses (:func:`rag_pipeline.storage.engine.get_engine`: ``RAG_DATABASE_URL``
-or the embedded server, migrated on first use), created once per process.
-"""
+"""Dependencies shared by the routers: the database engine, the app's Dagster launcher, paging parameters."""
 
 from __future__ import annotations
 

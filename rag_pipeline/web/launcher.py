@@ -1,32 +1,9 @@
-"""Evaluation runs through Dagster: submit one ``evaluate_retrieval`` run per strategy, and say whether a daemon
-will pick them up. The only module of :mod:`rag_pipeline.web` that uses dagster, imported inside the functions that
-open the instance (the web app and its workers load without it until a run is submitted or checked).
-
-**How a run is submitted.** :meth:`Launcher.launch_evaluations` first queues the run rows (status ``queued``, each with
-the id its Dagster run will get; :func:`rag_pipeline.service.run_queue.queue_evaluations` validates everything
-first), adds the dataset's dynamic partition, and then — in a background thread, so the API answers 202 at
-once — runs Dagster's own public command for each run::
-
-    dagster job launch -m rag_pipeline.definitions -j evaluate_retrieval --run-id <id> \\
-        --tags '{"dagster/partition": "<dataset>|<strategy>", ...}' --config-json '<dataset_id, evaluation_run_id>'
-
-which submits the run to the instance's run coordinator (the queue of ``dagster.yaml``: at most 4 runs at once,
-the ``rag_db`` pool). Why a subprocess of the CLI rather than Dagster's Python internals or the GraphQL client:
-``dagster job launch`` is a public, documented interface that loads the code location exactly as the daemon
-does (same location name), needs no Dagster webserver running (GraphQL would), and keeps the user code out of
-the web server's process; its cost (a few seconds of start-up per run) is paid off the request path. A
-submission that fails marks its run ``failed`` with the command's last error line.
-
-**Who runs the queue.** A Dagster daemon (``make dev`` runs one inside ``dagster dev``; ``rag-pipeline serve
---with-daemon`` starts ``dagster-daemon run`` next to the server when none is alive). :meth:`Launcher.queue_status`
-reads the daemons' heartbeats on the instance: without a fresh one, the API and the console say that queued runs
-wait and how to start a daemon. :meth:`Launcher.reconcile` (every :data:`RECONCILE_PERIOD_S` seconds while the app
-lives, and on each launch) marks a queued run failed when its Dagster run ended (failed, cancelled in the UI)
-before the evaluation started, so no run stays ``queued`` forever.
-
-**State.** One :class:`Launcher` per app (``app.state.launcher``, made in the lifespan): the Dagster environment
-(``DAGSTER_HOME``, ``RAG_DAGSTER_PG_URL``) is resolved once and given to every subprocess as its ``env``; this
-process's ``os.environ`` is never changed (``rag-pipeline serve`` starts with both set: :mod:`.server`).
+"""Evaluation runs through Dagster: queue the run rows, submit one ``evaluate_retrieval`` run per strategy with
+``dagster job launch`` (in a background thread; why that command: the README's "HTTP API and how to start it"),
+say whether a daemon will pick them up, and fail the queued runs whose Dagster run ended before they started.
+The only module of :mod:`rag_pipeline.web` that uses dagster, imported where the instance is opened. One
+:class:`Launcher` per app (``app.state.launcher``); the Dagster environment is resolved once and passed to each
+subprocess as its ``env``, this process's ``os.environ`` is never changed.
 """
 
 from __future__ import annotations
@@ -74,9 +51,8 @@ class LaunchError(RuntimeError):
 
 
 def dagster_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``environ`` (default: this process's) completed with what ``dagster.yaml`` reads: ``DAGSTER_HOME`` (else
-    the project folder when it holds ``dagster.yaml``) and ``RAG_DAGSTER_PG_URL`` (else the database settings').
-    Returns a new mapping; changes nothing."""
+    """A copy of ``environ`` (default: this process's) completed with ``DAGSTER_HOME`` (else the project folder
+    when it holds ``dagster.yaml``) and ``RAG_DAGSTER_PG_URL`` (else the database settings')."""
     env = dict(os.environ if environ is None else environ)
     if not env.get("DAGSTER_HOME"):
         root = project_root()
@@ -93,9 +69,8 @@ _FINISHED = {"FAILURE": "failed", "CANCELED": "was cancelled", "SUCCESS": "succe
 
 
 class Launcher:
-    """Submits evaluation runs to one Dagster instance and watches its queue; the app holds one
-    (``app.state.launcher``). ``env``: the environment of Dagster's processes (default: this process's, completed
-    by :func:`dagster_environment` on first use)."""
+    """Submits evaluation runs to one Dagster instance and watches its queue. ``env``: the environment of Dagster's
+    processes (default: :func:`dagster_environment`, on first use)."""
 
     def __init__(self, env: Mapping[str, str] | None = None):
         self._env = dict(env) if env is not None else None

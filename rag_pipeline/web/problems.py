@@ -1,19 +1,8 @@
 """Every error of the HTTP service as RFC 9457 problem details (``application/problem+json``), never a traceback.
 
-The ``detail`` of a user error is the message the CLI prints after ``rag-pipeline: error:`` (the same
-exceptions, :data:`rag_pipeline.contracts.errors.USER_ERRORS`); its kind gives the status. Status codes:
-
-| status | when |
-|---|---|
-| 400 | a malformed request the body validation cannot describe (e.g. an unreadable multipart body) |
-| 401 / 403 | no or wrong token (``WWW-Authenticate: Bearer``), a cross-site request or a bad CSRF token |
-| 404 | unknown knowledge base, run, dataset, or path |
-| 409 | a strategy version run with other parameters; an ambiguous run-id prefix |
-| 413 | an upload over the dataset limit (50 MB) |
-| 422 | invalid input: request validation (each problem in ``errors`` with its ``location``), an invalid dataset
-  (each problem in ``errors`` with ``case_index``, ``case_id`` and ``field``), unknown strategy, labels refused |
-| 503 | the database cannot be reached |
-| 500 | a bug: ``detail`` names only the error type and an ``error_id`` that is in the server log with the traceback |
+The ``detail`` of a user error is the message the CLI prints after ``rag-pipeline: error:``; the error's kind
+gives the status (the README's "Errors" lists them). A bug is a 500 whose ``detail`` names only the error type
+and an ``error_id`` that is in the server log with the traceback.
 """
 
 from __future__ import annotations

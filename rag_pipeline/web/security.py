@@ -1,16 +1,10 @@
-"""Who may call the service: the API token, the console's login session, and the cross-site request checks.
+"""Who may call the service: the API token, the console's login session, and the cross-site request checks (the
+rules as users see them: the README's "HTTP API and how to start it").
 
-- **Loopback without a token** (the default, ``rag-pipeline serve`` on 127.0.0.1): no login; any other bind
-  address refuses to start unless ``RAG_API_TOKEN`` is set (:func:`check_bind`).
-- **With ``RAG_API_TOKEN``**: every API call needs ``Authorization: Bearer <token>`` (:func:`require_api_user`;
-  a console page's own calls may use its session instead) and every console page a session, opened by the login
-  form at ``/admin/login`` (:func:`require_console_user` redirects there). The session is a cookie signed with
-  a key derived from the token (itsdangerous, Starlette's ``SessionMiddleware``; ``SameSite=Strict``,
-  ``HttpOnly``), so changing the token logs everybody out.
-- **Cross-site requests** are refused on every state-changing method (POST, PUT, PATCH, DELETE), token or not:
-  a browser's ``Sec-Fetch-Site: cross-site`` or an ``Origin`` other than the server's own → 403
-  (:class:`CrossSiteGuard`); a form or a session-authenticated call must also carry the session's CSRF token
-  (form field ``csrf_token`` or header ``X-CSRF-Token``, :func:`csrf_token`, :func:`require_csrf`).
+Loopback without a token needs no login; any other bind address needs ``RAG_API_TOKEN`` (:func:`check_bind`),
+and then every API call a bearer token (:func:`require_api_user`) and every console page a session
+(:func:`require_console_user`), a cookie signed with a key derived from the token. State-changing requests that
+are cross-site are refused, token or not (:class:`CrossSiteGuard`); forms carry a CSRF token (:func:`require_csrf`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Running the HTTP service under uvicorn (``rag-pipeline serve``): the bind check, the database and Dagster set-up
-before the first request, and an optional Dagster daemon next to it.
-
-The server never changes its own ``os.environ``: started without the project's ``.env`` values or what Dagster's
-instance reads from the environment (``DAGSTER_HOME``, ``RAG_DAGSTER_PG_URL``), it re-executes itself with them."""
+before the first request, and an optional Dagster daemon next to it. Started without the project's ``.env``
+values or the Dagster variables, the server re-executes itself with them (its ``os.environ`` is never changed).
+"""
 
 from __future__ import annotations
 
@@ -36,9 +35,8 @@ def _completed_environment() -> dict[str, str] | None:
 
 
 def serve(host: str = "127.0.0.1", port: int = 8000, *, with_daemon: bool = False) -> int:
-    """Serve the API and console on ``host:port`` until interrupted. Refuses a non-loopback ``host`` without
-    ``RAG_API_TOKEN``; migrates the database and opens the Dagster instance first (errors before listening);
-    ``with_daemon``: start a Dagster daemon when none is alive on the instance (stopped on exit)."""
+    """Serve the API and console on ``host:port`` until interrupted, the database migrated and the Dagster instance
+    opened first; ``with_daemon``: start a Dagster daemon when none is alive (stopped on exit)."""
     try:
         check_bind(host)  # before Dagster is even imported: a refusal is immediate
     except BindRefused as exc:

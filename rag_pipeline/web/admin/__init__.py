@@ -1,18 +1,9 @@
 """The admin console ``/admin/retrieval-evaluations`` (docs/design.md §7.1): server-rendered pages over the service.
 
 ``router`` (prefix ``/admin``) is what :func:`rag_pipeline.web.app.create_app` includes. Every page needs
-:func:`rag_pipeline.web.security.require_console_user`; every form carries the CSRF token of
-:func:`rag_pipeline.web.security.csrf_token` and is checked by :func:`rag_pipeline.web.security.require_csrf`.
-Templates live in ``templates/`` (``base.html`` is the layout every page, including other helpers' pages,
-extends); CSS and JS are served by the app from ``static/`` under ``/admin/static/`` — no CDN, no build step,
-the console works with no internet.
-
-| page | module |
-|---|---|
-| knowledge bases, a knowledge base (datasets, upload) | :mod:`.overview` |
-| a dataset's dashboard (label check, evaluate, live status, current metrics, gate, history charts) | :mod:`.datasets` |
-| a run's cases, a case's drill-down, chunk text on demand | :mod:`.runs` |
-| two runs side by side | :mod:`.compare` |
+:func:`rag_pipeline.web.security.require_console_user`; every form carries the CSRF token checked by
+:func:`rag_pipeline.web.security.require_csrf`. Templates in ``templates/`` (``base.html`` is the layout every page
+extends); CSS and JS from ``static/`` under ``/admin/static/``: no CDN, no build step.
 """
 
 from __future__ import annotations
