@@ -46,7 +46,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     engine = service.sized_engine(args.readers)  # a pool sized for --readers
     outcomes = service.evaluate(engine, plan, batch_size=args.batch_size, readers=args.readers, strict=args.strict,
                                 progress=case_progress(args.quiet), on_labels=_print_label_headline)
-    summaries = service.run_summaries(engine, [o.run_id for o in outcomes])
+    summaries = [s.model_dump() for s in service.run_summaries(engine, [o.run_id for o in outcomes])]
     for s in summaries:  # "All metrics are 0: ..." — the dominant reason first
         if (s["counts"] or {}).get("first_line"):
             print(f"{s['strategy_version']}: {s['counts']['first_line']}")
@@ -101,8 +101,9 @@ def _output_paths(output: str | None, versions: list[str]) -> list[Path | None]:
 
 @guarded()
 def cmd_runs(args: argparse.Namespace) -> int:
-    summaries = service.list_runs(get_engine(), knowledge_base=args.knowledge_base, dataset=args.dataset,
-                                  strategy=args.strategy, current_only=args.current, limit=args.limit)
+    summaries = [s.model_dump() for s in service.list_runs(
+        get_engine(), knowledge_base=args.knowledge_base, dataset=args.dataset, strategy=args.strategy,
+        current_only=args.current, limit=args.limit)]
     if args.format == "json":
         print(json.dumps(summaries, ensure_ascii=False, indent=2))
     else:
@@ -114,7 +115,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     engine = get_engine()
     # a prefix (as the tables print it) → the full id; an unknown or ambiguous one fails before --output is opened
-    run_id = service.run_summaries(engine, [args.run_id])[0]["run_id"]
+    run_id = service.run_summaries(engine, [args.run_id])[0].run_id
     if args.global_ranks:
         if args.case is None:
             print("rag-pipeline: error: --global-ranks needs --case CASE_ID (it diagnoses one case)", file=sys.stderr)

@@ -138,6 +138,103 @@ def json_schema(model: type[BaseModel]) -> dict:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **model.model_json_schema()}
 
 
+class CaseRow(Strict):
+    """One case of a run as the console lists it: metrics, first relevant rank, miss reasons as stored and
+    ``reasons`` (the distinct non-hit ones, for filtering)."""
+
+    case_index: int
+    case_id: str
+    question: str
+    k: int
+    first_relevant_rank: int | None
+    relevant_chunk_ids: list[str]
+    relevance_grades: dict[str, int]
+    metrics: Metrics
+    miss_reasons: list[dict[str, Any]]
+    reasons: list[str]
+
+
+class RunCases(BaseModel):
+    """A run's summary and every case of it in dataset order."""
+
+    summary: RunSummary
+    cases: list[CaseRow]
+
+
+class RelevantChunk(Strict):
+    """A relevant chunk of a case: its document, pool rank (null: not in the pool) and miss reason."""
+
+    chunk_id: str
+    grade: int
+    document_name: str | None
+    rank: int | None
+    reason: str | None
+    detail: str | None
+    gap: float | None
+    miss: dict[str, Any]
+
+
+class Neighbours(BaseModel):
+    previous: str | None
+    next: str | None
+
+
+class CaseDetail(BaseModel):
+    """One case of one run: the case, its whole candidate pool by rank, each relevant chunk, the cases around it."""
+
+    summary: RunSummary
+    case: CaseRow
+    candidates: list[Candidate]
+    relevant: list[RelevantChunk]
+    neighbours: Neighbours
+
+
+class PairedCase(BaseModel):
+    """A case two runs share: both metric sets and the delta (b - a) on the primary metric."""
+
+    case_id: str
+    question: str
+    a: Metrics
+    b: Metrics
+    delta: float
+
+
+class TopCandidate(BaseModel):
+    document_name: str
+    chunk_id: str
+    final_score: float
+    is_relevant: bool
+    relevance_grade: int | None
+
+
+class CaseOverview(BaseModel):
+    """A case's metrics and its top 3 selected candidates (the Dagster metadata tables)."""
+
+    case_index: int
+    case_id: str
+    question: str
+    k: int
+    first_relevant_rank: int | None
+    metrics: Metrics
+    top3: list[TopCandidate]
+
+
+class RunTables(BaseModel):
+    """A run's summary, its first cases and its 10 worst cases (lowest nDCG, then RR)."""
+
+    summary: RunSummary
+    cases: list[CaseOverview]
+    worst: list[CaseOverview]
+
+
+class RunDetail(BaseModel):
+    """A run's summary and a page of its cases (what :class:`EvaluationDetail` adds its page and links to)."""
+
+    report_version: int
+    summary: RunSummary
+    cases: list[CaseReport]
+
+
 class CasePage(BaseModel):
     offset: int
     limit: int
@@ -147,12 +244,9 @@ class CasePage(BaseModel):
     include_text: bool
 
 
-class EvaluationDetail(BaseModel):
+class EvaluationDetail(RunDetail):
     """The run summary and a page of its cases with candidates (``report_version`` as in the CLI)."""
 
-    report_version: int
-    summary: RunSummary
-    cases: list[CaseReport]
     page: CasePage
     links: RunLinks
     queue: QueueInfo | None = Field(None, description="Set while the run is queued.")
