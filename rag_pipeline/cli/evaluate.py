@@ -1,14 +1,8 @@
-"""``rag-pipeline evaluate | runs | show``: offline runs (docs/design.md §7.2) and history (docs/design.md §6.2).
-
-Same service as the Dagster assets, no Dagster daemon needed. Every run is stored in the database;
-reports are built from the database, so ``evaluate --output`` and ``show`` print the same JSON (sized for people:
-``--candidates default`` lists each case's selected and relevant candidates, ``all`` the full pool; ``--case`` one
-case; ``--format jsonl`` streams one case per line).
-Every run starts with the label check (docs/design.md §8): a dataset with no valid label is refused (exit 2); with
-``--strict`` any invalid label is (exit 1); otherwise the first output line says how many labels are invalid
-and why. Errors print one line ``rag-pipeline: error: ...`` (a dataset with several problems lists them on
-the following lines) and exit 2; a database error mid-run exits 3; a bug exits 70 (traceback with
-``RAG_DEBUG=1``).
+"""``rag-pipeline evaluate | runs | show``: offline runs and their history (docs/design.md §7.2, the exit codes
+included), the service the Dagster assets use without a daemon. Reports are built from the database, so
+``evaluate --output`` and ``show`` print the same JSON (docs/design.md §6.3). Every run starts with the label
+check (docs/design.md §8): no valid label → refused (exit 2); ``--strict`` and any invalid label → exit 1;
+otherwise the first output line says how many labels are invalid and why.
 """
 
 from __future__ import annotations
@@ -152,7 +146,8 @@ def _show_case(engine, run_id: str, args: argparse.Namespace) -> int:
     """``show RUN --case ID --global-ranks``: the case's miss diagnosis computed now, with each missed relevant
     chunk's exact rank among every chunk of the KB in each leg (``service.case_diagnosis``)."""
     found = case_diagnosis(engine, run_id, args.case)
-    text = json.dumps(found.as_dict(), ensure_ascii=False, indent=None if args.format == "jsonl" else 2)
+    text = json.dumps(found.model_dump(exclude_unset=True), ensure_ascii=False,
+                      indent=None if args.format == "jsonl" else 2)
     if args.output:
         Path(args.output).write_text(text + "\n", encoding="utf-8")
     else:

@@ -1,16 +1,9 @@
-"""The evaluation report: a run's summary and per case the ids, grades, metrics, miss reasons and candidates.
+"""The evaluation report (docs/design.md §6.3, the candidate modes and timings included) and the views of a
+run's cases the console and Dagster read.
 
-``rag-pipeline evaluate --output`` and ``rag-pipeline show`` write :class:`Report` (``--format json``);
-``--format jsonl`` writes :class:`JsonlHeader` on the first line, then one :class:`CaseReport` per line. Which
-candidates a case lists is the report's ``candidates`` mode (``default``: the selected ones plus every relevant
-one; ``all``: the full pool; ``selected``; ``relevant``; ``none``). The HTTP API's run detail
-(:class:`EvaluationDetail`) is the same summary and a page of the same cases. The published JSON Schema
-(``schemas/evaluation-report-v4.json``) is :func:`json_schema` of :class:`Report`.
-
-``summary.timings`` (seconds): ``*_wall_s`` / ``embedding_s`` / ``metrics_s`` / ``persistence_s`` / ``total_s``
-are elapsed time; ``retrieval_sql_s`` and ``diagnosis_sql_s`` are summed over the reader threads (they overlap,
-so they may exceed ``total_s``). ``summary.question_embeddings``: how many question vectors the run reused
-from ``question_embeddings`` and how many it embedded (null for runs before it existed or without a vector leg).
+``rag-pipeline evaluate --output`` and ``show`` write :class:`Report` (``--format jsonl``: :class:`JsonlHeader`,
+then one :class:`CaseReport` per line); the HTTP API's run detail is :class:`EvaluationDetail`. The published JSON
+Schema (``schemas/evaluation-report-v4.json``) is :func:`json_schema` of :class:`Report`.
 """
 
 from __future__ import annotations
@@ -174,11 +167,6 @@ class RelevantChunk(Strict):
     miss: dict[str, Any]
 
 
-class Neighbours(BaseModel):
-    previous: str | None
-    next: str | None
-
-
 class CaseDetail(BaseModel):
     """One case of one run: the case, its whole candidate pool by rank, each relevant chunk, the cases around it."""
 
@@ -186,7 +174,8 @@ class CaseDetail(BaseModel):
     case: CaseRow
     candidates: list[Candidate]
     relevant: list[RelevantChunk]
-    neighbours: Neighbours
+    previous: str | None = Field(description="The case before it (null: the first).")
+    next: str | None = Field(description="The case after it (null: the last).")
 
 
 class PairedCase(BaseModel):
@@ -197,6 +186,20 @@ class PairedCase(BaseModel):
     a: Metrics
     b: Metrics
     delta: float
+
+
+class CaseDiagnosis(BaseModel):
+    """One case of a stored run diagnosed now (``reasons``, with the exact global leg ranks of missed chunks)
+    next to what the run stored (``stored_reasons``: own scores, pool ranks only)."""
+
+    model_config = ConfigDict(frozen=True)
+    run_id: str
+    case_id: str
+    question: str
+    k: int
+    reasons: list[MissReason] = Field(description="Dumped with ``exclude_unset``: the fields that apply.")
+    stored_reasons: MissReasons
+    knowledge_base_state: str = Field(exclude=True, description="The KB row version the ranks were computed on.")
 
 
 class TopCandidate(BaseModel):

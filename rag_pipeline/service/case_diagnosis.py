@@ -17,32 +17,15 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.reports import CaseDiagnosis
 from rag_pipeline.evaluation import diagnosis_db
-from rag_pipeline.evaluation.diagnosis import MissReason
 from rag_pipeline.evaluation.queries.runs import knowledge_base_state
 from rag_pipeline.evaluation.runs import RunNotFoundError, resolve_run_id
 
 CACHE_SIZE = 256
-
-
-@dataclass(frozen=True)
-class CaseDiagnosis:
-    run_id: str
-    case_id: str
-    question: str
-    k: int
-    reasons: tuple[MissReason, ...]  # diagnosed now, with the exact global leg ranks of missed chunks
-    stored: tuple[dict, ...]  # what the run stored (``miss_reasons``: own scores, pool ranks only)
-    knowledge_base_state: str  # the KB row version the ranks were computed against
-
-    def as_dict(self) -> dict:
-        """JSON-ready: the case, the reasons computed now (``MissReason.as_dict``) and the stored ones."""
-        return {"run_id": self.run_id, "case_id": self.case_id, "question": self.question, "k": self.k,
-                "reasons": [m.as_dict() for m in self.reasons], "stored_reasons": list(self.stored)}
 
 
 _cache: OrderedDict[tuple[str, str, str], CaseDiagnosis] = OrderedDict()
@@ -67,8 +50,9 @@ def case_diagnosis(engine: sa.Engine, run_id: str, case_id: str) -> CaseDiagnosi
     if found is None:
         raise RunNotFoundError(f"run {run_uuid} has no case {case_id!r} (see `rag-pipeline show {run_uuid[:8]}`)")
     case, reasons = found
-    result = CaseDiagnosis(run_uuid, str(case["case_id"]), str(case["question"]), int(case["k"]), tuple(reasons),
-                           tuple(case["miss_reasons"] or ()), state)
+    result = CaseDiagnosis(run_id=run_uuid, case_id=str(case["case_id"]), question=str(case["question"]),
+                           k=int(case["k"]), reasons=[m.as_dict() for m in reasons],
+                           stored_reasons=list(case["miss_reasons"] or ()), knowledge_base_state=state)
     with _lock:
         _cache[key] = result
         while len(_cache) > CACHE_SIZE:

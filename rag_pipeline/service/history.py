@@ -1,12 +1,6 @@
-"""Run history for the admin console: metrics over time, a run's cases, one case's pool, two runs side by side.
-
-Read-only operations over the evaluation tables (docs/design.md §6.1). :func:`metric_history` gives every succeeded run
-of a dataset (all versions, oldest first) for the "each metric over time" chart; :func:`run_cases` the per-case
-table of a run (metrics, first relevant rank, miss reasons); :func:`case_detail` one case with its whole
-candidate pool, each relevant chunk's document and miss reason; :func:`chunk_texts` chunk text on demand (never
-stored with candidates); :func:`compare_runs` two runs paired by ``case_id`` with the statistics of
-:mod:`rag_pipeline.analysis.comparison` (deltas, bootstrap CI, permutation p, win/tie/loss, moved cases).
-"""
+"""Run history for the admin console, read-only over the tables of docs/design.md §6.1: each metric over time,
+a run's cases, one case's whole pool, chunk text on demand, and two runs paired by ``case_id`` with the
+statistics of :mod:`rag_pipeline.analysis.comparison`."""
 
 from __future__ import annotations
 
@@ -18,7 +12,7 @@ from rag_pipeline.analysis import comparison
 from rag_pipeline.analysis.comparison import Comparison, StrategyRun
 from rag_pipeline.contracts.catalog import ChunkText, StoredVersion
 from rag_pipeline.contracts.metrics import METRIC_NAMES
-from rag_pipeline.contracts.reports import CaseDetail, CaseRow, Neighbours, PairedCase, RelevantChunk, RunCases
+from rag_pipeline.contracts.reports import CaseDetail, CaseRow, PairedCase, RelevantChunk, RunCases
 from rag_pipeline.contracts.runs import HistoryPoint, RunSummary
 from rag_pipeline.evaluation import reports, runs
 from rag_pipeline.evaluation.queries import cases as case_queries
@@ -88,8 +82,8 @@ def case_detail(engine: sa.Engine, run_id: str, case_id: str) -> CaseDetail:
         relevant.append(RelevantChunk(chunk_id=chunk_id, grade=grade, document_name=document,
                                       rank=member["rank"] if member else None, reason=reason.get("reason"),
                                       detail=reason.get("detail"), gap=reason.get("gap"), miss=reason))
-    return CaseDetail(summary=summary, case=case, candidates=pool, relevant=relevant,
-                      neighbours=Neighbours(previous=neighbours.previous, next=neighbours.next))
+    return CaseDetail(summary=summary, case=case, candidates=pool, relevant=relevant, previous=neighbours.previous,
+                      next=neighbours.next)
 
 
 def _chunk_rows(conn: sa.Connection, chunk_ids) -> dict[str, ChunkText]:
