@@ -131,19 +131,10 @@ def json_schema(model: type[BaseModel]) -> dict:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **model.model_json_schema()}
 
 
-class CaseRow(Strict):
-    """One case of a run as the console lists it: metrics, first relevant rank, miss reasons as stored and
-    ``reasons`` (the distinct non-hit ones, for filtering)."""
+class CaseRow(CaseReport):
+    """A case as the console lists it (its candidates only in :class:`CaseDetail`), with ``reasons``: the
+    distinct reasons other than ``hit`` of its miss reasons, for filtering."""
 
-    case_index: int
-    case_id: str
-    question: str
-    k: int
-    first_relevant_rank: int | None
-    relevant_chunk_ids: list[str]
-    relevance_grades: dict[str, int]
-    metrics: Metrics
-    miss_reasons: list[dict[str, Any]]
     reasons: list[str]
 
 

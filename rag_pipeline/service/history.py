@@ -45,45 +45,40 @@ def metric_history(engine: sa.Engine, dataset: str, knowledge_base: str, *, limi
                          metrics={m: float(r[m]) for m in METRIC_NAMES if r[m] is not None}) for r in rows]
 
 
-def _case_row(row) -> CaseRow:
-    reasons = row["miss_reasons"] or []
-    return CaseRow(case_index=row["case_index"], case_id=row["case_id"], question=row["question"], k=row["k"],
-                   first_relevant_rank=row["first_relevant_rank"], relevant_chunk_ids=row["relevant_chunk_ids"],
-                   relevance_grades=row["relevance_grades"] or dict.fromkeys(row["relevant_chunk_ids"], 1),
-                   metrics={m: float(row[m]) for m in METRIC_NAMES}, miss_reasons=reasons,
-                   reasons=sorted({r["reason"] for r in reasons if r.get("reason") != "hit"}))
+def _case_row(case: dict) -> CaseRow:
+    return CaseRow(**case, reasons=sorted({r["reason"] for r in case["miss_reasons"] or [] if r["reason"] != "hit"}))
 
 
 def run_cases(engine: sa.Engine, run_id: str) -> RunCases:
-    """The run's summary and every case of it in dataset order."""
+    """The run's summary and every case of it in dataset order (without candidates)."""
     with engine.connect() as conn:
         row = runs.get_run(conn, run_id)
-        return RunCases(summary=summary_of(row), cases=[_case_row(c) for c in case_queries.case_rows(conn, row.id)])
+        cases = [_case_row(c) for c in reports.iter_cases(conn, row.id, candidates="none")]
+    return RunCases(summary=summary_of(row), cases=cases)
 
 
 def case_detail(engine: sa.Engine, run_id: str, case_id: str) -> CaseDetail:
     """The drill-down of case ``case_id`` of run ``run_id``; :class:`CaseNotFoundError` if the run lacks it."""
     with engine.connect() as conn:
         row = runs.get_run(conn, run_id)
-        found = next(iter(case_queries.case_rows(conn, row.id, case_id)), None)
-        if found is None:
-            raise CaseNotFoundError(f"run {str(row.id)[:8]} has no case {case_id!r}")
-        case = _case_row(found)
-        pool = next(reports.iter_cases(conn, row.id, candidates="all", case_id=case_id))["candidates"]
+        try:
+            case = _case_row(next(reports.iter_cases(conn, row.id, candidates="all", case_id=case_id)))
+        except CaseNotFoundError:
+            raise CaseNotFoundError(f"run {str(row.id)[:8]} has no case {case_id!r}") from None
         neighbours = case_queries.neighbours(conn, row.id, case.case_index)
-        in_pool = {c["chunk_id"]: c for c in pool}
+        in_pool = {c.chunk_id: c for c in case.candidates}
         docs = _chunk_rows(conn, [cid for cid in case.relevance_grades if cid not in in_pool])
         summary = summary_of(row)
-    reasons = {r.get("chunk_id"): r for r in case.miss_reasons}
+    reasons = {r.get("chunk_id"): r for r in case.miss_reasons or []}
     relevant = []
     for chunk_id, grade in case.relevance_grades.items():
         member, reason = in_pool.get(chunk_id), reasons.get(chunk_id, {})
-        document = member["document_name"] if member else getattr(docs.get(chunk_id), "document_name", None)
+        document = member.document_name if member else getattr(docs.get(chunk_id), "document_name", None)
         relevant.append(RelevantChunk(chunk_id=chunk_id, grade=grade, document_name=document,
-                                      rank=member["rank"] if member else None, reason=reason.get("reason"),
+                                      rank=member.rank if member else None, reason=reason.get("reason"),
                                       detail=reason.get("detail"), gap=reason.get("gap"), miss=reason))
-    return CaseDetail(summary=summary, case=case, candidates=pool, relevant=relevant, previous=neighbours.previous,
-                      next=neighbours.next)
+    return CaseDetail(summary=summary, case=case, candidates=case.candidates, relevant=relevant,
+                      previous=neighbours.previous, next=neighbours.next)
 
 
 def _chunk_rows(conn: sa.Connection, chunk_ids) -> dict[str, ChunkText]:
