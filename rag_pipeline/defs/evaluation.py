@@ -158,14 +158,9 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
             progress=progress, logger=context.log, queued_run_id=config.evaluation_run_id or None)
     context.log.info(" ".join(f"{m}={outcome.averages[m]:.4f}" for m in HEADLINE_METRICS))
     try:  # the run is committed: a failure here must not fail (and re-run) the step
-        tables = evaluations.case_tables(engine, outcome.run_id, limit=md.MAX_TABLE_ROWS)
+        metadata = md.run_metadata(evaluations.case_tables(engine, outcome.run_id, limit=md.MAX_TABLE_ROWS))
     except sa.exc.SQLAlchemyError as exc:
         context.log.warning(f"run {outcome.run_id} is stored, but its summary could not be read back: {exc}")
-        for key in ("retrieval_candidates", "case_metrics", "evaluation_run_summary"):
-            yield dg.MaterializeResult(asset_key=key, metadata={"run_id": outcome.run_id})
-        return
-    yield dg.MaterializeResult(asset_key="retrieval_candidates", metadata=md.candidates_metadata(tables.summary))
-    yield dg.MaterializeResult(asset_key="case_metrics",
-                               metadata=md.case_metrics_metadata(tables.summary, tables.cases))
-    yield dg.MaterializeResult(asset_key="evaluation_run_summary",
-                               metadata=md.summary_metadata(tables.summary, tables.worst))
+        metadata = dict.fromkeys(md.RUN_ASSETS, {"run_id": outcome.run_id})
+    for key, values in metadata.items():
+        yield dg.MaterializeResult(asset_key=key, metadata=values)

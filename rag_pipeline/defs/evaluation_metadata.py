@@ -2,11 +2,12 @@
 
 import dagster as dg
 
-from rag_pipeline.contracts.reports import CaseOverview, TopCandidate
-from rag_pipeline.contracts.runs import RunSummary
+from rag_pipeline.contracts.reports import CaseOverview, RunTables, TopCandidate
 from rag_pipeline.service.evaluations import HEADLINE_METRICS, METRIC_LABELS, METRIC_NAMES
 
 MAX_TABLE_ROWS = 200
+RUN_ASSETS = ("retrieval_candidates", "case_metrics", "evaluation_run_summary")
+"""The assets one evaluation run materialises (one step, one transaction)."""
 DISPLAY_DECIMALS = 4
 
 
@@ -38,44 +39,9 @@ succeeded run of a dataset × strategy is ``is_current``; older runs are kept as
 averages are numeric metadata, so the UI plots them across partitions and over time."""
 
 
-def candidates_metadata(s: RunSummary) -> dict:
-    counts, timings = s.counts or {}, s.timings or {}
-    return {
-        "run_id": s.run_id,
-        "dagster/row_count": s.candidate_count,
-        "cases": s.case_count,
-        "mean_pool_size": round(s.candidate_count / max(s.case_count, 1), 2),
-        "relevant_in_pool": counts.get("relevant_in_pool", 0),
-        "relevant_total": counts.get("relevant_total", 0),
-        "cases_without_candidates": counts.get("cases_without_candidates", 0),
-        "embedding_seconds": display_number(timings.get("embedding_s", 0.0)),
-        "retrieval_wall_seconds": display_number(timings.get("retrieval_wall_s", 0.0)),
-        "retrieval_sql_seconds_summed": display_number(timings.get("retrieval_sql_s", 0.0)),
-    }
-
-
 def _top3(top: list[TopCandidate]) -> str:
     return "; ".join(f"{'✓' if c.is_relevant else '✗'} {c.document_name} ({c.final_score:.3f})"
                      for c in top) or "(nothing retrieved)"
-
-
-def case_metrics_metadata(s: RunSummary, cases: list[CaseOverview]) -> dict:
-    columns = [dg.TableColumn("case_id"), dg.TableColumn("question"), dg.TableColumn("k", "int"),
-               *(dg.TableColumn(METRIC_LABELS[m], "float") for m in HEADLINE_METRICS),
-               dg.TableColumn("first_relevant_rank", "int"), dg.TableColumn("top3_selected")]
-    records = [dg.TableRecord({
-        "case_id": c.case_id, "question": _cut(c.question, 160), "k": c.k,
-        **{METRIC_LABELS[m]: display_number(getattr(c.metrics, m)) for m in HEADLINE_METRICS},
-        "first_relevant_rank": c.first_relevant_rank, "top3_selected": _top3(c.top3),
-    }) for c in cases]
-    return {
-        "run_id": s.run_id,
-        "dagster/row_count": s.case_count,
-        "cases_with_hit": (s.counts or {}).get("cases_with_hit", 0),
-        "per_case": dg.MetadataValue.table(records, dg.TableSchema(columns)),
-        "per_case_rows_shown": len(records),
-        "metrics_seconds": display_number((s.timings or {}).get("metrics_s", 0.0)),
-    }
 
 
 def _cut(text: str, n: int) -> str:
@@ -93,9 +59,38 @@ def worst_cases_markdown(worst: list[CaseOverview]) -> str:
     return "\n".join(lines)
 
 
-def summary_metadata(s: RunSummary, worst: list[CaseOverview]) -> dict:
-    counts = s.counts or {}
-    return {
+def run_metadata(t: RunTables) -> dict[str, dict]:
+    """The metadata of each asset of one run (:data:`RUN_ASSETS`), from its summary and case tables."""
+    s, counts, timings = t.summary, t.summary.counts or {}, t.summary.timings or {}
+    columns = [dg.TableColumn("case_id"), dg.TableColumn("question"), dg.TableColumn("k", "int"),
+               *(dg.TableColumn(METRIC_LABELS[m], "float") for m in HEADLINE_METRICS),
+               dg.TableColumn("first_relevant_rank", "int"), dg.TableColumn("top3_selected")]
+    records = [dg.TableRecord({
+        "case_id": c.case_id, "question": _cut(c.question, 160), "k": c.k,
+        **{METRIC_LABELS[m]: display_number(getattr(c.metrics, m)) for m in HEADLINE_METRICS},
+        "first_relevant_rank": c.first_relevant_rank, "top3_selected": _top3(c.top3),
+    }) for c in t.cases]
+    candidates = {
+        "run_id": s.run_id,
+        "dagster/row_count": s.candidate_count,
+        "cases": s.case_count,
+        "mean_pool_size": round(s.candidate_count / max(s.case_count, 1), 2),
+        "relevant_in_pool": counts.get("relevant_in_pool", 0),
+        "relevant_total": counts.get("relevant_total", 0),
+        "cases_without_candidates": counts.get("cases_without_candidates", 0),
+        "embedding_seconds": display_number(timings.get("embedding_s", 0.0)),
+        "retrieval_wall_seconds": display_number(timings.get("retrieval_wall_s", 0.0)),
+        "retrieval_sql_seconds_summed": display_number(timings.get("retrieval_sql_s", 0.0)),
+    }
+    case_metrics = {
+        "run_id": s.run_id,
+        "dagster/row_count": s.case_count,
+        "cases_with_hit": counts.get("cases_with_hit", 0),
+        "per_case": dg.MetadataValue.table(records, dg.TableSchema(columns)),
+        "per_case_rows_shown": len(records),
+        "metrics_seconds": display_number(timings.get("metrics_s", 0.0)),
+    }
+    summary = {
         **{m: display_float(getattr(s, m)) for m in METRIC_NAMES},
         "run_id": s.run_id,
         "strategy_version": s.strategy_version,
@@ -108,8 +103,9 @@ def summary_metadata(s: RunSummary, worst: list[CaseOverview]) -> dict:
         "candidates": s.candidate_count,
         "dagster/row_count": 1,
         "timings": dg.MetadataValue.json({k: display_number(v) if isinstance(v, float) else v
-                                          for k, v in (s.timings or {}).items()}),
-        "worst_cases": dg.MetadataValue.md(worst_cases_markdown(worst)),
+                                          for k, v in timings.items()}),
+        "worst_cases": dg.MetadataValue.md(worst_cases_markdown(t.worst)),
         "miss_reasons": dg.MetadataValue.json(counts.get("miss_reasons", {}).get("counts", {})),
         "headline": dg.MetadataValue.md(counts.get("first_line") or "_metrics are not all zero_"),
     }
+    return dict(zip(RUN_ASSETS, (candidates, case_metrics, summary), strict=True))
