@@ -1,16 +1,9 @@
-"""One case of a stored run, diagnosed on demand with the exact global leg ranks of its relevant chunks.
+"""One case of a stored run diagnosed on demand with the exact global leg ranks of its missed relevant chunks
+(docs/design.md §4.3; ``rag-pipeline show RUN --case ID --global-ranks``): where each would have ranked among every
+chunk of the knowledge base, a scan the run itself leaves out.
 
-An evaluation stores, per relevant chunk, what the pool and the legs knew plus the missing legs' own scores
-(cheap lookups: :mod:`rag_pipeline.evaluation.diagnosis_db`). *Where* a missed chunk would have ranked among
-every chunk of the knowledge base — a scan of the KB's vectors for the vector leg, the keyword leg without its
-cut-off — is computed here, for one case, when someone looks at it:
-``rag-pipeline show RUN --case ID --global-ranks``, and
-the API's / console's case detail (call :func:`case_diagnosis`).
-
-The ranks are computed against the knowledge base **as it is now**; if it changed since the run (re-ingested,
-documents unpublished), they can differ from what the run saw — ``knowledge_base_state`` lets a caller tell.
-Results are cached in-process per (run, case, knowledge-base state): a second look is free, and any change
-of the KB's searchable chunks (which updates its row) invalidates the entry.
+The ranks are computed against the knowledge base as it is now (``knowledge_base_state``); results are cached
+in-process per (run, case, knowledge-base state), so any change of the KB's searchable chunks invalidates them.
 """
 
 from __future__ import annotations
