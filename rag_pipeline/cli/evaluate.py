@@ -40,11 +40,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     engine = service.sized_engine(args.readers)  # a pool sized for --readers
     outcomes = service.evaluate(engine, plan, batch_size=args.batch_size, readers=args.readers, strict=args.strict,
                                 progress=case_progress(args.quiet), on_labels=_print_label_headline)
-    summaries = [s.model_dump() for s in service.run_summaries(engine, [o.run_id for o in outcomes])]
+    summaries = service.run_summaries(engine, [o.run_id for o in outcomes])
     for s in summaries:  # "All metrics are 0: ..." — the dominant reason first
-        if (s["counts"] or {}).get("first_line"):
-            print(f"{s['strategy_version']}: {s['counts']['first_line']}")
-    print(comparison_table(summaries))
+        if (s.counts or {}).get("first_line"):
+            print(f"{s.strategy_version}: {s.counts['first_line']}")
+    print(comparison_table([s.model_dump() for s in summaries]))
     for outcome, path in zip(outcomes, paths, strict=True):
         if path is None:
             continue
