@@ -107,6 +107,11 @@ class CaseReport(Strict):
     miss_reasons: MissReasons = Field(description="Why each relevant chunk was missed (`hit`, `below_cutoff`, ...).")
     candidates: list[Candidate]
 
+    @property
+    def reasons(self) -> list[str]:
+        """The distinct miss reasons other than ``hit`` (what the console filters cases by)."""
+        return sorted({r["reason"] for r in self.miss_reasons or [] if r["reason"] != "hit"})
+
 
 class JsonlHeader(Strict):
     """The first line of a JSON Lines report (then one :class:`CaseReport` per line)."""
@@ -131,18 +136,11 @@ def json_schema(model: type[BaseModel]) -> dict:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **model.model_json_schema()}
 
 
-class CaseRow(CaseReport):
-    """A case as the console lists it (its candidates only in :class:`CaseDetail`), with ``reasons``: the
-    distinct reasons other than ``hit`` of its miss reasons, for filtering."""
-
-    reasons: list[str]
-
-
 class RunCases(BaseModel):
     """A run's summary and every case of it in dataset order."""
 
     summary: RunSummary
-    cases: list[CaseRow]
+    cases: list[CaseReport] = Field(description="Without candidates.")
 
 
 class RelevantChunk(Strict):
@@ -162,7 +160,7 @@ class CaseDetail(BaseModel):
     """One case of one run: the case, its whole candidate pool by rank, each relevant chunk, the cases around it."""
 
     summary: RunSummary
-    case: CaseRow
+    case: CaseReport
     candidates: list[Candidate]
     relevant: list[RelevantChunk]
     previous: str | None = Field(description="The case before it (null: the first).")

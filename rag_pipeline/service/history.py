@@ -12,7 +12,7 @@ from rag_pipeline.analysis import comparison
 from rag_pipeline.analysis.comparison import Comparison, StrategyRun
 from rag_pipeline.contracts.catalog import ChunkText, StoredVersion
 from rag_pipeline.contracts.metrics import METRIC_NAMES
-from rag_pipeline.contracts.reports import CaseDetail, CaseRow, PairedCase, RelevantChunk, RunCases
+from rag_pipeline.contracts.reports import CaseDetail, CaseReport, PairedCase, RelevantChunk, RunCases
 from rag_pipeline.contracts.runs import HistoryPoint, RunSummary
 from rag_pipeline.evaluation import reports, runs
 from rag_pipeline.evaluation.queries import cases as case_queries
@@ -45,15 +45,11 @@ def metric_history(engine: sa.Engine, dataset: str, knowledge_base: str, *, limi
                          metrics={m: float(r[m]) for m in METRIC_NAMES if r[m] is not None}) for r in rows]
 
 
-def _case_row(case: dict) -> CaseRow:
-    return CaseRow(**case, reasons=sorted({r["reason"] for r in case["miss_reasons"] or [] if r["reason"] != "hit"}))
-
-
 def run_cases(engine: sa.Engine, run_id: str) -> RunCases:
     """The run's summary and every case of it in dataset order (without candidates)."""
     with engine.connect() as conn:
         row = runs.get_run(conn, run_id)
-        cases = [_case_row(c) for c in reports.iter_cases(conn, row.id, candidates="none")]
+        cases = list(reports.iter_cases(conn, row.id, candidates="none"))
     return RunCases(summary=summary_of(row), cases=cases)
 
 
@@ -62,7 +58,7 @@ def case_detail(engine: sa.Engine, run_id: str, case_id: str) -> CaseDetail:
     with engine.connect() as conn:
         row = runs.get_run(conn, run_id)
         try:
-            case = _case_row(next(reports.iter_cases(conn, row.id, candidates="all", case_id=case_id)))
+            case = CaseReport(**next(reports.iter_cases(conn, row.id, candidates="all", case_id=case_id)))
         except CaseNotFoundError:
             raise CaseNotFoundError(f"run {str(row.id)[:8]} has no case {case_id!r}") from None
         neighbours = case_queries.neighbours(conn, row.id, case.case_index)

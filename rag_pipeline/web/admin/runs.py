@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 
 from rag_pipeline.contracts.catalog import ChunkText
 from rag_pipeline.contracts.errors import USER_ERRORS
-from rag_pipeline.contracts.reports import CaseRow
+from rag_pipeline.contracts.reports import CaseReport
 from rag_pipeline.service import evaluations, history
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
 from rag_pipeline.web.admin.pages import BASE, error_page, render
@@ -28,7 +28,7 @@ def case_url(run_id: str, case_id: str) -> str:
     return f"{BASE}/runs/{run_id}/case?case_id={quote(case_id, safe='')}"
 
 
-def _matches(case: CaseRow, q: str, zero: bool, reason: str) -> bool:
+def _matches(case: CaseReport, q: str, zero: bool, reason: str) -> bool:
     return ((not q or q in f"{case.case_id} {case.question}".lower())
             and (not zero or case.metrics.ndcg_at_k == 0) and (not reason or reason in case.reasons))
 
