@@ -1,14 +1,8 @@
-"""``rag-pipeline evaluate | runs | show``: offline runs (docs/design.md §7.2) and history (docs/design.md §6.2).
-
-Same service as the Dagster assets, no Dagster daemon needed. Every run is stored in the database;
-reports are built from the database, so ``evaluate --output`` and ``show`` print the same JSON (sized for people:
-``--candidates default`` lists each case's selected and relevant candidates, ``all`` the full pool; ``--case`` one
-case; ``--format jsonl`` streams one case per line).
-Every run starts with the label check (docs/design.md §8): a dataset with no valid label is refused (exit 2); with
-``--strict`` any invalid label is (exit 1); otherwise the first output line says how many labels are invalid
-and why. Errors print one line ``rag-pipeline: error: ...`` (a dataset with several problems lists them on
-the following lines) and exit 2; a database error mid-run exits 3; a bug exits 70 (traceback with
-``RAG_DEBUG=1``).
+"""``rag-pipeline evaluate | runs | show``: offline runs and their history (docs/design.md §7.2, the exit codes
+included), the service the Dagster assets use without a daemon. Reports are built from the database, so
+``evaluate --output`` and ``show`` print the same JSON (docs/design.md §6.3). Every run starts with the label
+check (docs/design.md §8): no valid label → refused (exit 2); ``--strict`` and any invalid label → exit 1;
+otherwise the first output line says how many labels are invalid and why.
 """
 
 from __future__ import annotations
@@ -48,9 +42,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                 progress=case_progress(args.quiet), on_labels=_print_label_headline)
     summaries = service.run_summaries(engine, [o.run_id for o in outcomes])
     for s in summaries:  # "All metrics are 0: ..." — the dominant reason first
-        if (s["counts"] or {}).get("first_line"):
-            print(f"{s['strategy_version']}: {s['counts']['first_line']}")
-    print(comparison_table(summaries))
+        if (s.counts or {}).get("first_line"):
+            print(f"{s.strategy_version}: {s.counts['first_line']}")
+    print(comparison_table([s.model_dump() for s in summaries]))
     for outcome, path in zip(outcomes, paths, strict=True):
         if path is None:
             continue
@@ -101,8 +95,9 @@ def _output_paths(output: str | None, versions: list[str]) -> list[Path | None]:
 
 @guarded()
 def cmd_runs(args: argparse.Namespace) -> int:
-    summaries = service.list_runs(get_engine(), knowledge_base=args.knowledge_base, dataset=args.dataset,
-                                  strategy=args.strategy, current_only=args.current, limit=args.limit)
+    summaries = [s.model_dump() for s in service.list_runs(
+        get_engine(), knowledge_base=args.knowledge_base, dataset=args.dataset, strategy=args.strategy,
+        current_only=args.current, limit=args.limit)]
     if args.format == "json":
         print(json.dumps(summaries, ensure_ascii=False, indent=2))
     else:
@@ -114,7 +109,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     engine = get_engine()
     # a prefix (as the tables print it) → the full id; an unknown or ambiguous one fails before --output is opened
-    run_id = service.run_summaries(engine, [args.run_id])[0]["run_id"]
+    run_id = service.run_summaries(engine, [args.run_id])[0].run_id
     if args.global_ranks:
         if args.case is None:
             print("rag-pipeline: error: --global-ranks needs --case CASE_ID (it diagnoses one case)", file=sys.stderr)
@@ -151,7 +146,8 @@ def _show_case(engine, run_id: str, args: argparse.Namespace) -> int:
     """``show RUN --case ID --global-ranks``: the case's miss diagnosis computed now, with each missed relevant
     chunk's exact rank among every chunk of the KB in each leg (``service.case_diagnosis``)."""
     found = case_diagnosis(engine, run_id, args.case)
-    text = json.dumps(found.as_dict(), ensure_ascii=False, indent=None if args.format == "jsonl" else 2)
+    text = json.dumps(found.model_dump(exclude_unset=True), ensure_ascii=False,
+                      indent=None if args.format == "jsonl" else 2)
     if args.output:
         Path(args.output).write_text(text + "\n", encoding="utf-8")
     else:

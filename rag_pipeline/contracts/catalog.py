@@ -80,3 +80,13 @@ class UploadResult(DatasetVersion):
     k_min: int
     k_max: int
     created: bool
+
+
+class ChunkText(BaseModel):
+    """One chunk's text, looked up live (candidate snapshots never store it)."""
+
+    chunk_id: str
+    document_name: str
+    ordinal: int
+    is_current: bool
+    content: str

@@ -1,16 +1,9 @@
-"""The evaluation report: a run's summary and per case the ids, grades, metrics, miss reasons and candidates.
+"""The evaluation report (docs/design.md §6.3, the candidate modes and timings included) and the views of a
+run's cases the console and Dagster read.
 
-``rag-pipeline evaluate --output`` and ``rag-pipeline show`` write :class:`Report` (``--format json``);
-``--format jsonl`` writes :class:`JsonlHeader` on the first line, then one :class:`CaseReport` per line. Which
-candidates a case lists is the report's ``candidates`` mode (``default``: the selected ones plus every relevant
-one; ``all``: the full pool; ``selected``; ``relevant``; ``none``). The HTTP API's run detail
-(:class:`EvaluationDetail`) is the same summary and a page of the same cases. The published JSON Schema
-(``schemas/evaluation-report-v4.json``) is :func:`json_schema` of :class:`Report`.
-
-``summary.timings`` (seconds): ``*_wall_s`` / ``embedding_s`` / ``metrics_s`` / ``persistence_s`` / ``total_s``
-are elapsed time; ``retrieval_sql_s`` and ``diagnosis_sql_s`` are summed over the reader threads (they overlap,
-so they may exceed ``total_s``). ``summary.question_embeddings``: how many question vectors the run reused
-from ``question_embeddings`` and how many it embedded (null for runs before it existed or without a vector leg).
+``rag-pipeline evaluate --output`` and ``show`` write :class:`Report` (``--format jsonl``: :class:`JsonlHeader`,
+then one :class:`CaseReport` per line); the HTTP API's run detail is :class:`EvaluationDetail`. The published JSON
+Schema (``schemas/evaluation-report-v4.json``) is :func:`json_schema` of :class:`Report`.
 """
 
 from __future__ import annotations
@@ -114,6 +107,11 @@ class CaseReport(Strict):
     miss_reasons: MissReasons = Field(description="Why each relevant chunk was missed (`hit`, `below_cutoff`, ...).")
     candidates: list[Candidate]
 
+    @property
+    def reasons(self) -> list[str]:
+        """The distinct miss reasons other than ``hit`` (what the console filters cases by)."""
+        return sorted({r["reason"] for r in self.miss_reasons or [] if r["reason"] != "hit"})
+
 
 class JsonlHeader(Strict):
     """The first line of a JSON Lines report (then one :class:`CaseReport` per line)."""
@@ -138,6 +136,97 @@ def json_schema(model: type[BaseModel]) -> dict:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **model.model_json_schema()}
 
 
+class RunCases(BaseModel):
+    """A run's summary and every case of it in dataset order."""
+
+    summary: RunSummary
+    cases: list[CaseReport] = Field(description="Without candidates.")
+
+
+class RelevantChunk(Strict):
+    """A relevant chunk of a case: its document, pool rank (null: not in the pool) and miss reason."""
+
+    chunk_id: str
+    grade: int
+    document_name: str | None
+    rank: int | None
+    reason: str | None
+    detail: str | None
+    gap: float | None
+    miss: dict[str, Any]
+
+
+class CaseDetail(BaseModel):
+    """One case of one run: the case, its whole candidate pool by rank, each relevant chunk, the cases around it."""
+
+    summary: RunSummary
+    case: CaseReport
+    candidates: list[Candidate]
+    relevant: list[RelevantChunk]
+    previous: str | None = Field(description="The case before it (null: the first).")
+    next: str | None = Field(description="The case after it (null: the last).")
+
+
+class PairedCase(BaseModel):
+    """A case two runs share: both metric sets and the delta (b - a) on the primary metric."""
+
+    case_id: str
+    question: str
+    a: Metrics
+    b: Metrics
+    delta: float
+
+
+class CaseDiagnosis(BaseModel):
+    """One case of a stored run diagnosed now (``reasons``, with the exact global leg ranks of missed chunks)
+    next to what the run stored (``stored_reasons``: own scores, pool ranks only)."""
+
+    model_config = ConfigDict(frozen=True)
+    run_id: str
+    case_id: str
+    question: str
+    k: int
+    reasons: list[MissReason] = Field(description="Dumped with ``exclude_unset``: the fields that apply.")
+    stored_reasons: MissReasons
+    knowledge_base_state: str = Field(exclude=True, description="The KB row version the ranks were computed on.")
+
+
+class TopCandidate(BaseModel):
+    document_name: str
+    chunk_id: str
+    final_score: float
+    is_relevant: bool
+    relevance_grade: int | None
+
+
+class CaseOverview(BaseModel):
+    """A case's metrics and its top 3 selected candidates (the Dagster metadata tables)."""
+
+    case_index: int
+    case_id: str
+    question: str
+    k: int
+    first_relevant_rank: int | None
+    metrics: Metrics
+    top3: list[TopCandidate]
+
+
+class RunTables(BaseModel):
+    """A run's summary, its first cases and its 10 worst cases (lowest nDCG, then RR)."""
+
+    summary: RunSummary
+    cases: list[CaseOverview]
+    worst: list[CaseOverview]
+
+
+class RunDetail(BaseModel):
+    """A run's summary and a page of its cases (what :class:`EvaluationDetail` adds its page and links to)."""
+
+    report_version: int
+    summary: RunSummary
+    cases: list[CaseReport]
+
+
 class CasePage(BaseModel):
     offset: int
     limit: int
@@ -147,12 +236,9 @@ class CasePage(BaseModel):
     include_text: bool
 
 
-class EvaluationDetail(BaseModel):
+class EvaluationDetail(RunDetail):
     """The run summary and a page of its cases with candidates (``report_version`` as in the CLI)."""
 
-    report_version: int
-    summary: RunSummary
-    cases: list[CaseReport]
     page: CasePage
     links: RunLinks
     queue: QueueInfo | None = Field(None, description="Set while the run is queued.")

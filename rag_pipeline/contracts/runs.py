@@ -128,6 +128,26 @@ class HistoryPoint(BaseModel):
     metrics: dict[str, float]
 
 
+class FinishedRun(BaseModel):
+    """One succeeded run made outside Dagster, with what its materialization shows."""
+
+    run_id: str
+    dataset: str
+    dataset_version: str
+    knowledge_base: str
+    strategy_version: str
+    params_hash: str
+    case_count: int
+    candidate_count: int
+    finished_at: str
+    averages: dict[str, float]
+    knowledge_base_version: str | None
+
+    @property
+    def cursor(self) -> str:
+        return f"{self.finished_at}|{self.run_id}"
+
+
 class LaunchedRun(BaseModel):
     run_id: str
     status: RunStatus

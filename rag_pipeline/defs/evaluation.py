@@ -156,12 +156,11 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
             engine, dataset_id, version, batch_size=config.batch_size, readers=rag_db.reader_count(config.readers),
             strict=config.strict, partition_key=str(context.partition_key), dagster_run_id=context.run_id,
             progress=progress, logger=context.log, queued_run_id=config.evaluation_run_id or None)
-    try:  # the run is committed: a failure here must not fail (and re-run) the step
-        cases, worst = evaluations.case_tables(engine, outcome.run_id, limit=md.MAX_TABLE_ROWS)
-    except sa.exc.SQLAlchemyError as exc:
-        context.log.warning(f"run {outcome.run_id} is stored, but its case tables could not be read: {exc}")
-        cases, worst = [], []
     context.log.info(" ".join(f"{m}={outcome.averages[m]:.4f}" for m in HEADLINE_METRICS))
-    yield dg.MaterializeResult(asset_key="retrieval_candidates", metadata=md.candidates_metadata(outcome))
-    yield dg.MaterializeResult(asset_key="case_metrics", metadata=md.case_metrics_metadata(outcome, cases))
-    yield dg.MaterializeResult(asset_key="evaluation_run_summary", metadata=md.summary_metadata(outcome, worst))
+    try:  # the run is committed: a failure here must not fail (and re-run) the step
+        metadata = md.run_metadata(evaluations.case_tables(engine, outcome.run_id, limit=md.MAX_TABLE_ROWS))
+    except sa.exc.SQLAlchemyError as exc:
+        context.log.warning(f"run {outcome.run_id} is stored, but its summary could not be read back: {exc}")
+        metadata = dict.fromkeys(md.RUN_ASSETS, {"run_id": outcome.run_id})
+    for key, values in metadata.items():
+        yield dg.MaterializeResult(asset_key=key, metadata=values)

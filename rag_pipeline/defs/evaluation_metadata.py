@@ -2,9 +2,12 @@
 
 import dagster as dg
 
-from rag_pipeline.service.evaluations import METRIC_LABELS, METRIC_NAMES, EvaluationOutcome
+from rag_pipeline.contracts.reports import CaseOverview, RunTables, TopCandidate
+from rag_pipeline.service.evaluations import HEADLINE_METRICS, METRIC_LABELS, METRIC_NAMES
 
 MAX_TABLE_ROWS = 200
+RUN_ASSETS = ("retrieval_candidates", "case_metrics", "evaluation_run_summary")
+"""The assets one evaluation run materialises (one step, one transaction)."""
 DISPLAY_DECIMALS = 4
 
 
@@ -36,43 +39,9 @@ succeeded run of a dataset × strategy is ``is_current``; older runs are kept as
 averages are numeric metadata, so the UI plots them across partitions and over time."""
 
 
-def candidates_metadata(o: EvaluationOutcome) -> dict:
-    return {
-        "run_id": o.run_id,
-        "dagster/row_count": o.candidate_count,
-        "cases": o.case_count,
-        "mean_pool_size": round(o.candidate_count / max(o.case_count, 1), 2),
-        "relevant_in_pool": o.summary.get("relevant_in_pool", 0),
-        "relevant_total": o.summary.get("relevant_total", 0),
-        "cases_without_candidates": o.summary.get("cases_without_candidates", 0),
-        "embedding_seconds": display_number(o.timings.get("embedding_s", 0.0)),
-        "retrieval_wall_seconds": display_number(o.timings.get("retrieval_wall_s", 0.0)),
-        "retrieval_sql_seconds_summed": display_number(o.timings.get("retrieval_sql_s", 0.0)),
-    }
-
-
-def _top3(top: list[dict]) -> str:
-    return "; ".join(f"{'✓' if c['is_relevant'] else '✗'} {c['document_name']} ({c['final_score']:.3f})"
+def _top3(top: list[TopCandidate]) -> str:
+    return "; ".join(f"{'✓' if c.is_relevant else '✗'} {c.document_name} ({c.final_score:.3f})"
                      for c in top) or "(nothing retrieved)"
-
-
-def case_metrics_metadata(o: EvaluationOutcome, cases: list[dict]) -> dict:
-    columns = [dg.TableColumn("case_id"), dg.TableColumn("question"), dg.TableColumn("k", "int"),
-               *(dg.TableColumn(METRIC_LABELS[m], "float") for m in METRIC_NAMES[:4]),
-               dg.TableColumn("first_relevant_rank", "int"), dg.TableColumn("top3_selected")]
-    records = [dg.TableRecord({
-        "case_id": c["case_id"], "question": _cut(c["question"], 160), "k": c["k"],
-        **{METRIC_LABELS[m]: display_number(c[m]) for m in METRIC_NAMES[:4]},
-        "first_relevant_rank": c["first_relevant_rank"], "top3_selected": _top3(c["top3"]),
-    }) for c in cases]
-    return {
-        "run_id": o.run_id,
-        "dagster/row_count": o.case_count,
-        "cases_with_hit": o.summary.get("cases_with_hit", 0),
-        "per_case": dg.MetadataValue.table(records, dg.TableSchema(columns)),
-        "per_case_rows_shown": len(records),
-        "metrics_seconds": display_number(o.timings.get("metrics_s", 0.0)),
-    }
 
 
 def _cut(text: str, n: int) -> str:
@@ -80,32 +49,63 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def worst_cases_markdown(worst: list[dict]) -> str:
-    head = "| case | question | " + " | ".join(METRIC_LABELS[m] for m in METRIC_NAMES[:4]) + " | 1st relevant | top-3 |"
+def worst_cases_markdown(worst: list[CaseOverview]) -> str:
+    head = "| case | question | " + " | ".join(METRIC_LABELS[m] for m in HEADLINE_METRICS) + " | 1st relevant | top-3 |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for c in worst:
-        cells = [c["case_id"], _cut(c["question"], 80), *(f"{float(c[m]):.3f}" for m in METRIC_NAMES[:4]),
-                 str(c["first_relevant_rank"] or "–"), _top3(c["top3"])]
+        cells = [c.case_id, _cut(c.question, 80), *(f"{getattr(c.metrics, m):.3f}" for m in HEADLINE_METRICS),
+                 str(c.first_relevant_rank or "–"), _top3(c.top3)]
         lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
     return "\n".join(lines)
 
 
-def summary_metadata(o: EvaluationOutcome, worst: list[dict]) -> dict:
-    return {
-        **{m: display_float(o.averages[m]) for m in METRIC_NAMES},
-        "run_id": o.run_id,
-        "strategy_version": o.strategy_version,
-        "params_hash": o.params_hash,
-        "dataset": o.dataset_name,
-        "dataset_version": o.dataset_version,
-        "knowledge_base": o.knowledge_base,
-        "knowledge_base_version": o.knowledge_base_version or "",
-        "cases": o.case_count,
-        "candidates": o.candidate_count,
+def run_metadata(t: RunTables) -> dict[str, dict]:
+    """The metadata of each asset of one run (:data:`RUN_ASSETS`), from its summary and case tables."""
+    s, counts, timings = t.summary, t.summary.counts or {}, t.summary.timings or {}
+    columns = [dg.TableColumn("case_id"), dg.TableColumn("question"), dg.TableColumn("k", "int"),
+               *(dg.TableColumn(METRIC_LABELS[m], "float") for m in HEADLINE_METRICS),
+               dg.TableColumn("first_relevant_rank", "int"), dg.TableColumn("top3_selected")]
+    records = [dg.TableRecord({
+        "case_id": c.case_id, "question": _cut(c.question, 160), "k": c.k,
+        **{METRIC_LABELS[m]: display_number(getattr(c.metrics, m)) for m in HEADLINE_METRICS},
+        "first_relevant_rank": c.first_relevant_rank, "top3_selected": _top3(c.top3),
+    }) for c in t.cases]
+    candidates = {
+        "run_id": s.run_id,
+        "dagster/row_count": s.candidate_count,
+        "cases": s.case_count,
+        "mean_pool_size": round(s.candidate_count / max(s.case_count, 1), 2),
+        "relevant_in_pool": counts.get("relevant_in_pool", 0),
+        "relevant_total": counts.get("relevant_total", 0),
+        "cases_without_candidates": counts.get("cases_without_candidates", 0),
+        "embedding_seconds": display_number(timings.get("embedding_s", 0.0)),
+        "retrieval_wall_seconds": display_number(timings.get("retrieval_wall_s", 0.0)),
+        "retrieval_sql_seconds_summed": display_number(timings.get("retrieval_sql_s", 0.0)),
+    }
+    case_metrics = {
+        "run_id": s.run_id,
+        "dagster/row_count": s.case_count,
+        "cases_with_hit": counts.get("cases_with_hit", 0),
+        "per_case": dg.MetadataValue.table(records, dg.TableSchema(columns)),
+        "per_case_rows_shown": len(records),
+        "metrics_seconds": display_number(timings.get("metrics_s", 0.0)),
+    }
+    summary = {
+        **{m: display_float(getattr(s, m)) for m in METRIC_NAMES},
+        "run_id": s.run_id,
+        "strategy_version": s.strategy_version,
+        "params_hash": s.params_hash,
+        "dataset": s.dataset.name,
+        "dataset_version": s.dataset.version,
+        "knowledge_base": s.knowledge_base.name,
+        "knowledge_base_version": s.knowledge_base.version or "",
+        "cases": s.case_count,
+        "candidates": s.candidate_count,
         "dagster/row_count": 1,
         "timings": dg.MetadataValue.json({k: display_number(v) if isinstance(v, float) else v
-                                          for k, v in o.timings.items()}),
-        "worst_cases": dg.MetadataValue.md(worst_cases_markdown(worst)),
-        "miss_reasons": dg.MetadataValue.json(o.summary.get("miss_reasons", {}).get("counts", {})),
-        "headline": dg.MetadataValue.md(o.summary.get("first_line") or "_metrics are not all zero_"),
+                                          for k, v in timings.items()}),
+        "worst_cases": dg.MetadataValue.md(worst_cases_markdown(t.worst)),
+        "miss_reasons": dg.MetadataValue.json(counts.get("miss_reasons", {}).get("counts", {})),
+        "headline": dg.MetadataValue.md(counts.get("first_line") or "_metrics are not all zero_"),
     }
+    return dict(zip(RUN_ASSETS, (candidates, case_metrics, summary), strict=True))

@@ -1,48 +1,24 @@
-"""One case of a stored run, diagnosed on demand with the exact global leg ranks of its relevant chunks.
+"""One case of a stored run diagnosed on demand with the exact global leg ranks of its missed relevant chunks
+(docs/design.md §4.3; ``rag-pipeline show RUN --case ID --global-ranks``): where each would have ranked among every
+chunk of the knowledge base, a scan the run itself leaves out.
 
-An evaluation stores, per relevant chunk, what the pool and the legs knew plus the missing legs' own scores
-(cheap lookups: :mod:`rag_pipeline.evaluation.diagnosis_db`). *Where* a missed chunk would have ranked among
-every chunk of the knowledge base — a scan of the KB's vectors for the vector leg, the keyword leg without its
-cut-off — is computed here, for one case, when someone looks at it:
-``rag-pipeline show RUN --case ID --global-ranks``, and
-the API's / console's case detail (call :func:`case_diagnosis`).
-
-The ranks are computed against the knowledge base **as it is now**; if it changed since the run (re-ingested,
-documents unpublished), they can differ from what the run saw — ``knowledge_base_state`` lets a caller tell.
-Results are cached in-process per (run, case, knowledge-base state): a second look is free, and any change
-of the KB's searchable chunks (which updates its row) invalidates the entry.
+The ranks are computed against the knowledge base as it is now (``knowledge_base_state``); results are cached
+in-process per (run, case, knowledge-base state), so any change of the KB's searchable chunks invalidates them.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.reports import CaseDiagnosis
 from rag_pipeline.evaluation import diagnosis_db
-from rag_pipeline.evaluation.diagnosis import MissReason
 from rag_pipeline.evaluation.queries.runs import knowledge_base_state
 from rag_pipeline.evaluation.runs import RunNotFoundError, resolve_run_id
 
 CACHE_SIZE = 256
-
-
-@dataclass(frozen=True)
-class CaseDiagnosis:
-    run_id: str
-    case_id: str
-    question: str
-    k: int
-    reasons: tuple[MissReason, ...]  # diagnosed now, with the exact global leg ranks of missed chunks
-    stored: tuple[dict, ...]  # what the run stored (``miss_reasons``: own scores, pool ranks only)
-    knowledge_base_state: str  # the KB row version the ranks were computed against
-
-    def as_dict(self) -> dict:
-        """JSON-ready: the case, the reasons computed now (``MissReason.as_dict``) and the stored ones."""
-        return {"run_id": self.run_id, "case_id": self.case_id, "question": self.question, "k": self.k,
-                "reasons": [m.as_dict() for m in self.reasons], "stored_reasons": list(self.stored)}
 
 
 _cache: OrderedDict[tuple[str, str, str], CaseDiagnosis] = OrderedDict()
@@ -67,8 +43,9 @@ def case_diagnosis(engine: sa.Engine, run_id: str, case_id: str) -> CaseDiagnosi
     if found is None:
         raise RunNotFoundError(f"run {run_uuid} has no case {case_id!r} (see `rag-pipeline show {run_uuid[:8]}`)")
     case, reasons = found
-    result = CaseDiagnosis(run_uuid, str(case["case_id"]), str(case["question"]), int(case["k"]), tuple(reasons),
-                           tuple(case["miss_reasons"] or ()), state)
+    result = CaseDiagnosis(run_id=run_uuid, case_id=str(case["case_id"]), question=str(case["question"]),
+                           k=int(case["k"]), reasons=[m.as_dict() for m in reasons],
+                           stored_reasons=list(case["miss_reasons"] or ()), knowledge_base_state=state)
     with _lock:
         _cache[key] = result
         while len(_cache) > CACHE_SIZE:

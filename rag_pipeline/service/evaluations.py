@@ -14,7 +14,9 @@ from rag_pipeline.contracts.errors import BadInputError, CheckFailed
 from rag_pipeline.contracts.metrics import HEADLINE_METRICS as HEADLINE_METRICS
 from rag_pipeline.contracts.metrics import METRIC_LABELS as METRIC_LABELS
 from rag_pipeline.contracts.metrics import METRIC_NAMES as METRIC_NAMES
-from rag_pipeline.contracts.reports import REPORT_VERSION
+from rag_pipeline.contracts.metrics import Metrics
+from rag_pipeline.contracts.reports import REPORT_VERSION, CaseOverview, RunDetail, RunTables
+from rag_pipeline.contracts.runs import RunSummary
 from rag_pipeline.evaluation import reports, runs
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset
 from rag_pipeline.evaluation.diagnosis import first_line
@@ -22,6 +24,7 @@ from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.evaluation.reports import CANDIDATE_MODES as CANDIDATE_MODES
 from rag_pipeline.evaluation.reports import REPORT_FORMATS as REPORT_FORMATS
+from rag_pipeline.evaluation.reports import CaseNotFoundError as CaseNotFoundError
 from rag_pipeline.evaluation.reports import comparison_table as comparison_table
 from rag_pipeline.evaluation.reports import utc_minute as utc_minute
 from rag_pipeline.evaluation.runner import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
@@ -142,22 +145,24 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
                             logger=logger, queued_run_id=queued_run_id)
 
 
-def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[dict]:
-    """The summary (docs/design.md §6.3 ``summary``) of each run, in order."""
+def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunSummary]:
+    """The summary of each run (ids or unique prefixes), in order."""
     with engine.connect() as conn:
-        return [reports.summary_of(runs.get_run(conn, run_id)) for run_id in run_ids]
+        return [summary_of(runs.get_run(conn, run_id)) for run_id in run_ids]
 
 
-def list_runs(engine: sa.Engine, *, knowledge_base: str | None = None, dataset: str | None = None,
-              strategy: str | None = None, current_only: bool = False, limit: int = 100, offset: int = 0,
-              status: str | None = None) -> list[dict]:
-    """Run summaries, newest first; ``knowledge_base`` is a name or id."""
-    return run_page(engine, knowledge_base=knowledge_base, dataset=dataset, strategy=strategy,
-                    current_only=current_only, limit=limit, offset=offset, status=status)[1]
+def summary_of(row: sa.Row) -> RunSummary:
+    """The summary of a :func:`runs.get_run` / :func:`runs.list_runs` row."""
+    return RunSummary.model_validate(reports.summary_of(row))
+
+
+def list_runs(engine: sa.Engine, **filters) -> list[RunSummary]:
+    """Run summaries, newest first (the filters of :func:`run_page`)."""
+    return run_page(engine, **filters)[1]
 
 
 def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int = 100, offset: int = 0,
-             **filters) -> tuple[int, list[dict]]:
+             **filters) -> tuple[int, list[RunSummary]]:
     """(how many runs match, one page of their summaries, newest first). Filters: ``dataset``, ``strategy``,
     ``current_only``, ``status`` (one of :data:`runs.STATUSES`); ``knowledge_base`` is a name or id."""
     status = filters.get("status")
@@ -167,27 +172,20 @@ def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int
         kb_id = resolve_knowledge_base(conn, knowledge_base).id if knowledge_base else None
         total = runs.count_runs(conn, knowledge_base_id=kb_id, **filters)
         rows = runs.list_runs(conn, knowledge_base_id=kb_id, limit=limit, offset=offset, **filters)
-        return total, [reports.summary_of(r) for r in rows]
-
-
-class CaseNotFoundError(runs.RunNotFoundError):
-    """The run has no case with that ``case_id``."""
+        return total, [summary_of(r) for r in rows]
 
 
 def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "default", case_id: str | None = None,
-                      offset: int = 0, limit: int | None = None, include_text: bool = False) -> dict:
-    """docs/design.md §6.3 detail of a run (id or unique prefix): ``report_version``, ``summary``, a page of ``cases``
-    with their candidates as ``candidates`` selects (:data:`reports.CANDIDATE_MODES`), ``case_id`` for one case;
-    ``include_text`` adds each candidate's chunk text, looked up live (never stored with the candidates)."""
+                      offset: int = 0, limit: int | None = None, include_text: bool = False) -> RunDetail:
+    """docs/design.md §6.3 detail of a run (id or unique prefix): a page of its cases with their candidates as
+    ``candidates`` selects (:data:`reports.CANDIDATE_MODES`), ``case_id`` for one case (:class:`CaseNotFoundError`
+    if the run has none); ``include_text`` adds each candidate's chunk text, looked up live (never stored)."""
     with engine.connect() as conn:
         run_uuid = runs.resolve_run_id(conn, run_id)
-        summary = reports.summary_of(runs.get_run(conn, run_uuid))
+        summary = summary_of(runs.get_run(conn, run_uuid))
         cases = list(reports.iter_cases(conn, run_uuid, include_text=include_text, candidates=candidates,
                                         case_id=case_id, offset=0 if case_id else offset, limit=limit))
-    if case_id is not None and not cases:
-        raise CaseNotFoundError(f"evaluation run {run_uuid} has no case {case_id!r}"
-                                + ("" if summary["status"] == "succeeded" else f" (the run is {summary['status']})"))
-    return {"report_version": REPORT_VERSION, "summary": summary, "cases": cases}
+    return RunDetail(report_version=REPORT_VERSION, summary=summary, cases=cases)
 
 
 def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: bool = False,
@@ -200,8 +198,14 @@ def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: b
                                     candidates=candidates, case_id=case_id, fmt=fmt)
 
 
-def case_tables(engine: sa.Engine, run_id: str, *, limit: int) -> tuple[list[dict], list[dict]]:
-    """(the first ``limit`` cases, the 10 worst cases) of a run, for dashboards."""
+def case_tables(engine: sa.Engine, run_id: str, *, limit: int) -> RunTables:
+    """A run's summary, its first ``limit`` cases and its 10 worst cases, for dashboards."""
     with engine.connect() as conn:
-        return (reports.case_overview(conn, run_id, limit=limit),
-                reports.case_overview(conn, run_id, worst_first=True, limit=10))
+        summary = summary_of(runs.get_run(conn, run_id))
+        cases = reports.case_overview(conn, run_id, limit=limit)
+        worst = reports.case_overview(conn, run_id, worst_first=True, limit=10)
+    return RunTables(summary=summary, cases=[_overview(c) for c in cases], worst=[_overview(c) for c in worst])
+
+
+def _overview(row: dict) -> CaseOverview:
+    return CaseOverview(metrics=Metrics(**{m: row.pop(m) for m in METRIC_NAMES}), **row)

@@ -98,7 +98,7 @@ def test_runs_record_the_version_and_partitions_go_stale_only_when_their_knowled
         rows = runs.list_runs(conn, dataset="lin-a")
     assert {r.strategy_version for r in rows} == set(STRATEGIES)
     assert {r.knowledge_base_version for r in rows} == {version_a}
-    [summary] = evaluations.run_summaries(engine, [str(rows[0].id)])
+    [summary] = (s.model_dump() for s in evaluations.run_summaries(engine, [str(rows[0].id)]))
     assert summary["knowledge_base"] == {"id": str(rows[0].knowledge_base_id), "name": names["a"],
                                          "version": version_a}
     summary_schema = RunSummary.model_json_schema()  # generated from the contract (was a hand-written schema)

@@ -301,7 +301,7 @@ def test_show_case_computes_global_ranks_on_demand_and_caches_them(engine, kb, c
     pasta = by_chunk[ids["pasta.md"]]
     assert pasta.reason == "not_in_pool" and pasta.vector_rank == ranked["pasta.md"].vector_rank > 2
     assert pasta.vector_score == pytest.approx(ranked["pasta.md"].vector_score, abs=1e-6)
-    stored = {m["chunk_id"]: m for m in found.stored}
+    stored = {m["chunk_id"]: m for m in found.stored_reasons}
     assert "vector_rank" not in stored[ids["pasta.md"]] and "would be vector rank" in pasta.detail
     assert case_diagnosis(engine, outcome.run_id, "pw") is found, "cached per (run, case, KB state)"
 

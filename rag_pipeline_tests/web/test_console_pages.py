@@ -33,7 +33,7 @@ def console_runs(engine, demo_kb, tmp_path_factory) -> dict[str, dict]:
     path.write_text(json.dumps({**data, "name": DATASET}, ensure_ascii=False), encoding="utf-8")
     outcomes = evaluations.evaluate(engine, evaluations.plan_evaluation(path, STRATEGIES, knowledge_base=demo_kb))
     summaries = evaluations.run_summaries(engine, [str(o.run_id) for o in outcomes])
-    return {s["strategy_version"]: s for s in summaries}
+    return {s.strategy_version: s.model_dump() for s in summaries}
 
 
 def _get(live_server: str, path: str, status: int = 200) -> str:
@@ -69,9 +69,9 @@ def test_run_page_lists_every_case_and_marks_zero_scores(live_server, engine, co
     run = console_runs["hybrid-v1"]
     html = _get(live_server, f"{BASE}/runs/{run['run_id']}")
     rows = _rows(html, "cases")
-    _, cases = history.run_cases(engine, run["run_id"])
+    cases = history.run_cases(engine, run["run_id"]).cases
     assert len(rows) == len(cases) == run["case_count"]
-    zero = [c["case_id"] for c in cases if c["metrics"]["ndcg_at_k"] == 0]
+    zero = [c.case_id for c in cases if c.metrics.ndcg_at_k == 0]
     marked = [r for r in rows if 'data-zero="1"' in r]
     assert len(marked) == len(zero) and all(any(c in r for c in zero) for r in marked)
     assert f"zero-score cases only ({len(zero)})" in html
@@ -79,26 +79,26 @@ def test_run_page_lists_every_case_and_marks_zero_scores(live_server, engine, co
 
 def test_case_page_explains_each_missed_relevant_chunk(live_server, engine, console_runs):
     run = console_runs["keyword-v1"]
-    _, cases = history.run_cases(engine, run["run_id"])
-    case = next(c for c in cases if c["metrics"]["ndcg_at_k"] == 0 and c["reasons"])
-    html = _get(live_server, f"{BASE}/runs/{run['run_id']}/case?case_id={quote(case['case_id'])}")
-    assert str(escape(case["question"])) in html
+    cases = history.run_cases(engine, run["run_id"]).cases
+    case = next(c for c in cases if c.metrics.ndcg_at_k == 0 and c.reasons)
+    html = _get(live_server, f"{BASE}/runs/{run['run_id']}/case?case_id={quote(case.case_id)}")
+    assert str(escape(case.question)) in html
     relevant = _rows(html, "relevant")
-    assert len(relevant) == len(case["relevance_grades"])
+    assert len(relevant) == len(case.relevance_grades)
     missed = [r for r in relevant if 'class="hl"' in r]
     assert missed and all(re.search(r"not_in_pool|below_cutoff|vector_only|keyword_only", r) for r in missed)
-    detail = history.case_detail(engine, run["run_id"], case["case_id"])
+    detail = history.case_detail(engine, run["run_id"], case.case_id)
     assert len(_rows(html, "pool")) == max(1, len(detail.candidates))
-    for reason in (r for r in detail.relevant if r["reason"] not in (None, "hit")):
-        assert str(escape(reason["detail"].split(";")[0])) in html
+    for reason in (r for r in detail.relevant if r.reason not in (None, "hit")):
+        assert str(escape(reason.detail.split(";")[0])) in html
 
 
 def test_chunk_text_on_demand(live_server, engine, console_runs):
     detail = history.case_detail(engine, console_runs["hybrid-v1"]["run_id"],
-                                 history.run_cases(engine, console_runs["hybrid-v1"]["run_id"])[1][0]["case_id"])
-    chunk = detail.candidates[0]["chunk_id"]
+                                 history.run_cases(engine, console_runs["hybrid-v1"]["run_id"]).cases[0].case_id)
+    chunk = detail.candidates[0].chunk_id
     body = requests.get(f"{live_server}{BASE}/chunks/{chunk}", timeout=60).json()
-    assert body["content"] == history.chunk_texts(engine, [chunk])[chunk]["content"] and len(body["content"]) > 20
+    assert body["content"] == history.chunk_texts(engine, [chunk])[chunk].content and len(body["content"]) > 20
     assert requests.get(f"{live_server}{BASE}/chunks/not-a-chunk", timeout=60).status_code == 404
 
 

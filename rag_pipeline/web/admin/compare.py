@@ -36,17 +36,17 @@ def compare_page(request: Request, engine: Engine, a: Annotated[str, Query(max_l
         return error_page(request, 422, str(exc), title="Cannot compare")
     except USER_ERRORS as exc:
         return error_page(request, 404, str(exc))
-    moved = [c for c in pair.cases if c["delta"] != 0]
-    chosen = case or (moved[0]["case_id"] if moved else (pair.cases[0]["case_id"] if pair.cases else None))
+    moved = [c for c in pair.cases if c.delta != 0]
+    chosen = case or (moved[0].case_id if moved else (pair.cases[0].case_id if pair.cases else None))
     sides = None
     if chosen:
         try:
-            sides = (history.case_detail(engine, pair.a["run_id"], chosen),
-                     history.case_detail(engine, pair.b["run_id"], chosen))
+            sides = (history.case_detail(engine, pair.a.run_id, chosen),
+                     history.case_detail(engine, pair.b.run_id, chosen))
         except history.CaseNotFoundError as exc:
             return error_page(request, 404, str(exc))
     wins = next((p for p in pair.comparison.paired if p.metric == "ndcg_at_k"), None)
     return render(request, "compare.html", {
         "pair": pair, "paired": pair.comparison.paired, "moved": moved[:MOVED_SHOWN], "moved_total": len(moved),
         "primary": wins, "case": chosen, "sides": sides, "pool_shown": POOL_SHOWN, "compare_url": compare_url,
-        "swap_url": compare_url(pair.b["run_id"], pair.a["run_id"], chosen)})
+        "swap_url": compare_url(pair.b.run_id, pair.a.run_id, chosen)})

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from rag_pipeline.contracts.errors import USER_ERRORS
+from rag_pipeline.contracts.runs import RunSummary
 from rag_pipeline.service import analysis, catalog, datasets, evaluations, history
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
 from rag_pipeline.service.catalog import load_registry
@@ -39,14 +40,11 @@ def strategy_choices(engine, kb: str) -> list[dict]:
             for v, s in load_registry().items()]
 
 
-def _progress(summary: dict) -> dict:
-    done = summary.get("cases_done")
-    total = summary["dataset"]["case_count"] or summary.get("case_count") or 0
-    if summary["status"] == "succeeded":
-        done = total
-    return {"run_id": summary["run_id"], "strategy_version": summary["strategy_version"],
-            "status": summary["status"], "cases_done": done or 0, "cases_total": total,
-            "started_at": summary["started_at"], "finished_at": summary["finished_at"], "error": summary["error"]}
+def _progress(s: RunSummary) -> dict:
+    total = s.dataset.case_count or s.case_count or 0
+    done = total if s.status == "succeeded" else s.cases_done
+    return {"run_id": s.run_id, "strategy_version": s.strategy_version, "status": s.status, "cases_done": done or 0,
+            "cases_total": total, "started_at": s.started_at, "finished_at": s.finished_at, "error": s.error}
 
 
 def _gate(engine, kb: str, dataset: str) -> dict:
@@ -73,13 +71,13 @@ def dataset_page(request: Request, engine: Engine, launcher: DagsterLauncher, kb
     latest = versions[0]
     labels = datasets.check_stored_dataset(engine, latest.dataset_id)
     summaries = evaluations.list_runs(engine, knowledge_base=kb_name, dataset=dataset, limit=200)
-    current = sorted((s for s in summaries if s["is_current"] and s["status"] == "succeeded"),
-                     key=lambda s: (s["strategy_version"] != DEFAULT_BASELINE, s["strategy_version"]))
+    current = sorted((s for s in summaries if s.is_current and s.status == "succeeded"),
+                     key=lambda s: (s.strategy_version != DEFAULT_BASELINE, s.strategy_version))
     points = history.metric_history(engine, dataset, kb_name)
-    colours = strategy_colours([p.strategy_version for p in points] + [s["strategy_version"] for s in current])
+    colours = strategy_colours([p.strategy_version for p in points] + [s.strategy_version for s in current])
     charts = [history_svg(points, m, METRIC_LABELS[m], colours) for m in TABLE_METRICS]
-    baseline_run = next((s["run_id"] for s in current if s["strategy_version"] == DEFAULT_BASELINE), None)
-    active = [_progress(s) for s in summaries if s["status"] in ACTIVE]
+    baseline_run = next((s.run_id for s in current if s.strategy_version == DEFAULT_BASELINE), None)
+    active = [_progress(s) for s in summaries if s.status in ACTIVE]
     return render(request, "dataset.html", {
         "kb": kb_name, "dataset": dataset, "versions": versions, "latest": latest, "labels": labels,
         "invalid": labels.invalid()[:MAX_LABEL_ROWS], "strategies": strategy_choices(engine, kb_name),

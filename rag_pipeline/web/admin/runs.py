@@ -10,7 +10,9 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
+from rag_pipeline.contracts.catalog import ChunkText
 from rag_pipeline.contracts.errors import USER_ERRORS
+from rag_pipeline.contracts.reports import CaseReport
 from rag_pipeline.service import evaluations, history
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
 from rag_pipeline.web.admin.pages import BASE, error_page, render
@@ -18,7 +20,6 @@ from rag_pipeline.web.dependencies import Engine
 from rag_pipeline.web.security import require_console_user
 
 router = APIRouter(dependencies=[Depends(require_console_user)])
-NOT_FOUND = (*USER_ERRORS, history.CaseNotFoundError)
 MAX_ROWS = 3000
 """The most cases a run page holds (a bigger run is filtered on the server, then cut)."""
 
@@ -27,9 +28,9 @@ def case_url(run_id: str, case_id: str) -> str:
     return f"{BASE}/runs/{run_id}/case?case_id={quote(case_id, safe='')}"
 
 
-def _matches(case: dict, q: str, zero: bool, reason: str) -> bool:
-    return ((not q or q in f"{case['case_id']} {case['question']}".lower())
-            and (not zero or case["metrics"]["ndcg_at_k"] == 0) and (not reason or reason in case["reasons"]))
+def _matches(case: CaseReport, q: str, zero: bool, reason: str) -> bool:
+    return ((not q or q in f"{case.case_id} {case.question}".lower())
+            and (not zero or case.metrics.ndcg_at_k == 0) and (not reason or reason in case.reasons))
 
 
 @router.get("/retrieval-evaluations/runs/{run_id}", name="admin_run")
@@ -38,28 +39,29 @@ def run_page(request: Request, engine: Engine, run_id: str, q: Annotated[str, Qu
     """The run's cases. Up to :data:`MAX_ROWS` cases the page holds them all and filters in the browser; a bigger
     run is filtered on the server by the same parameters (``q``, ``zero``, ``reason``) and cut to that many rows."""
     try:
-        summary, cases = history.run_cases(engine, run_id)
-    except NOT_FOUND as exc:
+        found = history.run_cases(engine, run_id)
+    except USER_ERRORS as exc:
         return error_page(request, 404, str(exc))
-    reasons = Counter(r for c in cases for r in c["reasons"])
-    zero_count = sum(1 for c in cases if c["metrics"]["ndcg_at_k"] == 0)
+    summary, cases = found.summary, found.cases
+    reasons = Counter(r for c in cases for r in c.reasons)
+    zero_count = sum(1 for c in cases if c.metrics.ndcg_at_k == 0)
     total, matching = len(cases), len(cases)
     if total > MAX_ROWS:
         cases = [c for c in cases if _matches(c, q.strip().lower(), bool(zero), reason)]
         matching = len(cases)
         cases = cases[:MAX_ROWS]
-    baseline = [r for r in evaluations.list_runs(engine, knowledge_base=summary["knowledge_base"]["id"],
-                                                 dataset=summary["dataset"]["name"], strategy=DEFAULT_BASELINE,
-                                                 current_only=True, limit=1) if r["run_id"] != summary["run_id"]]
-    stored = summary.get("counts") or {}
+    baseline = [r for r in evaluations.list_runs(engine, knowledge_base=summary.knowledge_base.id,
+                                                 dataset=summary.dataset.name, strategy=DEFAULT_BASELINE,
+                                                 current_only=True, limit=1) if r.run_id != summary.run_id]
+    stored = summary.counts or {}
     label_integrity = stored.get("label_integrity") or {}
     return render(request, "run.html", {
         "s": summary, "cases": cases, "reasons": sorted(reasons.items(), key=lambda kv: -kv[1]), "zero": zero_count,
         "total": total, "matching": matching, "baseline": baseline[0] if baseline else None,
         "truncated": total > MAX_ROWS, "headline": stored.get("first_line"), "label_integrity": label_integrity,
         "miss_counts": (stored.get("miss_reasons") or {}).get("counts") or {}, "case_url": case_url,
-        "dataset_url": f"{BASE}/kb/{quote(summary['knowledge_base']['name'], safe='')}/datasets/"
-                       f"{quote(summary['dataset']['name'], safe='')}"})
+        "dataset_url": f"{BASE}/kb/{quote(summary.knowledge_base.name, safe='')}/datasets/"
+                       f"{quote(summary.dataset.name, safe='')}"})
 
 
 @router.get("/retrieval-evaluations/runs/{run_id}/case", name="admin_case")
@@ -67,23 +69,20 @@ def case_page(request: Request, engine: Engine, run_id: str,
               case_id: Annotated[str, Query(max_length=1000)]):
     try:
         detail = history.case_detail(engine, run_id, case_id)
-    except NOT_FOUND as exc:
+    except USER_ERRORS as exc:
         return error_page(request, 404, str(exc))
     s = detail.summary
-    others = [r for r in evaluations.list_runs(engine, knowledge_base=s["knowledge_base"]["id"],
-                                               dataset=s["dataset"]["name"], limit=100)
-              if r["status"] == "succeeded" and r["run_id"] != s["run_id"]]
+    others = [r for r in evaluations.list_runs(engine, knowledge_base=s.knowledge_base.id, dataset=s.dataset.name,
+                                               limit=100) if r.status == "succeeded" and r.run_id != s.run_id]
     return render(request, "case.html", {
-        "d": detail, "s": s, "c": detail.case, "k": detail.case["k"], "others": others, "case_url": case_url,
-        "missed": [r for r in detail.relevant if r["reason"] not in (None, "hit")]})
+        "d": detail, "s": s, "c": detail.case, "k": detail.case.k, "others": others, "case_url": case_url,
+        "missed": [r for r in detail.relevant if r.reason not in (None, "hit")]})
 
 
-@router.get("/retrieval-evaluations/chunks/{chunk_id}", name="admin_chunk_text")
+@router.get("/retrieval-evaluations/chunks/{chunk_id}", name="admin_chunk_text", response_model=ChunkText)
 def chunk_text(engine: Engine, chunk_id: str):
     """One chunk's text, looked up live (candidates never store it): what "show text" fetches."""
     found = history.chunk_texts(engine, [chunk_id])
     if not found:
         return JSONResponse({"detail": f"no chunk {chunk_id[:64]!r}"}, status_code=404)
-    row = next(iter(found.values()))
-    return {"chunk_id": row["chunk_id"], "document_name": row["document_name"], "ordinal": row["ordinal"],
-            "is_current": row["is_current"], "content": row["content"]}
+    return next(iter(found.values()))

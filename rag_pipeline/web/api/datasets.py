@@ -100,4 +100,4 @@ def list_datasets(engine: Engine, id: str = KnowledgeBaseId):  # noqa: A002
     latest version, how many versions and runs it has."""
     datasets = catalog.list_datasets(engine, id)
     kb = datasets[0].knowledge_base if datasets else catalog.describe_knowledge_base(engine, id).name
-    return {"knowledge_base": kb, "datasets": datasets}
+    return DatasetList(knowledge_base=kb, datasets=datasets)

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from rag_pipeline.contracts.reports import CandidateMode, EvaluationDetail
-from rag_pipeline.contracts.runs import EvaluateResponse, RunPage, RunStatus
+from rag_pipeline.contracts.reports import CandidateMode, CasePage, EvaluationDetail
+from rag_pipeline.contracts.runs import EvaluateResponse, LaunchedRun, RunItem, RunLinks, RunPage, RunStatus
 from rag_pipeline.service import catalog, evaluations
 from rag_pipeline.service.catalog import DATASET, check_name
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
@@ -40,9 +40,9 @@ class EvaluateRequest(BaseModel):
     strict: bool = Field(False, description="Refuse when any label is not a searchable chunk (like --strict).")
 
 
-def run_links(run_id: str, knowledge_base: str) -> dict:
-    return {"self": f"/api/v1/retrieval/evaluations/{run_id}",
-            "knowledge_base_runs": f"/api/v1/knowledge-bases/{knowledge_base}/retrieval/runs"}
+def run_links(run_id: str, knowledge_base: str) -> RunLinks:
+    return RunLinks(self=f"/api/v1/retrieval/evaluations/{run_id}",
+                    knowledge_base_runs=f"/api/v1/knowledge-bases/{knowledge_base}/retrieval/runs")
 
 
 @router.post("/knowledge-bases/{id}/retrieval/evaluate", response_model=EvaluateResponse, status_code=202,
@@ -76,14 +76,14 @@ def evaluate(body: EvaluateRequest, engine: Engine, launcher: DagsterLauncher,
                                              strict=body.strict)
     except LaunchError as exc:
         raise HTTPProblem(503, str(exc), title="Dagster unavailable") from None
-    runs = [{"run_id": r.run_id, "status": r.status, "strategy_version": r.strategy_version,
-             "partition_key": r.partition_key, "dagster_run_id": r.dagster_run_id, "links": run_links(r.run_id, kb)}
+    runs = [LaunchedRun(run_id=r.run_id, status=r.status, strategy_version=r.strategy_version,
+                        partition_key=r.partition_key, dagster_run_id=r.dagster_run_id, links=run_links(r.run_id, kb))
             for r in queued.runs]
     body_out = EvaluateResponse(dataset=dataset.name, dataset_id=dataset.dataset_id,
                                 dataset_version=dataset.version, knowledge_base=kb, runs=runs,
                                 label_warning=queued.label_warning, queue=asdict(launcher.queue_status()))
     return JSONResponse(body_out.model_dump(), status_code=202,
-                        headers={"Location": runs[0]["links"]["self"]} if runs else None)
+                        headers={"Location": runs[0].links.self} if runs else None)
 
 
 @router.get("/knowledge-bases/{id}/retrieval/runs", response_model=RunPage, summary="Run history")
@@ -99,8 +99,8 @@ def list_runs(engine: Engine, launcher: DagsterLauncher, page: Paging, id: str =
     total, summaries = evaluations.run_page(engine, knowledge_base=id, dataset=dataset, strategy=strategy,
                                             status=status, current_only=current, limit=page.limit,
                                             offset=page.offset)
-    return {"total": total, "limit": page.limit, "offset": page.offset, "queue": asdict(launcher.queue_status()),
-            "runs": [{**s, "links": run_links(s["run_id"], s["knowledge_base"]["name"])} for s in summaries]}
+    return RunPage(total=total, limit=page.limit, offset=page.offset, queue=asdict(launcher.queue_status()),
+                   runs=[RunItem(**dict(s), links=run_links(s.run_id, s.knowledge_base.name)) for s in summaries])
 
 
 @router.get("/retrieval/evaluations/{run_id}", response_model=EvaluationDetail, response_model_exclude_unset=True,
@@ -122,11 +122,8 @@ def get_evaluation(engine: Engine, launcher: DagsterLauncher,
     `rag-pipeline show`. A queued or running run has a summary (`status`, `cases_done`) and no cases yet."""
     detail = evaluations.evaluation_detail(engine, run_id, candidates=candidates, case_id=case_id, offset=offset,
                                            limit=limit, include_text=include_text)
-    summary = detail["summary"]
-    detail["page"] = {"offset": 0 if case_id else offset, "limit": limit, "returned": len(detail["cases"]),
-                      "total_cases": summary["dataset"]["case_count"], "candidates": candidates,
-                      "include_text": include_text}
-    detail["links"] = run_links(summary["run_id"], summary["knowledge_base"]["name"])
-    if summary["status"] == "queued":
-        detail["queue"] = asdict(launcher.queue_status())
-    return detail
+    s = detail.summary
+    page = CasePage(offset=0 if case_id else offset, limit=limit, returned=len(detail.cases),
+                    total_cases=s.dataset.case_count, candidates=candidates, include_text=include_text)
+    queued = {"queue": asdict(launcher.queue_status())} if s.status == "queued" else {}
+    return EvaluationDetail(**dict(detail), page=page, links=run_links(s.run_id, s.knowledge_base.name), **queued)

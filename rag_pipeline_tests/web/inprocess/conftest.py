@@ -153,4 +153,4 @@ def evaluated(engine, tmp_path_factory) -> dict:
     summaries = evaluations.run_summaries(engine, [str(o.run_id) for o in outcomes])
     dataset = catalog.find_dataset(engine, kb, DATASET, None)
     return {"kb": kb, "chunks": chunks, "cases": cases, "dataset_id": dataset.dataset_id,
-            "runs": {s["strategy_version"]: s for s in summaries}}
+            "runs": {s.strategy_version: s.model_dump() for s in summaries}}

@@ -141,10 +141,9 @@ def test_run_case_and_chunk_pages(client, evaluated, engine):
     rows = re.findall(r"<tr\b.*?</tr>", re.search(r'<table id="cases".*?<tbody>(.*?)</tbody>', html, re.S).group(1),
                       re.S)
     assert len(rows) == len(evaluated["cases"])
-    _, cases = history.run_cases(engine, run["run_id"])
-    case = cases[0]
-    page = _page(client, f"{BASE}/runs/{run['run_id']}/case?case_id={quote(case['case_id'])}")
-    assert case["case_id"] in page and 'id="relevant"' in page
+    case = history.run_cases(engine, run["run_id"]).cases[0]
+    page = _page(client, f"{BASE}/runs/{run['run_id']}/case?case_id={quote(case.case_id)}")
+    assert case.case_id in page and 'id="relevant"' in page
     _page(client, f"{BASE}/runs/{run['run_id']}/case?case_id=no-such-case", 404)
     _page(client, f"{BASE}/runs/ffffffff-ffff-4fff-bfff-ffffffffffff", 404)
     chunk = evaluated["chunks"]["backup.md"]
