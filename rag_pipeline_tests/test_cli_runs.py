@@ -124,7 +124,7 @@ def test_table_without_timestamps_and_without_legend():
 
 # --- plain text comparison and the demo summary ------------------------------------------------------------
 
-def _comparison():
+def _runs() -> list[StrategyRun]:
     rng = np.random.default_rng(0)
     base = rng.uniform(0.6, 1.0, 12)
     runs = [StrategyRun("hybrid-v1", "aaaabbbb-0000-0000-0000-000000000000",
@@ -134,18 +134,22 @@ def _comparison():
                         {f"c{i}": {m: float(v) * 0.3 for m in ("precision_at_k", "recall_at_k",
                                                                  "reciprocal_rank", "ndcg_at_k")}
                          for i, v in enumerate(base)})]
-    comp = compare(runs, dataset="demo", n_resamples=500)
-    return comp, regression_gate(comp)
+    return runs
+
+
+def _comparison():
+    comp = compare(_runs(), dataset="demo", n_resamples=500)
+    return comp, comp.gate
 
 
 def test_compare_text_is_plain_and_the_markdown_stays_for_dagster():
     comp, gate = _comparison()
     assert not gate.passed
-    text = render_text(comp, gate)
+    text = render_text(comp)
     assert "**" not in text and "| " not in text and "`" not in text and "<br>" not in text
     assert "Regression gate FAILED: keyword-v1 is worse" in text
     assert "hybrid-v1 (baseline)" in text and "Paired significance" in text and "Cases that moved most" in text
-    assert "**Regression gate FAILED:**" in render_markdown(comp, gate)
+    assert "**Regression gate FAILED:**" in render_markdown(comp)
 
 
 def test_demo_summary_is_plain_with_real_paths_and_next_commands(tmp_path: Path):
@@ -153,7 +157,7 @@ def test_demo_summary_is_plain_with_real_paths_and_next_commands(tmp_path: Path)
 
     comp, gate = _comparison()
     paths = [tmp_path / "demo-hybrid-v1.json", tmp_path / "demo-keyword-v1.json"]
-    text = demo_summary(comp, gate, paths)
+    text = demo_summary(comp, paths)
     assert "**" not in text and "<strategy>" not in text and "| " not in text
     assert "Regression gate FAILED: keyword-v1 is worse" in text
     assert "a failed gate is expected here (keyword-v1)" in text and "`make run` still succeeds" in text
@@ -164,17 +168,15 @@ def test_demo_summary_is_plain_with_real_paths_and_next_commands(tmp_path: Path)
         assert command in text, command
     assert "Paired significance" not in text, "the summary keeps to the table; `compare` has the details"
 
-    passed = regression_gate(comp, margin=1.0)
-    text = demo_summary(comp, passed, [Path("/r/a.json"), Path("/s/b.json")])
+    comp.gate = regression_gate(comp.paired, margin=1.0)
+    text = demo_summary(comp, [Path("/r/a.json"), Path("/s/b.json")])
     assert "Regression gate passed" in text and "none is significantly worse on 12 cases" in text
     assert "  /r/a.json" in text and "  /s/b.json" in text
 
 
 def test_several_failing_strategies_are_listed_one_per_line():
-    comp, _ = _comparison()
-    weak = comp.runs[1]
+    base, weak = _runs()
     also = StrategyRun("vector-v1", "eeeeffff-0000-0000-0000-000000000000",
                        {c: {m: v * 0.5 for m, v in values.items()} for c, values in weak.per_case.items()})
-    comp = compare([comp.runs[0], weak, also], dataset="demo", n_resamples=500)
-    text = render_text(comp, regression_gate(comp))
+    text = render_text(compare([base, weak, also], dataset="demo", n_resamples=500))
     assert "Regression gate FAILED:\n  - keyword-v1 is worse" in text and "\n  - vector-v1 is worse" in text

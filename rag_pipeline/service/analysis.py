@@ -2,51 +2,43 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
 
 from rag_pipeline.analysis import comparison
-from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, Comparison, GateResult, StrategyRun
-from rag_pipeline.analysis.comparison import ComparisonError as ComparisonError
-from rag_pipeline.analysis.comparison_report import chart_markdown as chart_markdown
-from rag_pipeline.analysis.comparison_report import chart_png as chart_png
-from rag_pipeline.analysis.comparison_report import metric_table as metric_table
-from rag_pipeline.analysis.comparison_report import moved_table as moved_table
-from rag_pipeline.analysis.comparison_report import render_plain as render_plain
-from rag_pipeline.analysis.comparison_report import render_text as render_text
-from rag_pipeline.analysis.comparison_report import significance_table as significance_table
-from rag_pipeline.analysis.tune_runs import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TuneError, TuneResult, tune_run
-from rag_pipeline.analysis.tune_runs import TOP_CONFIGS as TOP_CONFIGS
+from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, ComparisonError
+from rag_pipeline.analysis.comparison_report import (
+    chart_markdown,
+    chart_png,
+    metric_table,
+    moved_table,
+    render_plain,
+    render_text,
+    significance_table,
+)
+from rag_pipeline.analysis.tune_runs import (
+    DEFAULT_FOLDS,
+    DEFAULT_POOL_STRATEGY,
+    TOP_CONFIGS,
+    TuneError,
+    TuneResult,
+    tune_run,
+)
 from rag_pipeline.analysis.tune_split import SplitTuneResult, tune_split
-from rag_pipeline.analysis.tuning import DEFAULT_METRIC
-from rag_pipeline.analysis.tuning import FusionConfig as FusionConfig
-from rag_pipeline.analysis.tuning_plot import sweep_markdown as sweep_markdown
+from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig
+from rag_pipeline.analysis.tuning_plot import sweep_markdown
+from rag_pipeline.contracts.comparison import StrategyComparison
 from rag_pipeline.retrieval.registry_file import write_strategy
 from rag_pipeline.retrieval.strategies import StrategyError, load_registry
 from rag_pipeline.service import label_fixes
 from rag_pipeline.service.datasets import resolve_dataset
 
-
-@dataclass(frozen=True)
-class StrategyComparison:
-    """Every strategy's run on one version of a dataset compared with the baseline, and the regression gate.
-    ``stale``: strategies with runs on other versions only (left out, never mixed in)."""
-
-    comparison: Comparison
-    gate: GateResult
-    runs: list[StrategyRun]
-    dataset_version: str
-    knowledge_base: str
-    stale: dict[str, str]
-
-    def as_dict(self) -> dict:
-        gate = self.gate
-        return {**self.comparison.as_dict(), "dataset_version": self.dataset_version,
-                "knowledge_base": self.knowledge_base, "stale": self.stale,
-                "gate": {"passed": gate.passed, "margin": gate.margin, "alpha": gate.alpha, "metric": gate.metric,
-                         "failing": [p.strategy for p in gate.failures], "description": gate.description()}}
+__all__ = ["DEFAULT_BASELINE", "DEFAULT_FOLDS", "DEFAULT_METRIC", "DEFAULT_POOL_STRATEGY", "TOP_CONFIGS",
+           "ComparisonError", "FusionConfig", "SplitTuneResult", "StrategyComparison", "TuneError", "TuneResult",
+           "add_split_strategy", "add_strategy", "chart_markdown", "chart_png", "compare", "comparison_ready",
+           "has_stages", "metric_table", "moved_table", "render_plain", "render_text", "significance_table",
+           "sweep_markdown", "tune", "tune_stages"]
 
 
 def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = None,
@@ -54,18 +46,21 @@ def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = Non
             alpha: float = 0.05, n_resamples: int = 10000, named: bool = False) -> StrategyComparison:
     """Compare every strategy's run on one version of ``dataset`` (a name = partition key, or a dataset file;
     ``named=True``: only ever a stored dataset's name, never read as a path — for remote callers) with
-    ``baseline``: paired permutation test, bootstrap CI, Holm, win/tie/loss, movers. The latest version
-    unless ``dataset_version`` (hash or prefix) is given; strategies without a run on it are listed as stale."""
+    ``baseline``: paired permutation test, bootstrap CI, Holm, win/tie/loss, movers, the regression gate. The
+    latest version unless ``dataset_version`` (hash or prefix) is given; strategies without a run on it are
+    listed as ``stale`` (left out, never mixed in)."""
     name, kb = (dataset, knowledge_base) if named else resolve_dataset(dataset, knowledge_base)
     with engine.connect() as conn:
         selection = comparison.select_runs(conn, name, kb, dataset_version)
-        comp = comparison.compare(selection.runs, baseline, dataset=name, n_resamples=n_resamples)
-        comparison.attach_top_chunks(conn, comp)
+        result = comparison.compare(selection.runs, baseline, dataset=name, n_resamples=n_resamples,
+                                    dataset_version=selection.dataset_version,
+                                    knowledge_base=selection.knowledge_base, stale=selection.stale,
+                                    margin=margin, alpha=alpha)
+        comparison.attach_top_chunks(conn, result)
         remapped = label_fixes.remap_note(conn, name, selection.knowledge_base, selection.dataset_version)
-    comp.notes[:0] = [*selection.notes, *(f"{v}: {why}" for v, why in selection.stale.items()),
-                      *([remapped] if remapped else [])]
-    return StrategyComparison(comp, comparison.regression_gate(comp, margin=margin, alpha=alpha), selection.runs,
-                              selection.dataset_version, selection.knowledge_base, selection.stale)
+    result.notes[:0] = [*selection.notes, *(f"{v}: {why}" for v, why in selection.stale.items()),
+                        *([remapped] if remapped else [])]
+    return result
 
 
 def tune(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY, metric: str = DEFAULT_METRIC,
