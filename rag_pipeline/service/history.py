@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from rag_pipeline.analysis import comparison
-from rag_pipeline.analysis.comparison import Comparison, StrategyRun
+from rag_pipeline.analysis.comparison import StrategyRun
 from rag_pipeline.contracts.catalog import StoredVersion
+from rag_pipeline.contracts.comparison import StrategyComparison
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.runs import HistoryPoint
 from rag_pipeline.evaluation import reports, runs
@@ -129,7 +130,7 @@ class RunPair:
     a: dict
     b: dict
     labels: tuple[str, str]
-    comparison: Comparison
+    comparison: StrategyComparison
     cases: list[dict]
     notes: list[str] = field(default_factory=list)
 
