@@ -11,7 +11,6 @@ are read. ``rag-pipeline tune`` and the Dagster asset ``fusion_sweep`` both call
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
@@ -20,6 +19,7 @@ from rag_pipeline.analysis.comparison import ComparisonError, dataset_version_ro
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig, Recommendation, recommend
 from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.contracts.metrics import METRIC_NAMES
+from rag_pipeline.contracts.tuning import FoldChoice, FusionTuning, RankedFusion
 from rag_pipeline.evaluation.pools import load_pools
 from rag_pipeline.evaluation.queries import run_history
 from rag_pipeline.evaluation.queries.knowledge_base import stored_params_hash
@@ -131,52 +131,25 @@ class TuneResult:
     def base_config(self) -> FusionConfig:
         return FusionConfig.from_strategy(self.recommendation.base)
 
-    def per_fold(self) -> list[dict[str, Any]]:
-        """Per fold: its cases, the configuration chosen on the other folds, its held-out mean."""
-        cv = self.recommendation.cv
-        return [{"fold": int(f), "cases": int(np.count_nonzero(cv.fold_of == f)), "chosen": config.label,
-                 "held_out_mean": float(cv.out_of_fold[cv.fold_of == f].mean())}
-                for f, config in zip(np.unique(cv.fold_of), cv.chosen, strict=True)]
-
-    def top_configurations(self, n: int = TOP_CONFIGS) -> list[dict[str, Any]]:
-        """The ``n`` best configurations on all cases (ties: grid order), with every metric's mean,
-        how many folds chose them, and whether they are the base / recommended fusion."""
-        rec = self.recommendation
-        rows = rec.sweep.rows()
-        means = rec.sweep.means
-        order = sorted(range(len(rows)), key=lambda i: (-means[i], i))[:n]
-        chosen = [c.label for c in rec.cv.chosen]
+    def contract(self, top: int = TOP_CONFIGS) -> FusionTuning:
+        """The result as the contract ``rag-pipeline tune --format json`` prints: the ``top`` best configurations
+        on all cases (ties: grid order), the configuration each fold chose and its held-out mean."""
+        rec, run, cv = self.recommendation, self.pool_run, self.recommendation.cv
+        per_fold = [FoldChoice(fold=int(f), cases=int(np.count_nonzero(cv.fold_of == f)), chosen=config.label,
+                               held_out_mean=float(cv.out_of_fold[cv.fold_of == f].mean()))
+                    for f, config in zip(np.unique(cv.fold_of), cv.chosen, strict=True)]
+        rows, means = rec.sweep.rows(), rec.sweep.means
+        chosen = [c.label for c in cv.chosen]
         recommended = FusionConfig.from_strategy(rec.strategy)
-        return [{"rank": r + 1, **rows[i], "folds_chosen": chosen.count(rows[i]["label"]),
-                 "is_base": rec.sweep.configs[i] == self.base_config,
-                 "is_recommended": rec.sweep.configs[i] == recommended}
-                for r, i in enumerate(order)]
-
-    def as_dict(self, top: int = TOP_CONFIGS) -> dict[str, Any]:
-        """Everything as plain JSON-able values (the ``--format json`` output)."""
-        rec, run = self.recommendation, self.pool_run
-        return _plain({
-            "dataset": run.dataset, "dataset_version": run.dataset_version,
-            "knowledge_base": run.knowledge_base, "pool_run_id": run.run_id, "pool_strategy": rec.base.version,
-            "folds": self.folds, "seed": self.seed, "base_fusion": self.base_config.label,
-            **rec.summary(),
-            "per_fold": self.per_fold(),
-            "top_configurations": self.top_configurations(top),
-            "strategy": strategy_entry(rec.strategy),
-            "yaml": rec.yaml,
-            "notes": self.notes,
-        })
-
-
-def _plain(value: Any) -> Any:
-    """``value`` with numpy scalars as Python ``int`` / ``float`` / ``bool`` and tuples as lists."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+        ranked = [RankedFusion(rank=r + 1, **rows[i], folds_chosen=chosen.count(rows[i]["label"]),
+                               is_base=rec.sweep.configs[i] == self.base_config,
+                               is_recommended=rec.sweep.configs[i] == recommended)
+                  for r, i in enumerate(sorted(range(len(rows)), key=lambda i: (-means[i], i))[:top])]
+        return FusionTuning(
+            dataset=run.dataset, dataset_version=run.dataset_version, knowledge_base=run.knowledge_base,
+            pool_run_id=run.run_id, pool_strategy=rec.base.version, folds=self.folds, seed=self.seed,
+            base_fusion=self.base_config.label, **rec.summary(), per_fold=per_fold, top_configurations=ranked,
+            strategy=strategy_entry(rec.strategy), yaml=rec.yaml, notes=self.notes)
 
 
 def tune_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY,

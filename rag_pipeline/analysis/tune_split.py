@@ -22,6 +22,7 @@ from rag_pipeline.analysis.statistics import bootstrap_ci, paired_permutation_te
 from rag_pipeline.analysis.tune_runs import PoolRun, TuneError, find_pool_run
 from rag_pipeline.analysis.tuning import CVResult, SweepResult, cross_validate
 from rag_pipeline.contracts.metrics import METRIC_NAMES
+from rag_pipeline.contracts.tuning import RankedStage, SplitTest, SplitTrain, StageTuning
 from rag_pipeline.evaluation.pools import load_pools
 from rag_pipeline.retrieval.strategies import strategy_entry, strategy_to_yaml
 
@@ -65,34 +66,28 @@ class SplitTuneResult:
     def yaml(self) -> str:
         return strategy_to_yaml(self.strategy)
 
-    def top_configurations(self, n: int) -> list[dict[str, Any]]:
-        order = sorted(range(len(self.configs)), key=lambda i: (-self.means[i], i))[:n]
-        own = StageConfig.from_strategy(self.base)
-        return [{"rank": r + 1, "label": self.configs[i].label, "train_mean": float(self.means[i]),
-                 "is_own": self.configs[i] == own, "is_chosen": self.configs[i] == self.chosen}
-                for r, i in enumerate(order)]
-
-    def as_dict(self, top: int = 10) -> dict[str, Any]:
+    def contract(self, top: int = 10) -> StageTuning:
+        """The result as the contract ``rag-pipeline tune --train-dataset ... --format json`` prints."""
         train, test = self.train, self.test
-        out = {
-            "metric": self.metric, "pool_strategy": self.base.version, "configurations": len(self.configs),
-            "chosen": self.chosen.label, "recommended_version": self.strategy.version,
-            "train": {"dataset": train.run.dataset, "dataset_version": train.run.dataset_version,
-                      "run_id": train.run.run_id, "cases": int(train.chosen.size),
-                      "in_sample_mean": train.chosen_mean, "own_mean": train.own_mean,
-                      "cv_mean": self.cv.mean, "cv_ci": list(self.cv.ci),
-                      "fold_choices": [c.label for c in self.cv.chosen]},
-            "estimate": (test.chosen_mean if test else self.cv.mean),
-            "estimate_source": ("held-out test dataset" if test else
-                                "cross-validation on the tuning dataset (the in-sample mean is not an estimate)"),
-            "test": None if test is None else {
-                "dataset": test.run.dataset, "dataset_version": test.run.dataset_version, "run_id": test.run.run_id,
-                "cases": int(test.chosen.size), "chosen_mean": test.chosen_mean, "own_mean": test.own_mean,
-                "gain": test.chosen_mean - test.own_mean, "gain_ci": list(self.gain_ci), "p_value": self.p_value},
-            "top_configurations": self.top_configurations(top),
-            "strategy": strategy_entry(self.strategy), "yaml": self.yaml, "notes": self.notes,
-        }
-        return out
+        own = StageConfig.from_strategy(self.base)
+        ranked = [RankedStage(rank=r + 1, label=self.configs[i].label, train_mean=float(self.means[i]),
+                              is_own=self.configs[i] == own, is_chosen=self.configs[i] == self.chosen)
+                  for r, i in enumerate(sorted(range(len(self.configs)), key=lambda i: (-self.means[i], i))[:top])]
+        return StageTuning(
+            metric=self.metric, pool_strategy=self.base.version, configurations=len(self.configs),
+            chosen=self.chosen.label, recommended_version=self.strategy.version,
+            train=SplitTrain(dataset=train.run.dataset, dataset_version=train.run.dataset_version,
+                             run_id=train.run.run_id, cases=int(train.chosen.size), in_sample_mean=train.chosen_mean,
+                             own_mean=train.own_mean, cv_mean=self.cv.mean, cv_ci=list(self.cv.ci),
+                             fold_choices=[c.label for c in self.cv.chosen]),
+            estimate=test.chosen_mean if test else self.cv.mean,
+            estimate_source=("held-out test dataset" if test else
+                             "cross-validation on the tuning dataset (the in-sample mean is not an estimate)"),
+            test=None if test is None else SplitTest(
+                dataset=test.run.dataset, dataset_version=test.run.dataset_version, run_id=test.run.run_id,
+                cases=int(test.chosen.size), chosen_mean=test.chosen_mean, own_mean=test.own_mean,
+                gain=test.chosen_mean - test.own_mean, gain_ci=list(self.gain_ci), p_value=self.p_value),
+            top_configurations=ranked, strategy=strategy_entry(self.strategy), yaml=self.yaml, notes=self.notes)
 
 
 def tune_split(conn: sa.Connection, dataset: str, train_dataset: str | None, pool_strategy: str,

@@ -25,20 +25,20 @@ from rag_pipeline.analysis.tune_runs import (
     TuneResult,
     tune_run,
 )
-from rag_pipeline.analysis.tune_split import SplitTuneResult, tune_split
-from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig
+from rag_pipeline.analysis.tune_split import tune_split
+from rag_pipeline.analysis.tuning import DEFAULT_METRIC
 from rag_pipeline.analysis.tuning_plot import sweep_markdown
 from rag_pipeline.contracts.comparison import StrategyComparison
+from rag_pipeline.contracts.tuning import FusionTuning, StageTuning, WrittenStrategy
 from rag_pipeline.retrieval.registry_file import write_strategy
-from rag_pipeline.retrieval.strategies import StrategyError, load_registry
+from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
 from rag_pipeline.service import label_fixes
 from rag_pipeline.service.datasets import resolve_dataset
 
 __all__ = ["DEFAULT_BASELINE", "DEFAULT_FOLDS", "DEFAULT_METRIC", "DEFAULT_POOL_STRATEGY", "TOP_CONFIGS",
-           "ComparisonError", "FusionConfig", "SplitTuneResult", "StrategyComparison", "TuneError", "TuneResult",
-           "add_split_strategy", "add_strategy", "chart_markdown", "chart_png", "compare", "comparison_ready",
-           "has_stages", "metric_table", "moved_table", "render_plain", "render_text", "significance_table",
-           "sweep_markdown", "tune", "tune_stages"]
+           "ComparisonError", "FusionTuning", "StageTuning", "StrategyComparison", "TuneError", "chart_markdown",
+           "chart_png", "compare", "comparison_ready", "fusion_sweep", "has_stages", "metric_table", "moved_table",
+           "render_plain", "render_text", "significance_table", "tune", "tune_stages"]
 
 
 def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = None,
@@ -63,14 +63,44 @@ def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = Non
     return result
 
 
-def tune(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY, metric: str = DEFAULT_METRIC,
-         folds: int = DEFAULT_FOLDS, seed: int = 0, *, knowledge_base: str | None = None,
-         version: str | None = None, dataset_version: str | None = None, n_resamples: int = 10000) -> TuneResult:
-    """Recommend a fusion for ``dataset`` (name, dataset key or file) from the pool strategy's stored pools."""
+def _tune(engine: sa.Engine, dataset: str, pool_strategy: str, metric: str, folds: int, seed: int, *,
+          knowledge_base: str | None, version: str | None, dataset_version: str | None,
+          n_resamples: int) -> TuneResult:
     name, kb = resolve_dataset(dataset, knowledge_base)
     with engine.connect() as conn:
         return tune_run(conn, name, pool_strategy, metric, folds, seed, knowledge_base=kb, version=version,
                         dataset_version=dataset_version, n_resamples=n_resamples)
+
+
+def tune(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY, metric: str = DEFAULT_METRIC,
+         folds: int = DEFAULT_FOLDS, seed: int = 0, *, knowledge_base: str | None = None,
+         version: str | None = None, dataset_version: str | None = None, n_resamples: int = 10000,
+         top: int = TOP_CONFIGS, write_to: str | Path | None = None) -> FusionTuning:
+    """Recommend a fusion for ``dataset`` (name, dataset key or file) from the pool strategy's stored pools;
+    ``write_to``: append the tuned strategy to that registry file (created from the active registry if missing)."""
+    result = _tune(engine, dataset, pool_strategy, metric, folds, seed, knowledge_base=knowledge_base,
+                   version=version, dataset_version=dataset_version, n_resamples=n_resamples)
+    tuning = result.contract(top)
+    if write_to:
+        rec = result.recommendation
+        if any("already run with other parameters" in n for n in result.notes):
+            raise TuneError(f"strategy version {rec.strategy.version!r} was already run with other parameters; "
+                            "choose a new name with --version")
+        tuning.written = _write(write_to, rec.strategy, f"tuned by `rag-pipeline tune` from run {tuning.pool_run_id} "
+                                f"of {rec.base.version} on dataset {tuning.dataset} ({tuning.knowledge_base})")
+    return tuning
+
+
+def fusion_sweep(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY,
+                 metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS, seed: int = 0, *,
+                 knowledge_base: str | None = None, dataset_version: str | None = None) -> tuple[FusionTuning, str]:
+    """:func:`tune`, and the metric-vs-weight chart of the whole sweep as markdown (for Dagster metadata)."""
+    result = _tune(engine, dataset, pool_strategy, metric, folds, seed, knowledge_base=knowledge_base,
+                   version=None, dataset_version=dataset_version, n_resamples=10000)
+    tuning = result.contract()
+    title = (f"{tuning.dataset}: mean {tuning.metric} of {tuning.pool_strategy}'s pools ({tuning.cases} cases) "
+             "vs vector weight")
+    return tuning, sweep_markdown(result.recommendation.sweep, result.base_config, title)
 
 
 def has_stages(pool_strategy: str) -> bool:
@@ -84,34 +114,25 @@ def has_stages(pool_strategy: str) -> bool:
 
 def tune_stages(engine: sa.Engine, dataset: str, train_dataset: str | None, pool_strategy: str,
                 metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS, seed: int = 0, *,
-                knowledge_base: str | None = None, version: str | None = None,
-                n_resamples: int = 10000) -> SplitTuneResult:
+                knowledge_base: str | None = None, version: str | None = None, n_resamples: int = 10000,
+                top: int = TOP_CONFIGS, write_to: str | Path | None = None) -> StageTuning:
     """Choose the first-stage fusion, completion and rerank mix on ``train_dataset`` (default ``dataset``) from
-    the pool strategy's stored pools and report the choice on ``dataset`` (names or dataset files)."""
+    the pool strategy's stored pools and report the choice on ``dataset`` (names or dataset files); ``write_to``
+    as in :func:`tune`."""
     name, kb = resolve_dataset(dataset, knowledge_base)
     train = resolve_dataset(train_dataset, knowledge_base)[0] if train_dataset else None
     with engine.connect() as conn:
-        return tune_split(conn, name, train, pool_strategy, metric, folds, seed, knowledge_base=kb,
-                          version=version, n_resamples=n_resamples)
+        result = tune_split(conn, name, train, pool_strategy, metric, folds, seed, knowledge_base=kb,
+                            version=version, n_resamples=n_resamples)
+    tuning = result.contract(top)
+    if write_to:
+        tuning.written = _write(write_to, result.strategy, f"tuned by `rag-pipeline tune` on dataset "
+                                f"{tuning.train.dataset} from run {tuning.train.run_id} of {tuning.pool_strategy}")
+    return tuning
 
 
-def add_split_strategy(result: SplitTuneResult, path: str | Path) -> dict:
-    """Append the strategy chosen by :func:`tune_stages` to the registry file ``path``."""
-    comment = (f"tuned by `rag-pipeline tune` on dataset {result.train.run.dataset} from run "
-               f"{result.train.run.run_id} of {result.base.version}")
-    return {"path": str(Path(path).resolve()), "status": write_strategy(path, result.strategy, comment)}
-
-
-def add_strategy(result: TuneResult, path: str | Path) -> dict:
-    """Append the tuned strategy of ``result`` to the registry file ``path`` (created from the active registry
-    if missing). Returns ``{"path", "status"}`` with status ``appended`` or ``unchanged``."""
-    rec = result.recommendation
-    if any("already run with other parameters" in n for n in result.notes):
-        raise TuneError(f"strategy version {rec.strategy.version!r} was already run with other parameters; "
-                        "choose a new name with --version")
-    comment = (f"tuned by `rag-pipeline tune` from run {result.pool_run.run_id} of {rec.base.version} on "
-               f"dataset {result.pool_run.dataset} ({result.pool_run.knowledge_base})")
-    return {"path": str(Path(path).resolve()), "status": write_strategy(path, rec.strategy, comment)}
+def _write(path: str | Path, strategy: Strategy, comment: str) -> WrittenStrategy:
+    return WrittenStrategy(path=str(Path(path).resolve()), status=write_strategy(path, strategy, comment))
 
 
 def comparison_ready(engine: sa.Engine, dataset: str, baseline: str = DEFAULT_BASELINE) -> bool | str:

@@ -122,9 +122,9 @@ def test_tune_split_chooses_on_train_and_reports_on_test(engine, world) -> None:
     assert result.train.chosen_mean == pytest.approx(result.means.max())
     assert result.train.own_mean == pytest.approx(runs[("train", STAGED.version)].averages["ndcg_at_k"], abs=1e-12)
     assert result.test.own_mean == pytest.approx(runs[("test", STAGED.version)].averages["ndcg_at_k"], abs=1e-12)
-    data = result.as_dict()
+    data = result.contract().model_dump()
     assert data["estimate"] == result.test.chosen_mean and data["estimate_source"] == "held-out test dataset"
-    assert same.test is None and same.as_dict()["estimate"] == same.cv.mean
+    assert same.test is None and same.contract().estimate == same.cv.mean
     assert result.strategy.rerank.weight == result.chosen.rerank_weight
     assert result.strategy.complete_pool == result.chosen.complete
 
