@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from rag_pipeline.analysis.comparison import StrategyRun, compare, regression_gate
 from rag_pipeline.analysis.comparison_report import render_markdown, render_text
 from rag_pipeline.cli import main
+from rag_pipeline.contracts.text_table import cell_width
 from rag_pipeline.evaluation.reports import comparison_table
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
@@ -120,6 +121,18 @@ def test_table_without_timestamps_and_without_legend():
                "reciprocal_rank": None, "ndcg_at_k": None}
     table = comparison_table([summary], legend=False)
     assert table.splitlines()[-1].split()[-3:] == ["-", "-", "01234567"] and "current run" not in table
+
+
+def test_table_aligns_wide_characters_by_display_width():
+    """Intentional change: the runs table is drawn by the one text-table renderer (contracts.text_table), which
+    counts a CJK character as two terminal columns, like the compare tables always did; before, the runs table
+    padded by characters, so a Chinese dataset name pushed its row's later columns out of line."""
+    rows = [{"strategy_version": "v", "dataset": {"name": name}, "status": "succeeded", "is_current": True,
+             "case_count": 1, "run_id": f"{i}123456789", "precision_at_k": 0.5, "recall_at_k": 0.5,
+             "reciprocal_rank": 0.5, "ndcg_at_k": 0.5} for i, name in enumerate(("中文数据", "latin"))]
+    header, _, chinese, latin = comparison_table(rows, legend=False).splitlines()
+    status_column = header.index("status")
+    assert cell_width(chinese.split("succeeded")[0]) == cell_width(latin.split("succeeded")[0]) == status_column
 
 
 # --- plain text comparison and the demo summary ------------------------------------------------------------
