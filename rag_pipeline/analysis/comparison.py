@@ -45,7 +45,6 @@ class StrategyRun:
     per_case: dict[str, dict[str, float]]  # case_id -> metric -> value
     dataset_version: str = ""
     knowledge_base: str = ""
-    finished_at: str | None = None
 
     def mean(self, metric: str) -> float:
         return float(np.mean([v[metric] for v in self.per_case.values()])) if self.per_case else 0.0
@@ -162,8 +161,7 @@ def select_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = 
         selection.notes.append(f"dataset {dataset!r} is evaluated on several knowledge bases; comparing on "
                                f"{version.knowledge_base_name!r} (choose with --knowledge-base)")
     rows = run_history.latest_per_strategy(conn, version.dataset_id, version.knowledge_base_name)
-    runs = {r.run_id: StrategyRun(r.strategy_version, r.run_id, {}, version.content_hash,
-                                  version.knowledge_base_name, r.finished_at.isoformat() if r.finished_at else None)
+    runs = {r.run_id: StrategyRun(r.strategy_version, r.run_id, {}, version.content_hash, version.knowledge_base_name)
             for r in rows}
     for row in metrics_of_runs(conn, list(runs)):
         runs[row["run_id"]].per_case[row["case_id"]] = {m: float(row[m]) for m in METRIC_NAMES}

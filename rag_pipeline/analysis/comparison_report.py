@@ -99,18 +99,6 @@ def chart_markdown(png: bytes) -> str:
     return f"![strategy comparison](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"
 
 
-def render_markdown(comp: StrategyComparison) -> str:
-    versions = sorted({r.dataset_version[:12] for r in comp.runs if r.dataset_version})
-    version = f" version `{', '.join(versions)}`" if versions else ""
-    parts = [f"## Strategies on dataset `{comp.dataset}`{version} (baseline `{comp.baseline}`)", metric_table(comp)]
-    if comp.paired:
-        parts += ["### Paired significance (strategy − baseline, per case)", significance_table(comp),
-                  "### Cases that moved most", moved_table(comp)]
-    parts.append(f"**Regression gate {'passed' if comp.gate.passed else 'FAILED'}:** {comp.gate.description}")
-    parts += [f"_Note: {n}_" for n in comp.notes]
-    return "\n\n".join(parts)
-
-
 def _plain_chunks(items: list[TopChunk]) -> str:
     return "  ".join(f"{c.rank}. {'✓' if c.is_relevant else '·'} {printable(c.document_name)} {c.chunk_id[:8]}"
                      for c in items) or "—"
@@ -156,6 +144,6 @@ def render_plain(comp: StrategyComparison, *, details: bool = True) -> str:
 
 
 def render_text(comp: StrategyComparison) -> str:
-    """The ``compare`` command's output: :func:`render_plain` with every section (the markdown of
-    :func:`render_markdown` is for Dagster metadata)."""
+    """The ``compare`` command's output: :func:`render_plain` with every section (the markdown tables are for
+    Dagster metadata)."""
     return render_plain(comp) + "\n"

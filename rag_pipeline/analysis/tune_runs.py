@@ -52,8 +52,6 @@ class PoolRun:
     dataset_version: str
     knowledge_base: str
     strategy: Strategy
-    case_count: int
-    finished_at: str | None
     notes: list[str] = field(default_factory=list)
 
 
@@ -93,8 +91,7 @@ def find_pool_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAUL
         notes.append(f"{pool_strategy} stores shallow pools ({', '.join(shallow)} candidates per leg): the "
                      f"sweep can only re-rank those; a pool strategy with {SHALLOW_POOL}-100 candidates per "
                      f"leg (e.g. {DEFAULT_POOL_STRATEGY}) leaves more to gain")
-    return PoolRun(row.run_id, row.dataset_name, row.content_hash, row.kb_name, strategy, row.case_count,
-                   row.finished_at.isoformat() if row.finished_at else None, notes)
+    return PoolRun(row.run_id, row.dataset_name, row.content_hash, row.kb_name, strategy, notes)
 
 
 def _registry_or_empty() -> dict[str, Strategy]:

@@ -98,8 +98,8 @@ def test_moved_cases_pairing_notes_and_missing_baseline():
 def test_rendering_markdown_chart_and_json():
     data = _data()
     comp = compare([_run(v, x) for v, x in data.items()], n_resamples=1000)
-    md = comparison_report.render_markdown(comp)
-    assert "| worse |" in md and "Holm p" in md and "Regression gate" in md
+    md = comparison_report.metric_table(comp) + comparison_report.significance_table(comp)
+    assert "| worse |" in md and "Holm p" in md
     assert f"{comp.result('better').delta:+.4f}" in md
     png = comparison_report.chart_png(comp)
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 2000
