@@ -1,29 +1,8 @@
-"""``rag-pipeline tune``: tune the fusion of a stored run's candidate pools, offline, with cross-validation.
-
-``tune --dataset NAME_OR_FILE [--knowledge-base KB] [--pool-strategy hybrid-bm25-v1] [--metric ndcg_at_k]
-[--folds 5] [--seed 0] [--version NAME] [--format text|json] [--write-strategy FILE]`` reads the current
-succeeded run of the pool strategy on the dataset (evaluate it first), re-fuses its stored pools under
-every configuration of :func:`rag_pipeline.analysis.tuning.grid` and picks one by k-fold cross-validation
-over cases (:func:`rag_pipeline.analysis.tuning.recommend`). It prints the cross-validated metric with its
-bootstrap 95 % CI, the gain over the pool strategy's own fusion (CI, p), the recall ceiling, the
-configuration each fold chose, the best configurations and the ready-to-paste strategy YAML. No SQL per
-case and no embedding: only the stored pools are read.
-
-``tune --train-dataset TRAIN --dataset TEST`` (also used for a pool strategy with ``complete_pool`` or a rerank
-stage, then TRAIN defaults to the dataset) sweeps the first-stage fusion, completion and the rerank mix
-(:mod:`rag_pipeline.analysis.stage_tuning`), chooses on TRAIN and reports that choice on TEST
-(:func:`rag_pipeline.analysis.tune_split.tune_split`): the TRAIN in-sample number is printed as "NOT an
-estimate"; the estimate is the TEST number (or, without a separate TRAIN, the cross-validated mean).
-
-``--write-strategy FILE`` appends the tuned strategy to the registry file ``FILE``; a missing ``FILE``
-starts as a copy of the active registry (``RAG_STRATEGIES_FILE`` or the packaged one), so
-``RAG_STRATEGIES_FILE=FILE rag-pipeline evaluate --strategy <tuned version> ...`` runs it next to every
-existing version. Exit 0 on success, 2 on user errors (nothing evaluated yet, bad metric or folds, a
-version name already used with other parameters).
-
-The computation is :func:`rag_pipeline.service.analysis.tune`, shared with the Dagster asset ``fusion_sweep``
-(:mod:`rag_pipeline.defs.tuning`), so both always agree; this module only parses and renders.
-"""
+"""``rag-pipeline tune``: tune the fusion (or, with ``--train-dataset`` or a pool strategy with completion /
+rerank stages, every stage) of a stored run's candidate pools, offline, with cross-validation; prints a
+ready-to-add strategy (``--write-strategy FILE`` appends it to a registry file). Options, the estimate's meaning
+and the exit codes: the README's "CLI" section. The computation is :mod:`rag_pipeline.service.analysis`, shared
+with the Dagster asset ``fusion_sweep``; this module only parses and renders."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
-"""Asset ``fusion_sweep`` (group ``retrieval_evaluation``), one partition per dataset, and job ``tune_fusion``.
-
-Every evaluation run stores each case's full candidate pool with both legs' scores and ranks, so the
-fusion can be re-tuned offline from the database, without re-querying the knowledge base: the asset reads
-the current run of a "pool" strategy that stores deep pools (default ``hybrid-bm25-v1``: USE + BM25,
-100 candidates per leg), re-fuses it under every configuration of the grid (weighted fusion with each
-normalisation x vector weight in steps of 0.05, RRF per k) and picks one by k-fold cross-validation over
-cases (:func:`rag_pipeline.analysis.tuning.recommend`, shared with ``rag-pipeline tune`` through
-:func:`rag_pipeline.service.analysis.fusion_sweep`).
+"""Asset ``fusion_sweep`` (group ``strategy_analysis``), one partition per dataset, and job ``tune_fusion``: the
+fusion re-tuned offline from the pool strategy's stored candidate pools, with k-fold cross-validation over cases
+(:func:`rag_pipeline.service.analysis.fusion_sweep`, the computation of ``rag-pipeline tune``).
 
 Like ``strategy_comparison`` it depends on every strategy partition of ``evaluation_run_summary`` for its
 dataset and is not part of the ``evaluate_retrieval`` job. It writes nothing: adding the recommended
-strategy to the registry is the user's decision (paste the YAML, or ``rag-pipeline tune
---write-strategy``).
+strategy to the registry is the user's decision (paste the YAML, or ``rag-pipeline tune --write-strategy``).
 """
 
 import dagster as dg
