@@ -128,11 +128,14 @@ def dataset_version_row(conn: sa.Connection, dataset: str, knowledge_base: str |
     ``knowledge_base_name``, ``kbs`` (how many knowledge bases the name is used with)."""
     versions = dataset_queries.versions_of_name(conn, dataset, knowledge_base, dataset_version)
     if not versions:
-        where = (f" and knowledge base {knowledge_base!r}" if knowledge_base else "") + \
-            (f" with version {dataset_version!r}" if dataset_version else "")
-        raise ComparisonError(f"no stored dataset {dataset!r}{where}; evaluate it first "
-                              "(rag-pipeline evaluate / the retrieval_evaluation assets)")
+        raise ComparisonError(f"no stored dataset {dataset!r}{_scope(knowledge_base, dataset_version)}; evaluate it "
+                              "first (rag-pipeline evaluate / the retrieval_evaluation assets)")
     return versions[0]
+
+
+def _scope(knowledge_base: str | None, dataset_version: str | None) -> str:
+    return ((f" and knowledge base {knowledge_base!r}" if knowledge_base else "")
+            + (f" with version {dataset_version!r}" if dataset_version else ""))
 
 
 @dataclass
@@ -154,8 +157,6 @@ def select_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = 
     all on other versions is listed in ``stale`` and left out: versions never mix. A dataset name used with
     several knowledge bases: the knowledge base of its latest version (a note says so)."""
     version = dataset_version_row(conn, dataset, knowledge_base, dataset_version)
-    where = (f" and knowledge base {knowledge_base!r}" if knowledge_base else "") + \
-        (f" with version {dataset_version!r}" if dataset_version else "")
     selection = RunSelection(dataset, version.knowledge_base_name, version.content_hash, [])
     if version.kbs > 1:
         selection.notes.append(f"dataset {dataset!r} is evaluated on several knowledge bases; comparing on "
@@ -172,9 +173,9 @@ def select_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = 
             selection.stale[row.strategy_version] = f"stale: no run on version {version.content_hash[:12]}"
     if not selection.runs:
         raise ComparisonError(f"no succeeded run on version {version.content_hash[:12]} of dataset {dataset!r}"
-                              f"{where}; evaluate it first (rag-pipeline evaluate / the retrieval_evaluation "
-                              "assets)" + (f"; runs on other versions: {', '.join(selection.stale)}"
-                                           if selection.stale else ""))
+                              f"{_scope(knowledge_base, dataset_version)}; evaluate it first (rag-pipeline "
+                              "evaluate / the retrieval_evaluation assets)"
+                              + (f"; runs on other versions: {', '.join(selection.stale)}" if selection.stale else ""))
     return selection
 
 

@@ -78,9 +78,6 @@ class Labeller:
     def question(self) -> DraftQuestion:
         return self.draft.questions[self.draft.position]
 
-    def _save(self) -> None:
-        save_draft(self.draft, self.path)
-
     def _move_question(self, step: int) -> None:
         last = len(self.draft.questions) - 1
         target = self.draft.position + step
@@ -128,7 +125,7 @@ class Labeller:
             return
         if q.status == "skipped" and key in ("0", "1", "2", "3", "r", " "):
             q.status = "pending"
-        self._save()
+        save_draft(self.draft, self.path)
 
     def screen(self, width: int = 100, height: int = 30) -> str:
         """The whole screen as text."""
