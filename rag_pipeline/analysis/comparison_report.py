@@ -1,9 +1,8 @@
-"""Rendering of a :class:`~rag_pipeline.contracts.comparison.StrategyComparison`: markdown tables, a bar chart PNG
-(matplotlib, Agg backend) embedded as a data URI, and the plain text the ``compare`` command prints."""
+"""Rendering of a :class:`~rag_pipeline.contracts.comparison.StrategyComparison`: markdown tables, a bar chart
+PNG (matplotlib, Agg backend) and the plain text the ``compare`` command prints."""
 
 from __future__ import annotations
 
-import base64
 import io
 import math
 
@@ -93,10 +92,6 @@ def chart_png(comp: StrategyComparison) -> bytes:
         out = io.BytesIO()
         fig.savefig(out, format="png", bbox_inches="tight")
     return out.getvalue()
-
-
-def chart_markdown(png: bytes) -> str:
-    return f"![strategy comparison](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"
 
 
 def _plain_chunks(items: list[TopChunk]) -> str:

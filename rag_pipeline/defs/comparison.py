@@ -21,8 +21,8 @@ from rag_pipeline.service import analysis, retention
 from rag_pipeline.service.analysis import (
     DEFAULT_BASELINE,
     ComparisonError,
-    chart_markdown,
     chart_png,
+    markdown_image,
     metric_table,
     moved_table,
     significance_table,
@@ -69,7 +69,6 @@ def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonCon
                                 [r.run_id for r in result.runs])
     for note in result.notes:
         context.log.warning(note)
-    png = chart_png(result)
     primary = {p.strategy: p for p in result.paired if p.metric == "ndcg_at_k"}
     yield dg.MaterializeResult(metadata={
         "baseline": result.baseline,
@@ -80,7 +79,7 @@ def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonCon
         "metrics": dg.MetadataValue.md(metric_table(result)),
         "significance": dg.MetadataValue.md(significance_table(result) if result.paired else "_only the baseline_"),
         "moved_cases": dg.MetadataValue.md(moved_table(result)),
-        "chart": dg.MetadataValue.md(chart_markdown(png)),
+        "chart": dg.MetadataValue.md(markdown_image(chart_png(result), "strategy comparison")),
         "ndcg_delta_vs_baseline": dg.MetadataValue.json({v: display_number(p.delta) for v, p in primary.items()}),
         "ndcg_holm_p": dg.MetadataValue.json({v: display_number(p.p_holm) for v, p in primary.items()}),
         "notes": dg.MetadataValue.json(result.notes),

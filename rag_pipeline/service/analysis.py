@@ -9,7 +9,6 @@ import sqlalchemy as sa
 from rag_pipeline.analysis import comparison
 from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, ComparisonError
 from rag_pipeline.analysis.comparison_report import (
-    chart_markdown,
     chart_png,
     metric_table,
     moved_table,
@@ -27,7 +26,7 @@ from rag_pipeline.analysis.tune_runs import (
 )
 from rag_pipeline.analysis.tune_split import tune_split
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC
-from rag_pipeline.analysis.tuning_plot import sweep_markdown
+from rag_pipeline.analysis.tuning_plot import markdown_image, sweep_markdown
 from rag_pipeline.contracts.comparison import StrategyComparison
 from rag_pipeline.contracts.tuning import FusionTuning, StageTuning, WrittenStrategy
 from rag_pipeline.retrieval.registry_file import write_strategy
@@ -36,7 +35,7 @@ from rag_pipeline.service import label_fixes
 from rag_pipeline.service.datasets import resolve_dataset
 
 __all__ = ["DEFAULT_BASELINE", "DEFAULT_FOLDS", "DEFAULT_METRIC", "DEFAULT_POOL_STRATEGY", "TOP_CONFIGS",
-           "ComparisonError", "FusionTuning", "StageTuning", "StrategyComparison", "TuneError", "chart_markdown",
+           "ComparisonError", "FusionTuning", "StageTuning", "StrategyComparison", "TuneError", "markdown_image",
            "chart_png", "compare", "comparison_ready", "fusion_sweep", "has_stages", "metric_table", "moved_table",
            "render_plain", "render_text", "significance_table", "tune", "tune_stages"]
 

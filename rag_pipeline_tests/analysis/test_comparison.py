@@ -15,6 +15,7 @@ from rag_pipeline.analysis.comparison import (
     compare,
     regression_gate,
 )
+from rag_pipeline.analysis.tuning_plot import markdown_image
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
 
@@ -103,7 +104,7 @@ def test_rendering_markdown_chart_and_json():
     assert f"{comp.result('better').delta:+.4f}" in md
     png = comparison_report.chart_png(comp)
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 2000
-    assert comparison_report.chart_markdown(png).startswith("![strategy comparison](data:image/png;base64,iVBOR")
+    assert markdown_image(png, "strategy comparison").startswith("![strategy comparison](data:image/png;base64,iVBOR")
     as_dict = comp.model_dump(mode="json")
     # precision is constant 0.5 everywhere: the t-test p is undefined and must be JSON-safe (None, not NaN).
     assert any(p["metric"] == "precision_at_k" and p["ttest_p"] is None for p in as_dict["paired"])
