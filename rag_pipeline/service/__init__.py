@@ -13,7 +13,7 @@ Operations by module:
 - :mod:`.catalog`: ``list_knowledge_bases``, ``describe_knowledge_base``, ``choose_strategies``, ``list_datasets``,
   ``find_dataset``, ``store_uploaded_dataset``
 - :mod:`.run_queue`: ``queue_evaluations`` (queued runs the HTTP API hands to Dagster), ``queued_runs``, ``fail_queued``
-- :mod:`.analysis`: ``compare``, ``tune``, ``add_strategy``
+- :mod:`.analysis`: ``compare``, ``tune``, ``tune_stages`` (optionally writing the tuned strategy), ``fusion_sweep``
 - :mod:`.labelling`: ``find_chunks`` (list or search the chunk ids to label)
 - :mod:`.label_drafts`: ``pool``, ``suggest``, ``export_draft``, ``store_draft``, the console's drafts (pooled judging)
 - :mod:`.label_fixes`: ``fix_labels``, ``fix_dataset``, ``fix_stored_labels``, ``remap_note`` (after a re-chunking)
