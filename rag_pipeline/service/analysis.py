@@ -121,11 +121,10 @@ def tune_stages(engine: sa.Engine, dataset: str, train_dataset: str | None, pool
     name, kb = resolve_dataset(dataset, knowledge_base)
     train = resolve_dataset(train_dataset, knowledge_base)[0] if train_dataset else None
     with engine.connect() as conn:
-        result = tune_split(conn, name, train, pool_strategy, metric, folds, seed, knowledge_base=kb,
-                            version=version, n_resamples=n_resamples)
-    tuning = result.contract(top)
+        tuning, strategy = tune_split(conn, name, train, pool_strategy, metric, folds, seed, knowledge_base=kb,
+                                      version=version, n_resamples=n_resamples, top=top)
     if write_to:
-        tuning.written = _write(write_to, result.strategy, f"tuned by `rag-pipeline tune` on dataset "
+        tuning.written = _write(write_to, strategy, f"tuned by `rag-pipeline tune` on dataset "
                                 f"{tuning.train.dataset} from run {tuning.train.run_id} of {tuning.pool_strategy}")
     return tuning
 
