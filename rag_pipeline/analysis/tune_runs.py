@@ -114,47 +114,13 @@ def _stored_strategy(row: sa.Row, registry: dict[str, Strategy]) -> Strategy:
         raise TuneError(f"the stored parameters of run {row.run_id} do not make a valid strategy: {exc}") from None
 
 
-@dataclass
-class TuneResult:
-    """A recommendation with the run it was computed from (see :func:`tune`)."""
-
-    pool_run: PoolRun
-    recommendation: Recommendation
-    folds: int
-    seed: int
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def base_config(self) -> FusionConfig:
-        return FusionConfig.from_strategy(self.recommendation.base)
-
-    def contract(self, top: int = TOP_CONFIGS) -> FusionTuning:
-        """The result as the contract ``rag-pipeline tune --format json`` prints: the ``top`` best configurations
-        on all cases (ties: grid order), the configuration each fold chose and its held-out mean."""
-        rec, run, cv = self.recommendation, self.pool_run, self.recommendation.cv
-        per_fold = [FoldChoice(fold=int(f), cases=int(np.count_nonzero(cv.fold_of == f)), chosen=config.label,
-                               held_out_mean=float(cv.out_of_fold[cv.fold_of == f].mean()))
-                    for f, config in zip(np.unique(cv.fold_of), cv.chosen, strict=True)]
-        rows, means = rec.sweep.rows(), rec.sweep.means
-        chosen = [c.label for c in cv.chosen]
-        recommended = FusionConfig.from_strategy(rec.strategy)
-        ranked = [RankedFusion(rank=r + 1, **rows[i], folds_chosen=chosen.count(rows[i]["label"]),
-                               is_base=rec.sweep.configs[i] == self.base_config,
-                               is_recommended=rec.sweep.configs[i] == recommended)
-                  for r, i in enumerate(sorted(range(len(rows)), key=lambda i: (-means[i], i))[:top])]
-        return FusionTuning(
-            dataset=run.dataset, dataset_version=run.dataset_version, knowledge_base=run.knowledge_base,
-            pool_run_id=run.run_id, pool_strategy=rec.base.version, folds=self.folds, seed=self.seed,
-            base_fusion=self.base_config.label, **rec.summary(), per_fold=per_fold, top_configurations=ranked,
-            strategy=strategy_entry(rec.strategy), yaml=rec.yaml, notes=self.notes)
-
-
 def tune_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY,
          metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS, seed: int = 0, *,
          knowledge_base: str | None = None, version: str | None = None, dataset_version: str | None = None,
-         n_resamples: int = 10000) -> TuneResult:
+         n_resamples: int = 10000, top: int = TOP_CONFIGS) -> tuple[FusionTuning, Recommendation]:
     """Load the pools of the pool strategy's run on ``dataset`` (:func:`find_pool_run`) and :func:`recommend` a
-    fusion; ``version`` names the tuned strategy, ``dataset_version`` picks a dataset version."""
+    fusion; ``version`` names the tuned strategy, ``dataset_version`` picks a dataset version. Returns the result
+    (:func:`fusion_tuning`) and the recommendation (its strategy, the whole sweep)."""
     if metric not in METRIC_NAMES:
         raise ValueError(f"unknown metric {metric!r}; expected one of {list(METRIC_NAMES)}")
     run = find_pool_run(conn, dataset, pool_strategy, knowledge_base, dataset_version=dataset_version)
@@ -170,4 +136,25 @@ def tune_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAULT_POO
     if stored is not None and stored != rec.strategy.params_hash():
         notes.append(f"strategy version {rec.strategy.version!r} was already run with other parameters; "
                      "choose a new name with --version before adding this one")
-    return TuneResult(run, rec, folds, seed, notes)
+    return fusion_tuning(run, rec, folds, seed, notes, top), rec
+
+
+def fusion_tuning(run: PoolRun, rec: Recommendation, folds: int, seed: int, notes: list[str],
+                  top: int = TOP_CONFIGS) -> FusionTuning:
+    """The contract ``rag-pipeline tune --format json`` prints: the ``top`` best configurations on all cases
+    (ties: grid order), the configuration each fold chose and its held-out mean."""
+    cv, base = rec.cv, FusionConfig.from_strategy(rec.base)
+    per_fold = [FoldChoice(fold=int(f), cases=int(np.count_nonzero(cv.fold_of == f)), chosen=config.label,
+                           held_out_mean=float(cv.out_of_fold[cv.fold_of == f].mean()))
+                for f, config in zip(np.unique(cv.fold_of), cv.chosen, strict=True)]
+    rows, means = rec.sweep.rows(), rec.sweep.means
+    chosen = [c.label for c in cv.chosen]
+    recommended = FusionConfig.from_strategy(rec.strategy)
+    ranked = [RankedFusion(rank=r + 1, **rows[i], folds_chosen=chosen.count(rows[i]["label"]),
+                           is_base=rec.sweep.configs[i] == base, is_recommended=rec.sweep.configs[i] == recommended)
+              for r, i in enumerate(sorted(range(len(rows)), key=lambda i: (-means[i], i))[:top])]
+    return FusionTuning(
+        dataset=run.dataset, dataset_version=run.dataset_version, knowledge_base=run.knowledge_base,
+        pool_run_id=run.run_id, pool_strategy=rec.base.version, folds=folds, seed=seed, base_fusion=base.label,
+        **rec.summary(), per_fold=per_fold, top_configurations=ranked, strategy=strategy_entry(rec.strategy),
+        yaml=rec.yaml, notes=notes)

@@ -21,11 +21,10 @@ from rag_pipeline.analysis.tune_runs import (
     DEFAULT_POOL_STRATEGY,
     TOP_CONFIGS,
     TuneError,
-    TuneResult,
     tune_run,
 )
 from rag_pipeline.analysis.tune_split import tune_split
-from rag_pipeline.analysis.tuning import DEFAULT_METRIC
+from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig, Recommendation
 from rag_pipeline.analysis.tuning_plot import markdown_image, sweep_markdown
 from rag_pipeline.contracts.comparison import StrategyComparison
 from rag_pipeline.contracts.tuning import FusionTuning, StageTuning, WrittenStrategy
@@ -63,12 +62,12 @@ def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = Non
 
 
 def _tune(engine: sa.Engine, dataset: str, pool_strategy: str, metric: str, folds: int, seed: int, *,
-          knowledge_base: str | None, version: str | None, dataset_version: str | None,
-          n_resamples: int) -> TuneResult:
+          knowledge_base: str | None, version: str | None, dataset_version: str | None, n_resamples: int,
+          top: int) -> tuple[FusionTuning, Recommendation]:
     name, kb = resolve_dataset(dataset, knowledge_base)
     with engine.connect() as conn:
         return tune_run(conn, name, pool_strategy, metric, folds, seed, knowledge_base=kb, version=version,
-                        dataset_version=dataset_version, n_resamples=n_resamples)
+                        dataset_version=dataset_version, n_resamples=n_resamples, top=top)
 
 
 def tune(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY, metric: str = DEFAULT_METRIC,
@@ -77,12 +76,10 @@ def tune(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_POOL_STRA
          top: int = TOP_CONFIGS, write_to: str | Path | None = None) -> FusionTuning:
     """Recommend a fusion for ``dataset`` (name, dataset key or file) from the pool strategy's stored pools;
     ``write_to``: append the tuned strategy to that registry file (created from the active registry if missing)."""
-    result = _tune(engine, dataset, pool_strategy, metric, folds, seed, knowledge_base=knowledge_base,
-                   version=version, dataset_version=dataset_version, n_resamples=n_resamples)
-    tuning = result.contract(top)
+    tuning, rec = _tune(engine, dataset, pool_strategy, metric, folds, seed, knowledge_base=knowledge_base,
+                        version=version, dataset_version=dataset_version, n_resamples=n_resamples, top=top)
     if write_to:
-        rec = result.recommendation
-        if any("already run with other parameters" in n for n in result.notes):
+        if any("already run with other parameters" in n for n in tuning.notes):
             raise TuneError(f"strategy version {rec.strategy.version!r} was already run with other parameters; "
                             "choose a new name with --version")
         tuning.written = _write(write_to, rec.strategy, f"tuned by `rag-pipeline tune` from run {tuning.pool_run_id} "
@@ -94,12 +91,11 @@ def fusion_sweep(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_P
                  metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS, seed: int = 0, *,
                  knowledge_base: str | None = None, dataset_version: str | None = None) -> tuple[FusionTuning, str]:
     """:func:`tune`, and the metric-vs-weight chart of the whole sweep as markdown (for Dagster metadata)."""
-    result = _tune(engine, dataset, pool_strategy, metric, folds, seed, knowledge_base=knowledge_base,
-                   version=None, dataset_version=dataset_version, n_resamples=10000)
-    tuning = result.contract()
+    tuning, rec = _tune(engine, dataset, pool_strategy, metric, folds, seed, knowledge_base=knowledge_base,
+                        version=None, dataset_version=dataset_version, n_resamples=10000, top=TOP_CONFIGS)
     title = (f"{tuning.dataset}: mean {tuning.metric} of {tuning.pool_strategy}'s pools ({tuning.cases} cases) "
              "vs vector weight")
-    return tuning, sweep_markdown(result.recommendation.sweep, result.base_config, title)
+    return tuning, sweep_markdown(rec.sweep, FusionConfig.from_strategy(rec.base), title)
 
 
 def has_stages(pool_strategy: str) -> bool:
