@@ -115,6 +115,11 @@ def test_compare_prints_tables_and_fails_the_gate(engine, world, capsys):
     assert main(["compare", "--dataset", name, "--margin", "0.9", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["gate"]["passed"] and data["baseline"] == "hybrid-v1"
+    # Intentional change: one contract (contracts.comparison.StrategyComparison) for the CLI and the API, so the
+    # CLI now prints the API's key order (dataset_version and knowledge_base after baseline; before, they came
+    # after moved). The same keys and values: JSON-semantically unchanged.
+    assert list(data) == ["dataset", "baseline", "dataset_version", "knowledge_base", "notes", "runs", "paired",
+                          "moved", "stale", "gate"]
     ndcg = [p for p in data["paired"] if p["metric"] == "ndcg_at_k"][0]
     assert ndcg["delta"] == pytest.approx(-4.7 / 8) and ndcg["losses"] == 8
     assert main(["compare", "--dataset", name, "--baseline", "rrf-v1"]) == 2

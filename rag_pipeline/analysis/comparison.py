@@ -8,8 +8,9 @@ Holm-adjusted p across the compared strategies (per metric), win/tie/loss, and t
 most on the primary metric. :func:`regression_gate` fails when a strategy is significantly worse than
 the baseline (Holm p < alpha) by more than ``margin``. Rendering lives in :mod:`comparison_report`.
 
-:func:`compare` is pure (plain :class:`StrategyRun` objects); :func:`load_current_runs` and
-:func:`attach_top_chunks` read the database.
+:func:`compare` is pure (plain :class:`StrategyRun` objects, the contract
+:class:`~rag_pipeline.contracts.comparison.StrategyComparison` out); :func:`select_runs` and :func:`attach_top_chunks`
+read the database.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.analysis import statistics as stats
+from rag_pipeline.contracts.comparison import ComparedRun, Gate, MovedCase, PairedResult, StrategyComparison, TopChunk
 from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_NAMES
 from rag_pipeline.evaluation.queries import candidates as candidate_queries
@@ -43,63 +45,17 @@ class StrategyRun:
     per_case: dict[str, dict[str, float]]  # case_id -> metric -> value
     dataset_version: str = ""
     knowledge_base: str = ""
-    finished_at: str | None = None
 
     def mean(self, metric: str) -> float:
         return float(np.mean([v[metric] for v in self.per_case.values()])) if self.per_case else 0.0
 
 
-@dataclass
-class PairedResult:
-    strategy: str
-    metric: str
-    n: int
-    baseline_mean: float
-    strategy_mean: float
-    delta: float
-    p_value: float
-    ci_low: float
-    ci_high: float
-    ttest_p: float
-    wins: int
-    ties: int
-    losses: int
-    p_holm: float = float("nan")
-
-
-@dataclass
-class Comparison:
-    dataset: str
-    baseline: str
-    metrics: tuple[str, ...]
-    runs: list[StrategyRun]
-    paired: list[PairedResult]
-    moved: dict[str, list[dict]] = field(default_factory=dict)  # strategy -> cases that moved most
-    notes: list[str] = field(default_factory=list)
-
-    def result(self, strategy: str, metric: str = PRIMARY_METRIC) -> PairedResult:
-        return next(p for p in self.paired if p.strategy == strategy and p.metric == metric)
-
-    def as_dict(self) -> dict:
-        return {
-            "dataset": self.dataset, "baseline": self.baseline, "notes": self.notes,
-            "runs": [{"strategy": r.version, "run_id": r.run_id, "cases": len(r.per_case),
-                      "dataset_version": r.dataset_version, "knowledge_base": r.knowledge_base,
-                      **{m: r.mean(m) for m in self.metrics}} for r in self.runs],
-            "paired": [{k: _finite(v) for k, v in p.__dict__.items()} for p in self.paired],
-            "moved": self.moved,
-        }
-
-
-def _finite(value):
-    """NaN (e.g. the t-test p of identical values) as None, so the dict is valid JSON."""
-    return None if isinstance(value, float) and not np.isfinite(value) else value
-
-
 def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, dataset: str = "",
-            metrics: Sequence[str] = HEADLINE_METRICS, primary: str = PRIMARY_METRIC, n_resamples: int = 10000,
-            seed: int = 0, top_moved: int = 5) -> Comparison:
-    """Paired statistics of every run against the baseline run (see module doc)."""
+            dataset_version: str = "", knowledge_base: str = "", stale: dict[str, str] | None = None,
+            margin: float = 0.0, alpha: float = 0.05, metrics: Sequence[str] = HEADLINE_METRICS,
+            primary: str = PRIMARY_METRIC, n_resamples: int = 10000, seed: int = 0,
+            top_moved: int = 5) -> StrategyComparison:
+    """Paired statistics of every run against the baseline run and the regression gate (see module doc)."""
     by_version = {r.version: r for r in runs}
     if baseline not in by_version:
         raise ComparisonError(f"baseline strategy {baseline!r} has no current run on dataset {dataset!r}; "
@@ -108,12 +64,12 @@ def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, da
     metrics = tuple(dict.fromkeys([*metrics, primary]))
     base = by_version[baseline]
     ordered = [base] + sorted((r for r in runs if r.version != baseline), key=lambda r: r.version)
-    comp = Comparison(dataset, baseline, metrics, ordered, [])
+    notes, paired, moved = [], [], {}
     for run in ordered[1:]:
         shared = [c for c in base.per_case if c in run.per_case]
         if len(shared) != len(base.per_case) or len(shared) != len(run.per_case):
-            comp.notes.append(f"{run.version}: paired on the {len(shared)} case ids both runs share "
-                              f"(baseline has {len(base.per_case)}, {run.version} has {len(run.per_case)})")
+            notes.append(f"{run.version}: paired on the {len(shared)} case ids both runs share "
+                         f"(baseline has {len(base.per_case)}, {run.version} has {len(run.per_case)})")
         if not shared:
             continue
         for metric in metrics:
@@ -121,49 +77,48 @@ def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, da
             b = np.array([base.per_case[c][metric] for c in shared], dtype=float)
             low, high = stats.bootstrap_ci(a - b, n_resamples=n_resamples, seed=seed)
             wins, ties, losses = stats.win_tie_loss(a, b)
-            comp.paired.append(PairedResult(
-                run.version, metric, len(shared), float(b.mean()), float(a.mean()), float((a - b).mean()),
-                stats.paired_permutation_test(a, b, n_resamples=n_resamples, seed=seed), low, high,
-                stats.paired_ttest(a, b)[1], wins, ties, losses))
+            paired.append(PairedResult(
+                strategy=run.version, metric=metric, n=len(shared), baseline_mean=float(b.mean()),
+                strategy_mean=float(a.mean()), delta=float((a - b).mean()),
+                p_value=stats.paired_permutation_test(a, b, n_resamples=n_resamples, seed=seed), ci_low=low,
+                ci_high=high, ttest_p=stats.paired_ttest(a, b)[1], wins=wins, ties=ties, losses=losses))
         diffs = sorted(shared, key=lambda c: (-round(abs(run.per_case[c][primary] - base.per_case[c][primary]), 12),
                                               c))
-        comp.moved[run.version] = [
-            {"case_id": c, "baseline": base.per_case[c][primary], "strategy": run.per_case[c][primary],
-             "delta": run.per_case[c][primary] - base.per_case[c][primary]}
+        moved[run.version] = [
+            MovedCase(case_id=c, baseline=base.per_case[c][primary], strategy=run.per_case[c][primary],
+                      delta=run.per_case[c][primary] - base.per_case[c][primary])
             for c in diffs[:top_moved] if run.per_case[c][primary] != base.per_case[c][primary]]
     for metric in metrics:
-        rows = [p for p in comp.paired if p.metric == metric]
+        rows = [p for p in paired if p.metric == metric]
         if rows:
             for p, adj in zip(rows, stats.holm_correction([p.p_value for p in rows]), strict=True):
                 p.p_holm = float(adj)
-    return comp
+    compared = [ComparedRun(strategy=r.version, run_id=r.run_id, cases=len(r.per_case),
+                            dataset_version=r.dataset_version, knowledge_base=r.knowledge_base,
+                            **{m: r.mean(m) for m in metrics}) for r in ordered]
+    return StrategyComparison(dataset=dataset, baseline=baseline, dataset_version=dataset_version,
+                              knowledge_base=knowledge_base, notes=notes, runs=compared, paired=paired, moved=moved,
+                              stale=stale or {}, gate=regression_gate(paired, margin=margin, alpha=alpha))
 
 
-@dataclass
-class GateResult:
-    passed: bool
-    failures: list[PairedResult]
-    margin: float
-    alpha: float
-    metric: str
-
-    def description(self) -> str:
-        if self.passed:
-            return (f"no strategy is significantly worse than the baseline on {self.metric} by more than "
-                    f"{self.margin:g} (Holm-adjusted p < {self.alpha:g})")
-        return "; ".join(f"{p.strategy} is worse than the baseline on {p.metric} by {-p.delta:.4f} "
-                         f"(95% CI {p.ci_low:+.4f}..{p.ci_high:+.4f}, Holm p={p.p_holm:.4g}, "
-                         f"{p.losses} cases worse / {p.wins} better)" for p in self.failures)
+def failure_description(p: PairedResult) -> str:
+    return (f"{p.strategy} is worse than the baseline on {p.metric} by {-p.delta:.4f} "
+            f"(95% CI {p.ci_low:+.4f}..{p.ci_high:+.4f}, Holm p={p.p_holm:.4g}, "
+            f"{p.losses} cases worse / {p.wins} better)")
 
 
-def regression_gate(comparison: Comparison, *, margin: float = 0.0, alpha: float = 0.05,
-                    metric: str = PRIMARY_METRIC) -> GateResult:
+def regression_gate(paired: Sequence[PairedResult], *, margin: float = 0.0, alpha: float = 0.05,
+                    metric: str = PRIMARY_METRIC) -> Gate:
     """Fail when some strategy's mean difference to the baseline is below ``-margin`` and significant
     (Holm-adjusted permutation p < ``alpha``)."""
     if margin < 0 or not 0 < alpha < 1:
         raise ValueError(f"need margin >= 0 and 0 < alpha < 1, got margin={margin}, alpha={alpha}")
-    failures = [p for p in comparison.paired if p.metric == metric and p.p_holm < alpha and p.delta < -margin]
-    return GateResult(not failures, failures, margin, alpha, metric)
+    failures = [p for p in paired if p.metric == metric and p.p_holm < alpha and p.delta < -margin]
+    description = "; ".join(map(failure_description, failures)) or (
+        f"no strategy is significantly worse than the baseline on {metric} by more than {margin:g} "
+        f"(Holm-adjusted p < {alpha:g})")
+    return Gate(passed=not failures, margin=margin, alpha=alpha, metric=metric,
+                failing=[p.strategy for p in failures], description=description)
 
 
 def dataset_version_row(conn: sa.Connection, dataset: str, knowledge_base: str | None = None,
@@ -173,11 +128,14 @@ def dataset_version_row(conn: sa.Connection, dataset: str, knowledge_base: str |
     ``knowledge_base_name``, ``kbs`` (how many knowledge bases the name is used with)."""
     versions = dataset_queries.versions_of_name(conn, dataset, knowledge_base, dataset_version)
     if not versions:
-        where = (f" and knowledge base {knowledge_base!r}" if knowledge_base else "") + \
-            (f" with version {dataset_version!r}" if dataset_version else "")
-        raise ComparisonError(f"no stored dataset {dataset!r}{where}; evaluate it first "
-                              "(rag-pipeline evaluate / the retrieval_evaluation assets)")
+        raise ComparisonError(f"no stored dataset {dataset!r}{_scope(knowledge_base, dataset_version)}; evaluate it "
+                              "first (rag-pipeline evaluate / the retrieval_evaluation assets)")
     return versions[0]
+
+
+def _scope(knowledge_base: str | None, dataset_version: str | None) -> str:
+    return ((f" and knowledge base {knowledge_base!r}" if knowledge_base else "")
+            + (f" with version {dataset_version!r}" if dataset_version else ""))
 
 
 @dataclass
@@ -199,15 +157,12 @@ def select_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = 
     all on other versions is listed in ``stale`` and left out: versions never mix. A dataset name used with
     several knowledge bases: the knowledge base of its latest version (a note says so)."""
     version = dataset_version_row(conn, dataset, knowledge_base, dataset_version)
-    where = (f" and knowledge base {knowledge_base!r}" if knowledge_base else "") + \
-        (f" with version {dataset_version!r}" if dataset_version else "")
     selection = RunSelection(dataset, version.knowledge_base_name, version.content_hash, [])
     if version.kbs > 1:
         selection.notes.append(f"dataset {dataset!r} is evaluated on several knowledge bases; comparing on "
                                f"{version.knowledge_base_name!r} (choose with --knowledge-base)")
     rows = run_history.latest_per_strategy(conn, version.dataset_id, version.knowledge_base_name)
-    runs = {r.run_id: StrategyRun(r.strategy_version, r.run_id, {}, version.content_hash,
-                                  version.knowledge_base_name, r.finished_at.isoformat() if r.finished_at else None)
+    runs = {r.run_id: StrategyRun(r.strategy_version, r.run_id, {}, version.content_hash, version.knowledge_base_name)
             for r in rows}
     for row in metrics_of_runs(conn, list(runs)):
         runs[row["run_id"]].per_case[row["case_id"]] = {m: float(row[m]) for m in METRIC_NAMES}
@@ -218,26 +173,26 @@ def select_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = 
             selection.stale[row.strategy_version] = f"stale: no run on version {version.content_hash[:12]}"
     if not selection.runs:
         raise ComparisonError(f"no succeeded run on version {version.content_hash[:12]} of dataset {dataset!r}"
-                              f"{where}; evaluate it first (rag-pipeline evaluate / the retrieval_evaluation "
-                              "assets)" + (f"; runs on other versions: {', '.join(selection.stale)}"
-                                           if selection.stale else ""))
+                              f"{_scope(knowledge_base, dataset_version)}; evaluate it first (rag-pipeline "
+                              "evaluate / the retrieval_evaluation assets)"
+                              + (f"; runs on other versions: {', '.join(selection.stale)}" if selection.stale else ""))
     return selection
 
 
-def attach_top_chunks(conn: sa.Connection, comparison: Comparison, top: int = 3) -> None:
+def attach_top_chunks(conn: sa.Connection, comparison: StrategyComparison, top: int = 3) -> None:
     """Add the top-``top`` stored candidates of the baseline (``before``) and the strategy (``after``) run
     to every moved case (document name, chunk id, rank, relevant flag)."""
-    run_of = {r.version: r.run_id for r in comparison.runs}
-    wanted = {(run_of[v], m["case_id"]) for v, moved in comparison.moved.items() for m in moved}
+    run_of = {r.strategy: r.run_id for r in comparison.runs}
+    wanted = {(run_of[v], m.case_id) for v, moved in comparison.moved.items() for m in moved}
     wanted |= {(run_of[comparison.baseline], c) for _, c in wanted}
     if not wanted:
         return
     rows = candidate_queries.top_candidates(conn, sorted({r for r, _ in wanted}), sorted({c for _, c in wanted}), top)
-    pools: dict[tuple[str, str], list[dict]] = {}
+    pools: dict[tuple[str, str], list[TopChunk]] = {}
     for r in rows:
         pools.setdefault((r.run_id, r.case_id), []).append(
-            {"rank": r.rank, "document_name": r.document_name, "chunk_id": r.chunk_id, "is_relevant": r.is_relevant})
+            TopChunk(rank=r.rank, document_name=r.document_name, chunk_id=r.chunk_id, is_relevant=r.is_relevant))
     for version, moved in comparison.moved.items():
         for m in moved:
-            m["before"] = pools.get((run_of[comparison.baseline], m["case_id"]), [])
-            m["after"] = pools.get((run_of[version], m["case_id"]), [])
+            m.before = pools.get((run_of[comparison.baseline], m.case_id), [])
+            m.after = pools.get((run_of[version], m.case_id), [])

@@ -1,15 +1,15 @@
-"""Rendering of a :class:`~rag_pipeline.analysis.comparison.Comparison`: markdown tables, a bar chart PNG
-(matplotlib, Agg backend) embedded as a data URI, and the plain text the ``compare`` command prints."""
+"""Rendering of a :class:`~rag_pipeline.contracts.comparison.StrategyComparison`: markdown tables, a bar chart
+PNG (matplotlib, Agg backend) and the plain text the ``compare`` command prints."""
 
 from __future__ import annotations
 
-import base64
 import io
 import math
-import unicodedata
 
-from rag_pipeline.analysis.comparison import PRIMARY_METRIC, Comparison, GateResult
+from rag_pipeline.analysis.comparison import PRIMARY_METRIC, failure_description
+from rag_pipeline.contracts.comparison import StrategyComparison, TopChunk
 from rag_pipeline.contracts.metrics import METRIC_LABELS
+from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.storage.names import printable
 
 
@@ -22,32 +22,32 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows])
 
 
-def metric_table(comp: Comparison) -> str:
+def metric_table(comp: StrategyComparison) -> str:
     """One row per strategy: averages, and Δ vs the baseline for every metric."""
     return _table(*_metric_rows(comp))
 
 
-def _metric_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
+def _metric_rows(comp: StrategyComparison) -> tuple[list[str], list[list[str]]]:
     headers = ["strategy", "cases", *(METRIC_LABELS.get(m, m) for m in comp.metrics), "run"]
     rows = []
     for run in comp.runs:
         cells = []
         for m in comp.metrics:
             value = _num(run.mean(m))
-            if run.version != comp.baseline:
-                match = [p for p in comp.paired if p.strategy == run.version and p.metric == m]
+            if run.strategy != comp.baseline:
+                match = [p for p in comp.paired if p.strategy == run.strategy and p.metric == m]
                 value += f" ({match[0].delta:+.4f})" if match else ""
             cells.append(value)
-        name = run.version + (" (baseline)" if run.version == comp.baseline else "")
-        rows.append([name, str(len(run.per_case)), *cells, run.run_id[:8]])
+        name = run.strategy + (" (baseline)" if run.strategy == comp.baseline else "")
+        rows.append([name, str(run.cases), *cells, run.run_id[:8]])
     return headers, rows
 
 
-def significance_table(comp: Comparison) -> str:
+def significance_table(comp: StrategyComparison) -> str:
     return _table(*_significance_rows(comp))
 
 
-def _significance_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
+def _significance_rows(comp: StrategyComparison) -> tuple[list[str], list[list[str]]]:
     headers = ["strategy", "metric", "n", "Δ mean", "95% CI", "perm. p", "Holm p", "t-test p", "win/tie/loss"]
     rows = [[p.strategy, METRIC_LABELS.get(p.metric, p.metric), str(p.n), f"{p.delta:+.4f}",
              f"[{p.ci_low:+.4f}, {p.ci_high:+.4f}]", _num(p.p_value, ".4g"), _num(p.p_holm, ".4g"),
@@ -55,20 +55,19 @@ def _significance_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def _chunks(items: list[dict]) -> str:
-    return "<br>".join(f"{c['rank']}. {'✅' if c['is_relevant'] else '·'} {c['document_name']} "
-                       f"`{c['chunk_id'][:8]}`" for c in items) or "—"
+def _chunks(items: list[TopChunk]) -> str:
+    return "<br>".join(f"{c.rank}. {'✅' if c.is_relevant else '·'} {c.document_name} `{c.chunk_id[:8]}`"
+                       for c in items) or "—"
 
 
-def moved_table(comp: Comparison) -> str:
+def moved_table(comp: StrategyComparison) -> str:
     headers = ["strategy", "case", "baseline", "strategy value", "Δ", "top before", "top after"]
-    rows = [[v, m["case_id"], _num(m["baseline"]), _num(m["strategy"]), f"{m['delta']:+.4f}",
-             _chunks(m.get("before", [])), _chunks(m.get("after", []))]
+    rows = [[v, m.case_id, _num(m.baseline), _num(m.strategy), f"{m.delta:+.4f}", _chunks(m.before), _chunks(m.after)]
             for v, moved in comp.moved.items() for m in moved]
     return _table(headers, rows) if rows else "_no case changed on the primary metric_"
 
 
-def chart_png(comp: Comparison) -> bytes:
+def chart_png(comp: StrategyComparison) -> bytes:
     """Grouped bars: the average of every metric per strategy (baseline first)."""
     import matplotlib  # noqa: PLC0415
 
@@ -83,7 +82,7 @@ def chart_png(comp: Comparison) -> bytes:
         width = 0.8 / max(len(comp.runs), 1)
         for i, run in enumerate(comp.runs):
             xs = [j + (i - (len(comp.runs) - 1) / 2) * width for j in range(len(comp.metrics))]
-            ax.bar(xs, [run.mean(m) for m in comp.metrics], width, label=run.version)
+            ax.bar(xs, [run.mean(m) for m in comp.metrics], width, label=run.strategy)
         ax.set_xticks(range(len(comp.metrics)), [METRIC_LABELS.get(m, m) for m in comp.metrics])
         ax.set_ylim(0, 1)
         ax.set_title(f"dataset {comp.dataset}: strategies vs baseline {comp.baseline}")
@@ -95,82 +94,51 @@ def chart_png(comp: Comparison) -> bytes:
     return out.getvalue()
 
 
-def chart_markdown(png: bytes) -> str:
-    return f"![strategy comparison](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"
+def _plain_chunks(items: list[TopChunk]) -> str:
+    return "  ".join(f"{c.rank}. {'✓' if c.is_relevant else '·'} {printable(c.document_name)} {c.chunk_id[:8]}"
+                     for c in items) or "—"
 
 
-def render_markdown(comp: Comparison, gate: GateResult | None = None) -> str:
-    versions = sorted({r.dataset_version[:12] for r in comp.runs if r.dataset_version})
-    version = f" version `{', '.join(versions)}`" if versions else ""
-    parts = [f"## Strategies on dataset `{comp.dataset}`{version} (baseline `{comp.baseline}`)", metric_table(comp)]
-    if comp.paired:
-        parts += ["### Paired significance (strategy − baseline, per case)", significance_table(comp),
-                  "### Cases that moved most", moved_table(comp)]
-    if gate is not None:
-        parts.append(f"**Regression gate {'passed' if gate.passed else 'FAILED'}:** {gate.description()}")
-    parts += [f"_Note: {n}_" for n in comp.notes]
-    return "\n\n".join(parts)
+def _plain_table(headers: list[str], rows: list[list[str]]) -> str:
+    return text_table(headers, [[printable(c) for c in r] for r in rows])
 
 
-def _cell_width(text: str) -> int:
-    """Terminal columns of ``text`` (wide CJK characters take two)."""
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-
-
-def plain_table(headers: list[str], rows: list[list[str]], indent: str = "") -> str:
-    """Columns aligned with spaces (no markdown); cells with control characters escaped."""
-    rows = [[printable(c) for c in r] for r in rows]
-    widths = [max(_cell_width(h), *(_cell_width(r[i]) for r in rows)) if rows else _cell_width(h)
-              for i, h in enumerate(headers)]
-
-    def line(cells: list[str]) -> str:
-        return (indent + "  ".join(c + " " * (w - _cell_width(c)) for c, w in zip(cells, widths, strict=True))).rstrip()
-
-    return "\n".join([line(headers), indent + "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
-
-
-def _plain_chunks(items: list[dict]) -> str:
-    return "  ".join(f"{c['rank']}. {'✓' if c['is_relevant'] else '·'} {printable(c['document_name'])} "
-                     f"{c['chunk_id'][:8]}" for c in items) or "—"
-
-
-def gate_line(gate: GateResult) -> str:
+def gate_line(comp: StrategyComparison) -> str:
     """``Regression gate passed: ...`` / ``Regression gate FAILED: ...`` (plain text; several failing strategies
     one per line)."""
-    if gate.passed or len(gate.failures) < 2:
-        return f"Regression gate {'passed' if gate.passed else 'FAILED'}: {printable(gate.description())}"
-    each = [printable(GateResult(False, [p], gate.margin, gate.alpha, gate.metric).description())
-            for p in gate.failures]
+    gate = comp.gate
+    if gate.passed or len(gate.failing) < 2:
+        return f"Regression gate {'passed' if gate.passed else 'FAILED'}: {printable(gate.description)}"
+    each = [printable(failure_description(p)) for p in comp.paired if p.metric == gate.metric
+            and p.strategy in gate.failing]
     return "\n  - ".join(["Regression gate FAILED:", *each])
 
 
-def render_plain(comp: Comparison, gate: GateResult | None = None, *, details: bool = True) -> str:
+def render_plain(comp: StrategyComparison, *, details: bool = True) -> str:
     """The comparison as plain terminal text (no markdown emphasis): the metric table, with ``details`` the
     paired significance and the cases that moved most, then the gate and the notes."""
     versions = sorted({r.dataset_version[:12] for r in comp.runs if r.dataset_version})
     version = f", version {', '.join(versions)}" if versions else ""
     title = (f"Strategies on dataset {printable(comp.dataset)}{version} (baseline {printable(comp.baseline)}; "
              "Δ vs the baseline in parentheses)")
-    parts = [title, plain_table(*_metric_rows(comp))]
+    parts = [title, _plain_table(*_metric_rows(comp))]
     if details and comp.paired:
-        parts += ["Paired significance (strategy − baseline, per case)", plain_table(*_significance_rows(comp))]
+        parts += ["Paired significance (strategy − baseline, per case)", _plain_table(*_significance_rows(comp))]
         moved = [(f"Cases that moved most on {METRIC_LABELS.get(PRIMARY_METRIC, PRIMARY_METRIC)} "
                   "(baseline → strategy; top chunks: ✓ relevant, · not)")]
         for v, cases in comp.moved.items():
             for m in cases:
-                moved.append(f"  {printable(v)}  {printable(m['case_id'])}  {_num(m['baseline'])} → "
-                             f"{_num(m['strategy'])} ({m['delta']:+.4f})")
-                if m.get("before") or m.get("after"):
-                    moved += [f"      before: {_plain_chunks(m.get('before', []))}",
-                              f"      after:  {_plain_chunks(m.get('after', []))}"]
+                moved.append(f"  {printable(v)}  {printable(m.case_id)}  {_num(m.baseline)} → "
+                             f"{_num(m.strategy)} ({m.delta:+.4f})")
+                if m.before or m.after:
+                    moved += [f"      before: {_plain_chunks(m.before)}", f"      after:  {_plain_chunks(m.after)}"]
         parts.append("\n".join(moved) if len(moved) > 1 else "No case changed on the primary metric.")
-    if gate is not None:
-        parts.append(gate_line(gate))
+    parts.append(gate_line(comp))
     parts += [f"Note: {printable(n)}" for n in comp.notes]
     return "\n\n".join(parts)
 
 
-def render_text(comp: Comparison, gate: GateResult | None = None) -> str:
-    """The ``compare`` command's output: :func:`render_plain` with every section (the markdown of
-    :func:`render_markdown` is for Dagster metadata)."""
-    return render_plain(comp, gate) + "\n"
+def render_text(comp: StrategyComparison) -> str:
+    """The ``compare`` command's output: :func:`render_plain` with every section (the markdown tables are for
+    Dagster metadata)."""
+    return render_plain(comp) + "\n"

@@ -11,7 +11,6 @@ are read. ``rag-pipeline tune`` and the Dagster asset ``fusion_sweep`` both call
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
@@ -20,6 +19,7 @@ from rag_pipeline.analysis.comparison import ComparisonError, dataset_version_ro
 from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig, Recommendation, recommend
 from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.contracts.metrics import METRIC_NAMES
+from rag_pipeline.contracts.tuning import FoldChoice, FusionTuning, RankedFusion
 from rag_pipeline.evaluation.pools import load_pools
 from rag_pipeline.evaluation.queries import run_history
 from rag_pipeline.evaluation.queries.knowledge_base import stored_params_hash
@@ -52,8 +52,6 @@ class PoolRun:
     dataset_version: str
     knowledge_base: str
     strategy: Strategy
-    case_count: int
-    finished_at: str | None
     notes: list[str] = field(default_factory=list)
 
 
@@ -93,8 +91,7 @@ def find_pool_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAUL
         notes.append(f"{pool_strategy} stores shallow pools ({', '.join(shallow)} candidates per leg): the "
                      f"sweep can only re-rank those; a pool strategy with {SHALLOW_POOL}-100 candidates per "
                      f"leg (e.g. {DEFAULT_POOL_STRATEGY}) leaves more to gain")
-    return PoolRun(row.run_id, row.dataset_name, row.content_hash, row.kb_name, strategy, row.case_count,
-                   row.finished_at.isoformat() if row.finished_at else None, notes)
+    return PoolRun(row.run_id, row.dataset_name, row.content_hash, row.kb_name, strategy, notes)
 
 
 def _registry_or_empty() -> dict[str, Strategy]:
@@ -117,74 +114,13 @@ def _stored_strategy(row: sa.Row, registry: dict[str, Strategy]) -> Strategy:
         raise TuneError(f"the stored parameters of run {row.run_id} do not make a valid strategy: {exc}") from None
 
 
-@dataclass
-class TuneResult:
-    """A recommendation with the run it was computed from (see :func:`tune`)."""
-
-    pool_run: PoolRun
-    recommendation: Recommendation
-    folds: int
-    seed: int
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def base_config(self) -> FusionConfig:
-        return FusionConfig.from_strategy(self.recommendation.base)
-
-    def per_fold(self) -> list[dict[str, Any]]:
-        """Per fold: its cases, the configuration chosen on the other folds, its held-out mean."""
-        cv = self.recommendation.cv
-        return [{"fold": int(f), "cases": int(np.count_nonzero(cv.fold_of == f)), "chosen": config.label,
-                 "held_out_mean": float(cv.out_of_fold[cv.fold_of == f].mean())}
-                for f, config in zip(np.unique(cv.fold_of), cv.chosen, strict=True)]
-
-    def top_configurations(self, n: int = TOP_CONFIGS) -> list[dict[str, Any]]:
-        """The ``n`` best configurations on all cases (ties: grid order), with every metric's mean,
-        how many folds chose them, and whether they are the base / recommended fusion."""
-        rec = self.recommendation
-        rows = rec.sweep.rows()
-        means = rec.sweep.means
-        order = sorted(range(len(rows)), key=lambda i: (-means[i], i))[:n]
-        chosen = [c.label for c in rec.cv.chosen]
-        recommended = FusionConfig.from_strategy(rec.strategy)
-        return [{"rank": r + 1, **rows[i], "folds_chosen": chosen.count(rows[i]["label"]),
-                 "is_base": rec.sweep.configs[i] == self.base_config,
-                 "is_recommended": rec.sweep.configs[i] == recommended}
-                for r, i in enumerate(order)]
-
-    def as_dict(self, top: int = TOP_CONFIGS) -> dict[str, Any]:
-        """Everything as plain JSON-able values (the ``--format json`` output)."""
-        rec, run = self.recommendation, self.pool_run
-        return _plain({
-            "dataset": run.dataset, "dataset_version": run.dataset_version,
-            "knowledge_base": run.knowledge_base, "pool_run_id": run.run_id, "pool_strategy": rec.base.version,
-            "folds": self.folds, "seed": self.seed, "base_fusion": self.base_config.label,
-            **rec.summary(),
-            "per_fold": self.per_fold(),
-            "top_configurations": self.top_configurations(top),
-            "strategy": strategy_entry(rec.strategy),
-            "yaml": rec.yaml,
-            "notes": self.notes,
-        })
-
-
-def _plain(value: Any) -> Any:
-    """``value`` with numpy scalars as Python ``int`` / ``float`` / ``bool`` and tuples as lists."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
 def tune_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY,
          metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS, seed: int = 0, *,
          knowledge_base: str | None = None, version: str | None = None, dataset_version: str | None = None,
-         n_resamples: int = 10000) -> TuneResult:
+         n_resamples: int = 10000, top: int = TOP_CONFIGS) -> tuple[FusionTuning, Recommendation]:
     """Load the pools of the pool strategy's run on ``dataset`` (:func:`find_pool_run`) and :func:`recommend` a
-    fusion; ``version`` names the tuned strategy, ``dataset_version`` picks a dataset version."""
+    fusion; ``version`` names the tuned strategy, ``dataset_version`` picks a dataset version. Returns the result
+    (:func:`fusion_tuning`) and the recommendation (its strategy, the whole sweep)."""
     if metric not in METRIC_NAMES:
         raise ValueError(f"unknown metric {metric!r}; expected one of {list(METRIC_NAMES)}")
     run = find_pool_run(conn, dataset, pool_strategy, knowledge_base, dataset_version=dataset_version)
@@ -200,4 +136,25 @@ def tune_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAULT_POO
     if stored is not None and stored != rec.strategy.params_hash():
         notes.append(f"strategy version {rec.strategy.version!r} was already run with other parameters; "
                      "choose a new name with --version before adding this one")
-    return TuneResult(run, rec, folds, seed, notes)
+    return fusion_tuning(run, rec, folds, seed, notes, top), rec
+
+
+def fusion_tuning(run: PoolRun, rec: Recommendation, folds: int, seed: int, notes: list[str],
+                  top: int = TOP_CONFIGS) -> FusionTuning:
+    """The contract ``rag-pipeline tune --format json`` prints: the ``top`` best configurations on all cases
+    (ties: grid order), the configuration each fold chose and its held-out mean."""
+    cv, base = rec.cv, FusionConfig.from_strategy(rec.base)
+    per_fold = [FoldChoice(fold=int(f), cases=int(np.count_nonzero(cv.fold_of == f)), chosen=config.label,
+                           held_out_mean=float(cv.out_of_fold[cv.fold_of == f].mean()))
+                for f, config in zip(np.unique(cv.fold_of), cv.chosen, strict=True)]
+    rows, means = rec.sweep.rows(), rec.sweep.means
+    chosen = [c.label for c in cv.chosen]
+    recommended = FusionConfig.from_strategy(rec.strategy)
+    ranked = [RankedFusion(rank=r + 1, **rows[i], folds_chosen=chosen.count(rows[i]["label"]),
+                           is_base=rec.sweep.configs[i] == base, is_recommended=rec.sweep.configs[i] == recommended)
+              for r, i in enumerate(sorted(range(len(rows)), key=lambda i: (-means[i], i))[:top])]
+    return FusionTuning(
+        dataset=run.dataset, dataset_version=run.dataset_version, knowledge_base=run.knowledge_base,
+        pool_run_id=run.run_id, pool_strategy=rec.base.version, folds=folds, seed=seed, base_fusion=base.label,
+        **rec.summary(), per_fold=per_fold, top_configurations=ranked, strategy=strategy_entry(rec.strategy),
+        yaml=rec.yaml, notes=notes)

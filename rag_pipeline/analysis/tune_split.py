@@ -11,95 +11,25 @@ cross-validated mean is called an estimate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.analysis.stage_tuning import StageConfig, evaluate_stage_configs, stage_grid
 from rag_pipeline.analysis.statistics import bootstrap_ci, paired_permutation_test
-from rag_pipeline.analysis.tune_runs import PoolRun, TuneError, find_pool_run
-from rag_pipeline.analysis.tuning import CVResult, SweepResult, cross_validate
+from rag_pipeline.analysis.tune_runs import TuneError, find_pool_run
+from rag_pipeline.analysis.tuning import SweepResult, cross_validate
 from rag_pipeline.contracts.metrics import METRIC_NAMES
+from rag_pipeline.contracts.tuning import RankedStage, SplitTest, SplitTrain, StageTuning
 from rag_pipeline.evaluation.pools import load_pools
-from rag_pipeline.retrieval.strategies import strategy_entry, strategy_to_yaml
-
-
-@dataclass
-class SplitSide:
-    """One dataset's numbers: the chosen and the pool strategy's own configuration, per case."""
-
-    run: PoolRun
-    chosen: np.ndarray
-    own: np.ndarray
-
-    @property
-    def chosen_mean(self) -> float:
-        return float(self.chosen.mean())
-
-    @property
-    def own_mean(self) -> float:
-        return float(self.own.mean())
-
-
-@dataclass
-class SplitTuneResult:
-    metric: str
-    configs: tuple[StageConfig, ...]
-    means: np.ndarray  # train mean of every configuration
-    chosen: StageConfig
-    strategy: Any
-    train: SplitSide
-    cv: CVResult
-    test: SplitSide | None
-    gain_ci: tuple[float, float] | None = None
-    p_value: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def base(self):
-        return self.train.run.strategy
-
-    @property
-    def yaml(self) -> str:
-        return strategy_to_yaml(self.strategy)
-
-    def top_configurations(self, n: int) -> list[dict[str, Any]]:
-        order = sorted(range(len(self.configs)), key=lambda i: (-self.means[i], i))[:n]
-        own = StageConfig.from_strategy(self.base)
-        return [{"rank": r + 1, "label": self.configs[i].label, "train_mean": float(self.means[i]),
-                 "is_own": self.configs[i] == own, "is_chosen": self.configs[i] == self.chosen}
-                for r, i in enumerate(order)]
-
-    def as_dict(self, top: int = 10) -> dict[str, Any]:
-        train, test = self.train, self.test
-        out = {
-            "metric": self.metric, "pool_strategy": self.base.version, "configurations": len(self.configs),
-            "chosen": self.chosen.label, "recommended_version": self.strategy.version,
-            "train": {"dataset": train.run.dataset, "dataset_version": train.run.dataset_version,
-                      "run_id": train.run.run_id, "cases": int(train.chosen.size),
-                      "in_sample_mean": train.chosen_mean, "own_mean": train.own_mean,
-                      "cv_mean": self.cv.mean, "cv_ci": list(self.cv.ci),
-                      "fold_choices": [c.label for c in self.cv.chosen]},
-            "estimate": (test.chosen_mean if test else self.cv.mean),
-            "estimate_source": ("held-out test dataset" if test else
-                                "cross-validation on the tuning dataset (the in-sample mean is not an estimate)"),
-            "test": None if test is None else {
-                "dataset": test.run.dataset, "dataset_version": test.run.dataset_version, "run_id": test.run.run_id,
-                "cases": int(test.chosen.size), "chosen_mean": test.chosen_mean, "own_mean": test.own_mean,
-                "gain": test.chosen_mean - test.own_mean, "gain_ci": list(self.gain_ci), "p_value": self.p_value},
-            "top_configurations": self.top_configurations(top),
-            "strategy": strategy_entry(self.strategy), "yaml": self.yaml, "notes": self.notes,
-        }
-        return out
+from rag_pipeline.retrieval.strategies import Strategy, strategy_entry, strategy_to_yaml
 
 
 def tune_split(conn: sa.Connection, dataset: str, train_dataset: str | None, pool_strategy: str,
                metric: str = "ndcg_at_k", folds: int = 5, seed: int = 0, *, knowledge_base: str | None = None,
-               version: str | None = None, n_resamples: int = 10000) -> SplitTuneResult:
+               version: str | None = None, n_resamples: int = 10000, top: int = 10) -> tuple[StageTuning, Strategy]:
     """Choose a stage configuration on ``train_dataset`` (default: ``dataset`` itself) and report it on
-    ``dataset``. Raises :class:`TuneError` when a run is missing or the two runs used other parameters."""
+    ``dataset``: the result (with the ``top`` best configurations on train) and the chosen strategy. Raises
+    :class:`TuneError` when a run is missing or the two runs used other parameters."""
     if metric not in METRIC_NAMES:
         raise ValueError(f"unknown metric {metric!r}; expected one of {list(METRIC_NAMES)}")
     notes: list[str] = []
@@ -132,25 +62,39 @@ def tune_split(conn: sa.Connection, dataset: str, train_dataset: str | None, poo
     best = int(np.argmax(means))
     cv = cross_validate(train_pools, metric, folds, seed, n_resamples=n_resamples,
                         sweep_result=SweepResult(metric, configs, per_case, train_pools.case_ids))
-    chosen = configs[best]
-    own = configs.index(StageConfig.from_strategy(base))
-    train = SplitSide(train_run, per_case[metric][best], per_case[metric][own])
-    test = gain_ci = p_value = None
+    chosen, own = configs[best], configs.index(StageConfig.from_strategy(base))
+    train_chosen, train_own = per_case[metric][best], per_case[metric][own]
+    test = None
     if test_run is not None:
         test_pools = load_pools(conn, test_run.run_id)
         shared = set(map(str, test_pools.case_ids)) & set(map(str, train_pools.case_ids))
         if shared:
             notes.append(f"{len(shared)} case id(s) of {dataset!r} are also in {train_dataset!r}: check the split")
         values = evaluate_stage_configs(test_pools, (chosen, configs[own]), top_n)[metric]
-        test = SplitSide(test_run, values[0], values[1])
-        diff = values[0] - values[1]
-        gain_ci = bootstrap_ci(diff, n_resamples, seed=seed)
-        p_value = paired_permutation_test(values[0], values[1], n_resamples, seed=seed)
+        chosen_mean, own_mean = float(values[0].mean()), float(values[1].mean())
+        test = SplitTest(dataset=test_run.dataset, dataset_version=test_run.dataset_version, run_id=test_run.run_id,
+                         cases=int(values[0].size), chosen_mean=chosen_mean, own_mean=own_mean,
+                         gain=chosen_mean - own_mean, gain_ci=list(bootstrap_ci(values[0] - values[1], n_resamples,
+                                                                                seed=seed)),
+                         p_value=paired_permutation_test(values[0], values[1], n_resamples, seed=seed))
     where = f"chosen on {train_run.dataset} ({train_pools.n_cases} cases)"
     description = (f"{chosen.label}, {where} from the pools of {base.version}: {metric} {means[best]:.4f} there"
-                   + (f", {test.chosen_mean:.4f} on {test_run.dataset}" if test else "") + ".")
+                   + (f", {test.chosen_mean:.4f} on {test.dataset}" if test else "") + ".")
     strategy = chosen.apply_to(base, version or f"{base.version}-tuned-{metric}", description)
     if chosen == configs[own]:
         notes.append(f"the best configuration on {train_run.dataset} is {base.version}'s own: the new version "
                      "only renames it")
-    return SplitTuneResult(metric, configs, means, chosen, strategy, train, cv, test, gain_ci, p_value, notes)
+    ranked = [RankedStage(rank=r + 1, label=configs[i].label, train_mean=float(means[i]),
+                          is_own=configs[i] == configs[own], is_chosen=configs[i] == chosen)
+              for r, i in enumerate(sorted(range(len(configs)), key=lambda i: (-means[i], i))[:top])]
+    train = SplitTrain(dataset=train_run.dataset, dataset_version=train_run.dataset_version, run_id=train_run.run_id,
+                       cases=int(train_chosen.size), in_sample_mean=float(train_chosen.mean()),
+                       own_mean=float(train_own.mean()), cv_mean=cv.mean, cv_ci=list(cv.ci),
+                       fold_choices=[c.label for c in cv.chosen])
+    return StageTuning(
+        metric=metric, pool_strategy=base.version, configurations=len(configs), chosen=chosen.label,
+        recommended_version=strategy.version, train=train, estimate=test.chosen_mean if test else cv.mean,
+        estimate_source=("held-out test dataset" if test else
+                         "cross-validation on the tuning dataset (the in-sample mean is not an estimate)"),
+        test=test, top_configurations=ranked, strategy=strategy_entry(strategy), yaml=strategy_to_yaml(strategy),
+        notes=notes), strategy

@@ -2,7 +2,7 @@
 
 A :class:`~rag_pipeline.evaluation.pools.PoolSet` holds every case's full candidate
 pool with each leg's score and rank, so any fusion can be re-applied offline:
-:func:`~rag_pipeline.evaluation.pools.evaluate_fusion` (re-exported here) re-fuses
+:func:`~rag_pipeline.evaluation.pools.evaluate_fusion` re-fuses
 all cases at once (``fuse_batch`` + ``order_batch`` + ``batch_metrics``, no
 loop over cases). Re-fusing only changes the fusion parameters; the pools
 (each leg's candidate k) stay those of the run that stored them, so a tuned
@@ -29,15 +29,7 @@ import numpy as np
 
 from rag_pipeline.analysis.statistics import bootstrap_ci, paired_permutation_test
 from rag_pipeline.contracts.metrics import METRIC_NAMES
-from rag_pipeline.evaluation.pools import (  # noqa: F401  (re-exported: the tuning API)
-    PoolSet,
-    evaluate_configs,
-    evaluate_fusion,
-    fused_order,
-    fused_ranks,
-    pool_recall,
-    recall_ceiling,
-)
+from rag_pipeline.evaluation.pools import PoolSet, evaluate_configs, evaluate_fusion, recall_ceiling
 from rag_pipeline.retrieval.fusion import NORMALIZATIONS
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, strategy_to_yaml
 

@@ -70,47 +70,43 @@ def plot_sweep(result: SweepResult, base: FusionConfig | None = None, title: str
                dpi: int = 100) -> bytes:
     """PNG bytes of the sweep chart (mean of ``result.metric`` over all cases)."""
     with chart_fonts():
-        return _plot_sweep(result, base, title, dpi)
-
-
-def _plot_sweep(result: SweepResult, base: FusionConfig | None, title: str | None, dpi: int) -> bytes:
-    means = result.means
-    figure = Figure(figsize=(10, 4.8), dpi=dpi)
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    for norm in NORMALIZATIONS:
-        points = sorted((c.vector_weight, float(means[i])) for i, c in enumerate(result.configs)
-                        if c.fusion == "weighted" and c.normalization == norm)
-        if points:
-            axes.plot(*zip(*points), marker=".", linewidth=1.5, label=f"weighted, {norm}")
-    rrf = [(c, float(means[i])) for i, c in enumerate(result.configs) if c.fusion == "rrf"]
-    for j, (config, value) in enumerate(sorted(rrf, key=lambda item: item[0].rrf_k)):
-        axes.axhline(value, color="grey", linestyle=":", linewidth=1,
-                     label="rrf (per k, right labels)" if j == 0 else None)
-        axes.annotate(f"k={config.rrf_k}", (1.0, value), xytext=(4, 0), fontsize=7,
-                      textcoords="offset points", xycoords=("axes fraction", "data"),
-                      va="center", color="grey")
-    best = result.best_config
-    best_x = best.vector_weight if best.fusion == "weighted" else 0.5
-    axes.plot([best_x], [float(means[result.best_index])], marker="*", markersize=14,
-              color="black", linestyle="none", label=f"best: {best.label}")
-    if base is not None and base in result.configs:
-        index = result.configs.index(base)
-        base_x = base.vector_weight if base.fusion == "weighted" else 0.5
-        axes.plot([base_x], [float(means[index])], marker="X", markersize=10, color="red",
-                  linestyle="none", label=f"base: {base.label}")
-    axes.set_xlabel("vector weight (keyword weight = 1 - vector weight)")
-    axes.set_ylabel(f"mean {result.metric}")
-    axes.set_xlim(-0.02, 1.02)
-    axes.grid(True, alpha=0.3)
-    axes.set_title(title or f"Fusion sweep: mean {result.metric} over "
-                            f"{result.case_ids.size} cases")
-    # outside the plot area, right of the RRF k labels, so it never covers a line
-    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.08, 1.0), borderaxespad=0.0)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", bbox_inches="tight")
-    return buffer.getvalue()
+        means = result.means
+        figure = Figure(figsize=(10, 4.8), dpi=dpi)
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot()
+        for norm in NORMALIZATIONS:
+            points = sorted((c.vector_weight, float(means[i])) for i, c in enumerate(result.configs)
+                            if c.fusion == "weighted" and c.normalization == norm)
+            if points:
+                axes.plot(*zip(*points), marker=".", linewidth=1.5, label=f"weighted, {norm}")
+        rrf = [(c, float(means[i])) for i, c in enumerate(result.configs) if c.fusion == "rrf"]
+        for j, (config, value) in enumerate(sorted(rrf, key=lambda item: item[0].rrf_k)):
+            axes.axhline(value, color="grey", linestyle=":", linewidth=1,
+                         label="rrf (per k, right labels)" if j == 0 else None)
+            axes.annotate(f"k={config.rrf_k}", (1.0, value), xytext=(4, 0), fontsize=7,
+                          textcoords="offset points", xycoords=("axes fraction", "data"),
+                          va="center", color="grey")
+        best = result.best_config
+        best_x = best.vector_weight if best.fusion == "weighted" else 0.5
+        axes.plot([best_x], [float(means[result.best_index])], marker="*", markersize=14,
+                  color="black", linestyle="none", label=f"best: {best.label}")
+        if base is not None and base in result.configs:
+            index = result.configs.index(base)
+            base_x = base.vector_weight if base.fusion == "weighted" else 0.5
+            axes.plot([base_x], [float(means[index])], marker="X", markersize=10, color="red",
+                      linestyle="none", label=f"base: {base.label}")
+        axes.set_xlabel("vector weight (keyword weight = 1 - vector weight)")
+        axes.set_ylabel(f"mean {result.metric}")
+        axes.set_xlim(-0.02, 1.02)
+        axes.grid(True, alpha=0.3)
+        axes.set_title(title or f"Fusion sweep: mean {result.metric} over "
+                                f"{result.case_ids.size} cases")
+        # outside the plot area, right of the RRF k labels, so it never covers a line
+        axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.08, 1.0), borderaxespad=0.0)
+        figure.tight_layout()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", bbox_inches="tight")
+        return buffer.getvalue()
 
 
 def markdown_image(png: bytes, alt: str = "sweep") -> str:

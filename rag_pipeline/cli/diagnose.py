@@ -61,9 +61,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
                               dataset_version=args.dataset_version, baseline=args.baseline, margin=args.margin,
                               alpha=args.alpha, n_resamples=args.resamples)
     if args.format == "json":
-        print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
+        print(json.dumps(result.model_dump(mode="json"), ensure_ascii=False, indent=2))
     else:
-        sys.stdout.write(render_text(result.comparison, result.gate))
+        sys.stdout.write(render_text(result))
     return 0 if result.gate.passed else 1
 
 

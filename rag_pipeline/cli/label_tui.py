@@ -25,35 +25,32 @@ import sys
 import termios
 import textwrap
 import tty
-import unicodedata
 from pathlib import Path
 
+from rag_pipeline.contracts.labelling import Draft, DraftQuestion
+from rag_pipeline.contracts.text_table import cell_width
 from rag_pipeline.service.catalog import printable
-from rag_pipeline.service.label_drafts import Draft, DraftQuestion, save_draft
+from rag_pipeline.service.label_drafts import save_draft
 
 KEYS_HELP = ("0-3 grade · r/space relevant · u clear · j/k or ↓/↑ move · n/Enter next question · s skip · "
              "b back · q quit")
 _ESCAPES = {"\x1b[A": "up", "\x1b[B": "down", "\x1bOA": "up", "\x1bOB": "down"}
 
 
-def _cols(ch: str) -> int:
-    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
-
-
 def wrap(text: str, width: int) -> list[str]:
     """``textwrap.wrap`` by display columns: a CJK character takes two (Chinese has no spaces to break at)."""
     lines = []
     for line in textwrap.wrap(text, width):
-        if sum(_cols(ch) for ch in line) <= width:
+        if cell_width(line) <= width:
             lines.append(line)
             continue
         current, used = "", 0
         for ch in line:
-            if used + _cols(ch) > width:
+            if used + cell_width(ch) > width:
                 lines.append(current)
                 current, used = "", 0
             current += ch
-            used += _cols(ch)
+            used += cell_width(ch)
         lines.append(current)
     return lines
 
@@ -62,7 +59,7 @@ def clip(line: str, width: int) -> str:
     """``line`` cut to ``width`` display columns."""
     used = 0
     for i, ch in enumerate(line):
-        used += _cols(ch)
+        used += cell_width(ch)
         if used > width:
             return line[:i]
     return line
@@ -80,9 +77,6 @@ class Labeller:
     @property
     def question(self) -> DraftQuestion:
         return self.draft.questions[self.draft.position]
-
-    def _save(self) -> None:
-        save_draft(self.draft, self.path)
 
     def _move_question(self, step: int) -> None:
         last = len(self.draft.questions) - 1
@@ -131,7 +125,7 @@ class Labeller:
             return
         if q.status == "skipped" and key in ("0", "1", "2", "3", "r", " "):
             q.status = "pending"
-        self._save()
+        save_draft(self.draft, self.path)
 
     def screen(self, width: int = 100, height: int = 30) -> str:
         """The whole screen as text."""

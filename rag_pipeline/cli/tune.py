@@ -1,29 +1,8 @@
-"""``rag-pipeline tune``: tune the fusion of a stored run's candidate pools, offline, with cross-validation.
-
-``tune --dataset NAME_OR_FILE [--knowledge-base KB] [--pool-strategy hybrid-bm25-v1] [--metric ndcg_at_k]
-[--folds 5] [--seed 0] [--version NAME] [--format text|json] [--write-strategy FILE]`` reads the current
-succeeded run of the pool strategy on the dataset (evaluate it first), re-fuses its stored pools under
-every configuration of :func:`rag_pipeline.analysis.tuning.grid` and picks one by k-fold cross-validation
-over cases (:func:`rag_pipeline.analysis.tuning.recommend`). It prints the cross-validated metric with its
-bootstrap 95 % CI, the gain over the pool strategy's own fusion (CI, p), the recall ceiling, the
-configuration each fold chose, the best configurations and the ready-to-paste strategy YAML. No SQL per
-case and no embedding: only the stored pools are read.
-
-``tune --train-dataset TRAIN --dataset TEST`` (also used for a pool strategy with ``complete_pool`` or a rerank
-stage, then TRAIN defaults to the dataset) sweeps the first-stage fusion, completion and the rerank mix
-(:mod:`rag_pipeline.analysis.stage_tuning`), chooses on TRAIN and reports that choice on TEST
-(:func:`rag_pipeline.analysis.tune_split.tune_split`): the TRAIN in-sample number is printed as "NOT an
-estimate"; the estimate is the TEST number (or, without a separate TRAIN, the cross-validated mean).
-
-``--write-strategy FILE`` appends the tuned strategy to the registry file ``FILE``; a missing ``FILE``
-starts as a copy of the active registry (``RAG_STRATEGIES_FILE`` or the packaged one), so
-``RAG_STRATEGIES_FILE=FILE rag-pipeline evaluate --strategy <tuned version> ...`` runs it next to every
-existing version. Exit 0 on success, 2 on user errors (nothing evaluated yet, bad metric or folds, a
-version name already used with other parameters).
-
-The computation is :func:`rag_pipeline.service.analysis.tune`, shared with the Dagster asset ``fusion_sweep``
-(:mod:`rag_pipeline.defs.tuning`), so both always agree; this module only parses and renders.
-"""
+"""``rag-pipeline tune``: tune the fusion (or, with ``--train-dataset`` or a pool strategy with completion /
+rerank stages, every stage) of a stored run's candidate pools, offline, with cross-validation; prints a
+ready-to-add strategy (``--write-strategy FILE`` appends it to a registry file). Options, the estimate's meaning
+and the exit codes: the README's "CLI" section. The computation is :mod:`rag_pipeline.service.analysis`, shared
+with the Dagster asset ``fusion_sweep``; this module only parses and renders."""
 
 from __future__ import annotations
 
@@ -33,15 +12,15 @@ import sys
 
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
+from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.service import analysis
 from rag_pipeline.service.analysis import (
     DEFAULT_FOLDS,
     DEFAULT_METRIC,
     DEFAULT_POOL_STRATEGY,
     TOP_CONFIGS,
-    FusionConfig,
-    SplitTuneResult,
-    TuneResult,
+    FusionTuning,
+    StageTuning,
 )
 from rag_pipeline.service.database import get_engine
 from rag_pipeline.service.evaluations import METRIC_NAMES
@@ -49,103 +28,92 @@ from rag_pipeline.service.evaluations import METRIC_NAMES
 TABLE_METRICS = ("ndcg_at_k", "recall_at_k", "reciprocal_rank", "precision_at_k")
 
 
-def render_text(result: TuneResult, top: int = TOP_CONFIGS) -> str:
+def render_text(t: FusionTuning, top: int = TOP_CONFIGS) -> str:
     """The human-readable report of ``rag-pipeline tune``."""
-    rec, run, m = result.recommendation, result.pool_run, result.recommendation.metric
-    cv = rec.cv
-    own = FusionConfig.from_strategy(rec.strategy) == result.base_config
+    m = t.metric
     rows = [
-        ("recommended", f"{FusionConfig.from_strategy(rec.strategy).label}  -> new version {rec.strategy.version}"
-         + (f" (the same fusion as {rec.base.version})" if own else "")),
-        (f"cross-validated {m}", f"{cv.mean:.4f}  95% CI [{cv.ci[0]:.4f}, {cv.ci[1]:.4f}]  (each fold scored "
+        ("recommended", f"{t.recommended}  -> new version {t.recommended_version}"
+         + (f" (the same fusion as {t.pool_strategy})" if t.recommended == t.base_fusion else "")),
+        (f"cross-validated {m}", f"{t.cv_mean:.4f}  95% CI [{t.cv_ci[0]:.4f}, {t.cv_ci[1]:.4f}]  (each fold scored "
                                  "with the configuration chosen on the other folds)"),
-        (f"predicted {m}", f"{rec.predicted_mean:.4f}  (the recommended configuration on all cases: what a real "
+        (f"predicted {m}", f"{t.predicted_mean:.4f}  (the recommended configuration on all cases: what a real "
                            "run of the new version reproduces)"),
-        (f"{rec.base.version}'s own fusion", f"{rec.base_mean:.4f}  ({result.base_config.label})"),
-        ("gain (CV vs own fusion)", f"{rec.gain:+.4f}  95% CI [{rec.gain_ci[0]:+.4f}, {rec.gain_ci[1]:+.4f}]  "
-                                    f"p={rec.p_value:.4g}"),
-        ("recall ceiling", f"{rec.recall_ceiling:.4f}  (share of relevant chunks anywhere in the pools: no "
+        (f"{t.pool_strategy}'s own fusion", f"{t.base_mean:.4f}  ({t.base_fusion})"),
+        ("gain (CV vs own fusion)", f"{t.gain:+.4f}  95% CI [{t.gain_ci[0]:+.4f}, {t.gain_ci[1]:+.4f}]  "
+                                    f"p={t.p_value:.4g}"),
+        ("recall ceiling", f"{t.recall_ceiling:.4f}  (share of relevant chunks anywhere in the pools: no "
                            "fusion can beat it)"),
     ]
-    width = max(len(label) for label, _ in rows)
-    per_fold = result.per_fold()
-    chosen_width = max(len(f["chosen"]) for f in per_fold)
+    chosen_width = max(len(f.chosen) for f in t.per_fold)
+    marks = [" (recommended)" if r.is_recommended else " (pool strategy)" if r.is_base else ""
+             for r in t.top_configurations]
     lines = [
-        f"Fusion tuning of {rec.base.version} on dataset {run.dataset} (knowledge base {run.knowledge_base}, "
-        f"{cv.fold_of.size} cases, run {run.run_id})",
-        f"{len(rec.sweep.configs)} fusion configurations, {result.folds}-fold cross-validation over cases "
-        f"(seed {result.seed}), metric {m}",
+        f"Fusion tuning of {t.pool_strategy} on dataset {t.dataset} (knowledge base {t.knowledge_base}, "
+        f"{t.cases} cases, run {t.pool_run_id})",
+        f"{t.configurations} fusion configurations, {t.folds}-fold cross-validation over cases "
+        f"(seed {t.seed}), metric {m}",
         "",
-        *(f"{label:<{width}}  {value}" for label, value in rows),
+        text_table(None, rows),
         "",
         "chosen per fold (on the other folds):",
-        *(f"  fold {f['fold'] + 1}: {f['chosen']:<{chosen_width}}  held-out {m} {f['held_out_mean']:.4f} "
-          f"({f['cases']} cases)" for f in per_fold),
+        *(f"  fold {f.fold + 1}: {f.chosen:<{chosen_width}}  held-out {m} {f.held_out_mean:.4f} "
+          f"({f.cases} cases)" for f in t.per_fold),
         "",
         f"top {top} configurations (mean over all cases):",
+        text_table([f"{'#':>3}", "configuration", *(f"{x:>15}" for x in TABLE_METRICS), "folds"],
+                   [[f"{r.rank:>3}", r.label, *(f"{getattr(r, x):>15.4f}" for x in TABLE_METRICS),
+                     f"{r.folds_chosen:>5}{mark}"] for r, mark in zip(t.top_configurations, marks, strict=True)],
+                   indent="  ", rule=False),
+        "",
+        "strategy definition (paste under `strategies:` in the registry, or use --write-strategy):",
+        t.yaml.rstrip("\n"),
     ]
-    rows = result.top_configurations(top)
-    label_width = max(len("configuration"), *(len(r["label"]) for r in rows))
-    lines.append(f"  {'#':>3}  {'configuration':<{label_width}}  " + "  ".join(f"{x:>15}" for x in TABLE_METRICS)
-                 + "  folds")
-    for r in rows:
-        mark = " (recommended)" if r["is_recommended"] else " (pool strategy)" if r["is_base"] else ""
-        lines.append(f"  {r['rank']:>3}  {r['label']:<{label_width}}  "
-                     + "  ".join(f"{r[x]:>15.4f}" for x in TABLE_METRICS) + f"  {r['folds_chosen']:>5}{mark}")
-    lines += ["", "strategy definition (paste under `strategies:` in the registry, or use --write-strategy):",
-              rec.yaml.rstrip("\n")]
-    lines += [f"note: {n}" for n in result.notes]
+    lines += [f"note: {n}" for n in t.notes]
     return "\n".join(lines) + "\n"
 
 
-def render_split(result: SplitTuneResult, top: int = TOP_CONFIGS) -> str:
+def render_split(t: StageTuning, top: int = TOP_CONFIGS) -> str:
     """The report of a stage tuning (``--train-dataset``, or a pool strategy that completes pools / reranks)."""
-    m, train, test, cv = result.metric, result.train, result.test, result.cv
+    m, train, test = t.metric, t.train, t.test
     lines = [
-        f"Stage tuning of {result.base.version}: {len(result.configs)} configurations (first-stage fusion, "
+        f"Stage tuning of {t.pool_strategy}: {t.configurations} configurations (first-stage fusion, "
         f"completion, rerank weight and normalisation), metric {m}",
-        f"chosen on  {train.run.dataset} (version {train.run.dataset_version[:12]}, {train.chosen.size} cases, "
-        f"run {train.run.run_id})",
-        f"chosen:    {result.chosen.label}  -> new version {result.strategy.version}",
+        f"chosen on  {train.dataset} (version {train.dataset_version[:12]}, {train.cases} cases, "
+        f"run {train.run_id})",
+        f"chosen:    {t.chosen}  -> new version {t.recommended_version}",
         "",
-        f"on {train.run.dataset} (tuning data):",
-        f"  in-sample {m} {train.chosen_mean:.4f}   (tuned on these cases: NOT an estimate)",
-        f"  {result.base.version}'s own configuration {train.own_mean:.4f}",
-        f"  {cv.fold_of.size}-case {len(cv.chosen)}-fold cross-validated {m} {cv.mean:.4f}  95% CI "
-        f"[{cv.ci[0]:.4f}, {cv.ci[1]:.4f}]" + ("" if test else "   <- the estimate"),
+        f"on {train.dataset} (tuning data):",
+        f"  in-sample {m} {train.in_sample_mean:.4f}   (tuned on these cases: NOT an estimate)",
+        f"  {t.pool_strategy}'s own configuration {train.own_mean:.4f}",
+        f"  {train.cases}-case {len(train.fold_choices)}-fold cross-validated {m} {train.cv_mean:.4f}  95% CI "
+        f"[{train.cv_ci[0]:.4f}, {train.cv_ci[1]:.4f}]" + ("" if test else "   <- the estimate"),
     ]
     if test is not None:
         lines += [
             "",
-            f"on {test.run.dataset} (held out: version {test.run.dataset_version[:12]}, {test.chosen.size} cases, "
-            f"run {test.run.run_id}):",
+            f"on {test.dataset} (held out: version {test.dataset_version[:12]}, {test.cases} cases, "
+            f"run {test.run_id}):",
             f"  chosen configuration {m} {test.chosen_mean:.4f}   <- the estimate (chosen without these cases)",
-            f"  {result.base.version}'s own configuration {test.own_mean:.4f};  gain "
-            f"{test.chosen_mean - test.own_mean:+.4f}  95% CI [{result.gain_ci[0]:+.4f}, {result.gain_ci[1]:+.4f}]"
-            f"  p={result.p_value:.4g}",
+            f"  {t.pool_strategy}'s own configuration {test.own_mean:.4f};  gain "
+            f"{test.gain:+.4f}  95% CI [{test.gain_ci[0]:+.4f}, {test.gain_ci[1]:+.4f}]  p={test.p_value:.4g}",
         ]
-    rows = result.top_configurations(top)
-    width = max(len(r["label"]) for r in rows)
-    lines += ["", f"top {top} configurations on {train.run.dataset}:"]
-    lines += [f"  {r['rank']:>3}  {r['label']:<{width}}  {r['train_mean']:.4f}"
-              + (" (chosen)" if r["is_chosen"] else " (pool strategy)" if r["is_own"] else "") for r in rows]
+    lines += ["", f"top {top} configurations on {train.dataset}:",
+              text_table(None, [[f"{r.rank:>3}", r.label, f"{r.train_mean:.4f}"
+                                 + (" (chosen)" if r.is_chosen else " (pool strategy)" if r.is_own else "")]
+                                for r in t.top_configurations], indent="  ")]
     lines += ["", "strategy definition (paste under `strategies:` in the registry, or use --write-strategy):",
-              result.yaml.rstrip("\n")]
-    lines += [f"note: {n}" for n in result.notes]
+              t.yaml.rstrip("\n")]
+    lines += [f"note: {n}" for n in t.notes]
     return "\n".join(lines) + "\n"
 
 
-def _cmd_tune_split(args: argparse.Namespace) -> int:
-    result = analysis.tune_stages(get_engine(), args.dataset, args.train_dataset, args.pool_strategy, args.metric,
-                                  args.folds, args.seed, knowledge_base=args.knowledge_base, version=args.version,
-                                  n_resamples=args.resamples)
-    written = analysis.add_split_strategy(result, args.write_strategy) if args.write_strategy else None
+def _print(tuning: FusionTuning | StageTuning, args: argparse.Namespace, text: str, ran: str = "") -> int:
     if args.format == "json":
-        print(json.dumps({**result.as_dict(args.top), "written": written}, ensure_ascii=False, indent=2))
+        print(json.dumps(tuning.model_dump(mode="json"), ensure_ascii=False, indent=2))
     else:
-        sys.stdout.write(render_split(result, args.top))
-        if written:
-            print(f"\n{written['status']}: {result.strategy.version} in {written['path']}")
+        sys.stdout.write(text)
+        if tuning.written:
+            print(f"\n{tuning.written.status}: {tuning.recommended_version} in {tuning.written.path}{ran}")
     return 0
 
 
@@ -155,21 +123,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if args.dataset_version:
             raise ValueError("--dataset-version is not supported with --train-dataset or a pool strategy with "
                              "completion / rerank stages (the latest version of each dataset is used)")
-        return _cmd_tune_split(args)
+        split = analysis.tune_stages(get_engine(), args.dataset, args.train_dataset, args.pool_strategy,
+                                     args.metric, args.folds, args.seed, knowledge_base=args.knowledge_base,
+                                     version=args.version, n_resamples=args.resamples, top=args.top,
+                                     write_to=args.write_strategy)
+        return _print(split, args, render_split(split, args.top))
     result = analysis.tune(get_engine(), args.dataset, args.pool_strategy, args.metric, args.folds, args.seed,
                            knowledge_base=args.knowledge_base, version=args.version,
-                           dataset_version=args.dataset_version, n_resamples=args.resamples)
-    rec = result.recommendation
-    written = analysis.add_strategy(result, args.write_strategy) if args.write_strategy else None
-    if args.format == "json":
-        print(json.dumps({**result.as_dict(args.top), "written": written}, ensure_ascii=False, indent=2))
-    else:
-        sys.stdout.write(render_text(result, args.top))
-        if written:
-            print(f"\n{written['status']}: {rec.strategy.version} in {written['path']}; run it with "
-                  f"RAG_STRATEGIES_FILE={written['path']} rag-pipeline evaluate --dataset {args.dataset} "
-                  f"--strategy {rec.strategy.version}")
-    return 0
+                           dataset_version=args.dataset_version, n_resamples=args.resamples, top=args.top,
+                           write_to=args.write_strategy)
+    return _print(result, args, render_text(result, args.top),
+                  f"; run it with RAG_STRATEGIES_FILE={result.written.path} rag-pipeline evaluate --dataset "
+                  f"{args.dataset} --strategy {result.recommended_version}" if result.written else "")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -17,7 +17,7 @@ import dagster as dg
 from rag_pipeline.defs.evaluation import evaluation_dataset, stored_dataset_id
 from rag_pipeline.defs.partitions import evaluation_partitions
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.service.analysis import Comparison, GateResult
+from rag_pipeline.service.analysis import StrategyComparison
 from rag_pipeline.service.datasets import check_stored_dataset
 from rag_pipeline.service.evaluations import LabelReport
 
@@ -68,13 +68,14 @@ with warnings.catch_warnings():  # a partitioned check is a Dagster "preview" fe
                     "valid label; WARN when some labels are invalid.")(_label_integrity)
 
 
-def regression_gate_result(comparison: Comparison, gate: GateResult) -> dg.AssetCheckResult:
+def regression_gate_result(comparison: StrategyComparison) -> dg.AssetCheckResult:
+    gate = comparison.gate
     margin, alpha = gate.margin, gate.alpha
     rows = [p for p in comparison.paired if p.metric == gate.metric]
     return dg.AssetCheckResult(
         check_name=REGRESSION_GATE_SPEC.name, asset_key=REGRESSION_GATE_SPEC.asset_key, passed=gate.passed,
-        severity=dg.AssetCheckSeverity.ERROR, description=gate.description(),
+        severity=dg.AssetCheckSeverity.ERROR, description=gate.description,
         metadata={"baseline": comparison.baseline, "margin": margin, "alpha": alpha,
-                  "failing_strategies": [p.strategy for p in gate.failures],
+                  "failing_strategies": gate.failing,
                   "deltas": dg.MetadataValue.json({p.strategy: round(p.delta, 6) for p in rows}),
                   "holm_p": dg.MetadataValue.json({p.strategy: p.p_holm for p in rows})})

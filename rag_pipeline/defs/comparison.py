@@ -21,12 +21,14 @@ from rag_pipeline.service import analysis, retention
 from rag_pipeline.service.analysis import (
     DEFAULT_BASELINE,
     ComparisonError,
-    chart_markdown,
     chart_png,
+    markdown_image,
     metric_table,
     moved_table,
     significance_table,
 )
+
+_NOT_IN_METADATA = {"dataset_version", "knowledge_base", "stale", "gate"}  # separate metadata entries
 
 
 class ComparisonConfig(dg.Config):
@@ -62,30 +64,28 @@ def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonCon
                                   margin=config.margin, alpha=config.alpha, n_resamples=config.n_resamples)
     except ComparisonError as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from exc
-    comp = result.comparison
     # a stored comparison: retention keeps the runs it refers to (rag_pipeline.service.retention)
     retention.record_comparison(rag_db.engine(), f"{context.partition_key}|{result.knowledge_base}",
-                                [r.run_id for r in comp.runs])
-    for note in comp.notes:
+                                [r.run_id for r in result.runs])
+    for note in result.notes:
         context.log.warning(note)
-    png = chart_png(comp)
-    primary = {p.strategy: p for p in comp.paired if p.metric == "ndcg_at_k"}
+    primary = {p.strategy: p for p in result.paired if p.metric == "ndcg_at_k"}
     yield dg.MaterializeResult(metadata={
-        "baseline": comp.baseline,
-        "strategies": len(comp.runs),
+        "baseline": result.baseline,
+        "strategies": len(result.runs),
         "knowledge_base": result.knowledge_base,
         "dataset_version": result.dataset_version,
         "stale_strategies": dg.MetadataValue.json(result.stale),
-        "metrics": dg.MetadataValue.md(metric_table(comp)),
-        "significance": dg.MetadataValue.md(significance_table(comp) if comp.paired else "_only the baseline_"),
-        "moved_cases": dg.MetadataValue.md(moved_table(comp)),
-        "chart": dg.MetadataValue.md(chart_markdown(png)),
+        "metrics": dg.MetadataValue.md(metric_table(result)),
+        "significance": dg.MetadataValue.md(significance_table(result) if result.paired else "_only the baseline_"),
+        "moved_cases": dg.MetadataValue.md(moved_table(result)),
+        "chart": dg.MetadataValue.md(markdown_image(chart_png(result), "strategy comparison")),
         "ndcg_delta_vs_baseline": dg.MetadataValue.json({v: display_number(p.delta) for v, p in primary.items()}),
         "ndcg_holm_p": dg.MetadataValue.json({v: display_number(p.p_holm) for v, p in primary.items()}),
-        "notes": dg.MetadataValue.json(comp.notes),
-        "comparison": dg.MetadataValue.json(comp.as_dict()),
+        "notes": dg.MetadataValue.json(result.notes),
+        "comparison": dg.MetadataValue.json(result.model_dump(mode="json", exclude=_NOT_IN_METADATA)),
     })
-    yield regression_gate_result(comp, result.gate)
+    yield regression_gate_result(result)
 
 
 compare_strategies_job = dg.define_asset_job(

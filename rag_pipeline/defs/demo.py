@@ -21,10 +21,11 @@ from pathlib import Path
 
 import dagster as dg
 
+from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.defs.instance import ensure_pool
 from rag_pipeline.defs.partitions import partition_key
 from rag_pipeline.service import analysis, evaluations
-from rag_pipeline.service.analysis import Comparison, GateResult, render_plain
+from rag_pipeline.service.analysis import StrategyComparison, render_plain
 from rag_pipeline.service.catalog import load_registry
 from rag_pipeline.service.database import dagster_database_url, get_engine
 from rag_pipeline.service.datasets import DEMO_CHUNK_OVERLAP, DEMO_CHUNK_SIZE, DEMO_KB, DEMO_TEXT_SEARCH
@@ -87,12 +88,12 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
     result = analysis.compare(engine, dataset, knowledge_base=DEMO_KB)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for run in result.runs:
-        path = out_dir / f"{dataset}-{run.version}.json"
+    for run in sorted(result.runs, key=lambda r: r.strategy):
+        path = out_dir / f"{dataset}-{run.strategy}.json"
         with path.open("w", encoding="utf-8") as fp:
             evaluations.write_report(engine, run.run_id, fp)
         paths.append(path)
-    sys.stdout.write(demo_summary(result.comparison, result.gate, paths, dataset=dataset))
+    sys.stdout.write(demo_summary(result, paths, dataset=dataset))
     if failed:
         print(f"failed strategies: {', '.join(failed)} (see the Dagster run logs)", file=sys.stderr)
         return 2
@@ -103,15 +104,15 @@ SINGLE_LEG_NOTE = ("The demo ships deliberately weak single-leg strategies (vect
                    "next to the hybrid baseline")
 
 
-def demo_summary(comp: Comparison, gate: GateResult, report_paths: list[Path], *, dataset: str = "demo",
+def demo_summary(comp: StrategyComparison, report_paths: list[Path], *, dataset: str = "demo",
                  cli: str = ".venv/bin/rag-pipeline") -> str:
     """The plain-text end of ``make run``: the comparison table, the gate and what it means for the demo, the
     report files, and the next commands to try (with a real run id prefix)."""
-    lines = [render_plain(comp, gate, details=False), ""]
-    if gate.passed:
-        lines.append(f"{SINGLE_LEG_NOTE}; none is significantly worse on {len(comp.runs[0].per_case)} cases.")
+    lines = [render_plain(comp, details=False), ""]
+    if comp.gate.passed:
+        lines.append(f"{SINGLE_LEG_NOTE}; none is significantly worse on {comp.runs[0].cases} cases.")
     else:
-        failing = ", ".join(dict.fromkeys(p.strategy for p in gate.failures))
+        failing = ", ".join(dict.fromkeys(comp.gate.failing))
         lines.append(f"{SINGLE_LEG_NOTE}, so a failed gate is expected here ({failing}): `make run` still "
                      "succeeds. In CI, `rag-pipeline compare` exits 1 on it.")
     lines.append("")
@@ -124,16 +125,14 @@ def demo_summary(comp: Comparison, gate: GateResult, report_paths: list[Path], *
             lines.append("JSON reports:")
             lines += [f"  {p}" for p in report_paths]
         lines.append("")
-    run = next((r for r in comp.runs if r.version == comp.baseline), comp.runs[0] if comp.runs else None)
+    run = next((r for r in comp.runs if r.strategy == comp.baseline), comp.runs[0] if comp.runs else None)
     steps = [("make dev", "the Dagster UI on http://127.0.0.1:3000 and the admin console on "
                           "http://127.0.0.1:8000/admin/retrieval-evaluations (same database)"),
              (f"{cli} runs --dataset {dataset}", "every run, newest first")]
     if run is not None:
-        steps.append((f"{cli} show {run.run_id[:8]}", f"run {run.version} as JSON (a unique id prefix is enough)"))
+        steps.append((f"{cli} show {run.run_id[:8]}", f"run {run.strategy} as JSON (a unique id prefix is enough)"))
     steps.append((f"{cli} compare --dataset {dataset}", "with paired significance and the cases that moved"))
-    width = max(len(c) for c, _ in steps)
-    lines.append("Next:")
-    lines += [f"  {c.ljust(width)}  # {why}" for c, why in steps]
+    lines += ["Next:", text_table(None, [[c, f"# {why}"] for c, why in steps], indent="  ")]
     lines.append("  (or `source .venv/bin/activate` once, then plain `rag-pipeline ...`)")
     return "\n".join(lines) + "\n"
 

@@ -1,17 +1,10 @@
-"""Asset ``fusion_sweep`` (group ``retrieval_evaluation``), one partition per dataset, and job ``tune_fusion``.
-
-Every evaluation run stores each case's full candidate pool with both legs' scores and ranks, so the
-fusion can be re-tuned offline from the database, without re-querying the knowledge base: the asset reads
-the current run of a "pool" strategy that stores deep pools (default ``hybrid-bm25-v1``: USE + BM25,
-100 candidates per leg), re-fuses it under every configuration of the grid (weighted fusion with each
-normalisation x vector weight in steps of 0.05, RRF per k) and picks one by k-fold cross-validation over
-cases (:func:`rag_pipeline.analysis.tuning.recommend`, shared with ``rag-pipeline tune`` through
-:func:`rag_pipeline.service.analysis.tune`).
+"""Asset ``fusion_sweep`` (group ``strategy_analysis``), one partition per dataset, and job ``tune_fusion``: the
+fusion re-tuned offline from the pool strategy's stored candidate pools, with k-fold cross-validation over cases
+(:func:`rag_pipeline.service.analysis.fusion_sweep`, the computation of ``rag-pipeline tune``).
 
 Like ``strategy_comparison`` it depends on every strategy partition of ``evaluation_run_summary`` for its
 dataset and is not part of the ``evaluate_retrieval`` job. It writes nothing: adding the recommended
-strategy to the registry is the user's decision (paste the YAML, or ``rag-pipeline tune
---write-strategy``).
+strategy to the registry is the user's decision (paste the YAML, or ``rag-pipeline tune --write-strategy``).
 """
 
 import dagster as dg
@@ -21,16 +14,7 @@ from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.partitions import dataset_partitions, every_strategy_of_the_dataset
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service import analysis
-from rag_pipeline.service.analysis import (
-    DEFAULT_FOLDS,
-    DEFAULT_METRIC,
-    DEFAULT_POOL_STRATEGY,
-    TOP_CONFIGS,
-    FusionConfig,
-    TuneError,
-    TuneResult,
-    sweep_markdown,
-)
+from rag_pipeline.service.analysis import DEFAULT_FOLDS, DEFAULT_METRIC, DEFAULT_POOL_STRATEGY, FusionTuning, TuneError
 from rag_pipeline.service.catalog import StrategyError
 from rag_pipeline.service.evaluations import METRIC_LABELS
 
@@ -51,66 +35,58 @@ class FusionSweepConfig(dg.Config):
     """A dataset version (content hash or prefix); default: the latest. Runs on other versions never mix in."""
 
 
-def top_configurations_markdown(result: TuneResult) -> str:
+def top_configurations_markdown(t: FusionTuning) -> str:
     """The best configurations as a markdown table (the pool strategy's and the recommended one marked)."""
-    metric = result.recommendation.metric
-    columns = list(dict.fromkeys([metric, "ndcg_at_k", "recall_at_k", "reciprocal_rank", "precision_at_k"]))
+    columns = list(dict.fromkeys([t.metric, "ndcg_at_k", "recall_at_k", "reciprocal_rank", "precision_at_k"]))
     head = "| # | configuration | " + " | ".join(METRIC_LABELS.get(c, c) for c in columns) + " | folds chose it | |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in result.top_configurations(TOP_CONFIGS):
-        mark = ", ".join(text for flag, text in ((r["is_recommended"], "**recommended**"),
-                                                 (r["is_base"], "pool strategy")) if flag)
-        lines.append(f"| {r['rank']} | {r['label']} | " + " | ".join(f"{r[c]:.4f}" for c in columns)
-                     + f" | {r['folds_chosen']} | {mark} |")
+    for r in t.top_configurations:
+        mark = ", ".join(text for flag, text in ((r.is_recommended, "**recommended**"),
+                                                 (r.is_base, "pool strategy")) if flag)
+        lines.append(f"| {r.rank} | {r.label} | " + " | ".join(f"{getattr(r, c):.4f}" for c in columns)
+                     + f" | {r.folds_chosen} | {mark} |")
     return "\n".join(lines)
 
 
-def headline_markdown(result: TuneResult) -> str:
-    rec = result.recommendation
-    m, cv = rec.metric, rec.cv
-    return (f"**{rec.strategy.version}** ({FusionConfig.from_strategy(rec.strategy).label}): "
-            f"{result.folds}-fold cross-validated {m} **{cv.mean:.4f}** (95% CI {cv.ci[0]:.4f}–{cv.ci[1]:.4f}), "
-            f"predicted {rec.predicted_mean:.4f}; {rec.base.version}'s own fusion "
-            f"({result.base_config.label}) {rec.base_mean:.4f}, gain {rec.gain:+.4f} "
-            f"(95% CI {rec.gain_ci[0]:+.4f}–{rec.gain_ci[1]:+.4f}, p={rec.p_value:.3g}); recall ceiling "
-            f"{rec.recall_ceiling:.4f}.")
+def headline_markdown(t: FusionTuning) -> str:
+    return (f"**{t.recommended_version}** ({t.recommended}): {t.folds}-fold cross-validated {t.metric} "
+            f"**{t.cv_mean:.4f}** (95% CI {t.cv_ci[0]:.4f}–{t.cv_ci[1]:.4f}), predicted {t.predicted_mean:.4f}; "
+            f"{t.pool_strategy}'s own fusion ({t.base_fusion}) {t.base_mean:.4f}, gain {t.gain:+.4f} "
+            f"(95% CI {t.gain_ci[0]:+.4f}–{t.gain_ci[1]:+.4f}, p={t.p_value:.3g}); recall ceiling "
+            f"{t.recall_ceiling:.4f}.")
 
 
-def fusion_sweep_metadata(result: TuneResult) -> dict:
+def fusion_sweep_metadata(t: FusionTuning, sweep_chart: str) -> dict:
     """The asset's metadata (pure: testable without a Dagster run)."""
-    rec, run = result.recommendation, result.pool_run
-    title = (f"{run.dataset}: mean {rec.metric} of {rec.base.version}'s pools "
-             f"({rec.cv.fold_of.size} cases) vs vector weight")
     yaml_block = ("```yaml\n# paste under `strategies:` in rag_pipeline/retrieval/strategies.yaml (or your "
-                  "RAG_STRATEGIES_FILE)\n" + rec.yaml.rstrip("\n") + "\n```")
+                  "RAG_STRATEGIES_FILE)\n" + t.yaml.rstrip("\n") + "\n```")
     return {
-        "headline": dg.MetadataValue.md(headline_markdown(result)),
-        "recommended": FusionConfig.from_strategy(rec.strategy).label,
-        "recommended_version": rec.strategy.version,
-        "metric": rec.metric,
-        "cv_mean": display_float(rec.cv.mean),
-        "cv_ci_low": display_float(rec.cv.ci[0]),
-        "cv_ci_high": display_float(rec.cv.ci[1]),
-        "predicted_mean": display_float(rec.predicted_mean),
-        "pool_strategy_mean": display_float(rec.base_mean),
-        "gain": display_float(rec.gain),
-        "gain_ci_low": display_float(rec.gain_ci[0]),
-        "gain_ci_high": display_float(rec.gain_ci[1]),
-        "gain_p_value": display_float(rec.p_value),
-        "recall_ceiling": display_float(rec.recall_ceiling),
+        "headline": dg.MetadataValue.md(headline_markdown(t)),
+        "recommended": t.recommended,
+        "recommended_version": t.recommended_version,
+        "metric": t.metric,
+        "cv_mean": display_float(t.cv_mean),
+        "cv_ci_low": display_float(t.cv_ci[0]),
+        "cv_ci_high": display_float(t.cv_ci[1]),
+        "predicted_mean": display_float(t.predicted_mean),
+        "pool_strategy_mean": display_float(t.base_mean),
+        "gain": display_float(t.gain),
+        "gain_ci_low": display_float(t.gain_ci[0]),
+        "gain_ci_high": display_float(t.gain_ci[1]),
+        "gain_p_value": display_float(t.p_value),
+        "recall_ceiling": display_float(t.recall_ceiling),
         "strategy_yaml": dg.MetadataValue.md(yaml_block),
-        "sweep_chart": dg.MetadataValue.md(sweep_markdown(rec.sweep, result.base_config, title)),
-        "top_configurations": dg.MetadataValue.md(top_configurations_markdown(result)),
-        "fold_choices": dg.MetadataValue.json(result.per_fold()),
-        "pool_strategy": rec.base.version,
-        "pool_run_id": run.run_id,
-        "knowledge_base": run.knowledge_base,
-        "dataset_version": run.dataset_version,
-        "cases": int(rec.cv.fold_of.size),
-        "configurations": len(rec.sweep.configs),
-        "notes": dg.MetadataValue.json(result.notes),
-        "summary": dg.MetadataValue.json({k: v for k, v in result.as_dict().items()
-                                          if k not in ("yaml", "top_configurations")}),
+        "sweep_chart": dg.MetadataValue.md(sweep_chart),
+        "top_configurations": dg.MetadataValue.md(top_configurations_markdown(t)),
+        "fold_choices": dg.MetadataValue.json(t.model_dump(mode="json")["per_fold"]),
+        "pool_strategy": t.pool_strategy,
+        "pool_run_id": t.pool_run_id,
+        "knowledge_base": t.knowledge_base,
+        "dataset_version": t.dataset_version,
+        "cases": t.cases,
+        "configurations": t.configurations,
+        "notes": dg.MetadataValue.json(t.notes),
+        "summary": dg.MetadataValue.json(t.model_dump(mode="json", exclude={"yaml", "top_configurations", "written"})),
     }
 
 
@@ -129,15 +105,16 @@ def fusion_sweep(context: dg.AssetExecutionContext, config: FusionSweepConfig, r
     strategy's own fusion (CI, p), recall ceiling, the ready-to-paste strategy YAML, the metric-vs-weight
     chart per normalisation and the top-10 configurations."""
     try:
-        result = analysis.tune(rag_db.engine(), context.partition_key, config.pool_strategy, config.metric,
-                               config.folds, config.seed, knowledge_base=config.knowledge_base or None,
-                               dataset_version=config.dataset_version or None)
+        result, chart = analysis.fusion_sweep(rag_db.engine(), context.partition_key, config.pool_strategy,
+                                              config.metric, config.folds, config.seed,
+                                              knowledge_base=config.knowledge_base or None,
+                                              dataset_version=config.dataset_version or None)
     except (TuneError, StrategyError, ValueError) as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from exc
     for note in result.notes:
         context.log.warning(note)
     context.log.info(headline_markdown(result).replace("**", ""))
-    return dg.MaterializeResult(metadata=fusion_sweep_metadata(result))
+    return dg.MaterializeResult(metadata=fusion_sweep_metadata(result, chart))
 
 
 tune_fusion_job = dg.define_asset_job(

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.contracts.reports import CANDIDATE_MODES, REPORT_VERSION
+from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.evaluation.pools import first_stage_ranks_of_cases
 from rag_pipeline.evaluation.queries import candidates as candidate_queries
 from rag_pipeline.evaluation.queries import cases as case_queries
@@ -255,13 +256,7 @@ def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLIN
              ((s.get("knowledge_base") or {}).get("version") or "-")[:KB_VERSION_SHOWN],
              utc_minute(s.get("started_at")), utc_minute(s.get("finished_at")), run_id[:short]]
             for s, run_id in zip(summaries, ids, strict=True)]
-    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body]
-    if legend:
-        lines.append(RUNS_LEGEND)
-    return "\n".join(lines)
+    return text_table(headers, body) + ("\n" + RUNS_LEGEND if legend else "")
 
 
 def case_overview(conn: sa.Connection, run_id, *, worst_first: bool = False, limit: int = 100) -> list[dict]:

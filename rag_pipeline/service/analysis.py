@@ -2,51 +2,41 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
 
 from rag_pipeline.analysis import comparison
-from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, Comparison, GateResult, StrategyRun
-from rag_pipeline.analysis.comparison import ComparisonError as ComparisonError
-from rag_pipeline.analysis.comparison_report import chart_markdown as chart_markdown
-from rag_pipeline.analysis.comparison_report import chart_png as chart_png
-from rag_pipeline.analysis.comparison_report import metric_table as metric_table
-from rag_pipeline.analysis.comparison_report import moved_table as moved_table
-from rag_pipeline.analysis.comparison_report import render_plain as render_plain
-from rag_pipeline.analysis.comparison_report import render_text as render_text
-from rag_pipeline.analysis.comparison_report import significance_table as significance_table
-from rag_pipeline.analysis.tune_runs import DEFAULT_FOLDS, DEFAULT_POOL_STRATEGY, TuneError, TuneResult, tune_run
-from rag_pipeline.analysis.tune_runs import TOP_CONFIGS as TOP_CONFIGS
-from rag_pipeline.analysis.tune_split import SplitTuneResult, tune_split
-from rag_pipeline.analysis.tuning import DEFAULT_METRIC
-from rag_pipeline.analysis.tuning import FusionConfig as FusionConfig
-from rag_pipeline.analysis.tuning_plot import sweep_markdown as sweep_markdown
+from rag_pipeline.analysis.comparison import DEFAULT_BASELINE, ComparisonError
+from rag_pipeline.analysis.comparison_report import (
+    chart_png,
+    metric_table,
+    moved_table,
+    render_plain,
+    render_text,
+    significance_table,
+)
+from rag_pipeline.analysis.tune_runs import (
+    DEFAULT_FOLDS,
+    DEFAULT_POOL_STRATEGY,
+    TOP_CONFIGS,
+    TuneError,
+    tune_run,
+)
+from rag_pipeline.analysis.tune_split import tune_split
+from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig, Recommendation
+from rag_pipeline.analysis.tuning_plot import markdown_image, sweep_markdown
+from rag_pipeline.contracts.comparison import StrategyComparison
+from rag_pipeline.contracts.tuning import FusionTuning, StageTuning, WrittenStrategy
 from rag_pipeline.retrieval.registry_file import write_strategy
-from rag_pipeline.retrieval.strategies import StrategyError, load_registry
+from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
 from rag_pipeline.service import label_fixes
 from rag_pipeline.service.datasets import resolve_dataset
 
-
-@dataclass(frozen=True)
-class StrategyComparison:
-    """Every strategy's run on one version of a dataset compared with the baseline, and the regression gate.
-    ``stale``: strategies with runs on other versions only (left out, never mixed in)."""
-
-    comparison: Comparison
-    gate: GateResult
-    runs: list[StrategyRun]
-    dataset_version: str
-    knowledge_base: str
-    stale: dict[str, str]
-
-    def as_dict(self) -> dict:
-        gate = self.gate
-        return {**self.comparison.as_dict(), "dataset_version": self.dataset_version,
-                "knowledge_base": self.knowledge_base, "stale": self.stale,
-                "gate": {"passed": gate.passed, "margin": gate.margin, "alpha": gate.alpha, "metric": gate.metric,
-                         "failing": [p.strategy for p in gate.failures], "description": gate.description()}}
+__all__ = ["DEFAULT_BASELINE", "DEFAULT_FOLDS", "DEFAULT_METRIC", "DEFAULT_POOL_STRATEGY", "TOP_CONFIGS",
+           "ComparisonError", "FusionTuning", "StageTuning", "StrategyComparison", "TuneError", "markdown_image",
+           "chart_png", "compare", "comparison_ready", "fusion_sweep", "has_stages", "metric_table", "moved_table",
+           "render_plain", "render_text", "significance_table", "tune", "tune_stages"]
 
 
 def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = None,
@@ -54,28 +44,58 @@ def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = Non
             alpha: float = 0.05, n_resamples: int = 10000, named: bool = False) -> StrategyComparison:
     """Compare every strategy's run on one version of ``dataset`` (a name = partition key, or a dataset file;
     ``named=True``: only ever a stored dataset's name, never read as a path — for remote callers) with
-    ``baseline``: paired permutation test, bootstrap CI, Holm, win/tie/loss, movers. The latest version
-    unless ``dataset_version`` (hash or prefix) is given; strategies without a run on it are listed as stale."""
+    ``baseline``: paired permutation test, bootstrap CI, Holm, win/tie/loss, movers, the regression gate. The
+    latest version unless ``dataset_version`` (hash or prefix) is given; strategies without a run on it are
+    listed as ``stale`` (left out, never mixed in)."""
     name, kb = (dataset, knowledge_base) if named else resolve_dataset(dataset, knowledge_base)
     with engine.connect() as conn:
         selection = comparison.select_runs(conn, name, kb, dataset_version)
-        comp = comparison.compare(selection.runs, baseline, dataset=name, n_resamples=n_resamples)
-        comparison.attach_top_chunks(conn, comp)
+        result = comparison.compare(selection.runs, baseline, dataset=name, n_resamples=n_resamples,
+                                    dataset_version=selection.dataset_version,
+                                    knowledge_base=selection.knowledge_base, stale=selection.stale,
+                                    margin=margin, alpha=alpha)
+        comparison.attach_top_chunks(conn, result)
         remapped = label_fixes.remap_note(conn, name, selection.knowledge_base, selection.dataset_version)
-    comp.notes[:0] = [*selection.notes, *(f"{v}: {why}" for v, why in selection.stale.items()),
-                      *([remapped] if remapped else [])]
-    return StrategyComparison(comp, comparison.regression_gate(comp, margin=margin, alpha=alpha), selection.runs,
-                              selection.dataset_version, selection.knowledge_base, selection.stale)
+    result.notes[:0] = [*selection.notes, *(f"{v}: {why}" for v, why in selection.stale.items()),
+                        *([remapped] if remapped else [])]
+    return result
+
+
+def _tune(engine: sa.Engine, dataset: str, pool_strategy: str, metric: str, folds: int, seed: int, *,
+          knowledge_base: str | None, version: str | None, dataset_version: str | None, n_resamples: int,
+          top: int) -> tuple[FusionTuning, Recommendation]:
+    name, kb = resolve_dataset(dataset, knowledge_base)
+    with engine.connect() as conn:
+        return tune_run(conn, name, pool_strategy, metric, folds, seed, knowledge_base=kb, version=version,
+                        dataset_version=dataset_version, n_resamples=n_resamples, top=top)
 
 
 def tune(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY, metric: str = DEFAULT_METRIC,
          folds: int = DEFAULT_FOLDS, seed: int = 0, *, knowledge_base: str | None = None,
-         version: str | None = None, dataset_version: str | None = None, n_resamples: int = 10000) -> TuneResult:
-    """Recommend a fusion for ``dataset`` (name, dataset key or file) from the pool strategy's stored pools."""
-    name, kb = resolve_dataset(dataset, knowledge_base)
-    with engine.connect() as conn:
-        return tune_run(conn, name, pool_strategy, metric, folds, seed, knowledge_base=kb, version=version,
-                        dataset_version=dataset_version, n_resamples=n_resamples)
+         version: str | None = None, dataset_version: str | None = None, n_resamples: int = 10000,
+         top: int = TOP_CONFIGS, write_to: str | Path | None = None) -> FusionTuning:
+    """Recommend a fusion for ``dataset`` (name, dataset key or file) from the pool strategy's stored pools;
+    ``write_to``: append the tuned strategy to that registry file (created from the active registry if missing)."""
+    tuning, rec = _tune(engine, dataset, pool_strategy, metric, folds, seed, knowledge_base=knowledge_base,
+                        version=version, dataset_version=dataset_version, n_resamples=n_resamples, top=top)
+    if write_to:
+        if any("already run with other parameters" in n for n in tuning.notes):
+            raise TuneError(f"strategy version {rec.strategy.version!r} was already run with other parameters; "
+                            "choose a new name with --version")
+        tuning.written = _write(write_to, rec.strategy, f"tuned by `rag-pipeline tune` from run {tuning.pool_run_id} "
+                                f"of {rec.base.version} on dataset {tuning.dataset} ({tuning.knowledge_base})")
+    return tuning
+
+
+def fusion_sweep(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_POOL_STRATEGY,
+                 metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS, seed: int = 0, *,
+                 knowledge_base: str | None = None, dataset_version: str | None = None) -> tuple[FusionTuning, str]:
+    """:func:`tune`, and the metric-vs-weight chart of the whole sweep as markdown (for Dagster metadata)."""
+    tuning, rec = _tune(engine, dataset, pool_strategy, metric, folds, seed, knowledge_base=knowledge_base,
+                        version=None, dataset_version=dataset_version, n_resamples=10000, top=TOP_CONFIGS)
+    title = (f"{tuning.dataset}: mean {tuning.metric} of {tuning.pool_strategy}'s pools ({tuning.cases} cases) "
+             "vs vector weight")
+    return tuning, sweep_markdown(rec.sweep, FusionConfig.from_strategy(rec.base), title)
 
 
 def has_stages(pool_strategy: str) -> bool:
@@ -89,34 +109,24 @@ def has_stages(pool_strategy: str) -> bool:
 
 def tune_stages(engine: sa.Engine, dataset: str, train_dataset: str | None, pool_strategy: str,
                 metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS, seed: int = 0, *,
-                knowledge_base: str | None = None, version: str | None = None,
-                n_resamples: int = 10000) -> SplitTuneResult:
+                knowledge_base: str | None = None, version: str | None = None, n_resamples: int = 10000,
+                top: int = TOP_CONFIGS, write_to: str | Path | None = None) -> StageTuning:
     """Choose the first-stage fusion, completion and rerank mix on ``train_dataset`` (default ``dataset``) from
-    the pool strategy's stored pools and report the choice on ``dataset`` (names or dataset files)."""
+    the pool strategy's stored pools and report the choice on ``dataset`` (names or dataset files); ``write_to``
+    as in :func:`tune`."""
     name, kb = resolve_dataset(dataset, knowledge_base)
     train = resolve_dataset(train_dataset, knowledge_base)[0] if train_dataset else None
     with engine.connect() as conn:
-        return tune_split(conn, name, train, pool_strategy, metric, folds, seed, knowledge_base=kb,
-                          version=version, n_resamples=n_resamples)
+        tuning, strategy = tune_split(conn, name, train, pool_strategy, metric, folds, seed, knowledge_base=kb,
+                                      version=version, n_resamples=n_resamples, top=top)
+    if write_to:
+        tuning.written = _write(write_to, strategy, f"tuned by `rag-pipeline tune` on dataset "
+                                f"{tuning.train.dataset} from run {tuning.train.run_id} of {tuning.pool_strategy}")
+    return tuning
 
 
-def add_split_strategy(result: SplitTuneResult, path: str | Path) -> dict:
-    """Append the strategy chosen by :func:`tune_stages` to the registry file ``path``."""
-    comment = (f"tuned by `rag-pipeline tune` on dataset {result.train.run.dataset} from run "
-               f"{result.train.run.run_id} of {result.base.version}")
-    return {"path": str(Path(path).resolve()), "status": write_strategy(path, result.strategy, comment)}
-
-
-def add_strategy(result: TuneResult, path: str | Path) -> dict:
-    """Append the tuned strategy of ``result`` to the registry file ``path`` (created from the active registry
-    if missing). Returns ``{"path", "status"}`` with status ``appended`` or ``unchanged``."""
-    rec = result.recommendation
-    if any("already run with other parameters" in n for n in result.notes):
-        raise TuneError(f"strategy version {rec.strategy.version!r} was already run with other parameters; "
-                        "choose a new name with --version")
-    comment = (f"tuned by `rag-pipeline tune` from run {result.pool_run.run_id} of {rec.base.version} on "
-               f"dataset {result.pool_run.dataset} ({result.pool_run.knowledge_base})")
-    return {"path": str(Path(path).resolve()), "status": write_strategy(path, rec.strategy, comment)}
+def _write(path: str | Path, strategy: Strategy, comment: str) -> WrittenStrategy:
+    return WrittenStrategy(path=str(Path(path).resolve()), status=write_strategy(path, strategy, comment))
 
 
 def comparison_ready(engine: sa.Engine, dataset: str, baseline: str = DEFAULT_BASELINE) -> bool | str:

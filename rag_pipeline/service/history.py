@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from rag_pipeline.analysis import comparison
-from rag_pipeline.analysis.comparison import Comparison, StrategyRun
+from rag_pipeline.analysis.comparison import StrategyRun
 from rag_pipeline.contracts.catalog import ChunkText, StoredVersion
+from rag_pipeline.contracts.comparison import StrategyComparison
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.reports import CaseDetail, CaseReport, PairedCase, RelevantChunk, RunCases
 from rag_pipeline.contracts.runs import HistoryPoint, RunSummary
@@ -97,7 +98,7 @@ class RunPair:
     a: RunSummary
     b: RunSummary
     labels: tuple[str, str]
-    comparison: Comparison
+    comparison: StrategyComparison
     cases: list[PairedCase]
     notes: list[str] = field(default_factory=list)
 

@@ -21,17 +21,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.analysis.label_draft import KEY_GRADES as KEY_GRADES
-from rag_pipeline.analysis.label_draft import (
-    Draft,
-    DraftCandidate,
-    DraftError,
-    DraftQuestion,
-    export_cases,
-    load_draft,
-    pool_order,
-    save_draft,
-)
+from rag_pipeline.analysis.label_draft import KEY_GRADES, DraftError, export_cases, load_draft, pool_order, save_draft
+from rag_pipeline.contracts.labelling import Draft, DraftCandidate, DraftQuestion
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset, parse_dataset
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.persistence import store_dataset
@@ -43,6 +34,10 @@ from rag_pipeline.retrieval.strategies import StrategyError, get_strategy, load_
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.files import FileReadError, read_bounded
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
+
+__all__ = ["KEY_GRADES", "DraftError", "DraftExport", "applicable_strategies", "console_drafts",
+           "create_console_draft", "draft_dataset", "draft_path", "export_draft", "load_draft", "open_console_draft",
+           "pool", "questions_from_text", "read_questions", "save_draft", "store_draft", "suggest"]
 
 MAX_QUESTIONS_BYTES = 10 * 1024 * 1024
 

@@ -15,6 +15,7 @@ from rag_pipeline.analysis.comparison import (
     compare,
     regression_gate,
 )
+from rag_pipeline.analysis.tuning_plot import markdown_image
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
 
@@ -54,7 +55,7 @@ def test_statistics_match_scipy_and_statsmodels():
     raw = [comp.result(v).p_value for v in ("better", "same", "worse")]  # compare() orders by version
     expected = multipletests(raw, method="holm")[1]
     assert [comp.result(v).p_holm for v in ("better", "same", "worse")] == pytest.approx(expected)
-    assert [r.version for r in comp.runs] == ["hybrid-v1", "better", "same", "worse"]
+    assert [r.strategy for r in comp.runs] == ["hybrid-v1", "better", "same", "worse"]
 
 
 def test_gate_fails_on_a_significant_regression_and_respects_the_margin():
@@ -62,15 +63,15 @@ def test_gate_fails_on_a_significant_regression_and_respects_the_margin():
     comp = compare([_run(v, x) for v, x in data.items()], metrics=("ndcg_at_k",), n_resamples=5000)
     worse = comp.result("worse")
     assert worse.delta < -0.05 and worse.p_holm < 0.05
-    gate = regression_gate(comp, margin=0.0, alpha=0.05)
-    assert not gate.passed and [f.strategy for f in gate.failures] == ["worse"]
-    assert "worse is worse than the baseline on ndcg_at_k" in gate.description()
+    gate = regression_gate(comp.paired, margin=0.0, alpha=0.05)
+    assert not gate.passed and gate.failing == ["worse"] and gate == comp.gate
+    assert "worse is worse than the baseline on ndcg_at_k" in gate.description
     # The same regression within a generous margin passes; so does a run with only noise.
-    assert regression_gate(comp, margin=-worse.delta + 0.01).passed
+    assert regression_gate(comp.paired, margin=-worse.delta + 0.01).passed
     noise = compare([_run("hybrid-v1", data["hybrid-v1"]), _run("same", data["same"])], metrics=("ndcg_at_k",))
-    assert regression_gate(noise).passed
+    assert noise.gate.passed
     with pytest.raises(ValueError):
-        regression_gate(comp, alpha=1.5)
+        regression_gate(comp.paired, alpha=1.5)
 
 
 def test_gate_on_a_tiny_but_consistent_loss_depends_on_margin():
@@ -78,8 +79,9 @@ def test_gate_on_a_tiny_but_consistent_loss_depends_on_margin():
     comp = compare([_run("hybrid-v1", base), _run("slightly-worse", base - 0.02)], metrics=("ndcg_at_k",))
     r = comp.result("slightly-worse")
     assert r.losses == 40 and r.p_holm < 0.001
-    assert not regression_gate(comp, margin=0.01).passed
-    assert regression_gate(comp, margin=0.03).passed
+    assert not regression_gate(comp.paired, margin=0.01).passed
+    assert compare([_run("hybrid-v1", base), _run("slightly-worse", base - 0.02)], metrics=("ndcg_at_k",),
+                   margin=0.03).gate.passed
 
 
 def test_moved_cases_pairing_notes_and_missing_baseline():
@@ -87,8 +89,8 @@ def test_moved_cases_pairing_notes_and_missing_baseline():
     other = _run("rrf-v1", np.array([0.9, 0.5, 0.2, 0.4]))
     del other.per_case["case-03"]
     comp = compare([_run("hybrid-v1", base), other], metrics=("ndcg_at_k",), top_moved=5)
-    assert [m["case_id"] for m in comp.moved["rrf-v1"]] == ["case-00", "case-02"]
-    assert comp.moved["rrf-v1"][0]["delta"] == pytest.approx(0.8)
+    assert [m.case_id for m in comp.moved["rrf-v1"]] == ["case-00", "case-02"]
+    assert comp.moved["rrf-v1"][0].delta == pytest.approx(0.8)
     assert comp.result("rrf-v1").n == 3 and "paired on the 3 case ids" in comp.notes[0]
     with pytest.raises(ComparisonError, match="baseline strategy 'bm25-v1' has no current run"):
         compare([other], baseline="bm25-v1", dataset="demo")
@@ -97,13 +99,12 @@ def test_moved_cases_pairing_notes_and_missing_baseline():
 def test_rendering_markdown_chart_and_json():
     data = _data()
     comp = compare([_run(v, x) for v, x in data.items()], n_resamples=1000)
-    gate = regression_gate(comp)
-    md = comparison_report.render_markdown(comp, gate)
-    assert "| worse |" in md and "Holm p" in md and "Regression gate" in md
+    md = comparison_report.metric_table(comp) + comparison_report.significance_table(comp)
+    assert "| worse |" in md and "Holm p" in md
     assert f"{comp.result('better').delta:+.4f}" in md
     png = comparison_report.chart_png(comp)
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 2000
-    assert comparison_report.chart_markdown(png).startswith("![strategy comparison](data:image/png;base64,iVBOR")
-    as_dict = comp.as_dict()
+    assert markdown_image(png, "strategy comparison").startswith("![strategy comparison](data:image/png;base64,iVBOR")
+    as_dict = comp.model_dump(mode="json")
     # precision is constant 0.5 everywhere: the t-test p is undefined and must be JSON-safe (None, not NaN).
     assert any(p["metric"] == "precision_at_k" and p["ttest_p"] is None for p in as_dict["paired"])

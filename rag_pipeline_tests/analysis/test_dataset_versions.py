@@ -49,9 +49,9 @@ def test_compare_uses_the_latest_version_and_lists_the_stale_strategy(engine, ve
     assert all(r.dataset_version == v2 and len(r.per_case) == 4 for r in selection.runs)
     assert selection.stale == {"bm25-v1": f"stale: no run on version {v2[:12]}"}
     result = analysis.compare(engine, "versioned", n_resamples=200)
-    assert [r.version for r in result.comparison.runs] == ["hybrid-v1", "keyword-v1"]
-    assert "bm25-v1: stale: no run on version " + v2[:12] in result.comparison.notes
-    assert not any("paired on the" in n for n in result.comparison.notes), "same cases on both sides"
+    assert [r.strategy for r in result.runs] == ["hybrid-v1", "keyword-v1"]
+    assert "bm25-v1: stale: no run on version " + v2[:12] in result.notes
+    assert not any("paired on the" in n for n in result.notes), "same cases on both sides"
 
 
 def test_an_explicit_older_version_compares_only_its_runs(engine, versions, capsys):

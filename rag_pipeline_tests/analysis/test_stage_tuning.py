@@ -114,19 +114,18 @@ def test_tune_split_chooses_on_train_and_reports_on_test(engine, world) -> None:
     _, files, runs = world
     train, test = files["train"].stem, files["test"].stem
     with engine.connect() as conn:
-        result = tune_split(conn, test, train, STAGED.version, n_resamples=200)
-        same = tune_split(conn, train, None, STAGED.version, n_resamples=200)
+        result, strategy = tune_split(conn, test, train, STAGED.version, n_resamples=200)
+        same, _ = tune_split(conn, train, None, STAGED.version, n_resamples=200)
         with pytest.raises(TuneError, match="no current succeeded run of strategy 'hybrid-v1'"):
             tune_split(conn, test, train, "hybrid-v1", n_resamples=200)
-    assert result.train.run.dataset == train and result.test.run.dataset == test
-    assert result.train.chosen_mean == pytest.approx(result.means.max())
+    assert result.train.dataset == train and result.test.dataset == test
+    assert result.train.in_sample_mean == pytest.approx(result.top_configurations[0].train_mean)
+    assert result.top_configurations[0].is_chosen and result.top_configurations[0].label == result.chosen
     assert result.train.own_mean == pytest.approx(runs[("train", STAGED.version)].averages["ndcg_at_k"], abs=1e-12)
     assert result.test.own_mean == pytest.approx(runs[("test", STAGED.version)].averages["ndcg_at_k"], abs=1e-12)
-    data = result.as_dict()
-    assert data["estimate"] == result.test.chosen_mean and data["estimate_source"] == "held-out test dataset"
-    assert same.test is None and same.as_dict()["estimate"] == same.cv.mean
-    assert result.strategy.rerank.weight == result.chosen.rerank_weight
-    assert result.strategy.complete_pool == result.chosen.complete
+    assert result.estimate == result.test.chosen_mean and result.estimate_source == "held-out test dataset"
+    assert same.test is None and same.estimate == same.train.cv_mean
+    assert StageConfig.from_strategy(strategy).label == result.chosen and strategy.version == result.recommended_version
 
 
 def test_cli_tune_train_dataset_prints_both_and_labels_the_estimate(engine, world, capsys) -> None:

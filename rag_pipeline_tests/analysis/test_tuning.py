@@ -15,18 +15,21 @@ from rag_pipeline.analysis.tuning import (
     FusionConfig,
     assign_folds,
     cross_validate,
-    evaluate_fusion,
     expressible_configs,
-    fused_ranks,
     grid,
-    pool_recall,
-    recall_ceiling,
     recommend,
     sweep,
 )
 from rag_pipeline.analysis.tuning_plot import markdown_image, plot_sweep, sweep_markdown
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
-from rag_pipeline.evaluation.pools import load_pools, pools_from_rows
+from rag_pipeline.evaluation.pools import (
+    evaluate_fusion,
+    fused_ranks,
+    load_pools,
+    pool_recall,
+    pools_from_rows,
+    recall_ceiling,
+)
 from rag_pipeline.retrieval.fusion import fuse, order
 from rag_pipeline.retrieval.strategies import (
     PACKAGED_STRATEGIES_FILE,

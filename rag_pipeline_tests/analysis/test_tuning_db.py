@@ -139,9 +139,8 @@ def test_emitted_strategies_run_for_real_reproduce_the_sweeps_predictions(engine
     pool_outcome = outcomes[POOL_STRATEGY]
     tag = uuid.uuid4().hex[:6]
     with engine.connect() as conn:
-        result = tune_run(conn, dataset.name, POOL_STRATEGY, folds=4, version=f"tuned-{tag}", n_resamples=2000)
-    rec = result.recommendation
-    assert result.pool_run.run_id == pool_outcome.run_id and rec.base == get_strategy(POOL_STRATEGY)
+        result, rec = tune_run(conn, dataset.name, POOL_STRATEGY, folds=4, version=f"tuned-{tag}", n_resamples=2000)
+    assert result.pool_run_id == pool_outcome.run_id and rec.base == get_strategy(POOL_STRATEGY)
     assert rec.cv.fold_of.size == len(QUESTIONS) and len(rec.cv.chosen) == 4
     assert rec.cv.mean <= rec.predicted_mean + 1e-12 and rec.cv.ci[0] <= rec.cv.mean <= rec.cv.ci[1]
     assert 0 < rec.recall_ceiling <= 1
@@ -185,12 +184,12 @@ def test_find_pool_run_errors_and_name_clashes(engine, world, tmp_path):
             tune_run(conn, dataset.name, folds=len(QUESTIONS) + 1)
         with pytest.raises(ValueError, match="unknown metric"):
             tune_run(conn, dataset.name, metric="accuracy")
-        result = tune_run(conn, dataset.name, version="hybrid-v1", n_resamples=500)  # an existing version name
+        result, rec = tune_run(conn, dataset.name, version="hybrid-v1", n_resamples=500)  # an existing version name
     assert any("already run with other parameters" in n for n in result.notes)
     registry_file = tmp_path / "clash.yaml"
     registry_file.write_text(PACKAGED_STRATEGIES_FILE.read_text(encoding="utf-8"), encoding="utf-8")
     with pytest.raises(RegistryConflictError, match="already defines strategy 'hybrid-v1' with other parameters"):
-        write_strategy(registry_file, result.recommendation.strategy)
+        write_strategy(registry_file, rec.strategy)
 
 
 def test_cli_tune_json_and_write_strategy(engine, world, tmp_path):

@@ -55,7 +55,7 @@ def _gate(engine, kb: str, dataset: str) -> dict:
         result = analysis.compare(engine, dataset, knowledge_base=kb)  # the CLI's `compare`, same numbers
     except USER_ERRORS as exc:
         return {"ready": False, "reason": str(exc)}
-    primary = [p for p in result.comparison.paired if p.metric == result.gate.metric]
+    primary = [p for p in result.paired if p.metric == result.gate.metric]
     return {"ready": True, "result": result, "primary": primary, "metric_label": METRIC_LABELS[result.gate.metric]}
 
 

@@ -62,9 +62,7 @@ async def create_draft(request: Request, engine: Engine, kb: str):
             raise DraftError("give the dataset a name")
         label_drafts.create_console_draft(engine, kb, fields["name"], fields["questions"],
                                           strategies=fields["strategies"] or None, depth=depth, k=k)
-    except ValueError as exc:  # DraftError, a bad number, an invalid name, an unknown strategy
-        return _start_page(request, engine, kb, error=str(exc), form=fields, status_code=422)
-    except ERRORS as exc:
+    except (ValueError, *ERRORS) as exc:  # also DraftError, a bad number, an invalid name, an unknown strategy
         return _start_page(request, engine, kb, error=str(exc), form=fields, status_code=422)
     return RedirectResponse(labelling_url(kb, fields["name"]), status_code=303)
 

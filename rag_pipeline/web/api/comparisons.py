@@ -4,11 +4,11 @@ regression gate)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, Field
 
+from rag_pipeline.contracts.comparison import StrategyComparison
 from rag_pipeline.service import analysis
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
 from rag_pipeline.service.catalog import DATASET, check_name
@@ -17,32 +17,7 @@ from rag_pipeline.web.dependencies import Engine
 router = APIRouter(tags=["comparisons"])
 
 
-class Gate(BaseModel):
-    passed: bool
-    margin: float
-    alpha: float
-    metric: str
-    failing: list[str] = Field(description="Strategies significantly worse than the baseline by more than margin.")
-    description: str
-
-
-class ComparisonResult(BaseModel):
-    """The CLI's `compare --format json`."""
-
-    dataset: str
-    baseline: str
-    dataset_version: str = Field(description="The dataset version compared (runs on other versions are stale).")
-    knowledge_base: str
-    notes: list[str]
-    runs: list[dict[str, Any]] = Field(description="Each strategy's run: run_id, cases and metric means.")
-    paired: list[dict[str, Any]] = Field(description="Per strategy × metric: means, delta, permutation p, "
-                                                     "bootstrap 95% CI, t-test p, Holm p, wins/ties/losses.")
-    moved: dict[str, list[dict[str, Any]]] = Field(description="Per strategy: the cases that moved most.")
-    stale: dict[str, str] = Field(description="Strategies without a run on this version, and why.")
-    gate: Gate
-
-
-@router.get("/retrieval/comparisons", response_model=ComparisonResult, summary="Compare strategies with a baseline")
+@router.get("/retrieval/comparisons", response_model=StrategyComparison, summary="Compare strategies with a baseline")
 def compare(engine: Engine,
             dataset: Annotated[str, Query(max_length=200, description="The dataset's name.")],
             baseline: Annotated[str, Query(max_length=100, description="Baseline strategy.")] = DEFAULT_BASELINE,
@@ -57,6 +32,5 @@ def compare(engine: Engine,
     """Every strategy's current run on one version of the dataset compared with the baseline's: the same
     numbers and gate as `rag-pipeline compare`; 404 when there is nothing to compare."""
     check_name(DATASET, dataset)
-    result = analysis.compare(engine, dataset, knowledge_base=knowledge_base, dataset_version=dataset_version,
-                              baseline=baseline, margin=margin, alpha=alpha, n_resamples=resamples, named=True)
-    return result.as_dict()
+    return analysis.compare(engine, dataset, knowledge_base=knowledge_base, dataset_version=dataset_version,
+                            baseline=baseline, margin=margin, alpha=alpha, n_resamples=resamples, named=True)
