@@ -8,7 +8,7 @@ this one process and on the same database:
 1. the floor: pure embedding time of the questions with the real default embedder (USE), batched as the
    pipeline batches them — measured before and after the pipeline, the mean is used;
 2. the seed-style baseline (``bench/seed_baseline.py``) on the first ``--skip-baseline-over`` cases at most;
-3. the pipeline, :func:`rag_pipeline.evaluation.runner.evaluate_dataset` (``--pipeline-subprocess``: in a
+3. the pipeline, :func:`rag_pipeline.evaluation.evaluate.evaluate_dataset` (``--pipeline-subprocess``: in a
    child process, so its peak RSS is its own), with its recorded time split (the batch loop is pipelined:
    ``--readers`` worker threads search batches in parallel while the main thread embeds and writes, so the
    parts overlap); fusion and every embedding call are timed by wrapping those functions (SQL = retrieval -
@@ -186,7 +186,7 @@ def retrieval_alone(engine: sa.Engine, dataset: Dataset, strategy, vectors: np.n
     it to a worker, as the run does (retrieval incl. its embedding); else the vectors are given (SQL only)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from rag_pipeline.evaluation.runner import BATCH_SIZE
+    from rag_pipeline.evaluation.evaluate import BATCH_SIZE
     from rag_pipeline.knowledge_base.chunking import knowledge_base_id
     from rag_pipeline.retrieval.bm25_index import Bm25Index
     from rag_pipeline.storage.snapshot_readers import reader_count, snapshot_readers
@@ -230,7 +230,7 @@ def run_pipeline(engine: sa.Engine, dataset: Dataset, strategy, *, without_diagn
                  readers: int | None = None) -> dict:
     from unittest import mock
 
-    from rag_pipeline.evaluation.runner import evaluate_dataset
+    from rag_pipeline.evaluation.evaluate import evaluate_dataset
 
     patch = None
     if without_diagnosis:

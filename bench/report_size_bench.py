@@ -26,8 +26,8 @@ from benchutil import machine_line
 from synthetic import build_knowledge_base, make_dataset
 
 from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.reports import CANDIDATE_MODES, build_report, write_report
-from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service.knowledge_bases import import_beir
 from rag_pipeline.settings import get_settings

@@ -28,7 +28,7 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION
 from sqlalchemy.orm import Session
 
-from rag_pipeline.evaluation import persistence, runs
+from rag_pipeline.evaluation import persistence, run_records
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_retrieval
 from rag_pipeline.knowledge_base import textsearch
@@ -38,8 +38,8 @@ from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.search import LegHit, fuse_pool
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
-from rag_pipeline.storage.evaluation_schema import RetrievalEvaluationCandidate, RetrievalEvaluationCaseResult
-from rag_pipeline.storage.schema import (
+from rag_pipeline.storage.evaluation_tables import RetrievalEvaluationCandidate, RetrievalEvaluationCaseResult
+from rag_pipeline.storage.tables import (
     ChunkEmbedding,
     Document,
     DocumentChunk,
@@ -70,7 +70,7 @@ def run_seed_baseline(engine: sa.Engine, dataset: Dataset, strategy: Strategy,
         dataset_id = persistence.store_dataset(conn, dataset, kb.name)
         dimension = conn.execute(sa.text(retrieval_sql.MODEL_DIMENSION_SQL),
                                  {"model": strategy.embedding_model}).scalar_one()
-    run_id = runs.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
+    run_id = run_records.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
                              params_hash=params_hash, partition_key="bench:seed-baseline")
     result = BaselineResult(str(run_id))
     t = result.timings

@@ -1,4 +1,4 @@
-"""Benchmark the fusion sweep + k-fold cross-validation of rag_pipeline.analysis.tuning.
+"""Benchmark the fusion sweep + k-fold cross-validation of rag_pipeline.analysis.tuning.sweep.
 
 SYNTHETIC, RANDOM data (not a real dataset; seeded): ``--cases`` cases, each
 with a pool of ``--pool`` distinct chunks. Every chunk is in the vector leg
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchutil import best_time, machine_line  # bench/ is on sys.path
 
-from rag_pipeline.analysis.tuning import cross_validate, evaluate_fusion, recommend, sweep
+from rag_pipeline.analysis.tuning.sweep import cross_validate, evaluate_fusion, recommend, sweep
 from rag_pipeline.evaluation.pools import pools_from_rows
 from rag_pipeline.retrieval.fusion import fuse_batch, order_batch
 from rag_pipeline.retrieval.strategies import get_strategy

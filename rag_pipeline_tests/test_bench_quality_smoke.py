@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.dataset import load_dataset, relevance_of
-from rag_pipeline.evaluation.runner import evaluate_dataset
+from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.knowledge_base.beir import read_beir
 from rag_pipeline.retrieval.strategies import load_registry
 

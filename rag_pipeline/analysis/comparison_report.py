@@ -74,7 +74,7 @@ def chart_png(comp: StrategyComparison) -> bytes:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure  # noqa: PLC0415
 
-    from rag_pipeline.analysis.tuning_plot import chart_fonts  # noqa: PLC0415 (CJK labels)
+    from rag_pipeline.analysis.tuning.chart import chart_fonts  # noqa: PLC0415 (CJK labels)
 
     with chart_fonts():
         fig = Figure(figsize=(max(6.0, 1.6 * len(comp.metrics) + 0.4 * len(comp.runs)) + 2.2, 3.8), dpi=100)

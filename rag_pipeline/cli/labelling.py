@@ -18,20 +18,22 @@ import shutil
 import sys
 from pathlib import Path
 
-from rag_pipeline.cli import arguments, label_tui
+from rag_pipeline.cli import arguments, label_terminal
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json
-from rag_pipeline.service import label_drafts, label_fixes, labelling
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.database import get_engine
-from rag_pipeline.service.label_drafts import DraftError, load_draft
-from rag_pipeline.service.labelling import snippet
+from rag_pipeline.service.labelling import chunks as chunk_search
+from rag_pipeline.service.labelling import drafts
+from rag_pipeline.service.labelling import fixes as label_fixes
+from rag_pipeline.service.labelling.chunks import snippet
+from rag_pipeline.service.labelling.drafts import DraftError, load_draft
 
-LIMIT = arguments.int_between(1, labelling.MAX_LIMIT)
+LIMIT = arguments.int_between(1, chunk_search.MAX_LIMIT)
 DEPTH = arguments.int_between(1, 1000)
 
 
-def chunk_table(listing: labelling.ChunkListing, width: int) -> str:
+def chunk_table(listing: chunk_search.ChunkListing, width: int) -> str:
     """One line per chunk: rank, chunk id, document #ordinal, span, how it matched, snippet."""
     if not listing.chunks:
         scope = f" of document {listing.document!r}" if listing.document else ""
@@ -53,7 +55,7 @@ def chunk_table(listing: labelling.ChunkListing, width: int) -> str:
 
 @guarded()
 def cmd_chunks(args: argparse.Namespace) -> int:
-    listing = labelling.find_chunks(get_engine(), args.knowledge_base, search=args.search, document=args.document,
+    listing = chunk_search.find_chunks(get_engine(), args.knowledge_base, search=args.search, document=args.document,
                                     limit=args.limit)
     if args.format == "json":
         print_json(listing.as_dict())
@@ -64,7 +66,7 @@ def cmd_chunks(args: argparse.Namespace) -> int:
 
 @guarded(DraftError)
 def cmd_suggest(args: argparse.Namespace) -> int:
-    draft = label_drafts.suggest(get_engine(), args.knowledge_base, args.questions, args.output,
+    draft = drafts.suggest(get_engine(), args.knowledge_base, args.questions, args.output,
                               strategies=args.strategies, depth=args.depth, k=args.k, name=args.name)
     sizes = [len(q.candidates) for q in draft.questions]
     print(f"wrote {args.output}: {len(draft.questions)} questions, {sum(sizes)} pooled candidates "
@@ -81,13 +83,13 @@ def cmd_label(args: argparse.Namespace) -> int:
     if target and Path(target).resolve() == path.resolve():
         raise OSError(f"{target} is the draft itself; write the dataset to another file")
     if not args.export:
-        draft = label_tui.run(draft, path).draft
+        draft = label_terminal.run(draft, path).draft
         p = draft.progress()
         print(f"saved {path}: {p['judged']} judged, {p['skipped']} skipped, {p['pending']} pending "
               f"(`rag-pipeline label {path}` resumes)")
         if not target:
             return 0
-    done = label_drafts.export_draft(get_engine(), draft, target, binary=args.binary)
+    done = drafts.export_draft(get_engine(), draft, target, binary=args.binary)
     print(f"wrote {done.path}: {len(done.dataset.cases)} cases; {done.labels.summary()}")
     for case_id, reason in done.left_out:
         print(f"  not exported: {printable(case_id)}: {reason}", file=sys.stderr)
@@ -133,7 +135,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--knowledge-base", required=True, help="knowledge base name or id")
     p.add_argument("--search", help="text to look for (a phrase, words, a question)")
     p.add_argument("--document", help="only this document (original name or id)")
-    p.add_argument("--limit", type=LIMIT, default=20, help=f"at most this many chunks (1..{labelling.MAX_LIMIT}, "
+    p.add_argument("--limit", type=LIMIT, default=20, help=f"at most this many chunks (1..{chunk_search.MAX_LIMIT}, "
                                                            "default 20)")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_chunks)
@@ -152,7 +154,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_suggest)
 
     p = sub.add_parser("label", help="judge a label draft in the terminal (resumable), or export it as a dataset",
-                       description=label_tui.__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawTextHelpFormatter)
+                       description=label_terminal.__doc__.split("\n\n", 1)[1],
+                       formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("draft", help="the draft written by `rag-pipeline suggest`")
     p.add_argument("--output", help="after quitting, write the judged questions as this dataset file")
     p.add_argument("--export", metavar="DATASET", help="no terminal: write the dataset file and exit")

@@ -1,5 +1,5 @@
 """The label draft: pooled candidates of several strategies per question, judged by a person (its format and
-behaviour: :mod:`rag_pipeline.analysis.label_draft`)."""
+behaviour: :mod:`rag_pipeline.service.labelling.draft_files`)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from rag_pipeline.knowledge_base import chunking, term_stats, textsearch
 from rag_pipeline.knowledge_base.queries import documents as queries
 from rag_pipeline.knowledge_base.queries.documents import SEARCHABLE_PUBLICATION, SEARCHABLE_STATUS
 from rag_pipeline.storage.names import KNOWLEDGE_BASE, check_name
-from rag_pipeline.storage.schema import DocumentPublicationStatus, DocumentStatus
+from rag_pipeline.storage.tables import DocumentPublicationStatus, DocumentStatus
 
 # What retrieval may return (queries.documents.SEARCHABLE_DOCUMENT_SQL): the first of each list of values.
 DOCUMENT_STATUSES = (SEARCHABLE_STATUS, *(s.value for s in DocumentStatus if s.value != SEARCHABLE_STATUS))

@@ -16,22 +16,22 @@ from rag_pipeline.analysis.comparison_report import (
     render_text,
     significance_table,
 )
-from rag_pipeline.analysis.tune_runs import (
+from rag_pipeline.analysis.tuning.chart import markdown_image, sweep_markdown
+from rag_pipeline.analysis.tuning.stored_run import (
     DEFAULT_FOLDS,
     DEFAULT_POOL_STRATEGY,
     TOP_CONFIGS,
     TuneError,
     tune_run,
 )
-from rag_pipeline.analysis.tune_split import tune_split
-from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig, Recommendation
-from rag_pipeline.analysis.tuning_plot import markdown_image, sweep_markdown
+from rag_pipeline.analysis.tuning.sweep import DEFAULT_METRIC, FusionConfig, Recommendation
+from rag_pipeline.analysis.tuning.train_test import tune_split
 from rag_pipeline.contracts.comparison import StrategyComparison
 from rag_pipeline.contracts.tuning import FusionTuning, StageTuning, WrittenStrategy
 from rag_pipeline.retrieval.registry_file import write_strategy
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
-from rag_pipeline.service import label_fixes
 from rag_pipeline.service.datasets import resolve_dataset
+from rag_pipeline.service.labelling import fixes
 
 __all__ = ["DEFAULT_BASELINE", "DEFAULT_FOLDS", "DEFAULT_METRIC", "DEFAULT_POOL_STRATEGY", "TOP_CONFIGS",
            "ComparisonError", "FusionTuning", "StageTuning", "StrategyComparison", "TuneError", "markdown_image",
@@ -55,7 +55,7 @@ def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = Non
                                     knowledge_base=selection.knowledge_base, stale=selection.stale,
                                     margin=margin, alpha=alpha)
         comparison.attach_top_chunks(conn, result)
-        remapped = label_fixes.remap_note(conn, name, selection.knowledge_base, selection.dataset_version)
+        remapped = fixes.remap_note(conn, name, selection.knowledge_base, selection.dataset_version)
     result.notes[:0] = [*selection.notes, *(f"{v}: {why}" for v, why in selection.stale.items()),
                         *([remapped] if remapped else [])]
     return result

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from rag_pipeline.contracts.reports import CaseDiagnosis
 from rag_pipeline.evaluation import diagnosis_db
 from rag_pipeline.evaluation.queries.runs import knowledge_base_state
-from rag_pipeline.evaluation.runs import RunNotFoundError, resolve_run_id
+from rag_pipeline.evaluation.run_records import RunNotFoundError, resolve_run_id
 
 CACHE_SIZE = 256
 

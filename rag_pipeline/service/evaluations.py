@@ -17,9 +17,10 @@ from rag_pipeline.contracts.metrics import METRIC_NAMES as METRIC_NAMES
 from rag_pipeline.contracts.metrics import Metrics
 from rag_pipeline.contracts.reports import REPORT_VERSION, CaseOverview, RunDetail, RunTables
 from rag_pipeline.contracts.runs import RunSummary
-from rag_pipeline.evaluation import reports, runs
+from rag_pipeline.evaluation import reports, run_records
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset
 from rag_pipeline.evaluation.diagnosis import first_line
+from rag_pipeline.evaluation.evaluate import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.evaluation.reports import CANDIDATE_MODES as CANDIDATE_MODES
@@ -27,7 +28,6 @@ from rag_pipeline.evaluation.reports import REPORT_FORMATS as REPORT_FORMATS
 from rag_pipeline.evaluation.reports import CaseNotFoundError as CaseNotFoundError
 from rag_pipeline.evaluation.reports import comparison_table as comparison_table
 from rag_pipeline.evaluation.reports import utc_minute as utc_minute
-from rag_pipeline.evaluation.runner import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
 from rag_pipeline.storage.engine import get_engine
@@ -136,7 +136,7 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
         headline = label_headline(check_labels_first(engine, dataset, strict=strict))
     except BaseException as exc:
         if queued_run_id:
-            runs.mark_failed(engine, queued_run_id, f"{type(exc).__name__}: {exc}")
+            run_records.mark_failed(engine, queued_run_id, f"{type(exc).__name__}: {exc}")
         raise
     if headline and logger:
         logger.warning(headline)
@@ -148,11 +148,11 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
 def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunSummary]:
     """The summary of each run (ids or unique prefixes), in order."""
     with engine.connect() as conn:
-        return [summary_of(runs.get_run(conn, run_id)) for run_id in run_ids]
+        return [summary_of(run_records.get_run(conn, run_id)) for run_id in run_ids]
 
 
 def summary_of(row: sa.Row) -> RunSummary:
-    """The summary of a :func:`runs.get_run` / :func:`runs.list_runs` row."""
+    """The summary of a :func:`run_records.get_run` / :func:`run_records.list_runs` row."""
     return RunSummary.model_validate(reports.summary_of(row))
 
 
@@ -164,14 +164,14 @@ def list_runs(engine: sa.Engine, **filters) -> list[RunSummary]:
 def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int = 100, offset: int = 0,
              **filters) -> tuple[int, list[RunSummary]]:
     """(how many runs match, one page of their summaries, newest first). Filters: ``dataset``, ``strategy``,
-    ``current_only``, ``status`` (one of :data:`runs.STATUSES`); ``knowledge_base`` is a name or id."""
+    ``current_only``, ``status`` (one of :data:`run_records.STATUSES`); ``knowledge_base`` is a name or id."""
     status = filters.get("status")
-    if status and status not in runs.STATUSES:
-        raise ValueError(f"status must be one of {', '.join(runs.STATUSES)}, got {status!r}")
+    if status and status not in run_records.STATUSES:
+        raise ValueError(f"status must be one of {', '.join(run_records.STATUSES)}, got {status!r}")
     with engine.connect() as conn:
         kb_id = resolve_knowledge_base(conn, knowledge_base).id if knowledge_base else None
-        total = runs.count_runs(conn, knowledge_base_id=kb_id, **filters)
-        rows = runs.list_runs(conn, knowledge_base_id=kb_id, limit=limit, offset=offset, **filters)
+        total = run_records.count_runs(conn, knowledge_base_id=kb_id, **filters)
+        rows = run_records.list_runs(conn, knowledge_base_id=kb_id, limit=limit, offset=offset, **filters)
         return total, [summary_of(r) for r in rows]
 
 
@@ -181,8 +181,8 @@ def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "defa
     ``candidates`` selects (:data:`reports.CANDIDATE_MODES`), ``case_id`` for one case (:class:`CaseNotFoundError`
     if the run has none); ``include_text`` adds each candidate's chunk text, looked up live (never stored)."""
     with engine.connect() as conn:
-        run_uuid = runs.resolve_run_id(conn, run_id)
-        summary = summary_of(runs.get_run(conn, run_uuid))
+        run_uuid = run_records.resolve_run_id(conn, run_id)
+        summary = summary_of(run_records.get_run(conn, run_uuid))
         cases = list(reports.iter_cases(conn, run_uuid, include_text=include_text, candidates=candidates,
                                         case_id=case_id, offset=0 if case_id else offset, limit=limit))
     return RunDetail(report_version=REPORT_VERSION, summary=summary, cases=cases)
@@ -194,14 +194,14 @@ def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: b
     to ``fp`` as JSON or JSON Lines (``fmt``, :func:`rag_pipeline.evaluation.reports.write_report`); returns the
     case count. ``run_id`` is a run id or a unique prefix of one (at least 4 hex digits, as the tables print it)."""
     with engine.connect() as conn:
-        return reports.write_report(conn, runs.resolve_run_id(conn, run_id), fp, include_text=include_text,
+        return reports.write_report(conn, run_records.resolve_run_id(conn, run_id), fp, include_text=include_text,
                                     candidates=candidates, case_id=case_id, fmt=fmt)
 
 
 def case_tables(engine: sa.Engine, run_id: str, *, limit: int) -> RunTables:
     """A run's summary, its first ``limit`` cases and its 10 worst cases, for dashboards."""
     with engine.connect() as conn:
-        summary = summary_of(runs.get_run(conn, run_id))
+        summary = summary_of(run_records.get_run(conn, run_id))
         cases = reports.case_overview(conn, run_id, limit=limit)
         worst = reports.case_overview(conn, run_id, worst_first=True, limit=10)
     return RunTables(summary=summary, cases=[_overview(c) for c in cases], worst=[_overview(c) for c in worst])

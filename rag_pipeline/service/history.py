@@ -15,7 +15,7 @@ from rag_pipeline.contracts.comparison import StrategyComparison
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.reports import CaseDetail, CaseReport, PairedCase, RelevantChunk, RunCases
 from rag_pipeline.contracts.runs import HistoryPoint, RunSummary
-from rag_pipeline.evaluation import reports, runs
+from rag_pipeline.evaluation import reports, run_records
 from rag_pipeline.evaluation.queries import cases as case_queries
 from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
@@ -49,7 +49,7 @@ def metric_history(engine: sa.Engine, dataset: str, knowledge_base: str, *, limi
 def run_cases(engine: sa.Engine, run_id: str) -> RunCases:
     """The run's summary and every case of it in dataset order (without candidates)."""
     with engine.connect() as conn:
-        row = runs.get_run(conn, run_id)
+        row = run_records.get_run(conn, run_id)
         cases = list(reports.iter_cases(conn, row.id, candidates="none"))
     return RunCases(summary=summary_of(row), cases=cases)
 
@@ -57,7 +57,7 @@ def run_cases(engine: sa.Engine, run_id: str) -> RunCases:
 def case_detail(engine: sa.Engine, run_id: str, case_id: str) -> CaseDetail:
     """The drill-down of case ``case_id`` of run ``run_id``; :class:`CaseNotFoundError` if the run lacks it."""
     with engine.connect() as conn:
-        row = runs.get_run(conn, run_id)
+        row = run_records.get_run(conn, run_id)
         try:
             case = CaseReport(**next(reports.iter_cases(conn, row.id, candidates="all", case_id=case_id)))
         except CaseNotFoundError:

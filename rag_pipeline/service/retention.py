@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.queries import retention as queries
-from rag_pipeline.evaluation.runs import stale_after_seconds
+from rag_pipeline.evaluation.run_records import stale_after_seconds
 
 LOCK_TIMEOUT_S = 10
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rag_pipeline.service.database import dagster_database_url, mask_secrets
-from rag_pipeline.service.run_queue import QueuedEvaluation, QueuedRun, fail_queued, queue_evaluations, queued_runs
+from rag_pipeline.service.queued_runs import QueuedEvaluation, QueuedRun, fail_queued, queue_evaluations, queued_runs
 from rag_pipeline.settings import project_root
 
 JOB = "evaluate_retrieval"

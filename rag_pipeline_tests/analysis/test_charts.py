@@ -12,8 +12,8 @@ from matplotlib.figure import Figure
 
 from rag_pipeline.analysis import comparison_report
 from rag_pipeline.analysis.comparison import StrategyRun, compare
-from rag_pipeline.analysis.tuning import FusionConfig, sweep
-from rag_pipeline.analysis.tuning_plot import chart_fonts, cjk_font, plot_sweep
+from rag_pipeline.analysis.tuning.chart import chart_fonts, cjk_font, plot_sweep
+from rag_pipeline.analysis.tuning.sweep import FusionConfig, sweep
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline_tests.analysis.test_tuning import _known_best_pools
 

@@ -15,7 +15,7 @@ from rag_pipeline.analysis.comparison import (
     compare,
     regression_gate,
 )
-from rag_pipeline.analysis.tuning_plot import markdown_image
+from rag_pipeline.analysis.tuning.chart import markdown_image
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
 

@@ -8,12 +8,12 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.analysis.comparison import ComparisonError, select_runs
-from rag_pipeline.analysis.tune_runs import TuneError, find_pool_run
+from rag_pipeline.analysis.tuning.stored_run import TuneError, find_pool_run
 from rag_pipeline.cli import main
-from rag_pipeline.evaluation import persistence, runs
+from rag_pipeline.evaluation import persistence, run_records
 from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
-from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.service import analysis
@@ -86,7 +86,7 @@ def _finished_run(engine, dataset, kb_id, version: str, started: str):
     with engine.begin() as conn:
         params_hash = register_strategy(conn, strategy)
         dataset_id = persistence.store_dataset(conn, dataset, KB)
-    run_id = runs.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb_id, strategy=strategy,
+    run_id = run_records.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb_id, strategy=strategy,
                              params_hash=params_hash)
     with engine.begin() as conn:
         conn.execute(sa.text(f"UPDATE retrieval_evaluation_runs SET started_at = now() - interval '{started}' "

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.analysis.stage_tuning import StageConfig, evaluate_stage_configs, stage_grid, stage_order
-from rag_pipeline.analysis.tune_runs import TuneError
-from rag_pipeline.analysis.tune_split import tune_split
+from rag_pipeline.analysis.tuning.stages import StageConfig, evaluate_stage_configs, stage_grid, stage_order
+from rag_pipeline.analysis.tuning.stored_run import TuneError
+from rag_pipeline.analysis.tuning.train_test import tune_split
 from rag_pipeline.cli import main
 from rag_pipeline.contracts.reports import Report, json_schema
 from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import load_pools
 from rag_pipeline.evaluation.reports import build_report
-from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import Strategy

@@ -1,4 +1,4 @@
-"""Tests for rag_pipeline.evaluation.pools / tuning / tuning_plot (pure; one database round trip)."""
+"""Tests for rag_pipeline.evaluation.pools and analysis.tuning (sweep, chart) (pure; one database round trip)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from rag_pipeline.analysis.tuning import (
+from rag_pipeline.analysis.tuning.chart import markdown_image, plot_sweep, sweep_markdown
+from rag_pipeline.analysis.tuning.sweep import (
     FusionConfig,
     assign_folds,
     cross_validate,
@@ -20,7 +21,6 @@ from rag_pipeline.analysis.tuning import (
     recommend,
     sweep,
 )
-from rag_pipeline.analysis.tuning_plot import markdown_image, plot_sweep, sweep_markdown
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.evaluation.pools import (
     evaluate_fusion,
@@ -38,13 +38,13 @@ from rag_pipeline.retrieval.strategies import (
     strategy_from_mapping,
     strategy_to_yaml,
 )
-from rag_pipeline.storage.evaluation_schema import (
+from rag_pipeline.storage.evaluation_tables import (
     RetrievalEvaluationCandidate,
     RetrievalEvaluationCaseResult,
     RetrievalEvaluationDataset,
     RetrievalEvaluationRun,
 )
-from rag_pipeline.storage.schema import KnowledgeBase
+from rag_pipeline.storage.tables import KnowledgeBase
 
 NAN = np.nan
 VECTOR_ONLY = FusionConfig("weighted", "none", 1.0, 0.0)

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.analysis.tune_runs import TuneError, find_pool_run, tune_run
-from rag_pipeline.analysis.tuning import FusionConfig
+from rag_pipeline.analysis.tuning.stored_run import TuneError, find_pool_run, tune_run
+from rag_pipeline.analysis.tuning.sweep import FusionConfig
 from rag_pipeline.cli import main
 from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import evaluate_fusion, fused_ranks, load_pools
-from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import SourceDocument
 from rag_pipeline.retrieval.registry_file import RegistryConflictError, write_strategy

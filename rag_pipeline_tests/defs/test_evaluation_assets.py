@@ -196,7 +196,7 @@ def test_sensor_runs_the_strategies_the_file_asks_for(engine, chunks, datasets, 
 
 def test_the_comparison_waits_for_the_baseline(engine, chunks, datasets):
     from rag_pipeline.evaluation.dataset import load_dataset
-    from rag_pipeline.evaluation.runner import evaluate_dataset
+    from rag_pipeline.evaluation.evaluate import evaluate_dataset
     from rag_pipeline.retrieval.strategies import get_strategy
     from rag_pipeline.service.analysis import comparison_ready
 

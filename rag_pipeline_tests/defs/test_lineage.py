@@ -22,7 +22,7 @@ from rag_pipeline.defs.knowledge_base import knowledge_base
 from rag_pipeline.defs.lineage import knowledge_base_versions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.sensors import reevaluate_stale_runs
-from rag_pipeline.evaluation import runs
+from rag_pipeline.evaluation import run_records
 from rag_pipeline.evaluation.reports import comparison_table
 from rag_pipeline.service import evaluations, knowledge_bases, lineage
 from rag_pipeline_tests.eval_helpers import TINY_DOCS, tiny_cases, write_dataset
@@ -95,7 +95,7 @@ def test_runs_record_the_version_and_partitions_go_stale_only_when_their_knowled
     assert mats["a"].tags["dagster/data_version"] == version_a == mats["a"].metadata["knowledge_base_version"].value
     assert knowledge_bases.knowledge_base_stats(engine, names["a"])["version"] == version_a
     with engine.connect() as conn:
-        rows = runs.list_runs(conn, dataset="lin-a")
+        rows = run_records.list_runs(conn, dataset="lin-a")
     assert {r.strategy_version for r in rows} == set(STRATEGIES)
     assert {r.knowledge_base_version for r in rows} == {version_a}
     [summary] = (s.model_dump() for s in evaluations.run_summaries(engine, [str(rows[0].id)]))

@@ -11,9 +11,9 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli import main
-from rag_pipeline.evaluation import runs
+from rag_pipeline.evaluation import run_records
 from rag_pipeline.evaluation.dataset import load_dataset
-from rag_pipeline.evaluation.runner import EXTRA_CONNECTIONS, TIMING_KEYS, evaluate_dataset
+from rag_pipeline.evaluation.evaluate import EXTRA_CONNECTIONS, TIMING_KEYS, evaluate_dataset
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service.evaluations import sized_engine
 from rag_pipeline.storage.snapshot_readers import TooManyReadersError
@@ -53,7 +53,7 @@ def test_a_batch_slower_than_the_stale_limit_still_succeeds(engine, tiny, monkey
         worker.start()
         held_until = time.monotonic() + 12  # more than twice the stale limit
         while time.monotonic() < held_until:
-            runs.sweep_abandoned(engine)  # what every other process's next run does (other tests' runs may go)
+            run_records.sweep_abandoned(engine)  # what every other process's next run does (other tests' runs may go)
             time.sleep(0.3)
         abandoned_during = _abandoned_runs_of(engine, dataset.name) - abandoned_before
         released = time.time()
@@ -61,7 +61,7 @@ def test_a_batch_slower_than_the_stale_limit_still_succeeds(engine, tiny, monkey
     assert not errors, errors
     assert abandoned_during == 0, "the heartbeat thread kept the run fresh"
     with engine.connect() as conn:
-        run = runs.get_run(conn, outcome[0].run_id)
+        run = run_records.get_run(conn, outcome[0].run_id)
     assert run.status == "succeeded" and run.is_current
     assert run.finished_at.timestamp() >= released - 0.5, "finished_at is the end of the run, not its write's start"
     assert (run.finished_at - run.started_at).total_seconds() >= 11.5

@@ -203,7 +203,7 @@ def test_keyword_only_strategy_below_cutoff_and_not_in_pool(engine, kb, scorer):
 
 def test_diagnose_run_stores_reasons_and_states_why_everything_is_zero(engine, kb):
     from rag_pipeline.evaluation.dataset import parse_dataset
-    from rag_pipeline.evaluation.runner import evaluate_dataset
+    from rag_pipeline.evaluation.evaluate import evaluate_dataset
 
     kb_row, ids = kb
     strategy = Strategy(f"diag-run-{uuid.uuid4().hex[:6]}", vector_candidate_k=2, keyword_candidate_k=2)
@@ -242,7 +242,7 @@ def test_evaluation_loop_diagnosis_equals_a_separate_diagnosis_pass(engine, kb, 
     diagnose_run recomputes the diagnosis from the stored pools. Both must agree exactly, label problems
     included."""
     from rag_pipeline.evaluation.dataset import parse_dataset
-    from rag_pipeline.evaluation.runner import evaluate_dataset
+    from rag_pipeline.evaluation.evaluate import evaluate_dataset
 
     kb_row, ids = kb
     strategy = Strategy(f"diag-loop-{scorer}-{uuid.uuid4().hex[:6]}", vector_candidate_k=1, keyword_candidate_k=1,
@@ -285,7 +285,7 @@ def test_show_case_computes_global_ranks_on_demand_and_caches_them(engine, kb, c
     recomputes after the KB changes. Unknown cases are a one-line user error."""
     from rag_pipeline.cli import main
     from rag_pipeline.evaluation.dataset import parse_dataset
-    from rag_pipeline.evaluation.runner import evaluate_dataset
+    from rag_pipeline.evaluation.evaluate import evaluate_dataset
     from rag_pipeline.service.case_diagnosis import case_diagnosis
 
     kb_row, ids = kb

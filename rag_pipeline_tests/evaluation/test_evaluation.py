@@ -11,11 +11,11 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import Report, json_schema
-from rag_pipeline.evaluation import persistence, runs
+from rag_pipeline.evaluation import persistence, run_records
 from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.evaluate import TIMING_KEYS, evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.reports import build_report
-from rag_pipeline.evaluation.runner import TIMING_KEYS, evaluate_dataset
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, run_rows, tiny_cases, write_dataset
 
@@ -36,7 +36,7 @@ def tiny(engine, tmp_path_factory):
 
 def _run(engine, run_id) -> sa.Row:
     with engine.connect() as conn:
-        return runs.get_run(conn, run_id)
+        return run_records.get_run(conn, run_id)
 
 
 def test_evaluation_stores_runs_candidates_and_case_results(engine, tiny):
@@ -136,7 +136,7 @@ def test_rerun_keeps_history_with_exactly_one_current_run(engine, tiny):
     second = evaluate_dataset(engine, dataset, strategy)
     assert first.run_id != second.run_id and first.dataset_id == second.dataset_id
     with engine.connect() as conn:
-        history = runs.list_runs(conn, dataset="tiny-core", strategy="bm25-v1")
+        history = run_records.list_runs(conn, dataset="tiny-core", strategy="bm25-v1")
         dupes = conn.execute(sa.text(
             "SELECT count(*) FROM (SELECT evaluation_run_id, case_id, rank FROM retrieval_evaluation_candidates "
             "GROUP BY 1, 2, 3 HAVING count(*) > 1) d")).scalar_one()
@@ -157,14 +157,14 @@ def test_stale_running_run_is_abandoned(engine, tiny):
     with engine.begin() as conn:
         kb_id = conn.execute(sa.text("SELECT id FROM knowledge_bases WHERE name = :n"), {"n": KB}).scalar_one()
         dataset_id = persistence.store_dataset(conn, dataset, KB)
-    run_id = runs.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb_id, strategy=strategy,
+    run_id = run_records.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb_id, strategy=strategy,
                              params_hash=strategy.params_hash())
     assert _run(engine, run_id).status == "running"
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = now() - interval '2 hours' "
                              "WHERE id = :id"), {"id": run_id})
     assert _run(engine, run_id).status == "abandoned", "a stale heartbeat reads as abandoned at once"
-    assert runs.sweep_abandoned(engine) >= 1
+    assert run_records.sweep_abandoned(engine) >= 1
     with engine.connect() as conn:
         row = conn.execute(sa.text("SELECT status, error FROM retrieval_evaluation_runs WHERE id = :id"),
                            {"id": run_id}).one()
@@ -186,7 +186,7 @@ def test_offline_cli_report_validates_and_equals_the_database(engine, tiny, tmp_
     assert summary["strategy_version"] == "hybrid-v1" and summary["run_id"][:8] in stdout  # the table's short id
     with engine.connect() as conn:
         assert report == build_report(conn, summary["run_id"], candidates="all")
-        run = runs.get_run(conn, summary["run_id"])
+        run = run_records.get_run(conn, summary["run_id"])
         stored = conn.execute(sa.text("SELECT case_id, ndcg_at_k FROM retrieval_evaluation_case_results "
                                       "WHERE evaluation_run_id = :r"), {"r": run.id}).all()
     assert [c["case_id"] for c in report["cases"]] == [c["case_id"] for c in tiny_cases(chunks)]

@@ -379,7 +379,7 @@ def test_graded_beir_round_trip_equals_trec_eval_on_the_qrels(engine, kb_name: s
     on the folder's own graded qrels (documents = chunks here) within 1e-9."""
     import pytrec_eval
 
-    from rag_pipeline.evaluation.runner import evaluate_dataset
+    from rag_pipeline.evaluation.evaluate import evaluate_dataset
     from rag_pipeline.retrieval.strategies import get_strategy
 
     folder = make_graded_beir(tmp_path / "roundtrip")

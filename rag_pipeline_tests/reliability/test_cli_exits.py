@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli import main
-from rag_pipeline.evaluation import runs
+from rag_pipeline.evaluation import run_records
 from rag_pipeline_tests.eval_helpers import (
     ingest_tiny_kb,
     run_rows,
@@ -39,7 +39,7 @@ def chunks(engine, tmp_path_factory):
 
 def _latest_run(engine, dataset: str):
     with engine.connect() as conn:
-        rows = runs.list_runs(conn, dataset=dataset)
+        rows = run_records.list_runs(conn, dataset=dataset)
     return rows[0] if rows else None
 
 

@@ -20,9 +20,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from rag_pipeline.defs.instance import ensure_pool
-from rag_pipeline.evaluation import runs
+from rag_pipeline.evaluation import run_records
 from rag_pipeline.evaluation.dataset import load_dataset
-from rag_pipeline.evaluation.runner import evaluate_dataset
+from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.retrieval.strategies import get_strategy
@@ -112,7 +112,7 @@ def test_two_partitions_materialised_concurrently_by_two_processes(engine, chunk
         assert p.returncode == 0, _errors(outputs[v])
 
     with engine.connect() as conn:
-        rows = {v: runs.list_runs(conn, dataset=name, strategy=v) for v in versions}
+        rows = {v: run_records.list_runs(conn, dataset=name, strategy=v) for v in versions}
         versions_of_dataset = conn.execute(sa.text(
             "SELECT count(*) FROM retrieval_evaluation_datasets WHERE name = :n"), {"n": name}).scalar_one()
     assert versions_of_dataset == 1, "both partitions stored the same dataset version once"
@@ -160,7 +160,7 @@ def test_two_runs_of_one_partition_at_once_leave_exactly_one_current(engine, chu
             e.dispose()
     assert not errors, errors
     with engine.connect() as conn:
-        history = runs.list_runs(conn, dataset="conc-same", strategy="keyword-v1")
+        history = run_records.list_runs(conn, dataset="conc-same", strategy="keyword-v1")
     assert {str(r.id) for r in history} == {o.run_id for o in outcomes.values()}
     assert all(r.status == "succeeded" for r in history)
     assert sum(r.is_current for r in history) == 1

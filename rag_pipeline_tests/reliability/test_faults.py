@@ -19,9 +19,9 @@ import sqlalchemy as sa
 
 from rag_pipeline.defs.evaluation import RETRY_POLICY, evaluation_dataset, evaluation_run, fail_fast_unless_transient
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.evaluation import runs
+from rag_pipeline.evaluation import run_records
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
-from rag_pipeline.evaluation.runner import evaluate_dataset
+from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service.database import TRANSIENT_ERRORS  # moved from service.errors (one error hierarchy)
@@ -57,7 +57,7 @@ def chunks(engine, tmp_path_factory):
 
 def _run(engine, run_id) -> sa.Row:
     with engine.connect() as conn:
-        return runs.get_run(conn, run_id)
+        return run_records.get_run(conn, run_id)
 
 
 def _one_line_error(err: str) -> str:
@@ -162,7 +162,7 @@ def test_connection_terminated_mid_run_fails_the_run_and_keeps_nothing(engine, c
         run_engine.dispose()
     assert len(seen["pids"]) == {"reader": 2, "writer": 1, "all": len(seen["rows"])}[victim]
     with engine.connect() as conn:
-        history = runs.list_runs(conn, dataset=dataset.name, strategy=strategy.version)
+        history = run_records.list_runs(conn, dataset=dataset.name, strategy=strategy.version)
     assert [r.status for r in history] == ["failed", "succeeded"]
     failed, kept = history
     assert not failed.is_current and failed.finished_at is not None
@@ -195,7 +195,7 @@ def test_cli_reports_a_dropped_connection_in_one_line(engine, chunks, tmp_path, 
     line = _one_line_error(capsys.readouterr().err)
     assert line.startswith("rag-pipeline: error: database error: ") and re.search(DROPPED, line), line
     with engine.connect() as conn:
-        (run,) = runs.list_runs(conn, dataset="faults-cli-drop")
+        (run,) = run_records.list_runs(conn, dataset="faults-cli-drop")
     assert run.status == "failed" and run_rows(engine, run.id) == (0, 0)
 
 
@@ -232,7 +232,7 @@ def test_dagster_retries_a_dropped_connection_and_the_retry_succeeds(engine, chu
     retries = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
     assert [e.step_key for e in retries] == ["evaluation_run"]
     with engine.connect() as conn:
-        history = runs.list_runs(conn, dataset="faults-dg")
+        history = run_records.list_runs(conn, dataset="faults-dg")
     assert [(r.status, r.is_current) for r in history] == [("succeeded", True), ("failed", False)]
     assert re.search(DROPPED, history[1].error), history[1].error
     assert {r.dagster_run_id for r in history} == {result.run_id}, "both attempts belong to one Dagster run"
@@ -299,7 +299,7 @@ def test_killed_process_reads_as_abandoned_and_a_rerun_becomes_current(engine, c
 
     def running_run():
         with engine.connect() as conn:
-            rows = runs.list_runs(conn, dataset=name)
+            rows = run_records.list_runs(conn, dataset=name)
         return rows[0] if rows and rows[0].status == "running" else None
 
     with cli_evaluation_held_mid_run(path, tmp_path, app, env) as proc:
@@ -324,7 +324,7 @@ def test_killed_process_reads_as_abandoned_and_a_rerun_becomes_current(engine, c
     assert main(["evaluate", "--dataset", str(path), "--strategy", "keyword-v1", "--quiet"]) == 0
     monkeypatch.setenv("RAG_RUN_STALE_SECONDS", "600")
     with engine.connect() as conn:
-        history = runs.list_runs(conn, dataset=name)
+        history = run_records.list_runs(conn, dataset=name)
         stored = conn.execute(sa.text("SELECT status, error FROM retrieval_evaluation_runs WHERE id = :id"),
                               {"id": run.id}).one()
     assert [(r.status, r.is_current) for r in history] == [("succeeded", True), ("abandoned", False)]

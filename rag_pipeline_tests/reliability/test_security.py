@@ -19,10 +19,10 @@ from sqlalchemy.pool import NullPool
 
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.evaluation import persistence, runs
+from rag_pipeline.evaluation import persistence, run_records
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
+from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.reports import build_report, case_overview
-from rag_pipeline.evaluation.runner import evaluate_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import get_strategy
@@ -95,7 +95,7 @@ def test_hostile_questions_are_searched_as_text(engine, chunks, tmp_path, versio
     assert eval_after["retrieval_evaluation_candidates"] == (
         eval_before["retrieval_evaluation_candidates"] + outcome.candidate_count)
     with engine.connect() as conn:
-        run = runs.get_run(conn, outcome.run_id)
+        run = run_records.get_run(conn, outcome.run_id)
         assert (run.status, run.dataset_name, run.case_count) == ("succeeded", name, len(HOSTILE))
         stored = dict(conn.execute(sa.text(
             "SELECT case_id, question FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :r"),
@@ -290,11 +290,11 @@ def test_a_stored_run_error_is_masked(engine, chunks, tmp_path):
     with engine.begin() as conn:
         kb = resolve_knowledge_base(conn, KB)
         dataset_id = persistence.store_dataset(conn, dataset, KB)
-    run_id = runs.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
+    run_id = run_records.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
                              params_hash=strategy.params_hash())
-    runs.mark_failed(engine, run_id, "OperationalError: lost postgresql://alice:s3cret@db.example/rag mid-run")
+    run_records.mark_failed(engine, run_id, "OperationalError: lost postgresql://alice:s3cret@db.example/rag mid-run")
     with engine.connect() as conn:
-        row = runs.get_run(conn, run_id)
+        row = run_records.get_run(conn, run_id)
     assert row.status == "failed" and "s3cret" not in row.error and "alice:***@db.example" in row.error
 
 

@@ -13,7 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from rag_pipeline.cli import main
-from rag_pipeline.evaluation import runner, runs
+from rag_pipeline.evaluation import evaluate as runner
+from rag_pipeline.evaluation import run_records
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL
 from rag_pipeline.retrieval.search import StatementTimeout, hybrid_search_with_trace
@@ -154,7 +155,7 @@ def test_an_evaluation_over_the_timeout_fails_naming_the_case(engine, kb, tmp_pa
     assert err.strip() == ("rag-pipeline: error: case backup-001: retrieval took longer than 0.001 s "
                            "(RAG_STATEMENT_TIMEOUT_S); shorten the question or raise RAG_STATEMENT_TIMEOUT_S"), err
     with engine.connect() as conn:
-        run = runs.list_runs(conn, dataset=name)[0]
+        run = run_records.list_runs(conn, dataset=name)[0]
     assert run.status == "failed"
     assert run.error.startswith("RetrievalError: case backup-001: retrieval took longer than 0.001 s")
     assert run_rows(engine, run.id) == (0, 0)

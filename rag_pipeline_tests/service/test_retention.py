@@ -7,12 +7,12 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli import main
-from rag_pipeline.evaluation import runs
+from rag_pipeline.evaluation import run_records
 from rag_pipeline.evaluation.dataset import load_dataset
-from rag_pipeline.evaluation.runner import evaluate_dataset
+from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service import retention
-from rag_pipeline.storage.evaluation_schema import CANDIDATE_PARTITION_PREFIX
+from rag_pipeline.storage.evaluation_tables import CANDIDATE_PARTITION_PREFIX
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, run_rows, tiny_cases, write_dataset
 
 
@@ -34,7 +34,7 @@ def test_prune_keeps_current_running_and_compared_runs(engine, kb_name, tmp_path
                              {"r": old[0]}).scalar_one()
         dataset_id = conn.execute(sa.text("SELECT dataset_id FROM retrieval_evaluation_runs WHERE id = :r"),
                                   {"r": old[0]}).scalar_one()
-    in_progress = runs.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb_id, strategy=hybrid,
+    in_progress = run_records.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb_id, strategy=hybrid,
                                   params_hash=hybrid.params_hash())  # running, fresh heartbeat: never removed
     retention.record_comparison(engine, f"{name}|{kb_name}", [old[1], only_keyword])
     rows_0 = run_rows(engine, old[0])

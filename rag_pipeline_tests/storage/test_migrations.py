@@ -14,10 +14,10 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from rag_pipeline.contracts.metrics import METRIC_NAMES
-from rag_pipeline.storage import evaluation_schema as eval_models  # noqa: F401 - registers the evaluation tables
+from rag_pipeline.storage import evaluation_tables as eval_models  # noqa: F401 - registers the evaluation tables
 from rag_pipeline.storage.engine import alembic_config
-from rag_pipeline.storage.evaluation_schema import CANDIDATE_PARTITION_PREFIX
-from rag_pipeline.storage.schema import Base
+from rag_pipeline.storage.evaluation_tables import CANDIDATE_PARTITION_PREFIX
+from rag_pipeline.storage.tables import Base
 from rag_pipeline_tests.reliability_helpers import scratch_database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -308,7 +308,7 @@ def test_models_match_the_migrated_schema(engine) -> None:
 def test_the_schema_has_one_column_per_metric() -> None:
     """The runs and the case results have a column per metric of the one metric list, in its order."""
     from rag_pipeline.evaluation.metrics import METRIC_NAMES as EVALUATION_METRICS
-    from rag_pipeline.storage.evaluation_schema import RetrievalEvaluationCaseResult, RetrievalEvaluationRun
+    from rag_pipeline.storage.evaluation_tables import RetrievalEvaluationCaseResult, RetrievalEvaluationRun
 
     assert EVALUATION_METRICS == METRIC_NAMES
     for table in (RetrievalEvaluationRun.__table__, RetrievalEvaluationCaseResult.__table__):

@@ -24,9 +24,9 @@ import pytest
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 
-from rag_pipeline.storage import evaluation_schema as eval_models  # noqa: F401 - registers the evaluation tables
+from rag_pipeline.storage import evaluation_tables as eval_models  # noqa: F401 - registers the evaluation tables
 from rag_pipeline.storage.engine import alembic_config
-from rag_pipeline.storage.schema import Base
+from rag_pipeline.storage.tables import Base
 from rag_pipeline_tests.reliability_helpers import scratch_database
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from rag_pipeline.service.labelling import find_chunks
+from rag_pipeline.service.labelling.chunks import find_chunks
 
 # the live server fixture
 pytestmark = pytest.mark.slow

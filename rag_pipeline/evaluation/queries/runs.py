@@ -1,7 +1,7 @@
 """Statements on one evaluation run's row (``retrieval_evaluation_runs``): its lifecycle and reading it back.
 
 ``stale`` is the heartbeat age (seconds) after which a ``running`` run counts as ``abandoned``
-(:data:`EFFECTIVE_STATUS`); the lifecycle rules themselves are in :mod:`rag_pipeline.evaluation.runs`.
+(:data:`EFFECTIVE_STATUS`); the lifecycle rules themselves are in :mod:`rag_pipeline.evaluation.run_records`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from rag_pipeline.storage.schema import DocumentPublicationStatus, DocumentStatus
+from rag_pipeline.storage.tables import DocumentPublicationStatus, DocumentStatus
 
 # The rule for what retrieval may return (docs/design.md §3.3), defined once: a document that is READY, PUBLISHED and
 # not deleted (its current chunks). Used by the retrieval SQL, the counts below and the label check.

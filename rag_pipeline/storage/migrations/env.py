@@ -2,8 +2,8 @@
 
 from alembic import context
 
-from rag_pipeline.storage import evaluation_schema as eval_models  # noqa: F401 - registers the evaluation tables
-from rag_pipeline.storage.schema import Base
+from rag_pipeline.storage import evaluation_tables as eval_models  # noqa: F401 - registers the evaluation tables
+from rag_pipeline.storage.tables import Base
 
 target_metadata = Base.metadata
 

@@ -1,7 +1,7 @@
 """Labelling in the console: questions → pooled candidates with text → tick relevant / grade → save as a
 new dataset version (``/admin/retrieval-evaluations/kb/{kb}/labelling``).
 
-The same operations as ``rag-pipeline suggest`` / ``label`` (:mod:`rag_pipeline.service.label_drafts`): a draft is
+The same operations as ``rag-pipeline suggest`` / ``label`` (:mod:`rag_pipeline.service.labelling.drafts`): a draft is
 the pool of the chosen strategies' top-``depth`` candidates per question, kept as a file in
 ``<datasets>/.drafts/<kb>/`` (resumable; not watched by the sensor). Saving validates the judged questions as a
 dataset, runs the label check (an invalid label refuses the save) and stores a new version, then opens the
@@ -17,8 +17,10 @@ from fastapi.responses import RedirectResponse
 
 from rag_pipeline.contracts.catalog import StoredVersion
 from rag_pipeline.contracts.errors import USER_ERRORS
-from rag_pipeline.service import catalog, history, label_drafts, label_fixes
-from rag_pipeline.service.label_drafts import KEY_GRADES, DraftError, save_draft
+from rag_pipeline.service import catalog, history
+from rag_pipeline.service.labelling import drafts as label_drafts
+from rag_pipeline.service.labelling import fixes as label_fixes
+from rag_pipeline.service.labelling.drafts import KEY_GRADES, DraftError, save_draft
 from rag_pipeline.web.admin.datasets import dataset_url
 from rag_pipeline.web.admin.pages import BASE, error_page, render
 from rag_pipeline.web.dependencies import Engine

@@ -1,6 +1,6 @@
 """``GET /api/v1/knowledge-bases/{id}/chunks``: the chunk ids a dataset labels, listed or searched.
 
-The same operation as ``rag-pipeline chunks`` (:func:`rag_pipeline.service.labelling.find_chunks`): without
+The same operation as ``rag-pipeline chunks`` (:func:`rag_pipeline.service.labelling.chunks.find_chunks`): without
 ``search``, the knowledge base's searchable chunks in document and ordinal order; with it, the chunks containing
 the text literally first, then the keyword search (BM25 in the KB's text mode: jieba for Chinese) and a vector
 search fused by reciprocal rank. ``document`` narrows to one document (original name or id).
@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from rag_pipeline.service import labelling
+from rag_pipeline.service.labelling import chunks as chunk_search
 from rag_pipeline.web.dependencies import Engine
 
 router = APIRouter(tags=["knowledge bases"])
@@ -56,8 +56,8 @@ def list_chunks(
     id: Annotated[str, Path(description="A knowledge base's UUID or name.", max_length=200)],  # noqa: A002
     search: Annotated[str | None, Query(max_length=2000, description="Text to look for (any language).")] = None,
     document: Annotated[str | None, Query(max_length=1000, description="Only this document (name or id).")] = None,
-    limit: Annotated[int, Query(ge=1, le=labelling.MAX_LIMIT, description="At most this many chunks.")] = 20,
+    limit: Annotated[int, Query(ge=1, le=chunk_search.MAX_LIMIT, description="At most this many chunks.")] = 20,
 ):
     """The chunk ids to put in ``relevant_chunk_ids``, with document, ordinal, character span and text; 404 for an
     unknown knowledge base or document."""
-    return labelling.find_chunks(engine, id, search=search, document=document, limit=limit).as_dict()
+    return chunk_search.find_chunks(engine, id, search=search, document=document, limit=limit).as_dict()

@@ -11,7 +11,7 @@ import uuid
 import sqlalchemy as sa
 
 from rag_pipeline.cli.main import main as cli
-from rag_pipeline.service.labelling import find_chunks
+from rag_pipeline.service.labelling.chunks import find_chunks
 from rag_pipeline_tests.web.inprocess.conftest import DATASET, STRATEGIES, covers
 
 API = "/api/v1"

@@ -4,7 +4,7 @@ Revision ID: 0001
 Revises: 
 Create Date: 2026-11-30
 
-Creates the pgvector extension and every table of rag_pipeline.storage.schema / eval_models.
+Creates the pgvector extension and every table of rag_pipeline.storage.tables / eval_models.
 Per-model HNSW indexes are created when a model is first used (db.ensure_embedding_model).
 """
 import pgvector.sqlalchemy

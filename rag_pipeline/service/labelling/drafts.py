@@ -2,7 +2,7 @@
 
 - :func:`pool` runs several strategies on every question and keeps, per question, the union of their top-``depth``
   candidates with text, document and which strategies found them at which rank
-  (:mod:`rag_pipeline.analysis.label_draft` is the draft format).
+  (:mod:`rag_pipeline.service.labelling.draft_files` is the draft format).
 - :func:`suggest` does it for a questions file (text, one per line; or a dataset file) and writes the draft;
   :func:`create_console_draft` for the admin console's textarea (drafts live in ``<datasets>/.drafts/<kb>/``,
   which the Dagster sensor does not watch).
@@ -21,7 +21,6 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.analysis.label_draft import KEY_GRADES, DraftError, export_cases, load_draft, pool_order, save_draft
 from rag_pipeline.contracts.labelling import Draft, DraftCandidate, DraftQuestion
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset, parse_dataset
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
@@ -31,6 +30,14 @@ from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import StrategyError, get_strategy, load_registry
+from rag_pipeline.service.labelling.draft_files import (
+    KEY_GRADES,
+    DraftError,
+    export_cases,
+    load_draft,
+    pool_order,
+    save_draft,
+)
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.files import FileReadError, read_bounded
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name

@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 import sqlalchemy as sa
 
-from rag_pipeline.analysis.stage_tuning import StageConfig, evaluate_stage_configs, stage_grid
 from rag_pipeline.analysis.statistics import bootstrap_ci, paired_permutation_test
-from rag_pipeline.analysis.tune_runs import TuneError, find_pool_run
-from rag_pipeline.analysis.tuning import SweepResult, cross_validate
+from rag_pipeline.analysis.tuning.stages import StageConfig, evaluate_stage_configs, stage_grid
+from rag_pipeline.analysis.tuning.stored_run import TuneError, find_pool_run
+from rag_pipeline.analysis.tuning.sweep import SweepResult, cross_validate
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.tuning import RankedStage, SplitTest, SplitTrain, StageTuning
 from rag_pipeline.evaluation.pools import load_pools

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation import diagnosis_db, persistence, runs
+from rag_pipeline.evaluation import diagnosis_db, persistence, run_records
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis import MissReason
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels, relevant_ids_missing
@@ -77,12 +77,12 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
                      queued_run_id: str | None = None) -> EvaluationOutcome:
     """Run ``strategy`` over every case of ``dataset`` and store the run. ``readers``: default ``RAG_EVAL_READERS``.
     ``queued_run_id``: the ``queued`` run row (made by the HTTP API) to use instead of a new one; it must be queued
-    for this strategy and dataset version (else :class:`runs.RunNotQueuedError`)."""
+    for this strategy and dataset version (else :class:`run_records.RunNotQueuedError`)."""
     logger = logger or log
     readers = reader_count(readers)
     check_capacity(engine, readers, EXTRA_CONNECTIONS)
     t_start = time.perf_counter()
-    runs.sweep_abandoned(engine)
+    run_records.sweep_abandoned(engine)
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, dataset.knowledge_base)
         preflight(conn, kb, strategy)
@@ -95,22 +95,22 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
         dataset_id = persistence.store_dataset(conn, dataset, kb.name)
     if queued_run_id:
         run_id = queued_run_id
-        runs.start_queued_run(engine, run_id, strategy_version=strategy.version, params_hash=params_hash,
+        run_records.start_queued_run(engine, run_id, strategy_version=strategy.version, params_hash=params_hash,
                               dataset_id=dataset_id, dagster_run_id=dagster_run_id)
     else:
-        run_id = runs.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
+        run_id = run_records.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
                                  params_hash=params_hash, partition_key=partition_key, dagster_run_id=dagster_run_id)
     outcome = EvaluationOutcome(str(run_id), str(dataset_id), dataset.name, dataset.content_hash, str(kb.id),
                                 kb.name, strategy.version, params_hash)
     logger.info(f"evaluation run {run_id}: {len(dataset.cases)} cases of {dataset.name!r} "
                 f"(version {dataset.version}) on {kb.name!r} with {strategy.version}")
     try:
-        runs.create_candidate_partition(engine, run_id)
-        with runs.Heartbeat(engine, run_id):
+        run_records.create_candidate_partition(engine, run_id)
+        with run_records.Heartbeat(engine, run_id):
             _run(engine, run_id, dataset, kb, strategy, outcome, batch_size, progress, logger,
                  extra={"relevant_ids_not_in_kb": missing}, t_start=t_start, readers=readers)
     except BaseException as exc:
-        runs.mark_failed(engine, run_id, f"{type(exc).__name__}: {exc}")
+        run_records.mark_failed(engine, run_id, f"{type(exc).__name__}: {exc}")
         raise
     return outcome
 
@@ -182,7 +182,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                                                borrow=pool_conns.borrow, parts=readers)
         _tick(timings, "retrieval_sql_s", t)
         outcome.knowledge_base_version = version.result()
-        runs.set_knowledge_base_version(engine, run_id, outcome.knowledge_base_version)
+        run_records.set_knowledge_base_version(engine, run_id, outcome.knowledge_base_version)
         todo = iter(starts)
 
         def submit() -> None:
@@ -218,7 +218,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                     writer, persistence.case_rows(run_id, start, batch, result.traces, values, result.reasons, stats))
                 _tick(timings, "persistence_s", t)
                 outcome.case_count += len(batch)
-                runs.heartbeat(engine, run_id, outcome.case_count)
+                run_records.heartbeat(engine, run_id, outcome.case_count)
                 if progress:
                     progress(outcome.case_count, total)
                 if (start // batch_size) % 10 == 9:

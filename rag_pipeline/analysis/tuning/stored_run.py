@@ -2,8 +2,8 @@
 
 :func:`tune` reads the current succeeded run of a "pool" strategy on a dataset (default ``hybrid-bm25-v1``:
 100 candidates per leg), re-fuses its stored pools under every configuration of
-:func:`rag_pipeline.analysis.tuning.grid` and picks one by k-fold cross-validation over cases
-(:func:`rag_pipeline.analysis.tuning.recommend`). No SQL per case and no embedding: only the stored pools
+:func:`rag_pipeline.analysis.tuning.sweep.grid` and picks one by k-fold cross-validation over cases
+(:func:`rag_pipeline.analysis.tuning.sweep.recommend`). No SQL per case and no embedding: only the stored pools
 are read. ``rag-pipeline tune`` and the Dagster asset ``fusion_sweep`` both call it (through
 :mod:`rag_pipeline.service.analysis`), so they always agree.
 """
@@ -16,7 +16,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.analysis.comparison import ComparisonError, dataset_version_row
-from rag_pipeline.analysis.tuning import DEFAULT_METRIC, FusionConfig, Recommendation, recommend
+from rag_pipeline.analysis.tuning.sweep import DEFAULT_METRIC, FusionConfig, Recommendation, recommend
 from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.tuning import FoldChoice, FusionTuning, RankedFusion

@@ -4,7 +4,7 @@
   text literally (any script), then the knowledge base's keyword search (BM25 over its text mode: jieba for a
   ``chinese`` KB) and a vector search (its embedding model, USE by default: multilingual) fused by reciprocal
   rank — the retrieval legs of :mod:`rag_pipeline.retrieval.search`, nothing re-implemented. Pooled judging is in
-:mod:`.label_drafts`, the label fixes after a re-chunking in :mod:`.label_fixes`.
+:mod:`.drafts` (draft files: :mod:`.draft_files`), the label fixes after a re-chunking in :mod:`.fixes`.
 """
 
 from __future__ import annotations

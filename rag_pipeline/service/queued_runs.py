@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.runs import QueuedEvaluation, QueuedRun, WaitingRun
-from rag_pipeline.evaluation import runs
+from rag_pipeline.evaluation import run_records
 from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import get_strategy, load_registry
@@ -46,7 +46,7 @@ def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
             params_hash = register_strategy(conn, strategy)
             key = f"{dataset.name}|{version}"
             dagster_run_id = str(uuid.uuid4())
-            run_id = runs.create_run(conn, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
+            run_id = run_records.create_run(conn, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
                                      params_hash=params_hash, partition_key=key, dagster_run_id=dagster_run_id,
                                      queued=True)
             queued.append(QueuedRun(run_id=str(run_id), strategy_version=version, dataset=dataset.name,
@@ -56,11 +56,11 @@ def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
 
 def fail_queued(engine: sa.Engine, run_id: str, error: str) -> None:
     """Mark a queued run failed (its submission to Dagster failed, or Dagster dropped it before it started)."""
-    runs.mark_failed(engine, run_id, error)
+    run_records.mark_failed(engine, run_id, error)
 
 
 def queued_runs(engine: sa.Engine, limit: int = 500) -> list[WaitingRun]:
     """The runs still ``queued``, oldest first."""
     with engine.connect() as conn:
-        rows = runs.list_runs(conn, status="queued", limit=limit)
+        rows = run_records.list_runs(conn, status="queued", limit=limit)
     return [WaitingRun(run_id=str(r.id), dagster_run_id=r.dagster_run_id, queued_at=r.queued_at) for r in rows][::-1]

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rag_pipeline.analysis.tuning import FusionConfig
+from rag_pipeline.analysis.tuning.sweep import FusionConfig
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, batch_metrics
 from rag_pipeline.evaluation.pools import PoolSet
 from rag_pipeline.retrieval.fusion import fuse_batch, normalize_batch, order_batch

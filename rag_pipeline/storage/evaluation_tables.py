@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from rag_pipeline.contracts.metrics import METRIC_NAMES
-from rag_pipeline.storage.schema import Base, _now
+from rag_pipeline.storage.tables import Base, _now
 
 
 class RetrievalEvaluationDataset(Base):

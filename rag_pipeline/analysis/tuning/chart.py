@@ -26,7 +26,7 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from rag_pipeline.analysis.tuning import FusionConfig, SweepResult
+from rag_pipeline.analysis.tuning.sweep import FusionConfig, SweepResult
 from rag_pipeline.retrieval.fusion import NORMALIZATIONS
 
 CJK_FONTS = (
