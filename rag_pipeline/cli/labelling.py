@@ -21,6 +21,7 @@ from pathlib import Path
 from rag_pipeline.cli import arguments, label_terminal
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json
+from rag_pipeline.contracts.catalog import ChunkList
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.database import get_engine
 from rag_pipeline.service.labelling import chunks as chunk_search
@@ -33,17 +34,16 @@ LIMIT = arguments.int_between(1, chunk_search.MAX_LIMIT)
 DEPTH = arguments.int_between(1, 1000)
 
 
-def chunk_table(listing: chunk_search.ChunkListing, width: int) -> str:
+def chunk_table(listing: ChunkList, width: int) -> str:
     """One line per chunk: rank, chunk id, document #ordinal, span, how it matched, snippet."""
     if not listing.chunks:
         scope = f" of document {listing.document!r}" if listing.document else ""
         return (f"no chunk{scope} matches {listing.search!r}" if listing.search
                 else f"knowledge base {listing.knowledge_base!r} has no searchable chunk{scope}")
     lines = []
-    for f in listing.chunks:
-        c = f.chunk
-        head = (f"{f.rank:3d}  {c.chunk_id}  {printable(c.document_name)} #{c.ordinal}  "
-                f"{c.char_start}-{c.char_end}" + (f"  [{'+'.join(f.matched)}]" if f.matched else ""))
+    for c in listing.chunks:
+        head = (f"{c.rank:3d}  {c.chunk_id}  {printable(c.document_name)} #{c.ordinal}  "
+                f"{c.char_start}-{c.char_end}" + (f"  [{'+'.join(c.matched)}]" if c.matched else ""))
         room = max(40, width - 6)
         lines += [head, "     " + printable(snippet(c.text, [listing.search or ""], room))]
     shown = len(listing.chunks)
@@ -58,7 +58,7 @@ def cmd_chunks(args: argparse.Namespace) -> int:
     listing = chunk_search.find_chunks(get_engine(), args.knowledge_base, search=args.search, document=args.document,
                                     limit=args.limit)
     if args.format == "json":
-        print_json(listing.as_dict())
+        print_json(listing.model_dump())
     else:
         print(chunk_table(listing, shutil.get_terminal_size((120, 30)).columns))
     return 0

@@ -4,8 +4,9 @@ the datasets stored for them."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class KnowledgeBaseInfo(BaseModel):
@@ -90,3 +91,36 @@ class ChunkText(BaseModel):
     ordinal: int
     is_current: bool
     content: str
+
+
+class FoundChunk(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    """One chunk: its id (what ``relevant_chunk_ids`` holds), document, place and text."""
+
+    rank: int = Field(ge=1, description="1-based place in this listing or search.")
+    chunk_id: str = Field(description="document_chunks.id: the value a dataset labels.")
+    document_id: str
+    document_name: str
+    ordinal: int = Field(description="The chunk's position in its document (0-based).")
+    char_start: int = Field(description="Character span of the chunk in its document's text.")
+    char_end: int
+    matched: list[Literal["phrase", "keyword", "vector"]] = Field(
+        description="How a search found it: the text literally, the keyword leg, the vector leg.")
+    score: float | None = Field(description="Reciprocal-rank fusion score of the search (None: literal match only "
+                                            "or no search).")
+    snippet: str = Field(description="The text on one line, cut around the searched text.")
+    text: str
+
+
+class ChunkList(BaseModel):
+    """A knowledge base's chunks listed or searched (``rag-pipeline chunks``, ``GET …/chunks``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    knowledge_base: str
+    knowledge_base_id: str
+    search: str | None
+    document: str | None = Field(description="The document the listing is narrowed to (its original name).")
+    total: int = Field(description="Searchable chunks in scope (no search) or chunks found (search).")
+    chunks: list[FoundChunk]

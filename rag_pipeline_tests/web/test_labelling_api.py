@@ -18,7 +18,7 @@ def test_chunks_endpoint_lists_and_searches_like_the_cli(live_server, demo_kb, e
         response = requests.get(url, params={"search": phrase, "limit": 5}, timeout=120)
         assert response.status_code == 200, response.text
         body = response.json()
-        assert body == find_chunks(engine, demo_kb, search=phrase, limit=5).as_dict()
+        assert body == find_chunks(engine, demo_kb, search=phrase, limit=5).model_dump()
         first = body["chunks"][0]
         assert phrase in first["text"] and "phrase" in first["matched"] and len(first["chunk_id"]) == 36
     listing = requests.get(url, params={"document": "monorepo-advantages.md", "limit": 100}, timeout=60).json()

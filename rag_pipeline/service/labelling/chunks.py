@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.catalog import ChunkList, FoundChunk
 from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
 from rag_pipeline.knowledge_base.chunk_lookup import snippet as snippet
@@ -26,37 +26,12 @@ MAX_LIMIT = 1000
 _POOL = 200  # candidates per leg when a search is narrowed to one document
 
 
-@dataclass(frozen=True)
-class FoundChunk:
-    """A chunk of a listing or a search: ``rank`` (1-based), ``matched`` = ``phrase`` / ``keyword`` / ``vector``."""
-
-    rank: int
-    chunk: ChunkRow
-    matched: tuple[str, ...] = ()
-    score: float | None = None
-
-    def as_dict(self, search: str | None = None) -> dict:
-        c = self.chunk
-        return {"rank": self.rank, "chunk_id": c.chunk_id, "document_id": c.document_id,
-                "document_name": c.document_name, "ordinal": c.ordinal, "char_start": c.char_start,
-                "char_end": c.char_end, "matched": list(self.matched),
-                "score": None if self.score is None else round(self.score, 6),
-                "snippet": chunk_lookup.snippet(c.text, [search] if search else []), "text": c.text}
-
-
-@dataclass(frozen=True)
-class ChunkListing:
-    knowledge_base: str
-    knowledge_base_id: str
-    search: str | None
-    document: str | None
-    total: int  # searchable chunks in scope (without a search), or chunks found (with one)
-    chunks: list[FoundChunk] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return {"knowledge_base": self.knowledge_base, "knowledge_base_id": self.knowledge_base_id,
-                "search": self.search, "document": self.document, "total": self.total,
-                "chunks": [c.as_dict(self.search) for c in self.chunks]}
+def _found(rank: int, c: ChunkRow, search: str | None, matched: tuple[str, ...] = (),
+           score: float | None = None) -> FoundChunk:
+    return FoundChunk(rank=rank, chunk_id=c.chunk_id, document_id=c.document_id, document_name=c.document_name,
+                      ordinal=c.ordinal, char_start=c.char_start, char_end=c.char_end, matched=list(matched),
+                      score=None if score is None else round(score, 6),
+                      snippet=chunk_lookup.snippet(c.text, [search] if search else []), text=c.text)
 
 
 def search_strategy(models: Sequence[str], candidates: int) -> Strategy:
@@ -68,7 +43,7 @@ def search_strategy(models: Sequence[str], candidates: int) -> Strategy:
 
 
 def find_chunks(engine: sa.Engine, knowledge_base: str, *, search: str | None = None, document: str | None = None,
-                limit: int = 20) -> ChunkListing:
+                limit: int = 20) -> ChunkList:
     """The searchable chunks of a knowledge base (name or id): all (document and ordinal order) or those matching
     ``search``; ``document`` (original name or id) narrows to one document."""
     if not 1 <= limit <= MAX_LIMIT:
@@ -81,8 +56,8 @@ def find_chunks(engine: sa.Engine, knowledge_base: str, *, search: str | None = 
             doc_id, doc_name = chunk_lookup.resolve_document(conn, kb.id, kb.name, document)
         if search is None:
             rows, total = chunk_lookup.list_chunks(conn, kb.id, document_id=doc_id, limit=limit)
-            return ChunkListing(kb.name, str(kb.id), None, doc_name, total,
-                                [FoundChunk(i, r) for i, r in enumerate(rows, start=1)])
+            return ChunkList(knowledge_base=kb.name, knowledge_base_id=str(kb.id), search=None, document=doc_name,
+                             total=total, chunks=[_found(i, r, None) for i, r in enumerate(rows, start=1)])
         phrase = chunk_lookup.phrase_matches(conn, kb.id, search, document_id=doc_id, limit=MAX_LIMIT)
         pool = min(MAX_LIMIT, max(limit * 3, _POOL if doc_id else 30))
         strategy = search_strategy(chunk_lookup.embedding_models(conn, kb.id), pool)
@@ -99,5 +74,6 @@ def find_chunks(engine: sa.Engine, knowledge_base: str, *, search: str | None = 
         c = fused.get(cid)
         matched = (("phrase",) if cid in literal else ()) + (
             (("keyword",) if c.keyword_rank else ()) + (("vector",) if c.vector_rank else ()) if c else ())
-        found.append(FoundChunk(rank, rows[cid], matched, c.final_score if c else None))
-    return ChunkListing(kb.name, str(kb.id), search, doc_name, len(order), found)
+        found.append(_found(rank, rows[cid], search, matched, c.final_score if c else None))
+    return ChunkList(knowledge_base=kb.name, knowledge_base_id=str(kb.id), search=search, document=doc_name,
+                     total=len(order), chunks=found)

@@ -8,46 +8,15 @@ search fused by reciprocal rank. ``document`` narrows to one document (original 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
 
+from rag_pipeline.contracts.catalog import ChunkList
 from rag_pipeline.service.labelling import chunks as chunk_search
 from rag_pipeline.web.dependencies import Engine
 
 router = APIRouter(tags=["knowledge bases"])
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class FoundChunk(_Strict):
-    """One chunk: its id (what ``relevant_chunk_ids`` holds), document, place and text."""
-
-    rank: int = Field(ge=1, description="1-based place in this listing or search.")
-    chunk_id: str = Field(description="document_chunks.id: the value a dataset labels.")
-    document_id: str
-    document_name: str
-    ordinal: int = Field(description="The chunk's position in its document (0-based).")
-    char_start: int = Field(description="Character span of the chunk in its document's text.")
-    char_end: int
-    matched: list[Literal["phrase", "keyword", "vector"]] = Field(
-        description="How a search found it: the text literally, the keyword leg, the vector leg.")
-    score: float | None = Field(description="Reciprocal-rank fusion score of the search (None: literal match only "
-                                            "or no search).")
-    snippet: str = Field(description="The text on one line, cut around the searched text.")
-    text: str
-
-
-class ChunkList(_Strict):
-    knowledge_base: str
-    knowledge_base_id: str
-    search: str | None
-    document: str | None = Field(description="The document the listing is narrowed to (its original name).")
-    total: int = Field(description="Searchable chunks in scope (no search) or chunks found (search).")
-    chunks: list[FoundChunk]
 
 
 @router.get("/knowledge-bases/{id}/chunks", response_model=ChunkList, summary="List or search chunk ids")
@@ -60,4 +29,4 @@ def list_chunks(
 ):
     """The chunk ids to put in ``relevant_chunk_ids``, with document, ordinal, character span and text; 404 for an
     unknown knowledge base or document."""
-    return chunk_search.find_chunks(engine, id, search=search, document=document, limit=limit).as_dict()
+    return chunk_search.find_chunks(engine, id, search=search, document=document, limit=limit)

@@ -164,7 +164,7 @@ def test_comparison_equals_the_cli_compare(client, evaluated, capsys):
 def test_chunks_list_and_search_like_the_service(client, evaluated, engine):
     url = f"{API}/knowledge-bases/{evaluated['kb']}/chunks"
     found = client.get(url, params={"search": "basebackup", "limit": 3}).json()
-    assert found == find_chunks(engine, evaluated["kb"], search="basebackup", limit=3).as_dict()
+    assert found == find_chunks(engine, evaluated["kb"], search="basebackup", limit=3).model_dump()
     assert found["chunks"][0]["chunk_id"] == evaluated["chunks"]["backup.md"]
     listing = client.get(url, params={"limit": 100}).json()
     assert sorted(c["chunk_id"] for c in listing["chunks"]) == sorted(evaluated["chunks"].values())
