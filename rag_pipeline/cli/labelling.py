@@ -22,13 +22,14 @@ from rag_pipeline.cli import arguments, label_terminal
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json
 from rag_pipeline.contracts.catalog import ChunkList
+from rag_pipeline.contracts.labelling import LabelFixes
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.database import get_engine
 from rag_pipeline.service.labelling import chunks as chunk_search
 from rag_pipeline.service.labelling import drafts
 from rag_pipeline.service.labelling import fixes as label_fixes
 from rag_pipeline.service.labelling.chunks import snippet
-from rag_pipeline.service.labelling.drafts import DraftError, load_draft
+from rag_pipeline.service.labelling.draft_files import DraftError, load_draft
 
 LIMIT = arguments.int_between(1, chunk_search.MAX_LIMIT)
 DEPTH = arguments.int_between(1, 1000)
@@ -90,9 +91,9 @@ def cmd_label(args: argparse.Namespace) -> int:
         if not target:
             return 0
     done = drafts.export_draft(get_engine(), draft, target, binary=args.binary)
-    print(f"wrote {done.path}: {len(done.dataset.cases)} cases; {done.labels.summary()}")
-    for case_id, reason in done.left_out:
-        print(f"  not exported: {printable(case_id)}: {reason}", file=sys.stderr)
+    print(f"wrote {done.path}: {done.cases} cases; {done.labels}")
+    for left in done.left_out:
+        print(f"  not exported: {printable(left.case_id)}: {left.reason}", file=sys.stderr)
     return 0
 
 
@@ -100,26 +101,25 @@ def cmd_label(args: argparse.Namespace) -> int:
 def cmd_fix_labels(args: argparse.Namespace) -> int:
     fixes = label_fixes.fix_labels(get_engine(), args.dataset, args.knowledge_base, args.output)
     if args.format == "json":
-        print(json.dumps(fixes.as_dict(), ensure_ascii=False, indent=2))
+        print(json.dumps(fixes.model_dump(exclude_unset=True), ensure_ascii=False, indent=2))
     else:
         print(format_fixes(fixes))
     return 1 if fixes.unresolved else 0
 
 
-def format_fixes(fixes: label_fixes.LabelFixes) -> str:
-    c = fixes.counts()
-    lines = [f"wrote {fixes.output}: {c['labels']} labels against {fixes.knowledge_base!r}: {c['ok']} already valid, "
-             f"{c['fixed']} fixed, {c['unresolved']} left for a person"]
+def format_fixes(fixes: LabelFixes) -> str:
+    c = fixes.counts
+    lines = [f"wrote {fixes.output}: {c.labels} labels against {fixes.knowledge_base!r}: {c.ok} already valid, "
+             f"{c.fixed} fixed, {c.unresolved} left for a person"]
     for ch in fixes.changes:
-        lines.append(f"  fixed  case {printable(ch['case_id'])}: {ch['old_chunk_id']} -> "
-                     f"{', '.join(ch['new_chunk_ids'])}\n         {printable(ch['reason'])}")
+        lines.append(f"  fixed  case {printable(ch.case_id)}: {ch.old_chunk_id} -> "
+                     f"{', '.join(ch.new_chunk_ids)}\n         {printable(ch.reason)}")
     for u in fixes.unresolved:
-        lines.append(f"  LISTED case {printable(u['case_id'])}: {u['old_chunk_id']} ({u['status']}): "
-                     f"{printable(u['reason'])}")
-        for cand in u.get("candidates") or []:
-            overlap = f" overlap {cand['overlap']:.0%}" if cand.get("overlap") is not None else ""
-            span = f" chars {cand['char_start']}-{cand['char_end']}" if "char_start" in cand else ""
-            lines.append(f"           candidate {cand['chunk_id']}{span}{overlap}")
+        lines.append(f"  LISTED case {printable(u.case_id)}: {u.old_chunk_id} ({u.status}): {printable(u.reason)}")
+        for cand in u.candidates or []:
+            overlap = f" overlap {cand.overlap:.0%}" if cand.overlap is not None else ""
+            span = f" chars {cand.char_start}-{cand.char_end}" if cand.char_start is not None else ""
+            lines.append(f"           candidate {cand.chunk_id}{span}{overlap}")
     if fixes.unresolved:
         lines.append(f"the listed labels are unchanged in {fixes.output}: replace them by hand (find ids with "
                      "`rag-pipeline chunks --search`), then `rag-pipeline check-dataset`")

@@ -1,6 +1,6 @@
 """The strategy comparison: every strategy's run on one dataset version against a baseline, with paired
 significance, the cases that moved most and the regression gate (``rag-pipeline compare --format json`` and
-``GET /api/v1/retrieval/comparisons``)."""
+``GET /api/v1/retrieval/comparisons``), and two runs paired case by case (the console's compare page)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import math
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
+
+from rag_pipeline.contracts.reports import PairedCase
+from rag_pipeline.contracts.runs import RunSummary
 
 
 def _finite(value: float) -> float | None:
@@ -100,3 +103,15 @@ class StrategyComparison(BaseModel):
 
     def result(self, strategy: str, metric: str = "ndcg_at_k") -> PairedResult:
         return next(p for p in self.paired if p.strategy == strategy and p.metric == metric)
+
+
+class RunPair(BaseModel):
+    """Two runs of the same dataset paired by ``case_id``: run ``a`` is the baseline side of ``comparison``.
+    ``labels``: the names the two runs carry in the comparison; ``cases``: every shared case, most moved first."""
+
+    a: RunSummary
+    b: RunSummary
+    labels: tuple[str, str]
+    comparison: StrategyComparison
+    cases: list[PairedCase]
+    notes: list[str] = Field(default_factory=list)

@@ -1,5 +1,6 @@
 """The label draft: pooled candidates of several strategies per question, judged by a person (its format and
-behaviour: :mod:`rag_pipeline.service.labelling.draft_files`)."""
+behaviour: :mod:`rag_pipeline.service.labelling.draft_files`), its export, and the label fixes of ``fix-labels``
+(:mod:`rag_pipeline.service.labelling.fixes`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rag_pipeline.contracts.catalog import UploadResult
 from rag_pipeline.contracts.dataset import MAX_GRADE, MAX_K
 
 FORMAT = "rag-pipeline-label-draft"
@@ -55,3 +57,71 @@ class Draft(_Strict):
     def progress(self) -> dict[str, int]:
         """Questions per status."""
         return {s: sum(q.status == s for q in self.questions) for s in STATUSES}
+
+
+class LeftOut(BaseModel):
+    case_id: str
+    reason: str
+
+
+class DraftExport(BaseModel):
+    """A judged draft written as a dataset file (``path``) or stored as a dataset version (``dataset_id``);
+    ``labels``: the label check's summary."""
+
+    dataset: str
+    knowledge_base: str
+    cases: int
+    labels: str
+    left_out: list[LeftOut]
+    path: str | None = None
+    dataset_id: str | None = None
+
+
+class FixCandidate(BaseModel):
+    """A chunk a listed label could become (dumped with ``exclude_unset``: only the fields its case knows)."""
+
+    chunk_id: str
+    ordinal: int | None = None
+    char_start: int | None = None
+    char_end: int | None = None
+    overlap: float | None = None
+    document_name: str | None = None
+
+
+class LabelChange(BaseModel):
+    """One label ``fix-labels`` fixed (``new_chunk_ids`` set) or listed for a person (dumped with ``exclude_unset``)."""
+
+    case_id: str
+    old_chunk_id: str
+    status: str
+    new_chunk_ids: list[str]
+    overlap: dict[str, float] | None = None
+    reason: str | None
+    document_name: str | None = None
+    old_span: list[int] | None = None
+    candidates: list[FixCandidate] | None = None
+
+
+class FixCounts(BaseModel):
+    labels: int
+    ok: int
+    fixed: int
+    unresolved: int
+
+
+class LabelFixes(BaseModel):
+    """``rag-pipeline fix-labels --format json`` (``model_dump(exclude_unset=True)``)."""
+
+    dataset: str
+    output: str | None
+    knowledge_base: str
+    counts: FixCounts
+    changes: list[LabelChange]
+    unresolved: list[LabelChange]
+
+
+class StoredLabelFixes(BaseModel):
+    """The console's fix labels: the fixes, and the new dataset version when they were saved."""
+
+    fixes: LabelFixes
+    saved: UploadResult | None = None

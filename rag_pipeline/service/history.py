@@ -4,14 +4,12 @@ statistics of :mod:`rag_pipeline.analysis.comparison`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import sqlalchemy as sa
 
 from rag_pipeline.analysis import comparison
 from rag_pipeline.analysis.comparison import StrategyRun
 from rag_pipeline.contracts.catalog import ChunkText, StoredVersion
-from rag_pipeline.contracts.comparison import StrategyComparison
+from rag_pipeline.contracts.comparison import RunPair
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.reports import CaseDetail, CaseReport, PairedCase, RelevantChunk, RunCases
 from rag_pipeline.contracts.runs import HistoryPoint, RunSummary
@@ -90,19 +88,6 @@ def chunk_texts(engine: sa.Engine, chunk_ids) -> dict[str, ChunkText]:
         return _chunk_rows(conn, chunk_ids)
 
 
-@dataclass
-class RunPair:
-    """Two runs of the same dataset paired by ``case_id``: run ``a`` is the baseline side of :attr:`comparison`.
-    ``labels``: the names the two runs carry in the comparison; ``cases``: every shared case, most moved first."""
-
-    a: RunSummary
-    b: RunSummary
-    labels: tuple[str, str]
-    comparison: StrategyComparison
-    cases: list[PairedCase]
-    notes: list[str] = field(default_factory=list)
-
-
 def _labels(a: RunSummary, b: RunSummary) -> tuple[str, str]:
     if a.strategy_version != b.strategy_version:
         return a.strategy_version, b.strategy_version
@@ -137,4 +122,4 @@ def compare_runs(engine: sa.Engine, run_a: str, run_b: str, *, n_resamples: int 
     rows = [PairedCase(case_id=c, question=questions[c], a=per_a[c], b=per_b[c],
                        delta=per_b[c][primary] - per_a[c][primary]) for c in per_a if c in per_b]
     rows.sort(key=lambda r: (-abs(round(r.delta, 12)), r.case_id))
-    return RunPair(sa_, sb, labels, comp, rows, notes + comp.notes)
+    return RunPair(a=sa_, b=sb, labels=labels, comparison=comp, cases=rows, notes=notes + comp.notes)

@@ -15,36 +15,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.labelling import Draft, DraftCandidate, DraftQuestion
+from rag_pipeline.contracts.labelling import Draft, DraftCandidate, DraftExport, DraftQuestion, LeftOut
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset, parse_dataset
-from rag_pipeline.evaluation.label_check import LabelReport, check_labels
+from rag_pipeline.evaluation.label_check import check_labels
 from rag_pipeline.evaluation.persistence import store_dataset
 from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import StrategyError, get_strategy, load_registry
-from rag_pipeline.service.labelling.draft_files import (
-    KEY_GRADES,
-    DraftError,
-    export_cases,
-    load_draft,
-    pool_order,
-    save_draft,
-)
+from rag_pipeline.service.labelling.draft_files import DraftError, export_cases, load_draft, pool_order, save_draft
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.files import FileReadError, read_bounded
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
-
-__all__ = ["KEY_GRADES", "DraftError", "DraftExport", "applicable_strategies", "console_drafts",
-           "create_console_draft", "draft_dataset", "draft_path", "export_draft", "load_draft", "open_console_draft",
-           "pool", "questions_from_text", "read_questions", "save_draft", "store_draft", "suggest"]
 
 MAX_QUESTIONS_BYTES = 10 * 1024 * 1024
 
@@ -179,30 +167,18 @@ def open_console_draft(knowledge_base: str, name: str) -> Draft:
 # --- drafts → datasets ---------------------------------------------------------------------------------------
 
 
-def draft_dataset(draft: Draft, *, binary: bool = False) -> tuple[dict, list]:
-    """The dataset object of a draft, and the questions left out; :class:`DraftError` when no case is ready."""
+def _checked(engine: sa.Engine, draft: Draft, name: str, source: str, binary: bool) -> tuple[Dataset, str, DraftExport]:
+    """The dataset of a draft's judged questions, as JSON text and as the export to report; :class:`DraftError`
+    when no case is ready or a label is invalid."""
     cases, left_out = export_cases(draft, binary=binary)
     if not cases:
         raise DraftError(f"no question of the draft has a candidate judged relevant yet ({len(left_out)} left out): "
                          "nothing to export")
+    left = [LeftOut(case_id=c, reason=r) for c, r in left_out]
     meta = {"labelled_with": {"strategies": draft.strategies, "depth": draft.depth, "draft_created_at":
                               draft.created_at, "exported_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                              "left_out": [{"case_id": c, "reason": r} for c, r in left_out]}}
-    return {"knowledge_base": draft.knowledge_base, "cases": cases, "metadata": meta}, left_out
-
-
-@dataclass(frozen=True)
-class DraftExport:
-    dataset: Dataset
-    text: str
-    left_out: list[tuple[str, str]]
-    labels: LabelReport
-    path: Path | None = None
-    dataset_id: str | None = None
-
-
-def _checked(engine: sa.Engine, draft: Draft, name: str, source: str, binary: bool) -> DraftExport:
-    data, left_out = draft_dataset(draft, binary=binary)
+                              "left_out": [x.model_dump() for x in left]}}
+    data = {"knowledge_base": draft.knowledge_base, "cases": cases, "metadata": meta}
     text = json.dumps(data, ensure_ascii=False, indent=1) + "\n"
     dataset = parse_dataset(text, source=source, name=name)  # every rule of a dataset file
     with engine.connect() as conn:
@@ -211,7 +187,8 @@ def _checked(engine: sa.Engine, draft: Draft, name: str, source: str, binary: bo
         bad = report.invalid()[0]
         raise DraftError(f"not saved: {report.summary()}; e.g. case {bad.case_id}: {bad.chunk_id} {bad.status} — "
                          f"{bad.detail}")
-    return DraftExport(dataset, text, left_out, report)
+    return dataset, text, DraftExport(dataset=dataset.name, knowledge_base=dataset.knowledge_base,
+                                      cases=len(dataset.cases), labels=report.summary(), left_out=left)
 
 
 def export_draft(engine: sa.Engine, draft: Draft, output: str | Path, *, binary: bool = False) -> DraftExport:
@@ -219,16 +196,16 @@ def export_draft(engine: sa.Engine, draft: Draft, output: str | Path, *, binary:
     output = Path(output)
     if output.is_dir():
         raise OSError(f"--output {output} is a directory; give a file name")
-    done = _checked(engine, draft, output.stem, str(output), binary)
+    _, text, done = _checked(engine, draft, output.stem, str(output), binary)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(done.text, encoding="utf-8")
-    return DraftExport(done.dataset, done.text, done.left_out, done.labels, path=output)
+    output.write_text(text, encoding="utf-8")
+    return done.model_copy(update={"path": str(output)})
 
 
 def store_draft(engine: sa.Engine, draft: Draft, name: str, *, binary: bool = False) -> DraftExport:
     """Store the judged questions of ``draft`` as a new version of dataset ``name`` (validated, labels checked)."""
-    done = _checked(engine, draft, name, f"label draft {draft.name or name}", binary)
+    dataset, _, done = _checked(engine, draft, name, f"label draft {draft.name or name}", binary)
     with engine.begin() as conn:
         kb = resolve_knowledge_base(conn, draft.knowledge_base)
-        dataset_id = store_dataset(conn, done.dataset, kb.name)
-    return DraftExport(done.dataset, done.text, done.left_out, done.labels, dataset_id=str(dataset_id))
+        dataset_id = store_dataset(conn, dataset, kb.name)
+    return done.model_copy(update={"dataset_id": str(dataset_id)})

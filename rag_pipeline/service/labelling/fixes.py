@@ -21,15 +21,14 @@ keep the higher grade.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.catalog import UploadResult
 from rag_pipeline.contracts.dataset import MAX_METADATA_BYTES
+from rag_pipeline.contracts.labelling import FixCandidate, FixCounts, LabelChange, LabelFixes, StoredLabelFixes
 from rag_pipeline.evaluation.dataset import Dataset, DatasetError, load_dataset, parse_dataset
 from rag_pipeline.evaluation.label_check import check_labels
 from rag_pipeline.evaluation.persistence import load_stored_dataset
@@ -40,25 +39,6 @@ from rag_pipeline.service import catalog
 from rag_pipeline.service.catalog import DatasetNotFoundError
 
 REMAPPED_STATUSES = ("chunk_replaced", "other_knowledge_base", "unknown_id")
-
-
-@dataclass
-class LabelFixes:
-    source: str
-    output: Path | None
-    knowledge_base: str
-    labels: int = 0
-    kept: int = 0
-    changes: list[dict] = field(default_factory=list)
-    unresolved: list[dict] = field(default_factory=list)
-
-    def counts(self) -> dict[str, int]:
-        return {"labels": self.labels, "ok": self.kept, "fixed": len(self.changes), "unresolved": len(self.unresolved)}
-
-    def as_dict(self) -> dict:
-        return {"dataset": self.source, "output": str(self.output) if self.output else None,
-                "knowledge_base": self.knowledge_base,
-                "counts": self.counts(), "changes": self.changes, "unresolved": self.unresolved}
 
 
 def _load(path: Path, knowledge_base: str) -> Dataset:
@@ -78,13 +58,13 @@ def fix_labels(engine: sa.Engine, dataset_path: str | Path, knowledge_base: str,
         raise OSError(f"--output {output} is a directory; give a file name")
     if output.exists() and output.resolve() == path.resolve():
         raise OSError(f"--output {output} is the dataset itself; write the fixed dataset to another file")
-    fixes, text = fix_dataset(engine, _load(path, knowledge_base), knowledge_base, output=output)
+    fixes, text = _fix_dataset(engine, _load(path, knowledge_base), knowledge_base, output=output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text, encoding="utf-8")
     return fixes
 
 
-def fix_dataset(engine: sa.Engine, dataset: Dataset, knowledge_base: str, *,
+def _fix_dataset(engine: sa.Engine, dataset: Dataset, knowledge_base: str, *,
                 output: Path | None = None) -> tuple[LabelFixes, str]:
     """The fixes for ``dataset``'s labels on ``knowledge_base`` and the fixed dataset as JSON text (validated:
     :class:`DatasetError` rather than an invalid dataset); writes nothing."""
@@ -96,33 +76,27 @@ def fix_dataset(engine: sa.Engine, dataset: Dataset, knowledge_base: str, *,
                                                                if r.status in REMAPPED_STATUSES}))
         documents = {r.chunk_id: chunk_lookup.document_chunks_for(conn, r.chunk_id, kb.id)
                      for r in report.rows if r.status == "is_document_id"}
-    fixes = LabelFixes(dataset.name, output, kb.name, labels=len(report.rows))
     new_ids: dict[tuple[str, str], list[str]] = {}
+    changes, unresolved = [], []
     for row in report.rows:
-        key = (row.case_id, row.chunk_id)
         if row.ok:
-            fixes.kept += 1
             continue
         change = _fix(row, remaps.get(row.chunk_id), documents.get(row.chunk_id))
-        if change.get("new_chunk_ids"):
-            new_ids[key] = change["new_chunk_ids"]
-            fixes.changes.append(change)
+        if change.new_chunk_ids:
+            new_ids[(row.case_id, row.chunk_id)] = change.new_chunk_ids
+            changes.append(change)
         else:
-            fixes.unresolved.append(change)
+            unresolved.append(change)
+    counts = FixCounts(labels=len(report.rows), ok=len(report.rows) - len(changes) - len(unresolved),
+                       fixed=len(changes), unresolved=len(unresolved))
+    fixes = LabelFixes(dataset=dataset.name, output=str(output) if output else None, knowledge_base=kb.name,
+                       counts=counts, changes=changes, unresolved=unresolved)
     cases = [_fixed_case(c, new_ids) for c in dataset.cases]
     data = _output(dataset, kb.name, cases, fixes)
     text = json.dumps(data, ensure_ascii=False, indent=1) + "\n"
     parse_dataset(text, source=str(output or f"fixed labels of {dataset.name}"),
                   default_name=output.stem if output else dataset.name)  # a valid dataset, or nothing is written
     return fixes, text
-
-
-@dataclass
-class StoredLabelFixes:
-    """:func:`fix_stored_labels`: the fixes, and the new dataset version when they were saved."""
-
-    fixes: LabelFixes
-    saved: UploadResult | None = None
 
 
 def fix_stored_labels(engine: sa.Engine, dataset_id: str, knowledge_base: str, *,
@@ -134,38 +108,38 @@ def fix_stored_labels(engine: sa.Engine, dataset_id: str, knowledge_base: str, *
             dataset = load_stored_dataset(conn, dataset_id)
         except LookupError as exc:
             raise DatasetNotFoundError(str(exc)) from None
-    fixes, text = fix_dataset(engine, dataset, knowledge_base)
+    fixes, text = _fix_dataset(engine, dataset, knowledge_base)
     if not save or not fixes.changes:
-        return StoredLabelFixes(fixes)
+        return StoredLabelFixes(fixes=fixes)
     saved = catalog.store_uploaded_dataset(engine, knowledge_base, text, source=f"fix-labels of {dataset.name}",
                                            name=dataset.name)
-    return StoredLabelFixes(fixes, saved)
+    return StoredLabelFixes(fixes=fixes, saved=saved)
 
 
-def _fix(row, remap: span_remap.SpanRemap | None, document: tuple | None) -> dict:
+def _fix(row, remap: span_remap.SpanRemap | None, document: tuple | None) -> LabelChange:
     base = {"case_id": row.case_id, "old_chunk_id": row.chunk_id, "status": row.status}
     if row.status == "is_document_id":
         name, chunks = document or (None, [])
-        listed = [{"chunk_id": c.chunk_id, "ordinal": c.ordinal, "char_start": c.char_start, "char_end": c.char_end}
+        listed = [FixCandidate(chunk_id=c.chunk_id, ordinal=c.ordinal, char_start=c.char_start, char_end=c.char_end)
                   for c in chunks]
         if len(chunks) == 1:
-            return {**base, "new_chunk_ids": [chunks[0].chunk_id], "overlap": None,
-                    "reason": f"a document id: document {name!r} has exactly one chunk"}
+            return LabelChange(**base, new_chunk_ids=[chunks[0].chunk_id], overlap=None,
+                               reason=f"a document id: document {name!r} has exactly one chunk")
         why = (f"a document id: document {name!r} has {len(chunks)} searchable chunks here; label the one(s) that "
                "answer" if name else row.detail)
-        return {**base, "new_chunk_ids": [], "reason": why, "candidates": listed}
+        return LabelChange(**base, new_chunk_ids=[], reason=why, candidates=listed)
     if row.status in REMAPPED_STATUSES and remap is not None:
         new_id, reason = span_remap.decide(remap)
-        candidates = [{**c.as_dict(), "document_name": remap.document_name} for c in remap.candidates]
+        candidates = [FixCandidate(**c.as_dict(), document_name=remap.document_name) for c in remap.candidates]
         if new_id:
             overlap = next(c.overlap for c in remap.candidates if c.chunk_id == new_id)
-            return {**base, "new_chunk_ids": [new_id], "overlap": {new_id: round(overlap, 4)}, "reason": reason,
-                    "document_name": remap.document_name, "old_span": [remap.old.char_start, remap.old.char_end]}
+            return LabelChange(**base, new_chunk_ids=[new_id], overlap={new_id: round(overlap, 4)}, reason=reason,
+                               document_name=remap.document_name, old_span=[remap.old.char_start, remap.old.char_end])
         old_span = [remap.old.char_start, remap.old.char_end] if remap.old else None
-        return {**base, "new_chunk_ids": [], "reason": reason, "document_name": remap.document_name,
-                "old_span": old_span, "candidates": candidates}
-    return {**base, "new_chunk_ids": [], "reason": row.detail, "candidates": [
-        {"chunk_id": c} for c in row.suggested_chunk_ids]}
+        return LabelChange(**base, new_chunk_ids=[], reason=reason, document_name=remap.document_name,
+                           old_span=old_span, candidates=candidates)
+    return LabelChange(**base, new_chunk_ids=[], reason=row.detail, candidates=[
+        FixCandidate(chunk_id=c) for c in row.suggested_chunk_ids])
 
 
 def _fixed_case(case, new_ids: dict[tuple[str, str], list[str]]) -> dict:
@@ -186,7 +160,7 @@ def _output(dataset: Dataset, kb_name: str, cases: list[dict], fixes: LabelFixes
               "knowledge_base": kb_name, "fixed_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "rule": f"re-mapped by document span only when one current chunk covers >= "
                       f"{span_remap.AUTO_OVERLAP:.0%} of the old span; everything else listed, unchanged",
-              "counts": fixes.counts(), "changes": fixes.changes, "unresolved": fixes.unresolved}
+              **fixes.model_dump(include={"counts", "changes", "unresolved"}, exclude_unset=True)}
     metadata = {**(dataset.metadata or {}), "label_fixes": record}
     # the metadata limit (1 MB): drop the per-label lists from the end, saying how many were left out
     while len(json.dumps(metadata, ensure_ascii=False).encode()) > MAX_METADATA_BYTES - 1024:

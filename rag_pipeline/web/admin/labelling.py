@@ -20,7 +20,7 @@ from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.service import catalog, history
 from rag_pipeline.service.labelling import drafts as label_drafts
 from rag_pipeline.service.labelling import fixes as label_fixes
-from rag_pipeline.service.labelling.drafts import KEY_GRADES, DraftError, save_draft
+from rag_pipeline.service.labelling.draft_files import KEY_GRADES, DraftError, save_draft
 from rag_pipeline.web.admin.datasets import dataset_url
 from rag_pipeline.web.admin.pages import BASE, error_page, render
 from rag_pipeline.web.dependencies import Engine
@@ -126,7 +126,7 @@ async def save_dataset(request: Request, engine: Engine, kb: str, name: str):
         done = label_drafts.store_draft(engine, draft, dataset)
     except ERRORS as exc:
         return _draft_page(request, kb, name, draft.position, error=str(exc), status_code=422)
-    return RedirectResponse(f"{dataset_url(done.dataset.knowledge_base, done.dataset.name)}?uploaded=1",
+    return RedirectResponse(f"{dataset_url(done.knowledge_base, done.dataset)}?uploaded=1",
                             status_code=303)
 
 
