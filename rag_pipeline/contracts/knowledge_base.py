@@ -1,0 +1,63 @@
+"""What the knowledge-base operations return: an ingestion, a BEIR import, a knowledge base's counts, and the
+current runs a newer knowledge-base version made stale (docs/design.md, the README's "Lineage")."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class IngestResult(BaseModel):
+    """``rag-pipeline ingest``: what changed (timings: see :mod:`rag_pipeline.knowledge_base.ingestion`)."""
+
+    knowledge_base: str
+    knowledge_base_id: str
+    documents_seen: int
+    documents_new: int
+    documents_changed: int
+    documents_rechunked: int
+    documents_unchanged: int
+    documents_removed: int
+    chunks_inserted: int
+    chunks_replaced: int
+    embeddings_written: int
+    timings: dict[str, float] = Field(description="Seconds per stage; the stages overlap.")
+    warnings: list[str]
+
+
+class BeirImportResult(IngestResult):
+    """``rag-pipeline import-beir``: the ingestion, the dataset file written, and what was skipped (as in the
+    file's ``metadata``)."""
+
+    dataset_out: str
+    cases: int
+    grades: str = Field(description="graded or binary.")
+    skipped_queries: list[dict]
+    skipped_documents: list[dict]
+    dropped_labels: list[dict] = Field(description="Judgements of skipped documents.")
+    zero_grades_omitted: list[str]
+
+
+class KnowledgeBaseStats(BaseModel):
+    """``rag-pipeline kb``: a knowledge base's counts and content version, read in one snapshot."""
+
+    knowledge_base: str
+    knowledge_base_id: str
+    text_search: str
+    documents: int
+    searchable_documents: int
+    current_chunks: int
+    replaced_chunks: int
+    embeddings: dict[str, int] = Field(description="Embeddings per model.")
+    avg_chunk_tokens: float
+    version: str
+
+
+class StaleRun(BaseModel):
+    """A current run that measured another version of its knowledge base than the one it has now."""
+
+    run_id: str
+    dataset: str
+    knowledge_base: str
+    strategy_version: str
+    measured_version: str | None = Field(description="None: a run made before versions were recorded.")
+    current_version: str
