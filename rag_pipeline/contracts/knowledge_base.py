@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+SHORT = 12
+"""Characters of a version shown in tables (like a git commit)."""
+
 
 class IngestResult(BaseModel):
     """``rag-pipeline ingest``: what changed (timings: see :mod:`rag_pipeline.knowledge_base.ingestion`)."""
@@ -50,6 +53,21 @@ class KnowledgeBaseStats(BaseModel):
     embeddings: dict[str, int] = Field(description="Embeddings per model.")
     avg_chunk_tokens: float
     version: str
+
+
+class KnowledgeBaseVersion(BaseModel):
+    """A knowledge base's content version (:mod:`rag_pipeline.knowledge_base.versions`)."""
+
+    knowledge_base: str
+    knowledge_base_id: str
+    version: str = Field(description="64 hex characters.")
+    searchable_chunks: int
+    text_search: str
+    embeddings: dict[str, int] = Field(default_factory=dict, description="Searchable chunks with a vector, per model.")
+
+    @property
+    def short(self) -> str:
+        return self.version[:SHORT]
 
 
 class StaleRun(BaseModel):

@@ -84,9 +84,6 @@ class DatasetRunPlan(BaseModel):
     """What the Dagster sensor should do with one dataset file: ``problems`` (invalid: add no partition), or the
     strategy versions to run and why the others are skipped (``{version: reason}``)."""
 
-    name: str
-    version: str | None = None
-    knowledge_base: str | None = None
     to_run: tuple[str, ...] = ()
     skipped: dict[str, str] = Field(default_factory=dict)
     problems: str | None = None
@@ -108,8 +105,7 @@ class PruneResult(BaseModel):
 
     dry_run: bool
     runs: list[PrunedRun] = Field(default_factory=list)
-    kept_for_comparison: int = Field(default=0, description="Runs kept only because a stored comparison refers "
-                                                            "to them.")
+    kept_for_comparison: int = 0  # runs kept only because a stored comparison refers to them
 
     @property
     def candidate_rows(self) -> int:

@@ -122,7 +122,7 @@ def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[st
         if unknown:
             raise StrategyError(f"{path}: unknown strategy version(s) {unknown}; known: {sorted(registry)}")
     except (ValueError, KnowledgeBaseError) as exc:  # DatasetError, StrategyError, unreadable file
-        return DatasetRunPlan(name=path.stem, problems=str(exc))
+        return DatasetRunPlan(problems=str(exc))
     to_run, skipped = [], {}
     for version in wanted:
         strategy = registry[version]
@@ -137,8 +137,7 @@ def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[st
             skipped[version] = f"its current run already measured version {dataset.version} with these parameters"
         else:
             to_run.append(version)
-    return DatasetRunPlan(name=dataset.name, version=dataset.content_hash, knowledge_base=kb.name,
-                          to_run=tuple(to_run), skipped=skipped)
+    return DatasetRunPlan(to_run=tuple(to_run), skipped=skipped)
 
 
 def _setting_strategies() -> list[str]:

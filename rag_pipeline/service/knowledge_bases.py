@@ -8,7 +8,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.knowledge_base import BeirImportResult, IngestResult, KnowledgeBaseStats
+from rag_pipeline.contracts.knowledge_base import SHORT, BeirImportResult, IngestResult, KnowledgeBaseStats
 from rag_pipeline.evaluation.queries.knowledge_base import snapshot
 from rag_pipeline.knowledge_base import beir, lifecycle, versions
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS
@@ -16,12 +16,11 @@ from rag_pipeline.knowledge_base.ingestion import Progress, ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES, PUBLICATION_STATUSES
 from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
-from rag_pipeline.knowledge_base.versions import SHORT, KnowledgeBaseVersion
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
 
 __all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "DEFAULT_MODEL", "DOCUMENT_STATUSES", "EMBEDDING_MODELS",
-           "PUBLICATION_STATUSES", "SHORT", "TEXT_SEARCH_MODES", "KnowledgeBaseVersion", "import_beir", "ingest",
-           "knowledge_base_stats", "set_document_state"]
+           "PUBLICATION_STATUSES", "SHORT", "TEXT_SEARCH_MODES", "import_beir", "ingest", "knowledge_base_stats",
+           "set_document_state"]
 
 DEFAULT_CHUNK_SIZE = 500
 DEFAULT_CHUNK_OVERLAP = 80
