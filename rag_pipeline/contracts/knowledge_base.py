@@ -14,17 +14,17 @@ class IngestResult(BaseModel):
 
     knowledge_base: str
     knowledge_base_id: str
-    documents_seen: int
-    documents_new: int
-    documents_changed: int
-    documents_rechunked: int
-    documents_unchanged: int
-    documents_removed: int
-    chunks_inserted: int
-    chunks_replaced: int
-    embeddings_written: int
-    timings: dict[str, float] = Field(description="Seconds per stage; the stages overlap.")
-    warnings: list[str]
+    documents_seen: int = 0
+    documents_new: int = 0
+    documents_changed: int = 0
+    documents_rechunked: int = 0
+    documents_unchanged: int = 0
+    documents_removed: int = 0
+    chunks_inserted: int = 0
+    chunks_replaced: int = 0
+    embeddings_written: int = 0
+    timings: dict[str, float] = Field(default_factory=dict, description="Seconds per stage; the stages overlap.")
+    warnings: list[str] = Field(default_factory=list)
 
 
 class BeirImportResult(IngestResult):

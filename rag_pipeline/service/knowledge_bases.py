@@ -38,7 +38,8 @@ def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_s
     docs = read_folder(folder)
     result = ingest_documents(engine, docs, knowledge_base, text_search=text_search, chunk_size=chunk_size or None,
                               chunk_overlap=chunk_overlap, models=models, rechunk=rechunk, progress=progress)
-    return IngestResult(**{**result.__dict__, "warnings": [*result.warnings, *docs.warnings()]})
+    result.warnings.extend(docs.warnings())
+    return result
 
 
 def import_beir(engine: sa.Engine, folder: str | Path, knowledge_base: str, dataset_out: str | Path, *,
@@ -63,7 +64,7 @@ def import_beir(engine: sa.Engine, folder: str | Path, knowledge_base: str, data
         ("dropped_labels", "judgement(s) of skipped documents")) if m[key]]
     skipped = [f"skipped {', '.join(counts)}: listed in the output and in the metadata of {out}"] if counts else []
     reported = ("grades", "skipped_queries", "skipped_documents", "dropped_labels", "zero_grades_omitted")
-    return BeirImportResult(**{**result.__dict__, "warnings": [*result.warnings, *skipped]}, dataset_out=str(out),
+    return BeirImportResult(**{**result.model_dump(), "warnings": [*result.warnings, *skipped]}, dataset_out=str(out),
                             cases=len(dataset["cases"]), **{key: m[key] for key in reported})
 
 
