@@ -19,11 +19,11 @@ import sys
 
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
+from rag_pipeline.contracts.maintenance import LabelReport
 from rag_pipeline.service import analysis, datasets
 from rag_pipeline.service.analysis import DEFAULT_BASELINE, render_text
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.database import get_engine
-from rag_pipeline.service.evaluations import LabelReport
 
 
 def format_report(report: LabelReport) -> str:
@@ -49,7 +49,7 @@ def cmd_check_dataset(args: argparse.Namespace) -> int:
         print(f"note: {checked.note}", file=sys.stderr)
     report = checked.report
     if args.format == "json":
-        print(json.dumps([r.as_dict() for r in report.rows], ensure_ascii=False, indent=2))
+        print(json.dumps([r.model_dump() for r in report.rows], ensure_ascii=False, indent=2))
     else:
         print(format_report(report))
     return 1 if report.invalid() else 0

@@ -17,7 +17,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                             chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap, models=args.models,
                             rechunk=args.rechunk, progress=stage_progress())
     print_warnings(result.warnings)
-    print_json(result.as_dict())
+    print_json(result.model_dump())
     return 0
 
 
@@ -27,13 +27,13 @@ def cmd_import_beir(args: argparse.Namespace) -> int:
                                  models=args.models, text_search=args.text_search, k=args.k,
                                  progress=stage_progress())
     print_warnings(result.warnings)
-    print_json(result.as_dict())
+    print_json(result.model_dump())
     return 0
 
 
 @guarded()
 def cmd_kb(args: argparse.Namespace) -> int:
-    print_json(service.knowledge_base_stats(get_engine(), args.knowledge_base))
+    print_json(service.knowledge_base_stats(get_engine(), args.knowledge_base).model_dump())
     return 0
 
 

@@ -16,11 +16,11 @@ DAYS = arguments.finite_float(0, 100_000)
 
 
 def _size(n: int) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
+    for unit in ("B", "kB", "MB"):
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n} B"  # pragma: no cover
+    return f"{n:.1f} GB"
 
 
 @guarded()

@@ -71,8 +71,8 @@ def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfi
         "documents_removed": result.documents_removed,
         "chunks_inserted": result.chunks_inserted,
         "chunks_replaced": result.chunks_replaced,
-        "current_chunks": stats["current_chunks"],
-        "embeddings": dg.MetadataValue.json(stats["embeddings"]),
+        "current_chunks": stats.current_chunks,
+        "embeddings": dg.MetadataValue.json(stats.embeddings),
         "seconds": round(result.timings.get("total_s", 0.0), 3),
     })
 

@@ -12,12 +12,12 @@ import json
 import dagster as dg
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.knowledge_base import KnowledgeBaseVersion
 from rag_pipeline.defs.partitions import dataset_partitions, knowledge_base_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service import lineage
 from rag_pipeline.service.catalog import KNOWLEDGE_BASE, is_valid_name
 from rag_pipeline.service.database import DatabaseError
-from rag_pipeline.service.knowledge_bases import KnowledgeBaseVersion
 
 DATASET_KB = dg.AssetKey("dataset_knowledge_base")
 KNOWLEDGE_BASE_KEY = dg.AssetKey("knowledge_base")

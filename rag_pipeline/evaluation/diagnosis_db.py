@@ -121,7 +121,7 @@ def _summary_metadata(summary: dict, line: str | None, labels: label_check.Label
                                 "cases_all_invalid": labels.cases_with("all_invalid"),
                                 "cases_some_invalid": labels.cases_with("some_invalid"),
                                 # the first invalid labels with what to do about each (the detail names the fix)
-                                "examples": [r.as_dict() for r in labels.invalid()[:LABEL_EXAMPLES]]}}
+                                "examples": [r.model_dump() for r in labels.invalid()[:LABEL_EXAMPLES]]}}
 
 
 class RunDiagnosisTally:
@@ -129,7 +129,7 @@ class RunDiagnosisTally:
     stores the reasons with the case rows): label statuses and reason counts, never the pools."""
 
     def __init__(self, knowledge_base: str):
-        self.labels = label_check.LabelReport(knowledge_base, [])
+        self.labels = label_check.LabelReport(knowledge_base=knowledge_base, rows=[])
         self.counts: Counter = Counter()
 
     def add(self, labels: label_check.LabelReport, reasons: Sequence[Sequence[diagnosis.MissReason]]) -> None:

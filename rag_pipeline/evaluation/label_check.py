@@ -9,75 +9,23 @@ verdict: ``ok`` (every label ok), ``some_invalid``, ``all_invalid`` (the case ca
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.maintenance import STATUSES, LabelReport, LabelStatus
 from rag_pipeline.evaluation.dataset import relevant_ids_of
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_PUBLICATION, SEARCHABLE_STATUS, resolve_knowledge_base
 from rag_pipeline.storage.ids import as_uuid
 
+__all__ = ["STATUSES", "LabelReport", "LabelStatus", "check_labels", "relevant_ids_missing"]
+
 if TYPE_CHECKING:
     from rag_pipeline.evaluation.dataset import Dataset
 
-STATUSES = ("ok", "not_a_uuid", "unknown_id", "is_document_id", "is_knowledge_base_id", "other_knowledge_base",
-            "document_deleted", "document_unpublished", "document_not_ready", "chunk_replaced")
 _MAX_LISTED = 8
-
-
-@dataclass(frozen=True)
-class LabelStatus:
-    """One relevant id of one case. ``suggested_chunk_ids`` = chunks a user may label instead."""
-
-    case_id: str
-    chunk_id: str
-    status: str
-    detail: str
-    suggested_chunk_ids: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    def as_dict(self) -> dict:
-        """The CLI's JSON row: exactly ``case_id``, ``chunk_id``, ``status``, ``detail``."""
-        return {"case_id": self.case_id, "chunk_id": self.chunk_id, "status": self.status, "detail": self.detail}
-
-
-@dataclass
-class LabelReport:
-    knowledge_base: str
-    rows: list[LabelStatus]
-    verdicts: dict[str, str] = field(default_factory=dict)  # case_id -> ok | some_invalid | all_invalid
-
-    def counts(self) -> dict[str, int]:
-        """Labels per status, in :data:`STATUSES` order, zero counts left out."""
-        c = Counter(r.status for r in self.rows)
-        return {s: c[s] for s in STATUSES if c[s]}
-
-    def invalid(self) -> list[LabelStatus]:
-        return [r for r in self.rows if not r.ok]
-
-    def cases_with(self, verdict: str) -> list[str]:
-        return [case for case, v in self.verdicts.items() if v == verdict]
-
-    def status_map(self) -> dict[tuple[str, str], str]:
-        """``{(case_id, chunk_id): status}``: what :func:`rag_pipeline.evaluation.diagnosis.classify_misses` takes."""
-        return {(r.case_id, r.chunk_id): r.status for r in self.rows}
-
-    def summary(self) -> str:
-        bad = self.invalid()
-        if not bad:
-            return (f"all {len(self.rows)} labels of {len(self.verdicts)} cases are valid chunks of "
-                    f"{self.knowledge_base!r}")
-        parts = ", ".join(f"{n} {s}" for s, n in self.counts().items() if s != "ok")
-        return (f"{len(bad)} of {len(self.rows)} labels are invalid ({parts}); "
-                f"{len(self.cases_with('all_invalid'))} of {len(self.verdicts)} cases have no valid label "
-                f"and can only score 0")
 
 
 def _case_fields(case) -> tuple[str, list]:
@@ -159,14 +107,15 @@ def check_labels(conn: sa.Connection, knowledge_base, cases: Iterable) -> LabelR
             status = "unknown_id"
             detail = (f"no chunk, document or knowledge base has this id; labels must be document_chunks.id of "
                       f"knowledge base {kb.name!r} (ingested with the same names and chunking)")
-        rows.append(LabelStatus(case_id, raw, status, detail, suggested))
+        rows.append(LabelStatus(case_id=case_id, chunk_id=raw, status=status, detail=detail,
+                                suggested_chunk_ids=suggested))
 
     by_case: dict[str, list[bool]] = {cid: [] for cid, _ in fields_}
     for r in rows:
         by_case[r.case_id].append(r.ok)
     verdicts = {cid: "ok" if all(oks) else ("all_invalid" if not any(oks) else "some_invalid")
                 for cid, oks in by_case.items()}
-    return LabelReport(kb.name, rows, verdicts)
+    return LabelReport(knowledge_base=kb.name, rows=rows, verdicts=verdicts)
 
 
 def relevant_ids_missing(conn: sa.Connection, kb_id, dataset: Dataset) -> int:

@@ -35,7 +35,7 @@ from rag_pipeline.contracts.dataset import (
 )
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
-from rag_pipeline.knowledge_base.ingestion import IngestionResult, Progress, ingest_documents
+from rag_pipeline.knowledge_base.ingestion import IngestResult, Progress, ingest_documents
 from rag_pipeline.knowledge_base.sources import SourceDocument, SourceError
 
 _GRADE = re.compile(r"[0-9]+")
@@ -217,7 +217,7 @@ def plan_import(folder: str | Path, knowledge_base: str, *, split: str = "test",
 def import_beir(engine, folder: str | Path, knowledge_base: str, *, split: str = "test",
                 models: Sequence[str] = (DEFAULT_MODEL,), text_search: str = "english", k: int = 10,
                 max_docs: int | None = None, max_queries: int | None = None,
-                progress: Progress | None = None) -> tuple[IngestionResult, dict]:
+                progress: Progress | None = None) -> tuple[IngestResult, dict]:
     """Ingest the corpus (one chunk per document) and build the dataset dict ``{"knowledge_base", "metadata",
     "cases"}`` (see :func:`plan_import`; every check runs before the ingestion)."""
     plan = plan_import(folder, knowledge_base, split=split, k=k, max_docs=max_docs, max_queries=max_queries)
@@ -226,7 +226,7 @@ def import_beir(engine, folder: str | Path, knowledge_base: str, *, split: str =
 
 
 def ingest_plan(engine, plan: BeirPlan, knowledge_base: str, *, models: Sequence[str] = (DEFAULT_MODEL,),
-                text_search: str = "english", progress: Progress | None = None) -> IngestionResult:
+                text_search: str = "english", progress: Progress | None = None) -> IngestResult:
     """Ingest the documents of a plan, one chunk per document (the chunks its labels name)."""
     return ingest_documents(engine, plan.documents, knowledge_base, text_search=text_search, chunk_size=None,
                             chunk_overlap=0, models=models, progress=progress)

@@ -36,10 +36,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.knowledge_base import IngestResult
 from rag_pipeline.knowledge_base import chunking, term_stats, textsearch
 from rag_pipeline.knowledge_base.background_encoder import BackgroundEncoder, encoder_threads
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
@@ -53,26 +54,6 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 @dataclass
-class IngestionResult:
-    knowledge_base: str
-    knowledge_base_id: str
-    documents_seen: int = 0
-    documents_new: int = 0
-    documents_changed: int = 0
-    documents_rechunked: int = 0
-    documents_unchanged: int = 0
-    documents_removed: int = 0
-    chunks_inserted: int = 0
-    chunks_replaced: int = 0
-    embeddings_written: int = 0
-    timings: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return {**self.__dict__, "warnings": list(self.warnings)}
-
-
-@dataclass
 class _NewChunk:
     id: object
     document_id: object
@@ -82,7 +63,7 @@ class _NewChunk:
 def ingest_documents(engine: sa.Engine, docs: Sequence[SourceDocument], knowledge_base: str, *,
                      text_search: str = "simple", chunk_size: int | None = 500, chunk_overlap: int = 80,
                      models: Sequence[str] = (DEFAULT_MODEL,), prune: bool = True, rechunk: bool = False,
-                     progress: Progress | None = None) -> IngestionResult:
+                     progress: Progress | None = None) -> IngestResult:
     """Bring the knowledge base in line with ``docs``; ``chunk_size=None`` keeps each document one chunk.
     ``rechunk``: an existing knowledge base with another chunk size/overlap is re-chunked in place (else refused)."""
     t0 = time.perf_counter()
@@ -103,8 +84,8 @@ def ingest_documents(engine: sa.Engine, docs: Sequence[SourceDocument], knowledg
     with engine.begin() as conn:
         kb_id, recut = ensure_knowledge_base(conn, knowledge_base, text_search, chunk_size or 0, chunk_overlap,
                                              rechunk=rechunk)
-        result = IngestionResult(knowledge_base, str(kb_id), documents_seen=len(docs), warnings=_warnings(
-            knowledge_base, text_search, docs))
+        result = IngestResult(knowledge_base=knowledge_base, knowledge_base_id=str(kb_id), documents_seen=len(docs),
+                              warnings=_warnings(knowledge_base, text_search, docs))
         existing = {row.original_name: (row.id, row.content_hash, row.is_deleted)
                     for row in documents.documents_of(conn, kb_id)}
         new_chunks, changed_doc_ids, doc_rows = _plan(docs, existing, knowledge_base, chunk_size, chunk_overlap, result,
@@ -198,7 +179,7 @@ REINDEX_CHURN = 0.1
 REINDEX_LOCK_TIMEOUT_S = 5
 
 
-def _rebuild_if_churned(conn: sa.Connection, kb_id, embedders, result: IngestionResult) -> float:
+def _rebuild_if_churned(conn: sa.Connection, kb_id, embedders, result: IngestResult) -> float:
     """After a re-ingestion that replaced many vectors (:data:`REINDEX_CHURN`), rebuild the KB's own HNSW index of
     each model with ``REINDEX INDEX CONCURRENTLY`` (autocommit ``conn``; searches go on meanwhile), so the graph
     holds no deleted vectors. Cost bounded by this KB's size; other KBs' indexes are untouched. A rebuild that has
@@ -230,7 +211,7 @@ def _rebuild_if_churned(conn: sa.Connection, kb_id, embedders, result: Ingestion
     return time.perf_counter() - t
 
 
-def _skipped(result: IngestionResult, why: str) -> str:
+def _skipped(result: IngestResult, why: str) -> str:
     return (f"knowledge base {result.knowledge_base!r}: {result.chunks_replaced} vectors were replaced but its HNSW "
             f"index was not rebuilt ({why}); autovacuum removes the replaced vectors later")
 

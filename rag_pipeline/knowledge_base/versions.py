@@ -10,35 +10,12 @@ their own snapshot; the Dagster ``knowledge_base`` asset uses it as its data ver
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.knowledge_base import KnowledgeBaseVersion
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.queries import documents as queries
-
-SHORT = 12
-"""Characters of a version shown in tables (like a git commit)."""
-
-@dataclass(frozen=True)
-class KnowledgeBaseVersion:
-    knowledge_base: str
-    knowledge_base_id: str
-    version: str
-    """64 hex characters."""
-    searchable_chunks: int
-    text_search: str
-    embeddings: dict[str, int] = field(default_factory=dict)
-    """Searchable chunks with a vector, per embedding model."""
-
-    @property
-    def short(self) -> str:
-        return self.version[:SHORT]
-
-    def as_dict(self) -> dict:
-        return {"knowledge_base": self.knowledge_base, "knowledge_base_id": self.knowledge_base_id,
-                "version": self.version, "searchable_chunks": self.searchable_chunks,
-                "text_search": self.text_search, "embeddings": dict(self.embeddings)}
 
 
 def content_version(conn: sa.Connection, name_or_id) -> KnowledgeBaseVersion:
@@ -47,7 +24,9 @@ def content_version(conn: sa.Connection, name_or_id) -> KnowledgeBaseVersion:
     kb = resolve_knowledge_base(conn, str(name_or_id))
     row, models = queries.content_digest(conn, kb.id)
     version = hashlib.sha256(f"rag-kb-v1\ntext_search={kb.text_search}\n{row.digest}".encode()).hexdigest()
-    return KnowledgeBaseVersion(kb.name, str(kb.id), version, int(row.searchable_chunks), kb.text_search, models)
+    return KnowledgeBaseVersion(knowledge_base=kb.name, knowledge_base_id=str(kb.id), version=version,
+                                searchable_chunks=int(row.searchable_chunks), text_search=kb.text_search,
+                                embeddings=models)
 
 
 def all_versions(conn: sa.Connection) -> list[KnowledgeBaseVersion]:

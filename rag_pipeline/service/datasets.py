@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.maintenance import DatasetCheck, DatasetRunPlan, LabelReport, StoredDataset
 from rag_pipeline.evaluation.dataset import MAX_FILE_BYTES as MAX_FILE_BYTES
 from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, load_dataset, relevant_ids_of
 from rag_pipeline.evaluation.dataset import valid_dataset_key as valid_dataset_key
@@ -16,7 +16,7 @@ from rag_pipeline.evaluation.demo_dataset import DEMO_CHUNK_OVERLAP as DEMO_CHUN
 from rag_pipeline.evaluation.demo_dataset import DEMO_CHUNK_SIZE as DEMO_CHUNK_SIZE
 from rag_pipeline.evaluation.demo_dataset import DEMO_KB as DEMO_KB
 from rag_pipeline.evaluation.demo_dataset import DEMO_TEXT_SEARCH as DEMO_TEXT_SEARCH
-from rag_pipeline.evaluation.label_check import LabelReport, check_labels, relevant_ids_missing
+from rag_pipeline.evaluation.label_check import check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
 from rag_pipeline.evaluation.queries.run_history import current_params
 from rag_pipeline.knowledge_base import chunk_lookup
@@ -28,22 +28,6 @@ from rag_pipeline.storage.files import check_regular as check_regular
 from rag_pipeline.storage.files import read_bounded as read_bounded
 
 
-@dataclass(frozen=True)
-class StoredDataset:
-    """A validated dataset file stored as a dataset version (``retrieval_evaluation_datasets``)."""
-
-    dataset_id: str
-    name: str
-    version: str
-    knowledge_base: str
-    path: Path | None
-    cases: int
-    relevant_ids: int
-    relevant_ids_not_in_kb: int
-    k_min: int
-    k_max: int
-
-
 def register_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | None = None) -> StoredDataset:
     """Validate a dataset file (every problem at once, nothing written if any) and store its version."""
     dataset = load_dataset(path, knowledge_base=knowledge_base)
@@ -51,10 +35,7 @@ def register_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | 
         kb = resolve_knowledge_base(conn, dataset.knowledge_base)
         dataset_id = store_dataset(conn, dataset, kb.name)
         missing = relevant_ids_missing(conn, kb.id, dataset)
-    ks = [c.k for c in dataset.cases]
-    return StoredDataset(str(dataset_id), dataset.name, dataset.content_hash, kb.name, Path(path),
-                         len(dataset.cases), sum(len(c.relevant_chunk_ids) for c in dataset.cases), missing,
-                         min(ks), max(ks))
+    return _stored(str(dataset_id), dataset, kb.name, str(path), missing)
 
 
 def describe_stored_dataset(engine: sa.Engine, dataset_id: str, expected_name: str | None = None) -> StoredDataset:
@@ -67,17 +48,15 @@ def describe_stored_dataset(engine: sa.Engine, dataset_id: str, expected_name: s
     if expected_name is not None and dataset.name != expected_name:
         raise DatasetError(f"dataset version {dataset_id}", [DatasetProblem(
             f"is dataset {dataset.name!r}, not {expected_name!r} (the partition's dataset)")])
+    return _stored(str(dataset_id), dataset, kb.name, None, missing)
+
+
+def _stored(dataset_id: str, dataset, knowledge_base: str, path: str | None, missing: int) -> StoredDataset:
     ks = [c.k for c in dataset.cases]
-    return StoredDataset(str(dataset_id), dataset.name, dataset.content_hash, kb.name, None, len(dataset.cases),
-                         sum(len(c.relevant_chunk_ids) for c in dataset.cases), missing, min(ks), max(ks))
-
-
-@dataclass(frozen=True)
-class DatasetCheck:
-    """The label report of a dataset file; ``note`` when the file was read leniently (malformed ids)."""
-
-    report: LabelReport
-    note: str | None = None
+    return StoredDataset(dataset_id=dataset_id, name=dataset.name, version=dataset.content_hash,
+                         knowledge_base=knowledge_base, path=path, cases=len(dataset.cases),
+                         relevant_ids=sum(len(c.relevant_chunk_ids) for c in dataset.cases),
+                         relevant_ids_not_in_kb=missing, k_min=min(ks), k_max=max(ks))
 
 
 def check_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | None = None) -> DatasetCheck:
@@ -95,7 +74,7 @@ def check_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | Non
             raise
         note = "the dataset has malformed ids (reported as not_a_uuid below); fix them before evaluating"
     with engine.connect() as conn:
-        return DatasetCheck(check_labels(conn, kb, cases), note)
+        return DatasetCheck(report=check_labels(conn, kb, cases), note=note)
 
 
 def check_stored_dataset(engine: sa.Engine, dataset_id: str) -> LabelReport:
@@ -126,19 +105,6 @@ def resolve_dataset(name_or_file: str, knowledge_base: str | None = None) -> tup
     return name_or_file, knowledge_base
 
 
-@dataclass(frozen=True)
-class DatasetRunPlan:
-    """What the Dagster sensor should do with one dataset file: ``problems`` (invalid: add no partition), or the
-    strategy versions to run and why the others are skipped (``{version: reason}``)."""
-
-    name: str
-    version: str | None = None
-    knowledge_base: str | None = None
-    to_run: tuple[str, ...] = ()
-    skipped: dict[str, str] = field(default_factory=dict)
-    problems: str | None = None
-
-
 def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[str] | None = None) -> DatasetRunPlan:
     """Validate a dataset file and choose the strategies worth running on it: of ``versions`` (else the file's
     ``metadata.strategies``, else ``RAG_SENSOR_STRATEGIES``, else the registry), those the knowledge base has the
@@ -156,7 +122,7 @@ def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[st
         if unknown:
             raise StrategyError(f"{path}: unknown strategy version(s) {unknown}; known: {sorted(registry)}")
     except (ValueError, KnowledgeBaseError) as exc:  # DatasetError, StrategyError, unreadable file
-        return DatasetRunPlan(path.stem, problems=str(exc))
+        return DatasetRunPlan(problems=str(exc))
     to_run, skipped = [], {}
     for version in wanted:
         strategy = registry[version]
@@ -171,7 +137,7 @@ def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[st
             skipped[version] = f"its current run already measured version {dataset.version} with these parameters"
         else:
             to_run.append(version)
-    return DatasetRunPlan(dataset.name, dataset.content_hash, kb.name, tuple(to_run), skipped)
+    return DatasetRunPlan(to_run=tuple(to_run), skipped=skipped)
 
 
 def _setting_strategies() -> list[str]:

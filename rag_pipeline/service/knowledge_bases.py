@@ -4,24 +4,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.knowledge_base import SHORT, BeirImportResult, IngestResult, KnowledgeBaseStats
 from rag_pipeline.evaluation.queries.knowledge_base import snapshot
 from rag_pipeline.knowledge_base import beir, lifecycle, versions
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS
-from rag_pipeline.knowledge_base.ingestion import IngestionResult, Progress, ingest_documents
+from rag_pipeline.knowledge_base.ingestion import Progress, ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES, PUBLICATION_STATUSES
 from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
-from rag_pipeline.knowledge_base.versions import SHORT, KnowledgeBaseVersion
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
 
-__all__ = ["BEIR_REPORT_KEYS", "DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "DEFAULT_MODEL", "DOCUMENT_STATUSES",
-           "EMBEDDING_MODELS", "PUBLICATION_STATUSES", "SHORT", "TEXT_SEARCH_MODES", "BeirImport",
-           "KnowledgeBaseVersion", "import_beir", "ingest", "knowledge_base_stats", "set_document_state"]
+__all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "DEFAULT_MODEL", "DOCUMENT_STATUSES", "EMBEDDING_MODELS",
+           "PUBLICATION_STATUSES", "SHORT", "TEXT_SEARCH_MODES", "import_beir", "ingest", "knowledge_base_stats",
+           "set_document_state"]
 
 DEFAULT_CHUNK_SIZE = 500
 DEFAULT_CHUNK_OVERLAP = 80
@@ -30,7 +29,7 @@ DEFAULT_CHUNK_OVERLAP = 80
 def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_search: str = "simple",
            chunk_size: int = DEFAULT_CHUNK_SIZE, chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
            models: Sequence[str] = (DEFAULT_MODEL,), rechunk: bool = False,
-           progress: Progress | None = None) -> IngestionResult:
+           progress: Progress | None = None) -> IngestResult:
     """Bring knowledge base ``knowledge_base`` in line with the documents of ``folder`` (created if new; see
     :mod:`rag_pipeline.knowledge_base.ingestion`); ``chunk_size`` 0 keeps each document one chunk. The name is
     checked and the whole folder read before anything is written; the files :func:`read_folder` skipped are listed
@@ -43,37 +42,9 @@ def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_s
     return result
 
 
-BEIR_REPORT_KEYS = ("grades", "skipped_queries", "skipped_documents", "dropped_labels", "zero_grades_omitted")
-
-
-@dataclass(frozen=True)
-class BeirImport:
-    """What :func:`import_beir` ingested and the dataset file it wrote (``metadata``: the file's ``metadata``)."""
-
-    ingestion: IngestionResult
-    dataset_path: Path
-    cases: int
-    metadata: dict = field(default_factory=dict)
-
-    @property
-    def warnings(self) -> list[str]:
-        """The ingestion's warnings, then one line counting what the import skipped (listed in the output)."""
-        m = self.metadata
-        counts = [f"{len(m.get(key) or ())} {what}" for key, what in (
-            ("skipped_queries", "query(ies)"), ("skipped_documents", "document(s) without text"),
-            ("dropped_labels", "judgement(s) of skipped documents")) if m.get(key)]
-        skipped = [f"skipped {', '.join(counts)}: listed in the output and in the metadata of {self.dataset_path}"]
-        return [*self.ingestion.warnings, *(skipped if counts else [])]
-
-    def as_dict(self) -> dict:
-        return {**self.ingestion.as_dict(), "dataset_out": str(self.dataset_path), "cases": self.cases,
-                **{key: self.metadata[key] for key in BEIR_REPORT_KEYS if key in self.metadata},
-                "warnings": self.warnings}
-
-
 def import_beir(engine: sa.Engine, folder: str | Path, knowledge_base: str, dataset_out: str | Path, *,
                 split: str = "test", models: Sequence[str] = (DEFAULT_MODEL,), text_search: str = "english",
-                k: int = 10, progress: Progress | None = None) -> BeirImport:
+                k: int = 10, progress: Progress | None = None) -> BeirImportResult:
     """Ingest a BEIR corpus (one chunk per document) and write its queries + qrels as a dataset file.
 
     Documents without text and queries that cannot become a valid case are skipped and listed (with every
@@ -87,16 +58,23 @@ def import_beir(engine: sa.Engine, folder: str | Path, knowledge_base: str, data
     result = beir.ingest_plan(engine, plan, knowledge_base, models=models, text_search=text_search, progress=progress)
     dataset = plan.dataset(knowledge_base)
     out.write_text(json.dumps(dataset, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    return BeirImport(result, out, len(dataset["cases"]), dataset["metadata"])
+    m = dataset["metadata"]
+    counts = [f"{len(m[key])} {what}" for key, what in (
+        ("skipped_queries", "query(ies)"), ("skipped_documents", "document(s) without text"),
+        ("dropped_labels", "judgement(s) of skipped documents")) if m[key]]
+    skipped = [f"skipped {', '.join(counts)}: listed in the output and in the metadata of {out}"] if counts else []
+    reported = ("grades", "skipped_queries", "skipped_documents", "dropped_labels", "zero_grades_omitted")
+    return BeirImportResult(**{**result.model_dump(), "warnings": [*result.warnings, *skipped]}, dataset_out=str(out),
+                            cases=len(dataset["cases"]), **{key: m[key] for key in reported})
 
 
-def knowledge_base_stats(engine: sa.Engine, knowledge_base: str) -> dict:
+def knowledge_base_stats(engine: sa.Engine, knowledge_base: str) -> KnowledgeBaseStats:
     """Counts of a knowledge base (name or id): documents, searchable, chunks, embeddings per model, and its
     content ``version`` (:mod:`rag_pipeline.knowledge_base.versions`), read in one snapshot."""
     with engine.connect() as conn, conn.begin():
         snapshot(conn, read_only=False)
         stats = lifecycle.knowledge_base_stats(conn, knowledge_base)
-        return {**stats, "version": versions.content_version(conn, stats["knowledge_base_id"]).version}
+        return KnowledgeBaseStats(**stats, version=versions.content_version(conn, stats["knowledge_base_id"]).version)
 
 
 def set_document_state(engine: sa.Engine, knowledge_base: str, document: str, *, status: str | None = None,

@@ -4,28 +4,13 @@ dataset names, and the current runs that measured an older version than the know
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.knowledge_base import KnowledgeBaseVersion, StaleRun
 from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import run_history
 from rag_pipeline.evaluation.queries.knowledge_base import snapshot
 from rag_pipeline.knowledge_base import versions
-from rag_pipeline.knowledge_base.versions import KnowledgeBaseVersion
-
-
-@dataclass(frozen=True)
-class StaleRun:
-    """A current run that measured another version of its knowledge base than the one it has now."""
-
-    run_id: str
-    dataset: str
-    knowledge_base: str
-    strategy_version: str
-    measured_version: str | None
-    """None: a run made before versions were recorded."""
-    current_version: str
 
 
 def knowledge_base_version(engine: sa.Engine, knowledge_base: str) -> KnowledgeBaseVersion:
@@ -55,6 +40,7 @@ def stale_runs(engine: sa.Engine) -> list[StaleRun]:
         snapshot(conn, read_only=True)
         rows = run_history.current_runs(conn)
         now = {name: versions.content_version(conn, name).version for name in {r.knowledge_base for r in rows}}
-    return [StaleRun(r.run_id, r.dataset, r.knowledge_base, r.strategy_version, r.knowledge_base_version,
-                     now[r.knowledge_base])
+    return [StaleRun(run_id=r.run_id, dataset=r.dataset, knowledge_base=r.knowledge_base,
+                     strategy_version=r.strategy_version, measured_version=r.knowledge_base_version,
+                     current_version=now[r.knowledge_base])
             for r in rows if r.knowledge_base_version != now[r.knowledge_base]]

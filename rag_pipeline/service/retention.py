@@ -10,13 +10,12 @@ held by a run being written: the removal waits at most :data:`LOCK_TIMEOUT_S`, t
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.contracts.maintenance import PrunedRun, PruneResult
 from rag_pipeline.evaluation.queries import retention as queries
 from rag_pipeline.evaluation.run_records import stale_after_seconds
 
@@ -25,35 +24,6 @@ LOCK_TIMEOUT_S = 10
 
 class RetentionError(BadInputError, ValueError):
     """Bad retention arguments, or the candidate table is busy; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class PrunedRun:
-    run_id: str
-    dataset: str
-    knowledge_base: str
-    strategy_version: str
-    status: str
-    started_at: dt.datetime
-    candidate_rows: int
-    bytes: int
-
-
-@dataclass
-class PruneResult:
-    """What :func:`prune_runs` removed (or, with ``dry_run``, would remove)."""
-
-    dry_run: bool
-    runs: list[PrunedRun] = field(default_factory=list)
-    kept_for_comparison: int = 0  # runs kept only because a stored comparison refers to them
-
-    @property
-    def candidate_rows(self) -> int:
-        return sum(r.candidate_rows for r in self.runs)
-
-    @property
-    def bytes_freed(self) -> int:
-        return sum(r.bytes for r in self.runs)
 
 
 def prune_runs(engine: sa.Engine, *, keep_last: int, older_than_days: float | None = None,
@@ -71,8 +41,10 @@ def prune_runs(engine: sa.Engine, *, keep_last: int, older_than_days: float | No
             if r.compared and not include_compared:
                 result.kept_for_comparison += 1
                 continue
-            result.runs.append(PrunedRun(str(r.id), r.dataset, r.knowledge_base, r.strategy_version, r.status,
-                                         r.started_at, int(r.candidate_count or 0), int(r.bytes)))
+            result.runs.append(PrunedRun(run_id=str(r.id), dataset=r.dataset, knowledge_base=r.knowledge_base,
+                                         strategy_version=r.strategy_version, status=r.status,
+                                         started_at=r.started_at, candidate_rows=int(r.candidate_count or 0),
+                                         bytes=int(r.bytes)))
         if dry_run or not result.runs:
             return result
         queries.set_lock_timeout(conn, LOCK_TIMEOUT_S)

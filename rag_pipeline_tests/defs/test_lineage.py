@@ -93,7 +93,7 @@ def test_runs_record_the_version_and_partitions_go_stale_only_when_their_knowled
     instance, names, folders, mats = two_kbs
     version_a = lineage.knowledge_base_version(engine, names["a"]).version
     assert mats["a"].tags["dagster/data_version"] == version_a == mats["a"].metadata["knowledge_base_version"].value
-    assert knowledge_bases.knowledge_base_stats(engine, names["a"])["version"] == version_a
+    assert knowledge_bases.knowledge_base_stats(engine, names["a"]).version == version_a
     with engine.connect() as conn:
         rows = run_records.list_runs(conn, dataset="lin-a")
     assert {r.strategy_version for r in rows} == set(STRATEGIES)

@@ -80,7 +80,7 @@ def test_every_integrity_class_is_recognised(engine, world):
         report = label_check.check_labels(conn, kb, cases)
     got = {r.chunk_id: r for r in report.rows}
     assert {status: got[cid].status for status, cid in labels.items()} == {s: s for s in labels}
-    assert [r.as_dict().keys() for r in report.rows][0] == {"case_id", "chunk_id", "status", "detail"}
+    assert [r.model_dump().keys() for r in report.rows][0] == {"case_id", "chunk_id", "status", "detail"}
 
     doc = got[labels["is_document_id"]]
     assert "'alpha.md'" in doc.detail and list(doc.suggested_chunk_ids) == alpha_chunks

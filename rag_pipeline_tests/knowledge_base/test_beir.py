@@ -282,11 +282,11 @@ def test_import_beir_graded_with_skips_writes_a_valid_dataset(engine, kb_name: s
     folder = make_graded_beir(tmp_path / "graded")
     out = tmp_path / "datasets" / "graded.json"
     result = service.import_beir(engine, folder, kb_name, out, k=5)
-    assert (result.cases, result.ingestion.documents_seen, result.ingestion.chunks_inserted) == (2, 4, 4)
+    assert (result.cases, result.documents_seen, result.chunks_inserted) == (2, 4, 4)
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data == {"knowledge_base": kb_name, "metadata": {**EXPECTED_METADATA, "folder": str(folder)},
                     "cases": _graded_cases(kb_name, "graded", 5)}
-    printed = result.as_dict()
+    printed = result.model_dump()
     for key in ("grades", "skipped_queries", "skipped_documents", "dropped_labels", "zero_grades_omitted"):
         assert printed[key] == EXPECTED_METADATA[key], key
     assert printed["warnings"] == [f"skipped 4 query(ies), 2 document(s) without text, 3 judgement(s) of skipped "
@@ -326,7 +326,7 @@ def test_import_beir_binary_qrels_write_the_list_form_as_before(engine, kb_name:
                                 "skipped_queries": [{"query": "q3", "reason": "only grade-0 judgements"}],
                                 "skipped_documents": [], "dropped_labels": [], "zero_grades_omitted": []}
     assert list(data) == ["knowledge_base", "metadata", "cases"]
-    assert result.ingestion.warnings == []
+    assert result.warnings == [f"skipped 1 query(ies): listed in the output and in the metadata of {out}"]
     # Needs the dataset validator that accepts a top-level `metadata` object:
     assert len(load_dataset(out).cases) == 2 and check_dataset(engine, out).report.invalid() == []
 

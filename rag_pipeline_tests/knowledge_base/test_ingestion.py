@@ -449,7 +449,7 @@ def test_duplicate_jsonl_ids_are_a_user_error(engine, kb_name, tmp_path, second_
 
 def test_ingestion_warns_about_a_text_mode_mismatch_and_empty_documents(engine, ingested, kb_name, tmp_path) -> None:
     _, _, mixed = ingested
-    assert mixed.warnings == [] and mixed.as_dict()["warnings"] == [], "a bilingual KB in chinese mode fits"
+    assert mixed.warnings == [] and mixed.model_dump()["warnings"] == [], "a bilingual KB in chinese mode fits"
     folder = tmp_path / "zh"
     folder.mkdir()
     (folder / "policy-zh.md").write_text(POLICY_ZH, encoding="utf-8")
@@ -464,7 +464,7 @@ def test_ingestion_warns_about_a_text_mode_mismatch_and_empty_documents(engine, 
         "match (an unspaced CJK run is one token); re-create it with --text-search chinese",
         "1 document(s) have no text and got no chunk, so no label can point at them: empty.txt",
     ]
-    assert result.as_dict()["warnings"] == result.warnings
+    assert result.model_dump()["warnings"] == result.warnings
     assert result.chunks_inserted == 1
     again = ingest_documents(engine, docs, kb_name, text_search="english")
     assert again.warnings == result.warnings, "re-ingesting warns again (measured on the documents, not the changes)"

@@ -351,8 +351,8 @@ def test_junk_documents_are_skipped_with_warnings_and_not_searchable(engine, cap
         assert f"skipped {name}" in err
     assert any("symlink loop" in w for w in result["warnings"])
     stats = kb_service.knowledge_base_stats(engine, kb)
-    assert stats["documents"] == stats["searchable_documents"] == 4  # good, controls, unclosed, lines.jsonl#ok
-    assert stats["current_chunks"] == 4
+    assert stats.documents == stats.searchable_documents == 4  # good, controls, unclosed, lines.jsonl#ok
+    assert stats.current_chunks == 4
     with engine.connect() as conn:
         chunks = dict(conn.execute(sa.text(
             "SELECT d.original_name, c.content FROM document_chunks c JOIN documents d ON d.id = c.document_id "
@@ -410,8 +410,8 @@ def test_check_dataset_report_escapes_case_ids() -> None:
     from rag_pipeline.cli.diagnose import format_report
     from rag_pipeline.evaluation.label_check import LabelReport, LabelStatus
 
-    row = LabelStatus("c\x1b[2J", "id\x07", "not_a_uuid", "bad \x1b[31m")
-    report = LabelReport("kb", [row], {"c\x1b[2J": "all_invalid"})
+    row = LabelStatus(case_id="c\x1b[2J", chunk_id="id\x07", status="not_a_uuid", detail="bad \x1b[31m")
+    report = LabelReport(knowledge_base="kb", rows=[row], verdicts={"c\x1b[2J": "all_invalid"})
     text = format_report(report)
     assert "\x1b" not in text and "\x07" not in text and "c\\x1b[2J" in text
 

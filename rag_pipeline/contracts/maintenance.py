@@ -1,0 +1,116 @@
+"""What the dataset and retention operations return: a stored dataset version, a dataset's label check
+(docs/design.md §8), the sensor's plan for a dataset file, and what a prune removed."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+
+from pydantic import BaseModel, Field
+
+STATUSES = ("ok", "not_a_uuid", "unknown_id", "is_document_id", "is_knowledge_base_id", "other_knowledge_base",
+            "document_deleted", "document_unpublished", "document_not_ready", "chunk_replaced")
+
+
+class StoredDataset(BaseModel):
+    """A validated dataset file stored as a dataset version (``path`` None: stored through the HTTP API)."""
+
+    dataset_id: str
+    name: str
+    version: str
+    knowledge_base: str
+    path: str | None
+    cases: int
+    relevant_ids: int
+    relevant_ids_not_in_kb: int
+    k_min: int
+    k_max: int
+
+
+class LabelStatus(BaseModel):
+    """One relevant id of one case (a row of ``check-dataset --format json``). ``suggested_chunk_ids`` = chunks a
+    user may label instead (not in the dump)."""
+
+    case_id: str
+    chunk_id: str
+    status: str = Field(description="One of STATUSES.")
+    detail: str
+    suggested_chunk_ids: tuple[str, ...] = Field(default=(), exclude=True)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class LabelReport(BaseModel):
+    knowledge_base: str
+    rows: list[LabelStatus]
+    verdicts: dict[str, str] = Field(default_factory=dict, description="case_id -> ok | some_invalid | all_invalid")
+
+    def counts(self) -> dict[str, int]:
+        """Labels per status, in :data:`STATUSES` order, zero counts left out."""
+        c = Counter(r.status for r in self.rows)
+        return {s: c[s] for s in STATUSES if c[s]}
+
+    def invalid(self) -> list[LabelStatus]:
+        return [r for r in self.rows if not r.ok]
+
+    def cases_with(self, verdict: str) -> list[str]:
+        return [case for case, v in self.verdicts.items() if v == verdict]
+
+    def status_map(self) -> dict[tuple[str, str], str]:
+        """``{(case_id, chunk_id): status}``: what :func:`rag_pipeline.evaluation.diagnosis.classify_misses` takes."""
+        return {(r.case_id, r.chunk_id): r.status for r in self.rows}
+
+    def summary(self) -> str:
+        bad = self.invalid()
+        if not bad:
+            return (f"all {len(self.rows)} labels of {len(self.verdicts)} cases are valid chunks of "
+                    f"{self.knowledge_base!r}")
+        parts = ", ".join(f"{n} {s}" for s, n in self.counts().items() if s != "ok")
+        return (f"{len(bad)} of {len(self.rows)} labels are invalid ({parts}); "
+                f"{len(self.cases_with('all_invalid'))} of {len(self.verdicts)} cases have no valid label "
+                f"and can only score 0")
+
+
+class DatasetCheck(BaseModel):
+    """The label report of a dataset file; ``note`` when the file was read leniently (malformed ids)."""
+
+    report: LabelReport
+    note: str | None = None
+
+
+class DatasetRunPlan(BaseModel):
+    """What the Dagster sensor should do with one dataset file: ``problems`` (invalid: add no partition), or the
+    strategy versions to run and why the others are skipped (``{version: reason}``)."""
+
+    to_run: tuple[str, ...] = ()
+    skipped: dict[str, str] = Field(default_factory=dict)
+    problems: str | None = None
+
+
+class PrunedRun(BaseModel):
+    run_id: str
+    dataset: str
+    knowledge_base: str
+    strategy_version: str
+    status: str
+    started_at: dt.datetime
+    candidate_rows: int
+    bytes: int
+
+
+class PruneResult(BaseModel):
+    """What a prune removed (or, with ``dry_run``, would remove)."""
+
+    dry_run: bool
+    runs: list[PrunedRun] = Field(default_factory=list)
+    kept_for_comparison: int = 0  # runs kept only because a stored comparison refers to them
+
+    @property
+    def candidate_rows(self) -> int:
+        return sum(r.candidate_rows for r in self.runs)
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(r.bytes for r in self.runs)
