@@ -19,7 +19,7 @@ import sys
 
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
-from rag_pipeline.contracts.maintenance import LabelReport
+from rag_pipeline.contracts.label_check import LabelReport
 from rag_pipeline.service import analysis, datasets
 from rag_pipeline.service.analysis import DEFAULT_BASELINE, render_text
 from rag_pipeline.service.catalog import printable

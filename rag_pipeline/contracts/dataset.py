@@ -135,3 +135,27 @@ class DatasetDocument(RootModel[Annotated[Cases, Field(title="array of cases")] 
 def dataset_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a dataset file; the validator checks a little more."""
     return DatasetDocument.model_json_schema()
+
+
+class StoredDataset(BaseModel):
+    """A validated dataset file stored as a dataset version (``path`` None: stored through the HTTP API)."""
+
+    dataset_id: str
+    name: str
+    version: str
+    knowledge_base: str
+    path: str | None
+    cases: int
+    relevant_ids: int
+    relevant_ids_not_in_kb: int
+    k_min: int
+    k_max: int
+
+
+class DatasetRunPlan(BaseModel):
+    """What the Dagster sensor should do with one dataset file: ``problems`` (invalid: add no partition), or the
+    strategy versions to run and why the others are skipped (``{version: reason}``)."""
+
+    to_run: tuple[str, ...] = ()
+    skipped: dict[str, str] = Field(default_factory=dict)
+    problems: str | None = None

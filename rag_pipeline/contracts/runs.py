@@ -168,3 +168,30 @@ class EvaluateResponse(BaseModel):
     label_warning: str | None = Field(None, description="Some labels are not searchable chunks (docs/design.md §8): "
                                                         "counts, the dominant cause and an example with its fix.")
     queue: QueueInfo
+
+
+class PrunedRun(BaseModel):
+    run_id: str
+    dataset: str
+    knowledge_base: str
+    strategy_version: str
+    status: str
+    started_at: dt.datetime
+    candidate_rows: int
+    bytes: int
+
+
+class PruneResult(BaseModel):
+    """What a prune removed (or, with ``dry_run``, would remove)."""
+
+    dry_run: bool
+    runs: list[PrunedRun] = Field(default_factory=list)
+    kept_for_comparison: int = 0  # runs kept only because a stored comparison refers to them
+
+    @property
+    def candidate_rows(self) -> int:
+        return sum(r.candidate_rows for r in self.runs)
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(r.bytes for r in self.runs)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.maintenance import STATUSES, LabelReport, LabelStatus
+from rag_pipeline.contracts.label_check import STATUSES, LabelReport, LabelStatus
 from rag_pipeline.evaluation.dataset import relevant_ids_of
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_PUBLICATION, SEARCHABLE_STATUS, resolve_knowledge_base

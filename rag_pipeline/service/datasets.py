@@ -8,7 +8,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.maintenance import DatasetCheck, DatasetRunPlan, LabelReport, StoredDataset
+from rag_pipeline.contracts.dataset import DatasetRunPlan, StoredDataset
+from rag_pipeline.contracts.label_check import DatasetCheck, LabelReport
 from rag_pipeline.evaluation.dataset import MAX_FILE_BYTES as MAX_FILE_BYTES
 from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, load_dataset, relevant_ids_of
 from rag_pipeline.evaluation.dataset import valid_dataset_key as valid_dataset_key

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.contracts.maintenance import PrunedRun, PruneResult
+from rag_pipeline.contracts.runs import PrunedRun, PruneResult
 from rag_pipeline.evaluation.queries import retention as queries
 from rag_pipeline.evaluation.run_records import stale_after_seconds
 

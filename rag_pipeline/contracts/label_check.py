@@ -1,30 +1,14 @@
-"""What the dataset and retention operations return: a stored dataset version, a dataset's label check
-(docs/design.md §8), the sensor's plan for a dataset file, and what a prune removed."""
+"""The label check of a dataset against a knowledge base (docs/design.md §8): one status per relevant id, the
+report with its per-case verdicts, and a dataset file's check."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections import Counter
 
 from pydantic import BaseModel, Field
 
 STATUSES = ("ok", "not_a_uuid", "unknown_id", "is_document_id", "is_knowledge_base_id", "other_knowledge_base",
             "document_deleted", "document_unpublished", "document_not_ready", "chunk_replaced")
-
-
-class StoredDataset(BaseModel):
-    """A validated dataset file stored as a dataset version (``path`` None: stored through the HTTP API)."""
-
-    dataset_id: str
-    name: str
-    version: str
-    knowledge_base: str
-    path: str | None
-    cases: int
-    relevant_ids: int
-    relevant_ids_not_in_kb: int
-    k_min: int
-    k_max: int
 
 
 class LabelStatus(BaseModel):
@@ -78,39 +62,3 @@ class DatasetCheck(BaseModel):
 
     report: LabelReport
     note: str | None = None
-
-
-class DatasetRunPlan(BaseModel):
-    """What the Dagster sensor should do with one dataset file: ``problems`` (invalid: add no partition), or the
-    strategy versions to run and why the others are skipped (``{version: reason}``)."""
-
-    to_run: tuple[str, ...] = ()
-    skipped: dict[str, str] = Field(default_factory=dict)
-    problems: str | None = None
-
-
-class PrunedRun(BaseModel):
-    run_id: str
-    dataset: str
-    knowledge_base: str
-    strategy_version: str
-    status: str
-    started_at: dt.datetime
-    candidate_rows: int
-    bytes: int
-
-
-class PruneResult(BaseModel):
-    """What a prune removed (or, with ``dry_run``, would remove)."""
-
-    dry_run: bool
-    runs: list[PrunedRun] = Field(default_factory=list)
-    kept_for_comparison: int = 0  # runs kept only because a stored comparison refers to them
-
-    @property
-    def candidate_rows(self) -> int:
-        return sum(r.candidate_rows for r in self.runs)
-
-    @property
-    def bytes_freed(self) -> int:
-        return sum(r.bytes for r in self.runs)
