@@ -17,7 +17,7 @@ def list_knowledge_bases(engine: Engine):
     """Every knowledge base by name: documents (all and searchable), current and replaced chunks, embeddings per
     model, keyword text mode, the strategies it can run (the default of an evaluation) and its datasets and
     runs counts."""
-    return {"knowledge_bases": catalog.list_knowledge_bases(engine)}
+    return KnowledgeBaseList(knowledge_bases=catalog.list_knowledge_bases(engine))
 
 
 @router.get("/knowledge-bases/{id}", response_model=KnowledgeBaseInfo, summary="One knowledge base")
