@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import yaml
 
 from rag_pipeline.retrieval import strategies
+from rag_pipeline.storage.files import write_atomic
 
 
 class RegistryConflictError(strategies.StrategyError):
@@ -31,7 +30,8 @@ def write_strategy(path: str | Path, strategy: strategies.Strategy, comment: str
     if existing is not None:
         if existing.params_hash() == strategy.params_hash():
             if source != target:
-                _atomic_write(target, text)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(target, text)
             return "unchanged"
         raise RegistryConflictError(f"{target} already defines strategy {strategy.version!r} with other parameters; "
                         "choose a new name with --version")
@@ -44,7 +44,8 @@ def write_strategy(path: str | Path, strategy: strategies.Strategy, comment: str
         new_text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10**9)
         if _registry_hashes(new_text, str(target)) != expected:  # pragma: no cover - defensive
             raise strategies.StrategyError(f"could not add {strategy.version!r} to {target} as a valid registry")
-    _atomic_write(target, new_text)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, new_text)
     return "appended"
 
 
@@ -53,15 +54,3 @@ def _registry_hashes(text: str, source: str) -> dict[str, str] | None:
         return {v: s.params_hash() for v, s in strategies.parse_registry(yaml.safe_load(text), source).items()}
     except (yaml.YAMLError, strategies.StrategyError):
         return None
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fp:
-            fp.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

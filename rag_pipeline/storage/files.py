@@ -13,8 +13,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import BinaryIO
 
 from rag_pipeline.contracts.errors import BadInputError
@@ -135,3 +137,17 @@ def read_lines_bounded(handle: BinaryIO, path: str | os.PathLike, max_line: int,
             raise FileReadError(f"{path}:{lineno}", f"{what} is longer than {format_size(max_line)}", "too_large")
         yield lineno, offset, line
         offset += len(line)
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder renamed over it: a crash never leaves
+    half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fp:
+            fp.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -27,15 +27,13 @@ skipped, is not exported (listed instead). Nothing here touches the database.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from rag_pipeline.contracts.labelling import FORMAT, Draft
 from rag_pipeline.evaluation.dataset_json import JsonReadError, decode_json
-from rag_pipeline.storage.files import FileReadError, read_bounded
+from rag_pipeline.storage.files import FileReadError, read_bounded, write_atomic
 
 MAX_DRAFT_BYTES = 200 * 1024 * 1024
 KEY_GRADES = (0, 1, 2, 3)  # the grades the labelling keys give
@@ -99,14 +97,7 @@ def save_draft(draft: Draft, path: str | Path) -> None:
     """Write the draft atomically (a temporary file renamed over it): a crash never leaves half a draft."""
     path = Path(path)
     text = json.dumps(draft.model_dump(), ensure_ascii=False, indent=1) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fp:
-            fp.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text)
 
 
 def export_cases(draft: Draft, *, binary: bool = False) -> tuple[list[dict], list[tuple[str, str]]]:
