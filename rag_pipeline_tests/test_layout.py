@@ -20,7 +20,8 @@ import pytest
 from rag_pipeline_tests.source_helpers import parse_source
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rag_pipeline"
-LAYERS = ["settings", "contracts", "storage", "knowledge_base", "retrieval", "evaluation", "analysis", "service"]
+LAYERS = ["settings", "contracts", "storage", "knowledge_base", "retrieval", "evaluation", "answers", "analysis",
+          "service"]
 FRONT_ENDS = {"cli", "defs", "definitions", "web"}
 DAGSTER_FRONT_END = {"defs", "definitions"}
 # (importer, imported) → why one front end may import another

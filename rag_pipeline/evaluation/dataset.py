@@ -46,6 +46,9 @@ class EvaluationCase:
     relevant_chunk_ids: tuple[str, ...]
     k: int
     judgments: Judgments | None = None
+    reference_answers: tuple[str, ...] = ()
+    answerable: bool = True
+    key_points: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.judgments is not None:

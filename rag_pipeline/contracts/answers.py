@@ -1,0 +1,221 @@
+"""Answers and their scores: the answers file's line, the per-case answer metrics, verdicts and the run summary.
+
+One model per shape (docs/design.md §12). An answers file is JSON Lines, one :class:`AnswerRecord` per case
+(``schemas/answers-v1.json``, generated from the model); :mod:`rag_pipeline.answers.scoring` turns a record and
+its dataset case into an :class:`AnswerCaseResult`, :mod:`rag_pipeline.answers.summary` the results into an
+:class:`AnswerSummary`. A metric that is undefined for a case is ``None`` in :class:`AnswerMetrics` with its
+reason in :attr:`AnswerCaseResult.skipped`; the summary counts it in ``n_skipped`` and never averages it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_ANSWER_CHARS = 100_000
+MAX_CITED_IDS = 1000
+MAX_RAW_RESPONSE_CHARS = 65_536
+"""The collector keeps at most this many characters of an endpoint's reply (``raw_response``)."""
+
+
+class AnswerRecord(BaseModel):
+    """One line of an answers file: what a RAG system answered to one dataset case.
+
+    ``status`` ``error`` marks a case the collector could not get an answer for (``error`` says why); such a
+    line is listed as not answered and scored as missing, never as a wrong answer."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", title="answer line")
+
+    case_id: str = Field(min_length=1, max_length=200, description="a case_id of the dataset")
+    answer: str = Field("", max_length=MAX_ANSWER_CHARS, description="the system's answer text")
+    cited_chunk_ids: list[str] | None = Field(
+        None, max_length=MAX_CITED_IDS, description="chunk ids the answer cites, in order; kept as given "
+                                                    "(an id that is not a chunk of the knowledge base is never valid)")
+    retrieved_chunk_ids: list[str] | None = Field(
+        None, max_length=MAX_CITED_IDS, description="the ranked chunk ids the system gave its generator")
+    refused: bool | None = Field(None, description="the system's own refusal flag; absent: decided by the "
+                                                   "refusal phrases (docs/design.md §12.4)")
+    latency_ms: float | None = Field(None, ge=0, description="time to answer, milliseconds")
+    answerer: str | None = Field(None, max_length=200, description="who answered: NAME or NAME@VERSION "
+                                                                   "(every line of a file agrees)")
+    status: Literal["ok", "error"] = Field("ok", description="written by the collector; error = no answer")
+    error: str | None = Field(None, max_length=10_000, description="why the case has no answer (status error)")
+    raw_response: str | None = Field(None, max_length=MAX_RAW_RESPONSE_CHARS,
+                                     description="the endpoint's reply, cut at the cap")
+    attempts: int | None = Field(None, ge=0, description="requests made for this case (collector)")
+
+
+ANSWER_RECORD_FIELDS = tuple(AnswerRecord.model_fields)
+
+Verdict = Literal["correct", "retrieval_miss", "generation_miss", "citation_miss", "false_refusal",
+                  "answered_unanswerable", "unscored"]
+VERDICTS: tuple[str, ...] = Verdict.__args__  # type: ignore[attr-defined]
+"""Why an answer failed, one per case (rules: docs/design.md §12.5), in the order reports list them."""
+
+RefusalSource = Literal["flag", "phrase", "none"]
+
+
+class AnswerMetrics(BaseModel):
+    """The per-case answer metrics (definitions: docs/design.md §12.3 and each function's docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exact_match: float | None = None
+    f1: float | None = None
+    answer_contains: float | None = None
+    key_point_recall: float | None = None
+    citation_precision: float | None = None
+    citation_recall: float | None = None
+    citation_validity: float | None = None
+    sentence_citation_coverage: float | None = None
+    lexical_support: float | None = None
+    answer_score: float | None = None
+    refused: bool = False
+
+
+ANSWER_METRIC_NAMES: tuple[str, ...] = tuple(n for n in AnswerMetrics.model_fields if n != "refused")
+"""Every averaged answer metric, in the order of the tables' columns and every report."""
+ANSWER_METRIC_LABELS = dict(zip(ANSWER_METRIC_NAMES, (
+    "EM", "F1", "contains", "key pts", "cite P", "cite R", "cite valid", "cite cover", "support", "score"),
+    strict=True))
+
+
+class AnswerCitation(BaseModel):
+    """One cited chunk id of an answer, as the labels and the record judge it."""
+
+    chunk_id: str
+    is_relevant: bool = Field(description="judged grade >= 1 for the case")
+    grade: int | None = Field(None, description="the judged grade; None: not judged")
+    is_retrieved: bool | None = Field(description="among the record's retrieved_chunk_ids; None: the record has "
+                                                  "none")
+    in_knowledge_base: bool = Field(description="a chunk of the knowledge base")
+    is_valid: bool = Field(description="counts for citation_validity (retrieved, or in the KB when the record "
+                                       "sent no retrieved ids)")
+
+
+class AnswerScoring(BaseModel):
+    """The scoring settings: part of an answer run's identity (their hash is stored with it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    f1_correct_threshold: float = Field(0.8, ge=0, le=1, description="f1 at or above which an answer is correct")
+    support_ngram: int = Field(4, ge=1, le=16, description="character n-gram size of lexical_support")
+    support_threshold: float = Field(0.6, ge=0, le=1,
+                                     description="share of a sentence's n-grams its cited chunks must contain")
+    refusal_phrases: tuple[str, ...] | None = Field(
+        None, description="phrases that mark a refusal; None = the documented default list")
+
+
+class AnswerCaseResult(BaseModel):
+    """One case of an answer run: the answer, its metrics, citations and verdict."""
+
+    case_id: str
+    question: str
+    answer: str | None = Field(description="None: the case has no answer (missing line or status error)")
+    status: Literal["ok", "error", "missing"]
+    error: str | None = None
+    reference_answers: list[str]
+    key_points: list[str] = Field(default_factory=list)
+    answerable: bool
+    refused: bool
+    refusal_source: RefusalSource
+    verdict: Verdict
+    verdict_reason: str
+    answer_metrics: AnswerMetrics
+    skipped: dict[str, str] = Field(default_factory=dict, description="metric -> why it is None for this case")
+    citations: list[AnswerCitation] = Field(default_factory=list)
+    relevant_chunk_ids: list[str] = Field(default_factory=list)
+    retrieved_chunk_ids: list[str] | None = None
+    latency_ms: float | None = None
+
+
+class AnswerMetricSummary(BaseModel):
+    """One metric over a run: the mean of the cases it is defined for, and how many it is not (and why)."""
+
+    mean: float | None = Field(description="None when no case is scored")
+    n_scored: int
+    n_skipped: int
+    skip_reasons: dict[str, int] = Field(default_factory=dict)
+
+
+class AnswerSummary(BaseModel):
+    """An answer run's figures (docs/design.md §12.4)."""
+
+    cases: int = Field(description="cases in the dataset")
+    answered: int = Field(description="cases with an answer (status ok)")
+    missing_case_ids: list[str] = Field(default_factory=list, description="cases without an answer (first 100)")
+    missing: int
+    errors: int = Field(description="lines with status error")
+    coverage: float = Field(description="answered / cases")
+    answerable_cases: int
+    unanswerable_cases: int
+    metrics: dict[str, AnswerMetricSummary]
+    refusal_recall: AnswerMetricSummary = Field(description="refused among answered unanswerable cases")
+    false_refusal_rate: AnswerMetricSummary = Field(description="refused among answered answerable cases")
+    verdicts: dict[str, int] = Field(description="verdict -> cases, every verdict listed")
+    latency_ms_p50: float | None = None
+    latency_ms_p95: float | None = None
+
+
+class AnswerRun(BaseModel):
+    """A stored answer run: what was scored against what, and its summary."""
+
+    run_id: str
+    created_at: str
+    dataset: str
+    dataset_version: str
+    knowledge_base: str
+    knowledge_base_version: str | None
+    answerer: str
+    answerer_version: str
+    scoring_version: str
+    answers_sha256: str
+    summary: AnswerSummary
+
+
+class AnswerReport(BaseModel):
+    """``answers evaluate`` / ``answers show`` / ``GET /answer-runs/{id}``: the run, its summary and cases."""
+
+    run: AnswerRun | None = Field(description="None: scored without storing")
+    summary: AnswerSummary
+    cases: list[AnswerCaseResult]
+
+
+class AnswerRunList(BaseModel):
+    """``answers runs`` / ``GET /answer-runs``: newest first."""
+
+    runs: list[AnswerRun]
+    total: int
+
+
+class AnswerMetricComparison(BaseModel):
+    """One metric of two answer runs over their common scored cases, with the paired statistics."""
+
+    metric: str
+    n: int
+    mean_a: float | None
+    mean_b: float | None
+    delta: float | None
+    p_value: float | None = Field(description="paired randomisation test (analysis/statistics.py); None: n < 2")
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class AnswerComparison(BaseModel):
+    """``answers compare A B`` / ``GET /answer-runs/compare``."""
+
+    run_a: AnswerRun
+    run_b: AnswerRun
+    common_cases: int
+    metrics: list[AnswerMetricComparison]
+    verdict_changes: dict[str, int] = Field(description="'from->to' -> cases whose verdict changed")
+
+
+def answers_json_schema() -> dict[str, Any]:
+    """The JSON Schema of one answers-file line (``schemas/answers-v1.json``)."""
+    schema = AnswerRecord.model_json_schema()
+    schema.update({"$schema": "https://json-schema.org/draft/2020-12/schema",
+                   "$id": "https://rag-pipeline.invalid/schemas/answers-v1.json",
+                   "description": "One line of a JSON Lines answers file (one object per dataset case)."})
+    return schema
