@@ -65,17 +65,13 @@ def choose_threshold(scores: dict[str, float], would_answer: dict[str, bool],
     return best[0], curve
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--strategy", default=DEFAULT_STRATEGY)
-    parser.add_argument("--train", type=Path, default=ROOT / "demo" / "answerer-train.yaml")
-    args = parser.parse_args(argv)
-    engine = get_engine()
+def measure(engine, strategy, train: Path) -> tuple[dict[str, float], dict[str, bool], dict[str, bool]]:
+    """Ingest the demo KB (idempotent); per train question its top final score, whether the answerer answers it
+    with no score threshold, and whether it is answerable."""
     ingest_documents(engine, read_folder(ROOT / "demo" / "kb"), demo_dataset.DEMO_KB,
                      text_search=demo_dataset.DEMO_TEXT_SEARCH, chunk_size=demo_dataset.DEMO_CHUNK_SIZE,
                      chunk_overlap=demo_dataset.DEMO_CHUNK_OVERLAP)
-    cases, answerable = train_cases(args.train)
-    strategy = get_strategy(args.strategy)
+    cases, answerable = train_cases(train)
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, demo_dataset.DEMO_KB)
         traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in cases],
@@ -85,8 +81,18 @@ def main(argv: list[str] | None = None) -> None:
     answerer = get_answerer("extractive-v1", engine=engine, knowledge_base=demo_dataset.DEMO_KB, strategy=strategy,
                             refusal_threshold=NO_THRESHOLD)
     would_answer = {r.case_id: not r.refused for r in answerer.answer_cases(cases)}
+    return scores, would_answer, answerable
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--strategy", default=DEFAULT_STRATEGY)
+    parser.add_argument("--train", type=Path, default=ROOT / "demo" / "answerer-train.yaml")
+    args = parser.parse_args(argv)
+    strategy = get_strategy(args.strategy)
+    scores, would_answer, answerable = measure(get_engine(), strategy, args.train)
     print(machine_line())
-    print(f"strategy {strategy.version} ({strategy.params_hash()[:12]}), {len(cases)} train questions "
+    print(f"strategy {strategy.version} ({strategy.params_hash()[:12]}), {len(scores)} train questions "
           f"({sum(answerable.values())} answerable) from {args.train.relative_to(ROOT)}")
     print("\n| case | answerable | top final score | answers at no threshold |\n|---|---|---|---|")
     for case_id in sorted(scores, key=scores.get):

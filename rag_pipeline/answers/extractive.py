@@ -156,11 +156,14 @@ class ExtractiveAnswerer:
 
     def answer_cases(self, cases: Sequence[EvaluationCase]) -> Iterator[AnswerRecord]:
         """One :class:`AnswerRecord` per case, in order; retrieval runs per batch of :attr:`batch_size` cases.
-        ``latency_ms`` is the case's share of its batch's retrieval plus its own sentence choice."""
+        ``latency_ms`` is the case's share of its batch's retrieval plus its own sentence choice. An unknown
+        knowledge base or a strategy that cannot search it is raised here, before the first record."""
         with self.engine.connect() as conn:
             kb = resolve_knowledge_base(conn, self.knowledge_base)
             preflight(conn, kb, self.strategy)
-            kb_id = kb.id
+        return self._answer(kb.id, list(cases))
+
+    def _answer(self, kb_id, cases: list[EvaluationCase]) -> Iterator[AnswerRecord]:
         for start in range(0, len(cases), self.batch_size):
             batch = list(cases[start:start + self.batch_size])
             t0 = time.perf_counter()
