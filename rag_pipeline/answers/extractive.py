@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 import unicodedata
@@ -32,9 +33,9 @@ from rag_pipeline.retrieval.strategies import Strategy
 NAME = "extractive-v1"
 DEFAULT_TOP_N = 3
 DEFAULT_MAX_SENTENCES = 2
-DEFAULT_REFUSAL_THRESHOLD = 0.3651
 # chosen by bench/answerer_threshold.py on the train questions demo/answerer-train.yaml with the default strategy
 # (hybrid-v1); scores of other strategies are on other scales, so re-run the script for one (bench/RESULTS.md)
+DEFAULT_REFUSAL_THRESHOLD = 0.3651
 BATCH_SIZE = 64
 REFUSAL_PHRASES = {"zh": "信息不足，无法回答。", "en": "Insufficient information to answer."}
 
@@ -135,8 +136,8 @@ class ExtractiveAnswerer:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"answerer {NAME}: {field} must be a positive integer, got {value!r}")
         if isinstance(refusal_threshold, bool) or not isinstance(refusal_threshold, int | float) \
-                or refusal_threshold != refusal_threshold:
-            raise ValueError(f"answerer {NAME}: refusal_threshold must be a number, got {refusal_threshold!r}")
+                or not math.isfinite(refusal_threshold):
+            raise ValueError(f"answerer {NAME}: refusal_threshold must be a finite number, got {refusal_threshold!r}")
         self.engine, self.knowledge_base, self.strategy = engine, knowledge_base, strategy
         self.top_n, self.max_sentences, self.batch_size = top_n, max_sentences, batch_size
         self.refusal_threshold = float(refusal_threshold)

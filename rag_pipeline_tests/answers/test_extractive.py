@@ -155,6 +155,8 @@ def test_bad_names_and_params_are_clear_errors(engine, demo_kb) -> None:
         get_answerer("nope", engine=engine, knowledge_base=demo_kb)
     with pytest.raises(AnswererError, match="top_n must be a positive integer"):
         get_answerer("extractive-v1", engine=engine, knowledge_base=demo_kb, top_n=0)
+    with pytest.raises(AnswererError, match="refusal_threshold must be a finite number, got inf"):
+        get_answerer("extractive-v1", engine=engine, knowledge_base=demo_kb, refusal_threshold=float("inf"))
     with pytest.raises(AnswererError, match="temperature"):
         get_answerer("extractive-v1", engine=engine, knowledge_base=demo_kb, temperature=0)
     with pytest.raises(StrategyError, match="unknown strategy version 'nope'"):
