@@ -25,6 +25,8 @@ class JudgeConfig(BaseModel):
     retries: int = Field(3, ge=0, le=10, description="retries of a request after 429, 5xx, a timeout or no "
                                                      "connection (exponential backoff, Retry-After honoured)")
     concurrency: int = Field(2, ge=1, le=64, description="requests in flight at once")
+    backoff_s: float = Field(0.5, ge=0, le=60, description="first retry's wait, doubled each retry (a Retry-After "
+                                                            "header wins, up to 60 s)")
     api_key: SecretStr | None = Field(None, exclude=True, description="bearer token; never stored")
 
 
@@ -62,7 +64,7 @@ class JudgeScore(BaseModel):
     faithfulness_min: float | None = None
     faithfulness_max: float | None = None
     faithfulness_values: list[float] = Field(default_factory=list, description="one per repeat with a value")
-    claims: list[JudgeClaim] = Field(default_factory=list, description="the claims of the first valid reply")
+    claims: list[JudgeClaim] = Field(default_factory=list, description="the claims of the first reply that has any")
     refused: bool | None = Field(description="the majority of the refusal votes; None: not asked, not judged, "
                                              "or a tie")
     refused_votes: list[bool] = Field(default_factory=list)
