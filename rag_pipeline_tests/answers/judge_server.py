@@ -53,7 +53,7 @@ class JudgeServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_port}/v1"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     def _next(self, path: str, headers: dict, body: dict) -> dict:
         task = body.get("response_format", {}).get("json_schema", {}).get("name", "").removesuffix("_reply")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,8 @@ from rag_pipeline.answers.judge_prompts import (
     FAITHFULNESS_SYSTEM_ZH,
     PROMPT_VERSION,
     REFUSAL_SYSTEM_ZH,
+    REPLY_SCHEMAS,
+    SYSTEM_PROMPTS,
     question_language,
 )
 from rag_pipeline.contracts.answers import AnswerCaseResult, JudgeConfig, JudgeItem
@@ -227,6 +230,14 @@ def test_judge_cases_keeps_the_order_reports_progress_and_summarises(server, cac
     summary = judge_summary([*scores, None])
     assert (summary.mean, summary.n_scored, summary.n_skipped) == (pytest.approx(2 / 3), 2, 2)
     assert summary.skip_reasons == {"no cited chunks": 1, "not sent to the judge": 1}
+
+
+def test_docs_judge_md_holds_every_prompt_and_reply_schema_verbatim():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "judge.md").read_text(encoding="utf-8")
+    missing = [f"{task}/{language}" for (task, language), text in SYSTEM_PROMPTS.items() if text not in doc]
+    missing += [f"{task} schema" for task, schema in REPLY_SCHEMAS.items()
+                if json.dumps(schema, ensure_ascii=False) not in doc]
+    assert not missing, "docs/judge.md lacks the prompt text of: " + ", ".join(missing)
 
 
 def test_a_url_that_is_not_http_is_a_clear_error(cache):
