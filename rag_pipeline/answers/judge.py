@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from rag_pipeline.answers.judge_client import JudgeCache, JudgeClient, judge_identity
 from rag_pipeline.answers.judge_prompts import (
@@ -57,12 +57,11 @@ def judge_cases(items: Sequence[JudgeItem], config: JudgeConfig, progress: Progr
         return []
     with JudgeClient(config, cache) as client, ThreadPoolExecutor(max_workers=config.concurrency) as pool:
         futures = [pool.submit(_judge, client, item) for item in items]
-        scores = []
-        for done, future in enumerate(futures, 1):
-            scores.append(future.result())
+        for done, future in enumerate(as_completed(futures), 1):
+            future.result()
             if progress:
                 progress(done, len(items))
-        return scores
+        return [future.result() for future in futures]
 
 
 def _ask(client: JudgeClient, task: Task, item: JudgeItem) -> tuple[list[FaithfulnessReply | RefusalReply], list[str]]:

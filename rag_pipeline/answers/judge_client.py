@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_RETRY_AFTER_S = 60.0
 ERROR_BODY_CHARS = 200
+_CREDENTIALS = re.compile(r"//[^/@]*@")
 
 
 class JudgeConfigError(BadInputError, ValueError):
@@ -46,12 +48,13 @@ def judge_identity(config: JudgeConfig) -> JudgeIdentity:
 
 
 def _base_url(config: JudgeConfig) -> httpx.URL:
+    shown = _CREDENTIALS.sub("//***@", config.url)
     try:
         url = httpx.URL(config.url)
-    except (httpx.InvalidURL, TypeError) as exc:
-        raise JudgeConfigError(f"judge url {config.url!r} is not a URL: {exc}") from None
+    except (httpx.InvalidURL, TypeError):
+        raise JudgeConfigError(f"judge url {shown!r} is not a URL") from None
     if url.scheme not in ("http", "https") or not url.host:
-        raise JudgeConfigError(f"judge url {config.url!r} must be http(s)://host[:port][/path]")
+        raise JudgeConfigError(f"judge url {shown!r} must be http(s)://host[:port][/path]")
     return url
 
 

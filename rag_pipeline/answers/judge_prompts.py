@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -128,31 +128,45 @@ class ReplyError(ValueError):
     """A judge reply that holds no JSON object of the asked shape; the message says what is wrong."""
 
 
-def _first_object(content: str) -> object:
-    decoder = json.JSONDecoder()
+def _objects(content: str) -> Iterator[object]:
+    """The whole content as JSON, then every JSON object starting at a ``{`` of it, in order."""
     try:
-        return json.loads(content)
+        whole = json.loads(content)
     except json.JSONDecodeError:
         pass
+    else:
+        yield whole
+    decoder = json.JSONDecoder()
     for match in re.finditer(r"\{", content):
         try:
-            return decoder.raw_decode(content, match.start())[0]
+            yield decoder.raw_decode(content, match.start())[0]
         except json.JSONDecodeError:
             continue
-    raise ReplyError(f"no JSON object in the reply: {content[:200]!r}")
 
 
-def parse_reply(task: Task, content: str, cited_ids: Mapping[str, str] | None = None) -> BaseModel:
-    """The reply of ``task``: the whole content as JSON, else its first JSON object (a reply wrapped in prose or
-    Markdown fences), validated by the task's reply model. A faithfulness claim naming a chunk that was not
-    cited is an error: the judge answered about passages it was not shown."""
-    data = _first_object(content)
+def _validated(task: Task, data: object) -> BaseModel:
     try:
-        reply = REPLY_MODELS[task].model_validate(data)
+        return REPLY_MODELS[task].model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "reply"
         raise ReplyError(f"reply does not match the {task} schema: {where}: {first['msg']}") from None
+
+
+def parse_reply(task: Task, content: str, cited_ids: Mapping[str, str] | None = None) -> BaseModel:
+    """The reply of ``task``: the whole content as JSON, else the first JSON object in it that has the task's
+    shape (a reply wrapped in prose, Markdown fences or a reasoning preamble), validated by the task's reply model;
+    none: :class:`ReplyError` with the first object's mismatch. A faithfulness claim naming a chunk that was not
+    cited is an error: the judge answered about passages it was not shown."""
+    reply, first_error = None, None
+    for data in _objects(content):
+        try:
+            reply = _validated(task, data)
+            break
+        except ReplyError as exc:
+            first_error = first_error or exc
+    if reply is None:
+        raise first_error or ReplyError(f"no JSON object in the reply: {content[:200]!r}")
     if isinstance(reply, FaithfulnessReply) and cited_ids is not None:
         for n, claim in enumerate(reply.claims, 1):
             if claim.chunk_id is not None and claim.chunk_id not in cited_ids:

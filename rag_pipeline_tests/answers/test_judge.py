@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rag_pipeline.answers.judge import judge_case, judge_cases, judge_summary
-from rag_pipeline.answers.judge_client import JudgeCache, JudgeConfigError
+from rag_pipeline.answers.judge_client import JudgeCache, JudgeClient, JudgeConfigError
 from rag_pipeline.answers.judge_prompts import (
     FAITHFULNESS_SYSTEM_EN,
     FAITHFULNESS_SYSTEM_ZH,
@@ -22,8 +22,10 @@ from rag_pipeline.answers.judge_prompts import (
     REPLY_SCHEMAS,
     SYSTEM_PROMPTS,
     question_language,
+    response_format,
 )
 from rag_pipeline.contracts.answers import AnswerCaseResult, JudgeConfig, JudgeItem
+from rag_pipeline.settings import judge_cache_file
 from rag_pipeline_tests.answers.judge_server import JudgeServer
 
 C1, C2 = "0b5c7f0e-8d0a-4c7e-9a51-2f4f3c1d9e01", "6a1e2d3c-4b5a-4f69-8e7d-1c2b3a4d5e6f"
@@ -116,6 +118,11 @@ def test_a_reply_wrapped_in_prose_and_markdown_fences_is_parsed(server, cache):
     assert _faithfulness(server, cache).faithfulness == 0.5
 
 
+def test_a_reasoning_preamble_with_braces_before_the_object_is_skipped(server, cache):
+    server.play("faithfulness", "faithfulness_reasoning")
+    assert _faithfulness(server, cache).faithfulness == pytest.approx(2 / 3)
+
+
 def test_a_malformed_reply_is_not_judged_with_its_reason_and_not_cached(server, cache):
     server.play("faithfulness", "faithfulness_malformed")
     score = _faithfulness(server, cache)
@@ -152,6 +159,22 @@ def test_a_500_is_retried_then_the_success_is_used(server, cache):
     server.play("faithfulness", "server_error", "faithfulness_valid")
     score = _faithfulness(server, cache)
     assert score.faithfulness == pytest.approx(2 / 3) and len(server.requests) == 2
+
+
+def test_retry_after_is_honoured_and_backoff_doubles_without_it(server, cache):
+    server.play("faithfulness", "rate_limited", "faithfulness_valid")
+    waits: list[float] = []
+    body = {"messages": [{"role": "user", "content": QUESTION}], "response_format": response_format("faithfulness")}
+    with JudgeClient(_config(server, backoff_s=0.25), cache, sleep=waits.append) as client:
+        content, reason = client.ask(body, 0, str)
+    assert (content is not None, reason, waits) == (True, None, [2.0])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    waits.clear()
+    with JudgeClient(JudgeConfig(url=closed, model="m", retries=3, backoff_s=0.25), cache, sleep=waits.append) as c:
+        assert c.ask(body, 0, str)[0] is None and c.requests == 4
+    assert waits == [0.25, 0.5, 1.0]
 
 
 def test_a_server_failing_every_retry_is_not_judged_with_the_status(server, cache):
@@ -243,3 +266,15 @@ def test_docs_judge_md_holds_every_prompt_and_reply_schema_verbatim():
 def test_a_url_that_is_not_http_is_a_clear_error(cache):
     with pytest.raises(JudgeConfigError, match="judge url 'ftp://judge.local/v1' must be http"):
         judge_case(QUESTION, ANSWER, CHUNKS, config=JudgeConfig(url="ftp://judge.local/v1", model="m"), cache=cache)
+    with pytest.raises(JudgeConfigError) as raised:
+        judge_case(QUESTION, ANSWER, CHUNKS, config=JudgeConfig(url="ftp://bob:hunter2@judge.local", model="m"),
+                   cache=cache)
+    assert "hunter2" not in str(raised.value) and "//***@judge.local" in str(raised.value)
+
+
+def test_the_cache_file_defaults_under_the_project_and_follows_rag_judge_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("RAG_PROJECT_ROOT", str(tmp_path))
+    monkeypatch.delenv("RAG_JUDGE_CACHE", raising=False)
+    assert judge_cache_file() == tmp_path.resolve() / ".rag_pipeline" / "judge-cache.jsonl"
+    monkeypatch.setenv("RAG_JUDGE_CACHE", str(tmp_path / "elsewhere.jsonl"))
+    assert JudgeCache().path == (tmp_path / "elsewhere.jsonl").resolve()
