@@ -17,6 +17,7 @@ from rag_pipeline.contracts.answers import AnswerCitation
 Scored = tuple[float | None, str | None]
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_NOT_ALNUM = re.compile(r"[\W_]+")
 NO_CITATIONS = "no citations"
 NO_RELEVANT = "no relevant chunks"
 
@@ -95,15 +96,19 @@ def sentence_citation_coverage(answer: str) -> Scored:
     return sum(has_marker(s) for s in sentences) / len(sentences), None
 
 
+def _nfkc(text: str) -> str:
+    return text if unicodedata.is_normalized("NFKC", text) else unicodedata.normalize("NFKC", text)
+
+
 def support_text(text: str) -> str:
-    """The form lexical support compares: NFKC, case-folded, without white space, punctuation, symbols."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return "".join(ch for ch in text if unicodedata.category(ch)[0] not in "PSZC")
+    """The form lexical support compares: NFKC, case-folded, letters and digits only (white space, punctuation,
+    symbols and ``_`` removed)."""
+    return _NOT_ALNUM.sub("", _nfkc(text).casefold())
 
 
 def numbers(text: str) -> set[str]:
     """The numbers of ``text`` (NFKC digits; thousands commas dropped): ``1,000`` and ``1000`` are one."""
-    return {n.replace(",", "") for n in _NUMBER.findall(unicodedata.normalize("NFKC", text))}
+    return {n.replace(",", "") for n in _NUMBER.findall(_nfkc(text))}
 
 
 def _grams(text: str, n: int) -> set[str]:
@@ -130,8 +135,9 @@ def lexical_support(answer: str, cited: Sequence[str] | None, chunk_text: Mappin
     one) and
     every number of it (:func:`numbers`) occurs in them. Its chunks: those its inline markers cite when the
     answer has markers (a sentence without a marker cites nothing and is unsupported), else every cited chunk.
-    Sentences with no text left are not counted. Undefined when no cited chunk has text in ``chunk_text``."""
-    texts = {normalise_id(k): v for k, v in chunk_text.items()}
+    Sentences with no text left are not counted. Undefined when no cited chunk has text in ``chunk_text``
+    (keyed by lower-case chunk id, as :func:`rag_pipeline.answers.scoring.score_answers` passes it)."""
+    texts = chunk_text
     cited = list(cited or ())
     inline = has_marker(answer)
     sentences = split_sentences(answer)
@@ -150,8 +156,9 @@ def lexical_support(answer: str, cited: Sequence[str] | None, chunk_text: Mappin
         for cid in dict.fromkeys(ids):
             if cid in texts:
                 if cid not in gram_cache:
-                    whole = support_text(texts[cid])
-                    gram_cache[cid] = (_grams(whole, ngram), whole, numbers(texts[cid]))
+                    chunk = _nfkc(texts[cid])
+                    whole = support_text(chunk)
+                    gram_cache[cid] = (_grams(whole, ngram), whole, numbers(chunk))
                 sources.append(gram_cache[cid])
         if not sources:
             continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Sequence
+from functools import lru_cache
 
 from rag_pipeline.contracts.answers import AnswerRecord, RefusalSource
 
@@ -38,8 +39,12 @@ def phrase_refusal(answer: str, phrases: Sequence[str] | None = None) -> bool:
     """Whether the normalised answer contains one of the normalised ``phrases`` (default
     :data:`DEFAULT_REFUSAL_PHRASES`); empty phrases are ignored."""
     text = normalise_for_refusal(answer)
-    needles = (normalise_for_refusal(p) for p in (DEFAULT_REFUSAL_PHRASES if phrases is None else phrases))
-    return any(needle and needle in text for needle in needles)
+    return any(needle in text for needle in _needles(DEFAULT_REFUSAL_PHRASES if phrases is None else tuple(phrases)))
+
+
+@lru_cache(maxsize=64)
+def _needles(phrases: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(n for n in map(normalise_for_refusal, phrases) if n)
 
 
 def is_refusal(record: AnswerRecord, phrases: Sequence[str] | None = None) -> tuple[bool, RefusalSource]:

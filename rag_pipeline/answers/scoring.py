@@ -57,8 +57,8 @@ def _unanswered(case: EvaluationCase, record: AnswerRecord | None, relevant: lis
 def score_case(case: EvaluationCase, record: AnswerRecord | None, *, kb_chunk_ids: Collection[str] | None,
                chunk_text: Mapping[str, str], scoring: AnswerScoring) -> AnswerCaseResult:
     """One case's :class:`AnswerCaseResult`. ``record`` None (no line) or of status ``error``: no answer, every
-    metric None with reason "no answer", verdict ``unscored``. ``chunk_text`` maps chunk id → text for (at
-    least) the cited chunks; ``kb_chunk_ids``: the knowledge base's chunk ids, lower-case (:func:`score_answers`
+    metric None with reason "no answer", verdict ``unscored``. ``chunk_text`` maps lower-case chunk id → text for
+    (at least) the cited chunks; ``kb_chunk_ids``: the knowledge base's chunk ids, lower-case (:func:`score_answers`
     normalises them), None when they are not known."""
     relevant = [cm.normalise_id(c) for c in case.relevant_chunk_ids]
     if record is None or record.status == "error":
@@ -117,7 +117,8 @@ def score_case(case: EvaluationCase, record: AnswerRecord | None, *, kb_chunk_id
 def score_answers(cases: Iterable[EvaluationCase], records_by_id: Mapping[str, AnswerRecord], *,
                   kb_chunk_ids: Collection[str] | None, chunk_text: Mapping[str, str],
                   scoring: AnswerScoring) -> list[AnswerCaseResult]:
-    """Every case's result in dataset order; a case without a record is scored as missing. A record whose
+    """Every case's result in dataset order; a case without a record is scored as missing. The ids of
+    ``kb_chunk_ids`` and ``chunk_text`` are normalised once here. A record whose
     ``case_id`` is no case of ``cases`` is a :class:`ValueError` naming it (the answers-file reader reports
     those first, with their line)."""
     cases = list(cases)
@@ -125,5 +126,6 @@ def score_answers(cases: Iterable[EvaluationCase], records_by_id: Mapping[str, A
     if unknown:
         raise ValueError(f"answers for case ids not in the dataset: {', '.join(map(repr, unknown[:10]))}")
     kb = None if kb_chunk_ids is None else frozenset(cm.normalise_id(c) for c in kb_chunk_ids)
-    return [score_case(c, records_by_id.get(c.case_id), kb_chunk_ids=kb, chunk_text=chunk_text, scoring=scoring)
+    texts = {cm.normalise_id(k): v for k, v in chunk_text.items()}
+    return [score_case(c, records_by_id.get(c.case_id), kb_chunk_ids=kb, chunk_text=texts, scoring=scoring)
             for c in cases]

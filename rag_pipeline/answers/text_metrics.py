@@ -29,7 +29,7 @@ CMRC_PUNCTUATION = frozenset(['-', ':', '_', '*', '^', '/', '\\', '~', '`', '+',
                               '「', '」', '（', '）', '－', '～', '『', '』'])
 """The CMRC script's ``sp_char``, as it is; ``'……'`` is two characters, so it never matches one character."""
 _CMRC_CJK = re.compile("[\u4e00-\u9fa5]")
-_CMRC_PIECE = re.compile("[\u4e00-\u9fa5]|[^\u4e00-\u9fa5]+")
+_CMRC_PIECE = re.compile("[\u4e00-\u9fa5]+|[^\u4e00-\u9fa5]+")
 _CMRC_DELETE = str.maketrans(dict.fromkeys((c for c in CMRC_PUNCTUATION if len(c) == 1), None))
 _HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _UNIT = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\\W\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -78,7 +78,7 @@ def _tokenize_run(run: str) -> tuple[str, ...]:
 def _segments(text: str) -> tuple[str, ...]:
     out: list[str] = []
     for piece in _CMRC_PIECE.findall(text.lower().strip().translate(_CMRC_DELETE)):
-        out.extend((piece,) if len(piece) == 1 and _CMRC_CJK.match(piece) else _tokenize_run(piece))
+        out.extend(piece if _CMRC_CJK.match(piece) else _tokenize_run(piece))  # a CJK run: one token a character
     return tuple(out)
 
 
@@ -91,7 +91,7 @@ def cmrc_segments(text: str) -> list[str]:
 
 def cmrc_remove_punctuation(text: str) -> str:
     """CMRC 2018 ``remove_punctuation``: lower-case, strip, its punctuation list removed."""
-    return "".join(ch for ch in text.lower().strip() if ch not in CMRC_PUNCTUATION)
+    return text.lower().strip().translate(_CMRC_DELETE)
 
 
 def longest_common_run(a: Sequence[str], b: Sequence[str]) -> int:
