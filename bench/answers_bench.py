@@ -2,8 +2,8 @@
 
 Seeded synthetic cases, mixed: 40 % long Chinese answers (~300 characters, inline ``[n]`` citations) against
 ~200-character references, 30 % short CMRC-like Chinese answers, 30 % short SQuAD-like English ones; one case in
-ten is unanswerable (refused or answered). Each case cites and "retrieved" chunks of ~400 characters, so
-lexical support and the citation metrics run too. Timed:
+ten is unanswerable (refused or answered). Each case cites two of its three chunks of ~400 characters (the
+relevant one or not) and "retrieved" two, so lexical support, the citation metrics and every verdict run too. Timed:
 
 * ours ``score_answers`` (every metric, citations, verdicts) + ``summarise`` over all ``--cases``;
 * ours ``exact_match`` + ``f1`` alone, and the official scripts' EM + F1 (the transcription in
@@ -62,10 +62,10 @@ def make_data(n: int, seed: int) -> tuple[list[EvaluationCase], dict[str, Answer
                 _zh(rng, pool, 100) + "[2]。"
         elif kind < 0.7:
             ref = _zh(rng, pool, rng.randint(2, 8))
-            answer = rng.choice([ref, _zh(rng, pool, 3) + ref, _zh(rng, pool, 6)]) + "。[1]"
+            answer = rng.choice([ref, ref + "。[1]", _zh(rng, pool, 3) + ref + "。[1]", _zh(rng, pool, 6) + "。[1]"])
         else:
             ref = " ".join(rng.choices(EN_WORDS, k=rng.randint(1, 5)))
-            answer = " ".join(rng.choices(EN_WORDS, k=rng.randint(2, 25))) + f" {ref}. [1]"
+            answer = rng.choice([ref, " ".join(rng.choices(EN_WORDS, k=rng.randint(2, 25))) + f" {ref}. [1]"])
         answerable = rng.random() >= 0.1
         if not answerable:
             answer = rng.choice(["信息不足，无法回答。", "I don't know.", answer])
@@ -74,8 +74,8 @@ def make_data(n: int, seed: int) -> tuple[list[EvaluationCase], dict[str, Answer
         case_id = f"case-{i}"
         cases.append(EvaluationCase(case_id, f"question {i}?", (ids[0],) if answerable else (), 10,
                                     reference_answers=(ref,) if answerable else (), answerable=answerable))
-        records[case_id] = AnswerRecord(case_id=case_id, answer=answer, cited_chunk_ids=ids[:2],
-                                        retrieved_chunk_ids=rng.sample(ids, 3), latency_ms=rng.uniform(100, 900))
+        records[case_id] = AnswerRecord(case_id=case_id, answer=answer, cited_chunk_ids=rng.choice([ids[:2], ids[1:]]),
+                                        retrieved_chunk_ids=rng.sample(ids, 2), latency_ms=rng.uniform(100, 900))
     return cases, records, texts
 
 
