@@ -5,10 +5,12 @@ names, their loops), changed only where Python 3 requires it, each change marked
 
 * SQuAD v2.0: "Official evaluation script for SQuAD version 2.0" (``evaluate-v2.0.py``,
   https://worksheets.codalab.org/rest/bundles/0x6b567e1cf2e041ec80d7098f031c5c9e/contents/blob/ ,
-  distributed with the SQuAD 2.0 dataset, CC BY-SA 4.0): ``normalize_answer``, ``get_tokens``,
+  distributed with the SQuAD 2.0 dataset (CC BY-SA 4.0); the script states no licence of its own):
+  ``normalize_answer``, ``get_tokens``,
   ``compute_exact``, ``compute_f1`` and the max over gold answers of ``get_raw_scores``.
 * CMRC 2018: https://github.com/ymcui/cmrc2018/blob/master/squad-style-data/cmrc2018_evaluate.py
-  (CC BY-SA 4.0): ``mixed_segmentation``, ``remove_punctuation``, ``find_lcs``, ``calc_f1_score``,
+  (the repository's licence, CC BY-SA 4.0 as its README states — check before redistributing):
+  ``mixed_segmentation``, ``remove_punctuation``, ``find_lcs``, ``calc_f1_score``,
   ``calc_em_score``. Its ``nltk.word_tokenize(temp_str)`` runs the Punkt sentence splitter first, which needs
   a downloaded model; here ``preserve_line=True``, the one documented deviation (docs/design.md §12.3).
 """
