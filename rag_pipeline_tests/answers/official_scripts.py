@@ -9,7 +9,7 @@ names, their loops), changed only where Python 3 requires it, each change marked
   ``normalize_answer``, ``get_tokens``,
   ``compute_exact``, ``compute_f1`` and the max over gold answers of ``get_raw_scores``.
 * CMRC 2018: https://github.com/ymcui/cmrc2018/blob/master/squad-style-data/cmrc2018_evaluate.py
-  (the repository's licence, CC BY-SA 4.0 as its README states — check before redistributing):
+  (under the repository's licence, not checked here — check it before redistributing this file):
   ``mixed_segmentation``, ``remove_punctuation``, ``find_lcs``, ``calc_f1_score``,
   ``calc_em_score``. Its ``nltk.word_tokenize(temp_str)`` runs the Punkt sentence splitter first, which needs
   a downloaded model; here ``preserve_line=True``, the one documented deviation (docs/design.md §12.3).
