@@ -95,7 +95,8 @@ class AnswerCitation(BaseModel):
     grade: int | None = Field(None, description="the judged grade; None: not judged")
     is_retrieved: bool | None = Field(description="among the record's retrieved_chunk_ids; None: the record has "
                                                   "none")
-    in_knowledge_base: bool = Field(description="a chunk of the knowledge base")
+    in_knowledge_base: bool | None = Field(description="a chunk of the knowledge base; None: the knowledge "
+                                                        "base's chunk ids were not given to the scoring")
     is_valid: bool = Field(description="counts for citation_validity (retrieved, or in the KB when the record "
                                        "sent no retrieved ids)")
 
