@@ -41,7 +41,7 @@ class CaseOutcome:
     record: AnswerRecord
     requests: int
     unreachable: bool = False
-    """Every attempt failed to connect: the endpoint is down (the collector stops)."""
+    """Every attempt failed and the last could not connect: the endpoint is down (the collector stops)."""
 
 
 @dataclass(frozen=True)
@@ -80,19 +80,21 @@ class EndpointClient:
 
     async def ask(self, case: AskedCase) -> CaseOutcome:
         """The case's answer line after at most ``1 + retries`` requests."""
-        attempts, connect_failures, problem = 0, 0, "no request made"
+        attempts, cannot_connect, problem = 0, False, "no request made"
         for attempt in range(self.config.retries + 1):
             attempts += 1
             try:
                 reply = await self._request(case)
             except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
-                connect_failures += 1
+                cannot_connect = True
                 problem = f"cannot connect to the endpoint: {type(exc).__name__}: {self.headers.scrub(str(exc))}"
                 wait = self._wait(attempt, None)
             except (TimeoutError, httpx2.TimeoutException):
+                cannot_connect = False
                 problem = f"no complete reply within --timeout {self.config.timeout_s:g} s"
                 wait = self._wait(attempt, None)
             except httpx2.TransportError as exc:  # reset, protocol error mid-reply
+                cannot_connect = False
                 problem = f"the connection failed: {type(exc).__name__}: {self.headers.scrub(str(exc))}"
                 wait = self._wait(attempt, None)
             else:
@@ -102,7 +104,7 @@ class EndpointClient:
             if attempt < self.config.retries:
                 await asyncio.sleep(wait)
         record = error_record(case.case_id, f"{problem} (after {attempts} attempts)", attempts=attempts)
-        return CaseOutcome(record, attempts, unreachable=connect_failures == attempts)
+        return CaseOutcome(record, attempts, unreachable=cannot_connect)
 
     def _wait(self, attempt: int, retry_after: str | None) -> float:
         return wait_before_retry(attempt + 1, self.config.backoff_s, self.config.max_wait_s, retry_after)
