@@ -1,11 +1,11 @@
 """The request sent for one case: the filled JSON template, the URL and the headers (docs/answers-collection.md).
 
 Template. ``--request-template`` is a JSON document. It is parsed once, then for each case every *string value*
-in it (object keys are left alone) has ``{question}``, ``{case_id}`` and ``{k}`` replaced by the case's values,
-and the document is serialised again with :func:`json.dumps`: a question holding quotes, backslashes or line
-breaks is escaped by the JSON encoder, never spliced into JSON text. A string that is exactly ``"{k}"`` becomes
-the number k. No other brace is touched (``{"a": "{x}"}`` stays as it is). In the URL the placeholders are
-filled percent-encoded.
+in it (object keys are left alone) has ``{question}``, ``{case_id}`` and ``{k}`` replaced by the case's values
+in one pass (a question that itself holds ``{k}`` is left as it is), and the document is serialised again with
+:func:`json.dumps`: a question holding quotes, backslashes or line breaks is escaped by the JSON encoder, never
+spliced into JSON text. A string that is exactly ``"{k}"`` becomes the number k. No other brace is touched
+(``{"a": "{x}"}`` stays as it is). In the URL the placeholders are filled percent-encoded.
 
 Headers. ``--header 'Name: value'``; a value ``env:NAME`` is read from the environment variable NAME when the
 collection starts (missing → an error naming the variable). :class:`ResolvedHeaders` keeps the values out of
@@ -24,6 +24,7 @@ from urllib.parse import quote, urlsplit
 from rag_pipeline.contracts.errors import BadInputError
 
 PLACEHOLDERS = ("{question}", "{case_id}", "{k}")
+_PLACEHOLDER = re.compile(r"\{(question|case_id|k)\}")  # one pass: a question holding "{k}" stays as it is
 ENV_PREFIX = "env:"
 SCRUBBED = "[secret]"
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
@@ -47,8 +48,8 @@ def fill_template(template: Any, question: str, case_id: str, k: int) -> Any:
     if isinstance(template, str):
         if template == "{k}":
             return k
-        return (template.replace("{question}", question).replace("{case_id}", case_id)
-                .replace("{k}", str(k)))
+        values = {"question": question, "case_id": case_id, "k": str(k)}
+        return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
     if isinstance(template, list):
         return [fill_template(item, question, case_id, k) for item in template]
     if isinstance(template, dict):
@@ -64,8 +65,8 @@ def check_url(url: str) -> str:
 
 
 def fill_url(url: str, question: str, case_id: str, k: int) -> str:
-    return (url.replace("{question}", quote(question, safe="")).replace("{case_id}", quote(case_id, safe=""))
-            .replace("{k}", str(k)))
+    values = {"question": quote(question, safe=""), "case_id": quote(case_id, safe=""), "k": str(k)}
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], url)
 
 
 class ResolvedHeaders:
