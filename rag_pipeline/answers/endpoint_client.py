@@ -18,11 +18,18 @@ from typing import Protocol
 
 import httpx2
 
-from rag_pipeline.answers.endpoint_request import ResolvedHeaders, check_url, fill_template, fill_url, parse_template
+from rag_pipeline.answers.endpoint_request import (
+    EndpointConfigError,
+    ResolvedHeaders,
+    check_url,
+    fill_template,
+    fill_url,
+    parse_template,
+)
 from rag_pipeline.answers.reply_mapping import ERROR_BODY_CHARS, ReplyPaths, error_record, raw_text, record_from_reply
 from rag_pipeline.answers.response_paths import parse_path
-from rag_pipeline.answers.retry_policy import retryable_status, wait_before_retry
-from rag_pipeline.contracts.answers import AnswerRecord, EndpointConfig
+from rag_pipeline.answers.retry_policy import RETRIED_ERRORS, describe_failure, retryable_status, wait_before_retry
+from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, AnswerRecord, EndpointConfig
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 """A reply longer than this is not parsed (recorded as an error, its start kept)."""
@@ -60,6 +67,9 @@ class EndpointClient:
     def __init__(self, config: EndpointConfig, environ: dict[str, str] | None = None):
         self.config = config
         self.url = check_url(config.url)
+        if config.method == "GET" and config.request_template != DEFAULT_REQUEST_TEMPLATE:
+            raise EndpointConfigError("--request-template is the request body; GET sends none (put {question} in "
+                                      "the URL, or use --method POST)")
         self.template = parse_template(config.request_template) if config.method != "GET" else None
         self.paths = ReplyPaths(parse_path(config.answer_path, "--answer-path"),
                                 parse_path(config.citations_path, "--citations-path"),
@@ -85,17 +95,8 @@ class EndpointClient:
             attempts += 1
             try:
                 reply = await self._request(case)
-            except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
-                cannot_connect = True
-                problem = f"cannot connect to the endpoint: {type(exc).__name__}: {self.headers.scrub(str(exc))}"
-                wait = self._wait(attempt, None)
-            except (TimeoutError, httpx2.TimeoutException):
-                cannot_connect = False
-                problem = f"no complete reply within --timeout {self.config.timeout_s:g} s"
-                wait = self._wait(attempt, None)
-            except httpx2.TransportError as exc:  # reset, protocol error mid-reply
-                cannot_connect = False
-                problem = f"the connection failed: {type(exc).__name__}: {self.headers.scrub(str(exc))}"
+            except RETRIED_ERRORS as exc:
+                problem, cannot_connect = describe_failure(exc, self.config.timeout_s, self.headers.scrub)
                 wait = self._wait(attempt, None)
             else:
                 if not retryable_status(reply.status) or attempt == self.config.retries:

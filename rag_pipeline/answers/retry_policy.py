@@ -10,9 +10,14 @@ not JSON or lacks the answer. The wait before retry ``n`` (1-based) is ``backoff
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 
+import httpx2
+
 RETRY_STATUSES = frozenset({429}) | frozenset(range(500, 600))
+RETRIED_ERRORS = (TimeoutError, httpx2.TransportError)
+"""A whole-request timeout (``asyncio.timeout``) and httpx2's transport errors (its timeouts included)."""
 
 
 def retryable_status(status: int) -> bool:
@@ -42,3 +47,13 @@ def wait_before_retry(retry: int, backoff: float, max_wait: float, retry_after: 
     asked = retry_after_seconds(retry_after)
     wait = asked if asked is not None else backoff * 2 ** (retry - 1)
     return min(wait, max_wait)
+
+
+def describe_failure(exc: BaseException, timeout_s: float, scrub: Callable[[str], str]) -> tuple[str, bool]:
+    """``(what went wrong, whether it is a failure to connect)`` of a :data:`RETRIED_ERRORS` error; ``scrub``
+    removes secrets from the library's message."""
+    if isinstance(exc, (httpx2.ConnectError, httpx2.ConnectTimeout)):
+        return f"cannot connect to the endpoint: {type(exc).__name__}: {scrub(str(exc))}", True
+    if isinstance(exc, (TimeoutError, httpx2.TimeoutException)):
+        return f"no complete reply within --timeout {timeout_s:g} s", False
+    return f"the connection failed: {type(exc).__name__}: {scrub(str(exc))}", False  # reset, protocol error

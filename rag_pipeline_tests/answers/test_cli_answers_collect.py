@@ -32,6 +32,8 @@ def _subprocess(argv: list[str], env: dict[str, str] | None = None) -> subproces
     (["--answer-path", "a..b"], "--answer-path 'a..b': bad step"),
     (["--citations-path", "x[one]"], "--citations-path 'x[one]': bad step"),
     (["--strategy", "dense-v1"], "--strategy is for --answerer"),
+    (["--method", "GET", "--request-template", "{}"], "GET sends none"),
+    (["--endpoint", "ftp://host/x"], "expected an http:// or https:// URL"),
 ])
 def test_bad_flags_are_refused_and_nothing_is_written(tmp_path, capsys, flags, message) -> None:
     dataset = write_dataset(tmp_path, 2)
@@ -79,7 +81,8 @@ def test_an_env_header_is_sent_but_never_printed_or_stored(tmp_path) -> None:
     assert lines["case-001"]["status"] == "error" and "[secret]" in lines["case-001"]["error"]
     for text in (out.read_text(encoding="utf-8"), stdout, stderr):
         assert SECRET not in text
-    assert json.loads(stdout)["answered"] == 2 and "answers:" in stderr  # the progress bar is on stderr
+    assert json.loads(stdout)["answered"] == 2 and "answers: 100%" in stderr  # the bar, on stderr
+    assert "3/3" in stderr and "errors 33% p50 " in stderr and " p95 " in stderr
 
 
 @pytest.mark.slow  # a subprocess collecting 40 cases at 0.15 s each, killed and resumed
