@@ -9,8 +9,8 @@ JSON, is torn: it is dropped (a torn line anywhere else is not ours: an error na
 ``status: "ok"`` are kept and their cases skipped; lines with ``status: "error"`` are dropped so their cases
 are asked again. The kept lines are written back with :func:`~rag_pipeline.storage.files.write_atomic` before
 anything is appended, so the file always holds at most one line per case (the format: docs/design.md §12.2).
-A line for a case the dataset does not have, a duplicate case, or a line of another answerer → an error naming
-the file and line, and the file is left as it was.
+A line for a case the dataset does not have, a duplicate case, or a line of another answerer (an endpoint's
+lines name none) → an error naming the file and line, and the file is left as it was.
 """
 
 from __future__ import annotations
@@ -86,15 +86,19 @@ def read_existing(path: Path, case_ids: Collection[str], answerer: str | None) -
                                    "choose another --output)")
         if record.case_id in seen:
             raise AnswersFileError(f"{where} appears twice")
-        if answerer is not None and record.answerer not in (None, answerer):
-            raise AnswersFileError(f"{where}: answered by {record.answerer!r}, not {answerer!r} (one answerer "
-                                   "per file; choose another --output)")
+        if record.answerer != answerer:
+            raise AnswersFileError(f"{where}: answered by {_who(record.answerer)}, not {_who(answerer)} (one "
+                                   "answerer per file; choose another --output)")
         seen.add(record.case_id)
         if record.status == "ok":
             state.kept[record.case_id] = record
         else:
             state.dropped_errors += 1
     return state
+
+
+def _who(answerer: str | None) -> str:
+    return repr(answerer) if answerer else "an endpoint"
 
 
 def record_line(record: AnswerRecord) -> bytes:

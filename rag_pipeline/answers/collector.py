@@ -56,7 +56,8 @@ class _Tally:
         if self.progress is not None:
             p50, p95 = self.percentiles()
             self.progress(CollectionProgress(done=self.skipped + self.answered + self.errors, total=self.total,
-                                             errors=self.errors, latency_ms_p50=p50, latency_ms_p95=p95))
+                                             errors=self.errors, skipped_existing=self.skipped,
+                                             latency_ms_p50=p50, latency_ms_p95=p95))
 
     def percentiles(self) -> tuple[float | None, float | None]:
         if not self.latencies:

@@ -63,7 +63,7 @@ def _progress_bar(quiet: bool):
             bar.append(tqdm(total=p.total, desc="answers", unit="case", file=sys.stderr, disable=quiet))
         b = bar[0]
         b.update(p.done - b.n)
-        b.set_postfix_str(f"errors {p.errors / max(p.done, 1):.0%} p50 {_ms(p.latency_ms_p50)} "
+        b.set_postfix_str(f"errors {p.errors / max(p.done - p.skipped_existing, 1):.0%} p50 {_ms(p.latency_ms_p50)} "
                           f"p95 {_ms(p.latency_ms_p95)}", refresh=False)
 
     def close() -> None:

@@ -241,9 +241,10 @@ class EndpointConfig(BaseModel):
 class CollectionProgress(BaseModel):
     """What the collector reports after each finished case (the CLI's progress bar)."""
 
-    done: int
+    done: int = Field(description="cases with a line: skipped_existing + answered + errors")
     total: int
     errors: int
+    skipped_existing: int = 0
     latency_ms_p50: float | None = None
     latency_ms_p95: float | None = None
 

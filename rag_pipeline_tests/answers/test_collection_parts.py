@@ -109,3 +109,5 @@ def test_a_bad_line_inside_the_file_is_an_error_naming_it(tmp_path) -> None:
                     encoding="utf-8")
     with pytest.raises(AnswersFileError, match="answered by 'other@1', not 'mine@2'"):
         read_existing(path, {"a"}, "mine@2")
+    with pytest.raises(AnswersFileError, match="answered by 'other@1', not an endpoint"):
+        read_existing(path, {"a"}, None)
