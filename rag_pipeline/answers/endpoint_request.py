@@ -75,12 +75,12 @@ class ResolvedHeaders:
     def __init__(self, specs: tuple[str, ...] | list[str], environ: dict[str, str] | None = None):
         environ = os.environ if environ is None else environ
         self._headers: dict[str, str] = {}
-        for spec in specs:
+        for number, spec in enumerate(specs, 1):
             name, sep, value = spec.partition(":")
             name, value = name.strip(), value.strip()
-            if not sep or not _HEADER_NAME.match(name):
-                raise EndpointConfigError(f"--header {name or spec[:40]!r}...: expected 'Name: value' "
-                                          "(or 'Name: env:VARIABLE')")
+            if not sep or not _HEADER_NAME.match(name):  # not echoed: it may be a secret without its name
+                raise EndpointConfigError(f"--header number {number}: expected 'Name: value' (or 'Name: "
+                                          "env:VARIABLE'), with a name of letters, digits and -")
             if value.startswith(ENV_PREFIX):
                 variable = value[len(ENV_PREFIX):]
                 if variable not in environ:

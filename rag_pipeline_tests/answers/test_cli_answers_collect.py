@@ -27,7 +27,7 @@ def _subprocess(argv: list[str], env: dict[str, str] | None = None) -> subproces
 
 @pytest.mark.parametrize(("flags", "message"), [
     (["--request-template", "{not json"], "--request-template is not JSON"),
-    (["--header", "no colon here"], "expected 'Name: value'"),
+    (["--header", "A: b", "--header", "Bearer s3cr3t"], "--header number 2: expected 'Name: value'"),
     (["--header", "Authorization: env:RAG_TEST_UNSET_VARIABLE"], "'RAG_TEST_UNSET_VARIABLE' is not set"),
     (["--answer-path", "a..b"], "--answer-path 'a..b': bad step"),
     (["--citations-path", "x[one]"], "--citations-path 'x[one]': bad step"),
@@ -41,7 +41,7 @@ def test_bad_flags_are_refused_and_nothing_is_written(tmp_path, capsys, flags, m
     code = run_cli(["--dataset", str(dataset), "--endpoint", "http://127.0.0.1:9/rag", "--output", str(out),
                     "--quiet", *flags])
     err = capsys.readouterr().err
-    assert code == 2 and message in err and "Traceback" not in err
+    assert code == 2 and message in err and "Traceback" not in err and "s3cr3t" not in err
     assert not out.exists()
 
 
@@ -90,7 +90,8 @@ def test_kill_9_halfway_then_resume_asks_no_answered_case_again(tmp_path) -> Non
     dataset = write_dataset(tmp_path, 40)
     out = tmp_path / "answers.jsonl"
     argv = ["--dataset", str(dataset), "--output", str(out), "--concurrency", "4", "--quiet"]
-    with RagEndpoint({"case-005": ["503", "ok"], "case-017": ["503", "ok"]}, delay=0.15) as server:
+    plan = {"case-005": ["503", "ok"], "case-017": ["503", "ok"], "case-021": ["503", "ok"], "case-009": ["slow:1"]}
+    with RagEndpoint(plan, delay=0.15) as server:
         proc = _subprocess([*argv, "--endpoint", server.url])
         deadline = time.monotonic() + 60
         while (not out.exists() or out.read_bytes().count(b"\n") < 12) and time.monotonic() < deadline:
