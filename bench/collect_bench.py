@@ -4,7 +4,7 @@ The endpoint is a separate process (uvicorn serving a small ASGI app that sleeps
 ``asyncio.sleep`` and answers ``{"answer", "citations", "contexts"}``), so the collector's process does only the
 collector's work. For each concurrency N in ``--concurrency`` the bench collects ``--seconds`` × N / latency
 cases (at least 20) into a fresh answers file through :func:`rag_pipeline.service.answer_collection.collect_answers`
-— the real path: request template, httpx2, response paths, one write + fsync per line — and reports the
+— the real path: request template, httpx, response paths, one write + fsync per line — and reports the
 throughput (cases/s), the ideal N / latency and their ratio (the target at N = 16: ≥ 0.8).
 
 The last line is ``ratio_c1=<r> ratio_c4=<r> ratio_c16=<r> ... load1=<l>`` (one ``ratio_cN`` per N).

@@ -85,6 +85,9 @@ class Settings(BaseSettings):
                           "(at least 16 characters); then every API call needs `Authorization: Bearer <token>` "
                           "and every console page a login with it. Unset: loopback only, no login.")
     debug: bool = Field(False, description="`1`: the CLI shows the traceback of an unexpected error.")
+    judge_cache: Path | None = Field(
+        None, description="JSON Lines file caching the answer judge's replies by (prompt hash, model, repeat), so "
+                          "a re-run asks nothing (docs/judge.md). Default `<project>/.rag_pipeline/judge-cache.jsonl`.")
     bench_data: Path | None = Field(
         None, description="Folder of the benchmark collections (`scifact/`) for the benchmark-data tests; set "
                           "by CI, which then fails if it is missing. Unset: those tests are skipped.")
@@ -153,6 +156,11 @@ def pgdata_dir() -> Path:
 def datasets_dir() -> Path:
     configured = get_settings().datasets_dir
     return configured.expanduser().resolve() if configured else project_root() / "datasets"
+
+
+def judge_cache_file() -> Path:
+    configured = get_settings().judge_cache
+    return configured.expanduser().resolve() if configured else project_root() / ".rag_pipeline" / "judge-cache.jsonl"
 
 
 def reports_dir() -> Path:

@@ -6,33 +6,25 @@ neither requests nor tasks outnumber it). Each finished case is appended to the 
 connect means the endpoint is down: no new case is started, the cases in flight finish, and the collection
 ends ``failed`` with the reason; the lines written are kept. A run that answered no case is ``failed`` too.
 
-Answerer mode: the answerer's ``answer_cases`` yields the lines (the same file, docs/design.md §12.2).
+Answerer mode: the answerer's ``answer_cases`` (:class:`~.answerers.Answerer`) yields the lines (the same
+file, docs/design.md §12.2).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from rag_pipeline.answers.answerers import Answerer
 from rag_pipeline.answers.answers_writer import AnswersWriter
 from rag_pipeline.answers.endpoint_client import CaseOutcome, EndpointClient
 from rag_pipeline.contracts.answers import AnswerRecord, CollectionProgress, CollectionResult
 from rag_pipeline.evaluation.dataset import EvaluationCase
 
 Progress = Callable[[CollectionProgress], None]
-
-
-class Answerer(Protocol):
-    """An in-process answerer: ``identity`` is ``NAME@PARAMS_HASH``; ``answer_cases`` yields one record per case
-    given (any order)."""
-
-    identity: str
-
-    def answer_cases(self, cases: Sequence[EvaluationCase]) -> Iterator[AnswerRecord]: ...
 
 
 class _Tally:

@@ -1,6 +1,6 @@
 """A careful async client of a user's RAG endpoint: one case → one answer line (docs/answers-collection.md).
 
-Built on httpx2 (the maintained line of httpx). Each case is one request built by :mod:`.endpoint_request`;
+Built on ``httpx.AsyncClient``. Each case is one request built by :mod:`.endpoint_request`;
 the reply is read as a stream and never past :data:`MAX_RESPONSE_BYTES` (a 50 MB body costs 8 MB of reading,
 and is recorded as an error with its first :data:`~rag_pipeline.contracts.answers.MAX_RAW_RESPONSE_CHARS`
 characters); the whole request, body included, is bounded by ``timeout_s``. Retries follow
@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-import httpx2
+import httpx
 
 from rag_pipeline.answers.endpoint_request import (
     EndpointConfigError,
@@ -75,13 +75,13 @@ class EndpointClient:
                                 parse_path(config.citations_path, "--citations-path"),
                                 parse_path(config.contexts_path, "--contexts-path"))
         self.headers = ResolvedHeaders(config.headers, environ)
-        self._client: httpx2.AsyncClient | None = None
+        self._client: httpx.AsyncClient | None = None
 
     async def __aenter__(self) -> EndpointClient:
         n = self.config.concurrency
-        self._client = httpx2.AsyncClient(
-            timeout=httpx2.Timeout(self.config.timeout_s), follow_redirects=False, trust_env=False,
-            limits=httpx2.Limits(max_connections=n, max_keepalive_connections=n))
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.config.timeout_s), follow_redirects=False, trust_env=False,
+            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
         return self
 
     async def __aexit__(self, *exc_info) -> None:

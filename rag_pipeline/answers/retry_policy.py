@@ -13,11 +13,11 @@ import datetime as dt
 from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 
-import httpx2
+import httpx
 
 RETRY_STATUSES = frozenset({429}) | frozenset(range(500, 600))
-RETRIED_ERRORS = (TimeoutError, httpx2.TransportError)
-"""A whole-request timeout (``asyncio.timeout``) and httpx2's transport errors (its timeouts included)."""
+RETRIED_ERRORS = (TimeoutError, httpx.TransportError)
+"""A whole-request timeout (``asyncio.timeout``) and httpx's transport errors (its timeouts included)."""
 
 
 def retryable_status(status: int) -> bool:
@@ -52,8 +52,8 @@ def wait_before_retry(retry: int, backoff: float, max_wait: float, retry_after: 
 def describe_failure(exc: BaseException, timeout_s: float, scrub: Callable[[str], str]) -> tuple[str, bool]:
     """``(what went wrong, whether it is a failure to connect)`` of a :data:`RETRIED_ERRORS` error; ``scrub``
     removes secrets from the library's message."""
-    if isinstance(exc, (httpx2.ConnectError, httpx2.ConnectTimeout)):
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
         return f"cannot connect to the endpoint: {type(exc).__name__}: {scrub(str(exc))}", True
-    if isinstance(exc, (TimeoutError, httpx2.TimeoutException)):
+    if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
         return f"no complete reply within --timeout {timeout_s:g} s", False
     return f"the connection failed: {type(exc).__name__}: {scrub(str(exc))}", False  # reset, protocol error

@@ -13,6 +13,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rag_pipeline.contracts.judge import JudgeClaim as JudgeClaim
+from rag_pipeline.contracts.judge import JudgeConfig as JudgeConfig
+from rag_pipeline.contracts.judge import JudgeIdentity as JudgeIdentity
+from rag_pipeline.contracts.judge import JudgeItem as JudgeItem
+from rag_pipeline.contracts.judge import JudgeScore
+
 MAX_ANSWER_CHARS = 100_000
 MAX_CITED_IDS = 1000
 MAX_RAW_RESPONSE_CHARS = 65_536
@@ -128,6 +134,7 @@ class AnswerCaseResult(BaseModel):
     relevant_chunk_ids: list[str] = Field(default_factory=list)
     retrieved_chunk_ids: list[str] | None = None
     latency_ms: float | None = None
+    judge: JudgeScore | None = Field(None, description="the optional LLM judge's verdicts (docs/judge.md)")
 
 
 class AnswerMetricSummary(BaseModel):

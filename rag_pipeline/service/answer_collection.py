@@ -13,12 +13,14 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from rag_pipeline.answers.answerers import Answerer, get_answerer
 from rag_pipeline.answers.answers_writer import AnswersWriter, read_existing
-from rag_pipeline.answers.collector import Answerer, collect_from_answerer, collect_from_endpoint
+from rag_pipeline.answers.collector import collect_from_answerer, collect_from_endpoint
 from rag_pipeline.answers.endpoint_client import EndpointClient
 from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.service.database import get_engine
 from rag_pipeline.storage.names import printable
 
 
@@ -26,11 +28,10 @@ class CollectionConfigError(BadInputError, ValueError):
     """``collect_answers`` called with neither or both of an endpoint and an answerer, or a bad output."""
 
 
-def _answerer(name: str, *, knowledge_base: str | None, strategy: str | None) -> Answerer:
-    """The in-process answerer NAME (e.g. ``extractive-v1``) — the lookup lives in the answerers module."""
-    from rag_pipeline.answers.answerers import get_answerer  # noqa: PLC0415 - its own module, looked up on use
-
-    return get_answerer(name, knowledge_base=knowledge_base, strategy=strategy)
+def _answerer(name: str, *, knowledge_base: str, strategy: str | None) -> Answerer:
+    """The in-process answerer NAME (e.g. ``extractive-v1``) over ``knowledge_base``: the registry's
+    (:func:`rag_pipeline.answers.answerers.get_answerer`; an unknown name is its ``AnswererError``)."""
+    return get_answerer(name, engine=get_engine(), knowledge_base=knowledge_base, strategy=strategy)
 
 
 def _check_output(output: Path) -> None:
@@ -57,11 +58,12 @@ def collect_answers(dataset: str | Path, output: str | Path, *, endpoint: Endpoi
     if (endpoint is None) == (answerer is None):
         raise CollectionConfigError("give exactly one of --endpoint URL and --answerer NAME")
     output = Path(output)
-    cases = load_dataset(dataset, knowledge_base=knowledge_base).cases
+    loaded = load_dataset(dataset, knowledge_base=knowledge_base)
+    cases = loaded.cases
     _check_output(output)
     client = EndpointClient(endpoint, environ) if endpoint is not None else None
-    chosen = (_answerer(answerer, knowledge_base=knowledge_base, strategy=strategy) if isinstance(answerer, str)
-              else answerer)
+    chosen = (_answerer(answerer, knowledge_base=loaded.knowledge_base, strategy=strategy)
+              if isinstance(answerer, str) else answerer)
     identity = chosen.identity if chosen is not None else None
     state = read_existing(output, {c.case_id for c in cases}, identity)
     pending = [c for c in cases if c.case_id not in state.kept]

@@ -1,0 +1,58 @@
+"""The answerers shipped with the project, by name: what ``answers collect --answerer NAME`` runs.
+
+An answerer is an object with ``identity`` (``NAME@<params hash prefix>``, like a strategy version with its
+params hash) and ``answer_cases(cases) -> Iterator[AnswerRecord]`` (:class:`Answerer`); its lines are the same
+answers file an endpoint collection writes (``schemas/answers-v1.json``, docs/design.md §12.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+
+from rag_pipeline.contracts.answers import AnswerRecord
+from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.evaluation.dataset import EvaluationCase
+from rag_pipeline.retrieval.strategies import Strategy, get_strategy
+
+from . import extractive
+
+DEFAULT_STRATEGY = "hybrid-v1"
+"""The strategy an answerer retrieves with unless told (the project's default strategy)."""
+
+
+class Answerer(Protocol):
+    """What the answer collector calls."""
+
+    @property
+    def identity(self) -> str: ...
+
+    def answer_cases(self, cases: Sequence[EvaluationCase]) -> Iterator[AnswerRecord]: ...
+
+
+class AnswererError(BadInputError, ValueError):
+    """An unknown answerer name or a bad parameter; the message names it."""
+
+
+_FACTORIES: dict[str, Callable[..., Answerer]] = {extractive.NAME: extractive.ExtractiveAnswerer}
+ANSWERER_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+
+
+def get_answerer(name: str, *, engine: sa.Engine, knowledge_base: str, strategy: str | Strategy | None = None,
+                 **params: Any) -> Answerer:
+    """The answerer ``name`` over ``knowledge_base``, retrieving with ``strategy`` (a registry version or a
+    :class:`Strategy`; default :data:`DEFAULT_STRATEGY`); ``params`` are the answerer's own (for
+    ``extractive-v1``: ``top_n``, ``max_sentences``, ``refusal_threshold``, ``batch_size``). Raises
+    :class:`AnswererError` for an unknown name or parameter, ``StrategyError`` for an unknown strategy."""
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise AnswererError(f"unknown answerer {name!r}; known answerers: {', '.join(ANSWERER_NAMES)}")
+    resolved = get_strategy(strategy or DEFAULT_STRATEGY) if not isinstance(strategy, Strategy) else strategy
+    try:
+        return factory(engine, knowledge_base, resolved, **params)
+    except TypeError as exc:
+        raise AnswererError(f"answerer {name!r}: {exc}") from None
+    except ValueError as exc:
+        raise AnswererError(str(exc)) from None

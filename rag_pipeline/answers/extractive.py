@@ -1,0 +1,191 @@
+"""The shipped baseline answerer ``extractive-v1``: a floor to beat, not a generator.
+
+For each dataset case it retrieves the case's ``k`` chunks with a registry strategy, splits the top ``top_n``
+chunks into sentences (Chinese and English rules: :func:`split_sentences`), and answers with the at most
+``max_sentences`` sentences that share the most terms with the question (:func:`terms`: character bigrams of
+Chinese text, lower-cased words of Latin text). It cites the chunks those sentences came from. It refuses, with
+the refusal phrase of the question's language (:data:`REFUSAL_PHRASES`, one of the documented refusal phrases of
+docs/design.md §12.4), when the top candidate's final score is below ``refusal_threshold`` or no sentence shares
+a term with the question. Everything is deterministic: the same knowledge base, strategy and parameters give the
+same answers file, byte for byte apart from ``latency_ms``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+import unicodedata
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from rag_pipeline.contracts.answers import AnswerRecord
+from rag_pipeline.evaluation.dataset import EvaluationCase
+from rag_pipeline.knowledge_base.chunk_lookup import chunks_by_ids
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.retrieval.search import hybrid_search_batch, preflight
+from rag_pipeline.retrieval.strategies import Strategy
+
+NAME = "extractive-v1"
+DEFAULT_TOP_N = 3
+DEFAULT_MAX_SENTENCES = 2
+# chosen by bench/answerer_threshold.py on the train questions demo/answerer-train.yaml with the default strategy
+# (hybrid-v1); scores of other strategies are on other scales, so re-run the script for one (bench/RESULTS.md)
+DEFAULT_REFUSAL_THRESHOLD = 0.3651
+BATCH_SIZE = 64
+REFUSAL_PHRASES = {"zh": "信息不足，无法回答。", "en": "Insufficient information to answer."}
+
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_RUN = re.compile(f"[{_CJK}]+")
+_LATIN_WORD = re.compile(f"[^\\W_{_CJK}]+")
+# a sentence ends at 。！？；… (Chinese, no space needed), at .!?; followed by a space, or at a line break
+_SENTENCE_END = re.compile(r"(?<=[。！？；…])|(?<=[.!?;])(?=\s)|\n+")
+_LIST_MARKER = re.compile(r"^(?:[-*+•]\s+|\d+[.)]\s+)")
+STOPWORDS = frozenset(
+    "a an and are as at be by can do does for from get how i in is it its may of on or our should the this to we "
+    "what when where which who why will with you your".split())
+"""English words that carry no content; left out of a sentence's and the question's terms."""
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of ``text``: cut after 。！？；… (Chinese), after .!?; followed by white space, and at line
+    breaks; list markers (``-``, ``1.``) stripped; Markdown heading lines (``#``) and empty pieces dropped."""
+    sentences = []
+    for piece in _SENTENCE_END.split(text):
+        piece = _LIST_MARKER.sub("", piece.strip()).strip()
+        if piece and not piece.startswith("#"):
+            sentences.append(piece)
+    return sentences
+
+
+def terms(text: str) -> set[str]:
+    """The terms overlap is counted on: for each run of Chinese characters its character bigrams (a lone
+    character is a term itself), for Latin text its lower-cased words and numbers without :data:`STOPWORDS`.
+    Text is NFKC-normalised first (full-width letters and digits become ASCII). No stemming."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    found: set[str] = set()
+    for run in _CJK_RUN.findall(text):
+        found.update([run] if len(run) == 1 else (run[i:i + 2] for i in range(len(run) - 1)))
+    found.update(w for w in _LATIN_WORD.findall(text) if w not in STOPWORDS)
+    return found
+
+
+def language(text: str) -> str:
+    """``zh`` when at least a third of the letters of ``text`` are Chinese characters, else ``en``."""
+    letters = [ch for ch in text if ch.isalpha()]
+    chinese = sum(1 for ch in letters if _CJK_RUN.match(ch))
+    return "zh" if letters and chinese * 3 >= len(letters) else "en"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The decision for one case: the chosen sentences with their chunks, or a refusal and why."""
+
+    sentences: tuple[str, ...]
+    chunk_ids: tuple[str, ...]
+    refused: bool
+    reason: str
+
+
+def choose(question: str, chunks: Sequence[tuple[str, str]], top_score: float | None, *, max_sentences: int,
+           refusal_threshold: float) -> Choice:
+    """Pick the answer from ``chunks`` (``(chunk id, text)`` best first): each sentence is scored by the share of
+    the question's terms it contains; the best sentence, and the next best while it scores at least half as much,
+    up to ``max_sentences``, in the order they appear (chunk rank, then position). Ties go to the earlier
+    sentence. Refuses when ``top_score`` (the top candidate's final score) is None or below
+    ``refusal_threshold``, or when no sentence shares a term with the question."""
+    if top_score is None:
+        return Choice((), (), True, "nothing retrieved")
+    if top_score < refusal_threshold:
+        return Choice((), (), True, f"top score {top_score:.4f} < threshold {refusal_threshold:g}")
+    wanted = terms(question)
+    scored = []
+    for rank, (chunk_id, text) in enumerate(chunks):
+        for position, sentence in enumerate(split_sentences(text)):
+            overlap = len(wanted & terms(sentence)) / len(wanted) if wanted else 0.0
+            scored.append((overlap, rank, position, sentence, chunk_id))
+    scored.sort(key=lambda s: (-s[0], s[1], s[2]))
+    if not scored or scored[0][0] == 0:
+        return Choice((), (), True, "no sentence shares a term with the question")
+    best = scored[0][0]
+    picked = [s for s in scored[:max_sentences] if s[0] >= best / 2]
+    picked.sort(key=lambda s: (s[1], s[2]))
+    return Choice(tuple(s[3] for s in picked), tuple(dict.fromkeys(s[4] for s in picked)), False, "answered")
+
+
+def join_sentences(sentences: Sequence[str], lang: str) -> str:
+    """Chinese sentences are joined as they are, others with a space."""
+    return ("" if lang == "zh" else " ").join(sentences)
+
+
+class ExtractiveAnswerer:
+    """``extractive-v1`` over one knowledge base with one strategy (see the module docstring).
+
+    :attr:`identity` is ``extractive-v1@<first 12 hex of params_hash>``: the hash of :meth:`params` (the
+    strategy's version and params hash, ``top_n``, ``max_sentences``, ``refusal_threshold``), canonical JSON as a
+    strategy version's (:meth:`Strategy.params_hash`)."""
+
+    def __init__(self, engine: sa.Engine, knowledge_base: str, strategy: Strategy, *, top_n: int = DEFAULT_TOP_N,
+                 max_sentences: int = DEFAULT_MAX_SENTENCES,
+                 refusal_threshold: float = DEFAULT_REFUSAL_THRESHOLD, batch_size: int = BATCH_SIZE) -> None:
+        for field, value in (("top_n", top_n), ("max_sentences", max_sentences), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"answerer {NAME}: {field} must be a positive integer, got {value!r}")
+        if isinstance(refusal_threshold, bool) or not isinstance(refusal_threshold, int | float) \
+                or not math.isfinite(refusal_threshold):
+            raise ValueError(f"answerer {NAME}: refusal_threshold must be a finite number, got {refusal_threshold!r}")
+        self.engine, self.knowledge_base, self.strategy = engine, knowledge_base, strategy
+        self.top_n, self.max_sentences, self.batch_size = top_n, max_sentences, batch_size
+        self.refusal_threshold = float(refusal_threshold)
+
+    def params(self) -> dict:
+        return {"strategy": self.strategy.version, "strategy_params_hash": self.strategy.params_hash(),
+                "top_n": self.top_n, "max_sentences": self.max_sentences,
+                "refusal_threshold": self.refusal_threshold}
+
+    def params_hash(self) -> str:
+        canonical = json.dumps(self.params(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    @property
+    def identity(self) -> str:
+        return f"{NAME}@{self.params_hash()[:12]}"
+
+    def answer_cases(self, cases: Sequence[EvaluationCase]) -> Iterator[AnswerRecord]:
+        """One :class:`AnswerRecord` per case, in order; retrieval runs per batch of :attr:`batch_size` cases.
+        ``latency_ms`` is the case's share of its batch's retrieval plus its own sentence choice. An unknown
+        knowledge base or a strategy that cannot search it is raised here, before the first record."""
+        with self.engine.connect() as conn:
+            kb = resolve_knowledge_base(conn, self.knowledge_base)
+            preflight(conn, kb, self.strategy)
+        return self._answer(kb.id, list(cases))
+
+    def _answer(self, kb_id, cases: list[EvaluationCase]) -> Iterator[AnswerRecord]:
+        for start in range(0, len(cases), self.batch_size):
+            batch = list(cases[start:start + self.batch_size])
+            t0 = time.perf_counter()
+            with self.engine.connect() as conn:
+                traces = hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=[c.question for c in batch],
+                                             strategy=self.strategy, limits=[c.k for c in batch])
+                wanted = {c.chunk_id for t in traces for c in t.selected[:self.top_n]}
+                texts = {cid: row.text for cid, row in chunks_by_ids(conn, wanted).items()}
+            share_ms = (time.perf_counter() - t0) * 1000 / len(batch)
+            for case, trace in zip(batch, traces, strict=True):
+                t1 = time.perf_counter()
+                record = self._record(case, trace.selected, texts)
+                yield record.model_copy(update={"latency_ms": share_ms + (time.perf_counter() - t1) * 1000})
+
+    def _record(self, case: EvaluationCase, selected, texts: dict[str, str]) -> AnswerRecord:
+        top = selected[:self.top_n]
+        choice = choose(case.question, [(c.chunk_id, texts.get(c.chunk_id, "")) for c in top],
+                        selected[0].final_score if selected else None, max_sentences=self.max_sentences,
+                        refusal_threshold=self.refusal_threshold)
+        lang = language(case.question)
+        answer = REFUSAL_PHRASES[lang] if choice.refused else join_sentences(choice.sentences, lang)
+        return AnswerRecord(case_id=case.case_id, answer=answer, cited_chunk_ids=list(choice.chunk_ids),
+                            retrieved_chunk_ids=[c.chunk_id for c in selected], refused=choice.refused,
+                            answerer=self.identity, status="ok")

@@ -1,0 +1,193 @@
+"""The judge's exchange with its chat endpoint: one request per (prompt, repeat), retried, parsed and cached.
+
+:class:`JudgeClient` posts ``{url}/chat/completions`` (OpenAI-compatible: ``model``, ``messages``, temperature 0,
+``response_format``) with httpx, retries 429, 5xx, timeouts and refused connections with exponential backoff
+(``Retry-After`` honoured), and hands the reply's content to a parser. :class:`JudgeCache` keeps every reply
+that parsed, keyed by (sha256 of the full prompt, model, repeat index), in a JSON Lines file, so a re-run asks
+nothing; a reply that did not parse, or an HTTP error, is not cached and is asked again next time
+(docs/judge.md, docs/design.md §12).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+
+from rag_pipeline.answers.judge_prompts import PROMPT_VERSION
+from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.contracts.judge import JudgeConfig, JudgeIdentity
+from rag_pipeline.settings import judge_cache_file
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+MAX_RETRY_AFTER_S = 60.0
+ERROR_BODY_CHARS = 200
+_CREDENTIALS = re.compile(r"//[^/@]*@")
+
+
+class JudgeConfigError(BadInputError, ValueError):
+    """The judge's configuration cannot be used (its URL); the message names the field."""
+
+
+def judge_identity(config: JudgeConfig) -> JudgeIdentity:
+    """The judge's identity: the URL's host and port (never its credentials or path), the model, the prompts."""
+    url = _base_url(config)
+    host = url.host + (f":{url.port}" if url.port else "")
+    return JudgeIdentity(host=host, model=config.model, prompt_version=PROMPT_VERSION)
+
+
+def _base_url(config: JudgeConfig) -> httpx.URL:
+    shown = _CREDENTIALS.sub("//***@", config.url)
+    try:
+        url = httpx.URL(config.url)
+    except (httpx.InvalidURL, TypeError):
+        raise JudgeConfigError(f"judge url {shown!r} is not a URL") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise JudgeConfigError(f"judge url {shown!r} must be http(s)://host[:port][/path]")
+    return url
+
+
+def prompt_sha256(body: dict[str, object]) -> str:
+    """sha256 of the full prompt: the messages and the response format, as canonical JSON."""
+    prompt = {"messages": body["messages"], "response_format": body.get("response_format")}
+    return hashlib.sha256(json.dumps(prompt, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+class JudgeCache:
+    """Judge replies by (prompt sha256, model, repeat) in a JSON Lines file (default ``RAG_JUDGE_CACHE``).
+
+    Each reply is one line appended with a single write, so a killed run leaves at most a torn last line, which
+    the next load skips (with a warning naming the line)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or judge_cache_file()
+        self._lock = threading.Lock()
+        self._replies: dict[tuple[str, str, int], str] = {}
+        if self.path.is_file():
+            self._load()
+
+    def _load(self) -> None:
+        with self.path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                try:
+                    entry = json.loads(line)
+                    key = (str(entry["prompt_sha256"]), str(entry["model"]), int(entry["repeat"]))
+                    self._replies[key] = str(entry["content"])
+                except (ValueError, KeyError, TypeError):
+                    log.warning("%s:%d: not a judge cache entry, skipped", self.path, number)
+
+    def __len__(self) -> int:
+        return len(self._replies)
+
+    def get(self, prompt_hash: str, model: str, repeat: int) -> str | None:
+        with self._lock:
+            return self._replies.get((prompt_hash, model, repeat))
+
+    def put(self, prompt_hash: str, model: str, repeat: int, content: str) -> None:
+        line = json.dumps({"prompt_sha256": prompt_hash, "model": model, "repeat": repeat, "content": content,
+                           "at": datetime.now(UTC).isoformat(timespec="seconds")}, ensure_ascii=False) + "\n"
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode("utf-8"))
+            finally:
+                os.close(fd)
+            self._replies[(prompt_hash, model, repeat)] = content
+
+
+class JudgeClient:
+    """One httpx client for a judge endpoint (thread-safe; use as a context manager). :attr:`requests` counts
+    the HTTP requests made, retries included."""
+
+    def __init__(self, config: JudgeConfig, cache: JudgeCache | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.config = config
+        self.cache = cache if cache is not None else JudgeCache()
+        self.endpoint = str(_base_url(config)).rstrip("/") + "/chat/completions"
+        headers = {"Authorization": f"Bearer {config.api_key.get_secret_value()}"} if config.api_key else {}
+        self._http = httpx.Client(timeout=config.timeout_s, headers=headers,
+                                  limits=httpx.Limits(max_connections=config.concurrency))
+        self._sleep = sleep
+        self._count_lock = threading.Lock()
+        self.requests = 0
+
+    def __enter__(self) -> JudgeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._http.close()
+
+    def ask(self, body: dict[str, object], repeat: int, parse: Callable[[str], T]) -> tuple[T | None, str | None]:
+        """(the parsed reply, None), or (None, why not): the cache first, else the endpoint. ``body`` holds
+        ``messages`` and ``response_format``; the model and temperature 0 are added here."""
+        key = prompt_sha256(body)
+        cached = self.cache.get(key, self.config.model, repeat)
+        if cached is not None:
+            try:
+                return parse(cached), None
+            except ValueError:
+                log.warning("a cached judge reply no longer parses; asking again")
+        content, reason = self._post({**body, "model": self.config.model, "temperature": 0})
+        if content is None:
+            return None, reason
+        try:
+            reply = parse(content)
+        except ValueError as exc:
+            return None, f"malformed reply: {exc}"
+        self.cache.put(key, self.config.model, repeat, content)
+        return reply, None
+
+    def _post(self, body: dict[str, object]) -> tuple[str | None, str | None]:
+        reason = "not asked"
+        for attempt in range(self.config.retries + 1):
+            wait = self.config.backoff_s * 2 ** attempt
+            with self._count_lock:
+                self.requests += 1
+            try:
+                response = self._http.post(self.endpoint, json=body)
+            except httpx.TimeoutException:
+                reason = f"no reply within {self.config.timeout_s:g} s"
+            except httpx.TransportError as exc:
+                reason = f"cannot reach the judge: {type(exc).__name__}: {exc}"
+            else:
+                status = response.status_code
+                if status < 300:
+                    return _content(response)
+                reason = f"HTTP {status}: {response.text[:ERROR_BODY_CHARS]}"
+                if status != 429 and status < 500:
+                    return None, reason
+                wait = _retry_after(response, wait)
+            if attempt < self.config.retries:
+                self._sleep(wait)
+        return None, f"{reason} (after {self.config.retries + 1} attempts)"
+
+
+def _retry_after(response: httpx.Response, default: float) -> float:
+    value = response.headers.get("Retry-After", "")
+    try:
+        return min(max(float(value), 0.0), MAX_RETRY_AFTER_S)
+    except ValueError:
+        return default
+
+
+def _content(response: httpx.Response) -> tuple[str | None, str | None]:
+    """The first choice's message content of a chat completion."""
+    try:
+        content = response.json()["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None, f"malformed reply: not a chat completion: {response.text[:ERROR_BODY_CHARS]!r}"
+    if not isinstance(content, str) or not content.strip():
+        return None, "malformed reply: the completion has no text content"
+    return content, None
