@@ -5,7 +5,8 @@ The endpoint is a separate process (uvicorn serving a small ASGI app that sleeps
 collector's work. For each concurrency N in ``--concurrency`` the bench collects ``--seconds`` × N / latency
 cases (at least 20) into a fresh answers file through :func:`rag_pipeline.service.answer_collection.collect_answers`
 — the real path: request template, httpx, response paths, one write + fsync per line — and reports the
-throughput (cases/s), the ideal N / latency and their ratio (the target at N = 16: ≥ 0.8).
+throughput (cases/s), the ideal N / latency and their ratio (the target at N = 16: ≥ 0.8), and the
+collector's CPU time per case (all its threads), which bounds the throughput one core can give.
 
 The last line is ``ratio_c1=<r> ratio_c4=<r> ratio_c16=<r> ... load1=<l>`` (one ``ratio_cN`` per N).
 
@@ -90,16 +91,17 @@ def measure(url: str, concurrency: int, latency_ms: float, seconds: float, folde
     dataset = write_dataset(folder, n_cases)
     output = folder / f"answers-c{concurrency}.jsonl"
     config = EndpointConfig(url=url, concurrency=concurrency, timeout_s=30, retries=0)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = collect_answers(dataset, output, endpoint=config)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     if result.status != "succeeded" or result.answered != n_cases:
         raise SystemExit(f"collection at concurrency {concurrency} did not answer every case: {result}")
     throughput = n_cases / elapsed
     ideal = concurrency * 1000 / latency_ms
     return {"concurrency": concurrency, "cases": n_cases, "seconds": round(elapsed, 3),
             "cases_per_s": round(throughput, 2), "ideal_per_s": round(ideal, 2), "ratio": round(throughput / ideal, 3),
-            "latency_ms_p50": result.latency_ms_p50, "latency_ms_p95": result.latency_ms_p95,
+            "client_cpu_ms_per_case": round(cpu * 1000 / n_cases, 3), "latency_ms_p50": result.latency_ms_p50,
+            "latency_ms_p95": result.latency_ms_p95,
             "lines": sum(1 for _ in output.open(encoding="utf-8"))}
 
 
@@ -122,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(f"concurrency {row['concurrency']:>3}: {row['cases']} cases in {row['seconds']:.2f} s = "
               f"{row['cases_per_s']:.1f}/s of ideal {row['ideal_per_s']:.1f}/s (ratio {row['ratio']:.3f}); "
-              f"p50 {row['latency_ms_p50']} ms p95 {row['latency_ms_p95']} ms")
+              f"p50 {row['latency_ms_p50']} ms p95 {row['latency_ms_p95']} ms; "
+              f"client CPU {row['client_cpu_ms_per_case']} ms/case")
     if args.json_out:
         args.json_out.write_text(json.dumps({"latency_ms": args.latency_ms, "levels": rows}, indent=2),
                                  encoding="utf-8")
