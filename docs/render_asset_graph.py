@@ -1,4 +1,4 @@
-"""Render README's picture of the Dagster asset graph (``docs/asset_graph.png``) from the real Definitions.
+"""Render docs/evaluating.md's picture of the Dagster asset graph (``docs/asset_graph.png``) from the real Definitions.
 
     PYTHONPATH=. .venv/bin/python docs/render_asset_graph.py
 

@@ -1,8 +1,9 @@
 """Every ``RAG_*`` environment variable in one typed object: its default, its meaning, one parse.
 
 :func:`get_settings` caches a :class:`Settings` per distinct ``RAG_*`` environment; a bad value is a
-:class:`SettingsError` naming the variable. ``python -m rag_pipeline.settings`` prints the README's configuration
-table (a test keeps them equal). ``.env`` of the working directory is loaded by :func:`load_env_file`.
+:class:`SettingsError` naming the variable. ``python -m rag_pipeline.settings`` prints the configuration
+table of ``docs/configuration.md`` (a test keeps them equal). ``.env`` of the working directory is loaded by
+:func:`load_env_file`.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def reports_dir() -> Path:
 
 
 def markdown_table() -> str:
-    """The README's configuration table, generated from :class:`Settings`."""
+    """The configuration table of ``docs/configuration.md``, generated from :class:`Settings`."""
     lines = ["| variable | default | meaning |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
         value = str(field.default).lower() if isinstance(field.default, bool) else field.default

@@ -1,4 +1,4 @@
-"""Every ``docs/design.md §N`` the code and the README cite names a section the design document has."""
+"""Every ``docs/design.md §N`` the code, the README and the docs/ pages cite names a section the design document has."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "docs" / "design.md"
 SOURCES = (".py", ".html", ".js", ".css", ".json", ".yaml", ".yml", ".mako", ".md", ".txt")
-# "docs/design.md §6.3", also broken over two lines (with a comment marker)
+# "docs/design.md §6.3", also broken over two lines (with a comment marker); a link from README.md or a docs/ page
 REFERENCE = re.compile(r"docs/design\.md\s+(?:#\s*)?§(\d+(?:\.\d+)*)")
-LINK = re.compile(r"\]\(docs/design\.md#([^)\s]*)\)")
+LINK = re.compile(r"\]\((?:docs/)?design\.md#([^)\s]*)\)")
 
 
 def _headings(text: str) -> list[str]:
@@ -36,11 +36,12 @@ ANCHORS = {_anchor(h) for h in HEADINGS}
 
 def _citing_files() -> list[Path]:
     package = [p for p in sorted((ROOT / "rag_pipeline").rglob("*")) if p.suffix in SOURCES and p.is_file()]
-    return [*package, ROOT / "README.md"]
+    pages = [p for p in sorted((ROOT / "docs").glob("*.md")) if p != DESIGN]
+    return [*package, ROOT / "README.md", *pages]
 
 
 def _references() -> list[tuple[str, str]]:
-    """(where, section number) of every ``docs/design.md §N`` in the package and the README."""
+    """(where, section number) of every ``docs/design.md §N`` in the package, the README and the docs/ pages."""
     found = []
     for path in _citing_files():
         text = path.read_text(encoding="utf-8")

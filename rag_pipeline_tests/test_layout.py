@@ -1,4 +1,4 @@
-"""The package layout stays what the README's map says: layered stage packages, thin front ends, no Dagster on import.
+"""The layout stays what docs/development.md's map says: layered stage packages, thin front ends, no Dagster on import.
 
 Layers, each importing only the ones before it: settings → contracts → storage → knowledge_base → retrieval →
 evaluation → analysis → service → front ends (cli, defs + definitions, web). Front ends import only the service,

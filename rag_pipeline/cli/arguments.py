@@ -66,7 +66,7 @@ def _shown(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
-# The bounds of the commands' flags (one place; the README's "Failure behaviour" lists them).
+# The bounds of the commands' flags (one place; docs/failure-behaviour.md, "Signals, pipes and flags", lists them).
 LIMIT = int_between(1, 100_000)  # runs --limit
 BATCH_SIZE = int_between(1, 10_000)  # evaluate --batch-size
 READERS = int_between(1, 64)  # evaluate --readers

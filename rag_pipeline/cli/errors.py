@@ -1,6 +1,6 @@
 """How every ``rag-pipeline`` command reports failure: one line on stderr, never a traceback.
 
-Exit codes (one meaning each, listed in the README's "Failure behaviour"): the error's kind
+Exit codes (one meaning each, listed in docs/failure-behaviour.md, "Exit codes"): the error's kind
 (:mod:`rag_pipeline.contracts.errors`) gives 2, 3 or 70; 130/143 interrupted/terminated (:class:`Terminated`).
 A closed stdout (``rag-pipeline show RUN | head -1``) ends the command quietly with 0.
 """

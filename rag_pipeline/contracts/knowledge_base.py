@@ -1,5 +1,5 @@
 """What the knowledge-base operations return: an ingestion, a BEIR import, a knowledge base's counts, and the
-current runs a newer knowledge-base version made stale (the README's "Lineage")."""
+current runs a newer knowledge-base version made stale (docs/evaluating.md, "Lineage")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Asset group ``knowledge_base``: ingest a folder of documents into a knowledge base (the CLI's operation).
 
 Partitioned by knowledge-base name (partition ``demo`` is knowledge base ``demo``); each materialisation's data
-version is the knowledge base's content version (the README's "Lineage").
+version is the knowledge base's content version (docs/evaluating.md, "Lineage").
 """
 
 

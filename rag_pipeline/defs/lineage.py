@@ -1,4 +1,4 @@
-"""Lineage from a knowledge base to the evaluations that measured it, with versions (the README's "Lineage").
+"""Lineage from a knowledge base to the evaluations that measured it, with versions (docs/evaluating.md, "Lineage").
 
 ``knowledge_base`` is partitioned by knowledge-base name, its data version the content version. The observed
 asset ``dataset_knowledge_base`` (partition = dataset, data version = the version of the knowledge base the

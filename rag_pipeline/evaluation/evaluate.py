@@ -6,7 +6,7 @@ batch's questions, one of ``readers`` worker threads (read connections sharing o
 snapshot, :mod:`snapshot_readers`) searches it and diagnoses its misses, and the main thread computes its metrics
 and COPYs its candidates and case results into one write transaction, holding at most ``readers + 1`` batches.
 That transaction ends with the summary and ``succeeded``; any failure rolls it back and marks the run
-``failed``. A background thread writes the heartbeat. Timings (:data:`TIMING_KEYS`): README "Timings".
+``failed``. A background thread writes the heartbeat. Timings (:data:`TIMING_KEYS`): docs/evaluating.md, "Timings".
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Retention: remove old evaluation runs so the database stays bounded (``rag-pipeline runs prune``, the Dagster
-job ``prune_evaluation_runs``; what is kept: the README's "Retention").
+job ``prune_evaluation_runs``; what is kept: docs/evaluating.md, "Retention").
 
 :func:`prune_runs` keeps the ``keep_last`` newest runs of every dataset × knowledge base × strategy, and never a
 current run, one in progress or queued, or (unless ``include_compared``) one the latest stored comparison refers

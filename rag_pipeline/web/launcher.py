@@ -1,5 +1,5 @@
 """Evaluation runs through Dagster: queue the run rows, submit one ``evaluate_retrieval`` run per strategy with
-``dagster job launch`` (in a background thread; why that command: the README's "HTTP API and how to start it"),
+``dagster job launch`` (in a background thread; why that command: docs/http-api.md, "Evaluations are asynchronous"),
 say whether a daemon will pick them up, and fail the queued runs whose Dagster run ended before they started.
 The only module of :mod:`rag_pipeline.web` that uses dagster, imported where the instance is opened. One
 :class:`Launcher` per app (``app.state.launcher``); the Dagster environment is resolved once and passed to each

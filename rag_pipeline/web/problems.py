@@ -1,7 +1,7 @@
 """Every error of the HTTP service as RFC 9457 problem details (``application/problem+json``), never a traceback.
 
 The ``detail`` of a user error is the message the CLI prints after ``rag-pipeline: error:``; the error's kind
-gives the status (the README's "Errors" lists them). A bug is a 500 whose ``detail`` names only the error type
+gives the status (docs/http-api.md, "Errors", lists them). A bug is a 500 whose ``detail`` names only the error type
 and an ``error_id`` that is in the server log with the traceback.
 """
 

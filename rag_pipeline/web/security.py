@@ -1,5 +1,5 @@
 """Who may call the service: the API token, the console's login session, and the cross-site request checks (the
-rules as users see them: the README's "HTTP API and how to start it").
+rules as users see them: docs/http-api.md, "Security").
 
 Loopback without a token needs no login; any other bind address needs ``RAG_API_TOKEN`` (:func:`check_bind`),
 and then every API call a bearer token (:func:`require_api_user`) and every console page a session

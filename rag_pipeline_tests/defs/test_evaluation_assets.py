@@ -221,7 +221,7 @@ def test_nightly_schedule_requests_every_dataset_with_a_file(datasets):
 
 @pytest.mark.slow  # `dagster job execute` in a subprocess
 def test_dagster_job_execute_in_a_subprocess(engine, chunks, datasets, tmp_path, monkeypatch):
-    """The README command, on an instance configured by the repo's dagster.yaml (Postgres storage)."""
+    """The docs/evaluating.md command, on an instance configured by the repo's dagster.yaml (Postgres storage)."""
     from rag_pipeline.storage.engine import dagster_database_url
 
     write_dataset(datasets / "tiny-cli.json", KB, tiny_cases(chunks)[:3])

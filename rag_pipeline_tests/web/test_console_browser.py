@@ -6,7 +6,7 @@ before anything runs), launch two strategies with one click (real Dagster runs t
 run's case table filtered to zero-score cases, a zero-score case's drill-down (why its relevant chunk was missed,
 chunk text on demand) and the comparison of the two runs. Screenshots of every page are saved as test artefacts
 (the ``console-screenshots`` folder of pytest's temporary directory, printed); with ``RAG_UPDATE_SCREENSHOTS=1``
-the test also rewrites the small PNGs of ``docs/`` that README shows.
+the test also rewrites the small PNGs of ``docs/`` that docs/evaluating.md shows.
 
 Nothing is downloaded: Playwright's own browsers are not used, ``/usr/bin/chromium`` is (``.ci/run`` installs it).
 """
@@ -59,7 +59,7 @@ def shots(tmp_path_factory):
 
 def _shot(page, shots: Path, name: str) -> None:
     """A full-page screenshot as a test artefact; with RAG_UPDATE_SCREENSHOTS=1 also docs/console-<name>.png (the
-    first screen of the page, as a 256-colour PNG, kept small for the README)."""
+    first screen of the page, as a 256-colour PNG, kept small for docs/evaluating.md)."""
     page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
     if not UPDATE_DOCS:
         return
