@@ -220,6 +220,63 @@ class AnswerComparison(BaseModel):
     verdict_changes: dict[str, int] = Field(description="'from->to' -> cases whose verdict changed")
 
 
+DEFAULT_REQUEST_TEMPLATE = '{"question": "{question}", "case_id": "{case_id}", "k": "{k}"}'
+
+
+class EndpointConfig(BaseModel):
+    """How ``answers collect`` asks a RAG HTTP endpoint (docs/answers-collection.md, docs/design.md §12.2).
+
+    ``headers`` are ``Name: value`` as given; a value ``env:NAME`` is read from the environment when the
+    collection starts and is never printed, logged or stored (the field is left out of ``repr``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(min_length=1, max_length=8192, description="http(s) URL; may hold {question} {case_id} {k}")
+    method: Literal["POST", "PUT", "GET"] = "POST"
+    request_template: str = Field(DEFAULT_REQUEST_TEMPLATE, max_length=100_000,
+                                  description="JSON body; {question} {case_id} {k} filled in its string values")
+    answer_path: str = "answer"
+    citations_path: str = "citations"
+    contexts_path: str = "contexts"
+    headers: tuple[str, ...] = Field((), repr=False, description="'Name: value' or 'Name: env:VAR'")
+    concurrency: int = Field(4, ge=1, le=256)
+    timeout_s: float = Field(30.0, gt=0, le=3600, description="whole request, body included")
+    retries: int = Field(3, ge=0, le=20, description="retries after the first attempt")
+    backoff_s: float = Field(0.5, ge=0, le=60, description="first backoff; doubles per retry")
+    max_wait_s: float = Field(60.0, ge=0, le=3600, description="cap on one wait (backoff or Retry-After)")
+
+
+class CollectionProgress(BaseModel):
+    """What the collector reports after each finished case (the CLI's progress bar)."""
+
+    done: int = Field(description="cases with a line: skipped_existing + answered + errors")
+    total: int
+    errors: int
+    skipped_existing: int = 0
+    latency_ms_p50: float | None = None
+    latency_ms_p95: float | None = None
+
+
+class CollectionResult(BaseModel):
+    """``answers collect``: what was collected into the answers file (docs/answers-collection.md).
+
+    ``failed`` with ``reason``: the endpoint could not be reached (after its retries) or no case was answered;
+    the lines already written are kept and a new run resumes from them."""
+
+    output: str
+    total: int = Field(description="cases in the dataset")
+    answered: int = Field(description="status ok lines written by this run")
+    errors: int = Field(description="status error lines written by this run")
+    skipped_existing: int = Field(description="cases already answered in the file (resumed)")
+    not_asked: int = Field(0, description="cases left unasked because the collection stopped")
+    requests: int = Field(0, description="HTTP requests made (retries included); 0 for an in-process answerer")
+    latency_ms_p50: float | None = None
+    latency_ms_p95: float | None = None
+    status: Literal["succeeded", "failed"]
+    reason: str | None = None
+    answerer: str | None = None
+
+
 def answers_json_schema() -> dict[str, Any]:
     """The JSON Schema of one answers-file line (``schemas/answers-v1.json``)."""
     schema = AnswerRecord.model_json_schema()

@@ -1,0 +1,136 @@
+"""Collect one answer line per dataset case from an endpoint or an in-process answerer (docs/answers-collection.md).
+
+Endpoint mode: at most ``concurrency`` cases in flight (an :class:`asyncio.Semaphore` gates every new case, so
+neither requests nor tasks outnumber it). Each finished case is appended to the file at once
+(:mod:`.answers_writer`), so a kill loses only the cases in flight. A case whose every attempt failed to
+connect means the endpoint is down: no new case is started, the cases in flight finish, and the collection
+ends ``failed`` with the reason; the lines written are kept. A run that answered no case is ``failed`` too.
+
+Answerer mode: the answerer's ``answer_cases`` (:class:`~.answerers.Answerer`) yields the lines (the same
+file, docs/design.md §12.2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from rag_pipeline.answers.answerers import Answerer
+from rag_pipeline.answers.answers_writer import AnswersWriter
+from rag_pipeline.answers.endpoint_client import CaseOutcome, EndpointClient
+from rag_pipeline.contracts.answers import AnswerRecord, CollectionProgress, CollectionResult
+from rag_pipeline.evaluation.dataset import EvaluationCase
+
+Progress = Callable[[CollectionProgress], None]
+
+
+class _Tally:
+    """The run's counts and latencies, reported after every case."""
+
+    def __init__(self, total: int, skipped: int, progress: Progress | None):
+        self.total, self.skipped, self.progress = total, skipped, progress
+        self.answered = self.errors = self.requests = 0
+        self.latencies: list[float] = []
+        self.first_error: str | None = None
+
+    def add(self, record: AnswerRecord, requests: int = 0) -> None:
+        self.requests += requests
+        if record.status == "ok":
+            self.answered += 1
+        else:
+            self.errors += 1
+            self.first_error = self.first_error or f"{record.case_id}: {record.error}"
+        if record.latency_ms is not None and record.status == "ok":
+            self.latencies.append(record.latency_ms)
+        if self.progress is not None:
+            p50, p95 = self.percentiles()
+            self.progress(CollectionProgress(done=self.skipped + self.answered + self.errors, total=self.total,
+                                             errors=self.errors, skipped_existing=self.skipped,
+                                             latency_ms_p50=p50, latency_ms_p95=p95))
+
+    def percentiles(self) -> tuple[float | None, float | None]:
+        if not self.latencies:
+            return None, None
+        p50, p95 = np.percentile(np.asarray(self.latencies), [50, 95])
+        return round(float(p50), 3), round(float(p95), 3)
+
+    def result(self, output: str, stop_reason: str | None, answerer: str | None) -> CollectionResult:
+        asked = self.answered + self.errors
+        reason = stop_reason
+        if reason is None and asked and not self.answered:
+            reason = f"no case was answered; first error: {self.first_error}"
+        p50, p95 = self.percentiles()
+        return CollectionResult(
+            output=output, total=self.total, answered=self.answered, errors=self.errors,
+            skipped_existing=self.skipped, not_asked=self.total - self.skipped - asked, requests=self.requests,
+            latency_ms_p50=p50, latency_ms_p95=p95, status="failed" if reason else "succeeded", reason=reason,
+            answerer=answerer)
+
+
+def collect_from_endpoint(client: EndpointClient, cases: Sequence[EvaluationCase], writer: AnswersWriter, *,
+                          total: int, skipped: int, progress: Progress | None = None) -> CollectionResult:
+    """Ask ``client`` every case of ``cases`` (the ones not yet answered), appending each line to ``writer``."""
+    tally = _Tally(total, skipped, progress)
+    stop_reason = asyncio.run(_ask_all(client, cases, writer, tally))
+    return tally.result(str(writer.path), stop_reason, None)
+
+
+async def _ask_all(client: EndpointClient, cases: Sequence[EvaluationCase], writer: AnswersWriter,
+                   tally: _Tally) -> str | None:
+    gate = asyncio.Semaphore(client.config.concurrency)
+    running: set[asyncio.Task] = set()
+    stop: list[str] = []
+    failure: list[BaseException] = []
+
+    async def one(case: EvaluationCase) -> None:
+        try:
+            outcome: CaseOutcome = await client.ask(case)
+            await asyncio.to_thread(writer.append, outcome.record)
+            tally.add(outcome.record, outcome.requests)
+            if outcome.unreachable and not stop:
+                stop.append(f"the endpoint is unreachable: {outcome.record.error}")
+        except Exception as exc:  # noqa: BLE001 - e.g. a disk error: no new case starts; re-raised below
+            failure.append(exc)
+        finally:
+            gate.release()
+
+    async with client:
+        for case in cases:
+            await gate.acquire()
+            if stop or failure:
+                gate.release()
+                break
+            task = asyncio.create_task(one(case))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        if running:
+            await asyncio.gather(*running)
+    if failure:
+        raise failure[0]
+    return stop[0] if stop else None
+
+
+def collect_from_answerer(answerer: Answerer, cases: Sequence[EvaluationCase], writer: AnswersWriter, *,
+                          total: int, skipped: int, progress: Progress | None = None) -> CollectionResult:
+    """Append the answerer's line for every case of ``cases``; its identity is set on each line it leaves
+    unnamed. A line for a case not asked is a bug of the answerer (:class:`RuntimeError`)."""
+    tally = _Tally(total, skipped, progress)
+    pending = {c.case_id for c in cases}
+    start = time.perf_counter()
+    for record in answerer.answer_cases(cases):
+        if record.case_id not in pending:
+            raise RuntimeError(f"answerer {answerer.identity!r} answered case {record.case_id!r}, which it was not "
+                               "asked (or twice)")
+        pending.discard(record.case_id)
+        now = time.perf_counter()
+        update: dict = {"answerer": record.answerer or answerer.identity}
+        if record.latency_ms is None:
+            update["latency_ms"] = round((now - start) * 1000, 3)
+        record = record.model_copy(update=update)
+        writer.append(record)
+        tally.add(record)
+        start = now
+    return tally.result(str(writer.path), None, answerer.identity)

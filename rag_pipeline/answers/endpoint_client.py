@@ -1,0 +1,143 @@
+"""A careful async client of a user's RAG endpoint: one case → one answer line (docs/answers-collection.md).
+
+Built on ``httpx.AsyncClient``. Each case is one request built by :mod:`.endpoint_request`;
+the reply is read as a stream and never past :data:`MAX_RESPONSE_BYTES` (a 50 MB body costs 8 MB of reading,
+and is recorded as an error with its first :data:`~rag_pipeline.contracts.answers.MAX_RAW_RESPONSE_CHARS`
+characters); the whole request, body included, is bounded by ``timeout_s``. Retries follow
+:mod:`.retry_policy`. Whatever happens to one case ends as its line (docs/design.md §12.2), never as an
+exception: the collector decides whether to go on (:attr:`CaseOutcome.unreachable`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+
+from rag_pipeline.answers.endpoint_request import (
+    EndpointConfigError,
+    ResolvedHeaders,
+    check_url,
+    fill_template,
+    fill_url,
+    parse_template,
+)
+from rag_pipeline.answers.reply_mapping import ERROR_BODY_CHARS, ReplyPaths, error_record, raw_text, record_from_reply
+from rag_pipeline.answers.response_paths import parse_path
+from rag_pipeline.answers.retry_policy import RETRIED_ERRORS, describe_failure, retryable_status, wait_before_retry
+from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, AnswerRecord, EndpointConfig
+
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+"""A reply longer than this is not parsed (recorded as an error, its start kept)."""
+
+
+class AskedCase(Protocol):
+    """What the client needs of a dataset case."""
+
+    case_id: str
+    question: str
+    k: int
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    record: AnswerRecord
+    requests: int
+    unreachable: bool = False
+    """Every attempt failed and the last could not connect: the endpoint is down (the collector stops)."""
+
+
+@dataclass(frozen=True)
+class _Reply:
+    status: int
+    body: bytes
+    over_limit: bool
+    retry_after: str | None
+    latency_ms: float
+
+
+class EndpointClient:
+    """Use as ``async with EndpointClient(config) as client: outcome = await client.ask(case)``. The flags are
+    checked in the constructor (:class:`~.endpoint_request.EndpointConfigError` naming the flag)."""
+
+    def __init__(self, config: EndpointConfig, environ: dict[str, str] | None = None):
+        self.config = config
+        self.url = check_url(config.url)
+        if config.method == "GET" and config.request_template != DEFAULT_REQUEST_TEMPLATE:
+            raise EndpointConfigError("--request-template is the request body; GET sends none (put {question} in "
+                                      "the URL, or use --method POST)")
+        self.template = parse_template(config.request_template) if config.method != "GET" else None
+        self.paths = ReplyPaths(parse_path(config.answer_path, "--answer-path"),
+                                parse_path(config.citations_path, "--citations-path"),
+                                parse_path(config.contexts_path, "--contexts-path"))
+        self.headers = ResolvedHeaders(config.headers, environ)
+        self._client: httpx.AsyncClient | None = None
+
+    async def __aenter__(self) -> EndpointClient:
+        n = self.config.concurrency
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.config.timeout_s), follow_redirects=False, trust_env=False,
+            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+    async def ask(self, case: AskedCase) -> CaseOutcome:
+        """The case's answer line after at most ``1 + retries`` requests."""
+        attempts, cannot_connect, problem = 0, False, "no request made"
+        for attempt in range(self.config.retries + 1):
+            attempts += 1
+            try:
+                reply = await self._request(case)
+            except RETRIED_ERRORS as exc:
+                problem, cannot_connect = describe_failure(exc, self.config.timeout_s, self.headers.scrub)
+                wait = self._wait(attempt, None)
+            else:
+                if not retryable_status(reply.status) or attempt == self.config.retries:
+                    return CaseOutcome(self._record(case, reply, attempts), attempts)
+                wait = self._wait(attempt, reply.retry_after)
+            if attempt < self.config.retries:
+                await asyncio.sleep(wait)
+        record = error_record(case.case_id, f"{problem} (after {attempts} attempts)", attempts=attempts)
+        return CaseOutcome(record, attempts, unreachable=cannot_connect)
+
+    def _wait(self, attempt: int, retry_after: str | None) -> float:
+        return wait_before_retry(attempt + 1, self.config.backoff_s, self.config.max_wait_s, retry_after)
+
+    async def _request(self, case: AskedCase) -> _Reply:
+        assert self._client is not None, "use EndpointClient in `async with`"
+        url = fill_url(self.url, case.question, case.case_id, case.k)
+        headers = self.headers.as_dict()
+        content = None
+        if self.template is not None:
+            filled = fill_template(self.template, case.question, case.case_id, case.k)
+            content = json.dumps(filled, ensure_ascii=False).encode("utf-8")
+            headers.setdefault("Content-Type", "application/json")
+        start = time.perf_counter()
+        async with asyncio.timeout(self.config.timeout_s):
+            async with self._client.stream(self.config.method, url, content=content, headers=headers) as resp:
+                body, over = bytearray(), False
+                async for chunk in resp.aiter_bytes():
+                    room = MAX_RESPONSE_BYTES - len(body)
+                    body += chunk[:room]
+                    if len(chunk) > room:
+                        over = True
+                        break
+                return _Reply(resp.status_code, bytes(body), over, resp.headers.get("retry-after"),
+                              (time.perf_counter() - start) * 1000)
+
+    def _record(self, case: AskedCase, reply: _Reply, attempts: int) -> AnswerRecord:
+        common = {"latency_ms": round(reply.latency_ms, 3), "attempts": attempts}
+        raw = raw_text(reply.body, self.headers.scrub)
+        if not 200 <= reply.status < 300:
+            return error_record(case.case_id, f"HTTP {reply.status}: {raw[:ERROR_BODY_CHARS]!r}", raw=raw, **common)
+        if reply.over_limit:
+            return error_record(case.case_id, f"the reply is longer than {MAX_RESPONSE_BYTES // 2**20} MB; it was "
+                                              "cut there and not parsed", raw=raw, **common)
+        return record_from_reply(case.case_id, reply.body, self.paths, self.headers.scrub, **common)

@@ -1,0 +1,106 @@
+"""The request sent for one case: the filled JSON template, the URL and the headers (docs/answers-collection.md).
+
+Template. ``--request-template`` is a JSON document. It is parsed once, then for each case every *string value*
+in it (object keys are left alone) has ``{question}``, ``{case_id}`` and ``{k}`` replaced by the case's values
+in one pass (a question that itself holds ``{k}`` is left as it is), and the document is serialised again with
+:func:`json.dumps`: a question holding quotes, backslashes or line breaks is escaped by the JSON encoder, never
+spliced into JSON text. A string that is exactly ``"{k}"`` becomes the number k. No other brace is touched
+(``{"a": "{x}"}`` stays as it is). In the URL the placeholders are filled percent-encoded.
+
+Headers. ``--header 'Name: value'``; a value ``env:NAME`` is read from the environment variable NAME when the
+collection starts (missing → an error naming the variable). :class:`ResolvedHeaders` keeps the values out of
+``repr`` and :meth:`ResolvedHeaders.scrub` removes them from any text the collector stores or prints (an error
+message, a reply that echoes a header). The answers file's format is docs/design.md §12.2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from rag_pipeline.contracts.errors import BadInputError
+
+PLACEHOLDERS = ("{question}", "{case_id}", "{k}")
+_PLACEHOLDER = re.compile(r"\{(question|case_id|k)\}")  # one pass: a question holding "{k}" stays as it is
+ENV_PREFIX = "env:"
+SCRUBBED = "[secret]"
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+
+
+class EndpointConfigError(BadInputError, ValueError):
+    """A flag of the endpoint collection that cannot be used (the message names the flag)."""
+
+
+def parse_template(text: str) -> Any:
+    """The parsed ``--request-template``; :class:`EndpointConfigError` if it is not JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EndpointConfigError(f"--request-template is not JSON: {exc.msg} at line {exc.lineno} column "
+                                  f"{exc.colno}") from None
+
+
+def fill_template(template: Any, question: str, case_id: str, k: int) -> Any:
+    """``template`` with the placeholders of its string values filled (see the module docstring)."""
+    if isinstance(template, str):
+        if template == "{k}":
+            return k
+        values = {"question": question, "case_id": case_id, "k": str(k)}
+        return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+    if isinstance(template, list):
+        return [fill_template(item, question, case_id, k) for item in template]
+    if isinstance(template, dict):
+        return {key: fill_template(value, question, case_id, k) for key, value in template.items()}
+    return template
+
+
+def check_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise EndpointConfigError(f"--endpoint {url!r}: expected an http:// or https:// URL with a host")
+    return url
+
+
+def fill_url(url: str, question: str, case_id: str, k: int) -> str:
+    values = {"question": quote(question, safe=""), "case_id": quote(case_id, safe=""), "k": str(k)}
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], url)
+
+
+class ResolvedHeaders:
+    """The request headers with their ``env:`` values read; the values never appear in ``repr`` or ``str``."""
+
+    def __init__(self, specs: tuple[str, ...] | list[str], environ: dict[str, str] | None = None):
+        environ = os.environ if environ is None else environ
+        self._headers: dict[str, str] = {}
+        for number, spec in enumerate(specs, 1):
+            name, sep, value = spec.partition(":")
+            name, value = name.strip(), value.strip()
+            if not sep or not _HEADER_NAME.match(name):  # not echoed: it may be a secret without its name
+                raise EndpointConfigError(f"--header number {number}: expected 'Name: value' (or 'Name: "
+                                          "env:VARIABLE'), with a name of letters, digits and -")
+            if value.startswith(ENV_PREFIX):
+                variable = value[len(ENV_PREFIX):]
+                if variable not in environ:
+                    raise EndpointConfigError(f"--header {name}: environment variable {variable!r} is not set")
+                value = environ[variable]
+            if any(c in value for c in "\r\n\x00"):
+                raise EndpointConfigError(f"--header {name}: the value holds a line break or NUL")
+            self._headers[name] = value
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self._headers)
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every header value of 4+ characters replaced by :data:`SCRUBBED`."""
+        for value in sorted(self._headers.values(), key=len, reverse=True):
+            if len(value) >= 4:
+                text = text.replace(value, SCRUBBED)
+        return text
+
+    def __repr__(self) -> str:
+        return f"ResolvedHeaders({sorted(self._headers)})"
+
+    __str__ = __repr__

@@ -1,0 +1,92 @@
+"""An endpoint's reply → one answer line (docs/design.md §12.2; the paths: :mod:`.response_paths`).
+
+``answer`` must be found and be a string. ``citations`` and ``contexts`` are optional: nothing at their path →
+``None``; found, they must be lists of strings (ids are kept as given: an id that is not a UUID stays, and is
+never a valid citation when scored). Any other shape is recorded on the case as ``status: "error"`` with the
+reason and the (capped) reply; it never stops the collection.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from rag_pipeline.answers.response_paths import PathNotFound, ResponsePath
+from rag_pipeline.contracts.answers import MAX_RAW_RESPONSE_CHARS, AnswerRecord
+
+ERROR_BODY_CHARS = 300
+"""How much of a reply an error message quotes."""
+
+
+@dataclass(frozen=True)
+class ReplyPaths:
+    answer: ResponsePath
+    citations: ResponsePath
+    contexts: ResponsePath
+
+
+def raw_text(body: bytes, scrub: Callable[[str], str]) -> str:
+    """The stored form of a reply: decoded (bad bytes replaced), secrets scrubbed, cut at the cap."""
+    return scrub(body[:MAX_RAW_RESPONSE_CHARS * 4].decode("utf-8", errors="replace"))[:MAX_RAW_RESPONSE_CHARS]
+
+
+def error_record(case_id: str, error: str, *, raw: str | None = None, latency_ms: float | None = None,
+                 attempts: int | None = None, answerer: str | None = None) -> AnswerRecord:
+    return AnswerRecord(case_id=case_id, status="error", error=error[:10_000], raw_response=raw,
+                        latency_ms=latency_ms, attempts=attempts, answerer=answerer)
+
+
+def _ids(value: Any, what: str, path: ResponsePath) -> list[str]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what} at {path.text!r} is {type(value).__name__}, expected a list of chunk ids")
+    bad = next((i for i, item in enumerate(value) if not isinstance(item, str)), None)
+    if bad is not None:
+        raise ValueError(f"{what} at {path.text!r}: item [{bad}] is {type(value[bad]).__name__}, expected a "
+                         "string chunk id")
+    return value
+
+
+def _optional(document: Any, path: ResponsePath, what: str) -> list[str] | None:
+    try:
+        value = path.find(document)
+    except PathNotFound:
+        return None
+    return None if value is None else _ids(value, what, path)
+
+
+def record_from_reply(case_id: str, body: bytes, paths: ReplyPaths, scrub: Callable[[str], str], *,
+                      latency_ms: float, attempts: int, answerer: str | None = None) -> AnswerRecord:
+    """The answer line of a 2xx reply ``body`` (complete: the caller refuses an over-long body first)."""
+    raw = raw_text(body, scrub)
+    common = {"latency_ms": latency_ms, "attempts": attempts, "answerer": answerer}
+    try:
+        document = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        return error_record(case_id, f"the reply is not JSON{where}: {raw[:ERROR_BODY_CHARS]!r}", raw=raw,
+                            **common)
+    try:
+        answer = paths.answer.find(document)
+    except PathNotFound as exc:
+        return error_record(case_id, f"no answer at --answer-path {paths.answer.text!r}: {exc.where}", raw=raw,
+                            **common)
+    try:
+        if not isinstance(answer, str):
+            raise ValueError(f"the answer at {paths.answer.text!r} is {type(answer).__name__}, expected a string")
+        cited = _optional(document, paths.citations, "citations")
+        contexts = _optional(document, paths.contexts, "contexts")
+        return AnswerRecord(case_id=case_id, answer=answer, cited_chunk_ids=cited, retrieved_chunk_ids=contexts,
+                            raw_response=raw, **common)
+    except ValueError as exc:  # ValidationError is one: an answer or id list over the answers file's limits
+        message = (f"the reply does not fit an answer line: {_first_error(exc)}" if isinstance(exc, ValidationError)
+                   else str(exc))
+        return error_record(case_id, message, raw=raw, **common)
+
+
+def _first_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    return f"{'.'.join(map(str, first['loc']))}: {first['msg']}"

@@ -1,0 +1,79 @@
+"""Collect a dataset's answers into an answers file: from a RAG endpoint or an in-process answerer.
+
+The one operation behind ``rag-pipeline answers collect`` (docs/answers-collection.md; the file's format
+docs/design.md §12.2). Everything the user gave is checked before the file is touched: the dataset, the
+endpoint flags (URL, template, paths, headers and their environment variables), the answerer's name, and an
+existing output (resumed: its answered cases are skipped). A bad input is a :class:`BadInputError` naming the
+file, line or flag, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from rag_pipeline.answers.answerers import Answerer, get_answerer
+from rag_pipeline.answers.answers_writer import AnswersWriter, read_existing
+from rag_pipeline.answers.collector import collect_from_answerer, collect_from_endpoint
+from rag_pipeline.answers.endpoint_client import EndpointClient
+from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult, EndpointConfig
+from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.service.database import get_engine
+from rag_pipeline.storage.names import printable
+
+
+class CollectionConfigError(BadInputError, ValueError):
+    """``collect_answers`` called with neither or both of an endpoint and an answerer, or a bad output."""
+
+
+def _answerer(name: str, *, knowledge_base: str, strategy: str | None) -> Answerer:
+    """The in-process answerer NAME (e.g. ``extractive-v1``) over ``knowledge_base``: the registry's
+    (:func:`rag_pipeline.answers.answerers.get_answerer`; an unknown name is its ``AnswererError``)."""
+    return get_answerer(name, engine=get_engine(), knowledge_base=knowledge_base, strategy=strategy)
+
+
+def _check_output(output: Path) -> None:
+    if output.is_dir():
+        raise CollectionConfigError(f"--output {printable(output)} is a directory; give a file name "
+                                    f"(e.g. {printable(output / 'answers.jsonl')})")
+    parent = output.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise CollectionConfigError(f"--output {printable(output)}: {printable(parent)} is not a writable folder")
+    if output.exists() and not os.access(output, os.W_OK):
+        raise CollectionConfigError(f"--output {printable(output)} is not writable")
+
+
+def collect_answers(dataset: str | Path, output: str | Path, *, endpoint: EndpointConfig | None = None,
+                    answerer: str | Answerer | None = None, knowledge_base: str | None = None,
+                    strategy: str | None = None, progress: Callable[[CollectionProgress], None] | None = None,
+                    environ: dict[str, str] | None = None) -> CollectionResult:
+    """Collect the answers of dataset file ``dataset`` into ``output`` (JSON Lines, resumed if it exists).
+
+    Exactly one of ``endpoint`` and ``answerer`` (a registered name, or an object of the answerer protocol).
+    ``environ`` is where ``env:`` header values are read (default: the process environment)."""
+    if (endpoint is None) == (answerer is None):
+        raise CollectionConfigError("give exactly one of --endpoint URL and --answerer NAME")
+    output = Path(output)
+    loaded = load_dataset(dataset, knowledge_base=knowledge_base)
+    cases = loaded.cases
+    _check_output(output)
+    client = EndpointClient(endpoint, environ) if endpoint is not None else None
+    chosen = (_answerer(answerer, knowledge_base=loaded.knowledge_base, strategy=strategy)
+              if isinstance(answerer, str) else answerer)
+    identity = chosen.identity if chosen is not None else None
+    state = read_existing(output, {c.case_id for c in cases}, identity)
+    pending = [c for c in cases if c.case_id not in state.kept]
+    total, skipped = len(cases), len(cases) - len(pending)
+    if not pending:
+        if state.dropped_torn:  # rewrite without it
+            AnswersWriter(output, state).close()
+        return CollectionResult(output=str(output), total=total, answered=0, errors=0, skipped_existing=skipped,
+                                status="succeeded", answerer=identity)
+    with AnswersWriter(output, state) as writer:
+        if client is not None:
+            return collect_from_endpoint(client, pending, writer, total=total, skipped=skipped, progress=progress)
+        return collect_from_answerer(chosen, pending, writer, total=total, skipped=skipped, progress=progress)
