@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from rag_pipeline.answers.sentences import split_sentences as answer_sentences
 from rag_pipeline.contracts.answers import AnswerRecord
 from rag_pipeline.evaluation.dataset import EvaluationCase
 from rag_pipeline.knowledge_base.chunk_lookup import chunks_by_ids
@@ -42,8 +43,6 @@ REFUSAL_PHRASES = {"zh": "信息不足，无法回答。", "en": "Insufficient i
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
 _LATIN_WORD = re.compile(f"[^\\W_{_CJK}]+")
-# a sentence ends at 。！？；… (Chinese, no space needed), at .!?; followed by a space, or at a line break
-_SENTENCE_END = re.compile(r"(?<=[。！？；…])|(?<=[.!?;])(?=\s)|\n+")
 _LIST_MARKER = re.compile(r"^(?:[-*+•]\s+|\d+[.)]\s+)")
 STOPWORDS = frozenset(
     "a an and are as at be by can do does for from get how i in is it its may of on or our should the this to we "
@@ -52,10 +51,11 @@ STOPWORDS = frozenset(
 
 
 def split_sentences(text: str) -> list[str]:
-    """The sentences of ``text``: cut after 。！？；… (Chinese), after .!?; followed by white space, and at line
-    breaks; list markers (``-``, ``1.``) stripped; Markdown heading lines (``#``) and empty pieces dropped."""
+    """The sentences of a chunk's ``text``: the answers' splitter
+    (:func:`rag_pipeline.answers.sentences.split_sentences`, which also cuts at line breaks), with list markers (``-``, ``1.``)
+    stripped and Markdown heading lines (``#``) dropped."""
     sentences = []
-    for piece in _SENTENCE_END.split(text):
+    for piece in answer_sentences(text):
         piece = _LIST_MARKER.sub("", piece.strip()).strip()
         if piece and not piece.startswith("#"):
             sentences.append(piece)
