@@ -52,8 +52,8 @@ STOPWORDS = frozenset(
 
 def split_sentences(text: str) -> list[str]:
     """The sentences of a chunk's ``text``: the answers' splitter
-    (:func:`rag_pipeline.answers.sentences.split_sentences`, which also cuts at line breaks), with list markers (``-``, ``1.``)
-    stripped and Markdown heading lines (``#``) dropped."""
+    (:func:`rag_pipeline.answers.sentences.split_sentences`, which also cuts at line breaks), with list
+    markers (``-``, ``1.``) stripped and Markdown heading lines (``#``) dropped."""
     sentences = []
     for piece in answer_sentences(text):
         piece = _LIST_MARKER.sub("", piece.strip()).strip()
