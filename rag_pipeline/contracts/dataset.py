@@ -73,6 +73,8 @@ SOME_RELEVANT_SCHEMA = {"minItems": 1, "minProperties": 1,
                         "not": {"type": "object", "additionalProperties": {"const": 0}}}
 """``relevant_chunk_ids`` of an answerable case: at least one id, or one grade >= 1 (the validator's words:
 :mod:`rag_pipeline.evaluation.dataset_problems`)."""
+NO_RELEVANT_SCHEMA = {"maxItems": 0, "additionalProperties": {"const": 0}}
+"""``relevant_chunk_ids`` of an unanswerable case: no id, or only grades 0 (judged not relevant)."""
 
 
 CaseId = _text(MAX_CASE_ID_CHARS, grouped=True)
@@ -104,10 +106,12 @@ def _form(value: Any) -> str | None:
 
 class DatasetCase(BaseModel):
     """One labelled case as the file holds it (ids as written, a graded object in its key order). An answerable
-    case needs a relevant chunk (the schema's ``if``/``else``; the validator checks it across the fields)."""
+    case needs a relevant chunk, an unanswerable one has none (the schema's ``if``/``then``/``else``; the validator
+    checks it across the fields)."""
 
     model_config = ConfigDict(strict=True, frozen=True, extra="forbid", json_schema_extra={
         "if": {"properties": {"answerable": {"const": False}}, "required": ["answerable"]},
+        "then": {"properties": {"relevant_chunk_ids": NO_RELEVANT_SCHEMA}},
         "else": {"properties": {"relevant_chunk_ids": SOME_RELEVANT_SCHEMA}}})
 
     case_id: CaseId

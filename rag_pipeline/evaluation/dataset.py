@@ -53,6 +53,8 @@ class EvaluationCase:
     key_points: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not self.answerable and self.relevant_chunk_ids:
+            raise ValueError(f"case {self.case_id!r}: an unanswerable case has no relevant chunk")
         if self.judgments is not None:
             relevant = tuple(cid for cid, grade in self.judgments if grade >= RELEVANT_GRADE)
             if relevant != tuple(self.relevant_chunk_ids):

@@ -40,6 +40,8 @@ _EMPTY = ("is empty; every case needs at least one relevant chunk id (document_c
           "unanswerable (\"answerable\": false)")
 _ALL_ZERO = (f"every grade is 0; a case needs at least one relevant chunk (grade >= {RELEVANT_GRADE}; 0 means "
              "judged not relevant), unless it is unanswerable (\"answerable\": false)")
+_UNANSWERABLE = ("an unanswerable case (\"answerable\": false) has no relevant chunk: the knowledge base holds no "
+                 "answer; give [] (or grade the judged chunks 0) or drop \"answerable\": false")
 _STRINGS = {"reference_answers": "reference answers", "key_points": "key points"}
 Keyed = tuple[tuple, DatasetProblem]
 
@@ -123,11 +125,15 @@ def _strings(field: str, loc: tuple, error: dict) -> tuple[tuple, str, str]:
 
 
 def _no_relevant(item: dict) -> tuple[tuple, str] | None:
-    """``(order, message)`` when an answerable case (``answerable`` anything but ``false``) has no relevant chunk:
-    an empty list or object, or valid grades all 0. Unanswerable cases may have none (docs/design.md §12.1)."""
+    """``(order, message)`` when an answerable case (``answerable`` anything but ``false``) has no relevant chunk
+    (an empty list or object, or valid grades all 0), or an unanswerable one has one (docs/design.md §12.1)."""
     value = item.get(FIELD)
-    if item.get("answerable") is False or not isinstance(value, (list, dict)):
+    if not isinstance(value, (list, dict)):
         return None
+    if item.get("answerable") is False:
+        relevant = value if isinstance(value, list) else [
+            g for g in value.values() if type(g) is int and g >= RELEVANT_GRADE]
+        return ((3,), _UNANSWERABLE) if relevant else None
     if not value:
         return (0,), _EMPTY
     grades = list(value.values()) if isinstance(value, dict) else []

@@ -88,7 +88,8 @@ def test_json_schema_agrees_with_the_validator():
     for change in (lambda c: c[1].pop("answerable"), lambda c: c[1].update(answerable=True),
                    lambda c: c[2].pop("answerable"), lambda c: c[0].update(reference_answers=[]),
                    lambda c: c[0].update(reference_answers=[" "]), lambda c: c[0].update(key_points=None),
-                   lambda c: c[1].update(answerable="false"), lambda c: c[0].update(relevant_chunk_ids={})):
+                   lambda c: c[1].update(answerable="false"), lambda c: c[0].update(relevant_chunk_ids={}),
+                   lambda c: c[1].update(relevant_chunk_ids=[U1]), lambda c: c[2].update(relevant_chunk_ids={U2: 1})):
         doc = _with_answers()
         change(doc["cases"])
         bad.append(doc)

@@ -107,7 +107,10 @@ EXPECTED: dict[str, list[tuple]] = {
         (5, "answerable-true-empty", "relevant_chunk_ids", 'unless it is unanswerable ("answerable": false)'),
         (5, "answerable-true-empty", "key_points[0]", "must not be empty")],
     "unanswerable_bad_ids.json": [(1, "bad-id", "relevant_chunk_ids[0]", '"doc-1" is not a UUID'),
-                                  (2, "zeros-answerable", "relevant_chunk_ids", "every grade is 0")],
+                                  (1, "bad-id", "relevant_chunk_ids", "an unanswerable case"),
+                                  (2, "zeros-answerable", "relevant_chunk_ids", "every grade is 0"),
+                                  (4, "relevant-unanswerable", "relevant_chunk_ids",
+                                   '("answerable": false) has no relevant chunk: the knowledge base holds no')],
     "name_differs_from_file.json": [(None, None, "name", "'demo' differs from the file name 'name_differs_from_file': "
                                                          "a dataset is identified by its file name; rename the file "
                                                          "or change the field")],
