@@ -23,6 +23,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.evaluation import diagnosis_db, persistence, run_records
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
+from rag_pipeline.evaluation.dataset_json import DatasetError, DatasetProblem
 from rag_pipeline.evaluation.diagnosis import MissReason
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
@@ -83,10 +84,10 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
     check_capacity(engine, readers, EXTRA_CONNECTIONS)
     t_start = time.perf_counter()
     run_records.sweep_abandoned(engine)
-    scored = sum(c.answerable for c in dataset.cases)
-    if not scored:
-        raise ValueError(f"dataset {dataset.name!r} has no answerable case: every case is \"answerable\": false, "
-                         "so no retrieval metric is defined (docs/design.md §12.1); nothing was run")
+    if not any(c.answerable for c in dataset.cases):
+        raise DatasetError(dataset.source_path or dataset.name, [DatasetProblem(
+            "every case is unanswerable (\"answerable\": false): no retrieval metric is defined, nothing was run "
+            "(docs/design.md §12.1)", field="cases")])
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, dataset.knowledge_base)
         preflight(conn, kb, strategy)
