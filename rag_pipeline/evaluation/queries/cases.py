@@ -2,7 +2,7 @@
 a run's result rows.
 
 An unanswerable case (docs/design.md §12.1) is a row with ``relevant_chunk_ids`` ``[]`` (an answerable case always
-has one): its stored metrics are placeholders, read here as NULL (:data:`SCORED_METRICS`, ``answerable``), and
+has one): its stored metrics are placeholders, read here as NULL (:data:`SCORED_METRICS`, and ``answerable`` false), and
 left out of what compares or tunes metrics (:func:`overview`, :func:`metrics_of_runs`, :func:`labels_of_run`)."""
 
 from __future__ import annotations
@@ -30,12 +30,11 @@ def copy_rows(conn: sa.Connection, table: str, columns: Sequence[str], rows: Ite
     return n
 
 
-ANSWERABLE = "relevant_chunk_ids <> '[]'::jsonb"
-"""SQL: the case result is of an answerable case."""
-SCORED_METRICS = ", ".join(f"CASE WHEN {ANSWERABLE} THEN {m} END AS {m}" for m in METRIC_NAMES)
+SCORED_METRICS = ", ".join(f"CASE WHEN relevant_chunk_ids <> '[]'::jsonb THEN {m} END AS {m}" for m in METRIC_NAMES)
 """SQL: every metric column, NULL for an unanswerable case."""
-_REPORT_COLUMNS = ", ".join(("case_id", "case_index", "question", "k", f"{ANSWERABLE} AS answerable",
-                             "retrieved_chunk_ids", "relevant_chunk_ids", "relevance_grades", "first_relevant_rank",
+_REPORT_COLUMNS = ", ".join(("case_id", "case_index", "question", "k",
+                             "relevant_chunk_ids <> '[]'::jsonb AS answerable", "retrieved_chunk_ids",
+                             "relevant_chunk_ids", "relevance_grades", "first_relevant_rank",
                              SCORED_METRICS, "miss_reasons"))
 
 
@@ -53,7 +52,7 @@ def case_rows(conn: sa.Connection, run_id, case_id: str | None = None) -> list[s
     unanswerable case), reasons."""
     return conn.execute(sa.text(f"""
 SELECT case_index, case_id, question, k, first_relevant_rank, relevant_chunk_ids, relevance_grades, miss_reasons,
-       {ANSWERABLE} AS answerable, {SCORED_METRICS}
+       relevant_chunk_ids <> '[]'::jsonb AS answerable, {SCORED_METRICS}
 FROM retrieval_evaluation_case_results
 WHERE evaluation_run_id = CAST(:run AS uuid) AND (CAST(:case AS text) IS NULL OR case_id = :case)
 ORDER BY case_index
@@ -84,7 +83,7 @@ def overview(conn: sa.Connection, run_id, *, worst_first: bool, limit: int) -> l
                 WHERE c.evaluation_run_id = r.evaluation_run_id AND c.case_id = r.case_id
                   AND c.is_selected AND c.rank <= 3) AS top3
         FROM retrieval_evaluation_case_results r
-        WHERE r.evaluation_run_id = :run AND r.{ANSWERABLE} ORDER BY {order} LIMIT :limit"""),
+        WHERE r.evaluation_run_id = :run AND r.relevant_chunk_ids <> '[]'::jsonb ORDER BY {order} LIMIT :limit"""),
         {"run": run_id, "limit": limit})
     return [dict(r._mapping) for r in rows]
 
@@ -94,7 +93,8 @@ def metrics_of_runs(conn: sa.Connection, run_ids: list[str]) -> list[sa.RowMappi
     pairs)."""
     return conn.execute(sa.text(f"""
 SELECT evaluation_run_id::text AS run_id, case_id, {', '.join(METRIC_NAMES)}
-FROM retrieval_evaluation_case_results WHERE evaluation_run_id = ANY(CAST(:runs AS uuid[])) AND {ANSWERABLE}
+FROM retrieval_evaluation_case_results WHERE evaluation_run_id = ANY(CAST(:runs AS uuid[]))
+  AND relevant_chunk_ids <> '[]'::jsonb
 """), {"runs": run_ids}).mappings().all()
 
 
@@ -103,7 +103,8 @@ def labels_of_run(conn, run_id) -> list[sa.RowMapping]:
     connection or a session)."""
     return conn.execute(sa.text(
         "SELECT case_id, k, relevant_chunk_ids, relevance_grades FROM retrieval_evaluation_case_results "
-        f"WHERE evaluation_run_id = CAST(:run_id AS uuid) AND {ANSWERABLE} ORDER BY case_index, case_id"),
+        "WHERE evaluation_run_id = CAST(:run_id AS uuid) AND relevant_chunk_ids <> '[]'::jsonb "
+        "ORDER BY case_index, case_id"),
         {"run_id": str(run_id)}
     ).mappings().all()
 
