@@ -101,7 +101,7 @@ def test_json_schema_agrees_with_the_validator():
     SCHEMA.validate(json.loads((DATA.parents[2] / "datasets" / "demo.json").read_text(encoding="utf-8")))
 
 
-@pytest.mark.db
+@pytest.mark.db  # stores a dataset version and reads it back
 def test_answer_fields_survive_the_stored_version(engine, tmp_path):
     path = tmp_path / "answers-roundtrip.json"
     path.write_text(json.dumps(_with_answers(), ensure_ascii=False), encoding="utf-8")

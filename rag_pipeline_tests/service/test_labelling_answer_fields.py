@@ -61,7 +61,7 @@ def test_an_unanswerable_question_judged_relevant_is_left_out_with_the_reason(tm
                                         "\"answerable\": false")]
 
 
-@pytest.mark.db
+@pytest.mark.db  # ingests a tiny knowledge base: check-dataset and fix-labels read its chunks
 def test_check_dataset_and_fix_labels_take_unanswerable_cases(engine, tmp_path, capsys):
     chunks = ingest_tiny_kb(engine, KB, tmp_path / "docs")
     path = write_dataset(tmp_path / "x.json", KB, _cases(chunks["backup.md"], chunks["coffee.md"]), name="labels-x")
