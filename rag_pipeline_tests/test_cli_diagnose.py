@@ -105,8 +105,8 @@ def test_compare_prints_tables_and_fails_the_gate(engine, world, capsys):
                 conn.execute(sa.text(
                     "INSERT INTO retrieval_evaluation_case_results (evaluation_run_id, case_id, case_index, question, "
                     f"k, relevant_chunk_ids, retrieved_chunk_ids, {', '.join(METRIC_NAMES)}) VALUES (:r, :c, :i, 'q', "
-                    f"1, '[]', '[]', {', '.join(':v' for _ in METRIC_NAMES)})"),
-                    {"r": run, "c": f"c{i}", "i": i, "v": v})
+                    f"1, CAST(:rel_ids AS jsonb), '[]', {', '.join(':v' for _ in METRIC_NAMES)})"),
+                    {"r": run, "c": f"c{i}", "i": i, "v": v, "rel_ids": f'["{uuid.uuid4()}"]'})  # answerable
     assert main(["compare", "--dataset", name]) == 1
     out = capsys.readouterr().out
     assert "hybrid-v1 (baseline)" in out and "Regression gate FAILED: bm25-v1 is worse" in out

@@ -3,7 +3,9 @@
 A file is a bare array of cases, or an object with ``cases`` and optional ``name``, ``knowledge_base``,
 ``description`` and ``metadata``. A case is ``case_id``, ``question``, ``k`` and ``relevant_chunk_ids``: a list
 of chunk ids (grade 1 each) or graded ``{chunk_id: grade}`` with integer grades 0-10 (0 = judged not relevant;
-at least one grade >= 1). Chunk ids are UUIDs (``document_chunks.id``), surrounding whitespace allowed.
+at least one grade >= 1). Chunk ids are UUIDs (``document_chunks.id``), surrounding whitespace allowed. Optional
+answer fields (docs/design.md §12.1): ``reference_answers`` (aliases), ``answerable`` (default true; a case with
+``false`` should be refused and may have no relevant chunk) and ``key_points``.
 
 The models check each value (types, ranges, lengths, chunk ids, grades);
 :func:`rag_pipeline.evaluation.dataset.parse_dataset` validates a file through them, adds the rules no single
@@ -26,6 +28,10 @@ MAX_CASE_ID_CHARS = 200
 MAX_NAME_CHARS = 200
 MAX_DESCRIPTION_CHARS = 10_000
 MAX_METADATA_BYTES = 1024 * 1024
+MAX_REFERENCE_ANSWERS = 50
+MAX_REFERENCE_ANSWER_CHARS = 2_000
+MAX_KEY_POINTS = 50
+MAX_KEY_POINT_CHARS = 1_000
 MIN_GRADE, MAX_GRADE = 0, 10
 RELEVANT_GRADE = 1
 """The lowest grade that counts as relevant (precision, recall, MRR, AP, ``is_relevant``, miss diagnosis)."""
@@ -57,18 +63,18 @@ def _text(limit: int, empty: str = "must not be empty", grouped: bool = False, *
         "minLength": 1, "maxLength": limit, "pattern": r"\S", **schema})]
 
 
-def _some_relevant(grades: dict[str, int]) -> dict[str, int]:
-    if all(grade < RELEVANT_GRADE for grade in grades.values()):
-        raise ValueError(f"every grade is 0; a case needs at least one relevant chunk (grade >= {RELEVANT_GRADE}; "
-                         "0 means judged not relevant)")
-    return grades
-
-
 def _object_schema(schema: dict[str, Any]) -> None:
-    """Every key a chunk id (pydantic writes ``patternProperties``, which lets other keys through), not all 0."""
+    """Every key a chunk id (pydantic writes ``patternProperties``, which lets other keys through)."""
     ((pattern, grade),) = schema.pop("patternProperties").items()
-    schema.update(propertyNames={"pattern": pattern}, additionalProperties=grade,
-                  **{"not": {"additionalProperties": {"const": 0}}})
+    schema.update(propertyNames={"pattern": pattern}, additionalProperties=grade)
+
+
+SOME_RELEVANT_SCHEMA = {"minItems": 1, "minProperties": 1,
+                        "not": {"type": "object", "additionalProperties": {"const": 0}}}
+"""``relevant_chunk_ids`` of an answerable case: at least one id, or one grade >= 1 (the validator's words:
+:mod:`rag_pipeline.evaluation.dataset_problems`)."""
+NO_RELEVANT_SCHEMA = {"maxItems": 0, "additionalProperties": {"const": 0}}
+"""``relevant_chunk_ids`` of an unanswerable case: no id, or only grades 0 (judged not relevant)."""
 
 
 CaseId = _text(MAX_CASE_ID_CHARS, grouped=True)
@@ -78,13 +84,19 @@ KnowledgeBaseName = _text(MAX_NAME_CHARS)
 Description = _text(MAX_DESCRIPTION_CHARS)
 ChunkId = Annotated[str, Field(pattern=UUID_PATTERN)]
 Grade = Annotated[int, Field(ge=MIN_GRADE, le=MAX_GRADE)]
-ChunkIdList = Annotated[list[ChunkId], Field(min_length=1, max_length=MAX_RELEVANT_IDS,
+ChunkIdList = Annotated[list[ChunkId], Field(max_length=MAX_RELEVANT_IDS,
                                              json_schema_extra={"uniqueItems": True},
                                              description="chunk ids (document_chunks.id), each grade 1")]
 Judgments = Annotated[dict[ChunkId, Grade], Field(
-    min_length=1, max_length=MAX_RELEVANT_IDS, json_schema_extra=_object_schema,
+    max_length=MAX_RELEVANT_IDS, json_schema_extra=_object_schema,
     description=f"graded: chunk id -> integer grade {MIN_GRADE}-{MAX_GRADE} (0 = judged not relevant); "
-                "at least one grade >= 1"), AfterValidator(_some_relevant)]
+                "at least one grade >= 1 unless the case is unanswerable")]
+ReferenceAnswers = Annotated[list[_text(MAX_REFERENCE_ANSWER_CHARS, grouped=True)], Field(
+    min_length=1, max_length=MAX_REFERENCE_ANSWERS,
+    description="correct answers, aliases of each other (docs/design.md §12.1); at least one when present")]
+KeyPoints = Annotated[list[_text(MAX_KEY_POINT_CHARS, grouped=True)], Field(
+    min_length=1, max_length=MAX_KEY_POINTS,
+    description="what a good answer should contain; at least one when present")]
 
 
 def _form(value: Any) -> str | None:
@@ -93,18 +105,29 @@ def _form(value: Any) -> str | None:
 
 
 class DatasetCase(BaseModel):
-    """One labelled case as the file holds it (ids as written, a graded object in its key order)."""
+    """One labelled case as the file holds it (ids as written, a graded object in its key order). An answerable
+    case needs a relevant chunk, an unanswerable one has none (the schema's ``if``/``then``/``else``; the validator
+    checks it across the fields)."""
 
-    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", json_schema_extra={
+        "if": {"properties": {"answerable": {"const": False}}, "required": ["answerable"]},
+        "then": {"properties": {"relevant_chunk_ids": NO_RELEVANT_SCHEMA}},
+        "else": {"properties": {"relevant_chunk_ids": SOME_RELEVANT_SCHEMA}}})
 
     case_id: CaseId
     question: Question
     relevant_chunk_ids: Annotated[Annotated[ChunkIdList, Tag("list")] | Annotated[Judgments, Tag("object")],
                                   Discriminator(_form)]
     k: Annotated[int, Field(ge=1, le=MAX_K)]
+    reference_answers: ReferenceAnswers = None  # absent: None; null is refused like any non-array
+    answerable: bool = Field(True, description="false: the knowledge base has no answer; the right answer is a "
+                                               "refusal (docs/design.md §12.1)")
+    key_points: KeyPoints = None
 
 
 CASE_FIELDS = tuple(DatasetCase.model_fields)
+REQUIRED_CASE_FIELDS = tuple(name for name, f in DatasetCase.model_fields.items() if f.is_required())
+OPTIONAL_CASE_FIELDS = tuple(name for name in CASE_FIELDS if name not in REQUIRED_CASE_FIELDS)
 Cases = Annotated[list[DatasetCase], Field(min_length=1, json_schema_extra={"maxItems": MAX_CASES})]
 
 

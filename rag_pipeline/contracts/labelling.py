@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from rag_pipeline.contracts.catalog import UploadResult
 from rag_pipeline.contracts.dataset import MAX_GRADE, MAX_K
@@ -38,9 +38,25 @@ class DraftQuestion(_Strict):
     k: int = Field(10, ge=1, le=MAX_K)
     status: Literal["pending", "judged", "skipped"] = "pending"
     candidates: list[DraftCandidate]
+    # the answer fields of a dataset case the draft was read from, carried to the export (docs/design.md §12.1)
+    reference_answers: list[str] | None = None
+    answerable: bool = True
+    key_points: list[str] | None = None
 
     def relevant(self) -> list[DraftCandidate]:
         return [c for c in self.candidates if (c.grade or 0) >= 1]
+
+    def answer_fields(self) -> dict:
+        """The answer fields that are set, as a dataset case writes them."""
+        return {k: v for k, v in (("reference_answers", self.reference_answers), ("answerable", self.answerable),
+                                  ("key_points", self.key_points)) if v is not None and v is not True}
+
+    @model_serializer(mode="wrap")
+    def _without_unset_answer_fields(self, handler) -> dict:
+        """A draft written without answer fields looks as it always did."""
+        data = handler(self)
+        return {k: v for k, v in data.items()
+                if k not in ("reference_answers", "answerable", "key_points") or k in self.answer_fields()}
 
 
 class Draft(_Strict):

@@ -99,11 +99,14 @@ class CaseReport(Strict):
     case_index: int
     question: str
     k: int
+    answerable: bool = Field(True, description="false: the knowledge base has no answer (docs/design.md §12.1); "
+                                               "the case is searched but not scored")
     retrieved_chunk_ids: list[str]
     relevant_chunk_ids: list[str]
     relevance_grades: dict[str, int]
     first_relevant_rank: int | None
-    metrics: Metrics
+    metrics: Metrics | None = Field(description="None for an unanswerable case (see metrics_skipped)")
+    metrics_skipped: str | None = Field(None, description="why the case has no metrics, e.g. it is unanswerable")
     miss_reasons: MissReasons = Field(description="Why each relevant chunk was missed (`hit`, `below_cutoff`, ...).")
     candidates: list[Candidate]
 

@@ -86,6 +86,7 @@ def run_metadata(t: RunTables) -> dict[str, dict]:
         "run_id": s.run_id,
         "dagster/row_count": s.case_count,
         "cases_with_hit": counts.get("cases_with_hit", 0),
+        "unanswerable_cases": counts.get("unanswerable_cases", 0),  # docs/design.md §12.1
         "per_case": dg.MetadataValue.table(records, dg.TableSchema(columns)),
         "per_case_rows_shown": len(records),
         "metrics_seconds": display_number(timings.get("metrics_s", 0.0)),
@@ -100,6 +101,7 @@ def run_metadata(t: RunTables) -> dict[str, dict]:
         "knowledge_base": s.knowledge_base.name,
         "knowledge_base_version": s.knowledge_base.version or "",
         "cases": s.case_count,
+        "unanswerable_cases": counts.get("unanswerable_cases", 0),
         "candidates": s.candidate_count,
         "dagster/row_count": 1,
         "timings": dg.MetadataValue.json({k: display_number(v) if isinstance(v, float) else v

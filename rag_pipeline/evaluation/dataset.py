@@ -39,7 +39,9 @@ def valid_dataset_key(key: str) -> bool:
 class EvaluationCase:
     """One labelled case (docs/design.md §2.3). ``relevant_chunk_ids``: the ids of grade >= 1 (file order for a
     list-form case, id order for a graded one); ``judgments``: ``None`` for a list-form case, else every judged
-    ``(id, grade)`` sorted by id, grade 0 included."""
+    ``(id, grade)`` sorted by id, grade 0 included. The answer fields (docs/design.md §12.1) as in the file:
+    ``reference_answers`` and ``key_points`` (``()`` when absent), ``answerable`` (``False``: a refusal is right;
+    then ``relevant_chunk_ids`` may be empty)."""
 
     case_id: str
     question: str
@@ -51,6 +53,8 @@ class EvaluationCase:
     key_points: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not self.answerable and self.relevant_chunk_ids:
+            raise ValueError(f"case {self.case_id!r}: an unanswerable case has no relevant chunk")
         if self.judgments is not None:
             relevant = tuple(cid for cid, grade in self.judgments if grade >= RELEVANT_GRADE)
             if relevant != tuple(self.relevant_chunk_ids):
@@ -78,20 +82,33 @@ class EvaluationCase:
         return self.grades.get(str(chunk_id).lower())
 
     def as_dict(self) -> dict[str, Any]:
-        """The canonical case: ``relevant_chunk_ids`` a list (list form) or ``{id: grade}`` (graded)."""
+        """The canonical case: ``relevant_chunk_ids`` a list (list form) or ``{id: grade}`` (graded); an answer
+        field only when it is set (non-empty, or ``answerable`` false), so a case without them keeps the version
+        it always had (docs/design.md §12.1)."""
         relevant: list[str] | dict[str, int] = (
             list(self.relevant_chunk_ids) if self.judgments is None else dict(self.judgments))
-        return {"case_id": self.case_id, "question": self.question, "relevant_chunk_ids": relevant, "k": self.k}
+        data: dict[str, Any] = {"case_id": self.case_id, "question": self.question, "relevant_chunk_ids": relevant,
+                                "k": self.k}
+        if self.reference_answers:
+            data["reference_answers"] = list(self.reference_answers)
+        if not self.answerable:
+            data["answerable"] = False
+        if self.key_points:
+            data["key_points"] = list(self.key_points)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EvaluationCase:
         """A case from :meth:`as_dict` output (e.g. ``retrieval_evaluation_datasets.cases``), either form."""
         value = data["relevant_chunk_ids"]
+        answers = {"reference_answers": tuple(str(a) for a in data.get("reference_answers") or ()),
+                   "answerable": bool(data.get("answerable", True)),
+                   "key_points": tuple(str(p) for p in data.get("key_points") or ())}
         if isinstance(value, Mapping):
             judgments = tuple(sorted((str(cid), int(g)) for cid, g in value.items()))
             relevant = tuple(cid for cid, g in judgments if g >= RELEVANT_GRADE)
-            return cls(data["case_id"], data["question"], relevant, int(data["k"]), judgments)
-        return cls(data["case_id"], data["question"], tuple(str(i) for i in value), int(data["k"]))
+            return cls(data["case_id"], data["question"], relevant, int(data["k"]), judgments, **answers)
+        return cls(data["case_id"], data["question"], tuple(str(i) for i in value), int(data["k"]), **answers)
 
 
 @dataclass(frozen=True)
@@ -172,7 +189,8 @@ def _case(case: DatasetCase) -> EvaluationCase:
     ids = ([i.strip().lower() for i in value] if isinstance(value, list)
            else {i.strip().lower(): grade for i, grade in value.items()})
     return EvaluationCase.from_dict({"case_id": case.case_id, "question": case.question, "relevant_chunk_ids": ids,
-                                     "k": case.k})
+                                     "k": case.k, "reference_answers": case.reference_answers,
+                                     "answerable": case.answerable, "key_points": case.key_points})
 
 
 def _resolve_name(file_name: str | None, given: str | None, problems: list[DatasetProblem]) -> str:

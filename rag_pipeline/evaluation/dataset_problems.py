@@ -22,6 +22,9 @@ from rag_pipeline.contracts.dataset import (
     MAX_RELEVANT_IDS,
     MIN_GRADE,
     OBJECT_FIELDS,
+    OPTIONAL_CASE_FIELDS,
+    RELEVANT_GRADE,
+    REQUIRED_CASE_FIELDS,
     UUID_PATTERN,
     DatasetFile,
 )
@@ -33,6 +36,13 @@ _NOT_UUID = "is not a UUID (chunk ids are document_chunks.id, e.g. 30465673-88ea
 _TOP_RANK = {"knowledge_base": 2, "name": 3, "description": 4, "metadata": 5, "cases": 6}
 _BOUNDS = ("greater_than_equal", "less_than_equal")
 _TWICE = "appears more than once in this object (JSON keeps only one of them)"
+_EMPTY = ("is empty; every case needs at least one relevant chunk id (document_chunks.id), unless it is "
+          "unanswerable (\"answerable\": false)")
+_ALL_ZERO = (f"every grade is 0; a case needs at least one relevant chunk (grade >= {RELEVANT_GRADE}; 0 means "
+             "judged not relevant), unless it is unanswerable (\"answerable\": false)")
+_UNANSWERABLE = ("an unanswerable case (\"answerable\": false) has no relevant chunk: the knowledge base holds no "
+                 "answer; give [] (or grade the judged chunks 0) or drop \"answerable\": false")
+_STRINGS = {"reference_answers": "reference answers", "key_points": "key points"}
 Keyed = tuple[tuple, DatasetProblem]
 
 
@@ -52,11 +62,7 @@ def _relevant(loc: tuple, error: dict, keys: dict[str, tuple[int, str]]) -> tupl
     if len(loc) == 0:
         return (0,), FIELD, f"must be an array of chunk ids or an object {{chunk_id: grade}}, {got(value)}"
     if len(loc) == 1:
-        if kind == "too_short":
-            return (0,), FIELD, "is empty; every case needs at least one relevant chunk id (document_chunks.id)"
-        if kind == "too_long":
-            return (0,), FIELD, f"has {error['ctx']['actual_length']} ids; the limit is {MAX_RELEVANT_IDS}"
-        return (2,), FIELD, str(error["ctx"]["error"])  # every grade 0
+        return (0,), FIELD, f"has {error['ctx']['actual_length']} ids; the limit is {MAX_RELEVANT_IDS}"
     if loc[0] == "list":
         where = f"{FIELD}[{loc[1]}]"
         if kind == "string_type":
@@ -87,7 +93,8 @@ def _case_error(items: list, loc: tuple, error: dict) -> Keyed:
     if kind == "missing":
         return keyed((2, CASE_FIELDS.index(field)), field, "is missing")
     if kind == "extra_forbidden":
-        return keyed((1, field), field, f"unknown field; a case has exactly {list(CASE_FIELDS)}")
+        return keyed((1, field), field, f"unknown field; a case has {list(REQUIRED_CASE_FIELDS)} and optionally "
+                                        f"{list(OPTIONAL_CASE_FIELDS)}")
     if field == FIELD:
         keys = {} if len(loc) < 4 or loc[2] != "object" else {  # a lone surrogate reaches the loc as U+FFFD
             key.encode("utf-8", "surrogatepass").decode("utf-8", "replace"): (pos, key)
@@ -98,7 +105,41 @@ def _case_error(items: list, loc: tuple, error: dict) -> Keyed:
         message = (f"must be between 1 and {MAX_K}, got {value}" if kind in _BOUNDS
                    else f"must be an integer between 1 and {MAX_K}, {got(value)}")
         return keyed((6,), field, message)
+    if field == "answerable":
+        return keyed((8,), field, f"must be true or false, {got(value)}")
+    if field in _STRINGS:
+        return keyed(*_strings(field, loc[2:], error))
     return keyed((3 if field == "case_id" else 4,), field, _text(error, got(value)))
+
+
+def _strings(field: str, loc: tuple, error: dict) -> tuple[tuple, str, str]:
+    """``(order, field, message)`` of an error in ``reference_answers`` or ``key_points`` (``loc`` after it)."""
+    order, kind, what = (7 if field == "reference_answers" else 9,), error["type"], _STRINGS[field]
+    if loc:
+        return (*order, loc[0]), f"{field}[{loc[0]}]", _text(error, got(error["input"]))
+    if kind == "too_short":
+        return order, field, f"is empty; give at least one of the {what} or leave the field out"
+    if kind == "too_long":
+        return order, field, f"has {error['ctx']['actual_length']} {what}; the limit is {error['ctx']['max_length']}"
+    return order, field, f"must be an array of strings, {got(error['input'])}"
+
+
+def _no_relevant(item: dict) -> tuple[tuple, str] | None:
+    """``(order, message)`` when an answerable case (``answerable`` anything but ``false``) has no relevant chunk
+    (an empty list or object, or valid grades all 0), or an unanswerable one has one (docs/design.md §12.1)."""
+    value = item.get(FIELD)
+    if not isinstance(value, (list, dict)):
+        return None
+    if item.get("answerable") is False:
+        relevant = value if isinstance(value, list) else [
+            g for g in value.values() if type(g) is int and g >= RELEVANT_GRADE]
+        return ((3,), _UNANSWERABLE) if relevant else None
+    if not value:
+        return (0,), _EMPTY
+    grades = list(value.values()) if isinstance(value, dict) else []
+    if grades and all(type(g) is int and MIN_GRADE <= g < RELEVANT_GRADE for g in grades):
+        return (2,), _ALL_ZERO
+    return None
 
 
 def _set_problems(items: list, flagged: set[tuple]) -> list[Keyed]:
@@ -114,6 +155,8 @@ def _set_problems(items: list, flagged: set[tuple]) -> list[Keyed]:
         if (isinstance(case_id, str) and (index, "case_id") not in flagged
                 and (first := first_case.setdefault(case_id, index)) != index):
             found.append((index, (3,), "case_id", f"duplicate case_id; first used by cases[{first}]"))
+        if (missing := _no_relevant(item)) is not None:
+            found.append((index, (5, missing[0]), FIELD, missing[1]))
         value = item.get(FIELD)
         if not isinstance(value, (list, dict)) or not 1 <= len(value) <= MAX_RELEVANT_IDS:
             continue

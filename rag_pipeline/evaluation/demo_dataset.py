@@ -2,7 +2,8 @@
 
 Cases name their relevant passages by an exact quote from a document; each quote is mapped to the
 chunk(s) that fully contain it under the demo knowledge base's chunking (deterministic chunk ids),
-so the dataset is reproducible without a database.
+so the dataset is reproducible without a database. The answer fields (``reference_answers``, ``answerable``,
+``key_points``; docs/design.md §12.1) are copied as written; an unanswerable case has no ``relevant`` entry.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ DEMO_KB = "demo"
 DEMO_TEXT_SEARCH = "chinese"
 DEMO_CHUNK_SIZE = 500
 DEMO_CHUNK_OVERLAP = 80
+ANSWER_FIELDS = ("reference_answers", "answerable", "key_points")
 
 
 def build_demo_dataset(kb_dir: str | Path, cases_file: str | Path, *, chunk_size: int = DEMO_CHUNK_SIZE,
@@ -29,7 +31,7 @@ def build_demo_dataset(kb_dir: str | Path, cases_file: str | Path, *, chunk_size
     cases = []
     for case in spec["cases"]:
         relevant: list[str] = []
-        for ref in case["relevant"]:
+        for ref in case.get("relevant") or ():
             doc = docs.get(ref["doc"])
             if doc is None:
                 raise ValueError(f"{cases_file}: case {case['case_id']}: unknown document {ref['doc']!r}")
@@ -46,7 +48,8 @@ def build_demo_dataset(kb_dir: str | Path, cases_file: str | Path, *, chunk_size
                 if cid not in relevant:
                     relevant.append(cid)
         cases.append({"case_id": case["case_id"], "question": case["question"],
-                      "relevant_chunk_ids": relevant, "k": int(case["k"])})
+                      "relevant_chunk_ids": relevant, "k": int(case["k"]),
+                      **{key: case[key] for key in ANSWER_FIELDS if key in case}})
     return {"name": "demo", "knowledge_base": kb_name, "cases": cases}
 
 

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.evaluation import diagnosis_db, persistence, run_records
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
+from rag_pipeline.evaluation.dataset_json import DatasetError, DatasetProblem
 from rag_pipeline.evaluation.diagnosis import MissReason
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
@@ -83,6 +84,10 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
     check_capacity(engine, readers, EXTRA_CONNECTIONS)
     t_start = time.perf_counter()
     run_records.sweep_abandoned(engine)
+    if not any(c.answerable for c in dataset.cases):
+        raise DatasetError(dataset.source_path or dataset.name, [DatasetProblem(
+            "every case is unanswerable (\"answerable\": false): no retrieval metric is defined, nothing was run "
+            "(docs/design.md §12.1)", field="cases")])
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, dataset.knowledge_base)
         preflight(conn, kb, strategy)
@@ -164,8 +169,10 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
          readers: int) -> None:
     timings = dict.fromkeys(TIMING_KEYS[:-1], 0.0)
     sums = np.zeros(len(METRIC_NAMES))
-    stats = {"cases_with_hit": 0, "cases_without_candidates": 0, "relevant_in_pool": 0, "relevant_total": 0}
+    stats = {"cases_with_hit": 0, "cases_without_candidates": 0, "relevant_in_pool": 0, "relevant_total": 0,
+             "unanswerable_cases": 0}
     total = len(dataset.cases)
+    scored = sum(c.answerable for c in dataset.cases)  # the averages' denominator (docs/design.md §12.1)
     starts = list(range(0, total, batch_size))
     embedder = (QuestionVectors(engine, get_embedder(strategy.embedding_model))
                 if strategy.vector_candidate_k else None)
@@ -228,7 +235,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                 future.cancel()
             raise
         timings["retrieval_wall_s"] = time.perf_counter() - t_loop
-        averages = sums / max(total, 1)
+        averages = sums / scored
         outcome.averages = {m: float(v) for m, v in zip(METRIC_NAMES, averages, strict=True)}
         timings["total_s"] = time.perf_counter() - t_start
         outcome.timings = {k: round(v, 4) for k, v in timings.items()}
@@ -254,7 +261,13 @@ def _tick(timings: dict[str, float], key: str, since: float) -> float:
 
 
 def _metrics(batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]) -> np.ndarray:
-    """``(len(batch), len(METRIC_NAMES))``; the full pool is passed so R-precision can look past k."""
-    result = evaluate_many([[c.chunk_id for c in t.candidates] for t in traces],
-                           [c.relevance for c in batch], [c.k for c in batch])
-    return np.column_stack([result[m] for m in METRIC_NAMES])
+    """``(len(batch), len(METRIC_NAMES))``; the full pool is passed so R-precision can look past k. An
+    unanswerable case has no metric: its row is 0, a storage placeholder (the columns are NOT NULL) that adds
+    nothing to the sums and that every query reads as NULL (docs/design.md §12.1)."""
+    values = np.zeros((len(batch), len(METRIC_NAMES)))
+    scored = [i for i, c in enumerate(batch) if c.answerable]
+    if scored:
+        result = evaluate_many([[c.chunk_id for c in traces[i].candidates] for i in scored],
+                               [batch[i].relevance for i in scored], [batch[i].k for i in scored])
+        values[scored] = np.column_stack([result[m] for m in METRIC_NAMES])
+    return values

@@ -97,14 +97,20 @@ def candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces:
 
 def case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
               values: np.ndarray, reasons: Sequence[Sequence[MissReason]], stats: dict):
-    """:data:`CASE_RESULT_COLUMNS` rows; adds each case to the run's ``stats`` (relevant found, hits, empty pools)."""
+    """:data:`CASE_RESULT_COLUMNS` rows; adds each answerable case to the run's ``stats`` (relevant found, hits,
+    empty pools) and counts the unanswerable ones (``unanswerable_cases``). An unanswerable case is stored with
+    ``relevant_chunk_ids`` ``[]`` (its marker) and the placeholder metrics of :func:`unscored_metrics`, which every
+    query of :mod:`.queries.cases` reads as NULL (docs/design.md §12.1)."""
     for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
         relevant = set(case.relevant_chunk_ids)
         ranks = [c.rank for c in trace.candidates if c.chunk_id in relevant]
-        stats["relevant_total"] += len(relevant)
-        stats["relevant_in_pool"] += len(ranks)
-        stats["cases_without_candidates"] += not trace.candidates
-        stats["cases_with_hit"] += any(c.chunk_id in relevant for c in trace.selected)
+        if not case.answerable:
+            stats["unanswerable_cases"] += 1
+        else:
+            stats["relevant_total"] += len(relevant)
+            stats["relevant_in_pool"] += len(ranks)
+            stats["cases_without_candidates"] += not trace.candidates
+            stats["cases_with_hit"] += any(c.chunk_id in relevant for c in trace.selected)
         yield (run_id, case.case_id, offset + i, case.question, case.k, json.dumps(list(case.relevant_chunk_ids)),
                json.dumps([c.chunk_id for c in trace.selected]), min(ranks) if ranks else None,
                *(float(v) for v in values[i]),

@@ -217,11 +217,13 @@ def evaluate_configs(pools: PoolSet, configs: Sequence[Any]) -> list[dict[str, n
 
 
 def load_pools(conn: Any, evaluation_run_id: Any) -> PoolSet:
-    """One evaluation run's pools (two queries), cases in ``case_index`` order."""
-    candidates = pools_of_run(conn, evaluation_run_id)
+    """One evaluation run's pools (two queries), cases in ``case_index`` order; answerable cases only (an
+    unanswerable one has no metric to tune, docs/design.md §12.1)."""
     cases = labels_of_run(conn, evaluation_run_id)
     if not cases:
-        raise ValueError(f"evaluation run {evaluation_run_id} has no case results")
+        raise ValueError(f"evaluation run {evaluation_run_id} has no case results of answerable cases")
+    scored = {str(c["case_id"]) for c in cases}
+    candidates = [r for r in pools_of_run(conn, evaluation_run_id) if str(r["case_id"]) in scored]
     return pools_from_rows(candidates, cases)
 
 

@@ -9,6 +9,8 @@ Which candidates a case lists (:data:`CANDIDATE_MODES`, keyword ``candidates`` o
 (grade >= 1), with the case's ``miss_reasons`` (the diagnosis of each relevant chunk that was missed): all the detail
 of docs/design.md §6.3 needs; ``all`` — the full pool; ``selected``; ``relevant``; ``none`` (metrics and miss reasons
 only). ``case_id`` restricts a report to one case.
+An unanswerable case (docs/design.md §12.1) is listed with its pool, ``answerable`` false, ``metrics`` None and
+the reason in ``metrics_skipped``.
 Each case shows its ``relevance_grades`` (every judged id -> grade, 0 = judged not relevant) and each
 candidate its ``relevance_grade`` (None = not judged by the case). A run with a rerank stage shows both ranks:
 ``rank`` (after the stage) and ``first_stage_rank`` (re-fused from the stored leg scores exactly as the run fused
@@ -39,6 +41,8 @@ from rag_pipeline.retrieval.stages import stored_strategy
 from rag_pipeline.storage.names import printable
 
 PAGE_CASES = 500
+UNANSWERABLE_REASON = ("unanswerable case (\"answerable\": false): no chunk is relevant, so no retrieval metric is "
+                       "defined; left out of the run's averages (docs/design.md §12.1)")
 
 
 
@@ -118,11 +122,13 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
                 "case_index": r.case_index,
                 "question": r.question,
                 "k": r.k,
+                "answerable": r.answerable,
                 "retrieved_chunk_ids": r.retrieved_chunk_ids,
                 "relevant_chunk_ids": r.relevant_chunk_ids,
                 "relevance_grades": _grades(r),
                 "first_relevant_rank": r.first_relevant_rank,
-                "metrics": {m: getattr(r, m) for m in METRIC_NAMES},
+                "metrics": {m: getattr(r, m) for m in METRIC_NAMES} if r.answerable else None,
+                "metrics_skipped": None if r.answerable else UNANSWERABLE_REASON,
                 "miss_reasons": r.miss_reasons,
                 "candidates": pools[r.case_id],
             }

@@ -113,8 +113,9 @@ def compare_runs(engine: sa.Engine, run_a: str, run_b: str, *, n_resamples: int 
         notes.append(f"the runs measure different versions of the dataset ({sa_.dataset.version[:12]} vs "
                      f"{sb.dataset.version[:12]}): labels may differ between them")
     labels = _labels(sa_, sb)
-    per_a = {c.case_id: c.metrics.model_dump() for c in a.cases}
-    per_b = {c.case_id: c.metrics.model_dump() for c in b.cases}
+    # answerable cases only: an unanswerable one has no metric to pair (docs/design.md §12.1)
+    per_a = {c.case_id: c.metrics.model_dump() for c in a.cases if c.metrics is not None}
+    per_b = {c.case_id: c.metrics.model_dump() for c in b.cases if c.metrics is not None}
     pair = [StrategyRun(labels[0], sa_.run_id, per_a), StrategyRun(labels[1], sb.run_id, per_b)]
     comp = comparison.compare(pair, labels[0], dataset=sa_.dataset.name, metrics=PAIRED_METRICS,
                               n_resamples=n_resamples, primary=primary)

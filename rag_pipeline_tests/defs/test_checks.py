@@ -85,7 +85,8 @@ def _store_run(conn, dataset_id, kb_id, version: str, ndcg: list[float]) -> str:
         conn.execute(sa.text(
             f"INSERT INTO retrieval_evaluation_case_results (evaluation_run_id, case_id, case_index, question, k, "
             f"relevant_chunk_ids, retrieved_chunk_ids, {', '.join(METRIC_NAMES)}) VALUES (:id, :c, :i, 'q', 1, "
-            f"'[]', '[]', {', '.join(':v' for _ in METRIC_NAMES)})"), {"id": run_id, "c": f"c{i}", "i": i, "v": value})
+            f"CAST(:rel_ids AS jsonb), '[]', {', '.join(':v' for _ in METRIC_NAMES)})"),
+            {"id": run_id, "c": f"c{i}", "i": i, "v": value, "rel_ids": f'["{uuid.uuid4()}"]'})  # answerable: one id
         # a candidate's document name is its chunk's document's (the view joins it): store both
         chunk_id = uuid.uuid4()
         doc_id = conn.execute(sa.text(

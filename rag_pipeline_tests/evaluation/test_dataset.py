@@ -96,6 +96,21 @@ EXPECTED: dict[str, list[tuple]] = {
                                   (2, "big", f"relevant_chunk_ids.{U3}", "got 100"),
                                   (2, "big", f"relevant_chunk_ids.{U1}", "got number 1.5"),
                                   (2, "big", "k", "got 0")],
+    "answer_fields_bad.json": [
+        (1, "empty-refs", "reference_answers", "is empty; give at least one of the reference answers or leave"),
+        (2, "blank-ref", "reference_answers[1]", "must not be empty"),
+        (2, "blank-ref", "reference_answers[2]", "must be a string, got integer 7"),
+        (3, "refs-string", "reference_answers", 'must be an array of strings, got string "three"'),
+        (3, "refs-string", "key_points", "must be an array of strings, got null"),
+        (4, "answerable-string", "relevant_chunk_ids", "is empty; every case needs at least one relevant chunk id"),
+        (4, "answerable-string", "answerable", 'must be true or false, got string "no"'),
+        (5, "answerable-true-empty", "relevant_chunk_ids", 'unless it is unanswerable ("answerable": false)'),
+        (5, "answerable-true-empty", "key_points[0]", "must not be empty")],
+    "unanswerable_bad_ids.json": [(1, "bad-id", "relevant_chunk_ids[0]", '"doc-1" is not a UUID'),
+                                  (1, "bad-id", "relevant_chunk_ids", "an unanswerable case"),
+                                  (2, "zeros-answerable", "relevant_chunk_ids", "every grade is 0"),
+                                  (4, "relevant-unanswerable", "relevant_chunk_ids",
+                                   '("answerable": false) has no relevant chunk: the knowledge base holds no')],
     "name_differs_from_file.json": [(None, None, "name", "'demo' differs from the file name 'name_differs_from_file': "
                                                          "a dataset is identified by its file name; rename the file "
                                                          "or change the field")],
@@ -227,7 +242,8 @@ def test_problems_come_in_file_order():
            f'{{"doc": 11, "{U1}": 0, "{up}": 2.0}}, "case_id": "a", "case_id": "a", "aaa": 2}}, 7, '
            f'{{"case_id": "a", "question": "q", "relevant_chunk_ids": ["{U1}", 3, "{up}"], "k": 0}}], '
            '"knowledge_base": "", "metadata": {"x": NaN}, "name": "ok", "zeta": 2}')
-    unknown = "unknown field; a case has exactly ['case_id', 'question', 'relevant_chunk_ids', 'k']"
+    unknown = ("unknown field; a case has ['case_id', 'question', 'relevant_chunk_ids', 'k'] and optionally "
+               "['reference_answers', 'answerable', 'key_points']")
     first = "f.json: cases[0] (case_id 'a'): field"
     third = "f.json: cases[2] (case_id 'a'): field"
     with pytest.raises(DatasetError) as info:

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 import yaml
 
 from rag_pipeline.evaluation import demo_dataset
+from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.demo_dataset import build_demo_dataset
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
@@ -52,6 +53,9 @@ def test_demo_dataset_shape_and_labels() -> None:
     by_case = {c["case_id"]: c for c in spec["cases"]}
     for case in cases:
         ids = case["relevant_chunk_ids"]
+        if case.get("answerable") is False:
+            assert ids == [] and "relevant" not in by_case[case["case_id"]], "an unanswerable case has none"
+            continue
         assert ids, f"{case['case_id']} has no relevant chunk"
         assert len(set(ids)) == len(ids)
         assert case["k"] >= 1
@@ -68,6 +72,32 @@ def test_demo_dataset_shape_and_labels() -> None:
             containing = [i for i, (name, c) in chunks.items()
                           if name == ref["doc"] and c.char_start <= start and end <= c.char_end]
             assert set(containing) <= set(ids), f"{case['case_id']}: a chunk containing the quote is not labelled"
+
+
+def _cjk(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
+
+
+def test_demo_answer_fields() -> None:
+    """Every answerable case has 1-3 reference answers, a Chinese question a Chinese one; at least 2 English and 2
+    Chinese unanswerable cases, whose ``absent`` terms occur nowhere in demo/kb (their answer is not there)."""
+    data = json.loads(COMMITTED.read_text(encoding="utf-8"))
+    spec = {c["case_id"]: c for c in yaml.safe_load(CASES.read_text(encoding="utf-8"))["cases"]}
+    answerable = [c for c in data["cases"] if c.get("answerable", True)]
+    unanswerable = [c for c in data["cases"] if not c.get("answerable", True)]
+    for case in answerable:
+        refs = case.get("reference_answers") or []
+        assert 1 <= len(refs) <= 3, case["case_id"]
+        assert not _cjk(case["question"]) or any(_cjk(r) for r in refs), f"{case['case_id']}: a Chinese answer"
+    assert sum(bool(c.get("key_points")) for c in answerable) >= 15
+    assert sum(_cjk(c["question"]) for c in unanswerable) >= 2 and sum(
+        c["question"].isascii() for c in unanswerable) >= 2
+    text = " ".join(d.text for d in read_folder(KB_DIR)).lower()
+    for case in unanswerable:
+        assert "reference_answers" not in case and "absent" not in case, "the test's terms are not dataset fields"
+        terms = spec[case["case_id"]]["absent"]
+        assert terms and not [t for t in terms if t.lower() in text], case["case_id"]
+    assert sum(not c.answerable for c in load_dataset(COMMITTED).cases) == len(unanswerable)
 
 
 def test_ids_resolve_after_ingesting_the_demo_kb(engine) -> None:

@@ -22,8 +22,10 @@ U1 = "30465673-88ea-41f0-a5a0-da496592f3df"
 U2 = "41576784-99fb-42a1-b6b1-eb5a7a3a04e0"
 U3 = "52687895-aa0c-43b2-87c2-fc6b8b4b15f1"
 
-# Versions stored before graded labels existed: the list form's canonical JSON must never change.
-DEMO_HASH = "62d06053bfff57c02939f5ab96ed9f63ded0468b47ca5e6176657ec3254d902e"
+# Versions stored before graded labels existed: the list form's canonical JSON must never change. The demo
+# dataset's own version changed when it gained answer fields (its version from before is pinned, on a copy of
+# that file, in test_answer_fields.py).
+DEMO_HASH = "00ff758d114cbde8cef6e43a39560b0f71d7d35827a1b9fe89a72a90ca425e92"
 SEED_ARRAY_HASH = "4dccd35b871d0137fa9c0fe33bd6eb17d59338cdd83eb9a2c84b7473590272e7"
 BOM_HASH = "c5fc986f7d5aa95e9ba9bc97fda1fc6d5ad23a4cda0c4856ee4072b64e1ff574"
 

@@ -409,6 +409,8 @@ VETTED_QUERY_MODULE_SPLICES = {
     ("evaluation/queries/cases.py", "copy_rows", "binary"): "a constant: empty or ' WITH (FORMAT BINARY)'",
     ("evaluation/queries/cases.py", "copy_rows", "', '.join(columns)"): "the constant column tuples of persistence",
     ("evaluation/queries/cases.py", "report_page", "_REPORT_COLUMNS"): "constant column names",
+    ("evaluation/queries/cases.py", "<module>", "m"): "a name of METRIC_NAMES (SCORED_METRICS)",
+    ("evaluation/queries/cases.py", "case_rows", "SCORED_METRICS"): "constant CASE expressions over METRIC_NAMES",
     ("evaluation/queries/cases.py", "report_page", "one_case"): "a constant fragment with a bind parameter",
     ("evaluation/queries/cases.py", "overview", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
     ("evaluation/queries/cases.py", "overview", "order"): "one of two literal ORDER BY lists",

@@ -71,16 +71,24 @@ def test_run_page_lists_every_case_and_marks_zero_scores(live_server, engine, co
     rows = _rows(html, "cases")
     cases = history.run_cases(engine, run["run_id"]).cases
     assert len(rows) == len(cases) == run["case_count"]
-    zero = [c.case_id for c in cases if c.metrics.ndcg_at_k == 0]
+    zero = [c.case_id for c in cases if c.metrics is not None and c.metrics.ndcg_at_k == 0]
     marked = [r for r in rows if 'data-zero="1"' in r]
     assert len(marked) == len(zero) and all(any(c in r for c in zero) for r in marked)
     assert f"zero-score cases only ({len(zero)})" in html
+    # the demo's unanswerable cases are listed, not scored (docs/design.md §12.1): never a zero-score case
+    unanswerable = [c.case_id for c in cases if not c.answerable]
+    assert len(unanswerable) >= 4 and all(c.metrics is None for c in cases if not c.answerable)
+    shown = [r for r in rows if "unanswerable" in r]
+    assert len(shown) == len(unanswerable) and all(any(c in r for c in unanswerable) for r in shown)
+    assert not any('data-zero="1"' in r for r in shown)
+    page = _get(live_server, f"{BASE}/runs/{run['run_id']}/case?case_id={quote(unanswerable[0])}")
+    assert 'id="unanswerable"' in page and "no retrieval metric is defined" in page
 
 
 def test_case_page_explains_each_missed_relevant_chunk(live_server, engine, console_runs):
     run = console_runs["keyword-v1"]
     cases = history.run_cases(engine, run["run_id"]).cases
-    case = next(c for c in cases if c.metrics.ndcg_at_k == 0 and c.reasons)
+    case = next(c for c in cases if c.metrics is not None and c.metrics.ndcg_at_k == 0 and c.reasons)
     html = _get(live_server, f"{BASE}/runs/{run['run_id']}/case?case_id={quote(case.case_id)}")
     assert str(escape(case.question)) in html
     relevant = _rows(html, "relevant")

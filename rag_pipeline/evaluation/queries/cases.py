@@ -1,5 +1,9 @@
 """Statements on the per-case results of runs (``retrieval_evaluation_case_results``), and the COPY that writes
-a run's result rows."""
+a run's result rows.
+
+An unanswerable case (docs/design.md §12.1) is a row with ``relevant_chunk_ids`` ``[]`` (an answerable case always
+has one): its stored metrics are placeholders, read here as NULL (:data:`SCORED_METRICS`, and ``answerable`` false), and
+left out of what compares or tunes metrics (:func:`overview`, :func:`metrics_of_runs`, :func:`labels_of_run`)."""
 
 from __future__ import annotations
 
@@ -26,8 +30,12 @@ def copy_rows(conn: sa.Connection, table: str, columns: Sequence[str], rows: Ite
     return n
 
 
-_REPORT_COLUMNS = ", ".join(("case_id", "case_index", "question", "k", "retrieved_chunk_ids", "relevant_chunk_ids",
-                             "relevance_grades", "first_relevant_rank", *METRIC_NAMES, "miss_reasons"))
+SCORED_METRICS = ", ".join(f"CASE WHEN relevant_chunk_ids <> '[]'::jsonb THEN {m} END AS {m}" for m in METRIC_NAMES)
+"""SQL: every metric column, NULL for an unanswerable case."""
+_REPORT_COLUMNS = ", ".join(("case_id", "case_index", "question", "k",
+                             "relevant_chunk_ids <> '[]'::jsonb AS answerable", "retrieved_chunk_ids",
+                             "relevant_chunk_ids", "relevance_grades", "first_relevant_rank",
+                             SCORED_METRICS, "miss_reasons"))
 
 
 def report_page(conn: sa.Connection, run_id, *, after: int, page: int, case_id: str | None) -> list[sa.Row]:
@@ -40,10 +48,11 @@ def report_page(conn: sa.Connection, run_id, *, after: int, page: int, case_id: 
 
 
 def case_rows(conn: sa.Connection, run_id, case_id: str | None = None) -> list[sa.RowMapping]:
-    """Every case of a run in dataset order (``case_id``: only that one): question, labels, metrics, reasons."""
-    return conn.execute(sa.text("""
+    """Every case of a run in dataset order (``case_id``: only that one): question, labels, metrics (NULL: an
+    unanswerable case), reasons."""
+    return conn.execute(sa.text(f"""
 SELECT case_index, case_id, question, k, first_relevant_rank, relevant_chunk_ids, relevance_grades, miss_reasons,
-       precision_at_k, recall_at_k, reciprocal_rank, ndcg_at_k, hit_at_k, average_precision_at_k, r_precision
+       relevant_chunk_ids <> '[]'::jsonb AS answerable, {SCORED_METRICS}
 FROM retrieval_evaluation_case_results
 WHERE evaluation_run_id = CAST(:run AS uuid) AND (CAST(:case AS text) IS NULL OR case_id = :case)
 ORDER BY case_index
@@ -60,7 +69,8 @@ def neighbours(conn: sa.Connection, run_id, case_index: int) -> sa.Row:
 
 
 def overview(conn: sa.Connection, run_id, *, worst_first: bool, limit: int) -> list[dict]:
-    """Per case: the metrics and the top 3 selected candidates (``worst_first``: lowest nDCG, then RR, first)."""
+    """Per answerable case: the metrics and the top 3 selected candidates (``worst_first``: lowest nDCG, then RR,
+    first)."""
     order = "r.ndcg_at_k, r.reciprocal_rank, r.case_index" if worst_first else "r.case_index"
     rows = conn.execute(sa.text(f"""
         SELECT r.case_index, r.case_id, r.question, r.k, r.first_relevant_rank,
@@ -73,24 +83,29 @@ def overview(conn: sa.Connection, run_id, *, worst_first: bool, limit: int) -> l
                 WHERE c.evaluation_run_id = r.evaluation_run_id AND c.case_id = r.case_id
                   AND c.is_selected AND c.rank <= 3) AS top3
         FROM retrieval_evaluation_case_results r
-        WHERE r.evaluation_run_id = :run ORDER BY {order} LIMIT :limit"""), {"run": run_id, "limit": limit})
+        WHERE r.evaluation_run_id = :run AND r.relevant_chunk_ids <> '[]'::jsonb ORDER BY {order} LIMIT :limit"""),
+        {"run": run_id, "limit": limit})
     return [dict(r._mapping) for r in rows]
 
 
 def metrics_of_runs(conn: sa.Connection, run_ids: list[str]) -> list[sa.RowMapping]:
-    """``run_id``, ``case_id`` and every metric of each case of the runs."""
+    """``run_id``, ``case_id`` and every metric of each answerable case of the runs (what a paired comparison
+    pairs)."""
     return conn.execute(sa.text(f"""
 SELECT evaluation_run_id::text AS run_id, case_id, {', '.join(METRIC_NAMES)}
 FROM retrieval_evaluation_case_results WHERE evaluation_run_id = ANY(CAST(:runs AS uuid[]))
+  AND relevant_chunk_ids <> '[]'::jsonb
 """), {"runs": run_ids}).mappings().all()
 
 
 def labels_of_run(conn, run_id) -> list[sa.RowMapping]:
-    """``case_id, k, relevant_chunk_ids, relevance_grades`` of every case, in dataset order (``conn``: a
+    """``case_id, k, relevant_chunk_ids, relevance_grades`` of every answerable case, in dataset order (``conn``: a
     connection or a session)."""
     return conn.execute(sa.text(
         "SELECT case_id, k, relevant_chunk_ids, relevance_grades FROM retrieval_evaluation_case_results "
-        "WHERE evaluation_run_id = CAST(:run_id AS uuid) ORDER BY case_index, case_id"), {"run_id": str(run_id)}
+        "WHERE evaluation_run_id = CAST(:run_id AS uuid) AND relevant_chunk_ids <> '[]'::jsonb "
+        "ORDER BY case_index, case_id"),
+        {"run_id": str(run_id)}
     ).mappings().all()
 
 

@@ -21,7 +21,9 @@ best rank, then chunk id). Grades 0-3 are what the labelling keys give (a datase
 keeps its grade). Exported case: the relevant ids as a list (the original design's form) when every judged candidate has
 grade 1 (or with ``binary``), else the judged candidates as graded ``{chunk_id: grade}`` (grade 0 = judged not relevant,
 kept); unjudged candidates are left out; a question without a relevant candidate, or
-skipped, is not exported (listed instead). Nothing here touches the database.
+skipped, is not exported (listed instead). A question read from a dataset keeps its answer fields
+(``reference_answers``, ``answerable``, ``key_points``; docs/design.md §12.1): an unanswerable one is exported with
+no relevant chunk (its grade-0 judgments kept unless ``binary``). Nothing here touches the database.
 """
 
 from __future__ import annotations
@@ -108,15 +110,25 @@ def export_cases(draft: Draft, *, binary: bool = False) -> tuple[list[dict], lis
             left_out.append((q.case_id, "skipped"))
             continue
         relevant = q.relevant()
+        judged = {c.chunk_id: c.grade for c in q.candidates if c.grade is not None}
+        if not q.answerable:  # unanswerable: exported with no relevant chunk (docs/design.md §12.1)
+            if relevant:
+                left_out.append((q.case_id, "marked unanswerable but a candidate is judged relevant: judge it 0 "
+                                            "or drop \"answerable\": false"))
+                continue
+            cases.append({"case_id": q.case_id, "question": q.question,
+                          "relevant_chunk_ids": [] if binary or not judged else judged, "k": q.k,
+                          **q.answer_fields()})
+            continue
         if not relevant:
             why = "not judged yet" if q.status == "pending" and all(c.grade is None for c in q.candidates) else \
                 "no candidate judged relevant (find its answer with `rag-pipeline chunks --search`)"
             left_out.append((q.case_id, why))
             continue
-        judged = {c.chunk_id: c.grade for c in q.candidates if c.grade is not None}
         if binary or set(judged.values()) == {1}:
             labels: list[str] | dict[str, int] = [c.chunk_id for c in relevant]
         else:
             labels = judged
-        cases.append({"case_id": q.case_id, "question": q.question, "relevant_chunk_ids": labels, "k": q.k})
+        cases.append({"case_id": q.case_id, "question": q.question, "relevant_chunk_ids": labels, "k": q.k,
+                      **q.answer_fields()})
     return cases, left_out

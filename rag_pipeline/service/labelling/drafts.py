@@ -67,7 +67,9 @@ def read_questions(path: str | Path, knowledge_base: str, k: int) -> list[DraftQ
         dataset = load_dataset(path, knowledge_base=knowledge_base) if path.suffix == ".json" else parse_dataset(
             raw, source=str(path), knowledge_base=knowledge_base)
         return [DraftQuestion(case_id=c.case_id, question=c.question, k=c.k, candidates=[
-            _candidate(None, cid, {}, g) for cid, g in c.grades.items()]) for c in dataset.cases]
+            _candidate(None, cid, {}, g) for cid, g in c.grades.items()],
+            reference_answers=list(c.reference_answers) or None, answerable=c.answerable,
+            key_points=list(c.key_points) or None) for c in dataset.cases]
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

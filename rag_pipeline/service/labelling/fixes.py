@@ -151,7 +151,7 @@ def _fixed_case(case, new_ids: dict[tuple[str, str], list[str]]) -> dict:
         labels: list[str] | dict[str, int] = grades
     else:
         labels = list(grades)
-    return {"case_id": case.case_id, "question": case.question, "relevant_chunk_ids": labels, "k": case.k}
+    return {**case.as_dict(), "relevant_chunk_ids": labels}  # the answer fields kept (docs/design.md §12.1)
 
 
 def _output(dataset: Dataset, kb_name: str, cases: list[dict], fixes: LabelFixes) -> dict:

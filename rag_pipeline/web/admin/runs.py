@@ -28,9 +28,14 @@ def case_url(run_id: str, case_id: str) -> str:
     return f"{BASE}/runs/{run_id}/case?case_id={quote(case_id, safe='')}"
 
 
+def _zero(case: CaseReport) -> bool:
+    """nDCG@k 0: nothing relevant found (an unanswerable case has no metric, docs/design.md §12.1)."""
+    return case.metrics is not None and case.metrics.ndcg_at_k == 0
+
+
 def _matches(case: CaseReport, q: str, zero: bool, reason: str) -> bool:
     return ((not q or q in f"{case.case_id} {case.question}".lower())
-            and (not zero or case.metrics.ndcg_at_k == 0) and (not reason or reason in case.reasons))
+            and (not zero or _zero(case)) and (not reason or reason in case.reasons))
 
 
 @router.get("/retrieval-evaluations/runs/{run_id}", name="admin_run")
@@ -44,7 +49,7 @@ def run_page(request: Request, engine: Engine, run_id: str, q: Annotated[str, Qu
         return error_page(request, 404, str(exc))
     summary, cases = found.summary, found.cases
     reasons = Counter(r for c in cases for r in c.reasons)
-    zero_count = sum(1 for c in cases if c.metrics.ndcg_at_k == 0)
+    zero_count = sum(1 for c in cases if _zero(c))
     total, matching = len(cases), len(cases)
     if total > MAX_ROWS:
         cases = [c for c in cases if _matches(c, q.strip().lower(), bool(zero), reason)]
