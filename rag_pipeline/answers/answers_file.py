@@ -1,0 +1,192 @@
+"""Reading an answers file (JSON Lines, one :class:`~rag_pipeline.contracts.answers.AnswerRecord` per line) as
+strictly as a dataset is read (docs/design.md §12.2).
+
+The whole file is checked before anything is used: at most :data:`MAX_FILE_BYTES`, UTF-8 (a BOM allowed), each
+non-blank line one JSON object (blank and white-space-only lines are ignored) with no duplicate keys and no
+non-finite numbers, valid as an ``AnswerRecord``, naming a case of the dataset, at most once, and every line
+that names its ``answerer`` naming the same one. Every problem is collected and worded
+``<file>: line N: field 'F': message``; :class:`AnswersFileError` lists them (the first
+:data:`~rag_pipeline.evaluation.dataset_json.MAX_LISTED_PROBLEMS`, then how many more). Nothing is written here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from rag_pipeline.contracts.answers import AnswerRecord
+from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.evaluation.dataset_json import (
+    MAX_LISTED_PROBLEMS,
+    NonFinite,
+    got,
+    json_problems,
+    object_hook,
+    parse_float,
+    show,
+    type_name,
+)
+from rag_pipeline.storage.files import FileReadError, format_size, read_bounded
+from rag_pipeline.storage.names import printable
+
+MAX_FILE_BYTES = 512 * 1024 * 1024
+"""An answers file is at most this large (10,000 lines with a full ``raw_response`` each fit)."""
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class AnswersProblem:
+    """One problem of an answers file; ``line`` is 1-based, ``None`` for the file as a whole."""
+
+    message: str
+    line: int | None = None
+    field: str | None = None
+
+    def describe(self, source: str) -> str:
+        where = [source] + ([f"line {self.line}"] if self.line else []) + (
+            [f"field {self.field!r}"] if self.field else [])
+        return ": ".join(where) + ": " + self.message
+
+
+class AnswersFileError(BadInputError, ValueError):
+    """An answers file that cannot be used; ``str()`` lists every problem, one per line (CLI exit 2, HTTP 422)."""
+
+    def __init__(self, source: str, problems: list[AnswersProblem]):
+        self.source, self.problems = source, problems
+        lines = [p.describe(source) for p in problems[:MAX_LISTED_PROBLEMS]]
+        if len(problems) > MAX_LISTED_PROBLEMS:
+            lines.append(f"… and {len(problems) - MAX_LISTED_PROBLEMS} more problems")
+        if len(problems) == 1:
+            super().__init__(f"invalid answers file {lines[0]}")
+        else:
+            super().__init__("\n".join([f"invalid answers file {source}: {len(problems)} problems",
+                                        *("  " + line for line in lines)]))
+
+
+@dataclass(frozen=True)
+class AnswersFile:
+    """A valid answers file: its records by case id (file order), the answerer its lines name (``None``: none
+    does), the SHA-256 of its bytes, and the dataset's case ids it has no line for (dataset order)."""
+
+    records: dict[str, AnswerRecord]
+    answerer: str | None
+    sha256: str
+    missing: list[str] = field(default_factory=list)
+
+
+def read_answers(answers: str | Path | bytes, *, case_ids: Sequence[str], filename: str | None = None
+                 ) -> AnswersFile:
+    """Read and validate an answers file (a path, or the bytes of an upload named ``filename``) against the
+    dataset's ``case_ids``; :class:`AnswersFileError` lists every problem."""
+    if isinstance(answers, bytes):
+        return parse_answers(answers, case_ids=case_ids, source=printable(filename or "<answers>"))
+    source = printable(Path(answers))
+    try:
+        raw = read_bounded(answers, MAX_FILE_BYTES, what="the answers file")
+    except FileReadError as exc:
+        raise AnswersFileError(source, [AnswersProblem(exc.reason)]) from None
+    return parse_answers(raw, case_ids=case_ids, source=source)
+
+
+def parse_answers(raw: bytes, *, case_ids: Sequence[str], source: str = "<answers>") -> AnswersFile:
+    """Validate answers-file bytes (see the module doc)."""
+    text = _decode(raw, source)
+    known = set(case_ids)
+    problems: list[AnswersProblem] = []
+    records: dict[str, AnswerRecord] = {}
+    first_line: dict[str, int] = {}
+    answerer: tuple[str, int] | None = None
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        data, record = _record(line, number, problems)
+        case_id, named = data.get("case_id"), data.get("answerer")
+        if isinstance(case_id, str) and case_id:
+            if case_id not in known:
+                problems.append(AnswersProblem(f"{show(case_id)} is not a case of the dataset ({len(known)} cases)",
+                                               number, "case_id"))
+            elif case_id in first_line:
+                problems.append(AnswersProblem(f"{show(case_id)} already answered on line {first_line[case_id]} "
+                                               "(one line per case)", number, "case_id"))
+            else:
+                first_line[case_id] = number
+                if record is not None:
+                    records[case_id] = record
+        if isinstance(named, str):
+            if answerer is None:
+                answerer = (named, number)
+            elif named != answerer[0]:
+                problems.append(AnswersProblem(f"{show(named)} differs from {show(answerer[0])} on line "
+                                               f"{answerer[1]} (every line names the same answerer)",
+                                               number, "answerer"))
+    if not problems and not first_line:
+        problems.append(AnswersProblem("has no answer lines; expected one JSON object per line"))
+    if problems:
+        raise AnswersFileError(source, problems)
+    return AnswersFile(records=records, answerer=answerer[0] if answerer else None,
+                       sha256=hashlib.sha256(raw).hexdigest(), missing=[c for c in case_ids if c not in records])
+
+
+def _decode(raw: bytes, source: str) -> str:
+    if len(raw) > MAX_FILE_BYTES:
+        raise AnswersFileError(source, [AnswersProblem(
+            f"the answers file is larger than {format_size(MAX_FILE_BYTES)}")])
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise AnswersFileError(source, [AnswersProblem("file is UTF-16 encoded; save it as UTF-8")])
+    body = raw[len(_BOM):] if raw.startswith(_BOM) else raw
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = body.count(b"\n", 0, exc.start) + 1
+        raise AnswersFileError(source, [AnswersProblem(
+            f"not valid UTF-8: byte 0x{body[exc.start]:02x}; save the file as UTF-8", line)]) from None
+
+
+def _record(line: str, number: int, problems: list[AnswersProblem]) -> tuple[dict, AnswerRecord | None]:
+    """The line's JSON object (``{}`` if it is none) and its record, or ``None`` with its problems added."""
+    try:
+        data = json.loads(line, object_pairs_hook=object_hook, parse_float=parse_float, parse_constant=NonFinite)
+    except json.JSONDecodeError as exc:
+        problems.append(AnswersProblem(f"invalid JSON at column {exc.colno}: {exc.msg}", number))
+        return {}, None
+    except RecursionError:
+        problems.append(AnswersProblem("invalid JSON: nested too deeply", number))
+        return {}, None
+    except ValueError as exc:  # an integer of more than 4300 digits (Python's int-from-string limit)
+        problems.append(AnswersProblem(f"invalid JSON: {exc}", number))
+        return {}, None
+    if not isinstance(data, dict):
+        problems.append(AnswersProblem(f"must be a JSON object (one answer per line), got {type_name(data)}", number))
+        return {}, None
+    found = [AnswersProblem(message, number, where.removeprefix("$.") or None)
+             for where, message in json_problems(data, "$")]
+    problems.extend(found)
+    try:
+        record = AnswerRecord.model_validate(data)
+    except ValidationError as exc:
+        flagged = {p.field for p in found}  # a non-finite number is reported once, as such
+        problems.extend(p for p in (AnswersProblem(_message(e), number, _field(e["loc"]) or None)
+                                    for e in exc.errors()) if p.field not in flagged)
+        return data, None
+    return data, None if found else record
+
+
+def _field(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _message(error: dict) -> str:
+    kind, value = error["type"], error.get("input")
+    if kind == "extra_forbidden":
+        return "is not a field of an answer line (schemas/answers-v1.json lists them)"
+    if kind == "missing":
+        return "is required"
+    return f"{error['msg'][0].lower()}{error['msg'][1:]}, {got(value)}"
