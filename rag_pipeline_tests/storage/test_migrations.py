@@ -14,6 +14,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from rag_pipeline.contracts.metrics import METRIC_NAMES
+from rag_pipeline.storage import answer_tables as answer_models  # noqa: F401 - registers the answer tables
 from rag_pipeline.storage import evaluation_tables as eval_models  # noqa: F401 - registers the evaluation tables
 from rag_pipeline.storage.engine import alembic_config
 from rag_pipeline.storage.evaluation_tables import CANDIDATE_PARTITION_PREFIX
@@ -27,7 +28,8 @@ EXPECTED_TABLES = {
     "knowledge_bases", "documents", "document_chunks", "chunk_embeddings", "embedding_models", "chunk_terms",
     "knowledge_base_term_stats", "retrieval_evaluation_datasets", "retrieval_evaluation_runs",
     "retrieval_evaluation_candidates", "retrieval_evaluation_case_results", "retrieval_strategies",
-    "retrieval_evaluation_candidate_rows", "question_embeddings", "retrieval_comparison_runs",
+    "retrieval_evaluation_candidate_rows", "question_embeddings", "retrieval_comparison_runs", "answer_runs",
+    "answer_case_results",
 }
 """Tables, and the view ``retrieval_evaluation_candidates`` (the seed's name over the partitioned storage)."""
 HNSW_PREFIX = "ix_emb_hnsw_"  # a knowledge base × model vector index (created at ingestion)

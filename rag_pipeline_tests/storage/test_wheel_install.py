@@ -24,6 +24,7 @@ import pytest
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 
+from rag_pipeline.storage import answer_tables as answer_models  # noqa: F401 - registers the answer tables
 from rag_pipeline.storage import evaluation_tables as eval_models  # noqa: F401 - registers the evaluation tables
 from rag_pipeline.storage.engine import alembic_config
 from rag_pipeline.storage.tables import Base

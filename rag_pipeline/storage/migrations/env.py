@@ -2,6 +2,7 @@
 
 from alembic import context
 
+from rag_pipeline.storage import answer_tables as answer_models  # noqa: F401 - registers the answer tables
 from rag_pipeline.storage import evaluation_tables as eval_models  # noqa: F401 - registers the evaluation tables
 from rag_pipeline.storage.tables import Base
 
