@@ -1,0 +1,129 @@
+"""Statements on the answer tables (``answer_runs``, ``answer_case_results``, docs/design.md §12.6) and the one
+chunk lookup the scorer needs. Every statement is written out, nothing spliced; the metric columns are listed in
+:data:`~rag_pipeline.contracts.answers.ANSWER_METRIC_NAMES` order (a test holds them equal)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+
+from rag_pipeline.knowledge_base.queries.documents import SEARCHABLE_DOCUMENT_SQL
+
+_CITED_SQL = (f"SELECT c.id::text AS id, c.content, (c.is_current AND {SEARCHABLE_DOCUMENT_SQL}) AS searchable "
+              "FROM document_chunks c JOIN documents d ON d.id = c.document_id "
+              "WHERE c.knowledge_base_id = CAST(:kb AS uuid) AND c.id = ANY(CAST(:ids AS uuid[]))")
+_RUN_SELECT = """
+SELECT r.id, r.created_at, d.name AS dataset, d.content_hash AS dataset_version, r.dataset_id,
+       kb.name AS knowledge_base, r.knowledge_base_id, r.knowledge_base_version, r.answerer, r.answerer_version,
+       r.scoring_version, r.scoring, r.answers_sha256, r.rescored_from, r.summary
+FROM answer_runs r
+JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+"""
+_RUN_FILTER = """
+WHERE (CAST(:dataset AS text) IS NULL OR d.name = :dataset)
+  AND (CAST(:kb AS uuid) IS NULL OR r.knowledge_base_id = CAST(:kb AS uuid))
+  AND (CAST(:answerer AS text) IS NULL OR r.answerer = :answerer)
+"""
+INSERT_RUN = sa.text("""
+INSERT INTO answer_runs (id, dataset_id, knowledge_base_id, knowledge_base_version, answerer, answerer_version,
+    scoring_version, scoring, answers_sha256, rescored_from, case_count, answered, exact_match, f1, answer_contains,
+    key_point_recall, citation_precision, citation_recall, citation_validity, sentence_citation_coverage,
+    lexical_support, answer_score, refusal_recall, false_refusal_rate, summary, partition_key, dagster_run_id)
+VALUES (:id, :dataset_id, :knowledge_base_id, :knowledge_base_version, :answerer, :answerer_version,
+    :scoring_version, CAST(:scoring AS jsonb), :answers_sha256, :rescored_from, :case_count, :answered, :exact_match,
+    :f1, :answer_contains, :key_point_recall, :citation_precision, :citation_recall, :citation_validity,
+    :sentence_citation_coverage, :lexical_support, :answer_score, :refusal_recall, :false_refusal_rate,
+    CAST(:summary AS jsonb), :partition_key, :dagster_run_id)
+RETURNING created_at
+""")
+INSERT_CASE = sa.text("""
+INSERT INTO answer_case_results (run_id, case_id, case_index, verdict, refused, exact_match, f1, answer_contains,
+    key_point_recall, citation_precision, citation_recall, citation_validity, sentence_citation_coverage,
+    lexical_support, answer_score, record, result)
+VALUES (:run_id, :case_id, :case_index, :verdict, :refused, :exact_match, :f1, :answer_contains, :key_point_recall,
+    :citation_precision, :citation_recall, :citation_validity, :sentence_citation_coverage, :lexical_support,
+    :answer_score, CAST(:record AS jsonb), CAST(:result AS jsonb))
+""")
+INSERTED_METRIC_COLUMNS = ("exact_match", "f1", "answer_contains", "key_point_recall", "citation_precision",
+                           "citation_recall", "citation_validity", "sentence_citation_coverage", "lexical_support",
+                           "answer_score")
+"""The metric columns the two inserts name, in their order."""
+
+
+def insert_run(conn: sa.Connection, values: dict) -> object:
+    """Insert one run row; returns its ``created_at``."""
+    return conn.execute(INSERT_RUN, values).scalar_one()
+
+
+def insert_cases(conn: sa.Connection, rows: Sequence[dict]) -> None:
+    """Insert a run's case rows (one pipelined batch)."""
+    if rows:
+        conn.execute(INSERT_CASE, list(rows))
+
+
+def run_row(conn: sa.Connection, run_id) -> sa.Row | None:
+    return conn.execute(sa.text(_RUN_SELECT + "WHERE r.id = CAST(:id AS uuid)"), {"id": str(run_id)}).first()
+
+
+def runs_with_prefix(conn: sa.Connection, prefix: str) -> list[sa.Row]:
+    """The (at most three) runs whose id text starts with ``prefix``."""
+    return conn.execute(sa.text("SELECT id, created_at, answerer FROM answer_runs WHERE id::text LIKE :p "
+                                "ORDER BY id LIMIT 3"), {"p": prefix + "%"}).all()
+
+
+def list_runs(conn: sa.Connection, *, dataset: str | None, kb_id, answerer: str | None, limit: int,
+              offset: int) -> tuple[int, list[sa.Row]]:
+    """(how many runs match, one page of them newest first)."""
+    params = {"dataset": dataset, "kb": None if kb_id is None else str(kb_id), "answerer": answerer}
+    total = conn.execute(sa.text("SELECT count(*) FROM answer_runs r JOIN retrieval_evaluation_datasets d "
+                                 "ON d.id = r.dataset_id" + _RUN_FILTER), params).scalar_one()
+    rows = conn.execute(sa.text(_RUN_SELECT + _RUN_FILTER + "ORDER BY r.created_at DESC, r.id LIMIT :limit "
+                                "OFFSET :offset"), {**params, "limit": limit, "offset": offset}).all()
+    return int(total), rows
+
+
+def case_results(conn: sa.Connection, run_id, verdict: str | None) -> list[sa.Row]:
+    """``(case_id, result, record)`` of a run's cases in dataset order (``verdict``: only those)."""
+    return conn.execute(sa.text(
+        "SELECT case_id, result, record FROM answer_case_results WHERE run_id = CAST(:run AS uuid) "
+        "AND (CAST(:verdict AS text) IS NULL OR verdict = :verdict) ORDER BY case_index"),
+        {"run": str(run_id), "verdict": verdict}).all()
+
+
+def cited_chunks(conn: sa.Connection, kb_id, ids: Sequence[str]) -> list[sa.Row]:
+    """``(id, content, searchable)`` of the chunks of knowledge base ``kb_id`` among ``ids`` (UUID strings):
+    one statement, only those chunks."""
+    if not ids:
+        return []
+    return conn.execute(sa.text(_CITED_SQL), {"kb": str(kb_id), "ids": list(ids)}).all()
+
+
+def prunable_runs(conn: sa.Connection, *, keep: int, days: float | None, dataset: str | None) -> list[sa.Row]:
+    """Answer runs beyond the ``keep`` newest (and never the newest) of their dataset × knowledge base ×
+    answerer, created ``days`` ago or earlier (``dataset``: of that name), oldest first, with their size."""
+    return conn.execute(sa.text("""
+WITH ranked AS (
+    SELECT r.id, r.created_at, r.answerer, r.answerer_version, r.case_count, d.name AS dataset,
+           kb.name AS knowledge_base,
+           row_number() OVER (PARTITION BY d.name, r.knowledge_base_id, r.answerer
+                              ORDER BY r.created_at DESC, r.id) AS place
+    FROM answer_runs r
+    JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+    JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+    WHERE (CAST(:dataset AS text) IS NULL OR d.name = :dataset)
+)
+SELECT id, created_at, answerer, answerer_version, case_count, dataset, knowledge_base,
+       coalesce((SELECT sum(pg_column_size(cr.*)) FROM answer_case_results cr WHERE cr.run_id = ranked.id), 0)
+       AS bytes
+FROM ranked
+WHERE place > greatest(:keep, 1)
+  AND (CAST(:days AS float8) IS NULL OR created_at < now() - make_interval(secs => CAST(:days AS float8) * 86400))
+ORDER BY created_at, id
+"""), {"keep": keep, "days": days, "dataset": dataset}).all()
+
+
+def delete_runs(conn: sa.Connection, run_ids: Sequence[str]) -> None:
+    """Delete answer runs (their case rows cascade)."""
+    conn.execute(sa.text("DELETE FROM answer_runs WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": list(run_ids)})
