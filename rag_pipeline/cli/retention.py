@@ -34,6 +34,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
               f"{r.candidate_rows} candidate rows, {_size(r.bytes)}")
     print(f"{verb} {len(result.runs)} run(s), {result.candidate_rows} candidate rows, {_size(result.bytes_freed)} "
           f"freed" + (" (dry run: nothing removed)" if result.dry_run else ""))
+    if result.answer_runs:
+        print(f"{verb} {len(result.answer_runs)} answer run(s) ("
+              f"{sum(r.cases for r in result.answer_runs)} case results)")
     if result.kept_for_comparison:
         print(f"kept {result.kept_for_comparison} old run(s) that a stored comparison refers to "
               "(--include-compared removes them too)")

@@ -277,6 +277,19 @@ class CollectionResult(BaseModel):
     answerer: str | None = None
 
 
+class PrunedAnswerRun(BaseModel):
+    """An answer run retention removed (or, in a dry run, would remove)."""
+
+    run_id: str
+    dataset: str
+    knowledge_base: str
+    answerer: str
+    answerer_version: str
+    created_at: str
+    cases: int
+    bytes: int
+
+
 def answers_json_schema() -> dict[str, Any]:
     """The JSON Schema of one answers-file line (``schemas/answers-v1.json``)."""
     schema = AnswerRecord.model_json_schema()

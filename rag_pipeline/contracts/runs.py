@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rag_pipeline.contracts.answers import PrunedAnswerRun
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 
 RunStatus = Literal["queued", "running", "succeeded", "failed", "abandoned"]
@@ -187,6 +188,8 @@ class PruneResult(BaseModel):
     dry_run: bool
     runs: list[PrunedRun] = Field(default_factory=list)
     kept_for_comparison: int = 0  # runs kept only because a stored comparison refers to them
+    answer_runs: list[PrunedAnswerRun] = Field(default_factory=list, description="answer runs removed by the same "
+                                                                                 "rule (docs/design.md §12.6)")
 
     @property
     def candidate_rows(self) -> int:
@@ -194,4 +197,4 @@ class PruneResult(BaseModel):
 
     @property
     def bytes_freed(self) -> int:
-        return sum(r.bytes for r in self.runs)
+        return sum(r.bytes for r in self.runs) + sum(r.bytes for r in self.answer_runs)

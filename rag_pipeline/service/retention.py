@@ -3,7 +3,8 @@ job ``prune_evaluation_runs``; what is kept: docs/evaluating.md, "Retention").
 
 :func:`prune_runs` keeps the ``keep_last`` newest runs of every dataset × knowledge base × strategy, and never a
 current run, one in progress or queued, or (unless ``include_compared``) one the latest stored comparison refers
-to (:func:`record_comparison`). Deleting a run drops its candidate partition; that needs a short exclusive lock,
+to (:func:`record_comparison`). Answer runs follow the same rule per dataset × knowledge base × answerer, and the
+newest of each is always kept (docs/design.md §12.6); they are counted in ``PruneResult.answer_runs``. Deleting a run drops its candidate partition; that needs a short exclusive lock,
 held by a run being written: the removal waits at most :data:`LOCK_TIMEOUT_S`, then fails with
 :class:`RetentionError`, nothing removed.
 """
@@ -14,6 +15,8 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
+from rag_pipeline.answers import queries as answer_queries
+from rag_pipeline.contracts.answers import PrunedAnswerRun
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.contracts.runs import PrunedRun, PruneResult
 from rag_pipeline.evaluation.queries import retention as queries
@@ -45,7 +48,15 @@ def prune_runs(engine: sa.Engine, *, keep_last: int, older_than_days: float | No
                                          strategy_version=r.strategy_version, status=r.status,
                                          started_at=r.started_at, candidate_rows=int(r.candidate_count or 0),
                                          bytes=int(r.bytes)))
-        if dry_run or not result.runs:
+        result.answer_runs = [
+            PrunedAnswerRun(run_id=str(r.id), dataset=r.dataset, knowledge_base=r.knowledge_base,
+                            answerer=r.answerer, answerer_version=r.answerer_version,
+                            created_at=r.created_at.isoformat(), cases=int(r.case_count), bytes=int(r.bytes))
+            for r in answer_queries.prunable_runs(conn, keep=keep_last, days=older_than_days, dataset=dataset)]
+        if dry_run:
+            return result
+        answer_queries.delete_runs(conn, [r.run_id for r in result.answer_runs])
+        if not result.runs:
             return result
         queries.set_lock_timeout(conn, LOCK_TIMEOUT_S)
         try:

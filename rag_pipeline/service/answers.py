@@ -1,0 +1,151 @@
+"""Answer operations (docs/design.md §12): score an answers file against a dataset, list and read stored answer
+runs, re-score one with other settings, compare two.
+
+A dataset is named as for an evaluation: a dataset file, a name in the datasets folder (``<name>.json``), or a
+stored dataset's name (its latest version). Scoring reads the whole answers file first (every problem at once,
+:class:`~rag_pipeline.answers.answers_file.AnswersFileError`), then stores the dataset version (if new) and the
+run with all its cases in one transaction: on any error nothing is stored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from rag_pipeline.answers import persistence
+from rag_pipeline.answers.answers_file import read_answers
+from rag_pipeline.answers.scoring import score_answers
+from rag_pipeline.answers.summary import summarise
+from rag_pipeline.contracts.answers import (
+    ANSWER_METRIC_NAMES,
+    VERDICTS,
+    AnswerCaseResult,
+    AnswerRecord,
+    AnswerReport,
+    AnswerRunList,
+    AnswerScoring,
+)
+from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.evaluation.dataset import Dataset, load_dataset
+from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.knowledge_base.versions import content_version
+from rag_pipeline.service.answer_comparison import compare_answer_runs as compare_answer_runs
+from rag_pipeline.service.catalog import find_dataset
+from rag_pipeline.settings import datasets_dir
+
+CONFIDENT_SUPPORT = 0.5
+"""A wrong answer whose lexical_support reaches this (or that cites a chunk) is "wrong but confident"."""
+
+
+class AnswersRequestError(BadInputError, ValueError):
+    """A bad argument of an answers operation (answerer, verdict, sort)."""
+
+
+def evaluate_answers(engine: sa.Engine, knowledge_base: str, dataset: str | Path, answers: str | Path | bytes, *,
+                     answerer: str | None = None, scoring: AnswerScoring | None = None, store: bool = True,
+                     filename: str | None = None, partition_key: str | None = None,
+                     dagster_run_id: str | None = None) -> AnswerReport:
+    """Score an answers file (a path, or the bytes of an upload named ``filename``) against ``dataset`` on
+    ``knowledge_base`` (name or id). ``answerer``: ``NAME`` or ``NAME@VERSION``, else the file's own, else
+    ``unnamed``. With ``store`` the run is stored (``AnswerReport.run``), else only scored (``run`` None)."""
+    scoring = scoring or AnswerScoring()
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, knowledge_base)
+    data = _dataset(engine, kb.name, dataset)
+    parsed = read_answers(answers, case_ids=[c.case_id for c in data.cases], filename=filename)
+    if answerer and parsed.answerer and answerer.strip() != parsed.answerer:
+        raise AnswersRequestError(f"--answerer {answerer!r} differs from the answerer the file names "
+                                  f"({parsed.answerer!r}); give the same one, or none")
+    name, version = persistence.answerer_identity(answerer or parsed.answerer)
+    return _score_and_store(engine, kb, data, parsed.records, scoring, store=store, subject=dict(
+        answerer=name, answerer_version=version, answers_sha256=parsed.sha256, partition_key=partition_key,
+        dagster_run_id=dagster_run_id))
+
+
+def rescore_answer_run(engine: sa.Engine, run_id: str, scoring: AnswerScoring) -> AnswerReport:
+    """Score the answers stored with run ``run_id`` again with ``scoring`` (against the knowledge base as it is
+    now), stored as a new run that names the old one; the answers are not collected again."""
+    with engine.connect() as conn:
+        run, row = persistence.load_run(conn, run_id)
+        data = load_stored_dataset(conn, row.dataset_id)
+        records = persistence.load_records(conn, run.run_id)
+        kb = resolve_knowledge_base(conn, str(row.knowledge_base_id))
+    return _score_and_store(engine, kb, data, records, scoring, store=True, subject=dict(
+        answerer=run.answerer, answerer_version=run.answerer_version, answers_sha256=run.answers_sha256,
+        rescored_from=run.run_id))
+
+
+def _score_and_store(engine: sa.Engine, kb, data: Dataset, records: dict[str, AnswerRecord],
+                     scoring: AnswerScoring, *, store: bool, subject: dict) -> AnswerReport:
+    with engine.connect() as conn:
+        kb_ids, texts = persistence.scorer_chunks(conn, kb.id, records.values())
+        kb_version = content_version(conn, kb.id).version if store else None
+    results = score_answers(data.cases, records, kb_chunk_ids=kb_ids, chunk_text=texts, scoring=scoring)
+    summary = summarise(results, cases=len(data.cases))
+    if not store:
+        return AnswerReport(run=None, summary=summary, cases=results)
+    with engine.begin() as conn:
+        dataset_id = store_dataset(conn, data, kb.name)
+        run_id = persistence.store_run(conn, persistence.RunSubject(
+            dataset_id=str(dataset_id), knowledge_base_id=str(kb.id), knowledge_base_version=kb_version, **subject),
+            scoring, results, summary, records)
+        run, _ = persistence.load_run(conn, run_id)
+    return AnswerReport(run=run, summary=summary, cases=results)
+
+
+def _dataset(engine: sa.Engine, knowledge_base: str, dataset: str | Path) -> Dataset:
+    """A dataset file, ``<name>.json`` of the datasets folder, or the latest stored version of that name."""
+    path = Path(dataset)
+    if path.suffix == ".json" or path.is_file():
+        return load_dataset(path, knowledge_base=knowledge_base)
+    named = datasets_dir() / f"{dataset}.json"
+    if named.is_file():
+        return load_dataset(named, knowledge_base=knowledge_base)
+    version = find_dataset(engine, knowledge_base, str(dataset))
+    with engine.connect() as conn:
+        return load_stored_dataset(conn, version.dataset_id)
+
+
+def list_answer_runs(engine: sa.Engine, *, dataset: str | None = None, knowledge_base: str | None = None,
+                     answerer: str | None = None, limit: int = 100, offset: int = 0) -> AnswerRunList:
+    """Stored answer runs, newest first; filters: dataset name, knowledge base (name or id), answerer name."""
+    if not (1 <= limit <= 10_000) or offset < 0:
+        raise AnswersRequestError(f"limit must be 1 to 10000 and offset 0 or more, got {limit} and {offset}")
+    with engine.connect() as conn:
+        kb_id = resolve_knowledge_base(conn, knowledge_base).id if knowledge_base else None
+        return persistence.list_runs(conn, dataset=dataset, knowledge_base_id=kb_id, answerer=answerer,
+                                     limit=limit, offset=offset)
+
+
+def get_answer_run(engine: sa.Engine, run_id: str, *, verdict: str | None = None, sort: str | None = None,
+                   wrong_but_confident: bool = False) -> AnswerReport:
+    """A stored run (id or unique prefix) with its cases in dataset order: only those of ``verdict``, only the
+    wrong-but-confident ones (:func:`is_wrong_but_confident`), sorted by ``sort`` (an answer metric, ascending;
+    ``-metric`` descending; cases where it is undefined last)."""
+    if verdict is not None and verdict not in VERDICTS:
+        raise AnswersRequestError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
+    metric = (sort or "").removeprefix("-")
+    if sort is not None and metric not in ANSWER_METRIC_NAMES:
+        raise AnswersRequestError(f"sort must be an answer metric ({', '.join(ANSWER_METRIC_NAMES)}), optionally "
+                                  f"with a leading '-' for descending; got {sort!r}")
+    with engine.connect() as conn:
+        run, _ = persistence.load_run(conn, run_id)
+        cases = persistence.load_cases(conn, run.run_id, verdict=verdict)
+    if wrong_but_confident:
+        cases = [c for c in cases if is_wrong_but_confident(c)]
+    if sort is not None:
+        sign = -1.0 if sort.startswith("-") else 1.0
+        scored = [c for c in cases if getattr(c.answer_metrics, metric) is not None]
+        scored.sort(key=lambda c: sign * getattr(c.answer_metrics, metric))  # stable: dataset order on ties
+        cases = scored + [c for c in cases if getattr(c.answer_metrics, metric) is None]
+    return AnswerReport(run=run, summary=run.summary, cases=cases)
+
+
+def is_wrong_but_confident(case: AnswerCaseResult) -> bool:
+    """Answered (status ok), not refused, ``answer_score`` −1, and either citing at least one chunk or with
+    ``lexical_support`` ≥ :data:`CONFIDENT_SUPPORT` (docs/design.md §12.6)."""
+    support = case.answer_metrics.lexical_support
+    return (case.status == "ok" and not case.refused and case.answer_metrics.answer_score == -1
+            and (bool(case.citations) or (support is not None and support >= CONFIDENT_SUPPORT)))
