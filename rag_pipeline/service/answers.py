@@ -59,9 +59,9 @@ def evaluate_answers(engine: sa.Engine, knowledge_base: str, dataset: str | Path
         raise AnswersRequestError(f"--answerer {answerer!r} differs from the answerer the file names "
                                   f"({parsed.answerer!r}); give the same one, or none")
     name, version = persistence.answerer_identity(answerer or parsed.answerer)
-    return _score_and_store(engine, kb, data, parsed.records, scoring, store=store, subject=dict(
-        answerer=name, answerer_version=version, answers_sha256=parsed.sha256, partition_key=partition_key,
-        dagster_run_id=dagster_run_id))
+    return _score_and_store(engine, kb, data, parsed.records, scoring, store=store, subject={
+        "answerer": name, "answerer_version": version, "answers_sha256": parsed.sha256,
+        "partition_key": partition_key, "dagster_run_id": dagster_run_id})
 
 
 def rescore_answer_run(engine: sa.Engine, run_id: str, scoring: AnswerScoring) -> AnswerReport:
@@ -72,9 +72,9 @@ def rescore_answer_run(engine: sa.Engine, run_id: str, scoring: AnswerScoring) -
         data = load_stored_dataset(conn, row.dataset_id)
         records = persistence.load_records(conn, run.run_id)
         kb = resolve_knowledge_base(conn, str(row.knowledge_base_id))
-    return _score_and_store(engine, kb, data, records, scoring, store=True, subject=dict(
-        answerer=run.answerer, answerer_version=run.answerer_version, answers_sha256=run.answers_sha256,
-        rescored_from=run.run_id))
+    return _score_and_store(engine, kb, data, records, scoring, store=True, subject={
+        "answerer": run.answerer, "answerer_version": run.answerer_version, "answers_sha256": run.answers_sha256,
+        "rescored_from": run.run_id})
 
 
 def _score_and_store(engine: sa.Engine, kb, data: Dataset, records: dict[str, AnswerRecord],

@@ -4,8 +4,8 @@ job ``prune_evaluation_runs``; what is kept: docs/evaluating.md, "Retention").
 :func:`prune_runs` keeps the ``keep_last`` newest runs of every dataset × knowledge base × strategy, and never a
 current run, one in progress or queued, or (unless ``include_compared``) one the latest stored comparison refers
 to (:func:`record_comparison`). Answer runs follow the same rule per dataset × knowledge base × answerer, and the
-newest of each is always kept (docs/design.md §12.6); they are counted in ``PruneResult.answer_runs``. Deleting a run drops its candidate partition; that needs a short exclusive lock,
-held by a run being written: the removal waits at most :data:`LOCK_TIMEOUT_S`, then fails with
+newest of each is always kept (docs/design.md §12.6); they are counted in ``PruneResult.answer_runs``. Deleting a
+run drops its candidate partition; that needs a short exclusive lock, held by a run being written: the removal waits at most :data:`LOCK_TIMEOUT_S`, then fails with
 :class:`RetentionError`, nothing removed.
 """
 
