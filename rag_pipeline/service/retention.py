@@ -5,8 +5,8 @@ job ``prune_evaluation_runs``; what is kept: docs/evaluating.md, "Retention").
 current run, one in progress or queued, or (unless ``include_compared``) one the latest stored comparison refers
 to (:func:`record_comparison`). Answer runs follow the same rule per dataset × knowledge base × answerer, and the
 newest of each is always kept (docs/design.md §12.6); they are counted in ``PruneResult.answer_runs``. Deleting a
-run drops its candidate partition; that needs a short exclusive lock, held by a run being written: the removal waits at most :data:`LOCK_TIMEOUT_S`, then fails with
-:class:`RetentionError`, nothing removed.
+run drops its candidate partition; that needs a short exclusive lock, held by a run being written: the removal
+waits at most :data:`LOCK_TIMEOUT_S`, then fails with :class:`RetentionError`, nothing removed.
 """
 
 from __future__ import annotations
