@@ -51,7 +51,8 @@ def _dataset(tmp_path: Path, kb_name: str, chunks: dict[str, str]) -> Path:
     return write_dataset(tmp_path / f"ans-{kb_name}.json", kb_name, cases)
 
 
-def _answers(path: Path, chunks: dict[str, str], *, coffee: str = "descaled every Friday", answerer: str | None = None) -> Path:
+def _answers(path: Path, chunks: dict[str, str], *, coffee: str = "descaled every Friday",
+             answerer: str | None = None) -> Path:
     lines = [
         {"case_id": "backup", "answer": "Basebackup with continuous WAL archiving.",
          "cited_chunk_ids": [chunks["backup.md"]], "retrieved_chunk_ids": [chunks["backup.md"], chunks["coffee.md"]]},
@@ -66,7 +67,7 @@ def _answers(path: Path, chunks: dict[str, str], *, coffee: str = "descaled ever
 
 def _counts(engine: sa.Engine) -> tuple[int, int, int]:
     with engine.connect() as conn:
-        return tuple(conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one()  # noqa: S608 - test constants
+        return tuple(conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one()
                      for t in ("answer_runs", "answer_case_results", "retrieval_evaluation_datasets"))
 
 
@@ -77,7 +78,7 @@ def test_a_scored_run_is_stored_and_read_back_equal(engine, kb, kb_name, tmp_pat
     assert run is not None and (run.answerer, run.answerer_version) == ("bot", "7")
     assert run.dataset == f"ans-{kb_name}" and len(run.knowledge_base_version) == 64
     assert run.scoring_version == scoring_version(AnswerScoring())
-    assert report.summary.cases == 4 and report.summary.answered == 3 and report.summary.missing_case_ids == ["vacation"]
+    assert (report.summary.cases, report.summary.answered, report.summary.missing_case_ids) == (4, 3, ["vacation"])
     by_id = {c.case_id: c for c in report.cases}
     assert by_id["backup"].verdict == "correct" and by_id["vacation"].status == "missing"
     assert by_id["coffee"].verdict == "citation_miss"  # right answer, its citation is not the relevant chunk

@@ -20,13 +20,15 @@ def _line(**fields) -> str:
 
 
 BAD = [  # (file text, expected "line N: field 'F': message" fragment)
-    ('{"case_id": "q1", "answer": 3}\n', "f.jsonl: line 1: field 'answer': input should be a valid string, got integer 3"),
+    ('{"case_id": "q1", "answer": 3}\n',
+     "f.jsonl: line 1: field 'answer': input should be a valid string, got integer 3"),
     ('{"answer": "x"}\n', "f.jsonl: line 1: field 'case_id': is required"),
     ('{"case_id": "", "answer": "x"}\n', "f.jsonl: line 1: field 'case_id': string should have at least 1 character"),
     ('{"case_id": "nope", "answer": "x"}\n', "f.jsonl: line 1: field 'case_id': \"nope\" is not a case of the dataset"),
     ('{"case_id": "q1"}\n\n{"case_id": "q1"}\n', "f.jsonl: line 3: field 'case_id': \"q1\" already answered on line 1"),
     ('{"case_id": "q1", "answer": "x", "answer": "y"}\n', "f.jsonl: line 1: field 'answer': appears more than once"),
-    ('{"case_id": "q1", "latency_ms": NaN}\n', "f.jsonl: line 1: field 'latency_ms': non-finite number NaN is not JSON"),
+    ('{"case_id": "q1", "latency_ms": NaN}\n',
+     "f.jsonl: line 1: field 'latency_ms': non-finite number NaN is not JSON"),
     ('{"case_id": "q1", "latency_ms": -5}\n', "f.jsonl: line 1: field 'latency_ms': input should be greater than or "
                                              "equal to 0, got integer -5"),
     ('{"case_id": "q1", "refused": "yes"}\n', "f.jsonl: line 1: field 'refused': input should be a valid boolean, "
