@@ -18,8 +18,6 @@ from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.service import answers, retention
 from rag_pipeline_tests.eval_helpers import TINY_DOCS, write_dataset
 
-pytestmark = pytest.mark.db
-
 
 @pytest.fixture
 def kb(engine, kb_name, tmp_path) -> dict[str, str]:
