@@ -134,7 +134,9 @@ def run_of(row: sa.Row) -> AnswerRun:
                      dataset_version=row.dataset_version, knowledge_base=row.knowledge_base,
                      knowledge_base_version=row.knowledge_base_version, answerer=row.answerer,
                      answerer_version=row.answerer_version, scoring_version=row.scoring_version,
-                     answers_sha256=row.answers_sha256, summary=AnswerSummary.model_validate(row.summary))
+                     answers_sha256=row.answers_sha256, summary=AnswerSummary.model_validate(row.summary),
+                     scoring=AnswerScoring.model_validate(row.scoring),
+                     rescored_from=None if row.rescored_from is None else str(row.rescored_from))
 
 
 def list_runs(conn: sa.Connection, *, dataset: str | None = None, knowledge_base_id=None,

@@ -180,6 +180,9 @@ class AnswerRun(BaseModel):
     scoring_version: str
     answers_sha256: str
     summary: AnswerSummary
+    scoring: AnswerScoring | None = Field(None, description="the settings it was scored with (scoring_version "
+                                                            "is their hash)")
+    rescored_from: str | None = Field(None, description="the run whose stored answers this run re-scored")
 
 
 class AnswerReport(BaseModel):

@@ -3,12 +3,14 @@ re-scored without the answers file, compared, pruned; bad input stores nothing (
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from rag_pipeline.answers import persistence
 from rag_pipeline.answers.answers_file import AnswersFileError
 from rag_pipeline.answers.persistence import AnswerRunNotFoundError, answerer_identity, scoring_version
 from rag_pipeline.contracts.answers import AnswerScoring
@@ -117,6 +119,23 @@ def test_a_bad_answers_file_stores_nothing(engine, kb, kb_name, tmp_path):
     assert _counts(engine) == before  # not even the dataset version
 
 
+def test_a_run_that_fails_half_way_leaves_nothing(engine, kb, kb_name, tmp_path):
+    """A real database error on the case rows (two rows for one case) rolls back the run row and the dataset."""
+    report = answers.evaluate_answers(engine, kb_name, _dataset(tmp_path, kb_name, kb),
+                                      _answers(tmp_path / "a.jsonl", kb), store=False)
+    before = _counts(engine)
+    subject = persistence.RunSubject(dataset_id="", knowledge_base_id="", knowledge_base_version=None,
+                                     answerer="a", answerer_version="1", answers_sha256="0" * 64)
+    with pytest.raises(sa.exc.IntegrityError, match="answer_case_results_pkey"), engine.begin() as conn:
+        dataset_id = conn.execute(sa.text(
+            "INSERT INTO retrieval_evaluation_datasets (id, name, knowledge_base_name, content_hash, case_count, "
+            "cases) VALUES (gen_random_uuid(), 'half', :kb, 'h', 0, '[]') RETURNING id"), {"kb": kb_name}).scalar()
+        kb_id = conn.execute(sa.text("SELECT id FROM knowledge_bases WHERE name = :n"), {"n": kb_name}).scalar()
+        subject = dataclasses.replace(subject, dataset_id=str(dataset_id), knowledge_base_id=str(kb_id))
+        persistence.store_run(conn, subject, AnswerScoring(), [*report.cases, report.cases[0]], report.summary, {})
+    assert _counts(engine) == before
+
+
 def test_rescoring_uses_the_stored_answers_and_makes_a_new_run(engine, kb, kb_name, tmp_path):
     dataset = _dataset(tmp_path, kb_name, kb)
     near = "The machine is descaled every week on Friday"  # 7 tokens without "the", 3 shared: f1 = 0.6
@@ -127,6 +146,7 @@ def test_rescoring_uses_the_stored_answers_and_makes_a_new_run(engine, kb, kb_na
     again = answers.rescore_answer_run(engine, first.run_id, lenient)
     assert again.run.run_id != first.run_id and again.run.answers_sha256 == first.answers_sha256
     assert again.run.scoring_version == scoring_version(lenient) != first.scoring_version
+    assert again.run.scoring == lenient and again.run.rescored_from == first.run_id
     recoffee = next(c for c in again.cases if c.case_id == "coffee")
     assert recoffee.answer == near and recoffee.answer_metrics.answer_score == 1
     assert [c.chunk_id for c in recoffee.citations] == [kb["onboarding.md"]]
