@@ -165,6 +165,7 @@ def _record(line: str, number: int, problems: list[AnswersProblem]) -> tuple[dic
         return {}, None
     found = [AnswersProblem(message, number, where.removeprefix("$.") or None)
              for where, message in json_problems(data, "$")]
+    found += [AnswersProblem(message, number, where) for where, message in _unstorable(data)]
     problems.extend(found)
     try:
         record = AnswerRecord.model_validate(data)
@@ -174,6 +175,26 @@ def _record(line: str, number: int, problems: list[AnswersProblem]) -> tuple[dic
                                     for e in exc.errors()) if p.field not in flagged)
         return data, None
     return data, None if found else record
+
+
+def _unstorable(data: dict) -> list[tuple[str, str]]:
+    """``(field, message)`` of the strings PostgreSQL cannot store (a NUL, a lone surrogate), in the fields that
+    are stored (``raw_response`` is not)."""
+    out = []
+    for key, value in data.items():
+        items = value if isinstance(value, list) else [value]
+        for i, item in enumerate(items):
+            if key == "raw_response" or not isinstance(item, str):
+                continue
+            where = f"{key}[{i}]" if isinstance(value, list) else key
+            if "\x00" in item:
+                out.append((where, "contains a NUL character (\\u0000), which PostgreSQL cannot store"))
+            else:
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    out.append((where, "contains an unpaired UTF-16 surrogate (invalid Unicode)"))
+    return out
 
 
 def _field(loc: tuple) -> str:

@@ -55,7 +55,8 @@ def _answers(path: Path, chunks: dict[str, str], *, coffee: str = "descaled ever
              answerer: str | None = None) -> Path:
     lines = [
         {"case_id": "backup", "answer": "Basebackup with continuous WAL archiving.",
-         "cited_chunk_ids": [chunks["backup.md"]], "retrieved_chunk_ids": [chunks["backup.md"], chunks["coffee.md"]]},
+         "cited_chunk_ids": [chunks["backup.md"]], "retrieved_chunk_ids": [chunks["backup.md"], chunks["coffee.md"]],
+         "raw_response": "{\"answer\": \"\u0000\"}"},  # a NUL PostgreSQL could not store: the reply is not kept
         {"case_id": "coffee", "answer": coffee, "cited_chunk_ids": [chunks["onboarding.md"]]},
         {"case_id": "salary", "answer": "信息不足，无法回答。", "refused": True},
     ]

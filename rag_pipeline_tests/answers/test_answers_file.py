@@ -45,6 +45,10 @@ BAD = [  # (file text, expected "line N: field 'F': message" fragment)
      "f.jsonl: line 2: field 'answerer': \"b@1\" differs from \"a@1\" on line 1"),
     ("\n  \n", "f.jsonl: has no answer lines"),
     ('{"case_id": "q1", "attempts": 1.5}\n', "f.jsonl: line 1: field 'attempts': input should be a valid integer"),
+    ('{"case_id": "q1", "answer": "a\\u0000b"}\n',
+     "f.jsonl: line 1: field 'answer': contains a NUL character (\\u0000), which PostgreSQL cannot store"),
+    ('{"case_id": "q1", "cited_chunk_ids": ["ok", "\\ud800"]}\n',
+     "f.jsonl: line 1: field 'cited_chunk_ids[1]': contains an unpaired UTF-16 surrogate"),
 ]
 
 
