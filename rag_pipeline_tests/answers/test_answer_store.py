@@ -14,7 +14,7 @@ from rag_pipeline.answers import persistence
 from rag_pipeline.answers.answers_file import AnswersFileError
 from rag_pipeline.answers.persistence import AnswerRunNotFoundError, answerer_identity, scoring_version
 from rag_pipeline.contracts.answers import AnswerScoring
-from rag_pipeline.contracts.errors import NotFoundError
+from rag_pipeline.contracts.errors import NotFoundError, NotFoundOrInvalidError
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.service import answers, retention
@@ -198,3 +198,8 @@ def test_service_errors_are_of_the_project_kinds(engine, kb, kb_name, tmp_path):
     with pytest.raises(NotFoundError, match="no dataset 'never-stored'"):
         answers.evaluate_answers(engine, kb_name, "never-stored", _answers(tmp_path / "b.jsonl", kb))
     assert answers.get_answer_run(engine, run.run_id, wrong_but_confident=True).cases == []
+    with pytest.raises(NotFoundOrInvalidError, match="knowledge base") as info:
+        answers.evaluate_answers(engine, f"{kb_name}-missing", "x", b"")
+    assert info.value.http_status == 404
+    with pytest.raises(answers.AnswersRequestError, match="limit must be 1 to 10000"):
+        answers.list_answer_runs(engine, limit=0)
