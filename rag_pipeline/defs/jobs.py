@@ -40,13 +40,14 @@ def prune_evaluation_runs_op(context: dg.OpExecutionContext, config: PruneConfig
                                   older_than_days=config.older_than_days or None, dataset=config.dataset or None,
                                   dry_run=config.dry_run, include_compared=config.include_compared)
     verb = "would remove" if result.dry_run else "removed"
-    context.log.info(f"{verb} {len(result.runs)} run(s), {result.candidate_rows} candidate rows, "
+    context.log.info(f"{verb} {len(result.runs)} run(s) and {len(result.answer_runs)} answer run(s), "
+                     f"{result.candidate_rows} candidate rows, "
                      f"{result.bytes_freed} bytes; kept {result.kept_for_comparison} run(s) a stored comparison "
                      "refers to")
     return dg.Output(None, metadata={
         "pruned_runs": len(result.runs), "pruned_candidate_rows": result.candidate_rows,
         "bytes_freed": result.bytes_freed, "dry_run": result.dry_run,
-        "kept_for_comparison": result.kept_for_comparison})
+        "kept_for_comparison": result.kept_for_comparison, "pruned_answer_runs": len(result.answer_runs)})
 
 @dg.job(description="Remove old evaluation runs: keep the newest of each dataset × strategy, every current run "
                     "and every run a stored comparison refers to (rag-pipeline runs prune).")

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from rag_pipeline.answers import persistence
 from rag_pipeline.answers.answers_file import AnswersFileError
 from rag_pipeline.answers.persistence import AnswerRunNotFoundError, answerer_identity, scoring_version
+from rag_pipeline.cli import main
 from rag_pipeline.contracts.answers import AnswerScoring
 from rag_pipeline.contracts.errors import NotFoundError, NotFoundOrInvalidError
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
@@ -167,7 +168,7 @@ def test_comparing_two_runs_pairs_the_common_cases(engine, kb, kb_name, tmp_path
     assert comparison == answers.compare_answer_runs(engine, a.run_id, b.run_id), "fixed seed: repeatable"
 
 
-def test_prune_keeps_the_newest_answer_runs_of_each_answerer(engine, kb, kb_name, tmp_path):
+def test_prune_keeps_the_newest_answer_runs_of_each_answerer(engine, kb, kb_name, tmp_path, capsys):
     dataset = _dataset(tmp_path, kb_name, kb)
     file = _answers(tmp_path / "a.jsonl", kb)
     runs = [answers.evaluate_answers(engine, kb_name, dataset, file, answerer="one").run.run_id for _ in range(3)]
@@ -176,6 +177,8 @@ def test_prune_keeps_the_newest_answer_runs_of_each_answerer(engine, kb, kb_name
     dry = retention.prune_runs(engine, keep_last=1, dataset=name, dry_run=True)
     assert [r.run_id for r in dry.answer_runs] == runs[:2] and dry.answer_runs[0].cases == 4
     assert answers.list_answer_runs(engine, dataset=name).total == 4
+    assert main(["runs", "prune", "--keep-last", "1", "--dataset", name, "--dry-run"]) == 0
+    assert "would remove 2 answer run(s) (8 case results)" in capsys.readouterr().out
     zero = retention.prune_runs(engine, keep_last=0, dataset=name)  # never the newest of an answerer
     assert sorted(r.run_id for r in zero.answer_runs) == sorted(runs[:2]) and zero.bytes_freed > 0
     left = {r.run_id for r in answers.list_answer_runs(engine, dataset=name).runs}
