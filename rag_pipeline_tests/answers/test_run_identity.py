@@ -4,9 +4,18 @@ without a database (docs/design.md §12.6)."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 
+from rag_pipeline.answers import queries
 from rag_pipeline.answers.persistence import answerer_identity, scoring_version
-from rag_pipeline.contracts.answers import AnswerCaseResult, AnswerCitation, AnswerMetrics, AnswerScoring
+from rag_pipeline.contracts.answers import (
+    ANSWER_METRIC_NAMES,
+    VERDICTS,
+    AnswerCaseResult,
+    AnswerCitation,
+    AnswerMetrics,
+    AnswerScoring,
+)
 from rag_pipeline.service.answers import is_wrong_but_confident
 
 
@@ -48,3 +57,13 @@ def test_wrong_but_confident_is_a_wrong_answer_that_cites_or_is_supported() -> N
     assert not is_wrong_but_confident(_case(score=0, cited=1)), "a refusal scores 0"
     assert not is_wrong_but_confident(_case(refused=True, cited=1))
     assert not is_wrong_but_confident(_case(status="error", cited=1, score=None))
+
+
+def test_the_statements_and_the_migration_name_the_contracts_metrics_and_verdicts() -> None:
+    migration = importlib.import_module("rag_pipeline.storage.migrations.versions.0007_answer_runs")
+    assert queries.INSERTED_METRIC_COLUMNS == ANSWER_METRIC_NAMES == migration.METRICS
+    assert migration.VERDICTS == VERDICTS
+    for statement in (queries.INSERT_RUN.text, queries.INSERT_CASE.text):
+        columns = statement.split("(", 1)[1].split(")", 1)[0]
+        named = [c.strip() for c in columns.split(",") if c.strip() in ANSWER_METRIC_NAMES]
+        assert tuple(named) == ANSWER_METRIC_NAMES
