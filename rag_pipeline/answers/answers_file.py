@@ -36,6 +36,8 @@ from rag_pipeline.storage.names import printable
 
 MAX_FILE_BYTES = 512 * 1024 * 1024
 """An answers file is at most this large (10,000 lines with a full ``raw_response`` each fit)."""
+MAX_COLLECTED = 1000
+"""Problems collected before the reader stops checking (a file of millions of bad lines stays cheap to refuse)."""
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -102,6 +104,10 @@ def parse_answers(raw: bytes, *, case_ids: Sequence[str], source: str = "<answer
     first_line: dict[str, int] = {}
     answerer: tuple[str, int] | None = None
     for number, line in enumerate(text.split("\n"), start=1):
+        if len(problems) >= MAX_COLLECTED:
+            problems.append(AnswersProblem(f"checking stopped after {MAX_COLLECTED} problems; the lines from here "
+                                           "on were not checked", number))
+            break
         if not line.strip():
             continue
         data, record = _record(line, number, problems)

@@ -78,6 +78,15 @@ def test_every_problem_is_listed_up_to_the_bound() -> None:
     assert message.rstrip().endswith("… and 10 more problems")
 
 
+def test_checking_stops_after_a_bound_of_problems(monkeypatch) -> None:
+    monkeypatch.setattr(answers_file, "MAX_COLLECTED", 5)
+    text = "".join(json.dumps({"case_id": f"x{i}"}) + "\n" for i in range(20))
+    with pytest.raises(AnswersFileError) as info:
+        parse_answers(text.encode(), case_ids=CASES, source="f.jsonl")
+    assert len(info.value.problems) == 6
+    assert "f.jsonl: line 6: checking stopped after 5 problems" in str(info.value)
+
+
 def test_a_good_file_keeps_every_line_and_lists_the_cases_without_one(tmp_path) -> None:
     raw = ("\ufeff" + _line(cited_chunk_ids=["A"], answerer="bot@2") + "\n\n"
            + json.dumps({"case_id": "q3", "status": "error", "error": "HTTP 503", "answerer": "bot@2"}) + "\r\n"
