@@ -16,7 +16,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.analysis.statistics import bootstrap_ci, paired_permutation_test
-from rag_pipeline.answers import persistence
+from rag_pipeline.answers.runs import persistence
 from rag_pipeline.contracts.answers import (
     ANSWER_METRIC_NAMES,
     AnswerCaseResult,

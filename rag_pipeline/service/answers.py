@@ -13,8 +13,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.answers import persistence
 from rag_pipeline.answers.answers_file import read_answers
+from rag_pipeline.answers.runs import persistence
 from rag_pipeline.answers.scoring import score_answers
 from rag_pipeline.answers.summary import summarise
 from rag_pipeline.contracts.answers import (

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from rag_pipeline.answers import queries as answer_queries
+from rag_pipeline.answers.runs import queries as answer_queries
 from rag_pipeline.contracts.answers import PrunedAnswerRun
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.contracts.runs import PrunedRun, PruneResult

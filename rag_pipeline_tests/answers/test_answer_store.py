@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.answers import persistence
 from rag_pipeline.answers.answers_file import AnswersFileError
-from rag_pipeline.answers.persistence import AnswerRunNotFoundError, answerer_identity, scoring_version
+from rag_pipeline.answers.runs import persistence
+from rag_pipeline.answers.runs.persistence import AnswerRunNotFoundError, answerer_identity, scoring_version
 from rag_pipeline.cli import main
 from rag_pipeline.contracts.answers import AnswerScoring
 from rag_pipeline.contracts.errors import NotFoundError, NotFoundOrInvalidError

@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 import importlib
 
-from rag_pipeline.answers import queries
-from rag_pipeline.answers.persistence import answerer_identity, scoring_version
+from rag_pipeline.answers.runs import queries
+from rag_pipeline.answers.runs.persistence import answerer_identity, scoring_version
 from rag_pipeline.contracts.answers import (
     ANSWER_METRIC_NAMES,
     VERDICTS,

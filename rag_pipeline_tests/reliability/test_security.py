@@ -427,7 +427,7 @@ VETTED_QUERY_MODULE_SPLICES = {
     **{("evaluation/queries/runs.py", func, expr): "constant SQL fragment" for func, expr in (
         ("run_row", "RUN_COLUMNS"), ("run_row", "RUN_FROM"), ("list_runs", "RUN_COLUMNS"), ("list_runs", "RUN_FROM"),
         ("count_runs", "RUN_FROM"))},
-    **{("answers/queries.py", func, expr): _CONSTANT for func, expr in (
+    **{("answers/runs/queries.py", func, expr): _CONSTANT for func, expr in (
         ("<module>", "SEARCHABLE_DOCUMENT_SQL"), ("run_row", "_RUN_SELECT"), ("list_runs", "_RUN_FILTER"))},
     ("evaluation/queries/runs.py", "list_runs", "where"): "_run_filter's literal 'column = :param' predicates",
     ("evaluation/queries/runs.py", "count_runs", "where"): "_run_filter's literal 'column = :param' predicates",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from rag_pipeline.answers import queries
+from rag_pipeline.answers.runs import queries
 from rag_pipeline.contracts.answers import (
     ANSWER_METRIC_NAMES,
     AnswerCaseResult,
