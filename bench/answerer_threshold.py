@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.benchutil import machine_line  # noqa: E402
-from rag_pipeline.answers.answerers import DEFAULT_STRATEGY, get_answerer  # noqa: E402
+from rag_pipeline.answers.collection.answerers import DEFAULT_STRATEGY, get_answerer  # noqa: E402
 from rag_pipeline.evaluation import demo_dataset  # noqa: E402
 from rag_pipeline.evaluation.dataset import EvaluationCase  # noqa: E402
 from rag_pipeline.knowledge_base.ingestion import ingest_documents  # noqa: E402

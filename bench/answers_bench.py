@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchutil import best_time, machine_line  # bench/ is on sys.path
 
-from rag_pipeline.answers.scoring import score_answers
-from rag_pipeline.answers.summary import summarise
-from rag_pipeline.answers.text_metrics import exact_match, f1, is_mostly_cjk
+from rag_pipeline.answers.metrics.scoring import score_answers
+from rag_pipeline.answers.metrics.summary import summarise
+from rag_pipeline.answers.metrics.text_metrics import exact_match, f1, is_mostly_cjk
 from rag_pipeline.contracts.answers import AnswerRecord, AnswerScoring
 from rag_pipeline.evaluation.dataset import EvaluationCase
 from rag_pipeline_tests.answers import official_scripts as official

@@ -76,7 +76,7 @@ class JudgeScore(BaseModel):
 
 
 class JudgeItem(BaseModel):
-    """One answer to judge (:func:`rag_pipeline.answers.judge.judge_cases`).
+    """One answer to judge (:func:`rag_pipeline.answers.judge.scores.judge_cases`).
 
     ``ask_refusal`` is for a case whose refusal neither the flag nor a phrase decided (docs/design.md §12.4)."""
 

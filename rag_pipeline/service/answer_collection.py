@@ -13,10 +13,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from rag_pipeline.answers.answerers import Answerer, get_answerer
-from rag_pipeline.answers.answers_writer import AnswersWriter, read_existing
-from rag_pipeline.answers.collector import collect_from_answerer, collect_from_endpoint
-from rag_pipeline.answers.endpoint_client import EndpointClient
+from rag_pipeline.answers.collection.answerers import Answerer, get_answerer
+from rag_pipeline.answers.collection.answers_writer import AnswersWriter, read_existing
+from rag_pipeline.answers.collection.collector import collect_from_answerer, collect_from_endpoint
+from rag_pipeline.answers.collection.endpoint_client import EndpointClient
 from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.dataset import load_dataset
@@ -30,7 +30,7 @@ class CollectionConfigError(BadInputError, ValueError):
 
 def _answerer(name: str, *, knowledge_base: str, strategy: str | None) -> Answerer:
     """The in-process answerer NAME (e.g. ``extractive-v1``) over ``knowledge_base``: the registry's
-    (:func:`rag_pipeline.answers.answerers.get_answerer`; an unknown name is its ``AnswererError``)."""
+    (:func:`rag_pipeline.answers.collection.answerers.get_answerer`; an unknown name is its ``AnswererError``)."""
     return get_answerer(name, engine=get_engine(), knowledge_base=knowledge_base, strategy=strategy)
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rag_pipeline.answers.answers_file import read_answers
+from rag_pipeline.answers.metrics.scoring import score_answers
+from rag_pipeline.answers.metrics.summary import summarise
 from rag_pipeline.answers.runs import persistence
-from rag_pipeline.answers.scoring import score_answers
-from rag_pipeline.answers.summary import summarise
 from rag_pipeline.contracts.answers import (
     ANSWER_METRIC_NAMES,
     VERDICTS,

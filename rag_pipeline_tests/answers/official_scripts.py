@@ -1,6 +1,6 @@
 """THE ORACLE: the official SQuAD v2.0 and CMRC 2018 evaluation functions, transcribed for the tests.
 
-Only what ``rag_pipeline.answers.text_metrics`` is checked against; kept as the scripts wrote them (their
+Only what ``rag_pipeline.answers.metrics.text_metrics`` is checked against; kept as the scripts wrote them (their
 names, their loops), changed only where Python 3 requires it, each change marked ``# py3:``.
 
 * SQuAD v2.0: "Official evaluation script for SQuAD version 2.0" (``evaluate-v2.0.py``,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rag_pipeline.answers import citation_metrics as cm
-from rag_pipeline.answers.sentences import marker_items, split_sentences
+from rag_pipeline.answers.metrics import citation_metrics as cm
+from rag_pipeline.answers.metrics.sentences import marker_items, split_sentences
 
 A = "0b9f3a52-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 B = "1c9f3a52-1c2d-4e5f-8a9b-0c1d2e3f4a5b"

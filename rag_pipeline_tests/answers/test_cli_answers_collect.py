@@ -28,7 +28,7 @@ def _subprocess(argv: list[str], env: dict[str, str] | None = None) -> subproces
 @pytest.mark.parametrize(("flags", "message"), [
     (["--request-template", "{not json"], "--request-template is not JSON"),
     (["--header", "A: b", "--header", "Bearer s3cr3t"], "--header number 2: expected 'Name: value'"),
-    (["--header", "Authorization: env:RAG_TEST_UNSET_VARIABLE"], "'RAG_TEST_UNSET_VARIABLE' is not set"),
+    (["--header", "Authorization: env:COLLECT_TEST_UNSET_VARIABLE"], "'COLLECT_TEST_UNSET_VARIABLE' is not set"),
     (["--answer-path", "a..b"], "--answer-path 'a..b': bad step"),
     (["--citations-path", "x[one]"], "--citations-path 'x[one]': bad step"),
     (["--strategy", "dense-v1"], "--strategy is for --answerer"),
@@ -72,8 +72,8 @@ def test_an_env_header_is_sent_but_never_printed_or_stored(tmp_path) -> None:
     plan = {"case-000": ["echo-headers"], "case-001": ["500-echo"]}
     with RagEndpoint(plan) as server:
         proc = _subprocess(["--dataset", str(dataset), "--endpoint", server.url, "--output", str(out),
-                            "--header", "Authorization: env:RAG_TEST_TOKEN", "--retries", "0"],
-                           env={"RAG_TEST_TOKEN": SECRET})
+                            "--header", "Authorization: env:COLLECT_TEST_TOKEN", "--retries", "0"],
+                           env={"COLLECT_TEST_TOKEN": SECRET})
         stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
     lines = {line["case_id"]: line for line in read_lines(out)}

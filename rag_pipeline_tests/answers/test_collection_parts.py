@@ -8,16 +8,16 @@ from email.utils import format_datetime
 
 import pytest
 
-from rag_pipeline.answers.answers_writer import AnswersFileError, AnswersWriter, read_existing
-from rag_pipeline.answers.endpoint_request import (
+from rag_pipeline.answers.collection.answers_writer import AnswersFileError, AnswersWriter, read_existing
+from rag_pipeline.answers.collection.endpoint_request import (
     EndpointConfigError,
     ResolvedHeaders,
     fill_template,
     fill_url,
     parse_template,
 )
-from rag_pipeline.answers.response_paths import PathNotFound, PathSyntaxError, parse_path
-from rag_pipeline.answers.retry_policy import retry_after_seconds, retryable_status, wait_before_retry
+from rag_pipeline.answers.collection.response_paths import PathNotFound, PathSyntaxError, parse_path
+from rag_pipeline.answers.collection.retry_policy import retry_after_seconds, retryable_status, wait_before_retry
 from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, AnswerRecord
 
 REPLY = {"data": {"answer": "A"}, "choices": [{"message": {"content": "first"}}, {"message": {"content": "last"}}],

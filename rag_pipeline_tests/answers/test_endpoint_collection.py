@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from rag_pipeline.answers.endpoint_client import MAX_RESPONSE_BYTES
+from rag_pipeline.answers.collection.endpoint_client import MAX_RESPONSE_BYTES
 from rag_pipeline.contracts.answers import MAX_RAW_RESPONSE_CHARS, AnswerRecord, EndpointConfig
 from rag_pipeline.service.answer_collection import collect_answers
 from rag_pipeline_tests.answers.collect_helpers import read_lines, write_dataset

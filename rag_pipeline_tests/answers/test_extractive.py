@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rag_pipeline.answers import extractive
-from rag_pipeline.answers.answerers import AnswererError, get_answerer
-from rag_pipeline.answers.extractive import REFUSAL_PHRASES, choose, language, split_sentences, terms
+from rag_pipeline.answers.collection import extractive
+from rag_pipeline.answers.collection.answerers import AnswererError, get_answerer
+from rag_pipeline.answers.collection.extractive import REFUSAL_PHRASES, choose, language, split_sentences, terms
 from rag_pipeline.evaluation import demo_dataset
 from rag_pipeline.evaluation.dataset import EvaluationCase, load_dataset
 from rag_pipeline.knowledge_base.chunk_lookup import chunks_by_ids

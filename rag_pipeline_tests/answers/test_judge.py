@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rag_pipeline.answers.judge import judge_case, judge_cases, judge_summary
-from rag_pipeline.answers.judge_client import JudgeCache, JudgeClient, JudgeConfigError
-from rag_pipeline.answers.judge_prompts import (
+from rag_pipeline.answers.judge.client import JudgeCache, JudgeClient, JudgeConfigError
+from rag_pipeline.answers.judge.prompts import (
     FAITHFULNESS_SYSTEM_EN,
     FAITHFULNESS_SYSTEM_ZH,
     PROMPT_VERSION,
@@ -24,6 +23,7 @@ from rag_pipeline.answers.judge_prompts import (
     question_language,
     response_format,
 )
+from rag_pipeline.answers.judge.scores import judge_case, judge_cases, judge_summary
 from rag_pipeline.contracts.answers import AnswerCaseResult, JudgeConfig, JudgeItem
 from rag_pipeline.settings import judge_cache_file
 from rag_pipeline_tests.answers.judge_server import JudgeServer

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from rag_pipeline.answers.refusal import DEFAULT_REFUSAL_PHRASES, is_refusal
-from rag_pipeline.answers.scoring import score_answers, score_case
-from rag_pipeline.answers.summary import summarise
+from rag_pipeline.answers.metrics.refusal import DEFAULT_REFUSAL_PHRASES, is_refusal
+from rag_pipeline.answers.metrics.scoring import score_answers, score_case
+from rag_pipeline.answers.metrics.summary import summarise
 from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES, VERDICTS, AnswerRecord, AnswerScoring
 from rag_pipeline.evaluation.dataset import EvaluationCase
 

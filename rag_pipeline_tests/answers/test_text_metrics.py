@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from rag_pipeline.answers.text_metrics import (
+from rag_pipeline.answers.metrics.text_metrics import (
     answer_contains,
     cmrc_segments,
     exact_match,

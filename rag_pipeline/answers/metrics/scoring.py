@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 
-from rag_pipeline.answers import citation_metrics as cm
-from rag_pipeline.answers.refusal import is_refusal
-from rag_pipeline.answers.text_metrics import answer_contains, exact_match, f1, key_point_recall
-from rag_pipeline.answers.verdicts import VerdictInput, decide_verdict, is_correct
+from rag_pipeline.answers.metrics import citation_metrics as cm
+from rag_pipeline.answers.metrics.refusal import is_refusal
+from rag_pipeline.answers.metrics.text_metrics import answer_contains, exact_match, f1, key_point_recall
+from rag_pipeline.answers.metrics.verdicts import VerdictInput, decide_verdict, is_correct
 from rag_pipeline.contracts.answers import (
     ANSWER_METRIC_NAMES,
     AnswerCaseResult,

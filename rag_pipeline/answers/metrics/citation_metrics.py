@@ -11,7 +11,7 @@ import re
 import unicodedata
 from collections.abc import Collection, Mapping, Sequence
 
-from rag_pipeline.answers.sentences import has_marker, marker_items, split_sentences, strip_markers
+from rag_pipeline.answers.metrics.sentences import has_marker, marker_items, split_sentences, strip_markers
 from rag_pipeline.contracts.answers import AnswerCitation
 
 Scored = tuple[float | None, str | None]
@@ -136,7 +136,7 @@ def lexical_support(answer: str, cited: Sequence[str] | None, chunk_text: Mappin
     every number of it (:func:`numbers`) occurs in them. Its chunks: those its inline markers cite when the
     answer has markers (a sentence without a marker cites nothing and is unsupported), else every cited chunk.
     Sentences with no text left are not counted. Undefined when no cited chunk has text in ``chunk_text``
-    (keyed by lower-case chunk id, as :func:`rag_pipeline.answers.scoring.score_answers` passes it)."""
+    (keyed by lower-case chunk id, as :func:`rag_pipeline.answers.metrics.scoring.score_answers` passes it)."""
     texts = chunk_text
     cited = list(cited or ())
     inline = has_marker(answer)

@@ -2,7 +2,7 @@
 
 For what labels and strings cannot decide (docs/design.md §12, docs/judge.md). :func:`judge_case` asks the
 faithfulness prompt and the refusal prompt ``config.repeats`` times each, in the question's language
-(:func:`rag_pipeline.answers.judge_prompts.question_language`):
+(:func:`rag_pipeline.answers.judge.prompts.question_language`):
 
 - ``faithfulness`` of one reply = supported claims / claims; over the repeats the mean, the population standard
   deviation (``faithfulness_spread``, None with fewer than 2 values), min and max. A reply with zero claims (a
@@ -23,8 +23,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from rag_pipeline.answers.judge_client import JudgeCache, JudgeClient, judge_identity
-from rag_pipeline.answers.judge_prompts import (
+from rag_pipeline.answers.judge.client import JudgeCache, JudgeClient, judge_identity
+from rag_pipeline.answers.judge.prompts import (
     FaithfulnessReply,
     RefusalReply,
     Task,

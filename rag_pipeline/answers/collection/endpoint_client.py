@@ -18,7 +18,7 @@ from typing import Protocol
 
 import httpx
 
-from rag_pipeline.answers.endpoint_request import (
+from rag_pipeline.answers.collection.endpoint_request import (
     EndpointConfigError,
     ResolvedHeaders,
     check_url,
@@ -26,9 +26,20 @@ from rag_pipeline.answers.endpoint_request import (
     fill_url,
     parse_template,
 )
-from rag_pipeline.answers.reply_mapping import ERROR_BODY_CHARS, ReplyPaths, error_record, raw_text, record_from_reply
-from rag_pipeline.answers.response_paths import parse_path
-from rag_pipeline.answers.retry_policy import RETRIED_ERRORS, describe_failure, retryable_status, wait_before_retry
+from rag_pipeline.answers.collection.reply_mapping import (
+    ERROR_BODY_CHARS,
+    ReplyPaths,
+    error_record,
+    raw_text,
+    record_from_reply,
+)
+from rag_pipeline.answers.collection.response_paths import parse_path
+from rag_pipeline.answers.collection.retry_policy import (
+    RETRIED_ERRORS,
+    describe_failure,
+    retryable_status,
+    wait_before_retry,
+)
 from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, AnswerRecord, EndpointConfig
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from rag_pipeline.answers.sentences import split_sentences as answer_sentences
+from rag_pipeline.answers.metrics.sentences import split_sentences as answer_sentences
 from rag_pipeline.contracts.answers import AnswerRecord
 from rag_pipeline.evaluation.dataset import EvaluationCase
 from rag_pipeline.knowledge_base.chunk_lookup import chunks_by_ids
@@ -52,7 +52,7 @@ STOPWORDS = frozenset(
 
 def split_sentences(text: str) -> list[str]:
     """The sentences of a chunk's ``text``: the answers' splitter
-    (:func:`rag_pipeline.answers.sentences.split_sentences`, which also cuts at line breaks), with list
+    (:func:`rag_pipeline.answers.metrics.sentences.split_sentences`, which also cuts at line breaks), with list
     markers (``-``, ``1.``) stripped and Markdown heading lines (``#``) dropped."""
     sentences = []
     for piece in answer_sentences(text):

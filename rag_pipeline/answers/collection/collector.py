@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from rag_pipeline.answers.answerers import Answerer
-from rag_pipeline.answers.answers_writer import AnswersWriter
-from rag_pipeline.answers.endpoint_client import CaseOutcome, EndpointClient
+from rag_pipeline.answers.collection.answerers import Answerer
+from rag_pipeline.answers.collection.answers_writer import AnswersWriter
+from rag_pipeline.answers.collection.endpoint_client import CaseOutcome, EndpointClient
 from rag_pipeline.contracts.answers import AnswerRecord, CollectionProgress, CollectionResult
 from rag_pipeline.evaluation.dataset import EvaluationCase
 

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import httpx
 
-from rag_pipeline.answers.judge_prompts import PROMPT_VERSION
+from rag_pipeline.answers.judge.prompts import PROMPT_VERSION
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.contracts.judge import JudgeConfig, JudgeIdentity
 from rag_pipeline.settings import judge_cache_file

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rag_pipeline.answers.response_paths import PathNotFound, ResponsePath
+from rag_pipeline.answers.collection.response_paths import PathNotFound, ResponsePath
 from rag_pipeline.contracts.answers import MAX_RAW_RESPONSE_CHARS, AnswerRecord
 
 ERROR_BODY_CHARS = 300
