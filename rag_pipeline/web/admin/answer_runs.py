@@ -14,8 +14,8 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from rag_pipeline.contracts.answers import ANSWER_METRIC_LABELS, ANSWER_METRIC_NAMES, VERDICTS
 from rag_pipeline.contracts.errors import USER_ERRORS, http_status
-from rag_pipeline.service.answer_pages import get_answer_case
 from rag_pipeline.service.answers import get_answer_run, is_wrong_but_confident
+from rag_pipeline.web.admin.answer_data import get_answer_case
 from rag_pipeline.web.admin.pages import BASE, error_page, render
 from rag_pipeline.web.admin.runs import case_url as retrieval_case_url
 from rag_pipeline.web.dependencies import Engine

@@ -13,11 +13,12 @@ from fastapi.responses import JSONResponse, RedirectResponse
 
 from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.contracts.runs import RunSummary
-from rag_pipeline.service import analysis, answer_pages, catalog, datasets, evaluations, history
+from rag_pipeline.service import analysis, catalog, datasets, evaluations, history
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
 from rag_pipeline.service.answers import list_answer_runs
 from rag_pipeline.service.catalog import load_registry
 from rag_pipeline.service.evaluations import METRIC_LABELS
+from rag_pipeline.web.admin.answer_data import answer_history
 from rag_pipeline.web.admin.charts import history_svg, strategy_colours
 from rag_pipeline.web.admin.pages import BASE, TABLE_METRICS, error_page, render
 from rag_pipeline.web.dependencies import DagsterLauncher, Engine
@@ -99,7 +100,7 @@ def dataset_page(request: Request, engine: Engine, launcher: DagsterLauncher, kb
 def _answer_section(engine, kb: str, dataset: str) -> dict:
     """The dataset's answer runs (newest first) and each answer figure over time, one line per answerer."""
     found = list_answer_runs(engine, dataset=dataset, knowledge_base=kb, limit=MAX_ANSWER_ROWS)
-    points = answer_pages.answer_history(engine, dataset, kb)
+    points = answer_history(engine, dataset, kb)
     colours = strategy_colours([p.strategy_version for p in points])
     charts = [history_svg(points, m, label, colours, run_url="/admin/answer-runs/",
                           floor=-1.0 if m == "answer_score" else 0.0) for m, label in ANSWER_CHARTS] if points else []

@@ -15,7 +15,7 @@ import pytest
 
 from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES
 from rag_pipeline.service import answers, evaluations
-from rag_pipeline.service.answer_pages import answer_history
+from rag_pipeline.web.admin.answer_data import answer_history
 from rag_pipeline.web.admin.charts import BOTTOM, HEIGHT, TOP, history_svg
 from rag_pipeline_tests.web.inprocess.conftest import covers
 

@@ -1,8 +1,8 @@
 """What the console's answer pages read beyond a run (docs/design.md §12.6): one case with its cited chunks' text
-and a retrieval run to link to, and each answer metric of a dataset over time.
+and a retrieval run to link to, and each answer figure of a dataset over time as chart points.
 
-Reads only: stored answer runs (:mod:`rag_pipeline.service.answers`), chunk texts and retrieval runs
-(:mod:`rag_pipeline.service.history`, :mod:`rag_pipeline.service.evaluations`).
+Composed of service calls only: stored answer runs (:mod:`rag_pipeline.service.answers`), chunk texts and
+retrieval runs (:mod:`rag_pipeline.service.history`, :mod:`rag_pipeline.service.evaluations`).
 """
 
 from __future__ import annotations
