@@ -215,6 +215,7 @@ def test_answer_pages_in_the_browser(live_server, engine, demo_kb, browser, shot
     """The demo's answers (the extractive baseline answerer) scored and stored, then in the browser: the dashboard's
     answer section, the answer run page sorted and filtered by plain links and the form (no script needed), a
     Chinese case with its citations marked and their text, and its retrieval run's case page."""
+    from rag_pipeline.contracts.answers import AnswerScoring
     from rag_pipeline.service import answers, evaluations
     from rag_pipeline.service.answer_collection import collect_answers
 
@@ -224,13 +225,16 @@ def test_answer_pages_in_the_browser(live_server, engine, demo_kb, browser, shot
     assert collected.status == "succeeded", collected.reason
     report = answers.evaluate_answers(engine, demo_kb, dataset, tmp_path / "answers.jsonl")
     run_id = report.run.run_id
+    rescored = answers.rescore_answer_run(engine, run_id, AnswerScoring(f1_correct_threshold=0.25))  # a 2nd point
     page = browser.new_page(viewport={"width": 1280, "height": 860}, java_script_enabled=False)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
 
     page.goto(f"{live_server}{BASE}/kb/{demo_kb}/datasets/demo")
     row = page.locator("#answer-runs tbody tr", has_text="extractive")
-    assert row.count() >= 1 and page.locator("#answer-charts svg.chart").count() == 8
+    assert row.count() >= 2 and page.locator("#answer-charts svg.chart").count() == 8
+    assert row.first.get_attribute("data-run") == rescored.run.run_id  # newest first
+    assert page.locator("#answer-charts svg.chart polyline").count() == 8  # one answerer's line per chart
     page.locator("#answers").scroll_into_view_if_needed()
     _shot(page, shots, "answers-dashboard")
     page.locator(f'#answer-runs a[href="/admin/answer-runs/{run_id}"]').click()
