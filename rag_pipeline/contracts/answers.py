@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rag_pipeline.contracts.catalog import ChunkText
 from rag_pipeline.contracts.judge import JudgeClaim as JudgeClaim
 from rag_pipeline.contracts.judge import JudgeConfig as JudgeConfig
 from rag_pipeline.contracts.judge import JudgeIdentity as JudgeIdentity
@@ -221,6 +222,21 @@ class AnswerComparison(BaseModel):
     common_cases: int
     metrics: list[AnswerMetricComparison]
     verdict_changes: dict[str, int] = Field(description="'from->to' -> cases whose verdict changed")
+
+
+class AnswerCaseDetail(BaseModel):
+    """One case of a stored answer run with what its page shows beside it: the cited chunks' text, the
+    neighbouring cases, and a retrieval run of the same dataset version holding the case (docs/design.md §12.6)."""
+
+    run: AnswerRun
+    case: AnswerCaseResult
+    cited_chunks: dict[str, ChunkText] = Field(default_factory=dict, description="cited chunk id -> its text; "
+                                                                                 "ids that name no chunk are absent")
+    previous_case_id: str | None = None
+    next_case_id: str | None = None
+    retrieval_run_id: str | None = Field(None, description="a succeeded retrieval run on the same dataset version "
+                                                           "(the baseline's current one first)")
+    retrieval_strategy: str | None = None
 
 
 DEFAULT_REQUEST_TEMPLATE = '{"question": "{question}", "case_id": "{case_id}", "k": "{k}"}'

@@ -209,3 +209,78 @@ def test_the_seed_workflow_in_the_browser(live_server, demo_kb, browser, shots):
 
     assert not errors, errors
     page.close()
+
+
+def test_answer_pages_in_the_browser(live_server, engine, demo_kb, browser, shots, tmp_path):
+    """The demo's answers (the extractive baseline answerer) scored and stored, then in the browser: the dashboard's
+    answer section, the answer run page sorted and filtered by plain links and the form (no script needed), a
+    Chinese case with its citations marked and their text, and its retrieval run's case page."""
+    from rag_pipeline.contracts.answers import AnswerScoring
+    from rag_pipeline.service import answers, evaluations
+    from rag_pipeline.service.answer_collection import collect_answers
+
+    dataset = ROOT / "datasets" / "demo.json"
+    evaluations.evaluate(engine, evaluations.plan_evaluation(dataset, ("keyword-v1",), knowledge_base=demo_kb))
+    collected = collect_answers(dataset, tmp_path / "answers.jsonl", answerer="extractive-v1", knowledge_base=demo_kb)
+    assert collected.status == "succeeded", collected.reason
+    report = answers.evaluate_answers(engine, demo_kb, dataset, tmp_path / "answers.jsonl")
+    run_id = report.run.run_id
+    rescored = answers.rescore_answer_run(engine, run_id, AnswerScoring(f1_correct_threshold=0.25))  # a 2nd point
+    page = browser.new_page(viewport={"width": 1280, "height": 860}, java_script_enabled=False)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    page.goto(f"{live_server}{BASE}/kb/{demo_kb}/datasets/demo")
+    row = page.locator("#answer-runs tbody tr", has_text="extractive")
+    assert row.count() >= 2 and page.locator("#answer-charts svg.chart").count() == 8
+    assert row.first.get_attribute("data-run") == rescored.run.run_id  # newest first
+    assert page.locator("#answer-charts svg.chart polyline").count() == 8  # one answerer's line per chart
+    page.locator("#answers").scroll_into_view_if_needed()
+    _shot(page, shots, "answers-dashboard")
+    page.locator(f'#answer-runs a[href="/admin/answer-runs/{run_id}"]').click()
+    page.wait_for_selector("#answer-cases")
+    assert page.locator("#answer-cases tbody tr").count() == len(report.cases)
+    summary = page.locator("#answer-summary tbody tr").all_inner_texts()
+    assert len(summary) == 12 and any("refusal recall" in r for r in summary)
+    _shot(page, shots, "answer-run")
+
+    page.get_by_role("link", name="sort by f1").click()  # descending first
+    values = page.locator("#answer-cases tbody tr td:nth-child(6)").all_inner_texts()
+    defined = [float(v) for v in values if v != "—"]
+    assert defined == sorted(defined, reverse=True) and values[len(defined):] == ["—"] * (len(values) - len(defined))
+    assert "sort=-f1" in page.url
+    page.select_option("#verdict-filter", "correct")
+    page.click("#answer-filters button[type=submit]")  # a plain GET form: works without JavaScript
+    assert "verdict=correct" in page.url and "sort=-f1" in page.url
+    verdicts = page.locator("#answer-cases tbody tr[data-case]")
+    assert verdicts.count() == report.summary.verdicts["correct"]
+    assert all(v == "correct" for v in page.locator("#answer-cases tbody tr[data-case] td:nth-child(3)")
+               .all_inner_texts())
+    page.goto(f"{live_server}/admin/answer-runs/{run_id}?wbc=1")
+    confident = answers.get_answer_run(engine, run_id, wrong_but_confident=True).cases
+    assert page.locator("#answer-cases tbody tr[data-case]").count() == len(confident)
+    _shot(page, shots, "answer-run-confident")
+
+    # a Chinese case that cites chunks: every citation marked with text, its chunk text, the metrics
+    cited = next(c for c in report.cases if c.citations and re.search(r"[\u4e00-\u9fff]", c.question))
+    page.goto(f"{live_server}/admin/answer-runs/{run_id}")
+    page.locator(f'#answer-cases tr[data-case="{cited.case_id}"] td:first-child a').click()
+    page.wait_for_selector("#case-metrics")
+    assert page.locator("#question").inner_text().strip() == cited.question.strip()
+    cards = page.locator("#citations .citation")
+    assert cards.count() == len(cited.citations)
+    for card, citation in zip(cards.all(), cited.citations, strict=True):
+        text = card.inner_text()
+        assert ("✓ relevant" in text) == citation.is_relevant and ("✗ not relevant" in text) != citation.is_relevant
+        assert len(card.locator("pre.chunktext").inner_text()) > 10
+    _shot(page, shots, "answer-case")
+    page.locator("#retrieval-link a").click()
+    page.wait_for_selector("#pool")
+    assert page.locator("#question").inner_text().strip() == cited.question.strip()
+
+    refusal = next(c for c in report.cases if not c.answerable)
+    page.goto(f"{live_server}/admin/answer-runs/{run_id}/cases/{refusal.case_id}")
+    assert "unanswerable" in page.locator("h1").inner_text()
+    _shot(page, shots, "answer-case-unanswerable")
+    assert not errors, errors
+    page.close()

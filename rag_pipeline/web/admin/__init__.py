@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from rag_pipeline.web.admin import compare, datasets, labelling, overview, runs
+from rag_pipeline.web.admin import answer_runs, compare, datasets, labelling, overview, runs
 from rag_pipeline.web.admin.pages import static_router, templates
 
 router = APIRouter(prefix="/admin", tags=["admin console"], include_in_schema=False)
 router.include_router(static_router)
-for _module in (overview, datasets, runs, compare):
+for _module in (overview, datasets, runs, compare, answer_runs):
     router.include_router(_module.router)
 router.include_router(labelling.router)  # questions → pooled candidates → graded → dataset version
 

@@ -2,7 +2,8 @@
 
 No JavaScript library and no image round trip: the page carries the SVG, every point is a link to its run with
 a tooltip (strategy, value, dataset version, finish time). The y axis spans the values shown (rounded out to
-tenths, within [0, 1]) so small differences stay visible; the axis labels say where it starts.
+tenths, within [0, 1], or [-1, 1] for a score that can be negative) so small differences stay visible; the axis
+labels say where it starts. Answer runs are drawn the same way, one line per answerer (docs/design.md §12.6).
 """
 
 from __future__ import annotations
@@ -25,18 +26,19 @@ def strategy_colours(versions: Sequence[str]) -> dict[str, str]:
     return {v: PALETTE[i % len(PALETTE)] for i, v in enumerate(sorted(set(versions)))}
 
 
-def _y_range(values: Sequence[float]) -> tuple[float, float]:
-    """The y axis: the values' range padded and rounded out to tenths, within [0, 1], at least 0.1 tall."""
-    lo = max(0.0, math.floor((min(values) - 0.02) * 10) / 10)
+def _y_range(values: Sequence[float], floor: float = 0.0) -> tuple[float, float]:
+    """The y axis: the values' range padded and rounded out to tenths, within [floor, 1], at least 0.1 tall."""
+    lo = max(floor, math.floor((min(values) - 0.02) * 10) / 10)
     hi = min(1.0, math.ceil((max(values) + 0.02) * 10) / 10)
     if hi - lo < 0.1:
-        lo, hi = (hi - 0.1, hi) if hi >= 0.1 else (0.0, 0.1)
+        lo, hi = (hi - 0.1, hi) if hi - 0.1 >= floor else (floor, floor + 0.1)
     return lo, hi
 
 
 def history_svg(points: Sequence[HistoryPoint], metric: str, label: str, colours: dict[str, str],
-                run_url: str = "/admin/retrieval-evaluations/runs/") -> Markup:
-    """One chart: ``metric`` of every run in ``points`` against its finish time, a polyline per strategy."""
+                run_url: str = "/admin/retrieval-evaluations/runs/", floor: float = 0.0) -> Markup:
+    """One chart: ``metric`` of every run in ``points`` against its finish time, a polyline per strategy
+    (``floor``: the lowest value the metric can take, 0 or -1)."""
     shown = [p for p in points if metric in p.metrics]
     head = (f'<svg class="chart" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
             f'aria-label="{escape(label)} over time"><text x="{LEFT}" y="14" style="font-weight:600;fill:#1d2330">'
@@ -45,7 +47,7 @@ def history_svg(points: Sequence[HistoryPoint], metric: str, label: str, colours
         return Markup(head + f'<text x="{LEFT}" y="{HEIGHT // 2}">no succeeded run yet</text></svg>')
     times = [p.finished_at.timestamp() for p in shown]
     t0, t1 = min(times), max(times)
-    lo, hi = _y_range([p.metrics[metric] for p in shown])
+    lo, hi = _y_range([p.metrics[metric] for p in shown], floor)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def x(t: float) -> float:
@@ -55,7 +57,7 @@ def history_svg(points: Sequence[HistoryPoint], metric: str, label: str, colours
         return TOP + (hi - v) / (hi - lo) * plot_h
 
     parts = [head]
-    step = next(s for s in (0.05, 0.1, 0.2, 0.25) if (hi - lo) / s <= 5)
+    step = next(s for s in (0.05, 0.1, 0.2, 0.25, 0.5) if (hi - lo) / s <= 5)
     for i in range(round((hi - lo) / step) + 1):
         v = lo + step * i
         parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e3e7ed"/>'

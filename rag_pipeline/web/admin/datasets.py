@@ -1,5 +1,6 @@
 """The dataset dashboard: label check, one-click evaluation, live run status, current metrics, regression gate,
-each metric over time, run history (``/admin/retrieval-evaluations/kb/{kb}/datasets/{dataset}``)."""
+each metric over time, run history, and the answer runs with each answer metric over time
+(``/admin/retrieval-evaluations/kb/{kb}/datasets/{dataset}``)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.contracts.runs import RunSummary
 from rag_pipeline.service import analysis, catalog, datasets, evaluations, history
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
+from rag_pipeline.service.answers import list_answer_runs
 from rag_pipeline.service.catalog import load_registry
 from rag_pipeline.service.evaluations import METRIC_LABELS
+from rag_pipeline.web.admin.answer_data import answer_history
 from rag_pipeline.web.admin.charts import history_svg, strategy_colours
 from rag_pipeline.web.admin.pages import BASE, TABLE_METRICS, error_page, render
 from rag_pipeline.web.dependencies import DagsterLauncher, Engine
@@ -25,6 +28,12 @@ from rag_pipeline.web.security import require_console_user, require_csrf
 router = APIRouter(dependencies=[Depends(require_console_user)])
 ACTIVE = ("queued", "running")
 MAX_LABEL_ROWS = 50
+MAX_ANSWER_ROWS = 50
+ANSWER_CHARTS = (("exact_match", "EM"), ("f1", "F1"), ("citation_precision", "citation precision"),
+                 ("citation_recall", "citation recall"), ("refusal_recall", "refusal recall"),
+                 ("false_refusal_rate", "false refusal rate"), ("answer_score", "answer score"),
+                 ("coverage", "coverage"))
+"""The answer figures charted over time (docs/design.md §12.6): metric or run figure, chart title."""
 
 
 def dataset_url(kb: str, dataset: str) -> str:
@@ -84,7 +93,19 @@ def dataset_page(request: Request, engine: Engine, launcher: DagsterLauncher, kb
         "runs": summaries, "current": current, "active": active, "gate": _gate(engine, kb_name, dataset),
         "charts": charts, "colours": colours, "baseline": DEFAULT_BASELINE, "baseline_run": baseline_run,
         "queue": launcher.queue_status(), "uploaded": uploaded, "launched": launched,
-        "headline": evaluations.label_headline(labels), "url": dataset_url(kb_name, dataset)})
+        "headline": evaluations.label_headline(labels), "url": dataset_url(kb_name, dataset),
+        **_answer_section(engine, kb_name, dataset)})
+
+
+def _answer_section(engine, kb: str, dataset: str) -> dict:
+    """The dataset's answer runs (newest first) and each answer figure over time, one line per answerer."""
+    found = list_answer_runs(engine, dataset=dataset, knowledge_base=kb, limit=MAX_ANSWER_ROWS)
+    points = answer_history(engine, dataset, kb)
+    colours = strategy_colours([p.strategy_version for p in points])
+    charts = [history_svg(points, m, label, colours, run_url="/admin/answer-runs/",
+                          floor=-1.0 if m == "answer_score" else 0.0) for m, label in ANSWER_CHARTS] if points else []
+    return {"answer_runs": found.runs, "answer_total": found.total, "answer_charts": charts,
+            "answer_colours": colours}
 
 
 @router.post("/retrieval-evaluations/kb/{kb}/datasets/{dataset}/evaluate", dependencies=[Depends(require_csrf)])
