@@ -18,6 +18,7 @@ from rag_pipeline.defs.answer_metadata import answer_coverage_result, dataset_vi
 from rag_pipeline.defs.evaluation import KB_OF_THE_DATASET, RETRY_POLICY, evaluation_dataset, fail_fast_unless_transient
 from rag_pipeline.defs.instance import ANSWER_POOL, POOL
 from rag_pipeline.defs.partitions import (
+    ANSWERER_DIMENSION,
     DATASET_DIMENSION,
     STRATEGY_DIMENSION,
     answer_partitions,
@@ -40,7 +41,7 @@ with warnings.catch_warnings():  # beta in Dagster 1.13
     # every strategy partition of evaluation_dataset of the answer partition's dataset (the same dataset file)
     EVERY_STRATEGY_OF_THE_DATASET = dg.MultiPartitionMapping({
         DATASET_DIMENSION: dg.DimensionPartitionMapping(DATASET_DIMENSION, dg.IdentityPartitionMapping()),
-        STRATEGY_DIMENSION: dg.DimensionPartitionMapping("answerer", dg.AllPartitionMapping()),
+        STRATEGY_DIMENSION: dg.DimensionPartitionMapping(ANSWERER_DIMENSION, dg.AllPartitionMapping()),
     })
 DATASET_OF_THE_PARTITION = dg.AssetDep(evaluation_dataset, partition_mapping=EVERY_STRATEGY_OF_THE_DATASET)
 

@@ -14,7 +14,9 @@ from rag_pipeline.service.catalog import load_registry
 
 DATASET_DIMENSION = "dataset"
 STRATEGY_DIMENSION = "strategy"
-ANSWERER_DIMENSION = "answerer"
+ANSWERER_DIMENSION = "system"
+"""The answerer dimension: the RAG system that answered. Dagster orders a key's dimensions by name, so a name
+after "dataset" keeps keys ``<dataset>|<answerer>`` like the evaluation's ``<dataset>|<strategy>``."""
 
 dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
 knowledge_base_partitions = dg.DynamicPartitionsDefinition(name="knowledge_base")  # one key per knowledge base
@@ -24,6 +26,7 @@ evaluation_partitions = dg.MultiPartitionsDefinition({DATASET_DIMENSION: dataset
 answerer_partitions = dg.DynamicPartitionsDefinition(name="answerer")
 answer_partitions = dg.MultiPartitionsDefinition({DATASET_DIMENSION: dataset_partitions,
                                                   ANSWERER_DIMENSION: answerer_partitions})
+assert answer_partitions.partition_dimension_names == [DATASET_DIMENSION, ANSWERER_DIMENSION]
 
 with warnings.catch_warnings():  # beta in Dagster 1.13; maps dataset "demo" to every "demo|<strategy>"
     warnings.simplefilter("ignore", dg.BetaWarning)
