@@ -1,4 +1,4 @@
-"""What the answer assets show in the Dagster UI (docs/design.md §12.7): the coverage check's result, an answer
+"""What the answer assets show in the Dagster UI (docs/design.md §7.3): the coverage check's result, an answer
 run's figures as metadata, and the dataset-level table of the latest run per answerer. Pure functions."""
 
 import dagster as dg

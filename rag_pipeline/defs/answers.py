@@ -1,5 +1,5 @@
 """Asset group ``answer_evaluation``: ``answers`` → ``answer_metrics`` per dataset × answerer, with the
-``answer_coverage`` check, and ``answer_run_summary`` per dataset (docs/design.md §12.7). A thin layer over
+``answer_coverage`` check, and ``answer_run_summary`` per dataset (docs/design.md §7.3). A thin layer over
 :mod:`rag_pipeline.service.answer_assets`.
 
 ``answers`` writes the partition's answers file from an endpoint (config ``endpoint_url`` …), the in-process

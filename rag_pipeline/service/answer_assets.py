@@ -1,4 +1,4 @@
-"""What the Dagster answer assets do (docs/design.md §12.7): where a dataset × answerer partition's answers file
+"""What the Dagster answer assets do (docs/design.md §7.3): where a dataset × answerer partition's answers file
 comes from and lives, its coverage, scoring it, and the dataset-level view of the latest run per answerer.
 
 An ``answers`` partition ``<dataset>|<answerer>`` gets its answers file one of three ways (:func:`produce_answers`):
