@@ -4,7 +4,7 @@ assembled from the adapters of :mod:`rag_pipeline.defs`.
 
 import dagster as dg
 
-from rag_pipeline.defs.answers import answer_metrics, answer_partitions_sensor, answer_run_summary, answers
+from rag_pipeline.defs.answers.assets import answer_metrics, answer_partitions_sensor, answer_run_summary, answers
 from rag_pipeline.defs.checks import label_integrity
 from rag_pipeline.defs.comparison import compare_strategies_job, strategy_comparison
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run

@@ -11,8 +11,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from rag_pipeline.defs.answer_metadata import answer_coverage_result
-from rag_pipeline.defs.answers import answer_metrics, answer_run_summary, answers
+from rag_pipeline.defs.answers.assets import answer_metrics, answer_run_summary, answers
+from rag_pipeline.defs.answers.metadata import answer_coverage_result
 from rag_pipeline.defs.instance import ANSWER_POOL, POOL, ensure_pool
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service.answers import evaluate_answers

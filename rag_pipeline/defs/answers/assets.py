@@ -14,7 +14,7 @@ import warnings
 import dagster as dg
 
 from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, AnswerSummary, EndpointConfig
-from rag_pipeline.defs.answer_metadata import answer_coverage_result, dataset_view_metadata, summary_metadata
+from rag_pipeline.defs.answers.metadata import answer_coverage_result, dataset_view_metadata, summary_metadata
 from rag_pipeline.defs.evaluation import KB_OF_THE_DATASET, RETRY_POLICY, evaluation_dataset, fail_fast_unless_transient
 from rag_pipeline.defs.instance import ANSWER_POOL, POOL
 from rag_pipeline.defs.partitions import (
