@@ -24,7 +24,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from rag_pipeline.contracts.answers import AnswerRun
+from rag_pipeline.contracts.answers import VERDICTS, AnswerRun
 from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.defs.instance import ensure_pool
 from rag_pipeline.defs.partitions import answer_partition_key, partition_key
@@ -135,7 +135,7 @@ def answer_figures(run: AnswerRun) -> str:
     figures += [("refusal recall", s.refusal_recall), ("false refusal rate", s.false_refusal_rate),
                 ("answer_score", s.metrics["answer_score"])]
     rows = [[label, "—" if m.mean is None else f"{m.mean:.3f}", f"{m.n_scored} scored"] for label, m in figures]
-    verdicts = ", ".join(f"{v} {n}" for v, n in s.verdicts.items())
+    verdicts = ", ".join(f"{v} {s.verdicts.get(v, 0)}" for v in VERDICTS)  # stored JSON keeps no key order
     return "\n".join([f"Answers of {run.answerer}@{run.answerer_version[:12]} on {run.dataset}: {s.answered}/"
                       f"{s.cases} cases answered ({s.unanswerable_cases} unanswerable), answer run {run.run_id[:8]}",
                       text_table(["figure", "mean", "cases"], rows, indent="  "), f"  verdicts: {verdicts}"])

@@ -52,6 +52,8 @@ def test_the_answer_figures_are_printed_after_the_retrieval_table() -> None:
     verdicts = text.splitlines()[-1]
     assert verdicts.startswith("  verdicts: correct ") and f"correct {s.verdicts['correct']}," in verdicts
     assert f"false_refusal {s.verdicts['false_refusal']}" in verdicts and s.verdicts["false_refusal"] == 1
+    shuffled = run.model_copy(update={"summary": s.model_copy(update={"verdicts": dict(reversed(s.verdicts.items()))})})
+    assert answer_figures(shuffled) == text, "verdicts in the documented order, whatever the stored order"
 
     base = np.linspace(0.5, 1.0, 6)
     comp = compare([StrategyRun("hybrid-v1", "aaaabbbb-0000-0000-0000-000000000000",

@@ -6,6 +6,7 @@ import dagster as dg
 from rag_pipeline.contracts.answers import (
     ANSWER_METRIC_LABELS,
     ANSWER_METRIC_NAMES,
+    VERDICTS,
     AnswerComparison,
     AnswerMetricSummary,
     AnswerRun,
@@ -53,8 +54,9 @@ def summary_metadata(summary: AnswerSummary) -> dict:
     for name, m in named:
         out.update(_metric(name, m))
         rows.append(f"| {name} | {_cell(m.mean)} | {m.n_scored} | {m.n_skipped} |")
-    out["verdicts"] = dg.MetadataValue.json(summary.verdicts)
-    verdicts = ["", "| verdict | cases |", "|---|---|", *(f"| {v} | {n} |" for v, n in summary.verdicts.items())]
+    counts = {v: summary.verdicts.get(v, 0) for v in VERDICTS}  # the documented order (stored JSON keeps none)
+    out["verdicts"] = dg.MetadataValue.json(counts)
+    verdicts = ["", "| verdict | cases |", "|---|---|", *(f"| {v} | {n} |" for v, n in counts.items())]
     out["summary"] = dg.MetadataValue.md("\n".join(rows + verdicts))
     return out
 
