@@ -26,7 +26,6 @@ evaluation_partitions = dg.MultiPartitionsDefinition({DATASET_DIMENSION: dataset
 answerer_partitions = dg.DynamicPartitionsDefinition(name="answerer")
 answer_partitions = dg.MultiPartitionsDefinition({DATASET_DIMENSION: dataset_partitions,
                                                   ANSWERER_DIMENSION: answerer_partitions})
-assert answer_partitions.partition_dimension_names == [DATASET_DIMENSION, ANSWERER_DIMENSION]
 
 with warnings.catch_warnings():  # beta in Dagster 1.13; maps dataset "demo" to every "demo|<strategy>"
     warnings.simplefilter("ignore", dg.BetaWarning)

@@ -11,9 +11,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from rag_pipeline.defs.answers.assets import answer_metrics, answer_run_summary, answers
+from rag_pipeline.defs.answers.assets import answer_metrics, answer_partitions_sensor, answer_run_summary, answers
 from rag_pipeline.defs.answers.metadata import answer_coverage_result
 from rag_pipeline.defs.instance import ANSWER_POOL, POOL, ensure_pool
+from rag_pipeline.defs.partitions import answer_partition_key, answer_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service.answers import evaluate_answers
 from rag_pipeline.service.database import dagster_database_url
@@ -53,6 +54,24 @@ def test_the_answers_asset_runs_in_its_own_pool(engine, tmp_path, monkeypatch) -
         storage = instance.event_log_storage
         assert {POOL, ANSWER_POOL} <= set(storage.get_concurrency_keys())
         assert storage.get_pool_limits() and {p.name: p.limit for p in storage.get_pool_limits()}[ANSWER_POOL] == 2
+
+
+def test_answer_partition_keys_read_dataset_then_answerer() -> None:
+    assert answer_partitions.partition_dimension_names == ["dataset", "system"]
+    assert str(answer_partition_key("demo", "extractive-v1")) == "demo|extractive-v1"
+
+
+def test_the_sensor_adds_the_answerers_of_dropped_files(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("RAG_PROJECT_ROOT", str(tmp_path))
+    for name in ("demo/their-rag.jsonl", "demo/bad|name.jsonl", "other/extractive-v1.jsonl", "demo/notes.txt"):
+        (tmp_path / "answers" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "answers" / name).write_text("", encoding="utf-8")
+    instance = dg.DagsterInstance.ephemeral()
+    result = answer_partitions_sensor(dg.build_sensor_context(instance=instance))
+    [request] = result.dynamic_partitions_requests
+    assert list(request.partition_keys) == ["extractive-v1", "their-rag"], "registered first, no invalid name"
+    instance.add_dynamic_partitions("answerer", list(request.partition_keys))
+    assert isinstance(answer_partitions_sensor(dg.build_sensor_context(instance=instance)), dg.SkipReason)
 
 
 @pytest.fixture
