@@ -5,8 +5,11 @@
 2. register the ``demo`` dataset partition and materialise ``evaluate_retrieval`` for every shipped
    strategy (partition ``demo|<strategy>``);
 3. materialise ``strategy_comparison`` for the dataset (paired significance vs ``hybrid-v1``);
-4. write one JSON report per strategy to ``reports/`` and print a plain summary (:func:`demo_summary`): the
-   comparison table, the gate and what it means here, the report paths and the next commands to try.
+4. materialise the answer assets for ``demo|extractive-v1`` (the shipped baseline answerer answers every case,
+   its answers are scored and stored) and ``answer_run_summary`` for the dataset;
+5. write one JSON report per strategy to ``reports/`` and print a plain summary (:func:`demo_summary`): the
+   comparison table, the answer figures (:func:`answer_figures`), the gate and what it means here, the report
+   paths and the next commands to try.
 
 Runs are recorded in the Dagster instance of ``DAGSTER_HOME`` (the repo root, with ``dagster.yaml`` on the
 embedded Postgres), so they show up afterwards in ``make dev``. Run as ``python -m rag_pipeline.defs.demo``
@@ -21,11 +24,13 @@ from pathlib import Path
 
 import dagster as dg
 
+from rag_pipeline.contracts.answers import VERDICTS, AnswerRun
 from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.defs.instance import ensure_pool
-from rag_pipeline.defs.partitions import partition_key
+from rag_pipeline.defs.partitions import answer_partition_key, partition_key
 from rag_pipeline.service import analysis, evaluations
 from rag_pipeline.service.analysis import StrategyComparison, render_plain
+from rag_pipeline.service.answers import list_answer_runs
 from rag_pipeline.service.catalog import load_registry
 from rag_pipeline.service.database import dagster_database_url, get_engine
 from rag_pipeline.service.datasets import DEMO_CHUNK_OVERLAP, DEMO_CHUNK_SIZE, DEMO_KB, DEMO_TEXT_SEARCH
@@ -40,6 +45,7 @@ def _load_env_file() -> None:
     os.environ.setdefault("RAG_DAGSTER_PG_URL", dagster_database_url())
 
 
+DEMO_ANSWERER = "extractive-v1"
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # progress lines come from _step
 
 
@@ -84,7 +90,20 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
     defs.resolve_job_def("compare_strategies").execute_in_process(partition_key=dataset, instance=instance,
                                                                   run_config=QUIET, raise_on_error=False)
 
+    t = _step(f"answer {dataset} with {DEMO_ANSWERER} (Dagster jobs evaluate_answers, summarise_answers)")
+    instance.add_dynamic_partitions("answerer", [DEMO_ANSWERER])
+    answered = defs.resolve_job_def("evaluate_answers").execute_in_process(
+        partition_key=answer_partition_key(dataset, DEMO_ANSWERER), instance=instance, run_config=QUIET,
+        raise_on_error=False)
+    if answered.success:
+        defs.resolve_job_def("summarise_answers").execute_in_process(partition_key=dataset, instance=instance,
+                                                                     run_config=QUIET, raise_on_error=False)
+    else:
+        failed.append(DEMO_ANSWERER)
+    print(f"    {'succeeded' if answered.success else 'FAILED'} in {time.perf_counter() - t:.1f}s", file=sys.stderr)
+
     engine = get_engine()
+    answer_runs = list_answer_runs(engine, dataset=dataset, answerer=DEMO_ANSWERER, limit=1).runs
     result = analysis.compare(engine, dataset, knowledge_base=DEMO_KB)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -93,9 +112,9 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
         with path.open("w", encoding="utf-8") as fp:
             evaluations.write_report(engine, run.run_id, fp)
         paths.append(path)
-    sys.stdout.write(demo_summary(result, paths, dataset=dataset))
+    sys.stdout.write(demo_summary(result, paths, dataset=dataset, answers=answer_runs[0] if answered.success else None))
     if failed:
-        print(f"failed strategies: {', '.join(failed)} (see the Dagster run logs)", file=sys.stderr)
+        print(f"failed: {', '.join(failed)} (see the Dagster run logs)", file=sys.stderr)
         return 2
     return 0
 
@@ -104,11 +123,32 @@ SINGLE_LEG_NOTE = ("The demo ships deliberately weak single-leg strategies (vect
                    "next to the hybrid baseline")
 
 
+ANSWER_FIGURES = (("EM", "exact_match"), ("F1", "f1"), ("citation P", "citation_precision"),
+                  ("citation R", "citation_recall"), ("answer_score", "answer_score"))
+
+
+def answer_figures(run: AnswerRun) -> str:
+    """The answer figures of ``make run``: EM, F1, citation P/R, refusal recall, false refusal rate and the
+    CRAG-style answer_score (mean, with the cases scored; "—" when undefined), then the verdict counts."""
+    s = run.summary
+    figures = [(label, s.metrics[name]) for label, name in ANSWER_FIGURES[:4]]
+    figures += [("refusal recall", s.refusal_recall), ("false refusal rate", s.false_refusal_rate),
+                ("answer_score", s.metrics["answer_score"])]
+    rows = [[label, "—" if m.mean is None else f"{m.mean:.3f}", f"{m.n_scored} scored"] for label, m in figures]
+    verdicts = ", ".join(f"{v} {s.verdicts.get(v, 0)}" for v in VERDICTS)  # stored JSON keeps no key order
+    return "\n".join([f"Answers of {run.answerer}@{run.answerer_version[:12]} on {run.dataset}: {s.answered}/"
+                      f"{s.cases} cases answered ({s.unanswerable_cases} unanswerable), answer run {run.run_id[:8]}",
+                      text_table(["figure", "mean", "cases"], rows, indent="  "), f"  verdicts: {verdicts}"])
+
+
 def demo_summary(comp: StrategyComparison, report_paths: list[Path], *, dataset: str = "demo",
-                 cli: str = ".venv/bin/rag-pipeline") -> str:
-    """The plain-text end of ``make run``: the comparison table, the gate and what it means for the demo, the
-    report files, and the next commands to try (with a real run id prefix)."""
+                 cli: str = ".venv/bin/rag-pipeline", answers: AnswerRun | None = None) -> str:
+    """The plain-text end of ``make run``: the comparison table, the answer figures of ``answers`` (when given),
+    the gate and what it means for the demo, the report files, and the next commands to try (with a real run id
+    prefix)."""
     lines = [render_plain(comp, details=False), ""]
+    if answers is not None:
+        lines += [answer_figures(answers), ""]
     if comp.gate.passed:
         lines.append(f"{SINGLE_LEG_NOTE}; none is significantly worse on {comp.runs[0].cases} cases.")
     else:

@@ -1,20 +1,25 @@
-"""Dagster instance preparation: the ``rag_db`` concurrency pool that every database-touching asset uses.
+"""Dagster instance preparation: the ``rag_db`` concurrency pool that every database-touching asset uses, and the
+``rag_answers`` pool of the ``answers`` asset (it calls the user's RAG endpoint: at most the pool's limit of
+partitions collect at once, each with its own ``concurrency`` of requests).
 
-``python -m rag_pipeline.defs.instance`` (run by ``rag-pipeline db start``) creates the pool's limit row in the
-instance of ``DAGSTER_HOME`` once, before concurrent runs race to create it.
+``python -m rag_pipeline.defs.instance`` (run by ``rag-pipeline db start``) creates the pools' limit rows in the
+instance of ``DAGSTER_HOME`` once, before concurrent runs race to create them.
 """
 
 import dagster as dg
 
 POOL = "rag_db"
+ANSWER_POOL = "rag_answers"
 
 
 def ensure_pool(instance: dg.DagsterInstance) -> None:
-    """Create the ``rag_db`` pool's limit row once, before runs share it: on fresh storage two runs claiming
-    the pool at the same moment both insert it and one fails (Dagster 1.13, UniqueViolation)."""
+    """Create the ``rag_db`` and ``rag_answers`` pools' limit rows once, before runs share them: on fresh storage
+    two runs claiming a pool at the same moment both insert it and one fails (Dagster 1.13, UniqueViolation)."""
     storage = instance.event_log_storage
-    if POOL not in storage.get_concurrency_keys():  # initialising an existing row fails in Dagster 1.13
-        storage.initialize_concurrency_limit_to_default(POOL)
+    known = storage.get_concurrency_keys()
+    for pool in (POOL, ANSWER_POOL):
+        if pool not in known:  # initialising an existing row fails in Dagster 1.13
+            storage.initialize_concurrency_limit_to_default(pool)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """Jobs: ``evaluate_retrieval`` materialises the ``retrieval_evaluation`` group for one ``<dataset>|<strategy>``
 partition; ``prune_evaluation_runs`` removes old runs like ``rag-pipeline runs prune``
-(:mod:`rag_pipeline.service.retention`), scheduled by ``nightly_prune`` (off by default).
+(:mod:`rag_pipeline.service.retention`), scheduled by ``nightly_prune`` (off by default); ``evaluate_answers``
+materialises ``answers`` and ``answer_metrics`` for one ``<dataset>|<answerer>`` partition and ``summarise_answers``
+the dataset's ``answer_run_summary``.
 """
 
 import dagster as dg
 
 from rag_pipeline.defs.evaluation import GROUP
-from rag_pipeline.defs.partitions import evaluation_partitions
+from rag_pipeline.defs.partitions import answer_partitions, dataset_partitions, evaluation_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service import retention
 
@@ -53,3 +55,15 @@ def prune_evaluation_runs_op(context: dg.OpExecutionContext, config: PruneConfig
                     "and every run a stored comparison refers to (rag-pipeline runs prune).")
 def prune_evaluation_runs():
     prune_evaluation_runs_op()
+
+
+evaluate_answers_job = dg.define_asset_job(
+    "evaluate_answers",
+    selection=dg.AssetSelection.assets("answers", "answer_metrics"),
+    partitions_def=answer_partitions,
+    executor_def=dg.in_process_executor,
+    description="Produce and score the answers of one answerer on one dataset (partition '<dataset>|<answerer>').",
+)
+summarise_answers_job = dg.define_asset_job(
+    "summarise_answers", selection=dg.AssetSelection.assets("answer_run_summary"),
+    partitions_def=dataset_partitions, description="The latest answer run of every answerer of one dataset.")

@@ -1,5 +1,6 @@
-"""Partitions of the evaluation assets: dataset (dynamic, one key per ``datasets/<key>.json``) × strategy version
-(the registry's, when the code location loads), keys ``"<dataset>|<strategy>"`` (e.g. ``demo|hybrid-v1``).
+"""Partitions of the evaluation and answer assets. Evaluation: dataset (dynamic, one key per
+``datasets/<key>.json``) × strategy version (the registry's, when the code location loads), keys
+``"<dataset>|<strategy>"`` (e.g. ``demo|hybrid-v1``).
 
 The dataset-level assets depend on every strategy partition of their dataset, and the evaluation assets on their
 dataset's ``dataset_knowledge_base`` partition, through :data:`every_strategy_of_the_dataset`.
@@ -13,12 +14,18 @@ from rag_pipeline.service.catalog import load_registry
 
 DATASET_DIMENSION = "dataset"
 STRATEGY_DIMENSION = "strategy"
+ANSWERER_DIMENSION = "system"
+"""The answerer dimension: the RAG system that answered. Dagster orders a key's dimensions by name, so a name
+after "dataset" keeps keys ``<dataset>|<answerer>`` like the evaluation's ``<dataset>|<strategy>``."""
 
 dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
 knowledge_base_partitions = dg.DynamicPartitionsDefinition(name="knowledge_base")  # one key per knowledge base
 strategy_partitions = dg.StaticPartitionsDefinition(list(load_registry()))
 evaluation_partitions = dg.MultiPartitionsDefinition({DATASET_DIMENSION: dataset_partitions,
                                                       STRATEGY_DIMENSION: strategy_partitions})
+answerer_partitions = dg.DynamicPartitionsDefinition(name="answerer")
+answer_partitions = dg.MultiPartitionsDefinition({DATASET_DIMENSION: dataset_partitions,
+                                                  ANSWERER_DIMENSION: answerer_partitions})
 
 with warnings.catch_warnings():  # beta in Dagster 1.13; maps dataset "demo" to every "demo|<strategy>"
     warnings.simplefilter("ignore", dg.BetaWarning)
@@ -39,3 +46,16 @@ def split_key(context: dg.AssetExecutionContext) -> tuple[str, str]:
         key = evaluation_partitions.get_partition_key_from_str(str(key))
     keys = key.keys_by_dimension
     return keys[DATASET_DIMENSION], keys[STRATEGY_DIMENSION]
+
+
+def answer_partition_key(dataset: str, answerer: str) -> dg.MultiPartitionKey:
+    return dg.MultiPartitionKey({DATASET_DIMENSION: dataset, ANSWERER_DIMENSION: answerer})
+
+
+def split_answer_key(context: dg.AssetExecutionContext) -> tuple[str, str]:
+    """(dataset key, answerer key) of the answer partition being materialised."""
+    key = context.partition_key
+    if not isinstance(key, dg.MultiPartitionKey):
+        key = answer_partitions.get_partition_key_from_str(str(key))
+    keys = key.keys_by_dimension
+    return keys[DATASET_DIMENSION], keys[ANSWERER_DIMENSION]
