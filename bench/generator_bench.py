@@ -149,8 +149,8 @@ def prompt_for(question: str, chunk_texts: list[str], lang: str, shots: int = 0)
 
 def extractive_and_prompts(engine, cases: list[dict], shots: int):
     """extractive-v1's records for ``cases`` and, per case, the generator's prompt over the same top chunks."""
-    from rag_pipeline.answers.answerers import get_answerer
-    from rag_pipeline.answers.extractive import language
+    from rag_pipeline.answers.collection.answerers import get_answerer
+    from rag_pipeline.answers.collection.extractive import language
     from rag_pipeline.evaluation.dataset import EvaluationCase
     from rag_pipeline.evaluation.demo_dataset import DEMO_KB
     from rag_pipeline.knowledge_base.chunk_lookup import chunks_by_ids
