@@ -19,7 +19,7 @@ from rag_pipeline.web.admin.answer_data import answer_history
 from rag_pipeline.web.admin.charts import BOTTOM, HEIGHT, TOP, history_svg
 from rag_pipeline_tests.web.inprocess.conftest import covers
 
-pytestmark = pytest.mark.db
+pytestmark = pytest.mark.db  # the pages read stored answer runs of the demo knowledge base
 BASE = "/admin/retrieval-evaluations"
 RUN = "/admin/answer-runs/{run_id}"
 CASE = "/admin/answer-runs/{run_id}/cases/{case_id}"
