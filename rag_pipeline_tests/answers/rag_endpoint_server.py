@@ -1,7 +1,8 @@
 """A stranger's RAG endpoint for the collection tests: a real HTTP server on 127.0.0.1 in a thread.
 
 It answers ``POST /rag`` with ``{"answer", "citations", "contexts"}`` for the posted ``case_id`` and counts the
-requests per case. ``plan[case_id]`` is a list of behaviours, one per attempt (the last one repeats):
+requests per case (``replies[case_id]``, when given, is the reply body instead). ``plan[case_id]`` is a list
+of behaviours, one per attempt (the last one repeats):
 
 - ``ok``: a normal reply (``delay`` seconds late, the server's default delay otherwise);
 - ``503`` / ``500`` / ``404``: that status with a short body; ``429:N``: 429 with ``Retry-After: N``;
@@ -27,8 +28,10 @@ HUGE_BYTES = 50 * 1024 * 1024
 
 
 class RagEndpoint:
-    def __init__(self, plan: dict[str, list[str]] | None = None, delay: float = 0.0):
+    def __init__(self, plan: dict[str, list[str]] | None = None, delay: float = 0.0,
+                 replies: dict[str, dict] | None = None):
         self.plan = plan or {}
+        self.replies = replies or {}
         self.delay = delay
         self.requests: collections.Counter[str] = collections.Counter()
         self.bodies: list[dict] = []
@@ -95,7 +98,7 @@ def _handler(endpoint: RagEndpoint):
             endpoint.bodies.append(request)
             case_id, question = str(request.get("case_id")), str(request.get("question"))
             step = endpoint.behaviour(case_id)
-            ok = json.dumps(reply_for(case_id, question)).encode()
+            ok = json.dumps(endpoint.replies.get(case_id) or reply_for(case_id, question)).encode()
             if step == "ok":
                 time.sleep(endpoint.delay)
                 self._send(200, ok)
