@@ -164,6 +164,8 @@ class AnswerSummary(BaseModel):
     verdicts: dict[str, int] = Field(description="verdict -> cases, every verdict listed")
     latency_ms_p50: float | None = None
     latency_ms_p95: float | None = None
+    faithfulness: AnswerMetricSummary | None = Field(None, description="the optional judge's faithfulness over "
+                                                                       "the run; None: not judged (docs/judge.md)")
 
 
 class AnswerRun(BaseModel):
