@@ -282,6 +282,15 @@ class CollectionResult(BaseModel):
     answerer: str | None = None
 
 
+class AnswerCollectionResponse(BaseModel):
+    """``POST /datasets/{name}/answers/collect``: what was collected and, when stored, the answer run scored
+    from it (docs/design.md §6.2). ``collection.output`` is empty: the server keeps no answers file."""
+
+    collection: CollectionResult
+    run: AnswerRun | None = Field(description="the stored run; None: the collection failed or store was false")
+    summary: AnswerSummary | None = Field(None, description="the figures of the collected answers, when scored")
+
+
 class PrunedAnswerRun(BaseModel):
     """An answer run retention removed (or, in a dry run, would remove)."""
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from rag_pipeline.answers.answers_file import AnswersFileError as AnswersFileError
 from rag_pipeline.answers.answers_file import read_answers
 from rag_pipeline.answers.judge.scores import judge_cases, judge_summary
 from rag_pipeline.answers.metrics.scoring import score_answers
@@ -51,15 +52,17 @@ def evaluate_answers(engine: sa.Engine, knowledge_base: str, dataset: str | Path
                      answerer: str | None = None, scoring: AnswerScoring | None = None, store: bool = True,
                      filename: str | None = None, partition_key: str | None = None,
                      dagster_run_id: str | None = None, judge: JudgeConfig | None = None,
-                     judge_progress: Callable[[int, int], None] | None = None) -> AnswerReport:
+                     judge_progress: Callable[[int, int], None] | None = None,
+                     stored_only: bool = False) -> AnswerReport:
     """Score an answers file (a path, or the bytes of an upload named ``filename``) against ``dataset`` on
     ``knowledge_base`` (name or id). ``answerer``: ``NAME`` or ``NAME@VERSION``, else the file's own, else
     ``unnamed``. With ``store`` the run is stored (``AnswerReport.run``), else only scored (``run`` None).
-    With ``judge`` every answered case is also judged (:func:`judge_answers`; ``judge_progress(done, total)``)."""
+    With ``judge`` every answered case is also judged (:func:`judge_answers`; ``judge_progress(done, total)``).
+    ``stored_only``: ``dataset`` is only a stored dataset's name, never a file (what the HTTP API gives)."""
     scoring = scoring or AnswerScoring()
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-    data = resolve_dataset(engine, kb.name, dataset)
+    data = resolve_dataset(engine, kb.name, dataset, stored_only=stored_only)
     parsed = read_answers(answers, case_ids=[c.case_id for c in data.cases], filename=filename)
     if answerer and parsed.answerer and answerer.strip() != parsed.answerer:
         raise AnswersRequestError(f"--answerer {answerer!r} differs from the answerer the file names "
@@ -119,8 +122,16 @@ def judge_answers(results: list[AnswerCaseResult], chunk_text: dict[str, str], c
     return [r.model_copy(update={"judge": scores[i]}) if i in scores else r for i, r in enumerate(results)]
 
 
-def resolve_dataset(engine: sa.Engine, knowledge_base: str, dataset: str | Path) -> Dataset:
-    """A dataset file, ``<name>.json`` of the datasets folder, or the latest stored version of that name."""
+def resolve_dataset(engine: sa.Engine, knowledge_base: str, dataset: str | Path, *,
+                    stored_only: bool = False) -> Dataset:
+    """A dataset file, ``<name>.json`` of the datasets folder, or the latest stored version of that name
+    (``stored_only``: only the last, ``dataset`` is never read as a path)."""
+    if stored_only:
+        with engine.connect() as conn:
+            kb = resolve_knowledge_base(conn, knowledge_base).name
+        version = find_dataset(engine, kb, str(dataset))
+        with engine.connect() as conn:
+            return load_stored_dataset(conn, version.dataset_id)
     path = Path(dataset)
     if path.suffix == ".json" or path.is_file():
         return load_dataset(path, knowledge_base=knowledge_base)
