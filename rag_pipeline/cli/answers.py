@@ -201,7 +201,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_id", metavar="RUN", help=RUN_HELP)
     p.add_argument("--verdict", choices=VERDICTS, help="only the cases of this verdict")
     p.add_argument("--sort", choices=SORT_CHOICES, metavar="METRIC",
-                   help="sort the cases by an answer metric (ascending; -METRIC descending; undefined last)")
+                   help="sort the cases by an answer metric (ascending; --sort=-METRIC descending; undefined last)")
     p.add_argument("--wrong-but-confident", action="store_true",
                    help="only wrong answers that cite a chunk or are lexically supported (docs/design.md §12.6)")
     _format(p)
