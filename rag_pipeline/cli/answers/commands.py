@@ -4,7 +4,7 @@ dataset, read and compare the stored answer runs, collect answers (docs/design.m
 ``evaluate`` reads the whole answers file first: a bad file (or flag) is exit 2 with every problem the reader
 found, line and field, and nothing stored. ``--output`` is written atomically (a temporary file renamed), its
 keys in the contract's order (:class:`~rag_pipeline.contracts.answers.AnswerReport`); the text summary goes to
-stdout. ``collect`` is :mod:`rag_pipeline.cli.answers_collect`.
+stdout. ``collect`` is :mod:`rag_pipeline.cli.answers.collect`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 from pydantic import SecretStr, ValidationError
 
 from rag_pipeline.cli import arguments
-from rag_pipeline.cli.answer_tables import comparison_text, report_text, runs_text
-from rag_pipeline.cli.answers_collect import add_collect_parser
+from rag_pipeline.cli.answers.collect import add_collect_parser
+from rag_pipeline.cli.answers.tables import comparison_text, report_text, runs_text
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.evaluate import _check_writable as check_writable
 from rag_pipeline.cli.output import print_json
