@@ -20,7 +20,7 @@ from pydantic import SecretStr, ValidationError
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.answers.collect import add_collect_parser
 from rag_pipeline.cli.answers.tables import comparison_text, report_text, runs_text
-from rag_pipeline.cli.errors import guarded
+from rag_pipeline.cli.errors import EXIT_CODES_HELP, guarded
 from rag_pipeline.cli.evaluate import _check_writable as check_writable
 from rag_pipeline.cli.output import print_json
 from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES, VERDICTS, AnswerScoring, JudgeConfig
@@ -214,3 +214,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_compare)
 
     add_collect_parser(answers)
+    for command in answers.choices.values():
+        command.epilog = command.epilog or EXIT_CODES_HELP

@@ -139,3 +139,17 @@ def test_collect_from_a_real_endpoint_scores_and_stores_the_run(client, engine, 
     unknown = client.post(f"{API}/datasets/no-such-dataset/answers/collect",
                           json={"knowledge_base": stored["kb"], "endpoint": {"url": "http://127.0.0.1:9/x"}})
     assert unknown.status_code == 404
+
+
+def test_the_openapi_schema_lists_the_answer_routes_with_their_models(app):
+    paths = app.openapi()["paths"]
+    expected = {("/api/v1/knowledge-bases/{id}/answer-runs", "post"): "AnswerRun",
+                ("/api/v1/answer-runs", "get"): "AnswerRunList",
+                ("/api/v1/answer-runs/{run_id}", "get"): "AnswerReport",
+                ("/api/v1/answer-runs/compare", "get"): "AnswerComparison",
+                ("/api/v1/datasets/{name}/answers/collect", "post"): "AnswerCollectionResponse"}
+    for (path, method), model in expected.items():
+        responses = paths[path][method]["responses"]
+        ok = responses.get("201") or responses["200"]
+        assert ok["content"]["application/json"]["schema"]["$ref"].endswith(f"/{model}"), (path, method)
+    assert "multipart/form-data" in paths["/api/v1/knowledge-bases/{id}/answer-runs"]["post"]["requestBody"]["content"]
