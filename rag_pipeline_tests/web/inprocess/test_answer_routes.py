@@ -131,11 +131,17 @@ def test_collect_from_a_real_endpoint_scores_and_stores_the_run(client, engine, 
         assert resp.headers["location"] == f"/api/v1/answer-runs/{body['run']['run_id']}"
         assert body["summary"]["answered"] == 3
         assert sum(rag.requests.values()) == 3
+        before = _runs(engine)
+        unstored = client.post(f"{API}/datasets/{NAME}/answers/collect",
+                               json={"knowledge_base": stored["kb"], "endpoint": endpoint, "store": False})
+        assert unstored.status_code == 200 and unstored.json()["run"] is None
+        assert unstored.json()["collection"]["answered"] == 3 and _runs(engine) == before
+        asked = sum(rag.requests.values())
         literal = {**endpoint, "headers": ["Authorization: Bearer literal-secret-42"]}
         refused = client.post(f"{API}/datasets/{NAME}/answers/collect",
                               json={"knowledge_base": stored["kb"], "endpoint": literal})
         assert refused.status_code == 422 and "env:NAME" in refused.json()["detail"]
-        assert "literal-secret-42" not in refused.text and sum(rag.requests.values()) == 3
+        assert "literal-secret-42" not in refused.text and sum(rag.requests.values()) == asked
     unknown = client.post(f"{API}/datasets/no-such-dataset/answers/collect",
                           json={"knowledge_base": stored["kb"], "endpoint": {"url": "http://127.0.0.1:9/x"}})
     assert unknown.status_code == 404
