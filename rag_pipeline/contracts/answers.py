@@ -165,6 +165,8 @@ class AnswerSummary(BaseModel):
     verdicts: dict[str, int] = Field(description="verdict -> cases, every verdict listed")
     latency_ms_p50: float | None = None
     latency_ms_p95: float | None = None
+    faithfulness: AnswerMetricSummary | None = Field(None, description="the optional judge's faithfulness over "
+                                                                       "the run; None: not judged (docs/judge.md)")
 
 
 class AnswerRun(BaseModel):
@@ -294,6 +296,15 @@ class CollectionResult(BaseModel):
     status: Literal["succeeded", "failed"]
     reason: str | None = None
     answerer: str | None = None
+
+
+class AnswerCollectionResponse(BaseModel):
+    """``POST /datasets/{name}/answers/collect``: what was collected and, when stored, the answer run scored
+    from it (docs/design.md §6.2). ``collection.output`` is empty: the server keeps no answers file."""
+
+    collection: CollectionResult
+    run: AnswerRun | None = Field(description="the stored run; None: the collection failed or store was false")
+    summary: AnswerSummary | None = Field(None, description="the figures of the collected answers, when scored")
 
 
 class PrunedAnswerRun(BaseModel):

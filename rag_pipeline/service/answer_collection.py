@@ -19,7 +19,7 @@ from rag_pipeline.answers.collection.collector import collect_from_answerer, col
 from rag_pipeline.answers.collection.endpoint_client import EndpointClient
 from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.dataset import Dataset, load_dataset
 from rag_pipeline.service.database import get_engine
 from rag_pipeline.storage.names import printable
 
@@ -47,18 +47,19 @@ def _check_output(output: Path) -> None:
         raise CollectionConfigError(f"--output {printable(output)} is not writable")
 
 
-def collect_answers(dataset: str | Path, output: str | Path, *, endpoint: EndpointConfig | None = None,
+def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoint: EndpointConfig | None = None,
                     answerer: str | Answerer | None = None, knowledge_base: str | None = None,
                     strategy: str | None = None, progress: Callable[[CollectionProgress], None] | None = None,
                     environ: dict[str, str] | None = None) -> CollectionResult:
-    """Collect the answers of dataset file ``dataset`` into ``output`` (JSON Lines, resumed if it exists).
+    """Collect the answers of ``dataset`` (a dataset file, or a loaded :class:`Dataset`) into ``output`` (JSON
+    Lines, resumed if it exists).
 
     Exactly one of ``endpoint`` and ``answerer`` (a registered name, or an object of the answerer protocol).
     ``environ`` is where ``env:`` header values are read (default: the process environment)."""
     if (endpoint is None) == (answerer is None):
         raise CollectionConfigError("give exactly one of --endpoint URL and --answerer NAME")
     output = Path(output)
-    loaded = load_dataset(dataset, knowledge_base=knowledge_base)
+    loaded = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, knowledge_base=knowledge_base)
     cases = loaded.cases
     _check_output(output)
     client = EndpointClient(endpoint, environ) if endpoint is not None else None

@@ -9,11 +9,14 @@ run with all its cases in one transaction: on any error nothing is stored.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import sqlalchemy as sa
 
+from rag_pipeline.answers.answers_file import AnswersFileError as AnswersFileError
 from rag_pipeline.answers.answers_file import read_answers
+from rag_pipeline.answers.judge.scores import judge_cases, judge_summary
 from rag_pipeline.answers.metrics.scoring import score_answers
 from rag_pipeline.answers.metrics.summary import summarise
 from rag_pipeline.answers.runs import persistence
@@ -25,6 +28,8 @@ from rag_pipeline.contracts.answers import (
     AnswerReport,
     AnswerRunList,
     AnswerScoring,
+    JudgeConfig,
+    JudgeItem,
 )
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset
@@ -46,14 +51,18 @@ class AnswersRequestError(BadInputError, ValueError):
 def evaluate_answers(engine: sa.Engine, knowledge_base: str, dataset: str | Path, answers: str | Path | bytes, *,
                      answerer: str | None = None, scoring: AnswerScoring | None = None, store: bool = True,
                      filename: str | None = None, partition_key: str | None = None,
-                     dagster_run_id: str | None = None) -> AnswerReport:
+                     dagster_run_id: str | None = None, judge: JudgeConfig | None = None,
+                     judge_progress: Callable[[int, int], None] | None = None,
+                     stored_only: bool = False) -> AnswerReport:
     """Score an answers file (a path, or the bytes of an upload named ``filename``) against ``dataset`` on
     ``knowledge_base`` (name or id). ``answerer``: ``NAME`` or ``NAME@VERSION``, else the file's own, else
-    ``unnamed``. With ``store`` the run is stored (``AnswerReport.run``), else only scored (``run`` None)."""
+    ``unnamed``. With ``store`` the run is stored (``AnswerReport.run``), else only scored (``run`` None).
+    With ``judge`` every answered case is also judged (:func:`judge_answers`; ``judge_progress(done, total)``).
+    ``stored_only``: ``dataset`` is only a stored dataset's name, never a file (what the HTTP API gives)."""
     scoring = scoring or AnswerScoring()
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-    data = _dataset(engine, kb.name, dataset)
+    data = resolve_dataset(engine, kb.name, dataset, stored_only=stored_only)
     parsed = read_answers(answers, case_ids=[c.case_id for c in data.cases], filename=filename)
     if answerer and parsed.answerer and answerer.strip() != parsed.answerer:
         raise AnswersRequestError(f"--answerer {answerer!r} differs from the answerer the file names "
@@ -61,7 +70,7 @@ def evaluate_answers(engine: sa.Engine, knowledge_base: str, dataset: str | Path
     name, version = persistence.answerer_identity(answerer or parsed.answerer)
     return _score_and_store(engine, kb, data, parsed.records, scoring, store=store, subject={
         "answerer": name, "answerer_version": version, "answers_sha256": parsed.sha256,
-        "partition_key": partition_key, "dagster_run_id": dagster_run_id})
+        "partition_key": partition_key, "dagster_run_id": dagster_run_id}, judge=judge, judge_progress=judge_progress)
 
 
 def rescore_answer_run(engine: sa.Engine, run_id: str, scoring: AnswerScoring) -> AnswerReport:
@@ -78,12 +87,16 @@ def rescore_answer_run(engine: sa.Engine, run_id: str, scoring: AnswerScoring) -
 
 
 def _score_and_store(engine: sa.Engine, kb, data: Dataset, records: dict[str, AnswerRecord],
-                     scoring: AnswerScoring, *, store: bool, subject: dict) -> AnswerReport:
+                     scoring: AnswerScoring, *, store: bool, subject: dict, judge: JudgeConfig | None = None,
+                     judge_progress: Callable[[int, int], None] | None = None) -> AnswerReport:
     with engine.connect() as conn:
         kb_ids, texts = persistence.scorer_chunks(conn, kb.id, records.values())
         kb_version = content_version(conn, kb.id).version if store else None
     results = score_answers(data.cases, records, kb_chunk_ids=kb_ids, chunk_text=texts, scoring=scoring)
     summary = summarise(results, cases=len(data.cases))
+    if judge is not None:
+        results = judge_answers(results, texts, judge, progress=judge_progress)
+        summary = summary.model_copy(update={"faithfulness": judge_summary([r.judge for r in results])})
     if not store:
         return AnswerReport(run=None, summary=summary, cases=results)
     with engine.begin() as conn:
@@ -95,8 +108,30 @@ def _score_and_store(engine: sa.Engine, kb, data: Dataset, records: dict[str, An
     return AnswerReport(run=run, summary=summary, cases=results)
 
 
-def _dataset(engine: sa.Engine, knowledge_base: str, dataset: str | Path) -> Dataset:
-    """A dataset file, ``<name>.json`` of the datasets folder, or the latest stored version of that name."""
+def judge_answers(results: list[AnswerCaseResult], chunk_text: dict[str, str], config: JudgeConfig, *,
+                  progress: Callable[[int, int], None] | None = None) -> list[AnswerCaseResult]:
+    """``results`` with :attr:`AnswerCaseResult.judge` filled for every answered case (status ok): faithfulness
+    to its cited chunks' texts, and refusal only where neither the flag nor a phrase decided (refusal source
+    ``none``); a case without an answer keeps ``judge`` None (docs/design.md §12.4, docs/judge.md)."""
+    answered = [i for i, r in enumerate(results) if r.status == "ok" and r.answer is not None]
+    items = [JudgeItem(question=results[i].question, answer=results[i].answer or "",
+                       cited_chunk_texts={c.chunk_id: chunk_text[c.chunk_id.strip().lower()]
+                                          for c in results[i].citations if c.chunk_id.strip().lower() in chunk_text},
+                       ask_refusal=results[i].refusal_source == "none") for i in answered]
+    scores = dict(zip(answered, judge_cases(items, config, progress), strict=True))
+    return [r.model_copy(update={"judge": scores[i]}) if i in scores else r for i, r in enumerate(results)]
+
+
+def resolve_dataset(engine: sa.Engine, knowledge_base: str, dataset: str | Path, *,
+                    stored_only: bool = False) -> Dataset:
+    """A dataset file, ``<name>.json`` of the datasets folder, or the latest stored version of that name
+    (``stored_only``: only the last, ``dataset`` is never read as a path)."""
+    if stored_only:
+        with engine.connect() as conn:
+            kb = resolve_knowledge_base(conn, knowledge_base).name
+        version = find_dataset(engine, kb, str(dataset))
+        with engine.connect() as conn:
+            return load_stored_dataset(conn, version.dataset_id)
     path = Path(dataset)
     if path.suffix == ".json" or path.is_file():
         return load_dataset(path, knowledge_base=knowledge_base)

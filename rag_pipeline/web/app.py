@@ -19,7 +19,7 @@ from fastapi.responses import RedirectResponse
 from starlette.middleware.sessions import SessionMiddleware
 
 from rag_pipeline.web import dependencies, problems, security
-from rag_pipeline.web.api import chunks, comparisons, datasets, evaluations, health, knowledge_bases
+from rag_pipeline.web.api import answers, chunks, comparisons, datasets, evaluations, health, knowledge_bases
 from rag_pipeline.web.launcher import RECONCILE_PERIOD_S, Launcher, LaunchError
 
 DESCRIPTION = """Measure a RAG system's retrieval: upload labelled datasets, evaluate strategies asynchronously
@@ -34,6 +34,8 @@ TAGS = [
     {"name": "datasets", "description": "Labelled evaluation datasets (docs/design.md §2), validated like the files."},
     {"name": "evaluations", "description": "Evaluation runs (docs/design.md §6.2): launch, history, per-case detail."},
     {"name": "comparisons", "description": "Strategies compared with a baseline: significance and regression gate."},
+    {"name": "answers", "description": "Answer runs (docs/design.md §12): score answers files, history, compare, "
+                                       "collect from a RAG endpoint."},
     {"name": "health", "description": "Liveness."},
 ]
 
@@ -87,7 +89,7 @@ def create_app(launcher: Launcher | None = None) -> FastAPI:
 
     api = APIRouter(prefix="/api/v1", dependencies=[Depends(security.require_api_user)],
                     responses=problems.PROBLEM_RESPONSES)
-    for module in (knowledge_bases, datasets, evaluations, comparisons):
+    for module in (knowledge_bases, datasets, evaluations, comparisons, answers):
         api.include_router(module.router)
     api.include_router(chunks.router)  # GET /knowledge-bases/{id}/chunks (the chunk ids a labeller picks)
     app.include_router(api)

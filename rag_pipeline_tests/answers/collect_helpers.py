@@ -8,7 +8,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from rag_pipeline.cli.answers_collect import add_collect_parser
+from rag_pipeline.cli.answers.collect import add_collect_parser
 
 
 def write_dataset(folder: Path, n: int, name: str = "collect") -> Path:

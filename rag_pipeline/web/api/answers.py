@@ -1,0 +1,208 @@
+"""Answer runs over HTTP (docs/design.md §6.2, §12): upload an answers file to score, list and read the stored
+runs, compare two, and collect a dataset's answers from a RAG endpoint.
+
+An upload is read like an answers file by the CLI (every problem with its line and field → 422, nothing
+stored), at most 50 MB: ``multipart/form-data`` (a ``file`` part, ``dataset``, optional ``answerer``) or JSON
+(``dataset``, ``answers``: the lines as objects). Collection is synchronous and bounded
+(:data:`MAX_COLLECT_CASES` cases); a header value must be ``env:NAME`` (read from the server's environment) and
+is never echoed.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path as FilePath
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.datastructures import UploadFile
+
+from rag_pipeline.contracts.answers import (
+    VERDICTS,
+    AnswerCollectionResponse,
+    AnswerComparison,
+    AnswerReport,
+    AnswerRun,
+    AnswerRunList,
+    EndpointConfig,
+)
+from rag_pipeline.service import answers
+from rag_pipeline.service.answer_collection import collect_answers
+from rag_pipeline.service.answers import AnswersFileError
+from rag_pipeline.service.catalog import printable
+from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
+from rag_pipeline.web.dependencies import Engine, Paging
+from rag_pipeline.web.problems import HTTPProblem, ProblemItem
+
+router = APIRouter(tags=["answers"])
+MAX_UPLOAD_BYTES = 50 * 1024 * 1024
+MULTIPART_OVERHEAD = 64 * 1024
+MAX_COLLECT_CASES = 200
+"""A collection over the API answers when it is done: larger datasets are collected with the CLI or Dagster."""
+RunId = Annotated[str, Path(max_length=64, description="An answer run id, or a unique prefix of at least 4 hex "
+                                                       "digits.")]
+
+_UPLOAD_BODY = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {"schema": {"type": "object", "required": ["file", "dataset"], "properties": {
+            "file": {"type": "string", "format": "binary", "description": "The answers file (JSON Lines, "
+                                                                          "schemas/answers-v1.json)."},
+            "dataset": {"type": "string", "description": "A dataset stored for this knowledge base."},
+            "answerer": {"type": "string", "description": "NAME or NAME@VERSION (default: the file's own)."}}}},
+        "application/json": {"schema": {"type": "object", "required": ["dataset", "answers"], "properties": {
+            "dataset": {"type": "string"}, "answerer": {"type": "string"},
+            "answers": {"type": "array", "items": {"type": "object"}, "description": "The answers file's lines."}}}},
+    },
+}
+
+
+def _answers_problem(exc: AnswersFileError) -> HTTPProblem:
+    items = [ProblemItem(message=p.message, line=p.describe(exc.source), field=p.field) for p in exc.problems]
+    return HTTPProblem(422, str(exc), errors=items, title="Invalid answers file")
+
+
+def _check_length(request: Request, limit: int) -> None:
+    raw = request.headers.get("content-length")
+    if raw is None:
+        raise HTTPProblem(411, "send the upload with a Content-Length (chunked uploads are not accepted)",
+                          title="Length required")
+    if not raw.isdigit() or int(raw) > limit:
+        raise HTTPProblem(413, f"the upload is {raw} bytes; the limit of an answers file is 50 MB")
+
+
+async def _upload(request: Request) -> tuple[bytes, str, str, str | None]:
+    """``(answers bytes, file name, dataset, answerer)`` of a multipart or JSON upload."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        _check_length(request, MAX_UPLOAD_BYTES + MULTIPART_OVERHEAD)
+        form = await request.form(max_files=1, max_fields=5)
+        upload, dataset, answerer = form.get("file"), form.get("dataset"), form.get("answerer")
+        if not isinstance(upload, UploadFile):
+            raise HTTPProblem(422, "the multipart body has no `file` part holding the answers file")
+        raw = await upload.read(MAX_UPLOAD_BYTES + 1)
+        if len(raw) > MAX_UPLOAD_BYTES:
+            raise HTTPProblem(413, f"{printable(upload.filename)}: over the answers-file limit of 50 MB")
+        filename = upload.filename or "answers.jsonl"
+    elif content_type.startswith("application/json"):
+        _check_length(request, MAX_UPLOAD_BYTES)
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise HTTPProblem(422, f"the request body is not JSON: {exc}") from None
+        if not isinstance(body, dict) or not isinstance(body.get("answers"), list):
+            raise HTTPProblem(422, "the JSON body needs `dataset` and `answers` (a list of answer objects)")
+        dataset, answerer = body.get("dataset"), body.get("answerer")
+        raw = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in body["answers"]).encode("utf-8")
+        filename = "request body"
+    else:
+        raise HTTPProblem(415, f"send the answers as multipart/form-data (a `file` part) or application/json, "
+                               f"not {printable(content_type[:100])}", title="Unsupported media type")
+    if not isinstance(dataset, str) or not dataset.strip():
+        raise HTTPProblem(422, "name the `dataset` the answers are for (a dataset stored for this knowledge base)")
+    if answerer is not None and (not isinstance(answerer, str) or len(answerer) > 200):
+        raise HTTPProblem(422, "`answerer` must be a string NAME or NAME@VERSION of at most 200 characters")
+    return raw, filename, dataset.strip(), answerer or None
+
+
+@router.post("/knowledge-bases/{id}/answer-runs", response_model=AnswerRun, status_code=201,
+             summary="Score an answers file", openapi_extra={"requestBody": _UPLOAD_BODY},
+             responses={413: {"description": "Over 50 MB."}})
+async def create_answer_run(request: Request, engine: Engine, id: str = KnowledgeBaseId):  # noqa: A002
+    """Score an answers file against a stored dataset of this knowledge base and store the run: 201 with the
+    run (its summary) and its `Location`. A bad file → 422 whose `errors` list every problem with its line and
+    field; nothing is stored."""
+    raw, filename, dataset, answerer = await _upload(request)
+    try:
+        report = answers.evaluate_answers(engine, id, dataset, raw, answerer=answerer, filename=filename,
+                                          stored_only=True)
+    except AnswersFileError as exc:
+        raise _answers_problem(exc) from None
+    run = report.run
+    return JSONResponse(run.model_dump(mode="json"), status_code=201,
+                        headers={"Location": f"/api/v1/answer-runs/{run.run_id}"})
+
+
+@router.get("/answer-runs", response_model=AnswerRunList, summary="List answer runs")
+def list_answer_runs(engine: Engine, page: Paging,
+                     dataset: Annotated[str | None, Query(max_length=200, description="Only this dataset.")] = None,
+                     answerer: Annotated[str | None, Query(max_length=200, description="Only this answerer.")] = None,
+                     knowledge_base: Annotated[str | None, Query(max_length=200, description="Only this knowledge "
+                                                                 "base (name or id).")] = None):
+    """Stored answer runs, newest first, with `total` for paging."""
+    return answers.list_answer_runs(engine, dataset=dataset, knowledge_base=knowledge_base, answerer=answerer,
+                                    limit=page.limit, offset=page.offset)
+
+
+@router.get("/answer-runs/compare", response_model=AnswerComparison, summary="Compare two answer runs")
+def compare_answer_runs(engine: Engine,
+                        a: Annotated[str, Query(max_length=64, description="Run A (id or prefix).")],
+                        b: Annotated[str, Query(max_length=64, description="Run B, compared with A.")]):
+    """Run B against run A over their common cases: per metric the paired means, delta, permutation p-value and
+    bootstrap interval; the verdict changes (the shape of `rag-pipeline answers compare --format json`)."""
+    return answers.compare_answer_runs(engine, a, b)
+
+
+@router.get("/answer-runs/{run_id}", response_model=AnswerReport, summary="An answer run with its cases")
+def get_answer_run(engine: Engine, run_id: RunId,
+                   verdict: Annotated[str | None, Query(max_length=40, description=f"Only this verdict: "
+                                                        f"{', '.join(VERDICTS)}.")] = None,
+                   sort: Annotated[str | None, Query(max_length=60, description="An answer metric (ascending), "
+                                                     "`-metric` descending; undefined values last.")] = None,
+                   wrong_but_confident: Annotated[bool, Query(description="Only wrong answers that cite a chunk "
+                                                              "or are lexically supported.")] = False):
+    """The run, its summary and its cases (answer, metrics, citations marked relevant / retrieved, verdict) —
+    `rag-pipeline answers show --format json`; 404 when no run has that id."""
+    return answers.get_answer_run(engine, run_id, verdict=verdict, sort=sort, wrong_but_confident=wrong_but_confident)
+
+
+class CollectRequest(BaseModel):
+    """What to ask: a RAG endpoint (`endpoint`) or an in-process answerer (`answerer`), for a stored dataset."""
+
+    model_config = ConfigDict(extra="forbid")
+    knowledge_base: str = Field(max_length=200, description="The knowledge base the dataset is stored for.")
+    endpoint: EndpointConfig | None = Field(None, description="The RAG endpoint; header values only `env:NAME`.")
+    answerer: str | None = Field(None, max_length=200, description="An in-process answerer, e.g. extractive-v1.")
+    strategy: str | None = Field(None, max_length=100, description="With `answerer`: its retrieval strategy.")
+    store: bool = Field(True, description="Score the collected answers and store the answer run.")
+
+
+def _check_headers(endpoint: EndpointConfig) -> None:
+    for number, header in enumerate(endpoint.headers, 1):
+        name, sep, value = header.partition(":")
+        if not sep or not value.strip().startswith("env:"):
+            raise HTTPProblem(422, f"header number {number} ({printable(name.strip()[:100])}): over the API a header "
+                                   "value must be env:NAME, read from the server's environment (the value is "
+                                   "not shown)")
+
+
+@router.post("/datasets/{name}/answers/collect", response_model=AnswerCollectionResponse,
+             summary="Collect a dataset's answers from a RAG endpoint (synchronous, bounded)")
+def collect(engine: Engine, body: CollectRequest,
+            name: Annotated[str, Path(max_length=200, description="A dataset stored for the knowledge base.")]):
+    """Ask the endpoint (or the answerer) every case of the dataset's latest version, then score and store the
+    answers as an answer run: 201 with `Location` when stored, 200 otherwise (the collection's figures; a
+    failed collection says why in `collection.reason`). At most 200 cases: larger datasets are collected with
+    `rag-pipeline answers collect` or the Dagster `answers` asset."""
+    if body.endpoint is not None:
+        _check_headers(body.endpoint)
+    data = answers.resolve_dataset(engine, body.knowledge_base, name, stored_only=True)
+    if len(data.cases) > MAX_COLLECT_CASES:
+        raise HTTPProblem(422, f"dataset {printable(data.name)} has {len(data.cases)} cases; the API collects at "
+                               f"most {MAX_COLLECT_CASES} (use `rag-pipeline answers collect`)")
+    with tempfile.TemporaryDirectory(prefix="rag-collect-") as folder:
+        output = FilePath(folder) / "answers.jsonl"
+        result = collect_answers(data, output, endpoint=body.endpoint, answerer=body.answerer,
+                                 knowledge_base=data.knowledge_base, strategy=body.strategy)
+        raw = output.read_bytes() if output.exists() else b""
+    result = result.model_copy(update={"output": ""})
+    if result.status == "failed" or not body.store:
+        return AnswerCollectionResponse(collection=result, run=None)
+    report = answers.evaluate_answers(engine, body.knowledge_base, name, raw, filename="collected answers",
+                                      stored_only=True)
+    out: dict[str, Any] = AnswerCollectionResponse(collection=result, run=report.run,
+                                                   summary=report.summary).model_dump(mode="json")
+    return JSONResponse(out, status_code=201, headers={"Location": f"/api/v1/answer-runs/{report.run.run_id}"})
