@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     judge_cache: Path | None = Field(
         None, description="JSON Lines file caching the answer judge's replies by (prompt hash, model, repeat), so "
                           "a re-run asks nothing (docs/judge.md). Default `<project>/.rag_pipeline/judge-cache.jsonl`.")
+    judge_api_key: SecretStr | None = Field(
+        None, description="Bearer token of the answer judge's chat endpoint (`answers evaluate --judge-url`), when "
+                          "it needs one; never a flag, never printed or stored (docs/judge.md).")
     bench_data: Path | None = Field(
         None, description="Folder of the benchmark collections (`scifact/`) for the benchmark-data tests; set "
                           "by CI, which then fails if it is missing. Unset: those tests are skipped.")

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pydantic import SecretStr, ValidationError
+from pydantic import ValidationError
 
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.answers.collect import add_collect_parser
@@ -28,6 +28,7 @@ from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.service import answers as service
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.database import get_engine
+from rag_pipeline.settings import get_settings
 
 JUDGE_KEY_VARIABLE = "RAG_JUDGE_API_KEY"
 """The judge's bearer token, when it needs one, is read from this environment variable (never a flag)."""
@@ -65,10 +66,9 @@ def _judge(args: argparse.Namespace) -> JudgeConfig | None:
         return None
     if args.judge_url is None or args.judge_model is None:
         raise AnswersFlagError("give both --judge-url and --judge-model (an OpenAI-compatible chat endpoint)")
-    key = os.environ.get(JUDGE_KEY_VARIABLE)
     try:
         return JudgeConfig(url=args.judge_url, model=args.judge_model, repeats=args.judge_repeats or 1,
-                           api_key=SecretStr(key) if key else None)
+                           api_key=get_settings().judge_api_key)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise AnswersFlagError(f"--judge-{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
