@@ -151,6 +151,12 @@ def test_answer_contains_and_key_points() -> None:
     assert answer_contains("Parisian cafés", ["Paris"]) == 0.0  # whole tokens for a Latin reference
     assert answer_contains("中国的首都是 北京 。", ["北京"]) == 1.0
     assert answer_contains("上海", ["北京", "南京"]) == 0.0
+    # Latin inside Chinese text, where nothing separates the words by spaces (a demo case)
+    answer = "向量列使用 HNSW 索引，参数为 m = 16、ef_construction = 200，距离度量为余弦距离。"
+    assert answer_contains(answer, ["参数为 m = 16、ef_construction = 200"]) == 1.0
+    assert key_point_recall(answer, ["m = 16", "ef_construction = 200", "m = 32"]) == pytest.approx(2 / 3)
+    assert answer_contains("最多 160 天", ["16 天"]) == 0.0  # whole units: 16 is not in 160
+    assert answer_contains("ＨＮＳＷ 索引", ["hnsw"]) == 1.0  # NFKC: full-width letters
     assert key_point_recall("首都是北京，人口两千万", ["北京", "两千万", "故宫"]) == pytest.approx(2 / 3)
     assert key_point_recall("founded in 1879 by Edison", ["1879", "Edison", "Tesla", "light bulb"]) == 0.5
 

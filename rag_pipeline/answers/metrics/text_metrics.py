@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from difflib import SequenceMatcher
@@ -141,10 +142,15 @@ def f1(prediction: str, references: Sequence[str]) -> float:
                for ref in _check(references))
 
 
+def _units(text: str) -> list[str]:
+    return _UNIT.findall(unicodedata.normalize("NFKC", text).lower())
+
+
 def _contains(text: str, part: str) -> bool:
-    if is_mostly_cjk(part):
-        needle = "".join(cmrc_remove_punctuation(part).split())
-        return "".join(cmrc_remove_punctuation(text).split()).find(needle) >= 0 if needle else False
+    if _HAN.search(part) or _HAN.search(text):
+        # Chinese, or Latin inside Chinese text (no spaces between them): units in a contiguous run
+        needle, hay = _units(part), _units(text)
+        return bool(needle) and any(hay[i:i + len(needle)] == needle for i in range(len(hay) - len(needle) + 1))
     needle = squad_normalize(part)
     if not needle:
         return not squad_normalize(text)
@@ -154,8 +160,11 @@ def _contains(text: str, part: str) -> bool:
 def answer_contains(answer: str, references: Sequence[str]) -> float:
     """1.0 when some normalised reference occurs in the normalised answer, else 0.0 (docs/design.md §12.3).
 
-    A CJK reference: the CMRC punctuation and all white space removed from both, then a substring test. Any
-    other: SQuAD ``normalize_answer`` of both, then a whole-token substring test (``"paris"`` is in ``"it is
+    When either text holds a Han character: both cut into units (each Han character one unit, each run of
+    other letters / digits / ``_`` one unit, after NFKC and lower-casing; punctuation and spaces dropped) and
+    the reference's units must occur as a contiguous run of the answer's (so ``m = 16`` is in
+    ``参数为 m = 16、ef_construction``, ``16`` is not in ``160``). Otherwise: SQuAD ``normalize_answer`` of both, then a
+    whole-token substring test (``"paris"`` is in ``"it is
     paris"``, not in ``"parisian"``); a reference normalised to nothing is contained only in an answer that
     normalises to nothing."""
     return float(any(_contains(answer, ref) for ref in _check(references)))
