@@ -172,6 +172,9 @@ def demo_summary(comp: StrategyComparison, report_paths: list[Path], *, dataset:
     if run is not None:
         steps.append((f"{cli} show {run.run_id[:8]}", f"run {run.strategy} as JSON (a unique id prefix is enough)"))
     steps.append((f"{cli} compare --dataset {dataset}", "with paired significance and the cases that moved"))
+    if answers is not None:
+        steps.append((f"{cli} answers show {answers.run_id[:8]} --wrong-but-confident",
+                       f"{answers.answerer}'s wrong answers that look grounded, with their citations"))
     lines += ["Next:", text_table(None, [[c, f"# {why}"] for c, why in steps], indent="  ")]
     lines.append("  (or `source .venv/bin/activate` once, then plain `rag-pipeline ...`)")
     return "\n".join(lines) + "\n"
