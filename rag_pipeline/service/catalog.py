@@ -16,10 +16,11 @@ from rag_pipeline.evaluation.label_check import relevant_ids_missing
 from rag_pipeline.evaluation.persistence import store_dataset
 from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
-from rag_pipeline.knowledge_base import chunk_lookup, lifecycle
+from rag_pipeline.knowledge_base import lifecycle
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.queries.documents import knowledge_base_names
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
+from rag_pipeline.service.applicability import split_runnable
 from rag_pipeline.storage.names import DATASET as DATASET
 from rag_pipeline.storage.names import KNOWLEDGE_BASE as KNOWLEDGE_BASE
 from rag_pipeline.storage.names import check_name as check_name
@@ -39,26 +40,10 @@ def ping(engine: sa.Engine) -> None:
         kb_queries.ping(conn)
 
 
-def applicable_strategies(conn: sa.Connection, kb_id, registry: dict[str, Strategy] | None = None,
-                          ) -> tuple[list[str], dict[str, str]]:
-    """(the registry versions this knowledge base can run — those without a vector leg or whose embedding model
-    it holds —, ``{version: why not}`` for the others)."""
-    registry = registry if registry is not None else load_registry()
-    models = set(chunk_lookup.embedding_models(conn, kb_id))
-    ok, skipped = [], {}
-    for version, strategy in registry.items():
-        if strategy.vector_candidate_k and strategy.embedding_model not in models:
-            skipped[version] = (f"the knowledge base has no {strategy.embedding_model} embeddings "
-                                f"(ingest with --models {strategy.embedding_model})")
-        else:
-            ok.append(version)
-    return ok, skipped
-
-
 def _describe(conn: sa.Connection, name_or_id: str, registry: dict[str, Strategy]) -> KnowledgeBaseInfo:
     stats = lifecycle.knowledge_base_stats(conn, name_or_id)
     kb = resolve_knowledge_base(conn, name_or_id)
-    ok, skipped = applicable_strategies(conn, kb.id, registry)
+    ok, skipped = split_runnable(conn, kb, registry)
     activity = kb_queries.activity(conn, kb)
     return KnowledgeBaseInfo(
         id=str(kb.id), name=kb.name, text_search=kb.text_search, chunk_size=kb.chunk_size,
@@ -91,15 +76,14 @@ def choose_strategies(engine: sa.Engine, knowledge_base: str, versions: Sequence
     registry = load_registry()
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-        ok, skipped = applicable_strategies(conn, kb.id, registry)
+        ok, skipped = split_runnable(conn, kb, registry)
     if not versions:
         if not ok:
-            raise StrategyError(f"no strategy can run on knowledge base {kb.name!r}: " +
-                                "; ".join(f"{v}: {why}" for v, why in skipped.items()))
+            raise StrategyError(f"no strategy can run on knowledge base {kb.name!r}: " + "; ".join(skipped.values()))
         return ok
     chosen = list(dict.fromkeys(versions))
     problems = [f"unknown strategy version {show_name(v)}" for v in chosen if v not in registry]
-    problems += [f"{v} cannot run on knowledge base {kb.name!r}: {skipped[v]}" for v in chosen if v in skipped]
+    problems += [skipped[v] for v in chosen if v in skipped]
     if problems:
         raise StrategyError("; ".join(problems) + f" (known: {', '.join(registry)}; applicable: {', '.join(ok)})")
     return chosen

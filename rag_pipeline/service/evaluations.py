@@ -30,6 +30,7 @@ from rag_pipeline.evaluation.reports import comparison_table as comparison_table
 from rag_pipeline.evaluation.reports import utc_minute as utc_minute
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
+from rag_pipeline.service.applicability import require_runnable
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.snapshot_readers import reader_count
 
@@ -106,7 +107,10 @@ def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH
     run is stored. Returns the outcomes in order.
 
     ``on_labels(report)`` sees the label check before the first run; ``progress(version, cases)`` may return a
-    per-run callback ``(done, total)``."""
+    per-run callback ``(done, total)``. A strategy the knowledge base cannot run
+    (:func:`rag_pipeline.service.applicability.strategy_applicability`) refuses them all before anything runs."""
+    with engine.connect() as conn:
+        require_runnable(conn, plan.dataset.knowledge_base, plan.strategies)
     report = check_labels_first(engine, plan.dataset, strict=strict)
     if on_labels:
         on_labels(report)
@@ -133,6 +137,7 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
         strategy = get_strategy(strategy_version)
         with engine.connect() as conn:
             dataset = load_stored_dataset(conn, dataset_id)
+            require_runnable(conn, dataset.knowledge_base, [strategy])
         headline = label_headline(check_labels_first(engine, dataset, strict=strict))
     except BaseException as exc:
         if queued_run_id:
