@@ -29,7 +29,7 @@ from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import StrategyError, get_strategy, load_registry
-from rag_pipeline.service.applicability import split_runnable
+from rag_pipeline.service.catalog import split_runnable
 from rag_pipeline.service.labelling.draft_files import DraftError, export_cases, load_draft, pool_order, save_draft
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.files import FileReadError, read_bounded

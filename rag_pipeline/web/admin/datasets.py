@@ -41,7 +41,7 @@ def dataset_url(kb: str, dataset: str) -> str:
 
 
 def strategy_choices(engine, kb: str) -> list[dict]:
-    """Every registry strategy, ``applicable`` by the one rule (:mod:`rag_pipeline.service.applicability`; else
+    """Every registry strategy, ``applicable`` by the one rule (:mod:`rag_pipeline.service.catalog`; else
     ``reason``): the applicable ones are pre-selected, the others shown disabled with their reason."""
     info = catalog.describe_knowledge_base(engine, kb)
     skipped = info.inapplicable_strategies
