@@ -132,22 +132,31 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
                     logger: logging.Logger | None = None, queued_run_id: str | None = None) -> EvaluationOutcome:
     """Evaluate one strategy on a stored dataset version (what the Dagster partition run does), after the same
     label check as :func:`evaluate` (its headline goes to ``logger`` as a warning). ``queued_run_id``: the
-    queued run (HTTP API) this evaluation is; a failure before it starts marks it failed, never left queued."""
+    queued run (HTTP API) this evaluation is; a failure anywhere — before it starts or inside it — stores its
+    one-line reason in the run row, never left queued."""
     try:
         strategy = get_strategy(strategy_version)
         with engine.connect() as conn:
             dataset = load_stored_dataset(conn, dataset_id)
             require_runnable(conn, dataset.knowledge_base, [strategy])
         headline = label_headline(check_labels_first(engine, dataset, strict=strict))
+        if headline and logger:
+            logger.warning(headline)
+        return evaluate_dataset(engine, dataset, strategy, batch_size=batch_size, readers=readers,
+                                partition_key=partition_key, dagster_run_id=dagster_run_id, progress=progress,
+                                logger=logger, queued_run_id=queued_run_id)
+    except run_records.RunNotQueuedError:
+        raise  # the row is another evaluation's (started, or ended): never touch it
     except BaseException as exc:
-        if queued_run_id:
-            run_records.mark_failed(engine, queued_run_id, f"{type(exc).__name__}: {exc}")
+        if queued_run_id:  # a run already marked failed inside keeps its reason (only queued/running rows change)
+            run_records.mark_failed(engine, queued_run_id, failure_reason(exc))
         raise
-    if headline and logger:
-        logger.warning(headline)
-    return evaluate_dataset(engine, dataset, strategy, batch_size=batch_size, readers=readers,
-                            partition_key=partition_key, dagster_run_id=dagster_run_id, progress=progress,
-                            logger=logger, queued_run_id=queued_run_id)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The one-line reason a run row stores for ``exc``: its type and message, lines joined with "; "."""
+    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunSummary]:
