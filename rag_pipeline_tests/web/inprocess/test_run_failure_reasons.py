@@ -43,7 +43,9 @@ def _row(engine, run_id: str):
                             {"id": run_id}).one()
 
 
-def test_a_failed_step_stores_its_reason_and_every_front_end_shows_it_whole(client, evaluated, engine, capsys):
+def test_a_failed_step_stores_its_reason_and_every_front_end_shows_it_whole(client, evaluated, engine, capsys,
+                                                                            monkeypatch):
+    monkeypatch.delenv("RAG_DAGSTER_UI_URL", raising=False)
     name = f"fail-{uuid.uuid4().hex[:6]}"
     kb = evaluated["kb"]
     stored = catalog.store_uploaded_dataset(engine, kb, json.dumps({"cases": evaluated["cases"]}), source="test",
@@ -72,5 +74,6 @@ def test_a_failed_step_stores_its_reason_and_every_front_end_shows_it_whole(clie
     assert summary["status"] == "failed" and summary["error"] == error
     run_page = html_lib.unescape(client.get(f"/admin/retrieval-evaluations/runs/{rerank_run}").text)
     assert error in run_page
+    assert f'<a href="http://127.0.0.1:3000/runs/{summary["dagster_run_id"]}">' in run_page, "links the Dagster UI"
     history = html_lib.unescape(client.get(f"/admin/retrieval-evaluations/kb/{kb}/datasets/{name}").text)
     assert error in history and pool_error in history, "the dataset's history shows each reason whole"
