@@ -149,14 +149,8 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
         raise  # the row is another evaluation's (started, or ended): never touch it
     except BaseException as exc:
         if queued_run_id:  # a run already marked failed inside keeps its reason (only queued/running rows change)
-            run_records.mark_failed(engine, queued_run_id, failure_reason(exc))
+            run_records.mark_failed(engine, queued_run_id, run_records.failure_reason(exc))
         raise
-
-
-def failure_reason(exc: BaseException) -> str:
-    """The one-line reason a run row stores for ``exc``: its type and message, lines joined with "; "."""
-    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunSummary]:
