@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 
+import dagster as dg
 import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli import main
+from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.defs.sensors import new_dataset_sensor
 from rag_pipeline.retrieval.strategies import StrategyError, get_strategy
 from rag_pipeline.service import datasets as dataset_service
 from rag_pipeline.service import evaluations
@@ -91,3 +94,6 @@ def test_the_sensor_plan_skips_the_same_strategy_for_the_same_reason(engine, tin
     assert plan.problems is None and RERANK not in plan.to_run and "hybrid-v1" in plan.to_run
     with engine.connect() as conn:
         assert plan.skipped[RERANK] == applicabilities(conn, tiny["kb"])[RERANK].reason
+    with dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), resources={"rag_db": RagDatabase()}) as ctx:
+        result = new_dataset_sensor(ctx)
+    assert [r.partition_key for r in result.run_requests] == [f"apply|{v}" for v in plan.to_run]
