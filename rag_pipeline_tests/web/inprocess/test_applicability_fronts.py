@@ -55,3 +55,14 @@ def test_console_does_not_pre_tick_the_rerank_strategy_and_says_why(client, eval
     label = re.search(rf'<label[^>]*>\s*<input[^>]*value="{RERANK}"[^>]*>.*?</label>', page.text, re.S).group(0)
     text = html_lib.unescape(label)
     assert RERANK_MODEL in text and "rerank stage" in text, text
+
+
+@covers("GET /admin/retrieval-evaluations/kb/{kb}/labelling")
+def test_console_labelling_pools_only_runnable_strategies_and_lists_the_others_with_why(client, evaluated):
+    page = client.get(f"/admin/retrieval-evaluations/kb/{evaluated['kb']}/labelling")
+    assert page.status_code == 200
+    offered = re.findall(r'<input type="checkbox" name="strategy" value="([^"]+)"', page.text)
+    assert "hybrid-v1" in offered and RERANK not in offered
+    left = html_lib.unescape(re.search(r'not offered \(cannot run on this knowledge base\):(.*?)</p>', page.text,
+                                       re.S).group(1))
+    assert RERANK in left and f"no {RERANK_MODEL!r} embeddings for the rerank stage" in left, left
