@@ -80,7 +80,11 @@ class Settings(BaseSettings):
     sensor_strategies: str | None = Field(
         None, description="Comma-separated strategy versions the Dagster sensor evaluates a new dataset with "
                           "(a dataset's `metadata.strategies` list wins). Default: every registry version. "
-                          "Either way only those the knowledge base has the embeddings for.")
+                          "Either way only those the knowledge base can run (every model of every leg and stage, "
+                          "the text mode).")
+    dagster_ui_url: str = Field(
+        "http://127.0.0.1:3000", description="Address of the Dagster UI (`make dev` starts it there): the console "
+                                             "links each run's Dagster run id to `<address>/runs/<id>`.")
     api_token: SecretStr | None = Field(
         None, description="Token of the HTTP service (`rag-pipeline serve`): required to bind beyond loopback "
                           "(at least 16 characters); then every API call needs `Authorization: Bearer <token>` "

@@ -19,6 +19,7 @@ from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import case_progress
 from rag_pipeline.service import evaluations as service
 from rag_pipeline.service.case_diagnosis import case_diagnosis
+from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.database import get_engine
 from rag_pipeline.service.evaluations import CANDIDATE_MODES, REPORT_FORMATS, CaseNotFoundError, comparison_table
 
@@ -102,6 +103,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(json.dumps(summaries, ensure_ascii=False, indent=2))
     else:
         print(comparison_table(summaries) if summaries else "no evaluation runs (see `rag-pipeline evaluate`)")
+        failed = [s for s in summaries if s["error"]]
+        if failed:
+            print("\nwhy runs did not succeed:")
+        for s in failed:  # the whole stored reason, one line each
+            print(f"  {printable(s['run_id'])[:8]} {printable(s['strategy_version'])} ({s['status']}): "
+                  f"{printable(s['error'])}")
     return 0
 
 

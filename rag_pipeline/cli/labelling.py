@@ -72,6 +72,8 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     sizes = [len(q.candidates) for q in draft.questions]
     print(f"wrote {args.output}: {len(draft.questions)} questions, {sum(sizes)} pooled candidates "
           f"({min(sizes)}-{max(sizes)} per question) from {', '.join(draft.strategies)} at depth {draft.depth}")
+    for version, reason in draft.strategies_left_out.items():
+        print(f"  not pooled: {version}: {reason}", file=sys.stderr)
     print(f"next: rag-pipeline label {args.output} --output datasets/{draft.name}.json")
     return 0
 

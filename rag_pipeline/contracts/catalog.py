@@ -9,6 +9,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class Applicability(BaseModel):
+    """Whether one strategy can run on one knowledge base (docs/design.md §3.2): every model of every leg and
+    stage is stored for it (or, for a cross-encoder, its local directory exists) and its text mode fits; when
+    not, the one-line ``reason`` names the strategy and what is missing."""
+
+    strategy: str
+    runnable: bool
+    reason: str | None = Field(description="Why it cannot run (None when runnable).")
+    missing_models: list[str] = Field(description="Models (or cross-encoder directories) it needs and lacks.")
+
+
 class KnowledgeBaseInfo(BaseModel):
     id: str
     name: str

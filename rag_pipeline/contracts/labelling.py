@@ -65,6 +65,9 @@ class Draft(_Strict):
     knowledge_base: str = Field(min_length=1)
     name: str | None = None
     strategies: list[str]
+    strategies_left_out: dict[str, str] = Field(
+        default_factory=dict, description="Registry strategies not pooled because they cannot run on the "
+                                          "knowledge base, each with why (only when none were named).")
     depth: int = Field(ge=1)
     created_at: str
     position: int = Field(0, ge=0)

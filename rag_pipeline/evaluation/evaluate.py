@@ -115,7 +115,7 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
             _run(engine, run_id, dataset, kb, strategy, outcome, batch_size, progress, logger,
                  extra={"relevant_ids_not_in_kb": missing}, t_start=t_start, readers=readers)
     except BaseException as exc:
-        run_records.mark_failed(engine, run_id, f"{type(exc).__name__}: {exc}")
+        run_records.mark_failed(engine, run_id, run_records.failure_reason(exc))
         raise
     return outcome
 

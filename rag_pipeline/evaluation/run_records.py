@@ -142,6 +142,12 @@ class Heartbeat:
             self._conn.close()
 
 
+def failure_reason(exc: BaseException) -> str:
+    """The one-line reason a run row stores for ``exc``: its type and message, lines joined with "; "."""
+    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def mark_failed(engine: sa.Engine, run_id, error: str) -> None:
     """Best effort: record the failure of a running or queued run (the results transaction has already been
     rolled back)."""

@@ -20,9 +20,9 @@ from rag_pipeline.evaluation.demo_dataset import DEMO_TEXT_SEARCH as DEMO_TEXT_S
 from rag_pipeline.evaluation.label_check import check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
 from rag_pipeline.evaluation.queries.run_history import current_params
-from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import StrategyError, load_registry
+from rag_pipeline.service.catalog import applicabilities
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.files import FileReadError as FileReadError
 from rag_pipeline.storage.files import check_regular as check_regular
@@ -115,25 +115,20 @@ def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[st
         dataset = load_dataset(path)
         with engine.connect() as conn:
             kb = resolve_knowledge_base(conn, dataset.knowledge_base)
-            models = set(chunk_lookup.embedding_models(conn, kb.id))
+            registry = load_registry()
+            wanted = list(versions or (dataset.metadata or {}).get("strategies") or _setting_strategies() or registry)
+            unknown = [v for v in wanted if v not in registry]
+            if unknown:
+                raise StrategyError(f"{path}: unknown strategy version(s) {unknown}; known: {sorted(registry)}")
+            checked = applicabilities(conn, kb, {v: registry[v] for v in wanted})  # the one rule
             current = current_params(conn, dataset.name, kb.name, dataset.content_hash)
-        registry = load_registry()
-        wanted = list(versions or (dataset.metadata or {}).get("strategies") or _setting_strategies() or registry)
-        unknown = [v for v in wanted if v not in registry]
-        if unknown:
-            raise StrategyError(f"{path}: unknown strategy version(s) {unknown}; known: {sorted(registry)}")
     except (ValueError, KnowledgeBaseError) as exc:  # DatasetError, StrategyError, unreadable file
         return DatasetRunPlan(problems=str(exc))
     to_run, skipped = [], {}
     for version in wanted:
         strategy = registry[version]
-        if strategy.vector_candidate_k and strategy.embedding_model not in models:
-            skipped[version] = (f"knowledge base {kb.name!r} has no {strategy.embedding_model} embeddings "
-                                f"(ingest with --models {strategy.embedding_model})")
-        elif strategy.rerank is not None and strategy.rerank.method == "embedding" \
-                and strategy.rerank.model not in models:
-            skipped[version] = (f"knowledge base {kb.name!r} has no {strategy.rerank.model} embeddings for its "
-                                f"rerank stage (ingest with --models {strategy.rerank.model})")
+        if not checked[version].runnable:
+            skipped[version] = checked[version].reason
         elif current.get(version) == strategy.params_hash():
             skipped[version] = f"its current run already measured version {dataset.version} with these parameters"
         else:

@@ -30,6 +30,7 @@ from rag_pipeline.evaluation.reports import comparison_table as comparison_table
 from rag_pipeline.evaluation.reports import utc_minute as utc_minute
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
+from rag_pipeline.service.catalog import require_runnable
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.snapshot_readers import reader_count
 
@@ -106,7 +107,10 @@ def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH
     run is stored. Returns the outcomes in order.
 
     ``on_labels(report)`` sees the label check before the first run; ``progress(version, cases)`` may return a
-    per-run callback ``(done, total)``."""
+    per-run callback ``(done, total)``. A strategy the knowledge base cannot run
+    (:func:`rag_pipeline.service.catalog.strategy_applicability`) refuses them all before anything runs."""
+    with engine.connect() as conn:
+        require_runnable(conn, plan.dataset.knowledge_base, plan.strategies)
     report = check_labels_first(engine, plan.dataset, strict=strict)
     if on_labels:
         on_labels(report)
@@ -128,21 +132,25 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
                     logger: logging.Logger | None = None, queued_run_id: str | None = None) -> EvaluationOutcome:
     """Evaluate one strategy on a stored dataset version (what the Dagster partition run does), after the same
     label check as :func:`evaluate` (its headline goes to ``logger`` as a warning). ``queued_run_id``: the
-    queued run (HTTP API) this evaluation is; a failure before it starts marks it failed, never left queued."""
+    queued run (HTTP API) this evaluation is; a failure anywhere — before it starts or inside it — stores its
+    one-line reason in the run row, never left queued."""
     try:
         strategy = get_strategy(strategy_version)
         with engine.connect() as conn:
             dataset = load_stored_dataset(conn, dataset_id)
+            require_runnable(conn, dataset.knowledge_base, [strategy])
         headline = label_headline(check_labels_first(engine, dataset, strict=strict))
+        if headline and logger:
+            logger.warning(headline)
+        return evaluate_dataset(engine, dataset, strategy, batch_size=batch_size, readers=readers,
+                                partition_key=partition_key, dagster_run_id=dagster_run_id, progress=progress,
+                                logger=logger, queued_run_id=queued_run_id)
+    except run_records.RunNotQueuedError:
+        raise  # the row is another evaluation's (started, or ended): never touch it
     except BaseException as exc:
-        if queued_run_id:
-            run_records.mark_failed(engine, queued_run_id, f"{type(exc).__name__}: {exc}")
+        if queued_run_id:  # a run already marked failed inside keeps its reason (only queued/running rows change)
+            run_records.mark_failed(engine, queued_run_id, run_records.failure_reason(exc))
         raise
-    if headline and logger:
-        logger.warning(headline)
-    return evaluate_dataset(engine, dataset, strategy, batch_size=batch_size, readers=readers,
-                            partition_key=partition_key, dagster_run_id=dagster_run_id, progress=progress,
-                            logger=logger, queued_run_id=queued_run_id)
 
 
 def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunSummary]:

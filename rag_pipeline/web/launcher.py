@@ -198,9 +198,10 @@ class Launcher:
         for record in records:
             verb = _FINISHED.get(record.status.name)
             if verb:
+                why = self._failure_reason(record.run_id) if record.status.name == "FAILURE" else None
                 fail_queued(engine, by_id[record.run_id].run_id,
-                            f"its Dagster run {record.run_id} {verb} before the evaluation started "
-                            "(see the run in the Dagster UI)")
+                            f"its Dagster run {record.run_id} {verb} before the evaluation started"
+                            + (f": {why}" if why else " (see the run in the Dagster UI)"))
                 ended += 1
         cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=2 * LAUNCH_TIMEOUT_S)
         for dagster_run_id in set(by_id) - {r.run_id for r in records}:
@@ -211,6 +212,26 @@ class Launcher:
                             "submitting it?); evaluate again")
                 ended += 1
         return ended
+
+    def _failure_reason(self, dagster_run_id: str) -> str | None:
+        """The one-line reason Dagster logged for a failed run: the innermost error of its last step (or run)
+        failure, ``Type: message``; None when the event log has none or cannot be read."""
+        try:
+            import dagster as dg  # noqa: PLC0415
+
+            entries = self.instance().all_logs(dagster_run_id, of_type={dg.DagsterEventType.STEP_FAILURE,
+                                                                        dg.DagsterEventType.RUN_FAILURE})
+        except Exception as exc:  # noqa: BLE001 - the generic wording is kept
+            log.warning("could not read the Dagster event log of run %s: %s", dagster_run_id, exc)
+            return None
+        for entry in reversed(entries):
+            error = getattr(getattr(entry.dagster_event, "event_specific_data", None), "error", None)
+            while error is not None and getattr(error, "cause", None) is not None:
+                error = error.cause  # Dagster wraps the op's exception: the cause is ours
+            lines = [line.strip() for line in (getattr(error, "message", "") or "").splitlines() if line.strip()]
+            if lines:
+                return mask_secrets("; ".join(lines))[:2000]
+        return None
 
     def start_daemon(self, log_path: Path | None = None) -> subprocess.Popen:
         """Start ``dagster-daemon run -m rag_pipeline.definitions`` on this DAGSTER_HOME (what ``serve

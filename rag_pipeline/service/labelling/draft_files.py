@@ -6,6 +6,7 @@ it, and :func:`export_cases` turns it into dataset cases. A draft is a JSON obje
     {"format": "rag-pipeline-label-draft", "format_version": 1,
      "knowledge_base": "demo", "name": "my-dataset",            # name: default name of the exported dataset
      "strategies": ["hybrid-v1", "bm25-v1"], "depth": 10,       # how the pools were made
+     "strategies_left_out": {"vector-minilm-v1": "strategy ... cannot run ..."},  # default pools: not run, why
      "created_at": "2026-11-30T17:00:00Z", "position": 0,       # position: the question the labeller is on
      "questions": [
        {"case_id": "q-001", "question": "...", "k": 10,

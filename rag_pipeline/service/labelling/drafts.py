@@ -29,20 +29,13 @@ from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import StrategyError, get_strategy, load_registry
+from rag_pipeline.service.catalog import split_runnable
 from rag_pipeline.service.labelling.draft_files import DraftError, export_cases, load_draft, pool_order, save_draft
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.files import FileReadError, read_bounded
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
 
 MAX_QUESTIONS_BYTES = 10 * 1024 * 1024
-
-
-def applicable_strategies(conn: sa.Connection, kb) -> list[str]:
-    """Registry versions this knowledge base can run: its embedding model is there (or no vector leg), and its
-    text mode fits (``kb`` or the KB's own)."""
-    models = set(chunk_lookup.embedding_models(conn, kb.id))
-    return [v for v, s in load_registry().items()
-            if (s.vector_candidate_k == 0 or s.embedding_model in models) and s.text_search in ("kb", kb.text_search)]
 
 
 def questions_from_text(text: str, k: int, source: str = "questions") -> list[DraftQuestion]:
@@ -80,15 +73,28 @@ def read_questions(path: str | Path, knowledge_base: str, k: int) -> list[DraftQ
 def pool(engine: sa.Engine, knowledge_base: str, asked: list[DraftQuestion], *,
          strategies: Sequence[str] | None = None, depth: int = 10, name: str | None = None) -> Draft:
     """The draft of ``asked``: per question the union of the top-``depth`` candidates of ``strategies`` (default:
-    every registry version the knowledge base can run), ordered by agreement; prior labels kept with their grade."""
+    every registry version the knowledge base can run, the others listed in ``strategies_left_out`` with why; a
+    named one that cannot run is a :class:`StrategyError`), ordered by agreement; prior labels kept with their
+    grade."""
     if not 1 <= depth <= 1000:
         raise DraftError(f"depth must be between 1 and 1000, got {depth}")
     with engine.begin() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-        versions = list(dict.fromkeys(strategies or applicable_strategies(conn, kb)))
-        if not versions:
-            raise StrategyError(f"no strategy of the registry can search knowledge base {kb.name!r}")
-        chosen = [get_strategy(v) for v in versions]
+        registry = load_registry()
+        runnable, left_out = split_runnable(conn, kb, registry)  # the one rule
+        if strategies:
+            versions = list(dict.fromkeys(strategies))
+            chosen = [get_strategy(v, registry) for v in versions]  # an unknown version: StrategyError
+            refused = [left_out[v] for v in versions if v in left_out]
+            if refused:
+                raise StrategyError("; ".join(refused) + f"; it can run: {', '.join(runnable) or 'none'}")
+            left_out = {}
+        else:
+            versions = runnable
+            if not versions:
+                raise StrategyError(f"no strategy of the registry can search knowledge base {kb.name!r}: "
+                                    + "; ".join(left_out.values()))
+            chosen = [registry[v] for v in versions]
         found: list[dict[str, dict[str, int]]] = [{} for _ in asked]
         for strategy in chosen:
             traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[q.question for q in asked],
@@ -103,7 +109,7 @@ def pool(engine: sa.Engine, knowledge_base: str, asked: list[DraftQuestion], *,
         ordered = sorted(pooled, key=lambda cid: (*pool_order(pooled[cid]), cid))
         ordered += sorted(cid for cid in prior if cid not in pooled)  # labelled, but no strategy found it
         q.candidates = [_candidate(details.get(cid), cid, pooled.get(cid, {}), prior.get(cid)) for cid in ordered]
-    return Draft(knowledge_base=kb.name, name=name, strategies=versions, depth=depth,
+    return Draft(knowledge_base=kb.name, name=name, strategies=versions, strategies_left_out=left_out, depth=depth,
                  created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), questions=asked)
 
 

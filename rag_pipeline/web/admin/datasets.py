@@ -41,8 +41,8 @@ def dataset_url(kb: str, dataset: str) -> str:
 
 
 def strategy_choices(engine, kb: str) -> list[dict]:
-    """Every registry strategy, ``applicable`` when the knowledge base holds its embedding model (else ``reason``):
-    the applicable ones are pre-selected."""
+    """Every registry strategy, ``applicable`` by the one rule (:mod:`rag_pipeline.service.catalog`; else
+    ``reason``): the applicable ones are pre-selected, the others shown disabled with their reason."""
     info = catalog.describe_knowledge_base(engine, kb)
     skipped = info.inapplicable_strategies
     return [{"version": v, "description": s.description, "applicable": v not in skipped, "reason": skipped.get(v)}

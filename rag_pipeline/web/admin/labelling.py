@@ -40,7 +40,8 @@ def _start_page(request: Request, engine, kb: str, *, error: str | None = None, 
     info = catalog.describe_knowledge_base(engine, kb)
     return render(request, "labelling.html", {
         "kb": info.name, "drafts": label_drafts.console_drafts(info.name), "error": error,
-        "strategies": info.applicable_strategies, "form": form or {}, "url": labelling_url(info.name),
+        "strategies": info.applicable_strategies, "left_out": info.inapplicable_strategies, "form": form or {},
+        "url": labelling_url(info.name),
         "labelling_url": labelling_url}, status_code=status_code)
 
 

@@ -18,6 +18,7 @@ from fastapi.responses import FileResponse
 from fastapi.templating import Jinja2Templates
 
 from rag_pipeline.service.evaluations import METRIC_LABELS, METRIC_NAMES
+from rag_pipeline.settings import get_settings
 from rag_pipeline.web.security import api_token, csrf_token
 
 BASE = "/admin/retrieval-evaluations"
@@ -68,7 +69,8 @@ templates.env.filters["when"] = _when
 
 def render(request: Request, name: str, context: dict[str, Any] | None = None, status_code: int = 200):
     """Render ``templates/<name>`` with the request, the CSRF token and ``context``."""
-    ctx = {"csrf_token": csrf_token(request), "show_logout": bool(api_token()), **(context or {})}
+    ctx = {"csrf_token": csrf_token(request), "show_logout": bool(api_token()),
+           "dagster_ui": get_settings().dagster_ui_url.rstrip("/"), **(context or {})}
     return templates.TemplateResponse(request, name, ctx, status_code=status_code)
 
 

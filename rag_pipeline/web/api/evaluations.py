@@ -48,6 +48,8 @@ def run_links(run_id: str, knowledge_base: str) -> RunLinks:
 @router.post("/knowledge-bases/{id}/retrieval/evaluate", response_model=EvaluateResponse, status_code=202,
              summary="Evaluate strategies on a dataset (asynchronous)",
              responses={409: {"description": "A strategy version was first run with other parameters."},
+                        422: {"description": "Bad input, or a strategy the knowledge base cannot run (the detail "
+                                             "names it and the missing model)."},
                         503: {"description": "The Dagster instance cannot be used."}})
 def evaluate(body: EvaluateRequest, engine: Engine, launcher: DagsterLauncher,
              id: str = KnowledgeBaseId):  # noqa: A002

@@ -47,12 +47,13 @@ def app_routes(app) -> set[str]:
 
 
 class FakeDagsterInstance:
-    """Stands in for ``dagster.DagsterInstance``: the four calls the launcher makes."""
+    """Stands in for ``dagster.DagsterInstance``: the five calls the launcher makes."""
 
     def __init__(self):
         self.partitions: set[tuple[str, str]] = set()
         self.daemon_alive = True
         self.run_status: dict[str, str] = {}  # Dagster run id → DagsterRunStatus name
+        self.failures: dict[str, str] = {}  # Dagster run id → the message of its step failure's error
 
     def has_dynamic_partition(self, name: str, key: str) -> bool:
         return (name, key) in self.partitions
@@ -62,6 +63,15 @@ class FakeDagsterInstance:
 
     def get_daemon_heartbeats(self) -> dict:
         return {DAEMON_TYPE: SimpleNamespace(timestamp=time.time())} if self.daemon_alive else {}
+
+    def all_logs(self, run_id: str, of_type=None) -> list:
+        """A failed step's event as Dagster logs it: its error wraps ours (``cause``)."""
+        if run_id not in self.failures:
+            return []
+        ours = SimpleNamespace(message=self.failures[run_id], cause=None)
+        wrapper = SimpleNamespace(message="dagster._core.errors.DagsterExecutionStepExecutionError: Error occurred "
+                                          "while executing op \"evaluation_run\":", cause=ours)
+        return [SimpleNamespace(dagster_event=SimpleNamespace(event_specific_data=SimpleNamespace(error=wrapper)))]
 
     def get_runs(self, filters) -> list:
         return [SimpleNamespace(run_id=i, status=SimpleNamespace(name=s)) for i, s in self.run_status.items()

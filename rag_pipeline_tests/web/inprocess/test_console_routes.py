@@ -123,12 +123,16 @@ def test_evaluate_from_the_dashboard_and_poll_its_status(client, evaluated, laun
     assert status["active"] == 1 and status["queue"] == {"daemon_running": True, "message": None}
     assert [(r["run_id"], r["status"], r["cases_total"]) for r in status["runs"]] == [
         (submitted.run_id, "queued", len(evaluated["cases"]))]
+    launcher.dagster.failures[submitted.dagster_run_id] = (
+        "rag_pipeline.service.database.DatabaseError: cannot reach the database\n")
     launcher.dagster.run_status[submitted.dagster_run_id] = "FAILURE"
     deadline = time.monotonic() + 30
     while client.get(f"{dashboard}/runs.json").json()["active"] and time.monotonic() < deadline:
         time.sleep(0.2)
     [run] = client.get(f"{dashboard}/runs.json").json()["runs"]
-    assert run["status"] == "failed" and "failed before the evaluation started" in run["error"]
+    assert run["status"] == "failed" and run["error"] == (
+        f"its Dagster run {submitted.dagster_run_id} failed before the evaluation started: "
+        "rag_pipeline.service.database.DatabaseError: cannot reach the database"), run["error"]
     assert client.get(f"{BASE}/kb/{kb}/datasets/no-such-dataset/runs.json").json()["runs"] == []
     assert client.get(f"{BASE}/kb/no-such-kb/datasets/{name}/runs.json").status_code == 404
 

@@ -162,7 +162,7 @@ function liveRuns() {
     const badge = tr.cells[1].firstChild;
     badge.textContent = run.status;
     badge.classList.add(run.status);
-    if (run.error) tr.cells[1].append(" " + run.error.slice(0, 120));
+    if (run.error) tr.cells[1].append(" " + run.error);  // the whole reason: it is one line
     tr.querySelector(".progress > span").style.width = pct + "%";
     tr.querySelector(".count").textContent = run.cases_done + " / " + run.cases_total;
     tr.cells[3].textContent = (run.started_at || "").replace("T", " ").slice(0, 16) + " UTC";
