@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from rag_pipeline.cli import arguments, report_text, retention
+from rag_pipeline.cli import arguments, output, retention
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import case_progress
 from rag_pipeline.service import evaluations as service
@@ -131,7 +131,7 @@ def _write_shown(engine, run_id: str, fp, args: argparse.Namespace) -> None:
         service.write_report(engine, run_id, fp, **_report_options(args))
         return
     options = {**_report_options(args), "fmt": "jsonl"}
-    report_text.write_text_report(lambda buffer: service.write_report(engine, run_id, buffer, **options), fp)
+    output.write_text_report(lambda buffer: service.write_report(engine, run_id, buffer, **options), fp)
 
 
 def _report_options(args: argparse.Namespace) -> dict:

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from rag_pipeline.cli import main
-from rag_pipeline.cli.report_text import case_text
+from rag_pipeline.cli.output import case_text
 from rag_pipeline.contracts.reports import CaseReport, JsonlHeader, Report, json_schema
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
