@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from rag_pipeline.contracts.metrics import METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.contracts.text_table import text_table
+from rag_pipeline.service.catalog import printable
 
 
 def print_json(obj) -> None:
@@ -66,7 +67,7 @@ def _number(value) -> str:
 
 def _one_line(text: str, width: int = 90) -> str:
     """User text on one line (line breaks as spaces), cut to ``width`` characters with an ellipsis."""
-    flat = " ".join(str(text).split())
+    flat = printable(" ".join(str(text).split()))  # user text: control characters escaped
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
@@ -86,7 +87,7 @@ def summary_text(summary: dict) -> str:
 
 def case_text(case: dict) -> str:
     """One case: question, metrics (or why it has none), the selected chunks and the misses."""
-    lines = [f"case {case['case_id']} (k={case['k']}): {_one_line(case['question'])}"]
+    lines = [f"case {printable(case['case_id'])} (k={case['k']}): {_one_line(case['question'])}"]
     if case.get("metrics") is None:
         lines.append(f"  metrics: not scored — {case.get('metrics_skipped') or 'no metrics'}")
     else:
@@ -95,7 +96,7 @@ def case_text(case: dict) -> str:
     selected = [c for c in case.get("candidates") or [] if c["is_selected"]]
     if selected:
         lines.append("  selected:")
-        rows = [[str(c["rank"]), c["chunk_id"], c["document_name"], _number(c["final_score"]),
+        rows = [[str(c["rank"]), c["chunk_id"], _one_line(c["document_name"], 60), _number(c["final_score"]),
                  "relevant" if c["is_relevant"] else ("not relevant" if c["chunk_id"] in grades else "")]
                 for c in selected]
         lines.append(text_table(["rank", "chunk", "document", "score", "judged"], rows, indent="    "))
