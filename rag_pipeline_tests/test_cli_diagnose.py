@@ -124,3 +124,6 @@ def test_compare_prints_tables_and_fails_the_gate(engine, world, capsys):
     assert ndcg["delta"] == pytest.approx(-4.7 / 8) and ndcg["losses"] == 8
     assert main(["compare", "--dataset", name, "--baseline", "rrf-v1"]) == 2
     assert "baseline strategy 'rrf-v1' has no current run" in capsys.readouterr().err
+    assert main(["compare", "--dataset", name, "--baseline", "hybird-v1"]) == 2  # a typo, not a missing run
+    err = capsys.readouterr().err
+    assert "unknown strategy version 'hybird-v1'; did you mean 'hybrid-v1'" in err and "no current run" not in err

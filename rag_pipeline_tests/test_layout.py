@@ -32,7 +32,9 @@ FRONT_END_BRIDGES = {
 # Modules outside defs/ that use dagster → why. The HTTP front end submits evaluation runs to the Dagster
 # instance and reads its daemon heartbeats (web.launcher), importing dagster inside those functions only, so
 # importing any web module (the app, the API routers, the console pages) does not load it (checked below).
-DAGSTER_IMPORTERS = {"rag_pipeline.web.launcher": "submits runs to the Dagster instance, reads daemon heartbeats"}
+DAGSTER_IMPORTERS = {"rag_pipeline.web.launcher": "submits runs to the Dagster instance, reads daemon heartbeats",
+                     "rag_pipeline.service.environment.checks": "`doctor` reads the daemon heartbeat (inside the "
+                                                                "check: the CLI does not load dagster otherwise)"}
 
 
 def _modules() -> dict[str, Path]:

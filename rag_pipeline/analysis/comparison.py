@@ -29,6 +29,7 @@ from rag_pipeline.evaluation.queries import candidates as candidate_queries
 from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import run_history
 from rag_pipeline.evaluation.queries.cases import metrics_of_runs
+from rag_pipeline.retrieval.strategies import StrategyError, load_registry, unknown_strategy_message
 
 DEFAULT_BASELINE = "hybrid-v1"
 PRIMARY_METRIC = "ndcg_at_k"
@@ -50,6 +51,18 @@ class StrategyRun:
         return float(np.mean([v[metric] for v in self.per_case.values()])) if self.per_case else 0.0
 
 
+def _registered() -> list[str]:
+    """The versions of the strategies file (none when it cannot be read: the runs' versions still count)."""
+    try:
+        return list(load_registry())
+    except StrategyError:
+        return []
+
+
+def _is_strategy(version: str) -> bool:
+    return version in _registered()
+
+
 def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, dataset: str = "",
             dataset_version: str = "", knowledge_base: str = "", stale: dict[str, str] | None = None,
             margin: float = 0.0, alpha: float = 0.05, metrics: Sequence[str] = HEADLINE_METRICS,
@@ -57,6 +70,8 @@ def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, da
             top_moved: int = 5) -> StrategyComparison:
     """Paired statistics of every run against the baseline run and the regression gate (see module doc)."""
     by_version = {r.version: r for r in runs}
+    if baseline not in by_version and not _is_strategy(baseline):  # a typo: say so, with the close names
+        raise ComparisonError(unknown_strategy_message(baseline, [*by_version, *_registered()]))
     if baseline not in by_version:
         raise ComparisonError(f"baseline strategy {baseline!r} has no current run on dataset {dataset!r}; "
                               f"runs exist for: {', '.join(sorted(by_version)) or '(none)'} — evaluate the "

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from rag_pipeline.cli import arguments, retention
+from rag_pipeline.cli import arguments, output, retention
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import case_progress
 from rag_pipeline.service import evaluations as service
@@ -126,10 +126,19 @@ def cmd_show(args: argparse.Namespace) -> int:
         service.write_report(engine, run_id, io.StringIO(), candidates="none", case_id=args.case)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as fp:
-            service.write_report(engine, run_id, fp, **_report_options(args))
+            _write_shown(engine, run_id, fp, args)
     else:
-        service.write_report(engine, run_id, sys.stdout, **_report_options(args))
+        _write_shown(engine, run_id, sys.stdout, args)
     return 0
+
+
+def _write_shown(engine, run_id: str, fp, args: argparse.Namespace) -> None:
+    """The report of ``show`` in ``--format``: ``text`` is laid out from the JSON Lines report."""
+    if args.format != "text":
+        service.write_report(engine, run_id, fp, **_report_options(args))
+        return
+    options = {**_report_options(args), "fmt": "jsonl"}
+    output.write_text_report(lambda buffer: service.write_report(engine, run_id, buffer, **options), fp)
 
 
 def _report_options(args: argparse.Namespace) -> dict:
@@ -137,15 +146,18 @@ def _report_options(args: argparse.Namespace) -> dict:
             "fmt": args.format}
 
 
-def _add_report_options(p: argparse.ArgumentParser) -> None:
-    """``--candidates``, ``--case``, ``--format`` and ``--include-text`` of ``evaluate`` and ``show``."""
+def _add_report_options(p: argparse.ArgumentParser, *, text: bool = False) -> None:
+    """``--candidates``, ``--case``, ``--format`` and ``--include-text`` of ``evaluate`` and ``show`` (``text``:
+    ``--format text`` too)."""
     p.add_argument("--candidates", choices=CANDIDATE_MODES, default="default",
                    help="which candidates each case lists: default = the selected ones plus every relevant one (with "
                         "the diagnosis of each missed relevant chunk in miss_reasons); all = the full pool; "
                         "selected; relevant; none (metrics and miss reasons only)")
     p.add_argument("--case", metavar="CASE_ID", help="only this case")
-    p.add_argument("--format", choices=REPORT_FORMATS, default="json",
-                   help="json (one document) or jsonl (a summary line, then one line per case, streamed)")
+    p.add_argument("--format", choices=REPORT_FORMATS + (("text",) if text else ()), default="json",
+                   help="json (one document) or jsonl (a summary line, then one line per case, streamed)"
+                        + ("; text: the summary, then per case its metrics, selected chunks and misses with their "
+                           "reasons" if text else ""))
     p.add_argument("--include-text", action="store_true", help="add each listed candidate's chunk text")
 
 
@@ -194,9 +206,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_runs)
     retention.register(p)
 
-    p = sub.add_parser("show", help="one run as the report (summary, cases, candidates; JSON or JSON Lines)")
+    p = sub.add_parser("show", help="one run as the report (summary, cases, candidates; JSON, JSON Lines or text)")
     p.add_argument("run_id", help="a run id, or a unique prefix of one (at least 4 hex digits, as `runs` prints it)")
-    _add_report_options(p)
+    _add_report_options(p, text=True)
     p.add_argument("--output", help="write to this file instead of stdout")
     p.add_argument("--global-ranks", action="store_true",
                    help="with --case: instead of the report, the case's miss diagnosis computed now, with each missed "

@@ -55,6 +55,19 @@ def wrap(text: str, width: int) -> list[str]:
     return lines
 
 
+def text_lines(text: str, width: int) -> list[str]:
+    """A chunk's text as screen lines: its own line breaks kept (runs of blank lines as one), each line's spaces
+    and tabs collapsed, other control characters escaped, wrapped to ``width`` columns."""
+    lines: list[str] = []
+    for raw in text.splitlines():
+        line = printable(" ".join(raw.split()))
+        if line or (lines and lines[-1]):
+            lines += wrap(line, width) or [""]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
 def clip(line: str, width: int) -> str:
     """``line`` cut to ``width`` display columns."""
     used = 0
@@ -148,7 +161,7 @@ class Labeller:
             c = q.candidates[self.cursor]
             lines += ["", clip(f"── {self.cursor + 1}/{len(q.candidates)} · {printable(c.document_name)} "
                                f"#{c.ordinal} · chars {c.char_start}-{c.char_end} · {c.chunk_id}", width)]
-            body = wrap(" ".join(printable(c.text).split()), width) or ["(no text)"]
+            body = text_lines(c.text, width) or ["(no text)"]
             lines += body[:8] + (["…"] if len(body) > 8 else [])
         lines += ["", *wrap(self.message or KEYS_HELP, width)]
         return "\n".join(lines)

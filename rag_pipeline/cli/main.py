@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from rag_pipeline.cli import answers, database, diagnose, evaluate, knowledge_bases, labelling, serve, tune
+from rag_pipeline.cli import answers, database, diagnose, doctor, evaluate, knowledge_bases, labelling, serve, tune
 from rag_pipeline.cli.errors import EXIT_CODES_HELP, Terminated
 from rag_pipeline.service.database import embedded_server
 
@@ -23,7 +23,7 @@ DESCRIPTION = "Measure RAG retrieval quality on PostgreSQL + pgvector (no Dagste
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag-pipeline", description=DESCRIPTION, epilog=EXIT_CODES_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (database, knowledge_bases, labelling, evaluate, diagnose, tune, answers, serve):
+    for group in (database, knowledge_bases, labelling, evaluate, diagnose, tune, answers, serve, doctor):
         group.register(sub)
     for command in sub.choices.values():
         command.epilog = command.epilog or EXIT_CODES_HELP

@@ -1,9 +1,17 @@
-"""What the commands print: JSON documents and progress bars on stderr."""
+"""What the commands print: JSON documents, progress bars on stderr, and the text report of ``show RUN --format
+text`` (docs/design.md §6.3: the summary, then per case its metrics, the selected chunks and every missed relevant
+chunk with the reason in words, laid out from the JSON Lines report the service writes)."""
 
 from __future__ import annotations
 
+import io
 import json
 import sys
+from collections.abc import Iterable
+
+from rag_pipeline.contracts.metrics import METRIC_LABELS, METRIC_NAMES
+from rag_pipeline.contracts.text_table import text_table
+from rag_pipeline.service.catalog import printable
 
 
 def print_json(obj) -> None:
@@ -16,6 +24,10 @@ def print_warnings(warnings: list[str]) -> None:
         print(f"rag-pipeline: warning: {warning}", file=sys.stderr)
 
 
+BAR_STYLE = {"unit_scale": True, "bar_format": "{l_bar}{bar}| {n:,}/{total:,} [{elapsed}<{remaining}, {rate_fmt}]"}
+"""Counts and rates read by people: ``1,369,568/2,000,000 [..., 685k chunks/s]``, not ``684784.33chunk/s``."""
+
+
 def stage_progress():
     """A ``progress(stage, done, total)`` callback drawing one bar per stage (ingestion: chunks)."""
     from tqdm import tqdm  # noqa: PLC0415
@@ -23,7 +35,8 @@ def stage_progress():
     bars: dict[str, tqdm] = {}
 
     def progress(stage: str, done: int, total: int) -> None:
-        bar = bars.get(stage) or bars.setdefault(stage, tqdm(total=total, desc=stage, unit="chunk", file=sys.stderr))
+        bar = bars.get(stage) or bars.setdefault(stage, tqdm(total=total, desc=stage, unit=" chunks",
+                                                                        file=sys.stderr, **BAR_STYLE))
         bar.update(done - bar.n)
         if done >= total:
             bar.close()
@@ -36,7 +49,7 @@ def case_progress(quiet: bool = False):
     from tqdm import tqdm  # noqa: PLC0415
 
     def for_run(version: str, total: int):
-        bar = tqdm(total=total, desc=version, unit="case", file=sys.stderr, disable=quiet)
+        bar = tqdm(total=total, desc=version, unit=" cases", file=sys.stderr, disable=quiet, **BAR_STYLE)
 
         def progress(done: int, _total: int) -> None:
             bar.update(done - bar.n)
@@ -46,3 +59,72 @@ def case_progress(quiet: bool = False):
         return progress
 
     return for_run
+
+
+def _number(value) -> str:
+    return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _one_line(text: str, width: int = 90) -> str:
+    """User text on one line (line breaks as spaces), cut to ``width`` characters with an ellipsis."""
+    flat = printable(" ".join(str(text).split()))  # user text: control characters escaped
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def summary_text(summary: dict) -> str:
+    """The run's identity, status and mean metrics (``-``: not scored yet, or no scorable case)."""
+    rows = [["run", summary["run_id"]], ["strategy", summary["strategy_version"]],
+            ["status", summary["status"] + (" (current)" if summary.get("is_current") else "")],
+            ["dataset", f"{summary['dataset']['name']} ({summary['dataset']['case_count']} cases)"],
+            ["knowledge base", summary["knowledge_base"]["name"]],
+            ["embedding model", summary.get("embedding_model") or "-"]]
+    if summary.get("error"):
+        rows.append(["error", summary["error"]])
+    metrics = text_table([METRIC_LABELS[m] for m in METRIC_NAMES],
+                         [[_number(summary.get(m)) for m in METRIC_NAMES]], indent="  ")
+    return text_table(None, rows) + "\nmean metrics:\n" + metrics
+
+
+def case_text(case: dict) -> str:
+    """One case: question, metrics (or why it has none), the selected chunks and the misses."""
+    lines = [f"case {printable(case['case_id'])} (k={case['k']}): {_one_line(case['question'])}"]
+    if case.get("metrics") is None:
+        lines.append(f"  metrics: not scored — {case.get('metrics_skipped') or 'no metrics'}")
+    else:
+        lines.append("  " + "  ".join(f"{METRIC_LABELS[m]} {_number(case['metrics'][m])}" for m in METRIC_NAMES))
+    grades = case.get("relevance_grades") or {}
+    selected = [c for c in case.get("candidates") or [] if c["is_selected"]]
+    if selected:
+        lines.append("  selected:")
+        rows = [[str(c["rank"]), c["chunk_id"], _one_line(c["document_name"], 60), _number(c["final_score"]),
+                 "relevant" if c["is_relevant"] else ("not relevant" if c["chunk_id"] in grades else "")]
+                for c in selected]
+        lines.append(text_table(["rank", "chunk", "document", "score", "judged"], rows, indent="    "))
+    elif case.get("retrieved_chunk_ids"):
+        lines.append("  selected: " + ", ".join(case["retrieved_chunk_ids"]))
+    else:
+        lines.append("  selected: none")
+    misses = [r for r in case.get("miss_reasons") or [] if r["reason"] != "hit"]
+    if misses:
+        lines.append("  missed:")
+        lines.append(text_table(None, [[r["chunk_id"], r["reason"], _one_line(r["detail"], 120)] for r in misses],
+                                indent="    "))
+    elif case.get("relevant_chunk_ids"):
+        lines.append("  missed: none")
+    return "\n".join(lines)
+
+
+def report_text(jsonl_lines: Iterable[str]) -> str:
+    """The text report from the lines of a ``--format jsonl`` report (header first, then one case a line)."""
+    lines = iter(line for line in jsonl_lines if line.strip())
+    header = json.loads(next(lines))
+    parts = [summary_text(header["summary"])]
+    parts += [case_text(json.loads(line)) for line in lines]
+    return "\n\n".join(parts) + "\n"
+
+
+def write_text_report(write_jsonl, fp) -> None:
+    """Call ``write_jsonl(buffer)`` (the service's report writer, JSON Lines) and write the text report to ``fp``."""
+    buffer = io.StringIO()
+    write_jsonl(buffer)
+    fp.write(report_text(buffer.getvalue().splitlines()))

@@ -7,9 +7,10 @@ strategy version and the offending field.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -300,8 +301,16 @@ def get_strategy(version: str, registry: Mapping[str, Strategy] | None = None) -
     try:
         return strategies[version]
     except KeyError:
-        raise StrategyError(f"unknown strategy version {version!r}; known versions: "
-                            f"{', '.join(sorted(strategies))}") from None
+        raise StrategyError(unknown_strategy_message(version, strategies)) from None
+
+
+def unknown_strategy_message(version: str, known: Iterable[str]) -> str:
+    """``unknown strategy version 'hybird-v1'; did you mean 'hybrid-v1'? (known versions: ...)`` (the closest name by
+    :func:`difflib.get_close_matches`; none close: the known versions only)."""
+    names = sorted(set(known))
+    close = difflib.get_close_matches(str(version), names, n=1, cutoff=0.75)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown strategy version {version!r}{hint} (known versions: {', '.join(names) or 'none'})"
 
 
 def strategy_entry(strategy: Strategy) -> dict[str, Any]:

@@ -95,8 +95,12 @@ def _validation_items(exc: RequestValidationError) -> list[ProblemItem]:
     for err in exc.errors():
         loc = [part if isinstance(part, int) else str(part) for part in err.get("loc", ())]
         where = ".".join(str(p) for p in loc[1:]) or (str(loc[0]) if loc else "request")
+        field: str | None = where
+        if err.get("type") == "json_invalid":  # loc is (body, character offset): a position, not a field
+            where = f"{loc[0]} (character {loc[1]})" if len(loc) > 1 else str(loc[0] if loc else "body")
+            field = None
         items.append(ProblemItem(message=printable(str(err.get("msg", "invalid"))), line=f"{where}: {err.get('msg')}",
-                                 field=where, location=loc))
+                                 field=field, location=loc))
     return items
 
 

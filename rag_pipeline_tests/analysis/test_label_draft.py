@@ -77,3 +77,11 @@ def test_an_edited_draft_is_refused_naming_the_field(tmp_path, edit, message):
     with pytest.raises(DraftError, match="invalid draft") as err:
         load_draft(path)
     assert message in str(err.value)
+
+
+def test_the_labeller_shows_the_chunk_text_with_its_line_breaks(tmp_path):
+    d = draft()
+    d.questions[0].candidates[0].text = "# Coffee\n\n\n\nRoast\tfor 12 minutes.\nCool it.\x07\n"
+    screen = Labeller(d, tmp_path / "d.draft.json").screen()
+    assert "\\x0a" not in screen and "\\x09" not in screen
+    assert "# Coffee\n\nRoast for 12 minutes.\nCool it.\\x07\n" in screen  # one blank line kept, a bell escaped

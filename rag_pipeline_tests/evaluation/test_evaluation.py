@@ -208,6 +208,7 @@ def test_offline_cli_report_validates_and_equals_the_database(engine, tiny, tmp_
 
 @pytest.mark.parametrize("argv, message", [
     (["--strategy", "no-such-v9"], "unknown strategy version 'no-such-v9'"),
+    (["--strategy", "hybird-v1"], "unknown strategy version 'hybird-v1'; did you mean 'hybrid-v1'?"),
     (["--knowledge-base", "no-such-kb"], "names knowledge base 'eval-tiny' but 'no-such-kb' was requested"),
     (["--knowledge-base-id", "00000000-0000-0000-0000-000000000000"], "unknown knowledge base"),
 ])

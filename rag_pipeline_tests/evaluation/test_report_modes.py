@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 from rag_pipeline.cli import main
+from rag_pipeline.cli.output import case_text
 from rag_pipeline.contracts.reports import CaseReport, JsonlHeader, Report, json_schema
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
@@ -97,3 +98,24 @@ def test_evaluate_refuses_an_unknown_case_before_running(engine, run_id, tmp_pat
                  str(tmp_path / "r.json"), "--quiet"]) == 2
     assert "--case 'other': dataset" in capsys.readouterr().err
     assert table_counts(engine) == before
+
+
+def test_show_text_prints_summary_then_each_case_with_selected_chunks_and_misses(engine, run_id, capsys):
+    with engine.connect() as conn:
+        full = build_report(conn, run_id, candidates="default")
+    assert main(["show", run_id[:8], "--format", "text"]) == 0
+    out = capsys.readouterr().out
+    assert not out.lstrip().startswith("{")
+    head, *cases = out.strip().split("\n\n")
+    assert run_id in head and "hybrid-v1" in head and "succeeded" in head and "nDCG@k" in head
+    assert f"{full['summary']['ndcg_at_k']:.3f}" in head
+    assert len(cases) == len(full["cases"])
+    for text, case in zip(cases, full["cases"], strict=True):
+        assert text.startswith(f"case {case['case_id']} (k={case['k']})")
+        for chunk_id in case["retrieved_chunk_ids"]:
+            assert chunk_id in text
+    # a miss (the tiny run has none): its chunk, reason and the reason in words are printed under "missed:"
+    case = dict(full["cases"][0], miss_reasons=[{"case_id": "x", "chunk_id": "c-9", "reason": "below_cutoff",
+                                                 "k": 3, "detail": "rank 7 of the pool,\nbelow k=3"}])
+    missed = case_text(case).split("  missed:\n")[1]
+    assert "c-9" in missed and "below_cutoff" in missed and "rank 7 of the pool, below k=3" in missed

@@ -79,6 +79,8 @@ def case_page(request: Request, engine: Engine, run_id: str,
     s = detail.summary
     others = [r for r in evaluations.list_runs(engine, knowledge_base=s.knowledge_base.id, dataset=s.dataset.name,
                                                limit=100) if r.status == "succeeded" and r.run_id != s.run_id]
+    # the first option (the default) is the baseline's current run: "compare with" means "with the baseline"
+    others.sort(key=lambda r: (r.strategy_version != DEFAULT_BASELINE, not r.is_current))
     return render(request, "case.html", {
         "d": detail, "s": s, "c": detail.case, "k": detail.case.k, "others": others, "case_url": case_url,
         "missed": [r for r in detail.relevant if r.reason not in (None, "hit")]})

@@ -88,6 +88,11 @@ def test_evaluate_queues_runs_submits_them_and_the_timer_reconciles(client, laun
     name = f"launch-{uuid.uuid4().hex[:6]}"
     both = client.post(url, json={"dataset": DATASET, "cases": evaluated["cases"]})
     assert both.status_code == 422 and "not both or neither" in both.json()["detail"]
+    # malformed JSON: the position is a character of the body, not a field
+    broken = client.post(url, content=b'{"dataset": "x",, }', headers={"content-type": "application/json"})
+    assert broken.status_code == 422, broken.text
+    [error] = broken.json()["errors"]
+    assert error["field"] is None and error["line"].startswith("body (character 16): "), error
     before = len(launcher.submitted)
     response = client.post(url, json={"name": name, "cases": evaluated["cases"], "strategy_versions": ["keyword-v1"]})
     assert response.status_code == 202, response.text

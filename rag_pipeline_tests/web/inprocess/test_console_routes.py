@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import sqlalchemy as sa
 
-from rag_pipeline.service import history
+from rag_pipeline.service import evaluations, history
 from rag_pipeline_tests.web.inprocess.conftest import DATASET, covers
 
 BASE = "/admin/retrieval-evaluations"
@@ -156,6 +156,29 @@ def test_run_case_and_chunk_pages(client, evaluated, engine):
     assert client.get(f"{BASE}/chunks/not-a-chunk").status_code == 404
 
 
+@covers("GET /admin/retrieval-evaluations/runs/{run_id}/case")
+def test_the_case_page_lists_grade_0_apart_and_compares_with_the_baseline_first(client, evaluated, engine,
+                                                                               tmp_path):
+    kb, chunks = evaluated["kb"], evaluated["chunks"]
+    name = f"graded-{uuid.uuid4().hex[:6]}"
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"knowledge_base": kb, "name": name, "cases": [
+        {"case_id": "g-1", "question": "How are database backups taken?", "k": 2,
+         "relevant_chunk_ids": {chunks["backup.md"]: 2, chunks["coffee.md"]: 0}}]}), encoding="utf-8")
+    outcomes = evaluations.evaluate(engine, evaluations.plan_evaluation(path, ("hybrid-v1", "rrf-v1", "keyword-v1"),
+                                                                        knowledge_base=kb))
+    rrf = next(str(o.run_id) for o in outcomes if o.strategy_version == "rrf-v1")
+    page = _page(client, f"{BASE}/runs/{rrf}/case?case_id=g-1")
+    relevant = re.search(r'<table id="relevant".*?</table>', page, re.S).group(0)
+    judged_not = re.search(r'<h2>Judged not relevant.*?<table id="judged-not-relevant".*?</table>', page, re.S).group(0)
+    assert chunks["backup.md"] in relevant and chunks["coffee.md"] not in relevant
+    assert chunks["coffee.md"] in judged_not and "badge fail" not in judged_not
+    options = re.findall(r'<option value="[^"]+">([^<]+)</option>', re.search(r'<select name="b">.*?</select>', page,
+                                                                            re.S).group(0))
+    assert options[0].startswith("hybrid-v1 · "), options  # the baseline is the default "compare with"
+    assert "✓" not in page
+
+
 @covers("GET /admin/retrieval-evaluations/compare")
 def test_compare_page_pairs_two_runs(client, evaluated):
     a, b = evaluated["runs"]["hybrid-v1"], evaluated["runs"]["keyword-v1"]
@@ -163,6 +186,11 @@ def test_compare_page_pairs_two_runs(client, evaluated):
     paired = re.findall(r"<tr\b.*?</tr>", re.search(r'<table id="paired".*?<tbody>(.*?)</tbody>', html, re.S).group(1),
                         re.S)
     assert len(paired) == 6 and f"{b['ndcg_at_k'] - a['ndcg_at_k']:+.4f}" in paired[3]
+    title = re.sub(r"<[^>]+>", "", re.search(r'<h1 id="compare-title">(.*?)</h1>', html, re.S).group(1))
+    assert title.index("hybrid-v1") < title.index("(A)") < title.index("keyword-v1") < title.index("(B)"), title
+    case = quote(evaluated["cases"][0]["case_id"])
+    side = _page(client, f"{BASE}/compare?a={a['run_id']}&b={b['run_id']}&case={case}")
+    assert "✓" not in side and "selected</span>" in side
     _page(client, f"{BASE}/compare?a={a['run_id']}&b=ffffffff", 404)
 
 
