@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rag_pipeline.contracts.catalog import ChunkText
 from rag_pipeline.contracts.judge import JudgeClaim as JudgeClaim
@@ -167,6 +167,12 @@ class AnswerSummary(BaseModel):
     latency_ms_p95: float | None = None
     faithfulness: AnswerMetricSummary | None = Field(None, description="the optional judge's faithfulness over "
                                                                        "the run; None: not judged (docs/judge.md)")
+
+    @field_validator("verdicts")
+    @classmethod
+    def _in_documented_order(cls, verdicts: dict[str, int]) -> dict[str, int]:
+        """In :data:`VERDICTS` order, however it was read (a JSONB column keeps no key order)."""
+        return {**{v: verdicts[v] for v in VERDICTS if v in verdicts}, **verdicts}
 
 
 class AnswerRun(BaseModel):

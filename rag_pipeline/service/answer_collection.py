@@ -21,6 +21,7 @@ from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult,
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset
 from rag_pipeline.service.database import get_engine
+from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.names import printable
 
 
@@ -47,6 +48,16 @@ def _check_output(output: Path) -> None:
         raise CollectionConfigError(f"--output {printable(output)} is not writable")
 
 
+def dataset_file(dataset: str | Path) -> Path:
+    """``dataset`` as a file: a path (``*.json`` or an existing file), else the name of ``<name>.json`` in the
+    datasets folder (``RAG_DATASETS_DIR``) when that exists — as ``answers evaluate`` resolves it."""
+    path = Path(dataset)
+    if path.suffix == ".json" or path.is_file():
+        return path
+    named = datasets_dir() / f"{dataset}.json"
+    return named if named.is_file() else path
+
+
 def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoint: EndpointConfig | None = None,
                     answerer: str | Answerer | None = None, knowledge_base: str | None = None,
                     strategy: str | None = None, progress: Callable[[CollectionProgress], None] | None = None,
@@ -59,7 +70,8 @@ def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoi
     if (endpoint is None) == (answerer is None):
         raise CollectionConfigError("give exactly one of --endpoint URL and --answerer NAME")
     output = Path(output)
-    loaded = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, knowledge_base=knowledge_base)
+    loaded = dataset if isinstance(dataset, Dataset) else load_dataset(dataset_file(dataset),
+                                                                       knowledge_base=knowledge_base)
     cases = loaded.cases
     _check_output(output)
     client = EndpointClient(endpoint, environ) if endpoint is not None else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from email.utils import format_datetime
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,16 @@ def test_a_bad_line_inside_the_file_is_an_error_naming_it(tmp_path) -> None:
         read_existing(path, {"a"}, "mine@2")
     with pytest.raises(AnswersFileError, match="answered by 'other@1', not an endpoint"):
         read_existing(path, {"a"}, None)
+
+
+def test_a_dataset_name_is_the_file_of_the_datasets_folder_even_beside_a_folder_of_that_name(tmp_path, monkeypatch):
+    from rag_pipeline.service.answer_collection import dataset_file
+
+    (tmp_path / "datasets").mkdir()
+    (tmp_path / "datasets" / "demo.json").write_text("[]", encoding="utf-8")
+    (tmp_path / "demo").mkdir()  # the repo root has a demo/ folder: `--dataset demo` must not read it
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAG_DATASETS_DIR", str(tmp_path / "datasets"))
+    assert dataset_file("demo") == tmp_path / "datasets" / "demo.json"
+    assert dataset_file("other.json") == Path("other.json")
+    assert dataset_file("missing") == Path("missing")  # then load_dataset names the file it could not read

@@ -96,7 +96,8 @@ def add_collect_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     """Add ``collect`` to the ``answers`` sub-commands (``subparsers`` of the ``answers`` group)."""
     p = subparsers.add_parser("collect", help="collect a dataset's answers from a RAG endpoint or an answerer "
                                               "into an answers file (JSON Lines, resumable)")
-    p.add_argument("--dataset", required=True, help="dataset JSON file")
+    p.add_argument("--dataset", required=True, help="dataset JSON file, or the name of one in the datasets "
+                                                    "folder (demo = datasets/demo.json)")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--endpoint", metavar="URL", help="the RAG system's HTTP endpoint (http:// or https://)")
     source.add_argument("--answerer", metavar="NAME", help="an in-process answerer, e.g. extractive-v1")
