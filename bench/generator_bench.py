@@ -33,14 +33,11 @@ demo/answerer-train.yaml. Database: ``RAG_DATABASE_URL`` or the embedded server 
 from __future__ import annotations
 
 import argparse
-import re
 import resource
 import statistics
-import string
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -49,6 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.benchutil import machine_line  # noqa: E402
+from rag_pipeline.answers.metrics.text_metrics import exact_match  # noqa: E402
+from rag_pipeline.answers.metrics.text_metrics import f1 as answer_f1  # noqa: E402
 
 TOP_N = 3
 PROMPTS = {"en": ("Context:\n", "\n\nQuestion: ", "\nAnswer:"), "zh": ("资料：\n", "\n\n问题：", "\n答案：")}
@@ -75,47 +74,13 @@ def load_generator(site_packages: str | None):
     return (llama_cpp, gguf.assemble()), ""
 
 
-# --- SQuAD v2.0 / CMRC 2018 EM and F1, transcribed ------------------------------------------------------------
-_CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_ZH_PUNCT = set("－：_*^/\\~`+=，。：？！“”；’《》……·、「」（）－～『』")
-
-
-def _normalize_en(s: str) -> str:
-    s = "".join(ch for ch in s.lower() if ch not in set(string.punctuation))
-    return " ".join(re.sub(r"\b(a|an|the)\b", " ", s).split())
-
-
-def _tokens(s: str) -> list[str]:
-    """English: SQuAD's normalized words. Chinese: CMRC's tokens, each CJK character alone, Latin runs kept."""
-    if not _CJK.search(s):
-        return _normalize_en(s).split()
-    out, run = [], ""
-    for ch in s.lower():
-        if _CJK.match(ch) or ch in _ZH_PUNCT or ch in string.punctuation or ch.isspace():
-            if run:
-                out.append(run)
-            run = ""
-            if _CJK.match(ch):
-                out.append(ch)
-        else:
-            run += ch
-    return out + ([run] if run else [])
-
-
+# --- EM and F1: the project's own scoring (SQuAD v2.0 / CMRC 2018 rules, docs/design.md §12.3) ----------------
 def exact(gold: str, pred: str) -> float:
-    return float(_tokens(gold) == _tokens(pred)) if _CJK.search(gold) else float(_normalize_en(gold) ==
-                                                                               _normalize_en(pred))
+    return exact_match(pred, [gold])
 
 
 def f1(gold: str, pred: str) -> float:
-    g, p = _tokens(gold), _tokens(pred)
-    if not g or not p:
-        return float(g == p)
-    same = sum((Counter(g) & Counter(p)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(p), same / len(g)
-    return 2 * precision * recall / (precision + recall)
+    return answer_f1(pred, [gold])
 
 
 def score(case: dict, answer: str, refused: bool) -> tuple[float, float] | None:

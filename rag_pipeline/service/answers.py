@@ -39,6 +39,7 @@ from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.service.answer_comparison import compare_answer_runs as compare_answer_runs
 from rag_pipeline.service.catalog import find_dataset
 from rag_pipeline.settings import datasets_dir
+from rag_pipeline.storage.files import write_atomic
 
 CONFIDENT_SUPPORT = 0.5
 """A wrong answer whose lexical_support reaches this (or that cites a chunk) is "wrong but confident"."""
@@ -141,6 +142,13 @@ def resolve_dataset(engine: sa.Engine, knowledge_base: str, dataset: str | Path,
     version = find_dataset(engine, knowledge_base, str(dataset))
     with engine.connect() as conn:
         return load_stored_dataset(conn, version.dataset_id)
+
+
+def write_report(path: Path, report: AnswerReport) -> None:
+    """Write ``report`` as JSON (the contract's key order) to ``path`` atomically (:func:`storage.files.write_atomic`;
+    its folder is created)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, report.model_dump_json(indent=2) + "\n")
 
 
 def list_answer_runs(engine: sa.Engine, *, dataset: str | None = None, knowledge_base: str | None = None,

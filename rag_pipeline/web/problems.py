@@ -146,3 +146,14 @@ def install(app: FastAPI) -> None:
         log.error("internal error %s on %s %s", error_id, request.method, request.url.path, exc_info=exc)
         return problem_response(request, 500, f"internal error ({type(exc).__name__}); the server log has the "
                                               f"details under error id {error_id}", error_id=error_id)
+
+
+def check_content_length(request, limit: int, limit_text: str) -> None:
+    """411 without a ``Content-Length`` (chunked uploads are not accepted), 413 above ``limit`` bytes; ``limit_text``
+    says what the limit is ("of a dataset is 50 MB")."""
+    raw = request.headers.get("content-length")
+    if raw is None:
+        raise HTTPProblem(411, "send the upload with a Content-Length (chunked uploads are not accepted)",
+                          title="Length required")
+    if not raw.isdigit() or int(raw) > limit:
+        raise HTTPProblem(413, f"the upload is {raw} bytes; the limit {limit_text}")

@@ -10,9 +10,7 @@ stdout. ``collect`` is :mod:`rag_pipeline.cli.answers.collect`.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -74,18 +72,6 @@ def _judge(args: argparse.Namespace) -> JudgeConfig | None:
         raise AnswersFlagError(f"--judge-{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fp:
-            fp.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _judge_progress(quiet: bool):
     from tqdm import tqdm  # noqa: PLC0415 - as cli.output does
 
@@ -112,7 +98,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                       answerer=args.answerer, scoring=scoring, store=not args.no_store, judge=judge,
                                       judge_progress=_judge_progress(args.quiet) if judge else None)
     if output is not None:
-        _write_atomically(output, report.model_dump_json(indent=2) + "\n")
+        service.write_report(output, report)
     print(report_text(report.model_copy(update={"cases": []})))
     if output is not None:
         print(f"report: {printable(output)}", file=sys.stderr)

@@ -35,7 +35,7 @@ from rag_pipeline.service.answers import AnswersFileError
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import Engine, Paging
-from rag_pipeline.web.problems import HTTPProblem, ProblemItem
+from rag_pipeline.web.problems import HTTPProblem, ProblemItem, check_content_length
 
 router = APIRouter(tags=["answers"])
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
@@ -65,20 +65,11 @@ def _answers_problem(exc: AnswersFileError) -> HTTPProblem:
     return HTTPProblem(422, str(exc), errors=items, title="Invalid answers file")
 
 
-def _check_length(request: Request, limit: int) -> None:
-    raw = request.headers.get("content-length")
-    if raw is None:
-        raise HTTPProblem(411, "send the upload with a Content-Length (chunked uploads are not accepted)",
-                          title="Length required")
-    if not raw.isdigit() or int(raw) > limit:
-        raise HTTPProblem(413, f"the upload is {raw} bytes; the limit of an answers file is 50 MB")
-
-
 async def _upload(request: Request) -> tuple[bytes, str, str, str | None]:
     """``(answers bytes, file name, dataset, answerer)`` of a multipart or JSON upload."""
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
-        _check_length(request, MAX_UPLOAD_BYTES + MULTIPART_OVERHEAD)
+        check_content_length(request, MAX_UPLOAD_BYTES + MULTIPART_OVERHEAD, "of an answers file is 50 MB")
         form = await request.form(max_files=1, max_fields=5)
         upload, dataset, answerer = form.get("file"), form.get("dataset"), form.get("answerer")
         if not isinstance(upload, UploadFile):
@@ -88,7 +79,7 @@ async def _upload(request: Request) -> tuple[bytes, str, str, str | None]:
             raise HTTPProblem(413, f"{printable(upload.filename)}: over the answers-file limit of 50 MB")
         filename = upload.filename or "answers.jsonl"
     elif content_type.startswith("application/json"):
-        _check_length(request, MAX_UPLOAD_BYTES)
+        check_content_length(request, MAX_UPLOAD_BYTES, "of an answers file is 50 MB")
         try:
             body = json.loads(await request.body())
         except (ValueError, UnicodeDecodeError) as exc:

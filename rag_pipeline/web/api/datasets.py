@@ -22,7 +22,7 @@ from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.datasets import MAX_FILE_BYTES
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import Engine
-from rag_pipeline.web.problems import HTTPProblem
+from rag_pipeline.web.problems import HTTPProblem, check_content_length
 
 router = APIRouter(tags=["datasets"])
 MULTIPART_OVERHEAD = 64 * 1024
@@ -40,15 +40,6 @@ _UPLOAD_BODY = {
                                         "oneOf": [{"type": "array"}, {"type": "object"}]}},
     },
 }
-
-
-def _check_length(request: Request, limit: int) -> None:
-    raw = request.headers.get("content-length")
-    if raw is None:
-        raise HTTPProblem(411, "send the upload with a Content-Length (chunked uploads are not accepted)",
-                          title="Length required")
-    if not raw.isdigit() or int(raw) > limit:
-        raise HTTPProblem(413, f"the upload is {raw} bytes; the limit of a dataset is {_LIMIT_TEXT}")
 
 
 async def _read_limited(request: Request) -> bytes:
@@ -72,7 +63,7 @@ async def upload_dataset(request: Request, engine: Engine, id: str = KnowledgeBa
     and the CLI's `line`; nothing is stored."""
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
-        _check_length(request, MAX_FILE_BYTES + MULTIPART_OVERHEAD)
+        check_content_length(request, MAX_FILE_BYTES + MULTIPART_OVERHEAD, f"of a dataset is {_LIMIT_TEXT}")
         form = await request.form(max_files=1, max_fields=5)
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
@@ -84,7 +75,7 @@ async def upload_dataset(request: Request, engine: Engine, id: str = KnowledgeBa
         filename = upload.filename or "upload.json"
         source, stem = printable(filename), PurePath(filename).stem
     elif content_type.startswith("application/json") or not content_type:
-        _check_length(request, MAX_FILE_BYTES)
+        check_content_length(request, MAX_FILE_BYTES, f"of a dataset is {_LIMIT_TEXT}")
         raw = await _read_limited(request)
         given, source, stem = name, "request body", None
     else:
