@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -31,6 +35,22 @@ def run_cli(argv: list[str]) -> int:
     add_collect_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["collect", *argv])
     return args.func(args)
+
+
+def collect_killed_after(argv: list[str], out: Path, lines: int, *, timeout: float = 90) -> set[str]:
+    """Run ``answers collect ARGV`` in a subprocess, SIGKILL it once ``out`` has ``lines`` lines, and return the
+    case ids the file then holds answered (a torn last line left out)."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "rag_pipeline_tests.answers.collect_helpers", *argv], cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(root)})
+    deadline = time.monotonic() + timeout
+    while (not out.exists() or out.read_bytes().count(b"\n") < lines) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    kept = read_lines(out) if out.read_bytes().endswith(b"\n") else read_lines(out)[:-1]
+    return {line["case_id"] for line in kept if line["status"] == "ok"}
 
 
 if __name__ == "__main__":

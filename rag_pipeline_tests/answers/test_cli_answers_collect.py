@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from rag_pipeline_tests.answers.collect_helpers import read_lines, run_cli, write_dataset
+from rag_pipeline_tests.answers.collect_helpers import collect_killed_after, read_lines, run_cli, write_dataset
 from rag_pipeline_tests.answers.rag_endpoint_server import RagEndpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,14 +90,7 @@ def test_kill_9_halfway_then_resume_asks_no_answered_case_again(tmp_path) -> Non
     argv = ["--dataset", str(dataset), "--output", str(out), "--concurrency", "4", "--quiet"]
     plan = {"case-005": ["503", "ok"], "case-017": ["503", "ok"], "case-021": ["503", "ok"], "case-009": ["slow:1"]}
     with RagEndpoint(plan, delay=0.15) as server:
-        proc = _subprocess([*argv, "--endpoint", server.url])
-        deadline = time.monotonic() + 60
-        while (not out.exists() or out.read_bytes().count(b"\n") < 12) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
-        first = read_lines(out) if out.read_bytes().endswith(b"\n") else read_lines(out)[:-1]
-        answered = {line["case_id"] for line in first if line["status"] == "ok"}
+        answered = collect_killed_after([*argv, "--endpoint", server.url], out, 12)
         asked_before = dict(server.requests)
         assert 12 <= len(answered) < 40
         assert run_cli([*argv, "--endpoint", server.url]) == 0

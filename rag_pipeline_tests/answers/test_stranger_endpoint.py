@@ -6,11 +6,6 @@ the HTTP round trip, the kill and the resume lose nothing."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +17,7 @@ from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.service.answers import evaluate_answers
-from rag_pipeline_tests.answers.collect_helpers import read_lines, run_cli
+from rag_pipeline_tests.answers.collect_helpers import collect_killed_after, run_cli
 from rag_pipeline_tests.answers.rag_endpoint_server import RagEndpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,16 +46,7 @@ def test_a_strangers_endpoint_is_collected_killed_resumed_and_scored(engine, dem
     out = tmp_path / "answers.jsonl"
     argv = ["--dataset", str(DATASET), "--output", str(out), "--concurrency", "4", "--quiet"]
     with RagEndpoint(plan, delay=0.1, replies=replies) as server:
-        proc = subprocess.Popen([sys.executable, "-m", "rag_pipeline_tests.answers.collect_helpers", *argv,
-                                 "--endpoint", server.url], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        deadline = time.monotonic() + 90
-        while (not out.exists() or out.read_bytes().count(b"\n") < 15) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
-        first = read_lines(out) if out.read_bytes().endswith(b"\n") else read_lines(out)[:-1]
-        answered = {line["case_id"] for line in first if line["status"] == "ok"}
+        answered = collect_killed_after([*argv, "--endpoint", server.url], out, 15)
         asked_before = dict(server.requests)
         assert 15 <= len(answered) < len(ids), "killed halfway"
         assert run_cli([*argv, "--endpoint", server.url]) == 0
