@@ -58,6 +58,9 @@ class RunSummary(Strict):
                                                                    "vs embedded by this one (null: no vector leg).")
     partition_key: str | None
     dagster_run_id: str | None
+    worker: str | None = Field(None, description="The process that executed the run: a Celery worker's node name "
+                                                 "(`NAME@host`, deploy/celery/README.md), else the host under the "
+                                                 "default launcher; null for runs made outside Dagster.")
     error: str | None
     started_at: str
     finished_at: str | None

@@ -22,6 +22,7 @@ from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.lineage import DATASET_KB, observe_dataset
 from rag_pipeline.defs.partitions import evaluation_partitions, split_key, the_dataset_of_the_partition
 from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.defs.workers.identity import WORKER_TAG, worker_name
 from rag_pipeline.service import datasets, evaluations
 from rag_pipeline.service.database import TRANSIENT_ERRORS, mask_secrets
 from rag_pipeline.service.evaluations import HEADLINE_METRICS
@@ -142,7 +143,12 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
     """One evaluation run of the partition's strategy over the partition's dataset, stored atomically."""
     _, version = split_key(context)
     engine = rag_db.engine(config.readers or None)
+    worker = worker_name()  # the Celery worker's node name, else this host (deploy/celery/README.md)
+    context.instance.add_run_tags(context.run_id, {WORKER_TAG: worker})
+    context.log.info(f"executed by {worker}")
     with fail_fast_unless_transient():
+        if config.evaluation_run_id:  # the API's queued row names its worker before the run starts
+            evaluations.record_worker(engine, config.evaluation_run_id, worker)
         dataset_id = stored_dataset_id(context)
         step = [0]
 
@@ -157,10 +163,14 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
             strict=config.strict, partition_key=str(context.partition_key), dagster_run_id=context.run_id,
             progress=progress, logger=context.log, queued_run_id=config.evaluation_run_id or None)
     context.log.info(" ".join(f"{m}={outcome.averages[m]:.4f}" for m in HEADLINE_METRICS))
+    try:  # a run row this step created names its worker now
+        evaluations.record_worker(engine, outcome.run_id, worker)
+    except sa.exc.SQLAlchemyError as exc:
+        context.log.warning(f"run {outcome.run_id} is stored, but its worker could not be recorded: {exc}")
     try:  # the run is committed: a failure here must not fail (and re-run) the step
         metadata = md.run_metadata(evaluations.case_tables(engine, outcome.run_id, limit=md.MAX_TABLE_ROWS))
     except sa.exc.SQLAlchemyError as exc:
         context.log.warning(f"run {outcome.run_id} is stored, but its summary could not be read back: {exc}")
         metadata = dict.fromkeys(md.RUN_ASSETS, {"run_id": outcome.run_id})
     for key, values in metadata.items():
-        yield dg.MaterializeResult(asset_key=key, metadata=values)
+        yield dg.MaterializeResult(asset_key=key, metadata={**values, "worker": worker})

@@ -79,6 +79,7 @@ def summary_of(row: sa.Row) -> dict:
         "question_embeddings": (row.summary or {}).get("question_embeddings"),
         "partition_key": row.partition_key,
         "dagster_run_id": row.dagster_run_id,
+        "worker": row.worker,
         "error": row.error,
         "started_at": row.started_at.isoformat(),
         "finished_at": row.finished_at.isoformat() if row.finished_at else None,

@@ -81,6 +81,9 @@ class RetrievalEvaluationRun(Base):
     is_current: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     partition_key: Mapped[str | None] = mapped_column(Text)
     dagster_run_id: Mapped[str | None] = mapped_column(String(64))
+    worker: Mapped[str | None] = mapped_column(Text)
+    """The process that executed the run: a Celery worker's node name (``NAME@host``), else the host; NULL for a
+    run made outside Dagster or before 0008."""
     case_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     candidate_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     # one double precision column per metric (a new metric needs a migration): the run's means, NULL until it succeeds

@@ -327,3 +327,26 @@ def test_runs_made_outside_dagster_are_reported_to_the_instance(engine, chunks, 
         assert len(records) == 1
         meta = records[0].asset_materialization.metadata
         assert meta["source"].value.startswith("outside Dagster") and 0 <= meta["ndcg_at_k"].value <= 1
+
+
+def test_a_run_names_the_process_that_executed_it(engine, chunks, datasets):
+    """Outside a Celery worker the worker is this host: in the run row, the Dagster run's tags, the metadata and
+    the run's summary contract (deploy/celery/README.md)."""
+    import socket
+
+    from rag_pipeline.service import evaluations
+
+    write_dataset(datasets / "tiny-worker.json", KB, tiny_cases(chunks)[:2])
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("dataset", ["tiny-worker"])
+    result = _materialize(instance, "tiny-worker|keyword-v1")
+    assert result.success
+    summary = _metadata(result, "evaluation_run_summary")
+    assert summary["worker"].value == socket.gethostname()
+    run_id = summary["run_id"].value
+    with engine.connect() as conn:
+        stored = conn.execute(sa.text("SELECT worker FROM retrieval_evaluation_runs WHERE id = :id"),
+                              {"id": run_id}).scalar_one()
+    assert stored == socket.gethostname()
+    assert instance.get_run_by_id(result.run_id).tags["rag/worker"] == socket.gethostname()
+    assert evaluations.run_summaries(engine, [run_id])[0].worker == socket.gethostname()

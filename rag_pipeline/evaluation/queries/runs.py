@@ -19,7 +19,8 @@ EFFECTIVE_STATUS = (
 )
 RUN_COLUMNS = f"""
     r.id, {EFFECTIVE_STATUS} AS status, r.is_current, r.strategy_version, r.params_hash, r.strategy_params,
-    r.embedding_model, r.knowledge_base_version, r.partition_key, r.dagster_run_id, r.case_count, r.candidate_count,
+    r.embedding_model, r.knowledge_base_version, r.partition_key, r.dagster_run_id, r.worker, r.case_count,
+    r.candidate_count,
     r.precision_at_k, r.recall_at_k, r.reciprocal_rank, r.ndcg_at_k, r.hit_at_k, r.average_precision_at_k,
     r.r_precision, r.timings, r.summary, r.error, r.started_at, r.heartbeat_at, r.finished_at, r.cases_done,
     r.queued_at,
@@ -51,6 +52,14 @@ def insert_run(conn: sa.Connection, run_id: uuid.UUID, *, dataset_id, knowledge_
         "p": json.dumps(strategy.params(), sort_keys=True, allow_nan=False),
         "m": strategy.embedding_model if strategy.vector_candidate_k else None, "pk": partition_key,
         "dr": dagster_run_id, "status": "queued" if queued else "running", "queued": queued})
+
+
+def set_worker(conn: sa.Connection, run_id, worker: str) -> bool:
+    """Name the process executing a queued or running run (a finished run keeps what it has); False: no such row."""
+    return conn.execute(sa.text(
+        "UPDATE retrieval_evaluation_runs SET worker = :w WHERE id = :id "
+        "AND (status IN ('queued', 'running') OR worker IS NULL) RETURNING id"),
+        {"id": run_id, "w": worker}).first() is not None
 
 
 def set_knowledge_base_version(conn: sa.Connection, run_id, version: str) -> None:

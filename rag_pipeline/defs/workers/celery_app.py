@@ -1,0 +1,29 @@
+"""The Celery app of a worker: ``celery -A rag_pipeline.defs.workers.celery_app worker -n NAME@%h``.
+
+The app is built from the run launcher of the Dagster instance of ``DAGSTER_HOME`` (the deployment's
+``dagster.yaml``, deploy/celery/README.md), so the daemon that sends runs and the workers that execute them
+share one configuration (broker, result backend, queue) and no broker URL is written to any file. It registers
+dagster-celery's run tasks; a run executes in the worker with the job's in-process executor.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+from dagster_celery.launcher import CeleryRunLauncher
+from dagster_celery.make_app import make_app
+from dagster_celery.tasks import create_execute_job_task, create_resume_job_task
+
+
+def worker_app():
+    """The Celery app of the instance's ``CeleryRunLauncher`` (a clear error when the instance has another)."""
+    with dg.DagsterInstance.get() as instance:
+        launcher = instance.run_launcher
+        if not isinstance(launcher, CeleryRunLauncher):
+            raise SystemExit(f"the Dagster instance of DAGSTER_HOME has run launcher {type(launcher).__name__}, "
+                             "not a CeleryRunLauncher: point DAGSTER_HOME at deploy/celery (its dagster.yaml)")
+        return make_app(launcher.app_args())
+
+
+app = worker_app()
+execute_job = create_execute_job_task(app)
+resume_job = create_resume_job_task(app)
