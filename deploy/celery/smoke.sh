@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# End-to-end check of the Celery deployment on one machine (README.md here), run by .ci/run:
+#   Redis on 127.0.0.1, a fresh embedded PostgreSQL (over TCP with a password when `db start --listen` exists),
+#   the API's one-click evaluation of 4 strategies on the demo dataset under the default run launcher (the
+#   baseline), then the same under this folder's dagster.yaml: a Dagster daemon, two Celery workers each started
+#   from its own empty directory outside the repository with a distinct name, `rag-pipeline serve`.
+# Checks: every run succeeds; each run's cases (metrics, every candidate) equal the baseline's; each run names its
+#   worker in the API's run detail, and both workers ran some; a worker killed with kill -9 mid-run leaves its run
+#   failed or abandoned (the Dagster run failed by run monitoring), and a relaunch succeeds on the other worker.
+# Everything it starts is stopped on exit (trap), every wait has a deadline; whole script: about 5 minutes.
+# Environment: RAG_SMOKE_BIN (default <repo>/.venv/bin) names the virtualenv's bin folder (the `celery` extra
+#   installed); PYTHONPATH, when set, is passed on (a worktree's code); RAG_PROJECT_ROOT is never given to workers.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+BIN="${RAG_SMOKE_BIN:-$ROOT/.venv/bin}"
+PY="$BIN/python"
+API="$PY $ROOT/deploy/celery/smoke_api.py"
+STRATEGIES=(hybrid-v1 vector-v1 keyword-v1 bm25-v1)
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/rag-celery-smoke.XXXXXX")"
+PIDS=()
+log() { echo "== smoke: $*"; }
+
+cleanup() {
+    local code=$?
+    trap - EXIT INT TERM
+    for pid in "${PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+    sleep 2
+    for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+    RAG_PGDATA="$WORK/pgdata" RAG_PROJECT_ROOT="$WORK/project" "$BIN/rag-pipeline" db stop >/dev/null 2>&1 || true
+    if [ "$code" -ne 0 ]; then
+        for f in "$WORK"/*.log; do echo "---- $f (last 40 lines)"; tail -n 40 "$f"; done
+    fi
+    rm -rf "$WORK"
+    exit "$code"
+}
+trap cleanup EXIT INT TERM
+
+# start "NAME" DIR COMMAND...: in its own process group (stopped as a group), output to $WORK/NAME.log
+start() {
+    local name="$1" dir="$2"; shift 2
+    (cd "$dir" && exec setsid "$@" >"$WORK/$name.log" 2>&1) &
+    PIDS+=("$!")
+    eval "PID_${name//-/_}=$!"
+}
+stop() {  # stop NAME: TERM its process group, wait for it
+    local var="PID_${1//-/_}"; local pid="${!var}"
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+}
+free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_for() {  # wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds
+    local deadline=$((SECONDS + $1)) what="$2"; shift 2
+    until "$@" >/dev/null 2>&1; do
+        [ "$SECONDS" -lt "$deadline" ] || { echo "smoke: $what not ready after ${deadline}s" >&2; return 1; }
+        sleep 1
+    done
+}
+
+mkdir -p "$WORK/project" "$WORK/daemon" "$WORK/serve" "$WORK/home-local" "$WORK/home-celery"
+export RAG_PGDATA="$WORK/pgdata" RAG_PROJECT_ROOT="$WORK/project" RAG_RUN_STALE_SECONDS=20
+export PYTHONWARNINGS="ignore::FutureWarning"
+
+log "Redis on 127.0.0.1"
+REDIS_PORT="$(free_port)"
+start redis "$WORK" redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no --protected-mode yes
+export RAG_CELERY_BROKER_URL="redis://127.0.0.1:$REDIS_PORT/0"
+wait_for 30 "redis" redis-cli -p "$REDIS_PORT" ping
+
+log "PostgreSQL"
+if "$BIN/rag-pipeline" db start --help 2>&1 | grep -q -- "--listen"; then
+    PG_PORT="$(free_port)"
+    "$BIN/rag-pipeline" db start --listen "127.0.0.1:$PG_PORT" >"$WORK/db.log" 2>&1
+else  # a checkout without the TCP server: the unix socket (same machine only)
+    "$BIN/rag-pipeline" db start >"$WORK/db.log" 2>&1
+fi
+set -a; . "$WORK/project/.env"; set +a
+export RAG_DATABASE_URL="${RAG_DATABASE_URL:-$("$BIN/rag-pipeline" db url)}"
+log "database ${RAG_DATABASE_URL%%://*}://…@${RAG_DATABASE_URL##*@}"
+
+log "the demo knowledge base"
+"$BIN/rag-pipeline" ingest "$ROOT/demo/kb" --knowledge-base demo --text-search chinese --chunk-size 500 \
+    --chunk-overlap 80 >"$WORK/ingest.log" 2>&1
+cp "$ROOT/dagster.yaml" "$WORK/home-local/dagster.yaml"
+cp "$ROOT/deploy/celery/dagster.yaml" "$WORK/home-celery/dagster.yaml"
+
+serve_on() {  # serve_on HOME: a daemon and the API on that DAGSTER_HOME
+    export DAGSTER_HOME="$1"
+    "$PY" -m rag_pipeline.defs.instance
+    start daemon "$WORK/daemon" "$BIN/dagster-daemon" run -m rag_pipeline.definitions
+    API_PORT="$(free_port)"
+    BASE="http://127.0.0.1:$API_PORT"
+    start serve "$WORK/serve" "$BIN/rag-pipeline" serve --port "$API_PORT"
+    wait_for 120 "the API" "$PY" -c "import urllib.request; urllib.request.urlopen('$BASE/healthz', timeout=5)"
+}
+ended_ok() {  # ended_ok OUTCOME_JSON: every run succeeded (prints each)
+    "$PY" -c 'import json, sys
+o = json.loads(sys.argv[1])
+for run, s in o.items(): print(f"   {s[\"strategy\"]:<12} {s[\"status\"]:<10} worker {s[\"worker\"]}  {s[\"error\"] or \"\"}")
+sys.exit(0 if all(s["status"] == "succeeded" for s in o.values()) else 1)' "$1"
+}
+
+log "baseline: the one-click evaluation under the default run launcher"
+serve_on "$WORK/home-local"
+RUNS="$($API evaluate "$BASE" demo demo "$ROOT/datasets/demo.json" "${STRATEGIES[@]}")"
+mapfile -t IDS < <("$PY" -c 'import json, sys; print("\n".join(json.loads(sys.argv[1])))' "$RUNS")
+OUT="$($API wait "$BASE" 300 "${IDS[@]}")"; ended_ok "$OUT"
+$API results "$BASE" "$WORK/local.json" "${IDS[@]}" >/dev/null
+stop serve; stop daemon
+
+log "the Celery deployment: a daemon, two workers in empty directories, the API"
+export DAGSTER_HOME="$WORK/home-celery"
+for w in w1 w2; do
+    mkdir -p "$WORK/$w/home"; cp "$ROOT/deploy/celery/dagster.yaml" "$WORK/$w/home/dagster.yaml"
+    start "worker-$w" "$WORK/$w" env -u RAG_PROJECT_ROOT -u RAG_PGDATA DAGSTER_HOME="$WORK/$w/home" \
+        "$BIN/celery" -A rag_pipeline.defs.workers.celery_app worker -n "$w@%h" -Q dagster -c 1 -l INFO
+done
+for w in w1 w2; do
+    wait_for 120 "worker $w" "$BIN/celery" -A rag_pipeline.defs.workers.celery_app inspect ping -d "$w@$(hostname)"
+done
+serve_on "$WORK/home-celery"
+RUNS="$($API evaluate "$BASE" demo demo "$ROOT/datasets/demo.json" "${STRATEGIES[@]}")"
+mapfile -t IDS < <("$PY" -c 'import json, sys; print("\n".join(json.loads(sys.argv[1])))' "$RUNS")
+OUT="$($API wait "$BASE" 300 "${IDS[@]}")"; ended_ok "$OUT"
+"$PY" -c 'import json, sys
+workers = {s["worker"] for s in json.loads(sys.argv[1]).values()}
+assert all(w and w.split("@")[0] in ("w1", "w2") for w in workers), f"a run names no Celery worker: {workers}"
+assert len(workers) == 2, f"every run on one worker: {workers}"' "$OUT"
+$API results "$BASE" "$WORK/celery.json" "${IDS[@]}" >/dev/null
+$API same "$WORK/local.json" "$WORK/celery.json"
+
+log "kill -9 of the worker running a long run; a relaunch on the other worker"
+"$PY" -c 'import json, sys
+data = json.load(open(sys.argv[1]))
+data["cases"] = [dict(c, case_id=f"{c[\"case_id\"]}-{i}") for i in range(60) for c in data["cases"]]
+json.dump(data, open(sys.argv[2], "w"))' "$ROOT/datasets/demo.json" "$WORK/demo-long.json"
+RUNS="$($API evaluate "$BASE" demo demo-long "$WORK/demo-long.json" hybrid-v1)"
+LONG="$("$PY" -c 'import json, sys; print(json.loads(sys.argv[1])[0])' "$RUNS")"
+VICTIM="$($API running "$BASE" 180 "$LONG" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["worker"])')"
+NAME="${VICTIM%%@*}"
+var="PID_worker_$NAME"; kill -KILL -- "-${!var}"
+log "killed $VICTIM"
+OUT="$($API wait "$BASE" 240 "$LONG")"
+"$PY" -c 'import json, sys
+s = next(iter(json.loads(sys.argv[1]).values()))
+assert s["status"] in ("failed", "abandoned"), f"the killed run is {s}"
+print(f"   killed run: {s[\"status\"]} (worker {s[\"worker\"]})")' "$OUT"
+"$PY" - "$LONG" <<'PY'
+import sys, time
+import dagster as dg
+from rag_pipeline.service.database import get_engine
+import sqlalchemy as sa
+with get_engine().connect() as conn:
+    dagster_run = conn.execute(sa.text("SELECT dagster_run_id FROM retrieval_evaluation_runs WHERE id = :id"),
+                               {"id": sys.argv[1]}).scalar_one()
+deadline = time.monotonic() + 120
+with dg.DagsterInstance.get() as instance:
+    while (status := instance.get_run_by_id(dagster_run).status) != dg.DagsterRunStatus.FAILURE:
+        assert time.monotonic() < deadline, f"Dagster run {dagster_run} is {status}, not failed by run monitoring"
+        time.sleep(2)
+print(f"   Dagster run {dagster_run}: FAILURE (run monitoring)")
+PY
+RUNS="$($API evaluate "$BASE" demo demo-long "$WORK/demo-long.json" hybrid-v1)"
+AGAIN="$("$PY" -c 'import json, sys; print(json.loads(sys.argv[1])[0])' "$RUNS")"
+OUT="$($API wait "$BASE" 300 "$AGAIN")"; ended_ok "$OUT"
+"$PY" -c 'import json, sys
+s = next(iter(json.loads(sys.argv[1]).values()))
+assert s["worker"] and s["worker"] != sys.argv[2], f"the relaunch ran on {s[\"worker\"]}, not the other worker"' \
+    "$OUT" "$VICTIM"
+log "ok: 4 strategies identical under Celery, every run names its worker, a killed worker's run failed, the relaunch ran"

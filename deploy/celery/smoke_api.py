@@ -1,0 +1,106 @@
+"""HTTP side of deploy/celery/smoke.sh: one-click evaluations through the API, their outcome, their results.
+
+Standard library only (it runs with the project's python). Every command prints JSON on stdout and exits 1 with
+one line on stderr when the API answers something unexpected or a deadline passes.
+
+    smoke_api.py evaluate BASE KB NAME DATASET_FILE STRATEGY...   queue one run per strategy; prints the run ids
+    smoke_api.py wait BASE TIMEOUT_S RUN_ID...                     until every run has ended; prints each outcome
+    smoke_api.py running BASE TIMEOUT_S RUN_ID                     until the run is running with cases done
+    smoke_api.py results BASE OUT RUN_ID...                        every case of every run (all candidates) to OUT
+    smoke_api.py same A B                                          the two results files hold identical cases
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+
+ENDED = {"succeeded", "failed", "abandoned"}
+
+
+def fail(message: str) -> None:
+    print(f"smoke: {message}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def call(url: str, body: dict | None = None) -> dict:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        fail(f"{url} answered {exc.code}: {exc.read().decode(errors='replace')[:500]}")
+
+
+def summary(base: str, run_id: str) -> dict:
+    return call(f"{base}/api/v1/retrieval/evaluations/{run_id}?candidates=none&limit=1")["summary"]
+
+
+def evaluate(base: str, kb: str, name: str, dataset_file: str, *strategies: str) -> None:
+    with open(dataset_file, encoding="utf-8") as handle:
+        cases = json.load(handle)["cases"]
+    answer = call(f"{base}/api/v1/knowledge-bases/{kb}/retrieval/evaluate",
+                  {"cases": cases, "name": name, "strategy_versions": list(strategies)})
+    print(json.dumps([run["run_id"] for run in answer["runs"]]))
+
+
+def wait(base: str, timeout_s: str, *run_ids: str) -> None:
+    deadline = time.monotonic() + float(timeout_s)
+    while True:
+        states = {run_id: summary(base, run_id) for run_id in run_ids}
+        if all(s["status"] in ENDED for s in states.values()):
+            print(json.dumps({run_id: {"status": s["status"], "worker": s.get("worker"), "error": s["error"],
+                                       "strategy": s["strategy_version"]} for run_id, s in states.items()}))
+            return
+        if time.monotonic() > deadline:
+            fail(f"runs not ended after {timeout_s}s: " + ", ".join(f"{r} {s['status']}" for r, s in states.items()))
+        time.sleep(1)
+
+
+def running(base: str, timeout_s: str, run_id: str) -> None:
+    deadline = time.monotonic() + float(timeout_s)
+    while True:
+        state = summary(base, run_id)
+        if state["status"] == "running" and state["cases_done"] > 0 and state.get("worker"):
+            print(json.dumps({"worker": state["worker"], "cases_done": state["cases_done"]}))
+            return
+        if state["status"] in ENDED:
+            fail(f"run {run_id} ended ({state['status']}) before it could be caught running")
+        if time.monotonic() > deadline:
+            fail(f"run {run_id} not running after {timeout_s}s (status {state['status']})")
+        time.sleep(0.2)
+
+
+def results(base: str, out: str, *run_ids: str) -> None:
+    found = {}
+    for run_id in run_ids:
+        detail = call(f"{base}/api/v1/retrieval/evaluations/{run_id}?candidates=all&limit=1000")
+        found[detail["summary"]["strategy_version"]] = detail["cases"]
+    with open(out, "w", encoding="utf-8") as handle:
+        json.dump(found, handle, sort_keys=True)
+    print(json.dumps({strategy: len(cases) for strategy, cases in found.items()}))
+
+
+def same(a: str, b: str) -> None:
+    with open(a, encoding="utf-8") as handle_a, open(b, encoding="utf-8") as handle_b:
+        left, right = json.load(handle_a), json.load(handle_b)
+    if sorted(left) != sorted(right):
+        fail(f"different strategies: {sorted(left)} vs {sorted(right)}")
+    for strategy in sorted(left):
+        if not left[strategy]:
+            fail(f"{strategy}: no cases")
+        for x, y in zip(left[strategy], right[strategy], strict=True):
+            if x != y:
+                fail(f"{strategy}: case {x['case_id']} differs: {json.dumps(x)[:300]} vs {json.dumps(y)[:300]}")
+    print(json.dumps({strategy: "identical" for strategy in sorted(left)}))
+
+
+if __name__ == "__main__":
+    COMMANDS = {"evaluate": evaluate, "wait": wait, "running": running, "results": results, "same": same}
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        fail(f"usage: smoke_api.py {{{','.join(COMMANDS)}}} ARGS...")
+    COMMANDS[sys.argv[1]](*sys.argv[2:])
