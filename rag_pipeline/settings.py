@@ -89,6 +89,10 @@ class Settings(BaseSettings):
         None, description="Token of the HTTP service (`rag-pipeline serve`): required to bind beyond loopback "
                           "(at least 16 characters); then every API call needs `Authorization: Bearer <token>` "
                           "and every console page a login with it. Unset: loopback only, no login.")
+    celery_broker_url: SecretStr | None = Field(
+        None, description="Redis URL of the Celery broker and result backend (`redis://[:PASSWORD@]HOST:6379/0`) "
+                          "that `deploy/celery/dagster.yaml` reads: the daemon sends runs there, the workers take "
+                          "them (deploy/celery/README.md). Unset: runs use the default launcher's `dagster.yaml`.")
     debug: bool = Field(False, description="`1`: the CLI shows the traceback of an unexpected error.")
     judge_cache: Path | None = Field(
         None, description="JSON Lines file caching the answer judge's replies by (prompt hash, model, repeat), so "

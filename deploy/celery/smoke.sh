@@ -8,11 +8,11 @@
 #   worker in the API's run detail, and both workers ran some; a worker killed with kill -9 mid-run leaves its run
 #   failed or abandoned (the Dagster run failed by run monitoring), and a relaunch succeeds on the other worker.
 # Everything it starts is stopped on exit (trap), every wait has a deadline; whole script: about 5 minutes.
-# Environment: RAG_SMOKE_BIN (default <repo>/.venv/bin) names the virtualenv's bin folder (the `celery` extra
+# Environment: CELERY_SMOKE_BIN (default <repo>/.venv/bin) names the virtualenv's bin folder (the `celery` extra
 #   installed); PYTHONPATH, when set, is passed on (a worktree's code); RAG_PROJECT_ROOT is never given to workers.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BIN="${RAG_SMOKE_BIN:-$ROOT/.venv/bin}"
+BIN="${CELERY_SMOKE_BIN:-$ROOT/.venv/bin}"
 PY="$BIN/python"
 API="$PY $ROOT/deploy/celery/smoke_api.py"
 STRATEGIES=(hybrid-v1 vector-v1 keyword-v1 bm25-v1)
@@ -93,18 +93,11 @@ serve_on() {  # serve_on HOME: a daemon and the API on that DAGSTER_HOME
     start serve "$WORK/serve" "$BIN/rag-pipeline" serve --port "$API_PORT"
     wait_for 120 "the API" "$PY" -c "import urllib.request; urllib.request.urlopen('$BASE/healthz', timeout=5)"
 }
-ended_ok() {  # ended_ok OUTCOME_JSON: every run succeeded (prints each)
-    "$PY" -c 'import json, sys
-o = json.loads(sys.argv[1])
-for run, s in o.items(): print(f"   {s[\"strategy\"]:<12} {s[\"status\"]:<10} worker {s[\"worker\"]}  {s[\"error\"] or \"\"}")
-sys.exit(0 if all(s["status"] == "succeeded" for s in o.values()) else 1)' "$1"
-}
-
 log "baseline: the one-click evaluation under the default run launcher"
 serve_on "$WORK/home-local"
 RUNS="$($API evaluate "$BASE" demo demo "$ROOT/datasets/demo.json" "${STRATEGIES[@]}")"
-mapfile -t IDS < <("$PY" -c 'import json, sys; print("\n".join(json.loads(sys.argv[1])))' "$RUNS")
-OUT="$($API wait "$BASE" 300 "${IDS[@]}")"; ended_ok "$OUT"
+mapfile -t IDS < <($API ids "$RUNS")
+OUT="$($API wait "$BASE" 480 "${IDS[@]}")"; $API check "$OUT" succeeded
 $API results "$BASE" "$WORK/local.json" "${IDS[@]}" >/dev/null
 stop serve; stop daemon
 
@@ -120,51 +113,22 @@ for w in w1 w2; do
 done
 serve_on "$WORK/home-celery"
 RUNS="$($API evaluate "$BASE" demo demo "$ROOT/datasets/demo.json" "${STRATEGIES[@]}")"
-mapfile -t IDS < <("$PY" -c 'import json, sys; print("\n".join(json.loads(sys.argv[1])))' "$RUNS")
-OUT="$($API wait "$BASE" 300 "${IDS[@]}")"; ended_ok "$OUT"
-"$PY" -c 'import json, sys
-workers = {s["worker"] for s in json.loads(sys.argv[1]).values()}
-assert all(w and w.split("@")[0] in ("w1", "w2") for w in workers), f"a run names no Celery worker: {workers}"
-assert len(workers) == 2, f"every run on one worker: {workers}"' "$OUT"
+mapfile -t IDS < <($API ids "$RUNS")
+OUT="$($API wait "$BASE" 480 "${IDS[@]}")"; $API check "$OUT" two-workers
 $API results "$BASE" "$WORK/celery.json" "${IDS[@]}" >/dev/null
 $API same "$WORK/local.json" "$WORK/celery.json"
 
 log "kill -9 of the worker running a long run; a relaunch on the other worker"
-"$PY" -c 'import json, sys
-data = json.load(open(sys.argv[1]))
-data["cases"] = [dict(c, case_id=f"{c[\"case_id\"]}-{i}") for i in range(60) for c in data["cases"]]
-json.dump(data, open(sys.argv[2], "w"))' "$ROOT/datasets/demo.json" "$WORK/demo-long.json"
+$API longer "$ROOT/datasets/demo.json" 20 "$WORK/demo-long.json"
 RUNS="$($API evaluate "$BASE" demo demo-long "$WORK/demo-long.json" hybrid-v1)"
-LONG="$("$PY" -c 'import json, sys; print(json.loads(sys.argv[1])[0])' "$RUNS")"
-VICTIM="$($API running "$BASE" 180 "$LONG" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["worker"])')"
-NAME="${VICTIM%%@*}"
-var="PID_worker_$NAME"; kill -KILL -- "-${!var}"
-log "killed $VICTIM"
-OUT="$($API wait "$BASE" 240 "$LONG")"
-"$PY" -c 'import json, sys
-s = next(iter(json.loads(sys.argv[1]).values()))
-assert s["status"] in ("failed", "abandoned"), f"the killed run is {s}"
-print(f"   killed run: {s[\"status\"]} (worker {s[\"worker\"]})")' "$OUT"
-"$PY" - "$LONG" <<'PY'
-import sys, time
-import dagster as dg
-from rag_pipeline.service.database import get_engine
-import sqlalchemy as sa
-with get_engine().connect() as conn:
-    dagster_run = conn.execute(sa.text("SELECT dagster_run_id FROM retrieval_evaluation_runs WHERE id = :id"),
-                               {"id": sys.argv[1]}).scalar_one()
-deadline = time.monotonic() + 120
-with dg.DagsterInstance.get() as instance:
-    while (status := instance.get_run_by_id(dagster_run).status) != dg.DagsterRunStatus.FAILURE:
-        assert time.monotonic() < deadline, f"Dagster run {dagster_run} is {status}, not failed by run monitoring"
-        time.sleep(2)
-print(f"   Dagster run {dagster_run}: FAILURE (run monitoring)")
-PY
+LONG="$($API first "$RUNS")"
+VICTIM="$($API running "$BASE" 240 "$LONG" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["worker"])')"
+var="PID_worker_${VICTIM%%@*}"
+kill -KILL -- "-${!var}"
+log "killed $VICTIM (kill -9 of its processes) mid-run"
+OUT="$($API wait "$BASE" 240 "$LONG")"; $API check "$OUT" failed
+$API dagster-failed "$LONG" 180
 RUNS="$($API evaluate "$BASE" demo demo-long "$WORK/demo-long.json" hybrid-v1)"
-AGAIN="$("$PY" -c 'import json, sys; print(json.loads(sys.argv[1])[0])' "$RUNS")"
-OUT="$($API wait "$BASE" 300 "$AGAIN")"; ended_ok "$OUT"
-"$PY" -c 'import json, sys
-s = next(iter(json.loads(sys.argv[1]).values()))
-assert s["worker"] and s["worker"] != sys.argv[2], f"the relaunch ran on {s[\"worker\"]}, not the other worker"' \
-    "$OUT" "$VICTIM"
+AGAIN="$($API first "$RUNS")"
+OUT="$($API wait "$BASE" 480 "$AGAIN")"; $API check "$OUT" other "$VICTIM"
 log "ok: 4 strategies identical under Celery, every run names its worker, a killed worker's run failed, the relaunch ran"

@@ -8,6 +8,8 @@ one line on stderr when the API answers something unexpected or a deadline passe
     smoke_api.py running BASE TIMEOUT_S RUN_ID                     until the run is running with cases done
     smoke_api.py results BASE OUT RUN_ID...                        every case of every run (all candidates) to OUT
     smoke_api.py same A B                                          the two results files hold identical cases
+    smoke_api.py check OUTCOME_JSON RULE [WORKER]                  the outcome of `wait` obeys RULE (see check())
+    smoke_api.py longer DATASET_FILE TIMES OUT                     the dataset's cases repeated TIMES times
 """
 
 from __future__ import annotations
@@ -96,11 +98,67 @@ def same(a: str, b: str) -> None:
         for x, y in zip(left[strategy], right[strategy], strict=True):
             if x != y:
                 fail(f"{strategy}: case {x['case_id']} differs: {json.dumps(x)[:300]} vs {json.dumps(y)[:300]}")
-    print(json.dumps({strategy: "identical" for strategy in sorted(left)}))
+    print(json.dumps(dict.fromkeys(sorted(left), "identical")))
+
+
+def check(outcome_json: str, rule: str, worker: str = "") -> None:
+    """``succeeded``: every run succeeded; ``two-workers``: and the runs name both Celery workers (w1, w2);
+    ``failed``: the run failed or was abandoned; ``other``: it succeeded on a worker other than ``worker``."""
+    outcome = json.loads(outcome_json)
+    for state in outcome.values():
+        print(f"   {state['strategy']:<12} {state['status']:<10} worker {state['worker']}  {state['error'] or ''}")
+    statuses = {state["status"] for state in outcome.values()}
+    workers = {state["worker"] for state in outcome.values()}
+    if rule == "failed":
+        if not statuses <= {"failed", "abandoned"}:
+            fail(f"the killed worker's run is {statuses}, not failed or abandoned")
+        return
+    if statuses != {"succeeded"}:
+        fail(f"not every run succeeded: {statuses}")
+    if rule == "two-workers" and {(w or "").split("@")[0] for w in workers} != {"w1", "w2"}:
+        fail(f"the runs did not run on both Celery workers: {sorted(map(str, workers))}")
+    if rule == "other" and (None in workers or worker in workers):
+        fail(f"the relaunch ran on {sorted(map(str, workers))}, not on a worker other than {worker}")
+
+
+def first(ids_json: str) -> None:
+    print(json.loads(ids_json)[0])
+
+
+def ids(ids_json: str) -> None:
+    print("\n".join(json.loads(ids_json)))
+
+
+def longer(dataset_file: str, times: str, out: str) -> None:
+    with open(dataset_file, encoding="utf-8") as handle:
+        data = json.load(handle)
+    data["cases"] = [dict(case, case_id=f"{case['case_id']}-{i}") for i in range(int(times)) for case in data["cases"]]
+    with open(out, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+
+
+def dagster_failed(run_id: str, timeout_s: str) -> None:
+    """The Dagster run of evaluation run ``run_id`` ends FAILURE (run monitoring) within ``timeout_s``."""
+    import dagster as dg  # noqa: PLC0415 - only this command needs the project's environment
+    import sqlalchemy as sa  # noqa: PLC0415
+
+    from rag_pipeline.service.database import get_engine  # noqa: PLC0415
+
+    with get_engine().connect() as conn:
+        dagster_run = conn.execute(sa.text("SELECT dagster_run_id FROM retrieval_evaluation_runs WHERE id = :id"),
+                                   {"id": run_id}).scalar_one()
+    deadline = time.monotonic() + float(timeout_s)
+    with dg.DagsterInstance.get() as instance:
+        while (status := instance.get_run_by_id(dagster_run).status) != dg.DagsterRunStatus.FAILURE:
+            if time.monotonic() > deadline:
+                fail(f"Dagster run {dagster_run} is {status.value} after {timeout_s}s, not failed by run monitoring")
+            time.sleep(2)
+    print(f"   Dagster run {dagster_run}: FAILURE (run monitoring)")
 
 
 if __name__ == "__main__":
-    COMMANDS = {"evaluate": evaluate, "wait": wait, "running": running, "results": results, "same": same}
+    COMMANDS = {"evaluate": evaluate, "wait": wait, "running": running, "results": results, "same": same,
+                "check": check, "first": first, "ids": ids, "longer": longer, "dagster-failed": dagster_failed}
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         fail(f"usage: smoke_api.py {{{','.join(COMMANDS)}}} ARGS...")
     COMMANDS[sys.argv[1]](*sys.argv[2:])

@@ -172,3 +172,51 @@ def test_installed_wheel_migrates_a_fresh_database_from_an_empty_directory(insta
                               "current"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
     assert current.returncode == 0, current.stderr[-3000:]
     assert f"{head} (head)" in current.stdout
+
+
+@pytest.mark.slow  # builds the wheel, then a Dagster run in a subprocess of the temp venv
+def test_installed_wheel_runs_an_evaluation_from_an_empty_directory(installed: Path, engine, tmp_path):
+    """What a Celery worker has: the installed package, its environment, a DAGSTER_HOME with the instance
+    configuration — no checkout, no datasets/ folder, no RAG_PROJECT_ROOT. The dataset comes from the database
+    (the HTTP API passes ``dataset_id``); the run succeeds and names the process that executed it."""
+    import socket
+
+    import dagster as dg
+
+    from rag_pipeline.service import datasets as dataset_service
+    from rag_pipeline.storage.engine import dagster_database_url
+    from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases, write_dataset
+
+    chunks = ingest_tiny_kb(engine, "wheel-worker-kb", tmp_path / "kb")
+    stored = dataset_service.register_dataset(
+        engine, write_dataset(tmp_path / "upload" / "wheel-worker.json", "wheel-worker-kb", tiny_cases(chunks)[:3]))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy2(ROOT / "dagster.yaml", home / "dagster.yaml")
+    workdir = tmp_path / "empty"
+    workdir.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "RAG_PROJECT_ROOT", "RAG_STRATEGIES_FILE", "RAG_DATASETS_DIR",
+                        "RAG_PGDATA", "VIRTUAL_ENV")}
+    env.update(DAGSTER_HOME=str(home), RAG_DAGSTER_PG_URL=dagster_database_url(),
+               RAG_DATABASE_URL=engine.url.render_as_string(hide_password=False), PYTHONWARNINGS="ignore")
+    partition = "wheel-worker|keyword-v1"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DAGSTER_HOME", str(home))
+        patch.setenv("RAG_DAGSTER_PG_URL", env["RAG_DAGSTER_PG_URL"])
+        with dg.DagsterInstance.get() as instance:
+            instance.add_dynamic_partitions("dataset", ["wheel-worker"])
+    config = {"ops": {"evaluation_dataset": {"config": {"dataset_id": stored.dataset_id}}}}
+    proc = subprocess.run(
+        [str(installed / "bin" / "python"), "-m", "dagster", "job", "execute", "-m", "rag_pipeline.definitions",
+         "-j", "evaluate_retrieval", "--tags", json.dumps({"dagster/partition": partition}),
+         "--config-json", json.dumps(config)],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not list(workdir.iterdir()), f"the run wrote into its working directory: {list(workdir.iterdir())}"
+    with engine.connect() as conn:
+        run = conn.execute(sa.text(
+            "SELECT status, case_count, worker FROM retrieval_evaluation_runs WHERE partition_key = :pk "
+            "ORDER BY started_at DESC LIMIT 1"), {"pk": partition}).one()
+    assert (run.status, run.case_count, run.worker) == ("succeeded", 3, socket.gethostname())
