@@ -12,8 +12,8 @@ import stat
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -35,6 +35,19 @@ def _run(env: dict[str, str], *args: str, cwd: Path, timeout: float = 600) -> su
     return subprocess.run([str(RAG), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
+@dataclass
+class TcpServer:
+    """The server of :func:`tcp_server`; its secrets stay out of pytest's failure reports (``repr=False``)."""
+
+    project: Path
+    port: int
+    env: dict[str, str] = field(repr=False)  # without RAG_DATABASE_URL: the CLI reaches it on the socket
+    tcp_env: dict[str, str] = field(repr=False)  # RAG_DATABASE_URL and RAG_DAGSTER_PG_URL of .env (TCP)
+    started: subprocess.CompletedProcess = field(repr=False)
+    password: str = field(repr=False)
+    url: str = field(repr=False)
+
+
 @pytest.fixture(scope="module")
 def tcp_server():
     """``rag-pipeline db start --listen 127.0.0.1:PORT`` in a fresh project folder (its own data directory)."""
@@ -51,8 +64,7 @@ def tcp_server():
         password = psycopg.conninfo.conninfo_to_dict(values["RAG_DATABASE_URL"].replace("+psycopg", ""))["password"]
         tcp_env = {**env, "RAG_DATABASE_URL": values["RAG_DATABASE_URL"],
                    "RAG_DAGSTER_PG_URL": values["RAG_DAGSTER_PG_URL"]}
-        yield SimpleNamespace(project=project, port=port, env=env, tcp_env=tcp_env, started=started,
-                              password=password, url=values["RAG_DATABASE_URL"])
+        yield TcpServer(project, port, env, tcp_env, started, password, values["RAG_DATABASE_URL"])
     finally:
         embedded_pg.stop(project / ".rag_pipeline" / "pgdata")
         shutil.rmtree(project, ignore_errors=True)
@@ -144,9 +156,11 @@ def test_cli_dagster_and_api_over_tcp(tcp_server, tmp_path, monkeypatch):
                 "JOIN knowledge_bases kb ON kb.id = c.knowledge_base_id WHERE kb.name = :n AND c.is_current"),
                 {"n": KB}).all())
         dataset = write_dataset(tmp_path / "datasets" / "x.json", KB, tiny_cases(chunks)[:3], name="tcp-tiny")
-        evaluate = _run(env, "evaluate", "--dataset", str(dataset), "--strategy", "keyword-v1", cwd=tmp_path)
+        report = tmp_path / "report.json"
+        evaluate = _run(env, "evaluate", "--dataset", str(dataset), "--strategy", "keyword-v1", "--quiet",
+                        "--output", str(report), cwd=tmp_path)
         assert evaluate.returncode == 0, evaluate.stderr
-        assert json.loads(evaluate.stdout)["summary"]["case_count"] == 3
+        assert len(json.loads(report.read_text(encoding="utf-8"))["cases"]) == 3
 
         for key, value in env.items():  # the instance of the project (.env's Dagster URL over TCP)
             monkeypatch.setenv(key, value)
