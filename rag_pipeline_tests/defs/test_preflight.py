@@ -78,3 +78,12 @@ def test_a_configured_storage_passes(engine):
     from rag_pipeline.storage.engine import dagster_database_url
 
     assert preflight.storage_problem({preflight.ENV_VAR: dagster_database_url()}) is None
+
+
+def test_dagster_storage_in_the_knowledge_base_database_is_refused():
+    """Dagster's tables and ours both keep an Alembic ``alembic_version``: one database for both breaks one."""
+    kb = "postgresql://alice:S3cretPw@db.example:5433/rag"
+    problem = preflight.storage_problem({"RAG_DAGSTER_PG_URL": kb.replace("postgresql:", "postgresql+psycopg2:"),
+                                         "RAG_DATABASE_URL": kb})
+    assert problem is not None and "names the knowledge-base database of RAG_DATABASE_URL" in problem
+    assert "S3cretPw" not in problem

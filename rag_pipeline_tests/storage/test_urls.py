@@ -103,3 +103,23 @@ def test_a_libpq_database_url_is_refused_with_the_password_masked(tmp_path) -> N
     assert "S3cret" not in proc.stderr + proc.stdout
     assert proc.stderr.strip() == ("rag-pipeline: error: not a PostgreSQL URL: host=h user=alice password=*** "
                                    "dbname=rag")
+
+
+@pytest.mark.parametrize(("kb", "dagster", "expected"), [
+    ("postgresql://u:S3cretPw@h:5433/rag", "postgresql+psycopg2://u:S3cretPw@h:5433/rag",
+     "RAG_DAGSTER_PG_URL names the knowledge-base database"),
+    ("postgresql://u:S3cretPw@h:5433/dagster", None, "RAG_DATABASE_URL names the database 'dagster'"),
+])
+def test_dagster_storage_never_shares_the_knowledge_base_database(monkeypatch, kb, dagster, expected):
+    """Both keep an Alembic ``alembic_version`` table: refused before anything connects."""
+    from rag_pipeline.storage.engine import dagster_database_url
+    from rag_pipeline.storage.urls import DatabaseError
+
+    monkeypatch.setenv("RAG_DATABASE_URL", kb)
+    if dagster:
+        monkeypatch.setenv("RAG_DAGSTER_PG_URL", dagster)
+    else:
+        monkeypatch.delenv("RAG_DAGSTER_PG_URL", raising=False)
+    with pytest.raises(DatabaseError, match=expected) as caught:
+        dagster_database_url()
+    assert "S3cretPw" not in str(caught.value)
