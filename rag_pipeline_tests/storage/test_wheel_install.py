@@ -206,11 +206,12 @@ def test_installed_wheel_runs_an_evaluation_from_an_empty_directory(installed: P
         patch.setenv("RAG_DAGSTER_PG_URL", env["RAG_DAGSTER_PG_URL"])
         with dg.DagsterInstance.get() as instance:
             instance.add_dynamic_partitions("dataset", ["wheel-worker"])
-    config = {"ops": {"evaluation_dataset": {"config": {"dataset_id": stored.dataset_id}}}}
+    config = tmp_path / "run_config.yaml"  # JSON is YAML
+    config.write_text(json.dumps({"ops": {"evaluation_dataset": {"config": {"dataset_id": stored.dataset_id}}}}))
     proc = subprocess.run(
         [str(installed / "bin" / "python"), "-m", "dagster", "job", "execute", "-m", "rag_pipeline.definitions",
          "-j", "evaluate_retrieval", "--tags", json.dumps({"dagster/partition": partition}),
-         "--config-json", json.dumps(config)],
+         "--config", str(config)],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
