@@ -51,7 +51,8 @@ class Settings(BaseSettings):
                           "Unset: the embedded server.")
     dagster_pg_url: str | None = Field(
         None, description="Dagster's run/event storage (`postgresql+psycopg2://`); `rag-pipeline db start` "
-                          "writes it to `.env`. Unset: derived from `RAG_DATABASE_URL` or the embedded server.")
+                          "writes it to `.env`. Unset: the database `dagster` on the server of `RAG_DATABASE_URL` "
+                          "(created when missing; never the knowledge-base database) or of the embedded server.")
     pgdata: Path | None = Field(
         None, description="Data directory of the embedded server. Default `<project>/.rag_pipeline/pgdata`.")
     datasets_dir: Path | None = Field(

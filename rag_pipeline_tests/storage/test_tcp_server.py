@@ -104,6 +104,18 @@ def test_listen_needs_the_password_and_prints_it_only_when_asked(tcp_server):
         assert verifier.startswith("SCRAM-SHA-256$")
 
 
+def test_a_later_start_listens_again_with_the_same_password(tcp_server):
+    server = tcp_server
+    assert _run(server.env, "db", "stop", cwd=server.project).stdout.strip() == "stopped"
+    with pytest.raises(psycopg.OperationalError):
+        _tcp(server, server.password)
+    again = _run(server.env, "db", "start", cwd=server.project)  # no --listen: the recorded address
+    assert again.returncode == 0, again.stderr
+    with _tcp(server, server.password) as conn:
+        assert conn.execute("SELECT inet_server_addr()::text").fetchone()[0].startswith("127.0.0.1")
+    assert dotenv_values(server.project / ".env")["RAG_DATABASE_URL"] == server.url
+
+
 def test_a_wrong_password_is_exit_3_with_the_password_masked(tcp_server):
     wrong = "Wr0ngPassw0rdValue"
     env = {**tcp_server.env, "RAG_DATABASE_URL": f"postgresql://postgres:{wrong}@127.0.0.1:{tcp_server.port}/rag"}
