@@ -5,7 +5,8 @@ one is refused, and one document's text may have at most ``RAG_MAX_DOCUMENT_BYTE
 ``text`` as well); such a file fails the whole read, naming the file (and line) and the limit, so ingestion
 never starts. Control characters (C0 but tab/newline/CR, and DEL; NUL included) are removed from every text.
 A document with no text left, a symlink loop, a broken symlink and an unreadable file are *skipped*:
-:func:`read_folder` lists them in ``.skipped`` with the reason.
+:func:`read_folder` lists them in ``.skipped`` with the reason. A ``.jsonl`` line is checked field by field
+(:mod:`jsonl_lines`); a symbolic link out of the folder is refused (see :func:`read_folder`, ``docs/cli.md``).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from rag_pipeline.knowledge_base.beir import read_beir
 from rag_pipeline.knowledge_base.sources import SourceError, read_folder
 from rag_pipeline_tests.reliability.test_hostile_files import assert_clear_user_error, cli, write_folder
 from rag_pipeline_tests.reliability_helpers import kb_counts
@@ -121,3 +122,16 @@ def test_a_symlink_inside_the_folder_is_read_once(engine, capsys, tmp_path: Path
     assert "skipped alias.md: a symbolic link to good.md, which is read under its own name" in err
     assert "skipped raw.md: a symbolic link to data/raw.txt" in err
     assert documents_of(engine, kb) == ["data/raw.txt", "good.md", "kept.md"]
+
+
+@pytest.mark.parametrize("corpus_line, problem", [
+    ('{"_id": "d1", "text": "x", "extra": ' + "{\"a\": " * 50_000 + "1" + "}" * 50_000 + "}",
+     "corpus.jsonl:1: 'extra': nested too deeply"),
+    ("[1]", "corpus.jsonl:1: each line must be a JSON object"),
+])
+def test_a_hostile_beir_corpus_line_is_a_clear_error(tmp_path: Path, corpus_line: str, problem: str) -> None:
+    folder = write_folder(tmp_path / "beir", {"corpus.jsonl": corpus_line + "\n",
+                                              "queries.jsonl": '{"_id": "q1", "text": "what?"}\n',
+                                              "qrels/test.tsv": "query-id\tcorpus-id\tscore\nq1\td1\t1\n"})
+    with pytest.raises(SourceError, match=problem.replace(".", r"\.")):
+        read_beir(folder)
