@@ -143,8 +143,12 @@ class Heartbeat:
 
 
 def failure_reason(exc: BaseException) -> str:
-    """The one-line reason a run row stores for ``exc``: its type and message, lines joined with "; "."""
+    """The one-line reason a run row stores for ``exc``: its type and message, lines joined with "; " (Ctrl-C:
+    ``interrupted (SIGINT) ...``, which a bare ``KeyboardInterrupt`` would not say)."""
     text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    if type(exc) is KeyboardInterrupt:
+        return ("interrupted (SIGINT): the process was stopped by Ctrl-C or kill -INT before the run finished; "
+                "nothing of it was kept" + (f" ({text})" if text else ""))
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
