@@ -21,6 +21,7 @@ import uuid
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.errors import ConflictError, NotFoundError
+from rag_pipeline.evaluation import run_owner
 from rag_pipeline.evaluation.queries import runs as queries
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.ids import as_uuid
@@ -50,7 +51,7 @@ def create_run(engine: sa.Engine | sa.Connection, *, dataset_id, knowledge_base_
     run_id = uuid.uuid4()
     row = {"dataset_id": dataset_id, "knowledge_base_id": knowledge_base_id, "strategy": strategy,
            "params_hash": params_hash, "partition_key": partition_key, "dagster_run_id": dagster_run_id,
-           "queued": queued}
+           "queued": queued, "owner": None if queued else run_owner.this_process()}
     if isinstance(engine, sa.Connection):
         queries.insert_run(engine, run_id, **row)
         return run_id
@@ -79,7 +80,7 @@ def start_queued_run(engine: sa.Engine, run_id, *, strategy_version: str, params
     and be the same strategy, parameters and dataset version, else :class:`RunNotQueuedError`."""
     with engine.begin() as conn:
         if queries.start_queued(conn, run_id, strategy_version=strategy_version, params_hash=params_hash,
-                                dataset_id=dataset_id, dagster_run_id=dagster_run_id):
+                                dataset_id=dataset_id, dagster_run_id=dagster_run_id, owner=run_owner.this_process()):
             return
         found = queries.queue_state(conn, run_id)
     if found is None:
@@ -150,8 +151,12 @@ class Heartbeat:
 
 
 def failure_reason(exc: BaseException) -> str:
-    """The one-line reason a run row stores for ``exc``: its type and message, lines joined with "; "."""
+    """The one-line reason a run row stores for ``exc``: its type and message, lines joined with "; " (Ctrl-C:
+    ``interrupted (SIGINT) ...``, which a bare ``KeyboardInterrupt`` would not say)."""
     text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    if type(exc) is KeyboardInterrupt:
+        return ("interrupted (SIGINT): the process was stopped by Ctrl-C or kill -INT before the run finished; "
+                "nothing of it was kept" + (f" ({text})" if text else ""))
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -163,6 +168,31 @@ def mark_failed(engine: sa.Engine, run_id, error: str) -> None:
             queries.mark_failed(conn, run_id, mask_secrets(error)[:10_000])
     except sa.exc.SQLAlchemyError:  # the database itself is gone: the stale heartbeat will tell
         pass
+
+
+def running_runs(engine: sa.Engine) -> list[sa.Row]:
+    """The ``running`` rows with their Dagster run id and owner (:func:`queries.running_runs`)."""
+    with engine.connect() as conn:
+        return queries.running_runs(conn)
+
+
+def fail_running(engine: sa.Engine, run_id, error: str) -> bool:
+    """Mark a ``running`` run failed with ``error``; False when it was no longer running (it ended meanwhile)."""
+    with engine.begin() as conn:
+        return queries.fail_running(conn, run_id, mask_secrets(error)[:10_000])
+
+
+def sweep_gone(engine: sa.Engine, rows: list[sa.Row] | None = None) -> int:
+    """Mark failed every ``running`` run (of ``rows``, default: all) whose process on this host is gone
+    (:mod:`run_owner`), with that reason; returns how many."""
+    ended = 0
+    for row in running_runs(engine) if rows is None else rows:
+        if row.owner_pid is None:
+            continue
+        owner = run_owner.Owner(row.owner_host, row.owner_pid, row.owner_started_at)
+        if run_owner.is_gone(owner):
+            ended += fail_running(engine, row.id, run_owner.gone_reason(owner))
+    return ended
 
 
 def sweep_abandoned(engine: sa.Engine) -> int:

@@ -18,7 +18,6 @@ as 0); otherwise it is the plain list of the positively judged chunks.
 from __future__ import annotations
 
 import csv
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from rag_pipeline.contracts.dataset import (
     MAX_QUESTION_CHARS,
     MAX_RELEVANT_IDS,
 )
-from rag_pipeline.knowledge_base import chunking
+from rag_pipeline.knowledge_base import chunking, jsonl_lines
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline.knowledge_base.ingestion import IngestResult, Progress, ingest_documents
 from rag_pipeline.knowledge_base.sources import SourceDocument, SourceError
@@ -47,11 +46,11 @@ def _jsonl(path: Path):
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise SourceError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-                if not isinstance(obj, dict) or obj.get("_id") is None:
+                try:  # the parse of document lines: deep nesting and huge numbers are clear errors too
+                    obj = jsonl_lines.parse_line(line)
+                except jsonl_lines.LineError as exc:
+                    raise SourceError(f"{path}:{lineno}: {exc}") from None
+                if obj.get("_id") is None:
                     raise SourceError(f"{path}:{lineno}: each line needs an object with an '_id'")
                 yield lineno, obj
 

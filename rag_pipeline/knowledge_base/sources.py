@@ -5,20 +5,29 @@ one is refused, and one document's text may have at most ``RAG_MAX_DOCUMENT_BYTE
 ``text`` as well); such a file fails the whole read, naming the file (and line) and the limit, so ingestion
 never starts. Control characters (C0 but tab/newline/CR, and DEL; NUL included) are removed from every text.
 A document with no text left, a symlink loop, a broken symlink and an unreadable file are *skipped*:
-:func:`read_folder` lists them in ``.skipped`` with the reason.
+:func:`read_folder` lists them in ``.skipped`` with the reason. A ``.jsonl`` line is checked field by field
+(:mod:`jsonl_lines`); a symbolic link out of the folder is refused (see :func:`read_folder`, ``docs/cli.md``).
 """
 
 from __future__ import annotations
 
-import json
+import os
 import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
 from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.knowledge_base import jsonl_lines
 from rag_pipeline.settings import get_settings
-from rag_pipeline.storage.files import FileReadError, format_size, open_regular, read_bounded, read_lines_bounded
+from rag_pipeline.storage.files import (
+    FileReadError,
+    check_regular,
+    format_size,
+    open_regular,
+    read_bounded,
+    read_lines_bounded,
+)
 from rag_pipeline.storage.names import printable
 
 SUPPORTED_SUFFIXES = (".md", ".txt", ".html", ".htm", ".jsonl")
@@ -156,24 +165,23 @@ def _jsonl_documents(path: Path, rel: str, limit: int, skipped: list[SkippedSour
 
 def _jsonl_document(path: Path, rel: str, lineno: int, line: str, seen: dict[str, int],
                     limit: int) -> SourceDocument:
+    """One line as a document (:mod:`jsonl_lines` checks it); any problem names the file, the line and the field."""
     where = f"{printable(path)}:{lineno}"
     try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise SourceError(f"{where}: invalid JSON ({exc.msg})") from None
-    doc_id = obj.get("id", obj.get("_id")) if isinstance(obj, dict) else None
-    text = obj.get("text") if isinstance(obj, dict) else None
-    if doc_id is None or not isinstance(text, str):
-        raise SourceError(f"{where}: each line needs an 'id' (or '_id') and a string 'text'")
-    size = len(text.encode("utf-8", "surrogatepass"))
+        obj = jsonl_lines.parse_line(line)
+        doc_id = jsonl_lines.document_id(obj)
+        text = jsonl_lines.string_field(obj, "text")
+        title = jsonl_lines.string_field(obj, "title", optional=True)
+    except jsonl_lines.LineError as exc:
+        raise SourceError(f"{where}: {exc}") from None
+    size = len(text.encode("utf-8"))
     if size > limit:
-        raise SourceError(f"{where}: the 'text' of document {printable(repr(str(doc_id)))} is {size / 1024 / 1024:.1f} "
+        raise SourceError(f"{where}: the 'text' of document {printable(repr(doc_id))} is {size / 1024 / 1024:.1f} "
                           f"MB; the limit is {format_size(limit)} (RAG_MAX_DOCUMENT_BYTES)")
-    if str(doc_id) in seen:
-        raise SourceError(f"{where}: duplicate id {printable(repr(doc_id))} (first on line {seen[str(doc_id)]})")
-    seen[str(doc_id)] = lineno
-    title = obj.get("title") or None
-    title = (clean_text(title) or None) if isinstance(title, str) else title
+    if doc_id in seen:
+        raise SourceError(f"{where}: duplicate id {printable(repr(doc_id))} (first on line {seen[doc_id]})")
+    seen[doc_id] = lineno
+    title = clean_text(title) or None if title else None
     text = clean_text(text)
     body = f"{title}\n\n{text}" if title else text
     return SourceDocument(f"{rel}#{doc_id}", title, body)
@@ -183,20 +191,32 @@ def read_folder(folder: str | Path) -> FolderDocuments:
     """Every supported document below ``folder``, sorted by name (deterministic); ``.skipped`` lists the
     files that gave no document (no text, symlink loop, broken symlink, unreadable) with the reason.
 
-    A FIFO/device/socket, a document over ``RAG_MAX_DOCUMENT_BYTES``, non-UTF-8 text or a bad ``.jsonl``
-    line is a :class:`SourceError` naming the file: nothing is returned, so nothing is ingested."""
+    A FIFO/device/socket, a document over ``RAG_MAX_DOCUMENT_BYTES``, non-UTF-8 text, a bad ``.jsonl`` line or a
+    symbolic link to a file outside ``folder`` is a :class:`SourceError` naming the file: nothing is returned, so
+    nothing is ingested. A link to a file inside ``folder`` is read like that file, under the link's name, unless
+    the file is read under its own name anyway (then the link is skipped, so no text is ingested twice). A file
+    name that is not UTF-8 is kept with its undecodable bytes written ``\\xe9`` (``caf\\xe9.md``)."""
     root = Path(folder)
     if not root.is_dir():
         raise SourceError(f"{printable(root)}: not a folder")
     limit = max_document_bytes()
     docs: list[SourceDocument] = []
     skipped: list[SkippedSource] = []
-    for path in sorted(root.rglob("*")):
+    paths = [p for p in sorted(root.rglob("*")) if p.suffix.lower() in SUPPORTED_SUFFIXES]
+    links = _Links(root, paths)
+    names: dict[str, Path] = {}
+    for path in paths:
         suffix = path.suffix.lower()
-        if suffix not in SUPPORTED_SUFFIXES or path.is_dir():
-            continue
-        rel = path.relative_to(root).as_posix()
+        rel = _safe_name(path.relative_to(root).as_posix())
+        if rel in names:
+            raise SourceError(f"{printable(path)}: its name, written in UTF-8, is {printable(rel)}, the name of "
+                              f"{printable(names[rel])} too; rename one of them")
+        names[rel] = path
         try:
+            check_regular(path)
+            if path.is_symlink() and (why := links.skip_reason(path)):
+                skipped.append(SkippedSource(rel, why))
+                continue
             if suffix == ".jsonl":
                 docs.extend(_jsonl_documents(path, rel, limit, skipped))
                 continue
@@ -221,3 +241,31 @@ def read_folder(folder: str | Path) -> FolderDocuments:
         raise SourceError(f"{printable(root)}: no {', '.join(SUPPORTED_SUFFIXES)} documents found{detail}")
     return FolderDocuments(docs, skipped)
 
+
+def _safe_name(rel: str) -> str:
+    """``rel`` as UTF-8 text: the bytes a non-UTF-8 file name could not decode become ``\\xNN``."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(rel).decode("utf-8", "backslashreplace")
+    return rel
+
+
+class _Links:
+    """Where the symbolic links among a folder's documents point: outside the folder is refused."""
+
+    def __init__(self, root: Path, paths: list[Path]):
+        self.root, self.real_root = root, root.resolve()
+        self.own = {p.relative_to(root) for p in paths if not p.is_symlink()}
+
+    def skip_reason(self, link: Path) -> str | None:
+        """Why ``link`` (to a regular file) is skipped, or ``None`` to read it; :class:`SourceError` if it leaves
+        the folder."""
+        target = Path(os.path.realpath(link))
+        if not target.is_relative_to(self.real_root):
+            raise SourceError(f"{printable(link)}: a symbolic link to {printable(target)}, outside the folder "
+                              f"{printable(self.root)}: refused (copy the file into the folder to ingest it)")
+        inside = target.relative_to(self.real_root)
+        if inside in self.own:
+            return f"a symbolic link to {printable(inside.as_posix())}, which is read under its own name"
+        return None

@@ -23,6 +23,8 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rag_pipeline.service.database import dagster_database_url, mask_secrets
+from rag_pipeline.service.liveness.daemon import daemon_state
+from rag_pipeline.service.liveness.runs import end_gone_runs
 from rag_pipeline.service.queued_runs import QueuedEvaluation, QueuedRun, fail_queued, queue_evaluations, queued_runs
 from rag_pipeline.settings import project_root
 
@@ -30,7 +32,6 @@ JOB = "evaluate_retrieval"
 CODE_MODULE = "rag_pipeline.definitions"
 DATASET_PARTITIONS = "dataset"
 DAEMON_TYPE = "QUEUED_RUN_COORDINATOR"
-HEARTBEAT_TOLERANCE_S = 120
 LAUNCH_TIMEOUT_S = 300
 RECONCILE_PERIOD_S = 2.0
 NO_DAEMON_FIX = ("start `make dev` (the Dagster UI and its daemon) or `rag-pipeline serve --with-daemon`, on the "
@@ -78,6 +79,7 @@ class Launcher:
         self._reconciling = threading.Lock()
         self._instance = None  # the dagster.DagsterInstance, opened by instance()
         self._status: tuple[float, QueueStatus] | None = None
+        self._daemon: subprocess.Popen | None = None  # the daemon start_daemon started
 
     def environment(self) -> dict[str, str]:
         """The environment every Dagster subprocess gets (resolved once; raises :class:`LaunchError`)."""
@@ -152,18 +154,23 @@ class Launcher:
             raise LaunchError(f"`dagster job launch` exited {proc.returncode}: {errors[-1].strip()[:500]}")
 
     def queue_status(self, max_age_s: float = 5.0) -> QueueStatus:
-        """Is a Dagster daemon picking up queued runs? (its queue heartbeat is fresher than 2 minutes). Cached for
-        ``max_age_s`` seconds. Never raises: a broken instance is reported in ``message``."""
+        """Is a Dagster daemon picking up queued runs? (a daemon process of this DAGSTER_HOME, checked by
+        :func:`~rag_pipeline.service.liveness.daemon.daemon_state`). Cached for ``max_age_s`` seconds. Never raises:
+        a broken instance is reported in ``message``."""
         now = time.monotonic()
         cached = self._status
         if cached and now - cached[0] < max_age_s:
             return cached[1]
         try:
             beat = self.instance().get_daemon_heartbeats().get(DAEMON_TYPE)
-            alive = beat is not None and time.time() - beat.timestamp < HEARTBEAT_TOLERANCE_S
-            status = QueueStatus(True) if alive else QueueStatus(False, (
-                f"no Dagster daemon is running on DAGSTER_HOME={self.dagster_home()}: queued evaluation runs wait "
-                f"until one starts — {NO_DAEMON_FIX}"))
+            state = daemon_state(self.dagster_home(), None if beat is None else time.time() - beat.timestamp)
+            mine = self._daemon
+            if mine is not None and mine.poll() is not None and state.pid is None:  # the one we started ended
+                state = type(state)(False, detail=f"the daemon this server started (pid {mine.pid}) exited with "
+                                                  f"code {mine.returncode}")
+            status = QueueStatus(True) if state.running else QueueStatus(False, (
+                f"no Dagster daemon is running on DAGSTER_HOME={self.dagster_home()} ({state.detail}): queued "
+                f"evaluation runs wait until one starts — {NO_DAEMON_FIX}"))
         except LaunchError as exc:
             status = QueueStatus(False, str(exc))
         except Exception as exc:  # noqa: BLE001 - the storage went away: say so, never fail the caller
@@ -175,11 +182,13 @@ class Launcher:
 
     def reconcile(self, engine: sa.Engine) -> int:
         """Mark failed every ``queued`` run whose Dagster run already ended (failed, cancelled) before the
-        evaluation started; returns how many. Skipped while another call runs; never raises."""
+        evaluation started, and every ``running`` run whose Dagster run or process is gone
+        (:func:`~rag_pipeline.service.liveness.runs.end_gone_runs`); returns how many. Skipped while another call
+        runs; never raises."""
         if not self._reconciling.acquire(blocking=False):
             return 0
         try:
-            return self._reconcile(engine)
+            return self._reconcile(engine) + end_gone_runs(engine, self._ended_dagster_runs)
         except Exception as exc:  # noqa: BLE001 - best effort; the next call retries
             log.warning("could not reconcile queued runs with Dagster: %s", exc)
             return 0
@@ -213,6 +222,19 @@ class Launcher:
                 ended += 1
         return ended
 
+    def _ended_dagster_runs(self, dagster_run_ids: Sequence[str]) -> dict[str, str]:
+        """The Dagster runs among ``dagster_run_ids`` that have ended, each with what happened to it."""
+        import dagster as dg  # noqa: PLC0415
+
+        ended = {}
+        for record in self.instance().get_runs(filters=dg.RunsFilter(run_ids=list(dagster_run_ids))):
+            verb = _FINISHED.get(record.status.name)
+            if verb:
+                why = self._failure_reason(record.run_id) if record.status.name == "FAILURE" else None
+                ended[record.run_id] = (f"{verb} while the evaluation was running"
+                                        + (f": {why}" if why else " (see the run in the Dagster UI)"))
+        return ended
+
     def _failure_reason(self, dagster_run_id: str) -> str | None:
         """The one-line reason Dagster logged for a failed run: the innermost error of its last step (or run)
         failure, ``Type: message``; None when the event log has none or cannot be read."""
@@ -238,5 +260,8 @@ class Launcher:
         --with-daemon`` does when no daemon is alive); the caller stops it."""
         env = self._child_environment()
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
-        return subprocess.Popen([str(Path(sys.executable).with_name("dagster-daemon")), "run", "-m", CODE_MODULE],
-                                cwd=env["DAGSTER_HOME"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        self._daemon = subprocess.Popen([str(Path(sys.executable).with_name("dagster-daemon")), "run", "-m",
+                                         CODE_MODULE], cwd=env["DAGSTER_HOME"], env=env, stdout=out,
+                                        stderr=subprocess.STDOUT)
+        self._status = None  # the queue status changes with it
+        return self._daemon

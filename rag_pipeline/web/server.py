@@ -12,6 +12,7 @@ import uvicorn
 from dotenv import dotenv_values
 
 from rag_pipeline.service.database import get_engine
+from rag_pipeline.service.liveness.daemon import local_daemon
 from rag_pipeline.settings import project_root
 from rag_pipeline.web.security import BindRefused, check_bind
 
@@ -58,7 +59,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, *, with_daemon: bool = Fals
         raise ServeRefused(str(exc)) from None
     daemon = None
     status = launcher.queue_status(max_age_s=0)
-    if with_daemon and not status.daemon_running:
+    if with_daemon and local_daemon(launcher.dagster_home()) is None:  # a heartbeat may outlive its daemon
         daemon = launcher.start_daemon()
         print(f"rag-pipeline: started a Dagster daemon (pid {daemon.pid}) on DAGSTER_HOME={launcher.dagster_home()}",
               file=sys.stderr)

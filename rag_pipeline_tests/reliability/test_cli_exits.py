@@ -69,6 +69,26 @@ def test_sigterm_fails_the_running_run_at_once_and_exits_143(engine, chunks, tmp
     assert run_rows(engine, run.id) == (0, 0)
 
 
+def test_sigint_fails_the_running_run_saying_so_and_exits_130(engine, chunks, tmp_path):
+    """Ctrl-C mid-run: the run row reads ``failed`` with a reason that says it was interrupted, not a bare
+    ``KeyboardInterrupt``; exit 130."""
+    name = "exits-sigint"
+    path = write_dataset(tmp_path / "ds.json", KB, tiny_cases(chunks), name=name)
+    app = f"rag-test-sigint-{uuid.uuid4().hex[:8]}"
+    with cli_evaluation_held_mid_run(path, tmp_path, app, {**os.environ, "RAG_RUN_STALE_SECONDS": "600"}) as proc:
+        run = _latest_run(engine, name)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        stderr = proc.stderr.read().decode()
+    with engine.connect() as c:
+        stored = c.execute(sa.text("SELECT status, error FROM retrieval_evaluation_runs WHERE id = :id"),
+                           {"id": run.id}).one()
+    assert proc.returncode == 130, stderr
+    assert stored.status == "failed", stored
+    assert stored.error.startswith("interrupted (SIGINT): the process was stopped by Ctrl-C"), stored.error
+    assert run_rows(engine, run.id) == (0, 0)
+
+
 def test_sigterm_handler_is_restored_after_an_in_process_command(engine, chunks, capsys):
     before = signal.getsignal(signal.SIGTERM)
     assert main(["runs", "--dataset", "no-such-dataset-exits"]) == 0

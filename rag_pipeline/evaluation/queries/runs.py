@@ -36,8 +36,8 @@ RUN_FROM = """
 _INSERT_RUN_SQL = sa.text(
     "INSERT INTO retrieval_evaluation_runs (id, dataset_id, knowledge_base_id, strategy_version, "
     "params_hash, strategy_params, embedding_model, status, is_current, partition_key, dagster_run_id, "
-    "case_count, candidate_count, queued_at) VALUES (:id, :ds, :kb, :v, :h, CAST(:p AS jsonb), :m, :status, "
-    "false, :pk, :dr, 0, 0, CASE WHEN :queued THEN now() END)")
+    "case_count, candidate_count, queued_at, owner_host, owner_pid, owner_started_at) VALUES (:id, :ds, :kb, :v, "
+    ":h, CAST(:p AS jsonb), :m, :status, false, :pk, :dr, 0, 0, CASE WHEN :queued THEN now() END, :oh, :op, :os)")
 HEARTBEAT_SQL = sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clock_timestamp() "
                         "WHERE id = :id AND status = 'running'")
 _PROGRESS_SQL = sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clock_timestamp(), "
@@ -45,9 +45,10 @@ _PROGRESS_SQL = sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clo
 
 
 def insert_run(conn: sa.Connection, run_id: uuid.UUID, *, dataset_id, knowledge_base_id, strategy, params_hash: str,
-               partition_key: str | None, dagster_run_id: str | None, queued: bool) -> None:
-    """A new run row, ``running`` (``queued``: ``queued``, with its queue time), not current."""
-    conn.execute(_INSERT_RUN_SQL, {
+               partition_key: str | None, dagster_run_id: str | None, queued: bool, owner=None) -> None:
+    """A new run row, ``running`` (``queued``: ``queued``, with its queue time), not current; ``owner``: the
+    :class:`~rag_pipeline.evaluation.run_owner.Owner` evaluating it."""
+    conn.execute(_INSERT_RUN_SQL, {**_owner(owner),
         "id": run_id, "ds": dataset_id, "kb": knowledge_base_id, "v": strategy.version, "h": params_hash,
         "p": json.dumps(strategy.params(), sort_keys=True, allow_nan=False),
         "m": strategy.embedding_model if strategy.vector_candidate_k else None, "pk": partition_key,
@@ -68,14 +69,35 @@ def set_knowledge_base_version(conn: sa.Connection, run_id, version: str) -> Non
 
 
 def start_queued(conn: sa.Connection, run_id, *, strategy_version: str, params_hash: str, dataset_id,
-                 dagster_run_id: str | None) -> bool:
-    """Move the run to ``running`` if it is still queued for this strategy, parameters and dataset version."""
+                 dagster_run_id: str | None, owner=None) -> bool:
+    """Move the run to ``running`` (evaluated by ``owner``) if it is still queued for this strategy, parameters and
+    dataset version."""
     return conn.execute(sa.text(
         "UPDATE retrieval_evaluation_runs SET status = 'running', started_at = now(), heartbeat_at = now(), "
-        "dagster_run_id = coalesce(:dr, dagster_run_id) WHERE id = :id AND status = 'queued' "
-        "AND strategy_version = :v AND params_hash = :h AND dataset_id = :ds RETURNING id"),
-        {"id": run_id, "dr": dagster_run_id, "v": strategy_version, "h": params_hash, "ds": dataset_id}
-    ).first() is not None
+        "dagster_run_id = coalesce(:dr, dagster_run_id), owner_host = :oh, owner_pid = :op, owner_started_at = :os "
+        "WHERE id = :id AND status = 'queued' AND strategy_version = :v AND params_hash = :h AND dataset_id = :ds "
+        "RETURNING id"),
+        {"id": run_id, "dr": dagster_run_id, "v": strategy_version, "h": params_hash, "ds": dataset_id,
+         **_owner(owner)}).first() is not None
+
+
+def _owner(owner) -> dict:
+    return {"oh": owner.host if owner else None, "op": owner.pid if owner else None,
+            "os": owner.started_at if owner else None}
+
+
+def running_runs(conn: sa.Connection, limit: int = 1000) -> list[sa.Row]:
+    """``id, dagster_run_id, owner_host, owner_pid, owner_started_at`` of the ``running`` rows, oldest first."""
+    return conn.execute(sa.text(
+        "SELECT id, dagster_run_id, owner_host, owner_pid, owner_started_at FROM retrieval_evaluation_runs "
+        "WHERE status = 'running' ORDER BY started_at LIMIT :n"), {"n": limit}).all()
+
+
+def fail_running(conn: sa.Connection, run_id, error: str) -> bool:
+    """Mark a ``running`` run failed (a queued or finished one is left alone); whether it was."""
+    return conn.execute(sa.text(
+        "UPDATE retrieval_evaluation_runs SET status = 'failed', error = :e, finished_at = clock_timestamp(), "
+        "is_current = false WHERE id = :id AND status = 'running'"), {"id": run_id, "e": error}).rowcount == 1
 
 
 def queue_state(conn: sa.Connection, run_id) -> sa.Row | None:

@@ -15,7 +15,8 @@ router = APIRouter(tags=["health"])
 
 
 class QueueStatusModel(BaseModel):
-    daemon_running: bool = Field(description="A Dagster daemon sent a heartbeat recently (queued runs will start).")
+    daemon_running: bool = Field(description="A Dagster daemon of this DAGSTER_HOME is alive (its process checked, not "
+                                             "assumed from a heartbeat): queued runs will start.")
     message: str | None = Field(None, description="Why queued runs would wait, and the fix.")
 
 
