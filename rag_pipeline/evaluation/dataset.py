@@ -2,8 +2,9 @@
 
 The shapes are the pydantic models of :mod:`rag_pipeline.contracts.dataset`; :mod:`.dataset_problems` words
 their errors. A dataset is named by its file (§2.4; :func:`parse_dataset` of bytes takes ``name=`` /
-``default_name=`` instead) and versioned by the SHA-256 of its canonical cases. Validation collects every
-problem before failing; nothing is written anywhere by this module.
+``default_name=`` instead) and versioned by the SHA-256 of its canonical cases. Validation lists the first
+:data:`~.dataset_json.MAX_LISTED_PROBLEMS` problems and counts the others; the case limit and a memory budget are
+checked while streaming, before anything is decoded (:mod:`.dataset_scan`). Nothing is written by this module.
 """
 
 from __future__ import annotations
@@ -16,8 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from rag_pipeline.contracts.dataset import RELEVANT_GRADE, DatasetCase
-from rag_pipeline.evaluation.dataset_json import DatasetError, DatasetProblem, JsonReadError, decode_json, type_name
+from rag_pipeline.evaluation.dataset_json import (
+    MAX_LISTED_PROBLEMS,
+    DatasetError,
+    DatasetProblem,
+    JsonReadError,
+    decode_json,
+    type_name,
+)
 from rag_pipeline.evaluation.dataset_problems import file_problems
+from rag_pipeline.evaluation.dataset_scan import ScanLimitError
 from rag_pipeline.storage.files import FileReadError, read_bounded
 from rag_pipeline.storage.names import DATASET, InvalidNameError, check_name, name_rule, printable, show_name
 
@@ -164,23 +173,26 @@ def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base
         data = decode_json(raw, MAX_FILE_BYTES)
     except JsonReadError as exc:
         raise DatasetError(source, [DatasetProblem(str(exc))]) from None
+    except ScanLimitError as exc:
+        raise DatasetError(source, [DatasetProblem(str(exc), field="cases", case_index=exc.case_index)]) from None
     if not isinstance(data, (list, dict)):
         raise DatasetError(source, [DatasetProblem(
             f"the top level must be an array of cases or an object with 'cases', got {type_name(data)}")])
     header = data if isinstance(data, dict) else {"cases": data}
-    model, keyed = file_problems(header)
-    problems = [p for _, p in keyed]
+    check = file_problems(header, MAX_LISTED_PROBLEMS)
+    problems = [p for _, p in check.keyed]
     valid = {key: None if any(p.field == key and p.case_index is None for p in problems) else header.get(key)
              for key in ("knowledge_base", "name")}
     kb = _resolve_kb(valid["knowledge_base"], knowledge_base, problems)
     dataset_name = _resolve_name(valid["name"], name or default_name, problems)
-    if model is None or len(problems) > len(keyed):
-        keyed += [((-1, 7), p) for p in problems[len(keyed):]]  # after the top-level fields, before the cases
-        raise DatasetError(source, [p for _, p in sorted(keyed, key=lambda kp: kp[0])])
-    cases = tuple(_case(c) for c in model.cases)
+    own = problems[len(check.keyed):]
+    if check.keyed or own:
+        keyed = check.keyed + [((-1, 7), p) for p in own]  # after the top-level fields, before the cases
+        raise DatasetError(source, [p for _, p in sorted(keyed, key=lambda kp: kp[0])], more=check.more)
+    cases = tuple(_case(c) for c in check.cases)
     return Dataset(name=dataset_name, knowledge_base=kb or "", cases=cases,
                    content_hash=hashlib.sha256(canonical_cases_json(cases).encode("utf-8")).hexdigest(),
-                   source_path=source_path, description=model.description, metadata=header.get("metadata"))
+                   source_path=source_path, description=check.description, metadata=header.get("metadata"))
 
 
 def _case(case: DatasetCase) -> EvaluationCase:
