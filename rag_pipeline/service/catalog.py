@@ -21,7 +21,9 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.catalog import Applicability, DatasetInfo, DatasetVersion, KnowledgeBaseInfo, UploadResult
 from rag_pipeline.contracts.errors import NotFoundError
-from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, parse_dataset
+from rag_pipeline.evaluation.dataset import MAX_FILE_BYTES, DatasetError, DatasetProblem, parse_dataset
+from rag_pipeline.evaluation.dataset_json import JsonReadError, decode_json
+from rag_pipeline.evaluation.dataset_scan import ScanLimitError
 from rag_pipeline.evaluation.label_check import relevant_ids_missing
 from rag_pipeline.evaluation.persistence import store_dataset
 from rag_pipeline.evaluation.queries import datasets as dataset_queries
@@ -213,7 +215,7 @@ def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | 
     try:
         dataset = parse_dataset(raw, source=source, knowledge_base=kb.name, name=name, default_name=fallback)
     except DatasetError as exc:
-        raise DatasetError(exc.source, [*unnamed, *exc.problems]) from None
+        raise DatasetError(exc.source, [*unnamed, *exc.problems], more=exc.more) from None
     if unnamed:
         raise DatasetError(source, unnamed)
     with engine.begin() as conn:
@@ -228,12 +230,11 @@ def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | 
 
 
 def _field_name(raw: bytes | str) -> str | None:
-    """The ``name`` field of an object-form dataset, when it has a usable one (else the caller's default)."""
-    import json  # noqa: PLC0415
-
+    """The ``name`` field of an object-form dataset, when it has a usable one (else the caller's default); read
+    through the bounded reader, so a hostile body is never decoded here."""
     try:
-        data = json.loads(raw)
-    except (ValueError, TypeError):
+        data = decode_json(raw, MAX_FILE_BYTES)
+    except (JsonReadError, ScanLimitError):
         return None
     value = data.get("name") if isinstance(data, dict) else None
     return value if isinstance(value, str) and value else None
