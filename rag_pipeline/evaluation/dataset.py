@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rag_pipeline.contracts.dataset import RELEVANT_GRADE, DatasetCase
+from rag_pipeline.contracts.dataset import RELEVANT_GRADE, DatasetCase, normal_identifier
 from rag_pipeline.evaluation.dataset_json import (
     MAX_LISTED_PROBLEMS,
     DatasetError,
@@ -175,6 +176,15 @@ def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base
         raise DatasetError(source, [DatasetProblem(str(exc))]) from None
     except ScanLimitError as exc:
         raise DatasetError(source, [DatasetProblem(str(exc), field="cases", case_index=exc.case_index)]) from None
+    return validate_dataset(data, source=source, knowledge_base=knowledge_base, name=name,
+                            default_name=default_name, source_path=source_path)
+
+
+def validate_dataset(data: Any, *, source: str = "<dataset>", knowledge_base: str | None = None,
+                     name: str | None = None, default_name: str | None = None,
+                     source_path: str | None = None) -> Dataset:
+    """:func:`parse_dataset` of a document already read by :func:`~.dataset_json.decode_json` (its objects
+    remember their duplicate keys), e.g. the ``cases`` of a request body."""
     if not isinstance(data, (list, dict)):
         raise DatasetError(source, [DatasetProblem(
             f"the top level must be an array of cases or an object with 'cases', got {type_name(data)}")])
@@ -200,13 +210,16 @@ def _case(case: DatasetCase) -> EvaluationCase:
     value = case.relevant_chunk_ids
     ids = ([i.strip().lower() for i in value] if isinstance(value, list)
            else {i.strip().lower(): grade for i, grade in value.items()})
-    return EvaluationCase.from_dict({"case_id": case.case_id, "question": case.question, "relevant_chunk_ids": ids,
+    return EvaluationCase.from_dict({"case_id": normal_identifier(case.case_id), "question": case.question,
+                                     "relevant_chunk_ids": ids,
                                      "k": case.k, "reference_answers": case.reference_answers,
                                      "answerable": case.answerable, "key_points": case.key_points})
 
 
 def _resolve_name(file_name: str | None, given: str | None, problems: list[DatasetProblem]) -> str:
-    """The dataset's identity: ``given`` (file stem or the caller's name), which the field must equal."""
+    """The dataset's identity: ``given`` (file stem or the caller's name), which the field must equal; both
+    NFC-normalised (a file named on macOS is NFD)."""
+    given, file_name = (unicodedata.normalize("NFC", v) if isinstance(v, str) else v for v in (given, file_name))
     if given and file_name is not None and file_name != given:
         problems.append(DatasetProblem(
             f"{file_name!r} differs from the file name {given!r}: a dataset is identified by its file name; "

@@ -169,9 +169,25 @@ def _json_message(exc: json.JSONDecodeError) -> str:
     return exc.msg
 
 
-def json_problems(value: Any, path: str, limit: int = 10) -> list[tuple[str, str]]:
-    """``(path, message)`` for what would not survive a round trip through strict JSON inside ``value``
-    (non-finite numbers, duplicate object keys), at most ``limit``; paths like ``metadata.a[2].b``.
+def _unstorable(text: str) -> str | None:
+    """Why PostgreSQL (and UTF-8) cannot hold ``text``: a NUL or a lone surrogate; ``None`` if it can."""
+    if "\x00" in text:
+        return "contains a NUL character (\\u0000), which PostgreSQL cannot store"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains an unpaired UTF-16 surrogate (invalid Unicode)"
+    return None
+
+
+def _escaped(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")[:60]
+
+
+def json_problems(value: Any, path: str, limit: int = 10, *, text: bool = False) -> list[tuple[str, str]]:
+    """``(path, message)`` for what would not survive a round trip through strict JSON and PostgreSQL inside
+    ``value`` (non-finite numbers, duplicate object keys, NUL and lone surrogates), at most ``limit``; paths
+    like ``metadata.a[2].b``. NUL and lone surrogates only with ``text``.
     Iterative, so any depth the reader accepted is walked."""
     out: list[tuple[str, str]] = []
     stack: list[tuple[str, Any]] = [(path, value)]
@@ -179,9 +195,13 @@ def json_problems(value: Any, path: str, limit: int = 10) -> list[tuple[str, str
         where, item = stack.pop()
         if isinstance(item, NonFinite):
             out.append((where, f"non-finite number {item.text} is not JSON"))
+        elif text and isinstance(item, str) and (problem := _unstorable(item)):
+            out.append((where, problem))
         elif isinstance(item, dict):
             out += [(f"{where}.{key}", "appears more than once in this object")
                     for key in getattr(item, "duplicate_keys", ())]
+            out += [(f"{where}.{_escaped(key)}", f"the key {problem}") for key in item
+                    if text and (problem := _unstorable(key))]
             stack += [(f"{where}.{key}", v) for key, v in reversed(list(item.items()))]
         elif isinstance(item, list):
             stack += [(f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item)))]

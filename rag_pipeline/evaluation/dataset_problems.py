@@ -29,6 +29,7 @@ from rag_pipeline.contracts.dataset import (
     UUID_PATTERN,
     DatasetCase,
     DatasetFile,
+    normal_identifier,
 )
 from rag_pipeline.evaluation.dataset_json import DatasetProblem, got, json_problems, show, type_name
 
@@ -144,7 +145,7 @@ def _no_relevant(item: dict) -> tuple[tuple, str] | None:
     return None
 
 
-def _set_problems(index: int, item: Any, flagged: set[str], first_case: dict[str, int]) -> list[Keyed]:
+def _set_problems(index: int, item: Any, flagged: set[str], first_case: dict[str, tuple[int, str]]) -> list[Keyed]:
     """The rules across values of case ``index``: duplicate JSON keys and ids in it, a ``case_id`` used before
     (``first_case`` remembers each one's first case)."""
     if not isinstance(item, dict):
@@ -152,9 +153,11 @@ def _set_problems(index: int, item: Any, flagged: set[str], first_case: dict[str
     found: list[tuple[tuple, str, str]] = [((0, key), key, "appears more than once in this case")
                                            for key in getattr(item, "duplicate_keys", ())]
     case_id = item.get("case_id")
-    if (isinstance(case_id, str) and "case_id" not in flagged
-            and (first := first_case.setdefault(case_id, index)) != index):
-        found.append(((3,), "case_id", f"duplicate case_id; first used by cases[{first}]"))
+    if isinstance(case_id, str) and "case_id" not in flagged:
+        first, written = first_case.setdefault(normal_identifier(case_id), (index, case_id))
+        if first != index:
+            same = "" if written == case_id else f" ({show(written)} once NFC-normalised and stripped)"
+            found.append(((3,), "case_id", f"duplicate case_id; first used by cases[{first}]{same}"))
     if (missing := _no_relevant(item)) is not None:
         found.append(((5, missing[0]), FIELD, missing[1]))
     value = item.get(FIELD)
@@ -182,7 +185,7 @@ def _case_id(item: Any) -> str | None:
 
 def _metadata(value: Any) -> list[DatasetProblem]:
     """Strict JSON (no NaN, no duplicate keys) of at most :data:`MAX_METADATA_BYTES`."""
-    found = [DatasetProblem(message, field=where) for where, message in json_problems(value, "metadata")]
+    found = [DatasetProblem(message, field=where) for where, message in json_problems(value, "metadata", text=True)]
     if found:
         return found
     size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
@@ -236,7 +239,8 @@ def _header_problems(data: dict) -> list[Keyed]:
     return keyed
 
 
-def _case_problems(items: list, index: int, first_case: dict[str, int]) -> tuple[DatasetCase | None, list[Keyed]]:
+def _case_problems(items: list, index: int,
+                   first_case: dict[str, tuple[int, str]]) -> tuple[DatasetCase | None, list[Keyed]]:
     """Case ``index`` validated, or its problems in file order."""
     item = items[index]
     try:
@@ -257,7 +261,7 @@ def file_problems(data: dict, limit: int) -> FileCheck:
     keyed = _header_problems(data)
     items = data["cases"] if isinstance(data.get("cases"), list) and len(data["cases"]) <= MAX_CASES else []
     cases: list[DatasetCase] = []
-    first_case: dict[str, int] = {}
+    first_case: dict[str, tuple[int, str]] = {}
     more = 0
     for index in range(len(items)):
         case, found = _case_problems(items, index, first_case)
