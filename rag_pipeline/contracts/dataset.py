@@ -41,7 +41,7 @@ RELEVANT_GRADE = 1
 _SPACE = "".join(f"\\u{ord(c):04x}" for c in map(chr, range(0x3001)) if c.isspace())  # what str.strip() strips
 _HEX = "[0-9a-fA-F]"
 UUID_PATTERN = rf"^[{_SPACE}]*{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}[{_SPACE}]*$"
-NAME_PATTERN = r"^[^.\s/\\|,\[\]\x00-\x1f\x7f][^\s/\\|,\[\]\x00-\x1f\x7f]*$"
+NAME_PATTERN = r"^[^.\-\s/\\|,\[\]\x00-\x1f\x7f][^\s/\\|,\[\]\x00-\x1f\x7f]*$"
 
 
 def visible_text(value: str) -> str:
