@@ -7,7 +7,10 @@ child process (its peak RSS from ``wait4``). The error lists at most 50 problems
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -143,3 +146,59 @@ def test_a_memory_bomb_inside_one_case_is_refused_before_decoding() -> None:
     assert time.monotonic() - started <= 10
     (problem,) = info.value.problems
     assert problem.case_index == 0 and "MB in memory once decoded" in problem.message
+
+
+U1 = "00000000-0000-0000-0000-000000000001"
+SURROGATE_CASES = {  # the case, and the field as the problem names it (a lone surrogate shown as its escape)
+    "case_id": ({"case_id": "id\udfff", "question": "q?", "relevant_chunk_ids": [U1], "k": 5}, "case_id",
+                "id\\udfff"),
+    "label_key": ({"case_id": "c1", "question": "q?", "relevant_chunk_ids": {f"{U1}\udfff": 1}, "k": 5},
+                  f"relevant_chunk_ids.{U1}\\udfff", "c1"),
+}
+
+
+def _console_token(session: requests.Session, base: str, kb: str) -> str:
+    page = session.get(f"{base}/admin/retrieval-evaluations/kb/{kb}", timeout=60).text
+    return re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+
+
+@pytest.mark.parametrize("where", SURROGATE_CASES)
+def test_a_lone_surrogate_is_a_422_naming_the_field_on_every_front(engine, server, where: str) -> None:
+    base, _pid, kb = server
+    item, field, case_id = SURROGATE_CASES[where]
+    body = json.dumps({"cases": [item]}).encode()  # json.dumps writes the lone surrogate as the escape \udfff
+    before = table_counts(engine)
+    upload = requests.post(f"{base}/api/v1/knowledge-bases/{kb}/retrieval/datasets",
+                           files={"file": ("sur.json", body)}, timeout=60)
+    assert upload.status_code == 422, upload.text[:500]
+    assert [(e["field"], e["case_id"]) for e in upload.json()["errors"]] == [(field, case_id)]
+    inline = requests.post(f"{base}/api/v1/knowledge-bases/{kb}/retrieval/evaluate", timeout=60,
+                           data=json.dumps({"name": "sur", "cases": [item], "strategy_versions": ["keyword-v1"]}),
+                           headers={"Content-Type": "application/json"})
+    assert inline.status_code == 422, inline.text[:500]
+    assert [e["field"] for e in inline.json()["errors"]] == [field]
+    session = requests.Session()
+    console = session.post(f"{base}/admin/retrieval-evaluations/kb/{kb}/upload", timeout=60,
+                           data={"csrf_token": _console_token(session, base, kb)},
+                           files={"dataset": ("sur.json", body, "application/json")})
+    assert console.status_code == 422 and 'id="upload-problems"' in console.text
+    assert html.escape(field) in console.text
+    assert table_counts(engine) == before
+
+
+def test_inline_cases_with_a_repeated_key_are_refused_like_a_file(engine, server) -> None:
+    base, _pid, kb = server
+    text = ('{"name": "dup", "strategy_versions": ["keyword-v1"], "cases": [{"case_id": "a", "case_id": "b", '
+            f'"question": "q?", "relevant_chunk_ids": ["{U1}"], "k": 5, "k": 6}}]}}')
+    before = table_counts(engine)
+    response = requests.post(f"{base}/api/v1/knowledge-bases/{kb}/retrieval/evaluate", data=text.encode(),
+                             headers={"Content-Type": "application/json"}, timeout=60)
+    assert response.status_code == 422, response.text[:500]
+    errors = response.json()["errors"]
+    assert {(e["case_index"], e["field"]) for e in errors} == {(0, "case_id"), (0, "k")}
+    assert all("appears more than once in this case" in e["message"] for e in errors)
+    file = requests.post(f"{base}/api/v1/knowledge-bases/{kb}/retrieval/datasets?name=dup", timeout=60,
+                         data=json.dumps(json.loads(text)["cases"]).replace('"b"', '"b", "case_id": "a"').encode(),
+                         headers={"Content-Type": "application/json"})
+    assert file.status_code == 422  # the same refusal as an uploaded file
+    assert table_counts(engine) == before
