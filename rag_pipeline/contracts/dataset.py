@@ -3,7 +3,8 @@
 A file is a bare array of cases, or an object with ``cases`` and optional ``name``, ``knowledge_base``,
 ``description`` and ``metadata``. A case is ``case_id``, ``question``, ``k`` and ``relevant_chunk_ids``: a list
 of chunk ids (grade 1 each) or graded ``{chunk_id: grade}`` with integer grades 0-10 (0 = judged not relevant;
-at least one grade >= 1). Chunk ids are UUIDs (``document_chunks.id``), surrounding whitespace allowed. Optional
+at least one grade >= 1). Chunk ids are UUIDs (``document_chunks.id``), surrounding whitespace allowed; case ids
+are compared and stored NFC-normalised and stripped, and hold no control or invisible character. Optional
 answer fields (docs/design.md §12.1): ``reference_answers`` (aliases), ``answerable`` (default true; a case with
 ``false`` should be refused and may have no relevant chunk) and ``key_points``.
 
@@ -16,6 +17,7 @@ published schema (``schemas/evaluation-dataset-v1.json``, kept equal to it by a 
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, RootModel, Tag
@@ -39,11 +41,35 @@ RELEVANT_GRADE = 1
 _SPACE = "".join(f"\\u{ord(c):04x}" for c in map(chr, range(0x3001)) if c.isspace())  # what str.strip() strips
 _HEX = "[0-9a-fA-F]"
 UUID_PATTERN = rf"^[{_SPACE}]*{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}[{_SPACE}]*$"
-NAME_PATTERN = r"^[^.\s/\\|,\[\]\x00-\x1f\x7f][^\s/\\|,\[\]\x00-\x1f\x7f]*$"
+NAME_PATTERN = r"^[^.\-\s/\\|,\[\]\x00-\x1f\x7f][^\s/\\|,\[\]\x00-\x1f\x7f]*$"
 
 
-def _text(limit: int, empty: str = "must not be empty", grouped: bool = False, **schema: Any) -> Any:
-    """A non-empty string of at most ``limit`` characters that PostgreSQL can store (no NUL, no lone surrogate)."""
+def visible_text(value: str) -> str:
+    """``value`` without whitespace and invisible (format) characters such as U+200B: empty when a person would
+    see nothing."""
+    return "".join(ch for ch in value if not ch.isspace() and unicodedata.category(ch) != "Cf")
+
+
+def identifier_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an identifier (a case_id): a control character or an invisible one inside it
+    (``c\u200b1`` would look like ``c1``); ``None`` if it can. Compared NFC-normalised and stripped."""
+    for ch in value.strip():
+        category = unicodedata.category(ch)
+        if category in ("Cc", "Cf"):
+            kind = "control" if category == "Cc" else "invisible"
+            return f"contains the {kind} character \\u{ord(ch):04x}; an id must be plain visible text"
+    return None
+
+
+def normal_identifier(value: str) -> str:
+    """The form an identifier is compared and stored in: NFC-normalised, surrounding whitespace stripped."""
+    return unicodedata.normalize("NFC", value.strip())
+
+
+def _text(limit: int, empty: str = "must not be empty", grouped: bool = False, identifier: bool = False,
+          **schema: Any) -> Any:
+    """A non-empty string of at most ``limit`` characters that PostgreSQL can store (no NUL, no lone surrogate)
+    and a person can see (not invisible characters only); ``identifier``: no control or invisible character."""
 
     def check(value: str) -> str:
         if not value.strip():
@@ -57,6 +83,10 @@ def _text(limit: int, empty: str = "must not be empty", grouped: bool = False, *
             value.encode("utf-8")  # fails on a lone surrogate only
         except UnicodeEncodeError:
             raise ValueError("contains an unpaired UTF-16 surrogate (invalid Unicode)") from None
+        if not visible_text(value):
+            raise ValueError("has only invisible characters (such as U+200B zero width space)")
+        if identifier and (problem := identifier_problem(value)):
+            raise ValueError(problem)
         return value
 
     return Annotated[str, AfterValidator(check), Field(json_schema_extra={
@@ -77,7 +107,7 @@ NO_RELEVANT_SCHEMA = {"maxItems": 0, "additionalProperties": {"const": 0}}
 """``relevant_chunk_ids`` of an unanswerable case: no id, or only grades 0 (judged not relevant)."""
 
 
-CaseId = _text(MAX_CASE_ID_CHARS, grouped=True)
+CaseId = _text(MAX_CASE_ID_CHARS, grouped=True, identifier=True)
 Question = _text(MAX_QUESTION_CHARS, "must not be empty or whitespace only", grouped=True)
 DatasetName = _text(MAX_NAME_CHARS, pattern=NAME_PATTERN, **{"not": {"pattern": r"\.\.\."}})
 KnowledgeBaseName = _text(MAX_NAME_CHARS)

@@ -1,9 +1,11 @@
 """Asset checks: label integrity of ``evaluation_dataset`` and the regression gate of ``strategy_comparison``.
 
 ``label_integrity`` (blocking) classifies every relevant id of the stored dataset version
-(:mod:`rag_pipeline.evaluation.label_check`): **ERROR** — the evaluation of the partition does not run — when
-some case has no valid label at all (it could only score 0); **WARN** when some labels are invalid; passed
-otherwise. The metadata lists each invalid label with what to do.
+(:mod:`rag_pipeline.evaluation.label_check`) and applies the service's one rule
+(:func:`rag_pipeline.service.evaluations.label_rule`, docs/design.md §8): **ERROR** — the evaluation of the
+partition does not run — exactly when the CLI and the API would refuse the dataset (no label is a searchable
+chunk); **WARN** when some labels are invalid (cases without a valid label included: they run, scoring 0, as
+they do from the CLI and the API); passed otherwise. The metadata lists each invalid label with what to do.
 
 ``regression_gate`` is declared here (:data:`REGRESSION_GATE_SPEC`) and evaluated by the
 ``strategy_comparison`` asset itself (:func:`regression_gate_result`), with the asset's config
@@ -19,7 +21,7 @@ from rag_pipeline.defs.partitions import evaluation_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service.analysis import StrategyComparison
 from rag_pipeline.service.datasets import check_stored_dataset
-from rag_pipeline.service.evaluations import LabelReport
+from rag_pipeline.service.evaluations import LabelReport, label_rule
 
 MAX_ROWS = 100
 REGRESSION_GATE_SPEC = dg.AssetCheckSpec(
@@ -47,7 +49,7 @@ def label_integrity_result(report: LabelReport) -> dg.AssetCheckResult:
     }
     if invalid:
         metadata["invalid"] = dg.MetadataValue.md("\n".join(lines))
-    severity = dg.AssetCheckSeverity.ERROR if all_bad else dg.AssetCheckSeverity.WARN
+    severity = dg.AssetCheckSeverity.ERROR if label_rule(report) == "refuse" else dg.AssetCheckSeverity.WARN
     return dg.AssetCheckResult(passed=not invalid, severity=severity, metadata=metadata,
                                description=report.summary())
 
@@ -64,8 +66,8 @@ with warnings.catch_warnings():  # a partitioned check is a Dagster "preview" fe
     label_integrity = dg.asset_check(
         asset=evaluation_dataset, name="label_integrity", blocking=True, partitions_def=evaluation_partitions,
         description="Every relevant id must be a current chunk of the knowledge base whose document is READY, "
-                    "PUBLISHED and not deleted (docs/design.md §8). ERROR (blocks the evaluation) when a case has no "
-                    "valid label; WARN when some labels are invalid.")(_label_integrity)
+                    "PUBLISHED and not deleted (docs/design.md §8). ERROR (blocks the evaluation) when no label is "
+                    "valid, as the CLI and the API refuse; WARN when some labels are invalid.")(_label_integrity)
 
 
 def regression_gate_result(comparison: StrategyComparison) -> dg.AssetCheckResult:

@@ -2,22 +2,32 @@
 
 The shapes are the pydantic models of :mod:`rag_pipeline.contracts.dataset`; :mod:`.dataset_problems` words
 their errors. A dataset is named by its file (§2.4; :func:`parse_dataset` of bytes takes ``name=`` /
-``default_name=`` instead) and versioned by the SHA-256 of its canonical cases. Validation collects every
-problem before failing; nothing is written anywhere by this module.
+``default_name=`` instead) and versioned by the SHA-256 of its canonical cases. Validation lists the first
+:data:`~.dataset_json.MAX_LISTED_PROBLEMS` problems and counts the others; the case limit and a memory budget are
+checked while streaming, before anything is decoded (:mod:`.dataset_scan`). Nothing is written by this module.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rag_pipeline.contracts.dataset import RELEVANT_GRADE, DatasetCase
-from rag_pipeline.evaluation.dataset_json import DatasetError, DatasetProblem, JsonReadError, decode_json, type_name
+from rag_pipeline.contracts.dataset import RELEVANT_GRADE, DatasetCase, normal_identifier
+from rag_pipeline.evaluation.dataset_json import (
+    MAX_LISTED_PROBLEMS,
+    DatasetError,
+    DatasetProblem,
+    JsonReadError,
+    decode_json,
+    type_name,
+)
 from rag_pipeline.evaluation.dataset_problems import file_problems
+from rag_pipeline.evaluation.dataset_scan import ScanLimitError
 from rag_pipeline.storage.files import FileReadError, read_bounded
 from rag_pipeline.storage.names import DATASET, InvalidNameError, check_name, name_rule, printable, show_name
 
@@ -164,23 +174,35 @@ def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base
         data = decode_json(raw, MAX_FILE_BYTES)
     except JsonReadError as exc:
         raise DatasetError(source, [DatasetProblem(str(exc))]) from None
+    except ScanLimitError as exc:
+        raise DatasetError(source, [DatasetProblem(str(exc), field="cases", case_index=exc.case_index)]) from None
+    return validate_dataset(data, source=source, knowledge_base=knowledge_base, name=name,
+                            default_name=default_name, source_path=source_path)
+
+
+def validate_dataset(data: Any, *, source: str = "<dataset>", knowledge_base: str | None = None,
+                     name: str | None = None, default_name: str | None = None,
+                     source_path: str | None = None) -> Dataset:
+    """:func:`parse_dataset` of a document already read by :func:`~.dataset_json.decode_json` (its objects
+    remember their duplicate keys), e.g. the ``cases`` of a request body."""
     if not isinstance(data, (list, dict)):
         raise DatasetError(source, [DatasetProblem(
             f"the top level must be an array of cases or an object with 'cases', got {type_name(data)}")])
     header = data if isinstance(data, dict) else {"cases": data}
-    model, keyed = file_problems(header)
-    problems = [p for _, p in keyed]
+    check = file_problems(header, MAX_LISTED_PROBLEMS)
+    problems = [p for _, p in check.keyed]
     valid = {key: None if any(p.field == key and p.case_index is None for p in problems) else header.get(key)
              for key in ("knowledge_base", "name")}
     kb = _resolve_kb(valid["knowledge_base"], knowledge_base, problems)
     dataset_name = _resolve_name(valid["name"], name or default_name, problems)
-    if model is None or len(problems) > len(keyed):
-        keyed += [((-1, 7), p) for p in problems[len(keyed):]]  # after the top-level fields, before the cases
-        raise DatasetError(source, [p for _, p in sorted(keyed, key=lambda kp: kp[0])])
-    cases = tuple(_case(c) for c in model.cases)
+    own = problems[len(check.keyed):]
+    if check.keyed or own:
+        keyed = check.keyed + [((-1, 7), p) for p in own]  # after the top-level fields, before the cases
+        raise DatasetError(source, [p for _, p in sorted(keyed, key=lambda kp: kp[0])], more=check.more)
+    cases = tuple(_case(c) for c in check.cases)
     return Dataset(name=dataset_name, knowledge_base=kb or "", cases=cases,
                    content_hash=hashlib.sha256(canonical_cases_json(cases).encode("utf-8")).hexdigest(),
-                   source_path=source_path, description=model.description, metadata=header.get("metadata"))
+                   source_path=source_path, description=check.description, metadata=header.get("metadata"))
 
 
 def _case(case: DatasetCase) -> EvaluationCase:
@@ -188,13 +210,16 @@ def _case(case: DatasetCase) -> EvaluationCase:
     value = case.relevant_chunk_ids
     ids = ([i.strip().lower() for i in value] if isinstance(value, list)
            else {i.strip().lower(): grade for i, grade in value.items()})
-    return EvaluationCase.from_dict({"case_id": case.case_id, "question": case.question, "relevant_chunk_ids": ids,
+    return EvaluationCase.from_dict({"case_id": normal_identifier(case.case_id), "question": case.question,
+                                     "relevant_chunk_ids": ids,
                                      "k": case.k, "reference_answers": case.reference_answers,
                                      "answerable": case.answerable, "key_points": case.key_points})
 
 
 def _resolve_name(file_name: str | None, given: str | None, problems: list[DatasetProblem]) -> str:
-    """The dataset's identity: ``given`` (file stem or the caller's name), which the field must equal."""
+    """The dataset's identity: ``given`` (file stem or the caller's name), which the field must equal; both
+    NFC-normalised (a file named on macOS is NFD)."""
+    given, file_name = (unicodedata.normalize("NFC", v) if isinstance(v, str) else v for v in (given, file_name))
     if given and file_name is not None and file_name != given:
         problems.append(DatasetProblem(
             f"{file_name!r} differs from the file name {given!r}: a dataset is identified by its file name; "

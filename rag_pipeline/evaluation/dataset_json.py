@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.evaluation.dataset_scan import scan_limits
 
 MAX_LISTED_PROBLEMS = 50
 
@@ -38,18 +39,22 @@ class DatasetProblem:
 
 
 class DatasetError(BadInputError, ValueError):
-    """A dataset file that cannot be used; ``str()`` lists every problem, one per line."""
+    """A dataset file that cannot be used; ``str()`` lists its problems, one per line. At most
+    :data:`MAX_LISTED_PROBLEMS` are kept (``problems``); ``more`` counts the others, so an invalid file of any size
+    gives a bounded error (docs/design.md §2.2)."""
 
-    def __init__(self, source: str, problems: list[DatasetProblem]):
+    def __init__(self, source: str, problems: list[DatasetProblem], more: int = 0):
         self.source = source
-        self.problems = problems
-        lines = [p.describe(source) for p in problems[:MAX_LISTED_PROBLEMS]]
-        if len(problems) > MAX_LISTED_PROBLEMS:
-            lines.append(f"... and {len(problems) - MAX_LISTED_PROBLEMS} more problems")
-        if len(problems) == 1:  # one problem, one line
+        self.problems = problems[:MAX_LISTED_PROBLEMS]
+        self.more = more + max(0, len(problems) - MAX_LISTED_PROBLEMS)
+        self.total = len(self.problems) + self.more
+        lines = [p.describe(source) for p in self.problems]
+        if self.more:
+            lines.append(f"... and {self.more} more problems")
+        if self.total == 1:  # one problem, one line
             super().__init__(f"invalid dataset {lines[0]}")
             return
-        head = f"invalid dataset {source}: {len(problems)} problems"
+        head = f"invalid dataset {source}: {self.total} problems"
         super().__init__("\n".join([head, *("  " + line for line in lines)]))
 
 
@@ -105,15 +110,32 @@ def show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def wide_encoding(raw: bytes) -> str | None:
+    """``"UTF-32"`` / ``"UTF-16"`` when ``raw`` starts with that encoding's BOM or, without one, with the NUL
+    bytes that ASCII JSON has in it (RFC 4627 §3); else ``None``."""
+    if raw.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return "UTF-32"
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16"
+    head = raw[:4]
+    if len(head) == 4 and (head[:3] == b"\x00\x00\x00" or head[1:] == b"\x00\x00\x00"):
+        return "UTF-32"
+    if len(head) >= 2 and (head[0] == 0 or head[1] == 0):
+        return "UTF-16"
+    return None
+
+
 def decode_json(raw: bytes | str, max_bytes: int) -> Any:
-    """Parse dataset bytes (UTF-8, optional BOM) or text; :class:`JsonReadError` says why not."""
+    """Parse dataset bytes (UTF-8, optional BOM) or text; :class:`JsonReadError` says why not,
+    :class:`~.dataset_scan.ScanLimitError` which limit the streaming pre-scan reached."""
     if isinstance(raw, bytes):
         if len(raw) > max_bytes:
             raise JsonReadError(f"file is larger than {max_bytes // 1024 // 1024} MB")
         if raw.startswith(_BOM):
             raw = raw[len(_BOM):]
-        elif raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
-            raise JsonReadError("file is UTF-16 encoded; save it as UTF-8")
+        elif (wide := wide_encoding(raw)) is not None:
+            raise JsonReadError(f"file is {wide} encoded; save it as UTF-8")
+        scan_limits(raw)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -122,6 +144,7 @@ def decode_json(raw: bytes | str, max_bytes: int) -> Any:
                                 f"(line {line}); save it as UTF-8") from None
     else:
         text = raw.removeprefix("\ufeff")
+        scan_limits(text.encode("utf-8", "replace"))
     if not text.strip():
         raise JsonReadError("file is empty; expected a JSON array of cases or an object with 'cases'")
     try:
@@ -146,9 +169,25 @@ def _json_message(exc: json.JSONDecodeError) -> str:
     return exc.msg
 
 
-def json_problems(value: Any, path: str, limit: int = 10) -> list[tuple[str, str]]:
-    """``(path, message)`` for what would not survive a round trip through strict JSON inside ``value``
-    (non-finite numbers, duplicate object keys), at most ``limit``; paths like ``metadata.a[2].b``.
+def _unstorable(text: str) -> str | None:
+    """Why PostgreSQL (and UTF-8) cannot hold ``text``: a NUL or a lone surrogate; ``None`` if it can."""
+    if "\x00" in text:
+        return "contains a NUL character (\\u0000), which PostgreSQL cannot store"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains an unpaired UTF-16 surrogate (invalid Unicode)"
+    return None
+
+
+def _escaped(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")[:60]
+
+
+def json_problems(value: Any, path: str, limit: int = 10, *, text: bool = False) -> list[tuple[str, str]]:
+    """``(path, message)`` for what would not survive a round trip through strict JSON and PostgreSQL inside
+    ``value`` (non-finite numbers, duplicate object keys, NUL and lone surrogates), at most ``limit``; paths
+    like ``metadata.a[2].b``. NUL and lone surrogates only with ``text``.
     Iterative, so any depth the reader accepted is walked."""
     out: list[tuple[str, str]] = []
     stack: list[tuple[str, Any]] = [(path, value)]
@@ -156,9 +195,13 @@ def json_problems(value: Any, path: str, limit: int = 10) -> list[tuple[str, str
         where, item = stack.pop()
         if isinstance(item, NonFinite):
             out.append((where, f"non-finite number {item.text} is not JSON"))
+        elif text and isinstance(item, str) and (problem := _unstorable(item)):
+            out.append((where, problem))
         elif isinstance(item, dict):
             out += [(f"{where}.{key}", "appears more than once in this object")
                     for key in getattr(item, "duplicate_keys", ())]
+            out += [(f"{where}.{_escaped(key)}", f"the key {problem}") for key in item
+                    if text and (problem := _unstorable(key))]
             stack += [(f"{where}.{key}", v) for key, v in reversed(list(item.items()))]
         elif isinstance(item, list):
             stack += [(f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item)))]

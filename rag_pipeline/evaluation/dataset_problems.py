@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -26,7 +27,9 @@ from rag_pipeline.contracts.dataset import (
     RELEVANT_GRADE,
     REQUIRED_CASE_FIELDS,
     UUID_PATTERN,
+    DatasetCase,
     DatasetFile,
+    normal_identifier,
 )
 from rag_pipeline.evaluation.dataset_json import DatasetProblem, got, json_problems, show, type_name
 
@@ -142,37 +145,36 @@ def _no_relevant(item: dict) -> tuple[tuple, str] | None:
     return None
 
 
-def _set_problems(items: list, flagged: set[tuple]) -> list[Keyed]:
-    """The rules across values: duplicate JSON keys and ids in a case, duplicate ``case_id``\\ s."""
-    found: list[tuple[int, tuple, str, str]] = []
-    first_case: dict[str, int] = {}
-    for index, item in enumerate(items):
-        if not isinstance(item, dict):
-            continue
-        found += [(index, (0, key), key, "appears more than once in this case")
-                  for key in getattr(item, "duplicate_keys", ())]
-        case_id = item.get("case_id")
-        if (isinstance(case_id, str) and (index, "case_id") not in flagged
-                and (first := first_case.setdefault(case_id, index)) != index):
-            found.append((index, (3,), "case_id", f"duplicate case_id; first used by cases[{first}]"))
-        if (missing := _no_relevant(item)) is not None:
-            found.append((index, (5, missing[0]), FIELD, missing[1]))
-        value = item.get(FIELD)
-        if not isinstance(value, (list, dict)) or not 1 <= len(value) <= MAX_RELEVANT_IDS:
-            continue
-        found += [(index, (5, (0,)), _key_field(key), _TWICE) for key in getattr(value, "duplicate_keys", ())]
+def _set_problems(index: int, item: Any, flagged: set[str], first_case: dict[str, tuple[int, str]]) -> list[Keyed]:
+    """The rules across values of case ``index``: duplicate JSON keys and ids in it, a ``case_id`` used before
+    (``first_case`` remembers each one's first case)."""
+    if not isinstance(item, dict):
+        return []
+    found: list[tuple[tuple, str, str]] = [((0, key), key, "appears more than once in this case")
+                                           for key in getattr(item, "duplicate_keys", ())]
+    case_id = item.get("case_id")
+    if isinstance(case_id, str) and "case_id" not in flagged:
+        first, written = first_case.setdefault(normal_identifier(case_id), (index, case_id))
+        if first != index:
+            same = "" if written == case_id else f" ({show(written)} once NFC-normalised and stripped)"
+            found.append(((3,), "case_id", f"duplicate case_id; first used by cases[{first}]{same}"))
+    if (missing := _no_relevant(item)) is not None:
+        found.append(((5, missing[0]), FIELD, missing[1]))
+    value = item.get(FIELD)
+    if isinstance(value, (list, dict)) and 1 <= len(value) <= MAX_RELEVANT_IDS:
+        found += [((5, (0,)), _key_field(key), _TWICE) for key in getattr(value, "duplicate_keys", ())]
         seen: dict[str, Any] = {}
         for pos, chunk_id in enumerate(value if len(value) > 1 else ()):
             if not isinstance(chunk_id, str) or not _UUID.fullmatch(chunk_id):
                 continue
             normal = chunk_id.strip().lower()
+            where = f"{FIELD}[{pos}]" if isinstance(value, list) else _key_field(chunk_id)
             if normal not in seen:
-                seen[normal] = f"{FIELD}[{pos}]" if isinstance(value, list) else _key_field(chunk_id)
+                seen[normal] = where
             else:
-                where = f"{FIELD}[{pos}]" if isinstance(value, list) else _key_field(chunk_id)
-                found.append((index, (5, (1, pos, 0)), where, f"duplicate id {chunk_id!r} (same as {seen[normal]})"))
-    return [((index, *order), DatasetProblem(message, field=field, case_index=index, case_id=_case_id(items[index])))
-            for index, order, field, message in found]
+                found.append(((5, (1, pos, 0)), where, f"duplicate id {chunk_id!r} (same as {seen[normal]})"))
+    return [((index, *order), DatasetProblem(message, field=field, case_index=index, case_id=_case_id(item)))
+            for order, field, message in found]
 
 
 def _case_id(item: Any) -> str | None:
@@ -183,7 +185,7 @@ def _case_id(item: Any) -> str | None:
 
 def _metadata(value: Any) -> list[DatasetProblem]:
     """Strict JSON (no NaN, no duplicate keys) of at most :data:`MAX_METADATA_BYTES`."""
-    found = [DatasetProblem(message, field=where) for where, message in json_problems(value, "metadata")]
+    found = [DatasetProblem(message, field=where) for where, message in json_problems(value, "metadata", text=True)]
     if found:
         return found
     size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
@@ -193,14 +195,24 @@ def _metadata(value: Any) -> list[DatasetProblem]:
     return []
 
 
-def file_problems(data: dict) -> tuple[DatasetFile | None, list[tuple[tuple, DatasetProblem]]]:
-    """The validated file (``None`` if it has a problem) and every problem with its place in the file order:
-    ``(-1, rank, ...)`` for the top level (rank 7 is left to the caller's own checks), ``(case index, ...)``."""
+@dataclass(frozen=True)
+class FileCheck:
+    """What :func:`file_problems` found: the valid cases and description (used only when ``keyed`` is empty),
+    the first problems in file order (at most ``limit``) with their sort keys, and how many more there were."""
+
+    cases: list[DatasetCase]
+    description: str | None
+    keyed: list[Keyed]
+    more: int
+
+
+def _header_problems(data: dict) -> list[Keyed]:
+    """The problems of the top level: unknown and repeated keys, each top-level value, the cases array itself."""
     try:
-        model, errors = DatasetFile.model_validate(data), []
+        DatasetFile.model_validate({k: v for k, v in data.items() if k != "cases"})
+        errors = []
     except ValidationError as exc:
-        model, errors = None, exc.errors(include_url=False)
-    items = data["cases"] if isinstance(data.get("cases"), list) else []
+        errors = [e for e in exc.errors(include_url=False) if e["loc"][0] != "cases"]
     keyed: list[Keyed] = []
     unknown = sorted(str(e["loc"][0]) for e in errors if len(e["loc"]) == 1 and e["type"] == "extra_forbidden")
     if unknown:
@@ -208,24 +220,55 @@ def file_problems(data: dict) -> tuple[DatasetFile | None, list[tuple[tuple, Dat
     keyed += [((-1, 1, key), DatasetProblem(f"top-level key {key!r} appears more than once"))
               for key in getattr(data, "duplicate_keys", ())]
     for error in errors:
-        loc, kind, value = error["loc"], error["type"], error["input"]
-        if loc[0] != "cases" and kind != "extra_forbidden":
-            field = str(loc[0])
+        if error["type"] != "extra_forbidden":
+            field, value = str(error["loc"][0]), error["input"]
             message = (f"must be an object, {got(value)}" if field == "metadata"
                        else _text(error, f"got {type_name(value)}"))
             keyed.append(((-1, _TOP_RANK[field]), DatasetProblem(message, field=field)))
-        elif loc == ("cases",):
-            message = {"missing": "the top-level object has no 'cases' array", "too_short": "there are no cases"}.get(
-                kind, f"must be an array of cases, got {type_name(value)}")
-            keyed.append(((-1, 9 if kind == "too_short" else 6), DatasetProblem(message, field="cases")))
-        elif loc[0] == "cases":
-            keyed.append(_case_error(items, loc[1:], error))
-    if len(items) > MAX_CASES:
-        keyed.append(((-1, 9), DatasetProblem(f"{len(items)} cases; the limit is {MAX_CASES}", field="cases")))
+    cases = data.get("cases")
+    if "cases" not in data:
+        keyed.append(((-1, 6), DatasetProblem("the top-level object has no 'cases' array", field="cases")))
+    elif not isinstance(cases, list):
+        keyed.append(((-1, 6), DatasetProblem(f"must be an array of cases, got {type_name(cases)}", field="cases")))
+    elif not cases:
+        keyed.append(((-1, 9), DatasetProblem("there are no cases", field="cases")))
+    elif len(cases) > MAX_CASES:
+        keyed.append(((-1, 9), DatasetProblem(f"{len(cases)} cases; the limit is {MAX_CASES}", field="cases")))
     if isinstance(data.get("metadata"), dict):
         keyed += [((-1, 5, i), problem) for i, problem in enumerate(_metadata(data["metadata"]))]
-    flagged = {e["loc"][1:3] for e in errors if e["loc"][0] == "cases" and len(e["loc"]) > 2}
-    keyed += _set_problems(items, flagged)
-    others = {key[0] for key, _ in keyed if key[1:2] == (5,) and key[2:] != ((2,),)}
-    keyed = [(key, p) for key, p in keyed if key[1:] != (5, (2,)) or key[0] not in others]  # "every grade is 0": alone
-    return (model if not keyed else None), keyed
+    return keyed
+
+
+def _case_problems(items: list, index: int,
+                   first_case: dict[str, tuple[int, str]]) -> tuple[DatasetCase | None, list[Keyed]]:
+    """Case ``index`` validated, or its problems in file order."""
+    item = items[index]
+    try:
+        return_case, errors = DatasetCase.model_validate(item), []
+    except ValidationError as exc:
+        return_case, errors = None, exc.errors(include_url=False)
+    keyed = [_case_error(items, (index, *e["loc"]), e) for e in errors]
+    keyed += _set_problems(index, item, {str(e["loc"][0]) for e in errors if e["loc"]}, first_case)
+    if any(key[1:2] == (5,) and key[2:] != ((2,),) for key, _ in keyed):  # "every grade is 0": alone
+        keyed = [(key, p) for key, p in keyed if key[1:] != (5, (2,))]
+    return (return_case if not keyed else None), sorted(keyed, key=lambda kp: kp[0])
+
+
+def file_problems(data: dict, limit: int) -> FileCheck:
+    """Validate a dataset object case by case: the first ``limit`` problems with their place in the file order
+    (``(-1, rank, ...)`` for the top level, rank 7 left to the caller's own checks; ``(case index, ...)``), and
+    how many more. Only the kept problems are held, whatever the number of bad cases."""
+    keyed = _header_problems(data)
+    items = data["cases"] if isinstance(data.get("cases"), list) and len(data["cases"]) <= MAX_CASES else []
+    cases: list[DatasetCase] = []
+    first_case: dict[str, tuple[int, str]] = {}
+    more = 0
+    for index in range(len(items)):
+        case, found = _case_problems(items, index, first_case)
+        if case is not None and not keyed:
+            cases.append(case)
+        room = max(0, limit - len(keyed))
+        keyed += found[:room]
+        more += len(found) - len(found[:room])
+    description = data.get("description") if isinstance(data.get("description"), str) else None
+    return FileCheck(cases=cases, description=description, keyed=sorted(keyed, key=lambda kp: kp[0]), more=more)

@@ -21,7 +21,15 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.catalog import Applicability, DatasetInfo, DatasetVersion, KnowledgeBaseInfo, UploadResult
 from rag_pipeline.contracts.errors import NotFoundError
-from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, parse_dataset
+from rag_pipeline.evaluation.dataset import (
+    MAX_FILE_BYTES,
+    DatasetError,
+    DatasetProblem,
+    parse_dataset,
+    validate_dataset,
+)
+from rag_pipeline.evaluation.dataset_json import JsonObject, JsonReadError, decode_json
+from rag_pipeline.evaluation.dataset_scan import ScanLimitError
 from rag_pipeline.evaluation.label_check import relevant_ids_missing
 from rag_pipeline.evaluation.persistence import store_dataset
 from rag_pipeline.evaluation.queries import datasets as dataset_queries
@@ -197,7 +205,7 @@ def find_dataset(engine: sa.Engine, knowledge_base: str, name: str, version: str
                           knowledge_base=kb.name)
 
 
-def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | str, *, source: str,
+def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | str | dict, *, source: str,
                            name: str | None = None, default_name: str | None = None) -> UploadResult:
     """Validate dataset bytes exactly like a file (:func:`parse_dataset`: every problem at once, raised as
     :class:`DatasetError`, nothing written) for knowledge base ``knowledge_base`` (name or id), then store its
@@ -211,9 +219,10 @@ def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | 
         "the dataset has no name: give a `name` field, or name the upload (`name` form field or `?name=`)",
         field="name")]
     try:
-        dataset = parse_dataset(raw, source=source, knowledge_base=kb.name, name=name, default_name=fallback)
+        read = validate_dataset if isinstance(raw, dict) else parse_dataset  # a dict: already read strictly
+        dataset = read(raw, source=source, knowledge_base=kb.name, name=name, default_name=fallback)
     except DatasetError as exc:
-        raise DatasetError(exc.source, [*unnamed, *exc.problems]) from None
+        raise DatasetError(exc.source, [*unnamed, *exc.problems], more=exc.more) from None
     if unnamed:
         raise DatasetError(source, unnamed)
     with engine.begin() as conn:
@@ -227,13 +236,26 @@ def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | 
                         relevant_ids_not_in_kb=missing, k_min=min(ks), k_max=max(ks), created=not existed)
 
 
-def _field_name(raw: bytes | str) -> str | None:
-    """The ``name`` field of an object-form dataset, when it has a usable one (else the caller's default)."""
-    import json  # noqa: PLC0415
-
+def store_inline_cases(engine: sa.Engine, knowledge_base: str, body: bytes, name: str) -> UploadResult:
+    """Store the ``cases`` of a JSON request body as a version of dataset ``name``, read strictly like a file
+    (a repeated key is refused, not merged; the case limit is checked while streaming)."""
     try:
-        data = json.loads(raw)
-    except (ValueError, TypeError):
+        data = decode_json(body, MAX_FILE_BYTES)
+    except JsonReadError as exc:
+        raise DatasetError("request body", [DatasetProblem(str(exc))]) from None
+    except ScanLimitError as exc:
+        raise DatasetError("request body", [DatasetProblem(str(exc), field="cases")]) from None
+    cases = data.get("cases") if isinstance(data, dict) else None
+    return store_uploaded_dataset(engine, knowledge_base, JsonObject(cases=cases), source="request body",
+                                  name=name)
+
+
+def _field_name(raw: bytes | str) -> str | None:
+    """The ``name`` field of an object-form dataset, when it has a usable one (else the caller's default); read
+    through the bounded reader, so a hostile body is never decoded here."""
+    try:
+        data = raw if isinstance(raw, dict) else decode_json(raw, MAX_FILE_BYTES)
+    except (JsonReadError, ScanLimitError):
         return None
     value = data.get("name") if isinstance(data, dict) else None
     return value if isinstance(value, str) and value else None

@@ -65,18 +65,28 @@ def plan_evaluation(dataset_path: str | Path, strategies: Sequence[str] = (DEFAU
     return EvaluationPlan(load_dataset(dataset_path, knowledge_base=knowledge_base), chosen)
 
 
+def label_rule(report: LabelReport, *, strict: bool = False) -> str:
+    """Can a dataset with this label report run (docs/design.md §8): ``"refuse"`` when no label is a searchable
+    chunk (every metric would be 0), or with ``strict`` when any label is invalid; ``"warn"`` when some labels
+    are invalid; ``"ok"``. The one rule the CLI, the API, the console and the Dagster asset check
+    ``label_integrity`` (ERROR exactly when it refuses) apply."""
+    invalid = report.invalid()
+    if not invalid:
+        return "ok"
+    return "refuse" if strict or len(invalid) == len(report.rows) else "warn"
+
+
 def check_labels_first(engine: sa.Engine, dataset: Dataset, *, strict: bool = False) -> LabelReport:
-    """The label check every run starts with (docs/design.md §8). No valid label at all → :class:`LabelsRefused`
-    (nothing would be measured); with ``strict``, any invalid label → :class:`CheckFailed`. Otherwise the
-    report, whose :func:`label_headline` a front end shows first."""
+    """The label check every run starts with (docs/design.md §8), decided by :func:`label_rule`. No valid label
+    at all → :class:`LabelsRefused` (nothing would be measured); with ``strict``, any invalid label →
+    :class:`CheckFailed`. Otherwise the report, whose :func:`label_headline` a front end shows first."""
     with engine.connect() as conn:
         report = check_labels(conn, dataset.knowledge_base, dataset.cases)
-    invalid = report.invalid()
-    if invalid and len(invalid) == len(report.rows):
+    if label_rule(report) == "refuse":
         raise LabelsRefused(f"dataset {dataset.name!r}: no label is a searchable chunk of knowledge base "
                             f"{dataset.knowledge_base!r}, so every metric would be 0 — {_checklist(report)}; "
                             "nothing was run (rag-pipeline check-dataset lists every label with its fix)")
-    if invalid and strict:
+    if label_rule(report, strict=strict) == "refuse":
         raise CheckFailed(f"--strict: {label_headline(report)}; nothing was run")
     return report
 

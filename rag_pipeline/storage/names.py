@@ -1,7 +1,8 @@
 """The one name rule (knowledge bases, datasets, strategy versions) and terminal-safe text.
 
 **Name rule** (:func:`check_name`, stated by :func:`name_rule`; docs/design.md §2.4): letters of any script
-(``知识库`` is fine), digits, ``.``, ``_``, ``-``, not starting with ``.``; a dataset name may also hold ``@``
+(``知识库`` is fine), digits, ``.``, ``_``, ``-``, not starting with ``.`` or ``-`` (``-rf`` would read as an
+option); a dataset name may also hold ``@``
 (shard datasets ``<name>@0001``) and never ``...`` (it is a Dagster partition key). Every front end applies it
 through this one function.
 
@@ -76,7 +77,7 @@ def name_rule(kind: str) -> str:
     allowed = "'.', '_', '-'" + "".join(f", '{ch}'" for ch in extra)
     tail = "".join(f", without '{b}'" for b in banned)
     return (f"a {kind} name has 1 to {limit} characters: letters (any script), digits, {allowed}, "
-            f"not starting with '.'{tail}")
+            f"not starting with '.' or '-'{tail}")
 
 
 def _reason(value: str, limit: int, extra: str, banned: tuple[str, ...]) -> str | None:
@@ -100,6 +101,8 @@ def _reason(value: str, limit: int, extra: str, banned: tuple[str, ...]) -> str 
         return f"it contains {ch!r}" if ch.isprintable() else f"it contains {_escape(ch)}"
     if value.startswith("."):
         return "it starts with '.'"
+    if value.startswith("-"):
+        return "it starts with '-' (it would read as a command-line option)"
     for bad in banned:
         if bad in value:
             return f"it contains {bad!r}"

@@ -75,8 +75,24 @@ def problem_response(request: Request | None, status: int, detail: str, *, error
                      error_id: str | None = None) -> JSONResponse:
     body = Problem(title=title or _TITLES.get(status, "Error"), status=status, detail=mask_secrets(detail),
                    instance=request.url.path if request is not None else None, errors=errors, error_id=error_id)
-    content = {k: v for k, v in body.model_dump().items() if v is not None}  # items keep their null fields
+    content = _encodable({k: v for k, v in body.model_dump().items() if v is not None})  # items keep null fields
     return JSONResponse(content, status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` with every string made UTF-8 encodable: a lone surrogate echoed from the input (a case_id, a label
+    key, a query parameter) becomes its ``\\udfff`` escape instead of failing the response with a 500."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "".join(f"\\u{ord(c):04x}" if "\ud800" <= c <= "\udfff" else c for c in value)
+        return value
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_encodable(v) for v in value]
+    return value
 
 
 def dataset_problems(exc: DatasetError) -> list[ProblemItem]:

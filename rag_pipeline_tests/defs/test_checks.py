@@ -51,14 +51,28 @@ def test_no_valid_label_is_a_blocking_error(kb, tmp_path, monkeypatch):
     doc_id = str(chunking.document_id(kb_name, "vpn.md"))
     result = _evaluate(tmp_path, monkeypatch, "allbad", kb_name, [
         {"case_id": "vpn", "question": "How do I connect to the VPN?", "relevant_chunk_ids": [doc_id], "k": 2},
-        {"case_id": "leave", "question": "How many leave days?", "relevant_chunk_ids": [chunk["leave.md"]], "k": 2}])
+        {"case_id": "leave", "question": "How many leave days?", "relevant_chunk_ids": [str(uuid.uuid4())], "k": 2}])
     check = _check(result)
     assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
-    assert check.metadata["cases_without_valid_label"].value == 1
+    assert check.metadata["cases_without_valid_label"].value == 2
     assert "is_document_id" in check.metadata["invalid"].value and chunk["vpn.md"] in check.metadata["invalid"].value
     materialized = {e.asset_key.path[-1] for e in result.get_asset_materialization_events()}
     assert "evaluation_dataset" in materialized
     assert "evaluation_run_summary" not in materialized, "a blocking ERROR must stop the evaluation"
+
+
+def test_a_case_without_a_valid_label_warns_and_runs_as_from_the_cli_and_the_api(kb, tmp_path, monkeypatch):
+    """One rule (``label_rule``): the dataset the API queues with a ``label_warning`` is not blocked here."""
+    kb_name, chunk = kb
+    doc_id = str(chunking.document_id(kb_name, "vpn.md"))
+    result = _evaluate(tmp_path, monkeypatch, "onebad", kb_name, [
+        {"case_id": "vpn", "question": "How do I connect to the VPN?", "relevant_chunk_ids": [doc_id], "k": 2},
+        {"case_id": "leave", "question": "How many leave days?", "relevant_chunk_ids": [chunk["leave.md"]], "k": 2}])
+    check = _check(result)
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert check.metadata["cases_without_valid_label"].value == 1
+    materialized = {e.asset_key.path[-1] for e in result.get_asset_materialization_events()}
+    assert "evaluation_run_summary" in materialized
 
 
 def test_some_invalid_labels_warn_and_the_evaluation_runs(kb, tmp_path, monkeypatch):

@@ -168,7 +168,7 @@ def test_too_many_cases(tmp_path):
     path.write_text(json.dumps({"knowledge_base": "kb", "cases": [_case(i) for i in range(MAX_CASES + 1)]}))
     with pytest.raises(DatasetError) as info:
         load_dataset(path)
-    _check(info.value, path, [(None, None, "cases", "100001 cases; the limit is 100000")])
+    _check(info.value, path, [(None, None, "cases", "more than 100000 cases; the limit is 100000")])
 
 
 def test_file_too_large_is_refused_before_reading(tmp_path):

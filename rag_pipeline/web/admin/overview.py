@@ -14,6 +14,7 @@ from fastapi.responses import RedirectResponse
 
 from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.service import catalog, evaluations
+from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.datasets import MAX_FILE_BYTES, DatasetError, DatasetProblem
 from rag_pipeline.web.admin.datasets import dataset_url
 from rag_pipeline.web.admin.pages import error_page, render
@@ -32,7 +33,7 @@ def home(request: Request, engine: Engine, launcher: DagsterLauncher):
 
 
 def _kb_page(request: Request, engine, kb: str, *, problems=None, upload_name: str | None = None,
-             status_code: int = 200):
+             status_code: int = 200, more: int = 0):
     try:
         info = catalog.describe_knowledge_base(engine, kb)
     except USER_ERRORS as exc:
@@ -40,7 +41,8 @@ def _kb_page(request: Request, engine, kb: str, *, problems=None, upload_name: s
     return render(request, "knowledge_base.html", {
         "kb": info, "datasets": catalog.list_datasets(engine, info.name),
         "runs": evaluations.list_runs(engine, knowledge_base=info.name, limit=RECENT_RUNS),
-        "problems": problems, "upload_name": upload_name, "max_mb": MAX_FILE_BYTES // (1024 * 1024),
+        "problems": problems, "problems_more": more, "upload_name": upload_name,
+        "max_mb": MAX_FILE_BYTES // (1024 * 1024),
         "dataset_url": dataset_url}, status_code=status_code)
 
 
@@ -64,11 +66,13 @@ async def upload(request: Request, engine: Engine, kb: str, dataset: UploadFile 
         stored = catalog.store_uploaded_dataset(engine, kb, raw, source=source,
                                                 default_name=PurePath(filename).stem)
     except DatasetError as exc:
-        rows = [{"case_index": p.case_index, "case_id": p.case_id, "field": p.field, "message": p.message}
-                for p in exc.problems]
-        return _kb_page(request, engine, kb, problems=rows, upload_name=filename, status_code=422)
+        rows = [{"case_index": p.case_index, "case_id": p.case_id and printable(p.case_id),
+                 "field": p.field and printable(p.field), "message": printable(p.message)} for p in exc.problems]
+        return _kb_page(request, engine, kb, problems=rows, upload_name=printable(filename), status_code=422,
+                        more=exc.more)
     except USER_ERRORS as exc:
-        return _kb_page(request, engine, kb, problems=[{"message": str(exc)}], upload_name=filename,
+        return _kb_page(request, engine, kb, problems=[{"message": printable(str(exc))}],
+                        upload_name=printable(filename),
                         status_code=422)
     new = "1" if stored.created else "2"
     return RedirectResponse(f"{dataset_url(stored.knowledge_base, stored.name)}?uploaded={new}", status_code=303)

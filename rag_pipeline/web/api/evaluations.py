@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,6 +20,14 @@ from rag_pipeline.web.launcher import LaunchError
 from rag_pipeline.web.problems import HTTPProblem
 
 router = APIRouter(tags=["evaluations"])
+
+
+async def _raw_body(request: Request) -> bytes:
+    """The request's bytes as sent (already read for ``body``): inline cases are read from them strictly."""
+    return await request.body()
+
+
+RawBody = Annotated[bytes, Depends(_raw_body)]
 MAX_CASE_PAGE = 1000
 
 
@@ -51,7 +58,7 @@ def run_links(run_id: str, knowledge_base: str) -> RunLinks:
                         422: {"description": "Bad input, or a strategy the knowledge base cannot run (the detail "
                                              "names it and the missing model)."},
                         503: {"description": "The Dagster instance cannot be used."}})
-def evaluate(body: EvaluateRequest, engine: Engine, launcher: DagsterLauncher,
+def evaluate(body: EvaluateRequest, engine: Engine, launcher: DagsterLauncher, raw_body: RawBody,
              id: str = KnowledgeBaseId):  # noqa: A002
     """Queue one evaluation run per strategy (default: every strategy the knowledge base can run) on a stored
     dataset (`dataset`, optionally `dataset_version`) or on inline `cases` (validated like a file, stored as a
@@ -69,8 +76,7 @@ def evaluate(body: EvaluateRequest, engine: Engine, launcher: DagsterLauncher,
         if not body.name:
             raise HTTPProblem(422, "inline `cases` need a dataset `name`")
         check_name(DATASET, body.name)
-        raw = json.dumps({"cases": body.cases}, ensure_ascii=False, allow_nan=True)
-        dataset = catalog.store_uploaded_dataset(engine, kb, raw, source="request body", name=body.name)
+        dataset = catalog.store_inline_cases(engine, kb, raw_body, body.name)  # read again strictly, like a file
     else:
         dataset = catalog.find_dataset(engine, kb, body.dataset, body.dataset_version)
     try:
