@@ -89,6 +89,11 @@ class Settings(BaseSettings):
         None, description="Token of the HTTP service (`rag-pipeline serve`): required to bind beyond loopback "
                           "(at least 16 characters); then every API call needs `Authorization: Bearer <token>` "
                           "and every console page a login with it. Unset: loopback only, no login.")
+    allowed_hosts: str | None = Field(
+        None, description="Comma-separated `Host` names (optionally `name:port`) the HTTP service answers besides "
+                          "`127.0.0.1`, `localhost` and `[::1]` on its port; needs `RAG_API_TOKEN`. Unset: with a "
+                          "token any Host, without one the loopback names only (a DNS-rebinding guard). Another "
+                          "Host → 421.")
     debug: bool = Field(False, description="`1`: the CLI shows the traceback of an unexpected error.")
     judge_cache: Path | None = Field(
         None, description="JSON Lines file caching the answer judge's replies by (prompt hash, model, repeat), so "
