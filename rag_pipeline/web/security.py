@@ -168,7 +168,7 @@ def login_form(request: Request, next: str | None = None, error: str | None = No
 def login(request: Request, token: Annotated[str, Form(max_length=1000)] = "",
           next: Annotated[str, Form(max_length=2000)] = ""):  # noqa: A002
     expected = api_token()
-    if expected and not _token_ok(token, expected):
+    if expected and not _token_ok(token.strip(), expected):
         return templates.TemplateResponse(request, "login.html", {
             "csrf_token": csrf_token(request), "next": _safe_next(next), "error": "wrong token",
             "token_required": True}, status_code=401)
