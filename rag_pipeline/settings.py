@@ -94,6 +94,11 @@ class Settings(BaseSettings):
         None, description="Redis URL of the Celery broker and result backend (`redis://[:PASSWORD@]HOST:6379/0`) "
                           "that `deploy/celery/dagster.yaml` reads: the daemon sends runs there, the workers take "
                           "them (deploy/celery/README.md). Unset: runs use the default launcher's `dagster.yaml`.")
+    allowed_hosts: str | None = Field(
+        None, description="Comma-separated `Host` names (optionally `name:port`) the HTTP service answers besides "
+                          "`127.0.0.1`, `localhost` and `[::1]` on its port; needs `RAG_API_TOKEN`. Unset: with a "
+                          "token any Host, without one the loopback names only (a DNS-rebinding guard). Another "
+                          "Host → 421.")
     debug: bool = Field(False, description="`1`: the CLI shows the traceback of an unexpected error.")
     judge_cache: Path | None = Field(
         None, description="JSON Lines file caching the answer judge's replies by (prompt hash, model, repeat), so "

@@ -40,6 +40,7 @@ from rag_pipeline.knowledge_base.queries.documents import knowledge_base_names
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
 from rag_pipeline.storage.names import DATASET as DATASET
 from rag_pipeline.storage.names import KNOWLEDGE_BASE as KNOWLEDGE_BASE
+from rag_pipeline.storage.names import STRATEGY_VERSION as STRATEGY_VERSION
 from rag_pipeline.storage.names import check_name as check_name
 from rag_pipeline.storage.names import is_valid_name as is_valid_name
 from rag_pipeline.storage.names import name_rule as name_rule

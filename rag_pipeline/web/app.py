@@ -1,5 +1,5 @@
 """The FastAPI application: ``create_app()`` (what ``rag-pipeline serve`` runs under uvicorn): the API under
-``/api/v1`` (OpenAPI at ``/docs``), the admin console under ``/admin``, ``/healthz``.
+``/api/v1`` (OpenAPI at ``/docs``, Swagger UI served locally), the admin console under ``/admin``, ``/healthz``.
 
 Every error is RFC 9457 problem details (:mod:`.problems`); access rules are in :mod:`.security`. The lifespan
 makes the app's :class:`~rag_pipeline.web.launcher.Launcher` (unless one is given) and reconciles queued runs with
@@ -16,9 +16,10 @@ from importlib import metadata
 
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.responses import RedirectResponse
+from fastapi_offline import FastAPIOffline
 from starlette.middleware.sessions import SessionMiddleware
 
-from rag_pipeline.web import dependencies, problems, security
+from rag_pipeline.web import dependencies, hosts, problems, request_rules, security
 from rag_pipeline.web.api import answers, chunks, comparisons, datasets, evaluations, health, knowledge_bases
 from rag_pipeline.web.launcher import RECONCILE_PERIOD_S, Launcher, LaunchError
 
@@ -48,6 +49,8 @@ def _version() -> str:
 
 
 log = logging.getLogger("rag_pipeline.web")
+DOCS_STATIC = "/docs/static"
+"""Where Swagger UI's script and style sheet are served (from the ``fastapi-offline`` package: no CDN)."""
 
 
 async def _reconcile_periodically(launcher: Launcher) -> None:
@@ -77,18 +80,21 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(launcher: Launcher | None = None) -> FastAPI:
     """The application (see the module docstring); ``launcher``: the Dagster launcher to use (default: made in the
     lifespan)."""
-    app = FastAPI(title="rag_pipeline", version=_version(), description=DESCRIPTION, openapi_tags=TAGS,
-                  docs_url="/docs", redoc_url=None, lifespan=lifespan)
+    app = FastAPIOffline(title="rag_pipeline", version=_version(), description=DESCRIPTION, openapi_tags=TAGS,
+                         docs_url="/docs", redoc_url=None, static_url=DOCS_STATIC, lifespan=lifespan,
+                         dependencies=[Depends(request_rules.reject_nul)])  # Swagger UI's files served from here
     app.state.launcher = launcher
     problems.install(app)
+    request_rules.install(app)
     app.add_exception_handler(security.LoginRequired, security.login_redirect)
     app.add_middleware(SessionMiddleware, secret_key=security.session_secret(),
                        session_cookie=security.SESSION_COOKIE, max_age=security.SESSION_MAX_AGE,
                        same_site="strict", https_only=False)
-    app.add_middleware(security.CrossSiteGuard)  # outermost: refuses a cross-site write before anything runs
+    app.add_middleware(security.CrossSiteGuard)  # refuses a cross-site write before anything else runs
+    app.add_middleware(hosts.HostGuard)  # outermost: a Host that is not this server's is refused first
 
     api = APIRouter(prefix="/api/v1", dependencies=[Depends(security.require_api_user)],
-                    responses=problems.PROBLEM_RESPONSES)
+                    responses={**problems.PROBLEM_RESPONSES, **request_rules.BAD_REQUEST})
     for module in (knowledge_bases, datasets, evaluations, comparisons, answers):
         api.include_router(module.router)
     api.include_router(chunks.router)  # GET /knowledge-bases/{id}/chunks (the chunk ids a labeller picks)

@@ -42,9 +42,9 @@ class BindRefused(ValueError):  # noqa: N818 - a refusal the user is shown, not 
 
 
 def api_token() -> str | None:
-    """The configured token (``RAG_API_TOKEN``), None when unset."""
+    """The configured token (``RAG_API_TOKEN``) without surrounding white space, None when unset or blank."""
     token = get_settings().api_token
-    return token.get_secret_value() if token else None
+    return (token.get_secret_value().strip() or None) if token else None
 
 
 def is_loopback(host: str) -> bool:
@@ -65,9 +65,9 @@ def check_bind(host: str) -> None:
         raise BindRefused(f"refusing to listen on {host}: beyond loopback the service needs RAG_API_TOKEN "
                           f"(at least {MIN_TOKEN_CHARS} characters, e.g. `export RAG_API_TOKEN=$(openssl rand -hex "
                           "24)`); every API call then sends `Authorization: Bearer <token>`")
-    if len(token) < MIN_TOKEN_CHARS:
-        raise BindRefused(f"refusing to listen on {host}: RAG_API_TOKEN has {len(token)} characters; use at "
-                          f"least {MIN_TOKEN_CHARS}")
+    if len(token) < MIN_TOKEN_CHARS or sum(not c.isspace() for c in token) < MIN_TOKEN_CHARS:
+        raise BindRefused(f"refusing to listen on {host}: RAG_API_TOKEN has {sum(not c.isspace() for c in token)} "
+                          f"characters other than white space; use at least {MIN_TOKEN_CHARS}")
 
 
 def session_secret() -> str:
@@ -168,7 +168,7 @@ def login_form(request: Request, next: str | None = None, error: str | None = No
 def login(request: Request, token: Annotated[str, Form(max_length=1000)] = "",
           next: Annotated[str, Form(max_length=2000)] = ""):  # noqa: A002
     expected = api_token()
-    if expected and not _token_ok(token, expected):
+    if expected and not _token_ok(token.strip(), expected):
         return templates.TemplateResponse(request, "login.html", {
             "csrf_token": csrf_token(request), "next": _safe_next(next), "error": "wrong token",
             "token_required": True}, status_code=401)

@@ -14,6 +14,7 @@ from dotenv import dotenv_values
 from rag_pipeline.service.database import get_engine
 from rag_pipeline.service.liveness.daemon import local_daemon
 from rag_pipeline.settings import project_root
+from rag_pipeline.web.hosts import check_allowed_hosts
 from rag_pipeline.web.security import BindRefused, check_bind
 
 
@@ -40,6 +41,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, *, with_daemon: bool = Fals
     opened first; ``with_daemon``: start a Dagster daemon when none is alive (stopped on exit)."""
     try:
         check_bind(host)  # before Dagster is even imported: a refusal is immediate
+        check_allowed_hosts()
     except BindRefused as exc:
         raise ServeRefused(str(exc)) from None
     from rag_pipeline.web.app import create_app  # noqa: PLC0415 - after the bind check (a refusal is immediate)

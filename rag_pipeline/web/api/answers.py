@@ -17,44 +17,64 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.datastructures import UploadFile
 
 from rag_pipeline.contracts.answers import (
-    VERDICTS,
+    ANSWER_METRIC_NAMES,
     AnswerCollectionResponse,
     AnswerComparison,
     AnswerReport,
     AnswerRun,
     AnswerRunList,
     EndpointConfig,
+    Verdict,
 )
 from rag_pipeline.service import answers
 from rag_pipeline.service.answer_collection import collect_answers
 from rag_pipeline.service.answers import AnswersFileError
-from rag_pipeline.service.catalog import printable
+from rag_pipeline.service.catalog import DATASET, KNOWLEDGE_BASE, printable
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import Engine, Paging
 from rag_pipeline.web.problems import HTTPProblem, ProblemItem, check_content_length
+from rag_pipeline.web.request_rules import (
+    DATASET_NAME,
+    DATASET_RULE,
+    NAME_RULE,
+    PRINTABLE,
+    STRATEGY_RULE,
+    TEXT_RULE,
+    VERSION_RULE,
+    check_form_fields,
+    printable_text,
+    valid_name,
+)
 
 router = APIRouter(tags=["answers"])
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 MULTIPART_OVERHEAD = 64 * 1024
 MAX_COLLECT_CASES = 200
+SORT_PATTERN = "^-?(" + "|".join(ANSWER_METRIC_NAMES) + ")$"
+ENV_HEADER = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+:\s*env:[A-Za-z_][A-Za-z0-9_]*\s*$"
 """A collection over the API answers when it is done: larger datasets are collected with the CLI or Dagster."""
-RunId = Annotated[str, Path(max_length=64, description="An answer run id, or a unique prefix of at least 4 hex "
+RunId = Annotated[str, Path(max_length=64, json_schema_extra=VERSION_RULE,
+                            description="An answer run id, or a unique prefix of at least 4 hex "
                                                        "digits.")]
 
 _UPLOAD_BODY = {
     "required": True,
     "content": {
-        "multipart/form-data": {"schema": {"type": "object", "required": ["file", "dataset"], "properties": {
+        "multipart/form-data": {"schema": {"type": "object", "required": ["file", "dataset"],
+                                           "additionalProperties": False, "properties": {
             "file": {"type": "string", "format": "binary", "description": "The answers file (JSON Lines, "
                                                                           "schemas/answers-v1.json)."},
-            "dataset": {"type": "string", "description": "A dataset stored for this knowledge base."},
-            "answerer": {"type": "string", "description": "NAME or NAME@VERSION (default: the file's own)."}}}},
+            "dataset": {"type": "string", "maxLength": 200, "pattern": DATASET_NAME,
+                        "description": "A dataset stored for this knowledge base."},
+            "answerer": {"type": "string", "maxLength": 200, "pattern": PRINTABLE,
+                         "description": "NAME or NAME@VERSION (default: the file's own)."}}}},
         "application/json": {"schema": {"type": "object", "required": ["dataset", "answers"], "properties": {
-            "dataset": {"type": "string"}, "answerer": {"type": "string"},
+            "dataset": {"type": "string", "maxLength": 200, "pattern": DATASET_NAME},
+            "answerer": {"type": "string", "maxLength": 200, "pattern": PRINTABLE},
             "answers": {"type": "array", "items": {"type": "object"}, "description": "The answers file's lines."}}}},
     },
 }
@@ -74,6 +94,7 @@ async def _upload(request: Request) -> tuple[bytes, str, str, str | None]:
         upload, dataset, answerer = form.get("file"), form.get("dataset"), form.get("answerer")
         if not isinstance(upload, UploadFile):
             raise HTTPProblem(422, "the multipart body has no `file` part holding the answers file")
+        check_form_fields(form, {"file", "dataset", "answerer"})
         raw = await upload.read(MAX_UPLOAD_BYTES + 1)
         if len(raw) > MAX_UPLOAD_BYTES:
             raise HTTPProblem(413, f"{printable(upload.filename)}: over the answers-file limit of 50 MB")
@@ -101,7 +122,8 @@ async def _upload(request: Request) -> tuple[bytes, str, str, str | None]:
 
 @router.post("/knowledge-bases/{id}/answer-runs", response_model=AnswerRun, status_code=201,
              summary="Score an answers file", openapi_extra={"requestBody": _UPLOAD_BODY},
-             responses={413: {"description": "Over 50 MB."}})
+             responses={413: {"description": "Over 50 MB."},
+                        415: {"description": "Neither multipart/form-data nor JSON."}})
 async def create_answer_run(request: Request, engine: Engine, id: str = KnowledgeBaseId):  # noqa: A002
     """Score an answers file against a stored dataset of this knowledge base and store the run: 201 with the
     run (its summary) and its `Location`. A bad file → 422 whose `errors` list every problem with its line and
@@ -119,10 +141,16 @@ async def create_answer_run(request: Request, engine: Engine, id: str = Knowledg
 
 @router.get("/answer-runs", response_model=AnswerRunList, summary="List answer runs")
 def list_answer_runs(engine: Engine, page: Paging,
-                     dataset: Annotated[str | None, Query(max_length=200, description="Only this dataset.")] = None,
-                     answerer: Annotated[str | None, Query(max_length=200, description="Only this answerer.")] = None,
-                     knowledge_base: Annotated[str | None, Query(max_length=200, description="Only this knowledge "
-                                                                 "base (name or id).")] = None):
+                     dataset: Annotated[str | None, Query(max_length=200, json_schema_extra=DATASET_RULE,
+                                                          description="Only this dataset."),
+                                        valid_name(DATASET)] = None,
+                     answerer: Annotated[str | None, Query(max_length=200, json_schema_extra=TEXT_RULE,
+                                                           description="Only this answerer."),
+                                         AfterValidator(printable_text)] = None,
+                     knowledge_base: Annotated[str | None, Query(max_length=100, json_schema_extra=NAME_RULE,
+                                                                 description="Only this knowledge "
+                                                                 "base (name or id)."),
+                                               valid_name(KNOWLEDGE_BASE)] = None):
     """Stored answer runs, newest first, with `total` for paging."""
     return answers.list_answer_runs(engine, dataset=dataset, knowledge_base=knowledge_base, answerer=answerer,
                                     limit=page.limit, offset=page.offset)
@@ -130,8 +158,10 @@ def list_answer_runs(engine: Engine, page: Paging,
 
 @router.get("/answer-runs/compare", response_model=AnswerComparison, summary="Compare two answer runs")
 def compare_answer_runs(engine: Engine,
-                        a: Annotated[str, Query(max_length=64, description="Run A (id or prefix).")],
-                        b: Annotated[str, Query(max_length=64, description="Run B, compared with A.")]):
+                        a: Annotated[str, Query(max_length=64, json_schema_extra=VERSION_RULE,
+                                                description="Run A (id or prefix).")],
+                        b: Annotated[str, Query(max_length=64, json_schema_extra=VERSION_RULE,
+                                                description="Run B, compared with A.")]):
     """Run B against run A over their common cases: per metric the paired means, delta, permutation p-value and
     bootstrap interval; the verdict changes (the shape of `rag-pipeline answers compare --format json`)."""
     return answers.compare_answer_runs(engine, a, b)
@@ -139,9 +169,9 @@ def compare_answer_runs(engine: Engine,
 
 @router.get("/answer-runs/{run_id}", response_model=AnswerReport, summary="An answer run with its cases")
 def get_answer_run(engine: Engine, run_id: RunId,
-                   verdict: Annotated[str | None, Query(max_length=40, description=f"Only this verdict: "
-                                                        f"{', '.join(VERDICTS)}.")] = None,
-                   sort: Annotated[str | None, Query(max_length=60, description="An answer metric (ascending), "
+                   verdict: Annotated[Verdict | None, Query(description="Only this verdict.")] = None,
+                   sort: Annotated[str | None, Query(max_length=60, json_schema_extra={"pattern": SORT_PATTERN},
+                                                     description="An answer metric (ascending), "
                                                      "`-metric` descending; undefined values last.")] = None,
                    wrong_but_confident: Annotated[bool, Query(description="Only wrong answers that cite a chunk "
                                                               "or are lexically supported.")] = False):
@@ -150,14 +180,25 @@ def get_answer_run(engine: Engine, run_id: RunId,
     return answers.get_answer_run(engine, run_id, verdict=verdict, sort=sort, wrong_but_confident=wrong_but_confident)
 
 
+class ApiEndpointConfig(EndpointConfig):
+    """The endpoint of a collection asked over HTTP: as the CLI's, but each header value is `env:NAME`."""
+
+    headers: tuple[Annotated[str, Field(max_length=1000, json_schema_extra={"pattern": ENV_HEADER})], ...] = Field(
+        (), repr=False, description="'Name: env:VAR' (the value read from the server's environment).")
+
+
 class CollectRequest(BaseModel):
     """What to ask: a RAG endpoint (`endpoint`) or an in-process answerer (`answerer`), for a stored dataset."""
 
     model_config = ConfigDict(extra="forbid")
-    knowledge_base: str = Field(max_length=200, description="The knowledge base the dataset is stored for.")
-    endpoint: EndpointConfig | None = Field(None, description="The RAG endpoint; header values only `env:NAME`.")
-    answerer: str | None = Field(None, max_length=200, description="An in-process answerer, e.g. extractive-v1.")
-    strategy: str | None = Field(None, max_length=100, description="With `answerer`: its retrieval strategy.")
+    knowledge_base: str = Field(max_length=200, json_schema_extra=NAME_RULE,
+                                description="The knowledge base the dataset is "
+                                                                          "stored for.")
+    endpoint: ApiEndpointConfig | None = Field(None, description="The RAG endpoint; header values only `env:NAME`.")
+    answerer: str | None = Field(None, max_length=200, json_schema_extra=TEXT_RULE,
+                                 description="An in-process answerer, e.g. extractive-v1.")
+    strategy: str | None = Field(None, max_length=100, json_schema_extra=STRATEGY_RULE,
+                                 description="With `answerer`: its retrieval strategy.")
     store: bool = Field(True, description="Score the collected answers and store the answer run.")
 
 
@@ -173,7 +214,8 @@ def _check_headers(endpoint: EndpointConfig) -> None:
 @router.post("/datasets/{name}/answers/collect", response_model=AnswerCollectionResponse,
              summary="Collect a dataset's answers from a RAG endpoint (synchronous, bounded)")
 def collect(engine: Engine, body: CollectRequest,
-            name: Annotated[str, Path(max_length=200, description="A dataset stored for the knowledge base.")]):
+            name: Annotated[str, Path(max_length=200, json_schema_extra=DATASET_RULE,
+                                      description="A dataset stored for the knowledge base.")]):
     """Ask the endpoint (or the answerer) every case of the dataset's latest version, then score and store the
     answers as an answer run: 201 with `Location` when stored, 200 otherwise (the collection's figures; a
     failed collection says why in `collection.reason`). At most 200 cases: larger datasets are collected with

@@ -23,6 +23,7 @@ from rag_pipeline.service.datasets import MAX_FILE_BYTES
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import Engine
 from rag_pipeline.web.problems import HTTPProblem, check_content_length
+from rag_pipeline.web.request_rules import DATASET_NAME, DATASET_RULE, check_form_fields
 
 router = APIRouter(tags=["datasets"])
 MULTIPART_OVERHEAD = 64 * 1024
@@ -31,10 +32,12 @@ _LIMIT_TEXT = f"{MAX_FILE_BYTES // (1024 * 1024)} MB"
 _UPLOAD_BODY = {
     "required": True,
     "content": {
-        "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
+        "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "additionalProperties": False,
+                                           "properties": {
             "file": {"type": "string", "format": "binary", "description": "The dataset JSON file (docs/design.md §2)."},
-            "name": {"type": "string", "description": "Dataset name (default: the file name's stem; the "
-                                                      "content's `name` field must agree)."}}}},
+            "name": {"type": "string", "maxLength": 200, "pattern": DATASET_NAME,
+                     "description": "Dataset name (default: the file name's stem; the content's `name` field "
+                                    "must agree)."}}}},
         "application/json": {"schema": {"description": "The dataset itself: an array of cases, or an object "
                                                        "with `cases` (the file format, docs/design.md §2).",
                                         "oneOf": [{"type": "array"}, {"type": "object"}]}},
@@ -54,9 +57,11 @@ async def _read_limited(request: Request) -> bytes:
 @router.post("/knowledge-bases/{id}/retrieval/datasets", response_model=UploadResult, status_code=201,
              summary="Upload a dataset", openapi_extra={"requestBody": _UPLOAD_BODY},
              responses={200: {"model": UploadResult, "description": "This version was stored before."},
-                        413: {"description": "Over 50 MB."}})
+                        413: {"description": "Over 50 MB."},
+                        415: {"description": "Neither multipart/form-data nor JSON."}})
 async def upload_dataset(request: Request, engine: Engine, id: str = KnowledgeBaseId,  # noqa: A002
-                         name: Annotated[str | None, Query(max_length=200, description="Dataset name (JSON "
+                         name: Annotated[str | None, Query(max_length=200, json_schema_extra=DATASET_RULE,
+                                                           description="Dataset name (JSON "
                                                            "body; multipart: the `name` field).")] = None):
     """Validate and store a dataset version for this knowledge base: 201 (new version) or 200 (the same cases
     were stored before). Invalid → 422 whose `errors` list every problem with `case_index`, `case_id`, `field`
@@ -68,6 +73,7 @@ async def upload_dataset(request: Request, engine: Engine, id: str = KnowledgeBa
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise HTTPProblem(422, "the multipart body has no `file` part holding the dataset")
+        check_form_fields(form, {"file", "name"})
         raw = await upload.read(MAX_FILE_BYTES + 1)
         if len(raw) > MAX_FILE_BYTES:
             raise HTTPProblem(413, f"{printable(upload.filename)}: over the dataset limit of {_LIMIT_TEXT}")

@@ -13,11 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from rag_pipeline.contracts.reports import CandidateMode, CasePage, EvaluationDetail
 from rag_pipeline.contracts.runs import EvaluateResponse, LaunchedRun, RunItem, RunLinks, RunPage, RunStatus
 from rag_pipeline.service import catalog, evaluations
-from rag_pipeline.service.catalog import DATASET, check_name
+from rag_pipeline.service.catalog import DATASET, STRATEGY_VERSION, check_name
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import DagsterLauncher, Engine, Paging
 from rag_pipeline.web.launcher import LaunchError
 from rag_pipeline.web.problems import HTTPProblem
+from rag_pipeline.web.request_rules import DATASET_RULE, STRATEGY_RULE, VERSION_RULE, valid_name
 
 router = APIRouter(tags=["evaluations"])
 
@@ -29,20 +30,25 @@ async def _raw_body(request: Request) -> bytes:
 
 RawBody = Annotated[bytes, Depends(_raw_body)]
 MAX_CASE_PAGE = 1000
+StrategyVersion = Annotated[str, Field(min_length=1, max_length=100, json_schema_extra=STRATEGY_RULE)]
 
 
 class EvaluateRequest(BaseModel):
     """What to evaluate: a stored dataset (by name) or inline cases, and the strategies."""
 
     model_config = ConfigDict(extra="forbid")
-    dataset: str | None = Field(None, max_length=200, description="Name of a dataset stored for this knowledge "
+    dataset: str | None = Field(None, max_length=200, json_schema_extra=DATASET_RULE,
+                                description="Name of a dataset stored for this knowledge "
                                                                   "base (uploaded or evaluated before).")
-    dataset_version: str | None = Field(None, max_length=64, description="With `dataset`: a version hash or a "
+    dataset_version: str | None = Field(None, max_length=64, json_schema_extra=VERSION_RULE,
+                                        description="With `dataset`: a version hash or a "
                                                                          "prefix of one (default: the latest).")
     cases: list[Any] | None = Field(None, description="Inline cases in the file format (docs/design.md §2), validated "
                                                       "like a file; stored as a version of dataset `name`.")
-    name: str | None = Field(None, max_length=200, description="With `cases`: the dataset's name.")
-    strategy_versions: list[str] | None = Field(None, max_length=100, description="Default: every strategy the "
+    name: str | None = Field(None, max_length=200, json_schema_extra=DATASET_RULE,
+                             description="With `cases`: the dataset's name.")
+    strategy_versions: list[StrategyVersion] | None = Field(None, min_length=1, max_length=100,
+                                                            description="Default: every strategy the "
                                                 "knowledge base can run (it has the strategy's embedding model).")
     strict: bool = Field(False, description="Refuse when any label is not a searchable chunk (like --strict).")
 
@@ -96,8 +102,12 @@ def evaluate(body: EvaluateRequest, engine: Engine, launcher: DagsterLauncher, r
 
 @router.get("/knowledge-bases/{id}/retrieval/runs", response_model=RunPage, summary="Run history")
 def list_runs(engine: Engine, launcher: DagsterLauncher, page: Paging, id: str = KnowledgeBaseId,  # noqa: A002
-              dataset: Annotated[str | None, Query(max_length=200, description="Only this dataset.")] = None,
-              strategy: Annotated[str | None, Query(max_length=100, description="Only this strategy.")] = None,
+              dataset: Annotated[str | None, Query(max_length=200, json_schema_extra=DATASET_RULE,
+                                                   description="Only this dataset."), valid_name(DATASET)] = None,
+              strategy: Annotated[str | None, Query(max_length=100,
+                                                    json_schema_extra=STRATEGY_RULE,
+                                                    description="Only this strategy."),
+                                  valid_name(STRATEGY_VERSION)] = None,
               status: Annotated[RunStatus | None, Query(description="Only runs with this status.")] = None,
               current: Annotated[bool, Query(description="Only the current run of each dataset × strategy "
                                                          "(what comparisons use).")] = False):
@@ -114,13 +124,15 @@ def list_runs(engine: Engine, launcher: DagsterLauncher, page: Paging, id: str =
 @router.get("/retrieval/evaluations/{run_id}", response_model=EvaluationDetail, response_model_exclude_unset=True,
             summary="A run's detail with per-case candidates (docs/design.md §6.3)")
 def get_evaluation(engine: Engine, launcher: DagsterLauncher,
-                   run_id: Annotated[str, Path(max_length=64, description="A run id, or a unique prefix of at "
+                   run_id: Annotated[str, Path(max_length=64, json_schema_extra=VERSION_RULE,
+                                               description="A run id, or a unique prefix of at "
                                                                           "least 4 hex digits.")],
                    candidates: Annotated[CandidateMode, Query(description=(
                        "Which candidates each case lists: `default` = the selected ones plus every relevant one "
                        "(`miss_reasons` diagnose the missed relevant chunks), `all` = the whole pool, `selected`, "
                        "`relevant`, `none`."))] = "default",
-                   case_id: Annotated[str | None, Query(max_length=500, description="Only this case.")] = None,
+                   case_id: Annotated[str | None, Query(min_length=1, max_length=500,
+                                                        description="Only this case.")] = None,
                    offset: Annotated[int, Query(ge=0, le=10_000_000, description="Cases to skip.")] = 0,
                    limit: Annotated[int, Query(ge=1, le=MAX_CASE_PAGE, description="Cases per page.")] = 100,
                    include_text: Annotated[bool, Query(description="Add each candidate's chunk text (`content`), "

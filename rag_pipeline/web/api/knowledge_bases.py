@@ -7,9 +7,10 @@ from fastapi import APIRouter, Path
 from rag_pipeline.contracts.catalog import KnowledgeBaseInfo, KnowledgeBaseList
 from rag_pipeline.service import catalog
 from rag_pipeline.web.dependencies import Engine
+from rag_pipeline.web.request_rules import NAME_RULE
 
 router = APIRouter(tags=["knowledge bases"])
-KnowledgeBaseId = Path(description="A knowledge base's UUID or name.", max_length=200)
+KnowledgeBaseId = Path(description="A knowledge base's UUID or name.", max_length=200, json_schema_extra=NAME_RULE)
 
 
 @router.get("/knowledge-bases", response_model=KnowledgeBaseList, summary="List knowledge bases")

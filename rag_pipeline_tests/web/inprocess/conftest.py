@@ -134,7 +134,7 @@ def app(launcher):
 
 @pytest.fixture(scope="package")
 def _client(app, engine):
-    with TestClient(app) as client:  # runs the lifespan: the reconciliation task
+    with TestClient(app, base_url="http://localhost") as client:  # a loopback Host; runs the lifespan
         yield client
 
 
