@@ -84,8 +84,8 @@ def cjk_font_notice() -> str | None:
             return _font_check[0][1]
         check = check_cjk_font()
         notice = None if check.status == "OK" else (
-            f"{check.detail}: Chinese text in the charts (and in a browser on this machine) shows as boxes — "
-            f"{check.fix} (`rag-pipeline doctor` checks it)")
+            f"CJK font: {check.detail} — in the charts drawn on this server, and in a browser on this machine. "
+            f"Fix: {check.fix} (`rag-pipeline doctor` checks it).")
         _font_check[:] = [(time.monotonic(), notice)]
         return notice
 
