@@ -43,7 +43,7 @@ dev: install
 	$(BIN)/rag-pipeline db start
 	@echo "rag-pipeline is $(abspath $(BIN))/rag-pipeline (or run 'source $(VENV)/bin/activate' to put it on PATH)"
 	@echo "Dagster UI: http://127.0.0.1:3000   admin console: http://127.0.0.1:8000/admin/retrieval-evaluations   API: http://127.0.0.1:8000/docs"
-	@$(BIN)/rag-pipeline serve --host 127.0.0.1 --port 8000 & serve=$$!; \
+	@$(BIN)/rag-pipeline serve --host 127.0.0.1 --port 8000 --expect-daemon & serve=$$!; \
 	  trap 'kill $$serve 2>/dev/null; wait $$serve 2>/dev/null' EXIT INT TERM; \
 	  $(BIN)/dagster dev -w workspace.yaml
 

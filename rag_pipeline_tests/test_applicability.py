@@ -76,7 +76,8 @@ def test_suggest_without_strategy_pools_what_can_run_and_names_what_it_left_out(
 
 def test_evaluate_refuses_a_strategy_that_cannot_run_before_storing_anything(engine, tiny, tmp_path, capsys):
     path = tmp_path / "apply.json"
-    path.write_text(json.dumps({"knowledge_base": tiny["kb"], "cases": tiny_cases(tiny["chunks"])}), encoding="utf-8")
+    path.write_text(json.dumps({"knowledge_base": tiny["kb"], "metadata": {"auto_evaluate": True},
+                                "cases": tiny_cases(tiny["chunks"])}), encoding="utf-8")
     before = _runs(engine, tiny["kb"])
     plan = evaluations.plan_evaluation(path, ("keyword-v1", RERANK), knowledge_base=tiny["kb"])
     with pytest.raises(StrategyError, match=f"{RERANK} cannot run .*{MINILM}.*nothing was run"):
@@ -89,7 +90,8 @@ def test_evaluate_refuses_a_strategy_that_cannot_run_before_storing_anything(eng
 
 def test_the_sensor_plan_skips_the_same_strategy_for_the_same_reason(engine, tiny, datasets):
     path = datasets / "apply.json"
-    path.write_text(json.dumps({"knowledge_base": tiny["kb"], "cases": tiny_cases(tiny["chunks"])}), encoding="utf-8")
+    path.write_text(json.dumps({"knowledge_base": tiny["kb"], "metadata": {"auto_evaluate": True},
+                                "cases": tiny_cases(tiny["chunks"])}), encoding="utf-8")
     plan = dataset_service.plan_dataset_runs(engine, path)
     assert plan.problems is None and RERANK not in plan.to_run and "hybrid-v1" in plan.to_run
     with engine.connect() as conn:

@@ -14,7 +14,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from rag_pipeline.web.server import ServeRefused, serve  # noqa: PLC0415 - FastAPI and Dagster for this command only
 
     try:
-        return serve(args.host, args.port, with_daemon=args.with_daemon)
+        return serve(args.host, args.port, with_daemon=args.with_daemon, expect_daemon=args.expect_daemon)
     except ServeRefused as exc:  # a non-loopback address without a token, no Dagster instance
         error(exc)
         return EXIT_USER_ERROR
@@ -31,4 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int_between(1, 65535), default=8000, help="port (default 8000)")
     p.add_argument("--with-daemon", action="store_true", help="start a Dagster daemon next to the server when none "
                                                               "is running on the instance (stopped with the server)")
+    p.add_argument("--expect-daemon", action="store_true",
+                   help="a Dagster daemon is being started next to the server (make dev's `dagster dev`): wait for "
+                        "its heartbeat in the background, and warn only if none is up after 3 minutes")
     p.set_defaults(func=cmd_serve)

@@ -207,8 +207,10 @@ class StoredDataset(BaseModel):
 
 class DatasetRunPlan(BaseModel):
     """What the Dagster sensor should do with one dataset file: ``problems`` (invalid: add no partition), or the
-    strategy versions to run and why the others are skipped (``{version: reason}``)."""
+    strategy versions to run and why the others are skipped (``{version: reason}``); ``dataset_version``: the
+    dataset's version (the short hash of its cases, not of the file)."""
 
     to_run: tuple[str, ...] = ()
     skipped: dict[str, str] = Field(default_factory=dict)
     problems: str | None = None
+    dataset_version: str | None = None

@@ -1,11 +1,15 @@
-"""``new_dataset_sensor``: a new or changed valid ``datasets/*.json`` → dataset partition + runs of the strategies
-that make sense for it (:func:`rag_pipeline.service.datasets.plan_dataset_runs`; an invalid file adds and launches
-nothing, its problems are the skip reason); ``comparison_after_evaluation``: a succeeded evaluation → the
-dataset's comparison; ``runs_outside_dagster``: CLI/API runs → runless materializations; ``reevaluate_stale_runs``
-(opt-in): a current run that measured an older knowledge-base version → a new run of its partition.
+"""``new_dataset_sensor``: a new or changed ``datasets/*.json`` that opts in (``"metadata": {"auto_evaluate":
+true}``) → dataset partition + runs of the strategies that make sense for it
+(:func:`rag_pipeline.service.datasets.plan_dataset_runs`; an invalid file adds and launches nothing, its problems are
+the skip reason; a file that does not opt in, e.g. one ``rag-pipeline label --output`` wrote, gets neither);
+``comparison_after_evaluation``: a succeeded evaluation → the dataset's comparison; ``runs_outside_dagster``:
+CLI/API runs → runless materializations (a partition only for a dataset whose file is in ``datasets/``);
+``reevaluate_stale_runs`` (opt-in): a current run that measured an older knowledge-base version → a new run of its
+partition. docs/evaluating.md, "Sensors".
 
-The dataset cursor maps each file stem to ``{mtime_ns, size, sha256}``: an untouched file costs one ``stat``, a
-touched one is hashed, and only a new hash is planned. Run keys ``<file>:<sha256>:<strategy>``.
+The dataset cursor maps each file stem to ``{mtime_ns, size, sha256}`` of the file: an untouched file costs one
+``stat``, a touched one is hashed, and only a new file hash is planned. Logs and run keys name the dataset version
+(the hash of its canonical cases, docs/design.md §2), never the file hash: run keys ``<file>:<version>:<strategy>``.
 """
 
 import hashlib
@@ -26,20 +30,38 @@ from rag_pipeline.service.datasets import MAX_FILE_BYTES, FileReadError, check_r
 from rag_pipeline.service.knowledge_bases import SHORT
 from rag_pipeline.settings import datasets_dir
 
+OPT_IN = '"metadata": {"auto_evaluate": true}'
+SENSOR_DESCRIPTION = (
+    f"A new or changed datasets/*.json whose object form says {OPT_IN} → add its dataset partition and launch "
+    "one evaluate_retrieval run per strategy its knowledge base can run (the file's metadata.strategies, else "
+    "RAG_SENSOR_STRATEGIES, else every registry strategy) that has not measured this dataset version yet. Any "
+    "other file (e.g. one `rag-pipeline label --output` wrote) is left alone: no partition, no run.")
 
-def file_sha256(path) -> str:
-    """SHA-256 of a dataset file, read through the bounded reader (a FIFO or device never blocks the sensor)."""
-    return hashlib.sha256(read_bounded(path, MAX_FILE_BYTES, what="the dataset file")).hexdigest()
+
+def read_dataset_file(path) -> tuple[bytes, str]:
+    """A dataset file's bytes and SHA-256, read through the bounded reader (a FIFO or device never blocks)."""
+    raw = read_bounded(path, MAX_FILE_BYTES, what="the dataset file")
+    return raw, hashlib.sha256(raw).hexdigest()
 
 
-@dg.sensor(
-    name="new_dataset_sensor",
-    job=evaluate_retrieval_job,
-    minimum_interval_seconds=30,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="New or changed valid datasets/*.json → add the dataset partition and evaluate it with the "
-                "strategies its knowledge base can run (and that have not measured this version yet).",
-)
+def opts_in(raw: bytes) -> bool | str:
+    """Whether a dataset file asks to be evaluated automatically: ``metadata.auto_evaluate`` is true in its object
+    form. A bare array or an object without the flag: False (not validated: the sensor leaves it alone). A file
+    that is not JSON: True (it may be a broken opted-in file; its validation says what is wrong). A flag that is
+    not a boolean: the problem, as text."""
+    try:
+        data = json.loads(raw.decode("utf-8-sig"))
+    except ValueError:
+        return True
+    metadata = data.get("metadata") if isinstance(data, dict) else None
+    flag = metadata.get("auto_evaluate", False) if isinstance(metadata, dict) else False
+    if not isinstance(flag, bool):
+        return f"field 'metadata.auto_evaluate': must be true or false, got {json.dumps(flag)[:40]}"
+    return flag
+
+
+@dg.sensor(name="new_dataset_sensor", job=evaluate_retrieval_job, minimum_interval_seconds=30,
+           default_status=dg.DefaultSensorStatus.RUNNING, description=SENSOR_DESCRIPTION)
 def new_dataset_sensor(context: dg.SensorEvaluationContext, rag_db: RagDatabase):
     folder = datasets_dir()
     previous: dict = json.loads(context.cursor) if context.cursor else {}
@@ -59,13 +81,22 @@ def new_dataset_sensor(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
             if seen and (seen["mtime_ns"], seen["size"]) == (stat.st_mtime_ns, stat.st_size):
                 cursor[key] = seen
                 continue
-            digest = file_sha256(path)
+            raw, digest = read_dataset_file(path)
         except FileReadError as exc:
             context.log.warning(f"ignoring {printable(path.name)}: {exc}")
             continue
         if seen and seen["sha256"] == digest:
             cursor[key] = {"mtime_ns": stat.st_mtime_ns, "size": stat.st_size, "sha256": digest}
             continue  # touched, same content
+        wanted = opts_in(raw)
+        if wanted is not True:
+            cursor[key] = {"mtime_ns": stat.st_mtime_ns, "size": stat.st_size, "sha256": digest}
+            if wanted:  # a flag that is not a boolean
+                context.log.warning(f"not evaluating {printable(path.name)}: {wanted}")
+                problems.append(f"{printable(path.name)}: {wanted}")
+            else:
+                context.log.info(f"not evaluating {printable(path.name)}: it does not opt in with {OPT_IN}")
+            continue
         try:
             plan = datasets.plan_dataset_runs(rag_db.engine(), path)
         except DatabaseError as exc:  # try again next tick: the file stays "unseen"
@@ -79,20 +110,20 @@ def new_dataset_sensor(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
             continue
         if key not in new_keys and not context.instance.has_dynamic_partition(dataset_partitions.name, key):
             new_keys.append(key)
-        context.log.info(f"{'changed' if seen else 'new'} dataset file {path.name} (version {digest[:12]}): "
-                         f"running {', '.join(plan.to_run) or 'nothing'}")
+        context.log.info(f"{'changed' if seen else 'new'} dataset file {path.name} (dataset version "
+                         f"{plan.dataset_version}): running {', '.join(plan.to_run) or 'nothing'}")
         for version, reason in plan.skipped.items():
             context.log.info(f"{path.name}: not running {version}: {reason}")
         requests += [
-            dg.RunRequest(run_key=f"{path.name}:{digest}:{version}", partition_key=partition_key(key, version),
-                          tags={"rag/dataset_file": path.name})
+            dg.RunRequest(run_key=f"{path.name}:{plan.dataset_version}:{version}",
+                          partition_key=partition_key(key, version), tags={"rag/dataset_file": path.name})
             for version in plan.to_run
         ]
     for gone in sorted(set(previous) - set(cursor) - {k for k in previous if not valid_dataset_key(k)}):
         context.log.info(f"dataset file {gone}.json disappeared (its partition and runs are kept)")
     partitions = [dataset_partitions.build_add_request(new_keys)] if new_keys else []
     reason = ("invalid dataset file(s), nothing launched:\n" + "\n".join(problems)) if problems else \
-        f"no new or changed dataset file to run in {folder} ({len(files)} watched)"
+        f"no new or changed dataset file that opts in ({OPT_IN}) to run in {folder} ({len(files)} watched)"
     return dg.SensorResult(run_requests=requests, skip_reason=None if requests else reason,
                            dynamic_partitions_requests=partitions, cursor=json.dumps(cursor, sort_keys=True))
 
@@ -125,7 +156,8 @@ def comparison_after_evaluation(context: dg.RunStatusSensorContext, rag_db: RagD
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Evaluation runs made outside Dagster (rag-pipeline evaluate, the service, the API) → a runless "
-                "materialization of their dataset|strategy partition, so the UI's plots and history include them.",
+                "materialization of their dataset|strategy partition, so the UI's plots and history include them "
+                "(the dataset partition is added only when its file is in datasets/).",
 )
 def runs_outside_dagster(context: dg.SensorEvaluationContext, rag_db: RagDatabase):
     try:
@@ -135,6 +167,7 @@ def runs_outside_dagster(context: dg.SensorEvaluationContext, rag_db: RagDatabas
     if not finished:
         return dg.SkipReason("no new evaluation run made outside Dagster")
     strategies = set(strategy_partitions.get_partition_keys())
+    folder = datasets_dir()
     events, new_keys = [], []
     for run in finished:
         if not valid_dataset_key(run.dataset) or run.strategy_version not in strategies:
@@ -142,6 +175,10 @@ def runs_outside_dagster(context: dg.SensorEvaluationContext, rag_db: RagDatabas
             continue
         if run.dataset not in new_keys and not context.instance.has_dynamic_partition(dataset_partitions.name,
                                                                                       run.dataset):
+            if not (folder / f"{run.dataset}.json").is_file():  # a partition's run reads datasets/<name>.json
+                context.log.info(f"run {run.run_id}: dataset {run.dataset!r} has no file in {folder}; no partition "
+                                 "added, not reported")
+                continue
             new_keys.append(run.dataset)
         events.append(dg.AssetMaterialization(
             asset_key="evaluation_run_summary", partition=f"{run.dataset}|{run.strategy_version}",

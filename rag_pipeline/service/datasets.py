@@ -133,7 +133,7 @@ def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[st
             skipped[version] = f"its current run already measured version {dataset.version} with these parameters"
         else:
             to_run.append(version)
-    return DatasetRunPlan(to_run=tuple(to_run), skipped=skipped)
+    return DatasetRunPlan(to_run=tuple(to_run), skipped=skipped, dataset_version=dataset.version)
 
 
 def _setting_strategies() -> list[str]:

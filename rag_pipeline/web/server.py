@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 
 import uvicorn
 from dotenv import dotenv_values
@@ -36,9 +38,32 @@ def _completed_environment() -> dict[str, str] | None:
     return env if env != dict(os.environ) else None
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, *, with_daemon: bool = False) -> int:
+DAEMON_START_WAIT_S = 180.0
+"""How long ``serve --expect-daemon`` waits for the heartbeat of the daemon started next to it before warning."""
+
+
+def wait_for_daemon(launcher, timeout_s: float = DAEMON_START_WAIT_S, interval_s: float = 3.0) -> bool:
+    """Wait until a Dagster daemon heartbeats on the launcher's instance (say so on stderr) or ``timeout_s`` passed
+    (then warn, with the fix); returns whether one runs. What ``make dev`` needs: its ``dagster dev`` starts the
+    daemon while the server starts, so "no daemon is running" at start-up would be a false alarm."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = launcher.queue_status(max_age_s=0)
+        if status.daemon_running:
+            print("rag-pipeline: the Dagster daemon is up: queued evaluation runs start", file=sys.stderr, flush=True)
+            return True
+        if time.monotonic() >= deadline:
+            print(f"rag-pipeline: warning: still none after {timeout_s:.0f} s: {status.message}", file=sys.stderr,
+                  flush=True)
+            return False
+        time.sleep(interval_s)
+
+
+def serve(host: str = "127.0.0.1", port: int = 8000, *, with_daemon: bool = False,
+          expect_daemon: bool = False) -> int:
     """Serve the API and console on ``host:port`` until interrupted, the database migrated and the Dagster instance
-    opened first; ``with_daemon``: start a Dagster daemon when none is alive (stopped on exit)."""
+    opened first; ``with_daemon``: start a Dagster daemon when none is alive (stopped on exit); ``expect_daemon``:
+    one is being started next to the server (``make dev``): wait for it in the background instead of warning."""
     try:
         check_bind(host)  # before Dagster is even imported: a refusal is immediate
         check_allowed_hosts()
@@ -53,7 +78,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, *, with_daemon: bool = Fals
             sys.stdout.flush()
             sys.stderr.flush()
             argv = [sys.executable, "-m", "rag_pipeline.cli.main", "serve", "--host", host, "--port", str(port)]
-            os.execve(sys.executable, [*argv, *(["--with-daemon"] if with_daemon else [])], env)
+            os.execve(sys.executable, [*argv, *(["--with-daemon"] if with_daemon else []),
+                                       *(["--expect-daemon"] if expect_daemon else [])], env)
         get_engine()
         launcher = Launcher(os.environ)
         launcher.instance()
@@ -68,6 +94,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000, *, with_daemon: bool = Fals
     elif with_daemon:
         print("rag-pipeline: a Dagster daemon is already running on this instance; not starting another",
               file=sys.stderr)
+    elif not status.daemon_running and expect_daemon:
+        print("rag-pipeline: waiting for the Dagster daemon being started next to the server (make dev's `dagster "
+              "dev`); queued evaluation runs start once it is up", file=sys.stderr)
+        threading.Thread(target=wait_for_daemon, args=(launcher,), name="rag-daemon-wait", daemon=True).start()
     elif not status.daemon_running:
         print(f"rag-pipeline: warning: {status.message}", file=sys.stderr)
     base = f"http://{host if ':' not in host else f'[{host}]'}:{port}"

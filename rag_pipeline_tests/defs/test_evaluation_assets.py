@@ -1,4 +1,4 @@
-"""The evaluation assets on real Postgres: materialise a partition, failures, sensor, schedule,
+"""The evaluation assets on real Postgres: materialise a partition, failures, schedule,
 ``dagster job execute`` in a subprocess, and a snapshot of the asset graph."""
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import sqlalchemy as sa
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.schedules import nightly_reevaluation
-from rag_pipeline.defs.sensors import new_dataset_sensor
 from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, table_counts, tiny_cases, write_dataset
 
@@ -104,94 +103,6 @@ def test_bad_dataset_fails_once_with_the_message_and_writes_nothing(engine, chun
     assert "cases[5] (case_id 'ok-1'): field 'case_id': duplicate case_id" in message
     assert not [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
     assert table_counts(engine) == before
-
-
-# The tiny KB holds USE embeddings only: the sensor must not launch the MiniLM strategies on it (nor one whose
-# rerank stage needs MiniLM vectors).
-USE_VERSIONS = [v for v, s in load_registry().items()
-                if (not s.vector_candidate_k or s.embedding_model == "use-multilingual-v3")
-                and (s.rerank is None or s.rerank.model == "use-multilingual-v3")]
-
-
-def _sensor(instance, cursor=None):
-    with dg.build_sensor_context(instance=instance, cursor=cursor, resources={"rag_db": RagDatabase()}) as context:
-        return context, new_dataset_sensor(context)
-
-
-def _skip(result) -> str:
-    assert isinstance(result, dg.SensorResult) and not result.run_requests, result
-    return result.skip_reason.skip_message
-
-
-def test_sensor_new_changed_unchanged(engine, chunks, datasets):
-    assert 0 < len(USE_VERSIONS) < len(VERSIONS)
-    instance = dg.DagsterInstance.ephemeral()
-    write_dataset(datasets / "alpha.json", KB, tiny_cases(chunks)[:2])
-    (datasets / "bad|name.json").write_text("[]", encoding="utf-8")
-    (datasets / "notes.txt").write_text("not a dataset", encoding="utf-8")
-    context, result = _sensor(instance)
-    assert isinstance(result, dg.SensorResult)
-    digest = json.loads(result.cursor)["alpha"]["sha256"]
-    assert [r.run_key for r in result.run_requests] == [f"alpha.json:{digest}:{v}" for v in USE_VERSIONS]
-    assert [r.partition_key for r in result.run_requests] == [f"alpha|{v}" for v in USE_VERSIONS]
-    assert result.dynamic_partitions_requests[0].partition_keys == ["alpha"]
-    instance.add_dynamic_partitions("dataset", ["alpha"])  # what the daemon does with the request
-
-    _, unchanged = _sensor(instance, result.cursor)
-    assert "no new or changed dataset file" in _skip(unchanged)
-    os.utime(datasets / "alpha.json", ns=(1, 1))  # touched, same content
-    context, touched = _sensor(instance, result.cursor)
-    assert "no new or changed" in _skip(touched) and json.loads(touched.cursor)["alpha"]["mtime_ns"] == 1
-
-    write_dataset(datasets / "alpha.json", KB, tiny_cases(chunks)[:3])
-    write_dataset(datasets / "beta.json", KB, tiny_cases(chunks)[1:])
-    _, changed = _sensor(instance, touched.cursor)
-    new_cursor = json.loads(changed.cursor)
-    assert new_cursor["alpha"]["sha256"] != digest
-    assert {r.run_key.split(":")[0] for r in changed.run_requests} == {"alpha.json", "beta.json"}
-    assert len(changed.run_requests) == 2 * len(USE_VERSIONS)
-    assert changed.dynamic_partitions_requests[0].partition_keys == ["beta"]
-
-
-def test_sensor_adds_no_partition_for_an_invalid_file_and_says_why(engine, chunks, datasets):
-    instance = dg.DagsterInstance.ephemeral()
-    cases = tiny_cases(chunks)
-    cases[0]["k"] = 0
-    write_dataset(datasets / "broken.json", KB, cases)
-    write_dataset(datasets / "no-kb.json", "no-such-kb", tiny_cases(chunks))
-    _, result = _sensor(instance)
-    reason = _skip(result)
-    assert reason.startswith("invalid dataset file(s), nothing launched:")
-    assert "broken.json: cases[0] (case_id 'backup-001'): field 'k'" in reason
-    assert "no-such-kb" in reason
-    assert not result.dynamic_partitions_requests
-    assert set(json.loads(result.cursor)) == {"broken", "no-kb"}, "not re-validated until the file changes"
-
-
-def test_sensor_skips_strategies_already_run_on_this_version_anywhere(engine, chunks, datasets, capsys):
-    from rag_pipeline.cli import main
-
-    instance = dg.DagsterInstance.ephemeral()
-    path = write_dataset(datasets / "gamma.json", KB, tiny_cases(chunks)[:2])
-    assert main(["evaluate", "--dataset", str(path), "--strategy", "keyword-v1", "--strategy", "bm25-v1",
-                 "--quiet"]) == 0  # a CLI run: outside Dagster
-    capsys.readouterr()
-    _, result = _sensor(instance)
-    versions = [r.partition_key.split("|")[1] for r in result.run_requests]
-    assert versions == [v for v in USE_VERSIONS if v not in ("keyword-v1", "bm25-v1")]
-
-
-def test_sensor_runs_the_strategies_the_file_asks_for(engine, chunks, datasets, monkeypatch):
-    instance = dg.DagsterInstance.ephemeral()
-    data = {"knowledge_base": KB, "metadata": {"strategies": ["bm25-v1", "vector-minilm-v1"]},
-            "cases": tiny_cases(chunks)[:2]}
-    (datasets / "delta.json").write_text(json.dumps(data), encoding="utf-8")
-    _, result = _sensor(instance)
-    assert [r.partition_key for r in result.run_requests] == ["delta|bm25-v1"], "no MiniLM vectors in this KB"
-    monkeypatch.setenv("RAG_SENSOR_STRATEGIES", "keyword-v1, rrf-v1")
-    write_dataset(datasets / "delta.json", KB, tiny_cases(chunks)[:3])  # no metadata: the setting applies
-    _, again = _sensor(instance, result.cursor)
-    assert [r.partition_key for r in again.run_requests] == ["delta|keyword-v1", "delta|rrf-v1"]
 
 
 def test_the_comparison_waits_for_the_baseline(engine, chunks, datasets):
@@ -283,50 +194,6 @@ def test_asset_graph_snapshot():
     if os.environ.get("RAG_UPDATE_SNAPSHOTS") == "1":
         SNAPSHOT.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
     assert current == json.loads(SNAPSHOT.read_text(encoding="utf-8"))
-
-
-def test_sensor_skips_fifos_and_dangling_links_without_blocking(engine, chunks, datasets):
-    """A FIFO named like a dataset would block a plain open(); the sensor skips it (and a dangling link)."""
-    instance = dg.DagsterInstance.ephemeral()
-    os.mkfifo(datasets / "pipe.json")
-    (datasets / "dangling.json").symlink_to(datasets / "nowhere.json")
-    write_dataset(datasets / "good.json", KB, tiny_cases(chunks)[:2])
-    _, result = _sensor(instance)
-    assert isinstance(result, dg.SensorResult)
-    assert set(json.loads(result.cursor)) == {"good"}
-    assert {r.partition_key.split("|")[0] for r in result.run_requests} == {"good"}
-
-
-def test_runs_made_outside_dagster_are_reported_to_the_instance(engine, chunks, datasets, capsys):
-    """A CLI evaluation, then one tick of ``runs_outside_dagster``: the partition's materialization is in the
-    instance (with the run's averages), the partition exists, and the next tick reports nothing twice."""
-    from rag_pipeline.cli import main
-    from rag_pipeline.defs.sensors import runs_outside_dagster
-
-    path = write_dataset(datasets / "zeta.json", KB, tiny_cases(chunks)[:2])
-    assert main(["evaluate", "--dataset", str(path), "--strategy", "keyword-v1", "--quiet"]) == 0
-    capsys.readouterr()
-    with dg.instance_for_test() as instance:
-        cursor = None
-        for _ in range(100):  # walk the feed to its end (other tests' CLI runs are in it too)
-            with dg.build_sensor_context(instance=instance, cursor=cursor,
-                                         resources={"rag_db": RagDatabase()}) as context:
-                result = runs_outside_dagster(context)
-            if isinstance(result, dg.SkipReason):
-                break
-            for request in result.dynamic_partitions_requests:
-                instance.add_dynamic_partitions("dataset", list(request.partition_keys))
-            for event in result.asset_events:
-                instance.report_runless_asset_event(event)
-            cursor = result.cursor
-        assert "no new evaluation run" in result.skip_message
-        assert instance.has_dynamic_partition("dataset", "zeta")
-        records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("evaluation_run_summary"),
-                                  asset_partitions=["zeta|keyword-v1"]), limit=5).records
-        assert len(records) == 1
-        meta = records[0].asset_materialization.metadata
-        assert meta["source"].value.startswith("outside Dagster") and 0 <= meta["ndcg_at_k"].value <= 1
 
 
 def test_a_run_names_the_process_that_executed_it(engine, chunks, datasets):

@@ -2,14 +2,21 @@
 
 An upload is validated exactly like a file (every problem at once, each with its case index, case_id and field;
 nothing stored when there is one) and, once stored, opens its dataset's dashboard, where the label check
-(docs/design.md §8) is shown with its fixes before anything runs.
+(docs/design.md §8) is shown with its fixes before anything runs. Both answer Post/Redirect/Get: a refused upload
+redirects to the knowledge base's page with ``?upload_failed=<token>``, whose problems this process keeps (the
+latest :data:`FAILED_UPLOADS_KEPT`), so reloading the page shows them again and never re-posts the file.
 """
 
 from __future__ import annotations
 
+import secrets
+import threading
+from collections import OrderedDict
 from pathlib import PurePath
+from typing import Annotated
+from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Request, UploadFile
+from fastapi import APIRouter, Depends, Query, Request, UploadFile
 from fastapi.responses import RedirectResponse
 
 from rag_pipeline.contracts.errors import USER_ERRORS
@@ -17,12 +24,25 @@ from rag_pipeline.service import catalog, evaluations
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.datasets import MAX_FILE_BYTES, DatasetError, DatasetProblem
 from rag_pipeline.web.admin.datasets import dataset_url
-from rag_pipeline.web.admin.pages import error_page, render
+from rag_pipeline.web.admin.pages import BASE, error_page, render
 from rag_pipeline.web.dependencies import DagsterLauncher, Engine
 from rag_pipeline.web.security import require_console_user, require_csrf
 
 router = APIRouter(dependencies=[Depends(require_console_user)])
 RECENT_RUNS = 15
+FAILED_UPLOADS_KEPT = 64
+_failed_uploads: OrderedDict[str, tuple[str, list[dict], int]] = OrderedDict()  # token → (name, problems, more)
+_failed_lock = threading.Lock()
+
+
+def _refused(kb: str, filename: str | None, problems: list[dict], more: int = 0) -> RedirectResponse:
+    """Keep a refused upload's problems under a new token and redirect (303) to the page that shows them."""
+    token = secrets.token_urlsafe(12)
+    with _failed_lock:
+        _failed_uploads[token] = (printable(filename or ""), problems, more)
+        while len(_failed_uploads) > FAILED_UPLOADS_KEPT:
+            _failed_uploads.popitem(last=False)
+    return RedirectResponse(f"{BASE}/kb/{quote(kb, safe='')}?upload_failed={token}", status_code=303)
 
 
 @router.get("/retrieval-evaluations", name="admin_home")
@@ -47,17 +67,24 @@ def _kb_page(request: Request, engine, kb: str, *, problems=None, upload_name: s
 
 
 @router.get("/retrieval-evaluations/kb/{kb}", name="admin_knowledge_base")
-def knowledge_base_page(request: Request, engine: Engine, kb: str):
-    return _kb_page(request, engine, kb)
+def knowledge_base_page(request: Request, engine: Engine, kb: str,
+                        upload_failed: Annotated[str, Query(max_length=64)] = ""):
+    if not upload_failed:
+        return _kb_page(request, engine, kb)
+    with _failed_lock:
+        name, problems, more = _failed_uploads.get(upload_failed, (None, None, 0))
+    if problems is None:  # the server restarted, or many uploads failed since
+        problems = [{"message": "the problems of that upload are no longer kept: upload the file again"}]
+    return _kb_page(request, engine, kb, problems=problems, upload_name=name, more=more)
 
 
 @router.post("/retrieval-evaluations/kb/{kb}/upload", dependencies=[Depends(require_csrf)])
-async def upload(request: Request, engine: Engine, kb: str, dataset: UploadFile | None = None):
-    """Store an uploaded dataset file; on any problem re-show the page with every problem, nothing stored."""
+async def upload(engine: Engine, kb: str, dataset: UploadFile | None = None):
+    """Store an uploaded dataset file; on any problem redirect to the page showing every problem, nothing
+    stored."""
     filename = PurePath((dataset.filename if dataset else "") or "").name
     if dataset is None or not filename:
-        return _kb_page(request, engine, kb, problems=[{"message": "choose a dataset file (.json) to upload"}],
-                        status_code=422)
+        return _refused(kb, None, [{"message": "choose a dataset file (.json) to upload"}])
     raw = await dataset.read(MAX_FILE_BYTES + 1)
     source = filename
     try:
@@ -68,11 +95,8 @@ async def upload(request: Request, engine: Engine, kb: str, dataset: UploadFile 
     except DatasetError as exc:
         rows = [{"case_index": p.case_index, "case_id": p.case_id and printable(p.case_id),
                  "field": p.field and printable(p.field), "message": printable(p.message)} for p in exc.problems]
-        return _kb_page(request, engine, kb, problems=rows, upload_name=printable(filename), status_code=422,
-                        more=exc.more)
+        return _refused(kb, filename, rows, more=exc.more)
     except USER_ERRORS as exc:
-        return _kb_page(request, engine, kb, problems=[{"message": printable(str(exc))}],
-                        upload_name=printable(filename),
-                        status_code=422)
+        return _refused(kb, filename, [{"message": printable(str(exc))}])
     new = "1" if stored.created else "2"
     return RedirectResponse(f"{dataset_url(stored.knowledge_base, stored.name)}?uploaded={new}", status_code=303)

@@ -9,6 +9,8 @@ with a known type, no sub-paths, no ``..``; it needs no login (the login form us
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse
 from fastapi.templating import Jinja2Templates
 
+from rag_pipeline.service.environment.checks import check_cjk_font
 from rag_pipeline.service.evaluations import METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.settings import get_settings
 from rag_pipeline.web.security import api_token, csrf_token
@@ -67,9 +70,29 @@ templates.env.filters["signed"] = _signed
 templates.env.filters["when"] = _when
 
 
+FONT_CHECK_TTL_S = 600.0
+_font_check: list = []  # [(checked at, notice or None)]
+_font_lock = threading.Lock()
+
+
+def cjk_font_notice() -> str | None:
+    """What every page says when this machine has no font with Chinese glyphs (``rag-pipeline doctor``'s check;
+    the charts are drawn here, and a browser on this machine lacks the glyphs too); None when one is installed.
+    Checked at most every :data:`FONT_CHECK_TTL_S` seconds, so installing a font clears it without a restart."""
+    with _font_lock:
+        if _font_check and time.monotonic() - _font_check[0][0] < FONT_CHECK_TTL_S:
+            return _font_check[0][1]
+        check = check_cjk_font()
+        notice = None if check.status == "OK" else (
+            f"CJK font: {check.detail} — in the charts drawn on this server, and in a browser on this machine. "
+            f"Fix: {check.fix} (`rag-pipeline doctor` checks it).")
+        _font_check[:] = [(time.monotonic(), notice)]
+        return notice
+
+
 def render(request: Request, name: str, context: dict[str, Any] | None = None, status_code: int = 200):
-    """Render ``templates/<name>`` with the request, the CSRF token and ``context``."""
-    ctx = {"csrf_token": csrf_token(request), "show_logout": bool(api_token()),
+    """Render ``templates/<name>`` with the request, the CSRF token, the CJK font notice and ``context``."""
+    ctx = {"csrf_token": csrf_token(request), "show_logout": bool(api_token()), "cjk_notice": cjk_font_notice(),
            "dagster_ui": get_settings().dagster_ui_url.rstrip("/"), **(context or {})}
     return templates.TemplateResponse(request, name, ctx, status_code=status_code)
 

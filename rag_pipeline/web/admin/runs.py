@@ -16,6 +16,7 @@ from rag_pipeline.contracts.reports import CaseReport
 from rag_pipeline.service import evaluations, history
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
 from rag_pipeline.web.admin.pages import BASE, error_page, render
+from rag_pipeline.web.api.evaluations import no_case_results_yet
 from rag_pipeline.web.dependencies import Engine
 from rag_pipeline.web.security import require_console_user
 
@@ -74,6 +75,10 @@ def case_page(request: Request, engine: Engine, run_id: str,
               case_id: Annotated[str, Query(max_length=1000)]):
     try:
         detail = history.case_detail(engine, run_id, case_id)
+    except history.CaseNotFoundError as exc:
+        why = no_case_results_yet(evaluations.run_summaries(engine, [run_id])[0])
+        return error_page(request, 404, str(exc)) if why is None else \
+            error_page(request, 409, why, title="No case results yet")
     except USER_ERRORS as exc:
         return error_page(request, 404, str(exc))
     s = detail.summary

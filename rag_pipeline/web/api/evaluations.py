@@ -53,6 +53,21 @@ class EvaluateRequest(BaseModel):
     strict: bool = Field(False, description="Refuse when any label is not a searchable chunk (like --strict).")
 
 
+def no_case_results_yet(summary) -> str | None:
+    """Why a run that is not ``succeeded`` has no case to show (its case results are stored in one transaction
+    when it succeeds, docs/design.md §4.2); None for a succeeded run (a case it lacks is really not there)."""
+    run = f"run {summary.run_id[:8]} ({summary.strategy_version})"
+    total = summary.dataset.case_count
+    if summary.status == "queued":
+        return f"{run} is queued: it has no case results until it has run; ask again once it has succeeded"
+    if summary.status == "running":
+        return (f"{run} is running ({summary.cases_done} of {total} cases done): its case results are stored when "
+                "it succeeds; ask again then")
+    if summary.status in ("failed", "abandoned"):
+        return f"{run} {summary.status} and stored no case results" + (f": {summary.error}" if summary.error else "")
+    return None
+
+
 def run_links(run_id: str, knowledge_base: str) -> RunLinks:
     return RunLinks(self=f"/api/v1/retrieval/evaluations/{run_id}",
                     knowledge_base_runs=f"/api/v1/knowledge-bases/{knowledge_base}/retrieval/runs")
@@ -122,7 +137,9 @@ def list_runs(engine: Engine, launcher: DagsterLauncher, page: Paging, id: str =
 
 
 @router.get("/retrieval/evaluations/{run_id}", response_model=EvaluationDetail, response_model_exclude_unset=True,
-            summary="A run's detail with per-case candidates (docs/design.md §6.3)")
+            summary="A run's detail with per-case candidates (docs/design.md §6.3)",
+            responses={409: {"description": "`case_id` given on a run that is queued, running or failed: the "
+                                            "detail says which (it has no case results yet)."}})
 def get_evaluation(engine: Engine, launcher: DagsterLauncher,
                    run_id: Annotated[str, Path(max_length=64, json_schema_extra=VERSION_RULE,
                                                description="A run id, or a unique prefix of at "
@@ -139,9 +156,16 @@ def get_evaluation(engine: Engine, launcher: DagsterLauncher,
                                                                    "looked up live; never stored.")] = False):
     """The run summary and a page of its cases in dataset order, each with ids, grades, metrics, miss reasons
     and candidates (vector / keyword / final score and rank, relevant, selected) — the shape of
-    `rag-pipeline show`. A queued or running run has a summary (`status`, `cases_done`) and no cases yet."""
-    detail = evaluations.evaluation_detail(engine, run_id, candidates=candidates, case_id=case_id, offset=offset,
-                                           limit=limit, include_text=include_text)
+    `rag-pipeline show`. A queued or running run has a summary (`status`, `cases_done`) and no cases yet (with
+    `case_id`: 409 saying so)."""
+    try:
+        detail = evaluations.evaluation_detail(engine, run_id, candidates=candidates, case_id=case_id,
+                                               offset=offset, limit=limit, include_text=include_text)
+    except evaluations.CaseNotFoundError:
+        why = no_case_results_yet(evaluations.run_summaries(engine, [run_id])[0])
+        if why is None:
+            raise
+        raise HTTPProblem(409, why) from None
     s = detail.summary
     page = CasePage(offset=0 if case_id else offset, limit=limit, returned=len(detail.cases),
                     total_cases=s.dataset.case_count, candidates=candidates, include_text=include_text)

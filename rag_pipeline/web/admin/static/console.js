@@ -129,6 +129,7 @@ function liveRuns() {
     const shown = data.runs.filter((r) => r.status === "queued" || r.status === "running" ||
       launched.includes(r.run_id));
     body.replaceChildren(...shown.map(rowOf));
+    data.runs.forEach(historyStatus);  // the run history below says the same as this table
     section.hidden = false;
     if (shown.length === 0) body.innerHTML = '<tr class="empty"><td colspan="5" class="muted">no run queued or running</td></tr>';
     const warning = document.getElementById("queue-warning");
@@ -149,6 +150,21 @@ function liveRuns() {
       url.searchParams.delete("launched");
       url.searchParams.delete("uploaded");
       window.setTimeout(() => window.location.replace(url.toString()), 800);  // refresh metrics, gate, charts
+    }
+  }
+  function historyStatus(run) {
+    const cell = document.querySelector('#run-history tr[data-run="' + run.run_id + '"] td.run-status');
+    if (!cell || cell.dataset.status === run.status) return;
+    cell.dataset.status = run.status;
+    const badge = document.createElement("span");
+    badge.className = "badge " + run.status;
+    badge.textContent = run.status;
+    cell.replaceChildren(badge);
+    if (run.error) {
+      const error = document.createElement("span");
+      error.className = "small bad run-error";
+      error.textContent = run.error;
+      cell.append(" ", error);
     }
   }
   function rowOf(run) {
