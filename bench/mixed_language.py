@@ -11,10 +11,11 @@ the same run and database:
 
 Every strategy of the registry whose models are all USE (ingested with that model only) is run over every
 answerable case at the cases' ``k``; nDCG@k, Recall@k and MRR come from the project's metrics
-(:func:`rag_pipeline.evaluation.metrics.evaluate_many`). ``xlang`` is the share of a keyword strategy's whole
-pool (every chunk it matched, up to its candidate k) in the other language than the question (a Chinese chunk
-for an English question, or the reverse): the noise English stop words matching in ``chinese`` mode cause. ``heading-only`` counts chunks holding only
-Markdown headings. Prints a markdown report (``--markdown PATH`` also writes it).
+(:func:`rag_pipeline.evaluation.metrics.evaluate_many`). ``xlang`` is the mean number of chunks, per question,
+in a keyword strategy's whole pool (every chunk it matched, up to its candidate k) in the other language than the
+question (a Chinese chunk for an English question, or the reverse): the noise English stop words matching in
+``chinese`` mode cause. ``heading-only`` counts chunks holding only
+Markdown headings. Prints a markdown report (``--markdown PATH`` also writes it, ``--json PATH`` the figures).
 
 Usage: python bench/mixed_language.py [--sizes 500,150] [--corpora demo,mixed]
 (database: ``RAG_DATABASE_URL``, else the embedded server, as every command.)
@@ -23,6 +24,7 @@ Usage: python bench/mixed_language.py [--sizes 500,150] [--corpora demo,mixed]
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import tempfile
@@ -57,7 +59,7 @@ _HEADINGS_ONLY = re.compile(r"\s*(?:#{1,6}[ \t][^\n]*\s*)+")
 _JOIN_NEXT = chunking._join_next
 
 
-def _no_heading_rule(text, units, i, j, size):  # the chunking before the heading rule
+def _no_heading_rule(_text, _units, _i, j, _size):  # the chunking before the heading rule
     return j
 
 
@@ -102,7 +104,7 @@ def _run_config(engine, corpus: str, size: int, config: tuple[str, str, bool], s
         out["strategies"][s.version] = {"ndcg": float(np.mean(m["ndcg_at_k"])),
                                         "recall": float(np.mean(m["recall_at_k"])),
                                         "mrr": float(np.mean(m["reciprocal_rank"])),
-                                        "xlang": other / max(sum(len(r) for r in retrieved), 1)}
+                                        "xlang": other / len(cases)}
     print(f"{corpus} size {size} {label}: {out['chunks']} chunks, {out['heading_only']} heading-only",
           file=sys.stderr)
     return out
@@ -118,7 +120,7 @@ def _table(corpus: str, size: int, runs: dict, strategies) -> list[str]:
     for s in strategies:
         r = {label: runs[label]["strategies"][s.version] for label in runs}
         keyword = s.keyword_candidate_k and not s.vector_candidate_k
-        xlang = f"{r['before']['xlang']:.3f} → {r['after']['xlang']:.3f}" if keyword else "—"
+        xlang = f"{r['before']['xlang']:.2f} → {r['after']['xlang']:.2f}" if keyword else "—"
         lines.append(f"| {s.version} | {r['before']['ndcg']:.4f} | {r['+mode']['ndcg']:.4f} | "
                      f"{r['+headings']['ndcg']:.4f} | {r['after']['ndcg']:.4f} | "
                      f"{r['after']['ndcg'] - r['before']['ndcg']:+.4f} | "
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="500,150", help="comma-separated chunk sizes (each 500 or 150)")
     ap.add_argument("--corpora", default="demo,mixed", help="comma-separated: demo, mixed")
     ap.add_argument("--markdown", type=Path, help="also write the report to this file")
+    ap.add_argument("--json", type=Path, help="also write the figures, {corpus: {size: {config: ...}}}, as JSON")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     corpora = args.corpora.split(",")
@@ -140,15 +143,18 @@ def main(argv: list[str] | None = None) -> int:
     strategies = [s for s in load_registry().values()
                   if s.embedding_model == MODEL and s.rerank is None and s.text_search == "kb"]
     engine = get_engine()
-    lines = [machine_line(), ""]
+    lines, figures = [machine_line(), ""], {}
     for corpus in corpora:
         for size in sizes:
             runs = {c[0]: _run_config(engine, corpus, size, c, strategies) for c in CONFIGS}
+            figures.setdefault(corpus, {})[str(size)] = runs
             lines += _table(corpus, size, runs, strategies)
     report = "\n".join(lines)
     print(report)
     if args.markdown:
         args.markdown.write_text(report + "\n", encoding="utf-8")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1), encoding="utf-8")
     return 0
 
 
