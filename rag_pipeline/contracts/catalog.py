@@ -23,7 +23,7 @@ class Applicability(BaseModel):
 class KnowledgeBaseInfo(BaseModel):
     id: str
     name: str
-    text_search: str = Field(description="Keyword text mode: simple, english or chinese.")
+    text_search: str = Field(description="Keyword text mode: simple, english, chinese or mixed.")
     chunk_size: int
     chunk_overlap: int
     documents: int

@@ -22,7 +22,7 @@ class KnowledgeBaseConfig(dg.Config):
     source_dir: str
     """Folder of .md/.txt/.html/.jsonl documents; the knowledge base is the partition's name."""
     text_search: str = "simple"
-    """Keyword text mode of a new knowledge base (as ``rag-pipeline ingest``): simple, english or chinese."""
+    """Keyword text mode of a new knowledge base (as ``rag-pipeline ingest``): simple, english, chinese or mixed."""
     chunk_size: int = knowledge_bases.DEFAULT_CHUNK_SIZE
     chunk_overlap: int = knowledge_bases.DEFAULT_CHUNK_OVERLAP
     models: list[str] = [DEFAULT_MODEL]

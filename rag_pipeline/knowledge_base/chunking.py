@@ -3,7 +3,9 @@
 A document is cut into sentences (``. ! ?`` followed by space, ``。！？；`` and line breaks), sentences
 are packed greedily into chunks of at most ``chunk_size`` characters, and the next chunk starts early
 enough to repeat about ``chunk_overlap`` characters of whole sentences. A sentence longer than
-``chunk_size`` is cut at the last space (or anywhere, for Chinese) before the limit.
+``chunk_size`` is cut at the last space (or anywhere, for Chinese) before the limit. A chunk that would hold
+only Markdown headings (``# Coffee Roasting``) takes as much of the next sentence as fits (cut as a long sentence
+is): a heading alone matches a question by its words but answers nothing (docs/design.md §3.1).
 Every chunk is ``text[char_start:char_end]`` exactly, with surrounding whitespace trimmed.
 """
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 ID_NAMESPACE = uuid.UUID("6c1f0a8e-2b7d-5d43-9c55-6b1e6f3f7a10")
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n\s*")
+_HEADING = re.compile(r"[ \t]{0,3}#{1,6}(?:[ \t][^\n]*)?\s*")
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,25 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+def _only_headings(text: str, units: list[tuple[int, int]]) -> bool:
+    return all(_HEADING.fullmatch(text, s, e) is not None for s, e in units)
+
+
+def _join_next(text: str, units: list[tuple[int, int]], i: int, j: int, size: int) -> int:
+    """Units ``i..j`` are headings only: the chunk takes unit ``j + 1`` too, or its head up to ``size`` (``units`` is
+    updated; the rest starts the next unit). Returns the chunk's new last unit."""
+    start, end = units[j + 1]
+    limit = units[i][0] + size
+    if end <= limit:
+        return j + 1
+    cut = text.rfind(" ", start + 1, limit)
+    cut = cut + 1 if cut > start else limit
+    if cut <= start:  # the headings fill the chunk already
+        return j
+    units[j + 1:j + 2] = [(start, cut), (cut, end)]
+    return j + 1
+
+
 def chunk_text(text: str, chunk_size: int = 500, chunk_overlap: int = 80) -> list[Chunk]:
     """Cut ``text`` into chunks; see the module docstring."""
     if chunk_size < 20:
@@ -95,6 +117,8 @@ def chunk_text(text: str, chunk_size: int = 500, chunk_overlap: int = 80) -> lis
         j = i
         while j + 1 < len(units) and units[j + 1][1] - units[i][0] <= chunk_size:
             j += 1
+        if j + 1 < len(units) and _only_headings(text, units[i:j + 1]):
+            j = _join_next(text, units, i, j, chunk_size)
         start, end = _trim(text, units[i][0], units[j][1])
         if end > start:
             chunks.append(Chunk(len(chunks), start, end, text[start:end]))

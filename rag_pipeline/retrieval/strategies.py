@@ -27,7 +27,7 @@ from rag_pipeline.storage.names import STRATEGY_VERSION, InvalidNameError, check
 STRATEGIES_FILE_ENV = "RAG_STRATEGIES_FILE"
 PACKAGED_STRATEGIES_FILE = Path(__file__).resolve().parent / "strategies.yaml"
 
-TEXT_SEARCH_MODES = ("kb", "simple", "english", "chinese")
+TEXT_SEARCH_MODES = ("kb", "simple", "english", "chinese", "mixed")
 KEYWORD_SCORERS = ("ts_rank_cd", "bm25")
 FUSIONS = ("weighted", "rrf")
 RERANK_METHODS = ("embedding", "cross-encoder")

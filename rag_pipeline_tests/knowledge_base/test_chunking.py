@@ -175,7 +175,35 @@ def test_content_change_changes_only_affected_chunk_ids() -> None:
     assert after - before, "the edited chunk gets a new id"
 
 
-_PIECES = st.sampled_from(list("abc xyz.!?。！？；\n报销出差政策") + ["  ", ". ", "\n\n", "word ", "\t"])
+ROASTING = ("# Coffee Roasting\n\n## Light roasts\n"
+            "Light roasts are taken off the heat just after the first crack, so they keep more of the origin flavour "
+            "and acidity of the bean. Medium roasts are sweeter.")
+ROASTING_ZH = ("# 咖啡烘焙\n\n浅度烘焙在第一次爆裂之后不久就停止加热，因此保留了更多产地风味和酸度，"
+               "适合手冲。中度烘焙更甜。")
+
+
+def _only_headings(chunk: Chunk) -> bool:
+    return all(line.lstrip().startswith("#") for line in chunk.content.splitlines() if line.strip())
+
+
+@pytest.mark.parametrize(("text", "size", "overlap"), [(ROASTING, 150, 20), (ROASTING, 60, 10), (ROASTING_ZH, 30, 0)])
+def test_a_heading_alone_joins_the_text_that_follows(text: str, size: int, overlap: int) -> None:
+    chunks = chunk_text(text, size, overlap)
+    assert not [c.content for c in chunks if _only_headings(c)]
+    assert chunks[0].content.startswith(text.split("\n")[0]) and not _only_headings(chunks[0])
+    assert_exact_spans(text, chunks, size)
+    assert_covers_every_visible_char(text, chunks)
+
+
+def test_headings_with_room_left_and_hashtags_are_unchanged() -> None:
+    text = "Intro sentence here.\n# Usage\nRun it.\n#hashtag alone\nMore text follows here."
+    assert [c.content for c in chunk_text(text, 40, 0)] == ["Intro sentence here.\n# Usage\nRun it.",
+                                                            "#hashtag alone\nMore text follows here."]
+    assert [c.content for c in chunk_text("# Only a heading", 20, 0)] == ["# Only a heading"], "nothing to join"
+
+
+_PIECES = st.sampled_from(list("abc xyz.!?。！？；\n报销出差政策")
+                          + ["  ", ". ", "\n\n", "word ", "\t", "\n# h\n", "## "])
 
 
 @settings(max_examples=150, deadline=None, database=None)

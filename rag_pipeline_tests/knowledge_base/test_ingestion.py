@@ -449,7 +449,10 @@ def test_duplicate_jsonl_ids_are_a_user_error(engine, kb_name, tmp_path, second_
 
 def test_ingestion_warns_about_a_text_mode_mismatch_and_empty_documents(engine, ingested, kb_name, tmp_path) -> None:
     _, _, mixed = ingested
-    assert mixed.warnings == [] and mixed.model_dump()["warnings"] == [], "a bilingual KB in chinese mode fits"
+    # a bilingual KB in chinese mode: English stop words match; the warning names the mode that fits
+    assert len(mixed.warnings) == 1 and mixed.model_dump()["warnings"] == mixed.warnings
+    assert " text mode is 'chinese': English words are not stemmed" in mixed.warnings[0]
+    assert mixed.warnings[0].endswith("re-create it with --text-search mixed")
     folder = tmp_path / "zh"
     folder.mkdir()
     (folder / "policy-zh.md").write_text(POLICY_ZH, encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Keyword text modes (simple / english / chinese via jieba) and the parameterised OR tsquery, in real Postgres."""
+"""Keyword text modes (simple / english / chinese via jieba / mixed) and the parameterised OR tsquery, in Postgres."""
 
 from __future__ import annotations
 
@@ -19,7 +19,16 @@ def test_prepare_per_mode() -> None:
     assert "\x00" not in zh
     assert zh.split()[:3] == ["Running", "shoes", "and"]
     assert "差旅" in zh.split() and "报销" in zh.split()
-    assert [regconfig(m) for m in textsearch.TEXT_SEARCH_MODES] == ["simple", "english", "simple"]
+    mixed = prepare("mixed", text)
+    assert mixed.startswith("Running shoes  and ") and mixed.split()[-2:] == ["差旅", "报销"]
+    assert [regconfig(m) for m in textsearch.TEXT_SEARCH_MODES] == ["simple", "english", "simple", "english"]
+
+
+def test_mixed_segments_only_the_cjk_runs() -> None:
+    text = "使用PostgreSQL主库, see e-mail v3.5: how long is a marathon?"
+    assert prepare("mixed", text) == " 使用 PostgreSQL 主库 , see e-mail v3.5: how long is a marathon?"
+    assert prepare("chinese", text).split()[5:8] == ["e", "-", "mail"], "chinese mode cuts Latin text too"
+    assert prepare("mixed", "no Chinese at all") == "no Chinese at all"
 
 
 def test_chinese_segmentation_splits_words() -> None:
@@ -39,7 +48,7 @@ def test_segment_leaves_text_without_chinese_unchanged() -> None:
 def test_unknown_mode_is_an_error(mode: str) -> None:
     with pytest.raises(TextSearchError, match="unknown text-search mode"):
         prepare(mode, "text")
-    with pytest.raises(TextSearchError, match="simple, english, chinese"):
+    with pytest.raises(TextSearchError, match="simple, english, chinese, mixed"):
         regconfig(mode)
 
 
@@ -115,6 +124,28 @@ def test_or_tsquery_without_lexemes_is_null(engine, question: str) -> None:
         assert q is None
 
 
+SOURDOUGH = "# 酸面包\n\n酸面包的发酵时间是 12 小时, a slow rise. 面团 is kept at 24 °C."
+MARATHON = "how long is a marathon"
+
+
+def test_mixed_mode_stems_latin_drops_english_stop_words_and_keeps_chinese_words(engine) -> None:
+    with engine.connect() as conn:
+        mixed = _lexemes(conn, "mixed", "The runners were running 差旅报销需要在出差结束后提交")
+        assert {"run", "差旅", "报销", "出差", "提交"} <= set(mixed)
+        assert not {"the", "were", "running", "runners"} & set(mixed)
+        for zh in (ZH, "备份数据使用加密，存放在与主库不同的可用区。", "酸面包的发酵时间是十二小时"):  # CJK words kept
+            assert sorted(_lexemes(conn, "mixed", zh)) == sorted(_lexemes(conn, "chinese", zh))
+
+
+def test_english_stop_words_match_in_chinese_mode_but_not_in_mixed(engine) -> None:
+    with engine.connect() as conn:
+        assert _or_query(conn, "chinese", MARATHON, SOURDOUGH).hit is True, "'is' and 'a' are words in chinese mode"
+        row = _or_query(conn, "mixed", MARATHON, SOURDOUGH)
+        assert row.hit is False and row.q == "'long' | 'marathon'"
+        assert _or_query(conn, "mixed", "酸面包要发酵多久", SOURDOUGH).hit is True
+        assert _or_query(conn, "mixed", "marathons", "a marathon is 42 km").hit is True, "stemmed on both sides"
+
+
 # --- text mode vs script of the documents (pure) ---
 
 EN = "Submit every expense report within thirty days and attach the original receipts."
@@ -143,14 +174,17 @@ def test_cjk_share_samples_a_large_corpus() -> None:
 
 @pytest.mark.parametrize("mode", ["simple", "english"])
 def test_mostly_cjk_text_in_another_mode_warns_with_the_fix(mode: str) -> None:
-    texts = [ZH] * 5 + [EN]  # 70 CJK of 140 non-space characters
+    texts = [ZH] * 20 + [EN]  # 280 CJK, 68 Latin letters of 349 non-space characters
     warning = textsearch.text_mode_warning("zh-kb", mode, texts)
     assert warning is not None
-    assert warning.startswith(f"knowledge base 'zh-kb' is 50% CJK text but its text mode is '{mode}': keyword search "
+    assert warning.startswith(f"knowledge base 'zh-kb' is 80% CJK text but its text mode is '{mode}': keyword search "
                               "will barely match")
     assert warning.endswith("re-create it with --text-search chinese")
     assert textsearch.text_mode_warning("ja-kb", mode, [JA]) is not None
     assert textsearch.text_mode_warning("zh-kb", "chinese", texts) is None
+    assert textsearch.text_mode_warning("zh-kb", "mixed", texts) is None
+    bilingual = textsearch.text_mode_warning("zh-kb", mode, [ZH] * 5 + [EN])  # 50% CJK, 49% Latin letters
+    assert bilingual is not None and " is 50% CJK text " in bilingual and bilingual.endswith("--text-search mixed")
 
 
 def test_almost_no_cjk_in_chinese_mode_warns_with_the_fix() -> None:
@@ -161,16 +195,32 @@ def test_almost_no_cjk_in_chinese_mode_warns_with_the_fix() -> None:
     assert one_char is not None and " is <1% CJK text" in one_char
     assert textsearch.text_mode_warning("en-kb", "english", [EN]) is None
     assert textsearch.text_mode_warning("en-kb", "simple", [EN]) is None
+    assert textsearch.text_mode_warning("en-kb", "mixed", [EN]) is None, "mixed without CJK is english"
 
 
-def test_thresholds_and_mixed_text_do_not_warn() -> None:
-    def text(cjk: int, latin: int) -> list[str]:
-        return ["差" * cjk + "a" * latin]
+def test_bilingual_text_warns_in_every_mode_but_mixed() -> None:
+    texts = [ZH] * 3 + [EN] * 3  # 42 CJK, 204 Latin letters of 249 non-space characters
+    assert textsearch.text_mode_warning("kb", "chinese", texts) == (
+        "knowledge base 'kb' is 17% CJK text and 82% Latin letters but its text mode is 'chinese': English words are "
+        "not stemmed and English stop words (is, a, the) match; re-create it with --text-search mixed")
+    for mode in ("simple", "english"):
+        assert textsearch.text_mode_warning("kb", mode, texts) == (
+            f"knowledge base 'kb' is 17% CJK text but its text mode is '{mode}': its Chinese text will barely match "
+            "(an unspaced CJK run is one token); re-create it with --text-search mixed")
+    assert textsearch.text_mode_warning("kb", "mixed", texts) is None
+    assert textsearch.script_shares(["差旅 ab,", "é1"]) == (2 / 7, 3 / 7, 7), "accented letters are Latin"
 
-    assert textsearch.text_mode_warning("kb", "english", text(30, 70)) is None, "30% is not more than 30%"
+
+def test_thresholds() -> None:
+    def text(cjk: int, latin: int, other: int = 0) -> list[str]:
+        return ["差" * cjk + "a" * latin + "1" * other]
+
+    assert textsearch.text_mode_warning("kb", "english", text(4, 96)) is None, "under 5% CJK"
+    assert textsearch.text_mode_warning("kb", "english", text(5, 95)) is not None
     assert textsearch.text_mode_warning("kb", "english", text(31, 69)) is not None
-    assert textsearch.text_mode_warning("kb", "chinese", text(1, 99)) is None, "1% is not less than 1%"
-    assert textsearch.text_mode_warning("kb", "chinese", text(1, 199)) is not None
-    for mode in textsearch.TEXT_SEARCH_MODES:  # a bilingual KB fits every mode; no text at all says nothing
-        assert textsearch.text_mode_warning("kb", mode, text(20, 80)) is None
+    assert textsearch.text_mode_warning("kb", "chinese", text(80, 19, 1)) is None, "under 20% Latin letters"
+    assert textsearch.text_mode_warning("kb", "chinese", text(80, 20)) is not None
+    assert "english (or simple)" in textsearch.text_mode_warning("kb", "chinese", text(1, 199))
+    assert "mixed" in textsearch.text_mode_warning("kb", "chinese", text(1, 99)), "1% is not less than 1%"
+    for mode in textsearch.TEXT_SEARCH_MODES:  # no text at all says nothing
         assert textsearch.text_mode_warning("kb", mode, ["", "   "]) is None
