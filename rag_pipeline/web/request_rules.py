@@ -23,10 +23,10 @@ from starlette.routing import compile_path
 from rag_pipeline.service.catalog import check_name
 from rag_pipeline.web.problems import HTTPProblem, ProblemItem, problem_response
 
-NAME = r"^(?!\.)[\w.-]+$"
+NAME = r"^(?![.-])[\w.-]+$"
 """A knowledge base's name (or its UUID): letters of any script, digits, ``.``, ``_``, ``-``, not starting
-with ``.``."""
-DATASET_NAME = r"^(?!\.)(?!.*\.\.\.)[\w.@-]+$"
+with ``.`` or ``-`` (the name rule of storage.names)."""
+DATASET_NAME = r"^(?![.-])(?!.*\.\.\.)[\w.@-]+$"
 """A dataset's name: as :data:`NAME`, also ``@``, never ``...``."""
 STRATEGY_VERSION = NAME
 PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
