@@ -150,7 +150,7 @@ def test_db_url_is_masked(launched, capsys, monkeypatch) -> None:
     assert procs["db-url-secret"].ok().stdout == "postgresql+psycopg://rag:***@db.invalid:5432/rag\n"
     monkeypatch.setenv("RAG_DATABASE_URL", SECRET_URL)
     rc, out, _ = run_in_process(capsys, "db", "url", "--dagster")
-    assert (rc, out) == (0, "postgresql+psycopg2://rag:***@db.invalid:5432/rag\n")
+    assert (rc, out) == (0, "postgresql+psycopg2://rag:***@db.invalid:5432/dagster\n")
     monkeypatch.delenv("RAG_DATABASE_URL")
     if os.environ.get("RAG_TEST_DATABASE_URL"):
         monkeypatch.setenv("RAG_DATABASE_URL", os.environ["RAG_TEST_DATABASE_URL"])

@@ -81,7 +81,7 @@ def _shared_url(*, dagster: bool) -> str:
                                            "psycopg2" if dagster else "psycopg")
         if tcp:
             return tcp
-    return dagster_database_url() if dagster else database_url()
+    return dagster_database_url(create=False) if dagster else database_url()
 
 
 def _print_password() -> int:

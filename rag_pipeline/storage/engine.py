@@ -58,12 +58,13 @@ def database_url() -> str:
     return url
 
 
-def dagster_database_url() -> str:
+def dagster_database_url(*, create: bool = True) -> str:
     """URL for dagster-postgres (``postgresql+psycopg2://``): ``RAG_DAGSTER_PG_URL``, else the database
     ``dagster`` next to the knowledge-base database on the same server (created when missing).
 
     Dagster's tables never go into the knowledge-base database: both keep an Alembic ``alembic_version`` table, so
-    a shared database breaks one of them. A URL naming the knowledge-base database is refused."""
+    a shared database breaks one of them. A URL naming the knowledge-base database is refused. ``create=False``
+    only names the database next to ``RAG_DATABASE_URL`` (``db url --dagster`` prints it without a connection)."""
     settings = get_settings()
     if settings.dagster_pg_url:
         url = with_driver(settings.dagster_pg_url, "psycopg2")
@@ -77,7 +78,8 @@ def dagster_database_url() -> str:
         if make_url(kb_url).database == DAGSTER_DATABASE:
             raise DatabaseError(f"RAG_DATABASE_URL names the database {DAGSTER_DATABASE!r}, which Dagster's storage "
                                 "would share: set RAG_DAGSTER_PG_URL to another database")
-        _create_sibling_database(kb_url, DAGSTER_DATABASE)
+        if create:
+            _create_sibling_database(kb_url, DAGSTER_DATABASE)
         return with_driver(with_database(kb_url, DAGSTER_DATABASE), "psycopg2")
     uri = embedded_pg.start()
     _create_database_if_missing(uri, DAGSTER_DATABASE)

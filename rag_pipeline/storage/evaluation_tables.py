@@ -84,6 +84,11 @@ class RetrievalEvaluationRun(Base):
     worker: Mapped[str | None] = mapped_column(Text)
     """The process that executed the run: a Celery worker's node name (``NAME@host``), else the host; NULL for a
     run made outside Dagster or before 0008."""
+    owner_host: Mapped[str | None] = mapped_column(Text)
+    """The host, process id and process start time (seconds since the epoch) of the process evaluating a
+    ``running`` run, so a run whose process is gone is marked ``failed`` (0009); NULL when queued or older."""
+    owner_pid: Mapped[int | None] = mapped_column(Integer)
+    owner_started_at: Mapped[float | None] = mapped_column(Double)
     case_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     candidate_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     # one double precision column per metric (a new metric needs a migration): the run's means, NULL until it succeeds

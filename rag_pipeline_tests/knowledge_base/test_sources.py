@@ -105,8 +105,8 @@ def test_missing_folder_is_an_error(tmp_path: Path) -> None:
     [
         ('{"id": "1", "text": "ok"', r"bad\.jsonl:2: invalid JSON"),
         ('{"text": "no id"}', r"bad\.jsonl:2: each line needs an 'id'"),
-        ('{"id": "2", "text": 5}', r"bad\.jsonl:2: each line needs"),
-        ('["not", "an", "object"]', r"bad\.jsonl:2: each line needs"),
+        ('{"id": "2", "text": 5}', r"bad\.jsonl:2: 'text' must be a string, not a number"),
+        ('["not", "an", "object"]', r"bad\.jsonl:2: each line must be a JSON object, not a list"),
     ],
 )
 def test_bad_jsonl_lines(tmp_path: Path, line: str, match: str) -> None:

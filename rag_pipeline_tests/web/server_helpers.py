@@ -31,16 +31,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def dagster_env(dagster_home: Path, datasets_dir: Path, **extra: str) -> dict[str, str]:
+def fresh_dagster_database_url() -> str:
+    """A new, empty Dagster storage database on the session's server: no daemon of another test heartbeats in it
+    (they all share the ``dagster`` database), so "no daemon runs" is true there."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    from rag_pipeline.storage.engine import dagster_database_url
+
+    shared = sa.make_url(dagster_database_url())
+    name = f"dagster_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(shared, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    finally:
+        admin.dispose()
+    return shared.set(database=name).render_as_string(hide_password=False)
+
+
+def dagster_env(dagster_home: Path, datasets_dir: Path, *, fresh_storage: bool = False,
+                **extra: str) -> dict[str, str]:
     """The environment of a server/daemon process: this session's database, the Dagster instance of
-    ``dagster_home`` (created from the repo's dagster.yaml), an empty datasets folder for the sensor."""
+    ``dagster_home`` (created from the repo's dagster.yaml), an empty datasets folder for the sensor;
+    ``fresh_storage``: Dagster's storage in a database of its own (:func:`fresh_dagster_database_url`)."""
     from rag_pipeline.storage.engine import dagster_database_url
 
     dagster_home.mkdir(parents=True, exist_ok=True)
     if not (dagster_home / "dagster.yaml").exists():
         shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
     datasets_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "RAG_DAGSTER_PG_URL": dagster_database_url(),
+    storage = fresh_dagster_database_url() if fresh_storage else dagster_database_url()
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "RAG_DAGSTER_PG_URL": storage,
            "RAG_DATASETS_DIR": str(datasets_dir), "PYTHONWARNINGS": "ignore::FutureWarning",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.update(extra)

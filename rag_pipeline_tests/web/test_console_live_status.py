@@ -46,7 +46,7 @@ def browser():
 def server(engine, tmp_path_factory):
     """A server started as `make dev` starts it, on a fresh Dagster instance whose daemon never comes."""
     home = tmp_path_factory.mktemp("live_status")
-    env = dagster_env(home / "dagster_home", home / "datasets")
+    env = dagster_env(home / "dagster_home", home / "datasets", fresh_storage=True)
     log = home / "server.log"
     with start_server(env, log=log, extra_args=("--expect-daemon",)) as (base, _proc):
         yield base, log
@@ -168,7 +168,7 @@ def test_waiting_for_a_daemon_that_never_comes_ends_in_the_warning(engine, tmp_p
     from rag_pipeline.web.launcher import Launcher
     from rag_pipeline.web.server import wait_for_daemon
 
-    env = dagster_env(tmp_path / "dagster_home", tmp_path / "datasets")
+    env = dagster_env(tmp_path / "dagster_home", tmp_path / "datasets", fresh_storage=True)
     for name in ("DAGSTER_HOME", "RAG_DAGSTER_PG_URL"):
         monkeypatch.setenv(name, env[name])
     launcher = Launcher(env)
