@@ -16,6 +16,7 @@ import contextlib
 import dagster as dg
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.dataset import StoredDataset
 from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.defs import evaluation_metadata as md
 from rag_pipeline.defs.instance import POOL
@@ -91,7 +92,12 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
     if stored.relevant_ids_not_in_kb:
         context.log.warning(f"{stored.relevant_ids_not_in_kb} relevant chunk id(s) are not chunks of knowledge "
                             f"base {stored.knowledge_base!r}")
-    return dg.MaterializeResult(metadata={
+    return dg.MaterializeResult(metadata=dataset_metadata(stored, path, kb_version))
+
+
+def dataset_metadata(stored: StoredDataset, path, kb_version: str) -> dict:
+    """The metadata of an ``evaluation_dataset`` materialisation of the stored dataset version ``stored``."""
+    return {
         "dataset_id": stored.dataset_id,
         "dataset_name": stored.name,
         "dataset_version": stored.version,
@@ -103,7 +109,7 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
         "relevant_ids_not_in_kb": stored.relevant_ids_not_in_kb,
         "k_min": stored.k_min,
         "k_max": stored.k_max,
-    })
+    }
 
 
 # Each evaluation partition depends on the knowledge-base version its dataset names (defs.lineage): a direct
@@ -141,26 +147,37 @@ def stored_dataset_id(context: dg.AssetExecutionContext | dg.AssetCheckExecution
 def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfig, rag_db: RagDatabase):
     """One evaluation run of the partition's strategy over the partition's dataset, stored atomically."""
     _, version = split_key(context)
-    engine = rag_db.engine(config.readers or None)
     with fail_fast_unless_transient():
         dataset_id = stored_dataset_id(context)
+    metadata = evaluate_partition(context, rag_db, dataset_id, version, str(context.partition_key),
+                                  batch_size=config.batch_size, readers=config.readers, strict=config.strict,
+                                  queued_run_id=config.evaluation_run_id or None)
+    for key, values in metadata.items():
+        yield dg.MaterializeResult(asset_key=key, metadata=values)
+
+
+def evaluate_partition(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
+                       dataset_id: str, version: str, partition: str, *, batch_size: int, readers: int,
+                       strict: bool, queued_run_id: str | None) -> dict[str, dict]:
+    """Evaluate strategy ``version`` on a stored dataset version as partition ``partition`` of this Dagster run
+    (its progress in the run's log); returns the metadata of each asset of :data:`md.RUN_ASSETS`."""
+    engine = rag_db.engine(readers or None)
+    with fail_fast_unless_transient():
         step = [0]
 
         def progress(done: int, total: int) -> None:
             every = max(1, total // 10)
             if done == total or done // every != step[0]:
                 step[0] = done // every
-                context.log.info(f"{done}/{total} cases ({100 * done // max(total, 1)}%)")
+                context.log.info(f"{version}: {done}/{total} cases ({100 * done // max(total, 1)}%)")
 
         outcome = evaluations.evaluate_stored(
-            engine, dataset_id, version, batch_size=config.batch_size, readers=rag_db.reader_count(config.readers),
-            strict=config.strict, partition_key=str(context.partition_key), dagster_run_id=context.run_id,
-            progress=progress, logger=context.log, queued_run_id=config.evaluation_run_id or None)
-    context.log.info(" ".join(f"{m}={outcome.averages[m]:.4f}" for m in HEADLINE_METRICS))
+            engine, dataset_id, version, batch_size=batch_size, readers=rag_db.reader_count(readers),
+            strict=strict, partition_key=partition, dagster_run_id=context.run_id, progress=progress,
+            logger=context.log, queued_run_id=queued_run_id)
+    context.log.info(f"{version}: " + " ".join(f"{m}={outcome.averages[m]:.4f}" for m in HEADLINE_METRICS))
     try:  # the run is committed: a failure here must not fail (and re-run) the step
-        metadata = md.run_metadata(evaluations.case_tables(engine, outcome.run_id, limit=md.MAX_TABLE_ROWS))
+        return md.run_metadata(evaluations.case_tables(engine, outcome.run_id, limit=md.MAX_TABLE_ROWS))
     except sa.exc.SQLAlchemyError as exc:
         context.log.warning(f"run {outcome.run_id} is stored, but its summary could not be read back: {exc}")
-        metadata = dict.fromkeys(md.RUN_ASSETS, {"run_id": outcome.run_id})
-    for key, values in metadata.items():
-        yield dg.MaterializeResult(asset_key=key, metadata=values)
+        return dict.fromkeys(md.RUN_ASSETS, {"run_id": outcome.run_id})

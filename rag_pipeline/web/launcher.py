@@ -1,15 +1,18 @@
-"""Evaluation runs through Dagster: queue the run rows, submit one ``evaluate_retrieval`` run per strategy with
-``dagster job launch`` (in a background thread; why that command: docs/http-api.md, "Evaluations are asynchronous"),
-say whether a daemon will pick them up, and fail the queued runs whose Dagster run ended before they started.
-The only module of :mod:`rag_pipeline.web` that uses dagster, imported where the instance is opened. One
-:class:`Launcher` per app (``app.state.launcher``); the Dagster environment is resolved once and passed to each
-subprocess as its ``env``, this process's ``os.environ`` is never changed.
+"""Evaluation runs through Dagster: queue the run rows, submit one ``evaluate_strategies`` run per click (a step
+per strategy; in a background thread) to the instance's run queue, say whether a daemon will pick it up, and fail
+the queued runs whose Dagster run ended before they started (docs/http-api.md, "Evaluations are asynchronous").
+
+The run is created and queued in this process (the code location loaded here once, as ``dagster job launch``
+would load it in a subprocess); the daemon dequeues it and the instance's run launcher starts it in a run
+worker, so nothing is evaluated in the API's process. The only module of :mod:`rag_pipeline.web` that uses
+dagster, imported where the instance is opened. One :class:`Launcher` per app (``app.state.launcher``); the
+Dagster environment is resolved once and passed to each subprocess as its ``env``, this process's
+``os.environ`` is never changed.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import subprocess
@@ -26,7 +29,8 @@ from rag_pipeline.service.database import dagster_database_url, mask_secrets
 from rag_pipeline.service.queued_runs import QueuedEvaluation, QueuedRun, fail_queued, queue_evaluations, queued_runs
 from rag_pipeline.settings import project_root
 
-JOB = "evaluate_retrieval"
+JOB = "evaluate_strategies"
+FIRST_STEP = "stored_dataset"  # the op of JOB whose config names the dataset version and the runs
 CODE_MODULE = "rag_pipeline.definitions"
 DATASET_PARTITIONS = "dataset"
 DAEMON_TYPE = "QUEUED_RUN_COORDINATOR"
@@ -77,6 +81,7 @@ class Launcher:
         self._lock = threading.Lock()
         self._reconciling = threading.Lock()
         self._instance = None  # the dagster.DagsterInstance, opened by instance()
+        self._workspace = None  # the dagster WorkspaceProcessContext of CODE_MODULE, loaded by workspace()
         self._status: tuple[float, QueueStatus] | None = None
 
     def environment(self) -> dict[str, str]:
@@ -123,11 +128,11 @@ class Launcher:
         return queued
 
     def _submit_all(self, engine: sa.Engine, runs: Sequence[QueuedRun]) -> None:
-        for run in runs:
-            try:
-                self._submit(run)
-            except Exception as exc:  # noqa: BLE001 - the run row records why; the server keeps going
-                log.warning("submitting evaluation run %s to Dagster failed: %s", run.run_id, exc)
+        try:
+            self._submit(runs)
+        except Exception as exc:  # noqa: BLE001 - the run rows record why; the server keeps going
+            log.warning("submitting Dagster run %s failed: %s", runs[0].dagster_run_id, exc)
+            for run in runs:
                 fail_queued(engine, run.run_id, f"submitting the Dagster run failed: {mask_secrets(str(exc))}")
 
     def _child_environment(self) -> dict[str, str]:
@@ -135,21 +140,45 @@ class Launcher:
         env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")  # dagster 1.13's supersession notice
         return env
 
-    def _submit(self, run: QueuedRun) -> None:
-        """``dagster job launch`` of one queued run (raises :class:`LaunchError` with its last error line)."""
-        env = self._child_environment()
-        config = {"ops": {"evaluation_dataset": {"config": {"dataset_id": run.dataset_id}},
-                          "evaluation_run": {"config": {"evaluation_run_id": run.run_id}}}}
-        tags = {"dagster/partition": run.partition_key, "rag/evaluation_run_id": run.run_id,
-                "rag/source": "http-api"}
-        command = [str(Path(sys.executable).with_name("dagster")), "job", "launch", "-m", CODE_MODULE, "-j", JOB,
-                   "--run-id", run.dagster_run_id, "--tags", json.dumps(tags), "--config-json", json.dumps(config)]
-        proc = subprocess.run(command, cwd=env["DAGSTER_HOME"], env=env, capture_output=True, text=True,
-                              timeout=LAUNCH_TIMEOUT_S, check=False)
-        if proc.returncode != 0:
-            lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
-            errors = [line for line in lines if "Error" in line or "error" in line] or lines or ["(no output)"]
-            raise LaunchError(f"`dagster job launch` exited {proc.returncode}: {errors[-1].strip()[:500]}")
+    def workspace(self):
+        """The Dagster workspace of the code location ``rag_pipeline.definitions``, loaded in this process once
+        (only its name travels with a run: the daemon launches it from its own copy of the location)."""
+        from dagster._core.remote_origin import InProcessCodeLocationOrigin  # noqa: PLC0415 - see instance()
+        from dagster._core.types.loadable_target_origin import LoadableTargetOrigin  # noqa: PLC0415
+        from dagster._core.workspace.context import WorkspaceProcessContext  # noqa: PLC0415
+        from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget  # noqa: PLC0415
+
+        inst = self.instance()
+        with self._lock:
+            if self._workspace is None:
+                origin = InProcessCodeLocationOrigin(
+                    LoadableTargetOrigin(executable_path=sys.executable, module_name=CODE_MODULE,
+                                         working_directory=str(self.dagster_home())), location_name=CODE_MODULE)
+                self._workspace = WorkspaceProcessContext(inst, InProcessWorkspaceLoadTarget(origin))
+            return self._workspace
+
+    def _submit(self, runs: Sequence[QueuedRun]) -> None:
+        """Create one ``evaluate_strategies`` run for ``runs`` (one stored dataset version, one Dagster run id)
+        and put it in the instance's run queue (what ``dagster job launch`` does, without its subprocess)."""
+        from dagster._core.definitions.selector import JobSubsetSelector  # noqa: PLC0415 - see instance()
+
+        first, inst = runs[0], self.instance()
+        config = {"ops": {FIRST_STEP: {"config": {"dataset_id": first.dataset_id,
+                                                  "runs": {r.strategy_version: r.run_id for r in runs}}}}}
+        tags = {"rag/dataset": first.dataset, "rag/evaluation_runs": str(len(runs)), "rag/source": "http-api"}
+        context = self.workspace().create_request_context()
+        location = context.get_code_location(CODE_MODULE)
+        repo = next(iter(location.get_repositories().values()))
+        job = location.get_job(JobSubsetSelector(location_name=CODE_MODULE, repository_name=repo.name, job_name=JOB))
+        plan = location.get_execution_plan(job, config, step_keys_to_execute=None, known_state=None, instance=inst)
+        inst.create_run(job_name=JOB, run_id=first.dagster_run_id, run_config=config, resolved_op_selection=None,
+                        step_keys_to_execute=None, op_selection=None, status=None, root_run_id=None,
+                        parent_run_id=None, tags={**job.tags, **tags}, job_snapshot=job.job_snapshot,
+                        execution_plan_snapshot=plan.execution_plan_snapshot,
+                        parent_job_snapshot=job.parent_job_snapshot, remote_job_origin=job.get_remote_origin(),
+                        job_code_origin=job.get_python_origin(), asset_selection=None, asset_check_selection=None,
+                        asset_graph=repo.asset_graph)
+        inst.submit_run(first.dagster_run_id, context)
 
     def queue_status(self, max_age_s: float = 5.0) -> QueueStatus:
         """Is a Dagster daemon picking up queued runs? (its queue heartbeat is fresher than 2 minutes). Cached for
@@ -190,7 +219,9 @@ class Launcher:
         waiting = [r for r in queued_runs(engine) if r.dagster_run_id]
         if not waiting:
             return 0
-        by_id = {r.dagster_run_id: r for r in waiting}
+        by_id: dict[str, list] = {}  # one Dagster run carries every run of a click
+        for run in waiting:
+            by_id.setdefault(run.dagster_run_id, []).append(run)
         ended = 0
         import dagster as dg  # noqa: PLC0415 - Dagster only when the launcher is used (the app loads without it)
 
@@ -199,18 +230,17 @@ class Launcher:
             verb = _FINISHED.get(record.status.name)
             if verb:
                 why = self._failure_reason(record.run_id) if record.status.name == "FAILURE" else None
-                fail_queued(engine, by_id[record.run_id].run_id,
-                            f"its Dagster run {record.run_id} {verb} before the evaluation started"
-                            + (f": {why}" if why else " (see the run in the Dagster UI)"))
-                ended += 1
+                for run in by_id[record.run_id]:
+                    fail_queued(engine, run.run_id, f"its Dagster run {record.run_id} {verb} before the "
+                                "evaluation started" + (f": {why}" if why else " (see the run in the Dagster UI)"))
+                    ended += 1
         cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=2 * LAUNCH_TIMEOUT_S)
         for dagster_run_id in set(by_id) - {r.run_id for r in records}:
-            queued_at = by_id[dagster_run_id].queued_at
-            if queued_at is not None and queued_at < cutoff:  # its submission never reached Dagster
-                fail_queued(engine, by_id[dagster_run_id].run_id,
-                            f"its Dagster run {dagster_run_id} was never created (the server stopped before "
-                            "submitting it?); evaluate again")
-                ended += 1
+            for run in by_id[dagster_run_id]:
+                if run.queued_at is not None and run.queued_at < cutoff:  # its submission never reached Dagster
+                    fail_queued(engine, run.run_id, f"its Dagster run {dagster_run_id} was never created (the "
+                                "server stopped before submitting it?); evaluate again")
+                    ended += 1
         return ended
 
     def _failure_reason(self, dagster_run_id: str) -> str | None:
