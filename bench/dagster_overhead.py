@@ -74,7 +74,7 @@ def _phases(instance, dagster_run_id: str) -> dict[str, float]:
     """Seconds from the run's creation to the first event of each phase (the last STEP_SUCCESS)."""
     first: dict[str, float] = {}
     for entry in instance.all_logs(dagster_run_id):
-        name = entry.dagster_event.event_type_value if entry.dagster_event else None
+        name = entry.dagster_event.event_type.name if entry.dagster_event else None
         if name in PHASES and (name not in first or name == "STEP_SUCCESS"):
             first[name] = entry.timestamp
     start = first.get("RUN_ENQUEUED", min(first.values(), default=0.0))
@@ -93,7 +93,7 @@ def _measure(path: str, launcher, engine, kb: str, dataset_id: str, strategies: 
     instance = launcher.instance()
     phases = {d: _phases(instance, d) for d in dict.fromkeys(s.dagster_run_id for s in summaries)}
     timing = {k: round(statistics.fmean((s.timings or {}).get(k, 0.0) for s in summaries), 3)
-              for k in ("embedding_s", "retrieval_sql_s", "persistence_s", "total_s")}
+              for k in ("embedding_s", "retrieval_sql_s", "diagnosis_sql_s", "persistence_s", "total_s")}
     return {"settled_s": round(settled, 2), "submit_s": round(submitted, 2), "dagster_runs": len(phases),
             "phases": phases, "evaluation_mean": timing}
 

@@ -154,8 +154,26 @@ class Launcher:
                 origin = InProcessCodeLocationOrigin(
                     LoadableTargetOrigin(executable_path=sys.executable, module_name=CODE_MODULE,
                                          working_directory=str(self.dagster_home())), location_name=CODE_MODULE)
-                self._workspace = WorkspaceProcessContext(inst, InProcessWorkspaceLoadTarget(origin))
+                context = WorkspaceProcessContext(inst, InProcessWorkspaceLoadTarget(origin))
+                error = context.create_request_context().get_code_location_error(CODE_MODULE)
+                if error is not None:  # not kept: the next click loads the code again
+                    context.__exit__(None, None, None)
+                    lines = [line for line in (error.message or "").splitlines() if line.strip()] or ["(no message)"]
+                    raise LaunchError(f"cannot load the Dagster code location {CODE_MODULE}: "
+                                      f"{mask_secrets(lines[-1].strip())}")
+                self._workspace = context
             return self._workspace
+
+    def load_code_in_background(self) -> None:
+        """Load :meth:`workspace` in a background thread now (``rag-pipeline serve`` calls this at start), so the
+        first click does not wait for it; a failure is logged and retried by the first click."""
+        def load() -> None:
+            try:
+                self.workspace()
+            except Exception as exc:  # noqa: BLE001 - the first submission reports it in its run rows
+                log.warning("could not load the Dagster code location %s: %s", CODE_MODULE, exc)
+
+        threading.Thread(target=load, name="rag-code-location", daemon=True).start()
 
     def _submit(self, runs: Sequence[QueuedRun]) -> None:
         """Create one ``evaluate_strategies`` run for ``runs`` (one stored dataset version, one Dagster run id)
@@ -169,7 +187,8 @@ class Launcher:
         context = self.workspace().create_request_context()
         location = context.get_code_location(CODE_MODULE)
         repo = next(iter(location.get_repositories().values()))
-        job = location.get_job(JobSubsetSelector(location_name=CODE_MODULE, repository_name=repo.name, job_name=JOB))
+        job = location.get_job(JobSubsetSelector(location_name=CODE_MODULE, repository_name=repo.name, job_name=JOB,
+                                                   op_selection=None))
         plan = location.get_execution_plan(job, config, step_keys_to_execute=None, known_state=None, instance=inst)
         inst.create_run(job_name=JOB, run_id=first.dagster_run_id, run_config=config, resolved_op_selection=None,
                         step_keys_to_execute=None, op_selection=None, status=None, root_run_id=None,
