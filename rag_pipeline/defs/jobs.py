@@ -86,10 +86,8 @@ def evaluate_strategy(context: dg.OpExecutionContext, rag_db: RagDatabase, item:
         context.log_event(dg.AssetMaterialization(asset_key=asset, partition=item["partition"], metadata=values))
 
 
-# One process for every step (the in-process executor): the code and each embedding model load once per run, and
-# the steps' small hand-offs (a dict per strategy) stay in memory rather than in pickles under DAGSTER_HOME.
-@dg.job(executor_def=dg.in_process_executor, resource_defs={"io_manager": dg.mem_io_manager},
-        tags={"rag/kind": "evaluation"},
+# One process for every step (the in-process executor): the code and each embedding model load once per run.
+@dg.job(executor_def=dg.in_process_executor, tags={"rag/kind": "evaluation"},
         description="Evaluate several strategies of one stored dataset version in one run: a step per strategy, "
                     "each recording its '<dataset>|<strategy>' partition's materialisations (what the HTTP API "
                     "and the console submit).")
