@@ -11,6 +11,7 @@ from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.jobs import (
     evaluate_answers_job,
     evaluate_retrieval_job,
+    evaluate_strategies,
     prune_evaluation_runs,
     summarise_answers_job,
 )
@@ -30,8 +31,8 @@ defs = dg.Definitions(
     assets=[knowledge_base, dataset_knowledge_base, evaluation_dataset, evaluation_run, strategy_comparison,
             fusion_sweep, answers, answer_metrics, answer_run_summary],
     asset_checks=[label_integrity],
-    jobs=[ingest_knowledge_base_job, evaluate_retrieval_job, compare_strategies_job, tune_fusion_job,
-          prune_evaluation_runs, evaluate_answers_job, summarise_answers_job],
+    jobs=[ingest_knowledge_base_job, evaluate_retrieval_job, evaluate_strategies, compare_strategies_job,
+          tune_fusion_job, prune_evaluation_runs, evaluate_answers_job, summarise_answers_job],
     sensors=[new_dataset_sensor, comparison_after_evaluation, runs_outside_dagster, knowledge_base_versions,
              reevaluate_stale_runs, answer_partitions_sensor],
     schedules=[nightly_reevaluation, nightly_prune],

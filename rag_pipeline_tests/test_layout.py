@@ -33,6 +33,8 @@ FRONT_END_BRIDGES = {
 # instance and reads its daemon heartbeats (web.launcher), importing dagster inside those functions only, so
 # importing any web module (the app, the API routers, the console pages) does not load it (checked below).
 DAGSTER_IMPORTERS = {"rag_pipeline.web.launcher": "submits runs to the Dagster instance, reads daemon heartbeats",
+                     "rag_pipeline.web.run_submission": "creates a click's Dagster run from the code location, "
+                                                        "reads its failure reasons (for web.launcher)",
                      "rag_pipeline.service.environment.checks": "`doctor` reads the daemon heartbeat (inside the "
                                                                 "check: the CLI does not load dagster otherwise)"}
 

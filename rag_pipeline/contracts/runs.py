@@ -118,6 +118,7 @@ class WaitingRun(BaseModel):
     run_id: str
     dagster_run_id: str | None
     queued_at: dt.datetime | None
+    strategy_version: str | None = None
 
 
 class HistoryPoint(BaseModel):

@@ -16,6 +16,7 @@ import contextlib
 import dagster as dg
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.dataset import StoredDataset
 from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.defs import evaluation_metadata as md
 from rag_pipeline.defs.instance import POOL
@@ -92,7 +93,12 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
     if stored.relevant_ids_not_in_kb:
         context.log.warning(f"{stored.relevant_ids_not_in_kb} relevant chunk id(s) are not chunks of knowledge "
                             f"base {stored.knowledge_base!r}")
-    return dg.MaterializeResult(metadata={
+    return dg.MaterializeResult(metadata=dataset_metadata(stored, path, kb_version))
+
+
+def dataset_metadata(stored: StoredDataset, path, kb_version: str) -> dict:
+    """The metadata of an ``evaluation_dataset`` materialisation of the stored dataset version ``stored``."""
+    return {
         "dataset_id": stored.dataset_id,
         "dataset_name": stored.name,
         "dataset_version": stored.version,
@@ -104,7 +110,7 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
         "relevant_ids_not_in_kb": stored.relevant_ids_not_in_kb,
         "k_min": stored.k_min,
         "k_max": stored.k_max,
-    })
+    }
 
 
 # Each evaluation partition depends on the knowledge-base version its dataset names (defs.lineage): a direct
@@ -142,27 +148,49 @@ def stored_dataset_id(context: dg.AssetExecutionContext | dg.AssetCheckExecution
 def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfig, rag_db: RagDatabase):
     """One evaluation run of the partition's strategy over the partition's dataset, stored atomically."""
     _, version = split_key(context)
-    engine = rag_db.engine(config.readers or None)
-    worker = worker_name()  # the Celery worker's node name, else this host (deploy/celery/README.md)
+    worker = name_the_worker(context, rag_db, config.evaluation_run_id or None)
+    with fail_fast_unless_transient():
+        dataset_id = stored_dataset_id(context)
+    metadata = evaluate_partition(context, rag_db, dataset_id, version, str(context.partition_key),
+                                  batch_size=config.batch_size, readers=config.readers, strict=config.strict,
+                                  queued_run_id=config.evaluation_run_id or None, worker=worker)
+    for key, values in metadata.items():
+        yield dg.MaterializeResult(asset_key=key, metadata=values)
+
+
+def name_the_worker(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
+                    queued_run_id: str | None) -> str:
+    """This process's worker name (the Celery worker's node name, else this host: deploy/celery/README.md), as
+    the Dagster run's tag and, for a queued row of the HTTP API, in that row before the evaluation starts."""
+    worker = worker_name()
     context.instance.add_run_tags(context.run_id, {WORKER_TAG: worker})
     context.log.info(f"executed by {worker}")
+    if queued_run_id:
+        with fail_fast_unless_transient():
+            evaluations.record_worker(rag_db.engine(), queued_run_id, worker)
+    return worker
+
+
+def evaluate_partition(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
+                       dataset_id: str, version: str, partition: str, *, batch_size: int, readers: int,
+                       strict: bool, queued_run_id: str | None, worker: str) -> dict[str, dict]:
+    """Evaluate strategy ``version`` on a stored dataset version as partition ``partition`` of this Dagster run
+    (its progress in the run's log); returns the metadata of each asset of :data:`md.RUN_ASSETS`."""
+    engine = rag_db.engine(readers or None)
     with fail_fast_unless_transient():
-        if config.evaluation_run_id:  # the API's queued row names its worker before the run starts
-            evaluations.record_worker(engine, config.evaluation_run_id, worker)
-        dataset_id = stored_dataset_id(context)
         step = [0]
 
         def progress(done: int, total: int) -> None:
             every = max(1, total // 10)
             if done == total or done // every != step[0]:
                 step[0] = done // every
-                context.log.info(f"{done}/{total} cases ({100 * done // max(total, 1)}%)")
+                context.log.info(f"{version}: {done}/{total} cases ({100 * done // max(total, 1)}%)")
 
         outcome = evaluations.evaluate_stored(
-            engine, dataset_id, version, batch_size=config.batch_size, readers=rag_db.reader_count(config.readers),
-            strict=config.strict, partition_key=str(context.partition_key), dagster_run_id=context.run_id,
-            progress=progress, logger=context.log, queued_run_id=config.evaluation_run_id or None)
-    context.log.info(" ".join(f"{m}={outcome.averages[m]:.4f}" for m in HEADLINE_METRICS))
+            engine, dataset_id, version, batch_size=batch_size, readers=rag_db.reader_count(readers),
+            strict=strict, partition_key=partition, dagster_run_id=context.run_id, progress=progress,
+            logger=context.log, queued_run_id=queued_run_id)
+    context.log.info(f"{version}: " + " ".join(f"{m}={outcome.averages[m]:.4f}" for m in HEADLINE_METRICS))
     try:  # a run row this step created names its worker now
         evaluations.record_worker(engine, outcome.run_id, worker)
     except sa.exc.SQLAlchemyError as exc:
@@ -172,5 +200,4 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
     except sa.exc.SQLAlchemyError as exc:
         context.log.warning(f"run {outcome.run_id} is stored, but its summary could not be read back: {exc}")
         metadata = dict.fromkeys(md.RUN_ASSETS, {"run_id": outcome.run_id})
-    for key, values in metadata.items():
-        yield dg.MaterializeResult(asset_key=key, metadata={**values, "worker": worker})
+    return {key: {**values, "worker": worker} for key, values in metadata.items()}

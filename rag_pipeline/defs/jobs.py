@@ -1,16 +1,31 @@
 """Jobs: ``evaluate_retrieval`` materialises the ``retrieval_evaluation`` group for one ``<dataset>|<strategy>``
-partition; ``prune_evaluation_runs`` removes old runs like ``rag-pipeline runs prune``
-(:mod:`rag_pipeline.service.retention`), scheduled by ``nightly_prune`` (off by default); ``evaluate_answers``
+partition; ``evaluate_strategies`` evaluates several strategies of one stored dataset version in one Dagster run
+(one step per strategy, one process: the code and the embedding models load once) and records the materialisations
+of each ``<dataset>|<strategy>`` partition (what the HTTP API and the console submit, docs/http-api.md);
+``prune_evaluation_runs`` removes old runs like ``rag-pipeline runs prune`` (:mod:`rag_pipeline.service.retention`),
+scheduled by ``nightly_prune`` (off by default); ``evaluate_answers``
 materialises ``answers`` and ``answer_metrics`` for one ``<dataset>|<answerer>`` partition and ``summarise_answers``
 the dataset's ``answer_run_summary``.
 """
 
 import dagster as dg
 
-from rag_pipeline.defs.evaluation import GROUP
-from rag_pipeline.defs.partitions import answer_partitions, dataset_partitions, evaluation_partitions
+from rag_pipeline.defs.evaluation import (
+    GROUP,
+    RETRY_POLICY,
+    EvaluationRunConfig,
+    dataset_metadata,
+    evaluate_partition,
+    evaluation_dataset,
+    fail_fast_unless_transient,
+    name_the_worker,
+)
+from rag_pipeline.defs.instance import POOL
+from rag_pipeline.defs.lineage import observe_dataset
+from rag_pipeline.defs.partitions import answer_partitions, dataset_partitions, evaluation_partitions, partition_key
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.service import retention
+from rag_pipeline.service import datasets, retention
+from rag_pipeline.service.queued_runs import strategy_step
 
 evaluate_retrieval_job = dg.define_asset_job(
     "evaluate_retrieval",
@@ -21,6 +36,59 @@ evaluate_retrieval_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
     description="Evaluate one strategy on one dataset (partition '<dataset>|<strategy>') and store the run.",
 )
+
+
+class StrategiesConfig(dg.Config):
+    dataset_id: str
+    """The stored dataset version to evaluate (its name is the dataset partition)."""
+    runs: dict[str, str]
+    """Strategy version → the ``queued`` evaluation run it carries out (created by the HTTP API); '' = a new run."""
+    batch_size: int = 64
+    """Cases per retrieval batch (as ``evaluate_retrieval``'s ``evaluation_run``)."""
+    readers: int = 0
+    """Read connections searching batches in parallel; 0 = ``RAG_EVAL_READERS`` or 2."""
+    strict: bool = False
+    """Refuse to run when any label is not a searchable chunk."""
+
+
+@dg.op(out=dg.DynamicOut(dict), retry_policy=RETRY_POLICY, pool=POOL,
+       description="The stored dataset version: its evaluation_dataset materialisation for every strategy's "
+                   "partition, then one evaluate_strategy step per strategy.")
+def stored_dataset(context: dg.OpExecutionContext, config: StrategiesConfig, rag_db: RagDatabase):
+    engine = rag_db.engine()
+    with fail_fast_unless_transient():
+        stored = datasets.describe_stored_dataset(engine, config.dataset_id)
+        kb_version = observe_dataset(context.instance, engine, stored.name, stored.knowledge_base)
+    metadata = dataset_metadata(stored, stored.path, kb_version)
+    settings = EvaluationRunConfig(batch_size=config.batch_size, readers=config.readers, strict=config.strict)
+    for version, run_id in config.runs.items():
+        key = str(partition_key(stored.name, version))
+        context.log_event(dg.AssetMaterialization(asset_key=evaluation_dataset.key, partition=key, metadata=metadata))
+        yield dg.DynamicOutput({"dataset_id": stored.dataset_id, "strategy": version, "partition": key,
+                                "run_id": run_id, **settings.model_dump(exclude={"evaluation_run_id"})},
+                               mapping_key=strategy_step(version))
+
+
+@dg.op(retry_policy=RETRY_POLICY, pool=POOL,
+       description="Evaluate one strategy on the stored dataset version, stored atomically as one run; records "
+                   "the materialisations of its partition's retrieval_candidates, case_metrics and "
+                   "evaluation_run_summary.")
+def evaluate_strategy(context: dg.OpExecutionContext, rag_db: RagDatabase, item: dict) -> None:
+    worker = name_the_worker(context, rag_db, item["run_id"] or None)
+    metadata = evaluate_partition(context, rag_db, item["dataset_id"], item["strategy"], item["partition"],
+                                  batch_size=item["batch_size"], readers=item["readers"], strict=item["strict"],
+                                  queued_run_id=item["run_id"] or None, worker=worker)
+    for asset, values in metadata.items():
+        context.log_event(dg.AssetMaterialization(asset_key=asset, partition=item["partition"], metadata=values))
+
+
+# One process for every step (the in-process executor): the code and each embedding model load once per run.
+@dg.job(executor_def=dg.in_process_executor, tags={"rag/kind": "evaluation"},
+        description="Evaluate several strategies of one stored dataset version in one run: a step per strategy, "
+                    "each recording its '<dataset>|<strategy>' partition's materialisations (what the HTTP API "
+                    "and the console submit).")
+def evaluate_strategies():
+    stored_dataset().map(evaluate_strategy)
 
 
 class PruneConfig(dg.Config):

@@ -19,7 +19,7 @@ import dagster as dg
 
 from rag_pipeline.defs.comparison import compare_strategies_job
 from rag_pipeline.defs.evaluation_metadata import display_float
-from rag_pipeline.defs.jobs import evaluate_retrieval_job
+from rag_pipeline.defs.jobs import evaluate_retrieval_job, evaluate_strategies
 from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service import analysis, datasets, lineage
@@ -131,15 +131,16 @@ def new_dataset_sensor(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
 @dg.run_status_sensor(
     name="comparison_after_evaluation",
     run_status=dg.DagsterRunStatus.SUCCESS,
-    monitored_jobs=[evaluate_retrieval_job],
+    monitored_jobs=[evaluate_retrieval_job, evaluate_strategies],
     request_job=compare_strategies_job,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="A succeeded evaluate_retrieval run → re-materialise strategy_comparison for its dataset, once the "
-                "baseline and at least one other strategy have a run on the dataset's latest version.",
+    description="A succeeded evaluate_retrieval or evaluate_strategies run → re-materialise strategy_comparison "
+                "for its dataset, once the baseline and at least one other strategy have a run on the dataset's "
+                "latest version.",
 )
 def comparison_after_evaluation(context: dg.RunStatusSensorContext, rag_db: RagDatabase):
-    key = context.dagster_run.tags.get("dagster/partition", "")
-    dataset = key.split("|")[0]
+    tags = context.dagster_run.tags  # evaluate_strategies runs (several partitions) name their dataset
+    dataset = tags.get("rag/dataset") or tags.get("dagster/partition", "").split("|")[0]
     if not dataset:
         return dg.SkipReason("the run has no dataset partition")
     try:

@@ -2,12 +2,14 @@
 
 :func:`queue_evaluations` validates everything a run would refuse (knowledge base, dataset version, strategies
 and their applicability, the label check of docs/design.md §8, parameter conflicts) and then inserts one ``queued`` run
-per strategy in one transaction, each with the id its Dagster run will have, so nothing is queued when anything
-is wrong. The Dagster step that picks a run up moves it to ``running`` (``evaluate_stored(queued_run_id=...)``).
+per strategy in one transaction, each with the id of the Dagster run that will carry it out (one Dagster run for
+all of them: ``evaluate_strategies``, a step per strategy), so nothing is queued when anything is wrong. The
+Dagster step that picks a run up moves it to ``running`` (``evaluate_stored(queued_run_id=...)``).
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 
@@ -22,11 +24,25 @@ from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.service.catalog import DatasetNotFoundError, choose_strategies
 from rag_pipeline.service.evaluations import check_labels_first, label_headline
 
+STRATEGY_STEP = "evaluate_strategy"  # the op of ``evaluate_strategies`` that evaluates one strategy
+
+
+def strategy_step(version: str) -> str:
+    """The mapping key of a strategy's step in ``evaluate_strategies`` (Dagster allows letters, digits, ``_``)."""
+    return re.sub(r"\W", "_", version)
+
+
+def strategy_step_key(version: str) -> str:
+    """The Dagster step key of strategy ``version``'s step in ``evaluate_strategies`` (its failure reason)."""
+    return f"{STRATEGY_STEP}[{strategy_step(version)}]"
+
 
 def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
-                      strategy_versions: Sequence[str] | None = None, *, strict: bool = False) -> QueuedEvaluation:
+                      strategy_versions: Sequence[str] | None = None, *, strict: bool = False,
+                      one_dagster_run: bool = True) -> QueuedEvaluation:
     """Queue one run per strategy of a stored dataset version on a knowledge base (name or id); default
-    strategies: every one the knowledge base can run. Raises the service's user errors, nothing written."""
+    strategies: every one the knowledge base can run. The runs share one Dagster run id (``one_dagster_run``;
+    else one each). Raises the service's user errors, nothing written."""
     versions = choose_strategies(engine, knowledge_base, strategy_versions)
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
@@ -39,13 +55,13 @@ def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
                                  f"not {kb.name!r}")
     warning = label_headline(check_labels_first(engine, dataset, strict=strict))
     registry = load_registry()
-    queued = []
+    queued, shared_id = [], str(uuid.uuid4())
     with engine.begin() as conn:
         for version in versions:
             strategy = get_strategy(version, registry)
             params_hash = register_strategy(conn, strategy)
             key = f"{dataset.name}|{version}"
-            dagster_run_id = str(uuid.uuid4())
+            dagster_run_id = shared_id if one_dagster_run else str(uuid.uuid4())
             run_id = run_records.create_run(conn, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
                                      params_hash=params_hash, partition_key=key, dagster_run_id=dagster_run_id,
                                      queued=True)
@@ -63,4 +79,5 @@ def queued_runs(engine: sa.Engine, limit: int = 500) -> list[WaitingRun]:
     """The runs still ``queued``, oldest first."""
     with engine.connect() as conn:
         rows = run_records.list_runs(conn, status="queued", limit=limit)
-    return [WaitingRun(run_id=str(r.id), dagster_run_id=r.dagster_run_id, queued_at=r.queued_at) for r in rows][::-1]
+    return [WaitingRun(run_id=str(r.id), dagster_run_id=r.dagster_run_id, queued_at=r.queued_at,
+                       strategy_version=r.strategy_version) for r in rows][::-1]

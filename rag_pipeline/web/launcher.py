@@ -1,15 +1,18 @@
-"""Evaluation runs through Dagster: queue the run rows, submit one ``evaluate_retrieval`` run per strategy with
-``dagster job launch`` (in a background thread; why that command: docs/http-api.md, "Evaluations are asynchronous"),
-say whether a daemon will pick them up, and fail the queued runs whose Dagster run ended before they started.
-The only module of :mod:`rag_pipeline.web` that uses dagster, imported where the instance is opened. One
-:class:`Launcher` per app (``app.state.launcher``); the Dagster environment is resolved once and passed to each
-subprocess as its ``env``, this process's ``os.environ`` is never changed.
+"""Evaluation runs through Dagster: queue the run rows, submit one ``evaluate_strategies`` run per click (a step
+per strategy; in a background thread) to the instance's run queue, say whether a daemon will pick it up, and fail
+the queued runs whose Dagster run ended before they started (docs/http-api.md, "Evaluations are asynchronous").
+
+The run is created and queued in this process (:mod:`rag_pipeline.web.run_submission`); the daemon dequeues it
+and the instance's run launcher starts it in a run worker, so nothing is evaluated in the API's process. With
+:mod:`~rag_pipeline.web.run_submission`, the only modules of :mod:`rag_pipeline.web` that use dagster, imported
+where the instance is opened. One :class:`Launcher` per app (``app.state.launcher``); the
+Dagster environment is resolved once and passed to each subprocess as its ``env``, this process's
+``os.environ`` is never changed.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import subprocess
@@ -25,11 +28,23 @@ import sqlalchemy as sa
 from rag_pipeline.service.database import dagster_database_url, mask_secrets
 from rag_pipeline.service.liveness.daemon import daemon_state
 from rag_pipeline.service.liveness.runs import end_gone_runs
-from rag_pipeline.service.queued_runs import QueuedEvaluation, QueuedRun, fail_queued, queue_evaluations, queued_runs
+from rag_pipeline.service.queued_runs import (
+    QueuedEvaluation,
+    QueuedRun,
+    fail_queued,
+    queue_evaluations,
+    queued_runs,
+    strategy_step_key,
+)
 from rag_pipeline.settings import project_root
+from rag_pipeline.web.run_submission import (
+    CODE_MODULE,
+    CodeLocationError,
+    failure_reasons,
+    load_workspace,
+    submit_strategies_run,
+)
 
-JOB = "evaluate_retrieval"
-CODE_MODULE = "rag_pipeline.definitions"
 DATASET_PARTITIONS = "dataset"
 DAEMON_TYPE = "QUEUED_RUN_COORDINATOR"
 LAUNCH_TIMEOUT_S = 300
@@ -78,6 +93,7 @@ class Launcher:
         self._lock = threading.Lock()
         self._reconciling = threading.Lock()
         self._instance = None  # the dagster.DagsterInstance, opened by instance()
+        self._workspace = None  # the dagster WorkspaceProcessContext of CODE_MODULE, loaded by workspace()
         self._status: tuple[float, QueueStatus] | None = None
         self._daemon: subprocess.Popen | None = None  # the daemon start_daemon started
 
@@ -125,11 +141,11 @@ class Launcher:
         return queued
 
     def _submit_all(self, engine: sa.Engine, runs: Sequence[QueuedRun]) -> None:
-        for run in runs:
-            try:
-                self._submit(run)
-            except Exception as exc:  # noqa: BLE001 - the run row records why; the server keeps going
-                log.warning("submitting evaluation run %s to Dagster failed: %s", run.run_id, exc)
+        try:
+            self._submit(runs)
+        except Exception as exc:  # noqa: BLE001 - the run rows record why; the server keeps going
+            log.warning("submitting Dagster run %s failed: %s", runs[0].dagster_run_id, exc)
+            for run in runs:
                 fail_queued(engine, run.run_id, f"submitting the Dagster run failed: {mask_secrets(str(exc))}")
 
     def _child_environment(self) -> dict[str, str]:
@@ -137,21 +153,32 @@ class Launcher:
         env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")  # dagster 1.13's supersession notice
         return env
 
-    def _submit(self, run: QueuedRun) -> None:
-        """``dagster job launch`` of one queued run (raises :class:`LaunchError` with its last error line)."""
-        env = self._child_environment()
-        config = {"ops": {"evaluation_dataset": {"config": {"dataset_id": run.dataset_id}},
-                          "evaluation_run": {"config": {"evaluation_run_id": run.run_id}}}}
-        tags = {"dagster/partition": run.partition_key, "rag/evaluation_run_id": run.run_id,
-                "rag/source": "http-api"}
-        command = [str(Path(sys.executable).with_name("dagster")), "job", "launch", "-m", CODE_MODULE, "-j", JOB,
-                   "--run-id", run.dagster_run_id, "--tags", json.dumps(tags), "--config-json", json.dumps(config)]
-        proc = subprocess.run(command, cwd=env["DAGSTER_HOME"], env=env, capture_output=True, text=True,
-                              timeout=LAUNCH_TIMEOUT_S, check=False)
-        if proc.returncode != 0:
-            lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
-            errors = [line for line in lines if "Error" in line or "error" in line] or lines or ["(no output)"]
-            raise LaunchError(f"`dagster job launch` exited {proc.returncode}: {errors[-1].strip()[:500]}")
+    def workspace(self):
+        """The Dagster workspace of the code location ``rag_pipeline.definitions``, loaded in this process once
+        (:func:`~rag_pipeline.web.run_submission.load_workspace`; a failed load is not kept: the next click retries)."""
+        inst = self.instance()
+        with self._lock:
+            if self._workspace is None:
+                try:
+                    self._workspace = load_workspace(inst, self.dagster_home())
+                except CodeLocationError as exc:
+                    raise LaunchError(str(exc)) from None
+            return self._workspace
+
+    def load_code_in_background(self) -> None:
+        """Load :meth:`workspace` in a background thread now (``rag-pipeline serve`` calls this at start), so the
+        first click does not wait for it; a failure is logged and retried by the first click."""
+        def load() -> None:
+            try:
+                self.workspace()
+            except Exception as exc:  # noqa: BLE001 - the first submission reports it in its run rows
+                log.warning("could not load the Dagster code location %s: %s", CODE_MODULE, exc)
+
+        threading.Thread(target=load, name="rag-code-location", daemon=True).start()
+
+    def _submit(self, runs: Sequence[QueuedRun]) -> None:
+        """One ``evaluate_strategies`` run for ``runs``, into the instance's run queue."""
+        submit_strategies_run(self.instance(), self.workspace(), runs)
 
     def queue_status(self, max_age_s: float = 5.0) -> QueueStatus:
         """Is a Dagster daemon picking up queued runs? (a daemon process of this DAGSTER_HOME, checked by
@@ -199,7 +226,9 @@ class Launcher:
         waiting = [r for r in queued_runs(engine) if r.dagster_run_id]
         if not waiting:
             return 0
-        by_id = {r.dagster_run_id: r for r in waiting}
+        by_id: dict[str, list] = {}  # one Dagster run carries every run of a click
+        for run in waiting:
+            by_id.setdefault(run.dagster_run_id, []).append(run)
         ended = 0
         import dagster as dg  # noqa: PLC0415 - Dagster only when the launcher is used (the app loads without it)
 
@@ -207,19 +236,19 @@ class Launcher:
         for record in records:
             verb = _FINISHED.get(record.status.name)
             if verb:
-                why = self._failure_reason(record.run_id) if record.status.name == "FAILURE" else None
-                fail_queued(engine, by_id[record.run_id].run_id,
-                            f"its Dagster run {record.run_id} {verb} before the evaluation started"
-                            + (f": {why}" if why else " (see the run in the Dagster UI)"))
-                ended += 1
+                for run in by_id[record.run_id]:
+                    why = (self._failure_reason(record.run_id, run.strategy_version)
+                           if record.status.name == "FAILURE" else None)
+                    fail_queued(engine, run.run_id, f"its Dagster run {record.run_id} {verb} before the "
+                                "evaluation started" + (f": {why}" if why else " (see the run in the Dagster UI)"))
+                    ended += 1
         cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=2 * LAUNCH_TIMEOUT_S)
         for dagster_run_id in set(by_id) - {r.run_id for r in records}:
-            queued_at = by_id[dagster_run_id].queued_at
-            if queued_at is not None and queued_at < cutoff:  # its submission never reached Dagster
-                fail_queued(engine, by_id[dagster_run_id].run_id,
-                            f"its Dagster run {dagster_run_id} was never created (the server stopped before "
-                            "submitting it?); evaluate again")
-                ended += 1
+            for run in by_id[dagster_run_id]:
+                if run.queued_at is not None and run.queued_at < cutoff:  # its submission never reached Dagster
+                    fail_queued(engine, run.run_id, f"its Dagster run {dagster_run_id} was never created (the "
+                                "server stopped before submitting it?); evaluate again")
+                    ended += 1
         return ended
 
     def _ended_dagster_runs(self, dagster_run_ids: Sequence[str]) -> dict[str, str]:
@@ -235,25 +264,16 @@ class Launcher:
                                         + (f": {why}" if why else " (see the run in the Dagster UI)"))
         return ended
 
-    def _failure_reason(self, dagster_run_id: str) -> str | None:
-        """The one-line reason Dagster logged for a failed run: the innermost error of its last step (or run)
-        failure, ``Type: message``; None when the event log has none or cannot be read."""
+    def _failure_reason(self, dagster_run_id: str, strategy_version: str | None = None) -> str | None:
+        """The one-line reason Dagster logged for a failed run: the failure of ``strategy_version``'s own step
+        when it has one, else the run's last failure; None when the event log has none or cannot be read."""
         try:
-            import dagster as dg  # noqa: PLC0415
-
-            entries = self.instance().all_logs(dagster_run_id, of_type={dg.DagsterEventType.STEP_FAILURE,
-                                                                        dg.DagsterEventType.RUN_FAILURE})
+            reasons = failure_reasons(self.instance(), dagster_run_id)
         except Exception as exc:  # noqa: BLE001 - the generic wording is kept
             log.warning("could not read the Dagster event log of run %s: %s", dagster_run_id, exc)
             return None
-        for entry in reversed(entries):
-            error = getattr(getattr(entry.dagster_event, "event_specific_data", None), "error", None)
-            while error is not None and getattr(error, "cause", None) is not None:
-                error = error.cause  # Dagster wraps the op's exception: the cause is ours
-            lines = [line.strip() for line in (getattr(error, "message", "") or "").splitlines() if line.strip()]
-            if lines:
-                return mask_secrets("; ".join(lines))[:2000]
-        return None
+        own = reasons.get(strategy_step_key(strategy_version)) if strategy_version else None
+        return own or reasons.get(None)
 
     def start_daemon(self, log_path: Path | None = None) -> subprocess.Popen:
         """Start ``dagster-daemon run -m rag_pipeline.definitions`` on this DAGSTER_HOME (what ``serve

@@ -83,6 +83,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, *, with_daemon: bool = Fals
         get_engine()
         launcher = Launcher(os.environ)
         launcher.instance()
+        launcher.load_code_in_background()  # the code location that evaluation runs are created from
     except LaunchError as exc:
         raise ServeRefused(str(exc)) from None
     daemon = None

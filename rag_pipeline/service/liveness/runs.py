@@ -31,10 +31,13 @@ def end_gone_runs(engine: sa.Engine, dagster_ended: EndedDagsterRuns | None = No
     rows = run_records.running_runs(engine)
     ended = 0
     if dagster_ended is not None:
-        by_dagster = {r.dagster_run_id: r for r in rows if r.dagster_run_id}
+        by_dagster: dict[str, list] = {}  # one Dagster run can carry several runs (evaluate_strategies)
+        for row in rows:
+            if row.dagster_run_id:
+                by_dagster.setdefault(row.dagster_run_id, []).append(row)
         finished = dict(dagster_ended(list(by_dagster))) if by_dagster else {}
         for dagster_run_id, what in finished.items():
-            ended += run_records.fail_running(engine, by_dagster[dagster_run_id].id,
-                                              f"its Dagster run {dagster_run_id} {what}")
+            for row in by_dagster[dagster_run_id]:
+                ended += run_records.fail_running(engine, row.id, f"its Dagster run {dagster_run_id} {what}")
         rows = [r for r in rows if r.dagster_run_id not in finished]
     return ended + run_records.sweep_gone(engine, rows)

@@ -79,8 +79,8 @@ class FakeDagsterInstance:
 
 
 class RecordingLauncher(Launcher):
-    """The app's launcher on :class:`FakeDagsterInstance`, recording each submission instead of running
-    ``dagster job launch``."""
+    """The app's launcher on :class:`FakeDagsterInstance`, recording each submitted run instead of
+    queueing a Dagster run."""
 
     def __init__(self, dagster_home: Path):
         super().__init__({"DAGSTER_HOME": str(dagster_home)})
@@ -90,8 +90,8 @@ class RecordingLauncher(Launcher):
     def instance(self):
         return self.dagster
 
-    def _submit(self, run) -> None:
-        self.submitted.append(run)
+    def _submit(self, runs) -> None:
+        self.submitted.extend(runs)
 
     def set_daemon(self, *, alive: bool) -> None:
         self.dagster.daemon_alive = alive
