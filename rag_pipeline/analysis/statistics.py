@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats as scipy_stats
 
 BATCH_ELEMENTS = 1 << 21
 
@@ -58,6 +57,8 @@ def paired_permutation_test(a: ArrayLike, b: ArrayLike, n_resamples: int = 10000
     ``n_resamples`` random assignments and ``(hits + 1) / (n_resamples + 1)``,
     which is never 0 and is a valid p-value.
     """
+    from scipy import stats as scipy_stats  # noqa: PLC0415 - scipy.stats (about 1 s of imports) only when used
+
     left, right = _paired(a, b)
     diff = left - right
     result = scipy_stats.permutation_test(
@@ -75,6 +76,8 @@ def bootstrap_ci(diff: ArrayLike, n_resamples: int = 10000, confidence: float = 
     and ``(1 + confidence) / 2`` quantiles of the resampled means. A single
     case (which scipy rejects) gives the degenerate interval ``(d, d)``.
     """
+    from scipy import stats as scipy_stats  # noqa: PLC0415 - scipy.stats (about 1 s of imports) only when used
+
     values = _vector(diff, "diff")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
@@ -122,6 +125,8 @@ def paired_ttest(a: ArrayLike, b: ArrayLike, tol: float = 1e-12) -> tuple[float,
     variance up to float noise, e.g. 0.2 - 0.1 vs 0.3 - 0.2, where scipy
     would report a meaningless t of ~1e16).
     """
+    from scipy import stats as scipy_stats  # noqa: PLC0415 - scipy.stats (about 1 s of imports) only when used
+
     left, right = _paired(a, b)
     if left.size < 2 or np.ptp(left - right) <= tol:
         return float("nan"), float("nan")

@@ -22,10 +22,6 @@ import io
 import warnings
 from collections.abc import Iterator
 
-import matplotlib
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from rag_pipeline.analysis.tuning.sweep import FusionConfig, SweepResult
 from rag_pipeline.retrieval.fusion import NORMALIZATIONS
 
@@ -58,6 +54,8 @@ def cjk_font() -> str | None:
 def chart_fonts() -> Iterator[str | None]:
     """While building and saving a figure: DejaVu Sans with a CJK font as per-glyph fallback when one is
     installed (yields its name); otherwise matplotlib's missing-glyph warnings are silenced (yields None)."""
+    import matplotlib  # noqa: PLC0415 - matplotlib only when a chart is drawn
+
     cjk = cjk_font()
     with matplotlib.rc_context({"font.family": ["DejaVu Sans", *([cjk] if cjk else [])]}), \
             warnings.catch_warnings():
@@ -69,6 +67,9 @@ def chart_fonts() -> Iterator[str | None]:
 def plot_sweep(result: SweepResult, base: FusionConfig | None = None, title: str | None = None,
                dpi: int = 100) -> bytes:
     """PNG bytes of the sweep chart (mean of ``result.metric`` over all cases)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - see chart_fonts
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
     with chart_fonts():
         means = result.means
         figure = Figure(figsize=(10, 4.8), dpi=dpi)

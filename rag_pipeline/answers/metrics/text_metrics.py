@@ -23,8 +23,6 @@ from collections.abc import Sequence
 from difflib import SequenceMatcher
 from functools import lru_cache
 
-from nltk.tokenize import word_tokenize
-
 CMRC_PUNCTUATION = frozenset(['-', ':', '_', '*', '^', '/', '\\', '~', '`', '+', '=',
                               '，', '。', '：', '？', '！', '“', '”', '；', '’', '《', '》', '……', '·', '、',
                               '「', '」', '（', '）', '－', '～', '『', '』'])
@@ -72,6 +70,8 @@ def _squad_f1(reference: str, prediction: str) -> float:
 
 @lru_cache(maxsize=4096)
 def _tokenize_run(run: str) -> tuple[str, ...]:
+    from nltk.tokenize import word_tokenize  # noqa: PLC0415 - NLTK (about 2 s of imports) only when text is scored
+
     return tuple(word_tokenize(run, preserve_line=True))
 
 
