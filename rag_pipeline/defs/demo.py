@@ -2,8 +2,9 @@
 
 1. materialise partition ``demo`` of ``knowledge_base`` for the demo corpus (``demo/kb``, USE + MiniLM
    embeddings); its data version is the knowledge base's content version;
-2. register the ``demo`` dataset partition and materialise ``evaluate_retrieval`` for every shipped
-   strategy (partition ``demo|<strategy>``);
+2. register the ``demo`` dataset partition and evaluate every shipped strategy in one run of the job
+   ``evaluate_strategies`` (a step per strategy, each recording the materialisations of its partition
+   ``demo|<strategy>``: the code and each embedding model load once);
 3. materialise ``strategy_comparison`` for the dataset (paired significance vs ``hybrid-v1``);
 4. materialise the answer assets for ``demo|extractive-v1`` (the shipped baseline answerer answers every case,
    its answers are scored and stored) and ``answer_run_summary`` for the dataset;
@@ -27,15 +28,22 @@ import dagster as dg
 from rag_pipeline.contracts.answers import VERDICTS, AnswerRun
 from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.defs.instance import ensure_pool
-from rag_pipeline.defs.partitions import answer_partition_key, partition_key
+from rag_pipeline.defs.partitions import answer_partition_key
 from rag_pipeline.service import analysis, evaluations
 from rag_pipeline.service.analysis import StrategyComparison, render_plain
 from rag_pipeline.service.answers import list_answer_runs
 from rag_pipeline.service.catalog import load_registry
 from rag_pipeline.service.database import dagster_database_url, get_engine
-from rag_pipeline.service.datasets import DEMO_CHUNK_OVERLAP, DEMO_CHUNK_SIZE, DEMO_KB, DEMO_TEXT_SEARCH
+from rag_pipeline.service.datasets import (
+    DEMO_CHUNK_OVERLAP,
+    DEMO_CHUNK_SIZE,
+    DEMO_KB,
+    DEMO_TEXT_SEARCH,
+    register_dataset,
+)
 from rag_pipeline.service.knowledge_bases import EMBEDDING_MODELS
-from rag_pipeline.settings import load_env_file, project_root, reports_dir
+from rag_pipeline.service.queued_runs import strategy_step_key
+from rag_pipeline.settings import datasets_dir, load_env_file, project_root, reports_dir
 
 
 def _load_env_file() -> None:
@@ -75,16 +83,20 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
     print(f"    done in {time.perf_counter() - t:.1f}s", file=sys.stderr)
 
     instance.add_dynamic_partitions("dataset", [dataset])
-    job = defs.resolve_job_def("evaluate_retrieval")
-    failed = []
+    t = _step(f"evaluate {len(strategies)} strategies on {dataset} (one run of the Dagster job evaluate_strategies, "
+              f"a step and a partition {dataset}|<strategy> each)")
+    stored = register_dataset(get_engine(), datasets_dir() / f"{dataset}.json")
+    result = defs.resolve_job_def("evaluate_strategies").execute_in_process(
+        instance=instance, raise_on_error=False, tags={"rag/dataset": dataset, "rag/source": "demo"},
+        run_config={**QUIET, "ops": {"stored_dataset": {"config": {"dataset_id": stored.dataset_id,
+                                                                   "runs": dict.fromkeys(strategies, "")}}}})
+    failed_steps = {e.step_key for e in result.all_events if e.is_step_failure}
+    failed = [v for v in strategies if strategy_step_key(v) in failed_steps]
+    if not result.success and not failed:  # the dataset step itself failed: no strategy ran
+        failed = list(strategies)
     for version in strategies:
-        t = _step(f"evaluate {dataset}|{version} (Dagster job evaluate_retrieval)")
-        result = job.execute_in_process(partition_key=partition_key(dataset, version), instance=instance,
-                                        run_config=QUIET, raise_on_error=False)
-        print(f"    {'succeeded' if result.success else 'FAILED'} in {time.perf_counter() - t:.1f}s",
-              file=sys.stderr)
-        if not result.success:
-            failed.append(version)
+        print(f"    {dataset}|{version}: {'FAILED' if version in failed else 'succeeded'}", file=sys.stderr)
+    print(f"    done in {time.perf_counter() - t:.1f}s", file=sys.stderr)
 
     _step(f"compare strategies on {dataset} (Dagster job compare_strategies → asset strategy_comparison)")
     defs.resolve_job_def("compare_strategies").execute_in_process(partition_key=dataset, instance=instance,
