@@ -87,7 +87,7 @@ def failure_reasons(instance, dagster_run_id: str) -> dict[str | None, str]:
         lines = [line.strip() for line in (getattr(error, "message", "") or "").splitlines() if line.strip()]
         if lines:
             reason = mask_secrets("; ".join(lines))[:2000]
-            if entry.step_key:
-                reasons[entry.step_key] = reason
+            if step := getattr(entry, "step_key", None):
+                reasons[step] = reason
             reasons[None] = reason
     return reasons
