@@ -106,7 +106,7 @@ export DAGSTER_HOME="$WORK/home-celery"
 for w in w1 w2; do
     mkdir -p "$WORK/$w/home"; cp "$ROOT/deploy/celery/dagster.yaml" "$WORK/$w/home/dagster.yaml"
     start "worker-$w" "$WORK/$w" env -u RAG_PROJECT_ROOT -u RAG_PGDATA DAGSTER_HOME="$WORK/$w/home" \
-        "$BIN/celery" -A rag_pipeline.defs.workers.celery_app worker -n "$w@%h" -Q dagster -c 1 -l INFO
+        "$BIN/celery" -A rag_pipeline.defs.workers.celery_app worker -n "$w@%h" -Q dagster -P threads -c 1 -l INFO
 done
 for w in w1 w2; do
     wait_for 120 "worker $w" "$BIN/celery" -A rag_pipeline.defs.workers.celery_app inspect ping -d "$w@$(hostname)"
@@ -122,7 +122,7 @@ log "kill -9 of the worker running a long run; a relaunch on the other worker"
 $API longer "$ROOT/datasets/demo.json" 20 "$WORK/demo-long.json"
 RUNS="$($API evaluate "$BASE" demo demo-long "$WORK/demo-long.json" hybrid-v1)"
 LONG="$($API first "$RUNS")"
-VICTIM="$($API running "$BASE" 240 "$LONG" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["worker"])')"
+VICTIM="$($API running "$BASE" 240 "$LONG")"
 var="PID_worker_${VICTIM%%@*}"
 kill -KILL -- "-${!var}"
 log "killed $VICTIM (kill -9 of its processes) mid-run"

@@ -5,7 +5,7 @@ one line on stderr when the API answers something unexpected or a deadline passe
 
     smoke_api.py evaluate BASE KB NAME DATASET_FILE STRATEGY...   queue one run per strategy; prints the run ids
     smoke_api.py wait BASE TIMEOUT_S RUN_ID...                     until every run has ended; prints each outcome
-    smoke_api.py running BASE TIMEOUT_S RUN_ID                     until the run is running with cases done
+    smoke_api.py running BASE TIMEOUT_S RUN_ID                     until the run is running with cases done; prints its worker
     smoke_api.py results BASE OUT RUN_ID...                        every case of every run (all candidates) to OUT
     smoke_api.py same A B                                          the two results files hold identical cases
     smoke_api.py check OUTCOME_JSON RULE [WORKER]                  the outcome of `wait` obeys RULE (see check())
@@ -68,7 +68,7 @@ def running(base: str, timeout_s: str, run_id: str) -> None:
     while True:
         state = summary(base, run_id)
         if state["status"] == "running" and state["cases_done"] > 0 and state.get("worker"):
-            print(json.dumps({"worker": state["worker"], "cases_done": state["cases_done"]}))
+            print(state["worker"])  # the worker's node name, NAME@host
             return
         if state["status"] in ENDED:
             fail(f"run {run_id} ended ({state['status']}) before it could be caught running")
