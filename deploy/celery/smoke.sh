@@ -23,12 +23,18 @@ log() { echo "== smoke: $*"; }
 cleanup() {
     local code=$?
     trap - EXIT INT TERM
+    if [ "$code" -ne 0 ] && [ -n "${DAGSTER_HOME:-}" ]; then
+        echo "---- the Dagster runs at the failure (newest first)"
+        timeout 60 $API dagster-runs 2>&1 || true
+    fi
     for pid in "${PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
     sleep 2
     for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
     RAG_PGDATA="$WORK/pgdata" RAG_PROJECT_ROOT="$WORK/project" "$BIN/rag-pipeline" db stop >/dev/null 2>&1 || true
     if [ "$code" -ne 0 ]; then
         for f in "$WORK"/*.log; do echo "---- $f (last 40 lines)"; tail -n 40 "$f"; done
+        KEPT="$(mktemp -d "${TMPDIR:-/tmp}/rag-celery-smoke-logs.XXXXXX")"; cp "$WORK"/*.log "$KEPT"/
+        echo "---- every log kept in $KEPT"
     fi
     rm -rf "$WORK"
     exit "$code"
