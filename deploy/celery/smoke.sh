@@ -23,12 +23,18 @@ log() { echo "== smoke: $*"; }
 cleanup() {
     local code=$?
     trap - EXIT INT TERM
+    if [ "$code" -ne 0 ] && [ -n "${DAGSTER_HOME:-}" ]; then
+        echo "---- the Dagster runs at the failure (newest first)"
+        timeout 60 $API dagster-runs 2>&1 || true
+    fi
     for pid in "${PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
     sleep 2
     for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
     RAG_PGDATA="$WORK/pgdata" RAG_PROJECT_ROOT="$WORK/project" "$BIN/rag-pipeline" db stop >/dev/null 2>&1 || true
     if [ "$code" -ne 0 ]; then
         for f in "$WORK"/*.log; do echo "---- $f (last 40 lines)"; tail -n 40 "$f"; done
+        KEPT="$(mktemp -d "${TMPDIR:-/tmp}/rag-celery-smoke-logs.XXXXXX")"; cp "$WORK"/*.log "$KEPT"/
+        echo "---- every log kept in $KEPT"
     fi
     rm -rf "$WORK"
     exit "$code"
@@ -106,7 +112,7 @@ export DAGSTER_HOME="$WORK/home-celery"
 for w in w1 w2; do
     mkdir -p "$WORK/$w/home"; cp "$ROOT/deploy/celery/dagster.yaml" "$WORK/$w/home/dagster.yaml"
     start "worker-$w" "$WORK/$w" env -u RAG_PROJECT_ROOT -u RAG_PGDATA DAGSTER_HOME="$WORK/$w/home" \
-        "$BIN/celery" -A rag_pipeline.defs.workers.celery_app worker -n "$w@%h" -Q dagster -c 1 -l INFO
+        "$BIN/celery" -A rag_pipeline.defs.workers.celery_app worker -n "$w@%h" -Q dagster -P threads -c 1 -l INFO
 done
 for w in w1 w2; do
     wait_for 120 "worker $w" "$BIN/celery" -A rag_pipeline.defs.workers.celery_app inspect ping -d "$w@$(hostname)"
@@ -122,7 +128,7 @@ log "kill -9 of the worker running a long run; a relaunch on the other worker"
 $API longer "$ROOT/datasets/demo.json" 20 "$WORK/demo-long.json"
 RUNS="$($API evaluate "$BASE" demo demo-long "$WORK/demo-long.json" hybrid-v1)"
 LONG="$($API first "$RUNS")"
-VICTIM="$($API running "$BASE" 240 "$LONG" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["worker"])')"
+VICTIM="$($API running "$BASE" 240 "$LONG")"
 var="PID_worker_${VICTIM%%@*}"
 kill -KILL -- "-${!var}"
 log "killed $VICTIM (kill -9 of its processes) mid-run"

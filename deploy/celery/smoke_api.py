@@ -5,7 +5,7 @@ one line on stderr when the API answers something unexpected or a deadline passe
 
     smoke_api.py evaluate BASE KB NAME DATASET_FILE STRATEGY...   queue one run per strategy; prints the run ids
     smoke_api.py wait BASE TIMEOUT_S RUN_ID...                     until every run has ended; prints each outcome
-    smoke_api.py running BASE TIMEOUT_S RUN_ID                     until the run is running with cases done
+    smoke_api.py running BASE TIMEOUT_S RUN_ID                     until the run is running, cases done; its worker
     smoke_api.py results BASE OUT RUN_ID...                        every case of every run (all candidates) to OUT
     smoke_api.py same A B                                          the two results files hold identical cases
     smoke_api.py check OUTCOME_JSON RULE [WORKER]                  the outcome of `wait` obeys RULE (see check())
@@ -68,7 +68,7 @@ def running(base: str, timeout_s: str, run_id: str) -> None:
     while True:
         state = summary(base, run_id)
         if state["status"] == "running" and state["cases_done"] > 0 and state.get("worker"):
-            print(json.dumps({"worker": state["worker"], "cases_done": state["cases_done"]}))
+            print(state["worker"])  # the worker's node name, NAME@host
             return
         if state["status"] in ENDED:
             fail(f"run {run_id} ended ({state['status']}) before it could be caught running")
@@ -156,9 +156,20 @@ def dagster_failed(run_id: str, timeout_s: str) -> None:
     print(f"   Dagster run {dagster_run}: FAILURE (run monitoring)")
 
 
+def dagster_runs() -> None:
+    """The newest Dagster runs of the instance: job, status, worker and launcher tags (a failure's diagnosis)."""
+    import dagster as dg  # noqa: PLC0415 - only this command needs the project's environment
+
+    with dg.DagsterInstance.get() as instance:
+        for run in instance.get_runs(limit=30):
+            tags = {k: v for k, v in run.tags.items() if k.startswith(("rag/", "dagster-celery", "dagster/partition"))}
+            print(f"   {run.run_id[:8]} {run.job_name:<22} {run.status.value:<10} {json.dumps(tags)}")
+
+
 if __name__ == "__main__":
     COMMANDS = {"evaluate": evaluate, "wait": wait, "running": running, "results": results, "same": same,
-                "check": check, "first": first, "ids": ids, "longer": longer, "dagster-failed": dagster_failed}
+                "check": check, "first": first, "ids": ids, "longer": longer, "dagster-failed": dagster_failed,
+                "dagster-runs": dagster_runs}
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         fail(f"usage: smoke_api.py {{{','.join(COMMANDS)}}} ARGS...")
     COMMANDS[sys.argv[1]](*sys.argv[2:])
