@@ -26,7 +26,11 @@ def worker_app():
         if not isinstance(launcher, CeleryRunLauncher):
             raise SystemExit(f"the Dagster instance of DAGSTER_HOME has run launcher {type(launcher).__name__}, "
                              "not a CeleryRunLauncher: point DAGSTER_HOME at deploy/celery (its dagster.yaml)")
-        return make_app(launcher.app_args())
+        app = make_app(launcher.app_args())
+    # one run at a time per slot, none reserved ahead (as dagster-celery's own worker command): a message a worker
+    # holds unstarted is lost with it on kill -9, and its run would wait start_timeout_seconds in STARTING
+    app.conf.worker_prefetch_multiplier = 1
+    return app
 
 
 app = worker_app()
