@@ -39,6 +39,9 @@ def _launch_per_strategy(launcher, engine, kb: str, dataset_id: str, strategies:
     from rag_pipeline.service.queued_runs import queue_evaluations
 
     queued = queue_evaluations(engine, kb, dataset_id, strategies, one_dagster_run=False)
+    instance, name = launcher.instance(), queued.runs[0].dataset
+    if not instance.has_dynamic_partition("dataset", name):  # what the launcher does before it submits
+        instance.add_dynamic_partitions("dataset", [name])
     env = {**launcher.environment(), "PYTHONWARNINGS": "ignore::FutureWarning"}
     for run in queued.runs:
         config = {"ops": {"evaluation_dataset": {"config": {"dataset_id": run.dataset_id}},

@@ -21,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import scipy.stats  # noqa: F401 - imported here, lazily by statistics.py: a one-time cost, not the per-call one timed
 from benchutil import best_time, machine_line  # bench/ is on sys.path
 
 from rag_pipeline.analysis import statistics
