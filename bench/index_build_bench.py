@@ -1,5 +1,5 @@
 """A new knowledge base's HNSW index: built once after its vectors are written (what ingestion does) vs inserted
-vector by vector into an index created first (what ingestion did before issue 21).
+vector by vector into an index created first (what ingestion did before).
 
 SYNTHETIC data: ``bench/synthetic.py``'s Zipf documents with **RANDOM unit vectors** (512-d, the USE model's name;
 benchmark only) — the worst case for HNSW (no cluster structure). For each size, two fresh knowledge bases of the

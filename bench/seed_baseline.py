@@ -1,4 +1,5 @@
-"""The seed's evaluation loop (seed §3.2 + §4.2), rebuilt as the baseline of ``bench/eval_bench.py``.
+"""The seed write-up's evaluation loop (retrieval and pool storage: docs/design.md §3.1, §4.2), rebuilt as
+the baseline of ``bench/eval_bench.py``.
 
 Benchmark code only — never used by the pipeline. For each case, one at a time, as the seed does:
 
@@ -133,7 +134,7 @@ def run_seed_baseline(engine: sa.Engine, dataset: Dataset, strategy: Strategy,
                 relevant_chunk_ids=list(case.relevant_chunk_ids),
                 retrieved_chunk_ids=[c.chunk_id for c in trace.selected], **{m: metrics[m] for m in METRIC_NAMES}))
             session.flush()
-            # 全量候选落库 (seed §4.2): one ORM object per candidate of the full pool
+            # 全量候选落库 (docs/design.md §4.2): one ORM object per candidate of the full pool
             for chunk in trace.candidates:
                 session.add(RetrievalEvaluationCandidate(
                     evaluation_run_id=run_id,

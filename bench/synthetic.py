@@ -253,7 +253,7 @@ def _ranks(vocab_size: int) -> dict[str, int]:
 
 
 def generate_cases(kb: SyntheticKB, n_cases: int, *, seed: int = 0, vocab_size: int = 30_000) -> list[dict]:
-    """``n_cases`` labelled cases (seed §2 fields) over distinct relevant chunks of ``kb``."""
+    """``n_cases`` labelled cases (docs/design.md §2.2 fields) over distinct relevant chunks of ``kb``."""
     if n_cases > len(kb.chunks):
         raise ValueError(f"{n_cases} cases need at least as many chunks, the KB has {len(kb.chunks)}")
     rng = np.random.default_rng(seed + 7)

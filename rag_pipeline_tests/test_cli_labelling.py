@@ -1,4 +1,4 @@
-"""Labelling without SQL (issue 17): ``chunks``, ``db url --libpq``, ``suggest`` (pooled judging), ``label`` in a
+"""Labelling without SQL: ``chunks``, ``db url --libpq``, ``suggest`` (pooled judging), ``label`` in a
 pseudo-terminal, and bad input. Real database, real USE embeddings, jieba for the Chinese text."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A dataset survives a re-chunking (issue 17): ``ingest --rechunk`` keeps the replaced chunks with their spans,
+"""A dataset survives a re-chunking: ``ingest --rechunk`` keeps the replaced chunks with their spans,
 ``fix-labels`` re-maps labels by document span when one current chunk covers >= 50 % of the old span, lists
 the rest (never guessed), and records every change in the output and its metadata. Real database and models."""
 

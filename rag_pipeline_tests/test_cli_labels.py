@@ -1,4 +1,5 @@
-"""Labels are checked before every run (seed §8), and exit codes mean one thing each (issue 14 §6-7)."""
+"""Labels are checked before every run (docs/design.md §8), and exit codes mean one thing each
+(docs/failure-behaviour.md, "Exit codes")."""
 
 from __future__ import annotations
 

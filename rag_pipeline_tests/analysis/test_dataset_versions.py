@@ -1,4 +1,4 @@
-"""Versions never mix (issue 14 §4) and the current run is the latest *started* one (§5), on real Postgres."""
+"""Versions never mix and the current run is the latest *started* one, on real Postgres."""
 
 from __future__ import annotations
 

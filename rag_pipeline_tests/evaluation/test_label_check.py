@@ -1,4 +1,4 @@
-"""Label integrity on a real knowledge base where every status occurs (seed §8 checklist, automated)."""
+"""Label integrity on a real knowledge base where every status occurs (the docs/design.md §8 checklist, automated)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hostile user files and names (issue 19): every one ends in a clear error naming the file or the name, quickly,
+"""Hostile user files and names: every one ends in a clear error naming the file or the name, quickly,
 with nothing written; junk documents are skipped with a warning; nothing printed carries a raw control character.
 
 Datasets, documents and strategy files go through the one bounded reader (``rag_pipeline/storage/files.py``);
@@ -49,7 +49,7 @@ SHIPPED_HASHES = {
     "rrf-v1": "a27064db1af39fbad406f08744b05388e1784612e7d870ca689316ced01555b4",
     "vector-minilm-v1": "317df04d2f26886f26faf1d328d78160e94749ef679825704429f89387d1bcbf",
     "hybrid-bm25-minilm-v1": "357b635e35b3cc1640ba511d91e0f67e58c69763617ef07287e2d2e1ba9f217e",
-    # issue 20: the first version with the optional stages (complete_pool, rerank), which leave the hashes above alone
+    # the first version with the optional stages (complete_pool, rerank), which leave the hashes above alone
     "hybrid-bm25-rerank-minilm-v1": "a68a10e8a25df6e2dfd54e4d642c2432fb6d510edf9c357c27abb655d50cd860",
 }
 GOOD_CASE = {"case_id": "c1", "question": "how are backups tested?",

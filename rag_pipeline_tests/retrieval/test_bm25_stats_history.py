@@ -1,4 +1,4 @@
-"""BM25 statistics are those of the searchable chunks, whatever the history of the knowledge base (issue 19).
+"""BM25 statistics are those of the searchable chunks, whatever the history of the knowledge base.
 
 Folder A, then folder B (one document deleted, two edited, one added) into KB X, against B ingested fresh into
 KB Y: the same N, avgdl, df of every lexeme and BM25 score of every candidate. Chunk ids contain the KB name,
@@ -163,7 +163,7 @@ def test_hidden_document_reingested_changed_stays_out_of_the_statistics(engine):
 
 
 def test_statistics_of_an_older_version_are_healed_by_the_next_change(engine, kbs):
-    """A KB whose stats counted every current chunk (before issue 19) is rebuilt, not patched, at its next change."""
+    """A KB whose stats counted every current chunk (the earlier rule) is rebuilt, not patched, at its next change."""
     x, y, _ = kbs
     kb_id = chunking.knowledge_base_id(x)
     with engine.begin() as conn:  # what the former refresh wrote: every current chunk, deleted documents included

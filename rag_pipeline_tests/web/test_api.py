@@ -1,4 +1,5 @@
-"""The seed §6.2 API over real HTTP: a real ``rag-pipeline serve``, the real database, a real Dagster daemon.
+"""The API of docs/design.md §6.2 over real HTTP: a real ``rag-pipeline serve``, the real database, a real Dagster
+daemon.
 
 One dataset (the demo cases, renamed ``demo-api``) is uploaded and evaluated with two strategies through Dagster;
 the tests then read the runs, the detail in every candidates mode, and the comparison, each against what the CLI

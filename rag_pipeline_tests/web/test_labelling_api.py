@@ -1,4 +1,4 @@
-"""``GET /api/v1/knowledge-bases/{id}/chunks`` on a real server (issue 17): the same listing as ``rag-pipeline
+"""``GET /api/v1/knowledge-bases/{id}/chunks`` on a real server: the same listing as ``rag-pipeline
 chunks``, English and Chinese searches, problem details for bad input."""
 
 from __future__ import annotations

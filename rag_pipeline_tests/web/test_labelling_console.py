@@ -1,4 +1,4 @@
-"""The console's labelling page on a real server (issue 17): questions → pooled candidates with text → grades →
+"""The console's labelling page on a real server: questions → pooled candidates with text → grades →
 a new dataset version whose labels pass the check; CSRF on every form; bad input re-shows the form."""
 
 from __future__ import annotations
