@@ -107,22 +107,13 @@ class CpuMeter:
 
 def click_and_settle(launcher, engine, kb: str, clicks: list[tuple[str, list[str]]], meter: CpuMeter) -> dict:
     """Launch every click at once (dataset id, strategies), wait until every run row has ended."""
-    from dagster_overhead import _phases  # bench/ is on sys.path
-
-    from rag_pipeline.service.evaluations import run_summaries
+    from dagster_overhead import _phases, _settle  # bench/ is on sys.path
 
     meter.mark()
     begin = time.perf_counter()
     runs = [r for dataset_id, strategies in clicks
             for r in launcher.launch_evaluations(engine, kb, dataset_id, strategies).runs]
-    deadline = time.monotonic() + 3600
-    while True:
-        summaries = run_summaries(engine, [r.run_id for r in runs])
-        if all(s.status in {"succeeded", "failed", "abandoned"} for s in summaries):
-            break
-        if time.monotonic() > deadline:
-            raise SystemExit("runs not settled after an hour")
-        time.sleep(0.5)
+    summaries = _settle(engine, runs, timeout=3600)
     wall = time.perf_counter() - begin
     failed = [f"{s.strategy_version}: {s.status} {s.error}" for s in summaries if s.status != "succeeded"]
     if failed:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TERMINAL = {"succeeded", "failed"}
+TERMINAL = {"succeeded", "failed", "abandoned"}  # every RunStatus that ends (contracts/runs.py)
 PHASES = ("RUN_ENQUEUED", "RUN_DEQUEUED", "RUN_STARTING", "RUN_START", "STEP_START", "STEP_SUCCESS", "RUN_SUCCESS")
 
 
