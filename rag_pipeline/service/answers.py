@@ -39,6 +39,7 @@ from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.service.answer_comparison import compare_answer_runs as compare_answer_runs
 from rag_pipeline.service.catalog import find_dataset
 from rag_pipeline.settings import datasets_dir
+from rag_pipeline.storage.files import FileWriteError as FileWriteError
 from rag_pipeline.storage.files import write_atomic
 
 CONFIDENT_SUPPORT = 0.5
@@ -146,9 +147,8 @@ def resolve_dataset(engine: sa.Engine, knowledge_base: str, dataset: str | Path,
 
 def write_report(path: Path, report: AnswerReport) -> None:
     """Write ``report`` as JSON (the contract's key order) to ``path`` atomically (:func:`storage.files.write_atomic`;
-    its folder is created)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, report.model_dump_json(indent=2) + "\n")
+    its folder is created; :class:`~rag_pipeline.storage.files.FileWriteError` when it cannot be written)."""
+    write_atomic(path, report.model_dump_json(indent=2) + "\n", parents=True)
 
 
 def list_answer_runs(engine: sa.Engine, *, dataset: str | None = None, knowledge_base: str | None = None,
