@@ -179,7 +179,8 @@ def atomic_output(path: str | os.PathLike, *, binary: bool = False, mode: int | 
     ``with`` block ends without an error (flushed, ``fsync``-ed, then ``os.replace``); on any error the temporary
     file is removed and ``path`` is left as it was (absent, or its previous content), never half-written.
 
-    The file gets ``path``'s existing permissions (a new one ``mode``, default 0666 less the umask). The folder
+    The file gets ``mode`` when given (e.g. 0600 for a file holding a password: the temporary file is 0600 from
+    its creation, never readable by others), else ``path``'s existing permissions, else 0666 less the umask. The folder
     must exist (``parents``: it and its missing parents are created). A write that fails (a full disk, a file
     size limit, an unwritable folder) raises :class:`FileWriteError` naming ``path``; other errors of the block
     propagate unchanged (after the cleanup)."""
@@ -207,7 +208,7 @@ def atomic_output(path: str | os.PathLike, *, binary: bool = False, mode: int | 
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), keep if keep is not None else (mode if mode is not None else _new_file_mode()))
+            os.fchmod(handle.fileno(), mode if mode is not None else keep if keep is not None else _new_file_mode())
         os.replace(tmp, path)
     except FileWriteError:
         Path(tmp).unlink(missing_ok=True)

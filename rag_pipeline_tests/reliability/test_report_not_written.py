@@ -1,6 +1,7 @@
 """A run that is stored but whose report cannot be written (a full disk): ``evaluate --output`` and ``answers
 evaluate --output`` say ``stored as run <id>; report not written: <PATH>: <reason>`` and exit 73; the report file
-keeps its previous content, no temporary file stays beside it, and the run is stored.
+keeps its previous content, no temporary file stays beside it, and the run is stored. ``show --output`` on a full
+disk: ``<PATH>: <reason>``, exit 73, the file unchanged.
 
 The disk is "full" for the command only: it runs in a child process with a file size limit (``RLIMIT_FSIZE``,
 ``SIGXFSZ`` ignored), so any write past the limit fails with ``File too large`` (EFBIG), as ENOSPC would, without
@@ -65,6 +66,10 @@ def test_evaluate_output_on_a_full_disk_says_the_run_is_stored_and_exits_73(engi
     assert report.read_text(encoding="utf-8") == PREVIOUS
     assert _names(out) == ["report.json"], "no temporary file left"
     assert "keyword-v1" in done.stdout, "the summary table is still printed"
+    shown = _run_on_a_full_disk(["show", str(runs[0].id), "--include-text", "--output", str(report)], tmp_path)
+    assert (shown.returncode, shown.stderr) == (EXIT_OUTPUT_NOT_WRITTEN,
+                                                f"rag-pipeline: error: {report}: File too large\n")
+    assert report.read_text(encoding="utf-8") == PREVIOUS and _names(out) == ["report.json"]
 
 
 def test_answers_evaluate_output_on_a_full_disk_says_the_run_is_stored_and_exits_73(engine, kb, tmp_path):

@@ -111,3 +111,14 @@ def test_a_full_disk_leaves_the_previous_file_and_names_it(full_disk):
     assert str(info.value) == f"{target}: No space left on device"
     assert target.read_text(encoding="utf-8") == "previous\n"
     assert _names(full_disk) == ["filler", "report.json"]
+
+
+def test_a_given_mode_wins_over_the_existing_one(tmp_path):
+    """A file holding a password (``.env``, the listener's file) is 0600 even if it was readable before."""
+    target = tmp_path / ".env"
+    target.write_text("RAG_DATABASE_URL=old\n", encoding="utf-8")
+    target.chmod(0o644)
+    write_atomic(target, "RAG_DATABASE_URL=new\n", mode=0o600)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert target.read_text(encoding="utf-8") == "RAG_DATABASE_URL=new\n"
+    assert _names(tmp_path) == [".env"]
