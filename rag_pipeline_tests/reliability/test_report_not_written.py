@@ -99,3 +99,21 @@ def test_answers_evaluate_output_on_a_full_disk_says_the_run_is_stored_and_exits
     assert report.read_text(encoding="utf-8") == PREVIOUS
     assert _names(out) == ["report.json"], "no temporary file left"
     assert "n_scored" in done.stdout or "scored" in done.stdout, "the summary is still printed"
+
+
+def test_fix_labels_output_on_a_full_disk_keeps_the_previous_file(kb, tmp_path):
+    """Not a run, but the same writer: ``fix-labels --output`` over an existing file on a full disk names the file
+    (exit 73) and leaves its previous content, not the first kilobyte of the new one."""
+    kb_name, chunks = kb
+    cases = [{**c, "question": c["question"] + " " + "padding " * 60} for c in tiny_cases(chunks)]
+    dataset = write_dataset(tmp_path / "ds.json", kb_name, cases, name=f"fix-{kb_name}")
+    out = tmp_path / "out"
+    out.mkdir()
+    fixed = out / "fixed.json"
+    fixed.write_text(PREVIOUS, encoding="utf-8")
+    done = _run_on_a_full_disk(["fix-labels", "--dataset", str(dataset), "--knowledge-base", kb_name,
+                                "--output", str(fixed)], tmp_path)
+    assert (done.returncode, done.stderr) == (EXIT_OUTPUT_NOT_WRITTEN,
+                                              f"rag-pipeline: error: {fixed}: File too large\n")
+    assert fixed.read_text(encoding="utf-8") == PREVIOUS
+    assert _names(out) == ["fixed.json"]
