@@ -5,7 +5,8 @@ The whole file is checked before anything is used: at most :data:`MAX_FILE_BYTES
 non-blank line one JSON object (blank and white-space-only lines are ignored) with no duplicate keys and no
 non-finite numbers, valid as an ``AnswerRecord``, naming a case of the dataset, at most once, and every line
 that names its ``answerer`` naming the same one. Every problem is collected and worded
-``<file>: line N: field 'F': message``; :class:`AnswersFileError` lists them (the first
+``<file>: line N (case_id 'C'): field 'F': message`` (the case id when the line has one, even a line that is not
+valid JSON); :class:`AnswersFileError` lists them (the first
 :data:`~rag_pipeline.evaluation.dataset_json.MAX_LISTED_PROBLEMS`, then how many more). Nothing is written here.
 """
 
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -39,6 +41,8 @@ MAX_FILE_BYTES = 512 * 1024 * 1024
 MAX_COLLECTED = 1000
 """Problems collected before the reader stops checking (a file of millions of bad lines stays cheap to refuse)."""
 _BOM = b"\xef\xbb\xbf"
+_CASE_ID = re.compile(r'"case_id"\s*:\s*"((?:[^"\\]|\\.){1,512})"')
+"""A ``case_id`` string in a line that is not valid JSON (the line's problem still names its case)."""
 
 
 @dataclass(frozen=True)
@@ -48,10 +52,11 @@ class AnswersProblem:
     message: str
     line: int | None = None
     field: str | None = None
+    case_id: str | None = None
 
     def describe(self, source: str) -> str:
-        where = [source] + ([f"line {self.line}"] if self.line else []) + (
-            [f"field {self.field!r}"] if self.field else [])
+        line = f"line {self.line}" + (f" (case_id {printable(self.case_id)!r})" if self.case_id else "")
+        where = [source] + ([line] if self.line else []) + ([f"field {self.field!r}"] if self.field else [])
         return ": ".join(where) + ": " + self.message
 
 
@@ -110,15 +115,18 @@ def parse_answers(raw: bytes, *, case_ids: Sequence[str], source: str = "<answer
             break
         if not line.strip():
             continue
-        data, record = _record(line, number, problems)
-        case_id, named = data.get("case_id"), data.get("answerer")
+        found: list[AnswersProblem] = []
+        data, record = _record(line, number, found)
+        case_id, named = data.get("case_id") if data else _case_id_of(line), data.get("answerer")
         if isinstance(case_id, str) and case_id:
-            if case_id not in known:
-                problems.append(AnswersProblem(f"{show(case_id)} is not a case of the dataset ({len(known)} cases)",
-                                               number, "case_id"))
+            if not data:  # read from a line that is not JSON: only named in its problem
+                pass
+            elif case_id not in known:
+                found.append(AnswersProblem(f"{show(case_id)} is not a case of the dataset ({len(known)} cases)",
+                                            number, "case_id"))
             elif case_id in first_line:
-                problems.append(AnswersProblem(f"{show(case_id)} already answered on line {first_line[case_id]} "
-                                               "(one line per case)", number, "case_id"))
+                found.append(AnswersProblem(f"{show(case_id)} already answered on line {first_line[case_id]} "
+                                            "(one line per case)", number, "case_id"))
             else:
                 first_line[case_id] = number
                 if record is not None:
@@ -127,9 +135,11 @@ def parse_answers(raw: bytes, *, case_ids: Sequence[str], source: str = "<answer
             if answerer is None:
                 answerer = (named, number)
             elif named != answerer[0]:
-                problems.append(AnswersProblem(f"{show(named)} differs from {show(answerer[0])} on line "
-                                               f"{answerer[1]} (every line names the same answerer)",
-                                               number, "answerer"))
+                found.append(AnswersProblem(f"{show(named)} differs from {show(answerer[0])} on line "
+                                            f"{answerer[1]} (every line names the same answerer)",
+                                            number, "answerer"))
+        named_case = case_id if isinstance(case_id, str) and case_id else None
+        problems.extend(replace(p, case_id=named_case) for p in found)
     if not problems and not first_line:
         problems.append(AnswersProblem("has no answer lines; expected one JSON object per line"))
     if problems:
@@ -149,8 +159,12 @@ def _decode(raw: bytes, source: str) -> str:
         return body.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = body.count(b"\n", 0, exc.start) + 1
+        start = body.rfind(b"\n", 0, exc.start) + 1
+        end = body.find(b"\n", exc.start)
+        text = body[start:end if end >= 0 else len(body)].decode("utf-8", "replace")
         raise AnswersFileError(source, [AnswersProblem(
-            f"not valid UTF-8: byte 0x{body[exc.start]:02x}; save the file as UTF-8", line)]) from None
+            f"not valid UTF-8: byte 0x{body[exc.start]:02x}; save the file as UTF-8", line,
+            case_id=_case_id_of(text))]) from None
 
 
 def _record(line: str, number: int, problems: list[AnswersProblem]) -> tuple[dict, AnswerRecord | None]:
@@ -164,7 +178,8 @@ def _record(line: str, number: int, problems: list[AnswersProblem]) -> tuple[dic
         problems.append(AnswersProblem("invalid JSON: nested too deeply", number))
         return {}, None
     except ValueError as exc:  # an integer of more than 4300 digits (Python's int-from-string limit)
-        problems.append(AnswersProblem(f"invalid JSON: {exc}", number))
+        problems.append(AnswersProblem("invalid JSON: a number has more than 4300 digits" if "digits" in str(exc)
+                                       else "invalid JSON: a value cannot be read", number))
         return {}, None
     if not isinstance(data, dict):
         problems.append(AnswersProblem(f"must be a JSON object (one answer per line), got {type_name(data)}", number))
@@ -181,6 +196,18 @@ def _record(line: str, number: int, problems: list[AnswersProblem]) -> tuple[dic
                                     for e in exc.errors()) if p.field not in flagged)
         return data, None
     return data, None if found else record
+
+
+def _case_id_of(line: str) -> str | None:
+    """The ``case_id`` written in a line that is not valid JSON, if one can be seen in it."""
+    match = _CASE_ID.search(line)
+    if match is None:
+        return None
+    try:
+        value = json.loads(f'"{match.group(1)}"')
+    except ValueError:
+        return None
+    return value if isinstance(value, str) and value.strip() else None
 
 
 def _unstorable(data: dict) -> list[tuple[str, str]]:

@@ -18,6 +18,7 @@ from rag_pipeline.service.database import (
     get_engine,
     libpq_url,
     mask_url,
+    write_atomic,
 )
 from rag_pipeline.settings import DAGSTER_DATABASE, KB_DATABASE, get_settings, pgdata_dir, project_root
 
@@ -128,10 +129,8 @@ def write_env_file() -> tuple[Path, list[str]]:
         lines.append(f"RAG_DATABASE_URL={tcp}")
     if get_settings().pgdata:
         lines.append(f"RAG_PGDATA={pgdata_dir()}")
-    fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others, not even briefly
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write("\n".join(lines) + "\n")
-    env_file.chmod(0o600)  # it may hold a database password (RAG_DATABASE_URL with one)
+    # 0600, never readable by others, not even briefly: it may hold a database password (RAG_DATABASE_URL with one)
+    write_atomic(env_file, "\n".join(lines) + "\n", mode=0o600)
     return env_file, lines
 
 

@@ -1,7 +1,9 @@
 """How every ``rag-pipeline`` command reports failure: one line on stderr, never a traceback.
 
 Exit codes (one meaning each, listed in docs/failure-behaviour.md, "Exit codes"): the error's kind
-(:mod:`rag_pipeline.contracts.errors`) gives 2, 3 or 70; 130/143 interrupted/terminated (:class:`Terminated`).
+(:mod:`rag_pipeline.contracts.errors`) gives 2, 3 or 70; 73 an output file not written (a full disk), after a
+run was stored: ``stored as run <id>; report not written: <PATH>: <reason>`` (:class:`ReportNotWrittenError`);
+130/143 interrupted/terminated (:class:`Terminated`).
 A closed stdout (``rag-pipeline show RUN | head -1``) ends the command quietly with 0.
 """
 
@@ -15,7 +17,14 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.errors import EXIT_DATABASE_ERROR, EXIT_INTERNAL_ERROR, USER_ERRORS, exit_code
+from rag_pipeline.contracts.errors import (
+    EXIT_DATABASE_ERROR,
+    EXIT_INTERNAL_ERROR,
+    EXIT_OUTPUT_NOT_WRITTEN,
+    USER_ERRORS,
+    RagError,
+    exit_code,
+)
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.database import mask_secrets
 from rag_pipeline.settings import SettingsError, get_settings
@@ -24,7 +33,20 @@ Command = Callable[[argparse.Namespace], int]
 EXIT_OK = 0
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM
 EXIT_CODES_HELP = ("exit codes: 0 success; 1 a check found a problem (regression gate, invalid labels, --strict); "
-                   "2 bad input or configuration; 3 database failure mid-run; 70 internal error")
+                   "2 bad input or configuration; 3 database failure mid-run; 70 internal error; 73 an output file not "
+                   "written (e.g. a full disk; a run already stored says so)")
+
+
+class ReportNotWrittenError(RagError):
+    """Runs were stored but their report files could not be written (exit 73): one line per report,
+    ``stored as run <id>; report not written: <PATH>: <reason>`` (each a
+    :class:`~rag_pipeline.storage.files.FileWriteError`, whose message is ``<PATH>: <reason>``)."""
+
+    exit_code = EXIT_OUTPUT_NOT_WRITTEN
+
+    def __init__(self, failures: list[tuple[str, RagError]]):
+        self.failures = failures
+        super().__init__("\n".join(f"stored as run {run_id}; report not written: {exc}" for run_id, exc in failures))
 
 
 def error(message: object) -> None:

@@ -1,6 +1,8 @@
 """``rag-pipeline evaluate | runs | show``: offline runs and their history (docs/design.md §7.2, the exit codes
 included), the service the Dagster assets use without a daemon. Reports are built from the database, so
-``evaluate --output`` and ``show`` print the same JSON (docs/design.md §6.3). Every run starts with the label
+``evaluate --output`` and ``show`` print the same JSON (docs/design.md §6.3). Every ``--output`` is written whole
+or not at all (:func:`~rag_pipeline.storage.files.atomic_output`); a stored run whose report cannot be written
+(a full disk) is ``stored as run <id>; report not written: <PATH>: <reason>``, exit 73. Every run starts with the label
 check (docs/design.md §8): no valid label → refused (exit 2); ``--strict`` and any invalid label → exit 1;
 otherwise the first output line says how many labels are invalid and why.
 """
@@ -15,13 +17,21 @@ import sys
 from pathlib import Path
 
 from rag_pipeline.cli import arguments, output, retention
-from rag_pipeline.cli.errors import guarded
+from rag_pipeline.cli.errors import ReportNotWrittenError, guarded
 from rag_pipeline.cli.output import case_progress
 from rag_pipeline.service import evaluations as service
 from rag_pipeline.service.case_diagnosis import case_diagnosis
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.database import get_engine
-from rag_pipeline.service.evaluations import CANDIDATE_MODES, REPORT_FORMATS, CaseNotFoundError, comparison_table
+from rag_pipeline.service.evaluations import (
+    CANDIDATE_MODES,
+    REPORT_FORMATS,
+    CaseNotFoundError,
+    FileWriteError,
+    atomic_output,
+    comparison_table,
+    write_atomic,
+)
 
 DEFAULT_STRATEGY = service.DEFAULT_STRATEGY
 
@@ -46,13 +56,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if (s.counts or {}).get("first_line"):
             print(f"{s.strategy_version}: {s.counts['first_line']}")
     print(comparison_table([s.model_dump() for s in summaries]))
+    not_written = []
     for outcome, path in zip(outcomes, paths, strict=True):
         if path is None:
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8") as fp:
-            service.write_report(engine, outcome.run_id, fp, **_report_options(args))
-        print(f"report: {path}", file=sys.stderr)
+        try:
+            with atomic_output(path, parents=True) as fp:
+                service.write_report(engine, outcome.run_id, fp, **_report_options(args))
+        except FileWriteError as exc:  # the run is stored: say which, and that its report is not there
+            not_written.append((outcome.run_id, exc))
+            continue
+        print(f"report: {printable(path)}", file=sys.stderr)
+    if not_written:
+        raise ReportNotWrittenError(not_written)
     return 0
 
 
@@ -125,7 +141,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.case is not None:  # an unknown case fails before --output is created
         service.write_report(engine, run_id, io.StringIO(), candidates="none", case_id=args.case)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as fp:
+        with atomic_output(args.output) as fp:
             _write_shown(engine, run_id, fp, args)
     else:
         _write_shown(engine, run_id, sys.stdout, args)
@@ -168,7 +184,7 @@ def _show_case(engine, run_id: str, args: argparse.Namespace) -> int:
     text = json.dumps(found.model_dump(exclude_unset=True), ensure_ascii=False,
                       indent=None if args.format == "jsonl" else 2)
     if args.output:
-        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        write_atomic(args.output, text + "\n")
     else:
         print(text)
     return 0

@@ -11,6 +11,7 @@ front ends map the kind, never a list of classes:
 | :class:`ConflictError` | 2 | 409 |
 | :class:`DatabaseUnavailableError`, and SQLAlchemy's ``DBAPIError`` in the middle of the work | 3 | 503 |
 | :class:`CheckFailed` | 1 | 422 |
+| :class:`~rag_pipeline.storage.files.FileWriteError` (an output file not written: a full disk) | 73 | 500 |
 | anything else: a bug | 70 | 500 |
 
 One exception to the exit codes: a database that cannot be reached at start is a configuration pointing nowhere
@@ -22,6 +23,7 @@ from __future__ import annotations
 from rag_pipeline.settings import SettingsError
 
 EXIT_CHECK_FAILED, EXIT_USER_ERROR, EXIT_DATABASE_ERROR, EXIT_INTERNAL_ERROR = 1, 2, 3, 70
+EXIT_OUTPUT_NOT_WRITTEN = 73  # sysexits' EX_CANTCREAT: the work is done (a run stored), its output file is not
 
 
 class RagError(Exception):

@@ -147,6 +147,13 @@ def decode_json(raw: bytes | str, max_bytes: int) -> Any:
         scan_limits(text.encode("utf-8", "replace"))
     if not text.strip():
         raise JsonReadError("file is empty; expected a JSON array of cases or an object with 'cases'")
+    return loads_strict(text)
+
+
+def loads_strict(text: str) -> Any:
+    """``json.loads`` that keeps what plain ``json`` hides: objects remember their duplicate keys
+    (:class:`JsonObject`, reported by :func:`json_problems`), non-finite numbers become :class:`NonFinite`;
+    :class:`JsonReadError` in words for bad syntax, too deep a nesting, a number of more than 4300 digits."""
     try:
         return json.loads(text, object_pairs_hook=object_hook, parse_float=parse_float,
                           parse_constant=NonFinite)

@@ -15,6 +15,7 @@ import yaml
 
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.sources import read_folder
+from rag_pipeline.storage.files import write_atomic
 
 DEMO_KB = "demo"
 DEMO_TEXT_SEARCH = "chinese"
@@ -58,6 +59,5 @@ def write_demo_dataset(root: Path, out: Path | None = None) -> Path:
     is identified by its file name)."""
     out = out or root / "datasets" / "demo.json"
     data = {**build_demo_dataset(root / "demo" / "kb", root / "demo" / "cases.yaml"), "name": out.stem}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    write_atomic(out, json.dumps(data, ensure_ascii=False, indent=2) + "\n", parents=True)
     return out

@@ -48,7 +48,13 @@ from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base
 from rag_pipeline.knowledge_base.queries import chunks, documents, vectors
 from rag_pipeline.knowledge_base.sources import SourceDocument
 from rag_pipeline.storage import queries as storage
-from rag_pipeline.storage.engine import build_vector_index, ensure_embedding_model, hnsw_index_name, vector_index_state
+from rag_pipeline.storage.engine import (
+    build_vector_index,
+    ensure_embedding_model,
+    hnsw_index_name,
+    knowledge_base_lock,
+    vector_index_state,
+)
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -65,7 +71,17 @@ def ingest_documents(engine: sa.Engine, docs: Sequence[SourceDocument], knowledg
                      models: Sequence[str] = (DEFAULT_MODEL,), prune: bool = True, rechunk: bool = False,
                      progress: Progress | None = None) -> IngestResult:
     """Bring the knowledge base in line with ``docs``; ``chunk_size=None`` keeps each document one chunk.
-    ``rechunk``: an existing knowledge base with another chunk size/overlap is re-chunked in place (else refused)."""
+    ``rechunk``: an existing knowledge base with another chunk size/overlap is re-chunked in place (else refused).
+    Two ingestions of one knowledge base (two processes, the CLI and a Dagster run) take turns: the second waits
+    for the first (:func:`~rag_pipeline.storage.engine.knowledge_base_lock`), then finds its work done."""
+    with knowledge_base_lock(engine, knowledge_base):
+        return _ingest(engine, docs, knowledge_base, text_search=text_search, chunk_size=chunk_size,
+                       chunk_overlap=chunk_overlap, models=models, prune=prune, rechunk=rechunk, progress=progress)
+
+
+def _ingest(engine: sa.Engine, docs: Sequence[SourceDocument], knowledge_base: str, *, text_search: str,
+            chunk_size: int | None, chunk_overlap: int, models: Sequence[str], prune: bool, rechunk: bool,
+            progress: Progress | None) -> IngestResult:
     t0 = time.perf_counter()
     embedders = [get_embedder(m) for m in models]
     # Models first, in their own short transaction. A model the KB has no HNSW index of yet (a new KB, a new model)

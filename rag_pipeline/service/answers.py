@@ -33,12 +33,14 @@ from rag_pipeline.contracts.answers import (
 )
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset
+from rag_pipeline.evaluation.dataset_json import JsonReadError, json_problems, loads_strict
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.service.answer_comparison import compare_answer_runs as compare_answer_runs
 from rag_pipeline.service.catalog import find_dataset
 from rag_pipeline.settings import datasets_dir
+from rag_pipeline.storage.files import FileWriteError as FileWriteError
 from rag_pipeline.storage.files import write_atomic
 
 CONFIDENT_SUPPORT = 0.5
@@ -144,11 +146,31 @@ def resolve_dataset(engine: sa.Engine, knowledge_base: str, dataset: str | Path,
         return load_stored_dataset(conn, version.dataset_id)
 
 
+def read_json_upload(raw: bytes) -> dict:
+    """The body of a JSON answers upload (``{"dataset": ..., "answers": [...]}``), read strictly: not UTF-8, not
+    JSON, nested too deeply, a duplicate key anywhere (named with its place, e.g. ``answers[0].answer``) or a
+    non-finite number are :class:`AnswersRequestError` (HTTP 422); never the last of two keys silently."""
+    try:
+        body = loads_strict(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise AnswersRequestError(f"the request body is not UTF-8 (byte 0x{raw[exc.start]:02x} at offset "
+                                  f"{exc.start})") from None
+    except JsonReadError as exc:
+        raise AnswersRequestError(f"the request body is not JSON we can read: {exc}") from None
+    problems = json_problems(body, "$")
+    if problems:
+        listed = "; ".join(f"{where.removeprefix('$.').removeprefix('$') or 'the body'}: {message}"
+                           for where, message in problems)
+        raise AnswersRequestError(f"the request body: {listed}")
+    if not isinstance(body, dict) or not isinstance(body.get("answers"), list):
+        raise AnswersRequestError("the JSON body needs `dataset` and `answers` (a list of answer objects)")
+    return body
+
+
 def write_report(path: Path, report: AnswerReport) -> None:
     """Write ``report`` as JSON (the contract's key order) to ``path`` atomically (:func:`storage.files.write_atomic`;
-    its folder is created)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, report.model_dump_json(indent=2) + "\n")
+    its folder is created; :class:`~rag_pipeline.storage.files.FileWriteError` when it cannot be written)."""
+    write_atomic(path, report.model_dump_json(indent=2) + "\n", parents=True)
 
 
 def list_answer_runs(engine: sa.Engine, *, dataset: str | None = None, knowledge_base: str | None = None,

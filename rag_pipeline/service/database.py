@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from rag_pipeline.contracts.errors import DatabaseUnavailableError
 from rag_pipeline.storage import embedded_server
 from rag_pipeline.storage.engine import dagster_database_url, database_url, get_engine
+from rag_pipeline.storage.files import write_atomic as write_atomic
 from rag_pipeline.storage.snapshot_readers import reader_count
 from rag_pipeline.storage.urls import DatabaseError, libpq_url, mask_secrets, mask_url, normalize_url
 

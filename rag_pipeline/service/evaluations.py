@@ -32,6 +32,9 @@ from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
 from rag_pipeline.service.catalog import require_runnable
 from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.files import FileWriteError as FileWriteError
+from rag_pipeline.storage.files import atomic_output as atomic_output
+from rag_pipeline.storage.files import write_atomic as write_atomic
 from rag_pipeline.storage.snapshot_readers import reader_count
 
 DEFAULT_STRATEGY = "hybrid-v1"

@@ -16,6 +16,7 @@ from rag_pipeline.knowledge_base.ingestion import Progress, ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES, PUBLICATION_STATUSES
 from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
+from rag_pipeline.storage.files import write_atomic
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
 
 __all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "DEFAULT_MODEL", "DOCUMENT_STATUSES", "EMBEDDING_MODELS",
@@ -57,7 +58,7 @@ def import_beir(engine: sa.Engine, folder: str | Path, knowledge_base: str, data
     out.parent.mkdir(parents=True, exist_ok=True)  # an unwritable destination fails before the ingestion
     result = beir.ingest_plan(engine, plan, knowledge_base, models=models, text_search=text_search, progress=progress)
     dataset = plan.dataset(knowledge_base)
-    out.write_text(json.dumps(dataset, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    write_atomic(out, json.dumps(dataset, ensure_ascii=False, indent=1) + "\n")
     m = dataset["metadata"]
     counts = [f"{len(m[key])} {what}" for key, what in (
         ("skipped_queries", "query(ies)"), ("skipped_documents", "document(s) without text"),

@@ -7,6 +7,8 @@ import functools
 import hashlib
 import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -196,6 +198,32 @@ def upgrade(engine: Engine) -> None:
         command.upgrade(cfg, "head")
     engine.dispose()  # connections opened before the extension existed lack the vector type
     _MIGRATED.add(key)
+
+
+@contextmanager
+def knowledge_base_lock(engine: Engine, name: str) -> Iterator[None]:
+    """Hold knowledge base ``name``'s advisory lock for the ``with`` block, on a connection of its own (autocommit:
+    no transaction stays open while it waits or holds). Two ingestions of one knowledge base take turns, the
+    second waiting for the first, instead of racing to create its rows, tables and indexes (a raw
+    ``pg_class_relname_nsp_index`` error); other knowledge bases are not held up. A connection whose unlock
+    fails is closed, which releases the lock."""
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            queries.lock_knowledge_base(conn, name)
+        except BaseException:
+            conn.invalidate()  # interrupted while waiting: never return a connection that may hold the lock
+            raise
+        try:
+            yield
+        finally:
+            try:
+                queries.unlock_knowledge_base(conn, name)
+            except sa.exc.DBAPIError:  # a broken connection: closing it is the unlock (the block's error goes on)
+                conn.invalidate()
+            except BaseException:
+                conn.invalidate()
+                raise
 
 
 def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backend: str,

@@ -1,4 +1,4 @@
-"""The one bounded reader for user files: datasets, documents, strategy files.
+"""The one bounded reader for user files (datasets, documents, strategy files) and the one file writer.
 
 A user file must be a regular file (after following symlinks): a FIFO, a device (``/dev/zero``), a socket or a
 directory is refused before it is opened, so nothing can block or stream forever. The file is opened with
@@ -6,6 +6,10 @@ directory is refused before it is opened, so nothing can block or stream forever
 the open descriptor, and at most ``limit + 1`` bytes are ever read, so a huge or growing file cannot exhaust
 memory. Errors are :class:`FileReadError` whose message names the file (control characters escaped) and the
 limit; callers turn them into their own error type.
+
+Every file the project writes (reports, drafts, datasets, charts, registry files) goes through
+:func:`atomic_output` / :func:`write_atomic`: a temporary file in the same folder, ``fsync``, ``os.replace``;
+the target is whole or unchanged, and a failure is :class:`FileWriteError` naming the file.
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
-from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.contracts.errors import EXIT_OUTPUT_NOT_WRITTEN, BadInputError, RagError
 from rag_pipeline.storage.names import printable
 
 MB = 1024 * 1024
@@ -139,15 +143,101 @@ def read_lines_bounded(handle: BinaryIO, path: str | os.PathLike, max_line: int,
         offset += len(line)
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder renamed over it: a crash never leaves
-    half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+class FileWriteError(RagError, OSError):
+    """An output file (a report, a draft, a dataset, a chart) that could not be written: the disk is full, the
+    folder is not writable, an I/O error. ``path`` is the file, ``reason`` the problem without the file name
+    (``No space left on device``). The file is unchanged: absent, or its previous content."""
+
+    exit_code = EXIT_OUTPUT_NOT_WRITTEN
+    http_status = 500
+
+    def __init__(self, path: str | os.PathLike, reason: str):
+        self.path, self.reason = str(path), reason
+        super().__init__(f"{printable(self.path)}: {reason}")
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _new_file_mode() -> int:
+    """What ``open(path, "w")`` would give a new file: 0666 less the umask. Linux shows the umask in
+    /proc/self/status; elsewhere it is read by setting it (a moment other threads could see)."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fp:
-            fp.write(text)
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            umask = next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        umask = os.umask(0o077)
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
+@contextmanager
+def atomic_output(path: str | os.PathLike, *, binary: bool = False, mode: int | None = None,
+                  parents: bool = False) -> Iterator[IO]:
+    """The one file writer: a handle on a temporary file in ``path``'s folder that replaces ``path`` when the
+    ``with`` block ends without an error (flushed, ``fsync``-ed, then ``os.replace``); on any error the temporary
+    file is removed and ``path`` is left as it was (absent, or its previous content), never half-written.
+
+    The file gets ``mode`` when given (e.g. 0600 for a file holding a password: the temporary file is 0600 from
+    its creation, never readable by others), else ``path``'s existing permissions, else 0666 less the umask. The folder
+    must exist (``parents``: it and its missing parents are created). A write that fails (a full disk, a file
+    size limit, an unwritable folder) raises :class:`FileWriteError` naming ``path``; other errors of the block
+    propagate unchanged (after the cleanup)."""
+    path = Path(path)
+    try:
+        if parents:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        st = os.stat(path)
+        keep = stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None
+    except FileNotFoundError:
+        keep = None
+    except OSError as exc:
+        raise FileWriteError(path, _reason(exc)) from None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise FileWriteError(path, _reason(exc)) from None
+    try:
+        try:
+            handle = os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+        except BaseException:
+            os.close(fd)
+            raise
+        with handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), mode if mode is not None else keep if keep is not None else _new_file_mode())
         os.replace(tmp, path)
+    except FileWriteError:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise FileWriteError(path, _reason(exc)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """``fsync`` the folder so the rename itself survives a crash (best effort: not every system allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes, *, mode: int | None = None,
+                 parents: bool = False) -> None:
+    """Write ``data`` (text as UTF-8, or bytes) to ``path`` whole or not at all (:func:`atomic_output`)."""
+    with atomic_output(path, binary=isinstance(data, bytes), mode=mode, parents=parents) as handle:
+        handle.write(data)

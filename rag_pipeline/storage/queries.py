@@ -44,6 +44,20 @@ def migration_lock(conn: sa.Connection) -> Iterator[None]:
         conn.execute(sa.text("SELECT pg_advisory_unlock(726354)"))
 
 
+KNOWLEDGE_BASE_LOCK = 726356
+"""First key of the per-knowledge-base advisory locks (the second: ``hashtext`` of the name)."""
+
+
+def lock_knowledge_base(conn: sa.Connection, name: str) -> None:
+    """Wait for, then take, knowledge base ``name``'s session advisory lock (two names may share one: they take
+    turns, nothing worse)."""
+    conn.execute(sa.text("SELECT pg_advisory_lock(:c, hashtext(:n))"), {"c": KNOWLEDGE_BASE_LOCK, "n": name})
+
+
+def unlock_knowledge_base(conn: sa.Connection, name: str) -> None:
+    conn.execute(sa.text("SELECT pg_advisory_unlock(:c, hashtext(:n))"), {"c": KNOWLEDGE_BASE_LOCK, "n": name})
+
+
 def model_dimension(conn: sa.Connection, model: str) -> int | None:
     return conn.execute(sa.text(MODEL_DIMENSION_SQL), {"model": model}).scalar()
 

@@ -12,12 +12,12 @@ the local CLI and migrations connect without a secret.
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import shlex
 from pathlib import Path
 
+from rag_pipeline.storage.files import write_atomic
 from rag_pipeline.storage.urls import DatabaseError
 
 LISTEN_FILE = "rag_listen.json"
@@ -66,13 +66,7 @@ def record(pgdata: Path, listen: str) -> dict[str, str]:
     previous = saved(pgdata)
     data = {"listen": f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
             "password": previous["password"] if previous else secrets.token_urlsafe(24)}
-    path = Path(pgdata) / LISTEN_FILE
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    write_atomic(Path(pgdata) / LISTEN_FILE, json.dumps(data), mode=0o600)
     return data
 
 

@@ -116,7 +116,8 @@ def test_a_bad_answers_file_stores_nothing(engine, kb, kb_name, tmp_path):
     before = _counts(engine)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"case_id": "backup", "answer": "x"}\n{"case_id": "ghost", "answer": "y"}\n', encoding="utf-8")
-    with pytest.raises(AnswersFileError, match=r"bad.jsonl: line 2: field 'case_id': \"ghost\" is not a case"):
+    with pytest.raises(AnswersFileError,
+                       match=r"bad.jsonl: line 2 \(case_id 'ghost'\): field 'case_id': \"ghost\" is not a case"):
         answers.evaluate_answers(engine, kb_name, dataset, bad)
     assert _counts(engine) == before  # not even the dataset version
 

@@ -79,7 +79,8 @@ def test_a_bad_answers_file_or_flag_exits_2_and_stores_nothing(engine, setup, ca
                                 encoding="utf-8")
     assert _evaluate(setup, "--output", str(setup["tmp"] / "r.json")) == 2
     err = capsys.readouterr().err
-    assert "line 1: field 'answer'" in err and "line 2: field 'case_id'" in err and "Traceback" not in err
+    assert "line 1 (case_id 'backup'): field 'answer'" in err and "line 2 (case_id 'zzz'): field 'case_id'" in err
+    assert "Traceback" not in err
     assert not (setup["tmp"] / "r.json").exists()
     empty = setup["tmp"] / "phrases.txt"
     empty.write_text("# only a comment\n", encoding="utf-8")

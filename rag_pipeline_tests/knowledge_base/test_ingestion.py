@@ -425,6 +425,43 @@ def test_concurrent_ingestions_into_different_kbs_both_succeed(engine, ingested,
     assert all(results[n].embeddings_written == results[n].chunks_inserted > 0 for n in names)
 
 
+@pytest.mark.parametrize("attempt", range(3))
+def test_two_first_ingestions_of_one_new_kb_at_once_both_succeed(engine, kb_name, tmp_path, attempt) -> None:
+    """Two ingestions of the same folder into the same new knowledge base, started together (two threads, two
+    connections each, as two processes would): both succeed, one after the other (a per-KB lock), instead of
+    one failing on the other's new tables and indexes (``pg_class_relname_nsp_index``) or documents. The
+    second finds everything written: nothing new, and the KB has one copy of each chunk and one HNSW index."""
+    folder = make_folder(tmp_path / "docs")
+    docs = read_folder(folder)
+    barrier = threading.Barrier(2)
+    errors: list[str] = []
+    results: list = []
+
+    def run() -> None:
+        barrier.wait(timeout=30)
+        try:
+            results.append(ingest_documents(engine, docs, kb_name, text_search=MODE, chunk_size=SIZE,
+                                            chunk_overlap=OVERLAP))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, f"concurrent first ingestion failed: {errors}"
+    assert sorted(r.chunks_inserted > 0 for r in results) == [False, True], "one wrote, the other found it done"
+    with engine.connect() as conn:
+        kb_id = conn.execute(sa.text("SELECT id FROM knowledge_bases WHERE name = :n"), {"n": kb_name}).scalar_one()
+        chunk_count = conn.execute(sa.text("SELECT count(*) FROM document_chunks WHERE knowledge_base_id = :k "
+                                           "AND is_current"), {"k": kb_id}).scalar_one()
+        index = conn.execute(sa.text("SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(:i)"),
+                             {"i": hnsw_index_name(DEFAULT_MODEL, kb_id)}).scalar()
+    assert chunk_count == max(r.chunks_inserted for r in results) > 0
+    assert index is True
+
+
 @pytest.mark.parametrize("second_text", ["Same text in both lines.", "A different text on the second line."])
 def test_duplicate_jsonl_ids_are_a_user_error(engine, kb_name, tmp_path, second_text) -> None:
     """Two lines with the same id would be one document name: refuse them instead of mixing rows.

@@ -2,9 +2,10 @@
 dataset, read and compare the stored answer runs, collect answers (docs/design.md §7.2, §12).
 
 ``evaluate`` reads the whole answers file first: a bad file (or flag) is exit 2 with every problem the reader
-found, line and field, and nothing stored. ``--output`` is written atomically (a temporary file renamed), its
-keys in the contract's order (:class:`~rag_pipeline.contracts.answers.AnswerReport`); the text summary goes to
-stdout. ``collect`` is :mod:`rag_pipeline.cli.answers.collect`.
+found, line and field, and nothing stored. ``--output`` is written atomically (a temporary file renamed): a
+stored run whose report cannot be written is ``stored as run <id>; report not written: <PATH>: <reason>``, exit
+73. Its keys are in the contract's order (:class:`~rag_pipeline.contracts.answers.AnswerReport`); the text
+summary goes to stdout. ``collect`` is :mod:`rag_pipeline.cli.answers.collect`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.answers.collect import add_collect_parser
 from rag_pipeline.cli.answers.tables import comparison_text, report_text, runs_text
-from rag_pipeline.cli.errors import EXIT_CODES_HELP, guarded
+from rag_pipeline.cli.errors import EXIT_CODES_HELP, ReportNotWrittenError, guarded
 from rag_pipeline.cli.evaluate import _check_writable as check_writable
 from rag_pipeline.cli.output import print_json
 from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES, VERDICTS, AnswerScoring, JudgeConfig
@@ -98,7 +99,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                       answerer=args.answerer, scoring=scoring, store=not args.no_store, judge=judge,
                                       judge_progress=_judge_progress(args.quiet) if judge else None)
     if output is not None:
-        service.write_report(output, report)
+        try:
+            service.write_report(output, report)
+        except service.FileWriteError as exc:
+            if report.run is None:  # --no-store: nothing was stored
+                raise
+            print(report_text(report.model_copy(update={"cases": []})))
+            raise ReportNotWrittenError([(report.run.run_id, exc)]) from None
     print(report_text(report.model_copy(update={"cases": []})))
     if output is not None:
         print(f"report: {printable(output)}", file=sys.stderr)

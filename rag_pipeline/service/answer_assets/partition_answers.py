@@ -10,7 +10,6 @@ file ``answer_metrics`` scores.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.service.answer_collection import collect_answers
 from rag_pipeline.service.answers import compare_answer_runs, evaluate_answers, list_answer_runs
 from rag_pipeline.settings import datasets_dir, project_root
+from rag_pipeline.storage.files import atomic_output, open_regular
 from rag_pipeline.storage.names import DATASET, STRATEGY_VERSION, is_valid_name
 
 
@@ -118,10 +118,8 @@ def produce_answers(dataset: str, answerer: str, *, endpoint: EndpointConfig | N
     elif dropped.is_file():
         mode = "file"
         read_answers(dropped, case_ids=[c.case_id for c in data.cases])  # every problem at once, nothing copied
-        output.parent.mkdir(parents=True, exist_ok=True)
-        partial = output.with_suffix(".jsonl.partial")
-        shutil.copyfile(dropped, partial)
-        os.replace(partial, output)
+        with open_regular(dropped) as source, atomic_output(output, binary=True, parents=True) as copy:
+            shutil.copyfileobj(source, copy)
     else:
         raise AnswerAssetError(
             f"no answers for {dataset}|{answerer}: {answerer!r} is not an in-process answerer "

@@ -32,7 +32,7 @@ from rag_pipeline.retrieval.strategies import StrategyError, get_strategy, load_
 from rag_pipeline.service.catalog import split_runnable
 from rag_pipeline.service.labelling.draft_files import DraftError, export_cases, load_draft, pool_order, save_draft
 from rag_pipeline.settings import datasets_dir
-from rag_pipeline.storage.files import FileReadError, read_bounded
+from rag_pipeline.storage.files import FileReadError, read_bounded, write_atomic
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
 
 MAX_QUESTIONS_BYTES = 10 * 1024 * 1024
@@ -205,8 +205,7 @@ def export_draft(engine: sa.Engine, draft: Draft, output: str | Path, *, binary:
     if output.is_dir():
         raise OSError(f"--output {output} is a directory; give a file name")
     _, text, done = _checked(engine, draft, output.stem, str(output), binary)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
+    write_atomic(output, text, parents=True)
     return done.model_copy(update={"path": str(output)})
 
 

@@ -37,6 +37,7 @@ from rag_pipeline.knowledge_base import chunk_lookup, span_remap
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.service import catalog
 from rag_pipeline.service.catalog import DatasetNotFoundError
+from rag_pipeline.storage.files import write_atomic
 
 REMAPPED_STATUSES = ("chunk_replaced", "other_knowledge_base", "unknown_id")
 
@@ -59,8 +60,7 @@ def fix_labels(engine: sa.Engine, dataset_path: str | Path, knowledge_base: str,
     if output.exists() and output.resolve() == path.resolve():
         raise OSError(f"--output {output} is the dataset itself; write the fixed dataset to another file")
     fixes, text = _fix_dataset(engine, _load(path, knowledge_base), knowledge_base, output=output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
+    write_atomic(output, text, parents=True)
     return fixes
 
 

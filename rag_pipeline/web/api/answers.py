@@ -101,12 +101,10 @@ async def _upload(request: Request) -> tuple[bytes, str, str, str | None]:
         filename = upload.filename or "answers.jsonl"
     elif content_type.startswith("application/json"):
         check_content_length(request, MAX_UPLOAD_BYTES, "of an answers file is 50 MB")
-        try:
-            body = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise HTTPProblem(422, f"the request body is not JSON: {exc}") from None
-        if not isinstance(body, dict) or not isinstance(body.get("answers"), list):
-            raise HTTPProblem(422, "the JSON body needs `dataset` and `answers` (a list of answer objects)")
+        try:  # strictly: too deep a nesting, a duplicate key (never last-wins), NaN are named, not a 500
+            body = answers.read_json_upload(await request.body())
+        except answers.AnswersRequestError as exc:
+            raise HTTPProblem(422, str(exc)) from None
         dataset, answerer = body.get("dataset"), body.get("answerer")
         raw = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in body["answers"]).encode("utf-8")
         filename = "request body"
