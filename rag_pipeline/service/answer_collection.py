@@ -4,22 +4,23 @@ The one operation behind ``rag-pipeline answers collect`` (docs/answers-collecti
 docs/design.md §12.2). Everything the user gave is checked before the file is touched: the dataset, the
 endpoint flags (URL, template, paths, headers and their environment variables), the answerer's name, and an
 existing output (resumed: its answered cases are skipped). A bad input is a :class:`BadInputError` naming the
-file, line or flag, and nothing is written.
+file, line or flag, and nothing is written. The output is locked from before it is read until the collection
+ends: a second collection on the same file is refused at once (:class:`~.answers_writer.OutputBusyError`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rag_pipeline.answers.collection.answerers import Answerer, get_answerer
-from rag_pipeline.answers.collection.answers_writer import AnswersWriter, read_existing
+from rag_pipeline.answers.collection.answers_writer import AnswersWriter, output_lock, read_existing
 from rag_pipeline.answers.collection.collector import collect_from_answerer, collect_from_endpoint
 from rag_pipeline.answers.collection.endpoint_client import EndpointClient
 from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.evaluation.dataset import Dataset, load_dataset
+from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase, load_dataset
 from rag_pipeline.service.database import get_engine
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.names import printable
@@ -78,6 +79,12 @@ def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoi
     chosen = (_answerer(answerer, knowledge_base=loaded.knowledge_base, strategy=strategy)
               if isinstance(answerer, str) else answerer)
     identity = chosen.identity if chosen is not None else None
+    with output_lock(output):
+        return _collect(output, cases, client, chosen, identity, progress)
+
+
+def _collect(output: Path, cases: Sequence[EvaluationCase], client: EndpointClient | None, chosen: Answerer | None,
+             identity: str | None, progress: Callable[[CollectionProgress], None] | None) -> CollectionResult:
     state = read_existing(output, {c.case_id for c in cases}, identity)
     pending = [c for c in cases if c.case_id not in state.kept]
     total, skipped = len(cases), len(cases) - len(pending)
