@@ -114,6 +114,7 @@ def test_hostile_refusal_phrases_file_is_a_clear_flag_error(tmp_path: Path, caps
                            str(tmp_path / "d.json"), "--answers", str(tmp_path / "a.jsonl"), "--quiet",
                            "--refusal-phrases", str(path))
     reason = "no such file" if kind == "missing" else "not a regular file"
+    assert rc == 2 and "rag-pipeline: error: --refusal-phrases " in err, err
     assert_clear_user_error(rc, out, err, f"--refusal-phrases {path}", reason)
 
 
@@ -123,5 +124,6 @@ def test_a_refusal_phrases_file_over_1_mb_is_refused_by_size(tmp_path: Path, cap
         f.truncate(3 * 1024 * 1024)
     rc, out, err = cli(capsys, "answers", "evaluate", "--knowledge-base", "kb", "--dataset", str(tmp_path / "d.json"),
                        "--answers", str(tmp_path / "a.jsonl"), "--quiet", "--refusal-phrases", str(path))
+    assert rc == 2, err
     assert_clear_user_error(rc, out, err, f"--refusal-phrases {path}: the refusal phrases file is 3.0 MB; the limit "
                                           "is 1 MB")
