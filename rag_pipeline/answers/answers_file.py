@@ -153,14 +153,6 @@ def _decode(raw: bytes, source: str) -> str:
             f"not valid UTF-8: byte 0x{body[exc.start]:02x}; save the file as UTF-8", line)]) from None
 
 
-def line_problems(line: str) -> list[AnswersProblem]:
-    """What this reader would refuse in one line on its own (the file-wide checks aside: a case of the dataset,
-    once, one answerer): the collector checks each line it writes with it."""
-    problems: list[AnswersProblem] = []
-    _record(line, 1, problems)
-    return problems
-
-
 def _record(line: str, number: int, problems: list[AnswersProblem]) -> tuple[dict, AnswerRecord | None]:
     """The line's JSON object (``{}`` if it is none) and its record, or ``None`` with its problems added."""
     try:
@@ -225,3 +217,11 @@ def _message(error: dict) -> str:
     if kind == "missing":
         return "is required"
     return f"{error['msg'][0].lower()}{error['msg'][1:]}, {got(value)}"
+
+
+def line_problems(line: str) -> list[AnswersProblem]:
+    """What this reader would refuse in one line on its own (the file-wide checks aside: a case of the dataset,
+    once, one answerer): the collector checks each line it writes with it."""
+    problems: list[AnswersProblem] = []
+    _record(line, 1, problems)
+    return problems

@@ -9,9 +9,9 @@ of behaviours, one per attempt (the last one repeats):
   ``429-date``: 429 with ``Retry-After`` an HTTP date one second ahead;
 - ``slow:S``: a normal reply after S seconds; ``hang``: no reply until the server stops;
 - ``malformed``: a body that is not JSON; ``no-answer``: JSON without ``answer``;
+- ``raw:NAME``: a 200 whose body (bytes) and extra headers are ``raw[NAME]`` (hostile replies);
 - ``bad-citations``: ``citations`` a string; ``huge``: a 50 MB body (a JSON string), written in 1 MB pieces;
-- ``echo-headers``: the request's headers in the reply; ``500-echo``: a 500 whose body echoes the headers;
-- ``raw:NAME``: a 200 whose body (bytes) and extra headers are ``raw[NAME]`` (hostile replies).
+- ``echo-headers``: the request's headers in the reply; ``500-echo``: a 500 whose body echoes the headers.
 """
 
 from __future__ import annotations
