@@ -4,14 +4,13 @@ The one operation behind ``rag-pipeline answers collect`` (docs/answers-collecti
 docs/design.md §12.2). Everything the user gave is checked before the file is touched: the dataset, the
 endpoint flags (URL, template, paths, headers and their environment variables), the answerer's name, and an
 existing output (resumed: its answered cases are skipped). A bad input is a :class:`BadInputError` naming the
-file, line or flag, and nothing is written. The output is locked from before it is read until the collection
-ends: a second collection on the same file is refused at once (:class:`~.answers_writer.OutputBusyError`).
+file, line or flag, and nothing is written.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from rag_pipeline.answers.collection.answerers import Answerer, get_answerer
@@ -79,11 +78,11 @@ def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoi
     chosen = (_answerer(answerer, knowledge_base=loaded.knowledge_base, strategy=strategy)
               if isinstance(answerer, str) else answerer)
     identity = chosen.identity if chosen is not None else None
-    with output_lock(output):
+    with output_lock(output):  # from before the file is read to the end: a second collector is refused at once
         return _collect(output, cases, client, chosen, identity, progress)
 
 
-def _collect(output: Path, cases: Sequence[EvaluationCase], client: EndpointClient | None, chosen: Answerer | None,
+def _collect(output: Path, cases: tuple[EvaluationCase, ...], client: EndpointClient | None, chosen: Answerer | None,
              identity: str | None, progress: Callable[[CollectionProgress], None] | None) -> CollectionResult:
     state = read_existing(output, {c.case_id for c in cases}, identity)
     pending = [c for c in cases if c.case_id not in state.kept]

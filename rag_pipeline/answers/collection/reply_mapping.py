@@ -3,9 +3,7 @@
 ``answer`` must be found and be a string. ``citations`` and ``contexts`` are optional: nothing at their path →
 ``None``; found, they must be lists of strings (ids are kept as given: an id that is not a UUID stays, and is
 never a valid citation when scored). Any other shape is recorded on the case as ``status: "error"`` with the
-reason and the (capped) reply; it never stops the collection. So is a reply nested too deeply for the JSON
-parser; an integer of more digits than Python converts (:data:`MAX_INT_DIGITS`) is kept unconverted, so one in
-a field nobody reads is harmless, and one at the answer or id path is a wrong type like any other.
+reason and the (capped) reply; it never stops the collection.
 """
 
 from __future__ import annotations
@@ -27,7 +25,9 @@ MAX_INT_DIGITS = 4000
 
 
 class LongInteger:
-    """A JSON integer too long to convert, kept as its text."""
+    """A JSON integer too long to convert, kept as its text: harmless in a field nobody reads, a wrong type
+    (``an integer of 10,000 digits``) at the answer or id path. A reply nested too deeply for the parser is the
+    case's error too; neither message names Python's settings."""
 
     def __init__(self, text: str):
         self.text = text
