@@ -244,3 +244,11 @@ def _message(error: dict) -> str:
     if kind == "missing":
         return "is required"
     return f"{error['msg'][0].lower()}{error['msg'][1:]}, {got(value)}"
+
+
+def line_problems(line: str) -> list[AnswersProblem]:
+    """What this reader would refuse in one line on its own (the file-wide checks aside: a case of the dataset,
+    once, one answerer): the collector checks each line it writes with it."""
+    problems: list[AnswersProblem] = []
+    _record(line, 1, problems)
+    return problems

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rag_pipeline.answers.collection.answerers import Answerer, get_answerer
-from rag_pipeline.answers.collection.answers_writer import AnswersWriter, read_existing
+from rag_pipeline.answers.collection.answers_writer import AnswersWriter, output_lock, read_existing
 from rag_pipeline.answers.collection.collector import collect_from_answerer, collect_from_endpoint
 from rag_pipeline.answers.collection.endpoint_client import EndpointClient
 from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.evaluation.dataset import Dataset, load_dataset
+from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase, load_dataset
 from rag_pipeline.service.database import get_engine
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.names import printable
@@ -78,6 +78,12 @@ def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoi
     chosen = (_answerer(answerer, knowledge_base=loaded.knowledge_base, strategy=strategy)
               if isinstance(answerer, str) else answerer)
     identity = chosen.identity if chosen is not None else None
+    with output_lock(output):  # from before the file is read to the end: a second collector is refused at once
+        return _collect(output, cases, client, chosen, identity, progress)
+
+
+def _collect(output: Path, cases: tuple[EvaluationCase, ...], client: EndpointClient | None, chosen: Answerer | None,
+             identity: str | None, progress: Callable[[CollectionProgress], None] | None) -> CollectionResult:
     state = read_existing(output, {c.case_id for c in cases}, identity)
     pending = [c for c in cases if c.case_id not in state.kept]
     total, skipped = len(cases), len(cases) - len(pending)

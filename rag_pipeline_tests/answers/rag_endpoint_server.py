@@ -9,6 +9,7 @@ of behaviours, one per attempt (the last one repeats):
   ``429-date``: 429 with ``Retry-After`` an HTTP date one second ahead;
 - ``slow:S``: a normal reply after S seconds; ``hang``: no reply until the server stops;
 - ``malformed``: a body that is not JSON; ``no-answer``: JSON without ``answer``;
+- ``raw:NAME``: a 200 whose body (bytes) and extra headers are ``raw[NAME]`` (hostile replies);
 - ``bad-citations``: ``citations`` a string; ``huge``: a 50 MB body (a JSON string), written in 1 MB pieces;
 - ``echo-headers``: the request's headers in the reply; ``500-echo``: a 500 whose body echoes the headers.
 """
@@ -29,9 +30,10 @@ HUGE_BYTES = 50 * 1024 * 1024
 
 class RagEndpoint:
     def __init__(self, plan: dict[str, list[str]] | None = None, delay: float = 0.0,
-                 replies: dict[str, dict] | None = None):
+                 replies: dict[str, dict] | None = None, raw: dict[str, tuple[bytes, dict[str, str]]] | None = None):
         self.plan = plan or {}
         self.replies = replies or {}
+        self.raw = raw or {}
         self.delay = delay
         self.requests: collections.Counter[str] = collections.Counter()
         self.bodies: list[dict] = []
@@ -119,6 +121,9 @@ def _handler(endpoint: RagEndpoint):
                 self._send(200, json.dumps({"text": "x", "citations": []}).encode())
             elif step == "bad-citations":
                 self._send(200, json.dumps({"answer": "x", "citations": "chunk-1"}).encode())
+            elif step.startswith("raw:"):
+                body, headers = endpoint.raw[step[4:]]
+                self._send(200, body, headers)
             elif step == "huge":
                 self._huge()
             elif step in ("echo-headers", "500-echo"):

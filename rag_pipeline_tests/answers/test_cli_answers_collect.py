@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,11 @@ from rag_pipeline_tests.answers.rag_endpoint_server import RagEndpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-Token-9f8e7d"
+
+
+def lock_path(output: Path) -> Path:
+    """The lock file a running collection holds beside its output (docs/answers-collection.md)."""
+    return output.with_name(f".{output.name}.lock")
 
 
 def _subprocess(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -100,3 +107,54 @@ def test_kill_9_halfway_then_resume_asks_no_answered_case_again(tmp_path) -> Non
     for case_id in answered:  # an answered case was not asked again
         assert server.requests[case_id] == asked_before[case_id]
     assert all(server.requests[f"case-{i:03d}"] >= 1 for i in range(40))
+
+
+def test_a_second_collector_on_the_same_output_is_refused_at_once(tmp_path, capsys) -> None:
+    dataset = write_dataset(tmp_path, 8)
+    out = tmp_path / "answers.jsonl"
+    argv = ["--dataset", str(dataset), "--output", str(out), "--concurrency", "1", "--quiet"]
+    with RagEndpoint(delay=0.25) as server:
+        first = _subprocess([*argv, "--endpoint", server.url])
+        deadline = time.monotonic() + 60
+        while (not out.exists() or not out.read_bytes().count(b"\n")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        start = time.monotonic()
+        code = run_cli([*argv, "--endpoint", server.url])
+        refused_in = time.monotonic() - start
+        err = capsys.readouterr().err
+        assert first.wait(timeout=60) == 0, first.communicate()[1]
+    assert code == 2 and refused_in < 2, (code, err)
+    assert f"--output {out}: another collector is writing this file" in err and "Traceback" not in err
+    lines = read_lines(out)
+    assert sorted(line["case_id"] for line in lines) == [f"case-{i:03d}" for i in range(8)]  # none lost, none twice
+    assert all(line["status"] == "ok" for line in lines)
+    assert set(server.requests.values()) == {1}  # the second collector asked nothing
+    assert not lock_path(out).exists()  # removed when the collection ended
+    stale = tmp_path / "b.jsonl"
+    lock_path(stale).write_text("", encoding="utf-8")  # left by a collector killed with -9: holds no lock
+    with RagEndpoint() as server:
+        assert run_cli(["--dataset", str(dataset), "--output", str(stale), "--quiet", "--endpoint", server.url]) == 0
+    assert len(read_lines(stale)) == 8 and not lock_path(stale).exists()
+
+
+def test_a_resumed_answers_file_keeps_its_mode_and_a_new_one_follows_the_umask(tmp_path) -> None:
+    dataset = write_dataset(tmp_path, 3)
+    out, private = tmp_path / "answers.jsonl", tmp_path / "private.jsonl"
+    old_umask = os.umask(0o022)
+    try:
+        with RagEndpoint({"case-001": ["404"]}) as server:
+            assert run_cli(["--dataset", str(dataset), "--output", str(out), "--quiet", "--endpoint", server.url]) == 0
+            assert stat.S_IMODE(out.stat().st_mode) == 0o644
+            out.chmod(0o640)
+            server.plan = {}
+            assert run_cli(["--dataset", str(dataset), "--output", str(out), "--quiet", "--endpoint",
+                            server.url]) == 0  # the error line is dropped: the file is written again
+            assert server.requests["case-001"] == 2 and server.requests["case-000"] == 1
+            os.umask(0o077)
+            assert run_cli(["--dataset", str(dataset), "--output", str(private), "--quiet", "--endpoint",
+                            server.url]) == 0
+    finally:
+        os.umask(old_umask)
+    assert [line["status"] for line in read_lines(out)] == ["ok"] * 3
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600

@@ -82,6 +82,19 @@ def test_retry_after_seconds_and_dates_are_honoured_and_capped() -> None:
     assert retryable_status(429) and retryable_status(503) and not retryable_status(404)
 
 
+@pytest.mark.parametrize("value", ["²", "٣", "nan", "inf", "-1", "1e309", "1.5", "Infinity", "0x10", "12 s"])
+def test_a_retry_after_that_is_not_delay_seconds_or_a_date_uses_the_backoff(value) -> None:
+    assert retry_after_seconds(value) is None
+    assert wait_before_retry(2, 0.5, 60, value) == 1.0
+
+
+def test_a_retry_after_of_thousands_of_digits_is_capped_without_converting_them() -> None:
+    assert retry_after_seconds("9" * 5000) == 9_999_999_999.0
+    assert wait_before_retry(1, 0.5, 60, "9" * 5000) == 60
+    assert wait_before_retry(1, 0.5, 60, "9" * 11) == 60
+    assert retry_after_seconds("0" * 30 + "3") == 3.0  # leading zeros are not digits of the delay
+
+
 def _line(case_id: str, status: str = "ok") -> str:
     record = AnswerRecord(case_id=case_id, answer="a" if status == "ok" else "", status=status,
                           error=None if status == "ok" else "HTTP 503")

@@ -10,23 +10,38 @@ JSON, is torn: it is dropped (a torn line anywhere else is not ours: an error na
 are asked again. The kept lines are written back with :func:`~rag_pipeline.storage.files.write_atomic` before
 anything is appended, so the file always holds at most one line per case (the format: docs/design.md §12.2).
 A line for a case the dataset does not have, a duplicate case, or a line of another answerer (an endpoint's
-lines name none) → an error naming the file and line, and the file is left as it was.
+lines name none) → an error naming the file and line, and the file is left as it was. The rewrite keeps the file's
+permission bits (a new file gets ``0644`` less the umask).
+
+Only lines the readers accept are written (:func:`storable`): a line ``answers evaluate`` would refuse (a NUL or
+a lone surrogate in a stored field, :func:`~rag_pipeline.answers.answers_file.line_problems`) or longer than
+:data:`MAX_LINE_BYTES` (resume reads no longer line) becomes its case's ``status: "error"`` line saying why, so
+the case is asked again on resume and the collection goes on.
+
+One collector per file: :func:`output_lock` holds an exclusive ``flock`` on ``.<name>.lock`` beside the file
+from before the file is read until the collection ends; a second collector on the same ``--output`` is refused
+at once (:class:`OutputBusyError`) and writes nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
+import stat
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from rag_pipeline.answers.answers_file import line_problems
 from rag_pipeline.contracts.answers import AnswerRecord
-from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.storage.files import FileReadError, open_regular, read_lines_bounded, write_atomic
+from rag_pipeline.contracts.errors import BadInputError, ConflictError
+from rag_pipeline.storage.files import FileReadError, format_size, open_regular, read_lines_bounded, write_atomic
 from rag_pipeline.storage.names import printable
 
 MAX_LINE_BYTES = 1024 * 1024
@@ -34,6 +49,53 @@ MAX_LINE_BYTES = 1024 * 1024
 
 class AnswersFileError(BadInputError, ValueError):
     """An existing ``--output`` the collector cannot resume (message: file, line, field)."""
+
+
+class OutputBusyError(ConflictError, ValueError):
+    """Another collector is writing the same ``--output`` (CLI exit 2, HTTP 409)."""
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file of the answers file ``path``: ``.<name>.lock`` in its folder."""
+    return path.with_name(f".{path.name}.lock")
+
+
+@contextlib.contextmanager
+def output_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` for the block; :class:`OutputBusyError` at once if another process
+    (or another collection in this one) holds it. The lock file is removed when the block ends; a lock file
+    left by a killed collector holds no lock (the kernel drops it with the process) and is reused."""
+    lock = lock_path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as exc:
+            raise AnswersFileError(f"--output {printable(path)}: cannot create its lock file {printable(lock)}: "
+                                   f"{exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise OutputBusyError(f"--output {printable(path)}: another collector is writing this file (it "
+                                      f"holds {printable(lock)}); wait for it to end or choose another "
+                                      "--output") from None
+            raise AnswersFileError(f"--output {printable(path)}: cannot lock {printable(lock)}: "
+                                   f"{exc.strerror or exc}") from None
+        try:  # the holder before us may have removed the file we opened: lock the one at the path
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)  # while still locked: whoever opened it before finds it gone and opens a new one
+        os.close(fd)
 
 
 @dataclass
@@ -107,6 +169,44 @@ def record_line(record: AnswerRecord) -> bytes:
     return (json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
+def _refused(record: AnswerRecord) -> tuple[str | None, bytes]:
+    """``(why the readers would refuse the record's line, or None; the line)``."""
+    text = json.dumps(record.model_dump(exclude_none=True), ensure_ascii=False, separators=(",", ":")) + "\n"
+    problems = line_problems(text)
+    if problems:
+        first = problems[0]
+        return (f"field {first.field!r}: " if first.field else "") + first.message, b""
+    try:
+        line = text.encode("utf-8")
+    except UnicodeEncodeError:  # only raw_response is left unchecked by the reader
+        return "field 'raw_response': contains an unpaired UTF-16 surrogate (invalid Unicode)", b""
+    if len(line) > MAX_LINE_BYTES:
+        return (f"the answer line would be {len(line) / 2**20:.1f} MB; an answers line is at most "
+                f"{format_size(MAX_LINE_BYTES)}"), b""
+    return None, line
+
+
+def storable(record: AnswerRecord) -> tuple[AnswerRecord, bytes]:
+    """``(record, line)`` as written: the record itself when the readers accept its line, else its case's
+    error line saying why (``raw_response`` kept when it fits, cut or left out when it does not)."""
+    problem, line = _refused(record)
+    if problem is None:
+        return record, line
+    error = f"the answer line cannot be stored: {problem}"
+    if record.status == "error" and record.error:
+        error = f"{record.error} (and {error})"
+    raw = record.raw_response
+    keep = {"latency_ms": record.latency_ms, "attempts": record.attempts, "answerer": record.answerer}
+    for candidate in (raw, raw[:len(raw) // 4] if raw else None, None):
+        fallback = AnswerRecord(case_id=record.case_id, status="error", error=error[:10_000],
+                                raw_response=candidate, **keep)
+        problem, line = _refused(fallback)
+        if problem is None:
+            return fallback, line
+    fallback = AnswerRecord(case_id=record.case_id, status="error", error="the answer line cannot be stored")
+    return fallback, record_line(fallback)
+
+
 class AnswersWriter:
     """Appends lines to an answers file, one atomic write + fsync each (thread-safe)."""
 
@@ -114,17 +214,23 @@ class AnswersWriter:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists() or state.kept:  # drop the torn line and the error lines before appending
+            mode = stat.S_IMODE(os.stat(path).st_mode) if path.exists() else None
             write_atomic(path, "".join(record_line(r).decode("utf-8") for r in state.kept.values()))
+            if mode is not None:  # write_atomic's temporary file is created 0600
+                os.chmod(path, mode)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         self._lock = threading.Lock()
 
-    def append(self, record: AnswerRecord) -> None:
-        line = record_line(record)
+    def append(self, record: AnswerRecord) -> AnswerRecord:
+        """Append the record's line (:func:`storable`: its error line instead when the readers would refuse it)
+        and return the record written."""
+        record, line = storable(record)
         with self._lock:
             written = os.write(self._fd, line)
             if written != len(line):  # a regular file takes a whole write unless the disk is full
                 raise OSError(f"{printable(self.path)}: short write ({written} of {len(line)} bytes): disk full?")
             os.fsync(self._fd)
+        return record
 
     def close(self) -> None:
         with self._lock:

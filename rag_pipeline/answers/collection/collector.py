@@ -5,6 +5,10 @@ neither requests nor tasks outnumber it). Each finished case is appended to the 
 (:mod:`.answers_writer`), so a kill loses only the cases in flight. A case whose every attempt failed to
 connect means the endpoint is down: no new case is started, the cases in flight finish, and the collection
 ends ``failed`` with the reason; the lines written are kept. A run that answered no case is ``failed`` too.
+Whatever a reply does to one case ends as that case's line: should asking raise (a reply the client did not
+foresee), the case gets an error line naming the exception type, and the collection goes on. Only a failure to
+write the file (e.g. a full disk) stops the collection; the lines written are the ones the readers accept
+(:func:`.answers_writer.storable`).
 
 Answerer mode: the answerer's ``answer_cases`` (:class:`~.answerers.Answerer`) yields the lines (the same
 file, docs/design.md §12.2).
@@ -21,6 +25,7 @@ import numpy as np
 from rag_pipeline.answers.collection.answerers import Answerer
 from rag_pipeline.answers.collection.answers_writer import AnswersWriter
 from rag_pipeline.answers.collection.endpoint_client import CaseOutcome, EndpointClient
+from rag_pipeline.answers.collection.reply_mapping import error_record
 from rag_pipeline.contracts.answers import AnswerRecord, CollectionProgress, CollectionResult
 from rag_pipeline.evaluation.dataset import EvaluationCase
 
@@ -87,9 +92,14 @@ async def _ask_all(client: EndpointClient, cases: Sequence[EvaluationCase], writ
 
     async def one(case: EvaluationCase) -> None:
         try:
-            outcome: CaseOutcome = await client.ask(case)
-            await asyncio.to_thread(writer.append, outcome.record)
-            tally.add(outcome.record, outcome.requests)
+            try:
+                outcome: CaseOutcome = await client.ask(case)
+            except Exception as exc:  # noqa: BLE001 - one case's reply never ends the collection
+                # (e.g. a body its Content-Encoding cannot decode); at least one request was made
+                outcome = CaseOutcome(error_record(case.case_id, "the reply could not be handled: "
+                                                                 f"{type(exc).__name__}"), 1)
+            record = await asyncio.to_thread(writer.append, outcome.record)
+            tally.add(record, outcome.requests)
             if outcome.unreachable and not stop:
                 stop.append(f"the endpoint is unreachable: {outcome.record.error}")
         except Exception as exc:  # noqa: BLE001 - e.g. a disk error: no new case starts; re-raised below
@@ -129,8 +139,7 @@ def collect_from_answerer(answerer: Answerer, cases: Sequence[EvaluationCase], w
         update: dict = {"answerer": record.answerer or answerer.identity}
         if record.latency_ms is None:
             update["latency_ms"] = round((now - start) * 1000, 3)
-        record = record.model_copy(update=update)
-        writer.append(record)
+        record = writer.append(record.model_copy(update=update))
         tally.add(record)
         start = now
     return tally.result(str(writer.path), None, answerer.identity)

@@ -20,6 +20,27 @@ from rag_pipeline.contracts.answers import MAX_RAW_RESPONSE_CHARS, AnswerRecord
 
 ERROR_BODY_CHARS = 300
 """How much of a reply an error message quotes."""
+MAX_INT_DIGITS = 4000
+"""A JSON integer of more characters than this is not converted (Python refuses more than 4300 digits)."""
+
+
+class LongInteger:
+    """A JSON integer too long to convert, kept as its text: harmless in a field nobody reads, a wrong type
+    (``an integer of 10,000 digits``) at the answer or id path. A reply nested too deeply for the parser is the
+    case's error too; neither message names Python's settings."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def _int(text: str) -> int | LongInteger:
+    return int(text) if len(text) <= MAX_INT_DIGITS else LongInteger(text)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, LongInteger):
+        return f"an integer of {len(value.text.lstrip('-')):,} digits"
+    return type(value).__name__
 
 
 @dataclass(frozen=True)
@@ -42,10 +63,10 @@ def error_record(case_id: str, error: str, *, raw: str | None = None, latency_ms
 
 def _ids(value: Any, what: str, path: ResponsePath) -> list[str]:
     if not isinstance(value, list):
-        raise ValueError(f"{what} at {path.text!r} is {type(value).__name__}, expected a list of chunk ids")
+        raise ValueError(f"{what} at {path.text!r} is {_kind(value)}, expected a list of chunk ids")
     bad = next((i for i, item in enumerate(value) if not isinstance(item, str)), None)
     if bad is not None:
-        raise ValueError(f"{what} at {path.text!r}: item [{bad}] is {type(value[bad]).__name__}, expected a "
+        raise ValueError(f"{what} at {path.text!r}: item [{bad}] is {_kind(value[bad])}, expected a "
                          "string chunk id")
     return value
 
@@ -64,11 +85,15 @@ def record_from_reply(case_id: str, body: bytes, paths: ReplyPaths, scrub: Calla
     raw = raw_text(body, scrub)
     common = {"latency_ms": latency_ms, "attempts": attempts, "answerer": answerer}
     try:
-        document = json.loads(body)
+        document = json.loads(body, parse_int=_int)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         return error_record(case_id, f"the reply is not JSON{where}: {raw[:ERROR_BODY_CHARS]!r}", raw=raw,
                             **common)
+    except RecursionError:
+        return error_record(case_id, "the reply is JSON nested too deeply to read", raw=raw, **common)
+    except ValueError:  # what json cannot convert; its message names Python's settings, so it is not shown
+        return error_record(case_id, "the reply is JSON this collector cannot read", raw=raw, **common)
     try:
         answer = paths.answer.find(document)
     except PathNotFound as exc:
@@ -76,7 +101,7 @@ def record_from_reply(case_id: str, body: bytes, paths: ReplyPaths, scrub: Calla
                             **common)
     try:
         if not isinstance(answer, str):
-            raise ValueError(f"the answer at {paths.answer.text!r} is {type(answer).__name__}, expected a string")
+            raise ValueError(f"the answer at {paths.answer.text!r} is {_kind(answer)}, expected a string")
         cited = _optional(document, paths.citations, "citations")
         contexts = _optional(document, paths.contexts, "contexts")
         return AnswerRecord(case_id=case_id, answer=answer, cited_chunk_ids=cited, retrieved_chunk_ids=contexts,

@@ -4,12 +4,17 @@ Retried: HTTP 429, every 5xx, a timeout of the whole request, and a connection e
 Not retried: any other status (a 4xx says the request is wrong: asking again will not help), a reply that is
 not JSON or lacks the answer. The wait before retry ``n`` (1-based) is ``backoff * 2**(n-1)``; a
 ``Retry-After`` header (delay-seconds, or an HTTP date) on a 429 / 503 replaces it. Either is capped at
-``max_wait``, so a server asking for an hour cannot stall the collection.
+``max_wait``, so a server asking for an hour cannot stall the collection. A ``Retry-After`` that is neither
+(``²``, ``nan``, ``inf``, ``-1``, ``1e309``, ``1.5``) is ignored: the backoff is used. delay-seconds are ASCII
+digits only (RFC 9110), and a value of more than :data:`MAX_DELAY_DIGITS` digits is read as 9,999,999,999 s
+(over any cap) rather than converted.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+import re
 from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 
@@ -18,6 +23,9 @@ import httpx
 RETRY_STATUSES = frozenset({429}) | frozenset(range(500, 600))
 RETRIED_ERRORS = (TimeoutError, httpx.TransportError)
 """A whole-request timeout (``asyncio.timeout``) and httpx's transport errors (its timeouts included)."""
+MAX_DELAY_DIGITS = 10
+"""A ``Retry-After`` of more digits than this asks for more than 300 years: it is not converted digit by digit."""
+_DELAY_SECONDS = re.compile(r"[0-9]+")  # not str.isdigit(): '²' and '٣' are digits to Python, not to HTTP
 
 
 def retryable_status(status: int) -> bool:
@@ -26,15 +34,16 @@ def retryable_status(status: int) -> bool:
 
 def retry_after_seconds(value: str | None, now: dt.datetime | None = None) -> float | None:
     """Seconds a ``Retry-After`` value asks for: ``120`` or ``Wed, 21 Oct 2015 07:28:00 GMT``; ``None`` when
-    absent or unreadable (the backoff is used then). A date in the past is 0."""
+    absent or unreadable (the backoff is used then). A date in the past is 0; the result is always finite."""
     if value is None or not value.strip():
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(value)
+    if _DELAY_SECONDS.fullmatch(value):
+        digits = value.lstrip("0") or "0"
+        return float(int(digits) if len(digits) <= MAX_DELAY_DIGITS else 10**MAX_DELAY_DIGITS - 1)
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)
@@ -45,8 +54,8 @@ def retry_after_seconds(value: str | None, now: dt.datetime | None = None) -> fl
 def wait_before_retry(retry: int, backoff: float, max_wait: float, retry_after: str | None = None) -> float:
     """Seconds to wait before retry number ``retry`` (1-based)."""
     asked = retry_after_seconds(retry_after)
-    wait = asked if asked is not None else backoff * 2 ** (retry - 1)
-    return min(wait, max_wait)
+    wait = asked if asked is not None and math.isfinite(asked) and asked >= 0 else backoff * 2 ** (retry - 1)
+    return max(0.0, min(wait, max_wait))
 
 
 def describe_failure(exc: BaseException, timeout_s: float, scrub: Callable[[str], str]) -> tuple[str, bool]:

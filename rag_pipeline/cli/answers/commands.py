@@ -27,6 +27,7 @@ from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.service import answers as service
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.database import get_engine
+from rag_pipeline.service.datasets import FileReadError, read_bounded
 from rag_pipeline.settings import get_settings
 
 JUDGE_KEY_VARIABLE = "RAG_JUDGE_API_KEY"
@@ -42,14 +43,15 @@ class AnswersFlagError(BadInputError, ValueError):
 
 
 def _refusal_phrases(path: str | None) -> tuple[str, ...] | None:
-    """``--refusal-phrases FILE``: one phrase a line (UTF-8; blank lines and ``#`` comments skipped)."""
+    """``--refusal-phrases FILE``: one phrase a line (UTF-8; blank lines and ``#`` comments skipped), read by
+    the bounded reader (a regular file of at most :data:`MAX_PHRASES_BYTES`)."""
     if path is None:
         return None
     source = Path(path)
-    if source.stat().st_size > MAX_PHRASES_BYTES:
-        raise AnswersFlagError(f"--refusal-phrases {printable(source)}: over {MAX_PHRASES_BYTES} bytes")
     try:
-        text = source.read_text(encoding="utf-8")
+        text = read_bounded(source, MAX_PHRASES_BYTES, what="the refusal phrases file").decode("utf-8")
+    except FileReadError as exc:
+        raise AnswersFlagError(f"--refusal-phrases {exc}") from None
     except UnicodeDecodeError as exc:
         raise AnswersFlagError(f"--refusal-phrases {printable(source)}: not UTF-8 (byte {exc.start})") from None
     phrases = tuple(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
