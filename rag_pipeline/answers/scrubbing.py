@@ -75,9 +75,9 @@ class Scrubber:
 
 
 def _basic(user: str, password: str) -> list[str]:
-    """The Basic credential of ``user:password`` as sent (base64, with and without its padding)."""
+    """The Basic credential of ``user:password`` as sent (the header value; base64 with and without padding)."""
     encoded = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-    return [encoded, encoded.rstrip("=")]
+    return [f"Basic {encoded}", encoded, encoded.rstrip("=")]
 
 
 def header_secrets(value: str) -> list[str]:

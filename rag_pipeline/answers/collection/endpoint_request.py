@@ -97,6 +97,8 @@ class ResolvedHeaders:
                 value = environ[variable]
             if any(c in value for c in "\r\n\x00"):
                 raise EndpointConfigError(f"--header {name}: the value holds a line break or NUL")
+            if not value.isascii():  # httpx sends header values as ASCII
+                raise EndpointConfigError(f"--header {name}: the value holds a character that is not ASCII")
             self._headers[name] = value
         self._scrubber = Scrubber([*(s for v in self._headers.values() for s in header_secrets(v)),
                                    *url_secrets(url)])
