@@ -214,9 +214,9 @@ def _retry_after(value: str | None, default: float) -> float:
         seconds = retry_after_seconds(value)
     except (ValueError, OverflowError):
         seconds = None
-    if seconds is None or not math.isfinite(seconds):
+    if seconds is None or math.isnan(seconds):
         return default
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)  # a 5,000-digit number of seconds: the cap
 
 
 def _content(text: str) -> tuple[str | None, str | None]:
