@@ -56,6 +56,7 @@ def test_the_scrubber_removes_a_value_in_every_echoed_form() -> None:
         assert wide(f"<{form}>") == "<[secret]>", form
     assert repr(scrub) == "Scrubber(2 values)" and TOKEN not in str(scrub)
     assert Scrubber(["abc"])("abc abc") == "abc abc", "3 characters would blank out words: not scrubbed"
+    assert Scrubber(["abcd-1234", "zz-9876"])("x abcd-1234 y zz-9876") == "x [secret] y [secret]", "no escape in it"
 
 
 def test_a_basic_credential_and_a_url_password_are_secrets_in_every_form() -> None:
