@@ -23,6 +23,7 @@ MIN_SECRET_CHARS = 4
 """Shorter values are not scrubbed: they would blank out ordinary words."""
 
 _USERINFO = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*:)?//(?P<userinfo>[^/?#]*)@")
+_BARE_USERINFO = re.compile(r"^[^/?#]*@")
 _ESCAPES = re.compile(r"[\\%&+]")
 _SCHEME_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*\s+(?P<token>\S.*)$")
 
@@ -132,7 +133,9 @@ def url_secrets(url: str) -> list[str]:
 
 def redact_url(url: str) -> str:
     """``url`` with its ``user:password@`` (or ``user@``) shown as ``***@``: for messages and identities."""
-    return _USERINFO.sub(lambda m: (m["head"] or "") + "//***@", url, count=1)
+    if _USERINFO.match(url):
+        return _USERINFO.sub(lambda m: (m["head"] or "") + "//***@", url, count=1)
+    return _BARE_USERINFO.sub("***@", url, count=1)  # no // (``alice:pw@host/rag``): refused, but never shown
 
 
 def has_userinfo(url: str) -> bool:

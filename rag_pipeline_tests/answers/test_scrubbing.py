@@ -73,6 +73,7 @@ def test_a_url_is_shown_without_its_credentials() -> None:
     assert redact_url(f"http://{USER}:{PASSWORD}@host/rag?q=@") == "http://***@host/rag?q=@"
     assert redact_url("https://token@host/") == "https://***@host/"
     assert redact_url("http://host/rag?who=a@b") == "http://host/rag?who=a@b"
+    assert redact_url(f"{USER}:{PASSWORD}@host/rag") == "***@host/rag", "no scheme: still not shown"
 
 
 def test_a_bad_endpoint_url_is_refused_without_its_password(tmp_path, capsys) -> None:

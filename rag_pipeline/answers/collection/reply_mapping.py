@@ -32,8 +32,10 @@ class ReplyPaths:
 
 
 def raw_text(body: bytes, scrub: Callable[[str], str]) -> str:
-    """The stored form of a reply: decoded (bad bytes replaced), secrets scrubbed, cut at the cap."""
-    return scrub(body[:MAX_RAW_RESPONSE_CHARS * 4].decode("utf-8", errors="replace"))[:MAX_RAW_RESPONSE_CHARS]
+    """The stored form of a reply: decoded (bad bytes replaced), secrets scrubbed, then cut at the cap (the bytes
+    read run past it, so a secret straddling the cap is scrubbed whole before the cut)."""
+    text = body[:MAX_RAW_RESPONSE_CHARS * 4 + 65_536].decode("utf-8", errors="replace")
+    return scrub(text)[:MAX_RAW_RESPONSE_CHARS]
 
 
 def scrubbed_record(record: AnswerRecord, scrub: Callable[[str], str]) -> AnswerRecord:
