@@ -11,7 +11,10 @@ of behaviours, one per attempt (the last one repeats):
 - ``malformed``: a body that is not JSON; ``no-answer``: JSON without ``answer``;
 - ``raw:NAME``: a 200 whose body (bytes) and extra headers are ``raw[NAME]`` (hostile replies);
 - ``bad-citations``: ``citations`` a string; ``huge``: a 50 MB body (a JSON string), written in 1 MB pieces;
-- ``echo-headers``: the request's headers in the reply; ``500-echo``: a 500 whose body echoes the headers.
+- ``echo-headers``: the request's headers in the reply; ``500-echo``: a 500 whose body echoes the headers;
+- ``echo-answer``: the ``Authorization`` and ``X-Api-Key`` values as the answer, the citations and the contexts,
+  verbatim; ``echo-escaped``: the same with every character of the reply's strings a JSON ``\\uXXXX`` escape;
+  ``echo-percent``: the values percent-encoded (``%XX`` for every character but letters and digits).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote
 
 HUGE_BYTES = 50 * 1024 * 1024
 
@@ -129,6 +133,19 @@ def _handler(endpoint: RagEndpoint):
             elif step in ("echo-headers", "500-echo"):
                 echoed = {"answer": "echo", "headers": dict(self.headers.items())}
                 self._send(200 if step == "echo-headers" else 500, json.dumps(echoed).encode())
+            elif step in ("echo-answer", "echo-escaped", "echo-percent"):
+                self._send(200, self._echo(step))
+
+        def _echo(self, step: str) -> bytes:
+            values = [self.headers.get(name, "") for name in ("Authorization", "X-Api-Key")]
+            if step == "echo-percent":
+                values = [quote(v, safe="") for v in values]
+            reply = {"answer": " and ".join(values), "citations": values, "contexts": values}
+            text = json.dumps(reply)
+            if step == "echo-escaped":  # every character of the echoed values, keys and punctuation left
+                for value in values:
+                    text = text.replace(value, "".join(f"\\u{ord(c):04x}" for c in value))
+            return text.encode()
 
         def _huge(self) -> None:
             self.send_response(200)

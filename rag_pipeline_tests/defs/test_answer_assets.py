@@ -155,13 +155,14 @@ def test_the_in_process_answerer_and_an_endpoint_then_the_dataset_summary(engine
     monkeypatch.setenv("THEIR_RAG_KEY", secret)
     with RagEndpoint() as endpoint:
         result = _answer(instance, "their-rag", {"endpoint_url": endpoint.url, "concurrency": 2,
-                                                 "headers": ["Authorization: env:THEIR_RAG_KEY"]})
+                                                 "headers": {"Authorization": {"env": "THEIR_RAG_KEY"}}})
     assert result.success
     meta = _metadata(result, "answers")
     assert (meta["mode"], meta["answered"], meta["requests"]) == ("endpoint", 4, 4)
     assert sum(endpoint.requests.values()) == 4
     logged = [str(e) for e in instance.all_logs(result.run_id)]
     assert not any(secret in line for line in logged), "a header from the environment is never logged"
+    assert secret not in json.dumps(instance.get_run_by_id(result.run_id).run_config), "nor stored with the run"
 
     missing = _answer(instance, "nobody")
     assert not missing.success
@@ -175,3 +176,30 @@ def test_the_in_process_answerer_and_an_endpoint_then_the_dataset_summary(engine
     view = _metadata(summary, "answer_run_summary")
     assert view["answerers"] >= 2 and view["baseline"].startswith("extractive-v1 (")
     assert "| their-rag |" in view["compared_with_baseline"] and "extractive-v1@" in view["table"]
+
+
+@pytest.mark.parametrize("headers", [["Authorization: Bearer sk-literal-4242"],
+                                     {"Authorization": "Bearer sk-literal-4242"}])
+def test_a_literal_header_value_is_refused_before_dagster_stores_the_run(headers) -> None:
+    instance = _instance("their-rag")
+    with pytest.raises(dg.DagsterInvalidConfigError) as raised:
+        _answer(instance, "their-rag", {"endpoint_url": "http://127.0.0.1:9/rag", "headers": headers})
+    assert "headers" in str(raised.value) and "env" in str(raised.value), "the config error says the shape"
+    assert instance.get_runs() == [], "no run, so no run config holding the value"
+
+
+def test_credentials_written_in_the_endpoint_url_are_refused_unshown(engine, project, monkeypatch) -> None:
+    instance = _instance("their-rag")
+    with RagEndpoint() as endpoint:
+        url = endpoint.url.replace("http://", "http://alice:url-pass-4242@")
+        literal = _answer(instance, "their-rag", {"endpoint_url": url})
+        monkeypatch.setenv("THEIR_RAG_URL", url)
+        from_env = _answer(instance, "their-rag", {"endpoint_url": {"env": "THEIR_RAG_URL"}})
+    assert not literal.success
+    [failure] = [e for e in literal.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    message = failure.step_failure_data.error.message
+    assert "endpoint_url: credentials written in the URL" in message and "url-pass-4242" not in message
+    assert sum(endpoint.requests.values()) == 4, "only the run reading the URL from the environment asked"
+    assert from_env.success and "url-pass-4242" not in json.dumps(instance.get_run_by_id(from_env.run_id).run_config)
+    logged = [str(e) for e in instance.all_logs(from_env.run_id)]
+    assert not any("url-pass-4242" in line for line in logged)

@@ -1,7 +1,8 @@
 """Collect one answer line per dataset case from an endpoint or an in-process answerer (docs/answers-collection.md).
 
 Endpoint mode: at most ``concurrency`` cases in flight (an :class:`asyncio.Semaphore` gates every new case, so
-neither requests nor tasks outnumber it). Each finished case is appended to the file at once
+neither requests nor tasks outnumber it). Each finished case, scrubbed of the secret values in use
+(:func:`~.reply_mapping.scrubbed_record`), is appended to the file at once
 (:mod:`.answers_writer`), so a kill loses only the cases in flight. A case whose every attempt failed to
 connect means the endpoint is down: no new case is started, the cases in flight finish, and the collection
 ends ``failed`` with the reason; the lines written are kept. A run that answered no case is ``failed`` too.
@@ -25,7 +26,7 @@ import numpy as np
 from rag_pipeline.answers.collection.answerers import Answerer
 from rag_pipeline.answers.collection.answers_writer import AnswersWriter
 from rag_pipeline.answers.collection.endpoint_client import CaseOutcome, EndpointClient
-from rag_pipeline.answers.collection.reply_mapping import error_record
+from rag_pipeline.answers.collection.reply_mapping import error_record, scrubbed_record
 from rag_pipeline.contracts.answers import AnswerRecord, CollectionProgress, CollectionResult
 from rag_pipeline.evaluation.dataset import EvaluationCase
 
@@ -98,10 +99,11 @@ async def _ask_all(client: EndpointClient, cases: Sequence[EvaluationCase], writ
                 # (e.g. a body its Content-Encoding cannot decode); at least one request was made
                 outcome = CaseOutcome(error_record(case.case_id, "the reply could not be handled: "
                                                                  f"{type(exc).__name__}"), 1)
-            record = await asyncio.to_thread(writer.append, outcome.record)
+            record = scrubbed_record(outcome.record, client.headers.scrub)
+            record = await asyncio.to_thread(writer.append, record)
             tally.add(record, outcome.requests)
             if outcome.unreachable and not stop:
-                stop.append(f"the endpoint is unreachable: {outcome.record.error}")
+                stop.append(f"the endpoint is unreachable: {record.error}")
         except Exception as exc:  # noqa: BLE001 - e.g. a disk error: no new case starts; re-raised below
             failure.append(exc)
         finally:

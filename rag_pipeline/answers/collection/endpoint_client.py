@@ -85,7 +85,7 @@ class EndpointClient:
         self.paths = ReplyPaths(parse_path(config.answer_path, "--answer-path"),
                                 parse_path(config.citations_path, "--citations-path"),
                                 parse_path(config.contexts_path, "--contexts-path"))
-        self.headers = ResolvedHeaders(config.headers, environ)
+        self.headers = ResolvedHeaders(config.headers, environ, url=config.url)
         self._client: httpx.AsyncClient | None = None
 
     async def __aenter__(self) -> EndpointClient:

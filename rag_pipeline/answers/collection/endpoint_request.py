@@ -9,8 +9,10 @@ spliced into JSON text. A string that is exactly ``"{k}"`` becomes the number k.
 
 Headers. ``--header 'Name: value'``; a value ``env:NAME`` is read from the environment variable NAME when the
 collection starts (missing → an error naming the variable). :class:`ResolvedHeaders` keeps the values out of
-``repr`` and :meth:`ResolvedHeaders.scrub` removes them from any text the collector stores or prints (an error
-message, a reply that echoes a header). The answers file's format is docs/design.md §12.2.
+``repr`` and :meth:`ResolvedHeaders.scrub` removes them, with the password of a ``user:password@`` in the URL,
+from any text the collector stores or prints (an error message, a reply that echoes a header, escaped or
+percent-encoded: :mod:`rag_pipeline.answers.scrubbing`). A URL is shown with its credentials as ``***@``. The
+answers file's format is docs/design.md §12.2.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import re
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from rag_pipeline.answers.scrubbing import Scrubber, header_secrets, redact_url, url_secrets
 from rag_pipeline.contracts.errors import BadInputError
 
 PLACEHOLDERS = ("{question}", "{case_id}", "{k}")
 _PLACEHOLDER = re.compile(r"\{(question|case_id|k)\}")  # one pass: a question holding "{k}" stays as it is
 ENV_PREFIX = "env:"
-SCRUBBED = "[secret]"
+_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
 
 
@@ -60,7 +63,8 @@ def fill_template(template: Any, question: str, case_id: str, k: int) -> Any:
 def check_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise EndpointConfigError(f"--endpoint {url!r}: expected an http:// or https:// URL with a host")
+        raise EndpointConfigError(f"--endpoint {redact_url(url)!r}: expected an http:// or https:// URL with a "
+                                  "host")
     return url
 
 
@@ -70,9 +74,11 @@ def fill_url(url: str, question: str, case_id: str, k: int) -> str:
 
 
 class ResolvedHeaders:
-    """The request headers with their ``env:`` values read; the values never appear in ``repr`` or ``str``."""
+    """The request headers with their ``env:`` values read; the values never appear in ``repr`` or ``str``.
+    ``url`` is the endpoint's: the password of its ``user:password@`` is scrubbed too."""
 
-    def __init__(self, specs: tuple[str, ...] | list[str], environ: dict[str, str] | None = None):
+    def __init__(self, specs: tuple[str, ...] | list[str], environ: dict[str, str] | None = None, *,
+                 url: str = ""):
         environ = os.environ if environ is None else environ
         self._headers: dict[str, str] = {}
         for number, spec in enumerate(specs, 1):
@@ -83,22 +89,26 @@ class ResolvedHeaders:
                                           "env:VARIABLE'), with a name of letters, digits and -")
             if value.startswith(ENV_PREFIX):
                 variable = value[len(ENV_PREFIX):]
+                if not _VARIABLE.match(variable):  # not echoed: it may be the secret itself
+                    raise EndpointConfigError(f"--header {name}: after env: give the name of an environment "
+                                              "variable (letters, digits and _)")
                 if variable not in environ:
                     raise EndpointConfigError(f"--header {name}: environment variable {variable!r} is not set")
                 value = environ[variable]
             if any(c in value for c in "\r\n\x00"):
                 raise EndpointConfigError(f"--header {name}: the value holds a line break or NUL")
+            if not value.isascii():  # httpx sends header values as ASCII
+                raise EndpointConfigError(f"--header {name}: the value holds a character that is not ASCII")
             self._headers[name] = value
+        self._scrubber = Scrubber([*(s for v in self._headers.values() for s in header_secrets(v)),
+                                   *url_secrets(url)])
 
     def as_dict(self) -> dict[str, str]:
         return dict(self._headers)
 
     def scrub(self, text: str) -> str:
-        """``text`` with every header value of 4+ characters replaced by :data:`SCRUBBED`."""
-        for value in sorted(self._headers.values(), key=len, reverse=True):
-            if len(value) >= 4:
-                text = text.replace(value, SCRUBBED)
-        return text
+        """``text`` with every secret value of 4+ characters, in any echoed form, replaced by ``[secret]``."""
+        return self._scrubber(text)
 
     def __repr__(self) -> str:
         return f"ResolvedHeaders({sorted(self._headers)})"

@@ -3,7 +3,9 @@
 ``answer`` must be found and be a string. ``citations`` and ``contexts`` are optional: nothing at their path →
 ``None``; found, they must be lists of strings (ids are kept as given: an id that is not a UUID stays, and is
 never a valid citation when scored). Any other shape is recorded on the case as ``status: "error"`` with the
-reason and the (capped) reply; it never stops the collection.
+reason and the (capped) reply; it never stops the collection. Every line leaves through :func:`scrubbed_record`:
+no secret value in use (a header value, the URL's password) stays in any of its strings, however the endpoint
+echoed it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rag_pipeline.answers.collection.response_paths import PathNotFound, ResponsePath
-from rag_pipeline.contracts.answers import MAX_RAW_RESPONSE_CHARS, AnswerRecord
+from rag_pipeline.contracts.answers import MAX_ANSWER_CHARS, MAX_RAW_RESPONSE_CHARS, AnswerRecord
 
 ERROR_BODY_CHARS = 300
 """How much of a reply an error message quotes."""
@@ -51,8 +53,26 @@ class ReplyPaths:
 
 
 def raw_text(body: bytes, scrub: Callable[[str], str]) -> str:
-    """The stored form of a reply: decoded (bad bytes replaced), secrets scrubbed, cut at the cap."""
-    return scrub(body[:MAX_RAW_RESPONSE_CHARS * 4].decode("utf-8", errors="replace"))[:MAX_RAW_RESPONSE_CHARS]
+    """The stored form of a reply: decoded (bad bytes replaced), secrets scrubbed, then cut at the cap (the bytes
+    read run past it, so a secret straddling the cap is scrubbed whole before the cut)."""
+    text = body[:MAX_RAW_RESPONSE_CHARS * 4 + 65_536].decode("utf-8", errors="replace")
+    return scrub(text)[:MAX_RAW_RESPONSE_CHARS]
+
+
+def scrubbed_record(record: AnswerRecord, scrub: Callable[[str], str]) -> AnswerRecord:
+    """``record`` with ``scrub`` applied to each of its strings (answer, error, raw reply, chunk ids, answerer),
+    each cut to its field's limit again (``[secret]`` may be longer than what it replaces)."""
+    def ids(values: list[str] | None) -> list[str] | None:
+        return None if values is None else [scrub(v) for v in values]
+
+    def text(value: str | None, limit: int) -> str | None:
+        return None if value is None else scrub(value)[:limit]
+
+    return record.model_copy(update={
+        "answer": text(record.answer, MAX_ANSWER_CHARS),
+        "error": text(record.error, 10_000), "raw_response": text(record.raw_response, MAX_RAW_RESPONSE_CHARS),
+        "cited_chunk_ids": ids(record.cited_chunk_ids), "retrieved_chunk_ids": ids(record.retrieved_chunk_ids),
+        "answerer": text(record.answerer, 200)})
 
 
 def error_record(case_id: str, error: str, *, raw: str | None = None, latency_ms: float | None = None,

@@ -2,10 +2,15 @@
 
 :class:`JudgeClient` posts ``{url}/chat/completions`` (OpenAI-compatible: ``model``, ``messages``, temperature 0,
 ``response_format``) with httpx, retries 429, 5xx, timeouts and refused connections with exponential backoff
-(``Retry-After`` honoured), and hands the reply's content to a parser. :class:`JudgeCache` keeps every reply
-that parsed, keyed by (sha256 of the full prompt, model, repeat index), in a JSON Lines file, so a re-run asks
-nothing; a reply that did not parse, or an HTTP error, is not cached and is asked again next time
-(docs/judge.md, docs/design.md §12).
+(``Retry-After`` honoured, read by :func:`~rag_pipeline.answers.collection.retry_policy.retry_after_seconds`),
+and hands the reply's content to a parser. A reply is read as a stream and never past :data:`MAX_REPLY_BYTES`;
+a reply that is too long, nested too deeply or holds an integer too long to read is that answer's "not judged"
+reason, never an exception. The API key and the URL's password are secret values: every reason and every
+reply content is scrubbed of them (:class:`~rag_pipeline.answers.scrubbing.Scrubber`, escaped forms too) before
+it is parsed, cached, stored or printed. :class:`JudgeCache` keeps every reply that parsed,
+keyed by (sha256 of the full prompt, model, repeat index), in a JSON Lines file, so a re-run asks nothing; a
+reply that did not parse, or an HTTP error, is not cached and is asked again next time (docs/judge.md,
+docs/design.md §12).
 """
 
 from __future__ import annotations
@@ -13,8 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +29,9 @@ from typing import TypeVar
 
 import httpx
 
+from rag_pipeline.answers.collection.retry_policy import retry_after_seconds
 from rag_pipeline.answers.judge.prompts import PROMPT_VERSION
+from rag_pipeline.answers.scrubbing import Scrubber, header_secrets, redact_url, url_secrets
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.contracts.judge import JudgeConfig, JudgeIdentity
 from rag_pipeline.settings import judge_cache_file
@@ -33,7 +40,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_RETRY_AFTER_S = 60.0
 ERROR_BODY_CHARS = 200
-_CREDENTIALS = re.compile(r"//[^/@]*@")
+MAX_REPLY_BYTES = 8 * 1024 * 1024
+"""A judge reply longer than this is not read further (the answer is not judged), as the collector's cap."""
 
 
 class JudgeConfigError(BadInputError, ValueError):
@@ -48,7 +56,7 @@ def judge_identity(config: JudgeConfig) -> JudgeIdentity:
 
 
 def _base_url(config: JudgeConfig) -> httpx.URL:
-    shown = _CREDENTIALS.sub("//***@", config.url)
+    shown = redact_url(config.url)
     try:
         url = httpx.URL(config.url)
     except (httpx.InvalidURL, TypeError):
@@ -117,6 +125,7 @@ class JudgeClient:
         self.cache = cache if cache is not None else JudgeCache()
         self.endpoint = str(_base_url(config)).rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {config.api_key.get_secret_value()}"} if config.api_key else {}
+        self.scrub = Scrubber([*(s for v in headers.values() for s in header_secrets(v)), *url_secrets(config.url)])
         self._http = httpx.Client(timeout=config.timeout_s, headers=headers,
                                   limits=httpx.Limits(max_connections=config.concurrency))
         self._sleep = sleep
@@ -136,16 +145,17 @@ class JudgeClient:
         cached = self.cache.get(key, self.config.model, repeat)
         if cached is not None:
             try:
-                return parse(cached), None
+                return parse(self.scrub(cached)), None
             except ValueError:
                 log.warning("a cached judge reply no longer parses; asking again")
         content, reason = self._post({**body, "model": self.config.model, "temperature": 0})
         if content is None:
-            return None, reason
+            return None, self.scrub(reason or "no reply")
+        content = self.scrub(content)
         try:
             reply = parse(content)
         except ValueError as exc:
-            return None, f"malformed reply: {exc}"
+            return None, self.scrub(f"malformed reply: {exc}")
         self.cache.put(key, self.config.model, repeat, content)
         return reply, None
 
@@ -156,38 +166,76 @@ class JudgeClient:
             with self._count_lock:
                 self.requests += 1
             try:
-                response = self._http.post(self.endpoint, json=body)
+                status, text, retry_after = self._exchange(body)
             except httpx.TimeoutException:
                 reason = f"no reply within {self.config.timeout_s:g} s"
             except httpx.TransportError as exc:
                 reason = f"cannot reach the judge: {type(exc).__name__}: {exc}"
+            except httpx.DecodingError as exc:  # a body its Content-Encoding does not decode
+                return None, f"the reply could not be decoded: {exc}"
+            except _TooLongError:
+                return None, (f"the reply is longer than {MAX_REPLY_BYTES // 2**20} MB; it was not read further "
+                              "(not judged)")
             else:
-                status = response.status_code
                 if status < 300:
-                    return _content(response)
-                reason = f"HTTP {status}: {response.text[:ERROR_BODY_CHARS]}"
+                    return _content(text)
+                reason = f"HTTP {status}: {text[:ERROR_BODY_CHARS]}"
                 if status != 429 and status < 500:
                     return None, reason
-                wait = _retry_after(response, wait)
+                wait = _retry_after(retry_after, wait)
             if attempt < self.config.retries:
                 self._sleep(wait)
         return None, f"{reason} (after {self.config.retries + 1} attempts)"
 
+    def _exchange(self, body: dict[str, object]) -> tuple[int, str, str | None]:
+        """(status, the reply decoded, its Retry-After) of one request; :class:`_TooLongError` past
+        :data:`MAX_REPLY_BYTES`, ``httpx.ReadTimeout`` when the whole reply takes longer than ``timeout_s``."""
+        deadline = time.monotonic() + self.config.timeout_s
+        with self._http.stream("POST", self.endpoint, json=body) as response:
+            received = bytearray()
+            for chunk in response.iter_bytes():
+                if len(received) + len(chunk) > MAX_REPLY_BYTES:
+                    raise _TooLongError
+                received += chunk
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout("the whole reply took too long")
+            text = self.scrub(bytes(received).decode("utf-8", errors="replace"))  # before any cut of it
+            return response.status_code, text, response.headers.get("Retry-After")
 
-def _retry_after(response: httpx.Response, default: float) -> float:
-    value = response.headers.get("Retry-After", "")
+
+class _TooLongError(Exception):
+    """A reply past :data:`MAX_REPLY_BYTES`."""
+
+
+def _retry_after(value: str | None, default: float) -> float:
+    """The wait a ``Retry-After`` asks for (seconds or an HTTP date), at most :data:`MAX_RETRY_AFTER_S`; an
+    unreadable one (``nan``, ``²``, garbage) is ignored and the backoff ``default`` used."""
     try:
-        return min(max(float(value), 0.0), MAX_RETRY_AFTER_S)
-    except ValueError:
+        seconds = retry_after_seconds(value)
+    except (ValueError, OverflowError):
+        seconds = None
+    if seconds is None or math.isnan(seconds):
         return default
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)  # a 5,000-digit number of seconds: the cap
 
 
-def _content(response: httpx.Response) -> tuple[str | None, str | None]:
-    """The first choice's message content of a chat completion."""
+def _content(text: str) -> tuple[str | None, str | None]:
+    """The first choice's message content of a chat completion (``text``: the reply's body)."""
     try:
-        content = response.json()["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return None, f"malformed reply: not a chat completion: {response.text[:ERROR_BODY_CHARS]!r}"
+        content = json.loads(text)["choices"][0]["message"]["content"]
+    except RecursionError:
+        return None, "malformed reply: the JSON is nested too deeply to read"
+    except ValueError as exc:
+        return None, f"malformed reply: not a chat completion: {_json_problem(exc, text)}"
+    except (KeyError, IndexError, TypeError):
+        return None, f"malformed reply: not a chat completion: {text[:ERROR_BODY_CHARS]!r}"
     if not isinstance(content, str) or not content.strip():
         return None, "malformed reply: the completion has no text content"
     return content, None
+
+
+def _json_problem(exc: ValueError, text: str) -> str:
+    """What is wrong with JSON that did not load, without Python's advice (``sys.set_int_max_str_digits``)."""
+    if not isinstance(exc, json.JSONDecodeError):
+        return "it holds an integer too long to read"
+    return f"{exc.msg} at line {exc.lineno} column {exc.colno}: {text[:ERROR_BODY_CHARS]!r}"

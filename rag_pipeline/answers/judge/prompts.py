@@ -128,20 +128,36 @@ class ReplyError(ValueError):
     """A judge reply that holds no JSON object of the asked shape; the message says what is wrong."""
 
 
+MAX_CANDIDATES = 200
+"""At most this many ``{`` of a reply are tried as the start of its JSON object."""
+
+
 def _objects(content: str) -> Iterator[object]:
-    """The whole content as JSON, then every JSON object starting at a ``{`` of it, in order."""
+    """The whole content as JSON, then every JSON object starting at a ``{`` of it, in order (the first
+    :data:`MAX_CANDIDATES`). JSON nested too deeply or holding an integer too long to read is a
+    :class:`ReplyError` saying so (never Python's own advice), not an exception of the run."""
     try:
         whole = json.loads(content)
     except json.JSONDecodeError:
         pass
+    except RecursionError:
+        raise ReplyError("the reply's JSON is nested too deeply to read") from None
+    except ValueError:
+        raise ReplyError("the reply's JSON holds an integer too long to read") from None
     else:
         yield whole
     decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", content):
+    for n, match in enumerate(re.finditer(r"\{", content)):
+        if n == MAX_CANDIDATES:
+            return
         try:
             yield decoder.raw_decode(content, match.start())[0]
         except json.JSONDecodeError:
             continue
+        except RecursionError:
+            raise ReplyError("the reply's JSON is nested too deeply to read") from None
+        except ValueError:
+            raise ReplyError("the reply's JSON holds an integer too long to read") from None
 
 
 def _validated(task: Task, data: object) -> BaseModel:

@@ -5,15 +5,23 @@
 ``answers`` writes the partition's answers file from an endpoint (config ``endpoint_url`` …), the in-process
 answerer of the partition's name, or the file dropped at ``answers/<dataset>/<answerer>.jsonl``; it runs in the
 ``rag_answers`` pool so parallel partitions do not flood the user's system. ``answer_metrics`` scores that file
-and stores the answer run. Both depend on the dataset's ``evaluation_dataset`` and knowledge-base version, as the
-evaluation assets do.
+and stores the answer run. Both depend on the dataset's ``evaluation_dataset`` and knowledge-base version, as
+the evaluation assets do.
+
+Secrets: Dagster keeps a run's config in its run storage, so the config has no place for a secret value. A
+header is ``headers: {Name: {env: VARIABLE}}`` (read from the environment when the step runs): a literal value
+(``Name: "Bearer …"``, or the CLI's ``["Name: value"]`` list) does not fit the config's shape and Dagster refuses
+the run before creating it. An ``endpoint_url`` written with ``user:password@`` is refused when the step starts
+(it is already in the run storage then: give the URL as ``{env: VARIABLE}``, or the credential as a header).
 """
 
 import warnings
+from urllib.parse import urlsplit
 
 import dagster as dg
 
 from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, AnswerSummary, EndpointConfig
+from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.defs.answers.metadata import answer_coverage_result, dataset_view_metadata, summary_metadata
 from rag_pipeline.defs.evaluation import KB_OF_THE_DATASET, RETRY_POLICY, evaluation_dataset, fail_fast_unless_transient
 from rag_pipeline.defs.instance import ANSWER_POOL, POOL
@@ -46,6 +54,11 @@ with warnings.catch_warnings():  # beta in Dagster 1.13
 DATASET_OF_THE_PARTITION = dg.AssetDep(evaluation_dataset, partition_mapping=EVERY_STRATEGY_OF_THE_DATASET)
 
 
+class HeaderFromEnv(dg.Config):
+    env: str
+    """The environment variable that holds the header's value (read when the step runs; never stored)."""
+
+
 class AnswersConfig(dg.Config):
     endpoint_url: str = ""
     """Endpoint mode: the RAG system's http(s) URL (may hold {question} {case_id} {k}); empty: answerer or file
@@ -55,8 +68,9 @@ class AnswersConfig(dg.Config):
     answer_path: str = "answer"
     citations_path: str = "citations"
     contexts_path: str = "contexts"
-    headers: list[str] = []
-    """``Name: value`` or ``Name: env:VAR`` (read from the environment, never logged or stored)."""
+    headers: dict[str, HeaderFromEnv] = {}
+    """Header name → ``{env: VARIABLE}``: the value is read from the environment, never logged or stored. A
+    literal value has no place here (Dagster would store it with the run)."""
     concurrency: int = 4
     """Requests in flight per partition (the ``rag_answers`` pool bounds the partitions)."""
     timeout_s: float = 30.0
@@ -71,12 +85,31 @@ class AnswersConfig(dg.Config):
     """``answer_coverage`` is an ERROR below this share of answered cases (a WARN below 1.0)."""
 
 
-def _endpoint(config: AnswersConfig) -> EndpointConfig | None:
+def _has_userinfo(url: str) -> bool:
+    try:
+        return "@" in urlsplit(url).netloc
+    except ValueError:
+        return "@" in url
+
+
+class AnswersConfigError(BadInputError, ValueError):
+    """The ``answers`` asset's config cannot be used; the message names the field (and never its secret)."""
+
+
+def _endpoint(config: AnswersConfig, raw_config: dict) -> EndpointConfig | None:
+    """The endpoint of ``config``; ``raw_config`` is the config as the run storage holds it (an ``{env: …}``
+    value not yet read)."""
     if not config.endpoint_url:
         return None
+    if isinstance(raw_config.get("endpoint_url"), str) and _has_userinfo(config.endpoint_url):
+        raise AnswersConfigError(
+            "endpoint_url: credentials written in the URL (user:password@host) are kept in Dagster's run storage "
+            "with the run's config (change them); give the URL as {env: VARIABLE}, or the credential as a header: "
+            "headers: {Authorization: {env: VARIABLE}}")
     return EndpointConfig(url=config.endpoint_url, method=config.method, request_template=config.request_template,
                           answer_path=config.answer_path, citations_path=config.citations_path,
-                          contexts_path=config.contexts_path, headers=tuple(config.headers),
+                          contexts_path=config.contexts_path,
+                          headers=tuple(f"{name}: env:{header.env}" for name, header in config.headers.items()),
                           concurrency=config.concurrency, timeout_s=config.timeout_s, retries=config.retries)
 
 
@@ -95,7 +128,8 @@ def answers(context: dg.AssetExecutionContext, config: AnswersConfig) -> dg.Mate
             context.log.info(f"{p.done}/{p.total} cases, {p.errors} errors")
 
     with fail_fast_unless_transient():
-        made = answer_assets.produce_answers(dataset, answerer, endpoint=_endpoint(config),
+        raw = (context.run_config.get("ops", {}).get("answers", {}) or {}).get("config", {}) or {}
+        made = answer_assets.produce_answers(dataset, answerer, endpoint=_endpoint(config, raw),
                                              knowledge_base=config.knowledge_base or None,
                                              strategy=config.strategy or None, resume=config.resume,
                                              progress=progress)
