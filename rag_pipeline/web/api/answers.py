@@ -50,7 +50,7 @@ from rag_pipeline.service.database import TRANSIENT_ERRORS
 from rag_pipeline.settings import get_settings
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import Engine, Paging
-from rag_pipeline.web.problems import HTTPProblem, ProblemItem, check_content_length
+from rag_pipeline.web.problems import PROBLEM_JSON, HTTPProblem, Problem, ProblemItem, check_content_length
 from rag_pipeline.web.request_rules import (
     DATASET_NAME,
     DATASET_RULE,
@@ -286,6 +286,10 @@ def _database_problem(kept: int) -> HTTPProblem:
                        title="Database unavailable", headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
+def _problem(description: str) -> dict[str, Any]:
+    return {"model": Problem, "description": description, "content": {PROBLEM_JSON: {}}}
+
+
 def _lines(path: FilePath) -> int:
     try:
         with path.open("rb") as handle:
@@ -296,11 +300,12 @@ def _lines(path: FilePath) -> int:
 
 @router.post("/datasets/{name}/answers/collect", response_model=AnswerCollectionResponse,
              summary="Collect a dataset's answers from a RAG endpoint (synchronous, bounded)",
-             responses={403: {"description": "The endpoint is not one the operator allowed the API to call."},
-                        409: {"description": "The same collection is running."},
-                        429: {"description": "As many collections as RAG_COLLECT_SLOTS are running; see "
-                                             "Retry-After."},
-                        503: {"description": "The database is unavailable; collected answers are kept."}})
+             responses={201: {"model": AnswerCollectionResponse,
+                              "description": "Collected and stored as an answer run (`Location`)."},
+                        403: _problem("The endpoint is not one the operator allowed the API to call."),
+                        409: _problem("The same collection is running."),
+                        429: _problem("As many collections as RAG_COLLECT_SLOTS are running; see Retry-After."),
+                        503: _problem("The database is unavailable; collected answers are kept.")})
 async def collect(request: Request, engine: Engine, body: CollectRequest,
                   name: Annotated[str, Path(max_length=200, json_schema_extra=DATASET_RULE,
                                             description="A dataset stored for the knowledge base.")]):
