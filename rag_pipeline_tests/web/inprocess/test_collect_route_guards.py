@@ -220,3 +220,17 @@ def test_a_database_that_goes_away_keeps_the_answers_and_names_no_path(client, a
     from rag_pipeline.settings import project_root
 
     assert not list((project_root() / ".rag_pipeline" / "api-collections").glob("*.jsonl")), "stored: removed"
+
+
+@covers("POST /api/v1/datasets/{name}/answers/collect", "GET /api/v1/answer-runs/{run_id}")
+def test_a_huge_reply_is_read_up_to_the_api_cap_only(client, kb, monkeypatch):
+    """A 50 MB reply: the API reads 2 MB of it (the CLI 8 MB), records the case as an error and goes on."""
+    with RagEndpoint(plan={"c1": ["huge"]}) as rag:
+        monkeypatch.setenv("RAG_COLLECT_ENDPOINTS", rag.url)
+        resp = _ask(client, kb, {"url": rag.url, "retries": 0})
+    assert resp.status_code == 201, resp.text
+    collection = resp.json()["collection"]
+    assert (collection["answered"], collection["errors"], collection["status"]) == (2, 1, "succeeded")
+    cases = client.get(resp.headers["location"]).json()["cases"]
+    errors = [c for c in cases if c["case_id"] == "c1"]
+    assert "longer than 2 MB" in json.dumps(errors), errors
