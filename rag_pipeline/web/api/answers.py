@@ -260,6 +260,12 @@ class _Collections:
     def __init__(self):
         self.running: set[FilePath] = set()
 
+    def check_room(self) -> None:
+        if len(self.running) >= get_settings().collect_slots:
+            raise HTTPProblem(429, f"{len(self.running)} answer collections are running, as many as the server runs "
+                                   "at once (RAG_COLLECT_SLOTS); try again later",
+                              title="Too many collections", headers={"Retry-After": str(RETRY_AFTER_S)})
+
     @classmethod
     def of(cls, request: Request) -> _Collections:
         state = request.app.state
@@ -271,12 +277,16 @@ class _Collections:
 async def _until_done_or_gone(request: Request, cancel: threading.Event, work: Callable[[], Any]) -> Any:
     """``work()`` in a worker thread; ``cancel`` is set when the HTTP client goes away (the work then stops)."""
     task = asyncio.ensure_future(run_in_threadpool(work))
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-        if done:
-            return task.result()
-        if not cancel.is_set() and await request.is_disconnected():
-            cancel.set()
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if not cancel.is_set() and await request.is_disconnected():
+                cancel.set()
+    except asyncio.CancelledError:  # the server stops: so does the collection
+        cancel.set()
+        raise
 
 
 def _database_problem(kept: int) -> HTTPProblem:
@@ -326,6 +336,8 @@ async def collect(request: Request, engine: Engine, body: CollectRequest,
         guard = await _check_endpoint(body.endpoint)
     elif body.answerer is None:
         raise HTTPProblem(422, "give exactly one of `endpoint` and `answerer`")
+    collections = _Collections.of(request)
+    collections.check_room()  # before the database is asked; again below, where the slot is taken
     try:
         data = await run_in_threadpool(answers.resolve_dataset, engine, body.knowledge_base, name, stored_only=True)
     except (sa.exc.DBAPIError, *TRANSIENT_ERRORS):
@@ -334,14 +346,10 @@ async def collect(request: Request, engine: Engine, body: CollectRequest,
         raise HTTPProblem(422, f"dataset {printable(data.name)} has {len(data.cases)} cases; the API collects at "
                                f"most {MAX_COLLECT_CASES} (use `rag-pipeline answers collect`)")
     output = api_collection_file(data, body.endpoint, body.answerer, body.strategy)
-    collections = _Collections.of(request)
     if output in collections.running:
         raise HTTPProblem(409, "the same collection (this dataset version, endpoint or answerer) is running; wait "
                                "for its answer", title="Collection running")
-    if len(collections.running) >= get_settings().collect_slots:
-        raise HTTPProblem(429, f"{len(collections.running)} answer collections are running, as many as the server "
-                               "runs at once (RAG_COLLECT_SLOTS); try again later",
-                          title="Too many collections", headers={"Retry-After": str(RETRY_AFTER_S)})
+    collections.check_room()
     collections.running.add(output)
     try:
         cancel = threading.Event()
