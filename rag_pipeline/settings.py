@@ -41,6 +41,7 @@ def _size(value: object) -> object:
     return value
 
 
+_USERINFO = re.compile(r"(://)[^/@\s'\"]*@")  # a URL's user:password, never printed in an error
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?|\*")
 
 
@@ -184,7 +185,7 @@ def _error_text(exc: ValidationError) -> str:
     for err in exc.errors():
         name = ENV_PREFIX + str(err["loc"][0]).upper() if err["loc"] else "settings"
         message = _MESSAGES.get(err["type"]) or err["msg"].removeprefix("Value error, ")
-        parts.append(f"{name} {message}, got {err.get('input')!r}")
+        parts.append(_USERINFO.sub(r"\1***@", f"{name} {message}, got {err.get('input')!r}"))
     return "; ".join(parts)
 
 
