@@ -148,15 +148,16 @@ def test_an_upstream_error_is_not_quoted_back(client, kb, monkeypatch):
     collection = resp.json()["collection"]
     assert collection["status"] == "failed" and "HTTP 500" in collection["reason"]
     assert "echo" not in resp.text and "X-Token" not in resp.text and "allowed-secret" not in resp.text
-    api_collection_file_cleanup(client, kb)
+    kept = _kept_files()
+    assert len(kept) == 1, "the failed collection's lines are kept for a resume"
+    for path in kept:
+        path.unlink()
 
 
-def api_collection_file_cleanup(client, kb: str) -> None:
-    """Remove the answers files the failed collections of this module kept (they resume a same request)."""
+def _kept_files() -> list:
     from rag_pipeline.settings import project_root
 
-    for path in (project_root() / ".rag_pipeline" / "api-collections").glob("*.jsonl"):
-        path.unlink(missing_ok=True)
+    return sorted((project_root() / ".rag_pipeline" / "api-collections").glob("*.jsonl"))
 
 
 def test_the_schema_caps_an_api_endpoint_tighter_than_the_cli(app):
@@ -217,9 +218,7 @@ def test_a_database_that_goes_away_keeps_the_answers_and_names_no_path(client, a
     finally:
         app.dependency_overrides.pop(dependencies.engine, None)
         flaky.dispose()
-    from rag_pipeline.settings import project_root
-
-    assert not list((project_root() / ".rag_pipeline" / "api-collections").glob("*.jsonl")), "stored: removed"
+    assert not _kept_files(), "stored: the kept file is removed"
 
 
 @covers("POST /api/v1/datasets/{name}/answers/collect", "GET /api/v1/answer-runs/{run_id}")
