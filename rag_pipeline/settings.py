@@ -41,6 +41,41 @@ def _size(value: object) -> object:
     return value
 
 
+_USERINFO = re.compile(r"(://)[^/@\s'\"]*@")  # a URL's user:password, never printed in an error
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?|\*")
+
+
+def _items(value: object) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()] if isinstance(value, str) else []
+
+
+def _endpoint_list(value: object) -> object:
+    """``RAG_COLLECT_ENDPOINTS``: every item an http(s) URL with a host, no user, query or fragment."""
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    for item in _items(value):
+        try:
+            parts = urlsplit(item)
+            parts.port  # noqa: B018 - a bad port raises
+        except ValueError:
+            raise ValueError(f"{item!r} is not a URL") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc or parts.query \
+                or parts.fragment or "{" in item:
+            raise ValueError(f"{item!r}: expected http(s)://host[:port][/path] (no user, query, fragment or "
+                             "placeholder)")
+    return value
+
+
+def _env_names(value: object) -> object:
+    """``RAG_COLLECT_ENV``: names or ``PREFIX*`` patterns; a ``RAG_`` item is refused (never readable)."""
+    for item in _items(value):
+        if not _ENV_NAME.fullmatch(item):
+            raise ValueError(f"{item!r} is not a variable name or a PREFIX* pattern")
+        if item.upper().startswith(ENV_PREFIX):
+            raise ValueError(f"{item!r}: the service's own RAG_* settings are never readable over the API")
+    return value
+
+
 class Settings(BaseSettings):
     """The configuration of every front end (CLI, Dagster, HTTP); each field is the variable ``RAG_<NAME>``."""
 
@@ -99,6 +134,23 @@ class Settings(BaseSettings):
                           "`127.0.0.1`, `localhost` and `[::1]` on its port; needs `RAG_API_TOKEN`. Unset: with a "
                           "token any Host, without one the loopback names only (a DNS-rebinding guard). Another "
                           "Host → 421.")
+    collect_endpoints: Annotated[str | None, BeforeValidator(_endpoint_list)] = Field(
+        None, description="Comma-separated base URLs (`http(s)://host[:port][/path]`) of the RAG endpoints the HTTP "
+                          "API's answer collection may call: an endpoint URL must start with one (same scheme, host "
+                          "and port; its path under the base's), at whatever address the host has, loopback and "
+                          "private included. Unset, and without `RAG_COLLECT_PUBLIC_ENDPOINTS`: the route refuses "
+                          "every endpoint (403). The CLI is not limited.")
+    collect_public_endpoints: bool = Field(
+        False, description="`1`: the HTTP API's answer collection may also call an endpoint whose host resolves to "
+                           "public (globally routable) addresses only; the connection goes to the address checked. "
+                           "Loopback, private, link-local, reserved and multicast addresses stay refused.")
+    collect_env: Annotated[str | None, BeforeValidator(_env_names)] = Field(
+        None, description="Comma-separated environment variables (`NAME`, or `PREFIX*`) the HTTP API's answer "
+                          "collection may read for an `env:NAME` header value; never a `RAG_*` variable. Unset: "
+                          "none (a header `env:` value is refused). The CLI reads any variable.")
+    collect_slots: PositiveInt = Field(
+        2, description="Answer collections the HTTP API runs at once; one more is refused with 429 and "
+                       "`Retry-After`.")
     debug: bool = Field(False, description="`1`: the CLI shows the traceback of an unexpected error.")
     judge_cache: Path | None = Field(
         None, description="JSON Lines file caching the answer judge's replies by (prompt hash, model, repeat), so "
@@ -133,7 +185,7 @@ def _error_text(exc: ValidationError) -> str:
     for err in exc.errors():
         name = ENV_PREFIX + str(err["loc"][0]).upper() if err["loc"] else "settings"
         message = _MESSAGES.get(err["type"]) or err["msg"].removeprefix("Value error, ")
-        parts.append(f"{name} {message}, got {err.get('input')!r}")
+        parts.append(_USERINFO.sub(r"\1***@", f"{name} {message}, got {err.get('input')!r}"))
     return "; ".join(parts)
 
 

@@ -53,12 +53,21 @@ def test_values_are_typed_and_read_again_when_the_environment_changes(monkeypatc
     ("RAG_EMBED_THREADS", "1.5", "RAG_EMBED_THREADS must be a positive integer, got '1.5'"),
     ("RAG_PG_SHARED_BUFFERS", "1GB; DROP TABLE x", "RAG_PG_SHARED_BUFFERS must be a size like 512MB or 1GB"),
     ("RAG_DEBUG", "maybe", "RAG_DEBUG must be 1/0, true/false, got 'maybe'"),
+    ("RAG_COLLECT_ENDPOINTS", "http://127.0.0.1:8081/rag, ftp://x", "RAG_COLLECT_ENDPOINTS 'ftp://x': expected "
+                                                                     "http(s)://host[:port][/path]"),
+    ("RAG_COLLECT_ENDPOINTS", "http://user:s3cret@rag.local/", "RAG_COLLECT_ENDPOINTS 'http://***@rag.local/': "),
+    ("RAG_COLLECT_ENDPOINTS", "http://rag.local/?q={question}", "RAG_COLLECT_ENDPOINTS 'http://rag.local/?q="),
+    ("RAG_COLLECT_ENV", "MY_TOKEN, RAG_API_TOKEN", "RAG_COLLECT_ENV 'RAG_API_TOKEN': the service's own RAG_* "
+                                                  "settings are never readable"),
+    ("RAG_COLLECT_ENV", "MY TOKEN", "RAG_COLLECT_ENV 'MY TOKEN' is not a variable name or a PREFIX* pattern"),
+    ("RAG_COLLECT_SLOTS", "0", "RAG_COLLECT_SLOTS must be a positive integer, got '0'"),
 ])
 def test_a_bad_value_names_the_variable(monkeypatch, name, value, message):
     monkeypatch.setenv(name, value)
     with pytest.raises(SettingsError) as info:
         get_settings()
     assert str(info.value).startswith(message)
+    assert "s3cret" not in str(info.value)
 
 
 def test_a_bad_setting_is_one_cli_line_with_exit_2(monkeypatch, capsys):

@@ -5,11 +5,21 @@ docs/design.md §12.2). Everything the user gave is checked before the file is t
 endpoint flags (URL, template, paths, headers and their environment variables), the answerer's name, and an
 existing output (resumed: its answered cases are skipped). A bad input is a :class:`BadInputError` naming the
 file, line or flag, and nothing is written.
+
+The HTTP API's collection (``POST /datasets/{name}/answers/collect``) uses the same operation with an
+:class:`~rag_pipeline.answers.collection.endpoint_guard.EndpointGuard` (only the endpoints the operator allowed,
+the address checked where it is connected to), the variables of ``RAG_COLLECT_ENV`` only, replies capped at
+:data:`API_REPLY_BYTES` and never quoted in an error, and a ``cancel`` event set when its client goes away.
+Its answers file is :func:`api_collection_file`: kept when the collection stops or the database cannot store
+the run, so the same request resumes from it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,12 +27,19 @@ from rag_pipeline.answers.collection.answerers import Answerer, get_answerer
 from rag_pipeline.answers.collection.answers_writer import AnswersWriter, output_lock, read_existing
 from rag_pipeline.answers.collection.collector import collect_from_answerer, collect_from_endpoint
 from rag_pipeline.answers.collection.endpoint_client import EndpointClient
+from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard, EndpointRefusedError, api_environ
 from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase, load_dataset
 from rag_pipeline.service.database import get_engine
-from rag_pipeline.settings import datasets_dir
+from rag_pipeline.settings import datasets_dir, project_root
 from rag_pipeline.storage.names import printable
+
+__all__ = ["API_REPLY_BYTES", "CollectionConfigError", "EndpointGuard", "EndpointRefusedError", "api_collection_file",
+           "api_environ", "collect_answers", "dataset_file"]
+
+API_REPLY_BYTES = 2 * 1024 * 1024
+"""Over the HTTP API a reply longer than this is not parsed (the CLI's cap is 8 MB)."""
 
 
 class CollectionConfigError(BadInputError, ValueError):
@@ -61,12 +78,14 @@ def dataset_file(dataset: str | Path) -> Path:
 def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoint: EndpointConfig | None = None,
                     answerer: str | Answerer | None = None, knowledge_base: str | None = None,
                     strategy: str | None = None, progress: Callable[[CollectionProgress], None] | None = None,
-                    environ: dict[str, str] | None = None) -> CollectionResult:
+                    environ: dict[str, str] | None = None, guard: EndpointGuard | None = None,
+                    cancel: threading.Event | None = None) -> CollectionResult:
     """Collect the answers of ``dataset`` (a dataset file, or a loaded :class:`Dataset`) into ``output`` (JSON
     Lines, resumed if it exists).
 
     Exactly one of ``endpoint`` and ``answerer`` (a registered name, or an object of the answerer protocol).
-    ``environ`` is where ``env:`` header values are read (default: the process environment)."""
+    ``environ`` is where ``env:`` header values are read (default: the process environment). ``guard``: the
+    collection is the HTTP API's (see the module docstring); ``cancel`` set stops it (the lines written kept)."""
     if (endpoint is None) == (answerer is None):
         raise CollectionConfigError("give exactly one of --endpoint URL and --answerer NAME")
     output = Path(output)
@@ -74,16 +93,20 @@ def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoi
                                                                        knowledge_base=knowledge_base)
     cases = loaded.cases
     _check_output(output)
-    client = EndpointClient(endpoint, environ) if endpoint is not None else None
+    client = None
+    if endpoint is not None:
+        api = {"max_response_bytes": API_REPLY_BYTES, "quote_replies": False} if guard is not None else {}
+        client = EndpointClient(endpoint, environ, guard=guard, **api)
     chosen = (_answerer(answerer, knowledge_base=loaded.knowledge_base, strategy=strategy)
               if isinstance(answerer, str) else answerer)
     identity = chosen.identity if chosen is not None else None
     with output_lock(output):  # from before the file is read to the end: a second collector is refused at once
-        return _collect(output, cases, client, chosen, identity, progress)
+        return _collect(output, cases, client, chosen, identity, progress, cancel)
 
 
 def _collect(output: Path, cases: tuple[EvaluationCase, ...], client: EndpointClient | None, chosen: Answerer | None,
-             identity: str | None, progress: Callable[[CollectionProgress], None] | None) -> CollectionResult:
+             identity: str | None, progress: Callable[[CollectionProgress], None] | None,
+             cancel: threading.Event | None) -> CollectionResult:
     state = read_existing(output, {c.case_id for c in cases}, identity)
     pending = [c for c in cases if c.case_id not in state.kept]
     total, skipped = len(cases), len(cases) - len(pending)
@@ -94,5 +117,18 @@ def _collect(output: Path, cases: tuple[EvaluationCase, ...], client: EndpointCl
                                 status="succeeded", answerer=identity)
     with AnswersWriter(output, state) as writer:
         if client is not None:
-            return collect_from_endpoint(client, pending, writer, total=total, skipped=skipped, progress=progress)
-        return collect_from_answerer(chosen, pending, writer, total=total, skipped=skipped, progress=progress)
+            return collect_from_endpoint(client, pending, writer, total=total, skipped=skipped, progress=progress,
+                                         cancel=cancel)
+        return collect_from_answerer(chosen, pending, writer, total=total, skipped=skipped, progress=progress,
+                                     cancel=cancel)
+
+
+def api_collection_file(dataset: Dataset, endpoint: EndpointConfig | None, answerer: str | None,
+                        strategy: str | None) -> Path:
+    """The answers file of an HTTP API collection: one per (dataset version, endpoint settings or answerer),
+    under ``<project>/.rag_pipeline/api-collections/``, so asking the same again resumes it."""
+    what = {"knowledge_base": dataset.knowledge_base, "dataset": dataset.name, "version": dataset.content_hash,
+            "endpoint": endpoint.model_dump(mode="json") if endpoint is not None else None,
+            "answerer": answerer, "strategy": strategy}
+    key = hashlib.sha256(json.dumps(what, sort_keys=True).encode("utf-8")).hexdigest()[:32]
+    return project_root() / ".rag_pipeline" / "api-collections" / f"{key}.jsonl"

@@ -3,7 +3,11 @@ schema, every check (``--checks all``), at least 50 examples per operation, all 
 127.0.0.1 only; it must find 0 failures.
 
 The server has the demo knowledge base, its dataset uploaded and one evaluation queued (on a Dagster instance of
-its own with no daemon: launched runs stay queued, nothing evaluates), so lookups reach stored data.
+its own with no daemon: launched runs stay queued, nothing evaluates), so lookups reach stored data. The answer
+collection route may call one endpoint, a real RAG endpoint of the test on 127.0.0.1 (``RAG_COLLECT_ENDPOINTS``;
+``RAG_COLLECT_ENV`` allows one variable): the schema Schemathesis reads is the server's with an example body that
+names it (no JSON Schema can say which endpoint the operator allowed), so the collection runs for real; generated
+URLs get the 403 of an endpoint not allowed.
 ``rag_pipeline_tests/web/schemathesis.toml`` holds the run's configuration and says why three operations accept
 a 422 for schema-valid data. The seed is fixed, so a failure reproduces with the command in the output. The runs
 queued meanwhile are failed at the end (they would keep the demo dataset busy for the tests after). One worker:
@@ -13,6 +17,7 @@ AST constructor recursion depth mismatch`` with two).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -23,6 +28,7 @@ import httpx
 import pytest
 
 from rag_pipeline.service.queued_runs import fail_queued, queued_runs
+from rag_pipeline_tests.answers.rag_endpoint_server import RagEndpoint
 from rag_pipeline_tests.web.conftest import DEMO_DATASET
 from rag_pipeline_tests.web.server_helpers import dagster_env, start_server
 
@@ -33,15 +39,25 @@ CONFIG = Path(__file__).with_name("schemathesis.toml")
 EXAMPLES = 50
 SEED = 1
 RUN_LIMIT_S = 600
+COLLECT = "/api/v1/datasets/{name}/answers/collect"
+COLLECT_VARIABLE = "SCHEMATHESIS_COLLECT_TOKEN"
 
 
 @pytest.fixture(scope="module")
-def api_server(engine, demo_kb, tmp_path_factory) -> str:
+def rag_endpoint():
+    with RagEndpoint() as rag:
+        yield rag
+
+
+@pytest.fixture(scope="module")
+def api_server(engine, demo_kb, rag_endpoint, tmp_path_factory) -> str:
     started = datetime.now(UTC)
     home = tmp_path_factory.mktemp("schemathesis")
     (home / "dagster_home").mkdir()
     (home / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
-    env = {k: v for k, v in dagster_env(home / "dagster_home", home / "datasets").items()
+    env = {k: v for k, v in dagster_env(home / "dagster_home", home / "datasets", RAG_PROJECT_ROOT=str(home),
+                                        RAG_COLLECT_ENDPOINTS=rag_endpoint.url, RAG_COLLECT_ENV=COLLECT_VARIABLE,
+                                        **{COLLECT_VARIABLE: "schemathesis-token-0123"}).items()
            if k not in ("RAG_API_TOKEN", "RAG_ALLOWED_HOSTS")}
     with start_server(env, log=home / "server.log") as (base, _proc):
         kb = f"{base}/api/v1/knowledge-bases/{demo_kb}"
@@ -59,9 +75,25 @@ def api_server(engine, demo_kb, tmp_path_factory) -> str:
                     fail_queued(engine, run.run_id, "queued by the Schemathesis test, whose server has no daemon")
 
 
-def test_schemathesis_finds_no_failure(api_server, tmp_path):
+def _schema_with_a_collect_example(base: str, demo_kb: str, rag: RagEndpoint, folder: Path) -> Path:
+    """The server's schema, with an example body of the collect route that names the allowed endpoint."""
+    schema = httpx.get(f"{base}/openapi.json", timeout=30).json()
+    operation = schema["paths"][COLLECT]["post"]
+    example = {"knowledge_base": demo_kb, "store": True,
+               "endpoint": {"url": rag.url, "retries": 0, "headers": [f"X-Token: env:{COLLECT_VARIABLE}"]}}
+    operation["requestBody"]["content"]["application/json"]["example"] = example
+    for parameter in operation["parameters"]:
+        if parameter["name"] == "name":
+            parameter["example"] = "demo"
+    path = folder / "openapi.json"
+    path.write_text(json.dumps(schema), encoding="utf-8")
+    return path
+
+
+def test_schemathesis_finds_no_failure(api_server, demo_kb, rag_endpoint, tmp_path):
+    schema = _schema_with_a_collect_example(api_server, demo_kb, rag_endpoint, tmp_path)
     command = [str(Path(sys.executable).with_name("schemathesis")), "--no-color", "--config-file", str(CONFIG),
-               "run", f"{api_server}/openapi.json", "--checks", "all", "--max-examples", str(EXAMPLES),
+               "run", str(schema), "--url", api_server, "--checks", "all", "--max-examples", str(EXAMPLES),
                "--phases", "examples,coverage,fuzzing,stateful", "--workers", "1", "--seed", str(SEED),
                "--request-timeout", "60", "--generation-database", "none", "--report", "junit",
                "--report-dir", str(tmp_path)]
@@ -76,4 +108,6 @@ def test_schemathesis_finds_no_failure(api_server, tmp_path):
     cases = re.search(r"(\d+) generated", out)
     assert cases and int(cases.group(1)) >= EXAMPLES * int(operations.group(1)), out[-5000:]
     assert proc.returncode == 0, out[-20000:]
-    print(f"schemathesis: {cases.group(1)} cases on {operations.group(1)} operations, 0 failures")
+    assert rag_endpoint.requests, "no collection reached the allowed endpoint"
+    print(f"schemathesis: {cases.group(1)} cases on {operations.group(1)} operations, 0 failures; the collect "
+          f"route asked the endpoint {sum(rag_endpoint.requests.values())} times")

@@ -10,6 +10,8 @@ Whatever a reply does to one case ends as that case's line: should asking raise 
 foresee), the case gets an error line naming the exception type, and the collection goes on. Only a failure to
 write the file (e.g. a full disk) stops the collection; the lines written are the ones the readers accept
 (:func:`.answers_writer.storable`).
+``cancel`` (a :class:`threading.Event`, set e.g. when the HTTP client that asked went away) stops it at once:
+the requests in flight are dropped, the lines written are kept, and the run ends ``failed``.
 
 Answerer mode: the answerer's ``answer_cases`` (:class:`~.answerers.Answerer`) yields the lines (the same
 file, docs/design.md §12.2).
@@ -18,6 +20,7 @@ file, docs/design.md §12.2).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -31,6 +34,7 @@ from rag_pipeline.contracts.answers import AnswerRecord, CollectionProgress, Col
 from rag_pipeline.evaluation.dataset import EvaluationCase
 
 Progress = Callable[[CollectionProgress], None]
+CANCELLED = "the collection was cancelled (the client that asked went away); the lines written are kept"
 
 
 class _Tally:
@@ -77,15 +81,24 @@ class _Tally:
 
 
 def collect_from_endpoint(client: EndpointClient, cases: Sequence[EvaluationCase], writer: AnswersWriter, *,
-                          total: int, skipped: int, progress: Progress | None = None) -> CollectionResult:
+                          total: int, skipped: int, progress: Progress | None = None,
+                          cancel: threading.Event | None = None) -> CollectionResult:
     """Ask ``client`` every case of ``cases`` (the ones not yet answered), appending each line to ``writer``."""
     tally = _Tally(total, skipped, progress)
-    stop_reason = asyncio.run(_ask_all(client, cases, writer, tally))
+    stop_reason = asyncio.run(_ask_all(client, cases, writer, tally, cancel))
     return tally.result(str(writer.path), stop_reason, None)
 
 
+async def _watch(cancel: threading.Event, stop: list[str], running: set[asyncio.Task]) -> None:
+    while not cancel.is_set():
+        await asyncio.sleep(0.1)
+    stop.insert(0, CANCELLED)
+    for task in list(running):
+        task.cancel()
+
+
 async def _ask_all(client: EndpointClient, cases: Sequence[EvaluationCase], writer: AnswersWriter,
-                   tally: _Tally) -> str | None:
+                   tally: _Tally, cancel: threading.Event | None = None) -> str | None:
     gate = asyncio.Semaphore(client.config.concurrency)
     running: set[asyncio.Task] = set()
     stop: list[str] = []
@@ -100,39 +113,51 @@ async def _ask_all(client: EndpointClient, cases: Sequence[EvaluationCase], writ
                 outcome = CaseOutcome(error_record(case.case_id, "the reply could not be handled: "
                                                                  f"{type(exc).__name__}"), 1)
             record = scrubbed_record(outcome.record, client.headers.scrub)
-            record = await asyncio.to_thread(writer.append, record)
+            write = asyncio.ensure_future(asyncio.to_thread(writer.append, record))
+            try:
+                record = await asyncio.shield(write)
+            except asyncio.CancelledError:  # a line being written is finished first (the file stays whole)
+                await write
+                raise
             tally.add(record, outcome.requests)
             if outcome.unreachable and not stop:
                 stop.append(f"the endpoint is unreachable: {record.error}")
         except Exception as exc:  # noqa: BLE001 - e.g. a disk error: no new case starts; re-raised below
             failure.append(exc)
-        finally:
-            gate.release()
 
+    watcher = asyncio.create_task(_watch(cancel, stop, running)) if cancel is not None else None
     async with client:
-        for case in cases:
-            await gate.acquire()
-            if stop or failure:
-                gate.release()
-                break
-            task = asyncio.create_task(one(case))
-            running.add(task)
-            task.add_done_callback(running.discard)
-        if running:
-            await asyncio.gather(*running)
+        try:
+            for case in cases:
+                await gate.acquire()
+                if stop or failure:
+                    gate.release()
+                    break
+                task = asyncio.create_task(one(case))
+                running.add(task)
+                task.add_done_callback(running.discard)
+                task.add_done_callback(lambda _task: gate.release())  # a task cancelled before it ran too
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
     if failure:
         raise failure[0]
     return stop[0] if stop else None
 
 
 def collect_from_answerer(answerer: Answerer, cases: Sequence[EvaluationCase], writer: AnswersWriter, *,
-                          total: int, skipped: int, progress: Progress | None = None) -> CollectionResult:
+                          total: int, skipped: int, progress: Progress | None = None,
+                          cancel: threading.Event | None = None) -> CollectionResult:
     """Append the answerer's line for every case of ``cases``; its identity is set on each line it leaves
     unnamed. A line for a case not asked is a bug of the answerer (:class:`RuntimeError`)."""
     tally = _Tally(total, skipped, progress)
     pending = {c.case_id for c in cases}
     start = time.perf_counter()
     for record in answerer.answer_cases(cases):
+        if cancel is not None and cancel.is_set():
+            return tally.result(str(writer.path), CANCELLED, answerer.identity)
         if record.case_id not in pending:
             raise RuntimeError(f"answerer {answerer.identity!r} answered case {record.case_id!r}, which it was not "
                                "asked (or twice)")

@@ -6,6 +6,11 @@ and is recorded as an error with its first :data:`~rag_pipeline.contracts.answer
 characters); the whole request, body included, is bounded by ``timeout_s``. Retries follow
 :mod:`.retry_policy`. Whatever happens to one case ends as its line (docs/design.md §12.2), never as an
 exception: the collector decides whether to go on (:attr:`CaseOutcome.unreachable`).
+
+Over the HTTP API the client is given an :class:`~.endpoint_guard.EndpointGuard`: its connections are opened
+only to the endpoints the operator allowed (checked at the address connected to), a refused address ends the
+case at once (no retry) and stops the collection, and ``quote_replies=False`` keeps the reply's text out of the
+error of a case (it is stored and served back). The CLI's client has neither.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Protocol
 
 import httpx
 
+from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard, EndpointRefusedError, guarded_transport
 from rag_pipeline.answers.collection.endpoint_request import (
     EndpointConfigError,
     ResolvedHeaders,
@@ -75,8 +81,11 @@ class EndpointClient:
     """Use as ``async with EndpointClient(config) as client: outcome = await client.ask(case)``. The flags are
     checked in the constructor (:class:`~.endpoint_request.EndpointConfigError` naming the flag)."""
 
-    def __init__(self, config: EndpointConfig, environ: dict[str, str] | None = None):
+    def __init__(self, config: EndpointConfig, environ: dict[str, str] | None = None, *,
+                 guard: EndpointGuard | None = None, max_response_bytes: int = MAX_RESPONSE_BYTES,
+                 quote_replies: bool = True):
         self.config = config
+        self.guard, self.max_response_bytes, self.quote_replies = guard, max_response_bytes, quote_replies
         self.url = check_url(config.url)
         if config.method == "GET" and config.request_template != DEFAULT_REQUEST_TEMPLATE:
             raise EndpointConfigError("--request-template is the request body; GET sends none (put {question} in "
@@ -90,9 +99,10 @@ class EndpointClient:
 
     async def __aenter__(self) -> EndpointClient:
         n = self.config.concurrency
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.config.timeout_s), follow_redirects=False, trust_env=False,
-            limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
+        limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+        transport = guarded_transport(self.guard, limits) if self.guard is not None else None
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.config.timeout_s), follow_redirects=False,
+                                         trust_env=False, limits=limits, transport=transport)
         return self
 
     async def __aexit__(self, *exc_info) -> None:
@@ -106,6 +116,9 @@ class EndpointClient:
             attempts += 1
             try:
                 reply = await self._request(case)
+            except EndpointRefusedError as exc:  # the guard's: asking again cannot help
+                return CaseOutcome(error_record(case.case_id, str(exc), attempts=attempts), attempts,
+                                   unreachable=True)
             except RETRIED_ERRORS as exc:
                 problem, cannot_connect = describe_failure(exc, self.config.timeout_s, self.headers.scrub)
                 wait = self._wait(attempt, None)
@@ -135,7 +148,7 @@ class EndpointClient:
             async with self._client.stream(self.config.method, url, content=content, headers=headers) as resp:
                 body, over = bytearray(), False
                 async for chunk in resp.aiter_bytes():
-                    room = MAX_RESPONSE_BYTES - len(body)
+                    room = self.max_response_bytes - len(body)
                     body += chunk[:room]
                     if len(chunk) > room:
                         over = True
@@ -145,10 +158,21 @@ class EndpointClient:
 
     def _record(self, case: AskedCase, reply: _Reply, attempts: int) -> AnswerRecord:
         common = {"latency_ms": round(reply.latency_ms, 3), "attempts": attempts}
-        raw = raw_text(reply.body, self.headers.scrub)
+        scrub = self.headers.scrub if self.quote_replies else _nothing
+        raw = raw_text(reply.body, scrub) if self.quote_replies else None
         if not 200 <= reply.status < 300:
-            return error_record(case.case_id, f"HTTP {reply.status}: {raw[:ERROR_BODY_CHARS]!r}", raw=raw, **common)
+            quoted = f": {raw[:ERROR_BODY_CHARS]!r}" if raw is not None else ""
+            return error_record(case.case_id, f"HTTP {reply.status}{quoted}", raw=raw, **common)
         if reply.over_limit:
-            return error_record(case.case_id, f"the reply is longer than {MAX_RESPONSE_BYTES // 2**20} MB; it was "
+            return error_record(case.case_id, f"the reply is longer than {_size(self.max_response_bytes)}; it was "
                                               "cut there and not parsed", raw=raw, **common)
-        return record_from_reply(case.case_id, reply.body, self.paths, self.headers.scrub, **common)
+        return record_from_reply(case.case_id, reply.body, self.paths, scrub, **common)
+
+
+def _nothing(_text: str) -> str:
+    """The stored form of a reply's text when it is not quoted (over the HTTP API): none."""
+    return ""
+
+
+def _size(limit: int) -> str:
+    return f"{limit // 2**20} MB" if limit % 2**20 == 0 else f"{limit // 1024} kB"

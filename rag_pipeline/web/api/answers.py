@@ -3,21 +3,27 @@ runs, compare two, and collect a dataset's answers from a RAG endpoint.
 
 An upload is read like an answers file by the CLI (every problem with its line and field → 422, nothing
 stored), at most 50 MB: ``multipart/form-data`` (a ``file`` part, ``dataset``, optional ``answerer``) or JSON
-(``dataset``, ``answers``: the lines as objects). Collection is synchronous and bounded
-(:data:`MAX_COLLECT_CASES` cases); a header value must be ``env:NAME`` (read from the server's environment) and
-is never echoed.
+(``dataset``, ``answers``: the lines as objects). Collection answers when it is done and is bounded
+(:data:`MAX_COLLECT_CASES` cases, ``RAG_COLLECT_SLOTS`` at once, tighter caps than the CLI's); it calls only an
+endpoint the operator allowed, a header value must be ``env:NAME`` of a variable the operator allowed, and a
+value is never echoed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
-import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
+import sqlalchemy as sa
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from rag_pipeline.contracts.answers import (
@@ -31,12 +37,20 @@ from rag_pipeline.contracts.answers import (
     Verdict,
 )
 from rag_pipeline.service import answers
-from rag_pipeline.service.answer_collection import collect_answers
+from rag_pipeline.service.answer_collection import (
+    EndpointGuard,
+    EndpointRefusedError,
+    api_collection_file,
+    api_environ,
+    collect_answers,
+)
 from rag_pipeline.service.answers import AnswersFileError
 from rag_pipeline.service.catalog import DATASET, KNOWLEDGE_BASE, printable
+from rag_pipeline.service.database import TRANSIENT_ERRORS
+from rag_pipeline.settings import get_settings
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import Engine, Paging
-from rag_pipeline.web.problems import HTTPProblem, ProblemItem, check_content_length
+from rag_pipeline.web.problems import PROBLEM_JSON, HTTPProblem, Problem, ProblemItem, check_content_length
 from rag_pipeline.web.request_rules import (
     DATASET_NAME,
     DATASET_RULE,
@@ -54,6 +68,8 @@ router = APIRouter(tags=["answers"])
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 MULTIPART_OVERHEAD = 64 * 1024
 MAX_COLLECT_CASES = 200
+RETRY_AFTER_S = 10
+DISCONNECT_POLL_S = 0.25
 SORT_PATTERN = "^-?(" + "|".join(ANSWER_METRIC_NAMES) + ")$"
 ENV_HEADER = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+:\s*env:[A-Za-z_][A-Za-z0-9_]*\s*$"
 """A collection over the API answers when it is done: larger datasets are collected with the CLI or Dagster."""
@@ -179,10 +195,17 @@ def get_answer_run(engine: Engine, run_id: RunId,
 
 
 class ApiEndpointConfig(EndpointConfig):
-    """The endpoint of a collection asked over HTTP: as the CLI's, but each header value is `env:NAME`."""
+    """The endpoint of a collection asked over HTTP: as the CLI's, but each header value is `env:NAME` (a variable
+    of the server's `RAG_COLLECT_ENV`), the URL one the operator allowed, and tighter caps."""
 
     headers: tuple[Annotated[str, Field(max_length=1000, json_schema_extra={"pattern": ENV_HEADER})], ...] = Field(
-        (), repr=False, description="'Name: env:VAR' (the value read from the server's environment).")
+        (), repr=False, max_length=20,
+        description="'Name: env:VAR', VAR a variable the server's RAG_COLLECT_ENV allows (never RAG_*).")
+    concurrency: int = Field(4, ge=1, le=16, description="requests in flight at once")
+    timeout_s: float = Field(30.0, gt=0, le=60, description="whole request, body included")
+    retries: int = Field(3, ge=0, le=5, description="retries after the first attempt")
+    backoff_s: float = Field(0.5, ge=0, le=10, description="first backoff; doubles per retry")
+    max_wait_s: float = Field(30.0, ge=0, le=30, description="cap on one wait (backoff or Retry-After)")
 
 
 class CollectRequest(BaseModel):
@@ -192,7 +215,9 @@ class CollectRequest(BaseModel):
     knowledge_base: str = Field(max_length=200, json_schema_extra=NAME_RULE,
                                 description="The knowledge base the dataset is "
                                                                           "stored for.")
-    endpoint: ApiEndpointConfig | None = Field(None, description="The RAG endpoint; header values only `env:NAME`.")
+    endpoint: ApiEndpointConfig | None = Field(None, description="The RAG endpoint: one the server's "
+                                               "RAG_COLLECT_ENDPOINTS lists (or a public address with "
+                                               "RAG_COLLECT_PUBLIC_ENDPOINTS=1); header values only `env:NAME`.")
     answerer: str | None = Field(None, max_length=200, json_schema_extra=TEXT_RULE,
                                  description="An in-process answerer, e.g. extractive-v1.")
     strategy: str | None = Field(None, max_length=100, json_schema_extra=STRATEGY_RULE,
@@ -200,40 +225,156 @@ class CollectRequest(BaseModel):
     store: bool = Field(True, description="Score the collected answers and store the answer run.")
 
 
-def _check_headers(endpoint: EndpointConfig) -> None:
+def _header_environ(endpoint: EndpointConfig) -> dict[str, str]:
+    """The variables the headers read, from those ``RAG_COLLECT_ENV`` allows; one error for a variable that is
+    not allowed and one that is not set (which variables exist is not told)."""
+    allowed = api_environ()
     for number, header in enumerate(endpoint.headers, 1):
         name, sep, value = header.partition(":")
-        if not sep or not value.strip().startswith("env:"):
+        value = value.strip()
+        if not sep or not value.startswith("env:"):
             raise HTTPProblem(422, f"header number {number} ({printable(name.strip()[:100])}): over the API a header "
                                    "value must be env:NAME, read from the server's environment (the value is "
                                    "not shown)")
+        if value[len("env:"):].strip() not in allowed:
+            raise HTTPProblem(422, f"header number {number} ({printable(name.strip()[:100])}): its env: variable is "
+                                   "not one the API may read (the server's RAG_COLLECT_ENV lists those; RAG_* "
+                                   "never), or it is not set")
+    return allowed
+
+
+async def _check_endpoint(endpoint: EndpointConfig) -> EndpointGuard:
+    guard = EndpointGuard.from_settings()
+    try:
+        await guard.precheck(endpoint.url)
+    except EndpointRefusedError as exc:
+        raise HTTPProblem(403, str(exc), title="Endpoint not allowed") from None
+    return guard
+
+
+class _Collections:
+    """The collections this app runs (``app.state.collections``): their answers files."""
+
+    def __init__(self):
+        self.running: set[FilePath] = set()
+
+    def check_room(self) -> None:
+        if len(self.running) >= get_settings().collect_slots:
+            raise HTTPProblem(429, f"{len(self.running)} answer collections are running, as many as the server runs "
+                                   "at once (RAG_COLLECT_SLOTS); try again later",
+                              title="Too many collections", headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    @classmethod
+    def of(cls, request: Request) -> _Collections:
+        state = request.app.state
+        if getattr(state, "collections", None) is None:
+            state.collections = cls()
+        return state.collections
+
+
+async def _until_done_or_gone(request: Request, cancel: threading.Event, work: Callable[[], Any]) -> Any:
+    """``work()`` in a worker thread; ``cancel`` is set when the HTTP client goes away (the work then stops)."""
+    task = asyncio.ensure_future(run_in_threadpool(work))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if not cancel.is_set() and await request.is_disconnected():
+                cancel.set()
+    except asyncio.CancelledError:  # the server stops: so does the collection
+        cancel.set()
+        raise
+
+
+def _database_problem(kept: int) -> HTTPProblem:
+    where = (f"; the {kept} answer line(s) collected are kept on the server and the same request resumes from "
+             "them" if kept else "")
+    return HTTPProblem(503, f"the database could not be reached, so the answers were not stored{where}",
+                       title="Database unavailable", headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {"model": Problem, "description": description, "content": {PROBLEM_JSON: {}}}
+
+
+def _lines(path: FilePath) -> int:
+    try:
+        with path.open("rb") as handle:
+            return sum(1 for line in handle if line.strip())
+    except OSError:
+        return 0
 
 
 @router.post("/datasets/{name}/answers/collect", response_model=AnswerCollectionResponse,
-             summary="Collect a dataset's answers from a RAG endpoint (synchronous, bounded)")
-def collect(engine: Engine, body: CollectRequest,
-            name: Annotated[str, Path(max_length=200, json_schema_extra=DATASET_RULE,
-                                      description="A dataset stored for the knowledge base.")]):
+             summary="Collect a dataset's answers from a RAG endpoint (synchronous, bounded)",
+             responses={201: {"model": AnswerCollectionResponse,
+                              "description": "Collected and stored as an answer run (`Location`)."},
+                        403: _problem("The endpoint is not one the operator allowed the API to call."),
+                        409: _problem("The same collection is running."),
+                        429: _problem("As many collections as RAG_COLLECT_SLOTS are running; see Retry-After."),
+                        503: _problem("The database is unavailable; collected answers are kept.")})
+async def collect(request: Request, engine: Engine, body: CollectRequest,
+                  name: Annotated[str, Path(max_length=200, json_schema_extra=DATASET_RULE,
+                                            description="A dataset stored for the knowledge base.")]):
     """Ask the endpoint (or the answerer) every case of the dataset's latest version, then score and store the
     answers as an answer run: 201 with `Location` when stored, 200 otherwise (the collection's figures; a
     failed collection says why in `collection.reason`). At most 200 cases: larger datasets are collected with
-    `rag-pipeline answers collect` or the Dagster `answers` asset."""
+    `rag-pipeline answers collect` or the Dagster `answers` asset.
+
+    The endpoint must be one the operator allowed (`RAG_COLLECT_ENDPOINTS`, or a public address with
+    `RAG_COLLECT_PUBLIC_ENDPOINTS=1`), else 403; a header's `env:` variable one of `RAG_COLLECT_ENV` (never
+    `RAG_*`), else 422. At most `RAG_COLLECT_SLOTS` collections run at once (one more → 429 with `Retry-After`);
+    a client that goes away stops its collection. Collected answers that could not be stored (the database
+    went away, the client left, the endpoint stopped answering) are kept on the server: the same request
+    resumes from them."""
+    environ, guard = None, None
     if body.endpoint is not None:
-        _check_headers(body.endpoint)
-    data = answers.resolve_dataset(engine, body.knowledge_base, name, stored_only=True)
+        environ = _header_environ(body.endpoint)
+        guard = await _check_endpoint(body.endpoint)
+    elif body.answerer is None:
+        raise HTTPProblem(422, "give exactly one of `endpoint` and `answerer`")
+    collections = _Collections.of(request)
+    collections.check_room()  # before the database is asked; again below, where the slot is taken
+    try:
+        data = await run_in_threadpool(answers.resolve_dataset, engine, body.knowledge_base, name, stored_only=True)
+    except (sa.exc.DBAPIError, *TRANSIENT_ERRORS):
+        raise _database_problem(0) from None
     if len(data.cases) > MAX_COLLECT_CASES:
         raise HTTPProblem(422, f"dataset {printable(data.name)} has {len(data.cases)} cases; the API collects at "
                                f"most {MAX_COLLECT_CASES} (use `rag-pipeline answers collect`)")
-    with tempfile.TemporaryDirectory(prefix="rag-collect-") as folder:
-        output = FilePath(folder) / "answers.jsonl"
-        result = collect_answers(data, output, endpoint=body.endpoint, answerer=body.answerer,
-                                 knowledge_base=data.knowledge_base, strategy=body.strategy)
-        raw = output.read_bytes() if output.exists() else b""
-    result = result.model_copy(update={"output": ""})
-    if result.status == "failed" or not body.store:
-        return AnswerCollectionResponse(collection=result, run=None)
-    report = answers.evaluate_answers(engine, body.knowledge_base, name, raw, filename="collected answers",
-                                      stored_only=True)
+    output = api_collection_file(data, body.endpoint, body.answerer, body.strategy)
+    if output in collections.running:
+        raise HTTPProblem(409, "the same collection (this dataset version, endpoint or answerer) is running; wait "
+                               "for its answer", title="Collection running")
+    collections.check_room()
+    collections.running.add(output)
+    try:
+        cancel = threading.Event()
+        try:
+            result = await _until_done_or_gone(request, cancel, functools.partial(
+                collect_answers, data, output, endpoint=body.endpoint, answerer=body.answerer,
+                knowledge_base=data.knowledge_base, strategy=body.strategy, environ=environ, guard=guard,
+                cancel=cancel))
+        except (sa.exc.DBAPIError, *TRANSIENT_ERRORS):  # an in-process answerer searches the database
+            raise _database_problem(_lines(output)) from None
+        if cancel.is_set():  # nobody reads this answer
+            raise HTTPProblem(400, "the client went away; the collection was stopped and its answers are kept")
+        result = result.model_copy(update={"output": ""})
+        if result.status == "failed":
+            return AnswerCollectionResponse(collection=result, run=None)
+        if not body.store:
+            output.unlink(missing_ok=True)
+            return AnswerCollectionResponse(collection=result, run=None)
+        raw = output.read_bytes()
+        try:
+            report = await run_in_threadpool(answers.evaluate_answers, engine, body.knowledge_base, name, raw,
+                                             filename="collected answers", stored_only=True)
+        except (sa.exc.DBAPIError, *TRANSIENT_ERRORS):
+            raise _database_problem(_lines(output)) from None
+        output.unlink(missing_ok=True)
+    finally:
+        collections.running.discard(output)
     out: dict[str, Any] = AnswerCollectionResponse(collection=result, run=report.run,
                                                    summary=report.summary).model_dump(mode="json")
     return JSONResponse(out, status_code=201, headers={"Location": f"/api/v1/answer-runs/{report.run.run_id}"})

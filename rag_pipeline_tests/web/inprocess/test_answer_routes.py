@@ -120,7 +120,9 @@ def test_compare_is_the_services_comparison(client, engine, stored):
 @covers("POST /api/v1/datasets/{name}/answers/collect")
 def test_collect_from_a_real_endpoint_scores_and_stores_the_run(client, engine, stored, monkeypatch):
     monkeypatch.setenv("ROUTE_TEST_TOKEN", "tok-123")
+    monkeypatch.setenv("RAG_COLLECT_ENV", "ROUTE_TEST_*")
     with RagEndpoint() as rag:
+        monkeypatch.setenv("RAG_COLLECT_ENDPOINTS", rag.url)
         endpoint = {"url": rag.url, "headers": ["X-Token: env:ROUTE_TEST_TOKEN"], "retries": 0}
         resp = client.post(f"{API}/datasets/{NAME}/answers/collect",
                            json={"knowledge_base": stored["kb"], "endpoint": endpoint})
@@ -143,7 +145,7 @@ def test_collect_from_a_real_endpoint_scores_and_stores_the_run(client, engine, 
         assert refused.status_code == 422 and "env:NAME" in refused.json()["detail"]
         assert "literal-secret-42" not in refused.text and sum(rag.requests.values()) == asked
     unknown = client.post(f"{API}/datasets/no-such-dataset/answers/collect",
-                          json={"knowledge_base": stored["kb"], "endpoint": {"url": "http://127.0.0.1:9/x"}})
+                          json={"knowledge_base": stored["kb"], "endpoint": {"url": rag.url}})
     assert unknown.status_code == 404
 
 
