@@ -51,11 +51,13 @@ def create_run(engine: sa.Engine | sa.Connection, *, dataset_id, knowledge_base_
                partition_key: str | None = None, dagster_run_id: str | None = None,
                queued: bool = False) -> uuid.UUID:
     """Insert and commit a ``running`` run row (``queued=True``: a ``queued`` one); returns its id. Given a
-    connection, the row is inserted in its transaction (the caller commits)."""
+    connection, the row is inserted in its transaction (the caller commits). The row's owner is this process: the
+    one evaluating it, or for a queued row the one that queued it and submits its Dagster run
+    (:func:`unsubmitted_queued_runs`) until the evaluation starts and takes it over."""
     run_id = uuid.uuid4()
     row = {"dataset_id": dataset_id, "knowledge_base_id": knowledge_base_id, "strategy": strategy,
            "params_hash": params_hash, "partition_key": partition_key, "dagster_run_id": dagster_run_id,
-           "queued": queued, "owner": None if queued else run_owner.this_process()}
+           "queued": queued, "owner": run_owner.this_process()}
     if isinstance(engine, sa.Connection):
         queries.insert_run(engine, run_id, **row)
         return run_id
@@ -259,6 +261,25 @@ def sweep_gone(engine: sa.Engine, rows: list[sa.Row] | None = None) -> int:
         if run_owner.is_gone(owner):
             ended += fail_running(engine, row.id, run_owner.gone_reason(owner))
     return ended
+
+
+def orphaned_queued_runs(engine: sa.Engine) -> list[tuple[sa.Row, run_owner.Owner]]:
+    """The ``queued`` rows whose process that queued them (on this host) is gone, each with that process: if their
+    Dagster run was never created, nothing will ever start them."""
+    with engine.connect() as conn:
+        rows = queries.queued_runs_with_owner(conn)
+    found = []
+    for row in rows:
+        owner = run_owner.Owner(row.owner_host, row.owner_pid, row.owner_started_at)
+        if run_owner.is_gone(owner):
+            found.append((row, owner))
+    return found
+
+
+def fail_queued_run(engine: sa.Engine, run_id, error: str) -> bool:
+    """Mark a ``queued`` run failed with ``error``; False when it was no longer queued (it started meanwhile)."""
+    with engine.begin() as conn:
+        return queries.fail_queued(conn, run_id, mask_secrets(error)[:10_000])
 
 
 def sweep_abandoned(engine: sa.Engine) -> int:
