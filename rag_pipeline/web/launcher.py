@@ -25,7 +25,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.service.database import dagster_database_url, mask_secrets
+from rag_pipeline.service.database import dagster_database_url, embedded_server, mask_secrets
 from rag_pipeline.service.liveness.daemon import daemon_state
 from rag_pipeline.service.liveness.runs import end_gone_runs, end_unsubmitted_runs
 from rag_pipeline.service.queued_runs import (
@@ -114,6 +114,9 @@ class Launcher:
         with self._lock:
             if self._instance is None:
                 home = self.environment()["DAGSTER_HOME"]
+                stale = embedded_server.stale_env_problem(self.environment(), project_root())
+                if stale:
+                    raise LaunchError(stale)
                 try:
                     self._instance = dg.DagsterInstance.get()
                 except Exception as exc:  # noqa: BLE001 - any set-up failure becomes one line for the user
