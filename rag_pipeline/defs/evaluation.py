@@ -149,7 +149,8 @@ def stored_dataset_id(context: dg.AssetExecutionContext | dg.AssetCheckExecution
 def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfig, rag_db: RagDatabase):
     """One evaluation run of the partition's strategy over the partition's dataset, stored atomically."""
     _, version = split_key(context)
-    queued_run_id, stored = this_attempts_run(context, rag_db, config.evaluation_run_id or None)
+    queued_run_id, stored = this_attempts_run(context, rag_db, config.evaluation_run_id or None,
+                                              str(context.partition_key))
     worker = name_the_worker(context, rag_db, queued_run_id)
     with fail_fast_unless_transient():
         dataset_id = stored_dataset_id(context)
@@ -161,13 +162,14 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
 
 
 def this_attempts_run(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
-                      queued_run_id: str | None) -> tuple[str | None, bool]:
+                      queued_run_id: str | None, partition: str) -> tuple[str | None, bool]:
     """The queued run row this attempt of the step carries out, and whether an earlier attempt already stored it.
     The first attempt: ``queued_run_id`` itself. A retry (docs/failure-behaviour.md, "Retries") waits for the
     database, then takes the row :func:`rag_pipeline.service.queued_runs.resume_queued_run` gives it: the same row
     when the failed attempt never started it, else a new row (the failed attempt's row ends ``failed`` with why,
-    naming it)."""
-    if not queued_run_id or context.retry_number == 0:
+    naming it). A retry without a queued row (it creates its own) ends ``failed`` the row of ``partition`` the
+    failed attempt left ``running``."""
+    if context.retry_number == 0:
         return queued_run_id, False
 
     def waiting(exc: BaseException) -> None:
@@ -175,6 +177,16 @@ def this_attempts_run(context: dg.AssetExecutionContext | dg.OpExecutionContext,
         context.log.warning(f"retry {context.retry_number}: waiting up to {queued_runs.RETRY_WAIT_S:.0f} s for the "
                             f"database to answer: {mask_secrets(first)}")
 
+    if not queued_run_id:
+        with fail_fast_unless_transient():
+            ended = queued_runs.end_unrecorded_attempts(rag_db.engine(), dagster_run_id=context.run_id,
+                                                        partition_key=partition,
+                                                        attempt_error=previous_attempt_error(context),
+                                                        on_wait=waiting)
+        if ended:
+            context.log.info(f"retry {context.retry_number}: evaluation run(s) {', '.join(map(str, ended))} of the "
+                             "failed attempt ended failed; this attempt evaluates as a new run")
+        return None, False
     with fail_fast_unless_transient():
         attempt = queued_runs.resume_queued_run(rag_db.engine(), queued_run_id, dagster_run_id=context.run_id,
                                                 attempt_error=previous_attempt_error(context), on_wait=waiting)

@@ -75,7 +75,7 @@ def stored_dataset(context: dg.OpExecutionContext, config: StrategiesConfig, rag
                    "the materialisations of its partition's retrieval_candidates, case_metrics and "
                    "evaluation_run_summary.")
 def evaluate_strategy(context: dg.OpExecutionContext, rag_db: RagDatabase, item: dict) -> None:
-    queued_run_id, stored = this_attempts_run(context, rag_db, item["run_id"] or None)
+    queued_run_id, stored = this_attempts_run(context, rag_db, item["run_id"] or None, item["partition"])
     worker = name_the_worker(context, rag_db, queued_run_id)
     metadata = evaluate_partition(context, rag_db, item["dataset_id"], item["strategy"], item["partition"],
                                   batch_size=item["batch_size"], readers=item["readers"], strict=item["strict"],

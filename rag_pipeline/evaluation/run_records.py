@@ -131,14 +131,30 @@ def resume_queued_run(engine: sa.Engine, run_id, *, dagster_run_id: str, attempt
             return Attempt(latest.id, stored=latest.status == "succeeded")
         retry = uuid.uuid4()
         if latest.status == "running":
-            why = ("its step attempt ended while the database was unreachable, so it could not record why"
-                   + (f": {'; '.join(line.strip() for line in attempt_error.splitlines() if line.strip())}"
-                      if attempt_error else " (see the Dagster run's log)"))
+            why = unrecorded_attempt_reason(attempt_error)
         else:
             why = latest.error or f"{latest.status} without a recorded reason"
         queries.insert_retry(conn, retry, latest.id)
         queries.end_attempt(conn, latest.id, mask_secrets(f"{why}; retried as evaluation run {retry}")[:10_000])
     return Attempt(retry, ended=latest.id)
+
+
+def unrecorded_attempt_reason(attempt_error: str | None) -> str:
+    """The error of a row its failed step attempt left ``running`` (the database was unreachable when it failed)."""
+    return ("its step attempt ended while the database was unreachable, so it could not record why"
+            + (f": {'; '.join(line.strip() for line in attempt_error.splitlines() if line.strip())}"
+               if attempt_error else " (see the Dagster run's log)"))
+
+
+def end_unrecorded_attempts(engine: sa.Engine, *, dagster_run_id: str, partition_key: str,
+                            attempt_error: str | None = None) -> list[uuid.UUID]:
+    """For a retry of a Dagster step that creates its own run rows: end ``failed`` (with
+    :func:`unrecorded_attempt_reason`) the rows of partition ``partition_key`` in Dagster run ``dagster_run_id`` that
+    the failed attempt left ``running``; their ids. The retry only runs once that attempt has ended."""
+    with engine.begin() as conn:
+        rows = queries.running_attempts(conn, dagster_run_id, partition_key)
+        why = mask_secrets(unrecorded_attempt_reason(attempt_error))[:10_000]
+        return [row.id for row in rows if queries.end_attempt(conn, row.id, why)]
 
 
 def wait_until_reachable(engine: sa.Engine, timeout: float, on_wait=None) -> None:

@@ -94,3 +94,14 @@ def resume_queued_run(engine: sa.Engine, run_id: str, *, dagster_run_id: str, at
     attempt's error, recorded in its row when it was left ``running``)."""
     run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
     return run_records.resume_queued_run(engine, run_id, dagster_run_id=dagster_run_id, attempt_error=attempt_error)
+
+
+def end_unrecorded_attempts(engine: sa.Engine, *, dagster_run_id: str, partition_key: str,
+                            attempt_error: str | None = None,
+                            on_wait: Callable[[BaseException], None] | None = None) -> list:
+    """For a retry of a Dagster step that creates its own run row (no queued row): wait up to
+    :data:`RETRY_WAIT_S` for the database, then end ``failed``, with why, the rows of that partition the failed
+    attempt left ``running`` (:func:`rag_pipeline.evaluation.run_records.end_unrecorded_attempts`); their ids."""
+    run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
+    return run_records.end_unrecorded_attempts(engine, dagster_run_id=dagster_run_id, partition_key=partition_key,
+                                               attempt_error=attempt_error)

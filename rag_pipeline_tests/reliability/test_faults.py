@@ -263,11 +263,20 @@ def _queue_one_run(engine, chunks, datasets, name: str):
 
 def _execute_queued_run(stored, queued, url: str, disrupt) -> dg.ExecuteInProcessResult:
     """Carry out ``queued`` with the ``evaluate_strategies`` job (what the daemon's run worker executes for a
-    click), its first evaluation write held on a lock; ``disrupt(admin_conn, lock)`` runs in a thread once the
-    step waits there (its run row ``running``, its transactions open)."""
-    app = make_url(url).query["application_name"]
+    click), disrupted by ``disrupt`` (:func:`_disrupted`)."""
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("dataset", [queued.dataset])
+    return _disrupted(url, disrupt, lambda: defs.resolve_job_def("evaluate_strategies").execute_in_process(
+        instance=instance, run_id=queued.dagster_run_id, raise_on_error=False,
+        resources={"rag_db": RagDatabase(url=url)},
+        run_config={"ops": {"stored_dataset": {"config": {"dataset_id": stored.dataset_id,
+                                                          "runs": {"keyword-v1": queued.run_id}}}}}))
+
+
+def _disrupted(url: str, disrupt, execute):
+    """``execute()`` (a Dagster run on ``url``), its first evaluation write held on a lock; ``disrupt(admin_conn,
+    lock)`` runs in a thread once the step waits there (its run row ``running``, its transactions open)."""
+    app = make_url(url).query["application_name"]
     outcome: dict = {}
 
     def watcher(lock) -> None:
@@ -282,11 +291,7 @@ def _execute_queued_run(stored, queued, url: str, disrupt) -> dg.ExecuteInProces
     with contextlib.suppress(sa.exc.DBAPIError), blocked_writes("retrieval_evaluation_case_results") as lock:
         thread = threading.Thread(target=watcher, args=(lock,))
         thread.start()
-        result = defs.resolve_job_def("evaluate_strategies").execute_in_process(
-            instance=instance, run_id=queued.dagster_run_id, raise_on_error=False,
-            resources={"rag_db": RagDatabase(url=url)},
-            run_config={"ops": {"stored_dataset": {"config": {"dataset_id": stored.dataset_id,
-                                                              "runs": {"keyword-v1": queued.run_id}}}}})
+        result = execute()
         thread.join(timeout=120)
     assert "error" not in outcome, outcome.get("error")
     return result
@@ -342,13 +347,26 @@ def test_dagster_retries_a_queued_run_whose_connections_are_terminated(engine, c
 def test_dagster_retries_a_queued_run_across_a_database_restart(engine, chunks, datasets):
     """The database stops for 5 s while a queued run's step is mid-run (it cannot even record the failure: its
     row stays ``running``): the step fails once, the retry ends that row ``failed`` and evaluates."""
+    pgdata = _session_pgdata()
+    stored, reference, queued = _queue_one_run(engine, chunks, datasets, "faults-queued-restart")
+    url, _ = tagged_url("queued-restart")
+
+    result = _execute_queued_run(stored, queued, url, _restart_the_database(pgdata))
+    _assert_one_failed_attempt_then_a_succeeded_retry(engine, result, stored, reference, queued, UNRECORDED)
+
+
+UNRECORDED = rf"^its step attempt ended while the database was unreachable, so it could not record why: .*({DROPPED})"
+
+
+def _session_pgdata() -> Path:
     pgdata = os.environ.get("RAG_PGDATA")
     if os.environ.get("RAG_TEST_DATABASE_URL") or not pgdata:
         pytest.skip("stops the session's embedded server; RAG_TEST_DATABASE_URL names a server this test "
                     "does not own")
-    stored, reference, queued = _queue_one_run(engine, chunks, datasets, "faults-queued-restart")
-    url, _ = tagged_url("queued-restart")
+    return Path(pgdata)
 
+
+def _restart_the_database(pgdata):
     def restart(_conn, _lock) -> None:
         assert embedded_server.stop(Path(pgdata))
         try:
@@ -356,10 +374,31 @@ def test_dagster_retries_a_queued_run_across_a_database_restart(engine, chunks, 
         finally:
             embedded_server.start(Path(pgdata))
 
-    result = _execute_queued_run(stored, queued, url, restart)
-    _assert_one_failed_attempt_then_a_succeeded_retry(
-        engine, result, stored, reference, queued,
-        rf"^its step attempt ended while the database was unreachable, so it could not record why: .*({DROPPED})")
+    return restart
+
+
+@pytest.mark.slow  # a 5 s database outage, then the Dagster retry's delay
+def test_dagster_retry_of_a_partition_run_ends_the_row_the_outage_left_running(engine, chunks, datasets):
+    """evaluate_retrieval (no queued row: each attempt creates its own) across a 5 s database stop: the first
+    attempt's row, which it could not end, is ended ``failed`` with why by the retry, not left ``running``."""
+    pgdata = _session_pgdata()
+    write_dataset(datasets / "faults-dg-restart.json", KB, tiny_cases(chunks))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("dataset", ["faults-dg-restart"])
+    url, _ = tagged_url("dagster-restart")
+    result = _disrupted(url, _restart_the_database(pgdata), lambda: dg.materialize(
+        [evaluation_dataset, evaluation_run], partition_key="faults-dg-restart|keyword-v1", instance=instance,
+        resources={"rag_db": RagDatabase(url=url)}, raise_on_error=False))
+    assert result.success
+    retries = [e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
+    assert retries == ["evaluation_run"]
+    with engine.connect() as conn:
+        history = run_records.list_runs(conn, dataset="faults-dg-restart")
+    assert [(r.status, r.is_current) for r in history] == [("succeeded", True), ("failed", False)]
+    assert re.search(UNRECORDED, history[1].error), history[1].error
+    assert run_rows(engine, history[1].id) == (0, 0)
+    assert run_rows(engine, history[0].id) == (history[0].candidate_count, 5)
+    assert_no_partial_succeeded_runs(engine)
 
 
 def test_retry_policy_is_bounded_and_only_for_transient_database_errors():

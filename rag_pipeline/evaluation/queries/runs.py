@@ -136,6 +136,14 @@ def latest_attempt(conn: sa.Connection, run_id, dagster_run_id: str) -> sa.Row |
         {"id": run_id, "dr": dagster_run_id}).first()
 
 
+def running_attempts(conn: sa.Connection, dagster_run_id: str, partition_key: str) -> list[sa.Row]:
+    """``id`` of the ``running`` rows of Dagster run ``dagster_run_id`` for partition ``partition_key``, locked
+    until the transaction ends."""
+    return conn.execute(sa.text(
+        "SELECT id FROM retrieval_evaluation_runs WHERE dagster_run_id = :dr AND partition_key = :pk "
+        "AND status = 'running' ORDER BY started_at FOR UPDATE"), {"dr": dagster_run_id, "pk": partition_key}).all()
+
+
 def end_attempt(conn: sa.Connection, run_id, error: str) -> bool:
     """A ``running``, ``failed`` or ``abandoned`` run ends ``failed`` with ``error`` (its end time kept when it has
     one); whether it did."""
