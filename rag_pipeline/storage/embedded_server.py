@@ -74,6 +74,21 @@ def start(pgdata: Path | None = None, listen: str | None = None) -> str:
     return uri
 
 
+def env_written_for(project: Path) -> tuple[Path, str] | None:
+    """The data directory ``<project>/.env`` was written for (its ``RAG_PGDATA``, else the project's
+    ``.rag_pipeline/pgdata``) and its ``RAG_DAGSTER_PG_URL``; None when it has no such URL (or there is no .env)."""
+    env_file = project / ".env"
+    if not env_file.is_file():
+        return None
+    from dotenv import dotenv_values  # noqa: PLC0415 - only when there is a .env to read
+
+    values = dotenv_values(env_file)
+    url = values.get("RAG_DAGSTER_PG_URL")
+    if not url:
+        return None
+    return Path(values.get("RAG_PGDATA") or project / ".rag_pipeline" / "pgdata").expanduser().resolve(), url
+
+
 def stale_env_problem(environ: Mapping[str, str], project: Path) -> str | None:
     """Why ``<project>/.env`` must not be used as it is, or None. ``rag-pipeline db start`` writes there the URL of
     Dagster's storage on the embedded server of one data directory (``RAG_PGDATA`` in ``.env``, else the project's
@@ -82,15 +97,12 @@ def stale_env_problem(environ: Mapping[str, str], project: Path) -> str | None:
     be stopped: "no socket in ..."). Such a ``.env`` is not rewritten behind the user's back: this says which data
     directories differ and the one command that rewrites it."""
     env_file = project / ".env"
-    if not environ.get("RAG_PGDATA") or not env_file.is_file():
+    if not environ.get("RAG_PGDATA"):
         return None
-    from dotenv import dotenv_values  # noqa: PLC0415 - only when there is a .env to read
-
-    values = dotenv_values(env_file)
-    url = values.get("RAG_DAGSTER_PG_URL")
-    if not url or environ.get("RAG_DAGSTER_PG_URL") != url:
+    written = env_written_for(project)
+    if written is None or environ.get("RAG_DAGSTER_PG_URL") != written[1]:
         return None  # .env names no Dagster URL, or this process has its own
-    written_for = Path(values.get("RAG_PGDATA") or project / ".rag_pipeline" / "pgdata").expanduser().resolve()
+    written_for = written[0]
     in_use = Path(environ["RAG_PGDATA"]).expanduser().resolve()
     if written_for == in_use:
         return None

@@ -122,3 +122,24 @@ def test_a_stale_env_of_another_data_directory_is_named_with_the_fix(tmp_path, m
     own = preflight.storage_problem({"RAG_PGDATA": str(new), "RAG_DAGSTER_PG_URL": url + "&application_name=x"})
     assert own is not None and "RAG_PGDATA is" not in own, "a URL of the process's own is not the .env's"
 
+
+
+def test_db_start_rewrites_a_stale_env_for_the_data_directory_in_use_and_says_so(engine, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """The fix the refusal names: `db start` with RAG_PGDATA rewrites .env for that data directory (saying which
+    one it was written for), after which nothing is stale."""
+    from rag_pipeline.cli import main
+
+    if os.environ.get("RAG_DATABASE_URL") or not os.environ.get("RAG_PGDATA"):
+        pytest.skip("needs the session's embedded server (RAG_TEST_DATABASE_URL names another server)")
+    project, _, url = _stale_project(tmp_path)
+    in_use = Path(os.environ["RAG_PGDATA"]).resolve()  # the session's server (running)
+    monkeypatch.setenv("RAG_PROJECT_ROOT", str(project))
+    assert "RAG_PGDATA is" in preflight.storage_problem({"RAG_PGDATA": str(in_use), "RAG_DAGSTER_PG_URL": url})
+    assert main(["db", "start"]) == 0
+    out = capsys.readouterr().out
+    assert f"it was written for the embedded PostgreSQL in {(tmp_path / 'a').resolve()}, now for {in_use}" in out
+    written = dict(line.split("=", 1) for line in (project / ".env").read_text(encoding="utf-8").splitlines())
+    assert Path(written["RAG_PGDATA"]).resolve() == in_use and written["RAG_DAGSTER_PG_URL"] != url
+    assert preflight.storage_problem({"RAG_PGDATA": str(in_use), "RAG_DAGSTER_PG_URL": written["RAG_DAGSTER_PG_URL"]}) \
+        is None

@@ -352,6 +352,7 @@ def test_dagster_retries_a_queued_run_across_a_database_restart(engine, chunks, 
     url, _ = tagged_url("queued-restart")
 
     result = _execute_queued_run(stored, queued, url, _restart_the_database(pgdata))
+    assert embedded_server.is_running(pgdata), "the database is back after its outage"
     _assert_one_failed_attempt_then_a_succeeded_retry(engine, result, stored, reference, queued, UNRECORDED)
 
 
