@@ -53,7 +53,7 @@ def create_run(engine: sa.Engine | sa.Connection, *, dataset_id, knowledge_base_
     """Insert and commit a ``running`` run row (``queued=True``: a ``queued`` one); returns its id. Given a
     connection, the row is inserted in its transaction (the caller commits). The row's owner is this process: the
     one evaluating it, or for a queued row the one that queued it and submits its Dagster run
-    (:func:`unsubmitted_queued_runs`) until the evaluation starts and takes it over."""
+    (:func:`orphaned_queued_runs`) until the evaluation starts and takes it over."""
     run_id = uuid.uuid4()
     row = {"dataset_id": dataset_id, "knowledge_base_id": knowledge_base_id, "strategy": strategy,
            "params_hash": params_hash, "partition_key": partition_key, "dagster_run_id": dagster_run_id,
