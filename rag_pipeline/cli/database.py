@@ -65,9 +65,12 @@ def cmd_db(args: argparse.Namespace) -> int:
             return EXIT_USER_ERROR
         embedded_server.start(listen=args.listen)
     get_engine()
+    before = embedded_server.env_written_for(project_root())
     env_file, lines = write_env_file()
     _prepare_dagster_instance(lines)
     names = ", ".join(line.split("=", 1)[0] for line in lines)
+    if before and not get_settings().database_url and before[0] != pgdata_dir().resolve():
+        names += f"; it was written for the embedded PostgreSQL in {before[0]}, now for {pgdata_dir()}"
     tcp = "" if get_settings().database_url else embedded_server.listener_url(KB_DATABASE)
     print(f"database ready: {mask_url(database_url())}\nwrote {env_file} ({names})"
           + (f"\nlistening on {mask_url(tcp)} (`rag-pipeline db password` prints the password)" if tcp else ""))

@@ -8,7 +8,8 @@ no result rows). Re-materialising a partition creates a new run; earlier runs st
 
 User errors (bad dataset, unknown knowledge base, strategy conflicts) and bugs fail at once with the
 message in the UI; only transient database errors (connection refused or dropped, serialization
-failures) are retried by :data:`RETRY_POLICY`.
+failures) are retried by :data:`RETRY_POLICY`. A retry of a queued run's step (HTTP API, console) waits for the
+database, then evaluates the row :func:`this_attempts_run` gives it (docs/failure-behaviour.md, "Retries").
 """
 
 import contextlib
@@ -24,7 +25,7 @@ from rag_pipeline.defs.lineage import DATASET_KB, observe_dataset
 from rag_pipeline.defs.partitions import evaluation_partitions, split_key, the_dataset_of_the_partition
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.workers.identity import WORKER_TAG, worker_name
-from rag_pipeline.service import datasets, evaluations
+from rag_pipeline.service import datasets, evaluations, queued_runs
 from rag_pipeline.service.database import TRANSIENT_ERRORS, mask_secrets
 from rag_pipeline.service.evaluations import HEADLINE_METRICS
 from rag_pipeline.settings import datasets_dir
@@ -148,14 +149,68 @@ def stored_dataset_id(context: dg.AssetExecutionContext | dg.AssetCheckExecution
 def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfig, rag_db: RagDatabase):
     """One evaluation run of the partition's strategy over the partition's dataset, stored atomically."""
     _, version = split_key(context)
-    worker = name_the_worker(context, rag_db, config.evaluation_run_id or None)
+    queued_run_id, stored = this_attempts_run(context, rag_db, config.evaluation_run_id or None,
+                                              str(context.partition_key))
+    worker = name_the_worker(context, rag_db, queued_run_id)
     with fail_fast_unless_transient():
         dataset_id = stored_dataset_id(context)
     metadata = evaluate_partition(context, rag_db, dataset_id, version, str(context.partition_key),
                                   batch_size=config.batch_size, readers=config.readers, strict=config.strict,
-                                  queued_run_id=config.evaluation_run_id or None, worker=worker)
+                                  queued_run_id=queued_run_id, worker=worker, stored=stored)
     for key, values in metadata.items():
         yield dg.MaterializeResult(asset_key=key, metadata=values)
+
+
+def this_attempts_run(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
+                      queued_run_id: str | None, partition: str) -> tuple[str | None, bool]:
+    """The queued run row this attempt of the step carries out, and whether an earlier attempt already stored it.
+    The first attempt: ``queued_run_id`` itself. A retry (docs/failure-behaviour.md, "Retries") waits for the
+    database, then takes the row :func:`rag_pipeline.service.queued_runs.resume_queued_run` gives it: the same row
+    when the failed attempt never started it, else a new row (the failed attempt's row ends ``failed`` with why,
+    naming it). A retry without a queued row (it creates its own) ends ``failed`` the row of ``partition`` the
+    failed attempt left ``running``."""
+    if context.retry_number == 0:
+        return queued_run_id, False
+
+    def waiting(exc: BaseException) -> None:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        context.log.warning(f"retry {context.retry_number}: waiting up to {queued_runs.RETRY_WAIT_S:.0f} s for the "
+                            f"database to answer: {mask_secrets(first)}")
+
+    if not queued_run_id:
+        with fail_fast_unless_transient():
+            ended = queued_runs.end_unrecorded_attempts(rag_db.engine(), dagster_run_id=context.run_id,
+                                                        partition_key=partition,
+                                                        attempt_error=previous_attempt_error(context),
+                                                        on_wait=waiting)
+        if ended:
+            context.log.info(f"retry {context.retry_number}: evaluation run(s) {', '.join(map(str, ended))} of the "
+                             "failed attempt ended failed; this attempt evaluates as a new run")
+        return None, False
+    with fail_fast_unless_transient():
+        attempt = queued_runs.resume_queued_run(rag_db.engine(), queued_run_id, dagster_run_id=context.run_id,
+                                                attempt_error=previous_attempt_error(context), on_wait=waiting)
+    if attempt.ended is not None:
+        context.log.info(f"retry {context.retry_number}: evaluation run {attempt.ended} of the failed attempt is "
+                         f"failed; this attempt evaluates it again as run {attempt.run_id}")
+    return str(attempt.run_id), attempt.stored
+
+
+def previous_attempt_error(context: dg.AssetExecutionContext | dg.OpExecutionContext) -> str | None:
+    """The error the previous attempt of this step failed with, as Dagster logged it (the innermost cause:
+    ``Type: message``); None when the event log has none or cannot be read."""
+    step_key = context.get_step_execution_context().step.key
+    try:
+        entries = context.instance.all_logs(context.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY)
+    except Exception:  # noqa: BLE001 - the reason is best effort: the row then says where to look
+        return None
+    errors = [getattr(getattr(e.dagster_event, "event_specific_data", None), "error", None) for e in entries
+              if e.step_key == step_key]
+    error = errors[-1] if errors else None
+    while error is not None and getattr(error, "cause", None) is not None:
+        error = error.cause  # Dagster wraps the op's exception (RetryRequestedFromPolicy): the cause is ours
+    message = (getattr(error, "message", "") or "").strip()
+    return mask_secrets(message) if message else None
 
 
 def name_the_worker(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
@@ -173,10 +228,18 @@ def name_the_worker(context: dg.AssetExecutionContext | dg.OpExecutionContext, r
 
 def evaluate_partition(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
                        dataset_id: str, version: str, partition: str, *, batch_size: int, readers: int,
-                       strict: bool, queued_run_id: str | None, worker: str) -> dict[str, dict]:
+                       strict: bool, queued_run_id: str | None, worker: str,
+                       stored: bool = False) -> dict[str, dict]:
     """Evaluate strategy ``version`` on a stored dataset version as partition ``partition`` of this Dagster run
-    (its progress in the run's log); returns the metadata of each asset of :data:`md.RUN_ASSETS`."""
+    (its progress in the run's log); returns the metadata of each asset of :data:`md.RUN_ASSETS`. ``stored``: an
+    earlier attempt of the step stored run ``queued_run_id`` already; its metadata, nothing evaluated again."""
     engine = rag_db.engine(readers or None)
+    if stored:
+        context.log.info(f"{version}: evaluation run {queued_run_id} was stored by an earlier attempt of this step; "
+                         "not evaluated again")
+        with fail_fast_unless_transient():
+            tables = evaluations.case_tables(engine, queued_run_id, limit=md.MAX_TABLE_ROWS)
+        return {key: {**values, "worker": worker} for key, values in md.run_metadata(tables).items()}
     with fail_fast_unless_transient():
         step = [0]
 

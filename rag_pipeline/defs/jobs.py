@@ -19,6 +19,7 @@ from rag_pipeline.defs.evaluation import (
     evaluation_dataset,
     fail_fast_unless_transient,
     name_the_worker,
+    this_attempts_run,
 )
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.lineage import observe_dataset
@@ -74,10 +75,11 @@ def stored_dataset(context: dg.OpExecutionContext, config: StrategiesConfig, rag
                    "the materialisations of its partition's retrieval_candidates, case_metrics and "
                    "evaluation_run_summary.")
 def evaluate_strategy(context: dg.OpExecutionContext, rag_db: RagDatabase, item: dict) -> None:
-    worker = name_the_worker(context, rag_db, item["run_id"] or None)
+    queued_run_id, stored = this_attempts_run(context, rag_db, item["run_id"] or None, item["partition"])
+    worker = name_the_worker(context, rag_db, queued_run_id)
     metadata = evaluate_partition(context, rag_db, item["dataset_id"], item["strategy"], item["partition"],
                                   batch_size=item["batch_size"], readers=item["readers"], strict=item["strict"],
-                                  queued_run_id=item["run_id"] or None, worker=worker)
+                                  queued_run_id=queued_run_id, worker=worker, stored=stored)
     for asset, values in metadata.items():
         context.log_event(dg.AssetMaterialization(asset_key=asset, partition=item["partition"], metadata=values))
 

@@ -58,6 +58,12 @@ def storage_problem(environ: Mapping[str, str] | None = None) -> str | None:
     url = environ.get(ENV_VAR)
     if not url:
         return NOT_CONFIGURED
+    from rag_pipeline.service.database import embedded_server  # noqa: PLC0415 - only once a URL is configured
+    from rag_pipeline.settings import project_root  # noqa: PLC0415
+
+    stale = embedded_server.stale_env_problem(environ, project_root())
+    if stale:  # a .env of another data directory: say so, not "no socket in <the other one>"
+        return f"rag_pipeline: {stale}"
     try:
         args = _connect_args(url)
     except Exception:  # noqa: BLE001 - a malformed URL: let dagster-postgres report it

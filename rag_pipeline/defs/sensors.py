@@ -5,7 +5,8 @@ the skip reason; a file that does not opt in, e.g. one ``rag-pipeline label --ou
 ``comparison_after_evaluation``: a succeeded evaluation → the dataset's comparison; ``runs_outside_dagster``:
 CLI/API runs → runless materializations (a partition only for a dataset whose file is in ``datasets/``);
 ``reevaluate_stale_runs`` (opt-in): a current run that measured an older knowledge-base version → a new run of its
-partition. docs/evaluating.md, "Sensors".
+partition; ``unsubmitted_evaluations``: a queued run (HTTP API, console) whose process died before it submitted the
+Dagster run → failed with that reason. docs/evaluating.md, "Sensors"; docs/failure-behaviour.md.
 
 The dataset cursor maps each file stem to ``{mtime_ns, size, sha256}`` of the file: an untouched file costs one
 ``stat``, a touched one is hashed, and only a new file hash is planned. Logs and run keys name the dataset version
@@ -28,6 +29,7 @@ from rag_pipeline.service.catalog import DATASET, name_rule, printable
 from rag_pipeline.service.database import DatabaseError
 from rag_pipeline.service.datasets import MAX_FILE_BYTES, FileReadError, check_regular, read_bounded, valid_dataset_key
 from rag_pipeline.service.knowledge_bases import SHORT
+from rag_pipeline.service.liveness.runs import end_unsubmitted_runs
 from rag_pipeline.settings import datasets_dir
 
 OPT_IN = '"metadata": {"auto_evaluate": true}'
@@ -222,3 +224,25 @@ def reevaluate_stale_runs(context: dg.SensorEvaluationContext, rag_db: RagDataba
         return dg.SkipReason(f"no current run is out of date ({len(stale)} stale outside the partitions)"
                              if stale else "every current run measured its knowledge base's current version")
     return requests
+
+
+@dg.sensor(
+    name="unsubmitted_evaluations", minimum_interval_seconds=10, default_status=dg.DefaultSensorStatus.RUNNING,
+    description="A queued evaluation run (HTTP API, console) whose process that queued it has died (e.g. kill -9 "
+                "right after its 202) before it submitted the Dagster run → the run is marked failed with that "
+                "reason, instead of waiting for a Dagster run that will never come.",
+)
+def unsubmitted_evaluations(context: dg.SensorEvaluationContext, rag_db: RagDatabase):
+    def existing(dagster_run_ids) -> set[str]:
+        records = context.instance.get_runs(filters=dg.RunsFilter(run_ids=list(dagster_run_ids)))
+        return {r.run_id for r in records}
+
+    try:
+        ended = end_unsubmitted_runs(rag_db.engine(), existing)
+    except DatabaseError as exc:
+        return dg.SkipReason(f"cannot read the evaluation runs: {exc}")
+    if ended:
+        context.log.warning(f"{ended} queued evaluation run(s) failed: the process that queued them died before "
+                            "submitting their Dagster run")
+        return dg.SkipReason(f"{ended} queued evaluation run(s) whose Dagster run was never submitted marked failed")
+    return dg.SkipReason("every queued evaluation run has its Dagster run, or a live process submitting it")

@@ -5,9 +5,10 @@ a run in progress is visible, together with its candidate partition (:func:`crea
 its heartbeat is refreshed every few seconds by a background thread on a connection of its own
 (:class:`Heartbeat`), however long one batch takes, and ``cases_done`` after every batch (:func:`heartbeat`).
 A run the HTTP API submits to Dagster is created ``queued`` (:func:`create_run` with ``queued=True``) and
-moved to ``running`` by the Dagster step that evaluates it (:func:`start_queued_run`). The results themselves
-are written by :mod:`rag_pipeline.evaluation.persistence` in one separate transaction that also flips the
-status to ``succeeded``. A ``running`` run whose heartbeat is older than :func:`stale_after_seconds`
+moved to ``running`` by the Dagster step that evaluates it (:func:`start_queued_run`); a retry of that step
+evaluates the row :func:`resume_queued_run` gives it (a new one when the failed attempt had started it). The
+results themselves are written by :mod:`rag_pipeline.evaluation.persistence` in one separate transaction that
+also flips the status to ``succeeded``. A ``running`` run whose heartbeat is older than :func:`stale_after_seconds`
 (process killed, machine lost) is reported as ``abandoned`` and swept to that status by the next run.
 """
 
@@ -16,13 +17,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 import uuid
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.errors import ConflictError, NotFoundError
+from rag_pipeline.contracts.errors import ConflictError, DatabaseUnavailableError, NotFoundError
 from rag_pipeline.evaluation import run_owner
 from rag_pipeline.evaluation.queries import runs as queries
+from rag_pipeline.evaluation.queries.knowledge_base import ping
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.ids import as_uuid
 from rag_pipeline.storage.urls import mask_secrets
@@ -47,11 +51,13 @@ def create_run(engine: sa.Engine | sa.Connection, *, dataset_id, knowledge_base_
                partition_key: str | None = None, dagster_run_id: str | None = None,
                queued: bool = False) -> uuid.UUID:
     """Insert and commit a ``running`` run row (``queued=True``: a ``queued`` one); returns its id. Given a
-    connection, the row is inserted in its transaction (the caller commits)."""
+    connection, the row is inserted in its transaction (the caller commits). The row's owner is this process: the
+    one evaluating it, or for a queued row the one that queued it and submits its Dagster run
+    (:func:`orphaned_queued_runs`) until the evaluation starts and takes it over."""
     run_id = uuid.uuid4()
     row = {"dataset_id": dataset_id, "knowledge_base_id": knowledge_base_id, "strategy": strategy,
            "params_hash": params_hash, "partition_key": partition_key, "dagster_run_id": dagster_run_id,
-           "queued": queued, "owner": None if queued else run_owner.this_process()}
+           "queued": queued, "owner": run_owner.this_process()}
     if isinstance(engine, sa.Connection):
         queries.insert_run(engine, run_id, **row)
         return run_id
@@ -89,6 +95,84 @@ def start_queued_run(engine: sa.Engine, run_id, *, strategy_version: str, params
         raise RunNotQueuedError(f"evaluation run {run_id} is {found.status}, not queued; it is not run again")
     raise RunNotQueuedError(f"evaluation run {run_id} was queued for {found.strategy_version} on dataset version "
                             f"{found.dataset_id}, not {strategy_version} on {dataset_id} (or its parameters changed)")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The run row a retried Dagster step carries out (:func:`resume_queued_run`)."""
+
+    run_id: uuid.UUID
+    stored: bool = False
+    """An earlier attempt stored the run (``succeeded``) and failed after its commit: nothing to evaluate again."""
+    ended: uuid.UUID | None = None
+    """The row of the failed attempt this call ended (``failed``, naming ``run_id`` as its retry)."""
+
+
+def resume_queued_run(engine: sa.Engine, run_id, *, dagster_run_id: str, attempt_error: str | None = None) -> Attempt:
+    """The row a retry of the Dagster step carrying out the queued run ``run_id`` (in Dagster run
+    ``dagster_run_id``) evaluates. Each attempt is a row of its own, so the history says what happened: the newest
+    row of the step's attempts (:func:`queries.latest_attempt`) is
+
+    - ``queued`` (the failed attempt never started it): that row;
+    - ``succeeded`` (stored, then the attempt failed): that row, :attr:`Attempt.stored`;
+    - ``running`` (the failed attempt could not record its end: the database was unreachable), ``failed`` or
+      ``abandoned``: it ends ``failed``, with why (``attempt_error``, the failed attempt's error as Dagster logged
+      it, for a row left ``running``) and "retried as evaluation run <id>", and a new ``queued`` row of the same
+      partition, dataset version, strategy and Dagster run is that id, the retry's row (one transaction).
+
+    The retry only runs once the earlier attempt has ended, so a ``running`` row here is no live evaluation's.
+    ``run_id`` not a row of that Dagster run: :class:`RunNotQueuedError`."""
+    with engine.begin() as conn:
+        latest = queries.latest_attempt(conn, as_uuid(run_id), dagster_run_id)
+        if latest is None:
+            raise RunNotQueuedError(f"evaluation run {run_id} is not a run of Dagster run {dagster_run_id}; it is not "
+                                    "run again")
+        if latest.status in ("queued", "succeeded"):
+            return Attempt(latest.id, stored=latest.status == "succeeded")
+        retry = uuid.uuid4()
+        if latest.status == "running":
+            why = unrecorded_attempt_reason(attempt_error)
+        else:
+            why = latest.error or f"{latest.status} without a recorded reason"
+        queries.insert_retry(conn, retry, latest.id)
+        queries.end_attempt(conn, latest.id, mask_secrets(f"{why}; retried as evaluation run {retry}")[:10_000])
+    return Attempt(retry, ended=latest.id)
+
+
+def unrecorded_attempt_reason(attempt_error: str | None) -> str:
+    """The error of a row its failed step attempt left ``running`` (the database was unreachable when it failed)."""
+    return ("its step attempt ended while the database was unreachable, so it could not record why"
+            + (f": {'; '.join(line.strip() for line in attempt_error.splitlines() if line.strip())}"
+               if attempt_error else " (see the Dagster run's log)"))
+
+
+def end_unrecorded_attempts(engine: sa.Engine, *, dagster_run_id: str, partition_key: str,
+                            attempt_error: str | None = None) -> list[uuid.UUID]:
+    """For a retry of a Dagster step that creates its own run rows: end ``failed`` (with
+    :func:`unrecorded_attempt_reason`) the rows of partition ``partition_key`` in Dagster run ``dagster_run_id`` that
+    the failed attempt left ``running``; their ids. The retry only runs once that attempt has ended."""
+    with engine.begin() as conn:
+        rows = queries.running_attempts(conn, dagster_run_id, partition_key)
+        why = mask_secrets(unrecorded_attempt_reason(attempt_error))[:10_000]
+        return [row.id for row in rows if queries.end_attempt(conn, row.id, why)]
+
+
+def wait_until_reachable(engine: sa.Engine, timeout: float, on_wait=None) -> None:
+    """Return once the database answers; re-raise its error after ``timeout`` seconds of trying (every half
+    second). ``on_wait(error)`` is called once, at the first failed try."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with engine.connect() as conn:
+                ping(conn)
+            return
+        except (sa.exc.OperationalError, sa.exc.InterfaceError, DatabaseUnavailableError) as exc:
+            if time.monotonic() >= deadline:
+                raise
+            if on_wait is not None:
+                on_wait(exc)
+                on_wait = None
+            time.sleep(0.5)
 
 
 def create_candidate_partition(engine: sa.Engine, run_id) -> None:
@@ -193,6 +277,25 @@ def sweep_gone(engine: sa.Engine, rows: list[sa.Row] | None = None) -> int:
         if run_owner.is_gone(owner):
             ended += fail_running(engine, row.id, run_owner.gone_reason(owner))
     return ended
+
+
+def orphaned_queued_runs(engine: sa.Engine) -> list[tuple[sa.Row, run_owner.Owner]]:
+    """The ``queued`` rows whose process that queued them (on this host) is gone, each with that process: if their
+    Dagster run was never created, nothing will ever start them."""
+    with engine.connect() as conn:
+        rows = queries.queued_runs_with_owner(conn)
+    found = []
+    for row in rows:
+        owner = run_owner.Owner(row.owner_host, row.owner_pid, row.owner_started_at)
+        if run_owner.is_gone(owner):
+            found.append((row, owner))
+    return found
+
+
+def fail_queued_run(engine: sa.Engine, run_id, error: str) -> bool:
+    """Mark a ``queued`` run failed with ``error``; False when it was no longer queued (it started meanwhile)."""
+    with engine.begin() as conn:
+        return queries.fail_queued(conn, run_id, mask_secrets(error)[:10_000])
 
 
 def sweep_abandoned(engine: sa.Engine) -> int:

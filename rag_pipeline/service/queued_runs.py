@@ -4,14 +4,15 @@
 and their applicability, the label check of docs/design.md §8, parameter conflicts) and then inserts one ``queued`` run
 per strategy in one transaction, each with the id of the Dagster run that will carry it out (one Dagster run for
 all of them: ``evaluate_strategies``, a step per strategy), so nothing is queued when anything is wrong. The
-Dagster step that picks a run up moves it to ``running`` (``evaluate_stored(queued_run_id=...)``).
+Dagster step that picks a run up moves it to ``running`` (``evaluate_stored(queued_run_id=...)``); a retry of that
+step carries out the row :func:`resume_queued_run` gives it (a new row when the failed attempt had started its own).
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 
@@ -24,6 +25,8 @@ from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.service.catalog import DatasetNotFoundError, choose_strategies
 from rag_pipeline.service.evaluations import check_labels_first, label_headline
 
+RETRY_WAIT_S = 60.0
+"""How long a retried step waits for the database to answer again before it fails (and Dagster's policy decides)."""
 STRATEGY_STEP = "evaluate_strategy"  # the op of ``evaluate_strategies`` that evaluates one strategy
 
 
@@ -81,3 +84,24 @@ def queued_runs(engine: sa.Engine, limit: int = 500) -> list[WaitingRun]:
         rows = run_records.list_runs(conn, status="queued", limit=limit)
     return [WaitingRun(run_id=str(r.id), dagster_run_id=r.dagster_run_id, queued_at=r.queued_at,
                        strategy_version=r.strategy_version) for r in rows][::-1]
+
+
+def resume_queued_run(engine: sa.Engine, run_id: str, *, dagster_run_id: str, attempt_error: str | None = None,
+                      on_wait: Callable[[BaseException], None] | None = None) -> run_records.Attempt:
+    """For a retry of the Dagster step carrying out the queued run ``run_id``: wait up to :data:`RETRY_WAIT_S`
+    for the database to answer (``on_wait(error)`` once when it does not at first), then the row this attempt
+    evaluates (:func:`rag_pipeline.evaluation.run_records.resume_queued_run`; ``attempt_error``: the failed
+    attempt's error, recorded in its row when it was left ``running``)."""
+    run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
+    return run_records.resume_queued_run(engine, run_id, dagster_run_id=dagster_run_id, attempt_error=attempt_error)
+
+
+def end_unrecorded_attempts(engine: sa.Engine, *, dagster_run_id: str, partition_key: str,
+                            attempt_error: str | None = None,
+                            on_wait: Callable[[BaseException], None] | None = None) -> list:
+    """For a retry of a Dagster step that creates its own run row (no queued row): wait up to
+    :data:`RETRY_WAIT_S` for the database, then end ``failed``, with why, the rows of that partition the failed
+    attempt left ``running`` (:func:`rag_pipeline.evaluation.run_records.end_unrecorded_attempts`); their ids."""
+    run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
+    return run_records.end_unrecorded_attempts(engine, dagster_run_id=dagster_run_id, partition_key=partition_key,
+                                               attempt_error=attempt_error)

@@ -19,7 +19,7 @@ import os
 import re
 import subprocess
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rag_pipeline.settings import get_settings, pgdata_dir
@@ -72,6 +72,44 @@ def start(pgdata: Path | None = None, listen: str | None = None) -> str:
         for hook in BOOT_HOOKS:
             hook(pgdata)
     return uri
+
+
+def env_written_for(project: Path) -> tuple[Path, str] | None:
+    """The data directory ``<project>/.env`` was written for (its ``RAG_PGDATA``, else the project's
+    ``.rag_pipeline/pgdata``) and its ``RAG_DAGSTER_PG_URL``; None when it has no such URL (or there is no .env)."""
+    env_file = project / ".env"
+    if not env_file.is_file():
+        return None
+    from dotenv import dotenv_values  # noqa: PLC0415 - only when there is a .env to read
+
+    values = dotenv_values(env_file)
+    url = values.get("RAG_DAGSTER_PG_URL")
+    if not url:
+        return None
+    return Path(values.get("RAG_PGDATA") or project / ".rag_pipeline" / "pgdata").expanduser().resolve(), url
+
+
+def stale_env_problem(environ: Mapping[str, str], project: Path) -> str | None:
+    """Why ``<project>/.env`` must not be used as it is, or None. ``rag-pipeline db start`` writes there the URL of
+    Dagster's storage on the embedded server of one data directory (``RAG_PGDATA`` in ``.env``, else the project's
+    ``.rag_pipeline/pgdata``). A process whose ``RAG_PGDATA`` names another data directory while its
+    ``RAG_DAGSTER_PG_URL`` is still that ``.env``'s would keep Dagster's run history on the other server (which may
+    be stopped: "no socket in ..."). Such a ``.env`` is not rewritten behind the user's back: this says which data
+    directories differ and the one command that rewrites it."""
+    env_file = project / ".env"
+    if not environ.get("RAG_PGDATA"):
+        return None
+    written = env_written_for(project)
+    if written is None or environ.get("RAG_DAGSTER_PG_URL") != written[1]:
+        return None  # .env names no Dagster URL, or this process has its own
+    written_for = written[0]
+    in_use = Path(environ["RAG_PGDATA"]).expanduser().resolve()
+    if written_for == in_use:
+        return None
+    return (f"{env_file} was written by `rag-pipeline db start` for the embedded PostgreSQL in {written_for} (its "
+            f"RAG_DAGSTER_PG_URL points there), but RAG_PGDATA is {in_use}: Dagster would keep its runs on the other "
+            f"server. Run `RAG_PGDATA={in_use} rag-pipeline db start` to rewrite {env_file} for {in_use}, or unset "
+            f"RAG_PGDATA to use {written_for}")
 
 
 def listener_url(database: str, driver: str = "psycopg", pgdata: Path | None = None) -> str | None:

@@ -86,7 +86,8 @@ class RetrievalEvaluationRun(Base):
     run made outside Dagster or before 0008."""
     owner_host: Mapped[str | None] = mapped_column(Text)
     """The host, process id and process start time (seconds since the epoch) of the process evaluating a
-    ``running`` run, so a run whose process is gone is marked ``failed`` (0009); NULL when queued or older."""
+    ``running`` run, so a run whose process is gone is marked ``failed`` (0009); of a ``queued`` run, the process
+    that queued it (until the evaluation takes it over); NULL for older rows."""
     owner_pid: Mapped[int | None] = mapped_column(Integer)
     owner_started_at: Mapped[float | None] = mapped_column(Double)
     case_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)

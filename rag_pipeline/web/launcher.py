@@ -25,9 +25,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.service.database import dagster_database_url, mask_secrets
+from rag_pipeline.service.database import dagster_database_url, embedded_server, mask_secrets
 from rag_pipeline.service.liveness.daemon import daemon_state
-from rag_pipeline.service.liveness.runs import end_gone_runs
+from rag_pipeline.service.liveness.runs import end_gone_runs, end_unsubmitted_runs
 from rag_pipeline.service.queued_runs import (
     QueuedEvaluation,
     QueuedRun,
@@ -114,6 +114,9 @@ class Launcher:
         with self._lock:
             if self._instance is None:
                 home = self.environment()["DAGSTER_HOME"]
+                stale = embedded_server.stale_env_problem(self.environment(), project_root())
+                if stale:
+                    raise LaunchError(stale)
                 try:
                     self._instance = dg.DagsterInstance.get()
                 except Exception as exc:  # noqa: BLE001 - any set-up failure becomes one line for the user
@@ -209,13 +212,16 @@ class Launcher:
 
     def reconcile(self, engine: sa.Engine) -> int:
         """Mark failed every ``queued`` run whose Dagster run already ended (failed, cancelled) before the
-        evaluation started, and every ``running`` run whose Dagster run or process is gone
+        evaluation started, or was never created and the process that queued it is gone
+        (:func:`~rag_pipeline.service.liveness.runs.end_unsubmitted_runs`), and every ``running`` run whose Dagster
+        run or process is gone
         (:func:`~rag_pipeline.service.liveness.runs.end_gone_runs`); returns how many. Skipped while another call
         runs; never raises."""
         if not self._reconciling.acquire(blocking=False):
             return 0
         try:
-            return self._reconcile(engine) + end_gone_runs(engine, self._ended_dagster_runs)
+            return (self._reconcile(engine) + end_unsubmitted_runs(engine, self._existing_dagster_runs)
+                    + end_gone_runs(engine, self._ended_dagster_runs))
         except Exception as exc:  # noqa: BLE001 - best effort; the next call retries
             log.warning("could not reconcile queued runs with Dagster: %s", exc)
             return 0
@@ -250,6 +256,12 @@ class Launcher:
                                 "server stopped before submitting it?); evaluate again")
                     ended += 1
         return ended
+
+    def _existing_dagster_runs(self, dagster_run_ids: Sequence[str]) -> set[str]:
+        """The Dagster runs among ``dagster_run_ids`` that exist in the instance."""
+        import dagster as dg  # noqa: PLC0415
+
+        return {r.run_id for r in self.instance().get_runs(filters=dg.RunsFilter(run_ids=list(dagster_run_ids)))}
 
     def _ended_dagster_runs(self, dagster_run_ids: Sequence[str]) -> dict[str, str]:
         """The Dagster runs among ``dagster_run_ids`` that have ended, each with what happened to it."""

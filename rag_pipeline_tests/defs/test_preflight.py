@@ -87,3 +87,59 @@ def test_dagster_storage_in_the_knowledge_base_database_is_refused():
                                          "RAG_DATABASE_URL": kb})
     assert problem is not None and "names the knowledge-base database of RAG_DATABASE_URL" in problem
     assert "S3cretPw" not in problem
+
+
+def _stale_project(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A project whose .env an earlier `rag-pipeline db start` wrote for the data directory ``a`` (what
+    cli.database.write_env_file writes), and another data directory ``b``."""
+    project, old, new = tmp_path / "project", tmp_path / "a", tmp_path / "b"
+    project.mkdir()
+    url = f"postgresql+psycopg2://postgres:@/dagster?host={old}"
+    (project / ".env").write_text(f"DAGSTER_HOME={project}\nRAG_DAGSTER_PG_URL={url}\nRAG_PGDATA={old}\n",
+                                  encoding="utf-8")
+    return project, new, url
+
+
+def test_a_stale_env_of_another_data_directory_is_named_with_the_fix(tmp_path, monkeypatch):
+    """RAG_PGDATA names another data directory than the one .env was written for: the problem says so (both
+    directories, the command that rewrites .env), not "no socket in <the other one>"; the server refuses the same
+    way. A .env of the same data directory, or a process with its own RAG_DAGSTER_PG_URL, is not stale."""
+    from rag_pipeline.web.launcher import Launcher, LaunchError
+
+    project, new, url = _stale_project(tmp_path)
+    monkeypatch.setenv("RAG_PROJECT_ROOT", str(project))
+    old = (tmp_path / "a").resolve()
+    problem = preflight.storage_problem({"RAG_PGDATA": str(new), "RAG_DAGSTER_PG_URL": url})
+    assert problem is not None and "no socket" not in problem, problem
+    assert f"{project / '.env'} was written by `rag-pipeline db start` for the embedded PostgreSQL in {old}" in problem
+    assert f"but RAG_PGDATA is {new.resolve()}" in problem
+    assert f"Run `RAG_PGDATA={new.resolve()} rag-pipeline db start` to rewrite" in problem
+    with pytest.raises(LaunchError) as refused:
+        Launcher({"DAGSTER_HOME": str(project), "RAG_PGDATA": str(new), "RAG_DAGSTER_PG_URL": url}).instance()
+    assert "RAG_PGDATA is" in str(refused.value) and str(old) in str(refused.value)
+    same = preflight.storage_problem({"RAG_PGDATA": str(tmp_path / "a"), "RAG_DAGSTER_PG_URL": url})
+    assert same is not None and "no socket in" in same, "the .env's own data directory: the usual check"
+    own = preflight.storage_problem({"RAG_PGDATA": str(new), "RAG_DAGSTER_PG_URL": url + "&application_name=x"})
+    assert own is not None and "RAG_PGDATA is" not in own, "a URL of the process's own is not the .env's"
+
+
+
+def test_db_start_rewrites_a_stale_env_for_the_data_directory_in_use_and_says_so(engine, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """The fix the refusal names: `db start` with RAG_PGDATA rewrites .env for that data directory (saying which
+    one it was written for), after which nothing is stale."""
+    from rag_pipeline.cli import main
+
+    if os.environ.get("RAG_DATABASE_URL") or not os.environ.get("RAG_PGDATA"):
+        pytest.skip("needs the session's embedded server (RAG_TEST_DATABASE_URL names another server)")
+    project, _, url = _stale_project(tmp_path)
+    in_use = Path(os.environ["RAG_PGDATA"]).resolve()  # the session's server (running)
+    monkeypatch.setenv("RAG_PROJECT_ROOT", str(project))
+    assert "RAG_PGDATA is" in preflight.storage_problem({"RAG_PGDATA": str(in_use), "RAG_DAGSTER_PG_URL": url})
+    assert main(["db", "start"]) == 0
+    out = capsys.readouterr().out
+    assert f"it was written for the embedded PostgreSQL in {(tmp_path / 'a').resolve()}, now for {in_use}" in out
+    written = dict(line.split("=", 1) for line in (project / ".env").read_text(encoding="utf-8").splitlines())
+    assert Path(written["RAG_PGDATA"]).resolve() == in_use and written["RAG_DAGSTER_PG_URL"] != url
+    assert preflight.storage_problem({"RAG_PGDATA": str(in_use), "RAG_DAGSTER_PG_URL": written["RAG_DAGSTER_PG_URL"]}) \
+        is None

@@ -92,3 +92,55 @@ def test_cli_readers_size_the_pool(engine, tiny, capsys):
             "SELECT summary FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d "
             "ON d.id = r.dataset_id WHERE d.name = 'bookkeeping' ORDER BY r.started_at DESC LIMIT 1")).scalar_one()
     assert summary["readers"] == readers
+
+
+def _set_status(engine, run_id, status: str, error: str | None = None) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE retrieval_evaluation_runs SET status = :s, error = :e WHERE id = :id"),
+                     {"s": status, "e": error, "id": run_id})
+
+
+def test_a_retried_step_resumes_its_queued_row_or_a_new_one_with_honest_history(engine, tiny):
+    """What a retry of a queued run's Dagster step evaluates (run_records.resume_queued_run), by the state its
+    failed attempt left: still queued → that row; left running (database down) or failed → that row ends failed
+    with why and "retried as <new row>", the new row queued for the same Dagster run; a later retry follows the
+    newest row; succeeded → that row, stored; a row of another Dagster run → refused."""
+    from rag_pipeline.service.datasets import register_dataset
+    from rag_pipeline.service.queued_runs import queue_evaluations
+
+    stored = register_dataset(engine, tiny)
+    (queued,) = queue_evaluations(engine, "bookkeeping-kb", stored.dataset_id, ["keyword-v1"]).runs
+    dagster_run = queued.dagster_run_id
+    first = run_records.resume_queued_run(engine, queued.run_id, dagster_run_id=dagster_run)
+    assert (str(first.run_id), first.stored, first.ended) == (queued.run_id, False, None), "never started: same row"
+    with pytest.raises(run_records.RunNotQueuedError, match="is not a run of Dagster run"):
+        run_records.resume_queued_run(engine, queued.run_id, dagster_run_id="another-dagster-run")
+
+    _set_status(engine, queued.run_id, "running")  # the attempt started it, then the database went away
+    second = run_records.resume_queued_run(engine, queued.run_id, dagster_run_id=dagster_run,
+                                           attempt_error="psycopg.errors.AdminShutdown: terminating connection\n")
+    assert second.ended is not None and str(second.ended) == queued.run_id and not second.stored
+    with engine.connect() as conn:
+        old, new = (run_records.get_run(conn, i) for i in (queued.run_id, second.run_id))
+    assert (old.status, old.is_current, old.finished_at is not None) == ("failed", False, True)
+    assert old.error == ("its step attempt ended while the database was unreachable, so it could not record why: "
+                         f"psycopg.errors.AdminShutdown: terminating connection; retried as evaluation run "
+                         f"{second.run_id}")
+    assert new.status == "queued" and new.queued_at is not None and new.queued_at >= old.queued_at
+    assert (new.dagster_run_id, new.partition_key, new.strategy_version, new.params_hash, new.dataset_id) == \
+        (old.dagster_run_id, old.partition_key, old.strategy_version, old.params_hash, old.dataset_id)
+    again = run_records.resume_queued_run(engine, queued.run_id, dagster_run_id=dagster_run)
+    assert again.run_id == second.run_id and again.ended is None, "a later retry takes the newest row"
+
+    _set_status(engine, second.run_id, "failed", "OperationalError: the connection is lost")
+    third = run_records.resume_queued_run(engine, queued.run_id, dagster_run_id=dagster_run)
+    with engine.connect() as conn:
+        assert run_records.get_run(conn, second.run_id).error == (
+            f"OperationalError: the connection is lost; retried as evaluation run {third.run_id}")
+    _set_status(engine, third.run_id, "succeeded")
+    done = run_records.resume_queued_run(engine, queued.run_id, dagster_run_id=dagster_run)
+    assert (done.run_id, done.stored, done.ended) == (third.run_id, True, None), "stored: not evaluated again"
+    with engine.connect() as conn:
+        history = run_records.list_runs(conn, dataset="bookkeeping", strategy="keyword-v1",
+                                        run_ids=[queued.run_id, second.run_id, third.run_id])
+    assert [r.status for r in history] == ["succeeded", "failed", "failed"]

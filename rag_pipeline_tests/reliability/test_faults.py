@@ -2,6 +2,7 @@
 (``pg_terminate_backend`` from another session), the process killed with SIGKILL mid-run, and the
 Dagster retry policy (transient database errors only). Nothing partial may ever read as a good run."""
 
+import contextlib
 import json
 import os
 import re
@@ -10,21 +11,28 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 
+from rag_pipeline.definitions import defs
 from rag_pipeline.defs.evaluation import RETRY_POLICY, evaluation_dataset, evaluation_run, fail_fast_unless_transient
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation import run_records
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
+from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service.database import TRANSIENT_ERRORS  # moved from service.errors (one error hierarchy)
+from rag_pipeline.service.datasets import register_dataset
+from rag_pipeline.service.queued_runs import queue_evaluations
+from rag_pipeline.storage import embedded_server
 from rag_pipeline.storage.engine import DatabaseError, get_engine
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, run_rows, table_counts, tiny_cases, write_dataset
 from rag_pipeline_tests.reliability_helpers import (
@@ -241,6 +249,159 @@ def test_dagster_retries_a_dropped_connection_and_the_retry_succeeds(engine, chu
     assert_no_partial_succeeded_runs(engine)
 
 
+# --- Dagster retries of a queued (HTTP API / console) run -------------------------------------------
+
+def _queue_one_run(engine, chunks, datasets, name: str):
+    """A dataset stored as the API stores it, a reference run of keyword-v1 on it (the metrics the retry must
+    reproduce; current until the retry succeeds) and one ``queued`` run of keyword-v1, as a click queues it."""
+    path = write_dataset(datasets / f"{name}.json", KB, tiny_cases(chunks))
+    stored = register_dataset(engine, path)
+    reference = evaluate_dataset(engine, load_dataset(path), get_strategy("keyword-v1"))
+    (queued,) = queue_evaluations(engine, KB, stored.dataset_id, ["keyword-v1"]).runs
+    return stored, reference, queued
+
+
+def _execute_queued_run(stored, queued, url: str, disrupt) -> dg.ExecuteInProcessResult:
+    """Carry out ``queued`` with the ``evaluate_strategies`` job (what the daemon's run worker executes for a
+    click), disrupted by ``disrupt`` (:func:`_disrupted`)."""
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("dataset", [queued.dataset])
+    return _disrupted(url, disrupt, lambda: defs.resolve_job_def("evaluate_strategies").execute_in_process(
+        instance=instance, run_id=queued.dagster_run_id, raise_on_error=False,
+        resources={"rag_db": RagDatabase(url=url)},
+        run_config={"ops": {"stored_dataset": {"config": {"dataset_id": stored.dataset_id,
+                                                          "runs": {"keyword-v1": queued.run_id}}}}}))
+
+
+def _disrupted(url: str, disrupt, execute):
+    """``execute()`` (a Dagster run on ``url``), its first evaluation write held on a lock; ``disrupt(admin_conn,
+    lock)`` runs in a thread once the step waits there (its run row ``running``, its transactions open)."""
+    app = make_url(url).query["application_name"]
+    outcome: dict = {}
+
+    def watcher(lock) -> None:
+        try:
+            with admin() as conn:
+                wait_until(lambda: any(r.application_name == app for r in waiting_on(conn, lock)), timeout=120,
+                           what="the evaluation step to reach its first write")
+                disrupt(conn, lock)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            outcome["error"] = exc
+
+    with contextlib.suppress(sa.exc.DBAPIError), blocked_writes("retrieval_evaluation_case_results") as lock:
+        thread = threading.Thread(target=watcher, args=(lock,))
+        thread.start()
+        result = execute()
+        thread.join(timeout=120)
+    assert "error" not in outcome, outcome.get("error")
+    return result
+
+
+def _assert_one_failed_attempt_then_a_succeeded_retry(engine, result, stored, reference, queued, dropped: str):
+    """The step failed once and was retried; the queued row is ``failed`` with why (and names the row of the
+    retry), the retry's row succeeded with the reference's metrics and is the one current run."""
+    step = "evaluate_strategy[keyword_v1]"
+    assert result.success, [e.event_specific_data for e in result.all_events if e.is_step_failure]
+    retries = [e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
+    assert retries == [step], "one failed attempt, then a retry"
+    assert step in {e.step_key for e in result.all_events if e.is_step_success}
+    with engine.connect() as conn:
+        history = run_records.list_runs(conn, dataset=queued.dataset)
+    assert [(r.status, r.is_current) for r in history] == [("succeeded", True), ("failed", False),
+                                                           ("succeeded", False)]
+    retry, failed, old = history
+    assert str(failed.id) == queued.run_id and str(old.id) == reference.run_id
+    assert re.search(dropped, failed.error), failed.error
+    assert f"retried as evaluation run {retry.id}" in failed.error, failed.error
+    assert failed.finished_at is not None and run_rows(engine, failed.id) == (0, 0)
+    assert {r.dagster_run_id for r in (retry, failed)} == {queued.dagster_run_id}, "both attempts: one Dagster run"
+    assert retry.partition_key == failed.partition_key == f"{queued.dataset}|keyword-v1"
+    assert str(retry.dataset_id) == stored.dataset_id and retry.case_count == 5
+    assert run_rows(engine, retry.id) == (retry.candidate_count, 5)
+    for metric in METRIC_NAMES:
+        assert getattr(retry, metric) == pytest.approx(reference.averages[metric]), metric
+    summaries = [e for e in result.all_events if e.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION
+                 and e.asset_key == dg.AssetKey("evaluation_run_summary")]
+    assert [e.materialization.metadata["run_id"].value for e in summaries] == [str(retry.id)]
+    assert_no_partial_succeeded_runs(engine)
+
+
+@pytest.mark.slow  # the Dagster retry waits its policy's delay (0-10 s)
+def test_dagster_retries_a_queued_run_whose_connections_are_terminated(engine, chunks, datasets):
+    """pg_terminate_backend of every connection of a queued run's step mid-run: the step fails once, the retry
+    evaluates (it used to stop at "is failed, not queued; it is not run again")."""
+    stored, reference, queued = _queue_one_run(engine, chunks, datasets, "faults-queued-kill")
+    url, app = tagged_url("queued-kill")
+
+    def kill(conn, lock) -> None:
+        pids = [r.pid for r in backends(conn, app)]
+        assert pids
+        terminate(conn, pids)
+        lock.rollback()  # release the barrier: the retry must be able to write
+
+    result = _execute_queued_run(stored, queued, url, kill)
+    _assert_one_failed_attempt_then_a_succeeded_retry(engine, result, stored, reference, queued, DROPPED)
+
+
+@pytest.mark.slow  # a 5 s database outage, then the Dagster retry's delay
+def test_dagster_retries_a_queued_run_across_a_database_restart(engine, chunks, datasets):
+    """The database stops for 5 s while a queued run's step is mid-run (it cannot even record the failure: its
+    row stays ``running``): the step fails once, the retry ends that row ``failed`` and evaluates."""
+    pgdata = _session_pgdata()
+    stored, reference, queued = _queue_one_run(engine, chunks, datasets, "faults-queued-restart")
+    url, _ = tagged_url("queued-restart")
+
+    result = _execute_queued_run(stored, queued, url, _restart_the_database(pgdata))
+    assert embedded_server.is_running(pgdata), "the database is back after its outage"
+    _assert_one_failed_attempt_then_a_succeeded_retry(engine, result, stored, reference, queued, UNRECORDED)
+
+
+UNRECORDED = rf"^its step attempt ended while the database was unreachable, so it could not record why: .*({DROPPED})"
+
+
+def _session_pgdata() -> Path:
+    pgdata = os.environ.get("RAG_PGDATA")
+    if os.environ.get("RAG_TEST_DATABASE_URL") or not pgdata:
+        pytest.skip("stops the session's embedded server; RAG_TEST_DATABASE_URL names a server this test "
+                    "does not own")
+    return Path(pgdata)
+
+
+def _restart_the_database(pgdata):
+    def restart(_conn, _lock) -> None:
+        assert embedded_server.stop(Path(pgdata))
+        try:
+            time.sleep(5)  # the outage itself
+        finally:
+            embedded_server.start(Path(pgdata))
+
+    return restart
+
+
+@pytest.mark.slow  # a 5 s database outage, then the Dagster retry's delay
+def test_dagster_retry_of_a_partition_run_ends_the_row_the_outage_left_running(engine, chunks, datasets):
+    """evaluate_retrieval (no queued row: each attempt creates its own) across a 5 s database stop: the first
+    attempt's row, which it could not end, is ended ``failed`` with why by the retry, not left ``running``."""
+    pgdata = _session_pgdata()
+    write_dataset(datasets / "faults-dg-restart.json", KB, tiny_cases(chunks))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("dataset", ["faults-dg-restart"])
+    url, _ = tagged_url("dagster-restart")
+    result = _disrupted(url, _restart_the_database(pgdata), lambda: dg.materialize(
+        [evaluation_dataset, evaluation_run], partition_key="faults-dg-restart|keyword-v1", instance=instance,
+        resources={"rag_db": RagDatabase(url=url)}, raise_on_error=False))
+    assert result.success
+    retries = [e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
+    assert retries == ["evaluation_run"]
+    with engine.connect() as conn:
+        history = run_records.list_runs(conn, dataset="faults-dg-restart")
+    assert [(r.status, r.is_current) for r in history] == [("succeeded", True), ("failed", False)]
+    assert re.search(UNRECORDED, history[1].error), history[1].error
+    assert run_rows(engine, history[1].id) == (0, 0)
+    assert run_rows(engine, history[0].id) == (history[0].candidate_count, 5)
+    assert_no_partial_succeeded_runs(engine)
+
+
 def test_retry_policy_is_bounded_and_only_for_transient_database_errors():
     assert evaluation_dataset.op.retry_policy == RETRY_POLICY == evaluation_run.op.retry_policy
     assert 1 <= RETRY_POLICY.max_retries <= 3 and RETRY_POLICY.delay
@@ -285,6 +446,55 @@ def test_dagster_unknown_knowledge_base_fails_once_and_writes_nothing(engine, da
 
 
 # --- process killed mid-run -------------------------------------------------------------------------
+
+_QUEUE_TWO_CLICKS = """
+import sys, time
+from rag_pipeline.service.queued_runs import queue_evaluations
+from rag_pipeline.storage.engine import get_engine
+engine = get_engine()
+for strategy in ("keyword-v1", "bm25-v1"):
+    (run,) = queue_evaluations(engine, sys.argv[1], sys.argv[2], [strategy]).runs
+    print(run.run_id, run.dagster_run_id, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow  # a child process that queues two clicks, then is killed with SIGKILL
+def test_queued_runs_of_a_killed_server_fail_at_the_next_sensor_tick(engine, chunks, datasets):
+    """The server queues a click's runs and answers 202, then is killed (kill -9) before it submits the Dagster
+    run: the daemon's unsubmitted_evaluations sensor fails those rows with the reason at its next tick (it used to
+    take 10 minutes, and only with the server back). A dead server's click whose Dagster run exists is left to
+    the daemon, and so is any row while the process that queued it lives."""
+    from rag_pipeline.defs.sensors import unsubmitted_evaluations
+
+    stored = register_dataset(engine, write_dataset(datasets / "faults-orphan.json", KB, tiny_cases(chunks)))
+    child = subprocess.Popen([sys.executable, "-c", _QUEUE_TWO_CLICKS, KB, stored.dataset_id], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        clicks = [child.stdout.readline().split() for _ in range(2)]
+        assert all(len(c) == 2 for c in clicks), child.stderr.read() if child.poll() is not None else clicks
+        (lost, lost_dagster), (submitted, submitted_dagster) = clicks
+        instance = dg.DagsterInstance.ephemeral()
+        instance.create_run_for_job(defs.resolve_job_def("prune_evaluation_runs"), run_id=submitted_dagster)
+        context = dg.build_sensor_context(instance=instance, resources={"rag_db": RagDatabase()})
+
+        alive = unsubmitted_evaluations(context)
+        assert "every queued evaluation run has" in alive.skip_message
+        assert {_run(engine, r).status for r in (lost, submitted)} == {"queued"}, "its process lives: left alone"
+    finally:
+        child.kill()
+        child.wait(timeout=60)
+        child.stdout.close()
+        child.stderr.close()
+    ended = unsubmitted_evaluations(context)
+    assert ended.skip_message.startswith("1 queued evaluation run(s)"), ended.skip_message
+    row = _run(engine, lost)
+    assert row.status == "failed" and row.finished_at is not None and not row.is_current
+    assert row.error.startswith(f"the process that queued it (pid {child.pid} on "), row.error
+    assert f"ended before it submitted Dagster run {lost_dagster}" in row.error and "evaluate again" in row.error
+    assert _run(engine, submitted).status == "queued", "its Dagster run exists: the daemon starts it"
+    assert run_rows(engine, lost) == (0, 0)
+
 
 @pytest.mark.slow  # a killed evaluation process and a rerun
 def test_killed_process_reads_as_failed_at_the_next_check_and_a_rerun_becomes_current(engine, chunks, tmp_path,

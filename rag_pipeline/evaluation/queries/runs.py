@@ -93,6 +93,21 @@ def running_runs(conn: sa.Connection, limit: int = 1000) -> list[sa.Row]:
         "WHERE status = 'running' ORDER BY started_at LIMIT :n"), {"n": limit}).all()
 
 
+def queued_runs_with_owner(conn: sa.Connection, limit: int = 1000) -> list[sa.Row]:
+    """``id, dagster_run_id, owner_host, owner_pid, owner_started_at`` of the ``queued`` rows that name the process
+    that queued them, oldest first."""
+    return conn.execute(sa.text(
+        "SELECT id, dagster_run_id, owner_host, owner_pid, owner_started_at FROM retrieval_evaluation_runs "
+        "WHERE status = 'queued' AND owner_pid IS NOT NULL ORDER BY queued_at LIMIT :n"), {"n": limit}).all()
+
+
+def fail_queued(conn: sa.Connection, run_id, error: str) -> bool:
+    """Mark a ``queued`` run failed (one that started or ended meanwhile is left alone); whether it was."""
+    return conn.execute(sa.text(
+        "UPDATE retrieval_evaluation_runs SET status = 'failed', error = :e, finished_at = clock_timestamp(), "
+        "is_current = false WHERE id = :id AND status = 'queued'"), {"id": run_id, "e": error}).rowcount == 1
+
+
 def fail_running(conn: sa.Connection, run_id, error: str) -> bool:
     """Mark a ``running`` run failed (a queued or finished one is left alone); whether it was."""
     return conn.execute(sa.text(
@@ -105,6 +120,48 @@ def queue_state(conn: sa.Connection, run_id) -> sa.Row | None:
     return conn.execute(sa.text(
         "SELECT status, strategy_version, params_hash, dataset_id FROM retrieval_evaluation_runs "
         "WHERE id = :id"), {"id": run_id}).first()
+
+
+def latest_attempt(conn: sa.Connection, run_id, dagster_run_id: str) -> sa.Row | None:
+    """``id, status, error`` of the newest row of the Dagster step that carries out run ``run_id`` in Dagster run
+    ``dagster_run_id``: the rows of that Dagster run with the same knowledge base, dataset version and strategy
+    (``run_id`` itself and the rows of the step's retries), locked until the transaction ends. None when ``run_id``
+    is not a row of that Dagster run."""
+    return conn.execute(sa.text(
+        "SELECT a.id, a.status, a.error FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_runs a "
+        "ON a.dagster_run_id = r.dagster_run_id AND a.knowledge_base_id = r.knowledge_base_id "
+        "AND a.dataset_id = r.dataset_id AND a.strategy_version = r.strategy_version "
+        "WHERE r.id = :id AND r.dagster_run_id = :dr "
+        "ORDER BY coalesce(a.queued_at, a.started_at) DESC, a.started_at DESC, a.id LIMIT 1 FOR UPDATE OF a"),
+        {"id": run_id, "dr": dagster_run_id}).first()
+
+
+def running_attempts(conn: sa.Connection, dagster_run_id: str, partition_key: str) -> list[sa.Row]:
+    """``id`` of the ``running`` rows of Dagster run ``dagster_run_id`` for partition ``partition_key``, locked
+    until the transaction ends."""
+    return conn.execute(sa.text(
+        "SELECT id FROM retrieval_evaluation_runs WHERE dagster_run_id = :dr AND partition_key = :pk "
+        "AND status = 'running' ORDER BY started_at FOR UPDATE"), {"dr": dagster_run_id, "pk": partition_key}).all()
+
+
+def end_attempt(conn: sa.Connection, run_id, error: str) -> bool:
+    """A ``running``, ``failed`` or ``abandoned`` run ends ``failed`` with ``error`` (its end time kept when it has
+    one); whether it did."""
+    return conn.execute(sa.text(
+        "UPDATE retrieval_evaluation_runs SET status = 'failed', error = :e, "
+        "finished_at = coalesce(finished_at, clock_timestamp()), is_current = false "
+        "WHERE id = :id AND status IN ('running', 'failed', 'abandoned')"), {"id": run_id, "e": error}).rowcount == 1
+
+
+def insert_retry(conn: sa.Connection, new_id: uuid.UUID, of_run) -> None:
+    """A new ``queued`` run ``new_id`` of the same Dagster run, partition, knowledge base, dataset version and
+    strategy (parameters, embedding model) as run ``of_run``: what a retry of its Dagster step evaluates."""
+    conn.execute(sa.text(
+        "INSERT INTO retrieval_evaluation_runs (id, dataset_id, knowledge_base_id, strategy_version, params_hash, "
+        "strategy_params, embedding_model, status, is_current, partition_key, dagster_run_id, case_count, "
+        "candidate_count, queued_at) SELECT :new, dataset_id, knowledge_base_id, strategy_version, params_hash, "
+        "strategy_params, embedding_model, 'queued', false, partition_key, dagster_run_id, 0, 0, now() "
+        "FROM retrieval_evaluation_runs WHERE id = :of"), {"new": new_id, "of": of_run})
 
 
 def create_candidate_partition(conn: sa.Connection, run_id) -> None:

@@ -8,6 +8,11 @@ database was down (it could not write why). Two checks find such runs, each with
 - a run whose process on this host is gone (its pid and start time, :mod:`rag_pipeline.evaluation.run_owner`)
   gets "its process (pid N on HOST) ended without recording the outcome ...".
 
+A ``queued`` row (HTTP API, console) names the process that queued it and submits its Dagster run in the
+background; :func:`end_unsubmitted_runs` fails one whose process is gone (``kill -9`` right after the 202) before
+its Dagster run was created, with that reason, so it never waits for a run that will not come. The daemon's
+``unsubmitted_evaluations`` sensor and the server's reconcile loop check it.
+
 A run owned by another host, outside Dagster, is left to its heartbeat (``abandoned`` after
 ``RAG_RUN_STALE_SECONDS``). The server checks every few seconds (its reconcile loop), an evaluation checks before
 it starts and ``runs`` before it lists.
@@ -23,6 +28,28 @@ from rag_pipeline.evaluation import run_records
 
 EndedDagsterRuns = Callable[[Sequence[str]], Mapping[str, str]]
 """Given Dagster run ids, those that have ended, each with what happened ("failed: <error>", "was cancelled")."""
+
+
+ExistingDagsterRuns = Callable[[Sequence[str]], set[str]]
+"""Given Dagster run ids, those that exist in the Dagster instance (in whatever status)."""
+
+
+def end_unsubmitted_runs(engine: sa.Engine, dagster_exists: ExistingDagsterRuns) -> int:
+    """Mark failed every ``queued`` run whose process that queued it (on this host) is gone and whose Dagster run
+    does not exist (``dagster_exists``): it was never submitted, nothing will start it; returns how many."""
+    orphans = run_records.orphaned_queued_runs(engine)
+    if not orphans:
+        return 0
+    exists = dagster_exists(sorted({row.dagster_run_id for row, _ in orphans if row.dagster_run_id}))
+    ended = 0
+    for row, owner in orphans:
+        if row.dagster_run_id in exists:
+            continue  # submitted: the daemon starts it (or the launcher's reconcile reports how its run ended)
+        ended += run_records.fail_queued_run(
+            engine, row.id, f"the process that queued it ({owner}) ended before it submitted Dagster run "
+                            f"{row.dagster_run_id} (the server was killed or stopped); nothing was evaluated: "
+                            "evaluate again")
+    return ended
 
 
 def end_gone_runs(engine: sa.Engine, dagster_ended: EndedDagsterRuns | None = None) -> int:
