@@ -2,7 +2,10 @@
 
 The ``detail`` of a user error is the message the CLI prints after ``rag-pipeline: error:``; the error's kind
 gives the status (docs/http-api.md, "Errors", lists them). A bug is a 500 whose ``detail`` names only the error type
-and an ``error_id`` that is in the server log with the traceback.
+and an ``error_id`` that is in the server log with the traceback. What describes the server itself stays in its
+log: a database failure (whose driver text names the server's address or socket path) is a 503 saying only whether
+the database could not be reached or refused a statement (its SQLSTATE), and a file the server could not write
+names no path; both carry an ``error_id`` to find the full message in the server log.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from rag_pipeline.contracts.errors import USER_ERRORS, http_status
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.database import TRANSIENT_ERRORS, mask_secrets
 from rag_pipeline.service.datasets import DatasetError
+from rag_pipeline.storage.files import FileWriteError
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("rag_pipeline.web")
@@ -106,6 +110,23 @@ def status_of(exc: BaseException) -> int:
     return 503 if isinstance(exc, TRANSIENT_ERRORS) else http_status(exc)
 
 
+def database_failure(exc: BaseException) -> str:
+    """What a caller of the API may learn of a database failure: unreachable, or the statement's SQLSTATE —
+    never the driver's text, which names the server's host, port or socket path."""
+    orig = getattr(exc, "orig", None)
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if code and not str(code).startswith("08"):  # class 08: connection exception
+        return f"the database refused the statement (SQLSTATE {code})"
+    return "the database cannot be reached"
+
+
+def _logged(request: Request, exc: BaseException, what: str) -> str:
+    error_id = uuid.uuid4().hex[:12]
+    log.error("%s %s on %s %s: %s", what, error_id, request.method, request.url.path,
+              mask_secrets(str(exc)[:2000]))
+    return error_id
+
+
 def _validation_items(exc: RequestValidationError) -> list[ProblemItem]:
     items = []
     for err in exc.errors():
@@ -146,15 +167,23 @@ def install(app: FastAPI) -> None:
         return problem_response(request, 422, str(exc), errors=dataset_problems(exc), title="Invalid dataset")
 
     async def _user(request: Request, exc: Exception):
+        if isinstance(exc, TRANSIENT_ERRORS):  # the database's own message names its address
+            return await _database(request, exc)
+        if isinstance(exc, FileWriteError):  # a server-side path: the log has it
+            error_id = _logged(request, exc, "file not written")
+            return problem_response(request, 500, f"a file of the server could not be written ({exc.reason}); the "
+                                                  f"server log has its path under error id {error_id}",
+                                    error_id=error_id)
         return problem_response(request, status_of(exc), str(exc))
 
     for error_type in (*USER_ERRORS, *TRANSIENT_ERRORS):
         app.add_exception_handler(error_type, _user)
 
     @app.exception_handler(sa.exc.DBAPIError)
-    async def _database(request: Request, exc: sa.exc.DBAPIError):
-        first = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
-        return problem_response(request, 503, f"database error: {first[0]}")
+    async def _database(request: Request, exc: BaseException):
+        error_id = _logged(request, exc, "database error")
+        return problem_response(request, 503, f"database error: {database_failure(exc)}; the server log has the "
+                                              f"details under error id {error_id}", error_id=error_id)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception):

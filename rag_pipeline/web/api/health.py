@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import sqlalchemy as sa
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
@@ -10,8 +12,10 @@ from pydantic import BaseModel, Field
 from rag_pipeline.service.catalog import ping
 from rag_pipeline.service.database import get_engine, mask_secrets
 from rag_pipeline.web.dependencies import DagsterLauncher
+from rag_pipeline.web.problems import database_failure
 
 router = APIRouter(tags=["health"])
+log = logging.getLogger("rag_pipeline.web")
 
 
 class QueueStatusModel(BaseModel):
@@ -22,7 +26,8 @@ class QueueStatusModel(BaseModel):
 
 class Health(BaseModel):
     status: str = Field(description="`ok`, or `degraded` when the database cannot be reached.")
-    database: str = Field(description="`ok`, or the error reaching it.")
+    database: str = Field(description="`ok`, or what went wrong reaching it (never its address: the server "
+                                      "log has the details).")
     queue: QueueStatusModel = Field(description="The Dagster queue that runs evaluations.")
 
 
@@ -34,7 +39,8 @@ def healthz(launcher: DagsterLauncher):
         ping(get_engine())
         database = "ok"
     except (sa.exc.SQLAlchemyError, ValueError, OSError) as exc:
-        database = mask_secrets(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        log.warning("healthz: the database does not answer: %s", mask_secrets(str(exc)[:2000]))
+        database = database_failure(exc)
     queue = launcher.queue_status()
     body = Health(status="ok" if database == "ok" else "degraded", database=database,
                   queue=QueueStatusModel(daemon_running=queue.daemon_running, message=queue.message))
