@@ -121,7 +121,7 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
     paths = []
     for run in sorted(result.runs, key=lambda r: r.strategy):
         path = out_dir / f"{dataset}-{run.strategy}.json"
-        with path.open("w", encoding="utf-8") as fp:
+        with evaluations.atomic_output(path) as fp:
             evaluations.write_report(engine, run.run_id, fp)
         paths.append(path)
     sys.stdout.write(demo_summary(result, paths, dataset=dataset, answers=answer_runs[0] if answered.success else None))
