@@ -94,11 +94,12 @@ def stale_env_problem(environ: Mapping[str, str], project: Path) -> str | None:
     Dagster's storage on the embedded server of one data directory (``RAG_PGDATA`` in ``.env``, else the project's
     ``.rag_pipeline/pgdata``). A process whose ``RAG_PGDATA`` names another data directory while its
     ``RAG_DAGSTER_PG_URL`` is still that ``.env``'s would keep Dagster's run history on the other server (which may
-    be stopped: "no socket in ..."). Such a ``.env`` is not rewritten behind the user's back: this says which data
-    directories differ and the one command that rewrites it."""
+    be stopped: "no socket in ..."). With ``RAG_DATABASE_URL`` set no embedded server is used and ``RAG_PGDATA`` is
+    not read, so there is nothing to disagree with. Such a ``.env`` is not rewritten behind the user's back: this
+    says which data directories differ and the one command that rewrites it."""
     env_file = project / ".env"
-    if not environ.get("RAG_PGDATA"):
-        return None
+    if not environ.get("RAG_PGDATA") or environ.get("RAG_DATABASE_URL"):
+        return None  # no data directory named, or no embedded server in use (RAG_PGDATA is not read then)
     written = env_written_for(project)
     if written is None or environ.get("RAG_DAGSTER_PG_URL") != written[1]:
         return None  # .env names no Dagster URL, or this process has its own

@@ -103,7 +103,8 @@ def _stale_project(tmp_path: Path) -> tuple[Path, Path, str]:
 def test_a_stale_env_of_another_data_directory_is_named_with_the_fix(tmp_path, monkeypatch):
     """RAG_PGDATA names another data directory than the one .env was written for: the problem says so (both
     directories, the command that rewrites .env), not "no socket in <the other one>"; the server refuses the same
-    way. A .env of the same data directory, or a process with its own RAG_DAGSTER_PG_URL, is not stale."""
+    way. A .env of the same data directory, a process with its own RAG_DAGSTER_PG_URL, or one that uses no embedded
+    server (RAG_DATABASE_URL set), is not stale."""
     from rag_pipeline.web.launcher import Launcher, LaunchError
 
     project, new, url = _stale_project(tmp_path)
@@ -121,6 +122,9 @@ def test_a_stale_env_of_another_data_directory_is_named_with_the_fix(tmp_path, m
     assert same is not None and "no socket in" in same, "the .env's own data directory: the usual check"
     own = preflight.storage_problem({"RAG_PGDATA": str(new), "RAG_DAGSTER_PG_URL": url + "&application_name=x"})
     assert own is not None and "RAG_PGDATA is" not in own, "a URL of the process's own is not the .env's"
+    external = preflight.storage_problem({"RAG_PGDATA": str(new), "RAG_DAGSTER_PG_URL": url,
+                                          "RAG_DATABASE_URL": "postgresql://rag@db.invalid/rag"})
+    assert external is None or "RAG_PGDATA is" not in external, "no embedded server in use: RAG_PGDATA is not read"
 
 
 
