@@ -27,6 +27,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rag_pipeline.answers.runs.queries import delete_runs
+from rag_pipeline.service.answers import list_answer_runs
 from rag_pipeline.service.queued_runs import fail_queued, queued_runs
 from rag_pipeline_tests.answers.rag_endpoint_server import RagEndpoint
 from rag_pipeline_tests.web.conftest import DEMO_DATASET
@@ -73,6 +75,11 @@ def api_server(engine, demo_kb, rag_endpoint, tmp_path_factory) -> str:
             for run in queued_runs(engine):
                 if run.queued_at is not None and run.queued_at >= started:
                     fail_queued(engine, run.run_id, "queued by the Schemathesis test, whose server has no daemon")
+            # the answer runs its collections stored would be another answerer on the demo dataset's pages
+            collected = [r.run_id for r in list_answer_runs(engine, knowledge_base=demo_kb, limit=1000).runs
+                         if datetime.fromisoformat(r.created_at) >= started]
+            with engine.begin() as conn:
+                delete_runs(conn, collected)
 
 
 def _schema_with_a_collect_example(base: str, demo_kb: str, rag: RagEndpoint, folder: Path) -> Path:
