@@ -30,8 +30,7 @@ def test_a_second_strategy_reuses_every_question_vector(engine, kb_name, tmp_pat
     assert first.summary["question_embeddings"] == {"reused": 0, "embedded": 60}
     assert second.summary["question_embeddings"] == {"reused": 60, "embedded": 0}
     assert keyword.summary["question_embeddings"] is None, "no vector leg, no question vectors"
-    assert first.timings["embedding_s"] > 0
-    assert second.timings["embedding_s"] < 0.05 + first.timings["embedding_s"] / 10  # lookups only
+    assert first.timings["embedding_s"] > 0  # the second embedded nothing: its counts above say so, not a clock
 
     embedder = get_embedder("use-multilingual-v3")
     with engine.connect() as conn:
