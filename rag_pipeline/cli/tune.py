@@ -61,7 +61,7 @@ def render_text(t: FusionTuning, top: int = TOP_CONFIGS) -> str:
         "",
         f"top {top} configurations (mean over all cases):",
         text_table([f"{'#':>3}", "configuration", *(f"{x:>15}" for x in TABLE_METRICS), "folds"],
-                   [[f"{r.rank:>3}", r.label, *(f"{getattr(r, x):>15.4f}" for x in TABLE_METRICS),
+                   [[f"{r.rank:>3}", r.label, *(f"{getattr(r.metrics, x):>15.4f}" for x in TABLE_METRICS),
                      f"{r.folds_chosen:>5}{mark}"] for r, mark in zip(t.top_configurations, marks, strict=True)],
                    indent="  ", rule=False),
         "",

@@ -6,7 +6,18 @@ The definitions (trec_eval conventions) are in :mod:`rag_pipeline.evaluation.met
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    GetJsonSchemaHandler,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 
 class Metrics(BaseModel):
@@ -29,3 +40,38 @@ HEADLINE_METRICS = METRIC_NAMES[:4]
 """The four headline metrics: P@K, R@K, MRR, nDCG@K."""
 METRIC_LABELS = dict(zip(METRIC_NAMES, ("P@k", "R@k", "MRR", "nDCG@k", "Hit@k", "AP@k", "R-prec"), strict=True))
 """Short column labels of the metrics (tables, charts, Dagster metadata)."""
+
+
+def _inline(items: dict[str, Any], inner: dict[str, Any]) -> dict[str, Any]:
+    """``items`` with its ``metrics`` entry replaced, in its place, by ``inner``."""
+    return {k2: v2 for k, v in items.items() for k2, v2 in (inner.items() if k == "metrics" else [(k, v)])}
+
+
+class InlineMetrics(BaseModel):
+    """A model with a ``metrics: Metrics`` (or ``Metrics | None``) field that is written, read and published as
+    the seven metric keys in that field's place (``None``: seven nulls), as its JSON has always been."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_metrics(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "metrics" in data or not any(m in data for m in METRIC_NAMES):
+            return data
+        values = {m: data.get(m) for m in METRIC_NAMES}
+        nested = None if all(v is None for v in values.values()) else values
+        return {**{k: v for k, v in data.items() if k not in METRIC_NAMES}, "metrics": nested}
+
+    @model_serializer(mode="wrap")
+    def _inline_metrics(self, handler: SerializerFunctionWrapHandler):  # no return type: the model's own schema
+        out = handler(self)
+        return _inline(out, out["metrics"] or dict.fromkeys(METRIC_NAMES)) if "metrics" in out else out
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        json_schema = handler(core_schema)
+        schema = handler.resolve_ref_schema(json_schema)
+        value = {"anyOf": [{"type": "number"}, {"type": "null"}]} if "anyOf" in schema["properties"]["metrics"] \
+            else {"type": "number"}
+        schema["properties"] = _inline(schema["properties"],
+                                       {m: {**value, "title": m.replace("_", " ").title()} for m in METRIC_NAMES})
+        schema["required"] = [r for k in schema["required"] for r in (METRIC_NAMES if k == "metrics" else [k])]
+        return json_schema

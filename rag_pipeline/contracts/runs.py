@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rag_pipeline.contracts.answers import PrunedAnswerRun
-from rag_pipeline.contracts.metrics import METRIC_NAMES
+from rag_pipeline.contracts.metrics import InlineMetrics, Metrics
 
 RunStatus = Literal["queued", "running", "succeeded", "failed", "abandoned"]
 
@@ -35,7 +35,7 @@ class KnowledgeBaseRef(Strict):
                                             "run older than that record).")
 
 
-class RunSummary(Strict):
+class RunSummary(Strict, InlineMetrics):
     """A run's summary (the report's ``summary``; what ``rag-pipeline show`` prints first); one mean per metric,
     null until the run succeeds."""
 
@@ -48,7 +48,7 @@ class RunSummary(Strict):
     embedding_model: str | None
     dataset: DatasetRef
     knowledge_base: KnowledgeBaseRef
-    __annotations__.update(dict.fromkeys(METRIC_NAMES, "float | None"))  # in this place: the fields keep their order
+    metrics: Metrics | None  # written as the seven metric keys in this place (InlineMetrics)
     case_count: int
     candidate_count: int
     counts: dict[str, Any] | None

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rag_pipeline.contracts.metrics import METRIC_NAMES
+from rag_pipeline.contracts.metrics import InlineMetrics, Metrics
 
 
 class WrittenStrategy(BaseModel):
@@ -26,7 +26,7 @@ class FoldChoice(BaseModel):
     held_out_mean: float
 
 
-class RankedFusion(BaseModel):
+class RankedFusion(InlineMetrics):
     """One of the best fusion configurations on all cases: its parameters, every metric's mean, how many folds
     chose it, and whether it is the pool strategy's own (``is_base``) or the recommended one."""
 
@@ -37,7 +37,7 @@ class RankedFusion(BaseModel):
     keyword_weight: float
     rrf_k: int
     label: str
-    __annotations__.update(dict.fromkeys(METRIC_NAMES, "float"))  # in this place: the fields keep their order
+    metrics: Metrics  # written as the seven metric keys in this place
     folds_chosen: int
     is_base: bool
     is_recommended: bool

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from rag_pipeline.contracts.reports import CaseOverview, RunTables, TopCandidate
-from rag_pipeline.service.evaluations import HEADLINE_METRICS, METRIC_LABELS, METRIC_NAMES
+from rag_pipeline.service.evaluations import HEADLINE_METRICS, METRIC_LABELS
 
 MAX_TABLE_ROWS = 200
 RUN_ASSETS = ("retrieval_candidates", "case_metrics", "evaluation_run_summary")
@@ -92,7 +92,7 @@ def run_metadata(t: RunTables) -> dict[str, dict]:
         "metrics_seconds": display_number(timings.get("metrics_s", 0.0)),
     }
     summary = {
-        **{m: display_float(getattr(s, m)) for m in METRIC_NAMES},
+        **{m: display_float(v) for m, v in (s.metrics.model_dump() if s.metrics else {}).items()},
         "run_id": s.run_id,
         "strategy_version": s.strategy_version,
         "params_hash": s.params_hash,

@@ -43,7 +43,7 @@ def top_configurations_markdown(t: FusionTuning) -> str:
     for r in t.top_configurations:
         mark = ", ".join(text for flag, text in ((r.is_recommended, "**recommended**"),
                                                  (r.is_base, "pool strategy")) if flag)
-        lines.append(f"| {r.rank} | {r.label} | " + " | ".join(f"{getattr(r, c):.4f}" for c in columns)
+        lines.append(f"| {r.rank} | {r.label} | " + " | ".join(f"{getattr(r.metrics, c):.4f}" for c in columns)
                      + f" | {r.folds_chosen} | {mark} |")
     return "\n".join(lines)
 

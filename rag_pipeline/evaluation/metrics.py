@@ -9,24 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import make_dataclass
 from itertools import islice
 from numbers import Integral
 
 import numpy as np
 
-from rag_pipeline.contracts.metrics import METRIC_NAMES
+from rag_pipeline.contracts.metrics import METRIC_NAMES, Metrics
 
+__all__ = ["METRIC_NAMES", "Metrics", "batch_metrics", "evaluate_many", "evaluate_retrieval"]
 Relevance = set[str] | frozenset[str] | Mapping[str, float]
-
-
-def _as_dict(self) -> dict[str, float]:
-    return {name: getattr(self, name) for name in METRIC_NAMES}
-
-
-RetrievalMetrics = make_dataclass("RetrievalMetrics", [(name, float) for name in METRIC_NAMES], frozen=True,
-                                  namespace={"as_dict": _as_dict})
-RetrievalMetrics.__doc__ = "Metric values of one case (or their mean), one float field per name of ``METRIC_NAMES``."
 
 
 def _check_k(k: object) -> int:
@@ -57,7 +48,7 @@ def _unique_prefix(ids: Sequence[str], k: int) -> list[str]:
     return list(islice(dict.fromkeys(ids), k))
 
 
-def evaluate_retrieval(retrieved_ids: Sequence[str], relevant_ids: Relevance, k: int) -> RetrievalMetrics:
+def evaluate_retrieval(retrieved_ids: Sequence[str], relevant_ids: Relevance, k: int) -> Metrics:
     """Every metric for one case; ``retrieved_ids`` best first (duplicates and a short list allowed)."""
     k = _check_k(k)
     grades = _relevant_grades(relevant_ids)
@@ -73,7 +64,7 @@ def evaluate_retrieval(retrieved_ids: Sequence[str], relevant_ids: Relevance, k:
     ideal = sorted(grades.values(), reverse=True)[:k]
     idcg = sum(g / math.log2(rank + 1) for rank, g in enumerate(ideal, start=1))
     r_hits = sum(doc in grades for doc in _unique_prefix(retrieved_ids, n_rel))
-    return RetrievalMetrics(
+    return Metrics(
         precision_at_k=hits / k,
         recall_at_k=hits / n_rel,
         reciprocal_rank=rr,
@@ -174,4 +165,4 @@ def evaluate_many(retrieved: Sequence[Sequence[str]], relevant: Sequence[Relevan
     ideal_len = np.fromiter(map(len, ideal_rows), np.int64, len(ideal_rows))
     gains = _pad_rows(gain_rows, gain_len)
     ideal = _pad_rows(ideal_rows, ideal_len)
-    return batch_metrics(gains, ideal, k if np.ndim(k) == 0 else k_arr)
+    return batch_metrics(gains, ideal, _check_k(k) if np.ndim(k) == 0 else k_arr)

@@ -16,7 +16,7 @@ from sqlalchemy import Boolean, CheckConstraint, Double, ForeignKey, Index, Inte
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES, VERDICTS
+from rag_pipeline.contracts.answers import VERDICTS
 from rag_pipeline.storage.tables import Base, _now
 
 VERDICT_CHECK = "verdict IN (" + ", ".join(f"'{v}'" for v in VERDICTS) + ")"
@@ -44,7 +44,16 @@ class AnswerRunRow(Base):
         ForeignKey("answer_runs.id", ondelete="SET NULL"))
     case_count: Mapped[int] = mapped_column(Integer, nullable=False)
     answered: Mapped[int] = mapped_column(Integer, nullable=False)
-    vars().update({m: mapped_column(m, Double) for m in ANSWER_METRIC_NAMES})
+    exact_match: Mapped[float | None] = mapped_column(Double)
+    f1: Mapped[float | None] = mapped_column(Double)
+    answer_contains: Mapped[float | None] = mapped_column(Double)
+    key_point_recall: Mapped[float | None] = mapped_column(Double)
+    citation_precision: Mapped[float | None] = mapped_column(Double)
+    citation_recall: Mapped[float | None] = mapped_column(Double)
+    citation_validity: Mapped[float | None] = mapped_column(Double)
+    sentence_citation_coverage: Mapped[float | None] = mapped_column(Double)
+    lexical_support: Mapped[float | None] = mapped_column(Double)
+    answer_score: Mapped[float | None] = mapped_column(Double)
     refusal_recall: Mapped[float | None] = mapped_column(Double)
     false_refusal_rate: Mapped[float | None] = mapped_column(Double)
     summary = mapped_column(JSONB, nullable=False)
@@ -70,7 +79,16 @@ class AnswerCaseResultRow(Base):
     case_index: Mapped[int] = mapped_column(Integer, nullable=False)
     verdict: Mapped[str] = mapped_column(String(32), nullable=False)
     refused: Mapped[bool] = mapped_column(Boolean, nullable=False)
-    vars().update({m: mapped_column(m, Double) for m in ANSWER_METRIC_NAMES})
+    exact_match: Mapped[float | None] = mapped_column(Double)
+    f1: Mapped[float | None] = mapped_column(Double)
+    answer_contains: Mapped[float | None] = mapped_column(Double)
+    key_point_recall: Mapped[float | None] = mapped_column(Double)
+    citation_precision: Mapped[float | None] = mapped_column(Double)
+    citation_recall: Mapped[float | None] = mapped_column(Double)
+    citation_validity: Mapped[float | None] = mapped_column(Double)
+    sentence_citation_coverage: Mapped[float | None] = mapped_column(Double)
+    lexical_support: Mapped[float | None] = mapped_column(Double)
+    answer_score: Mapped[float | None] = mapped_column(Double)
     record = mapped_column(JSONB)
     result = mapped_column(JSONB, nullable=False)
     __table_args__ = (

@@ -31,7 +31,6 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.storage.tables import Base, _now
 
 
@@ -92,8 +91,14 @@ class RetrievalEvaluationRun(Base):
     owner_started_at: Mapped[float | None] = mapped_column(Double)
     case_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     candidate_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    # one double precision column per metric (a new metric needs a migration): the run's means, NULL until it succeeds
-    vars().update({m: mapped_column(m, Double) for m in METRIC_NAMES})
+    # the run's means (contracts.metrics.Metrics, a test holds them equal), NULL until it succeeds
+    precision_at_k: Mapped[float | None] = mapped_column(Double)
+    recall_at_k: Mapped[float | None] = mapped_column(Double)
+    reciprocal_rank: Mapped[float | None] = mapped_column(Double)
+    ndcg_at_k: Mapped[float | None] = mapped_column(Double)
+    hit_at_k: Mapped[float | None] = mapped_column(Double)
+    average_precision_at_k: Mapped[float | None] = mapped_column(Double)
+    r_precision: Mapped[float | None] = mapped_column(Double)
     timings = mapped_column(JSONB)
     summary = mapped_column(JSONB)
     error: Mapped[str | None] = mapped_column(Text)
@@ -200,7 +205,13 @@ class RetrievalEvaluationCaseResult(Base):
     relevant_chunk_ids = mapped_column(JSONB, nullable=False)
     retrieved_chunk_ids = mapped_column(JSONB, nullable=False)
     first_relevant_rank: Mapped[int | None] = mapped_column(Integer)
-    vars().update({m: mapped_column(m, Double, nullable=False) for m in METRIC_NAMES})
+    precision_at_k: Mapped[float] = mapped_column(Double, nullable=False)
+    recall_at_k: Mapped[float] = mapped_column(Double, nullable=False)
+    reciprocal_rank: Mapped[float] = mapped_column(Double, nullable=False)
+    ndcg_at_k: Mapped[float] = mapped_column(Double, nullable=False)
+    hit_at_k: Mapped[float] = mapped_column(Double, nullable=False)
+    average_precision_at_k: Mapped[float] = mapped_column(Double, nullable=False)
+    r_precision: Mapped[float] = mapped_column(Double, nullable=False)
     miss_reasons = mapped_column(JSONB)
     relevance_grades = mapped_column(JSONB)
     __table_args__ = (Index("ix_case_results_run_case_index", "evaluation_run_id", "case_index", unique=True),)

@@ -60,8 +60,8 @@ def test_graded_case_keeps_grade_zero_but_counts_only_grades_from_one():
     for case in data.cases:
         assert EvaluationCase.from_dict(json.loads(json.dumps(case.as_dict()))) == case
     # grade 0 is not relevant to any metric: a ranking of only the grade-0 chunk scores 0
-    assert evaluate_retrieval([U2], graded.relevance, 5).as_dict() == dict.fromkeys(
-        evaluate_retrieval([U2], graded.relevance, 5).as_dict(), 0.0)
+    assert evaluate_retrieval([U2], graded.relevance, 5).model_dump() == dict.fromkeys(
+        evaluate_retrieval([U2], graded.relevance, 5).model_dump(), 0.0)
 
 
 def test_graded_version_is_the_object_whatever_its_key_order():

@@ -44,7 +44,7 @@ def test_seed_example() -> None:
     assert m.hit_at_k == 1.0
     assert m.average_precision_at_k == pytest.approx((1 / 2 + 2 / 3) / 2)
     assert m.r_precision == 0.5
-    assert tuple(m.as_dict()) == METRIC_NAMES
+    assert tuple(m.model_dump()) == METRIC_NAMES
 
 
 def test_short_list_precision_divides_by_k_and_duplicates_collapse() -> None:
@@ -84,7 +84,7 @@ def test_batch_validation() -> None:
 @SETTINGS
 @given(case_st)
 def test_metrics_in_unit_interval(case) -> None:
-    for value in evaluate_retrieval(*case).as_dict().values():
+    for value in evaluate_retrieval(*case).model_dump().values():
         assert 0.0 <= value <= 1.0 + 1e-12
 
 
@@ -191,3 +191,16 @@ def test_agrees_with_pytrec_eval_and_ranx(graded: bool) -> None:
                 assert abs(ours[name][i] - trec[q][f"{trec_name}_{k}"]) <= 1e-9, (q, k, name)
             assert abs(ours["r_precision"][i] - trec[q]["Rprec"]) <= 1e-9
             assert abs(ours["reciprocal_rank"][i] - ranx_run.scores[f"mrr@{k}"][q]) <= 1e-9
+
+
+def test_a_nested_metrics_field_is_written_and_read_as_the_metric_keys_in_its_place() -> None:
+    from rag_pipeline.contracts.tuning import RankedFusion
+
+    m = evaluate_retrieval(["c3", "c1", "c2"], {"c1", "c2"}, 3)
+    flat = {"rank": 1, "fusion": "rrf", "normalization": "none", "vector_weight": 1.0, "keyword_weight": 1.0,
+            "rrf_k": 60, "label": "rrf", **m.model_dump(), "folds_chosen": 2, "is_base": True, "is_recommended": False}
+    ranked = RankedFusion.model_validate(flat)
+    assert ranked.metrics == m
+    assert ranked.model_dump() == flat and list(ranked.model_dump()) == list(flat)
+    assert list(RankedFusion.model_json_schema()["properties"]) == list(flat)
+    assert RankedFusion.model_validate_json(ranked.model_dump_json()) == ranked
