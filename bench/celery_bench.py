@@ -123,7 +123,7 @@ def click_and_settle(launcher, engine, kb: str, clicks: list[tuple[str, list[str
     return {"settled_s": round(wall, 1), **meter.read(), "dagster_runs": len(phases),
             "workers": sorted({s.worker or "?" for s in summaries}), "phases": phases,
             "sum": {k: round(sum((s.timings or {}).get(k, 0.0) for s in summaries), 1) for k in TIMINGS},
-            "metrics": {s.strategy_version: s.ndcg_at_k for s in summaries},
+            "metrics": {s.strategy_version: s.metrics.ndcg_at_k for s in summaries},
             "reused": sum((s.question_embeddings or {}).get("reused", 0) for s in summaries)}
 
 

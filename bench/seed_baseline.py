@@ -124,7 +124,7 @@ def run_seed_baseline(engine: sa.Engine, dataset: Dataset, strategy: Strategy,
                 leg.sort(key=lambda h: (-h.score, h.chunk_id))
             trace = fuse_pool(case.question, vector_hits, keyword_hits, strategy, case.k)
             relevant_ids = set(case.relevant_chunk_ids)
-            metrics = evaluate_retrieval([c.chunk_id for c in trace.selected], relevant_ids, case.k).as_dict()
+            metrics = evaluate_retrieval([c.chunk_id for c in trace.selected], relevant_ids, case.k).model_dump()
             for name in METRIC_NAMES:
                 sums[name] += metrics[name]
             t3 = time.perf_counter()

@@ -8,22 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    GetJsonSchemaHandler,
-    SerializerFunctionWrapHandler,
-    model_serializer,
-    model_validator,
-)
-from pydantic.json_schema import JsonSchemaValue
+from pydantic import BaseModel, GetJsonSchemaHandler, SerializerFunctionWrapHandler, model_serializer, model_validator
 from pydantic_core import CoreSchema
 
 
 class Metrics(BaseModel):
     """Per-case metrics at the case's own k (trec_eval conventions)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = {"extra": "forbid"}
 
     precision_at_k: float
     recall_at_k: float
@@ -66,7 +58,7 @@ class InlineMetrics(BaseModel):
         return _inline(out, out["metrics"] or dict.fromkeys(METRIC_NAMES)) if "metrics" in out else out
 
     @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> dict[str, Any]:
         json_schema = handler(core_schema)
         schema = handler.resolve_ref_schema(json_schema)
         value = {"anyOf": [{"type": "number"}, {"type": "null"}]} if "anyOf" in schema["properties"]["metrics"] \

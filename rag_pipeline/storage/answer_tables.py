@@ -23,10 +23,25 @@ VERDICT_CHECK = "verdict IN (" + ", ".join(f"'{v}'" for v in VERDICTS) + ")"
 _HEX64 = "'^[0-9a-f]{64}$'"
 
 
-class AnswerRunRow(Base):
+class _AnswerMetricColumns:
+    """One double precision column per answer metric (:class:`~rag_pipeline.contracts.answers.AnswerMetrics`, a
+    test holds them equal; a new metric needs a migration)."""
+
+    exact_match: Mapped[float | None] = mapped_column(Double)
+    f1: Mapped[float | None] = mapped_column(Double)
+    answer_contains: Mapped[float | None] = mapped_column(Double)
+    key_point_recall: Mapped[float | None] = mapped_column(Double)
+    citation_precision: Mapped[float | None] = mapped_column(Double)
+    citation_recall: Mapped[float | None] = mapped_column(Double)
+    citation_validity: Mapped[float | None] = mapped_column(Double)
+    sentence_citation_coverage: Mapped[float | None] = mapped_column(Double)
+    lexical_support: Mapped[float | None] = mapped_column(Double)
+    answer_score: Mapped[float | None] = mapped_column(Double)
+
+
+class AnswerRunRow(_AnswerMetricColumns, Base):
     """A scored answer run: what was scored (dataset version, knowledge-base version, answerer, answers file
-    hash) with which settings (``scoring``, its hash ``scoring_version``), and its summary; one double precision
-    column per answer metric mean (a new metric needs a migration)."""
+    hash) with which settings (``scoring``, its hash ``scoring_version``), its summary and answer metric means."""
 
     __tablename__ = "answer_runs"
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
@@ -44,16 +59,6 @@ class AnswerRunRow(Base):
         ForeignKey("answer_runs.id", ondelete="SET NULL"))
     case_count: Mapped[int] = mapped_column(Integer, nullable=False)
     answered: Mapped[int] = mapped_column(Integer, nullable=False)
-    exact_match: Mapped[float | None] = mapped_column(Double)
-    f1: Mapped[float | None] = mapped_column(Double)
-    answer_contains: Mapped[float | None] = mapped_column(Double)
-    key_point_recall: Mapped[float | None] = mapped_column(Double)
-    citation_precision: Mapped[float | None] = mapped_column(Double)
-    citation_recall: Mapped[float | None] = mapped_column(Double)
-    citation_validity: Mapped[float | None] = mapped_column(Double)
-    sentence_citation_coverage: Mapped[float | None] = mapped_column(Double)
-    lexical_support: Mapped[float | None] = mapped_column(Double)
-    answer_score: Mapped[float | None] = mapped_column(Double)
     refusal_recall: Mapped[float | None] = mapped_column(Double)
     false_refusal_rate: Mapped[float | None] = mapped_column(Double)
     summary = mapped_column(JSONB, nullable=False)
@@ -69,7 +74,7 @@ class AnswerRunRow(Base):
     )
 
 
-class AnswerCaseResultRow(Base):
+class AnswerCaseResultRow(_AnswerMetricColumns, Base):
     """One case of an answer run: its verdict, refusal and metrics as columns (to filter and sort), the answer
     line it was scored from (``record``, NULL: the file had no line for it) and the whole result."""
 
@@ -79,16 +84,6 @@ class AnswerCaseResultRow(Base):
     case_index: Mapped[int] = mapped_column(Integer, nullable=False)
     verdict: Mapped[str] = mapped_column(String(32), nullable=False)
     refused: Mapped[bool] = mapped_column(Boolean, nullable=False)
-    exact_match: Mapped[float | None] = mapped_column(Double)
-    f1: Mapped[float | None] = mapped_column(Double)
-    answer_contains: Mapped[float | None] = mapped_column(Double)
-    key_point_recall: Mapped[float | None] = mapped_column(Double)
-    citation_precision: Mapped[float | None] = mapped_column(Double)
-    citation_recall: Mapped[float | None] = mapped_column(Double)
-    citation_validity: Mapped[float | None] = mapped_column(Double)
-    sentence_citation_coverage: Mapped[float | None] = mapped_column(Double)
-    lexical_support: Mapped[float | None] = mapped_column(Double)
-    answer_score: Mapped[float | None] = mapped_column(Double)
     record = mapped_column(JSONB)
     result = mapped_column(JSONB, nullable=False)
     __table_args__ = (

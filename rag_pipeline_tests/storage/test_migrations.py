@@ -14,7 +14,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from rag_pipeline.contracts.metrics import METRIC_NAMES
-from rag_pipeline.storage import answer_tables as answer_models  # noqa: F401 - registers the answer tables
+from rag_pipeline.storage import answer_tables as answer_models  # registers the answer tables
 from rag_pipeline.storage import evaluation_tables as eval_models  # noqa: F401 - registers the evaluation tables
 from rag_pipeline.storage.engine import alembic_config
 from rag_pipeline.storage.evaluation_tables import CANDIDATE_PARTITION_PREFIX
@@ -308,10 +308,14 @@ def test_models_match_the_migrated_schema(engine) -> None:
 
 
 def test_the_schema_has_one_column_per_metric() -> None:
-    """The runs and the case results have a column per metric of the one metric list, in its order."""
+    """The runs and the case results (retrieval and answers) have a column per metric of their metric list, in its
+    order."""
+    from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES
     from rag_pipeline.evaluation.metrics import METRIC_NAMES as EVALUATION_METRICS
     from rag_pipeline.storage.evaluation_tables import RetrievalEvaluationCaseResult, RetrievalEvaluationRun
 
     assert EVALUATION_METRICS == METRIC_NAMES
     for table in (RetrievalEvaluationRun.__table__, RetrievalEvaluationCaseResult.__table__):
         assert [c.name for c in table.columns if c.name in METRIC_NAMES] == list(METRIC_NAMES)
+    for table in (answer_models.AnswerRunRow.__table__, answer_models.AnswerCaseResultRow.__table__):
+        assert tuple(c.name for c in table.columns if c.name in ANSWER_METRIC_NAMES) == ANSWER_METRIC_NAMES
