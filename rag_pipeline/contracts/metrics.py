@@ -46,11 +46,11 @@ class InlineMetrics(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _nest_metrics(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or "metrics" in data or not any(m in data for m in METRIC_NAMES):
-            return data
-        values = {m: data.get(m) for m in METRIC_NAMES}
-        nested = None if all(v is None for v in values.values()) else values
-        return {**{k: v for k, v in data.items() if k not in METRIC_NAMES}, "metrics": nested}
+        if isinstance(data, dict) and "metrics" not in data and any(m in data for m in METRIC_NAMES):
+            nested = {m: data.get(m) for m in METRIC_NAMES}
+            rest = {k: v for k, v in data.items() if k not in nested}
+            data = rest | {"metrics": None if all(v is None for v in nested.values()) else nested}
+        return data
 
     @model_serializer(mode="wrap")
     def _inline_metrics(self, handler: SerializerFunctionWrapHandler):  # no return type: the model's own schema

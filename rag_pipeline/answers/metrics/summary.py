@@ -49,11 +49,8 @@ def summarise(results: Sequence[AnswerCaseResult], *, cases: int) -> AnswerSumma
     if cases < len(results) or cases < 1:
         raise ValueError(f"cases must be at least 1 and at least the {len(results)} results, got {cases}")
     answered = [r for r in results if r.status == "ok"]
-    metrics = {}
-    for name in ANSWER_METRIC_NAMES:
-        values = [getattr(r.answer_metrics, name) for r in results]
-        reasons = [r.skipped.get(name) for r in results]
-        metrics[name] = metric_summary(values, reasons)
+    metrics = {name: metric_summary([getattr(r.answer_metrics, name) for r in results],
+                                    [r.skipped.get(name) for r in results]) for name in ANSWER_METRIC_NAMES}
     verdicts = dict.fromkeys(VERDICTS, 0)
     verdicts.update(Counter(r.verdict for r in results))
     latencies = [r.latency_ms for r in answered if r.latency_ms is not None]
