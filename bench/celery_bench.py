@@ -173,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
 
         from rag_pipeline.service import catalog
         from rag_pipeline.service import datasets as dataset_service
-        from rag_pipeline.service.database import get_engine
         from rag_pipeline.service.knowledge_bases import EMBEDDING_MODELS, import_beir
+        from rag_pipeline.storage.engine import get_engine
         from rag_pipeline.web.launcher import Launcher
 
         engine = get_engine()

@@ -133,9 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     from rag_pipeline.evaluation import demo_dataset
     from rag_pipeline.service import catalog
     from rag_pipeline.service import datasets as dataset_service
-    from rag_pipeline.service.database import dagster_database_url, get_engine
     from rag_pipeline.service.knowledge_bases import EMBEDDING_MODELS, ingest
     from rag_pipeline.storage import embedded_server
+    from rag_pipeline.storage.engine import dagster_database_url, get_engine
     from rag_pipeline.web.launcher import Launcher
 
     daemon = None

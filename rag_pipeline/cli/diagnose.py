@@ -22,8 +22,8 @@ from rag_pipeline.cli.errors import guarded
 from rag_pipeline.contracts.label_check import LabelReport
 from rag_pipeline.service import analysis, datasets
 from rag_pipeline.service.analysis import DEFAULT_BASELINE, render_text
-from rag_pipeline.service.catalog import printable
-from rag_pipeline.service.database import get_engine
+from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.names import printable
 
 
 def format_report(report: LabelReport) -> str:

@@ -25,9 +25,9 @@ from rag_pipeline.contracts.errors import (
     RagError,
     exit_code,
 )
-from rag_pipeline.service.catalog import printable
-from rag_pipeline.service.database import mask_secrets
 from rag_pipeline.settings import SettingsError, get_settings
+from rag_pipeline.storage.names import printable
+from rag_pipeline.storage.urls import mask_secrets
 
 Command = Callable[[argparse.Namespace], int]
 EXIT_OK = 0

@@ -7,8 +7,9 @@ import argparse
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json, print_warnings, stage_progress
+from rag_pipeline.knowledge_base.lifecycle import set_document_state
 from rag_pipeline.service import knowledge_bases as service
-from rag_pipeline.service.database import get_engine
+from rag_pipeline.storage.engine import get_engine
 
 
 @guarded()
@@ -40,8 +41,9 @@ def cmd_kb(args: argparse.Namespace) -> int:
 @guarded()
 def cmd_doc(args: argparse.Namespace) -> int:
     deleted = {"delete": True, "undelete": False}.get(args.deleted) if args.deleted else None
-    n = service.set_document_state(get_engine(), args.knowledge_base, args.document, status=args.status,
-                                   publication_status=args.publication, is_deleted=deleted)
+    with get_engine().begin() as conn:
+        n = set_document_state(conn, args.knowledge_base, args.document, status=args.status,
+                               publication_status=args.publication, is_deleted=deleted)
     print(f"updated {n} document(s)")
     return 0
 

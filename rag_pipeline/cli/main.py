@@ -13,9 +13,10 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from rag_pipeline.cli import answers, database, diagnose, doctor, evaluate, knowledge_bases, labelling, serve, tune
+from rag_pipeline.cli import database, diagnose, doctor, evaluate, knowledge_bases, labelling, serve, tune
+from rag_pipeline.cli.answers import commands as answers
 from rag_pipeline.cli.errors import EXIT_CODES_HELP, Terminated
-from rag_pipeline.service.database import embedded_server
+from rag_pipeline.storage import embedded_server
 
 DESCRIPTION = "Measure RAG retrieval quality on PostgreSQL + pgvector (no Dagster daemon needed)."
 

@@ -22,8 +22,8 @@ from rag_pipeline.service.analysis import (
     FusionTuning,
     StageTuning,
 )
-from rag_pipeline.service.database import get_engine
 from rag_pipeline.service.evaluations import METRIC_NAMES
+from rag_pipeline.storage.engine import get_engine
 
 TABLE_METRICS = ("ndcg_at_k", "recall_at_k", "reciprocal_rank", "precision_at_k")
 

@@ -31,8 +31,8 @@ from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard, Endpoi
 from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase, load_dataset
-from rag_pipeline.service.database import get_engine
 from rag_pipeline.settings import datasets_dir, project_root
+from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.names import printable
 
 __all__ = ["API_REPLY_BYTES", "CollectionConfigError", "EndpointGuard", "EndpointRefusedError", "api_collection_file",
@@ -44,12 +44,6 @@ API_REPLY_BYTES = 2 * 1024 * 1024
 
 class CollectionConfigError(BadInputError, ValueError):
     """``collect_answers`` called with neither or both of an endpoint and an answerer, or a bad output."""
-
-
-def _answerer(name: str, *, knowledge_base: str, strategy: str | None) -> Answerer:
-    """The in-process answerer NAME (e.g. ``extractive-v1``) over ``knowledge_base``: the registry's
-    (:func:`rag_pipeline.answers.collection.answerers.get_answerer`; an unknown name is its ``AnswererError``)."""
-    return get_answerer(name, engine=get_engine(), knowledge_base=knowledge_base, strategy=strategy)
 
 
 def _check_output(output: Path) -> None:
@@ -97,7 +91,7 @@ def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoi
     if endpoint is not None:
         api = {"max_response_bytes": API_REPLY_BYTES, "quote_replies": False} if guard is not None else {}
         client = EndpointClient(endpoint, environ, guard=guard, **api)
-    chosen = (_answerer(answerer, knowledge_base=loaded.knowledge_base, strategy=strategy)
+    chosen = (get_answerer(answerer, engine=get_engine(), knowledge_base=loaded.knowledge_base, strategy=strategy)
               if isinstance(answerer, str) else answerer)
     identity = chosen.identity if chosen is not None else None
     with output_lock(output):  # from before the file is read to the end: a second collector is refused at once

@@ -38,29 +38,11 @@ from rag_pipeline.knowledge_base import chunk_lookup, lifecycle
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.queries.documents import knowledge_base_names
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
-from rag_pipeline.storage.names import DATASET as DATASET
-from rag_pipeline.storage.names import KNOWLEDGE_BASE as KNOWLEDGE_BASE
-from rag_pipeline.storage.names import STRATEGY_VERSION as STRATEGY_VERSION
-from rag_pipeline.storage.names import check_name as check_name
-from rag_pipeline.storage.names import is_valid_name as is_valid_name
-from rag_pipeline.storage.names import name_rule as name_rule
-from rag_pipeline.storage.names import printable as printable
 from rag_pipeline.storage.names import show_name
 
 
 class DatasetNotFoundError(NotFoundError, LookupError):
     """No stored dataset (version) of that name in the knowledge base; the message lists the known ones."""
-
-
-def ping(engine: sa.Engine) -> None:
-    """One round trip to the database (raises when it cannot be reached)."""
-    with engine.connect() as conn:
-        kb_queries.ping(conn)
-
-
-def stored_models(conn: sa.Connection, kb) -> set[str]:
-    """The embedding models a knowledge base (its row) holds vectors of."""
-    return set(chunk_lookup.embedding_models(conn, kb.id))
 
 
 def strategy_applicability(conn: sa.Connection, kb, strategy: Strategy, models: set[str] | None = None,
@@ -69,7 +51,7 @@ def strategy_applicability(conn: sa.Connection, kb, strategy: Strategy, models: 
     and the text mode; ``models``: the KB's stored models when the caller already has them."""
     if isinstance(kb, str):
         kb = resolve_knowledge_base(conn, kb)
-    models = stored_models(conn, kb) if models is None else models
+    models = set(chunk_lookup.embedding_models(conn, kb.id)) if models is None else models
     to_ingest: list[str] = []  # embedding models: fixed by ingesting with them
     problems: list[str] = []
     if strategy.vector_candidate_k and strategy.embedding_model not in models:
@@ -99,7 +81,7 @@ def applicabilities(conn: sa.Connection, kb, registry: Mapping[str, Strategy] | 
     if isinstance(kb, str):
         kb = resolve_knowledge_base(conn, kb)
     registry = registry if registry is not None else load_registry()
-    models = stored_models(conn, kb)
+    models = set(chunk_lookup.embedding_models(conn, kb.id))
     return {v: strategy_applicability(conn, kb, s, models) for v, s in registry.items()}
 
 
@@ -115,7 +97,7 @@ def require_runnable(conn: sa.Connection, kb, strategies: Iterable[Strategy]) ->
     """Raise :class:`StrategyError` naming every strategy of ``strategies`` that cannot run on ``kb`` and why."""
     if isinstance(kb, str):
         kb = resolve_knowledge_base(conn, kb)
-    models = stored_models(conn, kb)
+    models = set(chunk_lookup.embedding_models(conn, kb.id))
     refused = [a.reason for a in (strategy_applicability(conn, kb, s, models) for s in strategies) if not a.runnable]
     if refused:
         raise StrategyError("; ".join(refused) + "; nothing was run")

@@ -20,8 +20,7 @@ from rag_pipeline.storage.files import write_atomic
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
 
 __all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "DEFAULT_MODEL", "DOCUMENT_STATUSES", "EMBEDDING_MODELS",
-           "PUBLICATION_STATUSES", "SHORT", "TEXT_SEARCH_MODES", "import_beir", "ingest", "knowledge_base_stats",
-           "set_document_state"]
+           "PUBLICATION_STATUSES", "SHORT", "TEXT_SEARCH_MODES", "import_beir", "ingest", "knowledge_base_stats"]
 
 DEFAULT_CHUNK_SIZE = 500
 DEFAULT_CHUNK_OVERLAP = 80
@@ -76,11 +75,3 @@ def knowledge_base_stats(engine: sa.Engine, knowledge_base: str) -> KnowledgeBas
         snapshot(conn, read_only=False)
         stats = lifecycle.knowledge_base_stats(conn, knowledge_base)
         return KnowledgeBaseStats(**stats, version=versions.content_version(conn, stats["knowledge_base_id"]).version)
-
-
-def set_document_state(engine: sa.Engine, knowledge_base: str, document: str, *, status: str | None = None,
-                       publication_status: str | None = None, is_deleted: bool | None = None) -> int:
-    """Mark a document (original name or id) READY/PROCESSING/FAILED, PUBLISHED/..., deleted; returns the count."""
-    with engine.begin() as conn:
-        return lifecycle.set_document_state(conn, knowledge_base, document, status=status,
-                                            publication_status=publication_status, is_deleted=is_deleted)

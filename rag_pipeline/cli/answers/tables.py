@@ -19,7 +19,7 @@ from rag_pipeline.contracts.answers import (
     AnswerSummary,
 )
 from rag_pipeline.contracts.text_table import text_table
-from rag_pipeline.service.catalog import printable
+from rag_pipeline.storage.names import printable
 
 
 def _num(value: float | None, digits: int = 3) -> str:

@@ -16,7 +16,6 @@ import sqlalchemy as sa
 from rag_pipeline.contracts.catalog import ChunkList, FoundChunk
 from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
-from rag_pipeline.knowledge_base.chunk_lookup import snippet as snippet
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.search import hybrid_search_batch

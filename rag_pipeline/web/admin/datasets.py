@@ -13,10 +13,10 @@ from fastapi.responses import JSONResponse, RedirectResponse
 
 from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.contracts.runs import RunSummary
+from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline.service import analysis, catalog, datasets, evaluations, history
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
 from rag_pipeline.service.answers import list_answer_runs
-from rag_pipeline.service.catalog import load_registry
 from rag_pipeline.service.evaluations import METRIC_LABELS
 from rag_pipeline.web.admin.answer_data import answer_history
 from rag_pipeline.web.admin.charts import history_svg, strategy_colours

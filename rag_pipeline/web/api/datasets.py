@@ -18,8 +18,8 @@ from starlette.datastructures import UploadFile
 
 from rag_pipeline.contracts.catalog import DatasetList, UploadResult
 from rag_pipeline.service import catalog
-from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.datasets import MAX_FILE_BYTES
+from rag_pipeline.storage.names import printable
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import Engine
 from rag_pipeline.web.problems import HTTPProblem, check_content_length

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rag_pipeline.contracts.reports import CandidateMode, CasePage, EvaluationDetail
 from rag_pipeline.contracts.runs import EvaluateResponse, LaunchedRun, RunItem, RunLinks, RunPage, RunStatus
 from rag_pipeline.service import catalog, evaluations
-from rag_pipeline.service.catalog import DATASET, STRATEGY_VERSION, check_name
+from rag_pipeline.storage.names import DATASET, STRATEGY_VERSION, check_name
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import DagsterLauncher, Engine, Paging
 from rag_pipeline.web.launcher import LaunchError
