@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.cli.errors import guarded
-from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.service.environment.checks import Check, run_checks
 
 

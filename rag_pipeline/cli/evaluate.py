@@ -19,6 +19,7 @@ from pathlib import Path
 from rag_pipeline.cli import arguments, output, retention
 from rag_pipeline.cli.errors import ReportNotWrittenError, guarded
 from rag_pipeline.cli.output import case_progress
+from rag_pipeline.cli.runs_table import comparison_table
 from rag_pipeline.service import evaluations as service
 from rag_pipeline.service.case_diagnosis import case_diagnosis
 from rag_pipeline.service.evaluations import (
@@ -27,7 +28,6 @@ from rag_pipeline.service.evaluations import (
     CaseNotFoundError,
     FileWriteError,
     atomic_output,
-    comparison_table,
     write_atomic,
 )
 from rag_pipeline.storage.engine import get_engine

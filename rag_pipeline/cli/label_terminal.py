@@ -27,8 +27,8 @@ import textwrap
 import tty
 from pathlib import Path
 
+from rag_pipeline.analysis.text_table import cell_width
 from rag_pipeline.contracts.labelling import Draft, DraftQuestion
-from rag_pipeline.contracts.text_table import cell_width
 from rag_pipeline.service.labelling.draft_files import save_draft
 from rag_pipeline.storage.names import printable
 

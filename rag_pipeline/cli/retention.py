@@ -6,8 +6,8 @@ import argparse
 
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
+from rag_pipeline.cli.runs_table import utc_minute
 from rag_pipeline.service import retention
-from rag_pipeline.service.evaluations import utc_minute
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.names import printable
 

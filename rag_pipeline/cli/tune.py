@@ -10,9 +10,9 @@ import argparse
 import json
 import sys
 
+from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
-from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.service import analysis
 from rag_pipeline.service.analysis import (
     DEFAULT_FOLDS,

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.contracts.answers import VERDICTS, AnswerRun
-from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.defs.instance import ensure_pool
 from rag_pipeline.defs.partitions import answer_partition_key
 from rag_pipeline.retrieval.strategies import load_registry

@@ -26,8 +26,6 @@ from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.evaluation.reports import CANDIDATE_MODES as CANDIDATE_MODES
 from rag_pipeline.evaluation.reports import REPORT_FORMATS as REPORT_FORMATS
 from rag_pipeline.evaluation.reports import CaseNotFoundError as CaseNotFoundError
-from rag_pipeline.evaluation.reports import comparison_table as comparison_table
-from rag_pipeline.evaluation.reports import utc_minute as utc_minute
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
 from rag_pipeline.service.catalog import require_runnable

@@ -21,8 +21,8 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli.main import main
+from rag_pipeline.cli.runs_table import comparison_table
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset, parse_dataset
-from rag_pipeline.evaluation.reports import comparison_table
 from rag_pipeline.knowledge_base.sources import SourceError, read_folder
 from rag_pipeline.retrieval.strategies import (
     PACKAGED_STRATEGIES_FILE,
