@@ -27,7 +27,7 @@ from rag_pipeline.knowledge_base.chunk_lookup import snippet
 from rag_pipeline.service.labelling import chunks as chunk_search
 from rag_pipeline.service.labelling import drafts
 from rag_pipeline.service.labelling import fixes as label_fixes
-from rag_pipeline.service.labelling.draft_files import DraftError, load_draft
+from rag_pipeline.service.labelling.drafts import DraftError, load_draft
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.names import printable
 

@@ -35,7 +35,7 @@ from rag_pipeline.evaluation.dataset_json import JsonReadError, json_problems, l
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.versions import content_version
-from rag_pipeline.service.catalog import find_dataset
+from rag_pipeline.service.stored_datasets import find_dataset
 from rag_pipeline.settings import datasets_dir
 
 CONFIDENT_SUPPORT = 0.5

@@ -407,7 +407,7 @@ def test_tables_escape_control_characters_in_names() -> None:
 
 
 def test_check_dataset_report_escapes_case_ids() -> None:
-    from rag_pipeline.cli.diagnose import format_report
+    from rag_pipeline.cli.check_dataset import format_report
     from rag_pipeline.evaluation.label_check import LabelReport, LabelStatus
 
     row = LabelStatus(case_id="c\x1b[2J", chunk_id="id\x07", status="not_a_uuid", detail="bad \x1b[31m")
