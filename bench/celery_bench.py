@@ -171,9 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(ROOT / "bench"))
         from benchutil import machine_line
 
+        from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
         from rag_pipeline.service import applicability
         from rag_pipeline.service import datasets as dataset_service
-        from rag_pipeline.service.knowledge_bases import EMBEDDING_MODELS, import_beir
+        from rag_pipeline.service.knowledge_bases import import_beir
         from rag_pipeline.storage.engine import get_engine
         from rag_pipeline.web.launcher import Launcher
 

@@ -131,9 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     from benchutil import machine_line  # bench/ is on sys.path when run as a script
 
     from rag_pipeline.evaluation import demo_dataset
+    from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
     from rag_pipeline.service import applicability
     from rag_pipeline.service import datasets as dataset_service
-    from rag_pipeline.service.knowledge_bases import EMBEDDING_MODELS, ingest
+    from rag_pipeline.service.knowledge_bases import ingest
     from rag_pipeline.storage import embedded_server
     from rag_pipeline.storage.engine import dagster_database_url, get_engine
     from rag_pipeline.web.launcher import Launcher

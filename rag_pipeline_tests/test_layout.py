@@ -34,7 +34,7 @@ FRONT_END_BRIDGES = {
 DAGSTER_IMPORTERS = {"rag_pipeline.web.launcher": "submits runs to the Dagster instance, reads daemon heartbeats",
                      "rag_pipeline.web.run_submission": "creates a click's Dagster run from the code location, "
                                                         "reads its failure reasons (for web.launcher)",
-                     "rag_pipeline.service.environment.checks": "`doctor` reads the daemon heartbeat (inside the "
+                     "rag_pipeline.service.environment": "`doctor` reads the daemon heartbeat (inside the "
                                                                 "check: the CLI does not load dagster otherwise)"}
 
 

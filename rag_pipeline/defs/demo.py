@@ -29,6 +29,7 @@ from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.contracts.answers import VERDICTS, AnswerRun
 from rag_pipeline.defs.instance import ensure_pool
 from rag_pipeline.defs.partitions import answer_partition_key
+from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
 from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline.service import analysis, evaluations
 from rag_pipeline.service.analysis import StrategyComparison, render_plain
@@ -40,7 +41,6 @@ from rag_pipeline.service.datasets import (
     DEMO_TEXT_SEARCH,
     register_dataset,
 )
-from rag_pipeline.service.knowledge_bases import EMBEDDING_MODELS
 from rag_pipeline.service.queued_runs import strategy_step_key
 from rag_pipeline.settings import datasets_dir, load_env_file, project_root, reports_dir
 from rag_pipeline.storage.engine import dagster_database_url, get_engine

@@ -10,23 +10,19 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.catalog import KnowledgeBaseInfo
-from rag_pipeline.contracts.knowledge_base import SHORT, BeirImportResult, IngestResult, KnowledgeBaseStats
+from rag_pipeline.contracts.knowledge_base import BeirImportResult, IngestResult, KnowledgeBaseStats
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.evaluation.queries.knowledge_base import snapshot
 from rag_pipeline.knowledge_base import beir, lifecycle, versions
-from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline.knowledge_base.ingestion import Progress, ingest_documents
-from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES, PUBLICATION_STATUSES, resolve_knowledge_base
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.queries.documents import knowledge_base_names
 from rag_pipeline.knowledge_base.sources import read_folder
-from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
 from rag_pipeline.retrieval.strategies import Strategy, load_registry
 from rag_pipeline.service.applicability import split_runnable
 from rag_pipeline.storage.files import write_atomic
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
-
-__all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "DEFAULT_MODEL", "DOCUMENT_STATUSES", "EMBEDDING_MODELS",
-           "PUBLICATION_STATUSES", "SHORT", "TEXT_SEARCH_MODES", "import_beir", "ingest", "knowledge_base_stats"]
 
 DEFAULT_CHUNK_SIZE = 500
 DEFAULT_CHUNK_OVERLAP = 80

@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from rag_pipeline.answers.answers_file import AnswersFileError
+from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard, EndpointRefusedError, api_environ
 from rag_pipeline.contracts.answers import (
     ANSWER_METRIC_NAMES,
     AnswerCollectionResponse,
@@ -38,13 +39,7 @@ from rag_pipeline.contracts.answers import (
     Verdict,
 )
 from rag_pipeline.service import answer_comparison, answers
-from rag_pipeline.service.answer_collection import (
-    EndpointGuard,
-    EndpointRefusedError,
-    api_collection_file,
-    api_environ,
-    collect_answers,
-)
+from rag_pipeline.service.answer_collection import api_collection_file, collect_answers
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.engine import TRANSIENT_ERRORS
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, printable
