@@ -171,10 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(ROOT / "bench"))
         from benchutil import machine_line
 
-        from rag_pipeline.service import catalog
+        from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
+        from rag_pipeline.service import applicability
         from rag_pipeline.service import datasets as dataset_service
-        from rag_pipeline.service.database import get_engine
-        from rag_pipeline.service.knowledge_bases import EMBEDDING_MODELS, import_beir
+        from rag_pipeline.service.knowledge_bases import import_beir
+        from rag_pipeline.storage.engine import get_engine
         from rag_pipeline.web.launcher import Launcher
 
         engine = get_engine()
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             import_beir(engine, data, kb, work / f"{kb}.json", split="test", models=list(EMBEDDING_MODELS))
         print(f"knowledge base {kb}: {time.perf_counter() - t0:.0f} s", flush=True)
-        strategies = catalog.choose_strategies(engine, kb, None)[:args.strategies]
+        strategies = applicability.choose_strategies(engine, kb, None)[:args.strategies]
         dataset = json.loads((work / f"{kb}.json").read_text(encoding="utf-8"))
         if args.cases:
             dataset["cases"] = dataset["cases"][:args.cases]

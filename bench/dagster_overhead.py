@@ -131,11 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     from benchutil import machine_line  # bench/ is on sys.path when run as a script
 
     from rag_pipeline.evaluation import demo_dataset
-    from rag_pipeline.service import catalog
+    from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
+    from rag_pipeline.service import applicability
     from rag_pipeline.service import datasets as dataset_service
-    from rag_pipeline.service.database import dagster_database_url, get_engine
-    from rag_pipeline.service.knowledge_bases import EMBEDDING_MODELS, ingest
+    from rag_pipeline.service.knowledge_bases import ingest
     from rag_pipeline.storage import embedded_server
+    from rag_pipeline.storage.engine import dagster_database_url, get_engine
     from rag_pipeline.web.launcher import Launcher
 
     daemon = None
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                        cwd=home, check=True, timeout=300)
         daemon = launcher.start_daemon(work / "daemon.log")
         _wait_for_daemon(launcher, daemon)
-        strategies = catalog.choose_strategies(engine, kb, None)[:args.strategies]
+        strategies = applicability.choose_strategies(engine, kb, None)[:args.strategies]
         print(machine_line())
         print(f"{len(strategies)} strategies x {args.cases} cases: {', '.join(strategies)}")
         results: dict[str, list[dict]] = {p: [] for p in (args.path or PATHS)}

@@ -18,7 +18,7 @@ from rag_pipeline.defs.sensors import new_dataset_sensor
 from rag_pipeline.retrieval.strategies import StrategyError, get_strategy
 from rag_pipeline.service import datasets as dataset_service
 from rag_pipeline.service import evaluations
-from rag_pipeline.service.catalog import applicabilities, strategy_applicability
+from rag_pipeline.service.applicability import applicabilities, strategy_applicability
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases
 
 RERANK = "hybrid-bm25-rerank-minilm-v1"  # first stage on the default model, rerank stage on all-minilm-l6-v2

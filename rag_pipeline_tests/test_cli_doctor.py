@@ -7,7 +7,7 @@ from pathlib import Path
 from rag_pipeline.cli import main
 from rag_pipeline.cli.doctor import render
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EmbeddingError
-from rag_pipeline.service.environment.checks import Check, check_chromium, check_database, check_model
+from rag_pipeline.service.environment import Check, check_chromium, check_database, check_model
 
 
 def test_doctor_checks_everything_and_exits_0_when_nothing_fails(engine, capsys):

@@ -15,9 +15,9 @@ import sqlalchemy as sa
 
 from rag_pipeline.analysis.comparison import StrategyRun, compare, regression_gate
 from rag_pipeline.analysis.comparison_report import render_text
+from rag_pipeline.analysis.text_table import cell_width
 from rag_pipeline.cli import main
-from rag_pipeline.contracts.text_table import cell_width
-from rag_pipeline.evaluation.reports import comparison_table
+from rag_pipeline.cli.runs_table import comparison_table
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import SourceDocument
@@ -124,7 +124,7 @@ def test_table_without_timestamps_and_without_legend():
 
 
 def test_table_aligns_wide_characters_by_display_width():
-    """Intentional change: the runs table is drawn by the one text-table renderer (contracts.text_table), which
+    """Intentional change: the runs table is drawn by the one text-table renderer (analysis.text_table), which
     counts a CJK character as two terminal columns, like the compare tables always did; before, the runs table
     padded by characters, so a Chinese dataset name pushed its row's later columns out of line."""
     rows = [{"strategy_version": "v", "dataset": {"name": name}, "status": "succeeded", "is_current": True,

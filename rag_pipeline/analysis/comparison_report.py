@@ -7,9 +7,9 @@ import io
 import math
 
 from rag_pipeline.analysis.comparison import PRIMARY_METRIC, failure_description
+from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.contracts.comparison import StrategyComparison, TopChunk
 from rag_pipeline.contracts.metrics import METRIC_LABELS
-from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.storage.names import printable
 
 

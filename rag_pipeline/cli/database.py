@@ -11,16 +11,11 @@ from pathlib import Path
 
 from rag_pipeline.cli.errors import error, guarded
 from rag_pipeline.contracts.errors import EXIT_USER_ERROR
-from rag_pipeline.service.database import (
-    dagster_database_url,
-    database_url,
-    embedded_server,
-    get_engine,
-    libpq_url,
-    mask_url,
-    write_atomic,
-)
 from rag_pipeline.settings import DAGSTER_DATABASE, KB_DATABASE, get_settings, pgdata_dir, project_root
+from rag_pipeline.storage import embedded_server
+from rag_pipeline.storage.engine import dagster_database_url, database_url, get_engine
+from rag_pipeline.storage.files import write_atomic
+from rag_pipeline.storage.urls import libpq_url, mask_url
 
 
 @guarded()

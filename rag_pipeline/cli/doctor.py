@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import argparse
 
+from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.cli.errors import guarded
-from rag_pipeline.contracts.text_table import text_table
-from rag_pipeline.service.environment.checks import Check, run_checks
+from rag_pipeline.service.environment import Check, run_checks
 
 
 def render(checks: list[Check]) -> str:

@@ -25,9 +25,9 @@ from rag_pipeline.contracts.errors import (
     RagError,
     exit_code,
 )
-from rag_pipeline.service.catalog import printable
-from rag_pipeline.service.database import mask_secrets
 from rag_pipeline.settings import SettingsError, get_settings
+from rag_pipeline.storage.names import printable
+from rag_pipeline.storage.urls import mask_secrets
 
 Command = Callable[[argparse.Namespace], int]
 EXIT_OK = 0
@@ -52,7 +52,7 @@ class ReportNotWrittenError(RagError):
 def error(message: object) -> None:
     """One message on stderr: secrets masked, control characters escaped (a name holding ``ESC[2J`` cannot
     clear the terminal); the line breaks of a multi-line message (a dataset's problem list) are kept."""
-    print(f"rag-pipeline: error: {printable(mask_secrets(message), keep=chr(10))}", file=sys.stderr)
+    print(f"rag-pipeline: error: {printable(mask_secrets(str(message)), keep=chr(10))}", file=sys.stderr)
 
 
 def _debug() -> bool:
@@ -80,7 +80,7 @@ def _quiet_stdout() -> None:
 def guarded(*extra_user_errors: type[BaseException]) -> Callable[[Command], Command]:
     """Decorator for a command function: user errors (the shared ones, ``OSError`` and ``extra_user_errors``)
     → their message and their kind's exit code (2 unless the kind says otherwise)."""
-    user_errors = (*USER_ERRORS, OSError, *extra_user_errors)
+    user_errors: tuple[type[BaseException], ...] = (*USER_ERRORS, OSError, *extra_user_errors)
 
     def decorate(func: Command) -> Command:
         @functools.wraps(func)

@@ -19,19 +19,19 @@ from pathlib import Path
 from rag_pipeline.cli import arguments, output, retention
 from rag_pipeline.cli.errors import ReportNotWrittenError, guarded
 from rag_pipeline.cli.output import case_progress
+from rag_pipeline.cli.runs_table import comparison_table
 from rag_pipeline.service import evaluations as service
 from rag_pipeline.service.case_diagnosis import case_diagnosis
-from rag_pipeline.service.catalog import printable
-from rag_pipeline.service.database import get_engine
 from rag_pipeline.service.evaluations import (
     CANDIDATE_MODES,
     REPORT_FORMATS,
     CaseNotFoundError,
     FileWriteError,
     atomic_output,
-    comparison_table,
     write_atomic,
 )
+from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.names import printable
 
 DEFAULT_STRATEGY = service.DEFAULT_STRATEGY
 

@@ -7,8 +7,11 @@ import argparse
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json, print_warnings, stage_progress
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS
+from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES, PUBLICATION_STATUSES, set_document_state
+from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
 from rag_pipeline.service import knowledge_bases as service
-from rag_pipeline.service.database import get_engine
+from rag_pipeline.storage.engine import get_engine
 
 
 @guarded()
@@ -40,18 +43,19 @@ def cmd_kb(args: argparse.Namespace) -> int:
 @guarded()
 def cmd_doc(args: argparse.Namespace) -> int:
     deleted = {"delete": True, "undelete": False}.get(args.deleted) if args.deleted else None
-    n = service.set_document_state(get_engine(), args.knowledge_base, args.document, status=args.status,
-                                   publication_status=args.publication, is_deleted=deleted)
+    with get_engine().begin() as conn:
+        n = set_document_state(conn, args.knowledge_base, args.document, status=args.status,
+                               publication_status=args.publication, is_deleted=deleted)
     print(f"updated {n} document(s)")
     return 0
 
 
 def _kb_options(p: argparse.ArgumentParser, text_search: str) -> None:
     p.add_argument("--knowledge-base", required=True, help="knowledge base name (created if new)")
-    p.add_argument("--text-search", default=text_search, choices=service.TEXT_SEARCH_MODES,
+    p.add_argument("--text-search", default=text_search, choices=TEXT_SEARCH_MODES,
                    help=f"keyword text mode of a new knowledge base (default {text_search})")
-    p.add_argument("--models", nargs="+", default=[service.DEFAULT_MODEL], choices=service.EMBEDDING_MODELS,
-                   help=f"embedding models to store (default {service.DEFAULT_MODEL})")
+    p.add_argument("--models", nargs="+", default=[DEFAULT_MODEL], choices=EMBEDDING_MODELS,
+                   help=f"embedding models to store (default {DEFAULT_MODEL})")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -87,7 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doc", help="mark a document ready/processing/failed, published/unpublished, deleted")
     p.add_argument("document", help="document original name or id")
     p.add_argument("--knowledge-base", required=True)
-    p.add_argument("--status", choices=service.DOCUMENT_STATUSES)
-    p.add_argument("--publication", choices=service.PUBLICATION_STATUSES)
+    p.add_argument("--status", choices=DOCUMENT_STATUSES)
+    p.add_argument("--publication", choices=PUBLICATION_STATUSES)
     p.add_argument("--deleted", choices=["delete", "undelete"])
     p.set_defaults(func=cmd_doc)

@@ -27,10 +27,10 @@ import textwrap
 import tty
 from pathlib import Path
 
+from rag_pipeline.analysis.text_table import cell_width
 from rag_pipeline.contracts.labelling import Draft, DraftQuestion
-from rag_pipeline.contracts.text_table import cell_width
-from rag_pipeline.service.catalog import printable
-from rag_pipeline.service.labelling.draft_files import save_draft
+from rag_pipeline.service.labelling.drafts import save_draft
+from rag_pipeline.storage.names import printable
 
 KEYS_HELP = ("0-3 grade · r/space relevant · u clear · j/k or ↓/↑ move · n/Enter next question · s skip · "
              "b back · q quit")

@@ -23,13 +23,13 @@ from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json
 from rag_pipeline.contracts.catalog import ChunkList
 from rag_pipeline.contracts.labelling import LabelFixes
-from rag_pipeline.service.catalog import printable
-from rag_pipeline.service.database import get_engine
+from rag_pipeline.knowledge_base.chunk_lookup import snippet
 from rag_pipeline.service.labelling import chunks as chunk_search
 from rag_pipeline.service.labelling import drafts
 from rag_pipeline.service.labelling import fixes as label_fixes
-from rag_pipeline.service.labelling.chunks import snippet
-from rag_pipeline.service.labelling.draft_files import DraftError, load_draft
+from rag_pipeline.service.labelling.drafts import DraftError, load_draft
+from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.names import printable
 
 LIMIT = arguments.int_between(1, chunk_search.MAX_LIMIT)
 DEPTH = arguments.int_between(1, 1000)

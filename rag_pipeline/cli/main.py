@@ -13,9 +13,20 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from rag_pipeline.cli import answers, database, diagnose, doctor, evaluate, knowledge_bases, labelling, serve, tune
+from rag_pipeline.cli import (
+    check_dataset,
+    compare,
+    database,
+    doctor,
+    evaluate,
+    knowledge_bases,
+    labelling,
+    serve,
+    tune,
+)
+from rag_pipeline.cli.answers import commands as answers
 from rag_pipeline.cli.errors import EXIT_CODES_HELP, Terminated
-from rag_pipeline.service.database import embedded_server
+from rag_pipeline.storage import embedded_server
 
 DESCRIPTION = "Measure RAG retrieval quality on PostgreSQL + pgvector (no Dagster daemon needed)."
 
@@ -23,7 +34,8 @@ DESCRIPTION = "Measure RAG retrieval quality on PostgreSQL + pgvector (no Dagste
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag-pipeline", description=DESCRIPTION, epilog=EXIT_CODES_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (database, knowledge_bases, labelling, evaluate, diagnose, tune, answers, serve, doctor):
+    for group in (database, knowledge_bases, labelling, evaluate, check_dataset, compare, tune, answers, serve,
+                  doctor):
         group.register(sub)
     for command in sub.choices.values():
         command.epilog = command.epilog or EXIT_CODES_HELP

@@ -9,9 +9,9 @@ import json
 import sys
 from collections.abc import Iterable
 
+from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.contracts.metrics import METRIC_LABELS, METRIC_NAMES
-from rag_pipeline.contracts.text_table import text_table
-from rag_pipeline.service.catalog import printable
+from rag_pipeline.storage.names import printable
 
 
 def print_json(obj) -> None:

@@ -6,16 +6,16 @@ import argparse
 
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
+from rag_pipeline.cli.runs_table import utc_minute
 from rag_pipeline.service import retention
-from rag_pipeline.service.catalog import printable
-from rag_pipeline.service.database import get_engine
-from rag_pipeline.service.evaluations import utc_minute
+from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.names import printable
 
 KEEP_LAST = arguments.int_between(0, 1_000_000)
 DAYS = arguments.finite_float(0, 100_000)
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "kB", "MB"):
         if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

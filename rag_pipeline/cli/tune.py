@@ -10,9 +10,9 @@ import argparse
 import json
 import sys
 
+from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
-from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.service import analysis
 from rag_pipeline.service.analysis import (
     DEFAULT_FOLDS,
@@ -22,8 +22,8 @@ from rag_pipeline.service.analysis import (
     FusionTuning,
     StageTuning,
 )
-from rag_pipeline.service.database import get_engine
 from rag_pipeline.service.evaluations import METRIC_NAMES
+from rag_pipeline.storage.engine import get_engine
 
 TABLE_METRICS = ("ndcg_at_k", "recall_at_k", "reciprocal_rank", "precision_at_k")
 

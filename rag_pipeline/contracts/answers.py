@@ -14,10 +14,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rag_pipeline.contracts.catalog import ChunkText
-from rag_pipeline.contracts.judge import JudgeClaim as JudgeClaim
-from rag_pipeline.contracts.judge import JudgeConfig as JudgeConfig
-from rag_pipeline.contracts.judge import JudgeIdentity as JudgeIdentity
-from rag_pipeline.contracts.judge import JudgeItem as JudgeItem
 from rag_pipeline.contracts.judge import JudgeScore
 
 MAX_ANSWER_CHARS = 100_000

@@ -1,18 +1,18 @@
 """The label draft: pooled candidates of several strategies per question, judged by a person (its format and
-behaviour: :mod:`rag_pipeline.service.labelling.draft_files`), its export, and the label fixes of ``fix-labels``
+behaviour: :mod:`rag_pipeline.service.labelling.drafts`), its export, and the label fixes of ``fix-labels``
 (:mod:`rag_pipeline.service.labelling.fixes`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from rag_pipeline.contracts.catalog import UploadResult
 from rag_pipeline.contracts.dataset import MAX_GRADE, MAX_K
 
-FORMAT = "rag-pipeline-label-draft"
-FORMAT_VERSION = 1
+FORMAT: Final = "rag-pipeline-label-draft"
+FORMAT_VERSION: Final = 1
 STATUSES = ("pending", "judged", "skipped")
 
 

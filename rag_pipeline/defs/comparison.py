@@ -17,7 +17,8 @@ from rag_pipeline.defs.evaluation_metadata import display_number
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.partitions import dataset_partitions, every_strategy_of_the_dataset
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.service import analysis, retention
+from rag_pipeline.evaluation.queries.retention import replace_comparison_runs
+from rag_pipeline.service import analysis
 from rag_pipeline.service.analysis import (
     DEFAULT_BASELINE,
     ComparisonError,
@@ -65,7 +66,8 @@ def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonCon
     except ComparisonError as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from exc
     # a stored comparison: retention keeps the runs it refers to (rag_pipeline.service.retention)
-    retention.record_comparison(rag_db.engine(), f"{context.partition_key}|{result.knowledge_base}",
+    with rag_db.engine().begin() as conn:
+        replace_comparison_runs(conn, f"{context.partition_key}|{result.knowledge_base}",
                                 [r.run_id for r in result.runs])
     for note in result.notes:
         context.log.warning(note)

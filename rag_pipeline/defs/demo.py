@@ -25,15 +25,15 @@ from pathlib import Path
 
 import dagster as dg
 
+from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.contracts.answers import VERDICTS, AnswerRun
-from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.defs.instance import ensure_pool
 from rag_pipeline.defs.partitions import answer_partition_key
+from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
+from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline.service import analysis, evaluations
 from rag_pipeline.service.analysis import StrategyComparison, render_plain
 from rag_pipeline.service.answers import list_answer_runs
-from rag_pipeline.service.catalog import load_registry
-from rag_pipeline.service.database import dagster_database_url, get_engine
 from rag_pipeline.service.datasets import (
     DEMO_CHUNK_OVERLAP,
     DEMO_CHUNK_SIZE,
@@ -41,9 +41,9 @@ from rag_pipeline.service.datasets import (
     DEMO_TEXT_SEARCH,
     register_dataset,
 )
-from rag_pipeline.service.knowledge_bases import EMBEDDING_MODELS
 from rag_pipeline.service.queued_runs import strategy_step_key
 from rag_pipeline.settings import datasets_dir, load_env_file, project_root, reports_dir
+from rag_pipeline.storage.engine import dagster_database_url, get_engine
 
 
 def _load_env_file() -> None:

@@ -26,9 +26,10 @@ from rag_pipeline.defs.partitions import evaluation_partitions, split_key, the_d
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.workers.identity import WORKER_TAG, worker_name
 from rag_pipeline.service import datasets, evaluations, queued_runs
-from rag_pipeline.service.database import TRANSIENT_ERRORS, mask_secrets
 from rag_pipeline.service.evaluations import HEADLINE_METRICS
 from rag_pipeline.settings import datasets_dir
+from rag_pipeline.storage.engine import TRANSIENT_ERRORS
+from rag_pipeline.storage.urls import mask_secrets
 
 GROUP = "retrieval_evaluation"
 RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)

@@ -11,8 +11,8 @@ from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.lineage import dataset_observations
 from rag_pipeline.defs.partitions import knowledge_base_partitions
 from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline.service import knowledge_bases, lineage
-from rag_pipeline.service.knowledge_bases import DEFAULT_MODEL
 
 
 class KnowledgeBaseConfig(dg.Config):

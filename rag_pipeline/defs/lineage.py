@@ -15,9 +15,10 @@ import sqlalchemy as sa
 from rag_pipeline.contracts.knowledge_base import KnowledgeBaseVersion
 from rag_pipeline.defs.partitions import dataset_partitions, knowledge_base_partitions
 from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.evaluation.queries.datasets import knowledge_base_of_names
 from rag_pipeline.service import lineage
-from rag_pipeline.service.catalog import KNOWLEDGE_BASE, is_valid_name
-from rag_pipeline.service.database import DatabaseError
+from rag_pipeline.storage.names import KNOWLEDGE_BASE, is_valid_name
+from rag_pipeline.storage.urls import DatabaseError
 
 DATASET_KB = dg.AssetKey("dataset_knowledge_base")
 KNOWLEDGE_BASE_KEY = dg.AssetKey("knowledge_base")
@@ -51,7 +52,9 @@ def dataset_observations(instance: dg.DagsterInstance, engine: sa.Engine,
     knowledge base is in ``versions`` and whose latest observed version differs from it."""
     partitions = set(instance.get_dynamic_partitions(dataset_partitions.name))
     out = []
-    for dataset, kb in sorted(lineage.dataset_knowledge_bases(engine).items()):
+    with engine.connect() as conn:
+        dataset_kbs = knowledge_base_of_names(conn)
+    for dataset, kb in sorted(dataset_kbs.items()):
         if kb not in versions or dataset not in partitions or (datasets is not None and dataset not in datasets):
             continue
         version = versions[kb]

@@ -10,7 +10,7 @@ import warnings
 
 import dagster as dg
 
-from rag_pipeline.service.catalog import load_registry
+from rag_pipeline.retrieval.strategies import load_registry
 
 DATASET_DIMENSION = "dataset"
 STRATEGY_DIMENSION = "strategy"

@@ -58,8 +58,8 @@ def storage_problem(environ: Mapping[str, str] | None = None) -> str | None:
     url = environ.get(ENV_VAR)
     if not url:
         return NOT_CONFIGURED
-    from rag_pipeline.service.database import embedded_server  # noqa: PLC0415 - only once a URL is configured
     from rag_pipeline.settings import project_root  # noqa: PLC0415
+    from rag_pipeline.storage import embedded_server  # noqa: PLC0415 - only once a URL is configured
 
     stale = embedded_server.stale_env_problem(environ, project_root())
     if stale:  # a .env of another data directory: say so, not "no socket in <the other one>"

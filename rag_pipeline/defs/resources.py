@@ -3,8 +3,10 @@
 import dagster as dg
 import sqlalchemy as sa
 
-from rag_pipeline.service.database import get_engine, normalize_url, reader_count
 from rag_pipeline.settings import get_settings
+from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.snapshot_readers import reader_count
+from rag_pipeline.storage.urls import normalize_url
 
 
 class RagDatabase(dg.ConfigurableResource):

@@ -22,23 +22,20 @@ looked up in ``document_chunks``). The shape is :class:`rag_pipeline.contracts.r
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import IO
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_LABELS, METRIC_NAMES
+from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.reports import CANDIDATE_MODES, REPORT_VERSION
-from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.evaluation.pools import first_stage_ranks_of_cases
 from rag_pipeline.evaluation.queries import candidates as candidate_queries
 from rag_pipeline.evaluation.queries import cases as case_queries
 from rag_pipeline.evaluation.queries import runs as run_queries
 from rag_pipeline.evaluation.run_records import RunNotFoundError, get_run, resolve_run_id
 from rag_pipeline.retrieval.stages import stored_strategy
-from rag_pipeline.storage.names import printable
 
 PAGE_CASES = 500
 UNANSWERABLE_REASON = ("unanswerable case (\"answerable\": false): no chunk is relevant, so no retrieval metric is "
@@ -218,52 +215,6 @@ def _line(obj) -> str:
 def _indented(obj, level: int = 2) -> str:
     text = json.dumps(obj, ensure_ascii=False, indent=2, allow_nan=False)
     return text.replace("\n", "\n" + " " * level)
-
-
-RUNS_LEGEND = (
-    "* = the current run of its dataset × knowledge base × strategy (what `compare` uses); "
-    "`rag-pipeline show <run>`\n"
-    "status: queued (submitted over HTTP, waiting for a Dagster daemon) · running (in progress) · succeeded · "
-    "failed (`show` has the error) · "
-    "abandoned (no heartbeat for RAG_RUN_STALE_SECONDS)\n"
-    "kb version = content version of the knowledge base the run measured (`rag-pipeline kb <kb>` prints the "
-    "current one; - = not recorded, a run older than this column)"
-)
-"""The lines :func:`comparison_table` prints under a table."""
-
-
-def utc_minute(value) -> str:
-    """``YYYY-MM-DD HH:MM`` in UTC of an ISO timestamp (a naive one is taken as UTC); ``-`` for none."""
-    if not value:
-        return "-"
-    when = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
-    if when.tzinfo is not None:
-        when = when.astimezone(dt.UTC)
-    return when.strftime("%Y-%m-%d %H:%M")
-
-
-KB_VERSION_SHOWN = 12
-"""Characters of the knowledge-base version a table shows (``-``: a run made before versions were recorded)."""
-
-
-def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLINE_METRICS, *,
-                     legend: bool = True) -> str:
-    """A plain-text table of run summaries (one row per run), for the CLI: status (``*`` = current), cases, the
-    metrics, started/finished (UTC, to the minute) and the run id's first 8 characters (more when two listed
-    ids share them; a unique prefix is accepted wherever a run id is); with ``legend``, :data:`RUNS_LEGEND` under it."""
-    headers = ["strategy", "dataset", "status", "cases", *(METRIC_LABELS.get(m, m) for m in metrics),
-               "kb version", "started (UTC)", "finished", "run"]
-    ids = [printable(s["run_id"]) for s in summaries]
-    short = 8  # longer only when two listed ids share their first 8 characters
-    while len({i[:short] for i in ids}) < len(set(ids)) and short < 36:
-        short += 1
-    body = [[printable(s["strategy_version"]), printable(s["dataset"]["name"]),  # control characters escaped
-             s["status"] + ("*" if s["is_current"] else ""),
-             str(s["case_count"]), *(f"{s[m]:.4f}" if s[m] is not None else "-" for m in metrics),
-             ((s.get("knowledge_base") or {}).get("version") or "-")[:KB_VERSION_SHOWN],
-             utc_minute(s.get("started_at")), utc_minute(s.get("finished_at")), run_id[:short]]
-            for s, run_id in zip(summaries, ids, strict=True)]
-    return text_table(headers, body) + ("\n" + RUNS_LEGEND if legend else "")
 
 
 def case_overview(conn: sa.Connection, run_id, *, worst_first: bool = False, limit: int = 100) -> list[dict]:

@@ -17,6 +17,7 @@ from rag_pipeline.analysis.comparison_report import (
     significance_table,
 )
 from rag_pipeline.analysis.tuning.chart import markdown_image, sweep_markdown
+from rag_pipeline.analysis.tuning.stages import tune_split
 from rag_pipeline.analysis.tuning.stored_run import (
     DEFAULT_FOLDS,
     DEFAULT_POOL_STRATEGY,
@@ -25,7 +26,6 @@ from rag_pipeline.analysis.tuning.stored_run import (
     tune_run,
 )
 from rag_pipeline.analysis.tuning.sweep import DEFAULT_METRIC, FusionConfig, Recommendation
-from rag_pipeline.analysis.tuning.train_test import tune_split
 from rag_pipeline.contracts.comparison import StrategyComparison
 from rag_pipeline.contracts.tuning import FusionTuning, StageTuning, WrittenStrategy
 from rag_pipeline.retrieval.registry_file import write_strategy

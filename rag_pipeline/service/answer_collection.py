@@ -27,16 +27,13 @@ from rag_pipeline.answers.collection.answerers import Answerer, get_answerer
 from rag_pipeline.answers.collection.answers_writer import AnswersWriter, output_lock, read_existing
 from rag_pipeline.answers.collection.collector import collect_from_answerer, collect_from_endpoint
 from rag_pipeline.answers.collection.endpoint_client import EndpointClient
-from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard, EndpointRefusedError, api_environ
+from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard
 from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase, load_dataset
-from rag_pipeline.service.database import get_engine
 from rag_pipeline.settings import datasets_dir, project_root
+from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.names import printable
-
-__all__ = ["API_REPLY_BYTES", "CollectionConfigError", "EndpointGuard", "EndpointRefusedError", "api_collection_file",
-           "api_environ", "collect_answers", "dataset_file"]
 
 API_REPLY_BYTES = 2 * 1024 * 1024
 """Over the HTTP API a reply longer than this is not parsed (the CLI's cap is 8 MB)."""
@@ -44,12 +41,6 @@ API_REPLY_BYTES = 2 * 1024 * 1024
 
 class CollectionConfigError(BadInputError, ValueError):
     """``collect_answers`` called with neither or both of an endpoint and an answerer, or a bad output."""
-
-
-def _answerer(name: str, *, knowledge_base: str, strategy: str | None) -> Answerer:
-    """The in-process answerer NAME (e.g. ``extractive-v1``) over ``knowledge_base``: the registry's
-    (:func:`rag_pipeline.answers.collection.answerers.get_answerer`; an unknown name is its ``AnswererError``)."""
-    return get_answerer(name, engine=get_engine(), knowledge_base=knowledge_base, strategy=strategy)
 
 
 def _check_output(output: Path) -> None:
@@ -95,9 +86,9 @@ def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoi
     _check_output(output)
     client = None
     if endpoint is not None:
-        api = {"max_response_bytes": API_REPLY_BYTES, "quote_replies": False} if guard is not None else {}
-        client = EndpointClient(endpoint, environ, guard=guard, **api)
-    chosen = (_answerer(answerer, knowledge_base=loaded.knowledge_base, strategy=strategy)
+        client = EndpointClient(endpoint, environ) if guard is None else EndpointClient(
+            endpoint, environ, guard=guard, max_response_bytes=API_REPLY_BYTES, quote_replies=False)
+    chosen = (get_answerer(answerer, engine=get_engine(), knowledge_base=loaded.knowledge_base, strategy=strategy)
               if isinstance(answerer, str) else answerer)
     identity = chosen.identity if chosen is not None else None
     with output_lock(output):  # from before the file is read to the end: a second collector is refused at once
@@ -119,6 +110,7 @@ def _collect(output: Path, cases: tuple[EvaluationCase, ...], client: EndpointCl
         if client is not None:
             return collect_from_endpoint(client, pending, writer, total=total, skipped=skipped, progress=progress,
                                          cancel=cancel)
+        assert chosen is not None, "collect_answers takes an endpoint or an answerer"
         return collect_from_answerer(chosen, pending, writer, total=total, skipped=skipped, progress=progress,
                                      cancel=cancel)
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.answers.answers_file import AnswersFileError as AnswersFileError
 from rag_pipeline.answers.answers_file import read_answers
 from rag_pipeline.answers.judge.scores import judge_cases, judge_summary
 from rag_pipeline.answers.metrics.scoring import score_answers
@@ -28,20 +27,16 @@ from rag_pipeline.contracts.answers import (
     AnswerReport,
     AnswerRunList,
     AnswerScoring,
-    JudgeConfig,
-    JudgeItem,
 )
 from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.contracts.judge import JudgeConfig, JudgeItem
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset
 from rag_pipeline.evaluation.dataset_json import JsonReadError, json_problems, loads_strict
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.versions import content_version
-from rag_pipeline.service.answer_comparison import compare_answer_runs as compare_answer_runs
-from rag_pipeline.service.catalog import find_dataset
+from rag_pipeline.service.stored_datasets import find_dataset
 from rag_pipeline.settings import datasets_dir
-from rag_pipeline.storage.files import FileWriteError as FileWriteError
-from rag_pipeline.storage.files import write_atomic
 
 CONFIDENT_SUPPORT = 0.5
 """A wrong answer whose lexical_support reaches this (or that cites a chunk) is "wrong but confident"."""
@@ -165,12 +160,6 @@ def read_json_upload(raw: bytes) -> dict:
     if not isinstance(body, dict) or not isinstance(body.get("answers"), list):
         raise AnswersRequestError("the JSON body needs `dataset` and `answers` (a list of answer objects)")
     return body
-
-
-def write_report(path: Path, report: AnswerReport) -> None:
-    """Write ``report`` as JSON (the contract's key order) to ``path`` atomically (:func:`storage.files.write_atomic`;
-    its folder is created; :class:`~rag_pipeline.storage.files.FileWriteError` when it cannot be written)."""
-    write_atomic(path, report.model_dump_json(indent=2) + "\n", parents=True)
 
 
 def list_answer_runs(engine: sa.Engine, *, dataset: str | None = None, knowledge_base: str | None = None,

@@ -22,7 +22,7 @@ from rag_pipeline.evaluation.persistence import load_stored_dataset, store_datas
 from rag_pipeline.evaluation.queries.run_history import current_params
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import StrategyError, load_registry
-from rag_pipeline.service.catalog import applicabilities
+from rag_pipeline.service.applicability import applicabilities
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.files import FileReadError as FileReadError
 from rag_pipeline.storage.files import check_regular as check_regular

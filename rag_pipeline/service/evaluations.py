@@ -26,11 +26,9 @@ from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.evaluation.reports import CANDIDATE_MODES as CANDIDATE_MODES
 from rag_pipeline.evaluation.reports import REPORT_FORMATS as REPORT_FORMATS
 from rag_pipeline.evaluation.reports import CaseNotFoundError as CaseNotFoundError
-from rag_pipeline.evaluation.reports import comparison_table as comparison_table
-from rag_pipeline.evaluation.reports import utc_minute as utc_minute
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
-from rag_pipeline.service.catalog import require_runnable
+from rag_pipeline.service.applicability import require_runnable
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.files import FileWriteError as FileWriteError
 from rag_pipeline.storage.files import atomic_output as atomic_output
@@ -121,7 +119,7 @@ def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH
 
     ``on_labels(report)`` sees the label check before the first run; ``progress(version, cases)`` may return a
     per-run callback ``(done, total)``. A strategy the knowledge base cannot run
-    (:func:`rag_pipeline.service.catalog.strategy_applicability`) refuses them all before anything runs."""
+    (:func:`rag_pipeline.service.applicability.strategy_applicability`) refuses them all before anything runs."""
     with engine.connect() as conn:
         require_runnable(conn, plan.dataset.knowledge_base, plan.strategies)
     report = check_labels_first(engine, plan.dataset, strict=strict)

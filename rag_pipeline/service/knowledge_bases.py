@@ -1,4 +1,5 @@
-"""Knowledge-base operations: ingest a folder, import a BEIR collection, counts, document lifecycle."""
+"""Knowledge-base operations: ingest a folder, import a BEIR collection, counts, and the listing of every
+knowledge base with the strategies it can run (:mod:`rag_pipeline.service.applicability`)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,20 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.knowledge_base import SHORT, BeirImportResult, IngestResult, KnowledgeBaseStats
+from rag_pipeline.contracts.catalog import KnowledgeBaseInfo
+from rag_pipeline.contracts.knowledge_base import BeirImportResult, IngestResult, KnowledgeBaseStats
+from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.evaluation.queries.knowledge_base import snapshot
 from rag_pipeline.knowledge_base import beir, lifecycle, versions
-from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline.knowledge_base.ingestion import Progress, ingest_documents
-from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES, PUBLICATION_STATUSES
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.knowledge_base.queries.documents import knowledge_base_names
 from rag_pipeline.knowledge_base.sources import read_folder
-from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
+from rag_pipeline.retrieval.strategies import Strategy, load_registry
+from rag_pipeline.service.applicability import split_runnable
 from rag_pipeline.storage.files import write_atomic
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, check_name
-
-__all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "DEFAULT_MODEL", "DOCUMENT_STATUSES", "EMBEDDING_MODELS",
-           "PUBLICATION_STATUSES", "SHORT", "TEXT_SEARCH_MODES", "import_beir", "ingest", "knowledge_base_stats",
-           "set_document_state"]
 
 DEFAULT_CHUNK_SIZE = 500
 DEFAULT_CHUNK_OVERLAP = 80
@@ -78,9 +79,32 @@ def knowledge_base_stats(engine: sa.Engine, knowledge_base: str) -> KnowledgeBas
         return KnowledgeBaseStats(**stats, version=versions.content_version(conn, stats["knowledge_base_id"]).version)
 
 
-def set_document_state(engine: sa.Engine, knowledge_base: str, document: str, *, status: str | None = None,
-                       publication_status: str | None = None, is_deleted: bool | None = None) -> int:
-    """Mark a document (original name or id) READY/PROCESSING/FAILED, PUBLISHED/..., deleted; returns the count."""
-    with engine.begin() as conn:
-        return lifecycle.set_document_state(conn, knowledge_base, document, status=status,
-                                            publication_status=publication_status, is_deleted=is_deleted)
+def _describe(conn: sa.Connection, name_or_id: str, registry: dict[str, Strategy]) -> KnowledgeBaseInfo:
+    stats = lifecycle.knowledge_base_stats(conn, name_or_id)
+    kb = resolve_knowledge_base(conn, name_or_id)
+    ok, skipped = split_runnable(conn, kb, registry)
+    activity = kb_queries.activity(conn, kb)
+    return KnowledgeBaseInfo(
+        id=str(kb.id), name=kb.name, text_search=kb.text_search, chunk_size=kb.chunk_size,
+        chunk_overlap=kb.chunk_overlap, documents=stats["documents"],
+        searchable_documents=stats["searchable_documents"], current_chunks=stats["current_chunks"],
+        replaced_chunks=stats["replaced_chunks"], embeddings=stats["embeddings"],
+        models=sorted(stats["embeddings"]), avg_chunk_tokens=stats["avg_chunk_tokens"],
+        applicable_strategies=ok, inapplicable_strategies=skipped,
+        datasets=activity.datasets, runs=activity.runs,
+        last_run_at=activity.last_run_at.isoformat() if activity.last_run_at else None)
+
+
+def list_knowledge_bases(engine: sa.Engine) -> list[KnowledgeBaseInfo]:
+    """Every knowledge base by name: counts (documents, searchable, chunks, embeddings per model), text mode,
+    the strategies it can run, and how many datasets and runs it has."""
+    registry = load_registry()
+    with engine.connect() as conn:
+        names = knowledge_base_names(conn)
+        return [_describe(conn, name, registry) for name in names]
+
+
+def describe_knowledge_base(engine: sa.Engine, name_or_id: str) -> KnowledgeBaseInfo:
+    """One knowledge base (name or id) as :func:`list_knowledge_bases` shows it."""
+    with engine.connect() as conn:
+        return _describe(conn, name_or_id, load_registry())

@@ -7,7 +7,6 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.knowledge_base import KnowledgeBaseVersion, StaleRun
-from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import run_history
 from rag_pipeline.evaluation.queries.knowledge_base import snapshot
 from rag_pipeline.knowledge_base import versions
@@ -25,12 +24,6 @@ def knowledge_base_versions(engine: sa.Engine) -> list[KnowledgeBaseVersion]:
     with engine.connect() as conn, conn.begin():
         snapshot(conn, read_only=True)
         return versions.all_versions(conn)
-
-
-def dataset_knowledge_bases(engine: sa.Engine) -> dict[str, str]:
-    """Dataset name → the knowledge base its latest stored version names."""
-    with engine.connect() as conn:
-        return dataset_queries.knowledge_base_of_names(conn)
 
 
 def stale_runs(engine: sa.Engine) -> list[StaleRun]:

@@ -22,8 +22,9 @@ from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import get_strategy, load_registry
 from rag_pipeline.retrieval.strategy_store import register_strategy
-from rag_pipeline.service.catalog import DatasetNotFoundError, choose_strategies
+from rag_pipeline.service.applicability import choose_strategies
 from rag_pipeline.service.evaluations import check_labels_first, label_headline
+from rag_pipeline.service.stored_datasets import DatasetNotFoundError
 
 RETRY_WAIT_S = 60.0
 """How long a retried step waits for the database to answer again before it fails (and Dagster's policy decides)."""

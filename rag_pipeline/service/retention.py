@@ -3,15 +3,14 @@ job ``prune_evaluation_runs``; what is kept: docs/evaluating.md, "Retention").
 
 :func:`prune_runs` keeps the ``keep_last`` newest runs of every dataset × knowledge base × strategy, and never a
 current run, one in progress or queued, or (unless ``include_compared``) one the latest stored comparison refers
-to (:func:`record_comparison`). Answer runs follow the same rule per dataset × knowledge base × answerer, and the
-newest of each is always kept (docs/design.md §12.6); they are counted in ``PruneResult.answer_runs``. Deleting a
-run drops its candidate partition; that needs a short exclusive lock, held by a run being written: the removal
-waits at most :data:`LOCK_TIMEOUT_S`, then fails with :class:`RetentionError`, nothing removed.
+to (:func:`rag_pipeline.evaluation.queries.retention.replace_comparison_runs`). Answer runs follow the same rule
+per dataset × knowledge base × answerer, and the newest of each is always kept (docs/design.md §12.6); they are
+counted in ``PruneResult.answer_runs``. Deleting a run drops its candidate partition; that needs a short
+exclusive lock, held by a run being written: the removal waits at most :data:`LOCK_TIMEOUT_S`, then fails with
+:class:`RetentionError`, nothing removed.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 
@@ -68,10 +67,3 @@ def prune_runs(engine: sa.Engine, *, keep_last: int, older_than_days: float | No
                 f"an evaluation run is being written (its candidates hold the table for {LOCK_TIMEOUT_S} s and "
                 "more); nothing was removed — prune again when it has finished") from None
     return result
-
-
-def record_comparison(engine: sa.Engine, comparison: str, run_ids: Sequence[str]) -> None:
-    """Remember the runs a stored comparison (``comparison`` = its dataset × knowledge base) refers to, replacing
-    what that comparison referred to before: :func:`prune_runs` keeps them."""
-    with engine.begin() as conn:
-        queries.replace_comparison_runs(conn, comparison, run_ids)

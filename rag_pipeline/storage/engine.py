@@ -40,6 +40,11 @@ class DatabaseAuthenticationError(DatabaseUnavailableError, DatabaseError):
     the password masked in the message."""
 
 
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (DatabaseUnavailableError, sa.exc.OperationalError,
+                                                     sa.exc.InterfaceError)
+"""The database did not answer or dropped the connection: worth a bounded retry."""
+
+
 def _unreachable(url: str, exc: BaseException) -> DatabaseUnavailableError:
     reason = mask_secrets(_first_line(exc))
     if "password authentication failed" in reason or "no password supplied" in reason:

@@ -7,7 +7,7 @@ from typing import Annotated
 import sqlalchemy as sa
 from fastapi import Depends, Query, Request
 
-from rag_pipeline.service.database import get_engine
+from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.web.launcher import Launcher
 
 MAX_PAGE = 1000

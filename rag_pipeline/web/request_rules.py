@@ -20,7 +20,7 @@ from pydantic import AfterValidator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
 
-from rag_pipeline.service.catalog import check_name
+from rag_pipeline.storage.names import check_name
 from rag_pipeline.web.problems import HTTPProblem, ProblemItem, problem_response
 
 NAME = r"^(?![.-])[\w.-]+$"

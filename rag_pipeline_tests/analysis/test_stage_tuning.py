@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.analysis.tuning.stages import StageConfig, evaluate_stage_configs, stage_grid, stage_order
+from rag_pipeline.analysis.tuning.stages import StageConfig, evaluate_stage_configs, stage_grid, stage_order, tune_split
 from rag_pipeline.analysis.tuning.stored_run import TuneError
-from rag_pipeline.analysis.tuning.train_test import tune_split
 from rag_pipeline.cli import main
 from rag_pipeline.contracts.reports import Report, json_schema
 from rag_pipeline.evaluation.dataset import load_dataset

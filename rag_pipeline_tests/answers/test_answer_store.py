@@ -19,6 +19,7 @@ from rag_pipeline.contracts.errors import NotFoundError, NotFoundOrInvalidError
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.service import answers, retention
+from rag_pipeline.service.answer_comparison import compare_answer_runs
 from rag_pipeline_tests.eval_helpers import TINY_DOCS, write_dataset
 
 
@@ -160,13 +161,13 @@ def test_comparing_two_runs_pairs_the_common_cases(engine, kb, kb_name, tmp_path
     dataset = _dataset(tmp_path, kb_name, kb)
     a = answers.evaluate_answers(engine, kb_name, dataset, _answers(tmp_path / "a.jsonl", kb, coffee="no idea")).run
     b = answers.evaluate_answers(engine, kb_name, dataset, _answers(tmp_path / "b.jsonl", kb)).run
-    comparison = answers.compare_answer_runs(engine, a.run_id, b.run_id)
+    comparison = compare_answer_runs(engine, a.run_id, b.run_id)
     assert comparison.common_cases == 4
     em = next(m for m in comparison.metrics if m.metric == "exact_match")
     assert (em.n, em.mean_a, em.mean_b) == (2, 0.0, 0.5)  # backup is not exact in either; the others undefined
     assert em.delta == 0.5 and 0 < em.p_value <= 1 and em.ci_low <= em.delta <= em.ci_high
     assert comparison.verdict_changes == {"retrieval_miss->citation_miss": 1}
-    assert comparison == answers.compare_answer_runs(engine, a.run_id, b.run_id), "fixed seed: repeatable"
+    assert comparison == compare_answer_runs(engine, a.run_id, b.run_id), "fixed seed: repeatable"
 
 
 def test_prune_keeps_the_newest_answer_runs_of_each_answerer(engine, kb, kb_name, tmp_path, capsys):

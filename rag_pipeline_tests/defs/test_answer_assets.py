@@ -17,7 +17,7 @@ from rag_pipeline.defs.instance import ANSWER_POOL, POOL, ensure_pool
 from rag_pipeline.defs.partitions import answer_partition_key, answer_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service.answers import evaluate_answers
-from rag_pipeline.service.database import dagster_database_url
+from rag_pipeline.storage.engine import dagster_database_url
 from rag_pipeline_tests.answers.rag_endpoint_server import RagEndpoint
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, write_dataset
 

@@ -15,6 +15,7 @@ from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, Temp
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
 from dagster._time import get_current_datetime
 
+from rag_pipeline.cli.runs_table import comparison_table
 from rag_pipeline.contracts.runs import RunSummary
 from rag_pipeline.definitions import defs
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
@@ -23,7 +24,6 @@ from rag_pipeline.defs.lineage import knowledge_base_versions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.sensors import reevaluate_stale_runs
 from rag_pipeline.evaluation import run_records
-from rag_pipeline.evaluation.reports import comparison_table
 from rag_pipeline.service import evaluations, knowledge_bases, lineage
 from rag_pipeline_tests.eval_helpers import TINY_DOCS, tiny_cases, write_dataset
 

@@ -29,11 +29,14 @@ from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.retrieval.strategies import get_strategy
-from rag_pipeline.service.database import TRANSIENT_ERRORS  # moved from service.errors (one error hierarchy)
 from rag_pipeline.service.datasets import register_dataset
 from rag_pipeline.service.queued_runs import queue_evaluations
 from rag_pipeline.storage import embedded_server
-from rag_pipeline.storage.engine import DatabaseError, get_engine
+from rag_pipeline.storage.engine import (
+    TRANSIENT_ERRORS,  # moved from service.errors (one error hierarchy)
+    DatabaseError,
+    get_engine,
+)
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, run_rows, table_counts, tiny_cases, write_dataset
 from rag_pipeline_tests.reliability_helpers import (
     admin,

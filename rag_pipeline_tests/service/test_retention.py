@@ -10,6 +10,7 @@ from rag_pipeline.cli import main
 from rag_pipeline.evaluation import run_records
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
+from rag_pipeline.evaluation.queries.retention import replace_comparison_runs
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service import retention
 from rag_pipeline.storage.evaluation_tables import CANDIDATE_PARTITION_PREFIX
@@ -36,7 +37,8 @@ def test_prune_keeps_current_running_and_compared_runs(engine, kb_name, tmp_path
                                   {"r": old[0]}).scalar_one()
     in_progress = run_records.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb_id, strategy=hybrid,
                                   params_hash=hybrid.params_hash())  # running, fresh heartbeat: never removed
-    retention.record_comparison(engine, f"{name}|{kb_name}", [old[1], only_keyword])
+    with engine.begin() as conn:
+        replace_comparison_runs(conn, f"{name}|{kb_name}", [old[1], only_keyword])
     rows_0 = run_rows(engine, old[0])
     assert rows_0[0] > 0 and _partition_exists(engine, old[0])
 

@@ -15,7 +15,7 @@ import pytest
 from playwright import sync_api as playwright_api
 
 from rag_pipeline.evaluation import run_records
-from rag_pipeline.service import catalog
+from rag_pipeline.service import stored_datasets
 from rag_pipeline.service.queued_runs import fail_queued, queue_evaluations
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases
 from rag_pipeline_tests.web.server_helpers import dagster_env, start_server
@@ -64,7 +64,7 @@ def stored(engine, tmp_path_factory):
     """Knowledge base ``live-status`` and its dataset ``live`` (stored, not evaluated)."""
     chunks = ingest_tiny_kb(engine, KB, tmp_path_factory.mktemp("live_kb"))
     raw = json.dumps({"name": DATASET, "cases": tiny_cases(chunks)}).encode()
-    return catalog.store_uploaded_dataset(engine, KB, raw, source=f"{DATASET}.json", default_name=DATASET)
+    return stored_datasets.store_uploaded_dataset(engine, KB, raw, source=f"{DATASET}.json", default_name=DATASET)
 
 
 def _badge(page, table: str, run_id: str) -> str:

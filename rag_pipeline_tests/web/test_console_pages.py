@@ -13,7 +13,7 @@ import requests
 from markupsafe import escape
 
 from rag_pipeline.contracts.runs import HistoryPoint
-from rag_pipeline.service import catalog, evaluations, history
+from rag_pipeline.service import evaluations, history, stored_datasets
 from rag_pipeline.web.admin.charts import history_svg, strategy_colours
 from rag_pipeline_tests.web.conftest import DEMO_DATASET
 
@@ -157,7 +157,7 @@ def test_upload_needs_the_csrf_token_and_shows_every_problem(live_server, demo_k
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", r, re.S) for r in rows]
     assert ["0", "a", "relevant_chunk_ids[0]"] in [c[:3] for c in cells]
     assert {("1", "b", "k"), ("1", "b", "question")} <= {tuple(c[:3]) for c in cells}
-    assert "console-bad" not in {d.name for d in catalog.list_datasets(engine, demo_kb)}  # a contracts model
+    assert "console-bad" not in {d.name for d in stored_datasets.list_datasets(engine, demo_kb)}  # a contracts model
 
 
 def test_history_chart_scales_to_the_values_and_links_each_run():

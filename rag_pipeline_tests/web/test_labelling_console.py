@@ -67,7 +67,7 @@ FIX_DOCS = {  # one chunk per document at chunk size 400, several at 120
 def test_fix_labels_after_a_rechunking_stores_a_new_version(live_server, engine, tmp_path):
     """Console "fix labels": after the knowledge base is re-chunked, the preview lists each replaced label with its
     re-mapped chunk and stores nothing; saving (CSRF) stores a new version whose labels all pass the check."""
-    from rag_pipeline.service import catalog, knowledge_bases
+    from rag_pipeline.service import knowledge_bases, stored_datasets
 
     kb, name = f"console-fix-{uuid.uuid4().hex[:6]}", "fixme"
     folder = tmp_path / "docs"
@@ -84,7 +84,7 @@ def test_fix_labels_after_a_rechunking_stores_a_new_version(live_server, engine,
     cases = [{"case_id": "atomic-001", "question": "Why one repository?", "k": 1, "relevant_chunk_ids": [atomic]},
              {"case_id": "restore-001", "question": "How often are restores tested?", "k": 1,
               "relevant_chunk_ids": [quarter]}]
-    catalog.store_uploaded_dataset(engine, kb, json.dumps({"cases": cases}), source="test", name=name)
+    stored_datasets.store_uploaded_dataset(engine, kb, json.dumps({"cases": cases}), source="test", name=name)
     knowledge_bases.ingest(engine, folder, kb, chunk_size=400, chunk_overlap=0, rechunk=True)
 
     page_url = f"{live_server}/admin/retrieval-evaluations/kb/{kb}/datasets/{name}"

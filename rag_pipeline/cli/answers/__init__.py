@@ -3,7 +3,3 @@
 :mod:`.commands` has ``evaluate``, ``runs``, ``show``, ``compare`` and the group's parser, :mod:`.tables` their
 text form, :mod:`.collect` the ``collect`` command.
 """
-
-from rag_pipeline.cli.answers.commands import register as register
-
-__all__ = ["register"]

@@ -22,13 +22,16 @@ from rag_pipeline.cli.answers.tables import comparison_text, report_text, runs_t
 from rag_pipeline.cli.errors import EXIT_CODES_HELP, ReportNotWrittenError, guarded
 from rag_pipeline.cli.evaluate import _check_writable as check_writable
 from rag_pipeline.cli.output import print_json
-from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES, VERDICTS, AnswerScoring, JudgeConfig
+from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES, VERDICTS, AnswerScoring
 from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.contracts.judge import JudgeConfig
 from rag_pipeline.service import answers as service
-from rag_pipeline.service.catalog import printable
-from rag_pipeline.service.database import get_engine
+from rag_pipeline.service.answer_comparison import compare_answer_runs
 from rag_pipeline.service.datasets import FileReadError, read_bounded
 from rag_pipeline.settings import get_settings
+from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.files import FileWriteError, write_atomic
+from rag_pipeline.storage.names import printable
 
 JUDGE_KEY_VARIABLE = "RAG_JUDGE_API_KEY"
 """The judge's bearer token, when it needs one, is read from this environment variable (never a flag)."""
@@ -102,8 +105,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                       judge_progress=_judge_progress(args.quiet) if judge else None)
     if output is not None:
         try:
-            service.write_report(output, report)
-        except service.FileWriteError as exc:
+            write_atomic(output, report.model_dump_json(indent=2) + "\n", parents=True)
+        except FileWriteError as exc:
             if report.run is None:  # --no-store: nothing was stored
                 raise
             print(report_text(report.model_copy(update={"cases": []})))
@@ -138,7 +141,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 @guarded()
 def cmd_compare(args: argparse.Namespace) -> int:
-    comparison = service.compare_answer_runs(get_engine(), args.run_a, args.run_b)
+    comparison = compare_answer_runs(get_engine(), args.run_a, args.run_b)
     if args.format == "json":
         print_json(comparison.model_dump(mode="json"))
     else:

@@ -1,5 +1,5 @@
 """The text form of the ``answers`` commands: a run's summary, its cases with their citations, run lists and
-comparisons, through the one table renderer (:func:`rag_pipeline.contracts.text_table.text_table`).
+comparisons, through the one table renderer (:func:`rag_pipeline.analysis.text_table.text_table`).
 
 Every mean is printed with its ``n_scored`` / ``n_skipped`` (an undefined metric is ``-``, never 0); the
 figures are those of docs/design.md §12.3–12.5.
@@ -7,6 +7,7 @@ figures are those of docs/design.md §12.3–12.5.
 
 from __future__ import annotations
 
+from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.contracts.answers import (
     ANSWER_METRIC_LABELS,
     ANSWER_METRIC_NAMES,
@@ -18,8 +19,7 @@ from rag_pipeline.contracts.answers import (
     AnswerRunList,
     AnswerSummary,
 )
-from rag_pipeline.contracts.text_table import text_table
-from rag_pipeline.service.catalog import printable
+from rag_pipeline.storage.names import printable
 
 
 def _num(value: float | None, digits: int = 3) -> str:

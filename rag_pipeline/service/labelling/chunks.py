@@ -4,7 +4,7 @@
   text literally (any script), then the knowledge base's keyword search (BM25 over its text mode: jieba for a
   ``chinese`` KB) and a vector search (its embedding model, USE by default: multilingual) fused by reciprocal
   rank — the retrieval legs of :mod:`rag_pipeline.retrieval.search`, nothing re-implemented. Pooled judging is in
-:mod:`.drafts` (draft files: :mod:`.draft_files`), the label fixes after a re-chunking in :mod:`.fixes`.
+:mod:`.drafts`, the label fixes after a re-chunking in :mod:`.fixes`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import sqlalchemy as sa
 from rag_pipeline.contracts.catalog import ChunkList, FoundChunk
 from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
-from rag_pipeline.knowledge_base.chunk_lookup import snippet as snippet
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.search import hybrid_search_batch
@@ -68,12 +67,12 @@ def find_chunks(engine: sa.Engine, knowledge_base: str, *, search: str | None = 
     order = [r.chunk_id for r in sorted(phrase, key=lambda r: (r.chunk_id not in fused,
                                                                fused[r.chunk_id].rank if r.chunk_id in fused else 0))]
     order += [cid for cid in fused if cid not in literal]
-    rows = {**details, **{r.chunk_id: r for r in phrase}}
+    by_id = {**details, **{r.chunk_id: r for r in phrase}}
     found = []
     for rank, cid in enumerate(order[:limit], start=1):
         c = fused.get(cid)
         matched = (("phrase",) if cid in literal else ()) + (
             (("keyword",) if c.keyword_rank else ()) + (("vector",) if c.vector_rank else ()) if c else ())
-        found.append(_found(rank, rows[cid], search, matched, c.final_score if c else None))
+        found.append(_found(rank, by_id[cid], search, matched, c.final_score if c else None))
     return ChunkList(knowledge_base=kb.name, knowledge_base_id=str(kb.id), search=search, document=doc_name,
                      total=len(order), chunks=found)

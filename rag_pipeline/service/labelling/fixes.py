@@ -35,8 +35,8 @@ from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.evaluation.queries.datasets import source_path
 from rag_pipeline.knowledge_base import chunk_lookup, span_remap
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
-from rag_pipeline.service import catalog
-from rag_pipeline.service.catalog import DatasetNotFoundError
+from rag_pipeline.service import stored_datasets
+from rag_pipeline.service.stored_datasets import DatasetNotFoundError
 from rag_pipeline.storage.files import write_atomic
 
 REMAPPED_STATUSES = ("chunk_replaced", "other_knowledge_base", "unknown_id")
@@ -111,8 +111,8 @@ def fix_stored_labels(engine: sa.Engine, dataset_id: str, knowledge_base: str, *
     fixes, text = _fix_dataset(engine, dataset, knowledge_base)
     if not save or not fixes.changes:
         return StoredLabelFixes(fixes=fixes)
-    saved = catalog.store_uploaded_dataset(engine, knowledge_base, text, source=f"fix-labels of {dataset.name}",
-                                           name=dataset.name)
+    saved = stored_datasets.store_uploaded_dataset(engine, knowledge_base, text,
+                                                   source=f"fix-labels of {dataset.name}", name=dataset.name)
     return StoredLabelFixes(fixes=fixes, saved=saved)
 
 
@@ -131,11 +131,11 @@ def _fix(row, remap: span_remap.SpanRemap | None, document: tuple | None) -> Lab
     if row.status in REMAPPED_STATUSES and remap is not None:
         new_id, reason = span_remap.decide(remap)
         candidates = [FixCandidate(**c.as_dict(), document_name=remap.document_name) for c in remap.candidates]
+        old_span = [remap.old.char_start, remap.old.char_end] if remap.old else None
         if new_id:
             overlap = next(c.overlap for c in remap.candidates if c.chunk_id == new_id)
             return LabelChange(**base, new_chunk_ids=[new_id], overlap={new_id: round(overlap, 4)}, reason=reason,
-                               document_name=remap.document_name, old_span=[remap.old.char_start, remap.old.char_end])
-        old_span = [remap.old.char_start, remap.old.char_end] if remap.old else None
+                               document_name=remap.document_name, old_span=old_span)
         return LabelChange(**base, new_chunk_ids=[], reason=reason, document_name=remap.document_name,
                            old_span=old_span, candidates=candidates)
     return LabelChange(**base, new_chunk_ids=[], reason=row.detail, candidates=[

@@ -13,10 +13,10 @@ from fastapi.responses import JSONResponse, RedirectResponse
 
 from rag_pipeline.contracts.errors import USER_ERRORS
 from rag_pipeline.contracts.runs import RunSummary
-from rag_pipeline.service import analysis, catalog, datasets, evaluations, history
+from rag_pipeline.retrieval.strategies import load_registry
+from rag_pipeline.service import analysis, datasets, evaluations, history, knowledge_bases
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
 from rag_pipeline.service.answers import list_answer_runs
-from rag_pipeline.service.catalog import load_registry
 from rag_pipeline.service.evaluations import METRIC_LABELS
 from rag_pipeline.web.admin.answer_data import answer_history
 from rag_pipeline.web.admin.charts import history_svg, strategy_colours
@@ -41,9 +41,9 @@ def dataset_url(kb: str, dataset: str) -> str:
 
 
 def strategy_choices(engine, kb: str) -> list[dict]:
-    """Every registry strategy, ``applicable`` by the one rule (:mod:`rag_pipeline.service.catalog`; else
+    """Every registry strategy, ``applicable`` by the one rule (:mod:`rag_pipeline.service.applicability`; else
     ``reason``): the applicable ones are pre-selected, the others shown disabled with their reason."""
-    info = catalog.describe_knowledge_base(engine, kb)
+    info = knowledge_bases.describe_knowledge_base(engine, kb)
     skipped = info.inapplicable_strategies
     return [{"version": v, "description": s.description, "applicable": v not in skipped, "reason": skipped.get(v)}
             for v, s in load_registry().items()]

@@ -17,10 +17,10 @@ from fastapi.responses import RedirectResponse
 
 from rag_pipeline.contracts.catalog import StoredVersion
 from rag_pipeline.contracts.errors import USER_ERRORS
-from rag_pipeline.service import catalog, history
+from rag_pipeline.service import history, knowledge_bases
 from rag_pipeline.service.labelling import drafts as label_drafts
 from rag_pipeline.service.labelling import fixes as label_fixes
-from rag_pipeline.service.labelling.draft_files import KEY_GRADES, DraftError, save_draft
+from rag_pipeline.service.labelling.drafts import KEY_GRADES, DraftError, save_draft
 from rag_pipeline.web.admin.datasets import dataset_url
 from rag_pipeline.web.admin.pages import BASE, error_page, render
 from rag_pipeline.web.dependencies import Engine
@@ -37,7 +37,7 @@ def labelling_url(kb: str, draft: str | None = None) -> str:
 
 def _start_page(request: Request, engine, kb: str, *, error: str | None = None, form: dict | None = None,
                 status_code: int = 200):
-    info = catalog.describe_knowledge_base(engine, kb)
+    info = knowledge_bases.describe_knowledge_base(engine, kb)
     return render(request, "labelling.html", {
         "kb": info.name, "drafts": label_drafts.console_drafts(info.name), "error": error,
         "strategies": info.applicable_strategies, "left_out": info.inapplicable_strategies, "form": form or {},

@@ -20,9 +20,9 @@ from fastapi import APIRouter, Depends, Query, Request, UploadFile
 from fastapi.responses import RedirectResponse
 
 from rag_pipeline.contracts.errors import USER_ERRORS
-from rag_pipeline.service import catalog, evaluations
-from rag_pipeline.service.catalog import printable
+from rag_pipeline.service import evaluations, knowledge_bases, stored_datasets
 from rag_pipeline.service.datasets import MAX_FILE_BYTES, DatasetError, DatasetProblem
+from rag_pipeline.storage.names import printable
 from rag_pipeline.web.admin.datasets import dataset_url
 from rag_pipeline.web.admin.pages import BASE, error_page, render
 from rag_pipeline.web.dependencies import DagsterLauncher, Engine
@@ -47,7 +47,7 @@ def _refused(kb: str, filename: str | None, problems: list[dict], more: int = 0)
 
 @router.get("/retrieval-evaluations", name="admin_home")
 def home(request: Request, engine: Engine, launcher: DagsterLauncher):
-    return render(request, "home.html", {"kbs": catalog.list_knowledge_bases(engine),
+    return render(request, "home.html", {"kbs": knowledge_bases.list_knowledge_bases(engine),
                                          "runs": evaluations.list_runs(engine, limit=RECENT_RUNS),
                                          "queue": launcher.queue_status()})
 
@@ -55,11 +55,11 @@ def home(request: Request, engine: Engine, launcher: DagsterLauncher):
 def _kb_page(request: Request, engine, kb: str, *, problems=None, upload_name: str | None = None,
              status_code: int = 200, more: int = 0):
     try:
-        info = catalog.describe_knowledge_base(engine, kb)
+        info = knowledge_bases.describe_knowledge_base(engine, kb)
     except USER_ERRORS as exc:
         return error_page(request, 404, str(exc))
     return render(request, "knowledge_base.html", {
-        "kb": info, "datasets": catalog.list_datasets(engine, info.name),
+        "kb": info, "datasets": stored_datasets.list_datasets(engine, info.name),
         "runs": evaluations.list_runs(engine, knowledge_base=info.name, limit=RECENT_RUNS),
         "problems": problems, "problems_more": more, "upload_name": upload_name,
         "max_mb": MAX_FILE_BYTES // (1024 * 1024),
@@ -90,8 +90,8 @@ async def upload(engine: Engine, kb: str, dataset: UploadFile | None = None):
     try:
         if len(raw) > MAX_FILE_BYTES:
             raise DatasetError(source, [DatasetProblem(f"the file is larger than {MAX_FILE_BYTES // 2**20} MB")])
-        stored = catalog.store_uploaded_dataset(engine, kb, raw, source=source,
-                                                default_name=PurePath(filename).stem)
+        stored = stored_datasets.store_uploaded_dataset(engine, kb, raw, source=source,
+                                                        default_name=PurePath(filename).stem)
     except DatasetError as exc:
         rows = [{"case_index": p.case_index, "case_id": p.case_id and printable(p.case_id),
                  "field": p.field and printable(p.field), "message": printable(p.message)} for p in exc.problems]

@@ -26,6 +26,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
+from rag_pipeline.answers.answers_file import AnswersFileError
+from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard, EndpointRefusedError, api_environ
 from rag_pipeline.contracts.answers import (
     ANSWER_METRIC_NAMES,
     AnswerCollectionResponse,
@@ -36,18 +38,11 @@ from rag_pipeline.contracts.answers import (
     EndpointConfig,
     Verdict,
 )
-from rag_pipeline.service import answers
-from rag_pipeline.service.answer_collection import (
-    EndpointGuard,
-    EndpointRefusedError,
-    api_collection_file,
-    api_environ,
-    collect_answers,
-)
-from rag_pipeline.service.answers import AnswersFileError
-from rag_pipeline.service.catalog import DATASET, KNOWLEDGE_BASE, printable
-from rag_pipeline.service.database import TRANSIENT_ERRORS
+from rag_pipeline.service import answer_comparison, answers
+from rag_pipeline.service.answer_collection import api_collection_file, collect_answers
 from rag_pipeline.settings import get_settings
+from rag_pipeline.storage.engine import TRANSIENT_ERRORS
+from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, printable
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import Engine, Paging
 from rag_pipeline.web.problems import PROBLEM_JSON, HTTPProblem, Problem, ProblemItem, check_content_length
@@ -178,7 +173,7 @@ def compare_answer_runs(engine: Engine,
                                                 description="Run B, compared with A.")]):
     """Run B against run A over their common cases: per metric the paired means, delta, permutation p-value and
     bootstrap interval; the verdict changes (the shape of `rag-pipeline answers compare --format json`)."""
-    return answers.compare_answer_runs(engine, a, b)
+    return answer_comparison.compare_answer_runs(engine, a, b)
 
 
 @router.get("/answer-runs/{run_id}", response_model=AnswerReport, summary="An answer run with its cases")

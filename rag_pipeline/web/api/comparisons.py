@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query
 from rag_pipeline.contracts.comparison import StrategyComparison
 from rag_pipeline.service import analysis
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
-from rag_pipeline.service.catalog import DATASET, check_name
+from rag_pipeline.storage.names import DATASET, check_name
 from rag_pipeline.web.dependencies import Engine
 from rag_pipeline.web.request_rules import DATASET_RULE, NAME_RULE, STRATEGY_RULE, VERSION_RULE
 

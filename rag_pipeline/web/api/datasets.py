@@ -17,9 +17,9 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 
 from rag_pipeline.contracts.catalog import DatasetList, UploadResult
-from rag_pipeline.service import catalog
-from rag_pipeline.service.catalog import printable
+from rag_pipeline.service import knowledge_bases, stored_datasets
 from rag_pipeline.service.datasets import MAX_FILE_BYTES
+from rag_pipeline.storage.names import printable
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import Engine
 from rag_pipeline.web.problems import HTTPProblem, check_content_length
@@ -87,7 +87,8 @@ async def upload_dataset(request: Request, engine: Engine, id: str = KnowledgeBa
     else:
         raise HTTPProblem(415, f"send the dataset as multipart/form-data (a `file` part) or application/json, "
                                f"not {printable(content_type[:100])}", title="Unsupported media type")
-    stored = catalog.store_uploaded_dataset(engine, id, raw, source=source, name=given or None, default_name=stem)
+    stored = stored_datasets.store_uploaded_dataset(engine, id, raw, source=source, name=given or None,
+                                                    default_name=stem)
     return JSONResponse(stored.model_dump(), status_code=201 if stored.created else 200)
 
 
@@ -95,6 +96,6 @@ async def upload_dataset(request: Request, engine: Engine, id: str = KnowledgeBa
 def list_datasets(engine: Engine, id: str = KnowledgeBaseId):  # noqa: A002
     """The datasets stored for this knowledge base (uploaded, or evaluated from files), by name, each with its
     latest version, how many versions and runs it has."""
-    datasets = catalog.list_datasets(engine, id)
-    kb = datasets[0].knowledge_base if datasets else catalog.describe_knowledge_base(engine, id).name
+    datasets = stored_datasets.list_datasets(engine, id)
+    kb = datasets[0].knowledge_base if datasets else knowledge_bases.describe_knowledge_base(engine, id).name
     return DatasetList(knowledge_base=kb, datasets=datasets)

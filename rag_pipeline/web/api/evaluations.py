@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rag_pipeline.contracts.reports import CandidateMode, CasePage, EvaluationDetail
 from rag_pipeline.contracts.runs import EvaluateResponse, LaunchedRun, RunItem, RunLinks, RunPage, RunStatus
-from rag_pipeline.service import catalog, evaluations
-from rag_pipeline.service.catalog import DATASET, STRATEGY_VERSION, check_name
+from rag_pipeline.service import applicability, evaluations, stored_datasets
+from rag_pipeline.storage.names import DATASET, STRATEGY_VERSION, check_name
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import DagsterLauncher, Engine, Paging
 from rag_pipeline.web.launcher import LaunchError
@@ -92,14 +92,15 @@ def evaluate(body: EvaluateRequest, engine: Engine, launcher: DagsterLauncher, r
     if (body.dataset is None) == (body.cases is None):
         raise HTTPProblem(422, "give either `dataset` (the name of a stored dataset) or `cases` (inline cases "
                                "with a `name`), not both or neither")
-    catalog.choose_strategies(engine, kb, body.strategy_versions)  # unknown/inapplicable: 422 before storing
+    applicability.choose_strategies(engine, kb, body.strategy_versions)  # unknown/inapplicable: 422 before storing
     if body.cases is not None:
         if not body.name:
             raise HTTPProblem(422, "inline `cases` need a dataset `name`")
         check_name(DATASET, body.name)
-        dataset = catalog.store_inline_cases(engine, kb, raw_body, body.name)  # read again strictly, like a file
+        # read again strictly, like a file
+        dataset = stored_datasets.store_inline_cases(engine, kb, raw_body, body.name)
     else:
-        dataset = catalog.find_dataset(engine, kb, body.dataset, body.dataset_version)
+        dataset = stored_datasets.find_dataset(engine, kb, body.dataset, body.dataset_version)
     try:
         queued = launcher.launch_evaluations(engine, kb, dataset.dataset_id, body.strategy_versions,
                                              strict=body.strict)

@@ -9,8 +9,9 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from rag_pipeline.service.catalog import ping
-from rag_pipeline.service.database import get_engine, mask_secrets
+from rag_pipeline.evaluation.queries.knowledge_base import ping
+from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.urls import mask_secrets
 from rag_pipeline.web.dependencies import DagsterLauncher
 from rag_pipeline.web.problems import database_failure
 
@@ -36,7 +37,8 @@ class Health(BaseModel):
 def healthz(launcher: DagsterLauncher):
     """Always answers (no token needed, no data disclosed): 200 when the database answers, else 503."""
     try:
-        ping(get_engine())
+        with get_engine().connect() as conn:
+            ping(conn)
         database = "ok"
     except (sa.exc.SQLAlchemyError, ValueError, OSError) as exc:
         log.warning("healthz: the database does not answer: %s", mask_secrets(str(exc)[:2000]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Path
 
 from rag_pipeline.contracts.catalog import KnowledgeBaseInfo, KnowledgeBaseList
-from rag_pipeline.service import catalog
+from rag_pipeline.service import knowledge_bases
 from rag_pipeline.web.dependencies import Engine
 from rag_pipeline.web.request_rules import NAME_RULE
 
@@ -18,10 +18,10 @@ def list_knowledge_bases(engine: Engine):
     """Every knowledge base by name: documents (all and searchable), current and replaced chunks, embeddings per
     model, keyword text mode, the strategies it can run (the default of an evaluation) and its datasets and
     runs counts."""
-    return KnowledgeBaseList(knowledge_bases=catalog.list_knowledge_bases(engine))
+    return KnowledgeBaseList(knowledge_bases=knowledge_bases.list_knowledge_bases(engine))
 
 
 @router.get("/knowledge-bases/{id}", response_model=KnowledgeBaseInfo, summary="One knowledge base")
 def get_knowledge_base(engine: Engine, id: str = KnowledgeBaseId):  # noqa: A002 - the API's path parameter
     """One knowledge base, as the list shows it; 404 for an unknown name or id."""
-    return catalog.describe_knowledge_base(engine, id)
+    return knowledge_bases.describe_knowledge_base(engine, id)

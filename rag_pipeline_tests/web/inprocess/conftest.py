@@ -22,7 +22,7 @@ import pytest
 from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 
-from rag_pipeline.service import catalog, evaluations
+from rag_pipeline.service import evaluations, stored_datasets
 from rag_pipeline.web.app import create_app
 from rag_pipeline.web.launcher import DAEMON_TYPE, Launcher
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases
@@ -161,6 +161,6 @@ def evaluated(engine, tmp_path_factory) -> dict:
                     encoding="utf-8")
     outcomes = evaluations.evaluate(engine, evaluations.plan_evaluation(path, STRATEGIES, knowledge_base=kb))
     summaries = evaluations.run_summaries(engine, [str(o.run_id) for o in outcomes])
-    dataset = catalog.find_dataset(engine, kb, DATASET, None)
+    dataset = stored_datasets.find_dataset(engine, kb, DATASET, None)
     return {"kb": kb, "chunks": chunks, "cases": cases, "dataset_id": dataset.dataset_id,
             "runs": {s.strategy_version: s.model_dump() for s in summaries}}

@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.service import answers
+from rag_pipeline.service.answer_comparison import compare_answer_runs
 from rag_pipeline_tests.answers.rag_endpoint_server import RagEndpoint
 from rag_pipeline_tests.eval_helpers import write_dataset
 from rag_pipeline_tests.web.inprocess.conftest import covers
@@ -112,7 +113,7 @@ def test_compare_is_the_services_comparison(client, engine, stored):
     other = answers.evaluate_answers(engine, stored["kb"], NAME, stored["path"], answerer="second").run.run_id
     resp = client.get(f"{API}/answer-runs/compare", params={"a": stored["run_a"], "b": other})
     assert resp.status_code == 200
-    assert resp.json() == answers.compare_answer_runs(engine, stored["run_a"], other).model_dump(mode="json")
+    assert resp.json() == compare_answer_runs(engine, stored["run_a"], other).model_dump(mode="json")
     assert resp.json()["common_cases"] == 3
     assert client.get(f"{API}/answer-runs/compare", params={"a": stored["run_a"], "b": "ffff"}).status_code == 404
 

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation import run_records
-from rag_pipeline.service import catalog
+from rag_pipeline.service import stored_datasets
 from rag_pipeline.service.queued_runs import fail_queued, queue_evaluations
 from rag_pipeline.web.admin import pages
 from rag_pipeline_tests.web.inprocess.conftest import DATASET, covers
@@ -39,12 +39,12 @@ def test_the_stored_time_is_the_first_storing_not_the_last_evaluation(client, ev
     kb = evaluated["kb"]
     name = f"stored-{uuid.uuid4().hex[:6]}"
     raw = json.dumps({"name": name, "cases": evaluated["cases"]}).encode()
-    first = catalog.store_uploaded_dataset(engine, kb, raw, source=f"{name}.json", default_name=name)
+    first = stored_datasets.store_uploaded_dataset(engine, kb, raw, source=f"{name}.json", default_name=name)
     with engine.begin() as conn:  # stored two days ago
         conn.execute(sa.text("UPDATE retrieval_evaluation_datasets SET created_at = created_at - interval '2 days', "
                              "last_seen_at = last_seen_at - interval '2 days' WHERE id = :id"),
                      {"id": first.dataset_id})
-    again = catalog.store_uploaded_dataset(engine, kb, raw, source=f"{name}.json", default_name=name)
+    again = stored_datasets.store_uploaded_dataset(engine, kb, raw, source=f"{name}.json", default_name=name)
     assert (again.dataset_id, again.created) == (first.dataset_id, False)  # the same version, seen again now
     with engine.connect() as conn:
         created, seen = conn.execute(sa.text("SELECT created_at, last_seen_at FROM retrieval_evaluation_datasets "
@@ -72,7 +72,7 @@ def test_a_refused_upload_redirects_so_a_reload_never_posts_again(client, evalua
         problems = re.search(r'<div class="problems" role="alert" id="upload-problems">(.*?)</div>', html, re.S)
         assert "prg-bad.json was not stored: 1 problem" in problems.group(1)
         assert "relevant_chunk_ids[0]" in problems.group(1)
-    assert "prg-bad" not in {d.name for d in catalog.list_datasets(engine, kb)}
+    assert "prg-bad" not in {d.name for d in stored_datasets.list_datasets(engine, kb)}
     gone = _page(client, f"{BASE}/kb/{quote(kb)}?upload_failed=unknown-token")
     assert "no longer kept: upload the file again" in gone
     none = client.post(f"{BASE}/kb/{kb}/upload", data={"csrf_token": token}, follow_redirects=False)

@@ -17,7 +17,7 @@ from rag_pipeline.cli.main import main as cli
 from rag_pipeline.evaluation import run_records
 from rag_pipeline.retrieval.strategies import StrategyError, get_strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
-from rag_pipeline.service import catalog, evaluations
+from rag_pipeline.service import evaluations, stored_datasets
 from rag_pipeline.service.queued_runs import queue_evaluations
 from rag_pipeline.storage.snapshot_readers import TooManyReadersError
 
@@ -48,8 +48,8 @@ def test_a_failed_step_stores_its_reason_and_every_front_end_shows_it_whole(clie
     monkeypatch.delenv("RAG_DAGSTER_UI_URL", raising=False)
     name = f"fail-{uuid.uuid4().hex[:6]}"
     kb = evaluated["kb"]
-    stored = catalog.store_uploaded_dataset(engine, kb, json.dumps({"cases": evaluated["cases"]}), source="test",
-                                            name=name)
+    stored = stored_datasets.store_uploaded_dataset(engine, kb, json.dumps({"cases": evaluated["cases"]}),
+                                                    source="test", name=name)
     rerank_run = _queued_row(engine, kb, stored.dataset_id, RERANK)
     with pytest.raises(StrategyError):
         evaluations.evaluate_stored(engine, stored.dataset_id, RERANK, queued_run_id=rerank_run)

@@ -17,7 +17,7 @@ from rag_pipeline.cli.main import main
 from rag_pipeline.evaluation import run_records
 from rag_pipeline.evaluation.run_owner import host
 from rag_pipeline.retrieval.strategies import get_strategy
-from rag_pipeline.service import catalog, evaluations
+from rag_pipeline.service import evaluations, stored_datasets
 from rag_pipeline.service.queued_runs import queue_evaluations
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases, write_dataset
 
@@ -32,7 +32,7 @@ def stored(engine, tmp_path_factory) -> tuple[str, str, str]:
     chunks = ingest_tiny_kb(engine, kb, folder / "docs")
     path = write_dataset(folder / "ds.json", kb, tiny_cases(chunks), name=NAME)
     evaluations.evaluate(engine, evaluations.plan_evaluation(path, ("keyword-v1",), knowledge_base=kb))
-    dataset = catalog.find_dataset(engine, kb, NAME, None)
+    dataset = stored_datasets.find_dataset(engine, kb, NAME, None)
     with engine.connect() as conn:
         kb_id = conn.execute(sa.text("SELECT id FROM knowledge_bases WHERE name = :n"), {"n": kb}).scalar_one()
     return kb, dataset.dataset_id, kb_id

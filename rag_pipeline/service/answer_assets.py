@@ -30,7 +30,8 @@ from rag_pipeline.contracts.answers import (
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.service.answer_collection import collect_answers
-from rag_pipeline.service.answers import compare_answer_runs, evaluate_answers, list_answer_runs
+from rag_pipeline.service.answer_comparison import compare_answer_runs
+from rag_pipeline.service.answers import evaluate_answers, list_answer_runs
 from rag_pipeline.settings import datasets_dir, project_root
 from rag_pipeline.storage.files import atomic_output, open_regular
 from rag_pipeline.storage.names import DATASET, STRATEGY_VERSION, is_valid_name

@@ -1,4 +1,6 @@
-"""The one plain-text table renderer of the terminal output (``compare``, ``runs``, ``tune``, the demo summary)."""
+"""The one plain-text table renderer of the terminal output (``compare``, ``runs``, ``tune``, the demo summary).
+It sits below the front ends because both render through it: the CLI, and the Dagster demo summary by way of
+:mod:`rag_pipeline.analysis.comparison_report`."""
 
 from __future__ import annotations
 

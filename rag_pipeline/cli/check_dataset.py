@@ -1,0 +1,57 @@
+"""``rag-pipeline check-dataset``: why everything is 0.
+
+``check-dataset --dataset FILE [--knowledge-base NAME] [--format text|json]`` classifies every relevant id
+(:mod:`rag_pipeline.evaluation.label_check`); ``--format json`` prints a list of ``{"case_id", "chunk_id",
+"status", "detail"}``. A file whose only problems are non-UUID ids is still checked (status ``not_a_uuid``).
+Exit 0: every label is valid; 1: some labels are invalid; 2: user error (unreadable dataset, unknown KB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rag_pipeline.cli.errors import guarded
+from rag_pipeline.contracts.label_check import LabelReport
+from rag_pipeline.service import datasets
+from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.names import printable
+
+
+def format_report(report: LabelReport) -> str:
+    """Human-readable check-dataset output: the verdict, then every invalid label grouped by case."""
+    lines = [("OK: " if not report.invalid() else "PROBLEMS: ") + report.summary()]
+    for case_id, verdict in report.verdicts.items():
+        if verdict == "ok":
+            continue
+        note = "no valid label: this case can only score 0" if verdict == "all_invalid" else "some labels invalid"
+        lines.append(f"\ncase {printable(case_id)} ({note})")  # user strings: control characters escaped
+        for r in report.rows:
+            if r.case_id == case_id and not r.ok:
+                lines.append(f"  {printable(r.chunk_id)}  {r.status}\n      {printable(r.detail)}")
+    if report.invalid():
+        lines.append("\nlabels per status: " + ", ".join(f"{s}={n}" for s, n in report.counts().items()))
+    return "\n".join(lines)
+
+
+@guarded(ValueError)
+def cmd_check_dataset(args: argparse.Namespace) -> int:
+    checked = datasets.check_dataset(get_engine(), args.dataset, args.knowledge_base)
+    if checked.note:
+        print(f"note: {checked.note}", file=sys.stderr)
+    report = checked.report
+    if args.format == "json":
+        print(json.dumps([r.model_dump() for r in report.rows], ensure_ascii=False, indent=2))
+    else:
+        print(format_report(report))
+    return 1 if report.invalid() else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("check-dataset", help="check every relevant id of a dataset against a knowledge base "
+                                             "(why are all metrics 0?); exit 1 when some label is invalid")
+    p.add_argument("--dataset", required=True, help="dataset JSON file")
+    p.add_argument("--knowledge-base", help="knowledge base name or id (default: the one the file names)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_check_dataset)

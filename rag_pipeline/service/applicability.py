@@ -1,0 +1,101 @@
+"""Which strategies can run on a knowledge base: the one applicability rule (docs/design.md §3.2).
+
+A strategy runs on a knowledge base when every model it needs is there — the vector leg's embedding model, and
+the rerank stage's model (stored embeddings for the ``embedding`` method, a local directory for
+``cross-encoder``) — and its text mode is ``kb`` or the knowledge base's own. ``suggest``, ``evaluate``, the
+console's pre-selection, the API's applicable strategies and ``POST …/evaluate``, and the Dagster sensor's plan
+all ask :func:`strategy_applicability` (through :func:`applicabilities`, :func:`split_runnable`,
+:func:`require_runnable` or :func:`choose_strategies`), so none offers what another refuses. It is cheap (one
+query for the stored models, a ``stat`` for a cross-encoder directory): loading a model stays with the run's
+preflight."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from rag_pipeline.contracts.catalog import Applicability
+from rag_pipeline.knowledge_base import chunk_lookup
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
+from rag_pipeline.storage.names import show_name
+
+
+def strategy_applicability(conn: sa.Connection, kb, strategy: Strategy, models: set[str] | None = None,
+                           ) -> Applicability:
+    """Whether ``strategy`` can run on knowledge base ``kb`` (a row or a name/id), checking every leg and stage
+    and the text mode; ``models``: the KB's stored models when the caller already has them."""
+    if isinstance(kb, str):
+        kb = resolve_knowledge_base(conn, kb)
+    models = set(chunk_lookup.embedding_models(conn, kb.id)) if models is None else models
+    to_ingest: list[str] = []  # embedding models: fixed by ingesting with them
+    problems: list[str] = []
+    if strategy.vector_candidate_k and strategy.embedding_model not in models:
+        to_ingest.append(strategy.embedding_model)
+        problems.append(f"no {strategy.embedding_model!r} embeddings for the vector leg")
+    rerank = strategy.rerank
+    if rerank is not None and rerank.method == "embedding" and rerank.model not in models:
+        to_ingest += [] if rerank.model in to_ingest else [rerank.model]
+        problems.append(f"no {rerank.model!r} embeddings for the rerank stage")
+    missing = list(to_ingest)
+    if rerank is not None and rerank.method == "cross-encoder" and not Path(rerank.model).expanduser().is_dir():
+        missing.append(rerank.model)
+        problems.append(f"the rerank stage's cross-encoder directory {rerank.model} does not exist")
+    if strategy.text_search not in ("kb", kb.text_search):
+        problems.append(f"text mode {strategy.text_search!r} but the knowledge base was ingested with "
+                        f"{kb.text_search!r}")
+    if not problems:
+        return Applicability(strategy=strategy.version, runnable=True, reason=None, missing_models=[])
+    fix = f" (ingest with --models {' '.join(to_ingest)})" if to_ingest else ""
+    reason = f"strategy {strategy.version} cannot run on knowledge base {kb.name!r}: {'; '.join(problems)}{fix}"
+    return Applicability(strategy=strategy.version, runnable=False, reason=reason, missing_models=missing)
+
+
+def applicabilities(conn: sa.Connection, kb, registry: Mapping[str, Strategy] | None = None,
+                    ) -> dict[str, Applicability]:
+    """:func:`strategy_applicability` of every strategy of ``registry`` (default: the registry file), by version."""
+    if isinstance(kb, str):
+        kb = resolve_knowledge_base(conn, kb)
+    registry = registry if registry is not None else load_registry()
+    models = set(chunk_lookup.embedding_models(conn, kb.id))
+    return {v: strategy_applicability(conn, kb, s, models) for v, s in registry.items()}
+
+
+def split_runnable(conn: sa.Connection, kb, registry: Mapping[str, Strategy] | None = None,
+                   ) -> tuple[list[str], dict[str, str]]:
+    """(the versions that can run, ``{version: reason}`` for the others), in registry order."""
+    checked = applicabilities(conn, kb, registry)
+    return ([v for v, a in checked.items() if a.runnable],
+            {v: a.reason or "" for v, a in checked.items() if not a.runnable})
+
+
+def require_runnable(conn: sa.Connection, kb, strategies: Iterable[Strategy]) -> None:
+    """Raise :class:`StrategyError` naming every strategy of ``strategies`` that cannot run on ``kb`` and why."""
+    if isinstance(kb, str):
+        kb = resolve_knowledge_base(conn, kb)
+    models = set(chunk_lookup.embedding_models(conn, kb.id))
+    refused = [a.reason or "" for a in (strategy_applicability(conn, kb, s, models) for s in strategies)
+               if not a.runnable]
+    if refused:
+        raise StrategyError("; ".join(refused) + "; nothing was run")
+
+
+def choose_strategies(engine: sa.Engine, knowledge_base: str, versions: Sequence[str] | None) -> list[str]:
+    """The strategy versions to run on a knowledge base: ``versions`` (each must exist and be applicable), or
+    by default every applicable one. Raises :class:`StrategyError` naming each unknown or inapplicable one."""
+    registry = load_registry()
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, knowledge_base)
+        ok, skipped = split_runnable(conn, kb, registry)
+    if not versions:
+        if not ok:
+            raise StrategyError(f"no strategy can run on knowledge base {kb.name!r}: " + "; ".join(skipped.values()))
+        return ok
+    chosen = list(dict.fromkeys(versions))
+    problems = [f"unknown strategy version {show_name(v)}" for v in chosen if v not in registry]
+    problems += [skipped[v] for v in chosen if v in skipped]
+    if problems:
+        raise StrategyError("; ".join(problems) + f" (known: {', '.join(registry)}; applicable: {', '.join(ok)})")
+    return chosen

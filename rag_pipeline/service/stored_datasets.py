@@ -1,0 +1,123 @@
+"""The datasets stored for a knowledge base: listing them, finding a version, and storing an uploaded dataset
+(the HTTP front end's upload; the CLI stores files with :func:`rag_pipeline.service.datasets.register_dataset`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import sqlalchemy as sa
+
+from rag_pipeline.contracts.catalog import DatasetInfo, DatasetVersion, UploadResult
+from rag_pipeline.contracts.errors import NotFoundError
+from rag_pipeline.evaluation.dataset import (
+    MAX_FILE_BYTES,
+    DatasetError,
+    DatasetProblem,
+    parse_dataset,
+    validate_dataset,
+)
+from rag_pipeline.evaluation.dataset_json import JsonObject, JsonReadError, decode_json
+from rag_pipeline.evaluation.dataset_scan import ScanLimitError
+from rag_pipeline.evaluation.label_check import relevant_ids_missing
+from rag_pipeline.evaluation.persistence import store_dataset
+from rag_pipeline.evaluation.queries import datasets as dataset_queries
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.storage.names import show_name
+
+
+class DatasetNotFoundError(NotFoundError, LookupError):
+    """No stored dataset (version) of that name in the knowledge base; the message lists the known ones."""
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def list_datasets(engine: sa.Engine, knowledge_base: str) -> list[DatasetInfo]:
+    """The datasets stored for a knowledge base (name or id), by name: the latest version (id, hash, cases,
+    source), how many versions and runs, when it was last seen and last run."""
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, knowledge_base)
+        rows = dataset_queries.latest_versions(conn, kb.name)
+    return [DatasetInfo(name=r.name, knowledge_base=kb.name, dataset_id=str(r.id), version=r.content_hash,
+                        case_count=r.case_count, source_path=r.source_path, versions=r.versions, runs=r.runs,
+                        created_at=_iso(r.created_at), last_seen_at=_iso(r.last_seen_at),
+                        last_run_at=_iso(r.last_run_at)) for r in rows]
+
+
+def find_dataset(engine: sa.Engine, knowledge_base: str, name: str, version: str | None = None) -> DatasetVersion:
+    """A stored dataset version of a knowledge base: the latest of ``name``, or the one whose hash starts with
+    ``version``."""
+    prefix = (version or "").strip().lower()
+    if prefix and (len(prefix) < 4 or not all(c in "0123456789abcdef" for c in prefix)):
+        raise DatasetNotFoundError(f"dataset version {show_name(version)} is not a hash prefix of at least 4 hex "
+                                   "digits")
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, knowledge_base)
+        rows = dataset_queries.versions_with_prefix(conn, kb.name, name, prefix)
+        if not rows:
+            known = sorted({r.name for r in list_datasets(engine, kb.name)})
+            what = f"version {prefix} of dataset" if prefix else "dataset"
+            raise DatasetNotFoundError(f"no {what} {show_name(name)} in knowledge base {kb.name!r}; known: "
+                                       f"{', '.join(known) if known else '(none — upload one first)'}")
+    r = rows[0]
+    return DatasetVersion(dataset_id=str(r.id), name=r.name, version=r.content_hash, case_count=r.case_count,
+                          knowledge_base=kb.name)
+
+
+def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | str | dict, *, source: str,
+                           name: str | None = None, default_name: str | None = None) -> UploadResult:
+    """Validate dataset bytes exactly like a file (:func:`parse_dataset`: every problem at once, raised as
+    :class:`DatasetError`, nothing written) for knowledge base ``knowledge_base`` (name or id), then store its
+    version. The name: ``name``, else ``default_name`` (an uploaded file's stem, as a file is named by its
+    stem), else the content's ``name`` field; a ``name`` field that differs from the name is a validation error,
+    exactly as for a file."""
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, knowledge_base)
+    fallback = None if name else default_name or _field_name(raw)
+    unnamed = [] if name or fallback else [DatasetProblem(
+        "the dataset has no name: give a `name` field, or name the upload (`name` form field or `?name=`)",
+        field="name")]
+    try:
+        if isinstance(raw, dict):  # already read strictly
+            dataset = validate_dataset(raw, source=source, knowledge_base=kb.name, name=name, default_name=fallback)
+        else:
+            dataset = parse_dataset(raw, source=source, knowledge_base=kb.name, name=name, default_name=fallback)
+    except DatasetError as exc:
+        raise DatasetError(exc.source, [*unnamed, *exc.problems], more=exc.more) from None
+    if unnamed:
+        raise DatasetError(source, unnamed)
+    with engine.begin() as conn:
+        existed = dataset_queries.version_exists(conn, dataset.name, kb.name, dataset.content_hash)
+        dataset_id = store_dataset(conn, dataset, kb.name)
+        missing = relevant_ids_missing(conn, kb.id, dataset)
+    ks = [c.k for c in dataset.cases]
+    return UploadResult(dataset_id=str(dataset_id), name=dataset.name, version=dataset.content_hash,
+                        case_count=len(dataset.cases), knowledge_base=kb.name,
+                        relevant_ids=sum(len(c.relevant_chunk_ids) for c in dataset.cases),
+                        relevant_ids_not_in_kb=missing, k_min=min(ks), k_max=max(ks), created=not existed)
+
+
+def store_inline_cases(engine: sa.Engine, knowledge_base: str, body: bytes, name: str) -> UploadResult:
+    """Store the ``cases`` of a JSON request body as a version of dataset ``name``, read strictly like a file
+    (a repeated key is refused, not merged; the case limit is checked while streaming)."""
+    try:
+        data = decode_json(body, MAX_FILE_BYTES)
+    except JsonReadError as exc:
+        raise DatasetError("request body", [DatasetProblem(str(exc))]) from None
+    except ScanLimitError as exc:
+        raise DatasetError("request body", [DatasetProblem(str(exc), field="cases")]) from None
+    cases = data.get("cases") if isinstance(data, dict) else None
+    return store_uploaded_dataset(engine, knowledge_base, JsonObject(cases=cases), source="request body",
+                                  name=name)
+
+
+def _field_name(raw: bytes | str | dict) -> str | None:
+    """The ``name`` field of an object-form dataset, when it has a usable one (else the caller's default); read
+    through the bounded reader, so a hostile body is never decoded here."""
+    try:
+        data = raw if isinstance(raw, dict) else decode_json(raw, MAX_FILE_BYTES)
+    except (JsonReadError, ScanLimitError):
+        return None
+    value = data.get("name") if isinstance(data, dict) else None
+    return value if isinstance(value, str) and value else None
