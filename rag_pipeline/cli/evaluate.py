@@ -19,6 +19,7 @@ from pathlib import Path
 from rag_pipeline.cli import arguments, output, retention
 from rag_pipeline.cli.errors import ReportNotWrittenError, guarded
 from rag_pipeline.cli.output import case_progress
+from rag_pipeline.contracts.errors import RagError
 from rag_pipeline.service import evaluations as service
 from rag_pipeline.service.case_diagnosis import case_diagnosis
 from rag_pipeline.service.catalog import printable
@@ -53,10 +54,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                 progress=case_progress(args.quiet), on_labels=_print_label_headline)
     summaries = service.run_summaries(engine, [o.run_id for o in outcomes])
     for s in summaries:  # "All metrics are 0: ..." — the dominant reason first
-        if (s.counts or {}).get("first_line"):
-            print(f"{s.strategy_version}: {s.counts['first_line']}")
+        if s.counts and s.counts.first_line:
+            print(f"{s.strategy_version}: {s.counts.first_line}")
     print(comparison_table([s.model_dump() for s in summaries]))
-    not_written = []
+    not_written: list[tuple[str, RagError]] = []
     for outcome, path in zip(outcomes, paths, strict=True):
         if path is None:
             continue

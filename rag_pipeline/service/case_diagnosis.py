@@ -44,8 +44,8 @@ def case_diagnosis(engine: sa.Engine, run_id: str, case_id: str) -> CaseDiagnosi
         raise RunNotFoundError(f"run {run_uuid} has no case {case_id!r} (see `rag-pipeline show {run_uuid[:8]}`)")
     case, reasons = found
     result = CaseDiagnosis(run_id=run_uuid, case_id=str(case["case_id"]), question=str(case["question"]),
-                           k=int(case["k"]), reasons=[m.as_dict() for m in reasons],
-                           stored_reasons=list(case["miss_reasons"] or ()), knowledge_base_state=state)
+                           k=int(case["k"]), reasons=reasons, stored_reasons=case["miss_reasons"],
+                           knowledge_base_state=state)
     with _lock:
         _cache[key] = result
         while len(_cache) > CACHE_SIZE:

@@ -11,15 +11,16 @@ from rag_pipeline.analysis.comparison import StrategyRun
 from rag_pipeline.contracts.catalog import ChunkText, StoredVersion
 from rag_pipeline.contracts.comparison import RunPair
 from rag_pipeline.contracts.metrics import METRIC_NAMES
-from rag_pipeline.contracts.reports import CaseDetail, CaseReport, PairedCase, RelevantChunk, RunCases
+from rag_pipeline.contracts.reports import CaseDetail, PairedCase, RelevantChunk, RunCases
 from rag_pipeline.contracts.runs import HistoryPoint, RunSummary
 from rag_pipeline.evaluation import reports, run_records
 from rag_pipeline.evaluation.queries import cases as case_queries
 from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.evaluation.queries import run_history
+from rag_pipeline.evaluation.queries.runs import summary_of
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
-from rag_pipeline.service.evaluations import CaseNotFoundError, summary_of
+from rag_pipeline.service.evaluations import CaseNotFoundError
 from rag_pipeline.storage.ids import uuid_strings
 
 
@@ -57,21 +58,21 @@ def case_detail(engine: sa.Engine, run_id: str, case_id: str) -> CaseDetail:
     with engine.connect() as conn:
         row = run_records.get_run(conn, run_id)
         try:
-            case = CaseReport(**next(reports.iter_cases(conn, row.id, candidates="all", case_id=case_id)))
+            case = next(reports.iter_cases(conn, row.id, candidates="all", case_id=case_id))
         except CaseNotFoundError:
             raise CaseNotFoundError(f"run {str(row.id)[:8]} has no case {case_id!r}") from None
         neighbours = case_queries.neighbours(conn, row.id, case.case_index)
         in_pool = {c.chunk_id: c for c in case.candidates}
         docs = _chunk_rows(conn, [cid for cid in case.relevance_grades if cid not in in_pool])
         summary = summary_of(row)
-    reasons = {r.get("chunk_id"): r for r in case.miss_reasons or []}
+    reasons = {r.chunk_id: r for r in case.miss_reasons or []}
     relevant = []
     for chunk_id, grade in case.relevance_grades.items():
-        member, reason = in_pool.get(chunk_id), reasons.get(chunk_id, {})
+        member, reason = in_pool.get(chunk_id), reasons.get(chunk_id)
         document = member.document_name if member else getattr(docs.get(chunk_id), "document_name", None)
         relevant.append(RelevantChunk(chunk_id=chunk_id, grade=grade, document_name=document,
-                                      rank=member.rank if member else None, reason=reason.get("reason"),
-                                      detail=reason.get("detail"), gap=reason.get("gap"), miss=reason))
+                                      rank=member.rank if member else None, reason=reason and reason.reason,
+                                      detail=reason and reason.detail, gap=reason and reason.gap))
     return CaseDetail(summary=summary, case=case, candidates=case.candidates, relevant=relevant,
                       previous=neighbours.previous, next=neighbours.next)
 

@@ -245,5 +245,5 @@ def test_results_do_not_depend_on_the_number_of_readers(engine, tiny):
     assert one == three and len(one[1]) == len(dataset.cases)
     assert [c.case_id for c in one[1]] == [c.case_id for c in dataset.cases]
     assert outcomes[0].averages == pytest.approx(outcomes[1].averages, abs=1e-9)
-    assert [o.summary["readers"] for o in outcomes] == [1, 3]
-    assert outcomes[0].summary["miss_reasons"] == outcomes[1].summary["miss_reasons"]
+    assert [o.summary.readers for o in outcomes] == [1, 3]
+    assert outcomes[0].summary.miss_reasons == outcomes[1].summary.miss_reasons

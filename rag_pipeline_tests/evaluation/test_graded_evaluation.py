@@ -105,9 +105,9 @@ def test_graded_dataset_matches_trec_eval(engine, world, version):
     by_case = {r.case_id: r for r in rows}
     ranks = {p.chunk_id: p.rank for p in pools.get("coffee-zero-top", [])}
     assert by_case["coffee-zero-top"].first_relevant_rank == ranks.get(chunks["backup.md"])
-    labels = outcome.summary["label_integrity"]["counts"]
+    labels = outcome.summary.label_integrity.counts
     assert labels == {"ok": sum(len(c.relevant_chunk_ids) for c in dataset.cases)}, "grade-0 ids are not checked"
-    assert outcome.summary["relevant_total"] == sum(len(c.relevant_chunk_ids) for c in dataset.cases)
+    assert outcome.summary.relevant_total == sum(len(c.relevant_chunk_ids) for c in dataset.cases)
 
 
 def test_stored_version_and_report_keep_the_grades(engine, world):

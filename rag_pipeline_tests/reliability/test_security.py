@@ -22,7 +22,8 @@ from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation import persistence, run_records
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
-from rag_pipeline.evaluation.reports import build_report, case_overview
+from rag_pipeline.evaluation.queries.cases import overview as case_overview
+from rag_pipeline.evaluation.reports import build_report
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import get_strategy
@@ -188,7 +189,7 @@ def test_candidates_and_reports_hold_chunk_text_only_when_asked(engine, chunks, 
     assert stored and run_rows(engine, run_id)[0] > 0
     plain_text = plain.read_text(encoding="utf-8")
     assert json.loads(plain_text) == report
-    for blob in (stored, plain_text, json.dumps(overview, default=str)):
+    for blob in (stored, plain_text, json.dumps([c.model_dump() for c in overview], default=str)):
         assert not any(f in blob for f in fragments), "chunk text leaked into a snapshot/report/metadata"
     assert '"content"' not in plain_text
 

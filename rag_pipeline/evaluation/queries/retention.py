@@ -11,7 +11,7 @@ from rag_pipeline.evaluation.queries.runs import EFFECTIVE_STATUS
 
 
 def prunable_runs(conn: sa.Connection, *, keep: int, days: float | None, dataset: str | None,
-                  stale: int) -> list[sa.Row]:
+                  stale: int) -> Sequence[sa.Row]:
     """Runs beyond the ``keep`` newest of their dataset × knowledge base × strategy, neither current nor in
     progress nor queued (started ``days`` ago or earlier; ``dataset``: of that name), oldest first, with
     ``compared`` (a stored comparison refers to it) and ``bytes`` (its partition's and case results' size)."""

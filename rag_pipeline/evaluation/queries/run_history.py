@@ -3,12 +3,14 @@ runs a comparison or a tuning reads, the current runs, the runs made outside Dag
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
 
-def succeeded_runs(conn: sa.Connection, dataset: str, kb_id, limit: int) -> list[sa.RowMapping]:
+def succeeded_runs(conn: sa.Connection, dataset: str, kb_id, limit: int) -> Sequence[sa.RowMapping]:
     """Every succeeded run of a dataset name on a knowledge base, all versions, oldest first, with its averages."""
     return conn.execute(sa.text("""
 SELECT r.id::text AS run_id, r.strategy_version, d.content_hash, r.is_current, r.started_at, r.finished_at,
@@ -21,7 +23,7 @@ LIMIT :limit
 """), {"ds": dataset, "kb": kb_id, "limit": int(limit)}).mappings().all()
 
 
-def finished_outside_dagster(conn: sa.Connection, after: str, after_id: str, limit: int) -> list[sa.RowMapping]:
+def finished_outside_dagster(conn: sa.Connection, after: str, after_id: str, limit: int) -> Sequence[sa.RowMapping]:
     """Succeeded runs without a Dagster run id finished after (``after``, ``after_id``), oldest first."""
     return conn.execute(sa.text(f"""
 SELECT r.id::text AS run_id, d.name AS dataset, d.content_hash, kb.name AS knowledge_base, r.strategy_version,
@@ -37,7 +39,7 @@ LIMIT :limit
 """), {"after": after, "after_id": after_id, "limit": limit}).mappings().all()
 
 
-def current_runs(conn: sa.Connection) -> list[sa.Row]:
+def current_runs(conn: sa.Connection) -> Sequence[sa.Row]:
     """Every current succeeded run: dataset, knowledge base, strategy, the knowledge-base version it measured."""
     return conn.execute(sa.text("""
 SELECT d.name AS dataset, kb.name AS knowledge_base, r.strategy_version, r.knowledge_base_version, r.id::text AS run_id
@@ -78,12 +80,13 @@ GROUP BY r.strategy_version ORDER BY r.strategy_version
 """
 
 
-def latest_per_strategy(conn: sa.Connection, dataset_id: str, knowledge_base: str) -> list[sa.Row]:
+def latest_per_strategy(conn: sa.Connection, dataset_id: str, knowledge_base: str) -> Sequence[sa.Row]:
     """Per strategy, the latest-started succeeded run on one dataset version: ``run_id``, strategy, finish."""
     return conn.execute(sa.text(_LATEST_PER_STRATEGY_SQL), {"dataset_id": dataset_id, "kb": knowledge_base}).all()
 
 
-def current_on_other_versions(conn: sa.Connection, dataset: str, knowledge_base: str, dataset_id: str) -> list[sa.Row]:
+def current_on_other_versions(conn: sa.Connection, dataset: str, knowledge_base: str,
+                              dataset_id: str) -> Sequence[sa.Row]:
     """``strategy_version``, ``content_hash`` of the current succeeded runs on other versions of the dataset."""
     return conn.execute(sa.text(_OTHER_VERSIONS_SQL), {"ds": dataset, "kb": knowledge_base,
                                                        "dataset_id": dataset_id}).all()
@@ -103,7 +106,7 @@ LIMIT 1
 """), {"sv": strategy_version, "dataset_id": dataset_id}).first()
 
 
-def strategies_with_runs(conn: sa.Connection, dataset_id: str) -> list[str]:
+def strategies_with_runs(conn: sa.Connection, dataset_id: str) -> Sequence[str]:
     """The strategies with a succeeded run on a dataset version, by name."""
     return conn.execute(sa.text(
         "SELECT DISTINCT r.strategy_version FROM retrieval_evaluation_runs r "

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.runs import DatasetRef, KnowledgeBaseRef, RunSummary
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
 EFFECTIVE_STATUS = (
@@ -86,14 +89,14 @@ def _owner(owner) -> dict:
             "os": owner.started_at if owner else None}
 
 
-def running_runs(conn: sa.Connection, limit: int = 1000) -> list[sa.Row]:
+def running_runs(conn: sa.Connection, limit: int = 1000) -> Sequence[sa.Row]:
     """``id, dagster_run_id, owner_host, owner_pid, owner_started_at`` of the ``running`` rows, oldest first."""
     return conn.execute(sa.text(
         "SELECT id, dagster_run_id, owner_host, owner_pid, owner_started_at FROM retrieval_evaluation_runs "
         "WHERE status = 'running' ORDER BY started_at LIMIT :n"), {"n": limit}).all()
 
 
-def queued_runs_with_owner(conn: sa.Connection, limit: int = 1000) -> list[sa.Row]:
+def queued_runs_with_owner(conn: sa.Connection, limit: int = 1000) -> Sequence[sa.Row]:
     """``id, dagster_run_id, owner_host, owner_pid, owner_started_at`` of the ``queued`` rows that name the process
     that queued them, oldest first."""
     return conn.execute(sa.text(
@@ -136,7 +139,7 @@ def latest_attempt(conn: sa.Connection, run_id, dagster_run_id: str) -> sa.Row |
         {"id": run_id, "dr": dagster_run_id}).first()
 
 
-def running_attempts(conn: sa.Connection, dagster_run_id: str, partition_key: str) -> list[sa.Row]:
+def running_attempts(conn: sa.Connection, dagster_run_id: str, partition_key: str) -> Sequence[sa.Row]:
     """``id`` of the ``running`` rows of Dagster run ``dagster_run_id`` for partition ``partition_key``, locked
     until the transaction ends."""
     return conn.execute(sa.text(
@@ -188,13 +191,30 @@ def sweep_abandoned(conn: sa.Connection, *, stale: int) -> int:
     ), {"stale": stale}).rowcount
 
 
-def runs_in_id_range(conn: sa.Connection, lo: str, hi: str, limit: int) -> list[sa.Row]:
+def runs_in_id_range(conn: sa.Connection, lo: str, hi: str, limit: int) -> Sequence[sa.Row]:
     """Runs whose id lies in [``lo``, ``hi``] (32 hex digits each), newest first: id, strategy, dataset, start."""
     return conn.execute(sa.text(
         "SELECT r.id, r.strategy_version, d.name AS dataset_name, r.started_at "
         "FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id "
         "WHERE r.id BETWEEN CAST(:lo AS uuid) AND CAST(:hi AS uuid) ORDER BY r.started_at DESC, r.id LIMIT :n"
     ), {"lo": lo, "hi": hi, "n": limit}).all()
+
+
+def summary_of(row: sa.Row) -> RunSummary:
+    """The :class:`RunSummary` of a :data:`RUN_COLUMNS` row (:func:`run_row`, :func:`list_runs`)."""
+    return RunSummary(
+        run_id=str(row.id), status=row.status, is_current=row.is_current, strategy_version=row.strategy_version,
+        params_hash=row.params_hash, strategy_params=row.strategy_params, embedding_model=row.embedding_model,
+        dataset=DatasetRef(id=str(row.dataset_id), name=row.dataset_name, version=row.dataset_version,
+                           source_path=row.source_path, case_count=row.dataset_case_count),
+        knowledge_base=KnowledgeBaseRef(id=str(row.knowledge_base_id), name=row.knowledge_base_name,
+                                        version=row.knowledge_base_version),
+        **{m: getattr(row, m) for m in METRIC_NAMES},
+        case_count=row.case_count, candidate_count=row.candidate_count, counts=row.summary, timings=row.timings,
+        question_embeddings=(row.summary or {}).get("question_embeddings"), partition_key=row.partition_key,
+        dagster_run_id=row.dagster_run_id, worker=row.worker, error=row.error,
+        started_at=row.started_at.isoformat(), finished_at=row.finished_at.isoformat() if row.finished_at else None,
+        queued_at=row.queued_at.isoformat() if row.queued_at else None, cases_done=row.cases_done)
 
 
 def run_row(conn: sa.Connection, run_id: uuid.UUID, *, stale: int) -> sa.Row | None:
@@ -205,7 +225,7 @@ def run_row(conn: sa.Connection, run_id: uuid.UUID, *, stale: int) -> sa.Row | N
 
 def _run_filter(*, stale: int, knowledge_base_id=None, dataset: str | None = None, strategy: str | None = None,
                 current_only: bool = False, status: str | None = None, run_ids=None) -> tuple[str, dict]:
-    where, params = ["true"], {"stale": stale}
+    where, params = ["true"], dict[str, Any](stale=stale)
     if status:
         where.append(f"({EFFECTIVE_STATUS}) = :status")
         params["status"] = status
@@ -226,7 +246,7 @@ def _run_filter(*, stale: int, knowledge_base_id=None, dataset: str | None = Non
     return " AND ".join(where), params
 
 
-def list_runs(conn: sa.Connection, *, limit: int, offset: int, **filters) -> list[sa.Row]:
+def list_runs(conn: sa.Connection, *, limit: int, offset: int, **filters) -> Sequence[sa.Row]:
     """:data:`RUN_COLUMNS` of the runs :func:`_run_filter` selects, latest submitted first."""
     where, params = _run_filter(**filters)
     return conn.execute(sa.text(
