@@ -415,12 +415,12 @@ VETTED_QUERY_MODULE_SPLICES = {
     ("evaluation/queries/cases.py", "report_page", "one_case"): "a constant fragment with a bind parameter",
     ("evaluation/queries/cases.py", "overview", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
     ("evaluation/queries/cases.py", "overview", "order"): "one of two literal ORDER BY lists",
-    ("evaluation/queries/candidates.py", "report_statement", 'text=", ch.content" if include_text else ""'):
+    ("evaluation/queries/candidates.py", "report_candidates", 'text=", ch.content" if include_text else ""'):
         "one of two literals",
-    ("evaluation/queries/candidates.py", "report_statement", 'join=" LEFT JOIN document_chunks ch ON ch.id = '
+    ("evaluation/queries/candidates.py", "report_candidates", 'join=" LEFT JOIN document_chunks ch ON ch.id = '
                                                              'c.chunk_id" if include_text else ""'):
         "one of two literals",
-    ("evaluation/queries/candidates.py", "report_statement", 'mode=_MODE_FILTERS.get(mode, "")'):
+    ("evaluation/queries/candidates.py", "report_candidates", 'mode=_MODE_FILTERS.get(mode, "")'):
         "one of the literal filters of _MODE_FILTERS",
     ("evaluation/queries/runs.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment",
     ("evaluation/queries/runs.py", "sweep_abandoned", "EFFECTIVE_STATUS"): "constant SQL fragment",
