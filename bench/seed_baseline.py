@@ -29,9 +29,10 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION
 from sqlalchemy.orm import Session
 
-from rag_pipeline.evaluation import persistence, run_records
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_retrieval
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs import results as persistence
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base

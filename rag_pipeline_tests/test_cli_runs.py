@@ -17,7 +17,7 @@ from rag_pipeline.analysis.comparison import StrategyRun, compare, regression_ga
 from rag_pipeline.analysis.comparison_report import render_text
 from rag_pipeline.cli import main
 from rag_pipeline.contracts.text_table import cell_width
-from rag_pipeline.evaluation.reports import comparison_table
+from rag_pipeline.evaluation.runs.reports import comparison_table
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import SourceDocument

@@ -18,8 +18,8 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.metrics import batch_metrics
-from rag_pipeline.evaluation.queries.candidates import leg_scores, pools_of_run
-from rag_pipeline.evaluation.queries.cases import labels_of_run
+from rag_pipeline.evaluation.runs.candidate_queries import leg_scores, pools_of_run
+from rag_pipeline.evaluation.runs.case_queries import labels_of_run
 from rag_pipeline.retrieval.fusion import fuse_batch, normalize_batch, order_batch, weighted_fusion_batch
 from rag_pipeline.retrieval.stages import first_stage_ranks
 

@@ -14,9 +14,9 @@ from collections import OrderedDict
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import CaseDiagnosis
-from rag_pipeline.evaluation import diagnosis_db
-from rag_pipeline.evaluation.queries.runs import knowledge_base_state
-from rag_pipeline.evaluation.run_records import RunNotFoundError, resolve_run_id
+from rag_pipeline.evaluation.diagnosis import diagnose as diagnosis_db
+from rag_pipeline.evaluation.runs.lifecycle import RunNotFoundError, resolve_run_id
+from rag_pipeline.evaluation.runs.queries import knowledge_base_state
 
 CACHE_SIZE = 256
 

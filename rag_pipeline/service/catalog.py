@@ -31,9 +31,9 @@ from rag_pipeline.evaluation.dataset import (
 from rag_pipeline.evaluation.dataset_json import JsonObject, JsonReadError, decode_json
 from rag_pipeline.evaluation.dataset_scan import ScanLimitError
 from rag_pipeline.evaluation.label_check import relevant_ids_missing
-from rag_pipeline.evaluation.persistence import store_dataset
 from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
+from rag_pipeline.evaluation.runs.results import store_dataset
 from rag_pipeline.knowledge_base import chunk_lookup, lifecycle
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.queries.documents import knowledge_base_names

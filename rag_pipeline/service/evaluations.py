@@ -16,19 +16,19 @@ from rag_pipeline.contracts.metrics import METRIC_LABELS as METRIC_LABELS
 from rag_pipeline.contracts.metrics import METRIC_NAMES as METRIC_NAMES
 from rag_pipeline.contracts.reports import REPORT_VERSION, RunDetail, RunTables
 from rag_pipeline.contracts.runs import RunSummary
-from rag_pipeline.evaluation import reports, run_records
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset
-from rag_pipeline.evaluation.diagnosis import checklist_item
+from rag_pipeline.evaluation.diagnosis.miss_reasons import checklist_item
 from rag_pipeline.evaluation.evaluate import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
-from rag_pipeline.evaluation.persistence import load_stored_dataset
-from rag_pipeline.evaluation.queries import cases as case_queries
-from rag_pipeline.evaluation.queries.runs import summary_of
-from rag_pipeline.evaluation.reports import CANDIDATE_MODES as CANDIDATE_MODES
-from rag_pipeline.evaluation.reports import REPORT_FORMATS as REPORT_FORMATS
-from rag_pipeline.evaluation.reports import CaseNotFoundError as CaseNotFoundError
-from rag_pipeline.evaluation.reports import comparison_table as comparison_table
-from rag_pipeline.evaluation.reports import utc_minute as utc_minute
+from rag_pipeline.evaluation.runs import case_queries, reports
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs.queries import summary_of
+from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES as CANDIDATE_MODES
+from rag_pipeline.evaluation.runs.reports import REPORT_FORMATS as REPORT_FORMATS
+from rag_pipeline.evaluation.runs.reports import CaseNotFoundError as CaseNotFoundError
+from rag_pipeline.evaluation.runs.reports import comparison_table as comparison_table
+from rag_pipeline.evaluation.runs.reports import utc_minute as utc_minute
+from rag_pipeline.evaluation.runs.results import load_stored_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
 from rag_pipeline.service.catalog import require_runnable
@@ -214,7 +214,7 @@ def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "defa
 def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: bool = False,
                  candidates: str = "default", case_id: str | None = None, fmt: str = "json") -> int:
     """Stream the report of a run (summary, cases, candidates of mode ``candidates``, one case with ``case_id``)
-    to ``fp`` as JSON or JSON Lines (``fmt``, :func:`rag_pipeline.evaluation.reports.write_report`); returns the
+    to ``fp`` as JSON or JSON Lines (``fmt``, :func:`rag_pipeline.evaluation.runs.reports.write_report`); returns the
     case count. ``run_id`` is a run id or a unique prefix of one (at least 4 hex digits, as the tables print it)."""
     with engine.connect() as conn:
         return reports.write_report(conn, run_records.resolve_run_id(conn, run_id), fp, include_text=include_text,

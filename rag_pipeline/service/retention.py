@@ -19,8 +19,8 @@ from rag_pipeline.answers.runs import queries as answer_queries
 from rag_pipeline.contracts.answers import PrunedAnswerRun
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.contracts.runs import PrunedRun, PruneResult
-from rag_pipeline.evaluation.queries import retention as queries
-from rag_pipeline.evaluation.run_records import stale_after_seconds
+from rag_pipeline.evaluation.runs import queries
+from rag_pipeline.evaluation.runs.lifecycle import stale_after_seconds
 
 LOCK_TIMEOUT_S = 10
 

@@ -10,10 +10,11 @@ import sqlalchemy as sa
 from rag_pipeline.analysis.comparison import ComparisonError, select_runs
 from rag_pipeline.analysis.tuning.stored_run import TuneError, find_pool_run
 from rag_pipeline.cli import main
-from rag_pipeline.evaluation import persistence, run_records
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs import results as persistence
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.service import analysis

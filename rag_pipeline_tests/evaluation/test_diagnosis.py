@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation import diagnosis_db
-from rag_pipeline.evaluation.diagnosis import REASONS_JSON, classify_misses, first_line, summarize_counts
+from rag_pipeline.evaluation.diagnosis import diagnose as diagnosis_db
+from rag_pipeline.evaluation.diagnosis.miss_reasons import REASONS_JSON, classify_misses, first_line, summarize_counts
 from rag_pipeline.evaluation.label_check import check_labels
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder

@@ -11,11 +11,12 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import Report, json_schema
-from rag_pipeline.evaluation import persistence, run_records
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.evaluate import TIMING_KEYS, evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
-from rag_pipeline.evaluation.reports import build_report
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs import results as persistence
+from rag_pipeline.evaluation.runs.reports import build_report
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, run_rows, tiny_cases, write_dataset
 

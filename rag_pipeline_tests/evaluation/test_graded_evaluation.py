@@ -12,11 +12,11 @@ import pytrec_eval
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import Report, json_schema
-from rag_pipeline.evaluation import persistence
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import evaluate_many
-from rag_pipeline.evaluation.reports import build_report
+from rag_pipeline.evaluation.runs import results as persistence
+from rag_pipeline.evaluation.runs.reports import build_report
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases, write_dataset
 

@@ -3,7 +3,7 @@ rerank stage is ``below_cutoff_after_rerank``, with both ranks; a chunk the stag
 
 from __future__ import annotations
 
-from rag_pipeline.evaluation.diagnosis import classify_misses, first_line, summarize
+from rag_pipeline.evaluation.diagnosis.miss_reasons import classify_misses, first_line, summarize
 from rag_pipeline.retrieval.trace import Candidate
 
 

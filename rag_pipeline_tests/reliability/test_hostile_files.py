@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.cli.main import main
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset, parse_dataset
-from rag_pipeline.evaluation.reports import comparison_table
+from rag_pipeline.evaluation.runs.reports import comparison_table
 from rag_pipeline.knowledge_base.sources import SourceError, read_folder
 from rag_pipeline.retrieval.strategies import (
     PACKAGED_STRATEGIES_FILE,

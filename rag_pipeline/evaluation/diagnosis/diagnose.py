@@ -18,12 +18,12 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import LabelIntegrity, MissReasonCounts, RunCounts
-from rag_pipeline.evaluation import diagnosis, label_check
-from rag_pipeline.evaluation.queries import candidates as candidate_queries
-from rag_pipeline.evaluation.queries import cases as case_queries
-from rag_pipeline.evaluation.queries import diagnosis as queries
-from rag_pipeline.evaluation.queries import runs as run_queries
+from rag_pipeline.evaluation import label_check
+from rag_pipeline.evaluation.diagnosis import miss_reasons as diagnosis
+from rag_pipeline.evaluation.diagnosis import queries
 from rag_pipeline.evaluation.queries.knowledge_base import knowledge_base_row
+from rag_pipeline.evaluation.runs import candidate_queries, case_queries
+from rag_pipeline.evaluation.runs import queries as run_queries
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.retrieval.bm25_sql import bm25_params

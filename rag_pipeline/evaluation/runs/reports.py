@@ -35,10 +35,9 @@ from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_LABELS
 from rag_pipeline.contracts.reports import CANDIDATE_MODES, REPORT_VERSION, CaseReport
 from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.evaluation.pools import first_stage_ranks_of_cases
-from rag_pipeline.evaluation.queries import candidates as candidate_queries
-from rag_pipeline.evaluation.queries import cases as case_queries
-from rag_pipeline.evaluation.queries import runs as run_queries
-from rag_pipeline.evaluation.run_records import RunNotFoundError, get_run, resolve_run_id
+from rag_pipeline.evaluation.runs import candidate_queries, case_queries
+from rag_pipeline.evaluation.runs import queries as run_queries
+from rag_pipeline.evaluation.runs.lifecycle import RunNotFoundError, get_run, resolve_run_id
 from rag_pipeline.retrieval.stages import stored_strategy
 from rag_pipeline.storage.names import printable
 
