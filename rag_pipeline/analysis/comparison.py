@@ -183,9 +183,9 @@ def select_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = 
         runs[row["run_id"]].per_case[row["case_id"]] = {m: float(row[m]) for m in METRIC_NAMES}
     selection.runs = sorted(runs.values(), key=lambda r: r.version)
     have = {r.version for r in selection.runs}
-    for row in run_history.current_on_other_versions(conn, dataset, version.knowledge_base_name, version.dataset_id):
-        if row.strategy_version not in have:
-            selection.stale[row.strategy_version] = f"stale: no run on version {version.content_hash[:12]}"
+    for other in run_history.current_on_other_versions(conn, dataset, version.knowledge_base_name, version.dataset_id):
+        if other.strategy_version not in have:
+            selection.stale[other.strategy_version] = f"stale: no run on version {version.content_hash[:12]}"
     if not selection.runs:
         raise ComparisonError(f"no succeeded run on version {version.content_hash[:12]} of dataset {dataset!r}"
                               f"{_scope(knowledge_base, dataset_version)}; evaluate it first (rag-pipeline "

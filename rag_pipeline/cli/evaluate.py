@@ -150,12 +150,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _write_shown(engine, run_id: str, fp, args: argparse.Namespace) -> None:
-    """The report of ``show`` in ``--format``: ``text`` is laid out from the JSON Lines report."""
+    """The report of ``show`` in ``--format`` (``text``: :func:`output.report_text`)."""
     if args.format != "text":
         service.write_report(engine, run_id, fp, **_report_options(args))
         return
-    options = {**_report_options(args), "fmt": "jsonl"}
-    output.write_text_report(lambda buffer: service.write_report(engine, run_id, buffer, **options), fp)
+    fp.write(output.report_text(service.evaluation_detail(engine, run_id, candidates=args.candidates,
+                                                          case_id=args.case, include_text=args.include_text)))
 
 
 def _report_options(args: argparse.Namespace) -> dict:

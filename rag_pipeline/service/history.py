@@ -115,13 +115,14 @@ def compare_runs(engine: sa.Engine, run_a: str, run_b: str, *, n_resamples: int 
                      f"{sb.dataset.version[:12]}): labels may differ between them")
     labels = _labels(sa_, sb)
     # answerable cases only: an unanswerable one has no metric to pair (docs/design.md §12.1)
-    per_a = {c.case_id: c.metrics.model_dump() for c in a.cases if c.metrics is not None}
-    per_b = {c.case_id: c.metrics.model_dump() for c in b.cases if c.metrics is not None}
-    pair = [StrategyRun(labels[0], sa_.run_id, per_a), StrategyRun(labels[1], sb.run_id, per_b)]
+    per_a = {c.case_id: c.metrics for c in a.cases if c.metrics is not None}
+    per_b = {c.case_id: c.metrics for c in b.cases if c.metrics is not None}
+    pair = [StrategyRun(labels[0], sa_.run_id, {c: m.model_dump() for c, m in per_a.items()}),
+            StrategyRun(labels[1], sb.run_id, {c: m.model_dump() for c, m in per_b.items()})]
     comp = comparison.compare(pair, labels[0], dataset=sa_.dataset.name, metrics=PAIRED_METRICS,
                               n_resamples=n_resamples, primary=primary)
     questions = {c.case_id: c.question for c in b.cases} | {c.case_id: c.question for c in a.cases}
     rows = [PairedCase(case_id=c, question=questions[c], a=per_a[c], b=per_b[c],
-                       delta=per_b[c][primary] - per_a[c][primary]) for c in per_a if c in per_b]
+                       delta=getattr(per_b[c], primary) - getattr(per_a[c], primary)) for c in per_a if c in per_b]
     rows.sort(key=lambda r: (-abs(round(r.delta, 12)), r.case_id))
     return RunPair(a=sa_, b=sb, labels=labels, comparison=comp, cases=rows, notes=notes + comp.notes)

@@ -267,7 +267,7 @@ def fail_running(engine: sa.Engine, run_id, error: str) -> bool:
         return queries.fail_running(conn, run_id, mask_secrets(error)[:10_000])
 
 
-def sweep_gone(engine: sa.Engine, rows: list[sa.Row] | None = None) -> int:
+def sweep_gone(engine: sa.Engine, rows: Sequence[sa.Row] | None = None) -> int:
     """Mark failed every ``running`` run (of ``rows``, default: all) whose process on this host is gone
     (:mod:`run_owner`), with that reason; returns how many."""
     ended = 0
