@@ -249,7 +249,7 @@ def run_pipeline(engine: sa.Engine, dataset: Dataset, strategy, *, without_diagn
     return {"run_id": outcome.run_id, "wall_s": wall, "case_count": outcome.case_count,
             "candidate_count": outcome.candidate_count, "timings": dict(outcome.timings),
             "fusion_s": timers.seconds["fusion"], "phases": timers.seconds, "calls": timers.calls,
-            "averages": outcome.averages, "peak_rss_mb": peak_rss_mb(), "summary": outcome.summary}
+            "averages": outcome.averages, "peak_rss_mb": peak_rss_mb(), "summary": outcome.summary.model_dump()}
 
 
 def run_pipeline_child(dataset_path: Path, strategy_version: str, without_diagnosis: bool,
