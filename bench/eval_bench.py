@@ -147,7 +147,7 @@ class PhaseTimers:
         self._targets = [("fusion", retrieval, "fuse_pool"), ("embed_calls", embedding.Embedder, "embed"),
                          ("keyword_leg", retrieval, "_keyword_leg")]
         try:
-            from rag_pipeline.evaluation import diagnosis_db
+            from rag_pipeline.evaluation.diagnosis import diagnose as diagnosis_db
 
             self._targets += [("diagnose_batch", diagnosis_db, "diagnose_batch"),
                               ("diagnosis_scores", diagnosis_db, "score_chunks")]
@@ -234,7 +234,7 @@ def run_pipeline(engine: sa.Engine, dataset: Dataset, strategy, *, without_diagn
 
     patch = None
     if without_diagnosis:
-        from rag_pipeline.evaluation import diagnosis_db
+        from rag_pipeline.evaluation.diagnosis import diagnose as diagnosis_db
 
         patch = mock.patch.object(diagnosis_db, "diagnose_batch", _no_diagnosis)
         patch.start()
@@ -249,7 +249,7 @@ def run_pipeline(engine: sa.Engine, dataset: Dataset, strategy, *, without_diagn
     return {"run_id": outcome.run_id, "wall_s": wall, "case_count": outcome.case_count,
             "candidate_count": outcome.candidate_count, "timings": dict(outcome.timings),
             "fusion_s": timers.seconds["fusion"], "phases": timers.seconds, "calls": timers.calls,
-            "averages": outcome.averages, "peak_rss_mb": peak_rss_mb(), "summary": outcome.summary}
+            "averages": outcome.averages, "peak_rss_mb": peak_rss_mb(), "summary": outcome.summary.model_dump()}
 
 
 def run_pipeline_child(dataset_path: Path, strategy_version: str, without_diagnosis: bool,
@@ -299,7 +299,7 @@ def persistence_alone(engine: sa.Engine, run_id: str) -> dict:
     into the real storage (the run's partition of ``retrieval_evaluation_candidate_rows`` and its index), in a
     transaction that first deletes the run's own rows (untimed) and is rolled back. In the pipelined run the same
     COPY shares the cores with the readers."""
-    from rag_pipeline.evaluation import persistence
+    from rag_pipeline.evaluation.runs import results as persistence
 
     cols = ", ".join(persistence.CANDIDATE_COLUMNS)
     params = {"r": run_id}

@@ -1,7 +1,7 @@
 """Report sizes per ``--candidates`` mode and format: SciFact (real USE vectors) and a synthetic 4,000-case run.
 
 Evaluates ``--strategy`` (default ``hybrid-bm25-v1``: 100 + 100 candidates per case) on each dataset, then writes the
-run's report in every mode (:data:`rag_pipeline.evaluation.reports.CANDIDATE_MODES`) as JSON and JSON Lines to a
+run's report in every mode (:data:`rag_pipeline.evaluation.runs.reports.CANDIDATE_MODES`) as JSON and JSON Lines to a
 byte-counting sink, with the time; the baseline is ``all`` (the full pool, what every report was before). It also
 measures the peak Python memory (tracemalloc) of the streamed JSON Lines report against ``build_report`` (the whole
 report as one dict) in mode ``all``: streaming stays flat, the dict grows with the run.
@@ -27,7 +27,7 @@ from synthetic import build_knowledge_base, make_dataset
 
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
-from rag_pipeline.evaluation.reports import CANDIDATE_MODES, build_report, write_report
+from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES, build_report, write_report
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service.knowledge_bases import import_beir
 from rag_pipeline.settings import get_settings

@@ -29,9 +29,11 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION
 from sqlalchemy.orm import Session
 
-from rag_pipeline.evaluation import persistence, run_records
+from rag_pipeline.contracts.runs import RunCounts
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_retrieval
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs import results as persistence
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
@@ -167,5 +169,5 @@ def run_seed_baseline(engine: sa.Engine, dataset: Dataset, strategy: Strategy,
                                  knowledge_base_name=kb.name, strategy_version=strategy.version,
                                  case_count=result.case_count, candidate_count=result.candidate_count,
                                  averages=result.averages, timings={k: round(v, 4) for k, v in t.items()},
-                                 summary={"bench": "seed-style baseline"})
+                                 summary=RunCounts())
     return result

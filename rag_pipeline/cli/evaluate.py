@@ -20,6 +20,7 @@ from rag_pipeline.cli import arguments, output, retention
 from rag_pipeline.cli.errors import ReportNotWrittenError, guarded
 from rag_pipeline.cli.output import case_progress
 from rag_pipeline.cli.runs_table import comparison_table
+from rag_pipeline.contracts.errors import RagError
 from rag_pipeline.service import evaluations as service
 from rag_pipeline.service.case_diagnosis import case_diagnosis
 from rag_pipeline.service.evaluations import (
@@ -53,10 +54,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                 progress=case_progress(args.quiet), on_labels=_print_label_headline)
     summaries = service.run_summaries(engine, [o.run_id for o in outcomes])
     for s in summaries:  # "All metrics are 0: ..." — the dominant reason first
-        if (s.counts or {}).get("first_line"):
-            print(f"{s.strategy_version}: {s.counts['first_line']}")
+        if s.counts and s.counts.first_line:
+            print(f"{s.strategy_version}: {s.counts.first_line}")
     print(comparison_table([s.model_dump() for s in summaries]))
-    not_written = []
+    not_written: list[tuple[str, RagError]] = []
     for outcome, path in zip(outcomes, paths, strict=True):
         if path is None:
             continue
@@ -149,12 +150,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _write_shown(engine, run_id: str, fp, args: argparse.Namespace) -> None:
-    """The report of ``show`` in ``--format``: ``text`` is laid out from the JSON Lines report."""
+    """The report of ``show`` in ``--format`` (``text``: :func:`output.report_text`)."""
     if args.format != "text":
         service.write_report(engine, run_id, fp, **_report_options(args))
         return
-    options = {**_report_options(args), "fmt": "jsonl"}
-    output.write_text_report(lambda buffer: service.write_report(engine, run_id, buffer, **options), fp)
+    fp.write(output.report_text(service.evaluation_detail(engine, run_id, candidates=args.candidates,
+                                                          case_id=args.case, include_text=args.include_text)))
 
 
 def _report_options(args: argparse.Namespace) -> dict:

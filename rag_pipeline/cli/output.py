@@ -1,16 +1,16 @@
 """What the commands print: JSON documents, progress bars on stderr, and the text report of ``show RUN --format
 text`` (docs/design.md §6.3: the summary, then per case its metrics, the selected chunks and every missed relevant
-chunk with the reason in words, laid out from the JSON Lines report the service writes)."""
+chunk with the reason in words)."""
 
 from __future__ import annotations
 
-import io
 import json
 import sys
-from collections.abc import Iterable
 
 from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.contracts.metrics import METRIC_LABELS, METRIC_NAMES
+from rag_pipeline.contracts.reports import CaseReport, RunDetail
+from rag_pipeline.contracts.runs import RunSummary
 from rag_pipeline.storage.names import printable
 
 
@@ -71,60 +71,47 @@ def _one_line(text: str, width: int = 90) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def summary_text(summary: dict) -> str:
+def summary_text(summary: RunSummary) -> str:
     """The run's identity, status and mean metrics (``-``: not scored yet, or no scorable case)."""
-    rows = [["run", summary["run_id"]], ["strategy", summary["strategy_version"]],
-            ["status", summary["status"] + (" (current)" if summary.get("is_current") else "")],
-            ["dataset", f"{summary['dataset']['name']} ({summary['dataset']['case_count']} cases)"],
-            ["knowledge base", summary["knowledge_base"]["name"]],
-            ["embedding model", summary.get("embedding_model") or "-"]]
-    if summary.get("error"):
-        rows.append(["error", summary["error"]])
+    rows = [["run", summary.run_id], ["strategy", summary.strategy_version],
+            ["status", summary.status + (" (current)" if summary.is_current else "")],
+            ["dataset", f"{summary.dataset.name} ({summary.dataset.case_count} cases)"],
+            ["knowledge base", summary.knowledge_base.name], ["embedding model", summary.embedding_model or "-"]]
+    if summary.error:
+        rows.append(["error", summary.error])
     metrics = text_table([METRIC_LABELS[m] for m in METRIC_NAMES],
-                         [[_number(summary.get(m)) for m in METRIC_NAMES]], indent="  ")
+                         [[_number(getattr(summary, m)) for m in METRIC_NAMES]], indent="  ")
     return text_table(None, rows) + "\nmean metrics:\n" + metrics
 
 
-def case_text(case: dict) -> str:
+def case_text(case: CaseReport) -> str:
     """One case: question, metrics (or why it has none), the selected chunks and the misses."""
-    lines = [f"case {printable(case['case_id'])} (k={case['k']}): {_one_line(case['question'])}"]
-    if case.get("metrics") is None:
-        lines.append(f"  metrics: not scored — {case.get('metrics_skipped') or 'no metrics'}")
+    lines = [f"case {printable(case.case_id)} (k={case.k}): {_one_line(case.question)}"]
+    if case.metrics is None:
+        lines.append(f"  metrics: not scored — {case.metrics_skipped or 'no metrics'}")
     else:
-        lines.append("  " + "  ".join(f"{METRIC_LABELS[m]} {_number(case['metrics'][m])}" for m in METRIC_NAMES))
-    grades = case.get("relevance_grades") or {}
-    selected = [c for c in case.get("candidates") or [] if c["is_selected"]]
+        lines.append("  " + "  ".join(f"{METRIC_LABELS[m]} {_number(getattr(case.metrics, m))}" for m in METRIC_NAMES))
+    selected = [c for c in case.candidates if c.is_selected]
     if selected:
         lines.append("  selected:")
-        rows = [[str(c["rank"]), c["chunk_id"], _one_line(c["document_name"], 60), _number(c["final_score"]),
-                 "relevant" if c["is_relevant"] else ("not relevant" if c["chunk_id"] in grades else "")]
+        rows = [[str(c.rank), c.chunk_id, _one_line(c.document_name, 60), _number(c.final_score),
+                 "relevant" if c.is_relevant else ("not relevant" if c.chunk_id in case.relevance_grades else "")]
                 for c in selected]
         lines.append(text_table(["rank", "chunk", "document", "score", "judged"], rows, indent="    "))
-    elif case.get("retrieved_chunk_ids"):
-        lines.append("  selected: " + ", ".join(case["retrieved_chunk_ids"]))
+    elif case.retrieved_chunk_ids:
+        lines.append("  selected: " + ", ".join(case.retrieved_chunk_ids))
     else:
         lines.append("  selected: none")
-    misses = [r for r in case.get("miss_reasons") or [] if r["reason"] != "hit"]
+    misses = [r for r in case.miss_reasons or [] if r.reason != "hit"]
     if misses:
         lines.append("  missed:")
-        lines.append(text_table(None, [[r["chunk_id"], r["reason"], _one_line(r["detail"], 120)] for r in misses],
+        lines.append(text_table(None, [[r.chunk_id, r.reason, _one_line(r.detail, 120)] for r in misses],
                                 indent="    "))
-    elif case.get("relevant_chunk_ids"):
+    elif case.relevant_chunk_ids:
         lines.append("  missed: none")
     return "\n".join(lines)
 
 
-def report_text(jsonl_lines: Iterable[str]) -> str:
-    """The text report from the lines of a ``--format jsonl`` report (header first, then one case a line)."""
-    lines = iter(line for line in jsonl_lines if line.strip())
-    header = json.loads(next(lines))
-    parts = [summary_text(header["summary"])]
-    parts += [case_text(json.loads(line)) for line in lines]
-    return "\n\n".join(parts) + "\n"
-
-
-def write_text_report(write_jsonl, fp) -> None:
-    """Call ``write_jsonl(buffer)`` (the service's report writer, JSON Lines) and write the text report to ``fp``."""
-    buffer = io.StringIO()
-    write_jsonl(buffer)
-    fp.write(report_text(buffer.getvalue().splitlines()))
+def report_text(detail: RunDetail) -> str:
+    """The text report of a run: its summary, then one block per case."""
+    return "\n\n".join([summary_text(detail.summary), *(case_text(c) for c in detail.cases)]) + "\n"

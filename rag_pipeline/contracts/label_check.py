@@ -43,7 +43,8 @@ class LabelReport(BaseModel):
         return [case for case, v in self.verdicts.items() if v == verdict]
 
     def status_map(self) -> dict[tuple[str, str], str]:
-        """``{(case_id, chunk_id): status}``: what :func:`rag_pipeline.evaluation.diagnosis.classify_misses` takes."""
+        """``{(case_id, chunk_id): status}``: what
+        :func:`rag_pipeline.evaluation.diagnosis.miss_reasons.classify_misses` takes."""
         return {(r.case_id, r.chunk_id): r.status for r in self.rows}
 
     def summary(self) -> str:

@@ -8,10 +8,11 @@ Schema (``schemas/evaluation-report-v4.json``) is :func:`json_schema` of :class:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from rag_pipeline.contracts.label_check import STATUSES as LABEL_STATUSES
 from rag_pipeline.contracts.metrics import Metrics
 from rag_pipeline.contracts.runs import QueueInfo, RunLinks, RunSummary, Strict
 
@@ -22,7 +23,7 @@ have ``first_stage_rank`` (the rank before the rerank stage; null without one) a
 ``keyword_completed`` (a leg score filled in by ``complete_pool``: the leg did not retrieve the chunk)."""
 
 CandidateMode = Literal["default", "all", "selected", "relevant", "none"]
-CANDIDATE_MODES: tuple[str, ...] = CandidateMode.__args__
+CANDIDATE_MODES: tuple[str, ...] = get_args(CandidateMode)
 """Which candidates a report lists per case; ``default`` is the first."""
 
 
@@ -54,7 +55,8 @@ class Candidate(Strict):
 
 
 class MissReason(Strict):
-    """Why one relevant chunk of a case was missed (or ``hit``); fields that do not apply are absent."""
+    """Why one relevant chunk of a case was missed (or ``hit``); fields that do not apply are absent (null ones,
+    the pool context of a hit, all but the label detail of an invalid label)."""
 
     case_id: str
     chunk_id: str
@@ -86,10 +88,22 @@ class MissReason(Strict):
     rerank_score: float | None = Field(None, description="with a rerank stage: the chunk's rerank score")
     detail: str = Field(description="the reason in words")
 
+    @property
+    def is_label_problem(self) -> bool:
+        return self.reason in _INVALID_LABELS
 
-MissReasons = Annotated[list[dict[str, Any]] | None, WithJsonSchema(
-    {"anyOf": [{"type": "array", "items": MissReason.model_json_schema()}, {"type": "null"}]})]
-"""A case's miss reasons, each a :class:`MissReason`, passed on as stored (keys in their stored order)."""
+    @model_serializer(mode="wrap")
+    def _applying(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = {key: value for key, value in handler(self).items() if value is not None}
+        if self.is_label_problem:
+            return {key: data[key] for key in _LABEL_FIELDS if key in data}
+        if self.reason == "hit":
+            return {key: value for key, value in data.items() if "_last_" not in key and "leg_size" not in key}
+        return data
+
+
+_INVALID_LABELS = frozenset(LABEL_STATUSES) - {"ok"}
+_LABEL_FIELDS = ("case_id", "chunk_id", "reason", "k", "label_detail", "detail")
 
 
 class CaseReport(Strict):
@@ -107,13 +121,14 @@ class CaseReport(Strict):
     first_relevant_rank: int | None
     metrics: Metrics | None = Field(description="None for an unanswerable case (see metrics_skipped)")
     metrics_skipped: str | None = Field(None, description="why the case has no metrics, e.g. it is unanswerable")
-    miss_reasons: MissReasons = Field(description="Why each relevant chunk was missed (`hit`, `below_cutoff`, ...).")
+    miss_reasons: list[MissReason] | None = Field(description="Why each relevant chunk was missed (`hit`, "
+                                                              "`below_cutoff`, ...).")
     candidates: list[Candidate]
 
     @property
     def reasons(self) -> list[str]:
         """The distinct miss reasons other than ``hit`` (what the console filters cases by)."""
-        return sorted({r["reason"] for r in self.miss_reasons or [] if r["reason"] != "hit"})
+        return sorted({r.reason for r in self.miss_reasons or [] if r.reason != "hit"})
 
 
 class JsonlHeader(Strict):
@@ -121,7 +136,7 @@ class JsonlHeader(Strict):
 
     model_config = ConfigDict(title="rag_pipeline retrieval evaluation report, JSON Lines header (then one case "
                                     "per line)")
-    report_version: Literal[REPORT_VERSION]
+    report_version: Literal[4]  # REPORT_VERSION
     candidates: CandidateMode
     summary: RunSummary
 
@@ -156,7 +171,6 @@ class RelevantChunk(Strict):
     reason: str | None
     detail: str | None
     gap: float | None
-    miss: dict[str, Any]
 
 
 class CaseDetail(BaseModel):
@@ -189,8 +203,8 @@ class CaseDiagnosis(BaseModel):
     case_id: str
     question: str
     k: int
-    reasons: list[MissReason] = Field(description="Dumped with ``exclude_unset``: the fields that apply.")
-    stored_reasons: MissReasons
+    reasons: list[MissReason]
+    stored_reasons: list[MissReason] | None
     knowledge_base_state: str = Field(exclude=True, description="The KB row version the ranks were computed on.")
 
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rag_pipeline.contracts.answers import PrunedAnswerRun
+from rag_pipeline.contracts.label_check import LabelStatus
 from rag_pipeline.contracts.metrics import InlineMetrics, Metrics
 
 RunStatus = Literal["queued", "running", "succeeded", "failed", "abandoned"]
@@ -35,6 +36,43 @@ class KnowledgeBaseRef(Strict):
                                             "run older than that record).")
 
 
+class MissReasonCounts(BaseModel):
+    """A run's relevant chunks per miss reason (docs/design.md §4.3) and the most frequent reason other than hit."""
+
+    labels: int
+    counts: dict[str, int]
+    dominant_reason: str | None
+    dominant_count: int
+    invalid_labels: int
+
+
+class LabelIntegrity(BaseModel):
+    """A run's label check (docs/design.md §8): labels per status and the first invalid ones with their fix."""
+
+    counts: dict[str, int]
+    summary: str
+    cases_all_invalid: list[str]
+    cases_some_invalid: list[str]
+    examples: list[LabelStatus]
+
+
+class RunCounts(BaseModel):
+    """What a succeeded run counted (its summary's ``counts``): cases, relevant chunks, miss reasons, labels."""
+
+    batch_size: int | None = None
+    readers: int | None = None
+    cases_with_hit: int = 0
+    cases_without_candidates: int = 0
+    relevant_in_pool: int = 0
+    relevant_total: int = 0
+    unanswerable_cases: int = 0
+    relevant_ids_not_in_kb: int = 0
+    miss_reasons: MissReasonCounts | None = None
+    first_line: str | None = Field(None, description="Why every metric is 0 (null: they are not all 0).")
+    label_integrity: LabelIntegrity | None = None
+    question_embeddings: dict[str, int] | None = None
+
+
 class RunSummary(Strict, InlineMetrics):
     """A run's summary (the report's ``summary``; what ``rag-pipeline show`` prints first); one mean per metric,
     null until the run succeeds."""
@@ -51,10 +89,10 @@ class RunSummary(Strict, InlineMetrics):
     metrics: Metrics | None  # written as the seven metric keys in this place (InlineMetrics)
     case_count: int
     candidate_count: int
-    counts: dict[str, Any] | None
+    counts: RunCounts | None
     timings: dict[str, float] | None = Field(description="Seconds: `*_wall_s` / `total_s` are wall time, "
                                                        "`*_sql_s` are summed over the reader threads.")
-    question_embeddings: dict[str, Any] | None = Field(description="Question vectors reused from earlier runs "
+    question_embeddings: dict[str, int] | None = Field(description="Question vectors reused from earlier runs "
                                                                    "vs embedded by this one (null: no vector leg).")
     partition_key: str | None
     dagster_run_id: str | None

@@ -17,7 +17,7 @@ from rag_pipeline.defs.evaluation_metadata import display_number
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.partitions import dataset_partitions, every_strategy_of_the_dataset
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.evaluation.queries.retention import replace_comparison_runs
+from rag_pipeline.evaluation.runs.queries import replace_comparison_runs
 from rag_pipeline.service import analysis
 from rag_pipeline.service.analysis import (
     DEFAULT_BASELINE,

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from rag_pipeline.contracts.reports import CaseOverview, RunTables, TopCandidate
+from rag_pipeline.contracts.runs import RunCounts
 from rag_pipeline.service.evaluations import HEADLINE_METRICS, METRIC_LABELS
 
 MAX_TABLE_ROWS = 200
@@ -61,7 +62,7 @@ def worst_cases_markdown(worst: list[CaseOverview]) -> str:
 
 def run_metadata(t: RunTables) -> dict[str, dict]:
     """The metadata of each asset of one run (:data:`RUN_ASSETS`), from its summary and case tables."""
-    s, counts, timings = t.summary, t.summary.counts or {}, t.summary.timings or {}
+    s, counts, timings = t.summary, t.summary.counts or RunCounts(), t.summary.timings or {}
     columns = [dg.TableColumn("case_id"), dg.TableColumn("question"), dg.TableColumn("k", "int"),
                *(dg.TableColumn(METRIC_LABELS[m], "float") for m in HEADLINE_METRICS),
                dg.TableColumn("first_relevant_rank", "int"), dg.TableColumn("top3_selected")]
@@ -75,9 +76,9 @@ def run_metadata(t: RunTables) -> dict[str, dict]:
         "dagster/row_count": s.candidate_count,
         "cases": s.case_count,
         "mean_pool_size": round(s.candidate_count / max(s.case_count, 1), 2),
-        "relevant_in_pool": counts.get("relevant_in_pool", 0),
-        "relevant_total": counts.get("relevant_total", 0),
-        "cases_without_candidates": counts.get("cases_without_candidates", 0),
+        "relevant_in_pool": counts.relevant_in_pool,
+        "relevant_total": counts.relevant_total,
+        "cases_without_candidates": counts.cases_without_candidates,
         "embedding_seconds": display_number(timings.get("embedding_s", 0.0)),
         "retrieval_wall_seconds": display_number(timings.get("retrieval_wall_s", 0.0)),
         "retrieval_sql_seconds_summed": display_number(timings.get("retrieval_sql_s", 0.0)),
@@ -85,8 +86,8 @@ def run_metadata(t: RunTables) -> dict[str, dict]:
     case_metrics = {
         "run_id": s.run_id,
         "dagster/row_count": s.case_count,
-        "cases_with_hit": counts.get("cases_with_hit", 0),
-        "unanswerable_cases": counts.get("unanswerable_cases", 0),  # docs/design.md §12.1
+        "cases_with_hit": counts.cases_with_hit,
+        "unanswerable_cases": counts.unanswerable_cases,  # docs/design.md §12.1
         "per_case": dg.MetadataValue.table(records, dg.TableSchema(columns)),
         "per_case_rows_shown": len(records),
         "metrics_seconds": display_number(timings.get("metrics_s", 0.0)),
@@ -101,13 +102,13 @@ def run_metadata(t: RunTables) -> dict[str, dict]:
         "knowledge_base": s.knowledge_base.name,
         "knowledge_base_version": s.knowledge_base.version or "",
         "cases": s.case_count,
-        "unanswerable_cases": counts.get("unanswerable_cases", 0),
+        "unanswerable_cases": counts.unanswerable_cases,
         "candidates": s.candidate_count,
         "dagster/row_count": 1,
         "timings": dg.MetadataValue.json({k: display_number(v) if isinstance(v, float) else v
                                           for k, v in timings.items()}),
         "worst_cases": dg.MetadataValue.md(worst_cases_markdown(t.worst)),
-        "miss_reasons": dg.MetadataValue.json(counts.get("miss_reasons", {}).get("counts", {})),
-        "headline": dg.MetadataValue.md(counts.get("first_line") or "_metrics are not all zero_"),
+        "miss_reasons": dg.MetadataValue.json(counts.miss_reasons.counts if counts.miss_reasons else {}),
+        "headline": dg.MetadataValue.md(counts.first_line or "_metrics are not all zero_"),
     }
     return dict(zip(RUN_ASSETS, (candidates, case_metrics, summary), strict=True))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,12 +22,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation import diagnosis_db, persistence, run_records
+from rag_pipeline.contracts.reports import MissReason
+from rag_pipeline.contracts.runs import RunCounts
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
 from rag_pipeline.evaluation.dataset_json import DatasetError, DatasetProblem
-from rag_pipeline.evaluation.diagnosis import MissReason
+from rag_pipeline.evaluation.diagnosis import diagnose as diagnosis_db
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs import results as persistence
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
@@ -68,7 +72,7 @@ class EvaluationOutcome:
     candidate_count: int = 0
     averages: dict[str, float] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
-    summary: dict = field(default_factory=dict)
+    summary: RunCounts = field(default_factory=RunCounts)
     knowledge_base_version: str | None = None
 
 
@@ -99,6 +103,7 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
     with engine.begin() as conn:
         params_hash = register_strategy(conn, strategy)
         dataset_id = persistence.store_dataset(conn, dataset, kb.name)
+    run_id: str | uuid.UUID
     if queued_run_id:
         run_id = queued_run_id
         run_records.start_queued_run(engine, run_id, strategy_version=strategy.version, params_hash=params_hash,
@@ -114,7 +119,7 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
         run_records.create_candidate_partition(engine, run_id)
         with run_records.Heartbeat(engine, run_id):
             _run(engine, run_id, dataset, kb, strategy, outcome, batch_size, progress, logger,
-                 extra={"relevant_ids_not_in_kb": missing}, t_start=t_start, readers=readers)
+                 missing=missing, t_start=t_start, readers=readers)
     except BaseException as exc:
         run_records.mark_failed(engine, run_id, run_records.failure_reason(exc))
         raise
@@ -166,12 +171,11 @@ def _search_batch_unbounded(readers: SnapshotReaders, kb, strategy: Strategy, ba
 
 
 def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: EvaluationOutcome,
-         batch_size: int, progress: Progress | None, logger, *, extra: dict, t_start: float,
+         batch_size: int, progress: Progress | None, logger, *, missing: int, t_start: float,
          readers: int) -> None:
     timings = dict.fromkeys(TIMING_KEYS[:-1], 0.0)
     sums = np.zeros(len(METRIC_NAMES))
-    stats = {"cases_with_hit": 0, "cases_without_candidates": 0, "relevant_in_pool": 0, "relevant_total": 0,
-             "unanswerable_cases": 0}
+    stats = RunCounts(batch_size=batch_size, readers=readers, relevant_ids_not_in_kb=missing)
     total = len(dataset.cases)
     scored = sum(c.answerable for c in dataset.cases)  # the averages' denominator (docs/design.md §12.1)
     starts = list(range(0, total, batch_size))
@@ -240,9 +244,9 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
         outcome.averages = {m: float(v) for m, v in zip(METRIC_NAMES, averages, strict=True)}
         timings["total_s"] = time.perf_counter() - t_start
         outcome.timings = {k: round(v, 4) for k, v in timings.items()}
-        outcome.summary = {"batch_size": batch_size, "readers": readers, **stats, **extra,
-                           **tally.summary_metadata(outcome.averages),
-                           "question_embeddings": embedder.summary() if embedder else None}
+        tally.add_to(stats, outcome.averages)
+        stats.question_embeddings = embedder.summary() if embedder else None
+        outcome.summary = stats
         persistence.finalize_run(
             writer, run_id, dataset_name=dataset.name, knowledge_base_name=kb.name,
             strategy_version=strategy.version, case_count=outcome.case_count,

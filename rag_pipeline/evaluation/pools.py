@@ -18,8 +18,8 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation.metrics import batch_metrics
-from rag_pipeline.evaluation.queries.candidates import leg_scores, pools_of_run
-from rag_pipeline.evaluation.queries.cases import labels_of_run
+from rag_pipeline.evaluation.runs.candidate_queries import leg_scores, pools_of_run
+from rag_pipeline.evaluation.runs.case_queries import labels_of_run
 from rag_pipeline.retrieval.fusion import fuse_batch, normalize_batch, order_batch, weighted_fusion_batch
 from rag_pipeline.retrieval.stages import first_stage_ranks
 
@@ -72,7 +72,7 @@ class PoolSet:
         slot indices, e.g. from :func:`~rag_pipeline.retrieval.fusion.order_batch`)."""
         if order.shape != self.mask.shape:
             raise ValueError(f"order shape {order.shape} != pool shape {self.mask.shape}")
-        changed = {f.name: np.take_along_axis(getattr(self, f.name), order, axis=1)
+        changed: dict[str, Any] = {f.name: np.take_along_axis(getattr(self, f.name), order, axis=1)
                    for f in fields(self) if f.name in _SLOT_FIELDS and getattr(self, f.name) is not None}
         return dataclasses.replace(self, **changed)
 
@@ -81,8 +81,8 @@ def _float_or_nan(values: Iterable[Any]) -> np.ndarray:
     return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
 
 
-def pools_from_rows(candidate_rows: Iterable[Mapping[str, Any]],
-                    case_rows: Iterable[Mapping[str, Any]]) -> PoolSet:
+def pools_from_rows(candidate_rows: Iterable[Mapping[Any, Any]],
+                    case_rows: Iterable[Mapping[Any, Any]]) -> PoolSet:
     """A :class:`PoolSet` from candidate rows (the stored fields; ``None``: a missing leg) and case-result rows
     (``case_id, k, relevant_chunk_ids``, optional ``relevance_grades``; they fix the case order). ``ValueError``
     for rows that do not fit together (unknown case, duplicate chunk or rank, wrong ``is_relevant``)."""
@@ -133,7 +133,7 @@ def pools_from_rows(candidate_rows: Iterable[Mapping[str, Any]],
         out[row_case, slot] = values
         return out
 
-    versions = {r.get("strategy_version") for r in rows} - {None}
+    versions = {v for r in rows if (v := r.get("strategy_version")) is not None}
     if len(versions) > 1:
         raise ValueError(f"candidates of several strategy versions: {sorted(versions)}")
     max_rel = int(n_relevant.max(initial=0))

@@ -14,9 +14,9 @@ from collections import OrderedDict
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import CaseDiagnosis
-from rag_pipeline.evaluation import diagnosis_db
-from rag_pipeline.evaluation.queries.runs import knowledge_base_state
-from rag_pipeline.evaluation.run_records import RunNotFoundError, resolve_run_id
+from rag_pipeline.evaluation.diagnosis import diagnose as diagnosis_db
+from rag_pipeline.evaluation.runs.lifecycle import RunNotFoundError, resolve_run_id
+from rag_pipeline.evaluation.runs.queries import knowledge_base_state
 
 CACHE_SIZE = 256
 
@@ -44,8 +44,8 @@ def case_diagnosis(engine: sa.Engine, run_id: str, case_id: str) -> CaseDiagnosi
         raise RunNotFoundError(f"run {run_uuid} has no case {case_id!r} (see `rag-pipeline show {run_uuid[:8]}`)")
     case, reasons = found
     result = CaseDiagnosis(run_id=run_uuid, case_id=str(case["case_id"]), question=str(case["question"]),
-                           k=int(case["k"]), reasons=[m.as_dict() for m in reasons],
-                           stored_reasons=list(case["miss_reasons"] or ()), knowledge_base_state=state)
+                           k=int(case["k"]), reasons=reasons, stored_reasons=case["miss_reasons"],
+                           knowledge_base_state=state)
     with _lock:
         _cache[key] = result
         while len(_cache) > CACHE_SIZE:

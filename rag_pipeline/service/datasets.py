@@ -18,8 +18,8 @@ from rag_pipeline.evaluation.demo_dataset import DEMO_CHUNK_SIZE as DEMO_CHUNK_S
 from rag_pipeline.evaluation.demo_dataset import DEMO_KB as DEMO_KB
 from rag_pipeline.evaluation.demo_dataset import DEMO_TEXT_SEARCH as DEMO_TEXT_SEARCH
 from rag_pipeline.evaluation.label_check import check_labels, relevant_ids_missing
-from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
-from rag_pipeline.evaluation.queries.run_history import current_params
+from rag_pipeline.evaluation.runs.queries import current_params
+from rag_pipeline.evaluation.runs.results import load_stored_dataset, store_dataset
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import StrategyError, load_registry
 from rag_pipeline.service.applicability import applicabilities

@@ -14,18 +14,19 @@ from rag_pipeline.contracts.errors import BadInputError, CheckFailed
 from rag_pipeline.contracts.metrics import HEADLINE_METRICS as HEADLINE_METRICS
 from rag_pipeline.contracts.metrics import METRIC_LABELS as METRIC_LABELS
 from rag_pipeline.contracts.metrics import METRIC_NAMES as METRIC_NAMES
-from rag_pipeline.contracts.metrics import Metrics
-from rag_pipeline.contracts.reports import REPORT_VERSION, CaseOverview, RunDetail, RunTables
+from rag_pipeline.contracts.reports import REPORT_VERSION, RunDetail, RunTables
 from rag_pipeline.contracts.runs import RunSummary
-from rag_pipeline.evaluation import reports, run_records
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset
-from rag_pipeline.evaluation.diagnosis import first_line
+from rag_pipeline.evaluation.diagnosis.miss_reasons import checklist_item
 from rag_pipeline.evaluation.evaluate import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
 from rag_pipeline.evaluation.label_check import LabelReport, check_labels
-from rag_pipeline.evaluation.persistence import load_stored_dataset
-from rag_pipeline.evaluation.reports import CANDIDATE_MODES as CANDIDATE_MODES
-from rag_pipeline.evaluation.reports import REPORT_FORMATS as REPORT_FORMATS
-from rag_pipeline.evaluation.reports import CaseNotFoundError as CaseNotFoundError
+from rag_pipeline.evaluation.runs import case_queries, reports
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs.queries import summary_of
+from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES as CANDIDATE_MODES
+from rag_pipeline.evaluation.runs.reports import REPORT_FORMATS as REPORT_FORMATS
+from rag_pipeline.evaluation.runs.reports import CaseNotFoundError as CaseNotFoundError
+from rag_pipeline.evaluation.runs.results import load_stored_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
 from rag_pipeline.service.applicability import require_runnable
@@ -106,9 +107,8 @@ def label_headline(report: LabelReport) -> str | None:
 def _checklist(report: LabelReport) -> str:
     """The docs/design.md §8 checklist line of the most frequent invalid status."""
     counts = {s: n for s, n in report.counts().items() if s != "ok"}
-    dominant = max(counts, key=counts.get)
-    line = first_line({"dominant_reason": dominant, "dominant_count": counts[dominant], "labels": len(report.rows)})
-    return line.removeprefix("All metrics are 0: ").rstrip(".")
+    dominant = max(counts, key=lambda status: counts[status])
+    return checklist_item(dominant, counts[dominant], len(report.rows))
 
 
 def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH_SIZE, readers: int | None = None,
@@ -176,11 +176,6 @@ def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunSummary]
         return [summary_of(run_records.get_run(conn, run_id)) for run_id in run_ids]
 
 
-def summary_of(row: sa.Row) -> RunSummary:
-    """The summary of a :func:`run_records.get_run` / :func:`run_records.list_runs` row."""
-    return RunSummary.model_validate(reports.summary_of(row))
-
-
 def list_runs(engine: sa.Engine, **filters) -> list[RunSummary]:
     """Run summaries, newest first (the filters of :func:`run_page`)."""
     return run_page(engine, **filters)[1]
@@ -217,7 +212,7 @@ def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "defa
 def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: bool = False,
                  candidates: str = "default", case_id: str | None = None, fmt: str = "json") -> int:
     """Stream the report of a run (summary, cases, candidates of mode ``candidates``, one case with ``case_id``)
-    to ``fp`` as JSON or JSON Lines (``fmt``, :func:`rag_pipeline.evaluation.reports.write_report`); returns the
+    to ``fp`` as JSON or JSON Lines (``fmt``, :func:`rag_pipeline.evaluation.runs.reports.write_report`); returns the
     case count. ``run_id`` is a run id or a unique prefix of one (at least 4 hex digits, as the tables print it)."""
     with engine.connect() as conn:
         return reports.write_report(conn, run_records.resolve_run_id(conn, run_id), fp, include_text=include_text,
@@ -228,10 +223,6 @@ def case_tables(engine: sa.Engine, run_id: str, *, limit: int) -> RunTables:
     """A run's summary, its first ``limit`` cases and its 10 worst cases, for dashboards."""
     with engine.connect() as conn:
         summary = summary_of(run_records.get_run(conn, run_id))
-        cases = reports.case_overview(conn, run_id, limit=limit)
-        worst = reports.case_overview(conn, run_id, worst_first=True, limit=10)
-    return RunTables(summary=summary, cases=[_overview(c) for c in cases], worst=[_overview(c) for c in worst])
-
-
-def _overview(row: dict) -> CaseOverview:
-    return CaseOverview(metrics=Metrics(**{m: row.pop(m) for m in METRIC_NAMES}), **row)
+        cases = case_queries.overview(conn, run_id, limit=limit)
+        worst = case_queries.overview(conn, run_id, worst_first=True, limit=10)
+    return RunTables(summary=summary, cases=cases, worst=worst)

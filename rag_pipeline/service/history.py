@@ -11,15 +11,16 @@ from rag_pipeline.analysis.comparison import StrategyRun
 from rag_pipeline.contracts.catalog import ChunkText, StoredVersion
 from rag_pipeline.contracts.comparison import RunPair
 from rag_pipeline.contracts.metrics import METRIC_NAMES
-from rag_pipeline.contracts.reports import CaseDetail, CaseReport, PairedCase, RelevantChunk, RunCases
+from rag_pipeline.contracts.reports import CaseDetail, PairedCase, RelevantChunk, RunCases
 from rag_pipeline.contracts.runs import HistoryPoint, RunSummary
-from rag_pipeline.evaluation import reports, run_records
-from rag_pipeline.evaluation.queries import cases as case_queries
 from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
-from rag_pipeline.evaluation.queries import run_history
+from rag_pipeline.evaluation.runs import case_queries, reports
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs import queries as run_history
+from rag_pipeline.evaluation.runs.queries import summary_of
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
-from rag_pipeline.service.evaluations import CaseNotFoundError, summary_of
+from rag_pipeline.service.evaluations import CaseNotFoundError
 from rag_pipeline.storage.ids import uuid_strings
 
 
@@ -57,21 +58,21 @@ def case_detail(engine: sa.Engine, run_id: str, case_id: str) -> CaseDetail:
     with engine.connect() as conn:
         row = run_records.get_run(conn, run_id)
         try:
-            case = CaseReport(**next(reports.iter_cases(conn, row.id, candidates="all", case_id=case_id)))
+            case = next(reports.iter_cases(conn, row.id, candidates="all", case_id=case_id))
         except CaseNotFoundError:
             raise CaseNotFoundError(f"run {str(row.id)[:8]} has no case {case_id!r}") from None
         neighbours = case_queries.neighbours(conn, row.id, case.case_index)
         in_pool = {c.chunk_id: c for c in case.candidates}
         docs = _chunk_rows(conn, [cid for cid in case.relevance_grades if cid not in in_pool])
         summary = summary_of(row)
-    reasons = {r.get("chunk_id"): r for r in case.miss_reasons or []}
+    reasons = {r.chunk_id: r for r in case.miss_reasons or []}
     relevant = []
     for chunk_id, grade in case.relevance_grades.items():
-        member, reason = in_pool.get(chunk_id), reasons.get(chunk_id, {})
+        member, reason = in_pool.get(chunk_id), reasons.get(chunk_id)
         document = member.document_name if member else getattr(docs.get(chunk_id), "document_name", None)
         relevant.append(RelevantChunk(chunk_id=chunk_id, grade=grade, document_name=document,
-                                      rank=member.rank if member else None, reason=reason.get("reason"),
-                                      detail=reason.get("detail"), gap=reason.get("gap"), miss=reason))
+                                      rank=member.rank if member else None, reason=reason and reason.reason,
+                                      detail=reason and reason.detail, gap=reason and reason.gap))
     return CaseDetail(summary=summary, case=case, candidates=case.candidates, relevant=relevant,
                       previous=neighbours.previous, next=neighbours.next)
 
@@ -114,13 +115,14 @@ def compare_runs(engine: sa.Engine, run_a: str, run_b: str, *, n_resamples: int 
                      f"{sb.dataset.version[:12]}): labels may differ between them")
     labels = _labels(sa_, sb)
     # answerable cases only: an unanswerable one has no metric to pair (docs/design.md §12.1)
-    per_a = {c.case_id: c.metrics.model_dump() for c in a.cases if c.metrics is not None}
-    per_b = {c.case_id: c.metrics.model_dump() for c in b.cases if c.metrics is not None}
-    pair = [StrategyRun(labels[0], sa_.run_id, per_a), StrategyRun(labels[1], sb.run_id, per_b)]
+    per_a = {c.case_id: c.metrics for c in a.cases if c.metrics is not None}
+    per_b = {c.case_id: c.metrics for c in b.cases if c.metrics is not None}
+    pair = [StrategyRun(labels[0], sa_.run_id, {c: m.model_dump() for c, m in per_a.items()}),
+            StrategyRun(labels[1], sb.run_id, {c: m.model_dump() for c, m in per_b.items()})]
     comp = comparison.compare(pair, labels[0], dataset=sa_.dataset.name, metrics=PAIRED_METRICS,
                               n_resamples=n_resamples, primary=primary)
     questions = {c.case_id: c.question for c in b.cases} | {c.case_id: c.question for c in a.cases}
     rows = [PairedCase(case_id=c, question=questions[c], a=per_a[c], b=per_b[c],
-                       delta=per_b[c][primary] - per_a[c][primary]) for c in per_a if c in per_b]
+                       delta=getattr(per_b[c], primary) - getattr(per_a[c], primary)) for c in per_a if c in per_b]
     rows.sort(key=lambda r: (-abs(round(r.delta, 12)), r.case_id))
     return RunPair(a=sa_, b=sb, labels=labels, comparison=comp, cases=rows, notes=notes + comp.notes)

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.runs import QueuedEvaluation, QueuedRun, WaitingRun
-from rag_pipeline.evaluation import run_records
-from rag_pipeline.evaluation.persistence import load_stored_dataset
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs.results import load_stored_dataset
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import get_strategy, load_registry
 from rag_pipeline.retrieval.strategy_store import register_strategy
@@ -91,7 +91,7 @@ def resume_queued_run(engine: sa.Engine, run_id: str, *, dagster_run_id: str, at
                       on_wait: Callable[[BaseException], None] | None = None) -> run_records.Attempt:
     """For a retry of the Dagster step carrying out the queued run ``run_id``: wait up to :data:`RETRY_WAIT_S`
     for the database to answer (``on_wait(error)`` once when it does not at first), then the row this attempt
-    evaluates (:func:`rag_pipeline.evaluation.run_records.resume_queued_run`; ``attempt_error``: the failed
+    evaluates (:func:`rag_pipeline.evaluation.runs.lifecycle.resume_queued_run`; ``attempt_error``: the failed
     attempt's error, recorded in its row when it was left ``running``)."""
     run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
     return run_records.resume_queued_run(engine, run_id, dagster_run_id=dagster_run_id, attempt_error=attempt_error)
@@ -102,7 +102,7 @@ def end_unrecorded_attempts(engine: sa.Engine, *, dagster_run_id: str, partition
                             on_wait: Callable[[BaseException], None] | None = None) -> list:
     """For a retry of a Dagster step that creates its own run row (no queued row): wait up to
     :data:`RETRY_WAIT_S` for the database, then end ``failed``, with why, the rows of that partition the failed
-    attempt left ``running`` (:func:`rag_pipeline.evaluation.run_records.end_unrecorded_attempts`); their ids."""
+    attempt left ``running`` (:func:`rag_pipeline.evaluation.runs.lifecycle.end_unrecorded_attempts`); their ids."""
     run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
     return run_records.end_unrecorded_attempts(engine, dagster_run_id=dagster_run_id, partition_key=partition_key,
                                                attempt_error=attempt_error)

@@ -3,7 +3,7 @@ job ``prune_evaluation_runs``; what is kept: docs/evaluating.md, "Retention").
 
 :func:`prune_runs` keeps the ``keep_last`` newest runs of every dataset × knowledge base × strategy, and never a
 current run, one in progress or queued, or (unless ``include_compared``) one the latest stored comparison refers
-to (:func:`rag_pipeline.evaluation.queries.retention.replace_comparison_runs`). Answer runs follow the same rule
+to (:func:`rag_pipeline.evaluation.runs.queries.replace_comparison_runs`). Answer runs follow the same rule
 per dataset × knowledge base × answerer, and the newest of each is always kept (docs/design.md §12.6); they are
 counted in ``PruneResult.answer_runs``. Deleting a run drops its candidate partition; that needs a short
 exclusive lock, held by a run being written: the removal waits at most :data:`LOCK_TIMEOUT_S`, then fails with
@@ -18,8 +18,8 @@ from rag_pipeline.answers.runs import queries as answer_queries
 from rag_pipeline.contracts.answers import PrunedAnswerRun
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.contracts.runs import PrunedRun, PruneResult
-from rag_pipeline.evaluation.queries import retention as queries
-from rag_pipeline.evaluation.run_records import stale_after_seconds
+from rag_pipeline.evaluation.runs import queries
+from rag_pipeline.evaluation.runs.lifecycle import stale_after_seconds
 
 LOCK_TIMEOUT_S = 10
 

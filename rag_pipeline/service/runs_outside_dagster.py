@@ -7,7 +7,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.runs import FinishedRun
-from rag_pipeline.evaluation.queries.run_history import finished_outside_dagster
+from rag_pipeline.evaluation.runs.queries import finished_outside_dagster
 
 FIELDS = ("run_id", "dataset", "knowledge_base", "strategy_version", "params_hash", "case_count", "candidate_count",
           "knowledge_base_version")

@@ -19,8 +19,8 @@ from rag_pipeline.evaluation.dataset import (
 from rag_pipeline.evaluation.dataset_json import JsonObject, JsonReadError, decode_json
 from rag_pipeline.evaluation.dataset_scan import ScanLimitError
 from rag_pipeline.evaluation.label_check import relevant_ids_missing
-from rag_pipeline.evaluation.persistence import store_dataset
 from rag_pipeline.evaluation.queries import datasets as dataset_queries
+from rag_pipeline.evaluation.runs.results import store_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.storage.names import show_name
 

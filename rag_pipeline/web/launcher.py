@@ -25,7 +25,6 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.service.database import dagster_database_url, embedded_server, mask_secrets
 from rag_pipeline.service.liveness.daemon import daemon_state
 from rag_pipeline.service.liveness.runs import end_gone_runs, end_unsubmitted_runs
 from rag_pipeline.service.queued_runs import (
@@ -37,6 +36,9 @@ from rag_pipeline.service.queued_runs import (
     strategy_step_key,
 )
 from rag_pipeline.settings import project_root
+from rag_pipeline.storage import embedded_server
+from rag_pipeline.storage.engine import dagster_database_url
+from rag_pipeline.storage.urls import mask_secrets
 from rag_pipeline.web.run_submission import (
     CODE_MODULE,
     CodeLocationError,

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rag_pipeline.contracts.runs import QueuedRun
-from rag_pipeline.service.database import mask_secrets
+from rag_pipeline.storage.urls import mask_secrets
 
 JOB = "evaluate_strategies"
 FIRST_STEP = "stored_dataset"  # the op of JOB whose config names the dataset version and the runs

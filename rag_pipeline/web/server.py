@@ -13,9 +13,9 @@ import time
 import uvicorn
 from dotenv import dotenv_values
 
-from rag_pipeline.service.database import get_engine
 from rag_pipeline.service.liveness.daemon import local_daemon
 from rag_pipeline.settings import project_root
+from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.web.hosts import check_allowed_hosts
 from rag_pipeline.web.security import BindRefused, check_bind
 

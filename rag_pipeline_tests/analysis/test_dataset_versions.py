@@ -10,10 +10,12 @@ import sqlalchemy as sa
 from rag_pipeline.analysis.comparison import ComparisonError, select_runs
 from rag_pipeline.analysis.tuning.stored_run import TuneError, find_pool_run
 from rag_pipeline.cli import main
-from rag_pipeline.evaluation import persistence, run_records
+from rag_pipeline.contracts.runs import RunCounts
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs import results as persistence
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.service import analysis
@@ -98,7 +100,7 @@ def _finalize(engine, run_id, dataset) -> None:
     with engine.begin() as conn:
         persistence.finalize_run(conn, run_id, dataset_name=dataset.name, knowledge_base_name=KB,
                                  strategy_version="rrf-v1", case_count=0, candidate_count=0,
-                                 averages=dict.fromkeys(METRIC_NAMES, 0.0), timings={}, summary={})
+                                 averages=dict.fromkeys(METRIC_NAMES, 0.0), timings={}, summary=RunCounts())
 
 
 def test_a_run_that_started_earlier_never_displaces_a_newer_one_by_finishing_last(engine, versions):

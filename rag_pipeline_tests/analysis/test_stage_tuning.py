@@ -21,7 +21,7 @@ from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import load_pools
-from rag_pipeline.evaluation.reports import build_report
+from rag_pipeline.evaluation.runs.reports import build_report
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import Strategy

@@ -7,7 +7,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from rag_pipeline.definitions import defs
-from rag_pipeline.evaluation import run_records
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.service.datasets import register_dataset

@@ -23,7 +23,7 @@ from rag_pipeline.defs.knowledge_base import knowledge_base
 from rag_pipeline.defs.lineage import knowledge_base_versions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.sensors import reevaluate_stale_runs
-from rag_pipeline.evaluation import run_records
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.service import evaluations, knowledge_bases, lineage
 from rag_pipeline_tests.eval_helpers import TINY_DOCS, tiny_cases, write_dataset
 

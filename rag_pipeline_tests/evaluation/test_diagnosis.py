@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation import diagnosis_db
-from rag_pipeline.evaluation.diagnosis import classify_misses, first_line, summarize
+from rag_pipeline.evaluation.diagnosis import diagnose as diagnosis_db
+from rag_pipeline.evaluation.diagnosis.miss_reasons import REASONS_JSON, classify_misses, first_line, summarize_counts
 from rag_pipeline.evaluation.label_check import check_labels
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
@@ -75,14 +75,13 @@ def test_one_leg_strategy_never_says_only_and_short_pool_has_no_kth():
 
 
 def test_summary_dominant_reason_and_first_line():
-    reasons = ([{"reason": "is_document_id"}] * 38 + [{"reason": "not_in_pool"}] + [{"reason": "hit"}])
-    s = summarize(reasons)
-    assert s["counts"] == {"hit": 1, "not_in_pool": 1, "is_document_id": 38}
-    assert s["dominant_reason"] == "is_document_id" and s["invalid_labels"] == 38
+    s = summarize_counts({"is_document_id": 38, "not_in_pool": 1, "hit": 1})
+    assert s.counts == {"hit": 1, "not_in_pool": 1, "is_document_id": 38}
+    assert s.dominant_reason == "is_document_id" and s.invalid_labels == 38
     assert first_line(s, {"ndcg_at_k": 0.0, "recall_at_k": 0.0}) == (
         "All metrics are 0: 38 of 40 labels are document ids, not chunk ids — see check-dataset.")
     assert first_line(s, {"ndcg_at_k": 0.1, "recall_at_k": 0.0}) is None
-    assert first_line(summarize([{"reason": "hit"}]), {"ndcg_at_k": 0.0}) is None
+    assert first_line(summarize_counts({"hit": 1}), {"ndcg_at_k": 0.0}) is None
 
 
 @pytest.fixture(scope="module")
@@ -227,9 +226,9 @@ def test_diagnose_run_stores_reasons_and_states_why_everything_is_zero(engine, k
     assert "vector_rank" not in stored["pw"][1] and "not retrieved by any leg" in stored["pw"][1]["detail"]
     assert stored["pw"][1]["vector_score"] < stored["pw"][1]["vector_last_score"]
     assert [m["reason"] for m in stored["zero"]] == ["is_document_id"]
-    assert diag.summary["counts"] == {"hit": 1, "not_in_pool": 1, "document_unpublished": 1, "is_document_id": 1}
+    assert diag.summary.counts == {"hit": 1, "not_in_pool": 1, "document_unpublished": 1, "is_document_id": 1}
     assert diag.first_line is None, "the averages are not all 0"
-    assert diag.summary_metadata()["label_integrity"]["cases_all_invalid"] == ["zero"]
+    assert diag.label_integrity.cases_all_invalid == ["zero"]
 
     outcome, diag = run(f"diag-zero-{uuid.uuid4().hex[:6]}", [zero])
     assert outcome.averages["ndcg_at_k"] == 0.0
@@ -260,7 +259,7 @@ def test_evaluation_loop_diagnosis_equals_a_separate_diagnosis_pass(engine, kb, 
             {"r": outcome.run_id}).all())
         again = diagnosis_db.diagnose_run(conn, outcome.run_id, store=False)
     # Equal up to the last float bits of the question vectors (embedded per batch vs all at once, ~1e-7).
-    expected = json.loads(json.dumps({case: [m.as_dict() for m in reasons] for case, reasons in again.reasons.items()}))
+    expected = {case: json.loads(REASONS_JSON.dump_json(reasons)) for case, reasons in again.reasons.items()}
     assert stored.keys() == expected.keys()
     for case, reasons in stored.items():
         assert [sorted(m) for m in reasons] == [sorted(m) for m in expected[case]], case
@@ -275,8 +274,8 @@ def test_evaluation_loop_diagnosis_equals_a_separate_diagnosis_pass(engine, kb, 
     assert below_k, "some relevant chunk must be keyword-matched below the leg's k"
     assert not any("keyword_rank" in m for m in below_k), "global ranks are computed on demand only"
     assert any(m["reason"] == "not_in_pool" and "keyword_score" not in m for r in stored.values() for m in r)
-    assert outcome.summary["miss_reasons"] == again.summary
-    assert outcome.summary["label_integrity"] == again.summary_metadata()["label_integrity"]
+    assert outcome.summary.miss_reasons == again.summary
+    assert outcome.summary.label_integrity == again.label_integrity
 
 
 def test_show_case_computes_global_ranks_on_demand_and_caches_them(engine, kb, capsys):
@@ -301,8 +300,8 @@ def test_show_case_computes_global_ranks_on_demand_and_caches_them(engine, kb, c
     pasta = by_chunk[ids["pasta.md"]]
     assert pasta.reason == "not_in_pool" and pasta.vector_rank == ranked["pasta.md"].vector_rank > 2
     assert pasta.vector_score == pytest.approx(ranked["pasta.md"].vector_score, abs=1e-6)
-    stored = {m["chunk_id"]: m for m in found.stored_reasons}
-    assert "vector_rank" not in stored[ids["pasta.md"]] and "would be vector rank" in pasta.detail
+    stored = {m.chunk_id: m for m in found.stored_reasons or []}
+    assert stored[ids["pasta.md"]].vector_rank is None and "would be vector rank" in pasta.detail
     assert case_diagnosis(engine, outcome.run_id, "pw") is found, "cached per (run, case, KB state)"
 
     assert main(["show", outcome.run_id[:8], "--case", "pw", "--global-ranks"]) == 0

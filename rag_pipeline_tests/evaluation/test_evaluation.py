@@ -11,11 +11,12 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import Report, json_schema
-from rag_pipeline.evaluation import persistence, run_records
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.evaluate import TIMING_KEYS, evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
-from rag_pipeline.evaluation.reports import build_report
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs import results as persistence
+from rag_pipeline.evaluation.runs.reports import build_report
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, run_rows, tiny_cases, write_dataset
 
@@ -245,5 +246,5 @@ def test_results_do_not_depend_on_the_number_of_readers(engine, tiny):
     assert one == three and len(one[1]) == len(dataset.cases)
     assert [c.case_id for c in one[1]] == [c.case_id for c in dataset.cases]
     assert outcomes[0].averages == pytest.approx(outcomes[1].averages, abs=1e-9)
-    assert [o.summary["readers"] for o in outcomes] == [1, 3]
-    assert outcomes[0].summary["miss_reasons"] == outcomes[1].summary["miss_reasons"]
+    assert [o.summary.readers for o in outcomes] == [1, 3]
+    assert outcomes[0].summary.miss_reasons == outcomes[1].summary.miss_reasons

@@ -12,11 +12,11 @@ import pytrec_eval
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import Report, json_schema
-from rag_pipeline.evaluation import persistence
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import evaluate_many
-from rag_pipeline.evaluation.reports import build_report
+from rag_pipeline.evaluation.runs import results as persistence
+from rag_pipeline.evaluation.runs.reports import build_report
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases, write_dataset
 
@@ -105,9 +105,9 @@ def test_graded_dataset_matches_trec_eval(engine, world, version):
     by_case = {r.case_id: r for r in rows}
     ranks = {p.chunk_id: p.rank for p in pools.get("coffee-zero-top", [])}
     assert by_case["coffee-zero-top"].first_relevant_rank == ranks.get(chunks["backup.md"])
-    labels = outcome.summary["label_integrity"]["counts"]
+    labels = outcome.summary.label_integrity.counts
     assert labels == {"ok": sum(len(c.relevant_chunk_ids) for c in dataset.cases)}, "grade-0 ids are not checked"
-    assert outcome.summary["relevant_total"] == sum(len(c.relevant_chunk_ids) for c in dataset.cases)
+    assert outcome.summary.relevant_total == sum(len(c.relevant_chunk_ids) for c in dataset.cases)
 
 
 def test_stored_version_and_report_keep_the_grades(engine, world):

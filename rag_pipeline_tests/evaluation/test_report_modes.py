@@ -13,7 +13,7 @@ from rag_pipeline.cli.output import case_text
 from rag_pipeline.contracts.reports import CaseReport, JsonlHeader, Report, json_schema
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
-from rag_pipeline.evaluation.reports import CANDIDATE_MODES, CaseNotFoundError, build_report
+from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES, CaseNotFoundError, build_report
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, table_counts, tiny_cases, write_dataset
 
@@ -115,7 +115,8 @@ def test_show_text_prints_summary_then_each_case_with_selected_chunks_and_misses
         for chunk_id in case["retrieved_chunk_ids"]:
             assert chunk_id in text
     # a miss (the tiny run has none): its chunk, reason and the reason in words are printed under "missed:"
-    case = dict(full["cases"][0], miss_reasons=[{"case_id": "x", "chunk_id": "c-9", "reason": "below_cutoff",
-                                                 "k": 3, "detail": "rank 7 of the pool,\nbelow k=3"}])
+    miss = {"case_id": "x", "chunk_id": "c-9", "reason": "below_cutoff", "k": 3,
+            "detail": "rank 7 of the pool,\nbelow k=3"}
+    case = CaseReport.model_validate(dict(full["cases"][0], miss_reasons=[miss]))
     missed = case_text(case).split("  missed:\n")[1]
     assert "c-9" in missed and "below_cutoff" in missed and "rank 7 of the pool, below k=3" in missed

@@ -3,7 +3,7 @@ rerank stage is ``below_cutoff_after_rerank``, with both ranks; a chunk the stag
 
 from __future__ import annotations
 
-from rag_pipeline.evaluation.diagnosis import classify_misses, first_line, summarize
+from rag_pipeline.evaluation.diagnosis.miss_reasons import classify_misses, first_line, summarize
 from rag_pipeline.retrieval.trace import Candidate
 
 
@@ -23,10 +23,10 @@ def test_pushed_out_by_the_rerank_stage() -> None:
         ("below_cutoff_after_rerank", 3, 2, 0.0)
     assert pushed.gap == 0.7 - 0.4
     assert "rank 2 <= k=2 after the first stage, rank 3 after the rerank stage" in pushed.detail
-    assert pushed.as_dict()["first_stage_rank"] == 2
+    assert pushed.model_dump()["first_stage_rank"] == 2
     lifted = reasons["c"]
     assert lifted.reason == "hit" and "first-stage rank 3: the rerank stage lifted it" in lifted.detail
-    assert summarize(reasons.values())["dominant_reason"] == "below_cutoff_after_rerank"
+    assert summarize(reasons.values()).dominant_reason == "below_cutoff_after_rerank"
 
 
 def test_below_k_in_both_stages_keeps_the_first_stage_reason() -> None:

@@ -12,7 +12,8 @@ from rag_pipeline.contracts.reports import Report, json_schema
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.pools import load_pools
-from rag_pipeline.evaluation.reports import UNANSWERABLE_REASON, build_report
+from rag_pipeline.evaluation.runs.case_queries import UNANSWERABLE_REASON
+from rag_pipeline.evaluation.runs.reports import build_report
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service.history import compare_runs
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, table_counts, tiny_cases, write_dataset
@@ -47,9 +48,9 @@ def test_averages_and_stats_are_those_of_the_answerable_cases(world):
         mixed, plain = runs[("with", version)], runs[("without", version)]
         assert mixed.case_count == len(dataset.cases) == plain.case_count + 2
         assert mixed.averages == pytest.approx(plain.averages, abs=1e-12), "unanswerable cases add nothing"
-        assert mixed.summary["unanswerable_cases"] == 2 and plain.summary["unanswerable_cases"] == 0
+        assert mixed.summary.unanswerable_cases == 2 and plain.summary.unanswerable_cases == 0
         for key in ("cases_with_hit", "cases_without_candidates", "relevant_in_pool", "relevant_total"):
-            assert mixed.summary[key] == plain.summary[key], key
+            assert getattr(mixed.summary, key) == getattr(plain.summary, key), key
 
 
 def test_report_marks_unanswerable_cases_with_their_pool_and_no_metrics(engine, world):

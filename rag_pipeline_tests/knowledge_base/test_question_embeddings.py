@@ -27,9 +27,9 @@ def test_a_second_strategy_reuses_every_question_vector(engine, kb_name, tmp_pat
     first = evaluate_dataset(engine, dataset, get_strategy("vector-v1"), batch_size=16)
     second = evaluate_dataset(engine, dataset, get_strategy("hybrid-v1"), batch_size=16)
     keyword = evaluate_dataset(engine, dataset, get_strategy("keyword-v1"), batch_size=16)
-    assert first.summary["question_embeddings"] == {"reused": 0, "embedded": 60}
-    assert second.summary["question_embeddings"] == {"reused": 60, "embedded": 0}
-    assert keyword.summary["question_embeddings"] is None, "no vector leg, no question vectors"
+    assert first.summary.question_embeddings == {"reused": 0, "embedded": 60}
+    assert second.summary.question_embeddings == {"reused": 60, "embedded": 0}
+    assert keyword.summary.question_embeddings is None, "no vector leg, no question vectors"
     assert first.timings["embedding_s"] > 0  # the second embedded nothing: its counts above say so, not a clock
 
     embedder = get_embedder("use-multilingual-v3")

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli import main
-from rag_pipeline.evaluation import run_records
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline_tests.eval_helpers import (
     ingest_tiny_kb,
     run_rows,

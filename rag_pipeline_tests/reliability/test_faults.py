@@ -23,10 +23,10 @@ from sqlalchemy.engine import make_url
 from rag_pipeline.definitions import defs
 from rag_pipeline.defs.evaluation import RETRY_POLICY, evaluation_dataset, evaluation_run, fail_fast_unless_transient
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.evaluation import run_records
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service.datasets import register_dataset

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.errors import EXIT_OUTPUT_NOT_WRITTEN
-from rag_pipeline.evaluation import run_records
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases, write_dataset
 
 RAG = Path(sys.executable).with_name("rag-pipeline")

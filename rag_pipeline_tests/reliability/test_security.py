@@ -19,10 +19,12 @@ from sqlalchemy.pool import NullPool
 
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.evaluation import persistence, run_records
 from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
-from rag_pipeline.evaluation.reports import build_report, case_overview
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs import results as persistence
+from rag_pipeline.evaluation.runs.case_queries import overview as case_overview
+from rag_pipeline.evaluation.runs.reports import build_report
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import get_strategy
@@ -188,7 +190,7 @@ def test_candidates_and_reports_hold_chunk_text_only_when_asked(engine, chunks, 
     assert stored and run_rows(engine, run_id)[0] > 0
     plain_text = plain.read_text(encoding="utf-8")
     assert json.loads(plain_text) == report
-    for blob in (stored, plain_text, json.dumps(overview, default=str)):
+    for blob in (stored, plain_text, json.dumps([c.model_dump() for c in overview], default=str)):
         assert not any(f in blob for f in fragments), "chunk text leaked into a snapshot/report/metadata"
     assert '"content"' not in plain_text
 
@@ -395,42 +397,43 @@ VETTED_QUERY_MODULE_SPLICES = {
         ('extra=", leg_rank"', "literal select-list suffix"),
         ('where="leg_rank <= :k OR chunk_id = ANY(CAST((CAST(:targets AS text[]))[CAST(ord AS int)] AS uuid[]))"',
          "literal filter (targets are a bind parameter)"))},
-    ("evaluation/queries/diagnosis.py", "<module>", "_TSQUERY"): "constant SQL (textsearch.OR_TSQUERY_SQL)",
-    ("evaluation/queries/diagnosis.py", "<module>", "_TARGETS"): "constant SQL fragment (targets unnest)",
-    ("evaluation/queries/diagnosis.py", "<module>", "retrieval_sql.BASE_FILTERS"): "constant SQL fragment",
-    ("evaluation/queries/diagnosis.py", "keyword_rank_sql", "leg"): "constant SQL: one of the two leg statements",
-    ("evaluation/queries/diagnosis.py", "keyword_rank_sql", "_TARGETS"): "constant SQL fragment (targets unnest)",
-    ("evaluation/queries/retention.py", "prunable_runs", "EFFECTIVE_STATUS"): "constant SQL fragment (run status)",
-    ("evaluation/queries/run_history.py", "finished_outside_dagster", "', '.join('r.' + m for m in METRIC_NAMES)"):
+    ("evaluation/diagnosis/queries.py", "<module>", "_TSQUERY"): "constant SQL (textsearch.OR_TSQUERY_SQL)",
+    ("evaluation/diagnosis/queries.py", "<module>", "_TARGETS"): "constant SQL fragment (targets unnest)",
+    ("evaluation/diagnosis/queries.py", "<module>", "retrieval_sql.BASE_FILTERS"): "constant SQL fragment",
+    ("evaluation/diagnosis/queries.py", "keyword_rank_sql", "leg"): "constant SQL: one of the two leg statements",
+    ("evaluation/diagnosis/queries.py", "keyword_rank_sql", "_TARGETS"): "constant SQL fragment (targets unnest)",
+    ("evaluation/runs/queries.py", "prunable_runs", "EFFECTIVE_STATUS"): "constant SQL fragment (run status)",
+    ("evaluation/runs/queries.py", "finished_outside_dagster", "', '.join('r.' + m for m in METRIC_NAMES)"):
         "constant column names",
-    ("evaluation/queries/cases.py", "metrics_of_runs", "', '.join(METRIC_NAMES)"): "constant column names",
-    ("evaluation/queries/cases.py", "copy_rows", "table"): "the constant table names of copy_candidates / "
+    ("evaluation/runs/case_queries.py", "metrics_of_runs", "', '.join(METRIC_NAMES)"): "constant column names",
+    ("evaluation/runs/case_queries.py", "copy_rows", "table"): "the constant table names of copy_candidates / "
                                                           "copy_case_results",
-    ("evaluation/queries/cases.py", "copy_rows", "binary"): "a constant: empty or ' WITH (FORMAT BINARY)'",
-    ("evaluation/queries/cases.py", "copy_rows", "', '.join(columns)"): "the constant column tuples of persistence",
-    ("evaluation/queries/cases.py", "report_page", "_REPORT_COLUMNS"): "constant column names",
-    ("evaluation/queries/cases.py", "<module>", "m"): "a name of METRIC_NAMES (SCORED_METRICS)",
-    ("evaluation/queries/cases.py", "case_rows", "SCORED_METRICS"): "constant CASE expressions over METRIC_NAMES",
-    ("evaluation/queries/cases.py", "report_page", "one_case"): "a constant fragment with a bind parameter",
-    ("evaluation/queries/cases.py", "overview", "', '.join('r.' + m for m in METRIC_NAMES)"): "constant column names",
-    ("evaluation/queries/cases.py", "overview", "order"): "one of two literal ORDER BY lists",
-    ("evaluation/queries/candidates.py", "report_statement", 'text=", ch.content" if include_text else ""'):
+    ("evaluation/runs/case_queries.py", "copy_rows", "binary"): "a constant: empty or ' WITH (FORMAT BINARY)'",
+    ("evaluation/runs/case_queries.py", "copy_rows", "', '.join(columns)"): "the constant column tuples of persistence",
+    ("evaluation/runs/case_queries.py", "report_page", "_REPORT_COLUMNS"): "constant column names",
+    ("evaluation/runs/case_queries.py", "<module>", "m"): "a name of METRIC_NAMES (SCORED_METRICS)",
+    ("evaluation/runs/case_queries.py", "case_rows", "SCORED_METRICS"): "constant CASE expressions over METRIC_NAMES",
+    ("evaluation/runs/case_queries.py", "report_page", "one_case"): "a constant fragment with a bind parameter",
+    ("evaluation/runs/case_queries.py", "overview", "', '.join('r.' + m for m in METRIC_NAMES)"):
+        "constant column names",
+    ("evaluation/runs/case_queries.py", "overview", "order"): "one of two literal ORDER BY lists",
+    ("evaluation/runs/candidate_queries.py", "report_candidates", 'text=", ch.content" if include_text else ""'):
         "one of two literals",
-    ("evaluation/queries/candidates.py", "report_statement", 'join=" LEFT JOIN document_chunks ch ON ch.id = '
+    ("evaluation/runs/candidate_queries.py", "report_candidates", 'join=" LEFT JOIN document_chunks ch ON ch.id = '
                                                              'c.chunk_id" if include_text else ""'):
         "one of two literals",
-    ("evaluation/queries/candidates.py", "report_statement", 'mode=_MODE_FILTERS.get(mode, "")'):
+    ("evaluation/runs/candidate_queries.py", "report_candidates", 'mode=_MODE_FILTERS.get(mode, "")'):
         "one of the literal filters of _MODE_FILTERS",
-    ("evaluation/queries/runs.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment",
-    ("evaluation/queries/runs.py", "sweep_abandoned", "EFFECTIVE_STATUS"): "constant SQL fragment",
-    ("evaluation/queries/runs.py", "mark_succeeded", "sets"): "built from METRIC_NAMES",
-    **{("evaluation/queries/runs.py", func, expr): "constant SQL fragment" for func, expr in (
+    ("evaluation/runs/queries.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment",
+    ("evaluation/runs/queries.py", "sweep_abandoned", "EFFECTIVE_STATUS"): "constant SQL fragment",
+    ("evaluation/runs/queries.py", "mark_succeeded", "sets"): "built from METRIC_NAMES",
+    **{("evaluation/runs/queries.py", func, expr): "constant SQL fragment" for func, expr in (
         ("run_row", "RUN_COLUMNS"), ("run_row", "RUN_FROM"), ("list_runs", "RUN_COLUMNS"), ("list_runs", "RUN_FROM"),
         ("count_runs", "RUN_FROM"))},
     **{("answers/runs/queries.py", func, expr): _CONSTANT for func, expr in (
         ("<module>", "SEARCHABLE_DOCUMENT_SQL"), ("run_row", "_RUN_SELECT"), ("list_runs", "_RUN_FILTER"))},
-    ("evaluation/queries/runs.py", "list_runs", "where"): "_run_filter's literal 'column = :param' predicates",
-    ("evaluation/queries/runs.py", "count_runs", "where"): "_run_filter's literal 'column = :param' predicates",
+    ("evaluation/runs/queries.py", "list_runs", "where"): "_run_filter's literal 'column = :param' predicates",
+    ("evaluation/runs/queries.py", "count_runs", "where"): "_run_filter's literal 'column = :param' predicates",
 }
 VETTED_SQL_SPLICES = {
     **VETTED_QUERY_MODULE_SPLICES,

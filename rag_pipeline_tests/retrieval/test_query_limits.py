@@ -14,7 +14,7 @@ from sqlalchemy.pool import NullPool
 
 from rag_pipeline.cli import main
 from rag_pipeline.evaluation import evaluate as runner
-from rag_pipeline.evaluation import run_records
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL
 from rag_pipeline.retrieval.search import StatementTimeout, hybrid_search_with_trace

@@ -7,10 +7,10 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli import main
-from rag_pipeline.evaluation import run_records
 from rag_pipeline.evaluation.dataset import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
-from rag_pipeline.evaluation.queries.retention import replace_comparison_runs
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs.queries import replace_comparison_runs
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service import retention
 from rag_pipeline.storage.evaluation_tables import CANDIDATE_PARTITION_PREFIX

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright import sync_api as playwright_api
 
-from rag_pipeline.evaluation import run_records
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.service import stored_datasets
 from rag_pipeline.service.queued_runs import fail_queued, queue_evaluations
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases

@@ -21,8 +21,8 @@ from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.tuning import FoldChoice, FusionTuning, RankedFusion
 from rag_pipeline.evaluation.pools import load_pools
-from rag_pipeline.evaluation.queries import run_history
 from rag_pipeline.evaluation.queries.knowledge_base import stored_params_hash
+from rag_pipeline.evaluation.runs import queries as run_history
 from rag_pipeline.retrieval.strategies import (
     FIELD_NAMES,
     Strategy,

@@ -52,7 +52,7 @@ from rag_pipeline.contracts.labelling import FORMAT, Draft, DraftCandidate, Draf
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset, parse_dataset
 from rag_pipeline.evaluation.dataset_json import JsonReadError, decode_json
 from rag_pipeline.evaluation.label_check import check_labels
-from rag_pipeline.evaluation.persistence import store_dataset
+from rag_pipeline.evaluation.runs.results import store_dataset
 from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base

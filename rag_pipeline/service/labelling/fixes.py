@@ -31,8 +31,8 @@ from rag_pipeline.contracts.dataset import MAX_METADATA_BYTES
 from rag_pipeline.contracts.labelling import FixCandidate, FixCounts, LabelChange, LabelFixes, StoredLabelFixes
 from rag_pipeline.evaluation.dataset import Dataset, DatasetError, load_dataset, parse_dataset
 from rag_pipeline.evaluation.label_check import check_labels
-from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.evaluation.queries.datasets import source_path
+from rag_pipeline.evaluation.runs.results import load_stored_dataset
 from rag_pipeline.knowledge_base import chunk_lookup, span_remap
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.service import stored_datasets

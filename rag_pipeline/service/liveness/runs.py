@@ -5,7 +5,7 @@ database was down (it could not write why). Two checks find such runs, each with
 
 - a run launched through Dagster whose Dagster run has ended (failed, cancelled, or succeeded without the
   evaluation recording it) gets "its Dagster run ... failed: <Dagster's error>";
-- a run whose process on this host is gone (its pid and start time, :mod:`rag_pipeline.evaluation.run_owner`)
+- a run whose process on this host is gone (its pid and start time, :mod:`rag_pipeline.evaluation.runs.owner`)
   gets "its process (pid N on HOST) ended without recording the outcome ...".
 
 A ``queued`` row (HTTP API, console) names the process that queued it and submits its Dagster run in the
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation import run_records
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 
 EndedDagsterRuns = Callable[[Sequence[str]], Mapping[str, str]]
 """Given Dagster run ids, those that have ended, each with what happened ("failed: <error>", "was cancelled")."""

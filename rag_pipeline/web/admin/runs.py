@@ -59,13 +59,14 @@ def run_page(request: Request, engine: Engine, run_id: str, q: Annotated[str, Qu
     baseline = [r for r in evaluations.list_runs(engine, knowledge_base=summary.knowledge_base.id,
                                                  dataset=summary.dataset.name, strategy=DEFAULT_BASELINE,
                                                  current_only=True, limit=1) if r.run_id != summary.run_id]
-    stored = summary.counts or {}
-    label_integrity = stored.get("label_integrity") or {}
+    counts = summary.counts
+    misses = counts.miss_reasons if counts else None
     return render(request, "run.html", {
         "s": summary, "cases": cases, "reasons": sorted(reasons.items(), key=lambda kv: -kv[1]), "zero": zero_count,
         "total": total, "matching": matching, "baseline": baseline[0] if baseline else None,
-        "truncated": total > MAX_ROWS, "headline": stored.get("first_line"), "label_integrity": label_integrity,
-        "miss_counts": (stored.get("miss_reasons") or {}).get("counts") or {}, "case_url": case_url,
+        "truncated": total > MAX_ROWS, "headline": counts and counts.first_line,
+        "label_integrity": counts and counts.label_integrity, "miss_counts": misses.counts if misses else {},
+        "case_url": case_url,
         "dataset_url": f"{BASE}/kb/{quote(summary.knowledge_base.name, safe='')}/datasets/"
                        f"{quote(summary.dataset.name, safe='')}"})
 

@@ -14,7 +14,7 @@ from urllib.parse import quote
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation import run_records
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.service import stored_datasets
 from rag_pipeline.service.queued_runs import fail_queued, queue_evaluations
 from rag_pipeline.web.admin import pages

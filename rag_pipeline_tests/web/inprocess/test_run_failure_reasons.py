@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli.main import main as cli
-from rag_pipeline.evaluation import run_records
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.retrieval.strategies import StrategyError, get_strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.service import evaluations, stored_datasets

@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli.main import main
-from rag_pipeline.evaluation import run_records
-from rag_pipeline.evaluation.run_owner import host
+from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs.owner import host
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service import evaluations, stored_datasets
 from rag_pipeline.service.queued_runs import queue_evaluations

@@ -9,20 +9,21 @@ exact global rank in each leg (a scan of the knowledge base) only on demand: :fu
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation import diagnosis, label_check
-from rag_pipeline.evaluation.queries import candidates as candidate_queries
-from rag_pipeline.evaluation.queries import cases as case_queries
-from rag_pipeline.evaluation.queries import diagnosis as queries
-from rag_pipeline.evaluation.queries import runs as run_queries
+from rag_pipeline.contracts.reports import MissReason
+from rag_pipeline.contracts.runs import LabelIntegrity, MissReasonCounts, RunCounts
+from rag_pipeline.evaluation import label_check
+from rag_pipeline.evaluation.diagnosis import miss_reasons as diagnosis
+from rag_pipeline.evaluation.diagnosis import queries
 from rag_pipeline.evaluation.queries.knowledge_base import knowledge_base_row
+from rag_pipeline.evaluation.runs import candidate_queries, case_queries
+from rag_pipeline.evaluation.runs import queries as run_queries
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.retrieval.bm25_sql import bm25_params
@@ -69,9 +70,9 @@ def score_chunks(conn: sa.Connection, kb, strategy: Strategy, targets: Sequence[
     return out
 
 
-def _missing_legs(m: diagnosis.MissReason) -> tuple[str, ...]:
+def _missing_legs(m: MissReason) -> tuple[str, ...]:
     if m.reason == "not_in_pool":
-        return m.enabled_legs
+        return tuple(m.enabled_legs or ())
     if m.reason in ("vector_only", "keyword_only"):
         return ("keyword",) if m.reason == "vector_only" else ("vector",)
     return ()
@@ -79,7 +80,7 @@ def _missing_legs(m: diagnosis.MissReason) -> tuple[str, ...]:
 
 def diagnose_batch(conn: sa.Connection, kb, strategy: Strategy, cases: Sequence, pools: Sequence[Sequence],
                    labels: label_check.LabelReport | None = None,
-                   query_vectors: np.ndarray | None = None, *, ranks: bool = False) -> list[list[diagnosis.MissReason]]:
+                   query_vectors: np.ndarray | None = None, *, ranks: bool = False) -> list[list[MissReason]]:
     """Reasons per case (``cases[i]`` with pool ``pools[i]``), missing-leg scores filled in. ``query_vectors`` (one
     row per case) spare re-embedding; ``ranks=True`` adds the exact global leg ranks."""
     statuses = labels.status_map() if labels else None
@@ -94,7 +95,7 @@ def diagnose_batch(conn: sa.Connection, kb, strategy: Strategy, cases: Sequence,
         return per_case
     vectors = None if query_vectors is None else dict(zip(question, np.asarray(query_vectors), strict=True))
     scores = score_chunks(conn, kb, strategy, targets, vectors, ranks=ranks)
-    return [[replace(m, **scores[(question[i], m.chunk_id)], scores_computed=True)
+    return [[diagnosis.with_scores(m, scores[(question[i], m.chunk_id)])
              if (question[i], m.chunk_id) in scores else m for m in reasons]
             for i, reasons in enumerate(per_case)]
 
@@ -102,26 +103,25 @@ def diagnose_batch(conn: sa.Connection, kb, strategy: Strategy, cases: Sequence,
 @dataclass
 class RunDiagnosis:
     run_id: str
-    reasons: dict[str, list[diagnosis.MissReason]]  # case_id -> reasons, in case order
+    reasons: dict[str, list[MissReason]]  # case_id -> reasons, in case order
     labels: label_check.LabelReport
-    summary: dict
+    summary: MissReasonCounts
     first_line: str | None
 
-    def summary_metadata(self) -> dict:
-        """What to merge into the run summary (``retrieval_evaluation_runs.summary``)."""
-        return _summary_metadata(self.summary, self.first_line, self.labels)
+    @property
+    def label_integrity(self) -> LabelIntegrity:
+        return label_integrity(self.labels)
 
 
 LABEL_EXAMPLES = 5
 
 
-def _summary_metadata(summary: dict, line: str | None, labels: label_check.LabelReport) -> dict:
-    return {"miss_reasons": summary, "first_line": line,
-            "label_integrity": {"counts": labels.counts(), "summary": labels.summary(),
-                                "cases_all_invalid": labels.cases_with("all_invalid"),
-                                "cases_some_invalid": labels.cases_with("some_invalid"),
-                                # the first invalid labels with what to do about each (the detail names the fix)
-                                "examples": [r.model_dump() for r in labels.invalid()[:LABEL_EXAMPLES]]}}
+def label_integrity(labels: label_check.LabelReport) -> LabelIntegrity:
+    """A run's label check as its summary keeps it, with the first invalid labels and what to do about each."""
+    return LabelIntegrity(counts=labels.counts(), summary=labels.summary(),
+                          cases_all_invalid=labels.cases_with("all_invalid"),
+                          cases_some_invalid=labels.cases_with("some_invalid"),
+                          examples=labels.invalid()[:LABEL_EXAMPLES])
 
 
 class RunDiagnosisTally:
@@ -130,16 +130,18 @@ class RunDiagnosisTally:
 
     def __init__(self, knowledge_base: str):
         self.labels = label_check.LabelReport(knowledge_base=knowledge_base, rows=[])
-        self.counts: Counter = Counter()
+        self.counts: Counter[str] = Counter()
 
-    def add(self, labels: label_check.LabelReport, reasons: Sequence[Sequence[diagnosis.MissReason]]) -> None:
+    def add(self, labels: label_check.LabelReport, reasons: Sequence[Sequence[MissReason]]) -> None:
         self.labels.rows.extend(labels.rows)
         self.labels.verdicts.update(labels.verdicts)
         self.counts.update(m.reason for case in reasons for m in case)
 
-    def summary_metadata(self, averages: Mapping[str, float]) -> dict:
-        summary = diagnosis.summarize_counts(self.counts)
-        return _summary_metadata(summary, diagnosis.first_line(summary, averages), self.labels)
+    def add_to(self, counts: RunCounts, averages: Mapping[str, float]) -> None:
+        """Write the run's ``miss_reasons``, ``first_line`` and ``label_integrity`` into its ``counts``."""
+        counts.miss_reasons = diagnosis.summarize_counts(self.counts)
+        counts.first_line = diagnosis.first_line(counts.miss_reasons, averages)
+        counts.label_integrity = label_integrity(self.labels)
 
 
 def strategy_of_run(run) -> Strategy:
@@ -149,10 +151,17 @@ def strategy_of_run(run) -> Strategy:
     return get_strategy(run.strategy_version)
 
 
-def diagnose_case(conn: sa.Connection, run_id, case_id: str) -> tuple[dict, list[diagnosis.MissReason]] | None:
+def _run(conn: sa.Connection, run_id) -> sa.Row:
+    run = run_queries.run_strategy(conn, run_id)
+    if run is None:
+        raise LookupError(f"no evaluation run {run_id}")
+    return run
+
+
+def diagnose_case(conn: sa.Connection, run_id, case_id: str) -> tuple[sa.RowMapping, list[MissReason]] | None:
     """One case of a stored run diagnosed *now*, with the exact global leg ranks (on demand; against the KB as it
     is now). Returns ``(case row, reasons)``, or ``None`` if the run has no such case."""
-    run = run_queries.run_strategy(conn, run_id)
+    run = _run(conn, run_id)
     case = next(iter(case_queries.case_rows(conn, run_id, case_id)), None)
     if case is None:
         return None
@@ -160,14 +169,14 @@ def diagnose_case(conn: sa.Connection, run_id, case_id: str) -> tuple[dict, list
     kb = knowledge_base_row(conn, run.knowledge_base_id)
     labels = label_check.check_labels(conn, kb, [case])
     (reasons,) = diagnose_batch(conn, kb, strategy_of_run(run), [case], [pool], labels, ranks=True)
-    return dict(case), reasons
+    return case, reasons
 
 
 def diagnose_run(conn: sa.Connection, run_id, *, store: bool = True,
                  averages: Mapping[str, float] | None = None) -> RunDiagnosis:
     """Diagnose every case of a stored run (visible on ``conn``: also inside the run's own write transaction
     before it commits); ``store`` writes ``case_results.miss_reasons``. ``averages`` default to the run's."""
-    run = run_queries.run_strategy(conn, run_id)
+    run = _run(conn, run_id)
     kb = knowledge_base_row(conn, run.knowledge_base_id)
     stored = case_queries.case_rows(conn, run_id)
     pools: dict[str, list] = {c["case_id"]: [] for c in stored}
@@ -178,7 +187,7 @@ def diagnose_run(conn: sa.Connection, run_id, *, store: bool = True,
     reasons = diagnose_batch(conn, kb, strategy, stored, [pools[c["case_id"]] for c in stored], labels)
     by_case = {c["case_id"]: r for c, r in zip(stored, reasons, strict=True)}
     if store and stored:
-        case_queries.store_miss_reasons(conn, run_id, {case: json.dumps([m.as_dict() for m in r], ensure_ascii=False)
+        case_queries.store_miss_reasons(conn, run_id, {case: diagnosis.REASONS_JSON.dump_json(r).decode()
                                                        for case, r in by_case.items()})
     summary = diagnosis.summarize(m for r in reasons for m in r)
     if averages is None and run.ndcg_at_k is not None:

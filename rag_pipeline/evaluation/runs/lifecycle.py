@@ -7,7 +7,7 @@ its heartbeat is refreshed every few seconds by a background thread on a connect
 A run the HTTP API submits to Dagster is created ``queued`` (:func:`create_run` with ``queued=True``) and
 moved to ``running`` by the Dagster step that evaluates it (:func:`start_queued_run`); a retry of that step
 evaluates the row :func:`resume_queued_run` gives it (a new one when the failed attempt had started it). The
-results themselves are written by :mod:`rag_pipeline.evaluation.persistence` in one separate transaction that
+results themselves are written by :mod:`rag_pipeline.evaluation.runs.results` in one separate transaction that
 also flips the status to ``succeeded``. A ``running`` run whose heartbeat is older than :func:`stale_after_seconds`
 (process killed, machine lost) is reported as ``abandoned`` and swept to that status by the next run.
 """
@@ -19,14 +19,15 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.errors import ConflictError, DatabaseUnavailableError, NotFoundError
-from rag_pipeline.evaluation import run_owner
-from rag_pipeline.evaluation.queries import runs as queries
 from rag_pipeline.evaluation.queries.knowledge_base import ping
+from rag_pipeline.evaluation.runs import owner as run_owner
+from rag_pipeline.evaluation.runs import queries
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.ids import as_uuid
 from rag_pipeline.storage.urls import mask_secrets
@@ -209,7 +210,7 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._loop, name="rag-eval-heartbeat", daemon=True)
 
     def __enter__(self) -> Heartbeat:
-        self._conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        self._conn: sa.Connection | None = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         self._thread.start()
         return self
 
@@ -254,7 +255,7 @@ def mark_failed(engine: sa.Engine, run_id, error: str) -> None:
         pass
 
 
-def running_runs(engine: sa.Engine) -> list[sa.Row]:
+def running_runs(engine: sa.Engine) -> Sequence[sa.Row]:
     """The ``running`` rows with their Dagster run id and owner (:func:`queries.running_runs`)."""
     with engine.connect() as conn:
         return queries.running_runs(conn)
@@ -266,7 +267,7 @@ def fail_running(engine: sa.Engine, run_id, error: str) -> bool:
         return queries.fail_running(conn, run_id, mask_secrets(error)[:10_000])
 
 
-def sweep_gone(engine: sa.Engine, rows: list[sa.Row] | None = None) -> int:
+def sweep_gone(engine: sa.Engine, rows: Sequence[sa.Row] | None = None) -> int:
     """Mark failed every ``running`` run (of ``rows``, default: all) whose process on this host is gone
     (:mod:`run_owner`), with that reason; returns how many."""
     ended = 0
@@ -356,7 +357,7 @@ def resolve_run_id(conn: sa.Connection, run_id) -> uuid.UUID:
 
 
 def get_run(conn: sa.Connection, run_id) -> sa.Row:
-    """One run (:data:`~rag_pipeline.evaluation.queries.runs.RUN_COLUMNS`) by id or unique id prefix
+    """One run (:data:`~rag_pipeline.evaluation.runs.queries.RUN_COLUMNS`) by id or unique id prefix
     (:func:`resolve_run_id`)."""
     run_uuid = resolve_run_id(conn, run_id)
     row = queries.run_row(conn, run_uuid, stale=stale_after_seconds())
@@ -365,7 +366,7 @@ def get_run(conn: sa.Connection, run_id) -> sa.Row:
     return row
 
 
-def list_runs(conn: sa.Connection, *, limit: int = 100, offset: int = 0, **filters) -> list[sa.Row]:
+def list_runs(conn: sa.Connection, *, limit: int = 100, offset: int = 0, **filters) -> Sequence[sa.Row]:
     """Run history, newest first (docs/design.md §6.2 ``GET /knowledge-bases/{id}/retrieval/runs``). Filters:
     ``knowledge_base_id``, ``dataset``, ``strategy``, ``current_only``, ``status`` (the effective status: a stale
     ``running`` run is ``abandoned``), ``run_ids``. Newest = latest submitted (``queued_at``, else started)."""

@@ -1,16 +1,20 @@
 """Why a relevant chunk (grade >= 1) was (not) retrieved: one reason per relevant chunk per case, from the stored
 pool, in the order and with the meanings of docs/design.md §4.3.
 
-:func:`classify_misses` is pure (plain data in, no database); ``diagnosis_db.diagnose_batch`` adds the computed
-scores and ``diagnosis_db.diagnose_run`` diagnoses (and stores) a whole run.
+:func:`classify_misses` is pure (plain data in, no database); :func:`.diagnose.diagnose_batch` adds the computed
+scores and :func:`.diagnose.diagnose_run` diagnoses (and stores) a whole run.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from typing import Any
 
+from pydantic import TypeAdapter
+
+from rag_pipeline.contracts.reports import MissReason
+from rag_pipeline.contracts.runs import MissReasonCounts
 from rag_pipeline.evaluation.dataset import relevant_ids_of
 from rag_pipeline.evaluation.label_check import STATUSES as LABEL_STATUSES
 
@@ -19,53 +23,22 @@ RETRIEVAL_REASONS = ("hit", "below_cutoff_after_rerank", "below_cutoff", "vector
 INVALID_LABEL_REASONS = tuple(s for s in LABEL_STATUSES if s != "ok")
 REASONS = RETRIEVAL_REASONS + INVALID_LABEL_REASONS
 LEGS = ("vector", "keyword")
+REASONS_JSON = TypeAdapter(list[MissReason])
+"""A case's reasons as stored (``miss_reasons``): ``REASONS_JSON.dump_json(reasons)``."""
 
 
-@dataclass(frozen=True)
-class MissReason:
-    case_id: str
-    chunk_id: str
-    reason: str
-    k: int
-    rank: int | None = None  # final rank in the pool
-    legs: str | None = None  # "both" | "vector" | "keyword": who put it in the pool
-    final_score: float | None = None
-    kth_score: float | None = None  # final score of the k-th candidate (None: pool shorter than k)
-    gap: float | None = None  # kth_score - final_score, for pool members below k
-    vector_score: float | None = None  # the chunk's own score (from the pool, or computed)
-    vector_rank: int | None = None  # its rank in the vector leg's pool; outside it: exact global rank, on demand
-    keyword_score: float | None = None  # None: the chunk shares no term with the question
-    keyword_rank: int | None = None
-    vector_last_score: float | None = None  # score of the last vector-leg member of the pool
-    vector_leg_size: int = 0
-    keyword_last_score: float | None = None
-    keyword_leg_size: int = 0
-    enabled_legs: tuple[str, ...] = ()
-    scores_computed: bool = False  # own scores of the missing leg(s) filled in by diagnosis_db
-    label_detail: str | None = None
-    first_stage_rank: int | None = None  # with a rerank stage: the rank before it (``rank`` is after it)
-    rerank_score: float | None = None
-
-    @property
-    def is_label_problem(self) -> bool:
-        return self.reason in INVALID_LABEL_REASONS
-
-    @property
-    def detail(self) -> str:
-        return _describe(self)
-
-    def as_dict(self) -> dict:
-        """JSON-ready (stored in ``miss_reasons``): None fields dropped, pool context only for pool questions."""
-        # not dataclasses.asdict: its deep copies are the slow part at thousands of cases (bench/RESULTS.md)
-        data = {key: value for key in _FIELDS if (value := getattr(self, key)) is not None}
-        if self.is_label_problem:
-            data = {key: data[key] for key in ("case_id", "chunk_id", "reason", "k", "label_detail") if key in data}
-        elif self.reason == "hit":
-            data = {key: value for key, value in data.items() if "_last_" not in key and "leg_size" not in key}
-        return data | {"detail": self.detail}
+def miss_reason(**fields: Any) -> MissReason:
+    """A :class:`MissReason` of trusted values (no validation: the hot path), its ``detail`` written."""
+    m = MissReason.model_construct(**fields, detail="")
+    m.detail = _describe(m)
+    return m
 
 
-_FIELDS = tuple(f.name for f in fields(MissReason))
+def with_scores(m: MissReason, scores: Mapping[str, float | int | None]) -> MissReason:
+    """``m`` with the missing legs' own scores (and ranks) computed."""
+    out = m.model_copy(update={**scores, "scores_computed": True})
+    out.detail = _describe(out)
+    return out
 
 
 def _get(obj, name: str):
@@ -115,7 +88,7 @@ def _describe(m: MissReason) -> str:
                 f"(rerank score {_fmt(m.rerank_score)}; final score {_fmt(m.final_score)} vs {_fmt(m.kth_score)} "
                 f"at rank {m.k}, gap {_fmt(m.gap)}): the rerank stage pushed it below k")
     if m.reason == "not_in_pool":
-        legs = [_leg_clause(m, leg) for leg in LEGS if leg in m.enabled_legs]
+        legs = [_leg_clause(m, leg) for leg in LEGS if leg in (m.enabled_legs or ())]
         return "not retrieved by any leg; " + ("; ".join(legs) if legs else "no score computed")
     text = f"rank {m.rank} > k={m.k}, final score {_fmt(m.final_score)}"
     if m.kth_score is not None:
@@ -151,24 +124,25 @@ def classify_misses(case, candidates: Sequence, k: int | None = None,
     by_id = {str(_get(c, "chunk_id")): c for c in pool}
     enabled = _enabled_legs(pool, legs)
     kth = float(_get(pool[k - 1], "final_score")) if len(pool) >= k else None
-    leg_info = {}
+    leg_info: dict[str, Any] = {}
     for leg in LEGS:
         members = [c for c in pool if _get(c, f"{leg}_rank") is not None]
         last = max(members, key=lambda c: _get(c, f"{leg}_rank"), default=None)
         leg_info[f"{leg}_leg_size"] = len(members)
         leg_info[f"{leg}_last_score"] = None if last is None else float(_get(last, f"{leg}_score"))
-    leg_info["enabled_legs"] = enabled
+    leg_info["enabled_legs"], leg_info["scores_computed"] = list(enabled), False
     statuses, details = label_statuses or {}, label_details or {}
     out = []
     for chunk_id in relevant:
         status = statuses.get((case_id, chunk_id), statuses.get(chunk_id, "ok"))
         if status != "ok":
             detail = details.get((case_id, chunk_id), details.get(chunk_id))
-            out.append(MissReason(case_id, chunk_id, status, k, label_detail=detail, **leg_info))
+            out.append(miss_reason(case_id=case_id, chunk_id=chunk_id, reason=status, k=k, label_detail=detail,
+                                   **leg_info))
             continue
         c = by_id.get(chunk_id)
         if c is None:
-            out.append(MissReason(case_id, chunk_id, "not_in_pool", k, **leg_info))
+            out.append(miss_reason(case_id=case_id, chunk_id=chunk_id, reason="not_in_pool", k=k, **leg_info))
             continue
         found = [leg for leg in LEGS if _get(c, f"{leg}_rank") is not None]
         found_by = "both" if len(found) == 2 else (found[0] if found else None)
@@ -183,26 +157,28 @@ def classify_misses(case, candidates: Sequence, k: int | None = None,
         else:
             reason = "below_cutoff"
         scores = {f"{leg}_{what}": _get(c, f"{leg}_{what}") for leg in LEGS for what in ("score", "rank")}
-        out.append(MissReason(
-            case_id, chunk_id, reason, k, rank=rank, legs=found_by, final_score=final, kth_score=kth,
+        out.append(miss_reason(
+            case_id=case_id, chunk_id=chunk_id, reason=reason, k=k, rank=rank, legs=found_by, final_score=final,
+            kth_score=kth,
             gap=None if rank <= k or kth is None else kth - final, **scores, **leg_info,
             first_stage_rank=None if first_rank is None else int(first_rank), rerank_score=_get(c, "rerank_score")))
     return out
 
 
-def summarize(reasons: Iterable) -> dict:
-    """Counts per reason (MissReason objects or their dicts), the dominant non-hit reason, totals."""
-    return summarize_counts(Counter(r["reason"] if isinstance(r, Mapping) else r.reason for r in reasons))
+def summarize(reasons: Iterable[MissReason]) -> MissReasonCounts:
+    """Counts per reason, the dominant non-hit reason, totals."""
+    return summarize_counts(Counter(r.reason for r in reasons))
 
 
-def summarize_counts(counts: Mapping[str, int]) -> dict:
+def summarize_counts(counts: Mapping[str, int]) -> MissReasonCounts:
     """:func:`summarize` from ``{reason: count}`` (a run's counts accumulated batch by batch)."""
     ordered = {reason: counts[reason] for reason in REASONS if counts.get(reason)}
     misses = {reason: n for reason, n in ordered.items() if reason != "hit"}
     dominant = max(misses, key=lambda reason: (misses[reason], -REASONS.index(reason))) if misses else None
-    return {"labels": sum(ordered.values()), "counts": ordered, "dominant_reason": dominant,
-            "dominant_count": misses.get(dominant, 0),
-            "invalid_labels": sum(n for reason, n in ordered.items() if reason in INVALID_LABEL_REASONS)}
+    return MissReasonCounts(
+        labels=sum(ordered.values()), counts=ordered, dominant_reason=dominant,
+        dominant_count=misses[dominant] if dominant else 0,
+        invalid_labels=sum(n for reason, n in ordered.items() if reason in INVALID_LABEL_REASONS))
 
 
 _SENTENCES = {
@@ -225,12 +201,15 @@ _SENTENCES = {
 }
 
 
-def first_line(summary: Mapping, averages: Mapping[str, float] | None = None) -> str | None:
+def checklist_item(reason: str, n: int, total: int) -> str:
+    """The docs/design.md §8 checklist item for ``n`` of ``total`` labels (or relevant chunks) with ``reason``."""
+    return _SENTENCES[reason].format(n=n, total=total)
+
+
+def first_line(summary: MissReasonCounts, averages: Mapping[str, float] | None = None) -> str | None:
     """The headline for a run whose averages are all 0 (None otherwise, or when nothing was missed)."""
     if averages and any(float(v) != 0.0 for v in averages.values()):
         return None
-    dominant = summary.get("dominant_reason")
-    if dominant is None:
+    if summary.dominant_reason is None:
         return None
-    sentence = _SENTENCES[dominant].format(n=summary["dominant_count"], total=summary["labels"])
-    return f"All metrics are 0: {sentence}."
+    return f"All metrics are 0: {checklist_item(summary.dominant_reason, summary.dominant_count, summary.labels)}."

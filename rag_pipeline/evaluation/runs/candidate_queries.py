@@ -2,30 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sqlalchemy as sa
+
+from rag_pipeline.contracts.reports import Candidate
 
 _MODE_FILTERS = {"default": " AND (c.is_selected OR c.is_relevant)", "all": "", "selected": " AND c.is_selected",
                  "relevant": " AND c.is_relevant"}
 _REPORT_SQL = """
-SELECT c.case_id, c.chunk_id, c.document_id, c.document_name, c.rank, c.vector_score, c.vector_rank,
-       c.keyword_score, c.keyword_rank, c.rerank_score, c.final_score, c.is_relevant, c.relevance_grade,
-       c.is_selected, c.strategy_version{text}
+SELECT c.case_id, c.chunk_id::text AS chunk_id, c.document_id::text AS document_id, c.document_name, c.rank,
+       c.vector_score, c.vector_rank, c.keyword_score, c.keyword_rank, c.rerank_score, NULL AS first_stage_rank,
+       c.vector_score IS NOT NULL AND c.vector_rank IS NULL AS vector_completed,
+       c.keyword_score IS NOT NULL AND c.keyword_rank IS NULL AS keyword_completed,
+       c.final_score, c.is_relevant, c.relevance_grade, c.is_selected, c.strategy_version{text}
 FROM retrieval_evaluation_candidates c{join}
 WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases){mode}
 ORDER BY c.case_id, c.rank
 """
 
 
-def report_statement(mode: str, include_text: bool) -> sa.TextClause:
-    """The candidates of a report's cases (``:run``, ``:cases``) that candidate mode ``mode`` lists, by case and
-    rank; ``include_text``: with the chunk's ``content``."""
-    return sa.text(_REPORT_SQL.format(
+def report_candidates(conn: sa.Connection, run_id, cases: Sequence[str], mode: str,
+                      include_text: bool) -> dict[str, list[Candidate]]:
+    """Case id → the candidates that candidate mode ``mode`` lists, by rank (``first_stage_rank`` unset);
+    ``include_text``: with the chunk's ``content``."""
+    statement = sa.text(_REPORT_SQL.format(
         text=", ch.content" if include_text else "",
         join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" if include_text else "",
         mode=_MODE_FILTERS.get(mode, "")))
+    pools: dict[str, list[Candidate]] = {case: [] for case in cases}
+    for row in conn.execute(statement, {"run": run_id, "cases": list(cases)}):
+        pools[row.case_id].append(Candidate.model_validate(row, from_attributes=True))
+    return pools
 
 
-def pools_of_run(conn, run_id) -> list[sa.RowMapping]:
+def pools_of_run(conn, run_id) -> Sequence[sa.RowMapping]:
     """Every candidate of a run with its leg scores and ranks, by case and rank (``conn``: a connection or a
     session)."""
     return conn.execute(sa.text(
@@ -35,7 +46,7 @@ def pools_of_run(conn, run_id) -> list[sa.RowMapping]:
         "ORDER BY case_id, rank"), {"run_id": str(run_id)}).mappings().all()
 
 
-def leg_scores(conn: sa.Connection, run_id, cases: list[str]) -> list[sa.RowMapping]:
+def leg_scores(conn: sa.Connection, run_id, cases: list[str]) -> Sequence[sa.RowMapping]:
     """The leg scores and ranks of every candidate of the cases."""
     return conn.execute(sa.text("""
 SELECT c.case_id, c.chunk_id::text AS chunk_id, c.vector_score, c.vector_rank, c.keyword_score, c.keyword_rank
@@ -44,7 +55,7 @@ WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases)
 """), {"run": run_id, "cases": cases}).mappings().all()
 
 
-def pool_of_case(conn: sa.Connection, run_id, case_id: str) -> list[sa.RowMapping]:
+def pool_of_case(conn: sa.Connection, run_id, case_id: str) -> Sequence[sa.RowMapping]:
     """One case's pool by rank: chunk id, rank, leg scores and ranks, final score."""
     return conn.execute(sa.text(
         "SELECT chunk_id::text AS chunk_id, rank, vector_score, vector_rank, keyword_score, keyword_rank, "
@@ -52,7 +63,7 @@ def pool_of_case(conn: sa.Connection, run_id, case_id: str) -> list[sa.RowMappin
         "AND case_id = :case ORDER BY rank"), {"id": str(run_id), "case": case_id}).mappings().all()
 
 
-def top_candidates(conn: sa.Connection, run_ids: list[str], cases: list[str], top: int) -> list[sa.Row]:
+def top_candidates(conn: sa.Connection, run_ids: list[str], cases: list[str], top: int) -> Sequence[sa.Row]:
     """The candidates ranked ``top`` or better of the cases in the runs, by rank."""
     return conn.execute(sa.text(
         "SELECT evaluation_run_id::text AS run_id, case_id, chunk_id::text AS chunk_id, document_name, rank, "

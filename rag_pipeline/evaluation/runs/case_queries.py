@@ -11,7 +11,12 @@ from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.metrics import Metrics
+from rag_pipeline.contracts.reports import CaseOverview, CaseReport
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
+
+UNANSWERABLE_REASON = ("unanswerable case (\"answerable\": false): no chunk is relevant, so no retrieval metric is "
+                       "defined; left out of the run's averages (docs/design.md §12.1)")
 
 
 def copy_rows(conn: sa.Connection, table: str, columns: Sequence[str], rows: Iterable[Sequence],
@@ -19,6 +24,8 @@ def copy_rows(conn: sa.Connection, table: str, columns: Sequence[str], rows: Ite
     """COPY rows into ``table`` on the transaction's own psycopg 3 connection; with ``binary_types`` (the columns'
     PostgreSQL types) in binary format, which the server stores without parsing text (faster: bench/RESULTS.md)."""
     raw = conn.connection.driver_connection
+    if raw is None:
+        raise RuntimeError("COPY needs a checked-out DBAPI connection")
     n = 0
     binary = " WITH (FORMAT BINARY)" if binary_types else ""
     with raw.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN{binary}") as copy:
@@ -38,16 +45,25 @@ _REPORT_COLUMNS = ", ".join(("case_id", "case_index", "question", "k",
                              SCORED_METRICS, "miss_reasons"))
 
 
-def report_page(conn: sa.Connection, run_id, *, after: int, page: int, case_id: str | None) -> list[sa.Row]:
-    """Up to ``page`` cases of a run after case index ``after``, in dataset order (``case_id``: only that one)."""
+def report_page(conn: sa.Connection, run_id, *, after: int, page: int, case_id: str | None) -> list[CaseReport]:
+    """Up to ``page`` cases of a run after case index ``after``, in dataset order (``case_id``: only that one),
+    without candidates. Runs stored before grades existed were binary: each relevant id grade 1."""
     one_case = " AND case_id = :case" if case_id is not None else ""
-    return conn.execute(sa.text(
+    rows = conn.execute(sa.text(
         f"SELECT {_REPORT_COLUMNS} FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :run{one_case} "
         "AND case_index > :last ORDER BY case_index LIMIT :page"),
-        {"run": run_id, "last": after, "page": page, "case": case_id}).all()
+        {"run": run_id, "last": after, "page": page, "case": case_id})
+    return [CaseReport(
+        case_id=r.case_id, case_index=r.case_index, question=r.question, k=r.k, answerable=r.answerable,
+        retrieved_chunk_ids=r.retrieved_chunk_ids, relevant_chunk_ids=r.relevant_chunk_ids,
+        relevance_grades=dict.fromkeys(r.relevant_chunk_ids, 1) if r.relevance_grades is None else r.relevance_grades,
+        first_relevant_rank=r.first_relevant_rank,
+        metrics=Metrics(**{m: getattr(r, m) for m in METRIC_NAMES}) if r.answerable else None,
+        metrics_skipped=None if r.answerable else UNANSWERABLE_REASON, miss_reasons=r.miss_reasons, candidates=[])
+        for r in rows]
 
 
-def case_rows(conn: sa.Connection, run_id, case_id: str | None = None) -> list[sa.RowMapping]:
+def case_rows(conn: sa.Connection, run_id, case_id: str | None = None) -> Sequence[sa.RowMapping]:
     """Every case of a run in dataset order (``case_id``: only that one): question, labels, metrics (NULL: an
     unanswerable case), reasons."""
     return conn.execute(sa.text(f"""
@@ -68,7 +84,7 @@ def neighbours(conn: sa.Connection, run_id, case_index: int) -> sa.Row:
         "AND case_index > :i ORDER BY case_index LIMIT 1) AS next"), {"run": run_id, "i": case_index}).one()
 
 
-def overview(conn: sa.Connection, run_id, *, worst_first: bool, limit: int) -> list[dict]:
+def overview(conn: sa.Connection, run_id, *, worst_first: bool = False, limit: int = 100) -> list[CaseOverview]:
     """Per answerable case: the metrics and the top 3 selected candidates (``worst_first``: lowest nDCG, then RR,
     first)."""
     order = "r.ndcg_at_k, r.reciprocal_rank, r.case_index" if worst_first else "r.case_index"
@@ -85,10 +101,12 @@ def overview(conn: sa.Connection, run_id, *, worst_first: bool, limit: int) -> l
         FROM retrieval_evaluation_case_results r
         WHERE r.evaluation_run_id = :run AND r.relevant_chunk_ids <> '[]'::jsonb ORDER BY {order} LIMIT :limit"""),
         {"run": run_id, "limit": limit})
-    return [dict(r._mapping) for r in rows]
+    return [CaseOverview(case_index=r.case_index, case_id=r.case_id, question=r.question, k=r.k,
+                         first_relevant_rank=r.first_relevant_rank,
+                         metrics=Metrics(**{m: getattr(r, m) for m in METRIC_NAMES}), top3=r.top3) for r in rows]
 
 
-def metrics_of_runs(conn: sa.Connection, run_ids: list[str]) -> list[sa.RowMapping]:
+def metrics_of_runs(conn: sa.Connection, run_ids: list[str]) -> Sequence[sa.RowMapping]:
     """``run_id``, ``case_id`` and every metric of each answerable case of the runs (what a paired comparison
     pairs)."""
     return conn.execute(sa.text(f"""
@@ -98,7 +116,7 @@ FROM retrieval_evaluation_case_results WHERE evaluation_run_id = ANY(CAST(:runs 
 """), {"runs": run_ids}).mappings().all()
 
 
-def labels_of_run(conn, run_id) -> list[sa.RowMapping]:
+def labels_of_run(conn, run_id) -> Sequence[sa.RowMapping]:
     """``case_id, k, relevant_chunk_ids, relevance_grades`` of every answerable case, in dataset order (``conn``: a
     connection or a session)."""
     return conn.execute(sa.text(

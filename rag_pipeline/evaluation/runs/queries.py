@@ -1,16 +1,21 @@
-"""Statements on one evaluation run's row (``retrieval_evaluation_runs``): its lifecycle and reading it back.
+"""Statements on evaluation runs (``retrieval_evaluation_runs``): a run's lifecycle and reading it back, picking
+runs out of the history (metrics over time, what a comparison or tuning reads, runs made outside Dagster), and
+retention (which runs may go, removing them, the runs a stored comparison refers to: ``retrieval_comparison_runs``).
 
 ``stale`` is the heartbeat age (seconds) after which a ``running`` run counts as ``abandoned``
-(:data:`EFFECTIVE_STATUS`); the lifecycle rules themselves are in :mod:`rag_pipeline.evaluation.run_records`.
+(:data:`EFFECTIVE_STATUS`); the lifecycle rules themselves are in :mod:`rag_pipeline.evaluation.runs.lifecycle`.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.runs import DatasetRef, KnowledgeBaseRef, RunSummary
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
 EFFECTIVE_STATUS = (
@@ -47,7 +52,7 @@ _PROGRESS_SQL = sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clo
 def insert_run(conn: sa.Connection, run_id: uuid.UUID, *, dataset_id, knowledge_base_id, strategy, params_hash: str,
                partition_key: str | None, dagster_run_id: str | None, queued: bool, owner=None) -> None:
     """A new run row, ``running`` (``queued``: ``queued``, with its queue time), not current; ``owner``: the
-    :class:`~rag_pipeline.evaluation.run_owner.Owner` evaluating it."""
+    :class:`~rag_pipeline.evaluation.runs.owner.Owner` evaluating it."""
     conn.execute(_INSERT_RUN_SQL, {**_owner(owner),
         "id": run_id, "ds": dataset_id, "kb": knowledge_base_id, "v": strategy.version, "h": params_hash,
         "p": json.dumps(strategy.params(), sort_keys=True, allow_nan=False),
@@ -86,14 +91,14 @@ def _owner(owner) -> dict:
             "os": owner.started_at if owner else None}
 
 
-def running_runs(conn: sa.Connection, limit: int = 1000) -> list[sa.Row]:
+def running_runs(conn: sa.Connection, limit: int = 1000) -> Sequence[sa.Row]:
     """``id, dagster_run_id, owner_host, owner_pid, owner_started_at`` of the ``running`` rows, oldest first."""
     return conn.execute(sa.text(
         "SELECT id, dagster_run_id, owner_host, owner_pid, owner_started_at FROM retrieval_evaluation_runs "
         "WHERE status = 'running' ORDER BY started_at LIMIT :n"), {"n": limit}).all()
 
 
-def queued_runs_with_owner(conn: sa.Connection, limit: int = 1000) -> list[sa.Row]:
+def queued_runs_with_owner(conn: sa.Connection, limit: int = 1000) -> Sequence[sa.Row]:
     """``id, dagster_run_id, owner_host, owner_pid, owner_started_at`` of the ``queued`` rows that name the process
     that queued them, oldest first."""
     return conn.execute(sa.text(
@@ -136,7 +141,7 @@ def latest_attempt(conn: sa.Connection, run_id, dagster_run_id: str) -> sa.Row |
         {"id": run_id, "dr": dagster_run_id}).first()
 
 
-def running_attempts(conn: sa.Connection, dagster_run_id: str, partition_key: str) -> list[sa.Row]:
+def running_attempts(conn: sa.Connection, dagster_run_id: str, partition_key: str) -> Sequence[sa.Row]:
     """``id`` of the ``running`` rows of Dagster run ``dagster_run_id`` for partition ``partition_key``, locked
     until the transaction ends."""
     return conn.execute(sa.text(
@@ -188,13 +193,30 @@ def sweep_abandoned(conn: sa.Connection, *, stale: int) -> int:
     ), {"stale": stale}).rowcount
 
 
-def runs_in_id_range(conn: sa.Connection, lo: str, hi: str, limit: int) -> list[sa.Row]:
+def runs_in_id_range(conn: sa.Connection, lo: str, hi: str, limit: int) -> Sequence[sa.Row]:
     """Runs whose id lies in [``lo``, ``hi``] (32 hex digits each), newest first: id, strategy, dataset, start."""
     return conn.execute(sa.text(
         "SELECT r.id, r.strategy_version, d.name AS dataset_name, r.started_at "
         "FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id "
         "WHERE r.id BETWEEN CAST(:lo AS uuid) AND CAST(:hi AS uuid) ORDER BY r.started_at DESC, r.id LIMIT :n"
     ), {"lo": lo, "hi": hi, "n": limit}).all()
+
+
+def summary_of(row: sa.Row) -> RunSummary:
+    """The :class:`RunSummary` of a :data:`RUN_COLUMNS` row (:func:`run_row`, :func:`list_runs`)."""
+    return RunSummary(
+        run_id=str(row.id), status=row.status, is_current=row.is_current, strategy_version=row.strategy_version,
+        params_hash=row.params_hash, strategy_params=row.strategy_params, embedding_model=row.embedding_model,
+        dataset=DatasetRef(id=str(row.dataset_id), name=row.dataset_name, version=row.dataset_version,
+                           source_path=row.source_path, case_count=row.dataset_case_count),
+        knowledge_base=KnowledgeBaseRef(id=str(row.knowledge_base_id), name=row.knowledge_base_name,
+                                        version=row.knowledge_base_version),
+        **{m: getattr(row, m) for m in METRIC_NAMES},
+        case_count=row.case_count, candidate_count=row.candidate_count, counts=row.summary, timings=row.timings,
+        question_embeddings=(row.summary or {}).get("question_embeddings"), partition_key=row.partition_key,
+        dagster_run_id=row.dagster_run_id, worker=row.worker, error=row.error,
+        started_at=row.started_at.isoformat(), finished_at=row.finished_at.isoformat() if row.finished_at else None,
+        queued_at=row.queued_at.isoformat() if row.queued_at else None, cases_done=row.cases_done)
 
 
 def run_row(conn: sa.Connection, run_id: uuid.UUID, *, stale: int) -> sa.Row | None:
@@ -205,7 +227,7 @@ def run_row(conn: sa.Connection, run_id: uuid.UUID, *, stale: int) -> sa.Row | N
 
 def _run_filter(*, stale: int, knowledge_base_id=None, dataset: str | None = None, strategy: str | None = None,
                 current_only: bool = False, status: str | None = None, run_ids=None) -> tuple[str, dict]:
-    where, params = ["true"], {"stale": stale}
+    where, params = ["true"], dict[str, Any](stale=stale)
     if status:
         where.append(f"({EFFECTIVE_STATUS}) = :status")
         params["status"] = status
@@ -226,7 +248,7 @@ def _run_filter(*, stale: int, knowledge_base_id=None, dataset: str | None = Non
     return " AND ".join(where), params
 
 
-def list_runs(conn: sa.Connection, *, limit: int, offset: int, **filters) -> list[sa.Row]:
+def list_runs(conn: sa.Connection, *, limit: int, offset: int, **filters) -> Sequence[sa.Row]:
     """:data:`RUN_COLUMNS` of the runs :func:`_run_filter` selects, latest submitted first."""
     where, params = _run_filter(**filters)
     return conn.execute(sa.text(
@@ -285,3 +307,156 @@ WITH slot AS (
 UPDATE retrieval_evaluation_runs r SET is_current = (slot.place = 1)
 FROM slot WHERE r.id = slot.id AND r.is_current <> (slot.place = 1)
 """), {"ds": dataset_name, "kb": knowledge_base_name, "sv": strategy_version})
+
+
+def prunable_runs(conn: sa.Connection, *, keep: int, days: float | None, dataset: str | None,
+                  stale: int) -> Sequence[sa.Row]:
+    """Runs beyond the ``keep`` newest of their dataset × knowledge base × strategy, neither current nor in
+    progress nor queued (started ``days`` ago or earlier; ``dataset``: of that name), oldest first, with
+    ``compared`` (a stored comparison refers to it) and ``bytes`` (its partition's and case results' size)."""
+    return conn.execute(sa.text(f"""
+WITH ranked AS (
+    SELECT r.id, r.is_current, r.started_at, r.strategy_version, r.candidate_count, d.name AS dataset,
+           kb.name AS knowledge_base, {EFFECTIVE_STATUS} AS status,
+           row_number() OVER (PARTITION BY d.name, r.knowledge_base_id, r.strategy_version
+                              ORDER BY r.started_at DESC, r.id) AS place,
+           EXISTS (SELECT 1 FROM retrieval_comparison_runs c WHERE c.evaluation_run_id = r.id) AS compared
+    FROM retrieval_evaluation_runs r
+    JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+    JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+    WHERE (CAST(:dataset AS text) IS NULL OR d.name = :dataset)
+)
+SELECT id, is_current, started_at, strategy_version, candidate_count, dataset, knowledge_base, status, compared,
+       coalesce(pg_total_relation_size(to_regclass(quote_ident(rag_candidate_partition_name(id)))), 0)
+       + coalesce((SELECT sum(pg_column_size(cr.*)) FROM retrieval_evaluation_case_results cr
+                   WHERE cr.evaluation_run_id = ranked.id), 0) AS bytes
+FROM ranked
+WHERE place > :keep AND NOT is_current AND status NOT IN ('running', 'queued')
+  AND (CAST(:days AS float8) IS NULL OR started_at < now() - make_interval(secs => CAST(:days AS float8) * 86400))
+ORDER BY started_at, id
+"""), {"keep": keep, "days": days, "dataset": dataset, "stale": stale}).all()
+
+
+def set_lock_timeout(conn: sa.Connection, seconds: int) -> None:
+    """Wait at most ``seconds`` for a lock, until the transaction ends."""
+    conn.execute(sa.text("SELECT set_config('lock_timeout', :t, true)"), {"t": f"{int(seconds)}s"})
+
+
+def delete_runs(conn: sa.Connection, run_ids: list[str]) -> None:
+    """Delete the runs that are not current (the trigger drops each run's partition; case results and comparison
+    records cascade)."""
+    conn.execute(sa.text("DELETE FROM retrieval_evaluation_runs WHERE id = ANY(CAST(:ids AS uuid[])) "
+                         "AND NOT is_current"), {"ids": run_ids})
+
+
+def replace_comparison_runs(conn: sa.Connection, comparison: str, run_ids: Sequence[str]) -> None:
+    """Make ``run_ids`` (those that exist) the runs comparison ``comparison`` refers to."""
+    conn.execute(sa.text("DELETE FROM retrieval_comparison_runs WHERE comparison = :c"), {"c": comparison})
+    conn.execute(sa.text(
+        "INSERT INTO retrieval_comparison_runs (comparison, evaluation_run_id) "
+        "SELECT :c, r.id FROM retrieval_evaluation_runs r WHERE r.id = ANY(CAST(:ids AS uuid[])) "
+        "ON CONFLICT DO NOTHING"), {"c": comparison, "ids": [str(i) for i in run_ids]})
+
+
+def succeeded_runs(conn: sa.Connection, dataset: str, kb_id, limit: int) -> Sequence[sa.RowMapping]:
+    """Every succeeded run of a dataset name on a knowledge base, all versions, oldest first, with its averages."""
+    return conn.execute(sa.text("""
+SELECT r.id::text AS run_id, r.strategy_version, d.content_hash, r.is_current, r.started_at, r.finished_at,
+       r.case_count, r.precision_at_k, r.recall_at_k, r.reciprocal_rank, r.ndcg_at_k, r.hit_at_k,
+       r.average_precision_at_k, r.r_precision
+FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+WHERE d.name = :ds AND r.knowledge_base_id = :kb AND r.status = 'succeeded' AND r.finished_at IS NOT NULL
+ORDER BY r.finished_at, r.id
+LIMIT :limit
+"""), {"ds": dataset, "kb": kb_id, "limit": int(limit)}).mappings().all()
+
+
+def finished_outside_dagster(conn: sa.Connection, after: str, after_id: str, limit: int) -> Sequence[sa.RowMapping]:
+    """Succeeded runs without a Dagster run id finished after (``after``, ``after_id``), oldest first."""
+    return conn.execute(sa.text(f"""
+SELECT r.id::text AS run_id, d.name AS dataset, d.content_hash, kb.name AS knowledge_base, r.strategy_version,
+       r.knowledge_base_version,
+       r.params_hash, r.case_count, r.candidate_count, r.finished_at, {', '.join('r.' + m for m in METRIC_NAMES)}
+FROM retrieval_evaluation_runs r
+JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+WHERE r.status = 'succeeded' AND r.dagster_run_id IS NULL
+  AND (r.finished_at, r.id::text) > (CAST(:after AS timestamptz), CAST(:after_id AS text))
+ORDER BY r.finished_at, r.id::text
+LIMIT :limit
+"""), {"after": after, "after_id": after_id, "limit": limit}).mappings().all()
+
+
+def current_runs(conn: sa.Connection) -> Sequence[sa.Row]:
+    """Every current succeeded run: dataset, knowledge base, strategy, the knowledge-base version it measured."""
+    return conn.execute(sa.text("""
+SELECT d.name AS dataset, kb.name AS knowledge_base, r.strategy_version, r.knowledge_base_version, r.id::text AS run_id
+FROM retrieval_evaluation_runs r
+JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+WHERE r.is_current AND r.status = 'succeeded'
+ORDER BY d.name, r.strategy_version, kb.name
+""")).all()
+
+
+def current_params(conn: sa.Connection, dataset: str, knowledge_base: str, content_hash: str) -> dict[str, str]:
+    """Strategy → parameters hash of the current succeeded runs on one dataset version."""
+    return dict(conn.execute(sa.text("""
+SELECT r.strategy_version, r.params_hash FROM retrieval_evaluation_runs r
+JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+WHERE d.name = :ds AND d.knowledge_base_name = :kb AND d.content_hash = :hash AND r.is_current
+  AND r.status = 'succeeded'
+"""), {"ds": dataset, "kb": knowledge_base, "hash": content_hash}).all())
+
+
+# Per strategy: the succeeded run on that dataset version with the latest start (its "current" run there).
+_LATEST_PER_STRATEGY_SQL = """
+SELECT DISTINCT ON (r.strategy_version) r.id::text AS run_id, r.strategy_version, r.finished_at
+FROM retrieval_evaluation_runs r
+JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+WHERE r.dataset_id = CAST(:dataset_id AS uuid) AND r.status = 'succeeded' AND kb.name = :kb
+ORDER BY r.strategy_version, r.started_at DESC, r.id
+"""
+# Strategies with a succeeded run on some other version of the dataset only (stale on this one).
+_OTHER_VERSIONS_SQL = """
+SELECT r.strategy_version, max(d.content_hash) AS content_hash
+FROM retrieval_evaluation_runs r
+JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+WHERE d.name = :ds AND d.knowledge_base_name = :kb AND r.status = 'succeeded' AND r.is_current
+  AND d.id <> CAST(:dataset_id AS uuid)
+GROUP BY r.strategy_version ORDER BY r.strategy_version
+"""
+
+
+def latest_per_strategy(conn: sa.Connection, dataset_id: str, knowledge_base: str) -> Sequence[sa.Row]:
+    """Per strategy, the latest-started succeeded run on one dataset version: ``run_id``, strategy, finish."""
+    return conn.execute(sa.text(_LATEST_PER_STRATEGY_SQL), {"dataset_id": dataset_id, "kb": knowledge_base}).all()
+
+
+def current_on_other_versions(conn: sa.Connection, dataset: str, knowledge_base: str,
+                              dataset_id: str) -> Sequence[sa.Row]:
+    """``strategy_version``, ``content_hash`` of the current succeeded runs on other versions of the dataset."""
+    return conn.execute(sa.text(_OTHER_VERSIONS_SQL), {"ds": dataset, "kb": knowledge_base,
+                                                       "dataset_id": dataset_id}).all()
+
+
+def latest_of_strategy(conn: sa.Connection, strategy_version: str, dataset_id: str | None) -> sa.Row | None:
+    """The latest-started succeeded run of a strategy on a dataset version, with its parameters and names."""
+    return conn.execute(sa.text("""
+SELECT r.id::text AS run_id, r.strategy_version, r.params_hash, r.strategy_params, r.case_count,
+       r.finished_at, d.name AS dataset_name, d.content_hash, kb.name AS kb_name
+FROM retrieval_evaluation_runs r
+JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
+JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
+WHERE r.strategy_version = :sv AND r.status = 'succeeded' AND r.dataset_id = CAST(:dataset_id AS uuid)
+ORDER BY r.started_at DESC, r.id
+LIMIT 1
+"""), {"sv": strategy_version, "dataset_id": dataset_id}).first()
+
+
+def strategies_with_runs(conn: sa.Connection, dataset_id: str) -> Sequence[str]:
+    """The strategies with a succeeded run on a dataset version, by name."""
+    return conn.execute(sa.text(
+        "SELECT DISTINCT r.strategy_version FROM retrieval_evaluation_runs r "
+        "WHERE r.dataset_id = CAST(:dataset_id AS uuid) AND r.status = 'succeeded' ORDER BY 1"),
+        {"dataset_id": dataset_id}).scalars().all()

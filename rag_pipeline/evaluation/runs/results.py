@@ -15,11 +15,13 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.metrics import METRIC_NAMES
+from rag_pipeline.contracts.reports import MissReason
+from rag_pipeline.contracts.runs import RunCounts
 from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
-from rag_pipeline.evaluation.diagnosis import MissReason
+from rag_pipeline.evaluation.diagnosis.miss_reasons import REASONS_JSON
 from rag_pipeline.evaluation.queries import datasets as dataset_queries
-from rag_pipeline.evaluation.queries import runs as run_queries
-from rag_pipeline.evaluation.queries.cases import copy_rows
+from rag_pipeline.evaluation.runs import queries as run_queries
+from rag_pipeline.evaluation.runs.case_queries import copy_rows
 from rag_pipeline.retrieval.trace import RetrievalTrace
 
 CANDIDATE_COLUMNS = (
@@ -68,7 +70,7 @@ def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
 
 def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_base_name: str,
                  strategy_version: str, case_count: int, candidate_count: int,
-                 averages: Mapping[str, float], timings: Mapping[str, float], summary: Mapping) -> None:
+                 averages: Mapping[str, float], timings: Mapping[str, float], summary: RunCounts) -> None:
     """Write the summary, mark the run ``succeeded`` and re-elect the current run of its dataset × knowledge base ×
     strategy: the latest-started succeeded run on the dataset's latest version (a late finisher never wins)."""
     key = f"rag-eval-current\x1f{dataset_name}\x1f{knowledge_base_name}\x1f{strategy_version}"
@@ -76,7 +78,7 @@ def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_ba
     run_queries.lock_current_slot(conn, key)
     updated = run_queries.mark_succeeded(conn, run_id, averages=averages, case_count=case_count,
                                          candidate_count=candidate_count, timings=json.dumps(dict(timings)),
-                                         summary=json.dumps(dict(summary), ensure_ascii=False))
+                                         summary=summary.model_dump_json())
     if updated != 1:
         raise RuntimeError(f"evaluation run {run_id} is no longer 'running' (marked abandoned or failed "
                            "by another process); its results were not saved")
@@ -96,7 +98,7 @@ def candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces:
 
 
 def case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
-              values: np.ndarray, reasons: Sequence[Sequence[MissReason]], stats: dict):
+              values: np.ndarray, reasons: Sequence[Sequence[MissReason]], stats: RunCounts):
     """:data:`CASE_RESULT_COLUMNS` rows; adds each answerable case to the run's ``stats`` (relevant found, hits,
     empty pools) and counts the unanswerable ones (``unanswerable_cases``). An unanswerable case is stored with
     ``relevant_chunk_ids`` ``[]`` (its marker) and the placeholder metrics of :func:`unscored_metrics`, which every
@@ -105,13 +107,13 @@ def case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequ
         relevant = set(case.relevant_chunk_ids)
         ranks = [c.rank for c in trace.candidates if c.chunk_id in relevant]
         if not case.answerable:
-            stats["unanswerable_cases"] += 1
+            stats.unanswerable_cases += 1
         else:
-            stats["relevant_total"] += len(relevant)
-            stats["relevant_in_pool"] += len(ranks)
-            stats["cases_without_candidates"] += not trace.candidates
-            stats["cases_with_hit"] += any(c.chunk_id in relevant for c in trace.selected)
+            stats.relevant_total += len(relevant)
+            stats.relevant_in_pool += len(ranks)
+            stats.cases_without_candidates += not trace.candidates
+            stats.cases_with_hit += any(c.chunk_id in relevant for c in trace.selected)
         yield (run_id, case.case_id, offset + i, case.question, case.k, json.dumps(list(case.relevant_chunk_ids)),
                json.dumps([c.chunk_id for c in trace.selected]), min(ranks) if ranks else None,
                *(float(v) for v in values[i]),
-               json.dumps([m.as_dict() for m in reasons[i]], ensure_ascii=False), json.dumps(case.grades))
+               REASONS_JSON.dump_json(list(reasons[i])).decode(), json.dumps(case.grades))
