@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.dataset import load_dataset, relevance_of
+from rag_pipeline.evaluation.datasets.load import load_dataset, relevance_of
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.knowledge_base.beir import read_beir
 from rag_pipeline.retrieval.strategies import load_registry

@@ -25,8 +25,8 @@ from rag_pipeline.analysis import statistics as stats
 from rag_pipeline.contracts.comparison import ComparedRun, Gate, MovedCase, PairedResult, StrategyComparison, TopChunk
 from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_NAMES
+from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.queries import candidates as candidate_queries
-from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import run_history
 from rag_pipeline.evaluation.queries.cases import metrics_of_runs
 from rag_pipeline.retrieval.strategies import StrategyError, load_registry, unknown_strategy_message

@@ -9,7 +9,7 @@ answer fields (docs/design.md §12.1): ``reference_answers`` (aliases), ``answer
 ``false`` should be refused and may have no relevant chunk) and ``key_points``.
 
 The models check each value (types, ranges, lengths, chunk ids, grades);
-:func:`rag_pipeline.evaluation.dataset.parse_dataset` validates a file through them, adds the rules no single
+:func:`rag_pipeline.evaluation.datasets.load.parse_dataset` validates a file through them, adds the rules no single
 value shows (duplicate JSON keys, ids unique after lower-casing, unique case ids, the name and knowledge base
 agreeing with the caller's, sizes) and words every problem for the file. :func:`dataset_json_schema` is the
 published schema (``schemas/evaluation-dataset-v1.json``, kept equal to it by a test).
@@ -102,7 +102,7 @@ def _object_schema(schema: dict[str, Any]) -> None:
 SOME_RELEVANT_SCHEMA = {"minItems": 1, "minProperties": 1,
                         "not": {"type": "object", "additionalProperties": {"const": 0}}}
 """``relevant_chunk_ids`` of an answerable case: at least one id, or one grade >= 1 (the validator's words:
-:mod:`rag_pipeline.evaluation.dataset_problems`)."""
+:mod:`rag_pipeline.evaluation.datasets.problems`)."""
 NO_RELEVANT_SCHEMA = {"maxItems": 0, "additionalProperties": {"const": 0}}
 """``relevant_chunk_ids`` of an unanswerable case: no id, or only grades 0 (judged not relevant)."""
 

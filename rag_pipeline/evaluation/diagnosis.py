@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
-from rag_pipeline.evaluation.dataset import relevant_ids_of
-from rag_pipeline.evaluation.label_check import STATUSES as LABEL_STATUSES
+from rag_pipeline.evaluation.datasets.label_check import STATUSES as LABEL_STATUSES
+from rag_pipeline.evaluation.datasets.load import relevant_ids_of
 
 RETRIEVAL_REASONS = ("hit", "below_cutoff_after_rerank", "below_cutoff", "vector_only", "keyword_only",
                      "not_in_pool")

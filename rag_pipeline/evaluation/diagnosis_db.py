@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation import diagnosis, label_check
+from rag_pipeline.evaluation import diagnosis
+from rag_pipeline.evaluation.datasets import label_check
 from rag_pipeline.evaluation.queries import candidates as candidate_queries
 from rag_pipeline.evaluation.queries import cases as case_queries
 from rag_pipeline.evaluation.queries import diagnosis as queries

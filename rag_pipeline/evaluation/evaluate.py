@@ -22,10 +22,10 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.evaluation import diagnosis_db, persistence, run_records
-from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
-from rag_pipeline.evaluation.dataset_json import DatasetError, DatasetProblem
+from rag_pipeline.evaluation.datasets.label_check import LabelReport, check_labels, relevant_ids_missing
+from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
+from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetProblem
 from rag_pipeline.evaluation.diagnosis import MissReason
-from rag_pipeline.evaluation.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base

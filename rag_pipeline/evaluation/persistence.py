@@ -15,9 +15,9 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.metrics import METRIC_NAMES
-from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
+from rag_pipeline.evaluation.datasets import queries as dataset_queries
+from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis import MissReason
-from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import runs as run_queries
 from rag_pipeline.evaluation.queries.cases import copy_rows
 from rag_pipeline.retrieval.trace import RetrievalTrace

@@ -30,7 +30,7 @@ from rag_pipeline.answers.collection.endpoint_client import EndpointClient
 from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard, EndpointRefusedError, api_environ
 from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase, load_dataset
+from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase, load_dataset
 from rag_pipeline.service.database import get_engine
 from rag_pipeline.settings import datasets_dir, project_root
 from rag_pipeline.storage.names import printable

@@ -32,8 +32,8 @@ from rag_pipeline.contracts.answers import (
     JudgeItem,
 )
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.evaluation.dataset import Dataset, load_dataset
-from rag_pipeline.evaluation.dataset_json import JsonReadError, json_problems, loads_strict
+from rag_pipeline.evaluation.datasets.load import Dataset, load_dataset
+from rag_pipeline.evaluation.datasets.strict_json import JsonReadError, json_problems, loads_strict
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.versions import content_version

@@ -21,18 +21,18 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.catalog import Applicability, DatasetInfo, DatasetVersion, KnowledgeBaseInfo, UploadResult
 from rag_pipeline.contracts.errors import NotFoundError
-from rag_pipeline.evaluation.dataset import (
+from rag_pipeline.evaluation.datasets import queries as dataset_queries
+from rag_pipeline.evaluation.datasets.label_check import relevant_ids_missing
+from rag_pipeline.evaluation.datasets.load import (
     MAX_FILE_BYTES,
     DatasetError,
     DatasetProblem,
     parse_dataset,
     validate_dataset,
 )
-from rag_pipeline.evaluation.dataset_json import JsonObject, JsonReadError, decode_json
-from rag_pipeline.evaluation.dataset_scan import ScanLimitError
-from rag_pipeline.evaluation.label_check import relevant_ids_missing
+from rag_pipeline.evaluation.datasets.scan import ScanLimitError
+from rag_pipeline.evaluation.datasets.strict_json import JsonObject, JsonReadError, decode_json
 from rag_pipeline.evaluation.persistence import store_dataset
-from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.knowledge_base import chunk_lookup, lifecycle
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base

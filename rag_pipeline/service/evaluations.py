@@ -18,10 +18,10 @@ from rag_pipeline.contracts.metrics import Metrics
 from rag_pipeline.contracts.reports import REPORT_VERSION, CaseOverview, RunDetail, RunTables
 from rag_pipeline.contracts.runs import RunSummary
 from rag_pipeline.evaluation import reports, run_records
-from rag_pipeline.evaluation.dataset import Dataset, load_dataset
+from rag_pipeline.evaluation.datasets.label_check import LabelReport, check_labels
+from rag_pipeline.evaluation.datasets.load import Dataset, load_dataset
 from rag_pipeline.evaluation.diagnosis import first_line
 from rag_pipeline.evaluation.evaluate import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
-from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.evaluation.reports import CANDIDATE_MODES as CANDIDATE_MODES
 from rag_pipeline.evaluation.reports import REPORT_FORMATS as REPORT_FORMATS

@@ -14,8 +14,8 @@ from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.reports import CaseDetail, CaseReport, PairedCase, RelevantChunk, RunCases
 from rag_pipeline.contracts.runs import HistoryPoint, RunSummary
 from rag_pipeline.evaluation import reports, run_records
+from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.queries import cases as case_queries
-from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.evaluation.queries import run_history
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base

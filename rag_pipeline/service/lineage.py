@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.knowledge_base import KnowledgeBaseVersion, StaleRun
-from rag_pipeline.evaluation.queries import datasets as dataset_queries
+from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.queries import run_history
 from rag_pipeline.evaluation.queries.knowledge_base import snapshot
 from rag_pipeline.knowledge_base import versions

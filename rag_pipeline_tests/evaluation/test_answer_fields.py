@@ -13,7 +13,7 @@ import pytest
 
 from rag_pipeline.contracts.dataset import MAX_REFERENCE_ANSWER_CHARS, MAX_REFERENCE_ANSWERS, dataset_json_schema
 from rag_pipeline.evaluation import persistence
-from rag_pipeline.evaluation.dataset import DatasetError, EvaluationCase, load_dataset, parse_dataset
+from rag_pipeline.evaluation.datasets.load import DatasetError, EvaluationCase, load_dataset, parse_dataset
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "good_datasets"
 U1 = "30465673-88ea-41f0-a5a0-da496592f3df"

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import Report, json_schema
 from rag_pipeline.evaluation import persistence
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import evaluate_many
 from rag_pipeline.evaluation.reports import build_report

@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 
 from rag_pipeline.defs.instance import ensure_pool
 from rag_pipeline.evaluation import run_records
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder

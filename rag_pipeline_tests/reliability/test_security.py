@@ -20,7 +20,7 @@ from sqlalchemy.pool import NullPool
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation import persistence, run_records
-from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
+from rag_pipeline.evaluation.datasets.load import DatasetError, load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.reports import build_report, case_overview
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base

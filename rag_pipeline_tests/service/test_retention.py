@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.cli import main
 from rag_pipeline.evaluation import run_records
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service import retention

@@ -35,7 +35,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from rag_pipeline.contracts.labelling import FORMAT, Draft
-from rag_pipeline.evaluation.dataset_json import JsonReadError, decode_json
+from rag_pipeline.evaluation.datasets.strict_json import JsonReadError, decode_json
 from rag_pipeline.storage.files import FileReadError, read_bounded, write_atomic
 
 MAX_DRAFT_BYTES = 200 * 1024 * 1024

@@ -21,8 +21,8 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.labelling import Draft, DraftCandidate, DraftExport, DraftQuestion, LeftOut
-from rag_pipeline.evaluation.dataset import Dataset, load_dataset, parse_dataset
-from rag_pipeline.evaluation.label_check import check_labels
+from rag_pipeline.evaluation.datasets.label_check import check_labels
+from rag_pipeline.evaluation.datasets.load import Dataset, load_dataset, parse_dataset
 from rag_pipeline.evaluation.persistence import store_dataset
 from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow

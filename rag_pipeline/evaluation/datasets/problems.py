@@ -31,7 +31,7 @@ from rag_pipeline.contracts.dataset import (
     DatasetFile,
     normal_identifier,
 )
-from rag_pipeline.evaluation.dataset_json import DatasetProblem, got, json_problems, show, type_name
+from rag_pipeline.evaluation.datasets.strict_json import DatasetProblem, got, json_problems, show, type_name
 
 FIELD = "relevant_chunk_ids"
 _UUID = re.compile(UUID_PATTERN)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.evaluation.dataset_scan import scan_limits
+from rag_pipeline.evaluation.datasets.scan import scan_limits
 
 MAX_LISTED_PROBLEMS = 50
 

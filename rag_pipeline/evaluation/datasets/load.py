@@ -1,10 +1,10 @@
 """Evaluation datasets: read, validate and version a labelled JSON file (docs/design.md §2).
 
-The shapes are the pydantic models of :mod:`rag_pipeline.contracts.dataset`; :mod:`.dataset_problems` words
+The shapes are the pydantic models of :mod:`rag_pipeline.contracts.dataset`; :mod:`.problems` words
 their errors. A dataset is named by its file (§2.4; :func:`parse_dataset` of bytes takes ``name=`` /
 ``default_name=`` instead) and versioned by the SHA-256 of its canonical cases. Validation lists the first
-:data:`~.dataset_json.MAX_LISTED_PROBLEMS` problems and counts the others; the case limit and a memory budget are
-checked while streaming, before anything is decoded (:mod:`.dataset_scan`). Nothing is written by this module.
+:data:`~.strict_json.MAX_LISTED_PROBLEMS` problems and counts the others; the case limit and a memory budget are
+checked while streaming, before anything is decoded (:mod:`.scan`). Nothing is written by this module.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from rag_pipeline.contracts.dataset import RELEVANT_GRADE, DatasetCase, normal_identifier
-from rag_pipeline.evaluation.dataset_json import (
+from rag_pipeline.evaluation.datasets.problems import file_problems
+from rag_pipeline.evaluation.datasets.scan import ScanLimitError
+from rag_pipeline.evaluation.datasets.strict_json import (
     MAX_LISTED_PROBLEMS,
     DatasetError,
     DatasetProblem,
@@ -26,8 +28,6 @@ from rag_pipeline.evaluation.dataset_json import (
     decode_json,
     type_name,
 )
-from rag_pipeline.evaluation.dataset_problems import file_problems
-from rag_pipeline.evaluation.dataset_scan import ScanLimitError
 from rag_pipeline.storage.files import FileReadError, read_bounded
 from rag_pipeline.storage.names import DATASET, InvalidNameError, check_name, name_rule, printable, show_name
 
@@ -183,7 +183,7 @@ def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base
 def validate_dataset(data: Any, *, source: str = "<dataset>", knowledge_base: str | None = None,
                      name: str | None = None, default_name: str | None = None,
                      source_path: str | None = None) -> Dataset:
-    """:func:`parse_dataset` of a document already read by :func:`~.dataset_json.decode_json` (its objects
+    """:func:`parse_dataset` of a document already read by :func:`~.strict_json.decode_json` (its objects
     remember their duplicate keys), e.g. the ``cases`` of a request body."""
     if not isinstance(data, (list, dict)):
         raise DatasetError(source, [DatasetProblem(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.label_check import STATUSES, LabelReport, LabelStatus
-from rag_pipeline.evaluation.dataset import relevant_ids_of
+from rag_pipeline.evaluation.datasets.load import relevant_ids_of
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_PUBLICATION, SEARCHABLE_STATUS, resolve_knowledge_base
 from rag_pipeline.storage.ids import as_uuid
@@ -23,7 +23,7 @@ from rag_pipeline.storage.ids import as_uuid
 __all__ = ["STATUSES", "LabelReport", "LabelStatus", "check_labels", "relevant_ids_missing"]
 
 if TYPE_CHECKING:
-    from rag_pipeline.evaluation.dataset import Dataset
+    from rag_pipeline.evaluation.datasets.load import Dataset
 
 _MAX_LISTED = 8
 
