@@ -30,8 +30,7 @@ from rag_pipeline.evaluation.datasets.load import (
     parse_dataset,
     validate_dataset,
 )
-from rag_pipeline.evaluation.datasets.scan import ScanLimitError
-from rag_pipeline.evaluation.datasets.strict_json import JsonObject, JsonReadError, decode_json
+from rag_pipeline.evaluation.datasets.strict_json import JsonObject, JsonReadError, ScanLimitError, decode_json
 from rag_pipeline.evaluation.persistence import store_dataset
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.knowledge_base import chunk_lookup, lifecycle

@@ -4,7 +4,7 @@ The shapes are the pydantic models of :mod:`rag_pipeline.contracts.dataset`; :mo
 their errors. A dataset is named by its file (§2.4; :func:`parse_dataset` of bytes takes ``name=`` /
 ``default_name=`` instead) and versioned by the SHA-256 of its canonical cases. Validation lists the first
 :data:`~.strict_json.MAX_LISTED_PROBLEMS` problems and counts the others; the case limit and a memory budget are
-checked while streaming, before anything is decoded (:mod:`.scan`). Nothing is written by this module.
+checked while streaming, before anything is decoded (:mod:`.strict_json`). Nothing is written by this module.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any
 
 from rag_pipeline.contracts.dataset import RELEVANT_GRADE, DatasetCase, normal_identifier
 from rag_pipeline.evaluation.datasets.problems import file_problems
-from rag_pipeline.evaluation.datasets.scan import ScanLimitError
 from rag_pipeline.evaluation.datasets.strict_json import (
     MAX_LISTED_PROBLEMS,
     DatasetError,
     DatasetProblem,
     JsonReadError,
+    ScanLimitError,
     decode_json,
     type_name,
 )
