@@ -111,14 +111,14 @@ class EvaluationCase:
     def from_dict(cls, data: Mapping[str, Any]) -> EvaluationCase:
         """A case from :meth:`as_dict` output (e.g. ``retrieval_evaluation_datasets.cases``), either form."""
         value = data["relevant_chunk_ids"]
-        answers = {"reference_answers": tuple(str(a) for a in data.get("reference_answers") or ()),
-                   "answerable": bool(data.get("answerable", True)),
-                   "key_points": tuple(str(p) for p in data.get("key_points") or ())}
-        if isinstance(value, Mapping):
-            judgments = tuple(sorted((str(cid), int(g)) for cid, g in value.items()))
-            relevant = tuple(cid for cid, g in judgments if g >= RELEVANT_GRADE)
-            return cls(data["case_id"], data["question"], relevant, int(data["k"]), judgments, **answers)
-        return cls(data["case_id"], data["question"], tuple(str(i) for i in value), int(data["k"]), **answers)
+        judgments = (tuple(sorted((str(cid), int(g)) for cid, g in value.items()))
+                     if isinstance(value, Mapping) else None)
+        relevant = (tuple(cid for cid, g in judgments if g >= RELEVANT_GRADE) if judgments is not None
+                    else tuple(str(i) for i in value))
+        return cls(data["case_id"], data["question"], relevant, int(data["k"]), judgments,
+                   reference_answers=tuple(str(a) for a in data.get("reference_answers") or ()),
+                   answerable=bool(data.get("answerable", True)),
+                   key_points=tuple(str(p) for p in data.get("key_points") or ()))
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def validate_dataset(data: Any, *, source: str = "<dataset>", knowledge_base: st
     if not isinstance(data, (list, dict)):
         raise DatasetError(source, [DatasetProblem(
             f"the top level must be an array of cases or an object with 'cases', got {type_name(data)}")])
-    header = data if isinstance(data, dict) else {"cases": data}
+    header: dict[str, Any] = data if isinstance(data, dict) else {"cases": data}
     check = file_problems(header, MAX_LISTED_PROBLEMS)
     problems = [p for _, p in check.keyed]
     valid = {key: None if any(p.field == key and p.case_index is None for p in problems) else header.get(key)

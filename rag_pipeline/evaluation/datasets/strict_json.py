@@ -19,6 +19,7 @@ import io
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,8 +173,8 @@ class JsonObject(dict):
 def object_hook(pairs: list[tuple[str, Any]]) -> JsonObject:
     obj = JsonObject(pairs)
     if len(obj) != len(pairs):
-        seen: set[str] = set()
-        obj.duplicate_keys = tuple(sorted({k for k, _ in pairs if k in seen or seen.add(k)}))
+        counts = Counter(k for k, _ in pairs)
+        obj.duplicate_keys = tuple(sorted(k for k, n in counts.items() if n > 1))
     return obj
 
 
