@@ -1,9 +1,8 @@
 """The layout stays what docs/development.md's map says: layered stage packages, thin front ends, no Dagster on import.
 
 Layers, each importing only the ones before it: settings → contracts → storage → knowledge_base → retrieval →
-evaluation → analysis → service → front ends (cli, defs + definitions, web). Front ends import only the service,
-the contracts and settings, never each other (one vetted exception: ``rag-pipeline serve`` starts the web front
-end), and hold no SQL.
+evaluation → analysis → service → front ends (cli, defs + definitions, web). Front ends never import each other
+(one vetted exception: ``rag-pipeline serve`` starts the web front end), and hold no SQL.
 """
 
 from __future__ import annotations
@@ -96,15 +95,6 @@ def test_each_layer_imports_only_the_layers_before_it():
             if other in FRONT_ENDS or rank.get(other, -1) >= rank.get(top, -1):
                 problems.append(f"{module} ({top}) imports {imported} ({other}), which is not below it")
     assert not problems, "\n".join(sorted(problems))
-
-
-def test_front_ends_import_only_the_service_the_contracts_and_settings():
-    """cli/, defs/, definitions.py and web/ reach the stage packages through :mod:`rag_pipeline.service` only
-    (front ends importing each other: the test above)."""
-    allowed = {"service", "contracts", "settings", *FRONT_ENDS}
-    problems = [f"{module} imports {imported}" for module, path in _modules().items() if _top(module) in FRONT_ENDS
-                for imported in _imports(path) if _top(imported) and _top(imported) not in allowed]
-    assert not problems, "front ends import only service, contracts, settings:\n" + "\n".join(sorted(problems))
 
 
 def test_front_ends_hold_no_sql():

@@ -6,10 +6,10 @@ import argparse
 
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
+from rag_pipeline.evaluation.reports import utc_minute
 from rag_pipeline.service import retention
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.database import get_engine
-from rag_pipeline.service.evaluations import utc_minute
 
 KEEP_LAST = arguments.int_between(0, 1_000_000)
 DAYS = arguments.finite_float(0, 100_000)

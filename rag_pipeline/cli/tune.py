@@ -12,6 +12,7 @@ import sys
 
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
+from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.text_table import text_table
 from rag_pipeline.service import analysis
 from rag_pipeline.service.analysis import (
@@ -23,7 +24,6 @@ from rag_pipeline.service.analysis import (
     StageTuning,
 )
 from rag_pipeline.service.database import get_engine
-from rag_pipeline.service.evaluations import METRIC_NAMES
 
 TABLE_METRICS = ("ndcg_at_k", "recall_at_k", "reciprocal_rank", "precision_at_k")
 

@@ -16,12 +16,13 @@ import warnings
 
 import dagster as dg
 
+from rag_pipeline.contracts.label_check import LabelReport
 from rag_pipeline.defs.evaluation import evaluation_dataset, stored_dataset_id
 from rag_pipeline.defs.partitions import evaluation_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service.analysis import StrategyComparison
 from rag_pipeline.service.datasets import check_stored_dataset
-from rag_pipeline.service.evaluations import LabelReport, label_rule
+from rag_pipeline.service.evaluations import label_rule
 
 MAX_ROWS = 100
 REGRESSION_GATE_SPEC = dg.AssetCheckSpec(

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.dataset import StoredDataset
 from rag_pipeline.contracts.errors import USER_ERRORS
+from rag_pipeline.contracts.metrics import HEADLINE_METRICS
 from rag_pipeline.defs import evaluation_metadata as md
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.lineage import DATASET_KB, observe_dataset
@@ -27,7 +28,6 @@ from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.workers.identity import WORKER_TAG, worker_name
 from rag_pipeline.service import datasets, evaluations, queued_runs
 from rag_pipeline.service.database import TRANSIENT_ERRORS, mask_secrets
-from rag_pipeline.service.evaluations import HEADLINE_METRICS
 from rag_pipeline.settings import datasets_dir
 
 GROUP = "retrieval_evaluation"

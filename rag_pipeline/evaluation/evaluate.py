@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +29,7 @@ from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetPr
 from rag_pipeline.evaluation.diagnosis import MissReason
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.knowledge_base.embedding import get_embedder
-from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
 from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
 from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.retrieval.bm25_index import Bm25Index
@@ -75,10 +76,11 @@ class EvaluationOutcome:
 def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *, batch_size: int = BATCH_SIZE,
                      partition_key: str | None = None, dagster_run_id: str | None = None,
                      progress: Progress | None = None, logger=None, readers: int | None = None,
-                     queued_run_id: str | None = None) -> EvaluationOutcome:
+                     queued_run_id: str | None = None, kb: KnowledgeBaseRef | None = None) -> EvaluationOutcome:
     """Run ``strategy`` over every case of ``dataset`` and store the run. ``readers``: default ``RAG_EVAL_READERS``.
     ``queued_run_id``: the ``queued`` run row (made by the HTTP API) to use instead of a new one; it must be queued
-    for this strategy and dataset version (else :class:`run_records.RunNotQueuedError`)."""
+    for this strategy and dataset version (else :class:`run_records.RunNotQueuedError`). ``kb``: the dataset's
+    knowledge base as the caller resolved it (else resolved here)."""
     logger = logger or log
     readers = reader_count(readers)
     check_capacity(engine, readers, EXTRA_CONNECTIONS)
@@ -90,7 +92,7 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
             "every case is unanswerable (\"answerable\": false): no retrieval metric is defined, nothing was run "
             "(docs/design.md §12.1)", field="cases")])
     with engine.connect() as conn:
-        kb = resolve_knowledge_base(conn, dataset.knowledge_base)
+        kb = resolve_knowledge_base(conn, kb or dataset.knowledge_base)
         preflight(conn, kb, strategy)
         missing = relevant_ids_missing(conn, kb.id, dataset)
     if missing:
@@ -99,6 +101,7 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
     with engine.begin() as conn:
         params_hash = register_strategy(conn, strategy)
         dataset_id = persistence.store_dataset(conn, dataset, kb.name)
+    run_id: str | uuid.UUID
     if queued_run_id:
         run_id = queued_run_id
         run_records.start_queued_run(engine, run_id, strategy_version=strategy.version, params_hash=params_hash,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +32,7 @@ from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase, load_dataset
 from rag_pipeline.service.database import get_engine
 from rag_pipeline.settings import datasets_dir, project_root
-from rag_pipeline.storage.names import printable
+from rag_pipeline.storage.files import check_writable
 
 __all__ = ["API_REPLY_BYTES", "CollectionConfigError", "EndpointGuard", "EndpointRefusedError", "api_collection_file",
            "api_environ", "collect_answers", "dataset_file"]
@@ -50,19 +49,6 @@ def _answerer(name: str, *, knowledge_base: str, strategy: str | None) -> Answer
     """The in-process answerer NAME (e.g. ``extractive-v1``) over ``knowledge_base``: the registry's
     (:func:`rag_pipeline.answers.collection.answerers.get_answerer`; an unknown name is its ``AnswererError``)."""
     return get_answerer(name, engine=get_engine(), knowledge_base=knowledge_base, strategy=strategy)
-
-
-def _check_output(output: Path) -> None:
-    if output.is_dir():
-        raise CollectionConfigError(f"--output {printable(output)} is a directory; give a file name "
-                                    f"(e.g. {printable(output / 'answers.jsonl')})")
-    parent = output.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise CollectionConfigError(f"--output {printable(output)}: {printable(parent)} is not a writable folder")
-    if output.exists() and not os.access(output, os.W_OK):
-        raise CollectionConfigError(f"--output {printable(output)} is not writable")
 
 
 def dataset_file(dataset: str | Path) -> Path:
@@ -92,7 +78,7 @@ def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoi
     loaded = dataset if isinstance(dataset, Dataset) else load_dataset(dataset_file(dataset),
                                                                        knowledge_base=knowledge_base)
     cases = loaded.cases
-    _check_output(output)
+    check_writable(output, example="answers.jsonl")
     client = None
     if endpoint is not None:
         api = {"max_response_bytes": API_REPLY_BYTES, "quote_replies": False} if guard is not None else {}

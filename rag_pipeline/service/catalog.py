@@ -20,7 +20,6 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.catalog import Applicability, DatasetInfo, DatasetVersion, KnowledgeBaseInfo, UploadResult
-from rag_pipeline.contracts.errors import NotFoundError
 from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.datasets.label_check import relevant_ids_missing
 from rag_pipeline.evaluation.datasets.load import (
@@ -30,11 +29,12 @@ from rag_pipeline.evaluation.datasets.load import (
     parse_dataset,
     validate_dataset,
 )
+from rag_pipeline.evaluation.datasets.resolve import resolve_dataset
 from rag_pipeline.evaluation.datasets.strict_json import JsonObject, JsonReadError, ScanLimitError, decode_json
 from rag_pipeline.evaluation.persistence import store_dataset
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.knowledge_base import chunk_lookup, lifecycle
-from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
 from rag_pipeline.knowledge_base.queries.documents import knowledge_base_names
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
 from rag_pipeline.storage.names import DATASET as DATASET
@@ -45,10 +45,6 @@ from rag_pipeline.storage.names import is_valid_name as is_valid_name
 from rag_pipeline.storage.names import name_rule as name_rule
 from rag_pipeline.storage.names import printable as printable
 from rag_pipeline.storage.names import show_name
-
-
-class DatasetNotFoundError(NotFoundError, LookupError):
-    """No stored dataset (version) of that name in the knowledge base; the message lists the known ones."""
 
 
 def ping(engine: sa.Engine) -> None:
@@ -107,7 +103,7 @@ def split_runnable(conn: sa.Connection, kb, registry: Mapping[str, Strategy] | N
     """(the versions that can run, ``{version: reason}`` for the others), in registry order."""
     checked = applicabilities(conn, kb, registry)
     return ([v for v, a in checked.items() if a.runnable],
-            {v: a.reason for v, a in checked.items() if not a.runnable})
+            {v: a.reason or "" for v, a in checked.items() if not a.runnable})
 
 
 def require_runnable(conn: sa.Connection, kb, strategies: Iterable[Strategy]) -> None:
@@ -115,7 +111,8 @@ def require_runnable(conn: sa.Connection, kb, strategies: Iterable[Strategy]) ->
     if isinstance(kb, str):
         kb = resolve_knowledge_base(conn, kb)
     models = stored_models(conn, kb)
-    refused = [a.reason for a in (strategy_applicability(conn, kb, s, models) for s in strategies) if not a.runnable]
+    refused = [a.reason or "" for a in (strategy_applicability(conn, kb, s, models) for s in strategies)
+               if not a.runnable]
     if refused:
         raise StrategyError("; ".join(refused) + "; nothing was run")
 
@@ -150,7 +147,8 @@ def describe_knowledge_base(engine: sa.Engine, name_or_id: str) -> KnowledgeBase
         return _describe(conn, name_or_id, load_registry())
 
 
-def choose_strategies(engine: sa.Engine, knowledge_base: str, versions: Sequence[str] | None) -> list[str]:
+def choose_strategies(engine: sa.Engine, knowledge_base: str | KnowledgeBaseRef,
+                      versions: Sequence[str] | None) -> list[str]:
     """The strategy versions to run on a knowledge base: ``versions`` (each must exist and be applicable), or
     by default every applicable one. Raises :class:`StrategyError` naming each unknown or inapplicable one."""
     registry = load_registry()
@@ -185,24 +183,13 @@ def list_datasets(engine: sa.Engine, knowledge_base: str) -> list[DatasetInfo]:
                         last_run_at=_iso(r.last_run_at)) for r in rows]
 
 
-def find_dataset(engine: sa.Engine, knowledge_base: str, name: str, version: str | None = None) -> DatasetVersion:
+def find_dataset(engine: sa.Engine, knowledge_base: str | KnowledgeBaseRef, name: str,
+                 version: str | None = None) -> DatasetVersion:
     """A stored dataset version of a knowledge base: the latest of ``name``, or the one whose hash starts with
     ``version``."""
-    prefix = (version or "").strip().lower()
-    if prefix and (len(prefix) < 4 or not all(c in "0123456789abcdef" for c in prefix)):
-        raise DatasetNotFoundError(f"dataset version {show_name(version)} is not a hash prefix of at least 4 hex "
-                                   "digits")
-    with engine.connect() as conn:
-        kb = resolve_knowledge_base(conn, knowledge_base)
-        rows = dataset_queries.versions_with_prefix(conn, kb.name, name, prefix)
-        if not rows:
-            known = sorted({r.name for r in list_datasets(engine, kb.name)})
-            what = f"version {prefix} of dataset" if prefix else "dataset"
-            raise DatasetNotFoundError(f"no {what} {show_name(name)} in knowledge base {kb.name!r}; known: "
-                                       f"{', '.join(known) if known else '(none — upload one first)'}")
-    r = rows[0]
-    return DatasetVersion(dataset_id=str(r.id), name=r.name, version=r.content_hash, case_count=r.case_count,
-                          knowledge_base=kb.name)
+    ref = resolve_dataset(engine, name, knowledge_base=knowledge_base, version=version, source="stored")
+    return DatasetVersion(dataset_id=str(ref.dataset_id), name=ref.dataset.name, version=ref.dataset.content_hash,
+                          case_count=len(ref.dataset.cases), knowledge_base=ref.kb.name)
 
 
 def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | str | dict, *, source: str,
@@ -219,8 +206,10 @@ def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | 
         "the dataset has no name: give a `name` field, or name the upload (`name` form field or `?name=`)",
         field="name")]
     try:
-        read = validate_dataset if isinstance(raw, dict) else parse_dataset  # a dict: already read strictly
-        dataset = read(raw, source=source, knowledge_base=kb.name, name=name, default_name=fallback)
+        if isinstance(raw, dict):  # already read strictly
+            dataset = validate_dataset(raw, source=source, knowledge_base=kb.name, name=name, default_name=fallback)
+        else:
+            dataset = parse_dataset(raw, source=source, knowledge_base=kb.name, name=name, default_name=fallback)
     except DatasetError as exc:
         raise DatasetError(exc.source, [*unnamed, *exc.problems], more=exc.more) from None
     if unnamed:
@@ -250,7 +239,7 @@ def store_inline_cases(engine: sa.Engine, knowledge_base: str, body: bytes, name
                                   name=name)
 
 
-def _field_name(raw: bytes | str) -> str | None:
+def _field_name(raw: bytes | str | dict) -> str | None:
     """The ``name`` field of an object-form dataset, when it has a usable one (else the caller's default); read
     through the bounded reader, so a hostile body is never decoded here."""
     try:

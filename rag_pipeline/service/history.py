@@ -18,8 +18,9 @@ from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.queries import cases as case_queries
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.evaluation.queries import run_history
+from rag_pipeline.evaluation.reports import CaseNotFoundError
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
-from rag_pipeline.service.evaluations import CaseNotFoundError, summary_of
+from rag_pipeline.service.evaluations import summary_of
 from rag_pipeline.storage.ids import uuid_strings
 
 

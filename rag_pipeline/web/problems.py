@@ -22,10 +22,10 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag_pipeline.contracts.errors import USER_ERRORS, http_status
+from rag_pipeline.evaluation.datasets.strict_json import DatasetError
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.database import TRANSIENT_ERRORS, mask_secrets
-from rag_pipeline.service.datasets import DatasetError
-from rag_pipeline.service.evaluations import FileWriteError
+from rag_pipeline.storage.files import FileWriteError
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("rag_pipeline.web")

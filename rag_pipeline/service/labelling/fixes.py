@@ -32,11 +32,11 @@ from rag_pipeline.contracts.labelling import FixCandidate, FixCounts, LabelChang
 from rag_pipeline.evaluation.datasets.label_check import check_labels
 from rag_pipeline.evaluation.datasets.load import Dataset, DatasetError, load_dataset, parse_dataset
 from rag_pipeline.evaluation.datasets.queries import source_path
+from rag_pipeline.evaluation.datasets.resolve import DatasetNotFoundError
 from rag_pipeline.evaluation.persistence import load_stored_dataset
 from rag_pipeline.knowledge_base import chunk_lookup, span_remap
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.service import catalog
-from rag_pipeline.service.catalog import DatasetNotFoundError
 from rag_pipeline.storage.files import write_atomic
 
 REMAPPED_STATUSES = ("chunk_replaced", "other_knowledge_base", "unknown_id")
