@@ -30,12 +30,13 @@ from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard, Endpoi
 from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase, load_dataset
+from rag_pipeline.evaluation.datasets.resolve import dataset_file
 from rag_pipeline.service.database import get_engine
-from rag_pipeline.settings import datasets_dir, project_root
+from rag_pipeline.settings import project_root
 from rag_pipeline.storage.files import check_writable
 
 __all__ = ["API_REPLY_BYTES", "CollectionConfigError", "EndpointGuard", "EndpointRefusedError", "api_collection_file",
-           "api_environ", "collect_answers", "dataset_file"]
+           "api_environ", "collect_answers"]
 
 API_REPLY_BYTES = 2 * 1024 * 1024
 """Over the HTTP API a reply longer than this is not parsed (the CLI's cap is 8 MB)."""
@@ -49,16 +50,6 @@ def _answerer(name: str, *, knowledge_base: str, strategy: str | None) -> Answer
     """The in-process answerer NAME (e.g. ``extractive-v1``) over ``knowledge_base``: the registry's
     (:func:`rag_pipeline.answers.collection.answerers.get_answerer`; an unknown name is its ``AnswererError``)."""
     return get_answerer(name, engine=get_engine(), knowledge_base=knowledge_base, strategy=strategy)
-
-
-def dataset_file(dataset: str | Path) -> Path:
-    """``dataset`` as a file: a path (``*.json`` or an existing file), else the name of ``<name>.json`` in the
-    datasets folder (``RAG_DATASETS_DIR``) when that exists — as ``answers evaluate`` resolves it."""
-    path = Path(dataset)
-    if path.suffix == ".json" or path.is_file():
-        return path
-    named = datasets_dir() / f"{dataset}.json"
-    return named if named.is_file() else path
 
 
 def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoint: EndpointConfig | None = None,

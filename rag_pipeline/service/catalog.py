@@ -29,7 +29,7 @@ from rag_pipeline.evaluation.datasets.load import (
     parse_dataset,
     validate_dataset,
 )
-from rag_pipeline.evaluation.datasets.resolve import resolve_dataset
+from rag_pipeline.evaluation.datasets.resolve import stored_version
 from rag_pipeline.evaluation.datasets.strict_json import JsonObject, JsonReadError, ScanLimitError, decode_json
 from rag_pipeline.evaluation.persistence import store_dataset
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
@@ -187,9 +187,11 @@ def find_dataset(engine: sa.Engine, knowledge_base: str | KnowledgeBaseRef, name
                  version: str | None = None) -> DatasetVersion:
     """A stored dataset version of a knowledge base: the latest of ``name``, or the one whose hash starts with
     ``version``."""
-    ref = resolve_dataset(engine, name, knowledge_base=knowledge_base, version=version, source="stored")
-    return DatasetVersion(dataset_id=str(ref.dataset_id), name=ref.dataset.name, version=ref.dataset.content_hash,
-                          case_count=len(ref.dataset.cases), knowledge_base=ref.kb.name)
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, knowledge_base)
+        r = stored_version(conn, kb, name, version)
+    return DatasetVersion(dataset_id=str(r.id), name=r.name, version=r.content_hash, case_count=r.case_count,
+                          knowledge_base=kb.name)
 
 
 def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | str | dict, *, source: str,

@@ -247,14 +247,6 @@ def _resolve_kb(file_kb: str | None, given: str | None, problems: list[DatasetPr
     return kb
 
 
-def relevance_of(value: Any) -> dict[str, int]:
-    """``{id: grade}`` of the ids with grade >= 1 of a raw (already validated) ``relevant_chunk_ids``
-    value, list or object, e.g. a case read back from ``retrieval_evaluation_datasets.cases``."""
-    if isinstance(value, Mapping):
-        return {str(k): int(g) for k, g in value.items() if int(g) >= RELEVANT_GRADE}
-    return dict.fromkeys((str(i) for i in value), RELEVANT_GRADE)
-
-
 def relevant_ids_of(value: Any) -> list[str]:
     """The ids that count as relevant of a raw ``relevant_chunk_ids`` value: every entry of a list (as
     given, duplicates and malformed ids included), the keys of grade >= 1 of an object."""

@@ -43,8 +43,9 @@ def _stored(conn: sa.Connection, dataset_id: str | uuid.UUID) -> tuple[Dataset, 
         raise DatasetNotFoundError(f"no stored dataset version {dataset_id}") from None
 
 
-def _stored_by_name(conn: sa.Connection, kb: KnowledgeBaseRef, name: str, version: str | None) -> tuple[Dataset, str]:
-    """The latest stored version of ``name`` on ``kb``, or the one whose hash starts with ``version``."""
+def stored_version(conn: sa.Connection, kb: KnowledgeBaseRef, name: str, version: str | None = None) -> sa.Row:
+    """The latest stored version of ``name`` on ``kb``, or the one whose hash starts with ``version``: its
+    ``id, name, content_hash, case_count``."""
     prefix = (version or "").strip().lower()
     if prefix and (len(prefix) < 4 or not all(c in "0123456789abcdef" for c in prefix)):
         raise DatasetNotFoundError(f"dataset version {show_name(version)} is not a hash prefix of at least 4 hex "
@@ -55,21 +56,26 @@ def _stored_by_name(conn: sa.Connection, kb: KnowledgeBaseRef, name: str, versio
         what = f"version {prefix} of dataset" if prefix else "dataset"
         raise DatasetNotFoundError(f"no {what} {show_name(name)} in knowledge base {kb.name!r}; known: "
                                    f"{', '.join(known) if known else '(none — upload one first)'}")
-    return _stored(conn, rows[0].id)
+    return rows[0]
 
 
 def _connect(engine: sa.Engine | Callable[[], sa.Engine]) -> sa.Connection:
     return (engine if isinstance(engine, sa.Engine) else engine()).connect()
 
 
-def _dataset_file(argument: str | Path) -> Path | None:
-    """The file a dataset argument names: a path (``*.json`` or an existing file), or ``<name>.json`` of the
-    datasets folder; None: a stored dataset."""
-    path = Path(argument)
+def dataset_file(dataset: str | Path) -> Path:
+    """``dataset`` as a file: a path (``*.json`` or an existing file), else the name of ``<name>.json`` in the
+    datasets folder (``RAG_DATASETS_DIR``) when that exists, else ``dataset`` (a file only if it is one)."""
+    path = Path(dataset)
     if path.suffix == ".json" or path.is_file():
         return path
-    named = datasets_dir() / f"{argument}.json"
-    return named if named.is_file() else None
+    named = datasets_dir() / f"{dataset}.json"
+    return named if named.is_file() else path
+
+
+def _named_file(argument: str) -> Path | None:
+    path = dataset_file(argument)
+    return path if path.suffix == ".json" or path.is_file() else None
 
 
 def resolve_dataset(engine: sa.Engine | Callable[[], sa.Engine], argument: str | Path | uuid.UUID, *,
@@ -82,7 +88,7 @@ def resolve_dataset(engine: sa.Engine | Callable[[], sa.Engine], argument: str |
     (``engine`` may be a function giving it, called then). Raises the user errors; nothing is written."""
     engine = engine if isinstance(engine, sa.Engine) else functools.cache(engine)
     kb = knowledge_base if isinstance(knowledge_base, KnowledgeBaseRef) else None
-    path = Path(str(argument)) if source == "file" else _dataset_file(str(argument)) if source == "any" else None
+    path = Path(str(argument)) if source == "file" else _named_file(str(argument)) if source == "any" else None
     if path is not None:
         if kb is None and knowledge_base and as_uuid(str(knowledge_base)) is not None:  # an id: a bare array
             with _connect(engine) as conn:  # needs the name
@@ -99,7 +105,7 @@ def resolve_dataset(engine: sa.Engine | Callable[[], sa.Engine], argument: str |
             elif kb is None:
                 raise DatasetNotFoundError(f"stored dataset {show_name(str(argument))}: give its knowledge base")
             else:
-                dataset, dataset_id = _stored_by_name(conn, kb, str(argument), version)
+                dataset, dataset_id = _stored(conn, stored_version(conn, kb, str(argument), version).id)
         kb = kb or resolve_knowledge_base(conn, dataset.knowledge_base)
     if dataset.knowledge_base != kb.name:
         raise KnowledgeBaseError(f"dataset {dataset.name!r} belongs to knowledge base {dataset.knowledge_base!r}, "
