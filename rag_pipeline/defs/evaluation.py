@@ -13,6 +13,7 @@ database, then evaluates the row :func:`this_attempts_run` gives it (docs/failur
 """
 
 import contextlib
+from pathlib import Path
 
 import dagster as dg
 import sqlalchemy as sa
@@ -82,13 +83,13 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
     canonical cases: the same content twice is one dataset version.
     """
     dataset_key, _ = split_key(context)
-    path = datasets_dir() / f"{dataset_key}.json"
+    path: Path | str | None = datasets_dir() / f"{dataset_key}.json"
     with fail_fast_unless_transient():
         if config.dataset_id:  # a version stored by the HTTP API (an upload): no file to read
             stored = datasets.describe_stored_dataset(rag_db.engine(), config.dataset_id, dataset_key)
             path = stored.path
         else:
-            stored = datasets.register_dataset(rag_db.engine(), path, config.knowledge_base or None)
+            stored = datasets.register_dataset(rag_db.engine(), str(path), config.knowledge_base or None)
     with fail_fast_unless_transient():  # recorded now, before the evaluation step reads it (its provenance)
         kb_version = observe_dataset(context.instance, rag_db.engine(), dataset_key, stored.knowledge_base)
     if stored.relevant_ids_not_in_kb:
