@@ -73,22 +73,18 @@ def dataset_file(dataset: str | Path) -> Path:
     return named if named.is_file() else path
 
 
-def _named_file(argument: str) -> Path | None:
-    path = dataset_file(argument)
-    return path if path.suffix == ".json" or path.is_file() else None
-
-
 def resolve_dataset(engine: sa.Engine | Callable[[], sa.Engine], argument: str | Path | uuid.UUID, *,
                     knowledge_base: str | KnowledgeBaseRef | None = None, version: str | None = None,
                     source: Literal["file", "stored", "any"] = "any") -> DatasetRef:
     """Resolve a dataset argument once, with its knowledge base (``knowledge_base``: a name, an id or resolved;
-    a bare-array file needs it, any other dataset must belong to it). ``source``: ``file`` (a path), ``stored`` (a
-    version id, or the stored version of a name, ``version`` a hash prefix), ``any`` (a path or ``<name>.json``
-    of the datasets folder if there is one, else stored). A file is validated before the database is read
-    (``engine`` may be a function giving it, called then). Raises the user errors; nothing is written."""
+    the dataset must belong to it). ``source``: ``file``, ``stored`` (a version id, or a name with ``version`` a
+    hash prefix), ``any`` (:func:`dataset_file` if it is one, else stored). A file is validated before ``engine``
+    (or the function giving it) is used. Raises the user errors; nothing is written."""
     engine = engine if isinstance(engine, sa.Engine) else functools.cache(engine)
     kb = knowledge_base if isinstance(knowledge_base, KnowledgeBaseRef) else None
-    path = Path(str(argument)) if source == "file" else _named_file(str(argument)) if source == "any" else None
+    path = Path(str(argument)) if source == "file" else dataset_file(str(argument)) if source == "any" else None
+    if source == "any" and not (path and (path.suffix == ".json" or path.is_file())):
+        path = None  # a stored dataset
     if path is not None:
         if kb is None and knowledge_base and as_uuid(str(knowledge_base)) is not None:  # an id: a bare array
             with _connect(engine) as conn:  # needs the name

@@ -1,16 +1,10 @@
 """Reading dataset JSON strictly within limits, and reporting its problems (:class:`DatasetError`).
 
-Python's ``json`` accepts ``NaN``/``Infinity`` and keeps the last of duplicate keys; here non-finite numbers
-become :class:`NonFinite` markers and objects remember their duplicate keys, so the dataset validator can report
-them with the case and field they appear in. UTF-8, BOM allowed.
-
-Limits first: ``json.loads`` of a 50 MB file of ``[0,0,…]`` or ``{},{},…`` builds tens of millions of Python
-objects (gigabytes) before any rule can look at them. :func:`scan_limits` streams the bytes once through ijson's C
-parser, building nothing: it counts the items of the cases array (the bare array, or the top-level ``cases``) and
-estimates what the decoded document would take in memory, and raises :class:`ScanLimitError` at the first item past
-:data:`~rag_pipeline.contracts.dataset.MAX_CASES` or past :data:`MAX_DECODED_BYTES` (docs/design.md §2.2).
-Anything the fast parser cannot read (a syntax error, an integer beyond 64 bits) ends the pass: the strict decoder
-then words the error, unless the file is larger than :data:`MAX_UNSCANNED_BYTES`, which is refused there.
+Limits first (docs/design.md §2.2): :func:`scan_limits` streams the bytes once through ijson's C parser, building
+nothing, and refuses more than :data:`~rag_pipeline.contracts.dataset.MAX_CASES` cases or a document that would
+take more than :data:`MAX_DECODED_BYTES` once decoded (``json.loads`` of 50 MB of ``[0,0,…]`` builds gigabytes).
+Then the strict decoder: non-finite numbers become :class:`NonFinite` markers and objects remember their duplicate
+keys, so the validator reports them with their case and field. UTF-8, BOM allowed.
 """
 
 from __future__ import annotations
