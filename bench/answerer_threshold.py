@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.benchutil import machine_line  # noqa: E402
 from rag_pipeline.answers.collection.answerers import DEFAULT_STRATEGY, get_answerer  # noqa: E402
-from rag_pipeline.evaluation import demo_dataset  # noqa: E402
-from rag_pipeline.evaluation.dataset import EvaluationCase  # noqa: E402
+from rag_pipeline.evaluation.datasets import demo as demo_dataset  # noqa: E402
+from rag_pipeline.evaluation.datasets.load import EvaluationCase  # noqa: E402
 from rag_pipeline.knowledge_base.ingestion import ingest_documents  # noqa: E402
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base  # noqa: E402
 from rag_pipeline.knowledge_base.sources import read_folder  # noqa: E402

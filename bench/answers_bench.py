@@ -33,7 +33,7 @@ from rag_pipeline.answers.metrics.scoring import score_answers
 from rag_pipeline.answers.metrics.summary import summarise
 from rag_pipeline.answers.metrics.text_metrics import exact_match, f1, is_mostly_cjk
 from rag_pipeline.contracts.answers import AnswerRecord, AnswerScoring
-from rag_pipeline.evaluation.dataset import EvaluationCase
+from rag_pipeline.evaluation.datasets.load import EvaluationCase
 from rag_pipeline_tests.answers import official_scripts as official
 
 TOLERANCE = 1e-9

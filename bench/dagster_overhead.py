@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     from benchutil import machine_line  # bench/ is on sys.path when run as a script
 
-    from rag_pipeline.evaluation import demo_dataset
+    from rag_pipeline.evaluation.datasets import demo as demo_dataset
     from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
     from rag_pipeline.service import applicability
     from rag_pipeline.service import datasets as dataset_service

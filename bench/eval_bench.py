@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from rag_pipeline.evaluation.dataset import Dataset, load_dataset  # noqa: E402
+from rag_pipeline.evaluation.datasets.load import Dataset, load_dataset  # noqa: E402
 from rag_pipeline.knowledge_base.embedding import get_embedder  # noqa: E402
 from rag_pipeline.retrieval import search as retrieval  # noqa: E402
 from rag_pipeline.retrieval import sql as retrieval_sql  # noqa: E402

@@ -116,8 +116,8 @@ def extractive_and_prompts(engine, cases: list[dict], shots: int):
     """extractive-v1's records for ``cases`` and, per case, the generator's prompt over the same top chunks."""
     from rag_pipeline.answers.collection.answerers import get_answerer
     from rag_pipeline.answers.collection.extractive import language
-    from rag_pipeline.evaluation.dataset import EvaluationCase
-    from rag_pipeline.evaluation.demo_dataset import DEMO_KB
+    from rag_pipeline.evaluation.datasets.demo import DEMO_KB
+    from rag_pipeline.evaluation.datasets.load import EvaluationCase
     from rag_pipeline.knowledge_base.chunk_lookup import chunks_by_ids
 
     answerer = get_answerer("extractive-v1", engine=engine, knowledge_base=DEMO_KB)
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     llama_cpp, gguf_path = loaded
     from rag_pipeline.contracts.answers import AnswerRecord
-    from rag_pipeline.evaluation import demo_dataset
+    from rag_pipeline.evaluation.datasets import demo as demo_dataset
     from rag_pipeline.knowledge_base.ingestion import ingest_documents
     from rag_pipeline.knowledge_base.sources import read_folder
     from rag_pipeline.storage.engine import get_engine

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from benchutil import machine_line  # noqa: E402
 
-from rag_pipeline.evaluation.demo_dataset import build_demo_dataset  # noqa: E402
+from rag_pipeline.evaluation.datasets.demo import build_demo_dataset  # noqa: E402
 from rag_pipeline.evaluation.metrics import evaluate_many  # noqa: E402
 from rag_pipeline.knowledge_base import chunking, textsearch  # noqa: E402
 from rag_pipeline.knowledge_base.ingestion import ingest_documents  # noqa: E402

@@ -35,7 +35,7 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rag_pipeline.evaluation.dataset import relevance_of  # noqa: E402
+from rag_pipeline.evaluation.datasets.load import EvaluationCase  # noqa: E402
 from rag_pipeline.evaluation.metrics import evaluate_many  # noqa: E402
 from rag_pipeline.knowledge_base import chunking  # noqa: E402
 from rag_pipeline.knowledge_base.beir import import_beir  # noqa: E402
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ingest_s = time.perf_counter() - t0
     kb_id = chunking.knowledge_base_id(kb_name)
     questions = [c["question"] for c in dataset["cases"]]
-    relevant = [relevance_of(c["relevant_chunk_ids"]) for c in dataset["cases"]]  # {id: grade >= 1}
+    relevant = [EvaluationCase.from_dict(c).relevance for c in dataset["cases"]]  # {id: grade >= 1}
     with engine.connect() as conn:
         n_chunks = conn.execute(sa.text("SELECT chunk_count FROM knowledge_bases WHERE id = :kb"),
                                 {"kb": kb_id}).scalar()

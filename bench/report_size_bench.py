@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchutil import machine_line
 from synthetic import build_knowledge_base, make_dataset
 
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES, build_report, write_report
 from rag_pipeline.retrieval.strategies import get_strategy

@@ -48,7 +48,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rag_pipeline.evaluation.dataset import Dataset, parse_dataset
+from rag_pipeline.evaluation.datasets.load import Dataset, parse_dataset
 from rag_pipeline.knowledge_base import chunking, ingestion
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, Embedder, get_embedder
 from rag_pipeline.knowledge_base.sources import SourceDocument

@@ -79,7 +79,7 @@ def test_evaluate_refuses_a_strategy_that_cannot_run_before_storing_anything(eng
     path.write_text(json.dumps({"knowledge_base": tiny["kb"], "metadata": {"auto_evaluate": True},
                                 "cases": tiny_cases(tiny["chunks"])}), encoding="utf-8")
     before = _runs(engine, tiny["kb"])
-    plan = evaluations.plan_evaluation(path, ("keyword-v1", RERANK), knowledge_base=tiny["kb"])
+    plan = evaluations.plan_evaluation(engine, path, ("keyword-v1", RERANK), knowledge_base=tiny["kb"])
     with pytest.raises(StrategyError, match=f"{RERANK} cannot run .*{MINILM}.*nothing was run"):
         evaluations.evaluate(engine, plan)
     assert main(["evaluate", "--dataset", str(path), "--strategy", "keyword-v1", "--strategy", RERANK]) == 2

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.dataset import load_dataset, relevance_of
+from rag_pipeline.evaluation.datasets.load import EvaluationCase, load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.knowledge_base.beir import read_beir
 from rag_pipeline.retrieval.strategies import load_registry
@@ -71,7 +71,7 @@ def test_quality_bench_runs_on_a_subset(bench_data, engine, tmp_path):
 
     # The bench's numbers, from outside the bench: the pipeline's stored runs on the same cases, and trec_eval.
     bench = json.loads(numbers.read_text(encoding="utf-8"))
-    relevance = {c["case_id"]: relevance_of(c["relevant_chunk_ids"]) for c in bench["cases"]}
+    relevance = {c["case_id"]: EvaluationCase.from_dict(c).relevance for c in bench["cases"]}
     assert [len(r) for r in relevance.values()] == [sum(g >= 1 for g in rel.values()) for rel in qrels.values()]
     assert {c["k"] for c in bench["cases"]} == {10}
     dataset_file = tmp_path / "subset.json"

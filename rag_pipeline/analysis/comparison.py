@@ -25,7 +25,7 @@ from rag_pipeline.analysis import statistics as stats
 from rag_pipeline.contracts.comparison import ComparedRun, Gate, MovedCase, PairedResult, StrategyComparison, TopChunk
 from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_NAMES
-from rag_pipeline.evaluation.queries import datasets as dataset_queries
+from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.runs import candidate_queries
 from rag_pipeline.evaluation.runs import queries as run_history
 from rag_pipeline.evaluation.runs.case_queries import metrics_of_runs

@@ -7,7 +7,7 @@ non-finite numbers, valid as an ``AnswerRecord``, naming a case of the dataset, 
 that names its ``answerer`` naming the same one. Every problem is collected and worded
 ``<file>: line N (case_id 'C'): field 'F': message`` (the case id when the line has one, even a line that is not
 valid JSON); :class:`AnswersFileError` lists them (the first
-:data:`~rag_pipeline.evaluation.dataset_json.MAX_LISTED_PROBLEMS`, then how many more). Nothing is written here.
+:data:`~rag_pipeline.evaluation.datasets.strict_json.MAX_LISTED_PROBLEMS`, then how many more). Nothing is written here.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from rag_pipeline.contracts.answers import AnswerRecord
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.evaluation.dataset_json import (
+from rag_pipeline.evaluation.datasets.strict_json import (
     MAX_LISTED_PROBLEMS,
     NonFinite,
     got,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -21,17 +20,12 @@ from rag_pipeline.cli.errors import ReportNotWrittenError, guarded
 from rag_pipeline.cli.output import case_progress
 from rag_pipeline.cli.runs_table import comparison_table
 from rag_pipeline.contracts.errors import RagError
+from rag_pipeline.evaluation.runs.reports import REPORT_FORMATS, CaseNotFoundError
 from rag_pipeline.service import evaluations as service
 from rag_pipeline.service.case_diagnosis import case_diagnosis
-from rag_pipeline.service.evaluations import (
-    CANDIDATE_MODES,
-    REPORT_FORMATS,
-    CaseNotFoundError,
-    FileWriteError,
-    atomic_output,
-    write_atomic,
-)
+from rag_pipeline.service.evaluations import CANDIDATE_MODES
 from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.files import FileWriteError, atomic_output, check_writable, write_atomic
 from rag_pipeline.storage.names import printable
 
 DEFAULT_STRATEGY = service.DEFAULT_STRATEGY
@@ -40,15 +34,14 @@ DEFAULT_STRATEGY = service.DEFAULT_STRATEGY
 @guarded()
 def cmd_evaluate(args: argparse.Namespace) -> int:
     versions = list(dict.fromkeys(args.strategies or [DEFAULT_STRATEGY]))
-    kb_name = args.knowledge_base
-    if args.knowledge_base_id:
-        kb_name = service.knowledge_base_name(get_engine(), args.knowledge_base_id)
-    plan = service.plan_evaluation(args.dataset, versions, knowledge_base=kb_name)  # validated, nothing written
-    if args.case is not None and args.case not in {c.case_id for c in plan.dataset.cases}:
-        raise CaseNotFoundError(f"--case {args.case!r}: dataset {plan.dataset.name!r} has no such case")
+    plan = service.plan_evaluation(lambda: service.sized_engine(args.readers), args.dataset, versions,
+                                   knowledge_base=args.knowledge_base or args.knowledge_base_id)  # nothing written
+    dataset = plan.dataset.dataset
+    if args.case is not None and args.case not in {c.case_id for c in dataset.cases}:
+        raise CaseNotFoundError(f"--case {args.case!r}: dataset {dataset.name!r} has no such case")
     paths = _output_paths(args.output, versions)
     for path in paths:  # before the run: a run stored as current must not end in "cannot write the report"
-        _check_writable(path)
+        check_writable(path)
     engine = service.sized_engine(args.readers)  # a pool sized for --readers
     outcomes = service.evaluate(engine, plan, batch_size=args.batch_size, readers=args.readers, strict=args.strict,
                                 progress=case_progress(args.quiet), on_labels=_print_label_headline)
@@ -78,27 +71,6 @@ def _print_label_headline(report) -> None:
     headline = service.label_headline(report)
     if headline:
         print(f"warning: {headline}", flush=True)
-
-
-def _check_writable(path: Path | None) -> None:
-    """Refuse (exit 2, nothing written or created) an ``--output`` that is a directory, or that cannot be
-    written: an existing file without write permission, or a missing file whose nearest existing parent is
-    not a writable directory (the missing parents are created when the report is written)."""
-    if path is None:
-        return
-    if path.is_dir():
-        raise OSError(f"--output {path} is a directory; give a file name (e.g. {path / 'report.json'})")
-    if path.exists():
-        if not os.access(path, os.W_OK):
-            raise OSError(f"--output {path} is not writable")
-        return
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise OSError(f"--output {path}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OSError(f"--output {path}: directory {parent} is not writable")
 
 
 def _output_paths(output: str | None, versions: list[str]) -> list[Path | None]:

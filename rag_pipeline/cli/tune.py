@@ -13,6 +13,7 @@ import sys
 from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
+from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.service import analysis
 from rag_pipeline.service.analysis import (
     DEFAULT_FOLDS,
@@ -22,7 +23,6 @@ from rag_pipeline.service.analysis import (
     FusionTuning,
     StageTuning,
 )
-from rag_pipeline.service.evaluations import METRIC_NAMES
 from rag_pipeline.storage.engine import get_engine
 
 TABLE_METRICS = ("ndcg_at_k", "recall_at_k", "reciprocal_rank", "precision_at_k")

@@ -9,7 +9,7 @@ answer fields (docs/design.md §12.1): ``reference_answers`` (aliases), ``answer
 ``false`` should be refused and may have no relevant chunk) and ``key_points``.
 
 The models check each value (types, ranges, lengths, chunk ids, grades);
-:func:`rag_pipeline.evaluation.dataset.parse_dataset` validates a file through them, adds the rules no single
+:func:`rag_pipeline.evaluation.datasets.load.parse_dataset` validates a file through them, adds the rules no single
 value shows (duplicate JSON keys, ids unique after lower-casing, unique case ids, the name and knowledge base
 agreeing with the caller's, sizes) and words every problem for the file. :func:`dataset_json_schema` is the
 published schema (``schemas/evaluation-dataset-v1.json``, kept equal to it by a test).
@@ -21,6 +21,7 @@ import unicodedata
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, RootModel, Tag
+from pydantic.config import JsonDict
 
 MAX_CASES = 100_000
 MAX_RELEVANT_IDS = 1000
@@ -66,8 +67,8 @@ def normal_identifier(value: str) -> str:
     return unicodedata.normalize("NFC", value.strip())
 
 
-def _text(limit: int, empty: str = "must not be empty", grouped: bool = False, identifier: bool = False,
-          **schema: Any) -> Any:
+def _text(limit: int, empty: str = "must not be empty", grouped: bool = False,
+          identifier: bool = False) -> AfterValidator:
     """A non-empty string of at most ``limit`` characters that PostgreSQL can store (no NUL, no lone surrogate)
     and a person can see (not invisible characters only); ``identifier``: no control or invisible character."""
 
@@ -89,8 +90,12 @@ def _text(limit: int, empty: str = "must not be empty", grouped: bool = False, i
             raise ValueError(problem)
         return value
 
-    return Annotated[str, AfterValidator(check), Field(json_schema_extra={
-        "minLength": 1, "maxLength": limit, "pattern": r"\S", **schema})]
+    return AfterValidator(check)
+
+
+def _text_schema(limit: int, schema: JsonDict | None = None) -> Any:
+    """The JSON Schema of a :func:`_text` string."""
+    return Field(json_schema_extra={"minLength": 1, "maxLength": limit, "pattern": r"\S", **(schema or {})})
 
 
 def _object_schema(schema: dict[str, Any]) -> None:
@@ -99,19 +104,21 @@ def _object_schema(schema: dict[str, Any]) -> None:
     schema.update(propertyNames={"pattern": pattern}, additionalProperties=grade)
 
 
-SOME_RELEVANT_SCHEMA = {"minItems": 1, "minProperties": 1,
+SOME_RELEVANT_SCHEMA: JsonDict = {"minItems": 1, "minProperties": 1,
                         "not": {"type": "object", "additionalProperties": {"const": 0}}}
 """``relevant_chunk_ids`` of an answerable case: at least one id, or one grade >= 1 (the validator's words:
-:mod:`rag_pipeline.evaluation.dataset_problems`)."""
-NO_RELEVANT_SCHEMA = {"maxItems": 0, "additionalProperties": {"const": 0}}
+:mod:`rag_pipeline.evaluation.datasets.problems`)."""
+NO_RELEVANT_SCHEMA: JsonDict = {"maxItems": 0, "additionalProperties": {"const": 0}}
 """``relevant_chunk_ids`` of an unanswerable case: no id, or only grades 0 (judged not relevant)."""
 
 
-CaseId = _text(MAX_CASE_ID_CHARS, grouped=True, identifier=True)
-Question = _text(MAX_QUESTION_CHARS, "must not be empty or whitespace only", grouped=True)
-DatasetName = _text(MAX_NAME_CHARS, pattern=NAME_PATTERN, **{"not": {"pattern": r"\.\.\."}})
-KnowledgeBaseName = _text(MAX_NAME_CHARS)
-Description = _text(MAX_DESCRIPTION_CHARS)
+CaseId = Annotated[str, _text(MAX_CASE_ID_CHARS, grouped=True, identifier=True), _text_schema(MAX_CASE_ID_CHARS)]
+Question = Annotated[str, _text(MAX_QUESTION_CHARS, "must not be empty or whitespace only", grouped=True),
+                     _text_schema(MAX_QUESTION_CHARS)]
+DatasetName = Annotated[str, _text(MAX_NAME_CHARS), _text_schema(MAX_NAME_CHARS, {
+    "pattern": NAME_PATTERN, "not": {"pattern": r"\.\.\."}})]
+KnowledgeBaseName = Annotated[str, _text(MAX_NAME_CHARS), _text_schema(MAX_NAME_CHARS)]
+Description = Annotated[str, _text(MAX_DESCRIPTION_CHARS), _text_schema(MAX_DESCRIPTION_CHARS)]
 ChunkId = Annotated[str, Field(pattern=UUID_PATTERN)]
 Grade = Annotated[int, Field(ge=MIN_GRADE, le=MAX_GRADE)]
 ChunkIdList = Annotated[list[ChunkId], Field(max_length=MAX_RELEVANT_IDS,
@@ -121,11 +128,13 @@ Judgments = Annotated[dict[ChunkId, Grade], Field(
     max_length=MAX_RELEVANT_IDS, json_schema_extra=_object_schema,
     description=f"graded: chunk id -> integer grade {MIN_GRADE}-{MAX_GRADE} (0 = judged not relevant); "
                 "at least one grade >= 1 unless the case is unanswerable")]
-ReferenceAnswers = Annotated[list[_text(MAX_REFERENCE_ANSWER_CHARS, grouped=True)], Field(
-    min_length=1, max_length=MAX_REFERENCE_ANSWERS,
+ReferenceAnswers = Annotated[list[Annotated[str, _text(MAX_REFERENCE_ANSWER_CHARS, grouped=True),
+                                             _text_schema(MAX_REFERENCE_ANSWER_CHARS)]], Field(
+    None, min_length=1, max_length=MAX_REFERENCE_ANSWERS,
     description="correct answers, aliases of each other (docs/design.md §12.1); at least one when present")]
-KeyPoints = Annotated[list[_text(MAX_KEY_POINT_CHARS, grouped=True)], Field(
-    min_length=1, max_length=MAX_KEY_POINTS,
+KeyPoints = Annotated[list[Annotated[str, _text(MAX_KEY_POINT_CHARS, grouped=True),
+                                      _text_schema(MAX_KEY_POINT_CHARS)]], Field(
+    None, min_length=1, max_length=MAX_KEY_POINTS,
     description="what a good answer should contain; at least one when present")]
 
 
@@ -149,10 +158,10 @@ class DatasetCase(BaseModel):
     relevant_chunk_ids: Annotated[Annotated[ChunkIdList, Tag("list")] | Annotated[Judgments, Tag("object")],
                                   Discriminator(_form)]
     k: Annotated[int, Field(ge=1, le=MAX_K)]
-    reference_answers: ReferenceAnswers = None  # absent: None; null is refused like any non-array
+    reference_answers: ReferenceAnswers  # absent: None (the alias's default); null is refused like any non-array
     answerable: bool = Field(True, description="false: the knowledge base has no answer; the right answer is a "
                                                "refusal (docs/design.md §12.1)")
-    key_points: KeyPoints = None
+    key_points: KeyPoints
 
 
 CASE_FIELDS = tuple(DatasetCase.model_fields)

@@ -1,7 +1,7 @@
 """Asset checks: label integrity of ``evaluation_dataset`` and the regression gate of ``strategy_comparison``.
 
 ``label_integrity`` (blocking) classifies every relevant id of the stored dataset version
-(:mod:`rag_pipeline.evaluation.label_check`) and applies the service's one rule
+(:mod:`rag_pipeline.evaluation.datasets.label_check`) and applies the service's one rule
 (:func:`rag_pipeline.service.evaluations.label_rule`, docs/design.md §8): **ERROR** — the evaluation of the
 partition does not run — exactly when the CLI and the API would refuse the dataset (no label is a searchable
 chunk); **WARN** when some labels are invalid (cases without a valid label included: they run, scoring 0, as
@@ -16,12 +16,13 @@ import warnings
 
 import dagster as dg
 
+from rag_pipeline.contracts.label_check import LabelReport
 from rag_pipeline.defs.evaluation import evaluation_dataset, stored_dataset_id
 from rag_pipeline.defs.partitions import evaluation_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service.analysis import StrategyComparison
 from rag_pipeline.service.datasets import check_stored_dataset
-from rag_pipeline.service.evaluations import LabelReport, label_rule
+from rag_pipeline.service.evaluations import label_rule
 
 MAX_ROWS = 100
 REGRESSION_GATE_SPEC = dg.AssetCheckSpec(

@@ -29,21 +29,17 @@ from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.contracts.answers import VERDICTS, AnswerRun
 from rag_pipeline.defs.instance import ensure_pool
 from rag_pipeline.defs.partitions import answer_partition_key
+from rag_pipeline.evaluation.datasets.demo import DEMO_CHUNK_OVERLAP, DEMO_CHUNK_SIZE, DEMO_KB, DEMO_TEXT_SEARCH
 from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
 from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline.service import analysis, evaluations
 from rag_pipeline.service.analysis import StrategyComparison, render_plain
 from rag_pipeline.service.answers import list_answer_runs
-from rag_pipeline.service.datasets import (
-    DEMO_CHUNK_OVERLAP,
-    DEMO_CHUNK_SIZE,
-    DEMO_KB,
-    DEMO_TEXT_SEARCH,
-    register_dataset,
-)
+from rag_pipeline.service.datasets import register_dataset
 from rag_pipeline.service.queued_runs import strategy_step_key
 from rag_pipeline.settings import datasets_dir, load_env_file, project_root, reports_dir
 from rag_pipeline.storage.engine import dagster_database_url, get_engine
+from rag_pipeline.storage.files import atomic_output
 
 
 def _load_env_file() -> None:
@@ -121,7 +117,7 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
     paths = []
     for run in sorted(result.runs, key=lambda r: r.strategy):
         path = out_dir / f"{dataset}-{run.strategy}.json"
-        with evaluations.atomic_output(path) as fp:
+        with atomic_output(path) as fp:
             evaluations.write_report(engine, run.run_id, fp)
         paths.append(path)
     sys.stdout.write(demo_summary(result, paths, dataset=dataset, answers=answer_runs[0] if answered.success else None))

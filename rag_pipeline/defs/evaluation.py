@@ -13,12 +13,14 @@ database, then evaluates the row :func:`this_attempts_run` gives it (docs/failur
 """
 
 import contextlib
+from pathlib import Path
 
 import dagster as dg
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.dataset import StoredDataset
 from rag_pipeline.contracts.errors import USER_ERRORS
+from rag_pipeline.contracts.metrics import HEADLINE_METRICS
 from rag_pipeline.defs import evaluation_metadata as md
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.lineage import DATASET_KB, observe_dataset
@@ -26,7 +28,6 @@ from rag_pipeline.defs.partitions import evaluation_partitions, split_key, the_d
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.workers.identity import WORKER_TAG, worker_name
 from rag_pipeline.service import datasets, evaluations, queued_runs
-from rag_pipeline.service.evaluations import HEADLINE_METRICS
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.engine import TRANSIENT_ERRORS
 from rag_pipeline.storage.urls import mask_secrets
@@ -83,13 +84,13 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
     canonical cases: the same content twice is one dataset version.
     """
     dataset_key, _ = split_key(context)
-    path = datasets_dir() / f"{dataset_key}.json"
+    path: Path | str | None = datasets_dir() / f"{dataset_key}.json"
     with fail_fast_unless_transient():
         if config.dataset_id:  # a version stored by the HTTP API (an upload): no file to read
             stored = datasets.describe_stored_dataset(rag_db.engine(), config.dataset_id, dataset_key)
             path = stored.path
         else:
-            stored = datasets.register_dataset(rag_db.engine(), path, config.knowledge_base or None)
+            stored = datasets.register_dataset(rag_db.engine(), str(path), config.knowledge_base or None)
     with fail_fast_unless_transient():  # recorded now, before the evaluation step reads it (its provenance)
         kb_version = observe_dataset(context.instance, rag_db.engine(), dataset_key, stored.knowledge_base)
     if stored.relevant_ids_not_in_kb:

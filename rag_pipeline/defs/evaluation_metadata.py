@@ -2,9 +2,9 @@
 
 import dagster as dg
 
+from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_LABELS
 from rag_pipeline.contracts.reports import CaseOverview, RunTables, TopCandidate
 from rag_pipeline.contracts.runs import RunCounts
-from rag_pipeline.service.evaluations import HEADLINE_METRICS, METRIC_LABELS
 
 MAX_TABLE_ROWS = 200
 RUN_ASSETS = ("retrieval_candidates", "case_metrics", "evaluation_run_summary")

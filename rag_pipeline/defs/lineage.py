@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from rag_pipeline.contracts.knowledge_base import KnowledgeBaseVersion
 from rag_pipeline.defs.partitions import dataset_partitions, knowledge_base_partitions
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.evaluation.queries.datasets import knowledge_base_of_names
+from rag_pipeline.evaluation.datasets.queries import knowledge_base_of_names
 from rag_pipeline.service import lineage
 from rag_pipeline.storage.names import KNOWLEDGE_BASE, is_valid_name
 from rag_pipeline.storage.urls import DatabaseError

@@ -24,11 +24,12 @@ from rag_pipeline.defs.evaluation_metadata import display_float
 from rag_pipeline.defs.jobs import evaluate_retrieval_job, evaluate_strategies
 from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
 from rag_pipeline.defs.resources import RagDatabase
+from rag_pipeline.evaluation.datasets.load import MAX_FILE_BYTES, valid_dataset_key
 from rag_pipeline.service import analysis, datasets, lineage
 from rag_pipeline.service import runs_outside_dagster as run_feed
-from rag_pipeline.service.datasets import MAX_FILE_BYTES, FileReadError, check_regular, read_bounded, valid_dataset_key
 from rag_pipeline.service.liveness.runs import end_unsubmitted_runs
 from rag_pipeline.settings import datasets_dir
+from rag_pipeline.storage.files import FileReadError, check_regular, read_bounded
 from rag_pipeline.storage.names import DATASET, name_rule, printable
 from rag_pipeline.storage.urls import DatabaseError
 

@@ -9,6 +9,7 @@ strategy to the registry is the user's decision (paste the YAML, or ``rag-pipeli
 
 import dagster as dg
 
+from rag_pipeline.contracts.metrics import METRIC_LABELS
 from rag_pipeline.defs.evaluation_metadata import display_float
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.partitions import dataset_partitions, every_strategy_of_the_dataset
@@ -16,7 +17,6 @@ from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.retrieval.strategies import StrategyError
 from rag_pipeline.service import analysis
 from rag_pipeline.service.analysis import DEFAULT_FOLDS, DEFAULT_METRIC, DEFAULT_POOL_STRATEGY, FusionTuning, TuneError
-from rag_pipeline.service.evaluations import METRIC_LABELS
 
 
 class FusionSweepConfig(dg.Config):

@@ -24,15 +24,15 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import RunCounts
-from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
-from rag_pipeline.evaluation.dataset_json import DatasetError, DatasetProblem
+from rag_pipeline.evaluation.datasets.label_check import LabelReport, check_labels, relevant_ids_missing
+from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
+from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetProblem
 from rag_pipeline.evaluation.diagnosis import diagnose as diagnosis_db
-from rag_pipeline.evaluation.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs import results as persistence
 from rag_pipeline.knowledge_base.embedding import get_embedder
-from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
 from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
 from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.retrieval.bm25_index import Bm25Index
@@ -79,10 +79,11 @@ class EvaluationOutcome:
 def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *, batch_size: int = BATCH_SIZE,
                      partition_key: str | None = None, dagster_run_id: str | None = None,
                      progress: Progress | None = None, logger=None, readers: int | None = None,
-                     queued_run_id: str | None = None) -> EvaluationOutcome:
+                     queued_run_id: str | None = None, kb: KnowledgeBaseRef | None = None) -> EvaluationOutcome:
     """Run ``strategy`` over every case of ``dataset`` and store the run. ``readers``: default ``RAG_EVAL_READERS``.
     ``queued_run_id``: the ``queued`` run row (made by the HTTP API) to use instead of a new one; it must be queued
-    for this strategy and dataset version (else :class:`run_records.RunNotQueuedError`)."""
+    for this strategy and dataset version (else :class:`run_records.RunNotQueuedError`). ``kb``: the dataset's
+    knowledge base as the caller resolved it (else resolved here)."""
     logger = logger or log
     readers = reader_count(readers)
     check_capacity(engine, readers, EXTRA_CONNECTIONS)
@@ -94,7 +95,7 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
             "every case is unanswerable (\"answerable\": false): no retrieval metric is defined, nothing was run "
             "(docs/design.md §12.1)", field="cases")])
     with engine.connect() as conn:
-        kb = resolve_knowledge_base(conn, dataset.knowledge_base)
+        kb = resolve_knowledge_base(conn, kb or dataset.knowledge_base)
         preflight(conn, kb, strategy)
         missing = relevant_ids_missing(conn, kb.id, dataset)
     if missing:

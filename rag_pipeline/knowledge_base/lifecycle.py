@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
@@ -52,8 +53,23 @@ def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chun
     return row.id, chunking_changed
 
 
-def resolve_knowledge_base(conn: sa.Connection, name_or_id: str) -> sa.Row:
-    """The KB row (id, name, text_search, chunk_count, avg_chunk_length) by name or UUID."""
+@dataclass(frozen=True)
+class KnowledgeBaseRef:
+    """A knowledge base resolved by :func:`resolve_knowledge_base`: what a run and its checks read of it."""
+
+    id: uuid.UUID
+    name: str
+    text_search: str
+    chunk_size: int
+    chunk_overlap: int
+    chunk_count: int
+    avg_chunk_length: float
+
+
+def resolve_knowledge_base(conn: sa.Connection, name_or_id: str | uuid.UUID | KnowledgeBaseRef) -> KnowledgeBaseRef:
+    """The knowledge base named ``name_or_id`` (a name or a UUID); one already resolved is returned as it is."""
+    if isinstance(name_or_id, KnowledgeBaseRef):
+        return name_or_id
     try:
         as_uuid = uuid.UUID(str(name_or_id))
     except ValueError:
@@ -63,7 +79,7 @@ def resolve_knowledge_base(conn: sa.Connection, name_or_id: str) -> sa.Row:
         known = queries.knowledge_base_names(conn)
         raise KnowledgeBaseError(f"unknown knowledge base {name_or_id!r}; known: "
                                  f"{', '.join(known) if known else '(none — ingest one first)'}")
-    return row
+    return KnowledgeBaseRef(**row._mapping)
 
 
 def set_document_state(conn: sa.Connection, knowledge_base: str, document: str, *, status: str | None = None,
@@ -74,7 +90,7 @@ def set_document_state(conn: sa.Connection, knowledge_base: str, document: str, 
     """
     kb = resolve_knowledge_base(conn, knowledge_base)
     allowed = {"status": DOCUMENT_STATUSES, "publication_status": PUBLICATION_STATUSES}
-    values = {}
+    values: dict[str, str | bool] = {}
     for column, value in (("status", status), ("publication_status", publication_status)):
         if value is not None:
             if value.upper() not in allowed[column]:

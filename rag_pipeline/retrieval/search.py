@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef
 from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval import stages, vector_cut
 from rag_pipeline.retrieval.bm25_index import Bm25Index
@@ -120,7 +121,7 @@ def _check_limits(limits: Sequence[int] | None, n: int, default: int) -> list[in
     return [int(k) for k in limits]
 
 
-def text_search_mode(kb: sa.Row, strategy: Strategy) -> str:
+def text_search_mode(kb: sa.Row | KnowledgeBaseRef, strategy: Strategy) -> str:
     """The KB's text-search mode; a strategy naming another concrete mode is refused (the tsvectors
     were built with the KB's mode, a query in another mode would silently miss)."""
     if strategy.text_search not in ("kb", kb.text_search):
@@ -133,7 +134,7 @@ def text_search_mode(kb: sa.Row, strategy: Strategy) -> str:
     return kb.text_search
 
 
-def preflight(conn: sa.Connection, kb: sa.Row, strategy: Strategy) -> None:
+def preflight(conn: sa.Connection, kb: sa.Row | KnowledgeBaseRef, strategy: Strategy) -> None:
     """Fail before an evaluation writes anything when ``strategy`` cannot search this knowledge base: text-search
     mode, embeddings of its model (and the model loads), the rerank stage's inputs."""
     text_search_mode(kb, strategy)

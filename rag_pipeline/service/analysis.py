@@ -30,7 +30,7 @@ from rag_pipeline.contracts.comparison import StrategyComparison
 from rag_pipeline.contracts.tuning import FusionTuning, StageTuning, WrittenStrategy
 from rag_pipeline.retrieval.registry_file import write_strategy
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
-from rag_pipeline.service.datasets import resolve_dataset
+from rag_pipeline.service.datasets import dataset_identity
 from rag_pipeline.service.labelling import fixes
 
 __all__ = ["DEFAULT_BASELINE", "DEFAULT_FOLDS", "DEFAULT_METRIC", "DEFAULT_POOL_STRATEGY", "TOP_CONFIGS",
@@ -47,7 +47,7 @@ def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = Non
     ``baseline``: paired permutation test, bootstrap CI, Holm, win/tie/loss, movers, the regression gate. The
     latest version unless ``dataset_version`` (hash or prefix) is given; strategies without a run on it are
     listed as ``stale`` (left out, never mixed in)."""
-    name, kb = (dataset, knowledge_base) if named else resolve_dataset(dataset, knowledge_base)
+    name, kb = (dataset, knowledge_base) if named else dataset_identity(dataset, knowledge_base)
     with engine.connect() as conn:
         selection = comparison.select_runs(conn, name, kb, dataset_version)
         result = comparison.compare(selection.runs, baseline, dataset=name, n_resamples=n_resamples,
@@ -64,7 +64,7 @@ def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = Non
 def _tune(engine: sa.Engine, dataset: str, pool_strategy: str, metric: str, folds: int, seed: int, *,
           knowledge_base: str | None, version: str | None, dataset_version: str | None, n_resamples: int,
           top: int) -> tuple[FusionTuning, Recommendation]:
-    name, kb = resolve_dataset(dataset, knowledge_base)
+    name, kb = dataset_identity(dataset, knowledge_base)
     with engine.connect() as conn:
         return tune_run(conn, name, pool_strategy, metric, folds, seed, knowledge_base=kb, version=version,
                         dataset_version=dataset_version, n_resamples=n_resamples, top=top)
@@ -114,8 +114,8 @@ def tune_stages(engine: sa.Engine, dataset: str, train_dataset: str | None, pool
     """Choose the first-stage fusion, completion and rerank mix on ``train_dataset`` (default ``dataset``) from
     the pool strategy's stored pools and report the choice on ``dataset`` (names or dataset files); ``write_to``
     as in :func:`tune`."""
-    name, kb = resolve_dataset(dataset, knowledge_base)
-    train = resolve_dataset(train_dataset, knowledge_base)[0] if train_dataset else None
+    name, kb = dataset_identity(dataset, knowledge_base)
+    train = dataset_identity(train_dataset, knowledge_base)[0] if train_dataset else None
     with engine.connect() as conn:
         tuning, strategy = tune_split(conn, name, train, pool_strategy, metric, folds, seed, knowledge_base=kb,
                                       version=version, n_resamples=n_resamples, top=top)

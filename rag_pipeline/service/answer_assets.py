@@ -28,7 +28,7 @@ from rag_pipeline.contracts.answers import (
     EndpointConfig,
 )
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.service.answer_collection import collect_answers
 from rag_pipeline.service.answer_comparison import compare_answer_runs
 from rag_pipeline.service.answers import evaluate_answers, list_answer_runs

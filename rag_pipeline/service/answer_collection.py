@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -30,10 +29,11 @@ from rag_pipeline.answers.collection.endpoint_client import EndpointClient
 from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard
 from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase, load_dataset
-from rag_pipeline.settings import datasets_dir, project_root
+from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase, load_dataset
+from rag_pipeline.evaluation.datasets.resolve import dataset_file
+from rag_pipeline.settings import project_root
 from rag_pipeline.storage.engine import get_engine
-from rag_pipeline.storage.names import printable
+from rag_pipeline.storage.files import check_writable
 
 API_REPLY_BYTES = 2 * 1024 * 1024
 """Over the HTTP API a reply longer than this is not parsed (the CLI's cap is 8 MB)."""
@@ -43,27 +43,6 @@ class CollectionConfigError(BadInputError, ValueError):
     """``collect_answers`` called with neither or both of an endpoint and an answerer, or a bad output."""
 
 
-def _check_output(output: Path) -> None:
-    if output.is_dir():
-        raise CollectionConfigError(f"--output {printable(output)} is a directory; give a file name "
-                                    f"(e.g. {printable(output / 'answers.jsonl')})")
-    parent = output.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise CollectionConfigError(f"--output {printable(output)}: {printable(parent)} is not a writable folder")
-    if output.exists() and not os.access(output, os.W_OK):
-        raise CollectionConfigError(f"--output {printable(output)} is not writable")
-
-
-def dataset_file(dataset: str | Path) -> Path:
-    """``dataset`` as a file: a path (``*.json`` or an existing file), else the name of ``<name>.json`` in the
-    datasets folder (``RAG_DATASETS_DIR``) when that exists — as ``answers evaluate`` resolves it."""
-    path = Path(dataset)
-    if path.suffix == ".json" or path.is_file():
-        return path
-    named = datasets_dir() / f"{dataset}.json"
-    return named if named.is_file() else path
 
 
 def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoint: EndpointConfig | None = None,
@@ -83,7 +62,7 @@ def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoi
     loaded = dataset if isinstance(dataset, Dataset) else load_dataset(dataset_file(dataset),
                                                                        knowledge_base=knowledge_base)
     cases = loaded.cases
-    _check_output(output)
+    check_writable(output, example="answers.jsonl")
     client = None
     if endpoint is not None:
         client = EndpointClient(endpoint, environ) if guard is None else EndpointClient(

@@ -30,13 +30,14 @@ from rag_pipeline.contracts.answers import (
 )
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.contracts.judge import JudgeConfig, JudgeItem
-from rag_pipeline.evaluation.dataset import Dataset, load_dataset
-from rag_pipeline.evaluation.dataset_json import JsonReadError, json_problems, loads_strict
+from rag_pipeline.evaluation.datasets.load import Dataset
+from rag_pipeline.evaluation.datasets.resolve import resolve_dataset
+from rag_pipeline.evaluation.datasets.strict_json import JsonReadError, json_problems, loads_strict
 from rag_pipeline.evaluation.runs.results import load_stored_dataset, store_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.versions import content_version
-from rag_pipeline.service.stored_datasets import find_dataset
-from rag_pipeline.settings import datasets_dir
+from rag_pipeline.service.answer_comparison import compare_answer_runs as compare_answer_runs
+from rag_pipeline.storage.files import FileWriteError as FileWriteError
 
 CONFIDENT_SUPPORT = 0.5
 """A wrong answer whose lexical_support reaches this (or that cites a chunk) is "wrong but confident"."""
@@ -58,9 +59,8 @@ def evaluate_answers(engine: sa.Engine, knowledge_base: str, dataset: str | Path
     With ``judge`` every answered case is also judged (:func:`judge_answers`; ``judge_progress(done, total)``).
     ``stored_only``: ``dataset`` is only a stored dataset's name, never a file (what the HTTP API gives)."""
     scoring = scoring or AnswerScoring()
-    with engine.connect() as conn:
-        kb = resolve_knowledge_base(conn, knowledge_base)
-    data = resolve_dataset(engine, kb.name, dataset, stored_only=stored_only)
+    ref = resolve_dataset(engine, dataset, knowledge_base=knowledge_base, source="stored" if stored_only else "any")
+    kb, data = ref.kb, ref.dataset
     parsed = read_answers(answers, case_ids=[c.case_id for c in data.cases], filename=filename)
     if answerer and parsed.answerer and answerer.strip() != parsed.answerer:
         raise AnswersRequestError(f"--answerer {answerer!r} differs from the answerer the file names "
@@ -118,27 +118,6 @@ def judge_answers(results: list[AnswerCaseResult], chunk_text: dict[str, str], c
                        ask_refusal=results[i].refusal_source == "none") for i in answered]
     scores = dict(zip(answered, judge_cases(items, config, progress), strict=True))
     return [r.model_copy(update={"judge": scores[i]}) if i in scores else r for i, r in enumerate(results)]
-
-
-def resolve_dataset(engine: sa.Engine, knowledge_base: str, dataset: str | Path, *,
-                    stored_only: bool = False) -> Dataset:
-    """A dataset file, ``<name>.json`` of the datasets folder, or the latest stored version of that name
-    (``stored_only``: only the last, ``dataset`` is never read as a path)."""
-    if stored_only:
-        with engine.connect() as conn:
-            kb = resolve_knowledge_base(conn, knowledge_base).name
-        version = find_dataset(engine, kb, str(dataset))
-        with engine.connect() as conn:
-            return load_stored_dataset(conn, version.dataset_id)
-    path = Path(dataset)
-    if path.suffix == ".json" or path.is_file():
-        return load_dataset(path, knowledge_base=knowledge_base)
-    named = datasets_dir() / f"{dataset}.json"
-    if named.is_file():
-        return load_dataset(named, knowledge_base=knowledge_base)
-    version = find_dataset(engine, knowledge_base, str(dataset))
-    with engine.connect() as conn:
-        return load_stored_dataset(conn, version.dataset_id)
 
 
 def read_json_upload(raw: bytes) -> dict:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.catalog import Applicability
 from rag_pipeline.knowledge_base import chunk_lookup
-from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
 from rag_pipeline.storage.names import show_name
 
@@ -82,7 +82,8 @@ def require_runnable(conn: sa.Connection, kb, strategies: Iterable[Strategy]) ->
         raise StrategyError("; ".join(refused) + "; nothing was run")
 
 
-def choose_strategies(engine: sa.Engine, knowledge_base: str, versions: Sequence[str] | None) -> list[str]:
+def choose_strategies(engine: sa.Engine, knowledge_base: str | KnowledgeBaseRef,
+                      versions: Sequence[str] | None) -> list[str]:
     """The strategy versions to run on a knowledge base: ``versions`` (each must exist and be applicable), or
     by default every applicable one. Raises :class:`StrategyError` naming each unknown or inapplicable one."""
     registry = load_registry()

@@ -1,4 +1,4 @@
-"""Dataset operations: store a dataset version, check its labels ("why are all metrics 0?"), resolve names."""
+"""Dataset operations: store a dataset version, check its labels ("why are all metrics 0?"), plan the sensor's runs."""
 
 from __future__ import annotations
 
@@ -10,52 +10,49 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.dataset import DatasetRunPlan, StoredDataset
 from rag_pipeline.contracts.label_check import DatasetCheck, LabelReport
-from rag_pipeline.evaluation.dataset import MAX_FILE_BYTES as MAX_FILE_BYTES
-from rag_pipeline.evaluation.dataset import DatasetError, DatasetProblem, load_dataset, relevant_ids_of
-from rag_pipeline.evaluation.dataset import valid_dataset_key as valid_dataset_key
-from rag_pipeline.evaluation.demo_dataset import DEMO_CHUNK_OVERLAP as DEMO_CHUNK_OVERLAP
-from rag_pipeline.evaluation.demo_dataset import DEMO_CHUNK_SIZE as DEMO_CHUNK_SIZE
-from rag_pipeline.evaluation.demo_dataset import DEMO_KB as DEMO_KB
-from rag_pipeline.evaluation.demo_dataset import DEMO_TEXT_SEARCH as DEMO_TEXT_SEARCH
-from rag_pipeline.evaluation.label_check import check_labels, relevant_ids_missing
+from rag_pipeline.evaluation.datasets.demo import DEMO_CHUNK_OVERLAP as DEMO_CHUNK_OVERLAP
+from rag_pipeline.evaluation.datasets.demo import DEMO_CHUNK_SIZE as DEMO_CHUNK_SIZE
+from rag_pipeline.evaluation.datasets.demo import DEMO_KB as DEMO_KB
+from rag_pipeline.evaluation.datasets.demo import DEMO_TEXT_SEARCH as DEMO_TEXT_SEARCH
+from rag_pipeline.evaluation.datasets.label_check import check_labels, relevant_ids_missing
+from rag_pipeline.evaluation.datasets.load import MAX_FILE_BYTES as MAX_FILE_BYTES
+from rag_pipeline.evaluation.datasets.load import load_dataset, relevant_ids_of
+from rag_pipeline.evaluation.datasets.load import valid_dataset_key as valid_dataset_key
+from rag_pipeline.evaluation.datasets.resolve import DatasetRef, resolve_dataset
+from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetProblem
 from rag_pipeline.evaluation.runs.queries import current_params
-from rag_pipeline.evaluation.runs.results import load_stored_dataset, store_dataset
-from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
+from rag_pipeline.evaluation.runs.results import store_dataset
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.retrieval.strategies import StrategyError, load_registry
 from rag_pipeline.service.applicability import applicabilities
 from rag_pipeline.settings import get_settings
-from rag_pipeline.storage.files import FileReadError as FileReadError
-from rag_pipeline.storage.files import check_regular as check_regular
-from rag_pipeline.storage.files import read_bounded as read_bounded
 
 
 def register_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | None = None) -> StoredDataset:
     """Validate a dataset file (every problem at once, nothing written if any) and store its version."""
-    dataset = load_dataset(path, knowledge_base=knowledge_base)
+    ref = resolve_dataset(engine, path, knowledge_base=knowledge_base, source="file")
     with engine.begin() as conn:
-        kb = resolve_knowledge_base(conn, dataset.knowledge_base)
-        dataset_id = store_dataset(conn, dataset, kb.name)
-        missing = relevant_ids_missing(conn, kb.id, dataset)
-    return _stored(str(dataset_id), dataset, kb.name, str(path), missing)
+        dataset_id = store_dataset(conn, ref.dataset, ref.kb.name)
+    return _stored(engine, DatasetRef(ref.dataset, ref.kb, str(dataset_id)), str(path))
 
 
 def describe_stored_dataset(engine: sa.Engine, dataset_id: str, expected_name: str | None = None) -> StoredDataset:
     """A dataset version already stored (e.g. uploaded through the HTTP API), described like
     :func:`register_dataset` describes a file (``path`` None); ``expected_name``: it must be that dataset."""
-    with engine.connect() as conn:
-        dataset = load_stored_dataset(conn, dataset_id)
-        kb = resolve_knowledge_base(conn, dataset.knowledge_base)
-        missing = relevant_ids_missing(conn, kb.id, dataset)
-    if expected_name is not None and dataset.name != expected_name:
+    ref = resolve_dataset(engine, dataset_id, source="stored")
+    if expected_name is not None and ref.dataset.name != expected_name:
         raise DatasetError(f"dataset version {dataset_id}", [DatasetProblem(
-            f"is dataset {dataset.name!r}, not {expected_name!r} (the partition's dataset)")])
-    return _stored(str(dataset_id), dataset, kb.name, None, missing)
+            f"is dataset {ref.dataset.name!r}, not {expected_name!r} (the partition's dataset)")])
+    return _stored(engine, ref, None)
 
 
-def _stored(dataset_id: str, dataset, knowledge_base: str, path: str | None, missing: int) -> StoredDataset:
+def _stored(engine: sa.Engine, ref: DatasetRef, path: str | None) -> StoredDataset:
+    dataset = ref.dataset
+    with engine.connect() as conn:
+        missing = relevant_ids_missing(conn, ref.kb.id, dataset)
     ks = [c.k for c in dataset.cases]
-    return StoredDataset(dataset_id=dataset_id, name=dataset.name, version=dataset.content_hash,
-                         knowledge_base=knowledge_base, path=path, cases=len(dataset.cases),
+    return StoredDataset(dataset_id=str(ref.dataset_id), name=dataset.name, version=dataset.content_hash,
+                         knowledge_base=ref.kb.name, path=path, cases=len(dataset.cases),
                          relevant_ids=sum(len(c.relevant_chunk_ids) for c in dataset.cases),
                          relevant_ids_not_in_kb=missing, k_min=min(ks), k_max=max(ks))
 
@@ -65,13 +62,13 @@ def check_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | Non
     only problems are malformed ids is still checked (status ``not_a_uuid``)."""
     path = Path(path)
     note = None
+    cases: Sequence[object]
     try:
         dataset = load_dataset(path, knowledge_base=knowledge_base)
-        cases, kb = list(dataset.cases), dataset.knowledge_base
+        cases, kb = dataset.cases, dataset.knowledge_base
     except DatasetError as exc:
         cases, file_kb = _lenient_cases(path, exc)
-        kb = knowledge_base or file_kb
-        if not kb:
+        if not (kb := knowledge_base or file_kb or ""):
             raise
         note = "the dataset has malformed ids (reported as not_a_uuid below); fix them before evaluating"
     with engine.connect() as conn:
@@ -80,9 +77,9 @@ def check_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | Non
 
 def check_stored_dataset(engine: sa.Engine, dataset_id: str) -> LabelReport:
     """The label report of a stored dataset version."""
+    ref = resolve_dataset(engine, dataset_id, source="stored")
     with engine.connect() as conn:
-        dataset = load_stored_dataset(conn, dataset_id)
-        return check_labels(conn, dataset.knowledge_base, dataset.cases)
+        return check_labels(conn, ref.kb, ref.dataset.cases)
 
 
 def _lenient_cases(path: Path, error: DatasetError) -> tuple[list[dict], str | None]:
@@ -97,9 +94,9 @@ def _lenient_cases(path: Path, error: DatasetError) -> tuple[list[dict], str | N
             for c in items], kb
 
 
-def resolve_dataset(name_or_file: str, knowledge_base: str | None = None) -> tuple[str, str | None]:
-    """A dataset argument: a stored dataset's name (or a partition's dataset key), or a dataset file —
-    validated, then its own name and knowledge base are used. Returns ``(name, knowledge_base)``."""
+def dataset_identity(name_or_file: str, knowledge_base: str | None = None) -> tuple[str, str | None]:
+    """``(name, knowledge_base)`` of a dataset argument that selects stored runs: a stored dataset's name (or a
+    partition's dataset key), or a dataset file — validated, then its own name and knowledge base are used."""
     if Path(name_or_file).is_file():
         dataset = load_dataset(name_or_file, knowledge_base=knowledge_base)
         return dataset.name, dataset.knowledge_base
@@ -112,9 +109,9 @@ def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[st
     embeddings for, minus those whose current run already measured this version with the same parameters."""
     path = Path(path)
     try:
-        dataset = load_dataset(path)
+        ref = resolve_dataset(engine, path, source="file")
+        dataset, kb = ref.dataset, ref.kb
         with engine.connect() as conn:
-            kb = resolve_knowledge_base(conn, dataset.knowledge_base)
             registry = load_registry()
             wanted = list(versions or (dataset.metadata or {}).get("strategies") or _setting_strategies() or registry)
             unknown = [v for v in wanted if v not in registry]
@@ -124,11 +121,12 @@ def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[st
             current = current_params(conn, dataset.name, kb.name, dataset.content_hash)
     except (ValueError, KnowledgeBaseError) as exc:  # DatasetError, StrategyError, unreadable file
         return DatasetRunPlan(problems=str(exc))
-    to_run, skipped = [], {}
+    to_run: list[str] = []
+    skipped: dict[str, str] = {}
     for version in wanted:
         strategy = registry[version]
         if not checked[version].runnable:
-            skipped[version] = checked[version].reason
+            skipped[version] = checked[version].reason or ""
         elif current.get(version) == strategy.params_hash():
             skipped[version] = f"its current run already measured version {dataset.version} with these parameters"
         else:

@@ -11,29 +11,26 @@ from typing import IO
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.errors import BadInputError, CheckFailed
+from rag_pipeline.contracts.label_check import LabelReport
 from rag_pipeline.contracts.metrics import HEADLINE_METRICS as HEADLINE_METRICS
 from rag_pipeline.contracts.metrics import METRIC_LABELS as METRIC_LABELS
 from rag_pipeline.contracts.metrics import METRIC_NAMES as METRIC_NAMES
 from rag_pipeline.contracts.reports import REPORT_VERSION, RunDetail, RunTables
 from rag_pipeline.contracts.runs import RunSummary
-from rag_pipeline.evaluation.dataset import Dataset, load_dataset
+from rag_pipeline.evaluation.datasets.label_check import check_labels
+from rag_pipeline.evaluation.datasets.resolve import DatasetRef, resolve_dataset
 from rag_pipeline.evaluation.diagnosis.miss_reasons import checklist_item
 from rag_pipeline.evaluation.evaluate import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
-from rag_pipeline.evaluation.label_check import LabelReport, check_labels
 from rag_pipeline.evaluation.runs import case_queries, reports
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs.queries import summary_of
 from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES as CANDIDATE_MODES
 from rag_pipeline.evaluation.runs.reports import REPORT_FORMATS as REPORT_FORMATS
 from rag_pipeline.evaluation.runs.reports import CaseNotFoundError as CaseNotFoundError
-from rag_pipeline.evaluation.runs.results import load_stored_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
 from rag_pipeline.service.applicability import require_runnable
 from rag_pipeline.storage.engine import get_engine
-from rag_pipeline.storage.files import FileWriteError as FileWriteError
-from rag_pipeline.storage.files import atomic_output as atomic_output
-from rag_pipeline.storage.files import write_atomic as write_atomic
 from rag_pipeline.storage.snapshot_readers import reader_count
 
 DEFAULT_STRATEGY = "hybrid-v1"
@@ -51,20 +48,21 @@ def sized_engine(readers: int | None = None) -> sa.Engine:
 
 @dataclass(frozen=True)
 class EvaluationPlan:
-    """A validated dataset file and the strategies to run on it (nothing touched the database yet)."""
+    """A resolved dataset and the strategies to run on it (nothing written yet)."""
 
-    dataset: Dataset
+    dataset: DatasetRef
     strategies: tuple[Strategy, ...]
 
 
-def plan_evaluation(dataset_path: str | Path, strategies: Sequence[str] = (DEFAULT_STRATEGY,), *,
+def plan_evaluation(engine: sa.Engine | Callable[[], sa.Engine], dataset: str | Path,
+                    strategies: Sequence[str] = (DEFAULT_STRATEGY,), *,
                     knowledge_base: str | None = None) -> EvaluationPlan:
-    """Validate the strategy versions and the whole dataset file before anything is written.
-
-    ``knowledge_base`` (a name) is needed for a bare-array file and must agree with an object file's."""
+    """Validate the strategy versions and the whole dataset file (before ``engine``, or the function giving it, is
+    used), then resolve its knowledge base (``knowledge_base``, a name or id: needed for a bare-array file, else it
+    must agree)."""
     registry = load_registry()
     chosen = tuple(get_strategy(v, registry) for v in dict.fromkeys(strategies))
-    return EvaluationPlan(load_dataset(dataset_path, knowledge_base=knowledge_base), chosen)
+    return EvaluationPlan(resolve_dataset(engine, dataset, knowledge_base=knowledge_base, source="file"), chosen)
 
 
 def label_rule(report: LabelReport, *, strict: bool = False) -> str:
@@ -78,15 +76,15 @@ def label_rule(report: LabelReport, *, strict: bool = False) -> str:
     return "refuse" if strict or len(invalid) == len(report.rows) else "warn"
 
 
-def check_labels_first(engine: sa.Engine, dataset: Dataset, *, strict: bool = False) -> LabelReport:
+def check_labels_first(engine: sa.Engine, ref: DatasetRef, *, strict: bool = False) -> LabelReport:
     """The label check every run starts with (docs/design.md §8), decided by :func:`label_rule`. No valid label
     at all → :class:`LabelsRefused` (nothing would be measured); with ``strict``, any invalid label →
     :class:`CheckFailed`. Otherwise the report, whose :func:`label_headline` a front end shows first."""
     with engine.connect() as conn:
-        report = check_labels(conn, dataset.knowledge_base, dataset.cases)
+        report = check_labels(conn, ref.kb, ref.dataset.cases)
     if label_rule(report) == "refuse":
-        raise LabelsRefused(f"dataset {dataset.name!r}: no label is a searchable chunk of knowledge base "
-                            f"{dataset.knowledge_base!r}, so every metric would be 0 — {_checklist(report)}; "
+        raise LabelsRefused(f"dataset {ref.dataset.name!r}: no label is a searchable chunk of knowledge base "
+                            f"{ref.kb.name!r}, so every metric would be 0 — {_checklist(report)}; "
                             "nothing was run (rag-pipeline check-dataset lists every label with its fix)")
     if label_rule(report, strict=strict) == "refuse":
         raise CheckFailed(f"--strict: {label_headline(report)}; nothing was run")
@@ -120,21 +118,16 @@ def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH
     ``on_labels(report)`` sees the label check before the first run; ``progress(version, cases)`` may return a
     per-run callback ``(done, total)``. A strategy the knowledge base cannot run
     (:func:`rag_pipeline.service.applicability.strategy_applicability`) refuses them all before anything runs."""
+    ref = plan.dataset
     with engine.connect() as conn:
-        require_runnable(conn, plan.dataset.knowledge_base, plan.strategies)
-    report = check_labels_first(engine, plan.dataset, strict=strict)
+        require_runnable(conn, ref.kb, plan.strategies)
+    report = check_labels_first(engine, ref, strict=strict)
     if on_labels:
         on_labels(report)
-    cases = len(plan.dataset.cases)
-    return [evaluate_dataset(engine, plan.dataset, strategy, batch_size=batch_size, readers=readers,
+    cases = len(ref.dataset.cases)
+    return [evaluate_dataset(engine, ref.dataset, strategy, kb=ref.kb, batch_size=batch_size, readers=readers,
                              progress=progress(strategy.version, cases) if progress else None)
             for strategy in plan.strategies]
-
-
-def knowledge_base_name(engine: sa.Engine, name_or_id: str) -> str:
-    """The name of a knowledge base given by name or id."""
-    with engine.connect() as conn:
-        return resolve_knowledge_base(conn, name_or_id).name
 
 
 def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *, batch_size: int = BATCH_SIZE,
@@ -147,13 +140,13 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
     one-line reason in the run row, never left queued."""
     try:
         strategy = get_strategy(strategy_version)
+        ref = resolve_dataset(engine, dataset_id, source="stored")
         with engine.connect() as conn:
-            dataset = load_stored_dataset(conn, dataset_id)
-            require_runnable(conn, dataset.knowledge_base, [strategy])
-        headline = label_headline(check_labels_first(engine, dataset, strict=strict))
+            require_runnable(conn, ref.kb, [strategy])
+        headline = label_headline(check_labels_first(engine, ref, strict=strict))
         if headline and logger:
             logger.warning(headline)
-        return evaluate_dataset(engine, dataset, strategy, batch_size=batch_size, readers=readers,
+        return evaluate_dataset(engine, ref.dataset, strategy, kb=ref.kb, batch_size=batch_size, readers=readers,
                                 partition_key=partition_key, dagster_run_id=dagster_run_id, progress=progress,
                                 logger=logger, queued_run_id=queued_run_id)
     except run_records.RunNotQueuedError:

@@ -13,14 +13,14 @@ from rag_pipeline.contracts.comparison import RunPair
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.reports import CaseDetail, PairedCase, RelevantChunk, RunCases
 from rag_pipeline.contracts.runs import HistoryPoint, RunSummary
-from rag_pipeline.evaluation.queries import datasets as dataset_queries
+from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.evaluation.runs import case_queries, reports
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs import queries as run_history
 from rag_pipeline.evaluation.runs.queries import summary_of
+from rag_pipeline.evaluation.runs.reports import CaseNotFoundError
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
-from rag_pipeline.service.evaluations import CaseNotFoundError
 from rag_pipeline.storage.ids import uuid_strings
 
 

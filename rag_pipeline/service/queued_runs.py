@@ -17,14 +17,14 @@ from collections.abc import Callable, Sequence
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.runs import QueuedEvaluation, QueuedRun, WaitingRun
+from rag_pipeline.evaluation.datasets.resolve import DatasetNotFoundError, resolve_dataset
 from rag_pipeline.evaluation.runs import lifecycle as run_records
-from rag_pipeline.evaluation.runs.results import load_stored_dataset
-from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import get_strategy, load_registry
 from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.service.applicability import choose_strategies
 from rag_pipeline.service.evaluations import check_labels_first, label_headline
-from rag_pipeline.service.stored_datasets import DatasetNotFoundError
+from rag_pipeline.storage.ids import as_uuid
 
 RETRY_WAIT_S = 60.0
 """How long a retried step waits for the database to answer again before it fails (and Dagster's policy decides)."""
@@ -47,17 +47,14 @@ def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
     """Queue one run per strategy of a stored dataset version on a knowledge base (name or id); default
     strategies: every one the knowledge base can run. The runs share one Dagster run id (``one_dagster_run``;
     else one each). Raises the service's user errors, nothing written."""
-    versions = choose_strategies(engine, knowledge_base, strategy_versions)
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-        try:
-            dataset = load_stored_dataset(conn, uuid.UUID(str(dataset_id)))
-        except (LookupError, ValueError):
-            raise DatasetNotFoundError(f"no stored dataset version {dataset_id}") from None
-    if dataset.knowledge_base != kb.name:
-        raise KnowledgeBaseError(f"dataset {dataset.name!r} belongs to knowledge base {dataset.knowledge_base!r}, "
-                                 f"not {kb.name!r}")
-    warning = label_headline(check_labels_first(engine, dataset, strict=strict))
+    versions = choose_strategies(engine, kb, strategy_versions)
+    if as_uuid(dataset_id) is None:
+        raise DatasetNotFoundError(f"no stored dataset version {dataset_id}")
+    ref = resolve_dataset(engine, dataset_id, knowledge_base=kb, source="stored")
+    dataset = ref.dataset
+    warning = label_headline(check_labels_first(engine, ref, strict=strict))
     registry = load_registry()
     queued, shared_id = [], str(uuid.uuid4())
     with engine.begin() as conn:

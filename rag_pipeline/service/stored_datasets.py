@@ -8,25 +8,19 @@ import datetime as dt
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.catalog import DatasetInfo, DatasetVersion, UploadResult
-from rag_pipeline.contracts.errors import NotFoundError
-from rag_pipeline.evaluation.dataset import (
+from rag_pipeline.evaluation.datasets import queries as dataset_queries
+from rag_pipeline.evaluation.datasets.label_check import relevant_ids_missing
+from rag_pipeline.evaluation.datasets.load import (
     MAX_FILE_BYTES,
     DatasetError,
     DatasetProblem,
     parse_dataset,
     validate_dataset,
 )
-from rag_pipeline.evaluation.dataset_json import JsonObject, JsonReadError, decode_json
-from rag_pipeline.evaluation.dataset_scan import ScanLimitError
-from rag_pipeline.evaluation.label_check import relevant_ids_missing
-from rag_pipeline.evaluation.queries import datasets as dataset_queries
+from rag_pipeline.evaluation.datasets.resolve import stored_version
+from rag_pipeline.evaluation.datasets.strict_json import JsonObject, JsonReadError, ScanLimitError, decode_json
 from rag_pipeline.evaluation.runs.results import store_dataset
-from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
-from rag_pipeline.storage.names import show_name
-
-
-class DatasetNotFoundError(NotFoundError, LookupError):
-    """No stored dataset (version) of that name in the knowledge base; the message lists the known ones."""
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -45,22 +39,13 @@ def list_datasets(engine: sa.Engine, knowledge_base: str) -> list[DatasetInfo]:
                         last_run_at=_iso(r.last_run_at)) for r in rows]
 
 
-def find_dataset(engine: sa.Engine, knowledge_base: str, name: str, version: str | None = None) -> DatasetVersion:
+def find_dataset(engine: sa.Engine, knowledge_base: str | KnowledgeBaseRef, name: str,
+                 version: str | None = None) -> DatasetVersion:
     """A stored dataset version of a knowledge base: the latest of ``name``, or the one whose hash starts with
     ``version``."""
-    prefix = (version or "").strip().lower()
-    if prefix and (len(prefix) < 4 or not all(c in "0123456789abcdef" for c in prefix)):
-        raise DatasetNotFoundError(f"dataset version {show_name(version)} is not a hash prefix of at least 4 hex "
-                                   "digits")
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
-        rows = dataset_queries.versions_with_prefix(conn, kb.name, name, prefix)
-        if not rows:
-            known = sorted({r.name for r in list_datasets(engine, kb.name)})
-            what = f"version {prefix} of dataset" if prefix else "dataset"
-            raise DatasetNotFoundError(f"no {what} {show_name(name)} in knowledge base {kb.name!r}; known: "
-                                       f"{', '.join(known) if known else '(none — upload one first)'}")
-    r = rows[0]
+        r = stored_version(conn, kb, name, version)
     return DatasetVersion(dataset_id=str(r.id), name=r.name, version=r.content_hash, case_count=r.case_count,
                           knowledge_base=kb.name)
 

@@ -172,6 +172,33 @@ def _new_file_mode() -> int:
     return 0o666 & ~umask
 
 
+class OutputNotWritableError(BadInputError, OSError):
+    """An ``--output`` that cannot be written, refused before any work (nothing written or created)."""
+
+
+def check_writable(path: str | os.PathLike | None, *, example: str = "report.json") -> None:
+    """Refuse an output path that is a directory, an existing file without write permission, or a missing file
+    whose nearest existing parent is not a writable directory (:func:`atomic_output` creates missing parents)."""
+    if path is None:
+        return
+    path = Path(path)
+    shown = printable(path)
+    if path.is_dir():
+        raise OutputNotWritableError(f"--output {shown} is a directory; give a file name (e.g. "
+                                     f"{printable(path / example)})")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise OutputNotWritableError(f"--output {shown} is not writable")
+        return
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputNotWritableError(f"--output {shown}: {printable(parent)} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputNotWritableError(f"--output {shown}: directory {printable(parent)} is not writable")
+
+
 @contextmanager
 def atomic_output(path: str | os.PathLike, *, binary: bool = False, mode: int | None = None,
                   parents: bool = False) -> Iterator[IO]:
@@ -200,7 +227,7 @@ def atomic_output(path: str | os.PathLike, *, binary: bool = False, mode: int | 
         raise FileWriteError(path, _reason(exc)) from None
     try:
         try:
-            handle = os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+            handle: IO = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")
         except BaseException:
             os.close(fd)
             raise

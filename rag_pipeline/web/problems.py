@@ -22,9 +22,9 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag_pipeline.contracts.errors import USER_ERRORS, http_status
-from rag_pipeline.service.datasets import DatasetError
-from rag_pipeline.service.evaluations import FileWriteError
+from rag_pipeline.evaluation.datasets.strict_json import DatasetError
 from rag_pipeline.storage.engine import TRANSIENT_ERRORS
+from rag_pipeline.storage.files import FileWriteError
 from rag_pipeline.storage.names import printable
 from rag_pipeline.storage.urls import mask_secrets
 

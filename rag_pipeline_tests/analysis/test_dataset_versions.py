@@ -11,7 +11,7 @@ from rag_pipeline.analysis.comparison import ComparisonError, select_runs
 from rag_pipeline.analysis.tuning.stored_run import TuneError, find_pool_run
 from rag_pipeline.cli import main
 from rag_pipeline.contracts.runs import RunCounts
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.runs import lifecycle as run_records

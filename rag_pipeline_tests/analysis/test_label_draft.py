@@ -9,7 +9,7 @@ import pytest
 
 from rag_pipeline.cli.label_terminal import Labeller
 from rag_pipeline.contracts.labelling import Draft
-from rag_pipeline.evaluation.dataset import parse_dataset
+from rag_pipeline.evaluation.datasets.load import parse_dataset
 from rag_pipeline.service.labelling.drafts import DraftError, export_cases, load_draft, pool_order, save_draft
 
 ID = "00000000-0000-4000-8000-{:012d}"

@@ -17,7 +17,7 @@ from rag_pipeline.analysis.tuning.stages import StageConfig, evaluate_stage_conf
 from rag_pipeline.analysis.tuning.stored_run import TuneError
 from rag_pipeline.cli import main
 from rag_pipeline.contracts.reports import Report, json_schema
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import load_pools

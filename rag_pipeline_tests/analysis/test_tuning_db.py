@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from rag_pipeline.analysis.tuning.stored_run import TuneError, find_pool_run, tune_run
 from rag_pipeline.analysis.tuning.sweep import FusionConfig
 from rag_pipeline.cli import main
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import evaluate_fusion, fused_ranks, load_pools

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rag_pipeline.contracts.answers import AnswerRecord
-from rag_pipeline.evaluation import demo_dataset
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets import demo as demo_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline_tests.answers.collect_helpers import read_lines, run_cli

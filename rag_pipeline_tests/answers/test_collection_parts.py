@@ -128,7 +128,7 @@ def test_a_bad_line_inside_the_file_is_an_error_naming_it(tmp_path) -> None:
 
 
 def test_a_dataset_name_is_the_file_of_the_datasets_folder_even_beside_a_folder_of_that_name(tmp_path, monkeypatch):
-    from rag_pipeline.service.answer_collection import dataset_file
+    from rag_pipeline.evaluation.datasets.resolve import dataset_file
 
     (tmp_path / "datasets").mkdir()
     (tmp_path / "datasets" / "demo.json").write_text("[]", encoding="utf-8")

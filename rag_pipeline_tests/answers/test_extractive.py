@@ -13,8 +13,8 @@ import yaml
 from rag_pipeline.answers.collection import extractive
 from rag_pipeline.answers.collection.answerers import AnswererError, get_answerer
 from rag_pipeline.answers.collection.extractive import REFUSAL_PHRASES, choose, language, split_sentences, terms
-from rag_pipeline.evaluation import demo_dataset
-from rag_pipeline.evaluation.dataset import EvaluationCase, load_dataset
+from rag_pipeline.evaluation.datasets import demo as demo_dataset
+from rag_pipeline.evaluation.datasets.load import EvaluationCase, load_dataset
 from rag_pipeline.knowledge_base.chunk_lookup import chunks_by_ids
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError

@@ -11,7 +11,7 @@ from rag_pipeline.answers.metrics.refusal import DEFAULT_REFUSAL_PHRASES, is_ref
 from rag_pipeline.answers.metrics.scoring import score_answers, score_case
 from rag_pipeline.answers.metrics.summary import summarise
 from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES, VERDICTS, AnswerRecord, AnswerScoring
-from rag_pipeline.evaluation.dataset import EvaluationCase
+from rag_pipeline.evaluation.datasets.load import EvaluationCase
 
 A = "0b9f3a52-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 B = "1c9f3a52-1c2d-4e5f-8a9b-0c1d2e3f4a5b"

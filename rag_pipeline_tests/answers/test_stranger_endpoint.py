@@ -12,8 +12,8 @@ import pytest
 
 from rag_pipeline.answers.collection.answerers import get_answerer
 from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES
-from rag_pipeline.evaluation import demo_dataset
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets import demo as demo_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.service.answers import evaluate_answers

@@ -13,7 +13,7 @@ import pytest
 
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.sensors import new_dataset_sensor, runs_outside_dagster
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases, write_dataset
 

@@ -12,7 +12,7 @@ from rag_pipeline.answers.metrics.scoring import score_answers
 from rag_pipeline.answers.metrics.summary import summarise
 from rag_pipeline.contracts.answers import AnswerRecord, AnswerRun, AnswerScoring
 from rag_pipeline.defs.demo import answer_figures, demo_summary
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -106,7 +106,7 @@ def test_bad_dataset_fails_once_with_the_message_and_writes_nothing(engine, chun
 
 
 def test_the_comparison_waits_for_the_baseline(engine, chunks, datasets):
-    from rag_pipeline.evaluation.dataset import load_dataset
+    from rag_pipeline.evaluation.datasets.load import load_dataset
     from rag_pipeline.evaluation.evaluate import evaluate_dataset
     from rag_pipeline.retrieval.strategies import get_strategy
     from rag_pipeline.service.analysis import comparison_ready

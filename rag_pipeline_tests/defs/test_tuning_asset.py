@@ -13,7 +13,7 @@ import yaml
 from rag_pipeline import definitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.tuning import fusion_sweep
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.retrieval.strategies import get_strategy, parse_registry
 from rag_pipeline_tests.analysis.test_tuning_db import POOL_STRATEGY, QUESTIONS, build_world

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from rag_pipeline.contracts.dataset import MAX_REFERENCE_ANSWER_CHARS, MAX_REFERENCE_ANSWERS, dataset_json_schema
-from rag_pipeline.evaluation.dataset import DatasetError, EvaluationCase, load_dataset, parse_dataset
+from rag_pipeline.evaluation.datasets.load import DatasetError, EvaluationCase, load_dataset, parse_dataset
 from rag_pipeline.evaluation.runs import results as persistence
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "good_datasets"

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli import main
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import EXTRA_CONNECTIONS, TIMING_KEYS, evaluate_dataset
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.retrieval.strategies import get_strategy

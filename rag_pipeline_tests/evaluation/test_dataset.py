@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rag_pipeline.contracts.dataset import MAX_CASES  # moved from evaluation.dataset
-from rag_pipeline.evaluation import dataset as ds
-from rag_pipeline.evaluation.dataset import DatasetError, load_dataset, parse_dataset
+from rag_pipeline.evaluation.datasets import load as ds
+from rag_pipeline.evaluation.datasets.load import DatasetError, load_dataset, parse_dataset
 from rag_pipeline_tests.eval_helpers import table_counts
 
 DATA = Path(__file__).resolve().parent.parent / "data"

@@ -8,9 +8,9 @@ from pathlib import Path
 import sqlalchemy as sa
 import yaml
 
-from rag_pipeline.evaluation import demo_dataset
-from rag_pipeline.evaluation.dataset import load_dataset
-from rag_pipeline.evaluation.demo_dataset import build_demo_dataset
+from rag_pipeline.evaluation.datasets import demo as demo_dataset
+from rag_pipeline.evaluation.datasets.demo import build_demo_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
@@ -33,7 +33,7 @@ def test_committed_dataset_is_up_to_date() -> None:
     committed = json.loads(COMMITTED.read_text(encoding="utf-8"))
     assert built == committed, (
         "datasets/demo.json is stale: regenerate it with "
-        "`python -c 'from pathlib import Path; from rag_pipeline.evaluation.demo_dataset import write_demo_dataset; "
+        "`python -c 'from pathlib import Path; from rag_pipeline.evaluation.datasets.demo import write_demo_dataset; "
         "write_demo_dataset(Path.cwd())'` from the repo root and commit the result"
     )
 

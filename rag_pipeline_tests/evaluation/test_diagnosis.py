@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from rag_pipeline.evaluation.datasets.label_check import check_labels
 from rag_pipeline.evaluation.diagnosis import diagnose as diagnosis_db
 from rag_pipeline.evaluation.diagnosis.miss_reasons import REASONS_JSON, classify_misses, first_line, summarize_counts
-from rag_pipeline.evaluation.label_check import check_labels
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
@@ -201,7 +201,7 @@ def test_keyword_only_strategy_below_cutoff_and_not_in_pool(engine, kb, scorer):
         assert missed.keyword_score == pytest.approx(direct, rel=1e-6)
 
 def test_diagnose_run_stores_reasons_and_states_why_everything_is_zero(engine, kb):
-    from rag_pipeline.evaluation.dataset import parse_dataset
+    from rag_pipeline.evaluation.datasets.load import parse_dataset
     from rag_pipeline.evaluation.evaluate import evaluate_dataset
 
     kb_row, ids = kb
@@ -240,7 +240,7 @@ def test_evaluation_loop_diagnosis_equals_a_separate_diagnosis_pass(engine, kb, 
     """The evaluation diagnoses each batch in the loop (with a BM25 leg served from the in-memory index);
     diagnose_run recomputes the diagnosis from the stored pools. Both must agree exactly, label problems
     included."""
-    from rag_pipeline.evaluation.dataset import parse_dataset
+    from rag_pipeline.evaluation.datasets.load import parse_dataset
     from rag_pipeline.evaluation.evaluate import evaluate_dataset
 
     kb_row, ids = kb
@@ -283,7 +283,7 @@ def test_show_case_computes_global_ranks_on_demand_and_caches_them(engine, kb, c
     exact ranks for that case — equal to diagnosing the same pool with ranks — caches them per KB state, and
     recomputes after the KB changes. Unknown cases are a one-line user error."""
     from rag_pipeline.cli import main
-    from rag_pipeline.evaluation.dataset import parse_dataset
+    from rag_pipeline.evaluation.datasets.load import parse_dataset
     from rag_pipeline.evaluation.evaluate import evaluate_dataset
     from rag_pipeline.service.case_diagnosis import case_diagnosis
 

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import Report, json_schema
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import TIMING_KEYS, evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.runs import lifecycle as run_records

@@ -12,7 +12,7 @@ import pytrec_eval
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import Report, json_schema
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import evaluate_many
 from rag_pipeline.evaluation.runs import results as persistence

@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 
 from rag_pipeline.contracts.dataset import dataset_json_schema
-from rag_pipeline.evaluation import dataset as ds
-from rag_pipeline.evaluation.dataset import DatasetError, EvaluationCase, load_dataset, parse_dataset
+from rag_pipeline.evaluation.datasets import load as ds
+from rag_pipeline.evaluation.datasets.load import DatasetError, EvaluationCase, load_dataset, parse_dataset
 from rag_pipeline.evaluation.metrics import evaluate_retrieval
 
 ROOT = Path(__file__).resolve().parents[2]

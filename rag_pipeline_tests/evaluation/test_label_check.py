@@ -7,7 +7,7 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation import label_check
+from rag_pipeline.evaluation.datasets import label_check
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, set_document_state

@@ -11,7 +11,7 @@ import pytest
 from rag_pipeline.cli import main
 from rag_pipeline.cli.output import case_text
 from rag_pipeline.contracts.reports import CaseReport, JsonlHeader, Report, json_schema
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES, CaseNotFoundError, build_report
 from rag_pipeline.retrieval.strategies import get_strategy

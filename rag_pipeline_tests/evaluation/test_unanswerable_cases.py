@@ -9,7 +9,7 @@ import pytest
 
 from rag_pipeline.analysis.comparison import select_runs
 from rag_pipeline.contracts.reports import Report, json_schema
-from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
+from rag_pipeline.evaluation.datasets.load import DatasetError, load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.pools import load_pools
 from rag_pipeline.evaluation.runs.case_queries import UNANSWERABLE_REASON

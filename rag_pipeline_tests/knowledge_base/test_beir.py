@@ -10,8 +10,8 @@ import sqlalchemy as sa
 
 from rag_pipeline.cli.main import main
 from rag_pipeline.contracts import dataset as dataset_module  # the limits moved from evaluation.dataset
-from rag_pipeline.evaluation.dataset import load_dataset
-from rag_pipeline.evaluation.label_check import check_labels
+from rag_pipeline.evaluation.datasets.label_check import check_labels
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.knowledge_base import beir, chunking
 from rag_pipeline.knowledge_base.beir import import_beir, plan_import, read_beir, read_qrels
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from rag_pipeline.defs.instance import ensure_pool
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.knowledge_base.ingestion import ingest_documents

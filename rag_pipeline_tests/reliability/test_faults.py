@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from rag_pipeline.definitions import defs
 from rag_pipeline.defs.evaluation import RETRY_POLICY, evaluation_dataset, evaluation_run, fail_fast_unless_transient
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
+from rag_pipeline.evaluation.datasets.load import DatasetError, load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.runs import lifecycle as run_records

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_pipeline.evaluation.dataset import DatasetError, parse_dataset
+from rag_pipeline.evaluation.datasets.load import DatasetError, parse_dataset
 from rag_pipeline_tests.eval_helpers import table_counts
 from rag_pipeline_tests.reliability.test_hostile_files import assert_clear_user_error, cli
 

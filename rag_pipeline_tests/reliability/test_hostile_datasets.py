@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from rag_pipeline.evaluation.dataset import DatasetError, parse_dataset
-from rag_pipeline.evaluation.dataset_json import MAX_LISTED_PROBLEMS
+from rag_pipeline.evaluation.datasets.load import DatasetError, parse_dataset
+from rag_pipeline.evaluation.datasets.strict_json import MAX_LISTED_PROBLEMS
 from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base
 from rag_pipeline_tests.eval_helpers import table_counts
 from rag_pipeline_tests.web.server_helpers import ROOT, dagster_env, start_server

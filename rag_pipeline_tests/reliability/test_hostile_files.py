@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.cli.main import main
 from rag_pipeline.cli.runs_table import comparison_table
-from rag_pipeline.evaluation.dataset import DatasetError, load_dataset, parse_dataset
+from rag_pipeline.evaluation.datasets.load import DatasetError, load_dataset, parse_dataset
 from rag_pipeline.knowledge_base.sources import SourceError, read_folder
 from rag_pipeline.retrieval.strategies import (
     PACKAGED_STRATEGIES_FILE,
@@ -408,7 +408,7 @@ def test_tables_escape_control_characters_in_names() -> None:
 
 def test_check_dataset_report_escapes_case_ids() -> None:
     from rag_pipeline.cli.check_dataset import format_report
-    from rag_pipeline.evaluation.label_check import LabelReport, LabelStatus
+    from rag_pipeline.evaluation.datasets.label_check import LabelReport, LabelStatus
 
     row = LabelStatus(case_id="c\x1b[2J", chunk_id="id\x07", status="not_a_uuid", detail="bad \x1b[31m")
     report = LabelReport(knowledge_base="kb", rows=[row], verdicts={"c\x1b[2J": "all_invalid"})

@@ -19,7 +19,7 @@ from sqlalchemy.pool import NullPool
 
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
+from rag_pipeline.evaluation.datasets.load import DatasetError, load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs import results as persistence

@@ -9,7 +9,7 @@ import pytest
 
 from rag_pipeline.cli import main
 from rag_pipeline.contracts.labelling import Draft
-from rag_pipeline.evaluation.dataset import load_dataset, parse_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset, parse_dataset
 from rag_pipeline.service.labelling.drafts import export_cases, load_draft, read_questions, save_draft
 from rag_pipeline.service.labelling.fixes import fix_labels
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, write_dataset

@@ -7,7 +7,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli import main
-from rag_pipeline.evaluation.dataset import load_dataset
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs.queries import replace_comparison_runs

@@ -44,7 +44,7 @@ def live_server(web_env, web_home, dagster_daemon) -> str:
 def demo_kb(engine) -> str:
     """The demo knowledge base (``demo/kb``, text mode chinese, USE embeddings) ingested; returns its name, the
     one ``datasets/demo.json`` labels."""
-    from rag_pipeline.evaluation import demo_dataset
+    from rag_pipeline.evaluation.datasets import demo as demo_dataset
     from rag_pipeline.service.knowledge_bases import ingest
 
     ingest(engine, ROOT / "demo" / "kb", DEMO_KB, text_search=demo_dataset.DEMO_TEXT_SEARCH,

@@ -13,7 +13,7 @@ import pytest
 import requests
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.dataset import DatasetError, load_dataset
+from rag_pipeline.evaluation.datasets.load import DatasetError, load_dataset
 
 # the server fixture; 58 uploads of the malformed corpus
 pytestmark = [pytest.mark.db, pytest.mark.slow]

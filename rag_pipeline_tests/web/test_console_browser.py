@@ -220,7 +220,7 @@ def test_answer_pages_in_the_browser(live_server, engine, demo_kb, browser, shot
     from rag_pipeline.service.answer_collection import collect_answers
 
     dataset = ROOT / "datasets" / "demo.json"
-    evaluations.evaluate(engine, evaluations.plan_evaluation(dataset, ("keyword-v1",), knowledge_base=demo_kb))
+    evaluations.evaluate(engine, evaluations.plan_evaluation(engine, dataset, ("keyword-v1",), knowledge_base=demo_kb))
     collected = collect_answers(dataset, tmp_path / "answers.jsonl", answerer="extractive-v1", knowledge_base=demo_kb)
     assert collected.status == "succeeded", collected.reason
     report = answers.evaluate_answers(engine, demo_kb, dataset, tmp_path / "answers.jsonl")

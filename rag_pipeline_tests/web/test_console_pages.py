@@ -31,7 +31,8 @@ def console_runs(engine, demo_kb, tmp_path_factory) -> dict[str, dict]:
     path = tmp_path_factory.mktemp("console") / f"{DATASET}.json"
     data = json.loads(DEMO_DATASET.read_text(encoding="utf-8"))
     path.write_text(json.dumps({**data, "name": DATASET}, ensure_ascii=False), encoding="utf-8")
-    outcomes = evaluations.evaluate(engine, evaluations.plan_evaluation(path, STRATEGIES, knowledge_base=demo_kb))
+    plan = evaluations.plan_evaluation(engine, path, STRATEGIES, knowledge_base=demo_kb)
+    outcomes = evaluations.evaluate(engine, plan)
     summaries = evaluations.run_summaries(engine, [str(o.run_id) for o in outcomes])
     return {s.strategy_version: s.model_dump() for s in summaries}
 

@@ -11,7 +11,7 @@ import pytest
 import requests
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.label_check import check_labels
+from rag_pipeline.evaluation.datasets.label_check import check_labels
 
 # the live server fixture, pooling on the demo KB
 pytestmark = pytest.mark.slow

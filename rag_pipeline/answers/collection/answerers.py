@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.answers import AnswerRecord
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.evaluation.dataset import EvaluationCase
+from rag_pipeline.evaluation.datasets.load import EvaluationCase
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy
 
 from . import extractive

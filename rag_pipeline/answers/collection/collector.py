@@ -31,7 +31,7 @@ from rag_pipeline.answers.collection.answers_writer import AnswersWriter
 from rag_pipeline.answers.collection.endpoint_client import CaseOutcome, EndpointClient
 from rag_pipeline.answers.collection.reply_mapping import error_record, scrubbed_record
 from rag_pipeline.contracts.answers import AnswerRecord, CollectionProgress, CollectionResult
-from rag_pipeline.evaluation.dataset import EvaluationCase
+from rag_pipeline.evaluation.datasets.load import EvaluationCase
 
 Progress = Callable[[CollectionProgress], None]
 CANCELLED = "the collection was cancelled (the client that asked went away); the lines written are kept"

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.answers.metrics.sentences import split_sentences as answer_sentences
 from rag_pipeline.contracts.answers import AnswerRecord
-from rag_pipeline.evaluation.dataset import EvaluationCase
+from rag_pipeline.evaluation.datasets.load import EvaluationCase
 from rag_pipeline.knowledge_base.chunk_lookup import chunks_by_ids
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.search import hybrid_search_batch, preflight

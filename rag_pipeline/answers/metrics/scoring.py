@@ -18,7 +18,7 @@ from rag_pipeline.contracts.answers import (
     AnswerRecord,
     AnswerScoring,
 )
-from rag_pipeline.evaluation.dataset import EvaluationCase
+from rag_pipeline.evaluation.datasets.load import EvaluationCase
 
 NO_ANSWER = "no answer"
 UNANSWERABLE = "unanswerable case"

@@ -20,17 +20,15 @@ from rag_pipeline.cli import arguments
 from rag_pipeline.cli.answers.collect import add_collect_parser
 from rag_pipeline.cli.answers.tables import comparison_text, report_text, runs_text
 from rag_pipeline.cli.errors import EXIT_CODES_HELP, ReportNotWrittenError, guarded
-from rag_pipeline.cli.evaluate import _check_writable as check_writable
 from rag_pipeline.cli.output import print_json
 from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES, VERDICTS, AnswerScoring
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.contracts.judge import JudgeConfig
 from rag_pipeline.service import answers as service
 from rag_pipeline.service.answer_comparison import compare_answer_runs
-from rag_pipeline.service.datasets import FileReadError, read_bounded
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.engine import get_engine
-from rag_pipeline.storage.files import FileWriteError, write_atomic
+from rag_pipeline.storage.files import FileReadError, FileWriteError, check_writable, read_bounded, write_atomic
 from rag_pipeline.storage.names import printable
 
 JUDGE_KEY_VARIABLE = "RAG_JUDGE_API_KEY"

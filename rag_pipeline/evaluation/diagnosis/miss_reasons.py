@@ -15,8 +15,8 @@ from pydantic import TypeAdapter
 
 from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import MissReasonCounts
-from rag_pipeline.evaluation.dataset import relevant_ids_of
-from rag_pipeline.evaluation.label_check import STATUSES as LABEL_STATUSES
+from rag_pipeline.evaluation.datasets.label_check import STATUSES as LABEL_STATUSES
+from rag_pipeline.evaluation.datasets.load import relevant_ids_of
 
 RETRIEVAL_REASONS = ("hit", "below_cutoff_after_rerank", "below_cutoff", "vector_only", "keyword_only",
                      "not_in_pool")

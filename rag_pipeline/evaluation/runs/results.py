@@ -17,9 +17,9 @@ import sqlalchemy as sa
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import RunCounts
-from rag_pipeline.evaluation.dataset import Dataset, EvaluationCase
+from rag_pipeline.evaluation.datasets import queries as dataset_queries
+from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis.miss_reasons import REASONS_JSON
-from rag_pipeline.evaluation.queries import datasets as dataset_queries
 from rag_pipeline.evaluation.runs import queries as run_queries
 from rag_pipeline.evaluation.runs.case_queries import copy_rows
 from rag_pipeline.retrieval.trace import RetrievalTrace

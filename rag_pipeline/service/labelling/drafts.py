@@ -49,9 +49,9 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 
 from rag_pipeline.contracts.labelling import FORMAT, Draft, DraftCandidate, DraftExport, DraftQuestion, LeftOut
-from rag_pipeline.evaluation.dataset import Dataset, load_dataset, parse_dataset
-from rag_pipeline.evaluation.dataset_json import JsonReadError, decode_json
-from rag_pipeline.evaluation.label_check import check_labels
+from rag_pipeline.evaluation.datasets.label_check import check_labels
+from rag_pipeline.evaluation.datasets.load import Dataset, load_dataset, parse_dataset
+from rag_pipeline.evaluation.datasets.strict_json import JsonReadError, decode_json
 from rag_pipeline.evaluation.runs.results import store_dataset
 from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow

@@ -1,7 +1,7 @@
 """``fix-labels``: apply the label fixes ``check-dataset`` proposes where they are unambiguous, list the rest.
 
 Every judged id of every case (grade-0 judgments included) is classified by
-:func:`rag_pipeline.evaluation.label_check.check_labels` against the target knowledge base, then:
+:func:`rag_pipeline.evaluation.datasets.label_check.check_labels` against the target knowledge base, then:
 
 - ``ok`` → kept;
 - ``is_document_id`` → replaced by that document's chunk when the document (of that name, in the target knowledge
@@ -29,14 +29,14 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.dataset import MAX_METADATA_BYTES
 from rag_pipeline.contracts.labelling import FixCandidate, FixCounts, LabelChange, LabelFixes, StoredLabelFixes
-from rag_pipeline.evaluation.dataset import Dataset, DatasetError, load_dataset, parse_dataset
-from rag_pipeline.evaluation.label_check import check_labels
-from rag_pipeline.evaluation.queries.datasets import source_path
+from rag_pipeline.evaluation.datasets.label_check import check_labels
+from rag_pipeline.evaluation.datasets.load import Dataset, DatasetError, load_dataset, parse_dataset
+from rag_pipeline.evaluation.datasets.queries import source_path
+from rag_pipeline.evaluation.datasets.resolve import DatasetNotFoundError
 from rag_pipeline.evaluation.runs.results import load_stored_dataset
 from rag_pipeline.knowledge_base import chunk_lookup, span_remap
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.service import stored_datasets
-from rag_pipeline.service.stored_datasets import DatasetNotFoundError
 from rag_pipeline.storage.files import write_atomic
 
 REMAPPED_STATUSES = ("chunk_replaced", "other_knowledge_base", "unknown_id")

@@ -12,12 +12,12 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from rag_pipeline.contracts.errors import USER_ERRORS
+from rag_pipeline.contracts.metrics import METRIC_LABELS
 from rag_pipeline.contracts.runs import RunSummary
 from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline.service import analysis, datasets, evaluations, history, knowledge_bases
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
 from rag_pipeline.service.answers import list_answer_runs
-from rag_pipeline.service.evaluations import METRIC_LABELS
 from rag_pipeline.web.admin.answer_data import answer_history
 from rag_pipeline.web.admin.charts import history_svg, strategy_colours
 from rag_pipeline.web.admin.pages import BASE, TABLE_METRICS, error_page, render
@@ -118,7 +118,7 @@ def evaluate(request: Request, engine: Engine, launcher: DagsterLauncher, kb: st
         if not strategy:
             return error_page(request, 422, "choose at least one strategy to evaluate", title="Nothing to run")
         launched = launcher.launch_evaluations(engine, kb_name, versions[0].dataset_id, strategy)
-    except (*USER_ERRORS, LaunchError) as exc:
+    except USER_ERRORS + (LaunchError,) as exc:
         return error_page(request, 422, str(exc), title="Evaluation not started")
     ids = ",".join(r.run_id for r in launched.runs)
     return RedirectResponse(f"{dataset_url(kb_name, dataset)}?launched={quote(ids)}", status_code=303)

@@ -20,8 +20,9 @@ from fastapi import APIRouter, Depends, Query, Request, UploadFile
 from fastapi.responses import RedirectResponse
 
 from rag_pipeline.contracts.errors import USER_ERRORS
+from rag_pipeline.evaluation.datasets.load import MAX_FILE_BYTES
+from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetProblem
 from rag_pipeline.service import evaluations, knowledge_bases, stored_datasets
-from rag_pipeline.service.datasets import MAX_FILE_BYTES, DatasetError, DatasetProblem
 from rag_pipeline.storage.names import printable
 from rag_pipeline.web.admin.datasets import dataset_url
 from rag_pipeline.web.admin.pages import BASE, error_page, render

@@ -19,8 +19,8 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse
 from fastapi.templating import Jinja2Templates
 
+from rag_pipeline.contracts.metrics import METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.service.environment import check_cjk_font
-from rag_pipeline.service.evaluations import METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.settings import get_settings
 from rag_pipeline.web.security import api_token, csrf_token
 

@@ -38,6 +38,7 @@ from rag_pipeline.contracts.answers import (
     EndpointConfig,
     Verdict,
 )
+from rag_pipeline.evaluation.datasets.resolve import resolve_dataset
 from rag_pipeline.service import answer_comparison, answers
 from rag_pipeline.service.answer_collection import api_collection_file, collect_answers
 from rag_pipeline.settings import get_settings
@@ -332,7 +333,8 @@ async def collect(request: Request, engine: Engine, body: CollectRequest,
     collections = _Collections.of(request)
     collections.check_room()  # before the database is asked; again below, where the slot is taken
     try:
-        data = await run_in_threadpool(answers.resolve_dataset, engine, body.knowledge_base, name, stored_only=True)
+        data = (await run_in_threadpool(lambda: resolve_dataset(engine, name, knowledge_base=body.knowledge_base,
+                                                                 source="stored"))).dataset
     except (sa.exc.DBAPIError, *TRANSIENT_ERRORS):
         raise _database_problem(0) from None
     if len(data.cases) > MAX_COLLECT_CASES:

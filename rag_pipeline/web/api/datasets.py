@@ -17,8 +17,8 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 
 from rag_pipeline.contracts.catalog import DatasetList, UploadResult
+from rag_pipeline.evaluation.datasets.load import MAX_FILE_BYTES
 from rag_pipeline.service import knowledge_bases, stored_datasets
-from rag_pipeline.service.datasets import MAX_FILE_BYTES
 from rag_pipeline.storage.names import printable
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import Engine
@@ -77,7 +77,8 @@ async def upload_dataset(request: Request, engine: Engine, id: str = KnowledgeBa
         raw = await upload.read(MAX_FILE_BYTES + 1)
         if len(raw) > MAX_FILE_BYTES:
             raise HTTPProblem(413, f"{printable(upload.filename)}: over the dataset limit of {_LIMIT_TEXT}")
-        given = form.get("name") if isinstance(form.get("name"), str) and form.get("name") else name
+        field = form.get("name")
+        given = field if isinstance(field, str) and field else name
         filename = upload.filename or "upload.json"
         source, stem = printable(filename), PurePath(filename).stem
     elif content_type.startswith("application/json") or not content_type:

@@ -10,8 +10,11 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from rag_pipeline.contracts.catalog import DatasetVersion, UploadResult
 from rag_pipeline.contracts.reports import CandidateMode, CasePage, EvaluationDetail
 from rag_pipeline.contracts.runs import EvaluateResponse, LaunchedRun, RunItem, RunLinks, RunPage, RunStatus
+from rag_pipeline.evaluation.runs.reports import CaseNotFoundError
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.service import applicability, evaluations, stored_datasets
 from rag_pipeline.storage.names import DATASET, STRATEGY_VERSION, check_name
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
@@ -88,19 +91,21 @@ def evaluate(body: EvaluateRequest, engine: Engine, launcher: DagsterLauncher, r
     (`queued` → `running` with `cases_done` → `succeeded` | `failed` | `abandoned`). `queue.message` says when
     no Dagster daemon is picking runs up, and how to start one. Labels are checked first (docs/design.md §8): none valid
     → 422, nothing queued; some invalid → `label_warning`."""
-    kb = evaluations.knowledge_base_name(engine, id)
+    with engine.connect() as conn:
+        kb_ref = resolve_knowledge_base(conn, id)
+    kb = kb_ref.name
     if (body.dataset is None) == (body.cases is None):
         raise HTTPProblem(422, "give either `dataset` (the name of a stored dataset) or `cases` (inline cases "
                                "with a `name`), not both or neither")
-    applicability.choose_strategies(engine, kb, body.strategy_versions)  # unknown/inapplicable: 422 before storing
+    applicability.choose_strategies(engine, kb_ref, body.strategy_versions)  # unknown/inapplicable: 422 before storing
     if body.cases is not None:
         if not body.name:
             raise HTTPProblem(422, "inline `cases` need a dataset `name`")
         check_name(DATASET, body.name)
         # read again strictly, like a file
-        dataset = stored_datasets.store_inline_cases(engine, kb, raw_body, body.name)
+        dataset: UploadResult | DatasetVersion = stored_datasets.store_inline_cases(engine, kb, raw_body, body.name)
     else:
-        dataset = stored_datasets.find_dataset(engine, kb, body.dataset, body.dataset_version)
+        dataset = stored_datasets.find_dataset(engine, kb_ref, str(body.dataset), body.dataset_version)
     try:
         queued = launcher.launch_evaluations(engine, kb, dataset.dataset_id, body.strategy_versions,
                                              strict=body.strict)
@@ -162,7 +167,7 @@ def get_evaluation(engine: Engine, launcher: DagsterLauncher,
     try:
         detail = evaluations.evaluation_detail(engine, run_id, candidates=candidates, case_id=case_id,
                                                offset=offset, limit=limit, include_text=include_text)
-    except evaluations.CaseNotFoundError:
+    except CaseNotFoundError:
         why = no_case_results_yet(evaluations.run_summaries(engine, [run_id])[0])
         if why is None:
             raise

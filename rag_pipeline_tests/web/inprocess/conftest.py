@@ -159,7 +159,7 @@ def evaluated(engine, tmp_path_factory) -> dict:
     path = folder / f"{DATASET}.json"
     path.write_text(json.dumps({"knowledge_base": kb, "name": DATASET, "cases": cases}, ensure_ascii=False),
                     encoding="utf-8")
-    outcomes = evaluations.evaluate(engine, evaluations.plan_evaluation(path, STRATEGIES, knowledge_base=kb))
+    outcomes = evaluations.evaluate(engine, evaluations.plan_evaluation(engine, path, STRATEGIES, knowledge_base=kb))
     summaries = evaluations.run_summaries(engine, [str(o.run_id) for o in outcomes])
     dataset = stored_datasets.find_dataset(engine, kb, DATASET, None)
     return {"kb": kb, "chunks": chunks, "cases": cases, "dataset_id": dataset.dataset_id,

@@ -51,7 +51,8 @@ def answer_run(engine, evaluated, tmp_path_factory) -> dict:
     dataset = folder / "inproc-answers.json"
     dataset.write_text(json.dumps({"knowledge_base": kb, "name": "inproc-answers", "cases": cases},
                                   ensure_ascii=False), encoding="utf-8")
-    outcome, = evaluations.evaluate(engine, evaluations.plan_evaluation(dataset, ("keyword-v1",), knowledge_base=kb))
+    plan = evaluations.plan_evaluation(engine, dataset, ("keyword-v1",), knowledge_base=kb)
+    outcome, = evaluations.evaluate(engine, plan)
     lines = [
         {"case_id": "backup", "answer": "Basebackup with continuous archiving.",
          "cited_chunk_ids": [chunks["backup.md"]], "retrieved_chunk_ids": [chunks["backup.md"], chunks["coffee.md"]],

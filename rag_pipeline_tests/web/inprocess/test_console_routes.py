@@ -165,8 +165,8 @@ def test_the_case_page_lists_grade_0_apart_and_compares_with_the_baseline_first(
     path.write_text(json.dumps({"knowledge_base": kb, "name": name, "cases": [
         {"case_id": "g-1", "question": "How are database backups taken?", "k": 2,
          "relevant_chunk_ids": {chunks["backup.md"]: 2, chunks["coffee.md"]: 0}}]}), encoding="utf-8")
-    outcomes = evaluations.evaluate(engine, evaluations.plan_evaluation(path, ("hybrid-v1", "rrf-v1", "keyword-v1"),
-                                                                        knowledge_base=kb))
+    outcomes = evaluations.evaluate(engine, evaluations.plan_evaluation(
+        engine, path, ("hybrid-v1", "rrf-v1", "keyword-v1"), knowledge_base=kb))
     rrf = next(str(o.run_id) for o in outcomes if o.strategy_version == "rrf-v1")
     page = _page(client, f"{BASE}/runs/{rrf}/case?case_id=g-1")
     relevant = re.search(r'<table id="relevant".*?</table>', page, re.S).group(0)

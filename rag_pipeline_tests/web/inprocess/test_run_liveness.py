@@ -31,7 +31,7 @@ def stored(engine, tmp_path_factory) -> tuple[str, str, str]:
     folder = tmp_path_factory.mktemp("liveness")
     chunks = ingest_tiny_kb(engine, kb, folder / "docs")
     path = write_dataset(folder / "ds.json", kb, tiny_cases(chunks), name=NAME)
-    evaluations.evaluate(engine, evaluations.plan_evaluation(path, ("keyword-v1",), knowledge_base=kb))
+    evaluations.evaluate(engine, evaluations.plan_evaluation(engine, path, ("keyword-v1",), knowledge_base=kb))
     dataset = stored_datasets.find_dataset(engine, kb, NAME, None)
     with engine.connect() as conn:
         kb_id = conn.execute(sa.text("SELECT id FROM knowledge_bases WHERE name = :n"), {"n": kb}).scalar_one()

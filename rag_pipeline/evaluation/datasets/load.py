@@ -1,10 +1,10 @@
 """Evaluation datasets: read, validate and version a labelled JSON file (docs/design.md §2).
 
-The shapes are the pydantic models of :mod:`rag_pipeline.contracts.dataset`; :mod:`.dataset_problems` words
+The shapes are the pydantic models of :mod:`rag_pipeline.contracts.dataset`; :mod:`.problems` words
 their errors. A dataset is named by its file (§2.4; :func:`parse_dataset` of bytes takes ``name=`` /
 ``default_name=`` instead) and versioned by the SHA-256 of its canonical cases. Validation lists the first
-:data:`~.dataset_json.MAX_LISTED_PROBLEMS` problems and counts the others; the case limit and a memory budget are
-checked while streaming, before anything is decoded (:mod:`.dataset_scan`). Nothing is written by this module.
+:data:`~.strict_json.MAX_LISTED_PROBLEMS` problems and counts the others; the case limit and a memory budget are
+checked while streaming, before anything is decoded (:mod:`.strict_json`). Nothing is written by this module.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from rag_pipeline.contracts.dataset import RELEVANT_GRADE, DatasetCase, normal_identifier
-from rag_pipeline.evaluation.dataset_json import (
+from rag_pipeline.evaluation.datasets.problems import file_problems
+from rag_pipeline.evaluation.datasets.strict_json import (
     MAX_LISTED_PROBLEMS,
     DatasetError,
     DatasetProblem,
     JsonReadError,
+    ScanLimitError,
     decode_json,
     type_name,
 )
-from rag_pipeline.evaluation.dataset_problems import file_problems
-from rag_pipeline.evaluation.dataset_scan import ScanLimitError
 from rag_pipeline.storage.files import FileReadError, read_bounded
 from rag_pipeline.storage.names import DATASET, InvalidNameError, check_name, name_rule, printable, show_name
 
@@ -111,14 +111,14 @@ class EvaluationCase:
     def from_dict(cls, data: Mapping[str, Any]) -> EvaluationCase:
         """A case from :meth:`as_dict` output (e.g. ``retrieval_evaluation_datasets.cases``), either form."""
         value = data["relevant_chunk_ids"]
-        answers = {"reference_answers": tuple(str(a) for a in data.get("reference_answers") or ()),
-                   "answerable": bool(data.get("answerable", True)),
-                   "key_points": tuple(str(p) for p in data.get("key_points") or ())}
-        if isinstance(value, Mapping):
-            judgments = tuple(sorted((str(cid), int(g)) for cid, g in value.items()))
-            relevant = tuple(cid for cid, g in judgments if g >= RELEVANT_GRADE)
-            return cls(data["case_id"], data["question"], relevant, int(data["k"]), judgments, **answers)
-        return cls(data["case_id"], data["question"], tuple(str(i) for i in value), int(data["k"]), **answers)
+        judgments = (tuple(sorted((str(cid), int(g)) for cid, g in value.items()))
+                     if isinstance(value, Mapping) else None)
+        relevant = (tuple(cid for cid, g in judgments if g >= RELEVANT_GRADE) if judgments is not None
+                    else tuple(str(i) for i in value))
+        return cls(data["case_id"], data["question"], relevant, int(data["k"]), judgments,
+                   reference_answers=tuple(str(a) for a in data.get("reference_answers") or ()),
+                   answerable=bool(data.get("answerable", True)),
+                   key_points=tuple(str(p) for p in data.get("key_points") or ()))
 
 
 @dataclass(frozen=True)
@@ -183,12 +183,12 @@ def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base
 def validate_dataset(data: Any, *, source: str = "<dataset>", knowledge_base: str | None = None,
                      name: str | None = None, default_name: str | None = None,
                      source_path: str | None = None) -> Dataset:
-    """:func:`parse_dataset` of a document already read by :func:`~.dataset_json.decode_json` (its objects
+    """:func:`parse_dataset` of a document already read by :func:`~.strict_json.decode_json` (its objects
     remember their duplicate keys), e.g. the ``cases`` of a request body."""
     if not isinstance(data, (list, dict)):
         raise DatasetError(source, [DatasetProblem(
             f"the top level must be an array of cases or an object with 'cases', got {type_name(data)}")])
-    header = data if isinstance(data, dict) else {"cases": data}
+    header: dict[str, Any] = data if isinstance(data, dict) else {"cases": data}
     check = file_problems(header, MAX_LISTED_PROBLEMS)
     problems = [p for _, p in check.keyed]
     valid = {key: None if any(p.field == key and p.case_index is None for p in problems) else header.get(key)
@@ -245,14 +245,6 @@ def _resolve_kb(file_kb: str | None, given: str | None, problems: list[DatasetPr
             "no knowledge base: use the object form {\"knowledge_base\": ..., \"cases\": [...]} "
             "or pass one (--knowledge-base / Dagster config knowledge_base)", field="knowledge_base"))
     return kb
-
-
-def relevance_of(value: Any) -> dict[str, int]:
-    """``{id: grade}`` of the ids with grade >= 1 of a raw (already validated) ``relevant_chunk_ids``
-    value, list or object, e.g. a case read back from ``retrieval_evaluation_datasets.cases``."""
-    if isinstance(value, Mapping):
-        return {str(k): int(g) for k, g in value.items() if int(g) >= RELEVANT_GRADE}
-    return dict.fromkeys((str(i) for i in value), RELEVANT_GRADE)
 
 
 def relevant_ids_of(value: Any) -> list[str]:

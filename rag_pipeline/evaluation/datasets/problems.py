@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from rag_pipeline.contracts.dataset import (
     CASE_FIELDS,
@@ -31,7 +32,7 @@ from rag_pipeline.contracts.dataset import (
     DatasetFile,
     normal_identifier,
 )
-from rag_pipeline.evaluation.dataset_json import DatasetProblem, got, json_problems, show, type_name
+from rag_pipeline.evaluation.datasets.strict_json import DatasetProblem, got, json_problems, show, type_name
 
 FIELD = "relevant_chunk_ids"
 _UUID = re.compile(UUID_PATTERN)
@@ -54,11 +55,11 @@ def _key_field(key: str) -> str:
     return f"{FIELD}.{key if len(key) <= 60 else key[:60] + '…'}"
 
 
-def _text(error: dict, got_value: str) -> str:
+def _text(error: ErrorDetails, got_value: str) -> str:
     return f"must be a string, {got_value}" if error["type"] == "string_type" else str(error["ctx"]["error"])
 
 
-def _relevant(loc: tuple, error: dict, keys: dict[str, tuple[int, str]]) -> tuple[tuple, str, str]:
+def _relevant(loc: tuple, error: ErrorDetails, keys: dict[str, tuple[int, str]]) -> tuple[tuple, str, str]:
     """``(order, field, message)`` of an error inside ``relevant_chunk_ids`` (``loc`` after the field; ``keys``
     maps a graded key as pydantic names it to its position and the key as written)."""
     kind, value = error["type"], error["input"]
@@ -82,7 +83,7 @@ def _relevant(loc: tuple, error: dict, keys: dict[str, tuple[int, str]]) -> tupl
     return (1, pos, 1), _key_field(key), problem
 
 
-def _case_error(items: list, loc: tuple, error: dict) -> Keyed:
+def _case_error(items: list, loc: tuple, error: ErrorDetails) -> Keyed:
     index, kind, value = loc[0], error["type"], error["input"]
     item = items[index]
     case_id = _case_id(item)
@@ -115,7 +116,7 @@ def _case_error(items: list, loc: tuple, error: dict) -> Keyed:
     return keyed((3 if field == "case_id" else 4,), field, _text(error, got(value)))
 
 
-def _strings(field: str, loc: tuple, error: dict) -> tuple[tuple, str, str]:
+def _strings(field: str, loc: tuple, error: ErrorDetails) -> tuple[tuple, str, str]:
     """``(order, field, message)`` of an error in ``reference_answers`` or ``key_points`` (``loc`` after it)."""
     order, kind, what = (7 if field == "reference_answers" else 9,), error["type"], _STRINGS[field]
     if loc:

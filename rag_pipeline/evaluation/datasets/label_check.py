@@ -15,15 +15,20 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.label_check import STATUSES, LabelReport, LabelStatus
-from rag_pipeline.evaluation.dataset import relevant_ids_of
+from rag_pipeline.evaluation.datasets.load import relevant_ids_of
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
-from rag_pipeline.knowledge_base.lifecycle import SEARCHABLE_PUBLICATION, SEARCHABLE_STATUS, resolve_knowledge_base
+from rag_pipeline.knowledge_base.lifecycle import (
+    SEARCHABLE_PUBLICATION,
+    SEARCHABLE_STATUS,
+    KnowledgeBaseRef,
+    resolve_knowledge_base,
+)
 from rag_pipeline.storage.ids import as_uuid
 
 __all__ = ["STATUSES", "LabelReport", "LabelStatus", "check_labels", "relevant_ids_missing"]
 
 if TYPE_CHECKING:
-    from rag_pipeline.evaluation.dataset import Dataset
+    from rag_pipeline.evaluation.datasets.load import Dataset
 
 _MAX_LISTED = 8
 
@@ -71,10 +76,10 @@ def _chunk_status(row, kb) -> tuple[str, str, tuple[str, ...]]:
     return status, detail, replacements
 
 
-def check_labels(conn: sa.Connection, knowledge_base, cases: Iterable) -> LabelReport:
+def check_labels(conn: sa.Connection, knowledge_base: str | KnowledgeBaseRef | sa.Row, cases: Iterable) -> LabelReport:
     """Classify every relevant id of ``cases`` (EvaluationCase objects or case dicts) against ``knowledge_base``
-    (a name, a UUID or a resolved row)."""
-    kb = knowledge_base if hasattr(knowledge_base, "id") else resolve_knowledge_base(conn, str(knowledge_base))
+    (a name, a UUID, or resolved)."""
+    kb = resolve_knowledge_base(conn, knowledge_base) if isinstance(knowledge_base, str) else knowledge_base
     fields_ = [_case_fields(c) for c in cases]
     pairs = [(cid, str(raw)) for cid, ids in fields_ for raw in ids]
     parsed = {raw: as_uuid(raw) for _, raw in pairs}

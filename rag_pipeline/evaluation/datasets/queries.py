@@ -48,16 +48,16 @@ FROM retrieval_evaluation_datasets WHERE name = :ds AND knowledge_base_name = :k
 
 def versions_with_prefix(conn: sa.Connection, knowledge_base: str, name: str, prefix: str) -> list[sa.Row]:
     """The (at most two) latest versions whose hash starts with ``prefix``."""
-    return conn.execute(sa.text("""
+    return list(conn.execute(sa.text("""
 SELECT d.id, d.name, d.content_hash, d.case_count FROM retrieval_evaluation_datasets d
 WHERE d.knowledge_base_name = :kb AND d.name = :name AND d.content_hash LIKE :prefix
 ORDER BY d.last_seen_at DESC, d.id LIMIT 2
-"""), {"kb": knowledge_base, "name": name, "prefix": prefix + "%"}).all()
+"""), {"kb": knowledge_base, "name": name, "prefix": prefix + "%"}).all())
 
 
 def latest_versions(conn: sa.Connection, knowledge_base: str) -> list[sa.Row]:
     """Per dataset name of a knowledge base: its latest version, how many versions and runs, its last run."""
-    return conn.execute(sa.text("""
+    return list(conn.execute(sa.text("""
 SELECT DISTINCT ON (d.name) d.id, d.name, d.content_hash, d.case_count, d.source_path, d.created_at, d.last_seen_at,
        count(*) OVER (PARTITION BY d.name) AS versions,
        (SELECT count(*) FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets v ON v.id = r.dataset_id
@@ -67,20 +67,20 @@ SELECT DISTINCT ON (d.name) d.id, d.name, d.content_hash, d.case_count, d.source
 FROM retrieval_evaluation_datasets d
 WHERE d.knowledge_base_name = :kb
 ORDER BY d.name, d.last_seen_at DESC, d.id
-"""), {"kb": knowledge_base}).all()
+"""), {"kb": knowledge_base}).all())
 
 
 def versions_of_name(conn: sa.Connection, name: str, knowledge_base: str | None, version: str | None) -> list[sa.Row]:
     """Versions of a dataset name, latest first (``knowledge_base``, ``version`` prefix: None = any), each with
     ``kbs``, how many knowledge bases the name is used with."""
-    return conn.execute(sa.text("""
+    return list(conn.execute(sa.text("""
 SELECT d.id::text AS dataset_id, d.content_hash, d.knowledge_base_name,
        (SELECT count(DISTINCT o.knowledge_base_name) FROM retrieval_evaluation_datasets o WHERE o.name = :ds) AS kbs
 FROM retrieval_evaluation_datasets d
 WHERE d.name = :ds AND (CAST(:kb AS text) IS NULL OR d.knowledge_base_name = :kb)
   AND (CAST(:version AS text) IS NULL OR d.content_hash LIKE CAST(:version AS text) || '%')
 ORDER BY d.last_seen_at DESC, d.id
-"""), {"ds": name, "kb": knowledge_base, "version": version}).all()
+"""), {"ds": name, "kb": knowledge_base, "version": version}).all())
 
 
 def knowledge_base_of_names(conn: sa.Connection) -> dict[str, str]:

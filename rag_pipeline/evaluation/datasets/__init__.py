@@ -1,0 +1,1 @@
+"""Evaluation datasets: reading and validating a file, the stored versions, the label check, the demo."""
