@@ -80,7 +80,7 @@ def _quiet_stdout() -> None:
 def guarded(*extra_user_errors: type[BaseException]) -> Callable[[Command], Command]:
     """Decorator for a command function: user errors (the shared ones, ``OSError`` and ``extra_user_errors``)
     → their message and their kind's exit code (2 unless the kind says otherwise)."""
-    user_errors = (*USER_ERRORS, OSError, *extra_user_errors)
+    user_errors: tuple[type[BaseException], ...] = (*USER_ERRORS, OSError, *extra_user_errors)
 
     def decorate(func: Command) -> Command:
         @functools.wraps(func)

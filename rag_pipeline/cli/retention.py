@@ -15,7 +15,7 @@ KEEP_LAST = arguments.int_between(0, 1_000_000)
 DAYS = arguments.finite_float(0, 100_000)
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "kB", "MB"):
         if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

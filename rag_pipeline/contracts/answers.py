@@ -14,10 +14,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rag_pipeline.contracts.catalog import ChunkText
-from rag_pipeline.contracts.judge import JudgeClaim as JudgeClaim
-from rag_pipeline.contracts.judge import JudgeConfig as JudgeConfig
-from rag_pipeline.contracts.judge import JudgeIdentity as JudgeIdentity
-from rag_pipeline.contracts.judge import JudgeItem as JudgeItem
 from rag_pipeline.contracts.judge import JudgeScore
 
 MAX_ANSWER_CHARS = 100_000
@@ -200,6 +196,13 @@ class AnswerReport(BaseModel):
     run: AnswerRun | None = Field(description="None: scored without storing")
     summary: AnswerSummary
     cases: list[AnswerCaseResult]
+
+    @property
+    def stored_run(self) -> AnswerRun:
+        """The run of a report that was stored (``answers evaluate --no-store`` stores none)."""
+        if self.run is None:
+            raise ValueError("the answers were scored without storing a run")
+        return self.run
 
 
 class AnswerRunList(BaseModel):

@@ -4,15 +4,15 @@ behaviour: :mod:`rag_pipeline.service.labelling.draft_files`), its export, and t
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from rag_pipeline.contracts.catalog import UploadResult
 from rag_pipeline.contracts.dataset import MAX_GRADE, MAX_K
 
-FORMAT = "rag-pipeline-label-draft"
-FORMAT_VERSION = 1
+FORMAT: Final = "rag-pipeline-label-draft"
+FORMAT_VERSION: Final = 1
 STATUSES = ("pending", "judged", "skipped")
 
 

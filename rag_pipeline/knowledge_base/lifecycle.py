@@ -74,7 +74,7 @@ def set_document_state(conn: sa.Connection, knowledge_base: str, document: str, 
     """
     kb = resolve_knowledge_base(conn, knowledge_base)
     allowed = {"status": DOCUMENT_STATUSES, "publication_status": PUBLICATION_STATUSES}
-    values = {}
+    values: dict[str, str | bool] = {}
     for column, value in (("status", status), ("publication_status", publication_status)):
         if value is not None:
             if value.upper() not in allowed[column]:

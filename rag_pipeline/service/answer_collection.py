@@ -95,8 +95,8 @@ def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoi
     _check_output(output)
     client = None
     if endpoint is not None:
-        api = {"max_response_bytes": API_REPLY_BYTES, "quote_replies": False} if guard is not None else {}
-        client = EndpointClient(endpoint, environ, guard=guard, **api)
+        client = (EndpointClient(endpoint, environ) if guard is None else EndpointClient(
+            endpoint, environ, guard=guard, max_response_bytes=API_REPLY_BYTES, quote_replies=False))
     chosen = (_answerer(answerer, knowledge_base=loaded.knowledge_base, strategy=strategy)
               if isinstance(answerer, str) else answerer)
     identity = chosen.identity if chosen is not None else None
@@ -119,6 +119,7 @@ def _collect(output: Path, cases: tuple[EvaluationCase, ...], client: EndpointCl
         if client is not None:
             return collect_from_endpoint(client, pending, writer, total=total, skipped=skipped, progress=progress,
                                          cancel=cancel)
+        assert chosen is not None, "collect_answers checks that there is an endpoint or an answerer"
         return collect_from_answerer(chosen, pending, writer, total=total, skipped=skipped, progress=progress,
                                      cancel=cancel)
 

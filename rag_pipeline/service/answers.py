@@ -28,10 +28,9 @@ from rag_pipeline.contracts.answers import (
     AnswerReport,
     AnswerRunList,
     AnswerScoring,
-    JudgeConfig,
-    JudgeItem,
 )
 from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.contracts.judge import JudgeConfig, JudgeItem
 from rag_pipeline.evaluation.dataset import Dataset, load_dataset
 from rag_pipeline.evaluation.dataset_json import JsonReadError, json_problems, loads_strict
 from rag_pipeline.evaluation.persistence import load_stored_dataset, store_dataset

@@ -108,7 +108,7 @@ def split_runnable(conn: sa.Connection, kb, registry: Mapping[str, Strategy] | N
     """(the versions that can run, ``{version: reason}`` for the others), in registry order."""
     checked = applicabilities(conn, kb, registry)
     return ([v for v, a in checked.items() if a.runnable],
-            {v: a.reason for v, a in checked.items() if not a.runnable})
+            {v: a.reason for v, a in checked.items() if a.reason is not None})
 
 
 def require_runnable(conn: sa.Connection, kb, strategies: Iterable[Strategy]) -> None:
@@ -116,7 +116,7 @@ def require_runnable(conn: sa.Connection, kb, strategies: Iterable[Strategy]) ->
     if isinstance(kb, str):
         kb = resolve_knowledge_base(conn, kb)
     models = stored_models(conn, kb)
-    refused = [a.reason for a in (strategy_applicability(conn, kb, s, models) for s in strategies) if not a.runnable]
+    refused = [a.reason for a in (strategy_applicability(conn, kb, s, models) for s in strategies) if a.reason]
     if refused:
         raise StrategyError("; ".join(refused) + "; nothing was run")
 
@@ -220,8 +220,10 @@ def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | 
         "the dataset has no name: give a `name` field, or name the upload (`name` form field or `?name=`)",
         field="name")]
     try:
-        read = validate_dataset if isinstance(raw, dict) else parse_dataset  # a dict: already read strictly
-        dataset = read(raw, source=source, knowledge_base=kb.name, name=name, default_name=fallback)
+        if isinstance(raw, dict):  # already read strictly
+            dataset = validate_dataset(raw, source=source, knowledge_base=kb.name, name=name, default_name=fallback)
+        else:
+            dataset = parse_dataset(raw, source=source, knowledge_base=kb.name, name=name, default_name=fallback)
     except DatasetError as exc:
         raise DatasetError(exc.source, [*unnamed, *exc.problems], more=exc.more) from None
     if unnamed:
@@ -251,7 +253,7 @@ def store_inline_cases(engine: sa.Engine, knowledge_base: str, body: bytes, name
                                   name=name)
 
 
-def _field_name(raw: bytes | str) -> str | None:
+def _field_name(raw: bytes | str | dict) -> str | None:
     """The ``name`` field of an object-form dataset, when it has a usable one (else the caller's default); read
     through the bounded reader, so a hostile body is never decoded here."""
     try:

@@ -19,6 +19,6 @@ from rag_pipeline.storage.urls import DatabaseError, libpq_url, mask_secrets, ma
 __all__ = ["TRANSIENT_ERRORS", "DatabaseError", "dagster_database_url", "database_url", "embedded_server",
            "get_engine", "libpq_url", "mask_secrets", "mask_url", "normalize_url", "reader_count"]
 
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (DatabaseUnavailableError, sa.exc.OperationalError,
-                                                     sa.exc.InterfaceError)
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (DatabaseUnavailableError, sa.exc.OperationalError,
+                                                 sa.exc.InterfaceError)
 """The database did not answer or dropped the connection: worth a bounded retry."""

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
@@ -122,6 +123,13 @@ DEFAULT_POOL_SIZE = 5
 
 
 _ENGINES: list[Engine] = []
+
+
+def driver_connection(conn: sa.Connection) -> psycopg.Connection:
+    """The psycopg 3 connection of the transaction ``conn`` (for COPY and pgvector's adapters)."""
+    raw = conn.connection.driver_connection
+    assert raw is not None, "the connection is closed"
+    return raw
 
 
 def dispose_engines() -> None:

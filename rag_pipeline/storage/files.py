@@ -200,7 +200,7 @@ def atomic_output(path: str | os.PathLike, *, binary: bool = False, mode: int | 
         raise FileWriteError(path, _reason(exc)) from None
     try:
         try:
-            handle = os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+            handle: IO = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")
         except BaseException:
             os.close(fd)
             raise

@@ -24,7 +24,8 @@ from rag_pipeline.answers.judge.prompts import (
     response_format,
 )
 from rag_pipeline.answers.judge.scores import judge_case, judge_cases, judge_summary
-from rag_pipeline.contracts.answers import AnswerCaseResult, JudgeConfig, JudgeItem
+from rag_pipeline.contracts.answers import AnswerCaseResult
+from rag_pipeline.contracts.judge import JudgeConfig, JudgeItem
 from rag_pipeline.settings import judge_cache_file
 from rag_pipeline_tests.answers.judge_server import JudgeServer
 

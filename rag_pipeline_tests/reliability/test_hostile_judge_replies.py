@@ -12,7 +12,7 @@ import pytest
 from rag_pipeline.answers.judge.client import MAX_REPLY_BYTES, MAX_RETRY_AFTER_S, JudgeCache, JudgeClient
 from rag_pipeline.answers.judge.prompts import response_format
 from rag_pipeline.answers.judge.scores import judge_case, judge_cases
-from rag_pipeline.contracts.answers import JudgeConfig, JudgeItem
+from rag_pipeline.contracts.judge import JudgeConfig, JudgeItem
 from rag_pipeline_tests.answers.judge_server import JudgeServer, recorded
 
 C1 = "0b5c7f0e-8d0a-4c7e-9a51-2f4f3c1d9e01"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import PoolSet, evaluate_configs, evaluate_fusion, recall_ceiling
 from rag_pipeline.retrieval.fusion import NORMALIZATIONS
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, strategy_to_yaml
+
+if TYPE_CHECKING:
+    from rag_pipeline.analysis.tuning.stages import StageConfig
 
 DEFAULT_METRIC = "ndcg_at_k"
 WEIGHT_STEPS = 20  # vector weight i / 20, i = 0..20 (step 0.05)
@@ -89,12 +92,16 @@ def _check_metric(metric: str) -> None:
         raise ValueError(f"unknown metric {metric!r}; expected one of {list(METRIC_NAMES)}")
 
 
+Config = TypeVar("Config", bound="FusionConfig | StageConfig", covariant=True)
+"""A configuration the sweep picks among."""
+
+
 @dataclass(frozen=True, eq=False)
-class SweepResult:
+class SweepResult(Generic[Config]):
     """Every configuration's per-case metrics; ``per_case[name]`` is ``(n_configs, n_cases)``."""
 
     metric: str
-    configs: tuple[FusionConfig, ...]
+    configs: tuple[Config, ...]
     per_case: dict[str, np.ndarray]
     case_ids: np.ndarray
 
@@ -109,7 +116,7 @@ class SweepResult:
         return int(np.argmax(self.means))
 
     @property
-    def best_config(self) -> FusionConfig:
+    def best_config(self) -> Config:
         """The configuration with the best mean on all cases."""
         return self.configs[self.best_index]
 
@@ -122,7 +129,7 @@ class SweepResult:
 
 
 def sweep(pools: PoolSet, metric: str = DEFAULT_METRIC,
-          configs: tuple[FusionConfig, ...] | None = None) -> SweepResult:
+          configs: tuple[FusionConfig, ...] | None = None) -> SweepResult[FusionConfig]:
     """Evaluate every configuration (default :func:`grid`) on all cases."""
     _check_metric(metric)
     configs = grid() if configs is None else tuple(configs)
@@ -148,17 +155,17 @@ class CVResult:
 
     metric: str
     fold_of: np.ndarray
-    chosen: tuple[FusionConfig, ...]
+    chosen: tuple[FusionConfig | StageConfig, ...]
     out_of_fold: np.ndarray
     mean: float
     ci: tuple[float, float]
-    recommended: FusionConfig
+    recommended: FusionConfig | StageConfig
     in_sample_mean: float
 
 
 def cross_validate(pools: PoolSet, metric: str = DEFAULT_METRIC, folds: int = 5, seed: int = 0,
-                   *, configs: tuple[FusionConfig, ...] | None = None,
-                   fold_of: np.ndarray | None = None, sweep_result: SweepResult | None = None,
+                   *, configs: tuple[FusionConfig, ...] | None = None, fold_of: np.ndarray | None = None,
+                   sweep_result: SweepResult[FusionConfig | StageConfig] | None = None,
                    n_resamples: int = 10000) -> CVResult:
     """k-fold cross-validation of "pick the best configuration" over cases.
 
@@ -205,7 +212,7 @@ class Recommendation:
     gain_ci: tuple[float, float]
     p_value: float
     recall_ceiling: float
-    sweep: SweepResult
+    sweep: SweepResult[FusionConfig]
 
     def summary(self) -> dict[str, Any]:
         """JSON-able key numbers (for Dagster metadata / CLI output)."""

@@ -22,8 +22,9 @@ from rag_pipeline.cli.answers.tables import comparison_text, report_text, runs_t
 from rag_pipeline.cli.errors import EXIT_CODES_HELP, ReportNotWrittenError, guarded
 from rag_pipeline.cli.evaluate import _check_writable as check_writable
 from rag_pipeline.cli.output import print_json
-from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES, VERDICTS, AnswerScoring, JudgeConfig
+from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES, VERDICTS, AnswerScoring
 from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.contracts.judge import JudgeConfig
 from rag_pipeline.service import answers as service
 from rag_pipeline.service.catalog import printable
 from rag_pipeline.service.database import get_engine

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, get_embedder
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, Embedder, get_embedder
 from rag_pipeline.settings import project_root
 from rag_pipeline.storage.engine import alembic_config, dagster_database_url, database_url, get_engine
 from rag_pipeline.storage.urls import mask_secrets, mask_url
@@ -93,7 +93,7 @@ def check_daemon() -> Check:
     return Check("dagster daemon", "OK", f"running (heartbeat {time.time() - beat.timestamp:.0f} s ago)")
 
 
-def check_model(name: str, load: Callable[[str], object] = get_embedder) -> Check:
+def check_model(name: str, load: Callable[[str], Embedder] = get_embedder) -> Check:
     """The model's code imports and its shipped weights load (nothing is downloaded)."""
     try:
         embedder = load(name)

@@ -68,12 +68,12 @@ def find_chunks(engine: sa.Engine, knowledge_base: str, *, search: str | None = 
     order = [r.chunk_id for r in sorted(phrase, key=lambda r: (r.chunk_id not in fused,
                                                                fused[r.chunk_id].rank if r.chunk_id in fused else 0))]
     order += [cid for cid in fused if cid not in literal]
-    rows = {**details, **{r.chunk_id: r for r in phrase}}
+    by_id = {**details, **{r.chunk_id: r for r in phrase}}
     found = []
     for rank, cid in enumerate(order[:limit], start=1):
         c = fused.get(cid)
         matched = (("phrase",) if cid in literal else ()) + (
             (("keyword",) if c.keyword_rank else ()) + (("vector",) if c.vector_rank else ()) if c else ())
-        found.append(_found(rank, rows[cid], search, matched, c.final_score if c else None))
+        found.append(_found(rank, by_id[cid], search, matched, c.final_score if c else None))
     return ChunkList(knowledge_base=kb.name, knowledge_base_id=str(kb.id), search=search, document=doc_name,
                      total=len(order), chunks=found)

@@ -131,11 +131,11 @@ def _fix(row, remap: span_remap.SpanRemap | None, document: tuple | None) -> Lab
     if row.status in REMAPPED_STATUSES and remap is not None:
         new_id, reason = span_remap.decide(remap)
         candidates = [FixCandidate(**c.as_dict(), document_name=remap.document_name) for c in remap.candidates]
+        old_span = [remap.old.char_start, remap.old.char_end] if remap.old else None
         if new_id:
             overlap = next(c.overlap for c in remap.candidates if c.chunk_id == new_id)
             return LabelChange(**base, new_chunk_ids=[new_id], overlap={new_id: round(overlap, 4)}, reason=reason,
-                               document_name=remap.document_name, old_span=[remap.old.char_start, remap.old.char_end])
-        old_span = [remap.old.char_start, remap.old.char_end] if remap.old else None
+                               document_name=remap.document_name, old_span=old_span)
         return LabelChange(**base, new_chunk_ids=[], reason=reason, document_name=remap.document_name,
                            old_span=old_span, candidates=candidates)
     return LabelChange(**base, new_chunk_ids=[], reason=row.detail, candidates=[
