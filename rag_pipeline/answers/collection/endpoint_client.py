@@ -48,6 +48,7 @@ from rag_pipeline.answers.collection.retry_policy import (
 )
 from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, AnswerRecord, EndpointConfig
 from rag_pipeline.evaluation.dataset import EvaluationCase
+from rag_pipeline.storage.files import format_size
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 """A reply longer than this is not parsed (recorded as an error, its start kept)."""
@@ -157,15 +158,11 @@ class EndpointClient:
             quoted = f": {raw[:ERROR_BODY_CHARS]!r}" if raw is not None else ""
             return error_record(case.case_id, f"HTTP {reply.status}{quoted}", raw=raw, **common)
         if reply.over_limit:
-            return error_record(case.case_id, f"the reply is longer than {_size(self.max_response_bytes)}; it was "
-                                              "cut there and not parsed", raw=raw, **common)
+            return error_record(case.case_id, f"the reply is longer than {format_size(self.max_response_bytes)}; it "
+                                              "was cut there and not parsed", raw=raw, **common)
         return record_from_reply(case.case_id, reply.body, self.paths, scrub, **common)
 
 
 def _nothing(_text: str) -> str:
     """The stored form of a reply's text when it is not quoted (over the HTTP API): none."""
     return ""
-
-
-def _size(limit: int) -> str:
-    return f"{limit // 2**20} MB" if limit % 2**20 == 0 else f"{limit // 1024} kB"
