@@ -156,7 +156,8 @@ def _warnings(knowledge_base: str, text_search: str, docs: Sequence[SourceDocume
     return warnings
 
 
-def _plan(docs, existing, kb_name, chunk_size, chunk_overlap, result, recut=False):
+def _plan(docs: Sequence[SourceDocument], existing: dict, kb_name: str, chunk_size: int | None, chunk_overlap: int,
+          result: IngestResult, recut: bool = False) -> tuple[list[_NewChunk], list[uuid.UUID], list[tuple]]:
     new_chunks: list[_NewChunk] = []
     changed: list[uuid.UUID] = []
     doc_rows = []

@@ -42,7 +42,7 @@ class DatabaseAuthenticationError(DatabaseUnavailableError, DatabaseError):
 
 
 def _unreachable(url: str, exc: BaseException) -> DatabaseUnavailableError:
-    reason = mask_secrets(_first_line(exc))
+    reason = first_line(exc)
     if "password authentication failed" in reason or "no password supplied" in reason:
         return DatabaseAuthenticationError(f"the database {mask_url(url)} refused the password: {reason} (check the "
                                            "password in RAG_DATABASE_URL; `rag-pipeline db password` prints the "
@@ -102,7 +102,7 @@ def _create_sibling_database(kb_url: str, name: str) -> None:
         _create_database_if_missing(kb_url, name)
     except sa.exc.ProgrammingError as exc:  # permission denied
         raise DatabaseError(f"Dagster's storage needs the database {name!r} next to {mask_url(kb_url)}, and "
-                            f"creating it failed ({mask_secrets(_first_line(exc))}): create it, or set "
+                            f"creating it failed ({first_line(exc)}): create it, or set "
                             "RAG_DAGSTER_PG_URL") from None
     except sa.exc.OperationalError as exc:
         raise _unreachable(kb_url, exc) from None
@@ -172,8 +172,9 @@ def get_engine(url: str | None = None, *, migrate: bool = True, readers: int = 0
     return engine
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (its driver error's, if any), secrets masked; else its type."""
+    text = mask_secrets(str(getattr(exc, "orig", None) or exc)).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 

@@ -256,7 +256,7 @@ async def _check_endpoint(endpoint: EndpointConfig) -> EndpointGuard:
 class _Collections:
     """The collections this app runs (``app.state.collections``): their answers files."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.running: set[FilePath] = set()
 
     def check_room(self) -> None:
