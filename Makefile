@@ -32,9 +32,11 @@ test: install
 test-fast: install
 	$(BIN)/pytest -q -m "not db and not slow"
 
-## make lint: ruff check of the whole repository (rules: [tool.ruff] in pyproject.toml); .ci/run runs it before the tests
+## make lint: ruff check of the whole repository (rules: [tool.ruff] in pyproject.toml), then mypy over the package
+## (with the pydantic plugin; [tool.mypy]); .ci/run runs it before the tests
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 ## make dev: the Dagster UI (http://127.0.0.1:3000, with the daemon that runs queued evaluations) and the HTTP API +
 ## admin console (http://127.0.0.1:8000/admin/retrieval-evaluations, OpenAPI at /docs) on the embedded Postgres;

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from rag_pipeline.contracts.answers import AnswerRecord
 from rag_pipeline.contracts.errors import BadInputError
@@ -237,7 +238,7 @@ def _field(loc: tuple) -> str:
     return out
 
 
-def _message(error: dict) -> str:
+def _message(error: ErrorDetails) -> str:
     kind, value = error["type"], error.get("input")
     if kind == "extra_forbidden":
         return "is not a field of an answer line (schemas/answers-v1.json lists them)"

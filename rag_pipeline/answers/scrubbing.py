@@ -16,7 +16,7 @@ import base64
 import binascii
 import re
 from collections.abc import Iterable
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 SCRUBBED = "[secret]"
 MIN_SECRET_CHARS = 4
@@ -136,11 +136,3 @@ def redact_url(url: str) -> str:
     if _USERINFO.match(url):
         return _USERINFO.sub(lambda m: (m["head"] or "") + "//***@", url, count=1)
     return _BARE_USERINFO.sub("***@", url, count=1)  # no // (``alice:pw@host/rag``): refused, but never shown
-
-
-def has_userinfo(url: str) -> bool:
-    """Whether ``url`` carries ``user@`` or ``user:password@`` before its host."""
-    try:
-        return "@" in urlsplit(url).netloc
-    except ValueError:
-        return _USERINFO.match(url) is not None

@@ -197,6 +197,13 @@ class AnswerReport(BaseModel):
     summary: AnswerSummary
     cases: list[AnswerCaseResult]
 
+    @property
+    def stored_run(self) -> AnswerRun:
+        """The run of a report that was stored (``answers evaluate --no-store`` stores none)."""
+        if self.run is None:
+            raise ValueError("the answers were scored without storing a run")
+        return self.run
+
 
 class AnswerRunList(BaseModel):
     """``answers runs`` / ``GET /answer-runs``: newest first."""

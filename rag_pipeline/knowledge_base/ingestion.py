@@ -34,6 +34,7 @@ the script of the documents (:func:`textsearch.text_mode_warning`), documents wi
 from __future__ import annotations
 
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from rag_pipeline.knowledge_base.sources import SourceDocument
 from rag_pipeline.storage import queries as storage
 from rag_pipeline.storage.engine import (
     build_vector_index,
+    driver_connection,
     ensure_embedding_model,
     hnsw_index_name,
     knowledge_base_lock,
@@ -61,8 +63,8 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 @dataclass
 class _NewChunk:
-    id: object
-    document_id: object
+    id: uuid.UUID
+    document_id: uuid.UUID
     chunk: chunking.Chunk
 
 
@@ -154,9 +156,10 @@ def _warnings(knowledge_base: str, text_search: str, docs: Sequence[SourceDocume
     return warnings
 
 
-def _plan(docs, existing, kb_name, chunk_size, chunk_overlap, result, recut=False):
+def _plan(docs: Sequence[SourceDocument], existing: dict, kb_name: str, chunk_size: int | None, chunk_overlap: int,
+          result: IngestResult, recut: bool = False) -> tuple[list[_NewChunk], list[uuid.UUID], list[tuple]]:
     new_chunks: list[_NewChunk] = []
-    changed: list[object] = []
+    changed: list[uuid.UUID] = []
     doc_rows = []
     for doc in docs:
         doc_id = chunking.document_id(kb_name, doc.original_name)
@@ -232,7 +235,7 @@ def _skipped(result: IngestResult, why: str) -> str:
             f"index was not rebuilt ({why}); autovacuum removes the replaced vectors later")
 
 
-def _insert_chunks(conn: sa.Connection, kb_id, mode, new_chunks: list[_NewChunk]) -> list:
+def _insert_chunks(conn: sa.Connection, kb_id, mode, new_chunks: list[_NewChunk]) -> Sequence:
     if not new_chunks:
         return []
     return chunks.insert_chunks(conn, kb_id, textsearch.regconfig(mode), (
@@ -273,7 +276,7 @@ def _embed_missing(conn: sa.Connection, kb_id, embedder, encoder: BackgroundEnco
         return 0
     from pgvector.psycopg import register_vector  # noqa: PLC0415
 
-    raw = conn.connection.driver_connection
+    raw = driver_connection(conn)
     register_vector(raw)
     done, copy_s = 0, 0.0
     while batches:

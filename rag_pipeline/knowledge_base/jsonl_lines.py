@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from typing import Literal, overload
 
 MAX_ID_CHARS = 512
 """The longest document id of a ``.jsonl`` line (characters, an integer's digits included)."""
@@ -65,6 +66,10 @@ def document_id(obj: dict) -> str:
     return text
 
 
+@overload
+def string_field(obj: dict, field: str) -> str: ...
+@overload
+def string_field(obj: dict, field: str, *, optional: Literal[True]) -> str | None: ...
 def string_field(obj: dict, field: str, *, optional: bool = False) -> str | None:
     """``obj[field]`` if it is a string without a lone surrogate (``None`` when ``optional`` and absent/null)."""
     value = obj.get(field)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -66,7 +67,7 @@ class FolderDocuments(list):
     """The documents of a folder (a plain list of :class:`SourceDocument`) plus ``skipped``: the
     :class:`SkippedSource` entries, for the ingestion's warnings."""
 
-    def __init__(self, docs=(), skipped=()):
+    def __init__(self, docs: Iterable[SourceDocument] = (), skipped: Iterable[SkippedSource] = ()) -> None:
         super().__init__(docs)
         self.skipped: list[SkippedSource] = list(skipped)
 

@@ -80,25 +80,27 @@ def remap_by_span(conn: sa.Connection, target_kb_id, old_ids: Iterable[str]) -> 
             out[raw] = SpanRemap(chunk, chunk.document_name, problem=f"document {chunk.document_name!r} is not "
                                  "searchable in the target knowledge base (deleted, unpublished or not ready)")
             continue
-        span, located, problem = _locate(chunk, doc.content)
-        if problem:
-            out[raw] = SpanRemap(chunk, chunk.document_name, problem=problem)
+        found = _locate(chunk, doc.content)
+        if isinstance(found, str):
+            out[raw] = SpanRemap(chunk, chunk.document_name, problem=found)
             continue
+        span, located = found
         out[raw] = SpanRemap(chunk, chunk.document_name, span, located,
                              _candidates(span, chunks.get(str(doc.id), [])))
     return out
 
 
-def _locate(chunk: ChunkRow, text: str) -> tuple[tuple[int, int] | None, str, str | None]:
+def _locate(chunk: ChunkRow, text: str) -> tuple[tuple[int, int], str] | str:
+    """``(span, how it was located)`` of the old passage in ``text``, or why it cannot be located."""
     if text[chunk.char_start:chunk.char_end] == chunk.text:
-        return (chunk.char_start, chunk.char_end), "same span", None
+        return (chunk.char_start, chunk.char_end), "same span"
     first = text.find(chunk.text)
     if first < 0:
-        return None, "", (f"the old passage (chars {chunk.char_start}-{chunk.char_end}) is no longer in document "
-                          f"{chunk.document_name!r}: its text changed")
+        return (f"the old passage (chars {chunk.char_start}-{chunk.char_end}) is no longer in document "
+                f"{chunk.document_name!r}: its text changed")
     if text.find(chunk.text, first + 1) >= 0:
-        return None, "", (f"the old passage occurs more than once in the changed document {chunk.document_name!r}")
-    return (first, first + len(chunk.text)), f"passage moved to chars {first}-{first + len(chunk.text)}", None
+        return f"the old passage occurs more than once in the changed document {chunk.document_name!r}"
+    return (first, first + len(chunk.text)), f"passage moved to chars {first}-{first + len(chunk.text)}"
 
 
 def _candidates(span: tuple[int, int], rows) -> tuple[SpanCandidate, ...]:

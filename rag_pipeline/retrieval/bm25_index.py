@@ -97,6 +97,7 @@ class Bm25Index:
             return [(term_row[r.lexeme], r.n, r.data) for r in result if r.lexeme in term_row]
 
         def read_borrowed(first: str | None, after: str | None) -> list:
+            assert borrow is not None, "only ranges beyond the first are borrowed"
             with borrow() as other:
                 return read(other, first, after)
 

@@ -189,7 +189,7 @@ def bm25_params(k1: float, b: float) -> dict[str, float]:
     return {"k1": float(k1), "b": float(b)}
 
 
-def index_inputs(conn: sa.Connection, kb_id) -> tuple[sa.Row, list[sa.Row], list[sa.Row]]:
+def index_inputs(conn: sa.Connection, kb_id) -> tuple[sa.Row, Sequence[sa.Row], Sequence[sa.Row]]:
     """N and avgdl (``n``, ``avgdl``) of the KB; its searchable chunks in chunk-id order (id as text and 16-byte
     key, document, token count); every lexeme's ``doc_freq`` and ``idf``, in lexeme order."""
     params = {"kb": kb_id}

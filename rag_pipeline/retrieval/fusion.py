@@ -10,7 +10,7 @@ equal the 1-D functions bit for bit, and the 1-D functions are their one-row cas
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -36,6 +36,10 @@ def _valid(mask: ArrayLike | None, shape: tuple[int, ...]) -> np.ndarray:
     return valid
 
 
+@overload
+def _row(values: ArrayLike) -> np.ndarray: ...
+@overload
+def _row(values: None) -> None: ...
 def _row(values: ArrayLike | None) -> np.ndarray | None:
     return None if values is None else np.asarray(values, dtype=float).reshape(1, -1)
 

@@ -84,7 +84,7 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
             for i, question in enumerate(queries)
         ]
         if strategy.rerank is not None:
-            traces = stages.rerank_batch(conn, kb, strategy, traces, limits)
+            traces = stages.rerank_batch(conn, kb, strategy.version, strategy.rerank, traces, limits)
     except sa.exc.OperationalError as exc:
         if is_statement_timeout(exc):
             raise StatementTimeout(statement_timeout_message()) from None
@@ -149,8 +149,9 @@ def preflight(conn: sa.Connection, kb: sa.Row | KnowledgeBaseRef, strategy: Stra
 
 
 def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> tuple[list[list[LegHit]], np.ndarray]:
+    """The leg's hits per question, and the questions' vectors (an empty array without the leg)."""
     if strategy.vector_candidate_k == 0:
-        return [[] for _ in queries], None
+        return [[] for _ in queries], np.empty((len(queries), 0), dtype=np.float32)
     model = strategy.embedding_model
     params = {"kb": kb.id, "model": model}
     dimension = retrieval_sql.model_dimension(conn, model)
@@ -202,7 +203,7 @@ def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,
         sql = retrieval_sql.TS_RANK_CD_LEG_SQL if targets is None else retrieval_sql.TS_RANK_CD_TARGETS_LEG_SQL
     else:  # pragma: no cover - Strategy validates the scorer
         raise RetrievalError(f"unknown keyword scorer {strategy.keyword_scorer!r}")
-    if targets is None:
+    if wanted is None:
         return _group(retrieval_sql.keyword_leg(conn, sql, params), len(queries)), below
     params["targets"] = ["{" + ",".join(ids) + "}" for ids in wanted]
     rows = retrieval_sql.keyword_leg(conn, sql, params).all()

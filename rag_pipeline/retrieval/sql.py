@@ -187,7 +187,7 @@ def knowledge_base(conn: sa.Connection, kb_id) -> sa.Row | None:
 
 
 def has_embeddings(conn: sa.Connection, kb_id, model: str) -> bool:
-    return bool(conn.execute(sa.text(HAS_EMBEDDINGS_SQL), {"kb": kb_id, "model": model}).scalar())
+    return bool(conn.execute(sa.text(HAS_EMBEDDINGS_SQL), {"kb": kb_id, "model": model}).scalar_one())
 
 
 def set_statement_timeout(conn: sa.Connection, milliseconds: int) -> None:
@@ -203,7 +203,7 @@ def vector_leg(conn: sa.Connection, dimension: int, params: dict, *, exact: bool
 
 
 def searchable_vectors(conn: sa.Connection, kb_id, model: str) -> int:
-    return conn.execute(sa.text(SEARCHABLE_VECTORS_SQL), {"kb": kb_id, "model": model}).scalar()
+    return conn.execute(sa.text(SEARCHABLE_VECTORS_SQL), {"kb": kb_id, "model": model}).scalar_one()
 
 
 def keyword_leg(conn: sa.Connection, statement: str, params: dict) -> sa.CursorResult:

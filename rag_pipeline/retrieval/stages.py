@@ -45,10 +45,10 @@ def stored_vector_scores(conn: sa.Connection, kb_id, model: str, query_vectors: 
     return out
 
 
-def rerank_scores(conn: sa.Connection, kb, strategy: Strategy, queries: Sequence[str],
+def rerank_scores(conn: sa.Connection, kb, version: str, rerank: Rerank, queries: Sequence[str],
                   chunk_ids: Sequence[Sequence[str]]) -> list[dict[str, float]]:
-    """Per question, ``{chunk id: rerank score}`` for the listed chunks under ``strategy.rerank``."""
-    rerank: Rerank = strategy.rerank
+    """Per question, ``{chunk id: rerank score}`` for the listed chunks under the rerank stage of strategy
+    ``version``."""
     if rerank.method == "embedding":
         vectors = get_embedder(rerank.model).embed(list(queries))
         scores = stored_vector_scores(conn, kb.id, rerank.model, vectors, chunk_ids)
@@ -56,13 +56,13 @@ def rerank_scores(conn: sa.Connection, kb, strategy: Strategy, queries: Sequence
             missing = [i for i in ids if i not in found]
             if missing:
                 raise RetrievalError(
-                    f"strategy {strategy.version}: {len(missing)} pooled chunk(s) (e.g. {missing[0]}) have no "
+                    f"strategy {version}: {len(missing)} pooled chunk(s) (e.g. {missing[0]}) have no "
                     f"{rerank.model!r} vector for the rerank stage; ingest knowledge base {kb.name!r} with "
                     f"--models {rerank.model}")
         return scores
     from rag_pipeline.retrieval.cross_encoder import load_cross_encoder  # noqa: PLC0415 - torch only when used
 
-    model = load_cross_encoder(rerank.model, strategy.version)
+    model = load_cross_encoder(rerank.model, version)
     every = sorted({i for ids in chunk_ids for i in ids})
     texts = retrieval_sql.chunk_texts(conn, uuid_literal(every))
     pairs = [(q, texts[i]) for q, ids in zip(queries, chunk_ids, strict=True) for i in ids]
@@ -82,7 +82,7 @@ def rerank_trace(trace: RetrievalTrace, scores: dict[str, float], rerank: Rerank
     final = (rerank.weight * fusion.normalize(r, rerank.normalization)
              + (1.0 - rerank.weight) * fusion.normalize(f, rerank.normalization))
     order = np.lexsort((np.arange(n), -final))  # final desc, then first-stage rank asc
-    out = []
+    out: list[Candidate] = []
     for index in order:
         c = head[index]
         out.append(dataclasses.replace(c, rank=len(out) + 1, rerank_score=float(r[index]),
@@ -94,13 +94,13 @@ def rerank_trace(trace: RetrievalTrace, scores: dict[str, float], rerank: Rerank
     return RetrievalTrace(trace.question, out, out[:limit], trace.keyword_targets)
 
 
-def rerank_batch(conn: sa.Connection, kb, strategy: Strategy, traces: list[RetrievalTrace],
+def rerank_batch(conn: sa.Connection, kb, version: str, rerank: Rerank, traces: list[RetrievalTrace],
                  limits: Sequence[int]) -> list[RetrievalTrace]:
-    """Apply ``strategy.rerank`` to every trace of a batch (one scoring call for the batch)."""
-    top_n = strategy.rerank.top_n
+    """Apply strategy ``version``'s ``rerank`` stage to every trace of a batch (one scoring call for the batch)."""
+    top_n = rerank.top_n
     ids = [[c.chunk_id for c in (t.candidates if top_n is None else t.candidates[:top_n])] for t in traces]
-    scores = rerank_scores(conn, kb, strategy, [t.question for t in traces], ids)
-    return [rerank_trace(t, s, strategy.rerank, limit) for t, s, limit in zip(traces, scores, limits, strict=True)]
+    scores = rerank_scores(conn, kb, version, rerank, [t.question for t in traces], ids)
+    return [rerank_trace(t, s, rerank, limit) for t, s, limit in zip(traces, scores, limits, strict=True)]
 
 
 def completion_targets(vector_hits, targets) -> list[list[str]]:

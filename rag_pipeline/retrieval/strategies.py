@@ -45,8 +45,10 @@ _RERANK_CHOICES = {"method": RERANK_METHODS, "normalization": RERANK_NORMALIZATI
 _UNSET: Any = object()
 
 
-def _one_of(value: str, allowed: tuple[str, ...]) -> str:
-    """A field restricted to ``allowed`` (the message pydantic reports under the field's name)."""
+def _one_of(value: str, info: ValidationInfo, choices: dict[str, tuple[str, ...]]) -> str:
+    """A field restricted to its ``choices`` (the message pydantic reports under the field's name)."""
+    assert info.field_name is not None, "a field validator's"
+    allowed = choices[info.field_name]
     if value not in allowed:
         raise ValueError(f"is {value!r}; expected one of {list(allowed)}")
     return value
@@ -72,7 +74,7 @@ class Rerank(BaseModel):
     @field_validator(*_RERANK_CHOICES)
     @classmethod
     def _one_of(cls, value: str, info: ValidationInfo) -> str:
-        return _one_of(value, _RERANK_CHOICES[info.field_name])
+        return _one_of(value, info, _RERANK_CHOICES)
 
     @model_validator(mode="after")
     def _model(self) -> Rerank:
@@ -135,7 +137,7 @@ class Strategy(BaseModel):
     @field_validator(*_CHOICES)
     @classmethod
     def _one_of(cls, value: str, info: ValidationInfo) -> str:
-        return _one_of(value, _CHOICES[info.field_name])
+        return _one_of(value, info, _CHOICES)
 
     @model_validator(mode="after")
     def _consistent(self) -> Strategy:
@@ -319,7 +321,7 @@ def strategy_entry(strategy: Strategy) -> dict[str, Any]:
     for name, default in OPTIONAL_FIELDS.items():
         if entry[name] == default:
             del entry[name]
-    if entry.get("rerank") is not None:
+    if strategy.rerank is not None:
         entry["rerank"] = strategy.rerank.model_dump()
     return entry
 

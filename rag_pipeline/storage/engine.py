@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
@@ -40,13 +41,13 @@ class DatabaseAuthenticationError(DatabaseUnavailableError, DatabaseError):
     the password masked in the message."""
 
 
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (DatabaseUnavailableError, sa.exc.OperationalError,
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (DatabaseUnavailableError, sa.exc.OperationalError,
                                                      sa.exc.InterfaceError)
 """The database did not answer or dropped the connection: worth a bounded retry."""
 
 
 def _unreachable(url: str, exc: BaseException) -> DatabaseUnavailableError:
-    reason = mask_secrets(_first_line(exc))
+    reason = first_line(exc)
     if "password authentication failed" in reason or "no password supplied" in reason:
         return DatabaseAuthenticationError(f"the database {mask_url(url)} refused the password: {reason} (check the "
                                            "password in RAG_DATABASE_URL; `rag-pipeline db password` prints the "
@@ -106,7 +107,7 @@ def _create_sibling_database(kb_url: str, name: str) -> None:
         _create_database_if_missing(kb_url, name)
     except sa.exc.ProgrammingError as exc:  # permission denied
         raise DatabaseError(f"Dagster's storage needs the database {name!r} next to {mask_url(kb_url)}, and "
-                            f"creating it failed ({mask_secrets(_first_line(exc))}): create it, or set "
+                            f"creating it failed ({first_line(exc)}): create it, or set "
                             "RAG_DAGSTER_PG_URL") from None
     except sa.exc.OperationalError as exc:
         raise _unreachable(kb_url, exc) from None
@@ -127,6 +128,13 @@ DEFAULT_POOL_SIZE = 5
 
 
 _ENGINES: list[Engine] = []
+
+
+def driver_connection(conn: sa.Connection) -> psycopg.Connection:
+    """The psycopg 3 connection of the transaction ``conn`` (for COPY and pgvector's adapters)."""
+    raw = conn.connection.driver_connection
+    assert raw is not None, "the connection is closed"
+    return raw
 
 
 def dispose_engines() -> None:
@@ -169,8 +177,9 @@ def get_engine(url: str | None = None, *, migrate: bool = True, readers: int = 0
     return engine
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (its driver error's, if any), secrets masked; else its type."""
+    text = mask_secrets(str(getattr(exc, "orig", None) or exc)).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 

@@ -39,16 +39,16 @@ def check_capacity(engine: sa.Engine, readers: int, extra: int) -> None:
     ``max_overflow``; :func:`rag_pipeline.storage.engine.get_engine` sizes one with ``readers=n``) and the
     server's free connection slots (``max_connections`` minus reserved and in-use ones)."""
     needed = readers + extra
-    pool = engine.pool
-    if callable(getattr(pool, "size", None)):  # a QueuePool (NullPool / StaticPool have no bound of their own)
-        capacity = pool.size() + max(getattr(pool, "_max_overflow", 0), 0)
+    bounded = engine.pool if isinstance(engine.pool, sa.QueuePool) else None  # NullPool, StaticPool: no bound
+    if bounded is not None:
+        capacity = bounded.size() + max(bounded._max_overflow, 0)
         if needed > capacity:
             raise TooManyReadersError(
                 f"--readers {readers} needs {needed} database connections ({readers} readers + {extra}) but the "
                 f"engine's connection pool holds at most {capacity}; use at most {capacity - extra} readers")
     with engine.connect() as conn:
         free = queries.free_connections(conn)
-    idle = pool.checkedin() if callable(getattr(pool, "checkedin", None)) else 0
+    idle = bounded.checkedin() if bounded is not None else 0
     free += idle  # the pool's idle connections are counted in use but serve this run
     if needed > free + 1:  # + 1: the connection that asked is back in the pool
         raise TooManyReadersError(
@@ -85,12 +85,14 @@ def snapshot_readers(engine: sa.Engine, n: int) -> Iterator[SnapshotReaders]:
         first = engine.connect().execution_options(isolation_level="REPEATABLE READ")
         connections.append(first)
         first.begin()
-        snapshot_id = queries.export_snapshot(first) if n > 1 else None
-        for _ in range(n - 1):
-            conn = engine.connect().execution_options(isolation_level="REPEATABLE READ")
-            connections.append(conn)
-            conn.begin()
-            queries.import_snapshot(conn, snapshot_id)
+        snapshot_id = None
+        if n > 1:
+            snapshot_id = queries.export_snapshot(first)
+            for _ in range(n - 1):
+                conn = engine.connect().execution_options(isolation_level="REPEATABLE READ")
+                connections.append(conn)
+                conn.begin()
+                queries.import_snapshot(conn, snapshot_id)
         yield SnapshotReaders(connections, snapshot_id)
     finally:
         for conn in reversed(connections):

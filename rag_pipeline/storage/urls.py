@@ -41,7 +41,7 @@ def mask_url(url: str) -> str:
     return _PASSWORD_PARAM.sub(lambda m: m["head"] + "***", masked)
 
 
-def mask_secrets(text: str) -> str:
+def mask_secrets(text: object) -> str:
     """Mask every password inside a free-form message, in every form a connection string takes: URLs
     (``user:pw@``, ``?password=``), libpq ``key=value`` strings (``password=pw``, ``password='a b'``) and
     ``PGPASSWORD=pw``-style assignments."""

@@ -86,7 +86,8 @@ def create_app(launcher: Launcher | None = None) -> FastAPI:
     app.state.launcher = launcher
     problems.install(app)
     request_rules.install(app)
-    app.add_exception_handler(security.LoginRequired, security.login_redirect)
+    # Starlette types every handler as taking any Exception; this one is registered for LoginRequired only
+    app.add_exception_handler(security.LoginRequired, security.login_redirect)  # type: ignore[arg-type]
     app.add_middleware(SessionMiddleware, secret_key=security.session_secret(),
                        session_cookie=security.SESSION_COOKIE, max_age=security.SESSION_MAX_AGE,
                        same_site="strict", https_only=False)

@@ -102,8 +102,9 @@ async def require_csrf(request: Request) -> None:
     given = request.headers.get(CSRF_HEADER)
     if given is None and request.headers.get("content-type", "").startswith(
             ("application/x-www-form-urlencoded", "multipart/form-data")):
-        given = (await request.form()).get(CSRF_FIELD)
-    if not _csrf_matches(request, given if isinstance(given, str) else None):
+        field = (await request.form()).get(CSRF_FIELD)
+        given = field if isinstance(field, str) else None
+    if not _csrf_matches(request, given):
         raise HTTPProblem(403, "missing or wrong CSRF token: reload the page and submit the form again")
 
 

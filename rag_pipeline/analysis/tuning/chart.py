@@ -64,8 +64,8 @@ def chart_fonts() -> Iterator[str | None]:
         yield cjk
 
 
-def plot_sweep(result: SweepResult, base: FusionConfig | None = None, title: str | None = None,
-               dpi: int = 100) -> bytes:
+def plot_sweep(result: SweepResult[FusionConfig], base: FusionConfig | None = None,
+               title: str | None = None, dpi: int = 100) -> bytes:
     """PNG bytes of the sweep chart (mean of ``result.metric`` over all cases)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - see chart_fonts
     from matplotlib.figure import Figure  # noqa: PLC0415
@@ -115,7 +115,7 @@ def markdown_image(png: bytes, alt: str = "sweep") -> str:
     return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"
 
 
-def sweep_markdown(result: SweepResult, base: FusionConfig | None = None,
+def sweep_markdown(result: SweepResult[FusionConfig], base: FusionConfig | None = None,
                    title: str | None = None) -> str:
     """The sweep chart as a markdown image."""
     return markdown_image(plot_sweep(result, base, title))

@@ -70,8 +70,8 @@ def find_pool_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAUL
         version = dataset_version_row(conn, dataset, knowledge_base, dataset_version)
     except ComparisonError:
         version = None
-    row = run_history.latest_of_strategy(conn, pool_strategy, version.dataset_id if version else None)
-    if row is None:
+    row = run_history.latest_of_strategy(conn, pool_strategy, version.dataset_id) if version else None
+    if version is None or row is None:
         others = run_history.strategies_with_runs(conn, version.dataset_id) if version else []
         where = (f" and knowledge base {knowledge_base!r}" if knowledge_base else "") + \
             (f" (version {version.content_hash[:12]})" if version else "")

@@ -39,6 +39,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from rag_pipeline.answers.answers_file import line_problems
+from rag_pipeline.answers.collection.reply_mapping import error_record
 from rag_pipeline.contracts.answers import AnswerRecord
 from rag_pipeline.contracts.errors import BadInputError, ConflictError
 from rag_pipeline.storage.files import FileReadError, format_size, open_regular, read_lines_bounded, write_atomic
@@ -196,10 +197,9 @@ def storable(record: AnswerRecord) -> tuple[AnswerRecord, bytes]:
     if record.status == "error" and record.error:
         error = f"{record.error} (and {error})"
     raw = record.raw_response
-    keep = {"latency_ms": record.latency_ms, "attempts": record.attempts, "answerer": record.answerer}
     for candidate in (raw, raw[:len(raw) // 4] if raw else None, None):
-        fallback = AnswerRecord(case_id=record.case_id, status="error", error=error[:10_000],
-                                raw_response=candidate, **keep)
+        fallback = error_record(record.case_id, error, raw=candidate, latency_ms=record.latency_ms,
+                                attempts=record.attempts, answerer=record.answerer)
         problem, line = _refused(fallback)
         if problem is None:
             return fallback, line

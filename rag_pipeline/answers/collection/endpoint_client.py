@@ -19,7 +19,6 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass
-from typing import Protocol
 
 import httpx
 
@@ -34,6 +33,7 @@ from rag_pipeline.answers.collection.endpoint_request import (
 )
 from rag_pipeline.answers.collection.reply_mapping import (
     ERROR_BODY_CHARS,
+    CallFacts,
     ReplyPaths,
     error_record,
     raw_text,
@@ -47,17 +47,11 @@ from rag_pipeline.answers.collection.retry_policy import (
     wait_before_retry,
 )
 from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, AnswerRecord, EndpointConfig
+from rag_pipeline.evaluation.datasets.load import EvaluationCase
+from rag_pipeline.storage.files import format_size
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 """A reply longer than this is not parsed (recorded as an error, its start kept)."""
-
-
-class AskedCase(Protocol):
-    """What the client needs of a dataset case."""
-
-    case_id: str
-    question: str
-    k: int
 
 
 @dataclass(frozen=True)
@@ -109,7 +103,7 @@ class EndpointClient:
         if self._client is not None:
             await self._client.aclose()
 
-    async def ask(self, case: AskedCase) -> CaseOutcome:
+    async def ask(self, case: EvaluationCase) -> CaseOutcome:
         """The case's answer line after at most ``1 + retries`` requests."""
         attempts, cannot_connect, problem = 0, False, "no request made"
         for attempt in range(self.config.retries + 1):
@@ -134,7 +128,7 @@ class EndpointClient:
     def _wait(self, attempt: int, retry_after: str | None) -> float:
         return wait_before_retry(attempt + 1, self.config.backoff_s, self.config.max_wait_s, retry_after)
 
-    async def _request(self, case: AskedCase) -> _Reply:
+    async def _request(self, case: EvaluationCase) -> _Reply:
         assert self._client is not None, "use EndpointClient in `async with`"
         url = fill_url(self.url, case.question, case.case_id, case.k)
         headers = self.headers.as_dict()
@@ -156,23 +150,19 @@ class EndpointClient:
                 return _Reply(resp.status_code, bytes(body), over, resp.headers.get("retry-after"),
                               (time.perf_counter() - start) * 1000)
 
-    def _record(self, case: AskedCase, reply: _Reply, attempts: int) -> AnswerRecord:
-        common = {"latency_ms": round(reply.latency_ms, 3), "attempts": attempts}
+    def _record(self, case: EvaluationCase, reply: _Reply, attempts: int) -> AnswerRecord:
+        common: CallFacts = {"latency_ms": round(reply.latency_ms, 3), "attempts": attempts}
         scrub = self.headers.scrub if self.quote_replies else _nothing
         raw = raw_text(reply.body, scrub) if self.quote_replies else None
         if not 200 <= reply.status < 300:
             quoted = f": {raw[:ERROR_BODY_CHARS]!r}" if raw is not None else ""
             return error_record(case.case_id, f"HTTP {reply.status}{quoted}", raw=raw, **common)
         if reply.over_limit:
-            return error_record(case.case_id, f"the reply is longer than {_size(self.max_response_bytes)}; it was "
-                                              "cut there and not parsed", raw=raw, **common)
+            return error_record(case.case_id, f"the reply is longer than {format_size(self.max_response_bytes)}; it "
+                                              "was cut there and not parsed", raw=raw, **common)
         return record_from_reply(case.case_id, reply.body, self.paths, scrub, **common)
 
 
 def _nothing(_text: str) -> str:
     """The stored form of a reply's text when it is not quoted (over the HTTP API): none."""
     return ""
-
-
-def _size(limit: int) -> str:
-    return f"{limit // 2**20} MB" if limit % 2**20 == 0 else f"{limit // 1024} kB"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -77,7 +78,7 @@ class ResolvedHeaders:
     """The request headers with their ``env:`` values read; the values never appear in ``repr`` or ``str``.
     ``url`` is the endpoint's: the password of its ``user:password@`` is scrubbed too."""
 
-    def __init__(self, specs: tuple[str, ...] | list[str], environ: dict[str, str] | None = None, *,
+    def __init__(self, specs: tuple[str, ...] | list[str], environ: Mapping[str, str] | None = None, *,
                  url: str = ""):
         environ = os.environ if environ is None else environ
         self._headers: dict[str, str] = {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from pydantic import ValidationError
 
@@ -43,6 +43,14 @@ def _kind(value: Any) -> str:
     if isinstance(value, LongInteger):
         return f"an integer of {len(value.text.lstrip('-')):,} digits"
     return type(value).__name__
+
+
+class CallFacts(TypedDict, total=False):
+    """What an answer line records of the requests that produced it."""
+
+    latency_ms: float | None
+    attempts: int | None
+    answerer: str | None
 
 
 @dataclass(frozen=True)
@@ -75,10 +83,8 @@ def scrubbed_record(record: AnswerRecord, scrub: Callable[[str], str]) -> Answer
         "answerer": text(record.answerer, 200)})
 
 
-def error_record(case_id: str, error: str, *, raw: str | None = None, latency_ms: float | None = None,
-                 attempts: int | None = None, answerer: str | None = None) -> AnswerRecord:
-    return AnswerRecord(case_id=case_id, status="error", error=error[:10_000], raw_response=raw,
-                        latency_ms=latency_ms, attempts=attempts, answerer=answerer)
+def error_record(case_id: str, error: str, *, raw: str | None = None, **facts: Unpack[CallFacts]) -> AnswerRecord:
+    return AnswerRecord(case_id=case_id, status="error", error=error[:10_000], raw_response=raw, **facts)
 
 
 def _ids(value: Any, what: str, path: ResponsePath) -> list[str]:
@@ -99,11 +105,10 @@ def _optional(document: Any, path: ResponsePath, what: str) -> list[str] | None:
     return None if value is None else _ids(value, what, path)
 
 
-def record_from_reply(case_id: str, body: bytes, paths: ReplyPaths, scrub: Callable[[str], str], *,
-                      latency_ms: float, attempts: int, answerer: str | None = None) -> AnswerRecord:
+def record_from_reply(case_id: str, body: bytes, paths: ReplyPaths, scrub: Callable[[str], str],
+                      **common: Unpack[CallFacts]) -> AnswerRecord:
     """The answer line of a 2xx reply ``body`` (complete: the caller refuses an over-long body first)."""
     raw = raw_text(body, scrub)
-    common = {"latency_ms": latency_ms, "attempts": attempts, "answerer": answerer}
     try:
         document = json.loads(body, parse_int=_int)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -22,7 +22,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -66,7 +66,7 @@ def _base_url(config: JudgeConfig) -> httpx.URL:
     return url
 
 
-def prompt_sha256(body: dict[str, object]) -> str:
+def prompt_sha256(body: Mapping[str, object]) -> str:
     """sha256 of the full prompt: the messages and the response format, as canonical JSON."""
     prompt = {"messages": body["messages"], "response_format": body.get("response_format")}
     return hashlib.sha256(json.dumps(prompt, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
@@ -138,7 +138,7 @@ class JudgeClient:
     def __exit__(self, *exc: object) -> None:
         self._http.close()
 
-    def ask(self, body: dict[str, object], repeat: int, parse: Callable[[str], T]) -> tuple[T | None, str | None]:
+    def ask(self, body: Mapping[str, object], repeat: int, parse: Callable[[str], T]) -> tuple[T | None, str | None]:
         """(the parsed reply, None), or (None, why not): the cache first, else the endpoint. ``body`` holds
         ``messages`` and ``response_format``; the model and temperature 0 are added here."""
         key = prompt_sha256(body)

@@ -47,7 +47,8 @@ class RefusalReply(BaseModel):
     refused: bool
 
 
-REPLY_MODELS: dict[str, type[BaseModel]] = {"faithfulness": FaithfulnessReply, "refusal": RefusalReply}
+Reply = FaithfulnessReply | RefusalReply
+REPLY_MODELS: dict[str, type[Reply]] = {"faithfulness": FaithfulnessReply, "refusal": RefusalReply}
 _CLAIM_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["claim", "supported", "chunk_id"],
                  "properties": {"claim": {"type": "string"}, "supported": {"type": "boolean"},
                                 "chunk_id": {"type": ["string", "null"]}}}
@@ -160,7 +161,7 @@ def _objects(content: str) -> Iterator[object]:
             raise ReplyError("the reply's JSON holds an integer too long to read") from None
 
 
-def _validated(task: Task, data: object) -> BaseModel:
+def _validated(task: Task, data: object) -> Reply:
     try:
         return REPLY_MODELS[task].model_validate(data)
     except ValidationError as exc:
@@ -169,7 +170,7 @@ def _validated(task: Task, data: object) -> BaseModel:
         raise ReplyError(f"reply does not match the {task} schema: {where}: {first['msg']}") from None
 
 
-def parse_reply(task: Task, content: str, cited_ids: Mapping[str, str] | None = None) -> BaseModel:
+def parse_reply(task: Task, content: str, cited_ids: Mapping[str, str] | None = None) -> Reply:
     """The reply of ``task``: the whole content as JSON, else the first JSON object in it that has the task's
     shape (a reply wrapped in prose, Markdown fences or a reasoning preamble), validated by the task's reply model;
     none: :class:`ReplyError` with the first object's mismatch. A faithfulness claim naming a chunk that was not

@@ -27,6 +27,7 @@ from rag_pipeline.answers.judge.client import JudgeCache, JudgeClient, judge_ide
 from rag_pipeline.answers.judge.prompts import (
     FaithfulnessReply,
     RefusalReply,
+    Reply,
     Task,
     build_messages,
     parse_reply,
@@ -64,7 +65,7 @@ def judge_cases(items: Sequence[JudgeItem], config: JudgeConfig, progress: Progr
         return [future.result() for future in futures]
 
 
-def _ask(client: JudgeClient, task: Task, item: JudgeItem) -> tuple[list[FaithfulnessReply | RefusalReply], list[str]]:
+def _ask(client: JudgeClient, task: Task, item: JudgeItem) -> tuple[list[Reply], list[str]]:
     """Every repeat's valid reply to ``task``, and the reasons of the repeats that gave none."""
     language = question_language(item.question)
     body = {"messages": build_messages(task, language, item.question, item.answer, item.cited_chunk_texts),

@@ -149,8 +149,8 @@ def _units(text: str) -> list[str]:
 def _contains(text: str, part: str) -> bool:
     if _HAN.search(part) or _HAN.search(text):
         # Chinese, or Latin inside Chinese text (no spaces between them): units in a contiguous run
-        needle, hay = _units(part), _units(text)
-        return bool(needle) and any(hay[i:i + len(needle)] == needle for i in range(len(hay) - len(needle) + 1))
+        units, hay = _units(part), _units(text)
+        return bool(units) and any(hay[i:i + len(units)] == units for i in range(len(hay) - len(units) + 1))
     needle = squad_normalize(part)
     if not needle:
         return not squad_normalize(text)

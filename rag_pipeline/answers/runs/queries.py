@@ -67,14 +67,14 @@ def run_row(conn: sa.Connection, run_id) -> sa.Row | None:
     return conn.execute(sa.text(_RUN_SELECT + "WHERE r.id = CAST(:id AS uuid)"), {"id": str(run_id)}).first()
 
 
-def runs_with_prefix(conn: sa.Connection, prefix: str) -> list[sa.Row]:
+def runs_with_prefix(conn: sa.Connection, prefix: str) -> Sequence[sa.Row]:
     """The (at most three) runs whose id text starts with ``prefix``."""
     return conn.execute(sa.text("SELECT id, created_at, answerer FROM answer_runs WHERE id::text LIKE :p "
                                 "ORDER BY id LIMIT 3"), {"p": prefix + "%"}).all()
 
 
 def list_runs(conn: sa.Connection, *, dataset: str | None, kb_id, answerer: str | None, limit: int,
-              offset: int) -> tuple[int, list[sa.Row]]:
+              offset: int) -> tuple[int, Sequence[sa.Row]]:
     """(how many runs match, one page of them newest first)."""
     params = {"dataset": dataset, "kb": None if kb_id is None else str(kb_id), "answerer": answerer}
     total = conn.execute(sa.text("SELECT count(*) FROM answer_runs r JOIN retrieval_evaluation_datasets d "
@@ -84,7 +84,7 @@ def list_runs(conn: sa.Connection, *, dataset: str | None, kb_id, answerer: str 
     return int(total), rows
 
 
-def case_results(conn: sa.Connection, run_id, verdict: str | None) -> list[sa.Row]:
+def case_results(conn: sa.Connection, run_id, verdict: str | None) -> Sequence[sa.Row]:
     """``(case_id, result, record)`` of a run's cases in dataset order (``verdict``: only those)."""
     return conn.execute(sa.text(
         "SELECT case_id, result, record FROM answer_case_results WHERE run_id = CAST(:run AS uuid) "
@@ -92,7 +92,7 @@ def case_results(conn: sa.Connection, run_id, verdict: str | None) -> list[sa.Ro
         {"run": str(run_id), "verdict": verdict}).all()
 
 
-def cited_chunks(conn: sa.Connection, kb_id, ids: Sequence[str]) -> list[sa.Row]:
+def cited_chunks(conn: sa.Connection, kb_id, ids: Sequence[str]) -> Sequence[sa.Row]:
     """``(id, content, searchable)`` of the chunks of knowledge base ``kb_id`` among ``ids`` (UUID strings):
     one statement, only those chunks."""
     if not ids:
@@ -100,7 +100,7 @@ def cited_chunks(conn: sa.Connection, kb_id, ids: Sequence[str]) -> list[sa.Row]
     return conn.execute(sa.text(_CITED_SQL), {"kb": str(kb_id), "ids": list(ids)}).all()
 
 
-def prunable_runs(conn: sa.Connection, *, keep: int, days: float | None, dataset: str | None) -> list[sa.Row]:
+def prunable_runs(conn: sa.Connection, *, keep: int, days: float | None, dataset: str | None) -> Sequence[sa.Row]:
     """Answer runs beyond the ``keep`` newest (and never the newest) of their dataset × knowledge base ×
     answerer, created ``days`` ago or earlier (``dataset``: of that name), oldest first, with their size."""
     return conn.execute(sa.text("""

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import dagster as dg
 
-from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, AnswerSummary, EndpointConfig
+from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.defs.answers.metadata import answer_coverage_result, dataset_view_metadata, summary_metadata
 from rag_pipeline.defs.evaluation import KB_OF_THE_DATASET, RETRY_POLICY, evaluation_dataset, fail_fast_unless_transient
@@ -134,7 +134,7 @@ def answers(context: dg.AssetExecutionContext, config: AnswersConfig) -> dg.Mate
                                              strategy=config.strategy or None, resume=config.resume,
                                              progress=progress)
     context.log.info(f"{made.mode} mode: {made.answered}/{made.cases} cases answered, {made.errors} errors")
-    metadata = {
+    metadata: dict[str, dg.MetadataValue | str | int | float | None] = {
         "path": dg.MetadataValue.path(str(made.path)), "mode": made.mode, "dagster/row_count": made.lines,
         "lines": made.lines, "cases": made.cases, "answered": made.answered, "errors": made.errors,
         "coverage": made.coverage, "knowledge_base": made.knowledge_base, "answerer": made.answerer or answerer,
@@ -169,11 +169,10 @@ def answer_metrics(context: dg.AssetExecutionContext, rag_db: RagDatabase) -> dg
             rag_db.engine(), dataset, answerer, up["path"], knowledge_base=up["knowledge_base"],
             named_answerer=up["answerer"] if up.get("answerer_named_in_file") else None,
             partition_key=str(context.partition_key), dagster_run_id=context.run_id)
-    summary: AnswerSummary = report.summary
-    context.log.info(f"answer run {report.run.run_id}: answer_score={summary.metrics['answer_score'].mean}")
-    return dg.MaterializeResult(metadata={"run_id": report.run.run_id, "answerer": report.run.answerer,
-                                          "answerer_version": report.run.answerer_version,
-                                          **summary_metadata(summary)})
+    summary, run = report.summary, report.stored_run
+    context.log.info(f"answer run {run.run_id}: answer_score={summary.metrics['answer_score'].mean}")
+    return dg.MaterializeResult(metadata={"run_id": run.run_id, "answerer": run.answerer,
+                                          "answerer_version": run.answerer_version, **summary_metadata(summary)})
 
 
 @dg.asset(group_name=GROUP, partitions_def=dataset_partitions, kinds={"postgres"}, pool=POOL,
@@ -192,7 +191,7 @@ def answer_run_summary(context: dg.AssetExecutionContext, rag_db: RagDatabase) -
            description="Answerer partition keys: the in-process answerers and every answers/<dataset>/<answerer>"
                        ".jsonl dropped in the project root (the answers asset's file mode). Adds keys, runs nothing.")
 def answer_partitions_sensor(context: dg.SensorEvaluationContext):
-    known = set(context.instance.get_dynamic_partitions(answerer_partitions.name))
+    known = set(answerer_partitions.get_partition_keys(dynamic_partitions_store=context.instance))
     new = [k for k in answer_assets.answerer_keys() if k not in known]
     if not new:
         return dg.SkipReason(f"no new answerer ({len(known)} known)")

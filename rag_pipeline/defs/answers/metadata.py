@@ -38,7 +38,7 @@ def _cell(value: float | None) -> str:
 
 
 def _metric(name: str, m: AnswerMetricSummary) -> dict:
-    out = {f"{name}_n_scored": m.n_scored, f"{name}_n_skipped": m.n_skipped}
+    out: dict[str, float] = {f"{name}_n_scored": m.n_scored, f"{name}_n_skipped": m.n_skipped}
     if m.mean is not None:  # an undefined mean is left out, never 0
         out[name] = m.mean
     return out

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base.queries.documents import SEARCHABLE_DOCUMENT_SQL
+from rag_pipeline.storage.engine import driver_connection
 
 _COLUMNS = ("c.id, c.document_id, d.original_name, c.ordinal, c.char_start, c.char_end, c.content, c.is_current, "
             "c.knowledge_base_id")
@@ -54,7 +55,7 @@ _TOKEN_COUNTS_SQL = (
     "WHERE chunk_id = ANY(:ids) GROUP BY chunk_id) s WHERE c.id = s.chunk_id")
 
 
-def searchable_chunks(conn: sa.Connection, kb_id, document_id, limit: int) -> tuple[list[sa.Row], int]:
+def searchable_chunks(conn: sa.Connection, kb_id, document_id, limit: int) -> tuple[Sequence[sa.Row], int]:
     """The first ``limit`` searchable chunks (of one document, or all) and how many there are in all."""
     params = {"kb": kb_id, "doc": document_id}
     return (conn.execute(sa.text(_LIST_SQL), {**params, "limit": limit}).all(),
@@ -69,7 +70,7 @@ def chunks_with_ids(conn: sa.Connection, ids: list) -> sa.CursorResult:
     return conn.execute(sa.text(_BY_IDS_SQL), {"ids": ids})
 
 
-def document_names(conn: sa.Connection, kb_id) -> list[str]:
+def document_names(conn: sa.Connection, kb_id) -> Sequence[str]:
     return conn.execute(sa.text(_DOCUMENT_NAMES_SQL), {"kb": kb_id}).scalars().all()
 
 
@@ -92,10 +93,10 @@ def current_spans(conn: sa.Connection, document_ids: list) -> sa.CursorResult:
     return conn.execute(sa.text(_CURRENT_SPANS_SQL), {"docs": document_ids})
 
 
-def insert_chunks(conn: sa.Connection, kb_id, cfg: str, rows: Iterable[tuple]) -> list:
+def insert_chunks(conn: sa.Connection, kb_id, cfg: str, rows: Iterable[tuple]) -> Sequence:
     """Write the chunks (rows of chunk_stage's columns) not current yet, with tsvector, postings, token counts."""
     conn.execute(sa.text(_STAGE_SQL))
-    with conn.connection.driver_connection.cursor().copy("COPY chunk_stage FROM STDIN") as copy:
+    with driver_connection(conn).cursor().copy("COPY chunk_stage FROM STDIN") as copy:
         for row in rows:
             copy.write_row(row)
     inserted = conn.execute(sa.text(_INSERT_STAGED_SQL), {"kb": kb_id, "cfg": cfg}).scalars().all()

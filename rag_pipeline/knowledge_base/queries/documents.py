@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sqlalchemy as sa
 
 from rag_pipeline.storage.tables import DocumentPublicationStatus, DocumentStatus
@@ -75,7 +77,7 @@ def knowledge_base_by_name_or_id(conn: sa.Connection, name: str, kb_id) -> sa.Ro
     return conn.execute(sa.text(_KB_BY_NAME_OR_ID_SQL), {"n": name, "u": kb_id}).first()
 
 
-def knowledge_base_names(conn: sa.Connection) -> list[str]:
+def knowledge_base_names(conn: sa.Connection) -> Sequence[str]:
     return conn.execute(sa.text("SELECT name FROM knowledge_bases ORDER BY name")).scalars().all()
 
 

@@ -27,7 +27,7 @@ def chunks_with_vector(conn: sa.Connection, chunk_ids: list, model: str) -> set:
                             {"ids": chunk_ids, "m": model}).scalars())
 
 
-def chunks_without_vector(conn: sa.Connection, kb_id, model: str) -> list[sa.Row]:
+def chunks_without_vector(conn: sa.Connection, kb_id, model: str) -> Sequence[sa.Row]:
     """``(id, content)`` of the KB's current chunks without a vector of ``model``, in id order."""
     return conn.execute(sa.text(_WITHOUT_VECTOR_SQL), {"kb": kb_id, "m": model}).all()
 

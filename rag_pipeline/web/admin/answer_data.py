@@ -32,7 +32,7 @@ def get_answer_case(engine: sa.Engine, run_id: str, case_id: str) -> AnswerCaseD
     previous and next case in dataset order, and a succeeded retrieval run of the same dataset version on the
     same knowledge base (the baseline strategy's current run first, else the newest) whose case page to link."""
     report = get_answer_run(engine, run_id)
-    run = report.run
+    run = report.stored_run
     ids = [c.case_id for c in report.cases]
     if case_id not in ids:
         raise AnswerCaseNotFoundError(f"answer run {run.run_id[:8]} has no case {case_id[:200]!r}")

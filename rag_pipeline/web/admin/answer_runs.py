@@ -60,7 +60,7 @@ def answer_run_page(request: Request, engine: Engine, run_id: str,
     except USER_ERRORS as exc:
         status = http_status(exc)
         return error_page(request, status, str(exc), title="Not found" if status == 404 else "Bad request")
-    run = report.run
+    run = report.stored_run
     return render(request, "answer_run.html", {
         "run": run, "s": run.summary, "cases": report.cases, "total": len(everything),
         "wbc_count": sum(is_wrong_but_confident(c) for c in everything), "verdict": verdict, "sort": sort,

@@ -27,7 +27,8 @@ from rag_pipeline.web.dependencies import Engine
 from rag_pipeline.web.security import require_console_user, require_csrf
 
 router = APIRouter(dependencies=[Depends(require_console_user)])
-ERRORS = (*USER_ERRORS, DraftError)
+ERRORS: tuple[type[Exception], ...] = (*USER_ERRORS, DraftError)
+_FORM_ERRORS: tuple[type[Exception], ...] = (ValueError, *ERRORS)
 
 
 def labelling_url(kb: str, draft: str | None = None) -> str:
@@ -56,18 +57,19 @@ def labelling_page(request: Request, engine: Engine, kb: str):
 @router.post("/retrieval-evaluations/kb/{kb}/labelling", dependencies=[Depends(require_csrf)])
 async def create_draft(request: Request, engine: Engine, kb: str):
     form = await request.form()
-    fields = {"name": str(form.get("name") or "").strip(), "questions": str(form.get("questions") or ""),
-              "depth": str(form.get("depth") or "10"), "k": str(form.get("k") or "10"),
-              "strategies": [str(s) for s in form.getlist("strategy")]}
+    name, questions = str(form.get("name") or "").strip(), str(form.get("questions") or "")
+    depth, k = str(form.get("depth") or "10"), str(form.get("k") or "10")
+    strategies = [str(s) for s in form.getlist("strategy")]
+    fields = {"name": name, "questions": questions, "depth": depth, "k": k, "strategies": strategies}
     try:
-        depth, k = int(fields["depth"]), int(fields["k"])
-        if not fields["name"]:
+        depth_n, k_n = int(depth), int(k)
+        if not name:
             raise DraftError("give the dataset a name")
-        label_drafts.create_console_draft(engine, kb, fields["name"], fields["questions"],
-                                          strategies=fields["strategies"] or None, depth=depth, k=k)
-    except (ValueError, *ERRORS) as exc:  # also DraftError, a bad number, an invalid name, an unknown strategy
+        label_drafts.create_console_draft(engine, kb, name, questions, strategies=strategies or None, depth=depth_n,
+                                          k=k_n)
+    except _FORM_ERRORS as exc:  # also DraftError, a bad number, an invalid name, an unknown strategy
         return _start_page(request, engine, kb, error=str(exc), form=fields, status_code=422)
-    return RedirectResponse(labelling_url(kb, fields["name"]), status_code=303)
+    return RedirectResponse(labelling_url(kb, name), status_code=303)
 
 
 @router.get("/retrieval-evaluations/kb/{kb}/labelling/{name}", name="admin_labelling_draft")

@@ -61,6 +61,7 @@ from rag_pipeline.web.request_rules import (
 )
 
 router = APIRouter(tags=["answers"])
+_DATABASE_ERRORS: tuple[type[Exception], ...] = (sa.exc.DBAPIError, *TRANSIENT_ERRORS)
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 MULTIPART_OVERHEAD = 64 * 1024
 MAX_COLLECT_CASES = 200
@@ -144,7 +145,7 @@ async def create_answer_run(request: Request, engine: Engine, id: str = Knowledg
                                           stored_only=True)
     except AnswersFileError as exc:
         raise _answers_problem(exc) from None
-    run = report.run
+    run = report.stored_run
     return JSONResponse(run.model_dump(mode="json"), status_code=201,
                         headers={"Location": f"/api/v1/answer-runs/{run.run_id}"})
 
@@ -251,7 +252,7 @@ async def _check_endpoint(endpoint: EndpointConfig) -> EndpointGuard:
 class _Collections:
     """The collections this app runs (``app.state.collections``): their answers files."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.running: set[FilePath] = set()
 
     def check_room(self) -> None:
@@ -335,7 +336,7 @@ async def collect(request: Request, engine: Engine, body: CollectRequest,
     try:
         data = (await run_in_threadpool(lambda: resolve_dataset(engine, name, knowledge_base=body.knowledge_base,
                                                                  source="stored"))).dataset
-    except (sa.exc.DBAPIError, *TRANSIENT_ERRORS):
+    except _DATABASE_ERRORS:
         raise _database_problem(0) from None
     if len(data.cases) > MAX_COLLECT_CASES:
         raise HTTPProblem(422, f"dataset {printable(data.name)} has {len(data.cases)} cases; the API collects at "
@@ -353,7 +354,7 @@ async def collect(request: Request, engine: Engine, body: CollectRequest,
                 collect_answers, data, output, endpoint=body.endpoint, answerer=body.answerer,
                 knowledge_base=data.knowledge_base, strategy=body.strategy, environ=environ, guard=guard,
                 cancel=cancel))
-        except (sa.exc.DBAPIError, *TRANSIENT_ERRORS):  # an in-process answerer searches the database
+        except _DATABASE_ERRORS:  # an in-process answerer searches the database
             raise _database_problem(_lines(output)) from None
         if cancel.is_set():  # nobody reads this answer
             raise HTTPProblem(400, "the client went away; the collection was stopped and its answers are kept")
@@ -367,11 +368,11 @@ async def collect(request: Request, engine: Engine, body: CollectRequest,
         try:
             report = await run_in_threadpool(answers.evaluate_answers, engine, body.knowledge_base, name, raw,
                                              filename="collected answers", stored_only=True)
-        except (sa.exc.DBAPIError, *TRANSIENT_ERRORS):
+        except _DATABASE_ERRORS:
             raise _database_problem(_lines(output)) from None
         output.unlink(missing_ok=True)
     finally:
         collections.running.discard(output)
     out: dict[str, Any] = AnswerCollectionResponse(collection=result, run=report.run,
                                                    summary=report.summary).model_dump(mode="json")
-    return JSONResponse(out, status_code=201, headers={"Location": f"/api/v1/answer-runs/{report.run.run_id}"})
+    return JSONResponse(out, status_code=201, headers={"Location": f"/api/v1/answer-runs/{report.stored_run.run_id}"})

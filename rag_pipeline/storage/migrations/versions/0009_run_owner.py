@@ -18,7 +18,7 @@ down_revision = '0008'
 branch_labels = None
 depends_on = None
 
-COLUMNS = (("owner_host", sa.Text()), ("owner_pid", sa.Integer()), ("owner_started_at", sa.Double()))
+COLUMNS: tuple[tuple[str, sa.types.TypeEngine], ...] = (("owner_host", sa.Text()), ("owner_pid", sa.Integer()), ("owner_started_at", sa.Double()))
 
 
 def upgrade() -> None:
