@@ -18,8 +18,8 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import LabelIntegrity, MissReasonCounts, RunCounts
-from rag_pipeline.evaluation import diagnosis
 from rag_pipeline.evaluation.datasets import label_check
+from rag_pipeline.evaluation.diagnosis import miss_reasons as diagnosis
 from rag_pipeline.evaluation.diagnosis import queries
 from rag_pipeline.evaluation.queries.knowledge_base import knowledge_base_row
 from rag_pipeline.evaluation.runs import candidate_queries, case_queries
