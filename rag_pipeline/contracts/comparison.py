@@ -33,7 +33,7 @@ class ComparedRun(BaseModel):
     knowledge_base: str
 
     def mean(self, metric: str) -> float:
-        return self.model_extra[metric]
+        return (self.model_extra or {})[metric]
 
 
 class PairedResult(BaseModel):
@@ -99,7 +99,7 @@ class StrategyComparison(BaseModel):
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        return tuple(self.runs[0].model_extra) if self.runs else ()
+        return tuple(self.runs[0].model_extra or ()) if self.runs else ()
 
     def result(self, strategy: str, metric: str = "ndcg_at_k") -> PairedResult:
         return next(p for p in self.paired if p.strategy == strategy and p.metric == metric)
