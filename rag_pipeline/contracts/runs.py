@@ -158,7 +158,8 @@ class LaunchedRun(BaseModel):
     status: RunStatus
     strategy_version: str
     partition_key: str = Field(description="The Dagster partition `<dataset>|<strategy>`.")
-    dagster_run_id: str = Field(description="The id of the Dagster run that carries it out.")
+    dagster_run_id: str = Field(description="The click's queue id (the run key and `rag/queue_id` tag of the Dagster "
+                                            "run that carries it out); the run's own id once it is requested.")
     links: RunLinks
 
 

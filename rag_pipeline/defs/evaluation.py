@@ -13,6 +13,7 @@ database, then evaluates the row :func:`this_attempts_run` gives it (docs/failur
 """
 
 import contextlib
+from pathlib import Path
 
 import dagster as dg
 import sqlalchemy as sa
@@ -82,13 +83,13 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
     canonical cases: the same content twice is one dataset version.
     """
     dataset_key, _ = split_key(context)
-    path = datasets_dir() / f"{dataset_key}.json"
+    path: Path | str | None = datasets_dir() / f"{dataset_key}.json"
     with fail_fast_unless_transient():
         if config.dataset_id:  # a version stored by the HTTP API (an upload): no file to read
             stored = datasets.describe_stored_dataset(rag_db.engine(), config.dataset_id, dataset_key)
             path = stored.path
         else:
-            stored = datasets.register_dataset(rag_db.engine(), path, config.knowledge_base or None)
+            stored = datasets.register_dataset(rag_db.engine(), str(path), config.knowledge_base or None)
     with fail_fast_unless_transient():  # recorded now, before the evaluation step reads it (its provenance)
         kb_version = observe_dataset(context.instance, rag_db.engine(), dataset_key, stored.knowledge_base)
     if stored.relevant_ids_not_in_kb:
@@ -238,7 +239,7 @@ def evaluate_partition(context: dg.AssetExecutionContext | dg.OpExecutionContext
         context.log.info(f"{version}: evaluation run {queued_run_id} was stored by an earlier attempt of this step; "
                          "not evaluated again")
         with fail_fast_unless_transient():
-            tables = evaluations.case_tables(engine, queued_run_id, limit=md.MAX_TABLE_ROWS)
+            tables = evaluations.case_tables(engine, str(queued_run_id), limit=md.MAX_TABLE_ROWS)
         return {key: {**values, "worker": worker} for key, values in md.run_metadata(tables).items()}
     with fail_fast_unless_transient():
         step = [0]

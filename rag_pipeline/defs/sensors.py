@@ -22,7 +22,7 @@ import dagster as dg
 from rag_pipeline.defs.comparison import compare_strategies_job
 from rag_pipeline.defs.evaluation_metadata import display_float
 from rag_pipeline.defs.jobs import QUEUE_TAG, evaluate_retrieval_job, evaluate_strategies
-from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
+from rag_pipeline.defs.partitions import DATASETS, dataset_partitions, partition_key, strategy_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service import analysis, datasets, lineage, queued_runs
 from rag_pipeline.service import runs_outside_dagster as run_feed
@@ -110,7 +110,7 @@ def new_dataset_sensor(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
             context.log.warning(f"not evaluating {printable(path.name)}: {plan.problems}")
             problems.append(printable(plan.problems))
             continue
-        if key not in new_keys and not context.instance.has_dynamic_partition(dataset_partitions.name, key):
+        if key not in new_keys and not context.instance.has_dynamic_partition(DATASETS, key):
             new_keys.append(key)
         context.log.info(f"{'changed' if seen else 'new'} dataset file {path.name} (dataset version "
                          f"{plan.dataset_version}): running {', '.join(plan.to_run) or 'nothing'}")
@@ -150,7 +150,7 @@ def comparison_after_evaluation(context: dg.RunStatusSensorContext, rag_db: RagD
     except DatabaseError as exc:
         return dg.SkipReason(f"cannot check dataset {dataset!r}: {exc}")
     if ready is not True:
-        return dg.SkipReason(ready)
+        return dg.SkipReason(str(ready))
     return dg.RunRequest(run_key=f"compare:{context.dagster_run.run_id}", partition_key=dataset)
 
 
@@ -176,7 +176,7 @@ def runs_outside_dagster(context: dg.SensorEvaluationContext, rag_db: RagDatabas
         if not valid_dataset_key(run.dataset) or run.strategy_version not in strategies:
             context.log.info(f"run {run.run_id}: {run.dataset}|{run.strategy_version} is not a partition; not reported")
             continue
-        if run.dataset not in new_keys and not context.instance.has_dynamic_partition(dataset_partitions.name,
+        if run.dataset not in new_keys and not context.instance.has_dynamic_partition(DATASETS,
                                                                                       run.dataset):
             if not (folder / f"{run.dataset}.json").is_file():  # a partition's run reads datasets/<name>.json
                 context.log.info(f"run {run.run_id}: dataset {run.dataset!r} has no file in {folder}; no partition "
@@ -208,7 +208,7 @@ def reevaluate_stale_runs(context: dg.SensorEvaluationContext, rag_db: RagDataba
         stale = lineage.stale_runs(rag_db.engine())
     except DatabaseError as exc:
         return dg.SkipReason(f"cannot read the evaluation runs: {exc}")
-    partitions = set(context.instance.get_dynamic_partitions(dataset_partitions.name))
+    partitions = set(context.instance.get_dynamic_partitions(DATASETS))
     strategies = set(strategy_partitions.get_partition_keys())
     folder = datasets_dir()
     requests = []
@@ -287,7 +287,7 @@ def queued_evaluations(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
         for queue_id, runs in clicks.items():
             if (record := found.get(queue_id)) is None:
                 requests.append(click_request(queue_id, runs))
-                if not instance.has_dynamic_partition(dataset_partitions.name, runs[0].dataset):
+                if not instance.has_dynamic_partition(DATASETS, runs[0].dataset):
                     datasets_to_add.add(runs[0].dataset)
                 continue
             if record.run_id != queue_id:  # submitted: its rows carry the Dagster run's id from now on

@@ -57,7 +57,8 @@ def create_app(daemon: subprocess.Popen | None = None) -> FastAPI:
     app.state.daemon = daemon
     problems.install(app)
     request_rules.install(app)
-    app.add_exception_handler(security.LoginRequired, security.login_redirect)
+    # Starlette types a handler for Exception only; this one takes the LoginRequired it is registered for
+    app.add_exception_handler(security.LoginRequired, security.login_redirect)  # type: ignore[arg-type]
     app.add_middleware(SessionMiddleware, secret_key=security.session_secret(),
                        session_cookie=security.SESSION_COOKIE, max_age=security.SESSION_MAX_AGE,
                        same_site="strict", https_only=False)

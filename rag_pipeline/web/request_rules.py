@@ -13,10 +13,12 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.routing import iter_route_contexts
 from pydantic import AfterValidator
+from pydantic.json_schema import JsonDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
 
@@ -34,13 +36,17 @@ PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
 VERSION_PREFIX = r"^[0-9a-fA-F]{4,64}$"
 """A run id or dataset version: a hex hash or a unique prefix of at least 4 hex digits."""
 
-NAME_RULE, DATASET_RULE, STRATEGY_RULE = {"pattern": NAME}, {"pattern": DATASET_NAME}, {"pattern": STRATEGY_VERSION}
-VERSION_RULE, TEXT_RULE = {"pattern": VERSION_PREFIX}, {"pattern": PRINTABLE}
+NAME_RULE: JsonDict = {"pattern": NAME}
+DATASET_RULE: JsonDict = {"pattern": DATASET_NAME}
+STRATEGY_RULE: JsonDict = {"pattern": STRATEGY_VERSION}
+VERSION_RULE: JsonDict = {"pattern": VERSION_PREFIX}
+TEXT_RULE: JsonDict = {"pattern": PRINTABLE}
 """``json_schema_extra`` of a parameter or field: the pattern in the schema only; the server applies the rule itself
 (its own messages; a lookup of an unknown name is 404), a filter through :func:`valid_name`."""
 
-BAD_REQUEST = {400: {"description": "A body that cannot be parsed (malformed JSON or multipart, too many "
-                                    "multipart fields).", "content": {"application/problem+json": {}}}}
+BAD_REQUEST: dict[int | str, dict[str, Any]] = {
+    400: {"description": "A body that cannot be parsed (malformed JSON or multipart, too many multipart fields).",
+          "content": {"application/problem+json": {}}}}
 
 
 def valid_name(kind: str) -> AfterValidator:
@@ -84,7 +90,7 @@ async def reject_nul(request: Request) -> None:
 def _allowed_methods(app: FastAPI, path: str) -> list[str]:
     methods: set[str] = set()
     for ctx in iter_route_contexts(app.routes):
-        if ctx.methods and compile_path(ctx.path)[0].match(path):
+        if ctx.methods and ctx.path and compile_path(ctx.path)[0].match(path):
             methods |= set(ctx.methods)
     return sorted(methods)
 

@@ -95,9 +95,10 @@ def evaluate(body: EvaluateRequest, engine: Engine, queue: Queue, raw_body: RawB
         if not body.name:
             raise HTTPProblem(422, "inline `cases` need a dataset `name`")
         check_name(DATASET, body.name)
-        dataset = catalog.store_inline_cases(engine, kb, raw_body, body.name)  # read again strictly, like a file
+        dataset: catalog.UploadResult | catalog.DatasetVersion = catalog.store_inline_cases(engine, kb, raw_body,
+                                                                                           body.name)  # strictly
     else:
-        dataset = catalog.find_dataset(engine, kb, body.dataset, body.dataset_version)
+        dataset = catalog.find_dataset(engine, kb, str(body.dataset), body.dataset_version)
     queued = queue_evaluations(engine, kb, dataset.dataset_id, body.strategy_versions, strict=body.strict)
     runs = [LaunchedRun(run_id=r.run_id, status=r.status, strategy_version=r.strategy_version,
                         partition_key=r.partition_key, dagster_run_id=r.dagster_run_id, links=run_links(r.run_id, kb))
