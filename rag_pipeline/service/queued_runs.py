@@ -134,9 +134,9 @@ def queue_status(engine: Callable[[], sa.Engine], daemon: subprocess.Popen | Non
                          "check the database (`rag-pipeline db status`)")
     if age is not None and age < STALE_TICK_S:
         return QueueInfo(daemon_running=True)
-    seen = "ever" if age is None else f"for {age:.0f} s"
-    return QueueInfo(daemon_running=False, message=f"no Dagster daemon is running (none has picked up queued runs "
-                     f"{seen}): queued evaluation runs wait until one starts — {NO_DAEMON_FIX}")
+    seen = "none has ever picked up queued runs" if age is None else f"none has picked up queued runs for {age:.0f} s"
+    return QueueInfo(daemon_running=False, message=f"no Dagster daemon is running ({seen}): queued evaluation runs "
+                     f"wait until one starts — {NO_DAEMON_FIX}")
 
 
 def end_gone_runs(engine: sa.Engine, dagster_ended: Callable[[Sequence[str]], Mapping[str, str]] | None = None) -> int:

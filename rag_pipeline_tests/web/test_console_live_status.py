@@ -169,5 +169,5 @@ def test_waiting_for_a_daemon_that_never_comes_ends_in_the_warning(engine, tmp_p
     monkeypatch.setenv("RAG_EVALUATION_QUEUE", str(tmp_path))
     assert wait_for_daemon(timeout_s=1.0, interval_s=0.5) is False
     err = capsys.readouterr().err
-    assert "warning: still none after 1 s: no Dagster daemon is running (none has picked up queued runs ever)" in err, \
+    assert "warning: still none after 1 s: no Dagster daemon is running (none has ever picked up queued runs)" in err, \
         err
