@@ -104,11 +104,11 @@ def queued_runs_with_owner(conn: sa.Connection, limit: int = 1000) -> list[sa.Ro
 def queued_rows(conn: sa.Connection, queue: str, limit: int = 500) -> list[sa.Row]:
     """``id, strategy_version, partition_key, dagster_run_id, dataset_id, dataset`` of the ``queued`` rows of
     ``queue``, oldest first."""
-    return conn.execute(sa.text(
+    return list(conn.execute(sa.text(
         "SELECT r.id, r.strategy_version, r.partition_key, r.dagster_run_id, r.dataset_id, d.name AS dataset "
         "FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id "
         "WHERE r.status = 'queued' AND r.queue = :q ORDER BY r.queued_at, r.id LIMIT :n"),
-        {"q": queue, "n": limit}).all()
+        {"q": queue, "n": limit}).all())
 
 
 def set_queue(conn: sa.Connection, run_id, queue: str) -> None:
