@@ -93,7 +93,7 @@ class RunPage(BaseModel):
 
 
 class QueuedRun(BaseModel):
-    """One queued evaluation run: its id, strategy, Dagster partition key and the id its Dagster run gets."""
+    """One queued evaluation run: its id, strategy, Dagster partition key and its click's queue id."""
 
     run_id: str
     strategy_version: str
@@ -110,15 +110,6 @@ class QueuedEvaluation(BaseModel):
     runs: list[QueuedRun]
     label_warning: str | None = Field(description="One line when some labels are not searchable chunks (the runs "
                                                   "go ahead, as in the CLI).")
-
-
-class WaitingRun(BaseModel):
-    """A run still ``queued``, and the Dagster run that should pick it up."""
-
-    run_id: str
-    dagster_run_id: str | None
-    queued_at: dt.datetime | None
-    strategy_version: str | None = None
 
 
 class HistoryPoint(BaseModel):
