@@ -35,3 +35,45 @@ def machine_line() -> str:
     load = f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "n/a"
     return (f"machine: cpu={cpu_model()!r} cores={os.cpu_count()} load1={load} "
             f"python={platform.python_version()} numpy={np.__version__}")
+
+
+class DagsterQueue:
+    """What the benches drive as a click: the API's queue (:func:`rag_pipeline.service.queued_runs.queue_evaluations`,
+    which the daemon's ``queued_evaluations`` sensor turns into a Dagster run), the Dagster instance of ``env`` and a
+    ``dagster-daemon`` started on it (:mod:`rag_pipeline.cli.serve`)."""
+
+    def __init__(self, env: dict[str, str]):
+        from rag_pipeline.cli.serve import dagster_environment
+
+        self._env = dagster_environment(env)
+        self._instance = None
+
+    def environment(self) -> dict[str, str]:
+        return self._env
+
+    def instance(self):
+        import dagster as dg
+
+        self._instance = self._instance or dg.DagsterInstance.get()
+        return self._instance
+
+    def launch_evaluations(self, engine, knowledge_base: str, dataset_id: str, strategies=None):
+        from rag_pipeline.service.queued_runs import queue_evaluations
+
+        return queue_evaluations(engine, knowledge_base, dataset_id, strategies)
+
+    def queue_status(self, max_age_s: float = 0):  # noqa: ARG002 - the old signature
+        from rag_pipeline.service.queued_runs import queue_status
+        from rag_pipeline.storage.engine import get_engine
+
+        return queue_status(get_engine)
+
+    def start_daemon(self, log: Path | None = None):
+        import subprocess
+        import sys
+
+        out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
+        return subprocess.Popen([str(Path(sys.executable).with_name("dagster-daemon")), "run", "-m",
+                                 "rag_pipeline.definitions"], cwd=self._env["DAGSTER_HOME"],
+                                env={"PYTHONWARNINGS": "ignore::FutureWarning", **self._env}, stdout=out,
+                                stderr=subprocess.STDOUT)

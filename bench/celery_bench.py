@@ -5,7 +5,8 @@ the default launcher (a run-worker subprocess per Dagster run), Celery with 1 wo
 Everything is real and fresh: the embedded PostgreSQL listening on 127.0.0.1 with a password (`db start
 --listen`), the KB imported from ``$RAG_BENCH_DATA/scifact`` with both models, Debian's redis-server, a
 ``dagster-daemon`` per configuration, Celery workers. A click is what the API and the console call
-(:meth:`rag_pipeline.web.launcher.Launcher.launch_evaluations`); it is timed from the call to every run row settled.
+(:func:`rag_pipeline.service.queued_runs.queue_evaluations`, run by the
+daemon's ``queued_evaluations`` sensor); it is timed from the call to every run row settled.
 Two shapes per configuration: ``1x8`` (one click of the 8 strategies: one Dagster run, a step each) and ``2x4``
 (two clicks at once, 4 strategies each: two Dagster runs). Per click: wall seconds, CPU seconds of the PostgreSQL
 server (its processes, reaped backends included) and of the whole machine, the Dagster phases of each run, and the
@@ -169,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                                "--appendonly", "no"], work / "redis.log", work, dict(os.environ)))
         os.environ["RAG_CELERY_BROKER_URL"] = f"redis://127.0.0.1:{redis_port}/0"
         sys.path.insert(0, str(ROOT / "bench"))
+        from benchutil import DagsterQueue as Launcher
         from benchutil import machine_line
 
         from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
@@ -176,7 +178,6 @@ def main(argv: list[str] | None = None) -> int:
         from rag_pipeline.service import datasets as dataset_service
         from rag_pipeline.service.knowledge_bases import import_beir
         from rag_pipeline.storage.engine import get_engine
-        from rag_pipeline.web.launcher import Launcher
 
         engine = get_engine()
         t0 = time.perf_counter()

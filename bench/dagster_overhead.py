@@ -1,12 +1,13 @@
 """Where the time of a one-click evaluation goes: from ``POST …/retrieval/evaluate`` (what the HTTP API and the
-console call, :meth:`rag_pipeline.web.launcher.Launcher.launch_evaluations`) to every run row settled, through a
-real ``dagster-daemon`` (queue → run launcher → run worker) on a temporary DAGSTER_HOME.
+console call: the run rows queued, which the daemon's ``queued_evaluations`` sensor turns into a Dagster run) to
+every run row settled, through a real ``dagster-daemon`` (sensor → queue → run launcher → run worker) on a
+temporary DAGSTER_HOME.
 
 Two launch paths, measured in the same run on the same knowledge base, dataset and strategies:
 
 - ``per-strategy`` (the baseline): one ``dagster job launch -j evaluate_retrieval`` subprocess per strategy, one
   Dagster run (one run worker, one code load, one model load) each — what the API did before;
-- ``launcher``: what the shipped :class:`~rag_pipeline.web.launcher.Launcher` does.
+- ``launcher``: what the API does now (one ``evaluate_strategies`` run per click, requested by the sensor).
 
 Per path: click → settled wall seconds, and per Dagster run the phases read back from its event log (submitted →
 dequeued by the daemon → run worker started with the code loaded → steps → run end) plus the evaluation's own
@@ -38,7 +39,11 @@ def _launch_per_strategy(launcher, engine, kb: str, dataset_id: str, strategies:
     """The baseline path: queue the rows, then one ``dagster job launch`` subprocess per strategy."""
     from rag_pipeline.service.queued_runs import queue_evaluations
 
-    queued = queue_evaluations(engine, kb, dataset_id, strategies, one_dagster_run=False)
+    os.environ["RAG_EVALUATION_QUEUE"] = "per-strategy-baseline"  # launched below, not by the daemon's sensor
+    try:
+        queued = queue_evaluations(engine, kb, dataset_id, strategies, one_dagster_run=False)
+    finally:
+        os.environ.pop("RAG_EVALUATION_QUEUE")
     instance, name = launcher.instance(), queued.runs[0].dataset
     if not instance.has_dynamic_partition("dataset", name):  # what the launcher does before it submits
         instance.add_dynamic_partitions("dataset", [name])
@@ -128,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("RAG_DATABASE_URL", "RAG_DAGSTER_PG_URL"):
         os.environ.pop(name, None)
     sys.path.insert(0, str(ROOT))
+    from benchutil import DagsterQueue as Launcher
     from benchutil import machine_line  # bench/ is on sys.path when run as a script
 
     from rag_pipeline.evaluation.datasets import demo as demo_dataset
@@ -137,7 +143,6 @@ def main(argv: list[str] | None = None) -> int:
     from rag_pipeline.service.knowledge_bases import ingest
     from rag_pipeline.storage import embedded_server
     from rag_pipeline.storage.engine import dagster_database_url, get_engine
-    from rag_pipeline.web.launcher import Launcher
 
     daemon = None
     try:

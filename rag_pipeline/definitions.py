@@ -22,9 +22,9 @@ from rag_pipeline.defs.schedules import nightly_prune, nightly_reevaluation
 from rag_pipeline.defs.sensors import (
     comparison_after_evaluation,
     new_dataset_sensor,
+    queued_evaluations,
     reevaluate_stale_runs,
     runs_outside_dagster,
-    unsubmitted_evaluations,
 )
 from rag_pipeline.defs.tuning import fusion_sweep, tune_fusion_job
 
@@ -35,7 +35,7 @@ defs = dg.Definitions(
     jobs=[ingest_knowledge_base_job, evaluate_retrieval_job, evaluate_strategies, compare_strategies_job,
           tune_fusion_job, prune_evaluation_runs, evaluate_answers_job, summarise_answers_job],
     sensors=[new_dataset_sensor, comparison_after_evaluation, runs_outside_dagster, knowledge_base_versions,
-             reevaluate_stale_runs, answer_partitions_sensor, unsubmitted_evaluations],
+             reevaluate_stale_runs, answer_partitions_sensor, queued_evaluations],
     schedules=[nightly_reevaluation, nightly_prune],
     resources={"rag_db": rag_database()},
 )

@@ -118,6 +118,11 @@ class Settings(BaseSettings):
                           "(a dataset's `metadata.strategies` list wins). Default: every registry version. "
                           "Either way only those the knowledge base can run (every model of every leg and stage, "
                           "the text mode).")
+    evaluation_queue: str = Field(
+        "default", min_length=1, max_length=200,
+        description="The queue of evaluation runs this process serves: the HTTP API queues its runs there, and the "
+                    "Dagster daemon's `queued_evaluations` sensor runs that queue's runs only (two Dagster instances "
+                    "on one database: one queue each).")
     dagster_ui_url: str = Field(
         "http://127.0.0.1:3000", description="Address of the Dagster UI (`make dev` starts it there): the console "
                                              "links each run's Dagster run id to `<address>/runs/<id>`.")

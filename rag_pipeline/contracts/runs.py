@@ -131,7 +131,7 @@ class RunPage(BaseModel):
 
 
 class QueuedRun(BaseModel):
-    """One queued evaluation run: its id, strategy, Dagster partition key and the id its Dagster run gets."""
+    """One queued evaluation run: its id, strategy, Dagster partition key and its click's queue id."""
 
     run_id: str
     strategy_version: str
@@ -148,15 +148,6 @@ class QueuedEvaluation(BaseModel):
     runs: list[QueuedRun]
     label_warning: str | None = Field(description="One line when some labels are not searchable chunks (the runs "
                                                   "go ahead, as in the CLI).")
-
-
-class WaitingRun(BaseModel):
-    """A run still ``queued``, and the Dagster run that should pick it up."""
-
-    run_id: str
-    dagster_run_id: str | None
-    queued_at: dt.datetime | None
-    strategy_version: str | None = None
 
 
 class HistoryPoint(BaseModel):
@@ -196,7 +187,8 @@ class LaunchedRun(BaseModel):
     status: RunStatus
     strategy_version: str
     partition_key: str = Field(description="The Dagster partition `<dataset>|<strategy>`.")
-    dagster_run_id: str = Field(description="The id of the Dagster run that carries it out.")
+    dagster_run_id: str = Field(description="The click's queue id (the run key and `rag/queue_id` tag of the Dagster "
+                                            "run that carries it out); the run's own id once it is requested.")
     links: RunLinks
 
 

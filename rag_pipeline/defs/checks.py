@@ -40,7 +40,7 @@ def label_integrity_result(report: LabelReport) -> dg.AssetCheckResult:
               for r in invalid[:MAX_ROWS]]
     if len(invalid) > MAX_ROWS:
         lines.append(f"| … | | | {len(invalid) - MAX_ROWS} more: rag-pipeline check-dataset --format json |")
-    metadata = {
+    metadata: dict[str, dg.RawMetadataValue] = {
         "summary": report.summary(),
         "invalid_labels": len(invalid),
         "labels": len(report.rows),

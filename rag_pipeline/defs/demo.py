@@ -112,15 +112,16 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
 
     engine = get_engine()
     answer_runs = list_answer_runs(engine, dataset=dataset, answerer=DEMO_ANSWERER, limit=1).runs
-    result = analysis.compare(engine, dataset, knowledge_base=DEMO_KB)
+    comparison = analysis.compare(engine, dataset, knowledge_base=DEMO_KB)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for run in sorted(result.runs, key=lambda r: r.strategy):
+    for run in sorted(comparison.runs, key=lambda r: r.strategy):
         path = out_dir / f"{dataset}-{run.strategy}.json"
         with atomic_output(path) as fp:
             evaluations.write_report(engine, run.run_id, fp)
         paths.append(path)
-    sys.stdout.write(demo_summary(result, paths, dataset=dataset, answers=answer_runs[0] if answered.success else None))
+    sys.stdout.write(demo_summary(comparison, paths, dataset=dataset,
+                                  answers=answer_runs[0] if answered.success else None))
     if failed:
         print(f"failed: {', '.join(failed)} (see the Dagster run logs)", file=sys.stderr)
         return 2

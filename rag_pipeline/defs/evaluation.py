@@ -240,7 +240,7 @@ def evaluate_partition(context: dg.AssetExecutionContext | dg.OpExecutionContext
         context.log.info(f"{version}: evaluation run {queued_run_id} was stored by an earlier attempt of this step; "
                          "not evaluated again")
         with fail_fast_unless_transient():
-            tables = evaluations.case_tables(engine, queued_run_id, limit=md.MAX_TABLE_ROWS)
+            tables = evaluations.case_tables(engine, str(queued_run_id), limit=md.MAX_TABLE_ROWS)
         return {key: {**values, "worker": worker} for key, values in md.run_metadata(tables).items()}
     with fail_fast_unless_transient():
         step = [0]

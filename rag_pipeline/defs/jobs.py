@@ -25,8 +25,9 @@ from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.lineage import observe_dataset
 from rag_pipeline.defs.partitions import answer_partitions, dataset_partitions, evaluation_partitions, partition_key
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.service import datasets, retention
-from rag_pipeline.service.queued_runs import strategy_step
+from rag_pipeline.service import datasets, queued_runs, retention
+
+QUEUE_TAG = "rag/queue_id"  # the queue id of the click an ``evaluate_strategies`` run carries out (its run key)
 
 evaluate_retrieval_job = dg.define_asset_job(
     "evaluate_retrieval",
@@ -58,6 +59,8 @@ class StrategiesConfig(dg.Config):
 def stored_dataset(context: dg.OpExecutionContext, config: StrategiesConfig, rag_db: RagDatabase):
     engine = rag_db.engine()
     with fail_fast_unless_transient():
+        if queue_id := context.run.tags.get(QUEUE_TAG):  # the click's rows carry this run's id from now on
+            queued_runs.claim(engine, queue_id, context.run_id)
         stored = datasets.describe_stored_dataset(engine, config.dataset_id)
         kb_version = observe_dataset(context.instance, engine, stored.name, stored.knowledge_base)
     metadata = dataset_metadata(stored, stored.path, kb_version)
@@ -67,7 +70,7 @@ def stored_dataset(context: dg.OpExecutionContext, config: StrategiesConfig, rag
         context.log_event(dg.AssetMaterialization(asset_key=evaluation_dataset.key, partition=key, metadata=metadata))
         yield dg.DynamicOutput({"dataset_id": stored.dataset_id, "strategy": version, "partition": key,
                                 "run_id": run_id, **settings.model_dump(exclude={"evaluation_run_id"})},
-                               mapping_key=strategy_step(version))
+                               mapping_key=queued_runs.strategy_step(version))
 
 
 @dg.op(retry_policy=RETRY_POLICY, pool=POOL,

@@ -13,7 +13,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.knowledge_base import KnowledgeBaseVersion
-from rag_pipeline.defs.partitions import dataset_partitions, knowledge_base_partitions
+from rag_pipeline.defs.partitions import DATASETS, KNOWLEDGE_BASES, dataset_partitions, knowledge_base_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation.datasets.queries import knowledge_base_of_names
 from rag_pipeline.service import lineage
@@ -36,6 +36,7 @@ def latest_data_version(instance: dg.DagsterInstance, key: dg.AssetKey, partitio
                         observed: bool) -> str | None:
     """The data version of the latest observation (``observed``) or materialization of one partition."""
     records_filter = dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition])
+    event: dg.AssetObservation | dg.AssetMaterialization | None
     if observed:
         records = instance.fetch_observations(records_filter, limit=1).records
         event = records[0].asset_observation if records else None
@@ -50,7 +51,7 @@ def dataset_observations(instance: dg.DagsterInstance, engine: sa.Engine,
                          ) -> list[dg.AssetObservation]:
     """New observations of ``dataset_knowledge_base`` for the dataset partitions (all, or ``datasets``) whose
     knowledge base is in ``versions`` and whose latest observed version differs from it."""
-    partitions = set(instance.get_dynamic_partitions(dataset_partitions.name))
+    partitions = set(instance.get_dynamic_partitions(DATASETS))
     out = []
     with engine.connect() as conn:
         dataset_kbs = knowledge_base_of_names(conn)
@@ -71,7 +72,7 @@ def observe_dataset(instance: dg.DagsterInstance, engine: sa.Engine, dataset: st
     """Record (at once, outside the step's event stream) the version of ``knowledge_base`` as the data version of
     the dataset's ``dataset_knowledge_base`` partition, before the evaluation steps read it; returns it."""
     version = lineage.knowledge_base_version(engine, knowledge_base)
-    if not instance.has_dynamic_partition(dataset_partitions.name, dataset):
+    if not instance.has_dynamic_partition(DATASETS, dataset):
         return version.version
     for event in dataset_observations(instance, engine, {version.knowledge_base: version}, {dataset}):
         instance.report_runless_asset_event(event)
@@ -103,7 +104,7 @@ def knowledge_base_versions(context: dg.SensorEvaluationContext, rag_db: RagData
         changed = {kb: v for kb, v in current.items() if previous.get(kb) != v.version}
         if not changed:
             return dg.SkipReason(f"no knowledge base changed ({len(current)} watched)")
-        known = set(context.instance.get_dynamic_partitions(knowledge_base_partitions.name))
+        known = set(context.instance.get_dynamic_partitions(KNOWLEDGE_BASES))
         new_keys = sorted(kb for kb in changed if kb not in known and is_valid_name(KNOWLEDGE_BASE, kb))
         events: list = []
         for kb, version in sorted(changed.items()):

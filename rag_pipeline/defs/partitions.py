@@ -18,8 +18,11 @@ ANSWERER_DIMENSION = "system"
 """The answerer dimension: the RAG system that answered. Dagster orders a key's dimensions by name, so a name
 after "dataset" keeps keys ``<dataset>|<answerer>`` like the evaluation's ``<dataset>|<strategy>``."""
 
-dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
-knowledge_base_partitions = dg.DynamicPartitionsDefinition(name="knowledge_base")  # one key per knowledge base
+DATASETS = "dataset"
+KNOWLEDGE_BASES = "knowledge_base"
+"""The names of the dynamic partitions (one key per dataset, per knowledge base)."""
+dataset_partitions = dg.DynamicPartitionsDefinition(name=DATASETS)
+knowledge_base_partitions = dg.DynamicPartitionsDefinition(name=KNOWLEDGE_BASES)
 strategy_partitions = dg.StaticPartitionsDefinition(list(load_registry()))
 evaluation_partitions = dg.MultiPartitionsDefinition({DATASET_DIMENSION: dataset_partitions,
                                                       STRATEGY_DIMENSION: strategy_partitions})

@@ -6,7 +6,7 @@ regressions under changing knowledge bases show in the history; ``nightly_prune`
 import dagster as dg
 
 from rag_pipeline.defs.jobs import evaluate_retrieval_job, prune_evaluation_runs
-from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
+from rag_pipeline.defs.partitions import DATASETS, partition_key, strategy_partitions
 from rag_pipeline.settings import datasets_dir
 
 
@@ -21,7 +21,7 @@ from rag_pipeline.settings import datasets_dir
 def nightly_reevaluation(context: dg.ScheduleEvaluationContext):
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
     folder = datasets_dir()
-    keys = [k for k in context.instance.get_dynamic_partitions(dataset_partitions.name)
+    keys = [k for k in context.instance.get_dynamic_partitions(DATASETS)
             if (folder / f"{k}.json").is_file()]
     if not keys:
         return dg.SkipReason(f"no dataset partition has a file in {folder}")

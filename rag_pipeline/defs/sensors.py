@@ -5,8 +5,9 @@ the skip reason; a file that does not opt in, e.g. one ``rag-pipeline label --ou
 ``comparison_after_evaluation``: a succeeded evaluation → the dataset's comparison; ``runs_outside_dagster``:
 CLI/API runs → runless materializations (a partition only for a dataset whose file is in ``datasets/``);
 ``reevaluate_stale_runs`` (opt-in): a current run that measured an older knowledge-base version → a new run of its
-partition; ``unsubmitted_evaluations``: a queued run (HTTP API, console) whose process died before it submitted the
-Dagster run → failed with that reason. docs/evaluating.md, "Sensors"; docs/failure-behaviour.md.
+partition; ``queued_evaluations``: the queued runs of a click (HTTP API, console) → one ``evaluate_strategies`` run,
+and runs whose Dagster run ended before they did → failed with Dagster's reason. docs/evaluating.md, "Sensors";
+docs/failure-behaviour.md.
 
 The dataset cursor maps each file stem to ``{mtime_ns, size, sha256}`` of the file: an untouched file costs one
 ``stat``, a touched one is hashed, and only a new file hash is planned. Logs and run keys name the dataset version
@@ -21,17 +22,16 @@ import dagster as dg
 from rag_pipeline.contracts.knowledge_base import SHORT
 from rag_pipeline.defs.comparison import compare_strategies_job
 from rag_pipeline.defs.evaluation_metadata import display_float
-from rag_pipeline.defs.jobs import evaluate_retrieval_job, evaluate_strategies
-from rag_pipeline.defs.partitions import dataset_partitions, partition_key, strategy_partitions
+from rag_pipeline.defs.jobs import QUEUE_TAG, evaluate_retrieval_job, evaluate_strategies
+from rag_pipeline.defs.partitions import DATASETS, dataset_partitions, partition_key, strategy_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation.datasets.load import MAX_FILE_BYTES, valid_dataset_key
-from rag_pipeline.service import analysis, datasets, lineage
+from rag_pipeline.service import analysis, datasets, lineage, queued_runs
 from rag_pipeline.service import runs_outside_dagster as run_feed
-from rag_pipeline.service.liveness.runs import end_unsubmitted_runs
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.files import FileReadError, check_regular, read_bounded
 from rag_pipeline.storage.names import DATASET, name_rule, printable
-from rag_pipeline.storage.urls import DatabaseError
+from rag_pipeline.storage.urls import DatabaseError, mask_secrets
 
 OPT_IN = '"metadata": {"auto_evaluate": true}'
 SENSOR_DESCRIPTION = (
@@ -111,7 +111,7 @@ def new_dataset_sensor(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
             context.log.warning(f"not evaluating {printable(path.name)}: {plan.problems}")
             problems.append(printable(plan.problems))
             continue
-        if key not in new_keys and not context.instance.has_dynamic_partition(dataset_partitions.name, key):
+        if key not in new_keys and not context.instance.has_dynamic_partition(DATASETS, key):
             new_keys.append(key)
         context.log.info(f"{'changed' if seen else 'new'} dataset file {path.name} (dataset version "
                          f"{plan.dataset_version}): running {', '.join(plan.to_run) or 'nothing'}")
@@ -151,7 +151,7 @@ def comparison_after_evaluation(context: dg.RunStatusSensorContext, rag_db: RagD
     except DatabaseError as exc:
         return dg.SkipReason(f"cannot check dataset {dataset!r}: {exc}")
     if ready is not True:
-        return dg.SkipReason(ready)
+        return dg.SkipReason(str(ready))
     return dg.RunRequest(run_key=f"compare:{context.dagster_run.run_id}", partition_key=dataset)
 
 
@@ -177,7 +177,7 @@ def runs_outside_dagster(context: dg.SensorEvaluationContext, rag_db: RagDatabas
         if not valid_dataset_key(run.dataset) or run.strategy_version not in strategies:
             context.log.info(f"run {run.run_id}: {run.dataset}|{run.strategy_version} is not a partition; not reported")
             continue
-        if run.dataset not in new_keys and not context.instance.has_dynamic_partition(dataset_partitions.name,
+        if run.dataset not in new_keys and not context.instance.has_dynamic_partition(DATASETS,
                                                                                       run.dataset):
             if not (folder / f"{run.dataset}.json").is_file():  # a partition's run reads datasets/<name>.json
                 context.log.info(f"run {run.run_id}: dataset {run.dataset!r} has no file in {folder}; no partition "
@@ -209,7 +209,7 @@ def reevaluate_stale_runs(context: dg.SensorEvaluationContext, rag_db: RagDataba
         stale = lineage.stale_runs(rag_db.engine())
     except DatabaseError as exc:
         return dg.SkipReason(f"cannot read the evaluation runs: {exc}")
-    partitions = set(context.instance.get_dynamic_partitions(dataset_partitions.name))
+    partitions = set(context.instance.get_dynamic_partitions(DATASETS))
     strategies = set(strategy_partitions.get_partition_keys())
     folder = datasets_dir()
     requests = []
@@ -227,23 +227,88 @@ def reevaluate_stale_runs(context: dg.SensorEvaluationContext, rag_db: RagDataba
     return requests
 
 
-@dg.sensor(
-    name="unsubmitted_evaluations", minimum_interval_seconds=10, default_status=dg.DefaultSensorStatus.RUNNING,
-    description="A queued evaluation run (HTTP API, console) whose process that queued it has died (e.g. kill -9 "
-                "right after its 202) before it submitted the Dagster run → the run is marked failed with that "
-                "reason, instead of waiting for a Dagster run that will never come.",
-)
-def unsubmitted_evaluations(context: dg.SensorEvaluationContext, rag_db: RagDatabase):
-    def existing(dagster_run_ids) -> set[str]:
-        records = context.instance.get_runs(filters=dg.RunsFilter(run_ids=list(dagster_run_ids)))
-        return {r.run_id for r in records}
+_ENDED = {"FAILURE": "failed", "CANCELED": "was cancelled", "SUCCESS": "succeeded"}  # DagsterRunStatus names
 
+
+def failure_reasons(instance: dg.DagsterInstance, dagster_run_id: str) -> dict[str | None, str]:
+    """The one-line reason Dagster logged for each failed step of a run (key: the step key; None: the last failure
+    logged with an error, the run's own or a step's): the innermost error, ``Type: message``."""
+    entries = instance.all_logs(dagster_run_id, of_type={dg.DagsterEventType.STEP_FAILURE,
+                                                         dg.DagsterEventType.RUN_FAILURE})
+    reasons: dict[str | None, str] = {}
+    for entry in entries:
+        error = getattr(getattr(entry.dagster_event, "event_specific_data", None), "error", None)
+        while error is not None and getattr(error, "cause", None) is not None:
+            error = error.cause  # Dagster wraps the op's exception: the cause is ours
+        lines = [line.strip() for line in (getattr(error, "message", "") or "").splitlines() if line.strip()]
+        if lines:
+            reasons[entry.step_key] = reasons[None] = mask_secrets("; ".join(lines))[:2000]
+    return reasons
+
+
+def how_it_ended(instance: dg.DagsterInstance, record: dg.DagsterRun, when: str,
+                 strategy: str | None = None) -> str | None:
+    """"failed <when>: <its reason>", "was cancelled <when> (see ...)" for a Dagster run that has ended (None: it has
+    not); ``strategy``: the reason of that strategy's step first."""
+    verb = _ENDED.get(record.status.name)
+    if verb is None:
+        return None
+    reasons = failure_reasons(instance, record.run_id) if record.status.name == "FAILURE" else {}
+    why = (strategy and reasons.get(queued_runs.strategy_step_key(strategy))) or reasons.get(None)
+    return f"{verb} {when}" + (f": {why}" if why else " (see the run in the Dagster UI)")
+
+
+def click_request(queue_id: str, runs: list) -> dg.RunRequest:
+    """The ``evaluate_strategies`` run of the queued runs of one click (one stored dataset version)."""
+    config = {"dataset_id": runs[0].dataset_id, "runs": {r.strategy_version: r.run_id for r in runs}}
+    return dg.RunRequest(run_key=queue_id, run_config={"ops": {"stored_dataset": {"config": config}}},
+                         tags={"rag/dataset": runs[0].dataset, "rag/evaluation_runs": str(len(runs)),
+                               "rag/source": "http-api", QUEUE_TAG: queue_id})
+
+
+@dg.sensor(
+    name=queued_runs.SENSOR, job=evaluate_strategies, minimum_interval_seconds=5,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="The queued evaluation runs of a click (HTTP API, console) → one evaluate_strategies run (a step per "
+                "strategy); a queued or running evaluation run whose Dagster run ended first (or whose process is "
+                "gone) → failed with the reason. Its ticks tell the API whether a daemon picks queued runs up.",
+)
+def queued_evaluations(context: dg.SensorEvaluationContext, rag_db: RagDatabase):
+    engine, instance = rag_db.engine(), context.instance
     try:
-        ended = end_unsubmitted_runs(rag_db.engine(), existing)
+        queued_runs.record_tick(engine)
+        clicks: dict[str, list] = {}
+        for run in queued_runs.queued_runs(engine):
+            clicks.setdefault(run.dagster_run_id, []).append(run)
+        found = {r.run_id: r for r in instance.get_runs(filters=dg.RunsFilter(run_ids=list(clicks)))} if clicks \
+            else {}
+        if rest := [i for i in clicks if i not in found]:
+            found |= {r.tags[QUEUE_TAG]: r for r in instance.get_runs(filters=dg.RunsFilter(tags={QUEUE_TAG: rest}))}
+        requests, datasets_to_add, failed = [], set(), 0
+        for queue_id, runs in clicks.items():
+            if (record := found.get(queue_id)) is None:
+                requests.append(click_request(queue_id, runs))
+                if not instance.has_dynamic_partition(DATASETS, runs[0].dataset):
+                    datasets_to_add.add(runs[0].dataset)
+                continue
+            if record.run_id != queue_id:  # submitted: its rows carry the Dagster run's id from now on
+                queued_runs.claim(engine, queue_id, record.run_id)
+            for run in runs if record.status.name in _ENDED else ():
+                what = how_it_ended(instance, record, "before the evaluation started", run.strategy_version)
+                queued_runs.fail_queued(engine, run.run_id, f"its Dagster run {record.run_id} {what}")
+                failed += 1
+
+        def ended(dagster_run_ids) -> dict[str, str]:
+            records = instance.get_runs(filters=dg.RunsFilter(run_ids=list(dagster_run_ids)))
+            return {r.run_id: what for r in records
+                    if (what := how_it_ended(instance, r, "while the evaluation was running"))}
+
+        failed += queued_runs.end_gone_runs(engine, ended)
     except DatabaseError as exc:
         return dg.SkipReason(f"cannot read the evaluation runs: {exc}")
-    if ended:
-        context.log.warning(f"{ended} queued evaluation run(s) failed: the process that queued them died before "
-                            "submitting their Dagster run")
-        return dg.SkipReason(f"{ended} queued evaluation run(s) whose Dagster run was never submitted marked failed")
-    return dg.SkipReason("every queued evaluation run has its Dagster run, or a live process submitting it")
+    if failed:
+        context.log.warning(f"{failed} evaluation run(s) failed: their Dagster run or process ended first")
+    return dg.SensorResult(
+        run_requests=requests, skip_reason=None if requests else f"no new click to run ({failed} run(s) failed)",
+        dynamic_partitions_requests=[dataset_partitions.build_add_request(sorted(datasets_to_add))]
+        if datasets_to_add else [])

@@ -1,34 +1,53 @@
-"""Queued evaluations: the run rows the HTTP API creates before it hands the work to Dagster.
+"""Queued evaluations: the run rows the HTTP API and the console create; Dagster's ``queued_evaluations`` sensor
+turns them into runs (docs/http-api.md, "Evaluations are asynchronous").
 
 :func:`queue_evaluations` validates everything a run would refuse (knowledge base, dataset version, strategies
 and their applicability, the label check of docs/design.md §8, parameter conflicts) and then inserts one ``queued`` run
-per strategy in one transaction, each with the id of the Dagster run that will carry it out (one Dagster run for
-all of them: ``evaluate_strategies``, a step per strategy), so nothing is queued when anything is wrong. The
-Dagster step that picks a run up moves it to ``running`` (``evaluate_stored(queued_run_id=...)``); a retry of that
-step carries out the row :func:`resume_queued_run` gives it (a new row when the failed attempt had started its own).
+per strategy in one transaction, all with one queue id in ``dagster_run_id`` (one Dagster run per click:
+``evaluate_strategies``, a step per strategy), so nothing is queued when anything is wrong. The sensor requests that
+run (run key: the queue id) and :func:`claim` gives the rows the Dagster run's id; the step that picks a run up moves
+it to ``running`` (``evaluate_stored(queued_run_id=...)``); a retry of that step carries out the row
+:func:`resume_queued_run` gives it (a new row when the failed attempt had started its own). The sensor records its
+ticks: :func:`queue_status` tells the front ends whether a daemon picks queued runs up.
+
+A ``running`` run whose process ended without recording its outcome (``kill -9``, the OOM killer, a failure while
+the database was down) ends ``failed`` with the reason at the next check (:func:`end_gone_runs`: the sensor, an
+evaluation before it starts, ``runs`` before it lists): "its Dagster run ... failed: <Dagster's error>" when its
+Dagster run has ended, "its process (pid N on HOST) ended without recording the outcome ..." when its process on this
+host is gone (:mod:`rag_pipeline.evaluation.runs.owner`). A run owned by another host, outside Dagster, is left to its
+heartbeat (``abandoned`` after ``RAG_RUN_STALE_SECONDS``).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.runs import QueuedEvaluation, QueuedRun, WaitingRun
+from rag_pipeline.contracts.runs import QueuedEvaluation, QueuedRun, QueueInfo
 from rag_pipeline.evaluation.datasets.resolve import DatasetNotFoundError, resolve_dataset
 from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs import queries as run_queries
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import get_strategy, load_registry
 from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.service.applicability import choose_strategies
 from rag_pipeline.service.evaluations import check_labels_first, label_headline
+from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.ids import as_uuid
+from rag_pipeline.storage.urls import mask_secrets
 
 RETRY_WAIT_S = 60.0
 """How long a retried step waits for the database to answer again before it fails (and Dagster's policy decides)."""
 STRATEGY_STEP = "evaluate_strategy"  # the op of ``evaluate_strategies`` that evaluates one strategy
+SENSOR = "queued_evaluations"  # its ticks are recorded as "<SENSOR>:<queue>"
+STALE_TICK_S = 60.0
+"""A last tick of :data:`SENSOR` older than this: no daemon picks queued runs up (it ticks every few seconds)."""
+NO_DAEMON_FIX = ("start `make dev` (the Dagster UI and its daemon) or `rag-pipeline serve --with-daemon`, on the "
+                 "same DAGSTER_HOME and database")
 
 
 def strategy_step(version: str) -> str:
@@ -45,8 +64,9 @@ def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
                       strategy_versions: Sequence[str] | None = None, *, strict: bool = False,
                       one_dagster_run: bool = True) -> QueuedEvaluation:
     """Queue one run per strategy of a stored dataset version on a knowledge base (name or id); default
-    strategies: every one the knowledge base can run. The runs share one Dagster run id (``one_dagster_run``;
-    else one each). Raises the service's user errors, nothing written."""
+    strategies: every one the knowledge base can run. The runs share one queue id, so one Dagster run
+    (``one_dagster_run``; else one each). Raises the service's user errors, nothing written."""
+    versions = choose_strategies(engine, knowledge_base, strategy_versions)
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
     versions = choose_strategies(engine, kb, strategy_versions)
@@ -66,22 +86,74 @@ def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
             run_id = run_records.create_run(conn, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
                                      params_hash=params_hash, partition_key=key, dagster_run_id=dagster_run_id,
                                      queued=True)
+            run_queries.set_queue(conn, run_id, get_settings().evaluation_queue)
             queued.append(QueuedRun(run_id=str(run_id), strategy_version=version, dataset=dataset.name,
                                     dataset_id=str(dataset_id), partition_key=key, dagster_run_id=dagster_run_id))
     return QueuedEvaluation(runs=queued, label_warning=warning)
 
 
 def fail_queued(engine: sa.Engine, run_id: str, error: str) -> None:
-    """Mark a queued run failed (its submission to Dagster failed, or Dagster dropped it before it started)."""
+    """Mark a queued (or running) run failed: its Dagster run ended before it did."""
     run_records.mark_failed(engine, run_id, error)
 
 
-def queued_runs(engine: sa.Engine, limit: int = 500) -> list[WaitingRun]:
-    """The runs still ``queued``, oldest first."""
+def queued_runs(engine: sa.Engine, limit: int = 500) -> list[QueuedRun]:
+    """The runs still ``queued`` in this process's queue (``RAG_EVALUATION_QUEUE``), oldest first."""
     with engine.connect() as conn:
-        rows = run_records.list_runs(conn, status="queued", limit=limit)
-    return [WaitingRun(run_id=str(r.id), dagster_run_id=r.dagster_run_id, queued_at=r.queued_at,
-                       strategy_version=r.strategy_version) for r in rows][::-1]
+        rows = run_queries.queued_rows(conn, get_settings().evaluation_queue, limit)
+    return [QueuedRun(run_id=str(r.id), strategy_version=r.strategy_version, dataset=r.dataset,
+                      dataset_id=str(r.dataset_id), partition_key=r.partition_key or "",
+                      dagster_run_id=r.dagster_run_id or "") for r in rows]
+
+
+def claim(engine: sa.Engine, queue_id: str, dagster_run_id: str) -> int:
+    """The queued rows of ``queue_id`` are carried out by Dagster run ``dagster_run_id``; how many."""
+    with engine.begin() as conn:
+        return run_queries.claim_queued(conn, queue_id, dagster_run_id)
+
+
+def record_tick(engine: sa.Engine) -> None:
+    """:data:`SENSOR` ticked now."""
+    with engine.begin() as conn:
+        run_queries.record_tick(conn, f"{SENSOR}:{get_settings().evaluation_queue}")
+
+
+def queue_status(engine: Callable[[], sa.Engine], daemon: subprocess.Popen | None = None) -> QueueInfo:
+    """Does a Dagster daemon pick queued runs up: has :data:`SENSOR` ticked in the last :data:`STALE_TICK_S`
+    seconds? ``daemon``: the one ``serve --with-daemon`` started (its exit is reported at once). Never raises."""
+    if daemon is not None and daemon.poll() is not None:
+        return QueueInfo(daemon_running=False, message=f"the daemon this server started (pid {daemon.pid}) exited "
+                         f"with code {daemon.returncode}: queued evaluation runs wait — {NO_DAEMON_FIX}")
+    try:
+        with engine().connect() as conn:
+            age = run_queries.tick_age(conn, f"{SENSOR}:{get_settings().evaluation_queue}")
+    except Exception as exc:  # noqa: BLE001 - the database went away: say so, never fail the caller
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return QueueInfo(daemon_running=False, message=f"the run queue cannot be read ({mask_secrets(first)}): "
+                         "check the database (`rag-pipeline db status`)")
+    if age is not None and age < STALE_TICK_S:
+        return QueueInfo(daemon_running=True)
+    seen = "none has ever picked up queued runs" if age is None else f"none has picked up queued runs for {age:.0f} s"
+    return QueueInfo(daemon_running=False, message=f"no Dagster daemon is running ({seen}): queued evaluation runs "
+                     f"wait until one starts — {NO_DAEMON_FIX}")
+
+
+def end_gone_runs(engine: sa.Engine, dagster_ended: Callable[[Sequence[str]], Mapping[str, str]] | None = None) -> int:
+    """Mark failed every ``running`` run whose Dagster run has ended (``dagster_ended``: given Dagster run ids, those
+    that have ended, each with what happened) or whose process on this host is gone; returns how many."""
+    rows = run_records.running_runs(engine)
+    ended = 0
+    if dagster_ended is not None:
+        by_dagster: dict[str, list] = {}  # one Dagster run can carry several runs (evaluate_strategies)
+        for row in rows:
+            if row.dagster_run_id:
+                by_dagster.setdefault(row.dagster_run_id, []).append(row)
+        finished = dict(dagster_ended(list(by_dagster))) if by_dagster else {}
+        for dagster_run_id, what in finished.items():
+            for row in by_dagster[dagster_run_id]:
+                ended += run_records.fail_running(engine, row.id, f"its Dagster run {dagster_run_id} {what}")
+        rows = [r for r in rows if r.dagster_run_id not in finished]
+    return ended + run_records.sweep_gone(engine, rows)
 
 
 def resume_queued_run(engine: sa.Engine, run_id: str, *, dagster_run_id: str, attempt_error: str | None = None,

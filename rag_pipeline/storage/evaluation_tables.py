@@ -107,6 +107,8 @@ class RetrievalEvaluationRun(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     cases_done: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default=text("0"))
     queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    queue: Mapped[str | None] = mapped_column(Text)
+    """The queue of a run the HTTP API queued (``RAG_EVALUATION_QUEUE``, 0010): the daemon serving it runs it."""
     __table_args__ = (
         Index("ix_runs_dataset_strategy", "dataset_id", "strategy_version"),
         Index("ix_runs_kb", "knowledge_base_id"),
@@ -114,6 +116,15 @@ class RetrievalEvaluationRun(Base):
         CheckConstraint("knowledge_base_version ~ '^[0-9a-f]{64}$'", name="ck_runs_knowledge_base_version"),
     )
 
+
+
+class DagsterSensorTick(Base):
+    """The last tick of a Dagster sensor (0010): the API and the console read ``queued_evaluations``'s to say
+    whether a daemon picks queued runs up."""
+
+    __tablename__ = "dagster_sensor_ticks"
+    sensor: Mapped[str] = mapped_column(Text, primary_key=True)
+    ticked_at: Mapped[datetime] = _now()
 
 CANDIDATE_PARTITION_PREFIX = "eval_candidates_"
 """Each run's candidates live in the partition ``eval_candidates_<run id hex>`` (migration 0005)."""

@@ -1,17 +1,13 @@
 """The FastAPI application: ``create_app()`` (what ``rag-pipeline serve`` runs under uvicorn): the API under
 ``/api/v1`` (OpenAPI at ``/docs``, Swagger UI served locally), the admin console under ``/admin``, ``/healthz``.
 
-Every error is RFC 9457 problem details (:mod:`.problems`); access rules are in :mod:`.security`. The lifespan
-makes the app's :class:`~rag_pipeline.web.launcher.Launcher` (unless one is given) and reconciles queued runs with
-Dagster every few seconds while the app lives (no GET writes).
+Every error is RFC 9457 problem details (:mod:`.problems`); access rules are in :mod:`.security`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator
+import subprocess
 from importlib import metadata
 
 from fastapi import APIRouter, Depends, FastAPI
@@ -19,12 +15,11 @@ from fastapi.responses import RedirectResponse
 from fastapi_offline import FastAPIOffline
 from starlette.middleware.sessions import SessionMiddleware
 
-from rag_pipeline.web import dependencies, hosts, problems, request_rules, security
+from rag_pipeline.web import hosts, problems, request_rules, security
 from rag_pipeline.web.api import answers, chunks, comparisons, datasets, evaluations, health, knowledge_bases
-from rag_pipeline.web.launcher import RECONCILE_PERIOD_S, Launcher, LaunchError
 
 DESCRIPTION = """Measure a RAG system's retrieval: upload labelled datasets, evaluate strategies asynchronously
-(each run is a Dagster run of `evaluate_retrieval`), read run history, per-case candidates and comparisons.
+(each request is one Dagster run of `evaluate_strategies`), read run history, per-case candidates and comparisons.
 
 `{id}` in a path is a knowledge base's UUID or name; a run id may be shortened to a unique prefix of at least
 4 hex digits. Errors are RFC 9457 problem details (`application/problem+json`) with the CLI's messages. When
@@ -53,37 +48,13 @@ DOCS_STATIC = "/docs/static"
 """Where Swagger UI's script and style sheet are served (from the ``fastapi-offline`` package: no CDN)."""
 
 
-async def _reconcile_periodically(launcher: Launcher) -> None:
-    """Every :data:`RECONCILE_PERIOD_S` seconds: queued runs whose Dagster run already ended are marked failed."""
-    while True:
-        await asyncio.sleep(RECONCILE_PERIOD_S)
-        try:
-            await asyncio.to_thread(launcher.reconcile, dependencies.engine())
-        except Exception as exc:  # noqa: BLE001 - the database is down: the next round retries
-            log.warning("could not reconcile queued runs: %s", exc)
-
-
-@contextlib.asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The app's launcher (the one given to :func:`create_app`, else one on this process's environment) and the
-    reconciliation task, cancelled on shutdown."""
-    app.state.launcher = app.state.launcher or Launcher()
-    with contextlib.suppress(LaunchError):  # the queue status and each launch report it
-        app.state.launcher.environment()  # read once, before the first request
-    task = asyncio.create_task(_reconcile_periodically(app.state.launcher), name="rag-reconcile")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-
-
-def create_app(launcher: Launcher | None = None) -> FastAPI:
-    """The application (see the module docstring); ``launcher``: the Dagster launcher to use (default: made in the
-    lifespan)."""
+def create_app(daemon: subprocess.Popen | None = None) -> FastAPI:
+    """The application (see the module docstring); ``daemon``: the Dagster daemon ``serve --with-daemon`` started
+    (its exit is reported by the queue status at once)."""
     app = FastAPIOffline(title="rag_pipeline", version=_version(), description=DESCRIPTION, openapi_tags=TAGS,
-                         docs_url="/docs", redoc_url=None, static_url=DOCS_STATIC, lifespan=lifespan,
+                         docs_url="/docs", redoc_url=None, static_url=DOCS_STATIC,
                          dependencies=[Depends(request_rules.reject_nul)])  # Swagger UI's files served from here
-    app.state.launcher = launcher
+    app.state.daemon = daemon
     problems.install(app)
     request_rules.install(app)
     # Starlette types every handler as taking any Exception; this one is registered for LoginRequired only

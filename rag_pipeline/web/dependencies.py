@@ -1,4 +1,4 @@
-"""Dependencies shared by the routers: the database engine, the app's Dagster launcher, paging parameters."""
+"""Dependencies shared by the routers: the database engine, the run queue's status, paging parameters."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from typing import Annotated
 import sqlalchemy as sa
 from fastapi import Depends, Query, Request
 
+from rag_pipeline.contracts.runs import QueueInfo
+from rag_pipeline.service.queued_runs import queue_status
 from rag_pipeline.storage.engine import get_engine
-from rag_pipeline.web.launcher import Launcher
 
 MAX_PAGE = 1000
 
@@ -21,12 +22,13 @@ def engine() -> sa.Engine:
 Engine = Annotated[sa.Engine, Depends(engine)]
 
 
-def launcher(request: Request) -> Launcher:
-    """The app's Dagster launcher (``app.state.launcher``, made in the app's lifespan)."""
-    return request.app.state.launcher
+def queue(request: Request) -> QueueInfo:
+    """Whether a Dagster daemon picks queued runs up (the daemon ``serve --with-daemon`` started:
+    ``app.state.daemon``)."""
+    return queue_status(get_engine, request.app.state.daemon)
 
 
-DagsterLauncher = Annotated[Launcher, Depends(launcher)]
+Queue = Annotated[QueueInfo, Depends(queue)]
 
 
 class Page:

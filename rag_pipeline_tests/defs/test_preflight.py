@@ -105,7 +105,7 @@ def test_a_stale_env_of_another_data_directory_is_named_with_the_fix(tmp_path, m
     directories, the command that rewrites .env), not "no socket in <the other one>"; the server refuses the same
     way. A .env of the same data directory, a process with its own RAG_DAGSTER_PG_URL, or one that uses no embedded
     server (RAG_DATABASE_URL set), is not stale."""
-    from rag_pipeline.web.launcher import Launcher, LaunchError
+    from rag_pipeline.cli.serve import dagster_environment
 
     project, new, url = _stale_project(tmp_path)
     monkeypatch.setenv("RAG_PROJECT_ROOT", str(project))
@@ -115,8 +115,8 @@ def test_a_stale_env_of_another_data_directory_is_named_with_the_fix(tmp_path, m
     assert f"{project / '.env'} was written by `rag-pipeline db start` for the embedded PostgreSQL in {old}" in problem
     assert f"but RAG_PGDATA is {new.resolve()}" in problem
     assert f"Run `RAG_PGDATA={new.resolve()} rag-pipeline db start` to rewrite" in problem
-    with pytest.raises(LaunchError) as refused:
-        Launcher({"DAGSTER_HOME": str(project), "RAG_PGDATA": str(new), "RAG_DAGSTER_PG_URL": url}).instance()
+    with pytest.raises(ValueError, match="RAG_PGDATA is") as refused:  # what `serve` refuses with
+        dagster_environment({"DAGSTER_HOME": str(project), "RAG_PGDATA": str(new), "RAG_DAGSTER_PG_URL": url})
     assert "RAG_PGDATA is" in str(refused.value) and str(old) in str(refused.value)
     same = preflight.storage_problem({"RAG_PGDATA": str(tmp_path / "a"), "RAG_DAGSTER_PG_URL": url})
     assert same is not None and "no socket in" in same, "the .env's own data directory: the usual check"

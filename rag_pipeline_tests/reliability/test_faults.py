@@ -30,7 +30,7 @@ from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service.datasets import register_dataset
-from rag_pipeline.service.queued_runs import queue_evaluations
+from rag_pipeline.service.queued_runs import fail_queued, queue_evaluations
 from rag_pipeline.storage import embedded_server
 from rag_pipeline.storage.engine import (
     TRANSIENT_ERRORS,  # moved from service.errors (one error hierarchy)
@@ -463,12 +463,10 @@ time.sleep(600)
 
 
 @pytest.mark.slow  # a child process that queues two clicks, then is killed with SIGKILL
-def test_queued_runs_of_a_killed_server_fail_at_the_next_sensor_tick(engine, chunks, datasets):
-    """The server queues a click's runs and answers 202, then is killed (kill -9) before it submits the Dagster
-    run: the daemon's unsubmitted_evaluations sensor fails those rows with the reason at its next tick (it used to
-    take 10 minutes, and only with the server back). A dead server's click whose Dagster run exists is left to
-    the daemon, and so is any row while the process that queued it lives."""
-    from rag_pipeline.defs.sensors import unsubmitted_evaluations
+def test_queued_runs_of_a_killed_server_are_requested_at_the_next_sensor_tick(engine, chunks, datasets):
+    """The server queues a click's runs and answers 202, then is killed (kill -9): nothing of the click was in that
+    process, so the daemon's queued_evaluations sensor requests each click's Dagster run at its next tick, once."""
+    from rag_pipeline.defs.sensors import queued_evaluations
 
     stored = register_dataset(engine, write_dataset(datasets / "faults-orphan.json", KB, tiny_cases(chunks)))
     child = subprocess.Popen([sys.executable, "-c", _QUEUE_TWO_CLICKS, KB, stored.dataset_id], cwd=ROOT,
@@ -476,27 +474,17 @@ def test_queued_runs_of_a_killed_server_fail_at_the_next_sensor_tick(engine, chu
     try:
         clicks = [child.stdout.readline().split() for _ in range(2)]
         assert all(len(c) == 2 for c in clicks), child.stderr.read() if child.poll() is not None else clicks
-        (lost, lost_dagster), (submitted, submitted_dagster) = clicks
-        instance = dg.DagsterInstance.ephemeral()
-        instance.create_run_for_job(defs.resolve_job_def("prune_evaluation_runs"), run_id=submitted_dagster)
-        context = dg.build_sensor_context(instance=instance, resources={"rag_db": RagDatabase()})
-
-        alive = unsubmitted_evaluations(context)
-        assert "every queued evaluation run has" in alive.skip_message
-        assert {_run(engine, r).status for r in (lost, submitted)} == {"queued"}, "its process lives: left alone"
     finally:
         child.kill()
         child.wait(timeout=60)
         child.stdout.close()
         child.stderr.close()
-    ended = unsubmitted_evaluations(context)
-    assert ended.skip_message.startswith("1 queued evaluation run(s)"), ended.skip_message
-    row = _run(engine, lost)
-    assert row.status == "failed" and row.finished_at is not None and not row.is_current
-    assert row.error.startswith(f"the process that queued it (pid {child.pid} on "), row.error
-    assert f"ended before it submitted Dagster run {lost_dagster}" in row.error and "evaluate again" in row.error
-    assert _run(engine, submitted).status == "queued", "its Dagster run exists: the daemon starts it"
-    assert run_rows(engine, lost) == (0, 0)
+    context = dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), resources={"rag_db": RagDatabase()})
+    requests = {r.run_key: r for r in queued_evaluations(context).run_requests}
+    for run_id, queue_id in clicks:
+        assert list(requests[queue_id].run_config["ops"]["stored_dataset"]["config"]["runs"].values()) == [run_id]
+        assert _run(engine, run_id).status == "queued"
+        fail_queued(engine, run_id, "test over")  # no daemon of this test runs them
 
 
 @pytest.mark.slow  # a killed evaluation process and a rerun

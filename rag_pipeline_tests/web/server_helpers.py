@@ -54,7 +54,8 @@ def fresh_dagster_database_url() -> str:
 def dagster_env(dagster_home: Path, datasets_dir: Path, *, fresh_storage: bool = False,
                 **extra: str) -> dict[str, str]:
     """The environment of a server/daemon process: this session's database, the Dagster instance of
-    ``dagster_home`` (created from the repo's dagster.yaml), an empty datasets folder for the sensor;
+    ``dagster_home`` (created from the repo's dagster.yaml) and its own queue of evaluation runs (no other test's
+    daemon runs them), an empty datasets folder for the sensor;
     ``fresh_storage``: Dagster's storage in a database of its own (:func:`fresh_dagster_database_url`)."""
     from rag_pipeline.storage.engine import dagster_database_url
 
@@ -64,7 +65,8 @@ def dagster_env(dagster_home: Path, datasets_dir: Path, *, fresh_storage: bool =
     datasets_dir.mkdir(parents=True, exist_ok=True)
     storage = fresh_dagster_database_url() if fresh_storage else dagster_database_url()
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "RAG_DAGSTER_PG_URL": storage,
-           "RAG_DATASETS_DIR": str(datasets_dir), "PYTHONWARNINGS": "ignore::FutureWarning",
+           "RAG_DATASETS_DIR": str(datasets_dir), "RAG_EVALUATION_QUEUE": str(dagster_home),
+           "PYTHONWARNINGS": "ignore::FutureWarning",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.update(extra)
     return env

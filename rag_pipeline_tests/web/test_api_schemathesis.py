@@ -72,8 +72,9 @@ def api_server(engine, demo_kb, rag_endpoint, tmp_path_factory) -> str:
         try:
             yield base
         finally:  # no daemon serves this server's runs: left queued, they would keep the demo dataset busy
-            for run in queued_runs(engine):
-                if run.queued_at is not None and run.queued_at >= started:
+            with pytest.MonkeyPatch.context() as patch:  # the server's own queue: only its runs are there
+                patch.setenv("RAG_EVALUATION_QUEUE", env["RAG_EVALUATION_QUEUE"])
+                for run in queued_runs(engine):
                     fail_queued(engine, run.run_id, "queued by the Schemathesis test, whose server has no daemon")
             # the answer runs its collections stored would be another answerer on the demo dataset's pages
             collected = [r.run_id for r in list_answer_runs(engine, knowledge_base=demo_kb, limit=1000).runs

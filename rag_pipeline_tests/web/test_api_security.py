@@ -115,8 +115,13 @@ def test_cross_site_writes_are_refused_even_with_the_token(guarded_server):
     assert same.status_code == 404, same.text  # past the guard: the knowledge base does not exist
 
 
-def test_without_a_daemon_queued_runs_say_how_to_start_one(guarded_server, engine, tmp_path, kb_name):
-    """No daemon: every answer says so with the fix; a queued run whose Dagster run is cancelled becomes failed."""
+def test_without_a_daemon_queued_runs_say_how_to_start_one(guarded_server, engine, tmp_path, kb_name, monkeypatch):
+    """No daemon: every answer says so with the fix; once a daemon's sensor has requested the click's Dagster run,
+    a queued run whose Dagster run is cancelled becomes failed."""
+    from rag_pipeline.definitions import defs
+    from rag_pipeline.defs.resources import RagDatabase
+    from rag_pipeline.defs.sensors import queued_evaluations
+
     guarded_server, dagster_home = guarded_server
     health = requests.get(f"{guarded_server}/healthz", timeout=60).json()
     assert health["queue"]["daemon_running"] is False and "make dev" in health["queue"]["message"]
@@ -136,14 +141,15 @@ def test_without_a_daemon_queued_runs_say_how_to_start_one(guarded_server, engin
     history = requests.get(f"{guarded_server}/api/v1/knowledge-bases/{kb_name}/retrieval/runs", headers=_auth(),
                            timeout=60).json()
     assert [r["status"] for r in history["runs"]] == ["queued"] and history["queue"]["daemon_running"] is False
-    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
-        deadline = time.monotonic() + 240
-        while getattr(dagster_run := instance.get_run_by_id(run["dagster_run_id"]), "status",
-                      None) != dg.DagsterRunStatus.QUEUED:  # submitted in the background: created, then queued
-            assert time.monotonic() < deadline, f"the Dagster run was never queued: {dagster_run}"
-            time.sleep(2)
-        assert (dagster_run.job_name, dagster_run.tags["rag/dataset"]) == ("evaluate_strategies", "no-daemon")
+    monkeypatch.setenv("RAG_EVALUATION_QUEUE", str(dagster_home))  # the server's queue (server_helpers.dagster_env)
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:  # one tick of a daemon's sensor
+        context = dg.build_sensor_context(instance=instance, resources={"rag_db": RagDatabase()})
+        [request] = [r for r in queued_evaluations(context).run_requests if r.run_key == run["dagster_run_id"]]
+        assert request.tags["rag/dataset"] == "no-daemon"
+        dagster_run = instance.create_run_for_job(defs.resolve_job_def("evaluate_strategies"),
+                                                  run_config=request.run_config, tags=request.tags)
         instance.report_run_canceled(dagster_run)  # as the UI's "terminate" does for a queued run
+        queued_evaluations(context)
     deadline = time.monotonic() + 60
     while (summary := requests.get(guarded_server + run["links"]["self"], headers=_auth(),
                                    timeout=60).json()["summary"])["status"] == "queued":

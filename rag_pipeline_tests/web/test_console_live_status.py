@@ -163,15 +163,11 @@ def test_a_machine_without_a_cjk_font_is_told_on_the_page(engine, browser, store
 
 
 def test_waiting_for_a_daemon_that_never_comes_ends_in_the_warning(engine, tmp_path, capsys, monkeypatch):
-    """The background wait of ``serve --expect-daemon``, on a real Dagster instance no daemon runs on (Dagster
-    opens the instance of this process's environment, as in the server)."""
-    from rag_pipeline.web.launcher import Launcher
-    from rag_pipeline.web.server import wait_for_daemon
+    """The background wait of ``serve --expect-daemon``, on a queue no daemon serves."""
+    from rag_pipeline.cli.serve import wait_for_daemon
 
-    env = dagster_env(tmp_path / "dagster_home", tmp_path / "datasets", fresh_storage=True)
-    for name in ("DAGSTER_HOME", "RAG_DAGSTER_PG_URL"):
-        monkeypatch.setenv(name, env[name])
-    launcher = Launcher(env)
-    assert wait_for_daemon(launcher, timeout_s=1.0, interval_s=0.5) is False
+    monkeypatch.setenv("RAG_EVALUATION_QUEUE", str(tmp_path))
+    assert wait_for_daemon(timeout_s=1.0, interval_s=0.5) is False
     err = capsys.readouterr().err
-    assert "warning: still none after 1 s: no Dagster daemon is running on DAGSTER_HOME=" in err, err
+    assert "warning: still none after 1 s: no Dagster daemon is running (none has ever picked up queued runs)" in err, \
+        err

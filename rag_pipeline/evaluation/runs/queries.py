@@ -106,6 +106,40 @@ def queued_runs_with_owner(conn: sa.Connection, limit: int = 1000) -> Sequence[s
         "WHERE status = 'queued' AND owner_pid IS NOT NULL ORDER BY queued_at LIMIT :n"), {"n": limit}).all()
 
 
+def queued_rows(conn: sa.Connection, queue: str, limit: int = 500) -> list[sa.Row]:
+    """``id, strategy_version, partition_key, dagster_run_id, dataset_id, dataset`` of the ``queued`` rows of
+    ``queue``, oldest first."""
+    return list(conn.execute(sa.text(
+        "SELECT r.id, r.strategy_version, r.partition_key, r.dagster_run_id, r.dataset_id, d.name AS dataset "
+        "FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id "
+        "WHERE r.status = 'queued' AND r.queue = :q ORDER BY r.queued_at, r.id LIMIT :n"),
+        {"q": queue, "n": limit}).all())
+
+
+def set_queue(conn: sa.Connection, run_id, queue: str) -> None:
+    conn.execute(sa.text("UPDATE retrieval_evaluation_runs SET queue = :q WHERE id = :id"), {"q": queue, "id": run_id})
+
+
+def claim_queued(conn: sa.Connection, queue_id: str, dagster_run_id: str) -> int:
+    """The ``queued`` rows queued together as ``queue_id`` now carry the id of the Dagster run that runs them."""
+    return conn.execute(sa.text(
+        "UPDATE retrieval_evaluation_runs SET dagster_run_id = :dr WHERE dagster_run_id = :q AND status = 'queued'"),
+        {"dr": dagster_run_id, "q": queue_id}).rowcount
+
+
+def record_tick(conn: sa.Connection, sensor: str) -> None:
+    conn.execute(sa.text(
+        "INSERT INTO dagster_sensor_ticks (sensor, ticked_at) VALUES (:s, now()) "
+        "ON CONFLICT (sensor) DO UPDATE SET ticked_at = excluded.ticked_at"), {"s": sensor})
+
+
+def tick_age(conn: sa.Connection, sensor: str) -> float | None:
+    """Seconds since the sensor's last tick (None: it never ticked)."""
+    return conn.execute(sa.text(
+        "SELECT extract(epoch FROM clock_timestamp() - ticked_at) FROM dagster_sensor_ticks WHERE sensor = :s"),
+        {"s": sensor}).scalar()
+
+
 def fail_queued(conn: sa.Connection, run_id, error: str) -> bool:
     """Mark a ``queued`` run failed (one that started or ended meanwhile is left alone); whether it was."""
     return conn.execute(sa.text(
@@ -164,8 +198,9 @@ def insert_retry(conn: sa.Connection, new_id: uuid.UUID, of_run) -> None:
     conn.execute(sa.text(
         "INSERT INTO retrieval_evaluation_runs (id, dataset_id, knowledge_base_id, strategy_version, params_hash, "
         "strategy_params, embedding_model, status, is_current, partition_key, dagster_run_id, case_count, "
-        "candidate_count, queued_at) SELECT :new, dataset_id, knowledge_base_id, strategy_version, params_hash, "
-        "strategy_params, embedding_model, 'queued', false, partition_key, dagster_run_id, 0, 0, now() "
+        "candidate_count, queued_at, queue) SELECT :new, dataset_id, knowledge_base_id, strategy_version, "
+        "params_hash, strategy_params, embedding_model, 'queued', false, partition_key, dagster_run_id, 0, 0, now(), "
+        "queue "
         "FROM retrieval_evaluation_runs WHERE id = :of"), {"new": new_id, "of": of_run})
 
 

@@ -4,7 +4,6 @@ each metric over time, run history, and the answer runs with each answer metric 
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Annotated
 from urllib.parse import quote
 
@@ -18,11 +17,11 @@ from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline.service import analysis, datasets, evaluations, history, knowledge_bases
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
 from rag_pipeline.service.answers import list_answer_runs
+from rag_pipeline.service.queued_runs import queue_evaluations
 from rag_pipeline.web.admin.answer_data import answer_history
 from rag_pipeline.web.admin.charts import history_svg, strategy_colours
 from rag_pipeline.web.admin.pages import BASE, TABLE_METRICS, error_page, render
-from rag_pipeline.web.dependencies import DagsterLauncher, Engine
-from rag_pipeline.web.launcher import LaunchError
+from rag_pipeline.web.dependencies import Engine, Queue
 from rag_pipeline.web.security import require_console_user, require_csrf
 
 router = APIRouter(dependencies=[Depends(require_console_user)])
@@ -69,7 +68,7 @@ def _gate(engine, kb: str, dataset: str) -> dict:
 
 
 @router.get("/retrieval-evaluations/kb/{kb}/datasets/{dataset}", name="admin_dataset")
-def dataset_page(request: Request, engine: Engine, launcher: DagsterLauncher, kb: str, dataset: str,
+def dataset_page(request: Request, engine: Engine, queue: Queue, kb: str, dataset: str,
                  uploaded: int = 0, launched: str = ""):
     try:
         kb_name, versions = history.dataset_versions(engine, dataset, kb)
@@ -92,7 +91,7 @@ def dataset_page(request: Request, engine: Engine, launcher: DagsterLauncher, kb
         "invalid": labels.invalid()[:MAX_LABEL_ROWS], "strategies": strategy_choices(engine, kb_name),
         "runs": summaries, "current": current, "active": active, "gate": _gate(engine, kb_name, dataset),
         "charts": charts, "colours": colours, "baseline": DEFAULT_BASELINE, "baseline_run": baseline_run,
-        "queue": launcher.queue_status(), "uploaded": uploaded, "launched": launched,
+        "queue": queue, "uploaded": uploaded, "launched": launched,
         "headline": evaluations.label_headline(labels), "url": dataset_url(kb_name, dataset),
         **_answer_section(engine, kb_name, dataset)})
 
@@ -109,7 +108,7 @@ def _answer_section(engine, kb: str, dataset: str) -> dict:
 
 
 @router.post("/retrieval-evaluations/kb/{kb}/datasets/{dataset}/evaluate", dependencies=[Depends(require_csrf)])
-def evaluate(request: Request, engine: Engine, launcher: DagsterLauncher, kb: str, dataset: str,
+def evaluate(request: Request, engine: Engine, kb: str, dataset: str,
              strategy: Annotated[list[str] | None, Form(max_length=100)] = None):
     try:
         kb_name, versions = history.dataset_versions(engine, dataset, kb)
@@ -117,15 +116,15 @@ def evaluate(request: Request, engine: Engine, launcher: DagsterLauncher, kb: st
             return error_page(request, 404, f"knowledge base {kb_name!r} has no dataset {dataset!r}")
         if not strategy:
             return error_page(request, 422, "choose at least one strategy to evaluate", title="Nothing to run")
-        launched = launcher.launch_evaluations(engine, kb_name, versions[0].dataset_id, strategy)
-    except USER_ERRORS + (LaunchError,) as exc:
+        launched = queue_evaluations(engine, kb_name, versions[0].dataset_id, strategy)
+    except USER_ERRORS as exc:
         return error_page(request, 422, str(exc), title="Evaluation not started")
     ids = ",".join(r.run_id for r in launched.runs)
     return RedirectResponse(f"{dataset_url(kb_name, dataset)}?launched={quote(ids)}", status_code=303)
 
 
 @router.get("/retrieval-evaluations/kb/{kb}/datasets/{dataset}/runs.json", name="admin_dataset_runs")
-def runs_json(engine: Engine, launcher: DagsterLauncher, kb: str, dataset: str):
+def runs_json(engine: Engine, queue: Queue, kb: str, dataset: str):
     """Live status of the dataset's runs (what the dashboard polls): status and cases done / total per run, and
     the queue's message when no Dagster daemon picks queued runs up."""
     try:
@@ -133,4 +132,4 @@ def runs_json(engine: Engine, launcher: DagsterLauncher, kb: str, dataset: str):
     except USER_ERRORS as exc:
         return JSONResponse({"detail": str(exc)}, status_code=404)
     runs = [_progress(s) for s in summaries]
-    return {"runs": runs, "active": sum(r["status"] in ACTIVE for r in runs), "queue": asdict(launcher.queue_status())}
+    return {"runs": runs, "active": sum(r["status"] in ACTIVE for r in runs), "queue": queue.model_dump()}

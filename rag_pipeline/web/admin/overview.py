@@ -26,7 +26,7 @@ from rag_pipeline.service import evaluations, knowledge_bases, stored_datasets
 from rag_pipeline.storage.names import printable
 from rag_pipeline.web.admin.datasets import dataset_url
 from rag_pipeline.web.admin.pages import BASE, error_page, render
-from rag_pipeline.web.dependencies import DagsterLauncher, Engine
+from rag_pipeline.web.dependencies import Engine, Queue
 from rag_pipeline.web.security import require_console_user, require_csrf
 
 router = APIRouter(dependencies=[Depends(require_console_user)])
@@ -47,10 +47,10 @@ def _refused(kb: str, filename: str | None, problems: list[dict], more: int = 0)
 
 
 @router.get("/retrieval-evaluations", name="admin_home")
-def home(request: Request, engine: Engine, launcher: DagsterLauncher):
+def home(request: Request, engine: Engine, queue: Queue):
     return render(request, "home.html", {"kbs": knowledge_bases.list_knowledge_bases(engine),
                                          "runs": evaluations.list_runs(engine, limit=RECENT_RUNS),
-                                         "queue": launcher.queue_status()})
+                                         "queue": queue})
 
 
 def _kb_page(request: Request, engine, kb: str, *, problems=None, upload_name: str | None = None,

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -16,10 +15,10 @@ from rag_pipeline.contracts.runs import EvaluateResponse, LaunchedRun, RunItem, 
 from rag_pipeline.evaluation.runs.reports import CaseNotFoundError
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.service import applicability, evaluations, stored_datasets
+from rag_pipeline.service.queued_runs import queue_evaluations
 from rag_pipeline.storage.names import DATASET, STRATEGY_VERSION, check_name
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
-from rag_pipeline.web.dependencies import DagsterLauncher, Engine, Paging
-from rag_pipeline.web.launcher import LaunchError
+from rag_pipeline.web.dependencies import Engine, Paging, Queue
 from rag_pipeline.web.problems import HTTPProblem
 from rag_pipeline.web.request_rules import DATASET_RULE, STRATEGY_RULE, VERSION_RULE, valid_name
 
@@ -80,17 +79,16 @@ def run_links(run_id: str, knowledge_base: str) -> RunLinks:
              summary="Evaluate strategies on a dataset (asynchronous)",
              responses={409: {"description": "A strategy version was first run with other parameters."},
                         422: {"description": "Bad input, or a strategy the knowledge base cannot run (the detail "
-                                             "names it and the missing model)."},
-                        503: {"description": "The Dagster instance cannot be used."}})
-def evaluate(body: EvaluateRequest, engine: Engine, launcher: DagsterLauncher, raw_body: RawBody,
+                                             "names it and the missing model)."}})
+def evaluate(body: EvaluateRequest, engine: Engine, queue: Queue, raw_body: RawBody,
              id: str = KnowledgeBaseId):  # noqa: A002
     """Queue one evaluation run per strategy (default: every strategy the knowledge base can run) on a stored
     dataset (`dataset`, optionally `dataset_version`) or on inline `cases` (validated like a file, stored as a
-    version of dataset `name`), and submit each as a Dagster run of `evaluate_retrieval` for the partition
-    `<dataset>|<strategy>`. Answers 202 at once: the runs are `queued`; poll `links.self`
-    (`queued` → `running` with `cases_done` → `succeeded` | `failed` | `abandoned`). `queue.message` says when
-    no Dagster daemon is picking runs up, and how to start one. Labels are checked first (docs/design.md §8): none valid
-    → 422, nothing queued; some invalid → `label_warning`."""
+    version of dataset `name`); Dagster's `queued_evaluations` sensor runs them as one `evaluate_strategies` run
+    (a step and a partition `<dataset>|<strategy>` per strategy). Answers 202 at once: the runs are `queued`; poll
+    `links.self` (`queued` → `running` with `cases_done` → `succeeded` | `failed` | `abandoned`). `queue.message`
+    says when no Dagster daemon is picking runs up, and how to start one. Labels are checked first (docs/design.md
+    §8): none valid → 422, nothing queued; some invalid → `label_warning`."""
     with engine.connect() as conn:
         kb_ref = resolve_knowledge_base(conn, id)
     kb = kb_ref.name
@@ -106,23 +104,19 @@ def evaluate(body: EvaluateRequest, engine: Engine, launcher: DagsterLauncher, r
         dataset: UploadResult | DatasetVersion = stored_datasets.store_inline_cases(engine, kb, raw_body, body.name)
     else:
         dataset = stored_datasets.find_dataset(engine, kb_ref, str(body.dataset), body.dataset_version)
-    try:
-        queued = launcher.launch_evaluations(engine, kb, dataset.dataset_id, body.strategy_versions,
-                                             strict=body.strict)
-    except LaunchError as exc:
-        raise HTTPProblem(503, str(exc), title="Dagster unavailable") from None
+    queued = queue_evaluations(engine, kb, dataset.dataset_id, body.strategy_versions, strict=body.strict)
     runs = [LaunchedRun(run_id=r.run_id, status=r.status, strategy_version=r.strategy_version,
                         partition_key=r.partition_key, dagster_run_id=r.dagster_run_id, links=run_links(r.run_id, kb))
             for r in queued.runs]
     body_out = EvaluateResponse(dataset=dataset.name, dataset_id=dataset.dataset_id,
                                 dataset_version=dataset.version, knowledge_base=kb, runs=runs,
-                                label_warning=queued.label_warning, queue=asdict(launcher.queue_status()))
+                                label_warning=queued.label_warning, queue=queue)
     return JSONResponse(body_out.model_dump(), status_code=202,
                         headers={"Location": runs[0].links.self} if runs else None)
 
 
 @router.get("/knowledge-bases/{id}/retrieval/runs", response_model=RunPage, summary="Run history")
-def list_runs(engine: Engine, launcher: DagsterLauncher, page: Paging, id: str = KnowledgeBaseId,  # noqa: A002
+def list_runs(engine: Engine, queue: Queue, page: Paging, id: str = KnowledgeBaseId,  # noqa: A002
               dataset: Annotated[str | None, Query(max_length=200, json_schema_extra=DATASET_RULE,
                                                    description="Only this dataset."), valid_name(DATASET)] = None,
               strategy: Annotated[str | None, Query(max_length=100,
@@ -138,7 +132,7 @@ def list_runs(engine: Engine, launcher: DagsterLauncher, page: Paging, id: str =
     total, summaries = evaluations.run_page(engine, knowledge_base=id, dataset=dataset, strategy=strategy,
                                             status=status, current_only=current, limit=page.limit,
                                             offset=page.offset)
-    return RunPage(total=total, limit=page.limit, offset=page.offset, queue=asdict(launcher.queue_status()),
+    return RunPage(total=total, limit=page.limit, offset=page.offset, queue=queue,
                    runs=[RunItem(**dict(s), links=run_links(s.run_id, s.knowledge_base.name)) for s in summaries])
 
 
@@ -146,7 +140,7 @@ def list_runs(engine: Engine, launcher: DagsterLauncher, page: Paging, id: str =
             summary="A run's detail with per-case candidates (docs/design.md §6.3)",
             responses={409: {"description": "`case_id` given on a run that is queued, running or failed: the "
                                             "detail says which (it has no case results yet)."}})
-def get_evaluation(engine: Engine, launcher: DagsterLauncher,
+def get_evaluation(engine: Engine, queue: Queue,
                    run_id: Annotated[str, Path(max_length=64, json_schema_extra=VERSION_RULE,
                                                description="A run id, or a unique prefix of at "
                                                                           "least 4 hex digits.")],
@@ -175,5 +169,5 @@ def get_evaluation(engine: Engine, launcher: DagsterLauncher,
     s = detail.summary
     page = CasePage(offset=0 if case_id else offset, limit=limit, returned=len(detail.cases),
                     total_cases=s.dataset.case_count, candidates=candidates, include_text=include_text)
-    queued = {"queue": asdict(launcher.queue_status())} if s.status == "queued" else {}
+    queued = {"queue": queue} if s.status == "queued" else {}
     return EvaluationDetail(**dict(detail), page=page, links=run_links(s.run_id, s.knowledge_base.name), **queued)

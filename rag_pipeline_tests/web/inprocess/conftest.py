@@ -1,10 +1,6 @@
 """Fixtures of the in-process route tests: the app under FastAPI's ``TestClient`` (no server process, no Dagster
-daemon) on the session's database, a small evaluated knowledge base, and :class:`RecordingLauncher`.
-
-:class:`RecordingLauncher` is the app's real :class:`~rag_pipeline.web.launcher.Launcher` with only Dagster
-replaced: :class:`FakeDagsterInstance` stands in for the Dagster instance (dynamic partitions, daemon heartbeat,
-run records) and ``dagster job launch`` is recorded instead of run. Everything of ours — queueing the run rows,
-the queue status, reconciliation — runs for real.
+daemon) on the session's database, a small evaluated knowledge base, and :class:`Daemon`: what the Dagster daemon
+does for the app — ticking the real ``queued_evaluations`` sensor on an ephemeral Dagster instance.
 
 :func:`covers` names the route(s) a test exercises; ``test_route_coverage.py`` checks that every route of the app
 is named by some test, and the ``client`` fixture checks that a test requested every route it names.
@@ -15,16 +11,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+import sqlalchemy as sa
 from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 
-from rag_pipeline.service import evaluations, stored_datasets
+from rag_pipeline.service import evaluations, queued_runs, stored_datasets
+from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.web.app import create_app
-from rag_pipeline.web.launcher import DAEMON_TYPE, Launcher
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases
 
 DATASET = "inproc"
@@ -46,67 +41,34 @@ def app_routes(app) -> set[str]:
             if method != "HEAD"}
 
 
-class FakeDagsterInstance:
-    """Stands in for ``dagster.DagsterInstance``: the five calls the launcher makes."""
+class Daemon:
+    """Stands in for the Dagster daemon: :meth:`tick` runs the ``queued_evaluations`` sensor on an ephemeral
+    Dagster instance (Dagster imported only then); :meth:`set_daemon` makes its last tick fresh or an hour old."""
 
     def __init__(self):
-        self.partitions: set[tuple[str, str]] = set()
-        self.daemon_alive = True
-        self.run_status: dict[str, str] = {}  # Dagster run id → DagsterRunStatus name
-        self.failures: dict[str, str] = {}  # Dagster run id → the message of its step failure's error
+        self.instance = None
 
-    def has_dynamic_partition(self, name: str, key: str) -> bool:
-        return (name, key) in self.partitions
+    def tick(self):
+        import dagster as dg
 
-    def add_dynamic_partitions(self, name: str, keys: list[str]) -> None:
-        self.partitions.update((name, key) for key in keys)
+        from rag_pipeline.defs.resources import RagDatabase
+        from rag_pipeline.defs.sensors import queued_evaluations
 
-    def get_daemon_heartbeats(self) -> dict:
-        return {DAEMON_TYPE: SimpleNamespace(timestamp=time.time())} if self.daemon_alive else {}
-
-    def all_logs(self, run_id: str, of_type=None) -> list:
-        """A failed step's event as Dagster logs it: its error wraps ours (``cause``)."""
-        if run_id not in self.failures:
-            return []
-        ours = SimpleNamespace(message=self.failures[run_id], cause=None)
-        wrapper = SimpleNamespace(message="dagster._core.errors.DagsterExecutionStepExecutionError: Error occurred "
-                                          "while executing op \"evaluation_run\":", cause=ours)
-        return [SimpleNamespace(dagster_event=SimpleNamespace(event_specific_data=SimpleNamespace(error=wrapper)))]
-
-    def get_runs(self, filters) -> list:
-        return [SimpleNamespace(run_id=i, status=SimpleNamespace(name=s)) for i, s in self.run_status.items()
-                if i in filters.run_ids]
-
-
-class RecordingLauncher(Launcher):
-    """The app's launcher on :class:`FakeDagsterInstance`, recording each submitted run instead of
-    queueing a Dagster run."""
-
-    def __init__(self, dagster_home: Path):
-        super().__init__({"DAGSTER_HOME": str(dagster_home)})
-        self.dagster = FakeDagsterInstance()
-        self.submitted: list = []
-
-    def instance(self):
-        return self.dagster
-
-    def _submit(self, runs) -> None:
-        self.submitted.extend(runs)
+        self.instance = self.instance or dg.DagsterInstance.ephemeral()
+        return queued_evaluations(dg.build_sensor_context(instance=self.instance, resources={"rag_db": RagDatabase()}))
 
     def set_daemon(self, *, alive: bool) -> None:
-        self.dagster.daemon_alive = alive
-        self._status = None  # no cached queue status
-
-    def wait_for_submissions(self, count: int, timeout: float = 30) -> list:
-        deadline = time.monotonic() + timeout
-        while len(self.submitted) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self.submitted
+        queued_runs.record_tick(get_engine())
+        if not alive:
+            with get_engine().begin() as conn:
+                conn.execute(sa.text("UPDATE dagster_sensor_ticks SET ticked_at = now() - interval '1 hour'"))
 
 
 @pytest.fixture(scope="package")
-def launcher(tmp_path_factory) -> RecordingLauncher:
-    return RecordingLauncher(tmp_path_factory.mktemp("dagster_home"))
+def daemon() -> Daemon:
+    alive = Daemon()
+    alive.set_daemon(alive=True)
+    return alive
 
 
 class RouteRecorder:
@@ -124,8 +86,8 @@ class RouteRecorder:
 
 
 @pytest.fixture(scope="package")
-def app(launcher):
-    app = create_app(launcher=launcher)
+def app(daemon):
+    app = create_app()
     routes = {id(ctx.original_route): ctx.path for ctx in iter_route_contexts(app.routes)}
     app.state.requested_routes = set()
     app.add_middleware(RouteRecorder, routes=routes, requested=app.state.requested_routes)

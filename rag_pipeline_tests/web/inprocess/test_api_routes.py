@@ -1,11 +1,10 @@
 """Every API route in-process (``TestClient``, no server, no daemon): status codes and JSON against the service and
-the CLI for the same data; an evaluation launched over the API queues its run rows and submits each to Dagster
-(recorded by :class:`RecordingLauncher`); reconciliation runs on the app's timer, not in a GET."""
+the CLI for the same data; an evaluation launched over the API queues its run rows, which the Dagster sensor
+(:class:`~rag_pipeline_tests.web.inprocess.conftest.Daemon`) requests as one run and fails once it is cancelled."""
 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import sqlalchemy as sa
@@ -30,15 +29,16 @@ def _run_row(engine, run_id: str):
 
 
 @covers("GET /healthz")
-def test_healthz_reports_database_and_queue(client, launcher):
-    launcher.set_daemon(alive=True)
+def test_healthz_reports_database_and_queue(client, daemon):
+    daemon.set_daemon(alive=True)
     assert client.get("/healthz").json() == {"status": "ok", "database": "ok",
                                              "queue": {"daemon_running": True, "message": None}}
-    launcher.set_daemon(alive=False)
+    daemon.set_daemon(alive=False)
     body = client.get("/healthz").json()
     assert body["status"] == "ok" and body["queue"]["daemon_running"] is False
-    assert f"no Dagster daemon is running on DAGSTER_HOME={launcher.dagster_home()}" in body["queue"]["message"]
-    launcher.set_daemon(alive=True)
+    assert "no Dagster daemon is running (none has picked up queued runs for 3600 s" in body["queue"]["message"]
+    assert "rag-pipeline serve --with-daemon" in body["queue"]["message"]
+    daemon.set_daemon(alive=True)
 
 
 @covers("GET /openapi.json", "GET /docs", "GET /docs/oauth2-redirect", "GET /")
@@ -83,7 +83,8 @@ def test_upload_and_list_datasets(client, evaluated):
 
 
 @covers("POST /api/v1/knowledge-bases/{id}/retrieval/evaluate")
-def test_evaluate_queues_runs_submits_them_and_the_timer_reconciles(client, launcher, evaluated, engine):
+def test_evaluate_queues_runs_the_sensor_requests_them_and_fails_them_once_cancelled(client, daemon, evaluated,
+                                                                                     engine):
     url = f"{API}/knowledge-bases/{evaluated['kb']}/retrieval/evaluate"
     name = f"launch-{uuid.uuid4().hex[:6]}"
     both = client.post(url, json={"dataset": DATASET, "cases": evaluated["cases"]})
@@ -93,7 +94,6 @@ def test_evaluate_queues_runs_submits_them_and_the_timer_reconciles(client, laun
     assert broken.status_code == 422, broken.text
     [error] = broken.json()["errors"]
     assert error["field"] is None and error["line"].startswith("body (character 16): "), error
-    before = len(launcher.submitted)
     response = client.post(url, json={"name": name, "cases": evaluated["cases"], "strategy_versions": ["keyword-v1"]})
     assert response.status_code == 202, response.text
     body = response.json()
@@ -103,20 +103,23 @@ def test_evaluate_queues_runs_submits_them_and_the_timer_reconciles(client, laun
     assert (run["status"], run["strategy_version"], run["partition_key"]) == ("queued", "keyword-v1",
                                                                               f"{name}|keyword-v1")
     assert response.headers["location"] == run["links"]["self"] == f"{API}/retrieval/evaluations/{run['run_id']}"
-    [submitted] = launcher.wait_for_submissions(before + 1)[before:]
-    assert (submitted.run_id, submitted.dagster_run_id, submitted.dataset_id) == (
-        run["run_id"], run["dagster_run_id"], body["dataset_id"])
-    assert ("dataset", name) in launcher.dagster.partitions
     assert tuple(_run_row(engine, run["run_id"]))[:2] == ("queued", run["dagster_run_id"])
     detail = client.get(run["links"]["self"]).json()
     assert detail["summary"]["status"] == "queued" and detail["cases"] == [] and detail["queue"]["daemon_running"]
 
-    launcher.dagster.run_status[run["dagster_run_id"]] = "CANCELED"  # cancelled in the Dagster UI
-    deadline = time.monotonic() + 30
-    while _run_row(engine, run["run_id"]).status == "queued" and time.monotonic() < deadline:
-        time.sleep(0.2)
+    tick = daemon.tick()
+    [request] = [r for r in tick.run_requests if r.run_key == run["dagster_run_id"]]
+    assert request.run_config["ops"]["stored_dataset"]["config"] == {"dataset_id": body["dataset_id"],
+                                                                     "runs": {"keyword-v1": run["run_id"]}}
+    assert name in tick.dynamic_partitions_requests[0].partition_keys
+    from rag_pipeline.definitions import defs
+
+    dagster_run = daemon.instance.create_run_for_job(defs.resolve_job_def("evaluate_strategies"),
+                                                     run_config=request.run_config, tags=request.tags)
+    daemon.instance.report_run_canceled(dagster_run)  # cancelled in the Dagster UI
+    daemon.tick()
     row = _run_row(engine, run["run_id"])
-    assert row.status == "failed" and f"its Dagster run {run['dagster_run_id']} was cancelled" in row.error
+    assert row.status == "failed" and f"its Dagster run {dagster_run.run_id} was cancelled" in row.error
     assert client.get(run["links"]["self"]).json()["summary"]["status"] == "failed"
 
 

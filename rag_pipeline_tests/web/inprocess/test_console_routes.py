@@ -1,18 +1,17 @@
 """Every console route in-process (``TestClient``, no server, no daemon): each page shows the service's data for
 the same runs, forms need the session's CSRF token, the login flow with ``RAG_API_TOKEN``, an evaluation launched
-from the dashboard is queued and submitted to Dagster (recorded by :class:`RecordingLauncher`)."""
+from the dashboard is queued, requested by the Dagster sensor, and fails with the reason its Dagster run gives."""
 
 from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
 from urllib.parse import quote
 
 import sqlalchemy as sa
 
-from rag_pipeline.service import evaluations, history
+from rag_pipeline.service import evaluations, history, queued_runs
 from rag_pipeline_tests.web.inprocess.conftest import DATASET, covers
 
 BASE = "/admin/retrieval-evaluations"
@@ -66,10 +65,10 @@ def test_static_assets(client):
 
 
 @covers("GET /admin/retrieval-evaluations", "GET /admin/retrieval-evaluations/kb/{kb}")
-def test_home_and_knowledge_base_pages(client, evaluated, launcher):
-    launcher.set_daemon(alive=False)
+def test_home_and_knowledge_base_pages(client, evaluated, daemon):
+    daemon.set_daemon(alive=False)
     home = _page(client, BASE)
-    launcher.set_daemon(alive=True)
+    daemon.set_daemon(alive=True)
     assert f"{BASE}/kb/{evaluated['kb']}" in home and 'id="queue-warning"' in home
     assert "no Dagster daemon is running" in home
     assert all(s["run_id"][:8] in home for s in evaluated["runs"].values())
@@ -106,33 +105,35 @@ def test_dataset_dashboard_shows_current_runs_and_history(client, evaluated):
 
 @covers("POST /admin/retrieval-evaluations/kb/{kb}/datasets/{dataset}/evaluate",
         "GET /admin/retrieval-evaluations/kb/{kb}/datasets/{dataset}/runs.json")
-def test_evaluate_from_the_dashboard_and_poll_its_status(client, evaluated, launcher):
+def test_evaluate_from_the_dashboard_and_poll_its_status(client, evaluated, daemon, engine):
     kb, name = evaluated["kb"], f"console-{uuid.uuid4().hex[:6]}"
     dashboard = _upload(client, kb, name, evaluated["cases"]).split("?")[0]
     token = _token(_page(client, dashboard))
     assert client.post(f"{dashboard}/evaluate", data={"strategy": "keyword-v1"}).status_code == 403
     nothing = client.post(f"{dashboard}/evaluate", data={"csrf_token": token})
     assert nothing.status_code == 422 and "choose at least one strategy" in nothing.text
-    before = len(launcher.submitted)
     launched = client.post(f"{dashboard}/evaluate", data={"csrf_token": token, "strategy": "keyword-v1"},
                            follow_redirects=False)
     assert launched.status_code == 303
-    [submitted] = launcher.wait_for_submissions(before + 1)[before:]
+    [submitted] = [r for r in queued_runs.queued_runs(engine) if r.dataset == name]
     assert launched.headers["location"] == f"{dashboard}?launched={submitted.run_id}"
     status = client.get(f"{dashboard}/runs.json").json()
     assert status["active"] == 1 and status["queue"] == {"daemon_running": True, "message": None}
     assert [(r["run_id"], r["status"], r["cases_total"]) for r in status["runs"]] == [
         (submitted.run_id, "queued", len(evaluated["cases"]))]
-    launcher.dagster.failures[submitted.dagster_run_id] = (
-        "rag_pipeline.service.database.DatabaseError: cannot reach the database\n")
-    launcher.dagster.run_status[submitted.dagster_run_id] = "FAILURE"
-    deadline = time.monotonic() + 30
-    while client.get(f"{dashboard}/runs.json").json()["active"] and time.monotonic() < deadline:
-        time.sleep(0.2)
+    [request] = [r for r in daemon.tick().run_requests if r.run_key == submitted.dagster_run_id]
+    config = request.run_config["ops"]["stored_dataset"]["config"]
+    from rag_pipeline.definitions import defs
+
+    missing = "00000000-0000-4000-8000-000000000000"  # its first step fails: no such dataset version
+    failed = defs.resolve_job_def("evaluate_strategies").execute_in_process(
+        instance=daemon.instance, raise_on_error=False, tags=request.tags,
+        run_config={"ops": {"stored_dataset": {"config": {**config, "dataset_id": missing}}}})
+    daemon.tick()
     [run] = client.get(f"{dashboard}/runs.json").json()["runs"]
-    assert run["status"] == "failed" and run["error"] == (
-        f"its Dagster run {submitted.dagster_run_id} failed before the evaluation started: "
-        "rag_pipeline.service.database.DatabaseError: cannot reach the database"), run["error"]
+    assert run["status"] == "failed" and run["error"].startswith(
+        f"its Dagster run {failed.run_id} failed before the evaluation started: ") and missing in run["error"], \
+        run["error"]
     assert client.get(f"{BASE}/kb/{kb}/datasets/no-such-dataset/runs.json").json()["runs"] == []
     assert client.get(f"{BASE}/kb/no-such-kb/datasets/{name}/runs.json").status_code == 404
 

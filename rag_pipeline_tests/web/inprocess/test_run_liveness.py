@@ -1,13 +1,11 @@
-"""Runs never stay ``running`` once their process is gone: a run whose Dagster run ended (the database stopped
-under it, the step's process died) and a run whose process on this host ended without recording the outcome
-(exit 3 while the database was down, kill -9) end ``failed`` with the reason at the next check — the server's
-reconcile loop (the app's real launcher on the fake Dagster instance of ``conftest.py``) or ``runs``."""
+"""Runs never stay ``running`` once their process is gone: a run whose process on this host ended without
+recording the outcome (exit 3 while the database was down, kill -9) ends ``failed`` with the reason at the next
+check (``runs``). A run whose Dagster run ended: rag_pipeline_tests/defs/test_queued_evaluations.py."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
@@ -18,7 +16,6 @@ from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs.owner import host
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service import evaluations, stored_datasets
-from rag_pipeline.service.queued_runs import queue_evaluations
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases, write_dataset
 
 NAME = "liveness"
@@ -47,32 +44,6 @@ def _row(engine, run_id) -> sa.Row:
 def _params_hash(engine) -> str:
     with engine.connect() as conn:
         return run_records.list_runs(conn, dataset=NAME)[0].params_hash
-
-
-def _reconcile_until(engine, launcher, run_id, status: str, timeout: float = 30) -> sa.Row:
-    deadline = time.monotonic() + timeout
-    while (row := _row(engine, run_id)).status != status and time.monotonic() < deadline:
-        launcher.reconcile(engine)  # skipped while the app's own loop reconciles: called again
-        time.sleep(0.2)
-    return row
-
-
-def test_a_running_run_whose_dagster_run_failed_ends_failed_with_dagsters_reason(engine, launcher, stored):
-    kb, dataset_id, _ = stored
-    [run] = queue_evaluations(engine, kb, dataset_id, ["keyword-v1"]).runs
-    run_records.start_queued_run(engine, run.run_id, strategy_version="keyword-v1",
-                                 params_hash=_row(engine, run.run_id).params_hash, dataset_id=dataset_id,
-                                 dagster_run_id=run.dagster_run_id)  # what the Dagster step does first
-    launcher.dagster.run_status[run.dagster_run_id] = "STARTED"
-    launcher.reconcile(engine)
-    assert _row(engine, run.run_id).status == "running", "a live Dagster run is left alone"
-
-    launcher.dagster.failures[run.dagster_run_id] = "psycopg.OperationalError: the database system is shutting down"
-    launcher.dagster.run_status[run.dagster_run_id] = "FAILURE"  # the step could not record it: the database was down
-    row = _reconcile_until(engine, launcher, run.run_id, "failed")
-    assert row.status == "failed", row
-    assert row.error == (f"its Dagster run {run.dagster_run_id} failed while the evaluation was running: "
-                         "psycopg.OperationalError: the database system is shutting down"), row.error
 
 
 def test_a_run_whose_process_is_gone_is_listed_failed_with_why(engine, stored, capsys):
