@@ -118,6 +118,24 @@ def engine():
 
 
 @pytest.fixture
+def judge():
+    """A real chat server on 127.0.0.1 playing back the judge's recorded replies
+    (:class:`~rag_pipeline_tests.answers.judge_server.JudgeServer`)."""
+    from rag_pipeline_tests.answers.judge_server import JudgeServer
+
+    with JudgeServer() as running:
+        yield running
+
+
+@pytest.fixture
+def judge_cache(tmp_path):
+    """An empty judge cache in the test's temporary folder."""
+    from rag_pipeline.answers.judge.client import JudgeCache
+
+    return JudgeCache(tmp_path / "judge-cache.jsonl")
+
+
+@pytest.fixture
 def kb_name(request) -> str:
     """A knowledge-base name unique to this test."""
     safe = re.sub(r"[^\w.-]+", "-", request.node.name[:40])  # a valid name (parametrized ids hold [ ])
