@@ -117,6 +117,29 @@ def engine():
     eng.dispose()
 
 
+@pytest.fixture(scope="module")
+def chunks(engine, request, tmp_path_factory) -> dict[str, str]:
+    """The tiny knowledge base (:func:`~rag_pipeline_tests.eval_helpers.ingest_tiny_kb`) ingested once per module
+    under the name the module's ``KB`` holds; chunk id by document name."""
+    from rag_pipeline_tests.eval_helpers import ingest_tiny_kb
+
+    return ingest_tiny_kb(engine, request.module.KB, tmp_path_factory.mktemp("tiny_kb"))
+
+
+@pytest.fixture(scope="session")
+def demo_kb(engine) -> str:
+    """The demo knowledge base (``demo/kb``, text mode chinese, USE embeddings) ingested once per session; returns
+    its name, the one ``datasets/demo.json`` labels."""
+    from rag_pipeline.evaluation import demo_dataset
+    from rag_pipeline.knowledge_base.ingestion import ingest_documents
+    from rag_pipeline.knowledge_base.sources import read_folder
+
+    ingest_documents(engine, read_folder(Path(__file__).resolve().parents[1] / "demo" / "kb"), demo_dataset.DEMO_KB,
+                     text_search=demo_dataset.DEMO_TEXT_SEARCH, chunk_size=demo_dataset.DEMO_CHUNK_SIZE,
+                     chunk_overlap=demo_dataset.DEMO_CHUNK_OVERLAP)
+    return demo_dataset.DEMO_KB
+
+
 @pytest.fixture
 def judge():
     """A real chat server on 127.0.0.1 playing back the judge's recorded replies

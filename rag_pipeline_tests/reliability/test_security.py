@@ -30,7 +30,7 @@ from rag_pipeline.settings import pgdata_dir
 from rag_pipeline.storage import embedded_server as embedded_pg
 from rag_pipeline.storage import engine as db
 from rag_pipeline.storage.urls import mask_secrets, mask_url
-from rag_pipeline_tests.eval_helpers import TINY_DOCS, ingest_tiny_kb, run_rows, table_counts, write_dataset
+from rag_pipeline_tests.eval_helpers import TINY_DOCS, run_rows, table_counts, write_dataset
 from rag_pipeline_tests.reliability_helpers import assert_no_partial_succeeded_runs, closed_tcp_port, kb_counts
 from rag_pipeline_tests.source_helpers import parse_source
 
@@ -54,11 +54,6 @@ HOSTILE = {
     "control-characters": "coffee\x01\x02\x07\x08\x0b\x0c\x1b\x7f machine\t\r\nfridge",
     "invisible-unicode": "\u200bcoffee\u202emachine\ufeff \u5496\u5561",
 }
-
-
-@pytest.fixture(scope="module")
-def chunks(engine, tmp_path_factory):
-    return ingest_tiny_kb(engine, KB, tmp_path_factory.mktemp("security_kb"))
 
 
 def _lexemes(conn: sa.Connection, text: str) -> list[str]:
