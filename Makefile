@@ -22,15 +22,18 @@ run: install
 	$(BIN)/rag-pipeline demo
 	@echo "rag-pipeline is $(abspath $(BIN))/rag-pipeline (or run 'source $(VENV)/bin/activate' to put it on PATH)"
 
-## make test: install and run the whole test suite on a fresh embedded Postgres
-## (the SciFact tests need RAG_BENCH_DATA=../shared/benchmarks, a folder holding scifact/; skipped without it)
+## make test: install and run the whole test suite on a fresh embedded Postgres per worker process
+## (the SciFact tests need RAG_BENCH_DATA=../shared/benchmarks, a folder holding scifact/; skipped without it);
+## TEST_WORKERS pytest-xdist processes (one per core of the 2-core CI machine; TEST_WORKERS=0: one process)
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadscope
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_PARALLEL)
 
 ## make test-fast: the tests that need no database server and are not slow (marks `db` / `slow`: see
 ## rag_pipeline_tests/conftest.py); no embedded Postgres is started, and the run fails if one is
 test-fast: install
-	$(BIN)/pytest -q -m "not db and not slow"
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not db and not slow"
 
 ## make lint: ruff check of the whole repository (rules: [tool.ruff] in pyproject.toml), then mypy over the package
 ## (with the pydantic plugin; [tool.mypy]); .ci/run runs it before the tests

@@ -20,6 +20,11 @@ Markers (registered in pyproject.toml):
 
 ``make test-fast`` runs ``pytest -m "not db and not slow"``. A session in which no selected test is marked
 ``db`` fails at the end if the embedded server was started anyway (a test reaching a server without the mark).
+
+Parallel runs (pytest-xdist, ``make test`` / ``make test-fast`` run ``-n 2``): each worker process imports this
+module, so each has its own temporary data dir and embedded server (a unix socket inside it), and every Dagster
+instance of the tests lives in a test's temporary folder; nothing is shared between workers. With
+``RAG_TEST_DATABASE_URL`` (one server for all) the session refuses more than one worker.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ import pytest
 _PGDATA: Path | None = None
 os.environ.pop("RAG_DAGSTER_PG_URL", None)  # Dagster's storage: the test server's sibling database `dagster`
 if os.environ.get("RAG_TEST_DATABASE_URL"):
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:  # workers would share its databases
+        raise pytest.UsageError("RAG_TEST_DATABASE_URL: run the tests on one process (pytest without -n)")
     os.environ["RAG_DATABASE_URL"] = os.environ["RAG_TEST_DATABASE_URL"]
 else:
     os.environ.pop("RAG_DATABASE_URL", None)
@@ -49,6 +56,7 @@ BENCH_DATA_ENV = "RAG_BENCH_DATA"
 BENCH_DATA_FILES = ("scifact/corpus.jsonl", "scifact/queries.jsonl", "scifact/qrels/test.tsv")
 
 _NO_DB_TEST_SELECTED = False
+_STRAY_SERVERS: list[str] = []  # the controller of an xdist run: the workers' stray-server errors
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
@@ -65,24 +73,37 @@ def pytest_collection_finish(session):
     _NO_DB_TEST_SELECTED = not any(item.get_closest_marker("db") for item in session.items)
 
 
-def pytest_sessionfinish(session):
-    if _PGDATA is None:
-        return
-    started = _PGDATA.exists()
-    try:
-        if started:
-            from rag_pipeline.storage import embedded_server as embedded_pg
-            from rag_pipeline.storage.engine import dispose_engines
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """An xdist worker has finished: keep its stray-server error (a worker's exit status is not the session's)."""
+    _STRAY_SERVERS.extend(getattr(node, "workeroutput", {}).get("rag_stray_server", []))
 
-            dispose_engines()  # no pooled connection is left to be reset by a server that is gone
-            embedded_pg.stop(_PGDATA)
-    finally:
-        shutil.rmtree(_PGDATA.parent, ignore_errors=True)
-    if started and _NO_DB_TEST_SELECTED and session.items:
-        print(f"\nERROR: no selected test is marked `db`, yet the embedded PostgreSQL was started in {_PGDATA}: "
-              "a test reaches the database without the `engine` fixture; mark it `db` "
-              "(`pytestmark = pytest.mark.db` or `@pytest.mark.db`)", file=sys.stderr)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+def pytest_sessionfinish(session):
+    if _PGDATA is not None:
+        started = _PGDATA.exists()
+        try:
+            if started:
+                from rag_pipeline.storage import embedded_server as embedded_pg
+                from rag_pipeline.storage.engine import dispose_engines
+
+                dispose_engines()  # no pooled connection is left to be reset by a server that is gone
+                embedded_pg.stop(_PGDATA)
+        finally:
+            shutil.rmtree(_PGDATA.parent, ignore_errors=True)
+        if started and _NO_DB_TEST_SELECTED and session.items:
+            _STRAY_SERVERS.append(
+                f"no selected test is marked `db`, yet the embedded PostgreSQL was started in {_PGDATA}: a test "
+                "reaches the database without the `engine` fixture; mark it `db` (`pytestmark = pytest.mark.db` "
+                "or `@pytest.mark.db`)")
+    if not _STRAY_SERVERS:
+        return
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: the controller reports it
+        session.config.workeroutput["rag_stray_server"] = list(_STRAY_SERVERS)
+        return
+    for message in _STRAY_SERVERS:
+        print(f"\nERROR: {message}", file=sys.stderr)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def bench_data_dir() -> Path:
@@ -115,6 +136,47 @@ def engine():
     eng = get_engine()
     yield eng
     eng.dispose()
+
+
+@pytest.fixture(scope="module")
+def chunks(engine, request, tmp_path_factory) -> dict[str, str]:
+    """The tiny knowledge base (:func:`~rag_pipeline_tests.eval_helpers.ingest_tiny_kb`) ingested once per module
+    under the name the module's ``KB`` holds; chunk id by document name."""
+    from rag_pipeline_tests.eval_helpers import ingest_tiny_kb
+
+    return ingest_tiny_kb(engine, request.module.KB, tmp_path_factory.mktemp("tiny_kb"))
+
+
+@pytest.fixture(scope="session")
+def demo_kb(engine) -> str:
+    """The demo knowledge base (``demo/kb``, text mode chinese, USE embeddings) ingested once per session; returns
+    its name, the one ``datasets/demo.json`` labels."""
+    from rag_pipeline.evaluation.datasets import demo as demo_dataset
+    from rag_pipeline.knowledge_base.ingestion import ingest_documents
+    from rag_pipeline.knowledge_base.sources import read_folder
+
+    ingest_documents(engine, read_folder(Path(__file__).resolve().parents[1] / "demo" / "kb"), demo_dataset.DEMO_KB,
+                     text_search=demo_dataset.DEMO_TEXT_SEARCH, chunk_size=demo_dataset.DEMO_CHUNK_SIZE,
+                     chunk_overlap=demo_dataset.DEMO_CHUNK_OVERLAP)
+    return demo_dataset.DEMO_KB
+
+
+@pytest.fixture
+def judge():
+    """A real chat server on 127.0.0.1 playing back the judge's recorded replies
+    (:class:`~rag_pipeline_tests.answers.judge_server.JudgeServer`)."""
+    from rag_pipeline_tests.answers.judge_server import JudgeServer
+
+    with JudgeServer() as running:
+        yield running
+
+
+@pytest.fixture
+def judge_cache(tmp_path):
+    """An empty judge cache in the test's temporary folder."""
+    from rag_pipeline.answers.judge.client import JudgeCache
+
+    return JudgeCache(tmp_path / "judge-cache.jsonl")
 
 
 @pytest.fixture

@@ -10,8 +10,10 @@ test). The error says nothing about the file; a second parse of the same text su
 from __future__ import annotations
 
 import ast
+import functools
 
 
+@functools.cache  # the layout, SQL and hygiene checks parse the same files: once per session (trees are not changed)
 def parse_source(text: str, filename: str = "<unknown>") -> ast.Module:
     """``ast.parse(text, filename)``, retried up to twice on the CPython 3.11 recursion-depth ``SystemError``."""
     for attempt in range(3):

@@ -7,10 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "stats_bench.py"
 RATIO = re.compile(r"ratio_scipy_vs_numpy_permutation_(?P<n>\d+)=(?P<ratio>\S+) p_scipy=(?P<p>\S+) p_numpy=(?P<p0>\S+)")
 
 
+@pytest.mark.slow  # the bench end to end in a subprocess (scipy's permutation tests at two sizes)
 def test_stats_bench_smoke() -> None:
     proc = subprocess.run([sys.executable, str(BENCH), "--sizes", "30,300", "--resamples", "4000",
                            "--repeats", "1", "--compare-size", "60"], capture_output=True, text=True, timeout=300)

@@ -16,6 +16,7 @@ LAST_LINE = re.compile(
 )
 
 
+@pytest.mark.slow  # the bench end to end in a subprocess (sweep, cross-validation, recommendation)
 def test_tuning_bench_smoke() -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--cases", "20", "--pool", "12", "--folds", "3",

@@ -8,6 +8,7 @@ repeated heading suffixed ``-1``, ``-2``, …
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from urllib.parse import unquote
@@ -34,7 +35,8 @@ def github_slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def anchors(text: str) -> set[str]:
+@functools.cache  # each link to a page asks for its anchors: the page is parsed once
+def anchors(text: str) -> frozenset[str]:
     """The anchors of every heading of a Markdown text, repeated headings numbered as GitHub numbers them."""
     found: set[str] = set()
     seen: dict[str, int] = {}
@@ -47,7 +49,7 @@ def anchors(text: str) -> set[str]:
         count = seen.get(slug, 0)
         seen[slug] = count + 1
         found.add(slug if count == 0 else f"{slug}-{count}")
-    return found
+    return frozenset(found)
 
 
 def links(text: str) -> list[str]:

@@ -99,26 +99,37 @@ def test_front_ends_hold_no_sql():
     assert not offenders, "SQL belongs in the stage packages:\n" + "\n".join(offenders)
 
 
-@pytest.mark.parametrize("chunk", [0, 1])
-def test_no_module_outside_the_dagster_front_end_imports_dagster(chunk):
-    """Import every non-Dagster module in a fresh interpreter: ``dagster`` must not be loaded (CLI start-up,
-    HTTP workers and library use stay light). Two interpreters, half of the modules each."""
+@pytest.fixture(scope="module")
+def imports_in_a_fresh_interpreter() -> dict:
+    """One fresh interpreter (a spawn costs seconds): what building the CLI's parser loads (of dagster, fastapi
+    and the web front end), then each non-Dagster module imported in turn (the first one after which dagster is
+    loaded), then whether importing the Dagster front end loads dagster."""
     names = sorted(m for m in _modules() if _top(m) not in DAGSTER_FRONT_END)
-    assert len(names) > 40
-    half = names[chunk::2]
     code = ("import importlib, json, sys\n"
-            f"names = {json.dumps(half)}\n"
-            "loaded = {}\n"
+            "from rag_pipeline.cli.main import build_parser\n"
+            "build_parser()\n"
+            "cli = sorted(n for n in ('dagster', 'fastapi', 'rag_pipeline.web') if n in sys.modules)\n"
+            f"names = {json.dumps(names)}\n"
+            "loaded = []\n"
             "for n in names:\n"
             "    importlib.import_module(n)\n"
             "    if 'dagster' in sys.modules:\n"
-            "        loaded[n] = True\n"
+            "        loaded.append(n)\n"
             "        break\n"
-            "print(json.dumps(sorted(loaded)))\n")
+            "import rag_pipeline.defs.instance\n"
+            "print(json.dumps({'cli': cli, 'names': len(names), 'loaded': loaded,\n"
+            "                  'defs': 'dagster' in sys.modules}))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           cwd=PACKAGE.parent)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [], "imports dagster: " + proc.stdout
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_no_module_outside_the_dagster_front_end_imports_dagster(imports_in_a_fresh_interpreter):
+    """Import every non-Dagster module in a fresh interpreter: ``dagster`` must not be loaded (CLI start-up,
+    HTTP workers and library use stay light)."""
+    assert imports_in_a_fresh_interpreter["names"] > 40
+    assert imports_in_a_fresh_interpreter["loaded"] == [], f"imports dagster: {imports_in_a_fresh_interpreter}"
 
 
 def test_no_module_of_the_web_front_end_imports_dagster():
@@ -135,19 +146,11 @@ def test_no_module_of_the_web_front_end_imports_dagster():
     assert outside == set(DAGSTER_IMPORTERS), f"modules outside defs/ importing dagster: {sorted(outside)}"
 
 
-def test_the_cli_does_not_load_the_web_front_end_or_dagster():
+def test_the_cli_does_not_load_the_web_front_end_or_dagster(imports_in_a_fresh_interpreter):
     """``rag-pipeline --help`` and every command but ``serve`` stay light: no FastAPI, no Dagster."""
-    proc = subprocess.run([sys.executable, "-c",
-                           "import sys; from rag_pipeline.cli.main import build_parser; build_parser(); "
-                           "print(sorted(n for n in ('dagster', 'fastapi', 'rag_pipeline.web') if n in sys.modules))"],
-                          capture_output=True, text=True, timeout=300, cwd=PACKAGE.parent)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]", proc.stdout
+    assert imports_in_a_fresh_interpreter["cli"] == [], imports_in_a_fresh_interpreter
 
 
-def test_the_dagster_modules_do_import_dagster():
+def test_the_dagster_modules_do_import_dagster(imports_in_a_fresh_interpreter):
     """The check above can fail: the Dagster front end really loads dagster."""
-    proc = subprocess.run([sys.executable, "-c", "import sys, rag_pipeline.defs.instance; "
-                                                 "print('dagster' in sys.modules)"],
-                          capture_output=True, text=True, timeout=300, cwd=PACKAGE.parent)
-    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
+    assert imports_in_a_fresh_interpreter["defs"] is True

@@ -71,6 +71,7 @@ def test_an_answers_file_of_another_dataset_is_refused_untouched(tmp_path, capsy
     assert out.read_text(encoding="utf-8") == '{"case_id": "someone-else", "answer": "x"}\n'
 
 
+@pytest.mark.slow  # the collector end to end in a subprocess (its environment holds the token) against a server
 def test_an_env_header_is_sent_but_never_printed_or_stored(tmp_path) -> None:
     dataset = write_dataset(tmp_path, 3)
     out = tmp_path / "answers.jsonl"
@@ -109,6 +110,7 @@ def test_kill_9_halfway_then_resume_asks_no_answered_case_again(tmp_path) -> Non
     assert all(server.requests[f"case-{i:03d}"] >= 1 for i in range(40))
 
 
+@pytest.mark.slow  # a collector subprocess against a real endpoint server while a second one is refused
 def test_a_second_collector_on_the_same_output_is_refused_at_once(tmp_path, capsys) -> None:
     dataset = write_dataset(tmp_path, 8)
     out = tmp_path / "answers.jsonl"

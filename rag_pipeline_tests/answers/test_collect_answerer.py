@@ -9,10 +9,7 @@ from pathlib import Path
 import pytest
 
 from rag_pipeline.contracts.answers import AnswerRecord
-from rag_pipeline.evaluation.datasets import demo as demo_dataset
 from rag_pipeline.evaluation.datasets.load import load_dataset
-from rag_pipeline.knowledge_base.ingestion import ingest_documents
-from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline_tests.answers.collect_helpers import read_lines, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,10 +17,7 @@ DEMO = ROOT / "datasets" / "demo.json"
 
 
 @pytest.mark.slow  # ingests the demo knowledge base (real embeddings) and retrieves every demo case
-def test_the_baseline_answerer_collects_the_demo_into_an_answers_file(engine, tmp_path, capsys) -> None:
-    ingest_documents(engine, read_folder(ROOT / "demo" / "kb"), demo_dataset.DEMO_KB,
-                     text_search=demo_dataset.DEMO_TEXT_SEARCH, chunk_size=demo_dataset.DEMO_CHUNK_SIZE,
-                     chunk_overlap=demo_dataset.DEMO_CHUNK_OVERLAP)
+def test_the_baseline_answerer_collects_the_demo_into_an_answers_file(demo_kb, tmp_path, capsys) -> None:
     out = tmp_path / "answers.jsonl"
     assert run_cli(["--dataset", str(DEMO), "--answerer", "extractive-v1", "--output", str(out), "--quiet"]) == 0
     result = json.loads(capsys.readouterr().out)

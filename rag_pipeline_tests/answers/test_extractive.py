@@ -13,10 +13,8 @@ import yaml
 from rag_pipeline.answers.collection import extractive
 from rag_pipeline.answers.collection.answerers import AnswererError, get_answerer
 from rag_pipeline.answers.collection.extractive import REFUSAL_PHRASES, choose, language, split_sentences, terms
-from rag_pipeline.evaluation.datasets import demo as demo_dataset
 from rag_pipeline.evaluation.datasets.load import EvaluationCase, load_dataset
 from rag_pipeline.knowledge_base.chunk_lookup import chunks_by_ids
-from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.retrieval.strategies import StrategyError, get_strategy
@@ -82,14 +80,6 @@ def test_train_set_is_balanced_answers_in_the_kb_and_apart_from_the_test_cases()
             quote = case["evidence"]["quote"]
             assert docs[case["evidence"]["doc"]].count(quote) == 1, case["case_id"]
             assert any(ref in quote for ref in case["reference_answers"]), case["case_id"]
-
-
-@pytest.fixture(scope="module")
-def demo_kb(engine) -> str:
-    ingest_documents(engine, read_folder(ROOT / "demo" / "kb"), demo_dataset.DEMO_KB,
-                     text_search=demo_dataset.DEMO_TEXT_SEARCH, chunk_size=demo_dataset.DEMO_CHUNK_SIZE,
-                     chunk_overlap=demo_dataset.DEMO_CHUNK_OVERLAP)
-    return demo_dataset.DEMO_KB
 
 
 def _demo_cases(*case_ids: str) -> list[EvaluationCase]:

@@ -27,7 +27,6 @@ from rag_pipeline.answers.judge.scores import judge_case, judge_cases, judge_sum
 from rag_pipeline.contracts.answers import AnswerCaseResult
 from rag_pipeline.contracts.judge import JudgeConfig, JudgeItem
 from rag_pipeline.settings import judge_cache_file
-from rag_pipeline_tests.answers.judge_server import JudgeServer
 
 C1, C2 = "0b5c7f0e-8d0a-4c7e-9a51-2f4f3c1d9e01", "6a1e2d3c-4b5a-4f69-8e7d-1c2b3a4d5e6f"
 Z1 = "9d8c7b6a-5f4e-4d3c-8b2a-1f0e9d8c7b6a"
@@ -39,34 +38,23 @@ ZH_QUESTION, ZH_ANSWER = "埃菲尔铁塔有多高？", "埃菲尔铁塔高330�
 ZH_CHUNKS = {Z1: "埃菲尔铁塔高330米，于1889年建成，是巴黎的地标。"}
 
 
-@pytest.fixture
-def server():
-    with JudgeServer() as running:
-        yield running
-
-
-@pytest.fixture
-def cache(tmp_path):
-    return JudgeCache(tmp_path / "judge-cache.jsonl")
-
-
-def _config(server, **kw) -> JudgeConfig:
-    return JudgeConfig(**{"url": server.url, "model": "qwen2.5-7b-instruct", "backoff_s": 0.01, "timeout_s": 5,
+def _config(judge, **kw) -> JudgeConfig:
+    return JudgeConfig(**{"url": judge.url, "model": "qwen2.5-7b-instruct", "backoff_s": 0.01, "timeout_s": 5,
                           **kw})
 
 
-def _faithfulness(server, cache, **kw):
-    return judge_case(QUESTION, ANSWER, CHUNKS, config=_config(server, **kw), cache=cache, ask_refusal=False)
+def _faithfulness(judge, judge_cache, **kw):
+    return judge_case(QUESTION, ANSWER, CHUNKS, config=_config(judge, **kw), cache=judge_cache, ask_refusal=False)
 
 
-def test_a_valid_reply_gives_supported_over_claims_and_the_request_is_temperature_0_json_schema(server, cache):
-    server.play("faithfulness", "faithfulness_valid")
-    score = _faithfulness(server, cache, api_key="sk-local-test-key")
+def test_a_valid_reply_gives_supported_over_claims_and_the_request_is_temperature_0_json_schema(judge, judge_cache):
+    judge.play("faithfulness", "faithfulness_valid")
+    score = _faithfulness(judge, judge_cache, api_key="sk-local-test-key")
     assert score.faithfulness == pytest.approx(2 / 3, abs=1e-12)
     assert [c.supported for c in score.claims] == [True, True, False]
     assert (score.asked, score.judged, score.not_judged_reason) == (1, 1, None)
     assert score.refused is None and score.skipped == {"refused": "not asked"}
-    (request,) = server.requests
+    (request,) = judge.requests
     assert request["path"] == "/v1/chat/completions"
     assert request["headers"]["Authorization"] == "Bearer sk-local-test-key"
     body = request["body"]
@@ -76,14 +64,14 @@ def test_a_valid_reply_gives_supported_over_claims_and_the_request_is_temperatur
     assert C1 in body["messages"][1]["content"] and ANSWER in body["messages"][1]["content"]
 
 
-def test_the_identity_is_host_model_and_prompt_version_without_credentials(server, cache):
-    server.play("faithfulness", "faithfulness_valid")
-    url = server.url.replace("http://", "http://alice:s3cret@")
-    score = judge_case(QUESTION, ANSWER, CHUNKS, config=_config(server, url=url), cache=cache, ask_refusal=False)
-    assert score.judge.host == server.url.split("//")[1].split("/")[0]
+def test_the_identity_is_host_model_and_prompt_version_without_credentials(judge, judge_cache):
+    judge.play("faithfulness", "faithfulness_valid")
+    url = judge.url.replace("http://", "http://alice:s3cret@")
+    score = judge_case(QUESTION, ANSWER, CHUNKS, config=_config(judge, url=url), cache=judge_cache, ask_refusal=False)
+    assert score.judge.host == judge.url.split("//")[1].split("/")[0]
     assert (score.judge.model, score.judge.prompt_version) == ("qwen2.5-7b-instruct", PROMPT_VERSION)
     assert "s3cret" not in score.model_dump_json() and "alice" not in score.judge.label
-    assert server.requests[0]["headers"]["Authorization"].startswith("Basic ")  # httpx sent the URL's user
+    assert judge.requests[0]["headers"]["Authorization"].startswith("Basic ")  # httpx sent the URL's user
     result = AnswerCaseResult.model_validate({
         "case_id": "q1", "question": QUESTION, "answer": ANSWER, "status": "ok", "reference_answers": ["330 m"],
         "answerable": True, "refused": False, "refusal_source": "none", "verdict": "correct", "verdict_reason": "",
@@ -91,123 +79,124 @@ def test_the_identity_is_host_model_and_prompt_version_without_credentials(serve
     assert result.judge == score
 
 
-def test_the_cache_answers_a_rerun_without_a_request(server, cache, tmp_path):
-    server.play("faithfulness", "faithfulness_valid")
-    first = _faithfulness(server, cache)
-    again = _faithfulness(server, cache)
-    reloaded = _faithfulness(server, JudgeCache(tmp_path / "judge-cache.jsonl"))
-    assert len(server.requests) == 1
+def test_the_cache_answers_a_rerun_without_a_request(judge, judge_cache, tmp_path):
+    judge.play("faithfulness", "faithfulness_valid")
+    first = _faithfulness(judge, judge_cache)
+    again = _faithfulness(judge, judge_cache)
+    reloaded = _faithfulness(judge, JudgeCache(tmp_path / "judge-cache.jsonl"))
+    assert len(judge.requests) == 1
     assert first == again == reloaded
     lines = (tmp_path / "judge-cache.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["model"] == "qwen2.5-7b-instruct"
-    _faithfulness(server, cache, model="another-model")
-    assert len(server.requests) == 2, "the model is part of the cache key"
+    _faithfulness(judge, judge_cache, model="another-model")
+    assert len(judge.requests) == 2, "the model is part of the cache key"
 
 
-def test_a_torn_last_cache_line_is_skipped(server, cache, tmp_path):
-    server.play("faithfulness", "faithfulness_valid")
-    _faithfulness(server, cache)
+def test_a_torn_last_cache_line_is_skipped(judge, judge_cache, tmp_path):
+    judge.play("faithfulness", "faithfulness_valid")
+    _faithfulness(judge, judge_cache)
     path = tmp_path / "judge-cache.jsonl"
     path.write_text(path.read_text(encoding="utf-8") + '{"prompt_sha256": "ab', encoding="utf-8")
     assert len(JudgeCache(path)) == 1
-    _faithfulness(server, JudgeCache(path))
-    assert len(server.requests) == 1
+    _faithfulness(judge, JudgeCache(path))
+    assert len(judge.requests) == 1
 
 
-def test_a_reply_wrapped_in_prose_and_markdown_fences_is_parsed(server, cache):
-    server.play("faithfulness", "faithfulness_fenced")
-    assert _faithfulness(server, cache).faithfulness == 0.5
+def test_a_reply_wrapped_in_prose_and_markdown_fences_is_parsed(judge, judge_cache):
+    judge.play("faithfulness", "faithfulness_fenced")
+    assert _faithfulness(judge, judge_cache).faithfulness == 0.5
 
 
-def test_a_reasoning_preamble_with_braces_before_the_object_is_skipped(server, cache):
-    server.play("faithfulness", "faithfulness_reasoning")
-    assert _faithfulness(server, cache).faithfulness == pytest.approx(2 / 3)
+def test_a_reasoning_preamble_with_braces_before_the_object_is_skipped(judge, judge_cache):
+    judge.play("faithfulness", "faithfulness_reasoning")
+    assert _faithfulness(judge, judge_cache).faithfulness == pytest.approx(2 / 3)
 
 
-def test_a_malformed_reply_is_not_judged_with_its_reason_and_not_cached(server, cache):
-    server.play("faithfulness", "faithfulness_malformed")
-    score = _faithfulness(server, cache)
+def test_a_malformed_reply_is_not_judged_with_its_reason_and_not_cached(judge, judge_cache):
+    judge.play("faithfulness", "faithfulness_malformed")
+    score = _faithfulness(judge, judge_cache)
     assert score.faithfulness is None and score.judged == 0 and score.asked == 1
     assert score.skipped["faithfulness"].startswith("not judged: faithfulness repeat 1: malformed reply: ")
     assert "claims" in score.not_judged_reason
-    _faithfulness(server, cache)
-    assert len(server.requests) == 2 and len(cache) == 0
+    _faithfulness(judge, judge_cache)
+    assert len(judge.requests) == 2 and len(judge_cache) == 0
 
 
-def test_a_claim_naming_a_chunk_that_is_not_cited_is_not_judged(server, cache):
-    server.play("faithfulness", "faithfulness_unknown_chunk")
-    score = _faithfulness(server, cache)
+def test_a_claim_naming_a_chunk_that_is_not_cited_is_not_judged(judge, judge_cache):
+    judge.play("faithfulness", "faithfulness_unknown_chunk")
+    score = _faithfulness(judge, judge_cache)
     assert score.faithfulness is None and "'chunk-7', which the answer does not cite" in score.not_judged_reason
 
 
-def test_zero_claims_is_none_with_a_reason_never_1_or_nan(server, cache):
-    server.play("faithfulness", "faithfulness_no_claims")
-    score = _faithfulness(server, cache)
+def test_zero_claims_is_none_with_a_reason_never_1_or_nan(judge, judge_cache):
+    judge.play("faithfulness", "faithfulness_no_claims")
+    score = _faithfulness(judge, judge_cache)
     assert score.faithfulness is None and score.faithfulness_spread is None
     assert score.skipped["faithfulness"] == "no claims" and score.judged == 1 and score.not_judged_reason is None
 
 
-def test_no_cited_chunk_or_an_empty_answer_asks_nothing(server, cache):
-    config = _config(server)
-    uncited = judge_case(QUESTION, ANSWER, {}, config=config, cache=cache, ask_refusal=False)
-    empty = judge_case(QUESTION, "  ", CHUNKS, config=config, cache=cache, ask_refusal=False)
+def test_no_cited_chunk_or_an_empty_answer_asks_nothing(judge, judge_cache):
+    config = _config(judge)
+    uncited = judge_case(QUESTION, ANSWER, {}, config=config, cache=judge_cache, ask_refusal=False)
+    empty = judge_case(QUESTION, "  ", CHUNKS, config=config, cache=judge_cache, ask_refusal=False)
     assert (uncited.faithfulness, uncited.skipped["faithfulness"]) == (None, "no cited chunks")
     assert (empty.faithfulness, empty.skipped["faithfulness"], empty.asked) == (None, "empty answer", 0)
-    assert server.requests == []
+    assert judge.requests == []
 
 
-def test_a_500_is_retried_then_the_success_is_used(server, cache):
-    server.play("faithfulness", "server_error", "faithfulness_valid")
-    score = _faithfulness(server, cache)
-    assert score.faithfulness == pytest.approx(2 / 3) and len(server.requests) == 2
+def test_a_500_is_retried_then_the_success_is_used(judge, judge_cache):
+    judge.play("faithfulness", "server_error", "faithfulness_valid")
+    score = _faithfulness(judge, judge_cache)
+    assert score.faithfulness == pytest.approx(2 / 3) and len(judge.requests) == 2
 
 
-def test_retry_after_is_honoured_and_backoff_doubles_without_it(server, cache):
-    server.play("faithfulness", "rate_limited", "faithfulness_valid")
+def test_retry_after_is_honoured_and_backoff_doubles_without_it(judge, judge_cache):
+    judge.play("faithfulness", "rate_limited", "faithfulness_valid")
     waits: list[float] = []
     body = {"messages": [{"role": "user", "content": QUESTION}], "response_format": response_format("faithfulness")}
-    with JudgeClient(_config(server, backoff_s=0.25), cache, sleep=waits.append) as client:
+    with JudgeClient(_config(judge, backoff_s=0.25), judge_cache, sleep=waits.append) as client:
         content, reason = client.ask(body, 0, str)
     assert (content is not None, reason, waits) == (True, None, [2.0])
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
     waits.clear()
-    with JudgeClient(JudgeConfig(url=closed, model="m", retries=3, backoff_s=0.25), cache, sleep=waits.append) as c:
+    with JudgeClient(JudgeConfig(url=closed, model="m", retries=3, backoff_s=0.25), judge_cache,
+                     sleep=waits.append) as c:
         assert c.ask(body, 0, str)[0] is None and c.requests == 4
     assert waits == [0.25, 0.5, 1.0]
 
 
-def test_a_server_failing_every_retry_is_not_judged_with_the_status(server, cache):
-    server.play("faithfulness", "server_error")
-    score = _faithfulness(server, cache, retries=2)
-    assert len(server.requests) == 3 and score.faithfulness is None
+def test_a_server_failing_every_retry_is_not_judged_with_the_status(judge, judge_cache):
+    judge.play("faithfulness", "server_error")
+    score = _faithfulness(judge, judge_cache, retries=2)
+    assert len(judge.requests) == 3 and score.faithfulness is None
     assert "HTTP 500" in score.not_judged_reason and "slot unavailable" in score.not_judged_reason
     assert score.not_judged_reason.endswith("(after 3 attempts)")
 
 
-def test_an_unreachable_judge_and_a_hanging_one_are_not_judged(server, cache):
+def test_an_unreachable_judge_and_a_hanging_one_are_not_judged(judge, judge_cache):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]
     down = judge_case(QUESTION, ANSWER, CHUNKS, config=JudgeConfig(
-        url=f"http://127.0.0.1:{closed_port}/v1", model="m", retries=1, backoff_s=0.01), cache=cache)
+        url=f"http://127.0.0.1:{closed_port}/v1", model="m", retries=1, backoff_s=0.01), cache=judge_cache)
     assert down.judged == 0 and "cannot reach the judge" in down.not_judged_reason
     assert down.faithfulness is None and down.refused is None
-    server.play("faithfulness", "faithfulness_valid")
-    server.delay_s = 1.0
-    slow = _faithfulness(server, cache, timeout_s=0.2, retries=0)
+    judge.play("faithfulness", "faithfulness_valid")
+    judge.delay_s = 1.0
+    slow = _faithfulness(judge, judge_cache, timeout_s=0.2, retries=0)
     assert slow.faithfulness is None and "no reply within 0.2 s" in slow.not_judged_reason
 
 
-def test_a_zh_question_gets_the_zh_prompts(server, cache):
-    server.play("faithfulness", "faithfulness_zh")
-    server.play("refusal", "refusal_no")
-    score = judge_case(ZH_QUESTION, ZH_ANSWER, ZH_CHUNKS, config=_config(server), cache=cache)
+def test_a_zh_question_gets_the_zh_prompts(judge, judge_cache):
+    judge.play("faithfulness", "faithfulness_zh")
+    judge.play("refusal", "refusal_no")
+    score = judge_case(ZH_QUESTION, ZH_ANSWER, ZH_CHUNKS, config=_config(judge), cache=judge_cache)
     assert score.faithfulness == pytest.approx(2 / 3) and score.refused is False
-    systems = {r["task"]: r["body"]["messages"][0]["content"] for r in server.requests}
+    systems = {r["task"]: r["body"]["messages"][0]["content"] for r in judge.requests}
     assert systems == {"faithfulness": FAITHFULNESS_SYSTEM_ZH, "refusal": REFUSAL_SYSTEM_ZH}
-    assert server.requests[0]["body"]["messages"][1]["content"].startswith("问题:\n" + ZH_QUESTION)
+    assert judge.requests[0]["body"]["messages"][1]["content"].startswith("问题:\n" + ZH_QUESTION)
 
 
 def test_the_language_is_the_cjk_share_of_the_question_tokens():
@@ -216,38 +205,38 @@ def test_the_language_is_the_cjk_share_of_the_question_tokens():
     assert question_language("How tall is it?") == "en" and question_language("") == "en"
 
 
-def test_repeats_report_mean_and_population_spread_and_are_cached_per_repeat(server, cache):
-    server.play("faithfulness", "faithfulness_valid", "faithfulness_fenced", "faithfulness_valid")
-    score = _faithfulness(server, cache, repeats=3, concurrency=1)
+def test_repeats_report_mean_and_population_spread_and_are_cached_per_repeat(judge, judge_cache):
+    judge.play("faithfulness", "faithfulness_valid", "faithfulness_fenced", "faithfulness_valid")
+    score = _faithfulness(judge, judge_cache, repeats=3, concurrency=1)
     assert score.faithfulness_values == pytest.approx([2 / 3, 1 / 2, 2 / 3])
     assert score.faithfulness == pytest.approx(11 / 18, abs=1e-12)
     assert score.faithfulness_spread == pytest.approx(math.sqrt(1 / 162), abs=1e-12)
     assert (score.faithfulness_min, score.faithfulness_max) == pytest.approx((0.5, 2 / 3))
-    assert (score.asked, score.judged, len(server.requests), len(cache)) == (3, 3, 3, 3)
-    assert _faithfulness(server, cache, repeats=3) == score and len(server.requests) == 3
+    assert (score.asked, score.judged, len(judge.requests), len(judge_cache)) == (3, 3, 3, 3)
+    assert _faithfulness(judge, judge_cache, repeats=3) == score and len(judge.requests) == 3
 
 
-def test_refusal_is_the_majority_of_the_votes_and_a_tie_is_none(server, cache):
-    server.play("refusal", "refusal_yes", "refusal_no", "refusal_yes")
-    config = _config(server, repeats=3)
-    score = judge_case(QUESTION, "I don't have that information.", {}, config=config, cache=cache)
+def test_refusal_is_the_majority_of_the_votes_and_a_tie_is_none(judge, judge_cache):
+    judge.play("refusal", "refusal_yes", "refusal_no", "refusal_yes")
+    config = _config(judge, repeats=3)
+    score = judge_case(QUESTION, "I don't have that information.", {}, config=config, cache=judge_cache)
     assert (score.refused, score.refused_votes) == (True, [True, False, True])
     assert score.skipped == {"faithfulness": "no cited chunks"}
-    server.play("refusal", "refusal_no", "refusal_yes")
-    tie = judge_case(QUESTION, "Hard to say.", {}, config=_config(server, repeats=2), cache=cache)
+    judge.play("refusal", "refusal_no", "refusal_yes")
+    tie = judge_case(QUESTION, "Hard to say.", {}, config=_config(judge, repeats=2), cache=judge_cache)
     assert tie.refused is None and tie.skipped["refused"] == "refusal votes tied (1 of 2)"
 
 
-def test_judge_cases_keeps_the_order_reports_progress_and_summarises(server, cache):
-    server.play("faithfulness", "faithfulness_valid")
-    server.play("refusal", "refusal_no")
+def test_judge_cases_keeps_the_order_reports_progress_and_summarises(judge, judge_cache):
+    judge.play("faithfulness", "faithfulness_valid")
+    judge.play("refusal", "refusal_no")
     items = [JudgeItem(question=QUESTION, answer=ANSWER, cited_chunk_texts=CHUNKS),
              JudgeItem(question=QUESTION, answer="It is 330 m tall.", cited_chunk_texts={}),
              JudgeItem(question=ZH_QUESTION, answer=ZH_ANSWER, cited_chunk_texts={C1: CHUNKS[C1]},
                        ask_refusal=False)]
     seen = []
-    scores = judge_cases(items, _config(server, concurrency=2), lambda done, total: seen.append((done, total)),
-                         cache=cache)
+    scores = judge_cases(items, _config(judge, concurrency=2), lambda done, total: seen.append((done, total)),
+                         cache=judge_cache)
     assert seen == [(1, 3), (2, 3), (3, 3)]
     assert [s.faithfulness for s in scores] == pytest.approx([2 / 3, None, 2 / 3], nan_ok=False)
     assert scores[1].skipped["faithfulness"] == "no cited chunks" and scores[2].refused is None
@@ -264,12 +253,13 @@ def test_docs_judge_md_holds_every_prompt_and_reply_schema_verbatim():
     assert not missing, "docs/judge.md lacks the prompt text of: " + ", ".join(missing)
 
 
-def test_a_url_that_is_not_http_is_a_clear_error(cache):
+def test_a_url_that_is_not_http_is_a_clear_error(judge_cache):
     with pytest.raises(JudgeConfigError, match="judge url 'ftp://judge.local/v1' must be http"):
-        judge_case(QUESTION, ANSWER, CHUNKS, config=JudgeConfig(url="ftp://judge.local/v1", model="m"), cache=cache)
+        judge_case(QUESTION, ANSWER, CHUNKS, config=JudgeConfig(url="ftp://judge.local/v1", model="m"),
+                   cache=judge_cache)
     with pytest.raises(JudgeConfigError) as raised:
         judge_case(QUESTION, ANSWER, CHUNKS, config=JudgeConfig(url="ftp://bob:hunter2@judge.local", model="m"),
-                   cache=cache)
+                   cache=judge_cache)
     assert "hunter2" not in str(raised.value) and "//***@judge.local" in str(raised.value)
 
 

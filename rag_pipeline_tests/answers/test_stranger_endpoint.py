@@ -12,24 +12,13 @@ import pytest
 
 from rag_pipeline.answers.collection.answerers import get_answerer
 from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES
-from rag_pipeline.evaluation.datasets import demo as demo_dataset
 from rag_pipeline.evaluation.datasets.load import load_dataset
-from rag_pipeline.knowledge_base.ingestion import ingest_documents
-from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.service.answers import evaluate_answers
 from rag_pipeline_tests.answers.collect_helpers import collect_killed_after, run_cli
 from rag_pipeline_tests.answers.rag_endpoint_server import RagEndpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASET = ROOT / "datasets" / "demo.json"
-
-
-@pytest.fixture(scope="module")
-def demo_kb(engine) -> str:
-    ingest_documents(engine, read_folder(ROOT / "demo" / "kb"), demo_dataset.DEMO_KB,
-                     text_search=demo_dataset.DEMO_TEXT_SEARCH, chunk_size=demo_dataset.DEMO_CHUNK_SIZE,
-                     chunk_overlap=demo_dataset.DEMO_CHUNK_OVERLAP)
-    return demo_dataset.DEMO_KB
 
 
 @pytest.mark.slow  # a subprocess collecting the 45 demo cases at 0.1 s each, killed halfway and resumed

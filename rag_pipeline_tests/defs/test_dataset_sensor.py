@@ -9,13 +9,12 @@ import json
 import os
 
 import dagster as dg
-import pytest
 
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.sensors import new_dataset_sensor, runs_outside_dagster
 from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.retrieval.strategies import load_registry
-from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases, write_dataset
+from rag_pipeline_tests.eval_helpers import tiny_cases, write_dataset
 
 KB = "eval-tiny-sensor"
 VERSIONS = list(load_registry())
@@ -24,11 +23,6 @@ VERSIONS = list(load_registry())
 USE_VERSIONS = [v for v, s in load_registry().items()
                 if (not s.vector_candidate_k or s.embedding_model == "use-multilingual-v3")
                 and (s.rerank is None or s.rerank.model == "use-multilingual-v3")]
-
-
-@pytest.fixture(scope="module")
-def chunks(engine, tmp_path_factory):
-    return ingest_tiny_kb(engine, KB, tmp_path_factory.mktemp("tiny_kb_sensor"))
 
 
 def opted_in(path, cases, knowledge_base=KB, **metadata):

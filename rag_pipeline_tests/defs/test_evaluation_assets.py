@@ -19,17 +19,12 @@ from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.schedules import nightly_reevaluation
 from rag_pipeline.retrieval.strategies import load_registry
-from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, table_counts, tiny_cases, write_dataset
+from rag_pipeline_tests.eval_helpers import table_counts, tiny_cases, write_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = Path(__file__).resolve().parent / "asset_graph_snapshot.json"
 KB = "eval-tiny-dagster"
 VERSIONS = list(load_registry())
-
-
-@pytest.fixture(scope="module")
-def chunks(engine, tmp_path_factory):
-    return ingest_tiny_kb(engine, KB, tmp_path_factory.mktemp("tiny_kb_dagster"))
 
 
 def _materialize(instance, key: str, run_config: dict | None = None):

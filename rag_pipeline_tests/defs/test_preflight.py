@@ -44,11 +44,13 @@ def _assert_one_line_hint(proc: subprocess.CompletedProcess) -> str:
     return ours[0]
 
 
+@pytest.mark.slow  # `dagster job execute` end to end in a subprocess (loads Dagster and the code location)
 def test_dagster_job_execute_without_env_prints_one_line(tmp_path):
     line = _assert_one_line_hint(_dagster_job_execute(tmp_path))
     assert line == preflight.NOT_CONFIGURED
 
 
+@pytest.mark.slow  # `dagster job execute` end to end in a subprocess (loads Dagster and the code location)
 def test_dagster_job_execute_with_the_database_down_prints_one_line(tmp_path):
     url = f"postgresql+psycopg2://postgres:pw@/dagster?host={tmp_path / 'stopped-pgdata'}"
     line = _assert_one_line_hint(_dagster_job_execute(tmp_path, RAG_DAGSTER_PG_URL=url))

@@ -18,7 +18,6 @@ import sqlalchemy as sa
 from rag_pipeline.cli import main
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline_tests.eval_helpers import (
-    ingest_tiny_kb,
     run_rows,
     table_counts,
     tiny_cases,
@@ -30,11 +29,6 @@ from rag_pipeline_tests.reliability_helpers import (
 
 KB = "exits-tiny"
 BIN = Path(sys.executable).parent
-
-
-@pytest.fixture(scope="module")
-def chunks(engine, tmp_path_factory):
-    return ingest_tiny_kb(engine, KB, tmp_path_factory.mktemp("exits_kb"))
 
 
 def _latest_run(engine, dataset: str):

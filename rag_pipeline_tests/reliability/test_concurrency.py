@@ -42,11 +42,6 @@ KB = "concurrency-tiny"
 LOCKED = "retrieval_evaluation_case_results"
 
 
-@pytest.fixture(scope="module")
-def chunks(engine, tmp_path_factory):
-    return ingest_tiny_kb(engine, KB, tmp_path_factory.mktemp("concurrency_kb"))
-
-
 def _pool(engine, run_id) -> set[tuple]:
     """A run's candidate pools as (case_id, chunk_id, rank, strategy_version, final score to 1e-9)."""
     with engine.connect() as conn:

@@ -32,12 +32,8 @@ from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service.datasets import register_dataset
 from rag_pipeline.service.queued_runs import fail_queued, queue_evaluations
 from rag_pipeline.storage import embedded_server
-from rag_pipeline.storage.engine import (
-    TRANSIENT_ERRORS,  # moved from service.errors (one error hierarchy)
-    DatabaseError,
-    get_engine,
-)
-from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, run_rows, table_counts, tiny_cases, write_dataset
+from rag_pipeline.storage.engine import TRANSIENT_ERRORS, DatabaseError, get_engine
+from rag_pipeline_tests.eval_helpers import run_rows, table_counts, tiny_cases, write_dataset
 from rag_pipeline_tests.reliability_helpers import (
     admin,
     assert_no_partial_succeeded_runs,
@@ -59,11 +55,6 @@ BIN = Path(sys.executable).parent
 SECRET = "s3cr%40t-pw"  # percent-encoded "s3cr@t-pw"
 # What libpq/psycopg report when the server ends a session (depends on what the client was doing).
 DROPPED = r"terminating connection due to administrator command|the connection is lost|server closed the connection"
-
-
-@pytest.fixture(scope="module")
-def chunks(engine, tmp_path_factory):
-    return ingest_tiny_kb(engine, KB, tmp_path_factory.mktemp("faults_kb"))
 
 
 def _run(engine, run_id) -> sa.Row:

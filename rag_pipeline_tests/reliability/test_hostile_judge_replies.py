@@ -9,11 +9,11 @@ import math
 
 import pytest
 
-from rag_pipeline.answers.judge.client import MAX_REPLY_BYTES, MAX_RETRY_AFTER_S, JudgeCache, JudgeClient
+from rag_pipeline.answers.judge.client import MAX_REPLY_BYTES, MAX_RETRY_AFTER_S, JudgeClient
 from rag_pipeline.answers.judge.prompts import response_format
 from rag_pipeline.answers.judge.scores import judge_case, judge_cases
 from rag_pipeline.contracts.judge import JudgeConfig, JudgeItem
-from rag_pipeline_tests.answers.judge_server import JudgeServer, recorded
+from rag_pipeline_tests.answers.judge_server import recorded
 
 C1 = "0b5c7f0e-8d0a-4c7e-9a51-2f4f3c1d9e01"
 QUESTION, ANSWER = "How tall is the Eiffel Tower?", "The Eiffel Tower is 330 metres tall."
@@ -23,19 +23,8 @@ DEEP = 100_000
 LONG_INT = "7" * 10_000
 
 
-@pytest.fixture
-def server():
-    with JudgeServer() as running:
-        yield running
-
-
-@pytest.fixture
-def cache(tmp_path):
-    return JudgeCache(tmp_path / "judge-cache.jsonl")
-
-
-def _config(server, **kw) -> JudgeConfig:
-    return JudgeConfig(**{"url": server.url, "model": "m", "backoff_s": 0.01, "timeout_s": 10, "retries": 1, **kw})
+def _config(judge, **kw) -> JudgeConfig:
+    return JudgeConfig(**{"url": judge.url, "model": "m", "backoff_s": 0.01, "timeout_s": 10, "retries": 1, **kw})
 
 
 def _chat(content: str) -> bytes:
@@ -52,38 +41,38 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))
-def test_a_hostile_reply_is_that_answers_reason_and_the_next_answer_is_judged(server, cache, name):
+def test_a_hostile_reply_is_that_answers_reason_and_the_next_answer_is_judged(judge, judge_cache, name):
     raw, problem = HOSTILE[name]
-    server.play("faithfulness", {"status": 200, "raw": raw}, "faithfulness_valid")
+    judge.play("faithfulness", {"status": 200, "raw": raw}, "faithfulness_valid")
     items = [JudgeItem(question=QUESTION, answer=ANSWER, cited_chunk_texts=CHUNKS, ask_refusal=False),
              JudgeItem(question=QUESTION, answer=ANSWER + " It is in Paris.", cited_chunk_texts=CHUNKS,
                        ask_refusal=False)]
-    hostile, fine = judge_cases(items, _config(server, concurrency=1), cache=cache)
+    hostile, fine = judge_cases(items, _config(judge, concurrency=1), cache=judge_cache)
     assert hostile.faithfulness is None and problem in hostile.not_judged_reason, hostile.not_judged_reason
     assert hostile.skipped["faithfulness"].startswith("not judged: faithfulness repeat 1: malformed reply")
     assert "set_int_max_str_digits" not in hostile.not_judged_reason and "Traceback" not in hostile.not_judged_reason
     assert fine.faithfulness is not None and fine.judged == 1, "the run goes on"
-    assert len(cache) == 1, "only the valid reply is cached"
+    assert len(judge_cache) == 1, "only the valid reply is cached"
 
 
-def test_a_20_mb_reply_is_not_read_past_8_mb(server, cache):
+def test_a_20_mb_reply_is_not_read_past_8_mb(judge, judge_cache):
     size = 20 * 1024 * 1024
-    server.play("faithfulness", {"stream_bytes": size})
-    score = judge_case(QUESTION, ANSWER, CHUNKS, config=_config(server), cache=cache, ask_refusal=False)
+    judge.play("faithfulness", {"stream_bytes": size})
+    score = judge_case(QUESTION, ANSWER, CHUNKS, config=_config(judge), cache=judge_cache, ask_refusal=False)
     assert score.faithfulness is None and "the reply is longer than 8 MB" in score.not_judged_reason
-    assert len(server.requests) == 1, "a reply too long is not asked again"
-    assert MAX_REPLY_BYTES == 8 * 1024 * 1024 and server.bytes_sent < size, "the judge stopped reading"
+    assert len(judge.requests) == 1, "a reply too long is not asked again"
+    assert MAX_REPLY_BYTES == 8 * 1024 * 1024 and judge.bytes_sent < size, "the judge stopped reading"
 
 
 @pytest.mark.parametrize(("value", "expected"), [
     ("nan", "backoff"), ("²", "backoff"), ("inf", "backoff"), ("-5", "backoff"), ("1e999", "backoff"),
     ("soon", "backoff"), ("9" * 5000, "capped"), ("3", 3.0)])
-def test_a_retry_after_that_is_not_a_number_of_seconds_falls_back_to_the_backoff(server, cache, value, expected):
-    server.play("faithfulness", {"status": 429, "headers": {"Retry-After": value}, "body": {"error": "slow"}},
+def test_a_retry_after_that_is_not_a_number_of_seconds_falls_back_to_the_backoff(judge, judge_cache, value, expected):
+    judge.play("faithfulness", {"status": 429, "headers": {"Retry-After": value}, "body": {"error": "slow"}},
                 "faithfulness_valid")
     body = {"messages": [{"role": "user", "content": QUESTION}], "response_format": response_format("faithfulness")}
     waits: list[float] = []
-    with JudgeClient(_config(server, backoff_s=0.25), cache, sleep=waits.append) as client:
+    with JudgeClient(_config(judge, backoff_s=0.25), judge_cache, sleep=waits.append) as client:
         content, reason = client.ask(body, 0, str)
     assert (content is not None, reason) == (True, None)
     [wait] = waits
@@ -91,30 +80,30 @@ def test_a_retry_after_that_is_not_a_number_of_seconds_falls_back_to_the_backoff
     assert wait == {"backoff": 0.25, "capped": MAX_RETRY_AFTER_S}.get(expected, expected)
 
 
-def test_a_retry_after_of_nan_with_the_real_sleep_does_not_end_the_run(server, cache):
-    server.play("faithfulness", {"status": 503, "headers": {"Retry-After": "nan"}, "body": {"error": "busy"}},
+def test_a_retry_after_of_nan_with_the_real_sleep_does_not_end_the_run(judge, judge_cache):
+    judge.play("faithfulness", {"status": 503, "headers": {"Retry-After": "nan"}, "body": {"error": "busy"}},
                 "faithfulness_valid")
-    score = judge_case(QUESTION, ANSWER, CHUNKS, config=_config(server), cache=cache, ask_refusal=False)
-    assert score.faithfulness == pytest.approx(2 / 3) and len(server.requests) == 2
+    score = judge_case(QUESTION, ANSWER, CHUNKS, config=_config(judge), cache=judge_cache, ask_refusal=False)
+    assert score.faithfulness == pytest.approx(2 / 3) and len(judge.requests) == 2
 
 
 def _echo_forms(value: str) -> list[str]:
     return [value, json.dumps(value, ensure_ascii=True)[1:-1], "".join(f"\\u{ord(c):04x}" for c in value)]
 
 
-def test_a_judge_echoing_its_api_key_leaves_it_in_no_reason_claim_or_cache_line(server, cache, tmp_path):
-    server.play("faithfulness", {"status": 401, "raw": b'{"error": {"message": "key {authorization} is unknown"}}'})
-    server.play("refusal", {"status": 400, "raw": b'{"error": "no such key: {authorization-u}"}'})
-    refused = judge_case(QUESTION, ANSWER, CHUNKS, config=_config(server, api_key=KEY), cache=cache)
-    assert server.requests[0]["headers"]["Authorization"] == f"Bearer {KEY}", "the key was sent"
+def test_a_judge_echoing_its_api_key_leaves_it_in_no_reason_claim_or_cache_line(judge, judge_cache, tmp_path):
+    judge.play("faithfulness", {"status": 401, "raw": b'{"error": {"message": "key {authorization} is unknown"}}'})
+    judge.play("refusal", {"status": 400, "raw": b'{"error": "no such key: {authorization-u}"}'})
+    refused = judge_case(QUESTION, ANSWER, CHUNKS, config=_config(judge, api_key=KEY), cache=judge_cache)
+    assert judge.requests[0]["headers"]["Authorization"] == f"Bearer {KEY}", "the key was sent"
     assert refused.not_judged_reason.startswith("faithfulness repeat 1: HTTP 401: ")
     assert "[secret]" in refused.not_judged_reason and "[secret]" in refused.skipped["refused"]
 
     claim = {"claims": [{"claim": "The key is {authorization}.", "supported": True, "chunk_id": C1}]}
     valid = recorded("faithfulness_valid")
     valid["body"]["choices"][0]["message"]["content"] = json.dumps(claim)
-    server.play("faithfulness", valid)
-    echoed = judge_case(QUESTION, ANSWER + " ", CHUNKS, config=_config(server, api_key=KEY), cache=cache,
+    judge.play("faithfulness", valid)
+    echoed = judge_case(QUESTION, ANSWER + " ", CHUNKS, config=_config(judge, api_key=KEY), cache=judge_cache,
                         ask_refusal=False)
     assert echoed.faithfulness == 1.0 and echoed.claims[0].claim == "The key is [secret]."
     stored = [refused.model_dump_json(), echoed.model_dump_json(), (tmp_path / "judge-cache.jsonl").read_text()]
@@ -122,10 +111,10 @@ def test_a_judge_echoing_its_api_key_leaves_it_in_no_reason_claim_or_cache_line(
     assert not leaks, leaks
 
 
-def test_a_judge_url_password_echoed_back_is_scrubbed(server, cache):
-    server.play("faithfulness", {"status": 403, "raw": b'{"error": "who is {authorization}?"}'})
-    url = server.url.replace("http://", "http://judge:Hunter2-pass@")
-    score = judge_case(QUESTION, ANSWER, CHUNKS, config=_config(server, url=url), cache=cache, ask_refusal=False)
-    assert server.requests[0]["headers"]["Authorization"].startswith("Basic ")
+def test_a_judge_url_password_echoed_back_is_scrubbed(judge, judge_cache):
+    judge.play("faithfulness", {"status": 403, "raw": b'{"error": "who is {authorization}?"}'})
+    url = judge.url.replace("http://", "http://judge:Hunter2-pass@")
+    score = judge_case(QUESTION, ANSWER, CHUNKS, config=_config(judge, url=url), cache=judge_cache, ask_refusal=False)
+    assert judge.requests[0]["headers"]["Authorization"].startswith("Basic ")
     assert "HTTP 403" in score.not_judged_reason and "[secret]" in score.not_judged_reason
     assert "Hunter2" not in score.model_dump_json() and "anVkZ2U6SHVudGVyMi1wYXNz" not in score.model_dump_json()

@@ -32,7 +32,7 @@ from rag_pipeline.settings import pgdata_dir
 from rag_pipeline.storage import embedded_server as embedded_pg
 from rag_pipeline.storage import engine as db
 from rag_pipeline.storage.urls import mask_secrets, mask_url
-from rag_pipeline_tests.eval_helpers import TINY_DOCS, ingest_tiny_kb, run_rows, table_counts, write_dataset
+from rag_pipeline_tests.eval_helpers import TINY_DOCS, run_rows, table_counts, write_dataset
 from rag_pipeline_tests.reliability_helpers import assert_no_partial_succeeded_runs, closed_tcp_port, kb_counts
 from rag_pipeline_tests.source_helpers import parse_source
 
@@ -56,11 +56,6 @@ HOSTILE = {
     "control-characters": "coffee\x01\x02\x07\x08\x0b\x0c\x1b\x7f machine\t\r\nfridge",
     "invisible-unicode": "\u200bcoffee\u202emachine\ufeff \u5496\u5561",
 }
-
-
-@pytest.fixture(scope="module")
-def chunks(engine, tmp_path_factory):
-    return ingest_tiny_kb(engine, KB, tmp_path_factory.mktemp("security_kb"))
 
 
 def _lexemes(conn: sa.Connection, text: str) -> list[str]:
@@ -459,37 +454,38 @@ def _sql_splices(path: Path, rel: str) -> list[tuple[str, str, str, int]]:
     """(file, enclosing function, spliced expression, line) of every SQL-looking string built at run time."""
     source = path.read_text(encoding="utf-8")
     tree = parse_source(source, str(path))
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    scoped: list[tuple[ast.AST, str]] = [(tree, "<module>")]  # (node, its enclosing function), one walk
 
-    def scope(node) -> str:
-        while node in parents:
-            node = parents[node]
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                return node.name
-        return "<module>"
+    def nodes():
+        while scoped:
+            node, scope = scoped.pop()
+            yield node, scope
+            inner = node.name if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else scope
+            scoped.extend((child, inner) for child in ast.iter_child_nodes(node))
 
     def text(node) -> str:
         return ast.get_source_segment(source, node) or ast.dump(node)
 
     found = []
-    for node in ast.walk(tree):
+    for node, scope in nodes():
         literal, spliced = "", []
         if isinstance(node, ast.JoinedStr):
             literal = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
-            spliced = [text(v.value) for v in node.values if isinstance(v, ast.FormattedValue)]
+            spliced = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
             base = node.func.value
             if isinstance(base, ast.Constant) and isinstance(base.value, str):
                 literal = base.value
             elif isinstance(base, ast.Name | ast.Attribute | ast.IfExp):  # a named template: assume SQL, check all
                 literal = "SELECT"
-            spliced = [text(a) for a in node.args] + [f"{k.arg}={text(k.value)}" for k in node.keywords]
+            spliced = [*node.args, *node.keywords]
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod | ast.Add):
             parts = [node.left, node.right]
             literal = " ".join(p.value for p in parts if isinstance(p, ast.Constant) and isinstance(p.value, str))
-            spliced = [text(p) for p in parts if not isinstance(p, ast.Constant | ast.JoinedStr | ast.BinOp)]
-        if spliced and _SQL_WORDS.search(literal):
-            found.extend((rel, scope(node), expr, node.lineno) for expr in spliced)
+            spliced = [p for p in parts if not isinstance(p, ast.Constant | ast.JoinedStr | ast.BinOp)]
+        if spliced and _SQL_WORDS.search(literal):  # the source text only then: get_source_segment splits the file
+            found.extend((rel, scope, f"{e.arg}={text(e.value)}" if isinstance(e, ast.keyword) else text(e),
+                          node.lineno) for e in spliced)
     return found
 
 

@@ -89,6 +89,7 @@ def test_mask_secrets_mixes_every_form_in_one_message() -> None:
                    "with PGPASSWORD=*** and postgres://u@h/d?password=***")
 
 
+@pytest.mark.slow  # the installed console script end to end in a subprocess
 def test_a_libpq_database_url_is_refused_with_the_password_masked(tmp_path) -> None:
     """``RAG_DATABASE_URL`` must be a URL; a libpq key=value string is refused (exit 2) and never echoed."""
     import os

@@ -75,6 +75,7 @@ def wheel(wheel_src: Path, tmp_path_factory) -> Path:
     return wheels[0]
 
 
+@pytest.mark.slow  # builds the wheel with pip in a subprocess
 def test_wheel_ships_the_whole_package_with_migrations_and_strategies_but_not_the_tests(wheel: Path,
                                                                                         wheel_src: Path) -> None:
     archive = zipfile.ZipFile(wheel)

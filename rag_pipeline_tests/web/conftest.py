@@ -1,16 +1,20 @@
 """Fixtures of the web tests: ``live_server`` (a real ``rag-pipeline serve`` on a free port, with a real Dagster
-daemon on a temporary DAGSTER_HOME) and ``demo_kb`` (the demo knowledge base ingested)."""
+daemon on a temporary DAGSTER_HOME), ``browser`` (Debian's Chromium, headless, driven by Playwright) and ``shots``
+(a screenshot folder); the demo knowledge base is the root conftest's ``demo_kb``."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from rag_pipeline_tests.web.server_helpers import ROOT, dagster_env, start_daemon, start_server
 
-DEMO_KB = "demo"
 DEMO_DATASET = ROOT / "datasets" / "demo.json"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
 
 
 @pytest.fixture(scope="session")
@@ -40,13 +44,27 @@ def live_server(web_env, web_home, dagster_daemon) -> str:
         yield base
 
 
-@pytest.fixture(scope="session")
-def demo_kb(engine) -> str:
-    """The demo knowledge base (``demo/kb``, text mode chinese, USE embeddings) ingested; returns its name, the
-    one ``datasets/demo.json`` labels."""
-    from rag_pipeline.evaluation.datasets import demo as demo_dataset
-    from rag_pipeline.service.knowledge_bases import ingest
+@pytest.fixture(scope="module")  # not longer: Playwright's sync API marks its event loop running until it stops
+def browser():
+    """Debian's Chromium (``/usr/bin/chromium``; nothing is downloaded), headless, driven by Playwright: skipped
+    without it, failed under CI (``.ci/run`` installs it)."""
+    from playwright import sync_api as playwright_api
 
-    ingest(engine, ROOT / "demo" / "kb", DEMO_KB, text_search=demo_dataset.DEMO_TEXT_SEARCH,
-           chunk_size=demo_dataset.DEMO_CHUNK_SIZE, chunk_overlap=demo_dataset.DEMO_CHUNK_OVERLAP)
-    return DEMO_KB
+    if not Path(CHROMIUM).exists():
+        message = f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install chromium`; .ci/run does)"
+        if os.environ.get("CI"):  # .ci/run installs it: a CI machine without it is a broken set-up
+            pytest.fail(message)
+        pytest.skip(message)
+    with playwright_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def shots(request, tmp_path_factory) -> Path:
+    """The folder (printed) of the module's screenshots: ``<the module's SCREENSHOTS>`` in pytest's temporary
+    directory."""
+    folder = tmp_path_factory.mktemp(request.module.SCREENSHOTS)
+    print(f"console screenshots: {folder}")
+    return folder

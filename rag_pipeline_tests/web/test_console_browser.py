@@ -21,40 +21,17 @@ import time
 from pathlib import Path
 
 import pytest
-from playwright import sync_api as playwright_api
 
 # a real server + Dagster daemon on the session's database; a browser driving two Dagster evaluation runs
 pytestmark = [pytest.mark.db, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 BASE = "/admin/retrieval-evaluations"
+SCREENSHOTS = "console-screenshots"  # the folder of the `shots` fixture
 STRATEGIES = ("hybrid-v1", "keyword-v1")
 RUN_TIMEOUT_S = 900
 DOCS_PNG_MAX = 150_000
 UPDATE_DOCS = os.environ.get("RAG_UPDATE_SCREENSHOTS") == "1"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        message = f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install chromium`; .ci/run does)"
-        if os.environ.get("CI"):  # .ci/run installs it: a CI machine without it is a broken set-up
-            pytest.fail(message)
-        pytest.skip(message)
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("console-screenshots")
-    print(f"console screenshots: {folder}")
-    return folder
 
 
 def _shot(page, shots: Path, name: str) -> None:

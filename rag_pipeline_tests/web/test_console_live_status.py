@@ -8,38 +8,23 @@ Screenshots: the ``console-live`` folder of pytest's temporary directory (printe
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
-from playwright import sync_api as playwright_api
 
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.service import stored_datasets
 from rag_pipeline.service.queued_runs import fail_queued, queue_evaluations
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases
 from rag_pipeline_tests.web.server_helpers import dagster_env, start_server
-from rag_pipeline_tests.web.test_console_browser import CHROMIUM, CHROMIUM_ARGS, ROOT
+from rag_pipeline_tests.web.test_console_browser import ROOT
 
 # a real server process and a browser polling it
 pytestmark = [pytest.mark.db, pytest.mark.slow]
 
 BASE = "/admin/retrieval-evaluations"
+SCREENSHOTS = "console-live"  # the folder of the `shots` fixture
 KB = "live-status"
 DATASET = "live"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        message = f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install chromium`; .ci/run does)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +35,6 @@ def server(engine, tmp_path_factory):
     log = home / "server.log"
     with start_server(env, log=log, extra_args=("--expect-daemon",)) as (base, _proc):
         yield base, log
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("console-live")
-    print(f"console screenshots: {folder}")
-    return folder
 
 
 @pytest.fixture(scope="module")
