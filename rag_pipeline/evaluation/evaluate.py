@@ -30,6 +30,7 @@ from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetPr
 from rag_pipeline.evaluation.diagnosis import diagnose as diagnosis_db
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs import queries as run_queries
 from rag_pipeline.evaluation.runs import results as persistence
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
@@ -117,7 +118,8 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
     logger.info(f"evaluation run {run_id}: {len(dataset.cases)} cases of {dataset.name!r} "
                 f"(version {dataset.version}) on {kb.name!r} with {strategy.version}")
     try:
-        run_records.create_candidate_partition(engine, run_id)
+        with engine.begin() as conn:
+            run_queries.create_candidate_partition(conn, run_id)
         with run_records.Heartbeat(engine, run_id):
             _run(engine, run_id, dataset, kb, strategy, outcome, batch_size, progress, logger,
                  missing=missing, t_start=t_start, readers=readers)
@@ -195,7 +197,8 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                                                borrow=pool_conns.borrow, parts=readers)
         _tick(timings, "retrieval_sql_s", t)
         outcome.knowledge_base_version = version.result()
-        run_records.set_knowledge_base_version(engine, run_id, outcome.knowledge_base_version)
+        with engine.begin() as conn:
+            run_queries.set_knowledge_base_version(conn, run_id, outcome.knowledge_base_version)
         todo = iter(starts)
 
         def submit() -> None:

@@ -98,14 +98,6 @@ def running_runs(conn: sa.Connection, limit: int = 1000) -> Sequence[sa.Row]:
         "WHERE status = 'running' ORDER BY started_at LIMIT :n"), {"n": limit}).all()
 
 
-def queued_runs_with_owner(conn: sa.Connection, limit: int = 1000) -> Sequence[sa.Row]:
-    """``id, dagster_run_id, owner_host, owner_pid, owner_started_at`` of the ``queued`` rows that name the process
-    that queued them, oldest first."""
-    return conn.execute(sa.text(
-        "SELECT id, dagster_run_id, owner_host, owner_pid, owner_started_at FROM retrieval_evaluation_runs "
-        "WHERE status = 'queued' AND owner_pid IS NOT NULL ORDER BY queued_at LIMIT :n"), {"n": limit}).all()
-
-
 def queued_rows(conn: sa.Connection, queue: str, limit: int = 500) -> list[sa.Row]:
     """``id, strategy_version, partition_key, dagster_run_id, dataset_id, dataset`` of the ``queued`` rows of
     ``queue``, oldest first."""
@@ -138,13 +130,6 @@ def tick_age(conn: sa.Connection, sensor: str) -> float | None:
     return conn.execute(sa.text(
         "SELECT extract(epoch FROM clock_timestamp() - ticked_at) FROM dagster_sensor_ticks WHERE sensor = :s"),
         {"s": sensor}).scalar()
-
-
-def fail_queued(conn: sa.Connection, run_id, error: str) -> bool:
-    """Mark a ``queued`` run failed (one that started or ended meanwhile is left alone); whether it was."""
-    return conn.execute(sa.text(
-        "UPDATE retrieval_evaluation_runs SET status = 'failed', error = :e, finished_at = clock_timestamp(), "
-        "is_current = false WHERE id = :id AND status = 'queued'"), {"id": run_id, "e": error}).rowcount == 1
 
 
 def fail_running(conn: sa.Connection, run_id, error: str) -> bool:
