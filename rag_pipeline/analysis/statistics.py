@@ -1,11 +1,5 @@
-"""Paired statistics for comparing two strategies on the same evaluation cases.
-
-Inputs are per-case metric values ``a`` (strategy A) and ``b`` (strategy B)
-in the same case order; differences are ``a - b``. The resampling tests are
-thin wrappers over :func:`scipy.stats.permutation_test` and
-:func:`scipy.stats.bootstrap` (vectorised, in batches of about
-:data:`BATCH_ELEMENTS` numbers to bound memory), deterministic for a given
-``seed``.
+"""Paired statistics of two strategies on the same cases (``a``, ``b`` in case order; differences ``a - b``):
+scipy's permutation test and bootstrap in batches of :data:`BATCH_ELEMENTS`, deterministic for a ``seed``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Evaluate one retrieval strategy on one dataset and store the run (the flow of docs/design.md §1).
-
-:func:`evaluate_dataset`: a preflight that writes nothing; one short transaction registering the strategy and
-the dataset version and inserting the ``running`` run; then batches of cases, pipelined: the main thread embeds a
-batch's questions, one of ``readers`` worker threads (read connections sharing one exported REPEATABLE READ
-snapshot, :mod:`snapshot_readers`) searches it and diagnoses its misses, and the main thread computes its metrics
-and COPYs its candidates and case results into one write transaction, holding at most ``readers + 1`` batches.
-That transaction ends with the summary and ``succeeded``; any failure rolls it back and marks the run
-``failed``. A background thread writes the heartbeat. Timings (:data:`TIMING_KEYS`): docs/evaluating.md, "Timings".
+"""Evaluate one retrieval strategy on one dataset and store the run (the flow of docs/design.md §1): batches
+pipelined over ``readers`` snapshot-sharing connections, one write transaction. Timings: docs/evaluating.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Fusion tuning of a stored run: find the pool strategy's current run, re-fuse its pools, recommend.
-
-:func:`tune` reads the current succeeded run of a "pool" strategy on a dataset (default ``hybrid-bm25-v1``:
-100 candidates per leg), re-fuses its stored pools under every configuration of
-:func:`rag_pipeline.analysis.tuning.sweep.grid` and picks one by k-fold cross-validation over cases
-(:func:`rag_pipeline.analysis.tuning.sweep.recommend`). No SQL per case and no embedding: only the stored pools
-are read. ``rag-pipeline tune`` and the Dagster asset ``fusion_sweep`` both call it (through
-:mod:`rag_pipeline.service.analysis`), so they always agree.
+"""Fusion tuning of a stored run: re-fuse the pool strategy's current run's pools under every
+:func:`~rag_pipeline.analysis.tuning.sweep.grid` configuration and recommend one by cross-validation (no SQL per case,
+no embedding). ``rag-pipeline tune`` and the ``fusion_sweep`` asset both call :func:`tune`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,5 @@
-"""Fusion tuning from stored candidate pools: grid sweep, k-fold cross-validation, recommendation.
-
-A :class:`~rag_pipeline.evaluation.pools.PoolSet` holds every case's full candidate
-pool with each leg's score and rank, so any fusion can be re-applied offline:
-:func:`~rag_pipeline.evaluation.pools.evaluate_fusion` re-fuses
-all cases at once (``fuse_batch`` + ``order_batch`` + ``batch_metrics``, no
-loop over cases). Re-fusing only changes the fusion parameters; the pools
-(each leg's candidate k) stay those of the run that stored them, so a tuned
-strategy keeps that strategy's candidate ks and, run for real, sees the same
-pools.
-
-:func:`grid` spans weighted fusion (every normalisation x vector weight 0..1
-in steps of 0.05, keyword weight = 1 - vector weight; the single legs are its
-``none`` endpoints 1/0 and 0/1, i.e. ``vector-v1`` / ``keyword-v1``-style
-fusion) and unweighted RRF for each k of :data:`RRF_KS`. :func:`cross_validate`
-picks, for each fold, the configuration with the best mean on the *other*
-folds and scores it on the held-out fold, giving an out-of-fold estimate of
-the tuned metric that is not fitted to the cases it is measured on. Ties
-between configurations go to the earlier one in grid order.
+"""Fusion tuning from stored candidate pools (:class:`~rag_pipeline.evaluation.pools.PoolSet`): grid sweep,
+k-fold cross-validation, recommendation (docs/strategies.md). Ties go to the earlier configuration in grid order.
 """
 
 from __future__ import annotations
