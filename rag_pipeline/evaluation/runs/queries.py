@@ -1,9 +1,5 @@
-"""Statements on evaluation runs (``retrieval_evaluation_runs``): a run's lifecycle and reading it back, picking
-runs out of the history (metrics over time, what a comparison or tuning reads, runs made outside Dagster), and
-retention (which runs may go, removing them, the runs a stored comparison refers to: ``retrieval_comparison_runs``).
-
-``stale`` is the heartbeat age (seconds) after which a ``running`` run counts as ``abandoned``
-(:data:`EFFECTIVE_STATUS`); the lifecycle rules themselves are in :mod:`rag_pipeline.evaluation.runs.lifecycle`.
+"""Statements on evaluation runs (``retrieval_evaluation_runs``): lifecycle, history, retention. ``stale``: the
+heartbeat age (seconds) after which a ``running`` run counts as ``abandoned`` (:data:`EFFECTIVE_STATUS`).
 """
 
 from __future__ import annotations

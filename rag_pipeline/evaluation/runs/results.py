@@ -1,8 +1,5 @@
-"""Writing evaluation results: dataset versions, candidate pools and case results (COPY), run summary.
-
-All result rows of one run are written on one connection inside one transaction, which ends with
-:func:`finalize_run` (summary, status ``succeeded``, ``is_current`` moved to this run). Until that
-transaction commits nobody sees any of them; if anything fails it is rolled back and nothing remains.
+"""Writing evaluation results (dataset versions, candidate pools and case results by COPY, run summary) in one
+transaction that :func:`finalize_run` ends: nothing remains of a run that fails.
 """
 
 from __future__ import annotations
