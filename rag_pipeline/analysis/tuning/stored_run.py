@@ -55,12 +55,9 @@ def find_pool_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAUL
                   dataset_version: str | None = None) -> PoolRun:
     """The latest-started succeeded run of ``pool_strategy`` on dataset ``dataset`` (its name = the dataset key
     of an ``evaluate_retrieval`` partition), on the dataset's latest version or on ``dataset_version`` (a
-    content hash or prefix) — never on a mix. Several knowledge bases: the latest version's (a note says so).
-
-    The strategy is rebuilt from the parameters the run stored (with the registry's description when the
-    registry holds the same parameters), so the tuned strategy keeps exactly the pools' candidate ks.
-    Raises :class:`TuneError` naming the command and the partition to run first.
-    """
+    content hash or prefix) — never on a mix. Several knowledge bases: the latest version's (a note says so). The
+    strategy is rebuilt from the parameters the run stored, so the tuned strategy keeps the pools' candidate ks.
+    Raises :class:`TuneError` naming the command and the partition to run first."""
     try:
         version = dataset_version_row(conn, dataset, knowledge_base, dataset_version)
     except ComparisonError:

@@ -55,13 +55,6 @@ def create_run(engine: sa.Engine | sa.Connection, *, dataset_id, knowledge_base_
     return run_id
 
 
-def set_worker(engine: sa.Engine, run_id, worker: str) -> bool:
-    """Record (committed at once) the process executing a queued or running run; False: no such row (or it has
-    ended with a worker named already)."""
-    with engine.begin() as conn:
-        return queries.set_worker(conn, as_uuid(run_id), worker)
-
-
 def start_queued_run(engine: sa.Engine, run_id, *, strategy_version: str, params_hash: str,
                      dataset_id, dagster_run_id: str | None = None) -> None:
     """Move a ``queued`` run to ``running`` (its start time and heartbeat now). The run must still be queued
@@ -91,19 +84,11 @@ class Attempt:
 
 
 def resume_queued_run(engine: sa.Engine, run_id, *, dagster_run_id: str, attempt_error: str | None = None) -> Attempt:
-    """The row a retry of the Dagster step carrying out the queued run ``run_id`` (in Dagster run
-    ``dagster_run_id``) evaluates. Each attempt is a row of its own, so the history says what happened: the newest
-    row of the step's attempts (:func:`queries.latest_attempt`) is
-
-    - ``queued`` (the failed attempt never started it): that row;
-    - ``succeeded`` (stored, then the attempt failed): that row, :attr:`Attempt.stored`;
-    - ``running`` (the failed attempt could not record its end: the database was unreachable), ``failed`` or
-      ``abandoned``: it ends ``failed``, with why (``attempt_error``, the failed attempt's error as Dagster logged
-      it, for a row left ``running``) and "retried as evaluation run <id>", and a new ``queued`` row of the same
-      partition, dataset version, strategy and Dagster run is that id, the retry's row (one transaction).
-
-    The retry only runs once the earlier attempt has ended, so a ``running`` row here is no live evaluation's.
-    ``run_id`` not a row of that Dagster run: :class:`RunNotQueuedError`."""
+    """The row a retry of the Dagster step carrying out queued run ``run_id`` (of Dagster run ``dagster_run_id``)
+    evaluates, one row per attempt: the newest attempt (:func:`queries.latest_attempt`) if ``queued`` or
+    ``succeeded`` (:attr:`Attempt.stored`); else it ends ``failed`` with why (``attempt_error`` for a row left
+    ``running``: the earlier attempt has ended) and a new ``queued`` row of the same step is the retry's (one
+    transaction). ``run_id`` not a row of that Dagster run: :class:`RunNotQueuedError`."""
     with engine.begin() as conn:
         latest = queries.latest_attempt(conn, as_uuid(run_id), dagster_run_id)
         if latest is None:
@@ -323,8 +308,3 @@ def list_runs(conn: sa.Connection, *, limit: int = 100, offset: int = 0, **filte
     ``knowledge_base_id``, ``dataset``, ``strategy``, ``current_only``, ``status`` (the effective status: a stale
     ``running`` run is ``abandoned``), ``run_ids``. Newest = latest submitted (``queued_at``, else started)."""
     return queries.list_runs(conn, limit=limit, offset=offset, stale=stale_after_seconds(), **filters)
-
-
-def count_runs(conn: sa.Connection, **filters) -> int:
-    """How many runs :func:`list_runs` would list without a limit."""
-    return queries.count_runs(conn, stale=stale_after_seconds(), **filters)
