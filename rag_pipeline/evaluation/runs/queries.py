@@ -143,10 +143,8 @@ def queue_state(conn: sa.Connection, run_id) -> sa.Row | None:
 
 
 def latest_attempt(conn: sa.Connection, run_id, dagster_run_id: str) -> sa.Row | None:
-    """``id, status, error`` of the newest row of the Dagster step that carries out run ``run_id`` in Dagster run
-    ``dagster_run_id``: the rows of that Dagster run with the same knowledge base, dataset version and strategy
-    (``run_id`` itself and the rows of the step's retries), locked until the transaction ends. None when ``run_id``
-    is not a row of that Dagster run."""
+    """``id, status, error`` of the newest row (locked) of the Dagster step carrying out run ``run_id`` in Dagster run
+    ``dagster_run_id`` (same knowledge base, dataset version and strategy); None: ``run_id`` is not of that run."""
     return conn.execute(sa.text(
         "SELECT a.id, a.status, a.error FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_runs a "
         "ON a.dagster_run_id = r.dagster_run_id AND a.knowledge_base_id = r.knowledge_base_id "

@@ -42,8 +42,7 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
                limit: int | None = None) -> Iterator[CaseReport]:
     """Per-case reports in dataset order, each with the candidates of mode ``candidates``
     (:data:`CANDIDATE_MODES`, by rank); ``case_id``: only that case (:class:`CaseNotFoundError` if the run has
-    none); ``offset`` / ``limit``: a page of cases (by dataset order). Reads :data:`PAGE_CASES` cases at a time,
-    so memory stays flat however large the run."""
+    none); ``offset`` / ``limit``: a page of cases. Reads :data:`PAGE_CASES` cases at a time."""
     check_mode(candidates)
     params = run_queries.run_strategy(conn, run_id)
     strategy = stored_strategy(params.strategy_version, params.strategy_params) if params else None

@@ -96,10 +96,8 @@ def candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces:
 
 def case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
               values: np.ndarray, reasons: Sequence[Sequence[MissReason]], stats: RunCounts):
-    """:data:`CASE_RESULT_COLUMNS` rows; adds each answerable case to the run's ``stats`` (relevant found, hits,
-    empty pools) and counts the unanswerable ones (``unanswerable_cases``). An unanswerable case is stored with
-    ``relevant_chunk_ids`` ``[]`` (its marker) and the placeholder metrics of :func:`unscored_metrics`, which every
-    query of :mod:`.queries.cases` reads as NULL (docs/design.md §12.1)."""
+    """:data:`CASE_RESULT_COLUMNS` rows, tallied in ``stats``; an unanswerable case is stored with
+    ``relevant_chunk_ids`` ``[]`` and the placeholder metrics of :func:`unscored_metrics` (read as NULL)."""
     for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
         relevant = set(case.relevant_chunk_ids)
         ranks = [c.rank for c in trace.candidates if c.chunk_id in relevant]
