@@ -1,7 +1,6 @@
 """Which strategy version is really better: paired comparison of the current runs on one dataset against a
 baseline (statistics: docs/evaluating.md, :mod:`rag_pipeline.analysis.statistics`); :func:`regression_gate` fails on
-a significant loss. :func:`compare` is pure; :func:`select_runs` and :func:`attach_top_chunks` read the database.
-"""
+a significant loss. :func:`compare` is pure; :func:`select_runs` and :func:`attach_top_chunks` read the database."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Paired statistics of two strategies on the same cases (``a``, ``b`` in case order; differences ``a - b``):
-scipy's permutation test and bootstrap in batches of :data:`BATCH_ELEMENTS`, deterministic for a ``seed``.
-"""
+scipy's permutation test and bootstrap in batches of :data:`BATCH_ELEMENTS`, deterministic for a ``seed``."""
 
 from __future__ import annotations
 

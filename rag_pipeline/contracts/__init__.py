@@ -1,3 +1,2 @@
 """The shapes rag_pipeline returns: one pydantic model per aggregate, the error kinds, the metric names. This
-package imports nothing of rag_pipeline but settings.
-"""
+package imports nothing of rag_pipeline but settings."""

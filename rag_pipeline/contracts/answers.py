@@ -1,6 +1,5 @@
 """Answers and their scores (docs/design.md §12): the answers file's line (:class:`AnswerRecord`,
-``schemas/answers-v1.json``), the per-case answer metrics, verdicts and the run summary.
-"""
+``schemas/answers-v1.json``), the per-case answer metrics, verdicts and the run summary."""
 
 from __future__ import annotations
 

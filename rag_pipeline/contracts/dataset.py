@@ -1,7 +1,6 @@
 """An evaluation dataset file (docs/design.md §2, §12.1): pydantic models of its two forms and of a case, and its
 published JSON Schema (:func:`dataset_json_schema`, ``schemas/evaluation-dataset-v1.json``). The rules no single
-value shows are :func:`rag_pipeline.evaluation.datasets.load.parse_dataset`'s.
-"""
+value shows are :func:`rag_pipeline.evaluation.datasets.load.parse_dataset`'s."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The retrieval metrics' names, short labels and per-case model, defined here once (definitions:
-:mod:`rag_pipeline.evaluation.metrics`).
-"""
+:mod:`rag_pipeline.evaluation.metrics`)."""
 
 from __future__ import annotations
 

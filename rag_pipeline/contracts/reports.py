@@ -1,6 +1,5 @@
 """The evaluation report (docs/design.md §6.3; schema ``schemas/evaluation-report-v4.json`` is
-:func:`json_schema` of :class:`Report`) and the views of a run's cases the console and Dagster read.
-"""
+:func:`json_schema` of :class:`Report`) and the views of a run's cases the console and Dagster read."""
 
 from __future__ import annotations
 

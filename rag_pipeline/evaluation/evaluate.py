@@ -1,6 +1,5 @@
 """Evaluate one retrieval strategy on one dataset and store the run (the flow of docs/design.md §1): batches
-pipelined over ``readers`` snapshot-sharing connections, one write transaction. Timings: docs/evaluating.md.
-"""
+pipelined over ``readers`` snapshot-sharing connections, one write transaction. Timings: docs/evaluating.md."""
 
 from __future__ import annotations
 

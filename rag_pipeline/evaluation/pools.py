@@ -1,6 +1,5 @@
 """One run's stored candidate pools (docs/design.md §4) as padded numpy arrays, for offline re-fusion
-(:func:`evaluate_fusion`, :func:`evaluate_configs`). Padding: ``mask`` False, NaN scores and ranks, gain 0.
-"""
+(:func:`evaluate_fusion`, :func:`evaluate_configs`). Padding: ``mask`` False, NaN scores and ranks, gain 0."""
 
 from __future__ import annotations
 

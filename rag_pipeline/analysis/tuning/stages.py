@@ -1,7 +1,6 @@
 """Re-fusing stored pools through the optional stages (complete pools, the rerank stage) offline, in the online
 order (:mod:`rag_pipeline.retrieval.stages`), and choosing on a train dataset to report on a test one
-(:func:`tune_split`): docs/strategies.md.
-"""
+(:func:`tune_split`): docs/strategies.md."""
 
 from __future__ import annotations
 

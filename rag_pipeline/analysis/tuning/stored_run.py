@@ -1,7 +1,6 @@
 """Fusion tuning of a stored run: re-fuse the pool strategy's current run's pools under every
 :func:`~rag_pipeline.analysis.tuning.sweep.grid` configuration and recommend one by cross-validation (no SQL per case,
-no embedding). ``rag-pipeline tune`` and the ``fusion_sweep`` asset both call :func:`tune`.
-"""
+no embedding). ``rag-pipeline tune`` and the ``fusion_sweep`` asset both call :func:`tune_run`."""
 
 from __future__ import annotations
 

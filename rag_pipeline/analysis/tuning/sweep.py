@@ -1,6 +1,5 @@
 """Fusion tuning from stored candidate pools (:class:`~rag_pipeline.evaluation.pools.PoolSet`): grid sweep,
-k-fold cross-validation, recommendation (docs/strategies.md). Ties go to the earlier configuration in grid order.
-"""
+k-fold cross-validation, recommendation (docs/strategies.md). Ties go to the earlier configuration in grid order."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Build the demo evaluation dataset (``datasets/demo.json``) from ``demo/cases.yaml``: each case's quotes mapped
-to the chunks containing them (deterministic chunk ids, no database), answer fields copied as written.
-"""
+to the chunks containing them (deterministic chunk ids, no database), answer fields copied as written."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Label integrity (docs/design.md §8): is every relevant id of every case a searchable chunk of the knowledge
-base? One status of :data:`STATUSES` per label (the first that applies), three statements per dataset.
-"""
+base? One status of :data:`STATUSES` per label (the first that applies), three statements per dataset."""
 
 from __future__ import annotations
 

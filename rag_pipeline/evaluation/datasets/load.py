@@ -1,6 +1,5 @@
 """Evaluation datasets: read, validate and version a labelled JSON file (docs/design.md §2); the shapes are
-:mod:`rag_pipeline.contracts.dataset`'s. Nothing is written by this module.
-"""
+:mod:`rag_pipeline.contracts.dataset`'s. Nothing is written by this module."""
 
 from __future__ import annotations
 

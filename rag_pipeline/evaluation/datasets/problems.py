@@ -1,6 +1,5 @@
 """Every problem of a dataset file, worded for the file (case and field named, file order): pydantic's errors
-translated, plus the rules no single value shows.
-"""
+translated, plus the rules no single value shows."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Reading dataset JSON strictly within limits (docs/design.md §2.2; checked streaming, before decoding), and
-reporting its problems (:class:`DatasetError`) with duplicate keys and non-finite numbers located.
-"""
+reporting its problems (:class:`DatasetError`) with duplicate keys and non-finite numbers located."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Database side of miss diagnosis (docs/design.md §4.3): each batch's missed relevant chunks' own leg scores
-(:func:`diagnose_batch`, :func:`diagnose_run`), their exact global ranks only on demand (:func:`diagnose_case`).
-"""
+(:func:`diagnose_batch`, :func:`diagnose_run`), their exact global ranks only on demand (:func:`diagnose_case`)."""
 
 from __future__ import annotations
 

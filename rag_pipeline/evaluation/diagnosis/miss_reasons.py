@@ -1,6 +1,5 @@
 """Why a relevant chunk was (not) retrieved, from the stored pool (docs/design.md §4.3): :func:`classify_misses`
-is pure; :mod:`.diagnose` adds the computed scores.
-"""
+is pure; :mod:`.diagnose` adds the computed scores."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Statements on the per-case results of runs (``retrieval_evaluation_case_results``), and the COPY that writes
-them. An unanswerable case's stored metrics read as NULL (:data:`SCORED_METRICS`) and are left out of comparisons.
-"""
+them. An unanswerable case's stored metrics read as NULL (:data:`SCORED_METRICS`) and are left out of comparisons."""
 
 from __future__ import annotations
 

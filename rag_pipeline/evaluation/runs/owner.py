@@ -1,6 +1,5 @@
 """The process that runs an evaluation run (host, pid, start time: pids are reused), recorded on the run row so a
-``running`` row whose process on this host is gone can be told apart (:func:`is_gone`; docs/failure-behaviour.md).
-"""
+``running`` row whose process on this host is gone can be told apart (:func:`is_gone`; docs/failure-behaviour.md)."""
 
 from __future__ import annotations
 

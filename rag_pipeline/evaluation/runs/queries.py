@@ -1,6 +1,5 @@
 """Statements on evaluation runs (``retrieval_evaluation_runs``): lifecycle, history, retention. ``stale``: the
-heartbeat age (seconds) after which a ``running`` run counts as ``abandoned`` (:data:`EFFECTIVE_STATUS`).
-"""
+heartbeat age (seconds) after which a ``running`` run counts as ``abandoned`` (:data:`EFFECTIVE_STATUS`)."""
 
 from __future__ import annotations
 

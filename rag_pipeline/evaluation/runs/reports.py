@@ -1,7 +1,6 @@
 """Evaluation reports, always built from the database (so ``evaluate --output`` and ``show`` agree), written page
 by page or as JSON Lines; which candidates a case lists (:data:`CANDIDATE_MODES`): docs/evaluating.md. The shape is
-:class:`rag_pipeline.contracts.reports.Report`.
-"""
+:class:`rag_pipeline.contracts.reports.Report`."""
 
 from __future__ import annotations
 

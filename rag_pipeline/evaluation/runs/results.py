@@ -1,6 +1,5 @@
 """Writing evaluation results (dataset versions, candidate pools and case results by COPY, run summary) in one
-transaction that :func:`finalize_run` ends: nothing remains of a run that fails.
-"""
+transaction that :func:`finalize_run` ends: nothing remains of a run that fails."""
 
 from __future__ import annotations
 
