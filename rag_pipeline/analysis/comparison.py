@@ -1,17 +1,6 @@
-"""Which strategy version is really better: paired comparison of the current runs on one dataset.
-
-For every strategy with a current succeeded run on the dataset: its averages; against the baseline
-(default ``hybrid-v1``), per metric, on the cases both runs share (paired by ``case_id``): the mean
-per-case difference (strategy − baseline), a two-sided paired sign-flip permutation p-value and a
-percentile bootstrap 95 % CI (:mod:`rag_pipeline.analysis.statistics`), the paired t-test p for reference, the
-Holm-adjusted p across the compared strategies (per metric), win/tie/loss, and the cases that moved
-most on the primary metric. :func:`regression_gate` fails when a strategy is significantly worse than
-the baseline (Holm p < alpha) by more than ``margin``. Rendering lives in :mod:`comparison_report`.
-
-:func:`compare` is pure (plain :class:`StrategyRun` objects, the contract
-:class:`~rag_pipeline.contracts.comparison.StrategyComparison` out); :func:`select_runs` and :func:`attach_top_chunks`
-read the database.
-"""
+"""Which strategy version is really better: paired comparison of the current runs on one dataset against a
+baseline (statistics: docs/evaluating.md, :mod:`rag_pipeline.analysis.statistics`); :func:`regression_gate` fails on
+a significant loss. :func:`compare` is pure; :func:`select_runs` and :func:`attach_top_chunks` read the database."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Paired statistics for comparing two strategies on the same evaluation cases.
-
-Inputs are per-case metric values ``a`` (strategy A) and ``b`` (strategy B)
-in the same case order; differences are ``a - b``. The resampling tests are
-thin wrappers over :func:`scipy.stats.permutation_test` and
-:func:`scipy.stats.bootstrap` (vectorised, in batches of about
-:data:`BATCH_ELEMENTS` numbers to bound memory), deterministic for a given
-``seed``.
-"""
+"""Paired statistics of two strategies on the same cases (``a``, ``b`` in case order; differences ``a - b``):
+scipy's permutation test and bootstrap in batches of :data:`BATCH_ELEMENTS`, deterministic for a ``seed``."""
 
 from __future__ import annotations
 
@@ -46,17 +39,9 @@ def _abs_mean(diff: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def paired_permutation_test(a: ArrayLike, b: ArrayLike, n_resamples: int = 10000,
                             seed: int = 0) -> float:
-    """Two-sided sign-flip permutation test of the mean difference ``mean(a - b)``.
-
-    Under H0 each difference's sign is exchangeable. The p-value is the share
-    of sign assignments whose ``|mean|`` reaches the observed ``|mean|``
-    (within a relative 100 eps): ``scipy.stats.permutation_test`` of the
-    differences with ``permutation_type="samples"`` (one sample = sign flips),
-    statistic ``|mean|`` and ``alternative="greater"``. Exact enumeration of
-    all ``2**n`` assignments when ``2**n <= n_resamples``; otherwise
-    ``n_resamples`` random assignments and ``(hits + 1) / (n_resamples + 1)``,
-    which is never 0 and is a valid p-value.
-    """
+    """Two-sided sign-flip permutation test of ``mean(a - b)``: the share of sign assignments whose ``|mean|`` reaches
+    the observed one (within a relative 100 eps), ``scipy.stats.permutation_test`` (``permutation_type="samples"``,
+    ``alternative="greater"``). Exact when ``2**n <= n_resamples``, else ``(hits + 1) / (n_resamples + 1)``."""
     from scipy import stats as scipy_stats  # noqa: PLC0415 - scipy.stats (about 1 s of imports) only when used
 
     left, right = _paired(a, b)
@@ -69,13 +54,8 @@ def paired_permutation_test(a: ArrayLike, b: ArrayLike, n_resamples: int = 10000
 
 def bootstrap_ci(diff: ArrayLike, n_resamples: int = 10000, confidence: float = 0.95,
                  seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval of ``mean(diff)``.
-
-    ``scipy.stats.bootstrap(..., method="percentile")``: resamples cases with
-    replacement ``n_resamples`` times and returns the ``(1 - confidence) / 2``
-    and ``(1 + confidence) / 2`` quantiles of the resampled means. A single
-    case (which scipy rejects) gives the degenerate interval ``(d, d)``.
-    """
+    """Percentile bootstrap confidence interval of ``mean(diff)`` (``scipy.stats.bootstrap``, cases resampled with
+    replacement). A single case (which scipy rejects) gives the degenerate interval ``(d, d)``."""
     from scipy import stats as scipy_stats  # noqa: PLC0415 - scipy.stats (about 1 s of imports) only when used
 
     values = _vector(diff, "diff")
@@ -92,11 +72,8 @@ def bootstrap_ci(diff: ArrayLike, n_resamples: int = 10000, confidence: float = 
 
 
 def holm_correction(p_values: ArrayLike) -> np.ndarray:
-    """Holm-Bonferroni adjusted p-values, in the input order.
-
-    Sorted ascending, the i-th (0-based) of m p-values is scaled by ``m - i``;
-    a running maximum keeps the adjusted values monotone, capped at 1.
-    """
+    """Holm-Bonferroni adjusted p-values, in the input order: sorted ascending, the i-th (0-based) of m scaled by
+    ``m - i``, a running maximum keeping them monotone, capped at 1."""
     p = np.asarray(p_values, dtype=float)
     if p.ndim != 1:
         raise ValueError(f"p_values must be 1-D, got shape {p.shape}")
@@ -119,12 +96,8 @@ def win_tie_loss(a: ArrayLike, b: ArrayLike, tol: float = 1e-12) -> tuple[int, i
 
 
 def paired_ttest(a: ArrayLike, b: ArrayLike, tol: float = 1e-12) -> tuple[float, float]:
-    """Two-sided paired t-test ``(t statistic, p-value)`` via ``scipy.stats.ttest_rel``.
-
-    Both are NaN when n < 2 or all differences agree within ``tol`` (zero
-    variance up to float noise, e.g. 0.2 - 0.1 vs 0.3 - 0.2, where scipy
-    would report a meaningless t of ~1e16).
-    """
+    """Two-sided paired t-test ``(t statistic, p-value)`` via ``scipy.stats.ttest_rel``; both NaN when n < 2 or all
+    differences agree within ``tol`` (float noise, where scipy would report a meaningless t of ~1e16)."""
     from scipy import stats as scipy_stats  # noqa: PLC0415 - scipy.stats (about 1 s of imports) only when used
 
     left, right = _paired(a, b)

@@ -1,11 +1,5 @@
-"""Answers and their scores: the answers file's line, the per-case answer metrics, verdicts and the run summary.
-
-One model per shape (docs/design.md §12). An answers file is JSON Lines, one :class:`AnswerRecord` per case
-(``schemas/answers-v1.json``, generated from the model); :mod:`rag_pipeline.answers.metrics.scoring` turns a record and
-its dataset case into an :class:`AnswerCaseResult`, :mod:`rag_pipeline.answers.metrics.summary` the results into an
-:class:`AnswerSummary`. A metric that is undefined for a case is ``None`` in :class:`AnswerMetrics` with its
-reason in :attr:`AnswerCaseResult.skipped`; the summary counts it in ``n_skipped`` and never averages it.
-"""
+"""Answers and their scores (docs/design.md §12): the answers file's line (:class:`AnswerRecord`,
+``schemas/answers-v1.json``), the per-case answer metrics, verdicts and the run summary."""
 
 from __future__ import annotations
 

@@ -1,19 +1,6 @@
-"""An evaluation dataset file: pydantic models of its two forms and of a case, and its JSON Schema.
-
-A file is a bare array of cases, or an object with ``cases`` and optional ``name``, ``knowledge_base``,
-``description`` and ``metadata``. A case is ``case_id``, ``question``, ``k`` and ``relevant_chunk_ids``: a list
-of chunk ids (grade 1 each) or graded ``{chunk_id: grade}`` with integer grades 0-10 (0 = judged not relevant;
-at least one grade >= 1). Chunk ids are UUIDs (``document_chunks.id``), surrounding whitespace allowed; case ids
-are compared and stored NFC-normalised and stripped, and hold no control or invisible character. Optional
-answer fields (docs/design.md §12.1): ``reference_answers`` (aliases), ``answerable`` (default true; a case with
-``false`` should be refused and may have no relevant chunk) and ``key_points``.
-
-The models check each value (types, ranges, lengths, chunk ids, grades);
-:func:`rag_pipeline.evaluation.datasets.load.parse_dataset` validates a file through them, adds the rules no single
-value shows (duplicate JSON keys, ids unique after lower-casing, unique case ids, the name and knowledge base
-agreeing with the caller's, sizes) and words every problem for the file. :func:`dataset_json_schema` is the
-published schema (``schemas/evaluation-dataset-v1.json``, kept equal to it by a test).
-"""
+"""An evaluation dataset file (docs/design.md §2, §12.1): pydantic models of its two forms and of a case, and its
+published JSON Schema (:func:`dataset_json_schema`, ``schemas/evaluation-dataset-v1.json``). The rules no single
+value shows are :func:`rag_pipeline.evaluation.datasets.load.parse_dataset`'s."""
 
 from __future__ import annotations
 

@@ -15,8 +15,7 @@ front ends map the kind, never a list of classes:
 | anything else: a bug | 70 | 500 |
 
 One exception to the exit codes: a database that cannot be reached at start is a configuration pointing nowhere
-(``DatabaseUnreachableError``: exit 2, HTTP 503).
-"""
+(``DatabaseUnreachableError``: exit 2, HTTP 503)."""
 
 from __future__ import annotations
 

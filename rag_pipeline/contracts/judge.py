@@ -1,10 +1,4 @@
-"""The optional LLM judge's shapes: its configuration, identity, and verdicts on one answer (docs/judge.md).
-
-The judge decides what labels and strings cannot (docs/design.md §12): whether the cited chunks support an answer's
-claims (faithfulness) and whether an answer is a refusal when neither the flag nor a phrase says so. Re-exported by
-:mod:`rag_pipeline.contracts.answers`, whose :class:`~rag_pipeline.contracts.answers.AnswerCaseResult` carries a
-:class:`JudgeScore`.
-"""
+"""The optional LLM judge's shapes: its configuration, identity, and verdicts on one answer (docs/judge.md)."""
 
 from __future__ import annotations
 

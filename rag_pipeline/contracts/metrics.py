@@ -1,8 +1,5 @@
-"""The retrieval metrics: their names, short labels and the per-case model, defined here once.
-
-The definitions (trec_eval conventions) are in :mod:`rag_pipeline.evaluation.metrics`; the tables' metric columns
-(:mod:`rag_pipeline.storage.evaluation_tables`), the run summary and every front end take the names from here.
-"""
+"""The retrieval metrics' names, short labels and per-case model, defined here once (definitions:
+:mod:`rag_pipeline.evaluation.metrics`)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The evaluation report (docs/design.md §6.3, the candidate modes and timings included) and the views of a
-run's cases the console and Dagster read.
-
-``rag-pipeline evaluate --output`` and ``show`` write :class:`Report` (``--format jsonl``: :class:`JsonlHeader`,
-then one :class:`CaseReport` per line); the HTTP API's run detail is :class:`EvaluationDetail`. The published JSON
-Schema (``schemas/evaluation-report-v4.json``) is :func:`json_schema` of :class:`Report`.
-"""
+"""The evaluation report (docs/design.md §6.3; schema ``schemas/evaluation-report-v4.json`` is
+:func:`json_schema` of :class:`Report`) and the views of a run's cases the console and Dagster read."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""Evaluate one retrieval strategy on one dataset and store the run (the flow of docs/design.md §1).
-
-:func:`evaluate_dataset`: a preflight that writes nothing; one short transaction registering the strategy and
-the dataset version and inserting the ``running`` run; then batches of cases, pipelined: the main thread embeds a
-batch's questions, one of ``readers`` worker threads (read connections sharing one exported REPEATABLE READ
-snapshot, :mod:`snapshot_readers`) searches it and diagnoses its misses, and the main thread computes its metrics
-and COPYs its candidates and case results into one write transaction, holding at most ``readers + 1`` batches.
-That transaction ends with the summary and ``succeeded``; any failure rolls it back and marks the run
-``failed``. A background thread writes the heartbeat. Timings (:data:`TIMING_KEYS`): docs/evaluating.md, "Timings".
-"""
+"""Evaluate one retrieval strategy on one dataset and store the run (the flow of docs/design.md §1): batches
+pipelined over ``readers`` snapshot-sharing connections, one write transaction. Timings: docs/evaluating.md."""
 
 from __future__ import annotations
 
@@ -30,6 +22,7 @@ from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetPr
 from rag_pipeline.evaluation.diagnosis import diagnose as diagnosis_db
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs import queries as run_queries
 from rag_pipeline.evaluation.runs import results as persistence
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
@@ -117,7 +110,8 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
     logger.info(f"evaluation run {run_id}: {len(dataset.cases)} cases of {dataset.name!r} "
                 f"(version {dataset.version}) on {kb.name!r} with {strategy.version}")
     try:
-        run_records.create_candidate_partition(engine, run_id)
+        with engine.begin() as conn:
+            run_queries.create_candidate_partition(conn, run_id)
         with run_records.Heartbeat(engine, run_id):
             _run(engine, run_id, dataset, kb, strategy, outcome, batch_size, progress, logger,
                  missing=missing, t_start=t_start, readers=readers)
@@ -195,7 +189,8 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                                                borrow=pool_conns.borrow, parts=readers)
         _tick(timings, "retrieval_sql_s", t)
         outcome.knowledge_base_version = version.result()
-        run_records.set_knowledge_base_version(engine, run_id, outcome.knowledge_base_version)
+        with engine.begin() as conn:
+            run_queries.set_knowledge_base_version(conn, run_id, outcome.knowledge_base_version)
         todo = iter(starts)
 
         def submit() -> None:

@@ -2,8 +2,7 @@
 
 Relevance is a set of ids (every grade 1) or ``{id: grade}`` (grade > 0 relevant, gain = grade; only nDCG is
 graded); the ranked list is de-duplicated keeping first occurrences. :func:`evaluate_retrieval` is the readable
-per-case reference, :func:`batch_metrics` the vectorised core and :func:`evaluate_many` its id-list front.
-"""
+per-case reference, :func:`batch_metrics` the vectorised core and :func:`evaluate_many` its id-list front."""
 
 from __future__ import annotations
 

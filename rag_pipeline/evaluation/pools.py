@@ -1,11 +1,5 @@
-"""One run's stored candidate pools (docs/design.md §4) as padded numpy arrays, for offline re-fusion.
-
-:class:`PoolSet` holds ``n`` cases padded to the largest pool, in the layout :mod:`rag_pipeline.retrieval.fusion`
-and :func:`rag_pipeline.evaluation.metrics.batch_metrics` consume: a missing leg has a NaN score and rank; padding
-has ``mask`` False, NaN scores and ranks, gain 0, chunk rank 0. Slot 0 is stored rank 1; ``chunk_rank`` orders
-by chunk id. :func:`evaluate_fusion` re-fuses every pool under a fusion configuration and recomputes the
-metrics (:func:`evaluate_configs`: many configurations, same results, faster).
-"""
+"""One run's stored candidate pools (docs/design.md §4) as padded numpy arrays, for offline re-fusion
+(:func:`evaluate_fusion`, :func:`evaluate_configs`). Padding: ``mask`` False, NaN scores and ranks, gain 0."""
 
 from __future__ import annotations
 

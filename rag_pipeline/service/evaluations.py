@@ -23,7 +23,7 @@ from rag_pipeline.evaluation.diagnosis.miss_reasons import checklist_item
 from rag_pipeline.evaluation.evaluate import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
 from rag_pipeline.evaluation.runs import case_queries, reports
 from rag_pipeline.evaluation.runs import lifecycle as run_records
-from rag_pipeline.evaluation.runs.queries import summary_of
+from rag_pipeline.evaluation.runs.queries import count_runs, set_worker, summary_of
 from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES as CANDIDATE_MODES
 from rag_pipeline.evaluation.runs.reports import REPORT_FORMATS as REPORT_FORMATS
 from rag_pipeline.evaluation.runs.reports import CaseNotFoundError as CaseNotFoundError
@@ -31,6 +31,7 @@ from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
 from rag_pipeline.service.applicability import require_runnable
 from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.ids import as_uuid
 from rag_pipeline.storage.snapshot_readers import reader_count
 
 DEFAULT_STRATEGY = "hybrid-v1"
@@ -160,7 +161,8 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
 def record_worker(engine: sa.Engine, run_id: str, worker: str) -> bool:
     """Name the process (Celery worker node, else host) that executes run ``run_id`` in its row
     (docs/design.md §6.1); False when the row does not exist or has already ended with one."""
-    return run_records.set_worker(engine, run_id, worker)
+    with engine.begin() as conn:
+        return set_worker(conn, as_uuid(run_id), worker)
 
 
 def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunSummary]:
@@ -184,7 +186,7 @@ def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int
     run_records.sweep_gone(engine)  # a run whose process on this host is gone is listed failed, with why
     with engine.connect() as conn:
         kb_id = resolve_knowledge_base(conn, knowledge_base).id if knowledge_base else None
-        total = run_records.count_runs(conn, knowledge_base_id=kb_id, **filters)
+        total = count_runs(conn, stale=run_records.stale_after_seconds(), knowledge_base_id=kb_id, **filters)
         rows = run_records.list_runs(conn, knowledge_base_id=kb_id, limit=limit, offset=offset, **filters)
         return total, [summary_of(r) for r in rows]
 

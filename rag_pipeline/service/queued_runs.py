@@ -141,7 +141,8 @@ def queue_status(engine: Callable[[], sa.Engine], daemon: subprocess.Popen | Non
 def end_gone_runs(engine: sa.Engine, dagster_ended: Callable[[Sequence[str]], Mapping[str, str]] | None = None) -> int:
     """Mark failed every ``running`` run whose Dagster run has ended (``dagster_ended``: given Dagster run ids, those
     that have ended, each with what happened) or whose process on this host is gone; returns how many."""
-    rows = run_records.running_runs(engine)
+    with engine.connect() as conn:
+        rows = run_queries.running_runs(conn)
     ended = 0
     if dagster_ended is not None:
         by_dagster: dict[str, list] = {}  # one Dagster run can carry several runs (evaluate_strategies)

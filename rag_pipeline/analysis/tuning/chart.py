@@ -1,16 +1,5 @@
-"""Chart of a fusion sweep: mean metric vs vector weight, one line per normalisation.
-
-Weighted configurations are drawn as lines over the vector weight (keyword
-weight = 1 - vector weight); unweighted RRF does not depend on the weight, so
-each RRF k is a dotted horizontal line labelled at the right edge. The best
-configuration is starred and an optional base configuration is marked with a
-cross. Rendering uses matplotlib's Agg canvas on a private ``Figure`` (no
-pyplot global state), so it is safe inside Dagster's worker processes. The legend sits to the right of the
-plot area, never over the lines.
-
-:func:`chart_fonts` (shared with the comparison chart) makes labels in Chinese, Japanese or Korean render: it
-adds an installed CJK font (Noto Sans CJK, WenQuanYi, Droid Sans Fallback, ...) as a per-glyph fallback after
-DejaVu Sans; without one, those glyphs render as boxes, silently (no "Glyph ... missing" warnings).
+"""Chart of a fusion sweep: mean metric vs vector weight, one line per normalisation, each RRF k dotted. Drawn on a
+private ``Figure`` (no pyplot state, safe in Dagster workers); :func:`chart_fonts` adds an installed CJK fallback font.
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
-"""Re-fusing stored pools through the optional stages: complete pools and the rerank stage, offline.
-
-A run of a strategy with ``complete_pool: true`` stores every pooled chunk's score from both legs (a completed
-score has no leg rank), and a run with a rerank stage stores ``rerank_score``. From those pools any
-:class:`StageConfig` can be re-applied without SQL: the first-stage fusion (weights, normalisation), with or
-without completion (without: the completed scores are dropped, which is exactly what a run without
-``complete_pool`` sees), then the rerank mix ``weight · norm(rerank) + (1 − weight) · norm(first stage)``.
-The order is the online one (:mod:`rag_pipeline.retrieval.stages`): first stage ``final desc, vector desc,
-chunk id``; rerank ``final desc, first-stage rank asc``; candidates below ``top_n`` after, in first-stage
-order. Re-applying the pool strategy's own configuration reproduces its run's ranking (a test checks it).
-
-With ``rerank.top_n`` set only the stored top_n has a rerank score, so the first stage (and completion) stay
-the stored ones and only the rerank weight and normalisation are swept.
-Choosing on one dataset and reporting on another (:func:`tune_split`, ``tune --train-dataset TRAIN --dataset
-TEST``): the pool strategy's current runs on both datasets (same knowledge base, same parameters) are re-fused
-under every :func:`stage_grid` configuration. The configuration with the best mean on **train** is chosen; its
-k-fold cross-validated mean on train estimates what choosing costs. It is then scored once on **test**: that
-number — never one tuned on the cases it is measured on — is the estimate. Without a separate train dataset (or
-when both are the same version) the best in-sample mean is printed as what it is, "tuned on these cases: not an
-estimate", and only the cross-validated mean is called an estimate.
-"""
+"""Re-fusing stored pools through the optional stages (complete pools, the rerank stage) offline, in the online
+order (:mod:`rag_pipeline.retrieval.stages`), and choosing on a train dataset to report on a test one
+(:func:`tune_split`): docs/strategies.md."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Fusion tuning of a stored run: find the pool strategy's current run, re-fuse its pools, recommend.
-
-:func:`tune` reads the current succeeded run of a "pool" strategy on a dataset (default ``hybrid-bm25-v1``:
-100 candidates per leg), re-fuses its stored pools under every configuration of
-:func:`rag_pipeline.analysis.tuning.sweep.grid` and picks one by k-fold cross-validation over cases
-(:func:`rag_pipeline.analysis.tuning.sweep.recommend`). No SQL per case and no embedding: only the stored pools
-are read. ``rag-pipeline tune`` and the Dagster asset ``fusion_sweep`` both call it (through
-:mod:`rag_pipeline.service.analysis`), so they always agree.
-"""
+"""Fusion tuning of a stored run: re-fuse the pool strategy's current run's pools under every
+:func:`~rag_pipeline.analysis.tuning.sweep.grid` configuration and recommend one by cross-validation (no SQL per case,
+no embedding). ``rag-pipeline tune`` and the ``fusion_sweep`` asset both call :func:`tune_run`."""
 
 from __future__ import annotations
 
@@ -60,12 +54,9 @@ def find_pool_run(conn: sa.Connection, dataset: str, pool_strategy: str = DEFAUL
                   dataset_version: str | None = None) -> PoolRun:
     """The latest-started succeeded run of ``pool_strategy`` on dataset ``dataset`` (its name = the dataset key
     of an ``evaluate_retrieval`` partition), on the dataset's latest version or on ``dataset_version`` (a
-    content hash or prefix) — never on a mix. Several knowledge bases: the latest version's (a note says so).
-
-    The strategy is rebuilt from the parameters the run stored (with the registry's description when the
-    registry holds the same parameters), so the tuned strategy keeps exactly the pools' candidate ks.
-    Raises :class:`TuneError` naming the command and the partition to run first.
-    """
+    content hash or prefix) — never on a mix. Several knowledge bases: the latest version's (a note says so). The
+    strategy is rebuilt from the parameters the run stored, so the tuned strategy keeps the pools' candidate ks.
+    Raises :class:`TuneError` naming the command and the partition to run first."""
     try:
         version = dataset_version_row(conn, dataset, knowledge_base, dataset_version)
     except ComparisonError:

@@ -1,23 +1,5 @@
-"""Fusion tuning from stored candidate pools: grid sweep, k-fold cross-validation, recommendation.
-
-A :class:`~rag_pipeline.evaluation.pools.PoolSet` holds every case's full candidate
-pool with each leg's score and rank, so any fusion can be re-applied offline:
-:func:`~rag_pipeline.evaluation.pools.evaluate_fusion` re-fuses
-all cases at once (``fuse_batch`` + ``order_batch`` + ``batch_metrics``, no
-loop over cases). Re-fusing only changes the fusion parameters; the pools
-(each leg's candidate k) stay those of the run that stored them, so a tuned
-strategy keeps that strategy's candidate ks and, run for real, sees the same
-pools.
-
-:func:`grid` spans weighted fusion (every normalisation x vector weight 0..1
-in steps of 0.05, keyword weight = 1 - vector weight; the single legs are its
-``none`` endpoints 1/0 and 0/1, i.e. ``vector-v1`` / ``keyword-v1``-style
-fusion) and unweighted RRF for each k of :data:`RRF_KS`. :func:`cross_validate`
-picks, for each fold, the configuration with the best mean on the *other*
-folds and scores it on the held-out fold, giving an out-of-fold estimate of
-the tuned metric that is not fitted to the cases it is measured on. Ties
-between configurations go to the earlier one in grid order.
-"""
+"""Fusion tuning from stored candidate pools (:class:`~rag_pipeline.evaluation.pools.PoolSet`): grid sweep,
+k-fold cross-validation, recommendation (docs/strategies.md). Ties go to the earlier configuration in grid order."""
 
 from __future__ import annotations
 
@@ -167,15 +149,9 @@ def cross_validate(pools: PoolSet, metric: str = DEFAULT_METRIC, folds: int = 5,
                    *, configs: tuple[FusionConfig, ...] | None = None,
                    fold_of: np.ndarray | None = None, sweep_result: SweepResult[FusionConfig] | None = None,
                    n_resamples: int = 10000) -> CVResult[FusionConfig]:
-    """k-fold cross-validation of "pick the best configuration" over cases.
-
-    For each fold the configuration with the best mean on the other folds is
-    scored on that fold's cases only; the out-of-fold vector has one value per
-    case. ``fold_of`` overrides :func:`assign_folds`; ``sweep_result`` reuses
-    a sweep of the same pools and configurations. The CI is a percentile
-    bootstrap 95% interval of the out-of-fold mean. ``recommended`` is the best
-    configuration on all cases and ``in_sample_mean`` its (optimistic) mean.
-    """
+    """k-fold cross-validation of "pick the best configuration" over cases: each fold scores the configuration best on
+    the other folds (``fold_of`` overrides :func:`assign_folds`; ``sweep_result`` reuses a sweep of the same pools).
+    CI: percentile bootstrap 95% on the out-of-fold mean; ``recommended``: the best on all cases, ``in_sample_mean``."""
     result = sweep_result if sweep_result is not None else sweep(pools, metric, configs)
     return cross_validate_sweep(result, metric, folds, seed, fold_of=fold_of, n_resamples=n_resamples)
 
@@ -250,17 +226,10 @@ def recommend(pools: PoolSet, base_strategy: Strategy, metric: str = DEFAULT_MET
               folds: int = 5, seed: int = 0, *, version: str | None = None,
               configs: tuple[FusionConfig, ...] | None = None,
               n_resamples: int = 10000) -> Recommendation:
-    """Sweep, cross-validate and emit a ready-to-paste strategy tuned on ``pools``.
-
-    ``base_strategy`` must be the strategy whose run stored the pools (its
-    candidate ks are kept, so the tuned strategy gets the same pools). The gain
-    compares the out-of-fold per-case metric with the base's own fusion
-    re-applied to the same pools: mean difference, paired bootstrap 95% CI and
-    sign-flip permutation p-value. ``predicted_mean`` is the recommended
-    configuration's mean on all cases, i.e. what a real run of the emitted
-    strategy on this dataset reproduces. Default version:
-    ``<base>-tuned-<metric>``.
-    """
+    """Sweep, cross-validate and emit a ready-to-paste strategy (default version ``<base>-tuned-<metric>``) tuned on
+    ``pools``, which ``base_strategy`` stored (its candidate ks are kept). The gain compares the out-of-fold per-case
+    metric with the base's own fusion on the same pools (mean, paired bootstrap 95% CI, sign-flip p);
+    ``predicted_mean`` is the recommended configuration's mean on all cases, what a real run reproduces."""
     _check_metric(metric)
     if pools.strategy_version is not None and pools.strategy_version != base_strategy.version:
         raise ValueError(f"pools were stored by {pools.strategy_version!r}, not by the base "

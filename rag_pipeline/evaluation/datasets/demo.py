@@ -1,10 +1,5 @@
-"""Build the demo evaluation dataset (``datasets/demo.json``) from ``demo/cases.yaml``.
-
-Cases name their relevant passages by an exact quote from a document; each quote is mapped to the
-chunk(s) that fully contain it under the demo knowledge base's chunking (deterministic chunk ids),
-so the dataset is reproducible without a database. The answer fields (``reference_answers``, ``answerable``,
-``key_points``; docs/design.md §12.1) are copied as written; an unanswerable case has no ``relevant`` entry.
-"""
+"""Build the demo evaluation dataset (``datasets/demo.json``) from ``demo/cases.yaml``: each case's quotes mapped
+to the chunks containing them (deterministic chunk ids, no database), answer fields copied as written."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Label integrity, docs/design.md §8 as code: is every relevant id (grade >= 1) of every case a searchable chunk
-of the evaluated knowledge base?
-
-Each ``(case_id, chunk_id)`` gets one status of :data:`STATUSES`: when several problems apply, the first in that
-order (a document state wins over ``chunk_replaced``: relabelling would not help while the document is not
-searchable), the detail mentioning the others. Three SQL statements per dataset, whatever its size. Per-case
-verdict: ``ok`` (every label ok), ``some_invalid``, ``all_invalid`` (the case can only score 0).
-"""
+"""Label integrity (docs/design.md §8): is every relevant id of every case a searchable chunk of the knowledge
+base? One status of :data:`STATUSES` per label (the first that applies), three statements per dataset."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Evaluation datasets: read, validate and version a labelled JSON file (docs/design.md §2).
-
-The shapes are the pydantic models of :mod:`rag_pipeline.contracts.dataset`; :mod:`.problems` words
-their errors. A dataset is named by its file (§2.4; :func:`parse_dataset` of bytes takes ``name=`` /
-``default_name=`` instead) and versioned by the SHA-256 of its canonical cases. Validation lists the first
-:data:`~.strict_json.MAX_LISTED_PROBLEMS` problems and counts the others; the case limit and a memory budget are
-checked while streaming, before anything is decoded (:mod:`.strict_json`). Nothing is written by this module.
-"""
+"""Evaluation datasets: read, validate and version a labelled JSON file (docs/design.md §2); the shapes are
+:mod:`rag_pipeline.contracts.dataset`'s. Nothing is written by this module."""
 
 from __future__ import annotations
 

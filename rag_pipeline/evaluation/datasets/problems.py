@@ -1,9 +1,5 @@
-"""Every problem of a dataset file, worded for the file: pydantic's errors translated, plus the set rules.
-
-:func:`file_problems` validates through :class:`~rag_pipeline.contracts.dataset.DatasetFile`, turns each pydantic
-error into a :class:`DatasetProblem` naming the case and the field, and adds what no single value shows
-(duplicate JSON keys and ids, unique case ids, metadata size). Problems come in file order.
-"""
+"""Every problem of a dataset file, worded for the file (case and field named, file order): pydantic's errors
+translated, plus the rules no single value shows."""
 
 from __future__ import annotations
 

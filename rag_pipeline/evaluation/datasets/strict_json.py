@@ -1,11 +1,5 @@
-"""Reading dataset JSON strictly within limits, and reporting its problems (:class:`DatasetError`).
-
-Limits first (docs/design.md §2.2): :func:`scan_limits` streams the bytes once through ijson's C parser, building
-nothing, and refuses more than :data:`~rag_pipeline.contracts.dataset.MAX_CASES` cases or a document that would
-take more than :data:`MAX_DECODED_BYTES` once decoded (``json.loads`` of 50 MB of ``[0,0,…]`` builds gigabytes).
-Then the strict decoder: non-finite numbers become :class:`NonFinite` markers and objects remember their duplicate
-keys, so the validator reports them with their case and field. UTF-8, BOM allowed.
-"""
+"""Reading dataset JSON strictly within limits (docs/design.md §2.2; checked streaming, before decoding), and
+reporting its problems (:class:`DatasetError`) with duplicate keys and non-finite numbers located."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Database side of miss diagnosis (docs/design.md §4.3): a relevant chunk's own leg scores, one case on demand.
-
-For a relevant chunk the pool did not hold, or held from one leg only, the missing leg's own score for the
-question (the strategy's vector similarity, ``ts_rank_cd`` or BM25) is computed with one statement per leg for
-all targets of a batch, a primary-key lookup of those chunks: what an evaluation stores (:func:`diagnose_batch`,
-per batch) and :func:`diagnose_run` recomputes, at a cost independent of the knowledge base's size. A chunk's
-exact global rank in each leg (a scan of the knowledge base) only on demand: :func:`diagnose_case`.
-"""
+"""Database side of miss diagnosis (docs/design.md §4.3): each batch's missed relevant chunks' own leg scores
+(:func:`diagnose_batch`, :func:`diagnose_run`), their exact global ranks only on demand (:func:`diagnose_case`)."""
 
 from __future__ import annotations
 

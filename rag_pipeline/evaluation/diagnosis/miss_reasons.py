@@ -1,9 +1,5 @@
-"""Why a relevant chunk (grade >= 1) was (not) retrieved: one reason per relevant chunk per case, from the stored
-pool, in the order and with the meanings of docs/design.md §4.3.
-
-:func:`classify_misses` is pure (plain data in, no database); :func:`.diagnose.diagnose_batch` adds the computed
-scores and :func:`.diagnose.diagnose_run` diagnoses (and stores) a whole run.
-"""
+"""Why a relevant chunk was (not) retrieved, from the stored pool (docs/design.md §4.3): :func:`classify_misses`
+is pure; :mod:`.diagnose` adds the computed scores."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """Statements on the per-case results of runs (``retrieval_evaluation_case_results``), and the COPY that writes
-a run's result rows.
-
-An unanswerable case (docs/design.md §12.1) is a row with ``relevant_chunk_ids`` ``[]`` (an answerable case always
-has one): its stored metrics are placeholders, read here as NULL (:data:`SCORED_METRICS`, and ``answerable`` false), and
-left out of what compares or tunes metrics (:func:`overview`, :func:`metrics_of_runs`, :func:`labels_of_run`)."""
+them. An unanswerable case's stored metrics read as NULL (:data:`SCORED_METRICS`) and are left out of comparisons."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
-"""Evaluation run records: lifecycle ((queued →) running → succeeded | failed | abandoned), heartbeat, history.
-
-A run row is created and committed on its own (status ``running``) before any result is computed, so
-a run in progress is visible, together with its candidate partition (:func:`create_candidate_partition`);
-its heartbeat is refreshed every few seconds by a background thread on a connection of its own
-(:class:`Heartbeat`), however long one batch takes, and ``cases_done`` after every batch (:func:`heartbeat`).
-A run the HTTP API submits to Dagster is created ``queued`` (:func:`create_run` with ``queued=True``) and
-moved to ``running`` by the Dagster step that evaluates it (:func:`start_queued_run`); a retry of that step
-evaluates the row :func:`resume_queued_run` gives it (a new one when the failed attempt had started it). The
-results themselves are written by :mod:`rag_pipeline.evaluation.runs.results` in one separate transaction that
-also flips the status to ``succeeded``. A ``running`` run whose heartbeat is older than :func:`stale_after_seconds`
-(process killed, machine lost) is reported as ``abandoned`` and swept to that status by the next run.
-"""
+"""Evaluation run records: lifecycle ((queued →) running → succeeded | failed | abandoned), heartbeat, history
+(the rules: docs/failure-behaviour.md; the statements: :mod:`rag_pipeline.evaluation.runs.queries`)."""
 
 from __future__ import annotations
 
@@ -53,8 +42,7 @@ def create_run(engine: sa.Engine | sa.Connection, *, dataset_id, knowledge_base_
                queued: bool = False) -> uuid.UUID:
     """Insert and commit a ``running`` run row (``queued=True``: a ``queued`` one); returns its id. Given a
     connection, the row is inserted in its transaction (the caller commits). The row's owner is this process: the
-    one evaluating it, or for a queued row the one that queued it and submits its Dagster run
-    (:func:`orphaned_queued_runs`) until the evaluation starts and takes it over."""
+    one evaluating it, or for a queued row the one that queued it, until the evaluation starts and takes it over."""
     run_id = uuid.uuid4()
     row = {"dataset_id": dataset_id, "knowledge_base_id": knowledge_base_id, "strategy": strategy,
            "params_hash": params_hash, "partition_key": partition_key, "dagster_run_id": dagster_run_id,
@@ -65,20 +53,6 @@ def create_run(engine: sa.Engine | sa.Connection, *, dataset_id, knowledge_base_
     with engine.begin() as conn:
         queries.insert_run(conn, run_id, **row)
     return run_id
-
-
-def set_knowledge_base_version(engine: sa.Engine, run_id, version: str) -> None:
-    """Record (committed at once, so a running or failed run shows it too) the knowledge-base version the run
-    reads: :func:`rag_pipeline.knowledge_base.versions.content_version` in the run's snapshot."""
-    with engine.begin() as conn:
-        queries.set_knowledge_base_version(conn, run_id, version)
-
-
-def set_worker(engine: sa.Engine, run_id, worker: str) -> bool:
-    """Record (committed at once) the process executing a queued or running run; False: no such row (or it has
-    ended with a worker named already)."""
-    with engine.begin() as conn:
-        return queries.set_worker(conn, as_uuid(run_id), worker)
 
 
 def start_queued_run(engine: sa.Engine, run_id, *, strategy_version: str, params_hash: str,
@@ -110,19 +84,11 @@ class Attempt:
 
 
 def resume_queued_run(engine: sa.Engine, run_id, *, dagster_run_id: str, attempt_error: str | None = None) -> Attempt:
-    """The row a retry of the Dagster step carrying out the queued run ``run_id`` (in Dagster run
-    ``dagster_run_id``) evaluates. Each attempt is a row of its own, so the history says what happened: the newest
-    row of the step's attempts (:func:`queries.latest_attempt`) is
-
-    - ``queued`` (the failed attempt never started it): that row;
-    - ``succeeded`` (stored, then the attempt failed): that row, :attr:`Attempt.stored`;
-    - ``running`` (the failed attempt could not record its end: the database was unreachable), ``failed`` or
-      ``abandoned``: it ends ``failed``, with why (``attempt_error``, the failed attempt's error as Dagster logged
-      it, for a row left ``running``) and "retried as evaluation run <id>", and a new ``queued`` row of the same
-      partition, dataset version, strategy and Dagster run is that id, the retry's row (one transaction).
-
-    The retry only runs once the earlier attempt has ended, so a ``running`` row here is no live evaluation's.
-    ``run_id`` not a row of that Dagster run: :class:`RunNotQueuedError`."""
+    """The row a retry of the Dagster step carrying out queued run ``run_id`` (of Dagster run ``dagster_run_id``)
+    evaluates, one row per attempt: the newest attempt (:func:`queries.latest_attempt`) if ``queued`` or
+    ``succeeded`` (:attr:`Attempt.stored`); else it ends ``failed`` with why (``attempt_error`` for a row left
+    ``running``: the earlier attempt has ended) and a new ``queued`` row of the same step is the retry's (one
+    transaction). ``run_id`` not a row of that Dagster run: :class:`RunNotQueuedError`."""
     with engine.begin() as conn:
         latest = queries.latest_attempt(conn, as_uuid(run_id), dagster_run_id)
         if latest is None:
@@ -174,13 +140,6 @@ def wait_until_reachable(engine: sa.Engine, timeout: float, on_wait=None) -> Non
                 on_wait(exc)
                 on_wait = None
             time.sleep(0.5)
-
-
-def create_candidate_partition(engine: sa.Engine, run_id) -> None:
-    """Create and attach the run's partition of ``retrieval_evaluation_candidate_rows`` (its own transaction:
-    ATTACH PARTITION takes a SHARE UPDATE EXCLUSIVE lock on the parent, which no running write waits for)."""
-    with engine.begin() as conn:
-        queries.create_candidate_partition(conn, run_id)
 
 
 log = logging.getLogger(__name__)
@@ -255,12 +214,6 @@ def mark_failed(engine: sa.Engine, run_id, error: str) -> None:
         pass
 
 
-def running_runs(engine: sa.Engine) -> Sequence[sa.Row]:
-    """The ``running`` rows with their Dagster run id and owner (:func:`queries.running_runs`)."""
-    with engine.connect() as conn:
-        return queries.running_runs(conn)
-
-
 def fail_running(engine: sa.Engine, run_id, error: str) -> bool:
     """Mark a ``running`` run failed with ``error``; False when it was no longer running (it ended meanwhile)."""
     with engine.begin() as conn:
@@ -270,33 +223,17 @@ def fail_running(engine: sa.Engine, run_id, error: str) -> bool:
 def sweep_gone(engine: sa.Engine, rows: Sequence[sa.Row] | None = None) -> int:
     """Mark failed every ``running`` run (of ``rows``, default: all) whose process on this host is gone
     (:mod:`run_owner`), with that reason; returns how many."""
+    if rows is None:
+        with engine.connect() as conn:
+            rows = queries.running_runs(conn)
     ended = 0
-    for row in running_runs(engine) if rows is None else rows:
+    for row in rows:
         if row.owner_pid is None:
             continue
         owner = run_owner.Owner(row.owner_host, row.owner_pid, row.owner_started_at)
         if run_owner.is_gone(owner):
             ended += fail_running(engine, row.id, run_owner.gone_reason(owner))
     return ended
-
-
-def orphaned_queued_runs(engine: sa.Engine) -> list[tuple[sa.Row, run_owner.Owner]]:
-    """The ``queued`` rows whose process that queued them (on this host) is gone, each with that process: if their
-    Dagster run was never created, nothing will ever start them."""
-    with engine.connect() as conn:
-        rows = queries.queued_runs_with_owner(conn)
-    found = []
-    for row in rows:
-        owner = run_owner.Owner(row.owner_host, row.owner_pid, row.owner_started_at)
-        if run_owner.is_gone(owner):
-            found.append((row, owner))
-    return found
-
-
-def fail_queued_run(engine: sa.Engine, run_id, error: str) -> bool:
-    """Mark a ``queued`` run failed with ``error``; False when it was no longer queued (it started meanwhile)."""
-    with engine.begin() as conn:
-        return queries.fail_queued(conn, run_id, mask_secrets(error)[:10_000])
 
 
 def sweep_abandoned(engine: sa.Engine) -> int:
@@ -371,8 +308,3 @@ def list_runs(conn: sa.Connection, *, limit: int = 100, offset: int = 0, **filte
     ``knowledge_base_id``, ``dataset``, ``strategy``, ``current_only``, ``status`` (the effective status: a stale
     ``running`` run is ``abandoned``), ``run_ids``. Newest = latest submitted (``queued_at``, else started)."""
     return queries.list_runs(conn, limit=limit, offset=offset, stale=stale_after_seconds(), **filters)
-
-
-def count_runs(conn: sa.Connection, **filters) -> int:
-    """How many runs :func:`list_runs` would list without a limit."""
-    return queries.count_runs(conn, stale=stale_after_seconds(), **filters)

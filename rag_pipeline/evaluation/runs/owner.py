@@ -1,10 +1,5 @@
-"""The process that runs an evaluation run: its host, pid and start time, recorded on the run row.
-
-A ``running`` row whose process is gone never finishes: the process was killed (``kill -9``, the OOM killer) or
-failed while the database was down, so it could not record why. :func:`is_gone` tells such a process apart from
-a live one on this host — the pid alone is not enough (pids are reused), so the process's start time must match
-too. A run owned by another host cannot be checked here: its heartbeat decides (``RAG_RUN_STALE_SECONDS``).
-"""
+"""The process that runs an evaluation run (host, pid, start time: pids are reused), recorded on the run row so a
+``running`` row whose process on this host is gone can be told apart (:func:`is_gone`; docs/failure-behaviour.md)."""
 
 from __future__ import annotations
 

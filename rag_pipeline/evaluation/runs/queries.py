@@ -1,10 +1,5 @@
-"""Statements on evaluation runs (``retrieval_evaluation_runs``): a run's lifecycle and reading it back, picking
-runs out of the history (metrics over time, what a comparison or tuning reads, runs made outside Dagster), and
-retention (which runs may go, removing them, the runs a stored comparison refers to: ``retrieval_comparison_runs``).
-
-``stale`` is the heartbeat age (seconds) after which a ``running`` run counts as ``abandoned``
-(:data:`EFFECTIVE_STATUS`); the lifecycle rules themselves are in :mod:`rag_pipeline.evaluation.runs.lifecycle`.
-"""
+"""Statements on evaluation runs (``retrieval_evaluation_runs``): lifecycle, history, retention. ``stale``: the
+heartbeat age (seconds) after which a ``running`` run counts as ``abandoned`` (:data:`EFFECTIVE_STATUS`)."""
 
 from __future__ import annotations
 
@@ -98,14 +93,6 @@ def running_runs(conn: sa.Connection, limit: int = 1000) -> Sequence[sa.Row]:
         "WHERE status = 'running' ORDER BY started_at LIMIT :n"), {"n": limit}).all()
 
 
-def queued_runs_with_owner(conn: sa.Connection, limit: int = 1000) -> Sequence[sa.Row]:
-    """``id, dagster_run_id, owner_host, owner_pid, owner_started_at`` of the ``queued`` rows that name the process
-    that queued them, oldest first."""
-    return conn.execute(sa.text(
-        "SELECT id, dagster_run_id, owner_host, owner_pid, owner_started_at FROM retrieval_evaluation_runs "
-        "WHERE status = 'queued' AND owner_pid IS NOT NULL ORDER BY queued_at LIMIT :n"), {"n": limit}).all()
-
-
 def queued_rows(conn: sa.Connection, queue: str, limit: int = 500) -> list[sa.Row]:
     """``id, strategy_version, partition_key, dagster_run_id, dataset_id, dataset`` of the ``queued`` rows of
     ``queue``, oldest first."""
@@ -140,13 +127,6 @@ def tick_age(conn: sa.Connection, sensor: str) -> float | None:
         {"s": sensor}).scalar()
 
 
-def fail_queued(conn: sa.Connection, run_id, error: str) -> bool:
-    """Mark a ``queued`` run failed (one that started or ended meanwhile is left alone); whether it was."""
-    return conn.execute(sa.text(
-        "UPDATE retrieval_evaluation_runs SET status = 'failed', error = :e, finished_at = clock_timestamp(), "
-        "is_current = false WHERE id = :id AND status = 'queued'"), {"id": run_id, "e": error}).rowcount == 1
-
-
 def fail_running(conn: sa.Connection, run_id, error: str) -> bool:
     """Mark a ``running`` run failed (a queued or finished one is left alone); whether it was."""
     return conn.execute(sa.text(
@@ -162,10 +142,8 @@ def queue_state(conn: sa.Connection, run_id) -> sa.Row | None:
 
 
 def latest_attempt(conn: sa.Connection, run_id, dagster_run_id: str) -> sa.Row | None:
-    """``id, status, error`` of the newest row of the Dagster step that carries out run ``run_id`` in Dagster run
-    ``dagster_run_id``: the rows of that Dagster run with the same knowledge base, dataset version and strategy
-    (``run_id`` itself and the rows of the step's retries), locked until the transaction ends. None when ``run_id``
-    is not a row of that Dagster run."""
+    """``id, status, error`` of the newest row (locked) of the Dagster step carrying out run ``run_id`` in Dagster run
+    ``dagster_run_id`` (same knowledge base, dataset version and strategy); None: ``run_id`` is not of that run."""
     return conn.execute(sa.text(
         "SELECT a.id, a.status, a.error FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_runs a "
         "ON a.dagster_run_id = r.dagster_run_id AND a.knowledge_base_id = r.knowledge_base_id "

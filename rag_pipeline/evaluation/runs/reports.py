@@ -1,24 +1,6 @@
-"""Evaluation reports, always built from the database (so ``evaluate --output`` and ``show`` agree).
-
-:func:`write_report` streams the report to a file page by page (cases in dataset order, candidates by rank), so
-a large run never sits in memory, or as JSON Lines (``fmt="jsonl"``: a header line with the summary, then one line
-per case, written as it is read).
-
-Which candidates a case lists (:data:`CANDIDATE_MODES`, keyword ``candidates`` of :func:`iter_cases`,
-:func:`build_report`, :func:`write_report`): ``default`` — the selected ones plus every relevant candidate
-(grade >= 1), with the case's ``miss_reasons`` (the diagnosis of each relevant chunk that was missed): all the detail
-of docs/design.md §6.3 needs; ``all`` — the full pool; ``selected``; ``relevant``; ``none`` (metrics and miss reasons
-only). ``case_id`` restricts a report to one case.
-An unanswerable case (docs/design.md §12.1) is listed with its pool, ``answerable`` false, ``metrics`` None and
-the reason in ``metrics_skipped``.
-Each case shows its ``relevance_grades`` (every judged id -> grade, 0 = judged not relevant) and each
-candidate its ``relevance_grade`` (None = not judged by the case). A run with a rerank stage shows both ranks:
-``rank`` (after the stage) and ``first_stage_rank`` (re-fused from the stored leg scores exactly as the run fused
-them, :func:`rag_pipeline.retrieval.stages.first_stage_ranks`); ``vector_completed`` / ``keyword_completed`` mark
-a leg score filled in by ``complete_pool`` (a score without a leg rank: that leg did not retrieve the chunk).
-Chunk text is included only with ``include_text=True`` (candidate snapshots never store it; it is
-looked up in ``document_chunks``). The shape is :class:`rag_pipeline.contracts.reports.Report`.
-"""
+"""Evaluation reports, always built from the database (so ``evaluate --output`` and ``show`` agree), written page
+by page or as JSON Lines; which candidates a case lists (:data:`CANDIDATE_MODES`): docs/evaluating.md. The shape is
+:class:`rag_pipeline.contracts.reports.Report`."""
 
 from __future__ import annotations
 
@@ -59,8 +41,7 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
                limit: int | None = None) -> Iterator[CaseReport]:
     """Per-case reports in dataset order, each with the candidates of mode ``candidates``
     (:data:`CANDIDATE_MODES`, by rank); ``case_id``: only that case (:class:`CaseNotFoundError` if the run has
-    none); ``offset`` / ``limit``: a page of cases (by dataset order). Reads :data:`PAGE_CASES` cases at a time,
-    so memory stays flat however large the run."""
+    none); ``offset`` / ``limit``: a page of cases. Reads :data:`PAGE_CASES` cases at a time."""
     check_mode(candidates)
     params = run_queries.run_strategy(conn, run_id)
     strategy = stored_strategy(params.strategy_version, params.strategy_params) if params else None

@@ -1,9 +1,5 @@
-"""Writing evaluation results: dataset versions, candidate pools and case results (COPY), run summary.
-
-All result rows of one run are written on one connection inside one transaction, which ends with
-:func:`finalize_run` (summary, status ``succeeded``, ``is_current`` moved to this run). Until that
-transaction commits nobody sees any of them; if anything fails it is rolled back and nothing remains.
-"""
+"""Writing evaluation results (dataset versions, candidate pools and case results by COPY, run summary) in one
+transaction that :func:`finalize_run` ends: nothing remains of a run that fails."""
 
 from __future__ import annotations
 
@@ -99,10 +95,8 @@ def candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces:
 
 def case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
               values: np.ndarray, reasons: Sequence[Sequence[MissReason]], stats: RunCounts):
-    """:data:`CASE_RESULT_COLUMNS` rows; adds each answerable case to the run's ``stats`` (relevant found, hits,
-    empty pools) and counts the unanswerable ones (``unanswerable_cases``). An unanswerable case is stored with
-    ``relevant_chunk_ids`` ``[]`` (its marker) and the placeholder metrics of :func:`unscored_metrics`, which every
-    query of :mod:`.queries.cases` reads as NULL (docs/design.md §12.1)."""
+    """:data:`CASE_RESULT_COLUMNS` rows, tallied in ``stats``; an unanswerable case is stored with
+    ``relevant_chunk_ids`` ``[]`` and the placeholder metrics of :func:`unscored_metrics` (read as NULL)."""
     for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
         relevant = set(case.relevant_chunk_ids)
         ranks = [c.rank for c in trace.candidates if c.chunk_id in relevant]
