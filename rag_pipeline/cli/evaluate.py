@@ -20,10 +20,9 @@ from rag_pipeline.cli.errors import ReportNotWrittenError, guarded
 from rag_pipeline.cli.output import case_progress
 from rag_pipeline.cli.runs_table import comparison_table
 from rag_pipeline.contracts.errors import RagError
-from rag_pipeline.evaluation.runs.reports import REPORT_FORMATS, CaseNotFoundError
+from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES, REPORT_FORMATS, CaseNotFoundError
 from rag_pipeline.service import evaluations as service
 from rag_pipeline.service.case_diagnosis import case_diagnosis
-from rag_pipeline.service.evaluations import CANDIDATE_MODES
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.files import FileWriteError, atomic_output, check_writable, write_atomic
 from rag_pipeline.storage.names import printable

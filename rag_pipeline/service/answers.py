@@ -36,8 +36,6 @@ from rag_pipeline.evaluation.datasets.strict_json import JsonReadError, json_pro
 from rag_pipeline.evaluation.runs.results import load_stored_dataset, store_dataset
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.versions import content_version
-from rag_pipeline.service.answer_comparison import compare_answer_runs as compare_answer_runs
-from rag_pipeline.storage.files import FileWriteError as FileWriteError
 
 CONFIDENT_SUPPORT = 0.5
 """A wrong answer whose lexical_support reaches this (or that cites a chunk) is "wrong but confident"."""

@@ -10,14 +10,8 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.dataset import DatasetRunPlan, StoredDataset
 from rag_pipeline.contracts.label_check import DatasetCheck, LabelReport
-from rag_pipeline.evaluation.datasets.demo import DEMO_CHUNK_OVERLAP as DEMO_CHUNK_OVERLAP
-from rag_pipeline.evaluation.datasets.demo import DEMO_CHUNK_SIZE as DEMO_CHUNK_SIZE
-from rag_pipeline.evaluation.datasets.demo import DEMO_KB as DEMO_KB
-from rag_pipeline.evaluation.datasets.demo import DEMO_TEXT_SEARCH as DEMO_TEXT_SEARCH
 from rag_pipeline.evaluation.datasets.label_check import check_labels, relevant_ids_missing
-from rag_pipeline.evaluation.datasets.load import MAX_FILE_BYTES as MAX_FILE_BYTES
 from rag_pipeline.evaluation.datasets.load import load_dataset, relevant_ids_of
-from rag_pipeline.evaluation.datasets.load import valid_dataset_key as valid_dataset_key
 from rag_pipeline.evaluation.datasets.resolve import DatasetRef, resolve_dataset
 from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetProblem
 from rag_pipeline.evaluation.runs.queries import current_params

@@ -12,9 +12,6 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.errors import BadInputError, CheckFailed
 from rag_pipeline.contracts.label_check import LabelReport
-from rag_pipeline.contracts.metrics import HEADLINE_METRICS as HEADLINE_METRICS
-from rag_pipeline.contracts.metrics import METRIC_LABELS as METRIC_LABELS
-from rag_pipeline.contracts.metrics import METRIC_NAMES as METRIC_NAMES
 from rag_pipeline.contracts.reports import REPORT_VERSION, RunDetail, RunTables
 from rag_pipeline.contracts.runs import RunSummary
 from rag_pipeline.evaluation.datasets.label_check import check_labels
@@ -24,9 +21,6 @@ from rag_pipeline.evaluation.evaluate import BATCH_SIZE, EvaluationOutcome, Prog
 from rag_pipeline.evaluation.runs import case_queries, reports
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs.queries import count_runs, set_worker, summary_of
-from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES as CANDIDATE_MODES
-from rag_pipeline.evaluation.runs.reports import REPORT_FORMATS as REPORT_FORMATS
-from rag_pipeline.evaluation.runs.reports import CaseNotFoundError as CaseNotFoundError
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
 from rag_pipeline.service.applicability import require_runnable
