@@ -1,20 +1,8 @@
 """``make run`` / ``rag-pipeline demo`` — the main job end to end, through real Dagster runs on the configured instance.
 
-1. materialise partition ``demo`` of ``knowledge_base`` for the demo corpus (``demo/kb``, USE + MiniLM
-   embeddings); its data version is the knowledge base's content version;
-2. register the ``demo`` dataset partition and evaluate every shipped strategy in one run of the job
-   ``evaluate_strategies`` (a step per strategy, each recording the materialisations of its partition
-   ``demo|<strategy>``: the code and each embedding model load once);
-3. materialise ``strategy_comparison`` for the dataset (paired significance vs ``hybrid-v1``);
-4. materialise the answer assets for ``demo|extractive-v1`` (the shipped baseline answerer answers every case,
-   its answers are scored and stored) and ``answer_run_summary`` for the dataset;
-5. write one JSON report per strategy to ``reports/`` and print a plain summary (:func:`demo_summary`): the
-   comparison table, the answer figures (:func:`answer_figures`), the gate and what it means here, the report
-   paths and the next commands to try.
-
-Runs are recorded in the Dagster instance of ``DAGSTER_HOME`` (the repo root, with ``dagster.yaml`` on the
-embedded Postgres), so they show up afterwards in ``make dev``. Run as ``python -m rag_pipeline.defs.demo``
-(``rag-pipeline demo`` starts it in a child process, so the CLI itself never imports Dagster).
+Knowledge base ``demo``, every shipped strategy in one ``evaluate_strategies`` run, ``strategy_comparison``, the
+answer assets of ``demo|extractive-v1``, then a report per strategy in ``reports/`` and a plain summary
+(:func:`demo_summary`). Run as ``python -m rag_pipeline.defs.demo`` (the CLI starts it in a child process).
 """
 
 import argparse

@@ -1,15 +1,8 @@
 """Asset group ``retrieval_evaluation``: dataset → candidates → case metrics → run summary, per dataset × strategy.
 
-A thin layer over :mod:`rag_pipeline.service` (the same operations as ``rag-pipeline evaluate``).
-``evaluation_dataset`` validates and stores the dataset version. The other three assets are produced by
-one step, :func:`evaluation_run`, because they are one database transaction: a run's candidates, case
-results and summary are committed together or not at all (a failed step leaves a ``failed`` run row and
-no result rows). Re-materialising a partition creates a new run; earlier runs stay as history.
-
-User errors (bad dataset, unknown knowledge base, strategy conflicts) and bugs fail at once with the
-message in the UI; only transient database errors (connection refused or dropped, serialization
-failures) are retried by :data:`RETRY_POLICY`. A retry of a queued run's step (HTTP API, console) waits for the
-database, then evaluates the row :func:`this_attempts_run` gives it (docs/failure-behaviour.md, "Retries").
+A thin layer over :mod:`rag_pipeline.service`. The three run assets are one step, :func:`evaluation_run`, because
+they are one database transaction; only transient database errors are retried (:data:`RETRY_POLICY`,
+docs/failure-behaviour.md, "Retries").
 """
 
 import contextlib
@@ -27,6 +20,7 @@ from rag_pipeline.defs.lineage import DATASET_KB, observe_dataset
 from rag_pipeline.defs.partitions import evaluation_partitions, split_key, the_dataset_of_the_partition
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.workers.identity import WORKER_TAG, worker_name
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.service import datasets, evaluations, queued_runs
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.engine import TRANSIENT_ERRORS
@@ -224,7 +218,7 @@ def name_the_worker(context: dg.AssetExecutionContext | dg.OpExecutionContext, r
     context.log.info(f"executed by {worker}")
     if queued_run_id:
         with fail_fast_unless_transient():
-            evaluations.record_worker(rag_db.engine(), queued_run_id, worker)
+            run_records.set_worker(rag_db.engine(), queued_run_id, worker)
     return worker
 
 
@@ -257,7 +251,7 @@ def evaluate_partition(context: dg.AssetExecutionContext | dg.OpExecutionContext
             logger=context.log, queued_run_id=queued_run_id)
     context.log.info(f"{version}: " + " ".join(f"{m}={outcome.averages[m]:.4f}" for m in HEADLINE_METRICS))
     try:  # a run row this step created names its worker now
-        evaluations.record_worker(engine, outcome.run_id, worker)
+        run_records.set_worker(engine, outcome.run_id, worker)
     except sa.exc.SQLAlchemyError as exc:
         context.log.warning(f"run {outcome.run_id} is stored, but its worker could not be recorded: {exc}")
     try:  # the run is committed: a failure here must not fail (and re-run) the step

@@ -1,17 +1,6 @@
-"""``new_dataset_sensor``: a new or changed ``datasets/*.json`` that opts in (``"metadata": {"auto_evaluate":
-true}``) → dataset partition + runs of the strategies that make sense for it
-(:func:`rag_pipeline.service.datasets.plan_dataset_runs`; an invalid file adds and launches nothing, its problems are
-the skip reason; a file that does not opt in, e.g. one ``rag-pipeline label --output`` wrote, gets neither);
-``comparison_after_evaluation``: a succeeded evaluation → the dataset's comparison; ``runs_outside_dagster``:
-CLI/API runs → runless materializations (a partition only for a dataset whose file is in ``datasets/``);
-``reevaluate_stale_runs`` (opt-in): a current run that measured an older knowledge-base version → a new run of its
-partition; ``queued_evaluations``: the queued runs of a click (HTTP API, console) → one ``evaluate_strategies`` run,
-and runs whose Dagster run ended before they did → failed with Dagster's reason. docs/evaluating.md, "Sensors";
-docs/failure-behaviour.md.
-
-The dataset cursor maps each file stem to ``{mtime_ns, size, sha256}`` of the file: an untouched file costs one
-``stat``, a touched one is hashed, and only a new file hash is planned. Logs and run keys name the dataset version
-(the hash of its canonical cases, docs/design.md §2), never the file hash: run keys ``<file>:<version>:<strategy>``.
+"""The sensors (docs/evaluating.md, "Sensors"; docs/failure-behaviour.md): ``new_dataset_sensor``,
+``comparison_after_evaluation``, ``runs_outside_dagster``, ``reevaluate_stale_runs`` and ``queued_evaluations``.
+Run keys name the dataset version (docs/design.md §2), never the file hash.
 """
 
 import hashlib

@@ -1,11 +1,5 @@
-"""What the Dagster answer assets do (docs/design.md §7.3): where a dataset × answerer partition's answers file
-comes from and lives, its coverage, scoring it, and the dataset-level view of the latest run per answerer.
-
-An ``answers`` partition ``<dataset>|<answerer>`` gets its answers file one of three ways (:func:`produce_answers`):
-an **endpoint** (when an :class:`EndpointConfig` is given), the **in-process answerer** of that name (a registered
-one, e.g. ``extractive-v1``), or a **file** the user dropped at ``answers/<dataset>/<answerer>.jsonl`` of the
-project root. Every way ends in ``.rag_pipeline/answers/<dataset>/<answerer>.jsonl`` (:func:`answers_file`), the
-file ``answer_metrics`` scores.
+"""What the Dagster answer assets do (docs/design.md §7.3): a dataset × answerer partition's answers file (from an
+endpoint, an in-process answerer or a dropped file: :func:`produce_answers`), its coverage and scoring.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""Collect a dataset's answers into an answers file: from a RAG endpoint or an in-process answerer.
-
-The one operation behind ``rag-pipeline answers collect`` (docs/answers-collection.md; the file's format
-docs/design.md §12.2). Everything the user gave is checked before the file is touched: the dataset, the
-endpoint flags (URL, template, paths, headers and their environment variables), the answerer's name, and an
-existing output (resumed: its answered cases are skipped). A bad input is a :class:`BadInputError` naming the
-file, line or flag, and nothing is written.
-
-The HTTP API's collection (``POST /datasets/{name}/answers/collect``) uses the same operation with an
-:class:`~rag_pipeline.answers.collection.endpoint_guard.EndpointGuard` (only the endpoints the operator allowed,
-the address checked where it is connected to), the variables of ``RAG_COLLECT_ENV`` only, replies capped at
-:data:`API_REPLY_BYTES` and never quoted in an error, and a ``cancel`` event set when its client goes away.
-Its answers file is :func:`api_collection_file`: kept when the collection stops or the database cannot store
-the run, so the same request resumes from it.
+"""Collect a dataset's answers into an answers file, from a RAG endpoint or an in-process answerer: the operation
+behind ``rag-pipeline answers collect`` and ``POST /datasets/{name}/answers/collect`` (docs/answers-collection.md).
+Every input is checked before the file is touched; the API's collection is guarded and bounded.
 """
 
 from __future__ import annotations

@@ -157,12 +157,6 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
         raise
 
 
-def record_worker(engine: sa.Engine, run_id: str, worker: str) -> bool:
-    """Name the process (Celery worker node, else host) that executes run ``run_id`` in its row
-    (docs/design.md §6.1); False when the row does not exist or has already ended with one."""
-    return run_records.set_worker(engine, run_id, worker)
-
-
 def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunSummary]:
     """The summary of each run (ids or unique prefixes), in order."""
     with engine.connect() as conn:

@@ -1,21 +1,7 @@
-"""Queued evaluations: the run rows the HTTP API and the console create; Dagster's ``queued_evaluations`` sensor
-turns them into runs (docs/http-api.md, "Evaluations are asynchronous").
-
-:func:`queue_evaluations` validates everything a run would refuse (knowledge base, dataset version, strategies
-and their applicability, the label check of docs/design.md §8, parameter conflicts) and then inserts one ``queued`` run
-per strategy in one transaction, all with one queue id in ``dagster_run_id`` (one Dagster run per click:
-``evaluate_strategies``, a step per strategy), so nothing is queued when anything is wrong. The sensor requests that
-run (run key: the queue id) and :func:`claim` gives the rows the Dagster run's id; the step that picks a run up moves
-it to ``running`` (``evaluate_stored(queued_run_id=...)``); a retry of that step carries out the row
-:func:`resume_queued_run` gives it (a new row when the failed attempt had started its own). The sensor records its
-ticks: :func:`queue_status` tells the front ends whether a daemon picks queued runs up.
-
-A ``running`` run whose process ended without recording its outcome (``kill -9``, the OOM killer, a failure while
-the database was down) ends ``failed`` with the reason at the next check (:func:`end_gone_runs`: the sensor, an
-evaluation before it starts, ``runs`` before it lists): "its Dagster run ... failed: <Dagster's error>" when its
-Dagster run has ended, "its process (pid N on HOST) ended without recording the outcome ..." when its process on this
-host is gone (:mod:`rag_pipeline.evaluation.runs.owner`). A run owned by another host, outside Dagster, is left to its
-heartbeat (``abandoned`` after ``RAG_RUN_STALE_SECONDS``).
+"""Queued evaluations (docs/http-api.md, "Evaluations are asynchronous"; docs/failure-behaviour.md): the run rows the
+HTTP API and the console create, all validated first and inserted in one transaction, that Dagster's
+``queued_evaluations`` sensor turns into one ``evaluate_strategies`` run; :func:`end_gone_runs` fails the runs
+whose process ended without recording the outcome.
 """
 
 from __future__ import annotations
