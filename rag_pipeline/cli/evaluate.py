@@ -1,10 +1,5 @@
 """``rag-pipeline evaluate | runs | show``: offline runs and their history (docs/design.md §7.2, the exit codes
-included), the service the Dagster assets use without a daemon. Reports are built from the database, so
-``evaluate --output`` and ``show`` print the same JSON (docs/design.md §6.3). Every ``--output`` is written whole
-or not at all (:func:`~rag_pipeline.storage.files.atomic_output`); a stored run whose report cannot be written
-(a full disk) is ``stored as run <id>; report not written: <PATH>: <reason>``, exit 73. Every run starts with the label
-check (docs/design.md §8): no valid label → refused (exit 2); ``--strict`` and any invalid label → exit 1;
-otherwise the first output line says how many labels are invalid and why.
+included; the reports: docs/design.md §6.3; the label check: docs/design.md §8).
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Answer operations (docs/design.md §12): score an answers file against a dataset, list and read stored answer
-runs, re-score one with other settings, compare two.
-
-A dataset is named as for an evaluation: a dataset file, a name in the datasets folder (``<name>.json``), or a
-stored dataset's name (its latest version). Scoring reads the whole answers file first (every problem at once,
-:class:`~rag_pipeline.answers.answers_file.AnswersFileError`), then stores the dataset version (if new) and the
-run with all its cases in one transaction: on any error nothing is stored.
+"""Answer operations (docs/design.md §12): score an answers file against a dataset (nothing stored on any error),
+list and read stored answer runs, re-score one with other settings, compare two.
 """
 
 from __future__ import annotations

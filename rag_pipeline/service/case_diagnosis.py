@@ -1,9 +1,5 @@
 """One case of a stored run diagnosed on demand with the exact global leg ranks of its missed relevant chunks
-(docs/design.md §4.3; ``rag-pipeline show RUN --case ID --global-ranks``): where each would have ranked among every
-chunk of the knowledge base, a scan the run itself leaves out.
-
-The ranks are computed against the knowledge base as it is now (``knowledge_base_state``); results are cached
-in-process per (run, case, knowledge-base state), so any change of the KB's searchable chunks invalidates them.
+(docs/design.md §4.3; ``rag-pipeline show RUN --case ID --global-ranks``), cached per knowledge-base state.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""What the console's answer pages read beyond a run (docs/design.md §12.6): one case with its cited chunks' text
-and a retrieval run to link to, and each answer figure of a dataset over time as chart points.
-
-Composed of service calls only: stored answer runs (:mod:`rag_pipeline.service.answers`), chunk texts and
-retrieval runs (:mod:`rag_pipeline.service.history`, :mod:`rag_pipeline.service.evaluations`).
-"""
+"""What the console's answer pages read beyond a run (docs/design.md §12.6), composed of service calls only."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Knowledge bases → datasets: the console's start page, a knowledge base's page and the dataset upload.
-
-An upload is validated exactly like a file (every problem at once, each with its case index, case_id and field;
-nothing stored when there is one) and, once stored, opens its dataset's dashboard, where the label check
-(docs/design.md §8) is shown with its fixes before anything runs. Both answer Post/Redirect/Get: a refused upload
-redirects to the knowledge base's page with ``?upload_failed=<token>``, whose problems this process keeps (the
-latest :data:`FAILED_UPLOADS_KEPT`), so reloading the page shows them again and never re-posts the file.
+"""Knowledge bases → datasets: the console's start page, a knowledge base's page and the dataset upload
+(Post/Redirect/Get: a refused upload's problems are kept in this process, :data:`FAILED_UPLOADS_KEPT`).
 """
 
 from __future__ import annotations
