@@ -1,7 +1,5 @@
-"""``rag-pipeline serve``: the HTTP API and admin console (access rules: :mod:`rag_pipeline.web.security`), with the
-database migrated first and, with ``--with-daemon``, a ``dagster-daemon`` next to it: its ``queued_evaluations``
-sensor runs the evaluations the API queues. Started without the project's ``.env`` values or the Dagster
-variables, the server re-executes itself with them (its ``os.environ`` is never changed).
+"""``rag-pipeline serve``: the HTTP API and admin console, with the database migrated first and, with
+``--with-daemon``, a ``dagster-daemon`` next to it; it re-executes itself with the ``.env`` and Dagster variables.
 """
 
 from __future__ import annotations

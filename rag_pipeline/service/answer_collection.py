@@ -39,12 +39,9 @@ def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoi
                     strategy: str | None = None, progress: Callable[[CollectionProgress], None] | None = None,
                     environ: dict[str, str] | None = None, guard: EndpointGuard | None = None,
                     cancel: threading.Event | None = None) -> CollectionResult:
-    """Collect the answers of ``dataset`` (a dataset file, or a loaded :class:`Dataset`) into ``output`` (JSON
-    Lines, resumed if it exists).
-
-    Exactly one of ``endpoint`` and ``answerer`` (a registered name, or an object of the answerer protocol).
-    ``environ`` is where ``env:`` header values are read (default: the process environment). ``guard``: the
-    collection is the HTTP API's (see the module docstring); ``cancel`` set stops it (the lines written kept)."""
+    """Collect the answers of ``dataset`` into ``output`` (JSON Lines, resumed if it exists) from exactly one of
+    ``endpoint`` and ``answerer``. ``environ``: where ``env:`` header values are read (default: the process's);
+    ``guard``: the HTTP API's collection (allowed endpoints only); ``cancel`` set stops it (lines written kept)."""
     if (endpoint is None) == (answerer is None):
         raise CollectionConfigError("give exactly one of --endpoint URL and --answerer NAME")
     output = Path(output)
