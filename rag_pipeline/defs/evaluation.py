@@ -159,12 +159,9 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
 
 def this_attempts_run(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
                       queued_run_id: str | None, partition: str) -> tuple[str | None, bool]:
-    """The queued run row this attempt of the step carries out, and whether an earlier attempt already stored it.
-    The first attempt: ``queued_run_id`` itself. A retry (docs/failure-behaviour.md, "Retries") waits for the
-    database, then takes the row :func:`rag_pipeline.service.queued_runs.resume_queued_run` gives it: the same row
-    when the failed attempt never started it, else a new row (the failed attempt's row ends ``failed`` with why,
-    naming it). A retry without a queued row (it creates its own) ends ``failed`` the row of ``partition`` the
-    failed attempt left ``running``."""
+    """The queued run row this attempt of the step carries out, and whether an earlier attempt already stored it:
+    ``queued_run_id`` on the first attempt, else the row
+    :func:`rag_pipeline.service.queued_runs.resume_queued_run` gives (docs/failure-behaviour.md, "Retries")."""
     if context.retry_number == 0:
         return queued_run_id, False
 

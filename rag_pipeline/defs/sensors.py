@@ -37,10 +37,8 @@ def read_dataset_file(path) -> tuple[bytes, str]:
 
 
 def opts_in(raw: bytes) -> bool | str:
-    """Whether a dataset file asks to be evaluated automatically: ``metadata.auto_evaluate`` is true in its object
-    form. A bare array or an object without the flag: False (not validated: the sensor leaves it alone). A file
-    that is not JSON: True (it may be a broken opted-in file; its validation says what is wrong). A flag that is
-    not a boolean: the problem, as text."""
+    """Whether a dataset file asks to be evaluated automatically (``metadata.auto_evaluate`` true): a file that
+    is not JSON is True (its validation says what is wrong), a flag that is not a boolean the problem as text."""
     try:
         data = json.loads(raw.decode("utf-8-sig"))
     except ValueError:

@@ -89,10 +89,8 @@ class ProducedAnswers:
 def produce_answers(dataset: str, answerer: str, *, endpoint: EndpointConfig | None = None,
                     knowledge_base: str | None = None, strategy: str | None = None, resume: bool = False,
                     progress: Callable[[CollectionProgress], None] | None = None) -> ProducedAnswers:
-    """Write the answers file of ``<dataset>|<answerer>`` (:func:`answers_file`) from the endpoint, the
-    in-process answerer or the dropped file (module doc). A collection starts afresh unless ``resume`` (then the
-    answered lines of the previous one are kept). A failed collection is an :class:`AnswerAssetError`; its
-    lines stay for a resumed run."""
+    """Write the answers file of ``<dataset>|<answerer>`` (:func:`answers_file`), afresh unless ``resume``; a
+    failed collection is an :class:`AnswerAssetError`, its lines kept for a resumed run."""
     dataset_path = datasets_dir() / f"{dataset}.json"
     data = load_dataset(dataset_path, knowledge_base=knowledge_base)
     output = answers_file(dataset, answerer)

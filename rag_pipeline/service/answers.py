@@ -49,9 +49,7 @@ def evaluate_answers(engine: sa.Engine, knowledge_base: str, dataset: str | Path
                      judge_progress: Callable[[int, int], None] | None = None,
                      stored_only: bool = False) -> AnswerReport:
     """Score an answers file (a path, or the bytes of an upload named ``filename``) against ``dataset`` on
-    ``knowledge_base`` (name or id). ``answerer``: ``NAME`` or ``NAME@VERSION``, else the file's own, else
-    ``unnamed``. With ``store`` the run is stored (``AnswerReport.run``), else only scored (``run`` None).
-    With ``judge`` every answered case is also judged (:func:`judge_answers`; ``judge_progress(done, total)``).
+    ``knowledge_base``; stored unless not ``store`` (then ``run`` is None), judged with ``judge``.
     ``stored_only``: ``dataset`` is only a stored dataset's name, never a file (what the HTTP API gives)."""
     scoring = scoring or AnswerScoring()
     ref = resolve_dataset(engine, dataset, knowledge_base=knowledge_base, source="stored" if stored_only else "any")

@@ -67,9 +67,7 @@ def plan_evaluation(engine: sa.Engine | Callable[[], sa.Engine], dataset: str | 
 
 def label_rule(report: LabelReport, *, strict: bool = False) -> str:
     """Can a dataset with this label report run (docs/design.md §8): ``"refuse"`` when no label is a searchable
-    chunk (every metric would be 0), or with ``strict`` when any label is invalid; ``"warn"`` when some labels
-    are invalid; ``"ok"``. The one rule the CLI, the API, the console and the Dagster asset check
-    ``label_integrity`` (ERROR exactly when it refuses) apply."""
+    chunk, or with ``strict`` when any is invalid; ``"warn"`` when some are invalid; ``"ok"``. The one rule."""
     invalid = report.invalid()
     if not invalid:
         return "ok"
@@ -112,12 +110,8 @@ def _checklist(report: LabelReport) -> str:
 def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH_SIZE, readers: int | None = None,
              strict: bool = False, progress: Callable[[str, int], Progress | None] | None = None,
              on_labels: Callable[[LabelReport], None] | None = None) -> list[EvaluationOutcome]:
-    """Check the labels (:func:`check_labels_first`), then run every strategy of ``plan`` over its dataset; each
-    run is stored. Returns the outcomes in order.
-
-    ``on_labels(report)`` sees the label check before the first run; ``progress(version, cases)`` may return a
-    per-run callback ``(done, total)``. A strategy the knowledge base cannot run
-    (:func:`rag_pipeline.service.applicability.strategy_applicability`) refuses them all before anything runs."""
+    """Check the labels (:func:`check_labels_first`, seen by ``on_labels``), then run and store every strategy
+    of ``plan``; ``progress(version, cases)`` may return a per-run callback. Returns the outcomes in order."""
     ref = plan.dataset
     with engine.connect() as conn:
         require_runnable(conn, ref.kb, plan.strategies)
@@ -134,10 +128,8 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
                     readers: int | None = None, strict: bool = False, partition_key: str | None = None,
                     dagster_run_id: str | None = None, progress: Progress | None = None,
                     logger: logging.Logger | None = None, queued_run_id: str | None = None) -> EvaluationOutcome:
-    """Evaluate one strategy on a stored dataset version (what the Dagster partition run does), after the same
-    label check as :func:`evaluate` (its headline goes to ``logger`` as a warning). ``queued_run_id``: the
-    queued run (HTTP API) this evaluation is; a failure anywhere — before it starts or inside it — stores its
-    one-line reason in the run row, never left queued."""
+    """Evaluate one strategy on a stored dataset version (the Dagster partition run) after the label check;
+    a failure of the queued run ``queued_run_id`` stores its one-line reason in the row."""
     try:
         strategy = get_strategy(strategy_version)
         ref = resolve_dataset(engine, dataset_id, source="stored")

@@ -144,10 +144,8 @@ def end_gone_runs(engine: sa.Engine, dagster_ended: Callable[[Sequence[str]], Ma
 
 def resume_queued_run(engine: sa.Engine, run_id: str, *, dagster_run_id: str, attempt_error: str | None = None,
                       on_wait: Callable[[BaseException], None] | None = None) -> run_records.Attempt:
-    """For a retry of the Dagster step carrying out the queued run ``run_id``: wait up to :data:`RETRY_WAIT_S`
-    for the database to answer (``on_wait(error)`` once when it does not at first), then the row this attempt
-    evaluates (:func:`rag_pipeline.evaluation.runs.lifecycle.resume_queued_run`; ``attempt_error``: the failed
-    attempt's error, recorded in its row when it was left ``running``)."""
+    """For a retry of the step carrying out queued run ``run_id``: wait up to :data:`RETRY_WAIT_S` for the
+    database, then the row this attempt evaluates (:func:`rag_pipeline.evaluation.runs.lifecycle.resume_queued_run`)."""
     run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
     return run_records.resume_queued_run(engine, run_id, dagster_run_id=dagster_run_id, attempt_error=attempt_error)
 
