@@ -80,9 +80,9 @@ def _output_paths(output: str | None, versions: list[str]) -> list[Path | None]:
 
 @guarded()
 def cmd_runs(args: argparse.Namespace) -> int:
-    summaries = [s.model_dump() for s in service.list_runs(
+    summaries = [s.model_dump() for s in service.run_page(
         get_engine(), knowledge_base=args.knowledge_base, dataset=args.dataset, strategy=args.strategy,
-        current_only=args.current, limit=args.limit)]
+        current_only=args.current, limit=args.limit)[1]]
     if args.format == "json":
         print(json.dumps(summaries, ensure_ascii=False, indent=2))
     else:

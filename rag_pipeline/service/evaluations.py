@@ -155,11 +155,6 @@ def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunSummary]
         return [summary_of(run_records.get_run(conn, run_id)) for run_id in run_ids]
 
 
-def list_runs(engine: sa.Engine, **filters) -> list[RunSummary]:
-    """Run summaries, newest first (the filters of :func:`run_page`)."""
-    return run_page(engine, **filters)[1]
-
-
 def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int = 100, offset: int = 0,
              **filters) -> tuple[int, list[RunSummary]]:
     """(how many runs match, one page of their summaries, newest first). Filters: ``dataset``, ``strategy``,

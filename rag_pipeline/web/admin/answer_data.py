@@ -45,8 +45,8 @@ def get_answer_case(engine: sa.Engine, run_id: str, case_id: str) -> AnswerCaseD
 
 def _retrieval_run(engine: sa.Engine, run: AnswerRun):
     """A succeeded retrieval run of the answer run's dataset version: the baseline's current one, else the newest."""
-    runs = [s for s in evaluations.list_runs(engine, knowledge_base=run.knowledge_base, dataset=run.dataset,
-                                             status="succeeded", limit=200)
+    runs = [s for s in evaluations.run_page(engine, knowledge_base=run.knowledge_base, dataset=run.dataset,
+                                            status="succeeded", limit=200)[1]
             if s.dataset.version == run.dataset_version]
     runs.sort(key=lambda s: (not (s.is_current and s.strategy_version == DEFAULT_BASELINE), not s.is_current))
     return runs[0] if runs else None  # sort is stable: newest first within each group
