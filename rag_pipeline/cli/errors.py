@@ -34,8 +34,7 @@ EXIT_CODES_HELP = ("exit codes: 0 success; 1 a check found a problem (regression
 
 class ReportNotWrittenError(RagError):
     """Runs were stored but their report files could not be written (exit 73): one line per report,
-    ``stored as run <id>; report not written: <PATH>: <reason>`` (each a
-    :class:`~rag_pipeline.storage.files.FileWriteError`, whose message is ``<PATH>: <reason>``)."""
+    ``stored as run <id>; report not written: <PATH>: <reason>``."""
 
     exit_code = EXIT_OUTPUT_NOT_WRITTEN
 

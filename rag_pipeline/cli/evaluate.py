@@ -22,6 +22,7 @@ from rag_pipeline.service.evaluations import CANDIDATE_MODES
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.files import FileWriteError, atomic_output, check_writable, write_atomic
 from rag_pipeline.storage.names import printable
+from rag_pipeline.storage.snapshot_readers import reader_count
 
 DEFAULT_STRATEGY = service.DEFAULT_STRATEGY
 
@@ -29,7 +30,7 @@ DEFAULT_STRATEGY = service.DEFAULT_STRATEGY
 @guarded()
 def cmd_evaluate(args: argparse.Namespace) -> int:
     versions = list(dict.fromkeys(args.strategies or [DEFAULT_STRATEGY]))
-    plan = service.plan_evaluation(lambda: service.sized_engine(args.readers), args.dataset, versions,
+    plan = service.plan_evaluation(lambda: get_engine(readers=reader_count(args.readers)), args.dataset, versions,
                                    knowledge_base=args.knowledge_base or args.knowledge_base_id)  # nothing written
     dataset = plan.dataset.dataset
     if args.case is not None and args.case not in {c.case_id for c in dataset.cases}:
@@ -37,7 +38,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     paths = _output_paths(args.output, versions)
     for path in paths:  # before the run: a run stored as current must not end in "cannot write the report"
         check_writable(path)
-    engine = service.sized_engine(args.readers)  # a pool sized for --readers
+    engine = get_engine(readers=reader_count(args.readers))  # a pool sized for --readers
     outcomes = service.evaluate(engine, plan, batch_size=args.batch_size, readers=args.readers, strict=args.strict,
                                 progress=case_progress(args.quiet), on_labels=_print_label_headline)
     summaries = service.run_summaries(engine, [o.run_id for o in outcomes])

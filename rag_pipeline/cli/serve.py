@@ -24,9 +24,8 @@ DAEMON_START_WAIT_S = 180.0
 
 
 def dagster_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A copy of ``environ`` (default: this process's) completed with ``DAGSTER_HOME`` (else the project folder
-    when it holds ``dagster.yaml``) and ``RAG_DAGSTER_PG_URL`` (else the database settings'); raises ``ValueError``
-    when there is no Dagster instance to use."""
+    """A copy of ``environ`` (default: this process's) completed with ``DAGSTER_HOME`` and ``RAG_DAGSTER_PG_URL``;
+    ``ValueError`` when there is no Dagster instance to use."""
     from rag_pipeline.storage import embedded_server  # noqa: PLC0415 - the CLI stays light
     from rag_pipeline.storage.engine import dagster_database_url  # noqa: PLC0415
 
@@ -86,8 +85,7 @@ def local_daemon(dagster_home: str | os.PathLike) -> int | None:
 
 def wait_for_daemon(timeout_s: float = DAEMON_START_WAIT_S, interval_s: float = 3.0) -> bool:
     """Wait until a Dagster daemon picks queued runs up (say so on stderr) or ``timeout_s`` passed (then warn, with
-    the fix); returns whether one does. What ``make dev`` needs: its ``dagster dev`` starts the daemon while the
-    server starts, so "no daemon is running" at start-up would be a false alarm."""
+    the fix); returns whether one does (``make dev`` starts its daemon while the server starts)."""
     from rag_pipeline.service.queued_runs import queue_status  # noqa: PLC0415
     from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
 

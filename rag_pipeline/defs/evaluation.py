@@ -159,9 +159,8 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
 
 def this_attempts_run(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
                       queued_run_id: str | None, partition: str) -> tuple[str | None, bool]:
-    """The queued run row this attempt of the step carries out, and whether an earlier attempt already stored it:
-    ``queued_run_id`` on the first attempt, else the row
-    :func:`rag_pipeline.service.queued_runs.resume_queued_run` gives (docs/failure-behaviour.md, "Retries")."""
+    """The queued run row this attempt of the step carries out (docs/failure-behaviour.md, "Retries"), and
+    whether an earlier attempt already stored it."""
     if context.retry_number == 0:
         return queued_run_id, False
 

@@ -15,6 +15,7 @@ from rag_pipeline.defs.jobs import QUEUE_TAG, evaluate_retrieval_job, evaluate_s
 from rag_pipeline.defs.partitions import DATASETS, dataset_partitions, partition_key, strategy_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation.datasets.load import MAX_FILE_BYTES, valid_dataset_key
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.service import analysis, datasets, lineage, queued_runs
 from rag_pipeline.service import runs_outside_dagster as run_feed
 from rag_pipeline.settings import datasets_dir
@@ -282,7 +283,7 @@ def queued_evaluations(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
                 queued_runs.claim(engine, queue_id, record.run_id)
             for run in runs if record.status.name in _ENDED else ():
                 what = how_it_ended(instance, record, "before the evaluation started", run.strategy_version)
-                queued_runs.fail_queued(engine, run.run_id, f"its Dagster run {record.run_id} {what}")
+                run_records.mark_failed(engine, run.run_id, f"its Dagster run {record.run_id} {what}")
                 failed += 1
 
         def ended(dagster_run_ids) -> dict[str, str]:

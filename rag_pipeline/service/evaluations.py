@@ -30,20 +30,12 @@ from rag_pipeline.evaluation.runs.reports import CaseNotFoundError as CaseNotFou
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
 from rag_pipeline.service.applicability import require_runnable
-from rag_pipeline.storage.engine import get_engine
-from rag_pipeline.storage.snapshot_readers import reader_count
 
 DEFAULT_STRATEGY = "hybrid-v1"
 
 
 class LabelsRefused(BadInputError, ValueError):  # noqa: N818 - like CheckFailed, a verdict the user is shown
     """No label of the dataset is a searchable chunk of its knowledge base: a run would measure nothing."""
-
-
-def sized_engine(readers: int | None = None) -> sa.Engine:
-    """The database engine with a connection pool for ``readers`` read connections (default
-    ``RAG_EVAL_READERS``) plus a run's writer and heartbeat."""
-    return get_engine(readers=reader_count(readers))
 
 
 @dataclass(frozen=True)
@@ -57,9 +49,8 @@ class EvaluationPlan:
 def plan_evaluation(engine: sa.Engine | Callable[[], sa.Engine], dataset: str | Path,
                     strategies: Sequence[str] = (DEFAULT_STRATEGY,), *,
                     knowledge_base: str | None = None) -> EvaluationPlan:
-    """Validate the strategy versions and the whole dataset file (before ``engine``, or the function giving it, is
-    used), then resolve its knowledge base (``knowledge_base``, a name or id: needed for a bare-array file, else it
-    must agree)."""
+    """Validate the strategy versions and the whole dataset file (before ``engine`` is used), then resolve its
+    knowledge base (``knowledge_base``, a name or id: needed for a bare-array file, else it must agree)."""
     registry = load_registry()
     chosen = tuple(get_strategy(v, registry) for v in dict.fromkeys(strategies))
     return EvaluationPlan(resolve_dataset(engine, dataset, knowledge_base=knowledge_base, source="file"), chosen)
@@ -185,9 +176,8 @@ def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "defa
 
 def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: bool = False,
                  candidates: str = "default", case_id: str | None = None, fmt: str = "json") -> int:
-    """Stream the report of a run (summary, cases, candidates of mode ``candidates``, one case with ``case_id``)
-    to ``fp`` as JSON or JSON Lines (``fmt``, :func:`rag_pipeline.evaluation.runs.reports.write_report`); returns the
-    case count. ``run_id`` is a run id or a unique prefix of one (at least 4 hex digits, as the tables print it)."""
+    """Stream the report of run ``run_id`` (id or unique prefix) to ``fp`` as JSON or JSON Lines (``fmt``,
+    :func:`rag_pipeline.evaluation.runs.reports.write_report`); returns the case count."""
     with engine.connect() as conn:
         return reports.write_report(conn, run_records.resolve_run_id(conn, run_id), fp, include_text=include_text,
                                     candidates=candidates, case_id=case_id, fmt=fmt)

@@ -49,9 +49,8 @@ def strategy_step_key(version: str) -> str:
 def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
                       strategy_versions: Sequence[str] | None = None, *, strict: bool = False,
                       one_dagster_run: bool = True) -> QueuedEvaluation:
-    """Queue one run per strategy of a stored dataset version on a knowledge base (name or id); default
-    strategies: every one the knowledge base can run. The runs share one queue id, so one Dagster run
-    (``one_dagster_run``; else one each). Raises the service's user errors, nothing written."""
+    """Queue one run per strategy (default: every one the knowledge base can run) of a stored dataset version,
+    sharing one queue id (one Dagster run, unless not ``one_dagster_run``); nothing written on any error."""
     versions = choose_strategies(engine, knowledge_base, strategy_versions)
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
@@ -76,11 +75,6 @@ def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
             queued.append(QueuedRun(run_id=str(run_id), strategy_version=version, dataset=dataset.name,
                                     dataset_id=str(dataset_id), partition_key=key, dagster_run_id=dagster_run_id))
     return QueuedEvaluation(runs=queued, label_warning=warning)
-
-
-def fail_queued(engine: sa.Engine, run_id: str, error: str) -> None:
-    """Mark a queued (or running) run failed: its Dagster run ended before it did."""
-    run_records.mark_failed(engine, run_id, error)
 
 
 def queued_runs(engine: sa.Engine, limit: int = 500) -> list[QueuedRun]:
@@ -153,9 +147,8 @@ def resume_queued_run(engine: sa.Engine, run_id: str, *, dagster_run_id: str, at
 def end_unrecorded_attempts(engine: sa.Engine, *, dagster_run_id: str, partition_key: str,
                             attempt_error: str | None = None,
                             on_wait: Callable[[BaseException], None] | None = None) -> list:
-    """For a retry of a Dagster step that creates its own run row (no queued row): wait up to
-    :data:`RETRY_WAIT_S` for the database, then end ``failed``, with why, the rows of that partition the failed
-    attempt left ``running`` (:func:`rag_pipeline.evaluation.runs.lifecycle.end_unrecorded_attempts`); their ids."""
+    """For a retry of a step that creates its own run row: wait up to :data:`RETRY_WAIT_S` for the database,
+    then end ``failed`` the rows the failed attempt left ``running``; their ids."""
     run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
     return run_records.end_unrecorded_attempts(engine, dagster_run_id=dagster_run_id, partition_key=partition_key,
                                                attempt_error=attempt_error)
