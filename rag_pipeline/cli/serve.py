@@ -102,8 +102,7 @@ def wait_for_daemon(timeout_s: float = DAEMON_START_WAIT_S, interval_s: float = 
 
 def serve(host: str, port: int, *, with_daemon: bool = False, expect_daemon: bool = False) -> int:
     """Serve the API and console on ``host:port`` until interrupted, the database migrated first; ``with_daemon``:
-    start a Dagster daemon when none runs on this DAGSTER_HOME (stopped on exit); ``expect_daemon``: one is being
-    started next to the server (``make dev``): wait for it in the background instead of warning."""
+    start a Dagster daemon if none runs; ``expect_daemon``: one is being started (``make dev``), wait for it."""
     from rag_pipeline.service.queued_runs import queue_status  # noqa: PLC0415 - FastAPI and the database for serve only
     from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
     from rag_pipeline.web.server import ServeRefused, check, run  # noqa: PLC0415

@@ -222,9 +222,8 @@ def evaluate_partition(context: dg.AssetExecutionContext | dg.OpExecutionContext
                        dataset_id: str, version: str, partition: str, *, batch_size: int, readers: int,
                        strict: bool, queued_run_id: str | None, worker: str,
                        stored: bool = False) -> dict[str, dict]:
-    """Evaluate strategy ``version`` on a stored dataset version as partition ``partition`` of this Dagster run
-    (its progress in the run's log); returns the metadata of each asset of :data:`md.RUN_ASSETS`. ``stored``: an
-    earlier attempt of the step stored run ``queued_run_id`` already; its metadata, nothing evaluated again."""
+    """Evaluate strategy ``version`` on a stored dataset version as partition ``partition``; the metadata of each
+    asset of :data:`md.RUN_ASSETS`. ``stored``: an earlier attempt stored run ``queued_run_id`` already."""
     engine = rag_db.engine(readers or None)
     if stored:
         context.log.info(f"{version}: evaluation run {queued_run_id} was stored by an earlier attempt of this step; "

@@ -101,9 +101,8 @@ def _score_and_store(engine: sa.Engine, kb, data: Dataset, records: dict[str, An
 
 def judge_answers(results: list[AnswerCaseResult], chunk_text: dict[str, str], config: JudgeConfig, *,
                   progress: Callable[[int, int], None] | None = None) -> list[AnswerCaseResult]:
-    """``results`` with :attr:`AnswerCaseResult.judge` filled for every answered case (status ok): faithfulness
-    to its cited chunks' texts, and refusal only where neither the flag nor a phrase decided (refusal source
-    ``none``); a case without an answer keeps ``judge`` None (docs/design.md §12.4, docs/judge.md)."""
+    """``results`` with :attr:`AnswerCaseResult.judge` filled for every answered case (docs/design.md §12.4,
+    docs/judge.md); a case without an answer keeps ``judge`` None."""
     answered = [i for i, r in enumerate(results) if r.status == "ok" and r.answer is not None]
     items = [JudgeItem(question=results[i].question, answer=results[i].answer or "",
                        cited_chunk_texts={c.chunk_id: chunk_text[c.chunk_id.strip().lower()]
@@ -114,9 +113,8 @@ def judge_answers(results: list[AnswerCaseResult], chunk_text: dict[str, str], c
 
 
 def read_json_upload(raw: bytes) -> dict:
-    """The body of a JSON answers upload (``{"dataset": ..., "answers": [...]}``), read strictly: not UTF-8, not
-    JSON, nested too deeply, a duplicate key anywhere (named with its place, e.g. ``answers[0].answer``) or a
-    non-finite number are :class:`AnswersRequestError` (HTTP 422); never the last of two keys silently."""
+    """The body of a JSON answers upload (``{"dataset": ..., "answers": [...]}``), read strictly: any problem
+    (not UTF-8 or JSON, a duplicate key named with its place, ...) is an :class:`AnswersRequestError` (HTTP 422)."""
     try:
         body = loads_strict(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -147,9 +145,8 @@ def list_answer_runs(engine: sa.Engine, *, dataset: str | None = None, knowledge
 
 def get_answer_run(engine: sa.Engine, run_id: str, *, verdict: str | None = None, sort: str | None = None,
                    wrong_but_confident: bool = False) -> AnswerReport:
-    """A stored run (id or unique prefix) with its cases in dataset order: only those of ``verdict``, only the
-    wrong-but-confident ones (:func:`is_wrong_but_confident`), sorted by ``sort`` (an answer metric, ascending;
-    ``-metric`` descending; cases where it is undefined last)."""
+    """A stored run (id or unique prefix) with its cases in dataset order, filtered by ``verdict`` or to the
+    wrong-but-confident ones, sorted by ``sort`` (a metric, ``-metric`` descending; undefined last)."""
     if verdict is not None and verdict not in VERDICTS:
         raise AnswersRequestError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
     metric = (sort or "").removeprefix("-")

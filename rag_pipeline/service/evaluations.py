@@ -163,9 +163,8 @@ def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int
 
 def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "default", case_id: str | None = None,
                       offset: int = 0, limit: int | None = None, include_text: bool = False) -> RunDetail:
-    """docs/design.md §6.3 detail of a run (id or unique prefix): a page of its cases with their candidates as
-    ``candidates`` selects (:data:`reports.CANDIDATE_MODES`), ``case_id`` for one case (:class:`CaseNotFoundError`
-    if the run has none); ``include_text`` adds each candidate's chunk text, looked up live (never stored)."""
+    """docs/design.md §6.3 detail of a run (id or unique prefix): a page of its cases, or ``case_id`` only, with
+    their candidates as ``candidates`` selects; ``include_text`` adds each chunk text, looked up live."""
     with engine.connect() as conn:
         run_uuid = run_records.resolve_run_id(conn, run_id)
         summary = summary_of(run_records.get_run(conn, run_uuid))

@@ -52,9 +52,8 @@ def _retrieval_run(engine: sa.Engine, run: AnswerRun):
 
 
 def answer_history(engine: sa.Engine, dataset: str, knowledge_base: str) -> list[HistoryPoint]:
-    """Every stored answer run of ``dataset`` on ``knowledge_base`` as a chart point: ``strategy_version`` is the
-    answerer (``NAME@VERSION``), ``finished_at`` the run's creation, ``metrics`` each answer metric's mean (only
-    the defined ones) and the :data:`RUN_FIGURES`; ``is_current`` marks each answerer's newest run."""
+    """Every stored answer run of ``dataset`` on ``knowledge_base`` as a chart point, one line per answerer
+    (``NAME@VERSION``); ``is_current`` marks each answerer's newest run."""
     runs = list_answer_runs(engine, dataset=dataset, knowledge_base=knowledge_base, limit=MAX_HISTORY_RUNS).runs
     seen: set[str] = set()
     points = []
