@@ -1,6 +1,21 @@
-"""``fix-labels``: apply the label fixes ``check-dataset`` proposes where they are unambiguous (a document's only
-chunk, a span re-mapped onto one chunk covering >= 50 %), list the rest (docs/labelling.md). The output is a
-complete dataset with every change in ``metadata.label_fixes``.
+"""``fix-labels``: apply the label fixes ``check-dataset`` proposes where they are unambiguous, list the rest.
+
+Every judged id of every case (grade-0 judgments included) is classified by
+:func:`rag_pipeline.evaluation.datasets.label_check.check_labels` against the target knowledge base, then:
+
+- ``ok`` → kept;
+- ``is_document_id`` → replaced by that document's chunk when the document (of that name, in the target knowledge
+  base) has exactly one searchable chunk; else listed with its chunks;
+- ``chunk_replaced``, ``other_knowledge_base`` and ``unknown_id`` → re-mapped by document span
+  (:mod:`rag_pipeline.knowledge_base.span_remap`): automatic only when exactly one current chunk covers >= 50 % of
+  the old chunk's span, else listed with the candidates and their overlap fractions;
+- any other status (a deleted/unpublished/not ready document, a knowledge base id) → listed with the check's fix.
+
+A label that is not fixed stays as it was, so the output is a complete dataset a person finishes by hand. Every
+change (case, old id, new ids, reason, overlap) and every listed label are in the result and in the output file's
+``metadata.label_fixes``, with the source dataset's name, version and knowledge base: whoever compares runs across
+chunkings can see that labels were re-mapped. A re-mapped label keeps its grade; two labels landing on one chunk
+keep the higher grade.
 """
 
 from __future__ import annotations
