@@ -1,8 +1,6 @@
 """``make run`` / ``rag-pipeline demo`` — the main job end to end, through real Dagster runs on the configured instance.
 
-Knowledge base ``demo``, every shipped strategy in one ``evaluate_strategies`` run, ``strategy_comparison``, the
-answer assets of ``demo|extractive-v1``, then a report per strategy in ``reports/`` and a plain summary
-(:func:`demo_summary`). Run as ``python -m rag_pipeline.defs.demo`` (the CLI starts it in a child process).
+Run as ``python -m rag_pipeline.defs.demo`` (the CLI starts it in a child process); summary: :func:`demo_summary`.
 """
 
 import argparse

@@ -1,8 +1,5 @@
-"""Asset group ``retrieval_evaluation``: dataset → candidates → case metrics → run summary, per dataset × strategy.
-
-A thin layer over :mod:`rag_pipeline.service`. The three run assets are one step, :func:`evaluation_run`, because
-they are one database transaction; only transient database errors are retried (:data:`RETRY_POLICY`,
-docs/failure-behaviour.md, "Retries").
+"""Asset group ``retrieval_evaluation``: dataset → candidates → case metrics → run summary, per dataset × strategy;
+the three run assets are one step (one transaction), retried on transient database errors only.
 """
 
 import contextlib

@@ -1,6 +1,5 @@
-"""The sensors (docs/evaluating.md, "Sensors"; docs/failure-behaviour.md): ``new_dataset_sensor``,
-``comparison_after_evaluation``, ``runs_outside_dagster``, ``reevaluate_stale_runs`` and ``queued_evaluations``.
-Run keys name the dataset version (docs/design.md §2), never the file hash.
+"""The sensors (docs/evaluating.md, "Sensors"; docs/failure-behaviour.md); run keys name the dataset version
+(docs/design.md §2), never the file hash.
 """
 
 import hashlib

@@ -1,7 +1,5 @@
-"""Queued evaluations (docs/http-api.md, "Evaluations are asynchronous"; docs/failure-behaviour.md): the run rows the
-HTTP API and the console create, all validated first and inserted in one transaction, that Dagster's
-``queued_evaluations`` sensor turns into one ``evaluate_strategies`` run; :func:`end_gone_runs` fails the runs
-whose process ended without recording the outcome.
+"""Queued evaluations (docs/http-api.md, "Evaluations are asynchronous"): run rows the HTTP API and the console create,
+that Dagster's ``queued_evaluations`` sensor turns into one ``evaluate_strategies`` run each click.
 """
 
 from __future__ import annotations

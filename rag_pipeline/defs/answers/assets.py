@@ -1,7 +1,5 @@
-"""Asset group ``answer_evaluation`` (docs/design.md §7.3): ``answers`` → ``answer_metrics`` per dataset × answerer,
-with the ``answer_coverage`` check, and ``answer_run_summary`` per dataset; a thin layer over
-:mod:`rag_pipeline.service.answer_assets`. The config holds no secret: a header is ``{env: VARIABLE}``, and an
-``endpoint_url`` with ``user:password@`` is refused when the step starts (docs/answers-collection.md).
+"""Asset group ``answer_evaluation`` (docs/design.md §7.3) over :mod:`rag_pipeline.service.answer_assets`; its config
+holds no secret: a header is ``{env: VARIABLE}`` (docs/answers-collection.md).
 """
 
 import warnings

@@ -1,6 +1,5 @@
-"""The label draft (docs/labelling.md): pooled candidates of several strategies per question, judged by a person,
-then a dataset. :func:`pool` makes the pools, :func:`suggest` / :func:`create_console_draft` write a draft,
-:func:`export_draft` / :func:`store_draft` turn a judged one into a dataset file / version after the label check.
+"""The label draft (docs/labelling.md): pooled candidates of several strategies per question (:func:`pool`), judged
+by a person, then a dataset file or version (:func:`export_draft`, :func:`store_draft`) after the label check.
 """
 
 from __future__ import annotations
