@@ -93,7 +93,7 @@ def test_a_bug_exits_70_and_a_user_error_2(monkeypatch, capsys, tmp_path):
     def broken(*_args, **_kwargs):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(evaluations, "list_runs", broken)
+    monkeypatch.setattr(evaluations, "run_page", broken)
     assert main(["runs"]) == 70
     err = capsys.readouterr().err
     assert err.startswith("rag-pipeline: error: unexpected ZeroDivisionError: division by zero") and "RAG_DEBUG" in err

@@ -1,10 +1,4 @@
-"""``rag-pipeline check-dataset``: why everything is 0.
-
-``check-dataset --dataset FILE [--knowledge-base NAME] [--format text|json]`` classifies every relevant id
-(:mod:`rag_pipeline.evaluation.datasets.label_check`); ``--format json`` prints a list of ``{"case_id", "chunk_id",
-"status", "detail"}``. A file whose only problems are non-UUID ids is still checked (status ``not_a_uuid``).
-Exit 0: every label is valid; 1: some labels are invalid; 2: user error (unreadable dataset, unknown KB).
-"""
+"""``rag-pipeline check-dataset``: why everything is 0 (:mod:`rag_pipeline.evaluation.datasets.label_check`)."""
 
 from __future__ import annotations
 

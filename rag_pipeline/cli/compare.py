@@ -1,10 +1,4 @@
-"""``rag-pipeline compare``: which strategy is better.
-
-``compare --dataset NAME_OR_FILE [--baseline V] [--margin X] [--alpha A] [--format text|json]`` compares the
-current runs of every strategy on the dataset (:mod:`rag_pipeline.analysis.comparison`). Exit 0: the regression
-gate passed; 1: some strategy is significantly worse than the baseline on nDCG@k by more than the margin
-(use it in CI); 2: user error (nothing evaluated, unknown baseline).
-"""
+"""``rag-pipeline compare``: which strategy is better; exit 1 when the regression gate fails (use it in CI)."""
 
 from __future__ import annotations
 

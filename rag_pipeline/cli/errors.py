@@ -1,10 +1,5 @@
-"""How every ``rag-pipeline`` command reports failure: one line on stderr, never a traceback.
-
-Exit codes (one meaning each, listed in docs/failure-behaviour.md, "Exit codes"): the error's kind
-(:mod:`rag_pipeline.contracts.errors`) gives 2, 3 or 70; 73 an output file not written (a full disk), after a
-run was stored: ``stored as run <id>; report not written: <PATH>: <reason>`` (:class:`ReportNotWrittenError`);
-130/143 interrupted/terminated (:class:`Terminated`).
-A closed stdout (``rag-pipeline show RUN | head -1``) ends the command quietly with 0.
+"""How every ``rag-pipeline`` command reports failure: one line on stderr, never a traceback, and an exit code
+(docs/failure-behaviour.md, "Exit codes").
 """
 
 from __future__ import annotations
@@ -39,8 +34,7 @@ EXIT_CODES_HELP = ("exit codes: 0 success; 1 a check found a problem (regression
 
 class ReportNotWrittenError(RagError):
     """Runs were stored but their report files could not be written (exit 73): one line per report,
-    ``stored as run <id>; report not written: <PATH>: <reason>`` (each a
-    :class:`~rag_pipeline.storage.files.FileWriteError`, whose message is ``<PATH>: <reason>``)."""
+    ``stored as run <id>; report not written: <PATH>: <reason>``."""
 
     exit_code = EXIT_OUTPUT_NOT_WRITTEN
 

@@ -1,10 +1,5 @@
 """``rag-pipeline evaluate | runs | show``: offline runs and their history (docs/design.md §7.2, the exit codes
-included), the service the Dagster assets use without a daemon. Reports are built from the database, so
-``evaluate --output`` and ``show`` print the same JSON (docs/design.md §6.3). Every ``--output`` is written whole
-or not at all (:func:`~rag_pipeline.storage.files.atomic_output`); a stored run whose report cannot be written
-(a full disk) is ``stored as run <id>; report not written: <PATH>: <reason>``, exit 73. Every run starts with the label
-check (docs/design.md §8): no valid label → refused (exit 2); ``--strict`` and any invalid label → exit 1;
-otherwise the first output line says how many labels are invalid and why.
+included; the reports: docs/design.md §6.3; the label check: docs/design.md §8).
 """
 
 from __future__ import annotations
@@ -26,6 +21,7 @@ from rag_pipeline.service.case_diagnosis import case_diagnosis
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.files import FileWriteError, atomic_output, check_writable, write_atomic
 from rag_pipeline.storage.names import printable
+from rag_pipeline.storage.snapshot_readers import reader_count
 
 DEFAULT_STRATEGY = service.DEFAULT_STRATEGY
 
@@ -33,7 +29,7 @@ DEFAULT_STRATEGY = service.DEFAULT_STRATEGY
 @guarded()
 def cmd_evaluate(args: argparse.Namespace) -> int:
     versions = list(dict.fromkeys(args.strategies or [DEFAULT_STRATEGY]))
-    plan = service.plan_evaluation(lambda: service.sized_engine(args.readers), args.dataset, versions,
+    plan = service.plan_evaluation(lambda: get_engine(readers=reader_count(args.readers)), args.dataset, versions,
                                    knowledge_base=args.knowledge_base or args.knowledge_base_id)  # nothing written
     dataset = plan.dataset.dataset
     if args.case is not None and args.case not in {c.case_id for c in dataset.cases}:
@@ -41,7 +37,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     paths = _output_paths(args.output, versions)
     for path in paths:  # before the run: a run stored as current must not end in "cannot write the report"
         check_writable(path)
-    engine = service.sized_engine(args.readers)  # a pool sized for --readers
+    engine = get_engine(readers=reader_count(args.readers))  # a pool sized for --readers
     outcomes = service.evaluate(engine, plan, batch_size=args.batch_size, readers=args.readers, strict=args.strict,
                                 progress=case_progress(args.quiet), on_labels=_print_label_headline)
     summaries = service.run_summaries(engine, [o.run_id for o in outcomes])
@@ -84,9 +80,9 @@ def _output_paths(output: str | None, versions: list[str]) -> list[Path | None]:
 
 @guarded()
 def cmd_runs(args: argparse.Namespace) -> int:
-    summaries = [s.model_dump() for s in service.list_runs(
+    summaries = [s.model_dump() for s in service.run_page(
         get_engine(), knowledge_base=args.knowledge_base, dataset=args.dataset, strategy=args.strategy,
-        current_only=args.current, limit=args.limit)]
+        current_only=args.current, limit=args.limit)[1]]
     if args.format == "json":
         print(json.dumps(summaries, ensure_ascii=False, indent=2))
     else:

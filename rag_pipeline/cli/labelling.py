@@ -1,13 +1,5 @@
-"""``rag-pipeline chunks | suggest | label | fix-labels``: build a dataset without writing SQL, keep it valid.
-
-- ``chunks --knowledge-base KB [--search TEXT] [--document NAME] [--limit N] [--format table|json]``: chunk ids to
-  label (document, ordinal, character span, snippet); a search finds the literal text, then keyword + vector hits.
-- ``suggest --knowledge-base KB --questions FILE [--strategy S ...] [--depth 10] --output DRAFT``: pooled
-  candidates of several strategies per question, written as a label draft.
-- ``label DRAFT [--output DATASET]``: judge the draft in the terminal (resumable); ``label DRAFT --export DATASET``
-  writes the dataset without a terminal. The dataset is validated and its labels checked before it is written.
-- ``fix-labels --dataset F --knowledge-base KB --output G``: re-map labels after a re-chunking; exit 1 when some
-  labels are left for a person (listed), 0 when every label is valid.
+"""``rag-pipeline chunks | suggest | label | fix-labels``: build a dataset without writing SQL, keep it valid
+(docs/labelling.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""``rag-pipeline``: measure RAG retrieval quality on PostgreSQL + pgvector (no Dagster daemon needed).
-
-Every command honours the ``RAG_*`` settings (:mod:`rag_pipeline.settings`) and is wrapped by
-:func:`rag_pipeline.cli.errors.guarded`. SIGTERM (what an orchestrator sends to cancel) is handled like Ctrl-C.
+"""``rag-pipeline``: measure RAG retrieval quality on PostgreSQL + pgvector (no Dagster daemon needed). Every command
+is wrapped by :func:`rag_pipeline.cli.errors.guarded`; SIGTERM is handled like Ctrl-C.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""``rag-pipeline serve``: the HTTP API and admin console (access rules: :mod:`rag_pipeline.web.security`), with the
-database migrated first and, with ``--with-daemon``, a ``dagster-daemon`` next to it: its ``queued_evaluations``
-sensor runs the evaluations the API queues. Started without the project's ``.env`` values or the Dagster
-variables, the server re-executes itself with them (its ``os.environ`` is never changed).
+"""``rag-pipeline serve``: the HTTP API and admin console, with the database migrated first and, with
+``--with-daemon``, a ``dagster-daemon`` next to it; it re-executes itself with the ``.env`` and Dagster variables.
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ DAEMON_START_WAIT_S = 180.0
 
 
 def dagster_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A copy of ``environ`` (default: this process's) completed with ``DAGSTER_HOME`` (else the project folder
-    when it holds ``dagster.yaml``) and ``RAG_DAGSTER_PG_URL`` (else the database settings'); raises ``ValueError``
-    when there is no Dagster instance to use."""
+    """A copy of ``environ`` (default: this process's) completed with ``DAGSTER_HOME`` and ``RAG_DAGSTER_PG_URL``;
+    ``ValueError`` when there is no Dagster instance to use."""
     from rag_pipeline.storage import embedded_server  # noqa: PLC0415 - the CLI stays light
     from rag_pipeline.storage.engine import dagster_database_url  # noqa: PLC0415
 
@@ -88,8 +85,7 @@ def local_daemon(dagster_home: str | os.PathLike) -> int | None:
 
 def wait_for_daemon(timeout_s: float = DAEMON_START_WAIT_S, interval_s: float = 3.0) -> bool:
     """Wait until a Dagster daemon picks queued runs up (say so on stderr) or ``timeout_s`` passed (then warn, with
-    the fix); returns whether one does. What ``make dev`` needs: its ``dagster dev`` starts the daemon while the
-    server starts, so "no daemon is running" at start-up would be a false alarm."""
+    the fix); returns whether one does (``make dev`` starts its daemon while the server starts)."""
     from rag_pipeline.service.queued_runs import queue_status  # noqa: PLC0415
     from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
 
@@ -106,8 +102,7 @@ def wait_for_daemon(timeout_s: float = DAEMON_START_WAIT_S, interval_s: float = 
 
 def serve(host: str, port: int, *, with_daemon: bool = False, expect_daemon: bool = False) -> int:
     """Serve the API and console on ``host:port`` until interrupted, the database migrated first; ``with_daemon``:
-    start a Dagster daemon when none runs on this DAGSTER_HOME (stopped on exit); ``expect_daemon``: one is being
-    started next to the server (``make dev``): wait for it in the background instead of warning."""
+    start a Dagster daemon if none runs; ``expect_daemon``: one is being started (``make dev``), wait for it."""
     from rag_pipeline.service.queued_runs import queue_status  # noqa: PLC0415 - FastAPI and the database for serve only
     from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
     from rag_pipeline.web.server import ServeRefused, check, run  # noqa: PLC0415

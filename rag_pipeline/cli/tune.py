@@ -1,8 +1,6 @@
-"""``rag-pipeline tune``: tune the fusion (or, with ``--train-dataset`` or a pool strategy with completion /
-rerank stages, every stage) of a stored run's candidate pools, offline, with cross-validation; prints a
-ready-to-add strategy (``--write-strategy FILE`` appends it to a registry file). Options, the estimate's meaning
-and the exit codes: docs/evaluating.md, "Offline CLI". The computation is :mod:`rag_pipeline.service.analysis`, shared
-with the Dagster asset ``fusion_sweep``; this module only parses and renders."""
+"""``rag-pipeline tune``: tune a stored run's candidate pools offline, with cross-validation (docs/evaluating.md,
+"Offline CLI"); the computation is :mod:`rag_pipeline.service.analysis`, this module parses and renders.
+"""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""Asset checks: label integrity of ``evaluation_dataset`` and the regression gate of ``strategy_comparison``.
-
-``label_integrity`` (blocking) classifies every relevant id of the stored dataset version
-(:mod:`rag_pipeline.evaluation.datasets.label_check`) and applies the service's one rule
-(:func:`rag_pipeline.service.evaluations.label_rule`, docs/design.md §8): **ERROR** — the evaluation of the
-partition does not run — exactly when the CLI and the API would refuse the dataset (no label is a searchable
-chunk); **WARN** when some labels are invalid (cases without a valid label included: they run, scoring 0, as
-they do from the CLI and the API); passed otherwise. The metadata lists each invalid label with what to do.
-
-``regression_gate`` is declared here (:data:`REGRESSION_GATE_SPEC`) and evaluated by the
-``strategy_comparison`` asset itself (:func:`regression_gate_result`), with the asset's config
-(baseline, margin, alpha), so both always agree.
+"""Asset checks: ``label_integrity`` of ``evaluation_dataset`` (the service's label rule, docs/design.md §8) and
+``regression_gate`` of ``strategy_comparison``, evaluated by that asset itself with its config.
 """
 
 import warnings

@@ -1,13 +1,5 @@
-"""Asset ``strategy_comparison`` (group ``retrieval_evaluation``), one partition per dataset.
-
-Reads, from the database, the current succeeded run of every strategy on the partition's dataset (so it
-depends on every strategy partition of ``evaluation_run_summary`` for that dataset) and compares them
-with the baseline: metric table with deltas, paired permutation p, bootstrap 95 % CI, Holm correction,
-win/tie/loss, the cases that moved most with their top chunks before/after, and a bar chart. It also
-evaluates the ``regression_gate`` asset check (:mod:`rag_pipeline.defs.checks`) with the same config, and
-records the runs it compared, which retention (``runs prune``) then keeps.
-
-Job ``compare_strategies`` materialises it for one dataset partition.
+"""Asset ``strategy_comparison`` (group ``retrieval_evaluation``), one partition per dataset: the current run of every
+strategy against the baseline, and the ``regression_gate`` check; job ``compare_strategies``.
 """
 
 import dagster as dg

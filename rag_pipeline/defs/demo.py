@@ -1,20 +1,6 @@
 """``make run`` / ``rag-pipeline demo`` — the main job end to end, through real Dagster runs on the configured instance.
 
-1. materialise partition ``demo`` of ``knowledge_base`` for the demo corpus (``demo/kb``, USE + MiniLM
-   embeddings); its data version is the knowledge base's content version;
-2. register the ``demo`` dataset partition and evaluate every shipped strategy in one run of the job
-   ``evaluate_strategies`` (a step per strategy, each recording the materialisations of its partition
-   ``demo|<strategy>``: the code and each embedding model load once);
-3. materialise ``strategy_comparison`` for the dataset (paired significance vs ``hybrid-v1``);
-4. materialise the answer assets for ``demo|extractive-v1`` (the shipped baseline answerer answers every case,
-   its answers are scored and stored) and ``answer_run_summary`` for the dataset;
-5. write one JSON report per strategy to ``reports/`` and print a plain summary (:func:`demo_summary`): the
-   comparison table, the answer figures (:func:`answer_figures`), the gate and what it means here, the report
-   paths and the next commands to try.
-
-Runs are recorded in the Dagster instance of ``DAGSTER_HOME`` (the repo root, with ``dagster.yaml`` on the
-embedded Postgres), so they show up afterwards in ``make dev``. Run as ``python -m rag_pipeline.defs.demo``
-(``rag-pipeline demo`` starts it in a child process, so the CLI itself never imports Dagster).
+Run as ``python -m rag_pipeline.defs.demo`` (the CLI starts it in a child process); summary: :func:`demo_summary`.
 """
 
 import argparse
@@ -152,9 +138,8 @@ def answer_figures(run: AnswerRun) -> str:
 
 def demo_summary(comp: StrategyComparison, report_paths: list[Path], *, dataset: str = "demo",
                  cli: str = ".venv/bin/rag-pipeline", answers: AnswerRun | None = None) -> str:
-    """The plain-text end of ``make run``: the comparison table, the answer figures of ``answers`` (when given),
-    the gate and what it means for the demo, the report files, and the next commands to try (with a real run id
-    prefix)."""
+    """The plain-text end of ``make run``: the comparison table, the answer figures, the gate and what it means,
+    the report files, and the next commands to try."""
     lines = [render_plain(comp, details=False), ""]
     if answers is not None:
         lines += [answer_figures(answers), ""]

@@ -1,15 +1,5 @@
-"""Asset group ``retrieval_evaluation``: dataset → candidates → case metrics → run summary, per dataset × strategy.
-
-A thin layer over :mod:`rag_pipeline.service` (the same operations as ``rag-pipeline evaluate``).
-``evaluation_dataset`` validates and stores the dataset version. The other three assets are produced by
-one step, :func:`evaluation_run`, because they are one database transaction: a run's candidates, case
-results and summary are committed together or not at all (a failed step leaves a ``failed`` run row and
-no result rows). Re-materialising a partition creates a new run; earlier runs stay as history.
-
-User errors (bad dataset, unknown knowledge base, strategy conflicts) and bugs fail at once with the
-message in the UI; only transient database errors (connection refused or dropped, serialization
-failures) are retried by :data:`RETRY_POLICY`. A retry of a queued run's step (HTTP API, console) waits for the
-database, then evaluates the row :func:`this_attempts_run` gives it (docs/failure-behaviour.md, "Retries").
+"""Asset group ``retrieval_evaluation``: dataset → candidates → case metrics → run summary, per dataset × strategy;
+the three run assets are one step (one transaction), retried on transient database errors only.
 """
 
 import contextlib
@@ -27,6 +17,7 @@ from rag_pipeline.defs.lineage import DATASET_KB, observe_dataset
 from rag_pipeline.defs.partitions import evaluation_partitions, split_key, the_dataset_of_the_partition
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.workers.identity import WORKER_TAG, worker_name
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.service import datasets, evaluations, queued_runs
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.engine import TRANSIENT_ERRORS
@@ -165,12 +156,8 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
 
 def this_attempts_run(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
                       queued_run_id: str | None, partition: str) -> tuple[str | None, bool]:
-    """The queued run row this attempt of the step carries out, and whether an earlier attempt already stored it.
-    The first attempt: ``queued_run_id`` itself. A retry (docs/failure-behaviour.md, "Retries") waits for the
-    database, then takes the row :func:`rag_pipeline.service.queued_runs.resume_queued_run` gives it: the same row
-    when the failed attempt never started it, else a new row (the failed attempt's row ends ``failed`` with why,
-    naming it). A retry without a queued row (it creates its own) ends ``failed`` the row of ``partition`` the
-    failed attempt left ``running``."""
+    """The queued run row this attempt of the step carries out (docs/failure-behaviour.md, "Retries"), and
+    whether an earlier attempt already stored it."""
     if context.retry_number == 0:
         return queued_run_id, False
 
@@ -224,7 +211,7 @@ def name_the_worker(context: dg.AssetExecutionContext | dg.OpExecutionContext, r
     context.log.info(f"executed by {worker}")
     if queued_run_id:
         with fail_fast_unless_transient():
-            evaluations.record_worker(rag_db.engine(), queued_run_id, worker)
+            run_records.set_worker(rag_db.engine(), queued_run_id, worker)
     return worker
 
 
@@ -232,9 +219,8 @@ def evaluate_partition(context: dg.AssetExecutionContext | dg.OpExecutionContext
                        dataset_id: str, version: str, partition: str, *, batch_size: int, readers: int,
                        strict: bool, queued_run_id: str | None, worker: str,
                        stored: bool = False) -> dict[str, dict]:
-    """Evaluate strategy ``version`` on a stored dataset version as partition ``partition`` of this Dagster run
-    (its progress in the run's log); returns the metadata of each asset of :data:`md.RUN_ASSETS`. ``stored``: an
-    earlier attempt of the step stored run ``queued_run_id`` already; its metadata, nothing evaluated again."""
+    """Evaluate strategy ``version`` on a stored dataset version as partition ``partition``; the metadata of each
+    asset of :data:`md.RUN_ASSETS`. ``stored``: an earlier attempt stored run ``queued_run_id`` already."""
     engine = rag_db.engine(readers or None)
     if stored:
         context.log.info(f"{version}: evaluation run {queued_run_id} was stored by an earlier attempt of this step; "
@@ -257,7 +243,7 @@ def evaluate_partition(context: dg.AssetExecutionContext | dg.OpExecutionContext
             logger=context.log, queued_run_id=queued_run_id)
     context.log.info(f"{version}: " + " ".join(f"{m}={outcome.averages[m]:.4f}" for m in HEADLINE_METRICS))
     try:  # a run row this step created names its worker now
-        evaluations.record_worker(engine, outcome.run_id, worker)
+        run_records.set_worker(engine, outcome.run_id, worker)
     except sa.exc.SQLAlchemyError as exc:
         context.log.warning(f"run {outcome.run_id} is stored, but its worker could not be recorded: {exc}")
     try:  # the run is committed: a failure here must not fail (and re-run) the step

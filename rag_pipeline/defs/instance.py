@@ -1,9 +1,5 @@
-"""Dagster instance preparation: the ``rag_db`` concurrency pool that every database-touching asset uses, and the
-``rag_answers`` pool of the ``answers`` asset (it calls the user's RAG endpoint: at most the pool's limit of
-partitions collect at once, each with its own ``concurrency`` of requests).
-
-``python -m rag_pipeline.defs.instance`` (run by ``rag-pipeline db start``) creates the pools' limit rows in the
-instance of ``DAGSTER_HOME`` once, before concurrent runs race to create them.
+"""Dagster instance preparation: the ``rag_db`` and ``rag_answers`` concurrency pools.
+``python -m rag_pipeline.defs.instance`` (run by ``rag-pipeline db start``) creates their limit rows once.
 """
 
 import dagster as dg

@@ -1,11 +1,5 @@
-"""Jobs: ``evaluate_retrieval`` materialises the ``retrieval_evaluation`` group for one ``<dataset>|<strategy>``
-partition; ``evaluate_strategies`` evaluates several strategies of one stored dataset version in one Dagster run
-(one step per strategy, one process: the code and the embedding models load once) and records the materialisations
-of each ``<dataset>|<strategy>`` partition (what the HTTP API and the console submit, docs/http-api.md);
-``prune_evaluation_runs`` removes old runs like ``rag-pipeline runs prune`` (:mod:`rag_pipeline.service.retention`),
-scheduled by ``nightly_prune`` (off by default); ``evaluate_answers``
-materialises ``answers`` and ``answer_metrics`` for one ``<dataset>|<answerer>`` partition and ``summarise_answers``
-the dataset's ``answer_run_summary``.
+"""Jobs: ``evaluate_retrieval``, ``evaluate_strategies`` (what the HTTP API and the console submit),
+``prune_evaluation_runs`` (scheduled by ``nightly_prune``), ``evaluate_answers`` and ``summarise_answers``.
 """
 
 import dagster as dg

@@ -1,7 +1,5 @@
-"""Asset group ``knowledge_base``: ingest a folder of documents into a knowledge base (the CLI's operation).
-
-Partitioned by knowledge-base name (partition ``demo`` is knowledge base ``demo``); each materialisation's data
-version is the knowledge base's content version (docs/evaluating.md, "Lineage").
+"""Asset group ``knowledge_base``: ingest a folder of documents into a knowledge base, partitioned by its name; the
+data version is its content version (docs/evaluating.md, "Lineage").
 """
 
 

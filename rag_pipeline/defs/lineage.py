@@ -1,10 +1,5 @@
-"""Lineage from a knowledge base to the evaluations that measured it, with versions (docs/evaluating.md, "Lineage").
-
-``knowledge_base`` is partitioned by knowledge-base name, its data version the content version. The observed
-asset ``dataset_knowledge_base`` (partition = dataset, data version = the version of the knowledge base the
-dataset names) is the bridge: no built-in partition mapping maps ``demo|hybrid-v1`` to ``demo``, and the
-evaluation assets depend on it through the dataset dimension, so they show as out of date after a change.
-:func:`knowledge_base_versions` reports the changes made outside Dagster.
+"""Lineage from a knowledge base to the evaluations that measured it, with versions (docs/evaluating.md, "Lineage"):
+``knowledge_base`` and the observed bridge asset ``dataset_knowledge_base``.
 """
 
 import json

@@ -1,9 +1,5 @@
-"""Partitions of the evaluation and answer assets. Evaluation: dataset (dynamic, one key per
-``datasets/<key>.json``) × strategy version (the registry's, when the code location loads), keys
-``"<dataset>|<strategy>"`` (e.g. ``demo|hybrid-v1``).
-
-The dataset-level assets depend on every strategy partition of their dataset, and the evaluation assets on their
-dataset's ``dataset_knowledge_base`` partition, through :data:`every_strategy_of_the_dataset`.
+"""Partitions of the evaluation and answer assets: dataset (dynamic) × strategy version, keys
+``"<dataset>|<strategy>"`` (e.g. ``demo|hybrid-v1``), and dataset × answerer.
 """
 
 import warnings

@@ -1,10 +1,5 @@
 """One line instead of a traceback when Dagster's storage is not set up (``rag-pipeline db start`` not run yet,
-or the database is down).
-
-Dagster loads the instance (``dagster.yaml``) before it imports :mod:`rag_pipeline.definitions`, so the check
-lives in the storage class: ``dagster.yaml``'s storage is ``custom``, :class:`RagPostgresStorage`, whose
-``config_type()`` Dagster calls before it resolves ``postgres_url`` and connects. Under the ``dagster`` commands a
-failed check prints one line and exits 2; elsewhere it raises :class:`DagsterStorageNotConfigured`.
+or the database is down): ``dagster.yaml``'s storage is :class:`RagPostgresStorage`, which checks first.
 """
 
 from __future__ import annotations

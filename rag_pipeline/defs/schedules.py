@@ -1,7 +1,4 @@
-"""``nightly_reevaluation`` (03:00 UTC): every dataset partition whose file still exists × every strategy, so
-regressions under changing knowledge bases show in the history; ``nightly_prune`` (04:00 UTC): the job
-``prune_evaluation_runs`` with its default config. Both **STOPPED** by default: opt-in.
-"""
+"""``nightly_reevaluation`` (03:00 UTC) and ``nightly_prune`` (04:00 UTC), both **STOPPED** by default: opt-in."""
 
 import dagster as dg
 

@@ -1,17 +1,5 @@
-"""``new_dataset_sensor``: a new or changed ``datasets/*.json`` that opts in (``"metadata": {"auto_evaluate":
-true}``) → dataset partition + runs of the strategies that make sense for it
-(:func:`rag_pipeline.service.datasets.plan_dataset_runs`; an invalid file adds and launches nothing, its problems are
-the skip reason; a file that does not opt in, e.g. one ``rag-pipeline label --output`` wrote, gets neither);
-``comparison_after_evaluation``: a succeeded evaluation → the dataset's comparison; ``runs_outside_dagster``:
-CLI/API runs → runless materializations (a partition only for a dataset whose file is in ``datasets/``);
-``reevaluate_stale_runs`` (opt-in): a current run that measured an older knowledge-base version → a new run of its
-partition; ``queued_evaluations``: the queued runs of a click (HTTP API, console) → one ``evaluate_strategies`` run,
-and runs whose Dagster run ended before they did → failed with Dagster's reason. docs/evaluating.md, "Sensors";
-docs/failure-behaviour.md.
-
-The dataset cursor maps each file stem to ``{mtime_ns, size, sha256}`` of the file: an untouched file costs one
-``stat``, a touched one is hashed, and only a new file hash is planned. Logs and run keys name the dataset version
-(the hash of its canonical cases, docs/design.md §2), never the file hash: run keys ``<file>:<version>:<strategy>``.
+"""The sensors (docs/evaluating.md, "Sensors"; docs/failure-behaviour.md); run keys name the dataset version
+(docs/design.md §2), never the file hash.
 """
 
 import hashlib
@@ -26,6 +14,7 @@ from rag_pipeline.defs.jobs import QUEUE_TAG, evaluate_retrieval_job, evaluate_s
 from rag_pipeline.defs.partitions import DATASETS, dataset_partitions, partition_key, strategy_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation.datasets.load import MAX_FILE_BYTES, valid_dataset_key
+from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.service import analysis, datasets, lineage, queued_runs
 from rag_pipeline.service import runs_outside_dagster as run_feed
 from rag_pipeline.settings import datasets_dir
@@ -48,10 +37,8 @@ def read_dataset_file(path) -> tuple[bytes, str]:
 
 
 def opts_in(raw: bytes) -> bool | str:
-    """Whether a dataset file asks to be evaluated automatically: ``metadata.auto_evaluate`` is true in its object
-    form. A bare array or an object without the flag: False (not validated: the sensor leaves it alone). A file
-    that is not JSON: True (it may be a broken opted-in file; its validation says what is wrong). A flag that is
-    not a boolean: the problem, as text."""
+    """Whether a dataset file asks to be evaluated automatically (``metadata.auto_evaluate`` true): a file that
+    is not JSON is True (its validation says what is wrong), a flag that is not a boolean the problem as text."""
     try:
         data = json.loads(raw.decode("utf-8-sig"))
     except ValueError:
@@ -295,7 +282,7 @@ def queued_evaluations(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
                 queued_runs.claim(engine, queue_id, record.run_id)
             for run in runs if record.status.name in _ENDED else ():
                 what = how_it_ended(instance, record, "before the evaluation started", run.strategy_version)
-                queued_runs.fail_queued(engine, run.run_id, f"its Dagster run {record.run_id} {what}")
+                run_records.mark_failed(engine, run.run_id, f"its Dagster run {record.run_id} {what}")
                 failed += 1
 
         def ended(dagster_run_ids) -> dict[str, str]:

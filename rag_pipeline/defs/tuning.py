@@ -1,10 +1,5 @@
 """Asset ``fusion_sweep`` (group ``strategy_analysis``), one partition per dataset, and job ``tune_fusion``: the
-fusion re-tuned offline from the pool strategy's stored candidate pools, with k-fold cross-validation over cases
-(:func:`rag_pipeline.service.analysis.fusion_sweep`, the computation of ``rag-pipeline tune``).
-
-Like ``strategy_comparison`` it depends on every strategy partition of ``evaluation_run_summary`` for its
-dataset and is not part of the ``evaluate_retrieval`` job. It writes nothing: adding the recommended
-strategy to the registry is the user's decision (paste the YAML, or ``rag-pipeline tune --write-strategy``).
+computation of ``rag-pipeline tune`` (:func:`rag_pipeline.service.analysis.fusion_sweep`); it writes nothing.
 """
 
 import dagster as dg

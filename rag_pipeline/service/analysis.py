@@ -42,11 +42,8 @@ __all__ = ["DEFAULT_BASELINE", "DEFAULT_FOLDS", "DEFAULT_METRIC", "DEFAULT_POOL_
 def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = None,
             dataset_version: str | None = None, baseline: str = DEFAULT_BASELINE, margin: float = 0.0,
             alpha: float = 0.05, n_resamples: int = 10000, named: bool = False) -> StrategyComparison:
-    """Compare every strategy's run on one version of ``dataset`` (a name = partition key, or a dataset file;
-    ``named=True``: only ever a stored dataset's name, never read as a path — for remote callers) with
-    ``baseline``: paired permutation test, bootstrap CI, Holm, win/tie/loss, movers, the regression gate. The
-    latest version unless ``dataset_version`` (hash or prefix) is given; strategies without a run on it are
-    listed as ``stale`` (left out, never mixed in)."""
+    """Compare every strategy's run on one version of ``dataset`` (the latest unless ``dataset_version``) with
+    ``baseline``; ``named=True``: a stored dataset's name only. Strategies without a run on it are ``stale``."""
     name, kb = (dataset, knowledge_base) if named else dataset_identity(dataset, knowledge_base)
     with engine.connect() as conn:
         selection = comparison.select_runs(conn, name, kb, dataset_version)
@@ -112,8 +109,7 @@ def tune_stages(engine: sa.Engine, dataset: str, train_dataset: str | None, pool
                 knowledge_base: str | None = None, version: str | None = None, n_resamples: int = 10000,
                 top: int = TOP_CONFIGS, write_to: str | Path | None = None) -> StageTuning:
     """Choose the first-stage fusion, completion and rerank mix on ``train_dataset`` (default ``dataset``) from
-    the pool strategy's stored pools and report the choice on ``dataset`` (names or dataset files); ``write_to``
-    as in :func:`tune`."""
+    the pool strategy's stored pools and report the choice on ``dataset``; ``write_to`` as in :func:`tune`."""
     name, kb = dataset_identity(dataset, knowledge_base)
     train = dataset_identity(train_dataset, knowledge_base)[0] if train_dataset else None
     with engine.connect() as conn:

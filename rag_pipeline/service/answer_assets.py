@@ -1,11 +1,5 @@
-"""What the Dagster answer assets do (docs/design.md §7.3): where a dataset × answerer partition's answers file
-comes from and lives, its coverage, scoring it, and the dataset-level view of the latest run per answerer.
-
-An ``answers`` partition ``<dataset>|<answerer>`` gets its answers file one of three ways (:func:`produce_answers`):
-an **endpoint** (when an :class:`EndpointConfig` is given), the **in-process answerer** of that name (a registered
-one, e.g. ``extractive-v1``), or a **file** the user dropped at ``answers/<dataset>/<answerer>.jsonl`` of the
-project root. Every way ends in ``.rag_pipeline/answers/<dataset>/<answerer>.jsonl`` (:func:`answers_file`), the
-file ``answer_metrics`` scores.
+"""What the Dagster answer assets do (docs/design.md §7.3): a dataset × answerer partition's answers file (from an
+endpoint, an in-process answerer or a dropped file: :func:`produce_answers`), its coverage and scoring.
 """
 
 from __future__ import annotations
@@ -95,10 +89,8 @@ class ProducedAnswers:
 def produce_answers(dataset: str, answerer: str, *, endpoint: EndpointConfig | None = None,
                     knowledge_base: str | None = None, strategy: str | None = None, resume: bool = False,
                     progress: Callable[[CollectionProgress], None] | None = None) -> ProducedAnswers:
-    """Write the answers file of ``<dataset>|<answerer>`` (:func:`answers_file`) from the endpoint, the
-    in-process answerer or the dropped file (module doc). A collection starts afresh unless ``resume`` (then the
-    answered lines of the previous one are kept). A failed collection is an :class:`AnswerAssetError`; its
-    lines stay for a resumed run."""
+    """Write the answers file of ``<dataset>|<answerer>`` (:func:`answers_file`), afresh unless ``resume``; a
+    failed collection is an :class:`AnswerAssetError`, its lines kept for a resumed run."""
     dataset_path = datasets_dir() / f"{dataset}.json"
     data = load_dataset(dataset_path, knowledge_base=knowledge_base)
     output = answers_file(dataset, answerer)

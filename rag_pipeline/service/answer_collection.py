@@ -1,17 +1,6 @@
-"""Collect a dataset's answers into an answers file: from a RAG endpoint or an in-process answerer.
-
-The one operation behind ``rag-pipeline answers collect`` (docs/answers-collection.md; the file's format
-docs/design.md §12.2). Everything the user gave is checked before the file is touched: the dataset, the
-endpoint flags (URL, template, paths, headers and their environment variables), the answerer's name, and an
-existing output (resumed: its answered cases are skipped). A bad input is a :class:`BadInputError` naming the
-file, line or flag, and nothing is written.
-
-The HTTP API's collection (``POST /datasets/{name}/answers/collect``) uses the same operation with an
-:class:`~rag_pipeline.answers.collection.endpoint_guard.EndpointGuard` (only the endpoints the operator allowed,
-the address checked where it is connected to), the variables of ``RAG_COLLECT_ENV`` only, replies capped at
-:data:`API_REPLY_BYTES` and never quoted in an error, and a ``cancel`` event set when its client goes away.
-Its answers file is :func:`api_collection_file`: kept when the collection stops or the database cannot store
-the run, so the same request resumes from it.
+"""Collect a dataset's answers into an answers file, from a RAG endpoint or an in-process answerer: the operation
+behind ``rag-pipeline answers collect`` and ``POST /datasets/{name}/answers/collect`` (docs/answers-collection.md).
+Every input is checked before the file is touched; the API's collection is guarded and bounded.
 """
 
 from __future__ import annotations
@@ -50,12 +39,9 @@ def collect_answers(dataset: str | Path | Dataset, output: str | Path, *, endpoi
                     strategy: str | None = None, progress: Callable[[CollectionProgress], None] | None = None,
                     environ: dict[str, str] | None = None, guard: EndpointGuard | None = None,
                     cancel: threading.Event | None = None) -> CollectionResult:
-    """Collect the answers of ``dataset`` (a dataset file, or a loaded :class:`Dataset`) into ``output`` (JSON
-    Lines, resumed if it exists).
-
-    Exactly one of ``endpoint`` and ``answerer`` (a registered name, or an object of the answerer protocol).
-    ``environ`` is where ``env:`` header values are read (default: the process environment). ``guard``: the
-    collection is the HTTP API's (see the module docstring); ``cancel`` set stops it (the lines written kept)."""
+    """Collect the answers of ``dataset`` into ``output`` (JSON Lines, resumed if it exists) from exactly one of
+    ``endpoint`` and ``answerer``. ``environ``: where ``env:`` header values are read (default: the process's);
+    ``guard``: the HTTP API's collection (allowed endpoints only); ``cancel`` set stops it (lines written kept)."""
     if (endpoint is None) == (answerer is None):
         raise CollectionConfigError("give exactly one of --endpoint URL and --answerer NAME")
     output = Path(output)

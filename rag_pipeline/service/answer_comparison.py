@@ -1,10 +1,5 @@
 """Comparing two stored answer runs case by case (docs/design.md §12.6), with the paired statistics the
 retrieval comparison uses (:mod:`rag_pipeline.analysis.statistics`).
-
-Each metric is paired over the cases both runs share (by case id) on which it is defined in both: ``n`` of them,
-the two means, ``delta`` = mean B − mean A, the sign-flip permutation test's p-value and the percentile bootstrap
-interval of the mean difference (fixed seed, so the figures repeat). Fewer than 2 pairs: no p-value, no interval.
-``verdict_changes`` counts the shared cases whose verdict differs, as ``"from->to"``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Answer operations (docs/design.md §12): score an answers file against a dataset, list and read stored answer
-runs, re-score one with other settings, compare two.
-
-A dataset is named as for an evaluation: a dataset file, a name in the datasets folder (``<name>.json``), or a
-stored dataset's name (its latest version). Scoring reads the whole answers file first (every problem at once,
-:class:`~rag_pipeline.answers.answers_file.AnswersFileError`), then stores the dataset version (if new) and the
-run with all its cases in one transaction: on any error nothing is stored.
+"""Answer operations (docs/design.md §12): score an answers file against a dataset (nothing stored on any error),
+list and read stored answer runs, re-score one with other settings, compare two.
 """
 
 from __future__ import annotations
@@ -52,9 +47,7 @@ def evaluate_answers(engine: sa.Engine, knowledge_base: str, dataset: str | Path
                      judge_progress: Callable[[int, int], None] | None = None,
                      stored_only: bool = False) -> AnswerReport:
     """Score an answers file (a path, or the bytes of an upload named ``filename``) against ``dataset`` on
-    ``knowledge_base`` (name or id). ``answerer``: ``NAME`` or ``NAME@VERSION``, else the file's own, else
-    ``unnamed``. With ``store`` the run is stored (``AnswerReport.run``), else only scored (``run`` None).
-    With ``judge`` every answered case is also judged (:func:`judge_answers`; ``judge_progress(done, total)``).
+    ``knowledge_base``; stored unless not ``store`` (then ``run`` is None), judged with ``judge``.
     ``stored_only``: ``dataset`` is only a stored dataset's name, never a file (what the HTTP API gives)."""
     scoring = scoring or AnswerScoring()
     ref = resolve_dataset(engine, dataset, knowledge_base=knowledge_base, source="stored" if stored_only else "any")
@@ -106,9 +99,8 @@ def _score_and_store(engine: sa.Engine, kb, data: Dataset, records: dict[str, An
 
 def judge_answers(results: list[AnswerCaseResult], chunk_text: dict[str, str], config: JudgeConfig, *,
                   progress: Callable[[int, int], None] | None = None) -> list[AnswerCaseResult]:
-    """``results`` with :attr:`AnswerCaseResult.judge` filled for every answered case (status ok): faithfulness
-    to its cited chunks' texts, and refusal only where neither the flag nor a phrase decided (refusal source
-    ``none``); a case without an answer keeps ``judge`` None (docs/design.md §12.4, docs/judge.md)."""
+    """``results`` with :attr:`AnswerCaseResult.judge` filled for every answered case (docs/design.md §12.4,
+    docs/judge.md); a case without an answer keeps ``judge`` None."""
     answered = [i for i, r in enumerate(results) if r.status == "ok" and r.answer is not None]
     items = [JudgeItem(question=results[i].question, answer=results[i].answer or "",
                        cited_chunk_texts={c.chunk_id: chunk_text[c.chunk_id.strip().lower()]
@@ -119,9 +111,8 @@ def judge_answers(results: list[AnswerCaseResult], chunk_text: dict[str, str], c
 
 
 def read_json_upload(raw: bytes) -> dict:
-    """The body of a JSON answers upload (``{"dataset": ..., "answers": [...]}``), read strictly: not UTF-8, not
-    JSON, nested too deeply, a duplicate key anywhere (named with its place, e.g. ``answers[0].answer``) or a
-    non-finite number are :class:`AnswersRequestError` (HTTP 422); never the last of two keys silently."""
+    """The body of a JSON answers upload (``{"dataset": ..., "answers": [...]}``), read strictly: any problem
+    (not UTF-8 or JSON, a duplicate key named with its place, ...) is an :class:`AnswersRequestError` (HTTP 422)."""
     try:
         body = loads_strict(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -152,9 +143,8 @@ def list_answer_runs(engine: sa.Engine, *, dataset: str | None = None, knowledge
 
 def get_answer_run(engine: sa.Engine, run_id: str, *, verdict: str | None = None, sort: str | None = None,
                    wrong_but_confident: bool = False) -> AnswerReport:
-    """A stored run (id or unique prefix) with its cases in dataset order: only those of ``verdict``, only the
-    wrong-but-confident ones (:func:`is_wrong_but_confident`), sorted by ``sort`` (an answer metric, ascending;
-    ``-metric`` descending; cases where it is undefined last)."""
+    """A stored run (id or unique prefix) with its cases in dataset order, filtered by ``verdict`` or to the
+    wrong-but-confident ones, sorted by ``sort`` (a metric, ``-metric`` descending; undefined last)."""
     if verdict is not None and verdict not in VERDICTS:
         raise AnswersRequestError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
     metric = (sort or "").removeprefix("-")

@@ -1,13 +1,6 @@
-"""Which strategies can run on a knowledge base: the one applicability rule (docs/design.md §3.2).
-
-A strategy runs on a knowledge base when every model it needs is there — the vector leg's embedding model, and
-the rerank stage's model (stored embeddings for the ``embedding`` method, a local directory for
-``cross-encoder``) — and its text mode is ``kb`` or the knowledge base's own. ``suggest``, ``evaluate``, the
-console's pre-selection, the API's applicable strategies and ``POST …/evaluate``, and the Dagster sensor's plan
-all ask :func:`strategy_applicability` (through :func:`applicabilities`, :func:`split_runnable`,
-:func:`require_runnable` or :func:`choose_strategies`), so none offers what another refuses. It is cheap (one
-query for the stored models, a ``stat`` for a cross-encoder directory): loading a model stays with the run's
-preflight."""
+"""Which strategies can run on a knowledge base: the one applicability rule (docs/design.md §3.2), asked by every
+front end and the sensor, so none offers what another refuses. Cheap: loading a model stays with the preflight.
+"""
 
 from __future__ import annotations
 

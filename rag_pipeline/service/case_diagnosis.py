@@ -1,9 +1,5 @@
 """One case of a stored run diagnosed on demand with the exact global leg ranks of its missed relevant chunks
-(docs/design.md §4.3; ``rag-pipeline show RUN --case ID --global-ranks``): where each would have ranked among every
-chunk of the knowledge base, a scan the run itself leaves out.
-
-The ranks are computed against the knowledge base as it is now (``knowledge_base_state``); results are cached
-in-process per (run, case, knowledge-base state), so any change of the KB's searchable chunks invalidates them.
+(docs/design.md §4.3; ``rag-pipeline show RUN --case ID --global-ranks``), cached per knowledge-base state.
 """
 
 from __future__ import annotations
@@ -26,9 +22,8 @@ _lock = threading.Lock()
 
 
 def case_diagnosis(engine: sa.Engine, run_id: str, case_id: str) -> CaseDiagnosis:
-    """Diagnose case ``case_id`` of run ``run_id`` (a UUID or a unique prefix) with exact global ranks.
-
-    Raises :class:`RunNotFoundError` (a user error) for an unknown run or a case the run does not have."""
+    """Diagnose case ``case_id`` of run ``run_id`` (a UUID or a unique prefix) with exact global ranks;
+    :class:`RunNotFoundError` for an unknown run or a case the run does not have."""
     with engine.connect() as conn:
         run_uuid = str(resolve_run_id(conn, run_id))
         state = knowledge_base_state(conn, run_uuid)

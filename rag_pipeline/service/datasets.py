@@ -98,9 +98,8 @@ def dataset_identity(name_or_file: str, knowledge_base: str | None = None) -> tu
 
 
 def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[str] | None = None) -> DatasetRunPlan:
-    """Validate a dataset file and choose the strategies worth running on it: of ``versions`` (else the file's
-    ``metadata.strategies``, else ``RAG_SENSOR_STRATEGIES``, else the registry), those the knowledge base has the
-    embeddings for, minus those whose current run already measured this version with the same parameters."""
+    """Validate a dataset file and choose the strategies worth running on it: those the knowledge base can run,
+    minus those whose current run already measured this version with the same parameters."""
     path = Path(path)
     try:
         ref = resolve_dataset(engine, path, source="file")

@@ -1,6 +1,5 @@
-"""The checks of ``rag-pipeline doctor`` (docs/design.md §7.2): each returns a :class:`Check` — ``OK``, ``WARN``
-(the product runs, something is missing or off) or ``FAIL`` (it cannot run) — and, unless ``OK``, the fix.
-A check never raises: whatever goes wrong becomes its one line.
+"""The checks of ``rag-pipeline doctor`` (docs/design.md §7.2): each returns a :class:`Check`, ``OK``, ``WARN`` or
+``FAIL`` with the fix, and never raises.
 """
 
 from __future__ import annotations

@@ -20,25 +20,16 @@ from rag_pipeline.evaluation.diagnosis.miss_reasons import checklist_item
 from rag_pipeline.evaluation.evaluate import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
 from rag_pipeline.evaluation.runs import case_queries, reports
 from rag_pipeline.evaluation.runs import lifecycle as run_records
-from rag_pipeline.evaluation.runs.queries import count_runs, set_worker, summary_of
+from rag_pipeline.evaluation.runs.queries import count_runs, summary_of
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
 from rag_pipeline.service.applicability import require_runnable
-from rag_pipeline.storage.engine import get_engine
-from rag_pipeline.storage.ids import as_uuid
-from rag_pipeline.storage.snapshot_readers import reader_count
 
 DEFAULT_STRATEGY = "hybrid-v1"
 
 
 class LabelsRefused(BadInputError, ValueError):  # noqa: N818 - like CheckFailed, a verdict the user is shown
     """No label of the dataset is a searchable chunk of its knowledge base: a run would measure nothing."""
-
-
-def sized_engine(readers: int | None = None) -> sa.Engine:
-    """The database engine with a connection pool for ``readers`` read connections (default
-    ``RAG_EVAL_READERS``) plus a run's writer and heartbeat."""
-    return get_engine(readers=reader_count(readers))
 
 
 @dataclass(frozen=True)
@@ -52,9 +43,8 @@ class EvaluationPlan:
 def plan_evaluation(engine: sa.Engine | Callable[[], sa.Engine], dataset: str | Path,
                     strategies: Sequence[str] = (DEFAULT_STRATEGY,), *,
                     knowledge_base: str | None = None) -> EvaluationPlan:
-    """Validate the strategy versions and the whole dataset file (before ``engine``, or the function giving it, is
-    used), then resolve its knowledge base (``knowledge_base``, a name or id: needed for a bare-array file, else it
-    must agree)."""
+    """Validate the strategy versions and the whole dataset file (before ``engine`` is used), then resolve its
+    knowledge base (``knowledge_base``, a name or id: needed for a bare-array file, else it must agree)."""
     registry = load_registry()
     chosen = tuple(get_strategy(v, registry) for v in dict.fromkeys(strategies))
     return EvaluationPlan(resolve_dataset(engine, dataset, knowledge_base=knowledge_base, source="file"), chosen)
@@ -62,9 +52,7 @@ def plan_evaluation(engine: sa.Engine | Callable[[], sa.Engine], dataset: str | 
 
 def label_rule(report: LabelReport, *, strict: bool = False) -> str:
     """Can a dataset with this label report run (docs/design.md §8): ``"refuse"`` when no label is a searchable
-    chunk (every metric would be 0), or with ``strict`` when any label is invalid; ``"warn"`` when some labels
-    are invalid; ``"ok"``. The one rule the CLI, the API, the console and the Dagster asset check
-    ``label_integrity`` (ERROR exactly when it refuses) apply."""
+    chunk, or with ``strict`` when any is invalid; ``"warn"`` when some are invalid; ``"ok"``. The one rule."""
     invalid = report.invalid()
     if not invalid:
         return "ok"
@@ -107,12 +95,8 @@ def _checklist(report: LabelReport) -> str:
 def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH_SIZE, readers: int | None = None,
              strict: bool = False, progress: Callable[[str, int], Progress | None] | None = None,
              on_labels: Callable[[LabelReport], None] | None = None) -> list[EvaluationOutcome]:
-    """Check the labels (:func:`check_labels_first`), then run every strategy of ``plan`` over its dataset; each
-    run is stored. Returns the outcomes in order.
-
-    ``on_labels(report)`` sees the label check before the first run; ``progress(version, cases)`` may return a
-    per-run callback ``(done, total)``. A strategy the knowledge base cannot run
-    (:func:`rag_pipeline.service.applicability.strategy_applicability`) refuses them all before anything runs."""
+    """Check the labels (:func:`check_labels_first`, seen by ``on_labels``), then run and store every strategy
+    of ``plan``; ``progress(version, cases)`` may return a per-run callback. Returns the outcomes in order."""
     ref = plan.dataset
     with engine.connect() as conn:
         require_runnable(conn, ref.kb, plan.strategies)
@@ -129,10 +113,8 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
                     readers: int | None = None, strict: bool = False, partition_key: str | None = None,
                     dagster_run_id: str | None = None, progress: Progress | None = None,
                     logger: logging.Logger | None = None, queued_run_id: str | None = None) -> EvaluationOutcome:
-    """Evaluate one strategy on a stored dataset version (what the Dagster partition run does), after the same
-    label check as :func:`evaluate` (its headline goes to ``logger`` as a warning). ``queued_run_id``: the
-    queued run (HTTP API) this evaluation is; a failure anywhere — before it starts or inside it — stores its
-    one-line reason in the run row, never left queued."""
+    """Evaluate one strategy on a stored dataset version (the Dagster partition run) after the label check;
+    a failure of the queued run ``queued_run_id`` stores its one-line reason in the row."""
     try:
         strategy = get_strategy(strategy_version)
         ref = resolve_dataset(engine, dataset_id, source="stored")
@@ -152,22 +134,10 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
         raise
 
 
-def record_worker(engine: sa.Engine, run_id: str, worker: str) -> bool:
-    """Name the process (Celery worker node, else host) that executes run ``run_id`` in its row
-    (docs/design.md §6.1); False when the row does not exist or has already ended with one."""
-    with engine.begin() as conn:
-        return set_worker(conn, as_uuid(run_id), worker)
-
-
 def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunSummary]:
     """The summary of each run (ids or unique prefixes), in order."""
     with engine.connect() as conn:
         return [summary_of(run_records.get_run(conn, run_id)) for run_id in run_ids]
-
-
-def list_runs(engine: sa.Engine, **filters) -> list[RunSummary]:
-    """Run summaries, newest first (the filters of :func:`run_page`)."""
-    return run_page(engine, **filters)[1]
 
 
 def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int = 100, offset: int = 0,
@@ -187,9 +157,8 @@ def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int
 
 def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "default", case_id: str | None = None,
                       offset: int = 0, limit: int | None = None, include_text: bool = False) -> RunDetail:
-    """docs/design.md §6.3 detail of a run (id or unique prefix): a page of its cases with their candidates as
-    ``candidates`` selects (:data:`reports.CANDIDATE_MODES`), ``case_id`` for one case (:class:`CaseNotFoundError`
-    if the run has none); ``include_text`` adds each candidate's chunk text, looked up live (never stored)."""
+    """docs/design.md §6.3 detail of a run (id or unique prefix): a page of its cases, or ``case_id`` only, with
+    their candidates as ``candidates`` selects; ``include_text`` adds each chunk text, looked up live."""
     with engine.connect() as conn:
         run_uuid = run_records.resolve_run_id(conn, run_id)
         summary = summary_of(run_records.get_run(conn, run_uuid))
@@ -200,9 +169,8 @@ def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "defa
 
 def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: bool = False,
                  candidates: str = "default", case_id: str | None = None, fmt: str = "json") -> int:
-    """Stream the report of a run (summary, cases, candidates of mode ``candidates``, one case with ``case_id``)
-    to ``fp`` as JSON or JSON Lines (``fmt``, :func:`rag_pipeline.evaluation.runs.reports.write_report`); returns the
-    case count. ``run_id`` is a run id or a unique prefix of one (at least 4 hex digits, as the tables print it)."""
+    """Stream the report of run ``run_id`` (id or unique prefix) to ``fp`` as JSON or JSON Lines (``fmt``,
+    :func:`rag_pipeline.evaluation.runs.reports.write_report`); returns the case count."""
     with engine.connect() as conn:
         return reports.write_report(conn, run_records.resolve_run_id(conn, run_id), fp, include_text=include_text,
                                     candidates=candidates, case_id=case_id, fmt=fmt)

@@ -32,10 +32,8 @@ def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_s
            chunk_size: int = DEFAULT_CHUNK_SIZE, chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
            models: Sequence[str] = (DEFAULT_MODEL,), rechunk: bool = False,
            progress: Progress | None = None) -> IngestResult:
-    """Bring knowledge base ``knowledge_base`` in line with the documents of ``folder`` (created if new; see
-    :mod:`rag_pipeline.knowledge_base.ingestion`); ``chunk_size`` 0 keeps each document one chunk. The name is
-    checked and the whole folder read before anything is written; the files :func:`read_folder` skipped are listed
-    in the result's warnings."""
+    """Bring knowledge base ``knowledge_base`` in line with the documents of ``folder`` (created if new);
+    ``chunk_size`` 0 keeps each document one chunk. Everything is checked before anything is written."""
     check_name(KNOWLEDGE_BASE, knowledge_base)
     docs = read_folder(folder)
     result = ingest_documents(engine, docs, knowledge_base, text_search=text_search, chunk_size=chunk_size or None,
@@ -47,11 +45,8 @@ def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_s
 def import_beir(engine: sa.Engine, folder: str | Path, knowledge_base: str, dataset_out: str | Path, *,
                 split: str = "test", models: Sequence[str] = (DEFAULT_MODEL,), text_search: str = "english",
                 k: int = 10, progress: Progress | None = None) -> BeirImportResult:
-    """Ingest a BEIR corpus (one chunk per document) and write its queries + qrels as a dataset file.
-
-    Documents without text and queries that cannot become a valid case are skipped and listed (with every
-    judgement of a skipped document) in the file's top-level ``metadata`` and in the result; the file has no
-    ``name`` field (a dataset is named by its file stem). Every check runs before the ingestion."""
+    """Ingest a BEIR corpus (one chunk per document) and write its queries + qrels as a dataset file; what
+    is skipped is listed in the file's ``metadata`` and the result."""
     check_name(KNOWLEDGE_BASE, knowledge_base)
     out = Path(dataset_out)
     check_name(DATASET, out.stem)  # the dataset written is named by its file stem

@@ -1,21 +1,5 @@
-"""Queued evaluations: the run rows the HTTP API and the console create; Dagster's ``queued_evaluations`` sensor
-turns them into runs (docs/http-api.md, "Evaluations are asynchronous").
-
-:func:`queue_evaluations` validates everything a run would refuse (knowledge base, dataset version, strategies
-and their applicability, the label check of docs/design.md §8, parameter conflicts) and then inserts one ``queued`` run
-per strategy in one transaction, all with one queue id in ``dagster_run_id`` (one Dagster run per click:
-``evaluate_strategies``, a step per strategy), so nothing is queued when anything is wrong. The sensor requests that
-run (run key: the queue id) and :func:`claim` gives the rows the Dagster run's id; the step that picks a run up moves
-it to ``running`` (``evaluate_stored(queued_run_id=...)``); a retry of that step carries out the row
-:func:`resume_queued_run` gives it (a new row when the failed attempt had started its own). The sensor records its
-ticks: :func:`queue_status` tells the front ends whether a daemon picks queued runs up.
-
-A ``running`` run whose process ended without recording its outcome (``kill -9``, the OOM killer, a failure while
-the database was down) ends ``failed`` with the reason at the next check (:func:`end_gone_runs`: the sensor, an
-evaluation before it starts, ``runs`` before it lists): "its Dagster run ... failed: <Dagster's error>" when its
-Dagster run has ended, "its process (pid N on HOST) ended without recording the outcome ..." when its process on this
-host is gone (:mod:`rag_pipeline.evaluation.runs.owner`). A run owned by another host, outside Dagster, is left to its
-heartbeat (``abandoned`` after ``RAG_RUN_STALE_SECONDS``).
+"""Queued evaluations (docs/http-api.md, "Evaluations are asynchronous"): run rows the HTTP API and the console create,
+that Dagster's ``queued_evaluations`` sensor turns into one ``evaluate_strategies`` run each click.
 """
 
 from __future__ import annotations
@@ -63,9 +47,8 @@ def strategy_step_key(version: str) -> str:
 def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
                       strategy_versions: Sequence[str] | None = None, *, strict: bool = False,
                       one_dagster_run: bool = True) -> QueuedEvaluation:
-    """Queue one run per strategy of a stored dataset version on a knowledge base (name or id); default
-    strategies: every one the knowledge base can run. The runs share one queue id, so one Dagster run
-    (``one_dagster_run``; else one each). Raises the service's user errors, nothing written."""
+    """Queue one run per strategy (default: every one the knowledge base can run) of a stored dataset version,
+    sharing one queue id (one Dagster run, unless not ``one_dagster_run``); nothing written on any error."""
     versions = choose_strategies(engine, knowledge_base, strategy_versions)
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
@@ -90,11 +73,6 @@ def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
             queued.append(QueuedRun(run_id=str(run_id), strategy_version=version, dataset=dataset.name,
                                     dataset_id=str(dataset_id), partition_key=key, dagster_run_id=dagster_run_id))
     return QueuedEvaluation(runs=queued, label_warning=warning)
-
-
-def fail_queued(engine: sa.Engine, run_id: str, error: str) -> None:
-    """Mark a queued (or running) run failed: its Dagster run ended before it did."""
-    run_records.mark_failed(engine, run_id, error)
 
 
 def queued_runs(engine: sa.Engine, limit: int = 500) -> list[QueuedRun]:
@@ -159,10 +137,8 @@ def end_gone_runs(engine: sa.Engine, dagster_ended: Callable[[Sequence[str]], Ma
 
 def resume_queued_run(engine: sa.Engine, run_id: str, *, dagster_run_id: str, attempt_error: str | None = None,
                       on_wait: Callable[[BaseException], None] | None = None) -> run_records.Attempt:
-    """For a retry of the Dagster step carrying out the queued run ``run_id``: wait up to :data:`RETRY_WAIT_S`
-    for the database to answer (``on_wait(error)`` once when it does not at first), then the row this attempt
-    evaluates (:func:`rag_pipeline.evaluation.runs.lifecycle.resume_queued_run`; ``attempt_error``: the failed
-    attempt's error, recorded in its row when it was left ``running``)."""
+    """For a retry of the step carrying out queued run ``run_id``: wait up to :data:`RETRY_WAIT_S` for the
+    database, then the row this attempt evaluates (:func:`rag_pipeline.evaluation.runs.lifecycle.resume_queued_run`)."""
     run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
     return run_records.resume_queued_run(engine, run_id, dagster_run_id=dagster_run_id, attempt_error=attempt_error)
 
@@ -170,9 +146,8 @@ def resume_queued_run(engine: sa.Engine, run_id: str, *, dagster_run_id: str, at
 def end_unrecorded_attempts(engine: sa.Engine, *, dagster_run_id: str, partition_key: str,
                             attempt_error: str | None = None,
                             on_wait: Callable[[BaseException], None] | None = None) -> list:
-    """For a retry of a Dagster step that creates its own run row (no queued row): wait up to
-    :data:`RETRY_WAIT_S` for the database, then end ``failed``, with why, the rows of that partition the failed
-    attempt left ``running`` (:func:`rag_pipeline.evaluation.runs.lifecycle.end_unrecorded_attempts`); their ids."""
+    """For a retry of a step that creates its own run row: wait up to :data:`RETRY_WAIT_S` for the database,
+    then end ``failed`` the rows the failed attempt left ``running``; their ids."""
     run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
     return run_records.end_unrecorded_attempts(engine, dagster_run_id=dagster_run_id, partition_key=partition_key,
                                                attempt_error=attempt_error)

@@ -1,13 +1,5 @@
-"""Retention: remove old evaluation runs so the database stays bounded (``rag-pipeline runs prune``, the Dagster
-job ``prune_evaluation_runs``; what is kept: docs/evaluating.md, "Retention").
-
-:func:`prune_runs` keeps the ``keep_last`` newest runs of every dataset × knowledge base × strategy, and never a
-current run, one in progress or queued, or (unless ``include_compared``) one the latest stored comparison refers
-to (:func:`rag_pipeline.evaluation.runs.queries.replace_comparison_runs`). Answer runs follow the same rule
-per dataset × knowledge base × answerer, and the newest of each is always kept (docs/design.md §12.6); they are
-counted in ``PruneResult.answer_runs``. Deleting a run drops its candidate partition; that needs a short
-exclusive lock, held by a run being written: the removal waits at most :data:`LOCK_TIMEOUT_S`, then fails with
-:class:`RetentionError`, nothing removed.
+"""Retention: remove old evaluation and answer runs so the database stays bounded (``rag-pipeline runs prune``, the
+job ``prune_evaluation_runs``; what is kept: docs/evaluating.md, "Retention", docs/design.md §12.6).
 """
 
 from __future__ import annotations

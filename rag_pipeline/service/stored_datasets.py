@@ -52,11 +52,8 @@ def find_dataset(engine: sa.Engine, knowledge_base: str | KnowledgeBaseRef, name
 
 def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | str | dict, *, source: str,
                            name: str | None = None, default_name: str | None = None) -> UploadResult:
-    """Validate dataset bytes exactly like a file (:func:`parse_dataset`: every problem at once, raised as
-    :class:`DatasetError`, nothing written) for knowledge base ``knowledge_base`` (name or id), then store its
-    version. The name: ``name``, else ``default_name`` (an uploaded file's stem, as a file is named by its
-    stem), else the content's ``name`` field; a ``name`` field that differs from the name is a validation error,
-    exactly as for a file."""
+    """Validate dataset bytes exactly like a file (:func:`parse_dataset`) for ``knowledge_base``, then store
+    its version, named ``name``, else ``default_name`` (an upload's file stem), else the content's ``name``."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
     fallback = None if name else default_name or _field_name(raw)

@@ -1,7 +1,5 @@
 """The FastAPI application: ``create_app()`` (what ``rag-pipeline serve`` runs under uvicorn): the API under
-``/api/v1`` (OpenAPI at ``/docs``, Swagger UI served locally), the admin console under ``/admin``, ``/healthz``.
-
-Every error is RFC 9457 problem details (:mod:`.problems`); access rules are in :mod:`.security`.
+``/api/v1`` (OpenAPI at ``/docs``), the admin console under ``/admin``, ``/healthz``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
 """Which ``Host`` a request may name: the DNS-rebinding guard of ``rag-pipeline serve`` (docs/http-api.md,
-"Security").
-
-A page on ``attacker.example`` whose name the attacker re-points at 127.0.0.1 reaches a loopback server with
-``Host: attacker.example:PORT`` and an ``Origin`` that matches it, so the Origin check alone lets it through.
-:class:`HostGuard` therefore answers 421 to any request whose Host is not one of the loopback names on the
-server's port (``127.0.0.1``, ``localhost``, ``[::1]``), before anything else runs. With ``RAG_API_TOKEN`` the
-names of ``RAG_ALLOWED_HOSTS`` are allowed too; a token without that list allows any Host (a rebinding page has no
-token to send).
+"Security"): a 421 unless a loopback name on the server's port, or, with ``RAG_API_TOKEN``, ``RAG_ALLOWED_HOSTS``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Every error of the HTTP service as RFC 9457 problem details (``application/problem+json``), never a traceback.
-
-The ``detail`` of a user error is the message the CLI prints after ``rag-pipeline: error:``; the error's kind
-gives the status (docs/http-api.md, "Errors", lists them). A bug is a 500 whose ``detail`` names only the error type
-and an ``error_id`` that is in the server log with the traceback. What describes the server itself stays in its
-log: a database failure (whose driver text names the server's address or socket path) is a 503 saying only whether
-the database could not be reached or refused a statement (its SQLSTATE), and a file the server could not write
-names no path; both carry an ``error_id`` to find the full message in the server log.
+"""Every error of the HTTP service as RFC 9457 problem details (``application/problem+json``), never a traceback
+(docs/http-api.md, "Errors"); a bug or a database failure names only an ``error_id`` found in the server log.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""Rules every request meets before a route's own code runs, and the shapes the OpenAPI schema states for them
-(docs/http-api.md, "Errors").
-
-- :func:`reject_nul`: a NUL byte in a path or query parameter (``/knowledge-bases/a%00b``, ``?dataset=a%00b``) is
-  bad input — 422 naming the parameter — never a database error (PostgreSQL text cannot hold NUL).
-- :func:`method_not_allowed`: a 405 whose ``Allow`` lists every method of the path (Starlette's names only the
-  first route's, e.g. ``POST`` where ``GET`` is served too).
-- :data:`DATASET_NAME`, :data:`NAME`, :data:`STRATEGY_VERSION`, :data:`VERSION_PREFIX`: the name rule of
-  docs/design.md §2.4 as ``pattern``\\ s for the schema (the server applies the rule itself; a schema-valid name
-  may still be unknown → 404).
+"""Rules every request meets before a route's own code runs (a NUL byte is a 422, a 405 lists every allowed method),
+and the name patterns the OpenAPI schema states (docs/http-api.md, "Errors"; docs/design.md §2.4).
 """
 
 from __future__ import annotations

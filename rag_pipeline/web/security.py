@@ -1,10 +1,5 @@
-"""Who may call the service: the API token, the console's login session, and the cross-site request checks (the
-rules as users see them: docs/http-api.md, "Security").
-
-Loopback without a token needs no login; any other bind address needs ``RAG_API_TOKEN`` (:func:`check_bind`),
-and then every API call a bearer token (:func:`require_api_user`) and every console page a session
-(:func:`require_console_user`), a cookie signed with a key derived from the token. State-changing requests that
-are cross-site are refused, token or not (:class:`CrossSiteGuard`); forms carry a CSRF token (:func:`require_csrf`).
+"""Who may call the service: the API token, the console's login session, and the cross-site request checks
+(docs/http-api.md, "Security").
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import EXTRA_CONNECTIONS, TIMING_KEYS, evaluate_dataset
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.retrieval.strategies import get_strategy
-from rag_pipeline.service.evaluations import sized_engine
-from rag_pipeline.storage.snapshot_readers import TooManyReadersError
+from rag_pipeline.storage.engine import get_engine
+from rag_pipeline.storage.snapshot_readers import TooManyReadersError, reader_count
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, table_counts, tiny_cases, write_dataset
 from rag_pipeline_tests.reliability_helpers import blocked_writes
 
@@ -75,7 +75,7 @@ def test_readers_beyond_the_pool_are_refused_before_anything_is_written(engine, 
     readers = capacity - EXTRA_CONNECTIONS + 1
     with pytest.raises(TooManyReadersError, match=rf"needs {capacity + 1} database connections .* at most {capacity}"):
         evaluate_dataset(engine, load_dataset(tiny), get_strategy("keyword-v1"), readers=readers)
-    huge = sized_engine(500)
+    huge = get_engine(readers=reader_count(500))
     with pytest.raises(TooManyReadersError, match=r"the server has \d+ free .*raise max_connections"):
         evaluate_dataset(huge, load_dataset(tiny), get_strategy("keyword-v1"), readers=500)
     assert table_counts(engine) == before

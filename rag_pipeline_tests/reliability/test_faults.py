@@ -27,10 +27,11 @@ from rag_pipeline.evaluation.datasets.load import DatasetError, load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs.lifecycle import mark_failed
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service.datasets import register_dataset
-from rag_pipeline.service.queued_runs import fail_queued, queue_evaluations
+from rag_pipeline.service.queued_runs import queue_evaluations
 from rag_pipeline.storage import embedded_server
 from rag_pipeline.storage.engine import TRANSIENT_ERRORS, DatabaseError, get_engine
 from rag_pipeline_tests.eval_helpers import run_rows, table_counts, tiny_cases, write_dataset
@@ -475,7 +476,7 @@ def test_queued_runs_of_a_killed_server_are_requested_at_the_next_sensor_tick(en
     for run_id, queue_id in clicks:
         assert list(requests[queue_id].run_config["ops"]["stored_dataset"]["config"]["runs"].values()) == [run_id]
         assert _run(engine, run_id).status == "queued"
-        fail_queued(engine, run_id, "test over")  # no daemon of this test runs them
+        mark_failed(engine, run_id, "test over")  # no daemon of this test runs them
 
 
 @pytest.mark.slow  # a killed evaluation process and a rerun

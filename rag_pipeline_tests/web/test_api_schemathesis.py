@@ -28,8 +28,9 @@ import httpx
 import pytest
 
 from rag_pipeline.answers.runs.queries import delete_runs
+from rag_pipeline.evaluation.runs.lifecycle import mark_failed
 from rag_pipeline.service.answers import list_answer_runs
-from rag_pipeline.service.queued_runs import fail_queued, queued_runs
+from rag_pipeline.service.queued_runs import queued_runs
 from rag_pipeline_tests.answers.rag_endpoint_server import RagEndpoint
 from rag_pipeline_tests.web.conftest import DEMO_DATASET
 from rag_pipeline_tests.web.server_helpers import dagster_env, start_server
@@ -75,7 +76,7 @@ def api_server(engine, demo_kb, rag_endpoint, tmp_path_factory) -> str:
             with pytest.MonkeyPatch.context() as patch:  # the server's own queue: only its runs are there
                 patch.setenv("RAG_EVALUATION_QUEUE", env["RAG_EVALUATION_QUEUE"])
                 for run in queued_runs(engine):
-                    fail_queued(engine, run.run_id, "queued by the Schemathesis test, whose server has no daemon")
+                    mark_failed(engine, run.run_id, "queued by the Schemathesis test, whose server has no daemon")
             # the answer runs its collections stored would be another answerer on the demo dataset's pages
             collected = [r.run_id for r in list_answer_runs(engine, knowledge_base=demo_kb, limit=1000).runs
                          if datetime.fromisoformat(r.created_at) >= started]

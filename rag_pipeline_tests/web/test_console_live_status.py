@@ -12,8 +12,9 @@ import json
 import pytest
 
 from rag_pipeline.evaluation.runs import lifecycle as run_records
+from rag_pipeline.evaluation.runs.lifecycle import mark_failed
 from rag_pipeline.service import stored_datasets
-from rag_pipeline.service.queued_runs import fail_queued, queue_evaluations
+from rag_pipeline.service.queued_runs import queue_evaluations
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases
 from rag_pipeline_tests.web.server_helpers import dagster_env, start_server
 from rag_pipeline_tests.web.test_console_browser import ROOT
@@ -71,7 +72,7 @@ def test_the_history_says_what_the_live_table_says(server, engine, browser, stor
         run_records.start_queued_run(engine, first.run_id, strategy_version="keyword-v1", params_hash=params_hash,
                                      dataset_id=stored.dataset_id)
         run_records.heartbeat(engine, first.run_id, cases_done=2)
-        fail_queued(engine, second.run_id, "submitting the Dagster run failed: no such job")
+        mark_failed(engine, second.run_id, "submitting the Dagster run failed: no such job")
         selector = f'#live-runs tr[data-run="{first.run_id}"] .badge'
         page.wait_for_function(f"document.querySelector('{selector}')?.textContent === 'running'", timeout=20_000)
         history = f'#run-history tr[data-run="{first.run_id}"] .badge'
@@ -84,7 +85,7 @@ def test_the_history_says_what_the_live_table_says(server, engine, browser, stor
         assert not errors, errors
     finally:
         page.close()
-        fail_queued(engine, first.run_id, "test over")
+        mark_failed(engine, first.run_id, "test over")
 
 
 def test_a_refused_upload_reloads_without_posting_it_again(server, browser, stored, shots):
@@ -120,7 +121,7 @@ def test_a_queued_runs_case_page_says_it_is_queued(server, engine, browser, stor
         page.screenshot(path=str(shots / "case-queued.png"), full_page=True)
     finally:
         page.close()
-        fail_queued(engine, run.run_id, "test over")
+        mark_failed(engine, run.run_id, "test over")
 
 
 def test_a_machine_without_a_cjk_font_is_told_on_the_page(engine, browser, stored, shots, tmp_path):

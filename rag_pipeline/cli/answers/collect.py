@@ -1,10 +1,5 @@
-"""``rag-pipeline answers collect``: a dataset's answers from a RAG endpoint or an answerer, into an answers file.
-
-Flags, paths, retries, resume and secrets: docs/answers-collection.md (the file: docs/design.md §12.2). A
-progress bar on stderr shows done / total, the error rate and the p50 / p95 latency; the result
-(:class:`~rag_pipeline.contracts.answers.CollectionResult`) is printed as JSON on stdout. Exit 0 when the
-collection succeeded, 1 when it failed (endpoint unreachable, or no case answered: the lines written are kept,
-run it again to resume), 2 for a bad flag or file (nothing written).
+"""``rag-pipeline answers collect``: a dataset's answers from a RAG endpoint or an answerer, into an answers file
+(docs/answers-collection.md; the file: docs/design.md §12.2).
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""``rag-pipeline answers evaluate | runs | show | compare | collect``: score a RAG system's answers against a
-dataset, read and compare the stored answer runs, collect answers (docs/design.md §7.2, §12).
-
-``evaluate`` reads the whole answers file first: a bad file (or flag) is exit 2 with every problem the reader
-found, line and field, and nothing stored. ``--output`` is written atomically (a temporary file renamed): a
-stored run whose report cannot be written is ``stored as run <id>; report not written: <PATH>: <reason>``, exit
-73. Its keys are in the contract's order (:class:`~rag_pipeline.contracts.answers.AnswerReport`); the text
-summary goes to stdout. ``collect`` is :mod:`rag_pipeline.cli.answers.collect`.
+"""``rag-pipeline answers evaluate | runs | show | compare | collect`` (docs/design.md §7.2, §12); ``collect`` is
+:mod:`rag_pipeline.cli.answers.collect`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The text form of the ``answers`` commands: a run's summary, its cases with their citations, run lists and
-comparisons, through the one table renderer (:func:`rag_pipeline.analysis.text_table.text_table`).
-
-Every mean is printed with its ``n_scored`` / ``n_skipped`` (an undefined metric is ``-``, never 0); the
-figures are those of docs/design.md §12.3–12.5.
+"""The text form of the ``answers`` commands (docs/design.md §12.3–12.5), through
+:func:`rag_pipeline.analysis.text_table.text_table`; an undefined mean is ``-``, never 0.
 """
 
 from __future__ import annotations

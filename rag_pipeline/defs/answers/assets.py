@@ -1,18 +1,5 @@
-"""Asset group ``answer_evaluation``: ``answers`` → ``answer_metrics`` per dataset × answerer, with the
-``answer_coverage`` check, and ``answer_run_summary`` per dataset (docs/design.md §7.3). A thin layer over
-:mod:`rag_pipeline.service.answer_assets`.
-
-``answers`` writes the partition's answers file from an endpoint (config ``endpoint_url`` …), the in-process
-answerer of the partition's name, or the file dropped at ``answers/<dataset>/<answerer>.jsonl``; it runs in the
-``rag_answers`` pool so parallel partitions do not flood the user's system. ``answer_metrics`` scores that file
-and stores the answer run. Both depend on the dataset's ``evaluation_dataset`` and knowledge-base version, as
-the evaluation assets do.
-
-Secrets: Dagster keeps a run's config in its run storage, so the config has no place for a secret value. A
-header is ``headers: {Name: {env: VARIABLE}}`` (read from the environment when the step runs): a literal value
-(``Name: "Bearer …"``, or the CLI's ``["Name: value"]`` list) does not fit the config's shape and Dagster refuses
-the run before creating it. An ``endpoint_url`` written with ``user:password@`` is refused when the step starts
-(it is already in the run storage then: give the URL as ``{env: VARIABLE}``, or the credential as a header).
+"""Asset group ``answer_evaluation`` (docs/design.md §7.3) over :mod:`rag_pipeline.service.answer_assets`; its config
+holds no secret: a header is ``{env: VARIABLE}`` (docs/answers-collection.md).
 """
 
 import warnings

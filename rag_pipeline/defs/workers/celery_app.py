@@ -1,14 +1,5 @@
-"""The Celery app of a worker: ``celery -A rag_pipeline.defs.workers.celery_app worker -n NAME@%h``.
-
-Run it with ``-P threads``: under Celery's prefork pool a run executes in a daemonic process, which cannot start
-the child processes of Dagster's multiprocess executor, and ``--pool solo`` leaves no thread to answer the
-launcher's health-check ping while a run executes.
-
-The app is built from the run launcher of the Dagster instance of ``DAGSTER_HOME`` (the deployment's
-``dagster.yaml``, deploy/celery/README.md), so the daemon that sends runs and the workers that execute them
-share one configuration (broker, result backend, queue) and no broker URL is written to any file. It registers
-dagster-celery's run tasks; a run executes in the worker with the job's executor
-(the evaluation jobs' in-process executor; never ``celery_executor``).
+"""The Celery app of a worker: ``celery -A rag_pipeline.defs.workers.celery_app worker -P threads -n NAME@%h``
+(deploy/celery/README.md), built from the run launcher of the Dagster instance of ``DAGSTER_HOME``.
 """
 
 from __future__ import annotations

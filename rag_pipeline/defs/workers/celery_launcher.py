@@ -1,12 +1,5 @@
-"""Dagster's ``CeleryRunLauncher`` with a health check that notices a dead worker (deploy/celery/README.md).
-
-Dagster's run monitoring asks the launcher, for every started run, whether its worker still runs it. The stock
-answer is the Celery task's state in the result backend, which stays ``STARTED`` forever when the worker dies
-(``kill -9``, a lost machine): the run would never end. :class:`RagCeleryRunLauncher` also pings the worker that
-took the task (its node name is in the task's ``STARTED`` record); no reply within :data:`PING_TIMEOUT_S` seconds,
-twice in a row, reports the worker failed and the monitoring daemon marks the run failed. Pair it with the
-in-process executor (the jobs use it): with ``celery_executor`` inside a Celery task, Celery refuses to wait on
-the step tasks ("Never call result.get() within a task!").
+"""Dagster's ``CeleryRunLauncher`` with a health check that notices a dead worker (deploy/celery/README.md): the
+worker that took the task must answer a ping, else the run is reported failed.
 """
 
 from __future__ import annotations

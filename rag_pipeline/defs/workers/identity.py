@@ -1,10 +1,4 @@
-"""The name of the process executing a run: the Celery worker's node name, else this host.
-
-Inside a Celery task (a run launched by :class:`~rag_pipeline.defs.workers.celery_launcher.RagCeleryRunLauncher`)
-it is the worker's node name as given by ``-n NAME@%h``; under the default run launcher (a local subprocess) it is
-the host name. Each evaluation run records it in its row, its Dagster run tags and its asset metadata
-(docs/design.md §6.1).
-"""
+"""The name of the process executing a run (docs/design.md §6.1): the Celery worker's node name, else this host."""
 
 from __future__ import annotations
 

@@ -55,6 +55,13 @@ def create_run(engine: sa.Engine | sa.Connection, *, dataset_id, knowledge_base_
     return run_id
 
 
+def set_worker(engine: sa.Engine, run_id, worker: str) -> bool:
+    """Record (committed at once) the process executing a queued or running run; False: no such row (or it has
+    ended with a worker named already)."""
+    with engine.begin() as conn:
+        return queries.set_worker(conn, as_uuid(run_id), worker)
+
+
 def start_queued_run(engine: sa.Engine, run_id, *, strategy_version: str, params_hash: str,
                      dataset_id, dagster_run_id: str | None = None) -> None:
     """Move a ``queued`` run to ``running`` (its start time and heartbeat now). The run must still be queued

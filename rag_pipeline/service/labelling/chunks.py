@@ -1,10 +1,5 @@
-"""Finding chunk ids to label (``rag-pipeline chunks``, ``GET /api/v1/knowledge-bases/{id}/chunks``).
-
-:func:`find_chunks` lists a knowledge base's searchable chunks, or searches them: the chunks containing the
-  text literally (any script), then the knowledge base's keyword search (BM25 over its text mode: jieba for a
-  ``chinese`` KB) and a vector search (its embedding model, USE by default: multilingual) fused by reciprocal
-  rank — the retrieval legs of :mod:`rag_pipeline.retrieval.search`, nothing re-implemented. Pooled judging is in
-:mod:`.drafts`, the label fixes after a re-chunking in :mod:`.fixes`.
+"""Finding chunk ids to label (``rag-pipeline chunks``, ``GET /api/v1/knowledge-bases/{id}/chunks``) with the
+retrieval legs of :mod:`rag_pipeline.retrieval.search`.
 """
 
 from __future__ import annotations

@@ -1,41 +1,5 @@
-"""The label draft: pooled candidates of several strategies per question, judged by a person, then a dataset.
-
-``rag-pipeline suggest`` writes a draft, ``rag-pipeline label`` (or the admin console) records the judgments in
-it, and :func:`export_cases` turns it into dataset cases. A draft is a JSON object::
-
-    {"format": "rag-pipeline-label-draft", "format_version": 1,
-     "knowledge_base": "demo", "name": "my-dataset",            # name: default name of the exported dataset
-     "strategies": ["hybrid-v1", "bm25-v1"], "depth": 10,       # how the pools were made
-     "strategies_left_out": {"vector-minilm-v1": "strategy ... cannot run ..."},  # default pools: not run, why
-     "created_at": "2026-11-30T17:00:00Z", "position": 0,       # position: the question the labeller is on
-     "questions": [
-       {"case_id": "q-001", "question": "...", "k": 10,
-        "status": "pending",                                    # pending | judged | skipped
-        "candidates": [                                         # the pool: union of every strategy's top depth
-          {"chunk_id": "…uuid…", "document_id": "…", "document_name": "faq.md", "ordinal": 3,
-           "char_start": 120, "char_end": 480, "text": "…the chunk's text…",
-           "found_by": {"hybrid-v1": 1, "bm25-v1": 4},          # strategy -> rank in its pool ({} = a prior label)
-           "grade": null}]}]}                                   # null = not judged; 0 = not relevant; 1-3 relevant
-
-Candidates are ordered by how strongly the strategies agree (sum over strategies of 1 / (60 + rank), then the
-best rank, then chunk id). Grades 0-3 are what the labelling keys give (a dataset allows 0-10, so a prior label
-keeps its grade). Exported case: the relevant ids as a list (the original design's form) when every judged candidate has
-grade 1 (or with ``binary``), else the judged candidates as graded ``{chunk_id: grade}`` (grade 0 = judged not relevant,
-kept); unjudged candidates are left out; a question without a relevant candidate, or
-skipped, is not exported (listed instead). A question read from a dataset keeps its answer fields
-(``reference_answers``, ``answerable``, ``key_points``; docs/design.md §12.1): an unanswerable one is exported with
-no relevant chunk (its grade-0 judgments kept unless ``binary``).
-
-Pooled judging (TREC-style pooling): questions → label draft → judged → dataset (file or stored version).
-
-- :func:`pool` runs several strategies on every question and keeps, per question, the union of their top-``depth``
-  candidates with text, document and which strategies found them at which rank (the draft above).
-- :func:`suggest` does it for a questions file (text, one per line; or a dataset file) and writes the draft;
-  :func:`create_console_draft` for the admin console's textarea (drafts live in ``<datasets>/.drafts/<kb>/``,
-  which the Dagster sensor does not watch).
-- :func:`export_draft` writes a judged draft as a dataset file; :func:`store_draft` stores it as a new dataset
-  version. Both validate it as any dataset file and run the label check first: an invalid label refuses it,
-  nothing is written.
+"""The label draft (docs/labelling.md): pooled candidates of several strategies per question (:func:`pool`), judged
+by a person, then a dataset file or version (:func:`export_draft`, :func:`store_draft`) after the label check.
 """
 
 from __future__ import annotations
@@ -198,9 +162,7 @@ def read_questions(path: str | Path, knowledge_base: str, k: int) -> list[DraftQ
 def pool(engine: sa.Engine, knowledge_base: str, asked: list[DraftQuestion], *,
          strategies: Sequence[str] | None = None, depth: int = 10, name: str | None = None) -> Draft:
     """The draft of ``asked``: per question the union of the top-``depth`` candidates of ``strategies`` (default:
-    every registry version the knowledge base can run, the others listed in ``strategies_left_out`` with why; a
-    named one that cannot run is a :class:`StrategyError`), ordered by agreement; prior labels kept with their
-    grade."""
+    every one the knowledge base can run), ordered by agreement; prior labels kept with their grade."""
     if not 1 <= depth <= 1000:
         raise DraftError(f"depth must be between 1 and 1000, got {depth}")
     with engine.begin() as conn:

@@ -1,9 +1,5 @@
-"""The admin console ``/admin/retrieval-evaluations`` (docs/design.md §7.1): server-rendered pages over the service.
-
-``router`` (prefix ``/admin``) is what :func:`rag_pipeline.web.app.create_app` includes. Every page needs
-:func:`rag_pipeline.web.security.require_console_user`; every form carries the CSRF token checked by
-:func:`rag_pipeline.web.security.require_csrf`. Templates in ``templates/`` (``base.html`` is the layout every page
-extends); CSS and JS from ``static/`` under ``/admin/static/``: no CDN, no build step.
+"""The admin console ``/admin/retrieval-evaluations`` (docs/design.md §7.1): server-rendered pages over the service;
+``router`` is what :func:`rag_pipeline.web.app.create_app` includes.
 """
 
 from __future__ import annotations

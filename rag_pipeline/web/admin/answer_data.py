@@ -1,9 +1,4 @@
-"""What the console's answer pages read beyond a run (docs/design.md §12.6): one case with its cited chunks' text
-and a retrieval run to link to, and each answer figure of a dataset over time as chart points.
-
-Composed of service calls only: stored answer runs (:mod:`rag_pipeline.service.answers`), chunk texts and
-retrieval runs (:mod:`rag_pipeline.service.history`, :mod:`rag_pipeline.service.evaluations`).
-"""
+"""What the console's answer pages read beyond a run (docs/design.md §12.6), composed of service calls only."""
 
 from __future__ import annotations
 
@@ -28,9 +23,8 @@ class AnswerCaseNotFoundError(NotFoundError, LookupError):
 
 
 def get_answer_case(engine: sa.Engine, run_id: str, case_id: str) -> AnswerCaseDetail:
-    """Case ``case_id`` of answer run ``run_id`` (id or unique prefix), with the text of every chunk it cites, the
-    previous and next case in dataset order, and a succeeded retrieval run of the same dataset version on the
-    same knowledge base (the baseline strategy's current run first, else the newest) whose case page to link."""
+    """Case ``case_id`` of answer run ``run_id`` with the text of every chunk it cites, the previous and next
+    case, and a succeeded retrieval run of the same dataset version (the baseline's current first) to link."""
     report = get_answer_run(engine, run_id)
     run = report.stored_run
     ids = [c.case_id for c in report.cases]
@@ -50,17 +44,16 @@ def get_answer_case(engine: sa.Engine, run_id: str, case_id: str) -> AnswerCaseD
 
 def _retrieval_run(engine: sa.Engine, run: AnswerRun):
     """A succeeded retrieval run of the answer run's dataset version: the baseline's current one, else the newest."""
-    runs = [s for s in evaluations.list_runs(engine, knowledge_base=run.knowledge_base, dataset=run.dataset,
-                                             status="succeeded", limit=200)
+    runs = [s for s in evaluations.run_page(engine, knowledge_base=run.knowledge_base, dataset=run.dataset,
+                                            status="succeeded", limit=200)[1]
             if s.dataset.version == run.dataset_version]
     runs.sort(key=lambda s: (not (s.is_current and s.strategy_version == DEFAULT_BASELINE), not s.is_current))
     return runs[0] if runs else None  # sort is stable: newest first within each group
 
 
 def answer_history(engine: sa.Engine, dataset: str, knowledge_base: str) -> list[HistoryPoint]:
-    """Every stored answer run of ``dataset`` on ``knowledge_base`` as a chart point: ``strategy_version`` is the
-    answerer (``NAME@VERSION``), ``finished_at`` the run's creation, ``metrics`` each answer metric's mean (only
-    the defined ones) and the :data:`RUN_FIGURES`; ``is_current`` marks each answerer's newest run."""
+    """Every stored answer run of ``dataset`` on ``knowledge_base`` as a chart point, one line per answerer
+    (``NAME@VERSION``); ``is_current`` marks each answerer's newest run."""
     runs = list_answer_runs(engine, dataset=dataset, knowledge_base=knowledge_base, limit=MAX_HISTORY_RUNS).runs
     seen: set[str] = set()
     points = []

@@ -1,8 +1,5 @@
-"""Answer run pages (docs/design.md §12.6): a run's summary and its cases sorted by any answer metric on the server,
-filtered by verdict and to the wrong-but-confident ones (``/admin/answer-runs/{run_id}``); one case with its
-answer, references, refusal verdict, every metric and every citation marked (``…/cases/{case_id}``).
-
-Every filter and sort is a plain GET link or form: the pages work without JavaScript.
+"""Answer run pages (docs/design.md §12.6): a run's summary and its cases, sorted and filtered on the server by plain
+GET links (``/admin/answer-runs/{run_id}``), and one case (``…/cases/{case_id}``).
 """
 
 from __future__ import annotations

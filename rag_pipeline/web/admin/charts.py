@@ -1,9 +1,5 @@
-"""Inline SVG charts rendered on the server: each metric of a dataset over time, one line per strategy.
-
-No JavaScript library and no image round trip: the page carries the SVG, every point is a link to its run with
-a tooltip (strategy, value, dataset version, finish time). The y axis spans the values shown (rounded out to
-tenths, within [0, 1], or [-1, 1] for a score that can be negative) so small differences stay visible; the axis
-labels say where it starts. Answer runs are drawn the same way, one line per answerer (docs/design.md §12.6).
+"""Inline SVG charts rendered on the server: each metric of a dataset (or answer figure, docs/design.md §12.6) over
+time, one line per strategy (answerer), every point a link to its run.
 """
 
 from __future__ import annotations

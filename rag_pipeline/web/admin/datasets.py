@@ -78,7 +78,7 @@ def dataset_page(request: Request, engine: Engine, queue: Queue, kb: str, datase
         return error_page(request, 404, f"knowledge base {kb_name!r} has no dataset {dataset!r}; upload it first")
     latest = versions[0]
     labels = datasets.check_stored_dataset(engine, latest.dataset_id)
-    summaries = evaluations.list_runs(engine, knowledge_base=kb_name, dataset=dataset, limit=200)
+    summaries = evaluations.run_page(engine, knowledge_base=kb_name, dataset=dataset, limit=200)[1]
     current = sorted((s for s in summaries if s.is_current and s.status == "succeeded"),
                      key=lambda s: (s.strategy_version != DEFAULT_BASELINE, s.strategy_version))
     points = history.metric_history(engine, dataset, kb_name)
@@ -128,7 +128,7 @@ def runs_json(engine: Engine, queue: Queue, kb: str, dataset: str):
     """Live status of the dataset's runs (what the dashboard polls): status and cases done / total per run, and
     the queue's message when no Dagster daemon picks queued runs up."""
     try:
-        summaries = evaluations.list_runs(engine, knowledge_base=kb, dataset=dataset, limit=50)
+        summaries = evaluations.run_page(engine, knowledge_base=kb, dataset=dataset, limit=50)[1]
     except USER_ERRORS as exc:
         return JSONResponse({"detail": str(exc)}, status_code=404)
     runs = [_progress(s) for s in summaries]

@@ -1,11 +1,5 @@
-"""Labelling in the console: questions → pooled candidates with text → tick relevant / grade → save as a
-new dataset version (``/admin/retrieval-evaluations/kb/{kb}/labelling``).
-
-The same operations as ``rag-pipeline suggest`` / ``label`` (:mod:`rag_pipeline.service.labelling.drafts`): a draft is
-the pool of the chosen strategies' top-``depth`` candidates per question, kept as a file in
-``<datasets>/.drafts/<kb>/`` (resumable; not watched by the sensor). Saving validates the judged questions as a
-dataset, runs the label check (an invalid label refuses the save) and stores a new version, then opens the
-dataset's page. Every form carries the CSRF token.
+"""Labelling in the console (``/admin/retrieval-evaluations/kb/{kb}/labelling``): the operations of ``suggest`` /
+``label`` (:mod:`rag_pipeline.service.labelling.drafts`), saved as a new dataset version.
 """
 
 from __future__ import annotations

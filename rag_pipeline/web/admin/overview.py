@@ -1,10 +1,5 @@
-"""Knowledge bases → datasets: the console's start page, a knowledge base's page and the dataset upload.
-
-An upload is validated exactly like a file (every problem at once, each with its case index, case_id and field;
-nothing stored when there is one) and, once stored, opens its dataset's dashboard, where the label check
-(docs/design.md §8) is shown with its fixes before anything runs. Both answer Post/Redirect/Get: a refused upload
-redirects to the knowledge base's page with ``?upload_failed=<token>``, whose problems this process keeps (the
-latest :data:`FAILED_UPLOADS_KEPT`), so reloading the page shows them again and never re-posts the file.
+"""Knowledge bases → datasets: the console's start page, a knowledge base's page and the dataset upload
+(Post/Redirect/Get: a refused upload's problems are kept in this process, :data:`FAILED_UPLOADS_KEPT`).
 """
 
 from __future__ import annotations
@@ -49,7 +44,7 @@ def _refused(kb: str, filename: str | None, problems: list[dict], more: int = 0)
 @router.get("/retrieval-evaluations", name="admin_home")
 def home(request: Request, engine: Engine, queue: Queue):
     return render(request, "home.html", {"kbs": knowledge_bases.list_knowledge_bases(engine),
-                                         "runs": evaluations.list_runs(engine, limit=RECENT_RUNS),
+                                         "runs": evaluations.run_page(engine, limit=RECENT_RUNS)[1],
                                          "queue": queue})
 
 
@@ -61,7 +56,7 @@ def _kb_page(request: Request, engine, kb: str, *, problems=None, upload_name: s
         return error_page(request, 404, str(exc))
     return render(request, "knowledge_base.html", {
         "kb": info, "datasets": stored_datasets.list_datasets(engine, info.name),
-        "runs": evaluations.list_runs(engine, knowledge_base=info.name, limit=RECENT_RUNS),
+        "runs": evaluations.run_page(engine, knowledge_base=info.name, limit=RECENT_RUNS)[1],
         "problems": problems, "problems_more": more, "upload_name": upload_name,
         "max_mb": MAX_FILE_BYTES // (1024 * 1024),
         "dataset_url": dataset_url}, status_code=status_code)

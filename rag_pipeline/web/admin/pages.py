@@ -1,10 +1,5 @@
-"""Shared page plumbing of the console: the Jinja2 environment, the render helper, template filters, and the
-CSS/JS assets.
-
-Page modules call :func:`render` with a template name and a context; it adds the request and the CSRF token every
-form needs. Filters format numbers and timestamps the same way on every page. :data:`static_router` serves
-``/admin/static/<name>`` from ``static/`` (no CDN, works offline): only files that exist directly in that folder
-with a known type, no sub-paths, no ``..``; it needs no login (the login form uses the same stylesheet).
+"""Shared page plumbing of the console: the Jinja2 environment, :func:`render`, template filters, and the CSS/JS
+assets of ``static/`` (:data:`static_router`, no login, no sub-paths).
 """
 
 from __future__ import annotations

@@ -56,9 +56,9 @@ def run_page(request: Request, engine: Engine, run_id: str, q: Annotated[str, Qu
         cases = [c for c in cases if _matches(c, q.strip().lower(), bool(zero), reason)]
         matching = len(cases)
         cases = cases[:MAX_ROWS]
-    baseline = [r for r in evaluations.list_runs(engine, knowledge_base=summary.knowledge_base.id,
-                                                 dataset=summary.dataset.name, strategy=DEFAULT_BASELINE,
-                                                 current_only=True, limit=1) if r.run_id != summary.run_id]
+    baseline = [r for r in evaluations.run_page(engine, knowledge_base=summary.knowledge_base.id,
+                                                dataset=summary.dataset.name, strategy=DEFAULT_BASELINE,
+                                                current_only=True, limit=1)[1] if r.run_id != summary.run_id]
     counts = summary.counts
     misses = counts.miss_reasons if counts else None
     return render(request, "run.html", {
@@ -83,8 +83,8 @@ def case_page(request: Request, engine: Engine, run_id: str,
     except USER_ERRORS as exc:
         return error_page(request, 404, str(exc))
     s = detail.summary
-    others = [r for r in evaluations.list_runs(engine, knowledge_base=s.knowledge_base.id, dataset=s.dataset.name,
-                                               limit=100) if r.status == "succeeded" and r.run_id != s.run_id]
+    others = [r for r in evaluations.run_page(engine, knowledge_base=s.knowledge_base.id, dataset=s.dataset.name,
+                                              limit=100)[1] if r.status == "succeeded" and r.run_id != s.run_id]
     # the first option (the default) is the baseline's current run: "compare with" means "with the baseline"
     others.sort(key=lambda r: (r.strategy_version != DEFAULT_BASELINE, not r.is_current))
     return render(request, "case.html", {

@@ -1,12 +1,5 @@
 """Answer runs over HTTP (docs/design.md §6.2, §12): upload an answers file to score, list and read the stored
-runs, compare two, and collect a dataset's answers from a RAG endpoint.
-
-An upload is read like an answers file by the CLI (every problem with its line and field → 422, nothing
-stored), at most 50 MB: ``multipart/form-data`` (a ``file`` part, ``dataset``, optional ``answerer``) or JSON
-(``dataset``, ``answers``: the lines as objects). Collection answers when it is done and is bounded
-(:data:`MAX_COLLECT_CASES` cases, ``RAG_COLLECT_SLOTS`` at once, tighter caps than the CLI's); it calls only an
-endpoint the operator allowed, a header value must be ``env:NAME`` of a variable the operator allowed, and a
-value is never echoed.
+runs, compare two, and collect a dataset's answers from an endpoint the operator allowed.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""``GET /api/v1/knowledge-bases/{id}/chunks``: the chunk ids a dataset labels, listed or searched.
-
-The same operation as ``rag-pipeline chunks`` (:func:`rag_pipeline.service.labelling.chunks.find_chunks`): without
-``search``, the knowledge base's searchable chunks in document and ordinal order; with it, the chunks containing
-the text literally first, then the keyword search (BM25 in the KB's text mode: jieba for Chinese) and a vector
-search fused by reciprocal rank. ``document`` narrows to one document (original name or id).
+"""``GET /api/v1/knowledge-bases/{id}/chunks``: the chunk ids a dataset labels, listed or searched, as
+``rag-pipeline chunks`` (:func:`rag_pipeline.service.labelling.chunks.find_chunks`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""``POST`` / ``GET /api/v1/knowledge-bases/{id}/retrieval/datasets``: upload a labelled dataset, list them.
-
-An upload is validated exactly like a dataset file (every problem at once, each with case index, case_id and
-field → 422, nothing stored) and limited like one: 50 MB, 100,000 cases. The body is either
-``multipart/form-data`` (a ``file`` part, optional ``name``) or the dataset JSON itself (``application/json``,
-optional ``?name=``). The name: the given ``name``, else the uploaded file's stem (a dataset file is named by
-its file name), else (JSON body) the content's ``name`` field; a ``name`` field must agree, as in a file.
+"""``POST`` / ``GET /api/v1/knowledge-bases/{id}/retrieval/datasets``: upload a labelled dataset (validated and
+limited exactly like a dataset file), list them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.service import stored_datasets
-from rag_pipeline.service.queued_runs import fail_queued, queue_evaluations
+from rag_pipeline.service.queued_runs import queue_evaluations
 from rag_pipeline.web.admin import pages
 from rag_pipeline_tests.web.inprocess.conftest import DATASET, covers
 
@@ -97,12 +97,12 @@ def test_a_case_of_a_run_without_results_says_why(client, evaluated, engine):
         running = client.get(api)
         assert running.status_code == 409 and "is running (2 of 5 cases done)" in running.json()["detail"]
         assert "is running (2 of 5 cases done)" in _page(client, console, 409)
-        fail_queued(engine, queued.run_id, "the database went away")
+        run_records.mark_failed(engine, queued.run_id, "the database went away")
         failed = client.get(api).json()["detail"]
         assert failed == f"run {queued.run_id[:8]} (keyword-v1) failed and stored no case results: the database " \
                          "went away"
     finally:
-        fail_queued(engine, queued.run_id, "test over")  # never left queued for the other tests
+        run_records.mark_failed(engine, queued.run_id, "test over")  # never left queued for the other tests
     succeeded = evaluated["runs"]["keyword-v1"]["run_id"]
     missing = client.get(f"{API}/retrieval/evaluations/{succeeded}?case_id=no-such-case")
     assert missing.status_code == 404 and "has no case 'no-such-case'" in missing.json()["detail"]

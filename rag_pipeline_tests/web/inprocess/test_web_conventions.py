@@ -13,7 +13,7 @@ import rag_pipeline.web
 from rag_pipeline.web.app import create_app
 
 WEB = Path(rag_pipeline.web.__file__).parent
-WRITES = ("queue_evaluations(", "launch_evaluations(", "fail_queued(", "store_uploaded_dataset(", "engine.begin(")
+WRITES = ("queue_evaluations(", "launch_evaluations(", "mark_failed(", "store_uploaded_dataset(", "engine.begin(")
 ENV_WRITES = {"setdefault", "update", "pop", "popitem", "clear"}
 
 
