@@ -76,18 +76,14 @@ def _tokenize_run(run: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=8192)
-def _segments(text: str) -> tuple[str, ...]:
+def cmrc_segments(text: str) -> tuple[str, ...]:
+    """CMRC 2018 ``mixed_segmentation(text, rm_punc=True)``: lower-case and strip, its punctuation dropped (a
+    dropped character does not split a run), each CJK character a token, every other run tokenised by
+    ``nltk.word_tokenize``."""
     out: list[str] = []
     for piece in _CMRC_PIECE.findall(text.lower().strip().translate(_CMRC_DELETE)):
         out.extend(piece if _CMRC_CJK.match(piece) else _tokenize_run(piece))  # a CJK run: one token a character
     return tuple(out)
-
-
-def cmrc_segments(text: str) -> list[str]:
-    """CMRC 2018 ``mixed_segmentation(text, rm_punc=True)``: lower-case and strip, its punctuation dropped (a
-    dropped character does not split a run), each CJK character a token, every other run tokenised by
-    ``nltk.word_tokenize``."""
-    return list(_segments(text))
 
 
 def cmrc_remove_punctuation(text: str) -> str:
@@ -105,7 +101,7 @@ def longest_common_run(a: Sequence[str], b: Sequence[str]) -> int:
 
 
 def _cmrc_f1(reference: str, prediction: str) -> float:
-    gold, pred = _segments(reference), _segments(prediction)
+    gold, pred = cmrc_segments(reference), cmrc_segments(prediction)
     common = longest_common_run(gold, pred)
     if common == 0:
         return 0.0
