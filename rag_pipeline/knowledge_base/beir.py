@@ -1,19 +1,10 @@
 """Import a BEIR-layout benchmark (``corpus.jsonl``, ``queries.jsonl``, ``qrels.tsv`` or ``qrels/<split>.tsv``).
 
-The corpus becomes a knowledge base with one chunk per BEIR document (title + blank line + text, like
-Anserini's title+text runs), so labels stay exact; the qrels become an evaluation dataset in the format of
-docs/design.md §2 with the real, deterministic chunk ids.
-
-The import is faithful: nothing is dropped without a word. A document without text (it would get no chunk)
-is not ingested; a query without text, with only grade-0 judgements, or whose relevant documents were all
-skipped, becomes no case; each is listed with its reason in the dataset's top-level ``metadata``, with every
-judgement (query → document) that pointed at a skipped document. Every check runs before the ingestion,
-so the dataset written afterwards always passes validation and its labels are all chunks of the KB.
-
-Grades: qrels scores must be integers 0–10 (0 = judged not relevant). When the qrels hold more than one
-distinct positive grade, a case's ``relevant_chunk_ids`` is ``{chunk_id: grade}`` (grade-0 judgements kept
-as 0); otherwise it is the plain list of the positively judged chunks.
-"""
+The corpus becomes a knowledge base with one chunk per document (title + blank line + text), the qrels a dataset
+(docs/design.md §2) with the real chunk ids. Nothing is dropped silently: documents without text, and queries left
+without a relevant document, are listed with their reason in the dataset's ``metadata``; every check runs before
+the ingestion. Qrels grades are integers 0–10; with more than one positive grade ``relevant_chunk_ids`` is
+``{chunk_id: grade}``, otherwise the list of positive chunks."""
 
 from __future__ import annotations
 

@@ -1,35 +1,16 @@
 """Ingestion: documents → chunks → embeddings → rows (documents, chunks, embeddings, tsvector, BM25 stats).
 
-Idempotent: an unchanged document is skipped (unless ``rechunk`` changes the knowledge base's chunk size or
-overlap: then every document is cut again, chunks of the same span and text keep their id, and the others are
-retired with ``is_current = false``, their text and span kept for ``fix-labels``); a changed one keeps its unchanged
-chunks (same deterministic id), gets new chunks for the rest, and its old chunks are kept with ``is_current = false``
-(history, so an old label can be explained later). Ingestion syncs the KB with the folder: a document
-missing from it is marked deleted, and a document present in it is (again) not deleted — to hide a
-document that stays in the folder, unpublish it (``rag-pipeline doc NAME --publication UNPUBLISHED``).
-Everything is written in one transaction with COPY, so a concurrent evaluation sees the old or the new
-knowledge base, never a mix.
+Idempotent and synced with the folder: an unchanged document is skipped, a changed one keeps its unchanged chunks
+(deterministic ids) and retires the others (``is_current = false``, kept for ``fix-labels``),
+``rechunk`` cuts every document again; a document missing from the folder is marked deleted. One transaction with
+COPY, so a concurrent evaluation sees the old or the new knowledge base. New chunks are encoded on a background
+thread (:mod:`background_encoder`) while the main thread writes the text side; a KB's first vectors of a model get
+their HNSW index built once after the commit. An error anywhere cancels the encoder and rolls back.
 
-Encoding overlaps the database work: the new chunks' texts are encoded on a background thread
-(:mod:`background_encoder`) while the main thread writes documents, chunks, tsvectors, BM25 postings and term
-statistics, then each encoded batch is COPYed into ``chunk_embeddings`` as soon as it is ready. A KB's first
-vectors of a model get its HNSW index built once, after the commit, over all of them (until it exists, a search
-of that KB is an exact scan). An error anywhere (the encoder's included) cancels the pending batches, waits for
-the running one, rolls the transaction back and propagates.
-
-``result.timings`` (seconds; the stages overlap, so they do not add up to ``total_s``):
-
-- ``chunk_s``: from the start to the end of planning (loading the models, reading the KB, chunking).
-- ``encode_<model>_s``: time spent in the encoder thread for that model (overlaps the SQL).
-- ``copy_<model>_s``: time spent in the vector COPYs of that model (overlaps the encoding).
-- ``embed_and_copy_s``: wall time after the text-side SQL until every vector is written (waiting for the
-  encoder + COPYs); the encoding done during the text-side SQL is not in it.
-- ``index_build_<model>_s``: the bulk HNSW build of a model the KB had no index of (first ingestion).
-- ``total_s``: wall time of the whole ingestion, ANALYZE included.
-
-``result.warnings``: what ingestion did not refuse but the user should fix — the text mode does not fit
-the script of the documents (:func:`textsearch.text_mode_warning`), documents without text (no chunk).
-"""
+``result.timings`` (seconds; stages overlap): ``chunk_s`` (planning), ``encode_<model>_s`` (encoder thread),
+``copy_<model>_s`` (vector COPYs), ``embed_and_copy_s`` (wall time after the text-side SQL until every vector is
+written), ``index_build_<model>_s`` (first HNSW build), ``total_s`` (ANALYZE included). ``result.warnings``: a text
+mode that does not fit the documents' script (:func:`textsearch.text_mode_warning`), documents without text."""
 
 from __future__ import annotations
 

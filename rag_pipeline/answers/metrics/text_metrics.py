@@ -1,17 +1,9 @@
 """Answer text against reference answers: exact match, F1, containment, key points (docs/design.md §12.3).
 
-A reference that is mostly CJK (:func:`is_mostly_cjk`) is compared by the CMRC 2018 official evaluation script's
-rules (github.com/ymcui/cmrc2018, ``squad-style-data/cmrc2018_evaluate.py``): lower-case and strip, its
-punctuation list removed, each CJK character one token and every other run word-tokenised by NLTK; F1 from the
-longest common *contiguous* token sequence; EM on the text with that punctuation removed. Any other reference
-by the SQuAD v2.0 official script's rules: ``normalize_answer`` (lower-case, ASCII punctuation and a/an/the
-dropped, spaces collapsed), bag-of-tokens F1, EM; empty against empty is 1. Each reference is judged by its own
-rule and a score is the maximum over the references.
-
-One deviation from the CMRC script: it calls ``nltk.word_tokenize`` with NLTK's Punkt sentence splitter first;
-here ``preserve_line=True`` (no downloaded model, ever). The two differ only for a multi-sentence Latin run
-inside a CJK answer (a period in the middle of the run stays on its word).
-"""
+A mostly-CJK reference (:func:`is_mostly_cjk`) is scored by the CMRC 2018 official script's rules (character
+tokens, F1 from the longest common contiguous run), any other by the SQuAD v2.0 script's; a score is the maximum
+over the references. One deviation from CMRC: ``nltk.word_tokenize`` runs with ``preserve_line=True`` (no Punkt
+model download), which differs only for a multi-sentence Latin run inside a CJK answer."""
 
 from __future__ import annotations
 
