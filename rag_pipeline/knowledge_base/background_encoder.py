@@ -1,11 +1,8 @@
 """Encoding on a background thread while the main thread talks to the database (ingestion).
 
-:class:`BackgroundEncoder` encodes batches on one worker thread in submission order; the caller collects the
-futures and COPYs each batch when it is ready. Only the encoding runs in the thread: every SQL statement stays
-on the caller's connection. A server on this machine competes for the same cores, and the overlap only pays
-with one BLAS thread fewer (bench/RESULTS.md, "Ingestion vs raw encode"), so :func:`encoder_threads` leaves it
-one core unless ``RAG_EMBED_THREADS`` says otherwise.
-"""
+:class:`BackgroundEncoder` encodes batches on one worker thread in submission order; every SQL statement stays on
+the caller's connection. :func:`encoder_threads` leaves the server one core unless ``RAG_EMBED_THREADS`` says
+otherwise (bench/RESULTS.md, "Ingestion vs raw encode")."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """Reading source documents from a folder: ``.md``, ``.txt``, ``.html`` and ``.jsonl`` (one document a line).
 
-Every file goes through the bounded reader (:mod:`rag_pipeline.storage.files`): a FIFO, a device or a symlink to
-one is refused, and one document's text may have at most ``RAG_MAX_DOCUMENT_BYTES`` bytes (a ``.jsonl`` line's
-``text`` as well); such a file fails the whole read, naming the file (and line) and the limit, so ingestion
-never starts. Control characters (C0 but tab/newline/CR, and DEL; NUL included) are removed from every text.
-A document with no text left, a symlink loop, a broken symlink and an unreadable file are *skipped*:
-:func:`read_folder` lists them in ``.skipped`` with the reason. A ``.jsonl`` line is checked field by field
-(:mod:`jsonl_lines`); a symbolic link out of the folder is refused (see :func:`read_folder`, ``docs/cli.md``).
-"""
+Files go through the bounded reader (:mod:`rag_pipeline.storage.files`); a document over
+``RAG_MAX_DOCUMENT_BYTES`` fails the whole read. Control characters are removed from every text. Empty documents,
+broken or looping symlinks and unreadable files are skipped and listed in ``.skipped``; a link out of the folder
+is refused (:func:`read_folder`, docs/cli.md)."""
 
 from __future__ import annotations
 

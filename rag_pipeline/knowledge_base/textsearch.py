@@ -1,12 +1,8 @@
 """Keyword text: how a knowledge base turns text into a ``tsvector`` and a question into a ``tsquery``.
 
-The modes ``simple``, ``english``, ``chinese`` (jieba segmentation, then ``simple``) and ``mixed`` (jieba
-segmentation of the CJK runs only, then ``english``: Latin-script words stemmed and English stop words dropped,
-Chinese words kept as they are) are a knowledge-base setting used by ingestion and queries alike
-(docs/design.md §3.1). A question becomes an OR-query over at most
-:data:`MAX_QUERY_TERMS` of its lexemes, built in SQL by :data:`OR_TSQUERY_SQL` (parameterised, so operators
-such as ``& | ! ( ) : * <->`` in a question are searched as text, never parsed).
-"""
+The text modes (``simple``, ``english``, ``chinese``, ``mixed``) are a knowledge-base setting used by ingestion and
+queries alike (docs/design.md §3.1). A question becomes an OR-query over at most :data:`MAX_QUERY_TERMS` lexemes,
+built in SQL by :data:`OR_TSQUERY_SQL` (parameterised: operators in a question are text, never parsed)."""
 
 from __future__ import annotations
 

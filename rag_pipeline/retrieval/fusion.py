@@ -1,12 +1,8 @@
 """Score fusion for hybrid retrieval: per-leg normalisation, weighted sum, RRF, ordering (docs/design.md §3.2, §3.3).
 
-Per pool slot the caller passes ``vector_score`` / ``keyword_score`` (NaN where that leg did not return the
-chunk) and ``vector_rank`` / ``keyword_rank`` (1-based; 0 or NaN where missing); a leg is *present* for a slot
-iff its score is not NaN. ``rank`` normalisation uses ``n`` = the deepest rank present in that leg of the pool.
-Reductions (sums for mean / std) add the present values in ascending order, so results do not depend on slot
-order or padding: the batch functions (2-D ``(n_cases, pool_size)`` arrays plus a ``mask`` of valid slots)
-equal the 1-D functions bit for bit, and the 1-D functions are their one-row case.
-"""
+Per pool slot: ``vector_score`` / ``keyword_score`` (NaN where the leg missed the chunk) and 1-based ranks (0 or
+NaN where missing). Reductions add the present values in ascending order, so the batch functions (2-D arrays plus
+a ``mask``) equal the 1-D ones bit for bit whatever the slot order or padding."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """The retrieval stage's SQL (docs/design.md §3.1): the two legs written out in full, the stages' score look-ups
 and the strategy registry; thin functions run them on the caller's connection.
 
-Every leg statement takes a *batch* of questions (``unnest(:array) WITH ORDINALITY AS q(..., ord)``) and runs
-the per-question search in a ``CROSS JOIN LATERAL`` subquery; each row carries ``query_index`` (1-based). The
-only text spliced in is the embedding *dimension* (an ``int``: a type modifier cannot be a parameter), which
-must match the knowledge base × model's partial HNSW index for the index to be used.
-"""
+Every leg statement takes a batch of questions (``unnest(:array) WITH ORDINALITY``, a ``CROSS JOIN LATERAL`` search
+each, rows carrying ``query_index``). The only text spliced in is the embedding dimension (an ``int``), which must
+match the partial HNSW index for it to be used."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """The shipped baseline answerer ``extractive-v1``: a floor to beat, not a generator.
 
-For each dataset case it retrieves the case's ``k`` chunks with a registry strategy, splits the top ``top_n``
-chunks into sentences (Chinese and English rules: :func:`split_sentences`), and answers with the at most
-``max_sentences`` sentences that share the most terms with the question (:func:`terms`: character bigrams of
-Chinese text, lower-cased words of Latin text). It cites the chunks those sentences came from. It refuses, with
-the refusal phrase of the question's language (:data:`REFUSAL_PHRASES`, one of the documented refusal phrases of
-docs/design.md §12.4), when the top candidate's final score is below ``refusal_threshold`` or no sentence shares
-a term with the question. Everything is deterministic: the same knowledge base, strategy and parameters give the
-same answers file, byte for byte apart from ``latency_ms``.
-"""
+It retrieves each case's ``k`` chunks with a registry strategy, answers with the at most ``max_sentences``
+sentences of the top ``top_n`` chunks sharing the most :func:`terms` with the question, and cites their chunks. It
+refuses (:data:`REFUSAL_PHRASES`, docs/design.md §12.4) when the top score is below ``refusal_threshold`` or no
+sentence shares a term. Deterministic: the same inputs give the same file but for ``latency_ms``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """The judge's prompts, in English and Chinese, the reply shapes they ask for, and the language choice.
 
-Two tasks (docs/judge.md, docs/design.md §12): ``faithfulness`` (split the answer into claims, mark each supported
-or not by a cited chunk) and ``refusal`` (does the answer decline to answer). The prompt language follows the
-question: :func:`question_language` is ``zh`` when CJK characters are at least :data:`ZH_TOKEN_SHARE` of the
-question's tokens (each CJK character one token, each other run of letters or digits one token, as the CMRC 2018
-mixed segmentation counts), else ``en``. :data:`PROMPT_VERSION` hashes every text and schema here, so a changed
-prompt is a different judge.
-"""
+Tasks ``faithfulness`` and ``refusal`` (docs/judge.md); :func:`question_language` is ``zh`` when CJK characters
+are at least :data:`ZH_TOKEN_SHARE` of the question's tokens. :data:`PROMPT_VERSION` hashes every text and schema
+here, so a changed prompt is a different judge."""
 
 from __future__ import annotations
 
