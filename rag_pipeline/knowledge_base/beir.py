@@ -80,11 +80,8 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
 def read_beir(folder: str | Path, split: str = "test", max_docs: int | None = None, max_queries: int | None = None):
     """(documents, queries {id: text}, qrels {qid: {doc_id: grade}}) of a BEIR folder, optionally a subset.
 
-    ``qrels`` holds every judged query of the split (grade-0 judgements included), in case order (shorter
-    ids first, then by id); ``queries`` the text of those found in ``queries.jsonl`` (as is, even empty).
-    A subset keeps the first ``max_queries`` judged queries that have text and a positive judgement, every
-    document they judge, and the first ``max_docs`` other documents (for smoke tests).
-    """
+    ``qrels`` holds every judged query of the split in case order (shorter ids first); a subset keeps the first
+    ``max_queries`` judged queries with text and a positive judgement, their documents, and ``max_docs`` others."""
     folder = Path(folder)
     for name in ("corpus.jsonl", "queries.jsonl"):
         if not (folder / name).exists():

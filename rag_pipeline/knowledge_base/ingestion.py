@@ -180,11 +180,9 @@ REINDEX_LOCK_TIMEOUT_S = 5
 
 
 def _rebuild_if_churned(conn: sa.Connection, kb_id, embedders, result: IngestResult) -> float:
-    """After a re-ingestion that replaced many vectors (:data:`REINDEX_CHURN`), rebuild the KB's own HNSW index of
-    each model with ``REINDEX INDEX CONCURRENTLY`` (autocommit ``conn``; searches go on meanwhile), so the graph
-    holds no deleted vectors. Cost bounded by this KB's size; other KBs' indexes are untouched. A rebuild that has
-    to wait for a transaction that holds an older snapshot (an evaluation reading) is not started, or given up after
-    :data:`REINDEX_LOCK_TIMEOUT_S`, and a warning says so (autovacuum removes the replaced vectors later).
+    """After a re-ingestion that replaced many vectors (:data:`REINDEX_CHURN`), ``REINDEX INDEX CONCURRENTLY``
+    the KB's own HNSW index of each model (autocommit ``conn``), so the graph holds no deleted vectors. A rebuild
+    that would wait on an older snapshot beyond :data:`REINDEX_LOCK_TIMEOUT_S` is given up with a warning.
     Returns seconds."""
     if not result.chunks_replaced:
         return 0.0

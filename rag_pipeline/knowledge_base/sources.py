@@ -185,14 +185,12 @@ def _jsonl_document(path: Path, rel: str, lineno: int, line: str, seen: dict[str
 
 
 def read_folder(folder: str | Path) -> FolderDocuments:
-    """Every supported document below ``folder``, sorted by name (deterministic); ``.skipped`` lists the
-    files that gave no document (no text, symlink loop, broken symlink, unreadable) with the reason.
+    """Every supported document below ``folder``, sorted by name; ``.skipped`` lists the files that gave no
+    document with the reason.
 
     A FIFO/device/socket, a document over ``RAG_MAX_DOCUMENT_BYTES``, non-UTF-8 text, a bad ``.jsonl`` line or a
-    symbolic link to a file outside ``folder`` is a :class:`SourceError` naming the file: nothing is returned, so
-    nothing is ingested. A link to a file inside ``folder`` is read like that file, under the link's name, unless
-    the file is read under its own name anyway (then the link is skipped, so no text is ingested twice). A file
-    name that is not UTF-8 is kept with its undecodable bytes written ``\\xe9`` (``caf\\xe9.md``)."""
+    link to a file outside ``folder`` is a :class:`SourceError` naming the file. A link inside ``folder`` is read under
+    its own name unless its target is read anyway; an undecodable file name keeps its bytes as ``\\xe9``."""
     root = Path(folder)
     if not root.is_dir():
         raise SourceError(f"{printable(root)}: not a folder")

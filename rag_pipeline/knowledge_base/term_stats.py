@@ -19,12 +19,8 @@ from rag_pipeline.knowledge_base.queries.term_stats import refresh_term_stats
 
 @contextmanager
 def tracking(conn: sa.Connection, kb_id, document_ids: Collection) -> Iterator[None]:
-    """Keep the KB's statistics equal to its searchable chunks across a change of the documents ``document_ids``.
-
-    Everything the block changes about those documents and their chunks (status, publication, deleted, chunks
-    inserted, retired or revived, postings) is reflected on exit; other documents must not change in the block.
-    If the block raises, nothing is applied (the caller's transaction is rolled back).
-    """
+    """Keep the KB's statistics equal to its searchable chunks across a change of the documents
+    ``document_ids`` (other documents must not change in the block); nothing is applied if the block raises."""
     docs = list(dict.fromkeys(document_ids))
     if not docs:
         yield

@@ -118,14 +118,9 @@ def _pct(share: float) -> str:
 
 
 def text_mode_warning(knowledge_base: str, mode: str, texts: Sequence[str]) -> str | None:
-    """A warning naming the fix when the text mode does not fit the script of ``texts``, else None.
-
-    - Mostly CJK (> 30 % of the non-space characters) in ``simple``/``english``: keyword search barely matches,
-      since Postgres keeps an unspaced run as one token (fix: ``chinese``, or ``mixed`` with 20 % Latin letters).
-    - Some CJK (5-30 %) in ``simple``/``english``: the Chinese part barely matches (fix: ``mixed``).
-    - ``chinese`` with almost no CJK (< 1 %): no stemming, where ``english`` would stem.
-    - ``chinese`` with 20 % Latin letters or more: English words are not stemmed and English stop words match
-      (fix: ``mixed``)."""
+    """A warning naming the fix when the text mode does not fit the script of ``texts``, else None: mostly CJK
+    (> 30 %) or some CJK (5-30 %) in ``simple``/``english``; ``chinese`` with almost no CJK (< 1 %) or with 20 % Latin
+    letters or more."""
     cjk, latin, counted = script_shares(texts)
     if not counted:
         return None

@@ -1,9 +1,7 @@
 """The optional stages after the two legs, complete pools and the rerank stage (docs/design.md §3.2).
 
-A candidate with a leg score but no leg rank holds a **completed** score (``complete_pool``). The rerank stage
-re-scores the first stage's top ``top_n`` (:func:`rerank_scores`) and orders by ``final desc, first-stage rank
-asc``; every candidate keeps its ``first_stage_rank`` and ``first_stage_score``.
-"""
+The rerank stage re-scores the first stage's top ``top_n`` (:func:`rerank_scores`) and orders by ``final desc,
+first-stage rank asc``; every candidate keeps its ``first_stage_rank`` and ``first_stage_score``."""
 
 from __future__ import annotations
 

@@ -68,11 +68,8 @@ def database_url() -> str:
 
 def dagster_database_url(*, create: bool = True) -> str:
     """URL for dagster-postgres (``postgresql+psycopg2://``): ``RAG_DAGSTER_PG_URL``, else the database
-    ``dagster`` next to the knowledge-base database on the same server (created when missing).
-
-    Dagster's tables never go into the knowledge-base database: both keep an Alembic ``alembic_version`` table, so
-    a shared database breaks one of them. A URL naming the knowledge-base database is refused. ``create=False``
-    only names the database next to ``RAG_DATABASE_URL`` (``db url --dagster`` prints it without a connection)."""
+    ``dagster`` next to the knowledge-base database (created when missing; ``create=False`` only names it).
+    The knowledge-base database itself is refused: both keep an Alembic ``alembic_version`` table."""
     settings = get_settings()
     if settings.dagster_pg_url:
         url = with_driver(settings.dagster_pg_url, "psycopg2")

@@ -195,15 +195,11 @@ def check_writable(path: str | os.PathLike | None, *, example: str = "report.jso
 @contextmanager
 def atomic_output(path: str | os.PathLike, *, binary: bool = False, mode: int | None = None,
                   parents: bool = False) -> Iterator[IO]:
-    """The one file writer: a handle on a temporary file in ``path``'s folder that replaces ``path`` when the
-    ``with`` block ends without an error (flushed, ``fsync``-ed, then ``os.replace``); on any error the temporary
-    file is removed and ``path`` is left as it was (absent, or its previous content), never half-written.
+    """The one file writer: a handle on a temporary file in ``path``'s folder that replaces ``path`` (``fsync``,
+    ``os.replace``) when the block ends without an error; otherwise ``path`` is left as it was.
 
-    The file gets ``mode`` when given (e.g. 0600 for a file holding a password: the temporary file is 0600 from
-    its creation, never readable by others), else ``path``'s existing permissions, else 0666 less the umask. The folder
-    must exist (``parents``: it and its missing parents are created). A write that fails (a full disk, a file
-    size limit, an unwritable folder) raises :class:`FileWriteError` naming ``path``; other errors of the block
-    propagate unchanged (after the cleanup)."""
+    Permissions: ``mode`` (set from the creation), else ``path``'s, else 0666 less the umask. ``parents`` creates the
+    folder. A failed write raises :class:`FileWriteError` naming ``path``; other errors propagate after the cleanup."""
     path = Path(path)
     try:
         if parents:

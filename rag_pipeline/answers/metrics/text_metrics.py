@@ -148,13 +148,9 @@ def _contains(text: str, part: str) -> bool:
 def answer_contains(answer: str, references: Sequence[str]) -> float:
     """1.0 when some normalised reference occurs in the normalised answer, else 0.0 (docs/design.md §12.3).
 
-    When either text holds a Han character: both cut into units (each Han character one unit, each run of
-    other letters / digits / ``_`` one unit, after NFKC and lower-casing; punctuation and spaces dropped) and
-    the reference's units must occur as a contiguous run of the answer's (so ``m = 16`` is in
-    ``参数为 m = 16、ef_construction``, ``16`` is not in ``160``). Otherwise: SQuAD ``normalize_answer`` of both, then a
-    whole-token substring test (``"paris"`` is in ``"it is
-    paris"``, not in ``"parisian"``); a reference normalised to nothing is contained only in an answer that
-    normalises to nothing."""
+    With a Han character in either text: the reference's units (each Han character, each other alphanumeric run,
+    after NFKC and lower-casing) must be a contiguous run of the answer's (``16`` is not in ``160``); otherwise a
+    whole-token substring test after SQuAD ``normalize_answer`` (an empty reference only in an empty answer)."""
     return float(any(_contains(answer, ref) for ref in _check(references)))
 
 
