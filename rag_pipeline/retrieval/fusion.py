@@ -132,11 +132,8 @@ def rrf_fusion_batch(vector_rank: ArrayLike, keyword_rank: ArrayLike, k: float =
 def fuse_batch(strategy: Any, vector_score: ArrayLike, keyword_score: ArrayLike,
                vector_rank: ArrayLike | None = None, keyword_rank: ArrayLike | None = None,
                mask: ArrayLike | None = None) -> np.ndarray:
-    """Final scores per slot for any object with ``fusion``, ``normalization``,
-    ``vector_weight``, ``keyword_weight`` and ``rrf_k`` (e.g. a Strategy).
-
-    RRF uses the ranks of the legs whose score is present. Masked slots -> -inf.
-    """
+    """Final scores per slot (masked: -inf) for any object with ``fusion``, ``normalization``, the weights and
+    ``rrf_k`` (e.g. a Strategy); RRF uses the ranks of the legs whose score is present."""
     if strategy.fusion == "weighted":
         return weighted_fusion_batch(vector_score, keyword_score, strategy.vector_weight,
                                      strategy.keyword_weight, strategy.normalization, mask,
@@ -162,11 +159,8 @@ def fuse(strategy: Any, vector_score: ArrayLike, keyword_score: ArrayLike,
 
 def order_batch(final: ArrayLike, vector_score: ArrayLike, chunk_rank: ArrayLike,
                 mask: ArrayLike | None = None) -> np.ndarray:
-    """Per-row slot indices in :data:`TIE_BREAK` order; masked slots come last.
-
-    ``chunk_rank`` is any integer array ordered like the chunk ids (e.g. the
-    ids themselves when they are ints, or their ordinal among all ids).
-    """
+    """Per-row slot indices in :data:`TIE_BREAK` order, masked slots last; ``chunk_rank`` is any integer
+    array ordered like the chunk ids."""
     scores = _batch(final)
     valid = _valid(mask, scores.shape)
     if np.any(valid & np.isnan(scores)):

@@ -228,11 +228,8 @@ def _describe(version: Any, exc: ValidationError) -> str:
 
 
 def strategy_from_mapping(entry: Any, where: str = "") -> Strategy:
-    """Build a :class:`Strategy` from one registry entry (a mapping of field names).
-
-    Missing parameters take the model defaults; unknown keys are an error.
-    ``where`` prefixes error messages (e.g. the file and list index).
-    """
+    """Build a :class:`Strategy` from one registry entry: missing parameters take the model defaults, unknown keys
+    are an error; ``where`` prefixes error messages (e.g. the file and list index)."""
     prefix = f"{where}: " if where else ""
     if not isinstance(entry, Mapping):
         raise StrategyError(f"{prefix}entry must be a mapping, got {type(entry).__name__}")

@@ -213,11 +213,8 @@ def upgrade(engine: Engine) -> None:
 
 @contextmanager
 def knowledge_base_lock(engine: Engine, name: str) -> Iterator[None]:
-    """Hold knowledge base ``name``'s advisory lock for the ``with`` block, on a connection of its own (autocommit:
-    no transaction stays open while it waits or holds). Two ingestions of one knowledge base take turns, the
-    second waiting for the first, instead of racing to create its rows, tables and indexes (a raw
-    ``pg_class_relname_nsp_index`` error); other knowledge bases are not held up. A connection whose unlock
-    fails is closed, which releases the lock."""
+    """Hold knowledge base ``name``'s advisory lock for the ``with`` block, on an autocommit connection of its
+    own, so two ingestions of one knowledge base take turns; a connection whose unlock fails is closed."""
     with engine.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
         try:
@@ -262,11 +259,9 @@ HNSW_BUILD_MEMORY_CAP_MB = 2048
 
 
 def build_vector_index(conn: sa.Connection, model: str, dimension: int, knowledge_base_id) -> None:
-    """Create (or rebuild, when invalid) the KB's own partial HNSW cosine index of ``model`` in ``conn``'s transaction,
-    in one pass over the vectors already written, with ``maintenance_work_mem`` raised to hold the whole graph
-    (~dimension × 4 + 600 bytes per vector, at most :data:`HNSW_BUILD_MEMORY_CAP_MB`) so pgvector builds it in
-    memory. Takes a SHARE lock on ``chunk_embeddings`` until the transaction ends (searches go on; other KBs'
-    vector writes wait), so keep the transaction short."""
+    """Create (or rebuild, when invalid) the KB's own partial HNSW cosine index of ``model`` in ``conn``'s
+    transaction, in memory (``maintenance_work_mem`` sized to the graph, at most :data:`HNSW_BUILD_MEMORY_CAP_MB`).
+    Holds a SHARE lock on ``chunk_embeddings`` until the transaction ends, so keep it short."""
     queries.model_literal(model)  # a model name is spliced into index predicates: [A-Za-z0-9._/-]+ only
     kb = uuid.UUID(str(knowledge_base_id))
     index = hnsw_index_name(model, kb)

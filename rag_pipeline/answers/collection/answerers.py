@@ -1,9 +1,5 @@
-"""The answerers shipped with the project, by name: what ``answers collect --answerer NAME`` runs.
-
-An answerer is an object with ``identity`` (``NAME@<params hash prefix>``, like a strategy version with its
-params hash) and ``answer_cases(cases) -> Iterator[AnswerRecord]`` (:class:`Answerer`); its lines are the same
-answers file an endpoint collection writes (``schemas/answers-v1.json``, docs/design.md §12.2).
-"""
+"""The answerers shipped with the project, by name: what ``answers collect --answerer NAME`` runs (an
+:class:`Answerer`: an ``identity`` ``NAME@<params hash prefix>`` and ``answer_cases(cases)`` yielding answer lines)."""
 
 from __future__ import annotations
 

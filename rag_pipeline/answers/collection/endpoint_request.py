@@ -18,7 +18,6 @@ from urllib.parse import quote, urlsplit
 from rag_pipeline.answers.scrubbing import Scrubber, header_secrets, redact_url, url_secrets
 from rag_pipeline.contracts.errors import BadInputError
 
-PLACEHOLDERS = ("{question}", "{case_id}", "{k}")
 _PLACEHOLDER = re.compile(r"\{(question|case_id|k)\}")  # one pass: a question holding "{k}" stays as it is
 ENV_PREFIX = "env:"
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

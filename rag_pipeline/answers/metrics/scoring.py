@@ -23,7 +23,6 @@ from rag_pipeline.evaluation.datasets.load import EvaluationCase
 NO_ANSWER = "no answer"
 UNANSWERABLE = "unanswerable case"
 NO_REFERENCE = "no reference answer"
-TEXT_METRICS = ("exact_match", "f1", "answer_contains")
 
 
 def _answer_score(case: EvaluationCase, refused: bool, correct: bool, has_references: bool) -> tuple[float | None,

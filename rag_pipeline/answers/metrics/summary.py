@@ -1,8 +1,5 @@
-"""An answer run's figures from its per-case results (docs/design.md §12.4).
-
-Every metric's mean is over the cases it is defined for; the others are counted in ``n_skipped`` by reason and
-never averaged (no NaN, no silent zero: a metric defined for no case has mean ``None``).
-"""
+"""An answer run's figures from its per-case results (docs/design.md §12.4): each mean over the cases the metric
+is defined for, the others counted in ``n_skipped`` by reason (a metric defined for no case has mean ``None``)."""
 
 from __future__ import annotations
 
