@@ -46,9 +46,7 @@ class BackgroundEncoder:
 
     def submit(self, embedder, ids: list, texts: list[str]) -> list[tuple[list, list[str], Future]]:
         """Queue ``texts`` in batches of ``embedder.batch_size`` *distinct* texts: ``[(ids, texts, future of
-        vectors)]``, one vector per id. Each distinct text is encoded once, so equal texts (a footer repeated in
-        many documents) get bit-identical vectors — an encoder's output depends on the text's place in its batch
-        in the last float bits — and tie exactly at retrieval."""
+        vectors)]``, one vector per id; equal texts are encoded once (bit-identical vectors, exact ties)."""
         groups: dict[str, list] = {}
         for chunk_id, text in zip(ids, texts, strict=True):
             groups.setdefault(text, []).append(chunk_id)

@@ -53,10 +53,9 @@ def ingest_documents(engine: sa.Engine, docs: Sequence[SourceDocument], knowledg
                      text_search: str = "simple", chunk_size: int | None = 500, chunk_overlap: int = 80,
                      models: Sequence[str] = (DEFAULT_MODEL,), prune: bool = True, rechunk: bool = False,
                      progress: Progress | None = None) -> IngestResult:
-    """Bring the knowledge base in line with ``docs``; ``chunk_size=None`` keeps each document one chunk.
-    ``rechunk``: an existing knowledge base with another chunk size/overlap is re-chunked in place (else refused).
-    Two ingestions of one knowledge base (two processes, the CLI and a Dagster run) take turns: the second waits
-    for the first (:func:`~rag_pipeline.storage.engine.knowledge_base_lock`), then finds its work done."""
+    """Bring the knowledge base in line with ``docs``; ``chunk_size=None`` keeps each document one chunk;
+    ``rechunk`` re-chunks a KB of another chunk size/overlap in place (else refused). Two ingestions of one KB take
+    turns (:func:`~rag_pipeline.storage.engine.knowledge_base_lock`)."""
     with knowledge_base_lock(engine, knowledge_base):
         return _ingest(engine, docs, knowledge_base, text_search=text_search, chunk_size=chunk_size,
                        chunk_overlap=chunk_overlap, models=models, prune=prune, rechunk=rechunk, progress=progress)

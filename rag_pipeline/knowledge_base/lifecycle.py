@@ -80,10 +80,8 @@ def resolve_knowledge_base(conn: sa.Connection, name_or_id: str | uuid.UUID | Kn
 
 def set_document_state(conn: sa.Connection, knowledge_base: str, document: str, *, status: str | None = None,
                        publication_status: str | None = None, is_deleted: bool | None = None) -> int:
-    """Change a document's lifecycle (READY/PROCESSING/FAILED, PUBLISHED/UNPUBLISHED/DRAFT, deleted).
-
-    ``document`` is the document's original name or id. Returns the number of documents changed.
-    """
+    """Change the lifecycle of ``document`` (original name or id): status, publication, deleted; returns the number
+    of documents changed."""
     kb = resolve_knowledge_base(conn, knowledge_base)
     allowed = {"status": DOCUMENT_STATUSES, "publication_status": PUBLICATION_STATUSES}
     values: dict[str, str | bool] = {}

@@ -115,10 +115,8 @@ def weighted_fusion_batch(vector_score: ArrayLike, keyword_score: ArrayLike,
 def rrf_fusion_batch(vector_rank: ArrayLike, keyword_rank: ArrayLike, k: float = 60,
                      vector_weight: float = 1.0, keyword_weight: float = 1.0,
                      mask: ArrayLike | None = None) -> np.ndarray:
-    """Reciprocal rank fusion ``sum(w / (k + rank))`` over present legs; masked slots -> -inf.
-
-    A rank of 0 or NaN means the leg did not return the chunk; other ranks must be >= 1.
-    """
+    """Reciprocal rank fusion ``sum(w / (k + rank))`` over present legs (rank 0 or NaN: absent, else >= 1);
+    masked slots -> -inf."""
     vr = _batch(vector_rank)
     valid = _valid(mask, vr.shape)
     final = np.zeros(vr.shape)

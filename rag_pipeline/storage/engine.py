@@ -160,10 +160,8 @@ def _engine_for(url: str, pool_size: int) -> Engine:
 
 
 def get_engine(url: str | None = None, *, migrate: bool = True, readers: int = 0) -> Engine:
-    """The engine for ``url`` (default :func:`database_url`), schema upgraded to head unless ``migrate=False``.
-
-    One engine per URL and pool size: its pool keeps ``readers`` + 3 connections (an evaluation's parallel
-    read connections, its write connection, its heartbeat and one more), at least :data:`DEFAULT_POOL_SIZE`."""
+    """The engine for ``url`` (default :func:`database_url`), schema upgraded to head unless ``migrate=False``; one
+    per URL and pool size (``readers`` + 3 connections, at least :data:`DEFAULT_POOL_SIZE`)."""
     url = url or database_url()
     engine = _engine_for(url, max(DEFAULT_POOL_SIZE, readers + 3))
     if migrate:

@@ -31,10 +31,8 @@ class TooManyReadersError(BadInputError, ValueError):
 
 
 def check_capacity(engine: sa.Engine, readers: int, extra: int) -> None:
-    """Refuse, before anything is written, a reader count that cannot be served: ``readers`` + ``extra``
-    connections (an evaluation's writer and heartbeat) must fit the engine's pool (``pool_size`` +
-    ``max_overflow``; :func:`rag_pipeline.storage.engine.get_engine` sizes one with ``readers=n``) and the
-    server's free connection slots (``max_connections`` minus reserved and in-use ones)."""
+    """Refuse, before anything is written, ``readers`` + ``extra`` connections that exceed the engine's pool or
+    the server's free connection slots."""
     needed = readers + extra
     bounded = engine.pool if isinstance(engine.pool, sa.QueuePool) else None  # NullPool, StaticPool: no bound
     if bounded is not None:

@@ -88,11 +88,9 @@ class Choice:
 
 def choose(question: str, chunks: Sequence[tuple[str, str]], top_score: float | None, *, max_sentences: int,
            refusal_threshold: float) -> Choice:
-    """Pick the answer from ``chunks`` (``(chunk id, text)`` best first): each sentence is scored by the share of
-    the question's terms it contains; the best sentence, and the next best while it scores at least half as much,
-    up to ``max_sentences``, in the order they appear (chunk rank, then position). Ties go to the earlier
-    sentence. Refuses when ``top_score`` (the top candidate's final score) is None or below
-    ``refusal_threshold``, or when no sentence shares a term with the question."""
+    """Pick the answer from ``chunks`` (``(chunk id, text)`` best first): the sentence sharing the largest share of
+    the question's terms, and the next while at least half as good, up to ``max_sentences``, in document order (ties:
+    the earlier). Refuses when ``top_score`` is None or below ``refusal_threshold``, or no sentence shares a term."""
     if top_score is None:
         return Choice((), (), True, "nothing retrieved")
     if top_score < refusal_threshold:
@@ -118,11 +116,8 @@ def join_sentences(sentences: Sequence[str], lang: str) -> str:
 
 
 class ExtractiveAnswerer:
-    """``extractive-v1`` over one knowledge base with one strategy (see the module docstring).
-
-    :attr:`identity` is ``extractive-v1@<first 12 hex of params_hash>``: the hash of :meth:`params` (the
-    strategy's version and params hash, ``top_n``, ``max_sentences``, ``refusal_threshold``), canonical JSON as a
-    strategy version's (:meth:`Strategy.params_hash`)."""
+    """``extractive-v1`` over one knowledge base with one strategy; :attr:`identity` is
+    ``extractive-v1@<first 12 hex of the canonical hash of params>`` (as :meth:`Strategy.params_hash`)."""
 
     def __init__(self, engine: sa.Engine, knowledge_base: str, strategy: Strategy, *, top_n: int = DEFAULT_TOP_N,
                  max_sentences: int = DEFAULT_MAX_SENTENCES,
