@@ -58,9 +58,8 @@ def _qrels_path(folder: Path, split: str) -> Path:
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """Every judgement ``{query_id: {doc_id: grade}}`` of a qrels TSV, grade 0 ("judged not relevant") included.
-
-    A score that is not an integer from 0 to 10 is a :class:`SourceError` naming the file, line and value."""
+    """Every judgement ``{query_id: {doc_id: grade}}`` of a qrels TSV, grade 0 included; a grade that is not an
+    integer 0-10 is a :class:`SourceError` naming the file, line and value."""
     qrels: dict[str, dict[str, int]] = {}
     with path.open(encoding="utf-8") as fh:
         for lineno, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):

@@ -70,9 +70,8 @@ class Bm25Index:
     @classmethod
     def load(cls, conn: sa.Connection, knowledge_base_id, k1: float, b: float,
              borrow: Callable[[], AbstractContextManager[sa.Connection]] | None = None, parts: int = 1) -> Bm25Index:
-        """Read the KB's searchable postings and statistics on ``conn`` (its transaction's snapshot). With
-        ``borrow`` (connections on the *same* snapshot, e.g. ``SnapshotReaders.borrow``) the postings are read in
-        ``parts`` lexeme ranges of about equal size at once: ``conn`` reads the first, borrowed ones the others."""
+        """Read the KB's searchable postings and statistics on ``conn``; with ``borrow`` (connections on the same
+        snapshot) in ``parts`` lexeme ranges read at once, ``conn`` reading the first."""
         kb, chunks, terms = bm25_sql.index_inputs(conn, knowledge_base_id)
         term_row = {t.lexeme: i for i, t in enumerate(terms)}
         ranges = _lexeme_ranges(terms, parts if borrow is not None else 1)

@@ -234,9 +234,8 @@ def knowledge_base_lock(engine: Engine, name: str) -> Iterator[None]:
 
 def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backend: str,
                            knowledge_base_id=None) -> None:
-    """Register an embedding model; with ``knowledge_base_id``, also create that knowledge base's own HNSW cosine
-    index of the model if it has none (:func:`build_vector_index`; one per knowledge base × model, docs/design.md
-    §6.1: another KB's live or deleted vectors change neither its results nor its speed)."""
+    """Register an embedding model; with ``knowledge_base_id``, also create that knowledge base's own HNSW index
+    of the model if it has none (:func:`build_vector_index`, docs/design.md §6.1)."""
     queries.model_literal(name)  # a model name is spliced into index predicates: [A-Za-z0-9._/-]+ only
     registered = queries.register_model(conn, name, dimension, backend)
     if registered != dimension:

@@ -26,10 +26,8 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
 
 
 class FileReadError(BadInputError, ValueError):
-    """A user file that cannot be read: missing, unreadable, not a regular file, or over its limit.
-
-    ``path`` is the file, ``reason`` the problem without the file name, ``code`` one of ``missing``,
-    ``loop``, ``unreadable``, ``not_regular``, ``too_large``."""
+    """A user file that cannot be read: ``path``, ``reason`` (without the file name) and ``code`` (``missing``,
+    ``loop``, ``unreadable``, ``not_regular``, ``too_large``)."""
 
     def __init__(self, path: str | os.PathLike, reason: str, code: str):
         self.path, self.reason, self.code = str(path), reason, code
@@ -118,9 +116,8 @@ def read_bounded(path: str | os.PathLike, limit: int, *, what: str = "the file")
 
 def read_lines_bounded(handle: BinaryIO, path: str | os.PathLike, max_line: int,
                        *, what: str = "a line") -> Iterator[tuple[int, int, bytes]]:
-    """``(line number, byte offset, line)`` of an :func:`open_regular` handle, each line at most ``max_line``
-    bytes (longer: :class:`FileReadError` naming the file, the line and the limit). Never holds more than one
-    line of ``max_line + 1`` bytes."""
+    """``(line number, byte offset, line)`` of an :func:`open_regular` handle; a line over ``max_line`` bytes is a
+    :class:`FileReadError` naming the file, the line and the limit."""
     lineno, offset = 0, 0
     while True:
         try:
@@ -137,9 +134,8 @@ def read_lines_bounded(handle: BinaryIO, path: str | os.PathLike, max_line: int,
 
 
 class FileWriteError(RagError, OSError):
-    """An output file (a report, a draft, a dataset, a chart) that could not be written: the disk is full, the
-    folder is not writable, an I/O error. ``path`` is the file, ``reason`` the problem without the file name
-    (``No space left on device``). The file is unchanged: absent, or its previous content."""
+    """An output file that could not be written (full disk, unwritable folder, I/O error), left unchanged;
+    ``path`` is the file, ``reason`` the problem without the file name."""
 
     exit_code = EXIT_OUTPUT_NOT_WRITTEN
     http_status = 500

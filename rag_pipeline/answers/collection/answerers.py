@@ -38,10 +38,8 @@ ANSWERER_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 
 def get_answerer(name: str, *, engine: sa.Engine, knowledge_base: str, strategy: str | Strategy | None = None,
                  **params: Any) -> Answerer:
-    """The answerer ``name`` over ``knowledge_base``, retrieving with ``strategy`` (a registry version or a
-    :class:`Strategy`; default :data:`DEFAULT_STRATEGY`); ``params`` are the answerer's own (for
-    ``extractive-v1``: ``top_n``, ``max_sentences``, ``refusal_threshold``, ``batch_size``). Raises
-    :class:`AnswererError` for an unknown name or parameter, ``StrategyError`` for an unknown strategy."""
+    """The answerer ``name`` over ``knowledge_base`` retrieving with ``strategy`` (default
+    :data:`DEFAULT_STRATEGY`), with its own ``params``; :class:`AnswererError` for an unknown name or parameter."""
     factory = _FACTORIES.get(name)
     if factory is None:
         raise AnswererError(f"unknown answerer {name!r}; known answerers: {', '.join(ANSWERER_NAMES)}")

@@ -66,10 +66,8 @@ def prompt_sha256(body: Mapping[str, object]) -> str:
 
 
 class JudgeCache:
-    """Judge replies by (prompt sha256, model, repeat) in a JSON Lines file (default ``RAG_JUDGE_CACHE``).
-
-    Each reply is one line appended with a single write, so a killed run leaves at most a torn last line, which
-    the next load skips (with a warning naming the line)."""
+    """Judge replies by (prompt sha256, model, repeat) in a JSON Lines file (default ``RAG_JUDGE_CACHE``), one
+    single-write line each; a torn last line is skipped at load with a warning."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or judge_cache_file()

@@ -167,10 +167,8 @@ def _validated(task: Task, data: object) -> Reply:
 
 
 def parse_reply(task: Task, content: str, cited_ids: Mapping[str, str] | None = None) -> Reply:
-    """The reply of ``task``: the whole content as JSON, else the first JSON object in it that has the task's
-    shape (a reply wrapped in prose, Markdown fences or a reasoning preamble), validated by the task's reply model;
-    none: :class:`ReplyError` with the first object's mismatch. A faithfulness claim naming a chunk that was not
-    cited is an error: the judge answered about passages it was not shown."""
+    """The reply of ``task``: the content as JSON, else its first JSON object of the task's shape, validated by the
+    task's reply model (else :class:`ReplyError`); a claim naming a chunk that was not cited is an error."""
     reply, first_error = None, None
     for data in _objects(content):
         try:
