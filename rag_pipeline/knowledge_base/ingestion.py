@@ -66,11 +66,9 @@ def _ingest(engine: sa.Engine, docs: Sequence[SourceDocument], knowledge_base: s
             progress: Progress | None) -> IngestResult:
     t0 = time.perf_counter()
     embedders = [get_embedder(m) for m in models]
-    # Models first, in their own short transaction. A model the KB has no HNSW index of yet (a new KB, a new model)
-    # gets it *after* its vectors are written, in one bulk build (storage.engine.build_vector_index): inserting
-    # them one by one into a graph costs 2-3x more at 10k-30k chunks (bench/index_build_bench.py). The build is
-    # its own short transaction too: CREATE INDEX takes a SHARE lock on chunk_embeddings that, held until the end
-    # of a long ingestion, deadlocks a concurrent one.
+    # Models first, in their own short transaction. A KB × model without an HNSW index gets it in one bulk build
+    # after its vectors are written (2-3x cheaper than inserting into the graph: bench/index_build_bench.py), in a
+    # short transaction of its own (its SHARE lock held through a long ingestion would deadlock a concurrent one).
     with engine.begin() as conn:
         known = documents.knowledge_base_settings(conn, knowledge_base)
         kb_index_id = known.id if known else chunking.knowledge_base_id(knowledge_base)

@@ -140,11 +140,9 @@ def text_mode_warning(knowledge_base: str, mode: str, texts: Sequence[str]) -> s
     return None
 
 
-# The keyword leg of one question uses at most this many distinct lexemes: the first ones in question order
-# (position of each lexeme's first occurrence; Postgres caps positions at 16383, ties then go by the
-# tsvector's own lexeme order). Deterministic, and the same for ts_rank_cd and BM25. A normal question has
-# far fewer, so its query is unchanged; a hostile 10,000-character question no longer ORs ~1,500 terms
-# (each one a scan of its postings).
+# The keyword leg of one question uses at most this many distinct lexemes, the first ones in question order
+# (then the tsvector's lexeme order): the same for ts_rank_cd and BM25, and a hostile 10,000-character question
+# does not OR ~1,500 terms.
 MAX_QUERY_TERMS = 64
 
 # The query lexemes of ``to_tsvector(:cfg, :qtext)``: rows ``(lexeme, i)``, ``i`` the lexeme's index in the
