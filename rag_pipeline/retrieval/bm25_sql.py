@@ -94,10 +94,9 @@ BM25_TARGETS_LEG_SQL = _BM25_SQL.format(
     extra=", leg_rank",
     where="leg_rank <= :k OR chunk_id = ANY(CAST((CAST(:targets AS text[]))[CAST(ord AS int)] AS uuid[]))")
 
-# Miss diagnosis: the leg's score of given chunks only (:t_ord, :t_chunk: the question's 1-based position in
-# :query_texts and a chunk id, one pair per target) — the postings of the query terms *in those chunks* (primary
-# key lookups), the same expression summed in the same order as above: the same float8 the leg computes. No row:
-# the chunk holds no query term (or is not searchable).
+# Miss diagnosis: the leg's score of given chunks only (:t_ord, :t_chunk: the question's 1-based position and a
+# chunk id, one pair per target), by primary-key lookups, summed as above: the same float8 the leg computes. No
+# row: the chunk holds no query term (or is not searchable).
 BM25_TARGETS_SCORE_SQL = f"""
 WITH {_QUERY_TERMS}
 {_KB_STATS}
@@ -136,9 +135,8 @@ ORDER BY s.lexeme
 """
 
 # The KB's postings of the lexemes in [:first, :after) (NULL: open end), one row per lexeme in primary-key order
-# (an index scan, no join, no sort): chunk ids as 16-byte uuid_send + tf as big-endian int32, decoded by numpy
-# without a Python object per posting. Postings of chunks that are not searchable (and lexemes without a df) are
-# dropped on the client. Reading them is most of a load's time: the ranges are read on several connections at once.
+# (an index scan): chunk ids as 16-byte uuid_send + big-endian int32 tf, decoded by numpy; postings of chunks
+# that are not searchable (and lexemes without a df) are dropped on the client.
 _POSTINGS_SQL = """
 SELECT ct.lexeme, count(*) AS n, string_agg(uuid_send(ct.chunk_id) || int4send(ct.tf), ''::bytea) AS data
 FROM chunk_terms ct
