@@ -1,10 +1,7 @@
 """Every ``RAG_*`` environment variable in one typed object: its default, its meaning, one parse.
 
-:func:`get_settings` caches a :class:`Settings` per distinct ``RAG_*`` environment; a bad value is a
-:class:`SettingsError` naming the variable. ``python -m rag_pipeline.settings`` prints the configuration
-table of ``docs/configuration.md`` (a test keeps them equal). ``.env`` of the working directory is loaded by
-:func:`load_env_file`.
-"""
+:func:`get_settings` caches a :class:`Settings` per ``RAG_*`` environment (a bad value: :class:`SettingsError`);
+``python -m rag_pipeline.settings`` prints docs/configuration.md's table; :func:`load_env_file` loads ``.env``."""
 
 from __future__ import annotations
 

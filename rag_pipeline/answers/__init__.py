@@ -1,4 +1,1 @@
-"""Answers: answers files, answer / citation / refusal metrics, verdicts, storage, collection.
-
-The reference is docs/design.md §12.
-"""
+"""Answers: answers files, answer / citation / refusal metrics, verdicts, storage, collection (docs/design.md §12)."""

@@ -1,14 +1,9 @@
 """Reading an answers file (JSON Lines, one :class:`~rag_pipeline.contracts.answers.AnswerRecord` per line) as
 strictly as a dataset is read (docs/design.md §12.2).
 
-The whole file is checked before anything is used: at most :data:`MAX_FILE_BYTES`, UTF-8 (a BOM allowed), each
-non-blank line one JSON object (blank and white-space-only lines are ignored) with no duplicate keys and no
-non-finite numbers, valid as an ``AnswerRecord``, naming a case of the dataset, at most once, and every line
-that names its ``answerer`` naming the same one. Every problem is collected and worded
-``<file>: line N (case_id 'C'): field 'F': message`` (the case id when the line has one, even a line that is not
-valid JSON); :class:`AnswersFileError` lists them (the first
-:data:`~rag_pipeline.evaluation.datasets.strict_json.MAX_LISTED_PROBLEMS`, then how many more). Nothing is written here.
-"""
+The whole file is checked first (size, UTF-8, one strict JSON object a line, a valid ``AnswerRecord`` naming a
+dataset case once, one ``answerer``); every problem is worded ``<file>: line N (case_id 'C'): field 'F': message``
+and :class:`AnswersFileError` lists them."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """Secret values in use (endpoint header values, the judge's API key, a URL's password) kept out of every text
 that is stored or printed (docs/answers-collection.md "Secrets", docs/judge.md).
 
-:class:`Scrubber` replaces each secret value of :data:`MIN_SECRET_CHARS` or more characters by :data:`SCRUBBED`
-in the forms an echo takes: the value itself and, character by character in any mix, its JSON / JavaScript /
-Python escapes (``\\u0041``, ``\\x41``, ``\\/``, with any number of backslashes: JSON inside JSON), its
-percent-encoding (``%41``, ``+`` for a space, either case of hex digits) and HTML character references
-(``&#65;``, ``&#x41;``). The secret values come from :func:`header_secrets` (a header value, the token after its
-scheme word, a Basic credential's password) and :func:`url_secrets` (the password of ``user:pw@`` and the Basic
-credential httpx sends for it); :func:`redact_url` shows a URL as ``http://***@host/…``.
-"""
+:class:`Scrubber` replaces each secret of :data:`MIN_SECRET_CHARS` or more characters by :data:`SCRUBBED`, also in
+its escaped forms (JSON / JavaScript / Python escapes at any depth, percent-encoding, HTML character references,
+mixed character by character). Secrets come from :func:`header_secrets` and :func:`url_secrets`;
+:func:`redact_url` shows a URL as ``http://***@host/…``."""
 
 from __future__ import annotations
 

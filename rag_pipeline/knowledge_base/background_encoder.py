@@ -1,11 +1,8 @@
 """Encoding on a background thread while the main thread talks to the database (ingestion).
 
-:class:`BackgroundEncoder` encodes batches on one worker thread in submission order; the caller collects the
-futures and COPYs each batch when it is ready. Only the encoding runs in the thread: every SQL statement stays
-on the caller's connection. A server on this machine competes for the same cores, and the overlap only pays
-with one BLAS thread fewer (bench/RESULTS.md, "Ingestion vs raw encode"), so :func:`encoder_threads` leaves it
-one core unless ``RAG_EMBED_THREADS`` says otherwise.
-"""
+:class:`BackgroundEncoder` encodes batches on one worker thread in submission order; every SQL statement stays on
+the caller's connection. :func:`encoder_threads` leaves the server one core unless ``RAG_EMBED_THREADS`` says
+otherwise (bench/RESULTS.md, "Ingestion vs raw encode")."""
 
 from __future__ import annotations
 
@@ -49,9 +46,7 @@ class BackgroundEncoder:
 
     def submit(self, embedder, ids: list, texts: list[str]) -> list[tuple[list, list[str], Future]]:
         """Queue ``texts`` in batches of ``embedder.batch_size`` *distinct* texts: ``[(ids, texts, future of
-        vectors)]``, one vector per id. Each distinct text is encoded once, so equal texts (a footer repeated in
-        many documents) get bit-identical vectors — an encoder's output depends on the text's place in its batch
-        in the last float bits — and tie exactly at retrieval."""
+        vectors)]``, one vector per id; equal texts are encoded once (bit-identical vectors, exact ties)."""
         groups: dict[str, list] = {}
         for chunk_id, text in zip(ids, texts, strict=True):
             groups.setdefault(text, []).append(chunk_id)

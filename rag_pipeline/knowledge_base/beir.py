@@ -1,19 +1,10 @@
 """Import a BEIR-layout benchmark (``corpus.jsonl``, ``queries.jsonl``, ``qrels.tsv`` or ``qrels/<split>.tsv``).
 
-The corpus becomes a knowledge base with one chunk per BEIR document (title + blank line + text, like
-Anserini's title+text runs), so labels stay exact; the qrels become an evaluation dataset in the format of
-docs/design.md §2 with the real, deterministic chunk ids.
-
-The import is faithful: nothing is dropped without a word. A document without text (it would get no chunk)
-is not ingested; a query without text, with only grade-0 judgements, or whose relevant documents were all
-skipped, becomes no case; each is listed with its reason in the dataset's top-level ``metadata``, with every
-judgement (query → document) that pointed at a skipped document. Every check runs before the ingestion,
-so the dataset written afterwards always passes validation and its labels are all chunks of the KB.
-
-Grades: qrels scores must be integers 0–10 (0 = judged not relevant). When the qrels hold more than one
-distinct positive grade, a case's ``relevant_chunk_ids`` is ``{chunk_id: grade}`` (grade-0 judgements kept
-as 0); otherwise it is the plain list of the positively judged chunks.
-"""
+The corpus becomes a knowledge base with one chunk per document (title + blank line + text), the qrels a dataset
+(docs/design.md §2) with the real chunk ids. Nothing is dropped silently: documents without text, and queries left
+without a relevant document, are listed with their reason in the dataset's ``metadata``; every check runs before
+the ingestion. Qrels grades are integers 0–10; with more than one positive grade ``relevant_chunk_ids`` is
+``{chunk_id: grade}``, otherwise the list of positive chunks."""
 
 from __future__ import annotations
 
@@ -67,9 +58,8 @@ def _qrels_path(folder: Path, split: str) -> Path:
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """Every judgement ``{query_id: {doc_id: grade}}`` of a qrels TSV, grade 0 ("judged not relevant") included.
-
-    A score that is not an integer from 0 to 10 is a :class:`SourceError` naming the file, line and value."""
+    """Every judgement ``{query_id: {doc_id: grade}}`` of a qrels TSV, grade 0 included; a grade that is not an
+    integer 0-10 is a :class:`SourceError` naming the file, line and value."""
     qrels: dict[str, dict[str, int]] = {}
     with path.open(encoding="utf-8") as fh:
         for lineno, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
@@ -89,11 +79,8 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
 def read_beir(folder: str | Path, split: str = "test", max_docs: int | None = None, max_queries: int | None = None):
     """(documents, queries {id: text}, qrels {qid: {doc_id: grade}}) of a BEIR folder, optionally a subset.
 
-    ``qrels`` holds every judged query of the split (grade-0 judgements included), in case order (shorter
-    ids first, then by id); ``queries`` the text of those found in ``queries.jsonl`` (as is, even empty).
-    A subset keeps the first ``max_queries`` judged queries that have text and a positive judgement, every
-    document they judge, and the first ``max_docs`` other documents (for smoke tests).
-    """
+    ``qrels`` holds every judged query of the split in case order (shorter ids first); a subset keeps the first
+    ``max_queries`` judged queries with text and a positive judgement, their documents, and ``max_docs`` others."""
     folder = Path(folder)
     for name in ("corpus.jsonl", "queries.jsonl"):
         if not (folder / name).exists():

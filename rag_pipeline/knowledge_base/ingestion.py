@@ -1,35 +1,16 @@
 """Ingestion: documents → chunks → embeddings → rows (documents, chunks, embeddings, tsvector, BM25 stats).
 
-Idempotent: an unchanged document is skipped (unless ``rechunk`` changes the knowledge base's chunk size or
-overlap: then every document is cut again, chunks of the same span and text keep their id, and the others are
-retired with ``is_current = false``, their text and span kept for ``fix-labels``); a changed one keeps its unchanged
-chunks (same deterministic id), gets new chunks for the rest, and its old chunks are kept with ``is_current = false``
-(history, so an old label can be explained later). Ingestion syncs the KB with the folder: a document
-missing from it is marked deleted, and a document present in it is (again) not deleted — to hide a
-document that stays in the folder, unpublish it (``rag-pipeline doc NAME --publication UNPUBLISHED``).
-Everything is written in one transaction with COPY, so a concurrent evaluation sees the old or the new
-knowledge base, never a mix.
+Idempotent and synced with the folder: an unchanged document is skipped, a changed one keeps its unchanged chunks
+(deterministic ids) and retires the others (``is_current = false``, kept for ``fix-labels``),
+``rechunk`` cuts every document again; a document missing from the folder is marked deleted. One transaction with
+COPY, so a concurrent evaluation sees the old or the new knowledge base. New chunks are encoded on a background
+thread (:mod:`background_encoder`) while the main thread writes the text side; a KB's first vectors of a model get
+their HNSW index built once after the commit. An error anywhere cancels the encoder and rolls back.
 
-Encoding overlaps the database work: the new chunks' texts are encoded on a background thread
-(:mod:`background_encoder`) while the main thread writes documents, chunks, tsvectors, BM25 postings and term
-statistics, then each encoded batch is COPYed into ``chunk_embeddings`` as soon as it is ready. A KB's first
-vectors of a model get its HNSW index built once, after the commit, over all of them (until it exists, a search
-of that KB is an exact scan). An error anywhere (the encoder's included) cancels the pending batches, waits for
-the running one, rolls the transaction back and propagates.
-
-``result.timings`` (seconds; the stages overlap, so they do not add up to ``total_s``):
-
-- ``chunk_s``: from the start to the end of planning (loading the models, reading the KB, chunking).
-- ``encode_<model>_s``: time spent in the encoder thread for that model (overlaps the SQL).
-- ``copy_<model>_s``: time spent in the vector COPYs of that model (overlaps the encoding).
-- ``embed_and_copy_s``: wall time after the text-side SQL until every vector is written (waiting for the
-  encoder + COPYs); the encoding done during the text-side SQL is not in it.
-- ``index_build_<model>_s``: the bulk HNSW build of a model the KB had no index of (first ingestion).
-- ``total_s``: wall time of the whole ingestion, ANALYZE included.
-
-``result.warnings``: what ingestion did not refuse but the user should fix — the text mode does not fit
-the script of the documents (:func:`textsearch.text_mode_warning`), documents without text (no chunk).
-"""
+``result.timings`` (seconds; stages overlap): ``chunk_s`` (planning), ``encode_<model>_s`` (encoder thread),
+``copy_<model>_s`` (vector COPYs), ``embed_and_copy_s`` (wall time after the text-side SQL until every vector is
+written), ``index_build_<model>_s`` (first HNSW build), ``total_s`` (ANALYZE included). ``result.warnings``: a text
+mode that does not fit the documents' script (:func:`textsearch.text_mode_warning`), documents without text."""
 
 from __future__ import annotations
 
@@ -72,10 +53,9 @@ def ingest_documents(engine: sa.Engine, docs: Sequence[SourceDocument], knowledg
                      text_search: str = "simple", chunk_size: int | None = 500, chunk_overlap: int = 80,
                      models: Sequence[str] = (DEFAULT_MODEL,), prune: bool = True, rechunk: bool = False,
                      progress: Progress | None = None) -> IngestResult:
-    """Bring the knowledge base in line with ``docs``; ``chunk_size=None`` keeps each document one chunk.
-    ``rechunk``: an existing knowledge base with another chunk size/overlap is re-chunked in place (else refused).
-    Two ingestions of one knowledge base (two processes, the CLI and a Dagster run) take turns: the second waits
-    for the first (:func:`~rag_pipeline.storage.engine.knowledge_base_lock`), then finds its work done."""
+    """Bring the knowledge base in line with ``docs``; ``chunk_size=None`` keeps each document one chunk;
+    ``rechunk`` re-chunks a KB of another chunk size/overlap in place (else refused). Two ingestions of one KB take
+    turns (:func:`~rag_pipeline.storage.engine.knowledge_base_lock`)."""
     with knowledge_base_lock(engine, knowledge_base):
         return _ingest(engine, docs, knowledge_base, text_search=text_search, chunk_size=chunk_size,
                        chunk_overlap=chunk_overlap, models=models, prune=prune, rechunk=rechunk, progress=progress)
@@ -86,11 +66,9 @@ def _ingest(engine: sa.Engine, docs: Sequence[SourceDocument], knowledge_base: s
             progress: Progress | None) -> IngestResult:
     t0 = time.perf_counter()
     embedders = [get_embedder(m) for m in models]
-    # Models first, in their own short transaction. A model the KB has no HNSW index of yet (a new KB, a new model)
-    # gets it *after* its vectors are written, in one bulk build (storage.engine.build_vector_index): inserting
-    # them one by one into a graph costs 2-3x more at 10k-30k chunks (bench/index_build_bench.py). The build is
-    # its own short transaction too: CREATE INDEX takes a SHARE lock on chunk_embeddings that, held until the end
-    # of a long ingestion, deadlocks a concurrent one.
+    # Models first, in their own short transaction. A KB × model without an HNSW index gets it in one bulk build
+    # after its vectors are written (2-3x cheaper than inserting into the graph: bench/index_build_bench.py), in a
+    # short transaction of its own (its SHARE lock held through a long ingestion would deadlock a concurrent one).
     with engine.begin() as conn:
         known = documents.knowledge_base_settings(conn, knowledge_base)
         kb_index_id = known.id if known else chunking.knowledge_base_id(knowledge_base)
@@ -199,11 +177,9 @@ REINDEX_LOCK_TIMEOUT_S = 5
 
 
 def _rebuild_if_churned(conn: sa.Connection, kb_id, embedders, result: IngestResult) -> float:
-    """After a re-ingestion that replaced many vectors (:data:`REINDEX_CHURN`), rebuild the KB's own HNSW index of
-    each model with ``REINDEX INDEX CONCURRENTLY`` (autocommit ``conn``; searches go on meanwhile), so the graph
-    holds no deleted vectors. Cost bounded by this KB's size; other KBs' indexes are untouched. A rebuild that has
-    to wait for a transaction that holds an older snapshot (an evaluation reading) is not started, or given up after
-    :data:`REINDEX_LOCK_TIMEOUT_S`, and a warning says so (autovacuum removes the replaced vectors later).
+    """After a re-ingestion that replaced many vectors (:data:`REINDEX_CHURN`), ``REINDEX INDEX CONCURRENTLY``
+    the KB's own HNSW index of each model (autocommit ``conn``), so the graph holds no deleted vectors. A rebuild
+    that would wait on an older snapshot beyond :data:`REINDEX_LOCK_TIMEOUT_S` is given up with a warning.
     Returns seconds."""
     if not result.chunks_replaced:
         return 0.0

@@ -1,15 +1,9 @@
 """One line of a ``.jsonl`` document file, parsed and checked strictly: nothing is coerced.
 
-A line is a JSON object with an ``id`` (or ``_id``), a ``text`` and an optional ``title``; other fields are
-ignored. Every problem is a :class:`LineError` naming the field, which the caller prefixes with ``file:line``:
-
-- ``id``: a non-empty string or an integer (not a boolean, a float, ``NaN``/``Infinity``, an object or a list),
-  at most :data:`MAX_ID_CHARS` characters, with no control character (NUL included) and no lone surrogate;
-- ``text``: a string with no lone surrogate (a ``\\udfff`` escape is not Unicode text);
-- ``title``: a string with no lone surrogate, or ``null``/absent;
-- numbers too long to convert and ``NaN``/``Infinity`` are kept as markers until a field uses them, so one in an
-  ignored field is harmless; nesting deeper than the JSON parser's stack is refused, naming the top-level field.
-"""
+A line is a JSON object with an ``id`` (or ``_id``: a non-empty string or an integer, at most :data:`MAX_ID_CHARS`
+characters, no control character), a ``text`` and an optional ``title`` (strings without lone surrogates); other
+fields are ignored, so an unreadable number in one is harmless. Every problem is a :class:`LineError` naming the
+field, which the caller prefixes with ``file:line``."""
 
 from __future__ import annotations
 

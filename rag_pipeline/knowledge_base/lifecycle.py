@@ -27,11 +27,7 @@ class KnowledgeBaseError(NotFoundOrInvalidError, LookupError):
 def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chunk_size: int, chunk_overlap: int,
                           *, rechunk: bool = False) -> tuple[uuid.UUID, bool]:
     """Create the KB (deterministic id from its name) or check that its settings did not change; ``(its id,
-    whether its chunking changed)``.
-
-    ``rechunk``: a different chunk size/overlap is accepted and becomes the KB's setting (the caller re-chunks
-    every document; replaced chunks stay with ``is_current = false``). The text mode can never change (every
-    tsvector was built with it)."""
+    whether its chunking changed)``. ``rechunk`` accepts a new chunk size/overlap; the text mode never changes."""
     check_name(KNOWLEDGE_BASE, name)  # the one name rule (InvalidNameError, a user error)
     textsearch.regconfig(text_search)
     kb_id = chunking.knowledge_base_id(name)
@@ -84,10 +80,8 @@ def resolve_knowledge_base(conn: sa.Connection, name_or_id: str | uuid.UUID | Kn
 
 def set_document_state(conn: sa.Connection, knowledge_base: str, document: str, *, status: str | None = None,
                        publication_status: str | None = None, is_deleted: bool | None = None) -> int:
-    """Change a document's lifecycle (READY/PROCESSING/FAILED, PUBLISHED/UNPUBLISHED/DRAFT, deleted).
-
-    ``document`` is the document's original name or id. Returns the number of documents changed.
-    """
+    """Change the lifecycle of ``document`` (original name or id): status, publication, deleted; returns the number
+    of documents changed."""
     kb = resolve_knowledge_base(conn, knowledge_base)
     allowed = {"status": DOCUMENT_STATUSES, "publication_status": PUBLICATION_STATUSES}
     values: dict[str, str | bool] = {}

@@ -1,10 +1,7 @@
 """Question vectors embedded once per model: ``question_embeddings`` keyed by (sha256 of the question text, model).
 
-:class:`QuestionVectors` reads back the vectors any earlier run stored and embeds only the others, storing them
-at once in a short transaction of their own (``ON CONFLICT DO NOTHING``: two runs embedding the same question
-both succeed, neither waits for the other's long write); ``reused`` / ``embedded`` count what happened. A
-vector is stored as float32 (the embedder's own precision), so a reused vector is bit for bit the first one.
-"""
+:class:`QuestionVectors` reuses stored vectors and embeds only the others, storing them at once in a short
+transaction of their own (``ON CONFLICT DO NOTHING``); float32, so a reused vector is bit for bit the first one."""
 
 from __future__ import annotations
 

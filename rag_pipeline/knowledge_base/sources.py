@@ -1,13 +1,9 @@
 """Reading source documents from a folder: ``.md``, ``.txt``, ``.html`` and ``.jsonl`` (one document a line).
 
-Every file goes through the bounded reader (:mod:`rag_pipeline.storage.files`): a FIFO, a device or a symlink to
-one is refused, and one document's text may have at most ``RAG_MAX_DOCUMENT_BYTES`` bytes (a ``.jsonl`` line's
-``text`` as well); such a file fails the whole read, naming the file (and line) and the limit, so ingestion
-never starts. Control characters (C0 but tab/newline/CR, and DEL; NUL included) are removed from every text.
-A document with no text left, a symlink loop, a broken symlink and an unreadable file are *skipped*:
-:func:`read_folder` lists them in ``.skipped`` with the reason. A ``.jsonl`` line is checked field by field
-(:mod:`jsonl_lines`); a symbolic link out of the folder is refused (see :func:`read_folder`, ``docs/cli.md``).
-"""
+Files go through the bounded reader (:mod:`rag_pipeline.storage.files`); a document over
+``RAG_MAX_DOCUMENT_BYTES`` fails the whole read. Control characters are removed from every text. Empty documents,
+broken or looping symlinks and unreadable files are skipped and listed in ``.skipped``; a link out of the folder
+is refused (:func:`read_folder`, docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -189,14 +185,12 @@ def _jsonl_document(path: Path, rel: str, lineno: int, line: str, seen: dict[str
 
 
 def read_folder(folder: str | Path) -> FolderDocuments:
-    """Every supported document below ``folder``, sorted by name (deterministic); ``.skipped`` lists the
-    files that gave no document (no text, symlink loop, broken symlink, unreadable) with the reason.
+    """Every supported document below ``folder``, sorted by name; ``.skipped`` lists the files that gave no
+    document with the reason.
 
     A FIFO/device/socket, a document over ``RAG_MAX_DOCUMENT_BYTES``, non-UTF-8 text, a bad ``.jsonl`` line or a
-    symbolic link to a file outside ``folder`` is a :class:`SourceError` naming the file: nothing is returned, so
-    nothing is ingested. A link to a file inside ``folder`` is read like that file, under the link's name, unless
-    the file is read under its own name anyway (then the link is skipped, so no text is ingested twice). A file
-    name that is not UTF-8 is kept with its undecodable bytes written ``\\xe9`` (``caf\\xe9.md``)."""
+    link to a file outside ``folder`` is a :class:`SourceError` naming the file. A link inside ``folder`` is read under
+    its own name unless its target is read anyway; an undecodable file name keeps its bytes as ``\\xe9``."""
     root = Path(folder)
     if not root.is_dir():
         raise SourceError(f"{printable(root)}: not a folder")

@@ -1,19 +1,9 @@
 """Re-map a chunk id to the current chunks of a knowledge base by document span (labels across re-chunkings).
 
-A replaced chunk keeps its row (``is_current = false``) with its text and ``char_start``/``char_end`` in its
-document, so after a re-chunking (same knowledge base re-ingested with ``--rechunk``, or the same folder ingested
-into a new knowledge base) the passage a label pointed at can be found again:
-
-1. the target document is the document of the same ``original_name`` in the target knowledge base;
-2. the old passage is located in that document's current text: at the old span when the text there is still the
-   old chunk's text, else at its only occurrence (the document changed around it); not found, or found more than
-   once, leaves the label to a person;
-3. every current chunk of the target document overlapping that span is a candidate, with the **overlap
-   fraction** = overlapping characters / characters of the old span.
-
-:func:`decide` applies the rule of ``fix-labels``: re-mapped automatically only when exactly one current chunk
-covers at least :data:`AUTO_OVERLAP` (50 %) of the old span; otherwise the candidates are listed, never guessed.
-"""
+The rule is docs/labelling.md's: the passage of the old (retired) chunk is found in the current text of the
+document of the same name (at the old span, else at its only occurrence); each current chunk overlapping it is a
+candidate with its overlap fraction; :func:`decide` re-maps only when exactly one covers at least
+:data:`AUTO_OVERLAP` of the old span."""
 
 from __future__ import annotations
 

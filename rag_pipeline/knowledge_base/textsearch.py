@@ -1,12 +1,8 @@
 """Keyword text: how a knowledge base turns text into a ``tsvector`` and a question into a ``tsquery``.
 
-The modes ``simple``, ``english``, ``chinese`` (jieba segmentation, then ``simple``) and ``mixed`` (jieba
-segmentation of the CJK runs only, then ``english``: Latin-script words stemmed and English stop words dropped,
-Chinese words kept as they are) are a knowledge-base setting used by ingestion and queries alike
-(docs/design.md §3.1). A question becomes an OR-query over at most
-:data:`MAX_QUERY_TERMS` of its lexemes, built in SQL by :data:`OR_TSQUERY_SQL` (parameterised, so operators
-such as ``& | ! ( ) : * <->`` in a question are searched as text, never parsed).
-"""
+The text modes (``simple``, ``english``, ``chinese``, ``mixed``) are a knowledge-base setting used by ingestion and
+queries alike (docs/design.md §3.1). A question becomes an OR-query over at most :data:`MAX_QUERY_TERMS` lexemes,
+built in SQL by :data:`OR_TSQUERY_SQL` (parameterised: operators in a question are text, never parsed)."""
 
 from __future__ import annotations
 
@@ -93,11 +89,9 @@ def prepare(mode: str, text: str) -> str:
 
 def script_shares(texts: Sequence[str], *, max_texts: int = SAMPLE_DOCUMENTS,
                   max_chars: int = SAMPLE_CHARS) -> tuple[float, float, int]:
-    """(share of CJK characters, share of Latin letters, non-space characters counted) of ``texts``, the shares
-    among the non-space characters.
-
-    Cheap on a large corpus: at most ``max_texts`` texts, evenly spaced, and the first ``max_chars``
-    characters of each are measured. No character at all gives ``(0.0, 0.0, 0)``."""
+    """(share of CJK characters, share of Latin letters, non-space characters counted) of ``texts``, measured on
+    at most ``max_texts`` evenly spaced texts, the first ``max_chars`` characters of each; ``(0.0, 0.0, 0)`` if
+    empty."""
     n = len(texts)
     picked = texts if n <= max_texts else [texts[i * n // max_texts] for i in range(max_texts)]
     cjk = latin = total = 0
@@ -122,14 +116,9 @@ def _pct(share: float) -> str:
 
 
 def text_mode_warning(knowledge_base: str, mode: str, texts: Sequence[str]) -> str | None:
-    """A warning naming the fix when the text mode does not fit the script of ``texts``, else None.
-
-    - Mostly CJK (> 30 % of the non-space characters) in ``simple``/``english``: keyword search barely matches,
-      since Postgres keeps an unspaced run as one token (fix: ``chinese``, or ``mixed`` with 20 % Latin letters).
-    - Some CJK (5-30 %) in ``simple``/``english``: the Chinese part barely matches (fix: ``mixed``).
-    - ``chinese`` with almost no CJK (< 1 %): no stemming, where ``english`` would stem.
-    - ``chinese`` with 20 % Latin letters or more: English words are not stemmed and English stop words match
-      (fix: ``mixed``)."""
+    """A warning naming the fix when the text mode does not fit the script of ``texts``, else None: mostly CJK
+    (> 30 %) or some CJK (5-30 %) in ``simple``/``english``; ``chinese`` with almost no CJK (< 1 %) or with 20 % Latin
+    letters or more."""
     cjk, latin, counted = script_shares(texts)
     if not counted:
         return None
@@ -151,11 +140,9 @@ def text_mode_warning(knowledge_base: str, mode: str, texts: Sequence[str]) -> s
     return None
 
 
-# The keyword leg of one question uses at most this many distinct lexemes: the first ones in question order
-# (position of each lexeme's first occurrence; Postgres caps positions at 16383, ties then go by the
-# tsvector's own lexeme order). Deterministic, and the same for ts_rank_cd and BM25. A normal question has
-# far fewer, so its query is unchanged; a hostile 10,000-character question no longer ORs ~1,500 terms
-# (each one a scan of its postings).
+# The keyword leg of one question uses at most this many distinct lexemes, the first ones in question order
+# (then the tsvector's lexeme order): the same for ts_rank_cd and BM25, and a hostile 10,000-character question
+# does not OR ~1,500 terms.
 MAX_QUERY_TERMS = 64
 
 # The query lexemes of ``to_tsvector(:cfg, :qtext)``: rows ``(lexeme, i)``, ``i`` the lexeme's index in the

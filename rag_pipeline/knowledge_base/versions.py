@@ -1,11 +1,8 @@
 """The content version of a knowledge base: what a retrieval over it can see, as one hash.
 
-``version`` = SHA-256 over the text-search mode and, in chunk id order, every **searchable** chunk (docs/design.md
-§3.3) with the embedding models it has a vector of. A chunk id derives from the knowledge base, the document and
-the chunk's text and span, so the version changes exactly when a retrieval could return something else (BM25
-statistics included); re-ingesting an unchanged folder keeps it. Runs record the version they measured, read in
-their own snapshot; the Dagster ``knowledge_base`` asset uses it as its data version.
-"""
+SHA-256 over the text-search mode and, in chunk id order, every searchable chunk (docs/design.md §3.3) with its
+embedding models: it changes exactly when a retrieval could return something else. Runs record it; the Dagster
+``knowledge_base`` asset uses it as its data version."""
 
 from __future__ import annotations
 

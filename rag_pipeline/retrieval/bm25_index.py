@@ -1,24 +1,11 @@
 """BM25 keyword leg in memory: a knowledge base's postings loaded once (per evaluation run) into a sparse matrix.
 
-Same results as the SQL leg (:mod:`rag_pipeline.retrieval.bm25_sql`): same top k, same tie order, **bit-identical
-scores**, at a fraction of its cost: the postings are one CSR row per lexeme and a question costs a few vectorised
-numpy operations over its terms' postings (bench/RESULTS.md, "Keyword top-k").
-
-Why the scores are bit-identical, not merely close:
-
-- every input comes from the same rows as the SQL reads — the *searchable* chunks (docs/design.md §3.3),
-  ``chunk_terms.tf``, ``knowledge_base_term_stats.doc_freq``, ``knowledge_bases.chunk_count`` / avg length — and
-  ``idf`` itself is computed by the server with the very expression of the SQL leg;
-- each posting's contribution ``idf · tf · (k1 + 1) / (tf + k1 · (1 - b + b · dl / avgdl))`` is evaluated in
-  float64 with the SQL's operand order (IEEE operations are correctly rounded: same operands, same bits);
-- a chunk's score is the sum of its contributions **in lexeme order** (the SQL's ``sum(... ORDER BY lexeme)``):
-  the matrix rows are numbered in the server's ``ORDER BY lexeme`` (its collation) and added row by row.
-
-Exact top k: ``np.argpartition``-style threshold (the k-th best score), then every match at or above it sorted by
-(score desc, column asc); columns are numbered in ``ORDER BY chunk id`` so column order is chunk-id order.
-
-:meth:`Bm25Index.load` reads on the connection it is given (in an evaluation, the run's snapshot readers).
-"""
+Same top k, tie order and bit-identical scores as :mod:`rag_pipeline.retrieval.bm25_sql`, at a fraction of its cost
+(bench/RESULTS.md, "Keyword top-k"): the inputs are the same rows (``idf`` computed by the server with the SQL
+leg's expression), each contribution is evaluated in float64 with the SQL's operand order, and a chunk's score sums
+them in lexeme order (matrix rows numbered by the server's ``ORDER BY lexeme``). Columns are in chunk-id order;
+the top k is every match at or above the k-th best score, sorted by (score desc, column asc).
+:meth:`Bm25Index.load` reads on the connection it is given (in an evaluation, the run's snapshot readers)."""
 
 from __future__ import annotations
 
@@ -39,10 +26,8 @@ _POSTING = np.dtype([("hi", ">u8"), ("lo", ">u8"), ("tf", ">i4")])
 
 
 def _columns(keys: np.ndarray, postings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each posting's column (the index of its chunk in ``keys``, ascending uuids) and whether it has one (a
-    posting of a chunk that is not searchable has none). A binary search on the first 8 bytes as integers (about
-    twice as fast as one on 16-byte strings), then both halves compared; on the
-    rare equal first halves, on all 16."""
+    """Each posting's column (its chunk's index in ``keys``, ascending uuids) and whether it has one (a chunk that
+    is not searchable has none): a binary search on the first 8 bytes as integers, then on all 16 where they tie."""
     hi, lo = keys["hi"].astype(np.uint64), keys["lo"].astype(np.uint64)
     if len(keys) > 1 and not ((hi[1:] > hi[:-1]) | ((hi[1:] == hi[:-1]) & (lo[1:] > lo[:-1]))).all():
         raise RuntimeError("chunk ids are not in byte order")  # pragma: no cover - guards the ORDER BY
@@ -85,9 +70,8 @@ class Bm25Index:
     @classmethod
     def load(cls, conn: sa.Connection, knowledge_base_id, k1: float, b: float,
              borrow: Callable[[], AbstractContextManager[sa.Connection]] | None = None, parts: int = 1) -> Bm25Index:
-        """Read the KB's searchable postings and statistics on ``conn`` (its transaction's snapshot). With
-        ``borrow`` (connections on the *same* snapshot, e.g. ``SnapshotReaders.borrow``) the postings are read in
-        ``parts`` lexeme ranges of about equal size at once: ``conn`` reads the first, borrowed ones the others."""
+        """Read the KB's searchable postings and statistics on ``conn``; with ``borrow`` (connections on the same
+        snapshot) in ``parts`` lexeme ranges read at once, ``conn`` reading the first."""
         kb, chunks, terms = bm25_sql.index_inputs(conn, knowledge_base_id)
         term_row = {t.lexeme: i for i, t in enumerate(terms)}
         ranges = _lexeme_ranges(terms, parts if borrow is not None else 1)

@@ -1,40 +1,19 @@
 """BM25 computed in PostgreSQL from the term statistics that ingestion keeps (``Postgres ts_rank`` is not BM25).
 
-Inputs: ``chunk_terms.tf``, ``knowledge_base_term_stats.doc_freq`` (df), ``knowledge_bases.chunk_count`` (N)
-and ``avg_chunk_length`` (avgdl), ``document_chunks.token_count`` (dl), kept by
-:mod:`rag_pipeline.knowledge_base.term_stats`.
-
-Score of chunk d for question q (Robertson/Sparck Jones with Lucene's non-negative idf, as Anserini)::
+Inputs (kept by :mod:`rag_pipeline.knowledge_base.term_stats`, over the *searchable* chunks, docs/design.md §3.3):
+``chunk_terms.tf``, ``knowledge_base_term_stats.doc_freq`` (df), ``knowledge_bases.chunk_count`` (N) and
+``avg_chunk_length`` (avgdl), ``document_chunks.token_count`` (dl). Score (Lucene's non-negative idf, as Anserini)::
 
     idf(t)      = ln(1 + (N - df + 0.5) / (df + 0.5))
     score(q, d) = Σ_{t ∈ q}  idf(t) · tf · (k1 + 1) / (tf + k1 · (1 - b + b · dl / avgdl))
 
-Choices, documented:
-
-- Query terms are the lexemes of ``to_tsvector(regconfig, question)`` — the same parser, stemmer and
-  stop words as the chunks — and they are **deduplicated** (a tsvector holds each lexeme once), so a
-  word repeated in the question counts once (Lucene's BooleanQuery counts it twice; for short questions
-  the difference is negligible, and it makes the score independent of phrasing repetitions). At most
-  ``textsearch.MAX_QUERY_TERMS`` (64) of them: the first distinct lexemes in question order, exactly as the
-  ts_rank_cd leg (:data:`rag_pipeline.knowledge_base.textsearch.QUERY_LEXEMES_SQL`).
-- The ``(k1 + 1)`` factor is kept (classic BM25; Lucene >= 8 drops this constant factor, which does
-  not change any ranking; ``bm25s`` ``method="lucene"`` scores are ours divided by ``k1 + 1``).
-- N, df and avgdl describe exactly the *searchable* chunks of the KB (docs/design.md §3.3), so the same
-  searchable corpus scores the same whatever its history.
-- Postgres keeps at most 256 positions per lexeme in a tsvector, so tf saturates at 256 (irrelevant
-  for chunks of normal size).
-- The sum over terms is an ordered aggregate (``ORDER BY lexeme``) so the float result does not depend
-  on the join order the planner picks: a batch and a single question score bit-identically.
-
-Plan shape: df is a scalar subquery and the postings a ``LATERAL ... OFFSET 0`` subquery, so each query
-term is two primary-key lookups whatever the table statistics say. Right after an ingestion, before
-autovacuum has analysed the new rows, a free join order let the planner cross-join the KB's term stats
-with its postings (orders of magnitude slower even on a tiny KB). The cost is
-linear in the postings of the query terms (exhaustive scoring, no WAND; bench/RESULTS.md,
-"Keyword top-k"). An evaluation run serves this leg from
-:mod:`rag_pipeline.retrieval.bm25_index` instead (the KB's postings in memory: the same results, bit for bit,
-at a fraction of the cost); this SQL stays the reference and the path of single searches.
-"""
+Query terms are the distinct lexemes of ``to_tsvector(regconfig, question)``, at most
+``textsearch.MAX_QUERY_TERMS`` in question order, as the ts_rank_cd leg; the ``(k1 + 1)`` factor is kept (Lucene
+>= 8 drops it: same ranking); tf saturates at 256 (Postgres positions); the sum is ordered (``ORDER BY lexeme``) so
+a batch and a single question score bit-identically. Each query term is two primary-key lookups (a scalar df
+subquery, a ``LATERAL ... OFFSET 0`` postings subquery) so a not-yet-analysed KB cannot get a cross-join plan.
+Evaluation runs use :mod:`rag_pipeline.retrieval.bm25_index` (the same results in memory); this SQL is the
+reference and the path of single searches."""
 
 from __future__ import annotations
 
@@ -115,10 +94,9 @@ BM25_TARGETS_LEG_SQL = _BM25_SQL.format(
     extra=", leg_rank",
     where="leg_rank <= :k OR chunk_id = ANY(CAST((CAST(:targets AS text[]))[CAST(ord AS int)] AS uuid[]))")
 
-# Miss diagnosis: the leg's score of given chunks only (:t_ord, :t_chunk: the question's 1-based position in
-# :query_texts and a chunk id, one pair per target) — the postings of the query terms *in those chunks* (primary
-# key lookups), the same expression summed in the same order as above: the same float8 the leg computes. No row:
-# the chunk holds no query term (or is not searchable).
+# Miss diagnosis: the leg's score of given chunks only (:t_ord, :t_chunk: the question's 1-based position and a
+# chunk id, one pair per target), by primary-key lookups, summed as above: the same float8 the leg computes. No
+# row: the chunk holds no query term (or is not searchable).
 BM25_TARGETS_SCORE_SQL = f"""
 WITH {_QUERY_TERMS}
 {_KB_STATS}
@@ -157,9 +135,8 @@ ORDER BY s.lexeme
 """
 
 # The KB's postings of the lexemes in [:first, :after) (NULL: open end), one row per lexeme in primary-key order
-# (an index scan, no join, no sort): chunk ids as 16-byte uuid_send + tf as big-endian int32, decoded by numpy
-# without a Python object per posting. Postings of chunks that are not searchable (and lexemes without a df) are
-# dropped on the client. Reading them is most of a load's time: the ranges are read on several connections at once.
+# (an index scan): chunk ids as 16-byte uuid_send + big-endian int32 tf, decoded by numpy; postings of chunks
+# that are not searchable (and lexemes without a df) are dropped on the client.
 _POSTINGS_SQL = """
 SELECT ct.lexeme, count(*) AS n, string_agg(uuid_send(ct.chunk_id) || int4send(ct.tf), ''::bytea) AS data
 FROM chunk_terms ct

@@ -1,11 +1,6 @@
 """The ``cross-encoder`` rerank method (docs/design.md §3.2): a sentence-transformers ``CrossEncoder`` from a local
-directory, nothing downloaded.
-
-Before loading, the directory must hold a ``config.json`` and be a ``CrossEncoder`` (sentence-transformers) or a
-``*ForSequenceClassification`` model with one output; any problem is a :class:`RetrievalError` naming the
-strategy, the field ``rerank.model`` and the path. Scores are the model's own, in batches of
-``rerank.batch_size`` pairs on the CPU.
-"""
+directory, nothing downloaded; a directory that is not one (``config.json``, one output) is a
+:class:`RetrievalError` naming ``rerank.model`` and the path."""
 
 from __future__ import annotations
 

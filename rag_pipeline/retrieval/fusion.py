@@ -1,12 +1,8 @@
 """Score fusion for hybrid retrieval: per-leg normalisation, weighted sum, RRF, ordering (docs/design.md §3.2, §3.3).
 
-Per pool slot the caller passes ``vector_score`` / ``keyword_score`` (NaN where that leg did not return the
-chunk) and ``vector_rank`` / ``keyword_rank`` (1-based; 0 or NaN where missing); a leg is *present* for a slot
-iff its score is not NaN. ``rank`` normalisation uses ``n`` = the deepest rank present in that leg of the pool.
-Reductions (sums for mean / std) add the present values in ascending order, so results do not depend on slot
-order or padding: the batch functions (2-D ``(n_cases, pool_size)`` arrays plus a ``mask`` of valid slots)
-equal the 1-D functions bit for bit, and the 1-D functions are their one-row case.
-"""
+Per pool slot: ``vector_score`` / ``keyword_score`` (NaN where the leg missed the chunk) and 1-based ranks (0 or
+NaN where missing). Reductions add the present values in ascending order, so the batch functions (2-D arrays plus
+a ``mask``) equal the 1-D ones bit for bit whatever the slot order or padding."""
 
 from __future__ import annotations
 
@@ -119,10 +115,8 @@ def weighted_fusion_batch(vector_score: ArrayLike, keyword_score: ArrayLike,
 def rrf_fusion_batch(vector_rank: ArrayLike, keyword_rank: ArrayLike, k: float = 60,
                      vector_weight: float = 1.0, keyword_weight: float = 1.0,
                      mask: ArrayLike | None = None) -> np.ndarray:
-    """Reciprocal rank fusion ``sum(w / (k + rank))`` over present legs; masked slots -> -inf.
-
-    A rank of 0 or NaN means the leg did not return the chunk; other ranks must be >= 1.
-    """
+    """Reciprocal rank fusion ``sum(w / (k + rank))`` over present legs (rank 0 or NaN: absent, else >= 1);
+    masked slots -> -inf."""
     vr = _batch(vector_rank)
     valid = _valid(mask, vr.shape)
     final = np.zeros(vr.shape)
@@ -136,11 +130,8 @@ def rrf_fusion_batch(vector_rank: ArrayLike, keyword_rank: ArrayLike, k: float =
 def fuse_batch(strategy: Any, vector_score: ArrayLike, keyword_score: ArrayLike,
                vector_rank: ArrayLike | None = None, keyword_rank: ArrayLike | None = None,
                mask: ArrayLike | None = None) -> np.ndarray:
-    """Final scores per slot for any object with ``fusion``, ``normalization``,
-    ``vector_weight``, ``keyword_weight`` and ``rrf_k`` (e.g. a Strategy).
-
-    RRF uses the ranks of the legs whose score is present. Masked slots -> -inf.
-    """
+    """Final scores per slot (masked: -inf) for any object with ``fusion``, ``normalization``, the weights and
+    ``rrf_k`` (e.g. a Strategy); RRF uses the ranks of the legs whose score is present."""
     if strategy.fusion == "weighted":
         return weighted_fusion_batch(vector_score, keyword_score, strategy.vector_weight,
                                      strategy.keyword_weight, strategy.normalization, mask,
@@ -166,11 +157,8 @@ def fuse(strategy: Any, vector_score: ArrayLike, keyword_score: ArrayLike,
 
 def order_batch(final: ArrayLike, vector_score: ArrayLike, chunk_rank: ArrayLike,
                 mask: ArrayLike | None = None) -> np.ndarray:
-    """Per-row slot indices in :data:`TIE_BREAK` order; masked slots come last.
-
-    ``chunk_rank`` is any integer array ordered like the chunk ids (e.g. the
-    ids themselves when they are ints, or their ordinal among all ids).
-    """
+    """Per-row slot indices in :data:`TIE_BREAK` order, masked slots last; ``chunk_rank`` is any integer
+    array ordered like the chunk ids."""
     scores = _batch(final)
     valid = _valid(mask, scores.shape)
     if np.any(valid & np.isnan(scores)):

@@ -17,11 +17,9 @@ class RegistryConflictError(strategies.StrategyError):
 def write_strategy(path: str | Path, strategy: strategies.Strategy, comment: str = "") -> str:
     """Append ``strategy`` to the registry file ``path``; returns ``"appended"`` or ``"unchanged"``.
 
-    A missing file starts as a copy of the active registry (:func:`registry_path`). The result is
-    validated before it replaces the file (atomically); the text is appended as-is (comments kept) unless
-    the file's layout does not allow it, then the registry is re-written as plain YAML. Raises
-    :class:`RegistryConflictError` if the file already defines the version with other parameters.
-    """
+    A missing file starts as a copy of the active registry; the result is validated before it atomically replaces the
+    file (text appended, comments kept, unless the layout forces a plain YAML rewrite). The version already defined
+    with other parameters is a :class:`RegistryConflictError`."""
     target = Path(path)
     source = target if target.exists() else strategies.registry_path()
     text = source.read_text(encoding="utf-8")

@@ -1,9 +1,7 @@
 """Hybrid retrieval with a full trace (docs/design.md §3.1): vector leg + keyword leg → merged, fused, ordered pool.
 
-One SQL statement per enabled leg serves a whole batch of questions (:func:`hybrid_search_batch`);
-:func:`hybrid_search_with_trace` is the batch of one, so both return the same pool for the same query vector.
-The deterministic vector cut is :mod:`vector_cut` (docs/design.md §3.3), the optional stages :mod:`stages`.
-"""
+One SQL statement per enabled leg serves a batch (:func:`hybrid_search_batch`); :func:`hybrid_search_with_trace`
+is the batch of one. The vector cut is :mod:`vector_cut`, the optional stages :mod:`stages`."""
 
 from __future__ import annotations
 
@@ -44,19 +42,11 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
                         keyword_index: Bm25Index | None = None) -> list[RetrievalTrace]:
     """Search many questions: one embedding call and one SQL statement per enabled leg for the batch.
 
-    ``conn`` must be in a transaction (SQLAlchemy's default, not AUTOCOMMIT): the HNSW settings are
-    ``SET LOCAL`` (``set_config(..., true)``) and last until that transaction ends, and so does the
-    statement timeout (``RAG_STATEMENT_TIMEOUT_S``): a statement running longer raises
-    :class:`StatementTimeout` (a :class:`RetrievalError`).
-
-    ``limits`` (one per question) default to ``strategy.final_top_k``; ``query_vectors``
-    (``len(queries) × dimension``, unit length) skip the embedding call. ``targets`` (one list of chunk ids
-    per question, e.g. the case's relevant chunks) make the keyword leg also report, in
-    ``trace.keyword_targets``, the score and leg rank of each target it ranked below its top k — in the same
-    statement (:data:`retrieval_sql.TS_RANK_CD_TARGETS_LEG_SQL`); the pools are unchanged.
-    ``keyword_index`` (a :class:`~rag_pipeline.retrieval.bm25_index.Bm25Index` of this KB and k1/b) serves a
-    BM25 keyword leg from memory: identical hits and scores.
-    """
+    ``conn`` must be in a transaction: the HNSW settings and the statement timeout (``RAG_STATEMENT_TIMEOUT_S``,
+    :class:`StatementTimeout`) are ``SET LOCAL``. ``limits`` default to ``strategy.final_top_k``; ``query_vectors``
+    skip the embedding; ``targets`` (chunk ids per question) make the keyword leg report in
+    ``trace.keyword_targets`` the targets it ranked below its top k, pools unchanged; ``keyword_index`` serves a BM25
+    leg from memory (identical hits and scores)."""
     queries = list(queries)
     if any(not isinstance(q, str) for q in queries):
         raise TypeError("every question must be a str")

@@ -1,11 +1,9 @@
 """The retrieval stage's SQL (docs/design.md §3.1): the two legs written out in full, the stages' score look-ups
 and the strategy registry; thin functions run them on the caller's connection.
 
-Every leg statement takes a *batch* of questions (``unnest(:array) WITH ORDINALITY AS q(..., ord)``) and runs
-the per-question search in a ``CROSS JOIN LATERAL`` subquery; each row carries ``query_index`` (1-based). The
-only text spliced in is the embedding *dimension* (an ``int``: a type modifier cannot be a parameter), which
-must match the knowledge base × model's partial HNSW index for the index to be used.
-"""
+Every leg statement takes a batch of questions (``unnest(:array) WITH ORDINALITY``, a ``CROSS JOIN LATERAL`` search
+each, rows carrying ``query_index``). The only text spliced in is the embedding dimension (an ``int``), which must
+match the partial HNSW index for it to be used."""
 
 from __future__ import annotations
 
@@ -19,25 +17,20 @@ BASE_FILTERS = f"""c.knowledge_base_id = :kb
           AND c.is_current
           AND {SEARCHABLE_DOCUMENT_SQL}"""
 
-# Per transaction (``set_config(..., true)`` is ``SET LOCAL``): the HNSW candidate list size, pgvector
-# 0.8 iterative index scans (keep scanning, in exact distance order, until LIMIT rows pass the
-# filters), and custom plans so the partial index predicate ``model = '<name>'`` is matched against
-# the actual :model value even when the driver switched to a prepared statement.
+# Per transaction (``set_config(..., true)`` is ``SET LOCAL``): the HNSW candidate list size, pgvector 0.8
+# iterative index scans in exact distance order, and custom plans so the partial index predicate
+# ``model = '<name>'`` matches the actual :model value even in a prepared statement.
 VECTOR_SETTINGS_SQL = """
 SELECT set_config('hnsw.ef_search', CAST(:ef_search AS text), true),
        set_config('hnsw.iterative_scan', 'strict_order', true),
        set_config('plan_cache_mode', 'force_custom_plan', true)
 """
 
-# Vector leg. ``<=>`` is pgvector's cosine distance; vector_score = 1 - distance. ORDER BY the bare distance
-# (no secondary key) so the HNSW index can deliver the order; :k is the *fetch* limit of retrieval.vector_cut.
-#
-# Through the index: the inner query reads chunk_embeddings alone — the KB × model rows the partial HNSW index
-# holds, walked in distance order by pgvector's iterative scan — and keeps a vector only if its chunk is
-# searchable, a sub-select per visited vector (not a join: joined, the planner estimates the KB's chunks × its
-# vectors as a few dozen rows, picks an exact scan + sort of every vector of a small KB in a database holding
-# bigger ones, an order of magnitude slower per question: bench/RESULTS.md, "Vector statement"). The
-# document columns are joined to the k rows afterwards.
+# Vector leg. ``<=>`` is pgvector's cosine distance; vector_score = 1 - distance, ORDER BY the bare distance so
+# the HNSW index delivers the order; :k is the *fetch* limit of retrieval.vector_cut. The inner query walks the KB ×
+# model's partial index alone and checks each visited vector's chunk is searchable by a sub-select (a join makes
+# the planner misestimate and exact-scan a small KB: bench/RESULTS.md, "Vector statement"); the document columns
+# are joined to the k rows afterwards.
 VECTOR_LEG_SQL = """
 SELECT q.ord AS query_index, hit.chunk_id, c.document_id, d.original_name AS document_name, hit.score
 FROM unnest(CAST(:query_vectors AS vector[])) WITH ORDINALITY AS q(query_vector, ord)
@@ -102,12 +95,10 @@ CROSS JOIN LATERAL ({_TS_RANK_CD_MATCHES}
 ) AS hit
 """
 
-# Keyword leg with *targets* (evaluation: the case's relevant chunk ids, one ``{uuid,...}`` array literal per
-# question): the same scores and order as TS_RANK_CD_LEG_SQL, but every match gets its leg rank
-# (row_number over score desc, chunk id) and the rows kept are the top :k *plus* any target ranked lower.
-# The leg scores every match anyway to find its top :k, so a missed relevant chunk's own keyword score and
-# would-be rank come at the price of one full sort instead of a top-N heapsort (miss diagnosis, no
-# second pass). Rows with leg_rank <= :k are exactly TS_RANK_CD_LEG_SQL's rows.
+# Keyword leg with *targets* (evaluation: the case's relevant chunk ids, one ``{uuid,...}`` literal per question):
+# TS_RANK_CD_LEG_SQL's scores and order, every match ranked (row_number over score desc, chunk id), the rows kept
+# the top :k *plus* any target ranked lower (miss diagnosis for one full sort instead of a top-N heapsort, no second
+# pass). Rows with leg_rank <= :k are exactly TS_RANK_CD_LEG_SQL's rows.
 TS_RANK_CD_TARGETS_LEG_SQL = f"""
 SELECT q.ord AS query_index, hit.chunk_id, hit.document_id, hit.document_name, hit.score, hit.leg_rank
 FROM unnest(CAST(:query_texts AS text[]), CAST(:targets AS text[])) WITH ORDINALITY AS q(query_text, target_ids, ord)

@@ -1,9 +1,7 @@
 """The optional stages after the two legs, complete pools and the rerank stage (docs/design.md §3.2).
 
-A candidate with a leg score but no leg rank holds a **completed** score (``complete_pool``). The rerank stage
-re-scores the first stage's top ``top_n`` (:func:`rerank_scores`) and orders by ``final desc, first-stage rank
-asc``; every candidate keeps its ``first_stage_rank`` and ``first_stage_score``.
-"""
+The rerank stage re-scores the first stage's top ``top_n`` (:func:`rerank_scores`) and orders by ``final desc,
+first-stage rank asc``; every candidate keeps its ``first_stage_rank`` and ``first_stage_score``."""
 
 from __future__ import annotations
 
@@ -156,11 +154,8 @@ def stored_strategy(version: str, params: Mapping | None) -> Strategy | None:
 
 def fuse_pool(question: str, vector: list[LegHit], keyword: list[LegHit], strategy: Strategy, limit: int,
               completed: dict[str, dict[str, float]] | None = None) -> RetrievalTrace:
-    """Merge the two legs' hits (each best first) by chunk id, fuse, order and rank them into a trace.
-
-    ``completed`` (``complete_pool``): ``{"vector"|"keyword": {chunk id: that leg's score}}`` for pooled chunks
-    the leg did not return; the score is filled, the leg rank stays empty. Pure (no database).
-    """
+    """Merge the two legs' hits (each best first) by chunk id, fuse, order and rank them into a trace (pure).
+    ``completed`` (``complete_pool``) gives leg scores for pooled chunks a leg did not return (no leg rank)."""
     slots: dict[str, dict] = {}
     for leg, hits in (("vector", vector), ("keyword", keyword)):
         for rank, hit in enumerate(hits, start=1):

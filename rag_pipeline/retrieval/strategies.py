@@ -1,9 +1,6 @@
-"""Versioned retrieval strategies (docs/design.md §3.2): named, immutable parameter sets loaded from YAML.
-
-The registry is ``rag_pipeline/retrieval/strategies.yaml`` (``RAG_STRATEGIES_FILE`` overrides it). Every
-:class:`Strategy` is validated on construction; an invalid value raises :class:`StrategyError` naming the
-strategy version and the offending field.
-"""
+"""Versioned retrieval strategies (docs/design.md §3.2): named, immutable parameter sets loaded from YAML
+(``rag_pipeline/retrieval/strategies.yaml``, or ``RAG_STRATEGIES_FILE``); an invalid value is a
+:class:`StrategyError` naming the version and the field."""
 
 from __future__ import annotations
 
@@ -172,12 +169,8 @@ class Strategy(BaseModel):
         return params
 
     def params_hash(self) -> str:
-        """SHA-256 hex of the canonical JSON of :meth:`params`.
-
-        Canonical form: keys sorted, separators ``","`` / ``":"``, floats
-        written by ``repr`` (ints given for float fields are coerced first, so
-        ``1`` and ``1.0`` hash alike). The description does not participate.
-        """
+        """SHA-256 hex of the canonical JSON of :meth:`params` (keys sorted, compact separators, floats by
+        ``repr``, ints of float fields coerced first); the description does not participate."""
         canonical = json.dumps(self.params(), sort_keys=True, separators=(",", ":"),
                                allow_nan=False)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
@@ -235,11 +228,8 @@ def _describe(version: Any, exc: ValidationError) -> str:
 
 
 def strategy_from_mapping(entry: Any, where: str = "") -> Strategy:
-    """Build a :class:`Strategy` from one registry entry (a mapping of field names).
-
-    Missing parameters take the model defaults; unknown keys are an error.
-    ``where`` prefixes error messages (e.g. the file and list index).
-    """
+    """Build a :class:`Strategy` from one registry entry: missing parameters take the model defaults, unknown keys
+    are an error; ``where`` prefixes error messages (e.g. the file and list index)."""
     prefix = f"{where}: " if where else ""
     if not isinstance(entry, Mapping):
         raise StrategyError(f"{prefix}entry must be a mapping, got {type(entry).__name__}")

@@ -17,9 +17,8 @@ class StrategyConflictError(ConflictError, RuntimeError):
 
 
 def register_strategy(conn: sa.Connection, strategy: Strategy) -> str:
-    """Record ``strategy`` on first use (idempotent); return its params hash. Raises
-    :class:`StrategyConflictError` if the version was recorded with different parameters. Concurrent first uses
-    are safe: ``ON CONFLICT DO NOTHING`` then a re-read decides."""
+    """Record ``strategy`` on first use (idempotent, safe when concurrent); return its params hash.
+    Raises :class:`StrategyConflictError` if the version was recorded with different parameters."""
     params_hash = strategy.params_hash()
     stored = retrieval_sql.record_strategy(conn, strategy.version, params_hash, json.dumps(strategy.params()))
     if stored.params_hash != params_hash:

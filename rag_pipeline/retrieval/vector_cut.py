@@ -1,10 +1,8 @@
 """The deterministic cut of the vector leg: the top k by (score desc, chunk id asc), whatever the query plan.
 
-The HNSW index can only deliver ``ORDER BY embedding <=> q LIMIT n``, so :func:`top_k` fetches a few rows more
-than k, cuts them by the leg rule and fetches again with twice the limit while the rows tied with the k-th fill
-the fetch (docs/design.md §3.3). A question whose index scan returned fewer rows than asked while more are
-searchable (pgvector ends an iterative scan after ``hnsw.max_scan_tuples``) is searched again exactly.
-"""
+:func:`top_k` fetches a few rows more than k from the HNSW index and fetches again with twice the limit while rows
+tied with the k-th fill the fetch (docs/design.md §3.3); a question the index scan under-served is searched again
+exactly."""
 
 from __future__ import annotations
 

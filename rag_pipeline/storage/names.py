@@ -1,15 +1,5 @@
-"""The one name rule (knowledge bases, datasets, strategy versions) and terminal-safe text.
-
-**Name rule** (:func:`check_name`, stated by :func:`name_rule`; docs/design.md §2.4): letters of any script
-(``知识库`` is fine), digits, ``.``, ``_``, ``-``, not starting with ``.`` or ``-`` (``-rf`` would read as an
-option); a dataset name may also hold ``@``
-(shard datasets ``<name>@0001``) and never ``...`` (it is a Dagster partition key). Every front end applies it
-through this one function.
-
-**Printable text** (:func:`printable`): control characters, line/paragraph separators, bidirectional overrides
-and lone surrogates become ``\\xNN`` / ``\\uNNNN`` escapes; use it for every user-supplied string written to a
-terminal.
-"""
+"""The one name rule (:func:`check_name`, stated by :func:`name_rule`; docs/design.md §2.4) for knowledge bases,
+datasets and strategy versions, and :func:`printable`, terminal-safe text for every user-supplied string."""
 
 from __future__ import annotations
 

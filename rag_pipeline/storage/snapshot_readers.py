@@ -1,11 +1,8 @@
 """Several read connections that see one and the same snapshot of the database.
 
-An evaluation reads the knowledge base on ``n`` connections at once and must still see *one* consistent
-knowledge base, even if it is re-ingested meanwhile: the first connection's REPEATABLE READ transaction exports
-its snapshot (``pg_export_snapshot()``), every other one imports it as its first statement. The transactions
-only read and are rolled back when the context ends. Threads borrow a connection with
-:meth:`SnapshotReaders.borrow` (never used by two threads at once).
-"""
+The first connection's REPEATABLE READ transaction exports its snapshot (``pg_export_snapshot()``), the others
+import it, so an evaluation on ``n`` connections sees one knowledge base even while it is re-ingested. Read only,
+rolled back at the end; threads borrow a connection with :meth:`SnapshotReaders.borrow`."""
 
 from __future__ import annotations
 
@@ -34,10 +31,8 @@ class TooManyReadersError(BadInputError, ValueError):
 
 
 def check_capacity(engine: sa.Engine, readers: int, extra: int) -> None:
-    """Refuse, before anything is written, a reader count that cannot be served: ``readers`` + ``extra``
-    connections (an evaluation's writer and heartbeat) must fit the engine's pool (``pool_size`` +
-    ``max_overflow``; :func:`rag_pipeline.storage.engine.get_engine` sizes one with ``readers=n``) and the
-    server's free connection slots (``max_connections`` minus reserved and in-use ones)."""
+    """Refuse, before anything is written, ``readers`` + ``extra`` connections that exceed the engine's pool or
+    the server's free connection slots."""
     needed = readers + extra
     bounded = engine.pool if isinstance(engine.pool, sa.QueuePool) else None  # NullPool, StaticPool: no bound
     if bounded is not None:

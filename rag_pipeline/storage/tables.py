@@ -1,7 +1,4 @@
-"""The knowledge-base tables as SQLAlchemy 2 typed models (docs/design.md §6.1); the Alembic migrations in
-``migrations/`` create them, the evaluation tables are in :mod:`rag_pipeline.storage.evaluation_tables`, the
-answer tables in :mod:`rag_pipeline.storage.answer_tables`.
-"""
+"""The knowledge-base tables as SQLAlchemy 2 typed models (docs/design.md §6.1), created by the migrations."""
 
 from __future__ import annotations
 

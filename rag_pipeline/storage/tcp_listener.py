@@ -1,13 +1,9 @@
 """The embedded server on TCP with a password: the address it listens on, its generated password, its
 ``pg_hba.conf`` (docs/scaling.md §"A TCP server with a password").
 
-``rag-pipeline db start --listen HOST:PORT`` records ``{"listen": "HOST:PORT", "password": ...}`` in
-``<pgdata>/rag_listen.json`` (mode 0600, written once; the password is ``secrets.token_urlsafe``), so a later
-boot of the same data directory listens on the same address with the same password. Authentication: every TCP
-connection needs the password (``host ... scram-sha-256``, ``password_encryption = scram-sha-256``); the unix
-socket, in the data directory (mode 0700), stays ``trust`` for the server's own OS user (and root), which is how
-the local CLI and migrations connect without a secret.
-"""
+``db start --listen HOST:PORT`` records the address and a generated password in ``<pgdata>/rag_listen.json``
+(mode 0600, written once) so later boots reuse them. TCP connections need the password (``scram-sha-256``); the
+unix socket in the data directory stays ``trust`` for the server's OS user, as the local CLI connects."""
 
 from __future__ import annotations
 

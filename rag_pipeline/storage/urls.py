@@ -42,9 +42,8 @@ def mask_url(url: str) -> str:
 
 
 def mask_secrets(text: object) -> str:
-    """Mask every password inside a free-form message, in every form a connection string takes: URLs
-    (``user:pw@``, ``?password=``), libpq ``key=value`` strings (``password=pw``, ``password='a b'``) and
-    ``PGPASSWORD=pw``-style assignments."""
+    """Mask every password inside a free-form message: in URLs (``user:pw@``, ``?password=``), libpq
+    ``key=value`` strings and ``PGPASSWORD=pw``-style assignments."""
     return _mask_keywords(_URL.sub(lambda m: mask_url(m.group(0)), str(text)))
 
 
@@ -87,9 +86,8 @@ LIBPQ_PARAMETERS = frozenset({
 
 
 def libpq_url(url: str) -> tuple[str, str | None]:
-    """``(URI psql accepts, password)`` of a database URL: scheme ``postgresql://`` without a driver suffix, the
-    password taken out (pass it as ``PGPASSWORD``, or let psql prompt for it), only libpq's query parameters kept
-    (a unix-socket ``host=/path`` included)."""
+    """``(URI psql accepts, password)`` of a database URL: ``postgresql://`` without driver or password (pass
+    it as ``PGPASSWORD``), only libpq's query parameters kept."""
     parsed = make_url(with_driver(url, "psycopg"))
     password = parsed.password
 

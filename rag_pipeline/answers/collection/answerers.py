@@ -1,9 +1,5 @@
-"""The answerers shipped with the project, by name: what ``answers collect --answerer NAME`` runs.
-
-An answerer is an object with ``identity`` (``NAME@<params hash prefix>``, like a strategy version with its
-params hash) and ``answer_cases(cases) -> Iterator[AnswerRecord]`` (:class:`Answerer`); its lines are the same
-answers file an endpoint collection writes (``schemas/answers-v1.json``, docs/design.md §12.2).
-"""
+"""The answerers shipped with the project, by name: what ``answers collect --answerer NAME`` runs (an
+:class:`Answerer`: an ``identity`` ``NAME@<params hash prefix>`` and ``answer_cases(cases)`` yielding answer lines)."""
 
 from __future__ import annotations
 
@@ -42,10 +38,8 @@ ANSWERER_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 
 def get_answerer(name: str, *, engine: sa.Engine, knowledge_base: str, strategy: str | Strategy | None = None,
                  **params: Any) -> Answerer:
-    """The answerer ``name`` over ``knowledge_base``, retrieving with ``strategy`` (a registry version or a
-    :class:`Strategy`; default :data:`DEFAULT_STRATEGY`); ``params`` are the answerer's own (for
-    ``extractive-v1``: ``top_n``, ``max_sentences``, ``refusal_threshold``, ``batch_size``). Raises
-    :class:`AnswererError` for an unknown name or parameter, ``StrategyError`` for an unknown strategy."""
+    """The answerer ``name`` over ``knowledge_base`` retrieving with ``strategy`` (default
+    :data:`DEFAULT_STRATEGY`), with its own ``params``; :class:`AnswererError` for an unknown name or parameter."""
     factory = _FACTORIES.get(name)
     if factory is None:
         raise AnswererError(f"unknown answerer {name!r}; known answerers: {', '.join(ANSWERER_NAMES)}")

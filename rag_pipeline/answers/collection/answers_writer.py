@@ -1,27 +1,11 @@
 """The answers file the collector writes: one JSON line per finished case, resumable (docs/answers-collection.md).
 
-Appending. Each finished case is one ``write`` of its whole line (``\\n`` included) on a file opened with
-``O_APPEND``, then ``flush`` and ``fsync``: after a crash or ``kill -9`` the file holds every line written before,
-plus at most one torn last line (a write the kernel did not finish).
-
-Resuming. :func:`open_for_resume` reads the file first. A last line without its ``\\n``, or that is not valid
-JSON, is torn: it is dropped (a torn line anywhere else is not ours: an error naming the line). Lines with
-``status: "ok"`` are kept and their cases skipped; lines with ``status: "error"`` are dropped so their cases
-are asked again. The kept lines are written back with :func:`~rag_pipeline.storage.files.write_atomic` before
-anything is appended, so the file always holds at most one line per case (the format: docs/design.md §12.2).
-A line for a case the dataset does not have, a duplicate case, or a line of another answerer (an endpoint's
-lines name none) → an error naming the file and line, and the file is left as it was. The rewrite keeps the file's
-permission bits (a new file gets ``0644`` less the umask).
-
-Only lines the readers accept are written (:func:`storable`): a line ``answers evaluate`` would refuse (a NUL or
-a lone surrogate in a stored field, :func:`~rag_pipeline.answers.answers_file.line_problems`) or longer than
-:data:`MAX_LINE_BYTES` (resume reads no longer line) becomes its case's ``status: "error"`` line saying why, so
-the case is asked again on resume and the collection goes on.
-
-One collector per file: :func:`output_lock` holds an exclusive ``flock`` on ``.<name>.lock`` beside the file
-from before the file is read until the collection ends; a second collector on the same ``--output`` is refused
-at once (:class:`OutputBusyError`) and writes nothing.
-"""
+Each case is one ``O_APPEND`` write of its whole line, then ``flush`` and ``fsync``, so a crash leaves at most one
+torn last line. :func:`open_for_resume` drops a torn last line and the ``error`` lines, keeps the ``ok`` ones (their
+cases are skipped) and writes them back atomically, keeping the file's permission bits; a foreign, duplicate or
+other-answerer line is an error naming the file and line. Only lines the readers accept are written
+(:func:`storable`); any other becomes its case's ``error`` line. :func:`output_lock` (``flock`` on ``.<name>.lock``)
+refuses a second collector on the same file (:class:`OutputBusyError`)."""
 
 from __future__ import annotations
 

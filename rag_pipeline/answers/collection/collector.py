@@ -1,21 +1,10 @@
 """Collect one answer line per dataset case from an endpoint or an in-process answerer (docs/answers-collection.md).
 
-Endpoint mode: at most ``concurrency`` cases in flight (an :class:`asyncio.Semaphore` gates every new case, so
-neither requests nor tasks outnumber it). Each finished case, scrubbed of the secret values in use
-(:func:`~.reply_mapping.scrubbed_record`), is appended to the file at once
-(:mod:`.answers_writer`), so a kill loses only the cases in flight. A case whose every attempt failed to
-connect means the endpoint is down: no new case is started, the cases in flight finish, and the collection
-ends ``failed`` with the reason; the lines written are kept. A run that answered no case is ``failed`` too.
-Whatever a reply does to one case ends as that case's line: should asking raise (a reply the client did not
-foresee), the case gets an error line naming the exception type, and the collection goes on. Only a failure to
-write the file (e.g. a full disk) stops the collection; the lines written are the ones the readers accept
-(:func:`.answers_writer.storable`).
-``cancel`` (a :class:`threading.Event`, set e.g. when the HTTP client that asked went away) stops it at once:
-the requests in flight are dropped, the lines written are kept, and the run ends ``failed``.
-
-Answerer mode: the answerer's ``answer_cases`` (:class:`~.answerers.Answerer`) yields the lines (the same
-file, docs/design.md §12.2).
-"""
+Endpoint mode: at most ``concurrency`` cases in flight; each finished case, scrubbed of the secrets in use, is
+appended at once (:mod:`.answers_writer`). A case whose every attempt fails to connect stops new cases and
+ends the collection ``failed`` (so does answering no case); an unforeseen exception is that case's error line; only
+a failed file write stops it. ``cancel`` (a :class:`threading.Event`) drops the requests in flight and ends it
+``failed``. Answerer mode: the answerer's ``answer_cases`` yields the lines."""
 
 from __future__ import annotations
 

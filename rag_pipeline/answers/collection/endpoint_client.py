@@ -1,17 +1,10 @@
 """A careful async client of a user's RAG endpoint: one case → one answer line (docs/answers-collection.md).
 
-Built on ``httpx.AsyncClient``. Each case is one request built by :mod:`.endpoint_request`;
-the reply is read as a stream and never past :data:`MAX_RESPONSE_BYTES` (a 50 MB body costs 8 MB of reading,
-and is recorded as an error with its first :data:`~rag_pipeline.contracts.answers.MAX_RAW_RESPONSE_CHARS`
-characters); the whole request, body included, is bounded by ``timeout_s``. Retries follow
-:mod:`.retry_policy`. Whatever happens to one case ends as its line (docs/design.md §12.2), never as an
-exception: the collector decides whether to go on (:attr:`CaseOutcome.unreachable`).
-
-Over the HTTP API the client is given an :class:`~.endpoint_guard.EndpointGuard`: its connections are opened
-only to the endpoints the operator allowed (checked at the address connected to), a refused address ends the
-case at once (no retry) and stops the collection, and ``quote_replies=False`` keeps the reply's text out of the
-error of a case (it is stored and served back). The CLI's client has neither.
-"""
+Requests come from :mod:`.endpoint_request`, retries follow :mod:`.retry_policy`; a reply is read at most to
+:data:`MAX_RESPONSE_BYTES` and the whole request is bounded by ``timeout_s``. Whatever happens ends as the case's
+line, never an exception (:attr:`CaseOutcome.unreachable` tells the collector). Over the HTTP API an
+:class:`~.endpoint_guard.EndpointGuard` limits the connections (a refused address stops the collection) and
+``quote_replies=False`` keeps reply text out of the errors."""
 
 from __future__ import annotations
 

@@ -1,19 +1,10 @@
 """Where an answer collection asked over the HTTP API may connect, checked at the connection itself
 (docs/http-api.md, docs/failure-behaviour.md).
 
-The CLI calls any endpoint its user names. Over the HTTP API the caller is not the operator, so the endpoint must
-be one the operator allowed:
-
-- listed in ``RAG_COLLECT_ENDPOINTS`` (base URLs): the URL has the base's scheme, host and port and its path lies
-  under the base's path; the host may have any address (loopback and private included: the operator chose it);
-- or, with ``RAG_COLLECT_PUBLIC_ENDPOINTS=1``, any host whose addresses are all public (globally routable).
-
-The address check is made where the TCP connection is opened (:class:`GuardedBackend`, the network backend of
-the collection's one HTTP client): the host is resolved once, every address is checked (an IPv4-mapped, 6to4,
-Teredo or NAT64 IPv6 address by the IPv4 address it carries; ``0x7f000001``, ``2130706433`` or ``0177.0.0.1`` as
-the resolver reads them) and the connection goes to a checked address, never to a second resolution, so a DNS
-answer that changes between the check and the connection cannot bypass it. Redirects are not followed.
-"""
+Allowed: a URL under a base of ``RAG_COLLECT_ENDPOINTS`` (any address), or with ``RAG_COLLECT_PUBLIC_ENDPOINTS=1``
+a host whose addresses are all public. :class:`GuardedBackend` resolves the host once, checks every address (IPv4
+embedded in IPv6 forms by the IPv4 address it carries) and connects to a checked address, never resolving again,
+so a changing DNS answer cannot bypass it. Redirects are not followed."""
 
 from __future__ import annotations
 

@@ -1,19 +1,10 @@
 """The request sent for one case: the filled JSON template, the URL and the headers (docs/answers-collection.md).
 
-Template. ``--request-template`` is a JSON document. It is parsed once, then for each case every *string value*
-in it (object keys are left alone) has ``{question}``, ``{case_id}`` and ``{k}`` replaced by the case's values
-in one pass (a question that itself holds ``{k}`` is left as it is), and the document is serialised again with
-:func:`json.dumps`: a question holding quotes, backslashes or line breaks is escaped by the JSON encoder, never
-spliced into JSON text. A string that is exactly ``"{k}"`` becomes the number k. No other brace is touched
-(``{"a": "{x}"}`` stays as it is). In the URL the placeholders are filled percent-encoded.
-
-Headers. ``--header 'Name: value'``; a value ``env:NAME`` is read from the environment variable NAME when the
-collection starts (missing → an error naming the variable). :class:`ResolvedHeaders` keeps the values out of
-``repr`` and :meth:`ResolvedHeaders.scrub` removes them, with the password of a ``user:password@`` in the URL,
-from any text the collector stores or prints (an error message, a reply that echoes a header, escaped or
-percent-encoded: :mod:`rag_pipeline.answers.scrubbing`). A URL is shown with its credentials as ``***@``. The
-answers file's format is docs/design.md §12.2.
-"""
+Every string value of the parsed template gets ``{question}``, ``{case_id}`` and ``{k}`` replaced in one pass and
+the document is serialised again (a question is escaped by the JSON encoder, never spliced); a string exactly
+``"{k}"`` becomes the number k; the URL's placeholders are percent-encoded. A header value ``env:NAME`` is read from
+the environment; :class:`ResolvedHeaders` hides the values from ``repr`` and :meth:`ResolvedHeaders.scrub` removes
+them (and the URL's password) from stored or printed text (:mod:`rag_pipeline.answers.scrubbing`)."""
 
 from __future__ import annotations
 
@@ -27,7 +18,6 @@ from urllib.parse import quote, urlsplit
 from rag_pipeline.answers.scrubbing import Scrubber, header_secrets, redact_url, url_secrets
 from rag_pipeline.contracts.errors import BadInputError
 
-PLACEHOLDERS = ("{question}", "{case_id}", "{k}")
 _PLACEHOLDER = re.compile(r"\{(question|case_id|k)\}")  # one pass: a question holding "{k}" stays as it is
 ENV_PREFIX = "env:"
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

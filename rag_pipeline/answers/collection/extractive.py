@@ -1,14 +1,9 @@
 """The shipped baseline answerer ``extractive-v1``: a floor to beat, not a generator.
 
-For each dataset case it retrieves the case's ``k`` chunks with a registry strategy, splits the top ``top_n``
-chunks into sentences (Chinese and English rules: :func:`split_sentences`), and answers with the at most
-``max_sentences`` sentences that share the most terms with the question (:func:`terms`: character bigrams of
-Chinese text, lower-cased words of Latin text). It cites the chunks those sentences came from. It refuses, with
-the refusal phrase of the question's language (:data:`REFUSAL_PHRASES`, one of the documented refusal phrases of
-docs/design.md §12.4), when the top candidate's final score is below ``refusal_threshold`` or no sentence shares
-a term with the question. Everything is deterministic: the same knowledge base, strategy and parameters give the
-same answers file, byte for byte apart from ``latency_ms``.
-"""
+It retrieves each case's ``k`` chunks with a registry strategy, answers with the at most ``max_sentences``
+sentences of the top ``top_n`` chunks sharing the most :func:`terms` with the question, and cites their chunks. It
+refuses (:data:`REFUSAL_PHRASES`, docs/design.md §12.4) when the top score is below ``refusal_threshold`` or no
+sentence shares a term. Deterministic: the same inputs give the same file but for ``latency_ms``."""
 
 from __future__ import annotations
 
@@ -93,11 +88,9 @@ class Choice:
 
 def choose(question: str, chunks: Sequence[tuple[str, str]], top_score: float | None, *, max_sentences: int,
            refusal_threshold: float) -> Choice:
-    """Pick the answer from ``chunks`` (``(chunk id, text)`` best first): each sentence is scored by the share of
-    the question's terms it contains; the best sentence, and the next best while it scores at least half as much,
-    up to ``max_sentences``, in the order they appear (chunk rank, then position). Ties go to the earlier
-    sentence. Refuses when ``top_score`` (the top candidate's final score) is None or below
-    ``refusal_threshold``, or when no sentence shares a term with the question."""
+    """Pick the answer from ``chunks`` (``(chunk id, text)`` best first): the sentence sharing the largest share of
+    the question's terms, and the next while at least half as good, up to ``max_sentences``, in document order (ties:
+    the earlier). Refuses when ``top_score`` is None or below ``refusal_threshold``, or no sentence shares a term."""
     if top_score is None:
         return Choice((), (), True, "nothing retrieved")
     if top_score < refusal_threshold:
@@ -123,11 +116,8 @@ def join_sentences(sentences: Sequence[str], lang: str) -> str:
 
 
 class ExtractiveAnswerer:
-    """``extractive-v1`` over one knowledge base with one strategy (see the module docstring).
-
-    :attr:`identity` is ``extractive-v1@<first 12 hex of params_hash>``: the hash of :meth:`params` (the
-    strategy's version and params hash, ``top_n``, ``max_sentences``, ``refusal_threshold``), canonical JSON as a
-    strategy version's (:meth:`Strategy.params_hash`)."""
+    """``extractive-v1`` over one knowledge base with one strategy; :attr:`identity` is
+    ``extractive-v1@<first 12 hex of the canonical hash of params>`` (as :meth:`Strategy.params_hash`)."""
 
     def __init__(self, engine: sa.Engine, knowledge_base: str, strategy: Strategy, *, top_n: int = DEFAULT_TOP_N,
                  max_sentences: int = DEFAULT_MAX_SENTENCES,

@@ -1,12 +1,8 @@
 """An endpoint's reply → one answer line (docs/design.md §12.2; the paths: :mod:`.response_paths`).
 
-``answer`` must be found and be a string. ``citations`` and ``contexts`` are optional: nothing at their path →
-``None``; found, they must be lists of strings (ids are kept as given: an id that is not a UUID stays, and is
-never a valid citation when scored). Any other shape is recorded on the case as ``status: "error"`` with the
-reason and the (capped) reply; it never stops the collection. Every line leaves through :func:`scrubbed_record`:
-no secret value in use (a header value, the URL's password) stays in any of its strings, however the endpoint
-echoed it.
-"""
+``answer`` must be a string; ``citations`` and ``contexts``, when found, lists of strings (ids kept as given). Any
+other shape is the case's ``status: "error"`` line with the reason and the capped reply. Every line leaves through
+:func:`scrubbed_record` (no secret value in use stays in it)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """The small path language that maps an endpoint's JSON reply to an answer line (docs/answers-collection.md).
 
-A path is a dotted list of object keys with optional list steps: ``answer``, ``data.answer``,
-``choices[0].message.content``, ``citations[*].chunk_id``. ``[N]`` takes item N of a list (``[-1]`` the last),
-``[*]`` every item (the rest of the path is applied to each, giving a list). A key may hold any character but
-``.``, ``[`` and ``]``; the empty path is the whole reply. Nothing is evaluated: a path is only ever looked up.
-The reply's shape follows docs/design.md §12.2.
-"""
+A path is dotted object keys with list steps: ``data.answer``, ``choices[0].message.content``,
+``citations[*].chunk_id`` (``[-1]`` the last item, ``[*]`` each item); the empty path is the whole reply.
+Nothing is evaluated."""
 
 from __future__ import annotations
 

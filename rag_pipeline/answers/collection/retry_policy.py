@@ -1,14 +1,9 @@
 """When the collector asks again (docs/answers-collection.md; the answer line's ``attempts``, docs/design.md §12.2).
 
-Retried: HTTP 429, every 5xx, a timeout of the whole request, and a connection error (refused, reset, DNS).
-Not retried: any other status (a 4xx says the request is wrong: asking again will not help), a reply that is
-not JSON or lacks the answer. The wait before retry ``n`` (1-based) is ``backoff * 2**(n-1)``; a
-``Retry-After`` header (delay-seconds, or an HTTP date) on a 429 / 503 replaces it. Either is capped at
-``max_wait``, so a server asking for an hour cannot stall the collection. A ``Retry-After`` that is neither
-(``²``, ``nan``, ``inf``, ``-1``, ``1e309``, ``1.5``) is ignored: the backoff is used. delay-seconds are ASCII
-digits only (RFC 9110), and a value of more than :data:`MAX_DELAY_DIGITS` digits is read as 9,999,999,999 s
-(over any cap) rather than converted.
-"""
+Retried: 429, 5xx, a timeout, a connection error; nothing else. The wait before retry ``n`` is
+``backoff * 2**(n-1)``, or a valid ``Retry-After`` (RFC 9110 delay-seconds or HTTP date) on a 429 / 503, capped at
+``max_wait``; a malformed ``Retry-After`` is ignored and more than :data:`MAX_DELAY_DIGITS` digits reads as
+9,999,999,999 s."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """The judge's exchange with its chat endpoint: one request per (prompt, repeat), retried, parsed and cached.
 
-:class:`JudgeClient` posts ``{url}/chat/completions`` (OpenAI-compatible: ``model``, ``messages``, temperature 0,
-``response_format``) with httpx, retries 429, 5xx, timeouts and refused connections with exponential backoff
-(``Retry-After`` honoured, read by :func:`~rag_pipeline.answers.collection.retry_policy.retry_after_seconds`),
-and hands the reply's content to a parser. A reply is read as a stream and never past :data:`MAX_REPLY_BYTES`;
-a reply that is too long, nested too deeply or holds an integer too long to read is that answer's "not judged"
-reason, never an exception. The API key and the URL's password are secret values: every reason and every
-reply content is scrubbed of them (:class:`~rag_pipeline.answers.scrubbing.Scrubber`, escaped forms too) before
-it is parsed, cached, stored or printed. :class:`JudgeCache` keeps every reply that parsed,
-keyed by (sha256 of the full prompt, model, repeat index), in a JSON Lines file, so a re-run asks nothing; a
-reply that did not parse, or an HTTP error, is not cached and is asked again next time (docs/judge.md,
-docs/design.md §12).
-"""
+:class:`JudgeClient` posts OpenAI-compatible ``{url}/chat/completions`` requests, retries 429, 5xx, timeouts and
+refused connections with backoff (``Retry-After`` honoured), reads at most :data:`MAX_REPLY_BYTES` and turns any
+unreadable reply into a "not judged" reason; replies and reasons are scrubbed of the API key and URL password.
+:class:`JudgeCache` keeps the replies that parsed in a JSON Lines file keyed by (prompt sha256, model, repeat)
+(docs/judge.md)."""
 
 from __future__ import annotations
 
@@ -73,10 +66,8 @@ def prompt_sha256(body: Mapping[str, object]) -> str:
 
 
 class JudgeCache:
-    """Judge replies by (prompt sha256, model, repeat) in a JSON Lines file (default ``RAG_JUDGE_CACHE``).
-
-    Each reply is one line appended with a single write, so a killed run leaves at most a torn last line, which
-    the next load skips (with a warning naming the line)."""
+    """Judge replies by (prompt sha256, model, repeat) in a JSON Lines file (default ``RAG_JUDGE_CACHE``), one
+    single-write line each; a torn last line is skipped at load with a warning."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or judge_cache_file()

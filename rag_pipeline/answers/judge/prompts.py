@@ -1,12 +1,8 @@
 """The judge's prompts, in English and Chinese, the reply shapes they ask for, and the language choice.
 
-Two tasks (docs/judge.md, docs/design.md §12): ``faithfulness`` (split the answer into claims, mark each supported
-or not by a cited chunk) and ``refusal`` (does the answer decline to answer). The prompt language follows the
-question: :func:`question_language` is ``zh`` when CJK characters are at least :data:`ZH_TOKEN_SHARE` of the
-question's tokens (each CJK character one token, each other run of letters or digits one token, as the CMRC 2018
-mixed segmentation counts), else ``en``. :data:`PROMPT_VERSION` hashes every text and schema here, so a changed
-prompt is a different judge.
-"""
+Tasks ``faithfulness`` and ``refusal`` (docs/judge.md); :func:`question_language` is ``zh`` when CJK characters
+are at least :data:`ZH_TOKEN_SHARE` of the question's tokens. :data:`PROMPT_VERSION` hashes every text and schema
+here, so a changed prompt is a different judge."""
 
 from __future__ import annotations
 
@@ -171,10 +167,8 @@ def _validated(task: Task, data: object) -> Reply:
 
 
 def parse_reply(task: Task, content: str, cited_ids: Mapping[str, str] | None = None) -> Reply:
-    """The reply of ``task``: the whole content as JSON, else the first JSON object in it that has the task's
-    shape (a reply wrapped in prose, Markdown fences or a reasoning preamble), validated by the task's reply model;
-    none: :class:`ReplyError` with the first object's mismatch. A faithfulness claim naming a chunk that was not
-    cited is an error: the judge answered about passages it was not shown."""
+    """The reply of ``task``: the content as JSON, else its first JSON object of the task's shape, validated by the
+    task's reply model (else :class:`ReplyError`); a claim naming a chunk that was not cited is an error."""
     reply, first_error = None, None
     for data in _objects(content):
         try:

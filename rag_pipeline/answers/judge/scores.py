@@ -1,20 +1,10 @@
 """The optional LLM judge: faithfulness of an answer to its cited chunks, and refusal when nothing else decides.
 
-For what labels and strings cannot decide (docs/design.md §12, docs/judge.md). :func:`judge_case` asks the
-faithfulness prompt and the refusal prompt ``config.repeats`` times each, in the question's language
-(:func:`rag_pipeline.answers.judge.prompts.question_language`):
-
-- ``faithfulness`` of one reply = supported claims / claims; over the repeats the mean, the population standard
-  deviation (``faithfulness_spread``, None with fewer than 2 values), min and max. A reply with zero claims (a
-  refusal, an answer without a factual statement) gives no value — ``None`` with the reason ``no claims``, never
-  1 and never NaN; so do an empty answer and an answer citing no chunk (``no cited chunks``), without asking.
-- ``refused`` = the majority of the repeats' votes; a tie is ``None`` (reason ``refusal votes tied``).
-- a reply that does not parse, or an HTTP error after the retries, is "not judged": no value, its reason in
-  ``not_judged_reason`` and ``skipped``, never a 0.
-
-:func:`judge_cases` judges many answers with ``config.concurrency`` requests in flight; :func:`judge_summary` is
-the faithfulness mean of a run with its ``n_scored`` / ``n_skipped`` and skip reasons.
-"""
+The rules (docs/judge.md, docs/design.md §12): :func:`judge_case` asks each prompt ``config.repeats`` times in the
+question's language; ``faithfulness`` is supported claims / claims (mean, spread, min, max over the repeats; None
+with a reason for no claims, an empty answer or no cited chunk); ``refused`` is the majority vote (a tie is None);
+an unparsed reply or HTTP error is "not judged", never a 0. :func:`judge_cases` judges many answers concurrently;
+:func:`judge_summary` is a run's faithfulness mean with its counts and skip reasons."""
 
 from __future__ import annotations
 

@@ -130,13 +130,10 @@ def lexical_support(answer: str, cited: Sequence[str] | None, chunk_text: Mappin
                     threshold: float) -> Scored:
     """Share of the answer's sentences that are lexically supported by the chunks they cite.
 
-    A sentence (markers removed, :func:`support_text`) is supported when at least ``threshold`` of its distinct
-    character ``ngram``-grams occur in its chunks' text (a sentence shorter than ``ngram``: as a substring of
-    one) and
-    every number of it (:func:`numbers`) occurs in them. Its chunks: those its inline markers cite when the
-    answer has markers (a sentence without a marker cites nothing and is unsupported), else every cited chunk.
-    Sentences with no text left are not counted. Undefined when no cited chunk has text in ``chunk_text``
-    (keyed by lower-case chunk id, as :func:`rag_pipeline.answers.metrics.scoring.score_answers` passes it)."""
+    A sentence (:func:`support_text`) is supported when at least ``threshold`` of its distinct character
+    ``ngram``-grams (a shorter sentence: as a substring) and every number of it (:func:`numbers`) occur in its chunks:
+    those its markers cite when the answer has markers, else every cited chunk. Empty sentences are not counted.
+    Undefined when no cited chunk has text in ``chunk_text`` (keyed by lower-case chunk id)."""
     texts = chunk_text
     cited = list(cited or ())
     inline = has_marker(answer)

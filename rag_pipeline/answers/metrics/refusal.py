@@ -1,10 +1,7 @@
 """Whether an answer is a refusal: the system's own flag, else a zh/en phrase list (docs/design.md §12.4).
 
-The phrase test is RGB's negative-rejection rule widened to a list: the answer, normalised (NFKC, case-folded,
-curly quotes made straight, white space collapsed), contains one of the phrases normalised the same way. A
-refusal phrase inside a longer answer counts ("I don't know the year, but ..." is a refusal): the rule is
-lexical and documented, never a judge.
-"""
+The answer, normalised (NFKC, case-folded, straight quotes, white space collapsed), contains one of the phrases
+normalised the same way: a lexical, documented rule, never a judge."""
 
 from __future__ import annotations
 

@@ -23,7 +23,6 @@ from rag_pipeline.evaluation.datasets.load import EvaluationCase
 NO_ANSWER = "no answer"
 UNANSWERABLE = "unanswerable case"
 NO_REFERENCE = "no reference answer"
-TEXT_METRICS = ("exact_match", "f1", "answer_contains")
 
 
 def _answer_score(case: EvaluationCase, refused: bool, correct: bool, has_references: bool) -> tuple[float | None,
@@ -56,10 +55,9 @@ def _unanswered(case: EvaluationCase, record: AnswerRecord | None, relevant: lis
 
 def score_case(case: EvaluationCase, record: AnswerRecord | None, *, kb_chunk_ids: Collection[str] | None,
                chunk_text: Mapping[str, str], scoring: AnswerScoring) -> AnswerCaseResult:
-    """One case's :class:`AnswerCaseResult`. ``record`` None (no line) or of status ``error``: no answer, every
-    metric None with reason "no answer", verdict ``unscored``. ``chunk_text`` maps lower-case chunk id → text for
-    (at least) the cited chunks; ``kb_chunk_ids``: the knowledge base's chunk ids, lower-case (:func:`score_answers`
-    normalises them), None when they are not known."""
+    """One case's :class:`AnswerCaseResult` (``record`` None or ``error``: unscored, every metric "no answer").
+    ``chunk_text``: lower-case chunk id → text of at least the cited chunks; ``kb_chunk_ids``: the knowledge base's
+    lower-case chunk ids, or None when not known."""
     relevant = [cm.normalise_id(c) for c in case.relevant_chunk_ids]
     if record is None or record.status == "error":
         return _unanswered(case, record, relevant)
@@ -117,10 +115,8 @@ def score_case(case: EvaluationCase, record: AnswerRecord | None, *, kb_chunk_id
 def score_answers(cases: Iterable[EvaluationCase], records_by_id: Mapping[str, AnswerRecord], *,
                   kb_chunk_ids: Collection[str] | None, chunk_text: Mapping[str, str],
                   scoring: AnswerScoring) -> list[AnswerCaseResult]:
-    """Every case's result in dataset order; a case without a record is scored as missing. The ids of
-    ``kb_chunk_ids`` and ``chunk_text`` are normalised once here. A record whose
-    ``case_id`` is no case of ``cases`` is a :class:`ValueError` naming it (the answers-file reader reports
-    those first, with their line)."""
+    """Every case's result in dataset order (no record: missing), the chunk ids normalised once here; a record
+    of a case not in ``cases`` is a :class:`ValueError` naming it."""
     cases = list(cases)
     unknown = sorted(set(records_by_id) - {c.case_id for c in cases})
     if unknown:

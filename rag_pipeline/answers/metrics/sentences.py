@@ -1,15 +1,10 @@
 """Chinese and English sentence splitting that keeps inline citation markers with their sentence
 (docs/design.md §12.3).
 
-A sentence ends at a run of ``。！？!?；…`` or at a ``.`` followed by white space, a citation marker or the end
-of the text (so ``3.5`` and ``example.com`` do not end one; neither do the abbreviations of
-:data:`ABBREVIATIONS`), and at a line break. Closing quotes and brackets after the end, and the citation
-markers after those, belong to the sentence that ends there: ``北京是首都。[1] 上海……`` is ``北京是首都。[1]``
-then ``上海……``.
-
-Inline citation markers (:data:`MARKER`): ``[1]``, ``[1, 2]``, ``[1][2]``, ``【1】``, ``[<chunk uuid>]`` and
-lists of uuids in one bracket; a number ``n`` stands for the answer's ``n``-th cited chunk id (1-based).
-"""
+A sentence ends at ``。！？!?；…``, at a ``.`` followed by white space, a marker or the end (not in ``3.5`` or
+:data:`ABBREVIATIONS`), and at a line break; closing quotes and the markers after them stay with it. Markers
+(:data:`MARKER`): ``[1]``, ``[1, 2]``, ``【1】``, ``[<chunk uuid>]``...; a number ``n`` is the answer's ``n``-th cited
+chunk id."""
 
 from __future__ import annotations
 

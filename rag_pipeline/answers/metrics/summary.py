@@ -1,8 +1,5 @@
-"""An answer run's figures from its per-case results (docs/design.md §12.4).
-
-Every metric's mean is over the cases it is defined for; the others are counted in ``n_skipped`` by reason and
-never averaged (no NaN, no silent zero: a metric defined for no case has mean ``None``).
-"""
+"""An answer run's figures from its per-case results (docs/design.md §12.4): each mean over the cases the metric
+is defined for, the others counted in ``n_skipped`` by reason (a metric defined for no case has mean ``None``)."""
 
 from __future__ import annotations
 
@@ -41,11 +38,9 @@ def _refusal_share(results: Sequence[AnswerCaseResult], answerable: bool) -> Ans
 
 
 def summarise(results: Sequence[AnswerCaseResult], *, cases: int) -> AnswerSummary:
-    """The run's :class:`AnswerSummary`. ``cases``: the dataset's case count (at least ``len(results)``; a case
-    with no result is counted as missing). ``missing`` counts every case without an answer (no line, or status
-    ``error``; ``errors`` the latter), ``missing_case_ids`` the first 100 of those with a result.
-    ``refusal_recall``: refused among the answered unanswerable cases; ``false_refusal_rate``: refused among the
-    answered answerable cases; latency percentiles over the answered cases that sent ``latency_ms``."""
+    """The run's :class:`AnswerSummary` over ``cases`` dataset cases (a case without a result is missing; so is
+    one of status ``error``, counted in ``errors``; ``missing_case_ids``: the first 100 with a result); refusal rates
+    and latency percentiles over the answered cases (docs/design.md §12.4)."""
     if cases < len(results) or cases < 1:
         raise ValueError(f"cases must be at least 1 and at least the {len(results)} results, got {cases}")
     answered = [r for r in results if r.status == "ok"]

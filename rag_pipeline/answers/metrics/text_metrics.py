@@ -1,17 +1,9 @@
 """Answer text against reference answers: exact match, F1, containment, key points (docs/design.md §12.3).
 
-A reference that is mostly CJK (:func:`is_mostly_cjk`) is compared by the CMRC 2018 official evaluation script's
-rules (github.com/ymcui/cmrc2018, ``squad-style-data/cmrc2018_evaluate.py``): lower-case and strip, its
-punctuation list removed, each CJK character one token and every other run word-tokenised by NLTK; F1 from the
-longest common *contiguous* token sequence; EM on the text with that punctuation removed. Any other reference
-by the SQuAD v2.0 official script's rules: ``normalize_answer`` (lower-case, ASCII punctuation and a/an/the
-dropped, spaces collapsed), bag-of-tokens F1, EM; empty against empty is 1. Each reference is judged by its own
-rule and a score is the maximum over the references.
-
-One deviation from the CMRC script: it calls ``nltk.word_tokenize`` with NLTK's Punkt sentence splitter first;
-here ``preserve_line=True`` (no downloaded model, ever). The two differ only for a multi-sentence Latin run
-inside a CJK answer (a period in the middle of the run stays on its word).
-"""
+A mostly-CJK reference (:func:`is_mostly_cjk`) is scored by the CMRC 2018 official script's rules (character
+tokens, F1 from the longest common contiguous run), any other by the SQuAD v2.0 script's; a score is the maximum
+over the references. One deviation from CMRC: ``nltk.word_tokenize`` runs with ``preserve_line=True`` (no Punkt
+model download), which differs only for a multi-sentence Latin run inside a CJK answer."""
 
 from __future__ import annotations
 
@@ -38,11 +30,9 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 @lru_cache(maxsize=8192)
 def is_mostly_cjk(text: str) -> bool:
-    """Whether Han characters are at least half of ``text``'s units: each Han character (CJK Unified Ideographs,
-    extension A, compatibility ideographs) is one unit, each maximal run of other letters, digits or ``_`` one
-    unit; punctuation and spaces are none. ``"2018年"`` is CJK (1 of 2 units), so are ``"iPhone 15 发布会"``
-    (3 of 5) and ``"the 北京 Olympics"`` (2 of 4: half counts); ``"The Beijing Olympics 北京"`` is
-    not (2 of 5). A text with no unit is not CJK."""
+    """Whether Han characters are at least half of ``text``'s units (each Han character one unit, each run of
+    other letters, digits or ``_`` one unit): ``"2018年"`` and ``"the 北京 Olympics"`` are, ``"The Beijing Olympics
+    北京"`` is not; a text with no unit is not."""
     units = _UNIT.findall(text)
     return bool(units) and 2 * sum(1 for u in units if _HAN.fullmatch(u)) >= len(units)
 
@@ -76,18 +66,14 @@ def _tokenize_run(run: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=8192)
-def _segments(text: str) -> tuple[str, ...]:
+def cmrc_segments(text: str) -> tuple[str, ...]:
+    """CMRC 2018 ``mixed_segmentation(text, rm_punc=True)``: lower-case and strip, its punctuation dropped (a
+    dropped character does not split a run), each CJK character a token, every other run tokenised by
+    ``nltk.word_tokenize``."""
     out: list[str] = []
     for piece in _CMRC_PIECE.findall(text.lower().strip().translate(_CMRC_DELETE)):
         out.extend(piece if _CMRC_CJK.match(piece) else _tokenize_run(piece))  # a CJK run: one token a character
     return tuple(out)
-
-
-def cmrc_segments(text: str) -> list[str]:
-    """CMRC 2018 ``mixed_segmentation(text, rm_punc=True)``: lower-case and strip, its punctuation dropped (a
-    dropped character does not split a run), each CJK character a token, every other run tokenised by
-    ``nltk.word_tokenize``."""
-    return list(_segments(text))
 
 
 def cmrc_remove_punctuation(text: str) -> str:
@@ -97,15 +83,14 @@ def cmrc_remove_punctuation(text: str) -> str:
 
 def longest_common_run(a: Sequence[str], b: Sequence[str]) -> int:
     """Length of the longest common contiguous subsequence (the CMRC script's ``find_lcs``), exact, by
-    :class:`difflib.SequenceMatcher` without its junk heuristics (tested equal to the script's O(n·m) loop; ten
-    times faster on 300 × 200 CJK tokens)."""
+    :class:`difflib.SequenceMatcher` without its junk heuristics (tested equal to the script's loop)."""
     if not a or not b:
         return 0
     return SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b)).size
 
 
 def _cmrc_f1(reference: str, prediction: str) -> float:
-    gold, pred = _segments(reference), _segments(prediction)
+    gold, pred = cmrc_segments(reference), cmrc_segments(prediction)
     common = longest_common_run(gold, pred)
     if common == 0:
         return 0.0
@@ -160,13 +145,9 @@ def _contains(text: str, part: str) -> bool:
 def answer_contains(answer: str, references: Sequence[str]) -> float:
     """1.0 when some normalised reference occurs in the normalised answer, else 0.0 (docs/design.md §12.3).
 
-    When either text holds a Han character: both cut into units (each Han character one unit, each run of
-    other letters / digits / ``_`` one unit, after NFKC and lower-casing; punctuation and spaces dropped) and
-    the reference's units must occur as a contiguous run of the answer's (so ``m = 16`` is in
-    ``参数为 m = 16、ef_construction``, ``16`` is not in ``160``). Otherwise: SQuAD ``normalize_answer`` of both, then a
-    whole-token substring test (``"paris"`` is in ``"it is
-    paris"``, not in ``"parisian"``); a reference normalised to nothing is contained only in an answer that
-    normalises to nothing."""
+    With a Han character in either text: the reference's units (each Han character, each other alphanumeric run,
+    after NFKC and lower-casing) must be a contiguous run of the answer's (``16`` is not in ``160``); otherwise a
+    whole-token substring test after SQuAD ``normalize_answer`` (an empty reference only in an empty answer)."""
     return float(any(_contains(answer, ref) for ref in _check(references)))
 
 

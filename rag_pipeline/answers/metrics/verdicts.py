@@ -1,18 +1,5 @@
-"""Why an answer failed: one verdict per case with a one-line reason (rules: docs/design.md §12.5).
-
-The rules, first match wins:
-
-1. no answer (line missing, or status ``error``) → ``unscored``;
-2. an unanswerable case: refused → ``correct``, else → ``answered_unanswerable``;
-3. an answerable case without reference answers → ``unscored``;
-4. refused → ``false_refusal``;
-5. a correct answer (:func:`is_correct`): no citations, or no relevant labels to check them against, or at
-   least one relevant chunk cited → ``correct``; citations but none relevant → ``citation_miss``;
-6. a wrong answer: no relevant labels → ``generation_miss``; retrieved ids sent: a relevant chunk among them →
-   ``generation_miss``, none → ``retrieval_miss``; else cited ids sent: a relevant one cited →
-   ``generation_miss``, none → ``retrieval_miss`` (judged from the citations only, the reason says so); else
-   → ``generation_miss`` (nothing tells a retrieval miss apart, the reason says so).
-"""
+"""Why an answer failed: one verdict per case with a one-line reason (the rules, first match wins: docs/design.md
+§12.5)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """Storing and reading scored answer runs (docs/design.md §12.6).
 
-:func:`store_run` writes a run and every case of it on the caller's connection: inside one transaction
-(``engine.begin()``) a failure leaves nothing. Runs are read back as the contracts (:class:`AnswerRun`,
-:class:`AnswerCaseResult`); the answer lines a run was scored from come back as :class:`AnswerRecord` for
-re-scoring. :func:`scorer_chunks` is the scorer's one look-up: the text and knowledge-base membership of the
-cited chunk ids only, never the whole knowledge base.
-"""
+:func:`store_run` writes a run and its cases in the caller's transaction; runs read back as the contracts.
+:func:`scorer_chunks` looks up only the cited chunk ids' text and knowledge base."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Statements on the answer tables (``answer_runs``, ``answer_case_results``, docs/design.md §12.6) and the one
-chunk lookup the scorer needs. Every statement is written out, nothing spliced; the metric columns are listed in
-:data:`~rag_pipeline.contracts.answers.ANSWER_METRIC_NAMES` order (a test holds them equal)."""
+"""Statements on the answer tables (docs/design.md §12.6) and the scorer's one chunk lookup, written out; the
+metric columns in :data:`~rag_pipeline.contracts.answers.ANSWER_METRIC_NAMES` order (a test holds them equal)."""
 
 from __future__ import annotations
 
