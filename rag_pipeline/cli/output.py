@@ -79,8 +79,8 @@ def summary_text(summary: RunSummary) -> str:
             ["knowledge base", summary.knowledge_base.name], ["embedding model", summary.embedding_model or "-"]]
     if summary.error:
         rows.append(["error", summary.error])
-    metrics = text_table([METRIC_LABELS[m] for m in METRIC_NAMES],
-                         [[_number(getattr(summary, m)) for m in METRIC_NAMES]], indent="  ")
+    means = [getattr(summary.metrics, m) if summary.metrics else None for m in METRIC_NAMES]
+    metrics = text_table([METRIC_LABELS[m] for m in METRIC_NAMES], [[_number(v) for v in means]], indent="  ")
     return text_table(None, rows) + "\nmean metrics:\n" + metrics
 
 
