@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import sqlalchemy as sa
 
+from rag_pipeline.evaluation.pools import PoolSet, fused_order
+from rag_pipeline.evaluation.runs.reports import write_report
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
 
@@ -84,3 +90,29 @@ def run_rows(engine: sa.Engine, run_id) -> tuple[int, int]:
         cases = conn.execute(sa.text("SELECT count(*) FROM retrieval_evaluation_case_results "
                                      "WHERE evaluation_run_id = :r"), {"r": run_id}).scalar_one()
     return cands, cases
+
+
+def pool_subset(pools: PoolSet, cases) -> PoolSet:
+    """The pools of the given case indices (ints or a boolean mask), same width."""
+    index = np.asarray(cases)
+    if index.dtype == bool:
+        index = np.flatnonzero(index)
+    picked = {f.name: getattr(pools, f.name)[index] for f in fields(pools)
+              if f.name != "strategy_version" and getattr(pools, f.name) is not None}
+    return PoolSet(**picked, strategy_version=pools.strategy_version)
+
+
+def fused_ranks(pools: PoolSet, config: Any) -> np.ndarray:
+    """1-based rank of every slot under ``config`` (0 in padding), comparable to ``stored_rank``."""
+    ordered = fused_order(pools, config)
+    ranks = np.empty_like(ordered)
+    np.put_along_axis(ranks, ordered, np.arange(1, pools.pool_size + 1), axis=1)
+    return np.where(pools.mask, ranks, 0)
+
+
+def build_report(conn: sa.Connection, run_id, *, include_text: bool = False, candidates: str = "default",
+                 case_id: str | None = None) -> dict:
+    """The whole report of one run (id or unique id prefix) as the JSON :func:`write_report` writes, parsed."""
+    buffer = io.StringIO()
+    write_report(conn, run_id, buffer, include_text=include_text, candidates=candidates, case_id=case_id)
+    return json.loads(buffer.getvalue())

@@ -24,7 +24,6 @@ from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs import results as persistence
 from rag_pipeline.evaluation.runs.case_queries import overview as case_overview
-from rag_pipeline.evaluation.runs.reports import build_report
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import get_strategy
@@ -32,7 +31,7 @@ from rag_pipeline.settings import pgdata_dir
 from rag_pipeline.storage import embedded_server as embedded_pg
 from rag_pipeline.storage import engine as db
 from rag_pipeline.storage.urls import mask_secrets, mask_url
-from rag_pipeline_tests.eval_helpers import TINY_DOCS, run_rows, table_counts, write_dataset
+from rag_pipeline_tests.eval_helpers import TINY_DOCS, build_report, run_rows, table_counts, write_dataset
 from rag_pipeline_tests.reliability_helpers import assert_no_partial_succeeded_runs, closed_tcp_port, kb_counts
 from rag_pipeline_tests.source_helpers import parse_source
 

@@ -4,7 +4,6 @@ by page or as JSON Lines; which candidates a case lists (:data:`CANDIDATE_MODES`
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterator
 from itertools import chain
@@ -67,14 +66,6 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
         last = cases[-1].case_index
         if left is not None:
             left -= len(cases)
-
-
-def build_report(conn: sa.Connection, run_id, *, include_text: bool = False, candidates: str = "default",
-                 case_id: str | None = None) -> dict:
-    """The whole report of one run (id or unique id prefix) as the JSON :func:`write_report` writes, parsed."""
-    buffer = io.StringIO()
-    write_report(conn, run_id, buffer, include_text=include_text, candidates=candidates, case_id=case_id)
-    return json.loads(buffer.getvalue())
 
 
 def write_report(conn: sa.Connection, run_id, fp: IO[str], *, include_text: bool = False,
