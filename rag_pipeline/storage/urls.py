@@ -63,8 +63,7 @@ def with_driver(url: str, driver: str) -> str:
 
 
 def with_database(url: str, database: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + database))
+    return urlunsplit(urlsplit(url)._replace(path="/" + database))
 
 
 def normalize_url(url: str) -> str:
@@ -97,9 +96,7 @@ def libpq_url(url: str) -> tuple[str, str | None]:
     user = q(parsed.username) + "@" if parsed.username else ""
     host = q(parsed.host) if parsed.host else ""
     port = f":{parsed.port}" if parsed.port else ""
-    params = []
-    for key, value in parsed.query.items():
-        if key in LIBPQ_PARAMETERS:
-            params += [f"{key}={q(v, safe='/')}" for v in (value if isinstance(value, tuple) else (value,))]
+    params = [f"{key}={q(v, safe='/')}" for key, value in parsed.query.items() if key in LIBPQ_PARAMETERS
+              for v in (value if isinstance(value, tuple) else (value,))]
     uri = f"postgresql://{user}{host}{port}/{q(parsed.database or '')}" + ("?" + "&".join(params) if params else "")
     return uri, (str(password) if password else None)
