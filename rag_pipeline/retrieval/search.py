@@ -1,7 +1,7 @@
 """Hybrid retrieval with a full trace (docs/design.md §3.1): vector leg + keyword leg → merged, fused, ordered pool.
 
-One SQL statement per enabled leg serves a batch (:func:`hybrid_search_batch`); :func:`hybrid_search_with_trace`
-is the batch of one. The vector cut is :mod:`vector_cut`, the optional stages :mod:`stages`."""
+One SQL statement per enabled leg serves a batch (:func:`hybrid_search_batch`). The vector cut is :mod:`vector_cut`,
+the optional stages :mod:`stages`."""
 
 from __future__ import annotations
 
@@ -24,16 +24,7 @@ from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.ids import uuid_strings
 
 __all__ = ["Candidate", "LegHit", "RetrievalError", "RetrievalTrace", "StatementTimeout", "fuse_pool",
-           "hybrid_search_batch", "hybrid_search_with_trace", "text_search_mode"]
-
-
-def hybrid_search_with_trace(
-    conn: sa.Connection, *, knowledge_base_id, query: str, strategy: Strategy, limit: int | None = None
-) -> RetrievalTrace:
-    """Search one question (docs/design.md §3.1); ``limit`` defaults to ``strategy.final_top_k``."""
-    limits = None if limit is None else [limit]
-    return hybrid_search_batch(conn, knowledge_base_id=knowledge_base_id, queries=[query], strategy=strategy,
-                               limits=limits)[0]
+           "hybrid_search_batch", "text_search_mode"]
 
 
 def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequence[str], strategy: Strategy,

@@ -121,12 +121,3 @@ def labels_of_run(conn, run_id) -> Sequence[sa.RowMapping]:
         "ORDER BY case_index, case_id"),
         {"run_id": str(run_id)}
     ).mappings().all()
-
-
-def store_miss_reasons(conn: sa.Connection, run_id, reasons_json: dict[str, str]) -> None:
-    """Replace the ``miss_reasons`` of the cases (case id → JSON text)."""
-    conn.execute(sa.text(
-        "UPDATE retrieval_evaluation_case_results r SET miss_reasons = CAST(u.j AS jsonb) "
-        "FROM unnest(CAST(:cases AS text[]), CAST(:js AS text[])) AS u(case_id, j) "
-        "WHERE r.evaluation_run_id = CAST(:id AS uuid) AND r.case_id = u.case_id"),
-        {"id": str(run_id), "cases": list(reasons_json), "js": list(reasons_json.values())})
