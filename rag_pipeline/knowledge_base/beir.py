@@ -126,9 +126,7 @@ def _document_problem(doc: SourceDocument) -> str | None:
         return "empty title and text"
     if not chunking.whole_document(doc.text):
         return "title and text are whitespace only"
-    if _SURROGATE.search(doc.text):
-        return "text is not valid Unicode (an unpaired UTF-16 surrogate)"
-    return None
+    return "text is not valid Unicode (an unpaired UTF-16 surrogate)" if _SURROGATE.search(doc.text) else None
 
 
 def _question_problem(question: str | None, case_id: str) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
@@ -29,9 +29,6 @@ class ChunkRow:
     text: str
     is_current: bool = True
     knowledge_base_id: str | None = None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _row(r) -> ChunkRow:
@@ -72,9 +69,7 @@ def phrase_matches(conn: sa.Connection, kb_id, phrase: str, *, document_id: str 
 def chunks_by_ids(conn: sa.Connection, ids: Iterable[str]) -> dict[str, ChunkRow]:
     """Any chunk (current or replaced, any knowledge base) by id; ids that are no chunk are left out."""
     wanted = sorted({u for u in (as_uuid(i) for i in ids) if u is not None})
-    if not wanted:
-        return {}
-    return {str(r.id): _row(r) for r in queries.chunks_with_ids(conn, wanted)}
+    return {str(r.id): _row(r) for r in queries.chunks_with_ids(conn, wanted)} if wanted else {}
 
 
 def embedding_models(conn: sa.Connection, kb_id) -> list[str]:

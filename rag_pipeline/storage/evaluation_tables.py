@@ -115,7 +115,6 @@ class RetrievalEvaluationRun(Base):
     )
 
 
-
 class DagsterSensorTick(Base):
     """The last tick of a Dagster sensor (0010): the API and the console read ``queued_evaluations``'s to say
     whether a daemon picks queued runs up."""

@@ -32,7 +32,6 @@ TOP_CONFIGS = 10
 SHALLOW_POOL = 50  # a leg with fewer candidates than this leaves the sweep little to re-rank
 
 
-
 class TuneError(NotFoundOrInvalidError, LookupError):
     """Nothing to tune (no current run of the pool strategy), or a name clash; the message says what to do."""
 
