@@ -48,10 +48,6 @@ def _registered() -> list[str]:
         return []
 
 
-def _is_strategy(version: str) -> bool:
-    return version in _registered()
-
-
 def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, dataset: str = "",
             dataset_version: str = "", knowledge_base: str = "", stale: dict[str, str] | None = None,
             margin: float = 0.0, alpha: float = 0.05, metrics: Sequence[str] = HEADLINE_METRICS,
@@ -59,7 +55,7 @@ def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, da
             top_moved: int = 5) -> StrategyComparison:
     """Paired statistics of every run against the baseline run and the regression gate (see module doc)."""
     by_version = {r.version: r for r in runs}
-    if baseline not in by_version and not _is_strategy(baseline):  # a typo: say so, with the close names
+    if baseline not in by_version and baseline not in _registered():  # a typo: say so, with the close names
         raise ComparisonError(unknown_strategy_message(baseline, [*by_version, *_registered()]))
     if baseline not in by_version:
         raise ComparisonError(f"baseline strategy {baseline!r} has no current run on dataset {dataset!r}; "

@@ -26,8 +26,7 @@ _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 # kana and hangul, as a share of the non-space characters of the documents.
 _CJK_SCRIPT = re.compile(
     "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
-    "\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]"
-)
+    "\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]")
 _LATIN = re.compile("[A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f]")
 _SPACE = re.compile(r"\s+")
 CJK_MOSTLY = 0.30  # above: a mode other than ``chinese``/``mixed`` barely matches (unspaced runs are one token)
@@ -47,9 +46,8 @@ def regconfig(mode: str) -> str:
     try:
         return _REGCONFIG[mode]
     except KeyError:
-        raise TextSearchError(
-            f"unknown text-search mode {mode!r}; choose one of {', '.join(TEXT_SEARCH_MODES)}"
-        ) from None
+        raise TextSearchError(f"unknown text-search mode {mode!r}; choose one of "
+                              f"{', '.join(TEXT_SEARCH_MODES)}") from None
 
 
 @functools.cache

@@ -110,8 +110,7 @@ def text_search_mode(kb: sa.Row | KnowledgeBaseRef, strategy: Strategy) -> str:
             f"strategy {strategy.version} searches text with mode {strategy.text_search!r}, but knowledge base "
             f"{kb.name!r} was ingested with text_search={kb.text_search!r}; use a strategy with text_search "
             f"'kb' or {kb.text_search!r}, or re-ingest into a new knowledge base with --text-search "
-            f"{strategy.text_search}"
-        )
+            f"{strategy.text_search}")
     return kb.text_search
 
 
@@ -140,8 +139,7 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> tuple[l
         raise RetrievalError(
             f"knowledge base {kb.name!r} has no embeddings of model {model!r}, which strategy "
             f"{strategy.version} uses; ingest it with that model too (rag-pipeline ingest ... --models {model}) "
-            f"or pick a strategy of an ingested model"
-        )
+            f"or pick a strategy of an ingested model")
     if query_vectors is None:
         query_vectors = get_embedder(model).embed(queries)
     vectors = np.asarray(query_vectors, dtype=np.float32)
@@ -207,8 +205,7 @@ def _group(rows, n: int) -> list[list[LegHit]]:
     hits: list[list[LegHit]] = [[] for _ in range(n)]
     for row in rows:
         hits[row.query_index - 1].append(
-            LegHit(str(row.chunk_id), str(row.document_id), row.document_name, float(row.score))
-        )
+            LegHit(str(row.chunk_id), str(row.document_id), row.document_name, float(row.score)))
     for leg in hits:
         leg.sort(key=lambda h: (-h.score, h.chunk_id))
     return hits

@@ -221,8 +221,7 @@ def _describe(version: Any, exc: ValidationError) -> str:
             problem = (f"must be >= {low}, got {value!r}" if high is None
                        else f"must be in [{low}, {high}], got {value!r}")
         else:
-            problem = _PROBLEMS.get(error["type"], "is invalid ({msg})").format(
-                input=value, msg=error["msg"])
+            problem = _PROBLEMS.get(error["type"], "is invalid ({msg})").format(input=value, msg=error["msg"])
         problems.append(f"field {field!r} {problem}")
     return f"strategy {version!r}: " + "; ".join(problems)
 

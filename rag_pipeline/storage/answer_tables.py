@@ -51,8 +51,7 @@ class AnswerRunRow(_AnswerMetricColumns, Base):
     scoring_version: Mapped[str] = mapped_column(String(64), nullable=False)
     scoring = mapped_column(JSONB, nullable=False)
     answers_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
-    rescored_from: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("answer_runs.id", ondelete="SET NULL"))
+    rescored_from: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("answer_runs.id", ondelete="SET NULL"))
     case_count: Mapped[int] = mapped_column(Integer, nullable=False)
     answered: Mapped[int] = mapped_column(Integer, nullable=False)
     refusal_recall: Mapped[float | None] = mapped_column(Double)

@@ -63,11 +63,9 @@ class RetrievalEvaluationRun(Base):
     __tablename__ = "retrieval_evaluation_runs"
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
     dataset_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("retrieval_evaluation_datasets.id", ondelete="CASCADE"), nullable=False
-    )
+        ForeignKey("retrieval_evaluation_datasets.id", ondelete="CASCADE"), nullable=False)
     knowledge_base_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), nullable=False
-    )
+        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), nullable=False)
     strategy_version: Mapped[str] = mapped_column(String(100), nullable=False)
     params_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     strategy_params = mapped_column(JSONB, nullable=False)
@@ -204,8 +202,7 @@ class RetrievalEvaluationCaseResult(Base):
 
     __tablename__ = "retrieval_evaluation_case_results"
     evaluation_run_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("retrieval_evaluation_runs.id", ondelete="CASCADE"), primary_key=True
-    )
+        ForeignKey("retrieval_evaluation_runs.id", ondelete="CASCADE"), primary_key=True)
     case_id: Mapped[str] = mapped_column(Text, primary_key=True)
     case_index: Mapped[int] = mapped_column(Integer, nullable=False)
     question: Mapped[str] = mapped_column(Text, nullable=False)

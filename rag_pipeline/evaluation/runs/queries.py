@@ -15,8 +15,7 @@ from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
 EFFECTIVE_STATUS = (
     "CASE WHEN r.status = 'running' AND r.heartbeat_at < now() - make_interval(secs => :stale) "
-    "THEN 'abandoned' ELSE r.status END"
-)
+    "THEN 'abandoned' ELSE r.status END")
 RUN_COLUMNS = f"""
     r.id, {EFFECTIVE_STATUS} AS status, r.is_current, r.strategy_version, r.params_hash, r.strategy_params,
     r.embedding_model, r.knowledge_base_version, r.partition_key, r.dagster_run_id, r.worker, r.case_count,
