@@ -126,8 +126,7 @@ def batch_metrics(gains: np.ndarray, ideal_gains: np.ndarray, k: np.ndarray | in
         "ndcg_at_k": dcg / idcg,
         "hit_at_k": (hits > 0).astype(np.float64),
         "average_precision_at_k": np.where(relevant, cum_hits / ranks, 0.0).sum(axis=1) / n_rel,
-        "r_precision": r_hits / n_rel,
-    }
+        "r_precision": r_hits / n_rel}
 
 
 def _pad_rows(rows: list[list[float]]) -> np.ndarray:

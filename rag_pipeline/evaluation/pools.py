@@ -142,8 +142,7 @@ def pools_from_rows(candidate_rows: Iterable[Mapping[Any, Any]],
         ideal_gains=ideal,
         k=k,
         strategy_version=versions.pop() if versions else None,
-        rerank_score=padded(_float_or_nan(r.get("rerank_score") for r in rows), np.nan, float),
-    )
+        rerank_score=padded(_float_or_nan(r.get("rerank_score") for r in rows), np.nan, float))
 
 
 def pool_recall(pools: PoolSet) -> np.ndarray:

@@ -193,8 +193,7 @@ def plan_import(folder: str | Path, knowledge_base: str, *, split: str = "test",
         "skipped_queries": skipped_queries,
         "skipped_documents": [{"document": d, "reason": r} for d, r in skipped_docs.items()],
         "dropped_labels": dropped,
-        "zero_grades_omitted": zeros_omitted,
-    }
+        "zero_grades_omitted": zeros_omitted}
     return BeirPlan([d for d in docs if d.original_name not in skipped_docs], cases, metadata)
 
 

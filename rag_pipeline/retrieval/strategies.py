@@ -186,8 +186,7 @@ _PROBLEMS = {
     "float_type": "must be a number, got {input!r}",
     "bool_type": "must be true or false, got {input!r}",
     "model_type": "must be a mapping of {{method, model, top_n, weight, normalization, batch_size}}, got {input!r}",
-    "finite_number": "must be finite, got {input!r}",
-}
+    "finite_number": "must be finite, got {input!r}"}
 
 
 def _bounds(field: str) -> tuple[Any, Any]:

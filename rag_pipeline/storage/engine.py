@@ -19,14 +19,7 @@ from rag_pipeline.contracts.errors import EXIT_USER_ERROR, DatabaseUnavailableEr
 from rag_pipeline.settings import DAGSTER_DATABASE, KB_DATABASE, get_settings
 from rag_pipeline.storage import embedded_server as embedded_pg
 from rag_pipeline.storage import queries
-from rag_pipeline.storage.urls import (
-    DatabaseError,
-    mask_secrets,
-    mask_url,
-    normalize_url,
-    with_database,
-    with_driver,
-)
+from rag_pipeline.storage.urls import DatabaseError, mask_secrets, mask_url, normalize_url, with_database, with_driver
 
 
 class DatabaseUnreachableError(DatabaseUnavailableError, DatabaseError):

@@ -109,8 +109,7 @@ class RetrievalEvaluationRun(Base):
         Index("ix_runs_dataset_strategy", "dataset_id", "strategy_version"),
         Index("ix_runs_kb", "knowledge_base_id"),
         CheckConstraint("status IN ('queued', 'running', 'succeeded', 'failed', 'abandoned')", name="ck_runs_status"),
-        CheckConstraint("knowledge_base_version ~ '^[0-9a-f]{64}$'", name="ck_runs_knowledge_base_version"),
-    )
+        CheckConstraint("knowledge_base_version ~ '^[0-9a-f]{64}$'", name="ck_runs_knowledge_base_version"))
 
 
 class DagsterSensorTick(Base):
@@ -145,8 +144,7 @@ class RetrievalEvaluationCandidateRow(Base):
     __table_args__ = (
         PrimaryKeyConstraint("evaluation_run_id", "case_index", "rank", name="pk_candidate_rows"),
         CheckConstraint("relevance_grade BETWEEN 0 AND 10", name="ck_candidate_rows_relevance_grade"),
-        {"postgresql_partition_by": "LIST (evaluation_run_id)"},
-    )
+        {"postgresql_partition_by": "LIST (evaluation_run_id)"})
 
 
 CANDIDATES_VIEW = "retrieval_evaluation_candidates"

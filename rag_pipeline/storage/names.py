@@ -19,8 +19,7 @@ STRATEGY_VERSION = "strategy version"
 _KINDS: dict[str, tuple[int, str, tuple[str, ...]]] = {
     KNOWLEDGE_BASE: (MAX_NAME_CHARS, "", ()),
     STRATEGY_VERSION: (MAX_NAME_CHARS, "", ()),
-    DATASET: (MAX_DATASET_NAME_CHARS, "@", ("...",)),
-}
+    DATASET: (MAX_DATASET_NAME_CHARS, "@", ("...",))}
 
 _SHOWN_CHARS = 80
 _BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}

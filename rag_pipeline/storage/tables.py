@@ -60,10 +60,8 @@ class Document(Base):
     status: Mapped[DocumentStatus] = mapped_column(
         _enum(DocumentStatus, "document_status"), nullable=False, default=DocumentStatus.READY)
     publication_status: Mapped[DocumentPublicationStatus] = mapped_column(
-        _enum(DocumentPublicationStatus, "document_publication_status"),
-        nullable=False,
-        default=DocumentPublicationStatus.PUBLISHED,
-    )
+        _enum(DocumentPublicationStatus, "document_publication_status"), nullable=False,
+        default=DocumentPublicationStatus.PUBLISHED)
     is_deleted: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
@@ -91,8 +89,7 @@ class DocumentChunk(Base):
     created_at: Mapped[datetime] = _now()
     __table_args__ = (
         Index("ix_document_chunks_kb_current", "knowledge_base_id", "is_current"),
-        Index("ix_document_chunks_tsv", "content_tsvector", postgresql_using="gin"),
-    )
+        Index("ix_document_chunks_tsv", "content_tsvector", postgresql_using="gin"))
 
 
 class EmbeddingModel(Base):

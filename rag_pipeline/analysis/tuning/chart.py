@@ -18,8 +18,7 @@ CJK_FONTS = (
     "Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC", "Noto Sans CJK KR", "Noto Sans SC",
     "Source Han Sans SC", "Source Han Sans CN", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei",
     "Droid Sans Fallback", "AR PL UMing CN", "AR PL UKai CN", "Microsoft YaHei", "SimHei", "PingFang SC",
-    "Hiragino Sans GB", "Arial Unicode MS",
-)
+    "Hiragino Sans GB", "Arial Unicode MS")
 
 
 @functools.cache

@@ -191,8 +191,7 @@ _SENTENCES = {
     "below_cutoff_after_rerank": "{n} of {total} relevant chunks were within k after the first stage and the "
                                  "rerank stage pushed them below k",
     "vector_only": "{n} of {total} relevant chunks are below k and were found by the vector leg only",
-    "keyword_only": "{n} of {total} relevant chunks are below k and were found by the keyword leg only",
-}
+    "keyword_only": "{n} of {total} relevant chunks are below k and were found by the keyword leg only"}
 
 
 def checklist_item(reason: str, n: int, total: int) -> str:
