@@ -82,8 +82,7 @@ def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, da
                 strategy_mean=float(a.mean()), delta=float((a - b).mean()),
                 p_value=stats.paired_permutation_test(a, b, n_resamples=n_resamples, seed=seed), ci_low=low,
                 ci_high=high, ttest_p=stats.paired_ttest(a, b)[1], wins=wins, ties=ties, losses=losses))
-        diffs = sorted(shared, key=lambda c: (-round(abs(run.per_case[c][primary] - base.per_case[c][primary]), 12),
-                                              c))
+        diffs = sorted(shared, key=lambda c: (-round(abs(run.per_case[c][primary] - base.per_case[c][primary]), 12), c))
         moved[run.version] = [
             MovedCase(case_id=c, baseline=base.per_case[c][primary], strategy=run.per_case[c][primary],
                       delta=run.per_case[c][primary] - base.per_case[c][primary])

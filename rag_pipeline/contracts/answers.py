@@ -84,8 +84,7 @@ class AnswerCitation(BaseModel):
     chunk_id: str
     is_relevant: bool = Field(description="judged grade >= 1 for the case")
     grade: int | None = Field(None, description="the judged grade; None: not judged")
-    is_retrieved: bool | None = Field(description="among the record's retrieved_chunk_ids; None: the record has "
-                                                  "none")
+    is_retrieved: bool | None = Field(description="among the record's retrieved_chunk_ids; None: the record has none")
     in_knowledge_base: bool | None = Field(description="a chunk of the knowledge base; None: the knowledge "
                                                         "base's chunk ids were not given to the scoring")
     is_valid: bool = Field(description="counts for citation_validity (retrieved, or in the KB when the record "

@@ -66,8 +66,7 @@ def _float_or_nan(values: Iterable[Any]) -> np.ndarray:
     return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
 
 
-def pools_from_rows(candidate_rows: Iterable[Mapping[Any, Any]],
-                    case_rows: Iterable[Mapping[Any, Any]]) -> PoolSet:
+def pools_from_rows(candidate_rows: Iterable[Mapping[Any, Any]], case_rows: Iterable[Mapping[Any, Any]]) -> PoolSet:
     """A :class:`PoolSet` from candidate rows (the stored fields; ``None``: a missing leg) and case-result rows
     (``case_id, k, relevant_chunk_ids``, optional ``relevance_grades``; they fix the case order). ``ValueError``
     for rows that do not fit together (unknown case, duplicate chunk or rank, wrong ``is_relevant``)."""

@@ -45,8 +45,7 @@ def resolve_document(conn: sa.Connection, kb_id, kb_name: str, name_or_id: str) 
     names = queries.document_names(conn, kb_id)
     close = difflib.get_close_matches(name_or_id, names, n=5, cutoff=0.4)
     hint = f"; did you mean {', '.join(repr(n) for n in close)}?" if close else ""
-    raise KnowledgeBaseError(f"no document {name_or_id!r} in knowledge base {kb_name!r} "
-                             f"({len(names)} documents){hint}")
+    raise KnowledgeBaseError(f"no document {name_or_id!r} in knowledge base {kb_name!r} ({len(names)} documents){hint}")
 
 
 def list_chunks(conn: sa.Connection, kb_id, *, document_id: str | None = None, limit: int = 50

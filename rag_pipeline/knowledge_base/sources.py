@@ -156,8 +156,7 @@ def _jsonl_documents(path: Path, rel: str, limit: int, skipped: list[SkippedSour
     return docs
 
 
-def _jsonl_document(path: Path, rel: str, lineno: int, line: str, seen: dict[str, int],
-                    limit: int) -> SourceDocument:
+def _jsonl_document(path: Path, rel: str, lineno: int, line: str, seen: dict[str, int], limit: int) -> SourceDocument:
     """One line as a document (:mod:`jsonl_lines` checks it); any problem names the file, the line and the field."""
     where = f"{printable(path)}:{lineno}"
     try:

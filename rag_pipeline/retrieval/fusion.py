@@ -18,8 +18,7 @@ TIE_BREAK = "final_score desc, vector_score desc (missing last), chunk_id asc"
 def _batch(values: ArrayLike, shape: tuple[int, ...] | None = None) -> np.ndarray:
     array = np.asarray(values, dtype=float)
     if array.ndim != 2 or (shape is not None and array.shape != shape):
-        raise ValueError(f"expected a 2-D array of shape {shape or '(n_cases, pool_size)'}, "
-                         f"got shape {array.shape}")
+        raise ValueError(f"expected a 2-D array of shape {shape or '(n_cases, pool_size)'}, got shape {array.shape}")
     return array
 
 
@@ -107,8 +106,7 @@ def weighted_fusion_batch(vector_score: ArrayLike, keyword_score: ArrayLike,
     valid = _valid(mask, vs.shape)
     nv = normalize_batch(vs, normalization, valid, vector_rank)
     nk = normalize_batch(_batch(keyword_score, vs.shape), normalization, valid, keyword_rank)
-    final = (vector_weight * np.where(np.isnan(nv), 0.0, nv)
-             + keyword_weight * np.where(np.isnan(nk), 0.0, nk))
+    final = (vector_weight * np.where(np.isnan(nv), 0.0, nv) + keyword_weight * np.where(np.isnan(nk), 0.0, nk))
     return np.where(valid, final, -np.inf)
 
 
@@ -144,15 +142,13 @@ def fuse_batch(strategy: Any, vector_score: ArrayLike, keyword_score: ArrayLike,
     valid = _valid(mask, vs.shape)
     vr = _present_ranks(vector_rank, valid & ~np.isnan(vs))
     kr = _present_ranks(keyword_rank, valid & ~np.isnan(_batch(keyword_score, vs.shape)))
-    return rrf_fusion_batch(vr, kr, strategy.rrf_k, strategy.vector_weight,
-                            strategy.keyword_weight, valid)
+    return rrf_fusion_batch(vr, kr, strategy.rrf_k, strategy.vector_weight, strategy.keyword_weight, valid)
 
 
 def fuse(strategy: Any, vector_score: ArrayLike, keyword_score: ArrayLike,
          vector_rank: ArrayLike | None = None, keyword_rank: ArrayLike | None = None) -> np.ndarray:
     """1-D :func:`fuse_batch` for one pool (ranks needed only for ``rank`` / ``rrf``)."""
-    return fuse_batch(strategy, _row(vector_score), _row(keyword_score),
-                      _row(vector_rank), _row(keyword_rank))[0]
+    return fuse_batch(strategy, _row(vector_score), _row(keyword_score), _row(vector_rank), _row(keyword_rank))[0]
 
 
 def order_batch(final: ArrayLike, vector_score: ArrayLike, chunk_rank: ArrayLike,

@@ -87,8 +87,7 @@ def rerank_trace(trace: RetrievalTrace, scores: dict[str, float], rerank: Rerank
                                        final_score=float(final[index]), first_stage_rank=c.rank,
                                        first_stage_score=c.final_score))
     for c in tail:
-        out.append(dataclasses.replace(c, rank=len(out) + 1, first_stage_rank=c.rank,
-                                       first_stage_score=c.final_score))
+        out.append(dataclasses.replace(c, rank=len(out) + 1, first_stage_rank=c.rank, first_stage_score=c.final_score))
     return RetrievalTrace(trace.question, out, out[:limit], trace.keyword_targets)
 
 

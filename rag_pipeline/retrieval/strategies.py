@@ -171,8 +171,7 @@ class Strategy(BaseModel):
     def params_hash(self) -> str:
         """SHA-256 hex of the canonical JSON of :meth:`params` (keys sorted, compact separators, floats by
         ``repr``, ints of float fields coerced first); the description does not participate."""
-        canonical = json.dumps(self.params(), sort_keys=True, separators=(",", ":"),
-                               allow_nan=False)
+        canonical = json.dumps(self.params(), sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 

@@ -241,8 +241,7 @@ def _sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str | os.PathLike, data: str | bytes, *, mode: int | None = None,
-                 parents: bool = False) -> None:
+def write_atomic(path: str | os.PathLike, data: str | bytes, *, mode: int | None = None, parents: bool = False) -> None:
     """Write ``data`` (text as UTF-8, or bytes) to ``path`` whole or not at all (:func:`atomic_output`)."""
     with atomic_output(path, binary=isinstance(data, bytes), mode=mode, parents=parents) as handle:
         handle.write(data)

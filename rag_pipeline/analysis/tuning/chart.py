@@ -88,8 +88,7 @@ def plot_sweep(result: SweepResult[FusionConfig], base: FusionConfig | None = No
         axes.set_ylabel(f"mean {result.metric}")
         axes.set_xlim(-0.02, 1.02)
         axes.grid(True, alpha=0.3)
-        axes.set_title(title or f"Fusion sweep: mean {result.metric} over "
-                                f"{result.case_ids.size} cases")
+        axes.set_title(title or f"Fusion sweep: mean {result.metric} over {result.case_ids.size} cases")
         # outside the plot area, right of the RRF k labels, so it never covers a line
         axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.08, 1.0), borderaxespad=0.0)
         figure.tight_layout()

@@ -198,8 +198,7 @@ class Recommendation:
 
     def summary(self) -> dict[str, Any]:
         """JSON-able key numbers (for Dagster metadata / CLI output)."""
-        cv, names = self.cv, ("metric", "predicted_mean", "base_mean", "gain", "p_value",
-                              "recall_ceiling")
+        cv, names = self.cv, ("metric", "predicted_mean", "base_mean", "gain", "p_value", "recall_ceiling")
         return {**{name: getattr(self, name) for name in names},
                 "base_version": self.base.version, "recommended_version": self.strategy.version,
                 "recommended": FusionConfig.from_strategy(self.strategy).label,
@@ -243,8 +242,7 @@ def recommend(pools: PoolSet, base_strategy: Strategy, metric: str = DEFAULT_MET
     description = (f"Fusion tuned on the pools of {base_strategy.version} ({pools.n_cases} cases): "
                    f"{cv.recommended.label}; {len(cv.chosen)}-fold CV {metric} {cv.mean:.4f} "
                    f"[{lo:.4f}, {hi:.4f}], base fusion {float(base_values.mean()):.4f}.")
-    strategy = cv.recommended.apply_to(base_strategy, version or
-                                       f"{base_strategy.version}-tuned-{metric}", description)
+    strategy = cv.recommended.apply_to(base_strategy, version or f"{base_strategy.version}-tuned-{metric}", description)
     return Recommendation(
         metric=metric, base=base_strategy, strategy=strategy, yaml=strategy_to_yaml(strategy),
         predicted_mean=cv.in_sample_mean, cv=cv, base_mean=float(base_values.mean()),

@@ -237,8 +237,7 @@ def loads_strict(text: str) -> Any:
     (:class:`JsonObject`, reported by :func:`json_problems`), non-finite numbers become :class:`NonFinite`;
     :class:`JsonReadError` in words for bad syntax, too deep a nesting, a number of more than 4300 digits."""
     try:
-        return json.loads(text, object_pairs_hook=object_hook, parse_float=parse_float,
-                          parse_constant=NonFinite)
+        return json.loads(text, object_pairs_hook=object_hook, parse_float=parse_float, parse_constant=NonFinite)
     except json.JSONDecodeError as exc:
         raise JsonReadError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {_json_message(exc)}") from None
     except RecursionError:

@@ -14,8 +14,7 @@ from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import MissReasonCounts
 from rag_pipeline.evaluation.datasets.load import relevant_ids_of
 
-RETRIEVAL_REASONS = ("hit", "below_cutoff_after_rerank", "below_cutoff", "vector_only", "keyword_only",
-                     "not_in_pool")
+RETRIEVAL_REASONS = ("hit", "below_cutoff_after_rerank", "below_cutoff", "vector_only", "keyword_only", "not_in_pool")
 INVALID_LABEL_REASONS = tuple(s for s in LABEL_STATUSES if s != "ok")
 REASONS = RETRIEVAL_REASONS + INVALID_LABEL_REASONS
 LEGS = ("vector", "keyword")

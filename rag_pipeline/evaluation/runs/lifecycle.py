@@ -274,8 +274,7 @@ def resolve_run_id(conn: sa.Connection, run_id) -> uuid.UUID:
         shown = ", ".join(f"{r.id} ({r.strategy_version} on {r.dataset_name}, started "
                           f"{r.started_at.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC)" for r in rows[:_SHOWN_MATCHES])
         more = " and more" if len(rows) > _SHOWN_MATCHES else ""
-        raise AmbiguousRunIdError(f"run id prefix {text!r} matches several runs: {shown}{more}; "
-                                  "give more characters")
+        raise AmbiguousRunIdError(f"run id prefix {text!r} matches several runs: {shown}{more}; give more characters")
     return rows[0].id
 
 
