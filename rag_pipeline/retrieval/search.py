@@ -62,8 +62,7 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
         traces = [
             fuse_pool(question, vector_hits[i], keyword_hits[i], strategy, limits[i],
                       {"keyword": done[i], "vector": completed["vector"][i]} if complete else None)
-            for i, question in enumerate(queries)
-        ]
+            for i, question in enumerate(queries)]
         if strategy.rerank is not None:
             traces = stages.rerank_batch(conn, kb, strategy.version, strategy.rerank, traces, limits)
     except sa.exc.OperationalError as exc:

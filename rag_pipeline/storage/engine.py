@@ -97,8 +97,7 @@ def _create_sibling_database(kb_url: str, name: str) -> None:
         _create_database_if_missing(kb_url, name)
     except sa.exc.ProgrammingError as exc:  # permission denied
         raise DatabaseError(f"Dagster's storage needs the database {name!r} next to {mask_url(kb_url)}, and "
-                            f"creating it failed ({first_line(exc)}): create it, or set "
-                            "RAG_DAGSTER_PG_URL") from None
+                            f"creating it failed ({first_line(exc)}): create it, or set RAG_DAGSTER_PG_URL") from None
     except sa.exc.OperationalError as exc:
         raise _unreachable(kb_url, exc) from None
 

@@ -80,8 +80,7 @@ LIBPQ_PARAMETERS = frozenset({
     "sslmode", "requiressl", "sslcompression", "sslcert", "sslkey", "sslpassword", "sslcertmode", "sslrootcert",
     "sslcrl", "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version", "ssl_max_protocol_version",
     "krbsrvname", "gsslib", "gssdelegation", "service", "target_session_attrs", "load_balance_hosts",
-    "sslnegotiation", "require_auth", "min_protocol_version", "max_protocol_version",
-})
+    "sslnegotiation", "require_auth", "min_protocol_version", "max_protocol_version"})
 
 
 def libpq_url(url: str) -> tuple[str, str | None]:

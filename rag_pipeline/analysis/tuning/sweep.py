@@ -106,8 +106,7 @@ class SweepResult(Generic[Config]):
         """One JSON-able dict per configuration: parameters, label and mean of every metric."""
         means = {name: values.mean(axis=1) for name, values in self.per_case.items()}
         return [{**dataclasses.asdict(c), "label": c.label,
-                 **{name: float(means[name][i]) for name in means}}
-                for i, c in enumerate(self.configs)]
+                 **{name: float(means[name][i]) for name in means}} for i, c in enumerate(self.configs)]
 
 
 def sweep(pools: PoolSet, metric: str = DEFAULT_METRIC,

@@ -89,8 +89,7 @@ def diagnose_batch(conn: sa.Connection, kb, strategy: Strategy, cases: Sequence,
     vectors = None if query_vectors is None else dict(zip(question, np.asarray(query_vectors), strict=True))
     scores = score_chunks(conn, kb, strategy, targets, vectors, ranks=ranks)
     return [[diagnosis.with_scores(m, scores[(question[i], m.chunk_id)])
-             if (question[i], m.chunk_id) in scores else m for m in reasons]
-            for i, reasons in enumerate(per_case)]
+             if (question[i], m.chunk_id) in scores else m for m in reasons] for i, reasons in enumerate(per_case)]
 
 
 LABEL_EXAMPLES = 5

@@ -175,8 +175,7 @@ def insert_retry(conn: sa.Connection, new_id: uuid.UUID, of_run) -> None:
         "strategy_params, embedding_model, status, is_current, partition_key, dagster_run_id, case_count, "
         "candidate_count, queued_at, queue) SELECT :new, dataset_id, knowledge_base_id, strategy_version, "
         "params_hash, strategy_params, embedding_model, 'queued', false, partition_key, dagster_run_id, 0, 0, now(), "
-        "queue "
-        "FROM retrieval_evaluation_runs WHERE id = :of"), {"new": new_id, "of": of_run})
+        "queue FROM retrieval_evaluation_runs WHERE id = :of"), {"new": new_id, "of": of_run})
 
 
 def create_candidate_partition(conn: sa.Connection, run_id) -> None:
@@ -193,16 +192,14 @@ def progress(conn: sa.Connection, run_id, cases_done: int | None) -> None:
 def mark_failed(conn: sa.Connection, run_id, error: str) -> None:
     conn.execute(sa.text(
         "UPDATE retrieval_evaluation_runs SET status = 'failed', error = :e, finished_at = clock_timestamp(), "
-        "is_current = false WHERE id = :id AND status IN ('running', 'queued')"
-    ), {"id": run_id, "e": error})
+        "is_current = false WHERE id = :id AND status IN ('running', 'queued')"), {"id": run_id, "e": error})
 
 
 def sweep_abandoned(conn: sa.Connection, *, stale: int) -> int:
     return conn.execute(sa.text(
         "UPDATE retrieval_evaluation_runs r SET status = 'abandoned', finished_at = now(), "
         "error = coalesce(r.error, 'no heartbeat since ' || r.heartbeat_at || ' (process stopped?)') "
-        f"WHERE r.status = 'running' AND ({EFFECTIVE_STATUS}) = 'abandoned'"
-    ), {"stale": stale}).rowcount
+        f"WHERE r.status = 'running' AND ({EFFECTIVE_STATUS}) = 'abandoned'"), {"stale": stale}).rowcount
 
 
 def runs_in_id_range(conn: sa.Connection, lo: str, hi: str, limit: int) -> Sequence[sa.Row]:

@@ -42,14 +42,12 @@ _INSERT_STAGED_SQL = (
     "SELECT s.id, :kb, s.document_id, s.ordinal, s.content, s.content_hash, s.char_start, s.char_end, "
     "to_tsvector(CAST(:cfg AS regconfig), s.ts_text), 0, true FROM chunk_stage s "
     "WHERE NOT EXISTS (SELECT 1 FROM document_chunks d WHERE d.id = s.id AND d.is_current) "
-    "ON CONFLICT (id) DO UPDATE SET is_current = true, replaced_at = NULL, ordinal = EXCLUDED.ordinal "
-    "RETURNING id")
+    "ON CONFLICT (id) DO UPDATE SET is_current = true, replaced_at = NULL, ordinal = EXCLUDED.ordinal RETURNING id")
 # BM25 postings from the very lexemes of the tsvector (tf = number of positions).
 _INSERT_POSTINGS_SQL = (
     "INSERT INTO chunk_terms (knowledge_base_id, lexeme, chunk_id, tf) "
     "SELECT c.knowledge_base_id, t.lexeme, c.id, coalesce(array_length(t.positions, 1), 1) "
-    "FROM document_chunks c, unnest(c.content_tsvector) t WHERE c.id = ANY(:ids) "
-    "ON CONFLICT DO NOTHING")
+    "FROM document_chunks c, unnest(c.content_tsvector) t WHERE c.id = ANY(:ids) ON CONFLICT DO NOTHING")
 _TOKEN_COUNTS_SQL = (
     "UPDATE document_chunks c SET token_count = s.n FROM (SELECT chunk_id, sum(tf) AS n FROM chunk_terms "
     "WHERE chunk_id = ANY(:ids) GROUP BY chunk_id) s WHERE c.id = s.chunk_id")
