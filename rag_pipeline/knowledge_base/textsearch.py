@@ -87,9 +87,8 @@ def prepare(mode: str, text: str) -> str:
 
 def script_shares(texts: Sequence[str], *, max_texts: int = SAMPLE_DOCUMENTS,
                   max_chars: int = SAMPLE_CHARS) -> tuple[float, float, int]:
-    """(share of CJK characters, share of Latin letters, non-space characters counted) of ``texts``, measured on
-    at most ``max_texts`` evenly spaced texts, the first ``max_chars`` characters of each; ``(0.0, 0.0, 0)`` if
-    empty."""
+    """(share of CJK characters, share of Latin letters, non-space characters counted) of ``texts``, measured on at most
+    ``max_texts`` evenly spaced texts, the first ``max_chars`` characters of each; ``(0.0, 0.0, 0)`` if empty."""
     n = len(texts)
     picked = texts if n <= max_texts else [texts[i * n // max_texts] for i in range(max_texts)]
     cjk = latin = total = 0

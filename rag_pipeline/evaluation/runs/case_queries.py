@@ -103,8 +103,7 @@ def overview(conn: sa.Connection, run_id, *, worst_first: bool = False, limit: i
 
 
 def metrics_of_runs(conn: sa.Connection, run_ids: list[str]) -> Sequence[sa.RowMapping]:
-    """``run_id``, ``case_id`` and every metric of each answerable case of the runs (what a paired comparison
-    pairs)."""
+    """``run_id``, ``case_id`` and every metric of each answerable case of the runs (what a paired comparison pairs)."""
     return conn.execute(sa.text(f"""
 SELECT evaluation_run_id::text AS run_id, case_id, {', '.join(METRIC_NAMES)}
 FROM retrieval_evaluation_case_results WHERE evaluation_run_id = ANY(CAST(:runs AS uuid[]))

@@ -70,10 +70,9 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
 
 def write_report(conn: sa.Connection, run_id, fp: IO[str], *, include_text: bool = False,
                  candidates: str = "default", case_id: str | None = None, fmt: str = "json") -> int:
-    """Stream the report of one run (id or unique id prefix, :func:`resolve_run_id`) to ``fp``; returns the
-    number of cases written. ``fmt="json"``: :class:`~rag_pipeline.contracts.reports.Report`, indented;
-    ``"jsonl"``: one line ``{"report_version", "candidates", "summary"}`` then one line per case, written as it
-    is read."""
+    """Stream the report of one run (id or unique id prefix, :func:`resolve_run_id`) to ``fp``; returns the number of
+    cases written. ``fmt="json"``: :class:`~rag_pipeline.contracts.reports.Report`, indented; ``"jsonl"``: one line
+    ``{"report_version", "candidates", "summary"}`` then one line per case, written as it is read."""
     check_mode(candidates)
     if fmt not in REPORT_FORMATS:
         raise ValueError(f"format must be one of {', '.join(REPORT_FORMATS)}, got {fmt!r}")

@@ -30,9 +30,8 @@ CASE_RESULT_COLUMNS = (
 
 
 def store_dataset(conn: sa.Connection, dataset: Dataset, knowledge_base_name: str) -> object:
-    """The id of this dataset version (name, knowledge base, content hash), inserted on first sight;
-    storing the same version again moves its ``last_seen_at`` to now() (the latest version of a dataset is
-    the one seen last)."""
+    """The id of this dataset version (name, knowledge base, content hash), inserted on first sight; storing the same
+    version again moves its ``last_seen_at`` to now() (the latest version of a dataset is the one seen last)."""
     return dataset_queries.upsert_version(conn, name=dataset.name, knowledge_base=knowledge_base_name,
                                           content_hash=dataset.content_hash, source_path=dataset.source_path,
                                           cases=[c.as_dict() for c in dataset.cases])
