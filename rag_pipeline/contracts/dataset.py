@@ -108,8 +108,7 @@ KnowledgeBaseName = Annotated[str, _text(MAX_NAME_CHARS), _text_schema(MAX_NAME_
 Description = Annotated[str, _text(MAX_DESCRIPTION_CHARS), _text_schema(MAX_DESCRIPTION_CHARS)]
 ChunkId = Annotated[str, Field(pattern=UUID_PATTERN)]
 Grade = Annotated[int, Field(ge=MIN_GRADE, le=MAX_GRADE)]
-ChunkIdList = Annotated[list[ChunkId], Field(max_length=MAX_RELEVANT_IDS,
-                                             json_schema_extra={"uniqueItems": True},
+ChunkIdList = Annotated[list[ChunkId], Field(max_length=MAX_RELEVANT_IDS, json_schema_extra={"uniqueItems": True},
                                              description="chunk ids (document_chunks.id), each grade 1")]
 Judgments = Annotated[dict[ChunkId, Grade], Field(
     max_length=MAX_RELEVANT_IDS, json_schema_extra=_object_schema,

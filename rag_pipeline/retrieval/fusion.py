@@ -132,8 +132,7 @@ def fuse_batch(strategy: Any, vector_score: ArrayLike, keyword_score: ArrayLike,
     ``rrf_k`` (e.g. a Strategy); RRF uses the ranks of the legs whose score is present."""
     if strategy.fusion == "weighted":
         return weighted_fusion_batch(vector_score, keyword_score, strategy.vector_weight,
-                                     strategy.keyword_weight, strategy.normalization, mask,
-                                     vector_rank, keyword_rank)
+                                     strategy.keyword_weight, strategy.normalization, mask, vector_rank, keyword_rank)
     if strategy.fusion != "rrf":
         raise ValueError(f"unknown fusion {strategy.fusion!r}; expected 'weighted' or 'rrf'")
     if strategy.normalization != "none":

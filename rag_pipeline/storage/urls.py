@@ -22,8 +22,7 @@ _PASSWORD_PARAM = re.compile(r"(?P<head>[?&]password=)(?P<pw>[^&]*)", re.IGNOREC
 # escapes) and environment-style assignments (``PGPASSWORD=...``, ``DB_PASSWORD="..."``): any word ending in
 # ``password`` followed by ``=``. A URL's ``?password=`` / ``&password=`` is left to :data:`_PASSWORD_PARAM`.
 _PASSWORD_KEYWORD = re.compile(
-    r"(?<![?&])(?P<head>\b\w*password\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|[^\s'\"]+)",
-    re.IGNORECASE)
+    r"(?<![?&])(?P<head>\b\w*password\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|[^\s'\"]+)", re.IGNORECASE)
 _URL = re.compile(r"[a-z0-9+]+://\S+", re.IGNORECASE)
 
 

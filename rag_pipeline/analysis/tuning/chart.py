@@ -73,8 +73,7 @@ def plot_sweep(result: SweepResult[FusionConfig], base: FusionConfig | None = No
             axes.axhline(value, color="grey", linestyle=":", linewidth=1,
                          label="rrf (per k, right labels)" if j == 0 else None)
             axes.annotate(f"k={config.rrf_k}", (1.0, value), xytext=(4, 0), fontsize=7,
-                          textcoords="offset points", xycoords=("axes fraction", "data"),
-                          va="center", color="grey")
+                          textcoords="offset points", xycoords=("axes fraction", "data"), va="center", color="grey")
         best = result.best_config
         best_x = best.vector_weight if best.fusion == "weighted" else 0.5
         axes.plot([best_x], [float(means[result.best_index])], marker="*", markersize=14,

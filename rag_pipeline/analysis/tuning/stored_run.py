@@ -98,8 +98,7 @@ def _stored_strategy(row: sa.Row, registry: dict[str, Strategy]) -> Strategy:
     params = {k: v for k, v in (row.strategy_params or {}).items() if k in FIELD_NAMES}
     try:
         return strategy_from_mapping({**params, "version": row.strategy_version,
-                                      "description": known.description if known else ""},
-                                     where=f"run {row.run_id}")
+                                      "description": known.description if known else ""}, where=f"run {row.run_id}")
     except StrategyError as exc:
         raise TuneError(f"the stored parameters of run {row.run_id} do not make a valid strategy: {exc}") from None
 

@@ -117,5 +117,4 @@ def labels_of_run(conn, run_id) -> Sequence[sa.RowMapping]:
     return conn.execute(sa.text(
         "SELECT case_id, k, relevant_chunk_ids, relevance_grades FROM retrieval_evaluation_case_results "
         "WHERE evaluation_run_id = CAST(:run_id AS uuid) AND relevant_chunk_ids <> '[]'::jsonb "
-        "ORDER BY case_index, case_id"),
-        {"run_id": str(run_id)}).mappings().all()
+        "ORDER BY case_index, case_id"), {"run_id": str(run_id)}).mappings().all()
