@@ -61,9 +61,7 @@ def _jieba():
 
 def segment(text: str) -> str:
     """Split Chinese runs into words separated by spaces (other text passes through unchanged)."""
-    if not _CJK.search(text):
-        return text
-    return " ".join(tok for tok in _jieba().cut(text) if tok.strip())
+    return " ".join(tok for tok in _jieba().cut(text) if tok.strip()) if _CJK.search(text) else text
 
 
 def segment_cjk_runs(text: str) -> str:

@@ -162,11 +162,8 @@ class Strategy(BaseModel):
     def params(self) -> dict[str, Any]:
         """Every parameter except ``version`` / ``description``, in field order; the optional stages
         (``complete_pool``, ``rerank``) only when set."""
-        params = self.model_dump(exclude=set(_IDENTITY_FIELDS))
-        for name, default in OPTIONAL_FIELDS.items():
-            if params[name] == default:
-                del params[name]
-        return params
+        return {name: value for name, value in self.model_dump(exclude=set(_IDENTITY_FIELDS)).items()
+                if name not in OPTIONAL_FIELDS or value != OPTIONAL_FIELDS[name]}
 
     def params_hash(self) -> str:
         """SHA-256 hex of the canonical JSON of :meth:`params` (keys sorted, compact separators, floats by

@@ -55,8 +55,7 @@ class FusionConfig:
     def apply_to(self, strategy: Strategy, version: str, description: str = "") -> Strategy:
         """``strategy`` with this fusion, a new version and description (all else unchanged)."""
         changes: dict[str, Any] = {"fusion": self.fusion, "normalization": self.normalization,
-                                   "vector_weight": self.vector_weight,
-                                   "keyword_weight": self.keyword_weight}
+                                   "vector_weight": self.vector_weight, "keyword_weight": self.keyword_weight}
         if self.fusion == "rrf":
             changes["rrf_k"] = self.rrf_k
         return strategy.replace(version=version, description=description, **changes)
