@@ -43,8 +43,6 @@ class AnswerRecord(BaseModel):
     attempts: int | None = Field(None, ge=0, description="requests made for this case (collector)")
 
 
-ANSWER_RECORD_FIELDS = tuple(AnswerRecord.model_fields)
-
 Verdict = Literal["correct", "retrieval_miss", "generation_miss", "citation_miss", "false_refusal",
                   "answered_unanswerable", "unscored"]
 VERDICTS: tuple[str, ...] = Verdict.__args__  # type: ignore[attr-defined]

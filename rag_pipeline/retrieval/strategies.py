@@ -21,7 +21,6 @@ from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.files import FileReadError, read_bounded
 from rag_pipeline.storage.names import STRATEGY_VERSION, InvalidNameError, check_name, name_rule, printable, show_name
 
-STRATEGIES_FILE_ENV = "RAG_STRATEGIES_FILE"
 PACKAGED_STRATEGIES_FILE = Path(__file__).resolve().parent / "strategies.yaml"
 
 TEXT_SEARCH_MODES = ("kb", "simple", "english", "chinese", "mixed")
