@@ -98,7 +98,6 @@ SOME_RELEVANT_SCHEMA: JsonDict = {"minItems": 1, "minProperties": 1,
 NO_RELEVANT_SCHEMA: JsonDict = {"maxItems": 0, "additionalProperties": {"const": 0}}
 """``relevant_chunk_ids`` of an unanswerable case: no id, or only grades 0 (judged not relevant)."""
 
-
 CaseId = Annotated[str, _text(MAX_CASE_ID_CHARS, grouped=True, identifier=True), _text_schema(MAX_CASE_ID_CHARS)]
 Question = Annotated[str, _text(MAX_QUESTION_CHARS, "must not be empty or whitespace only", grouped=True),
                      _text_schema(MAX_QUESTION_CHARS)]

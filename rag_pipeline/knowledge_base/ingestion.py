@@ -172,7 +172,6 @@ def _write_documents(conn: sa.Connection, kb_id, doc_rows) -> None:
 REINDEX_CHURN = 0.1
 """A re-ingestion that replaced at least this share of a KB's current chunks rebuilds its HNSW indexes."""
 
-
 REINDEX_LOCK_TIMEOUT_S = 5
 
 

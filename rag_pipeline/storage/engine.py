@@ -115,7 +115,6 @@ def _create_database_if_missing(admin_uri: str, name: str) -> None:
 
 DEFAULT_POOL_SIZE = 5
 
-
 _ENGINES: list[Engine] = []
 
 
