@@ -161,8 +161,7 @@ def _cases_label(batch: Sequence[EvaluationCase]) -> str:
 
 
 def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: EvaluationOutcome,
-         batch_size: int, progress: Progress | None, logger, *, missing: int, t_start: float,
-         readers: int) -> None:
+         batch_size: int, progress: Progress | None, logger, *, missing: int, t_start: float, readers: int) -> None:
     timings = dict.fromkeys(TIMING_KEYS[:-1], 0.0)
     sums = np.zeros(len(METRIC_NAMES))
     stats = RunCounts(batch_size=batch_size, readers=readers, relevant_ids_not_in_kb=missing)

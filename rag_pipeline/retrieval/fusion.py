@@ -99,8 +99,7 @@ def normalize(scores: ArrayLike, method: str, ranks: ArrayLike | None = None) ->
 def weighted_fusion_batch(vector_score: ArrayLike, keyword_score: ArrayLike,
                           vector_weight: float, keyword_weight: float,
                           normalization: str = "none", mask: ArrayLike | None = None,
-                          vector_rank: ArrayLike | None = None,
-                          keyword_rank: ArrayLike | None = None) -> np.ndarray:
+                          vector_rank: ArrayLike | None = None, keyword_rank: ArrayLike | None = None) -> np.ndarray:
     """``wv * norm(vs) + wk * norm(ks)`` with missing -> 0; masked slots -> -inf."""
     vs = _batch(vector_score)
     valid = _valid(mask, vs.shape)

@@ -205,8 +205,7 @@ class Recommendation:
                 "configurations": len(self.sweep.configs)}
 
 
-def expressible_configs(base: Strategy, configs: tuple[FusionConfig, ...] | None = None
-                        ) -> tuple[FusionConfig, ...]:
+def expressible_configs(base: Strategy, configs: tuple[FusionConfig, ...] | None = None) -> tuple[FusionConfig, ...]:
     """The configurations that make a valid strategy with ``base``'s other parameters
     (e.g. all weight on a leg whose candidate k is 0 is not)."""
     def valid(config: FusionConfig) -> bool:
@@ -221,8 +220,7 @@ def expressible_configs(base: Strategy, configs: tuple[FusionConfig, ...] | None
 
 def recommend(pools: PoolSet, base_strategy: Strategy, metric: str = DEFAULT_METRIC,
               folds: int = 5, seed: int = 0, *, version: str | None = None,
-              configs: tuple[FusionConfig, ...] | None = None,
-              n_resamples: int = 10000) -> Recommendation:
+              configs: tuple[FusionConfig, ...] | None = None, n_resamples: int = 10000) -> Recommendation:
     """Sweep, cross-validate and emit a ready-to-paste strategy (default version ``<base>-tuned-<metric>``) tuned on
     ``pools``, which ``base_strategy`` stored (its candidate ks are kept). The gain compares the out-of-fold per-case
     metric with the base's own fusion on the same pools (mean, paired bootstrap 95% CI, sign-flip p);

@@ -39,8 +39,7 @@ def stale_after_seconds() -> int:
 
 
 def create_run(engine: sa.Engine | sa.Connection, *, dataset_id, knowledge_base_id, strategy, params_hash: str,
-               partition_key: str | None = None, dagster_run_id: str | None = None,
-               queued: bool = False) -> uuid.UUID:
+               partition_key: str | None = None, dagster_run_id: str | None = None, queued: bool = False) -> uuid.UUID:
     """Insert a ``running`` run row (``queued=True``: a ``queued`` one), owned by this process, and return its id:
     committed, or in the transaction of a given connection (the caller commits)."""
     run_id = uuid.uuid4()
