@@ -19,7 +19,7 @@ EFFECTIVE_STATUS = (
 RUN_COLUMNS = f"""
     r.id, {EFFECTIVE_STATUS} AS status, r.is_current, r.strategy_version, r.params_hash, r.strategy_params,
     r.embedding_model, r.knowledge_base_version, r.partition_key, r.dagster_run_id, r.worker, r.case_count,
-    r.candidate_count, {", ".join("r." + m for m in METRIC_NAMES)}, r.timings, r.summary, r.error, r.started_at,
+    r.candidate_count, {', '.join('r.' + m for m in METRIC_NAMES)}, r.timings, r.summary, r.error, r.started_at,
     r.heartbeat_at, r.finished_at, r.cases_done, r.queued_at,
     d.id AS dataset_id, d.name AS dataset_name, d.content_hash AS dataset_version, d.source_path,
     d.case_count AS dataset_case_count, kb.id AS knowledge_base_id, kb.name AS knowledge_base_name
