@@ -1,12 +1,10 @@
-"""The judge's prompts, in English and Chinese, the reply shapes they ask for, and the language choice.
-
-Tasks ``faithfulness`` and ``refusal`` (docs/judge.md); :func:`question_language` is ``zh`` when CJK characters
-are at least :data:`ZH_TOKEN_SHARE` of the question's tokens. :data:`PROMPT_VERSION` hashes every text and schema
-here, so a changed prompt is a different judge."""
+"""The judge's prompts (``faithfulness``, ``refusal``) in English and Chinese, the reply shapes they ask for
+and the language choice; :data:`PROMPT_VERSION` hashes them all (docs/judge.md)."""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -133,22 +131,11 @@ def _objects(content: str) -> Iterator[object]:
     """The whole content as JSON, then every JSON object starting at a ``{`` of it, in order (the first
     :data:`MAX_CANDIDATES`). JSON nested too deeply or holding an integer too long to read is a
     :class:`ReplyError` saying so (never Python's own advice), not an exception of the run."""
-    try:
-        whole = json.loads(content)
-    except json.JSONDecodeError:
-        pass
-    except RecursionError:
-        raise ReplyError("the reply's JSON is nested too deeply to read") from None
-    except ValueError:
-        raise ReplyError("the reply's JSON holds an integer too long to read") from None
-    else:
-        yield whole
     decoder = json.JSONDecoder()
-    for n, match in enumerate(re.finditer(r"\{", content)):
-        if n == MAX_CANDIDATES:
-            return
+    starts = itertools.islice((m.start() for m in re.finditer(r"\{", content)), MAX_CANDIDATES)
+    for start in itertools.chain([None], starts):
         try:
-            yield decoder.raw_decode(content, match.start())[0]
+            yield json.loads(content) if start is None else decoder.raw_decode(content, start)[0]
         except json.JSONDecodeError:
             continue
         except RecursionError:
