@@ -13,8 +13,6 @@ from rag_pipeline.service import evaluations, history
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
 from rag_pipeline.service.answers import get_answer_run, list_answer_runs
 
-RUN_FIGURES = ("refusal_recall", "false_refusal_rate", "coverage")
-"""The run-level figures charted beside the per-case metric means."""
 MAX_HISTORY_RUNS = 500
 
 
