@@ -1,9 +1,5 @@
-"""Reading an answers file (JSON Lines, one :class:`~rag_pipeline.contracts.answers.AnswerRecord` per line) as
-strictly as a dataset is read (docs/design.md §12.2).
-
-The whole file is checked first (size, UTF-8, one strict JSON object a line, a valid ``AnswerRecord`` naming a
-dataset case once, one ``answerer``); every problem is worded ``<file>: line N (case_id 'C'): field 'F': message``
-and :class:`AnswersFileError` lists them."""
+"""Reading an answers file (JSON Lines, one :class:`~rag_pipeline.contracts.answers.AnswerRecord` a line) as
+strictly as a dataset is read (docs/design.md §12.2): :class:`AnswersFileError` lists every problem."""
 
 from __future__ import annotations
 

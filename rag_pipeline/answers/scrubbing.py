@@ -1,10 +1,5 @@
-"""Secret values in use (endpoint header values, the judge's API key, a URL's password) kept out of every text
-that is stored or printed (docs/answers-collection.md "Secrets", docs/judge.md).
-
-:class:`Scrubber` replaces each secret of :data:`MIN_SECRET_CHARS` or more characters by :data:`SCRUBBED`, also in
-its escaped forms (JSON / JavaScript / Python escapes at any depth, percent-encoding, HTML character references,
-mixed character by character). Secrets come from :func:`header_secrets` and :func:`url_secrets`;
-:func:`redact_url` shows a URL as ``http://***@host/…``."""
+"""Secret values in use (header values, the judge's API key, a URL's password) kept out of every stored or
+printed text, in their escaped forms too (docs/answers-collection.md "Secrets", docs/judge.md)."""
 
 from __future__ import annotations
 

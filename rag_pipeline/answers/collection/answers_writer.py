@@ -1,11 +1,5 @@
-"""The answers file the collector writes: one JSON line per finished case, resumable (docs/answers-collection.md).
-
-Each case is one ``O_APPEND`` write of its whole line, then ``flush`` and ``fsync``, so a crash leaves at most one
-torn last line. :func:`open_for_resume` drops a torn last line and the ``error`` lines, keeps the ``ok`` ones (their
-cases are skipped) and writes them back atomically, keeping the file's permission bits; a foreign, duplicate or
-other-answerer line is an error naming the file and line. Only lines the readers accept are written
-(:func:`storable`); any other becomes its case's ``error`` line. :func:`output_lock` (``flock`` on ``.<name>.lock``)
-refuses a second collector on the same file (:class:`OutputBusyError`)."""
+"""The answers file the collector writes: one whole ``O_APPEND`` + ``fsync`` line per finished case, resumable
+(:func:`open_for_resume`), one collector per file (:func:`output_lock`); docs/answers-collection.md."""
 
 from __future__ import annotations
 

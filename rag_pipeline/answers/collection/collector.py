@@ -1,10 +1,5 @@
-"""Collect one answer line per dataset case from an endpoint or an in-process answerer (docs/answers-collection.md).
-
-Endpoint mode: at most ``concurrency`` cases in flight; each finished case, scrubbed of the secrets in use, is
-appended at once (:mod:`.answers_writer`). A case whose every attempt fails to connect stops new cases and
-ends the collection ``failed`` (so does answering no case); an unforeseen exception is that case's error line; only
-a failed file write stops it. ``cancel`` (a :class:`threading.Event`) drops the requests in flight and ends it
-``failed``. Answerer mode: the answerer's ``answer_cases`` yields the lines."""
+"""Collect one answer line per dataset case from an endpoint (at most ``concurrency`` cases in flight, each line
+scrubbed and appended at once) or an in-process answerer (docs/answers-collection.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Where an answer collection asked over the HTTP API may connect, checked at the connection itself
-(docs/http-api.md, docs/failure-behaviour.md).
-
-Allowed: a URL under a base of ``RAG_COLLECT_ENDPOINTS`` (any address), or with ``RAG_COLLECT_PUBLIC_ENDPOINTS=1``
-a host whose addresses are all public. :class:`GuardedBackend` resolves the host once, checks every address (IPv4
-embedded in IPv6 forms by the IPv4 address it carries) and connects to a checked address, never resolving again,
-so a changing DNS answer cannot bypass it. Redirects are not followed."""
+"""Where an answer collection asked over the HTTP API may connect, checked at the connection itself: the host is
+resolved once and only checked addresses are connected to (docs/http-api.md, docs/failure-behaviour.md)."""
 
 from __future__ import annotations
 

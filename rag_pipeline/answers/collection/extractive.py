@@ -1,9 +1,5 @@
-"""The shipped baseline answerer ``extractive-v1``: a floor to beat, not a generator.
-
-It retrieves each case's ``k`` chunks with a registry strategy, answers with the at most ``max_sentences``
-sentences of the top ``top_n`` chunks sharing the most :func:`terms` with the question, and cites their chunks. It
-refuses (:data:`REFUSAL_PHRASES`, docs/design.md §12.4) when the top score is below ``refusal_threshold`` or no
-sentence shares a term. Deterministic: the same inputs give the same file but for ``latency_ms``."""
+"""The shipped baseline answerer ``extractive-v1``, a floor to beat: the top chunks' sentences sharing the most
+:func:`terms` with the question, their chunks cited; it refuses on a low top score. Deterministic."""
 
 from __future__ import annotations
 

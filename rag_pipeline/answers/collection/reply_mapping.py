@@ -1,8 +1,5 @@
-"""An endpoint's reply → one answer line (docs/design.md §12.2; the paths: :mod:`.response_paths`).
-
-``answer`` must be a string; ``citations`` and ``contexts``, when found, lists of strings (ids kept as given). Any
-other shape is the case's ``status: "error"`` line with the reason and the capped reply. Every line leaves through
-:func:`scrubbed_record` (no secret value in use stays in it)."""
+"""An endpoint's reply → one answer line (docs/design.md §12.2; the paths: :mod:`.response_paths`); a reply of
+another shape is the case's ``error`` line, and every line leaves through :func:`scrubbed_record`."""
 
 from __future__ import annotations
 

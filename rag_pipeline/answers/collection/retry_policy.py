@@ -1,9 +1,5 @@
-"""When the collector asks again (docs/answers-collection.md; the answer line's ``attempts``, docs/design.md §12.2).
-
-Retried: 429, 5xx, a timeout, a connection error; nothing else. The wait before retry ``n`` is
-``backoff * 2**(n-1)``, or a valid ``Retry-After`` (RFC 9110 delay-seconds or HTTP date) on a 429 / 503, capped at
-``max_wait``; a malformed ``Retry-After`` is ignored and more than :data:`MAX_DELAY_DIGITS` digits reads as
-9,999,999,999 s."""
+"""When the collector asks again: 429, 5xx, a timeout, a connection error; after ``backoff * 2**(n-1)`` or a valid
+``Retry-After``, capped at ``max_wait`` (docs/answers-collection.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The judge's exchange with its chat endpoint: one request per (prompt, repeat), retried, parsed and cached.
-
-:class:`JudgeClient` posts OpenAI-compatible ``{url}/chat/completions`` requests, retries 429, 5xx, timeouts and
-refused connections with backoff (``Retry-After`` honoured), reads at most :data:`MAX_REPLY_BYTES` and turns any
-unreadable reply into a "not judged" reason; replies and reasons are scrubbed of the API key and URL password.
-:class:`JudgeCache` keeps the replies that parsed in a JSON Lines file keyed by (prompt sha256, model, repeat)
-(docs/judge.md)."""
+"""The judge's exchange with its OpenAI-compatible chat endpoint (:class:`JudgeClient`): one request per
+(prompt, repeat), retried, parsed, scrubbed and cached by :class:`JudgeCache` (docs/judge.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""An answer's citations against the labels, the retrieved chunks and the chunks' text (docs/design.md §12.3).
-
-Chunk ids are compared stripped and lower-cased. A cited id that is not a UUID (the form of every chunk id of a
-knowledge base) is kept as given and is never relevant, retrieved, in the knowledge base or valid. Each metric
-returns ``(value, None)`` or ``(None, reason)`` when it is undefined for the case.
+"""An answer's citations against the labels, the retrieved chunks and the chunks' text (docs/design.md §12.3);
+each metric returns ``(value, None)`` or ``(None, reason)``.
 """
 
 from __future__ import annotations

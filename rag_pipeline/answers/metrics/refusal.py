@@ -1,7 +1,5 @@
-"""Whether an answer is a refusal: the system's own flag, else a zh/en phrase list (docs/design.md §12.4).
-
-The answer, normalised (NFKC, case-folded, straight quotes, white space collapsed), contains one of the phrases
-normalised the same way: a lexical, documented rule, never a judge."""
+"""Whether an answer is a refusal: the system's own flag, else a normalised zh/en phrase list, never a judge
+(docs/design.md §12.4)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Answer text against reference answers: exact match, F1, containment, key points (docs/design.md §12.3).
-
-A mostly-CJK reference (:func:`is_mostly_cjk`) is scored by the CMRC 2018 official script's rules (character
-tokens, F1 from the longest common contiguous run), any other by the SQuAD v2.0 script's; a score is the maximum
-over the references. One deviation from CMRC: ``nltk.word_tokenize`` runs with ``preserve_line=True`` (no Punkt
-model download), which differs only for a multi-sentence Latin run inside a CJK answer."""
+"""Answer text against reference answers (docs/design.md §12.3): a mostly-CJK reference by the CMRC 2018
+script's rules, any other by SQuAD v2.0's (``nltk.word_tokenize`` with ``preserve_line=True``: no download)."""
 
 from __future__ import annotations
 

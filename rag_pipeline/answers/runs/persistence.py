@@ -1,7 +1,5 @@
-"""Storing and reading scored answer runs (docs/design.md §12.6).
-
-:func:`store_run` writes a run and its cases in the caller's transaction; runs read back as the contracts.
-:func:`scorer_chunks` looks up only the cited chunk ids' text and knowledge base."""
+"""Storing scored answer runs in the caller's transaction and reading them back as the contracts
+(docs/design.md §12.6)."""
 
 from __future__ import annotations
 
