@@ -41,9 +41,8 @@ def lock_path(path: Path) -> Path:
 
 @contextlib.contextmanager
 def output_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` for the block; :class:`OutputBusyError` at once if another process
-    (or another collection in this one) holds it. The lock file is removed when the block ends; a lock file
-    left by a killed collector holds no lock (the kernel drops it with the process) and is reused."""
+    """Hold an exclusive ``flock`` on ``path`` for the block, else :class:`OutputBusyError` at once (a lock file
+    left by a killed collector holds no lock and is reused)."""
     lock = lock_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:

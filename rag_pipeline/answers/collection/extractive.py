@@ -42,9 +42,7 @@ STOPWORDS = frozenset(
 
 
 def split_sentences(text: str) -> list[str]:
-    """The sentences of a chunk's ``text``: the answers' splitter
-    (:func:`rag_pipeline.answers.metrics.sentences.split_sentences`, which also cuts at line breaks), with list
-    markers (``-``, ``1.``) stripped and Markdown heading lines (``#``) dropped."""
+    """The sentences of a chunk's ``text`` (the answers' splitter), list markers stripped, heading lines dropped."""
     sentences = []
     for piece in answer_sentences(text):
         piece = _LIST_MARKER.sub("", piece.strip()).strip()
@@ -54,9 +52,8 @@ def split_sentences(text: str) -> list[str]:
 
 
 def terms(text: str) -> set[str]:
-    """The terms overlap is counted on: for each run of Chinese characters its character bigrams (a lone
-    character is a term itself), for Latin text its lower-cased words and numbers without :data:`STOPWORDS`.
-    Text is NFKC-normalised first (full-width letters and digits become ASCII). No stemming."""
+    """The terms overlap is counted on (after NFKC): Chinese character bigrams (a lone character itself), Latin
+    lower-cased words and numbers but :data:`STOPWORDS`; no stemming."""
     text = unicodedata.normalize("NFKC", text).lower()
     found: set[str] = set()
     for run in _CJK_RUN.findall(text):
@@ -84,9 +81,8 @@ class Choice:
 
 def choose(question: str, chunks: Sequence[tuple[str, str]], top_score: float | None, *, max_sentences: int,
            refusal_threshold: float) -> Choice:
-    """Pick the answer from ``chunks`` (``(chunk id, text)`` best first): the sentence sharing the largest share of
-    the question's terms, and the next while at least half as good, up to ``max_sentences``, in document order (ties:
-    the earlier). Refuses when ``top_score`` is None or below ``refusal_threshold``, or no sentence shares a term."""
+    """The answer from ``chunks`` (best first): the sentences sharing most of the question's terms (each next one at
+    least half as good as the best), in document order; a refusal on a low ``top_score`` or no shared term."""
     if top_score is None:
         return Choice((), (), True, "nothing retrieved")
     if top_score < refusal_threshold:
@@ -142,9 +138,8 @@ class ExtractiveAnswerer:
         return f"{NAME}@{self.params_hash()[:12]}"
 
     def answer_cases(self, cases: Sequence[EvaluationCase]) -> Iterator[AnswerRecord]:
-        """One :class:`AnswerRecord` per case, in order; retrieval runs per batch of :attr:`batch_size` cases.
-        ``latency_ms`` is the case's share of its batch's retrieval plus its own sentence choice. An unknown
-        knowledge base or a strategy that cannot search it is raised here, before the first record."""
+        """One :class:`AnswerRecord` per case, in order, retrieved per batch (``latency_ms``: the case's share of
+        it); a knowledge base or strategy that cannot be searched raises before the first record."""
         with self.engine.connect() as conn:
             kb = resolve_knowledge_base(conn, self.knowledge_base)
             preflight(conn, kb, self.strategy)

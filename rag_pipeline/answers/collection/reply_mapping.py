@@ -20,9 +20,7 @@ MAX_INT_DIGITS = 4000
 
 
 class LongInteger:
-    """A JSON integer too long to convert, kept as its text: harmless in a field nobody reads, a wrong type
-    (``an integer of 10,000 digits``) at the answer or id path. A reply nested too deeply for the parser is the
-    case's error too; neither message names Python's settings."""
+    """A JSON integer too long to convert, kept as its text: a wrong type only at the answer or id path."""
 
     def __init__(self, text: str):
         self.text = text

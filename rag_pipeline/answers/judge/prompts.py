@@ -128,9 +128,8 @@ MAX_CANDIDATES = 200
 
 
 def _objects(content: str) -> Iterator[object]:
-    """The whole content as JSON, then every JSON object starting at a ``{`` of it, in order (the first
-    :data:`MAX_CANDIDATES`). JSON nested too deeply or holding an integer too long to read is a
-    :class:`ReplyError` saying so (never Python's own advice), not an exception of the run."""
+    """The whole content as JSON, then each JSON object starting at one of its first :data:`MAX_CANDIDATES` ``{``;
+    JSON nested too deeply or with an integer too long is a :class:`ReplyError`."""
     decoder = json.JSONDecoder()
     starts = itertools.islice((m.start() for m in re.finditer(r"\{", content)), MAX_CANDIDATES)
     for start in itertools.chain([None], starts):

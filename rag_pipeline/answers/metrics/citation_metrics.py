@@ -40,9 +40,8 @@ def distinct_cited(cited: Sequence[str] | None) -> list[str]:
 
 def build_citations(cited: Sequence[str] | None, *, grades: Mapping[str, int], retrieved: Sequence[str] | None,
                     kb_chunk_ids: Collection[str] | None) -> list[AnswerCitation]:
-    """One :class:`AnswerCitation` per distinct cited id. ``is_valid``: among ``retrieved`` when it is given,
-    else among ``kb_chunk_ids`` (lower-case ids; None: not known); with neither, no citation is valid (and
-    validity is undefined)."""
+    """One :class:`AnswerCitation` per distinct cited id; valid: among ``retrieved`` if given, else among
+    ``kb_chunk_ids`` (with neither, none is)."""
     retrieved_set = None if retrieved is None else {normalise_id(c) for c in retrieved}
     out = []
     for cid in distinct_cited(cited):
@@ -125,12 +124,8 @@ def _resolve(sentence: str, cited: Sequence[str]) -> list[str]:
 
 def lexical_support(answer: str, cited: Sequence[str] | None, chunk_text: Mapping[str, str], *, ngram: int,
                     threshold: float) -> Scored:
-    """Share of the answer's sentences that are lexically supported by the chunks they cite.
-
-    A sentence (:func:`support_text`) is supported when at least ``threshold`` of its distinct character
-    ``ngram``-grams (a shorter sentence: as a substring) and every number of it (:func:`numbers`) occur in its chunks:
-    those its markers cite when the answer has markers, else every cited chunk. Empty sentences are not counted.
-    Undefined when no cited chunk has text in ``chunk_text`` (keyed by lower-case chunk id)."""
+    """Share of the answer's sentences whose character ``ngram``-grams (at least ``threshold`` of them) and numbers
+    occur in the chunks they cite (docs/design.md §12.3); undefined when no cited chunk has text."""
     texts = chunk_text
     cited = list(cited or ())
     inline = has_marker(answer)

@@ -26,9 +26,8 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 @lru_cache(maxsize=8192)
 def is_mostly_cjk(text: str) -> bool:
-    """Whether Han characters are at least half of ``text``'s units (each Han character one unit, each run of
-    other letters, digits or ``_`` one unit): ``"2018年"`` and ``"the 北京 Olympics"`` are, ``"The Beijing Olympics
-    北京"`` is not; a text with no unit is not."""
+    """Whether Han characters are at least half of ``text``'s units (a Han character, or a run of other word
+    characters): ``"2018年"`` is, ``"The Beijing Olympics 北京"`` is not."""
     units = _UNIT.findall(text)
     return bool(units) and 2 * sum(1 for u in units if _HAN.fullmatch(u)) >= len(units)
 
@@ -63,9 +62,8 @@ def _tokenize_run(run: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=8192)
 def cmrc_segments(text: str) -> tuple[str, ...]:
-    """CMRC 2018 ``mixed_segmentation(text, rm_punc=True)``: lower-case and strip, its punctuation dropped (a
-    dropped character does not split a run), each CJK character a token, every other run tokenised by
-    ``nltk.word_tokenize``."""
+    """CMRC 2018 ``mixed_segmentation(text, rm_punc=True)``: each CJK character a token, other runs
+    ``nltk.word_tokenize``d."""
     out: list[str] = []
     for piece in _CMRC_PIECE.findall(text.lower().strip().translate(_CMRC_DELETE)):
         out.extend(piece if _CMRC_CJK.match(piece) else _tokenize_run(piece))  # a CJK run: one token a character
@@ -139,11 +137,8 @@ def _contains(text: str, part: str) -> bool:
 
 
 def answer_contains(answer: str, references: Sequence[str]) -> float:
-    """1.0 when some normalised reference occurs in the normalised answer, else 0.0 (docs/design.md §12.3).
-
-    With a Han character in either text: the reference's units (each Han character, each other alphanumeric run,
-    after NFKC and lower-casing) must be a contiguous run of the answer's (``16`` is not in ``160``); otherwise a
-    whole-token substring test after SQuAD ``normalize_answer`` (an empty reference only in an empty answer)."""
+    """1.0 when some normalised reference occurs in the normalised answer as a run of whole units or tokens
+    (``16`` is not in ``160``), else 0.0 (docs/design.md §12.3)."""
     return float(any(_contains(answer, ref) for ref in _check(references)))
 
 
