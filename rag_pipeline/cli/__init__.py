@@ -1,6 +1,5 @@
 """The ``rag-pipeline`` command: argparse adapters over :mod:`rag_pipeline.service` (no Dagster needed);
-:mod:`.main` assembles the parser.
-"""
+:mod:`.main` assembles the parser."""
 
 from rag_pipeline.cli.main import build_parser, main
 

@@ -1,6 +1,5 @@
 """How every ``rag-pipeline`` command reports failure: one line on stderr, never a traceback, and an exit code
-(docs/failure-behaviour.md, "Exit codes").
-"""
+(docs/failure-behaviour.md, "Exit codes")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """``rag-pipeline evaluate | runs | show``: offline runs and their history (docs/design.md §7.2, the exit codes
-included; the reports: docs/design.md §6.3; the label check: docs/design.md §8).
-"""
+included; the reports: docs/design.md §6.3; the label check: docs/design.md §8)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """``rag-pipeline chunks | suggest | label | fix-labels``: build a dataset without writing SQL, keep it valid
-(docs/labelling.md).
-"""
+(docs/labelling.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """``rag-pipeline serve``: the HTTP API and admin console, with the database migrated first and, with
-``--with-daemon``, a ``dagster-daemon`` next to it; it re-executes itself with the ``.env`` and Dagster variables.
-"""
+``--with-daemon``, a ``dagster-daemon`` next to it; it re-executes itself with the ``.env`` and Dagster variables."""
 
 from __future__ import annotations
 

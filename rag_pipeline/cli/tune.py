@@ -1,6 +1,5 @@
 """``rag-pipeline tune``: tune a stored run's candidate pools offline, with cross-validation (docs/evaluating.md,
-"Offline CLI"); the computation is :mod:`rag_pipeline.service.analysis`, this module parses and renders.
-"""
+"Offline CLI"); the computation is :mod:`rag_pipeline.service.analysis`, this module parses and renders."""
 
 from __future__ import annotations
 

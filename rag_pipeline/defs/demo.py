@@ -1,7 +1,6 @@
 """``make run`` / ``rag-pipeline demo`` — the main job end to end, through real Dagster runs on the configured instance.
 
-Run as ``python -m rag_pipeline.defs.demo`` (the CLI starts it in a child process); summary: :func:`demo_summary`.
-"""
+Run as ``python -m rag_pipeline.defs.demo`` (the CLI starts it in a child process); summary: :func:`demo_summary`."""
 
 import argparse
 import os

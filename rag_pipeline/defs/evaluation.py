@@ -1,6 +1,5 @@
 """Asset group ``retrieval_evaluation``: dataset → candidates → case metrics → run summary, per dataset × strategy;
-the three run assets are one step (one transaction), retried on transient database errors only.
-"""
+the three run assets are one step (one transaction), retried on transient database errors only."""
 
 import contextlib
 from pathlib import Path
@@ -72,8 +71,7 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
 
     Every problem of the file is reported at once (file, case index and case_id, field) and nothing is
     written. A valid file becomes a row of ``retrieval_evaluation_datasets`` keyed by the SHA-256 of its
-    canonical cases: the same content twice is one dataset version.
-    """
+    canonical cases: the same content twice is one dataset version."""
     dataset_key, _ = split_key(context)
     path: Path | str | None = datasets_dir() / f"{dataset_key}.json"
     with fail_fast_unless_transient():

@@ -1,6 +1,5 @@
 """Lineage from a knowledge base to the evaluations that measured it, with versions (docs/evaluating.md, "Lineage"):
-``knowledge_base`` and the observed bridge asset ``dataset_knowledge_base``.
-"""
+``knowledge_base`` and the observed bridge asset ``dataset_knowledge_base``."""
 
 import json
 

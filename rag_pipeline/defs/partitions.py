@@ -1,6 +1,5 @@
 """Partitions of the evaluation and answer assets: dataset (dynamic) × strategy version, keys
-``"<dataset>|<strategy>"`` (e.g. ``demo|hybrid-v1``), and dataset × answerer.
-"""
+``"<dataset>|<strategy>"`` (e.g. ``demo|hybrid-v1``), and dataset × answerer."""
 
 import warnings
 

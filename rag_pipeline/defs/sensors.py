@@ -1,6 +1,5 @@
 """The sensors (docs/evaluating.md, "Sensors"; docs/failure-behaviour.md); run keys name the dataset version
-(docs/design.md §2), never the file hash.
-"""
+(docs/design.md §2), never the file hash."""
 
 import hashlib
 import json

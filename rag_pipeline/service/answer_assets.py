@@ -1,6 +1,5 @@
 """What the Dagster answer assets do (docs/design.md §7.3): a dataset × answerer partition's answers file (from an
-endpoint, an in-process answerer or a dropped file: :func:`produce_answers`), its coverage and scoring.
-"""
+endpoint, an in-process answerer or a dropped file: :func:`produce_answers`), its coverage and scoring."""
 
 from __future__ import annotations
 

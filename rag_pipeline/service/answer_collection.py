@@ -1,7 +1,6 @@
 """Collect a dataset's answers into an answers file, from a RAG endpoint or an in-process answerer: the operation
 behind ``rag-pipeline answers collect`` and ``POST /datasets/{name}/answers/collect`` (docs/answers-collection.md).
-Every input is checked before the file is touched; the API's collection is guarded and bounded.
-"""
+Every input is checked before the file is touched; the API's collection is guarded and bounded."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Comparing two stored answer runs case by case (docs/design.md §12.6), with the paired statistics the
-retrieval comparison uses (:mod:`rag_pipeline.analysis.statistics`).
-"""
+retrieval comparison uses (:mod:`rag_pipeline.analysis.statistics`)."""
 
 from __future__ import annotations
 

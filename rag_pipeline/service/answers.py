@@ -1,6 +1,5 @@
 """Answer operations (docs/design.md §12): score an answers file against a dataset (nothing stored on any error),
-list and read stored answer runs, re-score one with other settings, compare two.
-"""
+list and read stored answer runs, re-score one with other settings, compare two."""
 
 from __future__ import annotations
 

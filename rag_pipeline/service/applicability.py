@@ -1,6 +1,5 @@
 """Which strategies can run on a knowledge base: the one applicability rule (docs/design.md §3.2), asked by every
-front end and the sensor, so none offers what another refuses. Cheap: loading a model stays with the preflight.
-"""
+front end and the sensor, so none offers what another refuses. Cheap: loading a model stays with the preflight."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """One case of a stored run diagnosed on demand with the exact global leg ranks of its missed relevant chunks
-(docs/design.md §4.3; ``rag-pipeline show RUN --case ID --global-ranks``), cached per knowledge-base state.
-"""
+(docs/design.md §4.3; ``rag-pipeline show RUN --case ID --global-ranks``), cached per knowledge-base state."""
 
 from __future__ import annotations
 

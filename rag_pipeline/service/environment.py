@@ -1,6 +1,5 @@
 """The checks of ``rag-pipeline doctor`` (docs/design.md §7.2): each returns a :class:`Check`, ``OK``, ``WARN`` or
-``FAIL`` with the fix, and never raises.
-"""
+``FAIL`` with the fix, and never raises."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Lineage from knowledge base to evaluation run: knowledge-base content versions, which knowledge base each
-dataset names, and the current runs that measured an older version than the knowledge base has now.
-"""
+dataset names, and the current runs that measured an older version than the knowledge base has now."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Queued evaluations (docs/http-api.md, "Evaluations are asynchronous"): run rows the HTTP API and the console create,
-that Dagster's ``queued_evaluations`` sensor turns into one ``evaluate_strategies`` run each click.
-"""
+that Dagster's ``queued_evaluations`` sensor turns into one ``evaluate_strategies`` run each click."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The FastAPI application: ``create_app()`` (what ``rag-pipeline serve`` runs under uvicorn): the API under
-``/api/v1`` (OpenAPI at ``/docs``), the admin console under ``/admin``, ``/healthz``.
-"""
+``/api/v1`` (OpenAPI at ``/docs``), the admin console under ``/admin``, ``/healthz``."""
 
 from __future__ import annotations
 

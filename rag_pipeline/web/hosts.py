@@ -1,6 +1,5 @@
 """Which ``Host`` a request may name: the DNS-rebinding guard of ``rag-pipeline serve`` (docs/http-api.md,
-"Security"): a 421 unless a loopback name on the server's port, or, with ``RAG_API_TOKEN``, ``RAG_ALLOWED_HOSTS``.
-"""
+"Security"): a 421 unless a loopback name on the server's port, or, with ``RAG_API_TOKEN``, ``RAG_ALLOWED_HOSTS``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Every error of the HTTP service as RFC 9457 problem details (``application/problem+json``), never a traceback
-(docs/http-api.md, "Errors"); a bug or a database failure names only an ``error_id`` found in the server log.
-"""
+(docs/http-api.md, "Errors"); a bug or a database failure names only an ``error_id`` found in the server log."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Rules every request meets before a route's own code runs (a NUL byte is a 422, a 405 lists every allowed method),
-and the name patterns the OpenAPI schema states (docs/http-api.md, "Errors"; docs/design.md §2.4).
-"""
+and the name patterns the OpenAPI schema states (docs/http-api.md, "Errors"; docs/design.md §2.4)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Who may call the service: the API token, the console's login session, and the cross-site request checks
-(docs/http-api.md, "Security").
-"""
+(docs/http-api.md, "Security")."""
 
 from __future__ import annotations
 

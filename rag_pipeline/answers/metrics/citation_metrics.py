@@ -1,6 +1,5 @@
 """An answer's citations against the labels, the retrieved chunks and the chunks' text (docs/design.md §12.3);
-each metric returns ``(value, None)`` or ``(None, reason)``.
-"""
+each metric returns ``(value, None)`` or ``(None, reason)``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Score one case's answer record against its labelled case: metrics, citations, refusal, verdict, answer_score
 (docs/design.md §12.3–§12.5). Pure: no database; the caller passes the knowledge base's chunk ids and the text of
-the cited chunks.
-"""
+the cited chunks."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """``rag-pipeline answers collect``: a dataset's answers from a RAG endpoint or an answerer, into an answers file
-(docs/answers-collection.md; the file: docs/design.md §12.2).
-"""
+(docs/answers-collection.md; the file: docs/design.md §12.2)."""
 
 from __future__ import annotations
 

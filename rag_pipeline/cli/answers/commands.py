@@ -1,6 +1,5 @@
 """``rag-pipeline answers evaluate | runs | show | compare | collect`` (docs/design.md §7.2, §12); ``collect`` is
-:mod:`rag_pipeline.cli.answers.collect`.
-"""
+:mod:`rag_pipeline.cli.answers.collect`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The text form of the ``answers`` commands (docs/design.md §12.3–12.5), through
-:func:`rag_pipeline.analysis.text_table.text_table`; an undefined mean is ``-``, never 0.
-"""
+:func:`rag_pipeline.analysis.text_table.text_table`; an undefined mean is ``-``, never 0."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Asset group ``answer_evaluation`` (docs/design.md §7.3) over :mod:`rag_pipeline.service.answer_assets`; its config
-holds no secret: a header is ``{env: VARIABLE}`` (docs/answers-collection.md).
-"""
+holds no secret: a header is ``{env: VARIABLE}`` (docs/answers-collection.md)."""
 
 import warnings
 from urllib.parse import urlsplit

@@ -1,6 +1,5 @@
 """Finding chunk ids to label (``rag-pipeline chunks``, ``GET /api/v1/knowledge-bases/{id}/chunks``) with the
-retrieval legs of :mod:`rag_pipeline.retrieval.search`.
-"""
+retrieval legs of :mod:`rag_pipeline.retrieval.search`."""
 
 from __future__ import annotations
 

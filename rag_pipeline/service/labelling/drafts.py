@@ -1,6 +1,5 @@
 """The label draft (docs/labelling.md): pooled candidates of several strategies per question (:func:`pool`), judged
-by a person, then a dataset file or version (:func:`export_draft`, :func:`store_draft`) after the label check.
-"""
+by a person, then a dataset file or version (:func:`export_draft`, :func:`store_draft`) after the label check."""
 
 from __future__ import annotations
 

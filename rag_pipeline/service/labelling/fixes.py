@@ -15,8 +15,7 @@ A label that is not fixed stays as it was, so the output is a complete dataset a
 change (case, old id, new ids, reason, overlap) and every listed label are in the result and in the output file's
 ``metadata.label_fixes``, with the source dataset's name, version and knowledge base: whoever compares runs across
 chunkings can see that labels were re-mapped. A re-mapped label keeps its grade; two labels landing on one chunk
-keep the higher grade.
-"""
+keep the higher grade."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Answer run pages (docs/design.md §12.6): a run's summary and its cases, sorted and filtered on the server by plain
-GET links (``/admin/answer-runs/{run_id}``), and one case (``…/cases/{case_id}``).
-"""
+GET links (``/admin/answer-runs/{run_id}``), and one case (``…/cases/{case_id}``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Inline SVG charts rendered on the server: each metric of a dataset (or answer figure, docs/design.md §12.6) over
-time, one line per strategy (answerer), every point a link to its run.
-"""
+time, one line per strategy (answerer), every point a link to its run."""
 
 from __future__ import annotations
 

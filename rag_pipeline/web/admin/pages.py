@@ -1,6 +1,5 @@
 """Shared page plumbing of the console: the Jinja2 environment, :func:`render`, template filters, and the CSS/JS
-assets of ``static/`` (:data:`static_router`, no login, no sub-paths).
-"""
+assets of ``static/`` (:data:`static_router`, no login, no sub-paths)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Answer runs over HTTP (docs/design.md §6.2, §12): upload an answers file to score, list and read the stored
-runs, compare two, and collect a dataset's answers from an endpoint the operator allowed.
-"""
+runs, compare two, and collect a dataset's answers from an endpoint the operator allowed."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """``POST`` / ``GET /api/v1/knowledge-bases/{id}/retrieval/datasets``: upload a labelled dataset (validated and
-limited exactly like a dataset file), list them.
-"""
+limited exactly like a dataset file), list them."""
 
 from __future__ import annotations
 
