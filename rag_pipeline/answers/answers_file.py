@@ -18,6 +18,7 @@ from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.datasets.strict_json import (
     MAX_LISTED_PROBLEMS,
     NonFinite,
+    field_path,
     got,
     json_problems,
     object_hook,
@@ -184,7 +185,7 @@ def _record(line: str, number: int, problems: list[AnswersProblem]) -> tuple[dic
         record = AnswerRecord.model_validate(data)
     except ValidationError as exc:
         flagged = {p.field for p in found}  # a non-finite number is reported once, as such
-        problems.extend(p for p in (AnswersProblem(_message(e), number, _field(e["loc"]) or None)
+        problems.extend(p for p in (AnswersProblem(_message(e), number, field_path(e["loc"]) or None)
                                     for e in exc.errors()) if p.field not in flagged)
         return data, None
     return data, None if found else record
@@ -219,13 +220,6 @@ def _unstorable(data: dict) -> list[tuple[str, str]]:
                     item.encode("utf-8")
                 except UnicodeEncodeError:
                     out.append((where, "contains an unpaired UTF-16 surrogate (invalid Unicode)"))
-    return out
-
-
-def _field(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
 

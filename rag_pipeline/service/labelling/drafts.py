@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from rag_pipeline.contracts.labelling import FORMAT, Draft, DraftCandidate, DraftExport, DraftQuestion, LeftOut
 from rag_pipeline.evaluation.datasets.label_check import check_labels
 from rag_pipeline.evaluation.datasets.load import Dataset, load_dataset, parse_dataset
-from rag_pipeline.evaluation.datasets.strict_json import JsonReadError, decode_json
+from rag_pipeline.evaluation.datasets.strict_json import JsonReadError, decode_json, field_path
 from rag_pipeline.evaluation.runs.results import store_dataset
 from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
@@ -57,7 +57,7 @@ def load_draft(path: str | Path) -> Draft:
     try:
         draft = Draft.model_validate(_plain(data))
     except ValidationError as exc:
-        lines = [f"  {_where(e['loc'])}: {e['msg']}" for e in exc.errors()[:50]]
+        lines = [f"  {field_path(e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()[:50]]
         raise DraftError(f"invalid draft {path}:\n" + "\n".join(lines)) from None
     problems = [f"  questions[{i}]: case_id {q.case_id!r} is used twice"
                 for i, q in enumerate(draft.questions) if [x.case_id for x in draft.questions].index(q.case_id) != i]
@@ -72,23 +72,12 @@ def _plain(value):
     """JSON as plain dicts/lists (the decoder's duplicate-key tracking dicts become dicts)."""
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _where(loc) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
+    return [_plain(v) for v in value] if isinstance(value, list) else value
 
 
 def save_draft(draft: Draft, path: str | Path) -> None:
     """Write the draft atomically (a temporary file renamed over it): a crash never leaves half a draft."""
-    path = Path(path)
-    text = json.dumps(draft.model_dump(), ensure_ascii=False, indent=1) + "\n"
-    write_atomic(path, text)
+    write_atomic(Path(path), json.dumps(draft.model_dump(), ensure_ascii=False, indent=1) + "\n")
 
 
 def export_cases(draft: Draft, *, binary: bool = False) -> tuple[list[dict], list[tuple[str, str]]]:
