@@ -52,9 +52,7 @@ def _citation_mark(c: AnswerCitation) -> str:
     relevance = "relevant" if c.is_relevant else "not relevant"
     if c.is_retrieved is False:
         return f"{relevance}, not retrieved"
-    if c.in_knowledge_base is False:
-        return f"{relevance}, not in the knowledge base"
-    return relevance
+    return f"{relevance}, not in the knowledge base" if c.in_knowledge_base is False else relevance
 
 
 def case_text(case: AnswerCaseResult) -> str:

@@ -33,16 +33,12 @@ def _fmt(value: Any, digits: int = 4) -> str:
     """A metric as text: ``0.4321``; ``—`` for a missing value."""
     if value is None:
         return "—"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
 def _signed(value: Any, digits: int = 4) -> str:
     """A delta as text with its sign: ``+0.0123``."""
-    if value is None:
-        return "—"
-    return f"{value:+.{digits}f}"
+    return "—" if value is None else f"{value:+.{digits}f}"
 
 
 def _when(value: Any) -> str:
