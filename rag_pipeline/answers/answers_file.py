@@ -81,8 +81,7 @@ class AnswersFile:
 
 def read_answers(answers: str | Path | bytes, *, case_ids: Sequence[str], filename: str | None = None
                  ) -> AnswersFile:
-    """Read and validate an answers file (a path, or the bytes of an upload named ``filename``) against the
-    dataset's ``case_ids``; :class:`AnswersFileError` lists every problem."""
+    """Read and validate an answers file (a path or upload bytes) against ``case_ids``; every problem listed."""
     if isinstance(answers, bytes):
         return parse_answers(answers, case_ids=case_ids, source=printable(filename or "<answers>"))
     source = printable(Path(answers))
@@ -204,8 +203,7 @@ def _case_id_of(line: str) -> str | None:
 
 
 def _unstorable(data: dict) -> list[tuple[str, str]]:
-    """``(field, message)`` of the strings PostgreSQL cannot store (a NUL, a lone surrogate), in the fields that
-    are stored (``raw_response`` is not)."""
+    """``(field, message)`` of the stored strings PostgreSQL cannot store (a NUL, a lone surrogate)."""
     out = []
     for key, value in data.items():
         items = value if isinstance(value, list) else [value]
@@ -233,8 +231,7 @@ def _message(error: ErrorDetails) -> str:
 
 
 def line_problems(line: str) -> list[AnswersProblem]:
-    """What this reader would refuse in one line on its own (the file-wide checks aside: a case of the dataset,
-    once, one answerer): the collector checks each line it writes with it."""
+    """What this reader refuses in one line on its own (the collector checks each line it writes)."""
     problems: list[AnswersProblem] = []
     _record(line, 1, problems)
     return problems

@@ -61,8 +61,7 @@ class Terminated(KeyboardInterrupt):  # named after the signal, like KeyboardInt
 
 
 def _quiet_stdout() -> None:
-    """stdout's reader went away (``| head``): send what is left to /dev/null, so that neither this command
-    nor the interpreter's final flush reports ``Broken pipe``."""
+    """stdout's reader went away (``| head``): the rest goes to /dev/null, no ``Broken pipe`` report."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -71,8 +70,7 @@ def _quiet_stdout() -> None:
 
 
 def guarded(*extra_user_errors: type[BaseException]) -> Callable[[Command], Command]:
-    """Decorator for a command function: user errors (the shared ones, ``OSError`` and ``extra_user_errors``)
-    → their message and their kind's exit code (2 unless the kind says otherwise)."""
+    """Decorator for a command: a user error → its message and its kind's exit code (2 by default)."""
     user_errors: tuple[type[BaseException], ...] = (*USER_ERRORS, OSError, *extra_user_errors)
 
     def decorate(func: Command) -> Command:

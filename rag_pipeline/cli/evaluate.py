@@ -130,8 +130,7 @@ def _report_options(args: argparse.Namespace) -> dict:
 
 
 def _add_report_options(p: argparse.ArgumentParser, *, text: bool = False) -> None:
-    """``--candidates``, ``--case``, ``--format`` and ``--include-text`` of ``evaluate`` and ``show`` (``text``:
-    ``--format text`` too)."""
+    """``--candidates``, ``--case``, ``--format`` and ``--include-text`` of ``evaluate`` and ``show``."""
     p.add_argument("--candidates", choices=CANDIDATE_MODES, default="default",
                    help="which candidates each case lists: default = the selected ones plus every relevant one (with "
                         "the diagnosis of each missed relevant chunk in miss_reasons); all = the full pool; "
@@ -145,8 +144,7 @@ def _add_report_options(p: argparse.ArgumentParser, *, text: bool = False) -> No
 
 
 def _show_case(engine, run_id: str, args: argparse.Namespace) -> int:
-    """``show RUN --case ID --global-ranks``: the case's miss diagnosis computed now, with each missed relevant
-    chunk's exact rank among every chunk of the KB in each leg (``service.case_diagnosis``)."""
+    """``show RUN --case ID --global-ranks``: the case's miss diagnosis with exact global ranks, computed now."""
     found = case_diagnosis(engine, run_id, args.case)
     text = json.dumps(found.model_dump(exclude_unset=True), ensure_ascii=False,
                       indent=None if args.format == "jsonl" else 2)

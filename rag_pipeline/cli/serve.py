@@ -23,8 +23,7 @@ DAEMON_START_WAIT_S = 180.0
 
 
 def dagster_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A copy of ``environ`` (default: this process's) completed with ``DAGSTER_HOME`` and ``RAG_DAGSTER_PG_URL``;
-    ``ValueError`` when there is no Dagster instance to use."""
+    """``environ`` completed with ``DAGSTER_HOME`` and ``RAG_DAGSTER_PG_URL``; ``ValueError`` without an instance."""
     from rag_pipeline.storage import embedded_server  # noqa: PLC0415 - the CLI stays light
     from rag_pipeline.storage.engine import dagster_database_url  # noqa: PLC0415
 

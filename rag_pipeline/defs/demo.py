@@ -137,8 +137,7 @@ def answer_figures(run: AnswerRun) -> str:
 
 def demo_summary(comp: StrategyComparison, report_paths: list[Path], *, dataset: str = "demo",
                  cli: str = ".venv/bin/rag-pipeline", answers: AnswerRun | None = None) -> str:
-    """The plain-text end of ``make run``: the comparison table, the answer figures, the gate and what it means,
-    the report files, and the next commands to try."""
+    """The plain-text end of ``make run``: comparison, answer figures, gate, report files, next commands."""
     lines = [render_plain(comp, details=False), ""]
     if answers is not None:
         lines += [answer_figures(answers), ""]

@@ -154,8 +154,7 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
 
 def this_attempts_run(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
                       queued_run_id: str | None, partition: str) -> tuple[str | None, bool]:
-    """The queued run row this attempt of the step carries out (docs/failure-behaviour.md, "Retries"), and
-    whether an earlier attempt already stored it."""
+    """The queued run row this attempt carries out, and whether an earlier attempt already stored it."""
     if context.retry_number == 0:
         return queued_run_id, False
 

@@ -126,8 +126,7 @@ def _write(path: str | Path, strategy: Strategy, comment: str) -> WrittenStrateg
 
 
 def comparison_ready(engine: sa.Engine, dataset: str, baseline: str = DEFAULT_BASELINE) -> bool | str:
-    """True when a comparison of ``dataset`` can run: the baseline and at least one other strategy have a
-    succeeded run on its latest version; else the reason it cannot (for a sensor's skip reason)."""
+    """True when the baseline and another strategy have a succeeded run on the latest version; else why not."""
     try:
         with engine.connect() as conn:
             selection = comparison.select_runs(conn, dataset)

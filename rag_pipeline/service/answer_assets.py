@@ -128,8 +128,7 @@ def produce_answers(dataset: str, answerer: str, *, endpoint: EndpointConfig | N
 
 def score_partition(engine: sa.Engine, dataset: str, answerer: str, path: str | Path, *, knowledge_base: str,
                     named_answerer: str | None, partition_key: str, dagster_run_id: str) -> AnswerReport:
-    """Score and store the answers file of a partition (``service.answers.evaluate_answers``); the answerer is
-    the one the lines name, else the partition's."""
+    """Score and store a partition's answers file; the answerer is the one the lines name, else the partition's."""
     return evaluate_answers(engine, knowledge_base, datasets_dir() / f"{dataset}.json", path,
                             answerer=None if named_answerer else answerer, partition_key=partition_key,
                             dagster_run_id=dagster_run_id)
@@ -146,8 +145,7 @@ class DatasetAnswerView:
 
 
 def dataset_answer_view(engine: sa.Engine, dataset: str, *, baseline: str = "extractive-v1") -> DatasetAnswerView:
-    """Latest run per answerer name of ``dataset`` (newest first), compared with ``baseline``'s latest run (or,
-    without one, the newest run's)."""
+    """Latest run per answerer of ``dataset`` (newest first), compared with ``baseline``'s (else the newest)."""
     latest: dict[str, AnswerRun] = {}
     for run in list_answer_runs(engine, dataset=dataset, limit=10_000).runs:
         latest.setdefault(run.answerer, run)

@@ -98,8 +98,7 @@ def _score_and_store(engine: sa.Engine, kb, data: Dataset, records: dict[str, An
 
 def judge_answers(results: list[AnswerCaseResult], chunk_text: dict[str, str], config: JudgeConfig, *,
                   progress: Callable[[int, int], None] | None = None) -> list[AnswerCaseResult]:
-    """``results`` with :attr:`AnswerCaseResult.judge` filled for every answered case (docs/design.md §12.4,
-    docs/judge.md); a case without an answer keeps ``judge`` None."""
+    """``results`` with :attr:`AnswerCaseResult.judge` filled for every answered case (docs/judge.md)."""
     answered = [i for i, r in enumerate(results) if r.status == "ok" and r.answer is not None]
     items = [JudgeItem(question=results[i].question, answer=results[i].answer or "",
                        cited_chunk_texts={c.chunk_id: chunk_text[c.chunk_id.strip().lower()]
@@ -164,8 +163,7 @@ def get_answer_run(engine: sa.Engine, run_id: str, *, verdict: str | None = None
 
 
 def is_wrong_but_confident(case: AnswerCaseResult) -> bool:
-    """Answered (status ok), not refused, ``answer_score`` −1, and either citing at least one chunk or with
-    ``lexical_support`` ≥ :data:`CONFIDENT_SUPPORT` (docs/design.md §12.6)."""
+    """Answered, not refused, scored −1, and citing a chunk or lexically supported (docs/design.md §12.6)."""
     support = case.answer_metrics.lexical_support
     return (case.status == "ok" and not case.refused and case.answer_metrics.answer_score == -1
             and (bool(case.citations) or (support is not None and support >= CONFIDENT_SUPPORT)))

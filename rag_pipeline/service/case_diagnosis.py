@@ -21,8 +21,7 @@ _lock = threading.Lock()
 
 
 def case_diagnosis(engine: sa.Engine, run_id: str, case_id: str) -> CaseDiagnosis:
-    """Diagnose case ``case_id`` of run ``run_id`` (a UUID or a unique prefix) with exact global ranks;
-    :class:`RunNotFoundError` for an unknown run or a case the run does not have."""
+    """Diagnose case ``case_id`` of run ``run_id`` (UUID or unique prefix) with exact global ranks."""
     with engine.connect() as conn:
         run_uuid = str(resolve_run_id(conn, run_id))
         state = knowledge_base_state(conn, run_uuid)

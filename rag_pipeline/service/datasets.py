@@ -31,8 +31,7 @@ def register_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | 
 
 
 def describe_stored_dataset(engine: sa.Engine, dataset_id: str, expected_name: str | None = None) -> StoredDataset:
-    """A dataset version already stored (e.g. uploaded through the HTTP API), described like
-    :func:`register_dataset` describes a file (``path`` None); ``expected_name``: it must be that dataset."""
+    """A stored dataset version described as :func:`register_dataset` describes a file (``path`` None)."""
     ref = resolve_dataset(engine, dataset_id, source="stored")
     if expected_name is not None and ref.dataset.name != expected_name:
         raise DatasetError(f"dataset version {dataset_id}", [DatasetProblem(

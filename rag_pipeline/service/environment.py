@@ -59,8 +59,7 @@ def check_database() -> list[Check]:
 
 
 def check_daemon() -> Check:
-    """A Dagster daemon is picking up queued runs: its ``queued_evaluations`` sensor ticked in the last minute
-    (the API's ``/healthz`` reads the same)."""
+    """A Dagster daemon picks queued runs up: its ``queued_evaluations`` sensor ticked in the last minute."""
     queue = queue_status(lambda: get_engine(migrate=False))
     if queue.daemon_running:
         return Check("dagster daemon", "OK", "running (its queued_evaluations sensor ticks)")

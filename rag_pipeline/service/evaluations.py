@@ -75,8 +75,7 @@ def check_labels_first(engine: sa.Engine, ref: DatasetRef, *, strict: bool = Fal
 
 
 def label_headline(report: LabelReport) -> str | None:
-    """One line for a run with some invalid labels (None when all are valid): counts, the dominant cause, and
-    the first example with its fix."""
+    """One line for a run with invalid labels (None: all valid): counts, the dominant cause, an example."""
     invalid = report.invalid()
     if not invalid:
         return None
@@ -113,8 +112,7 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
                     readers: int | None = None, strict: bool = False, partition_key: str | None = None,
                     dagster_run_id: str | None = None, progress: Progress | None = None,
                     logger: logging.Logger | None = None, queued_run_id: str | None = None) -> EvaluationOutcome:
-    """Evaluate one strategy on a stored dataset version (the Dagster partition run) after the label check;
-    a failure of the queued run ``queued_run_id`` stores its one-line reason in the row."""
+    """Evaluate one strategy on a stored dataset version after the label check (the Dagster step)."""
     try:
         strategy = get_strategy(strategy_version)
         ref = resolve_dataset(engine, dataset_id, source="stored")
@@ -169,8 +167,7 @@ def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "defa
 
 def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: bool = False,
                  candidates: str = "default", case_id: str | None = None, fmt: str = "json") -> int:
-    """Stream the report of run ``run_id`` (id or unique prefix) to ``fp`` as JSON or JSON Lines (``fmt``,
-    :func:`rag_pipeline.evaluation.runs.reports.write_report`); returns the case count."""
+    """Stream the report of run ``run_id`` (id or unique prefix) to ``fp`` as JSON or JSON Lines."""
     with engine.connect() as conn:
         return reports.write_report(conn, run_records.resolve_run_id(conn, run_id), fp, include_text=include_text,
                                     candidates=candidates, case_id=case_id, fmt=fmt)

@@ -83,8 +83,7 @@ def _chunk_rows(conn: sa.Connection, chunk_ids) -> dict[str, ChunkText]:
 
 
 def chunk_texts(engine: sa.Engine, chunk_ids) -> dict[str, ChunkText]:
-    """Chunk id → its text (ids that are not UUIDs or not found are left out). Looked up live: candidate snapshots
-    never store text."""
+    """Chunk id → its text, looked up live (ids not UUIDs or not found are left out)."""
     with engine.connect() as conn:
         return _chunk_rows(conn, chunk_ids)
 

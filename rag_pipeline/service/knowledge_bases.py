@@ -45,8 +45,7 @@ def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_s
 def import_beir(engine: sa.Engine, folder: str | Path, knowledge_base: str, dataset_out: str | Path, *,
                 split: str = "test", models: Sequence[str] = (DEFAULT_MODEL,), text_search: str = "english",
                 k: int = 10, progress: Progress | None = None) -> BeirImportResult:
-    """Ingest a BEIR corpus (one chunk per document) and write its queries + qrels as a dataset file; what
-    is skipped is listed in the file's ``metadata`` and the result."""
+    """Ingest a BEIR corpus (a chunk per document) and write its queries + qrels as a dataset file."""
     check_name(KNOWLEDGE_BASE, knowledge_base)
     out = Path(dataset_out)
     check_name(DATASET, out.stem)  # the dataset written is named by its file stem
@@ -91,8 +90,7 @@ def _describe(conn: sa.Connection, name_or_id: str, registry: dict[str, Strategy
 
 
 def list_knowledge_bases(engine: sa.Engine) -> list[KnowledgeBaseInfo]:
-    """Every knowledge base by name: counts (documents, searchable, chunks, embeddings per model), text mode,
-    the strategies it can run, and how many datasets and runs it has."""
+    """Every knowledge base by name: counts, text mode, the strategies it can run, its datasets and runs."""
     registry = load_registry()
     with engine.connect() as conn:
         names = knowledge_base_names(conn)

@@ -26,8 +26,7 @@ def knowledge_base_versions(engine: sa.Engine) -> list[KnowledgeBaseVersion]:
 
 
 def stale_runs(engine: sa.Engine) -> list[StaleRun]:
-    """Current succeeded runs whose recorded knowledge-base version differs from the knowledge base's current one
-    (or was never recorded): what to re-run after new documents arrive."""
+    """Current succeeded runs that measured another knowledge-base version than the current one."""
     with engine.connect() as conn, conn.begin():
         snapshot(conn, read_only=True)
         rows = run_history.current_runs(conn)

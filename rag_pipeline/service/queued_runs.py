@@ -145,8 +145,7 @@ def resume_queued_run(engine: sa.Engine, run_id: str, *, dagster_run_id: str, at
 def end_unrecorded_attempts(engine: sa.Engine, *, dagster_run_id: str, partition_key: str,
                             attempt_error: str | None = None,
                             on_wait: Callable[[BaseException], None] | None = None) -> list:
-    """For a retry of a step that creates its own run row: wait up to :data:`RETRY_WAIT_S` for the database,
-    then end ``failed`` the rows the failed attempt left ``running``; their ids."""
+    """For a retried step: wait for the database, then end ``failed`` the rows the last attempt left running."""
     run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
     return run_records.end_unrecorded_attempts(engine, dagster_run_id=dagster_run_id, partition_key=partition_key,
                                                attempt_error=attempt_error)

@@ -41,8 +41,7 @@ def list_datasets(engine: sa.Engine, knowledge_base: str) -> list[DatasetInfo]:
 
 def find_dataset(engine: sa.Engine, knowledge_base: str | KnowledgeBaseRef, name: str,
                  version: str | None = None) -> DatasetVersion:
-    """A stored dataset version of a knowledge base: the latest of ``name``, or the one whose hash starts with
-    ``version``."""
+    """A stored version of dataset ``name``: the latest, or the one whose hash starts with ``version``."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
         r = stored_version(conn, kb, name, version)

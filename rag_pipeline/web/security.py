@@ -107,8 +107,7 @@ def logged_in(request: Request) -> bool:
 
 
 async def require_api_user(request: Request) -> None:
-    """Dependency of every API route: with ``RAG_API_TOKEN`` set, a bearer token (or a console session plus its
-    CSRF token on state-changing calls)."""
+    """Every API route's dependency: with ``RAG_API_TOKEN``, a bearer token or a session (+ CSRF to change)."""
     token = api_token()
     if not token:
         return

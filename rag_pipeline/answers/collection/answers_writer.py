@@ -199,8 +199,7 @@ class AnswersWriter:
         self._lock = threading.Lock()
 
     def append(self, record: AnswerRecord) -> AnswerRecord:
-        """Append the record's line (:func:`storable`: its error line instead when the readers would refuse it)
-        and return the record written."""
+        """Append the record's line (its :func:`storable` error line if refused); the record written."""
         record, line = storable(record)
         with self._lock:
             written = os.write(self._fd, line)

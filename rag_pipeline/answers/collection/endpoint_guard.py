@@ -198,8 +198,7 @@ def guarded_transport(guard: EndpointGuard, limits: httpx.Limits) -> httpx.Async
 
 
 def allowed_variables(patterns: Sequence[str], environ: typing.Mapping[str, str]) -> dict[str, str]:
-    """The variables of ``environ`` that ``patterns`` (``NAME`` or ``PREFIX*``, as ``RAG_COLLECT_ENV``) name;
-    ``RAG_*`` never."""
+    """The variables of ``environ`` that ``patterns`` (``NAME`` or ``PREFIX*``) name; ``RAG_*`` never."""
     def allowed(name: str) -> bool:
         return any(name == p or (p.endswith("*") and name.startswith(p[:-1])) for p in patterns)
 

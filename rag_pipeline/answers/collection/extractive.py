@@ -138,8 +138,7 @@ class ExtractiveAnswerer:
         return f"{NAME}@{self.params_hash()[:12]}"
 
     def answer_cases(self, cases: Sequence[EvaluationCase]) -> Iterator[AnswerRecord]:
-        """One :class:`AnswerRecord` per case, in order, retrieved per batch (``latency_ms``: the case's share of
-        it); a knowledge base or strategy that cannot be searched raises before the first record."""
+        """One :class:`AnswerRecord` per case, in order, retrieved per batch; bad input raises before the first."""
         with self.engine.connect() as conn:
             kb = resolve_knowledge_base(conn, self.knowledge_base)
             preflight(conn, kb, self.strategy)

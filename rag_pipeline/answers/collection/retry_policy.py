@@ -50,8 +50,7 @@ def wait_before_retry(retry: int, backoff: float, max_wait: float, retry_after: 
 
 
 def describe_failure(exc: BaseException, timeout_s: float, scrub: Callable[[str], str]) -> tuple[str, bool]:
-    """``(what went wrong, whether it is a failure to connect)`` of a :data:`RETRIED_ERRORS` error; ``scrub``
-    removes secrets from the library's message."""
+    """``(what went wrong, whether it failed to connect)`` of a :data:`RETRIED_ERRORS` error, scrubbed."""
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
         return f"cannot connect to the endpoint: {type(exc).__name__}: {scrub(str(exc))}", True
     if isinstance(exc, (TimeoutError, httpx.TimeoutException)):

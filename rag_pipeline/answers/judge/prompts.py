@@ -128,8 +128,7 @@ MAX_CANDIDATES = 200
 
 
 def _objects(content: str) -> Iterator[object]:
-    """The whole content as JSON, then each JSON object starting at one of its first :data:`MAX_CANDIDATES` ``{``;
-    JSON nested too deeply or with an integer too long is a :class:`ReplyError`."""
+    """The whole content as JSON, then each object at one of its first :data:`MAX_CANDIDATES` ``{``."""
     decoder = json.JSONDecoder()
     starts = itertools.islice((m.start() for m in re.finditer(r"\{", content)), MAX_CANDIDATES)
     for start in itertools.chain([None], starts):

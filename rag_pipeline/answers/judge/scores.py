@@ -111,8 +111,7 @@ def _judge(client: JudgeClient, item: JudgeItem) -> JudgeScore:
 
 
 def judge_summary(scores: Sequence[JudgeScore | None]) -> AnswerMetricSummary:
-    """The mean faithfulness of the answers the judge gave one to; the others counted by their reason
-    (``not judged: …`` counted as ``not judged``; ``None``: the answer was not sent to the judge)."""
+    """The mean faithfulness of the judged answers; the others counted by reason (None: not sent)."""
     values = [s.faithfulness for s in scores if s is not None and s.faithfulness is not None]
     reasons = Counter("not sent to the judge" if s is None
                       else s.skipped.get("faithfulness", "no value").split(":", 1)[0]

@@ -39,8 +39,7 @@ def distinct_cited(cited: Sequence[str] | None) -> list[str]:
 
 def build_citations(cited: Sequence[str] | None, *, grades: Mapping[str, int], retrieved: Sequence[str] | None,
                     kb_chunk_ids: Collection[str] | None) -> list[AnswerCitation]:
-    """One :class:`AnswerCitation` per distinct cited id; valid: among ``retrieved`` if given, else among
-    ``kb_chunk_ids`` (with neither, none is)."""
+    """One :class:`AnswerCitation` per cited id; valid: among ``retrieved``, else ``kb_chunk_ids``."""
     retrieved_set = None if retrieved is None else {normalise_id(c) for c in retrieved}
     out = []
     for cid in distinct_cited(cited):
@@ -83,8 +82,7 @@ def citation_validity(citations: Sequence[AnswerCitation], *, retrieved_sent: bo
 
 
 def sentence_citation_coverage(answer: str) -> Scored:
-    """Share of the answer's sentences that carry an inline citation marker; undefined when the answer has no
-    marker at all (its citations, if any, are not inline)."""
+    """Share of the answer's sentences with an inline citation marker; undefined without any marker."""
     if not has_marker(answer):
         return None, "citations not inline"
     sentences = split_sentences(answer)
@@ -96,8 +94,7 @@ def _nfkc(text: str) -> str:
 
 
 def support_text(text: str) -> str:
-    """The form lexical support compares: NFKC, case-folded, letters and digits only (white space, punctuation,
-    symbols and ``_`` removed)."""
+    """The form lexical support compares: NFKC, case-folded, letters and digits only."""
     return _NOT_ALNUM.sub("", _nfkc(text).casefold())
 
 

@@ -54,8 +54,7 @@ def _unanswered(case: EvaluationCase, record: AnswerRecord | None, relevant: lis
 
 def score_case(case: EvaluationCase, record: AnswerRecord | None, *, kb_chunk_ids: Collection[str] | None,
                chunk_text: Mapping[str, str], scoring: AnswerScoring) -> AnswerCaseResult:
-    """One case's :class:`AnswerCaseResult` (``record`` None or ``error``: every metric "no answer");
-    ``chunk_text`` and ``kb_chunk_ids`` are keyed by lower-case chunk id."""
+    """One case's :class:`AnswerCaseResult`; ids of ``chunk_text`` and ``kb_chunk_ids`` are lower-case."""
     relevant = [cm.normalise_id(c) for c in case.relevant_chunk_ids]
     if record is None or record.status == "error":
         return _unanswered(case, record, relevant)

@@ -143,8 +143,7 @@ def answer_contains(answer: str, references: Sequence[str]) -> float:
 
 
 def key_point_recall(answer: str, key_points: Sequence[str]) -> float:
-    """Share of the key points the answer contains, each tested as :func:`answer_contains` tests a reference
-    (docs/design.md §12.3)."""
+    """Share of the key points the answer contains, each tested as :func:`answer_contains` does."""
     if isinstance(key_points, str) or not key_points:
         raise ValueError("key_points must be a non-empty sequence of strings")
     return sum(_contains(answer, point) for point in key_points) / len(key_points)

@@ -92,8 +92,7 @@ def case_results(conn: sa.Connection, run_id, verdict: str | None) -> Sequence[s
 
 
 def cited_chunks(conn: sa.Connection, kb_id, ids: Sequence[str]) -> Sequence[sa.Row]:
-    """``(id, content, searchable)`` of the chunks of knowledge base ``kb_id`` among ``ids`` (UUID strings):
-    one statement, only those chunks."""
+    """``(id, content, searchable)`` of the chunks of knowledge base ``kb_id`` among ``ids``."""
     return [] if not ids else conn.execute(sa.text(_CITED_SQL), {"kb": str(kb_id), "ids": list(ids)}).all()
 
 

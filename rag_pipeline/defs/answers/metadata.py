@@ -19,8 +19,7 @@ COMPARED_METRICS = ("exact_match", "f1", "citation_precision", "citation_recall"
 
 def answer_coverage_result(cases: int, answered: int, missing_case_ids: list[str], floor: float
                            ) -> dg.AssetCheckResult:
-    """``answer_coverage``: passed when every case is answered; else WARN, or ERROR below ``floor``. A dataset
-    without cases has no coverage: ERROR."""
+    """``answer_coverage``: passed when every case is answered; else WARN, or ERROR below ``floor`` or no cases."""
     coverage = answered / cases if cases else None
     passed = coverage == 1.0
     severity = (dg.AssetCheckSeverity.ERROR if coverage is None or coverage < floor

@@ -126,8 +126,7 @@ def questions_from_text(text: str, k: int, source: str = "questions") -> list[Dr
 
 
 def read_questions(path: str | Path, knowledge_base: str, k: int) -> list[DraftQuestion]:
-    """Questions of a text file, or of a dataset file (its case ids, k and labels: a labelled chunk keeps its grade
-    as a prior judgment)."""
+    """Questions of a text file, or of a dataset file (its labels kept as prior judgments)."""
     path = Path(path)
     try:
         raw = read_bounded(path, MAX_QUESTIONS_BYTES, what="questions file")
@@ -200,8 +199,7 @@ def _candidate(row: ChunkRow | None, chunk_id: str, found_by: dict[str, int], gr
 def suggest(engine: sa.Engine, knowledge_base: str, questions: str | Path, output: str | Path, *,
             strategies: Sequence[str] | None = None, depth: int = 10, k: int = 10,
             name: str | None = None) -> Draft:
-    """Pool the candidates for every question of ``questions`` and write the draft to ``output`` (after every
-    check: nothing is written on an error)."""
+    """Pool the candidates of every question and write the draft to ``output`` (nothing written on an error)."""
     output = Path(output)
     if output.is_dir():
         raise OSError(f"--output {output} is a directory; give a file name (e.g. {output / 'draft.json'})")
@@ -251,8 +249,7 @@ def open_console_draft(knowledge_base: str, name: str) -> Draft:
 
 
 def _checked(engine: sa.Engine, draft: Draft, name: str, source: str, binary: bool) -> tuple[Dataset, str, DraftExport]:
-    """The dataset of a draft's judged questions, as JSON text and as the export to report; :class:`DraftError`
-    when no case is ready or a label is invalid."""
+    """The dataset of a draft's judged questions, its JSON text and the export; :class:`DraftError` if none."""
     cases, left_out = export_cases(draft, binary=binary)
     if not cases:
         raise DraftError(f"no question of the draft has a candidate judged relevant yet ({len(left_out)} left out): "

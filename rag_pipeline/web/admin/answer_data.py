@@ -50,8 +50,7 @@ def _retrieval_run(engine: sa.Engine, run: AnswerRun):
 
 
 def answer_history(engine: sa.Engine, dataset: str, knowledge_base: str) -> list[HistoryPoint]:
-    """Every stored answer run of ``dataset`` on ``knowledge_base`` as a chart point, one line per answerer
-    (``NAME@VERSION``); ``is_current`` marks each answerer's newest run."""
+    """Every answer run of ``dataset`` as a chart point, a line per answerer; ``is_current`` marks the newest."""
     runs = list_answer_runs(engine, dataset=dataset, knowledge_base=knowledge_base, limit=MAX_HISTORY_RUNS).runs
     seen: set[str] = set()
     points = []
