@@ -92,8 +92,7 @@ def _basic(user: str, password: str) -> list[str]:
 
 
 def header_secrets(value: str) -> list[str]:
-    """The secret values of one header value: the whole value, the token after a scheme word (``Bearer abc`` →
-    ``abc``), and for ``Basic`` the decoded ``user:password`` and the password."""
+    """The secrets of a header value: the whole, the token after a scheme word, and Basic's decoded parts."""
     values = [value]
     scheme = _SCHEME_WORD.match(value)
     if scheme:

@@ -62,8 +62,7 @@ def start_daemon(env: Mapping[str, str]) -> subprocess.Popen:
 
 
 def local_daemon(dagster_home: str | os.PathLike) -> int | None:
-    """The pid of a Dagster daemon process (``dagster-daemon run``, or ``python -m dagster._daemon run`` as
-    ``dagster dev`` starts it) of ``dagster_home`` (its environment's, else its working folder) on this machine."""
+    """The pid of a Dagster daemon process of ``dagster_home`` on this machine (None: none runs)."""
     import psutil  # noqa: PLC0415
 
     want = os.path.realpath(dagster_home)
@@ -82,8 +81,7 @@ def local_daemon(dagster_home: str | os.PathLike) -> int | None:
 
 
 def wait_for_daemon(timeout_s: float = DAEMON_START_WAIT_S, interval_s: float = 3.0) -> bool:
-    """Wait until a Dagster daemon picks queued runs up (say so on stderr) or ``timeout_s`` passed (then warn, with
-    the fix); returns whether one does (``make dev`` starts its daemon while the server starts)."""
+    """Wait until a Dagster daemon picks queued runs up or ``timeout_s`` passed (then warn); whether one does."""
     from rag_pipeline.service.queued_runs import queue_status  # noqa: PLC0415
     from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
 

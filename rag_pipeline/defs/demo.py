@@ -122,8 +122,7 @@ ANSWER_FIGURES = (("EM", "exact_match"), ("F1", "f1"), ("citation P", "citation_
 
 
 def answer_figures(run: AnswerRun) -> str:
-    """The answer figures of ``make run``: EM, F1, citation P/R, refusal recall, false refusal rate and the
-    CRAG-style answer_score (mean, with the cases scored; "—" when undefined), then the verdict counts."""
+    """The answer figures of ``make run`` (mean and cases scored; "—" when undefined), then the verdicts."""
     s = run.summary
     figures = [(label, s.metrics[name]) for label, name in ANSWER_FIGURES[:4]]
     figures += [("refusal recall", s.refusal_recall), ("false refusal rate", s.false_refusal_rate),

@@ -183,8 +183,7 @@ def this_attempts_run(context: dg.AssetExecutionContext | dg.OpExecutionContext,
 
 
 def previous_attempt_error(context: dg.AssetExecutionContext | dg.OpExecutionContext) -> str | None:
-    """The error the previous attempt of this step failed with, as Dagster logged it (the innermost cause:
-    ``Type: message``); None when the event log has none or cannot be read."""
+    """The innermost error the previous attempt of this step failed with (``Type: message``), or None."""
     step_key = context.get_step_execution_context().step.key
     try:
         entries = context.instance.all_logs(context.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY)
@@ -216,8 +215,7 @@ def evaluate_partition(context: dg.AssetExecutionContext | dg.OpExecutionContext
                        dataset_id: str, version: str, partition: str, *, batch_size: int, readers: int,
                        strict: bool, queued_run_id: str | None, worker: str,
                        stored: bool = False) -> dict[str, dict]:
-    """Evaluate strategy ``version`` on a stored dataset version as partition ``partition``; the metadata of each
-    asset of :data:`md.RUN_ASSETS`. ``stored``: an earlier attempt stored run ``queued_run_id`` already."""
+    """Evaluate strategy ``version`` as partition ``partition``; the metadata of each of :data:`md.RUN_ASSETS`."""
     engine = rag_db.engine(readers or None)
     if stored:
         context.log.info(f"{version}: evaluation run {queued_run_id} was stored by an earlier attempt of this step; "

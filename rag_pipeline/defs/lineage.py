@@ -43,8 +43,7 @@ def latest_data_version(instance: dg.DagsterInstance, key: dg.AssetKey, partitio
 def dataset_observations(instance: dg.DagsterInstance, engine: sa.Engine,
                          versions: dict[str, KnowledgeBaseVersion], datasets: set[str] | None = None
                          ) -> list[dg.AssetObservation]:
-    """New observations of ``dataset_knowledge_base`` for the dataset partitions (all, or ``datasets``) whose
-    knowledge base is in ``versions`` and whose latest observed version differs from it."""
+    """New ``dataset_knowledge_base`` observations of the dataset partitions whose KB version changed."""
     partitions = set(instance.get_dynamic_partitions(DATASETS))
     out = []
     with engine.connect() as conn:

@@ -71,8 +71,7 @@ def tune(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_POOL_STRA
          folds: int = DEFAULT_FOLDS, seed: int = 0, *, knowledge_base: str | None = None,
          version: str | None = None, dataset_version: str | None = None, n_resamples: int = 10000,
          top: int = TOP_CONFIGS, write_to: str | Path | None = None) -> FusionTuning:
-    """Recommend a fusion for ``dataset`` (name, dataset key or file) from the pool strategy's stored pools;
-    ``write_to``: append the tuned strategy to that registry file (created from the active registry if missing)."""
+    """Recommend a fusion for ``dataset`` from the pool strategy's stored pools; ``write_to``: append it there."""
     tuning, rec = _tune(engine, dataset, pool_strategy, metric, folds, seed, knowledge_base=knowledge_base,
                         version=version, dataset_version=dataset_version, n_resamples=n_resamples, top=top)
     if write_to:

@@ -88,8 +88,7 @@ class ProducedAnswers:
 def produce_answers(dataset: str, answerer: str, *, endpoint: EndpointConfig | None = None,
                     knowledge_base: str | None = None, strategy: str | None = None, resume: bool = False,
                     progress: Callable[[CollectionProgress], None] | None = None) -> ProducedAnswers:
-    """Write the answers file of ``<dataset>|<answerer>`` (:func:`answers_file`), afresh unless ``resume``; a
-    failed collection is an :class:`AnswerAssetError`, its lines kept for a resumed run."""
+    """Write the answers file of a partition, afresh unless ``resume`` (failed: :class:`AnswerAssetError`)."""
     dataset_path = datasets_dir() / f"{dataset}.json"
     data = load_dataset(dataset_path, knowledge_base=knowledge_base)
     output = answers_file(dataset, answerer)

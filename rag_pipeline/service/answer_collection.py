@@ -81,8 +81,7 @@ def _collect(output: Path, cases: tuple[EvaluationCase, ...], client: EndpointCl
 
 def api_collection_file(dataset: Dataset, endpoint: EndpointConfig | None, answerer: str | None,
                         strategy: str | None) -> Path:
-    """The answers file of an HTTP API collection: one per (dataset version, endpoint settings or answerer),
-    under ``<project>/.rag_pipeline/api-collections/``, so asking the same again resumes it."""
+    """The answers file of an API collection: one per dataset version and endpoint or answerer (resumable)."""
     what = {"knowledge_base": dataset.knowledge_base, "dataset": dataset.name, "version": dataset.content_hash,
             "endpoint": endpoint.model_dump(mode="json") if endpoint is not None else None,
             "answerer": answerer, "strategy": strategy}

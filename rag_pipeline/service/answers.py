@@ -62,8 +62,7 @@ def evaluate_answers(engine: sa.Engine, knowledge_base: str, dataset: str | Path
 
 
 def rescore_answer_run(engine: sa.Engine, run_id: str, scoring: AnswerScoring) -> AnswerReport:
-    """Score the answers stored with run ``run_id`` again with ``scoring`` (against the knowledge base as it is
-    now), stored as a new run that names the old one; the answers are not collected again."""
+    """Score run ``run_id``'s stored answers again with ``scoring``, stored as a new run naming the old one."""
     with engine.connect() as conn:
         run, row = persistence.load_run(conn, run_id)
         data = load_stored_dataset(conn, row.dataset_id)
@@ -109,8 +108,7 @@ def judge_answers(results: list[AnswerCaseResult], chunk_text: dict[str, str], c
 
 
 def read_json_upload(raw: bytes) -> dict:
-    """The body of a JSON answers upload (``{"dataset": ..., "answers": [...]}``), read strictly: any problem
-    (not UTF-8 or JSON, a duplicate key named with its place, ...) is an :class:`AnswersRequestError` (HTTP 422)."""
+    """The body of a JSON answers upload, read strictly: any problem is an :class:`AnswersRequestError`."""
     try:
         body = loads_strict(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

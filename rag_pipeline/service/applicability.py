@@ -76,8 +76,7 @@ def require_runnable(conn: sa.Connection, kb, strategies: Iterable[Strategy]) ->
 
 def choose_strategies(engine: sa.Engine, knowledge_base: str | KnowledgeBaseRef,
                       versions: Sequence[str] | None) -> list[str]:
-    """The strategy versions to run on a knowledge base: ``versions`` (each must exist and be applicable), or
-    by default every applicable one. Raises :class:`StrategyError` naming each unknown or inapplicable one."""
+    """``versions`` (each existing and applicable, else :class:`StrategyError`), by default every applicable one."""
     registry = load_registry()
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)

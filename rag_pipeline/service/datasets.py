@@ -97,8 +97,7 @@ def dataset_identity(name_or_file: str, knowledge_base: str | None = None) -> tu
 
 
 def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[str] | None = None) -> DatasetRunPlan:
-    """Validate a dataset file and choose the strategies worth running on it: those the knowledge base can run,
-    minus those whose current run already measured this version with the same parameters."""
+    """Validate a dataset file; the runnable strategies whose current run has not measured this version."""
     path = Path(path)
     try:
         ref = resolve_dataset(engine, path, source="file")

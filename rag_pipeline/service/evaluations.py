@@ -94,8 +94,7 @@ def _checklist(report: LabelReport) -> str:
 def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH_SIZE, readers: int | None = None,
              strict: bool = False, progress: Callable[[str, int], Progress | None] | None = None,
              on_labels: Callable[[LabelReport], None] | None = None) -> list[EvaluationOutcome]:
-    """Check the labels (:func:`check_labels_first`, seen by ``on_labels``), then run and store every strategy
-    of ``plan``; ``progress(version, cases)`` may return a per-run callback. Returns the outcomes in order."""
+    """Check the labels (seen by ``on_labels``), then run and store every strategy of ``plan``, in order."""
     ref = plan.dataset
     with engine.connect() as conn:
         require_runnable(conn, ref.kb, plan.strategies)

@@ -32,8 +32,7 @@ def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_s
            chunk_size: int = DEFAULT_CHUNK_SIZE, chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
            models: Sequence[str] = (DEFAULT_MODEL,), rechunk: bool = False,
            progress: Progress | None = None) -> IngestResult:
-    """Bring knowledge base ``knowledge_base`` in line with the documents of ``folder`` (created if new);
-    ``chunk_size`` 0 keeps each document one chunk. Everything is checked before anything is written."""
+    """Bring ``knowledge_base`` in line with the documents of ``folder``, all checked before anything is written."""
     check_name(KNOWLEDGE_BASE, knowledge_base)
     docs = read_folder(folder)
     result = ingest_documents(engine, docs, knowledge_base, text_search=text_search, chunk_size=chunk_size or None,
@@ -65,8 +64,7 @@ def import_beir(engine: sa.Engine, folder: str | Path, knowledge_base: str, data
 
 
 def knowledge_base_stats(engine: sa.Engine, knowledge_base: str) -> KnowledgeBaseStats:
-    """Counts of a knowledge base (name or id): documents, searchable, chunks, embeddings per model, and its
-    content ``version`` (:mod:`rag_pipeline.knowledge_base.versions`), read in one snapshot."""
+    """Counts of a knowledge base (name or id) and its content ``version``, read in one snapshot."""
     with engine.connect() as conn, conn.begin():
         snapshot(conn, read_only=False)
         stats = lifecycle.knowledge_base_stats(conn, knowledge_base)

@@ -136,8 +136,7 @@ def end_gone_runs(engine: sa.Engine, dagster_ended: Callable[[Sequence[str]], Ma
 
 def resume_queued_run(engine: sa.Engine, run_id: str, *, dagster_run_id: str, attempt_error: str | None = None,
                       on_wait: Callable[[BaseException], None] | None = None) -> run_records.Attempt:
-    """For a retry of the step carrying out queued run ``run_id``: wait up to :data:`RETRY_WAIT_S` for the
-    database, then the row this attempt evaluates (:func:`rag_pipeline.evaluation.runs.lifecycle.resume_queued_run`)."""
+    """For a retried step: wait up to :data:`RETRY_WAIT_S` for the database, then the row it evaluates."""
     run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
     return run_records.resume_queued_run(engine, run_id, dagster_run_id=dagster_run_id, attempt_error=attempt_error)
 

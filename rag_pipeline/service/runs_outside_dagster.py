@@ -14,8 +14,7 @@ FIELDS = ("run_id", "dataset", "knowledge_base", "strategy_version", "params_has
 
 
 def runs_outside_dagster(engine: sa.Engine, after: str | None = None, limit: int = 100) -> list[FinishedRun]:
-    """Succeeded runs without a Dagster run id that finished after the cursor ``after`` (``finished_at|run_id``
-    of the last one seen; None: from the beginning), oldest first, at most ``limit``."""
+    """Succeeded runs without a Dagster run that finished after cursor ``after`` (``finished_at|run_id``)."""
     after_at, _, after_id = (after or "").partition("|")
     with engine.connect() as conn:
         rows = finished_outside_dagster(conn, after_at or "-infinity", after_id, limit)

@@ -28,8 +28,7 @@ def _iso(value: dt.datetime | None) -> str | None:
 
 
 def list_datasets(engine: sa.Engine, knowledge_base: str) -> list[DatasetInfo]:
-    """The datasets stored for a knowledge base (name or id), by name: the latest version (id, hash, cases,
-    source), how many versions and runs, when it was last seen and last run."""
+    """The datasets stored for a knowledge base, by name: the latest version, version and run counts, dates."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
         rows = dataset_queries.latest_versions(conn, kb.name)
@@ -80,8 +79,7 @@ def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | 
 
 
 def store_inline_cases(engine: sa.Engine, knowledge_base: str, body: bytes, name: str) -> UploadResult:
-    """Store the ``cases`` of a JSON request body as a version of dataset ``name``, read strictly like a file
-    (a repeated key is refused, not merged; the case limit is checked while streaming)."""
+    """Store the ``cases`` of a JSON request body as a version of dataset ``name``, read strictly like a file."""
     try:
         data = decode_json(body, MAX_FILE_BYTES)
     except JsonReadError as exc:
@@ -94,8 +92,7 @@ def store_inline_cases(engine: sa.Engine, knowledge_base: str, body: bytes, name
 
 
 def _field_name(raw: bytes | str | dict) -> str | None:
-    """The ``name`` field of an object-form dataset, when it has a usable one (else the caller's default); read
-    through the bounded reader, so a hostile body is never decoded here."""
+    """The usable ``name`` of an object-form dataset (else None), read through the bounded reader."""
     try:
         data = raw if isinstance(raw, dict) else decode_json(raw, MAX_FILE_BYTES)
     except (JsonReadError, ScanLimitError):

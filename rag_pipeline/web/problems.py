@@ -188,8 +188,7 @@ def install(app: FastAPI) -> None:
 
 
 def check_content_length(request, limit: int, limit_text: str) -> None:
-    """411 without a ``Content-Length`` (chunked uploads are not accepted), 413 above ``limit`` bytes; ``limit_text``
-    says what the limit is ("of a dataset is 50 MB")."""
+    """411 without a ``Content-Length`` (no chunked uploads), 413 above ``limit`` bytes (``limit_text`` says it)."""
     raw = request.headers.get("content-length")
     if raw is None:
         raise HTTPProblem(411, "send the upload with a Content-Length (chunked uploads are not accepted)",

@@ -134,8 +134,7 @@ async def _ask_all(client: EndpointClient, cases: Sequence[EvaluationCase], writ
 def collect_from_answerer(answerer: Answerer, cases: Sequence[EvaluationCase], writer: AnswersWriter, *,
                           total: int, skipped: int, progress: Progress | None = None,
                           cancel: threading.Event | None = None) -> CollectionResult:
-    """Append the answerer's line for every case of ``cases``; its identity is set on each line it leaves
-    unnamed. A line for a case not asked is a bug of the answerer (:class:`RuntimeError`)."""
+    """Append the answerer's line for every case of ``cases``, its identity set on each unnamed line."""
     tally = _Tally(total, skipped, progress)
     pending = {c.case_id for c in cases}
     start = time.perf_counter()

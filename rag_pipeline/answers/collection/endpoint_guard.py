@@ -49,8 +49,7 @@ def _parts(url: str) -> tuple[str, str, int, str]:
 
 
 def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Globally routable, and not loopback, private, link-local, reserved, multicast or unspecified; an IPv6
-    address that carries an IPv4 one is judged by both."""
+    """Globally routable (an IPv6 address carrying an IPv4 one: both judged)."""
     if isinstance(address, ipaddress.IPv6Address):
         carried = [address.ipv4_mapped, address.sixtofour, *(address.teredo or ())]
         if address in _NAT64:

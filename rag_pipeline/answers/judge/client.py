@@ -125,8 +125,7 @@ class JudgeClient:
         self._http.close()
 
     def ask(self, body: Mapping[str, object], repeat: int, parse: Callable[[str], T]) -> tuple[T | None, str | None]:
-        """(the parsed reply, None), or (None, why not): the cache first, else the endpoint. ``body`` holds
-        ``messages`` and ``response_format``; the model and temperature 0 are added here."""
+        """(the parsed reply, None), or (None, why not): from the cache, else the endpoint (temperature 0)."""
         key = prompt_sha256(body)
         cached = self.cache.get(key, self.config.model, repeat)
         if cached is not None:
@@ -174,8 +173,7 @@ class JudgeClient:
         return None, f"{reason} (after {self.config.retries + 1} attempts)"
 
     def _exchange(self, body: dict[str, object]) -> tuple[int, str, str | None]:
-        """(status, the reply decoded, its Retry-After) of one request; :class:`_TooLongError` past
-        :data:`MAX_REPLY_BYTES`, ``httpx.ReadTimeout`` when the whole reply takes longer than ``timeout_s``."""
+        """(status, the reply decoded, its Retry-After) of one request, bounded in size and time."""
         deadline = time.monotonic() + self.config.timeout_s
         with self._http.stream("POST", self.endpoint, json=body) as response:
             received = bytearray()

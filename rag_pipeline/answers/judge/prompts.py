@@ -152,8 +152,7 @@ def _validated(task: Task, data: object) -> Reply:
 
 
 def parse_reply(task: Task, content: str, cited_ids: Mapping[str, str] | None = None) -> Reply:
-    """The reply of ``task``: the content as JSON, else its first JSON object of the task's shape, validated by the
-    task's reply model (else :class:`ReplyError`); a claim naming a chunk that was not cited is an error."""
+    """The reply of ``task``: the content's first JSON object of the task's shape; claims cite cited chunks."""
     reply, first_error = None, None
     for data in _objects(content):
         try:

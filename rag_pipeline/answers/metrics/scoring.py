@@ -112,8 +112,7 @@ def score_case(case: EvaluationCase, record: AnswerRecord | None, *, kb_chunk_id
 def score_answers(cases: Iterable[EvaluationCase], records_by_id: Mapping[str, AnswerRecord], *,
                   kb_chunk_ids: Collection[str] | None, chunk_text: Mapping[str, str],
                   scoring: AnswerScoring) -> list[AnswerCaseResult]:
-    """Every case's result in dataset order (no record: missing), the chunk ids normalised once here; a record
-    of a case not in ``cases`` is a :class:`ValueError` naming it."""
+    """Every case's result in dataset order (no record: missing); a record of an unknown case: ``ValueError``."""
     cases = list(cases)
     unknown = sorted(set(records_by_id) - {c.case_id for c in cases})
     if unknown:

@@ -71,8 +71,7 @@ class RunSubject:
 
 def store_run(conn: sa.Connection, subject: RunSubject, scoring: AnswerScoring, results: Sequence[AnswerCaseResult],
               summary: AnswerSummary, records: Mapping[str, AnswerRecord]) -> str:
-    """Insert the run and one row per result (dataset order), with the answer line each was scored from
-    (``raw_response`` left out); returns the run id. Call inside ``engine.begin()``."""
+    """Insert the run and its results with their answer lines (in the caller's transaction); the run id."""
     run_id = uuid.uuid4()
     means = {m: summary.metrics[m].mean if m in summary.metrics else None for m in ANSWER_METRIC_NAMES}
     queries.insert_run(conn, {
@@ -154,8 +153,7 @@ def load_records(conn: sa.Connection, run_id: str) -> dict[str, AnswerRecord]:
 
 def scorer_chunks(conn: sa.Connection, knowledge_base_id, records: Iterable[AnswerRecord]
                   ) -> tuple[set[str], dict[str, str]]:
-    """``(cited ids that are searchable chunks of the knowledge base, cited chunk id -> text)``, ids lower-case;
-    one statement over the cited ids that are UUIDs in canonical form (anything else is no chunk)."""
+    """``(cited ids that are searchable chunks, cited chunk id -> text)``, lower-case, in one statement."""
     cited = {c.strip().lower() for r in records for c in (r.cited_chunk_ids or ())}
     ids = sorted(c for c in cited if _canonical_uuid(c))
     rows = queries.cited_chunks(conn, knowledge_base_id, ids)

@@ -97,8 +97,7 @@ def cited_chunks(conn: sa.Connection, kb_id, ids: Sequence[str]) -> Sequence[sa.
 
 
 def prunable_runs(conn: sa.Connection, *, keep: int, days: float | None, dataset: str | None) -> Sequence[sa.Row]:
-    """Answer runs beyond the ``keep`` newest (and never the newest) of their dataset × knowledge base ×
-    answerer, created ``days`` ago or earlier (``dataset``: of that name), oldest first, with their size."""
+    """Answer runs beyond the ``keep`` newest of their dataset × KB × answerer and ``days`` old, oldest first."""
     return conn.execute(sa.text("""
 WITH ranked AS (
     SELECT r.id, r.created_at, r.answerer, r.answerer_version, r.case_count, d.name AS dataset,

@@ -44,8 +44,7 @@ def _metric(name: str, m: AnswerMetricSummary) -> dict:
 
 
 def summary_metadata(summary: AnswerSummary) -> dict:
-    """An answer run's summary as asset metadata: each metric's mean (when defined) with ``n_scored`` /
-    ``n_skipped``, the refusal figures, coverage, verdict counts, and a markdown table of them."""
+    """An answer run's summary as asset metadata: the metric means, refusal, coverage, verdicts and a table."""
     out: dict = {"cases": summary.cases, "answered": summary.answered, "coverage": summary.coverage}
     rows = ["| metric | mean | n_scored | n_skipped |", "|---|---|---|---|"]
     named = [(n, summary.metrics[n]) for n in ANSWER_METRIC_NAMES]
@@ -62,8 +61,7 @@ def summary_metadata(summary: AnswerSummary) -> dict:
 
 def dataset_view_metadata(runs: list[AnswerRun], baseline: AnswerRun | None,
                           comparisons: list[AnswerComparison]) -> dict:
-    """``answer_run_summary``: the latest run per answerer side by side, and each against the baseline's
-    (mean delta and paired p-value over the common cases)."""
+    """``answer_run_summary``: the latest run per answerer side by side, each against the baseline's."""
     names = COMPARED_METRICS
     head = ["answerer", "run", "coverage", *(ANSWER_METRIC_LABELS[n] for n in names), "refusal R", "false refusal"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -65,8 +65,7 @@ def fix_labels(engine: sa.Engine, dataset_path: str | Path, knowledge_base: str,
 
 def _fix_dataset(engine: sa.Engine, dataset: Dataset, knowledge_base: str, *,
                 output: Path | None = None) -> tuple[LabelFixes, str]:
-    """The fixes for ``dataset``'s labels on ``knowledge_base`` and the fixed dataset as JSON text (validated:
-    :class:`DatasetError` rather than an invalid dataset); writes nothing."""
+    """The fixes for ``dataset``'s labels on ``knowledge_base`` and the fixed dataset as JSON; writes nothing."""
     judged = [SimpleNamespace(case_id=c.case_id, relevant_chunk_ids=list(c.grades)) for c in dataset.cases]
     with engine.begin() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)

@@ -21,8 +21,7 @@ class AnswerCaseNotFoundError(NotFoundError, LookupError):
 
 
 def get_answer_case(engine: sa.Engine, run_id: str, case_id: str) -> AnswerCaseDetail:
-    """Case ``case_id`` of answer run ``run_id`` with the text of every chunk it cites, the previous and next
-    case, and a succeeded retrieval run of the same dataset version (the baseline's current first) to link."""
+    """A case of an answer run with its cited chunks' text, its neighbours and a retrieval run to link."""
     report = get_answer_run(engine, run_id)
     run = report.stored_run
     ids = [c.case_id for c in report.cases]
