@@ -1,5 +1,4 @@
-"""How every ``rag-pipeline`` command reports failure: one line on stderr, never a traceback, and an exit code
-(docs/failure-behaviour.md, "Exit codes")."""
+"""How every command reports failure: one line on stderr, never a traceback, and an exit code."""
 
 from __future__ import annotations
 

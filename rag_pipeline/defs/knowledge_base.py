@@ -1,5 +1,4 @@
-"""Asset group ``knowledge_base``: ingest a folder of documents into a knowledge base, partitioned by its name; the
-data version is its content version (docs/evaluating.md, "Lineage")."""
+"""Asset group ``knowledge_base``: ingest a folder, partitioned by name, versioned by its content."""
 
 
 import dagster as dg

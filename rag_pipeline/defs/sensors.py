@@ -1,5 +1,4 @@
-"""The sensors (docs/evaluating.md, "Sensors"; docs/failure-behaviour.md); run keys name the dataset version
-(docs/design.md §2), never the file hash."""
+"""The sensors (docs/evaluating.md, "Sensors"); run keys name the dataset version, never the file hash."""
 
 import hashlib
 import json

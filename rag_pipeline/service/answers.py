@@ -1,5 +1,4 @@
-"""Answer operations (docs/design.md §12): score an answers file against a dataset (nothing stored on any error),
-list and read stored answer runs, re-score one with other settings, compare two."""
+"""Answer operations (docs/design.md §12): score an answers file, list, read and re-score stored runs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The checks of ``rag-pipeline doctor`` (docs/design.md §7.2): each returns a :class:`Check`, ``OK``, ``WARN`` or
-``FAIL`` with the fix, and never raises."""
+"""The checks of ``rag-pipeline doctor`` (docs/design.md §7.2): each a :class:`Check` with its fix."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Knowledge-base operations: ingest a folder, import a BEIR collection, counts, and the listing of every
-knowledge base with the strategies it can run (:mod:`rag_pipeline.service.applicability`)."""
+"""Knowledge-base operations: ingest a folder, import a BEIR collection, counts, the listing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Lineage from knowledge base to evaluation run: knowledge-base content versions, which knowledge base each
-dataset names, and the current runs that measured an older version than the knowledge base has now."""
+"""Lineage: knowledge-base content versions and the current runs that measured an older one."""
 
 from __future__ import annotations
 

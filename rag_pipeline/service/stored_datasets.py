@@ -1,5 +1,4 @@
-"""The datasets stored for a knowledge base: listing them, finding a version, and storing an uploaded dataset
-(the HTTP front end's upload; the CLI stores files with :func:`rag_pipeline.service.datasets.register_dataset`)."""
+"""The datasets stored for a knowledge base: listing them, finding a version, storing an upload."""
 
 from __future__ import annotations
 

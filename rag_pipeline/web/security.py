@@ -1,5 +1,4 @@
-"""Who may call the service: the API token, the console's login session, and the cross-site request checks
-(docs/http-api.md, "Security")."""
+"""Who may call the service: the API token, the console's session, cross-site checks (docs/http-api.md)."""
 
 from __future__ import annotations
 

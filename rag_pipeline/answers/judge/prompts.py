@@ -1,5 +1,4 @@
-"""The judge's prompts (``faithfulness``, ``refusal``) in English and Chinese, the reply shapes they ask for
-and the language choice; :data:`PROMPT_VERSION` hashes them all (docs/judge.md)."""
+"""The judge's zh / en prompts and reply shapes; :data:`PROMPT_VERSION` hashes them (docs/judge.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""An answer's citations against the labels, the retrieved chunks and the chunks' text (docs/design.md §12.3);
-each metric returns ``(value, None)`` or ``(None, reason)``."""
+"""An answer's citations against the labels, the retrieved chunks and their text (docs/design.md §12.3)."""
 
 from __future__ import annotations
 

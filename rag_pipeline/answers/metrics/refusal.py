@@ -1,5 +1,4 @@
-"""Whether an answer is a refusal: the system's own flag, else a normalised zh/en phrase list, never a judge
-(docs/design.md §12.4)."""
+"""Whether an answer is a refusal: its own flag, else a zh/en phrase list (docs/design.md §12.4)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Chinese and English sentence splitting that keeps inline citation markers (:data:`MARKER`) with their sentence
-(docs/design.md §12.3)."""
+"""Chinese and English sentence splitting that keeps citation markers with their sentence."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Storing scored answer runs in the caller's transaction and reading them back as the contracts
-(docs/design.md §12.6)."""
+"""Storing scored answer runs and reading them back as the contracts (docs/design.md §12.6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``rag-pipeline answers evaluate | runs | show | compare | collect`` (docs/design.md §7.2, §12); ``collect`` is
-:mod:`rag_pipeline.cli.answers.collect`."""
+"""``rag-pipeline answers evaluate | runs | show | compare`` (docs/design.md §7.2, §12); ``collect``."""
 
 from __future__ import annotations
 

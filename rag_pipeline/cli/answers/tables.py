@@ -1,5 +1,4 @@
-"""The text form of the ``answers`` commands (docs/design.md §12.3–12.5), through
-:func:`rag_pipeline.analysis.text_table.text_table`; an undefined mean is ``-``, never 0."""
+"""The text form of the ``answers`` commands (docs/design.md §12.3–12.5); an undefined mean is ``-``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What the answer assets show in the Dagster UI (docs/design.md §7.3): the coverage check's result, an answer
-run's figures as metadata, and the dataset-level table of the latest run per answerer. Pure functions."""
+"""What the answer assets show in the Dagster UI (docs/design.md §7.3); pure functions."""
 
 import dagster as dg
 

@@ -1,5 +1,4 @@
-"""Finding chunk ids to label (``rag-pipeline chunks``, ``GET /api/v1/knowledge-bases/{id}/chunks``) with the
-retrieval legs of :mod:`rag_pipeline.retrieval.search`."""
+"""Finding chunk ids to label (``rag-pipeline chunks``, ``GET …/chunks``) with the retrieval legs."""
 
 from __future__ import annotations
 

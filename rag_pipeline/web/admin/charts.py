@@ -1,5 +1,4 @@
-"""Inline SVG charts rendered on the server: each metric of a dataset (or answer figure, docs/design.md §12.6) over
-time, one line per strategy (answerer), every point a link to its run."""
+"""Inline SVG charts drawn on the server: a metric over time, a line per strategy, a link per point."""
 
 from __future__ import annotations
 

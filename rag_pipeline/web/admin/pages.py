@@ -1,5 +1,4 @@
-"""Shared page plumbing of the console: the Jinja2 environment, :func:`render`, template filters, and the CSS/JS
-assets of ``static/`` (:data:`static_router`, no login, no sub-paths)."""
+"""Shared page plumbing of the console: Jinja2, :func:`render`, filters and the ``static/`` assets."""
 
 from __future__ import annotations
 
