@@ -56,8 +56,7 @@ def _first_char(c: str) -> str:
 
 
 class Scrubber:
-    """``scrubber(text)``: ``text`` without the secret values, in any of their echoed forms (module docstring).
-    Never shows the values (``repr`` counts them only)."""
+    """``scrubber(text)``: ``text`` without the secret values in any echoed form; ``repr`` only counts them."""
 
     def __init__(self, values: Iterable[str] = ()):
         self._values = sorted({v for v in values if len(v) >= MIN_SECRET_CHARS}, key=len, reverse=True)

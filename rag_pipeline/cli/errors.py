@@ -31,8 +31,7 @@ EXIT_CODES_HELP = ("exit codes: 0 success; 1 a check found a problem (regression
 
 
 class ReportNotWrittenError(RagError):
-    """Runs were stored but their report files could not be written (exit 73): one line per report,
-    ``stored as run <id>; report not written: <PATH>: <reason>``."""
+    """Runs were stored but their report files could not be written (exit 73), a line per report."""
 
     exit_code = EXIT_OUTPUT_NOT_WRITTEN
 

@@ -28,8 +28,7 @@ RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONEN
 
 @contextlib.contextmanager
 def fail_fast_unless_transient():
-    """Re-raise transient database errors (retried); anything else becomes a ``Failure`` that is not
-    retried, with the full message in the UI (user errors without their traceback)."""
+    """Re-raise transient database errors (retried); anything else is a ``Failure`` not retried."""
     try:
         yield
     except TRANSIENT_ERRORS:

@@ -41,8 +41,7 @@ def lock_path(path: Path) -> Path:
 
 @contextlib.contextmanager
 def output_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` for the block, else :class:`OutputBusyError` at once (a lock file
-    left by a killed collector holds no lock and is reused)."""
+    """Hold an exclusive ``flock`` on ``path`` for the block, else :class:`OutputBusyError` at once."""
     lock = lock_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:

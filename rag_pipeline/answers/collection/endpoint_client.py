@@ -60,8 +60,7 @@ class _Reply:
 
 
 class EndpointClient:
-    """Use as ``async with EndpointClient(config) as client: outcome = await client.ask(case)``. The flags are
-    checked in the constructor (:class:`~.endpoint_request.EndpointConfigError` naming the flag)."""
+    """``async with EndpointClient(config) as client: await client.ask(case)``; flags checked at once."""
 
     def __init__(self, config: EndpointConfig, environ: dict[str, str] | None = None, *,
                  guard: EndpointGuard | None = None, max_response_bytes: int = MAX_RESPONSE_BYTES,

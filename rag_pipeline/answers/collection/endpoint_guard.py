@@ -78,8 +78,7 @@ def _is_literal(host: str) -> bool:
 
 
 class EndpointGuard:
-    """The endpoints the HTTP API may call: ``bases`` (URLs, as ``RAG_COLLECT_ENDPOINTS``) and, when ``public``,
-    any host with public addresses only."""
+    """The endpoints the HTTP API may call: ``bases`` and, when ``public``, hosts with public addresses only."""
 
     def __init__(self, bases: Iterable[str] = (), *, public: bool = False):
         self.bases = tuple(_Base(*_parts(b)) for b in bases)
@@ -154,8 +153,7 @@ class EndpointGuard:
 
 
 class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend behind :class:`EndpointGuard`: every TCP connection is to a listed origin or
-    to an address the guard checked (the TLS name and the ``Host`` header stay the URL's)."""
+    """httpcore's network backend connecting only to a listed origin or an address the guard checked."""
 
     def __init__(self, guard: EndpointGuard):
         self.guard = guard

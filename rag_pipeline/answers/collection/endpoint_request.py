@@ -60,8 +60,7 @@ def fill_url(url: str, question: str, case_id: str, k: int) -> str:
 
 
 class ResolvedHeaders:
-    """The request headers with their ``env:`` values read; the values never appear in ``repr`` or ``str``.
-    ``url`` is the endpoint's: the password of its ``user:password@`` is scrubbed too."""
+    """The request headers with their ``env:`` values read, never shown in ``repr`` or ``str``."""
 
     def __init__(self, specs: tuple[str, ...] | list[str], environ: Mapping[str, str] | None = None, *,
                  url: str = ""):

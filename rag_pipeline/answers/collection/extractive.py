@@ -108,8 +108,7 @@ def join_sentences(sentences: Sequence[str], lang: str) -> str:
 
 
 class ExtractiveAnswerer:
-    """``extractive-v1`` over one knowledge base with one strategy; :attr:`identity` is
-    ``extractive-v1@<first 12 hex of the canonical hash of params>`` (as :meth:`Strategy.params_hash`)."""
+    """``extractive-v1`` over one knowledge base with one strategy, identified by its params hash."""
 
     def __init__(self, engine: sa.Engine, knowledge_base: str, strategy: Strategy, *, top_n: int = DEFAULT_TOP_N,
                  max_sentences: int = DEFAULT_MAX_SENTENCES,

@@ -61,8 +61,7 @@ def prompt_sha256(body: Mapping[str, object]) -> str:
 
 
 class JudgeCache:
-    """Judge replies by (prompt sha256, model, repeat) in a JSON Lines file (default ``RAG_JUDGE_CACHE``), one
-    single-write line each; a torn last line is skipped at load with a warning."""
+    """Judge replies by (prompt sha256, model, repeat) in a JSON Lines file; a torn last line is skipped."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or judge_cache_file()
@@ -102,8 +101,7 @@ class JudgeCache:
 
 
 class JudgeClient:
-    """One httpx client for a judge endpoint (thread-safe; use as a context manager). :attr:`requests` counts
-    the HTTP requests made, retries included."""
+    """One thread-safe httpx client for a judge endpoint; :attr:`requests` counts the requests made."""
 
     def __init__(self, config: JudgeConfig, cache: JudgeCache | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:

@@ -62,8 +62,7 @@ def _tokenize_run(run: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=8192)
 def cmrc_segments(text: str) -> tuple[str, ...]:
-    """CMRC 2018 ``mixed_segmentation(text, rm_punc=True)``: each CJK character a token, other runs
-    ``nltk.word_tokenize``d."""
+    """CMRC 2018 ``mixed_segmentation(text, rm_punc=True)``: a token per CJK character, nltk for the rest."""
     out: list[str] = []
     for piece in _CMRC_PIECE.findall(text.lower().strip().translate(_CMRC_DELETE)):
         out.extend(piece if _CMRC_CJK.match(piece) else _tokenize_run(piece))  # a CJK run: one token a character

@@ -54,8 +54,7 @@ def scoring_version(scoring: AnswerScoring) -> str:
 
 @dataclass(frozen=True)
 class RunSubject:
-    """What a run scored: the stored dataset version, the knowledge base (id, content version), the answerer, the
-    answers file's hash, and the run it re-scores (if any)."""
+    """What a run scored: dataset version, knowledge base, answerer, answers hash, the run it re-scores."""
 
     dataset_id: str
     knowledge_base_id: str
