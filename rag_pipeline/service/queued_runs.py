@@ -46,9 +46,7 @@ def strategy_step_key(version: str) -> str:
 def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
                       strategy_versions: Sequence[str] | None = None, *, strict: bool = False,
                       one_dagster_run: bool = True) -> QueuedEvaluation:
-    """Queue one run per strategy (default: every one the knowledge base can run) of a stored dataset version,
-    sharing one queue id (one Dagster run, unless not ``one_dagster_run``); nothing written on any error."""
-    versions = choose_strategies(engine, knowledge_base, strategy_versions)
+    """Queue a run per strategy of a stored dataset version under one queue id; nothing written on any error."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
     versions = choose_strategies(engine, kb, strategy_versions)
@@ -116,8 +114,7 @@ def queue_status(engine: Callable[[], sa.Engine], daemon: subprocess.Popen | Non
 
 
 def end_gone_runs(engine: sa.Engine, dagster_ended: Callable[[Sequence[str]], Mapping[str, str]] | None = None) -> int:
-    """Mark failed every ``running`` run whose Dagster run has ended (``dagster_ended``: given Dagster run ids, those
-    that have ended, each with what happened) or whose process on this host is gone; returns how many."""
+    """Mark failed every ``running`` run whose Dagster run ended or whose process is gone; how many."""
     with engine.connect() as conn:
         rows = run_queries.running_runs(conn)
     ended = 0
