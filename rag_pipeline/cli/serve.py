@@ -41,8 +41,7 @@ def dagster_environment(environ: Mapping[str, str] | None = None) -> dict[str, s
 
 
 def _completed_environment() -> dict[str, str] | None:
-    """The environment this process lacks, or None: first ``<project>/.env`` (set variables win, as the ``dagster``
-    command does), then the Dagster variables (once ``.env`` is in the environment, they derive from it)."""
+    """The environment this process lacks (``.env``, then the Dagster variables), or None."""
     from dotenv import dotenv_values  # noqa: PLC0415
 
     env_file = project_root() / ".env"
@@ -97,8 +96,7 @@ def wait_for_daemon(timeout_s: float = DAEMON_START_WAIT_S, interval_s: float = 
 
 
 def serve(host: str, port: int, *, with_daemon: bool = False, expect_daemon: bool = False) -> int:
-    """Serve the API and console on ``host:port`` until interrupted, the database migrated first; ``with_daemon``:
-    start a Dagster daemon if none runs; ``expect_daemon``: one is being started (``make dev``), wait for it."""
+    """Serve the API and console on ``host:port`` until interrupted, with or waiting for a Dagster daemon."""
     from rag_pipeline.service.queued_runs import queue_status  # noqa: PLC0415 - FastAPI and the database for serve only
     from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
     from rag_pipeline.web.server import ServeRefused, check, run  # noqa: PLC0415

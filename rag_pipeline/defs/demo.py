@@ -44,8 +44,7 @@ def _step(message: str) -> float:
 
 
 def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, dataset: str = "demo") -> int:
-    """Run the demo; returns 0, or 2 when a strategy's Dagster run failed. A failed regression gate does not fail
-    the demo (its single-leg strategies are weak on purpose): the summary says so."""
+    """Run the demo; 0, or 2 when a strategy's Dagster run failed (a failed gate does not fail it)."""
     _load_env_file()
     from rag_pipeline.definitions import defs  # noqa: PLC0415 - after the environment is set
 

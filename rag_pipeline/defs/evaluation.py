@@ -199,8 +199,7 @@ def previous_attempt_error(context: dg.AssetExecutionContext | dg.OpExecutionCon
 
 def name_the_worker(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
                     queued_run_id: str | None) -> str:
-    """This process's worker name (the Celery worker's node name, else this host: deploy/celery/README.md), as
-    the Dagster run's tag and, for a queued row of the HTTP API, in that row before the evaluation starts."""
+    """This process's worker name, as the run's tag and in the queued row before the evaluation starts."""
     worker = worker_name()
     context.instance.add_run_tags(context.run_id, {WORKER_TAG: worker})
     context.log.info(f"executed by {worker}")

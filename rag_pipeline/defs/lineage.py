@@ -62,8 +62,7 @@ def dataset_observations(instance: dg.DagsterInstance, engine: sa.Engine,
 
 
 def observe_dataset(instance: dg.DagsterInstance, engine: sa.Engine, dataset: str, knowledge_base: str) -> str:
-    """Record (at once, outside the step's event stream) the version of ``knowledge_base`` as the data version of
-    the dataset's ``dataset_knowledge_base`` partition, before the evaluation steps read it; returns it."""
+    """Record now the version of ``knowledge_base`` as the dataset's ``dataset_knowledge_base`` version."""
     version = lineage.knowledge_base_version(engine, knowledge_base)
     if not instance.has_dynamic_partition(DATASETS, dataset):
         return version.version

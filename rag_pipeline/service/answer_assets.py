@@ -51,8 +51,7 @@ def answerer_keys() -> list[str]:
 
 
 def dropped_partitions() -> list[tuple[str, str]]:
-    """``(dataset, answerer)`` of every ``answers/<dataset>/<answerer>.jsonl`` (regular files; names that follow
-    the dataset and the strategy-version name rules, so they are valid partition keys)."""
+    """``(dataset, answerer)`` of every ``answers/<dataset>/<answerer>.jsonl`` whose names are valid keys."""
     root = dropped_answers_dir()
     if not root.is_dir():
         return []

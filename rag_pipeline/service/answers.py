@@ -138,8 +138,7 @@ def list_answer_runs(engine: sa.Engine, *, dataset: str | None = None, knowledge
 
 def get_answer_run(engine: sa.Engine, run_id: str, *, verdict: str | None = None, sort: str | None = None,
                    wrong_but_confident: bool = False) -> AnswerReport:
-    """A stored run (id or unique prefix) with its cases in dataset order, filtered by ``verdict`` or to the
-    wrong-but-confident ones, sorted by ``sort`` (a metric, ``-metric`` descending; undefined last)."""
+    """A stored run (id or unique prefix) with its cases, filtered by ``verdict`` or confidence, sorted."""
     if verdict is not None and verdict not in VERDICTS:
         raise AnswersRequestError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
     metric = (sort or "").removeprefix("-")

@@ -17,8 +17,7 @@ from rag_pipeline.storage.names import show_name
 
 def strategy_applicability(conn: sa.Connection, kb, strategy: Strategy, models: set[str] | None = None,
                            ) -> Applicability:
-    """Whether ``strategy`` can run on knowledge base ``kb`` (a row or a name/id), checking every leg and stage
-    and the text mode; ``models``: the KB's stored models when the caller already has them."""
+    """Whether ``strategy`` can run on knowledge base ``kb``: every leg and stage, and the text mode."""
     if isinstance(kb, str):
         kb = resolve_knowledge_base(conn, kb)
     models = set(chunk_lookup.embedding_models(conn, kb.id)) if models is None else models

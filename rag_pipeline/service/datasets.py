@@ -51,8 +51,7 @@ def _stored(engine: sa.Engine, ref: DatasetRef, path: str | None) -> StoredDatas
 
 
 def check_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | None = None) -> DatasetCheck:
-    """Classify every relevant id of a dataset file against its knowledge base (docs/design.md §8); a file whose
-    only problems are malformed ids is still checked (status ``not_a_uuid``)."""
+    """Classify every relevant id of a dataset file against its knowledge base (docs/design.md §8)."""
     path = Path(path)
     note = None
     cases: Sequence[object]
@@ -88,8 +87,7 @@ def _lenient_cases(path: Path, error: DatasetError) -> tuple[list[dict], str | N
 
 
 def dataset_identity(name_or_file: str, knowledge_base: str | None = None) -> tuple[str, str | None]:
-    """``(name, knowledge_base)`` of a dataset argument that selects stored runs: a stored dataset's name (or a
-    partition's dataset key), or a dataset file — validated, then its own name and knowledge base are used."""
+    """``(name, knowledge_base)`` of a dataset argument: a stored dataset's name or key, or a dataset file."""
     if Path(name_or_file).is_file():
         dataset = load_dataset(name_or_file, knowledge_base=knowledge_base)
         return dataset.name, dataset.knowledge_base

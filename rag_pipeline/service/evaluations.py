@@ -139,8 +139,7 @@ def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunSummary]
 
 def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int = 100, offset: int = 0,
              **filters) -> tuple[int, list[RunSummary]]:
-    """(how many runs match, one page of their summaries, newest first). Filters: ``dataset``, ``strategy``,
-    ``current_only``, ``status`` (one of :data:`run_records.STATUSES`); ``knowledge_base`` is a name or id."""
+    """(how many runs match, a page of their summaries, newest first); ``knowledge_base``: a name or id."""
     status = filters.get("status")
     if status and status not in run_records.STATUSES:
         raise ValueError(f"status must be one of {', '.join(run_records.STATUSES)}, got {status!r}")
@@ -154,8 +153,7 @@ def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int
 
 def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "default", case_id: str | None = None,
                       offset: int = 0, limit: int | None = None, include_text: bool = False) -> RunDetail:
-    """docs/design.md §6.3 detail of a run (id or unique prefix): a page of its cases, or ``case_id`` only, with
-    their candidates as ``candidates`` selects; ``include_text`` adds each chunk text, looked up live."""
+    """docs/design.md §6.3 detail of a run: a page of its cases (or ``case_id``) with their candidates."""
     with engine.connect() as conn:
         run_uuid = run_records.resolve_run_id(conn, run_id)
         summary = summary_of(run_records.get_run(conn, run_uuid))

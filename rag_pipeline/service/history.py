@@ -98,8 +98,7 @@ def _labels(a: RunSummary, b: RunSummary) -> tuple[str, str]:
 
 def compare_runs(engine: sa.Engine, run_a: str, run_b: str, *, n_resamples: int = 10000,
                  primary: str = comparison.PRIMARY_METRIC) -> RunPair:
-    """Run ``run_b`` against run ``run_a`` (ids or unique prefixes) on the cases both share: the paired statistics
-    of :func:`rag_pipeline.analysis.comparison.compare` with ``a`` as the baseline, and every shared case."""
+    """Run ``run_b`` against run ``run_a`` on their shared cases: the paired statistics and every case."""
     a, b = run_cases(engine, run_a), run_cases(engine, run_b)
     sa_, sb = a.summary, b.summary
     notes = []

@@ -49,8 +49,7 @@ def find_dataset(engine: sa.Engine, knowledge_base: str | KnowledgeBaseRef, name
 
 def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | str | dict, *, source: str,
                            name: str | None = None, default_name: str | None = None) -> UploadResult:
-    """Validate dataset bytes exactly like a file (:func:`parse_dataset`) for ``knowledge_base``, then store
-    its version, named ``name``, else ``default_name`` (an upload's file stem), else the content's ``name``."""
+    """Validate dataset bytes exactly like a file, then store the version as ``name`` or ``default_name``."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
     fallback = None if name else default_name or _field_name(raw)

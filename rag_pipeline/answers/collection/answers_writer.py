@@ -164,8 +164,7 @@ def _refused(record: AnswerRecord) -> tuple[str | None, bytes]:
 
 
 def storable(record: AnswerRecord) -> tuple[AnswerRecord, bytes]:
-    """``(record, line)`` as written: the record itself when the readers accept its line, else its case's
-    error line saying why (``raw_response`` kept when it fits, cut or left out when it does not)."""
+    """``(record, line)`` as written: the record if its line is accepted, else its case's error line."""
     problem, line = _refused(record)
     if problem is None:
         return record, line

@@ -91,8 +91,7 @@ class EndpointGuard:
         return cls(bases, public=settings.collect_public_endpoints)
 
     def check_url(self, url: str) -> None:
-        """Refuse (:class:`EndpointRefusedError`) a URL that is neither under a listed base nor, with ``public``, an
-        http(s) URL; a public one's addresses are checked when it is connected to (:meth:`addresses`)."""
+        """Refuse a URL neither under a listed base nor, with ``public``, http(s) (addresses checked later)."""
         try:
             split = urlsplit(url)
         except ValueError:
@@ -115,8 +114,7 @@ class EndpointGuard:
                 "addresses; `rag-pipeline answers collect` calls any endpoint")
 
     async def precheck(self, url: str) -> None:
-        """:meth:`check_url`, then (an endpoint not listed) its host's addresses now, so that a refused one is
-        told before anything starts; the connection checks them again (:class:`GuardedBackend`)."""
+        """:meth:`check_url`, then an unlisted endpoint's addresses now, so a refusal comes before any work."""
         self.check_url(url)
         scheme, host, port, path = _parts(url)
         if not any(b.holds(scheme, host, port, path) for b in self.bases):

@@ -59,8 +59,7 @@ def raw_text(body: bytes, scrub: Callable[[str], str]) -> str:
 
 
 def scrubbed_record(record: AnswerRecord, scrub: Callable[[str], str]) -> AnswerRecord:
-    """``record`` with ``scrub`` applied to each of its strings (answer, error, raw reply, chunk ids, answerer),
-    each cut to its field's limit again (``[secret]`` may be longer than what it replaces)."""
+    """``record`` with ``scrub`` applied to each of its strings, each cut to its field's limit again."""
     def ids(values: list[str] | None) -> list[str] | None:
         return None if values is None else [scrub(v) for v in values]
 

@@ -148,8 +148,7 @@ def read_questions(path: str | Path, knowledge_base: str, k: int) -> list[DraftQ
 
 def pool(engine: sa.Engine, knowledge_base: str, asked: list[DraftQuestion], *,
          strategies: Sequence[str] | None = None, depth: int = 10, name: str | None = None) -> Draft:
-    """The draft of ``asked``: per question the union of the top-``depth`` candidates of ``strategies`` (default:
-    every one the knowledge base can run), ordered by agreement; prior labels kept with their grade."""
+    """The draft of ``asked``: each question's pooled top-``depth`` candidates, ordered by agreement."""
     if not 1 <= depth <= 1000:
         raise DraftError(f"depth must be between 1 and 1000, got {depth}")
     with engine.begin() as conn:

@@ -99,8 +99,7 @@ def _fix_dataset(engine: sa.Engine, dataset: Dataset, knowledge_base: str, *,
 
 def fix_stored_labels(engine: sa.Engine, dataset_id: str, knowledge_base: str, *,
                       save: bool = False) -> StoredLabelFixes:
-    """Fix the labels of a stored dataset version (the admin console's "fix labels"): a preview, or with
-    ``save`` (and at least one fix) a new version of the same dataset name whose metadata records every change."""
+    """Fix a stored dataset version's labels: a preview, or with ``save`` a new version recording each change."""
     with engine.connect() as conn:
         try:
             dataset = load_stored_dataset(conn, dataset_id)
