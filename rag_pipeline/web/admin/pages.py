@@ -54,9 +54,7 @@ def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC")
 
 
-templates.env.filters["fmt"] = _fmt
-templates.env.filters["signed"] = _signed
-templates.env.filters["when"] = _when
+templates.env.filters.update(fmt=_fmt, signed=_signed, when=_when)
 
 
 FONT_CHECK_TTL_S = 600.0
@@ -86,9 +84,7 @@ def render(request: Request, name: str, context: dict[str, Any] | None = None, s
     return templates.TemplateResponse(request, name, ctx, status_code=status_code)
 
 
-templates.env.globals["METRIC_LABELS"] = METRIC_LABELS
-templates.env.globals["TABLE_METRICS"] = TABLE_METRICS
-templates.env.globals["BASE"] = BASE
+templates.env.globals.update(METRIC_LABELS=METRIC_LABELS, TABLE_METRICS=TABLE_METRICS, BASE=BASE)
 
 
 def error_page(request: Request, status_code: int, message: str, title: str = "Not found"):
