@@ -22,12 +22,10 @@ from rag_pipeline.storage.files import FileWriteError, atomic_output, check_writ
 from rag_pipeline.storage.names import printable
 from rag_pipeline.storage.snapshot_readers import reader_count
 
-DEFAULT_STRATEGY = service.DEFAULT_STRATEGY
-
 
 @guarded()
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    versions = list(dict.fromkeys(args.strategies or [DEFAULT_STRATEGY]))
+    versions = list(dict.fromkeys(args.strategies or [service.DEFAULT_STRATEGY]))
     plan = service.plan_evaluation(lambda: get_engine(readers=reader_count(args.readers)), args.dataset, versions,
                                    knowledge_base=args.knowledge_base or args.knowledge_base_id)  # nothing written
     dataset = plan.dataset.dataset
@@ -163,7 +161,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     kb.add_argument("--knowledge-base-id", help="knowledge base id")
     p.add_argument("--dataset", required=True, help="dataset JSON (a bare array of cases, or {knowledge_base, cases})")
     p.add_argument("--strategy", action="append", dest="strategies", metavar="VERSION",
-                   help=f"strategy version, repeatable (default {DEFAULT_STRATEGY})")
+                   help=f"strategy version, repeatable (default {service.DEFAULT_STRATEGY})")
     p.add_argument("--output", help="report JSON; with several strategies one file per strategy "
                                     "(<stem>-<strategy>.json)")
     _add_report_options(p)
