@@ -59,22 +59,34 @@ _NO_DB_TEST_SELECTED = False
 _STRAY_SERVERS: list[str] = []  # the controller of an xdist run: the workers' stray-server errors
 
 
-# The modules that take longest in a full run, longest first (``--durations`` of a two-worker run). They are
-# collected first: ``make test`` runs ``--dist loadscope --no-loadscope-reorder``, so xdist hands modules to the
-# workers in collection order and the longest (the Schemathesis run) starts at once on one worker while the other
-# takes the rest, instead of running alone at the end. The other modules keep their order.
+# The modules that take longest in a full run, longest first (``--durations`` of two-worker runs; Schemathesis put
+# first). They are collected first: ``make test`` runs ``--dist loadscope --no-loadscope-reorder``, so xdist hands
+# modules to the workers in collection order and the longest start at once on both workers instead of one of them
+# running alone at the end (the Schemathesis run did). The other modules keep their order.
 LONGEST_FIRST = (
     "web/test_api_schemathesis.py",
+    "storage/test_tcp_server.py",
+    "test_bench_quality_smoke.py",
+    "storage/test_wheel_install.py",
+    "test_bench_eval_smoke.py",
     "storage/test_migrations.py",
     "reliability/test_faults.py",
-    "web/test_request_guards.py",
+    "web/test_api_errors.py",
+    "web/test_api_security.py",
     "web/test_console_pages.py",
+    "reliability/test_concurrency.py",
+    "retrieval/test_bm25_index.py",
+    "web/test_request_guards.py",
+    "test_bench_metrics_smoke.py",
+    "test_bench_mixed_language_smoke.py",
+    "knowledge_base/test_ingestion.py",
     "defs/test_evaluation_assets.py",
     "analysis/test_tuning_db.py",
     "knowledge_base/test_embedding.py",
+    "test_bench_answers_smoke.py",
     "web/test_api.py",
-    "answers/test_cli_answers_collect.py",
     "knowledge_base/test_ingestion_overlap.py",
+    "answers/test_cli_answers_collect.py",
     "defs/test_preflight.py",
 )
 
