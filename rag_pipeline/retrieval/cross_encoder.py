@@ -86,7 +86,7 @@ def load_cross_encoder(model_path: str, strategy_version: str) -> CrossEncoderSc
             from sentence_transformers import CrossEncoder  # noqa: PLC0415 - torch is an optional extra
         except ImportError as exc:
             raise RetrievalError(f"strategy {strategy_version}: the cross-encoder rerank method needs "
-                                 f"sentence-transformers (pip install 'rag-pipeline[minilm]'): {exc}") from None
+                                 f"sentence-transformers (the 'minilm' extra of rag-pipeline-eval): {exc}") from None
         try:
             model = CrossEncoder(str(path), device="cpu", local_files_only=True)
         except Exception as exc:  # noqa: BLE001 - any loader failure becomes one clear line

@@ -35,7 +35,7 @@ TAGS = [
 
 def _version() -> str:
     try:
-        return metadata.version("rag_pipeline")
+        return metadata.version("rag-pipeline-eval")
     except metadata.PackageNotFoundError:  # a source checkout that is not installed
         return "0+unknown"
 

@@ -70,7 +70,7 @@ def wheel(wheel_src: Path, tmp_path_factory) -> Path:
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, f"pip wheel failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    wheels = list(out.glob("rag_pipeline-*.whl"))
+    wheels = list(out.glob("rag_pipeline_eval-*.whl"))
     assert len(wheels) == 1, wheels
     return wheels[0]
 
