@@ -10,25 +10,24 @@ import sqlalchemy as sa
 from rag_pipeline.evaluation.runs.case_queries import copy_rows
 
 STAGING = "trec_run_staging"
-STAGING_COLUMNS = ("line", "qid", "case_index", "docno", "chunk_id", "score")
-STAGING_TYPES = ("int8", "text", "int4", "text", "uuid", "float8")
+STAGING_COLUMNS = ("line", "qid", "case_index", "docno", "chunk", "score")
+STAGING_TYPES = ("int8", "text", "int4", "text", "bytea", "float8")
+SORT_MEMORY = "256MB"
+"""``work_mem`` of the import's transaction: ranking a million lines sorts in memory."""
 
 
 def create_staging(conn: sa.Connection) -> None:
-    """A temporary table for one run file's lines, dropped when the transaction ends."""
+    """A temporary table for one run file's lines (``chunk``: the chunk UUID's 16 bytes), dropped when the
+    transaction ends."""
     conn.execute(sa.text(
         f"CREATE TEMPORARY TABLE {STAGING} (line int8 NOT NULL, qid text NOT NULL, case_index int4, "
-        "docno text NOT NULL, chunk_id uuid NOT NULL, score float8 NOT NULL) ON COMMIT DROP"))
+        "docno text NOT NULL, chunk bytea NOT NULL, score float8 NOT NULL) ON COMMIT DROP"))
+    conn.execute(sa.text(f"SET LOCAL work_mem = '{SORT_MEMORY}'"))
 
 
 def copy_staging(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
     """Rows in :data:`STAGING_COLUMNS` order, by binary COPY."""
     return copy_rows(conn, STAGING, STAGING_COLUMNS, rows, STAGING_TYPES)
-
-
-def index_staging(conn: sa.Connection) -> None:
-    conn.execute(sa.text(f"CREATE INDEX ON {STAGING} (case_index) WHERE case_index IS NOT NULL"))
-    conn.execute(sa.text(f"ANALYZE {STAGING}"))
 
 
 def first_duplicate(conn: sa.Connection) -> sa.Row | None:
@@ -48,20 +47,46 @@ def unknown_topics(conn: sa.Connection) -> sa.Row:
         f"FROM {STAGING} WHERE case_index IS NULL")).one()
 
 
-def ranked(conn: sa.Connection, first: int, last: int) -> Iterator[sa.Row]:
-    """``case_index, chunk_id, score`` of the cases ``first``..``last``, in trec_eval's order: score descending,
-    ties by docno descending (byte order, as ``strcmp``)."""
-    return iter(conn.execute(sa.text(
-        f"SELECT case_index, chunk_id, score FROM {STAGING} WHERE case_index BETWEEN :first AND :last "
-        "ORDER BY case_index, score DESC, docno COLLATE \"C\" DESC"), {"first": first, "last": last}))
+_CHUNK_UUID = "CAST(encode(chunk, 'hex') AS uuid)"
+
+
+def store_candidates(conn: sa.Connection, run_id, ks: Sequence[int], grades: Sequence[tuple[int, str, int]]) -> int:
+    """Rank every staged line of a case of the dataset in trec_eval's order (score descending, ties by docno
+    descending, byte order as ``strcmp``) into the run's candidate rows: selected when within the case's k
+    (``ks[case_index]``), with the case's judged grade (``grades``: ``(case_index, chunk id, grade)``). Returns the
+    rows written."""
+    return conn.execute(sa.text(f"""
+INSERT INTO retrieval_evaluation_candidate_rows (evaluation_run_id, case_index, chunk_id, rank, final_score,
+    is_selected, relevance_grade)
+SELECT :run, s.case_index, s.chunk_id, s.rank, s.score, s.rank <= k.k, g.grade
+FROM (SELECT case_index, {_CHUNK_UUID} AS chunk_id, score,
+             row_number() OVER (PARTITION BY case_index ORDER BY score DESC, docno COLLATE "C" DESC) AS rank
+      FROM {STAGING} WHERE case_index IS NOT NULL) s
+JOIN unnest(CAST(:ks AS int4[])) WITH ORDINALITY AS k(k, ord) ON k.ord = s.case_index + 1
+LEFT JOIN unnest(CAST(:g_case AS int4[]), CAST(:g_chunk AS uuid[]), CAST(:g_grade AS int2[])) AS g(case_index,
+    chunk_id, grade) ON g.case_index = s.case_index AND g.chunk_id = s.chunk_id"""),
+        {"run": run_id, "ks": list(ks), "g_case": [g[0] for g in grades], "g_chunk": [g[1] for g in grades],
+         "g_grade": [g[2] for g in grades]}).rowcount
+
+
+def scored_candidates(conn: sa.Connection, run_id, depths: Sequence[int]) -> Sequence[sa.Row]:
+    """What the metrics and the miss reasons of a run read of its pools: ``case_index, chunk_id, rank,
+    final_score`` of each case's first ``depths[case_index]`` candidates and of its relevant ones, by case and
+    rank."""
+    return conn.execute(sa.text(
+        "SELECT c.case_index, c.chunk_id::text AS chunk_id, c.rank, c.final_score "
+        "FROM retrieval_evaluation_candidate_rows c "
+        "JOIN unnest(CAST(:depths AS int4[])) WITH ORDINALITY AS d(depth, ord) ON d.ord = c.case_index + 1 "
+        "WHERE c.evaluation_run_id = :run AND (c.rank <= d.depth OR c.relevance_grade >= 1) "
+        "ORDER BY c.case_index, c.rank"), {"run": run_id, "depths": list(depths)}).all()
 
 
 def remember_staged_ids(conn: sa.Connection, knowledge_base_id) -> None:
     """Record the original id of every staged docno stored under a derived chunk UUID."""
     conn.execute(sa.text(
         "INSERT INTO external_chunk_ids (knowledge_base_id, chunk_id, external_id) "
-        f"SELECT DISTINCT :kb, chunk_id, docno FROM {STAGING} WHERE case_index IS NOT NULL "
-        "AND docno <> chunk_id::text ON CONFLICT DO NOTHING"), {"kb": knowledge_base_id})
+        f"SELECT DISTINCT :kb, {_CHUNK_UUID}, docno FROM {STAGING} WHERE case_index IS NOT NULL "
+        f"AND docno <> {_CHUNK_UUID}::text ON CONFLICT DO NOTHING"), {"kb": knowledge_base_id})
 
 
 def remember_ids(conn: sa.Connection, knowledge_base_id, pairs: Sequence[tuple[str, str]]) -> None:

@@ -1,6 +1,7 @@
-"""Import a TREC run file as a stored run of a named external strategy against a stored dataset, through the same
-writes as a built-in strategy's run (:mod:`rag_pipeline.evaluation.runs.results`), in one transaction: a bad line
-(or any failure) leaves nothing stored. The file is streamed into a temporary table, never held in memory."""
+"""Import a TREC run file as a stored run of a named external strategy against a stored dataset, in one
+transaction: a bad line (or any failure) leaves nothing stored. The file is streamed into a temporary table, never
+held in memory; PostgreSQL ranks it into the run's candidate partition, and the run row, the case results (COPY)
+and the summary are written as a built-in strategy's are (:mod:`rag_pipeline.evaluation.runs`)."""
 
 from __future__ import annotations
 
@@ -24,14 +25,14 @@ from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.evaluation.queries import trec as queries
 from rag_pipeline.evaluation.runs import lifecycle, results
 from rag_pipeline.evaluation.runs import queries as run_queries
-from rag_pipeline.evaluation.trec.lines import TrecFileError, chunk_uuid, read_run
+from rag_pipeline.evaluation.trec.lines import TrecFileError, chunk_key, key_prefix, read_run
 from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.strategy_store import StrategyConflictError
 from rag_pipeline.retrieval.trace import Candidate, RetrievalTrace
+from rag_pipeline.storage.ids import as_uuid
 from rag_pipeline.storage.names import STRATEGY_VERSION, InvalidNameError, check_name, name_rule, show_name
 
-BATCH_SIZE = 64
 SOURCE = "trec_run"
 
 
@@ -80,16 +81,17 @@ def import_run(engine: sa.Engine, path, strategy_version: str, ref: DatasetRef) 
         raise DatasetError(dataset.source_path or dataset.name, [DatasetProblem(
             "every case is unanswerable (\"answerable\": false): no retrieval metric is defined", field="cases")])
     index = {c.case_id: i for i, c in enumerate(dataset.cases)}
+    prefix = key_prefix(kb.name)
     counts = {"lines": 0, "stored": 0, "external": 0}
 
     def staged() -> Iterator[tuple]:
-        for row in read_run(path):
-            chunk, derived = chunk_uuid(kb.name, row.docno)
-            case = index.get(row.qid)
+        for line, qid, docno, score in read_run(path):
+            chunk, derived = chunk_key(prefix, docno)
+            case = index.get(qid)
             counts["lines"] += 1
             counts["stored"] += case is not None
             counts["external"] += derived
-            yield row.line, row.qid, case, row.docno, chunk, row.score
+            yield line, qid, case, docno, chunk, score
 
     with engine.begin() as conn:
         queries.create_staging(conn)
@@ -99,7 +101,6 @@ def import_run(engine: sa.Engine, path, strategy_version: str, ref: DatasetRef) 
             raise TrecFileError(path, duplicate.second, "docno", f"topic {duplicate.qid} ranks document "
                                 f"{duplicate.docno} twice (first at line {duplicate.first}): trec_eval would count "
                                 "it twice")
-        queries.index_staging(conn)
         unknown = queries.unknown_topics(conn)
         params_hash = _register(conn, strategy)
         dataset_id = results.store_dataset(conn, dataset, kb.name)
@@ -108,27 +109,29 @@ def import_run(engine: sa.Engine, path, strategy_version: str, ref: DatasetRef) 
         run_queries.create_candidate_partition(conn, run_id)
         run_queries.set_knowledge_base_version(conn, run_id, content_version(conn, kb.id).version)
         queries.remember_staged_ids(conn, kb.id)
-        stats = RunCounts(batch_size=BATCH_SIZE)
-        sums, tally, candidates, empty = np.zeros(len(METRIC_NAMES)), Counter[str](), 0, 0
-        for start in range(0, len(dataset.cases), BATCH_SIZE):
-            batch = dataset.cases[start:start + BATCH_SIZE]
-            traces = _traces(conn, strategy.version, start, batch)
-            empty += sum(not t.candidates for t in traces)
-            values = _metrics(batch, traces)
-            sums += values.sum(axis=0)
-            reasons = [diagnosis.classify_misses(c, t.candidates, legs=()) for c, t in zip(batch, traces,
-                                                                                         strict=True)]
-            tally.update(m.reason for case in reasons for m in case)
-            candidates += results.copy_candidates(conn, results.candidate_rows(run_id, start, batch, traces))
-            results.copy_case_results(conn, results.case_rows(run_id, start, batch, traces, values, reasons, stats))
-        averages = {m: float(v) for m, v in zip(METRIC_NAMES, sums / sum(c.answerable for c in dataset.cases),
-                                                   strict=True)}
-        stats.miss_reasons = diagnosis.summarize_counts(tally)
+        grades = [(i, chunk, grade) for i, c in enumerate(dataset.cases) for chunk, grade in c.grades.items()
+                  if as_uuid(chunk) is not None]  # a label that is no UUID matches no candidate
+        candidates = queries.store_candidates(conn, run_id, [c.k for c in dataset.cases], grades)
+        depths = [max(c.k, len(c.relevant_chunk_ids)) for c in dataset.cases]
+        pools: list[list[Candidate]] = [[] for _ in dataset.cases]
+        for row in queries.scored_candidates(conn, run_id, depths):
+            pools[row.case_index].append(Candidate(row.chunk_id, "", "", row.rank, None, None, None, None, None,
+                                                   row.final_score, strategy.version))
+        stats = RunCounts(batch_size=len(dataset.cases))
+        traces = [RetrievalTrace(c.question, pool, pool[:c.k]) for c, pool in zip(dataset.cases, pools, strict=True)]
+        values = _metrics(dataset.cases, traces, depths)
+        reasons = [diagnosis.classify_misses(c, t.candidates, legs=()) for c, t in zip(dataset.cases, traces,
+                                                                                       strict=True)]
+        results.copy_case_results(conn, results.case_rows(run_id, 0, dataset.cases, traces, values, reasons, stats))
+        averages = {m: float(v) for m, v in zip(METRIC_NAMES, values.sum(axis=0) / sum(c.answerable for c in
+                                                                                       dataset.cases), strict=True)}
+        stats.miss_reasons = diagnosis.summarize_counts(Counter(m.reason for case in reasons for m in case))
         stats.first_line = diagnosis.first_line(stats.miss_reasons, averages)
         results.finalize_run(conn, run_id, dataset_name=dataset.name, knowledge_base_name=kb.name,
                              strategy_version=strategy.version, case_count=len(dataset.cases),
                              candidate_count=candidates, averages=averages,
                              timings={"total_s": round(time.perf_counter() - t0, 4)}, summary=stats)
+        empty = sum(not pool for pool in pools)
     return TrecRunImport(
         run_id=str(run_id), strategy_version=strategy.version, dataset=dataset.name,
         dataset_version=dataset.content_hash, knowledge_base=kb.name, lines=counts["lines"],
@@ -137,22 +140,13 @@ def import_run(engine: sa.Engine, path, strategy_version: str, ref: DatasetRef) 
         unknown_topic_examples=list(unknown.examples or []), external_ids=counts["external"] > 0, metrics=averages)
 
 
-def _traces(conn: sa.Connection, version: str, start: int, batch: Sequence[EvaluationCase]) -> list[RetrievalTrace]:
-    """Each case's whole ranked list (its candidate pool); the first ``k`` are its selected chunks."""
-    pools: list[list[Candidate]] = [[] for _ in batch]
-    for row in queries.ranked(conn, start, start + len(batch) - 1):
-        pool = pools[row.case_index - start]
-        pool.append(Candidate(str(row.chunk_id), "", "", len(pool) + 1, None, None, None, None, None,
-                              float(row.score), version))
-    return [RetrievalTrace(case.question, pool, pool[:case.k]) for case, pool in zip(batch, pools, strict=True)]
-
-
-def _metrics(batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]) -> np.ndarray:
-    """As a built-in run's: one row per case, an unanswerable case's row 0 (a placeholder read as NULL)."""
-    values = np.zeros((len(batch), len(METRIC_NAMES)))
-    scored = [i for i, c in enumerate(batch) if c.answerable]
+def _metrics(cases: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace], depths: Sequence[int]) -> np.ndarray:
+    """As a built-in run's: one row per case (an unanswerable case's row 0, a placeholder read as NULL), from each
+    case's first ``max(k, relevant count)`` candidates, all that P/R/nDCG/AP/MRR at k and R-precision read."""
+    values = np.zeros((len(cases), len(METRIC_NAMES)))
+    scored = [i for i, c in enumerate(cases) if c.answerable]
     if scored:
-        result = evaluate_many([[c.chunk_id for c in traces[i].candidates] for i in scored],
-                               [batch[i].relevance for i in scored], [batch[i].k for i in scored])
+        result = evaluate_many([[c.chunk_id for c in traces[i].candidates[:depths[i]]] for i in scored],
+                               [cases[i].relevance for i in scored], [cases[i].k for i in scored])
         values[scored] = np.column_stack([result[m] for m in METRIC_NAMES])
     return values
