@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import sys
@@ -35,6 +36,30 @@ from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.evaluation_tables import CANDIDATE_PARTITION_PREFIX
 
 RELEVANT = 3
+
+
+def server_cpu_s() -> float | None:
+    """CPU seconds (user + system) of the embedded server's processes so far (``$RAG_PGDATA/postmaster.pid``;
+    None when the server is not a local one of this machine)."""
+    pid_file = Path(os.environ.get("RAG_PGDATA", "")) / "postmaster.pid"
+    try:
+        postmaster = int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(stat.parent.name) == postmaster or int(fields[1]) == postmaster:  # fields[1]: the parent pid
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def client_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def peak_rss_mb() -> float:
@@ -73,12 +98,12 @@ def main(argv: list[str] | None = None) -> int:
             qrels, topics, run = write_files(Path(tmp), args.lines, args.topics, args.uuid_docnos, args.seed)
             size_mb = run.stat().st_size / 1024 / 1024
             trec.import_dataset(engine, qrels, topics, name="bench-trec", knowledge_base=kb_name)
-            rss_before = peak_rss_mb()
+            rss_before, server_before, client_before = peak_rss_mb(), server_cpu_s(), client_cpu_s()
             start = time.perf_counter()
             result = trec.import_run(engine, run, strategy="bench-trec-run", dataset="bench-trec",
                                      knowledge_base=kb_name)
             seconds = time.perf_counter() - start
-            rss_after = peak_rss_mb()
+            rss_after, server_after, client = peak_rss_mb(), server_cpu_s(), client_cpu_s() - client_before
     finally:
         with engine.begin() as conn:
             runs = conn.execute(sa.text("SELECT r.id FROM retrieval_evaluation_runs r JOIN knowledge_bases k "
@@ -95,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
           f"ndcg_at_k={result.metrics['ndcg_at_k']:.4f}")
     print(f"import_s={seconds:.2f} lines_per_s={result.lines / seconds:,.0f} peak_rss_before_mb={rss_before:.0f} "
           f"peak_rss_after_mb={rss_after:.0f}")
+    server = "n/a" if server_after is None or server_before is None else f"{server_after - server_before:.2f}"
+    print(f"cpu_s: client={client:.2f} server={server} (CPU time used; the wall time on an idle machine is "
+          "about their sum, as the two mostly take turns)")
+    print("phases: " + " ".join(f"{k}={v:.2f}" for k, v in result.timings.items()))
     return 0
 
 

@@ -24,6 +24,9 @@ class TrecRunImport(BaseModel):
     external_ids: bool = Field(description="Some docno is not a canonical UUID: stored under a derived chunk UUID "
                                            "with the original kept for exports.")
     metrics: dict[str, float]
+    timings: dict[str, float] = Field(description="Seconds: reading the file and copying it into PostgreSQL, the "
+                                                  "checks, ranking and storing the pools, metrics and case results, "
+                                                  "total (also the run's `timings`).")
 
 
 class TrecExport(BaseModel):

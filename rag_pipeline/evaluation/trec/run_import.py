@@ -93,15 +93,18 @@ def import_run(engine: sa.Engine, path, strategy_version: str, ref: DatasetRef) 
             counts["external"] += derived
             yield line, qid, case, docno, chunk, score
 
+    timings: dict[str, float] = {}
     with engine.begin() as conn:
         queries.create_staging(conn)
         queries.copy_staging(conn, staged())
+        t = _tick(timings, "read_copy_s", t0)
         duplicate = queries.first_duplicate(conn)
         if duplicate is not None:
             raise TrecFileError(path, duplicate.second, "docno", f"topic {duplicate.qid} ranks document "
                                 f"{duplicate.docno} twice (first at line {duplicate.first}): trec_eval would count "
                                 "it twice")
         unknown = queries.unknown_topics(conn)
+        t = _tick(timings, "checks_s", t)
         params_hash = _register(conn, strategy)
         dataset_id = results.store_dataset(conn, dataset, kb.name)
         run_id = lifecycle.create_run(conn, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
@@ -112,6 +115,7 @@ def import_run(engine: sa.Engine, path, strategy_version: str, ref: DatasetRef) 
         grades = [(i, chunk, grade) for i, c in enumerate(dataset.cases) for chunk, grade in c.grades.items()
                   if as_uuid(chunk) is not None]  # a label that is no UUID matches no candidate
         candidates = queries.store_candidates(conn, run_id, [c.k for c in dataset.cases], grades)
+        t = _tick(timings, "rank_store_s", t)
         depths = [max(c.k, len(c.relevant_chunk_ids)) for c in dataset.cases]
         pools: list[list[Candidate]] = [[] for _ in dataset.cases]
         for row in queries.scored_candidates(conn, run_id, depths):
@@ -127,17 +131,26 @@ def import_run(engine: sa.Engine, path, strategy_version: str, ref: DatasetRef) 
                                                                                        dataset.cases), strict=True)}
         stats.miss_reasons = diagnosis.summarize_counts(Counter(m.reason for case in reasons for m in case))
         stats.first_line = diagnosis.first_line(stats.miss_reasons, averages)
+        _tick(timings, "metrics_s", t)
+        timings["total_s"] = time.perf_counter() - t0
         results.finalize_run(conn, run_id, dataset_name=dataset.name, knowledge_base_name=kb.name,
                              strategy_version=strategy.version, case_count=len(dataset.cases),
                              candidate_count=candidates, averages=averages,
-                             timings={"total_s": round(time.perf_counter() - t0, 4)}, summary=stats)
+                             timings={k: round(v, 4) for k, v in timings.items()}, summary=stats)
         empty = sum(not pool for pool in pools)
     return TrecRunImport(
         run_id=str(run_id), strategy_version=strategy.version, dataset=dataset.name,
         dataset_version=dataset.content_hash, knowledge_base=kb.name, lines=counts["lines"],
         lines_stored=counts["stored"], cases=len(dataset.cases), cases_without_lines=empty,
         unknown_topics=unknown.topics, unknown_topic_lines=unknown.lines,
-        unknown_topic_examples=list(unknown.examples or []), external_ids=counts["external"] > 0, metrics=averages)
+        unknown_topic_examples=list(unknown.examples or []), external_ids=counts["external"] > 0, metrics=averages,
+        timings={k: round(v, 4) for k, v in timings.items()})
+
+
+def _tick(timings: dict[str, float], key: str, since: float) -> float:
+    now = time.perf_counter()
+    timings[key] = now - since
+    return now
 
 
 def _metrics(cases: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace], depths: Sequence[int]) -> np.ndarray:
