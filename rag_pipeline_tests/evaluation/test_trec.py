@@ -169,10 +169,12 @@ def test_a_bad_line_is_named_and_nothing_is_stored(engine, demo_kb, graded, tmp_
     assert f"{run_file}:5: " in err and "Traceback" not in err
 
 
-def test_a_duplicate_pair_is_refused_with_both_lines(engine, demo_kb, graded, tmp_path) -> None:
+@pytest.mark.parametrize("grouped", [True, False], ids=["topic-by-topic", "topics-interleaved"])
+def test_a_duplicate_pair_is_refused_with_both_lines(engine, demo_kb, graded, tmp_path, grouped) -> None:
     case = load_dataset(graded).cases[0].case_id
     run_file = tmp_path / "dup.run"
-    run_file.write_text(f"{case} Q0 a 1 3 t\n{case} Q0 b 2 2 t\nother Q0 a 1 1 t\n{case} Q0 a 3 1 t\n",
+    middle = f"{case} Q0 c 3 2 t\n" if grouped else "other Q0 a 1 1 t\n"  # the check streams, else SQL
+    run_file.write_text(f"{case} Q0 a 1 3 t\n{case} Q0 b 2 2 t\n{middle}{case} Q0 a 3 1 t\nlast Q0 z 1 1 t\n",
                         encoding="utf-8")
     before = _counts(engine)
     with pytest.raises(TrecFileError, match=r"dup\.run:4: field docno: .* document a twice \(first at line 1\)"):

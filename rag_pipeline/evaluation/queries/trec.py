@@ -38,15 +38,6 @@ def first_duplicate(conn: sa.Connection) -> sa.Row | None:
         "  HAVING count(*) > 1) d ORDER BY lines[2] LIMIT 1")).first()
 
 
-def unknown_topics(conn: sa.Connection) -> sa.Row:
-    """``topics, lines`` of the run file whose topic is no case of the dataset, and the first such ``qid``s."""
-    return conn.execute(sa.text(
-        f"SELECT count(DISTINCT qid) AS topics, count(*) AS lines, "
-        f"(SELECT array_agg(qid) FROM (SELECT DISTINCT qid FROM {STAGING} WHERE case_index IS NULL "
-        "ORDER BY qid LIMIT 5) q) AS examples "
-        f"FROM {STAGING} WHERE case_index IS NULL")).one()
-
-
 _CHUNK_UUID = "CAST(encode(chunk, 'hex') AS uuid)"
 
 

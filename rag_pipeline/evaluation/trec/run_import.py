@@ -82,15 +82,21 @@ def import_run(engine: sa.Engine, path, strategy_version: str, ref: DatasetRef) 
             "every case is unanswerable (\"answerable\": false): no retrieval metric is defined", field="cases")])
     index = {c.case_id: i for i, c in enumerate(dataset.cases)}
     prefix = key_prefix(kb.name)
-    counts = {"lines": 0, "stored": 0, "external": 0}
+    counts = {"lines": 0, "stored": 0, "external": 0, "unknown_lines": 0}
+    unknown: set[str] = set()
+    topics = _Topics(path)
 
     def staged() -> Iterator[tuple]:
         for line, qid, docno, score in read_run(path):
             chunk, derived = chunk_key(prefix, docno)
             case = index.get(qid)
+            topics.check(line, qid, docno)
             counts["lines"] += 1
             counts["stored"] += case is not None
             counts["external"] += derived
+            if case is None:
+                counts["unknown_lines"] += 1
+                unknown.add(qid)
             yield line, qid, case, docno, chunk, score
 
     timings: dict[str, float] = {}
@@ -98,12 +104,11 @@ def import_run(engine: sa.Engine, path, strategy_version: str, ref: DatasetRef) 
         queries.create_staging(conn)
         queries.copy_staging(conn, staged())
         t = _tick(timings, "read_copy_s", t0)
-        duplicate = queries.first_duplicate(conn)
+        duplicate = queries.first_duplicate(conn) if topics.regrouped else None
         if duplicate is not None:
             raise TrecFileError(path, duplicate.second, "docno", f"topic {duplicate.qid} ranks document "
                                 f"{duplicate.docno} twice (first at line {duplicate.first}): trec_eval would count "
                                 "it twice")
-        unknown = queries.unknown_topics(conn)
         t = _tick(timings, "checks_s", t)
         params_hash = _register(conn, strategy)
         dataset_id = results.store_dataset(conn, dataset, kb.name)
@@ -142,9 +147,32 @@ def import_run(engine: sa.Engine, path, strategy_version: str, ref: DatasetRef) 
         run_id=str(run_id), strategy_version=strategy.version, dataset=dataset.name,
         dataset_version=dataset.content_hash, knowledge_base=kb.name, lines=counts["lines"],
         lines_stored=counts["stored"], cases=len(dataset.cases), cases_without_lines=empty,
-        unknown_topics=unknown.topics, unknown_topic_lines=unknown.lines,
-        unknown_topic_examples=list(unknown.examples or []), external_ids=counts["external"] > 0, metrics=averages,
+        unknown_topics=len(unknown), unknown_topic_lines=counts["unknown_lines"],
+        unknown_topic_examples=sorted(unknown)[:5], external_ids=counts["external"] > 0, metrics=averages,
         timings={k: round(v, 4) for k, v in timings.items()})
+
+
+class _Topics:
+    """The duplicate check of a file whose lines come topic by topic (the usual layout), as it streams: one topic's
+    docnos held at a time. A topic seen again after another (``regrouped``) leaves the check to the database."""
+
+    def __init__(self, path):
+        self.path, self.current, self.regrouped = path, None, False
+        self.seen: dict[str, int] = {}
+        self.finished: set[str] = set()
+
+    def check(self, line: int, qid: str, docno: str) -> None:
+        if qid != self.current:
+            if self.current is not None:
+                self.finished.add(self.current)
+            self.regrouped = self.regrouped or qid in self.finished
+            self.current, self.seen = qid, {}
+        if self.regrouped:
+            return
+        first = self.seen.setdefault(docno, line)
+        if first != line:
+            raise TrecFileError(self.path, line, "docno", f"topic {qid} ranks document {docno} twice (first at line "
+                                f"{first}): trec_eval would count it twice")
 
 
 def _tick(timings: dict[str, float], key: str, since: float) -> float:
