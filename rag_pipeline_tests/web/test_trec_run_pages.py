@@ -15,7 +15,7 @@ from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.service import trec
 from rag_pipeline_tests.web.conftest import DEMO_DATASET
 
-pytestmark = [pytest.mark.db, pytest.mark.slow]
+pytestmark = [pytest.mark.db, pytest.mark.slow]  # the live server (and its Dagster daemon) + an import
 BASE = "/admin/retrieval-evaluations"
 
 
