@@ -69,7 +69,7 @@ def _write_run(path: Path, rows: list[tuple[str, str, float]], rng: random.Rando
     path.write_text("".join(f"{q} Q0\t{d}  {rng.randint(1, 5)} {s} tag\n" for q, d, s in rows), encoding="utf-8")
 
 
-def test_an_imported_run_scores_as_trec_eval(engine, demo_kb, graded, tmp_path) -> None:
+def test_an_imported_run_scores_as_trec_eval(engine, demo_kb, graded, tmp_path, capsys) -> None:
     dataset = load_dataset(graded)
     rng = random.Random(11)
     chunks = _chunk_ids(engine, demo_kb)
@@ -142,6 +142,14 @@ def test_an_imported_run_scores_as_trec_eval(engine, demo_kb, graded, tmp_path) 
     # an ordinary run: `show` reads it, `runs` lists it
     assert main(["show", result.run_id, "--format", "text"]) == 0
     assert main(["runs", "--strategy", "my-retriever", "--format", "json"]) == 0
+    # the CLI says what it stored and what it left out; the same file gives the same metrics
+    capsys.readouterr()
+    assert main(["trec", "import-run", str(run_file), "--strategy", "my-retriever", "--dataset", str(graded)]) == 0
+    out, err = capsys.readouterr()
+    assert f"{len(rows) - 3:,} of {len(rows):,} lines, {len(dataset.cases)} cases" in out
+    assert f"ndcg_at_k={result.metrics['ndcg_at_k']:.4f}" in out
+    assert "1 case(s) of the dataset have no line in the file" in err
+    assert "2 topic(s) of the file (3 lines) are no case of the dataset" in err and "not-a-case-1" in err
 
 
 @pytest.mark.parametrize(("line", "field", "reason"), [
