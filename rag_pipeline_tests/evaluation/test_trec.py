@@ -110,6 +110,10 @@ def test_an_imported_run_scores_as_trec_eval(engine, demo_kb, graded, tmp_path, 
             "SELECT case_id, chunk_id::text AS chunk_id, rank, final_score FROM retrieval_evaluation_candidates "
             "WHERE evaluation_run_id = :r ORDER BY case_id, rank"), {"r": result.run_id}).all()
     assert set(stored) == {c.case_id for c in dataset.cases}
+    with engine.connect() as conn:
+        summary = conn.execute(sa.text("SELECT summary FROM retrieval_evaluation_runs WHERE id = :r"),
+                               {"r": result.run_id}).scalar()
+    assert summary["relevant_ids_not_in_kb"] == 0 and summary["miss_reasons"]["counts"]["hit"] > 0
     means = dict.fromkeys(METRICS, 0.0)
     for case in answerable:
         theirs = trec_eval.get(case.case_id)

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.runs import RunCounts
 from rag_pipeline.contracts.trec import TrecRunImport
+from rag_pipeline.evaluation.datasets.label_check import relevant_ids_missing
 from rag_pipeline.evaluation.datasets.load import EvaluationCase
 from rag_pipeline.evaluation.datasets.resolve import DatasetRef
 from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetProblem
@@ -126,7 +127,7 @@ def import_run(engine: sa.Engine, path, strategy_version: str, ref: DatasetRef) 
         for row in queries.scored_candidates(conn, run_id, depths):
             pools[row.case_index].append(Candidate(row.chunk_id, "", "", row.rank, None, None, None, None, None,
                                                    row.final_score, strategy.version))
-        stats = RunCounts(batch_size=len(dataset.cases))
+        stats = RunCounts(relevant_ids_not_in_kb=relevant_ids_missing(conn, kb.id, dataset))
         traces = [RetrievalTrace(c.question, pool, pool[:c.k]) for c, pool in zip(dataset.cases, pools, strict=True)]
         values = _metrics(dataset.cases, traces, depths)
         reasons = [diagnosis.classify_misses(c, t.candidates, legs=()) for c, t in zip(dataset.cases, traces,
