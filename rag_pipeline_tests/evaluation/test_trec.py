@@ -162,6 +162,7 @@ def test_an_imported_run_scores_as_trec_eval(engine, demo_kb, graded, tmp_path, 
     ("q1 Q0 d1 1 high tag", "score", "'high' is not a number"),
     ("q1 Q0 d1 1 nan tag", "score", "not a finite number"),
     ("q1 Q0 d1 1 inf tag", "score", "not a finite number"),
+    ("q1 Q0 d\x001 1 0.5 tag", None, "holds a NUL character (byte 8 of the line)"),
 ])
 def test_a_bad_line_is_named_and_nothing_is_stored(engine, demo_kb, graded, tmp_path, line, field, reason,
                                                    capsys) -> None:
@@ -200,7 +201,8 @@ def test_import_then_export_is_byte_equal_and_external_ids_come_back(engine, dem
     rng = random.Random(5)
     lines = []
     for case in dataset.cases[:12]:
-        docs = rng.sample(chunks, 6) + [f"ext-{rng.randint(0, 50)}" for _ in range(4)] + ["ÜBER/doc#1"]
+        docs = [*rng.sample(chunks, 6), *(f"ext-{rng.randint(0, 50)}" for _ in range(4)), "ÜBER/doc#1",
+                "back\\slash\\N"]  # a backslash: COPY's escape
         scored = {d: rng.choice([0.5, 2.0, rng.random()]) for d in docs}
         ordered = sorted(scored.items(), key=lambda ds: (-ds[1], [-b for b in ds[0].encode()]))
         lines += [f"{case.case_id} Q0 {d} {r} {s!r} ext-run\n" for r, (d, s) in enumerate(ordered, start=1)]

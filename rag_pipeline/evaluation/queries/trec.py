@@ -7,27 +7,43 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.runs.case_queries import copy_rows
-
 STAGING = "trec_run_staging"
-STAGING_COLUMNS = ("line", "qid", "case_index", "docno", "chunk", "score")
-STAGING_TYPES = ("int8", "text", "int4", "text", "bytea", "float8")
+STAGING_COLUMNS = ("line", "qid", "case_index", "docno", "chunk_id", "score")
 SORT_MEMORY = "256MB"
 """``work_mem`` of the import's transaction: ranking a million lines sorts in memory."""
+_BUFFER_ROWS = 10_000
 
 
 def create_staging(conn: sa.Connection) -> None:
-    """A temporary table for one run file's lines (``chunk``: the chunk UUID's 16 bytes), dropped when the
-    transaction ends."""
+    """A temporary table for one run file's lines, dropped when the transaction ends."""
     conn.execute(sa.text(
         f"CREATE TEMPORARY TABLE {STAGING} (line int8 NOT NULL, qid text NOT NULL, case_index int4, "
-        "docno text NOT NULL, chunk bytea NOT NULL, score float8 NOT NULL) ON COMMIT DROP"))
+        "docno text NOT NULL, chunk_id uuid NOT NULL, score float8 NOT NULL) ON COMMIT DROP"))
     conn.execute(sa.text(f"SET LOCAL work_mem = '{SORT_MEMORY}'"))
 
 
-def copy_staging(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
-    """Rows in :data:`STAGING_COLUMNS` order, by binary COPY."""
-    return copy_rows(conn, STAGING, STAGING_COLUMNS, rows, STAGING_TYPES)
+def _text(value: str) -> str:
+    """A field of COPY's text format (the fields of a whitespace-split line hold no tab or line break)."""
+    return value.replace("\\", "\\\\") if "\\" in value else value
+
+
+def copy_staging(conn: sa.Connection, rows: Iterable[tuple[int, str, int | None, str, str, float]]) -> int:
+    """Rows in :data:`STAGING_COLUMNS` order (the chunk id as UUID text), by COPY in text format, written
+    :data:`_BUFFER_ROWS` at a time (a row costs a string, not a call)."""
+    raw = conn.connection.driver_connection
+    if raw is None:
+        raise RuntimeError("COPY needs a checked-out DBAPI connection")
+    n, buffer = 0, []
+    with raw.cursor() as cur, cur.copy(f"COPY {STAGING} ({', '.join(STAGING_COLUMNS)}) FROM STDIN") as copy:
+        for line, qid, case, docno, chunk, score in rows:
+            case_text = "\\N" if case is None else str(case)
+            buffer.append(f"{line}\t{_text(qid)}\t{case_text}\t{_text(docno)}\t{chunk}\t{score!r}\n")
+            if len(buffer) == _BUFFER_ROWS:
+                copy.write("".join(buffer))
+                n += len(buffer)
+                buffer.clear()
+        copy.write("".join(buffer))
+    return n + len(buffer)
 
 
 def first_duplicate(conn: sa.Connection) -> sa.Row | None:
@@ -36,9 +52,6 @@ def first_duplicate(conn: sa.Connection) -> sa.Row | None:
         f"SELECT qid, docno, lines[1] AS first, lines[2] AS second FROM ("
         f"  SELECT qid, docno, array_agg(line ORDER BY line) AS lines FROM {STAGING} GROUP BY qid, docno "
         "  HAVING count(*) > 1) d ORDER BY lines[2] LIMIT 1")).first()
-
-
-_CHUNK_UUID = "CAST(encode(chunk, 'hex') AS uuid)"
 
 
 def store_candidates(conn: sa.Connection, run_id, ks: Sequence[int], grades: Sequence[tuple[int, str, int]]) -> int:
@@ -50,7 +63,7 @@ def store_candidates(conn: sa.Connection, run_id, ks: Sequence[int], grades: Seq
 INSERT INTO retrieval_evaluation_candidate_rows (evaluation_run_id, case_index, chunk_id, rank, final_score,
     is_selected, relevance_grade)
 SELECT :run, s.case_index, s.chunk_id, s.rank, s.score, s.rank <= k.k, g.grade
-FROM (SELECT case_index, {_CHUNK_UUID} AS chunk_id, score,
+FROM (SELECT case_index, chunk_id, score,
              row_number() OVER (PARTITION BY case_index ORDER BY score DESC, docno COLLATE "C" DESC) AS rank
       FROM {STAGING} WHERE case_index IS NOT NULL) s
 JOIN unnest(CAST(:ks AS int4[])) WITH ORDINALITY AS k(k, ord) ON k.ord = s.case_index + 1
@@ -76,8 +89,8 @@ def remember_staged_ids(conn: sa.Connection, knowledge_base_id) -> None:
     """Record the original id of every staged docno stored under a derived chunk UUID."""
     conn.execute(sa.text(
         "INSERT INTO external_chunk_ids (knowledge_base_id, chunk_id, external_id) "
-        f"SELECT DISTINCT :kb, {_CHUNK_UUID}, docno FROM {STAGING} WHERE case_index IS NOT NULL "
-        f"AND docno <> {_CHUNK_UUID}::text ON CONFLICT DO NOTHING"), {"kb": knowledge_base_id})
+        f"SELECT DISTINCT :kb, chunk_id, docno FROM {STAGING} WHERE case_index IS NOT NULL "
+        f"AND docno <> chunk_id::text ON CONFLICT DO NOTHING"), {"kb": knowledge_base_id})
 
 
 def remember_ids(conn: sa.Connection, knowledge_base_id, pairs: Sequence[tuple[str, str]]) -> None:

@@ -36,14 +36,15 @@ class TrecFileError(BadInputError, ValueError):
 _CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def chunk_key(prefix: bytes, docno: str) -> tuple[bytes, bool]:
-    """:func:`chunk_uuid` as 16 bytes (the hot path of an import; ``prefix``: :func:`key_prefix`)."""
+def chunk_key(prefix: bytes, docno: str) -> tuple[str, bool]:
+    """:func:`chunk_uuid` as text (the hot path of an import; ``prefix``: :func:`key_prefix`): a canonical UUID is
+    itself, any other docno the 32 hex digits of its uuid5."""
     if len(docno) == 36 and _CANONICAL.fullmatch(docno):
-        return bytes.fromhex(docno.replace("-", "")), False
+        return docno, False
     digest = bytearray(hashlib.sha1(prefix + docno.encode("utf-8")).digest()[:16])  # uuid5, as uuid.uuid5
     digest[6] = (digest[6] & 0x0F) | 0x50
     digest[8] = (digest[8] & 0x3F) | 0x80
-    return bytes(digest), True
+    return digest.hex(), True
 
 
 def key_prefix(knowledge_base: str) -> bytes:
@@ -54,7 +55,7 @@ def chunk_uuid(knowledge_base: str, docno: str) -> tuple[uuid.UUID, bool]:
     """The chunk UUID of ``docno`` in ``knowledge_base`` and whether it is derived: a canonical (lower-case,
     hyphenated) UUID is itself; any other id is ``uuid5(EXTERNAL_ID_NAMESPACE, "<knowledge base>\\x1f<docno>")``."""
     key, derived = chunk_key(key_prefix(knowledge_base), docno)
-    return uuid.UUID(bytes=key), derived
+    return uuid.UUID(key), derived
 
 
 def _fields(path, lineno: int, raw: bytes, names: tuple[str, ...]) -> list[str] | None:
@@ -63,6 +64,8 @@ def _fields(path, lineno: int, raw: bytes, names: tuple[str, ...]) -> list[str] 
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise TrecFileError(path, lineno, None, f"not UTF-8 (byte {exc.start + 1} of the line)") from None
+    if "\x00" in text:
+        raise TrecFileError(path, lineno, None, f"holds a NUL character (byte {raw.index(0) + 1} of the line)")
     parts = text.split()
     if not parts:
         return None
