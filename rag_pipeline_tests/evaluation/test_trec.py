@@ -195,7 +195,8 @@ def test_a_duplicate_pair_is_refused_with_both_lines(engine, demo_kb, graded, tm
     assert _counts(engine) == before
 
 
-def test_import_then_export_is_byte_equal_and_external_ids_come_back(engine, demo_kb, graded, tmp_path) -> None:
+def test_import_then_export_is_byte_equal_and_external_ids_come_back(engine, demo_kb, graded, tmp_path,
+                                                                     capsys) -> None:
     dataset = load_dataset(graded)
     chunks = _chunk_ids(engine, demo_kb)
     rng = random.Random(5)
@@ -222,6 +223,9 @@ def test_import_then_export_is_byte_equal_and_external_ids_come_back(engine, dem
     # an ordinary run, external documents and all
     for fmt in ("text", "json", "jsonl"):
         assert main(["show", result.run_id, "--format", fmt, "--candidates", "all", "--include-text"]) == 0, fmt
+    capsys.readouterr()
+    assert main(["show", result.run_id, "--case", dataset.cases[0].case_id, "--global-ranks"]) == 2
+    assert "is an external strategy (an imported ranking)" in capsys.readouterr().err
 
 
 def test_a_dataset_exported_as_qrels_and_topics_imports_as_the_same_version(engine, demo_kb, graded,
