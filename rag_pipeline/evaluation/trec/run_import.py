@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -157,8 +158,9 @@ class _Topics:
     """The duplicate check of a file whose lines come topic by topic (the usual layout), as it streams: one topic's
     docnos held at a time. A topic seen again after another (``regrouped``) leaves the check to the database."""
 
-    def __init__(self, path):
-        self.path, self.current, self.regrouped = path, None, False
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path, self.regrouped = path, False
+        self.current: str | None = None
         self.seen: dict[str, int] = {}
         self.finished: set[str] = set()
 
