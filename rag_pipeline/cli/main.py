@@ -19,6 +19,7 @@ from rag_pipeline.cli import (
     knowledge_bases,
     labelling,
     serve,
+    trec,
     tune,
 )
 from rag_pipeline.cli.answers import commands as answers
@@ -31,7 +32,7 @@ DESCRIPTION = "Measure RAG retrieval quality on PostgreSQL + pgvector (no Dagste
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag-pipeline", description=DESCRIPTION, epilog=EXIT_CODES_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (database, knowledge_bases, labelling, evaluate, check_dataset, compare, tune, answers, serve,
+    for group in (database, knowledge_bases, labelling, evaluate, check_dataset, compare, tune, trec, answers, serve,
                   doctor):
         group.register(sub)
     for command in sub.choices.values():

@@ -230,3 +230,15 @@ class RetrievalComparisonRun(Base):
         ForeignKey("retrieval_evaluation_runs.id", ondelete="CASCADE"), primary_key=True)
     compared_at: Mapped[datetime] = _now()
     __table_args__ = (Index("ix_comparison_runs_run", "evaluation_run_id"),)
+
+
+class ExternalChunkId(Base):
+    """The original id of an external system's document (a TREC docno or qrels id that is not a canonical UUID)
+    behind the chunk UUID it maps to: ``uuid5(EXTERNAL_ID_NAMESPACE, "<knowledge base>\\x1f<docno>")`` (0011).
+    Exports give the original back; a docno that is a canonical UUID maps to itself and has no row."""
+
+    __tablename__ = "external_chunk_ids"
+    knowledge_base_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), primary_key=True)
+    chunk_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    external_id: Mapped[str] = mapped_column(Text, nullable=False)

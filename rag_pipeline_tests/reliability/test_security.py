@@ -420,6 +420,14 @@ VETTED_QUERY_MODULE_SPLICES = {
         "one of two literals",
     ("evaluation/runs/candidate_queries.py", "report_candidates", 'mode=_MODE_FILTERS.get(mode, "")'):
         "one of the literal filters of _MODE_FILTERS",
+    **{("evaluation/runs/candidate_queries.py", func, expr): _CONSTANT for func, expr in (
+        ("report_candidates", "name=_NAME"), ("report_candidates", "external=_EXTERNAL"),
+        ("top_candidates", "_NAME"), ("top_candidates", "_EXTERNAL"))},
+    **{("evaluation/queries/trec.py", func, expr): why for func, expr, why in (
+        *((func, "STAGING", "the constant name of a temporary table") for func in (
+            "create_staging", "copy_staging", "first_duplicate", "store_candidates", "remember_staged_ids")),
+        ("copy_staging", "', '.join(STAGING_COLUMNS)", "constant column names"),
+        ("create_staging", "SORT_MEMORY", "a constant work_mem value (SET takes no parameters)"))},
     ("evaluation/runs/queries.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment",
     ("evaluation/runs/queries.py", "sweep_abandoned", "EFFECTIVE_STATUS"): "constant SQL fragment",
     ("evaluation/runs/queries.py", "mark_succeeded", "sets"): "built from METRIC_NAMES",

@@ -21,7 +21,7 @@ from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.retrieval.bm25_sql import bm25_params
 from rag_pipeline.retrieval.search import text_search_mode
-from rag_pipeline.retrieval.strategies import Strategy, get_strategy, strategy_from_mapping
+from rag_pipeline.retrieval.strategies import Strategy, StrategyError, get_strategy, strategy_from_mapping
 
 
 def score_chunks(conn: sa.Connection, kb, strategy: Strategy, targets: Sequence[tuple[str, str, str]],
@@ -125,6 +125,10 @@ class RunDiagnosisTally:
 
 def strategy_of_run(run) -> Strategy:
     """The strategy a run used: its stored parameters (the registry only if they are missing)."""
+    if (run.strategy_params or {}).get("external"):
+        raise StrategyError(f"{run.strategy_version} is an external strategy (an imported ranking): it has no leg "
+                            "of ours to rank its missed chunks in; its stored miss reasons are in `show RUN --case "
+                            "ID` without --global-ranks")
     if run.strategy_params:
         return strategy_from_mapping({"version": run.strategy_version, **run.strategy_params})
     return get_strategy(run.strategy_version)

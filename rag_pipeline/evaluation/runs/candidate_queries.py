@@ -10,13 +10,17 @@ from rag_pipeline.contracts.reports import Candidate
 
 _MODE_FILTERS = {"default": " AND (c.is_selected OR c.is_relevant)", "all": "", "selected": " AND c.is_selected",
                  "relevant": " AND c.is_relevant"}
+_NAME = "coalesce(c.document_name, x.external_id, '(no such chunk)') AS document_name"
+"""A chunk no longer (or never) in the knowledge base: its external id (an imported run's document), else that."""
+_EXTERNAL = (" LEFT JOIN external_chunk_ids x ON x.chunk_id = c.chunk_id AND x.knowledge_base_id = "
+             "(SELECT knowledge_base_id FROM retrieval_evaluation_runs WHERE id = c.evaluation_run_id)")
 _REPORT_SQL = """
-SELECT c.case_id, c.chunk_id::text AS chunk_id, c.document_id::text AS document_id, c.document_name, c.rank,
+SELECT c.case_id, c.chunk_id::text AS chunk_id, coalesce(c.document_id::text, '') AS document_id, {name}, c.rank,
        c.vector_score, c.vector_rank, c.keyword_score, c.keyword_rank, c.rerank_score, NULL AS first_stage_rank,
        c.vector_score IS NOT NULL AND c.vector_rank IS NULL AS vector_completed,
        c.keyword_score IS NOT NULL AND c.keyword_rank IS NULL AS keyword_completed,
        c.final_score, c.is_relevant, c.relevance_grade, c.is_selected, c.strategy_version{text}
-FROM retrieval_evaluation_candidates c{join}
+FROM retrieval_evaluation_candidates c{external}{join}
 WHERE c.evaluation_run_id = :run AND c.case_id = ANY(:cases){mode}
 ORDER BY c.case_id, c.rank
 """
@@ -27,7 +31,7 @@ def report_candidates(conn: sa.Connection, run_id, cases: Sequence[str], mode: s
     """Case id → the candidates that candidate mode ``mode`` lists, by rank (``first_stage_rank`` unset);
     ``include_text``: with the chunk's ``content``."""
     statement = sa.text(_REPORT_SQL.format(
-        text=", ch.content" if include_text else "",
+        name=_NAME, external=_EXTERNAL, text=", ch.content" if include_text else "",
         join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" if include_text else "",
         mode=_MODE_FILTERS.get(mode, "")))
     pools: dict[str, list[Candidate]] = {case: [] for case in cases}
@@ -66,7 +70,8 @@ def pool_of_case(conn: sa.Connection, run_id, case_id: str) -> Sequence[sa.RowMa
 def top_candidates(conn: sa.Connection, run_ids: list[str], cases: list[str], top: int) -> Sequence[sa.Row]:
     """The candidates ranked ``top`` or better of the cases in the runs, by rank."""
     return conn.execute(sa.text(
-        "SELECT evaluation_run_id::text AS run_id, case_id, chunk_id::text AS chunk_id, document_name, rank, "
-        "is_relevant FROM retrieval_evaluation_candidates WHERE evaluation_run_id = ANY(CAST(:runs AS uuid[])) "
-        "AND case_id = ANY(:cases) AND rank <= :top ORDER BY rank"),
+        f"SELECT c.evaluation_run_id::text AS run_id, c.case_id, c.chunk_id::text AS chunk_id, {_NAME}, c.rank, "
+        f"c.is_relevant FROM retrieval_evaluation_candidates c{_EXTERNAL} "
+        "WHERE c.evaluation_run_id = ANY(CAST(:runs AS uuid[])) "
+        "AND c.case_id = ANY(:cases) AND c.rank <= :top ORDER BY c.rank"),
         {"runs": run_ids, "cases": cases, "top": top}).all()
