@@ -33,7 +33,7 @@ from rag_pipeline.evaluation.datasets.strict_json import DatasetProblem, got, js
 FIELD = "relevant_chunk_ids"
 _UUID = re.compile(UUID_PATTERN)
 _NOT_UUID = "is not a UUID (chunk ids are document_chunks.id, e.g. 30465673-88ea-41f0-a5a0-da496592f3df)"
-_TOP_RANK = {"knowledge_base": 2, "name": 3, "description": 4, "metadata": 5, "cases": 6}
+_TOP_RANK = {"knowledge_base": 2, "name": 3, "description": 4, "metadata": 5, "answer_convention": 5, "cases": 6}
 _BOUNDS = ("greater_than_equal", "less_than_equal")
 _TWICE = "appears more than once in this object (JSON keeps only one of them)"
 _EMPTY = ("is empty; every case needs at least one relevant chunk id (document_chunks.id), unless it is "
