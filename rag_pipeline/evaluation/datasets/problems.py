@@ -220,6 +220,7 @@ def _header_problems(data: dict) -> list[Keyed]:
         if error["type"] != "extra_forbidden":
             field, value = str(error["loc"][0]), error["input"]
             message = (f"must be an object, {got(value)}" if field == "metadata"
+                       else f"must be squad, cmrc or auto (or absent), {got(value)}" if field == "answer_convention"
                        else _text(error, f"got {type_name(value)}"))
             keyed.append(((-1, _TOP_RANK[field]), DatasetProblem(message, field=field)))
     cases = data.get("cases")
