@@ -89,3 +89,14 @@ def test_the_convention_flag_wins_and_is_stored(engine, files, capsys):
     assert run.scoring is not None and run.scoring.convention == "cmrc" and run.summary.official is not None
     assert run.summary.official.convention == "cmrc" and run.summary.official.total == 2  # answerable only
     assert "official CMRC 2018: EM" in capsys.readouterr().out
+
+
+def test_a_squad_file_is_refused_for_a_retrieval_run_and_nothing_is_stored(engine, files, capsys):
+    with engine.connect() as conn:
+        before = conn.execute(sa.text("SELECT count(*) FROM retrieval_evaluation_runs")).scalar_one()
+    assert cli(["evaluate", "--dataset", str(files["dataset"]), "--knowledge-base", files["kb"], "--strategy",
+                "keyword-v1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "2 answerable case(s) have no relevant chunk id" in err and "answers evaluate" in err
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM retrieval_evaluation_runs")).scalar_one() == before
