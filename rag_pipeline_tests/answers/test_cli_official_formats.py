@@ -89,6 +89,12 @@ def test_the_convention_flag_wins_and_is_stored(engine, files, capsys):
     assert run.scoring is not None and run.scoring.convention == "cmrc" and run.summary.official is not None
     assert run.summary.official.convention == "cmrc" and run.summary.official.total == 2  # answerable only
     assert "official CMRC 2018: EM" in capsys.readouterr().out
+    assert _evaluate(files) == 0
+    squad = answers.list_answer_runs(engine, knowledge_base=files["kb"]).runs[0]
+    assert squad.scoring is not None and squad.scoring.convention == "squad"
+    capsys.readouterr()
+    assert cli(["answers", "compare", run.run_id, squad.run_id]) == 0
+    assert "answer convention: A cmrc, B squad  (differ: EM, F1" in capsys.readouterr().out
 
 
 def test_a_squad_file_is_refused_for_a_retrieval_run_and_nothing_is_stored(engine, files, capsys):

@@ -131,6 +131,9 @@ def comparison_text(c: AnswerComparison) -> str:
              f"B {c.run_b.run_id[:8]} {printable(c.run_b.answerer)}@{printable(c.run_b.answerer_version)}  "
              f"({c.common_cases} common cases)", "",
              text_table(["metric", "n", "mean A", "mean B", "delta", "p", "95% CI"], rows), ""]
+    a, b = (r.summary.convention or "auto" for r in (c.run_a, c.run_b))
+    lines.append(f"answer convention: A {a}, B {b}" + ("" if a == b else
+                 "  (differ: EM, F1, contains and the verdicts are not scored alike)"))
     if c.verdict_changes:
         lines.append("verdict changes: " + "  ".join(f"{k} {n}" for k, n in sorted(c.verdict_changes.items())))
     else:
