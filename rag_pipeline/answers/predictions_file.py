@@ -20,6 +20,9 @@ from rag_pipeline.contracts.answers import ANSWER_RECORD_FIELDS, MAX_ANSWER_CHAR
 from rag_pipeline.contracts.dataset import normal_identifier
 from rag_pipeline.evaluation.datasets.strict_json import got, show
 
+MAX_LOCATED = 200
+"""Problems whose line is looked up (each a scan of the file); the error lists at most 50 anyway."""
+
 
 def looks_like_predictions(data: object) -> bool:
     """Whether a whole-file JSON value is a prediction object: no key of it is a field of an answers line."""
@@ -62,22 +65,26 @@ def parse_predictions(data: dict, text: str, raw: bytes, *, case_ids: Sequence[s
             f"question id {show(key)} has more than one answer" + (f" (lines {', '.join(map(str, lines))})"
                                                                    if len(lines) > 1 else "")
             + "; give one answer per question", lines[-1] if lines else None, "case_id", key))
-    for key, value in data.items():
+    def line(key: str) -> int | None:  # looked up only for the first problems: one scan of the text each
+        if len(problems) >= MAX_LOCATED:
+            return None
         lines = _key_lines(text, key)
-        line = lines[0] if lines else None
+        return lines[0] if lines else None
+
+    for key, value in data.items():
         case_id = normal_identifier(key)
         if case_id not in known:
             problems.append(AnswersProblem(f"{show(key)} is not a question id of the dataset ({len(known)} cases)",
-                                           line, "case_id", key))
+                                           line(key), "case_id", key))
             continue
         if case_id in first:
             problems.append(AnswersProblem(f"{show(key)} is the same question id as {show(first[case_id])} "
                                            "(ids are compared stripped); give one answer per question",
-                                           line, "case_id", key))
+                                           line(key), "case_id", key))
             continue
         first[case_id] = key
         if (problem := _answer_problem(value)) is not None:
-            problems.append(AnswersProblem(problem, line, "answer", key))
+            problems.append(AnswersProblem(problem, line(key), "answer", key))
             continue
         assert isinstance(value, str)
         records[case_id] = AnswerRecord(case_id=case_id, answer=value,
