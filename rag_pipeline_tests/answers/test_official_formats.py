@@ -164,12 +164,14 @@ def test_random_squad_and_cmrc_files_equal_the_scripts(tmp_path: Path, seed: int
     squad, squad_preds = _squad_file(squad_qas), {i: p for i, _, p in squad_qas}
     _, results, summary = _project(*_write(tmp_path, "squad-random", squad, squad_preds))
     _assert_squad_equal(summary.official, oracle.squad_main(squad, squad_preds))
+    assert summary.official is not None and summary.official.total == 40 and summary.official.no_ans_total > 0
     written = tmp_path / "written.json"  # the predictions written back score the same
     written.write_text(predictions_json(predictions(results)), encoding="utf-8")
     _assert_squad_equal(summary.official, oracle.squad_main(squad, json.loads(written.read_text(encoding="utf-8"))))
     cmrc, cmrc_preds = _cmrc_file(cmrc_qas), {i: p for i, _, p in cmrc_qas if p is not None}
     _, results, summary = _project(*_write(tmp_path, "cmrc-random", cmrc, cmrc_preds))
     _assert_cmrc_equal(summary.official, oracle.cmrc_main(cmrc, cmrc_preds))
+    assert summary.official is not None and summary.official.total == 40
     _assert_cmrc_equal(summary.official, oracle.cmrc_main(cmrc, predictions(results)))
 
 
