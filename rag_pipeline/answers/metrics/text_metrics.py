@@ -1,8 +1,9 @@
 """Answer text against reference answers: exact match, F1, containment, key points (docs/design.md §12.3).
 
-A mostly-CJK reference (:func:`is_mostly_cjk`) is scored by the CMRC 2018 official script's rules (character
-tokens, F1 from the longest common contiguous run), any other by the SQuAD v2.0 script's; a score is the maximum
-over the references. One deviation from CMRC: ``nltk.word_tokenize`` runs with ``preserve_line=True`` (no Punkt
+Under the ``cmrc`` convention every reference is scored by the CMRC 2018 official script's rules (character
+tokens, F1 from the longest common contiguous run), under ``squad`` by the SQuAD v2.0 script's, under ``auto``
+(or None) a mostly-CJK reference (:func:`is_mostly_cjk`) by CMRC's and any other by SQuAD's; a score is the
+maximum over the references. One deviation from CMRC: ``nltk.word_tokenize`` runs with ``preserve_line=True`` (no Punkt
 model download), which differs only for a multi-sentence Latin run inside a CJK answer."""
 
 from __future__ import annotations
