@@ -66,6 +66,7 @@ def test_reference_forms_drop_hedges_and_asides() -> None:
     assert answer_contains("纽约的人口约 800 万", ["约 800 万"]) == 1.0
     assert answer_contains("纽约的人口约 8000 万", ["约 800 万"]) == 0.0
     assert key_point_recall("大约 30 毫克，约 2 小时", ["约 30 毫克", "2 小时左右", "3 小时"]) == pytest.approx(2 / 3)
+    assert "三十岁" in reference_forms("约三十岁上下") and reference_forms("电梯上下") == ["电梯上下"]  # no figure
 
 
 @pytest.mark.parametrize("convention", ["squad", "cmrc", "auto"])

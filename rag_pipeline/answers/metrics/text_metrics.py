@@ -139,8 +139,8 @@ def _units(text: str) -> list[str]:
     return _UNIT.findall(unicodedata.normalize("NFKC", text).lower())
 
 
-_APPROX = re.compile(r"^\s*(?:大约|大概|约为|约|approximately|approx\.?|about|around|roughly|~|≈)\s*(?=\d)"
-                     r"|(?<=\S)\s*(?:左右|上下|or so)\s*$", re.IGNORECASE)
+_APPROX = re.compile(r"^\s*(?:大约|大概|约为|约|approximately|approx\.?|about|around|roughly|~|≈)\s*"
+                     r"(?=[\d零一二两三四五六七八九十百千万])|(?<=\S)\s*(?:左右|上下|or so)\s*$", re.IGNORECASE)
 """A hedge a reference carries around its figure (``约 30 毫克``, ``30 毫克左右``, ``about 30 mg``)."""
 _ASIDE = re.compile(r"\s*(?:\([^()]*\)|（[^（）]*）|\[[^\[\]]*\]|【[^【】]*】)\s*")
 """A bracketed aside in a reference (``5 分钟（RPO）``): the reference is also sought without it."""
@@ -151,7 +151,7 @@ def reference_forms(reference: str) -> list[str]:
     without its bracketed asides; full- and half-width forms and spaces between a number and its unit are
     already equal in :func:`_contains`'s units."""
     text = unicodedata.normalize("NFKC", reference)
-    forms = [reference, _APPROX.sub("", text)]
+    forms = [reference, _APPROX.sub("", text) if any(ch.isnumeric() for ch in text) else text]  # a figure's hedge
     forms += [_ASIDE.sub(" ", form).strip() for form in forms]
     return [f for i, f in enumerate(forms) if f.strip() and f not in forms[:i]] or [reference]
 
