@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from rag_pipeline.answers.answers_file import AnswersFile, AnswersFileError, AnswersProblem
 from rag_pipeline.answers.metrics.text_metrics import squad_normalize
-from rag_pipeline.contracts.answers import ANSWER_RECORD_FIELDS, MAX_ANSWER_CHARS, AnswerRecord
+from rag_pipeline.contracts.answers import MAX_ANSWER_CHARS, AnswerRecord
 from rag_pipeline.contracts.dataset import normal_identifier
 from rag_pipeline.evaluation.datasets.strict_json import got, show
 
@@ -26,7 +26,7 @@ MAX_LOCATED = 200
 
 def looks_like_predictions(data: object) -> bool:
     """Whether a whole-file JSON value is a prediction object: no key of it is a field of an answers line."""
-    return isinstance(data, dict) and not any(key in ANSWER_RECORD_FIELDS for key in data)
+    return isinstance(data, dict) and not any(key in AnswerRecord.model_fields for key in data)
 
 
 def _key_lines(text: str, key: str) -> list[int]:
