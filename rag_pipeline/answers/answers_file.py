@@ -93,8 +93,14 @@ def read_answers(answers: str | Path | bytes, *, case_ids: Sequence[str], filena
 
 
 def parse_answers(raw: bytes, *, case_ids: Sequence[str], source: str = "<answers>") -> AnswersFile:
-    """Validate answers-file bytes (see the module doc)."""
+    """Validate answers-file bytes (see the module doc); a file that is one ``{question id: answer}`` object is an
+    official prediction file (:mod:`rag_pipeline.answers.predictions_file`)."""
     text = _decode(raw, source)
+    if text.lstrip().startswith("{") and (whole := _whole_object(text)) is not None:
+        from rag_pipeline.answers import predictions_file  # noqa: PLC0415 - it builds on this module
+
+        if predictions_file.looks_like_predictions(whole):
+            return predictions_file.parse_predictions(whole, text, raw, case_ids=case_ids, source=source)
     known = set(case_ids)
     problems: list[AnswersProblem] = []
     records: dict[str, AnswerRecord] = {}
@@ -138,6 +144,15 @@ def parse_answers(raw: bytes, *, case_ids: Sequence[str], source: str = "<answer
         raise AnswersFileError(source, problems)
     return AnswersFile(records=records, answerer=answerer[0] if answerer else None,
                        sha256=hashlib.sha256(raw).hexdigest(), missing=[c for c in case_ids if c not in records])
+
+
+def _whole_object(text: str) -> dict | None:
+    """The file as one JSON object, or None when it is not one (JSON Lines of several lines, say)."""
+    try:
+        data = json.loads(text, object_pairs_hook=object_hook, parse_float=parse_float, parse_constant=NonFinite)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _decode(raw: bytes, source: str) -> str:

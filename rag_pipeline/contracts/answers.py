@@ -48,7 +48,11 @@ Verdict = Literal["correct", "retrieval_miss", "generation_miss", "citation_miss
 VERDICTS: tuple[str, ...] = Verdict.__args__  # type: ignore[attr-defined]
 """Why an answer failed, one per case (rules: docs/design.md §12.5), in the order reports list them."""
 
-RefusalSource = Literal["flag", "phrase", "none"]
+RefusalSource = Literal["flag", "phrase", "none", "empty"]
+AnswerConvention = Literal["squad", "cmrc", "auto"]
+"""How answer text is scored (docs/answers.md, "Answer conventions"): the SQuAD v2.0 rules for every reference,
+the CMRC 2018 rules for every reference, or per reference by its script (``auto``)."""
+ANSWER_CONVENTIONS: tuple[str, ...] = AnswerConvention.__args__  # type: ignore[attr-defined]
 
 
 class AnswerMetrics(BaseModel):
@@ -100,6 +104,9 @@ class AnswerScoring(BaseModel):
                                      description="share of a sentence's n-grams its cited chunks must contain")
     refusal_phrases: tuple[str, ...] | None = Field(
         None, description="phrases that mark a refusal; None = the documented default list")
+    convention: AnswerConvention | None = Field(
+        None, description="answer convention: squad, cmrc or auto (per reference); None = auto (runs stored "
+                          "before conventions)")
 
 
 class AnswerCaseResult(BaseModel):
@@ -135,6 +142,27 @@ class AnswerMetricSummary(BaseModel):
     skip_reasons: dict[str, int] = Field(default_factory=dict)
 
 
+class OfficialScores(BaseModel):
+    """The figures the convention's official script prints, on its 0-100 scale (docs/answers.md, "Official
+    formats"): SQuAD v2.0 ``exact``/``f1``/``total`` with the ``HasAns``/``NoAns`` split, or CMRC 2018
+    ``EM``/``F1``/``AVERAGE``/``TOTAL``/``SKIP``."""
+
+    convention: Literal["squad", "cmrc"]
+    exact: float | None = Field(description="exact match, 0-100 (CMRC: EM)")
+    f1: float | None = Field(description="F1, 0-100")
+    total: int = Field(description="questions the figures are over")
+    skipped: int = Field(0, description="questions without an answer (CMRC: SKIP, scored 0; SQuAD: left out)")
+    not_scorable: int = Field(0, description="cases the script cannot score (an answerable case without "
+                                             "references; CMRC: an unanswerable case), left out")
+    average: float | None = Field(None, description="CMRC: (EM + F1) / 2")
+    has_ans_exact: float | None = None
+    has_ans_f1: float | None = None
+    has_ans_total: int = 0
+    no_ans_exact: float | None = None
+    no_ans_f1: float | None = None
+    no_ans_total: int = 0
+
+
 class AnswerSummary(BaseModel):
     """An answer run's figures (docs/design.md §12.4)."""
 
@@ -154,6 +182,9 @@ class AnswerSummary(BaseModel):
     latency_ms_p95: float | None = None
     faithfulness: AnswerMetricSummary | None = Field(None, description="the optional judge's faithfulness over "
                                                                        "the run; None: not judged (docs/judge.md)")
+    convention: AnswerConvention | None = Field(None, description="the answer convention the run was scored by")
+    official: OfficialScores | None = Field(None, description="the official script's figures (squad or cmrc "
+                                                              "convention only)")
 
     @field_validator("verdicts")
     @classmethod

@@ -5,7 +5,7 @@ value shows are :func:`rag_pipeline.evaluation.datasets.load.parse_dataset`'s.""
 from __future__ import annotations
 
 import unicodedata
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, RootModel, Tag
 from pydantic.config import JsonDict
@@ -165,6 +165,9 @@ class DatasetFile(BaseModel):
     knowledge_base: KnowledgeBaseName | None = None
     description: Description | None = None
     metadata: dict[str, Any] | None = Field(None, description="free-form (at most 1 MB); not part of the version")
+    answer_convention: Literal["squad", "cmrc", "auto"] | None = Field(
+        None, description="how answers are scored: squad, cmrc or auto (per reference); absent: from the "
+                          "knowledge base's text mode (docs/answers.md); not part of the version")
     cases: Cases
 
 

@@ -87,6 +87,12 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
         raise DatasetError(dataset.source_path or dataset.name, [DatasetProblem(
             "every case is unanswerable (\"answerable\": false): no retrieval metric is defined, nothing was run "
             "(docs/design.md §12.1)", field="cases")])
+    unlabelled = [c.case_id for c in dataset.cases if c.answerable and not c.relevant_chunk_ids]
+    if unlabelled:  # a SQuAD / CMRC 2018 file names no chunk: it scores answers, not retrieval
+        raise DatasetError(dataset.source_path or dataset.name, [DatasetProblem(
+            f"{len(unlabelled)} answerable case(s) have no relevant chunk id (first: {unlabelled[0]!r}; a SQuAD or "
+            "CMRC 2018 file labels no chunk): score its answers with `rag-pipeline answers evaluate`",
+            field="cases")])
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, kb or dataset.knowledge_base)
         preflight(conn, kb, strategy)

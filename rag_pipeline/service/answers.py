@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.answers.answers_file import read_answers
 from rag_pipeline.answers.judge.scores import judge_cases, judge_summary
+from rag_pipeline.answers.metrics.official import predictions
 from rag_pipeline.answers.metrics.scoring import score_answers
 from rag_pipeline.answers.metrics.summary import summarise
 from rag_pipeline.answers.runs import persistence
@@ -30,6 +31,8 @@ from rag_pipeline.evaluation.runs.results import load_stored_dataset, store_data
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.knowledge_base.versions import content_version
 
+TEXT_MODE_CONVENTIONS = {"chinese": "cmrc", "english": "squad"}
+"""The answer convention a dataset without its own takes from its knowledge base's text mode (others: auto)."""
 CONFIDENT_SUPPORT = 0.5
 """A wrong answer whose lexical_support reaches this (or that cites a chunk) is "wrong but confident"."""
 
@@ -55,6 +58,7 @@ def evaluate_answers(engine: sa.Engine, knowledge_base: str, dataset: str | Path
         raise AnswersRequestError(f"--answerer {answerer!r} differs from the answerer the file names "
                                   f"({parsed.answerer!r}); give the same one, or none")
     name, version = persistence.answerer_identity(answerer or parsed.answerer)
+    scoring = with_convention(scoring, data.answer_convention, kb.text_search)
     return _score_and_store(engine, kb, data, parsed.records, scoring, store=store, subject={
         "answerer": name, "answerer_version": version, "answers_sha256": parsed.sha256,
         "partition_key": partition_key, "dagster_run_id": dagster_run_id}, judge=judge, judge_progress=judge_progress)
@@ -67,9 +71,26 @@ def rescore_answer_run(engine: sa.Engine, run_id: str, scoring: AnswerScoring) -
         data = load_stored_dataset(conn, row.dataset_id)
         records = persistence.load_records(conn, run.run_id)
         kb = resolve_knowledge_base(conn, str(row.knowledge_base_id))
+    scoring = with_convention(scoring, run.scoring.convention if run.scoring else None, kb.text_search)
     return _score_and_store(engine, kb, data, records, scoring, store=True, subject={
         "answerer": run.answerer, "answerer_version": run.answerer_version, "answers_sha256": run.answers_sha256,
         "rescored_from": run.run_id})
+
+
+def with_convention(scoring: AnswerScoring, dataset_convention: str | None, text_mode: str) -> AnswerScoring:
+    """``scoring`` with its answer convention decided: its own, else the dataset's, else the knowledge base's
+    text mode's (:data:`TEXT_MODE_CONVENTIONS`, else ``auto``)."""
+    if scoring.convention is not None:
+        return scoring
+    convention = dataset_convention or TEXT_MODE_CONVENTIONS.get(text_mode, "auto")
+    return scoring.model_copy(update={"convention": convention})
+
+
+def answer_predictions(engine: sa.Engine, run_id: str) -> dict[str, str]:
+    """A stored run's answers in the official prediction format, ``{case id: answer}`` (a refusal ``""``)."""
+    with engine.connect() as conn:
+        run, _ = persistence.load_run(conn, run_id)
+        return predictions(persistence.load_cases(conn, run.run_id))
 
 
 def _score_and_store(engine: sa.Engine, kb, data: Dataset, records: dict[str, AnswerRecord],
@@ -79,7 +100,7 @@ def _score_and_store(engine: sa.Engine, kb, data: Dataset, records: dict[str, An
         kb_ids, texts = persistence.scorer_chunks(conn, kb.id, records.values())
         kb_version = content_version(conn, kb.id).version if store else None
     results = score_answers(data.cases, records, kb_chunk_ids=kb_ids, chunk_text=texts, scoring=scoring)
-    summary = summarise(results, cases=len(data.cases))
+    summary = summarise(results, cases=len(data.cases), convention=scoring.convention)
     if judge is not None:
         results = judge_answers(results, texts, judge, progress=judge_progress)
         summary = summary.model_copy(update={"faithfulness": judge_summary([r.judge for r in results])})

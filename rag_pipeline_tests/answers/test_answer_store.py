@@ -80,7 +80,9 @@ def test_a_scored_run_is_stored_and_read_back_equal(engine, kb, kb_name, tmp_pat
     run = report.run
     assert run is not None and (run.answerer, run.answerer_version) == ("bot", "7")
     assert run.dataset == f"ans-{kb_name}" and len(run.knowledge_base_version) == 64
-    assert run.scoring_version == scoring_version(AnswerScoring())
+    assert run.scoring == AnswerScoring(convention="auto")  # a "simple" text mode: the per-reference convention
+    assert run.scoring_version == scoring_version(AnswerScoring(convention="auto")) == scoring_version(run.scoring)
+    assert report.summary.convention == "auto" and report.summary.official is None
     assert (report.summary.cases, report.summary.answered, report.summary.missing_case_ids) == (4, 3, ["vacation"])
     by_id = {c.case_id: c for c in report.cases}
     assert by_id["backup"].verdict == "correct" and by_id["vacation"].status == "missing"
@@ -149,8 +151,9 @@ def test_rescoring_uses_the_stored_answers_and_makes_a_new_run(engine, kb, kb_na
     lenient = AnswerScoring(f1_correct_threshold=0.55)
     again = answers.rescore_answer_run(engine, first.run_id, lenient)
     assert again.run.run_id != first.run_id and again.run.answers_sha256 == first.answers_sha256
-    assert again.run.scoring_version == scoring_version(lenient) != first.scoring_version
-    assert again.run.scoring == lenient and again.run.rescored_from == first.run_id
+    kept = lenient.model_copy(update={"convention": "auto"})  # the first run's convention is kept
+    assert again.run.scoring_version == scoring_version(kept) != first.scoring_version
+    assert again.run.scoring == kept and again.run.rescored_from == first.run_id
     recoffee = next(c for c in again.cases if c.case_id == "coffee")
     assert recoffee.answer == near and recoffee.answer_metrics.answer_score == 1
     assert [c.chunk_id for c in recoffee.citations] == [kb["onboarding.md"]]

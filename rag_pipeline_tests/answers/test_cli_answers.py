@@ -17,7 +17,7 @@ from rag_pipeline_tests.answers.judge_server import JudgeServer
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, write_dataset
 
 
-@pytest.mark.parametrize("sub", ["evaluate", "runs", "show", "compare", "collect"])
+@pytest.mark.parametrize("sub", ["evaluate", "runs", "show", "compare", "collect", "predictions"])
 def test_every_answers_subcommand_has_help(capsys, sub):
     with pytest.raises(SystemExit) as exit_info:
         cli(["answers", sub, "--help"])

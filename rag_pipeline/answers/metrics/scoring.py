@@ -8,7 +8,13 @@ from collections.abc import Collection, Iterable, Mapping
 
 from rag_pipeline.answers.metrics import citation_metrics as cm
 from rag_pipeline.answers.metrics.refusal import is_refusal
-from rag_pipeline.answers.metrics.text_metrics import answer_contains, exact_match, f1, key_point_recall
+from rag_pipeline.answers.metrics.text_metrics import (
+    answer_contains,
+    exact_match,
+    f1,
+    key_point_recall,
+    squad_normalize,
+)
 from rag_pipeline.answers.metrics.verdicts import VerdictInput, decide_verdict, is_correct
 from rag_pipeline.contracts.answers import (
     ANSWER_METRIC_NAMES,
@@ -69,15 +75,21 @@ def score_case(case: EvaluationCase, record: AnswerRecord | None, *, kb_chunk_id
     answer = record.answer
     references = [r for r in case.reference_answers if r.strip()]
     refused, source = is_refusal(record, scoring.refusal_phrases)
-    for name, fn in (("exact_match", exact_match), ("f1", f1), ("answer_contains", answer_contains)):
+    if scoring.convention == "squad" and record.refused is None and not squad_normalize(answer):
+        refused, source = True, "empty"  # the official SQuAD v2.0 script's "no answer"
+    scored_text = "" if refused else answer  # a refusal is scored as no answer: no F1 through its words
+    convention = scoring.convention
+    for name, value in (("exact_match", lambda: exact_match(scored_text, references, convention)),
+                        ("f1", lambda: f1(scored_text, references, convention)),
+                        ("answer_contains", lambda: answer_contains(scored_text, references))):
         if not case.answerable:
             put(name, (None, UNANSWERABLE))
         elif not references:
             put(name, (None, NO_REFERENCE))
         else:
-            put(name, (fn(answer, references), None))
+            put(name, (value(), None))
     key_points = [k for k in case.key_points if k.strip()]
-    put("key_point_recall", (key_point_recall(answer, key_points), None) if key_points and case.answerable
+    put("key_point_recall", (key_point_recall(scored_text, key_points), None) if key_points and case.answerable
         else (None, UNANSWERABLE if not case.answerable else "no key points"))
 
     grades = {cm.normalise_id(k): g for k, g in case.grades.items()}
@@ -92,7 +104,8 @@ def score_case(case: EvaluationCase, record: AnswerRecord | None, *, kb_chunk_id
                                               ngram=scoring.support_ngram, threshold=scoring.support_threshold))
 
     correct, because = is_correct(values["exact_match"], values["f1"], values["answer_contains"],
-                                  threshold=scoring.f1_correct_threshold)
+                                  threshold=scoring.f1_correct_threshold, key_points=values["key_point_recall"],
+                                  n_key_points=len(key_points))
     put("answer_score", _answer_score(case, refused, correct, bool(references)))
     retrieved = None if record.retrieved_chunk_ids is None else [cm.normalise_id(c)
                                                                  for c in record.retrieved_chunk_ids]

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rag_pipeline.answers.metrics.official import official_scores
 from rag_pipeline.contracts.answers import (
     ANSWER_METRIC_NAMES,
     VERDICTS,
@@ -37,8 +38,9 @@ def _refusal_share(results: Sequence[AnswerCaseResult], answerable: bool) -> Ans
                           [None if r.status == "ok" else NO_ANSWER for r in group])
 
 
-def summarise(results: Sequence[AnswerCaseResult], *, cases: int) -> AnswerSummary:
-    """The run's :class:`AnswerSummary` over ``cases`` dataset cases (docs/design.md §12.4)."""
+def summarise(results: Sequence[AnswerCaseResult], *, cases: int, convention: str | None = None) -> AnswerSummary:
+    """The run's :class:`AnswerSummary` over ``cases`` dataset cases (docs/design.md §12.4); with ``convention``
+    squad or cmrc, the official script's figures too."""
     if cases < len(results) or cases < 1:
         raise ValueError(f"cases must be at least 1 and at least the {len(results)} results, got {cases}")
     answered = [r for r in results if r.status == "ok"]
@@ -56,4 +58,4 @@ def summarise(results: Sequence[AnswerCaseResult], *, cases: int) -> AnswerSumma
         coverage=len(answered) / cases, answerable_cases=answerable, unanswerable_cases=len(results) - answerable,
         metrics=metrics, refusal_recall=_refusal_share(results, False),
         false_refusal_rate=_refusal_share(results, True), verdicts=verdicts, latency_ms_p50=p50,
-        latency_ms_p95=p95)
+        latency_ms_p95=p95, convention=convention, official=official_scores(results, convention))

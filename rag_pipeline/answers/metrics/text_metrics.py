@@ -1,5 +1,6 @@
-"""Answer text against reference answers (docs/design.md §12.3): a mostly-CJK reference by the CMRC 2018
-script's rules, any other by SQuAD v2.0's (``nltk.word_tokenize`` with ``preserve_line=True``: no download)."""
+"""Answer text against reference answers (docs/design.md §12.3): under the ``cmrc`` convention by the CMRC 2018
+script's rules, under ``squad`` by SQuAD v2.0's, under ``auto`` (or None) a mostly-CJK reference by CMRC's and any
+other by SQuAD's (``nltk.word_tokenize`` with ``preserve_line=True``: no download)."""
 
 from __future__ import annotations
 
@@ -93,19 +94,26 @@ def _cmrc_f1(reference: str, prediction: str) -> float:
 
 # --- the metrics ------------------------------------------------------------------------------------------
 
-def _check(references: Sequence[str]) -> list[str]:
+def _is_cmrc(reference: str, convention: str | None) -> bool:
+    """Whether ``reference`` is scored by the CMRC rules: always under ``cmrc``, never under ``squad``, by its
+    script under ``auto`` (or None)."""
+    return convention == "cmrc" or (convention != "squad" and is_mostly_cjk(reference))
+
+
+def _check(references: Sequence[str], convention: str | None = None) -> list[str]:
     """The references a score is the maximum over: as SQuAD v2.0's ``get_raw_scores``, a SQuAD-rule reference
     that normalises to nothing is dropped, and when none is left the one reference is ``""``."""
     if isinstance(references, str) or not references:
         raise ValueError("references must be a non-empty sequence of strings")
-    return [ref for ref in references if is_mostly_cjk(ref) or squad_normalize(ref)] or [""]
+    return [ref for ref in references if _is_cmrc(ref, convention) or squad_normalize(ref)] or [""]
 
 
-def exact_match(prediction: str, references: Sequence[str]) -> float:
+def exact_match(prediction: str, references: Sequence[str], convention: str | None = None) -> float:
     """1.0 when the prediction equals a reference after that reference's normalisation (CMRC: its
-    punctuation removed; SQuAD: ``normalize_answer``), else 0.0 (docs/design.md §12.3)."""
-    for ref in _check(references):
-        if is_mostly_cjk(ref):
+    punctuation removed; SQuAD: ``normalize_answer``), else 0.0 (docs/design.md §12.3); ``convention``: squad,
+    cmrc, or auto/None (each reference by its script)."""
+    for ref in _check(references, convention):
+        if _is_cmrc(ref, convention):
             if cmrc_remove_punctuation(ref) == cmrc_remove_punctuation(prediction):
                 return 1.0
         elif squad_normalize(ref) == squad_normalize(prediction):
@@ -113,18 +121,39 @@ def exact_match(prediction: str, references: Sequence[str]) -> float:
     return 0.0
 
 
-def f1(prediction: str, references: Sequence[str]) -> float:
+def f1(prediction: str, references: Sequence[str], convention: str | None = None) -> float:
     """The maximum over the references of the token F1 (CMRC: longest common contiguous run of its mixed
     segmentation; SQuAD: bag of ``normalize_answer`` tokens) (docs/design.md §12.3)."""
-    return max(_cmrc_f1(ref, prediction) if is_mostly_cjk(ref) else _squad_f1(ref, prediction)
-               for ref in _check(references))
+    return max(_cmrc_f1(ref, prediction) if _is_cmrc(ref, convention) else _squad_f1(ref, prediction)
+               for ref in _check(references, convention))
 
 
 def _units(text: str) -> list[str]:
     return _UNIT.findall(unicodedata.normalize("NFKC", text).lower())
 
 
+_APPROX = re.compile(r"^\s*(?:大约|大概|约为|约|approximately|approx\.?|about|around|roughly|~|≈)\s*"
+                     r"(?=[\d零一二两三四五六七八九十百千万])|(?<=\S)\s*(?:左右|上下|or so)\s*$", re.IGNORECASE)
+"""A hedge a reference carries around its figure (``约 30 毫克``, ``30 毫克左右``, ``about 30 mg``)."""
+_ASIDE = re.compile(r"\s*(?:\([^()]*\)|（[^（）]*）|\[[^\[\]]*\]|【[^【】]*】)\s*")
+"""A bracketed aside in a reference (``5 分钟（RPO）``): the reference is also sought without it."""
+
+
+def reference_forms(reference: str) -> list[str]:
+    """The forms of a reference an answer may contain: as written, without its hedge (约/大约/左右/about …) and
+    without its bracketed asides; full- and half-width forms and spaces between a number and its unit are
+    already equal in :func:`_contains`'s units."""
+    text = unicodedata.normalize("NFKC", reference)
+    forms = [reference, _APPROX.sub("", text) if any(ch.isnumeric() for ch in text) else text]  # a figure's hedge
+    forms += [_ASIDE.sub(" ", form).strip() for form in forms]
+    return [f for i, f in enumerate(forms) if f.strip() and f not in forms[:i]] or [reference]
+
+
 def _contains(text: str, part: str) -> bool:
+    return any(_contains_form(text, form) for form in reference_forms(part))
+
+
+def _contains_form(text: str, part: str) -> bool:
     if _HAN.search(part) or _HAN.search(text):
         # Chinese, or Latin inside Chinese text (no spaces between them): units in a contiguous run
         units, hay = _units(part), _units(text)
@@ -136,8 +165,8 @@ def _contains(text: str, part: str) -> bool:
 
 
 def answer_contains(answer: str, references: Sequence[str]) -> float:
-    """1.0 when some normalised reference occurs in the normalised answer as a run of whole units or tokens
-    (``16`` is not in ``160``), else 0.0 (docs/design.md §12.3)."""
+    """1.0 when some normalised reference (or one of its :func:`reference_forms`) occurs in the normalised answer
+    as a run of whole units or tokens (``16`` is not in ``160``), else 0.0 (docs/design.md §12.3)."""
     return float(any(_contains(answer, ref) for ref in _check(references)))
 
 

@@ -26,11 +26,17 @@ class VerdictInput:
 
 
 def is_correct(exact_match: float | None, f1: float | None, contains: float | None, *,
-               threshold: float) -> tuple[bool, str]:
-    """An answer is correct when its exact match is 1, or a reference is contained in it (verbose correct
-    answers are common), or its F1 is at least ``threshold``; ``(correct, why)``."""
+               threshold: float, key_points: float | None = None, n_key_points: int = 0) -> tuple[bool, str]:
+    """An answer is correct when its exact match is 1; else, when the case has key points, when it contains
+    every one of them (they decide); else when a reference is contained in it (verbose correct answers are
+    common), or its F1 is at least ``threshold``; ``(correct, why)``."""
     if exact_match == 1.0:
         return True, "exact match"
+    if key_points is not None and n_key_points:
+        found = round(key_points * n_key_points)
+        if found == n_key_points:
+            return True, f"all {n_key_points} key points found"
+        return False, f"{found} of {n_key_points} key points found, no exact match"
     if contains == 1.0:
         return True, "contains a reference answer"
     if f1 is not None and f1 >= threshold:

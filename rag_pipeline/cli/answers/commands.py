@@ -8,12 +8,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from rag_pipeline.answers.predictions_file import predictions_json
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.answers.collect import add_collect_parser
 from rag_pipeline.cli.answers.tables import comparison_text, report_text, runs_text
 from rag_pipeline.cli.errors import EXIT_CODES_HELP, ReportNotWrittenError, guarded
 from rag_pipeline.cli.output import print_json
-from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES, VERDICTS, AnswerScoring
+from rag_pipeline.contracts.answers import ANSWER_CONVENTIONS, ANSWER_METRIC_NAMES, VERDICTS, AnswerScoring
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.contracts.judge import JudgeConfig
 from rag_pipeline.service import answers as service
@@ -85,7 +86,7 @@ def _judge_progress(quiet: bool):
 @guarded()
 def cmd_evaluate(args: argparse.Namespace) -> int:
     scoring = AnswerScoring(**({} if args.f1_threshold is None else {"f1_correct_threshold": args.f1_threshold}),
-                            refusal_phrases=_refusal_phrases(args.refusal_phrases))
+                            refusal_phrases=_refusal_phrases(args.refusal_phrases), convention=args.convention)
     judge = _judge(args)
     output = Path(args.output) if args.output else None
     check_writable(output)  # before the run is stored: a stored run must not end in "cannot write the report"
@@ -103,6 +104,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(report_text(report.model_copy(update={"cases": []})))
     if output is not None:
         print(f"report: {printable(output)}", file=sys.stderr)
+    return 0
+
+
+@guarded()
+def cmd_predictions(args: argparse.Namespace) -> int:
+    output = Path(args.output)
+    check_writable(output)
+    found = service.answer_predictions(get_engine(), args.run_id)
+    write_atomic(output, predictions_json(found), parents=True)
+    print(f"{len(found)} predictions: {printable(output)}", file=sys.stderr)
     return 0
 
 
@@ -155,10 +166,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = answers.add_parser("evaluate", help="score an answers file against a dataset, store the run, print the "
                                             "summary")
     p.add_argument("--knowledge-base", required=True, help="knowledge base name or id")
-    p.add_argument("--dataset", required=True, help="dataset file, a name in the datasets folder, or a stored "
-                                                    "dataset's name (its latest version)")
+    p.add_argument("--dataset", required=True, help="dataset file (or a SQuAD v2.0 / CMRC 2018 file), a name in "
+                                                    "the datasets folder, or a stored dataset's name (its latest "
+                                                    "version)")
     p.add_argument("--answers", required=True, help="answers file (JSON Lines, one object per case; "
-                                                    "schemas/answers-v1.json)")
+                                                    "schemas/answers-v1.json), or an official prediction "
+                                                    "file {question id: answer}")
     p.add_argument("--answerer", metavar="NAME", help="who answered: NAME or NAME@VERSION (default: the file's "
                                                       "own, else unnamed)")
     p.add_argument("--output", metavar="REPORT", help="write the report JSON (summary and cases) to this file")
@@ -167,6 +180,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="f1 at or above which an answer counts as correct (0..1, default 0.8)")
     p.add_argument("--refusal-phrases", metavar="FILE",
                    help="phrases that mark a refusal, one a line (default: the documented zh/en list)")
+    p.add_argument("--convention", choices=ANSWER_CONVENTIONS,
+                   help="answer convention: squad, cmrc or auto (per reference); default: the dataset's own, else "
+                        "from the knowledge base's text mode (chinese: cmrc, english: squad, others: auto)")
     p.add_argument("--judge-url", metavar="URL", help="optional LLM judge: an OpenAI-compatible chat API base URL "
                                                       f"(bearer token from {JUDGE_KEY_VARIABLE})")
     p.add_argument("--judge-model", metavar="MODEL", help="the judge's model name")
@@ -199,6 +215,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_b", metavar="RUN_B", help="the run compared with RUN_A (delta = B - A)")
     _format(p)
     p.set_defaults(func=cmd_compare)
+
+    p = answers.add_parser("predictions", help="write a run's answers as an official prediction file "
+                                               "({question id: answer}, a refusal \"\")")
+    p.add_argument("run_id", metavar="RUN", help=RUN_HELP)
+    p.add_argument("--output", required=True, metavar="FILE", help="the prediction file (JSON) to write")
+    p.set_defaults(func=cmd_predictions)
 
     add_collect_parser(answers)
     for command in answers.choices.values():

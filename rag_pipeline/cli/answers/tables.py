@@ -40,11 +40,27 @@ def summary_text(summary: AnswerSummary) -> str:
     verdicts = "  ".join(f"{v} {n}" for v, n in summary.verdicts.items())
     lines = [head, "", text_table(["metric", "mean", "n_scored", "n_skipped", "skipped because"], rows), "",
              f"verdicts: {verdicts}"]
+    lines.insert(1, convention_text(summary))
     if summary.missing_case_ids:
         shown = ", ".join(printable(c) for c in summary.missing_case_ids[:10])
         more = f" and {summary.missing - 10} more" if summary.missing > 10 else ""
         lines.append(f"not answered: {shown}{more}")
     return "\n".join(lines)
+
+
+def convention_text(summary: AnswerSummary) -> str:
+    """The answer convention the run was scored by and, for squad / cmrc, the official script's figures."""
+    line = f"answer convention: {summary.convention or 'auto (per reference; scored before conventions)'}"
+    o = summary.official
+    if o is None:
+        return line
+    if o.convention == "cmrc":
+        return (f"{line}  official CMRC 2018: EM {_num(o.exact)}  F1 {_num(o.f1)}  AVERAGE {_num(o.average)}  "
+                f"TOTAL {o.total}  SKIP {o.skipped}")
+    split = "".join(f"  {name} exact {_num(e)} f1 {_num(f)} ({n})" for name, e, f, n in (
+        ("HasAns", o.has_ans_exact, o.has_ans_f1, o.has_ans_total), ("NoAns", o.no_ans_exact, o.no_ans_f1,
+                                                                       o.no_ans_total)) if n)
+    return f"{line}  official SQuAD v2.0: exact {_num(o.exact)}  f1 {_num(o.f1)}  total {o.total}{split}"
 
 
 def _citation_mark(c: AnswerCitation) -> str:
@@ -111,6 +127,9 @@ def comparison_text(c: AnswerComparison) -> str:
              f"B {c.run_b.run_id[:8]} {printable(c.run_b.answerer)}@{printable(c.run_b.answerer_version)}  "
              f"({c.common_cases} common cases)", "",
              text_table(["metric", "n", "mean A", "mean B", "delta", "p", "95% CI"], rows), ""]
+    a, b = (r.summary.convention or "auto" for r in (c.run_a, c.run_b))
+    lines.append(f"answer convention: A {a}, B {b}" + ("" if a == b else
+                 "  (differ: EM, F1, contains and the verdicts are not scored alike)"))
     if c.verdict_changes:
         lines.append("verdict changes: " + "  ".join(f"{k} {n}" for k, n in sorted(c.verdict_changes.items())))
     else:

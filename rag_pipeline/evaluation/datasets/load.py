@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_pipeline.contracts.dataset import RELEVANT_GRADE, DatasetCase, normal_identifier
+from rag_pipeline.evaluation.datasets.official import is_official, official_cases
 from rag_pipeline.evaluation.datasets.problems import file_problems
 from rag_pipeline.evaluation.datasets.strict_json import (
     MAX_LISTED_PROBLEMS,
@@ -124,6 +125,7 @@ class Dataset:
     source_path: str | None = None
     description: str | None = None
     metadata: Mapping[str, Any] | None = None  # free-form, not part of the version, not stored
+    answer_convention: str | None = None  # squad, cmrc or auto; None: from the KB's text mode (not stored)
 
     @property
     def version(self) -> str:
@@ -181,6 +183,9 @@ def validate_dataset(data: Any, *, source: str = "<dataset>", knowledge_base: st
     if not isinstance(data, (list, dict)):
         raise DatasetError(source, [DatasetProblem(
             f"the top level must be an array of cases or an object with 'cases', got {type_name(data)}")])
+    if isinstance(data, dict) and is_official(data):
+        return _official(data, source=source, knowledge_base=knowledge_base, name=name or default_name,
+                         source_path=source_path)
     header: dict[str, Any] = data if isinstance(data, dict) else {"cases": data}
     check = file_problems(header, MAX_LISTED_PROBLEMS)
     problems = [p for _, p in check.keyed]
@@ -195,7 +200,23 @@ def validate_dataset(data: Any, *, source: str = "<dataset>", knowledge_base: st
     cases = tuple(_case(c) for c in check.cases)
     return Dataset(name=dataset_name, knowledge_base=kb or "", cases=cases,
                    content_hash=hashlib.sha256(canonical_cases_json(cases).encode("utf-8")).hexdigest(),
-                   source_path=source_path, description=check.description, metadata=header.get("metadata"))
+                   source_path=source_path, description=check.description, metadata=header.get("metadata"),
+                   answer_convention=header.get("answer_convention"))
+
+
+def _official(data: dict, *, source: str, knowledge_base: str | None, name: str | None,
+              source_path: str | None) -> Dataset:
+    """A SQuAD v2.0 / CMRC 2018 file (:mod:`.official`) as a dataset of ``knowledge_base``, with its convention."""
+    problems: list[DatasetProblem] = []
+    kb = _resolve_kb(None, knowledge_base, problems)
+    dataset_name = _resolve_name(None, name, problems)
+    raw_cases, convention = official_cases(data, problems)
+    if problems:
+        raise DatasetError(source, problems)
+    cases = tuple(EvaluationCase.from_dict(c) for c in raw_cases)
+    return Dataset(name=dataset_name, knowledge_base=kb or "", cases=cases,
+                   content_hash=hashlib.sha256(canonical_cases_json(cases).encode("utf-8")).hexdigest(),
+                   source_path=source_path, answer_convention=convention)
 
 
 def _case(case: DatasetCase) -> EvaluationCase:

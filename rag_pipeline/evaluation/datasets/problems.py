@@ -33,7 +33,7 @@ from rag_pipeline.evaluation.datasets.strict_json import DatasetProblem, got, js
 FIELD = "relevant_chunk_ids"
 _UUID = re.compile(UUID_PATTERN)
 _NOT_UUID = "is not a UUID (chunk ids are document_chunks.id, e.g. 30465673-88ea-41f0-a5a0-da496592f3df)"
-_TOP_RANK = {"knowledge_base": 2, "name": 3, "description": 4, "metadata": 5, "cases": 6}
+_TOP_RANK = {"knowledge_base": 2, "name": 3, "description": 4, "metadata": 5, "answer_convention": 5, "cases": 6}
 _BOUNDS = ("greater_than_equal", "less_than_equal")
 _TWICE = "appears more than once in this object (JSON keeps only one of them)"
 _EMPTY = ("is empty; every case needs at least one relevant chunk id (document_chunks.id), unless it is "
@@ -220,6 +220,7 @@ def _header_problems(data: dict) -> list[Keyed]:
         if error["type"] != "extra_forbidden":
             field, value = str(error["loc"][0]), error["input"]
             message = (f"must be an object, {got(value)}" if field == "metadata"
+                       else f"must be squad, cmrc or auto (or absent), {got(value)}" if field == "answer_convention"
                        else _text(error, f"got {type_name(value)}"))
             keyed.append(((-1, _TOP_RANK[field]), DatasetProblem(message, field=field)))
     cases = data.get("cases")

@@ -20,12 +20,14 @@ from starlette.datastructures import UploadFile
 from rag_pipeline.answers.answers_file import AnswersFileError
 from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard, EndpointRefusedError, api_environ
 from rag_pipeline.contracts.answers import (
+    ANSWER_CONVENTIONS,
     ANSWER_METRIC_NAMES,
     AnswerCollectionResponse,
     AnswerComparison,
     AnswerReport,
     AnswerRun,
     AnswerRunList,
+    AnswerScoring,
     EndpointConfig,
     Verdict,
 )
@@ -65,6 +67,8 @@ RunId = Annotated[str, Path(max_length=64, json_schema_extra=VERSION_RULE,
                             description="An answer run id, or a unique prefix of at least 4 hex "
                                                        "digits.")]
 
+_CONVENTION = {"type": "string", "enum": list(ANSWER_CONVENTIONS),
+               "description": "The answer convention (docs/answers.md); default: the knowledge base's text mode's."}
 _UPLOAD_BODY = {
     "required": True,
     "content": {
@@ -75,10 +79,12 @@ _UPLOAD_BODY = {
             "dataset": {"type": "string", "maxLength": 200, "pattern": DATASET_NAME,
                         "description": "A dataset stored for this knowledge base."},
             "answerer": {"type": "string", "maxLength": 200, "pattern": PRINTABLE,
-                         "description": "NAME or NAME@VERSION (default: the file's own)."}}}},
+                         "description": "NAME or NAME@VERSION (default: the file's own)."},
+            "convention": _CONVENTION}}},
         "application/json": {"schema": {"type": "object", "required": ["dataset", "answers"], "properties": {
             "dataset": {"type": "string", "maxLength": 200, "pattern": DATASET_NAME},
             "answerer": {"type": "string", "maxLength": 200, "pattern": PRINTABLE},
+            "convention": _CONVENTION,
             "answers": {"type": "array", "items": {"type": "object"}, "description": "The answers file's lines."}}}},
     },
 }
@@ -89,16 +95,17 @@ def _answers_problem(exc: AnswersFileError) -> HTTPProblem:
     return HTTPProblem(422, str(exc), errors=items, title="Invalid answers file")
 
 
-async def _upload(request: Request) -> tuple[bytes, str, str, str | None]:
-    """``(answers bytes, file name, dataset, answerer)`` of a multipart or JSON upload."""
+async def _upload(request: Request) -> tuple[bytes, str, str, str | None, str | None]:
+    """``(answers bytes, file name, dataset, answerer, convention)`` of a multipart or JSON upload."""
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
         check_content_length(request, MAX_UPLOAD_BYTES + MULTIPART_OVERHEAD, "of an answers file is 50 MB")
         form = await request.form(max_files=1, max_fields=5)
         upload, dataset, answerer = form.get("file"), form.get("dataset"), form.get("answerer")
+        convention = form.get("convention")
         if not isinstance(upload, UploadFile):
             raise HTTPProblem(422, "the multipart body has no `file` part holding the answers file")
-        check_form_fields(form, {"file", "dataset", "answerer"})
+        check_form_fields(form, {"file", "dataset", "answerer", "convention"})
         raw = await upload.read(MAX_UPLOAD_BYTES + 1)
         if len(raw) > MAX_UPLOAD_BYTES:
             raise HTTPProblem(413, f"{printable(upload.filename)}: over the answers-file limit of 50 MB")
@@ -109,7 +116,7 @@ async def _upload(request: Request) -> tuple[bytes, str, str, str | None]:
             body = answers.read_json_upload(await request.body())
         except answers.AnswersRequestError as exc:
             raise HTTPProblem(422, str(exc)) from None
-        dataset, answerer = body.get("dataset"), body.get("answerer")
+        dataset, answerer, convention = body.get("dataset"), body.get("answerer"), body.get("convention")
         raw = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in body["answers"]).encode("utf-8")
         filename = "request body"
     else:
@@ -119,7 +126,10 @@ async def _upload(request: Request) -> tuple[bytes, str, str, str | None]:
         raise HTTPProblem(422, "name the `dataset` the answers are for (a dataset stored for this knowledge base)")
     if answerer is not None and (not isinstance(answerer, str) or len(answerer) > 200):
         raise HTTPProblem(422, "`answerer` must be a string NAME or NAME@VERSION of at most 200 characters")
-    return raw, filename, dataset.strip(), answerer or None
+    if convention is not None and convention not in ANSWER_CONVENTIONS:
+        raise HTTPProblem(422, f"`convention` must be one of {', '.join(ANSWER_CONVENTIONS)}, got "
+                               f"{printable(str(convention)[:60])}")
+    return raw, filename, dataset.strip(), answerer or None, convention
 
 
 @router.post("/knowledge-bases/{id}/answer-runs", response_model=AnswerRun, status_code=201,
@@ -130,10 +140,10 @@ async def create_answer_run(request: Request, engine: Engine, id: str = Knowledg
     """Score an answers file against a stored dataset of this knowledge base and store the run: 201 with the
     run (its summary) and its `Location`. A bad file → 422 whose `errors` list every problem with its line and
     field; nothing is stored."""
-    raw, filename, dataset, answerer = await _upload(request)
+    raw, filename, dataset, answerer, convention = await _upload(request)
     try:
         report = answers.evaluate_answers(engine, id, dataset, raw, answerer=answerer, filename=filename,
-                                          stored_only=True)
+                                          stored_only=True, scoring=AnswerScoring(convention=convention))
     except AnswersFileError as exc:
         raise _answers_problem(exc) from None
     run = report.stored_run

@@ -12,8 +12,9 @@ from datetime import timedelta
 from urllib.parse import quote
 
 import pytest
+import sqlalchemy as sa
 
-from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES
+from rag_pipeline.contracts.answers import ANSWER_METRIC_NAMES, AnswerScoring
 from rag_pipeline.service import answers, evaluations
 from rag_pipeline.web.admin.answer_data import answer_history
 from rag_pipeline.web.admin.charts import BOTTOM, HEIGHT, TOP, history_svg
@@ -107,6 +108,7 @@ def test_answer_run_page_summary_verdicts_and_every_case(client, answer_run):
                          html, re.S), verdict
     assert summary.verdicts["correct"] >= 2 and summary.verdicts["answered_unanswerable"] == 1
     assert PROBE not in html and html_lib.escape(PROBE, quote=False)[:20] in html  # the question, escaped
+    assert summary.convention == "auto" and 'id="answer-convention">auto' in html  # a "simple" text mode
     coffee = next(r for r in _rows(html, "answer-cases") if 'data-case="coffee"' in r)
     assert coffee.count('title="') >= 1 and ">—<" in _rows(html, "answer-cases")[-3]  # onboarding: no answer
 
@@ -226,3 +228,19 @@ def test_a_chart_of_a_negative_score_keeps_its_points_inside_the_plot(engine, an
     svg = str(history_svg(points, "answer_score", "answer score", {}, run_url="/x/", floor=-1.0))
     ys = [float(y) for y in re.findall(r'<circle [^>]*cy="([\d.]+)"', svg)]
     assert len(ys) == 2 and all(TOP <= y <= HEIGHT - BOTTOM for y in ys) and ">-1.00<" in svg
+
+
+@covers("GET /admin/answer-runs/{run_id}")
+def test_answer_run_page_shows_the_convention_and_the_official_figures(client, engine, answer_run):
+    rescored = answers.rescore_answer_run(engine, answer_run["report"].run.run_id, AnswerScoring(convention="squad"))
+    try:
+        official = rescored.summary.official
+        assert official is not None and official.total == 6  # onboarding has no answer
+        html = _page(client, RUN.format(run_id=rescored.stored_run.run_id))
+        facts = re.search(r'<dd id="answer-convention">(.*?)</dd>', html, re.S)
+        assert facts and facts.group(1).startswith("squad · official SQuAD v2.0: exact ")
+        assert f"{official.exact:.4f}" in facts.group(1) and f"F1 {official.f1:.4f}" in facts.group(1)
+        assert f"NoAns {official.no_ans_exact:.4f}" in facts.group(1)
+    finally:  # the other tests of this module see one answer run
+        with engine.begin() as conn:
+            conn.execute(sa.text("DELETE FROM answer_runs WHERE id = :id"), {"id": rescored.stored_run.run_id})

@@ -71,6 +71,29 @@ def test_an_uploaded_answers_file_is_scored_and_stored_as_the_service_does(clien
 
 
 @covers("POST /api/v1/knowledge-bases/{id}/answer-runs")
+def test_an_upload_names_its_convention_and_a_prediction_file_is_read(client, engine, stored):
+    url = f"{API}/knowledge-bases/{stored['kb']}/answer-runs"
+    default = client.get(f"{API}/answer-runs/{stored['run_a']}").json()["run"]
+    assert default["scoring"]["convention"] == default["summary"]["convention"] == "auto"  # a "simple" KB
+    predictions = json.dumps({"backup": "basebackup with continuous archiving", "coffee": "on Mondays",
+                              "salary": ""}).encode("utf-8")
+    resp = client.post(url, files={"file": ("predictions.json", predictions)},
+                       data={"dataset": NAME, "convention": "squad"})
+    assert resp.status_code == 201, resp.text
+    run = resp.json()
+    assert run["scoring"]["convention"] == "squad" and run["summary"]["official"]["convention"] == "squad"
+    assert run["summary"]["official"]["no_ans_exact"] == 100.0 and run["summary"]["official"]["total"] == 3
+    assert run["summary"]["verdicts"]["correct"] == 2  # backup, and "" refuses the unanswerable salary
+    as_json = client.post(url, json={"dataset": NAME, "convention": "cmrc", "answers": stored["lines"]}).json()
+    assert as_json["summary"]["official"]["convention"] == "cmrc" and as_json["summary"]["official"]["total"] == 2
+    before = _runs(engine)
+    bad = client.post(url, files={"file": ("a.jsonl", b'{"case_id": "backup"}\n')},
+                      data={"dataset": NAME, "convention": "bleu"})
+    assert bad.status_code == 422 and "`convention` must be one of squad, cmrc, auto" in bad.text
+    assert _runs(engine) == before
+
+
+@covers("POST /api/v1/knowledge-bases/{id}/answer-runs")
 def test_a_bad_answers_file_is_422_with_line_and_field_and_nothing_is_stored(client, engine, stored):
     before = _runs(engine)
     bad = b'{"case_id": "backup", "answer": 3}\n{"case_id": "nope", "answer": "x"}\n'
