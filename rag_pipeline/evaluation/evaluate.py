@@ -29,6 +29,7 @@ from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_know
 from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
 from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.retrieval.bm25_index import Bm25Index
+from rag_pipeline.retrieval.dense_index import DenseIndex
 from rag_pipeline.retrieval.search import (
     RetrievalError,
     RetrievalTrace,
@@ -40,6 +41,7 @@ from rag_pipeline.retrieval.search import (
 )
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
+from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.snapshot_readers import SnapshotReaders, check_capacity, reader_count, snapshot_readers
 
 BATCH_SIZE = 64
@@ -131,11 +133,12 @@ class _BatchResult:
 
 
 def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
-                  vectors, keyword_index: Bm25Index | None = None) -> _BatchResult:
+                  vectors, keyword_index: Bm25Index | None = None,
+                  vector_index: DenseIndex | None = None) -> _BatchResult:
     """Worker thread: one batch's retrieval and miss diagnosis; a statement timeout is a :class:`RetrievalError`
     naming the case."""
     try:
-        return _search_batch_unbounded(readers, kb, strategy, batch, vectors, keyword_index)
+        return _search_batch_unbounded(readers, kb, strategy, batch, vectors, keyword_index, vector_index)
     except (StatementTimeout, sa.exc.OperationalError) as exc:
         if not isinstance(exc, StatementTimeout) and not is_statement_timeout(exc):
             raise
@@ -152,12 +155,13 @@ def _cases_label(batch: Sequence[EvaluationCase]) -> str:
 
 
 def _search_batch_unbounded(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
-                            vectors, keyword_index: Bm25Index | None) -> _BatchResult:
+                            vectors, keyword_index: Bm25Index | None,
+                            vector_index: DenseIndex | None = None) -> _BatchResult:
     with readers.borrow() as conn:
         t = time.perf_counter()
         traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in batch],
                                      strategy=strategy, limits=[c.k for c in batch], query_vectors=vectors,
-                                     keyword_index=keyword_index)
+                                     keyword_index=keyword_index, vector_index=vector_index)
         t_search = time.perf_counter()
         labels = check_labels(conn, kb, batch)
         reasons = diagnosis_db.diagnose_batch(conn, kb, strategy, batch, [tr.candidates for tr in traces], labels,
@@ -187,6 +191,10 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             with pool_conns.borrow() as conn:
                 keyword_index = Bm25Index.load(conn, kb.id, strategy.bm25_k1, strategy.bm25_b,
                                                borrow=pool_conns.borrow, parts=readers)
+        vector_index = None
+        if strategy.vector_candidate_k and exact_in_memory(strategy):  # vectors once, on the snapshot
+            with pool_conns.borrow() as conn:
+                vector_index = DenseIndex.load(conn, kb.id, strategy.embedding_model)
         _tick(timings, "retrieval_sql_s", t)
         outcome.knowledge_base_version = version.result()
         with engine.begin() as conn:
@@ -203,7 +211,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             vectors = embedder.vectors([c.question for c in batch]) if embedder else None
             _tick(timings, "embedding_s", t)
             pending.append((start, batch, workers.submit(_search_batch, pool_conns, kb, strategy, batch, vectors,
-                                                                keyword_index)))
+                                                                keyword_index, vector_index)))
 
         try:
             t_loop = time.perf_counter()
@@ -248,6 +256,11 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             strategy_version=strategy.version, case_count=outcome.case_count,
             candidate_count=outcome.candidate_count, averages=outcome.averages,
             timings=outcome.timings, summary=outcome.summary)
+
+
+def exact_in_memory(strategy: Strategy) -> bool:
+    """The strategy's vector leg runs in memory: ``vector_search: exact`` and ``RAG_EXACT_VECTOR_LEG=memory``."""
+    return strategy.vector_search == "exact" and get_settings().exact_vector_leg == "memory"
 
 
 def _snapshot_version(readers: SnapshotReaders, kb_id) -> str:

@@ -67,6 +67,20 @@ CROSS JOIN LATERAL (
 ) AS hit
 """
 
+# The in-memory exact leg's input (retrieval.dense_index): the KB's searchable vectors of the model in chunk-id
+# order, each in pgvector's binary form (``vector_send``: int16 dim, int16 unused, dim big-endian float4).
+SEARCHABLE_VECTOR_ROWS_SQL = f"""
+SELECT c.id::text AS chunk_id, c.document_id::text AS document_id, d.original_name AS document_name,
+       vector_send(e.embedding) AS data
+FROM chunk_embeddings e
+JOIN document_chunks c ON c.id = e.chunk_id
+JOIN documents d ON d.id = c.document_id
+WHERE e.model = :model
+  AND e.knowledge_base_id = :kb
+  AND {BASE_FILTERS}
+ORDER BY c.id
+"""
+
 # The question's OR-tsquery (textsearch.OR_TSQUERY_SQL: the lexemes of to_tsvector(:cfg, text),
 # each quoted, joined with |), computed once per question of the batch.
 _TSQUERY = textsearch.OR_TSQUERY_SQL.replace(":qtext", "q.query_text")
@@ -195,6 +209,11 @@ def vector_leg(conn: sa.Connection, dimension: int, params: dict, *, exact: bool
 
 def searchable_vectors(conn: sa.Connection, kb_id, model: str) -> int:
     return conn.execute(sa.text(SEARCHABLE_VECTORS_SQL), {"kb": kb_id, "model": model}).scalar_one()
+
+
+def searchable_vector_rows(conn: sa.Connection, kb_id, model: str) -> sa.CursorResult:
+    """``chunk_id, document_id, document_name, data`` of :data:`SEARCHABLE_VECTOR_ROWS_SQL`."""
+    return conn.execute(sa.text(SEARCHABLE_VECTOR_ROWS_SQL), {"kb": kb_id, "model": model})
 
 
 def keyword_leg(conn: sa.Connection, statement: str, params: dict) -> sa.CursorResult:
