@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import RunCounts
+from rag_pipeline.evaluation import shared_indexes
 from rag_pipeline.evaluation.datasets.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
 from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetProblem
@@ -186,17 +187,26 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             ThreadPoolExecutor(max_workers=readers, thread_name_prefix="rag-eval") as workers:
         # the version of what every reader sees (one exported snapshot), on a worker while a BM25 index loads
         version = workers.submit(_snapshot_version, pool_conns, kb.id)
-        keyword_index, t = None, time.perf_counter()
+        keyword_index, vector_index, t = None, None, time.perf_counter()
+        kb_version = version.result()  # keys the indexes this process's runs share (shared_indexes)
+
+        def load_postings() -> Bm25Index:
+            with pool_conns.borrow() as conn:
+                return Bm25Index.load(conn, kb.id, strategy.bm25_k1, strategy.bm25_b,
+                                      borrow=pool_conns.borrow, parts=readers)
+
+        def load_vectors() -> DenseIndex:
+            with pool_conns.borrow() as conn:
+                return DenseIndex.load(conn, kb.id, strategy.embedding_model)
+
         if strategy.keyword_candidate_k and strategy.keyword_scorer == "bm25":  # postings once, on the snapshot
-            with pool_conns.borrow() as conn:
-                keyword_index = Bm25Index.load(conn, kb.id, strategy.bm25_k1, strategy.bm25_b,
-                                               borrow=pool_conns.borrow, parts=readers)
-        vector_index = None
+            keyword_index = shared_indexes.shared(("bm25", str(kb.id), kb_version, strategy.bm25_k1,
+                                                   strategy.bm25_b), load_postings)
         if strategy.vector_candidate_k and exact_in_memory(strategy):  # vectors once, on the snapshot
-            with pool_conns.borrow() as conn:
-                vector_index = DenseIndex.load(conn, kb.id, strategy.embedding_model)
+            vector_index = shared_indexes.shared(("vectors", str(kb.id), kb_version, strategy.embedding_model),
+                                                 load_vectors)
         _tick(timings, "retrieval_sql_s", t)
-        outcome.knowledge_base_version = version.result()
+        outcome.knowledge_base_version = kb_version
         with engine.begin() as conn:
             run_queries.set_knowledge_base_version(conn, run_id, outcome.knowledge_base_version)
         todo = iter(starts)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from rag_pipeline.evaluation import shared_indexes
 from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.knowledge_base import chunking
@@ -117,3 +118,18 @@ def test_an_evaluation_gives_the_same_candidates_in_memory_and_by_sql(engine, de
     assert differences and max(differences) <= TOLERANCE
     for metric, value in runs["sql"].averages.items():
         assert runs["memory"].averages[metric] == pytest.approx(value, abs=1e-12), metric
+
+
+def test_the_runs_of_one_process_share_the_loaded_indexes(engine, demo_kb, monkeypatch):
+    dataset = load_dataset(ROOT / "datasets" / "demo.json")
+    shared_indexes.clear()
+    before = dict(shared_indexes.loads)
+    for version in ("vector-exact-v1", "hybrid-bm25-exact-v1", "bm25-v1"):
+        evaluate_dataset(engine, dataset, REGISTRY[version])
+    counts = {k: shared_indexes.loads[k] - before[k] for k in before}
+    assert counts == {"loaded": 2, "reused": 2}, "USE vectors once, BM25 postings (k1 0.9, b 0.4) once"
+    monkeypatch.setattr(shared_indexes, "BUDGET_BYTES", 0)  # nothing fits: every run loads its own
+    shared_indexes.clear()
+    evaluate_dataset(engine, dataset, REGISTRY["vector-exact-v1"])
+    evaluate_dataset(engine, dataset, REGISTRY["vector-exact-v1"])
+    assert shared_indexes.loads["loaded"] - before["loaded"] == 4
