@@ -10,7 +10,9 @@ memory, with the same question vectors. Prints per (model, k):
   (two equal scores) inside the SQL lists, which both legs resolve by chunk id;
 - time: the SQL leg vs the memory leg, for one question at a time (mean over ``--single`` questions) and for every
   question in batches of ``--batch-size`` (the evaluation's batches), the HNSW leg of the same k next to them,
-  and the index load (once per run).
+  and the index load (once per run);
+- the loads of one click of every registry strategy in one process, shared (``evaluation.shared_indexes``: one per
+  model or (k1, b)) vs one per run (``--skip-legs``: only these).
 
 The KB must exist (``bench/quality_beir.py`` or ``rag-pipeline import-beir`` makes it, with both models).
 Usage: python bench/dense_bench.py [--kb beir-scifact] [--folder ../shared/benchmarks/scifact] [--k 10,100]
@@ -33,9 +35,10 @@ from benchutil import machine_line  # noqa: E402
 from rag_pipeline.knowledge_base import chunking  # noqa: E402
 from rag_pipeline.knowledge_base.beir import read_beir  # noqa: E402
 from rag_pipeline.knowledge_base.embedding import get_embedder  # noqa: E402
+from rag_pipeline.retrieval.bm25_index import Bm25Index  # noqa: E402
 from rag_pipeline.retrieval.dense_index import DenseIndex  # noqa: E402
 from rag_pipeline.retrieval.search import hybrid_search_batch  # noqa: E402
-from rag_pipeline.retrieval.strategies import Strategy  # noqa: E402
+from rag_pipeline.retrieval.strategies import Strategy, load_registry  # noqa: E402
 from rag_pipeline.settings import get_settings  # noqa: E402
 from rag_pipeline.storage.engine import get_engine  # noqa: E402
 
@@ -84,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--single", type=int, default=20, help="questions searched one at a time for the latency")
     ap.add_argument("--tolerance", type=float, default=1e-6)
+    ap.add_argument("--skip-legs", action="store_true", help="only the index loads of one click (below)")
     args = ap.parse_args(argv)
 
     _, texts, qrels = read_beir(args.folder, args.split)
@@ -96,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
           "HNSW, all (s) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     loads = []
-    for model in args.models.split(","):
+    for model in [] if args.skip_legs else args.models.split(","):
         vectors = get_embedder(model).embed(questions)
         start = time.perf_counter()
         with engine.connect() as conn:
@@ -114,8 +118,34 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {model} | {k} | {c['differ']} | {c['explained']} | {c['max_score_diff']:.1e} | "
                   f"{c['exact_ties']} | {1000 * sql_1 / n1:.1f} | {1000 * mem_1 / n1:.1f} | {sql_1 / mem_1:.1f} | "
                   f"{sql_all:.2f} | {mem_all:.2f} | {sql_all / mem_all:.1f} | {hnsw_all:.2f} |", flush=True)
-    print("\n".join(["", *loads, machine_line()]))
+    print("\n".join(["", *loads, *click_loads(engine, kb_id), machine_line()]))
     return 0
+
+
+def click_loads(engine, kb_id) -> list[str]:
+    """One click of every registry strategy in one process: the in-memory indexes it loads with
+    ``evaluation.shared_indexes`` (one per KB version and model or (k1, b)) and without (one per run), timed."""
+    needs: dict[tuple, int] = {}
+    for s in load_registry().values():
+        if s.keyword_candidate_k and s.keyword_scorer == "bm25":
+            key = ("bm25", s.bm25_k1, s.bm25_b)
+            needs[key] = needs.get(key, 0) + 1
+        if s.vector_candidate_k and s.vector_search == "exact":
+            needs[("vectors", s.embedding_model)] = needs.get(("vectors", s.embedding_model), 0) + 1
+    lines, shared_s, unshared_s = [], 0.0, 0.0
+    for key, runs in needs.items():
+        start = time.perf_counter()
+        with engine.connect() as conn:
+            if key[0] == "bm25":
+                Bm25Index.load(conn, kb_id, key[1], key[2])
+            else:
+                DenseIndex.load(conn, kb_id, key[1])
+        seconds = time.perf_counter() - start
+        shared_s, unshared_s = shared_s + seconds, unshared_s + runs * seconds
+        lines.append(f"click load {key}: {seconds:.3f} s, needed by {runs} run(s)")
+    lines.append(f"a click of the {len(load_registry())} registry strategies loads {len(needs)} indexes shared "
+                 f"({shared_s:.2f} s) instead of {sum(needs.values())} ({unshared_s:.2f} s)")
+    return lines
 
 
 if __name__ == "__main__":
