@@ -18,6 +18,9 @@ import sqlalchemy as sa
 from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.trace import LegHit, RetrievalError
 
+BLOCK_ROWS = 8192
+"""Vectors scored per matrix product (their float64 copy: 32 MiB at 512 dimensions)."""
+
 
 @dataclass(frozen=True)
 class DenseIndex:
@@ -60,8 +63,10 @@ class DenseIndex:
     def scores(self, query_vectors: np.ndarray) -> np.ndarray:
         """``(questions, chunks)`` float64 scores: ``1 - cosine distance`` as pgvector computes it."""
         q = np.asarray(query_vectors, dtype=np.float32)
-        similarity = (q.astype(np.float64) @ self.vectors.T.astype(np.float64)) / np.sqrt(
-            _squared_norms(q)[:, None] * self.norms[None, :])
+        dot = np.empty((len(q), len(self.vectors)))
+        for at in range(0, len(self.vectors), BLOCK_ROWS):  # float64 copies of a block at a time, not of the KB
+            dot[:, at:at + BLOCK_ROWS] = q.astype(np.float64) @ self.vectors[at:at + BLOCK_ROWS].T.astype(np.float64)
+        similarity = dot / np.sqrt(_squared_norms(q)[:, None] * self.norms[None, :])
         return 1.0 - (1.0 - np.clip(similarity, -1.0, 1.0))
 
     def top(self, query_vectors: np.ndarray, k: int) -> list[list[LegHit]]:

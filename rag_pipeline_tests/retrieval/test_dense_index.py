@@ -16,6 +16,7 @@ from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.retrieval import dense_index
 from rag_pipeline.retrieval.dense_index import DenseIndex
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import load_registry
@@ -133,3 +134,12 @@ def test_the_runs_of_one_process_share_the_loaded_indexes(engine, demo_kb, monke
     evaluate_dataset(engine, dataset, REGISTRY["vector-exact-v1"])
     evaluate_dataset(engine, dataset, REGISTRY["vector-exact-v1"])
     assert shared_indexes.loads["loaded"] - before["loaded"] == 4
+
+
+def test_scoring_in_blocks_gives_the_same_leg(engine, demo, monkeypatch):
+    kb_id, questions, vectors, index = demo
+    whole = index.scores(vectors)
+    monkeypatch.setattr(dense_index, "BLOCK_ROWS", 7)  # many blocks, the last one partial
+    assert np.abs(index.scores(vectors) - whole).max() <= 1e-12
+    strategy = REGISTRY["vector-exact-v1"].replace(vector_candidate_k=50)
+    _assert_equal(*_legs(engine, kb_id, questions, vectors, strategy, index), questions)
