@@ -24,9 +24,11 @@ run: install
 
 ## make test: install and run the whole test suite on a fresh embedded Postgres per worker process
 ## (the SciFact tests need RAG_BENCH_DATA=../shared/benchmarks, a folder holding scifact/; skipped without it);
-## TEST_WORKERS pytest-xdist processes (one per core of the 2-core CI machine; TEST_WORKERS=0: one process)
+## TEST_WORKERS pytest-xdist processes (one per core of the 2-core CI machine; TEST_WORKERS=0: one process);
+## a module's tests on one worker, modules handed out in collection order (the longest first: LONGEST_FIRST in
+## rag_pipeline_tests/conftest.py)
 TEST_WORKERS ?= 2
-PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadscope
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 test: install
 	$(BIN)/pytest -q $(PYTEST_PARALLEL)
 

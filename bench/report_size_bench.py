@@ -13,6 +13,8 @@ report as one dict) in mode ``all``: streaming stays flat, the dict grows with t
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import sys
 import tempfile
 import time
@@ -27,7 +29,7 @@ from synthetic import build_knowledge_base, make_dataset
 
 from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
-from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES, build_report, write_report
+from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES, write_report
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service.knowledge_bases import import_beir
 from rag_pipeline.settings import get_settings
@@ -45,6 +47,13 @@ class Counter:
     def write(self, text: str) -> int:
         self.bytes += len(text.encode("utf-8"))
         return len(text)
+
+
+def build_report(conn, run_id: str, candidates: str) -> dict:
+    """The whole report of one run as one dict: :func:`write_report`'s JSON, parsed."""
+    buffer = io.StringIO()
+    write_report(conn, run_id, buffer, candidates=candidates)
+    return json.loads(buffer.getvalue())
 
 
 def sizes(engine, run_id: str, label: str) -> None:

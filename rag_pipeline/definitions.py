@@ -1,6 +1,5 @@
 """The Dagster ``Definitions`` of rag_pipeline (``dagster dev -w workspace.yaml``, ``-m rag_pipeline.definitions``),
-assembled from the adapters of :mod:`rag_pipeline.defs`.
-"""
+assembled from the adapters of :mod:`rag_pipeline.defs`."""
 
 import dagster as dg
 

@@ -156,8 +156,7 @@ class Settings(BaseSettings):
                           "collection may read for an `env:NAME` header value; never a `RAG_*` variable. Unset: "
                           "none (a header `env:` value is refused). The CLI reads any variable.")
     collect_slots: PositiveInt = Field(
-        2, description="Answer collections the HTTP API runs at once; one more is refused with 429 and "
-                       "`Retry-After`.")
+        2, description="Answer collections the HTTP API runs at once; one more is refused with 429 and `Retry-After`.")
     debug: bool = Field(False, description="`1`: the CLI shows the traceback of an unexpected error.")
     judge_cache: Path | None = Field(
         None, description="JSON Lines file caching the answer judge's replies by (prompt hash, model, repeat), so "

@@ -59,6 +59,48 @@ _NO_DB_TEST_SELECTED = False
 _STRAY_SERVERS: list[str] = []  # the controller of an xdist run: the workers' stray-server errors
 
 
+# The modules that take longest in a full run, longest first (``--durations`` of two-worker runs; Schemathesis put
+# first). They are collected first: ``make test`` runs ``--dist loadscope --no-loadscope-reorder``, so xdist hands
+# modules to the workers in collection order and the longest start at once on both workers instead of one of them
+# running alone at the end (the Schemathesis run did). The other modules keep their order.
+LONGEST_FIRST = (
+    "web/test_api_schemathesis.py",
+    "storage/test_tcp_server.py",
+    "test_bench_quality_smoke.py",
+    "storage/test_wheel_install.py",
+    "test_bench_eval_smoke.py",
+    "storage/test_migrations.py",
+    "reliability/test_faults.py",
+    "web/test_api_errors.py",
+    "web/test_api_security.py",
+    "web/test_console_pages.py",
+    "reliability/test_concurrency.py",
+    "retrieval/test_bm25_index.py",
+    "web/test_request_guards.py",
+    "test_bench_metrics_smoke.py",
+    "test_bench_mixed_language_smoke.py",
+    "knowledge_base/test_ingestion.py",
+    "defs/test_evaluation_assets.py",
+    "analysis/test_tuning_db.py",
+    "knowledge_base/test_embedding.py",
+    "test_bench_answers_smoke.py",
+    "web/test_api.py",
+    "knowledge_base/test_ingestion_overlap.py",
+    "answers/test_cli_answers_collect.py",
+    "defs/test_preflight.py",
+)
+
+
+_STALE = [m for m in LONGEST_FIRST if not (Path(__file__).parent / m).is_file()]
+if _STALE:
+    raise pytest.UsageError(f"LONGEST_FIRST in {__file__} names modules that do not exist: {_STALE}")
+
+
+def _module_rank(item) -> int:
+    module = item.nodeid.split("::")[0].removeprefix("rag_pipeline_tests/")
+    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items):
     for item in items:
@@ -66,6 +108,7 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.db)
         if "bench_data" in item.fixturenames:
             item.add_marker(pytest.mark.bench_data)
+    items.sort(key=_module_rank)  # stable: a module's tests stay together and in order
 
 
 def pytest_collection_finish(session):
@@ -147,10 +190,9 @@ def chunks(engine, request, tmp_path_factory) -> dict[str, str]:
     return ingest_tiny_kb(engine, request.module.KB, tmp_path_factory.mktemp("tiny_kb"))
 
 
-@pytest.fixture(scope="session")
-def demo_kb(engine) -> str:
-    """The demo knowledge base (``demo/kb``, text mode chinese, USE embeddings) ingested once per session; returns
-    its name, the one ``datasets/demo.json`` labels."""
+def ingest_demo_kb(engine) -> str:
+    """Ingest the demo knowledge base (``demo/kb``, text mode chinese, USE embeddings) into ``engine``'s database;
+    returns its name, the one ``datasets/demo.json`` labels."""
     from rag_pipeline.evaluation.datasets import demo as demo_dataset
     from rag_pipeline.knowledge_base.ingestion import ingest_documents
     from rag_pipeline.knowledge_base.sources import read_folder
@@ -159,6 +201,12 @@ def demo_kb(engine) -> str:
                      text_search=demo_dataset.DEMO_TEXT_SEARCH, chunk_size=demo_dataset.DEMO_CHUNK_SIZE,
                      chunk_overlap=demo_dataset.DEMO_CHUNK_OVERLAP)
     return demo_dataset.DEMO_KB
+
+
+@pytest.fixture(scope="session")
+def demo_kb(engine) -> str:
+    """The demo knowledge base ingested once per session (:func:`ingest_demo_kb`)."""
+    return ingest_demo_kb(engine)
 
 
 @pytest.fixture

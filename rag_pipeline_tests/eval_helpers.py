@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.reports import MissReason
+from rag_pipeline.contracts.runs import LabelIntegrity, MissReasonCounts
+from rag_pipeline.evaluation.datasets import label_check
+from rag_pipeline.evaluation.diagnosis import miss_reasons as diagnosis
+from rag_pipeline.evaluation.diagnosis.diagnose import diagnose_batch, label_integrity, strategy_of_run
+from rag_pipeline.evaluation.pools import PoolSet, fused_order
+from rag_pipeline.evaluation.queries.knowledge_base import knowledge_base_row
+from rag_pipeline.evaluation.runs import candidate_queries, case_queries
+from rag_pipeline.evaluation.runs import queries as run_queries
+from rag_pipeline.evaluation.runs.reports import write_report
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
+from rag_pipeline.retrieval.search import hybrid_search_batch
+from rag_pipeline.retrieval.strategies import Strategy
+from rag_pipeline.retrieval.trace import RetrievalTrace
 
 TINY_DOCS = {
     "backup.md": "Nightly backups use basebackup with continuous archiving of the write-ahead log. "
@@ -84,3 +102,77 @@ def run_rows(engine: sa.Engine, run_id) -> tuple[int, int]:
         cases = conn.execute(sa.text("SELECT count(*) FROM retrieval_evaluation_case_results "
                                      "WHERE evaluation_run_id = :r"), {"r": run_id}).scalar_one()
     return cands, cases
+
+
+def pool_subset(pools: PoolSet, cases) -> PoolSet:
+    """The pools of the given case indices (ints or a boolean mask), same width."""
+    index = np.asarray(cases)
+    if index.dtype == bool:
+        index = np.flatnonzero(index)
+    picked = {f.name: getattr(pools, f.name)[index] for f in fields(pools)
+              if f.name != "strategy_version" and getattr(pools, f.name) is not None}
+    return PoolSet(**picked, strategy_version=pools.strategy_version)
+
+
+def fused_ranks(pools: PoolSet, config: Any) -> np.ndarray:
+    """1-based rank of every slot under ``config`` (0 in padding), comparable to ``stored_rank``."""
+    ordered = fused_order(pools, config)
+    ranks = np.empty_like(ordered)
+    np.put_along_axis(ranks, ordered, np.arange(1, pools.pool_size + 1), axis=1)
+    return np.where(pools.mask, ranks, 0)
+
+
+def build_report(conn: sa.Connection, run_id, *, include_text: bool = False, candidates: str = "default",
+                 case_id: str | None = None) -> dict:
+    """The whole report of one run (id or unique id prefix) as the JSON :func:`write_report` writes, parsed."""
+    buffer = io.StringIO()
+    write_report(conn, run_id, buffer, include_text=include_text, candidates=candidates, case_id=case_id)
+    return json.loads(buffer.getvalue())
+
+
+@dataclass
+class RunDiagnosis:
+    run_id: str
+    reasons: dict[str, list[MissReason]]  # case_id -> reasons, in case order
+    labels: label_check.LabelReport
+    summary: MissReasonCounts
+    first_line: str | None
+
+    @property
+    def label_integrity(self) -> LabelIntegrity:
+        return label_integrity(self.labels)
+
+
+def diagnose_run(conn: sa.Connection, run_id, *, store: bool = True,
+                 averages: Mapping[str, float] | None = None) -> RunDiagnosis:
+    """Diagnose every case of a stored run in one separate pass, from its stored pools (what the evaluation loop's
+    per-batch diagnosis must equal); ``store`` rewrites ``case_results.miss_reasons``. ``averages``: the run's."""
+    run = run_queries.run_strategy(conn, run_id)
+    kb = knowledge_base_row(conn, run.knowledge_base_id)
+    stored = case_queries.case_rows(conn, run_id)
+    pools: dict[str, list] = {c["case_id"]: [] for c in stored}
+    for row in candidate_queries.pools_of_run(conn, run_id):
+        pools.setdefault(row["case_id"], []).append(row)
+    labels = label_check.check_labels(conn, kb, stored)
+    reasons = diagnose_batch(conn, kb, strategy_of_run(run), stored, [pools[c["case_id"]] for c in stored], labels)
+    by_case = {c["case_id"]: r for c, r in zip(stored, reasons, strict=True)}
+    if store and stored:
+        conn.execute(sa.text(
+            "UPDATE retrieval_evaluation_case_results r SET miss_reasons = CAST(u.j AS jsonb) "
+            "FROM unnest(CAST(:cases AS text[]), CAST(:js AS text[])) AS u(case_id, j) "
+            "WHERE r.evaluation_run_id = CAST(:id AS uuid) AND r.case_id = u.case_id"),
+            {"id": str(run_id), "cases": list(by_case),
+             "js": [diagnosis.REASONS_JSON.dump_json(r).decode() for r in by_case.values()]})
+    summary = diagnosis.summarize(m for r in reasons for m in r)
+    if averages is None and run.ndcg_at_k is not None:
+        averages = {"ndcg_at_k": run.ndcg_at_k, "recall_at_k": run.recall_at_k,
+                    "precision_at_k": run.precision_at_k, "reciprocal_rank": run.reciprocal_rank}
+    line = diagnosis.first_line(summary, averages) if averages is not None else None
+    return RunDiagnosis(str(run_id), by_case, labels, summary, line)
+
+
+def hybrid_search_with_trace(conn: sa.Connection, *, knowledge_base_id, query: str, strategy: Strategy,
+                             limit: int | None = None) -> RetrievalTrace:
+    """Search one question: the batch of one; ``limit`` defaults to ``strategy.final_top_k``."""
+    return hybrid_search_batch(conn, knowledge_base_id=knowledge_base_id, queries=[query], strategy=strategy,
+                               limits=None if limit is None else [limit])[0]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from rag_pipeline.cli import main
 from rag_pipeline.cli.doctor import render
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EmbeddingError
-from rag_pipeline.service.environment import Check, check_chromium, check_database, check_model
+from rag_pipeline.service.environment import Check, check_chromium, check_daemon, check_database, check_model
+from rag_pipeline.service.queued_runs import record_tick
 
 
 def test_doctor_checks_everything_and_exits_0_when_nothing_fails(engine, capsys):
@@ -22,8 +25,18 @@ def test_doctor_checks_everything_and_exits_0_when_nothing_fails(engine, capsys)
     assert (code == 0) == ("FAIL" not in lines.values()), out
     assert out.strip().splitlines()[-1].startswith("ready" if code == 0 else "1 check")
     if lines["dagster"] == "WARN":  # no daemon in the test session: said, with the fix
-        assert "not running" in out or "cannot read" in out
-        assert "fix: start `make dev`" in out or "fix: check the database" in out
+        assert "no Dagster daemon is running" in out and "fix: start `make dev`" in out, out
+
+
+def test_the_daemon_check_reads_the_sensor_ticks(engine):
+    """The ``queued_evaluations`` sensor's recorded tick is what says a daemon runs (no Dagster import)."""
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM dagster_sensor_ticks"))
+    idle = check_daemon()
+    assert idle.status == "WARN" and "none has ever picked up queued runs" in idle.detail, idle
+    assert idle.fix is not None and idle.fix.startswith("start `make dev`")
+    record_tick(engine)
+    assert check_daemon() == Check("dagster daemon", "OK", "running (its queued_evaluations sensor ticks)")
 
 
 def test_the_database_checks_see_the_migrated_schema(engine):

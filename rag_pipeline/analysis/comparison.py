@@ -48,10 +48,6 @@ def _registered() -> list[str]:
         return []
 
 
-def _is_strategy(version: str) -> bool:
-    return version in _registered()
-
-
 def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, dataset: str = "",
             dataset_version: str = "", knowledge_base: str = "", stale: dict[str, str] | None = None,
             margin: float = 0.0, alpha: float = 0.05, metrics: Sequence[str] = HEADLINE_METRICS,
@@ -59,7 +55,7 @@ def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, da
             top_moved: int = 5) -> StrategyComparison:
     """Paired statistics of every run against the baseline run and the regression gate (see module doc)."""
     by_version = {r.version: r for r in runs}
-    if baseline not in by_version and not _is_strategy(baseline):  # a typo: say so, with the close names
+    if baseline not in by_version and baseline not in _registered():  # a typo: say so, with the close names
         raise ComparisonError(unknown_strategy_message(baseline, [*by_version, *_registered()]))
     if baseline not in by_version:
         raise ComparisonError(f"baseline strategy {baseline!r} has no current run on dataset {dataset!r}; "
@@ -86,8 +82,7 @@ def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, da
                 strategy_mean=float(a.mean()), delta=float((a - b).mean()),
                 p_value=stats.paired_permutation_test(a, b, n_resamples=n_resamples, seed=seed), ci_low=low,
                 ci_high=high, ttest_p=stats.paired_ttest(a, b)[1], wins=wins, ties=ties, losses=losses))
-        diffs = sorted(shared, key=lambda c: (-round(abs(run.per_case[c][primary] - base.per_case[c][primary]), 12),
-                                              c))
+        diffs = sorted(shared, key=lambda c: (-round(abs(run.per_case[c][primary] - base.per_case[c][primary]), 12), c))
         moved[run.version] = [
             MovedCase(case_id=c, baseline=base.per_case[c][primary], strategy=run.per_case[c][primary],
                       delta=run.per_case[c][primary] - base.per_case[c][primary])

@@ -37,8 +37,7 @@ def _abs_mean(diff: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.abs(np.mean(diff, axis=axis))
 
 
-def paired_permutation_test(a: ArrayLike, b: ArrayLike, n_resamples: int = 10000,
-                            seed: int = 0) -> float:
+def paired_permutation_test(a: ArrayLike, b: ArrayLike, n_resamples: int = 10000, seed: int = 0) -> float:
     """Two-sided sign-flip permutation test of ``mean(a - b)``: the share of sign assignments whose ``|mean|`` reaches
     the observed one (within a relative 100 eps), ``scipy.stats.permutation_test`` (``permutation_type="samples"``,
     ``alternative="greater"``). Exact when ``2**n <= n_resamples``, else ``(hits + 1) / (n_resamples + 1)``."""

@@ -1,9 +1,5 @@
-"""Reading an answers file (JSON Lines, one :class:`~rag_pipeline.contracts.answers.AnswerRecord` per line) as
-strictly as a dataset is read (docs/design.md §12.2).
-
-The whole file is checked first (size, UTF-8, one strict JSON object a line, a valid ``AnswerRecord`` naming a
-dataset case once, one ``answerer``); every problem is worded ``<file>: line N (case_id 'C'): field 'F': message``
-and :class:`AnswersFileError` lists them."""
+"""Reading an answers file (JSON Lines, one :class:`~rag_pipeline.contracts.answers.AnswerRecord` a line) as
+strictly as a dataset is read (docs/design.md §12.2): :class:`AnswersFileError` lists every problem."""
 
 from __future__ import annotations
 
@@ -22,6 +18,7 @@ from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.datasets.strict_json import (
     MAX_LISTED_PROBLEMS,
     NonFinite,
+    field_path,
     got,
     json_problems,
     object_hook,
@@ -84,8 +81,7 @@ class AnswersFile:
 
 def read_answers(answers: str | Path | bytes, *, case_ids: Sequence[str], filename: str | None = None
                  ) -> AnswersFile:
-    """Read and validate an answers file (a path, or the bytes of an upload named ``filename``) against the
-    dataset's ``case_ids``; :class:`AnswersFileError` lists every problem."""
+    """Read and validate an answers file (a path or upload bytes) against ``case_ids``; every problem listed."""
     if isinstance(answers, bytes):
         return parse_answers(answers, case_ids=case_ids, source=printable(filename or "<answers>"))
     source = printable(Path(answers))
@@ -188,7 +184,7 @@ def _record(line: str, number: int, problems: list[AnswersProblem]) -> tuple[dic
         record = AnswerRecord.model_validate(data)
     except ValidationError as exc:
         flagged = {p.field for p in found}  # a non-finite number is reported once, as such
-        problems.extend(p for p in (AnswersProblem(_message(e), number, _field(e["loc"]) or None)
+        problems.extend(p for p in (AnswersProblem(_message(e), number, field_path(e["loc"]) or None)
                                     for e in exc.errors()) if p.field not in flagged)
         return data, None
     return data, None if found else record
@@ -207,8 +203,7 @@ def _case_id_of(line: str) -> str | None:
 
 
 def _unstorable(data: dict) -> list[tuple[str, str]]:
-    """``(field, message)`` of the strings PostgreSQL cannot store (a NUL, a lone surrogate), in the fields that
-    are stored (``raw_response`` is not)."""
+    """``(field, message)`` of the stored strings PostgreSQL cannot store (a NUL, a lone surrogate)."""
     out = []
     for key, value in data.items():
         items = value if isinstance(value, list) else [value]
@@ -226,13 +221,6 @@ def _unstorable(data: dict) -> list[tuple[str, str]]:
     return out
 
 
-def _field(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def _message(error: ErrorDetails) -> str:
     kind, value = error["type"], error.get("input")
     if kind == "extra_forbidden":
@@ -243,8 +231,7 @@ def _message(error: ErrorDetails) -> str:
 
 
 def line_problems(line: str) -> list[AnswersProblem]:
-    """What this reader would refuse in one line on its own (the file-wide checks aside: a case of the dataset,
-    once, one answerer): the collector checks each line it writes with it."""
+    """What this reader refuses in one line on its own (the collector checks each line it writes)."""
     problems: list[AnswersProblem] = []
     _record(line, 1, problems)
     return problems

@@ -1,10 +1,5 @@
-"""Secret values in use (endpoint header values, the judge's API key, a URL's password) kept out of every text
-that is stored or printed (docs/answers-collection.md "Secrets", docs/judge.md).
-
-:class:`Scrubber` replaces each secret of :data:`MIN_SECRET_CHARS` or more characters by :data:`SCRUBBED`, also in
-its escaped forms (JSON / JavaScript / Python escapes at any depth, percent-encoding, HTML character references,
-mixed character by character). Secrets come from :func:`header_secrets` and :func:`url_secrets`;
-:func:`redact_url` shows a URL as ``http://***@host/…``."""
+"""Secret values in use (header values, the judge's API key, a URL's password) kept out of every stored or
+printed text, in their escaped forms too (docs/answers-collection.md "Secrets", docs/judge.md)."""
 
 from __future__ import annotations
 
@@ -61,8 +56,7 @@ def _first_char(c: str) -> str:
 
 
 class Scrubber:
-    """``scrubber(text)``: ``text`` without the secret values, in any of their echoed forms (module docstring).
-    Never shows the values (``repr`` counts them only)."""
+    """``scrubber(text)``: ``text`` without the secret values in any echoed form; ``repr`` only counts them."""
 
     def __init__(self, values: Iterable[str] = ()):
         self._values = sorted({v for v in values if len(v) >= MIN_SECRET_CHARS}, key=len, reverse=True)
@@ -97,8 +91,7 @@ def _basic(user: str, password: str) -> list[str]:
 
 
 def header_secrets(value: str) -> list[str]:
-    """The secret values of one header value: the whole value, the token after a scheme word (``Bearer abc`` →
-    ``abc``), and for ``Basic`` the decoded ``user:password`` and the password."""
+    """The secrets of a header value: the whole, the token after a scheme word, and Basic's decoded parts."""
     values = [value]
     scheme = _SCHEME_WORD.match(value)
     if scheme:

@@ -1,6 +1,4 @@
-"""The ``rag-pipeline`` command: argparse adapters over :mod:`rag_pipeline.service` (no Dagster needed);
-:mod:`.main` assembles the parser.
-"""
+"""The ``rag-pipeline`` command: argparse adapters over :mod:`rag_pipeline.service` (no Dagster needed)."""
 
 from rag_pipeline.cli.main import build_parser, main
 

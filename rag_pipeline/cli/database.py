@@ -84,8 +84,7 @@ def _shared_url(*, dagster: bool) -> str:
 
 
 def _print_password() -> int:
-    """``db password``: the one command that prints the database password (of RAG_DATABASE_URL, else of the
-    embedded server's TCP listener)."""
+    """``db password``: print the database password (of RAG_DATABASE_URL, else of the embedded server)."""
     explicit = get_settings().database_url
     url = explicit or embedded_server.listener_url(KB_DATABASE)
     password = libpq_url(url)[1] if url else None
@@ -99,8 +98,7 @@ def _print_password() -> int:
 
 
 def _exec_psql(url: str, extra: list[str]) -> int:
-    """Replace this process with ``psql <libpq URI> [extra...]`` (PATH's, else the embedded server's); the password
-    travels as PGPASSWORD, never on the command line."""
+    """Replace this process with ``psql <libpq URI>``; the password travels as PGPASSWORD, never as an argument."""
     uri, password = libpq_url(url)
     psql = shutil.which("psql") or embedded_server.bundled_binary("psql")
     if not psql:
@@ -133,8 +131,7 @@ def write_env_file() -> tuple[Path, list[str]]:
 
 
 def announce_boot(pgdata: Path) -> None:
-    """A command started the embedded server on its own: say so in one line, and (for the project's own server)
-    write ``.env`` so the ``dagster`` commands find it too."""
+    """A command started the embedded server: say so, and for the project's own server write ``.env``."""
     note = ""
     if pgdata.resolve() == (project_root() / ".rag_pipeline" / "pgdata").resolve() and not get_settings().database_url:
         env_file, _ = write_env_file()

@@ -1,6 +1,4 @@
-"""``rag-pipeline doctor``: is this machine ready? One line per check with the fix (docs/design.md §7.2); exit 0 when
-nothing fails, 1 otherwise.
-"""
+"""``rag-pipeline doctor``: one line per check with the fix; exit 0 when nothing fails, 1 otherwise."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""How every ``rag-pipeline`` command reports failure: one line on stderr, never a traceback, and an exit code
-(docs/failure-behaviour.md, "Exit codes").
-"""
+"""How every command reports failure: one line on stderr, never a traceback, and an exit code."""
 
 from __future__ import annotations
 
@@ -33,8 +31,7 @@ EXIT_CODES_HELP = ("exit codes: 0 success; 1 a check found a problem (regression
 
 
 class ReportNotWrittenError(RagError):
-    """Runs were stored but their report files could not be written (exit 73): one line per report,
-    ``stored as run <id>; report not written: <PATH>: <reason>``."""
+    """Runs were stored but their report files could not be written (exit 73), a line per report."""
 
     exit_code = EXIT_OUTPUT_NOT_WRITTEN
 
@@ -62,8 +59,7 @@ class Terminated(KeyboardInterrupt):  # named after the signal, like KeyboardInt
 
 
 def _quiet_stdout() -> None:
-    """stdout's reader went away (``| head``): send what is left to /dev/null, so that neither this command
-    nor the interpreter's final flush reports ``Broken pipe``."""
+    """stdout's reader went away (``| head``): the rest goes to /dev/null, no ``Broken pipe`` report."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -72,8 +68,7 @@ def _quiet_stdout() -> None:
 
 
 def guarded(*extra_user_errors: type[BaseException]) -> Callable[[Command], Command]:
-    """Decorator for a command function: user errors (the shared ones, ``OSError`` and ``extra_user_errors``)
-    → their message and their kind's exit code (2 unless the kind says otherwise)."""
+    """Decorator for a command: a user error → its message and its kind's exit code (2 by default)."""
     user_errors: tuple[type[BaseException], ...] = (*USER_ERRORS, OSError, *extra_user_errors)
 
     def decorate(func: Command) -> Command:

@@ -1,6 +1,5 @@
 """``rag-pipeline evaluate | runs | show``: offline runs and their history (docs/design.md §7.2, the exit codes
-included; the reports: docs/design.md §6.3; the label check: docs/design.md §8).
-"""
+included; the reports: docs/design.md §6.3; the label check: docs/design.md §8)."""
 
 from __future__ import annotations
 
@@ -23,12 +22,10 @@ from rag_pipeline.storage.files import FileWriteError, atomic_output, check_writ
 from rag_pipeline.storage.names import printable
 from rag_pipeline.storage.snapshot_readers import reader_count
 
-DEFAULT_STRATEGY = service.DEFAULT_STRATEGY
-
 
 @guarded()
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    versions = list(dict.fromkeys(args.strategies or [DEFAULT_STRATEGY]))
+    versions = list(dict.fromkeys(args.strategies or [service.DEFAULT_STRATEGY]))
     plan = service.plan_evaluation(lambda: get_engine(readers=reader_count(args.readers)), args.dataset, versions,
                                    knowledge_base=args.knowledge_base or args.knowledge_base_id)  # nothing written
     dataset = plan.dataset.dataset
@@ -131,8 +128,7 @@ def _report_options(args: argparse.Namespace) -> dict:
 
 
 def _add_report_options(p: argparse.ArgumentParser, *, text: bool = False) -> None:
-    """``--candidates``, ``--case``, ``--format`` and ``--include-text`` of ``evaluate`` and ``show`` (``text``:
-    ``--format text`` too)."""
+    """``--candidates``, ``--case``, ``--format`` and ``--include-text`` of ``evaluate`` and ``show``."""
     p.add_argument("--candidates", choices=CANDIDATE_MODES, default="default",
                    help="which candidates each case lists: default = the selected ones plus every relevant one (with "
                         "the diagnosis of each missed relevant chunk in miss_reasons); all = the full pool; "
@@ -146,8 +142,7 @@ def _add_report_options(p: argparse.ArgumentParser, *, text: bool = False) -> No
 
 
 def _show_case(engine, run_id: str, args: argparse.Namespace) -> int:
-    """``show RUN --case ID --global-ranks``: the case's miss diagnosis computed now, with each missed relevant
-    chunk's exact rank among every chunk of the KB in each leg (``service.case_diagnosis``)."""
+    """``show RUN --case ID --global-ranks``: the case's miss diagnosis with exact global ranks, computed now."""
     found = case_diagnosis(engine, run_id, args.case)
     text = json.dumps(found.model_dump(exclude_unset=True), ensure_ascii=False,
                       indent=None if args.format == "jsonl" else 2)
@@ -166,7 +161,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     kb.add_argument("--knowledge-base-id", help="knowledge base id")
     p.add_argument("--dataset", required=True, help="dataset JSON (a bare array of cases, or {knowledge_base, cases})")
     p.add_argument("--strategy", action="append", dest="strategies", metavar="VERSION",
-                   help=f"strategy version, repeatable (default {DEFAULT_STRATEGY})")
+                   help=f"strategy version, repeatable (default {service.DEFAULT_STRATEGY})")
     p.add_argument("--output", help="report JSON; with several strategies one file per strategy "
                                     "(<stem>-<strategy>.json)")
     _add_report_options(p)

@@ -13,8 +13,7 @@ the grade so far) and the full text of the candidate under the cursor. Keys::
     q            save and quit (Ctrl-C too)
 
 Every change is saved to the draft at once (atomically), with the question the labeller is on, so quitting (or a
-crash) loses nothing and ``label`` resumes where it stopped.
-"""
+crash) loses nothing and ``label`` resumes where it stopped."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""``rag-pipeline chunks | suggest | label | fix-labels``: build a dataset without writing SQL, keep it valid
-(docs/labelling.md).
-"""
+"""``rag-pipeline chunks | suggest | label | fix-labels``: build and keep a dataset (docs/labelling.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """``rag-pipeline``: measure RAG retrieval quality on PostgreSQL + pgvector (no Dagster daemon needed). Every command
-is wrapped by :func:`rag_pipeline.cli.errors.guarded`; SIGTERM is handled like Ctrl-C.
-"""
+is wrapped by :func:`rag_pipeline.cli.errors.guarded`; SIGTERM is handled like Ctrl-C."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """``rag-pipeline serve``: the HTTP API and admin console, with the database migrated first and, with
-``--with-daemon``, a ``dagster-daemon`` next to it; it re-executes itself with the ``.env`` and Dagster variables.
-"""
+``--with-daemon``, a ``dagster-daemon`` next to it; it re-executes itself with the ``.env`` and Dagster variables."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ DAEMON_START_WAIT_S = 180.0
 
 
 def dagster_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A copy of ``environ`` (default: this process's) completed with ``DAGSTER_HOME`` and ``RAG_DAGSTER_PG_URL``;
-    ``ValueError`` when there is no Dagster instance to use."""
+    """``environ`` completed with ``DAGSTER_HOME`` and ``RAG_DAGSTER_PG_URL``; ``ValueError`` without an instance."""
     from rag_pipeline.storage import embedded_server  # noqa: PLC0415 - the CLI stays light
     from rag_pipeline.storage.engine import dagster_database_url  # noqa: PLC0415
 
@@ -43,8 +41,7 @@ def dagster_environment(environ: Mapping[str, str] | None = None) -> dict[str, s
 
 
 def _completed_environment() -> dict[str, str] | None:
-    """The environment this process lacks, or None: first ``<project>/.env`` (set variables win, as the ``dagster``
-    command does), then the Dagster variables (once ``.env`` is in the environment, they derive from it)."""
+    """The environment this process lacks (``.env``, then the Dagster variables), or None."""
     from dotenv import dotenv_values  # noqa: PLC0415
 
     env_file = project_root() / ".env"
@@ -64,8 +61,7 @@ def start_daemon(env: Mapping[str, str]) -> subprocess.Popen:
 
 
 def local_daemon(dagster_home: str | os.PathLike) -> int | None:
-    """The pid of a Dagster daemon process (``dagster-daemon run``, or ``python -m dagster._daemon run`` as
-    ``dagster dev`` starts it) of ``dagster_home`` (its environment's, else its working folder) on this machine."""
+    """The pid of a Dagster daemon process of ``dagster_home`` on this machine (None: none runs)."""
     import psutil  # noqa: PLC0415
 
     want = os.path.realpath(dagster_home)
@@ -84,8 +80,7 @@ def local_daemon(dagster_home: str | os.PathLike) -> int | None:
 
 
 def wait_for_daemon(timeout_s: float = DAEMON_START_WAIT_S, interval_s: float = 3.0) -> bool:
-    """Wait until a Dagster daemon picks queued runs up (say so on stderr) or ``timeout_s`` passed (then warn, with
-    the fix); returns whether one does (``make dev`` starts its daemon while the server starts)."""
+    """Wait until a Dagster daemon picks queued runs up or ``timeout_s`` passed (then warn); whether one does."""
     from rag_pipeline.service.queued_runs import queue_status  # noqa: PLC0415
     from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
 
@@ -101,8 +96,7 @@ def wait_for_daemon(timeout_s: float = DAEMON_START_WAIT_S, interval_s: float = 
 
 
 def serve(host: str, port: int, *, with_daemon: bool = False, expect_daemon: bool = False) -> int:
-    """Serve the API and console on ``host:port`` until interrupted, the database migrated first; ``with_daemon``:
-    start a Dagster daemon if none runs; ``expect_daemon``: one is being started (``make dev``), wait for it."""
+    """Serve the API and console on ``host:port`` until interrupted, with or waiting for a Dagster daemon."""
     from rag_pipeline.service.queued_runs import queue_status  # noqa: PLC0415 - FastAPI and the database for serve only
     from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
     from rag_pipeline.web.server import ServeRefused, check, run  # noqa: PLC0415

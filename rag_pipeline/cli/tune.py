@@ -1,6 +1,4 @@
-"""``rag-pipeline tune``: tune a stored run's candidate pools offline, with cross-validation (docs/evaluating.md,
-"Offline CLI"); the computation is :mod:`rag_pipeline.service.analysis`, this module parses and renders.
-"""
+"""``rag-pipeline tune``: parse and render the offline tuning of :mod:`rag_pipeline.service.analysis`."""
 
 from __future__ import annotations
 

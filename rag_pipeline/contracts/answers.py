@@ -43,8 +43,6 @@ class AnswerRecord(BaseModel):
     attempts: int | None = Field(None, ge=0, description="requests made for this case (collector)")
 
 
-ANSWER_RECORD_FIELDS = tuple(AnswerRecord.model_fields)
-
 Verdict = Literal["correct", "retrieval_miss", "generation_miss", "citation_miss", "false_refusal",
                   "answered_unanswerable", "unscored"]
 VERDICTS: tuple[str, ...] = Verdict.__args__  # type: ignore[attr-defined]
@@ -84,8 +82,7 @@ class AnswerCitation(BaseModel):
     chunk_id: str
     is_relevant: bool = Field(description="judged grade >= 1 for the case")
     grade: int | None = Field(None, description="the judged grade; None: not judged")
-    is_retrieved: bool | None = Field(description="among the record's retrieved_chunk_ids; None: the record has "
-                                                  "none")
+    is_retrieved: bool | None = Field(description="among the record's retrieved_chunk_ids; None: the record has none")
     in_knowledge_base: bool | None = Field(description="a chunk of the knowledge base; None: the knowledge "
                                                         "base's chunk ids were not given to the scoring")
     is_valid: bool = Field(description="counts for citation_validity (retrieved, or in the KB when the record "

@@ -98,7 +98,6 @@ SOME_RELEVANT_SCHEMA: JsonDict = {"minItems": 1, "minProperties": 1,
 NO_RELEVANT_SCHEMA: JsonDict = {"maxItems": 0, "additionalProperties": {"const": 0}}
 """``relevant_chunk_ids`` of an unanswerable case: no id, or only grades 0 (judged not relevant)."""
 
-
 CaseId = Annotated[str, _text(MAX_CASE_ID_CHARS, grouped=True, identifier=True), _text_schema(MAX_CASE_ID_CHARS)]
 Question = Annotated[str, _text(MAX_QUESTION_CHARS, "must not be empty or whitespace only", grouped=True),
                      _text_schema(MAX_QUESTION_CHARS)]
@@ -108,8 +107,7 @@ KnowledgeBaseName = Annotated[str, _text(MAX_NAME_CHARS), _text_schema(MAX_NAME_
 Description = Annotated[str, _text(MAX_DESCRIPTION_CHARS), _text_schema(MAX_DESCRIPTION_CHARS)]
 ChunkId = Annotated[str, Field(pattern=UUID_PATTERN)]
 Grade = Annotated[int, Field(ge=MIN_GRADE, le=MAX_GRADE)]
-ChunkIdList = Annotated[list[ChunkId], Field(max_length=MAX_RELEVANT_IDS,
-                                             json_schema_extra={"uniqueItems": True},
+ChunkIdList = Annotated[list[ChunkId], Field(max_length=MAX_RELEVANT_IDS, json_schema_extra={"uniqueItems": True},
                                              description="chunk ids (document_chunks.id), each grade 1")]
 Judgments = Annotated[dict[ChunkId, Grade], Field(
     max_length=MAX_RELEVANT_IDS, json_schema_extra=_object_schema,

@@ -59,8 +59,7 @@ class JudgeScore(BaseModel):
     faithfulness_max: float | None = None
     faithfulness_values: list[float] = Field(default_factory=list, description="one per repeat with a value")
     claims: list[JudgeClaim] = Field(default_factory=list, description="the claims of the first reply that has any")
-    refused: bool | None = Field(description="the majority of the refusal votes; None: not asked, not judged, "
-                                             "or a tie")
+    refused: bool | None = Field(description="the majority of the refusal votes; None: not asked, not judged, or a tie")
     refused_votes: list[bool] = Field(default_factory=list)
     asked: int = Field(description="replies asked for (prompts x repeats)")
     judged: int = Field(description="valid replies among them")

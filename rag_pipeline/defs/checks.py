@@ -1,6 +1,5 @@
 """Asset checks: ``label_integrity`` of ``evaluation_dataset`` (the service's label rule, docs/design.md §8) and
-``regression_gate`` of ``strategy_comparison``, evaluated by that asset itself with its config.
-"""
+``regression_gate`` of ``strategy_comparison``, evaluated by that asset itself with its config."""
 
 import warnings
 

@@ -1,6 +1,5 @@
 """Asset ``strategy_comparison`` (group ``retrieval_evaluation``), one partition per dataset: the current run of every
-strategy against the baseline, and the ``regression_gate`` check; job ``compare_strategies``.
-"""
+strategy against the baseline, and the ``regression_gate`` check; job ``compare_strategies``."""
 
 import dagster as dg
 

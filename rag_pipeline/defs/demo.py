@@ -1,7 +1,6 @@
 """``make run`` / ``rag-pipeline demo`` — the main job end to end, through real Dagster runs on the configured instance.
 
-Run as ``python -m rag_pipeline.defs.demo`` (the CLI starts it in a child process); summary: :func:`demo_summary`.
-"""
+Run as ``python -m rag_pipeline.defs.demo`` (the CLI starts it in a child process); summary: :func:`demo_summary`."""
 
 import argparse
 import os
@@ -45,8 +44,7 @@ def _step(message: str) -> float:
 
 
 def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, dataset: str = "demo") -> int:
-    """Run the demo; returns 0, or 2 when a strategy's Dagster run failed. A failed regression gate does not fail
-    the demo (its single-leg strategies are weak on purpose): the summary says so."""
+    """Run the demo; 0, or 2 when a strategy's Dagster run failed (a failed gate does not fail it)."""
     _load_env_file()
     from rag_pipeline.definitions import defs  # noqa: PLC0415 - after the environment is set
 
@@ -123,8 +121,7 @@ ANSWER_FIGURES = (("EM", "exact_match"), ("F1", "f1"), ("citation P", "citation_
 
 
 def answer_figures(run: AnswerRun) -> str:
-    """The answer figures of ``make run``: EM, F1, citation P/R, refusal recall, false refusal rate and the
-    CRAG-style answer_score (mean, with the cases scored; "—" when undefined), then the verdict counts."""
+    """The answer figures of ``make run`` (mean and cases scored; "—" when undefined), then the verdicts."""
     s = run.summary
     figures = [(label, s.metrics[name]) for label, name in ANSWER_FIGURES[:4]]
     figures += [("refusal recall", s.refusal_recall), ("false refusal rate", s.false_refusal_rate),
@@ -138,8 +135,7 @@ def answer_figures(run: AnswerRun) -> str:
 
 def demo_summary(comp: StrategyComparison, report_paths: list[Path], *, dataset: str = "demo",
                  cli: str = ".venv/bin/rag-pipeline", answers: AnswerRun | None = None) -> str:
-    """The plain-text end of ``make run``: the comparison table, the answer figures, the gate and what it means,
-    the report files, and the next commands to try."""
+    """The plain-text end of ``make run``: comparison, answer figures, gate, report files, next commands."""
     lines = [render_plain(comp, details=False), ""]
     if answers is not None:
         lines += [answer_figures(answers), ""]

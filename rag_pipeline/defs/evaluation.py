@@ -1,6 +1,5 @@
 """Asset group ``retrieval_evaluation``: dataset → candidates → case metrics → run summary, per dataset × strategy;
-the three run assets are one step (one transaction), retried on transient database errors only.
-"""
+the three run assets are one step (one transaction), retried on transient database errors only."""
 
 import contextlib
 from pathlib import Path
@@ -29,8 +28,7 @@ RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONEN
 
 @contextlib.contextmanager
 def fail_fast_unless_transient():
-    """Re-raise transient database errors (retried); anything else becomes a ``Failure`` that is not
-    retried, with the full message in the UI (user errors without their traceback)."""
+    """Re-raise transient database errors (retried); anything else is a ``Failure`` not retried."""
     try:
         yield
     except TRANSIENT_ERRORS:
@@ -72,8 +70,7 @@ def evaluation_dataset(context: dg.AssetExecutionContext, config: EvaluationData
 
     Every problem of the file is reported at once (file, case index and case_id, field) and nothing is
     written. A valid file becomes a row of ``retrieval_evaluation_datasets`` keyed by the SHA-256 of its
-    canonical cases: the same content twice is one dataset version.
-    """
+    canonical cases: the same content twice is one dataset version."""
     dataset_key, _ = split_key(context)
     path: Path | str | None = datasets_dir() / f"{dataset_key}.json"
     with fail_fast_unless_transient():
@@ -156,8 +153,7 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
 
 def this_attempts_run(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
                       queued_run_id: str | None, partition: str) -> tuple[str | None, bool]:
-    """The queued run row this attempt of the step carries out (docs/failure-behaviour.md, "Retries"), and
-    whether an earlier attempt already stored it."""
+    """The queued run row this attempt carries out, and whether an earlier attempt already stored it."""
     if context.retry_number == 0:
         return queued_run_id, False
 
@@ -186,8 +182,7 @@ def this_attempts_run(context: dg.AssetExecutionContext | dg.OpExecutionContext,
 
 
 def previous_attempt_error(context: dg.AssetExecutionContext | dg.OpExecutionContext) -> str | None:
-    """The error the previous attempt of this step failed with, as Dagster logged it (the innermost cause:
-    ``Type: message``); None when the event log has none or cannot be read."""
+    """The innermost error the previous attempt of this step failed with (``Type: message``), or None."""
     step_key = context.get_step_execution_context().step.key
     try:
         entries = context.instance.all_logs(context.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY)
@@ -204,8 +199,7 @@ def previous_attempt_error(context: dg.AssetExecutionContext | dg.OpExecutionCon
 
 def name_the_worker(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
                     queued_run_id: str | None) -> str:
-    """This process's worker name (the Celery worker's node name, else this host: deploy/celery/README.md), as
-    the Dagster run's tag and, for a queued row of the HTTP API, in that row before the evaluation starts."""
+    """This process's worker name, as the run's tag and in the queued row before the evaluation starts."""
     worker = worker_name()
     context.instance.add_run_tags(context.run_id, {WORKER_TAG: worker})
     context.log.info(f"executed by {worker}")
@@ -219,8 +213,7 @@ def evaluate_partition(context: dg.AssetExecutionContext | dg.OpExecutionContext
                        dataset_id: str, version: str, partition: str, *, batch_size: int, readers: int,
                        strict: bool, queued_run_id: str | None, worker: str,
                        stored: bool = False) -> dict[str, dict]:
-    """Evaluate strategy ``version`` on a stored dataset version as partition ``partition``; the metadata of each
-    asset of :data:`md.RUN_ASSETS`. ``stored``: an earlier attempt stored run ``queued_run_id`` already."""
+    """Evaluate strategy ``version`` as partition ``partition``; the metadata of each of :data:`md.RUN_ASSETS`."""
     engine = rag_db.engine(readers or None)
     if stored:
         context.log.info(f"{version}: evaluation run {queued_run_id} was stored by an earlier attempt of this step; "

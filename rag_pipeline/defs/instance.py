@@ -1,6 +1,5 @@
 """Dagster instance preparation: the ``rag_db`` and ``rag_answers`` concurrency pools.
-``python -m rag_pipeline.defs.instance`` (run by ``rag-pipeline db start``) creates their limit rows once.
-"""
+``python -m rag_pipeline.defs.instance`` (run by ``rag-pipeline db start``) creates their limit rows once."""
 
 import dagster as dg
 

@@ -1,6 +1,5 @@
 """Jobs: ``evaluate_retrieval``, ``evaluate_strategies`` (what the HTTP API and the console submit),
-``prune_evaluation_runs`` (scheduled by ``nightly_prune``), ``evaluate_answers`` and ``summarise_answers``.
-"""
+``prune_evaluation_runs`` (scheduled by ``nightly_prune``), ``evaluate_answers`` and ``summarise_answers``."""
 
 import dagster as dg
 

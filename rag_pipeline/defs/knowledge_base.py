@@ -1,6 +1,4 @@
-"""Asset group ``knowledge_base``: ingest a folder of documents into a knowledge base, partitioned by its name; the
-data version is its content version (docs/evaluating.md, "Lineage").
-"""
+"""Asset group ``knowledge_base``: ingest a folder, partitioned by name, versioned by its content."""
 
 
 import dagster as dg
@@ -35,8 +33,7 @@ def knowledge_base(context: dg.AssetExecutionContext, config: KnowledgeBaseConfi
     Reads ``source_dir`` (.md/.txt/.html/.jsonl), chunks sentence-aware with exact spans, embeds in batches
     and writes everything with COPY in one transaction. Re-materialising an unchanged folder changes nothing;
     a changed document's replaced chunks are kept as history (``is_current = false``). ``rechunk: true`` with another
-    chunk size/overlap re-chunks every document in place (``rag-pipeline fix-labels`` then carries datasets over).
-    """
+    chunk size/overlap re-chunks every document in place (``rag-pipeline fix-labels`` then carries datasets over)."""
     engine = rag_db.engine()
     name = context.partition_key
     last = {"pct": -1}

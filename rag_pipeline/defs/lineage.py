@@ -1,6 +1,5 @@
 """Lineage from a knowledge base to the evaluations that measured it, with versions (docs/evaluating.md, "Lineage"):
-``knowledge_base`` and the observed bridge asset ``dataset_knowledge_base``.
-"""
+``knowledge_base`` and the observed bridge asset ``dataset_knowledge_base``."""
 
 import json
 
@@ -44,8 +43,7 @@ def latest_data_version(instance: dg.DagsterInstance, key: dg.AssetKey, partitio
 def dataset_observations(instance: dg.DagsterInstance, engine: sa.Engine,
                          versions: dict[str, KnowledgeBaseVersion], datasets: set[str] | None = None
                          ) -> list[dg.AssetObservation]:
-    """New observations of ``dataset_knowledge_base`` for the dataset partitions (all, or ``datasets``) whose
-    knowledge base is in ``versions`` and whose latest observed version differs from it."""
+    """New ``dataset_knowledge_base`` observations of the dataset partitions whose KB version changed."""
     partitions = set(instance.get_dynamic_partitions(DATASETS))
     out = []
     with engine.connect() as conn:
@@ -64,8 +62,7 @@ def dataset_observations(instance: dg.DagsterInstance, engine: sa.Engine,
 
 
 def observe_dataset(instance: dg.DagsterInstance, engine: sa.Engine, dataset: str, knowledge_base: str) -> str:
-    """Record (at once, outside the step's event stream) the version of ``knowledge_base`` as the data version of
-    the dataset's ``dataset_knowledge_base`` partition, before the evaluation steps read it; returns it."""
+    """Record now the version of ``knowledge_base`` as the dataset's ``dataset_knowledge_base`` version."""
     version = lineage.knowledge_base_version(engine, knowledge_base)
     if not instance.has_dynamic_partition(DATASETS, dataset):
         return version.version

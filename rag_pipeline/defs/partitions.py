@@ -1,6 +1,4 @@
-"""Partitions of the evaluation and answer assets: dataset (dynamic) × strategy version, keys
-``"<dataset>|<strategy>"`` (e.g. ``demo|hybrid-v1``), and dataset × answerer.
-"""
+"""Partitions: dataset (dynamic) × strategy version (``demo|hybrid-v1``), and dataset × answerer."""
 
 import warnings
 

@@ -1,6 +1,5 @@
 """One line instead of a traceback when Dagster's storage is not set up (``rag-pipeline db start`` not run yet,
-or the database is down): ``dagster.yaml``'s storage is :class:`RagPostgresStorage`, which checks first.
-"""
+or the database is down): ``dagster.yaml``'s storage is :class:`RagPostgresStorage`, which checks first."""
 
 from __future__ import annotations
 

@@ -15,8 +15,7 @@ class RagDatabase(dg.ConfigurableResource):
     ``url`` (any PostgreSQL URL; the psycopg 3 driver is used; give it as ``dg.EnvVar`` so the UI never shows
     it), else the embedded server. The resource owns the engine: its pool holds the evaluation's parallel
     read connections (``readers``; 0 = ``RAG_EVAL_READERS``) plus its write connection. Migrations are applied
-    on first use.
-    """
+    on first use."""
 
     url: str | None = None
     readers: int = 0

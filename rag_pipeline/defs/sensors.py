@@ -1,6 +1,4 @@
-"""The sensors (docs/evaluating.md, "Sensors"; docs/failure-behaviour.md); run keys name the dataset version
-(docs/design.md §2), never the file hash.
-"""
+"""The sensors (docs/evaluating.md, "Sensors"); run keys name the dataset version, never the file hash."""
 
 import hashlib
 import json
@@ -15,8 +13,7 @@ from rag_pipeline.defs.partitions import DATASETS, dataset_partitions, partition
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation.datasets.load import MAX_FILE_BYTES, valid_dataset_key
 from rag_pipeline.evaluation.runs import lifecycle as run_records
-from rag_pipeline.service import analysis, datasets, lineage, queued_runs
-from rag_pipeline.service import runs_outside_dagster as run_feed
+from rag_pipeline.service import analysis, datasets, history, lineage, queued_runs
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.files import FileReadError, check_regular, read_bounded
 from rag_pipeline.storage.names import DATASET, name_rule, printable
@@ -152,7 +149,7 @@ def comparison_after_evaluation(context: dg.RunStatusSensorContext, rag_db: RagD
 )
 def runs_outside_dagster(context: dg.SensorEvaluationContext, rag_db: RagDatabase):
     try:
-        finished = run_feed.runs_outside_dagster(rag_db.engine(), context.cursor)
+        finished = history.runs_outside_dagster(rag_db.engine(), context.cursor)
     except DatabaseError as exc:
         return dg.SkipReason(f"cannot read the evaluation runs: {exc}")
     if not finished:

@@ -1,6 +1,5 @@
 """Asset ``fusion_sweep`` (group ``strategy_analysis``), one partition per dataset, and job ``tune_fusion``: the
-computation of ``rag-pipeline tune`` (:func:`rag_pipeline.service.analysis.fusion_sweep`); it writes nothing.
-"""
+computation of ``rag-pipeline tune`` (:func:`rag_pipeline.service.analysis.fusion_sweep`); it writes nothing."""
 
 import dagster as dg
 

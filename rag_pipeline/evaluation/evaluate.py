@@ -104,7 +104,7 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
     if queued_run_id:
         run_id = queued_run_id
         run_records.start_queued_run(engine, run_id, strategy_version=strategy.version, params_hash=params_hash,
-                              dataset_id=dataset_id, dagster_run_id=dagster_run_id)
+                                     dataset_id=dataset_id, dagster_run_id=dagster_run_id)
     else:
         run_id = run_records.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb.id, strategy=strategy,
                                  params_hash=params_hash, partition_key=partition_key, dagster_run_id=dagster_run_id)
@@ -139,7 +139,16 @@ def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Seque
     """Worker thread: one batch's retrieval and miss diagnosis; a statement timeout is a :class:`RetrievalError`
     naming the case."""
     try:
-        return _search_batch_unbounded(readers, kb, strategy, batch, vectors, keyword_index, vector_index)
+        with readers.borrow() as conn:
+            t = time.perf_counter()
+            traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in batch],
+                                         strategy=strategy, limits=[c.k for c in batch], query_vectors=vectors,
+                                         keyword_index=keyword_index, vector_index=vector_index)
+            t_search = time.perf_counter()
+            labels = check_labels(conn, kb, batch)
+            reasons = diagnosis_db.diagnose_batch(conn, kb, strategy, batch, [tr.candidates for tr in traces],
+                                                  labels, query_vectors=vectors)
+            return _BatchResult(traces, reasons, labels, t_search - t, time.perf_counter() - t_search)
     except (StatementTimeout, sa.exc.OperationalError) as exc:
         if not isinstance(exc, StatementTimeout) and not is_statement_timeout(exc):
             raise
@@ -155,24 +164,8 @@ def _cases_label(batch: Sequence[EvaluationCase]) -> str:
             f"{batch[0].case_id} … {batch[-1].case_id})")
 
 
-def _search_batch_unbounded(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
-                            vectors, keyword_index: Bm25Index | None,
-                            vector_index: DenseIndex | None = None) -> _BatchResult:
-    with readers.borrow() as conn:
-        t = time.perf_counter()
-        traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in batch],
-                                     strategy=strategy, limits=[c.k for c in batch], query_vectors=vectors,
-                                     keyword_index=keyword_index, vector_index=vector_index)
-        t_search = time.perf_counter()
-        labels = check_labels(conn, kb, batch)
-        reasons = diagnosis_db.diagnose_batch(conn, kb, strategy, batch, [tr.candidates for tr in traces], labels,
-                                              query_vectors=vectors)
-        return _BatchResult(traces, reasons, labels, t_search - t, time.perf_counter() - t_search)
-
-
 def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: EvaluationOutcome,
-         batch_size: int, progress: Progress | None, logger, *, missing: int, t_start: float,
-         readers: int) -> None:
+         batch_size: int, progress: Progress | None, logger, *, missing: int, t_start: float, readers: int) -> None:
     timings = dict.fromkeys(TIMING_KEYS[:-1], 0.0)
     sums = np.zeros(len(METRIC_NAMES))
     stats = RunCounts(batch_size=batch_size, readers=readers, relevant_ids_not_in_kb=missing)

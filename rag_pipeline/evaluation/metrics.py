@@ -63,15 +63,8 @@ def evaluate_retrieval(retrieved_ids: Sequence[str], relevant_ids: Relevance, k:
     ideal = sorted(grades.values(), reverse=True)[:k]
     idcg = sum(g / math.log2(rank + 1) for rank, g in enumerate(ideal, start=1))
     r_hits = sum(doc in grades for doc in _unique_prefix(retrieved_ids, n_rel))
-    return Metrics(
-        precision_at_k=hits / k,
-        recall_at_k=hits / n_rel,
-        reciprocal_rank=rr,
-        ndcg_at_k=dcg / idcg,
-        hit_at_k=float(hits > 0),
-        average_precision_at_k=ap_sum / n_rel,
-        r_precision=r_hits / n_rel,
-    )
+    return Metrics(precision_at_k=hits / k, recall_at_k=hits / n_rel, reciprocal_rank=rr, ndcg_at_k=dcg / idcg,
+                   hit_at_k=float(hits > 0), average_precision_at_k=ap_sum / n_rel, r_precision=r_hits / n_rel)
 
 
 def _k_array(k: np.ndarray | Sequence[int] | int, n_cases: int) -> np.ndarray:
@@ -133,12 +126,12 @@ def batch_metrics(gains: np.ndarray, ideal_gains: np.ndarray, k: np.ndarray | in
         "ndcg_at_k": dcg / idcg,
         "hit_at_k": (hits > 0).astype(np.float64),
         "average_precision_at_k": np.where(relevant, cum_hits / ranks, 0.0).sum(axis=1) / n_rel,
-        "r_precision": r_hits / n_rel,
-    }
+        "r_precision": r_hits / n_rel}
 
 
-def _pad_rows(rows: list[list[float]], lengths: np.ndarray) -> np.ndarray:
+def _pad_rows(rows: list[list[float]]) -> np.ndarray:
     """Stack ragged float rows into a 0-padded ``(len(rows), max length)`` array."""
+    lengths = np.fromiter(map(len, rows), np.int64, len(rows))
     out = np.zeros((len(rows), int(lengths.max(initial=0))), dtype=np.float64)
     flat = np.fromiter((v for row in rows for v in row), np.float64, int(lengths.sum()))
     row_idx = np.repeat(np.arange(len(rows)), lengths)
@@ -160,8 +153,4 @@ def evaluate_many(retrieved: Sequence[Sequence[str]], relevant: Sequence[Relevan
         ideal_rows.append(sorted(grades.values(), reverse=True))
         depth = max(case_k, len(grades))
         gain_rows.append([grades.get(doc, 0.0) for doc in _unique_prefix(ids, depth)])
-    gain_len = np.fromiter(map(len, gain_rows), np.int64, len(gain_rows))
-    ideal_len = np.fromiter(map(len, ideal_rows), np.int64, len(ideal_rows))
-    gains = _pad_rows(gain_rows, gain_len)
-    ideal = _pad_rows(ideal_rows, ideal_len)
-    return batch_metrics(gains, ideal, _check_k(k) if np.ndim(k) == 0 else k_arr)
+    return batch_metrics(_pad_rows(gain_rows), _pad_rows(ideal_rows), _check_k(k) if np.ndim(k) == 0 else k_arr)

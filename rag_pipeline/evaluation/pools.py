@@ -52,15 +52,6 @@ class PoolSet:
     def pool_size(self) -> int:
         return int(self.mask.shape[1])
 
-    def subset(self, cases: Sequence[int] | np.ndarray) -> PoolSet:
-        """The pools of the given case indices (ints or a boolean mask), same width."""
-        index = np.asarray(cases)
-        if index.dtype == bool:
-            index = np.flatnonzero(index)
-        picked = {f.name: getattr(self, f.name)[index] for f in fields(self)
-                  if f.name != "strategy_version" and getattr(self, f.name) is not None}
-        return PoolSet(**picked, strategy_version=self.strategy_version)
-
     def reorder_slots(self, order: np.ndarray) -> PoolSet:
         """The same pools with each row's slots permuted by ``order`` (``(n_cases, pool_size)``
         slot indices, e.g. from :func:`~rag_pipeline.retrieval.fusion.order_batch`)."""
@@ -75,8 +66,7 @@ def _float_or_nan(values: Iterable[Any]) -> np.ndarray:
     return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
 
 
-def pools_from_rows(candidate_rows: Iterable[Mapping[Any, Any]],
-                    case_rows: Iterable[Mapping[Any, Any]]) -> PoolSet:
+def pools_from_rows(candidate_rows: Iterable[Mapping[Any, Any]], case_rows: Iterable[Mapping[Any, Any]]) -> PoolSet:
     """A :class:`PoolSet` from candidate rows (the stored fields; ``None``: a missing leg) and case-result rows
     (``case_id, k, relevant_chunk_ids``, optional ``relevance_grades``; they fix the case order). ``ValueError``
     for rows that do not fit together (unknown case, duplicate chunk or rank, wrong ``is_relevant``)."""
@@ -151,8 +141,7 @@ def pools_from_rows(candidate_rows: Iterable[Mapping[Any, Any]],
         ideal_gains=ideal,
         k=k,
         strategy_version=versions.pop() if versions else None,
-        rerank_score=padded(_float_or_nan(r.get("rerank_score") for r in rows), np.nan, float),
-    )
+        rerank_score=padded(_float_or_nan(r.get("rerank_score") for r in rows), np.nan, float))
 
 
 def pool_recall(pools: PoolSet) -> np.ndarray:
@@ -170,14 +159,6 @@ def fused_order(pools: PoolSet, config: Any) -> np.ndarray:
     final = fuse_batch(config, pools.vector_score, pools.keyword_score, pools.vector_rank, pools.keyword_rank,
                        pools.mask)
     return order_batch(final, pools.vector_score, pools.chunk_rank, pools.mask)
-
-
-def fused_ranks(pools: PoolSet, config: Any) -> np.ndarray:
-    """1-based rank of every slot under ``config`` (0 in padding), comparable to ``stored_rank``."""
-    ordered = fused_order(pools, config)
-    ranks = np.empty_like(ordered)
-    np.put_along_axis(ranks, ordered, np.arange(1, pools.pool_size + 1), axis=1)
-    return np.where(pools.mask, ranks, 0)
 
 
 def evaluate_fusion(pools: PoolSet, config: Any) -> dict[str, np.ndarray]:

@@ -126,9 +126,7 @@ def _document_problem(doc: SourceDocument) -> str | None:
         return "empty title and text"
     if not chunking.whole_document(doc.text):
         return "title and text are whitespace only"
-    if _SURROGATE.search(doc.text):
-        return "text is not valid Unicode (an unpaired UTF-16 surrogate)"
-    return None
+    return "text is not valid Unicode (an unpaired UTF-16 surrogate)" if _SURROGATE.search(doc.text) else None
 
 
 def _question_problem(question: str | None, case_id: str) -> str | None:
@@ -195,8 +193,7 @@ def plan_import(folder: str | Path, knowledge_base: str, *, split: str = "test",
         "skipped_queries": skipped_queries,
         "skipped_documents": [{"document": d, "reason": r} for d, r in skipped_docs.items()],
         "dropped_labels": dropped,
-        "zero_grades_omitted": zeros_omitted,
-    }
+        "zero_grades_omitted": zeros_omitted}
     return BeirPlan([d for d in docs if d.original_name not in skipped_docs], cases, metadata)
 
 

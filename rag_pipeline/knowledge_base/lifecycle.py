@@ -41,9 +41,7 @@ def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chun
                 "the replaced chunks for `rag-pipeline fix-labels`)" if row.text_search == text_search else "")
         raise KnowledgeBaseError(
             f"knowledge base {name!r} was built with text_search={row.text_search}, chunk_size={row.chunk_size}, "
-            f"chunk_overlap={row.chunk_overlap}; ingest with the same settings or use a new knowledge base name"
-            + hint
-        )
+            f"chunk_overlap={row.chunk_overlap}; ingest with the same settings or use a new knowledge base name" + hint)
     if chunking_changed:
         queries.set_chunking(conn, row.id, chunk_size, chunk_overlap)
     return row.id, chunking_changed

@@ -32,8 +32,7 @@ class QuestionVectors:
 
     def __init__(self, engine: sa.Engine, embedder: Embedder):
         self.engine, self.embedder = engine, embedder
-        self.reused = 0
-        self.embedded = 0
+        self.reused = self.embedded = 0
 
     def vectors(self, questions: Sequence[str]) -> np.ndarray:
         """``(len(questions), dimension)`` float32, unit length, in the order given."""
@@ -50,10 +49,7 @@ class QuestionVectors:
             stored.update(zip(missing, fresh, strict=True))
         self.embedded += len(missing)
         self.reused += len(hashes) - len(missing)  # a question repeated within the batch counts as reused
-        out = np.empty((len(questions), self.embedder.dimension), dtype=np.float32)
-        for i, h in enumerate(hashes):
-            out[i] = stored[h]
-        return out
+        return np.array([stored[h] for h in hashes], dtype=np.float32).reshape(len(hashes), self.embedder.dimension)
 
     def summary(self) -> dict[str, int]:
         return {"reused": self.reused, "embedded": self.embedded}

@@ -35,6 +35,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _JSON_ESCAPE_FACTOR = 6
 _JSONL_LINE_SLACK = 1024 * 1024
 _SKIPPED_CODES = ("loop", "missing", "unreadable")
+_NO_TEXT = "no text (empty, whitespace or control characters only)"
 
 
 class SourceError(BadInputError, ValueError):
@@ -136,10 +137,6 @@ def _decode(raw: bytes, path: Path, offset: int = 0) -> str:
         raise SourceError(f"{printable(path)}: not UTF-8 text ({exc.reason} at byte {where})") from None
 
 
-def _read_text(path: Path, limit: int) -> str:
-    return _decode(read_bounded(path, limit, what="the document"), path)
-
-
 def _jsonl_documents(path: Path, rel: str, limit: int, skipped: list[SkippedSource]) -> list[SourceDocument]:
     docs = []
     seen: dict[str, int] = {}
@@ -155,13 +152,11 @@ def _jsonl_documents(path: Path, rel: str, limit: int, skipped: list[SkippedSour
             if doc.text.strip():
                 docs.append(doc)
             else:
-                skipped.append(SkippedSource(doc.original_name, "no text (empty, whitespace or control characters "
-                                                                "only)"))
+                skipped.append(SkippedSource(doc.original_name, _NO_TEXT))
     return docs
 
 
-def _jsonl_document(path: Path, rel: str, lineno: int, line: str, seen: dict[str, int],
-                    limit: int) -> SourceDocument:
+def _jsonl_document(path: Path, rel: str, lineno: int, line: str, seen: dict[str, int], limit: int) -> SourceDocument:
     """One line as a document (:mod:`jsonl_lines` checks it); any problem names the file, the line and the field."""
     where = f"{printable(path)}:{lineno}"
     try:
@@ -215,7 +210,7 @@ def read_folder(folder: str | Path) -> FolderDocuments:
             if suffix == ".jsonl":
                 docs.extend(_jsonl_documents(path, rel, limit, skipped))
                 continue
-            raw_text = _read_text(path, limit)
+            raw_text = _decode(read_bounded(path, limit, what="the document"), path)
         except FileReadError as exc:
             if exc.code in _SKIPPED_CODES:  # a symlink loop, a broken symlink, no permission: listed, not fatal
                 skipped.append(SkippedSource(rel, exc.reason))
@@ -230,7 +225,7 @@ def read_folder(folder: str | Path) -> FolderDocuments:
         if doc.text.strip():
             docs.append(doc)
         else:
-            skipped.append(SkippedSource(rel, "no text (empty, whitespace or control characters only)"))
+            skipped.append(SkippedSource(rel, _NO_TEXT))
     if not docs:
         detail = f" with text ({'; '.join(str(s) for s in skipped[:5])})" if skipped else ""
         raise SourceError(f"{printable(root)}: no {', '.join(SUPPORTED_SUFFIXES)} documents found{detail}")

@@ -75,8 +75,7 @@ def remap_by_span(conn: sa.Connection, target_kb_id, old_ids: Iterable[str]) -> 
             out[raw] = SpanRemap(chunk, chunk.document_name, problem=found)
             continue
         span, located = found
-        out[raw] = SpanRemap(chunk, chunk.document_name, span, located,
-                             _candidates(span, chunks.get(str(doc.id), [])))
+        out[raw] = SpanRemap(chunk, chunk.document_name, span, located, _candidates(span, chunks.get(str(doc.id), [])))
     return out
 
 

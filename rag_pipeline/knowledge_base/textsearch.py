@@ -26,8 +26,7 @@ _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 # kana and hangul, as a share of the non-space characters of the documents.
 _CJK_SCRIPT = re.compile(
     "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
-    "\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]"
-)
+    "\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]")
 _LATIN = re.compile("[A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f]")
 _SPACE = re.compile(r"\s+")
 CJK_MOSTLY = 0.30  # above: a mode other than ``chinese``/``mixed`` barely matches (unspaced runs are one token)
@@ -47,9 +46,8 @@ def regconfig(mode: str) -> str:
     try:
         return _REGCONFIG[mode]
     except KeyError:
-        raise TextSearchError(
-            f"unknown text-search mode {mode!r}; choose one of {', '.join(TEXT_SEARCH_MODES)}"
-        ) from None
+        raise TextSearchError(f"unknown text-search mode {mode!r}; choose one of "
+                              f"{', '.join(TEXT_SEARCH_MODES)}") from None
 
 
 @functools.cache
@@ -63,9 +61,7 @@ def _jieba():
 
 def segment(text: str) -> str:
     """Split Chinese runs into words separated by spaces (other text passes through unchanged)."""
-    if not _CJK.search(text):
-        return text
-    return " ".join(tok for tok in _jieba().cut(text) if tok.strip())
+    return " ".join(tok for tok in _jieba().cut(text) if tok.strip()) if _CJK.search(text) else text
 
 
 def segment_cjk_runs(text: str) -> str:
@@ -89,9 +85,8 @@ def prepare(mode: str, text: str) -> str:
 
 def script_shares(texts: Sequence[str], *, max_texts: int = SAMPLE_DOCUMENTS,
                   max_chars: int = SAMPLE_CHARS) -> tuple[float, float, int]:
-    """(share of CJK characters, share of Latin letters, non-space characters counted) of ``texts``, measured on
-    at most ``max_texts`` evenly spaced texts, the first ``max_chars`` characters of each; ``(0.0, 0.0, 0)`` if
-    empty."""
+    """(share of CJK characters, share of Latin letters, non-space characters counted) of ``texts``, measured on at most
+    ``max_texts`` evenly spaced texts, the first ``max_chars`` characters of each; ``(0.0, 0.0, 0)`` if empty."""
     n = len(texts)
     picked = texts if n <= max_texts else [texts[i * n // max_texts] for i in range(max_texts)]
     cjk = latin = total = 0

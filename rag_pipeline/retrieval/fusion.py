@@ -18,8 +18,7 @@ TIE_BREAK = "final_score desc, vector_score desc (missing last), chunk_id asc"
 def _batch(values: ArrayLike, shape: tuple[int, ...] | None = None) -> np.ndarray:
     array = np.asarray(values, dtype=float)
     if array.ndim != 2 or (shape is not None and array.shape != shape):
-        raise ValueError(f"expected a 2-D array of shape {shape or '(n_cases, pool_size)'}, "
-                         f"got shape {array.shape}")
+        raise ValueError(f"expected a 2-D array of shape {shape or '(n_cases, pool_size)'}, got shape {array.shape}")
     return array
 
 
@@ -100,15 +99,13 @@ def normalize(scores: ArrayLike, method: str, ranks: ArrayLike | None = None) ->
 def weighted_fusion_batch(vector_score: ArrayLike, keyword_score: ArrayLike,
                           vector_weight: float, keyword_weight: float,
                           normalization: str = "none", mask: ArrayLike | None = None,
-                          vector_rank: ArrayLike | None = None,
-                          keyword_rank: ArrayLike | None = None) -> np.ndarray:
+                          vector_rank: ArrayLike | None = None, keyword_rank: ArrayLike | None = None) -> np.ndarray:
     """``wv * norm(vs) + wk * norm(ks)`` with missing -> 0; masked slots -> -inf."""
     vs = _batch(vector_score)
     valid = _valid(mask, vs.shape)
     nv = normalize_batch(vs, normalization, valid, vector_rank)
     nk = normalize_batch(_batch(keyword_score, vs.shape), normalization, valid, keyword_rank)
-    final = (vector_weight * np.where(np.isnan(nv), 0.0, nv)
-             + keyword_weight * np.where(np.isnan(nk), 0.0, nk))
+    final = (vector_weight * np.where(np.isnan(nv), 0.0, nv) + keyword_weight * np.where(np.isnan(nk), 0.0, nk))
     return np.where(valid, final, -np.inf)
 
 
@@ -134,8 +131,7 @@ def fuse_batch(strategy: Any, vector_score: ArrayLike, keyword_score: ArrayLike,
     ``rrf_k`` (e.g. a Strategy); RRF uses the ranks of the legs whose score is present."""
     if strategy.fusion == "weighted":
         return weighted_fusion_batch(vector_score, keyword_score, strategy.vector_weight,
-                                     strategy.keyword_weight, strategy.normalization, mask,
-                                     vector_rank, keyword_rank)
+                                     strategy.keyword_weight, strategy.normalization, mask, vector_rank, keyword_rank)
     if strategy.fusion != "rrf":
         raise ValueError(f"unknown fusion {strategy.fusion!r}; expected 'weighted' or 'rrf'")
     if strategy.normalization != "none":
@@ -144,15 +140,13 @@ def fuse_batch(strategy: Any, vector_score: ArrayLike, keyword_score: ArrayLike,
     valid = _valid(mask, vs.shape)
     vr = _present_ranks(vector_rank, valid & ~np.isnan(vs))
     kr = _present_ranks(keyword_rank, valid & ~np.isnan(_batch(keyword_score, vs.shape)))
-    return rrf_fusion_batch(vr, kr, strategy.rrf_k, strategy.vector_weight,
-                            strategy.keyword_weight, valid)
+    return rrf_fusion_batch(vr, kr, strategy.rrf_k, strategy.vector_weight, strategy.keyword_weight, valid)
 
 
 def fuse(strategy: Any, vector_score: ArrayLike, keyword_score: ArrayLike,
          vector_rank: ArrayLike | None = None, keyword_rank: ArrayLike | None = None) -> np.ndarray:
     """1-D :func:`fuse_batch` for one pool (ranks needed only for ``rank`` / ``rrf``)."""
-    return fuse_batch(strategy, _row(vector_score), _row(keyword_score),
-                      _row(vector_rank), _row(keyword_rank))[0]
+    return fuse_batch(strategy, _row(vector_score), _row(keyword_score), _row(vector_rank), _row(keyword_rank))[0]
 
 
 def order_batch(final: ArrayLike, vector_score: ArrayLike, chunk_rank: ArrayLike,

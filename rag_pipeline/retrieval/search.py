@@ -1,7 +1,7 @@
 """Hybrid retrieval with a full trace (docs/design.md §3.1): vector leg + keyword leg → merged, fused, ordered pool.
 
-One SQL statement per enabled leg serves a batch (:func:`hybrid_search_batch`); :func:`hybrid_search_with_trace`
-is the batch of one. The vector cut is :mod:`vector_cut`, the optional stages :mod:`stages`."""
+One SQL statement per enabled leg serves a batch (:func:`hybrid_search_batch`). The vector cut is :mod:`vector_cut`,
+the optional stages :mod:`stages`."""
 
 from __future__ import annotations
 
@@ -25,16 +25,7 @@ from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.ids import uuid_strings
 
 __all__ = ["Candidate", "LegHit", "RetrievalError", "RetrievalTrace", "StatementTimeout", "fuse_pool",
-           "hybrid_search_batch", "hybrid_search_with_trace", "text_search_mode"]
-
-
-def hybrid_search_with_trace(
-    conn: sa.Connection, *, knowledge_base_id, query: str, strategy: Strategy, limit: int | None = None
-) -> RetrievalTrace:
-    """Search one question (docs/design.md §3.1); ``limit`` defaults to ``strategy.final_top_k``."""
-    limits = None if limit is None else [limit]
-    return hybrid_search_batch(conn, knowledge_base_id=knowledge_base_id, queries=[query], strategy=strategy,
-                               limits=limits)[0]
+           "hybrid_search_batch", "text_search_mode"]
 
 
 def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequence[str], strategy: Strategy,
@@ -77,8 +68,7 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
         traces = [
             fuse_pool(question, vector_hits[i], keyword_hits[i], strategy, limits[i],
                       {"keyword": done[i], "vector": completed["vector"][i]} if complete else None)
-            for i, question in enumerate(queries)
-        ]
+            for i, question in enumerate(queries)]
         if strategy.rerank is not None:
             traces = stages.rerank_batch(conn, kb, strategy.version, strategy.rerank, traces, limits)
     except sa.exc.OperationalError as exc:
@@ -125,8 +115,7 @@ def text_search_mode(kb: sa.Row | KnowledgeBaseRef, strategy: Strategy) -> str:
             f"strategy {strategy.version} searches text with mode {strategy.text_search!r}, but knowledge base "
             f"{kb.name!r} was ingested with text_search={kb.text_search!r}; use a strategy with text_search "
             f"'kb' or {kb.text_search!r}, or re-ingest into a new knowledge base with --text-search "
-            f"{strategy.text_search}"
-        )
+            f"{strategy.text_search}")
     return kb.text_search
 
 
@@ -156,8 +145,7 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors,
         raise RetrievalError(
             f"knowledge base {kb.name!r} has no embeddings of model {model!r}, which strategy "
             f"{strategy.version} uses; ingest it with that model too (rag-pipeline ingest ... --models {model}) "
-            f"or pick a strategy of an ingested model"
-        )
+            f"or pick a strategy of an ingested model")
     if query_vectors is None:
         query_vectors = get_embedder(model).embed(queries)
     vectors = np.asarray(query_vectors, dtype=np.float32)
@@ -227,8 +215,7 @@ def _group(rows, n: int) -> list[list[LegHit]]:
     hits: list[list[LegHit]] = [[] for _ in range(n)]
     for row in rows:
         hits[row.query_index - 1].append(
-            LegHit(str(row.chunk_id), str(row.document_id), row.document_name, float(row.score))
-        )
+            LegHit(str(row.chunk_id), str(row.document_id), row.document_name, float(row.score)))
     for leg in hits:
         leg.sort(key=lambda h: (-h.score, h.chunk_id))
     return hits

@@ -67,20 +67,6 @@ CROSS JOIN LATERAL (
 ) AS hit
 """
 
-# The in-memory exact leg's input (retrieval.dense_index): the KB's searchable vectors of the model in chunk-id
-# order, each in pgvector's binary form (``vector_send``: int16 dim, int16 unused, dim big-endian float4).
-SEARCHABLE_VECTOR_ROWS_SQL = f"""
-SELECT c.id::text AS chunk_id, c.document_id::text AS document_id, d.original_name AS document_name,
-       vector_send(e.embedding) AS data
-FROM chunk_embeddings e
-JOIN document_chunks c ON c.id = e.chunk_id
-JOIN documents d ON d.id = c.document_id
-WHERE e.model = :model
-  AND e.knowledge_base_id = :kb
-  AND {BASE_FILTERS}
-ORDER BY c.id
-"""
-
 # The question's OR-tsquery (textsearch.OR_TSQUERY_SQL: the lexemes of to_tsvector(:cfg, text),
 # each quoted, joined with |), computed once per question of the batch.
 _TSQUERY = textsearch.OR_TSQUERY_SQL.replace(":qtext", "q.query_text")
@@ -127,32 +113,7 @@ CROSS JOIN LATERAL (
 ) AS hit
 """
 
-# Does the knowledge base hold vectors of this model (any current chunk)? Uses the chunk index + PK.
-HAS_EMBEDDINGS_SQL = """
-SELECT EXISTS (
-    SELECT 1
-    FROM document_chunks c
-    JOIN chunk_embeddings e ON e.chunk_id = c.id AND e.model = :model
-    WHERE c.knowledge_base_id = :kb AND c.is_current
-)
-"""
-
-# How many vectors of the model the KB can return (bounds what a complete vector leg must deliver).
-SEARCHABLE_VECTORS_SQL = f"""
-SELECT count(*)
-FROM chunk_embeddings e
-JOIN document_chunks c ON c.id = e.chunk_id
-JOIN documents d ON d.id = c.document_id
-WHERE e.model = :model
-  AND e.knowledge_base_id = :kb
-  AND {BASE_FILTERS}
-"""
-
-KNOWLEDGE_BASE_SQL = """
-SELECT id, name, text_search, chunk_count, avg_chunk_length
-FROM knowledge_bases
-WHERE id = :kb
-"""
+KNOWLEDGE_BASE_SQL = "SELECT id, name, text_search, chunk_count, avg_chunk_length FROM knowledge_bases WHERE id = :kb"
 
 # The stored vectors' similarity to each question for the listed chunks (one ``{uuid,...}`` literal per
 # question): the vector leg's own score expression, so a completed score equals the leg's score bit for bit.
@@ -164,20 +125,6 @@ FROM unnest(CAST(:query_vectors AS vector[]), CAST(:chunk_ids AS text[])) WITH O
 JOIN chunk_embeddings e ON e.chunk_id = ANY(CAST(q.chunk_ids AS uuid[]))
 WHERE e.model = :model AND e.knowledge_base_id = :kb
 """
-
-CHUNK_TEXT_SQL = "SELECT id, content FROM document_chunks WHERE id = ANY(CAST(:ids AS uuid[]))"
-
-# Transaction-local (``set_config(..., true)`` is ``SET LOCAL``): lasts until the caller's transaction ends, so
-# the statements that follow in it (an evaluation's miss diagnosis) run under the same bound.
-STATEMENT_TIMEOUT_SQL = "SELECT set_config('statement_timeout', :timeout, true)"
-
-INSERT_STRATEGY_SQL = """
-INSERT INTO retrieval_strategies (version, params_hash, params)
-VALUES (:version, :params_hash, CAST(:params AS jsonb))
-ON CONFLICT (version) DO NOTHING
-"""
-
-STRATEGY_SQL = "SELECT params_hash, params FROM retrieval_strategies WHERE version = :version"
 
 
 def vector_leg_sql(dimension: int, *, exact: bool = False) -> str:
@@ -192,11 +139,16 @@ def knowledge_base(conn: sa.Connection, kb_id) -> sa.Row | None:
 
 
 def has_embeddings(conn: sa.Connection, kb_id, model: str) -> bool:
-    return bool(conn.execute(sa.text(HAS_EMBEDDINGS_SQL), {"kb": kb_id, "model": model}).scalar_one())
+    """Does the knowledge base hold vectors of this model (any current chunk)? Uses the chunk index + PK."""
+    return bool(conn.execute(sa.text(
+        "SELECT EXISTS (SELECT 1 FROM document_chunks c JOIN chunk_embeddings e ON e.chunk_id = c.id "
+        "AND e.model = :model WHERE c.knowledge_base_id = :kb AND c.is_current)"),
+        {"kb": kb_id, "model": model}).scalar_one())
 
 
 def set_statement_timeout(conn: sa.Connection, milliseconds: int) -> None:
-    conn.execute(sa.text(STATEMENT_TIMEOUT_SQL), {"timeout": f"{milliseconds}ms"})
+    """``SET LOCAL``: the statements that follow in the caller's transaction (its miss diagnosis) share the bound."""
+    conn.execute(sa.text("SELECT set_config('statement_timeout', :timeout, true)"), {"timeout": f"{milliseconds}ms"})
 
 
 def set_vector_settings(conn: sa.Connection, ef_search: int) -> None:
@@ -208,12 +160,22 @@ def vector_leg(conn: sa.Connection, dimension: int, params: dict, *, exact: bool
 
 
 def searchable_vectors(conn: sa.Connection, kb_id, model: str) -> int:
-    return conn.execute(sa.text(SEARCHABLE_VECTORS_SQL), {"kb": kb_id, "model": model}).scalar_one()
+    """How many vectors of the model the KB can return (bounds what a complete vector leg must deliver)."""
+    return conn.execute(sa.text(
+        "SELECT count(*) FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id "
+        "JOIN documents d ON d.id = c.document_id WHERE e.model = :model AND e.knowledge_base_id = :kb "
+        f"AND {BASE_FILTERS}"), {"kb": kb_id, "model": model}).scalar_one()
 
 
 def searchable_vector_rows(conn: sa.Connection, kb_id, model: str) -> sa.CursorResult:
-    """``chunk_id, document_id, document_name, data`` of :data:`SEARCHABLE_VECTOR_ROWS_SQL`."""
-    return conn.execute(sa.text(SEARCHABLE_VECTOR_ROWS_SQL), {"kb": kb_id, "model": model})
+    """The in-memory exact leg's input (retrieval.dense_index): ``chunk_id, document_id, document_name, data`` of
+    the KB's searchable vectors of the model in chunk-id order, ``data`` in pgvector's binary form
+    (``vector_send``: int16 dim, int16 unused, dim big-endian float4)."""
+    return conn.execute(sa.text(
+        "SELECT c.id::text AS chunk_id, c.document_id::text AS document_id, d.original_name AS document_name, "
+        "vector_send(e.embedding) AS data FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id "
+        "JOIN documents d ON d.id = c.document_id WHERE e.model = :model AND e.knowledge_base_id = :kb "
+        f"AND {BASE_FILTERS} ORDER BY c.id"), {"kb": kb_id, "model": model})
 
 
 def keyword_leg(conn: sa.Connection, statement: str, params: dict) -> sa.CursorResult:
@@ -227,10 +189,14 @@ def stored_vector_scores(conn: sa.Connection, dimension: int, params: dict) -> s
 
 def chunk_texts(conn: sa.Connection, ids_literal: str) -> dict[str, str]:
     """``{chunk id: text}`` of the chunks in ``ids_literal`` (a ``{uuid,...}`` array literal)."""
-    return {str(r.id): r.content for r in conn.execute(sa.text(CHUNK_TEXT_SQL), {"ids": ids_literal})}
+    return {str(r.id): r.content for r in conn.execute(sa.text(
+        "SELECT id, content FROM document_chunks WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": ids_literal})}
 
 
 def record_strategy(conn: sa.Connection, version: str, params_hash: str, params_json: str) -> sa.Row:
     """Insert the version's row unless it exists, then read back the stored ``(params_hash, params)``."""
-    conn.execute(sa.text(INSERT_STRATEGY_SQL), {"version": version, "params_hash": params_hash, "params": params_json})
-    return conn.execute(sa.text(STRATEGY_SQL), {"version": version}).one()
+    conn.execute(sa.text("INSERT INTO retrieval_strategies (version, params_hash, params) VALUES (:version, "
+                         ":params_hash, CAST(:params AS jsonb)) ON CONFLICT (version) DO NOTHING"),
+                 {"version": version, "params_hash": params_hash, "params": params_json})
+    return conn.execute(sa.text("SELECT params_hash, params FROM retrieval_strategies WHERE version = :version"),
+                        {"version": version}).one()

@@ -88,16 +88,14 @@ def rerank_trace(trace: RetrievalTrace, scores: dict[str, float], rerank: Rerank
                                        final_score=float(final[index]), first_stage_rank=c.rank,
                                        first_stage_score=c.final_score))
     for c in tail:
-        out.append(dataclasses.replace(c, rank=len(out) + 1, first_stage_rank=c.rank,
-                                       first_stage_score=c.final_score))
+        out.append(dataclasses.replace(c, rank=len(out) + 1, first_stage_rank=c.rank, first_stage_score=c.final_score))
     return RetrievalTrace(trace.question, out, out[:limit], trace.keyword_targets)
 
 
 def rerank_batch(conn: sa.Connection, kb, version: str, rerank: Rerank, traces: list[RetrievalTrace],
                  limits: Sequence[int]) -> list[RetrievalTrace]:
     """Apply strategy ``version``'s ``rerank`` stage to every trace of a batch (one scoring call for the batch)."""
-    top_n = rerank.top_n
-    ids = [[c.chunk_id for c in (t.candidates if top_n is None else t.candidates[:top_n])] for t in traces]
+    ids = [[c.chunk_id for c in t.candidates[:rerank.top_n]] for t in traces]
     scores = rerank_scores(conn, kb, version, rerank, [t.question for t in traces], ids)
     return [rerank_trace(t, s, rerank, limit) for t, s, limit in zip(traces, scores, limits, strict=True)]
 
@@ -124,10 +122,8 @@ def complete_vector(conn: sa.Connection, kb_id, strategy: Strategy, vectors: np.
                     keyword_hits, index: DenseIndex | None = None) -> list[dict[str, float]]:
     """Vector scores of the keyword leg's chunks the vector leg did not return (from their stored vectors; with
     ``index``, in memory by the exact leg's own arithmetic)."""
-    wanted = []
-    for v_hits, k_hits in zip(vector_hits, keyword_hits, strict=True):
-        have = {h.chunk_id for h in v_hits}
-        wanted.append(sorted({h.chunk_id for h in k_hits} - have))
+    wanted = [sorted({h.chunk_id for h in k_hits} - {h.chunk_id for h in v_hits})
+              for v_hits, k_hits in zip(vector_hits, keyword_hits, strict=True)]
     if index is not None:
         return index.chunk_scores(vectors, wanted)
     return stored_vector_scores(conn, kb_id, strategy.embedding_model, vectors, wanted)

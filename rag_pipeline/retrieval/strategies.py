@@ -21,7 +21,6 @@ from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.files import FileReadError, read_bounded
 from rag_pipeline.storage.names import STRATEGY_VERSION, InvalidNameError, check_name, name_rule, printable, show_name
 
-STRATEGIES_FILE_ENV = "RAG_STRATEGIES_FILE"
 PACKAGED_STRATEGIES_FILE = Path(__file__).resolve().parent / "strategies.yaml"
 
 TEXT_SEARCH_MODES = ("kb", "simple", "english", "chinese", "mixed")
@@ -165,17 +164,13 @@ class Strategy(BaseModel):
     def params(self) -> dict[str, Any]:
         """Every parameter except ``version`` / ``description``, in field order; the optional stages
         (``complete_pool``, ``rerank``) and a non-default ``vector_search`` only when set."""
-        params = self.model_dump(exclude=set(_IDENTITY_FIELDS))
-        for name, default in OPTIONAL_FIELDS.items():
-            if params[name] == default:
-                del params[name]
-        return params
+        return {name: value for name, value in self.model_dump(exclude=set(_IDENTITY_FIELDS)).items()
+                if name not in OPTIONAL_FIELDS or value != OPTIONAL_FIELDS[name]}
 
     def params_hash(self) -> str:
         """SHA-256 hex of the canonical JSON of :meth:`params` (keys sorted, compact separators, floats by
         ``repr``, ints of float fields coerced first); the description does not participate."""
-        canonical = json.dumps(self.params(), sort_keys=True, separators=(",", ":"),
-                               allow_nan=False)
+        canonical = json.dumps(self.params(), sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -189,8 +184,7 @@ _PROBLEMS = {
     "float_type": "must be a number, got {input!r}",
     "bool_type": "must be true or false, got {input!r}",
     "model_type": "must be a mapping of {{method, model, top_n, weight, normalization, batch_size}}, got {input!r}",
-    "finite_number": "must be finite, got {input!r}",
-}
+    "finite_number": "must be finite, got {input!r}"}
 
 
 def _bounds(field: str) -> tuple[Any, Any]:
@@ -224,8 +218,7 @@ def _describe(version: Any, exc: ValidationError) -> str:
             problem = (f"must be >= {low}, got {value!r}" if high is None
                        else f"must be in [{low}, {high}], got {value!r}")
         else:
-            problem = _PROBLEMS.get(error["type"], "is invalid ({msg})").format(
-                input=value, msg=error["msg"])
+            problem = _PROBLEMS.get(error["type"], "is invalid ({msg})").format(input=value, msg=error["msg"])
         problems.append(f"field {field!r} {problem}")
     return f"strategy {version!r}: " + "; ".join(problems)
 

@@ -28,17 +28,12 @@ def register_strategy(conn: sa.Connection, strategy: Strategy) -> str:
 
 def _conflict_message(strategy: Strategy, stored_hash: str, stored_params: dict) -> str:
     current = strategy.params()
-    changed = [
-        f"{name}: {stored_params.get(name, '(absent)')!r} → {current.get(name, '(absent)')!r}"
-        for name in sorted(set(current) | set(stored_params))
-        if stored_params.get(name) != current.get(name)
-    ]
-    return (
-        f"strategy {strategy.version} was run before with different parameters "
-        f"(hash {stored_hash[:12]}… ≠ {strategy.params_hash()[:12]}…"
-        + (f"; changed {', '.join(changed)}" if changed else "")
-        + f"): bump the version (e.g. {_next_version(strategy.version)}) instead of changing it"
-    )
+    changed = [f"{name}: {stored_params.get(name, '(absent)')!r} → {current.get(name, '(absent)')!r}"
+               for name in sorted(set(current) | set(stored_params)) if stored_params.get(name) != current.get(name)]
+    return (f"strategy {strategy.version} was run before with different parameters "
+            f"(hash {stored_hash[:12]}… ≠ {strategy.params_hash()[:12]}…"
+            + (f"; changed {', '.join(changed)}" if changed else "")
+            + f"): bump the version (e.g. {_next_version(strategy.version)}) instead of changing it")
 
 
 def _next_version(version: str) -> str:

@@ -42,8 +42,7 @@ __all__ = ["DEFAULT_BASELINE", "DEFAULT_FOLDS", "DEFAULT_METRIC", "DEFAULT_POOL_
 def compare(engine: sa.Engine, dataset: str, *, knowledge_base: str | None = None,
             dataset_version: str | None = None, baseline: str = DEFAULT_BASELINE, margin: float = 0.0,
             alpha: float = 0.05, n_resamples: int = 10000, named: bool = False) -> StrategyComparison:
-    """Compare every strategy's run on one version of ``dataset`` (the latest unless ``dataset_version``) with
-    ``baseline``; ``named=True``: a stored dataset's name only. Strategies without a run on it are ``stale``."""
+    """Compare every strategy's run on one version of ``dataset`` with ``baseline``; those without one: ``stale``."""
     name, kb = (dataset, knowledge_base) if named else dataset_identity(dataset, knowledge_base)
     with engine.connect() as conn:
         selection = comparison.select_runs(conn, name, kb, dataset_version)
@@ -71,8 +70,7 @@ def tune(engine: sa.Engine, dataset: str, pool_strategy: str = DEFAULT_POOL_STRA
          folds: int = DEFAULT_FOLDS, seed: int = 0, *, knowledge_base: str | None = None,
          version: str | None = None, dataset_version: str | None = None, n_resamples: int = 10000,
          top: int = TOP_CONFIGS, write_to: str | Path | None = None) -> FusionTuning:
-    """Recommend a fusion for ``dataset`` (name, dataset key or file) from the pool strategy's stored pools;
-    ``write_to``: append the tuned strategy to that registry file (created from the active registry if missing)."""
+    """Recommend a fusion for ``dataset`` from the pool strategy's stored pools; ``write_to``: append it there."""
     tuning, rec = _tune(engine, dataset, pool_strategy, metric, folds, seed, knowledge_base=knowledge_base,
                         version=version, dataset_version=dataset_version, n_resamples=n_resamples, top=top)
     if write_to:
@@ -108,8 +106,7 @@ def tune_stages(engine: sa.Engine, dataset: str, train_dataset: str | None, pool
                 metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS, seed: int = 0, *,
                 knowledge_base: str | None = None, version: str | None = None, n_resamples: int = 10000,
                 top: int = TOP_CONFIGS, write_to: str | Path | None = None) -> StageTuning:
-    """Choose the first-stage fusion, completion and rerank mix on ``train_dataset`` (default ``dataset``) from
-    the pool strategy's stored pools and report the choice on ``dataset``; ``write_to`` as in :func:`tune`."""
+    """Choose the first-stage fusion, completion and rerank mix on ``train_dataset``; report it on ``dataset``."""
     name, kb = dataset_identity(dataset, knowledge_base)
     train = dataset_identity(train_dataset, knowledge_base)[0] if train_dataset else None
     with engine.connect() as conn:
@@ -126,8 +123,7 @@ def _write(path: str | Path, strategy: Strategy, comment: str) -> WrittenStrateg
 
 
 def comparison_ready(engine: sa.Engine, dataset: str, baseline: str = DEFAULT_BASELINE) -> bool | str:
-    """True when a comparison of ``dataset`` can run: the baseline and at least one other strategy have a
-    succeeded run on its latest version; else the reason it cannot (for a sensor's skip reason)."""
+    """True when the baseline and another strategy have a succeeded run on the latest version; else why not."""
     try:
         with engine.connect() as conn:
             selection = comparison.select_runs(conn, dataset)

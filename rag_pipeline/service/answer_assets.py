@@ -1,6 +1,5 @@
 """What the Dagster answer assets do (docs/design.md §7.3): a dataset × answerer partition's answers file (from an
-endpoint, an in-process answerer or a dropped file: :func:`produce_answers`), its coverage and scoring.
-"""
+endpoint, an in-process answerer or a dropped file: :func:`produce_answers`), its coverage and scoring."""
 
 from __future__ import annotations
 
@@ -52,8 +51,7 @@ def answerer_keys() -> list[str]:
 
 
 def dropped_partitions() -> list[tuple[str, str]]:
-    """``(dataset, answerer)`` of every ``answers/<dataset>/<answerer>.jsonl`` (regular files; names that follow
-    the dataset and the strategy-version name rules, so they are valid partition keys)."""
+    """``(dataset, answerer)`` of every ``answers/<dataset>/<answerer>.jsonl`` whose names are valid keys."""
     root = dropped_answers_dir()
     if not root.is_dir():
         return []
@@ -89,8 +87,7 @@ class ProducedAnswers:
 def produce_answers(dataset: str, answerer: str, *, endpoint: EndpointConfig | None = None,
                     knowledge_base: str | None = None, strategy: str | None = None, resume: bool = False,
                     progress: Callable[[CollectionProgress], None] | None = None) -> ProducedAnswers:
-    """Write the answers file of ``<dataset>|<answerer>`` (:func:`answers_file`), afresh unless ``resume``; a
-    failed collection is an :class:`AnswerAssetError`, its lines kept for a resumed run."""
+    """Write the answers file of a partition, afresh unless ``resume`` (failed: :class:`AnswerAssetError`)."""
     dataset_path = datasets_dir() / f"{dataset}.json"
     data = load_dataset(dataset_path, knowledge_base=knowledge_base)
     output = answers_file(dataset, answerer)
@@ -129,8 +126,7 @@ def produce_answers(dataset: str, answerer: str, *, endpoint: EndpointConfig | N
 
 def score_partition(engine: sa.Engine, dataset: str, answerer: str, path: str | Path, *, knowledge_base: str,
                     named_answerer: str | None, partition_key: str, dagster_run_id: str) -> AnswerReport:
-    """Score and store the answers file of a partition (``service.answers.evaluate_answers``); the answerer is
-    the one the lines name, else the partition's."""
+    """Score and store a partition's answers file; the answerer is the one the lines name, else the partition's."""
     return evaluate_answers(engine, knowledge_base, datasets_dir() / f"{dataset}.json", path,
                             answerer=None if named_answerer else answerer, partition_key=partition_key,
                             dagster_run_id=dagster_run_id)
@@ -147,8 +143,7 @@ class DatasetAnswerView:
 
 
 def dataset_answer_view(engine: sa.Engine, dataset: str, *, baseline: str = "extractive-v1") -> DatasetAnswerView:
-    """Latest run per answerer name of ``dataset`` (newest first), compared with ``baseline``'s latest run (or,
-    without one, the newest run's)."""
+    """Latest run per answerer of ``dataset`` (newest first), compared with ``baseline``'s (else the newest)."""
     latest: dict[str, AnswerRun] = {}
     for run in list_answer_runs(engine, dataset=dataset, limit=10_000).runs:
         latest.setdefault(run.answerer, run)

@@ -1,7 +1,6 @@
 """Collect a dataset's answers into an answers file, from a RAG endpoint or an in-process answerer: the operation
 behind ``rag-pipeline answers collect`` and ``POST /datasets/{name}/answers/collect`` (docs/answers-collection.md).
-Every input is checked before the file is touched; the API's collection is guarded and bounded.
-"""
+Every input is checked before the file is touched; the API's collection is guarded and bounded."""
 
 from __future__ import annotations
 
@@ -82,8 +81,7 @@ def _collect(output: Path, cases: tuple[EvaluationCase, ...], client: EndpointCl
 
 def api_collection_file(dataset: Dataset, endpoint: EndpointConfig | None, answerer: str | None,
                         strategy: str | None) -> Path:
-    """The answers file of an HTTP API collection: one per (dataset version, endpoint settings or answerer),
-    under ``<project>/.rag_pipeline/api-collections/``, so asking the same again resumes it."""
+    """The answers file of an API collection: one per dataset version and endpoint or answerer (resumable)."""
     what = {"knowledge_base": dataset.knowledge_base, "dataset": dataset.name, "version": dataset.content_hash,
             "endpoint": endpoint.model_dump(mode="json") if endpoint is not None else None,
             "answerer": answerer, "strategy": strategy}

@@ -1,6 +1,4 @@
-"""Comparing two stored answer runs case by case (docs/design.md §12.6), with the paired statistics the
-retrieval comparison uses (:mod:`rag_pipeline.analysis.statistics`).
-"""
+"""Comparing two stored answer runs case by case with the retrieval comparison's paired statistics."""
 
 from __future__ import annotations
 

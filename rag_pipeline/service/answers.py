@@ -1,6 +1,4 @@
-"""Answer operations (docs/design.md §12): score an answers file against a dataset (nothing stored on any error),
-list and read stored answer runs, re-score one with other settings, compare two.
-"""
+"""Answer operations (docs/design.md §12): score an answers file, list, read and re-score stored runs."""
 
 from __future__ import annotations
 
@@ -63,8 +61,7 @@ def evaluate_answers(engine: sa.Engine, knowledge_base: str, dataset: str | Path
 
 
 def rescore_answer_run(engine: sa.Engine, run_id: str, scoring: AnswerScoring) -> AnswerReport:
-    """Score the answers stored with run ``run_id`` again with ``scoring`` (against the knowledge base as it is
-    now), stored as a new run that names the old one; the answers are not collected again."""
+    """Score run ``run_id``'s stored answers again with ``scoring``, stored as a new run naming the old one."""
     with engine.connect() as conn:
         run, row = persistence.load_run(conn, run_id)
         data = load_stored_dataset(conn, row.dataset_id)
@@ -99,8 +96,7 @@ def _score_and_store(engine: sa.Engine, kb, data: Dataset, records: dict[str, An
 
 def judge_answers(results: list[AnswerCaseResult], chunk_text: dict[str, str], config: JudgeConfig, *,
                   progress: Callable[[int, int], None] | None = None) -> list[AnswerCaseResult]:
-    """``results`` with :attr:`AnswerCaseResult.judge` filled for every answered case (docs/design.md §12.4,
-    docs/judge.md); a case without an answer keeps ``judge`` None."""
+    """``results`` with :attr:`AnswerCaseResult.judge` filled for every answered case (docs/judge.md)."""
     answered = [i for i, r in enumerate(results) if r.status == "ok" and r.answer is not None]
     items = [JudgeItem(question=results[i].question, answer=results[i].answer or "",
                        cited_chunk_texts={c.chunk_id: chunk_text[c.chunk_id.strip().lower()]
@@ -111,8 +107,7 @@ def judge_answers(results: list[AnswerCaseResult], chunk_text: dict[str, str], c
 
 
 def read_json_upload(raw: bytes) -> dict:
-    """The body of a JSON answers upload (``{"dataset": ..., "answers": [...]}``), read strictly: any problem
-    (not UTF-8 or JSON, a duplicate key named with its place, ...) is an :class:`AnswersRequestError` (HTTP 422)."""
+    """The body of a JSON answers upload, read strictly: any problem is an :class:`AnswersRequestError`."""
     try:
         body = loads_strict(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -143,8 +138,7 @@ def list_answer_runs(engine: sa.Engine, *, dataset: str | None = None, knowledge
 
 def get_answer_run(engine: sa.Engine, run_id: str, *, verdict: str | None = None, sort: str | None = None,
                    wrong_but_confident: bool = False) -> AnswerReport:
-    """A stored run (id or unique prefix) with its cases in dataset order, filtered by ``verdict`` or to the
-    wrong-but-confident ones, sorted by ``sort`` (a metric, ``-metric`` descending; undefined last)."""
+    """A stored run (id or unique prefix) with its cases, filtered by ``verdict`` or confidence, sorted."""
     if verdict is not None and verdict not in VERDICTS:
         raise AnswersRequestError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
     metric = (sort or "").removeprefix("-")
@@ -165,8 +159,7 @@ def get_answer_run(engine: sa.Engine, run_id: str, *, verdict: str | None = None
 
 
 def is_wrong_but_confident(case: AnswerCaseResult) -> bool:
-    """Answered (status ok), not refused, ``answer_score`` −1, and either citing at least one chunk or with
-    ``lexical_support`` ≥ :data:`CONFIDENT_SUPPORT` (docs/design.md §12.6)."""
+    """Answered, not refused, scored −1, and citing a chunk or lexically supported (docs/design.md §12.6)."""
     support = case.answer_metrics.lexical_support
     return (case.status == "ok" and not case.refused and case.answer_metrics.answer_score == -1
             and (bool(case.citations) or (support is not None and support >= CONFIDENT_SUPPORT)))

@@ -1,6 +1,5 @@
 """Which strategies can run on a knowledge base: the one applicability rule (docs/design.md §3.2), asked by every
-front end and the sensor, so none offers what another refuses. Cheap: loading a model stays with the preflight.
-"""
+front end and the sensor, so none offers what another refuses. Cheap: loading a model stays with the preflight."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ from rag_pipeline.storage.names import show_name
 
 def strategy_applicability(conn: sa.Connection, kb, strategy: Strategy, models: set[str] | None = None,
                            ) -> Applicability:
-    """Whether ``strategy`` can run on knowledge base ``kb`` (a row or a name/id), checking every leg and stage
-    and the text mode; ``models``: the KB's stored models when the caller already has them."""
+    """Whether ``strategy`` can run on knowledge base ``kb``: every leg and stage, and the text mode."""
     if isinstance(kb, str):
         kb = resolve_knowledge_base(conn, kb)
     models = set(chunk_lookup.embedding_models(conn, kb.id)) if models is None else models
@@ -77,8 +75,7 @@ def require_runnable(conn: sa.Connection, kb, strategies: Iterable[Strategy]) ->
 
 def choose_strategies(engine: sa.Engine, knowledge_base: str | KnowledgeBaseRef,
                       versions: Sequence[str] | None) -> list[str]:
-    """The strategy versions to run on a knowledge base: ``versions`` (each must exist and be applicable), or
-    by default every applicable one. Raises :class:`StrategyError` naming each unknown or inapplicable one."""
+    """``versions`` (each existing and applicable, else :class:`StrategyError`), by default every applicable one."""
     registry = load_registry()
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)

@@ -1,6 +1,5 @@
 """One case of a stored run diagnosed on demand with the exact global leg ranks of its missed relevant chunks
-(docs/design.md §4.3; ``rag-pipeline show RUN --case ID --global-ranks``), cached per knowledge-base state.
-"""
+(docs/design.md §4.3; ``rag-pipeline show RUN --case ID --global-ranks``), cached per knowledge-base state."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ _lock = threading.Lock()
 
 
 def case_diagnosis(engine: sa.Engine, run_id: str, case_id: str) -> CaseDiagnosis:
-    """Diagnose case ``case_id`` of run ``run_id`` (a UUID or a unique prefix) with exact global ranks;
-    :class:`RunNotFoundError` for an unknown run or a case the run does not have."""
+    """Diagnose case ``case_id`` of run ``run_id`` (UUID or unique prefix) with exact global ranks."""
     with engine.connect() as conn:
         run_uuid = str(resolve_run_id(conn, run_id))
         state = knowledge_base_state(conn, run_uuid)

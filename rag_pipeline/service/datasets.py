@@ -31,8 +31,7 @@ def register_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | 
 
 
 def describe_stored_dataset(engine: sa.Engine, dataset_id: str, expected_name: str | None = None) -> StoredDataset:
-    """A dataset version already stored (e.g. uploaded through the HTTP API), described like
-    :func:`register_dataset` describes a file (``path`` None); ``expected_name``: it must be that dataset."""
+    """A stored dataset version described as :func:`register_dataset` describes a file (``path`` None)."""
     ref = resolve_dataset(engine, dataset_id, source="stored")
     if expected_name is not None and ref.dataset.name != expected_name:
         raise DatasetError(f"dataset version {dataset_id}", [DatasetProblem(
@@ -52,8 +51,7 @@ def _stored(engine: sa.Engine, ref: DatasetRef, path: str | None) -> StoredDatas
 
 
 def check_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | None = None) -> DatasetCheck:
-    """Classify every relevant id of a dataset file against its knowledge base (docs/design.md §8); a file whose
-    only problems are malformed ids is still checked (status ``not_a_uuid``)."""
+    """Classify every relevant id of a dataset file against its knowledge base (docs/design.md §8)."""
     path = Path(path)
     note = None
     cases: Sequence[object]
@@ -89,8 +87,7 @@ def _lenient_cases(path: Path, error: DatasetError) -> tuple[list[dict], str | N
 
 
 def dataset_identity(name_or_file: str, knowledge_base: str | None = None) -> tuple[str, str | None]:
-    """``(name, knowledge_base)`` of a dataset argument that selects stored runs: a stored dataset's name (or a
-    partition's dataset key), or a dataset file — validated, then its own name and knowledge base are used."""
+    """``(name, knowledge_base)`` of a dataset argument: a stored dataset's name or key, or a dataset file."""
     if Path(name_or_file).is_file():
         dataset = load_dataset(name_or_file, knowledge_base=knowledge_base)
         return dataset.name, dataset.knowledge_base
@@ -98,8 +95,7 @@ def dataset_identity(name_or_file: str, knowledge_base: str | None = None) -> tu
 
 
 def plan_dataset_runs(engine: sa.Engine, path: str | Path, versions: Sequence[str] | None = None) -> DatasetRunPlan:
-    """Validate a dataset file and choose the strategies worth running on it: those the knowledge base can run,
-    minus those whose current run already measured this version with the same parameters."""
+    """Validate a dataset file; the runnable strategies whose current run has not measured this version."""
     path = Path(path)
     try:
         ref = resolve_dataset(engine, path, source="file")

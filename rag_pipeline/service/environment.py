@@ -1,13 +1,10 @@
-"""The checks of ``rag-pipeline doctor`` (docs/design.md §7.2): each returns a :class:`Check`, ``OK``, ``WARN`` or
-``FAIL`` with the fix, and never raises.
-"""
+"""The checks of ``rag-pipeline doctor`` (docs/design.md §7.2): each a :class:`Check` with its fix."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,12 +12,10 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, Embedder, get_embedder
-from rag_pipeline.settings import project_root
-from rag_pipeline.storage.engine import alembic_config, dagster_database_url, database_url, first_line, get_engine
+from rag_pipeline.service.queued_runs import queue_status
+from rag_pipeline.storage.engine import alembic_config, database_url, first_line, get_engine
 from rag_pipeline.storage.urls import mask_url
 
-DAEMON_TYPE = "QUEUED_RUN_COORDINATOR"
-HEARTBEAT_TOLERANCE_S = 120.0
 CHROMIUM = Path("/usr/bin/chromium")
 DB_FIX = "start the embedded server with `rag-pipeline db start`, or set RAG_DATABASE_URL to a reachable server"
 
@@ -63,28 +58,12 @@ def check_database() -> list[Check]:
 
 
 def check_daemon() -> Check:
-    """A Dagster daemon is picking up queued runs: its queue heartbeat is fresher than two minutes."""
-    fix = "start `make dev` (the Dagster UI and its daemon) or `rag-pipeline serve --with-daemon`"
-    home = os.environ.get("DAGSTER_HOME") or (str(project_root()) if (project_root() / "dagster.yaml").is_file()
-                                              else None)
-    if not home:
-        return Check("dagster daemon", "WARN", "DAGSTER_HOME is not set and the project has no dagster.yaml",
-                     "export DAGSTER_HOME (`rag-pipeline db start` writes it to .env)")
-    try:
-        import dagster as dg  # noqa: PLC0415
-
-        os.environ.setdefault("DAGSTER_HOME", home)
-        os.environ.setdefault("RAG_DAGSTER_PG_URL", dagster_database_url())
-        with dg.DagsterInstance.get() as instance:
-            beat = instance.get_daemon_heartbeats().get(DAEMON_TYPE)
-    except Exception as exc:  # noqa: BLE001
-        return Check("dagster daemon", "WARN", f"cannot read the Dagster instance of {home}: {first_line(exc)}",
-                     "check the database first (`rag-pipeline db status`)")
-    if beat is None or time.time() - beat.timestamp > HEARTBEAT_TOLERANCE_S:
-        seen = "no heartbeat" if beat is None else f"last heartbeat {time.time() - beat.timestamp:.0f} s ago"
-        return Check("dagster daemon", "WARN", f"not running ({seen}): console and sensor runs stay queued; the "
-                                               "CLI needs no daemon", fix)
-    return Check("dagster daemon", "OK", f"running (heartbeat {time.time() - beat.timestamp:.0f} s ago)")
+    """A Dagster daemon picks queued runs up: its ``queued_evaluations`` sensor ticked in the last minute."""
+    queue = queue_status(lambda: get_engine(migrate=False))
+    if queue.daemon_running:
+        return Check("dagster daemon", "OK", "running (its queued_evaluations sensor ticks)")
+    detail, _, fix = (queue.message or "").partition(" — ")
+    return Check("dagster daemon", "WARN", detail, fix or None)
 
 
 def check_model(name: str, load: Callable[[str], Embedder] = get_embedder) -> Check:

@@ -75,8 +75,7 @@ def check_labels_first(engine: sa.Engine, ref: DatasetRef, *, strict: bool = Fal
 
 
 def label_headline(report: LabelReport) -> str | None:
-    """One line for a run with some invalid labels (None when all are valid): counts, the dominant cause, and
-    the first example with its fix."""
+    """One line for a run with invalid labels (None: all valid): counts, the dominant cause, an example."""
     invalid = report.invalid()
     if not invalid:
         return None
@@ -95,8 +94,7 @@ def _checklist(report: LabelReport) -> str:
 def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH_SIZE, readers: int | None = None,
              strict: bool = False, progress: Callable[[str, int], Progress | None] | None = None,
              on_labels: Callable[[LabelReport], None] | None = None) -> list[EvaluationOutcome]:
-    """Check the labels (:func:`check_labels_first`, seen by ``on_labels``), then run and store every strategy
-    of ``plan``; ``progress(version, cases)`` may return a per-run callback. Returns the outcomes in order."""
+    """Check the labels (seen by ``on_labels``), then run and store every strategy of ``plan``, in order."""
     ref = plan.dataset
     with engine.connect() as conn:
         require_runnable(conn, ref.kb, plan.strategies)
@@ -113,8 +111,7 @@ def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *
                     readers: int | None = None, strict: bool = False, partition_key: str | None = None,
                     dagster_run_id: str | None = None, progress: Progress | None = None,
                     logger: logging.Logger | None = None, queued_run_id: str | None = None) -> EvaluationOutcome:
-    """Evaluate one strategy on a stored dataset version (the Dagster partition run) after the label check;
-    a failure of the queued run ``queued_run_id`` stores its one-line reason in the row."""
+    """Evaluate one strategy on a stored dataset version after the label check (the Dagster step)."""
     try:
         strategy = get_strategy(strategy_version)
         ref = resolve_dataset(engine, dataset_id, source="stored")
@@ -142,8 +139,7 @@ def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunSummary]
 
 def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int = 100, offset: int = 0,
              **filters) -> tuple[int, list[RunSummary]]:
-    """(how many runs match, one page of their summaries, newest first). Filters: ``dataset``, ``strategy``,
-    ``current_only``, ``status`` (one of :data:`run_records.STATUSES`); ``knowledge_base`` is a name or id."""
+    """(how many runs match, a page of their summaries, newest first); ``knowledge_base``: a name or id."""
     status = filters.get("status")
     if status and status not in run_records.STATUSES:
         raise ValueError(f"status must be one of {', '.join(run_records.STATUSES)}, got {status!r}")
@@ -157,8 +153,7 @@ def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int
 
 def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "default", case_id: str | None = None,
                       offset: int = 0, limit: int | None = None, include_text: bool = False) -> RunDetail:
-    """docs/design.md §6.3 detail of a run (id or unique prefix): a page of its cases, or ``case_id`` only, with
-    their candidates as ``candidates`` selects; ``include_text`` adds each chunk text, looked up live."""
+    """docs/design.md §6.3 detail of a run: a page of its cases (or ``case_id``) with their candidates."""
     with engine.connect() as conn:
         run_uuid = run_records.resolve_run_id(conn, run_id)
         summary = summary_of(run_records.get_run(conn, run_uuid))
@@ -169,8 +164,7 @@ def evaluation_detail(engine: sa.Engine, run_id: str, *, candidates: str = "defa
 
 def write_report(engine: sa.Engine, run_id: str, fp: IO[str], *, include_text: bool = False,
                  candidates: str = "default", case_id: str | None = None, fmt: str = "json") -> int:
-    """Stream the report of run ``run_id`` (id or unique prefix) to ``fp`` as JSON or JSON Lines (``fmt``,
-    :func:`rag_pipeline.evaluation.runs.reports.write_report`); returns the case count."""
+    """Stream the report of run ``run_id`` (id or unique prefix) to ``fp`` as JSON or JSON Lines."""
     with engine.connect() as conn:
         return reports.write_report(conn, run_records.resolve_run_id(conn, run_id), fp, include_text=include_text,
                                     candidates=candidates, case_id=case_id, fmt=fmt)

@@ -1,6 +1,6 @@
 """Run history for the admin console, read-only over the tables of docs/design.md §6.1: each metric over time,
-a run's cases, one case's whole pool, chunk text on demand, and two runs paired by ``case_id`` with the
-statistics of :mod:`rag_pipeline.analysis.comparison`."""
+a run's cases, one case's whole pool, chunk text on demand, two runs paired by ``case_id`` with the
+statistics of :mod:`rag_pipeline.analysis.comparison`, and the runs made outside Dagster (its sensor's feed)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rag_pipeline.contracts.catalog import ChunkText, StoredVersion
 from rag_pipeline.contracts.comparison import RunPair
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.reports import CaseDetail, PairedCase, RelevantChunk, RunCases
-from rag_pipeline.contracts.runs import HistoryPoint, RunSummary
+from rag_pipeline.contracts.runs import FinishedRun, HistoryPoint, RunSummary
 from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.evaluation.runs import case_queries, reports
@@ -83,8 +83,7 @@ def _chunk_rows(conn: sa.Connection, chunk_ids) -> dict[str, ChunkText]:
 
 
 def chunk_texts(engine: sa.Engine, chunk_ids) -> dict[str, ChunkText]:
-    """Chunk id → its text (ids that are not UUIDs or not found are left out). Looked up live: candidate snapshots
-    never store text."""
+    """Chunk id → its text, looked up live (ids not UUIDs or not found are left out)."""
     with engine.connect() as conn:
         return _chunk_rows(conn, chunk_ids)
 
@@ -99,8 +98,7 @@ def _labels(a: RunSummary, b: RunSummary) -> tuple[str, str]:
 
 def compare_runs(engine: sa.Engine, run_a: str, run_b: str, *, n_resamples: int = 10000,
                  primary: str = comparison.PRIMARY_METRIC) -> RunPair:
-    """Run ``run_b`` against run ``run_a`` (ids or unique prefixes) on the cases both share: the paired statistics
-    of :func:`rag_pipeline.analysis.comparison.compare` with ``a`` as the baseline, and every shared case."""
+    """Run ``run_b`` against run ``run_a`` on their shared cases: the paired statistics and every case."""
     a, b = run_cases(engine, run_a), run_cases(engine, run_b)
     sa_, sb = a.summary, b.summary
     notes = []
@@ -126,3 +124,17 @@ def compare_runs(engine: sa.Engine, run_a: str, run_b: str, *, n_resamples: int 
                        delta=getattr(per_b[c], primary) - getattr(per_a[c], primary)) for c in per_a if c in per_b]
     rows.sort(key=lambda r: (-abs(round(r.delta, 12)), r.case_id))
     return RunPair(a=sa_, b=sb, labels=labels, comparison=comp, cases=rows, notes=notes + comp.notes)
+
+
+FINISHED_RUN_FIELDS = ("run_id", "dataset", "knowledge_base", "strategy_version", "params_hash", "case_count",
+                       "candidate_count", "knowledge_base_version")
+
+
+def runs_outside_dagster(engine: sa.Engine, after: str | None = None, limit: int = 100) -> list[FinishedRun]:
+    """Succeeded runs without a Dagster run that finished after cursor ``after`` (``finished_at|run_id``)."""
+    after_at, _, after_id = (after or "").partition("|")
+    with engine.connect() as conn:
+        rows = run_history.finished_outside_dagster(conn, after_at or "-infinity", after_id, limit)
+    return [FinishedRun(**{k: r[k] for k in FINISHED_RUN_FIELDS}, dataset_version=r["content_hash"],
+                        finished_at=r["finished_at"].isoformat(),
+                        averages={m: float(r[m]) for m in METRIC_NAMES if r[m] is not None}) for r in rows]

@@ -1,5 +1,4 @@
-"""Knowledge-base operations: ingest a folder, import a BEIR collection, counts, and the listing of every
-knowledge base with the strategies it can run (:mod:`rag_pipeline.service.applicability`)."""
+"""Knowledge-base operations: ingest a folder, import a BEIR collection, counts, the listing."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_s
            chunk_size: int = DEFAULT_CHUNK_SIZE, chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
            models: Sequence[str] = (DEFAULT_MODEL,), rechunk: bool = False,
            progress: Progress | None = None) -> IngestResult:
-    """Bring knowledge base ``knowledge_base`` in line with the documents of ``folder`` (created if new);
-    ``chunk_size`` 0 keeps each document one chunk. Everything is checked before anything is written."""
+    """Bring ``knowledge_base`` in line with the documents of ``folder``, all checked before anything is written."""
     check_name(KNOWLEDGE_BASE, knowledge_base)
     docs = read_folder(folder)
     result = ingest_documents(engine, docs, knowledge_base, text_search=text_search, chunk_size=chunk_size or None,
@@ -45,8 +43,7 @@ def ingest(engine: sa.Engine, folder: str | Path, knowledge_base: str, *, text_s
 def import_beir(engine: sa.Engine, folder: str | Path, knowledge_base: str, dataset_out: str | Path, *,
                 split: str = "test", models: Sequence[str] = (DEFAULT_MODEL,), text_search: str = "english",
                 k: int = 10, progress: Progress | None = None) -> BeirImportResult:
-    """Ingest a BEIR corpus (one chunk per document) and write its queries + qrels as a dataset file; what
-    is skipped is listed in the file's ``metadata`` and the result."""
+    """Ingest a BEIR corpus (a chunk per document) and write its queries + qrels as a dataset file."""
     check_name(KNOWLEDGE_BASE, knowledge_base)
     out = Path(dataset_out)
     check_name(DATASET, out.stem)  # the dataset written is named by its file stem
@@ -66,8 +63,7 @@ def import_beir(engine: sa.Engine, folder: str | Path, knowledge_base: str, data
 
 
 def knowledge_base_stats(engine: sa.Engine, knowledge_base: str) -> KnowledgeBaseStats:
-    """Counts of a knowledge base (name or id): documents, searchable, chunks, embeddings per model, and its
-    content ``version`` (:mod:`rag_pipeline.knowledge_base.versions`), read in one snapshot."""
+    """Counts of a knowledge base (name or id) and its content ``version``, read in one snapshot."""
     with engine.connect() as conn, conn.begin():
         snapshot(conn, read_only=False)
         stats = lifecycle.knowledge_base_stats(conn, knowledge_base)
@@ -91,8 +87,7 @@ def _describe(conn: sa.Connection, name_or_id: str, registry: dict[str, Strategy
 
 
 def list_knowledge_bases(engine: sa.Engine) -> list[KnowledgeBaseInfo]:
-    """Every knowledge base by name: counts (documents, searchable, chunks, embeddings per model), text mode,
-    the strategies it can run, and how many datasets and runs it has."""
+    """Every knowledge base by name: counts, text mode, the strategies it can run, its datasets and runs."""
     registry = load_registry()
     with engine.connect() as conn:
         names = knowledge_base_names(conn)

@@ -1,6 +1,4 @@
-"""Lineage from knowledge base to evaluation run: knowledge-base content versions, which knowledge base each
-dataset names, and the current runs that measured an older version than the knowledge base has now.
-"""
+"""Lineage: knowledge-base content versions and the current runs that measured an older one."""
 
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ def knowledge_base_versions(engine: sa.Engine) -> list[KnowledgeBaseVersion]:
 
 
 def stale_runs(engine: sa.Engine) -> list[StaleRun]:
-    """Current succeeded runs whose recorded knowledge-base version differs from the knowledge base's current one
-    (or was never recorded): what to re-run after new documents arrive."""
+    """Current succeeded runs that measured another knowledge-base version than the current one."""
     with engine.connect() as conn, conn.begin():
         snapshot(conn, read_only=True)
         rows = run_history.current_runs(conn)

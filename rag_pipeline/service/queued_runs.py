@@ -1,6 +1,5 @@
 """Queued evaluations (docs/http-api.md, "Evaluations are asynchronous"): run rows the HTTP API and the console create,
-that Dagster's ``queued_evaluations`` sensor turns into one ``evaluate_strategies`` run each click.
-"""
+that Dagster's ``queued_evaluations`` sensor turns into one ``evaluate_strategies`` run each click."""
 
 from __future__ import annotations
 
@@ -47,9 +46,7 @@ def strategy_step_key(version: str) -> str:
 def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,
                       strategy_versions: Sequence[str] | None = None, *, strict: bool = False,
                       one_dagster_run: bool = True) -> QueuedEvaluation:
-    """Queue one run per strategy (default: every one the knowledge base can run) of a stored dataset version,
-    sharing one queue id (one Dagster run, unless not ``one_dagster_run``); nothing written on any error."""
-    versions = choose_strategies(engine, knowledge_base, strategy_versions)
+    """Queue a run per strategy of a stored dataset version under one queue id; nothing written on any error."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
     versions = choose_strategies(engine, kb, strategy_versions)
@@ -117,8 +114,7 @@ def queue_status(engine: Callable[[], sa.Engine], daemon: subprocess.Popen | Non
 
 
 def end_gone_runs(engine: sa.Engine, dagster_ended: Callable[[Sequence[str]], Mapping[str, str]] | None = None) -> int:
-    """Mark failed every ``running`` run whose Dagster run has ended (``dagster_ended``: given Dagster run ids, those
-    that have ended, each with what happened) or whose process on this host is gone; returns how many."""
+    """Mark failed every ``running`` run whose Dagster run ended or whose process is gone; how many."""
     with engine.connect() as conn:
         rows = run_queries.running_runs(conn)
     ended = 0
@@ -137,8 +133,7 @@ def end_gone_runs(engine: sa.Engine, dagster_ended: Callable[[Sequence[str]], Ma
 
 def resume_queued_run(engine: sa.Engine, run_id: str, *, dagster_run_id: str, attempt_error: str | None = None,
                       on_wait: Callable[[BaseException], None] | None = None) -> run_records.Attempt:
-    """For a retry of the step carrying out queued run ``run_id``: wait up to :data:`RETRY_WAIT_S` for the
-    database, then the row this attempt evaluates (:func:`rag_pipeline.evaluation.runs.lifecycle.resume_queued_run`)."""
+    """For a retried step: wait up to :data:`RETRY_WAIT_S` for the database, then the row it evaluates."""
     run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
     return run_records.resume_queued_run(engine, run_id, dagster_run_id=dagster_run_id, attempt_error=attempt_error)
 
@@ -146,8 +141,7 @@ def resume_queued_run(engine: sa.Engine, run_id: str, *, dagster_run_id: str, at
 def end_unrecorded_attempts(engine: sa.Engine, *, dagster_run_id: str, partition_key: str,
                             attempt_error: str | None = None,
                             on_wait: Callable[[BaseException], None] | None = None) -> list:
-    """For a retry of a step that creates its own run row: wait up to :data:`RETRY_WAIT_S` for the database,
-    then end ``failed`` the rows the failed attempt left ``running``; their ids."""
+    """For a retried step: wait for the database, then end ``failed`` the rows the last attempt left running."""
     run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
     return run_records.end_unrecorded_attempts(engine, dagster_run_id=dagster_run_id, partition_key=partition_key,
                                                attempt_error=attempt_error)

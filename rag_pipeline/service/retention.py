@@ -1,6 +1,5 @@
 """Retention: remove old evaluation and answer runs so the database stays bounded (``rag-pipeline runs prune``, the
-job ``prune_evaluation_runs``; what is kept: docs/evaluating.md, "Retention", docs/design.md §12.6).
-"""
+job ``prune_evaluation_runs``; what is kept: docs/evaluating.md, "Retention", docs/design.md §12.6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The datasets stored for a knowledge base: listing them, finding a version, and storing an uploaded dataset
-(the HTTP front end's upload; the CLI stores files with :func:`rag_pipeline.service.datasets.register_dataset`)."""
+"""The datasets stored for a knowledge base: listing them, finding a version, storing an upload."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ def _iso(value: dt.datetime | None) -> str | None:
 
 
 def list_datasets(engine: sa.Engine, knowledge_base: str) -> list[DatasetInfo]:
-    """The datasets stored for a knowledge base (name or id), by name: the latest version (id, hash, cases,
-    source), how many versions and runs, when it was last seen and last run."""
+    """The datasets stored for a knowledge base, by name: the latest version, version and run counts, dates."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
         rows = dataset_queries.latest_versions(conn, kb.name)
@@ -41,8 +39,7 @@ def list_datasets(engine: sa.Engine, knowledge_base: str) -> list[DatasetInfo]:
 
 def find_dataset(engine: sa.Engine, knowledge_base: str | KnowledgeBaseRef, name: str,
                  version: str | None = None) -> DatasetVersion:
-    """A stored dataset version of a knowledge base: the latest of ``name``, or the one whose hash starts with
-    ``version``."""
+    """A stored version of dataset ``name``: the latest, or the one whose hash starts with ``version``."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
         r = stored_version(conn, kb, name, version)
@@ -52,8 +49,7 @@ def find_dataset(engine: sa.Engine, knowledge_base: str | KnowledgeBaseRef, name
 
 def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | str | dict, *, source: str,
                            name: str | None = None, default_name: str | None = None) -> UploadResult:
-    """Validate dataset bytes exactly like a file (:func:`parse_dataset`) for ``knowledge_base``, then store
-    its version, named ``name``, else ``default_name`` (an upload's file stem), else the content's ``name``."""
+    """Validate dataset bytes exactly like a file, then store the version as ``name`` or ``default_name``."""
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
     fallback = None if name else default_name or _field_name(raw)
@@ -81,8 +77,7 @@ def store_uploaded_dataset(engine: sa.Engine, knowledge_base: str, raw: bytes | 
 
 
 def store_inline_cases(engine: sa.Engine, knowledge_base: str, body: bytes, name: str) -> UploadResult:
-    """Store the ``cases`` of a JSON request body as a version of dataset ``name``, read strictly like a file
-    (a repeated key is refused, not merged; the case limit is checked while streaming)."""
+    """Store the ``cases`` of a JSON request body as a version of dataset ``name``, read strictly like a file."""
     try:
         data = decode_json(body, MAX_FILE_BYTES)
     except JsonReadError as exc:
@@ -95,8 +90,7 @@ def store_inline_cases(engine: sa.Engine, knowledge_base: str, body: bytes, name
 
 
 def _field_name(raw: bytes | str | dict) -> str | None:
-    """The ``name`` field of an object-form dataset, when it has a usable one (else the caller's default); read
-    through the bounded reader, so a hostile body is never decoded here."""
+    """The usable ``name`` of an object-form dataset (else None), read through the bounded reader."""
     try:
         data = raw if isinstance(raw, dict) else decode_json(raw, MAX_FILE_BYTES)
     except (JsonReadError, ScanLimitError):

@@ -51,8 +51,7 @@ class AnswerRunRow(_AnswerMetricColumns, Base):
     scoring_version: Mapped[str] = mapped_column(String(64), nullable=False)
     scoring = mapped_column(JSONB, nullable=False)
     answers_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
-    rescored_from: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("answer_runs.id", ondelete="SET NULL"))
+    rescored_from: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("answer_runs.id", ondelete="SET NULL"))
     case_count: Mapped[int] = mapped_column(Integer, nullable=False)
     answered: Mapped[int] = mapped_column(Integer, nullable=False)
     refusal_recall: Mapped[float | None] = mapped_column(Double)
@@ -66,8 +65,7 @@ class AnswerRunRow(_AnswerMetricColumns, Base):
         Index("ix_answer_runs_kb", "knowledge_base_id"),
         CheckConstraint(f"knowledge_base_version ~ {_HEX64}", name="ck_answer_runs_knowledge_base_version"),
         CheckConstraint(f"answers_sha256 ~ {_HEX64}", name="ck_answer_runs_answers_sha256"),
-        CheckConstraint("answered BETWEEN 0 AND case_count", name="ck_answer_runs_answered"),
-    )
+        CheckConstraint("answered BETWEEN 0 AND case_count", name="ck_answer_runs_answered"))
 
 
 class AnswerCaseResultRow(_AnswerMetricColumns, Base):
@@ -84,5 +82,4 @@ class AnswerCaseResultRow(_AnswerMetricColumns, Base):
     result = mapped_column(JSONB, nullable=False)
     __table_args__ = (
         Index("ix_answer_case_results_verdict", "run_id", "verdict"),
-        CheckConstraint(VERDICT_CHECK, name="ck_answer_case_results_verdict"),
-    )
+        CheckConstraint(VERDICT_CHECK, name="ck_answer_case_results_verdict"))

@@ -19,14 +19,7 @@ from rag_pipeline.contracts.errors import EXIT_USER_ERROR, DatabaseUnavailableEr
 from rag_pipeline.settings import DAGSTER_DATABASE, KB_DATABASE, get_settings
 from rag_pipeline.storage import embedded_server as embedded_pg
 from rag_pipeline.storage import queries
-from rag_pipeline.storage.urls import (
-    DatabaseError,
-    mask_secrets,
-    mask_url,
-    normalize_url,
-    with_database,
-    with_driver,
-)
+from rag_pipeline.storage.urls import DatabaseError, mask_secrets, mask_url, normalize_url, with_database, with_driver
 
 
 class DatabaseUnreachableError(DatabaseUnavailableError, DatabaseError):
@@ -104,8 +97,7 @@ def _create_sibling_database(kb_url: str, name: str) -> None:
         _create_database_if_missing(kb_url, name)
     except sa.exc.ProgrammingError as exc:  # permission denied
         raise DatabaseError(f"Dagster's storage needs the database {name!r} next to {mask_url(kb_url)}, and "
-                            f"creating it failed ({first_line(exc)}): create it, or set "
-                            "RAG_DAGSTER_PG_URL") from None
+                            f"creating it failed ({first_line(exc)}): create it, or set RAG_DAGSTER_PG_URL") from None
     except sa.exc.OperationalError as exc:
         raise _unreachable(kb_url, exc) from None
 
@@ -122,7 +114,6 @@ def _create_database_if_missing(admin_uri: str, name: str) -> None:
 
 
 DEFAULT_POOL_SIZE = 5
-
 
 _ENGINES: list[Engine] = []
 

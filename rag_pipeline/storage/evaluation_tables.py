@@ -63,11 +63,9 @@ class RetrievalEvaluationRun(Base):
     __tablename__ = "retrieval_evaluation_runs"
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
     dataset_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("retrieval_evaluation_datasets.id", ondelete="CASCADE"), nullable=False
-    )
+        ForeignKey("retrieval_evaluation_datasets.id", ondelete="CASCADE"), nullable=False)
     knowledge_base_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), nullable=False
-    )
+        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), nullable=False)
     strategy_version: Mapped[str] = mapped_column(String(100), nullable=False)
     params_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     strategy_params = mapped_column(JSONB, nullable=False)
@@ -111,9 +109,7 @@ class RetrievalEvaluationRun(Base):
         Index("ix_runs_dataset_strategy", "dataset_id", "strategy_version"),
         Index("ix_runs_kb", "knowledge_base_id"),
         CheckConstraint("status IN ('queued', 'running', 'succeeded', 'failed', 'abandoned')", name="ck_runs_status"),
-        CheckConstraint("knowledge_base_version ~ '^[0-9a-f]{64}$'", name="ck_runs_knowledge_base_version"),
-    )
-
+        CheckConstraint("knowledge_base_version ~ '^[0-9a-f]{64}$'", name="ck_runs_knowledge_base_version"))
 
 
 class DagsterSensorTick(Base):
@@ -148,8 +144,7 @@ class RetrievalEvaluationCandidateRow(Base):
     __table_args__ = (
         PrimaryKeyConstraint("evaluation_run_id", "case_index", "rank", name="pk_candidate_rows"),
         CheckConstraint("relevance_grade BETWEEN 0 AND 10", name="ck_candidate_rows_relevance_grade"),
-        {"postgresql_partition_by": "LIST (evaluation_run_id)"},
-    )
+        {"postgresql_partition_by": "LIST (evaluation_run_id)"})
 
 
 CANDIDATES_VIEW = "retrieval_evaluation_candidates"
@@ -205,8 +200,7 @@ class RetrievalEvaluationCaseResult(Base):
 
     __tablename__ = "retrieval_evaluation_case_results"
     evaluation_run_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("retrieval_evaluation_runs.id", ondelete="CASCADE"), primary_key=True
-    )
+        ForeignKey("retrieval_evaluation_runs.id", ondelete="CASCADE"), primary_key=True)
     case_id: Mapped[str] = mapped_column(Text, primary_key=True)
     case_index: Mapped[int] = mapped_column(Integer, nullable=False)
     question: Mapped[str] = mapped_column(Text, nullable=False)

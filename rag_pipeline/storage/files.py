@@ -12,7 +12,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, BinaryIO
 
@@ -38,9 +38,7 @@ def format_size(n: int) -> str:
     """``50 MB``, ``512 kB``, ``1000 bytes``: a limit as people write it."""
     if n >= MB and n % MB == 0:
         return f"{n // MB} MB"
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n // 1024} kB"
-    return f"{n:,} bytes"
+    return f"{n // 1024} kB" if n >= 1024 and n % 1024 == 0 else f"{n:,} bytes"
 
 
 def _too_large(path: str | os.PathLike, size: int | None, limit: int, what: str) -> FileReadError:
@@ -222,14 +220,10 @@ def atomic_output(path: str | os.PathLike, *, binary: bool = False, mode: int | 
             os.fsync(handle.fileno())
             os.fchmod(handle.fileno(), mode if mode is not None else keep if keep is not None else _new_file_mode())
         os.replace(tmp, path)
-    except FileWriteError:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise FileWriteError(path, _reason(exc)) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not isinstance(exc, FileWriteError):
+            raise FileWriteError(path, _reason(exc)) from None
         raise
     _sync_folder(path.parent)
 
@@ -241,15 +235,13 @@ def _sync_folder(folder: Path) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        with suppress(OSError):
+            os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def write_atomic(path: str | os.PathLike, data: str | bytes, *, mode: int | None = None,
-                 parents: bool = False) -> None:
+def write_atomic(path: str | os.PathLike, data: str | bytes, *, mode: int | None = None, parents: bool = False) -> None:
     """Write ``data`` (text as UTF-8, or bytes) to ``path`` whole or not at all (:func:`atomic_output`)."""
     with atomic_output(path, binary=isinstance(data, bytes), mode=mode, parents=parents) as handle:
         handle.write(data)

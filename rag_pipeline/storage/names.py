@@ -19,8 +19,7 @@ STRATEGY_VERSION = "strategy version"
 _KINDS: dict[str, tuple[int, str, tuple[str, ...]]] = {
     KNOWLEDGE_BASE: (MAX_NAME_CHARS, "", ()),
     STRATEGY_VERSION: (MAX_NAME_CHARS, "", ()),
-    DATASET: (MAX_DATASET_NAME_CHARS, "@", ("...",)),
-}
+    DATASET: (MAX_DATASET_NAME_CHARS, "@", ("...",))}
 
 _SHOWN_CHARS = 80
 _BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
@@ -104,16 +103,10 @@ def check_name(kind: str, value: object) -> str:
     :data:`STRATEGY_VERSION`), else :class:`InvalidNameError` naming the kind, the (escaped) value and why."""
     if not isinstance(value, str):
         raise InvalidNameError(kind, repr(value), f"it must be a string, got {type(value).__name__}")
-    limit, extra, banned = _KINDS.get(kind, _KINDS[KNOWLEDGE_BASE])
-    reason = _reason(value, limit, extra, banned)
-    if reason:
+    if reason := _reason(value, *_KINDS.get(kind, _KINDS[KNOWLEDGE_BASE])):
         raise InvalidNameError(kind, value, reason)
     return value
 
 
 def is_valid_name(kind: str, value: object) -> bool:
-    try:
-        check_name(kind, value)
-    except InvalidNameError:
-        return False
-    return True
+    return isinstance(value, str) and _reason(value, *_KINDS.get(kind, _KINDS[KNOWLEDGE_BASE])) is None

@@ -23,7 +23,6 @@ _FREE_CONNECTIONS_SQL = (
     "WHERE backend_type = 'client backend')")
 
 
-
 def create_database_if_missing(conn: sa.Connection, name: str) -> None:
     """``CREATE DATABASE`` unless it exists (or another process creates it meanwhile)."""
     if conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar():

@@ -43,8 +43,7 @@ def check_capacity(engine: sa.Engine, readers: int, extra: int) -> None:
                 f"engine's connection pool holds at most {capacity}; use at most {capacity - extra} readers")
     with engine.connect() as conn:
         free = queries.free_connections(conn)
-    idle = bounded.checkedin() if bounded is not None else 0
-    free += idle  # the pool's idle connections are counted in use but serve this run
+    free += bounded.checkedin() if bounded is not None else 0  # the pool's idle ones count as in use but serve us
     if needed > free + 1:  # + 1: the connection that asked is back in the pool
         raise TooManyReadersError(
             f"--readers {readers} needs {needed} database connections ({readers} readers + {extra}) but the "

@@ -52,20 +52,16 @@ class Document(Base):
     __tablename__ = "documents"
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     knowledge_base_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), index=True, nullable=False
-    )
+        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), index=True, nullable=False)
     original_name: Mapped[str] = mapped_column(Text, nullable=False)
     title: Mapped[str | None] = mapped_column(Text)
     content: Mapped[str] = mapped_column(Text, nullable=False)
     content_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     status: Mapped[DocumentStatus] = mapped_column(
-        _enum(DocumentStatus, "document_status"), nullable=False, default=DocumentStatus.READY
-    )
+        _enum(DocumentStatus, "document_status"), nullable=False, default=DocumentStatus.READY)
     publication_status: Mapped[DocumentPublicationStatus] = mapped_column(
-        _enum(DocumentPublicationStatus, "document_publication_status"),
-        nullable=False,
-        default=DocumentPublicationStatus.PUBLISHED,
-    )
+        _enum(DocumentPublicationStatus, "document_publication_status"), nullable=False,
+        default=DocumentPublicationStatus.PUBLISHED)
     is_deleted: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
@@ -78,11 +74,9 @@ class DocumentChunk(Base):
     __tablename__ = "document_chunks"
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     knowledge_base_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), nullable=False
-    )
+        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), nullable=False)
     document_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("documents.id", ondelete="CASCADE"), index=True, nullable=False
-    )
+        ForeignKey("documents.id", ondelete="CASCADE"), index=True, nullable=False)
     ordinal: Mapped[int] = mapped_column(Integer, nullable=False)
     content: Mapped[str] = mapped_column(Text, nullable=False)
     content_hash: Mapped[str] = mapped_column(String(64), nullable=False)
@@ -95,8 +89,7 @@ class DocumentChunk(Base):
     created_at: Mapped[datetime] = _now()
     __table_args__ = (
         Index("ix_document_chunks_kb_current", "knowledge_base_id", "is_current"),
-        Index("ix_document_chunks_tsv", "content_tsvector", postgresql_using="gin"),
-    )
+        Index("ix_document_chunks_tsv", "content_tsvector", postgresql_using="gin"))
 
 
 class EmbeddingModel(Base):
@@ -111,13 +104,10 @@ class ChunkEmbedding(Base):
     """One embedding of one chunk by one model (the model name is recorded with every vector)."""
 
     __tablename__ = "chunk_embeddings"
-    chunk_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("document_chunks.id", ondelete="CASCADE"), primary_key=True
-    )
+    chunk_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("document_chunks.id", ondelete="CASCADE"), primary_key=True)
     model: Mapped[str] = mapped_column(ForeignKey("embedding_models.name"), primary_key=True)
     knowledge_base_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), nullable=False
-    )
+        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), nullable=False)
     embedding = mapped_column(Vector(), nullable=False)
     created_at: Mapped[datetime] = _now()
     # Deleting a knowledge base cascades here: without it, one scan of every vector.
@@ -130,9 +120,7 @@ class ChunkTerm(Base):
     __tablename__ = "chunk_terms"
     knowledge_base_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
-    chunk_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("document_chunks.id", ondelete="CASCADE"), primary_key=True
-    )
+    chunk_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("document_chunks.id", ondelete="CASCADE"), primary_key=True)
     tf: Mapped[int] = mapped_column(Integer, nullable=False)
     # The cascade from document_chunks, retiring replaced chunks and the token_count update look postings up by
     # chunk: without it each deleted chunk scanned every posting (minutes for a small KB next to a big one).
@@ -145,7 +133,6 @@ class KnowledgeBaseTermStat(Base):
 
     __tablename__ = "knowledge_base_term_stats"
     knowledge_base_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), primary_key=True
-    )
+        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), primary_key=True)
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
     doc_freq: Mapped[int] = mapped_column(Integer, nullable=False)

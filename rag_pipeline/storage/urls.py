@@ -22,8 +22,7 @@ _PASSWORD_PARAM = re.compile(r"(?P<head>[?&]password=)(?P<pw>[^&]*)", re.IGNOREC
 # escapes) and environment-style assignments (``PGPASSWORD=...``, ``DB_PASSWORD="..."``): any word ending in
 # ``password`` followed by ``=``. A URL's ``?password=`` / ``&password=`` is left to :data:`_PASSWORD_PARAM`.
 _PASSWORD_KEYWORD = re.compile(
-    r"(?<![?&])(?P<head>\b\w*password\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|[^\s'\"]+)",
-    re.IGNORECASE)
+    r"(?<![?&])(?P<head>\b\w*password\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|[^\s'\"]+)", re.IGNORECASE)
 _URL = re.compile(r"[a-z0-9+]+://\S+", re.IGNORECASE)
 
 
@@ -63,8 +62,7 @@ def with_driver(url: str, driver: str) -> str:
 
 
 def with_database(url: str, database: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + database))
+    return urlunsplit(urlsplit(url)._replace(path="/" + database))
 
 
 def normalize_url(url: str) -> str:
@@ -81,8 +79,7 @@ LIBPQ_PARAMETERS = frozenset({
     "sslmode", "requiressl", "sslcompression", "sslcert", "sslkey", "sslpassword", "sslcertmode", "sslrootcert",
     "sslcrl", "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version", "ssl_max_protocol_version",
     "krbsrvname", "gsslib", "gssdelegation", "service", "target_session_attrs", "load_balance_hosts",
-    "sslnegotiation", "require_auth", "min_protocol_version", "max_protocol_version",
-})
+    "sslnegotiation", "require_auth", "min_protocol_version", "max_protocol_version"})
 
 
 def libpq_url(url: str) -> tuple[str, str | None]:
@@ -97,9 +94,7 @@ def libpq_url(url: str) -> tuple[str, str | None]:
     user = q(parsed.username) + "@" if parsed.username else ""
     host = q(parsed.host) if parsed.host else ""
     port = f":{parsed.port}" if parsed.port else ""
-    params = []
-    for key, value in parsed.query.items():
-        if key in LIBPQ_PARAMETERS:
-            params += [f"{key}={q(v, safe='/')}" for v in (value if isinstance(value, tuple) else (value,))]
+    params = [f"{key}={q(v, safe='/')}" for key, value in parsed.query.items() if key in LIBPQ_PARAMETERS
+              for v in (value if isinstance(value, tuple) else (value,))]
     uri = f"postgresql://{user}{host}{port}/{q(parsed.database or '')}" + ("?" + "&".join(params) if params else "")
     return uri, (str(password) if password else None)

@@ -1,6 +1,5 @@
 """The FastAPI application: ``create_app()`` (what ``rag-pipeline serve`` runs under uvicorn): the API under
-``/api/v1`` (OpenAPI at ``/docs``), the admin console under ``/admin``, ``/healthz``.
-"""
+``/api/v1`` (OpenAPI at ``/docs``), the admin console under ``/admin``, ``/healthz``."""
 
 from __future__ import annotations
 
@@ -47,8 +46,7 @@ DOCS_STATIC = "/docs/static"
 
 
 def create_app(daemon: subprocess.Popen | None = None) -> FastAPI:
-    """The application (see the module docstring); ``daemon``: the Dagster daemon ``serve --with-daemon`` started
-    (its exit is reported by the queue status at once)."""
+    """The application; ``daemon``: the Dagster daemon ``serve --with-daemon`` started."""
     app = FastAPIOffline(title="rag_pipeline", version=_version(), description=DESCRIPTION, openapi_tags=TAGS,
                          docs_url="/docs", redoc_url=None, static_url=DOCS_STATIC,
                          dependencies=[Depends(request_rules.reject_nul)])  # Swagger UI's files served from here

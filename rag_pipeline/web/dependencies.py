@@ -23,8 +23,7 @@ Engine = Annotated[sa.Engine, Depends(engine)]
 
 
 def queue(request: Request) -> QueueInfo:
-    """Whether a Dagster daemon picks queued runs up (the daemon ``serve --with-daemon`` started:
-    ``app.state.daemon``)."""
+    """Whether a Dagster daemon picks queued runs up (``app.state.daemon``: the one this server started)."""
     return queue_status(get_engine, request.app.state.daemon)
 
 

@@ -1,6 +1,5 @@
 """Which ``Host`` a request may name: the DNS-rebinding guard of ``rag-pipeline serve`` (docs/http-api.md,
-"Security"): a 421 unless a loopback name on the server's port, or, with ``RAG_API_TOKEN``, ``RAG_ALLOWED_HOSTS``.
-"""
+"Security"): a 421 unless a loopback name on the server's port, or, with ``RAG_API_TOKEN``, ``RAG_ALLOWED_HOSTS``."""
 
 from __future__ import annotations
 
@@ -88,8 +87,7 @@ def refusal(scope: Scope) -> tuple[int, str] | None:
 
 
 class HostGuard:
-    """ASGI middleware: a request whose ``Host`` is not allowed (:func:`refusal`) is answered before any other
-    middleware or route runs: 421 (misdirected), or 400 for a missing or malformed Host."""
+    """ASGI middleware answering a request whose ``Host`` is not allowed first: 421, or 400 if malformed."""
 
     def __init__(self, app: ASGIApp):
         self.app = app

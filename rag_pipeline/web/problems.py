@@ -1,6 +1,5 @@
 """Every error of the HTTP service as RFC 9457 problem details (``application/problem+json``), never a traceback
-(docs/http-api.md, "Errors"); a bug or a database failure names only an ``error_id`` found in the server log.
-"""
+(docs/http-api.md, "Errors"); a bug or a database failure names only an ``error_id`` found in the server log."""
 
 from __future__ import annotations
 
@@ -189,8 +188,7 @@ def install(app: FastAPI) -> None:
 
 
 def check_content_length(request, limit: int, limit_text: str) -> None:
-    """411 without a ``Content-Length`` (chunked uploads are not accepted), 413 above ``limit`` bytes; ``limit_text``
-    says what the limit is ("of a dataset is 50 MB")."""
+    """411 without a ``Content-Length`` (no chunked uploads), 413 above ``limit`` bytes (``limit_text`` says it)."""
     raw = request.headers.get("content-length")
     if raw is None:
         raise HTTPProblem(411, "send the upload with a Content-Length (chunked uploads are not accepted)",

@@ -1,6 +1,5 @@
 """Rules every request meets before a route's own code runs (a NUL byte is a 422, a 405 lists every allowed method),
-and the name patterns the OpenAPI schema states (docs/http-api.md, "Errors"; docs/design.md §2.4).
-"""
+and the name patterns the OpenAPI schema states (docs/http-api.md, "Errors"; docs/design.md §2.4)."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ BAD_REQUEST: dict[int | str, dict[str, Any]] = {400: {
 
 
 def valid_name(kind: str) -> AfterValidator:
-    """A filter parameter that must be a valid ``kind`` name (docs/design.md §2.4), else 422: a name no run can
-    have is bad input, not an empty page."""
+    """A filter parameter that must be a valid ``kind`` name, else 422 (not an empty page)."""
     def check(value: str | None) -> str | None:
         return value if value is None else check_name(kind, value)
     return AfterValidator(check)

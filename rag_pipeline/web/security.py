@@ -1,6 +1,4 @@
-"""Who may call the service: the API token, the console's login session, and the cross-site request checks
-(docs/http-api.md, "Security").
-"""
+"""Who may call the service: the API token, the console's session, cross-site checks (docs/http-api.md)."""
 
 from __future__ import annotations
 
@@ -108,8 +106,7 @@ def logged_in(request: Request) -> bool:
 
 
 async def require_api_user(request: Request) -> None:
-    """Dependency of every API route: with ``RAG_API_TOKEN`` set, a bearer token (or a console session plus its
-    CSRF token on state-changing calls)."""
+    """Every API route's dependency: with ``RAG_API_TOKEN``, a bearer token or a session (+ CSRF to change)."""
     token = api_token()
     if not token:
         return

@@ -1,5 +1,4 @@
-"""Running the HTTP service under uvicorn (``rag-pipeline serve``: :mod:`rag_pipeline.cli.serve` prepares the
-environment and the Dagster daemon): the bind check, then the app until interrupted."""
+"""Running the HTTP service under uvicorn (``rag-pipeline serve``): the bind check, then the app."""
 
 from __future__ import annotations
 

@@ -21,11 +21,11 @@ from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
 from rag_pipeline.evaluation.pools import load_pools
-from rag_pipeline.evaluation.runs.reports import build_report
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline_tests.analysis.test_tuning_db import build_world
+from rag_pipeline_tests.eval_helpers import build_report
 
 # the report's JSON Schema is generated from its contract (it was a hand-written module)
 REPORT_SCHEMA = json_schema(Report)

@@ -24,7 +24,6 @@ from rag_pipeline.analysis.tuning.sweep import (
 from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.evaluation.pools import (
     evaluate_fusion,
-    fused_ranks,
     load_pools,
     pool_recall,
     pools_from_rows,
@@ -45,6 +44,7 @@ from rag_pipeline.storage.evaluation_tables import (
     RetrievalEvaluationRun,
 )
 from rag_pipeline.storage.tables import KnowledgeBase
+from rag_pipeline_tests.eval_helpers import fused_ranks, pool_subset
 
 NAN = np.nan
 VECTOR_ONLY = FusionConfig("weighted", "none", 1.0, 0.0)
@@ -214,7 +214,7 @@ def test_cross_validation_never_uses_a_folds_own_cases() -> None:
     # Each fold gets the choice of the *other* fold, which is wrong for its majority.
     assert cv.chosen == (KEYWORD_ONLY, VECTOR_ONLY)
     for fold, chosen in enumerate(cv.chosen):
-        independent = sweep(pools.subset(fold_of != fold), configs=configs).best_config
+        independent = sweep(pool_subset(pools, fold_of != fold), configs=configs).best_config
         assert chosen == independent
     assert cv.recommended == VECTOR_ONLY and cv.in_sample_mean == pytest.approx(11 / 20)
     assert cv.mean == pytest.approx((3 + 4) / 20)
@@ -233,11 +233,11 @@ def test_cross_validation_folds_match_independent_sweeps_on_the_grid() -> None:
     np.testing.assert_array_equal(cv.fold_of, assign_folds(50, 5, 2))
     assert np.bincount(cv.fold_of).tolist() == [10] * 5
     for fold, chosen in enumerate(cv.chosen):
-        train = pools.subset(cv.fold_of != fold)
+        train = pool_subset(pools, cv.fold_of != fold)
         assert chosen == sweep(train).best_config
         test = cv.fold_of == fold
         np.testing.assert_array_equal(cv.out_of_fold[test],
-                                      evaluate_fusion(pools.subset(test), chosen)["ndcg_at_k"])
+                                      evaluate_fusion(pool_subset(pools, test), chosen)["ndcg_at_k"])
     assert cv.ci[0] <= cv.mean <= cv.ci[1]
     with pytest.raises(ValueError, match="folds"):
         assign_folds(3, 5)
@@ -337,7 +337,7 @@ def test_pools_from_rows_layout_and_validation() -> None:
                           np.argsort(flat, kind="stable"))
     valid = pools.stored_rank[pools.mask]
     assert valid.min() == 1 and np.all(np.diff(pools.stored_rank, axis=1)[pools.mask[:, 1:]] == 1)
-    assert pools.subset([1, 0]).case_ids.tolist() == [cases[1]["case_id"], cases[0]["case_id"]]
+    assert pool_subset(pools, [1, 0]).case_ids.tolist() == [cases[1]["case_id"], cases[0]["case_id"]]
     with pytest.raises(ValueError, match="no case result"):
         pools_from_rows(rows, cases[1:])
     bad = [dict(r) for r in rows]

@@ -21,11 +21,12 @@ from rag_pipeline.cli import main
 from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
-from rag_pipeline.evaluation.pools import evaluate_fusion, fused_ranks, load_pools
+from rag_pipeline.evaluation.pools import evaluate_fusion, load_pools
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import SourceDocument
 from rag_pipeline.retrieval.registry_file import RegistryConflictError, write_strategy
 from rag_pipeline.retrieval.strategies import PACKAGED_STRATEGIES_FILE, get_strategy, load_registry
+from rag_pipeline_tests.eval_helpers import fused_ranks
 
 POOL_STRATEGY = "hybrid-bm25-v1"
 RAG = Path(sys.executable).with_name("rag-pipeline")

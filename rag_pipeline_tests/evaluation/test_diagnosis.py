@@ -18,8 +18,8 @@ from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import set_document_state
 from rag_pipeline.knowledge_base.sources import SourceDocument
-from rag_pipeline.retrieval.search import hybrid_search_with_trace
 from rag_pipeline.retrieval.strategies import Strategy
+from rag_pipeline_tests.eval_helpers import diagnose_run, hybrid_search_with_trace
 
 QUESTION = "How do I reset my password?"
 TEXTS = {
@@ -215,7 +215,7 @@ def test_diagnose_run_stores_reasons_and_states_why_everything_is_zero(engine, k
         dataset = parse_dataset(json.dumps({"name": name, "knowledge_base": kb_row.name, "cases": cases}))
         outcome = evaluate_dataset(engine, dataset, strategy)
         with engine.begin() as conn:
-            return outcome, diagnosis_db.diagnose_run(conn, outcome.run_id)
+            return outcome, diagnose_run(conn, outcome.run_id)
 
     outcome, diag = run(f"diag-mixed-{uuid.uuid4().hex[:6]}", [mixed, zero])
     with engine.connect() as conn:
@@ -257,7 +257,7 @@ def test_evaluation_loop_diagnosis_equals_a_separate_diagnosis_pass(engine, kb, 
         stored = dict(conn.execute(sa.text(
             "SELECT case_id, miss_reasons FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :r"),
             {"r": outcome.run_id}).all())
-        again = diagnosis_db.diagnose_run(conn, outcome.run_id, store=False)
+        again = diagnose_run(conn, outcome.run_id, store=False)
     # Equal up to the last float bits of the question vectors (embedded per batch vs all at once, ~1e-7).
     expected = {case: json.loads(REASONS_JSON.dump_json(reasons)) for case, reasons in again.reasons.items()}
     assert stored.keys() == expected.keys()

@@ -16,9 +16,8 @@ from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import evaluate_many
 from rag_pipeline.evaluation.runs import results as persistence
-from rag_pipeline.evaluation.runs.reports import build_report
 from rag_pipeline.retrieval.strategies import get_strategy
-from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases, write_dataset
+from rag_pipeline_tests.eval_helpers import build_report, ingest_tiny_kb, tiny_cases, write_dataset
 
 # the report's JSON Schema is generated from its contract (it was a hand-written module)
 REPORT_SCHEMA = json_schema(Report)

@@ -13,9 +13,9 @@ from rag_pipeline.cli.output import case_text
 from rag_pipeline.contracts.reports import CaseReport, JsonlHeader, Report, json_schema
 from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
-from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES, CaseNotFoundError, build_report
+from rag_pipeline.evaluation.runs.reports import CANDIDATE_MODES, CaseNotFoundError
 from rag_pipeline.retrieval.strategies import get_strategy
-from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, table_counts, tiny_cases, write_dataset
+from rag_pipeline_tests.eval_helpers import build_report, ingest_tiny_kb, table_counts, tiny_cases, write_dataset
 
 # the report's JSON Schemas are generated from its contracts (they were a hand-written module)
 REPORT_SCHEMA, JSONL_HEADER_SCHEMA, CASE_SCHEMA = (json_schema(m) for m in (Report, JsonlHeader, CaseReport))

@@ -13,10 +13,9 @@ from rag_pipeline.evaluation.datasets.load import DatasetError, load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.pools import load_pools
 from rag_pipeline.evaluation.runs.case_queries import UNANSWERABLE_REASON
-from rag_pipeline.evaluation.runs.reports import build_report
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service.history import compare_runs
-from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, table_counts, tiny_cases, write_dataset
+from rag_pipeline_tests.eval_helpers import build_report, ingest_tiny_kb, table_counts, tiny_cases, write_dataset
 
 KB = "eval-unanswerable"
 UNANSWERABLE = ("ceo-phone", "mars-office")

@@ -4,12 +4,14 @@ runs), an ``--output`` that cannot be written (exit 2 before the run), and the c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,26 @@ from rag_pipeline_tests.reliability_helpers import (
 
 KB = "exits-tiny"
 BIN = Path(sys.executable).parent
+
+
+@contextlib.contextmanager
+def sigint_reaches_children() -> Iterator[None]:
+    """Children started in the block take Ctrl-C. A test run started in the background of a non-interactive
+    shell (``make test &``, a CI runner) inherits SIGINT *ignored*; ``exec`` keeps an ignored signal ignored and
+    Python then installs no KeyboardInterrupt handler, so the CLI child would never see the signal. A handler
+    (not ``SIG_IGN``) in this process is reset to the default by ``exec``: the child installs its own."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _catches_sigint(pid: int) -> bool:
+    """The process has a SIGINT handler (``SigCgt`` of ``/proc/PID/status``; Linux)."""
+    status = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGINT - 1)))
 
 
 def _latest_run(engine, dataset: str):
@@ -69,8 +91,10 @@ def test_sigint_fails_the_running_run_saying_so_and_exits_130(engine, chunks, tm
     name = "exits-sigint"
     path = write_dataset(tmp_path / "ds.json", KB, tiny_cases(chunks), name=name)
     app = f"rag-test-sigint-{uuid.uuid4().hex[:8]}"
-    with cli_evaluation_held_mid_run(path, tmp_path, app, {**os.environ, "RAG_RUN_STALE_SECONDS": "600"}) as proc:
+    with sigint_reaches_children(), cli_evaluation_held_mid_run(
+            path, tmp_path, app, {**os.environ, "RAG_RUN_STALE_SECONDS": "600"}) as proc:
         run = _latest_run(engine, name)
+        assert _catches_sigint(proc.pid), "the CLI child ignores SIGINT"
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
         stderr = proc.stderr.read().decode()

@@ -21,7 +21,13 @@ from rag_pipeline.contracts.answers import EndpointConfig
 from rag_pipeline.service.answer_collection import collect_answers
 from rag_pipeline_tests.answers.collect_helpers import read_lines, write_dataset
 from rag_pipeline_tests.answers.rag_endpoint_server import RagEndpoint
-from rag_pipeline_tests.reliability.test_hostile_files import HOSTILE, assert_clear_user_error, cli, hostile, within
+from rag_pipeline_tests.reliability.test_hostile_files import (
+    HOSTILE,
+    assert_clear_user_error,
+    cli,
+    hostile,
+    never_opened,
+)
 
 DEEP = 100_000
 DIGITS = b"9" * 10_000
@@ -109,7 +115,7 @@ def test_a_hostile_retry_after_falls_back_to_the_backoff_or_the_cap(tmp_path: Pa
 @pytest.mark.parametrize("kind", [*HOSTILE, "missing"])
 def test_hostile_refusal_phrases_file_is_a_clear_flag_error(tmp_path: Path, capsys, kind: str) -> None:
     path = tmp_path / "phrases.txt" if kind == "missing" else hostile(kind, tmp_path, "phrases.txt")
-    with within(5):
+    with never_opened(path):  # not read, so it cannot block (a FIFO) or run on forever (/dev/zero)
         rc, out, err = cli(capsys, "answers", "evaluate", "--knowledge-base", "kb", "--dataset",
                            str(tmp_path / "d.json"), "--answers", str(tmp_path / "a.jsonl"), "--quiet",
                            "--refusal-phrases", str(path))

@@ -24,7 +24,6 @@ from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs import results as persistence
 from rag_pipeline.evaluation.runs.case_queries import overview as case_overview
-from rag_pipeline.evaluation.runs.reports import build_report
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import get_strategy
@@ -32,7 +31,7 @@ from rag_pipeline.settings import pgdata_dir
 from rag_pipeline.storage import embedded_server as embedded_pg
 from rag_pipeline.storage import engine as db
 from rag_pipeline.storage.urls import mask_secrets, mask_url
-from rag_pipeline_tests.eval_helpers import TINY_DOCS, run_rows, table_counts, write_dataset
+from rag_pipeline_tests.eval_helpers import TINY_DOCS, build_report, run_rows, table_counts, write_dataset
 from rag_pipeline_tests.reliability_helpers import assert_no_partial_succeeded_runs, closed_tcp_port, kb_counts
 from rag_pipeline_tests.source_helpers import parse_source
 
@@ -366,7 +365,7 @@ VETTED_QUERY_MODULE_SPLICES = {
         ("import_snapshot", "snapshot_id", "pg_export_snapshot()'s id, checked against "
                                            "[0-9A-F]+-[0-9A-F]+(-[0-9]+)? just above"))},
     **{("knowledge_base/queries/chunks.py", "<module>", expr): _CONSTANT
-       for expr in ("_COLUMNS", "_SEARCHABLE", "_ORDER", "SEARCHABLE_DOCUMENT_SQL")},
+       for expr in ("_COLUMNS", "_SEARCHABLE", "_ORDER", "SEARCHABLE_DOCUMENT_SQL", "_FROM", "_IN_SCOPE")},
     **{("knowledge_base/queries/documents.py", "<module>", "SEARCHABLE_DOCUMENT_SQL"): _CONSTANT + " (enum values)",
        ("knowledge_base/queries/documents.py", "set_document_state", "sets"): "'column = :column' of the constant "
                                                                            "_DOCUMENT_STATE_COLUMNS"},
@@ -379,7 +378,8 @@ VETTED_QUERY_MODULE_SPLICES = {
         ("apply_delta", "_DELTA", "the constant name of a temporary table"))},
     **{("retrieval/sql.py", func, expr): why for func, expr, why in (
         ("<module>", "_TSQUERY", _CONSTANT), ("<module>", "_TS_RANK_CD_MATCHES", _CONSTANT),
-        ("<module>", "BASE_FILTERS", _CONSTANT),
+        ("<module>", "BASE_FILTERS", _CONSTANT), ("searchable_vectors", "BASE_FILTERS", _CONSTANT),
+        ("searchable_vector_rows", "BASE_FILTERS", _CONSTANT),
         ("vector_leg_sql", "dim=int(dimension)", "an int from embedding_models (must match the HNSW index expression)"),
         ("vector_leg_sql", "filters=BASE_FILTERS", _CONSTANT),
         ("stored_vector_scores", "dim=int(dimension)", "an int from embedding_models (a type modifier cannot be a "
@@ -398,8 +398,10 @@ VETTED_QUERY_MODULE_SPLICES = {
     ("evaluation/diagnosis/queries.py", "keyword_rank_sql", "leg"): "constant SQL: one of the two leg statements",
     ("evaluation/diagnosis/queries.py", "keyword_rank_sql", "_TARGETS"): "constant SQL fragment (targets unnest)",
     ("evaluation/runs/queries.py", "prunable_runs", "EFFECTIVE_STATUS"): "constant SQL fragment (run status)",
-    ("evaluation/runs/queries.py", "finished_outside_dagster", "', '.join('r.' + m for m in METRIC_NAMES)"):
-        "constant column names",
+    **{("evaluation/runs/queries.py", func, expr): "constant column names" for func, expr in (
+        ("finished_outside_dagster", "', '.join('r.' + m for m in METRIC_NAMES)"),
+        ("succeeded_runs", "', '.join('r.' + m for m in METRIC_NAMES)"),
+        ("<module>", "', '.join('r.' + m for m in METRIC_NAMES)"))},
     ("evaluation/runs/case_queries.py", "metrics_of_runs", "', '.join(METRIC_NAMES)"): "constant column names",
     ("evaluation/runs/case_queries.py", "copy_rows", "table"): "the constant table names of copy_candidates / "
                                                           "copy_case_results",

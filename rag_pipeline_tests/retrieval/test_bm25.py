@@ -24,8 +24,9 @@ from rank_bm25 import BM25Okapi
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import SourceDocument
-from rag_pipeline.retrieval.search import hybrid_search_batch, hybrid_search_with_trace
+from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import Strategy
+from rag_pipeline_tests.eval_helpers import hybrid_search_with_trace
 
 WORDS = ("cell protein gene expression cancer tumour immune response virus infection vaccine dose trial "
          "patient mouse model brain neuron signal pathway receptor binding drug therapy risk heart blood "

@@ -18,8 +18,8 @@ from rag_pipeline.knowledge_base import chunking, term_stats
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import set_document_state
 from rag_pipeline.knowledge_base.sources import SourceDocument
-from rag_pipeline.retrieval.search import hybrid_search_with_trace
 from rag_pipeline.retrieval.strategies import get_strategy
+from rag_pipeline_tests.eval_helpers import hybrid_search_with_trace
 
 WORDS = ("cell protein gene expression cancer tumour immune response virus infection vaccine dose trial "
          "patient mouse model brain neuron signal pathway receptor binding drug therapy risk heart blood "

@@ -17,10 +17,11 @@ from rag_pipeline.evaluation import evaluate as runner
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL
-from rag_pipeline.retrieval.search import StatementTimeout, hybrid_search_with_trace
+from rag_pipeline.retrieval.search import StatementTimeout
 from rag_pipeline.retrieval.sql import TS_RANK_CD_LEG_SQL
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline_tests.eval_helpers import (
+    hybrid_search_with_trace,
     ingest_tiny_kb,
     run_rows,
     tiny_cases,

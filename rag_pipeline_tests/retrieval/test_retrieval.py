@@ -23,11 +23,11 @@ from rag_pipeline.retrieval.search import (
     RetrievalError,
     fuse_pool,
     hybrid_search_batch,
-    hybrid_search_with_trace,
 )
 from rag_pipeline.retrieval.strategies import Strategy, load_registry
 from rag_pipeline.retrieval.strategy_store import StrategyConflictError, register_strategy
 from rag_pipeline.storage.engine import hnsw_index_name
+from rag_pipeline_tests.eval_helpers import hybrid_search_with_trace
 
 USE = "use-multilingual-v3"
 REGISTRY = load_registry()

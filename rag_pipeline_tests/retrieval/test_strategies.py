@@ -13,7 +13,6 @@ from rag_pipeline.retrieval.strategies import (
     FIELD_NAMES,
     OPTIONAL_FIELDS,
     PACKAGED_STRATEGIES_FILE,
-    STRATEGIES_FILE_ENV,
     Strategy,
     StrategyError,
     get_strategy,
@@ -184,7 +183,7 @@ def test_registry_file_errors(tmp_path: Path) -> None:
 
 def test_env_var_overrides_packaged_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path, "strategies:\n  - version: only-v1\n")
-    monkeypatch.setenv(STRATEGIES_FILE_ENV, str(path))
+    monkeypatch.setenv("RAG_STRATEGIES_FILE", str(path))
     assert list(load_registry()) == ["only-v1"]
     assert get_strategy("only-v1") == Strategy(version="only-v1")
     assert set(load_registry(PACKAGED_STRATEGIES_FILE)) == PACKAGED_VERSIONS

@@ -1,16 +1,19 @@
-"""Schemathesis against a real ``rag-pipeline serve`` on the session's database: every operation of the OpenAPI
+"""Schemathesis against a real ``rag-pipeline serve`` on a database of its own: every operation of the OpenAPI
 schema, every check (``--checks all``), at least 50 examples per operation, all four phases (stateful included),
 127.0.0.1 only; it must find 0 failures.
 
-The server has the demo knowledge base, its dataset uploaded and one evaluation queued (on a Dagster instance of
-its own with no daemon: launched runs stay queued, nothing evaluates), so lookups reach stored data. The answer
-collection route may call one endpoint, a real RAG endpoint of the test on 127.0.0.1 (``RAG_COLLECT_ENDPOINTS``;
+The database is created on the session's server for this module, migrated, given the demo knowledge base and dropped
+at the end, so no other test's data changes what the server shows (and nothing the run stores is left for them). The
+server has the demo knowledge base, its dataset uploaded and one evaluation queued (on a Dagster instance of its own
+with no daemon: launched runs stay queued, nothing evaluates), so lookups reach stored data. The answer collection
+route may call one endpoint, a real RAG endpoint of the test on 127.0.0.1 (``RAG_COLLECT_ENDPOINTS``;
 ``RAG_COLLECT_ENV`` allows one variable): the schema Schemathesis reads is the server's with an example body that
 names it (no JSON Schema can say which endpoint the operator allowed), so the collection runs for real; generated
 URLs get the 403 of an endpoint not allowed.
 ``rag_pipeline_tests/web/schemathesis.toml`` holds the run's configuration and says why three operations accept
-a 422 for schema-valid data. The seed is fixed, so a failure reproduces with the command in the output. The runs
-queued meanwhile are failed at the end (they would keep the demo dataset busy for the tests after). One worker:
+a 422 for schema-valid data. The seed is fixed, so a failure reproduces with the command in the output (kept in
+``schemathesis-output.txt`` beside the junit report). The module is the first ``make test`` hands out
+(``LONGEST_FIRST`` in rag_pipeline_tests/conftest.py), so it runs beside the rest of the suite. One worker:
 CPython 3.11's ``ast.parse``, which Hypothesis calls to describe its filters, is not thread-safe (a ``SystemError:
 AST constructor recursion depth mismatch`` with two).
 """
@@ -21,21 +24,19 @@ import json
 import re
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
 
-from rag_pipeline.answers.runs.queries import delete_runs
-from rag_pipeline.evaluation.runs.lifecycle import mark_failed
-from rag_pipeline.service.answers import list_answer_runs
-from rag_pipeline.service.queued_runs import queued_runs
+from rag_pipeline.storage.engine import get_engine
 from rag_pipeline_tests.answers.rag_endpoint_server import RagEndpoint
+from rag_pipeline_tests.conftest import ingest_demo_kb
+from rag_pipeline_tests.reliability_helpers import scratch_database
 from rag_pipeline_tests.web.conftest import DEMO_DATASET
 from rag_pipeline_tests.web.server_helpers import dagster_env, start_server
 
-# a server process on the session's database and a run of a few thousand requests
+# a server process on a database of the test server and a run of a few thousand requests
 pytestmark = [pytest.mark.db, pytest.mark.slow]
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
@@ -53,13 +54,26 @@ def rag_endpoint():
 
 
 @pytest.fixture(scope="module")
-def api_server(engine, demo_kb, rag_endpoint, tmp_path_factory) -> str:
-    started = datetime.now(UTC)
+def own_database():
+    """``(URL, demo knowledge base)`` of a database of this module's own on the session's server: created,
+    migrated, the demo knowledge base ingested, dropped at the end (with whatever the run stored in it)."""
+    with scratch_database("schemathesis") as (_libpq, url):
+        own = get_engine(url)
+        try:
+            yield url, ingest_demo_kb(own)
+        finally:
+            own.dispose()
+
+
+@pytest.fixture(scope="module")
+def api_server(own_database, rag_endpoint, tmp_path_factory) -> str:
+    url, demo_kb = own_database
     home = tmp_path_factory.mktemp("schemathesis")
     (home / "dagster_home").mkdir()
     (home / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
     env = {k: v for k, v in dagster_env(home / "dagster_home", home / "datasets", RAG_PROJECT_ROOT=str(home),
-                                        RAG_COLLECT_ENDPOINTS=rag_endpoint.url, RAG_COLLECT_ENV=COLLECT_VARIABLE,
+                                        RAG_DATABASE_URL=url, RAG_COLLECT_ENDPOINTS=rag_endpoint.url,
+                                        RAG_COLLECT_ENV=COLLECT_VARIABLE,
                                         **{COLLECT_VARIABLE: "schemathesis-token-0123"}).items()
            if k not in ("RAG_API_TOKEN", "RAG_ALLOWED_HOSTS")}
     with start_server(env, log=home / "server.log") as (base, _proc):
@@ -70,18 +84,7 @@ def api_server(engine, demo_kb, rag_endpoint, tmp_path_factory) -> str:
         queued = httpx.post(f"{kb}/retrieval/evaluate", json={"dataset": "demo", "strategy_versions": ["keyword-v1"]},
                             timeout=120)
         assert queued.status_code == 202, queued.text
-        try:
-            yield base
-        finally:  # no daemon serves this server's runs: left queued, they would keep the demo dataset busy
-            with pytest.MonkeyPatch.context() as patch:  # the server's own queue: only its runs are there
-                patch.setenv("RAG_EVALUATION_QUEUE", env["RAG_EVALUATION_QUEUE"])
-                for run in queued_runs(engine):
-                    mark_failed(engine, run.run_id, "queued by the Schemathesis test, whose server has no daemon")
-            # the answer runs its collections stored would be another answerer on the demo dataset's pages
-            collected = [r.run_id for r in list_answer_runs(engine, knowledge_base=demo_kb, limit=1000).runs
-                         if datetime.fromisoformat(r.created_at) >= started]
-            with engine.begin() as conn:
-                delete_runs(conn, collected)
+        yield base
 
 
 def _schema_with_a_collect_example(base: str, demo_kb: str, rag: RagEndpoint, folder: Path) -> Path:
@@ -99,8 +102,8 @@ def _schema_with_a_collect_example(base: str, demo_kb: str, rag: RagEndpoint, fo
     return path
 
 
-def test_schemathesis_finds_no_failure(api_server, demo_kb, rag_endpoint, tmp_path):
-    schema = _schema_with_a_collect_example(api_server, demo_kb, rag_endpoint, tmp_path)
+def test_schemathesis_finds_no_failure(api_server, own_database, rag_endpoint, tmp_path):
+    schema = _schema_with_a_collect_example(api_server, own_database[1], rag_endpoint, tmp_path)
     command = [str(Path(sys.executable).with_name("schemathesis")), "--no-color", "--config-file", str(CONFIG),
                "run", str(schema), "--url", api_server, "--checks", "all", "--max-examples", str(EXAMPLES),
                "--phases", "examples,coverage,fuzzing,stateful", "--workers", "1", "--seed", str(SEED),
@@ -111,6 +114,7 @@ def test_schemathesis_finds_no_failure(api_server, demo_kb, rag_endpoint, tmp_pa
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"schemathesis did not finish in {RUN_LIMIT_S} s:\n{(exc.stdout or b'')[-5000:]!r}")
     out = proc.stdout + proc.stderr
+    (tmp_path / "schemathesis-output.txt").write_text(out, encoding="utf-8")  # beside the junit report
     operations = re.search(r"Operations:\s+(\d+) selected / (\d+) total", out)
     assert operations and operations.group(1) == operations.group(2), out[-5000:]
     assert "Stateful" in out, out[-5000:]

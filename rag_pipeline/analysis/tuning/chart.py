@@ -18,8 +18,7 @@ CJK_FONTS = (
     "Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC", "Noto Sans CJK KR", "Noto Sans SC",
     "Source Han Sans SC", "Source Han Sans CN", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei",
     "Droid Sans Fallback", "AR PL UMing CN", "AR PL UKai CN", "Microsoft YaHei", "SimHei", "PingFang SC",
-    "Hiragino Sans GB", "Arial Unicode MS",
-)
+    "Hiragino Sans GB", "Arial Unicode MS")
 
 
 @functools.cache
@@ -74,8 +73,7 @@ def plot_sweep(result: SweepResult[FusionConfig], base: FusionConfig | None = No
             axes.axhline(value, color="grey", linestyle=":", linewidth=1,
                          label="rrf (per k, right labels)" if j == 0 else None)
             axes.annotate(f"k={config.rrf_k}", (1.0, value), xytext=(4, 0), fontsize=7,
-                          textcoords="offset points", xycoords=("axes fraction", "data"),
-                          va="center", color="grey")
+                          textcoords="offset points", xycoords=("axes fraction", "data"), va="center", color="grey")
         best = result.best_config
         best_x = best.vector_weight if best.fusion == "weighted" else 0.5
         axes.plot([best_x], [float(means[result.best_index])], marker="*", markersize=14,
@@ -89,8 +87,7 @@ def plot_sweep(result: SweepResult[FusionConfig], base: FusionConfig | None = No
         axes.set_ylabel(f"mean {result.metric}")
         axes.set_xlim(-0.02, 1.02)
         axes.grid(True, alpha=0.3)
-        axes.set_title(title or f"Fusion sweep: mean {result.metric} over "
-                                f"{result.case_ids.size} cases")
+        axes.set_title(title or f"Fusion sweep: mean {result.metric} over {result.case_ids.size} cases")
         # outside the plot area, right of the RRF k labels, so it never covers a line
         axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.08, 1.0), borderaxespad=0.0)
         figure.tight_layout()

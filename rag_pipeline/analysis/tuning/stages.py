@@ -74,17 +74,16 @@ def stage_grid(base: Strategy, pools: PoolSet) -> tuple[StageConfig, ...]:
     reranks = [(i / STEPS, n) for n in RERANK_NORMALIZATIONS for i in range(STEPS + 1)] \
         if base.rerank is not None else [(None, "minmax")]
     configs = [own] + [StageConfig(f, c, w, n) for f in firsts for c in completes for w, n in reranks]
-    out, seen = [], set()
-    for config in configs:
-        if config in seen:
-            continue
-        seen.add(config)
-        try:
-            config.apply_to(base, base.version)
-        except StrategyError:
-            continue
-        out.append(config)
-    return tuple(out)
+    return tuple(c for c in dict.fromkeys(configs) if _valid_for(c, base))
+
+
+def _valid_for(config: StageConfig, base: Strategy) -> bool:
+    """Does ``config`` make a valid strategy of ``base``?"""
+    try:
+        config.apply_to(base, base.version)
+    except StrategyError:
+        return False
+    return True
 
 
 def _first_stage(pools: PoolSet, config: StageConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

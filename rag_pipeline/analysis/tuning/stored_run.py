@@ -32,7 +32,6 @@ TOP_CONFIGS = 10
 SHALLOW_POOL = 50  # a leg with fewer candidates than this leaves the sweep little to re-rank
 
 
-
 class TuneError(NotFoundOrInvalidError, LookupError):
     """Nothing to tune (no current run of the pool strategy), or a name clash; the message says what to do."""
 
@@ -99,8 +98,7 @@ def _stored_strategy(row: sa.Row, registry: dict[str, Strategy]) -> Strategy:
     params = {k: v for k, v in (row.strategy_params or {}).items() if k in FIELD_NAMES}
     try:
         return strategy_from_mapping({**params, "version": row.strategy_version,
-                                      "description": known.description if known else ""},
-                                     where=f"run {row.run_id}")
+                                      "description": known.description if known else ""}, where=f"run {row.run_id}")
     except StrategyError as exc:
         raise TuneError(f"the stored parameters of run {row.run_id} do not make a valid strategy: {exc}") from None
 

@@ -55,8 +55,7 @@ class FusionConfig:
     def apply_to(self, strategy: Strategy, version: str, description: str = "") -> Strategy:
         """``strategy`` with this fusion, a new version and description (all else unchanged)."""
         changes: dict[str, Any] = {"fusion": self.fusion, "normalization": self.normalization,
-                                   "vector_weight": self.vector_weight,
-                                   "keyword_weight": self.keyword_weight}
+                                   "vector_weight": self.vector_weight, "keyword_weight": self.keyword_weight}
         if self.fusion == "rrf":
             changes["rrf_k"] = self.rrf_k
         return strategy.replace(version=version, description=description, **changes)
@@ -106,8 +105,7 @@ class SweepResult(Generic[Config]):
         """One JSON-able dict per configuration: parameters, label and mean of every metric."""
         means = {name: values.mean(axis=1) for name, values in self.per_case.items()}
         return [{**dataclasses.asdict(c), "label": c.label,
-                 **{name: float(means[name][i]) for name in means}}
-                for i, c in enumerate(self.configs)]
+                 **{name: float(means[name][i]) for name in means}} for i, c in enumerate(self.configs)]
 
 
 def sweep(pools: PoolSet, metric: str = DEFAULT_METRIC,
@@ -198,8 +196,7 @@ class Recommendation:
 
     def summary(self) -> dict[str, Any]:
         """JSON-able key numbers (for Dagster metadata / CLI output)."""
-        cv, names = self.cv, ("metric", "predicted_mean", "base_mean", "gain", "p_value",
-                              "recall_ceiling")
+        cv, names = self.cv, ("metric", "predicted_mean", "base_mean", "gain", "p_value", "recall_ceiling")
         return {**{name: getattr(self, name) for name in names},
                 "base_version": self.base.version, "recommended_version": self.strategy.version,
                 "recommended": FusionConfig.from_strategy(self.strategy).label,
@@ -208,8 +205,7 @@ class Recommendation:
                 "configurations": len(self.sweep.configs)}
 
 
-def expressible_configs(base: Strategy, configs: tuple[FusionConfig, ...] | None = None
-                        ) -> tuple[FusionConfig, ...]:
+def expressible_configs(base: Strategy, configs: tuple[FusionConfig, ...] | None = None) -> tuple[FusionConfig, ...]:
     """The configurations that make a valid strategy with ``base``'s other parameters
     (e.g. all weight on a leg whose candidate k is 0 is not)."""
     def valid(config: FusionConfig) -> bool:
@@ -224,8 +220,7 @@ def expressible_configs(base: Strategy, configs: tuple[FusionConfig, ...] | None
 
 def recommend(pools: PoolSet, base_strategy: Strategy, metric: str = DEFAULT_METRIC,
               folds: int = 5, seed: int = 0, *, version: str | None = None,
-              configs: tuple[FusionConfig, ...] | None = None,
-              n_resamples: int = 10000) -> Recommendation:
+              configs: tuple[FusionConfig, ...] | None = None, n_resamples: int = 10000) -> Recommendation:
     """Sweep, cross-validate and emit a ready-to-paste strategy (default version ``<base>-tuned-<metric>``) tuned on
     ``pools``, which ``base_strategy`` stored (its candidate ks are kept). The gain compares the out-of-fold per-case
     metric with the base's own fusion on the same pools (mean, paired bootstrap 95% CI, sign-flip p);
@@ -243,8 +238,7 @@ def recommend(pools: PoolSet, base_strategy: Strategy, metric: str = DEFAULT_MET
     description = (f"Fusion tuned on the pools of {base_strategy.version} ({pools.n_cases} cases): "
                    f"{cv.recommended.label}; {len(cv.chosen)}-fold CV {metric} {cv.mean:.4f} "
                    f"[{lo:.4f}, {hi:.4f}], base fusion {float(base_values.mean()):.4f}.")
-    strategy = cv.recommended.apply_to(base_strategy, version or
-                                       f"{base_strategy.version}-tuned-{metric}", description)
+    strategy = cv.recommended.apply_to(base_strategy, version or f"{base_strategy.version}-tuned-{metric}", description)
     return Recommendation(
         metric=metric, base=base_strategy, strategy=strategy, yaml=strategy_to_yaml(strategy),
         predicted_mean=cv.in_sample_mean, cv=cv, base_mean=float(base_values.mean()),

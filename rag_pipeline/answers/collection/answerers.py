@@ -38,8 +38,7 @@ ANSWERER_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 
 def get_answerer(name: str, *, engine: sa.Engine, knowledge_base: str, strategy: str | Strategy | None = None,
                  **params: Any) -> Answerer:
-    """The answerer ``name`` over ``knowledge_base`` retrieving with ``strategy`` (default
-    :data:`DEFAULT_STRATEGY`), with its own ``params``; :class:`AnswererError` for an unknown name or parameter."""
+    """The answerer ``name`` over ``knowledge_base`` with ``strategy`` and ``params``, else :class:`AnswererError`."""
     factory = _FACTORIES.get(name)
     if factory is None:
         raise AnswererError(f"unknown answerer {name!r}; known answerers: {', '.join(ANSWERER_NAMES)}")

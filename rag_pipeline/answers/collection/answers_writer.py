@@ -1,11 +1,5 @@
-"""The answers file the collector writes: one JSON line per finished case, resumable (docs/answers-collection.md).
-
-Each case is one ``O_APPEND`` write of its whole line, then ``flush`` and ``fsync``, so a crash leaves at most one
-torn last line. :func:`open_for_resume` drops a torn last line and the ``error`` lines, keeps the ``ok`` ones (their
-cases are skipped) and writes them back atomically, keeping the file's permission bits; a foreign, duplicate or
-other-answerer line is an error naming the file and line. Only lines the readers accept are written
-(:func:`storable`); any other becomes its case's ``error`` line. :func:`output_lock` (``flock`` on ``.<name>.lock``)
-refuses a second collector on the same file (:class:`OutputBusyError`)."""
+"""The answers file the collector writes: one whole ``O_APPEND`` + ``fsync`` line per finished case, resumable
+(:func:`open_for_resume`), one collector per file (:func:`output_lock`); docs/answers-collection.md."""
 
 from __future__ import annotations
 
@@ -47,9 +41,7 @@ def lock_path(path: Path) -> Path:
 
 @contextlib.contextmanager
 def output_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` for the block; :class:`OutputBusyError` at once if another process
-    (or another collection in this one) holds it. The lock file is removed when the block ends; a lock file
-    left by a killed collector holds no lock (the kernel drops it with the process) and is reused."""
+    """Hold an exclusive ``flock`` on ``path`` for the block, else :class:`OutputBusyError` at once."""
     lock = lock_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
@@ -172,8 +164,7 @@ def _refused(record: AnswerRecord) -> tuple[str | None, bytes]:
 
 
 def storable(record: AnswerRecord) -> tuple[AnswerRecord, bytes]:
-    """``(record, line)`` as written: the record itself when the readers accept its line, else its case's
-    error line saying why (``raw_response`` kept when it fits, cut or left out when it does not)."""
+    """``(record, line)`` as written: the record if its line is accepted, else its case's error line."""
     problem, line = _refused(record)
     if problem is None:
         return record, line
@@ -206,8 +197,7 @@ class AnswersWriter:
         self._lock = threading.Lock()
 
     def append(self, record: AnswerRecord) -> AnswerRecord:
-        """Append the record's line (:func:`storable`: its error line instead when the readers would refuse it)
-        and return the record written."""
+        """Append the record's line (its :func:`storable` error line if refused); the record written."""
         record, line = storable(record)
         with self._lock:
             written = os.write(self._fd, line)

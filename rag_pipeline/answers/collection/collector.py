@@ -1,10 +1,5 @@
-"""Collect one answer line per dataset case from an endpoint or an in-process answerer (docs/answers-collection.md).
-
-Endpoint mode: at most ``concurrency`` cases in flight; each finished case, scrubbed of the secrets in use, is
-appended at once (:mod:`.answers_writer`). A case whose every attempt fails to connect stops new cases and
-ends the collection ``failed`` (so does answering no case); an unforeseen exception is that case's error line; only
-a failed file write stops it. ``cancel`` (a :class:`threading.Event`) drops the requests in flight and ends it
-``failed``. Answerer mode: the answerer's ``answer_cases`` yields the lines."""
+"""Collect one answer line per dataset case from an endpoint (at most ``concurrency`` cases in flight, each line
+scrubbed and appended at once) or an in-process answerer (docs/answers-collection.md)."""
 
 from __future__ import annotations
 
@@ -139,8 +134,7 @@ async def _ask_all(client: EndpointClient, cases: Sequence[EvaluationCase], writ
 def collect_from_answerer(answerer: Answerer, cases: Sequence[EvaluationCase], writer: AnswersWriter, *,
                           total: int, skipped: int, progress: Progress | None = None,
                           cancel: threading.Event | None = None) -> CollectionResult:
-    """Append the answerer's line for every case of ``cases``; its identity is set on each line it leaves
-    unnamed. A line for a case not asked is a bug of the answerer (:class:`RuntimeError`)."""
+    """Append the answerer's line for every case of ``cases``, its identity set on each unnamed line."""
     tally = _Tally(total, skipped, progress)
     pending = {c.case_id for c in cases}
     start = time.perf_counter()

@@ -1,10 +1,5 @@
-"""A careful async client of a user's RAG endpoint: one case → one answer line (docs/answers-collection.md).
-
-Requests come from :mod:`.endpoint_request`, retries follow :mod:`.retry_policy`; a reply is read at most to
-:data:`MAX_RESPONSE_BYTES` and the whole request is bounded by ``timeout_s``. Whatever happens ends as the case's
-line, never an exception (:attr:`CaseOutcome.unreachable` tells the collector). Over the HTTP API an
-:class:`~.endpoint_guard.EndpointGuard` limits the connections (a refused address stops the collection) and
-``quote_replies=False`` keeps reply text out of the errors."""
+"""A careful async client of a user's RAG endpoint: one case → one answer line, never an exception; bounded
+reply size and time, retries per :mod:`.retry_policy` (docs/answers-collection.md)."""
 
 from __future__ import annotations
 
@@ -65,8 +60,7 @@ class _Reply:
 
 
 class EndpointClient:
-    """Use as ``async with EndpointClient(config) as client: outcome = await client.ask(case)``. The flags are
-    checked in the constructor (:class:`~.endpoint_request.EndpointConfigError` naming the flag)."""
+    """``async with EndpointClient(config) as client: await client.ask(case)``; flags checked at once."""
 
     def __init__(self, config: EndpointConfig, environ: dict[str, str] | None = None, *,
                  guard: EndpointGuard | None = None, max_response_bytes: int = MAX_RESPONSE_BYTES,

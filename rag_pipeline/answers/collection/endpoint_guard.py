@@ -1,10 +1,5 @@
-"""Where an answer collection asked over the HTTP API may connect, checked at the connection itself
-(docs/http-api.md, docs/failure-behaviour.md).
-
-Allowed: a URL under a base of ``RAG_COLLECT_ENDPOINTS`` (any address), or with ``RAG_COLLECT_PUBLIC_ENDPOINTS=1``
-a host whose addresses are all public. :class:`GuardedBackend` resolves the host once, checks every address (IPv4
-embedded in IPv6 forms by the IPv4 address it carries) and connects to a checked address, never resolving again,
-so a changing DNS answer cannot bypass it. Redirects are not followed."""
+"""Where an answer collection asked over the HTTP API may connect, checked at the connection itself: the host is
+resolved once and only checked addresses are connected to (docs/http-api.md, docs/failure-behaviour.md)."""
 
 from __future__ import annotations
 
@@ -54,8 +49,7 @@ def _parts(url: str) -> tuple[str, str, int, str]:
 
 
 def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Globally routable, and not loopback, private, link-local, reserved, multicast or unspecified; an IPv6
-    address that carries an IPv4 one is judged by both."""
+    """Globally routable (an IPv6 address carrying an IPv4 one: both judged)."""
     if isinstance(address, ipaddress.IPv6Address):
         carried = [address.ipv4_mapped, address.sixtofour, *(address.teredo or ())]
         if address in _NAT64:
@@ -84,8 +78,7 @@ def _is_literal(host: str) -> bool:
 
 
 class EndpointGuard:
-    """The endpoints the HTTP API may call: ``bases`` (URLs, as ``RAG_COLLECT_ENDPOINTS``) and, when ``public``,
-    any host with public addresses only."""
+    """The endpoints the HTTP API may call: ``bases`` and, when ``public``, hosts with public addresses only."""
 
     def __init__(self, bases: Iterable[str] = (), *, public: bool = False):
         self.bases = tuple(_Base(*_parts(b)) for b in bases)
@@ -98,8 +91,7 @@ class EndpointGuard:
         return cls(bases, public=settings.collect_public_endpoints)
 
     def check_url(self, url: str) -> None:
-        """Refuse (:class:`EndpointRefusedError`) a URL that is neither under a listed base nor, with ``public``, an
-        http(s) URL; a public one's addresses are checked when it is connected to (:meth:`addresses`)."""
+        """Refuse a URL neither under a listed base nor, with ``public``, http(s) (addresses checked later)."""
         try:
             split = urlsplit(url)
         except ValueError:
@@ -122,8 +114,7 @@ class EndpointGuard:
                 "addresses; `rag-pipeline answers collect` calls any endpoint")
 
     async def precheck(self, url: str) -> None:
-        """:meth:`check_url`, then (an endpoint not listed) its host's addresses now, so that a refused one is
-        told before anything starts; the connection checks them again (:class:`GuardedBackend`)."""
+        """:meth:`check_url`, then an unlisted endpoint's addresses now, so a refusal comes before any work."""
         self.check_url(url)
         scheme, host, port, path = _parts(url)
         if not any(b.holds(scheme, host, port, path) for b in self.bases):
@@ -160,8 +151,7 @@ class EndpointGuard:
 
 
 class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend behind :class:`EndpointGuard`: every TCP connection is to a listed origin or
-    to an address the guard checked (the TLS name and the ``Host`` header stay the URL's)."""
+    """httpcore's network backend connecting only to a listed origin or an address the guard checked."""
 
     def __init__(self, guard: EndpointGuard):
         self.guard = guard
@@ -203,8 +193,7 @@ def guarded_transport(guard: EndpointGuard, limits: httpx.Limits) -> httpx.Async
 
 
 def allowed_variables(patterns: Sequence[str], environ: typing.Mapping[str, str]) -> dict[str, str]:
-    """The variables of ``environ`` that ``patterns`` (``NAME`` or ``PREFIX*``, as ``RAG_COLLECT_ENV``) name;
-    ``RAG_*`` never."""
+    """The variables of ``environ`` that ``patterns`` (``NAME`` or ``PREFIX*``) name; ``RAG_*`` never."""
     def allowed(name: str) -> bool:
         return any(name == p or (p.endswith("*") and name.startswith(p[:-1])) for p in patterns)
 

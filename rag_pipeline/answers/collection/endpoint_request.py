@@ -1,10 +1,5 @@
-"""The request sent for one case: the filled JSON template, the URL and the headers (docs/answers-collection.md).
-
-Every string value of the parsed template gets ``{question}``, ``{case_id}`` and ``{k}`` replaced in one pass and
-the document is serialised again (a question is escaped by the JSON encoder, never spliced); a string exactly
-``"{k}"`` becomes the number k; the URL's placeholders are percent-encoded. A header value ``env:NAME`` is read from
-the environment; :class:`ResolvedHeaders` hides the values from ``repr`` and :meth:`ResolvedHeaders.scrub` removes
-them (and the URL's password) from stored or printed text (:mod:`rag_pipeline.answers.scrubbing`)."""
+"""The request sent for one case: the filled JSON template (values escaped by the encoder, never spliced), the
+URL and the headers (``env:NAME`` values hidden from ``repr``); docs/answers-collection.md."""
 
 from __future__ import annotations
 
@@ -65,8 +60,7 @@ def fill_url(url: str, question: str, case_id: str, k: int) -> str:
 
 
 class ResolvedHeaders:
-    """The request headers with their ``env:`` values read; the values never appear in ``repr`` or ``str``.
-    ``url`` is the endpoint's: the password of its ``user:password@`` is scrubbed too."""
+    """The request headers with their ``env:`` values read, never shown in ``repr`` or ``str``."""
 
     def __init__(self, specs: tuple[str, ...] | list[str], environ: Mapping[str, str] | None = None, *,
                  url: str = ""):

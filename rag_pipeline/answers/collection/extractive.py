@@ -1,9 +1,5 @@
-"""The shipped baseline answerer ``extractive-v1``: a floor to beat, not a generator.
-
-It retrieves each case's ``k`` chunks with a registry strategy, answers with the at most ``max_sentences``
-sentences of the top ``top_n`` chunks sharing the most :func:`terms` with the question, and cites their chunks. It
-refuses (:data:`REFUSAL_PHRASES`, docs/design.md §12.4) when the top score is below ``refusal_threshold`` or no
-sentence shares a term. Deterministic: the same inputs give the same file but for ``latency_ms``."""
+"""The shipped baseline answerer ``extractive-v1``, a floor to beat: the top chunks' sentences sharing the most
+:func:`terms` with the question, their chunks cited; it refuses on a low top score. Deterministic."""
 
 from __future__ import annotations
 
@@ -46,9 +42,7 @@ STOPWORDS = frozenset(
 
 
 def split_sentences(text: str) -> list[str]:
-    """The sentences of a chunk's ``text``: the answers' splitter
-    (:func:`rag_pipeline.answers.metrics.sentences.split_sentences`, which also cuts at line breaks), with list
-    markers (``-``, ``1.``) stripped and Markdown heading lines (``#``) dropped."""
+    """The sentences of a chunk's ``text`` (the answers' splitter), list markers stripped, heading lines dropped."""
     sentences = []
     for piece in answer_sentences(text):
         piece = _LIST_MARKER.sub("", piece.strip()).strip()
@@ -58,9 +52,8 @@ def split_sentences(text: str) -> list[str]:
 
 
 def terms(text: str) -> set[str]:
-    """The terms overlap is counted on: for each run of Chinese characters its character bigrams (a lone
-    character is a term itself), for Latin text its lower-cased words and numbers without :data:`STOPWORDS`.
-    Text is NFKC-normalised first (full-width letters and digits become ASCII). No stemming."""
+    """The terms overlap is counted on (after NFKC): Chinese character bigrams (a lone character itself), Latin
+    lower-cased words and numbers but :data:`STOPWORDS`; no stemming."""
     text = unicodedata.normalize("NFKC", text).lower()
     found: set[str] = set()
     for run in _CJK_RUN.findall(text):
@@ -88,9 +81,8 @@ class Choice:
 
 def choose(question: str, chunks: Sequence[tuple[str, str]], top_score: float | None, *, max_sentences: int,
            refusal_threshold: float) -> Choice:
-    """Pick the answer from ``chunks`` (``(chunk id, text)`` best first): the sentence sharing the largest share of
-    the question's terms, and the next while at least half as good, up to ``max_sentences``, in document order (ties:
-    the earlier). Refuses when ``top_score`` is None or below ``refusal_threshold``, or no sentence shares a term."""
+    """The answer from ``chunks`` (best first): the sentences sharing most of the question's terms (each next one at
+    least half as good as the best), in document order; a refusal on a low ``top_score`` or no shared term."""
     if top_score is None:
         return Choice((), (), True, "nothing retrieved")
     if top_score < refusal_threshold:
@@ -116,8 +108,7 @@ def join_sentences(sentences: Sequence[str], lang: str) -> str:
 
 
 class ExtractiveAnswerer:
-    """``extractive-v1`` over one knowledge base with one strategy; :attr:`identity` is
-    ``extractive-v1@<first 12 hex of the canonical hash of params>`` (as :meth:`Strategy.params_hash`)."""
+    """``extractive-v1`` over one knowledge base with one strategy, identified by its params hash."""
 
     def __init__(self, engine: sa.Engine, knowledge_base: str, strategy: Strategy, *, top_n: int = DEFAULT_TOP_N,
                  max_sentences: int = DEFAULT_MAX_SENTENCES,
@@ -146,9 +137,7 @@ class ExtractiveAnswerer:
         return f"{NAME}@{self.params_hash()[:12]}"
 
     def answer_cases(self, cases: Sequence[EvaluationCase]) -> Iterator[AnswerRecord]:
-        """One :class:`AnswerRecord` per case, in order; retrieval runs per batch of :attr:`batch_size` cases.
-        ``latency_ms`` is the case's share of its batch's retrieval plus its own sentence choice. An unknown
-        knowledge base or a strategy that cannot search it is raised here, before the first record."""
+        """One :class:`AnswerRecord` per case, in order, retrieved per batch; bad input raises before the first."""
         with self.engine.connect() as conn:
             kb = resolve_knowledge_base(conn, self.knowledge_base)
             preflight(conn, kb, self.strategy)

@@ -1,8 +1,5 @@
-"""An endpoint's reply → one answer line (docs/design.md §12.2; the paths: :mod:`.response_paths`).
-
-``answer`` must be a string; ``citations`` and ``contexts``, when found, lists of strings (ids kept as given). Any
-other shape is the case's ``status: "error"`` line with the reason and the capped reply. Every line leaves through
-:func:`scrubbed_record` (no secret value in use stays in it)."""
+"""An endpoint's reply → one answer line (docs/design.md §12.2; the paths: :mod:`.response_paths`); a reply of
+another shape is the case's ``error`` line, and every line leaves through :func:`scrubbed_record`."""
 
 from __future__ import annotations
 
@@ -23,9 +20,7 @@ MAX_INT_DIGITS = 4000
 
 
 class LongInteger:
-    """A JSON integer too long to convert, kept as its text: harmless in a field nobody reads, a wrong type
-    (``an integer of 10,000 digits``) at the answer or id path. A reply nested too deeply for the parser is the
-    case's error too; neither message names Python's settings."""
+    """A JSON integer too long to convert, kept as its text: a wrong type only at the answer or id path."""
 
     def __init__(self, text: str):
         self.text = text
@@ -64,8 +59,7 @@ def raw_text(body: bytes, scrub: Callable[[str], str]) -> str:
 
 
 def scrubbed_record(record: AnswerRecord, scrub: Callable[[str], str]) -> AnswerRecord:
-    """``record`` with ``scrub`` applied to each of its strings (answer, error, raw reply, chunk ids, answerer),
-    each cut to its field's limit again (``[secret]`` may be longer than what it replaces)."""
+    """``record`` with ``scrub`` applied to each of its strings, each cut to its field's limit again."""
     def ids(values: list[str] | None) -> list[str] | None:
         return None if values is None else [scrub(v) for v in values]
 

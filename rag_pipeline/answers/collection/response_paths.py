@@ -1,8 +1,5 @@
-"""The small path language that maps an endpoint's JSON reply to an answer line (docs/answers-collection.md).
-
-A path is dotted object keys with list steps: ``data.answer``, ``choices[0].message.content``,
-``citations[*].chunk_id`` (``[-1]`` the last item, ``[*]`` each item); the empty path is the whole reply.
-Nothing is evaluated."""
+"""The path language mapping an endpoint's JSON reply to an answer line: ``choices[0].message.content``,
+``citations[*].chunk_id``, ``[-1]``; the empty path is the whole reply (docs/answers-collection.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""When the collector asks again (docs/answers-collection.md; the answer line's ``attempts``, docs/design.md §12.2).
-
-Retried: 429, 5xx, a timeout, a connection error; nothing else. The wait before retry ``n`` is
-``backoff * 2**(n-1)``, or a valid ``Retry-After`` (RFC 9110 delay-seconds or HTTP date) on a 429 / 503, capped at
-``max_wait``; a malformed ``Retry-After`` is ignored and more than :data:`MAX_DELAY_DIGITS` digits reads as
-9,999,999,999 s."""
+"""When the collector asks again: 429, 5xx, a timeout, a connection error; after ``backoff * 2**(n-1)`` or a valid
+``Retry-After``, capped at ``max_wait`` (docs/answers-collection.md)."""
 
 from __future__ import annotations
 
@@ -54,8 +50,7 @@ def wait_before_retry(retry: int, backoff: float, max_wait: float, retry_after: 
 
 
 def describe_failure(exc: BaseException, timeout_s: float, scrub: Callable[[str], str]) -> tuple[str, bool]:
-    """``(what went wrong, whether it is a failure to connect)`` of a :data:`RETRIED_ERRORS` error; ``scrub``
-    removes secrets from the library's message."""
+    """``(what went wrong, whether it failed to connect)`` of a :data:`RETRIED_ERRORS` error, scrubbed."""
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
         return f"cannot connect to the endpoint: {type(exc).__name__}: {scrub(str(exc))}", True
     if isinstance(exc, (TimeoutError, httpx.TimeoutException)):

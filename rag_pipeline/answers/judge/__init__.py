@@ -1,2 +1,1 @@
-"""The optional answer judge (docs/judge.md): an OpenAI-compatible chat client with a reply cache, the zh / en
-prompts, and the faithfulness and refusal scores."""
+"""The optional answer judge (docs/judge.md): chat client and cache, prompts, scores."""

@@ -1,10 +1,5 @@
-"""The judge's exchange with its chat endpoint: one request per (prompt, repeat), retried, parsed and cached.
-
-:class:`JudgeClient` posts OpenAI-compatible ``{url}/chat/completions`` requests, retries 429, 5xx, timeouts and
-refused connections with backoff (``Retry-After`` honoured), reads at most :data:`MAX_REPLY_BYTES` and turns any
-unreadable reply into a "not judged" reason; replies and reasons are scrubbed of the API key and URL password.
-:class:`JudgeCache` keeps the replies that parsed in a JSON Lines file keyed by (prompt sha256, model, repeat)
-(docs/judge.md)."""
+"""The judge's exchange with its OpenAI-compatible chat endpoint (:class:`JudgeClient`): one request per
+(prompt, repeat), retried, parsed, scrubbed and cached by :class:`JudgeCache` (docs/judge.md)."""
 
 from __future__ import annotations
 
@@ -66,8 +61,7 @@ def prompt_sha256(body: Mapping[str, object]) -> str:
 
 
 class JudgeCache:
-    """Judge replies by (prompt sha256, model, repeat) in a JSON Lines file (default ``RAG_JUDGE_CACHE``), one
-    single-write line each; a torn last line is skipped at load with a warning."""
+    """Judge replies by (prompt sha256, model, repeat) in a JSON Lines file; a torn last line is skipped."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or judge_cache_file()
@@ -107,8 +101,7 @@ class JudgeCache:
 
 
 class JudgeClient:
-    """One httpx client for a judge endpoint (thread-safe; use as a context manager). :attr:`requests` counts
-    the HTTP requests made, retries included."""
+    """One thread-safe httpx client for a judge endpoint; :attr:`requests` counts the requests made."""
 
     def __init__(self, config: JudgeConfig, cache: JudgeCache | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -130,8 +123,7 @@ class JudgeClient:
         self._http.close()
 
     def ask(self, body: Mapping[str, object], repeat: int, parse: Callable[[str], T]) -> tuple[T | None, str | None]:
-        """(the parsed reply, None), or (None, why not): the cache first, else the endpoint. ``body`` holds
-        ``messages`` and ``response_format``; the model and temperature 0 are added here."""
+        """(the parsed reply, None), or (None, why not): from the cache, else the endpoint (temperature 0)."""
         key = prompt_sha256(body)
         cached = self.cache.get(key, self.config.model, repeat)
         if cached is not None:
@@ -179,8 +171,7 @@ class JudgeClient:
         return None, f"{reason} (after {self.config.retries + 1} attempts)"
 
     def _exchange(self, body: dict[str, object]) -> tuple[int, str, str | None]:
-        """(status, the reply decoded, its Retry-After) of one request; :class:`_TooLongError` past
-        :data:`MAX_REPLY_BYTES`, ``httpx.ReadTimeout`` when the whole reply takes longer than ``timeout_s``."""
+        """(status, the reply decoded, its Retry-After) of one request, bounded in size and time."""
         deadline = time.monotonic() + self.config.timeout_s
         with self._http.stream("POST", self.endpoint, json=body) as response:
             received = bytearray()

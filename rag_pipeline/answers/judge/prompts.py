@@ -1,12 +1,9 @@
-"""The judge's prompts, in English and Chinese, the reply shapes they ask for, and the language choice.
-
-Tasks ``faithfulness`` and ``refusal`` (docs/judge.md); :func:`question_language` is ``zh`` when CJK characters
-are at least :data:`ZH_TOKEN_SHARE` of the question's tokens. :data:`PROMPT_VERSION` hashes every text and schema
-here, so a changed prompt is a different judge."""
+"""The judge's zh / en prompts and reply shapes; :data:`PROMPT_VERSION` hashes them (docs/judge.md)."""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -130,25 +127,12 @@ MAX_CANDIDATES = 200
 
 
 def _objects(content: str) -> Iterator[object]:
-    """The whole content as JSON, then every JSON object starting at a ``{`` of it, in order (the first
-    :data:`MAX_CANDIDATES`). JSON nested too deeply or holding an integer too long to read is a
-    :class:`ReplyError` saying so (never Python's own advice), not an exception of the run."""
-    try:
-        whole = json.loads(content)
-    except json.JSONDecodeError:
-        pass
-    except RecursionError:
-        raise ReplyError("the reply's JSON is nested too deeply to read") from None
-    except ValueError:
-        raise ReplyError("the reply's JSON holds an integer too long to read") from None
-    else:
-        yield whole
+    """The whole content as JSON, then each object at one of its first :data:`MAX_CANDIDATES` ``{``."""
     decoder = json.JSONDecoder()
-    for n, match in enumerate(re.finditer(r"\{", content)):
-        if n == MAX_CANDIDATES:
-            return
+    starts = itertools.islice((m.start() for m in re.finditer(r"\{", content)), MAX_CANDIDATES)
+    for start in itertools.chain([None], starts):
         try:
-            yield decoder.raw_decode(content, match.start())[0]
+            yield json.loads(content) if start is None else decoder.raw_decode(content, start)[0]
         except json.JSONDecodeError:
             continue
         except RecursionError:
@@ -167,8 +151,7 @@ def _validated(task: Task, data: object) -> Reply:
 
 
 def parse_reply(task: Task, content: str, cited_ids: Mapping[str, str] | None = None) -> Reply:
-    """The reply of ``task``: the content as JSON, else its first JSON object of the task's shape, validated by the
-    task's reply model (else :class:`ReplyError`); a claim naming a chunk that was not cited is an error."""
+    """The reply of ``task``: the content's first JSON object of the task's shape; claims cite cited chunks."""
     reply, first_error = None, None
     for data in _objects(content):
         try:

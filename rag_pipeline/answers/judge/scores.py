@@ -1,10 +1,5 @@
-"""The optional LLM judge: faithfulness of an answer to its cited chunks, and refusal when nothing else decides.
-
-The rules (docs/judge.md, docs/design.md §12): :func:`judge_case` asks each prompt ``config.repeats`` times in the
-question's language; ``faithfulness`` is supported claims / claims (mean, spread, min, max over the repeats; None
-with a reason for no claims, an empty answer or no cited chunk); ``refused`` is the majority vote (a tie is None);
-an unparsed reply or HTTP error is "not judged", never a 0. :func:`judge_cases` judges many answers concurrently;
-:func:`judge_summary` is a run's faithfulness mean with its counts and skip reasons."""
+"""The optional LLM judge: faithfulness of an answer to its cited chunks, and refusal by majority vote; an
+unparsed reply or HTTP error is "not judged", never a 0 (docs/judge.md, docs/design.md §12)."""
 
 from __future__ import annotations
 
@@ -116,8 +111,7 @@ def _judge(client: JudgeClient, item: JudgeItem) -> JudgeScore:
 
 
 def judge_summary(scores: Sequence[JudgeScore | None]) -> AnswerMetricSummary:
-    """The mean faithfulness of the answers the judge gave one to; the others counted by their reason
-    (``not judged: …`` counted as ``not judged``; ``None``: the answer was not sent to the judge)."""
+    """The mean faithfulness of the judged answers; the others counted by reason (None: not sent)."""
     values = [s.faithfulness for s in scores if s is not None and s.faithfulness is not None]
     reasons = Counter("not sent to the judge" if s is None
                       else s.skipped.get("faithfulness", "no value").split(":", 1)[0]

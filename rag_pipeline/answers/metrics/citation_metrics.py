@@ -1,9 +1,4 @@
-"""An answer's citations against the labels, the retrieved chunks and the chunks' text (docs/design.md §12.3).
-
-Chunk ids are compared stripped and lower-cased. A cited id that is not a UUID (the form of every chunk id of a
-knowledge base) is kept as given and is never relevant, retrieved, in the knowledge base or valid. Each metric
-returns ``(value, None)`` or ``(None, reason)`` when it is undefined for the case.
-"""
+"""An answer's citations against the labels, the retrieved chunks and their text (docs/design.md §12.3)."""
 
 from __future__ import annotations
 
@@ -43,9 +38,7 @@ def distinct_cited(cited: Sequence[str] | None) -> list[str]:
 
 def build_citations(cited: Sequence[str] | None, *, grades: Mapping[str, int], retrieved: Sequence[str] | None,
                     kb_chunk_ids: Collection[str] | None) -> list[AnswerCitation]:
-    """One :class:`AnswerCitation` per distinct cited id. ``is_valid``: among ``retrieved`` when it is given,
-    else among ``kb_chunk_ids`` (lower-case ids; None: not known); with neither, no citation is valid (and
-    validity is undefined)."""
+    """One :class:`AnswerCitation` per cited id; valid: among ``retrieved``, else ``kb_chunk_ids``."""
     retrieved_set = None if retrieved is None else {normalise_id(c) for c in retrieved}
     out = []
     for cid in distinct_cited(cited):
@@ -88,8 +81,7 @@ def citation_validity(citations: Sequence[AnswerCitation], *, retrieved_sent: bo
 
 
 def sentence_citation_coverage(answer: str) -> Scored:
-    """Share of the answer's sentences that carry an inline citation marker; undefined when the answer has no
-    marker at all (its citations, if any, are not inline)."""
+    """Share of the answer's sentences with an inline citation marker; undefined without any marker."""
     if not has_marker(answer):
         return None, "citations not inline"
     sentences = split_sentences(answer)
@@ -101,8 +93,7 @@ def _nfkc(text: str) -> str:
 
 
 def support_text(text: str) -> str:
-    """The form lexical support compares: NFKC, case-folded, letters and digits only (white space, punctuation,
-    symbols and ``_`` removed)."""
+    """The form lexical support compares: NFKC, case-folded, letters and digits only."""
     return _NOT_ALNUM.sub("", _nfkc(text).casefold())
 
 
@@ -128,12 +119,8 @@ def _resolve(sentence: str, cited: Sequence[str]) -> list[str]:
 
 def lexical_support(answer: str, cited: Sequence[str] | None, chunk_text: Mapping[str, str], *, ngram: int,
                     threshold: float) -> Scored:
-    """Share of the answer's sentences that are lexically supported by the chunks they cite.
-
-    A sentence (:func:`support_text`) is supported when at least ``threshold`` of its distinct character
-    ``ngram``-grams (a shorter sentence: as a substring) and every number of it (:func:`numbers`) occur in its chunks:
-    those its markers cite when the answer has markers, else every cited chunk. Empty sentences are not counted.
-    Undefined when no cited chunk has text in ``chunk_text`` (keyed by lower-case chunk id)."""
+    """Share of the answer's sentences whose character ``ngram``-grams (at least ``threshold`` of them) and numbers
+    occur in the chunks they cite (docs/design.md §12.3); undefined when no cited chunk has text."""
     texts = chunk_text
     cited = list(cited or ())
     inline = has_marker(answer)

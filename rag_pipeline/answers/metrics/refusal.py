@@ -1,7 +1,4 @@
-"""Whether an answer is a refusal: the system's own flag, else a zh/en phrase list (docs/design.md §12.4).
-
-The answer, normalised (NFKC, case-folded, straight quotes, white space collapsed), contains one of the phrases
-normalised the same way: a lexical, documented rule, never a judge."""
+"""Whether an answer is a refusal: its own flag, else a zh/en phrase list (docs/design.md §12.4)."""
 
 from __future__ import annotations
 
@@ -33,8 +30,7 @@ def normalise_for_refusal(text: str) -> str:
 
 
 def phrase_refusal(answer: str, phrases: Sequence[str] | None = None) -> bool:
-    """Whether the normalised answer contains one of the normalised ``phrases`` (default
-    :data:`DEFAULT_REFUSAL_PHRASES`); empty phrases are ignored."""
+    """Whether the normalised answer contains a normalised phrase (default :data:`DEFAULT_REFUSAL_PHRASES`)."""
     text = normalise_for_refusal(answer)
     return any(needle in text for needle in _needles(DEFAULT_REFUSAL_PHRASES if phrases is None else tuple(phrases)))
 
@@ -45,8 +41,7 @@ def _needles(phrases: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def is_refusal(record: AnswerRecord, phrases: Sequence[str] | None = None) -> tuple[bool, RefusalSource]:
-    """``(refused, source)``: the record's ``refused`` flag when it sent one (either way: the flag wins), else
-    ``(True, "phrase")`` on a phrase match, else ``(False, "none")``."""
+    """``(refused, source)``: the record's own flag if sent, else ``(True, "phrase")`` on a match, else none."""
     if record.refused is not None:
         return record.refused, "flag"
     if phrase_refusal(record.answer, phrases):

@@ -1,7 +1,6 @@
 """Score one case's answer record against its labelled case: metrics, citations, refusal, verdict, answer_score
 (docs/design.md §12.3–§12.5). Pure: no database; the caller passes the knowledge base's chunk ids and the text of
-the cited chunks.
-"""
+the cited chunks."""
 
 from __future__ import annotations
 
@@ -55,9 +54,7 @@ def _unanswered(case: EvaluationCase, record: AnswerRecord | None, relevant: lis
 
 def score_case(case: EvaluationCase, record: AnswerRecord | None, *, kb_chunk_ids: Collection[str] | None,
                chunk_text: Mapping[str, str], scoring: AnswerScoring) -> AnswerCaseResult:
-    """One case's :class:`AnswerCaseResult` (``record`` None or ``error``: unscored, every metric "no answer").
-    ``chunk_text``: lower-case chunk id → text of at least the cited chunks; ``kb_chunk_ids``: the knowledge base's
-    lower-case chunk ids, or None when not known."""
+    """One case's :class:`AnswerCaseResult`; ids of ``chunk_text`` and ``kb_chunk_ids`` are lower-case."""
     relevant = [cm.normalise_id(c) for c in case.relevant_chunk_ids]
     if record is None or record.status == "error":
         return _unanswered(case, record, relevant)
@@ -115,8 +112,7 @@ def score_case(case: EvaluationCase, record: AnswerRecord | None, *, kb_chunk_id
 def score_answers(cases: Iterable[EvaluationCase], records_by_id: Mapping[str, AnswerRecord], *,
                   kb_chunk_ids: Collection[str] | None, chunk_text: Mapping[str, str],
                   scoring: AnswerScoring) -> list[AnswerCaseResult]:
-    """Every case's result in dataset order (no record: missing), the chunk ids normalised once here; a record
-    of a case not in ``cases`` is a :class:`ValueError` naming it."""
+    """Every case's result in dataset order (no record: missing); a record of an unknown case: ``ValueError``."""
     cases = list(cases)
     unknown = sorted(set(records_by_id) - {c.case_id for c in cases})
     if unknown:

@@ -1,10 +1,4 @@
-"""Chinese and English sentence splitting that keeps inline citation markers with their sentence
-(docs/design.md §12.3).
-
-A sentence ends at ``。！？!?；…``, at a ``.`` followed by white space, a marker or the end (not in ``3.5`` or
-:data:`ABBREVIATIONS`), and at a line break; closing quotes and the markers after them stay with it. Markers
-(:data:`MARKER`): ``[1]``, ``[1, 2]``, ``【1】``, ``[<chunk uuid>]``...; a number ``n`` is the answer's ``n``-th cited
-chunk id."""
+"""Chinese and English sentence splitting that keeps citation markers with their sentence."""
 
 from __future__ import annotations
 

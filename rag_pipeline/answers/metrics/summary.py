@@ -38,9 +38,7 @@ def _refusal_share(results: Sequence[AnswerCaseResult], answerable: bool) -> Ans
 
 
 def summarise(results: Sequence[AnswerCaseResult], *, cases: int) -> AnswerSummary:
-    """The run's :class:`AnswerSummary` over ``cases`` dataset cases (a case without a result is missing; so is
-    one of status ``error``, counted in ``errors``; ``missing_case_ids``: the first 100 with a result); refusal rates
-    and latency percentiles over the answered cases (docs/design.md §12.4)."""
+    """The run's :class:`AnswerSummary` over ``cases`` dataset cases (docs/design.md §12.4)."""
     if cases < len(results) or cases < 1:
         raise ValueError(f"cases must be at least 1 and at least the {len(results)} results, got {cases}")
     answered = [r for r in results if r.status == "ok"]

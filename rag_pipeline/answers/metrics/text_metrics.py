@@ -1,9 +1,5 @@
-"""Answer text against reference answers: exact match, F1, containment, key points (docs/design.md §12.3).
-
-A mostly-CJK reference (:func:`is_mostly_cjk`) is scored by the CMRC 2018 official script's rules (character
-tokens, F1 from the longest common contiguous run), any other by the SQuAD v2.0 script's; a score is the maximum
-over the references. One deviation from CMRC: ``nltk.word_tokenize`` runs with ``preserve_line=True`` (no Punkt
-model download), which differs only for a multi-sentence Latin run inside a CJK answer."""
+"""Answer text against reference answers (docs/design.md §12.3): a mostly-CJK reference by the CMRC 2018
+script's rules, any other by SQuAD v2.0's (``nltk.word_tokenize`` with ``preserve_line=True``: no download)."""
 
 from __future__ import annotations
 
@@ -30,9 +26,8 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 @lru_cache(maxsize=8192)
 def is_mostly_cjk(text: str) -> bool:
-    """Whether Han characters are at least half of ``text``'s units (each Han character one unit, each run of
-    other letters, digits or ``_`` one unit): ``"2018年"`` and ``"the 北京 Olympics"`` are, ``"The Beijing Olympics
-    北京"`` is not; a text with no unit is not."""
+    """Whether Han characters are at least half of ``text``'s units (a Han character, or a run of other word
+    characters): ``"2018年"`` is, ``"The Beijing Olympics 北京"`` is not."""
     units = _UNIT.findall(text)
     return bool(units) and 2 * sum(1 for u in units if _HAN.fullmatch(u)) >= len(units)
 
@@ -67,9 +62,7 @@ def _tokenize_run(run: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=8192)
 def cmrc_segments(text: str) -> tuple[str, ...]:
-    """CMRC 2018 ``mixed_segmentation(text, rm_punc=True)``: lower-case and strip, its punctuation dropped (a
-    dropped character does not split a run), each CJK character a token, every other run tokenised by
-    ``nltk.word_tokenize``."""
+    """CMRC 2018 ``mixed_segmentation(text, rm_punc=True)``: a token per CJK character, nltk for the rest."""
     out: list[str] = []
     for piece in _CMRC_PIECE.findall(text.lower().strip().translate(_CMRC_DELETE)):
         out.extend(piece if _CMRC_CJK.match(piece) else _tokenize_run(piece))  # a CJK run: one token a character
@@ -143,17 +136,13 @@ def _contains(text: str, part: str) -> bool:
 
 
 def answer_contains(answer: str, references: Sequence[str]) -> float:
-    """1.0 when some normalised reference occurs in the normalised answer, else 0.0 (docs/design.md §12.3).
-
-    With a Han character in either text: the reference's units (each Han character, each other alphanumeric run,
-    after NFKC and lower-casing) must be a contiguous run of the answer's (``16`` is not in ``160``); otherwise a
-    whole-token substring test after SQuAD ``normalize_answer`` (an empty reference only in an empty answer)."""
+    """1.0 when some normalised reference occurs in the normalised answer as a run of whole units or tokens
+    (``16`` is not in ``160``), else 0.0 (docs/design.md §12.3)."""
     return float(any(_contains(answer, ref) for ref in _check(references)))
 
 
 def key_point_recall(answer: str, key_points: Sequence[str]) -> float:
-    """Share of the key points the answer contains, each tested as :func:`answer_contains` tests a reference
-    (docs/design.md §12.3)."""
+    """Share of the key points the answer contains, each tested as :func:`answer_contains` does."""
     if isinstance(key_points, str) or not key_points:
         raise ValueError("key_points must be a non-empty sequence of strings")
     return sum(_contains(answer, point) for point in key_points) / len(key_points)

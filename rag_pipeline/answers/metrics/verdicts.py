@@ -1,5 +1,4 @@
-"""Why an answer failed: one verdict per case with a one-line reason (the rules, first match wins: docs/design.md
-§12.5)."""
+"""Why an answer failed: one verdict per case with a reason (first match wins: docs/design.md §12.5)."""
 
 from __future__ import annotations
 

@@ -1,2 +1,1 @@
-"""Stored answer runs (docs/design.md §12.6): their statements (:mod:`.queries`) and reading and writing them
-(:mod:`.persistence`)."""
+"""Stored answer runs (docs/design.md §12.6): statements and persistence."""

@@ -1,7 +1,4 @@
-"""Storing and reading scored answer runs (docs/design.md §12.6).
-
-:func:`store_run` writes a run and its cases in the caller's transaction; runs read back as the contracts.
-:func:`scorer_chunks` looks up only the cited chunk ids' text and knowledge base."""
+"""Storing scored answer runs and reading them back as the contracts (docs/design.md §12.6)."""
 
 from __future__ import annotations
 
@@ -57,8 +54,7 @@ def scoring_version(scoring: AnswerScoring) -> str:
 
 @dataclass(frozen=True)
 class RunSubject:
-    """What a run scored: the stored dataset version, the knowledge base (id, content version), the answerer, the
-    answers file's hash, and the run it re-scores (if any)."""
+    """What a run scored: dataset version, knowledge base, answerer, answers hash, the run it re-scores."""
 
     dataset_id: str
     knowledge_base_id: str
@@ -73,8 +69,7 @@ class RunSubject:
 
 def store_run(conn: sa.Connection, subject: RunSubject, scoring: AnswerScoring, results: Sequence[AnswerCaseResult],
               summary: AnswerSummary, records: Mapping[str, AnswerRecord]) -> str:
-    """Insert the run and one row per result (dataset order), with the answer line each was scored from
-    (``raw_response`` left out); returns the run id. Call inside ``engine.begin()``."""
+    """Insert the run and its results with their answer lines (in the caller's transaction); the run id."""
     run_id = uuid.uuid4()
     means = {m: summary.metrics[m].mean if m in summary.metrics else None for m in ANSWER_METRIC_NAMES}
     queries.insert_run(conn, {
@@ -156,8 +151,7 @@ def load_records(conn: sa.Connection, run_id: str) -> dict[str, AnswerRecord]:
 
 def scorer_chunks(conn: sa.Connection, knowledge_base_id, records: Iterable[AnswerRecord]
                   ) -> tuple[set[str], dict[str, str]]:
-    """``(cited ids that are searchable chunks of the knowledge base, cited chunk id -> text)``, ids lower-case;
-    one statement over the cited ids that are UUIDs in canonical form (anything else is no chunk)."""
+    """``(cited ids that are searchable chunks, cited chunk id -> text)``, lower-case, in one statement."""
     cited = {c.strip().lower() for r in records for c in (r.cited_chunk_ids or ())}
     ids = sorted(c for c in cited if _canonical_uuid(c))
     rows = queries.cited_chunks(conn, knowledge_base_id, ids)

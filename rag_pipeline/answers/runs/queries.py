@@ -92,16 +92,12 @@ def case_results(conn: sa.Connection, run_id, verdict: str | None) -> Sequence[s
 
 
 def cited_chunks(conn: sa.Connection, kb_id, ids: Sequence[str]) -> Sequence[sa.Row]:
-    """``(id, content, searchable)`` of the chunks of knowledge base ``kb_id`` among ``ids`` (UUID strings):
-    one statement, only those chunks."""
-    if not ids:
-        return []
-    return conn.execute(sa.text(_CITED_SQL), {"kb": str(kb_id), "ids": list(ids)}).all()
+    """``(id, content, searchable)`` of the chunks of knowledge base ``kb_id`` among ``ids``."""
+    return [] if not ids else conn.execute(sa.text(_CITED_SQL), {"kb": str(kb_id), "ids": list(ids)}).all()
 
 
 def prunable_runs(conn: sa.Connection, *, keep: int, days: float | None, dataset: str | None) -> Sequence[sa.Row]:
-    """Answer runs beyond the ``keep`` newest (and never the newest) of their dataset × knowledge base ×
-    answerer, created ``days`` ago or earlier (``dataset``: of that name), oldest first, with their size."""
+    """Answer runs beyond the ``keep`` newest of their dataset × KB × answerer and ``days`` old, oldest first."""
     return conn.execute(sa.text("""
 WITH ranked AS (
     SELECT r.id, r.created_at, r.answerer, r.answerer_version, r.case_count, d.name AS dataset,

@@ -1,6 +1,4 @@
-"""``rag-pipeline answers collect``: a dataset's answers from a RAG endpoint or an answerer, into an answers file
-(docs/answers-collection.md; the file: docs/design.md §12.2).
-"""
+"""``rag-pipeline answers collect``: a dataset's answers into an answers file (docs/answers-collection.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""``rag-pipeline answers evaluate | runs | show | compare | collect`` (docs/design.md §7.2, §12); ``collect`` is
-:mod:`rag_pipeline.cli.answers.collect`.
-"""
+"""``rag-pipeline answers evaluate | runs | show | compare`` (docs/design.md §7.2, §12); ``collect``."""
 
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ class AnswersFlagError(BadInputError, ValueError):
 
 
 def _refusal_phrases(path: str | None) -> tuple[str, ...] | None:
-    """``--refusal-phrases FILE``: one phrase a line (UTF-8; blank lines and ``#`` comments skipped), read by
-    the bounded reader (a regular file of at most :data:`MAX_PHRASES_BYTES`)."""
+    """``--refusal-phrases FILE``: one phrase a line (blank lines and ``#`` comments skipped), bounded read."""
     if path is None:
         return None
     source = Path(path)

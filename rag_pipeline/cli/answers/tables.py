@@ -1,6 +1,4 @@
-"""The text form of the ``answers`` commands (docs/design.md §12.3–12.5), through
-:func:`rag_pipeline.analysis.text_table.text_table`; an undefined mean is ``-``, never 0.
-"""
+"""The text form of the ``answers`` commands (docs/design.md §12.3–12.5); an undefined mean is ``-``."""
 
 from __future__ import annotations
 
@@ -53,9 +51,7 @@ def _citation_mark(c: AnswerCitation) -> str:
     relevance = "relevant" if c.is_relevant else "not relevant"
     if c.is_retrieved is False:
         return f"{relevance}, not retrieved"
-    if c.in_knowledge_base is False:
-        return f"{relevance}, not in the knowledge base"
-    return relevance
+    return f"{relevance}, not in the knowledge base" if c.in_knowledge_base is False else relevance
 
 
 def case_text(case: AnswerCaseResult) -> str:

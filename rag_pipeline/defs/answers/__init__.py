@@ -1,2 +1,1 @@
-"""The answer assets: ``answers`` → ``answer_metrics`` per dataset × answerer and ``answer_run_summary`` per dataset
-(:mod:`.assets`), and what they show in the UI (:mod:`.metadata`)."""
+"""The answer assets (:mod:`.assets`) and what they show in the Dagster UI (:mod:`.metadata`)."""

@@ -1,6 +1,5 @@
 """Asset group ``answer_evaluation`` (docs/design.md §7.3) over :mod:`rag_pipeline.service.answer_assets`; its config
-holds no secret: a header is ``{env: VARIABLE}`` (docs/answers-collection.md).
-"""
+holds no secret: a header is ``{env: VARIABLE}`` (docs/answers-collection.md)."""
 
 import warnings
 from urllib.parse import urlsplit
@@ -84,8 +83,7 @@ class AnswersConfigError(BadInputError, ValueError):
 
 
 def _endpoint(config: AnswersConfig, raw_config: dict) -> EndpointConfig | None:
-    """The endpoint of ``config``; ``raw_config`` is the config as the run storage holds it (an ``{env: …}``
-    value not yet read)."""
+    """The endpoint of ``config``; ``raw_config``: the config as stored (``{env: …}`` values not read)."""
     if not config.endpoint_url:
         return None
     if isinstance(raw_config.get("endpoint_url"), str) and _has_userinfo(config.endpoint_url):

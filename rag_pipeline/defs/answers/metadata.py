@@ -1,5 +1,4 @@
-"""What the answer assets show in the Dagster UI (docs/design.md §7.3): the coverage check's result, an answer
-run's figures as metadata, and the dataset-level table of the latest run per answerer. Pure functions."""
+"""What the answer assets show in the Dagster UI (docs/design.md §7.3); pure functions."""
 
 import dagster as dg
 
@@ -19,8 +18,7 @@ COMPARED_METRICS = ("exact_match", "f1", "citation_precision", "citation_recall"
 
 def answer_coverage_result(cases: int, answered: int, missing_case_ids: list[str], floor: float
                            ) -> dg.AssetCheckResult:
-    """``answer_coverage``: passed when every case is answered; else WARN, or ERROR below ``floor``. A dataset
-    without cases has no coverage: ERROR."""
+    """``answer_coverage``: passed when every case is answered; else WARN, or ERROR below ``floor`` or no cases."""
     coverage = answered / cases if cases else None
     passed = coverage == 1.0
     severity = (dg.AssetCheckSeverity.ERROR if coverage is None or coverage < floor
@@ -45,8 +43,7 @@ def _metric(name: str, m: AnswerMetricSummary) -> dict:
 
 
 def summary_metadata(summary: AnswerSummary) -> dict:
-    """An answer run's summary as asset metadata: each metric's mean (when defined) with ``n_scored`` /
-    ``n_skipped``, the refusal figures, coverage, verdict counts, and a markdown table of them."""
+    """An answer run's summary as asset metadata: the metric means, refusal, coverage, verdicts and a table."""
     out: dict = {"cases": summary.cases, "answered": summary.answered, "coverage": summary.coverage}
     rows = ["| metric | mean | n_scored | n_skipped |", "|---|---|---|---|"]
     named = [(n, summary.metrics[n]) for n in ANSWER_METRIC_NAMES]
@@ -63,8 +60,7 @@ def summary_metadata(summary: AnswerSummary) -> dict:
 
 def dataset_view_metadata(runs: list[AnswerRun], baseline: AnswerRun | None,
                           comparisons: list[AnswerComparison]) -> dict:
-    """``answer_run_summary``: the latest run per answerer side by side, and each against the baseline's
-    (mean delta and paired p-value over the common cases)."""
+    """``answer_run_summary``: the latest run per answerer side by side, each against the baseline's."""
     names = COMPARED_METRICS
     head = ["answerer", "run", "coverage", *(ANSWER_METRIC_LABELS[n] for n in names), "refusal R", "false refusal"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -1,6 +1,5 @@
 """The Celery app of a worker: ``celery -A rag_pipeline.defs.workers.celery_app worker -P threads -n NAME@%h``
-(deploy/celery/README.md), built from the run launcher of the Dagster instance of ``DAGSTER_HOME``.
-"""
+(deploy/celery/README.md), built from the run launcher of the Dagster instance of ``DAGSTER_HOME``."""
 
 from __future__ import annotations
 

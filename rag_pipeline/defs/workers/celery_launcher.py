@@ -1,6 +1,5 @@
 """Dagster's ``CeleryRunLauncher`` with a health check that notices a dead worker (deploy/celery/README.md): the
-worker that took the task must answer a ping, else the run is reported failed.
-"""
+worker that took the task must answer a ping, else the run is reported failed."""
 
 from __future__ import annotations
 

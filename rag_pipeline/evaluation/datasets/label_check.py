@@ -1,5 +1,6 @@
 """Label integrity (docs/design.md §8): is every relevant id of every case a searchable chunk of the knowledge
-base? One status of :data:`STATUSES` per label (the first that applies), three statements per dataset."""
+base? One label status (contracts.label_check.STATUSES: the first that applies) per label, three statements per
+dataset."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.label_check import STATUSES, LabelReport, LabelStatus
+from rag_pipeline.contracts.label_check import LabelReport, LabelStatus
 from rag_pipeline.evaluation.datasets.load import relevant_ids_of
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
 from rag_pipeline.knowledge_base.lifecycle import (
@@ -18,8 +19,6 @@ from rag_pipeline.knowledge_base.lifecycle import (
     resolve_knowledge_base,
 )
 from rag_pipeline.storage.ids import as_uuid
-
-__all__ = ["STATUSES", "LabelReport", "LabelStatus", "check_labels", "relevant_ids_missing"]
 
 if TYPE_CHECKING:
     from rag_pipeline.evaluation.datasets.load import Dataset

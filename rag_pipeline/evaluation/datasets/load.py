@@ -160,8 +160,7 @@ def load_dataset(path: str | Path, *, knowledge_base: str | None = None) -> Data
 
 
 def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base: str | None = None,
-                  name: str | None = None, default_name: str | None = None,
-                  source_path: str | None = None) -> Dataset:
+                  name: str | None = None, default_name: str | None = None, source_path: str | None = None) -> Dataset:
     """Validate dataset bytes (or text); :class:`DatasetError` lists every problem. The name: ``name`` or else
     ``default_name`` (which the ``name`` field must equal), with neither the field (or ``"dataset"``)."""
     try:

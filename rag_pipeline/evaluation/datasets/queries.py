@@ -13,8 +13,7 @@ def upsert_version(conn: sa.Connection, *, name: str, knowledge_base: str, conte
     return conn.execute(sa.text(
         "INSERT INTO retrieval_evaluation_datasets (id, name, knowledge_base_name, source_path, content_hash, "
         "case_count, cases) VALUES (gen_random_uuid(), :name, :kb, :path, :hash, :n, CAST(:cases AS jsonb)) "
-        "ON CONFLICT (name, knowledge_base_name, content_hash) DO UPDATE SET last_seen_at = now() "
-        "RETURNING id"
+        "ON CONFLICT (name, knowledge_base_name, content_hash) DO UPDATE SET last_seen_at = now() RETURNING id"
     ), {"name": name, "kb": knowledge_base, "hash": content_hash, "path": source_path, "n": len(cases),
         "cases": json.dumps(cases, ensure_ascii=False)}).scalar_one()
 

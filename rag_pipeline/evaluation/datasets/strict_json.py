@@ -192,6 +192,14 @@ def show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def field_path(loc: tuple) -> str:
+    """A pydantic error location as a path: ``questions[2].candidates[0].grade``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
 def wide_encoding(raw: bytes) -> str | None:
     """``"UTF-32"`` / ``"UTF-16"`` when ``raw`` starts with that encoding's BOM or, without one, with the NUL
     bytes that ASCII JSON has in it (RFC 4627 §3); else ``None``."""
@@ -237,8 +245,7 @@ def loads_strict(text: str) -> Any:
     (:class:`JsonObject`, reported by :func:`json_problems`), non-finite numbers become :class:`NonFinite`;
     :class:`JsonReadError` in words for bad syntax, too deep a nesting, a number of more than 4300 digits."""
     try:
-        return json.loads(text, object_pairs_hook=object_hook, parse_float=parse_float,
-                          parse_constant=NonFinite)
+        return json.loads(text, object_pairs_hook=object_hook, parse_float=parse_float, parse_constant=NonFinite)
     except json.JSONDecodeError as exc:
         raise JsonReadError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {_json_message(exc)}") from None
     except RecursionError:

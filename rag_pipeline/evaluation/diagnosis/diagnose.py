@@ -1,17 +1,16 @@
 """Database side of miss diagnosis (docs/design.md §4.3): each batch's missed relevant chunks' own leg scores
-(:func:`diagnose_batch`, :func:`diagnose_run`), their exact global ranks only on demand (:func:`diagnose_case`)."""
+(:func:`diagnose_batch`), their exact global ranks only on demand (:func:`diagnose_case`)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import MissReason
-from rag_pipeline.contracts.runs import LabelIntegrity, MissReasonCounts, RunCounts
+from rag_pipeline.contracts.runs import LabelIntegrity, RunCounts
 from rag_pipeline.evaluation.datasets import label_check
 from rag_pipeline.evaluation.diagnosis import miss_reasons as diagnosis
 from rag_pipeline.evaluation.diagnosis import queries
@@ -90,21 +89,7 @@ def diagnose_batch(conn: sa.Connection, kb, strategy: Strategy, cases: Sequence,
     vectors = None if query_vectors is None else dict(zip(question, np.asarray(query_vectors), strict=True))
     scores = score_chunks(conn, kb, strategy, targets, vectors, ranks=ranks)
     return [[diagnosis.with_scores(m, scores[(question[i], m.chunk_id)])
-             if (question[i], m.chunk_id) in scores else m for m in reasons]
-            for i, reasons in enumerate(per_case)]
-
-
-@dataclass
-class RunDiagnosis:
-    run_id: str
-    reasons: dict[str, list[MissReason]]  # case_id -> reasons, in case order
-    labels: label_check.LabelReport
-    summary: MissReasonCounts
-    first_line: str | None
-
-    @property
-    def label_integrity(self) -> LabelIntegrity:
-        return label_integrity(self.labels)
+             if (question[i], m.chunk_id) in scores else m for m in reasons] for i, reasons in enumerate(per_case)]
 
 
 LABEL_EXAMPLES = 5
@@ -164,28 +149,3 @@ def diagnose_case(conn: sa.Connection, run_id, case_id: str) -> tuple[sa.RowMapp
     labels = label_check.check_labels(conn, kb, [case])
     (reasons,) = diagnose_batch(conn, kb, strategy_of_run(run), [case], [pool], labels, ranks=True)
     return case, reasons
-
-
-def diagnose_run(conn: sa.Connection, run_id, *, store: bool = True,
-                 averages: Mapping[str, float] | None = None) -> RunDiagnosis:
-    """Diagnose every case of a stored run (visible on ``conn``: also inside the run's own write transaction
-    before it commits); ``store`` writes ``case_results.miss_reasons``. ``averages`` default to the run's."""
-    run = _run(conn, run_id)
-    kb = knowledge_base_row(conn, run.knowledge_base_id)
-    stored = case_queries.case_rows(conn, run_id)
-    pools: dict[str, list] = {c["case_id"]: [] for c in stored}
-    for row in candidate_queries.pools_of_run(conn, run_id):
-        pools.setdefault(row["case_id"], []).append(row)
-    strategy = strategy_of_run(run)
-    labels = label_check.check_labels(conn, kb, stored)
-    reasons = diagnose_batch(conn, kb, strategy, stored, [pools[c["case_id"]] for c in stored], labels)
-    by_case = {c["case_id"]: r for c, r in zip(stored, reasons, strict=True)}
-    if store and stored:
-        case_queries.store_miss_reasons(conn, run_id, {case: diagnosis.REASONS_JSON.dump_json(r).decode()
-                                                       for case, r in by_case.items()})
-    summary = diagnosis.summarize(m for r in reasons for m in r)
-    if averages is None and run.ndcg_at_k is not None:
-        averages = {"ndcg_at_k": run.ndcg_at_k, "recall_at_k": run.recall_at_k,
-                    "precision_at_k": run.precision_at_k, "reciprocal_rank": run.reciprocal_rank}
-    line = diagnosis.first_line(summary, averages) if averages is not None else None
-    return RunDiagnosis(str(run_id), by_case, labels, summary, line)

@@ -9,13 +9,12 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from rag_pipeline.contracts.label_check import STATUSES as LABEL_STATUSES
 from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import MissReasonCounts
-from rag_pipeline.evaluation.datasets.label_check import STATUSES as LABEL_STATUSES
 from rag_pipeline.evaluation.datasets.load import relevant_ids_of
 
-RETRIEVAL_REASONS = ("hit", "below_cutoff_after_rerank", "below_cutoff", "vector_only", "keyword_only",
-                     "not_in_pool")
+RETRIEVAL_REASONS = ("hit", "below_cutoff_after_rerank", "below_cutoff", "vector_only", "keyword_only", "not_in_pool")
 INVALID_LABEL_REASONS = tuple(s for s in LABEL_STATUSES if s != "ok")
 REASONS = RETRIEVAL_REASONS + INVALID_LABEL_REASONS
 LEGS = ("vector", "keyword")
@@ -98,9 +97,8 @@ def _describe(m: MissReason) -> str:
 
 
 def _enabled_legs(candidates: Sequence, legs: Iterable[str] | None) -> tuple[str, ...]:
-    if legs is not None:
-        return tuple(legs)
-    return tuple(leg for leg in LEGS if any(_get(c, f"{leg}_score") is not None for c in candidates))
+    return tuple(legs) if legs is not None else tuple(
+        leg for leg in LEGS if any(_get(c, f"{leg}_score") is not None for c in candidates))
 
 
 def legs_of(strategy) -> tuple[str, ...]:
@@ -155,8 +153,7 @@ def classify_misses(case, candidates: Sequence, k: int | None = None,
         scores = {f"{leg}_{what}": _get(c, f"{leg}_{what}") for leg in LEGS for what in ("score", "rank")}
         out.append(miss_reason(
             case_id=case_id, chunk_id=chunk_id, reason=reason, k=k, rank=rank, legs=found_by, final_score=final,
-            kth_score=kth,
-            gap=None if rank <= k or kth is None else kth - final, **scores, **leg_info,
+            kth_score=kth, gap=None if rank <= k or kth is None else kth - final, **scores, **leg_info,
             first_stage_rank=None if first_rank is None else int(first_rank), rerank_score=_get(c, "rerank_score")))
     return out
 
@@ -193,8 +190,7 @@ _SENTENCES = {
     "below_cutoff_after_rerank": "{n} of {total} relevant chunks were within k after the first stage and the "
                                  "rerank stage pushed them below k",
     "vector_only": "{n} of {total} relevant chunks are below k and were found by the vector leg only",
-    "keyword_only": "{n} of {total} relevant chunks are below k and were found by the keyword leg only",
-}
+    "keyword_only": "{n} of {total} relevant chunks are below k and were found by the keyword leg only"}
 
 
 def checklist_item(reason: str, n: int, total: int) -> str:
@@ -204,8 +200,6 @@ def checklist_item(reason: str, n: int, total: int) -> str:
 
 def first_line(summary: MissReasonCounts, averages: Mapping[str, float] | None = None) -> str | None:
     """The headline for a run whose averages are all 0 (None otherwise, or when nothing was missed)."""
-    if averages and any(float(v) != 0.0 for v in averages.values()):
-        return None
-    if summary.dominant_reason is None:
+    if (averages and any(float(v) != 0.0 for v in averages.values())) or summary.dominant_reason is None:
         return None
     return f"All metrics are 0: {checklist_item(summary.dominant_reason, summary.dominant_count, summary.labels)}."

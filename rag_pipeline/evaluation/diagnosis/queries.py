@@ -28,7 +28,6 @@ JOIN chunk_embeddings e ON e.chunk_id = t.chunk_id AND e.model = :model
 CROSS JOIN LATERAL (SELECT 1 - (e.embedding <=> q.v) AS score) AS s
 """
 
-
 VECTOR_SCORE_ONLY_SQL = f"""
 SELECT t.ord, t.chunk_id::text AS chunk_id, s.score, NULL::bigint AS rank
 FROM {_TARGETS}

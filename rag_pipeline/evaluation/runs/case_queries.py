@@ -103,8 +103,7 @@ def overview(conn: sa.Connection, run_id, *, worst_first: bool = False, limit: i
 
 
 def metrics_of_runs(conn: sa.Connection, run_ids: list[str]) -> Sequence[sa.RowMapping]:
-    """``run_id``, ``case_id`` and every metric of each answerable case of the runs (what a paired comparison
-    pairs)."""
+    """``run_id``, ``case_id`` and every metric of each answerable case of the runs (what a paired comparison pairs)."""
     return conn.execute(sa.text(f"""
 SELECT evaluation_run_id::text AS run_id, case_id, {', '.join(METRIC_NAMES)}
 FROM retrieval_evaluation_case_results WHERE evaluation_run_id = ANY(CAST(:runs AS uuid[]))
@@ -118,15 +117,4 @@ def labels_of_run(conn, run_id) -> Sequence[sa.RowMapping]:
     return conn.execute(sa.text(
         "SELECT case_id, k, relevant_chunk_ids, relevance_grades FROM retrieval_evaluation_case_results "
         "WHERE evaluation_run_id = CAST(:run_id AS uuid) AND relevant_chunk_ids <> '[]'::jsonb "
-        "ORDER BY case_index, case_id"),
-        {"run_id": str(run_id)}
-    ).mappings().all()
-
-
-def store_miss_reasons(conn: sa.Connection, run_id, reasons_json: dict[str, str]) -> None:
-    """Replace the ``miss_reasons`` of the cases (case id → JSON text)."""
-    conn.execute(sa.text(
-        "UPDATE retrieval_evaluation_case_results r SET miss_reasons = CAST(u.j AS jsonb) "
-        "FROM unnest(CAST(:cases AS text[]), CAST(:js AS text[])) AS u(case_id, j) "
-        "WHERE r.evaluation_run_id = CAST(:id AS uuid) AND r.case_id = u.case_id"),
-        {"id": str(run_id), "cases": list(reasons_json), "js": list(reasons_json.values())})
+        "ORDER BY case_index, case_id"), {"run_id": str(run_id)}).mappings().all()

@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -38,26 +39,19 @@ def stale_after_seconds() -> int:
 
 
 def create_run(engine: sa.Engine | sa.Connection, *, dataset_id, knowledge_base_id, strategy, params_hash: str,
-               partition_key: str | None = None, dagster_run_id: str | None = None,
-               queued: bool = False) -> uuid.UUID:
-    """Insert and commit a ``running`` run row (``queued=True``: a ``queued`` one); returns its id. Given a
-    connection, the row is inserted in its transaction (the caller commits). The row's owner is this process: the
-    one evaluating it, or for a queued row the one that queued it, until the evaluation starts and takes it over."""
+               partition_key: str | None = None, dagster_run_id: str | None = None, queued: bool = False) -> uuid.UUID:
+    """Insert a ``running`` run row (``queued=True``: a ``queued`` one), owned by this process, and return its id:
+    committed, or in the transaction of a given connection (the caller commits)."""
     run_id = uuid.uuid4()
-    row = {"dataset_id": dataset_id, "knowledge_base_id": knowledge_base_id, "strategy": strategy,
-           "params_hash": params_hash, "partition_key": partition_key, "dagster_run_id": dagster_run_id,
-           "queued": queued, "owner": run_owner.this_process()}
-    if isinstance(engine, sa.Connection):
-        queries.insert_run(engine, run_id, **row)
-        return run_id
-    with engine.begin() as conn:
-        queries.insert_run(conn, run_id, **row)
+    with nullcontext(engine) if isinstance(engine, sa.Connection) else engine.begin() as conn:
+        queries.insert_run(conn, run_id, dataset_id=dataset_id, knowledge_base_id=knowledge_base_id, strategy=strategy,
+                           params_hash=params_hash, partition_key=partition_key, dagster_run_id=dagster_run_id,
+                           queued=queued, owner=run_owner.this_process())
     return run_id
 
 
 def set_worker(engine: sa.Engine, run_id, worker: str) -> bool:
-    """Record (committed at once) the process executing a queued or running run; False: no such row (or it has
-    ended with a worker named already)."""
+    """Record (committed at once) the process executing a queued or running run; False: no such row."""
     with engine.begin() as conn:
         return queries.set_worker(conn, as_uuid(run_id), worker)
 
@@ -91,11 +85,8 @@ class Attempt:
 
 
 def resume_queued_run(engine: sa.Engine, run_id, *, dagster_run_id: str, attempt_error: str | None = None) -> Attempt:
-    """The row a retry of the Dagster step carrying out queued run ``run_id`` (of Dagster run ``dagster_run_id``)
-    evaluates, one row per attempt: the newest attempt (:func:`queries.latest_attempt`) if ``queued`` or
-    ``succeeded`` (:attr:`Attempt.stored`); else it ends ``failed`` with why (``attempt_error`` for a row left
-    ``running``: the earlier attempt has ended) and a new ``queued`` row of the same step is the retry's (one
-    transaction). ``run_id`` not a row of that Dagster run: :class:`RunNotQueuedError`."""
+    """The row a retry of the Dagster step carrying out queued run ``run_id`` evaluates: the newest attempt if
+    ``queued`` or ``succeeded``; else that one ends ``failed`` with why and a new ``queued`` row is the retry's."""
     with engine.begin() as conn:
         latest = queries.latest_attempt(conn, as_uuid(run_id), dagster_run_id)
         if latest is None:
@@ -104,10 +95,8 @@ def resume_queued_run(engine: sa.Engine, run_id, *, dagster_run_id: str, attempt
         if latest.status in ("queued", "succeeded"):
             return Attempt(latest.id, stored=latest.status == "succeeded")
         retry = uuid.uuid4()
-        if latest.status == "running":
-            why = unrecorded_attempt_reason(attempt_error)
-        else:
-            why = latest.error or f"{latest.status} without a recorded reason"
+        why = (unrecorded_attempt_reason(attempt_error) if latest.status == "running"
+               else latest.error or f"{latest.status} without a recorded reason")
         queries.insert_retry(conn, retry, latest.id)
         queries.end_attempt(conn, latest.id, mask_secrets(f"{why}; retried as evaluation run {retry}")[:10_000])
     return Attempt(retry, ended=latest.id)
@@ -122,9 +111,8 @@ def unrecorded_attempt_reason(attempt_error: str | None) -> str:
 
 def end_unrecorded_attempts(engine: sa.Engine, *, dagster_run_id: str, partition_key: str,
                             attempt_error: str | None = None) -> list[uuid.UUID]:
-    """For a retry of a Dagster step that creates its own run rows: end ``failed`` (with
-    :func:`unrecorded_attempt_reason`) the rows of partition ``partition_key`` in Dagster run ``dagster_run_id`` that
-    the failed attempt left ``running``; their ids. The retry only runs once that attempt has ended."""
+    """End ``failed`` the rows of partition ``partition_key`` in Dagster run ``dagster_run_id`` that a failed step
+    attempt left ``running`` (before its retry creates its own); their ids."""
     with engine.begin() as conn:
         rows = queries.running_attempts(conn, dagster_run_id, partition_key)
         why = mask_secrets(unrecorded_attempt_reason(attempt_error))[:10_000]
@@ -132,8 +120,8 @@ def end_unrecorded_attempts(engine: sa.Engine, *, dagster_run_id: str, partition
 
 
 def wait_until_reachable(engine: sa.Engine, timeout: float, on_wait=None) -> None:
-    """Return once the database answers; re-raise its error after ``timeout`` seconds of trying (every half
-    second). ``on_wait(error)`` is called once, at the first failed try."""
+    """Return once the database answers (tried every half second; its error after ``timeout`` seconds);
+    ``on_wait(error)`` is called at the first failed try."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -158,20 +146,13 @@ def heartbeat(engine: sa.Engine, run_id, cases_done: int | None = None) -> None:
         queries.progress(conn, run_id, cases_done)
 
 
-def heartbeat_interval() -> float:
-    """Seconds between two heartbeats: a fifth of ``RAG_RUN_STALE_SECONDS``, at most 5 s."""
-    return min(5.0, stale_after_seconds() / 5)
-
-
 class Heartbeat:
-    """Context manager: a daemon thread writes the run's ``heartbeat_at`` every :func:`heartbeat_interval`
-    seconds on a connection of its own (autocommit), for as long as the block runs, so a batch slower than
-    ``RAG_RUN_STALE_SECONDS`` never gets its run marked abandoned. A failed beat is logged and retried."""
+    """Context manager: a daemon thread writes the run's ``heartbeat_at`` every fifth of ``RAG_RUN_STALE_SECONDS``
+    (at most 5 s) on an autocommit connection of its own while the block runs; a failed beat is logged and retried."""
 
-    def __init__(self, engine: sa.Engine, run_id, interval: float | None = None):
+    def __init__(self, engine: sa.Engine, run_id):
         self.engine, self.run_id = engine, run_id
-        self.interval = heartbeat_interval() if interval is None else interval
-        self.beats = 0
+        self.interval = min(5.0, stale_after_seconds() / 5)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rag-eval-heartbeat", daemon=True)
 
@@ -186,7 +167,6 @@ class Heartbeat:
                 if self._conn is None:
                     self._conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
                 self._conn.execute(queries.HEARTBEAT_SQL, {"id": self.run_id})
-                self.beats += 1
             except sa.exc.SQLAlchemyError as exc:  # the next beat retries on a new connection
                 log.warning(f"heartbeat of run {self.run_id} failed: {exc}")
                 if self._conn is not None:
@@ -212,8 +192,7 @@ def failure_reason(exc: BaseException) -> str:
 
 
 def mark_failed(engine: sa.Engine, run_id, error: str) -> None:
-    """Best effort: record the failure of a running or queued run (the results transaction has already been
-    rolled back)."""
+    """Best effort: record the failure of a running or queued run (its results transaction rolled back)."""
     try:
         with engine.begin() as conn:
             queries.mark_failed(conn, run_id, mask_secrets(error)[:10_000])
@@ -261,8 +240,7 @@ class AmbiguousRunIdError(ConflictError, RunNotFoundError):
 
 
 def _prefix_hex(text: str) -> str | None:
-    """The hex digits of ``text`` when it is the start of a canonical UUID (hyphens where a UUID has them, or
-    none at all), else None."""
+    """The hex digits of ``text`` when it starts a canonical UUID (with its hyphens or none), else None."""
     if len(text) <= 32 and set(text) <= _HEX:
         return text
     if len(text) <= len(_UUID_TEMPLATE) and all(
@@ -295,14 +273,12 @@ def resolve_run_id(conn: sa.Connection, run_id) -> uuid.UUID:
         shown = ", ".join(f"{r.id} ({r.strategy_version} on {r.dataset_name}, started "
                           f"{r.started_at.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC)" for r in rows[:_SHOWN_MATCHES])
         more = " and more" if len(rows) > _SHOWN_MATCHES else ""
-        raise AmbiguousRunIdError(f"run id prefix {text!r} matches several runs: {shown}{more}; "
-                                  "give more characters")
+        raise AmbiguousRunIdError(f"run id prefix {text!r} matches several runs: {shown}{more}; give more characters")
     return rows[0].id
 
 
 def get_run(conn: sa.Connection, run_id) -> sa.Row:
-    """One run (:data:`~rag_pipeline.evaluation.runs.queries.RUN_COLUMNS`) by id or unique id prefix
-    (:func:`resolve_run_id`)."""
+    """One run (:data:`queries.RUN_COLUMNS`) by id or unique id prefix (:func:`resolve_run_id`)."""
     run_uuid = resolve_run_id(conn, run_id)
     row = queries.run_row(conn, run_uuid, stale=stale_after_seconds())
     if row is None:
@@ -311,7 +287,6 @@ def get_run(conn: sa.Connection, run_id) -> sa.Row:
 
 
 def list_runs(conn: sa.Connection, *, limit: int = 100, offset: int = 0, **filters) -> Sequence[sa.Row]:
-    """Run history, newest first (docs/design.md §6.2 ``GET /knowledge-bases/{id}/retrieval/runs``). Filters:
-    ``knowledge_base_id``, ``dataset``, ``strategy``, ``current_only``, ``status`` (the effective status: a stale
-    ``running`` run is ``abandoned``), ``run_ids``. Newest = latest submitted (``queued_at``, else started)."""
+    """Run history, latest submitted first, filtered as :func:`queries.list_runs` says (``status``: the effective
+    one, a stale ``running`` run is ``abandoned``)."""
     return queries.list_runs(conn, limit=limit, offset=offset, stale=stale_after_seconds(), **filters)

@@ -15,15 +15,12 @@ from rag_pipeline.evaluation.metrics import METRIC_NAMES
 
 EFFECTIVE_STATUS = (
     "CASE WHEN r.status = 'running' AND r.heartbeat_at < now() - make_interval(secs => :stale) "
-    "THEN 'abandoned' ELSE r.status END"
-)
+    "THEN 'abandoned' ELSE r.status END")
 RUN_COLUMNS = f"""
     r.id, {EFFECTIVE_STATUS} AS status, r.is_current, r.strategy_version, r.params_hash, r.strategy_params,
     r.embedding_model, r.knowledge_base_version, r.partition_key, r.dagster_run_id, r.worker, r.case_count,
-    r.candidate_count,
-    r.precision_at_k, r.recall_at_k, r.reciprocal_rank, r.ndcg_at_k, r.hit_at_k, r.average_precision_at_k,
-    r.r_precision, r.timings, r.summary, r.error, r.started_at, r.heartbeat_at, r.finished_at, r.cases_done,
-    r.queued_at,
+    r.candidate_count, {', '.join('r.' + m for m in METRIC_NAMES)}, r.timings, r.summary, r.error, r.started_at,
+    r.heartbeat_at, r.finished_at, r.cases_done, r.queued_at,
     d.id AS dataset_id, d.name AS dataset_name, d.content_hash AS dataset_version, d.source_path,
     d.case_count AS dataset_case_count, kb.id AS knowledge_base_id, kb.name AS knowledge_base_name
 """
@@ -40,8 +37,6 @@ _INSERT_RUN_SQL = sa.text(
     ":h, CAST(:p AS jsonb), :m, :status, false, :pk, :dr, 0, 0, CASE WHEN :queued THEN now() END, :oh, :op, :os)")
 HEARTBEAT_SQL = sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clock_timestamp() "
                         "WHERE id = :id AND status = 'running'")
-_PROGRESS_SQL = sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clock_timestamp(), "
-                        "cases_done = coalesce(:done, cases_done) WHERE id = :id AND status = 'running'")
 
 
 def insert_run(conn: sa.Connection, run_id: uuid.UUID, *, dataset_id, knowledge_base_id, strategy, params_hash: str,
@@ -178,8 +173,7 @@ def insert_retry(conn: sa.Connection, new_id: uuid.UUID, of_run) -> None:
         "strategy_params, embedding_model, status, is_current, partition_key, dagster_run_id, case_count, "
         "candidate_count, queued_at, queue) SELECT :new, dataset_id, knowledge_base_id, strategy_version, "
         "params_hash, strategy_params, embedding_model, 'queued', false, partition_key, dagster_run_id, 0, 0, now(), "
-        "queue "
-        "FROM retrieval_evaluation_runs WHERE id = :of"), {"new": new_id, "of": of_run})
+        "queue FROM retrieval_evaluation_runs WHERE id = :of"), {"new": new_id, "of": of_run})
 
 
 def create_candidate_partition(conn: sa.Connection, run_id) -> None:
@@ -188,22 +182,22 @@ def create_candidate_partition(conn: sa.Connection, run_id) -> None:
 
 def progress(conn: sa.Connection, run_id, cases_done: int | None) -> None:
     """The heartbeat now, and ``cases_done`` when given."""
-    conn.execute(_PROGRESS_SQL, {"id": run_id, "done": cases_done})
+    conn.execute(sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clock_timestamp(), "
+                         "cases_done = coalesce(:done, cases_done) WHERE id = :id AND status = 'running'"),
+                 {"id": run_id, "done": cases_done})
 
 
 def mark_failed(conn: sa.Connection, run_id, error: str) -> None:
     conn.execute(sa.text(
         "UPDATE retrieval_evaluation_runs SET status = 'failed', error = :e, finished_at = clock_timestamp(), "
-        "is_current = false WHERE id = :id AND status IN ('running', 'queued')"
-    ), {"id": run_id, "e": error})
+        "is_current = false WHERE id = :id AND status IN ('running', 'queued')"), {"id": run_id, "e": error})
 
 
 def sweep_abandoned(conn: sa.Connection, *, stale: int) -> int:
     return conn.execute(sa.text(
         "UPDATE retrieval_evaluation_runs r SET status = 'abandoned', finished_at = now(), "
         "error = coalesce(r.error, 'no heartbeat since ' || r.heartbeat_at || ' (process stopped?)') "
-        f"WHERE r.status = 'running' AND ({EFFECTIVE_STATUS}) = 'abandoned'"
-    ), {"stale": stale}).rowcount
+        f"WHERE r.status = 'running' AND ({EFFECTIVE_STATUS}) = 'abandoned'"), {"stale": stale}).rowcount
 
 
 def runs_in_id_range(conn: sa.Connection, lo: str, hi: str, limit: int) -> Sequence[sa.Row]:
@@ -373,10 +367,9 @@ def replace_comparison_runs(conn: sa.Connection, comparison: str, run_ids: Seque
 
 def succeeded_runs(conn: sa.Connection, dataset: str, kb_id, limit: int) -> Sequence[sa.RowMapping]:
     """Every succeeded run of a dataset name on a knowledge base, all versions, oldest first, with its averages."""
-    return conn.execute(sa.text("""
+    return conn.execute(sa.text(f"""
 SELECT r.id::text AS run_id, r.strategy_version, d.content_hash, r.is_current, r.started_at, r.finished_at,
-       r.case_count, r.precision_at_k, r.recall_at_k, r.reciprocal_rank, r.ndcg_at_k, r.hit_at_k,
-       r.average_precision_at_k, r.r_precision
+       r.case_count, {', '.join('r.' + m for m in METRIC_NAMES)}
 FROM retrieval_evaluation_runs r JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
 WHERE d.name = :ds AND r.knowledge_base_id = :kb AND r.status = 'succeeded' AND r.finished_at IS NOT NULL
 ORDER BY r.finished_at, r.id
@@ -422,35 +415,28 @@ WHERE d.name = :ds AND d.knowledge_base_name = :kb AND d.content_hash = :hash AN
 """), {"ds": dataset, "kb": knowledge_base, "hash": content_hash}).all())
 
 
-# Per strategy: the succeeded run on that dataset version with the latest start (its "current" run there).
-_LATEST_PER_STRATEGY_SQL = """
+def latest_per_strategy(conn: sa.Connection, dataset_id: str, knowledge_base: str) -> Sequence[sa.Row]:
+    """Per strategy, the latest-started succeeded run on one dataset version: ``run_id``, strategy, finish."""
+    return conn.execute(sa.text("""
 SELECT DISTINCT ON (r.strategy_version) r.id::text AS run_id, r.strategy_version, r.finished_at
 FROM retrieval_evaluation_runs r
 JOIN knowledge_bases kb ON kb.id = r.knowledge_base_id
 WHERE r.dataset_id = CAST(:dataset_id AS uuid) AND r.status = 'succeeded' AND kb.name = :kb
 ORDER BY r.strategy_version, r.started_at DESC, r.id
-"""
-# Strategies with a succeeded run on some other version of the dataset only (stale on this one).
-_OTHER_VERSIONS_SQL = """
+"""), {"dataset_id": dataset_id, "kb": knowledge_base}).all()
+
+
+def current_on_other_versions(conn: sa.Connection, dataset: str, knowledge_base: str,
+                              dataset_id: str) -> Sequence[sa.Row]:
+    """``strategy_version``, ``content_hash`` of the current succeeded runs on other versions of the dataset."""
+    return conn.execute(sa.text("""
 SELECT r.strategy_version, max(d.content_hash) AS content_hash
 FROM retrieval_evaluation_runs r
 JOIN retrieval_evaluation_datasets d ON d.id = r.dataset_id
 WHERE d.name = :ds AND d.knowledge_base_name = :kb AND r.status = 'succeeded' AND r.is_current
   AND d.id <> CAST(:dataset_id AS uuid)
 GROUP BY r.strategy_version ORDER BY r.strategy_version
-"""
-
-
-def latest_per_strategy(conn: sa.Connection, dataset_id: str, knowledge_base: str) -> Sequence[sa.Row]:
-    """Per strategy, the latest-started succeeded run on one dataset version: ``run_id``, strategy, finish."""
-    return conn.execute(sa.text(_LATEST_PER_STRATEGY_SQL), {"dataset_id": dataset_id, "kb": knowledge_base}).all()
-
-
-def current_on_other_versions(conn: sa.Connection, dataset: str, knowledge_base: str,
-                              dataset_id: str) -> Sequence[sa.Row]:
-    """``strategy_version``, ``content_hash`` of the current succeeded runs on other versions of the dataset."""
-    return conn.execute(sa.text(_OTHER_VERSIONS_SQL), {"ds": dataset, "kb": knowledge_base,
-                                                       "dataset_id": dataset_id}).all()
+"""), {"ds": dataset, "kb": knowledge_base, "dataset_id": dataset_id}).all()
 
 
 def latest_of_strategy(conn: sa.Connection, strategy_version: str, dataset_id: str | None) -> sa.Row | None:

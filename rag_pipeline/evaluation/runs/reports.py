@@ -4,7 +4,6 @@ by page or as JSON Lines; which candidates a case lists (:data:`CANDIDATE_MODES`
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterator
 from itertools import chain
@@ -69,20 +68,11 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
             left -= len(cases)
 
 
-def build_report(conn: sa.Connection, run_id, *, include_text: bool = False, candidates: str = "default",
-                 case_id: str | None = None) -> dict:
-    """The whole report of one run (id or unique id prefix) as the JSON :func:`write_report` writes, parsed."""
-    buffer = io.StringIO()
-    write_report(conn, run_id, buffer, include_text=include_text, candidates=candidates, case_id=case_id)
-    return json.loads(buffer.getvalue())
-
-
 def write_report(conn: sa.Connection, run_id, fp: IO[str], *, include_text: bool = False,
                  candidates: str = "default", case_id: str | None = None, fmt: str = "json") -> int:
-    """Stream the report of one run (id or unique id prefix, :func:`resolve_run_id`) to ``fp``; returns the
-    number of cases written. ``fmt="json"``: :class:`~rag_pipeline.contracts.reports.Report`, indented;
-    ``"jsonl"``: one line ``{"report_version", "candidates", "summary"}`` then one line per case, written as it
-    is read."""
+    """Stream the report of one run (id or unique id prefix, :func:`resolve_run_id`) to ``fp``; returns the number of
+    cases written. ``fmt="json"``: :class:`~rag_pipeline.contracts.reports.Report`, indented; ``"jsonl"``: one line
+    ``{"report_version", "candidates", "summary"}`` then one line per case, written as it is read."""
     check_mode(candidates)
     if fmt not in REPORT_FORMATS:
         raise ValueError(f"format must be one of {', '.join(REPORT_FORMATS)}, got {fmt!r}")

@@ -22,19 +22,16 @@ from rag_pipeline.retrieval.trace import RetrievalTrace
 
 CANDIDATE_COLUMNS = (
     "evaluation_run_id", "case_index", "chunk_id", "rank", "vector_score", "vector_rank", "keyword_score",
-    "keyword_rank", "rerank_score", "final_score", "is_selected", "relevance_grade",
-)
+    "keyword_rank", "rerank_score", "final_score", "is_selected", "relevance_grade")
 """The stored columns of a candidate (docs/design.md §4.2); the view adds the rest of §4.1."""
 CASE_RESULT_COLUMNS = (
     "evaluation_run_id", "case_id", "case_index", "question", "k", "relevant_chunk_ids",
-    "retrieved_chunk_ids", "first_relevant_rank", *METRIC_NAMES, "miss_reasons", "relevance_grades",
-)
+    "retrieved_chunk_ids", "first_relevant_rank", *METRIC_NAMES, "miss_reasons", "relevance_grades")
 
 
 def store_dataset(conn: sa.Connection, dataset: Dataset, knowledge_base_name: str) -> object:
-    """The id of this dataset version (name, knowledge base, content hash), inserted on first sight;
-    storing the same version again moves its ``last_seen_at`` to now() (the latest version of a dataset is
-    the one seen last)."""
+    """The id of this dataset version (name, knowledge base, content hash), inserted on first sight; storing the same
+    version again moves its ``last_seen_at`` to now() (the latest version of a dataset is the one seen last)."""
     return dataset_queries.upsert_version(conn, name=dataset.name, knowledge_base=knowledge_base_name,
                                           content_hash=dataset.content_hash, source_path=dataset.source_path,
                                           cases=[c.as_dict() for c in dataset.cases])

@@ -14,20 +14,17 @@ _COLUMNS = ("c.id, c.document_id, d.original_name, c.ordinal, c.char_start, c.ch
 _SEARCHABLE = f"c.knowledge_base_id = :kb AND c.is_current AND {SEARCHABLE_DOCUMENT_SQL}"
 _ORDER = "d.original_name, c.ordinal, c.char_start, c.id"
 
-_LIST_SQL = (f"SELECT {_COLUMNS} FROM document_chunks c JOIN documents d ON d.id = c.document_id "
-             f"WHERE {_SEARCHABLE} AND (CAST(:doc AS uuid) IS NULL OR c.document_id = CAST(:doc AS uuid)) "
-             f"ORDER BY {_ORDER} LIMIT :limit")
-_COUNT_SQL = ("SELECT count(*) FROM document_chunks c JOIN documents d ON d.id = c.document_id "
-              f"WHERE {_SEARCHABLE} AND (CAST(:doc AS uuid) IS NULL OR c.document_id = CAST(:doc AS uuid))")
+_FROM = "FROM document_chunks c JOIN documents d ON d.id = c.document_id"
+_IN_SCOPE = f"WHERE {_SEARCHABLE} AND (CAST(:doc AS uuid) IS NULL OR c.document_id = CAST(:doc AS uuid))"
+_LIST_SQL = f"SELECT {_COLUMNS} {_FROM} {_IN_SCOPE} ORDER BY {_ORDER} LIMIT :limit"
+_COUNT_SQL = f"SELECT count(*) {_FROM} {_IN_SCOPE}"
 # Case-insensitive substring (strpos: no LIKE wildcards to escape); works for any script, jieba or not.
-_PHRASE_SQL = (f"SELECT {_COLUMNS} FROM document_chunks c JOIN documents d ON d.id = c.document_id "
-               f"WHERE {_SEARCHABLE} AND (CAST(:doc AS uuid) IS NULL OR c.document_id = CAST(:doc AS uuid)) "
-               f"AND strpos(lower(c.content), lower(:phrase)) > 0 ORDER BY {_ORDER} LIMIT :limit")
-_BY_IDS_SQL = (f"SELECT {_COLUMNS} FROM document_chunks c JOIN documents d ON d.id = c.document_id "
-               "WHERE c.id = ANY(:ids)")
+_PHRASE_SQL = (f"SELECT {_COLUMNS} {_FROM} {_IN_SCOPE} AND strpos(lower(c.content), lower(:phrase)) > 0 "
+               f"ORDER BY {_ORDER} LIMIT :limit")
+_BY_IDS_SQL = f"SELECT {_COLUMNS} {_FROM} WHERE c.id = ANY(:ids)"
 _DOCUMENT_NAMES_SQL = "SELECT original_name FROM documents WHERE knowledge_base_id = :kb ORDER BY original_name"
-_NAMED_DOCUMENT_CHUNKS_SQL = (f"SELECT {_COLUMNS} FROM document_chunks c JOIN documents d ON d.id = c.document_id "
-                              f"WHERE {_SEARCHABLE} AND d.original_name = :name ORDER BY c.ordinal, c.id")
+_NAMED_DOCUMENT_CHUNKS_SQL = (f"SELECT {_COLUMNS} {_FROM} WHERE {_SEARCHABLE} AND d.original_name = :name "
+                              "ORDER BY c.ordinal, c.id")
 
 _TARGET_DOCS_SQL = (f"SELECT d.id, d.original_name, d.content, ({SEARCHABLE_DOCUMENT_SQL}) AS searchable "
                     "FROM documents d WHERE d.knowledge_base_id = :kb AND d.original_name = ANY(:names)")
@@ -42,14 +39,12 @@ _INSERT_STAGED_SQL = (
     "SELECT s.id, :kb, s.document_id, s.ordinal, s.content, s.content_hash, s.char_start, s.char_end, "
     "to_tsvector(CAST(:cfg AS regconfig), s.ts_text), 0, true FROM chunk_stage s "
     "WHERE NOT EXISTS (SELECT 1 FROM document_chunks d WHERE d.id = s.id AND d.is_current) "
-    "ON CONFLICT (id) DO UPDATE SET is_current = true, replaced_at = NULL, ordinal = EXCLUDED.ordinal "
-    "RETURNING id")
+    "ON CONFLICT (id) DO UPDATE SET is_current = true, replaced_at = NULL, ordinal = EXCLUDED.ordinal RETURNING id")
 # BM25 postings from the very lexemes of the tsvector (tf = number of positions).
 _INSERT_POSTINGS_SQL = (
     "INSERT INTO chunk_terms (knowledge_base_id, lexeme, chunk_id, tf) "
     "SELECT c.knowledge_base_id, t.lexeme, c.id, coalesce(array_length(t.positions, 1), 1) "
-    "FROM document_chunks c, unnest(c.content_tsvector) t WHERE c.id = ANY(:ids) "
-    "ON CONFLICT DO NOTHING")
+    "FROM document_chunks c, unnest(c.content_tsvector) t WHERE c.id = ANY(:ids) ON CONFLICT DO NOTHING")
 _TOKEN_COUNTS_SQL = (
     "UPDATE document_chunks c SET token_count = s.n FROM (SELECT chunk_id, sum(tf) AS n FROM chunk_terms "
     "WHERE chunk_id = ANY(:ids) GROUP BY chunk_id) s WHERE c.id = s.chunk_id")

@@ -26,13 +26,10 @@ _CONSISTENT_SQL = (f"SELECT k.chunk_count = s.n AND k.avg_chunk_length = s.avg_l
 
 # Per lexeme, the searchable chunks of the documents :docs, multiplied by :sign, added into the delta table.
 _ADD_DOCUMENTS_SQL = (
-    f"INSERT INTO {_DELTA} (lexeme, d) "
-    f"SELECT ct.lexeme, CAST(:sign AS int) * count(*) FROM chunk_terms ct "
+    f"INSERT INTO {_DELTA} (lexeme, d) SELECT ct.lexeme, CAST(:sign AS int) * count(*) FROM chunk_terms ct "
     f"JOIN document_chunks c ON c.id = ct.chunk_id JOIN documents d ON d.id = c.document_id "
     f"WHERE ct.knowledge_base_id = :kb AND c.document_id = ANY(:docs) AND c.is_current AND {SEARCHABLE_DOCUMENT_SQL} "
-    f"GROUP BY ct.lexeme "
-    f"ON CONFLICT (lexeme) DO UPDATE SET d = {_DELTA}.d + EXCLUDED.d"
-)
+    f"GROUP BY ct.lexeme ON CONFLICT (lexeme) DO UPDATE SET d = {_DELTA}.d + EXCLUDED.d")
 
 _APPLY_DELTA_SQL = (
     "INSERT INTO knowledge_base_term_stats AS s (knowledge_base_id, lexeme, doc_freq) "

@@ -1,2 +1,1 @@
-"""Labelling operations: :mod:`.chunks` (finding chunk ids to label), :mod:`.drafts` (the draft file and pooled
-judging), :mod:`.fixes` (label fixes after a re-chunking)."""
+"""Labelling operations: finding chunk ids, the pooled draft and its judging, label fixes."""

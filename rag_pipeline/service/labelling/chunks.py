@@ -1,6 +1,4 @@
-"""Finding chunk ids to label (``rag-pipeline chunks``, ``GET /api/v1/knowledge-bases/{id}/chunks``) with the
-retrieval legs of :mod:`rag_pipeline.retrieval.search`.
-"""
+"""Finding chunk ids to label (``rag-pipeline chunks``, ``GET …/chunks``) with the retrieval legs."""
 
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ def search_strategy(models: Sequence[str], candidates: int) -> Strategy:
 
 def find_chunks(engine: sa.Engine, knowledge_base: str, *, search: str | None = None, document: str | None = None,
                 limit: int = 20) -> ChunkList:
-    """The searchable chunks of a knowledge base (name or id): all (document and ordinal order) or those matching
-    ``search``; ``document`` (original name or id) narrows to one document."""
+    """The searchable chunks of a knowledge base: all, or those matching ``search``; ``document`` narrows."""
     if not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
     search = (search or "").strip() or None

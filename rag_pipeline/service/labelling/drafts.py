@@ -1,6 +1,5 @@
 """The label draft (docs/labelling.md): pooled candidates of several strategies per question (:func:`pool`), judged
-by a person, then a dataset file or version (:func:`export_draft`, :func:`store_draft`) after the label check.
-"""
+by a person, then a dataset file or version (:func:`export_draft`, :func:`store_draft`) after the label check."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from pydantic import ValidationError
 from rag_pipeline.contracts.labelling import FORMAT, Draft, DraftCandidate, DraftExport, DraftQuestion, LeftOut
 from rag_pipeline.evaluation.datasets.label_check import check_labels
 from rag_pipeline.evaluation.datasets.load import Dataset, load_dataset, parse_dataset
-from rag_pipeline.evaluation.datasets.strict_json import JsonReadError, decode_json
+from rag_pipeline.evaluation.datasets.strict_json import JsonReadError, decode_json, field_path
 from rag_pipeline.evaluation.runs.results import store_dataset
 from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
@@ -58,7 +57,7 @@ def load_draft(path: str | Path) -> Draft:
     try:
         draft = Draft.model_validate(_plain(data))
     except ValidationError as exc:
-        lines = [f"  {_where(e['loc'])}: {e['msg']}" for e in exc.errors()[:50]]
+        lines = [f"  {field_path(e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()[:50]]
         raise DraftError(f"invalid draft {path}:\n" + "\n".join(lines)) from None
     problems = [f"  questions[{i}]: case_id {q.case_id!r} is used twice"
                 for i, q in enumerate(draft.questions) if [x.case_id for x in draft.questions].index(q.case_id) != i]
@@ -73,23 +72,12 @@ def _plain(value):
     """JSON as plain dicts/lists (the decoder's duplicate-key tracking dicts become dicts)."""
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _where(loc) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
+    return [_plain(v) for v in value] if isinstance(value, list) else value
 
 
 def save_draft(draft: Draft, path: str | Path) -> None:
     """Write the draft atomically (a temporary file renamed over it): a crash never leaves half a draft."""
-    path = Path(path)
-    text = json.dumps(draft.model_dump(), ensure_ascii=False, indent=1) + "\n"
-    write_atomic(path, text)
+    write_atomic(Path(path), json.dumps(draft.model_dump(), ensure_ascii=False, indent=1) + "\n")
 
 
 def export_cases(draft: Draft, *, binary: bool = False) -> tuple[list[dict], list[tuple[str, str]]]:
@@ -138,8 +126,7 @@ def questions_from_text(text: str, k: int, source: str = "questions") -> list[Dr
 
 
 def read_questions(path: str | Path, knowledge_base: str, k: int) -> list[DraftQuestion]:
-    """Questions of a text file, or of a dataset file (its case ids, k and labels: a labelled chunk keeps its grade
-    as a prior judgment)."""
+    """Questions of a text file, or of a dataset file (its labels kept as prior judgments)."""
     path = Path(path)
     try:
         raw = read_bounded(path, MAX_QUESTIONS_BYTES, what="questions file")
@@ -161,8 +148,7 @@ def read_questions(path: str | Path, knowledge_base: str, k: int) -> list[DraftQ
 
 def pool(engine: sa.Engine, knowledge_base: str, asked: list[DraftQuestion], *,
          strategies: Sequence[str] | None = None, depth: int = 10, name: str | None = None) -> Draft:
-    """The draft of ``asked``: per question the union of the top-``depth`` candidates of ``strategies`` (default:
-    every one the knowledge base can run), ordered by agreement; prior labels kept with their grade."""
+    """The draft of ``asked``: each question's pooled top-``depth`` candidates, ordered by agreement."""
     if not 1 <= depth <= 1000:
         raise DraftError(f"depth must be between 1 and 1000, got {depth}")
     with engine.begin() as conn:
@@ -212,8 +198,7 @@ def _candidate(row: ChunkRow | None, chunk_id: str, found_by: dict[str, int], gr
 def suggest(engine: sa.Engine, knowledge_base: str, questions: str | Path, output: str | Path, *,
             strategies: Sequence[str] | None = None, depth: int = 10, k: int = 10,
             name: str | None = None) -> Draft:
-    """Pool the candidates for every question of ``questions`` and write the draft to ``output`` (after every
-    check: nothing is written on an error)."""
+    """Pool the candidates of every question and write the draft to ``output`` (nothing written on an error)."""
     output = Path(output)
     if output.is_dir():
         raise OSError(f"--output {output} is a directory; give a file name (e.g. {output / 'draft.json'})")
@@ -263,8 +248,7 @@ def open_console_draft(knowledge_base: str, name: str) -> Draft:
 
 
 def _checked(engine: sa.Engine, draft: Draft, name: str, source: str, binary: bool) -> tuple[Dataset, str, DraftExport]:
-    """The dataset of a draft's judged questions, as JSON text and as the export to report; :class:`DraftError`
-    when no case is ready or a label is invalid."""
+    """The dataset of a draft's judged questions, its JSON text and the export; :class:`DraftError` if none."""
     cases, left_out = export_cases(draft, binary=binary)
     if not cases:
         raise DraftError(f"no question of the draft has a candidate judged relevant yet ({len(left_out)} left out): "

@@ -15,8 +15,7 @@ A label that is not fixed stays as it was, so the output is a complete dataset a
 change (case, old id, new ids, reason, overlap) and every listed label are in the result and in the output file's
 ``metadata.label_fixes``, with the source dataset's name, version and knowledge base: whoever compares runs across
 chunkings can see that labels were re-mapped. A re-mapped label keeps its grade; two labels landing on one chunk
-keep the higher grade.
-"""
+keep the higher grade."""
 
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ def fix_labels(engine: sa.Engine, dataset_path: str | Path, knowledge_base: str,
 
 def _fix_dataset(engine: sa.Engine, dataset: Dataset, knowledge_base: str, *,
                 output: Path | None = None) -> tuple[LabelFixes, str]:
-    """The fixes for ``dataset``'s labels on ``knowledge_base`` and the fixed dataset as JSON text (validated:
-    :class:`DatasetError` rather than an invalid dataset); writes nothing."""
+    """The fixes for ``dataset``'s labels on ``knowledge_base`` and the fixed dataset as JSON; writes nothing."""
     judged = [SimpleNamespace(case_id=c.case_id, relevant_chunk_ids=list(c.grades)) for c in dataset.cases]
     with engine.begin() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
@@ -101,8 +99,7 @@ def _fix_dataset(engine: sa.Engine, dataset: Dataset, knowledge_base: str, *,
 
 def fix_stored_labels(engine: sa.Engine, dataset_id: str, knowledge_base: str, *,
                       save: bool = False) -> StoredLabelFixes:
-    """Fix the labels of a stored dataset version (the admin console's "fix labels"): a preview, or with
-    ``save`` (and at least one fix) a new version of the same dataset name whose metadata records every change."""
+    """Fix a stored dataset version's labels: a preview, or with ``save`` a new version recording each change."""
     with engine.connect() as conn:
         try:
             dataset = load_stored_dataset(conn, dataset_id)

@@ -1,6 +1,4 @@
-"""The admin console ``/admin/retrieval-evaluations`` (docs/design.md §7.1): server-rendered pages over the service;
-``router`` is what :func:`rag_pipeline.web.app.create_app` includes.
-"""
+"""The admin console ``/admin/retrieval-evaluations`` (docs/design.md §7.1): server-rendered pages."""
 
 from __future__ import annotations
 

@@ -13,8 +13,6 @@ from rag_pipeline.service import evaluations, history
 from rag_pipeline.service.analysis import DEFAULT_BASELINE
 from rag_pipeline.service.answers import get_answer_run, list_answer_runs
 
-RUN_FIGURES = ("refusal_recall", "false_refusal_rate", "coverage")
-"""The run-level figures charted beside the per-case metric means."""
 MAX_HISTORY_RUNS = 500
 
 
@@ -23,8 +21,7 @@ class AnswerCaseNotFoundError(NotFoundError, LookupError):
 
 
 def get_answer_case(engine: sa.Engine, run_id: str, case_id: str) -> AnswerCaseDetail:
-    """Case ``case_id`` of answer run ``run_id`` with the text of every chunk it cites, the previous and next
-    case, and a succeeded retrieval run of the same dataset version (the baseline's current first) to link."""
+    """A case of an answer run with its cited chunks' text, its neighbours and a retrieval run to link."""
     report = get_answer_run(engine, run_id)
     run = report.stored_run
     ids = [c.case_id for c in report.cases]
@@ -52,8 +49,7 @@ def _retrieval_run(engine: sa.Engine, run: AnswerRun):
 
 
 def answer_history(engine: sa.Engine, dataset: str, knowledge_base: str) -> list[HistoryPoint]:
-    """Every stored answer run of ``dataset`` on ``knowledge_base`` as a chart point, one line per answerer
-    (``NAME@VERSION``); ``is_current`` marks each answerer's newest run."""
+    """Every answer run of ``dataset`` as a chart point, a line per answerer; ``is_current`` marks the newest."""
     runs = list_answer_runs(engine, dataset=dataset, knowledge_base=knowledge_base, limit=MAX_HISTORY_RUNS).runs
     seen: set[str] = set()
     points = []

@@ -1,6 +1,4 @@
-"""Answer run pages (docs/design.md §12.6): a run's summary and its cases, sorted and filtered on the server by plain
-GET links (``/admin/answer-runs/{run_id}``), and one case (``…/cases/{case_id}``).
-"""
+"""Answer run pages (docs/design.md §12.6): a run's cases, sorted and filtered by GET links, and a case."""
 
 from __future__ import annotations
 

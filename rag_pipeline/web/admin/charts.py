@@ -1,6 +1,4 @@
-"""Inline SVG charts rendered on the server: each metric of a dataset (or answer figure, docs/design.md §12.6) over
-time, one line per strategy (answerer), every point a link to its run.
-"""
+"""Inline SVG charts drawn on the server: a metric over time, a line per strategy, a link per point."""
 
 from __future__ import annotations
 
@@ -33,8 +31,7 @@ def _y_range(values: Sequence[float], floor: float = 0.0) -> tuple[float, float]
 
 def history_svg(points: Sequence[HistoryPoint], metric: str, label: str, colours: dict[str, str],
                 run_url: str = "/admin/retrieval-evaluations/runs/", floor: float = 0.0) -> Markup:
-    """One chart: ``metric`` of every run in ``points`` against its finish time, a polyline per strategy
-    (``floor``: the lowest value the metric can take, 0 or -1)."""
+    """One chart: ``metric`` of every run against its finish time, a line per strategy (``floor``: its minimum)."""
     shown = [p for p in points if metric in p.metrics]
     head = (f'<svg class="chart" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
             f'aria-label="{escape(label)} over time"><text x="{LEFT}" y="14" style="font-weight:600;fill:#1d2330">'

@@ -40,8 +40,7 @@ def dataset_url(kb: str, dataset: str) -> str:
 
 
 def strategy_choices(engine, kb: str) -> list[dict]:
-    """Every registry strategy, ``applicable`` by the one rule (:mod:`rag_pipeline.service.applicability`; else
-    ``reason``): the applicable ones are pre-selected, the others shown disabled with their reason."""
+    """Every registry strategy, ``applicable`` by the one rule (else ``reason``: shown disabled)."""
     info = knowledge_bases.describe_knowledge_base(engine, kb)
     skipped = info.inapplicable_strategies
     return [{"version": v, "description": s.description, "applicable": v not in skipped, "reason": skipped.get(v)}

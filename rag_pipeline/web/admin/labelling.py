@@ -1,6 +1,4 @@
-"""Labelling in the console (``/admin/retrieval-evaluations/kb/{kb}/labelling``): the operations of ``suggest`` /
-``label`` (:mod:`rag_pipeline.service.labelling.drafts`), saved as a new dataset version.
-"""
+"""Labelling in the console: ``suggest`` / ``label`` as pages, saved as a new dataset version."""
 
 from __future__ import annotations
 

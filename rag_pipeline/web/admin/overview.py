@@ -1,6 +1,5 @@
 """Knowledge bases → datasets: the console's start page, a knowledge base's page and the dataset upload
-(Post/Redirect/Get: a refused upload's problems are kept in this process, :data:`FAILED_UPLOADS_KEPT`).
-"""
+(Post/Redirect/Get: a refused upload's problems are kept in this process, :data:`FAILED_UPLOADS_KEPT`)."""
 
 from __future__ import annotations
 

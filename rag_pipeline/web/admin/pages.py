@@ -1,6 +1,4 @@
-"""Shared page plumbing of the console: the Jinja2 environment, :func:`render`, template filters, and the CSS/JS
-assets of ``static/`` (:data:`static_router`, no login, no sub-paths).
-"""
+"""Shared page plumbing of the console: Jinja2, :func:`render`, filters and the ``static/`` assets."""
 
 from __future__ import annotations
 
@@ -34,16 +32,12 @@ def _fmt(value: Any, digits: int = 4) -> str:
     """A metric as text: ``0.4321``; ``—`` for a missing value."""
     if value is None:
         return "—"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
 def _signed(value: Any, digits: int = 4) -> str:
     """A delta as text with its sign: ``+0.0123``."""
-    if value is None:
-        return "—"
-    return f"{value:+.{digits}f}"
+    return "—" if value is None else f"{value:+.{digits}f}"
 
 
 def _when(value: Any) -> str:
@@ -60,9 +54,7 @@ def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC")
 
 
-templates.env.filters["fmt"] = _fmt
-templates.env.filters["signed"] = _signed
-templates.env.filters["when"] = _when
+templates.env.filters.update(fmt=_fmt, signed=_signed, when=_when)
 
 
 FONT_CHECK_TTL_S = 600.0
@@ -92,9 +84,7 @@ def render(request: Request, name: str, context: dict[str, Any] | None = None, s
     return templates.TemplateResponse(request, name, ctx, status_code=status_code)
 
 
-templates.env.globals["METRIC_LABELS"] = METRIC_LABELS
-templates.env.globals["TABLE_METRICS"] = TABLE_METRICS
-templates.env.globals["BASE"] = BASE
+templates.env.globals.update(METRIC_LABELS=METRIC_LABELS, TABLE_METRICS=TABLE_METRICS, BASE=BASE)
 
 
 def error_page(request: Request, status_code: int, message: str, title: str = "Not found"):

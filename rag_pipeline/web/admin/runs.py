@@ -1,5 +1,4 @@
-"""Run detail (per-case table, sortable and filterable), case drill-down (question, relevant chunks with their miss
-reason, the whole candidate pool) and chunk text on demand."""
+"""Run detail (a sortable per-case table), case drill-down and chunk text on demand."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Answer runs over HTTP (docs/design.md §6.2, §12): upload an answers file to score, list and read the stored
-runs, compare two, and collect a dataset's answers from an endpoint the operator allowed.
-"""
+"""Answer runs over HTTP (docs/design.md §6.2, §12): score, list, read, compare and collect."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""``GET /api/v1/knowledge-bases/{id}/chunks``: the chunk ids a dataset labels, listed or searched, as
-``rag-pipeline chunks`` (:func:`rag_pipeline.service.labelling.chunks.find_chunks`).
-"""
+"""``GET /api/v1/knowledge-bases/{id}/chunks``: the chunk ids a dataset labels, listed or searched."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""``POST`` / ``GET /api/v1/knowledge-bases/{id}/retrieval/datasets``: upload a labelled dataset (validated and
-limited exactly like a dataset file), list them.
-"""
+"""Upload a labelled dataset (checked like a dataset file) and list them, under ``…/retrieval/datasets``."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ class Daemon:
 
 
 @pytest.fixture(scope="package")
-def daemon() -> Daemon:
+def daemon(engine) -> Daemon:  # the sensor's ticks are rows of the session's database: its tests are marked `db`
     alive = Daemon()
     alive.set_daemon(alive=True)
     return alive
