@@ -5,7 +5,8 @@
    Re-running is cheap: unchanged documents are skipped. A subset (``--limit-queries`` / ``--max-docs``:
    the first N judged queries, every document they judge, the first M others) goes to its own KB.
 2. For each strategy of the registry: :func:`hybrid_search_batch` over all queries (query embedding
-   included in the time), then nDCG@10, Recall@100, MRR@10 and P@10 over the whole candidate pool
+   included in the time; a ``vector_search: exact`` leg in memory, as in an evaluation, its vectors loaded once
+   per model in the first such strategy's time), then nDCG@10, Recall@100, MRR@10 and P@10 over the whole candidate pool
    (:func:`rag_pipeline.evaluation.metrics.evaluate_many`, cross-checked with ``pytrec_eval`` when installed).
    Strategies whose pool is smaller than 100 report Recall@100 of their pool.
 3. HNSW recall: per embedder, the vector leg's top-10 / top-100 through the index (the strategies'
@@ -41,6 +42,7 @@ from rag_pipeline.knowledge_base import chunking  # noqa: E402
 from rag_pipeline.knowledge_base.beir import import_beir  # noqa: E402
 from rag_pipeline.knowledge_base.embedding import get_embedder  # noqa: E402
 from rag_pipeline.retrieval import sql as retrieval_sql  # noqa: E402
+from rag_pipeline.retrieval.dense_index import DenseIndex  # noqa: E402
 from rag_pipeline.retrieval.search import hybrid_search_batch  # noqa: E402
 from rag_pipeline.retrieval.strategies import load_registry  # noqa: E402
 from rag_pipeline.settings import get_settings  # noqa: E402
@@ -164,14 +166,18 @@ def main(argv: list[str] | None = None) -> int:
 
     for model in {s.embedding_model for s in strategies if s.vector_candidate_k}:
         get_embedder(model).embed(["warm-up"])  # load the model outside the timings
-    results, check = {}, ""
+    results, check, indexes = {}, "", {}
     for strategy in strategies:
         t = time.perf_counter()
         traces = []
         with engine.connect() as conn:
+            index = None  # vector_search: exact runs in memory, as in an evaluation (loaded once per model)
+            if strategy.vector_search == "exact" and strategy.vector_candidate_k:
+                model = strategy.embedding_model
+                index = indexes[model] = indexes.get(model) or DenseIndex.load(conn, kb_id, model)
             for start in range(0, len(questions), args.batch_size):
                 traces += hybrid_search_batch(conn, knowledge_base_id=kb_id, strategy=strategy,
-                                              queries=questions[start:start + args.batch_size])
+                                              queries=questions[start:start + args.batch_size], vector_index=index)
         elapsed = time.perf_counter() - t
         retrieved = [[c.chunk_id for c in tr.candidates] for tr in traces]
         scores = evaluate(retrieved, relevant)

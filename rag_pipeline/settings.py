@@ -9,7 +9,7 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -96,6 +96,11 @@ class Settings(BaseSettings):
                           "the checkout holding `pyproject.toml`, else the working directory.")
     eval_readers: PositiveInt = Field(
         2, description="Read connections an evaluation searches with in parallel (one PostgreSQL backend each).")
+    exact_vector_leg: Literal["memory", "sql"] = Field(
+        "memory", description="Where an evaluation runs the vector leg of a `vector_search: exact` strategy: "
+                              "`memory` (the knowledge base's vectors loaded once per run, a matrix product per "
+                              "batch) or `sql` (the exact SQL statement, the reference). HNSW strategies always "
+                              "read the index.")
     embed_threads: PositiveInt | None = Field(
         None, description="BLAS threads of the USE encoder. Default: every core (ingestion next to a local "
                           "server: one less).")

@@ -65,7 +65,8 @@ def test_suggest_without_strategy_pools_what_can_run_and_names_what_it_left_out(
     err = capsys.readouterr().err
     draft = json.loads(out.read_text(encoding="utf-8"))
     assert RERANK not in draft["strategies"] and "hybrid-v1" in draft["strategies"]
-    assert set(draft["strategies_left_out"]) == {RERANK, "vector-minilm-v1", "hybrid-bm25-minilm-v1"}
+    minilm = {RERANK, "vector-minilm-v1", "hybrid-bm25-minilm-v1"}
+    assert set(draft["strategies_left_out"]) == minilm | {v.replace("-v1", "-exact-v1") for v in minilm}
     assert f"not pooled: {RERANK}: strategy {RERANK} cannot run" in err and f"--models {MINILM}" in err, err
     named = tmp_path / "named.draft.json"
     assert main(["suggest", "--knowledge-base", tiny["kb"], "--questions", str(questions), "--output", str(named),

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import RunCounts
+from rag_pipeline.evaluation import shared_indexes
 from rag_pipeline.evaluation.datasets.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
 from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetProblem
@@ -29,6 +30,7 @@ from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_know
 from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
 from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.retrieval.bm25_index import Bm25Index
+from rag_pipeline.retrieval.dense_index import DenseIndex
 from rag_pipeline.retrieval.search import (
     RetrievalError,
     RetrievalTrace,
@@ -40,6 +42,7 @@ from rag_pipeline.retrieval.search import (
 )
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
+from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.snapshot_readers import SnapshotReaders, check_capacity, reader_count, snapshot_readers
 
 BATCH_SIZE = 64
@@ -137,7 +140,8 @@ class _BatchResult:
 
 
 def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
-                  vectors, keyword_index: Bm25Index | None = None) -> _BatchResult:
+                  vectors, keyword_index: Bm25Index | None = None,
+                  vector_index: DenseIndex | None = None) -> _BatchResult:
     """Worker thread: one batch's retrieval and miss diagnosis; a statement timeout is a :class:`RetrievalError`
     naming the case."""
     try:
@@ -145,7 +149,7 @@ def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Seque
             t = time.perf_counter()
             traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in batch],
                                          strategy=strategy, limits=[c.k for c in batch], query_vectors=vectors,
-                                         keyword_index=keyword_index)
+                                         keyword_index=keyword_index, vector_index=vector_index)
             t_search = time.perf_counter()
             labels = check_labels(conn, kb, batch)
             reasons = diagnosis_db.diagnose_batch(conn, kb, strategy, batch, [tr.candidates for tr in traces],
@@ -182,13 +186,26 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             ThreadPoolExecutor(max_workers=readers, thread_name_prefix="rag-eval") as workers:
         # the version of what every reader sees (one exported snapshot), on a worker while a BM25 index loads
         version = workers.submit(_snapshot_version, pool_conns, kb.id)
-        keyword_index, t = None, time.perf_counter()
-        if strategy.keyword_candidate_k and strategy.keyword_scorer == "bm25":  # postings once, on the snapshot
+        keyword_index, vector_index, t = None, None, time.perf_counter()
+        kb_version = version.result()  # keys the indexes this process's runs share (shared_indexes)
+
+        def load_postings() -> Bm25Index:
             with pool_conns.borrow() as conn:
-                keyword_index = Bm25Index.load(conn, kb.id, strategy.bm25_k1, strategy.bm25_b,
-                                               borrow=pool_conns.borrow, parts=readers)
+                return Bm25Index.load(conn, kb.id, strategy.bm25_k1, strategy.bm25_b,
+                                      borrow=pool_conns.borrow, parts=readers)
+
+        def load_vectors() -> DenseIndex:
+            with pool_conns.borrow() as conn:
+                return DenseIndex.load(conn, kb.id, strategy.embedding_model)
+
+        if strategy.keyword_candidate_k and strategy.keyword_scorer == "bm25":  # postings once, on the snapshot
+            keyword_index = shared_indexes.shared(("bm25", str(kb.id), kb_version, strategy.bm25_k1,
+                                                   strategy.bm25_b), load_postings)
+        if strategy.vector_candidate_k and exact_in_memory(strategy):  # vectors once, on the snapshot
+            vector_index = shared_indexes.shared(("vectors", str(kb.id), kb_version, strategy.embedding_model),
+                                                 load_vectors)
         _tick(timings, "retrieval_sql_s", t)
-        outcome.knowledge_base_version = version.result()
+        outcome.knowledge_base_version = kb_version
         with engine.begin() as conn:
             run_queries.set_knowledge_base_version(conn, run_id, outcome.knowledge_base_version)
         todo = iter(starts)
@@ -203,7 +220,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             vectors = embedder.vectors([c.question for c in batch]) if embedder else None
             _tick(timings, "embedding_s", t)
             pending.append((start, batch, workers.submit(_search_batch, pool_conns, kb, strategy, batch, vectors,
-                                                                keyword_index)))
+                                                                keyword_index, vector_index)))
 
         try:
             t_loop = time.perf_counter()
@@ -248,6 +265,11 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             strategy_version=strategy.version, case_count=outcome.case_count,
             candidate_count=outcome.candidate_count, averages=outcome.averages,
             timings=outcome.timings, summary=outcome.summary)
+
+
+def exact_in_memory(strategy: Strategy) -> bool:
+    """The strategy's vector leg runs in memory: ``vector_search: exact`` and ``RAG_EXACT_VECTOR_LEG=memory``."""
+    return strategy.vector_search == "exact" and get_settings().exact_vector_leg == "memory"
 
 
 def _snapshot_version(readers: SnapshotReaders, kb_id) -> str:

@@ -17,6 +17,7 @@ from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval import stages, vector_cut
 from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
+from rag_pipeline.retrieval.dense_index import DenseIndex
 from rag_pipeline.retrieval.stages import fuse_pool
 from rag_pipeline.retrieval.strategies import MAX_EF_SEARCH, Strategy
 from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace
@@ -30,14 +31,16 @@ __all__ = ["Candidate", "LegHit", "RetrievalError", "RetrievalTrace", "Statement
 def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequence[str], strategy: Strategy,
                         limits: Sequence[int] | None = None, query_vectors: np.ndarray | None = None,
                         targets: Sequence[Sequence[str]] | None = None,
-                        keyword_index: Bm25Index | None = None) -> list[RetrievalTrace]:
+                        keyword_index: Bm25Index | None = None,
+                        vector_index: DenseIndex | None = None) -> list[RetrievalTrace]:
     """Search many questions: one embedding call and one SQL statement per enabled leg for the batch.
 
     ``conn`` must be in a transaction: the HNSW settings and the statement timeout (``RAG_STATEMENT_TIMEOUT_S``,
     :class:`StatementTimeout`) are ``SET LOCAL``. ``limits`` default to ``strategy.final_top_k``; ``query_vectors``
     skip the embedding; ``targets`` (chunk ids per question) make the keyword leg report in
     ``trace.keyword_targets`` the targets it ranked below its top k, pools unchanged; ``keyword_index`` serves a BM25
-    leg from memory (identical hits and scores)."""
+    leg from memory (identical hits and scores); ``vector_index`` serves a ``vector_search: exact`` leg from memory
+    (the SQL exact statement's candidates, scores within float tolerance; an HNSW strategy ignores it)."""
     queries = list(queries)
     if any(not isinstance(q, str) for q in queries):
         raise TypeError("every question must be a str")
@@ -53,12 +56,15 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
     complete = strategy.complete_pool and strategy.vector_candidate_k > 0 and strategy.keyword_candidate_k > 0
     done: list[dict] = [{} for _ in queries]
     try:
-        vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors)
+        if strategy.vector_search != "exact":
+            vector_index = None
+        vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors, vector_index)
         leg_targets = stages.completion_targets(vector_hits, targets) if complete else targets
         keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, leg_targets, keyword_index)
         if complete:
             done, keyword_targets = stages.split_keyword_targets(keyword_targets, targets, vector_hits)
-            completed = {"vector": stages.complete_vector(conn, kb.id, strategy, vectors, vector_hits, keyword_hits)}
+            completed = {"vector": stages.complete_vector(conn, kb.id, strategy, vectors, vector_hits, keyword_hits,
+                                                          vector_index)}
         traces = [
             fuse_pool(question, vector_hits[i], keyword_hits[i], strategy, limits[i],
                       {"keyword": done[i], "vector": completed["vector"][i]} if complete else None)
@@ -127,7 +133,8 @@ def preflight(conn: sa.Connection, kb: sa.Row | KnowledgeBaseRef, strategy: Stra
     stages.preflight_rerank(conn, kb, strategy)
 
 
-def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> tuple[list[list[LegHit]], np.ndarray]:
+def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors,
+                index: DenseIndex | None = None) -> tuple[list[list[LegHit]], np.ndarray]:
     """The leg's hits per question, and the questions' vectors (an empty array without the leg)."""
     if strategy.vector_candidate_k == 0:
         return [[] for _ in queries], np.empty((len(queries), 0), dtype=np.float32)
@@ -144,6 +151,9 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> tuple[l
     vectors = np.asarray(query_vectors, dtype=np.float32)
     if vectors.shape != (len(queries), dimension):
         raise ValueError(f"query_vectors must have shape {(len(queries), dimension)}, got {vectors.shape}")
+    if index is not None:
+        index.check(kb.id, model)
+        return index.top(vectors, strategy.vector_candidate_k), vectors
 
     def search(indexes, limit: int, exact: bool) -> list[list[LegHit]]:
         # ef_search >= the rows fetched: one HNSW pass returns at most ef_search rows, and the iterative scan that
@@ -157,7 +167,8 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors) -> tuple[l
     def available() -> int:
         return retrieval_sql.searchable_vectors(conn, kb.id, model)
 
-    return vector_cut.top_k(search, len(queries), strategy.vector_candidate_k, available), vectors
+    return vector_cut.top_k(search, len(queries), strategy.vector_candidate_k, available,
+                            exact=strategy.vector_search == "exact"), vectors
 
 
 def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,

@@ -167,6 +167,17 @@ def searchable_vectors(conn: sa.Connection, kb_id, model: str) -> int:
         f"AND {BASE_FILTERS}"), {"kb": kb_id, "model": model}).scalar_one()
 
 
+def searchable_vector_rows(conn: sa.Connection, kb_id, model: str) -> sa.CursorResult:
+    """The in-memory exact leg's input (retrieval.dense_index): ``chunk_id, document_id, document_name, data`` of
+    the KB's searchable vectors of the model in chunk-id order, ``data`` in pgvector's binary form
+    (``vector_send``: int16 dim, int16 unused, dim big-endian float4)."""
+    return conn.execute(sa.text(
+        "SELECT c.id::text AS chunk_id, c.document_id::text AS document_id, d.original_name AS document_name, "
+        "vector_send(e.embedding) AS data FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id "
+        "JOIN documents d ON d.id = c.document_id WHERE e.model = :model AND e.knowledge_base_id = :kb "
+        f"AND {BASE_FILTERS} ORDER BY c.id"), {"kb": kb_id, "model": model})
+
+
 def keyword_leg(conn: sa.Connection, statement: str, params: dict) -> sa.CursorResult:
     """The rows of one of the keyword-leg statements (``TS_RANK_CD_*_LEG_SQL``, ``bm25_sql.BM25_*_LEG_SQL``)."""
     return conn.execute(sa.text(statement), params)

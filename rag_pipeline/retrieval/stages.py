@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.retrieval import fusion
 from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.retrieval.dense_index import DenseIndex
 from rag_pipeline.retrieval.strategies import Rerank, Strategy, StrategyError
 from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace
 
@@ -118,10 +119,13 @@ def split_keyword_targets(below: list[dict], targets, vector_hits) -> tuple[list
 
 
 def complete_vector(conn: sa.Connection, kb_id, strategy: Strategy, vectors: np.ndarray, vector_hits,
-                    keyword_hits) -> list[dict[str, float]]:
-    """Vector scores of the keyword leg's chunks the vector leg did not return (from their stored vectors)."""
+                    keyword_hits, index: DenseIndex | None = None) -> list[dict[str, float]]:
+    """Vector scores of the keyword leg's chunks the vector leg did not return (from their stored vectors; with
+    ``index``, in memory by the exact leg's own arithmetic)."""
     wanted = [sorted({h.chunk_id for h in k_hits} - {h.chunk_id for h in v_hits})
               for v_hits, k_hits in zip(vector_hits, keyword_hits, strict=True)]
+    if index is not None:
+        return index.chunk_scores(vectors, wanted)
     return stored_vector_scores(conn, kb_id, strategy.embedding_model, vectors, wanted)
 
 

@@ -27,16 +27,18 @@ TEXT_SEARCH_MODES = ("kb", "simple", "english", "chinese", "mixed")
 KEYWORD_SCORERS = ("ts_rank_cd", "bm25")
 FUSIONS = ("weighted", "rrf")
 RERANK_METHODS = ("embedding", "cross-encoder")
+VECTOR_SEARCHES = ("hnsw", "exact")  # the vector leg: the model's HNSW index, or every vector scored
 RERANK_NORMALIZATIONS = tuple(n for n in NORMALIZATIONS if n != "rank")  # rank needs leg ranks
 MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
 MAX_STRATEGIES_FILE_BYTES = 1024 * 1024  # a strategies file is read through the bounded reader
 
 _IDENTITY_FIELDS = ("version", "description")
-# Optional stages: left out of params() (and so of params_hash()) while unset, so every version defined before
-# they existed keeps its hash and its stored runs.
-OPTIONAL_FIELDS = {"complete_pool": False, "rerank": None}
+# Optional stages and the vector search mode: left out of params() (and so of params_hash()) while at their default,
+# so every version defined before they existed keeps its hash and its stored runs.
+OPTIONAL_FIELDS = {"complete_pool": False, "rerank": None, "vector_search": "hnsw"}
 _CHOICES = {"embedding_model": EMBEDDING_MODELS, "text_search": TEXT_SEARCH_MODES,
-            "keyword_scorer": KEYWORD_SCORERS, "fusion": FUSIONS, "normalization": NORMALIZATIONS}
+            "keyword_scorer": KEYWORD_SCORERS, "fusion": FUSIONS, "normalization": NORMALIZATIONS,
+            "vector_search": VECTOR_SEARCHES}
 _RERANK_CHOICES = {"method": RERANK_METHODS, "normalization": RERANK_NORMALIZATIONS}
 _UNSET: Any = object()
 
@@ -108,6 +110,7 @@ class Strategy(BaseModel):
     ef_search: int = Field(100, ge=1, le=MAX_EF_SEARCH)
     complete_pool: bool = False
     rerank: Rerank | None = None
+    vector_search: str = "hnsw"
 
     def __init__(self, version: Any = _UNSET, /, **data: Any) -> None:
         """Validate; ``version`` may also be given positionally. Raises :class:`StrategyError`."""
@@ -149,7 +152,7 @@ class Strategy(BaseModel):
         if self.complete_pool and (self.fusion == "rrf" or self.normalization == "rank"):
             raise ValueError("field 'complete_pool' needs a score-based fusion: a completed score has no leg rank, "
                              "so fusion 'rrf' and normalization 'rank' cannot use it")
-        if self.ef_search < self.vector_candidate_k:
+        if self.ef_search < self.vector_candidate_k and self.vector_search == "hnsw":
             raise ValueError(f"field 'ef_search' ({self.ef_search}) must be >= vector_candidate_k "
                              f"({self.vector_candidate_k}); HNSW returns at most ef_search rows")
         return self
@@ -160,7 +163,7 @@ class Strategy(BaseModel):
 
     def params(self) -> dict[str, Any]:
         """Every parameter except ``version`` / ``description``, in field order; the optional stages
-        (``complete_pool``, ``rerank``) only when set."""
+        (``complete_pool``, ``rerank``) and a non-default ``vector_search`` only when set."""
         return {name: value for name, value in self.model_dump(exclude=set(_IDENTITY_FIELDS)).items()
                 if name not in OPTIONAL_FIELDS or value != OPTIONAL_FIELDS[name]}
 

@@ -31,9 +31,10 @@ def tie_may_continue(leg: list[LegHit], k: int, limit: int) -> bool:
     return 0 < k < len(leg) and len(leg) >= limit and leg[-1].score >= leg[k - 1].score
 
 
-def top_k(search: Search, n: int, k: int, available: Callable[[], int]) -> list[list[LegHit]]:
+def top_k(search: Search, n: int, k: int, available: Callable[[], int], exact: bool = False) -> list[list[LegHit]]:
     """Per question of ``n``, its top ``k`` by :func:`leg_order`; ``available()`` = searchable vectors of the
-    model in the knowledge base (asked at most once, only when an index scan came back short)."""
+    model in the knowledge base (asked at most once, only when an index scan came back short); ``exact``: every
+    search exact from the start (a strategy's ``vector_search: exact``)."""
     hits: list[list[LegHit]] = [[] for _ in range(n)]
     if k <= 0:
         return hits
@@ -44,7 +45,7 @@ def top_k(search: Search, n: int, k: int, available: Callable[[], int]) -> list[
             known.append(int(available()))
         return known[0]
 
-    state = {i: (fetch_size(k), False) for i in range(n)}
+    state = {i: (fetch_size(k), exact) for i in range(n)}
     while state:
         groups: dict[tuple[int, bool], list[int]] = {}
         for i, key in state.items():

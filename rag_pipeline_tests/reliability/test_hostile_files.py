@@ -50,6 +50,12 @@ SHIPPED_HASHES = {
     "hybrid-bm25-minilm-v1": "357b635e35b3cc1640ba511d91e0f67e58c69763617ef07287e2d2e1ba9f217e",
     # the first version with the optional stages (complete_pool, rerank), which leave the hashes above alone
     "hybrid-bm25-rerank-minilm-v1": "a68a10e8a25df6e2dfd54e4d642c2432fb6d510edf9c357c27abb655d50cd860",
+    # vector_search: exact (left out of the parameters while hnsw, so the hashes above stay)
+    "vector-exact-v1": "28a695cee8ad1c6f2577c8bd32ce549a1d21921752793f47933f3848972ed880",
+    "hybrid-bm25-exact-v1": "82068aee7cd9398efd08d76e03690c0659cbbfc205c6406d5e7752d6526dbdd9",
+    "vector-minilm-exact-v1": "0e5c441c37f9f142f6cfc9ad790e37dd14a0b70ed92a89dbebf71b43df8e980b",
+    "hybrid-bm25-minilm-exact-v1": "98e5b54eb58d2a9e1594ef5e81120e97e53a1141d74f6dd55dec02a89229f1f5",
+    "hybrid-bm25-rerank-minilm-exact-v1": "f98d9948d8b79d4bb1d966d4e601fe28e0d73bfd765523e577bd121c4550cb2a",
 }
 GOOD_CASE = {"case_id": "c1", "question": "how are backups tested?",
              "relevant_chunk_ids": ["00000000-0000-0000-0000-000000000001"], "k": 5}

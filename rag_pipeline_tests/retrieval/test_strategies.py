@@ -24,6 +24,8 @@ from rag_pipeline.retrieval.strategies import (
 PACKAGED_VERSIONS = {
     "hybrid-v1", "vector-v1", "keyword-v1", "bm25-v1", "hybrid-bm25-v1", "rrf-v1",
     "vector-minilm-v1", "hybrid-bm25-minilm-v1", "hybrid-bm25-rerank-minilm-v1",
+    "vector-exact-v1", "hybrid-bm25-exact-v1", "vector-minilm-exact-v1", "hybrid-bm25-minilm-exact-v1",
+    "hybrid-bm25-rerank-minilm-exact-v1",
 }
 # sha256 of the canonical JSON of the seed parameters; stored runs refer to it.
 SEED_PARAMS_HASH = "102c63fbd95eeec2368bd0a7ab7f6bccb41e79d929476a8a3284625a62243b05"
@@ -36,6 +38,7 @@ ALTERNATIVES = {
     "keyword_weight": 0.5, "normalization": "minmax", "rrf_k": 10, "final_top_k": 5,
     "ef_search": 40, "complete_pool": True,
     "rerank": {"method": "embedding", "model": "all-minilm-l6-v2"},
+    "vector_search": "exact",
 }
 
 
@@ -76,7 +79,8 @@ def test_packaged_registry_contents() -> None:
         ("use-multilingual-v3", True, "zscore", 0.3)
     assert rerank.rerank.model_dump() == {"method": "embedding", "model": "all-minilm-l6-v2", "top_n": None,
                                           "weight": 0.6, "normalization": "zscore", "batch_size": 32}
-    assert all(s.rerank is None and not s.complete_pool for v, s in r.items() if v != rerank.version)
+    assert all(s.rerank is None and not s.complete_pool for v, s in r.items()
+               if v not in (rerank.version, "hybrid-bm25-rerank-minilm-exact-v1"))
     for name in ("hybrid-bm25-v1", "rrf-v1", "vector-minilm-v1", "hybrid-bm25-minilm-v1"):
         assert r[name].vector_candidate_k == 100
 
@@ -238,3 +242,18 @@ def test_optional_stages_leave_every_other_hash_alone_and_round_trip(tmp_path: P
     loaded = load_registry(_write(tmp_path, text))
     assert loaded["p"] == plain and loaded["p"].params_hash() == plain.params_hash()
     assert loaded["s"] == staged and loaded["s"].params_hash() == staged.params_hash() != plain.params_hash()
+
+
+def test_exact_versions_are_their_hnsw_versions_with_exact_vector_search() -> None:
+    r = load_registry()
+    exact = {v: s for v, s in r.items() if s.vector_search == "exact"}
+    assert len(exact) == 5
+    for version, strategy in exact.items():
+        hnsw = r[version.replace("-exact-v1", "-v1")]
+        assert hnsw.vector_search == "hnsw" and "vector_search" not in hnsw.params(), "old hashes unchanged"
+        assert strategy.params() == {**hnsw.params(), "vector_search": "exact"}, version
+    with pytest.raises(StrategyError, match="field 'vector_search' is 'ivf'; expected one of"):
+        Strategy(version="x", vector_search="ivf")
+    with pytest.raises(StrategyError, match="field 'ef_search'"):
+        Strategy(version="x", vector_candidate_k=200, ef_search=100)
+    assert Strategy(version="x", vector_candidate_k=2000, ef_search=100, vector_search="exact").ef_search == 100

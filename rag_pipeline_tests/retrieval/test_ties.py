@@ -15,6 +15,7 @@ from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import SourceDocument
 from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval import vector_cut
+from rag_pipeline.retrieval.dense_index import DenseIndex
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline.retrieval.trace import LegHit
@@ -119,3 +120,18 @@ def test_cut_fetches_again_while_ties_fill_the_fetch_and_falls_back_to_exact_whe
     assert vector_cut.top_k(search, 2, 0, available=lambda: 0) == [[], []]
     assert not vector_cut.tie_may_continue(_hits([0.9, 0.9, 0.8]), 2, 3)
     assert vector_cut.tie_may_continue(_hits([0.9, 0.9, 0.9]), 2, 3)
+
+
+def test_the_exact_leg_in_memory_cuts_the_tie_by_chunk_id_like_sql(engine, tied_kb):
+    kb_id, dup_ids = tied_kb
+    exact = STRATEGY.replace(version="t-ties-exact", vector_search="exact", keyword_candidate_k=0,
+                             vector_weight=1.0, keyword_weight=0.0)
+    with engine.begin() as conn:
+        index = DenseIndex.load(conn, kb_id, USE)
+        sql = hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=QUESTIONS, strategy=exact)
+        mem = hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=QUESTIONS, strategy=exact, vector_index=index)
+    for a, b in zip(sql, mem, strict=True):
+        assert [c.chunk_id for c in a.candidates] == [c.chunk_id for c in b.candidates]
+    footer = mem[1].candidates
+    assert len({c.vector_score for c in footer}) == 1, "the duplicates tie exactly in memory too"
+    assert [c.chunk_id for c in footer] == dup_ids[:K], "the smallest ids of the 20 tied duplicates"

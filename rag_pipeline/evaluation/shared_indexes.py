@@ -1,0 +1,57 @@
+"""In-memory leg indexes shared by the evaluation runs of one process: a click's strategies (one Dagster run, its
+steps in one process) load a knowledge base's BM25 postings and vectors once.
+
+An index is keyed by what it was built from: the knowledge base, its content version as the run's snapshot sees it
+(searchable chunk ids, content-derived, with their models: the same version is the same chunks and vectors) and
+the index's own parameters (model; k1, b). A run whose snapshot shows another version loads its own. At most
+:data:`BUDGET_BYTES` of indexes stay, the least recently used go first; a bigger index is used once, not kept."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import TypeVar
+
+from rag_pipeline.retrieval.bm25_index import Bm25Index
+from rag_pipeline.retrieval.dense_index import DenseIndex
+
+BUDGET_BYTES = 1 << 30
+T = TypeVar("T", Bm25Index, DenseIndex)
+
+_lock = threading.Lock()
+_kept: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()
+loads = {"loaded": 0, "reused": 0}  # process totals, for the benchmarks
+
+
+def size(index: Bm25Index | DenseIndex) -> int:
+    """Bytes of the index's arrays (the id columns counted at 100 bytes a row)."""
+    if isinstance(index, DenseIndex):
+        return index.vectors.nbytes + index.norms.nbytes + 100 * len(index.chunk_ids)
+    m = index.matrix
+    return m.data.nbytes + m.indices.nbytes + m.indptr.nbytes + 100 * (len(index.chunk_ids) + len(index.term_row))
+
+
+def shared(key: Hashable, load: Callable[[], T]) -> T:
+    """The index of ``key``, loaded by ``load()`` unless this process holds it already."""
+    with _lock:
+        if key in _kept:
+            _kept.move_to_end(key)
+            loads["reused"] += 1
+            return _kept[key][0]  # type: ignore[return-value]
+    index = load()
+    if not isinstance(index, Bm25Index | DenseIndex):  # a loader that gave nothing (a test's stand-in): not kept
+        return index
+    nbytes = size(index)
+    with _lock:
+        loads["loaded"] += 1
+        if nbytes <= BUDGET_BYTES:
+            _kept[key] = (index, nbytes)
+            while sum(n for _, n in _kept.values()) > BUDGET_BYTES:
+                _kept.popitem(last=False)
+    return index
+
+
+def clear() -> None:
+    with _lock:
+        _kept.clear()

@@ -1,0 +1,145 @@
+"""The in-memory exact vector leg (retrieval/dense_index.py) against the SQL exact statement, on the demo KB.
+
+Equal means: the same candidates in the same order (score desc, then chunk id asc) and scores within 1e-6
+(pgvector sums in float32, the index in float64). SciFact is checked by ``bench/dense_bench.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from rag_pipeline.evaluation import shared_indexes
+from rag_pipeline.evaluation.datasets.load import load_dataset
+from rag_pipeline.evaluation.evaluate import evaluate_dataset
+from rag_pipeline.knowledge_base import chunking
+from rag_pipeline.knowledge_base.embedding import get_embedder
+from rag_pipeline.retrieval import dense_index
+from rag_pipeline.retrieval.dense_index import DenseIndex
+from rag_pipeline.retrieval.search import hybrid_search_batch
+from rag_pipeline.retrieval.strategies import load_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+TOLERANCE = 1e-6
+REGISTRY = load_registry()
+
+
+@pytest.fixture(scope="module")
+def demo(engine, demo_kb):
+    questions = [c.question for c in load_dataset(ROOT / "datasets" / "demo.json").cases]
+    questions += ["", "?", "zzz unrelated words " * 20]
+    kb_id = chunking.knowledge_base_id(demo_kb)
+    model = REGISTRY["vector-exact-v1"].embedding_model
+    with engine.connect() as conn:
+        index = DenseIndex.load(conn, kb_id, model)
+    return kb_id, questions, get_embedder(model).embed(questions), index
+
+
+def _legs(engine, kb_id, questions, vectors, strategy, index):
+    with engine.begin() as conn:
+        sql = hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=questions, strategy=strategy,
+                                  query_vectors=vectors)
+        mem = hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=questions, strategy=strategy,
+                                  query_vectors=vectors, vector_index=index)
+    return sql, mem
+
+
+def _assert_equal(sql, mem, questions) -> None:
+    for q, a, b in zip(questions, sql, mem, strict=True):
+        assert [c.chunk_id for c in a.candidates] == [c.chunk_id for c in b.candidates], q
+        assert [c.vector_rank for c in a.candidates] == [c.vector_rank for c in b.candidates], q
+        assert [c.keyword_score for c in a.candidates] == [c.keyword_score for c in b.candidates], q
+        for field in ("vector_score", "final_score"):
+            x = np.array([np.nan if getattr(c, field) is None else getattr(c, field) for c in a.candidates])
+            y = np.array([np.nan if getattr(c, field) is None else getattr(c, field) for c in b.candidates])
+            assert (np.isnan(x) == np.isnan(y)).all(), (q, field)
+            assert np.abs(np.nan_to_num(x) - np.nan_to_num(y)).max(initial=0.0) <= TOLERANCE, (q, field)
+
+
+def test_the_index_holds_every_searchable_vector_in_chunk_id_order(engine, demo):
+    kb_id, _, _, index = demo
+    with engine.connect() as conn:
+        count = conn.execute(sa.text(
+            "SELECT count(*) FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id "
+            "WHERE e.knowledge_base_id = :kb AND e.model = :m AND c.is_current"), {"kb": kb_id, "m": index.model}
+        ).scalar_one()
+    assert len(index.chunk_ids) == count > 10
+    assert list(index.chunk_ids) == sorted(index.chunk_ids)
+    assert index.vectors.dtype == np.float32 and index.vectors.shape[0] == count
+
+
+@pytest.mark.parametrize("k", [1, 10, 100, 10_000])
+def test_memory_leg_equals_the_sql_exact_statement(engine, demo, k):
+    kb_id, questions, vectors, index = demo
+    strategy = REGISTRY["vector-exact-v1"].replace(vector_candidate_k=k, final_top_k=k)  # ef_search: unused
+    sql, mem = _legs(engine, kb_id, questions, vectors, strategy, index)
+    _assert_equal(sql, mem, questions)
+    assert all(len(t.candidates) == min(k, len(index.chunk_ids)) for t in mem)
+
+
+def test_hybrid_with_complete_pools_equals_the_sql_path(engine, demo):
+    kb_id, questions, vectors, index = demo
+    strategy = REGISTRY["hybrid-bm25-exact-v1"].replace(version="t-dense-complete", vector_candidate_k=5,
+                                                        keyword_candidate_k=5, complete_pool=True)
+    sql, mem = _legs(engine, kb_id, questions, vectors, strategy, index)
+    _assert_equal(sql, mem, questions)
+    completed = [c for t in mem for c in t.candidates if c.vector_rank is None]
+    assert completed and all(c.vector_score is not None for c in completed), "keyword-only chunks get a score"
+
+
+def test_an_hnsw_strategy_ignores_the_index_and_a_wrong_index_is_refused(engine, demo):
+    kb_id, questions, vectors, index = demo
+    sql, mem = _legs(engine, kb_id, questions, vectors, REGISTRY["vector-v1"], index)
+    assert [t.candidates for t in sql] == [t.candidates for t in mem]
+    other = DenseIndex(index.knowledge_base_id, "all-minilm-l6-v2", index.vectors, index.norms, index.chunk_ids,
+                       index.document_ids, index.document_names)
+    with engine.begin() as conn, pytest.raises(ValueError, match="not .* and 'use-multilingual-v3'"):
+        hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=questions[:1], strategy=REGISTRY["vector-exact-v1"],
+                            query_vectors=vectors[:1], vector_index=other)
+
+
+def test_an_evaluation_gives_the_same_candidates_in_memory_and_by_sql(engine, demo_kb, monkeypatch):
+    dataset = load_dataset(ROOT / "datasets" / "demo.json")
+    strategy = REGISTRY["hybrid-bm25-exact-v1"]
+    runs = {}
+    for mode in ("sql", "memory"):
+        monkeypatch.setenv("RAG_EXACT_VECTOR_LEG", mode)
+        runs[mode] = evaluate_dataset(engine, dataset, strategy)
+    with engine.connect() as conn:
+        rows = {mode: conn.execute(sa.text(
+            "SELECT case_id, rank, chunk_id::text, vector_rank, vector_score, keyword_score FROM "
+            "retrieval_evaluation_candidates WHERE evaluation_run_id = :r ORDER BY case_id, rank"),
+            {"r": outcome.run_id}).all() for mode, outcome in runs.items()}
+    assert len(rows["sql"]) == runs["sql"].candidate_count > 0
+    assert [r[:4] for r in rows["sql"]] == [r[:4] for r in rows["memory"]]
+    assert [r[5] for r in rows["sql"]] == [r[5] for r in rows["memory"]]
+    differences = [abs(a[4] - b[4]) for a, b in zip(rows["sql"], rows["memory"], strict=True) if a[4] is not None]
+    assert differences and max(differences) <= TOLERANCE
+    for metric, value in runs["sql"].averages.items():
+        assert runs["memory"].averages[metric] == pytest.approx(value, abs=1e-12), metric
+
+
+def test_the_runs_of_one_process_share_the_loaded_indexes(engine, demo_kb, monkeypatch):
+    dataset = load_dataset(ROOT / "datasets" / "demo.json")
+    shared_indexes.clear()
+    before = dict(shared_indexes.loads)
+    for version in ("vector-exact-v1", "hybrid-bm25-exact-v1", "bm25-v1"):
+        evaluate_dataset(engine, dataset, REGISTRY[version])
+    counts = {k: shared_indexes.loads[k] - before[k] for k in before}
+    assert counts == {"loaded": 2, "reused": 2}, "USE vectors once, BM25 postings (k1 0.9, b 0.4) once"
+    monkeypatch.setattr(shared_indexes, "BUDGET_BYTES", 0)  # nothing fits: every run loads its own
+    shared_indexes.clear()
+    evaluate_dataset(engine, dataset, REGISTRY["vector-exact-v1"])
+    evaluate_dataset(engine, dataset, REGISTRY["vector-exact-v1"])
+    assert shared_indexes.loads["loaded"] - before["loaded"] == 4
+
+
+def test_scoring_in_blocks_gives_the_same_leg(engine, demo, monkeypatch):
+    kb_id, questions, vectors, index = demo
+    whole = index.scores(vectors)
+    monkeypatch.setattr(dense_index, "BLOCK_ROWS", 7)  # many blocks, the last one partial
+    assert np.abs(index.scores(vectors) - whole).max() <= 1e-12
+    strategy = REGISTRY["vector-exact-v1"].replace(vector_candidate_k=50)
+    _assert_equal(*_legs(engine, kb_id, questions, vectors, strategy, index), questions)
