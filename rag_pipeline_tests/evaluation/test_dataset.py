@@ -251,7 +251,7 @@ def test_problems_come_in_file_order():
     assert [line.strip() for line in str(info.value).splitlines()] == [
         "invalid dataset f.json: 19 problems",
         ("f.json: unknown top-level key(s) ['zeta']; allowed: ['name', 'knowledge_base', 'description', 'metadata', "
-         "'cases']"),
+         "'answer_convention', 'cases']"),
         "f.json: top-level key 'zeta' appears more than once",
         "f.json: field 'knowledge_base': must not be empty",
         "f.json: field 'metadata.x': non-finite number NaN is not JSON",
