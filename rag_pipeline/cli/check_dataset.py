@@ -43,8 +43,7 @@ def cmd_check_dataset(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check-dataset", help="check every relevant id of a dataset against a knowledge base "
-                                             "(why are all metrics 0?); exit 1 when some label is invalid")
+    p = sub.add_parser("check-dataset")
     p.add_argument("--dataset", required=True, help="dataset JSON file")
     p.add_argument("--knowledge-base", help="knowledge base name or id (default: the one the file names)")
     p.add_argument("--format", choices=["text", "json"], default="text")

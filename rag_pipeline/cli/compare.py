@@ -26,8 +26,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="compare the current runs of every strategy on a dataset with a baseline "
-                                       "(paired significance, regression gate: exit 1 when it fails)")
+    p = sub.add_parser("compare")
     p.add_argument("--dataset", required=True, help="dataset name, or its JSON file")
     p.add_argument("--knowledge-base", help="only when the dataset name is used with several knowledge bases")
     p.add_argument("--dataset-version", metavar="HASH",

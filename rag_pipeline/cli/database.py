@@ -162,8 +162,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("db", help="embedded PostgreSQL: start (and write .env), stop, status, url, psql, password",
-                       description="Embedded PostgreSQL. `start --listen HOST:PORT` also listens on TCP with a "
+    p = sub.add_parser("db", description="Embedded PostgreSQL. `start --listen HOST:PORT` also listens on TCP with a "
                                    "generated password (scram-sha-256; .env then holds both URLs). `url` prints the "
                                    "SQLAlchemy URL (the TCP one when listening; password masked unless "
                                    "--show-password); `url --libpq` a URI psql accepts (unix-socket host included, "
@@ -180,8 +179,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(e.g. db psql -- -c '\\dt')")
     p.set_defaults(func=cmd_db)
 
-    p = sub.add_parser("demo", help="the main job: ingest the demo KB, evaluate every strategy through Dagster, "
-                                    "compare them, write reports/ (make run)")
+    p = sub.add_parser("demo")
     p.add_argument("--strategy", action="append", help="only these strategy versions (repeatable; default all)")
     p.add_argument("--output-dir", help="where the JSON reports go (default reports/)")
     p.set_defaults(func=cmd_demo)

@@ -32,6 +32,5 @@ def cmd_doctor(_args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``doctor`` to the ``rag-pipeline`` sub-commands."""
-    p = sub.add_parser("doctor", help="check the database, the Dagster daemon, the models, a CJK font and chromium, "
-                                      "each OK / WARN / FAIL with the fix (exit 1 when a check fails)")
+    p = sub.add_parser("doctor")
     p.set_defaults(func=cmd_doctor)

@@ -25,9 +25,6 @@ from rag_pipeline.storage.urls import mask_secrets
 Command = Callable[[argparse.Namespace], int]
 EXIT_OK = 0
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM
-EXIT_CODES_HELP = ("exit codes: 0 success; 1 a check found a problem (regression gate, invalid labels, --strict); "
-                   "2 bad input or configuration; 3 database failure mid-run; 70 internal error; 73 an output file not "
-                   "written (e.g. a full disk; a run already stored says so)")
 
 
 class ReportNotWrittenError(RagError):

@@ -155,7 +155,7 @@ def _show_case(engine, run_id: str, args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``evaluate``, ``runs`` and ``show`` to the ``rag-pipeline`` sub-commands."""
-    p = sub.add_parser("evaluate", help="evaluate strategies on a dataset file, store the runs, write a report")
+    p = sub.add_parser("evaluate")
     kb = p.add_mutually_exclusive_group()
     kb.add_argument("--knowledge-base", help="knowledge base name (optional if the dataset names it)")
     kb.add_argument("--knowledge-base-id", help="knowledge base id")
@@ -175,7 +175,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("runs", help="evaluation run history (newest first)")
+    p = sub.add_parser("runs")
     p.add_argument("--knowledge-base", "--knowledge-base-id", dest="knowledge_base", help="name or id")
     p.add_argument("--dataset", help="dataset name")
     p.add_argument("--strategy", help="strategy version")
@@ -185,7 +185,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_runs)
     retention.register(p)
 
-    p = sub.add_parser("show", help="one run as the report (summary, cases, candidates; JSON, JSON Lines or text)")
+    p = sub.add_parser("show")
     p.add_argument("run_id", help="a run id, or a unique prefix of one (at least 4 hex digits, as `runs` prints it)")
     _add_report_options(p, text=True)
     p.add_argument("--output", help="write to this file instead of stdout")

@@ -59,7 +59,7 @@ def _kb_options(p: argparse.ArgumentParser, text_search: str) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ingest", help="ingest a folder of .md/.txt/.html/.jsonl documents into a knowledge base")
+    p = sub.add_parser("ingest")
     p.add_argument("path")
     _kb_options(p, "simple")
     p.add_argument("--chunk-size", type=arguments.CHUNK_CHARS, default=service.DEFAULT_CHUNK_SIZE,
@@ -71,12 +71,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "replaced chunks stay (is_current = false) so `rag-pipeline fix-labels` can re-map labels")
     p.set_defaults(func=cmd_ingest)
 
-    p = sub.add_parser("import-beir", help="import a BEIR folder as a knowledge base + evaluation dataset",
-                       description="Import a BEIR folder (corpus.jsonl, queries.jsonl, qrels) as a knowledge base "
-                                   "(one chunk per document) and a dataset file. Documents without text, and queries "
-                                   "without text or without a relevant document left, are skipped and listed in the "
-                                   "output and in the file's metadata. Graded qrels (more than one positive grade) "
-                                   "give {chunk_id: grade} labels.")
+    p = sub.add_parser("import-beir",
+        description="Import a BEIR folder (corpus.jsonl, queries.jsonl, qrels) as a knowledge base "
+                    "(one chunk per document) and a dataset file. Documents without text, and queries "
+                    "without text or without a relevant document left, are skipped and listed in the "
+                    "output and in the file's metadata. Graded qrels (more than one positive grade) "
+                    "give {chunk_id: grade} labels.")
     p.add_argument("path")
     _kb_options(p, "english")
     p.add_argument("--dataset-out", required=True, help="where to write the dataset JSON")
@@ -84,11 +84,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=arguments.K, default=10, help="k of every case (1..1000, default 10)")
     p.set_defaults(func=cmd_import_beir)
 
-    p = sub.add_parser("kb", help="show a knowledge base's counts and content version")
+    p = sub.add_parser("kb")
     p.add_argument("knowledge_base")
     p.set_defaults(func=cmd_kb)
 
-    p = sub.add_parser("doc", help="mark a document ready/processing/failed, published/unpublished, deleted")
+    p = sub.add_parser("doc")
     p.add_argument("document", help="document original name or id")
     p.add_argument("--knowledge-base", required=True)
     p.add_argument("--status", choices=DOCUMENT_STATUSES)

@@ -119,11 +119,11 @@ def format_fixes(fixes: LabelFixes) -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("chunks", help="list or search a knowledge base's chunk ids (what a dataset labels)",
-                       description="List a knowledge base's searchable chunks (document, ordinal, char span, text "
-                                   "snippet), or search them: chunks containing the text literally first, then the "
-                                   "knowledge base's keyword search (BM25, its text mode) and a vector search fused "
-                                   "by reciprocal rank. Chinese works.")
+    p = sub.add_parser("chunks",
+        description="List a knowledge base's searchable chunks (document, ordinal, char span, text "
+                    "snippet), or search them: chunks containing the text literally first, then the "
+                    "knowledge base's keyword search (BM25, its text mode) and a vector search fused "
+                    "by reciprocal rank. Chinese works.")
     p.add_argument("--knowledge-base", required=True, help="knowledge base name or id")
     p.add_argument("--search", help="text to look for (a phrase, words, a question)")
     p.add_argument("--document", help="only this document (original name or id)")
@@ -132,8 +132,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_chunks)
 
-    p = sub.add_parser("suggest", help="pool the top candidates of several strategies per question into a label "
-                                       "draft (TREC-style pooling)")
+    p = sub.add_parser("suggest")
     p.add_argument("--knowledge-base", required=True, help="knowledge base name or id")
     p.add_argument("--questions", required=True, help="a text file (one question per line, # comments) or a "
                                                       "dataset file (its labels become prior judgments)")
@@ -145,8 +144,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", required=True, help="the draft JSON to write")
     p.set_defaults(func=cmd_suggest)
 
-    p = sub.add_parser("label", help="judge a label draft in the terminal (resumable), or export it as a dataset",
-                       description=label_terminal.__doc__.split("\n\n", 1)[1],
+    p = sub.add_parser("label", description=label_terminal.__doc__.split("\n\n", 1)[1],
                        formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("draft", help="the draft written by `rag-pipeline suggest`")
     p.add_argument("--output", help="after quitting, write the judged questions as this dataset file")
@@ -154,9 +152,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--binary", action="store_true", help="export relevant ids as a list (grades dropped)")
     p.set_defaults(func=cmd_label)
 
-    p = sub.add_parser("fix-labels", help="re-map a dataset's labels to a knowledge base's current chunks "
-                                          "(after a re-chunking); exit 1 when some are left for a person",
-                       description=label_fixes.__doc__.split("\n\n", 1)[1],
+    p = sub.add_parser("fix-labels", description=label_fixes.__doc__.split("\n\n", 1)[1],
                        formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dataset", required=True, help="dataset JSON file")
     p.add_argument("--knowledge-base", required=True, help="the knowledge base the labels must point into")

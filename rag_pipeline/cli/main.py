@@ -5,43 +5,42 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import signal
 import sys
 import threading
 from collections.abc import Iterator
 
-from rag_pipeline.cli import (
-    check_dataset,
-    compare,
-    database,
-    doctor,
-    evaluate,
-    knowledge_bases,
-    labelling,
-    serve,
-    trec,
-    tune,
-)
-from rag_pipeline.cli.answers import commands as answers
-from rag_pipeline.cli.errors import EXIT_CODES_HELP, Terminated
-from rag_pipeline.storage import embedded_server
+from rag_pipeline.cli.commands import COMMANDS, EXIT_CODES_HELP
 
 DESCRIPTION = "Measure RAG retrieval quality on PostgreSQL + pgvector (no Dagster daemon needed)."
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser, or only ``command``'s: the listing comes from :data:`COMMANDS`, and only the modules
+    whose commands are built are imported."""
     parser = argparse.ArgumentParser(prog="rag-pipeline", description=DESCRIPTION, epilog=EXIT_CODES_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (database, knowledge_bases, labelling, evaluate, check_dataset, compare, tune, trec, answers, serve,
-                  doctor):
-        group.register(sub)
-    for command in sub.choices.values():
-        command.epilog = command.epilog or EXIT_CODES_HELP
+    for name, (_, summary) in COMMANDS.items():
+        sub.add_parser(name, help=summary)
+    wanted = COMMANDS.keys() if command is None else COMMANDS.keys() & {command}
+    built = argparse.ArgumentParser(prog=parser.prog).add_subparsers()
+    for module in dict.fromkeys(COMMANDS[name][0] for name in wanted):
+        importlib.import_module(f"rag_pipeline.cli.{module}").register(built)
+    for name, command_parser in built.choices.items():
+        if name not in COMMANDS:
+            raise RuntimeError(f"command {name!r} is registered but not listed in rag_pipeline.cli.commands")
+        command_parser.epilog = command_parser.epilog or EXIT_CODES_HELP
+        sub.choices[name] = command_parser
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(next((arg for arg in argv if not arg.startswith("-")), "")).parse_args(argv)
+    from rag_pipeline.cli import database  # noqa: PLC0415 - after the parse: only the chosen command's modules load
+    from rag_pipeline.storage import embedded_server  # noqa: PLC0415
+
     if database.announce_boot not in embedded_server.BOOT_HOOKS:
         embedded_server.BOOT_HOOKS.append(database.announce_boot)
     with sigterm_as_terminated():
@@ -62,6 +61,8 @@ def sigterm_as_terminated() -> Iterator[None]:
         nonlocal received
         if not received:
             received = True
+            from rag_pipeline.cli.errors import Terminated  # noqa: PLC0415 - loaded by then (guarded)
+
             raise Terminated(f"terminated by signal {signal.Signals(signum).name}")
 
     previous = signal.signal(signal.SIGTERM, terminate)

@@ -152,11 +152,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="serve the HTTP API (/api/v1, OpenAPI at /docs) and the admin console "
-                                     "(/admin/retrieval-evaluations)",
-                       description="Serve the HTTP API and the admin console under uvicorn. Loopback only unless "
-                                   "RAG_API_TOKEN is set. Evaluations run as Dagster runs: a Dagster daemon must "
-                                   "run on the same DAGSTER_HOME (make dev, or --with-daemon).")
+    p = sub.add_parser("serve",
+        description="Serve the HTTP API and the admin console under uvicorn. Loopback only unless "
+                    "RAG_API_TOKEN is set. Evaluations run as Dagster runs: a Dagster daemon must "
+                    "run on the same DAGSTER_HOME (make dev, or --with-daemon).")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other address "
                                                        "needs RAG_API_TOKEN)")
     p.add_argument("--port", type=int_between(1, 65535), default=8000, help="port (default 8000)")

@@ -73,8 +73,7 @@ def _dataset_arguments(p: argparse.ArgumentParser) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``trec import-run | export-run | import-qrels | export-qrels``."""
-    group = sub.add_parser("trec", help="TREC run files and qrels: import a run file as a run of your own "
-                                        "retriever, export runs and datasets")
+    group = sub.add_parser("trec")
     commands = group.add_subparsers(dest="trec_command", required=True)
     p = commands.add_parser("import-run", help="store a run file (qid Q0 docno rank score tag) as a run of a named "
                                                "external strategy on a dataset (trec_eval's ordering)")

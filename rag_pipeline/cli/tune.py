@@ -135,8 +135,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``tune`` to the ``rag-pipeline`` sub-commands."""
-    p = sub.add_parser("tune", help="tune the fusion on a stored run's candidate pools (weights, normalisation, "
-                                    "RRF k) with cross-validation; prints a ready-to-add strategy")
+    p = sub.add_parser("tune")
     p.add_argument("--dataset", required=True, help="dataset name, or its JSON file (with --train-dataset: the "
                                                     "dataset the chosen configuration is reported on)")
     p.add_argument("--train-dataset", metavar="NAME_OR_FILE",

@@ -12,7 +12,8 @@ from rag_pipeline.answers.predictions_file import predictions_json
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.answers.collect import add_collect_parser
 from rag_pipeline.cli.answers.tables import comparison_text, report_text, runs_text
-from rag_pipeline.cli.errors import EXIT_CODES_HELP, ReportNotWrittenError, guarded
+from rag_pipeline.cli.commands import EXIT_CODES_HELP
+from rag_pipeline.cli.errors import ReportNotWrittenError, guarded
 from rag_pipeline.cli.output import print_json
 from rag_pipeline.contracts.answers import ANSWER_CONVENTIONS, ANSWER_METRIC_NAMES, VERDICTS, AnswerScoring
 from rag_pipeline.contracts.errors import BadInputError
@@ -158,9 +159,9 @@ def _format(p: argparse.ArgumentParser) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``answers`` group (``evaluate``, ``runs``, ``show``, ``compare``, ``collect``)."""
-    group = sub.add_parser("answers", help="score a RAG system's answers (answer quality, citations, refusal)",
-                           description="Score a RAG system's answers against a labelled dataset, read and compare "
-                                       "the stored answer runs, collect answers (docs/design.md §12).")
+    group = sub.add_parser("answers",
+        description="Score a RAG system's answers against a labelled dataset, read and compare "
+                    "the stored answer runs, collect answers (docs/design.md §12).")
     answers = group.add_subparsers(dest="answers_command", required=True)
 
     p = answers.add_parser("evaluate", help="score an answers file against a dataset, store the run, print the "
