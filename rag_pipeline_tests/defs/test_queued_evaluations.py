@@ -1,7 +1,8 @@
 """The ``queued_evaluations`` sensor: the one owner of run state between the API's ``queued`` rows and Dagster. A
 click's rows → one ``evaluate_strategies`` run request (run key: the click's queue id), requested once; the rows
 carry the Dagster run's id once it exists; a Dagster run that ends before its rows started (failed, cancelled) or
-while they run fails them with Dagster's reason; its ticks tell the API a daemon is there."""
+while they run fails them with Dagster's reason; its ticks tell the API a daemon is there. Under a Celery run
+launcher a click is a run per strategy, each claiming its own row."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.definitions import defs
-from rag_pipeline.defs.jobs import QUEUE_TAG
+from rag_pipeline.defs.jobs import QUEUE_TAG, ROW_TAG, spreads_clicks
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.sensors import queued_evaluations
 from rag_pipeline.evaluation.runs import lifecycle as run_records
@@ -22,6 +23,8 @@ from rag_pipeline.storage.engine import get_engine
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases, write_dataset
 
 KB = "eval-tiny-queue"
+CELERY_LAUNCHER = {"module": "rag_pipeline.defs.workers.celery_launcher", "class": "RagCeleryRunLauncher",
+                   "config": {"broker": "redis://127.0.0.1:9/0", "default_queue": "dagster"}}  # never reached here
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +106,30 @@ def test_a_running_run_whose_dagster_run_failed_ends_failed_with_dagsters_reason
     status, error, _ = _row(engine, queued.run_id)
     assert status == "failed" and error.startswith(f"its Dagster run {result.run_id} failed while the evaluation "
                                                    "was running: "), error
+
+
+def test_under_the_celery_launcher_a_click_is_a_run_per_strategy_each_claiming_its_own_row(engine, stored):
+    with dg.instance_for_test(overrides={"run_launcher": CELERY_LAUNCHER}) as instance:
+        assert spreads_clicks(instance) and not spreads_clicks(dg.DagsterInstance.ephemeral())
+        queued = queued_runs.queue_evaluations(engine, KB, stored.dataset_id, ["keyword-v1", "bm25-v1"])
+        queue_id = queued.runs[0].dagster_run_id
+        requests = {r.run_key: r for r in _tick(instance).run_requests if r.tags.get(QUEUE_TAG) == queue_id}
+        assert sorted(requests) == sorted(f"{queue_id}/{r.strategy_version}" for r in queued.runs)
+        for row in queued.runs:
+            request = requests[f"{queue_id}/{row.strategy_version}"]
+            assert request.run_config == {"ops": {"stored_dataset": {"config": {
+                "dataset_id": stored.dataset_id, "runs": {row.strategy_version: row.run_id}}}}}
+            assert request.tags[ROW_TAG] == row.run_id and request.tags["rag/evaluation_runs"] == "1"
+
+        first, second = queued.runs
+        run = instance.create_run_for_job(defs.resolve_job_def("evaluate_strategies"),
+                                          run_config=requests[f"{queue_id}/{first.strategy_version}"].run_config,
+                                          tags=requests[f"{queue_id}/{first.strategy_version}"].tags)
+        again = [r.run_key for r in _tick(instance).run_requests if r.tags.get(QUEUE_TAG) == queue_id]
+        assert again == [f"{queue_id}/{second.strategy_version}"], "the submitted strategy is not requested again"
+        assert tuple(_row(engine, first.run_id)) == ("queued", None, run.run_id), "its own row only"
+        assert tuple(_row(engine, second.run_id)) == ("queued", None, queue_id)
+        instance.report_run_canceled(run)
+        _tick(instance)
+        assert _row(engine, first.run_id).status == "failed"
+        assert tuple(_row(engine, second.run_id)) == ("queued", None, queue_id), "the other strategy still waits"
