@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from rag_pipeline.definitions import defs
 from rag_pipeline.defs.jobs import QUEUE_TAG, ROW_TAG, spreads_clicks
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.defs.sensors import queued_evaluations
+from rag_pipeline.defs.sensors import comparison_after_evaluation, queued_evaluations
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.service import queued_runs
 from rag_pipeline.service.datasets import register_dataset
@@ -133,3 +133,32 @@ def test_under_the_celery_launcher_a_click_is_a_run_per_strategy_each_claiming_i
         _tick(instance)
         assert _row(engine, first.run_id).status == "failed"
         assert tuple(_row(engine, second.run_id)) == ("queued", None, queue_id), "the other strategy still waits"
+
+
+def test_a_spread_clicks_comparison_is_requested_once_its_last_run_has_ended(engine, stored):
+    instance = dg.DagsterInstance.ephemeral()
+    job = defs.resolve_job_def("evaluate_strategies")
+    queue_id = str(uuid.uuid4())
+
+    def spread_run(version: str):
+        return job.execute_in_process(instance=instance, tags={QUEUE_TAG: queue_id, ROW_TAG: version,
+                                                               "rag/dataset": "tiny-queue"},
+                                      run_config={"ops": {"stored_dataset": {"config": {
+                                          "dataset_id": stored.dataset_id, "runs": {version: ""}}}}})
+
+    def after(result):
+        return comparison_after_evaluation(dg.build_run_status_sensor_context(
+            sensor_name="comparison_after_evaluation", dagster_instance=instance, dagster_run=result.dagster_run,
+            dagster_event=result.get_run_success_event(), resources={"rag_db": RagDatabase()}))
+
+    baseline, other = spread_run("hybrid-v1"), spread_run("keyword-v1")
+    assert baseline.success and other.success
+    waiting = instance.create_run_for_job(job, tags={QUEUE_TAG: queue_id, ROW_TAG: "bm25-v1"}, run_config={
+        "ops": {"stored_dataset": {"config": {"dataset_id": stored.dataset_id, "runs": {"bm25-v1": ""}}}}})
+    skip = after(other)  # bm25-v1 has not started
+    assert isinstance(skip, dg.SkipReason) and skip.skip_message == "1 other run(s) of its click still to end"
+    instance.report_run_canceled(waiting)
+    for result in (baseline, other):  # whichever run is reported: one comparison for the click
+        request = after(result)
+        assert isinstance(request, dg.RunRequest), request
+        assert (request.run_key, request.partition_key) == (f"compare:{queue_id}", "tiny-queue")
