@@ -30,6 +30,7 @@ def spreads_clicks(instance: dg.DagsterInstance) -> bool:
     at once; elsewhere one run, its steps in one process, shares the loaded code, models and indexes."""
     return any(cls.__name__ == "CeleryRunLauncher" for cls in type(instance.run_launcher).__mro__)
 
+
 evaluate_retrieval_job = dg.define_asset_job(
     "evaluate_retrieval",
     selection=dg.AssetSelection.groups(GROUP),
