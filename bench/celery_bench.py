@@ -7,8 +7,9 @@ Everything is real and fresh: the embedded PostgreSQL listening on 127.0.0.1 wit
 ``dagster-daemon`` per configuration, Celery workers. A click is what the API and the console call
 (:func:`rag_pipeline.service.queued_runs.queue_evaluations`, run by the
 daemon's ``queued_evaluations`` sensor); it is timed from the call to every run row settled.
-Two shapes per configuration: ``1x8`` (one click of the 8 strategies: one Dagster run, a step each) and ``2x4``
-(two clicks at once, 4 strategies each: two Dagster runs). Per click: wall seconds, CPU seconds of the PostgreSQL
+Two shapes per configuration: ``1x8`` (one click of the 8 strategies: one Dagster run, a step each, under the
+default launcher; a Dagster run per strategy under Celery, spread over the workers) and ``2x4`` (two clicks at once,
+4 strategies each). Per click: wall seconds, CPU seconds of the PostgreSQL
 server (its processes, reaped backends included) and of the whole machine, the Dagster phases of each run, and the
 evaluations' own timings (``RunSummary.timings``). A first, untimed click embeds the 300 questions (stored once per
 model and reused by every later run, as after any first evaluation), so the timed clicks compare launchers, not

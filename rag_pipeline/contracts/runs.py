@@ -187,8 +187,9 @@ class LaunchedRun(BaseModel):
     status: RunStatus
     strategy_version: str
     partition_key: str = Field(description="The Dagster partition `<dataset>|<strategy>`.")
-    dagster_run_id: str = Field(description="The click's queue id (the run key and `rag/queue_id` tag of the Dagster "
-                                            "run that carries it out); the run's own id once it is requested.")
+    dagster_run_id: str = Field(description="The click's queue id (the `rag/queue_id` tag of the Dagster run that "
+                                            "carries it out: one per click, one per strategy on Celery workers); "
+                                            "that run's own id once it is requested.")
     links: RunLinks
 
 

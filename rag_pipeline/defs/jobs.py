@@ -20,7 +20,16 @@ from rag_pipeline.defs.partitions import answer_partitions, dataset_partitions, 
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service import datasets, queued_runs, retention
 
-QUEUE_TAG = "rag/queue_id"  # the queue id of the click an ``evaluate_strategies`` run carries out (its run key)
+QUEUE_TAG = "rag/queue_id"  # the queue id of the click an ``evaluate_strategies`` run carries out
+ROW_TAG = "rag/evaluation_run"  # the one queued row a run of a spread click carries out (see spreads_clicks)
+
+
+def spreads_clicks(instance: dg.DagsterInstance) -> bool:
+    """Whether a click becomes one ``evaluate_strategies`` run per strategy instead of one run: when the instance
+    hands runs to Celery workers (deploy/celery/dagster.yaml), so the click's strategies run on every free worker
+    at once; elsewhere one run, its steps in one process, shares the loaded code, models and indexes."""
+    return any(cls.__name__ == "CeleryRunLauncher" for cls in type(instance.run_launcher).__mro__)
+
 
 evaluate_retrieval_job = dg.define_asset_job(
     "evaluate_retrieval",
@@ -52,8 +61,8 @@ class StrategiesConfig(dg.Config):
 def stored_dataset(context: dg.OpExecutionContext, config: StrategiesConfig, rag_db: RagDatabase):
     engine = rag_db.engine()
     with fail_fast_unless_transient():
-        if queue_id := context.run.tags.get(QUEUE_TAG):  # the click's rows carry this run's id from now on
-            queued_runs.claim(engine, queue_id, context.run_id)
+        if queue_id := context.run.tags.get(QUEUE_TAG):  # this run's rows of the click carry its id from now on
+            queued_runs.claim(engine, queue_id, context.run_id, [i for i in config.runs.values() if i])
         stored = datasets.describe_stored_dataset(engine, config.dataset_id)
         kb_version = observe_dataset(context.instance, engine, stored.name, stored.knowledge_base)
     metadata = dataset_metadata(stored, stored.path, kb_version)

@@ -8,7 +8,7 @@ import dagster as dg
 from rag_pipeline.contracts.knowledge_base import SHORT
 from rag_pipeline.defs.comparison import compare_strategies_job
 from rag_pipeline.defs.evaluation_metadata import display_float
-from rag_pipeline.defs.jobs import QUEUE_TAG, evaluate_retrieval_job, evaluate_strategies
+from rag_pipeline.defs.jobs import QUEUE_TAG, ROW_TAG, evaluate_retrieval_job, evaluate_strategies, spreads_clicks
 from rag_pipeline.defs.partitions import DATASETS, dataset_partitions, partition_key, strategy_partitions
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.evaluation.datasets.load import MAX_FILE_BYTES, valid_dataset_key
@@ -121,9 +121,9 @@ def new_dataset_sensor(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
     monitored_jobs=[evaluate_retrieval_job, evaluate_strategies],
     request_job=compare_strategies_job,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="A succeeded evaluate_retrieval or evaluate_strategies run → re-materialise strategy_comparison "
-                "for its dataset, once the baseline and at least one other strategy have a run on the dataset's "
-                "latest version.",
+    description="A succeeded evaluate_retrieval or evaluate_strategies run (the last to end of a click spread as a "
+                "run per strategy) → re-materialise strategy_comparison for its dataset, once the baseline and at "
+                "least one other strategy have a run on the dataset's latest version.",
 )
 def comparison_after_evaluation(context: dg.RunStatusSensorContext, rag_db: RagDatabase):
     tags = context.dagster_run.tags  # evaluate_strategies runs (several partitions) name their dataset
@@ -136,6 +136,11 @@ def comparison_after_evaluation(context: dg.RunStatusSensorContext, rag_db: RagD
         return dg.SkipReason(f"cannot check dataset {dataset!r}: {exc}")
     if ready is not True:
         return dg.SkipReason(str(ready))
+    if ROW_TAG in tags:  # a click spread as a run per strategy: one comparison, once its last run has ended
+        siblings = context.instance.get_runs(filters=dg.RunsFilter(tags={QUEUE_TAG: tags[QUEUE_TAG]}))
+        if running := [r.run_id for r in siblings if not r.is_finished]:
+            return dg.SkipReason(f"{len(running)} other run(s) of its click still to end")
+        return dg.RunRequest(run_key=f"compare:{tags[QUEUE_TAG]}", partition_key=dataset)
     return dg.RunRequest(run_key=f"compare:{context.dagster_run.run_id}", partition_key=dataset)
 
 
@@ -242,20 +247,24 @@ def how_it_ended(instance: dg.DagsterInstance, record: dg.DagsterRun, when: str,
     return f"{verb} {when}" + (f": {why}" if why else " (see the run in the Dagster UI)")
 
 
-def click_request(queue_id: str, runs: list) -> dg.RunRequest:
-    """The ``evaluate_strategies`` run of the queued runs of one click (one stored dataset version)."""
+def click_request(queue_id: str, runs: list, *, spread: bool = False) -> dg.RunRequest:
+    """The ``evaluate_strategies`` run of the queued runs of one click (one stored dataset version); ``spread``: of
+    the one queued run ``runs[0]`` of a click spread as a run per strategy (run key ``<queue id>/<strategy>``)."""
     config = {"dataset_id": runs[0].dataset_id, "runs": {r.strategy_version: r.run_id for r in runs}}
-    return dg.RunRequest(run_key=queue_id, run_config={"ops": {"stored_dataset": {"config": config}}},
-                         tags={"rag/dataset": runs[0].dataset, "rag/evaluation_runs": str(len(runs)),
-                               "rag/source": "http-api", QUEUE_TAG: queue_id})
+    tags = {"rag/dataset": runs[0].dataset, "rag/evaluation_runs": str(len(runs)), "rag/source": "http-api",
+            QUEUE_TAG: queue_id}
+    return dg.RunRequest(run_key=f"{queue_id}/{runs[0].strategy_version}" if spread else queue_id,
+                         run_config={"ops": {"stored_dataset": {"config": config}}},
+                         tags={**tags, ROW_TAG: runs[0].run_id} if spread else tags)
 
 
 @dg.sensor(
     name=queued_runs.SENSOR, job=evaluate_strategies, minimum_interval_seconds=5,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="The queued evaluation runs of a click (HTTP API, console) → one evaluate_strategies run (a step per "
-                "strategy); a queued or running evaluation run whose Dagster run ended first (or whose process is "
-                "gone) → failed with the reason. Its ticks tell the API whether a daemon picks queued runs up.",
+                "strategy; a run per strategy when runs go to Celery workers); a queued or running evaluation run "
+                "whose Dagster run ended first (or whose process is gone) → failed with the reason. Its ticks tell "
+                "the API whether a daemon picks queued runs up.",
 )
 def queued_evaluations(context: dg.SensorEvaluationContext, rag_db: RagDatabase):
     engine, instance = rag_db.engine(), context.instance
@@ -266,21 +275,35 @@ def queued_evaluations(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
             clicks.setdefault(run.dagster_run_id, []).append(run)
         found = {r.run_id: r for r in instance.get_runs(filters=dg.RunsFilter(run_ids=list(clicks)))} if clicks \
             else {}
+        by_row: dict[str, dg.DagsterRun] = {}  # a spread click's run of each of its rows
         if rest := [i for i in clicks if i not in found]:
-            found |= {r.tags[QUEUE_TAG]: r for r in instance.get_runs(filters=dg.RunsFilter(tags={QUEUE_TAG: rest}))}
+            for tagged in instance.get_runs(filters=dg.RunsFilter(tags={QUEUE_TAG: rest})):
+                if row := tagged.tags.get(ROW_TAG):
+                    by_row[row] = tagged
+                else:
+                    found[tagged.tags[QUEUE_TAG]] = tagged
         requests, datasets_to_add, failed = [], set(), 0
+        spread = spreads_clicks(instance)
         for queue_id, runs in clicks.items():
-            if (record := found.get(queue_id)) is None:
-                requests.append(click_request(queue_id, runs))
-                if not instance.has_dynamic_partition(DATASETS, runs[0].dataset):
-                    datasets_to_add.add(runs[0].dataset)
-                continue
-            if record.run_id != queue_id:  # submitted: its rows carry the Dagster run's id from now on
-                queued_runs.claim(engine, queue_id, record.run_id)
-            for run in runs if record.status.name in _ENDED else ():
-                what = how_it_ended(instance, record, "before the evaluation started", run.strategy_version)
-                run_records.mark_failed(engine, run.run_id, f"its Dagster run {record.run_id} {what}")
-                failed += 1
+            carried: dict[str, tuple[dg.DagsterRun, list]] = {}  # Dagster run id → it, the rows it carries out
+            waiting = []
+            for run in runs:
+                if (record := by_row.get(run.run_id) or found.get(queue_id)) is None:
+                    waiting.append(run)
+                else:
+                    carried.setdefault(record.run_id, (record, []))[1].append(run)
+            if waiting:
+                requests += [click_request(queue_id, [r], spread=True) for r in waiting] if spread else \
+                    [click_request(queue_id, waiting)]
+                if not instance.has_dynamic_partition(DATASETS, waiting[0].dataset):
+                    datasets_to_add.add(waiting[0].dataset)
+            for dagster_run_id, (record, rows) in carried.items():
+                if dagster_run_id != queue_id:  # submitted: its rows carry the Dagster run's id from now on
+                    queued_runs.claim(engine, queue_id, dagster_run_id, [r.run_id for r in rows])
+                for run in rows if record.status.name in _ENDED else ():
+                    what = how_it_ended(instance, record, "before the evaluation started", run.strategy_version)
+                    run_records.mark_failed(engine, run.run_id, f"its Dagster run {record.run_id} {what}")
+                    failed += 1
 
         def ended(dagster_run_ids) -> dict[str, str]:
             records = instance.get_runs(filters=dg.RunsFilter(run_ids=list(dagster_run_ids)))

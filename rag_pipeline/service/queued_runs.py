@@ -1,5 +1,6 @@
 """Queued evaluations (docs/http-api.md, "Evaluations are asynchronous"): run rows the HTTP API and the console create,
-that Dagster's ``queued_evaluations`` sensor turns into one ``evaluate_strategies`` run each click."""
+that Dagster's ``queued_evaluations`` sensor turns into one ``evaluate_strategies`` run each click (one per strategy
+on Celery workers)."""
 
 from __future__ import annotations
 
@@ -81,10 +82,11 @@ def queued_runs(engine: sa.Engine, limit: int = 500) -> list[QueuedRun]:
                       dagster_run_id=r.dagster_run_id or "") for r in rows]
 
 
-def claim(engine: sa.Engine, queue_id: str, dagster_run_id: str) -> int:
-    """The queued rows of ``queue_id`` are carried out by Dagster run ``dagster_run_id``; how many."""
+def claim(engine: sa.Engine, queue_id: str, dagster_run_id: str, run_ids: Sequence[str] | None = None) -> int:
+    """The queued rows of ``queue_id`` (only ``run_ids`` of them, when given) are carried out by Dagster run
+    ``dagster_run_id``; how many."""
     with engine.begin() as conn:
-        return run_queries.claim_queued(conn, queue_id, dagster_run_id)
+        return run_queries.claim_queued(conn, queue_id, dagster_run_id, None if run_ids is None else list(run_ids))
 
 
 def record_tick(engine: sa.Engine) -> None:

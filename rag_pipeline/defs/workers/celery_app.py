@@ -26,3 +26,7 @@ def worker_app():
 app = worker_app()
 execute_job = create_execute_job_task(app)
 resume_job = create_resume_job_task(app)
+# A worker takes a message only when one of its threads is free (Redis broker, Celery >= 5.6): with prefetch 1 alone
+# a busy worker still reserves the next message (it acknowledges each on start), so it would hold the next run of a
+# click spread as a run per strategy while another worker sits idle.
+app.conf.worker_disable_prefetch = True

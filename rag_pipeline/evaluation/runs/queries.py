@@ -102,11 +102,13 @@ def set_queue(conn: sa.Connection, run_id, queue: str) -> None:
     conn.execute(sa.text("UPDATE retrieval_evaluation_runs SET queue = :q WHERE id = :id"), {"q": queue, "id": run_id})
 
 
-def claim_queued(conn: sa.Connection, queue_id: str, dagster_run_id: str) -> int:
-    """The ``queued`` rows queued together as ``queue_id`` now carry the id of the Dagster run that runs them."""
+def claim_queued(conn: sa.Connection, queue_id: str, dagster_run_id: str, run_ids: list[str] | None = None) -> int:
+    """The ``queued`` rows queued together as ``queue_id`` (only ``run_ids`` of them, when given) now carry the id
+    of the Dagster run that runs them."""
+    only = " AND id::text = ANY(:ids)" if run_ids is not None else ""
     return conn.execute(sa.text(
-        "UPDATE retrieval_evaluation_runs SET dagster_run_id = :dr WHERE dagster_run_id = :q AND status = 'queued'"),
-        {"dr": dagster_run_id, "q": queue_id}).rowcount
+        "UPDATE retrieval_evaluation_runs SET dagster_run_id = :dr WHERE dagster_run_id = :q AND status = 'queued'"
+        + only), {"dr": dagster_run_id, "q": queue_id, "ids": run_ids}).rowcount
 
 
 def record_tick(conn: sa.Connection, sensor: str) -> None:
