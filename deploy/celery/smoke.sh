@@ -110,12 +110,14 @@ stop serve; stop daemon
 log "the Celery deployment: a daemon, two workers in empty directories, the API"
 export DAGSTER_HOME="$WORK/home-celery"
 for w in w1 w2; do
-    mkdir -p "$WORK/$w/home"; cp "$ROOT/deploy/celery/dagster.yaml" "$WORK/$w/home/dagster.yaml"
-    start "worker-$w" "$WORK/$w" env -u RAG_PROJECT_ROOT -u RAG_PGDATA DAGSTER_HOME="$WORK/$w/home" \
+    mkdir -p "$WORK/$w/run"  # its working directory: empty, no checkout
+    "$PY" -m rag_pipeline.defs.workers config "$WORK/$w/home" >/dev/null
+    start "worker-$w" "$WORK/$w/run" env -u RAG_PROJECT_ROOT -u RAG_PGDATA DAGSTER_HOME="$WORK/$w/home" \
         "$BIN/celery" -A rag_pipeline.defs.workers.celery_app worker -n "$w@%h" -Q dagster -P threads -c 1 -l INFO
 done
 for w in w1 w2; do
-    wait_for 120 "worker $w" "$BIN/celery" -A rag_pipeline.defs.workers.celery_app inspect ping -d "$w@$(hostname)"
+    wait_for 180 "worker $w" "$BIN/celery" -A rag_pipeline.defs.workers.celery_app inspect ping -d "$w@$(hostname)"
+    grep -q "rag-pipeline worker $w@.*: ready: database: reachable" "$WORK/worker-$w.log"  # its start check passed
 done
 serve_on "$WORK/home-celery"
 # one click is one Dagster run (a step per strategy) on one worker; a second click at once, on a second dataset of
@@ -128,6 +130,11 @@ mapfile -t IDS_B < <($API ids "$RUNS_B")
 OUT="$($API wait "$BASE" 480 "${IDS[@]}" "${IDS_B[@]}")"; $API check "$OUT" succeeded
 $API results "$BASE" "$WORK/celery.json" "${IDS[@]}" >/dev/null
 $API same "$WORK/local.json" "$WORK/celery.json"
+
+for w in w1 w2; do  # a worker writes nothing in its working directory; what it keeps under DAGSTER_HOME:
+    [ -z "$(ls -A "$WORK/$w/run")" ] || { echo "smoke: worker $w wrote into its working directory" >&2; exit 1; }
+    log "worker $w's DAGSTER_HOME: $(find "$WORK/$w/home" -type f | sed "s|$WORK/$w/home/||" | sort | head -5 | tr '\n' ' ')"
+done
 
 log "kill -9 of the worker running a long run; a relaunch on the other worker"
 $API longer "$ROOT/datasets/demo.json" 20 "$WORK/demo-long.json"
