@@ -7,7 +7,7 @@
 # Checks: every worker passes its start check; every run succeeds; each run's cases (metrics, every candidate) equal
 #   the baseline's; every shipped strategy runs on a worker; each run names its worker in the API's run detail; a worker killed with kill -9 mid-run leaves its run
 #   failed or abandoned (the Dagster run failed by run monitoring), and a relaunch succeeds on the other worker.
-# Everything it starts is stopped on exit (trap), every wait has a deadline; whole script: about 5 minutes.
+# Everything it starts is stopped on exit (trap), every wait has a deadline; whole script: about 6 minutes.
 # Environment: CELERY_SMOKE_BIN (default <repo>/.venv/bin) names the virtualenv's bin folder (the `celery` extra
 #   installed); PYTHONPATH, when set, is passed on (a worktree's code); RAG_PROJECT_ROOT is never given to workers.
 set -euo pipefail
