@@ -107,7 +107,9 @@ class Settings(BaseSettings):
     pg_shared_buffers: Annotated[str | None, BeforeValidator(_size)] = Field(
         None, description="`shared_buffers` of the embedded server at its next boot. Default: RAM/4, at most 1GB.")
     run_stale_seconds: PositiveInt = Field(
-        600, description="Heartbeat age after which a `running` evaluation run reads as `abandoned`.")
+        600, description="Heartbeat age after which a `running` evaluation run reads as `abandoned`. A run "
+                          "beats every fifth of it (at most 5 s); one silent for six beats (at most this) is failed at "
+                          "the next check, from any machine.")
     statement_timeout_s: Annotated[float, BeforeValidator(_stripped), Field(gt=0, allow_inf_nan=False)] = Field(
         60, description="Longest a retrieval statement may run (seconds, `SET LOCAL statement_timeout`); "
                         "longer fails the case's evaluation with a clear error (exit 2).")

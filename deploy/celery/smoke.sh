@@ -4,10 +4,10 @@
 #   the API's one-click evaluation of 4 strategies on the demo dataset under the default run launcher (the
 #   baseline), then the same under this folder's dagster.yaml: a Dagster daemon, two Celery workers each started
 #   from its own empty directory outside the repository with a distinct name, `rag-pipeline serve`.
-# Checks: every run succeeds; each run's cases (metrics, every candidate) equal the baseline's; each run names its
-#   worker in the API's run detail; a worker killed with kill -9 mid-run leaves its run
+# Checks: every worker passes its start check; every run succeeds; each run's cases (metrics, every candidate) equal
+#   the baseline's; every shipped strategy runs on a worker; each run names its worker in the API's run detail; a worker killed with kill -9 mid-run leaves its run
 #   failed or abandoned (the Dagster run failed by run monitoring), and a relaunch succeeds on the other worker.
-# Everything it starts is stopped on exit (trap), every wait has a deadline; whole script: about 5 minutes.
+# Everything it starts is stopped on exit (trap), every wait has a deadline; whole script: about 6 minutes.
 # Environment: CELERY_SMOKE_BIN (default <repo>/.venv/bin) names the virtualenv's bin folder (the `celery` extra
 #   installed); PYTHONPATH, when set, is passed on (a worktree's code); RAG_PROJECT_ROOT is never given to workers.
 set -euo pipefail
@@ -86,7 +86,7 @@ log "database ${RAG_DATABASE_URL%%://*}://…@${RAG_DATABASE_URL##*@}"
 
 log "the demo knowledge base"
 "$BIN/rag-pipeline" ingest "$ROOT/demo/kb" --knowledge-base demo --text-search chinese --chunk-size 500 \
-    --chunk-overlap 80 >"$WORK/ingest.log" 2>&1
+    --chunk-overlap 80 --models use-multilingual-v3 all-minilm-l6-v2 >"$WORK/ingest.log" 2>&1
 cp "$ROOT/dagster.yaml" "$WORK/home-local/dagster.yaml"
 cp "$ROOT/deploy/celery/dagster.yaml" "$WORK/home-celery/dagster.yaml"
 
@@ -110,12 +110,14 @@ stop serve; stop daemon
 log "the Celery deployment: a daemon, two workers in empty directories, the API"
 export DAGSTER_HOME="$WORK/home-celery"
 for w in w1 w2; do
-    mkdir -p "$WORK/$w/home"; cp "$ROOT/deploy/celery/dagster.yaml" "$WORK/$w/home/dagster.yaml"
-    start "worker-$w" "$WORK/$w" env -u RAG_PROJECT_ROOT -u RAG_PGDATA DAGSTER_HOME="$WORK/$w/home" \
+    mkdir -p "$WORK/$w/run"  # its working directory: empty, no checkout
+    "$PY" -m rag_pipeline.defs.workers config "$WORK/$w/home" >/dev/null
+    start "worker-$w" "$WORK/$w/run" env -u RAG_PROJECT_ROOT -u RAG_PGDATA DAGSTER_HOME="$WORK/$w/home" \
         "$BIN/celery" -A rag_pipeline.defs.workers.celery_app worker -n "$w@%h" -Q dagster -P threads -c 1 -l INFO
 done
 for w in w1 w2; do
-    wait_for 120 "worker $w" "$BIN/celery" -A rag_pipeline.defs.workers.celery_app inspect ping -d "$w@$(hostname)"
+    wait_for 180 "worker $w" "$BIN/celery" -A rag_pipeline.defs.workers.celery_app inspect ping -d "$w@$(hostname)"
+    grep -q "rag-pipeline worker $w@.*: ready: database: reachable" "$WORK/worker-$w.log"  # its start check passed
 done
 serve_on "$WORK/home-celery"
 # one click is one Dagster run (a step per strategy) on one worker; a second click at once, on a second dataset of
@@ -128,6 +130,17 @@ mapfile -t IDS_B < <($API ids "$RUNS_B")
 OUT="$($API wait "$BASE" 480 "${IDS[@]}" "${IDS_B[@]}")"; $API check "$OUT" succeeded
 $API results "$BASE" "$WORK/celery.json" "${IDS[@]}" >/dev/null
 $API same "$WORK/local.json" "$WORK/celery.json"
+log "every shipped strategy in one click on a worker"
+mapfile -t ALL < <("$PY" -c "from rag_pipeline.retrieval.strategies import load_registry; print(*load_registry(), sep='\n')")
+RUNS="$($API evaluate "$BASE" demo demo-all "$ROOT/datasets/demo.json" "${ALL[@]}")"
+mapfile -t IDS_ALL < <($API ids "$RUNS")
+[ "${#IDS_ALL[@]}" -eq "${#ALL[@]}" ] || { echo "smoke: ${#IDS_ALL[@]} runs for ${#ALL[@]} strategies" >&2; exit 1; }
+OUT="$($API wait "$BASE" 600 "${IDS_ALL[@]}")"; $API check "$OUT" succeeded
+
+for w in w1 w2; do  # a worker writes nothing in its working directory; what it keeps under DAGSTER_HOME:
+    [ -z "$(ls -A "$WORK/$w/run")" ] || { echo "smoke: worker $w wrote into its working directory" >&2; exit 1; }
+    log "worker $w's DAGSTER_HOME: $(find "$WORK/$w/home" -type f | sed "s|$WORK/$w/home/||" | sort | head -5 | tr '\n' ' ')"
+done
 
 log "kill -9 of the worker running a long run; a relaunch on the other worker"
 $API longer "$ROOT/datasets/demo.json" 20 "$WORK/demo-long.json"
@@ -142,4 +155,4 @@ $API dagster-failed "$LONG" 180
 RUNS="$($API evaluate "$BASE" demo demo-long "$WORK/demo-long.json" hybrid-v1)"
 AGAIN="$($API first "$RUNS")"
 OUT="$($API wait "$BASE" 480 "$AGAIN")"; $API check "$OUT" other "$VICTIM"
-log "ok: 4 strategies identical under Celery, every run names its worker, a killed worker's run failed, the relaunch ran on the other worker"
+log "ok: 4 strategies identical under Celery, all ${#ALL[@]} shipped strategies ran on a worker, every run names its worker, a killed worker's run failed, the relaunch ran on the other worker"

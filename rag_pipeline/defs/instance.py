@@ -1,7 +1,12 @@
 """Dagster instance preparation: the ``rag_db`` and ``rag_answers`` concurrency pools.
 ``python -m rag_pipeline.defs.instance`` (run by ``rag-pipeline db start``) creates their limit rows once."""
 
+import os
+import sys
+
 import dagster as dg
+
+from rag_pipeline.storage.engine import first_line
 
 POOL = "rag_db"
 ANSWER_POOL = "rag_answers"
@@ -17,6 +22,20 @@ def ensure_pool(instance: dg.DagsterInstance) -> None:
             storage.initialize_concurrency_limit_to_default(pool)
 
 
+def main() -> int:
+    """Prepare the instance of DAGSTER_HOME; print ``ok: …`` (what it is) or one line saying what failed."""
+    try:
+        with dg.DagsterInstance.get() as instance:
+            ensure_pool(instance)
+            print(f"ok: the Dagster instance of DAGSTER_HOME={os.environ.get('DAGSTER_HOME')}: storage "
+                  f"{type(instance.run_storage).__name__}, run launcher {type(instance.run_launcher).__name__}, "
+                  f"pools {POOL} and {ANSWER_POOL} ready")
+    except Exception as exc:  # noqa: BLE001 - any failure is one line, secrets masked
+        print(f"rag-pipeline: the Dagster instance of DAGSTER_HOME={os.environ.get('DAGSTER_HOME')}: "
+              f"{first_line(exc)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    with dg.DagsterInstance.get() as _instance:
-        ensure_pool(_instance)
+    sys.exit(main())

@@ -263,8 +263,8 @@ def click_request(queue_id: str, runs: list, *, spread: bool = False) -> dg.RunR
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="The queued evaluation runs of a click (HTTP API, console) → one evaluate_strategies run (a step per "
                 "strategy; a run per strategy when runs go to Celery workers); a queued or running evaluation run "
-                "whose Dagster run ended first (or whose process is gone) → failed with the reason. Its ticks tell "
-                "the API whether a daemon picks queued runs up.",
+                "whose Dagster run ended first (or whose heartbeat fell silent) → failed with the reason. Its ticks "
+                "tell the API whether a daemon picks queued runs up.",
 )
 def queued_evaluations(context: dg.SensorEvaluationContext, rag_db: RagDatabase):
     engine, instance = rag_db.engine(), context.instance
@@ -314,7 +314,7 @@ def queued_evaluations(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
     except DatabaseError as exc:
         return dg.SkipReason(f"cannot read the evaluation runs: {exc}")
     if failed:
-        context.log.warning(f"{failed} evaluation run(s) failed: their Dagster run or process ended first")
+        context.log.warning(f"{failed} evaluation run(s) failed: their Dagster run ended or their process went silent")
     return dg.SensorResult(
         run_requests=requests, skip_reason=None if requests else f"no new click to run ({failed} run(s) failed)",
         dynamic_partitions_requests=[dataset_partitions.build_add_request(sorted(datasets_to_add))]

@@ -84,7 +84,7 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
     readers = reader_count(readers)
     check_capacity(engine, readers, EXTRA_CONNECTIONS)
     t_start = time.perf_counter()
-    run_records.sweep_gone(engine)  # runs whose process on this host is gone: failed, with that reason
+    run_records.sweep_gone(engine)  # runs whose process fell silent (no heartbeat): failed, with that reason
     run_records.sweep_abandoned(engine)
     if not any(c.answerable for c in dataset.cases):
         raise DatasetError(dataset.source_path or dataset.name, [DatasetProblem(

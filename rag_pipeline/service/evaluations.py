@@ -143,7 +143,7 @@ def run_page(engine: sa.Engine, *, knowledge_base: str | None = None, limit: int
     status = filters.get("status")
     if status and status not in run_records.STATUSES:
         raise ValueError(f"status must be one of {', '.join(run_records.STATUSES)}, got {status!r}")
-    run_records.sweep_gone(engine)  # a run whose process on this host is gone is listed failed, with why
+    run_records.sweep_gone(engine)  # a run whose process fell silent is listed failed, with why
     with engine.connect() as conn:
         kb_id = resolve_knowledge_base(conn, knowledge_base).id if knowledge_base else None
         total = count_runs(conn, stale=run_records.stale_after_seconds(), knowledge_base_id=kb_id, **filters)

@@ -116,7 +116,7 @@ def queue_status(engine: Callable[[], sa.Engine], daemon: subprocess.Popen | Non
 
 
 def end_gone_runs(engine: sa.Engine, dagster_ended: Callable[[Sequence[str]], Mapping[str, str]] | None = None) -> int:
-    """Mark failed every ``running`` run whose Dagster run ended or whose process is gone; how many."""
+    """Mark failed every ``running`` run whose Dagster run ended or whose heartbeat fell silent; how many."""
     with engine.connect() as conn:
         rows = run_queries.running_runs(conn)
     ended = 0

@@ -84,7 +84,7 @@ def test_wheel_ships_the_whole_package_with_migrations_and_strategies_but_not_th
     versions = {f"rag_pipeline/storage/migrations/versions/{p.name}" for p in (migrations / "versions").glob("*.py")}
     assert versions, f"no migration versions found in {migrations / 'versions'}"
     expected = versions | {"rag_pipeline/storage/migrations/script.py.mako", "rag_pipeline/storage/migrations/env.py",
-                           "rag_pipeline/retrieval/strategies.yaml"}
+                           "rag_pipeline/retrieval/strategies.yaml", "rag_pipeline/defs/workers/dagster.yaml"}
     # every module of the source tree, also those of the namespace packages (directories without __init__.py)
     expected |= {p.relative_to(wheel_src).as_posix() for p in (wheel_src / "rag_pipeline").rglob("*.py")}
     assert not expected - names, f"missing from the wheel: {sorted(expected - names)}"

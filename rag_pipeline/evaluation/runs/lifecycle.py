@@ -38,6 +38,20 @@ def stale_after_seconds() -> int:
     return get_settings().run_stale_seconds
 
 
+LOST_AFTER_BEATS = 6  # one slow beat on a busy host is not a lost process
+
+
+def beat_interval() -> float:
+    """Seconds between two heartbeats of a running run: a fifth of ``RAG_RUN_STALE_SECONDS``, at most 5."""
+    return min(5.0, stale_after_seconds() / 5)
+
+
+def lost_after_seconds() -> float:
+    """Heartbeat age after which a ``running`` run's process counts as lost (:func:`sweep_gone`): six missed
+    beats, at most ``RAG_RUN_STALE_SECONDS``."""
+    return min(float(stale_after_seconds()), LOST_AFTER_BEATS * beat_interval())
+
+
 def create_run(engine: sa.Engine | sa.Connection, *, dataset_id, knowledge_base_id, strategy, params_hash: str,
                partition_key: str | None = None, dagster_run_id: str | None = None, queued: bool = False) -> uuid.UUID:
     """Insert a ``running`` run row (``queued=True``: a ``queued`` one), owned by this process, and return its id:
@@ -152,7 +166,7 @@ class Heartbeat:
 
     def __init__(self, engine: sa.Engine, run_id):
         self.engine, self.run_id = engine, run_id
-        self.interval = min(5.0, stale_after_seconds() / 5)
+        self.interval = beat_interval()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rag-eval-heartbeat", daemon=True)
 
@@ -207,19 +221,25 @@ def fail_running(engine: sa.Engine, run_id, error: str) -> bool:
 
 
 def sweep_gone(engine: sa.Engine, rows: Sequence[sa.Row] | None = None) -> int:
-    """Mark failed every ``running`` run (of ``rows``, default: all) whose process on this host is gone
-    (:mod:`run_owner`), with that reason; returns how many."""
+    """Mark failed every ``running`` run (of ``rows``, default: all) whose heartbeat is older than
+    :func:`lost_after_seconds`, with that reason; returns how many. The age is read on the database's clock, so the
+    process may have run on any machine (nothing asks the host it ran on)."""
     if rows is None:
         with engine.connect() as conn:
             rows = queries.running_runs(conn)
-    ended = 0
+    lost, ended = lost_after_seconds(), 0
     for row in rows:
-        if row.owner_pid is None:
-            continue
-        owner = run_owner.Owner(row.owner_host, row.owner_pid, row.owner_started_at)
-        if run_owner.is_gone(owner):
-            ended += fail_running(engine, row.id, run_owner.gone_reason(owner))
+        if row.silent_s > lost:
+            with engine.begin() as conn:
+                ended += queries.fail_silent(conn, row.id, mask_secrets(lost_reason(row, lost)), lost)
     return ended
+
+
+def lost_reason(row: sa.Row, lost: float) -> str:
+    who = row.worker or (f"pid {row.owner_pid} on {row.owner_host}" if row.owner_pid is not None else "unknown")
+    return (f"its process ({who}) sent no heartbeat for {row.silent_s:.0f} s (one every {beat_interval():g} s while "
+            f"it runs; lost after {lost:g} s): it was killed (kill -9, out of memory), its machine was lost or it "
+            "could not reach the database, and nothing of the run was kept; evaluate again")
 
 
 def sweep_abandoned(engine: sa.Engine) -> int:

@@ -82,10 +82,21 @@ def _owner(owner) -> dict:
 
 
 def running_runs(conn: sa.Connection, limit: int = 1000) -> Sequence[sa.Row]:
-    """``id, dagster_run_id, owner_host, owner_pid, owner_started_at`` of the ``running`` rows, oldest first."""
+    """``id, dagster_run_id, worker, owner_host, owner_pid, silent_s`` (the heartbeat's age in seconds, on the
+    database's clock) of the ``running`` rows, oldest first."""
     return conn.execute(sa.text(
-        "SELECT id, dagster_run_id, owner_host, owner_pid, owner_started_at FROM retrieval_evaluation_runs "
+        "SELECT id, dagster_run_id, worker, owner_host, owner_pid, "
+        "extract(epoch FROM clock_timestamp() - heartbeat_at)::float AS silent_s FROM retrieval_evaluation_runs "
         "WHERE status = 'running' ORDER BY started_at LIMIT :n"), {"n": limit}).all()
+
+
+def fail_silent(conn: sa.Connection, run_id, error: str, lost: float) -> int:
+    """Mark a ``running`` run failed with ``error`` if its heartbeat is still older than ``lost`` seconds."""
+    return conn.execute(sa.text(
+        "UPDATE retrieval_evaluation_runs SET status = 'failed', error = :e, finished_at = clock_timestamp(), "
+        "is_current = false WHERE id = :id AND status = 'running' "
+        "AND heartbeat_at < clock_timestamp() - make_interval(secs => :lost)"),
+        {"id": run_id, "e": error, "lost": lost}).rowcount
 
 
 def queued_rows(conn: sa.Connection, queue: str, limit: int = 500) -> list[sa.Row]:

@@ -1,6 +1,8 @@
-"""Runs never stay ``running`` once their process is gone: a run whose process on this host ended without
-recording the outcome (exit 3 while the database was down, kill -9) ends ``failed`` with the reason at the next
-check (``runs``). A run whose Dagster run ended: rag_pipeline_tests/defs/test_queued_evaluations.py."""
+"""Runs never stay ``running`` once their process is gone: a run whose process ended without recording the
+outcome (exit 3 while the database was down, kill -9, a lost machine) stops its heartbeat and ends ``failed`` with
+the reason at the next check (``runs``), found by the heartbeat's age alone. A killed process:
+rag_pipeline_tests/reliability/test_faults.py; a run whose Dagster run ended:
+rag_pipeline_tests/defs/test_queued_evaluations.py."""
 
 from __future__ import annotations
 
@@ -46,37 +48,46 @@ def _params_hash(engine) -> str:
         return run_records.list_runs(conn, dataset=NAME)[0].params_hash
 
 
-def test_a_run_whose_process_is_gone_is_listed_failed_with_why(engine, stored, capsys):
-    """The row of a CLI evaluation whose process exited without recording the outcome (exit 3 while the
-    database was down): owned by a process of this host that no longer exists."""
+def _silence(engine, run_id, seconds: float) -> None:
+    """As if the row's process had sent its last heartbeat ``seconds`` ago."""
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE retrieval_evaluation_runs SET heartbeat_at = clock_timestamp() - "
+                             "make_interval(secs => :s) WHERE id = :id"), {"s": seconds, "id": run_id})
+
+
+def test_a_run_whose_heartbeat_fell_silent_is_listed_failed_with_why(engine, stored, capsys):
+    """The row of an evaluation whose process ended without recording the outcome (kill -9, exit 3 while the
+    database was down, a lost machine): its heartbeat is older than six beats."""
     kb, dataset_id, kb_id = stored
     run_id = run_records.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb_id,
                                     strategy=get_strategy("keyword-v1"), params_hash=_params_hash(engine))
     assert _row(engine, run_id).owner_pid is not None, "the row records its process"
-    ended = subprocess.run([sys.executable, "-c", "import psutil; p = psutil.Process(); print(p.pid, p.create_time())"],
-                           capture_output=True, text=True, check=True).stdout.split()
-    with engine.begin() as conn:  # as if that (now ended) process had made the row
-        conn.execute(sa.text("UPDATE retrieval_evaluation_runs SET owner_pid = :p, owner_started_at = :s "
-                             "WHERE id = :id"), {"p": int(ended[0]), "s": float(ended[1]), "id": run_id})
+    _silence(engine, run_id, run_records.lost_after_seconds() + 5)
     capsys.readouterr()
     assert main(["runs", "--dataset", NAME, "--knowledge-base", kb, "--format", "json"]) == 0
     row = _row(engine, run_id)
     assert row.status == "failed", row
-    assert row.error.startswith(f"its process (pid {ended[0]} on {host()}) ended without recording the outcome"), row
+    assert row.error.startswith(f"its process (pid {row.owner_pid} on {host()}) sent no heartbeat for "), row
     assert str(run_id) in capsys.readouterr().out
 
 
-def test_a_live_process_and_a_reused_pid_are_told_apart(engine, stored):
+def test_only_the_heartbeat_tells_a_process_is_lost_not_its_pid(engine, stored):
+    """A row whose recorded pid no longer exists but whose heartbeat is fresh keeps running (the pid may be one of
+    another machine); a row one beat late keeps running; one beyond six beats ends failed."""
     kb, dataset_id, kb_id = stored
     strategy, params_hash = get_strategy("keyword-v1"), _params_hash(engine)
-    live = run_records.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb_id, strategy=strategy,
-                                  params_hash=params_hash)
-    reused = run_records.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb_id, strategy=strategy,
-                                    params_hash=params_hash)
-    with engine.begin() as conn:  # this pid, but a process started an hour before this one: not the same process
-        conn.execute(sa.text("UPDATE retrieval_evaluation_runs SET owner_started_at = owner_started_at - 3600 "
-                             "WHERE id = :id"), {"id": reused})
-    run_records.sweep_gone(engine)
-    assert _row(engine, live).status == "running"
-    assert _row(engine, reused).status == "failed"
-    run_records.fail_running(engine, live, "test over")
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    dead_pid, late, lost = (run_records.create_run(engine, dataset_id=dataset_id, knowledge_base_id=kb_id,
+                                                   strategy=strategy, params_hash=params_hash) for _ in range(3))
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE retrieval_evaluation_runs SET owner_pid = :p WHERE id = :id"),
+                     {"p": int(ended), "id": dead_pid})
+    _silence(engine, late, 2 * run_records.beat_interval())
+    _silence(engine, lost, run_records.lost_after_seconds() + 1)
+    assert run_records.sweep_gone(engine) >= 1
+    assert _row(engine, dead_pid).status == "running"
+    assert _row(engine, late).status == "running"
+    assert _row(engine, lost).status == "failed"
+    for run_id in (dead_pid, late):
+        run_records.fail_running(engine, run_id, "test over")
