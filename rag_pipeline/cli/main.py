@@ -19,6 +19,7 @@ from rag_pipeline.cli import (
     knowledge_bases,
     labelling,
     serve,
+    strategies,
     trec,
     tune,
 )
@@ -32,8 +33,8 @@ DESCRIPTION = "Measure RAG retrieval quality on PostgreSQL + pgvector (no Dagste
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag-pipeline", description=DESCRIPTION, epilog=EXIT_CODES_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (database, knowledge_bases, labelling, evaluate, check_dataset, compare, tune, trec, answers, serve,
-                  doctor):
+    for group in (database, knowledge_bases, labelling, evaluate, check_dataset, compare, tune, strategies, trec,
+                  answers, serve, doctor):
         group.register(sub)
     for command in sub.choices.values():
         command.epilog = command.epilog or EXIT_CODES_HELP
