@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rag_pipeline.retrieval.http_strategy import STAGES, HttpRetriever
+from rag_pipeline.retrieval.trace import RetrievalError
 from rag_pipeline.storage.files import format_size
 from rag_pipeline.storage.http.client import MAX_RESPONSE_BYTES, HttpCaller, Reply, RetryRules
 from rag_pipeline.storage.http.request import ResolvedHeaders, fill_template, fill_url, parse_template
@@ -42,7 +43,7 @@ class Ranking:
     error: str | None = None
 
 
-class EndpointDownError(RuntimeError):
+class EndpointDownError(RetrievalError):
     """The retriever could not be reached (or the guard refused it): asking the other cases cannot help."""
 
 
@@ -163,6 +164,16 @@ class RetrieverClient:
             if not ok:
                 raise BadReplyError(f"{self.paths[key].text}[{i}]: expected a finite number, got {v!r:.40}")
         return [None if v is None else float(v) for v in values]
+
+
+def rank_all(http: HttpRetriever, questions: Sequence[Question],
+             environ: Mapping[str, str] | None = None) -> dict[str, Ranking]:
+    """Every question's :class:`Ranking` by case id, asked at once (synchronous callers: labelling's pooling)."""
+    async def ask() -> dict[str, Ranking]:
+        async with RetrieverClient(http, environ) as client:
+            return {r.case_id: r async for r in client.rankings(questions)}
+
+    return asyncio.run(ask())
 
 
 class BadReplyError(ValueError):

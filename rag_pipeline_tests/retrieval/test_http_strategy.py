@@ -19,12 +19,15 @@ import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli.main import main
+from rag_pipeline.contracts.labelling import DraftQuestion
 from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.retrieval.http_retriever import EndpointDownError
+from rag_pipeline.retrieval.registry_file import write_strategy
 from rag_pipeline.retrieval.strategies import get_strategy, strategy_from_mapping
 from rag_pipeline.retrieval.trace import RetrievalError
 from rag_pipeline.service import trec
+from rag_pipeline.service.labelling import drafts
 from rag_pipeline_tests.retrieval.retriever_server import RetrieverServer, rank
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,3 +198,17 @@ def test_identity_is_what_ranks_never_a_secret() -> None:
     assert base.params_hash() == same.params_hash() != other.params_hash()  # type: ignore[attr-defined]
     assert "A_TOKEN" not in json.dumps(base.params())  # type: ignore[attr-defined]
     assert get_strategy("hybrid-v1").http is None
+
+
+def test_suggest_pools_the_retrievers_ranking(engine, demo_kb, tmp_path, monkeypatch) -> None:
+    chunks = _chunks(engine, demo_kb)
+    registry = tmp_path / "strategies.yaml"
+    with RetrieverServer(chunks) as server:
+        write_strategy(registry, _strategy(server.url, "http-suggest-v1"))  # type: ignore[arg-type]
+        monkeypatch.setenv("RAG_STRATEGIES_FILE", str(registry))
+        question = "How do we rotate the on-call pager?"
+        draft = drafts.pool(engine, demo_kb, [DraftQuestion(case_id="q1", question=question, candidates=[])],
+                            strategies=["http-suggest-v1"], depth=5)
+    expected = [cid for cid, _ in rank(chunks, question, 5)]
+    assert [c.chunk_id for c in draft.questions[0].candidates] == expected
+    assert all(c.found_by == {"http-suggest-v1": i} for i, c in enumerate(draft.questions[0].candidates, start=1))
