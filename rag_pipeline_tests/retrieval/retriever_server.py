@@ -1,8 +1,9 @@
 """A stranger's retriever for the HTTP strategy tests and bench: a real HTTP server on 127.0.0.1 in a thread.
 
 ``POST /search`` with ``{"question", "case_id", "k"}`` ranks ``chunks`` (id → text) by the number of the
-question's words each holds (ties by id descending), and answers ``{"hits": [{"id", "score"}, ...]}`` (the first
-``k`` with a word in common), after ``delay`` seconds. ``plan[case_id]`` is a list of behaviours, one per attempt
+question's words each holds (ties by id descending), and answers ``{"hits": [{"id", "score", "vector_rank",
+"keyword_rank"}, ...]}`` (the first ``k`` with a word in common; every hit has a vector rank, every other one a
+keyword rank), after ``delay`` seconds. ``plan[case_id]`` is a list of behaviours, one per attempt
 (the last repeats): ``ok``; ``503`` (with ``Retry-After: 0``); ``slow:S`` (an ``ok`` after S seconds);
 ``garbage`` (no JSON); ``ids-not-list``; ``ids-wrong-type``; ``huge`` (a 12 MB body). ``requests[case_id]``
 counts the requests."""
@@ -70,7 +71,9 @@ def _handler(server: RetrieverServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(503, b"busy", {"Retry-After": "0"})
             time.sleep(float(step.split(":")[1]) if step.startswith("slow:") else server.delay)
             hits = rank(server.chunks, body["question"], int(body["k"]))
-            reply: object = {"hits": [{"id": cid, "score": score} for cid, score in hits]}
+            reply: object = {"hits": [{"id": cid, "score": score, "vector_rank": i + 1,  # stages: every hit "vector",
+                                       "keyword_rank": i + 1 if i % 2 == 0 else None}  # every other one "keyword"
+                                      for i, (cid, score) in enumerate(hits)]}
             if step == "garbage":
                 return self._send(200, b"<html>not json", {})
             if step == "ids-not-list":

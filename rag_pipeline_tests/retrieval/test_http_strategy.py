@@ -149,6 +149,8 @@ def test_killed_resumed_run_equals_the_trec_import_and_compares(engine, demo_kb,
     # compare against hybrid-v1 with paired significance
     assert main(["evaluate", "--dataset", str(dataset_file), "--strategy", "hybrid-v1", "--quiet"]) == 0
     capsys.readouterr()
+    assert main(["show", str(run.id), "--format", "text", "--candidates", "none"]) == 0
+    assert f"latency p50 {counts['latency_p50_ms']:.1f} ms" in capsys.readouterr().out
     main(["compare", "--dataset", "http-demo", "--baseline", "hybrid-v1", "--format", "json"])
     result = json.loads(capsys.readouterr().out)
     text = json.dumps(result)
@@ -212,3 +214,24 @@ def test_suggest_pools_the_retrievers_ranking(engine, demo_kb, tmp_path, monkeyp
     expected = [cid for cid, _ in rank(chunks, question, 5)]
     assert [c.chunk_id for c in draft.questions[0].candidates] == expected
     assert all(c.found_by == {"http-suggest-v1": i} for i, c in enumerate(draft.questions[0].candidates, start=1))
+
+
+def test_stage_ranks_give_the_per_stage_miss_reasons(engine, demo_kb, dataset_file) -> None:
+    """With the stages' ranks returned, a relevant chunk below k found by one stage only is ``vector_only``."""
+    chunks = _chunks(engine, demo_kb)
+    dataset = load_dataset(dataset_file)
+    with RetrieverServer(chunks) as server:
+        strategy = _strategy(server.url, "http-stages-v1", vector_ranks_path="hits[*].vector_rank",
+                             keyword_ranks_path="hits[*].keyword_rank")
+        outcome = evaluate_dataset(engine, dataset, strategy)  # type: ignore[arg-type]
+    pools = _pools(engine, outcome.run_id)
+    seen = set()
+    for case_id, row in _cases(engine, outcome.run_id).items():
+        ranks = {chunk: rank_ for chunk, rank_, _ in pools.get(case_id, [])}
+        for reason in row.miss_reasons:
+            rank_ = ranks.get(reason["chunk_id"])
+            expected = ("not_in_pool" if rank_ is None else "hit" if rank_ <= row.k
+                        else "below_cutoff" if rank_ % 2 == 1 else "vector_only")
+            assert reason["reason"] == expected, (case_id, reason)
+            seen.add(expected)
+    assert {"hit", "vector_only", "below_cutoff"} <= seen
