@@ -17,7 +17,7 @@ from rag_pipeline.storage.http.request import ResolvedHeaders
 from rag_pipeline.storage.http.scrubbing import redact_url
 from rag_pipeline.storage.names import printable
 
-OPTIONAL_PATHS = (*(f"{s}_{w}_path" for s in STAGES for w in ("scores", "ranks")), "text_path")
+OPTIONAL_PATHS = tuple(f"{s}_{w}_path" for s in STAGES for w in ("scores", "ranks"))
 
 
 @guarded()

@@ -17,7 +17,7 @@ from rag_pipeline.storage.http.scrubbing import redact_url
 DEFAULT_RETRIEVER_TEMPLATE = '{"question": "{question}", "k": "{pool_size}"}'
 STAGES = ("vector", "keyword", "rerank")
 PATH_FIELDS = ("ids_path", "scores_path", *(f"{s}_scores_path" for s in STAGES),
-               *(f"{s}_ranks_path" for s in STAGES), "text_path")
+               *(f"{s}_ranks_path" for s in STAGES))
 
 
 class HttpRetriever(BaseModel):
@@ -36,7 +36,6 @@ class HttpRetriever(BaseModel):
     vector_ranks_path: str | None = None
     keyword_ranks_path: str | None = None
     rerank_ranks_path: str | None = None
-    text_path: str | None = None
     pool_size: int = Field(100, ge=1, le=10_000)
     headers: list[str] = Field(default_factory=list)
     concurrency: int = Field(4, ge=1, le=256)
