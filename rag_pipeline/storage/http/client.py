@@ -5,6 +5,8 @@ per :mod:`.retry_policy` (``Retry-After`` honoured); a :class:`.guard.EndpointGu
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +20,11 @@ from rag_pipeline.storage.http.retry_policy import (
     retryable_status,
     wait_before_retry,
 )
+
+if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
+    # httpcore 1.x imports sniffio in every lock's set-up; absent (anyio 4.x no longer needs it) each failed import
+    # searches sys.path again: most of the client's CPU per request. Marked absent once, the import fails at once.
+    sys.modules["sniffio"] = None  # type: ignore[assignment]
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 """A reply longer than this is not parsed (its start kept)."""
