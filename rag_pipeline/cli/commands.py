@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                            "significance, regression gate: exit 1 when it fails)"),
     "tune": ("tune", "tune the fusion on a stored run's candidate pools (weights, normalisation, RRF k) with cross-"
                      "validation; prints a ready-to-add strategy"),
+    "strategy": ("strategies", "add a strategy version to a registry file"),
     "trec": ("trec", "TREC run files and qrels: import a run file as a run of your own retriever, export runs and "
                      "datasets"),
     "answers": ("answers.commands", "score a RAG system's answers (answer quality, citations, refusal)"),

@@ -42,6 +42,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if s.counts and s.counts.first_line:
             print(f"{s.strategy_version}: {s.counts.first_line}")
     print(comparison_table([s.model_dump() for s in summaries]))
+    for s in summaries:
+        line = output.latency_line(s)
+        if line:
+            print(f"{s.strategy_version}: {line}")
     not_written: list[tuple[str, RagError]] = []
     for outcome, path in zip(outcomes, paths, strict=True):
         if path is None:

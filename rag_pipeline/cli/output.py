@@ -79,9 +79,27 @@ def summary_text(summary: RunSummary) -> str:
             ["knowledge base", summary.knowledge_base.name], ["embedding model", summary.embedding_model or "-"]]
     if summary.error:
         rows.append(["error", summary.error])
+    retriever = latency_line(summary)
+    if retriever:
+        rows.append(["http retriever", retriever])
     means = [getattr(summary.metrics, m) if summary.metrics else None for m in METRIC_NAMES]
     metrics = text_table([METRIC_LABELS[m] for m in METRIC_NAMES], [[_number(v) for v in means]], indent="  ")
     return text_table(None, rows) + "\nmean metrics:\n" + metrics
+
+
+def latency_line(summary: RunSummary) -> str | None:
+    """An ``http`` strategy's run: its retriever's latency p50 / p95 / max and failed cases (else None)."""
+    r = summary.counts.retriever if summary.counts else None
+    if r is None:
+        return None
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f} ms"
+
+    failed = f"; {r.failed_cases} case(s) without a ranking" if r.failed_cases else ""
+    resumed = f" ({r.cases_resumed} answered before a resume)" if r.cases_resumed else ""
+    return (f"latency p50 {ms(r.latency_p50_ms)}, p95 {ms(r.latency_p95_ms)}, max {ms(r.latency_max_ms)}; "
+            f"{r.cases_asked} case(s) asked{resumed}{failed}")
 
 
 def case_text(case: CaseReport) -> str:

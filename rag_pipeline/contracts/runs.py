@@ -56,6 +56,21 @@ class LabelIntegrity(BaseModel):
     examples: list[LabelStatus]
 
 
+class RetrieverCounts(BaseModel):
+    """An ``http`` strategy's run: how its retriever answered (latencies in milliseconds, per case, the last
+    attempt's; percentiles by linear interpolation; null: no case was answered)."""
+
+    cases_asked: int = Field(description="Cases asked by this evaluation (the others were answered before it was "
+                                         "resumed).")
+    cases_resumed: int = Field(description="Cases answered by an earlier, interrupted evaluation.")
+    failed_cases: int = Field(description="Cases the retriever gave no ranking for (stored with their error and an "
+                                          "empty pool: every metric 0).")
+    failure_examples: list[str] = Field(default_factory=list, description="The first failed cases: `case: why`.")
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
+    latency_max_ms: float | None = None
+
+
 class RunCounts(BaseModel):
     """What a succeeded run counted (its summary's ``counts``): cases, relevant chunks, miss reasons, labels."""
 
@@ -71,6 +86,7 @@ class RunCounts(BaseModel):
     first_line: str | None = Field(None, description="Why every metric is 0 (null: they are not all 0).")
     label_integrity: LabelIntegrity | None = None
     question_embeddings: dict[str, int] | None = None
+    retriever: RetrieverCounts | None = None
 
 
 class RunSummary(Strict, InlineMetrics):

@@ -81,21 +81,16 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
     for this strategy and dataset version (else :class:`run_records.RunNotQueuedError`). ``kb``: the dataset's
     knowledge base as the caller resolved it (else resolved here)."""
     logger = logger or log
+    if strategy.http is not None:  # the user's retriever over HTTP
+        from rag_pipeline.evaluation.http_runs import evaluate_http  # noqa: PLC0415 - it builds on this module
+        return evaluate_http(engine, dataset, strategy, partition_key=partition_key, dagster_run_id=dagster_run_id,
+                             progress=progress, logger=logger, queued_run_id=queued_run_id, kb=kb)
     readers = reader_count(readers)
     check_capacity(engine, readers, EXTRA_CONNECTIONS)
     t_start = time.perf_counter()
     run_records.sweep_gone(engine)  # runs whose process fell silent (no heartbeat): failed, with that reason
     run_records.sweep_abandoned(engine)
-    if not any(c.answerable for c in dataset.cases):
-        raise DatasetError(dataset.source_path or dataset.name, [DatasetProblem(
-            "every case is unanswerable (\"answerable\": false): no retrieval metric is defined, nothing was run "
-            "(docs/design.md §12.1)", field="cases")])
-    unlabelled = [c.case_id for c in dataset.cases if c.answerable and not c.relevant_chunk_ids]
-    if unlabelled:  # a SQuAD / CMRC 2018 file names no chunk: it scores answers, not retrieval
-        raise DatasetError(dataset.source_path or dataset.name, [DatasetProblem(
-            f"{len(unlabelled)} answerable case(s) have no relevant chunk id (first: {unlabelled[0]!r}; a SQuAD or "
-            "CMRC 2018 file labels no chunk): score its answers with `rag-pipeline answers evaluate`",
-            field="cases")])
+    check_cases(dataset)
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, kb or dataset.knowledge_base)
         preflight(conn, kb, strategy)
@@ -128,6 +123,20 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
         run_records.mark_failed(engine, run_id, run_records.failure_reason(exc))
         raise
     return outcome
+
+
+def check_cases(dataset: Dataset) -> None:
+    """A dataset a retrieval run can score: some case answerable, every answerable case labelled."""
+    if not any(c.answerable for c in dataset.cases):
+        raise DatasetError(dataset.source_path or dataset.name, [DatasetProblem(
+            "every case is unanswerable (\"answerable\": false): no retrieval metric is defined, nothing was run "
+            "(docs/design.md §12.1)", field="cases")])
+    unlabelled = [c.case_id for c in dataset.cases if c.answerable and not c.relevant_chunk_ids]
+    if unlabelled:  # a SQuAD / CMRC 2018 file names no chunk: it scores answers, not retrieval
+        raise DatasetError(dataset.source_path or dataset.name, [DatasetProblem(
+            f"{len(unlabelled)} answerable case(s) have no relevant chunk id (first: {unlabelled[0]!r}; a SQuAD or "
+            "CMRC 2018 file labels no chunk): score its answers with `rag-pipeline answers evaluate`",
+            field="cases")])
 
 
 @dataclass
@@ -234,7 +243,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                 timings["diagnosis_sql_s"] += result.diagnosis_s
                 tally.add(result.labels, result.reasons)
                 t = time.perf_counter()
-                values = _metrics(batch, result.traces)
+                values = case_metrics(batch, result.traces)
                 sums += values.sum(axis=0)
                 t = _tick(timings, "metrics_s", t)
                 outcome.candidate_count += persistence.copy_candidates(
@@ -283,7 +292,7 @@ def _tick(timings: dict[str, float], key: str, since: float) -> float:
     return now
 
 
-def _metrics(batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]) -> np.ndarray:
+def case_metrics(batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]) -> np.ndarray:
     """``(len(batch), len(METRIC_NAMES))``; the full pool is passed so R-precision can look past k. An
     unanswerable case has no metric: its row is 0, a storage placeholder (the columns are NOT NULL) that adds
     nothing to the sums and that every query reads as NULL (docs/design.md §12.1)."""

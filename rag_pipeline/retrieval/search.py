@@ -41,6 +41,9 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
     ``trace.keyword_targets`` the targets it ranked below its top k, pools unchanged; ``keyword_index`` serves a BM25
     leg from memory (identical hits and scores); ``vector_index`` serves a ``vector_search: exact`` leg from memory
     (the SQL exact statement's candidates, scores within float tolerance; an HNSW strategy ignores it)."""
+    if strategy.http is not None:
+        raise RetrievalError(f"strategy {strategy.version} is an HTTP retriever (kind http): `evaluate` and `suggest` "
+                             "ask it; it has no leg of ours to search with")
     queries = list(queries)
     if any(not isinstance(q, str) for q in queries):
         raise TypeError("every question must be a str")

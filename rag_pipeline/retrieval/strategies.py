@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
 from rag_pipeline.retrieval.fusion import NORMALIZATIONS
+from rag_pipeline.retrieval.http_strategy import HttpRetriever
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.files import FileReadError, read_bounded
 from rag_pipeline.storage.names import STRATEGY_VERSION, InvalidNameError, check_name, name_rule, printable, show_name
@@ -35,7 +36,9 @@ MAX_STRATEGIES_FILE_BYTES = 1024 * 1024  # a strategies file is read through the
 _IDENTITY_FIELDS = ("version", "description")
 # Optional stages and the vector search mode: left out of params() (and so of params_hash()) while at their default,
 # so every version defined before they existed keeps its hash and its stored runs.
-OPTIONAL_FIELDS = {"complete_pool": False, "rerank": None, "vector_search": "hnsw"}
+OPTIONAL_FIELDS = {"complete_pool": False, "rerank": None, "vector_search": "hnsw", "http": None}
+HTTP_KIND = "http"
+"""A strategy with an ``http`` block is of this kind: its ranking comes from the user's retriever over HTTP."""
 _CHOICES = {"embedding_model": EMBEDDING_MODELS, "text_search": TEXT_SEARCH_MODES,
             "keyword_scorer": KEYWORD_SCORERS, "fusion": FUSIONS, "normalization": NORMALIZATIONS,
             "vector_search": VECTOR_SEARCHES}
@@ -111,6 +114,7 @@ class Strategy(BaseModel):
     complete_pool: bool = False
     rerank: Rerank | None = None
     vector_search: str = "hnsw"
+    http: HttpRetriever | None = None
 
     def __init__(self, version: Any = _UNSET, /, **data: Any) -> None:
         """Validate; ``version`` may also be given positionally. Raises :class:`StrategyError`."""
@@ -141,6 +145,10 @@ class Strategy(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> Strategy:
         """Cross-field rules; a ValueError's text starts with the field it names."""
+        if self.http is not None:
+            if self.vector_candidate_k or self.keyword_candidate_k or self.rerank or self.complete_pool:
+                raise ValueError("field 'http' is a retriever of its own: no leg, rerank or complete_pool with it")
+            return self
         if self.vector_candidate_k == 0 and self.keyword_candidate_k == 0:
             raise ValueError("field 'vector_candidate_k' and keyword_candidate_k are both 0 (no leg enabled)")
         enabled_weights = [w for k, w in ((self.vector_candidate_k, self.vector_weight),
@@ -163,7 +171,11 @@ class Strategy(BaseModel):
 
     def params(self) -> dict[str, Any]:
         """Every parameter except ``version`` / ``description``, in field order; the optional stages
-        (``complete_pool``, ``rerank``) and a non-default ``vector_search`` only when set."""
+        (``complete_pool``, ``rerank``) and a non-default ``vector_search`` only when set. An ``http`` strategy: its
+        retriever's identity, marked external (no leg of ours: stored runs are read as an imported ranking's)."""
+        if self.http is not None:
+            return {"external": HTTP_KIND, "http": self.http.identity(), "keyword_candidate_k": 0,
+                    "vector_candidate_k": 0}
         return {name: value for name, value in self.model_dump(exclude=set(_IDENTITY_FIELDS)).items()
                 if name not in OPTIONAL_FIELDS or value != OPTIONAL_FIELDS[name]}
 
@@ -183,15 +195,16 @@ _PROBLEMS = {
     "int_type": "must be an integer, got {input!r}",
     "float_type": "must be a number, got {input!r}",
     "bool_type": "must be true or false, got {input!r}",
-    "model_type": "must be a mapping of {{method, model, top_n, weight, normalization, batch_size}}, got {input!r}",
+    "model_type": "must be a mapping of the fields docs/strategies.md lists, got {input!r}",
+    "list_type": "must be a list, got {input!r}",
     "finite_number": "must be finite, got {input!r}"}
 
 
 def _bounds(field: str) -> tuple[Any, Any]:
     """The ``ge`` / ``le`` constraints of a field (None where absent)."""
     model: type[BaseModel] = Strategy
-    if field.startswith("rerank."):
-        model, field = Rerank, field.split(".", 1)[1]
+    if field.startswith(("rerank.", "http.")):
+        model, field = (Rerank if field.startswith("rerank.") else HttpRetriever), field.split(".", 1)[1]
     metadata = model.model_fields[field].metadata
     return (next((m.ge for m in metadata if hasattr(m, "ge")), None),
             next((m.le for m in metadata if hasattr(m, "le")), None))
@@ -210,8 +223,10 @@ def _describe(version: Any, exc: ValidationError) -> str:
             else:
                 problems.append(text if not field else f"field {field!r} {text}")
             continue
-        if error["type"] == "extra_forbidden" and field.startswith("rerank."):
-            problems.append(f"field {field!r} is not a rerank field; known fields: {list(Rerank.model_fields)}")
+        if error["type"] == "extra_forbidden" and field.startswith(("rerank.", "http.")):
+            nested = Rerank if field.startswith("rerank.") else HttpRetriever
+            problems.append(f"field {field!r} is not a {field.split('.')[0]} field; known fields: "
+                            f"{list(nested.model_fields)}")
             continue
         if error["type"] in ("greater_than_equal", "less_than_equal"):
             low, high = _bounds(field)
@@ -235,6 +250,8 @@ def strategy_from_mapping(entry: Any, where: str = "") -> Strategy:
     if unknown:
         raise StrategyError(f"{prefix}strategy {entry['version']!r}: unknown key(s) {unknown}; "
                             f"known keys: {list(FIELD_NAMES)}")
+    if "http" in entry:  # no leg of ours
+        entry = {"vector_candidate_k": 0, "keyword_candidate_k": 0, **entry}
     try:
         return Strategy(**entry)
     except StrategyError as exc:
@@ -302,7 +319,11 @@ def unknown_strategy_message(version: str, known: Iterable[str]) -> str:
 
 
 def strategy_entry(strategy: Strategy) -> dict[str, Any]:
-    """A registry entry: every field, the optional stages only when set (plain YAML-able values)."""
+    """A registry entry: every field, the optional stages only when set (plain YAML-able values); an ``http``
+    strategy: its name, description and retriever."""
+    if strategy.http is not None:
+        return {"version": strategy.version, "description": strategy.description,
+                "http": strategy.http.model_dump(exclude_none=True)}
     entry = {name: getattr(strategy, name) for name in FIELD_NAMES}
     for name, default in OPTIONAL_FIELDS.items():
         if entry[name] == default:

@@ -14,7 +14,6 @@ from rag_pipeline.answers.collection.answerers import Answerer, get_answerer
 from rag_pipeline.answers.collection.answers_writer import AnswersWriter, output_lock, read_existing
 from rag_pipeline.answers.collection.collector import collect_from_answerer, collect_from_endpoint
 from rag_pipeline.answers.collection.endpoint_client import EndpointClient
-from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard
 from rag_pipeline.contracts.answers import CollectionProgress, CollectionResult, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase, load_dataset
@@ -22,6 +21,7 @@ from rag_pipeline.evaluation.datasets.resolve import dataset_file
 from rag_pipeline.settings import project_root
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.files import check_writable
+from rag_pipeline.storage.http.guard import EndpointGuard
 
 API_REPLY_BYTES = 2 * 1024 * 1024
 """Over the HTTP API a reply longer than this is not parsed (the CLI's cap is 8 MB)."""

@@ -217,6 +217,8 @@ class RetrievalEvaluationCaseResult(Base):
     r_precision: Mapped[float] = mapped_column(Double, nullable=False)
     miss_reasons = mapped_column(JSONB)
     relevance_grades = mapped_column(JSONB)
+    latency_ms: Mapped[float | None] = mapped_column(Double)  # an HTTP retriever's reply time (0014)
+    retrieval_error: Mapped[str | None] = mapped_column(Text)  # why the retriever gave no ranking (0014)
     __table_args__ = (Index("ix_case_results_run_case_index", "evaluation_run_id", "case_index", unique=True),)
 
 
@@ -242,3 +244,18 @@ class ExternalChunkId(Base):
         ForeignKey("knowledge_bases.id", ondelete="CASCADE"), primary_key=True)
     chunk_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     external_id: Mapped[str] = mapped_column(Text, nullable=False)
+
+
+class HttpRetrieverReply(Base):
+    """A case an ``http`` strategy's retriever answered, kept until the run that asked is stored (a killed
+    evaluation resumes without asking it again); the stored run's transaction deletes them (0014)."""
+
+    __tablename__ = "http_retriever_replies"
+    params_hash: Mapped[str] = mapped_column(Text, primary_key=True)
+    dataset_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("retrieval_evaluation_datasets.id", ondelete="CASCADE"), primary_key=True)
+    case_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    ranking = mapped_column(JSONB, nullable=False)
+    latency_ms: Mapped[float] = mapped_column(Double, nullable=False)
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False)
+    created_at: Mapped[datetime] = _now()

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from rag_pipeline.answers.collection.answers_writer import AnswersFileError, AnswersWriter, read_existing
-from rag_pipeline.answers.collection.endpoint_request import (
+from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, AnswerRecord
+from rag_pipeline.storage.http.request import (
     EndpointConfigError,
     ResolvedHeaders,
     fill_template,
     fill_url,
     parse_template,
 )
-from rag_pipeline.answers.collection.response_paths import PathNotFound, PathSyntaxError, parse_path
-from rag_pipeline.answers.collection.retry_policy import retry_after_seconds, retryable_status, wait_before_retry
-from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, AnswerRecord
+from rag_pipeline.storage.http.response_paths import PathNotFound, PathSyntaxError, parse_path
+from rag_pipeline.storage.http.retry_policy import retry_after_seconds, retryable_status, wait_before_retry
 
 REPLY = {"data": {"answer": "A"}, "choices": [{"message": {"content": "first"}}, {"message": {"content": "last"}}],
          "citations": [{"chunk_id": "c1"}, {"chunk_id": "c2"}], "odd key": 1}

@@ -10,10 +10,10 @@ import socket
 import httpx
 import pytest
 
-from rag_pipeline.answers.collection import endpoint_guard
 from rag_pipeline.answers.collection.endpoint_client import EndpointClient
-from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard, EndpointRefusedError, allowed_variables
 from rag_pipeline.contracts.answers import EndpointConfig
+from rag_pipeline.storage.http import guard as endpoint_guard
+from rag_pipeline.storage.http.guard import EndpointGuard, EndpointRefusedError, allowed_variables
 from rag_pipeline_tests.answers.rag_endpoint_server import RagEndpoint
 
 NOT_PUBLIC = ["169.254.169.254", "[::ffff:169.254.169.254]", "0x7f000001", "2130706433", "127.0.0.1", "[::1]",

@@ -16,9 +16,9 @@ from urllib.parse import quote, quote_plus
 import pytest
 import sqlalchemy as sa
 
-from rag_pipeline.answers.collection.endpoint_request import ResolvedHeaders
-from rag_pipeline.answers.scrubbing import Scrubber, header_secrets, redact_url, url_secrets
 from rag_pipeline.service.answers import evaluate_answers
+from rag_pipeline.storage.http.request import ResolvedHeaders
+from rag_pipeline.storage.http.scrubbing import Scrubber, header_secrets, redact_url, url_secrets
 from rag_pipeline_tests.answers.collect_helpers import read_lines, run_cli
 from rag_pipeline_tests.answers.collect_helpers import write_dataset as write_cases
 from rag_pipeline_tests.answers.rag_endpoint_server import RagEndpoint

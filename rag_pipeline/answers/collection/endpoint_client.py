@@ -1,24 +1,11 @@
 """A careful async client of a user's RAG endpoint: one case → one answer line, never an exception; bounded
-reply size and time, retries per :mod:`.retry_policy` (docs/answers-collection.md)."""
+reply size and time, retries (:mod:`rag_pipeline.storage.http.client`) (docs/answers-collection.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from dataclasses import dataclass
 
-import httpx
-
-from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard, EndpointRefusedError, guarded_transport
-from rag_pipeline.answers.collection.endpoint_request import (
-    EndpointConfigError,
-    ResolvedHeaders,
-    check_url,
-    fill_template,
-    fill_url,
-    parse_template,
-)
 from rag_pipeline.answers.collection.reply_mapping import (
     ERROR_BODY_CHARS,
     CallFacts,
@@ -27,19 +14,22 @@ from rag_pipeline.answers.collection.reply_mapping import (
     raw_text,
     record_from_reply,
 )
-from rag_pipeline.answers.collection.response_paths import parse_path
-from rag_pipeline.answers.collection.retry_policy import (
-    RETRIED_ERRORS,
-    describe_failure,
-    retryable_status,
-    wait_before_retry,
-)
 from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, AnswerRecord, EndpointConfig
 from rag_pipeline.evaluation.datasets.load import EvaluationCase
 from rag_pipeline.storage.files import format_size
+from rag_pipeline.storage.http.client import MAX_RESPONSE_BYTES, HttpCaller, Reply, RetryRules
+from rag_pipeline.storage.http.guard import EndpointGuard
+from rag_pipeline.storage.http.request import (
+    EndpointConfigError,
+    ResolvedHeaders,
+    check_url,
+    fill_template,
+    fill_url,
+    parse_template,
+)
+from rag_pipeline.storage.http.response_paths import parse_path
 
-MAX_RESPONSE_BYTES = 8 * 1024 * 1024
-"""A reply longer than this is not parsed (recorded as an error, its start kept)."""
+__all__ = ["MAX_RESPONSE_BYTES", "CaseOutcome", "EndpointClient"]
 
 
 @dataclass(frozen=True)
@@ -48,15 +38,6 @@ class CaseOutcome:
     requests: int
     unreachable: bool = False
     """Every attempt failed and the last could not connect: the endpoint is down (the collector stops)."""
-
-
-@dataclass(frozen=True)
-class _Reply:
-    status: int
-    body: bytes
-    over_limit: bool
-    retry_after: str | None
-    latency_ms: float
 
 
 class EndpointClient:
@@ -76,47 +57,19 @@ class EndpointClient:
                                 parse_path(config.citations_path, "--citations-path"),
                                 parse_path(config.contexts_path, "--contexts-path"))
         self.headers = ResolvedHeaders(config.headers, environ, url=config.url)
-        self._client: httpx.AsyncClient | None = None
+        rules = RetryRules(config.timeout_s, config.retries, config.backoff_s, config.max_wait_s)
+        self._caller = HttpCaller(rules, concurrency=config.concurrency, guard=guard,
+                                  max_response_bytes=max_response_bytes, scrub=self.headers.scrub)
 
     async def __aenter__(self) -> EndpointClient:
-        n = self.config.concurrency
-        limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
-        transport = guarded_transport(self.guard, limits) if self.guard is not None else None
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.config.timeout_s), follow_redirects=False,
-                                         trust_env=False, limits=limits, transport=transport)
+        await self._caller.__aenter__()
         return self
 
     async def __aexit__(self, *exc_info) -> None:
-        if self._client is not None:
-            await self._client.aclose()
+        await self._caller.__aexit__(*exc_info)
 
     async def ask(self, case: EvaluationCase) -> CaseOutcome:
         """The case's answer line after at most ``1 + retries`` requests."""
-        attempts, cannot_connect, problem = 0, False, "no request made"
-        for attempt in range(self.config.retries + 1):
-            attempts += 1
-            try:
-                reply = await self._request(case)
-            except EndpointRefusedError as exc:  # the guard's: asking again cannot help
-                return CaseOutcome(error_record(case.case_id, str(exc), attempts=attempts), attempts,
-                                   unreachable=True)
-            except RETRIED_ERRORS as exc:
-                problem, cannot_connect = describe_failure(exc, self.config.timeout_s, self.headers.scrub)
-                wait = self._wait(attempt, None)
-            else:
-                if not retryable_status(reply.status) or attempt == self.config.retries:
-                    return CaseOutcome(self._record(case, reply, attempts), attempts)
-                wait = self._wait(attempt, reply.retry_after)
-            if attempt < self.config.retries:
-                await asyncio.sleep(wait)
-        record = error_record(case.case_id, f"{problem} (after {attempts} attempts)", attempts=attempts)
-        return CaseOutcome(record, attempts, unreachable=cannot_connect)
-
-    def _wait(self, attempt: int, retry_after: str | None) -> float:
-        return wait_before_retry(attempt + 1, self.config.backoff_s, self.config.max_wait_s, retry_after)
-
-    async def _request(self, case: EvaluationCase) -> _Reply:
-        assert self._client is not None, "use EndpointClient in `async with`"
         url = fill_url(self.url, case.question, case.case_id, case.k)
         headers = self.headers.as_dict()
         content = None
@@ -124,20 +77,13 @@ class EndpointClient:
             filled = fill_template(self.template, case.question, case.case_id, case.k)
             content = json.dumps(filled, ensure_ascii=False).encode("utf-8")
             headers.setdefault("Content-Type", "application/json")
-        start = time.perf_counter()
-        async with asyncio.timeout(self.config.timeout_s):
-            async with self._client.stream(self.config.method, url, content=content, headers=headers) as resp:
-                body, over = bytearray(), False
-                async for chunk in resp.aiter_bytes():
-                    room = self.max_response_bytes - len(body)
-                    body += chunk[:room]
-                    if len(chunk) > room:
-                        over = True
-                        break
-                return _Reply(resp.status_code, bytes(body), over, resp.headers.get("retry-after"),
-                              (time.perf_counter() - start) * 1000)
+        outcome = await self._caller.call(self.config.method, url, content=content, headers=headers)
+        if outcome.reply is None:
+            record = error_record(case.case_id, outcome.problem or "no reply", attempts=outcome.attempts)
+            return CaseOutcome(record, outcome.attempts, unreachable=outcome.unreachable)
+        return CaseOutcome(self._record(case, outcome.reply, outcome.attempts), outcome.attempts)
 
-    def _record(self, case: EvaluationCase, reply: _Reply, attempts: int) -> AnswerRecord:
+    def _record(self, case: EvaluationCase, reply: Reply, attempts: int) -> AnswerRecord:
         common: CallFacts = {"latency_ms": round(reply.latency_ms, 3), "attempts": attempts}
         scrub = self.headers.scrub if self.quote_replies else _nothing
         raw = raw_text(reply.body, scrub) if self.quote_replies else None

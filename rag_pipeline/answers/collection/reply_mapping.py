@@ -10,8 +10,8 @@ from typing import Any, TypedDict, Unpack
 
 from pydantic import ValidationError
 
-from rag_pipeline.answers.collection.response_paths import PathNotFound, ResponsePath
 from rag_pipeline.contracts.answers import MAX_ANSWER_CHARS, MAX_RAW_RESPONSE_CHARS, AnswerRecord
+from rag_pipeline.storage.http.response_paths import PathNotFound, ResponsePath
 
 ERROR_BODY_CHARS = 300
 """How much of a reply an error message quotes."""

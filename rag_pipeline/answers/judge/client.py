@@ -17,12 +17,12 @@ from typing import TypeVar
 
 import httpx
 
-from rag_pipeline.answers.collection.retry_policy import retry_after_seconds
 from rag_pipeline.answers.judge.prompts import PROMPT_VERSION
-from rag_pipeline.answers.scrubbing import Scrubber, header_secrets, redact_url, url_secrets
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.contracts.judge import JudgeConfig, JudgeIdentity
 from rag_pipeline.settings import judge_cache_file
+from rag_pipeline.storage.http.retry_policy import retry_after_seconds
+from rag_pipeline.storage.http.scrubbing import Scrubber, header_secrets, redact_url, url_secrets
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

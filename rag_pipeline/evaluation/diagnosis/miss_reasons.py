@@ -123,7 +123,8 @@ def classify_misses(case, candidates: Sequence, k: int | None = None,
         members = [c for c in pool if _get(c, f"{leg}_rank") is not None]
         last = max(members, key=lambda c: _get(c, f"{leg}_rank"), default=None)
         leg_info[f"{leg}_leg_size"] = len(members)
-        leg_info[f"{leg}_last_score"] = None if last is None else float(_get(last, f"{leg}_score"))
+        last_score = None if last is None else _get(last, f"{leg}_score")  # an HTTP retriever may give ranks only
+        leg_info[f"{leg}_last_score"] = None if last_score is None else float(last_score)
     leg_info["enabled_legs"], leg_info["scores_computed"] = list(enabled), False
     statuses, details = label_statuses or {}, label_details or {}
     out = []

@@ -27,6 +27,8 @@ CANDIDATE_COLUMNS = (
 CASE_RESULT_COLUMNS = (
     "evaluation_run_id", "case_id", "case_index", "question", "k", "relevant_chunk_ids",
     "retrieved_chunk_ids", "first_relevant_rank", *METRIC_NAMES, "miss_reasons", "relevance_grades")
+HTTP_CASE_RESULT_COLUMNS = (*CASE_RESULT_COLUMNS, "latency_ms", "retrieval_error")
+"""An ``http`` strategy's case rows: its reply time and why it gave no ranking (null: it did)."""
 
 
 def store_dataset(conn: sa.Connection, dataset: Dataset, knowledge_base_name: str) -> object:
@@ -56,9 +58,10 @@ def copy_candidates(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
     return copy_rows(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, rows, CANDIDATE_TYPES)
 
 
-def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
-    """Rows in :data:`CASE_RESULT_COLUMNS` order; the two id lists, the miss reasons and the grades as JSON text."""
-    return copy_rows(conn, "retrieval_evaluation_case_results", CASE_RESULT_COLUMNS, rows)
+def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence],
+                      columns: Sequence[str] = CASE_RESULT_COLUMNS) -> int:
+    """Rows in ``columns`` order; the two id lists, the miss reasons and the grades as JSON text."""
+    return copy_rows(conn, "retrieval_evaluation_case_results", columns, rows)
 
 
 def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_base_name: str,

@@ -4,6 +4,7 @@ by a person, then a dataset file or version (:func:`export_draft`, :func:`store_
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,11 +17,13 @@ from rag_pipeline.evaluation.datasets.label_check import check_labels
 from rag_pipeline.evaluation.datasets.load import Dataset, load_dataset, parse_dataset
 from rag_pipeline.evaluation.datasets.strict_json import JsonReadError, decode_json, field_path
 from rag_pipeline.evaluation.runs.results import store_dataset
+from rag_pipeline.evaluation.trec.lines import chunk_key, key_prefix
 from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.retrieval.http_retriever import Question, rank_all
 from rag_pipeline.retrieval.search import hybrid_search_batch
-from rag_pipeline.retrieval.strategies import StrategyError, get_strategy, load_registry
+from rag_pipeline.retrieval.strategies import Strategy, StrategyError, get_strategy, load_registry
 from rag_pipeline.service.applicability import split_runnable
 from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.files import FileReadError, read_bounded, write_atomic
@@ -170,6 +173,9 @@ def pool(engine: sa.Engine, knowledge_base: str, asked: list[DraftQuestion], *,
             chosen = [registry[v] for v in versions]
         found: list[dict[str, dict[str, int]]] = [{} for _ in asked]
         for strategy in chosen:
+            if strategy.http is not None:  # the user's retriever: its top depth, ids as a run stores them
+                _pool_http(strategy, kb.name, asked, depth, found)
+                continue
             traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[q.question for q in asked],
                                          strategy=strategy, limits=[depth] * len(asked))
             for i, trace in enumerate(traces):
@@ -184,6 +190,16 @@ def pool(engine: sa.Engine, knowledge_base: str, asked: list[DraftQuestion], *,
         q.candidates = [_candidate(details.get(cid), cid, pooled.get(cid, {}), prior.get(cid)) for cid in ordered]
     return Draft(knowledge_base=kb.name, name=name, strategies=versions, strategies_left_out=left_out, depth=depth,
                  created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), questions=asked)
+
+
+def _pool_http(strategy: Strategy, kb_name: str, asked: list[DraftQuestion], depth: int,
+               found: list[dict[str, dict[str, int]]]) -> None:
+    assert strategy.http is not None
+    prefix = key_prefix(kb_name)
+    rankings = rank_all(strategy.http, [Question(q.case_id, q.question, depth) for q in asked])
+    for i, q in enumerate(asked):
+        for rank, raw in enumerate(rankings[q.case_id].ids[:depth], start=1):
+            found[i].setdefault(str(uuid.UUID(chunk_key(prefix, raw)[0])), {})[strategy.version] = rank
 
 
 def _candidate(row: ChunkRow | None, chunk_id: str, found_by: dict[str, int], grade: int | None) -> DraftCandidate:

@@ -54,7 +54,12 @@ def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC")
 
 
-templates.env.filters.update(fmt=_fmt, signed=_signed, when=_when)
+def _ms(value: Any) -> str:
+    """Milliseconds as ``12.3 ms``."""
+    return "—" if value is None else f"{value:.1f} ms"
+
+
+templates.env.filters.update(fmt=_fmt, signed=_signed, when=_when, fmt_ms=_ms)
 
 
 FONT_CHECK_TTL_S = 600.0

@@ -65,6 +65,7 @@ def run_page(request: Request, engine: Engine, run_id: str, q: Annotated[str, Qu
         "total": total, "matching": matching, "baseline": baseline[0] if baseline else None,
         "truncated": total > MAX_ROWS, "headline": counts and counts.first_line,
         "label_integrity": counts and counts.label_integrity, "miss_counts": misses.counts if misses else {},
+        "retriever": counts and counts.retriever,
         "case_url": case_url,
         "dataset_url": f"{BASE}/kb/{quote(summary.knowledge_base.name, safe='')}/datasets/"
                        f"{quote(summary.dataset.name, safe='')}"})

@@ -18,7 +18,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from rag_pipeline.answers.answers_file import AnswersFileError
-from rag_pipeline.answers.collection.endpoint_guard import EndpointGuard, EndpointRefusedError, api_environ
 from rag_pipeline.contracts.answers import (
     ANSWER_CONVENTIONS,
     ANSWER_METRIC_NAMES,
@@ -36,6 +35,7 @@ from rag_pipeline.service import answer_comparison, answers
 from rag_pipeline.service.answer_collection import api_collection_file, collect_answers
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.engine import TRANSIENT_ERRORS
+from rag_pipeline.storage.http.guard import EndpointGuard, EndpointRefusedError, api_environ
 from rag_pipeline.storage.names import DATASET, KNOWLEDGE_BASE, printable
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import Engine, Paging

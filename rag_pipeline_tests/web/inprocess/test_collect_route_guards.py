@@ -81,8 +81,8 @@ def test_env_headers_read_only_allowed_variables_and_never_rag_settings(client, 
 def test_the_pattern_setting_cannot_name_rag_variables(monkeypatch):
     """An operator's ``RAG_COLLECT_ENV=RAG_*`` is a settings error naming the variable, not a way to read them;
     ``*`` reads no ``RAG_*`` variable either."""
-    from rag_pipeline.answers.collection.endpoint_guard import api_environ
     from rag_pipeline.settings import SettingsError, get_settings
+    from rag_pipeline.storage.http.guard import api_environ
 
     for value in ("RAG_*", "RAG_API_TOKEN", "X, rag_judge_api_key"):
         monkeypatch.setenv("RAG_COLLECT_ENV", value)

@@ -1,4 +1,5 @@
-"""The request sent for one case: the filled JSON template (values escaped by the encoder, never spliced), the
+"""The request sent for one case (an answer endpoint's or an HTTP retriever's): the filled JSON template (values
+escaped by the encoder, never spliced; ``{question}`` ``{case_id}`` ``{k}``, and ``{pool_size}`` for a retriever), the
 URL and the headers (``env:NAME`` values hidden from ``repr``); docs/answers-collection.md."""
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from rag_pipeline.answers.scrubbing import Scrubber, header_secrets, redact_url, url_secrets
 from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.storage.http.scrubbing import Scrubber, header_secrets, redact_url, url_secrets
 
-_PLACEHOLDER = re.compile(r"\{(question|case_id|k)\}")  # one pass: a question holding "{k}" stays as it is
+_PLACEHOLDER = re.compile(r"\{(question|case_id|k|pool_size)\}")  # one pass: a question holding "{k}" stays
 ENV_PREFIX = "env:"
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
@@ -32,17 +33,30 @@ def parse_template(text: str) -> Any:
                                   f"{exc.colno}") from None
 
 
-def fill_template(template: Any, question: str, case_id: str, k: int) -> Any:
-    """``template`` with the placeholders of its string values filled (see the module docstring)."""
+def _values(question: str, case_id: str, k: int, pool_size: int | None) -> dict[str, str | int]:
+    values: dict[str, str | int] = {"question": question, "case_id": case_id, "k": k}
+    if pool_size is not None:  # a retriever's request: how many candidates to return
+        values["pool_size"] = pool_size
+    return values
+
+
+def fill_template(template: Any, question: str, case_id: str, k: int, pool_size: int | None = None) -> Any:
+    """``template`` with the placeholders of its string values filled (see the module docstring); a string that is
+    exactly ``{k}`` or ``{pool_size}`` becomes the number."""
+    values = _values(question, case_id, k, pool_size)
+    return _fill(template, values)
+
+
+def _fill(template: Any, values: Mapping[str, str | int]) -> Any:
     if isinstance(template, str):
-        if template == "{k}":
-            return k
-        values = {"question": question, "case_id": case_id, "k": str(k)}
-        return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+        whole = values.get(template[1:-1]) if template.startswith("{") and template.endswith("}") else None
+        if isinstance(whole, int):
+            return whole
+        return _PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))), template)
     if isinstance(template, list):
-        return [fill_template(item, question, case_id, k) for item in template]
+        return [_fill(item, values) for item in template]
     if isinstance(template, dict):
-        return {key: fill_template(value, question, case_id, k) for key, value in template.items()}
+        return {key: _fill(value, values) for key, value in template.items()}
     return template
 
 
@@ -54,9 +68,10 @@ def check_url(url: str) -> str:
     return url
 
 
-def fill_url(url: str, question: str, case_id: str, k: int) -> str:
-    values = {"question": quote(question, safe=""), "case_id": quote(case_id, safe=""), "k": str(k)}
-    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], url)
+def fill_url(url: str, question: str, case_id: str, k: int, pool_size: int | None = None) -> str:
+    values = {key: quote(v, safe="") if isinstance(v, str) else str(v)
+              for key, v in _values(question, case_id, k, pool_size).items()}
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), url)
 
 
 class ResolvedHeaders:

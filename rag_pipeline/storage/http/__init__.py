@@ -1,0 +1,1 @@
+"""The one outgoing HTTP client (answer endpoints, HTTP retrievers, judges): guard, retries, secrets."""
