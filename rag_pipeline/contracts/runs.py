@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rag_pipeline.contracts.answers import PrunedAnswerRun
 from rag_pipeline.contracts.label_check import LabelStatus
-from rag_pipeline.contracts.metrics import InlineMetrics, Metrics
+from rag_pipeline.contracts.metrics import InlineMetrics, JudgedSummary, Metrics
 
 RunStatus = Literal["queued", "running", "succeeded", "failed", "abandoned"]
 
@@ -71,6 +71,10 @@ class RunCounts(BaseModel):
     first_line: str | None = Field(None, description="Why every metric is 0 (null: they are not all 0).")
     label_integrity: LabelIntegrity | None = None
     question_embeddings: dict[str, int] | None = None
+    judged: JudgedSummary | None = Field(None, description="Judged@k and the pool's judged share (docs/metrics.md); "
+                                                           "null: a run stored before they were recorded.")
+    rescored_from: str | None = Field(None, description="The run whose stored pools this run re-scored on new "
+                                                        "labels, without retrieving (`runs rescore`).")
 
 
 class RunSummary(Strict, InlineMetrics):
