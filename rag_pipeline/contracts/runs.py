@@ -236,3 +236,12 @@ class PruneResult(BaseModel):
     @property
     def bytes_freed(self) -> int:
         return sum(r.bytes for r in self.runs) + sum(r.bytes for r in self.answer_runs)
+
+
+class RescoredRun(BaseModel):
+    """``rag-pipeline runs rescore``: the new run (the stored pools scored on the new labels) and the run it
+    re-scored; ``cases_left_out``: cases of that run the new dataset version no longer has."""
+
+    run: RunSummary
+    rescored_from: RunSummary
+    cases_left_out: list[str]
