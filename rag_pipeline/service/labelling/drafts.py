@@ -291,6 +291,17 @@ def create_console_draft(engine: sa.Engine, knowledge_base: str, name: str, ques
     return path
 
 
+def create_console_draft_from_run(engine: sa.Engine, run_id: str) -> tuple[str, str]:
+    """The console's :func:`pool_runs` of one run, kept as draft ``<dataset>-unjudged-<run id prefix>`` (saved as
+    a new version of the run's dataset); returns the knowledge base and the draft's name."""
+    draft = pool_runs(engine, [run_id])
+    name = f"{draft.name}-unjudged-{str(run_id)[:8]}"
+    path = draft_path(draft.knowledge_base, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_draft(draft, path)
+    return draft.knowledge_base, name
+
+
 def open_console_draft(knowledge_base: str, name: str) -> Draft:
     path = draft_path(knowledge_base, name)
     if not path.is_file():
