@@ -99,6 +99,8 @@ def test_dataset_dashboard_shows_current_runs_and_history(client, evaluated):
     assert len(current) == 2 and "hybrid-v1" in current[0] and "baseline" in current[0]
     hybrid = evaluated["runs"]["hybrid-v1"]
     assert f"{hybrid['ndcg_at_k']:.4f}" in current[0]
+    judged = re.search(r'<td class="num judged-at-k">([^<]+)</td>', current[0]).group(1)
+    assert judged == f"{hybrid['counts']['judged']['at_k']:.4f}"
     assert len(re.findall(r"<svg class=\"chart\"", html)) == 6
     assert 'id="gate"' in html and 'value="keyword-v1"' in html
     _page(client, f"{BASE}/kb/{evaluated['kb']}/datasets/no-such-dataset", 404)
