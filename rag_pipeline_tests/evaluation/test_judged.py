@@ -18,6 +18,7 @@ from rag_pipeline.cli.main import main
 from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.evaluation.metrics import evaluate_many, judged_at_k
+from rag_pipeline.evaluation.runs.judged import NOTHING_RETRIEVED
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.service import analysis, evaluations, trec
 from rag_pipeline.service.labelling.drafts import export_draft, load_draft
@@ -83,8 +84,9 @@ def test_unjudged_chunks_are_shown_warned_drafted_judged_and_rescored(engine, ch
                 "q-new": {c["onboarding.md"]: 3, c["vacation-zh.md"]: 0}}
     questions = {"q-backup": "How are backups taken?", "q-repo": "Why one repository?", "q-new": "First week?"}
     v1 = write_dataset(tmp_path / "v1" / "x.json", KB, [
-        {"case_id": q, "question": questions[q], "k": 3, "relevant_chunk_ids": g} for q, g in qrels_v1.items()],
-        name=NAME)
+        {"case_id": q, "question": questions[q], "k": 3, "relevant_chunk_ids": g} for q, g in qrels_v1.items()]
+        + [{"case_id": "q-none", "question": "Nobody answers this", "k": 3,  # no line in either run file
+            "relevant_chunk_ids": [c["coffee.md"]]}], name=NAME)
     base = {"q-backup": [c["backup.md"], c["coffee.md"], c["monorepo.md"]],
             "q-repo": [c["monorepo.md"], c["backup.md"]],
             "q-new": [c["onboarding.md"], c["vacation-zh.md"], c["coffee.md"], c["backup.md"]]}
@@ -100,11 +102,14 @@ def test_unjudged_chunks_are_shown_warned_drafted_judged_and_rescored(engine, ch
         expected = {q: ir_measures_judged(qrels_v1[q], {d: 100 - i for i, d in enumerate(r, 1)}, 3)
                     for q, r in rankings.items()}
         got = {case.case_id: case.judged for case in detail.cases}
+        none = got.pop("q-none")  # nothing retrieved: undefined, null with the reason, counted
+        assert (none.at_k, none.pool, none.unjudged_at_k, none.reason) == (None, None, 0, NOTHING_RETRIEVED)
         assert {q: j.at_k for q, j in got.items() if j} == pytest.approx(expected)
         assert {q: j.pool for q, j in got.items() if j} == pytest.approx(
             {q: sum(d in qrels_v1[q] for d in r) / len(r) for q, r in rankings.items()})
         summary = detail.summary.counts.judged
         assert summary.at_k == pytest.approx(sum(expected.values()) / 3)
+        assert (summary.cases, summary.undefined) == (3, 1)
         assert summary.unjudged_at_k == sum(sum(d not in qrels_v1[q] for d in r[:3]) for q, r in rankings.items())
 
     # compare: wide-ext's top k is mostly unjudged; the warning names it and says how large the gap is
@@ -120,12 +125,14 @@ def test_unjudged_chunks_are_shown_warned_drafted_judged_and_rescored(engine, ch
     # draft exactly the unjudged top-k chunks of the wide run
     draft_path = tmp_path / "more.draft.json"
     assert main(["suggest", "--from-run", runs["wide-ext"][:8], "--output", str(draft_path)]) == 0
-    assert "7 unjudged top-k chunk(s) to judge in 3 of 3 cases" in capsys.readouterr().out
+    assert "7 unjudged top-k chunk(s) to judge in 3 of 4 cases" in capsys.readouterr().out
     draft = load_draft(draft_path)
     unjudged = {(q, d) for q, r in wide.items() for d in r[:3] if d not in qrels_v1[q]}
     assert {(q.case_id, x.chunk_id) for q in draft.questions for x in q.candidates if x.grade is None} == unjudged
     assert {(q.case_id, x.chunk_id, x.grade) for q in draft.questions for x in q.candidates
-            if x.grade is not None} == {(q, d, g) for q, gs in qrels_v1.items() for d, g in gs.items()}
+            if x.grade is not None} == {(q, d, g) for q, gs in qrels_v1.items() for d, g in gs.items()} | {
+        ("q-none", c["coffee.md"], 1)}
+    assert [q.status for q in draft.questions] == ["pending", "pending", "pending", "judged"]
 
     # judge them in the terminal labeller: backup.md is relevant (grade 1) wherever it appears, the rest 0
     session = Labeller(draft, draft_path)
@@ -141,6 +148,7 @@ def test_unjudged_chunks_are_shown_warned_drafted_judged_and_rescored(engine, ch
     v2 = tmp_path / "v2" / f"{NAME}.json"
     export_draft(engine, load_draft(draft_path), v2)
     qrels_v2 = {case.case_id: dict(case.grades) for case in load_dataset(v2).cases}
+    assert qrels_v2.pop("q-none") == {c["coffee.md"]: 1}
     assert qrels_v2 == {q: {**qrels_v1[q], **{d: int(d == c["backup.md"]) for qq, d in unjudged if qq == q}}
                         for q in qrels_v1}
 
@@ -155,7 +163,7 @@ def test_unjudged_chunks_are_shown_warned_drafted_judged_and_rescored(engine, ch
         assert done["run"]["counts"]["rescored_from"] == runs[strategy]
         expected_trec = _trec_eval(qrels_v2, rankings, 3)
         detail = evaluations.evaluation_detail(engine, new_id, candidates="all")
-        for case in detail.cases:
+        for case in detail.cases[:3]:
             for m in METRICS:
                 assert getattr(case.metrics, m) == pytest.approx(expected_trec[case.case_id][TREC[m].format(k=3)],
                                                                  abs=1e-12), (strategy, case.case_id, m)
@@ -174,7 +182,13 @@ def test_unjudged_chunks_are_shown_warned_drafted_judged_and_rescored(engine, ch
     assert old["q-repo"].precision_at_k == 0.0
     comp = analysis.compare(engine, str(v2), baseline="base-ext")
     assert comp.judged_warnings == [] and comp.dataset_version == load_dataset(v2).content_hash
-    assert {r.strategy: r.run_id for r in comp.runs}["wide-ext"] != runs["wide-ext"]
+    rescored = {r.strategy: r.run_id for r in comp.runs}["wide-ext"]
+    assert rescored != runs["wide-ext"]
+    # a draft pools runs of one dataset version only: the old run and its re-scoring are refused together
+    assert main(["suggest", "--from-run", runs["wide-ext"], "--from-run", rescored, "--output",
+                 str(tmp_path / "mixed.draft.json")]) == 2
+    assert "the runs are on different dataset versions" in capsys.readouterr().err
+    assert not (tmp_path / "mixed.draft.json").exists()
 
 
 def test_rescoring_a_built_in_run_on_its_own_labels_gives_its_metrics(engine, chunks, tmp_path, monkeypatch,
