@@ -6,7 +6,8 @@ Setup: a knowledge base of its own (an empty one: the run's documents are an ext
 ``doc-N``, 3 relevant per topic), and a run file of ``--lines`` lines (``--lines / --topics`` documents per topic,
 random scores, lines shuffled within each topic). ``--uuid-docnos`` writes canonical UUIDs instead of strings
 (no derived ids). Prints the wall time of ``import_run`` (parse + COPY + checks + metrics + the run's candidate
-rows), the peak RSS before and after, and the run's mean nDCG. Everything it creates is removed at the end.
+rows), the peak RSS before and after, and the run's mean nDCG; then the time of the run's Judged@k query alone and
+of ``runs rescore`` of the run on the same labels (its pools copied into a new run and scored again). Everything it creates is removed at the end.
 
     RAG_PGDATA=/tmp/rag-bench python bench/trec_import_bench.py --lines 1000000 --topics 1000
 """
@@ -31,7 +32,8 @@ import sqlalchemy as sa
 from benchutil import machine_line
 
 from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base
-from rag_pipeline.service import trec
+from rag_pipeline.evaluation.runs.judged import judged_of_run
+from rag_pipeline.service import evaluations, trec
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.evaluation_tables import CANDIDATE_PARTITION_PREFIX
 
@@ -104,6 +106,13 @@ def main(argv: list[str] | None = None) -> int:
                                      knowledge_base=kb_name)
             seconds = time.perf_counter() - start
             rss_after, server_after, client = peak_rss_mb(), server_cpu_s(), client_cpu_s() - client_before
+            start = time.perf_counter()
+            with engine.connect() as conn:  # what each run's finalisation adds, on its own
+                judged = judged_of_run(conn, result.run_id)
+            judged_s = time.perf_counter() - start
+            start = time.perf_counter()
+            rescored = evaluations.rescore(engine, result.run_id, "bench-trec", version=result.dataset_version)
+            rescore_s = time.perf_counter() - start
     finally:
         with engine.begin() as conn:
             runs = conn.execute(sa.text("SELECT r.id FROM retrieval_evaluation_runs r JOIN knowledge_bases k "
@@ -124,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cpu_s: client={client:.2f} server={server} (CPU time used; the wall time on an idle machine is "
           "about their sum, as the two mostly take turns)")
     print("phases: " + " ".join(f"{k}={v:.2f}" for k, v in result.timings.items()))
+    print(f"judged_of_run_s={judged_s:.2f} (Judged@k {judged.at_k:.4f}); runs_rescore_s={rescore_s:.2f} (same "
+          f"labels: ndcg_at_k {rescored.run.metrics.ndcg_at_k:.4f})")
     return 0
 
 

@@ -117,9 +117,9 @@ def test_compare_prints_tables_and_fails_the_gate(engine, world, capsys):
     assert data["gate"]["passed"] and data["baseline"] == "hybrid-v1"
     # Intentional change: one contract (contracts.comparison.StrategyComparison) for the CLI and the API, so the
     # CLI now prints the API's key order (dataset_version and knowledge_base after baseline; before, they came
-    # after moved). The same keys and values: JSON-semantically unchanged.
+    # after moved). The same keys and values: JSON-semantically unchanged. judged_warnings: added last.
     assert list(data) == ["dataset", "baseline", "dataset_version", "knowledge_base", "notes", "runs", "paired",
-                          "moved", "stale", "gate"]
+                          "moved", "stale", "gate", "judged_warnings"]
     ndcg = [p for p in data["paired"] if p["metric"] == "ndcg_at_k"][0]
     assert ndcg["delta"] == pytest.approx(-4.7 / 8) and ndcg["losses"] == 8
     assert main(["compare", "--dataset", name, "--baseline", "rrf-v1"]) == 2

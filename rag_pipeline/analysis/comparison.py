@@ -18,10 +18,14 @@ from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.runs import candidate_queries
 from rag_pipeline.evaluation.runs import queries as run_history
 from rag_pipeline.evaluation.runs.case_queries import metrics_of_runs
+from rag_pipeline.evaluation.runs.judged import judged_of_cases
 from rag_pipeline.retrieval.strategies import StrategyError, load_registry, unknown_strategy_message
 
 DEFAULT_BASELINE = "hybrid-v1"
 PRIMARY_METRIC = "ndcg_at_k"
+UNJUDGED_GAP = 0.10
+"""A strategy whose top k holds this much more unjudged share than the baseline's (on the paired cases) is
+warned about: unjudged chunks score as not relevant, so its figures are lower bounds (docs/metrics.md)."""
 
 
 class ComparisonError(NotFoundOrInvalidError, LookupError):
@@ -35,9 +39,15 @@ class StrategyRun:
     per_case: dict[str, dict[str, float]]  # case_id -> metric -> value
     dataset_version: str = ""
     knowledge_base: str = ""
+    judged: dict[str, float | None] = field(default_factory=dict)  # case_id -> Judged@k (None: undefined)
 
     def mean(self, metric: str) -> float:
         return float(np.mean([v[metric] for v in self.per_case.values()])) if self.per_case else 0.0
+
+    def judged_mean(self, cases: Sequence[str] | None = None) -> float | None:
+        """Mean Judged@k over ``cases`` (default: all) where it is defined; None: nowhere (or not known)."""
+        values = [v for c in (self.per_case if cases is None else cases) if (v := self.judged.get(c)) is not None]
+        return float(np.mean(values)) if values else None
 
 
 def _registered() -> list[str]:
@@ -64,7 +74,7 @@ def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, da
     metrics = tuple(dict.fromkeys([*metrics, primary]))
     base = by_version[baseline]
     ordered = [base] + sorted((r for r in runs if r.version != baseline), key=lambda r: r.version)
-    notes, paired, moved = [], [], {}
+    notes, paired, moved, warnings = [], [], {}, []
     for run in ordered[1:]:
         shared = [c for c in base.per_case if c in run.per_case]
         if len(shared) != len(base.per_case) or len(shared) != len(run.per_case):
@@ -72,6 +82,9 @@ def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, da
                          f"(baseline has {len(base.per_case)}, {run.version} has {len(run.per_case)})")
         if not shared:
             continue
+        delta = float(np.mean([run.per_case[c][primary] - base.per_case[c][primary] for c in shared]))
+        if (warning := unjudged_warning(run, base, shared, primary, delta)) is not None:
+            warnings.append(warning)
         for metric in metrics:
             a = np.array([run.per_case[c][metric] for c in shared], dtype=float)
             b = np.array([base.per_case[c][metric] for c in shared], dtype=float)
@@ -94,10 +107,27 @@ def compare(runs: Sequence[StrategyRun], baseline: str = DEFAULT_BASELINE, *, da
                 p.p_holm = float(adj)
     compared = [ComparedRun(strategy=r.version, run_id=r.run_id, cases=len(r.per_case),
                             dataset_version=r.dataset_version, knowledge_base=r.knowledge_base,
-                            **{m: r.mean(m) for m in metrics}) for r in ordered]
+                            judged_at_k=r.judged_mean(), **{m: r.mean(m) for m in metrics}) for r in ordered]
     return StrategyComparison(dataset=dataset, baseline=baseline, dataset_version=dataset_version,
                               knowledge_base=knowledge_base, notes=notes, runs=compared, paired=paired, moved=moved,
-                              stale=stale or {}, gate=regression_gate(paired, margin=margin, alpha=alpha))
+                              stale=stale or {}, gate=regression_gate(paired, margin=margin, alpha=alpha),
+                              judged_warnings=warnings)
+
+
+def unjudged_warning(run: StrategyRun, base: StrategyRun, shared: Sequence[str], primary: str,
+                     delta: float) -> str | None:
+    """Why ``run``'s difference to ``base`` on ``shared`` cases is not to be trusted as it stands: its top k holds
+    at least :data:`UNJUDGED_GAP` more unjudged share (1 − Judged@k) than the baseline's; None: no such gap."""
+    both = [c for c in shared if run.judged.get(c) is not None and base.judged.get(c) is not None]
+    if not both:
+        return None
+    ours, theirs = 1 - (run.judged_mean(both) or 0.0), 1 - (base.judged_mean(both) or 0.0)
+    if ours - theirs < UNJUDGED_GAP:
+        return None
+    return (f"{run.version}: {ours:.0%} of its top-k chunks are unjudged vs {theirs:.0%} for the baseline "
+            f"(+{(ours - theirs) * 100:.0f} points, {len(both)} paired cases); unjudged chunks score as not relevant, "
+            f"so its {primary} difference of {delta:+.4f} is a lower bound, not a measurement: judge them "
+            f"(`rag-pipeline suggest --from-run {run.run_id[:8]}`) and `rag-pipeline runs rescore` the runs")
 
 
 def failure_description(p: PairedResult) -> str:
@@ -165,6 +195,8 @@ def select_runs(conn: sa.Connection, dataset: str, knowledge_base: str | None = 
             for r in rows}
     for row in metrics_of_runs(conn, list(runs)):
         runs[row["run_id"]].per_case[row["case_id"]] = {m: float(row[m]) for m in METRIC_NAMES}
+    for run in runs.values():
+        run.judged = {c: j.at_k for c, j in judged_of_cases(conn, run.run_id).items()}
     selection.runs = sorted(runs.values(), key=lambda r: r.version)
     have = {r.version for r in selection.runs}
     for other in run_history.current_on_other_versions(conn, dataset, version.knowledge_base_name, version.dataset_id):

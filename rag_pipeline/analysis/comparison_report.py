@@ -28,7 +28,7 @@ def metric_table(comp: StrategyComparison) -> str:
 
 
 def _metric_rows(comp: StrategyComparison) -> tuple[list[str], list[list[str]]]:
-    headers = ["strategy", "cases", *(METRIC_LABELS.get(m, m) for m in comp.metrics), "run"]
+    headers = ["strategy", "cases", *(METRIC_LABELS.get(m, m) for m in comp.metrics), "Judged@k", "run"]
     rows = []
     for run in comp.runs:
         cells = []
@@ -39,7 +39,7 @@ def _metric_rows(comp: StrategyComparison) -> tuple[list[str], list[list[str]]]:
                 value += f" ({match[0].delta:+.4f})" if match else ""
             cells.append(value)
         name = run.strategy + (" (baseline)" if run.strategy == comp.baseline else "")
-        rows.append([name, str(run.cases), *cells, run.run_id[:8]])
+        rows.append([name, str(run.cases), *cells, _num(run.judged_at_k, ".2f"), run.run_id[:8]])
     return headers, rows
 
 
@@ -134,6 +134,7 @@ def render_plain(comp: StrategyComparison, *, details: bool = True) -> str:
                     moved += [f"      before: {_plain_chunks(m.before)}", f"      after:  {_plain_chunks(m.after)}"]
         parts.append("\n".join(moved) if len(moved) > 1 else "No case changed on the primary metric.")
     parts.append(gate_line(comp))
+    parts += [f"Warning: {printable(w)}" for w in comp.judged_warnings]
     parts += [f"Note: {printable(n)}" for n in comp.notes]
     return "\n\n".join(parts)
 

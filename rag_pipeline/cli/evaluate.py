@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from rag_pipeline.cli import arguments, output, retention
+from rag_pipeline.cli import arguments, output, rescore, retention
 from rag_pipeline.cli.errors import ReportNotWrittenError, guarded
 from rag_pipeline.cli.output import case_progress
 from rag_pipeline.cli.runs_table import comparison_table
@@ -187,7 +187,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=arguments.LIMIT, default=100, help="at most this many runs (1..100000, default 100)")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_runs)
-    retention.register(p)
+    rescore.register(retention.register(p))
 
     p = sub.add_parser("show")
     p.add_argument("run_id", help="a run id, or a unique prefix of one (at least 4 hex digits, as `runs` prints it)")

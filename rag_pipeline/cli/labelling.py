@@ -57,6 +57,13 @@ def cmd_chunks(args: argparse.Namespace) -> int:
 
 @guarded(DraftError)
 def cmd_suggest(args: argparse.Namespace) -> int:
+    if args.from_runs:
+        if args.questions or args.strategies:
+            raise DraftError("--from-run drafts the unjudged top-k chunks of stored runs: it takes no --questions "
+                             "or --strategy")
+        return _suggest_from_runs(args)
+    if not args.questions or not args.knowledge_base:
+        raise DraftError("suggest needs --knowledge-base and --questions (or --from-run RUN)")
     draft = drafts.suggest(get_engine(), args.knowledge_base, args.questions, args.output,
                               strategies=args.strategies, depth=args.depth, k=args.k, name=args.name)
     sizes = [len(q.candidates) for q in draft.questions]
@@ -65,6 +72,18 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     for version, reason in draft.strategies_left_out.items():
         print(f"  not pooled: {version}: {reason}", file=sys.stderr)
     print(f"next: rag-pipeline label {args.output} --output datasets/{draft.name}.json")
+    return 0
+
+
+def _suggest_from_runs(args: argparse.Namespace) -> int:
+    draft = drafts.suggest_from_runs(get_engine(), args.from_runs, args.output, name=args.name)
+    todo = [q for q in draft.questions if q.status == "pending"]
+    chunks = sum(c.grade is None for q in todo for c in q.candidates)
+    print(f"wrote {args.output}: {chunks} unjudged top-k chunk(s) to judge in {len(todo)} of {len(draft.questions)} "
+          f"cases of dataset {draft.name} (runs of {', '.join(draft.strategies)}); the other cases keep their labels")
+    if todo:
+        print(f"next: rag-pipeline label {args.output} --output datasets/{draft.name}.json, then "
+              f"rag-pipeline runs rescore RUN --dataset datasets/{draft.name}.json")
     return 0
 
 
@@ -133,9 +152,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_chunks)
 
     p = sub.add_parser("suggest")
-    p.add_argument("--knowledge-base", required=True, help="knowledge base name or id")
-    p.add_argument("--questions", required=True, help="a text file (one question per line, # comments) or a "
-                                                      "dataset file (its labels become prior judgments)")
+    p.add_argument("--knowledge-base", help="knowledge base name or id (not with --from-run)")
+    p.add_argument("--questions", help="a text file (one question per line, # comments) or a dataset file (its "
+                                       "labels become prior judgments)")
+    p.add_argument("--from-run", action="append", dest="from_runs", metavar="RUN",
+                   help="instead of --questions: draft exactly the unjudged top-k chunks of this stored run "
+                        "(repeatable; the runs must share one dataset version), every case of that version kept "
+                        "with its labels (docs/labelling.md)")
     p.add_argument("--strategy", action="append", dest="strategies", metavar="VERSION",
                    help="strategy version, repeatable (default: every registry version the knowledge base can run)")
     p.add_argument("--depth", type=DEPTH, default=10, help="top candidates taken from each strategy (default 10)")

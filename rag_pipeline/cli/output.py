@@ -84,7 +84,18 @@ def summary_text(summary: RunSummary) -> str:
         rows.append(["http retriever", retriever])
     means = [getattr(summary.metrics, m) if summary.metrics else None for m in METRIC_NAMES]
     metrics = text_table([METRIC_LABELS[m] for m in METRIC_NAMES], [[_number(v) for v in means]], indent="  ")
-    return text_table(None, rows) + "\nmean metrics:\n" + metrics
+    return text_table(None, rows) + "\nmean metrics:\n" + metrics + "\n" + judged_line(summary)
+
+
+def judged_line(summary: RunSummary) -> str:
+    """``Judged@k`` and the pool's judged share of a run (docs/metrics.md), or why there is none."""
+    judged = summary.counts.judged if summary.counts else None
+    if judged is None or summary.counts is None:
+        return "judged: - (not recorded for this run)"
+    return (f"judged: Judged@k {_number(judged.at_k)}, pool {_number(judged.pool)}, {judged.unjudged_at_k} unjudged "
+            f"chunk(s) in the top k (scored as not relevant)"
+            + (f"; {judged.undefined} case(s) retrieved nothing" if judged.undefined else "")
+            + (f"; re-scored from run {summary.counts.rescored_from}" if summary.counts.rescored_from else ""))
 
 
 def latency_line(summary: RunSummary) -> str | None:
@@ -109,6 +120,10 @@ def case_text(case: CaseReport) -> str:
         lines.append(f"  metrics: not scored — {case.metrics_skipped or 'no metrics'}")
     else:
         lines.append("  " + "  ".join(f"{METRIC_LABELS[m]} {_number(getattr(case.metrics, m))}" for m in METRIC_NAMES))
+    if case.judged is not None:
+        lines.append(f"  Judged@k {_number(case.judged.at_k)} ({case.judged.unjudged_at_k} unjudged in the top k), "
+                     f"pool {_number(case.judged.pool)} of {case.judged.pool_size}"
+                     + (f" — {case.judged.reason}" if case.judged.reason else ""))
     selected = [c for c in case.candidates if c.is_selected]
     if selected:
         lines.append("  selected:")

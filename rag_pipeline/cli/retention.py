@@ -43,9 +43,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(runs_parser: argparse.ArgumentParser) -> None:
-    """Add ``prune`` under ``rag-pipeline runs``."""
-    sub = runs_parser.add_subparsers(dest="runs_command", metavar="{prune}")
+def register(runs_parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    """Add ``prune`` under ``rag-pipeline runs``; returns the sub-commands of ``runs``."""
+    sub = runs_parser.add_subparsers(dest="runs_command", metavar="{prune,rescore}")
     p = sub.add_parser("prune", help="remove old runs (never a current run, a running one, or one a stored "
                                      "comparison refers to)")
     p.add_argument("--keep-last", type=KEEP_LAST, required=True, metavar="N",
@@ -57,3 +57,4 @@ def register(runs_parser: argparse.ArgumentParser) -> None:
     p.add_argument("--include-compared", action="store_true",
                    help="also remove old runs the latest stored comparison of a dataset refers to")
     p.set_defaults(func=cmd_prune)
+    return sub

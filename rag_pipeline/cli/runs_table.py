@@ -16,7 +16,8 @@ RUNS_LEGEND = (
     "failed (`show` has the error) · "
     "abandoned (no heartbeat for RAG_RUN_STALE_SECONDS)\n"
     "kb version = content version of the knowledge base the run measured (`rag-pipeline kb <kb>` prints the "
-    "current one; - = not recorded, a run older than this column)"
+    "current one; - = not recorded, a run older than this column)\n"
+    "Judged@k = share of the top k that carries a judgment (docs/metrics.md); unjudged chunks score as not relevant"
 )
 """The lines :func:`comparison_table` prints under a table."""
 
@@ -31,6 +32,12 @@ def utc_minute(value) -> str:
     return when.strftime("%Y-%m-%d %H:%M")
 
 
+def _judged(summary: dict) -> str:
+    """The run's mean Judged@k (docs/metrics.md); ``-``: not recorded or undefined."""
+    value = ((summary.get("counts") or {}).get("judged") or {}).get("at_k")
+    return "-" if value is None else f"{value:.2f}"
+
+
 KB_VERSION_SHOWN = 12
 """Characters of the knowledge-base version a table shows (``-``: a run made before versions were recorded)."""
 
@@ -40,7 +47,7 @@ def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLIN
     """A plain-text table of run summaries (one row per run), for the CLI: status (``*`` = current), cases, the
     metrics, started/finished (UTC, to the minute) and the run id's first 8 characters (more when two listed
     ids share them; a unique prefix is accepted wherever a run id is); with ``legend``, :data:`RUNS_LEGEND` under it."""
-    headers = ["strategy", "dataset", "status", "cases", *(METRIC_LABELS.get(m, m) for m in metrics),
+    headers = ["strategy", "dataset", "status", "cases", *(METRIC_LABELS.get(m, m) for m in metrics), "Judged@k",
                "kb version", "started (UTC)", "finished", "run"]
     ids = [printable(s["run_id"]) for s in summaries]
     short = 8  # longer only when two listed ids share their first 8 characters
@@ -48,7 +55,7 @@ def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLIN
         short += 1
     body = [[printable(s["strategy_version"]), printable(s["dataset"]["name"]),  # control characters escaped
              s["status"] + ("*" if s["is_current"] else ""),
-             str(s["case_count"]), *(f"{s[m]:.4f}" if s[m] is not None else "-" for m in metrics),
+             str(s["case_count"]), *(f"{s[m]:.4f}" if s[m] is not None else "-" for m in metrics), _judged(s),
              ((s.get("knowledge_base") or {}).get("version") or "-")[:KB_VERSION_SHOWN],
              utc_minute(s.get("started_at")), utc_minute(s.get("finished_at")), run_id[:short]]
             for s, run_id in zip(summaries, ids, strict=True)]

@@ -31,6 +31,8 @@ class ComparedRun(BaseModel):
     cases: int
     dataset_version: str
     knowledge_base: str
+    judged_at_k: float | None = Field(None, description="Mean Judged@k over the run's cases where it is defined "
+                                                        "(docs/metrics.md); null: none.")
 
     def mean(self, metric: str) -> float:
         return (self.model_extra or {})[metric]
@@ -96,6 +98,8 @@ class StrategyComparison(BaseModel):
     moved: dict[str, list[MovedCase]] = Field(description="Per strategy: the cases that moved most.")
     stale: dict[str, str] = Field(description="Strategies without a run on this version, and why.")
     gate: Gate
+    judged_warnings: list[str] = Field(default_factory=list, description="Strategies whose top k holds markedly "
+                                       "more unjudged chunks than the baseline's, with the shares and the gap.")
 
     @property
     def metrics(self) -> tuple[str, ...]:

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, GetJsonSchemaHandler, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    GetJsonSchemaHandler,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import CoreSchema
 
 
@@ -64,3 +71,32 @@ class InlineMetrics(BaseModel):
                                        {m: {**value, "title": m.replace("_", " ").title()} for m in METRIC_NAMES})
         schema["required"] = [r for k in schema["required"] for r in (METRIC_NAMES if k == "metrics" else [k])]
         return json_schema
+
+
+class Judged(BaseModel):
+    """How much of one case's ranking carries a judgment (any grade, 0 included): Judged@k as ir_measures defines
+    it and the judged share of the whole stored pool (docs/metrics.md); null, with ``reason``, when undefined."""
+
+    model_config = {"extra": "forbid"}
+
+    at_k: float | None = Field(description="Judged@k: judged chunks among the top min(k, retrieved) / that count "
+                                           "(null: nothing retrieved).")
+    unjudged_at_k: int = Field(description="Chunks in the top k without a judgment (what `suggest --from-run` "
+                                           "drafts).")
+    pool: float | None = Field(description="Judged chunks of the whole stored pool / the pool's size (null: an "
+                                           "empty pool).")
+    pool_size: int
+    reason: str | None = Field(None, description="Why a value is null.")
+
+
+class JudgedSummary(BaseModel):
+    """A run's judged shares: the mean of each case's :class:`Judged` over the scored cases where it is
+    defined (the undefined ones counted)."""
+
+    model_config = {"extra": "forbid"}
+
+    at_k: float | None = Field(description="Mean Judged@k (null: no scored case retrieved anything).")
+    pool: float | None = Field(description="Mean judged share of the pool.")
+    unjudged_at_k: int = Field(description="Unjudged chunks in the top k, summed over the cases.")
+    cases: int = Field(description="Scored cases with a defined Judged@k.")
+    undefined: int = Field(description="Scored cases without one (nothing retrieved).")

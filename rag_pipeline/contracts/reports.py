@@ -8,7 +8,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from rag_pipeline.contracts.label_check import STATUSES as LABEL_STATUSES
-from rag_pipeline.contracts.metrics import Metrics
+from rag_pipeline.contracts.metrics import Judged, Metrics
 from rag_pipeline.contracts.runs import QueueInfo, RunLinks, RunSummary, Strict
 
 REPORT_VERSION = 4
@@ -116,6 +116,8 @@ class CaseReport(Strict):
     first_relevant_rank: int | None
     metrics: Metrics | None = Field(description="None for an unanswerable case (see metrics_skipped)")
     metrics_skipped: str | None = Field(None, description="why the case has no metrics, e.g. it is unanswerable")
+    judged: Judged | None = Field(None, description="Judged@k and the pool's judged share (docs/metrics.md); null "
+                                                    "for an unanswerable case")
     miss_reasons: list[MissReason] | None = Field(description="Why each relevant chunk was missed (`hit`, "
                                                               "`below_cutoff`, ...).")
     candidates: list[Candidate]

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rag_pipeline.contracts.answers import PrunedAnswerRun
 from rag_pipeline.contracts.label_check import LabelStatus
-from rag_pipeline.contracts.metrics import InlineMetrics, Metrics
+from rag_pipeline.contracts.metrics import InlineMetrics, JudgedSummary, Metrics
 
 RunStatus = Literal["queued", "running", "succeeded", "failed", "abandoned"]
 
@@ -87,6 +87,10 @@ class RunCounts(BaseModel):
     label_integrity: LabelIntegrity | None = None
     question_embeddings: dict[str, int] | None = None
     retriever: RetrieverCounts | None = None
+    judged: JudgedSummary | None = Field(None, description="Judged@k and the pool's judged share (docs/metrics.md); "
+                                                           "null: a run stored before they were recorded.")
+    rescored_from: str | None = Field(None, description="The run whose stored pools this run re-scored on new "
+                                                        "labels, without retrieving (`runs rescore`).")
 
 
 class RunSummary(Strict, InlineMetrics):
@@ -249,3 +253,12 @@ class PruneResult(BaseModel):
     @property
     def bytes_freed(self) -> int:
         return sum(r.bytes for r in self.runs) + sum(r.bytes for r in self.answer_runs)
+
+
+class RescoredRun(BaseModel):
+    """``rag-pipeline runs rescore``: the new run (the stored pools scored on the new labels) and the run it
+    re-scored; ``cases_left_out``: cases of that run the new dataset version no longer has."""
+
+    run: RunSummary
+    rescored_from: RunSummary
+    cases_left_out: list[str]

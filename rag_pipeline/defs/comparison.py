@@ -60,7 +60,7 @@ def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonCon
     with rag_db.engine().begin() as conn:
         replace_comparison_runs(conn, f"{context.partition_key}|{result.knowledge_base}",
                                 [r.run_id for r in result.runs])
-    for note in result.notes:
+    for note in [*result.judged_warnings, *result.notes]:
         context.log.warning(note)
     primary = {p.strategy: p for p in result.paired if p.metric == "ndcg_at_k"}
     yield dg.MaterializeResult(metadata={
@@ -76,6 +76,7 @@ def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonCon
         "ndcg_delta_vs_baseline": dg.MetadataValue.json({v: display_number(p.delta) for v, p in primary.items()}),
         "ndcg_holm_p": dg.MetadataValue.json({v: display_number(p.p_holm) for v, p in primary.items()}),
         "notes": dg.MetadataValue.json(result.notes),
+        "judged_warnings": dg.MetadataValue.json(result.judged_warnings),
         "comparison": dg.MetadataValue.json(result.model_dump(mode="json", exclude=_NOT_IN_METADATA)),
     })
     yield regression_gate_result(result)

@@ -7,7 +7,7 @@ per-case reference, :func:`batch_metrics` the vectorised core and :func:`evaluat
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from itertools import islice
 from numbers import Integral
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from rag_pipeline.contracts.metrics import METRIC_NAMES, Metrics
 
-__all__ = ["METRIC_NAMES", "Metrics", "batch_metrics", "evaluate_many", "evaluate_retrieval"]
+__all__ = ["METRIC_NAMES", "Metrics", "batch_metrics", "evaluate_many", "evaluate_retrieval", "judged_at_k"]
 Relevance = set[str] | frozenset[str] | Mapping[str, float]
 
 
@@ -154,3 +154,10 @@ def evaluate_many(retrieved: Sequence[Sequence[str]], relevant: Sequence[Relevan
         depth = max(case_k, len(grades))
         gain_rows.append([grades.get(doc, 0.0) for doc in _unique_prefix(ids, depth)])
     return batch_metrics(_pad_rows(gain_rows), _pad_rows(ideal_rows), _check_k(k) if np.ndim(k) == 0 else k_arr)
+
+
+def judged_at_k(retrieved_ids: Sequence[str], judged_ids: Set[str] | Mapping[str, float], k: int) -> float | None:
+    """Judged@k as ir_measures computes it: the share of the top ``k`` distinct retrieved ids that carry a judgment
+    (any grade, 0 included), over ``min(k, retrieved)``; ``None`` when nothing was retrieved (undefined)."""
+    top = _unique_prefix(retrieved_ids, _check_k(k))
+    return sum(doc in judged_ids for doc in top) / len(top) if top else None

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from rag_pipeline.contracts.errors import BadInputError, CheckFailed
 from rag_pipeline.contracts.label_check import LabelReport
 from rag_pipeline.contracts.reports import REPORT_VERSION, RunDetail, RunTables
-from rag_pipeline.contracts.runs import RunSummary
+from rag_pipeline.contracts.runs import RescoredRun, RunSummary
 from rag_pipeline.evaluation.datasets.label_check import check_labels
 from rag_pipeline.evaluation.datasets.resolve import DatasetRef, resolve_dataset
 from rag_pipeline.evaluation.diagnosis.miss_reasons import checklist_item
@@ -21,6 +21,7 @@ from rag_pipeline.evaluation.evaluate import BATCH_SIZE, EvaluationOutcome, Prog
 from rag_pipeline.evaluation.runs import case_queries, reports
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs.queries import count_runs, summary_of
+from rag_pipeline.evaluation.runs.rescore import rescore_run
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import Strategy, get_strategy, load_registry
 from rag_pipeline.service.applicability import require_runnable
@@ -177,3 +178,13 @@ def case_tables(engine: sa.Engine, run_id: str, *, limit: int) -> RunTables:
         cases = case_queries.overview(conn, run_id, limit=limit)
         worst = case_queries.overview(conn, run_id, worst_first=True, limit=10)
     return RunTables(summary=summary, cases=cases, worst=worst)
+
+
+def rescore(engine: sa.Engine, run_id: str, dataset: str, *, version: str | None = None) -> RescoredRun:
+    """Re-score run ``run_id``'s stored pools on ``dataset`` (a file, a stored version id, or the latest stored
+    version of a name on the run's knowledge base; ``version``: a hash prefix) as a new run; nothing retrieved."""
+    old = run_summaries(engine, [run_id])[0]
+    ref = resolve_dataset(engine, dataset, knowledge_base=old.knowledge_base.name, version=version)
+    new_id, left_out = rescore_run(engine, old.run_id, ref)
+    new, old = run_summaries(engine, [new_id, old.run_id])
+    return RescoredRun(run=new, rescored_from=old, cases_left_out=left_out)

@@ -115,8 +115,10 @@ def compare_runs(engine: sa.Engine, run_a: str, run_b: str, *, n_resamples: int 
     # answerable cases only: an unanswerable one has no metric to pair (docs/design.md §12.1)
     per_a = {c.case_id: c.metrics for c in a.cases if c.metrics is not None}
     per_b = {c.case_id: c.metrics for c in b.cases if c.metrics is not None}
-    pair = [StrategyRun(labels[0], sa_.run_id, {c: m.model_dump() for c, m in per_a.items()}),
-            StrategyRun(labels[1], sb.run_id, {c: m.model_dump() for c, m in per_b.items()})]
+    pair = [StrategyRun(labels[0], sa_.run_id, {c: m.model_dump() for c, m in per_a.items()},
+                        judged={c.case_id: c.judged.at_k for c in a.cases if c.judged is not None}),
+            StrategyRun(labels[1], sb.run_id, {c: m.model_dump() for c, m in per_b.items()},
+                        judged={c.case_id: c.judged.at_k for c in b.cases if c.judged is not None})]
     comp = comparison.compare(pair, labels[0], dataset=sa_.dataset.name, metrics=PAIRED_METRICS,
                               n_resamples=n_resamples, primary=primary)
     questions = {c.case_id: c.question for c in b.cases} | {c.case_id: c.question for c in a.cases}

@@ -217,8 +217,8 @@ class RetrievalEvaluationCaseResult(Base):
     r_precision: Mapped[float] = mapped_column(Double, nullable=False)
     miss_reasons = mapped_column(JSONB)
     relevance_grades = mapped_column(JSONB)
-    latency_ms: Mapped[float | None] = mapped_column(Double)  # an HTTP retriever's reply time (0014)
-    retrieval_error: Mapped[str | None] = mapped_column(Text)  # why the retriever gave no ranking (0014)
+    latency_ms: Mapped[float | None] = mapped_column(Double)  # an HTTP retriever's reply time (0012)
+    retrieval_error: Mapped[str | None] = mapped_column(Text)  # why the retriever gave no ranking (0012)
     __table_args__ = (Index("ix_case_results_run_case_index", "evaluation_run_id", "case_index", unique=True),)
 
 
@@ -248,7 +248,7 @@ class ExternalChunkId(Base):
 
 class HttpRetrieverReply(Base):
     """A case an ``http`` strategy's retriever answered, kept until the run that asked is stored (a killed
-    evaluation resumes without asking it again); the stored run's transaction deletes them (0014)."""
+    evaluation resumes without asking it again); the stored run's transaction deletes them (0012)."""
 
     __tablename__ = "http_retriever_replies"
     params_hash: Mapped[str] = mapped_column(Text, primary_key=True)

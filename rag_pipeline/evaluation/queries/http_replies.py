@@ -1,4 +1,4 @@
-"""SQL of an ``http`` strategy's kept replies (``http_retriever_replies``, migration 0014)."""
+"""SQL of an ``http`` strategy's kept replies (``http_retriever_replies``, migration 0012)."""
 
 from __future__ import annotations
 

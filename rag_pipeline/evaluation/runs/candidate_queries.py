@@ -75,3 +75,34 @@ def top_candidates(conn: sa.Connection, run_ids: list[str], cases: list[str], to
         "WHERE c.evaluation_run_id = ANY(CAST(:runs AS uuid[])) "
         "AND c.case_id = ANY(:cases) AND c.rank <= :top ORDER BY c.rank"),
         {"runs": run_ids, "cases": cases, "top": top}).all()
+
+
+def copy_pools(conn: sa.Connection, new_run, old_run, case_ids: Sequence[str],
+               grades: Sequence[tuple[int, str, int]]) -> int:
+    """Copy run ``old_run``'s stored pools of ``case_ids`` into run ``new_run`` (its partition made), the i-th case
+    id as case index i; each candidate's grade from ``grades`` (``case index, chunk id, grade``; absent: not
+    judged). Ranks, scores and selection are kept. Returns the candidates copied."""
+    idx, chunk, grade = (list(x) for x in zip(*grades, strict=True)) if grades else ([], [], [])
+    return conn.execute(sa.text("""
+INSERT INTO retrieval_evaluation_candidate_rows (evaluation_run_id, case_index, chunk_id, rank, vector_score,
+    vector_rank, keyword_score, keyword_rank, rerank_score, final_score, is_selected, relevance_grade)
+SELECT CAST(:new AS uuid), m.ord - 1, c.chunk_id, c.rank, c.vector_score, c.vector_rank, c.keyword_score,
+       c.keyword_rank, c.rerank_score, c.final_score, c.is_selected, g.grade
+FROM unnest(CAST(:cases AS text[])) WITH ORDINALITY AS m(case_id, ord)
+JOIN retrieval_evaluation_case_results r ON r.evaluation_run_id = CAST(:old AS uuid) AND r.case_id = m.case_id
+JOIN retrieval_evaluation_candidate_rows c ON c.evaluation_run_id = r.evaluation_run_id AND c.case_index = r.case_index
+LEFT JOIN unnest(CAST(:g_idx AS int4[]), CAST(:g_chunk AS uuid[]), CAST(:g_grade AS int2[])) AS g(case_index,
+    chunk_id, grade) ON g.case_index = m.ord - 1 AND g.chunk_id = c.chunk_id
+"""), {"new": str(new_run), "old": str(old_run), "cases": list(case_ids), "g_idx": idx, "g_chunk": chunk,
+       "g_grade": grade}).rowcount
+
+
+def unjudged_top_k(conn: sa.Connection, run_ids: Sequence[str]) -> Sequence[sa.Row]:
+    """``run_id, case_id, chunk_id, rank`` of every candidate ranked k or better in an answerable case of the runs
+    that the run's labels do not grade, by case and rank."""
+    return conn.execute(sa.text(
+        "SELECT r.evaluation_run_id::text AS run_id, r.case_id, c.chunk_id::text AS chunk_id, c.rank "
+        "FROM retrieval_evaluation_case_results r JOIN retrieval_evaluation_candidate_rows c "
+        "ON c.evaluation_run_id = r.evaluation_run_id AND c.case_index = r.case_index AND c.rank <= r.k "
+        "WHERE r.evaluation_run_id = ANY(CAST(:runs AS uuid[])) AND r.relevant_chunk_ids <> '[]'::jsonb "
+        "AND c.relevance_grade IS NULL ORDER BY r.case_index, c.rank"), {"runs": [str(r) for r in run_ids]}).all()

@@ -118,3 +118,21 @@ def labels_of_run(conn, run_id) -> Sequence[sa.RowMapping]:
         "SELECT case_id, k, relevant_chunk_ids, relevance_grades FROM retrieval_evaluation_case_results "
         "WHERE evaluation_run_id = CAST(:run_id AS uuid) AND relevant_chunk_ids <> '[]'::jsonb "
         "ORDER BY case_index, case_id"), {"run_id": str(run_id)}).mappings().all()
+
+
+def judged_counts(conn: sa.Connection, run_id, case_ids: Sequence[str] | None = None) -> Sequence[sa.Row]:
+    """Per answerable case of a run (``case_ids``: only those), in dataset order: ``case_id, k`` and the counts
+    Judged@k and the pool's judged share read: ``top`` (candidates ranked k or better), ``judged_top``, ``pool``,
+    ``judged_pool`` (judged: the candidate has a grade, 0 included)."""
+    return conn.execute(sa.text("""
+SELECT r.case_id, r.k, count(c.rank) FILTER (WHERE c.rank <= r.k) AS top,
+       count(c.rank) FILTER (WHERE c.rank <= r.k AND c.relevance_grade IS NOT NULL) AS judged_top,
+       count(c.rank) AS pool, count(c.rank) FILTER (WHERE c.relevance_grade IS NOT NULL) AS judged_pool
+FROM retrieval_evaluation_case_results r
+LEFT JOIN retrieval_evaluation_candidate_rows c
+  ON c.evaluation_run_id = r.evaluation_run_id AND c.case_index = r.case_index
+WHERE r.evaluation_run_id = CAST(:run AS uuid) AND r.relevant_chunk_ids <> '[]'::jsonb
+  AND (CAST(:cases AS text[]) IS NULL OR r.case_id = ANY(CAST(:cases AS text[])))
+GROUP BY r.case_id, r.case_index, r.k
+ORDER BY r.case_index
+"""), {"run": str(run_id), "cases": None if case_ids is None else list(case_ids)}).all()

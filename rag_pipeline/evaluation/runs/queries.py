@@ -472,3 +472,15 @@ def strategies_with_runs(conn: sa.Connection, dataset_id: str) -> Sequence[str]:
         "SELECT DISTINCT r.strategy_version FROM retrieval_evaluation_runs r "
         "WHERE r.dataset_id = CAST(:dataset_id AS uuid) AND r.status = 'succeeded' ORDER BY 1"),
         {"dataset_id": dataset_id}).scalars().all()
+
+
+def insert_rescored(conn: sa.Connection, new_id: uuid.UUID, of_run, dataset_id, owner=None) -> None:
+    """A new ``running`` run ``new_id`` of the knowledge base, strategy (parameters, embedding model) and knowledge
+    base version of run ``of_run``, on dataset version ``dataset_id``: a re-scoring of its stored pools."""
+    conn.execute(sa.text(
+        "INSERT INTO retrieval_evaluation_runs (id, dataset_id, knowledge_base_id, strategy_version, params_hash, "
+        "strategy_params, embedding_model, knowledge_base_version, status, is_current, case_count, candidate_count, "
+        "owner_host, owner_pid, owner_started_at) SELECT :new, :ds, knowledge_base_id, strategy_version, "
+        "params_hash, strategy_params, embedding_model, knowledge_base_version, 'running', false, 0, 0, :oh, :op, "
+        ":os FROM retrieval_evaluation_runs WHERE id = :of"), {"new": new_id, "of": of_run, "ds": dataset_id,
+                                                              **_owner(owner)})

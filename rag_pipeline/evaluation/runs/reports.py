@@ -15,6 +15,7 @@ from rag_pipeline.contracts.reports import CANDIDATE_MODES, REPORT_VERSION, Case
 from rag_pipeline.evaluation.pools import first_stage_ranks_of_cases
 from rag_pipeline.evaluation.runs import candidate_queries, case_queries
 from rag_pipeline.evaluation.runs import queries as run_queries
+from rag_pipeline.evaluation.runs.judged import judged_of_cases
 from rag_pipeline.evaluation.runs.lifecycle import RunNotFoundError, get_run, resolve_run_id
 from rag_pipeline.retrieval.stages import stored_strategy
 
@@ -53,6 +54,9 @@ def iter_cases(conn: sa.Connection, run_id, *, include_text: bool = False, page:
                 raise CaseNotFoundError(f"run {run_id} has no case {case_id!r}")
             return
         seen = True
+        judged = judged_of_cases(conn, run_id, [c.case_id for c in cases])
+        for case_report in cases:
+            case_report.judged = judged.get(case_report.case_id)
         if candidates != "none":
             pools = candidate_queries.report_candidates(conn, run_id, [c.case_id for c in cases], candidates,
                                                         include_text)

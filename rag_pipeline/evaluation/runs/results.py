@@ -17,6 +17,7 @@ from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis.miss_reasons import REASONS_JSON
 from rag_pipeline.evaluation.runs import queries as run_queries
+from rag_pipeline.evaluation.runs.judged import judged_of_run
 from rag_pipeline.evaluation.runs.case_queries import copy_rows
 from rag_pipeline.retrieval.trace import RetrievalTrace
 
@@ -67,11 +68,12 @@ def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence],
 def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_base_name: str,
                  strategy_version: str, case_count: int, candidate_count: int,
                  averages: Mapping[str, float], timings: Mapping[str, float], summary: RunCounts) -> None:
-    """Write the summary, mark the run ``succeeded`` and re-elect the current run of its dataset × knowledge base ×
+    """Write the summary (with the run's judged shares), mark the run ``succeeded`` and re-elect the current run of its dataset × knowledge base ×
     strategy: the latest-started succeeded run on the dataset's latest version (a late finisher never wins)."""
     key = f"rag-eval-current\x1f{dataset_name}\x1f{knowledge_base_name}\x1f{strategy_version}"
     # Serialise concurrent finishers of the same (dataset, KB, strategy) so exactly one run is current.
     run_queries.lock_current_slot(conn, key)
+    summary.judged = judged_of_run(conn, run_id)  # from the pools and case results this transaction wrote
     updated = run_queries.mark_succeeded(conn, run_id, averages=averages, case_count=case_count,
                                          candidate_count=candidate_count, timings=json.dumps(dict(timings)),
                                          summary=summary.model_dump_json())

@@ -130,7 +130,7 @@ def import_run(engine: sa.Engine, path, strategy_version: str, ref: DatasetRef) 
                                                    row.final_score, strategy.version))
         stats = RunCounts(relevant_ids_not_in_kb=relevant_ids_missing(conn, kb.id, dataset))
         traces = [RetrievalTrace(c.question, pool, pool[:c.k]) for c, pool in zip(dataset.cases, pools, strict=True)]
-        values = _metrics(dataset.cases, traces, depths)
+        values = pool_metrics(dataset.cases, traces, depths)
         reasons = [diagnosis.classify_misses(c, t.candidates, legs=()) for c, t in zip(dataset.cases, traces,
                                                                                        strict=True)]
         results.copy_case_results(conn, results.case_rows(run_id, 0, dataset.cases, traces, values, reasons, stats))
@@ -184,7 +184,8 @@ def _tick(timings: dict[str, float], key: str, since: float) -> float:
     return now
 
 
-def _metrics(cases: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace], depths: Sequence[int]) -> np.ndarray:
+def pool_metrics(cases: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
+                 depths: Sequence[int]) -> np.ndarray:
     """As a built-in run's: one row per case (an unanswerable case's row 0, a placeholder read as NULL), from each
     case's first ``max(k, relevant count)`` candidates, all that P/R/nDCG/AP/MRR at k and R-precision read."""
     values = np.zeros((len(cases), len(METRIC_NAMES)))

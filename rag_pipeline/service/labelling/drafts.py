@@ -16,7 +16,9 @@ from rag_pipeline.contracts.labelling import FORMAT, Draft, DraftCandidate, Draf
 from rag_pipeline.evaluation.datasets.label_check import check_labels
 from rag_pipeline.evaluation.datasets.load import Dataset, load_dataset, parse_dataset
 from rag_pipeline.evaluation.datasets.strict_json import JsonReadError, decode_json, field_path
-from rag_pipeline.evaluation.runs.results import store_dataset
+from rag_pipeline.evaluation.runs.candidate_queries import unjudged_top_k
+from rag_pipeline.evaluation.runs.lifecycle import get_run
+from rag_pipeline.evaluation.runs.results import load_stored_dataset, store_dataset
 from rag_pipeline.evaluation.trec.lines import chunk_key, key_prefix
 from rag_pipeline.knowledge_base import chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
@@ -228,6 +230,58 @@ def suggest(engine: sa.Engine, knowledge_base: str, questions: str | Path, outpu
     return draft
 
 
+def pool_runs(engine: sa.Engine, run_ids: Sequence[str], *, name: str | None = None) -> Draft:
+    """The draft that closes the pooling loop for stored runs, all on one dataset version: every case of that
+    version with its labels as prior judgments, plus each chunk a run ranked k or better that the labels do not
+    grade (ordered by agreement, as :func:`pool` orders); a case with such a chunk is ``pending``, the others
+    ``judged`` already. Its export is the next version of the dataset (``runs rescore`` then scores the runs)."""
+    with engine.connect() as conn:
+        runs = [get_run(conn, r) for r in dict.fromkeys(run_ids)]
+        for r in runs:
+            if r.status != "succeeded":
+                raise DraftError(f"run {str(r.id)[:8]} is {r.status}: only a succeeded run has pools to judge")
+        if len({r.dataset_id for r in runs}) > 1:
+            versions = ", ".join(f"{str(r.id)[:8]}: {r.dataset_name} {r.dataset_version[:12]}" for r in runs)
+            raise DraftError(f"the runs are on different dataset versions ({versions}): draft from runs of one "
+                             "version (`rag-pipeline runs rescore` brings an older run to the latest one)")
+        dataset = load_stored_dataset(conn, runs[0].dataset_id)
+        strategy_of = {str(r.id): r.strategy_version for r in runs}
+        found: dict[str, dict[str, dict[str, int]]] = {}
+        for row in unjudged_top_k(conn, list(strategy_of)):
+            by = found.setdefault(row.case_id, {}).setdefault(row.chunk_id, {})
+            version = strategy_of[row.run_id]
+            by[version] = min(row.rank, by.get(version, row.rank))
+        details = chunk_lookup.chunks_by_ids(conn, [cid for f in found.values() for cid in f]
+                                             + [cid for c in dataset.cases for cid in c.grades])
+    questions = []
+    for c in dataset.cases:
+        pooled = found.get(c.case_id, {})
+        ordered = sorted(pooled, key=lambda cid: (*pool_order(pooled[cid]), cid))
+        questions.append(DraftQuestion(
+            case_id=c.case_id, question=c.question, k=c.k, status="pending" if pooled else "judged",
+            candidates=[_candidate(details.get(cid), cid, pooled[cid], None) for cid in ordered]
+            + [_candidate(details.get(cid), cid, {}, g) for cid, g in c.grades.items()],
+            reference_answers=list(c.reference_answers) or None, answerable=c.answerable,
+            key_points=list(c.key_points) or None))
+    first = next((i for i, q in enumerate(questions) if q.status == "pending"), 0)
+    return Draft(knowledge_base=runs[0].knowledge_base_name, name=name or dataset.name,
+                 strategies=list(dict.fromkeys(strategy_of.values())), depth=max(c.k for c in dataset.cases),
+                 created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), position=first, questions=questions)
+
+
+def suggest_from_runs(engine: sa.Engine, run_ids: Sequence[str], output: str | Path, *,
+                      name: str | None = None) -> Draft:
+    """:func:`pool_runs` written to ``output`` (nothing written on an error)."""
+    output = Path(output)
+    if output.is_dir():
+        raise OSError(f"--output {output} is a directory; give a file name (e.g. {output / 'draft.json'})")
+    if name is not None:
+        check_name(DATASET, name)
+    draft = pool_runs(engine, run_ids, name=name)
+    save_draft(draft, output)
+    return draft
+
+
 # --- the console's drafts ----------------------------------------------------------------------------------
 
 
@@ -251,6 +305,17 @@ def create_console_draft(engine: sa.Engine, knowledge_base: str, name: str, ques
     path.parent.mkdir(parents=True, exist_ok=True)
     save_draft(draft, path)
     return path
+
+
+def create_console_draft_from_run(engine: sa.Engine, run_id: str) -> tuple[str, str]:
+    """The console's :func:`pool_runs` of one run, kept as draft ``<dataset>-unjudged-<run id prefix>`` (saved as
+    a new version of the run's dataset); returns the knowledge base and the draft's name."""
+    draft = pool_runs(engine, [run_id])
+    name = f"{draft.name}-unjudged-{str(run_id)[:8]}"
+    path = draft_path(draft.knowledge_base, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_draft(draft, path)
+    return draft.knowledge_base, name
 
 
 def open_console_draft(knowledge_base: str, name: str) -> Draft:

@@ -64,6 +64,17 @@ async def create_draft(request: Request, engine: Engine, kb: str):
     return RedirectResponse(labelling_url(kb, name), status_code=303)
 
 
+@router.post("/retrieval-evaluations/runs/{run_id}/draft-unjudged", dependencies=[Depends(require_csrf)])
+def draft_unjudged(request: Request, engine: Engine, run_id: str):
+    """A console draft of the run's unjudged top-k chunks (every case of its dataset version kept with its labels),
+    saved from the draft page as the dataset's next version."""
+    try:
+        kb, name = label_drafts.create_console_draft_from_run(engine, run_id)
+    except ERRORS as exc:
+        return error_page(request, 422, str(exc), title="No draft")
+    return RedirectResponse(labelling_url(kb, name), status_code=303)
+
+
 @router.get("/retrieval-evaluations/kb/{kb}/labelling/{name}", name="admin_labelling_draft")
 def draft_page(request: Request, kb: str, name: str, q: int | None = None):
     """One question of a draft (``q``, default: where the labeller stopped) with its pooled candidates."""

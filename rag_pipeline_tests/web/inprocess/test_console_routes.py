@@ -9,6 +9,7 @@ import re
 import uuid
 from urllib.parse import quote
 
+import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.service import evaluations, history, queued_runs
@@ -98,6 +99,8 @@ def test_dataset_dashboard_shows_current_runs_and_history(client, evaluated):
     assert len(current) == 2 and "hybrid-v1" in current[0] and "baseline" in current[0]
     hybrid = evaluated["runs"]["hybrid-v1"]
     assert f"{hybrid['ndcg_at_k']:.4f}" in current[0]
+    judged = re.search(r'<td class="num judged-at-k">([^<]+)</td>', current[0]).group(1)
+    assert judged == f"{hybrid['counts']['judged']['at_k']:.4f}"
     assert len(re.findall(r"<svg class=\"chart\"", html)) == 6
     assert 'id="gate"' in html and 'value="keyword-v1"' in html
     _page(client, f"{BASE}/kb/{evaluated['kb']}/datasets/no-such-dataset", 404)
@@ -240,3 +243,46 @@ def test_fix_labels_replaces_a_document_id_by_its_only_chunk(client, evaluated, 
     assert saved.status_code == 303 and saved.headers["location"] == f"{dashboard}?uploaded=1"
     versions = history.dataset_versions(engine, name, kb)[1]
     assert len(versions) == 2
+
+
+@covers("POST /admin/retrieval-evaluations/runs/{run_id}/draft-unjudged")
+def test_a_run_page_drafts_its_unjudged_chunks_for_the_next_dataset_version(client, evaluated, engine, tmp_path):
+    from rag_pipeline.service.labelling.drafts import open_console_draft
+
+    kb, chunks = evaluated["kb"], evaluated["chunks"]
+    name = f"unjudged-{uuid.uuid4().hex[:6]}"
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"knowledge_base": kb, "name": name, "cases": [
+        {"case_id": "u-1", "question": "basebackup archiving coffee", "k": 3,
+         "relevant_chunk_ids": [chunks["backup.md"]]},
+        {"case_id": "u-2", "question": "one repository", "k": 2, "relevant_chunk_ids": [chunks["monorepo.md"]]}]}),
+        encoding="utf-8")
+    (outcome,) = evaluations.evaluate(engine, evaluations.plan_evaluation(engine, path, ("keyword-v1",),
+                                                                         knowledge_base=kb))
+    run = evaluations.run_summaries(engine, [str(outcome.run_id)])[0]
+    judged = run.counts.judged
+    assert judged.unjudged_at_k >= 1  # coffee.md shares a word with the question and nobody judged it
+    html = _page(client, f"{BASE}/runs/{run.run_id}")
+    line = re.sub(r"<[^>]+>", "", re.search(r'<p class="small" id="judged">(.*?)</p>', html, re.S).group(1))
+    assert f"Judged@k {judged.at_k:.4f}" in line and f"{judged.unjudged_at_k} unjudged" in line, line
+    token = _token(html)
+    made = client.post(f"{BASE}/runs/{run.run_id}/draft-unjudged", data={"csrf_token": token},
+                       follow_redirects=False)
+    draft_name = f"{name}-unjudged-{run.run_id[:8]}"
+    assert (made.status_code, made.headers["location"]) == (303, f"{BASE}/kb/{kb}/labelling/{draft_name}")
+    draft = open_console_draft(kb, draft_name)
+    assert sum(c.grade is None for q in draft.questions for c in q.candidates) == judged.unjudged_at_k
+    for index, question in enumerate(draft.questions):  # every unjudged chunk judged not relevant
+        grades = {f"grade-{i}": str(c.grade or 0) for i, c in enumerate(question.candidates)}
+        client.post(f"{BASE}/kb/{kb}/labelling/{draft_name}/q/{index}",
+                    data={"csrf_token": token, **grades, "action": "next"})
+    saved = client.post(f"{BASE}/kb/{kb}/labelling/{draft_name}/save", data={"csrf_token": token, "dataset": name},
+                        follow_redirects=False)
+    assert saved.status_code == 303 and saved.headers["location"].endswith(f"/datasets/{name}?uploaded=1")
+    rescored = evaluations.rescore(engine, run.run_id, name)  # the latest version: the one just saved
+    assert rescored.run.counts.judged.at_k == 1.0
+    assert rescored.run.metrics.model_dump() == pytest.approx(run.metrics.model_dump(), abs=1e-12)  # all judged 0
+    html = _page(client, f"{BASE}/compare?a={run.run_id}&b={rescored.run.run_id}")
+    assert re.findall(r'<dd class="judged-at-k">([^<]+)</dd>', html) == [f"{judged.at_k:.4f}", "1.0000"]
+    assert client.post(f"{BASE}/runs/ffffffff-ffff-4fff-bfff-ffffffffffff/draft-unjudged",
+                       data={"csrf_token": token}).status_code == 422

@@ -1,6 +1,6 @@
 """an HTTP retriever's replies kept until its run is stored; each case's latency and retrieval error
 
-Revision ID: 0014
+Revision ID: 0012
 Revises: 0011
 Create Date: 2026-12-04
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = '0014'
+revision = '0012'
 down_revision = '0011'
 branch_labels = None
 depends_on = None

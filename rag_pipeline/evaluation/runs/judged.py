@@ -1,0 +1,40 @@
+"""Judged@k and the judged share of the pool (docs/metrics.md), per case and per run, from a run's stored pools:
+a chunk is judged when the case's labels grade it (0 included); an unjudged one scores as not relevant."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+
+from rag_pipeline.contracts.metrics import Judged, JudgedSummary
+from rag_pipeline.evaluation.runs.case_queries import judged_counts
+
+NOTHING_RETRIEVED = "nothing retrieved: Judged@k is undefined (no ranking to judge)"
+EMPTY_POOL = "empty pool: no candidate to judge"
+
+
+def case_judged(row) -> Judged:
+    """The :class:`Judged` of one :func:`judged_counts` row."""
+    reason = NOTHING_RETRIEVED if not row.top else None
+    return Judged(at_k=row.judged_top / row.top if row.top else None, unjudged_at_k=row.top - row.judged_top,
+                  pool=row.judged_pool / row.pool if row.pool else None, pool_size=row.pool,
+                  reason=reason or (EMPTY_POOL if not row.pool else None))
+
+
+def summarize(per_case: Sequence[Judged]) -> JudgedSummary:
+    """The run's :class:`JudgedSummary` of its cases' values."""
+    at_k = [j.at_k for j in per_case if j.at_k is not None]
+    pool = [j.pool for j in per_case if j.pool is not None]
+    return JudgedSummary(at_k=sum(at_k) / len(at_k) if at_k else None, pool=sum(pool) / len(pool) if pool else None,
+                         unjudged_at_k=sum(j.unjudged_at_k for j in per_case), cases=len(at_k),
+                         undefined=len(per_case) - len(at_k))
+
+
+def judged_of_cases(conn: sa.Connection, run_id, case_ids: Sequence[str] | None = None) -> dict[str, Judged]:
+    """Case id → :class:`Judged` of the answerable cases of a run (``case_ids``: only those)."""
+    return {row.case_id: case_judged(row) for row in judged_counts(conn, run_id, case_ids)}
+
+
+def judged_of_run(conn: sa.Connection, run_id) -> JudgedSummary:
+    return summarize(list(judged_of_cases(conn, run_id).values()))
