@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sqlalchemy as sa
 from benchutil import machine_line
 
-from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base
 from rag_pipeline.evaluation.runs.judged import judged_of_run
+from rag_pipeline.knowledge_base.lifecycle import ensure_knowledge_base
 from rag_pipeline.service import evaluations, trec
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.evaluation_tables import CANDIDATE_PARTITION_PREFIX

@@ -17,8 +17,8 @@ from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis.miss_reasons import REASONS_JSON
 from rag_pipeline.evaluation.runs import queries as run_queries
-from rag_pipeline.evaluation.runs.judged import judged_of_run
 from rag_pipeline.evaluation.runs.case_queries import copy_rows
+from rag_pipeline.evaluation.runs.judged import judged_of_run
 from rag_pipeline.retrieval.trace import RetrievalTrace
 
 CANDIDATE_COLUMNS = (
