@@ -7,7 +7,8 @@ Setup: a knowledge base of its own (an empty one: the run's documents are an ext
 random scores, lines shuffled within each topic). ``--uuid-docnos`` writes canonical UUIDs instead of strings
 (no derived ids). Prints the wall time of ``import_run`` (parse + COPY + checks + metrics + the run's candidate
 rows), the peak RSS before and after, and the run's mean nDCG; then the time of the run's Judged@k query alone and
-of ``runs rescore`` of the run on the same labels (its pools copied into a new run and scored again). Everything it creates is removed at the end.
+of ``runs rescore`` of the run on the same labels (its pools copied into a new run and scored again).
+Everything it creates is removed at the end.
 
     RAG_PGDATA=/tmp/rag-bench python bench/trec_import_bench.py --lines 1000000 --topics 1000
 """
