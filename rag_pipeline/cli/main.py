@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 
 from rag_pipeline.cli import (
+    agreement,
     check_dataset,
     compare,
     database,
@@ -32,8 +33,8 @@ DESCRIPTION = "Measure RAG retrieval quality on PostgreSQL + pgvector (no Dagste
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag-pipeline", description=DESCRIPTION, epilog=EXIT_CODES_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (database, knowledge_bases, labelling, evaluate, check_dataset, compare, tune, trec, answers, serve,
-                  doctor):
+    for group in (database, knowledge_bases, labelling, evaluate, check_dataset, agreement, compare, tune, trec,
+                  answers, serve, doctor):
         group.register(sub)
     for command in sub.choices.values():
         command.epilog = command.epilog or EXIT_CODES_HELP

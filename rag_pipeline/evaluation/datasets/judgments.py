@@ -120,3 +120,24 @@ def judgment_problems(item: dict, annotators: Sequence[str] | None,
                       f"{shown if len(shown) <= 400 else shown[:400] + '…'} (`rag-pipeline agreement FILE "
                       "--resolved OUT` writes the file with it)"))
     return found
+
+
+def with_resolved_labels(data: object) -> object:
+    """A decoded dataset document whose judged cases get ``relevant_chunk_ids`` = the resolution of their valid
+    judgments (the graded object form; the list form kept when every label is 0 or 1 and the case used it):
+    ``rag-pipeline agreement --resolved``. Anything else is left as it is, for the validator to judge."""
+    for case in (data.get("cases") if isinstance(data, dict) else None) or ():
+        if not isinstance(case, dict) or not isinstance(case.get("judgments"), list):
+            continue
+        valid: list[Judgment] = []
+        for value in case["judgments"]:
+            try:
+                valid += judgments_of([_JUDGMENT.validate_python(value)])
+            except ValidationError:
+                continue
+        labels = resolved_labels(valid)
+        if isinstance(case.get("relevant_chunk_ids"), list) and all(g <= RELEVANT_GRADE for g in labels.values()):
+            case["relevant_chunk_ids"] = [c for c, g in labels.items() if g >= RELEVANT_GRADE]
+        else:
+            case["relevant_chunk_ids"] = labels
+    return data
