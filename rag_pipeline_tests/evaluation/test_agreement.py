@@ -124,3 +124,38 @@ def test_judgments_are_part_of_the_version_and_survive_storage_form():
     assert parse_dataset(json.dumps(data), name="v").content_hash != judged.content_hash
     again = [type(c).from_dict(c.as_dict()) for c in judged.cases]
     assert again == list(judged.cases)
+
+
+def test_the_cli_reports_resolves_and_refuses_bad_judgments(tmp_path, capsys):
+    from rag_pipeline.cli.main import main as cli
+
+    data = _judged_dataset({"alice": [2, 0, 1, 1, 0], "bob": [2, 1, 1, 0, 0]}, _chunks(5))
+    (case,) = data["cases"]
+    labels = case["relevant_chunk_ids"]
+    case["relevant_chunk_ids"] = dict.fromkeys(labels, 1)  # not the rule's labels
+    source = tmp_path / "in" / "judged.json"
+    source.parent.mkdir()
+    source.write_text(json.dumps(data), encoding="utf-8")
+    assert cli(["agreement", str(source)]) == 2
+    err = capsys.readouterr().err
+    assert "cases[0] (case_id 'c0'): field 'relevant_chunk_ids': is not the resolution" in err
+    out = tmp_path / "judged.json"
+    assert cli(["agreement", str(source), "--resolved", str(out)]) == 0
+    text = capsys.readouterr().out
+    kappa = cohen_kappa_score([2, 0, 1, 1, 0], [2, 1, 1, 0, 0])
+    assert f"alice × bob  5  0.60   {kappa:.3f}" in text and "2 open disagreement(s)" in text
+    assert load_dataset(out).cases[0].grades == labels and json.loads(source.read_text())["cases"][0][
+        "relevant_chunk_ids"] != labels  # the input is left as it was
+    assert cli(["agreement", str(out), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pairs"][0]["kappa"]["value"] == pytest.approx(kappa)
+
+    case["judgments"][1]["grade"] = 11
+    case["judgments"][2]["annotator"] = "mallory"
+    source.write_text(json.dumps(data), encoding="utf-8")
+    again = tmp_path / "again" / "judged.json"
+    again.parent.mkdir()
+    assert cli(["agreement", str(source), "--resolved", str(again)]) == 2
+    err = capsys.readouterr().err
+    assert "field 'judgments[1].grade': grade must be between 0 and 10, got 11" in err
+    assert "field 'judgments[2].annotator': unknown annotator 'mallory'" in err
+    assert not again.exists()  # nothing written
