@@ -12,6 +12,7 @@ from sklearn.metrics import cohen_kappa_score
 
 from rag_pipeline.evaluation.datasets.judgments import Judgment, resolve_chunk
 
+# a real server (with its Dagster daemon) on the session's database, the demo knowledge base, a browser
 pytestmark = [pytest.mark.db, pytest.mark.slow]
 SCREENSHOTS = "agreement-screenshots"  # the folder of the `shots` fixture
 NAME = f"judged-{uuid.uuid4().hex[:6]}"

@@ -15,7 +15,7 @@ from rag_pipeline.evaluation.datasets.judgments import Judgment, resolved_labels
 from rag_pipeline.service import stored_datasets
 from rag_pipeline_tests.web.inprocess.conftest import DATASET, covers
 
-pytestmark = pytest.mark.db
+pytestmark = pytest.mark.db  # a judged dataset stored on the tiny knowledge base of the session's database
 API = "/api/v1/knowledge-bases/{kb}/retrieval/datasets/{name}/agreement"
 PAGE = "/admin/retrieval-evaluations/kb/{kb}/datasets/{name}/agreement"
 GRADES = {"ann": [2, 0, 1, 2, 0], "bo": [2, 1, 1, 0, 0], "cy": [2, 0, 1, 2, 1]}
