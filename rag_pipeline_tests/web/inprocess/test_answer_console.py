@@ -187,6 +187,9 @@ def test_answer_case_page_marks_every_citation_and_shows_the_chinese_case(client
     assert "not-a-chunk-id" in cards[1] and "not in the knowledge base" in cards[1] and "no text to show" in cards[1]
     coffee = _page(client, CASE.format(run_id=run_id, case_id="coffee"))
     assert "not retrieved" in coffee and "wrong but confident" in coffee
+    human = re.search(r'<dd id="human-verdict">(.*?)</dd>', coffee, re.S)
+    assert human and "correct: yes" in human.group(1) and "by alice" in human.group(1)
+    assert 'id="human-verdict"' not in monorepo  # no person judged it
     backup = _page(client, CASE.format(run_id=run_id, case_id="backup"))
     assert "✓ relevant" in backup and ">retrieved<" in backup and "not retrieved" not in backup
 
