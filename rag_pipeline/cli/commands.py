@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("evaluate", "one run as the report (summary, cases, candidates; JSON, JSON Lines or text)"),
     "check-dataset": ("check_dataset", "check every relevant id of a dataset against a knowledge base (why are all "
                                        "metrics 0?); exit 1 when some label is invalid"),
+    "agreement": ("agreement", "annotator agreement of a dataset (Cohen's and Fleiss' κ, raw agreement, base "
+                               "rates) and its disagreements to adjudicate"),
     "compare": ("compare", "compare the current runs of every strategy on a dataset with a baseline (paired "
                            "significance, regression gate: exit 1 when it fails)"),
     "tune": ("tune", "tune the fusion on a stored run's candidate pools (weights, normalisation, RRF k) with cross-"

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rag_pipeline.contracts.agreement import TwoRaterAgreement
 from rag_pipeline.contracts.catalog import ChunkText
 from rag_pipeline.contracts.judge import JudgeScore
 
@@ -14,6 +15,17 @@ MAX_ANSWER_CHARS = 100_000
 MAX_CITED_IDS = 1000
 MAX_RAW_RESPONSE_CHARS = 65_536
 """The collector keeps at most this many characters of an endpoint's reply (``raw_response``)."""
+
+
+class HumanVerdict(BaseModel):
+    """What a person decided about one answer (docs/answers.md, "Human verdicts"); each field optional."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", title="human verdict")
+
+    correct: bool | None = Field(None, description="the answer is right (an unanswerable case: it refused)")
+    faithful: bool | None = Field(None, description="every claim is supported by the chunks it cites")
+    refusal_right: bool | None = Field(None, description="it refused exactly when the case is unanswerable")
+    annotator: str | None = Field(None, max_length=200, description="who judged")
 
 
 class AnswerRecord(BaseModel):
@@ -41,6 +53,8 @@ class AnswerRecord(BaseModel):
     raw_response: str | None = Field(None, max_length=MAX_RAW_RESPONSE_CHARS,
                                      description="the endpoint's reply, cut at the cap")
     attempts: int | None = Field(None, ge=0, description="requests made for this case (collector)")
+    human: HumanVerdict | None = Field(None, description="a person's verdict on this answer: the judge and the "
+                                                         "rules are calibrated against it")
 
 
 Verdict = Literal["correct", "retrieval_miss", "generation_miss", "citation_miss", "false_refusal",
@@ -131,6 +145,7 @@ class AnswerCaseResult(BaseModel):
     retrieved_chunk_ids: list[str] | None = None
     latency_ms: float | None = None
     judge: JudgeScore | None = Field(None, description="the optional LLM judge's verdicts (docs/judge.md)")
+    human: HumanVerdict | None = Field(None, description="the answers file's human verdict, if any")
 
 
 class AnswerMetricSummary(BaseModel):
@@ -140,6 +155,17 @@ class AnswerMetricSummary(BaseModel):
     n_scored: int
     n_skipped: int
     skip_reasons: dict[str, int] = Field(default_factory=dict)
+
+
+class FigureCalibration(BaseModel):
+    """An automatic figure against the people's verdicts on the same answers (docs/answers.md, "Human
+    verdicts"): κ, confusion matrix (rows people, columns the figure), base rates and n, or not calibrated."""
+
+    figure: Literal["correct", "faithful", "refusal_right"]
+    decided_by: str = Field(description="what decides the figure: rules, judge, or flag/phrases/judge")
+    calibrated: bool
+    reason: str | None = Field(None, description="why not calibrated")
+    agreement: TwoRaterAgreement | None = None
 
 
 class OfficialScores(BaseModel):
@@ -185,6 +211,8 @@ class AnswerSummary(BaseModel):
     convention: AnswerConvention | None = Field(None, description="the answer convention the run was scored by")
     official: OfficialScores | None = Field(None, description="the official script's figures (squad or cmrc "
                                                               "convention only)")
+    calibration: list[FigureCalibration] = Field(default_factory=list, description="each automatic verdict "
+                                                 "against the human verdicts; every judge figure listed")
 
     @field_validator("verdicts")
     @classmethod

@@ -123,6 +123,23 @@ KeyPoints = Annotated[list[Annotated[str, _text(MAX_KEY_POINT_CHARS, grouped=Tru
     description="what a good answer should contain; at least one when present")]
 
 
+MAX_JUDGMENTS = 10_000
+MAX_ANNOTATORS = 100
+Annotator = Annotated[str, _text(MAX_NAME_CHARS, identifier=True), _text_schema(MAX_NAME_CHARS)]
+
+
+class CaseJudgment(BaseModel):
+    """One person's grade of one chunk for a case (docs/labelling.md, "Several annotators"); ``adjudicated``: the
+    grade that settles a disagreement, which the labels take whatever the others say."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+    annotator: Annotator = Field(description="one of the file's top-level `annotators`")
+    chunk_id: ChunkId
+    grade: Grade
+    adjudicated: bool = False
+
+
 def _form(value: Any) -> str | None:
     """``list`` or ``object``: which form of ``relevant_chunk_ids`` a value is (``None``: neither)."""
     return "list" if isinstance(value, list) else "object" if isinstance(value, dict) else None
@@ -147,6 +164,9 @@ class DatasetCase(BaseModel):
     answerable: bool = Field(True, description="false: the knowledge base has no answer; the right answer is a "
                                                "refusal (docs/design.md §12.1)")
     key_points: KeyPoints
+    judgments: list[CaseJudgment] | None = Field(
+        None, min_length=1, max_length=MAX_JUDGMENTS,
+        description="every annotator's grades (docs/labelling.md); relevant_chunk_ids must then be their resolution")
 
 
 CASE_FIELDS = tuple(DatasetCase.model_fields)
@@ -168,6 +188,10 @@ class DatasetFile(BaseModel):
     answer_convention: Literal["squad", "cmrc", "auto"] | None = Field(
         None, description="how answers are scored: squad, cmrc or auto (per reference); absent: from the "
                           "knowledge base's text mode (docs/answers.md); not part of the version")
+    annotators: list[Annotator] | None = Field(
+        None, min_length=1, max_length=MAX_ANNOTATORS,
+        description="who may judge (a case's `judgments` name them); required with judgments; not part of the "
+                    "version")
     cases: Cases
 
 

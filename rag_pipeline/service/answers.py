@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.answers.answers_file import read_answers
 from rag_pipeline.answers.judge.scores import judge_cases, judge_summary
+from rag_pipeline.answers.metrics.calibration import calibrate
 from rag_pipeline.answers.metrics.official import predictions
 from rag_pipeline.answers.metrics.scoring import score_answers
 from rag_pipeline.answers.metrics.summary import summarise
@@ -104,6 +105,7 @@ def _score_and_store(engine: sa.Engine, kb, data: Dataset, records: dict[str, An
     if judge is not None:
         results = judge_answers(results, texts, judge, progress=judge_progress)
         summary = summary.model_copy(update={"faithfulness": judge_summary([r.judge for r in results])})
+    summary = summary.model_copy(update={"calibration": calibrate(results, judged=judge is not None)})
     if not store:
         return AnswerReport(run=None, summary=summary, cases=results)
     with engine.begin() as conn:

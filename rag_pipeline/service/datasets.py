@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.agreement import AgreementReport
 from rag_pipeline.contracts.dataset import DatasetRunPlan, StoredDataset
 from rag_pipeline.contracts.label_check import DatasetCheck, LabelReport
+from rag_pipeline.evaluation.agreement import agreement_report
+from rag_pipeline.evaluation.datasets.judgments import with_resolved_labels
 from rag_pipeline.evaluation.datasets.label_check import check_labels, relevant_ids_missing
-from rag_pipeline.evaluation.datasets.load import load_dataset, relevant_ids_of
-from rag_pipeline.evaluation.datasets.resolve import DatasetRef, resolve_dataset
-from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetProblem
+from rag_pipeline.evaluation.datasets.load import MAX_FILE_BYTES, load_dataset, relevant_ids_of, validate_dataset
+from rag_pipeline.evaluation.datasets.resolve import DatasetRef, dataset_file, resolve_dataset
+from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetProblem, JsonReadError, decode_json
 from rag_pipeline.evaluation.runs.queries import current_params
 from rag_pipeline.evaluation.runs.results import store_dataset
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
 from rag_pipeline.retrieval.strategies import StrategyError, load_registry
 from rag_pipeline.service.applicability import applicabilities
 from rag_pipeline.settings import get_settings
+from rag_pipeline.storage.files import FileReadError, check_writable, read_bounded, write_atomic
+from rag_pipeline.storage.names import printable
 
 
 def register_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | None = None) -> StoredDataset:
@@ -72,6 +77,39 @@ def check_stored_dataset(engine: sa.Engine, dataset_id: str) -> LabelReport:
     ref = resolve_dataset(engine, dataset_id, source="stored")
     with engine.connect() as conn:
         return check_labels(conn, ref.kb, ref.dataset.cases)
+
+
+def dataset_agreement(engine: sa.Engine | Callable[[], sa.Engine], argument: str, *,
+                      knowledge_base: str | None = None, version: str | None = None,
+                      resolved: str | Path | None = None) -> tuple[AgreementReport, str | None]:
+    """The annotator agreement of a dataset file (no database needed) or of a stored dataset; with ``resolved``
+    (a file only), the file is first given the labels the rule makes of its judgments, validated, and written
+    whole to ``resolved``: ``(report, path written)``."""
+    path = dataset_file(argument)
+    if not path.is_file():
+        if resolved:
+            raise DatasetError(printable(argument), [DatasetProblem("--resolved needs a dataset file, not a stored "
+                                                                    "dataset (its labels cannot be changed)")])
+        return stored_agreement(engine, knowledge_base, argument, version), None
+    if not resolved:
+        return agreement_report(load_dataset(path, knowledge_base=knowledge_base)), None
+    check_writable(resolved, example="resolved.json")
+    source = printable(path)
+    try:
+        data = with_resolved_labels(decode_json(read_bounded(path, MAX_FILE_BYTES, what="file"), MAX_FILE_BYTES))
+    except (FileReadError, JsonReadError) as exc:
+        raise DatasetError(source, [DatasetProblem(getattr(exc, "reason", str(exc)))]) from None
+    dataset = validate_dataset(data, source=source, knowledge_base=knowledge_base, default_name=Path(resolved).stem,
+                               source_path=str(path.resolve()))
+    write_atomic(resolved, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+    return agreement_report(dataset), str(resolved)
+
+
+def stored_agreement(engine: sa.Engine | Callable[[], sa.Engine], knowledge_base: str | None, name: str,
+                     version: str | None = None) -> AgreementReport:
+    """The annotator agreement of a stored dataset (its latest version, or the one ``version`` starts)."""
+    ref = resolve_dataset(engine, name, knowledge_base=knowledge_base, version=version, source="stored")
+    return agreement_report(ref.dataset)
 
 
 def _lenient_cases(path: Path, error: DatasetError) -> tuple[list[dict], str | None]:

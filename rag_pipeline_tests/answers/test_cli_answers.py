@@ -143,3 +143,55 @@ def test_the_judge_fills_faithfulness_over_a_real_http_server(engine, setup, cap
     assert report["summary"]["faithfulness"]["n_scored"] + report["summary"]["faithfulness"]["n_skipped"] == 3
     assert "faithfulness (judge)" in capsys.readouterr().out
     assert Path(setup["tmp"] / "j.json").stat().st_size > 0
+
+
+def _claims_reply(supported: bool) -> dict:
+    content = json.dumps({"claims": [{"claim": "the answer's one claim", "supported": supported, "chunk_id": None}]})
+    return {"status": 200, "body": {"choices": [{"index": 0, "finish_reason": "stop",
+                                                 "message": {"role": "assistant", "content": content}}]}}
+
+
+def test_a_judge_run_beside_human_verdicts_shows_its_kappa(engine, setup, capsys, monkeypatch):
+    """Every judge figure with its κ against people on the same answers (as scikit-learn computes it), or
+    "not calibrated"; the rules' verdicts likewise."""
+    from sklearn.metrics import cohen_kappa_score
+
+    monkeypatch.setenv("RAG_JUDGE_CACHE", str(setup["tmp"] / "judge-cache.jsonl"))
+    human = {"backup": {"correct": True, "faithful": True, "refusal_right": True, "annotator": "alice"},
+             "coffee": {"correct": True, "faithful": False, "refusal_right": True},
+             "salary": {"correct": True, "refusal_right": True}}
+    lines = [json.loads(x) for x in setup["answers"].read_text(encoding="utf-8").splitlines()]
+    setup["answers"].write_text("".join(json.dumps({**x, "human": human[x["case_id"]]}) + "\n" for x in lines),
+                                encoding="utf-8")
+    with JudgeServer() as judge:
+        judge.play("faithfulness", _claims_reply(True))
+        judge.play("refusal", "refusal_no")
+        assert _evaluate(setup, "--no-store", "--judge-url", judge.url, "--judge-model", "m",
+                         "--output", str(setup["tmp"] / "h.json")) == 0
+        assert any(r["task"] == "faithfulness" for r in judge.requests)
+    out = capsys.readouterr().out
+    report = json.loads((setup["tmp"] / "h.json").read_text(encoding="utf-8"))
+    figures = {c["figure"]: c for c in report["summary"]["calibration"]}
+    faithful = figures["faithful"]["agreement"]
+    judged = [c for c in report["cases"] if c["judge"] and c["judge"]["faithfulness"] is not None]
+    people = [human[c["case_id"]]["faithful"] for c in judged]
+    machine = [c["judge"]["faithfulness"] >= 1.0 for c in judged]
+    assert faithful["n"] == len(judged) == 2 and faithful["base_rate_b"] == 1.0 and faithful["base_rate_a"] == 0.5
+    assert faithful["kappa"]["value"] == pytest.approx(cohen_kappa_score(people, machine, labels=[False, True]))
+    correct = figures["correct"]["agreement"]  # the rules: coffee's "on Mondays" is wrong, people said right
+    assert (correct["n"], correct["confusion"]) == (3, [[0, 0], [1, 2]])
+    assert correct["kappa"]["value"] == pytest.approx(cohen_kappa_score([1, 1, 1], [1, 0, 1])) == 0.0
+    refusal = figures["refusal_right"]["agreement"]  # people and the rules: every refusal right, κ undefined
+    assert refusal["raw_agreement"] == 1.0 and refusal["kappa"]["value"] is None
+    assert "chance agreement is 1" in refusal["kappa"]["reason"]
+    assert "faithfulness (judge) [κ 0.000 vs people, n 2]" in out
+    assert "faithful (judge): κ 0.000  agreement 0.500  n 2" in out
+
+    setup["answers"].write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    with JudgeServer() as judge:
+        judge.play("faithfulness", _claims_reply(True))
+        judge.play("refusal", "refusal_no")
+        assert _evaluate(setup, "--no-store", "--judge-url", judge.url, "--judge-model", "m") == 0
+    out = capsys.readouterr().out
+    assert "faithfulness (judge) [not calibrated]" in out
+    assert "faithful (judge): not calibrated: no human verdict 'faithful' in the answers file" in out

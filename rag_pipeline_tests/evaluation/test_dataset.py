@@ -38,6 +38,12 @@ EXPECTED: dict[str, list[tuple]] = {
     "no_cases.json": [(None, None, "cases", "there are no cases")],
     "bare_array_without_kb.json": [(None, None, "knowledge_base", "no knowledge base")],
     "case_not_object.json": [(1, None, None, "each case must be an object, got array")],
+    "judgment_unknown_annotator.json": [(0, "c1", "judgments[1].annotator", "unknown annotator 'carol'; the "
+                                         "file's annotators are ['alice', 'bob']")],
+    "judgment_grade_out_of_range.json": [(0, "c1", "judgments[1].grade", "grade must be between 0 and 10, got 11")],
+    "judgment_duplicate.json": [(0, "c1", "judgments[1]", "duplicate judgment: 'alice' already judged chunk "
+                                 f"{U1} in judgments[0]")],
+    "judgment_labels_disagree.json": [(0, "c1", "relevant_chunk_ids", f'it must be {{"{U1}": 1, "{U2}": 0}}')],
     "missing_fields.json": [(0, "c1", "question", "is missing"), (0, "c1", "k", "is missing")],
     "extra_field.json": [(0, "c1", "answer", "unknown field")],
     "unknown_top_level_key.json": [(None, None, None, "unknown top-level key(s) ['version']")],
@@ -243,7 +249,7 @@ def test_problems_come_in_file_order():
            f'{{"case_id": "a", "question": "q", "relevant_chunk_ids": ["{U1}", 3, "{up}"], "k": 0}}], '
            '"knowledge_base": "", "metadata": {"x": NaN}, "name": "ok", "zeta": 2}')
     unknown = ("unknown field; a case has ['case_id', 'question', 'relevant_chunk_ids', 'k'] and optionally "
-               "['reference_answers', 'answerable', 'key_points']")
+               "['reference_answers', 'answerable', 'key_points', 'judgments']")
     first = "f.json: cases[0] (case_id 'a'): field"
     third = "f.json: cases[2] (case_id 'a'): field"
     with pytest.raises(DatasetError) as info:
@@ -251,7 +257,7 @@ def test_problems_come_in_file_order():
     assert [line.strip() for line in str(info.value).splitlines()] == [
         "invalid dataset f.json: 19 problems",
         ("f.json: unknown top-level key(s) ['zeta']; allowed: ['name', 'knowledge_base', 'description', 'metadata', "
-         "'answer_convention', 'cases']"),
+         "'answer_convention', 'annotators', 'cases']"),
         "f.json: top-level key 'zeta' appears more than once",
         "f.json: field 'knowledge_base': must not be empty",
         "f.json: field 'metadata.x': non-finite number NaN is not JSON",

@@ -73,3 +73,31 @@ def test_check_dataset_and_fix_labels_take_unanswerable_cases(engine, tmp_path, 
     assert result.counts.labels == 4 and result.counts.ok == 4, "every judged id, grade 0 included"
     fixed = load_dataset(out)
     assert fixed.content_hash == load_dataset(path).content_hash, "nothing to fix: the same cases, answer fields kept"
+
+
+@pytest.mark.db  # ingests a tiny knowledge base: fix-labels maps a document id to the document's only chunk
+def test_fix_labels_remaps_the_judgments_and_keeps_the_rule_labels(engine, tmp_path):
+    import sqlalchemy as sa
+
+    from rag_pipeline.evaluation.datasets.judgments import Judgment, resolved_labels
+
+    kb = KB + "-judged"
+    chunks = ingest_tiny_kb(engine, kb, tmp_path / "docs")
+    with engine.connect() as conn:
+        doc_id = str(conn.execute(sa.text(
+            "SELECT d.id FROM documents d JOIN knowledge_bases k ON k.id = d.knowledge_base_id "
+            "WHERE k.name = :kb AND d.original_name LIKE '%coffee.md'"), {"kb": kb}).scalar_one())
+    backup = chunks["backup.md"]
+    judged = [Judgment("ann", doc_id, 2), Judgment("bo", doc_id, 1), Judgment("ann", backup, 0),
+              Judgment("bo", backup, 1), Judgment("lead", backup, 1, adjudicated=True)]
+    case = {"case_id": "j", "question": "q", "k": 3, "relevant_chunk_ids": resolved_labels(judged),
+            "judgments": [j.as_dict() for j in judged]}
+    path = tmp_path / "labels-j.json"
+    path.write_text(json.dumps({"knowledge_base": kb, "annotators": ["ann", "bo", "lead"], "cases": [case]}))
+    out = tmp_path / "labels-j-fixed.json"
+    result = fix_labels(engine, path, kb, out)
+    assert result.counts.fixed == 1
+    (fixed,) = load_dataset(out).cases
+    assert fixed.grades == {chunks["coffee.md"]: 1, backup: 1}  # the tie 2/1 resolves to the lower grade
+    assert sorted((j.annotator, j.chunk_id) for j in fixed.annotator_judgments) == sorted(
+        (j.annotator, chunks["coffee.md"] if j.chunk_id == doc_id else j.chunk_id) for j in judged)

@@ -55,7 +55,8 @@ def _unanswered(case: EvaluationCase, record: AnswerRecord | None, relevant: lis
         reference_answers=list(case.reference_answers), key_points=list(case.key_points),
         answerable=case.answerable, refused=False, refusal_source="none", verdict=verdict, verdict_reason=reason,
         answer_metrics=AnswerMetrics(), skipped=dict.fromkeys(ANSWER_METRIC_NAMES, NO_ANSWER),
-        relevant_chunk_ids=relevant, latency_ms=None if record is None else record.latency_ms)
+        relevant_chunk_ids=relevant, latency_ms=None if record is None else record.latency_ms,
+        human=None if record is None else record.human)
 
 
 def score_case(case: EvaluationCase, record: AnswerRecord | None, *, kb_chunk_ids: Collection[str] | None,
@@ -119,7 +120,7 @@ def score_case(case: EvaluationCase, record: AnswerRecord | None, *, kb_chunk_id
         answerable=case.answerable, refused=refused, refusal_source=source, verdict=verdict,
         verdict_reason=reason, answer_metrics=AnswerMetrics(**values, refused=refused), skipped=skipped,
         citations=citations, relevant_chunk_ids=relevant, retrieved_chunk_ids=retrieved,
-        latency_ms=record.latency_ms)
+        latency_ms=record.latency_ms, human=record.human)
 
 
 def score_answers(cases: Iterable[EvaluationCase], records_by_id: Mapping[str, AnswerRecord], *,

@@ -13,6 +13,7 @@ from rag_pipeline.contracts.answers import (
     AnswerReport,
     AnswerRunList,
     AnswerSummary,
+    FigureCalibration,
 )
 from rag_pipeline.storage.names import printable
 
@@ -36,16 +37,39 @@ def summary_text(summary: AnswerSummary) -> str:
     rows.append(_metric_row("refusal_recall", summary.refusal_recall))
     rows.append(_metric_row("false_refusal_rate", summary.false_refusal_rate))
     if summary.faithfulness is not None:
-        rows.append(_metric_row("faithfulness (judge)", summary.faithfulness))
+        rows.append(_metric_row(f"faithfulness (judge) [{_calibrated(summary, 'faithful')}]", summary.faithfulness))
     verdicts = "  ".join(f"{v} {n}" for v, n in summary.verdicts.items())
     lines = [head, "", text_table(["metric", "mean", "n_scored", "n_skipped", "skipped because"], rows), "",
              f"verdicts: {verdicts}"]
     lines.insert(1, convention_text(summary))
+    if summary.calibration:
+        lines += ["", "against human verdicts (docs/answers.md, \"Human verdicts\"):"]
+        lines += [f"  {c.figure} ({c.decided_by}): {calibration_text(c)}" for c in summary.calibration]
     if summary.missing_case_ids:
         shown = ", ".join(printable(c) for c in summary.missing_case_ids[:10])
         more = f" and {summary.missing - 10} more" if summary.missing > 10 else ""
         lines.append(f"not answered: {shown}{more}")
     return "\n".join(lines)
+
+
+def _calibrated(summary: AnswerSummary, figure: str) -> str:
+    found = next((c for c in summary.calibration if c.figure == figure), None)
+    if found is None or found.agreement is None:
+        return "not calibrated"
+    kappa = found.agreement.kappa.value
+    return f"κ {_num(kappa)} vs people, n {found.agreement.n}"
+
+
+def calibration_text(c: FigureCalibration) -> str:
+    """κ, raw agreement, n, base rates and the confusion matrix of one figure against people, or the reason."""
+    a = c.agreement
+    if a is None:
+        return c.reason or "not calibrated"
+    why = f" ({a.kappa.reason})" if a.kappa.reason else ""
+    (tn, fp), (fn, tp) = a.confusion
+    return (f"κ {_num(a.kappa.value)}{why}  agreement {_num(a.raw_agreement)}  n {a.n}  base rate people "
+            f"{_num(a.base_rate_a)} / {a.b} {_num(a.base_rate_b)}  confusion (people × {a.b}): both yes {tp}, "
+            f"both no {tn}, people yes only {fn}, {a.b} yes only {fp}")
 
 
 def convention_text(summary: AnswerSummary) -> str:

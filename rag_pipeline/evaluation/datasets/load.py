@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_pipeline.contracts.dataset import RELEVANT_GRADE, DatasetCase, normal_identifier
+from rag_pipeline.evaluation.datasets.judgments import Judgment, judgments_of
 from rag_pipeline.evaluation.datasets.official import is_official, official_cases
 from rag_pipeline.evaluation.datasets.problems import file_problems
 from rag_pipeline.evaluation.datasets.strict_json import (
@@ -46,7 +47,8 @@ class EvaluationCase:
     list-form case, id order for a graded one); ``judgments``: ``None`` for a list-form case, else every judged
     ``(id, grade)`` sorted by id, grade 0 included. The answer fields (docs/design.md §12.1) as in the file:
     ``reference_answers`` and ``key_points`` (``()`` when absent), ``answerable`` (``False``: a refusal is right;
-    then ``relevant_chunk_ids`` may be empty)."""
+    then ``relevant_chunk_ids`` may be empty). ``annotator_judgments``: the file's per-annotator ``judgments``
+    (docs/labelling.md), whose resolution ``relevant_chunk_ids`` is."""
 
     case_id: str
     question: str
@@ -56,6 +58,7 @@ class EvaluationCase:
     reference_answers: tuple[str, ...] = ()
     answerable: bool = True
     key_points: tuple[str, ...] = ()
+    annotator_judgments: tuple[Judgment, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.answerable and self.relevant_chunk_ids:
@@ -100,6 +103,8 @@ class EvaluationCase:
             data["answerable"] = False
         if self.key_points:
             data["key_points"] = list(self.key_points)
+        if self.annotator_judgments:
+            data["judgments"] = [j.as_dict() for j in self.annotator_judgments]
         return data
 
     @classmethod
@@ -113,7 +118,10 @@ class EvaluationCase:
         return cls(data["case_id"], data["question"], relevant, int(data["k"]), judgments,
                    reference_answers=tuple(str(a) for a in data.get("reference_answers") or ()),
                    answerable=bool(data.get("answerable", True)),
-                   key_points=tuple(str(p) for p in data.get("key_points") or ()))
+                   key_points=tuple(str(p) for p in data.get("key_points") or ()),
+                   annotator_judgments=tuple(Judgment(j["annotator"], j["chunk_id"], int(j["grade"]),
+                                                      bool(j.get("adjudicated", False)))
+                                             for j in data.get("judgments") or ()))
 
 
 @dataclass(frozen=True)
@@ -227,7 +235,8 @@ def _case(case: DatasetCase) -> EvaluationCase:
     return EvaluationCase.from_dict({"case_id": normal_identifier(case.case_id), "question": case.question,
                                      "relevant_chunk_ids": ids,
                                      "k": case.k, "reference_answers": case.reference_answers,
-                                     "answerable": case.answerable, "key_points": case.key_points})
+                                     "answerable": case.answerable, "key_points": case.key_points,
+                                     "judgments": [j.as_dict() for j in judgments_of(case.judgments or ())]})
 
 
 def _resolve_name(file_name: str | None, given: str | None, problems: list[DatasetProblem]) -> str:

@@ -15,6 +15,7 @@ from rag_pipeline.contracts.dataset import (
     CASE_FIELDS,
     MAX_CASES,
     MAX_GRADE,
+    MAX_JUDGMENTS,
     MAX_K,
     MAX_METADATA_BYTES,
     MAX_RELEVANT_IDS,
@@ -28,12 +29,14 @@ from rag_pipeline.contracts.dataset import (
     DatasetFile,
     normal_identifier,
 )
+from rag_pipeline.evaluation.datasets.judgments import judgment_problems
 from rag_pipeline.evaluation.datasets.strict_json import DatasetProblem, got, json_problems, show, type_name
 
 FIELD = "relevant_chunk_ids"
 _UUID = re.compile(UUID_PATTERN)
 _NOT_UUID = "is not a UUID (chunk ids are document_chunks.id, e.g. 30465673-88ea-41f0-a5a0-da496592f3df)"
-_TOP_RANK = {"knowledge_base": 2, "name": 3, "description": 4, "metadata": 5, "answer_convention": 5, "cases": 6}
+_TOP_RANK = {"knowledge_base": 2, "name": 3, "description": 4, "metadata": 5, "answer_convention": 5,
+             "annotators": 5, "cases": 6}
 _BOUNDS = ("greater_than_equal", "less_than_equal")
 _TWICE = "appears more than once in this object (JSON keeps only one of them)"
 _EMPTY = ("is empty; every case needs at least one relevant chunk id (document_chunks.id), unless it is "
@@ -92,7 +95,7 @@ def _case_error(items: list, loc: tuple, error: ErrorDetails) -> Keyed:
     field = loc[1]
     if kind == "missing":
         return keyed((2, CASE_FIELDS.index(field)), field, "is missing")
-    if kind == "extra_forbidden":
+    if kind == "extra_forbidden" and len(loc) == 2:
         return keyed((1, field), field, f"unknown field; a case has {list(REQUIRED_CASE_FIELDS)} and optionally "
                                         f"{list(OPTIONAL_CASE_FIELDS)}")
     if field == FIELD:
@@ -109,6 +112,8 @@ def _case_error(items: list, loc: tuple, error: ErrorDetails) -> Keyed:
         return keyed((8,), field, f"must be true or false, {got(value)}")
     if field in _STRINGS:
         return keyed(*_strings(field, loc[2:], error))
+    if field == "judgments":
+        return keyed(*_judgment(loc[2:], error))
     return keyed((3 if field == "case_id" else 4,), field, _text(error, got(value)))
 
 
@@ -122,6 +127,34 @@ def _strings(field: str, loc: tuple, error: ErrorDetails) -> tuple[tuple, str, s
     if kind == "too_long":
         return order, field, f"has {error['ctx']['actual_length']} {what}; the limit is {error['ctx']['max_length']}"
     return order, field, f"must be an array of strings, {got(error['input'])}"
+
+
+def _judgment(loc: tuple, error: ErrorDetails) -> tuple[tuple, str, str]:
+    """``(order, field, message)`` of an error in ``judgments`` (``loc`` after it)."""
+    kind, value = error["type"], error["input"]
+    if not loc:
+        message = (f"has {error['ctx']['actual_length']} judgments; the limit is {error['ctx']['max_length']}"
+                   if kind == "too_long" else "is empty; give at least one judgment or leave the field out"
+                   if kind == "too_short" else f"must be an array of judgments, {got(value)}")
+        return (10,), "judgments", message
+    if len(loc) == 1:
+        return (10, loc[0]), f"judgments[{loc[0]}]", ("must be an object {\"annotator\", \"chunk_id\", "
+                                                      f"\"grade\"}}, {got(value)}")
+    sub, where = loc[1], f"judgments[{loc[0]}].{loc[1]}"
+    if kind == "missing":
+        message = "is missing"
+    elif kind == "extra_forbidden":
+        message = "unknown field; a judgment has annotator, chunk_id, grade and optionally adjudicated"
+    elif sub == "grade":
+        message = (f"grade must be between {MIN_GRADE} and {MAX_GRADE}, got {value}" if kind in _BOUNDS
+                   else f"must be an integer grade between {MIN_GRADE} and {MAX_GRADE}, {got(value)}")
+    elif sub == "chunk_id":
+        message = f"must be a string chunk id, {got(value)}" if kind == "string_type" else f"{show(value)} {_NOT_UUID}"
+    elif sub == "adjudicated":
+        message = f"must be true or false, {got(value)}"
+    else:
+        message = _text(error, got(value))
+    return (10, loc[0], 0, str(sub)), where, message
 
 
 def _no_relevant(item: dict) -> tuple[tuple, str] | None:
@@ -142,9 +175,10 @@ def _no_relevant(item: dict) -> tuple[tuple, str] | None:
     return None
 
 
-def _set_problems(index: int, item: Any, flagged: set[str], first_case: dict[str, tuple[int, str]]) -> list[Keyed]:
+def _set_problems(index: int, item: Any, flagged: set[str], first_case: dict[str, tuple[int, str]],
+                  annotators: list[str] | None = None) -> list[Keyed]:
     """The rules across values of case ``index``: duplicate JSON keys and ids in it, a ``case_id`` used before
-    (``first_case`` remembers each one's first case)."""
+    (``first_case`` remembers each one's first case), the judgments' rules (:mod:`.judgments`)."""
     if not isinstance(item, dict):
         return []
     found: list[tuple[tuple, str, str]] = [((0, key), key, "appears more than once in this case")
@@ -170,6 +204,10 @@ def _set_problems(index: int, item: Any, flagged: set[str], first_case: dict[str
                 seen[normal] = where
             else:
                 found.append(((5, (1, pos, 0)), where, f"duplicate id {chunk_id!r} (same as {seen[normal]})"))
+    if isinstance(item.get("judgments"), list) and len(item["judgments"]) <= MAX_JUDGMENTS:
+        relevant_ok = not flagged & {FIELD, "judgments"} and not any(f == FIELD for _, f, _ in found)
+        found += [((5, (3,)) if order == (-1,) else (10, order[0], 1, order[1]), field, message)
+                  for order, field, message in judgment_problems(item, annotators, relevant_ok)]
     return [((index, *order), DatasetProblem(message, field=field, case_index=index, case_id=_case_id(item)))
             for order, field, message in found]
 
@@ -232,13 +270,18 @@ def _header_problems(data: dict) -> list[Keyed]:
         keyed.append(((-1, 9), DatasetProblem("there are no cases", field="cases")))
     elif len(cases) > MAX_CASES:
         keyed.append(((-1, 9), DatasetProblem(f"{len(cases)} cases; the limit is {MAX_CASES}", field="cases")))
+    names = data.get("annotators")
+    if isinstance(names, list):
+        repeated = sorted({a for a in names if isinstance(a, str) and names.count(a) > 1})
+        keyed += [((-1, 5, 1), DatasetProblem(f"{a!r} is listed more than once", field="annotators"))
+                  for a in repeated]
     if isinstance(data.get("metadata"), dict):
         keyed += [((-1, 5, i), problem) for i, problem in enumerate(_metadata(data["metadata"]))]
     return keyed
 
 
-def _case_problems(items: list, index: int,
-                   first_case: dict[str, tuple[int, str]]) -> tuple[DatasetCase | None, list[Keyed]]:
+def _case_problems(items: list, index: int, first_case: dict[str, tuple[int, str]],
+                   annotators: list[str] | None = None) -> tuple[DatasetCase | None, list[Keyed]]:
     """Case ``index`` validated, or its problems in file order."""
     item = items[index]
     try:
@@ -246,7 +289,7 @@ def _case_problems(items: list, index: int,
     except ValidationError as exc:
         return_case, errors = None, exc.errors(include_url=False)
     keyed = [_case_error(items, (index, *e["loc"]), e) for e in errors]
-    keyed += _set_problems(index, item, {str(e["loc"][0]) for e in errors if e["loc"]}, first_case)
+    keyed += _set_problems(index, item, {str(e["loc"][0]) for e in errors if e["loc"]}, first_case, annotators)
     if any(key[1:2] == (5,) and key[2:] != ((2,),) for key, _ in keyed):  # "every grade is 0": alone
         keyed = [(key, p) for key, p in keyed if key[1:] != (5, (2,))]
     return (return_case if not keyed else None), sorted(keyed, key=lambda kp: kp[0])
@@ -261,8 +304,10 @@ def file_problems(data: dict, limit: int) -> FileCheck:
     cases: list[DatasetCase] = []
     first_case: dict[str, tuple[int, str]] = {}
     more = 0
+    annotators = data.get("annotators")
+    annotators = annotators if isinstance(annotators, list) and all(isinstance(a, str) for a in annotators) else None
     for index in range(len(items)):
-        case, found = _case_problems(items, index, first_case)
+        case, found = _case_problems(items, index, first_case, annotators)
         if case is not None and not keyed:
             cases.append(case)
         room = max(0, limit - len(keyed))

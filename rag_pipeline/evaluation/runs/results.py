@@ -69,7 +69,8 @@ def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_ba
                  strategy_version: str, case_count: int, candidate_count: int,
                  averages: Mapping[str, float], timings: Mapping[str, float], summary: RunCounts) -> None:
     """Write the summary (with the run's judged shares), mark the run ``succeeded`` and re-elect the current run of
-    its dataset × knowledge base × strategy: the latest-started succeeded run on the dataset's latest version (a late finisher never wins)."""
+    its dataset × knowledge base × strategy: the latest-started succeeded run on the dataset's latest version (a late
+    finisher never wins)."""
     key = f"rag-eval-current\x1f{dataset_name}\x1f{knowledge_base_name}\x1f{strategy_version}"
     # Serialise concurrent finishers of the same (dataset, KB, strategy) so exactly one run is current.
     run_queries.lock_current_slot(conn, key)

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.dataset import MAX_METADATA_BYTES
 from rag_pipeline.contracts.labelling import FixCandidate, FixCounts, LabelChange, LabelFixes, StoredLabelFixes
+from rag_pipeline.evaluation.datasets.judgments import Judgment, resolved_labels
 from rag_pipeline.evaluation.datasets.label_check import check_labels
 from rag_pipeline.evaluation.datasets.load import Dataset, DatasetError, load_dataset, parse_dataset
 from rag_pipeline.evaluation.datasets.queries import source_path
@@ -139,11 +140,28 @@ def _fix(row, remap: span_remap.SpanRemap | None, document: tuple | None) -> Lab
         FixCandidate(chunk_id=c) for c in row.suggested_chunk_ids])
 
 
+def _fixed_judgments(case, new_ids: dict[tuple[str, str], list[str]]) -> list[Judgment]:
+    """The case's annotator judgments with their chunk ids re-mapped as its labels are (one annotator's grades
+    of chunks that became one: the highest, as for the labels)."""
+    merged: dict[tuple[str, str, bool], int] = {}
+    for j in case.annotator_judgments:
+        for new in new_ids.get((case.case_id, j.chunk_id), [j.chunk_id]):
+            key = (j.annotator, new, j.adjudicated)
+            merged[key] = max(j.grade, merged.get(key, j.grade))
+    return [Judgment(a, cid, grade, adjudicated) for (a, cid, adjudicated), grade in merged.items()]
+
+
 def _fixed_case(case, new_ids: dict[tuple[str, str], list[str]]) -> dict:
     grades: dict[str, int] = {}
     for cid, grade in case.grades.items():
         for new in new_ids.get((case.case_id, cid), [cid]):
             grades[new] = max(grade, grades.get(new, grade))
+    if case.annotator_judgments:  # the labels stay the rule's labels of the re-mapped judgments
+        judgments = _fixed_judgments(case, new_ids)
+        grades = resolved_labels(judgments) if case.is_graded else {
+            c: g for c, g in resolved_labels(judgments).items() if g >= 1}
+        return {**case.as_dict(), "relevant_chunk_ids": grades if case.is_graded else list(grades),
+                "judgments": [j.as_dict() for j in judgments]}
     if case.is_graded:
         labels: list[str] | dict[str, int] = grades
     else:
@@ -168,6 +186,9 @@ def _output(dataset: Dataset, kb_name: str, cases: list[dict], fixes: LabelFixes
         if not record["changes"] and not record["unresolved"]:
             break
     data: dict = {"knowledge_base": kb_name}
+    annotators = sorted({j["annotator"] for c in cases for j in c.get("judgments", ())})
+    if annotators:
+        data["annotators"] = annotators
     if dataset.description:
         data["description"] = dataset.description
     return {**data, "metadata": metadata, "cases": cases}

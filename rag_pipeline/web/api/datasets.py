@@ -5,18 +5,19 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 
+from rag_pipeline.contracts.agreement import AgreementReport
 from rag_pipeline.contracts.catalog import DatasetList, UploadResult
 from rag_pipeline.evaluation.datasets.load import MAX_FILE_BYTES
-from rag_pipeline.service import knowledge_bases, stored_datasets
+from rag_pipeline.service import datasets, knowledge_bases, stored_datasets
 from rag_pipeline.storage.names import printable
 from rag_pipeline.web.api.knowledge_bases import KnowledgeBaseId
 from rag_pipeline.web.dependencies import Engine
 from rag_pipeline.web.problems import HTTPProblem, check_content_length
-from rag_pipeline.web.request_rules import DATASET_NAME, DATASET_RULE, check_form_fields
+from rag_pipeline.web.request_rules import DATASET_NAME, DATASET_RULE, VERSION_RULE, check_form_fields
 
 router = APIRouter(tags=["datasets"])
 MULTIPART_OVERHEAD = 64 * 1024
@@ -93,3 +94,18 @@ def list_datasets(engine: Engine, id: str = KnowledgeBaseId):  # noqa: A002
     datasets = stored_datasets.list_datasets(engine, id)
     kb = datasets[0].knowledge_base if datasets else knowledge_bases.describe_knowledge_base(engine, id).name
     return DatasetList(knowledge_base=kb, datasets=datasets)
+
+
+@router.get("/knowledge-bases/{id}/retrieval/datasets/{name}/agreement", response_model=AgreementReport,
+            summary="Annotator agreement of a stored dataset")
+def dataset_agreement(engine: Engine, id: str = KnowledgeBaseId,  # noqa: A002
+                      name: str = Path(max_length=200, json_schema_extra=DATASET_RULE,
+                                       description="A dataset stored for the knowledge base."),
+                      version: Annotated[str | None, Query(max_length=64, json_schema_extra=VERSION_RULE,
+                                                           description="A version hash prefix (default: the "
+                                                                       "latest).")] = None):
+    """How far the dataset's annotators agree (docs/labelling.md, "Several annotators"; the figures:
+    docs/metrics.md, "Agreement"): per pair Cohen's κ (unweighted, linear, quadratic, on relevant or not), raw
+    agreement and base rates; Fleiss' κ for three or more; the label rule's counts; the disagreements, open ones
+    first. A κ that is undefined is `null` with its `reason`. A dataset without judgments has no pairs."""
+    return datasets.stored_agreement(engine, id, name, version)

@@ -57,14 +57,15 @@ def answer_run(engine, evaluated, tmp_path_factory) -> dict:
     lines = [
         {"case_id": "backup", "answer": "Basebackup with continuous archiving.",
          "cited_chunk_ids": [chunks["backup.md"]], "retrieved_chunk_ids": [chunks["backup.md"], chunks["coffee.md"]],
-         "latency_ms": 120.0},
+         "latency_ms": 120.0, "human": {"correct": True, "refusal_right": True}},
         {"case_id": "coffee", "answer": "It is descaled every Monday.", "cited_chunk_ids": [chunks["onboarding.md"]],
-         "retrieved_chunk_ids": [chunks["coffee.md"], chunks["backup.md"]]},
+         "retrieved_chunk_ids": [chunks["coffee.md"], chunks["backup.md"]],
+         "human": {"correct": True, "refusal_right": True, "annotator": "alice"}},
         {"case_id": "年假/结转", "answer": "五天 " + PROBE, "cited_chunk_ids": [chunks["vacation-zh.md"]]},
         {"case_id": "monorepo", "answer": "Atomic commits across services.",
          "cited_chunk_ids": [chunks["coffee.md"], "not-a-chunk-id"]},
-        {"case_id": "salary", "answer": "信息不足，无法回答。", "refused": True},
-        {"case_id": "parking", "answer": "In the garage on level 2."},
+        {"case_id": "salary", "answer": "信息不足，无法回答。", "refused": True, "human": {"correct": True}},
+        {"case_id": "parking", "answer": "In the garage on level 2.", "human": {"correct": False}},
     ]
     answers_file = folder / "answers.jsonl"
     answers_file.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
@@ -111,6 +112,11 @@ def test_answer_run_page_summary_verdicts_and_every_case(client, answer_run):
     assert summary.convention == "auto" and 'id="answer-convention">auto' in html  # a "simple" text mode
     coffee = next(r for r in _rows(html, "answer-cases") if 'data-case="coffee"' in r)
     assert coffee.count('title="') >= 1 and ">—<" in _rows(html, "answer-cases")[-3]  # onboarding: no answer
+    correct, refusal = _rows(html, "calibration")  # people's verdicts beside the rules' (no judge ran)
+    figure = summary.calibration[0].agreement
+    assert figure is not None and figure.n == 4 and figure.confusion == [[1, 0], [1, 2]]  # coffee: people said right
+    assert f"{figure.kappa.value:.4f}" in correct and 'data-figure="correct"' in correct
+    assert "n/a" in refusal and "chance agreement is 1" in refusal  # every refusal right by both: κ undefined
 
 
 @covers("GET /admin/answer-runs/{run_id}")
@@ -181,6 +187,9 @@ def test_answer_case_page_marks_every_citation_and_shows_the_chinese_case(client
     assert "not-a-chunk-id" in cards[1] and "not in the knowledge base" in cards[1] and "no text to show" in cards[1]
     coffee = _page(client, CASE.format(run_id=run_id, case_id="coffee"))
     assert "not retrieved" in coffee and "wrong but confident" in coffee
+    human = re.search(r'<dd id="human-verdict">(.*?)</dd>', coffee, re.S)
+    assert human and "correct: yes" in human.group(1) and "by alice" in human.group(1)
+    assert 'id="human-verdict"' not in monorepo  # no person judged it
     backup = _page(client, CASE.format(run_id=run_id, case_id="backup"))
     assert "✓ relevant" in backup and ">retrieved<" in backup and "not retrieved" not in backup
 
