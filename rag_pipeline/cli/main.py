@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
-import sys
 import threading
 from collections.abc import Iterator
 
@@ -69,7 +68,3 @@ def sigterm_as_terminated() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
