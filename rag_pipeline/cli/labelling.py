@@ -124,7 +124,8 @@ def cmd_fix_labels(args: argparse.Namespace) -> int:
 
 def format_fixes(fixes: LabelFixes) -> str:
     c = fixes.counts
-    lines = [f"wrote {fixes.output}: {c.labels} labels against {fixes.knowledge_base!r}: {c.ok} already valid, "
+    lines = [f"wrote {fixes.output}: {c.labels} labels (every judged chunk, grade 0 included) against "
+             f"{fixes.knowledge_base!r}: {c.ok} already valid, "
              f"{c.fixed} fixed, {c.unresolved} left for a person"]
     for ch in fixes.changes:
         lines.append(f"  fixed  case {printable(ch.case_id)}: {ch.old_chunk_id} -> "

@@ -140,7 +140,7 @@ def demo_summary(comp: StrategyComparison, report_paths: list[Path], *, dataset:
     if answers is not None:
         lines += [answer_figures(answers), ""]
     if comp.gate.passed:
-        lines.append(f"{SINGLE_LEG_NOTE}; none is significantly worse on {comp.runs[0].cases} cases.")
+        lines.append(f"{SINGLE_LEG_NOTE}; none is significantly worse on the {comp.runs[0].cases} answerable cases.")
     else:
         failing = ", ".join(dict.fromkeys(comp.gate.failing))
         lines.append(f"{SINGLE_LEG_NOTE}, so a failed gate is expected here ({failing}): `make run` still "
