@@ -14,6 +14,7 @@ from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
+from rag_pipeline.knowledge_base.textsearch import text_mode_warning
 
 ROOT = Path(__file__).resolve().parents[2]
 KB_DIR, CASES, COMMITTED = ROOT / "demo" / "kb", ROOT / "demo" / "cases.yaml", ROOT / "datasets" / "demo.json"
@@ -98,6 +99,12 @@ def test_demo_answer_fields() -> None:
         terms = spec[case["case_id"]]["absent"]
         assert terms and not [t for t in terms if t.lower() in text], case["case_id"]
     assert sum(not c.answerable for c in load_dataset(COMMITTED).cases) == len(unanswerable)
+
+
+def test_the_demo_is_ingested_in_the_text_mode_the_project_recommends_for_it() -> None:
+    texts = [d.text for d in read_folder(KB_DIR)]
+    assert text_mode_warning(demo_dataset.DEMO_KB, demo_dataset.DEMO_TEXT_SEARCH, texts) is None
+    assert "--text-search mixed" in text_mode_warning(demo_dataset.DEMO_KB, "chinese", texts)  # what it said
 
 
 def test_ids_resolve_after_ingesting_the_demo_kb(engine) -> None:
