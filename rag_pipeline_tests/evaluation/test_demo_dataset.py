@@ -127,3 +127,13 @@ def test_ids_resolve_after_ingesting_the_demo_kb(engine) -> None:
     assert set(found) == wanted, f"unresolved ids: {sorted(wanted - set(found))[:5]}"
     assert all(r.is_current and not r.is_deleted and r.n_emb >= 1 for r in rows)
     assert n_current == len(demo_chunks())
+
+
+def test_make_run_keeps_a_demo_built_in_another_text_mode_and_says_how_to_recreate_it(engine, demo_kb, monkeypatch,
+                                                                                       capsys) -> None:
+    from rag_pipeline.defs import demo as demo_job
+
+    assert demo_job.demo_text_search() == demo_dataset.DEMO_TEXT_SEARCH and not capsys.readouterr().err
+    monkeypatch.setattr(demo_job, "DEMO_TEXT_SEARCH", "chinese")  # as if this demo KB came from another version
+    assert demo_job.demo_text_search() == demo_dataset.DEMO_TEXT_SEARCH  # kept: a mode never changes in place
+    assert "`make clean-db` (it removes the whole local database) then `make run`" in capsys.readouterr().err
