@@ -236,3 +236,63 @@ def test_bad_input_gives_clear_errors_and_writes_nothing(kb, tmp_path, capsys):
     out.write_text(good, encoding="utf-8")  # valid, but nothing judged yet
     assert main(["label", str(out), "--export", str(dataset)]) == 2
     assert "nothing to export" in capsys.readouterr().err and not dataset.exists()
+
+
+def test_suggest_says_its_k_and_where_the_dataset_goes_and_never_overwrites_grades(kb, tmp_path, datasets, capsys):
+    out = tmp_path / "mine.draft.json"
+    args = ["suggest", "--knowledge-base", KB, "--questions", str(write_questions(tmp_path / "q.txt")),
+            "--strategy", "bm25-v1", "--depth", "2", "--output", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    k = max(1, min(10, len(kb) // 5))  # a fifth of the searchable chunks, not 10 on a tiny knowledge base
+    assert f"k of the cases: {k} (a fifth of the knowledge base's {len(kb)} searchable chunks" in printed
+    assert {q["k"] for q in json.loads(out.read_text())["questions"]} == {k}
+    assert f"--output {datasets / 'mine.json'}" in printed  # the folder the sensor watches, not ./datasets/
+    draft = json.loads(out.read_text())
+    draft["questions"][0]["candidates"][0]["grade"] = 2
+    out.write_text(json.dumps(draft), encoding="utf-8")
+    graded = out.read_text()
+    assert main(args) == 2  # the grades are kept
+    assert "holding 1 grades" in capsys.readouterr().err and out.read_text() == graded
+    # label --export: a dataset that is not an export of this draft is kept; an earlier export is replaced
+    other = tmp_path / "other.json"
+    other.write_text('{"knowledge_base": "x", "cases": []}', encoding="utf-8")
+    assert main(["label", str(out), "--export", str(other)]) == 2
+    assert "is not an export of this draft" in capsys.readouterr().err and other.read_text().endswith("[]}")
+    mine = tmp_path / "mine.json"
+    assert main(["label", str(out), "--export", str(mine)]) == 0
+    assert main(["label", str(out), "--export", str(mine)]) == 0
+    assert main(["label", str(out), "--export", str(other), "--force"]) == 0
+    assert json.loads(other.read_text())["knowledge_base"] == KB
+    assert main([*args, "--force"]) == 0
+    capsys.readouterr()
+    assert all(c["grade"] is None for q in json.loads(out.read_text())["questions"] for c in q["candidates"])
+
+
+def test_label_header_end_screen_and_unfinished_export_in_a_pseudo_terminal(kb, tmp_path, capsys):
+    draft_path = tmp_path / "end.draft.json"
+    assert main(["suggest", "--knowledge-base", KB, "--questions", str(write_questions(tmp_path / "q.txt")),
+                 "--strategy", "bm25-v1", "--strategy", "vector-v1", "--depth", "3", "--output", str(draft_path)]) == 0
+    capsys.readouterr()
+    pools = [[c["chunk_id"] for c in q["candidates"]] for q in json.loads(draft_path.read_text())["questions"]]
+    assert all(len(p) >= 2 for p in pools)
+    dataset = tmp_path / "end.json"
+    child = spawn_label(str(draft_path), "--output", str(dataset))
+    child.expect("0-3 grade")
+    child.send("1")
+    child.expect(rf"case q-001 · pending \(1/{len(pools[0])} graded\)")
+    press(child, *["0"] * (len(pools[0]) - 1))
+    child.expect("case q-001 · judged")  # every candidate graded: judged without n
+    press(child, "n", "n", "s")  # the last question skipped: the end screen
+    child.expect(r"\[end\] all 3 questions seen")
+    child.send("b")
+    child.expect(r"\[3/3\] case q-003")  # back to the last question, not the one before it
+    press(child, "2")
+    child.send("q")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    assert f"exported, q-003: still pending: 1 of {len(pools[2])} candidates graded" in child.before
+    data = json.loads(dataset.read_text(encoding="utf-8"))
+    assert [c["case_id"] for c in data["cases"]] == ["q-001", "q-003"]
+    assert data["cases"][1]["relevant_chunk_ids"] == {pools[2][0]: 2}

@@ -18,6 +18,7 @@ from rag_pipeline.analysis.comparison_report import render_text
 from rag_pipeline.analysis.text_table import cell_width
 from rag_pipeline.cli import main
 from rag_pipeline.cli.runs_table import comparison_table
+from rag_pipeline.contracts.label_check import LabelReport
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import SourceDocument
@@ -182,7 +183,7 @@ def test_demo_summary_is_plain_with_real_paths_and_next_commands(tmp_path: Path)
 
     comp.gate = regression_gate(comp.paired, margin=1.0)
     text = demo_summary(comp, [Path("/r/a.json"), Path("/s/b.json")])
-    assert "Regression gate passed" in text and "none is significantly worse on 12 cases" in text
+    assert "Regression gate passed" in text and "none is significantly worse on the 12 answerable cases" in text
     assert "  /r/a.json" in text and "  /s/b.json" in text
 
 
@@ -192,3 +193,18 @@ def test_several_failing_strategies_are_listed_one_per_line():
                        {c: {m: v * 0.5 for m, v in values.items()} for c, values in weak.per_case.items()})
     text = render_text(compare([base, weak, also], dataset="demo", n_resamples=500))
     assert "Regression gate FAILED:\n  - keyword-v1 is worse" in text and "\n  - vector-v1 is worse" in text
+
+
+def test_every_count_says_what_it_counts():
+    """A run's cases are all of the dataset's; the comparison's are the answerable ones the means average over."""
+    row = {"strategy_version": "v", "dataset": {"name": "d"}, "status": "succeeded", "is_current": True,
+           "case_count": 45, "counts": {"unanswerable_cases": 4}, "run_id": "0123456789", "precision_at_k": 0.5,
+           "recall_at_k": 0.5, "reciprocal_rank": 0.5, "ndcg_at_k": 0.5}
+    table = comparison_table([row])
+    assert "45 (41 scored)" in table.splitlines()[2] and "(N scored) = the answerable ones" in table
+    assert "45  " in comparison_table([{**row, "counts": {"unanswerable_cases": 0}}], legend=False)
+    comp, _ = _comparison()
+    text = render_text(comp)
+    assert "scored cases" in text.splitlines()[2] and "scored cases: the answerable ones" in text
+    report = LabelReport(knowledge_base="kb", rows=[], verdicts={})
+    assert report.summary().endswith("(labels: the relevant chunks, grade >= 1)")

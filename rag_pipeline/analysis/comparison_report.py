@@ -22,13 +22,17 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows])
 
 
+SCORED_CASES = "scored cases: the answerable ones, which the means average over (an unanswerable case has no " \
+               "retrieval metric)"
+
+
 def metric_table(comp: StrategyComparison) -> str:
     """One row per strategy: averages, and Δ vs the baseline for every metric."""
     return _table(*_metric_rows(comp))
 
 
 def _metric_rows(comp: StrategyComparison) -> tuple[list[str], list[list[str]]]:
-    headers = ["strategy", "cases", *(METRIC_LABELS.get(m, m) for m in comp.metrics), "Judged@k", "run"]
+    headers = ["strategy", "scored cases", *(METRIC_LABELS.get(m, m) for m in comp.metrics), "Judged@k", "run"]
     rows = []
     for run in comp.runs:
         cells = []
@@ -120,7 +124,7 @@ def render_plain(comp: StrategyComparison, *, details: bool = True) -> str:
     versions = sorted({r.dataset_version[:12] for r in comp.runs if r.dataset_version})
     version = f", version {', '.join(versions)}" if versions else ""
     title = (f"Strategies on dataset {printable(comp.dataset)}{version} (baseline {printable(comp.baseline)}; "
-             "Δ vs the baseline in parentheses)")
+             f"Δ vs the baseline in parentheses; {SCORED_CASES})")
     parts = [title, _plain_table(*_metric_rows(comp))]
     if details and comp.paired:
         parts += ["Paired significance (strategy − baseline, per case)", _plain_table(*_significance_rows(comp))]

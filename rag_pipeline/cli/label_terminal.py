@@ -7,9 +7,9 @@ the grade so far) and the full text of the candidate under the cursor. Keys::
     r, space     toggle relevant (grade 1) / not relevant (grade 0)
     u            clear the candidate's grade (not judged)
     j, ↓   k, ↑  next / previous candidate
-    n, Enter     the question is done: next question
+    n, Enter     the question is done: next question (grading every candidate does it too)
     s            skip the question (not exported)
-    b            back to the previous question
+    b            back to the previous question (from the end screen: the last one)
     q            save and quit (Ctrl-C too)
 
 Every change is saved to the draft at once (atomically), with the question the labeller is on, so quitting (or a
@@ -33,6 +33,7 @@ from rag_pipeline.storage.names import printable
 
 KEYS_HELP = ("0-3 grade · r/space relevant · u clear · j/k or ↓/↑ move · n/Enter next question · s skip · "
              "b back · q quit")
+END_HELP = "that was the last question: q saves and quits · b goes back to it"
 _ESCAPES = {"\x1b[A": "up", "\x1b[B": "down", "\x1bOA": "up", "\x1bOB": "down"}
 
 
@@ -85,6 +86,7 @@ class Labeller:
         self.cursor = 0
         self.message = ""
         self.done = False
+        self.at_end = False  # n or s on the last question: the end screen
 
     @property
     def question(self) -> DraftQuestion:
@@ -93,8 +95,8 @@ class Labeller:
     def _move_question(self, step: int) -> None:
         last = len(self.draft.questions) - 1
         target = self.draft.position + step
-        if target > last:
-            self.message = "that was the last question: q saves and quits (b goes back)"
+        if target > last:  # past the last question: the end screen, from which b comes back to it
+            self.at_end = True
             return
         if target < 0:
             self.message = "this is the first question"
@@ -105,6 +107,14 @@ class Labeller:
         """Apply one key (``"0"``, ``"r"``, ``"down"``, ``"enter"`` ...)."""
         q, self.message = self.question, ""
         candidates = q.candidates
+        if self.at_end:
+            if key == "b":
+                self.at_end = False
+            elif key == "q":
+                self.done = True
+            else:
+                self.message = END_HELP
+            return
         if key in ("0", "1", "2", "3", "r", " ", "u") and not candidates:
             self.message = "no candidate to judge: n goes on, s skips"
             return
@@ -135,17 +145,25 @@ class Labeller:
         else:
             self.message = f"unknown key {key!r}: {KEYS_HELP}"
             return
-        if q.status == "skipped" and key in ("0", "1", "2", "3", "r", " "):
-            q.status = "pending"
+        if key in ("0", "1", "2", "3", "r", " "):
+            if q.status == "skipped":
+                q.status = "pending"
+            if all(c.grade is not None for c in candidates):  # every candidate graded: the question is judged
+                q.status = "judged"
         save_draft(self.draft, self.path)
 
     def screen(self, width: int = 100, height: int = 30) -> str:
         """The whole screen as text."""
         d, q = self.draft, self.question
         p = d.progress()
-        lines = [f"[{d.position + 1}/{len(d.questions)}] case {printable(q.case_id)} · {q.status} · judged "
-                 f"{p['judged']}, skipped {p['skipped']}, pending {p['pending']} · knowledge base "
-                 f"{printable(d.knowledge_base)}",
+        counts = f"judged {p['judged']}, skipped {p['skipped']}, pending {p['pending']}"
+        if self.at_end:
+            return "\n".join([f"[end] all {len(d.questions)} questions seen · {counts} · knowledge base "
+                              f"{printable(d.knowledge_base)}", "", *wrap(self.message or END_HELP, width)])
+        graded = sum(c.grade is not None for c in q.candidates)
+        status = f"{q.status} ({graded}/{len(q.candidates)} graded)" if q.status == "pending" and graded else q.status
+        lines = [f"[{d.position + 1}/{len(d.questions)}] case {printable(q.case_id)} · {status} · {counts} · "
+                 f"knowledge base {printable(d.knowledge_base)}",
                  *(wrap("Q: " + printable(q.question), width) or ["Q:"]), ""]
         rows = max(3, height - len(lines) - 12)
         first = max(0, min(self.cursor - rows // 2, len(q.candidates) - rows))

@@ -18,6 +18,7 @@ from rag_pipeline.service.labelling import chunks as chunk_search
 from rag_pipeline.service.labelling import drafts
 from rag_pipeline.service.labelling import fixes as label_fixes
 from rag_pipeline.service.labelling.drafts import DraftError, load_draft
+from rag_pipeline.settings import datasets_dir
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.names import printable
 
@@ -55,6 +56,12 @@ def cmd_chunks(args: argparse.Namespace) -> int:
     return 0
 
 
+def shown_path(path: Path) -> str:
+    """``path`` relative to the current folder when it is inside it, else absolute."""
+    path = path.resolve()
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
 @guarded(DraftError)
 def cmd_suggest(args: argparse.Namespace) -> int:
     if args.from_runs:
@@ -64,19 +71,32 @@ def cmd_suggest(args: argparse.Namespace) -> int:
         return _suggest_from_runs(args)
     if not args.questions or not args.knowledge_base:
         raise DraftError("suggest needs --knowledge-base and --questions (or --from-run RUN)")
-    draft = drafts.suggest(get_engine(), args.knowledge_base, args.questions, args.output,
-                              strategies=args.strategies, depth=args.depth, k=args.k, name=args.name)
+    engine = get_engine()
+    k, searchable = drafts.questions_k(engine, args.knowledge_base, args.questions, args.k)
+    draft = drafts.suggest(engine, args.knowledge_base, args.questions, args.output, strategies=args.strategies,
+                           depth=args.depth, k=k or 10, name=args.name, force=args.force)
     sizes = [len(q.candidates) for q in draft.questions]
     print(f"wrote {args.output}: {len(draft.questions)} questions, {sum(sizes)} pooled candidates "
           f"({min(sizes)}-{max(sizes)} per question) from {', '.join(draft.strategies)} at depth {draft.depth}")
+    if k is None:
+        print(f"k of the cases: the dataset's ({', '.join(map(str, sorted({q.k for q in draft.questions})))})")
+    elif args.k is None:
+        print(f"k of the cases: {k} (a fifth of the knowledge base's {searchable} searchable chunks, at most 10; "
+              "--k sets it)")
+    elif 3 * k >= searchable:
+        print(f"note: k = {k} is a third or more of the knowledge base's {searchable} searchable chunks: recall@k "
+              "will be high whatever the strategy", file=sys.stderr)
     for version, reason in draft.strategies_left_out.items():
         print(f"  not pooled: {version}: {reason}", file=sys.stderr)
-    print(f"next: rag-pipeline label {args.output} --output datasets/{draft.name}.json")
+    target = shown_path(datasets_dir() / f"{draft.name}.json")
+    print(f"next: rag-pipeline label {args.output} --output {target}  (the folder Dagster's "
+          "new_dataset_sensor watches)")
     return 0
 
 
 def _suggest_from_runs(args: argparse.Namespace) -> int:
-    draft = drafts.suggest_from_runs(get_engine(), args.from_runs, args.output, name=args.name)
+    draft = drafts.suggest_from_runs(get_engine(), args.from_runs, args.output, name=args.name,
+                                    force=args.force)
     todo = [q for q in draft.questions if q.status == "pending"]
     chunks = sum(c.grade is None for q in todo for c in q.candidates)
     print(f"wrote {args.output}: {chunks} unjudged top-k chunk(s) to judge in {len(todo)} of {len(draft.questions)} "
@@ -94,6 +114,8 @@ def cmd_label(args: argparse.Namespace) -> int:
     target = args.export or args.output
     if target and Path(target).resolve() == path.resolve():
         raise OSError(f"{target} is the draft itself; write the dataset to another file")
+    if target:
+        drafts.check_export_target(draft, target, force=args.force)  # before the session, not after it
     if not args.export:
         draft = label_terminal.run(draft, path).draft
         p = draft.progress()
@@ -101,10 +123,12 @@ def cmd_label(args: argparse.Namespace) -> int:
               f"(`rag-pipeline label {path}` resumes)")
         if not target:
             return 0
-    done = drafts.export_draft(get_engine(), draft, target, binary=args.binary)
+    done = drafts.export_draft(get_engine(), draft, target, binary=args.binary, force=args.force)
     print(f"wrote {done.path}: {done.cases} cases; {done.labels}")
     for left in done.left_out:
         print(f"  not exported: {printable(left.case_id)}: {left.reason}", file=sys.stderr)
+    for left in done.unfinished:
+        print(f"  exported, {printable(left.case_id)}: {left.reason}", file=sys.stderr)
     return 0
 
 
@@ -120,7 +144,8 @@ def cmd_fix_labels(args: argparse.Namespace) -> int:
 
 def format_fixes(fixes: LabelFixes) -> str:
     c = fixes.counts
-    lines = [f"wrote {fixes.output}: {c.labels} labels against {fixes.knowledge_base!r}: {c.ok} already valid, "
+    lines = [f"wrote {fixes.output}: {c.labels} labels (every judged chunk, grade 0 included) against "
+             f"{fixes.knowledge_base!r}: {c.ok} already valid, "
              f"{c.fixed} fixed, {c.unresolved} left for a person"]
     for ch in fixes.changes:
         lines.append(f"  fixed  case {printable(ch.case_id)}: {ch.old_chunk_id} -> "
@@ -162,9 +187,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strategy", action="append", dest="strategies", metavar="VERSION",
                    help="strategy version, repeatable (default: every registry version the knowledge base can run)")
     p.add_argument("--depth", type=DEPTH, default=10, help="top candidates taken from each strategy (default 10)")
-    p.add_argument("--k", type=arguments.K, default=10, help="k of the cases of a text questions file (default 10)")
+    p.add_argument("--k", type=arguments.K, help="k of the cases of a text questions file (default: a fifth of the "
+                                                 "knowledge base's searchable chunks, 1..10)")
     p.add_argument("--name", help="name of the dataset the draft becomes (default: the draft's file stem)")
     p.add_argument("--output", required=True, help="the draft JSON to write")
+    p.add_argument("--force", action="store_true", help="overwrite --output even if it is a draft holding grades "
+                                                        "(or not a draft)")
     p.set_defaults(func=cmd_suggest)
 
     p = sub.add_parser("label", description=label_terminal.__doc__.split("\n\n", 1)[1],
@@ -173,6 +201,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", help="after quitting, write the judged questions as this dataset file")
     p.add_argument("--export", metavar="DATASET", help="no terminal: write the dataset file and exit")
     p.add_argument("--binary", action="store_true", help="export relevant ids as a list (grades dropped)")
+    p.add_argument("--force", action="store_true", help="overwrite the dataset file even if it is not an earlier "
+                                                        "export of this draft")
     p.set_defaults(func=cmd_label)
 
     p = sub.add_parser("fix-labels", description=label_fixes.__doc__.split("\n\n", 1)[1],

@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import importlib
 import signal
-import sys
 import threading
 from collections.abc import Iterator
 
@@ -70,7 +69,3 @@ def sigterm_as_terminated() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

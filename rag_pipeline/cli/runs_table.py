@@ -10,6 +10,8 @@ from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_LABELS
 from rag_pipeline.storage.names import printable
 
 RUNS_LEGEND = (
+    "cases = every case of the dataset; (N scored) = the answerable ones, which the metrics average over (what "
+    "`compare` counts), when some are unanswerable\n"
     "* = the current run of its dataset × knowledge base × strategy (what `compare` uses); "
     "`rag-pipeline show <run>`\n"
     "status: queued (submitted over HTTP, waiting for a Dagster daemon) · running (in progress) · succeeded · "
@@ -42,6 +44,12 @@ KB_VERSION_SHOWN = 12
 """Characters of the knowledge-base version a table shows (``-``: a run made before versions were recorded)."""
 
 
+def scored(summary: dict) -> str:
+    """`` (N scored)`` when some cases of the run are unanswerable (no retrieval metric), else nothing."""
+    unanswerable = (summary.get("counts") or {}).get("unanswerable_cases") or 0
+    return f" ({summary['case_count'] - unanswerable} scored)" if unanswerable else ""
+
+
 def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLINE_METRICS, *,
                      legend: bool = True) -> str:
     """A plain-text table of run summaries (one row per run), for the CLI: status (``*`` = current), cases, the
@@ -55,7 +63,8 @@ def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLIN
         short += 1
     body = [[printable(s["strategy_version"]), printable(s["dataset"]["name"]),  # control characters escaped
              s["status"] + ("*" if s["is_current"] else ""),
-             str(s["case_count"]), *(f"{s[m]:.4f}" if s[m] is not None else "-" for m in metrics), _judged(s),
+             f"{s['case_count']}{scored(s)}", *(f"{s[m]:.4f}" if s[m] is not None else "-" for m in metrics),
+             _judged(s),
              ((s.get("knowledge_base") or {}).get("version") or "-")[:KB_VERSION_SHOWN],
              utc_minute(s.get("started_at")), utc_minute(s.get("finished_at")), run_id[:short]]
             for s, run_id in zip(summaries, ids, strict=True)]

@@ -95,6 +95,9 @@ def wait_for_daemon(timeout_s: float = DAEMON_START_WAIT_S, interval_s: float = 
     return True
 
 
+SELF_MODULE = "rag_pipeline.cli"  # the package's __main__: `-m rag_pipeline.cli.main` warns it is imported twice
+
+
 def serve(host: str, port: int, *, with_daemon: bool = False, expect_daemon: bool = False) -> int:
     """Serve the API and console on ``host:port`` until interrupted, with or waiting for a Dagster daemon."""
     from rag_pipeline.service.queued_runs import queue_status  # noqa: PLC0415 - FastAPI and the database for serve only
@@ -109,7 +112,7 @@ def serve(host: str, port: int, *, with_daemon: bool = False, expect_daemon: boo
     if env is not None:
         sys.stdout.flush()
         sys.stderr.flush()
-        argv = [sys.executable, "-m", "rag_pipeline.cli.main", "serve", "--host", host, "--port", str(port)]
+        argv = [sys.executable, "-m", SELF_MODULE, "serve", "--host", host, "--port", str(port)]
         os.execve(sys.executable, [*argv, *(["--with-daemon"] if with_daemon else []),
                                    *(["--expect-daemon"] if expect_daemon else [])], env)
     get_engine()

@@ -26,6 +26,10 @@ class LabelStatus(BaseModel):
         return self.status == "ok"
 
 
+LABELS_COUNTED = "labels: the relevant chunks, grade >= 1"
+"""What :meth:`LabelReport.summary` counts (``fix-labels`` counts every judged chunk, grade 0 included)."""
+
+
 class LabelReport(BaseModel):
     knowledge_base: str
     rows: list[LabelStatus]
@@ -51,11 +55,11 @@ class LabelReport(BaseModel):
         bad = self.invalid()
         if not bad:
             return (f"all {len(self.rows)} labels of {len(self.verdicts)} cases are valid chunks of "
-                    f"{self.knowledge_base!r}")
+                    f"{self.knowledge_base!r} ({LABELS_COUNTED})")
         parts = ", ".join(f"{n} {s}" for s, n in self.counts().items() if s != "ok")
         return (f"{len(bad)} of {len(self.rows)} labels are invalid ({parts}); "
                 f"{len(self.cases_with('all_invalid'))} of {len(self.verdicts)} cases have no valid label "
-                f"and can only score 0")
+                f"and can only score 0 ({LABELS_COUNTED})")
 
 
 class DatasetCheck(BaseModel):

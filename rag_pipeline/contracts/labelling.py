@@ -92,6 +92,8 @@ class DraftExport(BaseModel):
     cases: int
     labels: str
     left_out: list[LeftOut]
+    unfinished: list[LeftOut] = Field(default_factory=list, description="Cases exported while their question is "
+                                      "still pending (some candidates graded, the question not marked done).")
     path: str | None = None
     dataset_id: str | None = None
 

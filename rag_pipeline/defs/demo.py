@@ -16,6 +16,7 @@ from rag_pipeline.defs.instance import ensure_pool
 from rag_pipeline.defs.partitions import answer_partition_key
 from rag_pipeline.evaluation.datasets.demo import DEMO_CHUNK_OVERLAP, DEMO_CHUNK_SIZE, DEMO_KB, DEMO_TEXT_SEARCH
 from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline.service import analysis, evaluations
 from rag_pipeline.service.analysis import StrategyComparison, render_plain
@@ -43,6 +44,21 @@ def _step(message: str) -> float:
     return time.perf_counter()
 
 
+def demo_text_search() -> str:
+    """:data:`DEMO_TEXT_SEARCH`, or the text mode an existing demo knowledge base was built in (a mode never changes
+    in place), saying how to re-create it."""
+    with get_engine().connect() as conn:
+        try:
+            mode = resolve_knowledge_base(conn, DEMO_KB).text_search
+        except KnowledgeBaseError:
+            return DEMO_TEXT_SEARCH
+    if mode != DEMO_TEXT_SEARCH:
+        print(f"    note: the demo knowledge base was built in text mode {mode!r} by an earlier version; it is kept: "
+              f"`make clean-db` (it removes the whole local database) then `make run` re-creates it in "
+              f"{DEMO_TEXT_SEARCH!r}", file=sys.stderr)
+    return mode
+
+
 def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, dataset: str = "demo") -> int:
     """Run the demo; 0, or 2 when a strategy's Dagster run failed (a failed gate does not fail it)."""
     _load_env_file()
@@ -54,7 +70,7 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
     ensure_pool(instance)
 
     t = _step("ingest the demo knowledge base (Dagster job ingest_knowledge_base)")
-    kb_config = {"source_dir": str(project_root() / "demo" / "kb"), "text_search": DEMO_TEXT_SEARCH,
+    kb_config = {"source_dir": str(project_root() / "demo" / "kb"), "text_search": demo_text_search(),
                  "chunk_size": DEMO_CHUNK_SIZE, "chunk_overlap": DEMO_CHUNK_OVERLAP, "models": list(EMBEDDING_MODELS)}
     instance.add_dynamic_partitions("knowledge_base", [DEMO_KB])
     defs.resolve_job_def("ingest_knowledge_base").execute_in_process(
@@ -140,7 +156,7 @@ def demo_summary(comp: StrategyComparison, report_paths: list[Path], *, dataset:
     if answers is not None:
         lines += [answer_figures(answers), ""]
     if comp.gate.passed:
-        lines.append(f"{SINGLE_LEG_NOTE}; none is significantly worse on {comp.runs[0].cases} cases.")
+        lines.append(f"{SINGLE_LEG_NOTE}; none is significantly worse on the {comp.runs[0].cases} answerable cases.")
     else:
         failing = ", ".join(dict.fromkeys(comp.gate.failing))
         lines.append(f"{SINGLE_LEG_NOTE}, so a failed gate is expected here ({failing}): `make run` still "

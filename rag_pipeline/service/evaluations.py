@@ -75,14 +75,15 @@ def check_labels_first(engine: sa.Engine, ref: DatasetRef, *, strict: bool = Fal
     return report
 
 
-def label_headline(report: LabelReport) -> str | None:
-    """One line for a run with invalid labels (None: all valid): counts, the dominant cause, an example."""
+def label_headline(report: LabelReport, *, example: bool = True) -> str | None:
+    """One line for a run with invalid labels (None: all valid): counts, the dominant cause, an example (left out
+    where a table of the invalid labels follows)."""
     invalid = report.invalid()
     if not invalid:
         return None
-    example = invalid[0]
-    return (f"{report.summary()} — {_checklist(report)}; e.g. case {example.case_id}: {example.chunk_id} "
-            f"{example.status}: {example.detail}")
+    first = invalid[0]
+    return f"{report.summary()} — {_checklist(report)}" + (
+        f"; e.g. case {first.case_id}: {first.chunk_id} {first.status}: {first.detail}" if example else "")
 
 
 def _checklist(report: LabelReport) -> str:

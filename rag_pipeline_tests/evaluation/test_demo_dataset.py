@@ -14,6 +14,7 @@ from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.sources import read_folder
+from rag_pipeline.knowledge_base.textsearch import text_mode_warning
 
 ROOT = Path(__file__).resolve().parents[2]
 KB_DIR, CASES, COMMITTED = ROOT / "demo" / "kb", ROOT / "demo" / "cases.yaml", ROOT / "datasets" / "demo.json"
@@ -100,6 +101,12 @@ def test_demo_answer_fields() -> None:
     assert sum(not c.answerable for c in load_dataset(COMMITTED).cases) == len(unanswerable)
 
 
+def test_the_demo_is_ingested_in_the_text_mode_the_project_recommends_for_it() -> None:
+    texts = [d.text for d in read_folder(KB_DIR)]
+    assert text_mode_warning(demo_dataset.DEMO_KB, demo_dataset.DEMO_TEXT_SEARCH, texts) is None
+    assert "--text-search mixed" in text_mode_warning(demo_dataset.DEMO_KB, "chinese", texts)  # what it said
+
+
 def test_ids_resolve_after_ingesting_the_demo_kb(engine) -> None:
     # Ingestion is idempotent: if another test already ingested "demo" with the demo settings, nothing changes.
     ingest_documents(engine, read_folder(KB_DIR), demo_dataset.DEMO_KB, text_search=demo_dataset.DEMO_TEXT_SEARCH,
@@ -120,3 +127,13 @@ def test_ids_resolve_after_ingesting_the_demo_kb(engine) -> None:
     assert set(found) == wanted, f"unresolved ids: {sorted(wanted - set(found))[:5]}"
     assert all(r.is_current and not r.is_deleted and r.n_emb >= 1 for r in rows)
     assert n_current == len(demo_chunks())
+
+
+def test_make_run_keeps_a_demo_built_in_another_text_mode_and_says_how_to_recreate_it(engine, demo_kb, monkeypatch,
+                                                                                       capsys) -> None:
+    from rag_pipeline.defs import demo as demo_job
+
+    assert demo_job.demo_text_search() == demo_dataset.DEMO_TEXT_SEARCH and not capsys.readouterr().err
+    monkeypatch.setattr(demo_job, "DEMO_TEXT_SEARCH", "chinese")  # as if this demo KB came from another version
+    assert demo_job.demo_text_search() == demo_dataset.DEMO_TEXT_SEARCH  # kept: a mode never changes in place
+    assert "`make clean-db` (it removes the whole local database) then `make run`" in capsys.readouterr().err

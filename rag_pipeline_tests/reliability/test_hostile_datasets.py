@@ -98,7 +98,7 @@ def _cli_peak(path: Path, tmp_path: Path) -> tuple[int, str, int]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     err = tmp_path / f"{path.stem}.err"
     with err.open("wb") as stderr:
-        command = [sys.executable, "-W", "ignore::RuntimeWarning", "-m", "rag_pipeline.cli.main", "evaluate",
+        command = [sys.executable, "-m", "rag_pipeline.cli", "evaluate",
                    "--dataset", str(path), "--knowledge-base", "kb"]
         proc = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr)
         _, status, usage = os.wait4(proc.pid, 0)

@@ -51,7 +51,7 @@ def browser():
     from playwright import sync_api as playwright_api
 
     if not Path(CHROMIUM).exists():
-        message = f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install chromium`; .ci/run does)"
+        message = f"{CHROMIUM} is missing: install Debian's chromium (`.ci/chromium`, which `make test` runs)"
         if os.environ.get("CI"):  # .ci/run installs it: a CI machine without it is a broken set-up
             pytest.fail(message)
         pytest.skip(message)

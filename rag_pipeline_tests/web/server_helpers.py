@@ -1,6 +1,6 @@
 """A real ``rag-pipeline serve`` process (and a real Dagster daemon) for the web tests.
 
-:func:`start_server` runs ``python -m rag_pipeline.cli.main serve --host H --port P`` with the test session's
+:func:`start_server` runs ``python -m rag_pipeline.cli serve --host H --port P`` with the test session's
 database and a Dagster instance in ``dagster_home`` (a copy of the repo's ``dagster.yaml``: Postgres storage, the
 run queue), waits for ``/healthz`` and stops it afterwards. :func:`start_daemon` runs ``dagster-daemon run`` on
 that instance (the queue, sensors) and waits for its heartbeat.
@@ -97,7 +97,7 @@ def start_server(env: dict[str, str], *, host: str = "127.0.0.1", log: Path, tim
     """Run ``rag-pipeline serve`` on a free port; yields (base URL, process). ``ready``: wait for /healthz."""
     port = free_port()
     out = open(log, "ab")  # noqa: SIM115 - handed to the child, closed below
-    proc = subprocess.Popen([sys.executable, "-m", "rag_pipeline.cli.main", "serve", "--host", host, "--port",
+    proc = subprocess.Popen([sys.executable, "-m", "rag_pipeline.cli", "serve", "--host", host, "--port",
                              str(port), *extra_args], env=env, cwd=env.get("DAGSTER_HOME"), stdout=out,
                             stderr=subprocess.STDOUT)
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '127.0.0.1') else host}:{port}"

@@ -172,7 +172,7 @@ def test_knowledge_bases_and_datasets_listings(evaluated, live_server, demo_kb):
     uploaded = evaluated[0]
     kbs = requests.get(f"{live_server}/api/v1/knowledge-bases", timeout=60).json()["knowledge_bases"]
     demo = next(k for k in kbs if k["name"] == demo_kb)
-    assert demo["text_search"] == "chinese" and demo["models"] == ["use-multilingual-v3"]
+    assert demo["text_search"] == "mixed" and demo["models"] == ["use-multilingual-v3"]
     assert demo["current_chunks"] > 0 and demo["embeddings"]["use-multilingual-v3"] == demo["current_chunks"]
     assert "hybrid-v1" in demo["applicable_strategies"] and "vector-minilm-v1" in demo["inapplicable_strategies"]
     one = requests.get(f"{live_server}/api/v1/knowledge-bases/{demo['id']}", timeout=60).json()

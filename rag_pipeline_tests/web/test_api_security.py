@@ -24,7 +24,7 @@ TOKEN = "test-token-0123456789abcdef"
 
 
 def _serve_refused(env: dict, host: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rag_pipeline.cli.main", "serve", "--host", host, "--port",
+    return subprocess.run([sys.executable, "-m", "rag_pipeline.cli", "serve", "--host", host, "--port",
                            str(free_port())], env=env, capture_output=True, text=True, timeout=300)
 
 

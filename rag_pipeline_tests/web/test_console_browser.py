@@ -129,6 +129,8 @@ def test_the_seed_workflow_in_the_browser(live_server, demo_kb, browser, shots):
     assert ("PASSED" in gate or "FAILED" in gate) and "keyword-v1" in gate and "95% CI" in gate
     assert page.locator("#history svg.chart").count() == 6
     assert page.locator("#history svg.chart circle").count() >= 2 * 6
+    top = {s: page.locator(s).bounding_box()["y"] for s in ("#evaluate", "#current", "#history", "#label-check")}
+    assert top["#evaluate"] < top["#current"] < top["#history"] < top["#label-check"]  # the action first
     _shot(page, shots, "dashboard")
 
     # the baseline's run: filter to zero-score cases

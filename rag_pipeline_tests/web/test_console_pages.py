@@ -212,6 +212,7 @@ def test_an_upload_opens_its_label_check_with_each_invalid_label_and_its_fix(liv
     assert [(r[0], r[1], r[2]) for r in rows] == [(cases[2]["case_id"], unknown, "unknown_id")]
     assert "labels must be document_chunks.id of knowledge base" in rows[0][3]
     assert "1 of 5 cases have no valid label" in check
+    assert check.count(unknown) == 1 and check.count(rows[0][3]) == 1  # in the table only, not the headline too
     # the applicable strategies are pre-selected, the others disabled with the reason
     boxes = re.findall(r'<input type="checkbox" name="strategy" value="([^"]+)" (checked)? ?(disabled)?', response.text)
     assert ("hybrid-v1", "checked", "") in boxes and ("vector-minilm-v1", "", "disabled") in boxes

@@ -124,7 +124,7 @@ def test_filters_refuse_names_no_run_can_have(loopback_server):
 
 
 def _serve(env: dict, host: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rag_pipeline.cli.main", "serve", "--host", host, "--port",
+    return subprocess.run([sys.executable, "-m", "rag_pipeline.cli", "serve", "--host", host, "--port",
                            str(free_port())], env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -13,7 +13,7 @@ from rag_pipeline.knowledge_base.sources import read_folder
 from rag_pipeline.storage.files import write_atomic
 
 DEMO_KB = "demo"
-DEMO_TEXT_SEARCH = "chinese"
+DEMO_TEXT_SEARCH = "mixed"  # Chinese and English documents: jieba words, English stemming (textsearch.py)
 DEMO_CHUNK_SIZE = 500
 DEMO_CHUNK_OVERLAP = 80
 ANSWER_FIELDS = ("reference_answers", "answerable", "key_points")

@@ -130,6 +130,24 @@ def questions_from_text(text: str, k: int, source: str = "questions") -> list[Dr
             for i, q in enumerate(questions, start=1)]
 
 
+def _is_json(raw: bytes) -> bool:
+    return raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"[", b"{")
+
+
+def questions_k(engine: sa.Engine, knowledge_base: str, questions: str | Path, k: int | None
+                ) -> tuple[int | None, int]:
+    """``(k for a text questions file, searchable chunks of the knowledge base)``: ``k`` itself when given, else
+    a fifth of the chunks (1..10), so that recall@k is not high whatever the strategy; None for a dataset file
+    (its cases keep their own k)."""
+    with engine.connect() as conn:
+        total = chunk_lookup.list_chunks(conn, resolve_knowledge_base(conn, knowledge_base).id, limit=1)[1]
+    try:
+        dataset = _is_json(read_bounded(questions, MAX_QUESTIONS_BYTES, what="questions file"))
+    except FileReadError as exc:
+        raise DraftError(f"cannot read the questions file {exc}") from None
+    return (None if dataset else k or max(1, min(10, total // 5))), total
+
+
 def read_questions(path: str | Path, knowledge_base: str, k: int) -> list[DraftQuestion]:
     """Questions of a text file, or of a dataset file (its labels kept as prior judgments)."""
     path = Path(path)
@@ -137,7 +155,7 @@ def read_questions(path: str | Path, knowledge_base: str, k: int) -> list[DraftQ
         raw = read_bounded(path, MAX_QUESTIONS_BYTES, what="questions file")
     except FileReadError as exc:
         raise DraftError(f"cannot read the questions file {exc}") from None
-    if raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"[", b"{"):
+    if _is_json(raw):
         dataset = load_dataset(path, knowledge_base=knowledge_base) if path.suffix == ".json" else parse_dataset(
             raw, source=str(path), knowledge_base=knowledge_base)
         return [DraftQuestion(case_id=c.case_id, question=c.question, k=c.k, candidates=[
@@ -213,13 +231,38 @@ def _candidate(row: ChunkRow | None, chunk_id: str, found_by: dict[str, int], gr
                           found_by=found_by, grade=grade)
 
 
-def suggest(engine: sa.Engine, knowledge_base: str, questions: str | Path, output: str | Path, *,
-            strategies: Sequence[str] | None = None, depth: int = 10, k: int = 10,
-            name: str | None = None) -> Draft:
-    """Pool the candidates of every question and write the draft to ``output`` (nothing written on an error)."""
+def _work_in(path: Path) -> str | None:
+    """What overwriting an existing ``path`` would lose (a draft's grades, or a file that is no draft), else None."""
+    try:
+        old = load_draft(path)
+    except DraftError:
+        return "is not a label draft"
+    graded = sum(c.grade is not None for q in old.questions for c in q.candidates)
+    decided = sum(q.status != "pending" for q in old.questions)
+    if graded or decided:
+        return f"is a label draft holding {graded} grades ({decided} questions judged or skipped)"
+    return None
+
+
+def draft_output(output: str | Path, *, force: bool) -> Path:
+    """``output`` as a draft's target: not a folder, and an existing file with grades (or that is no draft) is kept
+    unless ``force``."""
     output = Path(output)
     if output.is_dir():
         raise OSError(f"--output {output} is a directory; give a file name (e.g. {output / 'draft.json'})")
+    lost = None if force or not output.exists() else _work_in(output)
+    if lost:
+        raise DraftError(f"not written: --output {output} already exists and {lost}; overwriting it would lose "
+                         "that (resume it with `rag-pipeline label`): choose another file, or add --force")
+    return output
+
+
+def suggest(engine: sa.Engine, knowledge_base: str, questions: str | Path, output: str | Path, *,
+            strategies: Sequence[str] | None = None, depth: int = 10, k: int = 10,
+            name: str | None = None, force: bool = False) -> Draft:
+    """Pool the candidates of every question and write the draft to ``output`` (nothing written on an error;
+    an existing ``output`` with grades, or that is no draft, is kept unless ``force``)."""
+    output = draft_output(output, force=force)
     name = name or output.stem.removesuffix(".draft")
     check_name(DATASET, name)
     with engine.connect() as conn:
@@ -270,11 +313,10 @@ def pool_runs(engine: sa.Engine, run_ids: Sequence[str], *, name: str | None = N
 
 
 def suggest_from_runs(engine: sa.Engine, run_ids: Sequence[str], output: str | Path, *,
-                      name: str | None = None) -> Draft:
-    """:func:`pool_runs` written to ``output`` (nothing written on an error)."""
-    output = Path(output)
-    if output.is_dir():
-        raise OSError(f"--output {output} is a directory; give a file name (e.g. {output / 'draft.json'})")
+                      name: str | None = None, force: bool = False) -> Draft:
+    """:func:`pool_runs` written to ``output`` (nothing written on an error; an existing draft with grades is kept
+    unless ``force``)."""
+    output = draft_output(output, force=force)
     if name is not None:
         check_name(DATASET, name)
     draft = pool_runs(engine, run_ids, name=name)
@@ -347,15 +389,40 @@ def _checked(engine: sa.Engine, draft: Draft, name: str, source: str, binary: bo
         bad = report.invalid()[0]
         raise DraftError(f"not saved: {report.summary()}; e.g. case {bad.case_id}: {bad.chunk_id} {bad.status} — "
                          f"{bad.detail}")
+    exported = {c["case_id"] for c in cases}
+    unfinished = [LeftOut(case_id=q.case_id, reason=f"still pending: {sum(c.grade is not None for c in q.candidates)} "
+                          f"of {len(q.candidates)} candidates graded, the others count as not relevant")
+                  for q in draft.questions if q.status == "pending" and q.case_id in exported]
     return dataset, text, DraftExport(dataset=dataset.name, knowledge_base=dataset.knowledge_base,
-                                      cases=len(dataset.cases), labels=report.summary(), left_out=left)
+                                      cases=len(dataset.cases), labels=report.summary(), left_out=left,
+                                      unfinished=unfinished)
 
 
-def export_draft(engine: sa.Engine, draft: Draft, output: str | Path, *, binary: bool = False) -> DraftExport:
-    """Write the judged questions of ``draft`` as a dataset file (validated, labels checked first)."""
+def check_export_target(draft: Draft, output: str | Path, *, force: bool = False) -> None:
+    """:class:`DraftError` when ``output`` exists and is not an earlier export of ``draft`` (its labels would be
+    lost), unless ``force``."""
     output = Path(output)
     if output.is_dir():
         raise OSError(f"--output {output} is a directory; give a file name")
+    if force or not output.exists():
+        return
+    try:
+        old = json.loads(read_bounded(output, MAX_DRAFT_BYTES, what="dataset"))
+        made = old["metadata"]["labelled_with"]["draft_created_at"]
+        cases = f" ({len(old['cases'])} cases)"
+    except (FileReadError, ValueError, TypeError, KeyError):
+        made, cases = None, ""
+    if made != draft.created_at or old.get("knowledge_base") != draft.knowledge_base:
+        raise DraftError(f"not written: {output} already exists{cases} and is not an export of this draft; "
+                         "overwriting it would lose its labels: choose another file, or add --force")
+
+
+def export_draft(engine: sa.Engine, draft: Draft, output: str | Path, *, binary: bool = False,
+                 force: bool = False) -> DraftExport:
+    """Write the judged questions of ``draft`` as a dataset file (validated, labels checked first); an existing
+    file is replaced only when it is an earlier export of the draft, or with ``force``."""
+    output = Path(output)
+    check_export_target(draft, output, force=force)
     _, text, done = _checked(engine, draft, output.stem, str(output), binary)
     write_atomic(output, text, parents=True)
     return done.model_copy(update={"path": str(output)})

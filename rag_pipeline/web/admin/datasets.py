@@ -91,7 +91,7 @@ def dataset_page(request: Request, engine: Engine, queue: Queue, kb: str, datase
         "runs": summaries, "current": current, "active": active, "gate": _gate(engine, kb_name, dataset),
         "charts": charts, "colours": colours, "baseline": DEFAULT_BASELINE, "baseline_run": baseline_run,
         "queue": queue, "uploaded": uploaded, "launched": launched,
-        "headline": evaluations.label_headline(labels), "url": dataset_url(kb_name, dataset),
+        "headline": evaluations.label_headline(labels, example=False), "url": dataset_url(kb_name, dataset),
         **_answer_section(engine, kb_name, dataset)})
 
 

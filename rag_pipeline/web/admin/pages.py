@@ -70,10 +70,11 @@ _font_lock = threading.Lock()
 def cjk_font_notice() -> str | None:
     """What every page says when this machine has no font with Chinese glyphs (``rag-pipeline doctor``'s check;
     the charts are drawn here, and a browser on this machine lacks the glyphs too); None when one is installed.
-    Checked at most every :data:`FONT_CHECK_TTL_S` seconds, so installing a font clears it without a restart."""
+    A found font is trusted for :data:`FONT_CHECK_TTL_S` seconds; a missing one is looked for again on every page
+    (``fc-list``, tens of milliseconds), so the notice goes with the next page once a font is installed."""
     with _font_lock:
-        if _font_check and time.monotonic() - _font_check[0][0] < FONT_CHECK_TTL_S:
-            return _font_check[0][1]
+        if _font_check and _font_check[0][1] is None and time.monotonic() - _font_check[0][0] < FONT_CHECK_TTL_S:
+            return None
         check = check_cjk_font()
         notice = None if check.status == "OK" else (
             f"CJK font: {check.detail} — in the charts drawn on this server, and in a browser on this machine. "
