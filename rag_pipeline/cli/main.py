@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import importlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
