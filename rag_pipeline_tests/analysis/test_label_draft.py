@@ -40,8 +40,11 @@ def test_labeller_keys_change_grades_save_and_resume(tmp_path):
     assert [c.grade for c in saved.questions[1].candidates] == [3, None, None]
     assert [q.status for q in saved.questions] == ["judged", "skipped", "pending"] and saved.position == 1
     assert "question 1?" in s.screen() and "[3]" in s.screen()
-    s.press("n"), s.press("n")
-    assert "last question" in s.message
+    s.press("n"), s.press("n")  # past the last question: the end screen
+    s.press("?")
+    assert s.at_end and "last question" in s.message
+    s.press("b")  # back to the last question, not one before it
+    assert not s.at_end and s.draft.position == 2
     s.press("?")
     assert "unknown key" in s.message
     s.press("q")

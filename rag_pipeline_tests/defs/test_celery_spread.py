@@ -96,7 +96,8 @@ def test_one_click_runs_on_both_workers_with_the_in_process_runs_metrics(engine,
         for w in ("w1", "w2"):  # as deploy/celery/README.md: an empty directory, its own DAGSTER_HOME
             (tmp_path / w / "home").mkdir(parents=True)
             shutil.copy(CELERY_YAML, tmp_path / w / "home" / "dagster.yaml")
-            worker_env = {**env, "DAGSTER_HOME": str(tmp_path / w / "home")}
+            worker_env = {**env, "DAGSTER_HOME": str(tmp_path / w / "home"),
+                          "RAG_DATABASE_URL": engine.url.render_as_string(hide_password=False)}
             stack.enter_context(started([CELERY, "-A", APP, "worker", "-n", f"{w}@%h", "-Q", "dagster", "-P",
                                          "threads", "-c", "1", "-l", "INFO"], worker_env, tmp_path / w,
                                         tmp_path / f"{w}.log"))

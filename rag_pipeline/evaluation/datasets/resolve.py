@@ -47,7 +47,7 @@ def stored_version(conn: sa.Connection, kb: KnowledgeBaseRef, name: str, version
     """The latest stored version of ``name`` on ``kb``, or the one whose hash starts with ``version``: its
     ``id, name, content_hash, case_count``."""
     prefix = (version or "").strip().lower()
-    if prefix and (len(prefix) < 4 or not all(c in "0123456789abcdef" for c in prefix)):
+    if version is not None and (len(prefix) < 4 or not all(c in "0123456789abcdef" for c in prefix)):
         raise DatasetNotFoundError(f"dataset version {show_name(version)} is not a hash prefix of at least 4 hex "
                                    "digits")
     rows = queries.versions_with_prefix(conn, kb.name, name, prefix)

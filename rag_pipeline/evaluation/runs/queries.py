@@ -116,10 +116,10 @@ def set_queue(conn: sa.Connection, run_id, queue: str) -> None:
 def claim_queued(conn: sa.Connection, queue_id: str, dagster_run_id: str, run_ids: list[str] | None = None) -> int:
     """The ``queued`` rows queued together as ``queue_id`` (only ``run_ids`` of them, when given) now carry the id
     of the Dagster run that runs them."""
-    only = " AND id::text = ANY(:ids)" if run_ids is not None else ""
     return conn.execute(sa.text(
-        "UPDATE retrieval_evaluation_runs SET dagster_run_id = :dr WHERE dagster_run_id = :q AND status = 'queued'"
-        + only), {"dr": dagster_run_id, "q": queue_id, "ids": run_ids}).rowcount
+        "UPDATE retrieval_evaluation_runs SET dagster_run_id = :dr WHERE dagster_run_id = :q AND status = 'queued' "
+        "AND (CAST(:ids AS text[]) IS NULL OR id::text = ANY(CAST(:ids AS text[])))"),
+        {"dr": dagster_run_id, "q": queue_id, "ids": run_ids}).rowcount
 
 
 def record_tick(conn: sa.Connection, sensor: str) -> None:
