@@ -9,11 +9,13 @@
 #   failed or abandoned (the Dagster run failed by run monitoring), and a relaunch succeeds on the other worker.
 # Everything it starts is stopped on exit (trap), every wait has a deadline; whole script: about 6 minutes.
 # Environment: CELERY_SMOKE_BIN (default <repo>/.venv/bin) names the virtualenv's bin folder (the `celery` extra
-#   installed); PYTHONPATH, when set, is passed on (a worktree's code); RAG_PROJECT_ROOT is never given to workers.
+#   installed); CELERY_WORKER_BIN (default: the same) the workers' one, e.g. the built wheel installed alone;
+#   PYTHONPATH, when set, is passed on (a worktree's code); RAG_PROJECT_ROOT is never given to workers.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BIN="${CELERY_SMOKE_BIN:-$ROOT/.venv/bin}"
 PY="$BIN/python"
+WORKER_BIN="${CELERY_WORKER_BIN:-$BIN}"  # the workers' virtualenv (.ci/run: one the built wheel was installed into)
 API="$PY $ROOT/deploy/celery/smoke_api.py"
 STRATEGIES=(hybrid-v1 vector-v1 keyword-v1 bm25-v1)
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/rag-celery-smoke.XXXXXX")"
@@ -111,18 +113,18 @@ log "the Celery deployment: a daemon, two workers in empty directories, the API"
 export DAGSTER_HOME="$WORK/home-celery"
 for w in w1 w2; do
     mkdir -p "$WORK/$w/run"  # its working directory: empty, no checkout
-    "$PY" -m rag_pipeline.defs.workers config "$WORK/$w/home" >/dev/null
+    "$WORKER_BIN/python" -m rag_pipeline.defs.workers config "$WORK/$w/home" >/dev/null
     start "worker-$w" "$WORK/$w/run" env -u RAG_PROJECT_ROOT -u RAG_PGDATA DAGSTER_HOME="$WORK/$w/home" \
-        "$BIN/celery" -A rag_pipeline.defs.workers.celery_app worker -n "$w@%h" -Q dagster -P threads -c 1 -l INFO
+        "$WORKER_BIN/celery" -A rag_pipeline.defs.workers.celery_app worker -n "$w@%h" -Q dagster -P threads -c 1 -l INFO
 done
 for w in w1 w2; do
     wait_for 180 "worker $w" "$BIN/celery" -A rag_pipeline.defs.workers.celery_app inspect ping -d "$w@$(hostname)"
     grep -q "rag-pipeline worker $w@.*: ready: database: reachable" "$WORK/worker-$w.log"  # its start check passed
 done
 serve_on "$WORK/home-celery"
-# one click is one Dagster run (a step per strategy) on one worker; a second click at once, on a second dataset of
-# the same cases, goes to whichever worker is free (the other one only when the first is still busy: not checked,
-# the relaunch below is what proves the second worker runs evaluations)
+# under the Celery launcher a click is a Dagster run per strategy, each taken by whichever worker is free; a second
+# click at once, on a second dataset of the same cases, too (which worker ran what is not checked here:
+# rag_pipeline_tests/defs/test_celery_spread.py checks both take part; the relaunch below needs the second worker)
 RUNS="$($API evaluate "$BASE" demo demo "$ROOT/datasets/demo.json" "${STRATEGIES[@]}")"
 RUNS_B="$($API evaluate "$BASE" demo demo-b "$ROOT/datasets/demo.json" "${STRATEGIES[@]}")"
 mapfile -t IDS < <($API ids "$RUNS")
