@@ -26,6 +26,7 @@ from rag_pipeline.evaluation.runs import case_queries
 from rag_pipeline.service.datasets import register_dataset
 from rag_pipeline.service.evaluations import run_summaries
 from rag_pipeline.service.queued_runs import queue_evaluations
+from rag_pipeline_tests.defs.celery_extra import require_celery_extra
 from rag_pipeline_tests.web.conftest import DEMO_DATASET
 from rag_pipeline_tests.web.server_helpers import ROOT, _stop, dagster_env, free_port, start_daemon
 
@@ -70,6 +71,7 @@ def results_of(engine, run_id: str) -> tuple:
 
 @pytest.mark.slow  # Redis, a Dagster daemon and two Celery workers
 def test_one_click_runs_on_both_workers_with_the_in_process_runs_metrics(engine, demo_kb, tmp_path, monkeypatch):
+    require_celery_extra()
     if shutil.which("redis-server") is None:
         message = "redis-server is missing (`apt-get install redis-server`; .ci/run installs it)"
         if os.environ.get("CI"):

@@ -20,6 +20,7 @@ from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.service import queued_runs
 from rag_pipeline.service.datasets import register_dataset
 from rag_pipeline.storage.engine import get_engine
+from rag_pipeline_tests.defs.celery_extra import require_celery_extra
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, tiny_cases, write_dataset
 
 KB = "eval-tiny-queue"
@@ -109,6 +110,7 @@ def test_a_running_run_whose_dagster_run_failed_ends_failed_with_dagsters_reason
 
 
 def test_under_the_celery_launcher_a_click_is_a_run_per_strategy_each_claiming_its_own_row(engine, stored):
+    require_celery_extra()
     with dg.instance_for_test(overrides={"run_launcher": CELERY_LAUNCHER}) as instance:
         assert spreads_clicks(instance) and not spreads_clicks(dg.DagsterInstance.ephemeral())
         queued = queued_runs.queue_evaluations(engine, KB, stored.dataset_id, ["keyword-v1", "bm25-v1"])

@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 
 from rag_pipeline.storage.engine import dagster_database_url
+from rag_pipeline_tests.defs.celery_extra import require_celery_extra
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-pytest.importorskip("dagster_celery", reason="the `celery` extra is not installed")
 
 
 @pytest.fixture
 def worker_env(engine, tmp_path) -> dict[str, str]:
     """A worker host's environment: no checkout (an empty working directory), its DAGSTER_HOME written by the
     package's command; a broker nobody listens on (the worker must refuse before it connects)."""
+    require_celery_extra()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RAG_", "DAGSTER_")) and k not in ("PYTHONHOME", "VIRTUAL_ENV")}
     env.update(PYTHONPATH=str(ROOT), RAG_DATABASE_URL=engine.url.render_as_string(hide_password=False),
