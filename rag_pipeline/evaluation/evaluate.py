@@ -15,7 +15,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import MissReason
-from rag_pipeline.contracts.runs import RunCounts
+from rag_pipeline.contracts.runs import RunCounts, StageTimes
 from rag_pipeline.evaluation import shared_indexes
 from rag_pipeline.evaluation.datasets.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
@@ -40,6 +40,7 @@ from rag_pipeline.retrieval.search import (
     preflight,
     statement_timeout_message,
 )
+from rag_pipeline.retrieval.stage_clock import StageClock
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.settings import get_settings
@@ -48,6 +49,8 @@ from rag_pipeline.storage.snapshot_readers import SnapshotReaders, check_capacit
 BATCH_SIZE = 64
 TIMING_KEYS = ("embedding_s", "retrieval_wall_s", "retrieval_sql_s", "diagnosis_sql_s", "metrics_s",
                "persistence_s", "total_s")
+READER_STAGES = ("vector_leg", "keyword_leg", "pool_completion", "fusion", "rerank", "diagnosis")
+"""The stages run on the reader threads (:class:`~rag_pipeline.contracts.runs.StageTimes`)."""
 EXTRA_CONNECTIONS = 3
 """Connections a run holds besides its readers: writes, heartbeat, question-vector store."""
 Progress = Callable[[int, int], None]  # (cases done, cases total)
@@ -70,6 +73,7 @@ class EvaluationOutcome:
     timings: dict[str, float] = field(default_factory=dict)
     summary: RunCounts = field(default_factory=RunCounts)
     knowledge_base_version: str | None = None
+    stages: StageTimes | None = None
 
 
 def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *, batch_size: int = BATCH_SIZE,
@@ -80,6 +84,7 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
     ``queued_run_id``: the ``queued`` run row (made by the HTTP API) to use instead of a new one; it must be queued
     for this strategy and dataset version (else :class:`run_records.RunNotQueuedError`). ``kb``: the dataset's
     knowledge base as the caller resolved it (else resolved here)."""
+    t_start = time.perf_counter()
     logger = logger or log
     if strategy.http is not None:  # the user's retriever over HTTP
         from rag_pipeline.evaluation.http_runs import evaluate_http  # noqa: PLC0415 - it builds on this module
@@ -87,7 +92,6 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
                              progress=progress, logger=logger, queued_run_id=queued_run_id, kb=kb)
     readers = reader_count(readers)
     check_capacity(engine, readers, EXTRA_CONNECTIONS)
-    t_start = time.perf_counter()
     run_records.sweep_gone(engine)  # runs whose process fell silent (no heartbeat): failed, with that reason
     run_records.sweep_abandoned(engine)
     check_cases(dataset)
@@ -146,6 +150,8 @@ class _BatchResult:
     labels: LabelReport
     retrieval_s: float
     diagnosis_s: float
+    clock: StageClock
+    busy_s: float  # the whole task on its thread
 
 
 def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
@@ -153,17 +159,20 @@ def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Seque
                   vector_index: DenseIndex | None = None) -> _BatchResult:
     """Worker thread: one batch's retrieval and miss diagnosis; a statement timeout is a :class:`RetrievalError`
     naming the case."""
+    t_task, clock = time.perf_counter(), StageClock()
     try:
         with readers.borrow() as conn:
             t = time.perf_counter()
             traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in batch],
                                          strategy=strategy, limits=[c.k for c in batch], query_vectors=vectors,
-                                         keyword_index=keyword_index, vector_index=vector_index)
+                                         keyword_index=keyword_index, vector_index=vector_index, clock=clock)
             t_search = time.perf_counter()
             labels = check_labels(conn, kb, batch)
             reasons = diagnosis_db.diagnose_batch(conn, kb, strategy, batch, [tr.candidates for tr in traces],
                                                   labels, query_vectors=vectors)
-            return _BatchResult(traces, reasons, labels, t_search - t, time.perf_counter() - t_search)
+            now = time.perf_counter()
+            clock.add("diagnosis", now - t_search)
+            return _BatchResult(traces, reasons, labels, t_search - t, now - t_search, clock, now - t_task)
     except (StatementTimeout, sa.exc.OperationalError) as exc:
         if not isinstance(exc, StatementTimeout) and not is_statement_timeout(exc):
             raise
@@ -182,6 +191,9 @@ def _cases_label(batch: Sequence[EvaluationCase]) -> str:
 def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: EvaluationOutcome,
          batch_size: int, progress: Progress | None, logger, *, missing: int, t_start: float, readers: int) -> None:
     timings = dict.fromkeys(TIMING_KEYS[:-1], 0.0)
+    clock, on_readers = StageClock(), StageClock()  # the main thread's stages; the reader threads' (summed)
+    clock.add("prepare", time.perf_counter() - t_start)
+    t_index = time.perf_counter()
     sums = np.zeros(len(METRIC_NAMES))
     stats = RunCounts(batch_size=batch_size, readers=readers, relevant_ids_not_in_kb=missing)
     total = len(dataset.cases)
@@ -214,6 +226,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             vector_index = shared_indexes.shared(("vectors", str(kb.id), kb_version, strategy.embedding_model),
                                                  load_vectors)
         _tick(timings, "retrieval_sql_s", t)
+        clock.add("index_load", time.perf_counter() - t_index)
         outcome.knowledge_base_version = kb_version
         with engine.begin() as conn:
             run_queries.set_knowledge_base_version(conn, run_id, outcome.knowledge_base_version)
@@ -225,12 +238,15 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             if start is None:
                 return
             batch = dataset.cases[start:start + batch_size]
-            t = time.perf_counter()
-            vectors = embedder.vectors([c.question for c in batch]) if embedder else None
-            _tick(timings, "embedding_s", t)
+            vectors = None
+            if embedder:
+                t = time.perf_counter()
+                vectors = embedder.vectors([c.question for c in batch])
+                clock.add("question_embedding", _tick(timings, "embedding_s", t) - t)
             pending.append((start, batch, workers.submit(_search_batch, pool_conns, kb, strategy, batch, vectors,
                                                                 keyword_index, vector_index)))
 
+        waited, busy = 0.0, 0.0  # the main thread's wait for the readers; the readers' busy seconds
         try:
             t_loop = time.perf_counter()
             for _ in range(readers):
@@ -238,19 +254,25 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             while pending:
                 start, batch, future = pending.popleft()
                 submit()  # keep every reader busy while this batch is scored and written
+                t = time.perf_counter()
                 result = future.result()
+                waited += time.perf_counter() - t
+                busy += result.busy_s
+                on_readers.merge(result.clock)
                 timings["retrieval_sql_s"] += result.retrieval_s
                 timings["diagnosis_sql_s"] += result.diagnosis_s
                 tally.add(result.labels, result.reasons)
                 t = time.perf_counter()
                 values = case_metrics(batch, result.traces)
                 sums += values.sum(axis=0)
+                t_metrics = t
                 t = _tick(timings, "metrics_s", t)
+                clock.add("metrics", t - t_metrics)
                 outcome.candidate_count += persistence.copy_candidates(
                     writer, persistence.candidate_rows(run_id, start, batch, result.traces))
                 persistence.copy_case_results(
                     writer, persistence.case_rows(run_id, start, batch, result.traces, values, result.reasons, stats))
-                _tick(timings, "persistence_s", t)
+                clock.add("candidate_write", _tick(timings, "persistence_s", t) - t)
                 outcome.case_count += len(batch)
                 run_records.heartbeat(engine, run_id, outcome.case_count)
                 if progress:
@@ -262,6 +284,8 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                 future.cancel()
             raise
         timings["retrieval_wall_s"] = time.perf_counter() - t_loop
+        share_readers(clock, on_readers, waited, busy)
+        t_summary = time.perf_counter()
         averages = sums / scored
         outcome.averages = {m: float(v) for m, v in zip(METRIC_NAMES, averages, strict=True)}
         timings["total_s"] = time.perf_counter() - t_start
@@ -269,11 +293,36 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
         tally.add_to(stats, outcome.averages)
         stats.question_embeddings = embedder.summary() if embedder else None
         outcome.summary = stats
+
+        def stage_times() -> StageTimes:
+            now = time.perf_counter()
+            clock.add("summary_write", now - t_summary)
+            outcome.stages = stage_times_of(clock, now - t_start)
+            return outcome.stages
+
         persistence.finalize_run(
             writer, run_id, dataset_name=dataset.name, knowledge_base_name=kb.name,
             strategy_version=strategy.version, case_count=outcome.case_count,
             candidate_count=outcome.candidate_count, averages=outcome.averages,
-            timings=outcome.timings, summary=outcome.summary)
+            timings=outcome.timings, summary=outcome.summary, stages=stage_times)
+
+
+def share_readers(clock: StageClock, on_readers: StageClock, waited: float, busy: float) -> None:
+    """Add the reader threads' stages to ``clock`` as wall time: the main thread's ``waited`` seconds, split by
+    each stage's share of the readers' ``busy`` seconds (the unstaged rest of those is left to ``other``)."""
+    factor = min(1.0, waited / busy) if busy > 0 else 0.0
+    for stage in READER_STAGES:
+        clock.add(stage, on_readers.get(stage) * factor)
+
+
+def stage_times_of(clock: StageClock, wall: float) -> StageTimes:
+    """:class:`StageTimes` of ``clock`` (stage name = field name without ``_s``) and the run's ``wall`` time, in
+    whole microseconds, the stages rounded down: they and ``other`` add up to ``wall``."""
+    keys = [f for f in StageTimes.model_fields if f not in ("other_s", "wall_s")]
+    micros = {k: int(clock.get(k[:-2]) * 1e6) for k in keys}
+    wall_us = max(int(round(wall * 1e6)), sum(micros.values()))
+    return StageTimes(**{k: v / 1e6 for k, v in micros.items()}, other_s=(wall_us - sum(micros.values())) / 1e6,
+                      wall_s=wall_us / 1e6)
 
 
 def exact_in_memory(strategy: Strategy) -> bool:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.reports import MissReason
-from rag_pipeline.contracts.runs import RunCounts
+from rag_pipeline.contracts.runs import RunCounts, StageTimes
 from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis.miss_reasons import REASONS_JSON
@@ -67,22 +67,31 @@ def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence],
 
 def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_base_name: str,
                  strategy_version: str, case_count: int, candidate_count: int,
-                 averages: Mapping[str, float], timings: Mapping[str, float], summary: RunCounts) -> None:
+                 averages: Mapping[str, float], timings: Mapping[str, float], summary: RunCounts,
+                 stages: Callable[[], StageTimes] | None = None) -> None:
     """Write the summary (with the run's judged shares), mark the run ``succeeded`` and re-elect the current run of
     its dataset × knowledge base × strategy: the latest-started succeeded run on the dataset's latest version (a late
-    finisher never wins)."""
+    finisher never wins). ``stages()``, called just before the summary is written: the run's stage times, stored
+    in the summary as ``stages``."""
     key = f"rag-eval-current\x1f{dataset_name}\x1f{knowledge_base_name}\x1f{strategy_version}"
     # Serialise concurrent finishers of the same (dataset, KB, strategy) so exactly one run is current.
     run_queries.lock_current_slot(conn, key)
     summary.judged = judged_of_run(conn, run_id)  # from the pools and case results this transaction wrote
     updated = run_queries.mark_succeeded(conn, run_id, averages=averages, case_count=case_count,
                                          candidate_count=candidate_count, timings=json.dumps(dict(timings)),
-                                         summary=summary.model_dump_json())
+                                         summary=summary_json(summary, stages() if stages else None))
     if updated != 1:
         raise RuntimeError(f"evaluation run {run_id} is no longer 'running' (marked abandoned or failed "
                            "by another process); its results were not saved")
     run_queries.elect_current(conn, dataset_name=dataset_name, knowledge_base_name=knowledge_base_name,
                               strategy_version=strategy_version)
+
+
+def summary_json(summary: RunCounts, stages: StageTimes | None) -> str:
+    """The stored ``summary`` column: the run's counts, and its stage times under ``stages``."""
+    if stages is None:
+        return summary.model_dump_json()
+    return json.dumps({**json.loads(summary.model_dump_json()), "stages": stages.model_dump(mode="json")})
 
 
 def candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]):
