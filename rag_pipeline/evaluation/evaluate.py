@@ -25,6 +25,7 @@ from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs import queries as run_queries
 from rag_pipeline.evaluation.runs import results as persistence
+from rag_pipeline.evaluation.stage_times import share_readers, stage_times_of
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
 from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
@@ -49,8 +50,6 @@ from rag_pipeline.storage.snapshot_readers import SnapshotReaders, check_capacit
 BATCH_SIZE = 64
 TIMING_KEYS = ("embedding_s", "retrieval_wall_s", "retrieval_sql_s", "diagnosis_sql_s", "metrics_s",
                "persistence_s", "total_s")
-READER_STAGES = ("vector_leg", "keyword_leg", "pool_completion", "fusion", "rerank", "diagnosis")
-"""The stages run on the reader threads (:class:`~rag_pipeline.contracts.runs.StageTimes`)."""
 EXTRA_CONNECTIONS = 3
 """Connections a run holds besides its readers: writes, heartbeat, question-vector store."""
 Progress = Callable[[int, int], None]  # (cases done, cases total)
@@ -247,42 +246,47 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                                                                 keyword_index, vector_index)))
 
         waited, busy = 0.0, 0.0  # the main thread's wait for the readers; the readers' busy seconds
-        try:
-            t_loop = time.perf_counter()
-            for _ in range(readers):
-                submit()
-            while pending:
-                start, batch, future = pending.popleft()
-                submit()  # keep every reader busy while this batch is scored and written
-                t = time.perf_counter()
-                result = future.result()
-                waited += time.perf_counter() - t
-                busy += result.busy_s
-                on_readers.merge(result.clock)
-                timings["retrieval_sql_s"] += result.retrieval_s
-                timings["diagnosis_sql_s"] += result.diagnosis_s
-                tally.add(result.labels, result.reasons)
-                t = time.perf_counter()
-                values = case_metrics(batch, result.traces)
-                sums += values.sum(axis=0)
-                t_metrics = t
-                t = _tick(timings, "metrics_s", t)
-                clock.add("metrics", t - t_metrics)
-                outcome.candidate_count += persistence.copy_candidates(
-                    writer, persistence.candidate_rows(run_id, start, batch, result.traces))
-                persistence.copy_case_results(
-                    writer, persistence.case_rows(run_id, start, batch, result.traces, values, result.reasons, stats))
-                clock.add("candidate_write", _tick(timings, "persistence_s", t) - t)
-                outcome.case_count += len(batch)
-                run_records.heartbeat(engine, run_id, outcome.case_count)
-                if progress:
-                    progress(outcome.case_count, total)
-                if (start // batch_size) % 10 == 9:
-                    logger.info(f"{outcome.case_count}/{total} cases evaluated")
-        except BaseException:
-            for _, _, future in pending:
-                future.cancel()
-            raise
+        cases: list[tuple] = []  # the case-result rows, one COPY after the pools'
+        t_loop = time.perf_counter()
+        with persistence.candidate_copy(writer) as write_pools:  # the run's pools: one COPY, rows as batches come
+            try:
+                for _ in range(readers):
+                    submit()
+                while pending:
+                    start, batch, future = pending.popleft()
+                    submit()  # keep every reader busy while this batch is scored and written
+                    t = time.perf_counter()
+                    result = future.result()
+                    waited += time.perf_counter() - t
+                    busy += result.busy_s
+                    on_readers.merge(result.clock)
+                    timings["retrieval_sql_s"] += result.retrieval_s
+                    timings["diagnosis_sql_s"] += result.diagnosis_s
+                    tally.add(result.labels, result.reasons)
+                    t = time.perf_counter()
+                    values = case_metrics(batch, result.traces)
+                    sums += values.sum(axis=0)
+                    t_metrics = t
+                    t = _tick(timings, "metrics_s", t)
+                    clock.add("metrics", t - t_metrics)
+                    outcome.candidate_count += write_pools(
+                        persistence.candidate_rows(run_id, start, batch, result.traces))
+                    cases.extend(persistence.case_rows(run_id, start, batch, result.traces, values, result.reasons,
+                                                       stats))
+                    clock.add("candidate_write", _tick(timings, "persistence_s", t) - t)
+                    outcome.case_count += len(batch)
+                    run_records.heartbeat(engine, run_id, outcome.case_count)
+                    if progress:
+                        progress(outcome.case_count, total)
+                    if (start // batch_size) % 10 == 9:
+                        logger.info(f"{outcome.case_count}/{total} cases evaluated")
+            except BaseException:
+                for _, _, future in pending:
+                    future.cancel()
+                raise
+            t = time.perf_counter()
+        persistence.copy_case_results(writer, cases)
+        clock.add("candidate_write", _tick(timings, "persistence_s", t) - t)
         timings["retrieval_wall_s"] = time.perf_counter() - t_loop
         share_readers(clock, on_readers, waited, busy)
         t_summary = time.perf_counter()
@@ -305,24 +309,6 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             strategy_version=strategy.version, case_count=outcome.case_count,
             candidate_count=outcome.candidate_count, averages=outcome.averages,
             timings=outcome.timings, summary=outcome.summary, stages=stage_times)
-
-
-def share_readers(clock: StageClock, on_readers: StageClock, waited: float, busy: float) -> None:
-    """Add the reader threads' stages to ``clock`` as wall time: the main thread's ``waited`` seconds, split by
-    each stage's share of the readers' ``busy`` seconds (the unstaged rest of those is left to ``other``)."""
-    factor = min(1.0, waited / busy) if busy > 0 else 0.0
-    for stage in READER_STAGES:
-        clock.add(stage, on_readers.get(stage) * factor)
-
-
-def stage_times_of(clock: StageClock, wall: float) -> StageTimes:
-    """:class:`StageTimes` of ``clock`` (stage name = field name without ``_s``) and the run's ``wall`` time, in
-    whole microseconds, the stages rounded down: they and ``other`` add up to ``wall``."""
-    keys = [f for f in StageTimes.model_fields if f not in ("other_s", "wall_s")]
-    micros = {k: int(clock.get(k[:-2]) * 1e6) for k in keys}
-    wall_us = max(int(round(wall * 1e6)), sum(micros.values()))
-    return StageTimes(**{k: v / 1e6 for k, v in micros.items()}, other_s=(wall_us - sum(micros.values())) / 1e6,
-                      wall_s=wall_us / 1e6)
 
 
 def exact_in_memory(strategy: Strategy) -> bool:

@@ -14,7 +14,8 @@ from rag_pipeline.cli import main
 from rag_pipeline.contracts.runs import STAGE_LABELS, StageTimes
 from rag_pipeline.defs.evaluation_metadata import run_metadata
 from rag_pipeline.evaluation.datasets.load import load_dataset
-from rag_pipeline.evaluation.evaluate import evaluate_dataset, share_readers, stage_times_of
+from rag_pipeline.evaluation.evaluate import evaluate_dataset
+from rag_pipeline.evaluation.stage_times import share_readers, stage_times_of
 from rag_pipeline.retrieval.stage_clock import StageClock
 from rag_pipeline.retrieval.strategies import Rerank, get_strategy
 from rag_pipeline.service import evaluations

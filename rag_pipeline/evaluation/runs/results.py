@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 
 import numpy as np
 import sqlalchemy as sa
@@ -17,7 +18,7 @@ from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis.miss_reasons import REASONS_JSON
 from rag_pipeline.evaluation.runs import queries as run_queries
-from rag_pipeline.evaluation.runs.case_queries import copy_rows
+from rag_pipeline.evaluation.runs.case_queries import copy_into, copy_rows
 from rag_pipeline.evaluation.runs.judged import judged_of_run
 from rag_pipeline.retrieval.trace import RetrievalTrace
 
@@ -57,6 +58,12 @@ CANDIDATE_TYPES = ("uuid", "int4", "uuid", "int4", "float8", "int2", "float8", "
 def copy_candidates(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
     """:func:`candidate_rows` into the run's partition by binary COPY (docs/design.md §4.2)."""
     return copy_rows(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, rows, CANDIDATE_TYPES)
+
+
+def candidate_copy(conn: sa.Connection) -> AbstractContextManager[Callable[[Iterable[Sequence]], int]]:
+    """One binary COPY of a run's pools, open while its batches come: ``with candidate_copy(conn) as write:``,
+    ``write(candidate_rows(...))`` per batch (:func:`~rag_pipeline.evaluation.runs.case_queries.copy_into`)."""
+    return copy_into(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, CANDIDATE_TYPES)
 
 
 def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence],
