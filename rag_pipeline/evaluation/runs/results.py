@@ -101,14 +101,20 @@ def summary_json(summary: RunCounts, stages: StageTimes | None) -> str:
     return json.dumps({**json.loads(summary.model_dump_json()), "stages": stages.model_dump(mode="json")})
 
 
-def candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]):
-    """:data:`CANDIDATE_COLUMNS` rows (the view adds case_id, document, strategy, is_relevant), ids as ``uuid.UUID``."""
+def candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
+                   chunk_uuids: dict[str, uuid.UUID] | None = None):
+    """:data:`CANDIDATE_COLUMNS` rows (the view adds case_id, document, strategy, is_relevant), ids as ``uuid.UUID``
+    (``chunk_uuids``: the ones parsed already, kept across a run's batches; a chunk is in many pools)."""
     run = uuid.UUID(str(run_id))
+    parsed = {} if chunk_uuids is None else chunk_uuids
     for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
         grades = case.grades  # judged grade of a chunk (0 = judged not relevant); not judged: NULL
         n_selected = len(trace.selected)
         for c in trace.candidates:
-            yield (run, offset + i, uuid.UUID(c.chunk_id), c.rank, c.vector_score, c.vector_rank, c.keyword_score,
+            chunk = parsed.get(c.chunk_id)
+            if chunk is None:
+                chunk = parsed[c.chunk_id] = uuid.UUID(c.chunk_id)
+            yield (run, offset + i, chunk, c.rank, c.vector_score, c.vector_rank, c.keyword_score,
                    c.keyword_rank, c.rerank_score, c.final_score, c.rank <= n_selected, grades.get(c.chunk_id))
 
 
