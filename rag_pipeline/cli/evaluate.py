@@ -46,6 +46,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         line = output.latency_line(s)
         if line:
             print(f"{s.strategy_version}: {line}")
+    stages = output.stage_table(summaries)
+    if stages:
+        print("\n" + stages)
     not_written: list[tuple[str, RagError]] = []
     for outcome, path in zip(outcomes, paths, strict=True):
         if path is None:

@@ -10,7 +10,7 @@ import sys
 from rag_pipeline.analysis.text_table import text_table
 from rag_pipeline.contracts.metrics import METRIC_LABELS, METRIC_NAMES
 from rag_pipeline.contracts.reports import CaseReport, RunDetail
-from rag_pipeline.contracts.runs import RunSummary
+from rag_pipeline.contracts.runs import STAGE_LABELS, RunSummary
 from rag_pipeline.storage.names import printable
 
 
@@ -111,6 +111,21 @@ def latency_line(summary: RunSummary) -> str | None:
     resumed = f" ({r.cases_resumed} answered before a resume)" if r.cases_resumed else ""
     return (f"latency p50 {ms(r.latency_p50_ms)}, p95 {ms(r.latency_p95_ms)}, max {ms(r.latency_max_ms)}; "
             f"{r.cases_asked} case(s) asked{resumed}{failed}")
+
+
+def stage_table(summaries: list[RunSummary]) -> str | None:
+    """Seconds of wall time per stage, a column per run with stage times (docs/evaluating.md, "Time per stage");
+    None: none has them (an ``http`` strategy's run)."""
+    timed = [s for s in summaries if s.stages is not None]
+    if not timed:
+        return None
+    rows = [[f"  {label}", *(f"{getattr(s.stages, key):.2f}" for s in timed)] for key, label in STAGE_LABELS.items()]
+    rows.append(["  wall", *(f"{s.stages.wall_s:.2f}" for s in timed if s.stages)])
+    width = max(len(r[i]) for r in rows for i in range(1, len(r)))
+    headers = ["time per stage (s)", *(printable(s.strategy_version) for s in timed)]
+    width = max(width, *(len(h) for h in headers[1:]))
+    return text_table([headers[0], *(h.rjust(width) for h in headers[1:])],
+                      [[r[0], *(c.rjust(width) for c in r[1:])] for r in rows])
 
 
 def case_text(case: CaseReport) -> str:

@@ -93,6 +93,43 @@ class RunCounts(BaseModel):
                                                         "labels, without retrieving (`runs rescore`).")
 
 
+STAGE_LABELS = {
+    "prepare_s": "prepare", "index_load_s": "index load", "question_embedding_s": "question embedding",
+    "vector_leg_s": "vector leg", "keyword_leg_s": "keyword leg", "pool_completion_s": "pool completion",
+    "fusion_s": "fusion", "rerank_s": "rerank", "diagnosis_s": "diagnosis", "metrics_s": "metrics",
+    "candidate_write_s": "candidate write", "summary_write_s": "summary write", "other_s": "other"}
+"""Each stage field of :class:`StageTimes` (in the run's order) and its name where people read it."""
+
+
+class StageTimes(Strict):
+    """Where a run's wall time went, per stage (seconds, docs/evaluating.md, "Time per stage"): the stages plus
+    ``other`` add up to ``wall_s``. Stages on the reader threads (legs, completion, fusion, rerank, diagnosis) share the
+    time the main thread waited for those threads, in proportion to their seconds on the threads."""
+
+    prepare_s: float = Field(ge=0, description="Sweeps, dataset and label checks, the strategy's preflight (its "
+                                               "embedding model loaded), the run row.")
+    index_load_s: float = Field(ge=0, description="The reader snapshot, the KB version, the in-memory BM25 "
+                                                  "postings and vectors (0 when shared from an earlier run).")
+    question_embedding_s: float = Field(ge=0, description="Question vectors: read from `question_embeddings` or "
+                                                          "embedded.")
+    vector_leg_s: float = Field(ge=0)
+    keyword_leg_s: float = Field(ge=0)
+    pool_completion_s: float = Field(ge=0, description="`complete_pool`: the other leg's scores of each pool chunk.")
+    fusion_s: float = Field(ge=0)
+    rerank_s: float = Field(ge=0)
+    diagnosis_s: float = Field(ge=0, description="The label check and the miss reasons of every relevant chunk.")
+    metrics_s: float = Field(ge=0)
+    candidate_write_s: float = Field(ge=0, description="COPY of the candidate pools and the case results.")
+    summary_write_s: float = Field(ge=0, description="The judged shares and the run's summary (the commit after "
+                                                     "it is not counted).")
+    other_s: float = Field(ge=0, description="What no stage covers (heartbeats, progress, thread hand-offs).")
+    wall_s: float = Field(ge=0, description="The run's wall time, from its start to its summary's write.")
+
+    def stages(self) -> list[tuple[str, float]]:
+        """``(label, seconds)`` of every stage, ``other`` last."""
+        return [(label, getattr(self, key)) for key, label in STAGE_LABELS.items()]
+
+
 class RunSummary(Strict, InlineMetrics):
     """A run's summary (the report's ``summary``; what ``rag-pipeline show`` prints first); one mean per metric,
     null until the run succeeds."""
@@ -114,6 +151,9 @@ class RunSummary(Strict, InlineMetrics):
                                                        "`*_sql_s` are summed over the reader threads.")
     question_embeddings: dict[str, int] | None = Field(description="Question vectors reused from earlier runs "
                                                                    "vs embedded by this one (null: no vector leg).")
+    stages: StageTimes | None = Field(None, description="The run's wall time per stage (null: a run not searched "
+                                                        "by the pipeline's own legs, or stored before stages were "
+                                                        "recorded).")
     partition_key: str | None
     dagster_run_id: str | None
     worker: str | None = Field(None, description="The process that executed the run: a Celery worker's node name "

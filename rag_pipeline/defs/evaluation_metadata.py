@@ -4,7 +4,7 @@ import dagster as dg
 
 from rag_pipeline.contracts.metrics import HEADLINE_METRICS, METRIC_LABELS
 from rag_pipeline.contracts.reports import CaseOverview, RunTables, TopCandidate
-from rag_pipeline.contracts.runs import RunCounts
+from rag_pipeline.contracts.runs import RunCounts, RunSummary
 
 MAX_TABLE_ROWS = 200
 RUN_ASSETS = ("retrieval_candidates", "case_metrics", "evaluation_run_summary")
@@ -60,6 +60,13 @@ def worst_cases_markdown(worst: list[CaseOverview]) -> str:
     return "\n".join(lines)
 
 
+def stage_seconds(s: RunSummary) -> dict[str, float]:
+    """The run's wall time per stage, its stages in order and ``wall`` last (empty: a run without stage times)."""
+    if s.stages is None:
+        return {}
+    return {**{label: display_number(v) for label, v in s.stages.stages()}, "wall": display_number(s.stages.wall_s)}
+
+
 def run_metadata(t: RunTables) -> dict[str, dict]:
     """The metadata of each asset of one run (:data:`RUN_ASSETS`), from its summary and case tables."""
     s, counts, timings = t.summary, t.summary.counts or RunCounts(), t.summary.timings or {}
@@ -107,6 +114,7 @@ def run_metadata(t: RunTables) -> dict[str, dict]:
         "dagster/row_count": 1,
         "timings": dg.MetadataValue.json({k: display_number(v) if isinstance(v, float) else v
                                           for k, v in timings.items()}),
+        "stage_seconds": dg.MetadataValue.json(stage_seconds(s)),
         "worst_cases": dg.MetadataValue.md(worst_cases_markdown(t.worst)),
         "miss_reasons": dg.MetadataValue.json(counts.miss_reasons.counts if counts.miss_reasons else {}),
         "headline": dg.MetadataValue.md(counts.first_line or "_metrics are not all zero_"),

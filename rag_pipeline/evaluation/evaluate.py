@@ -15,7 +15,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import MissReason
-from rag_pipeline.contracts.runs import RunCounts
+from rag_pipeline.contracts.runs import RunCounts, StageTimes
 from rag_pipeline.evaluation import shared_indexes
 from rag_pipeline.evaluation.datasets.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
@@ -25,6 +25,7 @@ from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs import queries as run_queries
 from rag_pipeline.evaluation.runs import results as persistence
+from rag_pipeline.evaluation.stage_times import share_readers, stage_times_of
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
 from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
@@ -40,6 +41,7 @@ from rag_pipeline.retrieval.search import (
     preflight,
     statement_timeout_message,
 )
+from rag_pipeline.retrieval.stage_clock import StageClock
 from rag_pipeline.retrieval.strategies import Strategy
 from rag_pipeline.retrieval.strategy_store import register_strategy
 from rag_pipeline.settings import get_settings
@@ -70,6 +72,7 @@ class EvaluationOutcome:
     timings: dict[str, float] = field(default_factory=dict)
     summary: RunCounts = field(default_factory=RunCounts)
     knowledge_base_version: str | None = None
+    stages: StageTimes | None = None
 
 
 def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *, batch_size: int = BATCH_SIZE,
@@ -80,6 +83,7 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
     ``queued_run_id``: the ``queued`` run row (made by the HTTP API) to use instead of a new one; it must be queued
     for this strategy and dataset version (else :class:`run_records.RunNotQueuedError`). ``kb``: the dataset's
     knowledge base as the caller resolved it (else resolved here)."""
+    t_start = time.perf_counter()
     logger = logger or log
     if strategy.http is not None:  # the user's retriever over HTTP
         from rag_pipeline.evaluation.http_runs import evaluate_http  # noqa: PLC0415 - it builds on this module
@@ -87,7 +91,6 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
                              progress=progress, logger=logger, queued_run_id=queued_run_id, kb=kb)
     readers = reader_count(readers)
     check_capacity(engine, readers, EXTRA_CONNECTIONS)
-    t_start = time.perf_counter()
     run_records.sweep_gone(engine)  # runs whose process fell silent (no heartbeat): failed, with that reason
     run_records.sweep_abandoned(engine)
     check_cases(dataset)
@@ -146,6 +149,8 @@ class _BatchResult:
     labels: LabelReport
     retrieval_s: float
     diagnosis_s: float
+    clock: StageClock
+    busy_s: float  # the whole task on its thread
 
 
 def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
@@ -153,17 +158,20 @@ def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Seque
                   vector_index: DenseIndex | None = None) -> _BatchResult:
     """Worker thread: one batch's retrieval and miss diagnosis; a statement timeout is a :class:`RetrievalError`
     naming the case."""
+    t_task, clock = time.perf_counter(), StageClock()
     try:
         with readers.borrow() as conn:
             t = time.perf_counter()
             traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in batch],
                                          strategy=strategy, limits=[c.k for c in batch], query_vectors=vectors,
-                                         keyword_index=keyword_index, vector_index=vector_index)
+                                         keyword_index=keyword_index, vector_index=vector_index, clock=clock)
             t_search = time.perf_counter()
             labels = check_labels(conn, kb, batch)
             reasons = diagnosis_db.diagnose_batch(conn, kb, strategy, batch, [tr.candidates for tr in traces],
                                                   labels, query_vectors=vectors)
-            return _BatchResult(traces, reasons, labels, t_search - t, time.perf_counter() - t_search)
+            now = time.perf_counter()
+            clock.add("diagnosis", now - t_search)
+            return _BatchResult(traces, reasons, labels, t_search - t, now - t_search, clock, now - t_task)
     except (StatementTimeout, sa.exc.OperationalError) as exc:
         if not isinstance(exc, StatementTimeout) and not is_statement_timeout(exc):
             raise
@@ -182,6 +190,9 @@ def _cases_label(batch: Sequence[EvaluationCase]) -> str:
 def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: EvaluationOutcome,
          batch_size: int, progress: Progress | None, logger, *, missing: int, t_start: float, readers: int) -> None:
     timings = dict.fromkeys(TIMING_KEYS[:-1], 0.0)
+    clock, on_readers = StageClock(), StageClock()  # the main thread's stages; the reader threads' (summed)
+    clock.add("prepare", time.perf_counter() - t_start)
+    t_index = time.perf_counter()
     sums = np.zeros(len(METRIC_NAMES))
     stats = RunCounts(batch_size=batch_size, readers=readers, relevant_ids_not_in_kb=missing)
     total = len(dataset.cases)
@@ -214,6 +225,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             vector_index = shared_indexes.shared(("vectors", str(kb.id), kb_version, strategy.embedding_model),
                                                  load_vectors)
         _tick(timings, "retrieval_sql_s", t)
+        clock.add("index_load", time.perf_counter() - t_index)
         outcome.knowledge_base_version = kb_version
         with engine.begin() as conn:
             run_queries.set_knowledge_base_version(conn, run_id, outcome.knowledge_base_version)
@@ -225,43 +237,60 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             if start is None:
                 return
             batch = dataset.cases[start:start + batch_size]
-            t = time.perf_counter()
-            vectors = embedder.vectors([c.question for c in batch]) if embedder else None
-            _tick(timings, "embedding_s", t)
+            vectors = None
+            if embedder:
+                t = time.perf_counter()
+                vectors = embedder.vectors([c.question for c in batch])
+                clock.add("question_embedding", _tick(timings, "embedding_s", t) - t)
             pending.append((start, batch, workers.submit(_search_batch, pool_conns, kb, strategy, batch, vectors,
                                                                 keyword_index, vector_index)))
 
-        try:
-            t_loop = time.perf_counter()
-            for _ in range(readers):
-                submit()
-            while pending:
-                start, batch, future = pending.popleft()
-                submit()  # keep every reader busy while this batch is scored and written
-                result = future.result()
-                timings["retrieval_sql_s"] += result.retrieval_s
-                timings["diagnosis_sql_s"] += result.diagnosis_s
-                tally.add(result.labels, result.reasons)
-                t = time.perf_counter()
-                values = case_metrics(batch, result.traces)
-                sums += values.sum(axis=0)
-                t = _tick(timings, "metrics_s", t)
-                outcome.candidate_count += persistence.copy_candidates(
-                    writer, persistence.candidate_rows(run_id, start, batch, result.traces))
-                persistence.copy_case_results(
-                    writer, persistence.case_rows(run_id, start, batch, result.traces, values, result.reasons, stats))
-                _tick(timings, "persistence_s", t)
-                outcome.case_count += len(batch)
-                run_records.heartbeat(engine, run_id, outcome.case_count)
-                if progress:
-                    progress(outcome.case_count, total)
-                if (start // batch_size) % 10 == 9:
-                    logger.info(f"{outcome.case_count}/{total} cases evaluated")
-        except BaseException:
-            for _, _, future in pending:
-                future.cancel()
-            raise
+        waited, busy = 0.0, 0.0  # the main thread's wait for the readers; the readers' busy seconds
+        cases: list[tuple] = []  # the case-result rows, one COPY after the pools'
+        chunk_uuids: dict[str, uuid.UUID] = {}
+        t_loop = time.perf_counter()
+        with persistence.candidate_copy(writer) as write_pools:  # the run's pools: one COPY, rows as batches come
+            try:
+                for _ in range(readers):
+                    submit()
+                while pending:
+                    start, batch, future = pending.popleft()
+                    submit()  # keep every reader busy while this batch is scored and written
+                    t = time.perf_counter()
+                    result = future.result()
+                    waited += time.perf_counter() - t
+                    busy += result.busy_s
+                    on_readers.merge(result.clock)
+                    timings["retrieval_sql_s"] += result.retrieval_s
+                    timings["diagnosis_sql_s"] += result.diagnosis_s
+                    tally.add(result.labels, result.reasons)
+                    t = time.perf_counter()
+                    values = case_metrics(batch, result.traces)
+                    sums += values.sum(axis=0)
+                    t_metrics = t
+                    t = _tick(timings, "metrics_s", t)
+                    clock.add("metrics", t - t_metrics)
+                    outcome.candidate_count += write_pools(
+                        persistence.candidate_rows(run_id, start, batch, result.traces, chunk_uuids))
+                    cases.extend(persistence.case_rows(run_id, start, batch, result.traces, values, result.reasons,
+                                                       stats))
+                    clock.add("candidate_write", _tick(timings, "persistence_s", t) - t)
+                    outcome.case_count += len(batch)
+                    run_records.heartbeat(engine, run_id, outcome.case_count)
+                    if progress:
+                        progress(outcome.case_count, total)
+                    if (start // batch_size) % 10 == 9:
+                        logger.info(f"{outcome.case_count}/{total} cases evaluated")
+            except BaseException:
+                for _, _, future in pending:
+                    future.cancel()
+                raise
+            t = time.perf_counter()
+        persistence.copy_case_results(writer, cases)
+        clock.add("candidate_write", _tick(timings, "persistence_s", t) - t)
         timings["retrieval_wall_s"] = time.perf_counter() - t_loop
+        share_readers(clock, on_readers, waited, busy)
+        t_summary = time.perf_counter()
         averages = sums / scored
         outcome.averages = {m: float(v) for m, v in zip(METRIC_NAMES, averages, strict=True)}
         timings["total_s"] = time.perf_counter() - t_start
@@ -269,11 +298,18 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
         tally.add_to(stats, outcome.averages)
         stats.question_embeddings = embedder.summary() if embedder else None
         outcome.summary = stats
+
+        def stage_times() -> StageTimes:
+            now = time.perf_counter()
+            clock.add("summary_write", now - t_summary)
+            outcome.stages = stage_times_of(clock, now - t_start)
+            return outcome.stages
+
         persistence.finalize_run(
             writer, run_id, dataset_name=dataset.name, knowledge_base_name=kb.name,
             strategy_version=strategy.version, case_count=outcome.case_count,
             candidate_count=outcome.candidate_count, averages=outcome.averages,
-            timings=outcome.timings, summary=outcome.summary)
+            timings=outcome.timings, summary=outcome.summary, stages=stage_times)
 
 
 def exact_in_memory(strategy: Strategy) -> bool:

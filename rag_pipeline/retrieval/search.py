@@ -18,6 +18,7 @@ from rag_pipeline.retrieval import stages, vector_cut
 from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
 from rag_pipeline.retrieval.dense_index import DenseIndex
+from rag_pipeline.retrieval.stage_clock import StageClock, timed
 from rag_pipeline.retrieval.stages import fuse_pool
 from rag_pipeline.retrieval.strategies import MAX_EF_SEARCH, Strategy
 from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace
@@ -32,7 +33,8 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
                         limits: Sequence[int] | None = None, query_vectors: np.ndarray | None = None,
                         targets: Sequence[Sequence[str]] | None = None,
                         keyword_index: Bm25Index | None = None,
-                        vector_index: DenseIndex | None = None) -> list[RetrievalTrace]:
+                        vector_index: DenseIndex | None = None,
+                        clock: StageClock | None = None) -> list[RetrievalTrace]:
     """Search many questions: one embedding call and one SQL statement per enabled leg for the batch.
 
     ``conn`` must be in a transaction: the HNSW settings and the statement timeout (``RAG_STATEMENT_TIMEOUT_S``,
@@ -40,7 +42,8 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
     skip the embedding; ``targets`` (chunk ids per question) make the keyword leg report in
     ``trace.keyword_targets`` the targets it ranked below its top k, pools unchanged; ``keyword_index`` serves a BM25
     leg from memory (identical hits and scores); ``vector_index`` serves a ``vector_search: exact`` leg from memory
-    (the SQL exact statement's candidates, scores within float tolerance; an HNSW strategy ignores it)."""
+    (the SQL exact statement's candidates, scores within float tolerance; an HNSW strategy ignores it); ``clock``
+    sums the seconds of ``vector_leg``, ``keyword_leg``, ``pool_completion``, ``fusion`` and ``rerank``."""
     if strategy.http is not None:
         raise RetrievalError(f"strategy {strategy.version} is an HTTP retriever (kind http): `evaluate` and `suggest` "
                              "ask it; it has no leg of ours to search with")
@@ -61,19 +64,24 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
     try:
         if strategy.vector_search != "exact":
             vector_index = None
-        vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors, vector_index)
+        with timed(clock if strategy.vector_candidate_k else None, "vector_leg"):
+            vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors, vector_index)
         leg_targets = stages.completion_targets(vector_hits, targets) if complete else targets
-        keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, leg_targets, keyword_index)
+        with timed(clock if strategy.keyword_candidate_k else None, "keyword_leg"):
+            keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, leg_targets, keyword_index)
         if complete:
-            done, keyword_targets = stages.split_keyword_targets(keyword_targets, targets, vector_hits)
-            completed = {"vector": stages.complete_vector(conn, kb.id, strategy, vectors, vector_hits, keyword_hits,
-                                                          vector_index)}
-        traces = [
-            fuse_pool(question, vector_hits[i], keyword_hits[i], strategy, limits[i],
-                      {"keyword": done[i], "vector": completed["vector"][i]} if complete else None)
-            for i, question in enumerate(queries)]
+            with timed(clock, "pool_completion"):
+                done, keyword_targets = stages.split_keyword_targets(keyword_targets, targets, vector_hits)
+                completed = {"vector": stages.complete_vector(conn, kb.id, strategy, vectors, vector_hits,
+                                                              keyword_hits, vector_index)}
+        with timed(clock, "fusion"):
+            traces = [
+                fuse_pool(question, vector_hits[i], keyword_hits[i], strategy, limits[i],
+                          {"keyword": done[i], "vector": completed["vector"][i]} if complete else None)
+                for i, question in enumerate(queries)]
         if strategy.rerank is not None:
-            traces = stages.rerank_batch(conn, kb, strategy.version, strategy.rerank, traces, limits)
+            with timed(clock, "rerank"):
+                traces = stages.rerank_batch(conn, kb, strategy.version, strategy.rerank, traces, limits)
     except sa.exc.OperationalError as exc:
         if is_statement_timeout(exc):
             raise StatementTimeout(statement_timeout_message()) from None

@@ -15,6 +15,7 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.runs import STAGE_LABELS
 from rag_pipeline.defs.evaluation import evaluation_dataset, evaluation_run
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.defs.schedules import nightly_reevaluation
@@ -60,6 +61,9 @@ def test_materialize_one_partition_twice(engine, chunks, datasets):
         # rounded to 4 decimals for display; the database keeps full precision
         assert isinstance(summary[m], dg.FloatMetadataValue) and summary[m].value == round(getattr(run, m), 4)
     assert "backup-001" in summary["worst_cases"].value or "injection-001" in summary["worst_cases"].value
+    stages = summary["stage_seconds"].value  # the run's wall time per stage, as its summary stores it
+    assert list(stages) == [*STAGE_LABELS.values(), "wall"]
+    assert stages["wall"] == round(run.summary["stages"]["wall_s"], 4) and all(v >= 0 for v in stages.values())
     assert _metadata(first, "retrieval_candidates")["dagster/row_count"].value == 25
     per_case = _metadata(first, "case_metrics")["per_case"].value
     assert [r.data["case_id"] for r in per_case.records] == [c["case_id"] for c in tiny_cases(chunks)]

@@ -104,14 +104,8 @@ def test_failure_mid_run_leaves_no_partial_run(engine, tiny, monkeypatch):
     dataset = load_dataset(path)
     strategy = get_strategy("vector-v1")
     good = evaluate_dataset(engine, dataset, strategy, batch_size=2)
-    real_copy = persistence.copy_case_results
-    calls = {"n": 0}
-
-    def failing_copy(conn, rows):
-        calls["n"] += 1
-        if calls["n"] == 2:  # the first batch is already written inside the transaction
-            raise RuntimeError("injected failure after the first batch")
-        return real_copy(conn, rows)
+    def failing_copy(conn, rows):  # the run's pools are already written inside the transaction
+        raise RuntimeError("injected failure after the pools were written")
 
     monkeypatch.setattr(persistence, "copy_case_results", failing_copy)
     with pytest.raises(RuntimeError, match="injected failure"):
@@ -121,7 +115,7 @@ def test_failure_mid_run_leaves_no_partial_run(engine, tiny, monkeypatch):
             "SELECT id, status, is_current, error, finished_at FROM retrieval_evaluation_runs "
             "WHERE strategy_version = 'vector-v1' AND status <> 'succeeded'")).all()
     assert len(failed) == 1 and failed[0].status == "failed" and not failed[0].is_current
-    assert "injected failure after the first batch" in failed[0].error and failed[0].finished_at
+    assert "injected failure after the pools were written" in failed[0].error and failed[0].finished_at
     assert run_rows(engine, failed[0].id) == (0, 0), "no orphan candidates or case results"
     still = _run(engine, good.run_id)
     assert still.is_current and still.status == "succeeded"

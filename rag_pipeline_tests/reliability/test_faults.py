@@ -131,9 +131,10 @@ def test_unreachable_database_in_a_real_process(tmp_path):
 
 @pytest.mark.parametrize("victim", ["reader", "writer", "all"])
 def test_connection_terminated_mid_run_fails_the_run_and_keeps_nothing(engine, chunks, tmp_path, victim):
-    """After two batches (their rows already written inside the run's transaction) another session
-    terminates the run's REPEATABLE READ readers (both: later batches use either), its writer, or every
-    connection of the process. Batches of one case: the fifth batch is submitted only after the kill."""
+    """After two batches (their pools sent into the run's one open COPY, inside its transaction) another session
+    terminates the run's REPEATABLE READ readers (both: later batches use either), its writer (the backend running
+    that COPY), or every connection of the process. Batches of one case: the fifth batch is submitted only after
+    the kill."""
     path = write_dataset(tmp_path / "ds.json", KB, tiny_cases(chunks), name=f"faults-drop-{victim}")
     dataset = load_dataset(path)
     strategy = get_strategy("hybrid-v1")
@@ -148,10 +149,12 @@ def test_connection_terminated_mid_run_fails_the_run_and_keeps_nothing(engine, c
         with admin() as conn:
             rows = backends(conn, app)
             seen["rows"] = rows
+            copying = {r.pid for r in rows if (r.query or "").startswith("COPY retrieval_evaluation_candidate_rows")}
             if victim == "reader":  # in a transaction (idle or running a batch), never written
-                pids = [r.pid for r in rows if r.state in ("idle in transaction", "active") and not r.has_written]
+                pids = [r.pid for r in rows if r.state in ("idle in transaction", "active") and not r.has_written
+                        and r.pid not in copying]
             elif victim == "writer":
-                pids = [r.pid for r in rows if r.state == "idle in transaction" and r.has_written]
+                pids = list(copying)
             else:
                 pids = [r.pid for r in rows]
             assert pids, rows

@@ -403,10 +403,11 @@ VETTED_QUERY_MODULE_SPLICES = {
         ("succeeded_runs", "', '.join('r.' + m for m in METRIC_NAMES)"),
         ("<module>", "', '.join('r.' + m for m in METRIC_NAMES)"))},
     ("evaluation/runs/case_queries.py", "metrics_of_runs", "', '.join(METRIC_NAMES)"): "constant column names",
-    ("evaluation/runs/case_queries.py", "copy_rows", "table"): "the constant table names of copy_candidates / "
-                                                          "copy_case_results",
-    ("evaluation/runs/case_queries.py", "copy_rows", "binary"): "a constant: empty or ' WITH (FORMAT BINARY)'",
-    ("evaluation/runs/case_queries.py", "copy_rows", "', '.join(columns)"): "the constant column tuples of persistence",
+    ("evaluation/runs/case_queries.py", "copy_into", "table"): "the constant table names of copy_candidates / "
+                                                           "candidate_copy / copy_case_results",
+    ("evaluation/runs/case_queries.py", "copy_into", "binary"): "a constant: empty or ' WITH (FORMAT BINARY)'",
+    ("evaluation/runs/case_queries.py", "copy_into", "', '.join(columns)"): "the constant column tuples of "
+                                                                           "persistence",
     ("evaluation/runs/case_queries.py", "report_page", "_REPORT_COLUMNS"): "constant column names",
     ("evaluation/runs/case_queries.py", "<module>", "m"): "a name of METRIC_NAMES (SCORED_METRICS)",
     ("evaluation/runs/case_queries.py", "case_rows", "SCORED_METRICS"): "constant CASE expressions over METRIC_NAMES",

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from rag_pipeline.contracts.runs import STAGE_LABELS
+
 # a real server + Dagster daemon on the session's database; a browser driving two Dagster evaluation runs
 pytestmark = [pytest.mark.db, pytest.mark.slow]
 
@@ -150,6 +152,10 @@ def test_the_seed_workflow_in_the_browser(live_server, demo_kb, browser, shots):
     assert f"{zero_rows.count()} of {total} cases" == page.locator("#case-count").inner_text()
     assert all(v == "0.000" for v in zero_rows.locator("td:nth-child(9)").all_inner_texts())  # nDCG@k column
     _shot(page, shots, "run")
+    stages = page.locator("#stage-times")  # the Dagster run's wall time per stage
+    assert stages.is_visible()
+    assert stages.locator("tbody tr[data-stage] td:first-child").all_inner_texts() == list(STAGE_LABELS.values())
+    stages.screenshot(path=str(shots / "run-stages.png"))
 
     # a zero-score case: its question, the missed relevant chunk and why, the candidate pool, chunk text
     zero_rows.first.locator("td:nth-child(2) a").click()

@@ -3,7 +3,8 @@ them. An unanswerable case's stored metrics read as NULL (:data:`SCORED_METRICS`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import sqlalchemy as sa
 
@@ -15,22 +16,36 @@ UNANSWERABLE_REASON = ("unanswerable case (\"answerable\": false): no chunk is r
                        "defined; left out of the run's averages (docs/design.md §12.1)")
 
 
-def copy_rows(conn: sa.Connection, table: str, columns: Sequence[str], rows: Iterable[Sequence],
-              binary_types: Sequence[str] | None = None) -> int:
-    """COPY rows into ``table`` on the transaction's own psycopg 3 connection; with ``binary_types`` (the columns'
-    PostgreSQL types) in binary format, which the server stores without parsing text (faster: bench/RESULTS.md)."""
+@contextmanager
+def copy_into(conn: sa.Connection, table: str, columns: Sequence[str],
+              binary_types: Sequence[str] | None = None) -> Iterator[Callable[[Iterable[Sequence]], int]]:
+    """One COPY into ``table`` on the transaction's own psycopg 3 connection, open for the ``with`` block: it gives
+    ``write(rows) -> rows written``, to call as often as rows come (the connection runs nothing else meanwhile);
+    the COPY ends with the block (with an error: it is aborted). With ``binary_types`` (the columns' PostgreSQL
+    types) in binary format, which the server stores without parsing text (faster: bench/RESULTS.md)."""
     raw = conn.connection.driver_connection
     if raw is None:
         raise RuntimeError("COPY needs a checked-out DBAPI connection")
-    n = 0
     binary = " WITH (FORMAT BINARY)" if binary_types else ""
     with raw.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN{binary}") as copy:
         if binary_types:
             copy.set_types(list(binary_types))
-        for row in rows:
-            copy.write_row(row)
-            n += 1
-    return n
+
+        def write(rows: Iterable[Sequence]) -> int:
+            n = 0
+            for row in rows:
+                copy.write_row(row)
+                n += 1
+            return n
+
+        yield write
+
+
+def copy_rows(conn: sa.Connection, table: str, columns: Sequence[str], rows: Iterable[Sequence],
+              binary_types: Sequence[str] | None = None) -> int:
+    """``rows`` into ``table`` by one COPY (:func:`copy_into`)."""
+    with copy_into(conn, table, columns, binary_types) as write:
+        return write(rows)
 
 
 SCORED_METRICS = ", ".join(f"CASE WHEN relevant_chunk_ids <> '[]'::jsonb THEN {m} END AS {m}" for m in METRIC_NAMES)

@@ -233,7 +233,8 @@ def summary_of(row: sa.Row) -> RunSummary:
                                         version=row.knowledge_base_version),
         **{m: getattr(row, m) for m in METRIC_NAMES},
         case_count=row.case_count, candidate_count=row.candidate_count, counts=row.summary, timings=row.timings,
-        question_embeddings=(row.summary or {}).get("question_embeddings"), partition_key=row.partition_key,
+        question_embeddings=(row.summary or {}).get("question_embeddings"),
+        stages=(row.summary or {}).get("stages"), partition_key=row.partition_key,
         dagster_run_id=row.dagster_run_id, worker=row.worker, error=row.error,
         started_at=row.started_at.isoformat(), finished_at=row.finished_at.isoformat() if row.finished_at else None,
         queued_at=row.queued_at.isoformat() if row.queued_at else None, cases_done=row.cases_done)

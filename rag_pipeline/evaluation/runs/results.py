@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 
 import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.metrics import METRIC_NAMES
 from rag_pipeline.contracts.reports import MissReason
-from rag_pipeline.contracts.runs import RunCounts
+from rag_pipeline.contracts.runs import RunCounts, StageTimes
 from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis.miss_reasons import REASONS_JSON
 from rag_pipeline.evaluation.runs import queries as run_queries
-from rag_pipeline.evaluation.runs.case_queries import copy_rows
+from rag_pipeline.evaluation.runs.case_queries import copy_into, copy_rows
 from rag_pipeline.evaluation.runs.judged import judged_of_run
 from rag_pipeline.retrieval.trace import RetrievalTrace
 
@@ -59,6 +60,12 @@ def copy_candidates(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
     return copy_rows(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, rows, CANDIDATE_TYPES)
 
 
+def candidate_copy(conn: sa.Connection) -> AbstractContextManager[Callable[[Iterable[Sequence]], int]]:
+    """One binary COPY of a run's pools, open while its batches come: ``with candidate_copy(conn) as write:``,
+    ``write(candidate_rows(...))`` per batch (:func:`~rag_pipeline.evaluation.runs.case_queries.copy_into`)."""
+    return copy_into(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, CANDIDATE_TYPES)
+
+
 def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence],
                       columns: Sequence[str] = CASE_RESULT_COLUMNS) -> int:
     """Rows in ``columns`` order; the two id lists, the miss reasons and the grades as JSON text."""
@@ -67,17 +74,19 @@ def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence],
 
 def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_base_name: str,
                  strategy_version: str, case_count: int, candidate_count: int,
-                 averages: Mapping[str, float], timings: Mapping[str, float], summary: RunCounts) -> None:
+                 averages: Mapping[str, float], timings: Mapping[str, float], summary: RunCounts,
+                 stages: Callable[[], StageTimes] | None = None) -> None:
     """Write the summary (with the run's judged shares), mark the run ``succeeded`` and re-elect the current run of
     its dataset × knowledge base × strategy: the latest-started succeeded run on the dataset's latest version (a late
-    finisher never wins)."""
+    finisher never wins). ``stages()``, called just before the summary is written: the run's stage times, stored
+    in the summary as ``stages``."""
     key = f"rag-eval-current\x1f{dataset_name}\x1f{knowledge_base_name}\x1f{strategy_version}"
     # Serialise concurrent finishers of the same (dataset, KB, strategy) so exactly one run is current.
     run_queries.lock_current_slot(conn, key)
     summary.judged = judged_of_run(conn, run_id)  # from the pools and case results this transaction wrote
     updated = run_queries.mark_succeeded(conn, run_id, averages=averages, case_count=case_count,
                                          candidate_count=candidate_count, timings=json.dumps(dict(timings)),
-                                         summary=summary.model_dump_json())
+                                         summary=summary_json(summary, stages() if stages else None))
     if updated != 1:
         raise RuntimeError(f"evaluation run {run_id} is no longer 'running' (marked abandoned or failed "
                            "by another process); its results were not saved")
@@ -85,14 +94,27 @@ def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_ba
                               strategy_version=strategy_version)
 
 
-def candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]):
-    """:data:`CANDIDATE_COLUMNS` rows (the view adds case_id, document, strategy, is_relevant), ids as ``uuid.UUID``."""
+def summary_json(summary: RunCounts, stages: StageTimes | None) -> str:
+    """The stored ``summary`` column: the run's counts, and its stage times under ``stages``."""
+    if stages is None:
+        return summary.model_dump_json()
+    return json.dumps({**json.loads(summary.model_dump_json()), "stages": stages.model_dump(mode="json")})
+
+
+def candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
+                   chunk_uuids: dict[str, uuid.UUID] | None = None):
+    """:data:`CANDIDATE_COLUMNS` rows (the view adds case_id, document, strategy, is_relevant), ids as ``uuid.UUID``
+    (``chunk_uuids``: the ones parsed already, kept across a run's batches; a chunk is in many pools)."""
     run = uuid.UUID(str(run_id))
+    parsed = {} if chunk_uuids is None else chunk_uuids
     for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
         grades = case.grades  # judged grade of a chunk (0 = judged not relevant); not judged: NULL
         n_selected = len(trace.selected)
         for c in trace.candidates:
-            yield (run, offset + i, uuid.UUID(c.chunk_id), c.rank, c.vector_score, c.vector_rank, c.keyword_score,
+            chunk = parsed.get(c.chunk_id)
+            if chunk is None:
+                chunk = parsed[c.chunk_id] = uuid.UUID(c.chunk_id)
+            yield (run, offset + i, chunk, c.rank, c.vector_score, c.vector_rank, c.keyword_score,
                    c.keyword_rank, c.rerank_score, c.final_score, c.rank <= n_selected, grades.get(c.chunk_id))
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import uuid
 
+import pytest
 import sqlalchemy as sa
 
 from rag_pipeline.cli.main import main as cli
+from rag_pipeline.contracts.runs import STAGE_LABELS
 from rag_pipeline.service.labelling.chunks import find_chunks
 from rag_pipeline_tests.web.inprocess.conftest import DATASET, STRATEGIES, covers
 
@@ -149,6 +151,9 @@ def test_evaluation_detail_equals_the_cli_show(client, evaluated, capsys):
     assert api["page"] == {"offset": 0, "limit": 100, "returned": len(evaluated["cases"]),
                            "total_cases": len(evaluated["cases"]), "candidates": "all", "include_text": False}
     assert "queue" not in api
+    stages = api["summary"]["stages"]  # the run's wall time per stage (docs/evaluating.md, "Time per stage")
+    assert list(stages) == [*STAGE_LABELS, "wall_s"] and all(v >= 0 for v in stages.values())
+    assert sum(v for k, v in stages.items() if k != "wall_s") == pytest.approx(stages["wall_s"], abs=1e-5)
     one = client.get(f"{API}/retrieval/evaluations/{run_id}",
                      params={"case_id": "monorepo-001", "candidates": "selected", "include_text": "true"}).json()
     [case] = one["cases"]

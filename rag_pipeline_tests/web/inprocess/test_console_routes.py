@@ -12,6 +12,7 @@ from urllib.parse import quote
 import pytest
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.runs import STAGE_LABELS
 from rag_pipeline.service import evaluations, history, queued_runs
 from rag_pipeline_tests.web.inprocess.conftest import DATASET, covers
 
@@ -149,6 +150,12 @@ def test_run_case_and_chunk_pages(client, evaluated, engine):
     rows = re.findall(r"<tr\b.*?</tr>", re.search(r'<table id="cases".*?<tbody>(.*?)</tbody>', html, re.S).group(1),
                       re.S)
     assert len(rows) == len(evaluated["cases"])
+    stages = re.search(r'<div class="card" id="stage-times">.*?</div>', html, re.S).group(0)
+    shown = dict(re.findall(r'<tr data-stage="([^"]+)"><td>[^<]*</td><td class="num">([0-9.]+)</td>', stages))
+    assert list(shown) == list(STAGE_LABELS.values())
+    assert {label: float(v) for label, v in shown.items()} == pytest.approx(
+        {label: run["stages"][key] for key, label in STAGE_LABELS.items()}, abs=5e-4)
+    assert f'{run["stages"]["wall_s"]:.3f}' in stages
     case = history.run_cases(engine, run["run_id"]).cases[0]
     page = _page(client, f"{BASE}/runs/{run['run_id']}/case?case_id={quote(case.case_id)}")
     assert case.case_id in page and 'id="relevant"' in page
