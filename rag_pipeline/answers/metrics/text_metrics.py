@@ -21,7 +21,7 @@ _CMRC_PIECE = re.compile("[\u4e00-\u9fa5]+|[^\u4e00-\u9fa5]+")
 _CMRC_DELETE = str.maketrans(dict.fromkeys((c for c in CMRC_PUNCTUATION if len(c) == 1), None))
 _HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _UNIT = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\\W\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-_ASCII_PUNCTUATION = frozenset(string.punctuation)
+_SQUAD_DELETE = str.maketrans(dict.fromkeys(string.punctuation))
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 
@@ -35,10 +35,12 @@ def is_mostly_cjk(text: str) -> bool:
 
 # --- SQuAD v2.0 -------------------------------------------------------------------------------------------
 
+@lru_cache(maxsize=65536)
 def squad_normalize(text: str) -> str:
-    """SQuAD v2.0 ``normalize_answer``: lower-case, ASCII punctuation removed, a/an/the removed, spaces collapsed."""
-    text = "".join(ch for ch in text.lower() if ch not in _ASCII_PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
+    """SQuAD v2.0 ``normalize_answer``: lower-case, ASCII punctuation removed (each character, as the script's
+    ``ch not in exclude``), a/an/the removed, spaces collapsed. Cached: a case's references are normalised by
+    every metric."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_SQUAD_DELETE)).split())
 
 
 def _squad_f1(reference: str, prediction: str) -> float:
