@@ -21,9 +21,12 @@ check, answers file, scoring, persistence, report write, summary print. The repo
 checked against the transcribed official script (``rag_pipeline_tests/answers/official_scripts.py``); the bench
 exits non-zero when they differ.
 
-The last line is ``cases=<n> wall_s=<x> max_rss_mb=<m> ...`` for the largest size.
+``--before CHECKOUT`` runs the same command with another checkout's ``rag_pipeline`` (``PYTHONPATH``), size by
+size, before this one's: the before and after of a change side by side under the same load. The last line is
+``cases=<n> wall_s=<x> max_rss_mb=<m> imports_s=<i> heavy=<libraries|none> ...`` of this checkout at the last size.
 
 Usage: python bench/answers_e2e_bench.py [--cases 1000,4000,11873] [--repeats 3] [--unanswerable 0.33]
+                                         [--before /work/main] [--no-breakdown] [--keep]
 """
 
 from __future__ import annotations
@@ -48,15 +51,17 @@ from benchutil import machine_line  # noqa: E402 - bench/ on sys.path
 
 KB = "squad-bench"
 HEAVY = ("pandas", "scipy", "dagster", "sklearn", "torch", "sentence_transformers", "matplotlib", "statsmodels")
-STAGES = {  # stage -> (file suffix, function name) whose cumulative time it is
-    "dataset load + check": ("evaluation/datasets/resolve.py", "resolve_dataset"),
-    "answers file": ("answers/answers_file.py", "read_answers"),
-    "scoring": ("answers/metrics/scoring.py", "score_answers"),
-    "summary": ("answers/metrics/summary.py", "summarise"),
-    "persistence (dataset)": ("evaluation/runs/results.py", "store_dataset"),
-    "persistence (run)": ("answers/runs/persistence.py", "store_run"),
-    "report write": ("storage/files.py", "write_atomic"),
-    "summary print": ("cli/answers/tables.py", "report_text"),
+STAGES = {  # stage -> the (file suffix, function name) pairs whose cumulative time it is (the largest found)
+    "dataset load + check": [("evaluation/datasets/resolve.py", "resolve_dataset")],
+    "answers file": [("answers/answers_file.py", "read_answers")],
+    "scoring": [("answers/metrics/scoring.py", "score_answers")],
+    "summary": [("answers/metrics/summary.py", "summarise")],
+    "persistence (dataset)": [("evaluation/runs/results.py", "store_dataset")],
+    "persistence (run)": [("answers/runs/persistence.py", "store_run")],
+    "report write": [("cli/answers/commands.py", "write_report"), ("storage/files.py", "write_atomic")],
+    "engine (connect, migrations)": [("storage/engine.py", "get_engine")],  # called by cmd_evaluate
+    "evaluate_answers": [("service/answers.py", "evaluate_answers")],
+    "cmd_evaluate": [("cli/answers/commands.py", "cmd_evaluate")],
 }
 WORDS = ("the of and in to a was is for on as by with that from at his an were which are or it its be also first "
          "has had this city one their new after two during other century war state government university world "
@@ -144,10 +149,10 @@ def make_squad(n: int, seed: int = 0, unanswerable: float = 0.33) -> tuple[dict,
     return {"version": "v2.0", "data": articles}, predictions
 
 
-def _env(work: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"RAG_DATABASE_URL", "RAG_DAGSTER_PG_URL"}}
+def _env(work: Path, code: Path = ROOT) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"RAG_DATABASE_URL", "RAG_DAGSTER_PG_URL", "PYTHONPATH"}}
     env.update({"RAG_PGDATA": str(work / "pgdata"), "RAG_DATASETS_DIR": str(work / "datasets"), "HF_HUB_OFFLINE": "1",
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+                "PYTHONPATH": str(code)})
     return env
 
 
@@ -170,9 +175,13 @@ def run_command(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float,
     return wall, rss_mb, subprocess.CompletedProcess(argv, proc.returncode, out.decode(), err.decode())
 
 
-def evaluate_argv(work: Path, n: int, *prefix: str) -> list[str]:
+def evaluate_argv(work: Path, n: int, run: str, *prefix: str) -> list[str]:
+    """The command on a fresh copy of the dataset file (named ``squad-<n>-<run>``: a new dataset, stored by the
+    run as a first evaluation stores it)."""
+    dataset = work / f"squad-{n}-{run}.json"
+    shutil.copyfile(work / f"squad-{n}.json", dataset)
     return [sys.executable, *prefix, "-m", "rag_pipeline.cli", "answers", "evaluate", "--knowledge-base", KB,
-            "--dataset", str(work / f"squad-{n}.json"), "--answers", str(work / f"predictions-{n}.json"),
+            "--dataset", str(dataset), "--answers", str(work / f"predictions-{n}.json"),
             "--output", str(work / f"report-{n}.json"), "--quiet"]
 
 
@@ -196,9 +205,9 @@ def stage_breakdown(profile: Path) -> dict[str, float]:
     """The cumulative seconds of each stage's function in a cProfile dump (0 for one not called)."""
     stats = pstats.Stats(str(profile)).stats  # type: ignore[attr-defined]
     found = {}
-    for stage, (suffix, func) in STAGES.items():
-        found[stage] = max((v[3] for (file, _, name), v in stats.items() if name == func and file.endswith(suffix)),
-                           default=0.0)
+    for stage, functions in STAGES.items():
+        found[stage] = max((v[3] for (file, _, name), v in stats.items()
+                            if any(name == func and file.endswith(suffix) for suffix, func in functions)), default=0.0)
     total = max(v[3] for v in stats.values())
     found["whole process (profiled)"] = total
     return found
@@ -230,6 +239,51 @@ def setup(work: Path) -> None:
                      models=())
 
 
+def measure(work: Path, n: int, code: Path, tag: str, args: argparse.Namespace, squad: dict,
+            predictions: dict[str, str]) -> str | None:
+    """The command at size ``n`` with ``code``'s rag_pipeline: best-of wall and RSS, then the breakdown; the
+    result line, or None when the command failed or its figures differ from the official script's."""
+    env = _env(work, code)
+    print(f"  code {code}:")
+    best = None
+    for r in range(args.repeats):
+        wall, rss, proc = run_command(evaluate_argv(work, n, f"{tag}{r}"), env, work)
+        if proc.returncode != 0:
+            print(proc.stdout[-2000:], proc.stderr[-3000:], file=sys.stderr)
+            return None
+        print(f"    run {r + 1}: wall {wall:6.2f} s  max RSS {rss:6.0f} MB  load1 {os.getloadavg()[0]:.2f}")
+        best = (wall, rss) if best is None or wall < best[0] else best
+    assert best is not None
+    diff = check_official(work, n, squad, predictions)
+    report_mb = (work / f"report-{n}.json").stat().st_size / 1e6
+    print(f"    best wall {best[0]:.2f} s, max RSS {best[1]:.0f} MB, report {report_mb:.1f} MB, "
+          f"|official - ours| {diff:.1e}")
+    if diff > 1e-9:
+        print("FAIL: the report's official figures differ from the official script's", file=sys.stderr)
+        return None
+    line = f"cases={n} wall_s={best[0]:.3f} max_rss_mb={best[1]:.0f}"
+    if args.no_breakdown:
+        return line
+    _, _, proc = run_command(evaluate_argv(work, n, f"{tag}imports", "-X", "importtime"), env, work)
+    imports_s, heavy, top = import_breakdown(proc.stderr)
+    print(f"    imports (-X importtime, top-level cumulative): {imports_s:.2f} s; heavy imported: "
+          f"{', '.join(heavy) or 'none'}")
+    print("      slowest: " + ", ".join(f"{m} {s:.2f}" for s, m in top))
+    profile = work / f"profile-{n}-{tag}.prof"
+    _, _, proc = run_command(evaluate_argv(work, n, f"{tag}profile", "-m", "cProfile", "-o", str(profile)), env, work)
+    if proc.returncode != 0 or not profile.exists():
+        print(proc.stderr[-3000:], file=sys.stderr)
+        return None
+    stages = stage_breakdown(profile)
+    stages["report + flags (the rest of cmd_evaluate)"] = (stages["cmd_evaluate"] - stages["evaluate_answers"]
+                                                           - stages["engine (connect, migrations)"])
+    print("    stages (cProfile cumulative s; the profiler slows Python code, not the database):")
+    for k, v in stages.items():
+        print(f"      {k:<32} {v:6.2f}")
+    return line + f" imports_s={imports_s:.3f} heavy={','.join(heavy) or 'none'} " + " ".join(
+        f"{k.split(' ')[0]}_s={v:.3f}" for k, v in stages.items() if k in ("dataset load + check", "scoring"))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return 0, or 1 when a command fails or its figures differ from the official script's."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -239,13 +293,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-breakdown", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--before", type=Path, metavar="CHECKOUT",
+                        help="also run the command with another checkout's rag_pipeline (e.g. the main branch), "
+                             "each size side by side, before this one")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.cases.split(",")]
+    codes = [(args.before.resolve(), "before")] if args.before else []
+    codes.append((ROOT, "r"))
     work = Path(tempfile.mkdtemp(prefix="answers_e2e_"))
     (work / "datasets").mkdir()
     try:
         setup(work)
-        env = _env(work)
         print(machine_line())
         last = ""
         for n in sizes:
@@ -256,38 +314,10 @@ def main(argv: list[str] | None = None) -> int:
             impossible = sum(qa["is_impossible"] for a in squad["data"] for p in a["paragraphs"] for qa in p["qas"])
             print(f"\n{n} questions ({impossible} unanswerable), dataset {size_mb:.1f} MB, "
                   f"load1 {os.getloadavg()[0]:.2f}")
-            best = None
-            for r in range(args.repeats):
-                wall, rss, proc = run_command(evaluate_argv(work, n), env, work)
-                if proc.returncode != 0:
-                    print(proc.stdout[-2000:], proc.stderr[-3000:], file=sys.stderr)
+            for code, tag in codes:
+                line = measure(work, n, code, tag, args, squad, predictions)
+                if line is None:
                     return 1
-                print(f"  run {r + 1}: wall {wall:6.2f} s  max RSS {rss:6.0f} MB")
-                best = (wall, rss) if best is None or wall < best[0] else best
-            diff = check_official(work, n, squad, predictions)
-            report_mb = (work / f"report-{n}.json").stat().st_size / 1e6
-            print(f"  best wall {best[0]:.2f} s, max RSS {best[1]:.0f} MB, report {report_mb:.1f} MB, "
-                  f"|official - ours| {diff:.1e}")
-            if diff > 1e-9:
-                print("FAIL: the report's official figures differ from the official script's", file=sys.stderr)
-                return 1
-            line = f"cases={n} wall_s={best[0]:.3f} max_rss_mb={best[1]:.0f}"
-            if not args.no_breakdown:
-                _, _, proc = run_command(evaluate_argv(work, n, "-X", "importtime"), env, work)
-                imports_s, heavy, top = import_breakdown(proc.stderr)
-                print(f"  imports (-X importtime, top-level cumulative): {imports_s:.2f} s; heavy imported: "
-                      f"{', '.join(heavy) or 'none'}")
-                print("    slowest: " + ", ".join(f"{m} {s:.2f}" for s, m in top))
-                profile = work / f"profile-{n}.prof"
-                _, _, proc = run_command(evaluate_argv(work, n, "-m", "cProfile", "-o", str(profile)), env, work)
-                if proc.returncode != 0 or not profile.exists():
-                    print(proc.stderr[-3000:], file=sys.stderr)
-                    return 1
-                stages = stage_breakdown(profile)
-                print("  stages (cProfile cumulative, s): " + "  ".join(f"{k} {v:.2f}" for k, v in stages.items()))
-                line += f" imports_s={imports_s:.3f} heavy={','.join(heavy) or 'none'} " + " ".join(
-                    f"{k.split(' ')[0]}_s={v:.3f}" for k, v in stages.items() if k in
-                    ("dataset load + check", "scoring", "report write"))
             last = line
         print(last)
         return 0

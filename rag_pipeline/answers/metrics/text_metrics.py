@@ -43,14 +43,21 @@ def squad_normalize(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text.lower().translate(_SQUAD_DELETE)).split())
 
 
+@lru_cache(maxsize=65536)
+def _squad_tokens(text: str) -> tuple[int, Counter[str]]:
+    """The number of ``normalize_answer(text).split()`` tokens and their counts (read only: shared by the cache)."""
+    tokens = squad_normalize(text).split()
+    return len(tokens), Counter(tokens)
+
+
 def _squad_f1(reference: str, prediction: str) -> float:
-    gold, pred = squad_normalize(reference).split(), squad_normalize(prediction).split()
-    if not gold or not pred:
-        return float(gold == pred)
-    same = sum((Counter(gold) & Counter(pred)).values())
+    (n_gold, gold), (n_pred, pred) = _squad_tokens(reference), _squad_tokens(prediction)
+    if not n_gold or not n_pred:
+        return float(n_gold == n_pred)
+    same = sum((gold & pred).values())
     if same == 0:
         return 0.0
-    precision, recall = same / len(pred), same / len(gold)
+    precision, recall = same / n_pred, same / n_gold
     return (2 * precision * recall) / (precision + recall)
 
 
