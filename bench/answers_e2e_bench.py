@@ -7,9 +7,10 @@ annotators' are), a share ``--unanswerable`` of questions ``is_impossible`` with
 predictions are the official ``{question id: answer}`` file: for an answerable question the reference, a span that
 overlaps it or another span of the context; for an unanswerable one ``""`` or a span.
 
-For each size of ``--cases`` the real command runs in a fresh process, as a user runs it (database: the embedded
-server in a scratch ``RAG_PGDATA``, a one-chunk knowledge base ingested first; the run is stored, the report is
-written with ``--output``)::
+For each size of ``--cases`` the real command runs in a fresh process, as a user runs it (database:
+``RAG_DATABASE_URL`` if set, else the embedded server in a scratch ``RAG_PGDATA``; a one-chunk knowledge base
+ingested first; each run on a fresh copy of the dataset file, so it stores the dataset as a first evaluation does;
+the run is stored, the report written with ``--output``)::
 
     python -m rag_pipeline.cli answers evaluate --knowledge-base K --dataset squad-N.json --answers preds-N.json \\
         --output report-N.json --quiet
@@ -17,9 +18,9 @@ written with ``--output``)::
 timed wall end to end (best of ``--repeats``) with its peak RSS (``wait4``, as ``/usr/bin/time`` reports it).
 Then, unless ``--no-breakdown``, the same command once under ``-X importtime`` (the imports, and whether pandas,
 scipy or dagster were imported) and once under cProfile, whose cumulative times give the stages: dataset load and
-check, answers file, scoring, persistence, report write, summary print. The report's official figures are
-checked against the transcribed official script (``rag_pipeline_tests/answers/official_scripts.py``); the bench
-exits non-zero when they differ.
+check, answers file, scoring, summary, persistence, the engine (connect, migrations check), report write. The
+report's official figures are checked against the transcribed official script
+(``rag_pipeline_tests/answers/official_scripts.py``); the bench exits non-zero when they differ.
 
 ``--before CHECKOUT`` runs the same command with another checkout's ``rag_pipeline`` (``PYTHONPATH``), size by
 size, before this one's: the before and after of a change side by side under the same load. The last line is
@@ -150,9 +151,11 @@ def make_squad(n: int, seed: int = 0, unanswerable: float = 0.33) -> tuple[dict,
 
 
 def _env(work: Path, code: Path = ROOT) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"RAG_DATABASE_URL", "RAG_DAGSTER_PG_URL", "PYTHONPATH"}}
-    env.update({"RAG_PGDATA": str(work / "pgdata"), "RAG_DATASETS_DIR": str(work / "datasets"), "HF_HUB_OFFLINE": "1",
-                "PYTHONPATH": str(code)})
+    """The command's environment: ``RAG_DATABASE_URL`` when given, else a scratch embedded server in ``work``."""
+    env = {k: v for k, v in os.environ.items() if k not in {"RAG_DAGSTER_PG_URL", "PYTHONPATH"}}
+    if not env.get("RAG_DATABASE_URL"):
+        env["RAG_PGDATA"] = str(work / "pgdata")
+    env.update({"RAG_DATASETS_DIR": str(work / "datasets"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(code)})
     return env
 
 
@@ -322,9 +325,10 @@ def main(argv: list[str] | None = None) -> int:
         print(last)
         return 0
     finally:
-        from rag_pipeline.storage import embedded_server
+        if (work / "pgdata").exists():
+            from rag_pipeline.storage import embedded_server
 
-        embedded_server.stop(work / "pgdata")
+            embedded_server.stop(work / "pgdata")
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
