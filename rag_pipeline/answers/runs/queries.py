@@ -8,7 +8,6 @@ from collections.abc import Iterable, Sequence
 import psycopg
 import sqlalchemy as sa
 
-from rag_pipeline.evaluation.runs.case_queries import copy_rows
 from rag_pipeline.knowledge_base.queries.documents import SEARCHABLE_DOCUMENT_SQL
 
 _CITED_SQL = (f"SELECT c.id::text AS id, c.content, (c.is_current AND {SEARCHABLE_DOCUMENT_SQL}) AS searchable "
@@ -55,11 +54,19 @@ def insert_run(conn: sa.Connection, values: dict) -> object:
 def copy_cases(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
     """A run's case rows (:data:`CASE_COLUMNS` order; ``record`` and ``result`` as JSON text, ``record`` None for a
     case without an answer line) by one COPY; how many."""
+    statement = f"COPY answer_case_results ({', '.join(CASE_COLUMNS)}) FROM STDIN"
+    raw = conn.connection.driver_connection  # the transaction's own psycopg connection, as the retrieval COPY
+    if raw is None:
+        raise RuntimeError("COPY needs a checked-out DBAPI connection")
+    n = 0
     try:
-        return copy_rows(conn, "answer_case_results", CASE_COLUMNS, rows)
+        with raw.cursor() as cur, cur.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(row)
+                n += 1
     except psycopg.Error as exc:  # raised as a statement through SQLAlchemy raises it (IntegrityError, ...)
-        raise sa.exc.DBAPIError.instance(f"COPY answer_case_results ({', '.join(CASE_COLUMNS)}) FROM STDIN", None,
-                                         exc, psycopg.Error) from exc
+        raise sa.exc.DBAPIError.instance(statement, None, exc, psycopg.Error) from exc
+    return n
 
 
 def run_row(conn: sa.Connection, run_id) -> sa.Row | None:

@@ -9,7 +9,6 @@ from pydantic import ValidationError
 
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import error, guarded
-from rag_pipeline.cli.output import print_json
 from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, CollectionProgress, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
 
@@ -78,6 +77,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
                                  knowledge_base=args.knowledge_base, strategy=args.strategy, progress=progress)
     finally:
         close()
+    from rag_pipeline.cli.output import print_json  # noqa: PLC0415 - with the collection service
+
     print_json(result.model_dump())
     if result.status == "failed":
         error(f"collection failed: {result.reason} ({result.answered + result.skipped_existing} of "

@@ -15,7 +15,6 @@ from rag_pipeline.cli.answers.collect import add_collect_parser
 from rag_pipeline.cli.answers.tables import comparison_text, report_text, runs_text
 from rag_pipeline.cli.commands import EXIT_CODES_HELP
 from rag_pipeline.cli.errors import ReportNotWrittenError, guarded
-from rag_pipeline.cli.output import print_json
 from rag_pipeline.contracts.answers import (
     ANSWER_CONVENTIONS,
     ANSWER_METRIC_NAMES,
@@ -26,7 +25,6 @@ from rag_pipeline.contracts.answers import (
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.contracts.judge import JudgeConfig
 from rag_pipeline.service import answers as service
-from rag_pipeline.service.answer_comparison import compare_answer_runs
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.engine import get_engine
 from rag_pipeline.storage.files import (
@@ -160,7 +158,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     runs = service.list_answer_runs(get_engine(), dataset=args.dataset, knowledge_base=args.knowledge_base,
                                     answerer=args.answerer, limit=args.limit)
     if args.format == "json":
-        print_json(runs.model_dump(mode="json"))
+        _print_json(runs.model_dump(mode="json"))
     else:
         print(runs_text(runs))
     return 0
@@ -171,7 +169,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     report = service.get_answer_run(get_engine(), args.run_id, verdict=args.verdict, sort=args.sort,
                                     wrong_but_confident=args.wrong_but_confident)
     if args.format == "json":
-        print_json(report.model_dump(mode="json"))
+        _print_json(report.model_dump(mode="json"))
     else:
         print(report_text(report))
     return 0
@@ -179,12 +177,20 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 @guarded()
 def cmd_compare(args: argparse.Namespace) -> int:
+    from rag_pipeline.service.answer_comparison import compare_answer_runs  # noqa: PLC0415 - numpy, statistics
+
     comparison = compare_answer_runs(get_engine(), args.run_a, args.run_b)
     if args.format == "json":
-        print_json(comparison.model_dump(mode="json"))
+        _print_json(comparison.model_dump(mode="json"))
     else:
         print(comparison_text(comparison))
     return 0
+
+
+def _print_json(obj) -> None:
+    from rag_pipeline.cli.output import print_json  # noqa: PLC0415 - its report models only for --format json
+
+    print_json(obj)
 
 
 RUN_HELP = "an answer run id, or a unique prefix of one (at least 4 hex digits, as `answers runs` prints it)"
