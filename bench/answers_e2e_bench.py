@@ -15,7 +15,7 @@ the run is stored, the report written with ``--output``)::
     python -m rag_pipeline.cli answers evaluate --knowledge-base K --dataset squad-N.json --answers preds-N.json \\
         --output report-N.json --quiet
 
-timed wall end to end (best of ``--repeats``) with its peak RSS (``wait4``, as ``/usr/bin/time`` reports it).
+timed wall end to end (best of ``--repeats``) with its peak RSS, as ``/usr/bin/time`` reports them.
 Then, unless ``--no-breakdown``, the same command once under ``-X importtime`` (the imports, and whether pandas,
 scipy or dagster were imported) and once under cProfile, whose cumulative times give the stages: dataset load and
 check, answers file, scoring, summary, persistence, the engine (connect, migrations check), report write. The
@@ -41,7 +41,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,23 +158,27 @@ def _env(work: Path, code: Path = ROOT) -> dict[str, str]:
     return env
 
 
-class _RusagePopen(subprocess.Popen):
-    """A Popen that reaps its child with ``os.wait4`` and keeps the child's rusage."""
-
-    def _try_wait(self, wait_flags):
-        pid, sts, self._rusage = os.wait4(self.pid, wait_flags)
-        return pid, sts
+LAUNCHER = """
+import resource, subprocess, sys, time
+start = time.perf_counter()
+code = subprocess.call(sys.argv[1:])
+wall = time.perf_counter() - start
+rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(f"BENCH_CHILD wall={wall:.6f} maxrss_kb={rss}", file=sys.stderr)
+sys.exit(code)
+"""
+"""Runs the command as its only child and reports its wall time and peak RSS, as ``/usr/bin/time`` does: from a
+small process, because Linux counts the pre-``exec`` image of a forked child (here: the bench, with its data) in
+the child's maximum RSS."""
 
 
 def run_command(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, subprocess.CompletedProcess]:
-    """Run ``argv``; its wall seconds and peak RSS in MB (``wait4``: the child's own maximum resident set)."""
-    start = time.perf_counter()
-    proc = _RusagePopen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = proc.communicate()
-    wall = time.perf_counter() - start
-    rusage = getattr(proc, "_rusage", None)
-    rss_mb = rusage.ru_maxrss / 1024 if rusage is not None else float("nan")
-    return wall, rss_mb, subprocess.CompletedProcess(argv, proc.returncode, out.decode(), err.decode())
+    """Run ``argv`` under :data:`LAUNCHER`; its wall seconds and peak RSS in MB."""
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, *argv], env=env, cwd=cwd, capture_output=True, text=True)
+    head, _, last = proc.stderr.rstrip("\n").rpartition("\n")
+    fields = dict(item.split("=") for item in last.removeprefix("BENCH_CHILD ").split())
+    return float(fields["wall"]), int(fields["maxrss_kb"]) / 1024, subprocess.CompletedProcess(
+        argv, proc.returncode, proc.stdout, head)
 
 
 def evaluate_argv(work: Path, n: int, run: str, *prefix: str) -> list[str]:
