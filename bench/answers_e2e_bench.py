@@ -22,8 +22,8 @@ check, answers file, scoring, summary, persistence, the engine (connect, migrati
 report's official figures are checked against the transcribed official script
 (``rag_pipeline_tests/answers/official_scripts.py``); the bench exits non-zero when they differ.
 
-``--before CHECKOUT`` runs the same command with another checkout's ``rag_pipeline`` (``PYTHONPATH``), size by
-size, before this one's: the before and after of a change side by side under the same load. The last line is
+``--before CHECKOUT`` runs the same command with another checkout's ``rag_pipeline`` (``PYTHONPATH``) too, the two
+alternating run by run: the before and after of a change side by side under the same load. The last line is
 ``cases=<n> wall_s=<x> max_rss_mb=<m> imports_s=<i> heavy=<libraries|none> ...`` of this checkout at the last size.
 
 Usage: python bench/answers_e2e_bench.py [--cases 1000,4000,11873] [--repeats 3] [--unanswerable 0.33]
@@ -245,31 +245,23 @@ def setup(work: Path) -> None:
                      models=())
 
 
-def measure(work: Path, n: int, code: Path, tag: str, args: argparse.Namespace, squad: dict,
-            predictions: dict[str, str]) -> str | None:
-    """The command at size ``n`` with ``code``'s rag_pipeline: best-of wall and RSS, then the breakdown; the
-    result line, or None when the command failed or its figures differ from the official script's."""
-    env = _env(work, code)
-    print(f"  code {code}:")
-    best = None
-    for r in range(args.repeats):
-        wall, rss, proc = run_command(evaluate_argv(work, n, f"{tag}{r}"), env, work)
-        if proc.returncode != 0:
-            print(proc.stdout[-2000:], proc.stderr[-3000:], file=sys.stderr)
-            return None
-        print(f"    run {r + 1}: wall {wall:6.2f} s  max RSS {rss:6.0f} MB  load1 {os.getloadavg()[0]:.2f}")
-        best = (wall, rss) if best is None or wall < best[0] else best
-    assert best is not None
-    diff = check_official(work, n, squad, predictions)
-    report_mb = (work / f"report-{n}.json").stat().st_size / 1e6
-    print(f"    best wall {best[0]:.2f} s, max RSS {best[1]:.0f} MB, report {report_mb:.1f} MB, "
-          f"|official - ours| {diff:.1e}")
-    if diff > 1e-9:
-        print("FAIL: the report's official figures differ from the official script's", file=sys.stderr)
+def timed_run(work: Path, n: int, code: Path, run: str, squad: dict, predictions: dict[str, str]
+              ) -> tuple[float, float] | None:
+    """One timed run of the command with ``code``'s rag_pipeline: (wall s, peak RSS MB), or None when it failed or
+    the report's official figures differ from the official script's."""
+    wall, rss, proc = run_command(evaluate_argv(work, n, run), _env(work, code), work)
+    if proc.returncode != 0:
+        print(proc.stdout[-2000:], proc.stderr[-3000:], file=sys.stderr)
         return None
-    line = f"cases={n} wall_s={best[0]:.3f} max_rss_mb={best[1]:.0f}"
-    if args.no_breakdown:
-        return line
+    if (diff := check_official(work, n, squad, predictions)) > 1e-9:
+        print(f"FAIL: the report's official figures differ from the official script's by {diff}", file=sys.stderr)
+        return None
+    return wall, rss
+
+
+def breakdown(work: Path, n: int, code: Path, tag: str) -> str | None:
+    """The command once under ``-X importtime`` and once under cProfile; the figures for the result line."""
+    env = _env(work, code)
     _, _, proc = run_command(evaluate_argv(work, n, f"{tag}imports", "-X", "importtime"), env, work)
     imports_s, heavy, top = import_breakdown(proc.stderr)
     print(f"    imports (-X importtime, top-level cumulative): {imports_s:.2f} s; heavy imported: "
@@ -286,7 +278,7 @@ def measure(work: Path, n: int, code: Path, tag: str, args: argparse.Namespace, 
     print("    stages (cProfile cumulative s; the profiler slows Python code, not the database):")
     for k, v in stages.items():
         print(f"      {k:<32} {v:6.2f}")
-    return line + f" imports_s={imports_s:.3f} heavy={','.join(heavy) or 'none'} " + " ".join(
+    return f"imports_s={imports_s:.3f} heavy={','.join(heavy) or 'none'} " + " ".join(
         f"{k.split(' ')[0]}_s={v:.3f}" for k, v in stages.items() if k in ("dataset load + check", "scoring"))
 
 
@@ -305,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.cases.split(",")]
     codes = [(args.before.resolve(), "before")] if args.before else []
-    codes.append((ROOT, "r"))
+    codes.append((ROOT, "after" if args.before else "this"))
     work = Path(tempfile.mkdtemp(prefix="answers_e2e_"))
     (work / "datasets").mkdir()
     try:
@@ -320,11 +312,25 @@ def main(argv: list[str] | None = None) -> int:
             impossible = sum(qa["is_impossible"] for a in squad["data"] for p in a["paragraphs"] for qa in p["qas"])
             print(f"\n{n} questions ({impossible} unanswerable), dataset {size_mb:.1f} MB, "
                   f"load1 {os.getloadavg()[0]:.2f}")
+            runs: dict[str, list[tuple[float, float]]] = {tag: [] for _, tag in codes}
+            for r in range(args.repeats):  # the checkouts alternate: the same load for both
+                for code, tag in codes:
+                    result = timed_run(work, n, code, f"{tag}{r}", squad, predictions)
+                    if result is None:
+                        return 1
+                    runs[tag].append(result)
+                    print(f"  run {r + 1} {tag:<6}: wall {result[0]:6.2f} s  max RSS {result[1]:6.0f} MB  "
+                          f"load1 {os.getloadavg()[0]:.2f}  ({code})")
             for code, tag in codes:
-                line = measure(work, n, code, tag, args, squad, predictions)
-                if line is None:
-                    return 1
-            last = line
+                wall, rss = min(runs[tag])
+                print(f"  {tag:<6} best wall {wall:.2f} s, max RSS {rss:.0f} MB; official figures equal the "
+                      f"official script's")
+                last = f"cases={n} wall_s={wall:.3f} max_rss_mb={rss:.0f}"
+                if not args.no_breakdown:
+                    figures = breakdown(work, n, code, tag)
+                    if figures is None:
+                        return 1
+                    last += " " + figures
         print(last)
         return 0
     finally:
