@@ -25,10 +25,12 @@ _SQUAD_DELETE = str.maketrans(dict.fromkeys(string.punctuation))
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=65536)
 def is_mostly_cjk(text: str) -> bool:
     """Whether Han characters are at least half of ``text``'s units (a Han character, or a run of other word
     characters): ``"2018年"`` is, ``"The Beijing Olympics 北京"`` is not."""
+    if text.isascii():  # no Han character in it
+        return False
     units = _UNIT.findall(text)
     return bool(units) and 2 * sum(1 for u in units if _HAN.fullmatch(u)) >= len(units)
 
@@ -152,14 +154,19 @@ def reference_forms(reference: str) -> list[str]:
     """The forms of a reference an answer may contain: as written, without its hedge (约/大约/左右/about …) and
     without its bracketed asides; full- and half-width forms and spaces between a number and its unit are
     already equal in :func:`_contains`'s units."""
+    return list(_forms(reference))
+
+
+@lru_cache(maxsize=65536)
+def _forms(reference: str) -> tuple[str, ...]:
     text = unicodedata.normalize("NFKC", reference)
     forms = [reference, _APPROX.sub("", text) if any(ch.isnumeric() for ch in text) else text]  # a figure's hedge
     forms += [_ASIDE.sub(" ", form).strip() for form in forms]
-    return [f for i, f in enumerate(forms) if f.strip() and f not in forms[:i]] or [reference]
+    return tuple(f for i, f in enumerate(forms) if f.strip() and f not in forms[:i]) or (reference,)
 
 
 def _contains(text: str, part: str) -> bool:
-    return any(_contains_form(text, form) for form in reference_forms(part))
+    return any(_contains_form(text, form) for form in _forms(part))
 
 
 def _contains_form(text: str, part: str) -> bool:
