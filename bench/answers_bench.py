@@ -13,6 +13,9 @@ relevant one or not) and "retrieved" two, so lexical support, the citation metri
 The bench exits non-zero unless our F1 / EM equal the official ones within 1e-9 on the baseline cases. The last
 line is ``cases=<n> ours_s=<x> ours_cpu_s=<c> text_s=<y> official_s=<z> vs_official=<r> max_diff=<d>``.
 
+The command end to end (``rag-pipeline answers evaluate`` of a SQuAD v2.0 file: imports, dataset check, this
+scoring, persistence, report) is timed by ``bench/answers_e2e_bench.py``.
+
 Usage: python bench/answers_bench.py [--cases 10000] [--baseline-cases 1000] [--repeats 1]
 """
 

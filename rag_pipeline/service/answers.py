@@ -8,7 +8,6 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rag_pipeline.answers.answers_file import read_answers
-from rag_pipeline.answers.judge.scores import judge_cases, judge_summary
 from rag_pipeline.answers.metrics.calibration import calibrate
 from rag_pipeline.answers.metrics.official import predictions
 from rag_pipeline.answers.metrics.scoring import score_answers
@@ -103,6 +102,8 @@ def _score_and_store(engine: sa.Engine, kb, data: Dataset, records: dict[str, An
     results = score_answers(data.cases, records, kb_chunk_ids=kb_ids, chunk_text=texts, scoring=scoring)
     summary = summarise(results, cases=len(data.cases), convention=scoring.convention)
     if judge is not None:
+        from rag_pipeline.answers.judge.scores import judge_summary  # noqa: PLC0415 - httpx only with a judge
+
         results = judge_answers(results, texts, judge, progress=judge_progress)
         summary = summary.model_copy(update={"faithfulness": judge_summary([r.judge for r in results])})
     summary = summary.model_copy(update={"calibration": calibrate(results, judged=judge is not None)})
@@ -120,6 +121,8 @@ def _score_and_store(engine: sa.Engine, kb, data: Dataset, records: dict[str, An
 def judge_answers(results: list[AnswerCaseResult], chunk_text: dict[str, str], config: JudgeConfig, *,
                   progress: Callable[[int, int], None] | None = None) -> list[AnswerCaseResult]:
     """``results`` with :attr:`AnswerCaseResult.judge` filled for every answered case (docs/judge.md)."""
+    from rag_pipeline.answers.judge.scores import judge_cases  # noqa: PLC0415 - httpx only with a judge
+
     answered = [i for i, r in enumerate(results) if r.status == "ok" and r.answer is not None]
     items = [JudgeItem(question=results[i].question, answer=results[i].answer or "",
                        cited_chunk_texts={c.chunk_id: chunk_text[c.chunk_id.strip().lower()]

@@ -6,6 +6,9 @@ prediction file exits 2 naming file, line and field, with nothing stored; ``--co
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import sqlalchemy as sa
@@ -106,3 +109,24 @@ def test_a_squad_file_is_refused_for_a_retrieval_run_and_nothing_is_stored(engin
     assert "2 answerable case(s) have no relevant chunk id" in err and "answers evaluate" in err
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM retrieval_evaluation_runs")).scalar_one() == before
+
+
+LOADED_PROBE = """
+import json, sys
+from rag_pipeline.cli.main import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "loaded": sorted({name.split(".")[0] for name in sys.modules})}), file=sys.stderr)
+"""
+NEVER_LOADED = {"pandas", "scipy", "dagster", "sklearn", "torch", "sentence_transformers", "matplotlib", "httpx"}
+
+
+def test_scoring_a_squad_file_loads_no_heavy_library(engine, files) -> None:
+    env = {**os.environ, "RAG_DATABASE_URL": engine.url.render_as_string(hide_password=False)}
+    done = subprocess.run([sys.executable, "-c", LOADED_PROBE, "answers", "evaluate", "--knowledge-base", files["kb"],
+                           "--dataset", str(files["dataset"]), "--answers", str(files["predictions"]), "--quiet",
+                           "--output", str(files["tmp"] / "probe.json")],
+                          capture_output=True, text=True, timeout=300, env=env)
+    probe = json.loads(done.stderr.strip().splitlines()[-1])
+    assert probe["code"] == 0, done.stderr
+    assert "official SQuAD v2.0" in done.stdout
+    assert not NEVER_LOADED & set(probe["loaded"]), sorted(NEVER_LOADED & set(probe["loaded"]))

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from rag_pipeline.contracts.answers import AnswerCaseResult, FigureCalibration
-from rag_pipeline.evaluation.agreement import two_raters
 
 FAITHFUL_AT = 1.0
 """A judged answer counts as faithful when its faithfulness reaches this: every claim supported."""
@@ -50,6 +49,8 @@ def calibrate(results: Sequence[AnswerCaseResult], *, judged: bool) -> list[Figu
             out.append(FigureCalibration(figure=figure, decided_by=decided_by, calibrated=False,
                                          reason=f"not calibrated: {reason}"))
             continue
+        from rag_pipeline.evaluation.agreement import two_raters  # noqa: PLC0415 - numpy only for human verdicts
+
         agreement = two_raters("people", decided_by, [p for p, _ in pairs], [m for _, m in pairs],
                                [False, True], [True])
         out.append(FigureCalibration(figure=figure, decided_by=decided_by, calibrated=True,

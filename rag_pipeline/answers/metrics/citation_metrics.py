@@ -124,6 +124,8 @@ def lexical_support(answer: str, cited: Sequence[str] | None, chunk_text: Mappin
     texts = chunk_text
     cited = list(cited or ())
     inline = has_marker(answer)
+    if not texts or not (cited or inline):  # nothing cited has text: decided without splitting the answer
+        return None, "no cited chunk text"
     sentences = split_sentences(answer)
     per_sentence = [_resolve(s, cited) if inline else [normalise_id(c) for c in cited] for s in sentences]
     if not any(cid in texts for ids in per_sentence for cid in ids):

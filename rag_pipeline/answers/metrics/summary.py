@@ -7,8 +7,6 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-import numpy as np
-
 from rag_pipeline.answers.metrics.official import official_scores
 from rag_pipeline.contracts.answers import (
     ANSWER_METRIC_NAMES,
@@ -38,6 +36,13 @@ def _refusal_share(results: Sequence[AnswerCaseResult], answerable: bool) -> Ans
                           [None if r.status == "ok" else NO_ANSWER for r in group])
 
 
+def _percentiles(latencies: list[float]) -> tuple[float, float]:
+    import numpy as np  # noqa: PLC0415 - only for answers that carry latencies (an official prediction file has none)
+
+    p50, p95 = (float(x) for x in np.percentile(latencies, [50, 95]))
+    return p50, p95
+
+
 def summarise(results: Sequence[AnswerCaseResult], *, cases: int, convention: str | None = None) -> AnswerSummary:
     """The run's :class:`AnswerSummary` over ``cases`` dataset cases (docs/design.md §12.4); with ``convention``
     squad or cmrc, the official script's figures too."""
@@ -49,7 +54,7 @@ def summarise(results: Sequence[AnswerCaseResult], *, cases: int, convention: st
     verdicts = dict.fromkeys(VERDICTS, 0)
     verdicts.update(Counter(r.verdict for r in results))
     latencies = [r.latency_ms for r in answered if r.latency_ms is not None]
-    p50, p95 = (float(x) for x in np.percentile(latencies, [50, 95])) if latencies else (None, None)
+    p50, p95 = _percentiles(latencies) if latencies else (None, None)
     answerable = sum(r.answerable for r in results)
     return AnswerSummary(
         cases=cases, answered=len(answered),

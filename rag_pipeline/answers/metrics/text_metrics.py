@@ -21,34 +21,45 @@ _CMRC_PIECE = re.compile("[\u4e00-\u9fa5]+|[^\u4e00-\u9fa5]+")
 _CMRC_DELETE = str.maketrans(dict.fromkeys((c for c in CMRC_PUNCTUATION if len(c) == 1), None))
 _HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _UNIT = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\\W\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-_ASCII_PUNCTUATION = frozenset(string.punctuation)
+_SQUAD_DELETE = str.maketrans(dict.fromkeys(string.punctuation))
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=65536)
 def is_mostly_cjk(text: str) -> bool:
     """Whether Han characters are at least half of ``text``'s units (a Han character, or a run of other word
     characters): ``"2018年"`` is, ``"The Beijing Olympics 北京"`` is not."""
+    if text.isascii():  # no Han character in it
+        return False
     units = _UNIT.findall(text)
     return bool(units) and 2 * sum(1 for u in units if _HAN.fullmatch(u)) >= len(units)
 
 
 # --- SQuAD v2.0 -------------------------------------------------------------------------------------------
 
+@lru_cache(maxsize=65536)
 def squad_normalize(text: str) -> str:
-    """SQuAD v2.0 ``normalize_answer``: lower-case, ASCII punctuation removed, a/an/the removed, spaces collapsed."""
-    text = "".join(ch for ch in text.lower() if ch not in _ASCII_PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
+    """SQuAD v2.0 ``normalize_answer``: lower-case, ASCII punctuation removed (each character, as the script's
+    ``ch not in exclude``), a/an/the removed, spaces collapsed. Cached: a case's references are normalised by
+    every metric."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_SQUAD_DELETE)).split())
+
+
+@lru_cache(maxsize=65536)
+def _squad_tokens(text: str) -> tuple[int, Counter[str]]:
+    """The number of ``normalize_answer(text).split()`` tokens and their counts (read only: shared by the cache)."""
+    tokens = squad_normalize(text).split()
+    return len(tokens), Counter(tokens)
 
 
 def _squad_f1(reference: str, prediction: str) -> float:
-    gold, pred = squad_normalize(reference).split(), squad_normalize(prediction).split()
-    if not gold or not pred:
-        return float(gold == pred)
-    same = sum((Counter(gold) & Counter(pred)).values())
+    (n_gold, gold), (n_pred, pred) = _squad_tokens(reference), _squad_tokens(prediction)
+    if not n_gold or not n_pred:
+        return float(n_gold == n_pred)
+    same = sum((gold & pred).values())
     if same == 0:
         return 0.0
-    precision, recall = same / len(pred), same / len(gold)
+    precision, recall = same / n_pred, same / n_gold
     return (2 * precision * recall) / (precision + recall)
 
 
@@ -143,14 +154,19 @@ def reference_forms(reference: str) -> list[str]:
     """The forms of a reference an answer may contain: as written, without its hedge (约/大约/左右/about …) and
     without its bracketed asides; full- and half-width forms and spaces between a number and its unit are
     already equal in :func:`_contains`'s units."""
+    return list(_forms(reference))
+
+
+@lru_cache(maxsize=65536)
+def _forms(reference: str) -> tuple[str, ...]:
     text = unicodedata.normalize("NFKC", reference)
     forms = [reference, _APPROX.sub("", text) if any(ch.isnumeric() for ch in text) else text]  # a figure's hedge
     forms += [_ASIDE.sub(" ", form).strip() for form in forms]
-    return [f for i, f in enumerate(forms) if f.strip() and f not in forms[:i]] or [reference]
+    return tuple(f for i, f in enumerate(forms) if f.strip() and f not in forms[:i]) or (reference,)
 
 
 def _contains(text: str, part: str) -> bool:
-    return any(_contains_form(text, form) for form in reference_forms(part))
+    return any(_contains_form(text, form) for form in _forms(part))
 
 
 def _contains_form(text: str, part: str) -> bool:

@@ -81,15 +81,16 @@ def store_run(conn: sa.Connection, subject: RunSubject, scoring: AnswerScoring, 
         **means, "refusal_recall": summary.refusal_recall.mean, "false_refusal_rate": summary.false_refusal_rate.mean,
         "summary": summary.model_dump_json(), "partition_key": subject.partition_key,
         "dagster_run_id": subject.dagster_run_id})
-    queries.insert_cases(conn, [_case_row(run_id, i, r, records.get(r.case_id)) for i, r in enumerate(results)])
+    queries.copy_cases(conn, (_case_row(run_id, i, r, records.get(r.case_id)) for i, r in enumerate(results)))
     return str(run_id)
 
 
-def _case_row(run_id: uuid.UUID, index: int, result: AnswerCaseResult, record: AnswerRecord | None) -> dict:
+def _case_row(run_id: uuid.UUID, index: int, result: AnswerCaseResult, record: AnswerRecord | None) -> tuple:
+    """One row in :data:`~rag_pipeline.answers.runs.queries.CASE_COLUMNS` order."""
     kept = None if record is None else record.model_dump_json(exclude={"raw_response"}, exclude_none=True)
-    return {"run_id": run_id, "case_id": result.case_id, "case_index": index, "verdict": result.verdict,
-            "refused": result.refused, **{m: getattr(result.answer_metrics, m) for m in ANSWER_METRIC_NAMES},
-            "record": kept, "result": result.model_dump_json()}
+    metrics = result.answer_metrics
+    return (run_id, result.case_id, index, result.verdict, result.refused,
+            *(getattr(metrics, m) for m in ANSWER_METRIC_NAMES), kept, result.model_dump_json())
 
 
 def resolve_run_id(conn: sa.Connection, run_id: str) -> str:

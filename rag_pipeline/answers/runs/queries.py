@@ -3,8 +3,9 @@ metric columns in :data:`~rag_pipeline.contracts.answers.ANSWER_METRIC_NAMES` or
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+import psycopg
 import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base.queries.documents import SEARCHABLE_DOCUMENT_SQL
@@ -37,18 +38,12 @@ VALUES (:id, :dataset_id, :knowledge_base_id, :knowledge_base_version, :answerer
     CAST(:summary AS jsonb), :partition_key, :dagster_run_id)
 RETURNING created_at
 """)
-INSERT_CASE = sa.text("""
-INSERT INTO answer_case_results (run_id, case_id, case_index, verdict, refused, exact_match, f1, answer_contains,
-    key_point_recall, citation_precision, citation_recall, citation_validity, sentence_citation_coverage,
-    lexical_support, answer_score, record, result)
-VALUES (:run_id, :case_id, :case_index, :verdict, :refused, :exact_match, :f1, :answer_contains, :key_point_recall,
-    :citation_precision, :citation_recall, :citation_validity, :sentence_citation_coverage, :lexical_support,
-    :answer_score, CAST(:record AS jsonb), CAST(:result AS jsonb))
-""")
 INSERTED_METRIC_COLUMNS = ("exact_match", "f1", "answer_contains", "key_point_recall", "citation_precision",
                            "citation_recall", "citation_validity", "sentence_citation_coverage", "lexical_support",
                            "answer_score")
-"""The metric columns the two inserts name, in their order."""
+"""The metric columns the run insert and the case COPY name, in their order."""
+CASE_COLUMNS = ("run_id", "case_id", "case_index", "verdict", "refused", *INSERTED_METRIC_COLUMNS, "record", "result")
+"""The columns of :func:`copy_cases`' rows, in order."""
 
 
 def insert_run(conn: sa.Connection, values: dict) -> object:
@@ -56,10 +51,22 @@ def insert_run(conn: sa.Connection, values: dict) -> object:
     return conn.execute(INSERT_RUN, values).scalar_one()
 
 
-def insert_cases(conn: sa.Connection, rows: Sequence[dict]) -> None:
-    """Insert a run's case rows (one pipelined batch)."""
-    if rows:
-        conn.execute(INSERT_CASE, list(rows))
+def copy_cases(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
+    """A run's case rows (:data:`CASE_COLUMNS` order; ``record`` and ``result`` as JSON text, ``record`` None for a
+    case without an answer line) by one COPY; how many."""
+    statement = f"COPY answer_case_results ({', '.join(CASE_COLUMNS)}) FROM STDIN"
+    raw = conn.connection.driver_connection  # the transaction's own psycopg connection, as the retrieval COPY
+    if raw is None:
+        raise RuntimeError("COPY needs a checked-out DBAPI connection")
+    n = 0
+    try:
+        with raw.cursor() as cur, cur.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(row)
+                n += 1
+    except psycopg.Error as exc:  # raised as a statement through SQLAlchemy raises it (IntegrityError, ...)
+        raise sa.exc.DBAPIError.instance(statement, None, exc, psycopg.Error) from exc
+    return n
 
 
 def run_row(conn: sa.Connection, run_id) -> sa.Row | None:

@@ -9,10 +9,8 @@ from pydantic import ValidationError
 
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import error, guarded
-from rag_pipeline.cli.output import print_json
 from rag_pipeline.contracts.answers import DEFAULT_REQUEST_TEMPLATE, CollectionProgress, EndpointConfig
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.service.answer_collection import collect_answers
 
 CONCURRENCY = arguments.int_between(1, 256)
 RETRIES = arguments.int_between(0, 20)
@@ -68,6 +66,8 @@ def _progress_bar(quiet: bool):
 
 @guarded()
 def cmd_collect(args: argparse.Namespace) -> int:
+    from rag_pipeline.service.answer_collection import collect_answers  # noqa: PLC0415 - only this command needs it
+
     endpoint = _endpoint(args)
     if endpoint is not None and args.strategy is not None:
         raise FlagError("--strategy is for --answerer (an endpoint retrieves by itself)")
@@ -77,6 +77,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
                                  knowledge_base=args.knowledge_base, strategy=args.strategy, progress=progress)
     finally:
         close()
+    from rag_pipeline.cli.output import print_json  # noqa: PLC0415 - with the collection service
+
     print_json(result.model_dump())
     if result.status == "failed":
         error(f"collection failed: {result.reason} ({result.answered + result.skipped_existing} of "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -14,15 +15,26 @@ from rag_pipeline.cli.answers.collect import add_collect_parser
 from rag_pipeline.cli.answers.tables import comparison_text, report_text, runs_text
 from rag_pipeline.cli.commands import EXIT_CODES_HELP
 from rag_pipeline.cli.errors import ReportNotWrittenError, guarded
-from rag_pipeline.cli.output import print_json
-from rag_pipeline.contracts.answers import ANSWER_CONVENTIONS, ANSWER_METRIC_NAMES, VERDICTS, AnswerScoring
+from rag_pipeline.contracts.answers import (
+    ANSWER_CONVENTIONS,
+    ANSWER_METRIC_NAMES,
+    VERDICTS,
+    AnswerReport,
+    AnswerScoring,
+)
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.contracts.judge import JudgeConfig
 from rag_pipeline.service import answers as service
-from rag_pipeline.service.answer_comparison import compare_answer_runs
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.engine import get_engine
-from rag_pipeline.storage.files import FileReadError, FileWriteError, check_writable, read_bounded, write_atomic
+from rag_pipeline.storage.files import (
+    FileReadError,
+    FileWriteError,
+    atomic_output,
+    check_writable,
+    read_bounded,
+    write_atomic,
+)
 from rag_pipeline.storage.names import printable
 
 JUDGE_KEY_VARIABLE = "RAG_JUDGE_API_KEY"
@@ -84,6 +96,29 @@ def _judge_progress(quiet: bool):
     return progress
 
 
+_NO_CASES = '"cases": []\n}'
+
+
+def report_json(report: AnswerReport) -> Iterator[str]:
+    """``report.model_dump_json(indent=2)`` and a newline, in pieces: the run and summary, then one case at a
+    time (a case's JSON is indented as the whole report's; JSON strings hold no raw newline)."""
+    head = report.model_copy(update={"cases": []}).model_dump_json(indent=2)
+    if not report.cases or not head.endswith(_NO_CASES):
+        yield report.model_dump_json(indent=2) + "\n"
+        return
+    yield head.removesuffix("[]\n}") + "[\n"
+    for i, case in enumerate(report.cases):
+        yield ("    " if i == 0 else ",\n    ") + case.model_dump_json(indent=2).replace("\n", "\n    ")
+    yield "\n  ]\n}\n"
+
+
+def write_report(path: Path, report: AnswerReport) -> None:
+    """The report JSON written whole by the one file writer, streamed case by case."""
+    with atomic_output(path, parents=True) as handle:
+        for piece in report_json(report):
+            handle.write(piece)
+
+
 @guarded()
 def cmd_evaluate(args: argparse.Namespace) -> int:
     scoring = AnswerScoring(**({} if args.f1_threshold is None else {"f1_correct_threshold": args.f1_threshold}),
@@ -96,7 +131,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                       judge_progress=_judge_progress(args.quiet) if judge else None)
     if output is not None:
         try:
-            write_atomic(output, report.model_dump_json(indent=2) + "\n", parents=True)
+            write_report(output, report)
         except FileWriteError as exc:
             if report.run is None:  # --no-store: nothing was stored
                 raise
@@ -123,7 +158,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     runs = service.list_answer_runs(get_engine(), dataset=args.dataset, knowledge_base=args.knowledge_base,
                                     answerer=args.answerer, limit=args.limit)
     if args.format == "json":
-        print_json(runs.model_dump(mode="json"))
+        _print_json(runs.model_dump(mode="json"))
     else:
         print(runs_text(runs))
     return 0
@@ -134,7 +169,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     report = service.get_answer_run(get_engine(), args.run_id, verdict=args.verdict, sort=args.sort,
                                     wrong_but_confident=args.wrong_but_confident)
     if args.format == "json":
-        print_json(report.model_dump(mode="json"))
+        _print_json(report.model_dump(mode="json"))
     else:
         print(report_text(report))
     return 0
@@ -142,12 +177,20 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 @guarded()
 def cmd_compare(args: argparse.Namespace) -> int:
+    from rag_pipeline.service.answer_comparison import compare_answer_runs  # noqa: PLC0415 - numpy, statistics
+
     comparison = compare_answer_runs(get_engine(), args.run_a, args.run_b)
     if args.format == "json":
-        print_json(comparison.model_dump(mode="json"))
+        _print_json(comparison.model_dump(mode="json"))
     else:
         print(comparison_text(comparison))
     return 0
+
+
+def _print_json(obj) -> None:
+    from rag_pipeline.cli.output import print_json  # noqa: PLC0415 - its report models only for --format json
+
+    print_json(obj)
 
 
 RUN_HELP = "an answer run id, or a unique prefix of one (at least 4 hex digits, as `answers runs` prints it)"

@@ -110,11 +110,12 @@ def official_cases(data: dict, problems: list[DatasetProblem]) -> tuple[list[dic
     if not cases and not problems:
         problems.append(DatasetProblem("has no question (data[].paragraphs[].qas[])", field="data"))
     version = str(data.get("version", ""))
-    chinese = sum(_mostly_han(c["question"]) for c in cases)
-    squad = version.startswith("v2") or impossible or 2 * chinese < len(cases)
+    squad = version.startswith("v2") or impossible or 2 * sum(_mostly_han(c["question"]) for c in cases) < len(cases)
     return cases, "squad" if squad else "cmrc"
 
 
 def _mostly_han(text: str) -> bool:
+    if text.isascii():  # no CJK character: not mostly Han (the common English question, decided without a scan)
+        return False
     letters = [c for c in text if c.isalnum()]
     return bool(letters) and 2 * sum(unicodedata.name(c, "").startswith("CJK") for c in letters) >= len(letters)
