@@ -8,7 +8,8 @@ body echoes the header it was sent (a careless server's; the client must not rep
 behaviours, one per request, taken from the front (then ``ok``): ``503`` (``Retry-After: 0``); ``500``;
 ``slow:S`` (an ``ok`` after S seconds); ``garbage`` (no JSON); ``wrong-count``; ``wrong-dimension``;
 ``non-numeric``; ``nan``; ``inf``; ``overflow`` (beyond float32); ``zero``; ``bad-index``; ``huge`` (a 12 MB
-body). ``requests`` counts the requests, ``texts`` the texts asked for."""
+body). ``requests`` counts the requests, ``texts`` the texts asked for, ``most_in_flight`` the most requests
+it was answering at once."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class EmbeddingsServer:
         self.token, self.model_id, self.embedder = token, model_id, get_embedder(model)
         self.faults: list[str] = []
         self.requests = self.texts = 0
+        self.in_flight = self.most_in_flight = 0
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
@@ -48,6 +50,11 @@ class EmbeddingsServer:
             self.texts += texts
             return self.faults.pop(0) if self.faults else "ok"
 
+    def entered(self, change: int) -> None:
+        with self._lock:
+            self.in_flight += change
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+
     def encode(self, texts: list[str]) -> list[list[float]]:
         with self._lock:  # one encode at a time (the model object is shared)
             return self.embedder.embed(texts).tolist()
@@ -61,6 +68,13 @@ def _handler(server: EmbeddingsServer) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_POST(self) -> None:
+            server.entered(+1)
+            try:
+                self._answer()
+            finally:
+                server.entered(-1)
+
+        def _answer(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             texts = body["input"]
             step = server.next_behaviour(len(texts))

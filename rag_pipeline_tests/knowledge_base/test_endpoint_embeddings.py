@@ -184,6 +184,19 @@ def test_hybrid_v1_on_the_endpoint_model_ranks_as_on_the_shipped_model_and_asks_
     assert cached == distinct
 
 
+def test_requests_go_at_most_concurrency_at_once_in_batches(engine, world: World) -> None:
+    add_endpoint_model(engine, "e2e-conc", 512, EmbeddingEndpoint(
+        url=world.server.url, model_id="use-m3", headers=[f"Authorization: env:{ENV}"], batch_size=2,
+        concurrency=3))
+    texts = [f"sentence {i} about backups, coffee and 年假 {i % 5}" for i in range(21)]
+    world.server.faults = ["slow:0.3"] * 11  # each request answers late: the others are sent meanwhile
+    asked, world.server.most_in_flight = world.server.requests, 0
+    vectors = get_embedder("e2e-conc").embed(texts)
+    assert world.server.requests - asked == 11 and world.server.most_in_flight == 3
+    np.testing.assert_allclose(vectors, get_embedder(DEFAULT_MODEL).embed(texts), atol=1e-6)
+    assert vectors.dtype == np.float32 and vectors.shape == (21, 512)
+
+
 def _kb_rows(engine, kb: str) -> int:
     with engine.connect() as conn:
         return conn.execute(sa.text("SELECT count(*) FROM knowledge_bases WHERE name = :kb"), {"kb": kb}).scalar_one()
