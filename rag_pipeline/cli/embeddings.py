@@ -23,7 +23,7 @@ def cmd_add_endpoint(args: argparse.Namespace) -> int:
     from rag_pipeline.storage.engine import get_engine  # noqa: PLC0415
 
     name = check_model_name(args.name)
-    values = {"url": args.url, "model_id": args.model, "headers": list(args.headers or []),
+    values = {"url": args.url, "model_id": args.model, "headers": [_header(h) for h in args.headers or []],
               "batch_size": args.batch_size, "concurrency": args.concurrency, "timeout_s": args.timeout,
               "retries": args.retries, "backoff_s": args.backoff, "max_wait_s": args.max_wait}
     try:
@@ -44,6 +44,12 @@ def cmd_add_endpoint(args: argparse.Namespace) -> int:
     print(f"{what}: embedding model {printable(name)} (kind endpoint, {args.dimension}-d, model "
           f"{printable(endpoint.model_id)} at {endpoint.host()})")
     return 0
+
+
+def _header(spec: str) -> str:
+    """``NAME=env:VARIABLE`` written as ``NAME: env:VARIABLE`` (a header name holds neither ``=`` nor ``:``)."""
+    name, sep, value = spec.partition("=")
+    return f"{name.strip()}: {value.strip()}" if sep and ":" not in name else spec
 
 
 @guarded()
@@ -86,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--header", action="append", dest="headers", metavar="'NAME: env:VARIABLE'",
                    help="a request header whose value is read from the environment when the model is used "
                         "(repeatable; only the variable's name is stored), e.g. 'Authorization: env:TEI_TOKEN' "
-                        "with TEI_TOKEN='Bearer …'")
+                        "(or 'Authorization=env:TEI_TOKEN') with TEI_TOKEN='Bearer …'")
     number = arguments.int_between
     seconds = arguments.finite_float
     p.add_argument("--batch-size", type=number(1, 2048), default=32, help="texts per request (default 32)")

@@ -326,6 +326,9 @@ def test_add_endpoint_again_re_points_and_a_shipped_name_is_refused(engine, worl
     assert main(["embeddings", "add-endpoint", "e2e-use-2", *common, "--timeout", "5"]) == 0
     assert main(["embeddings", "add-endpoint", "e2e-use-2", *common, "--timeout", "7", "--no-check"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("updated: embedding model e2e-use-2 ")
+    equals_form = [*common[:-5], f"Authorization=env:{ENV}", *common[-4:], "--timeout", "7"]  # the same header
+    assert main(["embeddings", "add-endpoint", "e2e-use-2", *equals_form, "--no-check"]) == 0
+    assert capsys.readouterr().out.startswith("unchanged: embedding model e2e-use-2 ")
     assert main(["embeddings", "add-endpoint", DEFAULT_MODEL, *common]) == 2
     assert "is a shipped embedding model" in capsys.readouterr().err
     assert main(["embeddings", "list", "--format", "json"]) == 0
