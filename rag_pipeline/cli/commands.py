@@ -11,6 +11,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("knowledge_bases", "ingest a folder of .md/.txt/.html/.jsonl documents into a knowledge base"),
     "import-beir": ("knowledge_bases", "import a BEIR folder as a knowledge base + evaluation dataset"),
     "kb": ("knowledge_bases", "show a knowledge base's counts and content version"),
+    "embeddings": ("embeddings", "embedding models: list them, add one served by an OpenAI-compatible "
+                                 "/v1/embeddings endpoint"),
     "doc": ("knowledge_bases", "mark a document ready/processing/failed, published/unpublished, deleted"),
     "chunks": ("labelling", "list or search a knowledge base's chunk ids (what a dataset labels)"),
     "suggest": ("labelling", "pool the top candidates of several strategies per question into a label draft (TREC-"

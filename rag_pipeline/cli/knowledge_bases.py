@@ -7,7 +7,7 @@ import argparse
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json, print_warnings, stage_progress
-from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, MODEL_NAME_RULE, is_model_name
 from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES, PUBLICATION_STATUSES, set_document_state
 from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
 from rag_pipeline.service import knowledge_bases as service
@@ -54,8 +54,15 @@ def _kb_options(p: argparse.ArgumentParser, text_search: str) -> None:
     p.add_argument("--knowledge-base", required=True, help="knowledge base name (created if new)")
     p.add_argument("--text-search", default=text_search, choices=TEXT_SEARCH_MODES,
                    help=f"keyword text mode of a new knowledge base (default {text_search})")
-    p.add_argument("--models", nargs="+", default=[DEFAULT_MODEL], choices=EMBEDDING_MODELS,
-                   help=f"embedding models to store (default {DEFAULT_MODEL})")
+    p.add_argument("--models", nargs="+", default=[DEFAULT_MODEL], type=_model_name, metavar="MODEL",
+                   help=f"embedding models to store (default {DEFAULT_MODEL}): {', '.join(EMBEDDING_MODELS)} or an "
+                        "endpoint model (rag-pipeline embeddings list)")
+
+
+def _model_name(text: str) -> str:
+    if not is_model_name(text):
+        raise argparse.ArgumentTypeError(f"{text[:120]!r} is no embedding model name ({MODEL_NAME_RULE})")
+    return text
 
 
 def register(sub: argparse._SubParsersAction) -> None:

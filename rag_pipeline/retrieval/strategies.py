@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS
+from rag_pipeline.knowledge_base.embedding import EMBEDDING_MODELS, is_model_name
 from rag_pipeline.retrieval.fusion import NORMALIZATIONS
 from rag_pipeline.retrieval.http_strategy import HttpRetriever
 from rag_pipeline.settings import get_settings
@@ -39,11 +39,19 @@ _IDENTITY_FIELDS = ("version", "description")
 OPTIONAL_FIELDS = {"complete_pool": False, "rerank": None, "vector_search": "hnsw", "http": None}
 HTTP_KIND = "http"
 """A strategy with an ``http`` block is of this kind: its ranking comes from the user's retriever over HTTP."""
-_CHOICES = {"embedding_model": EMBEDDING_MODELS, "text_search": TEXT_SEARCH_MODES,
+_CHOICES = {"text_search": TEXT_SEARCH_MODES,
             "keyword_scorer": KEYWORD_SCORERS, "fusion": FUSIONS, "normalization": NORMALIZATIONS,
             "vector_search": VECTOR_SEARCHES}
 _RERANK_CHOICES = {"method": RERANK_METHODS, "normalization": RERANK_NORMALIZATIONS}
 _UNSET: Any = object()
+
+
+def _embedding_model(value: str) -> str:
+    """A shipped model, or a name an endpoint model may have (whether it is registered is checked when it runs)."""
+    if value not in EMBEDDING_MODELS and not is_model_name(value):
+        raise ValueError(f"is {value!r}; expected one of {list(EMBEDDING_MODELS)} or the name of an endpoint model "
+                         "(rag-pipeline embeddings add-endpoint)")
+    return value
 
 
 def _one_of(value: str, info: ValidationInfo, choices: dict[str, tuple[str, ...]]) -> str:
@@ -79,9 +87,10 @@ class Rerank(BaseModel):
 
     @model_validator(mode="after")
     def _model(self) -> Rerank:
-        if self.method == "embedding" and self.model not in EMBEDDING_MODELS:
+        if self.method == "embedding" and self.model not in EMBEDDING_MODELS and not is_model_name(self.model):
             raise ValueError(f"field 'model' is {self.model!r}; the embedding method needs one of "
-                             f"{list(EMBEDDING_MODELS)} (a model whose vectors the knowledge base stores)")
+                             f"{list(EMBEDDING_MODELS)} or an endpoint model (a model whose vectors the knowledge base "
+                             "stores)")
         if self.method == "cross-encoder" and not self.model.strip():
             raise ValueError("field 'model' must name the local directory of a sentence-transformers CrossEncoder")
         return self
@@ -141,6 +150,11 @@ class Strategy(BaseModel):
     @classmethod
     def _one_of(cls, value: str, info: ValidationInfo) -> str:
         return _one_of(value, info, _CHOICES)
+
+    @field_validator("embedding_model")
+    @classmethod
+    def _embedding_model(cls, value: str) -> str:
+        return _embedding_model(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> Strategy:

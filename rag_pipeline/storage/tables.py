@@ -7,8 +7,21 @@ import uuid
 from datetime import datetime
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import Boolean, DateTime, Double, Enum, ForeignKey, Index, Integer, String, Text, UniqueConstraint, func
-from sqlalchemy.dialects.postgresql import TSVECTOR, UUID
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Double,
+    Enum,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -98,6 +111,9 @@ class EmbeddingModel(Base):
     dimension: Mapped[int] = mapped_column(Integer, nullable=False)
     backend: Mapped[str] = mapped_column(String(100), nullable=False)
     created_at: Mapped[datetime] = _now()
+    endpoint = mapped_column(JSONB)  # backend "endpoint": its definition (knowledge_base/endpoint_embedding.py)
+    __table_args__ = (CheckConstraint("(backend = 'endpoint') = (endpoint IS NOT NULL)",
+                                      name="ck_embedding_models_endpoint"),)
 
 
 class ChunkEmbedding(Base):

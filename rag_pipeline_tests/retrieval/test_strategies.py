@@ -121,7 +121,8 @@ def test_description_does_not_change_hash() -> None:
 @pytest.mark.parametrize("changes, field", [
     ({"fusion": "max"}, "fusion"),
     ({"normalization": "l2"}, "normalization"),
-    ({"embedding_model": "bert"}, "embedding_model"),
+    ({"embedding_model": "bert base"}, "embedding_model"),  # no model name (an endpoint model's may be any)
+    ({"embedding_model": "-bert"}, "embedding_model"),
     ({"text_search": "german"}, "text_search"),
     ({"keyword_scorer": "tfidf"}, "keyword_scorer"),
     ({"vector_candidate_k": -1}, "vector_candidate_k"),
@@ -144,6 +145,13 @@ def test_description_does_not_change_hash() -> None:
 def test_bad_field_names_version_and_field(changes: dict, field: str) -> None:
     with pytest.raises(StrategyError, match=rf"strategy 'bad-v1': field '{field}'"):
         Strategy(version="bad-v1", **changes)
+
+
+def test_an_endpoint_model_is_named_by_any_model_name() -> None:
+    """Whether it is registered is known only to the database: checked when the strategy runs."""
+    strategy = Strategy(version="ep-v1", embedding_model="my-tei.bge_small-en", rerank={**RERANK, "model": "my-tei"})
+    assert strategy.embedding_model == "my-tei.bge_small-en"
+    assert strategy.params()["embedding_model"] == "my-tei.bge_small-en"
 
 
 def test_bad_version_name() -> None:
@@ -205,7 +213,7 @@ RERANK = {"method": "embedding", "model": "all-minilm-l6-v2"}
 
 @pytest.mark.parametrize("changes, field, problem", [
     ({"rerank": {**RERANK, "method": "colbert"}}, "rerank.method", "expected one of"),
-    ({"rerank": {**RERANK, "model": "bge-small"}}, "rerank.model", "the embedding method needs one of"),
+    ({"rerank": {**RERANK, "model": "bge/small"}}, "rerank.model", "the embedding method needs one of"),
     ({"rerank": {"method": "cross-encoder", "model": "  "}}, "rerank.model", "must name the local directory"),
     ({"rerank": {**RERANK, "weight": 1.5}}, "rerank.weight", r"must be in \[0, 1\], got 1.5"),
     ({"rerank": {**RERANK, "top_n": 0}}, "rerank.top_n", "must be >= 1"),
