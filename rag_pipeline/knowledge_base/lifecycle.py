@@ -58,6 +58,8 @@ class KnowledgeBaseRef:
     chunk_overlap: int
     chunk_count: int
     avg_chunk_length: float
+    kind: str = "project"
+    """``project`` (ingested here) or ``attached`` (the user's tables: :mod:`rag_pipeline.knowledge_base.attached`)."""
 
 
 def resolve_knowledge_base(conn: sa.Connection, name_or_id: str | uuid.UUID | KnowledgeBaseRef) -> KnowledgeBaseRef:

@@ -111,6 +111,12 @@ def compare_runs(engine: sa.Engine, run_a: str, run_b: str, *, n_resamples: int 
     if sa_.dataset.version != sb.dataset.version:
         notes.append(f"the runs measure different versions of the dataset ({sa_.dataset.version[:12]} vs "
                      f"{sb.dataset.version[:12]}): labels may differ between them")
+    ka, kb_ = sa_.knowledge_base, sb.knowledge_base
+    if ka.id == kb_.id and ka.version and kb_.version and ka.version != kb_.version:
+        seen_rows = [s.counts.attached.rows if s.counts and s.counts.attached else None for s in (sa_, sb)]
+        seen = f"; {seen_rows[0]} vs {seen_rows[1]} rows" if None not in seen_rows else ""
+        notes.append(f"the runs saw different content of knowledge base {ka.name} (version {ka.version[:12]} vs "
+                     f"{kb_.version[:12]}{seen}): it changed between them, so a difference may not be the strategy's")
     labels = _labels(sa_, sb)
     # answerable cases only: an unanswerable one has no metric to pair (docs/design.md §12.1)
     per_a = {c.case_id: c.metrics for c in a.cases if c.metrics is not None}

@@ -17,7 +17,7 @@ SEARCHABLE_DOCUMENT_SQL = (f"d.status = '{SEARCHABLE_STATUS}' AND d.publication_
 
 _INSERT_KB_SQL = ("INSERT INTO knowledge_bases (id, name, text_search, chunk_size, chunk_overlap, chunk_count, "
                   "avg_chunk_length) VALUES (:id, :n, :ts, :cs, :co, 0, 0) ON CONFLICT (name) DO NOTHING")
-_KB_BY_NAME_OR_ID_SQL = ("SELECT id, name, text_search, chunk_size, chunk_overlap, chunk_count, avg_chunk_length "
+_KB_BY_NAME_OR_ID_SQL = ("SELECT id, name, text_search, chunk_size, chunk_overlap, chunk_count, avg_chunk_length, kind "
                          "FROM knowledge_bases WHERE name = :n OR id = :u")
 _UPSERT_DOCUMENTS_SQL = (
     "INSERT INTO documents (id, knowledge_base_id, original_name, title, content, content_hash, "

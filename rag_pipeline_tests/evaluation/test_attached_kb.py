@@ -1,0 +1,206 @@
+"""An attached knowledge base on a second, real PostgreSQL server (the embedded wheel on another port): the demo
+documents in the original design's schema (``documents`` / ``document_chunks``, one ``embedding`` column), with the
+chunk ids, texts, tsvectors and USE vectors the demo knowledge base got when the project ingested it. Attached
+read-only through a role that has write rights, ``hybrid-v1`` on it gives the demo knowledge base's candidates and
+metrics; the user database is unchanged afterwards; bad mappings are named and store nothing; a changed row
+changes the fingerprint and `compare` says the runs saw different content."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from rag_pipeline.contracts.attached import AttachedMapping
+from rag_pipeline.evaluation.datasets.label_check import check_labels
+from rag_pipeline.evaluation.datasets.load import load_dataset
+from rag_pipeline.evaluation.evaluate import evaluate_dataset
+from rag_pipeline.knowledge_base import attached
+from rag_pipeline.retrieval.strategies import get_strategy
+from rag_pipeline.storage import embedded_server
+from rag_pipeline.storage.urls import with_database
+
+pytestmark = [pytest.mark.db, pytest.mark.slow]  # slow: a second PostgreSQL server and the USE model
+
+ROOT = Path(__file__).resolve().parents[2]
+URL_ENV = "RAG_TEST_ATTACHED_URL"
+PASSWORD = "Wr1te-rights-but-never-used"
+MAPPING = AttachedMapping(text_search="chinese")  # the demo knowledge base's text mode
+
+SCHEMA = """
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE TYPE document_status AS ENUM ('PROCESSING', 'READY', 'FAILED');
+CREATE TYPE document_publication_status AS ENUM ('DRAFT', 'PUBLISHED', 'UNPUBLISHED');
+CREATE TABLE documents (
+    id uuid PRIMARY KEY, knowledge_base_id uuid NOT NULL, original_name text NOT NULL, title text,
+    status document_status NOT NULL, publication_status document_publication_status NOT NULL,
+    is_deleted boolean NOT NULL DEFAULT false);
+CREATE TABLE document_chunks (
+    id uuid PRIMARY KEY, knowledge_base_id uuid NOT NULL, document_id uuid NOT NULL REFERENCES documents (id),
+    content text NOT NULL, content_tsvector tsvector NOT NULL, embedding vector(512));
+CREATE ROLE app_writer LOGIN PASSWORD '{password}';
+GRANT ALL ON ALL TABLES IN SCHEMA public TO app_writer;
+GRANT CREATE ON SCHEMA public TO app_writer;
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def user_db(engine, demo_kb, tmp_path_factory):
+    """The second server's database ``userdb`` holding the demo KB's current chunks: (superuser engine, the
+    write-capable role's URL)."""
+    pgdata = tmp_path_factory.mktemp("user_pg") / "pgdata"
+    embedded_server.start(pgdata, listen=f"127.0.0.1:{_free_port()}")
+    try:
+        admin_url = embedded_server.listener_url("postgres", pgdata=pgdata)
+        assert admin_url
+        with sa.create_engine(admin_url, isolation_level="AUTOCOMMIT").connect() as conn:
+            conn.execute(sa.text("CREATE DATABASE userdb"))
+        owner = sa.create_engine(with_database(admin_url, "userdb"))
+        with engine.connect() as project:
+            docs = project.execute(sa.text(
+                "SELECT d.id, d.knowledge_base_id, d.original_name, d.title, CAST(d.status AS text) AS status, "
+                "CAST(d.publication_status AS text) AS publication_status, d.is_deleted FROM documents d "
+                "JOIN knowledge_bases k ON k.id = d.knowledge_base_id WHERE k.name = :kb"), {"kb": demo_kb}).all()
+            chunks = project.execute(sa.text(
+                "SELECT c.id, c.knowledge_base_id, c.document_id, c.content, CAST(c.content_tsvector AS text) AS tsv, "
+                "CAST(e.embedding AS text) AS embedding FROM document_chunks c JOIN knowledge_bases k "
+                "ON k.id = c.knowledge_base_id LEFT JOIN chunk_embeddings e ON e.chunk_id = c.id "
+                "AND e.model = 'use-multilingual-v3' WHERE k.name = :kb AND c.is_current"), {"kb": demo_kb}).all()
+        assert len(chunks) > 20 and all(c.embedding for c in chunks)
+        with owner.begin() as conn:
+            conn.execute(sa.text(SCHEMA.format(password=PASSWORD)))
+            conn.execute(sa.text(
+                "INSERT INTO documents VALUES (:id, :knowledge_base_id, :original_name, :title, "
+                "CAST(:status AS document_status), CAST(:publication_status AS document_publication_status), "
+                ":is_deleted)"), [r._asdict() for r in docs])
+            conn.execute(sa.text(
+                "INSERT INTO document_chunks VALUES (:id, :knowledge_base_id, :document_id, :content, "
+                "CAST(:tsv AS tsvector), CAST(:embedding AS vector))"), [r._asdict() for r in chunks])
+            conn.execute(sa.text("ANALYZE"))
+        user_url = admin_url.replace(admin_url.split("://", 1)[1].split("@", 1)[0], f"app_writer:{PASSWORD}", 1)
+        yield owner, with_database(user_url, "userdb")
+        owner.dispose()
+    finally:
+        embedded_server.stop(pgdata)
+
+
+@pytest.fixture(scope="module")
+def attached_kb(engine, user_db):
+    """The user database attached as ``attached-demo`` (default mapping, text mode chinese), URL in URL_ENV."""
+    os.environ[URL_ENV] = user_db[1]
+    try:
+        result = attached.attach(engine, "attached-demo", URL_ENV, MAPPING)
+        assert result.url.count("***") == 1 and PASSWORD not in result.model_dump_json()
+        yield result
+    finally:
+        os.environ.pop(URL_ENV, None)
+
+
+def _state(owner: sa.Engine) -> dict:
+    with owner.connect() as conn:
+        conn.execute(sa.text("SELECT pg_stat_force_next_flush()"))
+        return {
+            "rows": conn.execute(sa.text("SELECT (SELECT count(*) FROM documents), "
+                                         "(SELECT count(*) FROM document_chunks)")).one(),
+            "relations": conn.execute(sa.text("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON "
+                                              "n.oid = c.relnamespace WHERE n.nspname NOT IN ('pg_catalog', "
+                                              "'information_schema', 'pg_toast')")).scalar_one(),
+            "writes": conn.execute(sa.text("SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM "
+                                           "pg_stat_user_tables ORDER BY relname")).all(),
+            "content": conn.execute(sa.text(
+                "SELECT md5(string_agg(CAST(c AS text), '' ORDER BY c.id)) FROM document_chunks c")).scalar_one(),
+        }
+
+
+def _pools(engine, run_id: str) -> list:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text(
+            "SELECT case_index, CAST(chunk_id AS text), rank, vector_score, vector_rank, keyword_score, keyword_rank, "
+            "final_score, is_selected FROM retrieval_evaluation_candidate_rows WHERE evaluation_run_id = :r "
+            "ORDER BY case_index, rank"), {"r": run_id})]
+
+
+def test_hybrid_on_the_attached_database_equals_the_ingested_demo_and_writes_nothing(engine, demo_kb, user_db,
+                                                                                     attached_kb):
+    dataset = load_dataset(ROOT / "datasets" / "demo.json")
+    strategy = get_strategy("hybrid-v1")
+    before = _state(user_db[0])
+    assert dataset.knowledge_base == demo_kb
+    ours = evaluate_dataset(engine, dataset, strategy)
+    os.environ[URL_ENV] = user_db[1]
+    try:
+        theirs = evaluate_dataset(engine, dataset, strategy, kb="attached-demo")
+    finally:
+        os.environ.pop(URL_ENV, None)
+    pools = _pools(engine, theirs.run_id)
+    assert pools and pools == _pools(engine, ours.run_id)  # same chunks, ranks, leg scores and ranks, fused scores
+    assert theirs.averages == ours.averages and theirs.case_count == ours.case_count == len(dataset.cases)
+    assert theirs.summary.attached is not None
+    assert theirs.summary.attached.rows == attached_kb.content.rows
+    assert theirs.knowledge_base_version == attached_kb.content.fingerprint
+    after = _state(user_db[0])
+    assert after == before  # no row, relation, insert, update or delete: the write-capable role never wrote
+
+
+def test_labels_and_the_label_check_on_the_attached_database(engine, user_db, attached_kb):
+    dataset = load_dataset(ROOT / "datasets" / "demo.json")
+    os.environ[URL_ENV] = user_db[1]
+    try:
+        with engine.connect() as conn:
+            report = check_labels(conn, "attached-demo", dataset.cases)
+            bad = check_labels(conn, "attached-demo", [{"case_id": "x", "relevant_chunk_ids": [str(uuid.uuid4())]}])
+    finally:
+        os.environ.pop(URL_ENV, None)
+    assert report.rows and all(r.ok for r in report.rows), report.summary()
+    assert [r.status for r in bad.rows] == ["unknown_id"] and "document_chunks" in bad.rows[0].detail
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"chunks_table": "chunks"}, "table 'chunks'"),
+    ({"text": "body"}, "column 'body' (mapping field 'text')"),
+    ({"document_filter": [{"column": "state", "equals": "live"}]}, "column 'state'"),
+])
+def test_a_mapping_naming_a_missing_table_or_column_is_named_and_nothing_is_stored(engine, user_db, change, named):
+    mapping = AttachedMapping.model_validate({**MAPPING.model_dump(), **change})
+    with pytest.raises(attached.AttachError, match=named.replace("(", r"\(").replace(")", r"\)")):
+        attached.attach(engine, "attached-broken", URL_ENV, mapping, environ={URL_ENV: user_db[1]})
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM knowledge_bases WHERE name = 'attached-broken'")
+                            ).scalar_one() == 0
+
+
+def test_a_changed_row_changes_the_fingerprint_and_compare_says_so(engine, user_db, attached_kb, tmp_path):
+    from rag_pipeline.service.history import compare_runs
+
+    dataset = load_dataset(ROOT / "datasets" / "demo.json")
+    strategy = get_strategy("keyword-v1")
+    os.environ[URL_ENV] = user_db[1]
+    with user_db[0].connect() as conn:
+        chunk_id, text = conn.execute(sa.text("SELECT id, content FROM document_chunks ORDER BY id LIMIT 1")).one()
+    try:
+        first = evaluate_dataset(engine, dataset, strategy, kb="attached-demo")
+        with user_db[0].begin() as conn:
+            conn.execute(sa.text("UPDATE document_chunks SET content = content || '!' WHERE id = :id"),
+                         {"id": chunk_id})
+        second = evaluate_dataset(engine, dataset, strategy, kb="attached-demo")
+    finally:
+        os.environ.pop(URL_ENV, None)
+        with user_db[0].begin() as conn:
+            conn.execute(sa.text("UPDATE document_chunks SET content = :t WHERE id = :id"), {"t": text, "id": chunk_id})
+    assert first.knowledge_base_version != second.knowledge_base_version
+    assert first.summary.attached and second.summary.attached
+    assert first.summary.attached.rows == second.summary.attached.rows
+    pair = compare_runs(engine, first.run_id, second.run_id, n_resamples=200)
+    assert any("different content" in note for note in pair.notes), pair.notes
+    json.dumps(pair.model_dump(mode="json"))
