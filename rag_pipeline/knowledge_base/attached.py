@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from rag_pipeline.contracts.attached import AttachedContent, AttachedMapping, AttachResult
-from rag_pipeline.contracts.errors import BadInputError
+from rag_pipeline.contracts.errors import BadInputError, DatabaseUnavailableError
 from rag_pipeline.knowledge_base import chunking, textsearch
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, KnowledgeBaseRef
@@ -215,3 +215,23 @@ def list_chunks(conn: sa.Connection, attached: AttachedKnowledgeBase, *, limit: 
         total = queries.count_chunks(user, attached.names)
     mapped = remember(conn, attached.kb, [r.chunk_id for r in rows])
     return [_chunk_row(mapped[r.chunk_id], r) for r in rows], total
+
+
+def find_chunks_anywhere(conn: sa.Connection, chunk_ids: Sequence[str]) -> dict[str, ChunkRow]:
+    """The listed chunk UUIDs found in any attached knowledge base whose URL variable is set (the console's chunk
+    text, which knows the id alone); a database that cannot be reached is left out."""
+    from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base  # noqa: PLC0415
+
+    found: dict[str, ChunkRow] = {}
+    for name in queries.attached_names(conn):
+        wanted = [i for i in chunk_ids if i not in found]
+        if not wanted:
+            break
+        user_kb = load(conn, resolve_knowledge_base(conn, name))
+        if user_kb is None or not os.environ.get(user_kb.url_env):
+            continue
+        try:
+            found |= chunk_rows(conn, user_kb, wanted)
+        except (AttachError, sa.exc.SQLAlchemyError, DatabaseUnavailableError):
+            continue
+    return found

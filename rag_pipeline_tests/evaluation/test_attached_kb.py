@@ -21,6 +21,7 @@ from rag_pipeline.evaluation.datasets.label_check import check_labels
 from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.knowledge_base import attached
+from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.storage import embedded_server
 from rag_pipeline.storage.urls import with_database
@@ -43,6 +44,8 @@ CREATE TABLE documents (
 CREATE TABLE document_chunks (
     id uuid PRIMARY KEY, knowledge_base_id uuid NOT NULL, document_id uuid NOT NULL REFERENCES documents (id),
     content text NOT NULL, content_tsvector tsvector NOT NULL, embedding vector(512));
+CREATE TABLE kb_text (chunk_key text PRIMARY KEY, doc text NOT NULL, body text NOT NULL, emb vector(512),
+                      live boolean NOT NULL);
 CREATE ROLE app_writer LOGIN PASSWORD '{password}';
 GRANT ALL ON ALL TABLES IN SCHEMA public TO app_writer;
 GRANT CREATE ON SCHEMA public TO app_writer;
@@ -87,6 +90,9 @@ def user_db(engine, demo_kb, tmp_path_factory):
             conn.execute(sa.text(
                 "INSERT INTO document_chunks VALUES (:id, :knowledge_base_id, :document_id, :content, "
                 "CAST(:tsv AS tsvector), CAST(:embedding AS vector))"), [r._asdict() for r in chunks])
+            conn.execute(sa.text(  # the user's own ids: text, not UUIDs; no documents table
+                "INSERT INTO kb_text SELECT 'chunk-' || lpad(CAST(row_number() OVER (ORDER BY id) AS text), 3, '0'), "
+                "CAST(document_id AS text), content, embedding, true FROM document_chunks"))
             conn.execute(sa.text("ANALYZE"))
         user_url = admin_url.replace(admin_url.split("://", 1)[1].split("@", 1)[0], f"app_writer:{PASSWORD}", 1)
         yield owner, with_database(user_url, "userdb")
@@ -204,3 +210,76 @@ def test_a_changed_row_changes_the_fingerprint_and_compare_says_so(engine, user_
     pair = compare_runs(engine, first.run_id, second.run_id, n_resamples=200)
     assert any("different content" in note for note in pair.notes), pair.notes
     json.dumps(pair.model_dump(mode="json"))
+
+
+TEXT_MAPPING = AttachedMapping(chunks_table="kb_text", chunk_id="chunk_key", document_id="doc", text="body",
+                               embedding="emb", tsvector=None, text_search="chinese", documents_table=None,
+                               document_name=None, document_filter=[{"column": "live", "equals": True}])
+
+
+def test_text_chunk_ids_are_the_labels_through_qrels_and_score_as_the_demo(engine, user_db, tmp_path):
+    """A table whose chunk ids are text (``chunk-001`` ...), no documents table, a boolean filter: labels written
+    as a qrels file of those ids; vector-v1 on it scores exactly as on the ingested demo (same vectors)."""
+    from rag_pipeline.evaluation.trec import qrels
+    from rag_pipeline.service.evaluations import write_report
+
+    owner, url = user_db
+    with owner.connect() as conn:
+        key_of = dict(conn.execute(sa.text("SELECT CAST(c.id AS text), k.chunk_key FROM document_chunks c JOIN "
+                                           "kb_text k ON k.body = c.content AND k.doc = CAST(c.document_id AS text)")
+                                   ).all())
+    demo = load_dataset(ROOT / "datasets" / "demo.json")
+    (tmp_path / "qrels.txt").write_text("".join(f"{c.case_id} 0 {key_of[cid]} {g}\n" for c in demo.cases
+                                                for cid, g in c.grades.items() if c.answerable), encoding="utf-8")
+    (tmp_path / "topics.jsonl").write_text("".join(json.dumps({"qid": c.case_id, "question": c.question, "k": c.k})
+                                                   + "\n" for c in demo.cases if c.answerable), encoding="utf-8")
+    attached.attach(engine, "attached-text", URL_ENV, TEXT_MAPPING, environ={URL_ENV: url})
+    os.environ[URL_ENV] = url
+    try:
+        with engine.connect() as conn:
+            kb = attached.load(conn, resolve_knowledge_base(conn, "attached-text"))
+        assert kb is not None
+        dataset, _ = qrels.import_dataset(engine, tmp_path / "qrels.txt", tmp_path / "topics.jsonl",
+                                          name="attached-text-demo", kb=kb.kb)
+        with engine.connect() as conn:
+            report = check_labels(conn, "attached-text", dataset.cases)
+        assert report.rows and all(r.ok for r in report.rows), report.summary()
+        theirs = evaluate_dataset(engine, dataset, get_strategy("vector-v1"))
+    finally:
+        os.environ.pop(URL_ENV, None)
+    answerable = load_dataset(ROOT / "datasets" / "demo.json")
+    answerable.cases[:] = [c for c in answerable.cases if c.answerable]
+    ours = evaluate_dataset(engine, answerable, get_strategy("vector-v1"))
+    assert theirs.averages == pytest.approx(ours.averages, abs=1e-12) and theirs.averages["recall_at_k"] > 0
+    out = tmp_path / "run.json"
+    with out.open("w", encoding="utf-8") as fp:
+        write_report(engine, theirs.run_id, fp)
+    assert '"chunk-0' in out.read_text(encoding="utf-8")  # the stored pools read back as the user's ids
+
+
+def test_chunks_suggest_and_the_console_text_work_on_the_attached_database(engine, user_db, attached_kb):
+    from rag_pipeline.service.history import chunk_texts
+    from rag_pipeline.service.labelling import drafts
+    from rag_pipeline.service.labelling.chunks import find_chunks
+
+    dataset = load_dataset(ROOT / "datasets" / "demo.json")
+    case = next(c for c in dataset.cases if c.answerable)
+    os.environ[URL_ENV] = user_db[1]
+    try:
+        listing = find_chunks(engine, "attached-demo", limit=5)
+        found = find_chunks(engine, "attached-demo", search=case.question, limit=10)
+        draft = drafts.pool(engine, "attached-demo", drafts.questions_from_text(case.question, 10),
+                            strategies=["hybrid-v1", "keyword-v1"], depth=10)
+        texts = chunk_texts(engine, [case.relevant_chunk_ids[0]])
+    finally:
+        os.environ.pop(URL_ENV, None)
+    with user_db[0].connect() as conn:
+        searchable = conn.execute(sa.text(
+            "SELECT count(*) FROM document_chunks c JOIN documents d ON d.id = c.document_id WHERE d.status = "
+            "'READY' AND d.publication_status = 'PUBLISHED' AND NOT d.is_deleted")).scalar_one()
+    assert listing.total == searchable and len(listing.chunks) == 5
+    assert [c.chunk_id for c in listing.chunks] == sorted(c.chunk_id for c in listing.chunks)
+    assert set(case.relevant_chunk_ids) & {c.chunk_id for c in found.chunks}
+    pooled = {c.chunk_id: c for c in draft.questions[0].candidates}
+    assert set(case.relevant_chunk_ids) & set(pooled) and all(c.text for c in pooled.values())
+    assert texts[case.relevant_chunk_ids[0]].content

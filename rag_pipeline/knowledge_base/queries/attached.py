@@ -209,6 +209,12 @@ def count_chunks(conn: sa.Connection, names: Names) -> int:
                         names.params()).scalar_one()
 
 
+def attached_names(conn: sa.Connection) -> list[str]:
+    """The names of the attached knowledge bases."""
+    return list(conn.execute(sa.text("SELECT name FROM knowledge_bases WHERE kind = 'attached' ORDER BY name")
+                             ).scalars())
+
+
 def attached_row(conn: sa.Connection, kb_id) -> sa.Row | None:
     """``kind, attached_mapping, url_env`` of a knowledge base."""
     return conn.execute(sa.text("SELECT kind, attached_mapping, url_env FROM knowledge_bases WHERE id = :id"),
