@@ -26,7 +26,7 @@ from rag_pipeline.knowledge_base.queries.attached import Names
 from rag_pipeline.storage.engine import read_only_engine, unreachable
 from rag_pipeline.storage.ids import as_uuid, external_chunk_uuid
 from rag_pipeline.storage.names import KNOWLEDGE_BASE, check_name
-from rag_pipeline.storage.urls import mask_url
+from rag_pipeline.storage.urls import mask_secrets, mask_url
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -152,8 +152,8 @@ def attach(engine: sa.Engine, name: str, url_env: str, mapping: AttachedMapping,
     ``attached``, the mapping, the variable's name) in the project's database."""
     check_name(KNOWLEDGE_BASE, name)
     if not re.match(ENV_NAME, url_env):
-        raise AttachError(f"--url-env {url_env!r} is not an environment variable name (give the variable's name, "
-                          "never the URL)")
+        raise AttachError(f"--url-env {mask_secrets(url_env)!r} is not an environment variable name (give the "
+                          "variable's name, never the URL)")
     url = user_url(url_env, name, environ)
     with read_only(url) as conn:
         warnings = check_mapping(conn, mapping)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import uuid
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from rag_pipeline.knowledge_base import attached
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline.storage import embedded_server
+from rag_pipeline.storage.engine import read_only_engine
 from rag_pipeline.storage.urls import with_database
 
 pytestmark = [pytest.mark.db, pytest.mark.slow]  # slow: a second PostgreSQL server and the USE model
@@ -95,7 +97,14 @@ def user_db(engine, demo_kb, tmp_path_factory):
                 "CAST(document_id AS text), content, embedding, true FROM document_chunks"))
             conn.execute(sa.text("ANALYZE"))
         user_url = admin_url.replace(admin_url.split("://", 1)[1].split("@", 1)[0], f"app_writer:{PASSWORD}", 1)
-        yield owner, with_database(user_url, "userdb")
+        user_url = with_database(user_url, "userdb")
+        writer = sa.create_engine(user_url)
+        with writer.connect() as conn:  # the role does have write rights (rolled back)
+            conn.execute(sa.text("CREATE TABLE scratch (i int)"))
+            conn.execute(sa.text("DELETE FROM kb_text WHERE false"))
+            conn.rollback()
+        writer.dispose()
+        yield owner, user_url
         owner.dispose()
     finally:
         embedded_server.stop(pgdata)
@@ -108,14 +117,29 @@ def attached_kb(engine, user_db):
     try:
         result = attached.attach(engine, "attached-demo", URL_ENV, MAPPING)
         assert result.url.count("***") == 1 and PASSWORD not in result.model_dump_json()
+        with engine.connect() as conn:
+            row = conn.execute(sa.text("SELECT kind, url_env, CAST(k AS text) AS everything FROM knowledge_bases k "
+                                       "WHERE name = 'attached-demo'")).one()
+        assert (row.kind, row.url_env) == ("attached", URL_ENV) and PASSWORD not in row.everything
         yield result
     finally:
         os.environ.pop(URL_ENV, None)
 
 
-def _state(owner: sa.Engine) -> dict:
+def _state(owner: sa.Engine, user_url: str) -> dict:
+    """The user database as its owner sees it, once every other session has ended (a backend flushes its table
+    statistics when it exits, so the write counters include everything done before)."""
+    read_only_engine(user_url).dispose()
+    owner.dispose()
     with owner.connect() as conn:
-        conn.execute(sa.text("SELECT pg_stat_force_next_flush()"))
+        for _ in range(200):
+            if not conn.execute(sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = 'userdb' "
+                                        "AND pid <> pg_backend_pid()")).scalar_one():
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("another session on the user database did not end")
+        conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
         return {
             "rows": conn.execute(sa.text("SELECT (SELECT count(*) FROM documents), "
                                          "(SELECT count(*) FROM document_chunks)")).one(),
@@ -141,7 +165,7 @@ def test_hybrid_on_the_attached_database_equals_the_ingested_demo_and_writes_not
                                                                                      attached_kb):
     dataset = load_dataset(ROOT / "datasets" / "demo.json")
     strategy = get_strategy("hybrid-v1")
-    before = _state(user_db[0])
+    before = _state(*user_db)
     assert dataset.knowledge_base == demo_kb
     ours = evaluate_dataset(engine, dataset, strategy)
     os.environ[URL_ENV] = user_db[1]
@@ -155,7 +179,7 @@ def test_hybrid_on_the_attached_database_equals_the_ingested_demo_and_writes_not
     assert theirs.summary.attached is not None
     assert theirs.summary.attached.rows == attached_kb.content.rows
     assert theirs.knowledge_base_version == attached_kb.content.fingerprint
-    after = _state(user_db[0])
+    after = _state(*user_db)
     assert after == before  # no row, relation, insert, update or delete: the write-capable role never wrote
 
 
@@ -283,3 +307,35 @@ def test_chunks_suggest_and_the_console_text_work_on_the_attached_database(engin
     pooled = {c.chunk_id: c for c in draft.questions[0].candidates}
     assert set(case.relevant_chunk_ids) & set(pooled) and all(c.text for c in pooled.values())
     assert texts[case.relevant_chunk_ids[0]].content
+
+
+def test_nothing_is_ingested_into_an_attached_knowledge_base(engine, attached_kb):
+    from rag_pipeline.knowledge_base.ingestion import ingest_documents
+    from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError
+    from rag_pipeline.knowledge_base.sources import read_folder
+
+    with pytest.raises(KnowledgeBaseError, match="'attached-demo' is attached"):
+        ingest_documents(engine, read_folder(ROOT / "demo" / "kb"), "attached-demo", text_search="chinese",
+                         chunk_size=0, chunk_overlap=0, rechunk=True)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM document_chunks c JOIN knowledge_bases k ON "
+                                    "k.id = c.knowledge_base_id WHERE k.name = 'attached-demo'")).scalar_one() == 0
+
+
+def test_the_cli_attaches_by_variable_name_and_never_prints_the_password(engine, user_db, monkeypatch, capsys):
+    from rag_pipeline.cli.main import main
+
+    monkeypatch.setenv(URL_ENV, user_db[1])
+    assert main(["kb", "attach", "attached-cli", "--url-env", URL_ENV]) == 0
+    out, err = capsys.readouterr()
+    shown = json.loads(out)
+    assert shown["kind"] == "attached" and shown["url_env"] == URL_ENV and shown["content"]["rows"] > 20
+    assert PASSWORD not in out + err and "***" in shown["url"]
+    assert main(["kb", "attach", "attached-cli2", "--url-env", "RAG_TEST_NOT_SET"]) == 2
+    assert "RAG_TEST_NOT_SET" in capsys.readouterr().err
+    assert main(["kb", "attach", "attached-cli2", "--url-env", user_db[1]]) == 2  # a URL where the name goes
+    out, err = capsys.readouterr()
+    assert "not an environment variable name" in err and PASSWORD not in out + err
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM knowledge_bases WHERE name = 'attached-cli2'")
+                            ).scalar_one() == 0

@@ -57,8 +57,8 @@ GROUP BY e.model ORDER BY e.model
 
 
 def knowledge_base_settings(conn: sa.Connection, name: str) -> sa.Row | None:
-    """``(id, text_search, chunk_size, chunk_overlap)`` of the KB named ``name``."""
-    return conn.execute(sa.text("SELECT id, text_search, chunk_size, chunk_overlap FROM knowledge_bases "
+    """``(id, text_search, chunk_size, chunk_overlap, kind)`` of the KB named ``name``."""
+    return conn.execute(sa.text("SELECT id, text_search, chunk_size, chunk_overlap, kind FROM knowledge_bases "
                                 "WHERE name = :n"), {"n": name}).first()
 
 
