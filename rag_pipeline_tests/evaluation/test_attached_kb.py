@@ -233,7 +233,12 @@ def test_a_changed_row_changes_the_fingerprint_and_compare_says_so(engine, user_
     assert first.summary.attached.rows == second.summary.attached.rows
     pair = compare_runs(engine, first.run_id, second.run_id, n_resamples=200)
     assert any("different content" in note for note in pair.notes), pair.notes
-    json.dumps(pair.model_dump(mode="json"))
+    from rag_pipeline.cli.runs_table import comparison_table
+    from rag_pipeline.service import evaluations
+
+    table = comparison_table([s.model_dump(mode="json")
+                              for s in evaluations.run_summaries(engine, [first.run_id, second.run_id])])
+    assert "runs of knowledge base attached-demo listed here saw 2 different contents" in table
 
 
 TEXT_MAPPING = AttachedMapping(chunks_table="kb_text", chunk_id="chunk_key", document_id="doc", text="body",
