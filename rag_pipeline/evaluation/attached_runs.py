@@ -48,6 +48,10 @@ def evaluate_attached(engine: sa.Engine, dataset: Dataset, strategy: Strategy, k
         attached = attached_kb.load(conn, kb)
         assert attached is not None
         check_strategy(attached, strategy)
+    with attached_kb.read_only(attached, environ) as user:  # a missing table or column: named, nothing stored
+        for warning in attached_kb.check_mapping(user, attached.mapping):
+            logger.warning(warning)
+    with engine.connect() as conn:
         labels = check_labels(conn, kb, dataset.cases)
         targets = attached_kb.user_ids(conn, attached,
                                        sorted({i for c in dataset.cases for i in c.relevant_chunk_ids}))
@@ -75,8 +79,6 @@ def evaluate_attached(engine: sa.Engine, dataset: Dataset, strategy: Strategy, k
             traces: list[RetrievalTrace] = []
             t = time.perf_counter()
             with attached_kb.read_only(attached, environ) as user:
-                for warning in attached_kb.check_mapping(user, attached.mapping):
-                    logger.warning(warning)
                 seen = attached_kb.content(user, attached.mapping)
                 for start in range(0, len(cases), batch_size):
                     batch = cases[start:start + batch_size]

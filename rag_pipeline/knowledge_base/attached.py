@@ -23,7 +23,7 @@ from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, KnowledgeBaseRef
 from rag_pipeline.knowledge_base.queries import attached as queries
 from rag_pipeline.knowledge_base.queries.attached import Names
-from rag_pipeline.storage.engine import read_only_engine, unreachable
+from rag_pipeline.storage.engine import DatabaseUnreachableError, first_line, read_only_engine
 from rag_pipeline.storage.ids import as_uuid, external_chunk_uuid
 from rag_pipeline.storage.names import KNOWLEDGE_BASE, check_name
 from rag_pipeline.storage.urls import mask_secrets, mask_url
@@ -91,7 +91,10 @@ def read_only(attached: AttachedKnowledgeBase | str,
     try:
         conn = read_only_engine(url).connect()
     except sa.exc.OperationalError as exc:
-        raise unreachable(url, exc) from None
+        where = (f" (attached knowledge base {attached.kb.name!r}, ${attached.url_env})"
+                 if isinstance(attached, AttachedKnowledgeBase) else "")
+        raise DatabaseUnreachableError(f"cannot reach the database {mask_url(url)}{where}: {first_line(exc)}") \
+            from None
     try:
         with conn.begin() as tx:
             queries.begin_read_only(conn)

@@ -173,11 +173,6 @@ def read_only_engine(url: str) -> Engine:
     return engine
 
 
-def unreachable(url: str, exc: BaseException) -> DatabaseUnavailableError:
-    """The user-facing error of a database that refused or did not answer (password masked)."""
-    return _unreachable(url, exc)
-
-
 def get_engine(url: str | None = None, *, migrate: bool = True, readers: int = 0) -> Engine:
     """The engine for ``url`` (default :func:`database_url`), schema upgraded to head unless ``migrate=False``; one
     per URL and pool size (``readers`` + 3 connections, at least :data:`DEFAULT_POOL_SIZE`)."""

@@ -344,3 +344,23 @@ def test_the_cli_attaches_by_variable_name_and_never_prints_the_password(engine,
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM knowledge_bases WHERE name = 'attached-cli2'")
                             ).scalar_one() == 0
+
+
+def test_a_column_gone_since_the_attach_is_named_and_no_run_is_stored(engine, user_db, attached_kb):
+    def runs() -> int:
+        with engine.connect() as conn:
+            return conn.execute(sa.text("SELECT count(*) FROM retrieval_evaluation_runs")).scalar_one()
+
+    before = runs()
+    with user_db[0].begin() as conn:
+        conn.execute(sa.text("ALTER TABLE document_chunks RENAME COLUMN content TO body"))
+    os.environ[URL_ENV] = user_db[1]
+    try:
+        with pytest.raises(attached.AttachError, match=r"column 'content' \(mapping field 'text'\)"):
+            evaluate_dataset(engine, load_dataset(ROOT / "datasets" / "demo.json"), get_strategy("keyword-v1"),
+                             kb="attached-demo")
+    finally:
+        os.environ.pop(URL_ENV, None)
+        with user_db[0].begin() as conn:
+            conn.execute(sa.text("ALTER TABLE document_chunks RENAME COLUMN body TO content"))
+    assert runs() == before
