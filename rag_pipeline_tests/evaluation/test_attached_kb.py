@@ -84,7 +84,8 @@ def user_db(engine, demo_kb, tmp_path_factory):
                 "AND e.model = 'use-multilingual-v3' WHERE k.name = :kb AND c.is_current"), {"kb": demo_kb}).all()
         assert len(chunks) > 20 and all(c.embedding for c in chunks)
         with owner.begin() as conn:
-            conn.execute(sa.text(SCHEMA.format(password=PASSWORD)))
+            for statement in filter(str.strip, SCHEMA.format(password=PASSWORD).split(";")):
+                conn.execute(sa.text(statement))
             conn.execute(sa.text(
                 "INSERT INTO documents VALUES (:id, :knowledge_base_id, :original_name, :title, "
                 "CAST(:status AS document_status), CAST(:publication_status AS document_publication_status), "
