@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.db, pytest.mark.slow]  # slow: a second PostgreSQL ser
 ROOT = Path(__file__).resolve().parents[2]
 URL_ENV = "RAG_TEST_ATTACHED_URL"
 PASSWORD = "Wr1te-rights-but-never-used"
-MAPPING = AttachedMapping(text_search="chinese")  # the demo knowledge base's text mode
+MAPPING = AttachedMapping(text_search="mixed")  # the demo knowledge base's text mode (checked by attached_kb)
 
 SCHEMA = """
 CREATE EXTENSION IF NOT EXISTS vector;
@@ -112,8 +112,10 @@ def user_db(engine, demo_kb, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def attached_kb(engine, user_db):
-    """The user database attached as ``attached-demo`` (default mapping, text mode chinese), URL in URL_ENV."""
+def attached_kb(engine, demo_kb, user_db):
+    """The user database attached as ``attached-demo`` (default mapping, the demo's text mode), URL in URL_ENV."""
+    with engine.connect() as conn:
+        assert resolve_knowledge_base(conn, "demo").text_search == MAPPING.text_search
     os.environ[URL_ENV] = user_db[1]
     try:
         result = attached.attach(engine, "attached-demo", URL_ENV, MAPPING)
@@ -246,7 +248,7 @@ def test_a_changed_row_changes_the_fingerprint_and_compare_says_so(engine, user_
 
 
 TEXT_MAPPING = AttachedMapping(chunks_table="kb_text", chunk_id="chunk_key", document_id="doc", text="body",
-                               embedding="emb", tsvector=None, text_search="chinese", documents_table=None,
+                               embedding="emb", tsvector=None, text_search="mixed", documents_table=None,
                                document_name=None, document_filter=[{"column": "live", "equals": True}])
 
 
@@ -322,7 +324,7 @@ def test_nothing_is_ingested_into_an_attached_knowledge_base(engine, attached_kb
     from rag_pipeline.knowledge_base.sources import read_folder
 
     with pytest.raises(KnowledgeBaseError, match="'attached-demo' is attached"):
-        ingest_documents(engine, read_folder(ROOT / "demo" / "kb"), "attached-demo", text_search="chinese",
+        ingest_documents(engine, read_folder(ROOT / "demo" / "kb"), "attached-demo", text_search="mixed",
                          chunk_size=0, chunk_overlap=0, rechunk=True)
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM document_chunks c JOIN knowledge_bases k ON "
