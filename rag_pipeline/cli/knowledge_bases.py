@@ -12,6 +12,7 @@ from rag_pipeline.knowledge_base.lifecycle import (
     DOCUMENT_STATUSES,
     PUBLICATION_STATUSES,
     KnowledgeBaseError,
+    resolve_knowledge_base,
     set_document_state,
 )
 from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
@@ -52,6 +53,16 @@ def cmd_kb(args: argparse.Namespace) -> int:
         return 0
     if args.name or args.url_env or args.mapping:
         raise KnowledgeBaseError("only `kb attach NAME --url-env VAR [--mapping FILE]` takes a name and options")
+    engine = get_engine()
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, args.knowledge_base)
+    if kb.kind == "attached":  # its counts live in the user's database
+        from rag_pipeline.knowledge_base import attached  # noqa: PLC0415
+
+        result = attached.describe(engine, kb)
+        print_warnings(result.warnings)
+        print_json(result.model_dump(mode="json"))
+        return 0
     print_json(service.knowledge_base_stats(get_engine(), args.knowledge_base).model_dump())
     return 0
 

@@ -238,3 +238,17 @@ def find_chunks_anywhere(conn: sa.Connection, chunk_ids: Sequence[str]) -> dict[
         except (AttachError, sa.exc.SQLAlchemyError, DatabaseUnavailableError):
             continue
     return found
+
+
+def describe(engine: sa.Engine, kb: KnowledgeBaseRef, environ: Mapping[str, str] | None = None) -> AttachResult:
+    """An attached knowledge base as ``kb attach`` printed it, its mapping checked and its content read now."""
+    with engine.connect() as conn:
+        found = load(conn, kb)
+    if found is None:
+        raise KnowledgeBaseError(f"knowledge base {kb.name!r} is not attached")
+    url = user_url(found.url_env, kb.name, environ)
+    with read_only(found, environ) as user:
+        warnings = check_mapping(user, found.mapping)
+        seen = content(user, found.mapping)
+    return AttachResult(knowledge_base=kb.name, knowledge_base_id=str(kb.id), url_env=found.url_env,
+                        url=mask_url(url), mapping=found.mapping, content=seen, warnings=warnings)

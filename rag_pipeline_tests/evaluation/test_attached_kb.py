@@ -340,6 +340,9 @@ def test_the_cli_attaches_by_variable_name_and_never_prints_the_password(engine,
     shown = json.loads(out)
     assert shown["kind"] == "attached" and shown["url_env"] == URL_ENV and shown["content"]["rows"] > 20
     assert PASSWORD not in out + err and "***" in shown["url"]
+    assert main(["kb", "attached-cli"]) == 0  # its counts are read in the user's database
+    out, err = capsys.readouterr()
+    assert json.loads(out)["content"] == shown["content"] and PASSWORD not in out + err
     assert main(["kb", "attach", "attached-cli2", "--url-env", "RAG_TEST_NOT_SET"]) == 2
     assert "RAG_TEST_NOT_SET" in capsys.readouterr().err
     assert main(["kb", "attach", "attached-cli2", "--url-env", user_db[1]]) == 2  # a URL where the name goes
