@@ -371,3 +371,11 @@ def test_a_column_gone_since_the_attach_is_named_and_no_run_is_stored(engine, us
         with user_db[0].begin() as conn:
             conn.execute(sa.text("ALTER TABLE document_chunks RENAME COLUMN body TO content"))
     assert runs() == before
+
+
+def test_the_sessions_on_the_user_database_refuse_any_write(user_db):
+    """Both guards hold on their own: the transaction (SET TRANSACTION ... READ ONLY) and the session default."""
+    with pytest.raises(sa.exc.DBAPIError, match="read-only transaction"), attached.read_only(user_db[1]) as conn:
+        conn.execute(sa.text("CREATE TABLE nope (i int)"))
+    with read_only_engine(user_db[1]).connect() as conn, pytest.raises(sa.exc.DBAPIError, match="read-only"):
+        conn.execute(sa.text("DELETE FROM kb_text"))
