@@ -379,3 +379,18 @@ def test_the_sessions_on_the_user_database_refuse_any_write(user_db):
         conn.execute(sa.text("CREATE TABLE nope (i int)"))
     with read_only_engine(user_db[1]).connect() as conn, pytest.raises(sa.exc.DBAPIError, match="read-only"):
         conn.execute(sa.text("DELETE FROM kb_text"))
+
+
+def test_a_leg_without_an_index_is_said_and_an_indexed_one_is_not(user_db, attached_kb):
+    assert [w.split(":")[0] for w in attached_kb.warnings] == [
+        "the vector leg scans every row of 'document_chunks'", "the keyword leg scans every row of 'document_chunks'"]
+    owner, url = user_db
+    with owner.begin() as conn:
+        conn.execute(sa.text("CREATE INDEX chunks_hnsw ON document_chunks USING hnsw (embedding vector_cosine_ops)"))
+        conn.execute(sa.text("CREATE INDEX chunks_gin ON document_chunks USING gin (content_tsvector)"))
+    try:
+        with attached.read_only(url) as conn:
+            assert attached.check_mapping(conn, MAPPING) == []
+    finally:
+        with owner.begin() as conn:
+            conn.execute(sa.text("DROP INDEX chunks_hnsw, chunks_gin"))
