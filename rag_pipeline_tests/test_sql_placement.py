@@ -16,6 +16,7 @@ CHECKED = ("settings.py", "contracts", "storage", "knowledge_base", "retrieval",
            "service", "cli", "defs", "definitions.py", "web")
 # Paths relative to rag_pipeline/; one ending in "/" is a package of query modules.
 QUERY_MODULES = ("storage/queries.py", "knowledge_base/queries/", "retrieval/sql.py", "retrieval/bm25_sql.py",
+                 "retrieval/attached_sql.py",
                  "evaluation/queries/", "evaluation/datasets/queries.py", "evaluation/runs/queries.py",
                  "evaluation/runs/case_queries.py",
                  "evaluation/runs/candidate_queries.py", "evaluation/diagnosis/queries.py", "answers/runs/queries.py")

@@ -8,7 +8,13 @@ from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
 from rag_pipeline.cli.output import print_json, print_warnings, stage_progress
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, EMBEDDING_MODELS, MODEL_NAME_RULE, is_model_name
-from rag_pipeline.knowledge_base.lifecycle import DOCUMENT_STATUSES, PUBLICATION_STATUSES, set_document_state
+from rag_pipeline.knowledge_base.lifecycle import (
+    DOCUMENT_STATUSES,
+    PUBLICATION_STATUSES,
+    KnowledgeBaseError,
+    resolve_knowledge_base,
+    set_document_state,
+)
 from rag_pipeline.knowledge_base.textsearch import TEXT_SEARCH_MODES
 from rag_pipeline.service import knowledge_bases as service
 from rag_pipeline.storage.engine import get_engine
@@ -36,6 +42,27 @@ def cmd_import_beir(args: argparse.Namespace) -> int:
 
 @guarded()
 def cmd_kb(args: argparse.Namespace) -> int:
+    if args.knowledge_base == "attach" and args.name:
+        from rag_pipeline.knowledge_base import attached  # noqa: PLC0415
+
+        if not args.url_env:
+            raise attached.AttachError("kb attach: --url-env VAR is required (the variable holding the URL)")
+        result = attached.attach(get_engine(), args.name, args.url_env, attached.read_mapping(args.mapping))
+        print_warnings(result.warnings)
+        print_json(result.model_dump(mode="json"))
+        return 0
+    if args.name or args.url_env or args.mapping:
+        raise KnowledgeBaseError("only `kb attach NAME --url-env VAR [--mapping FILE]` takes a name and options")
+    engine = get_engine()
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, args.knowledge_base)
+    if kb.kind == "attached":  # its counts live in the user's database
+        from rag_pipeline.knowledge_base import attached  # noqa: PLC0415
+
+        result = attached.describe(engine, kb)
+        print_warnings(result.warnings)
+        print_json(result.model_dump(mode="json"))
+        return 0
     print_json(service.knowledge_base_stats(get_engine(), args.knowledge_base).model_dump())
     return 0
 
@@ -91,8 +118,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=arguments.K, default=10, help="k of every case (1..1000, default 10)")
     p.set_defaults(func=cmd_import_beir)
 
-    p = sub.add_parser("kb")
-    p.add_argument("knowledge_base")
+    p = sub.add_parser("kb", description="`kb NAME`: a knowledge base's counts and content version. `kb attach NAME "
+                       "--url-env VAR [--mapping FILE]`: attach your own PostgreSQL tables as a knowledge base, "
+                       "searched read-only (docs/evaluating.md, \"Your own retriever\").")
+    p.add_argument("knowledge_base", help="a knowledge base, or `attach`")
+    p.add_argument("name", nargs="?", help="with `attach`: the new knowledge base's name")
+    p.add_argument("--url-env", help="with `attach`: the environment variable holding the database URL (the URL "
+                                     "and its password are never stored or printed)")
+    p.add_argument("--mapping", help="with `attach`: a YAML/JSON file naming the table and columns (default: the "
+                                     "original design's documents / document_chunks)")
     p.set_defaults(func=cmd_kb)
 
     p = sub.add_parser("doc")

@@ -68,4 +68,18 @@ def comparison_table(summaries: Sequence[dict], metrics: Sequence[str] = HEADLIN
              ((s.get("knowledge_base") or {}).get("version") or "-")[:KB_VERSION_SHOWN],
              utc_minute(s.get("started_at")), utc_minute(s.get("finished_at")), run_id[:short]]
             for s, run_id in zip(summaries, ids, strict=True)]
-    return text_table(headers, body) + ("\n" + RUNS_LEGEND if legend else "")
+    notes = "".join(f"\nnote: {n}" for n in content_notes(summaries))
+    return text_table(headers, body) + notes + ("\n" + RUNS_LEGEND if legend else "")
+
+
+def content_notes(summaries: Sequence[dict]) -> list[str]:
+    """One line per knowledge base whose listed runs saw different content (kb versions), e.g. an attached database
+    that changed between two evaluations."""
+    seen: dict[str, set[str]] = {}
+    for s in summaries:
+        kb = s.get("knowledge_base") or {}
+        if kb.get("version"):
+            seen.setdefault(printable(kb.get("name") or ""), set()).add(kb["version"])
+    return [f"the runs of knowledge base {name} listed here saw {len(versions)} different contents (kb version): "
+            "their numbers are not all of the same data" for name, versions in sorted(seen.items())
+            if len(versions) > 1]

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rag_pipeline.contracts.answers import PrunedAnswerRun
+from rag_pipeline.contracts.attached import AttachedContent
 from rag_pipeline.contracts.label_check import LabelStatus
 from rag_pipeline.contracts.metrics import InlineMetrics, JudgedSummary, Metrics
 
@@ -91,6 +92,8 @@ class RunCounts(BaseModel):
                                                            "null: a run stored before they were recorded.")
     rescored_from: str | None = Field(None, description="The run whose stored pools this run re-scored on new "
                                                         "labels, without retrieving (`runs rescore`).")
+    attached: AttachedContent | None = Field(None, description="An attached knowledge base: the rows and content "
+                                                               "fingerprint its table had during the run.")
 
 
 STAGE_LABELS = {

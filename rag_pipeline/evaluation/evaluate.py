@@ -89,13 +89,19 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
         from rag_pipeline.evaluation.http_runs import evaluate_http  # noqa: PLC0415 - it builds on this module
         return evaluate_http(engine, dataset, strategy, partition_key=partition_key, dagster_run_id=dagster_run_id,
                              progress=progress, logger=logger, queued_run_id=queued_run_id, kb=kb)
+    with engine.connect() as conn:
+        kb = resolve_knowledge_base(conn, kb or dataset.knowledge_base)
+    if kb.kind == "attached":  # the user's own tables, read only
+        from rag_pipeline.evaluation.attached_runs import evaluate_attached  # noqa: PLC0415 - it builds on this module
+        return evaluate_attached(engine, dataset, strategy, kb, partition_key=partition_key,
+                                 dagster_run_id=dagster_run_id, progress=progress, logger=logger,
+                                 queued_run_id=queued_run_id, batch_size=batch_size)
     readers = reader_count(readers)
     check_capacity(engine, readers, EXTRA_CONNECTIONS)
     run_records.sweep_gone(engine)  # runs whose process fell silent (no heartbeat): failed, with that reason
     run_records.sweep_abandoned(engine)
     check_cases(dataset)
     with engine.connect() as conn:
-        kb = resolve_knowledge_base(conn, kb or dataset.knowledge_base)
         preflight(conn, kb, strategy)
         missing = relevant_ids_missing(conn, kb.id, dataset)
     if missing:

@@ -35,6 +35,9 @@ def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chun
     if row is None:
         queries.insert_knowledge_base(conn, kb_id, name, text_search, chunk_size, chunk_overlap)
         return kb_id, False
+    if row.kind == "attached":
+        raise KnowledgeBaseError(f"knowledge base {name!r} is attached (your own database, read only): nothing is "
+                                 "ingested into it; ingest under another name")
     chunking_changed = (row.chunk_size, row.chunk_overlap) != (chunk_size, chunk_overlap)
     if row.text_search != text_search or (chunking_changed and not rechunk):
         hint = (" (or --rechunk, Dagster config rechunk: true, to re-chunk this knowledge base in place, keeping "
@@ -58,6 +61,8 @@ class KnowledgeBaseRef:
     chunk_overlap: int
     chunk_count: int
     avg_chunk_length: float
+    kind: str = "project"
+    """``project`` (ingested here) or ``attached`` (the user's tables: :mod:`rag_pipeline.knowledge_base.attached`)."""
 
 
 def resolve_knowledge_base(conn: sa.Connection, name_or_id: str | uuid.UUID | KnowledgeBaseRef) -> KnowledgeBaseRef:

@@ -9,9 +9,11 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.catalog import Applicability
-from rag_pipeline.knowledge_base import chunk_lookup
+from rag_pipeline.knowledge_base import attached, chunk_lookup
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
+from rag_pipeline.retrieval.attached_search import check_strategy
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
+from rag_pipeline.retrieval.trace import RetrievalError
 from rag_pipeline.storage.names import show_name
 
 
@@ -20,6 +22,8 @@ def strategy_applicability(conn: sa.Connection, kb, strategy: Strategy, models: 
     """Whether ``strategy`` can run on knowledge base ``kb``: every leg and stage, and the text mode."""
     if isinstance(kb, str):
         kb = resolve_knowledge_base(conn, kb)
+    if isinstance(kb, KnowledgeBaseRef) and kb.kind == "attached" and strategy.http is None:
+        return _attached(conn, kb, strategy)
     models = set(chunk_lookup.embedding_models(conn, kb.id)) if models is None else models
     to_ingest: list[str] = []  # embedding models: fixed by ingesting with them
     problems: list[str] = []
@@ -42,6 +46,17 @@ def strategy_applicability(conn: sa.Connection, kb, strategy: Strategy, models: 
     fix = f" (ingest with --models {' '.join(to_ingest)})" if to_ingest else ""
     reason = f"strategy {strategy.version} cannot run on knowledge base {kb.name!r}: {'; '.join(problems)}{fix}"
     return Applicability(strategy=strategy.version, runnable=False, reason=reason, missing_models=missing)
+
+
+def _attached(conn: sa.Connection, kb: KnowledgeBaseRef, strategy: Strategy) -> Applicability:
+    """The rule for an attached knowledge base (the user's tables): :func:`attached_search.check_strategy`."""
+    found = attached.load(conn, kb)
+    assert found is not None
+    try:
+        check_strategy(found, strategy)
+    except RetrievalError as exc:
+        return Applicability(strategy=strategy.version, runnable=False, reason=str(exc), missing_models=[])
+    return Applicability(strategy=strategy.version, runnable=True, reason=None, missing_models=[])
 
 
 def applicabilities(conn: sa.Connection, kb, registry: Mapping[str, Strategy] | None = None,

@@ -20,6 +20,7 @@ from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs import queries as run_history
 from rag_pipeline.evaluation.runs.queries import summary_of
 from rag_pipeline.evaluation.runs.reports import CaseNotFoundError
+from rag_pipeline.knowledge_base import attached
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.storage.ids import uuid_strings
 
@@ -83,9 +84,16 @@ def _chunk_rows(conn: sa.Connection, chunk_ids) -> dict[str, ChunkText]:
 
 
 def chunk_texts(engine: sa.Engine, chunk_ids) -> dict[str, ChunkText]:
-    """Chunk id → its text, looked up live (ids not UUIDs or not found are left out)."""
+    """Chunk id → its text, looked up live (ids not UUIDs or not found are left out); an id that is no chunk of the
+    project's own is looked up in the attached knowledge bases (the user's tables)."""
     with engine.connect() as conn:
-        return _chunk_rows(conn, chunk_ids)
+        found = _chunk_rows(conn, chunk_ids)
+        rest = [i for i in uuid_strings(chunk_ids) if i not in found]
+        if rest:
+            for cid, row in attached.find_chunks_anywhere(conn, rest).items():
+                found[cid] = ChunkText(chunk_id=cid, document_name=row.document_name, ordinal=row.ordinal,
+                                       is_current=True, content=row.text)
+        return found
 
 
 def _labels(a: RunSummary, b: RunSummary) -> tuple[str, str]:
@@ -111,6 +119,12 @@ def compare_runs(engine: sa.Engine, run_a: str, run_b: str, *, n_resamples: int 
     if sa_.dataset.version != sb.dataset.version:
         notes.append(f"the runs measure different versions of the dataset ({sa_.dataset.version[:12]} vs "
                      f"{sb.dataset.version[:12]}): labels may differ between them")
+    ka, kb_ = sa_.knowledge_base, sb.knowledge_base
+    if ka.id == kb_.id and ka.version and kb_.version and ka.version != kb_.version:
+        seen_rows = [s.counts.attached.rows if s.counts and s.counts.attached else None for s in (sa_, sb)]
+        seen = f"; {seen_rows[0]} vs {seen_rows[1]} rows" if None not in seen_rows else ""
+        notes.append(f"the runs saw different content of knowledge base {ka.name} (version {ka.version[:12]} vs "
+                     f"{kb_.version[:12]}{seen}): it changed between them, so a difference may not be the strategy's")
     labels = _labels(sa_, sb)
     # answerable cases only: an unanswerable one has no metric to pair (docs/design.md §12.1)
     per_a = {c.case_id: c.metrics for c in a.cases if c.metrics is not None}

@@ -150,6 +150,29 @@ def _engine_for(url: str, pool_size: int) -> Engine:
     return engine
 
 
+@functools.cache
+def read_only_engine(url: str) -> Engine:
+    """An engine on a database of the user's (an attached knowledge base) whose sessions are read-only
+    (``default_transaction_read_only``; each transaction also says ``SET TRANSACTION READ ONLY``), so even a role
+    with write rights never writes. Never migrated; the URL comes from an environment variable, never stored."""
+    url = normalize_url(url)
+    engine = sa.create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2, connect_args={
+        "connect_timeout": 10, "options": "-c default_transaction_read_only=on",
+        "application_name": "rag-pipeline (read only)"})
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):
+        try:
+            from pgvector.psycopg import register_vector  # noqa: PLC0415
+
+            register_vector(dbapi_conn)
+        except Exception:  # noqa: BLE001 - a database without pgvector: the mapping check names it
+            dbapi_conn.rollback()
+
+    _ENGINES.append(engine)
+    return engine
+
+
 def get_engine(url: str | None = None, *, migrate: bool = True, readers: int = 0) -> Engine:
     """The engine for ``url`` (default :func:`database_url`), schema upgraded to head unless ``migrate=False``; one
     per URL and pool size (``readers`` + 3 connections, at least :data:`DEFAULT_POOL_SIZE`)."""

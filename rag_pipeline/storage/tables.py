@@ -59,6 +59,9 @@ class KnowledgeBase(Base):
     chunk_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     avg_chunk_length: Mapped[float] = mapped_column(Double, nullable=False, default=0.0)
     created_at: Mapped[datetime] = _now()
+    kind: Mapped[str] = mapped_column(String(20), nullable=False, server_default="project")
+    attached_mapping: Mapped[dict | None] = mapped_column(JSONB)
+    url_env: Mapped[str | None] = mapped_column(String(200))
 
 
 class Document(Base):

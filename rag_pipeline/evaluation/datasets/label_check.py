@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from rag_pipeline.contracts.label_check import LabelReport, LabelStatus
 from rag_pipeline.evaluation.datasets.load import relevant_ids_of
 from rag_pipeline.evaluation.queries import knowledge_base as kb_queries
+from rag_pipeline.knowledge_base.attached import load as load_attached
 from rag_pipeline.knowledge_base.lifecycle import (
     SEARCHABLE_PUBLICATION,
     SEARCHABLE_STATUS,
@@ -74,6 +75,12 @@ def check_labels(conn: sa.Connection, knowledge_base: str | KnowledgeBaseRef | s
     (a name, a UUID, or resolved)."""
     kb = resolve_knowledge_base(conn, knowledge_base) if isinstance(knowledge_base, str) else knowledge_base
     fields_ = [_case_fields(c) for c in cases]
+    if isinstance(kb, KnowledgeBaseRef) and kb.kind == "attached":
+        from rag_pipeline.evaluation.datasets.attached_labels import check_attached_labels  # noqa: PLC0415
+
+        attached = load_attached(conn, kb)
+        assert attached is not None
+        return check_attached_labels(conn, attached, fields_)
     pairs = [(cid, str(raw)) for cid, ids in fields_ for raw in ids]
     parsed = {raw: as_uuid(raw) for _, raw in pairs}
     ids = sorted({u for u in parsed.values() if u is not None})
@@ -119,4 +126,8 @@ def check_labels(conn: sa.Connection, knowledge_base: str | KnowledgeBaseRef | s
 def relevant_ids_missing(conn: sa.Connection, kb_id, dataset: Dataset) -> int:
     """How many distinct relevant chunk ids of ``dataset`` are not chunks of the knowledge base (current or not)."""
     ids = sorted({i for c in dataset.cases for i in c.relevant_chunk_ids})
+    kb = resolve_knowledge_base(conn, kb_id)
+    if kb.kind == "attached":
+        report = check_labels(conn, kb, [{"case_id": "", "relevant_chunk_ids": ids}])
+        return sum(r.status == "unknown_id" for r in report.rows)
     return kb_queries.count_not_chunks_of(conn, kb_id, ids)

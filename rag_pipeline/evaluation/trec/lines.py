@@ -4,20 +4,17 @@ line and the field."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
-import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rag_pipeline.contracts.errors import BadInputError
 from rag_pipeline.storage.files import open_regular, read_lines_bounded
+from rag_pipeline.storage.ids import EXTERNAL_ID_NAMESPACE, chunk_key, key_prefix  # noqa: F401 - the one mapping
 from rag_pipeline.storage.names import printable
 
-EXTERNAL_ID_NAMESPACE = uuid.UUID("5b0d7e3c-2f4e-5d55-9a61-7c1f0e8a4b21")
-"""The uuid5 namespace of external document ids (fixed: the same docno maps to the same UUID everywhere)."""
 MAX_LINE = 64 * 1024
 RUN_FIELDS = ("qid", "Q0", "docno", "rank", "score", "tag")
 QRELS_FIELDS = ("qid", "iteration", "docno", "grade")
@@ -31,24 +28,6 @@ class TrecFileError(BadInputError, ValueError):
         where = printable(self.path) + (f":{line}" if line is not None else "")
         super().__init__(f"{where}: " + (f"field {field}: " if field else "") + reason
                          + "; nothing was stored")
-
-
-_CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def chunk_key(prefix: bytes, docno: str) -> tuple[str, bool]:
-    """:func:`chunk_uuid` as text (the hot path of an import; ``prefix``: :func:`key_prefix`): a canonical UUID is
-    itself, any other docno the 32 hex digits of its uuid5."""
-    if len(docno) == 36 and _CANONICAL.fullmatch(docno):
-        return docno, False
-    digest = bytearray(hashlib.sha1(prefix + docno.encode("utf-8")).digest()[:16])  # uuid5, as uuid.uuid5
-    digest[6] = (digest[6] & 0x0F) | 0x50
-    digest[8] = (digest[8] & 0x3F) | 0x80
-    return digest.hex(), True
-
-
-def key_prefix(knowledge_base: str) -> bytes:
-    return EXTERNAL_ID_NAMESPACE.bytes + f"{knowledge_base}\x1f".encode()
 
 
 def chunk_uuid(knowledge_base: str, docno: str) -> tuple[uuid.UUID, bool]:

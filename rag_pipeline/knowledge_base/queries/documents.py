@@ -17,7 +17,7 @@ SEARCHABLE_DOCUMENT_SQL = (f"d.status = '{SEARCHABLE_STATUS}' AND d.publication_
 
 _INSERT_KB_SQL = ("INSERT INTO knowledge_bases (id, name, text_search, chunk_size, chunk_overlap, chunk_count, "
                   "avg_chunk_length) VALUES (:id, :n, :ts, :cs, :co, 0, 0) ON CONFLICT (name) DO NOTHING")
-_KB_BY_NAME_OR_ID_SQL = ("SELECT id, name, text_search, chunk_size, chunk_overlap, chunk_count, avg_chunk_length "
+_KB_BY_NAME_OR_ID_SQL = ("SELECT id, name, text_search, chunk_size, chunk_overlap, chunk_count, avg_chunk_length, kind "
                          "FROM knowledge_bases WHERE name = :n OR id = :u")
 _UPSERT_DOCUMENTS_SQL = (
     "INSERT INTO documents (id, knowledge_base_id, original_name, title, content, content_hash, "
@@ -57,8 +57,8 @@ GROUP BY e.model ORDER BY e.model
 
 
 def knowledge_base_settings(conn: sa.Connection, name: str) -> sa.Row | None:
-    """``(id, text_search, chunk_size, chunk_overlap)`` of the KB named ``name``."""
-    return conn.execute(sa.text("SELECT id, text_search, chunk_size, chunk_overlap FROM knowledge_bases "
+    """``(id, text_search, chunk_size, chunk_overlap, kind)`` of the KB named ``name``."""
+    return conn.execute(sa.text("SELECT id, text_search, chunk_size, chunk_overlap, kind FROM knowledge_bases "
                                 "WHERE name = :n"), {"n": name}).first()
 
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.catalog import ChunkList, FoundChunk
-from rag_pipeline.knowledge_base import chunk_lookup
+from rag_pipeline.knowledge_base import attached, chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
-from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
-from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
+from rag_pipeline.retrieval.attached_search import search_batch
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import Strategy
 
@@ -42,6 +44,9 @@ def find_chunks(engine: sa.Engine, knowledge_base: str, *, search: str | None = 
     search = (search or "").strip() or None
     with engine.begin() as conn:
         kb = resolve_knowledge_base(conn, knowledge_base)
+        found = attached.load(conn, kb)
+        if found is not None:
+            return _attached_chunks(conn, found, search, document, limit)
         doc_id = doc_name = None
         if document:
             doc_id, doc_name = chunk_lookup.resolve_document(conn, kb.id, kb.name, document)
@@ -55,6 +60,12 @@ def find_chunks(engine: sa.Engine, knowledge_base: str, *, search: str | None = 
         [trace] = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[search], strategy=strategy)
         details = chunk_lookup.chunks_by_ids(conn, [c.chunk_id for c in trace.candidates])
     fused = {c.chunk_id: c for c in trace.candidates if doc_id is None or c.document_id == doc_id}
+    return _merged(kb.name, str(kb.id), search, doc_name, phrase, fused, details, limit)
+
+
+def _merged(kb_name: str, kb_id: str, search: str, doc_name: str | None, phrase: Sequence[ChunkRow],
+            fused: dict, details: dict[str, ChunkRow], limit: int) -> ChunkList:
+    """The literal matches first (those the fused search also found in its order), then the fused search's."""
     literal = {r.chunk_id for r in phrase}
     order = [r.chunk_id for r in sorted(phrase, key=lambda r: (r.chunk_id not in fused,
                                                                fused[r.chunk_id].rank if r.chunk_id in fused else 0))]
@@ -66,5 +77,32 @@ def find_chunks(engine: sa.Engine, knowledge_base: str, *, search: str | None = 
         matched = (("phrase",) if cid in literal else ()) + (
             (("keyword",) if c.keyword_rank else ()) + (("vector",) if c.vector_rank else ()) if c else ())
         found.append(_found(rank, by_id[cid], search, matched, c.final_score if c else None))
-    return ChunkList(knowledge_base=kb.name, knowledge_base_id=str(kb.id), search=search, document=doc_name,
+    return ChunkList(knowledge_base=kb_name, knowledge_base_id=kb_id, search=search, document=doc_name,
                      total=len(order), chunks=found)
+
+
+def _attached_chunks(conn: sa.Connection, found: attached.AttachedKnowledgeBase, search: str | None,
+                     document: str | None, limit: int) -> ChunkList:
+    """:func:`find_chunks` on an attached knowledge base: substring matches and the SQL legs on the user's table
+    (ts_rank_cd keyword leg, the mapped vectors), reciprocal rank fusion; ids as runs store them."""
+    kb, m = found.kb, found.mapping
+    if document:
+        raise KnowledgeBaseError(f"knowledge base {kb.name!r} is attached (your own tables): chunks are listed or "
+                                 "searched without --document")
+    if search is None:
+        rows, total = attached.list_chunks(conn, found, limit=limit)
+        return ChunkList(knowledge_base=kb.name, knowledge_base_id=str(kb.id), search=None, document=None,
+                         total=total, chunks=[_found(i, r, None) for i, r in enumerate(rows, start=1)])
+    phrase, _ = attached.list_chunks(conn, found, limit=MAX_LIMIT, search=search)
+    pool = min(MAX_LIMIT, max(limit * 3, 30))
+    vector = m.embedding is not None
+    strategy = Strategy("chunk-search", embedding_model=m.embedding_model, vector_candidate_k=pool if vector else 0,
+                        keyword_candidate_k=pool, keyword_scorer="ts_rank_cd", fusion="rrf", vector_weight=1.0,
+                        keyword_weight=1.0, final_top_k=pool)
+    vectors = get_embedder(m.embedding_model).embed([search]) if vector else None
+    with attached.read_only(found) as user:
+        [trace] = search_batch(user, found, [search], strategy, [pool], vectors)
+    ids = attached.remember(conn, kb, [c.chunk_id for c in trace.candidates])
+    fused = {ids[c.chunk_id]: dataclasses.replace(c, chunk_id=ids[c.chunk_id]) for c in trace.candidates}
+    return _merged(kb.name, str(kb.id), search, None, phrase, fused, attached.chunk_rows(conn, found, list(fused)),
+                   limit)

@@ -3,6 +3,7 @@ by a person, then a dataset file or version (:func:`export_draft`, :func:`store_
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Sequence
@@ -20,9 +21,11 @@ from rag_pipeline.evaluation.runs.candidate_queries import unjudged_top_k
 from rag_pipeline.evaluation.runs.lifecycle import get_run
 from rag_pipeline.evaluation.runs.results import load_stored_dataset, store_dataset
 from rag_pipeline.evaluation.trec.lines import chunk_key, key_prefix
-from rag_pipeline.knowledge_base import chunk_lookup
+from rag_pipeline.knowledge_base import attached, chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
+from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.retrieval.attached_search import search_batch
 from rag_pipeline.retrieval.http_retriever import Question, rank_all
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, get_strategy, load_registry
@@ -140,7 +143,10 @@ def questions_k(engine: sa.Engine, knowledge_base: str, questions: str | Path, k
     a fifth of the chunks (1..10), so that recall@k is not high whatever the strategy; None for a dataset file
     (its cases keep their own k)."""
     with engine.connect() as conn:
-        total = chunk_lookup.list_chunks(conn, resolve_knowledge_base(conn, knowledge_base).id, limit=1)[1]
+        kb = resolve_knowledge_base(conn, knowledge_base)
+        user_kb = attached.load(conn, kb)
+        total = (attached.list_chunks(conn, user_kb, limit=1)[1] if user_kb is not None
+                 else chunk_lookup.list_chunks(conn, kb.id, limit=1)[1])
     try:
         dataset = _is_json(read_bounded(questions, MAX_QUESTIONS_BYTES, what="questions file"))
     except FileReadError as exc:
@@ -192,17 +198,23 @@ def pool(engine: sa.Engine, knowledge_base: str, asked: list[DraftQuestion], *,
                                     + "; ".join(left_out.values()))
             chosen = [registry[v] for v in versions]
         found: list[dict[str, dict[str, int]]] = [{} for _ in asked]
+        user_kb = attached.load(conn, kb)
         for strategy in chosen:
             if strategy.http is not None:  # the user's retriever: its top depth, ids as a run stores them
                 _pool_http(strategy, kb.name, asked, depth, found)
                 continue
-            traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[q.question for q in asked],
-                                         strategy=strategy, limits=[depth] * len(asked))
+            if user_kb is not None:
+                traces = _attached_traces(conn, user_kb, strategy, [q.question for q in asked], depth)
+            else:
+                traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[q.question for q in asked],
+                                             strategy=strategy, limits=[depth] * len(asked))
             for i, trace in enumerate(traces):
                 for c in trace.candidates[:depth]:
                     found[i].setdefault(c.chunk_id, {})[strategy.version] = c.rank
         prior_ids = [c.chunk_id for q in asked for c in q.candidates]
-        details = chunk_lookup.chunks_by_ids(conn, [cid for f in found for cid in f] + prior_ids)
+        wanted = [cid for f in found for cid in f] + prior_ids
+        details = (attached.chunk_rows(conn, user_kb, wanted) if user_kb is not None
+                   else chunk_lookup.chunks_by_ids(conn, wanted))
     for q, pooled in zip(asked, found, strict=True):
         prior = {c.chunk_id: c.grade for c in q.candidates}
         ordered = sorted(pooled, key=lambda cid: (*pool_order(pooled[cid]), cid))
@@ -210,6 +222,17 @@ def pool(engine: sa.Engine, knowledge_base: str, asked: list[DraftQuestion], *,
         q.candidates = [_candidate(details.get(cid), cid, pooled.get(cid, {}), prior.get(cid)) for cid in ordered]
     return Draft(knowledge_base=kb.name, name=name, strategies=versions, strategies_left_out=left_out, depth=depth,
                  created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), questions=asked)
+
+
+def _attached_traces(conn: sa.Connection, user_kb: attached.AttachedKnowledgeBase, strategy: Strategy,
+                     questions: list[str], depth: int) -> list:
+    """A strategy's pools on an attached knowledge base, chunk ids as runs store them."""
+    vectors = get_embedder(strategy.embedding_model).embed(questions) if strategy.vector_candidate_k else None
+    with attached.read_only(user_kb) as user:
+        traces = search_batch(user, user_kb, questions, strategy, [depth] * len(questions), vectors)
+    ids = attached.remember(conn, user_kb.kb, sorted({c.chunk_id for t in traces for c in t.candidates}))
+    return [dataclasses.replace(t, candidates=[dataclasses.replace(c, chunk_id=ids[c.chunk_id])
+                                               for c in t.candidates]) for t in traces]
 
 
 def _pool_http(strategy: Strategy, kb_name: str, asked: list[DraftQuestion], depth: int,

@@ -253,7 +253,8 @@ def test_fix_labels_replaces_a_document_id_by_its_only_chunk(client, evaluated, 
 
 
 @covers("POST /admin/retrieval-evaluations/runs/{run_id}/draft-unjudged")
-def test_a_run_page_drafts_its_unjudged_chunks_for_the_next_dataset_version(client, evaluated, engine, tmp_path):
+def test_a_run_page_drafts_its_unjudged_chunks_for_the_next_dataset_version(client, evaluated, datasets, engine,
+                                                                          tmp_path):
     from rag_pipeline.service.labelling.drafts import open_console_draft
 
     kb, chunks = evaluated["kb"], evaluated["chunks"]
