@@ -14,6 +14,7 @@ it was answering at once."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +24,14 @@ from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
 HUGE_BYTES = 12 * 1024 * 1024
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        """A client that hung up (its timeout, a body it refused to read) is what the faults are for: said nowhere;
+        any other error printed as usual."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class EmbeddingsServer:
     def __init__(self, token: str, model_id: str = "use-m3", model: str = DEFAULT_MODEL):
         self.token, self.model_id, self.embedder = token, model_id, get_embedder(model)
@@ -30,7 +39,7 @@ class EmbeddingsServer:
         self.requests = self.texts = 0
         self.in_flight = self.most_in_flight = 0
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.server = _Server(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/embeddings"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
