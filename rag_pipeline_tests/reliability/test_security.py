@@ -350,6 +350,7 @@ def test_the_dagster_resource_and_dagster_yaml_hold_no_secret():
 # The splices of the stages' query modules (storage/queries.py, knowledge_base/queries/, retrieval/sql.py,
 # bm25_sql.py, evaluation/queries/).
 _CONSTANT = "constant SQL fragment"
+_ATTACHED_IDENTIFIERS = "a quoted identifier of the validated mapping, or a constant fragment"
 VETTED_QUERY_MODULE_SPLICES = {
     **{("storage/queries.py", func, expr): why for func, expr, why in (
         ("create_database_if_missing", "name",
@@ -440,6 +441,34 @@ VETTED_QUERY_MODULE_SPLICES = {
         ("<module>", "SEARCHABLE_DOCUMENT_SQL"), ("run_row", "_RUN_SELECT"), ("list_runs", "_RUN_FILTER"))},
     ("evaluation/runs/queries.py", "list_runs", "where"): "_run_filter's literal 'column = :param' predicates",
     ("evaluation/runs/queries.py", "count_runs", "where"): "_run_filter's literal 'column = :param' predicates",
+    # an attached knowledge base: identifiers of the validated mapping, quoted by quote()/quote_table() (the
+    # dialect's identifier preparer); the filter values and the knowledge-base value are bind parameters
+    **{(file, func, expr): _ATTACHED_IDENTIFIERS for file, func, exprs in (
+        ("knowledge_base/queries/attached.py", "chunk_id", "self.col(self.mapping.chunk_id)"),
+        ("knowledge_base/queries/attached.py", "document_id", "self.col(self.mapping.document_id)"),
+        ("knowledge_base/queries/attached.py", "document_name", "quote(m.document_name)"),
+        ("knowledge_base/queries/attached.py", "scope", "self.col(m.knowledge_base_column)"),
+        ("knowledge_base/queries/attached.py", "searchable", "column i"),
+        ("knowledge_base/queries/attached.py", "tsvector", "self.col(m.text)"),
+        ("knowledge_base/queries/attached.py", "source",
+         "quote(m.document_id) quote(m.documents_key) quote_table(m.chunks_table) quote_table(m.documents_table)"),
+        ("knowledge_base/queries/attached.py", "count_chunks", "names.scope names.searchable names.source"),
+        ("knowledge_base/queries/attached.py", "content", "names.col(m.chunk_id) names.col(m.embedding) "
+         "names.col(m.text) names.col(m.tsvector) names.scope names.searchable names.source row_text"),
+        ("knowledge_base/queries/attached.py", "chunks_by_id", "names.chunk_id names.col(m.text) names.document_id "
+         "names.document_name names.scope names.searchable names.source"),
+        ("knowledge_base/queries/attached.py", "list_chunks", "names.chunk_id names.col(m.chunk_id) names.col(m.text) "
+         "names.document_id names.document_name names.scope names.searchable names.source"),
+        ("retrieval/attached_sql.py", "_keyword_leg", "_TSQUERY _keyword_matches(n)"),
+        ("retrieval/attached_sql.py", "_keyword_targets_leg", "_TSQUERY _keyword_matches(n)"),
+        ("retrieval/attached_sql.py", "_keyword_matches", "n.chunk_id n.col(n.mapping.chunk_id) n.document_id "
+         "n.document_name n.scope n.searchable n.source n.tsvector"),
+        ("retrieval/attached_sql.py", "_vector_leg", "emb n.chunk_id n.document_id n.document_name n.scope "
+         "n.searchable n.source"),
+    ) for expr in exprs.split()},
+    ("answers/runs/queries.py", "copy_cases", "', '.join(CASE_COLUMNS)"): "the constant column tuple CASE_COLUMNS",
+    **{("storage/queries.py", func, "_MODEL_COLUMNS"): "constant column names"
+       for func in ("embedding_model_row", "embedding_model_rows")},
 }
 VETTED_SQL_SPLICES = {
     **VETTED_QUERY_MODULE_SPLICES,
