@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -31,7 +33,7 @@ from rag_pipeline.storage.urls import with_database
 pytestmark = [pytest.mark.db, pytest.mark.slow]  # slow: a second PostgreSQL server and the USE model
 
 ROOT = Path(__file__).resolve().parents[2]
-URL_ENV = "RAG_TEST_ATTACHED_URL"
+URL_ENV = "ATTACHED_TEST_URL"
 PASSWORD = "Wr1te-rights-but-never-used"
 MAPPING = AttachedMapping(text_search="mixed")  # the demo knowledge base's text mode (checked by attached_kb)
 
@@ -61,10 +63,12 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def user_db(engine, demo_kb, tmp_path_factory):
+def user_db(engine, demo_kb):
     """The second server's database ``userdb`` holding the demo KB's current chunks: (superuser engine, the
     write-capable role's URL)."""
-    pgdata = tmp_path_factory.mktemp("user_pg") / "pgdata"
+    # in /tmp, not under pytest's basetemp: another pytest session of the machine resets that folder's mode to 0700,
+    # and the server's system user must traverse the path
+    pgdata = Path(tempfile.mkdtemp(prefix="rag_user_pg_")) / "pgdata"
     embedded_server.start(pgdata, listen=f"127.0.0.1:{_free_port()}")
     try:
         admin_url = embedded_server.listener_url("postgres", pgdata=pgdata)
@@ -109,6 +113,7 @@ def user_db(engine, demo_kb, tmp_path_factory):
         owner.dispose()
     finally:
         embedded_server.stop(pgdata)
+        shutil.rmtree(pgdata.parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -184,6 +189,51 @@ def test_hybrid_on_the_attached_database_equals_the_ingested_demo_and_writes_not
     assert theirs.knowledge_base_version == attached_kb.content.fingerprint
     after = _state(*user_db)
     assert after == before  # no row, relation, insert, update or delete: the write-capable role never wrote
+
+
+def test_questions_embedded_by_an_openai_compatible_endpoint_give_the_demo_results_on_the_attached_database(
+        engine, demo_kb, user_db, attached_kb):
+    """The user's vectors were made by a model the project reaches over HTTP: a real local OpenAI-compatible server
+    serving the shipped model embeds the questions; hybrid-v1's algorithm on it gives the ingested demo's
+    candidates and metrics, each question is asked once, and the token is stored nowhere."""
+    from rag_pipeline.knowledge_base.embedding_models import add_endpoint_model
+    from rag_pipeline.knowledge_base.endpoint_embedding import EmbeddingEndpoint
+    from rag_pipeline_tests.knowledge_base.embeddings_server import EmbeddingsServer
+
+    model, token_env, token = "attached-e2e-use", "ATTACHED_TEST_TOKEN", "attached-tok-5c1e-secret"
+    dataset = load_dataset(ROOT / "datasets" / "demo.json")
+    hybrid = get_strategy("hybrid-v1")
+    served = hybrid.replace(version="hybrid-v1-attached-endpoint", embedding_model=model)
+    os.environ.update({URL_ENV: user_db[1], token_env: f"Bearer {token}"})
+    try:
+        with EmbeddingsServer(token) as server:
+            add_endpoint_model(engine, model, 512, EmbeddingEndpoint(url=server.url, model_id="use-m3",
+                                                                     headers=[f"Authorization: env:{token_env}"]))
+            attached.attach(engine, "attached-demo-endpoint", URL_ENV,
+                            MAPPING.model_copy(update={"embedding_model": model}))
+            ours = evaluate_dataset(engine, dataset, hybrid)
+            asked = server.texts
+            theirs = evaluate_dataset(engine, dataset, served, kb="attached-demo-endpoint")
+            distinct = len({c.question for c in dataset.cases})
+            assert server.texts - asked == distinct, "every distinct question embedded by the endpoint, once"
+            again = evaluate_dataset(engine, dataset, served, kb="attached-demo-endpoint")
+            assert server.texts - asked == distinct, "the second run asks the endpoint nothing"
+    finally:
+        for name in (URL_ENV, token_env):
+            os.environ.pop(name, None)
+    expected, got = _pools(engine, ours.run_id), _pools(engine, theirs.run_id)
+    assert got and [r[:3] + r[5:7] + r[8:] for r in got] == [r[:3] + r[5:7] + r[8:] for r in expected]
+    for a, b in zip(got, expected, strict=True):  # leg scores: the same model's vectors through JSON
+        assert a[3] == pytest.approx(b[3], abs=1e-5) and a[4] == b[4] and a[7] == pytest.approx(b[7], abs=1e-5)
+    assert theirs.averages.keys() == ours.averages.keys()
+    for metric, value in ours.averages.items():
+        assert theirs.averages[metric] == pytest.approx(value, abs=1e-9), metric
+    assert again.averages == theirs.averages
+    with engine.connect() as conn:
+        stored = conn.execute(sa.text("SELECT CAST(k AS text) || CAST(m AS text) FROM knowledge_bases k, "
+                                      "embedding_models m WHERE k.name = 'attached-demo-endpoint' "
+                                      "AND m.name = :m"), {"m": model}).scalar_one()
+    assert token not in stored and token_env in stored
 
 
 def test_labels_and_the_label_check_on_the_attached_database(engine, user_db, attached_kb):
@@ -343,8 +393,8 @@ def test_the_cli_attaches_by_variable_name_and_never_prints_the_password(engine,
     assert main(["kb", "attached-cli"]) == 0  # its counts are read in the user's database
     out, err = capsys.readouterr()
     assert json.loads(out)["content"] == shown["content"] and PASSWORD not in out + err
-    assert main(["kb", "attach", "attached-cli2", "--url-env", "RAG_TEST_NOT_SET"]) == 2
-    assert "RAG_TEST_NOT_SET" in capsys.readouterr().err
+    assert main(["kb", "attach", "attached-cli2", "--url-env", "ATTACHED_TEST_NOT_SET"]) == 2
+    assert "ATTACHED_TEST_NOT_SET" in capsys.readouterr().err
     assert main(["kb", "attach", "attached-cli2", "--url-env", user_db[1]]) == 2  # a URL where the name goes
     out, err = capsys.readouterr()
     assert "not an environment variable name" in err and PASSWORD not in out + err
