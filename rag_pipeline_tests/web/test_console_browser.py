@@ -75,7 +75,7 @@ def test_the_seed_workflow_in_the_browser(live_server, demo_kb, browser, shots):
 
     # knowledge bases → the demo knowledge base
     page.goto(f"{live_server}{BASE}")
-    kb_row = page.locator("#knowledge-bases tbody tr", has_text=demo_kb)
+    kb_row = page.locator("#knowledge-bases tbody tr").filter(has=page.get_by_role("link", name=demo_kb, exact=True))
     assert kb_row.count() == 1
     assert "use-multilingual-v3" in kb_row.inner_text()
     kb_row.get_by_role("link", name=demo_kb).click()
