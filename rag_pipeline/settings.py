@@ -101,6 +101,10 @@ class Settings(BaseSettings):
                               "`memory` (the knowledge base's vectors loaded once per run, a matrix product per "
                               "batch) or `sql` (the exact SQL statement, the reference). HNSW strategies always "
                               "read the index.")
+    keyword_leg: Literal["memory", "sql"] = Field(
+        "memory", description="Where an evaluation runs the keyword leg (BM25 or ts_rank_cd): `memory` (the "
+                              "knowledge base's postings loaded once per run, the same hits and scores as the SQL "
+                              "statement) or `sql` (the statement, the reference).")
     embed_threads: PositiveInt | None = Field(
         None, description="BLAS threads of the USE encoder. Default: every core (ingestion next to a local "
                           "server: one less).")

@@ -224,7 +224,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             with pool_conns.borrow() as conn:
                 return DenseIndex.load(conn, kb.id, strategy.embedding_model)
 
-        if strategy.keyword_candidate_k and strategy.keyword_scorer == "bm25":  # postings once, on the snapshot
+        if strategy.keyword_candidate_k and keyword_in_memory():  # postings once, on the snapshot
             keyword_index = shared_indexes.shared(("bm25", str(kb.id), kb_version, strategy.bm25_k1,
                                                    strategy.bm25_b), load_postings)
         if strategy.vector_candidate_k and exact_in_memory(strategy):  # vectors once, on the snapshot
@@ -316,6 +316,11 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             strategy_version=strategy.version, case_count=outcome.case_count,
             candidate_count=outcome.candidate_count, averages=outcome.averages,
             timings=outcome.timings, summary=outcome.summary, stages=stage_times)
+
+
+def keyword_in_memory() -> bool:
+    """The keyword leg (BM25 or ts_rank_cd) runs in memory: ``RAG_KEYWORD_LEG=memory``, the default."""
+    return get_settings().keyword_leg == "memory"
 
 
 def exact_in_memory(strategy: Strategy) -> bool:

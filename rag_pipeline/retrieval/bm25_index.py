@@ -1,11 +1,16 @@
-"""BM25 keyword leg in memory: a knowledge base's postings loaded once (per evaluation run) into a sparse matrix.
+"""The keyword legs in memory: a knowledge base's postings loaded once (per evaluation run) into sparse matrices.
 
-Same top k, tie order and bit-identical scores as :mod:`rag_pipeline.retrieval.bm25_sql`, at a fraction of its cost
-(bench/RESULTS.md, "Keyword top-k"): the inputs are the same rows (``idf`` computed by the server with the SQL
-leg's expression), each contribution is evaluated in float64 with the SQL's operand order, and a chunk's score sums
-them in lexeme order (matrix rows numbered by the server's ``ORDER BY lexeme``). Columns are in chunk-id order;
-the top k is every match at or above the k-th best score, sorted by (score desc, column asc).
-:meth:`Bm25Index.load` reads on the connection it is given (in an evaluation, the run's snapshot readers)."""
+Both keyword scorers run here, each with the same top k, tie order and bit-identical scores as its SQL statement,
+at a fraction of its cost (bench/RESULTS.md, "Keyword top-k"):
+
+- **BM25** (:mod:`rag_pipeline.retrieval.bm25_sql`): the inputs are the same rows (``idf`` computed by the server
+  with the SQL leg's expression), each contribution is evaluated in float64 with the SQL's operand order, and a
+  chunk's score sums them in lexeme order (matrix rows numbered by the server's ``ORDER BY lexeme``).
+- **ts_rank_cd** (``ts_rank_cd(tsvector, OR-query, 32)``, hybrid-v1's scorer): see :func:`ts_rank_cd_scores`.
+
+Columns are in chunk-id order; the top k is every match at or above the k-th best score, sorted by (score desc,
+column asc). :meth:`Bm25Index.load` reads on the connection it is given (in an evaluation, the run's snapshot
+readers)."""
 
 from __future__ import annotations
 
@@ -54,9 +59,32 @@ def _lexeme_ranges(terms: Sequence, parts: int) -> list[tuple[str | None, str | 
     return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
+_D_WEIGHT = float(np.float32(0.1))  # PostgreSQL's default weight of label D, a float4 (tsrank.c ``weights``)
+_COVER = 1.0 / (1.0 / _D_WEIGHT)  # calc_rank_cd's Cpos of a one-position cover of weight D: 1 / invws[D]
+_cover_sums = [np.zeros(1)]  # the running sums, grown as longer chunks come
+
+
+def ts_rank_cd_scores(counts: np.ndarray) -> np.ndarray:
+    """``ts_rank_cd(tsvector, q, 32)`` of chunks that hold ``counts`` positions of the OR-query ``q``'s lexemes.
+
+    Why it is that simple (PostgreSQL's tsrank.c, ``calc_rank_cd``): for an OR of plain lexemes every matching
+    position is a cover of its own (``Cover`` stops at the first position that satisfies the query, upwards and
+    downwards), so each adds ``Cpos = 1 / invws[weight]`` with no noise term; the sum ``Wdoc`` (double, in position
+    order) then becomes ``Wdoc / (Wdoc + 1)`` (normalisation 32) and a float4. The project's tsvectors come from
+    ``to_tsvector`` without ``setweight``: every position has weight D, so ``Wdoc`` is ``Cpos`` added ``n`` times,
+    taken here from a table of those running sums (``np.cumsum`` adds left to right, as the C loop does); the
+    count ``n`` is the chunk's ``chunk_terms.tf`` (the lexeme's positions) summed over the question's lexemes."""
+    top, sums = int(counts.max(initial=0)), _cover_sums[0]
+    if top >= len(sums):
+        sums = _cover_sums[0] = np.concatenate(([0.0], np.cumsum(np.full(max(top, 2 * len(sums)), _COVER))))
+    w = sums[counts]
+    return (w / (w + 1.0)).astype(np.float32).astype(np.float64)
+
+
 @dataclass(frozen=True)
 class Bm25Index:
-    """One KB's BM25 contributions for one (k1, b): ``matrix[term row, chunk column]``."""
+    """One KB's keyword postings: the BM25 contributions for one (k1, b), ``matrix[term row, chunk column]``, and
+    each posting's position count (``counts``, same rows and columns: the ts_rank_cd scorer's input)."""
 
     knowledge_base_id: str
     k1: float
@@ -66,6 +94,7 @@ class Bm25Index:
     chunk_ids: np.ndarray  # column -> chunk id (str), ascending
     document_ids: np.ndarray
     document_names: np.ndarray
+    counts: sp.csr_array
 
     @classmethod
     def load(cls, conn: sa.Connection, knowledge_base_id, k1: float, b: float,
@@ -101,10 +130,11 @@ class Bm25Index:
         weight = idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / float(kb.avgdl or 1.0)))
         indptr = np.concatenate(([0], np.cumsum(np.bincount(term, minlength=len(terms)))))
         matrix = sp.csr_array((weight, col, indptr), shape=(len(terms), len(chunks)))
+        counts = sp.csr_array((tf.astype(np.int64), col, indptr), shape=(len(terms), len(chunks)))
         return cls(str(knowledge_base_id), k1, b, matrix, term_row,
                    np.array([c.chunk_id for c in chunks], dtype=object),
                    np.array([c.document_id for c in chunks], dtype=object),
-                   np.array([c.document_name for c in chunks], dtype=object))
+                   np.array([c.document_name for c in chunks], dtype=object), counts)
 
     def fits(self, knowledge_base_id, k1: float, b: float) -> bool:
         return (self.knowledge_base_id, self.k1, self.b) == (str(knowledge_base_id), float(k1), float(b))
@@ -113,11 +143,15 @@ class Bm25Index:
             targets: Sequence[Sequence[str]] | None = None) -> tuple[list[list[LegHit]], list[dict[str, dict]]]:
         """The keyword leg of a batch (``search._keyword_leg``'s contract): hits per question, best first, and
         per question the targets (canonical chunk ids) ranked below ``strategy.keyword_candidate_k``."""
-        if not self.fits(knowledge_base_id, strategy.bm25_k1, strategy.bm25_b):
+        if strategy.keyword_scorer == "ts_rank_cd" and self.knowledge_base_id != str(knowledge_base_id):
+            raise ValueError(f"this keyword index is of knowledge base {self.knowledge_base_id}, not "
+                             f"{knowledge_base_id}")
+        if strategy.keyword_scorer == "bm25" and not self.fits(knowledge_base_id, strategy.bm25_k1, strategy.bm25_b):
             raise ValueError(f"this BM25 index is of knowledge base {self.knowledge_base_id} with k1={self.k1}, "
                              f"b={self.b}, not {knowledge_base_id} with k1={strategy.bm25_k1}, b={strategy.bm25_b}")
         wanted = targets if targets is not None else [() for _ in query_texts]
-        legs = [self.top(terms, strategy.keyword_candidate_k, want)
+        scorer = strategy.keyword_scorer
+        legs = [self.top(terms, strategy.keyword_candidate_k, want, scorer)
                 for terms, want in zip(self.query_terms(conn, cfg, query_texts), wanted, strict=True)]
         return [hits for hits, _ in legs], [found for _, found in legs]
 
@@ -130,8 +164,18 @@ class Bm25Index:
                 rows[r.query_index - 1].add(row)
         return [np.array(sorted(s), dtype=np.int64) for s in rows]
 
-    def scores(self, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def scores(self, terms: np.ndarray, scorer: str = "bm25") -> tuple[np.ndarray, np.ndarray]:
         """``(columns, scores)`` of every chunk matching a term, columns ascending (chunk-id order)."""
+        if scorer == "ts_rank_cd":
+            c = self.counts
+            n = np.zeros(c.shape[1], dtype=np.int64)
+            for t in terms:
+                lo, hi = c.indptr[t], c.indptr[t + 1]
+                n[c.indices[lo:hi]] += c.data[lo:hi]
+            cols = np.flatnonzero(n)
+            return cols, ts_rank_cd_scores(n[cols])
+        if scorer != "bm25":
+            raise ValueError(f"unknown keyword scorer {scorer!r}")
         m = self.matrix
         acc = np.zeros(m.shape[1])
         for t in terms:  # term by term in lexeme order: the SQL's ordered sum, bit for bit
@@ -140,10 +184,11 @@ class Bm25Index:
         cols = np.flatnonzero(acc)  # every contribution is > 0 (idf > 0, tf >= 1)
         return cols, acc[cols]
 
-    def top(self, terms: np.ndarray, k: int, targets: Sequence[str] = ()) -> tuple[list[LegHit], dict[str, dict]]:
+    def top(self, terms: np.ndarray, k: int, targets: Sequence[str] = (),
+            scorer: str = "bm25") -> tuple[list[LegHit], dict[str, dict]]:
         """The leg's top ``k`` (score desc, chunk id asc) and, for each of ``targets`` ranked below k, its
         ``{"keyword_score", "keyword_rank"}`` (both None: no query term in the chunk)."""
-        cols, acc = self.scores(terms)
+        cols, acc = self.scores(terms, scorer)
         if len(cols) > k:
             kth = -np.partition(-acc, k - 1)[k - 1]
             keep = np.flatnonzero(acc >= kth)

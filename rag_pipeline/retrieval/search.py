@@ -40,10 +40,11 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
     ``conn`` must be in a transaction: the HNSW settings and the statement timeout (``RAG_STATEMENT_TIMEOUT_S``,
     :class:`StatementTimeout`) are ``SET LOCAL``. ``limits`` default to ``strategy.final_top_k``; ``query_vectors``
     skip the embedding; ``targets`` (chunk ids per question) make the keyword leg report in
-    ``trace.keyword_targets`` the targets it ranked below its top k, pools unchanged; ``keyword_index`` serves a BM25
-    leg from memory (identical hits and scores); ``vector_index`` serves a ``vector_search: exact`` leg from memory
-    (the SQL exact statement's candidates, scores within float tolerance; an HNSW strategy ignores it); ``clock``
-    sums the seconds of ``vector_leg``, ``keyword_leg``, ``pool_completion``, ``fusion`` and ``rerank``."""
+    ``trace.keyword_targets`` the targets it ranked below its top k, pools unchanged; ``keyword_index`` serves the
+    keyword leg from memory, BM25 or ts_rank_cd (identical hits and scores); ``vector_index`` serves a
+    ``vector_search: exact`` leg from memory (the SQL exact statement's candidates, scores within float tolerance;
+    an HNSW strategy ignores it); ``clock`` sums the seconds of ``vector_leg``, ``keyword_leg``,
+    ``pool_completion``, ``fusion`` and ``rerank``."""
     if strategy.http is not None:
         raise RetrievalError(f"strategy {strategy.version} is an HTTP retriever (kind http): `evaluate` and `suggest` "
                              "ask it; it has no leg of ours to search with")
@@ -194,7 +195,7 @@ def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,
     params = {"kb": kb.id, "cfg": textsearch.regconfig(mode), "k": k,
               "query_texts": [textsearch.prepare(mode, q) for q in queries]}
     wanted = None if targets is None else [uuid_strings(t) for t in targets]
-    if strategy.keyword_scorer == "bm25" and index is not None:
+    if index is not None:  # either scorer, in memory (bm25_index: the same hits and scores as the statements below)
         return index.leg(conn, kb.id, strategy, params["cfg"], params["query_texts"], wanted)
     if strategy.keyword_scorer == "bm25":
         sql = BM25_LEG_SQL if targets is None else BM25_TARGETS_LEG_SQL

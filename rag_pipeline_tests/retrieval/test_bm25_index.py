@@ -1,4 +1,5 @@
-"""The in-memory BM25 keyword leg (retrieval/bm25_index.py) against the exhaustive SQL leg (bm25_sql.py).
+"""The in-memory keyword legs (retrieval/bm25_index.py) against the exhaustive SQL legs: BM25 (bm25_sql.py) and
+ts_rank_cd (retrieval/sql.py, hybrid-v1's scorer).
 
 Identical means: the same top k in the same order (score desc, then chunk id asc — ties included) and the same
 scores (bit for bit here; the requirement is 1e-9), the same leg ranks and scores for targets below k, on the
@@ -20,7 +21,7 @@ from rag_pipeline.knowledge_base.beir import read_beir
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import set_document_state
 from rag_pipeline.knowledge_base.sources import SourceDocument
-from rag_pipeline.retrieval.bm25_index import Bm25Index
+from rag_pipeline.retrieval.bm25_index import Bm25Index, ts_rank_cd_scores
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import Strategy
 
@@ -28,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import synthetic
 
 
-def _strategy(k1: float, b: float, k: int) -> Strategy:
-    return Strategy(version=f"t-idx-{k1}-{b}-{k}", vector_candidate_k=0, keyword_candidate_k=k,
-                    keyword_scorer="bm25", bm25_k1=k1, bm25_b=b, vector_weight=0.0, keyword_weight=1.0)
+def _strategy(k1: float, b: float, k: int, scorer: str = "bm25") -> Strategy:
+    return Strategy(version=f"t-idx-{scorer}-{k1}-{b}-{k}", vector_candidate_k=0, keyword_candidate_k=k,
+                    keyword_scorer=scorer, bm25_k1=k1, bm25_b=b, vector_weight=0.0, keyword_weight=1.0)
 
 
 def assert_identical(engine, kb_id, questions: list[str], strategy: Strategy, targets=None) -> int:
@@ -80,6 +81,36 @@ def test_index_leg_equals_the_sql_leg_on_the_synthetic_kb(engine, synthetic_kb, 
         assert ties > 0, "the twins and k1=0 must produce ties inside the top k"
 
 
+@pytest.mark.parametrize("k", [100, 10, 1])
+def test_ts_rank_cd_leg_in_memory_equals_the_sql_leg_on_the_synthetic_kb(engine, synthetic_kb, k):
+    """hybrid-v1's scorer: same hits, same order (its scores tie often: a chunk's score depends only on how many
+    positions of the question's lexemes it holds), bit-identical float4 scores, same ranks of targets below k."""
+    _, kb_id, chunks, questions = synthetic_kb
+    targets = [[chunks[i].chunk_id, chunks[-i - 1].chunk_id, "not-a-uuid"] for i in range(len(questions))]
+    ties = assert_identical(engine, kb_id, questions, _strategy(0.9, 0.4, k, "ts_rank_cd"), targets=targets)
+    if k > 1:
+        assert ties > 0, "ts_rank_cd ties inside the top k are the common case"
+
+
+def test_ts_rank_cd_of_a_position_count_equals_postgresql(engine):
+    """The closed form against the server's own ts_rank_cd for chunks of 1 to 12,800 words (50 lexemes), with the
+    position count read from the tsvector as ``chunk_terms.tf`` is (a tsvector keeps at most 255 positions of a
+    lexeme): the double sum replayed in order, then rank / (rank + 1), a float4."""
+    words = sorted({1, 2, 3, 7, 10, 99, 255, 256, 257, 1000, 4095, 12_750, 12_800,
+                    *np.random.default_rng(11).integers(1, 12_800, 30).tolist()})
+    query = " | ".join(f"w{j}" for j in range(50))
+    with engine.connect() as conn:
+        server = conn.execute(sa.text(
+            "SELECT (SELECT sum(array_length(u.positions, 1)) FROM unnest(t.tsv) AS u) AS n, "
+            "CAST(ts_rank_cd(t.tsv, CAST(:q AS tsquery), 32) AS float8) AS score "
+            "FROM unnest(CAST(:words AS int[])) AS w(n) CROSS JOIN LATERAL (SELECT to_tsvector('simple', "
+            "(SELECT string_agg('w' || (i % 50), ' ') FROM generate_series(0, w.n - 1) AS i)) AS tsv) AS t "
+            "ORDER BY w.n"), {"q": query, "words": words}).all()
+    counts = np.array([int(r.n) for r in server])
+    assert counts.min() == 1 and counts.max() == 50 * 255
+    assert ts_rank_cd_scores(counts).tolist() == [r.score for r in server]
+
+
 def test_index_leg_follows_the_searchable_chunks(engine, synthetic_kb):
     """Unpublishing a document changes N, df and the searchable chunks: a reloaded index follows the SQL."""
     name, kb_id, _, questions = synthetic_kb
@@ -117,6 +148,7 @@ def test_index_leg_equals_the_sql_leg_on_scifact(engine, bench_data):
     questions = list(queries.values())
     assert len(questions) == 300
     assert_identical(engine, kb_id, questions, _strategy(0.9, 0.4, 100))  # bm25-v1 / hybrid-bm25-v1's leg
+    assert_identical(engine, kb_id, questions, _strategy(0.9, 0.4, 10, "ts_rank_cd"))  # hybrid-v1 / keyword-v1's
 
 
 @pytest.mark.parametrize("shared_prefix", [False, True])
