@@ -138,6 +138,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="1x8: one click of every strategy; 2x4: two clicks at once, half each (named for "
                              "--strategies 8); default: both")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--names", help="comma-separated strategy versions instead of the first --strategies")
+    parser.add_argument("--cli", action="store_true",
+                        help="also time `rag-pipeline evaluate` of the same strategies (a fresh process, --repeats)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time bench/click_floor.py on the same data (a fresh process, --repeats)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
     parser.add_argument("--demo", action="store_true", help="the demo KB and dataset instead of SciFact (a smoke)")
     args = parser.parse_args(argv)
@@ -190,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             import_beir(engine, data, kb, work / f"{kb}.json", split="test", models=list(EMBEDDING_MODELS))
         print(f"knowledge base {kb}: {time.perf_counter() - t0:.0f} s", flush=True)
-        strategies = applicability.choose_strategies(engine, kb, None)[:args.strategies]
+        strategies = (args.names.split(",") if args.names
+                      else applicability.choose_strategies(engine, kb, None)[:args.strategies])
         dataset = json.loads((work / f"{kb}.json").read_text(encoding="utf-8"))
         if args.cases:
             dataset["cases"] = dataset["cases"][:args.cases]
@@ -255,14 +261,33 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{name}: {json.dumps(out)}", flush=True)
             for proc in running:
                 stop(proc)
+        for repeat in range(args.repeats if args.cli or args.floor else 0):  # the same data, the same session
+            file = work / f"{kb}.json"
+            file.write_text(json.dumps({**dataset, "name": f"cli-{repeat}", "knowledge_base": kb}), encoding="utf-8")
+            commands = {"cli": [str(BIN / "rag-pipeline"), "evaluate", "--dataset", str(file), "--output",
+                                str(work / f"cli-{repeat}.json"), *[a for v in strategies for a in ("--strategy", v)]],
+                        "floor": [sys.executable, str(ROOT / "bench" / "click_floor.py"), str(file),
+                                  "--strategies", ",".join(strategies)]}
+            for what in [w for w in ("cli", "floor") if getattr(args, w)]:
+                load = os.getloadavg()[0]
+                t = time.perf_counter()
+                proc = subprocess.run(commands[what], capture_output=True, text=True, env=os.environ, timeout=1800)
+                wall = time.perf_counter() - t
+                if proc.returncode != 0:
+                    raise SystemExit(f"{what} failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+                results[f"{what}-{repeat}"] = {"wall_s": round(wall, 2), "load1": round(load, 2)}
+                print(f"{what}-{repeat}: {wall:.2f} s wall (a fresh process), load1 {load:.2f}", flush=True)
         reference = results.get("default-1x8-0", {}).get("metrics")
         print("\nclick -> every run settled (wall s) | CPU s: PostgreSQL / rest of the machine | Σ step timings")
         for name, out in results.items():
+            if "settled_s" not in out:  # the CLI and the floor: their walls are printed above
+                continue
             same = "" if reference is None or name == "warm-up" else (
                 "  metrics = default" if out["metrics"] == reference else "  METRICS DIFFER")
             print(f"  {name:<16} {out['settled_s']:7.1f} s | {out['postgres_cpu_s']:6.1f} / {out['other_cpu_s']:6.1f}"
                   f" | {json.dumps(out['sum'])} runs={out['dagster_runs']} workers={out['workers']}{same}")
-        if reference is not None and any(out["metrics"] != reference for n, out in results.items() if n != "warm-up"):
+        if reference is not None and any(out["metrics"] != reference for n, out in results.items()
+                                         if n != "warm-up" and "metrics" in out):
             return 1
         return 0
     finally:

@@ -32,6 +32,7 @@ from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
 from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.dense_index import DenseIndex
+from rag_pipeline.retrieval.leg_cache import LegCache
 from rag_pipeline.retrieval.search import (
     RetrievalError,
     RetrievalTrace,
@@ -161,7 +162,7 @@ class _BatchResult:
 
 def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
                   vectors, keyword_index: Bm25Index | None = None,
-                  vector_index: DenseIndex | None = None) -> _BatchResult:
+                  vector_index: DenseIndex | None = None, leg_cache: LegCache | None = None) -> _BatchResult:
     """Worker thread: one batch's retrieval and miss diagnosis; a statement timeout is a :class:`RetrievalError`
     naming the case."""
     t_task, clock = time.perf_counter(), StageClock()
@@ -170,7 +171,8 @@ def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Seque
             t = time.perf_counter()
             traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in batch],
                                          strategy=strategy, limits=[c.k for c in batch], query_vectors=vectors,
-                                         keyword_index=keyword_index, vector_index=vector_index, clock=clock)
+                                         keyword_index=keyword_index, vector_index=vector_index, clock=clock,
+                                         leg_cache=leg_cache)
             t_search = time.perf_counter()
             labels = check_labels(conn, kb, batch)
             reasons = diagnosis_db.diagnose_batch(conn, kb, strategy, batch, [tr.candidates for tr in traces],
@@ -230,6 +232,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
         if strategy.vector_candidate_k and exact_in_memory(strategy):  # vectors once, on the snapshot
             vector_index = shared_indexes.shared(("vectors", str(kb.id), kb_version, strategy.embedding_model),
                                                  load_vectors)
+        legs = shared_indexes.leg_cache(kb.id, kb_version) if strategy.vector_candidate_k else None
         _tick(timings, "retrieval_sql_s", t)
         clock.add("index_load", time.perf_counter() - t_index)
         outcome.knowledge_base_version = kb_version
@@ -249,7 +252,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                 vectors = embedder.vectors([c.question for c in batch])
                 clock.add("question_embedding", _tick(timings, "embedding_s", t) - t)
             pending.append((start, batch, workers.submit(_search_batch, pool_conns, kb, strategy, batch, vectors,
-                                                                keyword_index, vector_index)))
+                                                                keyword_index, vector_index, legs)))
 
         waited, busy = 0.0, 0.0  # the main thread's wait for the readers; the readers' busy seconds
         cases: list[tuple] = []  # the case-result rows, one COPY after the pools'

@@ -4,7 +4,8 @@ steps in one process) load a knowledge base's BM25 postings and vectors once.
 An index is keyed by what it was built from: the knowledge base, its content version as the run's snapshot sees it
 (searchable chunk ids, content-derived, with their models: the same version is the same chunks and vectors) and
 the index's own parameters (model; k1, b). A run whose snapshot shows another version loads its own. At most
-:data:`BUDGET_BYTES` of indexes stay, the least recently used go first; a bigger index is used once, not kept."""
+:data:`BUDGET_BYTES` of indexes stay, the least recently used go first; a bigger index is used once, not kept.
+The hits of the SQL vector leg are shared the same way, by content version (:func:`leg_cache`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import TypeVar
 
 from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.dense_index import DenseIndex
+from rag_pipeline.retrieval.leg_cache import LegCache
 
 BUDGET_BYTES = 1 << 30
 T = TypeVar("T", Bm25Index, DenseIndex)
@@ -52,6 +54,26 @@ def shared(key: Hashable, load: Callable[[], T]) -> T:
     return index
 
 
+LEG_CACHES = 4
+"""Knowledge-base content versions whose remembered legs a process keeps (the most recently used)."""
+_legs: OrderedDict[Hashable, LegCache] = OrderedDict()
+
+
+def leg_cache(knowledge_base_id, version: str) -> LegCache:
+    """The remembered SQL vector legs of this knowledge base content version
+    (:mod:`~rag_pipeline.retrieval.leg_cache`)."""
+    scope = (str(knowledge_base_id), version)
+    with _lock:
+        cache = _legs.get(scope)
+        if cache is None:
+            cache = _legs[scope] = LegCache(scope)
+            while len(_legs) > LEG_CACHES:
+                _legs.popitem(last=False)
+        _legs.move_to_end(scope)
+        return cache
+
+
 def clear() -> None:
     with _lock:
         _kept.clear()
+        _legs.clear()

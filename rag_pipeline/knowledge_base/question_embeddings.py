@@ -20,11 +20,9 @@ def question_hash(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
 
 
-def as_array(value) -> np.ndarray:
-    """A pgvector value as read by the driver (a ``Vector``, an array or a list) → float32 array."""
-    if hasattr(value, "to_numpy"):
-        value = value.to_numpy()
-    return np.asarray(value, dtype=np.float32)
+def from_vector_send(data) -> np.ndarray:
+    """A vector in pgvector's binary form (``vector_send``) → float32 array (the values bit for bit)."""
+    return np.frombuffer(bytes(data), dtype=">f4", offset=4).astype(np.float32)
 
 
 class QuestionVectors:
@@ -38,8 +36,8 @@ class QuestionVectors:
         """``(len(questions), dimension)`` float32, unit length, in the order given."""
         hashes = [question_hash(q) for q in questions]
         with self.engine.connect() as conn:
-            stored = {bytes(h): as_array(v)
-                      for h, v in queries.question_vectors(conn, self.embedder.name, list(set(hashes)))}
+            stored = {bytes(h): from_vector_send(data)
+                      for h, data in queries.question_vectors(conn, self.embedder.name, list(set(hashes)))}
         missing = list(dict.fromkeys(h for h in hashes if h not in stored))
         if missing:
             text_of = dict(zip(hashes, questions, strict=True))

@@ -18,6 +18,7 @@ from rag_pipeline.retrieval import stages, vector_cut
 from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, bm25_params
 from rag_pipeline.retrieval.dense_index import DenseIndex
+from rag_pipeline.retrieval.leg_cache import LegCache
 from rag_pipeline.retrieval.stage_clock import StageClock, timed
 from rag_pipeline.retrieval.stages import fuse_pool
 from rag_pipeline.retrieval.strategies import MAX_EF_SEARCH, Strategy
@@ -34,7 +35,7 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
                         targets: Sequence[Sequence[str]] | None = None,
                         keyword_index: Bm25Index | None = None,
                         vector_index: DenseIndex | None = None,
-                        clock: StageClock | None = None) -> list[RetrievalTrace]:
+                        clock: StageClock | None = None, leg_cache: LegCache | None = None) -> list[RetrievalTrace]:
     """Search many questions: one embedding call and one SQL statement per enabled leg for the batch.
 
     ``conn`` must be in a transaction: the HNSW settings and the statement timeout (``RAG_STATEMENT_TIMEOUT_S``,
@@ -44,7 +45,8 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
     keyword leg from memory, BM25 or ts_rank_cd (identical hits and scores); ``vector_index`` serves a
     ``vector_search: exact`` leg from memory (the SQL exact statement's candidates, scores within float tolerance;
     an HNSW strategy ignores it); ``clock`` sums the seconds of ``vector_leg``, ``keyword_leg``,
-    ``pool_completion``, ``fusion`` and ``rerank``."""
+    ``pool_completion``, ``fusion`` and ``rerank``; ``leg_cache`` (of this knowledge base's content version) keeps
+    and gives back the hits of the SQL vector leg (:mod:`leg_cache`)."""
     if strategy.http is not None:
         raise RetrievalError(f"strategy {strategy.version} is an HTTP retriever (kind http): `evaluate` and `suggest` "
                              "ask it; it has no leg of ours to search with")
@@ -66,7 +68,7 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
         if strategy.vector_search != "exact":
             vector_index = None
         with timed(clock if strategy.vector_candidate_k else None, "vector_leg"):
-            vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors, vector_index)
+            vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors, vector_index, leg_cache)
         leg_targets = stages.completion_targets(vector_hits, targets) if complete else targets
         with timed(clock if strategy.keyword_candidate_k else None, "keyword_leg"):
             keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, leg_targets, keyword_index)
@@ -145,8 +147,8 @@ def preflight(conn: sa.Connection, kb: sa.Row | KnowledgeBaseRef, strategy: Stra
     stages.preflight_rerank(conn, kb, strategy)
 
 
-def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors,
-                index: DenseIndex | None = None) -> tuple[list[list[LegHit]], np.ndarray]:
+def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors, index: DenseIndex | None = None,
+                cache: LegCache | None = None) -> tuple[list[list[LegHit]], np.ndarray]:
     """The leg's hits per question, and the questions' vectors (an empty array without the leg)."""
     if strategy.vector_candidate_k == 0:
         return [[] for _ in queries], np.empty((len(queries), 0), dtype=np.float32)
@@ -179,8 +181,19 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors,
     def available() -> int:
         return retrieval_sql.searchable_vectors(conn, kb.id, model)
 
-    return vector_cut.top_k(search, len(queries), strategy.vector_candidate_k, available,
-                            exact=strategy.vector_search == "exact"), vectors
+    exact = strategy.vector_search == "exact"
+    if cache is None:
+        return vector_cut.top_k(search, len(queries), strategy.vector_candidate_k, available, exact=exact), vectors
+    keys = cache.keys((model, strategy.vector_search, strategy.ef_search, strategy.vector_candidate_k), vectors)
+    legs = cache.take(keys)
+    todo = [i for i, hits in enumerate(legs) if hits is None]
+    if todo:
+        found = vector_cut.top_k(lambda indexes, limit, exact_: search([todo[j] for j in indexes], limit, exact_),
+                                 len(todo), strategy.vector_candidate_k, available, exact=exact)
+        cache.keep([keys[i] for i in todo], found)
+        for i, hits in zip(todo, found, strict=True):
+            legs[i] = hits
+    return [list(hits or ()) for hits in legs], vectors
 
 
 def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,

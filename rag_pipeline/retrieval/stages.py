@@ -155,34 +155,41 @@ def stored_strategy(version: str, params: Mapping | None) -> Strategy | None:
 def fuse_pool(question: str, vector: list[LegHit], keyword: list[LegHit], strategy: Strategy, limit: int,
               completed: dict[str, dict[str, float]] | None = None) -> RetrievalTrace:
     """Merge the two legs' hits (each best first) by chunk id, fuse, order and rank them into a trace (pure).
-    ``completed`` (``complete_pool``) gives leg scores for pooled chunks a leg did not return (no leg rank)."""
-    slots: dict[str, dict] = {}
-    for leg, hits in (("vector", vector), ("keyword", keyword)):
-        for rank, hit in enumerate(hits, start=1):
-            slot = slots.setdefault(hit.chunk_id, {"hit": hit})
-            slot[f"{leg}_score"], slot[f"{leg}_rank"] = hit.score, rank
-    for leg, scores in (completed or {}).items():
-        for chunk_id, score in scores.items():
-            if chunk_id in slots and f"{leg}_rank" not in slots[chunk_id]:
-                slots[chunk_id][f"{leg}_score"] = score
-    if not slots:
+    ``completed`` (``complete_pool``) gives leg scores for pooled chunks a leg did not return (no leg rank).
+    The pool's columns are lists in pool order (vector hits first, then the keyword leg's others; None where a
+    leg has no score or rank), read by the fusion as float arrays (None → NaN)."""
+    hits = list(vector)
+    slot = {h.chunk_id: i for i, h in enumerate(hits)}
+    for h in keyword:
+        if h.chunk_id not in slot:
+            slot[h.chunk_id] = len(hits)
+            hits.append(h)
+    if not hits:
         return RetrievalTrace(question, [], [])
-    ids = list(slots)
-
-    def column(name: str) -> np.ndarray:
-        return np.array([slots[c].get(name, np.nan) for c in ids], dtype=float)
-
-    vs, ks = column("vector_score"), column("keyword_score")
-    final = fusion.fuse(strategy, vs, ks, column("vector_rank"), column("keyword_rank"))
-    candidates = []
-    for rank, index in enumerate(fusion.order(final, vs, np.array(ids)), start=1):
-        slot = slots[ids[index]]
-        hit = slot["hit"]
-        candidates.append(Candidate(
-            chunk_id=hit.chunk_id, document_id=hit.document_id, document_name=hit.document_name, rank=rank,
-            vector_score=slot.get("vector_score"), vector_rank=slot.get("vector_rank"),
-            keyword_score=slot.get("keyword_score"), keyword_rank=slot.get("keyword_rank"), rerank_score=None,
-            final_score=float(final[index]), strategy_version=strategy.version))
+    n = len(hits)
+    columns: dict[str, list] = {name: [None] * n for name in
+                                ("vector_score", "vector_rank", "keyword_score", "keyword_rank")}
+    for leg, leg_hits in (("vector", vector), ("keyword", keyword)):
+        scores, ranks = columns[f"{leg}_score"], columns[f"{leg}_rank"]
+        for rank, hit in enumerate(leg_hits, start=1):
+            scores[slot[hit.chunk_id]], ranks[slot[hit.chunk_id]] = hit.score, rank
+    for leg, leg_scores in (completed or {}).items():
+        scores, ranks = columns[f"{leg}_score"], columns[f"{leg}_rank"]
+        for chunk_id, score in leg_scores.items():
+            i = slot.get(chunk_id)
+            if i is not None and ranks[i] is None:
+                scores[i] = score
+    vs, vr, ks, kr = (np.array(columns[name], dtype=float) for name in
+                      ("vector_score", "vector_rank", "keyword_score", "keyword_rank"))
+    final = fusion.fuse(strategy, vs, ks, vr, kr)
+    ids = np.array([h.chunk_id for h in hits])
+    finals, version = final.tolist(), strategy.version
+    v_scores, v_ranks = columns["vector_score"], columns["vector_rank"]
+    k_scores, k_ranks = columns["keyword_score"], columns["keyword_rank"]
+    candidates = [
+        Candidate(hits[i].chunk_id, hits[i].document_id, hits[i].document_name, rank, v_scores[i], v_ranks[i],
+                  k_scores[i], k_ranks[i], None, finals[i], version)
+        for rank, i in enumerate(fusion.order(final, vs, ids).tolist(), start=1)]
     return RetrievalTrace(question, candidates, candidates[:limit])
 
 

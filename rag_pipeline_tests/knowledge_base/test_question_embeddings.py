@@ -13,7 +13,7 @@ from rag_pipeline.cli import main
 from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.knowledge_base.embedding import get_embedder
-from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors, as_array, question_hash
+from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors, question_hash
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline_tests.eval_helpers import ingest_tiny_kb, write_dataset
 
@@ -37,12 +37,13 @@ def test_a_second_strategy_reuses_every_question_vector(engine, kb_name, tmp_pat
         stored = conn.execute(sa.text("SELECT embedding FROM question_embeddings WHERE model = :m AND "
                                       "question_hash = :h"), {"m": embedder.name,
                                                               "h": question_hash(cases[7]["question"])}).scalar_one()
+    stored = np.asarray(stored.to_numpy() if hasattr(stored, "to_numpy") else stored, dtype=np.float32)  # pgvector's
     # the same vector up to float noise of the batch it was embedded in (alone here, in a batch of 16 there)
-    np.testing.assert_allclose(as_array(stored), embedder.embed([cases[7]["question"]])[0], atol=1e-6)
+    np.testing.assert_allclose(stored, embedder.embed([cases[7]["question"]])[0], atol=1e-6)
     cache = QuestionVectors(engine, embedder)
     again = cache.vectors([cases[7]["question"], cases[7]["question"], f"new {tag}"])
     assert cache.summary() == {"reused": 2, "embedded": 1}
-    np.testing.assert_array_equal(again[0], as_array(stored))
+    np.testing.assert_array_equal(again[0], stored)  # read back in binary: the same float32 values
 
     assert main(["show", second.run_id, "--candidates", "none"]) == 0
     assert json.loads(capsys.readouterr().out)["summary"]["question_embeddings"] == {"reused": 60, "embedded": 0}

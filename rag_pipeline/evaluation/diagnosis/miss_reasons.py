@@ -40,6 +40,13 @@ def _get(obj, name: str):
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
 
 
+def _column(items: Sequence, name: str) -> list:
+    """``_get(item, name)`` of every item (mappings or objects, all of one kind)."""
+    if items and isinstance(items[0], Mapping):
+        return [c.get(name) for c in items]
+    return [getattr(c, name, None) for c in items]
+
+
 def _case(case) -> tuple[str, list[str], int]:
     """Case id, the ids that count as relevant (grade >= 1: grade-0 judgments get no reason), k."""
     return str(_get(case, "case_id")), relevant_ids_of(_get(case, "relevant_chunk_ids")), int(_get(case, "k"))
@@ -114,16 +121,20 @@ def classify_misses(case, candidates: Sequence, k: int | None = None,
     ``legs``: the enabled legs (default: those with a score in the pool; pass :func:`legs_of(strategy)`)."""
     case_id, relevant, case_k = _case(case)
     k = case_k if k is None else int(k)
-    pool = sorted(candidates, key=lambda c: int(_get(c, "rank")))
-    by_id = {str(_get(c, "chunk_id")): c for c in pool}
+    candidates = list(candidates)
+    ranks = [int(r) for r in _column(candidates, "rank")]
+    pool = (list(candidates) if all(a < b for a, b in zip(ranks, ranks[1:], strict=False))
+            else [candidates[i] for i in sorted(range(len(ranks)), key=ranks.__getitem__)])
+    by_id = {str(c): p for c, p in zip(_column(pool, "chunk_id"), pool, strict=True)}
     enabled = _enabled_legs(pool, legs)
     kth = float(_get(pool[k - 1], "final_score")) if len(pool) >= k else None
     leg_info: dict[str, Any] = {}
     for leg in LEGS:
-        members = [c for c in pool if _get(c, f"{leg}_rank") is not None]
-        last = max(members, key=lambda c: _get(c, f"{leg}_rank"), default=None)
+        leg_ranks = _column(pool, f"{leg}_rank")
+        members = [i for i, r in enumerate(leg_ranks) if r is not None]
+        last = max(members, key=leg_ranks.__getitem__, default=None)
         leg_info[f"{leg}_leg_size"] = len(members)
-        last_score = None if last is None else _get(last, f"{leg}_score")  # an HTTP retriever may give ranks only
+        last_score = None if last is None else _get(pool[last], f"{leg}_score")  # a retriever may give ranks only
         leg_info[f"{leg}_last_score"] = None if last_score is None else float(last_score)
     leg_info["enabled_legs"], leg_info["scores_computed"] = list(enabled), False
     statuses, details = label_statuses or {}, label_details or {}

@@ -14,7 +14,7 @@ _COPY_VECTORS_SQL = ("COPY chunk_embeddings (chunk_id, model, knowledge_base_id,
                      "WITH (FORMAT BINARY)")
 _MODELS_SQL = ("SELECT DISTINCT e.model FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id "
                "WHERE e.knowledge_base_id = :kb AND c.is_current ORDER BY e.model")
-_QUESTION_VECTORS_SQL = ("SELECT question_hash, embedding FROM question_embeddings "
+_QUESTION_VECTORS_SQL = ("SELECT question_hash, vector_send(embedding) AS data FROM question_embeddings "
                          "WHERE model = :model AND question_hash = ANY(:hashes)")
 _STORE_QUESTION_VECTORS_SQL = (
     "INSERT INTO question_embeddings (question_hash, model, embedding) "
@@ -50,7 +50,8 @@ def analyze(conn: sa.Connection) -> None:
 
 
 def question_vectors(conn: sa.Connection, model: str, hashes: list[bytes]) -> sa.CursorResult:
-    """``(question_hash, embedding)`` of the stored vectors of ``model`` among ``hashes``."""
+    """``(question_hash, data)`` of the stored vectors of ``model`` among ``hashes``; ``data`` in pgvector's binary
+    form (``vector_send``: int16 dimension, int16 unused, the big-endian float4 values)."""
     return conn.execute(sa.text(_QUESTION_VECTORS_SQL), {"model": model, "hashes": hashes})
 
 
