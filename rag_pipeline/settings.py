@@ -105,6 +105,11 @@ class Settings(BaseSettings):
         "memory", description="Where an evaluation runs the keyword leg (BM25 or ts_rank_cd): `memory` (the "
                               "knowledge base's postings loaded once per run, the same hits and scores as the SQL "
                               "statement) or `sql` (the statement, the reference).")
+    memory_legs_mb: PositiveInt | None = Field(
+        None, description="Memory (MiB) one in-memory leg index of an evaluation may take while it loads (the "
+                          "keyword postings, or one model's exact vectors). Default: a quarter of the machine's "
+                          "RAM. An index estimated above it is not loaded: that leg runs its SQL statement "
+                          "instead, and the run's log says so.")
     embed_threads: PositiveInt | None = Field(
         None, description="BLAS threads of the USE encoder. Default: every core (ingestion next to a local "
                           "server: one less).")

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import RunCounts, StageTimes
-from rag_pipeline.evaluation import shared_indexes
+from rag_pipeline.evaluation import memory_budget, shared_indexes
 from rag_pipeline.evaluation.datasets.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
 from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetProblem
@@ -226,12 +226,16 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             with pool_conns.borrow() as conn:
                 return DenseIndex.load(conn, kb.id, strategy.embedding_model)
 
-        if strategy.keyword_candidate_k and keyword_in_memory():  # postings once, on the snapshot
-            keyword_index = shared_indexes.shared(("bm25", str(kb.id), kb_version, strategy.bm25_k1,
-                                                   strategy.bm25_b), load_postings)
-        if strategy.vector_candidate_k and exact_in_memory(strategy):  # vectors once, on the snapshot
-            vector_index = shared_indexes.shared(("vectors", str(kb.id), kb_version, strategy.embedding_model),
-                                                 load_vectors)
+        keyword_key = ("bm25", str(kb.id), kb_version, strategy.bm25_k1, strategy.bm25_b)
+        vector_key = ("vectors", str(kb.id), kb_version, strategy.embedding_model)
+        if strategy.keyword_candidate_k and keyword_in_memory() and _fits(
+                pool_conns, keyword_key, "the keyword leg", logger,
+                lambda conn: memory_budget.keyword_index_bytes(conn, kb.id)):  # postings once, on the snapshot
+            keyword_index = shared_indexes.shared(keyword_key, load_postings)
+        if strategy.vector_candidate_k and exact_in_memory(strategy) and _fits(
+                pool_conns, vector_key, "the exact vector leg", logger,
+                lambda conn: memory_budget.vector_index_bytes(conn, kb.id, strategy.embedding_model)):
+            vector_index = shared_indexes.shared(vector_key, load_vectors)
         legs = shared_indexes.leg_cache(kb.id, kb_version) if strategy.vector_candidate_k else None
         _tick(timings, "retrieval_sql_s", t)
         clock.add("index_load", time.perf_counter() - t_index)
@@ -319,6 +323,14 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             strategy_version=strategy.version, case_count=outcome.case_count,
             candidate_count=outcome.candidate_count, averages=outcome.averages,
             timings=outcome.timings, summary=outcome.summary, stages=stage_times)
+
+
+def _fits(readers: SnapshotReaders, key, leg: str, logger, need) -> bool:
+    """The index of ``key`` is held already, or its estimated size (``need(conn)``) fits the memory budget."""
+    if shared_indexes.held(key):
+        return True
+    with readers.borrow() as conn:
+        return memory_budget.fits(leg, need(conn), logger)
 
 
 def keyword_in_memory() -> bool:

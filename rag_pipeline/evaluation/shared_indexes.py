@@ -34,6 +34,11 @@ def size(index: Bm25Index | DenseIndex) -> int:
     return m.data.nbytes + m.indices.nbytes + m.indptr.nbytes + 100 * (len(index.chunk_ids) + len(index.term_row))
 
 
+def held(key: Hashable) -> bool:
+    with _lock:
+        return key in _kept
+
+
 def shared(key: Hashable, load: Callable[[], T]) -> T:
     """The index of ``key``, loaded by ``load()`` unless this process holds it already."""
     with _lock:

@@ -174,6 +174,13 @@ def index_inputs(conn: sa.Connection, kb_id) -> tuple[sa.Row, Sequence[sa.Row], 
             conn.execute(sa.text(_TERMS_SQL), params).all())
 
 
+def searchable_postings(conn: sa.Connection, kb_id) -> int:
+    """How many postings the in-memory keyword index of the KB holds (the searchable chunks' distinct lexemes:
+    the sum of the term statistics' document frequencies)."""
+    return int(conn.execute(sa.text("SELECT coalesce(sum(doc_freq), 0) FROM knowledge_base_term_stats "
+                                    "WHERE knowledge_base_id = :kb"), {"kb": kb_id}).scalar_one())
+
+
 def postings(conn: sa.Connection, kb_id, first: str | None, after: str | None) -> sa.CursorResult:
     """The KB's postings of the lexemes in ``[first, after)``, one row per lexeme (see :data:`_POSTINGS_SQL`)."""
     return conn.execute(sa.text(_POSTINGS_SQL), {"kb": kb_id, "first": first, "after": after})

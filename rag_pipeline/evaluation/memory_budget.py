@@ -1,0 +1,47 @@
+"""Whether a knowledge base's in-memory leg index fits the evaluation's memory budget (``RAG_MEMORY_LEGS_MB``,
+default a quarter of the machine's RAM). An index estimated above it is not loaded: the leg runs its SQL statement,
+which gives the same hits (docs/strategies.md, "Where an evaluation runs each leg"), and the run's log says which
+leg, how big and why. The estimates are the peak bytes of loading an index, measured on SciFact with
+``tracemalloc`` (134 bytes per posting, 12.9 per vector component: bench/RESULTS.md), rounded up."""
+
+from __future__ import annotations
+
+import logging
+
+import psutil
+import sqlalchemy as sa
+
+from rag_pipeline.retrieval import bm25_sql
+from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.settings import get_settings
+
+POSTING_BYTES = 140
+"""Peak bytes per posting while the keyword index loads: the binary rows, the posting and column arrays, the
+BM25 and count matrices, the lexeme and chunk tables."""
+VECTOR_BYTES_PER_VALUE = 13
+"""Peak bytes per vector component while the exact index loads: the binary rows, the float32 matrix, its norms."""
+
+
+def budget_bytes() -> int:
+    mb = get_settings().memory_legs_mb
+    return mb * 2**20 if mb else psutil.virtual_memory().total // 4
+
+
+def keyword_index_bytes(conn: sa.Connection, kb_id) -> int:
+    return bm25_sql.searchable_postings(conn, kb_id) * POSTING_BYTES
+
+
+def vector_index_bytes(conn: sa.Connection, kb_id, model: str) -> int:
+    dimension = retrieval_sql.model_dimension(conn, model) or 0
+    return retrieval_sql.searchable_vectors(conn, kb_id, model) * dimension * VECTOR_BYTES_PER_VALUE
+
+
+def fits(leg: str, need: int, logger: logging.Logger | logging.LoggerAdapter) -> bool:
+    """``need`` bytes within the budget; else logs that ``leg`` runs in SQL and returns False."""
+    budget = budget_bytes()
+    if need <= budget:
+        return True
+    logger.warning(f"{leg}: its in-memory index would take about {need / 2**20:,.1f} MiB, over the budget of "
+                   f"{budget / 2**20:,.1f} MiB (RAG_MEMORY_LEGS_MB), so in this run {leg} runs its SQL statement "
+                   "(the same hits, slower)")
+    return False
