@@ -295,11 +295,12 @@ def compare_pools(engine: sa.Engine, baseline_run: str, pipeline_run: str) -> di
 
 
 def persistence_alone(engine: sa.Engine, run_id: str) -> dict:
-    """COPY the run's candidate rows again with nothing else running, through ``persistence.copy_candidates``
+    """COPY the run's candidate rows again with nothing else running, by one binary COPY
     into the real storage (the run's partition of ``retrieval_evaluation_candidate_rows`` and its index), in a
     transaction that first deletes the run's own rows (untimed) and is rolled back. In the pipelined run the same
     COPY shares the cores with the readers."""
     from rag_pipeline.evaluation.runs import results as persistence
+    from rag_pipeline.evaluation.runs.case_queries import copy_rows
 
     cols = ", ".join(persistence.CANDIDATE_COLUMNS)
     params = {"r": run_id}
@@ -309,7 +310,8 @@ def persistence_alone(engine: sa.Engine, run_id: str) -> dict:
     with engine.connect() as conn, conn.begin() as tx:
         conn.execute(sa.text("DELETE FROM retrieval_evaluation_candidate_rows WHERE evaluation_run_id = :r"), params)
         t = time.perf_counter()
-        n = persistence.copy_candidates(conn, rows)
+        n = copy_rows(conn, "retrieval_evaluation_candidate_rows", persistence.CANDIDATE_COLUMNS, rows,
+                      persistence.CANDIDATE_TYPES)
         seconds = time.perf_counter() - t
         tx.rollback()
     return {"rows": n, "seconds": seconds, "rows_per_s": n / max(seconds, 1e-9)}

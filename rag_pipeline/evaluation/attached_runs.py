@@ -128,7 +128,7 @@ def _store(engine: sa.Engine, run_id, dataset: Dataset, kb: KnowledgeBaseRef, st
         run_queries.create_candidate_partition(conn, run_id)
         outcome.knowledge_base_version = seen.fingerprint
         run_queries.set_knowledge_base_version(conn, run_id, seen.fingerprint)
-        outcome.candidate_count = persistence.copy_candidates(conn, persistence.candidate_rows(run_id, 0, cases,
+        outcome.candidate_count = persistence.copy_candidates(conn, persistence.candidate_tuples(run_id, 0, cases,
                                                                                                traces))
         persistence.copy_case_results(conn, persistence.case_rows(run_id, 0, cases, traces, values, reasons, stats))
         scored = sum(c.answerable for c in cases)

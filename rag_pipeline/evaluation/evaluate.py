@@ -260,7 +260,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
 
         waited, busy = 0.0, 0.0  # the main thread's wait for the readers; the readers' busy seconds
         cases: list[tuple] = []  # the case-result rows, one COPY after the pools'
-        chunk_uuids: dict[str, uuid.UUID] = {}
+        chunk_fields: dict[str, bytes] = {}
         t_loop = time.perf_counter()
         with persistence.candidate_copy(writer) as write_pools:  # the run's pools: one COPY, rows as batches come
             try:
@@ -284,7 +284,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                     t = _tick(timings, "metrics_s", t)
                     clock.add("metrics", t - t_metrics)
                     outcome.candidate_count += write_pools(
-                        persistence.candidate_rows(run_id, start, batch, result.traces, chunk_uuids))
+                        persistence.candidate_tuples(run_id, start, batch, result.traces, chunk_fields))
                     cases.extend(persistence.case_rows(run_id, start, batch, result.traces, values, result.reasons,
                                                        stats))
                     clock.add("candidate_write", _tick(timings, "persistence_s", t) - t)

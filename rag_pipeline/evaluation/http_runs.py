@@ -154,7 +154,7 @@ def _store(engine: sa.Engine, run_id, dataset: Dataset, kb, strategy: Strategy, 
                                              legs=legs) for c, tr in zip(cases, traces, strict=True)]
         tally.add(labels, reasons)
         values = case_metrics(cases, traces)
-        outcome.candidate_count = persistence.copy_candidates(conn, persistence.candidate_rows(run_id, 0, cases,
+        outcome.candidate_count = persistence.copy_candidates(conn, persistence.candidate_tuples(run_id, 0, cases,
                                                                                                traces))
         rows = persistence.case_rows(run_id, 0, cases, traces, values, reasons, stats)
         persistence.copy_case_results(conn, ((*row, rankings[c.case_id].latency_ms, rankings[c.case_id].error)

@@ -407,6 +407,8 @@ VETTED_QUERY_MODULE_SPLICES = {
     ("evaluation/runs/case_queries.py", "copy_into", "table"): "the constant table names of copy_candidates / "
                                                            "candidate_copy / copy_case_results",
     ("evaluation/runs/case_queries.py", "copy_into", "binary"): "a constant: empty or ' WITH (FORMAT BINARY)'",
+    ("evaluation/runs/case_queries.py", "copy_binary", "table"): "the constant table name of candidate_copy",
+    ("evaluation/runs/case_queries.py", "copy_binary", "', '.join(columns)"): "the constant CANDIDATE_COLUMNS",
     ("evaluation/runs/case_queries.py", "copy_into", "', '.join(columns)"): "the constant column tuples of "
                                                                            "persistence",
     ("evaluation/runs/case_queries.py", "report_page", "_REPORT_COLUMNS"): "constant column names",

@@ -3,6 +3,7 @@ them. An unanswerable case's stored metrics read as NULL (:data:`SCORED_METRICS`
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -39,6 +40,25 @@ def copy_into(conn: sa.Connection, table: str, columns: Sequence[str],
             return n
 
         yield write
+
+
+_BINARY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)  # PostgreSQL's binary COPY header
+_BINARY_TRAILER = struct.pack(">h", -1)
+
+
+@contextmanager
+def copy_binary(conn: sa.Connection, table: str, columns: Sequence[str]) -> Iterator[Callable[[bytes], None]]:
+    """One COPY into ``table`` in PostgreSQL's binary format, open for the ``with`` block: it gives
+    ``write(block)`` for blocks of whole tuples the caller encoded (a field count, then each field as its length and
+    bytes, -1 for NULL); the header and the trailer are written here. The tuples skip the driver's per-row
+    adaptation (bench/RESULTS.md, "One click")."""
+    raw = conn.connection.driver_connection
+    if raw is None:
+        raise RuntimeError("COPY needs a checked-out DBAPI connection")
+    with raw.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT BINARY)") as copy:
+        copy.write(_BINARY_SIGNATURE)
+        yield copy.write
+        copy.write(_BINARY_TRAILER)
 
 
 def copy_rows(conn: sa.Connection, table: str, columns: Sequence[str], rows: Iterable[Sequence],

@@ -4,9 +4,10 @@ transaction that :func:`finalize_run` ends: nothing remains of a run that fails.
 from __future__ import annotations
 
 import json
+import struct
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import sqlalchemy as sa
@@ -18,7 +19,7 @@ from rag_pipeline.evaluation.datasets import queries as dataset_queries
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
 from rag_pipeline.evaluation.diagnosis.miss_reasons import REASONS_JSON
 from rag_pipeline.evaluation.runs import queries as run_queries
-from rag_pipeline.evaluation.runs.case_queries import copy_into, copy_rows
+from rag_pipeline.evaluation.runs.case_queries import copy_binary, copy_rows
 from rag_pipeline.evaluation.runs.judged import judged_of_run
 from rag_pipeline.retrieval.trace import RetrievalTrace
 
@@ -52,18 +53,25 @@ def load_stored_dataset(conn: sa.Connection, dataset_id) -> Dataset:
 
 CANDIDATE_TYPES = ("uuid", "int4", "uuid", "int4", "float8", "int2", "float8", "int4", "float8", "float8", "bool",
                    "int2")
-"""The PostgreSQL types of :data:`CANDIDATE_COLUMNS` (binary COPY: the run and chunk ids as ``uuid.UUID``)."""
+"""The PostgreSQL types of :data:`CANDIDATE_COLUMNS`, as :func:`candidate_tuples` encodes them."""
 
 
-def copy_candidates(conn: sa.Connection, rows: Iterable[Sequence]) -> int:
-    """:func:`candidate_rows` into the run's partition by binary COPY (docs/design.md §4.2)."""
-    return copy_rows(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, rows, CANDIDATE_TYPES)
+def copy_candidates(conn: sa.Connection, block: tuple[bytes, int]) -> int:
+    """:func:`candidate_tuples` into the run's partition by one binary COPY (docs/design.md §4.2)."""
+    with candidate_copy(conn) as write:
+        return write(block)
 
 
-def candidate_copy(conn: sa.Connection) -> AbstractContextManager[Callable[[Iterable[Sequence]], int]]:
+@contextmanager
+def candidate_copy(conn: sa.Connection) -> Iterator[Callable[[tuple[bytes, int]], int]]:
     """One binary COPY of a run's pools, open while its batches come: ``with candidate_copy(conn) as write:``,
-    ``write(candidate_rows(...))`` per batch (:func:`~rag_pipeline.evaluation.runs.case_queries.copy_into`)."""
-    return copy_into(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS, CANDIDATE_TYPES)
+    ``write(candidate_tuples(...))`` per batch, which returns the rows written."""
+    with copy_binary(conn, "retrieval_evaluation_candidate_rows", CANDIDATE_COLUMNS) as write_block:
+        def write(block: tuple[bytes, int]) -> int:
+            write_block(block[0])
+            return block[1]
+
+        yield write
 
 
 def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence],
@@ -101,21 +109,39 @@ def summary_json(summary: RunCounts, stages: StageTimes | None) -> str:
     return json.dumps({**json.loads(summary.model_dump_json()), "stages": stages.model_dump(mode="json")})
 
 
-def candidate_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
-                   chunk_uuids: dict[str, uuid.UUID] | None = None):
-    """:data:`CANDIDATE_COLUMNS` rows (the view adds case_id, document, strategy, is_relevant), ids as ``uuid.UUID``
-    (``chunk_uuids``: the ones parsed already, kept across a run's batches; a chunk is in many pools)."""
-    run = uuid.UUID(str(run_id))
-    parsed = {} if chunk_uuids is None else chunk_uuids
+_NULL = struct.pack(">i", -1)
+_INT4 = struct.Struct(">ii").pack  # (length 4, value)
+_INT2 = struct.Struct(">ih").pack
+_FLOAT8 = struct.Struct(">id").pack
+_BOOL = {True: struct.pack(">ib", 1, 1), False: struct.pack(">ib", 1, 0)}
+_UUID_LENGTH = struct.pack(">i", 16)
+
+
+def candidate_tuples(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
+                     chunk_fields: dict[str, bytes] | None = None) -> tuple[bytes, int]:
+    """:data:`CANDIDATE_COLUMNS` rows of a batch as binary COPY tuples (:data:`CANDIDATE_TYPES`), and how many;
+    the view adds case_id, document, strategy, is_relevant. ``chunk_fields``: the chunk ids encoded already, kept
+    across a run's batches (a chunk is in many pools)."""
+    head = struct.pack(">h", len(CANDIDATE_COLUMNS)) + _UUID_LENGTH + uuid.UUID(str(run_id)).bytes
+    encoded = {} if chunk_fields is None else chunk_fields
+    parts: list[bytes] = []
     for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
         grades = case.grades  # judged grade of a chunk (0 = judged not relevant); not judged: NULL
-        n_selected = len(trace.selected)
+        n_selected, index = len(trace.selected), _INT4(4, offset + i)
         for c in trace.candidates:
-            chunk = parsed.get(c.chunk_id)
+            chunk = encoded.get(c.chunk_id)
             if chunk is None:
-                chunk = parsed[c.chunk_id] = uuid.UUID(c.chunk_id)
-            yield (run, offset + i, chunk, c.rank, c.vector_score, c.vector_rank, c.keyword_score,
-                   c.keyword_rank, c.rerank_score, c.final_score, c.rank <= n_selected, grades.get(c.chunk_id))
+                chunk = encoded[c.chunk_id] = _UUID_LENGTH + uuid.UUID(c.chunk_id).bytes
+            grade = grades.get(c.chunk_id)
+            parts += (head, index, chunk, _INT4(4, c.rank),
+                      _NULL if c.vector_score is None else _FLOAT8(8, c.vector_score),
+                      _NULL if c.vector_rank is None else _INT2(2, c.vector_rank),
+                      _NULL if c.keyword_score is None else _FLOAT8(8, c.keyword_score),
+                      _NULL if c.keyword_rank is None else _INT4(4, c.keyword_rank),
+                      _NULL if c.rerank_score is None else _FLOAT8(8, c.rerank_score),
+                      _FLOAT8(8, c.final_score), _BOOL[c.rank <= n_selected],
+                      _NULL if grade is None else _INT2(2, grade))
+    return b"".join(parts), len(parts) // 12
 
 
 def case_rows(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
