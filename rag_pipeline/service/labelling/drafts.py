@@ -21,7 +21,7 @@ from rag_pipeline.evaluation.runs.candidate_queries import unjudged_top_k
 from rag_pipeline.evaluation.runs.lifecycle import get_run
 from rag_pipeline.evaluation.runs.results import load_stored_dataset, store_dataset
 from rag_pipeline.evaluation.trec.lines import chunk_key, key_prefix
-from rag_pipeline.knowledge_base import attached, chunk_lookup
+from rag_pipeline.knowledge_base import attached, catalogue, chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
@@ -146,6 +146,7 @@ def questions_k(engine: sa.Engine, knowledge_base: str, questions: str | Path, k
         kb = resolve_knowledge_base(conn, knowledge_base)
         user_kb = attached.load(conn, kb)
         total = (attached.list_chunks(conn, user_kb, limit=1)[1] if user_kb is not None
+                 else catalogue.count(conn, kb) if catalogue.is_external(kb)
                  else chunk_lookup.list_chunks(conn, kb.id, limit=1)[1])
     try:
         dataset = _is_json(read_bounded(questions, MAX_QUESTIONS_BYTES, what="questions file"))
@@ -214,6 +215,7 @@ def pool(engine: sa.Engine, knowledge_base: str, asked: list[DraftQuestion], *,
         prior_ids = [c.chunk_id for q in asked for c in q.candidates]
         wanted = [cid for f in found for cid in f] + prior_ids
         details = (attached.chunk_rows(conn, user_kb, wanted) if user_kb is not None
+                   else catalogue.chunk_rows(conn, kb, wanted) if catalogue.is_external(kb)
                    else chunk_lookup.chunks_by_ids(conn, wanted))
     for q, pooled in zip(asked, found, strict=True):
         prior = {c.chunk_id: c.grade for c in q.candidates}
@@ -317,8 +319,9 @@ def pool_runs(engine: sa.Engine, run_ids: Sequence[str], *, name: str | None = N
             by = found.setdefault(row.case_id, {}).setdefault(row.chunk_id, {})
             version = strategy_of[row.run_id]
             by[version] = min(row.rank, by.get(version, row.rank))
-        details = chunk_lookup.chunks_by_ids(conn, [cid for f in found.values() for cid in f]
-                                             + [cid for c in dataset.cases for cid in c.grades])
+        wanted = [cid for f in found.values() for cid in f] + [cid for c in dataset.cases for cid in c.grades]
+        details = chunk_lookup.chunks_by_ids(conn, wanted)
+        details |= catalogue.chunk_rows(conn, runs[0].knowledge_base_id, [c for c in wanted if c not in details])
     questions = []
     for c in dataset.cases:
         pooled = found.get(c.case_id, {})
