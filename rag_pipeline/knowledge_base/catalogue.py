@@ -192,3 +192,9 @@ def store_texts(conn: sa.Connection, kb: KnowledgeBaseRef, texts: dict[str, tupl
     rows = [(chunk, raw, title, text) for chunk, (raw, title, text) in sorted(texts.items())]
     queries.store_texts(conn, kb.id, rows)
     return len(rows)
+
+
+def own_chunk_ids(conn: sa.Connection, kb: KnowledgeBaseRef, chunk_ids: Sequence[str]) -> set[str]:
+    """Those of ``chunk_ids`` that are chunks of the knowledge base's own chunk table (ingested here)."""
+    ids = uuid_strings(chunk_ids)
+    return queries.own_chunk_ids(conn, kb.id, ids) if ids else set()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+import yaml
 
 from rag_pipeline.cli.main import main
 from rag_pipeline.contracts.attached import AttachedMapping
@@ -21,11 +22,14 @@ from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.knowledge_base import catalogue
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, ensure_knowledge_base
 from rag_pipeline.knowledge_base.queries import attached as attached_queries
-from rag_pipeline.retrieval.strategies import StrategyError, get_strategy
+from rag_pipeline.retrieval.strategies import Strategy, StrategyError, get_strategy, strategy_from_mapping
 from rag_pipeline.retrieval.trace import RetrievalError
 from rag_pipeline.service import trec
 from rag_pipeline.service.labelling import drafts
 from rag_pipeline.storage.ids import external_chunk_uuid
+from rag_pipeline_tests.retrieval.retriever_server import RetrieverServer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CANONICAL = "30465673-88ea-41f0-a5a0-da496592f3df"
 BEIR = [{"_id": "doc-a", "title": "Alpha", "text": "The aardvark eats ants at night."},
@@ -221,3 +225,88 @@ def test_project_and_attached_knowledge_bases_are_refused(engine, demo_kb, kb_na
     assert main(["kb", "catalogue", kb_name, "--corpus", str(corpus)]) == 2
     assert f"knowledge base {kb_name!r} is attached" in capsys.readouterr().err
     assert _counts(engine)[1:] == before[1:]
+
+
+# The HTTP retriever's texts (texts_path, titles_path), against the real local retriever server.
+TEMPLATE = '{"question": "{question}", "case_id": "{case_id}", "k": "{pool_size}"}'
+MAIN_HASH = "a4631f8fa7175b44c22d07889ee61190af13a2f1abdc5d101ff7d6bc83abed23"
+"""The identity hash main's code gave the strategy of :func:`_http` without text paths."""
+STRANGER = {"doc-a": "Aardvarks eat ants at night.", "doc-b": "Pangolins eat ants by day.",
+            "doc-c": "Cats sleep all day.", "doc-d": "Ants eat leaves."}
+
+
+def _http(url: str, version: str = "http-hash-v1", **http) -> Strategy:
+    return strategy_from_mapping({"version": version, "http": {
+        "url": url, "ids_path": "hits[*].id", "scores_path": "hits[*].score", "request_template": TEMPLATE,
+        "vector_ranks_path": "hits[*].vector_rank", "retries": 0, **http}})
+
+
+def test_the_text_paths_are_no_part_of_the_identity(tmp_path, capsys) -> None:
+    plain = _http("http://127.0.0.1:9/search")
+    texts = _http("http://127.0.0.1:9/search", texts_path="hits[*].text", titles_path="hits[*].title")
+    assert plain.params_hash() == texts.params_hash() == MAIN_HASH
+    assert "texts_path" not in json.dumps(texts.params())
+    with pytest.raises(StrategyError, match="titles_path': give texts_path too"):
+        _http("http://127.0.0.1:9/search", titles_path="hits[*].title")
+    registry = tmp_path / "s.yaml"
+    args = ["strategy", "add-http", "http-hash-v1", "--registry", str(registry), "--url", "http://127.0.0.1:9/search",
+            "--ids-path", "hits[*].id", "--scores-path", "hits[*].score", "--request-template", TEMPLATE,
+            "--vector-ranks-path", "hits[*].vector_rank", "--retries", "0"]
+    assert main([*args, "--texts-path", "hits[*].text"]) == 0
+    assert f"identity {MAIN_HASH[:12]}" in capsys.readouterr().out
+    assert strategy_from_mapping(
+        next(s for s in yaml.safe_load(registry.read_text(encoding="utf-8"))["strategies"]
+             if s["version"] == "http-hash-v1")).http.texts_path == "hits[*].text"  # type: ignore[union-attr]
+    assert main([*args, "--texts-path", "hits[*].text"]) == 0  # the same: unchanged
+    assert main([*args, "--texts-path", "texts"]) == 2  # the same ranking, other texts: said, not silently kept
+    assert "edit that entry of the file" in capsys.readouterr().err
+
+
+def _errors(engine, run_id: str) -> dict[str, str]:
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.text(  # type: ignore[arg-type]
+            "SELECT case_id, retrieval_error FROM retrieval_evaluation_case_results WHERE evaluation_run_id = :r "
+            "AND retrieval_error IS NOT NULL"), {"r": run_id}).all())
+
+
+def test_an_http_run_catalogues_the_returned_texts(engine, kb_name, tmp_path) -> None:
+    catalogue.catalogue(engine, kb_name, _write(tmp_path / "c.jsonl", [{"id": "doc-c", "text": "old"}]))
+    dataset = tmp_path / "http-ext.json"
+    cases = [{"case_id": f"c{i}", "question": q, "k": 2, "relevant_chunk_ids": [_chunk(kb_name, "doc-a")]}
+             for i, q in enumerate(["Who eats ants?", "What do aardvarks eat at night?", "ants", "cats sleep"])]
+    dataset.write_text(json.dumps({"name": "http-ext", "knowledge_base": kb_name, "cases": cases}), encoding="utf-8")
+    assert main(["check-dataset", "--dataset", str(dataset)]) == 1  # doc-a is not catalogued yet
+    plan = {"c2": ["text-not-string"], "c1": ["texts-short"]}
+    with RetrieverServer(STRANGER, plan) as server:
+        titled = evaluate_dataset(engine, load_dataset(dataset), _http(
+            server.url, "http-texts-v1", texts_path="hits[*].text", titles_path="hits[*].title"))
+        short = evaluate_dataset(engine, load_dataset(dataset), _http(server.url, "http-short-v1", texts_path="texts"))
+    assert _errors(engine, titled.run_id) == {"c2": "hits[*].text[0]: expected a string, got int"}
+    assert _errors(engine, short.run_id) == {"c1": "texts: 2 values for 3 ids"}
+    rows = _catalogue_rows(engine, kb_name)
+    assert {raw: text for raw, _, text in rows.values()} == STRANGER  # doc-c's old text replaced by the reply's
+    assert {title for raw, title, _ in rows.values()} <= {None, *(f"T {raw}" for raw in STRANGER)}
+    assert any(title for _, title, _ in rows.values())
+    assert main(["check-dataset", "--dataset", str(dataset)]) == 0  # doc-a is catalogued now
+
+
+def test_an_http_run_on_a_project_knowledge_base_catalogues_only_what_is_not_its_chunk(engine, demo_kb,
+                                                                                       tmp_path) -> None:
+    with engine.connect() as conn:
+        own = {str(r[0]): r[1] for r in conn.execute(sa.text(
+            "SELECT c.id, c.content FROM document_chunks c JOIN knowledge_bases k ON k.id = c.knowledge_base_id "
+            "WHERE k.name = :kb AND c.is_current ORDER BY c.id LIMIT 5"), {"kb": demo_kb})}
+    ext = f"ext-{uuid.uuid4().hex[:8]}"
+    words = "zyzzyva quokka"
+    served = {**{cid: f"{words} {text}" for cid, text in own.items()}, ext: f"{words} an outside document"}
+    dataset = tmp_path / "http-demo-texts.json"
+    dataset.write_text(json.dumps({"name": "http-demo-texts", "knowledge_base": demo_kb, "cases": [
+        {"case_id": "z1", "question": words, "k": 3, "relevant_chunk_ids": [next(iter(own))]}]}), encoding="utf-8")
+    with RetrieverServer(served) as server:
+        evaluate_dataset(engine, load_dataset(dataset), _http(server.url, "http-demo-texts-v1", texts_path="texts"))
+    with engine.connect() as conn:
+        stored = dict(conn.execute(sa.text(
+            "SELECT external_id, content FROM external_chunk_ids x JOIN knowledge_bases k ON k.id = "
+            "x.knowledge_base_id WHERE k.name = :kb AND content IS NOT NULL"), {"kb": demo_kb}).all())
+    assert stored.get(ext) == served[ext]
+    assert not set(stored) & set(own), "the knowledge base's own chunks keep their own text"

@@ -31,6 +31,13 @@ def own_chunks(conn: sa.Connection, kb_id) -> int:
                         {"kb": kb_id}).scalar_one()
 
 
+def own_chunk_ids(conn: sa.Connection, kb_id, chunk_ids: Sequence[str]) -> set[str]:
+    """Those of ``chunk_ids`` (UUID text) that are chunks of the knowledge base's own chunk table."""
+    return set(conn.execute(sa.text(
+        "SELECT id::text FROM document_chunks WHERE knowledge_base_id = :kb AND id = ANY(CAST(:ids AS uuid[]))"),
+        {"kb": kb_id, "ids": list(chunk_ids)}).scalars())
+
+
 def create_staging(conn: sa.Connection) -> None:
     """A temporary table for one corpus file's documents, dropped when the transaction ends."""
     conn.execute(sa.text(
