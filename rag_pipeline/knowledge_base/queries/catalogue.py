@@ -66,18 +66,20 @@ def first_duplicate(conn: sa.Connection) -> sa.Row | None:
         "  GROUP BY chunk_id HAVING count(*) > 1) d ORDER BY lines[2] LIMIT 1")).first()
 
 
+_NOT_STAGED = f"NOT EXISTS (SELECT 1 FROM {STAGING} s WHERE s.chunk_id = x.chunk_id)"
+
+
 def replace_from_staging(conn: sa.Connection, kb_id) -> tuple[int, int]:
     """The knowledge base's catalogue becomes the staged documents: the text of a chunk catalogued before and not
     staged is dropped (its derived id stays remembered for exports; a canonical UUID's row goes), the staged ones
     are inserted or updated. ``(rows written, catalogued chunks dropped)``."""
     params = {"kb": kb_id}
-    not_staged = f"NOT EXISTS (SELECT 1 FROM {STAGING} s WHERE s.chunk_id = x.chunk_id)"
     dropped = conn.execute(sa.text(
         "DELETE FROM external_chunk_ids x WHERE x.knowledge_base_id = :kb AND x.content IS NOT NULL "
-        f"AND x.external_id = x.chunk_id::text AND {not_staged}"), params).rowcount
+        f"AND x.external_id = x.chunk_id::text AND {_NOT_STAGED}"), params).rowcount
     dropped += conn.execute(sa.text(
         "UPDATE external_chunk_ids x SET title = NULL, content = NULL WHERE x.knowledge_base_id = :kb "
-        f"AND x.content IS NOT NULL AND {not_staged}"), params).rowcount
+        f"AND x.content IS NOT NULL AND {_NOT_STAGED}"), params).rowcount
     written = conn.execute(sa.text(
         "INSERT INTO external_chunk_ids (knowledge_base_id, chunk_id, external_id, title, content) "
         f"SELECT :kb, chunk_id, external_id, title, content FROM {STAGING} "
