@@ -18,6 +18,8 @@ from rag_pipeline.cli.main import main
 from rag_pipeline.contracts.attached import AttachedMapping
 from rag_pipeline.contracts.labelling import DraftQuestion
 from rag_pipeline.evaluation.datasets.load import load_dataset
+from rag_pipeline.evaluation.datasets.resolve import load_dataset_file
+from rag_pipeline.evaluation.datasets.strict_json import DatasetError
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.knowledge_base import catalogue
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, ensure_knowledge_base
@@ -310,3 +312,45 @@ def test_an_http_run_on_a_project_knowledge_base_catalogues_only_what_is_not_its
             "x.knowledge_base_id WHERE k.name = :kb AND content IS NOT NULL"), {"kb": demo_kb}).all())
     assert stored.get(ext) == served[ext]
     assert not set(stored) & set(own), "the knowledge base's own chunks keep their own text"
+
+
+def test_a_dataset_file_labels_the_external_systems_own_ids(engine, kb_name, demo_kb, tmp_path, capsys) -> None:
+    catalogue.catalogue(engine, kb_name, _write(tmp_path / "corpus.jsonl", BEIR))
+    cases = [{"case_id": "c1", "question": "What do aardvarks eat?", "k": 2, "relevant_chunk_ids": ["doc-a", "17"]},
+             {"case_id": "c2", "question": "Who else eats ants?", "k": 2,
+              "relevant_chunk_ids": {"doc-c": 2, "doc-z": 1, CANONICAL: 0}}]
+    dataset = tmp_path / "own-ids.json"
+    dataset.write_text(json.dumps({"name": "own-ids", "knowledge_base": kb_name, "cases": cases}), encoding="utf-8")
+    assert main(["check-dataset", "--dataset", str(dataset), "--format", "json"]) == 1
+    checked = {r["chunk_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert {c: r["status"] for c, r in checked.items()} == {
+        _chunk(kb_name, "doc-a"): "ok", _chunk(kb_name, "17"): "ok", _chunk(kb_name, "doc-c"): "ok",
+        _chunk(kb_name, "doc-z"): "unknown_id"}
+    assert "(id 'doc-z')" in checked[_chunk(kb_name, "doc-z")]["detail"]
+    assert _catalogue_rows(engine, kb_name)[_chunk(kb_name, "doc-z")] == ("doc-z", None, None)  # remembered
+
+    # the same labels as qrels: the same dataset version; a run of the ids scores on them
+    qrels, topics = tmp_path / "own.qrels", tmp_path / "own.topics.jsonl"
+    qrels.write_text("c1 0 doc-a 1\nc1 0 17 1\nc2 0 doc-c 2\nc2 0 doc-z 1\nc2 0 " + CANONICAL + " 0\n",
+                     encoding="utf-8")
+    topics.write_text("".join(json.dumps({"qid": c["case_id"], "question": c["question"], "k": 2}) + "\n"
+                              for c in cases), encoding="utf-8")
+    _, dataset_id, _ = trec.import_dataset(engine, qrels, topics, name="own-ids", knowledge_base=kb_name)
+    with engine.connect() as conn:
+        stored = conn.execute(sa.text("SELECT content_hash FROM retrieval_evaluation_datasets WHERE id = :id"),
+                              {"id": dataset_id}).scalar()
+    assert stored == load_dataset_file(engine, dataset).content_hash
+    run_file = tmp_path / "own.run"
+    run_file.write_text("c1 Q0 doc-a 1 2.0 t\nc1 Q0 17 2 1.0 t\nc2 Q0 doc-c 1 1.0 t\n", encoding="utf-8")
+    result = trec.import_run(engine, run_file, strategy="own-ids-retriever", dataset=str(dataset))
+    assert result.metrics["recall_at_k"] == pytest.approx((1.0 + 0.5) / 2)
+
+    # on a knowledge base of the project's own such an id is refused as before
+    dataset.write_text(json.dumps({"name": "own-ids", "knowledge_base": demo_kb, "cases": cases}), encoding="utf-8")
+    before = _counts(engine)
+    assert main(["check-dataset", "--dataset", str(dataset), "--format", "json"]) == 1
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["status"] for r in rows if r["chunk_id"] != CANONICAL} == {"not_a_uuid"}
+    with pytest.raises(DatasetError, match='"doc-a" is not a UUID'):
+        load_dataset_file(engine, dataset)
+    assert _counts(engine) == before
