@@ -14,7 +14,8 @@ from rag_pipeline_tests.web.inprocess.conftest import covers
 BASE = "/admin/retrieval-evaluations"
 
 
-@covers("GET /admin/retrieval-evaluations/chunks/{chunk_id}", "GET /admin/retrieval-evaluations/runs/{run_id}/case")
+@covers("GET /admin/retrieval-evaluations/chunks/{chunk_id}", "GET /admin/retrieval-evaluations/runs/{run_id}/case",
+        "GET /admin/retrieval-evaluations/kb/{kb}")
 def test_the_chunk_text_of_an_external_knowledge_base_is_its_catalogue(client, engine, kb_name, tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"_id": "MED-10", "title": "Statins", "text": "Statins lower cholesterol."}) + "\n"
@@ -35,3 +36,6 @@ def test_the_chunk_text_of_an_external_knowledge_base_is_its_catalogue(client, e
     assert client.get(f"{BASE}/chunks/{med11}").json()["content"] == "Aspirin thins the blood."
     page = client.get(f"{BASE}/runs/{run.run_id}/case?case_id={quote('q1')}")
     assert page.status_code == 200 and "MED-10" in page.text and "MED-11" in page.text
+    kb_page = client.get(f"{BASE}/kb/{quote(kb_name)}")
+    assert kb_page.status_code == 200
+    assert "2 chunks of your system's documents" in kb_page.text and "kind external" in kb_page.text
