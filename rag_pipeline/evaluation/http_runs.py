@@ -149,7 +149,7 @@ def _store(engine: sa.Engine, run_id, dataset: Dataset, kb, strategy: Strategy, 
         outcome.knowledge_base_version = content_version(conn, kb.id).version
         run_queries.set_knowledge_base_version(conn, run_id, outcome.knowledge_base_version)
         trec_queries.remember_ids(conn, kb.id, sorted(derived.items()))
-        _catalogue_texts(conn, kb, [rankings[c.case_id] for c in cases])
+        catalogue_texts(conn, kb, [rankings[c.case_id] for c in cases])
         labels = check_labels(conn, kb, cases)
         statuses = labels.status_map()
         details = {(r.case_id, r.chunk_id): r.detail for r in labels.rows}
@@ -189,9 +189,10 @@ def _kept(r: Ranking) -> dict[str, Any]:
     return kept
 
 
-def _catalogue_texts(conn: sa.Connection, kb: KnowledgeBaseRef, rankings: Sequence[Ranking]) -> int:
-    """Store the texts the retriever returned in the knowledge base's chunk catalogue (in the run's transaction),
-    for the ids that are no chunk of its own chunk table; an attached knowledge base's texts are its table's.
+def catalogue_texts(conn: sa.Connection, kb: KnowledgeBaseRef, rankings: Sequence[Ranking]) -> int:
+    """Store the texts the retriever returned in the knowledge base's chunk catalogue (in the caller's transaction:
+    the run's), for the ids that are no chunk of its own chunk table; an attached knowledge base's texts are its
+    table's.
     Returns the chunks catalogued."""
     if kb.kind == "attached":
         return 0

@@ -24,6 +24,7 @@ from rag_pipeline.evaluation.evaluate import evaluate_dataset
 from rag_pipeline.knowledge_base import catalogue
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, ensure_knowledge_base
 from rag_pipeline.knowledge_base.queries import attached as attached_queries
+from rag_pipeline.retrieval.registry_file import write_strategy
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, get_strategy, strategy_from_mapping
 from rag_pipeline.retrieval.trace import RetrievalError
 from rag_pipeline.service import trec
@@ -290,6 +291,21 @@ def test_an_http_run_catalogues_the_returned_texts(engine, kb_name, tmp_path) ->
     assert {title for raw, title, _ in rows.values()} <= {None, *(f"T {raw}" for raw in STRANGER)}
     assert any(title for _, title, _ in rows.values())
     assert main(["check-dataset", "--dataset", str(dataset)]) == 0  # doc-a is catalogued now
+
+
+def test_suggest_pools_an_http_retriever_on_an_external_knowledge_base_with_its_texts(engine, kb_name, tmp_path,
+                                                                                     monkeypatch) -> None:
+    catalogue.catalogue(engine, kb_name, _write(tmp_path / "c.jsonl", [{"id": "doc-c", "text": "old"}]))
+    registry = tmp_path / "strategies.yaml"
+    with RetrieverServer(STRANGER) as server:
+        write_strategy(registry, _http(server.url, "http-suggest-texts-v1", texts_path="hits[*].text"))
+        monkeypatch.setenv("RAG_STRATEGIES_FILE", str(registry))
+        draft = drafts.pool(engine, kb_name, [DraftQuestion(case_id="q1", question="Who eats ants?",
+                                                            candidates=[])], depth=5)
+    assert draft.strategies == ["http-suggest-texts-v1"]  # the built-in ones cannot run here
+    assert "hybrid-v1" in draft.strategies_left_out
+    got = {c.document_name: c.text for c in draft.questions[0].candidates}
+    assert got == {raw: STRANGER[raw] for raw in ("doc-a", "doc-b", "doc-d")}
 
 
 def test_an_http_run_on_a_project_knowledge_base_catalogues_only_what_is_not_its_chunk(engine, demo_kb,
