@@ -51,8 +51,17 @@ def cmd_kb(args: argparse.Namespace) -> int:
         print_warnings(result.warnings)
         print_json(result.model_dump(mode="json"))
         return 0
-    if args.name or args.url_env or args.mapping:
-        raise KnowledgeBaseError("only `kb attach NAME --url-env VAR [--mapping FILE]` takes a name and options")
+    if args.knowledge_base == "catalogue" and args.name:
+        from rag_pipeline.knowledge_base import catalogue  # noqa: PLC0415
+
+        if not args.corpus or args.url_env or args.mapping:
+            raise catalogue.CatalogueError("kb catalogue: give --corpus FILE (and optionally --format beir|jsonl), "
+                                           "not --url-env or --mapping")
+        print_json(catalogue.catalogue(get_engine(), args.name, args.corpus, args.format).model_dump())
+        return 0
+    if args.name or args.url_env or args.mapping or args.corpus or args.format:
+        raise KnowledgeBaseError("only `kb attach NAME --url-env VAR [--mapping FILE]` and `kb catalogue NAME --corpus "
+                                 "FILE [--format beir|jsonl]` take a name and options")
     engine = get_engine()
     with engine.connect() as conn:
         kb = resolve_knowledge_base(conn, args.knowledge_base)
@@ -120,13 +129,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("kb", description="`kb NAME`: a knowledge base's counts and content version. `kb attach NAME "
                        "--url-env VAR [--mapping FILE]`: attach your own PostgreSQL tables as a knowledge base, "
-                       "searched read-only (docs/evaluating.md, \"Your own retriever\").")
-    p.add_argument("knowledge_base", help="a knowledge base, or `attach`")
-    p.add_argument("name", nargs="?", help="with `attach`: the new knowledge base's name")
+                       "searched read-only. `kb catalogue NAME --corpus FILE [--format beir|jsonl]`: load your "
+                       "system's documents (their ids and text) as the chunk catalogue of knowledge base NAME "
+                       "(created of kind external when new; re-running replaces the catalogue with the file's "
+                       "documents), for labelling and the label check of an HTTP retriever's or a TREC run file's "
+                       "ids (docs/evaluating.md, \"Your own retriever\").")
+    p.add_argument("knowledge_base", help="a knowledge base, or `attach` / `catalogue`")
+    p.add_argument("name", nargs="?", help="with `attach` / `catalogue`: the knowledge base's name")
     p.add_argument("--url-env", help="with `attach`: the environment variable holding the database URL (the URL "
                                      "and its password are never stored or printed)")
     p.add_argument("--mapping", help="with `attach`: a YAML/JSON file naming the table and columns (default: the "
                                      "original design's documents / document_chunks)")
+    p.add_argument("--corpus", metavar="FILE",
+                   help="with `catalogue`: a BEIR corpus.jsonl (_id, title, text) or id/text JSON Lines (id, text, "
+                        "optional title); ids are strings or integers, any text")
+    p.add_argument("--format", choices=("beir", "jsonl"),
+                   help="with `catalogue`: the corpus file's format (default: detected from its first line)")
     p.set_defaults(func=cmd_kb)
 
     p = sub.add_parser("doc")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rag_pipeline.cli import arguments
 from rag_pipeline.cli.errors import guarded
-from rag_pipeline.retrieval.http_strategy import DEFAULT_RETRIEVER_TEMPLATE, STAGES
+from rag_pipeline.retrieval.http_strategy import DEFAULT_RETRIEVER_TEMPLATE, STAGES, TEXT_PATH_FIELDS
 from rag_pipeline.retrieval.registry_file import write_strategy
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError
 from rag_pipeline.settings import get_settings
@@ -26,7 +26,8 @@ def cmd_add_http(args: argparse.Namespace) -> int:
             "ids_path": args.ids_path, "scores_path": args.scores_path, "pool_size": args.pool_size,
             "headers": list(args.headers or []), "concurrency": args.concurrency, "timeout_s": args.timeout,
             "retries": args.retries, "backoff_s": args.backoff, "max_wait_s": args.max_wait,
-            **{name: getattr(args, name) for name in OPTIONAL_PATHS if getattr(args, name) is not None}}
+            **{name: getattr(args, name) for name in (*OPTIONAL_PATHS, *TEXT_PATH_FIELDS)
+               if getattr(args, name) is not None}}
     strategy = Strategy(args.version, description=args.description, vector_candidate_k=0, keyword_candidate_k=0,
                         http=http)
     assert strategy.http is not None
@@ -58,6 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scores-path", required=True, help="where it holds their scores (e.g. hits[*].score)")
     for name in OPTIONAL_PATHS:
         p.add_argument("--" + name.replace("_", "-"), help="optional: " + name.replace("_", " ")[:-5])
+    p.add_argument("--texts-path", help="optional: where the reply holds the returned chunks' texts, as many as "
+                                        "ids (e.g. hits[*].text); stored in the knowledge base's chunk catalogue "
+                                        "for labelling and show --include-text; not part of the identity")
+    p.add_argument("--titles-path", help="optional, with --texts-path: where it holds their titles (strings or null)")
     p.add_argument("--header", action="append", dest="headers", metavar="'NAME: env:VARIABLE'",
                    help="a request header whose value is read from the environment when the strategy runs "
                         "(repeatable; only the variable's name is stored)")

@@ -38,6 +38,9 @@ class KnowledgeBaseInfo(BaseModel):
     datasets: int
     runs: int
     last_run_at: str | None
+    kind: str = Field("project", description="project (ingested here), attached (your own tables, read only) or "
+                      "external (a chunk catalogue of your system's documents).")
+    catalogued_chunks: int = Field(0, description="Chunks of an external system's catalogue (their text known).")
 
 
 class KnowledgeBaseList(BaseModel):

@@ -53,6 +53,25 @@ class KnowledgeBaseStats(BaseModel):
     embeddings: dict[str, int] = Field(description="Embeddings per model.")
     avg_chunk_tokens: float
     version: str
+    kind: str = Field("project", description="project (ingested here) or external (a chunk catalogue only).")
+    catalogued_chunks: int = Field(0, description="Chunks of the external system's catalogue (their text known; "
+                                   "rag-pipeline kb catalogue, or an HTTP retriever's texts).")
+
+
+class CatalogueResult(BaseModel):
+    """``rag-pipeline kb catalogue``: a corpus file loaded as a knowledge base's chunk catalogue."""
+
+    knowledge_base: str
+    knowledge_base_id: str
+    kind: str = "external"
+    created: bool = Field(description="The knowledge base was created (of kind external) by this command.")
+    file: str
+    format: str = Field(description="beir (corpus.jsonl: _id, title, text) or jsonl (id, text, optional title).")
+    documents: int = Field(description="Documents of the file, all catalogued.")
+    catalogued: int = Field(description="Chunks of the catalogue now.")
+    dropped: int = Field(description="Chunks catalogued before that the file no longer holds: their text was "
+                         "dropped (a derived id stays remembered for exports).")
+    seconds: float
 
 
 class KnowledgeBaseVersion(BaseModel):

@@ -4,6 +4,7 @@ report with its per-case verdicts, and a dataset file's check."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
@@ -34,6 +35,16 @@ class LabelReport(BaseModel):
     knowledge_base: str
     rows: list[LabelStatus]
     verdicts: dict[str, str] = Field(default_factory=dict, description="case_id -> ok | some_invalid | all_invalid")
+
+    @classmethod
+    def of_rows(cls, knowledge_base: str, case_ids: Iterable[str], rows: list[LabelStatus]) -> LabelReport:
+        """The report of ``rows``, each case's verdict from its rows (a case without labels is ``ok``)."""
+        by_case: dict[str, list[bool]] = {cid: [] for cid in case_ids}
+        for r in rows:
+            by_case[r.case_id].append(r.ok)
+        verdicts = {cid: "ok" if all(oks) else ("all_invalid" if not any(oks) else "some_invalid")
+                    for cid, oks in by_case.items()}
+        return cls(knowledge_base=knowledge_base, rows=rows, verdicts=verdicts)
 
     def counts(self) -> dict[str, int]:
         """Labels per status, in :data:`STATUSES` order, zero counts left out."""

@@ -26,6 +26,7 @@ from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs import queries as run_queries
 from rag_pipeline.evaluation.runs import results as persistence
 from rag_pipeline.evaluation.stage_times import share_readers, stage_times_of
+from rag_pipeline.knowledge_base import catalogue
 from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
 from rag_pipeline.knowledge_base.question_embeddings import QuestionVectors
@@ -97,6 +98,8 @@ def evaluate_dataset(engine: sa.Engine, dataset: Dataset, strategy: Strategy, *,
         return evaluate_attached(engine, dataset, strategy, kb, partition_key=partition_key,
                                  dagster_run_id=dagster_run_id, progress=progress, logger=logger,
                                  queued_run_id=queued_run_id, batch_size=batch_size)
+    if catalogue.is_external(kb):  # a chunk catalogue only: nothing of ours to search
+        raise RetrievalError(catalogue.no_built_in_strategy(kb, strategy.version))
     readers = reader_count(readers)
     check_capacity(engine, readers, EXTRA_CONNECTIONS)
     run_records.sweep_gone(engine)  # runs whose process fell silent (no heartbeat): failed, with that reason

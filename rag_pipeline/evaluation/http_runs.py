@@ -10,6 +10,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
@@ -27,6 +28,7 @@ from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs import queries as run_queries
 from rag_pipeline.evaluation.runs import results as persistence
 from rag_pipeline.evaluation.trec.lines import chunk_key, key_prefix
+from rag_pipeline.knowledge_base import catalogue
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
 from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.retrieval.http_retriever import EndpointDownError, Question, Ranking, RetrieverClient
@@ -87,7 +89,8 @@ def _collect(engine: sa.Engine, client: RetrieverClient, dataset: Dataset, param
     """Every case's ranking: the kept ones, then the others asked (successes kept in batches as they come)."""
     with engine.connect() as conn:
         rankings = {row.case_id: Ranking(row.case_id, row.ranking["ids"], row.ranking["scores"],
-                                         row.ranking["stages"], row.latency_ms, row.attempts)
+                                         row.ranking["stages"], row.latency_ms, row.attempts,
+                                         texts=row.ranking.get("texts"), titles=row.ranking.get("titles"))
                     for row in http_replies.kept(conn, params_hash, dataset_id)}
     resumed = len(rankings)
     todo = [Question(c.case_id, c.question, c.k) for c in dataset.cases if c.case_id not in rankings]
@@ -96,8 +99,7 @@ def _collect(engine: sa.Engine, client: RetrieverClient, dataset: Dataset, param
     def keep(batch: Sequence[Ranking]) -> None:
         with engine.begin() as conn:
             http_replies.keep(conn, params_hash, dataset_id, [
-                (r.case_id, {"ids": r.ids, "scores": r.scores, "stages": r.stages}, r.latency_ms or 0.0, r.attempts)
-                for r in batch])
+                (r.case_id, _kept(r), r.latency_ms or 0.0, r.attempts) for r in batch])
         run_records.heartbeat(engine, run_id, len(rankings))
 
     async def ask() -> None:
@@ -147,6 +149,7 @@ def _store(engine: sa.Engine, run_id, dataset: Dataset, kb, strategy: Strategy, 
         outcome.knowledge_base_version = content_version(conn, kb.id).version
         run_queries.set_knowledge_base_version(conn, run_id, outcome.knowledge_base_version)
         trec_queries.remember_ids(conn, kb.id, sorted(derived.items()))
+        catalogue_texts(conn, kb, [rankings[c.case_id] for c in cases])
         labels = check_labels(conn, kb, cases)
         statuses = labels.status_map()
         details = {(r.case_id, r.chunk_id): r.detail for r in labels.rows}
@@ -174,6 +177,35 @@ def _store(engine: sa.Engine, run_id, dataset: Dataset, kb, strategy: Strategy, 
                                  candidate_count=outcome.candidate_count, averages=outcome.averages,
                                  timings=outcome.timings, summary=stats)
         http_replies.forget(conn, outcome.params_hash, dataset_id)
+
+
+def _kept(r: Ranking) -> dict[str, Any]:
+    """A reply as ``http_retriever_replies`` keeps it (the texts and titles when the strategy reads them)."""
+    kept: dict[str, Any] = {"ids": r.ids, "scores": r.scores, "stages": r.stages}
+    if r.texts is not None:
+        kept["texts"] = r.texts
+    if r.titles is not None:
+        kept["titles"] = r.titles
+    return kept
+
+
+def catalogue_texts(conn: sa.Connection, kb: KnowledgeBaseRef, rankings: Sequence[Ranking]) -> int:
+    """Store the texts the retriever returned in the knowledge base's chunk catalogue (in the caller's transaction:
+    the run's), for the ids that are no chunk of its own chunk table; an attached knowledge base's texts are its
+    table's.
+    Returns the chunks catalogued."""
+    if kb.kind == "attached":
+        return 0
+    prefix = key_prefix(kb.name)
+    texts: dict[str, tuple[str, str | None, str]] = {}
+    for r in rankings:
+        if r.error is not None or r.texts is None:
+            continue
+        titles = r.titles or [None] * len(r.ids)
+        for raw, title, text in zip(r.ids, titles, r.texts, strict=True):
+            texts[str(uuid.UUID(chunk_key(prefix, raw)[0]))] = (raw, title, text)
+    own = catalogue.own_chunk_ids(conn, kb, list(texts)) if texts else set()
+    return catalogue.store_texts(conn, kb, {c: t for c, t in texts.items() if c not in own})
 
 
 def _trace(case: EvaluationCase, ranking: Ranking, version: str, prefix: bytes,

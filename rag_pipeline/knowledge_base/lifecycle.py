@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.errors import NotFoundOrInvalidError
 from rag_pipeline.knowledge_base import chunking, term_stats, textsearch
+from rag_pipeline.knowledge_base.queries import catalogue as catalogue_queries
 from rag_pipeline.knowledge_base.queries import documents as queries
 from rag_pipeline.knowledge_base.queries.documents import SEARCHABLE_PUBLICATION, SEARCHABLE_STATUS
 from rag_pipeline.storage.names import KNOWLEDGE_BASE, check_name
@@ -38,6 +39,9 @@ def ensure_knowledge_base(conn: sa.Connection, name: str, text_search: str, chun
     if row.kind == "attached":
         raise KnowledgeBaseError(f"knowledge base {name!r} is attached (your own database, read only): nothing is "
                                  "ingested into it; ingest under another name")
+    if row.kind == "external":
+        raise KnowledgeBaseError(f"knowledge base {name!r} is external (a chunk catalogue of your system's documents: "
+                                 "rag-pipeline kb catalogue): nothing is ingested into it; ingest under another name")
     chunking_changed = (row.chunk_size, row.chunk_overlap) != (chunk_size, chunk_overlap)
     if row.text_search != text_search or (chunking_changed and not rechunk):
         hint = (" (or --rechunk, Dagster config rechunk: true, to re-chunk this knowledge base in place, keeping "
@@ -62,7 +66,8 @@ class KnowledgeBaseRef:
     chunk_count: int
     avg_chunk_length: float
     kind: str = "project"
-    """``project`` (ingested here) or ``attached`` (the user's tables: :mod:`rag_pipeline.knowledge_base.attached`)."""
+    """``project`` (ingested here), ``attached`` (the user's tables: :mod:`rag_pipeline.knowledge_base.attached`) or
+    ``external`` (a chunk catalogue only: :mod:`rag_pipeline.knowledge_base.catalogue`)."""
 
 
 def resolve_knowledge_base(conn: sa.Connection, name_or_id: str | uuid.UUID | KnowledgeBaseRef) -> KnowledgeBaseRef:
@@ -113,4 +118,5 @@ def knowledge_base_stats(conn: sa.Connection, name_or_id: str) -> dict:
     """Counts for the CLI and asset metadata."""
     kb = resolve_knowledge_base(conn, name_or_id)
     return {"knowledge_base": kb.name, "knowledge_base_id": str(kb.id), "text_search": kb.text_search,
-            **queries.content_counts(conn, kb.id), "avg_chunk_tokens": round(float(kb.avg_chunk_length), 2)}
+            **queries.content_counts(conn, kb.id), "avg_chunk_tokens": round(float(kb.avg_chunk_length), 2),
+            "kind": kb.kind, "catalogued_chunks": catalogue_queries.count(conn, kb.id)}

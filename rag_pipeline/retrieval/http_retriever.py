@@ -9,7 +9,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from rag_pipeline.retrieval.http_strategy import STAGES, HttpRetriever
 from rag_pipeline.retrieval.trace import RetrievalError
@@ -41,6 +41,9 @@ class Ranking:
     latency_ms: float | None = None
     attempts: int = 0
     error: str | None = None
+    texts: list[str] | None = None
+    """The returned chunks' texts (``texts_path``), as long as ``ids``; ``titles`` theirs (``titles_path``)."""
+    titles: list[str | None] | None = None
 
 
 class EndpointDownError(RetrievalError):
@@ -60,6 +63,8 @@ class RetrieverClient:
                 text = getattr(http, f"{stage}_{what}_path")
                 if text is not None:
                     self.paths[f"{stage}_{what}"] = parse_path(text)
+        self.text_paths = {key: parse_path(text) for key, text in (("texts", http.texts_path),
+                                                                    ("titles", http.titles_path)) if text is not None}
         self.headers = ResolvedHeaders(http.headers, environ, url=http.url)
         rules = RetryRules(http.timeout_s, http.retries, http.backoff_s, http.max_wait_s)
         self.max_response_bytes = max_response_bytes
@@ -120,13 +125,31 @@ class RetrieverClient:
             return Ranking(q.case_id, attempts=outcome.attempts, error=outcome.problem), outcome.unreachable
         reply = outcome.reply
         try:
-            ids, scores, stages = self._parse(reply)
+            ids, scores, stages, document = self._parse(reply)
+            texts = (cast(list[str], self._strings(document, "texts", len(ids), nullable=False))
+                     if "texts" in self.text_paths else None)
+            titles = self._strings(document, "titles", len(ids), nullable=True) if "titles" in self.text_paths else None
         except BadReplyError as exc:
             return Ranking(q.case_id, latency_ms=round(reply.latency_ms, 3), attempts=outcome.attempts,
                            error=self.headers.scrub(str(exc))), False
-        return Ranking(q.case_id, ids, scores, stages, round(reply.latency_ms, 3), outcome.attempts), False
+        return Ranking(q.case_id, ids, scores, stages, round(reply.latency_ms, 3), outcome.attempts,
+                       texts=texts, titles=titles), False
 
-    def _parse(self, reply: Reply) -> tuple[list[str], list[float], dict[str, list[float | None]]]:
+    def _strings(self, document: Any, key: str, n: int, *, nullable: bool) -> list[str | None]:
+        """The texts (or titles) of the ``n`` ids: strings (titles may be null), without NUL characters."""
+        path = self.text_paths[key]
+        values = self._list(document, key)
+        if len(values) != n:
+            raise BadReplyError(f"{path.text}: {len(values)} values for {n} ids")
+        for i, v in enumerate(values):
+            if not (isinstance(v, str) or v is None and nullable):
+                need = "a string or null" if nullable else "a string"
+                raise BadReplyError(f"{path.text}[{i}]: expected {need}, got {type(v).__name__}")
+            if isinstance(v, str) and "\x00" in v:
+                raise BadReplyError(f"{path.text}[{i}]: holds a NUL character")
+        return values
+
+    def _parse(self, reply: Reply) -> tuple[list[str], list[float], dict[str, list[float | None]], Any]:
         if not reply.ok:
             quoted = reply.body[:ERROR_QUOTE_CHARS].decode("utf-8", "replace")
             raise BadReplyError(f"HTTP {reply.status}: {quoted!r}")
@@ -142,10 +165,10 @@ class RetrieverClient:
         scores = self._numbers(document, "scores", len(ids), nullable=False)
         stages = {key: self._numbers(document, key, len(ids), nullable=True)
                   for key in self.paths if key not in ("ids", "scores")}
-        return ids, [float(s) for s in scores if s is not None], stages
+        return ids, [float(s) for s in scores if s is not None], stages, document
 
     def _list(self, document: Any, key: str) -> list[Any]:
-        path = self.paths[key]
+        path = self.paths[key] if key in self.paths else self.text_paths[key]
         try:
             value = path.find(document)
         except PathNotFound as exc:

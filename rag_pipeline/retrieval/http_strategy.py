@@ -1,7 +1,8 @@
 """A strategy of kind ``http``: the ranking comes from a retriever the user runs, asked over HTTP for each case
 (docs/strategies.md "HTTP retrievers"). Its identity is what determines the ranking: the URL without credentials,
 the method, the request template, the response paths and the pool size; never a header value (those come from the
-environment at run time) and never the concurrency, timeouts or retries."""
+environment at run time) and never the concurrency, timeouts, retries or where the chunks' texts are (stored in the
+knowledge base's chunk catalogue)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ DEFAULT_RETRIEVER_TEMPLATE = '{"question": "{question}", "k": "{pool_size}"}'
 STAGES = ("vector", "keyword", "rerank")
 PATH_FIELDS = ("ids_path", "scores_path", *(f"{s}_scores_path" for s in STAGES),
                *(f"{s}_ranks_path" for s in STAGES))
+TEXT_PATH_FIELDS = ("texts_path", "titles_path")
+"""Where the reply holds the returned chunks' texts and titles: stored in the knowledge base's chunk catalogue,
+never part of the identity (they do not determine the ranking)."""
 
 
 class HttpRetriever(BaseModel):
@@ -36,6 +40,8 @@ class HttpRetriever(BaseModel):
     vector_ranks_path: str | None = None
     keyword_ranks_path: str | None = None
     rerank_ranks_path: str | None = None
+    texts_path: str | None = None
+    titles_path: str | None = None
     pool_size: int = Field(100, ge=1, le=10_000)
     headers: list[str] = Field(default_factory=list)
     concurrency: int = Field(4, ge=1, le=256)
@@ -79,7 +85,9 @@ class HttpRetriever(BaseModel):
             parse_template(self.request_template)
         except EndpointConfigError as exc:
             raise ValueError(f"field 'request_template': {exc}") from None
-        for name in PATH_FIELDS:
+        if self.titles_path is not None and self.texts_path is None:
+            raise ValueError("field 'titles_path': give texts_path too (a title is stored with its text)")
+        for name in (*PATH_FIELDS, *TEXT_PATH_FIELDS):
             try:
                 text = getattr(self, name)
                 if text is not None:
@@ -89,7 +97,8 @@ class HttpRetriever(BaseModel):
         return self
 
     def identity(self) -> dict[str, object]:
-        """What determines the ranking (hashed into the strategy's ``params_hash``); the URL without credentials."""
+        """What determines the ranking (hashed into the strategy's ``params_hash``); the URL without credentials.
+        Not the texts and titles paths: the same ranking with or without them is the same strategy."""
         paths = {name: getattr(self, name) for name in PATH_FIELDS if getattr(self, name) is not None}
         template = json.loads(self.request_template) if self.method != "GET" else None
         return {"url": redact_url(self.url), "method": self.method, "request_template": template,

@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from rag_pipeline.retrieval import strategies
+from rag_pipeline.retrieval.http_strategy import TEXT_PATH_FIELDS
 from rag_pipeline.storage.files import write_atomic
 
 
@@ -27,6 +28,12 @@ def write_strategy(path: str | Path, strategy: strategies.Strategy, comment: str
     existing = registry.get(strategy.version)
     if existing is not None:
         if existing.params_hash() == strategy.params_hash():
+            old, new = (tuple(getattr(s.http, f, None) for f in TEXT_PATH_FIELDS) for s in (existing, strategy))
+            if old != new:  # not part of the identity, yet what the strategy reads
+                raise RegistryConflictError(
+                    f"{target} already defines strategy {strategy.version!r} with the same ranking but texts_path / "
+                    f"titles_path {old[0]!r} / {old[1]!r}; edit that entry of the file (the paths of the texts are "
+                    "not part of the identity)")
             if source != target:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 write_atomic(target, text)

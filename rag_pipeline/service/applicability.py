@@ -9,7 +9,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.catalog import Applicability
-from rag_pipeline.knowledge_base import attached, chunk_lookup
+from rag_pipeline.knowledge_base import attached, catalogue, chunk_lookup
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
 from rag_pipeline.retrieval.attached_search import check_strategy
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, load_registry
@@ -24,6 +24,9 @@ def strategy_applicability(conn: sa.Connection, kb, strategy: Strategy, models: 
         kb = resolve_knowledge_base(conn, kb)
     if isinstance(kb, KnowledgeBaseRef) and kb.kind == "attached" and strategy.http is None:
         return _attached(conn, kb, strategy)
+    if isinstance(kb, KnowledgeBaseRef) and catalogue.is_external(kb) and strategy.http is None:
+        return Applicability(strategy=strategy.version, runnable=False, missing_models=[],
+                             reason=catalogue.no_built_in_strategy(kb, strategy.version))
     models = set(chunk_lookup.embedding_models(conn, kb.id)) if models is None else models
     to_ingest: list[str] = []  # embedding models: fixed by ingesting with them
     problems: list[str] = []

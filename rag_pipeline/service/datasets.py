@@ -15,7 +15,7 @@ from rag_pipeline.evaluation.agreement import agreement_report
 from rag_pipeline.evaluation.datasets.judgments import with_resolved_labels
 from rag_pipeline.evaluation.datasets.label_check import check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.datasets.load import MAX_FILE_BYTES, load_dataset, relevant_ids_of, validate_dataset
-from rag_pipeline.evaluation.datasets.resolve import DatasetRef, dataset_file, resolve_dataset
+from rag_pipeline.evaluation.datasets.resolve import DatasetRef, dataset_file, load_dataset_file, resolve_dataset
 from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetProblem, JsonReadError, decode_json
 from rag_pipeline.evaluation.runs.queries import current_params
 from rag_pipeline.evaluation.runs.results import store_dataset
@@ -61,7 +61,7 @@ def check_dataset(engine: sa.Engine, path: str | Path, knowledge_base: str | Non
     note = None
     cases: Sequence[object]
     try:
-        dataset = load_dataset(path, knowledge_base=knowledge_base)
+        dataset = load_dataset_file(engine, path, knowledge_base)
         cases, kb = dataset.cases, dataset.knowledge_base
     except DatasetError as exc:
         cases, file_kb = _lenient_cases(path, exc)

@@ -20,7 +20,7 @@ from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs import queries as run_history
 from rag_pipeline.evaluation.runs.queries import summary_of
 from rag_pipeline.evaluation.runs.reports import CaseNotFoundError
-from rag_pipeline.knowledge_base import attached
+from rag_pipeline.knowledge_base import attached, catalogue
 from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
 from rag_pipeline.storage.ids import uuid_strings
 
@@ -85,10 +85,15 @@ def _chunk_rows(conn: sa.Connection, chunk_ids) -> dict[str, ChunkText]:
 
 def chunk_texts(engine: sa.Engine, chunk_ids) -> dict[str, ChunkText]:
     """Chunk id → its text, looked up live (ids not UUIDs or not found are left out); an id that is no chunk of the
-    project's own is looked up in the attached knowledge bases (the user's tables)."""
+    project's own is looked up in the chunk catalogues (external systems' documents), then in the attached knowledge
+    bases (the user's tables)."""
     with engine.connect() as conn:
         found = _chunk_rows(conn, chunk_ids)
         rest = [i for i in uuid_strings(chunk_ids) if i not in found]
+        for cid, row in (catalogue.chunk_rows(conn, None, rest) if rest else {}).items():
+            found[cid] = ChunkText(chunk_id=cid, document_name=row.document_name, ordinal=row.ordinal,
+                                   is_current=True, content=row.text)
+        rest = [i for i in rest if i not in found]
         if rest:
             for cid, row in attached.find_chunks_anywhere(conn, rest).items():
                 found[cid] = ChunkText(chunk_id=cid, document_name=row.document_name, ordinal=row.ordinal,

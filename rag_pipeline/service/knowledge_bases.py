@@ -83,7 +83,8 @@ def _describe(conn: sa.Connection, name_or_id: str, registry: dict[str, Strategy
         models=sorted(stats["embeddings"]), avg_chunk_tokens=stats["avg_chunk_tokens"],
         applicable_strategies=ok, inapplicable_strategies=skipped,
         datasets=activity.datasets, runs=activity.runs,
-        last_run_at=activity.last_run_at.isoformat() if activity.last_run_at else None)
+        last_run_at=activity.last_run_at.isoformat() if activity.last_run_at else None, kind=kb.kind,
+        catalogued_chunks=stats["catalogued_chunks"])
 
 
 def list_knowledge_bases(engine: sa.Engine) -> list[KnowledgeBaseInfo]:

@@ -235,15 +235,19 @@ class RetrievalComparisonRun(Base):
 
 
 class ExternalChunkId(Base):
-    """The original id of an external system's document (a TREC docno or qrels id that is not a canonical UUID)
-    behind the chunk UUID it maps to: ``uuid5(EXTERNAL_ID_NAMESPACE, "<knowledge base>\\x1f<docno>")`` (0011).
-    Exports give the original back; a docno that is a canonical UUID maps to itself and has no row."""
+    """A chunk of an external system: its original id (a TREC docno, an HTTP retriever's or an attached table's
+    chunk id) behind the chunk UUID it maps to, ``uuid5(EXTERNAL_ID_NAMESPACE, "<knowledge base>\\x1f<docno>")``
+    (0011), and, when known, its text (0015: the chunk catalogue; ``content IS NOT NULL`` marks a catalogued one).
+    Exports give the original back; an id that is a canonical UUID maps to itself and has a row only when
+    catalogued."""
 
     __tablename__ = "external_chunk_ids"
     knowledge_base_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("knowledge_bases.id", ondelete="CASCADE"), primary_key=True)
     chunk_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     external_id: Mapped[str] = mapped_column(Text, nullable=False)
+    title: Mapped[str | None] = mapped_column(Text)
+    content: Mapped[str | None] = mapped_column(Text)
 
 
 class HttpRetrieverReply(Base):

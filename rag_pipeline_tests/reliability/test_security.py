@@ -418,8 +418,8 @@ VETTED_QUERY_MODULE_SPLICES = {
     ("evaluation/runs/case_queries.py", "overview", "', '.join('r.' + m for m in METRIC_NAMES)"):
         "constant column names",
     ("evaluation/runs/case_queries.py", "overview", "order"): "one of two literal ORDER BY lists",
-    ("evaluation/runs/candidate_queries.py", "report_candidates", 'text=", ch.content" if include_text else ""'):
-        "one of two literals",
+    ("evaluation/runs/candidate_queries.py", "report_candidates", 'text=_TEXT if include_text else ""'):
+        "one of two literals (_TEXT a constant select-list suffix)",
     ("evaluation/runs/candidate_queries.py", "report_candidates", 'join=" LEFT JOIN document_chunks ch ON ch.id = '
                                                              'c.chunk_id" if include_text else ""'):
         "one of two literals",
@@ -433,6 +433,12 @@ VETTED_QUERY_MODULE_SPLICES = {
             "create_staging", "copy_staging", "first_duplicate", "store_candidates", "remember_staged_ids")),
         ("copy_staging", "', '.join(STAGING_COLUMNS)", "constant column names"),
         ("create_staging", "SORT_MEMORY", "a constant work_mem value (SET takes no parameters)"))},
+    **{("knowledge_base/queries/catalogue.py", func, expr): why for func, expr, why in (
+        *((func, "STAGING", "the constant name of a temporary table") for func in (
+            "create_staging", "copy_staging", "first_duplicate", "replace_from_staging", "<module>")),
+        ("copy_staging", "', '.join(STAGING_COLUMNS)", "constant column names"),
+        ("replace_from_staging", "_NOT_STAGED", _CONSTANT),
+        ("by_chunk_ids", "_COLUMNS", "constant column names"), ("listed", "_COLUMNS", "constant column names"))},
     ("evaluation/runs/queries.py", "<module>", "EFFECTIVE_STATUS"): "constant SQL fragment",
     ("evaluation/runs/queries.py", "sweep_abandoned", "EFFECTIVE_STATUS"): "constant SQL fragment",
     ("evaluation/runs/queries.py", "mark_succeeded", "sets"): "built from METRIC_NAMES",

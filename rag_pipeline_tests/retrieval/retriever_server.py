@@ -2,11 +2,12 @@
 
 ``POST /search`` with ``{"question", "case_id", "k"}`` ranks ``chunks`` (id → text) by the number of the
 question's words each holds (ties by id descending), and answers ``{"hits": [{"id", "score", "vector_rank",
-"keyword_rank"}, ...]}`` (the first ``k`` with a word in common; every hit has a vector rank, every other one a
-keyword rank), after ``delay`` seconds. ``plan[case_id]`` is a list of behaviours, one per attempt
-(the last repeats): ``ok``; ``503`` (with ``Retry-After: 0``); ``slow:S`` (an ``ok`` after S seconds);
-``garbage`` (no JSON); ``ids-not-list``; ``ids-wrong-type``; ``huge`` (a 12 MB body). ``requests[case_id]``
-counts the requests."""
+"keyword_rank", "text", "title"}, ...], "texts": [...]}`` (the first ``k`` with a word in common; every hit has a
+vector rank, every other one a keyword rank and a title), after ``delay`` seconds. ``plan[case_id]`` is a list of
+behaviours, one per attempt (the last repeats): ``ok``; ``503`` (with ``Retry-After: 0``); ``slow:S`` (an ``ok``
+after S seconds); ``garbage`` (no JSON); ``ids-not-list``; ``ids-wrong-type``; ``huge`` (a 12 MB body);
+``text-not-string`` (the first hit's text a number); ``texts-short`` (``texts`` one shorter than the hits).
+``requests[case_id]`` counts the requests."""
 
 from __future__ import annotations
 
@@ -71,9 +72,15 @@ def _handler(server: RetrieverServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(503, b"busy", {"Retry-After": "0"})
             time.sleep(float(step.split(":")[1]) if step.startswith("slow:") else server.delay)
             hits = rank(server.chunks, body["question"], int(body["k"]))
-            reply: object = {"hits": [{"id": cid, "score": score, "vector_rank": i + 1,  # stages: every hit "vector",
-                                       "keyword_rank": i + 1 if i % 2 == 0 else None}  # every other one "keyword"
-                                      for i, (cid, score) in enumerate(hits)]}
+            reply: dict = {"hits": [{"id": cid, "score": score, "vector_rank": i + 1,  # stages: every hit "vector",
+                                     "keyword_rank": i + 1 if i % 2 == 0 else None,  # every other one "keyword"
+                                     "text": server.chunks[cid], "title": f"T {cid}" if i % 2 == 0 else None}
+                                    for i, (cid, score) in enumerate(hits)],
+                           "texts": [server.chunks[cid] for cid, _ in hits]}
+            if step == "text-not-string" and hits:
+                reply["hits"][0]["text"] = 7
+            if step == "texts-short":
+                reply["texts"] = reply["texts"][:-1]
             if step == "garbage":
                 return self._send(200, b"<html>not json", {})
             if step == "ids-not-list":

@@ -36,9 +36,4 @@ def check_attached_labels(conn: sa.Connection, attached: AttachedKnowledgeBase,
         else:
             status, detail = "ok", f"searchable chunk of document {row.document_name or row.document_id!r}"
         rows.append(LabelStatus(case_id=case_id, chunk_id=raw, status=status, detail=detail))
-    by_case: dict[str, list[bool]] = {cid: [] for cid, _ in fields_}
-    for r in rows:
-        by_case[r.case_id].append(r.ok)
-    verdicts = {cid: "ok" if all(oks) else ("all_invalid" if not any(oks) else "some_invalid")
-                for cid, oks in by_case.items()}
-    return LabelReport(knowledge_base=name, rows=rows, verdicts=verdicts)
+    return LabelReport.of_rows(name, (cid for cid, _ in fields_), rows)

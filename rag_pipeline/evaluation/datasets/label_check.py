@@ -81,6 +81,10 @@ def check_labels(conn: sa.Connection, knowledge_base: str | KnowledgeBaseRef | s
         attached = load_attached(conn, kb)
         assert attached is not None
         return check_attached_labels(conn, attached, fields_)
+    if isinstance(kb, KnowledgeBaseRef) and kb.kind == "external":
+        from rag_pipeline.evaluation.datasets.catalogue_labels import check_catalogue_labels  # noqa: PLC0415
+
+        return check_catalogue_labels(conn, kb, fields_)
     pairs = [(cid, str(raw)) for cid, ids in fields_ for raw in ids]
     parsed = {raw: as_uuid(raw) for _, raw in pairs}
     ids = sorted({u for u in parsed.values() if u is not None})
@@ -115,19 +119,14 @@ def check_labels(conn: sa.Connection, knowledge_base: str | KnowledgeBaseRef | s
         rows.append(LabelStatus(case_id=case_id, chunk_id=raw, status=status, detail=detail,
                                 suggested_chunk_ids=suggested))
 
-    by_case: dict[str, list[bool]] = {cid: [] for cid, _ in fields_}
-    for r in rows:
-        by_case[r.case_id].append(r.ok)
-    verdicts = {cid: "ok" if all(oks) else ("all_invalid" if not any(oks) else "some_invalid")
-                for cid, oks in by_case.items()}
-    return LabelReport(knowledge_base=kb.name, rows=rows, verdicts=verdicts)
+    return LabelReport.of_rows(kb.name, (cid for cid, _ in fields_), rows)
 
 
 def relevant_ids_missing(conn: sa.Connection, kb_id, dataset: Dataset) -> int:
     """How many distinct relevant chunk ids of ``dataset`` are not chunks of the knowledge base (current or not)."""
     ids = sorted({i for c in dataset.cases for i in c.relevant_chunk_ids})
     kb = resolve_knowledge_base(conn, kb_id)
-    if kb.kind == "attached":
+    if kb.kind in ("attached", "external"):
         report = check_labels(conn, kb, [{"case_id": "", "relevant_chunk_ids": ids}])
         return sum(r.status == "unknown_id" for r in report.rows)
     return kb_queries.count_not_chunks_of(conn, kb_id, ids)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rag_pipeline.contracts.dataset import RELEVANT_GRADE, DatasetCase, normal_identifier
+from rag_pipeline.evaluation.datasets import external_labels
+from rag_pipeline.evaluation.datasets.external_labels import Mapper
 from rag_pipeline.evaluation.datasets.judgments import Judgment, judgments_of
 from rag_pipeline.evaluation.datasets.official import is_official, official_cases
 from rag_pipeline.evaluation.datasets.problems import file_problems
@@ -151,9 +153,11 @@ def canonical_cases_json(cases) -> str:
     return json.dumps([c.as_dict() for c in cases], ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-def load_dataset(path: str | Path, *, knowledge_base: str | None = None) -> Dataset:
+def load_dataset(path: str | Path, *, knowledge_base: str | None = None,
+                 labels_of: Callable[[str], Mapper | None] | None = None) -> Dataset:
     """Read and validate a dataset file, named by its stem; ``knowledge_base`` is required for the bare array
-    form and must agree with the file's own otherwise."""
+    form and must agree with the file's own otherwise. ``labels_of``: given the knowledge base's name, how its
+    labels that are no UUID map to chunk UUIDs (:mod:`.external_labels`), or None."""
     path = Path(path)
     source = printable(path)  # an undecodable byte or a control character in the name is shown escaped
     try:
@@ -166,11 +170,12 @@ def load_dataset(path: str | Path, *, knowledge_base: str | None = None) -> Data
     except FileReadError as exc:
         raise DatasetError(source, [DatasetProblem(exc.reason)]) from None
     return parse_dataset(raw, source=source, knowledge_base=knowledge_base, default_name=path.stem,
-                         source_path=str(path.resolve()))
+                         source_path=str(path.resolve()), labels_of=labels_of)
 
 
 def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base: str | None = None,
-                  name: str | None = None, default_name: str | None = None, source_path: str | None = None) -> Dataset:
+                  name: str | None = None, default_name: str | None = None, source_path: str | None = None,
+                  labels_of: Callable[[str], Mapper | None] | None = None) -> Dataset:
     """Validate dataset bytes (or text); :class:`DatasetError` lists every problem. The name: ``name`` or else
     ``default_name`` (which the ``name`` field must equal), with neither the field (or ``"dataset"``)."""
     try:
@@ -179,6 +184,10 @@ def parse_dataset(raw: bytes | str, *, source: str = "<dataset>", knowledge_base
         raise DatasetError(source, [DatasetProblem(str(exc))]) from None
     except ScanLimitError as exc:
         raise DatasetError(source, [DatasetProblem(str(exc), field="cases", case_index=exc.case_index)]) from None
+    named = external_labels.knowledge_base_named(data, knowledge_base) if labels_of else None
+    to_chunk = labels_of(named) if labels_of and named else None
+    if to_chunk is not None:
+        data = external_labels.map_labels(data, to_chunk)
     return validate_dataset(data, source=source, knowledge_base=knowledge_base, name=name,
                             default_name=default_name, source_path=source_path)
 

@@ -13,8 +13,9 @@ from typing import Literal
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.errors import NotFoundError
-from rag_pipeline.evaluation.datasets import queries
+from rag_pipeline.evaluation.datasets import external_labels, queries
 from rag_pipeline.evaluation.datasets.load import Dataset, load_dataset
+from rag_pipeline.evaluation.queries import trec as trec_queries
 from rag_pipeline.evaluation.runs.results import load_stored_dataset
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, KnowledgeBaseRef, resolve_knowledge_base
 from rag_pipeline.settings import datasets_dir
@@ -73,13 +74,40 @@ def dataset_file(dataset: str | Path) -> Path:
     return named if named.is_file() else path
 
 
+def load_dataset_file(engine: sa.Engine | Callable[[], sa.Engine], path: str | Path,
+                      knowledge_base: str | None = None) -> Dataset:
+    """:func:`load_dataset` of a file whose knowledge base may be ``external`` or ``attached``: there, a label that
+    is no UUID is the external system's own id, mapped as a qrels import maps it and its original remembered
+    (``external_chunk_ids``); on a project knowledge base it is refused as ever."""
+    remembered: dict[str, str] = {}
+    found: list[KnowledgeBaseRef] = []
+
+    def labels_of(name: str) -> external_labels.Mapper | None:
+        with _connect(engine) as conn:
+            try:
+                kb = resolve_knowledge_base(conn, name)
+            except KnowledgeBaseError:
+                return None  # named by the checks that follow
+        if kb.kind not in external_labels.KINDS:
+            return None
+        found.append(kb)
+        return external_labels.mapper(kb.name, remembered)
+
+    dataset = load_dataset(path, knowledge_base=knowledge_base, labels_of=labels_of)
+    if remembered and found:
+        with _connect(engine) as conn, conn.begin():
+            trec_queries.remember_ids(conn, found[0].id, sorted(remembered.items()))
+    return dataset
+
+
 def resolve_dataset(engine: sa.Engine | Callable[[], sa.Engine], argument: str | Path | uuid.UUID, *,
                     knowledge_base: str | KnowledgeBaseRef | None = None, version: str | None = None,
                     source: Literal["file", "stored", "any"] = "any") -> DatasetRef:
     """Resolve a dataset argument once, with its knowledge base (``knowledge_base``: a name, an id or resolved;
     the dataset must belong to it). ``source``: ``file``, ``stored`` (a version id, or a name with ``version`` a
     hash prefix), ``any`` (:func:`dataset_file` if it is one, else stored). A file is validated before ``engine``
-    (or the function giving it) is used. Raises the user errors; nothing is written."""
+    (or the function giving it) is used. Raises the user errors; nothing is written but the original ids of a file's
+    labels that are no UUID on an external or attached knowledge base (:func:`load_dataset_file`)."""
     engine = engine if isinstance(engine, sa.Engine) else functools.cache(engine)
     kb = knowledge_base if isinstance(knowledge_base, KnowledgeBaseRef) else None
     path = Path(str(argument)) if source == "file" else dataset_file(str(argument)) if source == "any" else None
@@ -90,7 +118,7 @@ def resolve_dataset(engine: sa.Engine | Callable[[], sa.Engine], argument: str |
             with _connect(engine) as conn:  # needs the name
                 kb = resolve_knowledge_base(conn, str(knowledge_base))
         kb_name = kb.name if kb else knowledge_base if isinstance(knowledge_base, str) else None
-        dataset, dataset_id = load_dataset(path, knowledge_base=kb_name), None
+        dataset, dataset_id = load_dataset_file(engine, path, kb_name), None
     with _connect(engine) as conn:
         if path is None:
             if knowledge_base is not None:

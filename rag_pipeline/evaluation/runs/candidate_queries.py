@@ -14,6 +14,9 @@ _NAME = "coalesce(c.document_name, x.external_id, '(no such chunk)') AS document
 """A chunk no longer (or never) in the knowledge base: its external id (an imported run's document), else that."""
 _EXTERNAL = (" LEFT JOIN external_chunk_ids x ON x.chunk_id = c.chunk_id AND x.knowledge_base_id = "
              "(SELECT knowledge_base_id FROM retrieval_evaluation_runs WHERE id = c.evaluation_run_id)")
+_TEXT = (", coalesce(ch.content, CASE WHEN x.content IS NOT NULL THEN concat_ws(E'\\n\\n', nullif(x.title, ''), "
+         "x.content) END) AS content")
+"""The chunk's text: our chunk table's, else an external system's catalogued one (its title first)."""
 _REPORT_SQL = """
 SELECT c.case_id, c.chunk_id::text AS chunk_id, coalesce(c.document_id::text, '') AS document_id, {name}, c.rank,
        c.vector_score, c.vector_rank, c.keyword_score, c.keyword_rank, c.rerank_score, NULL AS first_stage_rank,
@@ -31,7 +34,7 @@ def report_candidates(conn: sa.Connection, run_id, cases: Sequence[str], mode: s
     """Case id → the candidates that candidate mode ``mode`` lists, by rank (``first_stage_rank`` unset);
     ``include_text``: with the chunk's ``content``."""
     statement = sa.text(_REPORT_SQL.format(
-        name=_NAME, external=_EXTERNAL, text=", ch.content" if include_text else "",
+        name=_NAME, external=_EXTERNAL, text=_TEXT if include_text else "",
         join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" if include_text else "",
         mode=_MODE_FILTERS.get(mode, "")))
     pools: dict[str, list[Candidate]] = {case: [] for case in cases}

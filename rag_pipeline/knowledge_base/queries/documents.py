@@ -125,3 +125,4 @@ def content_digest(conn: sa.Connection, kb_id) -> tuple[sa.Row, dict[str, int]]:
     and the searchable chunks with a vector, per model."""
     digest = conn.execute(sa.text(_VERSION_SQL), {"kb": kb_id}).one()
     return digest, {r.model: int(r.n) for r in conn.execute(sa.text(_SEARCHABLE_EMBEDDING_COUNTS_SQL), {"kb": kb_id})}
+

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.catalog import ChunkList, FoundChunk
-from rag_pipeline.knowledge_base import attached, chunk_lookup
+from rag_pipeline.knowledge_base import attached, catalogue, chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
-from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, KnowledgeBaseRef, resolve_knowledge_base
 from rag_pipeline.retrieval.attached_search import search_batch
 from rag_pipeline.retrieval.search import hybrid_search_batch
 from rag_pipeline.retrieval.strategies import Strategy
@@ -47,6 +47,8 @@ def find_chunks(engine: sa.Engine, knowledge_base: str, *, search: str | None = 
         found = attached.load(conn, kb)
         if found is not None:
             return _attached_chunks(conn, found, search, document, limit)
+        if catalogue.is_external(kb):
+            return _catalogue_chunks(conn, kb, search, document, limit)
         doc_id = doc_name = None
         if document:
             doc_id, doc_name = chunk_lookup.resolve_document(conn, kb.id, kb.name, document)
@@ -106,3 +108,17 @@ def _attached_chunks(conn: sa.Connection, found: attached.AttachedKnowledgeBase,
     fused = {ids[c.chunk_id]: dataclasses.replace(c, chunk_id=ids[c.chunk_id]) for c in trace.candidates}
     return _merged(kb.name, str(kb.id), search, None, phrase, fused, attached.chunk_rows(conn, found, list(fused)),
                    limit)
+
+
+def _catalogue_chunks(conn: sa.Connection, kb: KnowledgeBaseRef, search: str | None, document: str | None,
+                      limit: int) -> ChunkList:
+    """:func:`find_chunks` on an external knowledge base: its catalogue in original-id order, or the catalogued
+    chunks whose title or text contains ``search`` (case-insensitive; there are no retrieval legs of ours to run);
+    ids as runs store them."""
+    if document:
+        raise KnowledgeBaseError(f"knowledge base {kb.name!r} is external (a chunk catalogue): chunks are listed or "
+                                 "searched without --document")
+    rows, total = catalogue.list_chunks(conn, kb, limit=limit, search=search)
+    matched = ("phrase",) if search else ()
+    return ChunkList(knowledge_base=kb.name, knowledge_base_id=str(kb.id), search=search, document=None,
+                     total=total, chunks=[_found(i, r, search, matched) for i, r in enumerate(rows, start=1)])

@@ -17,14 +17,15 @@ from rag_pipeline.contracts.labelling import FORMAT, Draft, DraftCandidate, Draf
 from rag_pipeline.evaluation.datasets.label_check import check_labels
 from rag_pipeline.evaluation.datasets.load import Dataset, load_dataset, parse_dataset
 from rag_pipeline.evaluation.datasets.strict_json import JsonReadError, decode_json, field_path
+from rag_pipeline.evaluation.http_runs import catalogue_texts
 from rag_pipeline.evaluation.runs.candidate_queries import unjudged_top_k
 from rag_pipeline.evaluation.runs.lifecycle import get_run
 from rag_pipeline.evaluation.runs.results import load_stored_dataset, store_dataset
 from rag_pipeline.evaluation.trec.lines import chunk_key, key_prefix
-from rag_pipeline.knowledge_base import attached, chunk_lookup
+from rag_pipeline.knowledge_base import attached, catalogue, chunk_lookup
 from rag_pipeline.knowledge_base.chunk_lookup import ChunkRow
 from rag_pipeline.knowledge_base.embedding import get_embedder
-from rag_pipeline.knowledge_base.lifecycle import resolve_knowledge_base
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseRef, resolve_knowledge_base
 from rag_pipeline.retrieval.attached_search import search_batch
 from rag_pipeline.retrieval.http_retriever import Question, rank_all
 from rag_pipeline.retrieval.search import hybrid_search_batch
@@ -146,6 +147,7 @@ def questions_k(engine: sa.Engine, knowledge_base: str, questions: str | Path, k
         kb = resolve_knowledge_base(conn, knowledge_base)
         user_kb = attached.load(conn, kb)
         total = (attached.list_chunks(conn, user_kb, limit=1)[1] if user_kb is not None
+                 else catalogue.count(conn, kb) if catalogue.is_external(kb)
                  else chunk_lookup.list_chunks(conn, kb.id, limit=1)[1])
     try:
         dataset = _is_json(read_bounded(questions, MAX_QUESTIONS_BYTES, what="questions file"))
@@ -201,7 +203,7 @@ def pool(engine: sa.Engine, knowledge_base: str, asked: list[DraftQuestion], *,
         user_kb = attached.load(conn, kb)
         for strategy in chosen:
             if strategy.http is not None:  # the user's retriever: its top depth, ids as a run stores them
-                _pool_http(strategy, kb.name, asked, depth, found)
+                _pool_http(conn, strategy, kb, asked, depth, found)
                 continue
             if user_kb is not None:
                 traces = _attached_traces(conn, user_kb, strategy, [q.question for q in asked], depth)
@@ -214,7 +216,7 @@ def pool(engine: sa.Engine, knowledge_base: str, asked: list[DraftQuestion], *,
         prior_ids = [c.chunk_id for q in asked for c in q.candidates]
         wanted = [cid for f in found for cid in f] + prior_ids
         details = (attached.chunk_rows(conn, user_kb, wanted) if user_kb is not None
-                   else chunk_lookup.chunks_by_ids(conn, wanted))
+                   else _chunk_details(conn, kb.id, wanted))
     for q, pooled in zip(asked, found, strict=True):
         prior = {c.chunk_id: c.grade for c in q.candidates}
         ordered = sorted(pooled, key=lambda cid: (*pool_order(pooled[cid]), cid))
@@ -235,14 +237,22 @@ def _attached_traces(conn: sa.Connection, user_kb: attached.AttachedKnowledgeBas
                                                for c in t.candidates]) for t in traces]
 
 
-def _pool_http(strategy: Strategy, kb_name: str, asked: list[DraftQuestion], depth: int,
-               found: list[dict[str, dict[str, int]]]) -> None:
+def _pool_http(conn: sa.Connection, strategy: Strategy, kb: KnowledgeBaseRef, asked: list[DraftQuestion],
+               depth: int, found: list[dict[str, dict[str, int]]]) -> None:
+    """The retriever's top ``depth`` of each question; the texts it returns (``texts_path``) are catalogued."""
     assert strategy.http is not None
-    prefix = key_prefix(kb_name)
+    prefix = key_prefix(kb.name)
     rankings = rank_all(strategy.http, [Question(q.case_id, q.question, depth) for q in asked])
+    catalogue_texts(conn, kb, list(rankings.values()))
     for i, q in enumerate(asked):
         for rank, raw in enumerate(rankings[q.case_id].ids[:depth], start=1):
             found[i].setdefault(str(uuid.UUID(chunk_key(prefix, raw)[0])), {})[strategy.version] = rank
+
+
+def _chunk_details(conn: sa.Connection, kb_id, wanted: list[str]) -> dict[str, ChunkRow]:
+    """The chunks of ``wanted`` in the project's chunk table, else in knowledge base ``kb_id``'s catalogue."""
+    details = chunk_lookup.chunks_by_ids(conn, wanted)
+    return details | catalogue.chunk_rows(conn, kb_id, [c for c in wanted if c not in details])
 
 
 def _candidate(row: ChunkRow | None, chunk_id: str, found_by: dict[str, int], grade: int | None) -> DraftCandidate:
@@ -317,8 +327,8 @@ def pool_runs(engine: sa.Engine, run_ids: Sequence[str], *, name: str | None = N
             by = found.setdefault(row.case_id, {}).setdefault(row.chunk_id, {})
             version = strategy_of[row.run_id]
             by[version] = min(row.rank, by.get(version, row.rank))
-        details = chunk_lookup.chunks_by_ids(conn, [cid for f in found.values() for cid in f]
-                                             + [cid for c in dataset.cases for cid in c.grades])
+        details = _chunk_details(conn, runs[0].knowledge_base_id, [cid for f in found.values() for cid in f]
+                                 + [cid for c in dataset.cases for cid in c.grades])
     questions = []
     for c in dataset.cases:
         pooled = found.get(c.case_id, {})
