@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.knowledge_base import chunking
 from rag_pipeline.knowledge_base.beir import read_beir
 from rag_pipeline.knowledge_base.ingestion import ingest_documents
@@ -90,6 +91,17 @@ def test_ts_rank_cd_leg_in_memory_equals_the_sql_leg_on_the_synthetic_kb(engine,
     ties = assert_identical(engine, kb_id, questions, _strategy(0.9, 0.4, k, "ts_rank_cd"), targets=targets)
     if k > 1:
         assert ties > 0, "ts_rank_cd ties inside the top k are the common case"
+
+
+@pytest.mark.parametrize(("scorer", "k"), [("bm25", 100), ("ts_rank_cd", 10), ("ts_rank_cd", 100)])
+def test_keyword_legs_in_memory_equal_their_sql_on_the_demo(engine, demo_kb, scorer, k):
+    """The demo knowledge base (Chinese and English, jieba-segmented tsvectors): every demo question, both scorers,
+    with its relevant chunks as targets."""
+    dataset = load_dataset(Path(__file__).resolve().parents[2] / "datasets" / "demo.json")
+    kb_id = chunking.knowledge_base_id(demo_kb)
+    questions = [c.question for c in dataset.cases]
+    targets = [list(c.relevant_chunk_ids) for c in dataset.cases]
+    assert_identical(engine, kb_id, questions, _strategy(0.9, 0.4, k, scorer), targets=targets)
 
 
 def test_ts_rank_cd_of_a_position_count_equals_postgresql(engine):
