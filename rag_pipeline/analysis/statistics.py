@@ -40,11 +40,14 @@ def _abs_mean(diff: np.ndarray, axis: int = -1) -> np.ndarray:
 def paired_permutation_test(a: ArrayLike, b: ArrayLike, n_resamples: int = 10000, seed: int = 0) -> float:
     """Two-sided sign-flip permutation test of ``mean(a - b)``: the share of sign assignments whose ``|mean|`` reaches
     the observed one (within a relative 100 eps), ``scipy.stats.permutation_test`` (``permutation_type="samples"``,
-    ``alternative="greater"``). Exact when ``2**n <= n_resamples``, else ``(hits + 1) / (n_resamples + 1)``."""
+    ``alternative="greater"``). Exact when ``2**n <= n_resamples``, else ``(hits + 1) / (n_resamples + 1)``; one
+    pair: 1.0 (its two sign assignments both reach the observed ``|d|``)."""
     from scipy import stats as scipy_stats  # noqa: PLC0415 - scipy.stats (about 1 s of imports) only when used
 
     left, right = _paired(a, b)
     diff = left - right
+    if diff.size == 1:  # both sign assignments give |d|: the exact p-value is 1 (scipy needs two observations)
+        return 1.0
     result = scipy_stats.permutation_test(
         (diff,), _abs_mean, permutation_type="samples", n_resamples=n_resamples,
         alternative="greater", **_resampling_options(diff.size, seed))

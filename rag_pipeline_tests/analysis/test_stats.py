@@ -52,6 +52,8 @@ def test_permutation_hand_examples() -> None:
     assert paired_permutation_test([1, 1, 1], [0, 0, 0]) == 0.25
     assert paired_permutation_test([0.3, 0.2], [0.3, 0.2]) == 1.0
     assert paired_permutation_test([0.4, 0.2], [0.2, 0.4]) == 1.0
+    # one pair: d and -d have the same |d|, 2 of 2 assignments reach it (scipy refuses a single observation)
+    assert paired_permutation_test([0.9], [0.1]) == 1.0
 
 
 def test_permutation_monte_carlo_close_to_exact() -> None:
