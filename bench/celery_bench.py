@@ -193,7 +193,11 @@ def main(argv: list[str] | None = None) -> int:
                            check=True, capture_output=True, timeout=900)
             shutil.copy(ROOT / "datasets" / "demo.json", work / f"{kb}.json")
         else:
-            import_beir(engine, data, kb, work / f"{kb}.json", split="test", models=list(EMBEDDING_MODELS))
+            from rag_pipeline.retrieval.strategies import get_strategy
+
+            models = (sorted({get_strategy(name).embedding_model for name in args.names.split(",")}) if args.names
+                      else list(EMBEDDING_MODELS))  # --names: only the models those strategies search
+            import_beir(engine, data, kb, work / f"{kb}.json", split="test", models=models)
         print(f"knowledge base {kb}: {time.perf_counter() - t0:.0f} s", flush=True)
         strategies = (args.names.split(",") if args.names
                       else applicability.choose_strategies(engine, kb, None)[:args.strategies])
@@ -262,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             for proc in running:
                 stop(proc)
         for repeat in range(args.repeats if args.cli or args.floor else 0):  # the same data, the same session
-            file = work / f"{kb}.json"
+            file = work / f"cli-{repeat}.json"  # a dataset is named by its file
             file.write_text(json.dumps({**dataset, "name": f"cli-{repeat}", "knowledge_base": kb}), encoding="utf-8")
             commands = {"cli": [str(BIN / "rag-pipeline"), "evaluate", "--dataset", str(file), "--output",
                                 str(work / f"cli-{repeat}.json"), *[a for v in strategies for a in ("--strategy", v)]],
