@@ -39,3 +39,5 @@ def test_the_chunk_text_of_an_external_knowledge_base_is_its_catalogue(client, e
     kb_page = client.get(f"{BASE}/kb/{quote(kb_name)}")
     assert kb_page.status_code == 200
     assert "2 chunks of your system's documents" in kb_page.text and "kind external" in kb_page.text
+    assert "trec import-run" in kb_page.text and "no built-in strategy" in kb_page.text
+    assert "tokens per chunk" not in kb_page.text, "an external knowledge base has no documents or chunks of ours"
