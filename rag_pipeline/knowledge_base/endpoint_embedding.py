@@ -25,7 +25,7 @@ from rag_pipeline.knowledge_base.embedding import Embedder, EmbeddingError
 from rag_pipeline.storage.files import format_size
 from rag_pipeline.storage.http.client import MAX_RESPONSE_BYTES, HttpCaller, Outcome, RetryRules
 from rag_pipeline.storage.http.request import ENV_PREFIX, EndpointConfigError, ResolvedHeaders
-from rag_pipeline.storage.http.scrubbing import redact_url
+from rag_pipeline.storage.http.scrubbing import query_credential, redact_url
 
 ENDPOINT_BACKEND = "endpoint"
 ERROR_QUOTE_CHARS = 200
@@ -56,6 +56,9 @@ class EmbeddingEndpoint(BaseModel):
             raise ValueError(f"is {redact_url(value)!r}; expected an http:// or https:// URL with a host")
         if parts.password or parts.username:
             raise ValueError("holds credentials: put them in a header whose value is env:VARIABLE")
+        if (name := query_credential(value)) is not None:
+            raise ValueError(f"holds a credential in its query string (parameter {name!r}): put it in a header "
+                             "whose value is env:VARIABLE")
         if re.search(r"/v1/?$", parts.path) or parts.path in ("", "/"):
             raise ValueError(f"is {value!r}: give the whole URL of the embeddings endpoint, e.g. "
                              f"{value.rstrip('/')}{'' if parts.path.rstrip('/').endswith('/v1') else '/v1'}"

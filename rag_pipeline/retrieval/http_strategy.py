@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rag_pipeline.storage.http.request import ENV_PREFIX, EndpointConfigError, parse_template
 from rag_pipeline.storage.http.response_paths import PathSyntaxError, parse_path
-from rag_pipeline.storage.http.scrubbing import redact_url
+from rag_pipeline.storage.http.scrubbing import query_credential, redact_url
 
 DEFAULT_RETRIEVER_TEMPLATE = '{"question": "{question}", "k": "{pool_size}"}'
 STAGES = ("vector", "keyword", "rerank")
@@ -58,6 +58,9 @@ class HttpRetriever(BaseModel):
             raise ValueError(f"is {redact_url(value)!r}; expected an http:// or https:// URL with a host")
         if parts.password:
             raise ValueError("holds a password: put credentials in a header whose value is env:VARIABLE")
+        if (name := query_credential(value)) is not None:
+            raise ValueError(f"holds a credential in its query string (parameter {name!r}): put it in a header "
+                             "whose value is env:VARIABLE")
         return value
 
     @field_validator("method")

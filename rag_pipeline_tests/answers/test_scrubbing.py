@@ -85,6 +85,15 @@ def test_a_bad_endpoint_url_is_refused_without_its_password(tmp_path, capsys) ->
     assert PASSWORD not in err and not (tmp_path / "a.jsonl").exists()
 
 
+def test_an_endpoint_url_with_a_credential_in_its_query_is_refused_without_it(tmp_path, capsys) -> None:
+    dataset = write_cases(tmp_path, 1)
+    code = run_cli(["--dataset", str(dataset), "--endpoint", f"http://127.0.0.1:9/rag?q=x&api_key={PASSWORD}",
+                    "--output", str(tmp_path / "a.jsonl"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "holds a credential in its query string (parameter 'api_key')" in err
+    assert PASSWORD not in err and not (tmp_path / "a.jsonl").exists()
+
+
 def test_an_env_variable_name_that_is_not_one_or_a_value_http_cannot_send_is_refused_unechoed() -> None:
     with pytest.raises(ValueError, match="after env: give the name of an environment variable") as raised:
         ResolvedHeaders(["Authorization: env:Bearer sk-live-123"], {})

@@ -303,6 +303,8 @@ def test_an_evaluation_whose_endpoint_fails_is_a_failed_run_that_caches_nothing(
                                                              "value must be env:VARIABLE"),
     (["--url", "http://127.0.0.1:9/v1"], r"--url .*give the whole URL .* e.g. http://127.0.0.1:9/v1/embeddings"),
     (["--url", "http://user:pw@127.0.0.1:9/v1/embeddings"], r"--url holds credentials"),
+    (["--url", "http://127.0.0.1:9/v1/embeddings?api-key=literal-value-77"],
+     r"--url holds a credential in its query string \(parameter 'api-key'\)"),
     (["--header", "Authorization: env:E2E_NOT_SET_ANYWHERE"], r"environment variable 'E2E_NOT_SET_ANYWHERE' is "
                                                               "not set"),
 ])

@@ -204,6 +204,21 @@ def test_identity_is_what_ranks_never_a_secret() -> None:
     assert get_strategy("hybrid-v1").http is None
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/search?api_key=tok-value-55",
+                                 "http://127.0.0.1:9/search?q={question}&X-Api-Key=tok-value-55",
+                                 "http://127.0.0.1:9/search?access_token=tok-value-55",
+                                 "http://ann:tok-value-55@127.0.0.1:9/search"])
+def test_a_credential_written_into_the_url_is_refused_without_echoing_it(tmp_path, capsys, url) -> None:
+    """A URL is stored (the registry entry, the strategy's identity) and shown: its credential must come from a
+    header with an env: value; the refusal names the parameter, never its value, and writes nothing."""
+    registry = tmp_path / "strategies.yaml"
+    assert main(["strategy", "add-http", "mine-v1", "--registry", str(registry), "--url", url,
+                 "--ids-path", "hits[*].id", "--scores-path", "hits[*].score"]) == 2
+    err = capsys.readouterr().err
+    assert "field 'http.url' holds a" in err and "env:VARIABLE" in err
+    assert "tok-value-55" not in err and not registry.exists()
+
+
 def test_suggest_pools_the_retrievers_ranking(engine, demo_kb, tmp_path, monkeypatch) -> None:
     chunks = _chunks(engine, demo_kb)
     registry = tmp_path / "strategies.yaml"

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from rag_pipeline.contracts.errors import BadInputError
-from rag_pipeline.storage.http.scrubbing import Scrubber, header_secrets, redact_url, url_secrets
+from rag_pipeline.storage.http.scrubbing import Scrubber, header_secrets, query_credential, redact_url, url_secrets
 
 _PLACEHOLDER = re.compile(r"\{(question|case_id|k|pool_size)\}")  # one pass: a question holding "{k}" stays
 ENV_PREFIX = "env:"
@@ -65,6 +65,9 @@ def check_url(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise EndpointConfigError(f"--endpoint {redact_url(url)!r}: expected an http:// or https:// URL with a "
                                   "host")
+    if (name := query_credential(url)) is not None:
+        raise EndpointConfigError(f"--endpoint: the URL holds a credential in its query string (parameter {name!r}): "
+                                  "put it in a header whose value is env:VARIABLE (--header 'Name: env:VARIABLE')")
     return url
 
 

@@ -7,7 +7,7 @@ import base64
 import binascii
 import re
 from collections.abc import Iterable
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 SCRUBBED = "[secret]"
 MIN_SECRET_CHARS = 4
@@ -105,6 +105,21 @@ def header_secrets(value: str) -> list[str]:
             if ":" in decoded:
                 values += [decoded, decoded.partition(":")[2]]
     return values
+
+
+_CREDENTIAL_NAMES = frozenset({"key", "auth", "authorization", "sig", "signature", "pwd", "bearer"})
+_CREDENTIAL_SUFFIXES = ("token", "secret", "password", "passwd", "apikey", "accesskey", "subscriptionkey")
+
+
+def query_credential(url: str) -> str | None:
+    """The name of a query parameter of ``url`` that carries a credential (``api_key``, ``access_token``,
+    ``X-Api-Key``, ``sig`` …), or None. A URL is stored (a strategy's registry entry and identity, a model row) and
+    shown: a credential belongs in a header whose value comes from the environment."""
+    for name, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True):
+        flat = re.sub(r"[^a-z0-9]", "", name.lower())
+        if flat in _CREDENTIAL_NAMES or flat.endswith(_CREDENTIAL_SUFFIXES):
+            return name
+    return None
 
 
 def url_secrets(url: str) -> list[str]:
