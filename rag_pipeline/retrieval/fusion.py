@@ -167,9 +167,20 @@ def order_batch(final: ArrayLike, vector_score: ArrayLike, chunk_rank: ArrayLike
 
 
 def order(final: ArrayLike, vector_score: ArrayLike, chunk_ids: ArrayLike) -> np.ndarray:
-    """Indices of one pool in :data:`TIE_BREAK` order; chunk ids must be unique."""
+    """Indices of one pool in :data:`TIE_BREAK` order; chunk ids must be unique. The chunk ids are ranked only when
+    two slots tie on both scores: otherwise the scores alone give the same order (:func:`order_batch`'s)."""
     ids = np.asarray(chunk_ids)
-    unique, ordinal = np.unique(ids, return_inverse=True)
-    if unique.size != ids.size:
+    if len(set(ids.tolist())) != ids.size:
         raise ValueError("chunk ids within a pool must be unique")
-    return order_batch(_row(final), _row(vector_score), ordinal.reshape(1, -1))[0]
+    scores, vs = _row(final)[0], _row(vector_score)[0]
+    if np.isnan(scores).any():
+        raise ValueError("final scores of valid slots must not be NaN")
+    if vs.shape != scores.shape or ids.shape != scores.shape:
+        raise ValueError(f"shapes differ: final {scores.shape}, vector_score {vs.shape}, chunk_ids {ids.shape}")
+    final_key, vector_key = -scores, np.where(np.isnan(vs), np.inf, -vs)
+    by_scores = np.lexsort((vector_key, final_key))
+    f, v = final_key[by_scores], vector_key[by_scores]
+    if not ((f[1:] == f[:-1]) & (v[1:] == v[:-1])).any():
+        return by_scores
+    ordinal = np.unique(ids, return_inverse=True)[1].reshape(1, -1)
+    return order_batch(_row(final), _row(vector_score), ordinal)[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rag_pipeline.contracts.errors import BadInputError
 
@@ -42,9 +43,9 @@ class RetrievalTrace:
     keyword_targets: dict[str, dict] = field(default_factory=dict, compare=False)
 
 
-@dataclass(frozen=True)
-class LegHit:
-    """One row of one leg (raw score); a leg's hits are best first."""
+class LegHit(NamedTuple):
+    """One row of one leg (raw score); a leg's hits are best first. A named tuple: a click makes hundreds of
+    thousands of them, and a tuple is built several times faster than a frozen dataclass."""
 
     chunk_id: str
     document_id: str
