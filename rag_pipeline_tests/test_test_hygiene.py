@@ -21,7 +21,7 @@ CHECK_HELPERS = (
     # jsonschema: Draft*Validator.check_schema raises SchemaError for an invalid schema
     "check_schema",
     # helpers of the suite (checked below to contain an assert)
-    "_assert_batch_matches", "_assert_same", "assert_vectors_match_direct_encode",
+    "_assert_batch_matches", "_assert_same", "assert_vectors_match_direct_encode", "assert_identical",
 )
 """Calls that count as a check in a test without an ``assert`` of its own."""
 
@@ -73,7 +73,8 @@ def test_every_test_function_checks_something() -> None:
 
 def test_the_suites_own_check_helpers_assert() -> None:
     defined = {fn.name: (path, fn) for path in _modules() for fn in _functions(path) if fn.name in CHECK_HELPERS}
-    assert {"_assert_batch_matches", "_assert_same", "assert_vectors_match_direct_encode"} <= set(defined)
+    assert {"_assert_batch_matches", "_assert_same", "assert_vectors_match_direct_encode",
+            "assert_identical"} <= set(defined)
     weak = [f"{path.relative_to(TESTS.parent)}:{fn.lineno} {name}" for name, (path, fn) in defined.items()
             if not any(isinstance(n, ast.Assert) for n in ast.walk(fn))]
     assert not weak, "check helpers that assert nothing:\n" + "\n".join(weak)
