@@ -104,6 +104,15 @@ def run_rows(engine: sa.Engine, run_id) -> tuple[int, int]:
     return cands, cases
 
 
+def stored_pools(engine: sa.Engine, run_id) -> list:
+    """Every stored candidate of a run (case, rank, chunk, each leg's score and rank, final score), in order."""
+    with engine.connect() as conn:
+        return conn.execute(sa.text(
+            "SELECT case_index, rank, chunk_id::text, vector_score, vector_rank, keyword_score, keyword_rank, "
+            "final_score FROM retrieval_evaluation_candidate_rows WHERE evaluation_run_id = :r "
+            "ORDER BY case_index, rank"), {"r": run_id}).all()
+
+
 def pool_subset(pools: PoolSet, cases) -> PoolSet:
     """The pools of the given case indices (ints or a boolean mask), same width."""
     index = np.asarray(cases)

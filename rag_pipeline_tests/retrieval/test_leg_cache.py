@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import sqlalchemy as sa
 
 from rag_pipeline.evaluation import shared_indexes
 from rag_pipeline.evaluation.datasets.load import load_dataset
@@ -15,18 +14,10 @@ from rag_pipeline.retrieval import search
 from rag_pipeline.retrieval.leg_cache import LegCache
 from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline.retrieval.trace import LegHit
+from rag_pipeline_tests.eval_helpers import stored_pools
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = load_registry()
-_ROWS = ("SELECT case_index, rank, chunk_id::text, vector_score, vector_rank, keyword_score, final_score "
-         "FROM retrieval_evaluation_candidate_rows WHERE evaluation_run_id = :r ORDER BY case_index, rank")
-
-
-def _pools(engine, run_id: str) -> list:
-    with engine.connect() as conn:
-        return conn.execute(sa.text(_ROWS), {"r": run_id}).all()
-
-
 def test_a_second_strategy_of_the_same_vector_leg_reuses_its_hits_and_stores_the_same_pools(engine, demo_kb,
                                                                                            monkeypatch):
     dataset = load_dataset(ROOT / "datasets" / "demo.json")
@@ -43,7 +34,7 @@ def test_a_second_strategy_of_the_same_vector_leg_reuses_its_hits_and_stores_the
     shared_indexes.clear()  # nothing remembered: vector-v1 asks the index itself
     alone = evaluate_dataset(engine, dataset, REGISTRY["vector-v1"])
     assert statements, "without the remembered hits the leg is an SQL statement"
-    assert _pools(engine, shared.run_id) == _pools(engine, alone.run_id)
+    assert stored_pools(engine, shared.run_id) == stored_pools(engine, alone.run_id)
     assert shared.averages == alone.averages
 
     shared_indexes.clear()
