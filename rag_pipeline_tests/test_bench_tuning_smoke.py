@@ -32,9 +32,8 @@ def test_tuning_bench_smoke() -> None:
     assert (int(match["configs"]), int(match["cases"]), int(match["pool"])) == (112, 20, 12)
     sweep, cv, recommend, rate = (float(match[name]) for name in ("sweep", "cv", "recommend", "rate"))
     assert 0 < sweep < 120 and 0 < cv < 120 and 0 < recommend < 300, match.group(0)
-    # the rate is the sweep's (configs / sweep seconds), and recommending (sweep + CV + statistics) costs at least
-    # one sweep (timings are best-of-1 on a shared machine: 20% slack)
+    # the rate is the sweep's (configs / sweep seconds); no clock is compared with another (two best-of-1 timings
+    # of 0.1 s: the first pays the warm-up, so "recommending costs at least a sweep" failed on a clean CI run)
     assert rate == pytest.approx(112 / sweep, rel=max(0.02, 1e-4 / sweep)), match.group(0)  # 4 decimals
-    assert recommend >= 0.8 * sweep, match.group(0)
     # the bench exits 1 unless the sweep equals evaluate_fusion per configuration: it printed its reference line
     assert any(line.startswith("reference: evaluate_fusion per config") for line in lines), proc.stdout
