@@ -96,6 +96,11 @@ class Settings(BaseSettings):
                           "the checkout holding `pyproject.toml`, else the working directory.")
     eval_readers: PositiveInt = Field(
         2, description="Read connections an evaluation searches with in parallel (one PostgreSQL backend each).")
+    click_processes: PositiveInt | None = Field(
+        None, description="Processes one click (several strategies of one dataset: `evaluate --strategy A "
+                          "--strategy B`, a console or API click) evaluates its strategies in at once: forked "
+                          "after the knowledge base's in-memory indexes are loaded, which they share. Default: "
+                          "every core. 1: one strategy after the other in one process.")
     exact_vector_leg: Literal["memory", "sql"] = Field(
         "memory", description="Where an evaluation runs the vector leg of a `vector_search: exact` strategy: "
                               "`memory` (the knowledge base's vectors loaded once per run, a matrix product per "

@@ -84,4 +84,7 @@ def strategy_comparison(context: dg.AssetExecutionContext, config: ComparisonCon
 
 compare_strategies_job = dg.define_asset_job(
     "compare_strategies", selection=[strategy_comparison],
+    # one step: run in the run's own process (the multiprocess default starts a second Python and loads the code
+    # again, seconds of CPU that a click's next evaluation would share)
+    executor_def=dg.in_process_executor,
     description="Compare every strategy's current run on one dataset (partition = dataset) with the baseline.")

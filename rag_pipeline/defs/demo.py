@@ -22,7 +22,6 @@ from rag_pipeline.service import analysis, evaluations
 from rag_pipeline.service.analysis import StrategyComparison, render_plain
 from rag_pipeline.service.answers import list_answer_runs
 from rag_pipeline.service.datasets import register_dataset
-from rag_pipeline.service.queued_runs import strategy_step_key
 from rag_pipeline.settings import datasets_dir, load_env_file, project_root, reports_dir
 from rag_pipeline.storage.engine import dagster_database_url, get_engine
 from rag_pipeline.storage.files import atomic_output
@@ -80,16 +79,15 @@ def run_demo(strategies: list[str] | None = None, out_dir: Path | None = None, d
 
     instance.add_dynamic_partitions("dataset", [dataset])
     t = _step(f"evaluate {len(strategies)} strategies on {dataset} (one run of the Dagster job evaluate_strategies, "
-              f"a step and a partition {dataset}|<strategy> each)")
+              f"its strategies at once in one step, a partition {dataset}|<strategy> each)")
     stored = register_dataset(get_engine(), datasets_dir() / f"{dataset}.json")
     result = defs.resolve_job_def("evaluate_strategies").execute_in_process(
         instance=instance, raise_on_error=False, tags={"rag/dataset": dataset, "rag/source": "demo"},
-        run_config={**QUIET, "ops": {"stored_dataset": {"config": {"dataset_id": stored.dataset_id,
+        run_config={**QUIET, "ops": {"evaluate_click": {"config": {"dataset_id": stored.dataset_id,
                                                                    "runs": dict.fromkeys(strategies, "")}}}})
-    failed_steps = {e.step_key for e in result.all_events if e.is_step_failure}
-    failed = [v for v in strategies if strategy_step_key(v) in failed_steps]
-    if not result.success and not failed:  # the dataset step itself failed: no strategy ran
-        failed = list(strategies)
+    summarised = {e.partition for e in result.get_asset_materialization_events()
+                  if e.asset_key == dg.AssetKey("evaluation_run_summary")}  # each strategy stored
+    failed = [v for v in strategies if f"{dataset}|{v}" not in summarised]
     for version in strategies:
         print(f"    {dataset}|{version}: {'FAILED' if version in failed else 'succeeded'}", file=sys.stderr)
     print(f"    done in {time.perf_counter() - t:.1f}s", file=sys.stderr)

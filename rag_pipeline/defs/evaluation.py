@@ -2,6 +2,7 @@
 the three run assets are one step (one transaction), retried on transient database errors only."""
 
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -141,7 +142,7 @@ def evaluation_run(context: dg.AssetExecutionContext, config: EvaluationRunConfi
     _, version = split_key(context)
     queued_run_id, stored = this_attempts_run(context, rag_db, config.evaluation_run_id or None,
                                               str(context.partition_key))
-    worker = name_the_worker(context, rag_db, queued_run_id)
+    worker = name_the_worker(context, rag_db, [queued_run_id] if queued_run_id else [])
     with fail_fast_unless_transient():
         dataset_id = stored_dataset_id(context)
     metadata = evaluate_partition(context, rag_db, dataset_id, version, str(context.partition_key),
@@ -198,14 +199,14 @@ def previous_attempt_error(context: dg.AssetExecutionContext | dg.OpExecutionCon
 
 
 def name_the_worker(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase,
-                    queued_run_id: str | None) -> str:
-    """This process's worker name, as the run's tag and in the queued row before the evaluation starts."""
+                    queued_run_ids: Sequence[str]) -> str:
+    """This process's worker name, as the run's tag and in the queued rows before the evaluation starts."""
     worker = worker_name()
     context.instance.add_run_tags(context.run_id, {WORKER_TAG: worker})
     context.log.info(f"executed by {worker}")
-    if queued_run_id:
-        with fail_fast_unless_transient():
-            run_records.set_worker(rag_db.engine(), queued_run_id, worker)
+    with fail_fast_unless_transient():
+        for run_id in queued_run_ids:
+            run_records.set_worker(rag_db.engine(), run_id, worker)
     return worker
 
 
@@ -219,21 +220,39 @@ def evaluate_partition(context: dg.AssetExecutionContext | dg.OpExecutionContext
         context.log.info(f"{version}: evaluation run {queued_run_id} was stored by an earlier attempt of this step; "
                          "not evaluated again")
         with fail_fast_unless_transient():
-            tables = evaluations.case_tables(engine, str(queued_run_id), limit=md.MAX_TABLE_ROWS)
-        return {key: {**values, "worker": worker} for key, values in md.run_metadata(tables).items()}
+            return stored_metadata(engine, str(queued_run_id), worker)
     with fail_fast_unless_transient():
-        step = [0]
-
-        def progress(done: int, total: int) -> None:
-            every = max(1, total // 10)
-            if done == total or done // every != step[0]:
-                step[0] = done // every
-                context.log.info(f"{version}: {done}/{total} cases ({100 * done // max(total, 1)}%)")
-
         outcome = evaluations.evaluate_stored(
             engine, dataset_id, version, batch_size=batch_size, readers=rag_db.reader_count(readers),
-            strict=strict, partition_key=partition, dagster_run_id=context.run_id, progress=progress,
-            logger=context.log, queued_run_id=queued_run_id)
+            strict=strict, partition_key=partition, dagster_run_id=context.run_id,
+            progress=case_progress(context, version), logger=context.log, queued_run_id=queued_run_id)
+    return recorded_metadata(context, engine, outcome, worker)
+
+
+def stored_metadata(engine: sa.Engine, run_id: str, worker: str) -> dict[str, dict]:
+    """The metadata of each of :data:`md.RUN_ASSETS` of a run stored already."""
+    tables = evaluations.case_tables(engine, run_id, limit=md.MAX_TABLE_ROWS)
+    return {key: {**values, "worker": worker} for key, values in md.run_metadata(tables).items()}
+
+
+def case_progress(context: dg.AssetExecutionContext | dg.OpExecutionContext, version: str):
+    """A progress callback that logs a strategy's cases done, every tenth of them."""
+    step = [0]
+
+    def progress(done: int, total: int) -> None:
+        every = max(1, total // 10)
+        if done == total or done // every != step[0]:
+            step[0] = done // every
+            context.log.info(f"{version}: {done}/{total} cases ({100 * done // max(total, 1)}%)")
+
+    return progress
+
+
+def recorded_metadata(context: dg.AssetExecutionContext | dg.OpExecutionContext, engine: sa.Engine,
+                      outcome: evaluations.EvaluationOutcome, worker: str) -> dict[str, dict]:
+    """After a stored run: its headline metrics logged, its worker recorded, the metadata of each of
+    :data:`md.RUN_ASSETS` read back."""
+    version = outcome.strategy_version
     context.log.info(f"{version}: " + " ".join(f"{m}={outcome.averages[m]:.4f}" for m in HEADLINE_METRICS))
     try:  # a run row this step created names its worker now
         run_records.set_worker(engine, outcome.run_id, worker)

@@ -3,22 +3,25 @@
 
 import dagster as dg
 
+from rag_pipeline.contracts.errors import USER_ERRORS, RagError
 from rag_pipeline.defs.evaluation import (
     GROUP,
     RETRY_POLICY,
-    EvaluationRunConfig,
+    case_progress,
     dataset_metadata,
-    evaluate_partition,
     evaluation_dataset,
     fail_fast_unless_transient,
     name_the_worker,
+    recorded_metadata,
+    stored_metadata,
     this_attempts_run,
 )
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.lineage import observe_dataset
 from rag_pipeline.defs.partitions import answer_partitions, dataset_partitions, evaluation_partitions, partition_key
 from rag_pipeline.defs.resources import RagDatabase
-from rag_pipeline.service import datasets, queued_runs, retention
+from rag_pipeline.service import datasets, evaluations, queued_runs, retention
+from rag_pipeline.storage.engine import TRANSIENT_ERRORS
 
 QUEUE_TAG = "rag/queue_id"  # the queue id of the click an ``evaluate_strategies`` run carries out
 ROW_TAG = "rag/evaluation_run"  # the one queued row a run of a spread click carries out (see spreads_clicks)
@@ -55,47 +58,81 @@ class StrategiesConfig(dg.Config):
     """Refuse to run when any label is not a searchable chunk."""
 
 
-@dg.op(out=dg.DynamicOut(dict), retry_policy=RETRY_POLICY, pool=POOL,
-       description="The stored dataset version: its evaluation_dataset materialisation for every strategy's "
-                   "partition, then one evaluate_strategy step per strategy.")
-def stored_dataset(context: dg.OpExecutionContext, config: StrategiesConfig, rag_db: RagDatabase):
-    engine = rag_db.engine()
+@dg.op(retry_policy=RETRY_POLICY, pool=POOL,
+       description="Evaluate the click's strategies on the stored dataset version at once (forked processes sharing "
+                   "the loaded indexes), each stored atomically as its own run; records each strategy's "
+                   "'<dataset>|<strategy>' partition of evaluation_dataset, retrieval_candidates, case_metrics and "
+                   "evaluation_run_summary. A strategy that fails does not stop the others; the step then fails "
+                   "naming each.")
+def evaluate_click(context: dg.OpExecutionContext, config: StrategiesConfig, rag_db: RagDatabase) -> None:
+    engine = rag_db.engine(config.readers or None)
     with fail_fast_unless_transient():
         if queue_id := context.run.tags.get(QUEUE_TAG):  # this run's rows of the click carry its id from now on
             queued_runs.claim(engine, queue_id, context.run_id, [i for i in config.runs.values() if i])
         stored = datasets.describe_stored_dataset(engine, config.dataset_id)
         kb_version = observe_dataset(context.instance, engine, stored.name, stored.knowledge_base)
-    metadata = dataset_metadata(stored, stored.path, kb_version)
-    settings = EvaluationRunConfig(batch_size=config.batch_size, readers=config.readers, strict=config.strict)
-    for version, run_id in config.runs.items():
-        key = str(partition_key(stored.name, version))
-        context.log_event(dg.AssetMaterialization(asset_key=evaluation_dataset.key, partition=key, metadata=metadata))
-        yield dg.DynamicOutput({"dataset_id": stored.dataset_id, "strategy": version, "partition": key,
-                                "run_id": run_id, **settings.model_dump(exclude={"evaluation_run_id"})},
-                               mapping_key=queued_runs.strategy_step(version))
+    partitions = {version: str(partition_key(stored.name, version)) for version in config.runs}
+    if context.retry_number == 0:
+        metadata = dataset_metadata(stored, stored.path, kb_version)
+        for key in partitions.values():
+            context.log_event(dg.AssetMaterialization(asset_key=evaluation_dataset.key, partition=key,
+                                                      metadata=metadata))
+    attempts = {version: this_attempts_run(context, rag_db, run_id or None, partitions[version])
+                for version, run_id in config.runs.items()}
+    worker = name_the_worker(context, rag_db, [run_id for run_id, _ in attempts.values() if run_id])
+    recorded = {}
+    for version, (run_id, done) in attempts.items():  # stored by an earlier attempt of this step: recorded only
+        if done:
+            context.log.info(f"{version}: evaluation run {run_id} was stored by an earlier attempt of this step; "
+                             "not evaluated again")
+            with fail_fast_unless_transient():
+                recorded[version] = stored_metadata(engine, str(run_id), worker)
+    runs = [evaluations.StoredRun(version, run_id, partitions[version])
+            for version, (run_id, done) in attempts.items() if not done]
+    with fail_fast_unless_transient():
+        results = evaluations.evaluate_stored_click(
+            engine, stored.dataset_id, runs, batch_size=config.batch_size,
+            readers=rag_db.reader_count(config.readers), strict=config.strict, dagster_run_id=context.run_id,
+            progress=lambda version, _cases: case_progress(context, version), logger=context.log)
+    failed: dict[str, BaseException] = {}
+    for run, result in zip(runs, results, strict=True):
+        if isinstance(result, BaseException):
+            failed[run.strategy_version] = result
+        else:
+            recorded[run.strategy_version] = recorded_metadata(context, engine, result, worker)
+    for version, metadata in recorded.items():
+        for asset, values in metadata.items():
+            context.log_event(dg.AssetMaterialization(asset_key=asset, partition=partitions[version],
+                                                      metadata=values))
+    with fail_fast_unless_transient():
+        raise_failures(failed)
 
 
-@dg.op(retry_policy=RETRY_POLICY, pool=POOL,
-       description="Evaluate one strategy on the stored dataset version, stored atomically as one run; records "
-                   "the materialisations of its partition's retrieval_candidates, case_metrics and "
-                   "evaluation_run_summary.")
-def evaluate_strategy(context: dg.OpExecutionContext, rag_db: RagDatabase, item: dict) -> None:
-    queued_run_id, stored = this_attempts_run(context, rag_db, item["run_id"] or None, item["partition"])
-    worker = name_the_worker(context, rag_db, queued_run_id)
-    metadata = evaluate_partition(context, rag_db, item["dataset_id"], item["strategy"], item["partition"],
-                                  batch_size=item["batch_size"], readers=item["readers"], strict=item["strict"],
-                                  queued_run_id=queued_run_id, worker=worker, stored=stored)
-    for asset, values in metadata.items():
-        context.log_event(dg.AssetMaterialization(asset_key=asset, partition=item["partition"], metadata=values))
+def raise_failures(failed: dict[str, BaseException]) -> None:
+    """Nothing when no strategy failed; a transient database error of one (the step is retried: the strategies
+    stored already are not evaluated again); else one error naming each failed strategy and why (the messages
+    are masked by ``fail_fast_unless_transient``)."""
+    if not failed:
+        return
+    for exc in failed.values():
+        if isinstance(exc, TRANSIENT_ERRORS):
+            raise exc
+    raise ClickFailed("; ".join(
+        f"{version}: {exc if isinstance(exc, USER_ERRORS) else f'{type(exc).__name__}: {exc}'}"
+        for version, exc in failed.items()))
 
 
-# One process for every step (the in-process executor): the code and each embedding model load once per run.
+class ClickFailed(RagError):  # noqa: N818 - reads as the event it reports
+    """Several strategies of one click failed (each one's reason in the message)."""
+
+
+# One step for the click: its strategies run at once in processes forked from it (rag_pipeline/evaluation/click.py).
 @dg.job(executor_def=dg.in_process_executor, tags={"rag/kind": "evaluation"},
-        description="Evaluate several strategies of one stored dataset version in one run: a step per strategy, "
+        description="Evaluate several strategies of one stored dataset version in one run and one step, at once, "
                     "each recording its '<dataset>|<strategy>' partition's materialisations (what the HTTP API "
                     "and the console submit).")
 def evaluate_strategies():
-    stored_dataset().map(evaluate_strategy)
+    evaluate_click()
 
 
 class PruneConfig(dg.Config):

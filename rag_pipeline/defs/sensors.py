@@ -235,15 +235,14 @@ def failure_reasons(instance: dg.DagsterInstance, dagster_run_id: str) -> dict[s
     return reasons
 
 
-def how_it_ended(instance: dg.DagsterInstance, record: dg.DagsterRun, when: str,
-                 strategy: str | None = None) -> str | None:
+def how_it_ended(instance: dg.DagsterInstance, record: dg.DagsterRun, when: str) -> str | None:
     """"failed <when>: <its reason>", "was cancelled <when> (see ...)" for a Dagster run that has ended (None: it has
-    not); ``strategy``: the reason of that strategy's step first."""
+    not)."""
     verb = _ENDED.get(record.status.name)
     if verb is None:
         return None
     reasons = failure_reasons(instance, record.run_id) if record.status.name == "FAILURE" else {}
-    why = (strategy and reasons.get(queued_runs.strategy_step_key(strategy))) or reasons.get(None)
+    why = reasons.get(None)
     return f"{verb} {when}" + (f": {why}" if why else " (see the run in the Dagster UI)")
 
 
@@ -254,15 +253,18 @@ def click_request(queue_id: str, runs: list, *, spread: bool = False) -> dg.RunR
     tags = {"rag/dataset": runs[0].dataset, "rag/evaluation_runs": str(len(runs)), "rag/source": "http-api",
             QUEUE_TAG: queue_id}
     return dg.RunRequest(run_key=f"{queue_id}/{runs[0].strategy_version}" if spread else queue_id,
-                         run_config={"ops": {"stored_dataset": {"config": config}}},
+                         run_config={"ops": {"evaluate_click": {"config": config}}},
                          tags={**tags, ROW_TAG: runs[0].run_id} if spread else tags)
 
 
 @dg.sensor(
-    name=queued_runs.SENSOR, job=evaluate_strategies, minimum_interval_seconds=5,
+    # 1 s: evaluated on every pass of the daemon's sensor loop (Dagster's loop comes round every 5 s; with a 5 s
+    # minimum a pass landing a moment early skipped the click to the next one, 10 s after the last tick)
+    name=queued_runs.SENSOR, job=evaluate_strategies, minimum_interval_seconds=1,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="The queued evaluation runs of a click (HTTP API, console) → one evaluate_strategies run (a step per "
-                "strategy; a run per strategy when runs go to Celery workers); a queued or running evaluation run "
+    description="The queued evaluation runs of a click (HTTP API, console) → one evaluate_strategies run (its "
+                "strategies at once in one step; a run per strategy when runs go to Celery workers); a queued or "
+                "running evaluation run "
                 "whose Dagster run ended first (or whose heartbeat fell silent) → failed with the reason. Its ticks "
                 "tell the API whether a daemon picks queued runs up.",
 )
@@ -301,7 +303,7 @@ def queued_evaluations(context: dg.SensorEvaluationContext, rag_db: RagDatabase)
                 if dagster_run_id != queue_id:  # submitted: its rows carry the Dagster run's id from now on
                     queued_runs.claim(engine, queue_id, dagster_run_id, [r.run_id for r in rows])
                 for run in rows if record.status.name in _ENDED else ():
-                    what = how_it_ended(instance, record, "before the evaluation started", run.strategy_version)
+                    what = how_it_ended(instance, record, "before the evaluation started")
                     run_records.mark_failed(engine, run.run_id, f"its Dagster run {record.run_id} {what}")
                     failed += 1
 

@@ -215,30 +215,11 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
     pending: deque = deque()
     with snapshot_readers(engine, readers) as pool_conns, engine.begin() as writer, \
             ThreadPoolExecutor(max_workers=readers, thread_name_prefix="rag-eval") as workers:
-        # the version of what every reader sees (one exported snapshot), on a worker while a BM25 index loads
+        # the version of what every reader sees (one exported snapshot)
         version = workers.submit(_snapshot_version, pool_conns, kb.id)
-        keyword_index, vector_index, t = None, None, time.perf_counter()
+        t = time.perf_counter()
         kb_version = version.result()  # keys the indexes this process's runs share (shared_indexes)
-
-        def load_postings() -> Bm25Index:
-            with pool_conns.borrow() as conn:
-                return Bm25Index.load(conn, kb.id, strategy.bm25_k1, strategy.bm25_b,
-                                      borrow=pool_conns.borrow, parts=readers)
-
-        def load_vectors() -> DenseIndex:
-            with pool_conns.borrow() as conn:
-                return DenseIndex.load(conn, kb.id, strategy.embedding_model)
-
-        keyword_key = ("bm25", str(kb.id), kb_version, strategy.bm25_k1, strategy.bm25_b)
-        vector_key = ("vectors", str(kb.id), kb_version, strategy.embedding_model)
-        if strategy.keyword_candidate_k and keyword_in_memory() and _fits(
-                pool_conns, keyword_key, "the keyword leg", logger,
-                lambda conn: memory_budget.keyword_index_bytes(conn, kb.id)):  # postings once, on the snapshot
-            keyword_index = shared_indexes.shared(keyword_key, load_postings)
-        if strategy.vector_candidate_k and exact_in_memory(strategy) and _fits(
-                pool_conns, vector_key, "the exact vector leg", logger,
-                lambda conn: memory_budget.vector_index_bytes(conn, kb.id, strategy.embedding_model)):
-            vector_index = shared_indexes.shared(vector_key, load_vectors)
+        keyword_index, vector_index = leg_indexes(pool_conns, kb, kb_version, strategy, readers, logger)
         legs = shared_indexes.leg_cache(kb.id, kb_version) if strategy.vector_candidate_k else None
         _tick(timings, "retrieval_sql_s", t)
         clock.add("index_load", time.perf_counter() - t_index)
@@ -326,6 +307,46 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             strategy_version=strategy.version, case_count=outcome.case_count,
             candidate_count=outcome.candidate_count, averages=outcome.averages,
             timings=outcome.timings, summary=outcome.summary, stages=stage_times)
+
+
+def leg_indexes(pool_conns: SnapshotReaders, kb: KnowledgeBaseRef, kb_version: str, strategy: Strategy,
+                readers: int, logger) -> tuple[Bm25Index | None, DenseIndex | None]:
+    """The in-memory indexes ``strategy``'s legs run on (None: that leg runs its SQL statement), from this process's
+    :mod:`shared_indexes` or loaded on ``pool_conns``' snapshot (whose content version is ``kb_version``)."""
+    keyword_index, vector_index = None, None
+
+    def load_postings() -> Bm25Index:
+        with pool_conns.borrow() as conn:
+            return Bm25Index.load(conn, kb.id, strategy.bm25_k1, strategy.bm25_b,
+                                  borrow=pool_conns.borrow, parts=readers)
+
+    def load_vectors() -> DenseIndex:
+        with pool_conns.borrow() as conn:
+            return DenseIndex.load(conn, kb.id, strategy.embedding_model)
+
+    keyword_key = ("bm25", str(kb.id), kb_version, strategy.bm25_k1, strategy.bm25_b)
+    vector_key = ("vectors", str(kb.id), kb_version, strategy.embedding_model)
+    if strategy.keyword_candidate_k and keyword_in_memory() and _fits(
+            pool_conns, keyword_key, "the keyword leg", logger,
+            lambda conn: memory_budget.keyword_index_bytes(conn, kb.id)):  # postings once, on the snapshot
+        keyword_index = shared_indexes.shared(keyword_key, load_postings)
+    if strategy.vector_candidate_k and exact_in_memory(strategy) and _fits(
+            pool_conns, vector_key, "the exact vector leg", logger,
+            lambda conn: memory_budget.vector_index_bytes(conn, kb.id, strategy.embedding_model)):
+        vector_index = shared_indexes.shared(vector_key, load_vectors)
+    return keyword_index, vector_index
+
+
+def load_leg_indexes(engine: sa.Engine, kb: KnowledgeBaseRef, strategies: Sequence[Strategy], *,
+                     readers: int | None = None, logger=None) -> str:
+    """Load into this process's :mod:`shared_indexes` every in-memory index ``strategies`` would load on ``kb``
+    (before a click's strategies are handed to forked processes, which then share them); the content version."""
+    readers = reader_count(readers)
+    with snapshot_readers(engine, readers) as pool_conns:
+        kb_version = _snapshot_version(pool_conns, kb.id)
+        for strategy in strategies:
+            leg_indexes(pool_conns, kb, kb_version, strategy, readers, logger or log)
+    return kb_version
 
 
 def _fits(readers: SnapshotReaders, key, leg: str, logger, need) -> bool:

@@ -25,6 +25,13 @@ def from_vector_send(data) -> np.ndarray:
     return np.frombuffer(bytes(data), dtype=">f4", offset=4).astype(np.float32)
 
 
+def unembedded(engine: sa.Engine, model: str, questions: Sequence[str]) -> int:
+    """How many distinct ``questions`` have no stored vector of ``model`` yet (nothing is embedded)."""
+    hashes = list({question_hash(q) for q in questions})
+    with engine.connect() as conn:
+        return len(hashes) - queries.stored_question_count(conn, model, hashes)
+
+
 class QuestionVectors:
     """Vectors of questions by one embedder, reusing and filling ``question_embeddings`` (see the module doc)."""
 

@@ -14,10 +14,11 @@ from rag_pipeline.contracts.errors import BadInputError, CheckFailed
 from rag_pipeline.contracts.label_check import LabelReport
 from rag_pipeline.contracts.reports import REPORT_VERSION, RunDetail, RunTables
 from rag_pipeline.contracts.runs import RescoredRun, RunSummary
+from rag_pipeline.evaluation.click import ClickRun, evaluate_click
 from rag_pipeline.evaluation.datasets.label_check import check_labels
 from rag_pipeline.evaluation.datasets.resolve import DatasetRef, resolve_dataset
 from rag_pipeline.evaluation.diagnosis.miss_reasons import checklist_item
-from rag_pipeline.evaluation.evaluate import BATCH_SIZE, EvaluationOutcome, Progress, evaluate_dataset
+from rag_pipeline.evaluation.evaluate import BATCH_SIZE, EvaluationOutcome, Progress
 from rag_pipeline.evaluation.runs import case_queries, reports
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs.queries import count_runs, summary_of
@@ -96,41 +97,84 @@ def _checklist(report: LabelReport) -> str:
 def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH_SIZE, readers: int | None = None,
              strict: bool = False, progress: Callable[[str, int], Progress | None] | None = None,
              on_labels: Callable[[LabelReport], None] | None = None) -> list[EvaluationOutcome]:
-    """Check the labels (seen by ``on_labels``), then run and store every strategy of ``plan``, in order."""
+    """Check the labels (seen by ``on_labels``), then run and store every strategy of ``plan`` (at once in forked
+    processes: :mod:`~rag_pipeline.evaluation.click`); their outcomes in order, or the first one's error after every
+    strategy ran."""
     ref = plan.dataset
     with engine.connect() as conn:
         require_runnable(conn, ref.kb, plan.strategies)
     report = check_labels_first(engine, ref, strict=strict)
     if on_labels:
         on_labels(report)
-    cases = len(ref.dataset.cases)
-    return [evaluate_dataset(engine, ref.dataset, strategy, kb=ref.kb, batch_size=batch_size, readers=readers,
-                             progress=progress(strategy.version, cases) if progress else None)
-            for strategy in plan.strategies]
+    results = evaluate_click(engine, ref.dataset, ref.kb, [ClickRun(s) for s in plan.strategies],
+                             batch_size=batch_size, readers=readers, progress=progress)
+    for result in results:  # every strategy ran (or failed) by now: the first failure, in the order given
+        if isinstance(result, BaseException):
+            raise result
+    return [r for r in results if isinstance(r, EvaluationOutcome)]
 
 
 def evaluate_stored(engine: sa.Engine, dataset_id: str, strategy_version: str, *, batch_size: int = BATCH_SIZE,
                     readers: int | None = None, strict: bool = False, partition_key: str | None = None,
                     dagster_run_id: str | None = None, progress: Progress | None = None,
                     logger: logging.Logger | None = None, queued_run_id: str | None = None) -> EvaluationOutcome:
-    """Evaluate one strategy on a stored dataset version after the label check (the Dagster step)."""
+    """Evaluate one strategy on a stored dataset version after the label check (the Dagster asset's step)."""
+    [result] = evaluate_stored_click(
+        engine, dataset_id, [StoredRun(strategy_version, queued_run_id, partition_key)], batch_size=batch_size,
+        readers=readers, strict=strict, dagster_run_id=dagster_run_id,
+        progress=(lambda _version, _cases: progress) if progress else None, logger=logger)
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """One strategy of a click on a stored dataset version: the ``queued`` row it carries out (else a new row), and
+    its Dagster partition."""
+
+    strategy_version: str
+    queued_run_id: str | None = None
+    partition_key: str | None = None
+
+
+def evaluate_stored_click(engine: sa.Engine, dataset_id: str, runs: Sequence[StoredRun], *,
+                          batch_size: int = BATCH_SIZE, readers: int | None = None, strict: bool = False,
+                          dagster_run_id: str | None = None,
+                          progress: Callable[[str, int], Progress | None] | None = None,
+                          logger: logging.Logger | None = None) -> list[EvaluationOutcome | BaseException]:
+    """Evaluate several strategies of a stored dataset version at once (:mod:`~rag_pipeline.evaluation.click`),
+    after one label check; each strategy's outcome or error, in order. A strategy that cannot run fails alone; a
+    dataset that cannot run fails every one. A queued row whose strategy failed is marked ``failed`` with why."""
+    results: list[EvaluationOutcome | BaseException | None] = [None] * len(runs)
     try:
-        strategy = get_strategy(strategy_version)
         ref = resolve_dataset(engine, dataset_id, source="stored")
         with engine.connect() as conn:
-            require_runnable(conn, ref.kb, [strategy])
+            for i, run in enumerate(runs):
+                try:
+                    strategy = get_strategy(run.strategy_version)
+                    require_runnable(conn, ref.kb, [strategy])
+                except Exception as exc:  # noqa: BLE001 - this strategy's failure; the others run
+                    results[i] = exc
         headline = label_headline(check_labels_first(engine, ref, strict=strict))
         if headline and logger:
             logger.warning(headline)
-        return evaluate_dataset(engine, ref.dataset, strategy, kb=ref.kb, batch_size=batch_size, readers=readers,
-                                partition_key=partition_key, dagster_run_id=dagster_run_id, progress=progress,
-                                logger=logger, queued_run_id=queued_run_id)
-    except run_records.RunNotQueuedError:
-        raise  # the row is another evaluation's (started, or ended): never touch it
-    except BaseException as exc:
-        if queued_run_id:  # a run already marked failed inside keeps its reason (only queued/running rows change)
-            run_records.mark_failed(engine, queued_run_id, run_records.failure_reason(exc))
-        raise
+    except Exception as exc:  # noqa: BLE001 - the dataset cannot run: every strategy fails with why
+        results = [exc] * len(runs)
+    todo = [i for i, r in enumerate(results) if r is None]
+    if todo:
+        click = [ClickRun(get_strategy(runs[i].strategy_version), runs[i].queued_run_id, runs[i].partition_key)
+                 for i in todo]
+        for i, result in zip(todo, evaluate_click(engine, ref.dataset, ref.kb, click, batch_size=batch_size,
+                                                  readers=readers, dagster_run_id=dagster_run_id,
+                                                  progress=progress, logger=logger), strict=True):
+            results[i] = result
+    for run, ended in zip(runs, results, strict=True):
+        if isinstance(ended, BaseException) and run.queued_run_id \
+                and not isinstance(ended, run_records.RunNotQueuedError):  # another evaluation's row: untouched
+            # a run already marked failed inside keeps its reason (only queued/running rows change)
+            run_records.mark_failed(engine, run.queued_run_id, run_records.failure_reason(ended))
+    return [r for r in results if r is not None]
 
 
 def run_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunSummary]:

@@ -4,7 +4,6 @@ on Celery workers)."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -26,22 +25,11 @@ from rag_pipeline.storage.urls import mask_secrets
 
 RETRY_WAIT_S = 60.0
 """How long a retried step waits for the database to answer again before it fails (and Dagster's policy decides)."""
-STRATEGY_STEP = "evaluate_strategy"  # the op of ``evaluate_strategies`` that evaluates one strategy
 SENSOR = "queued_evaluations"  # its ticks are recorded as "<SENSOR>:<queue>"
 STALE_TICK_S = 60.0
 """A last tick of :data:`SENSOR` older than this: no daemon picks queued runs up (it ticks every few seconds)."""
 NO_DAEMON_FIX = ("start `make dev` (the Dagster UI and its daemon) or `rag-pipeline serve --with-daemon`, on the "
                  "same DAGSTER_HOME and database")
-
-
-def strategy_step(version: str) -> str:
-    """The mapping key of a strategy's step in ``evaluate_strategies`` (Dagster allows letters, digits, ``_``)."""
-    return re.sub(r"\W", "_", version)
-
-
-def strategy_step_key(version: str) -> str:
-    """The Dagster step key of strategy ``version``'s step in ``evaluate_strategies`` (its failure reason)."""
-    return f"{STRATEGY_STEP}[{strategy_step(version)}]"
 
 
 def queue_evaluations(engine: sa.Engine, knowledge_base: str, dataset_id: str,

@@ -131,6 +131,13 @@ def dispose_engines() -> None:
         engine.dispose()
 
 
+def forget_parent_connections() -> None:
+    """In a forked child process: every engine this process inherited starts a new, empty pool; the parent's
+    connections stay the parent's (never used, never closed here)."""
+    for engine in _ENGINES:
+        engine.dispose(close=False)
+
+
 @functools.cache
 def _engine_for(url: str, pool_size: int) -> Engine:
     # connect_timeout: a host that does not answer fails in seconds, not after the OS TCP timeout

@@ -125,7 +125,7 @@ def test_one_click_runs_on_both_workers_with_the_in_process_runs_metrics(engine,
     # the same strategies on the same stored dataset version in one in-process run (the default launcher's job)
     result = defs.resolve_job_def("evaluate_strategies").execute_in_process(
         instance=dg.DagsterInstance.ephemeral(),
-        run_config={"ops": {"stored_dataset": {"config": {"dataset_id": stored.dataset_id,
+        run_config={"ops": {"evaluate_click": {"config": {"dataset_id": stored.dataset_id,
                                                           "runs": dict.fromkeys(STRATEGIES, "")}}}})
     assert result.success
     with engine.connect() as conn:

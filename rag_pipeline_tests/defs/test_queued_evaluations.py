@@ -59,7 +59,7 @@ def test_a_click_is_requested_once_as_one_run_and_its_rows_carry_its_id(engine, 
     result = _tick(instance)
     assert queued_runs.queue_status(get_engine).daemon_running, "the tick is recorded"
     [request] = _requests(result, queue_id)
-    assert request.run_config == {"ops": {"stored_dataset": {"config": {
+    assert request.run_config == {"ops": {"evaluate_click": {"config": {
         "dataset_id": stored.dataset_id, "runs": {r.strategy_version: r.run_id for r in queued.runs}}}}}
     assert request.tags[QUEUE_TAG] == queue_id and request.tags["rag/dataset"] == "tiny-queue"
     assert "tiny-queue" in result.dynamic_partitions_requests[0].partition_keys
@@ -81,7 +81,7 @@ def test_a_run_that_fails_before_its_step_fails_its_rows_with_the_reason(engine,
     missing = str(uuid.uuid4())
     result = defs.resolve_job_def("evaluate_strategies").execute_in_process(
         instance=instance, raise_on_error=False, tags={QUEUE_TAG: queued.dagster_run_id},
-        run_config={"ops": {"stored_dataset": {"config": {"dataset_id": missing,
+        run_config={"ops": {"evaluate_click": {"config": {"dataset_id": missing,
                                                           "runs": {"keyword-v1": queued.run_id}}}}})
     assert not result.success
     assert _row(engine, queued.run_id).dagster_run_id == result.run_id, "the run's first step claims its rows"
@@ -97,7 +97,7 @@ def test_a_running_run_whose_dagster_run_failed_ends_failed_with_dagsters_reason
     [queued] = queued_runs.queue_evaluations(engine, KB, stored.dataset_id, ["keyword-v1"]).runs
     result = defs.resolve_job_def("evaluate_strategies").execute_in_process(
         instance=instance, raise_on_error=False, tags={QUEUE_TAG: "no-such-click"},
-        run_config={"ops": {"stored_dataset": {"config": {"dataset_id": str(uuid.uuid4()), "runs": {}}}}})
+        run_config={"ops": {"evaluate_click": {"config": {"dataset_id": str(uuid.uuid4()), "runs": {}}}}})
     with engine.connect() as conn:
         params_hash = conn.execute(sa.text("SELECT params_hash FROM retrieval_evaluation_runs WHERE id = :id"),
                                    {"id": queued.run_id}).scalar_one()
@@ -119,7 +119,7 @@ def test_under_the_celery_launcher_a_click_is_a_run_per_strategy_each_claiming_i
         assert sorted(requests) == sorted(f"{queue_id}/{r.strategy_version}" for r in queued.runs)
         for row in queued.runs:
             request = requests[f"{queue_id}/{row.strategy_version}"]
-            assert request.run_config == {"ops": {"stored_dataset": {"config": {
+            assert request.run_config == {"ops": {"evaluate_click": {"config": {
                 "dataset_id": stored.dataset_id, "runs": {row.strategy_version: row.run_id}}}}}
             assert request.tags[ROW_TAG] == row.run_id and request.tags["rag/evaluation_runs"] == "1"
 
@@ -145,7 +145,7 @@ def test_a_spread_clicks_comparison_is_requested_once_its_last_run_has_ended(eng
     def spread_run(version: str):
         return job.execute_in_process(instance=instance, tags={QUEUE_TAG: queue_id, ROW_TAG: version,
                                                                "rag/dataset": "tiny-queue"},
-                                      run_config={"ops": {"stored_dataset": {"config": {
+                                      run_config={"ops": {"evaluate_click": {"config": {
                                           "dataset_id": stored.dataset_id, "runs": {version: ""}}}}})
 
     def after(result):
@@ -156,7 +156,7 @@ def test_a_spread_clicks_comparison_is_requested_once_its_last_run_has_ended(eng
     baseline, other = spread_run("hybrid-v1"), spread_run("keyword-v1")
     assert baseline.success and other.success
     waiting = instance.create_run_for_job(job, tags={QUEUE_TAG: queue_id, ROW_TAG: "bm25-v1"}, run_config={
-        "ops": {"stored_dataset": {"config": {"dataset_id": stored.dataset_id, "runs": {"bm25-v1": ""}}}}})
+        "ops": {"evaluate_click": {"config": {"dataset_id": stored.dataset_id, "runs": {"bm25-v1": ""}}}}})
     skip = after(other)  # bm25-v1 has not started
     assert isinstance(skip, dg.SkipReason) and skip.skip_message == "1 other run(s) of its click still to end"
     instance.report_run_canceled(waiting)

@@ -267,7 +267,7 @@ def _execute_queued_run(stored, queued, url: str, disrupt) -> dg.ExecuteInProces
     return _disrupted(url, disrupt, lambda: defs.resolve_job_def("evaluate_strategies").execute_in_process(
         instance=instance, run_id=queued.dagster_run_id, raise_on_error=False,
         resources={"rag_db": RagDatabase(url=url)},
-        run_config={"ops": {"stored_dataset": {"config": {"dataset_id": stored.dataset_id,
+        run_config={"ops": {"evaluate_click": {"config": {"dataset_id": stored.dataset_id,
                                                           "runs": {"keyword-v1": queued.run_id}}}}}))
 
 
@@ -298,7 +298,7 @@ def _disrupted(url: str, disrupt, execute):
 def _assert_one_failed_attempt_then_a_succeeded_retry(engine, result, stored, reference, queued, dropped: str):
     """The step failed once and was retried; the queued row is ``failed`` with why (and names the row of the
     retry), the retry's row succeeded with the reference's metrics and is the one current run."""
-    step = "evaluate_strategy[keyword_v1]"
+    step = "evaluate_click"
     assert result.success, [e.event_specific_data for e in result.all_events if e.is_step_failure]
     retries = [e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
     assert retries == [step], "one failed attempt, then a retry"
@@ -477,7 +477,7 @@ def test_queued_runs_of_a_killed_server_are_requested_at_the_next_sensor_tick(en
     context = dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), resources={"rag_db": RagDatabase()})
     requests = {r.run_key: r for r in queued_evaluations(context).run_requests}
     for run_id, queue_id in clicks:
-        assert list(requests[queue_id].run_config["ops"]["stored_dataset"]["config"]["runs"].values()) == [run_id]
+        assert list(requests[queue_id].run_config["ops"]["evaluate_click"]["config"]["runs"].values()) == [run_id]
         assert _run(engine, run_id).status == "queued"
         mark_failed(engine, run_id, "test over")  # no daemon of this test runs them
 

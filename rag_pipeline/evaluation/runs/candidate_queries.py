@@ -38,8 +38,11 @@ def report_candidates(conn: sa.Connection, run_id, cases: Sequence[str], mode: s
         join=" LEFT JOIN document_chunks ch ON ch.id = c.chunk_id" if include_text else "",
         mode=_MODE_FILTERS.get(mode, "")))
     pools: dict[str, list[Candidate]] = {case: [] for case in cases}
-    for row in conn.execute(statement, {"run": run_id, "cases": list(cases)}):
-        pools[row.case_id].append(Candidate.model_validate(row, from_attributes=True))
+    result = conn.execute(statement, {"run": run_id, "cases": list(cases)})
+    fields = [k for k in result.keys() if k in Candidate.model_fields]  # noqa: SIM118 - the columns; a mapping validates twice as fast
+    for row in result:
+        pools[row.case_id].append(Candidate.model_validate(dict(zip(fields, (row._mapping[k] for k in fields),
+                                                                    strict=True))))
     return pools
 
 

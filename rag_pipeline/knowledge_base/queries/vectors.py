@@ -55,5 +55,11 @@ def question_vectors(conn: sa.Connection, model: str, hashes: list[bytes]) -> sa
     return conn.execute(sa.text(_QUESTION_VECTORS_SQL), {"model": model, "hashes": hashes})
 
 
+def stored_question_count(conn: sa.Connection, model: str, hashes: list[bytes]) -> int:
+    """How many of ``hashes`` have a stored vector of ``model``."""
+    return conn.execute(sa.text("SELECT count(*) FROM question_embeddings WHERE model = :model "
+                                "AND question_hash = ANY(:hashes)"), {"model": model, "hashes": hashes}).scalar_one()
+
+
 def store_question_vectors(conn: sa.Connection, model: str, hashes: list[bytes], vectors: list) -> None:
     conn.execute(sa.text(_STORE_QUESTION_VECTORS_SQL), {"model": model, "hashes": hashes, "vectors": vectors})

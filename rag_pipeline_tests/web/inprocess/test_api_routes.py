@@ -111,7 +111,7 @@ def test_evaluate_queues_runs_the_sensor_requests_them_and_fails_them_once_cance
 
     tick = daemon.tick()
     [request] = [r for r in tick.run_requests if r.run_key == run["dagster_run_id"]]
-    assert request.run_config["ops"]["stored_dataset"]["config"] == {"dataset_id": body["dataset_id"],
+    assert request.run_config["ops"]["evaluate_click"]["config"] == {"dataset_id": body["dataset_id"],
                                                                      "runs": {"keyword-v1": run["run_id"]}}
     assert name in tick.dynamic_partitions_requests[0].partition_keys
     from rag_pipeline.definitions import defs

@@ -126,13 +126,13 @@ def test_evaluate_from_the_dashboard_and_poll_its_status(client, evaluated, daem
     assert [(r["run_id"], r["status"], r["cases_total"]) for r in status["runs"]] == [
         (submitted.run_id, "queued", len(evaluated["cases"]))]
     [request] = [r for r in daemon.tick().run_requests if r.run_key == submitted.dagster_run_id]
-    config = request.run_config["ops"]["stored_dataset"]["config"]
+    config = request.run_config["ops"]["evaluate_click"]["config"]
     from rag_pipeline.definitions import defs
 
     missing = "00000000-0000-4000-8000-000000000000"  # its first step fails: no such dataset version
     failed = defs.resolve_job_def("evaluate_strategies").execute_in_process(
         instance=daemon.instance, raise_on_error=False, tags=request.tags,
-        run_config={"ops": {"stored_dataset": {"config": {**config, "dataset_id": missing}}}})
+        run_config={"ops": {"evaluate_click": {"config": {**config, "dataset_id": missing}}}})
     daemon.tick()
     [run] = client.get(f"{dashboard}/runs.json").json()["runs"]
     assert run["status"] == "failed" and run["error"].startswith(
