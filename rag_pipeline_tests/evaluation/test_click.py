@@ -57,7 +57,7 @@ def test_strategies_forked_at_once_store_what_they_store_one_after_the_other(eng
     shared_indexes.clear()
     with caplog.at_level(logging.INFO):
         forked = _click(engine, CLICK, processes=2, progress=progress)
-    assert all(isinstance(r, EvaluationOutcome) for r in alone + forked), [r for r in alone + forked]
+    assert all(isinstance(r, EvaluationOutcome) for r in alone + forked), list(alone + forked)
     assert [r.strategy_version for r in forked] == list(CLICK), "the outcomes in the order given"
     for a, f in zip(alone, forked, strict=True):
         assert a.run_id != f.run_id
@@ -83,21 +83,21 @@ def test_a_strategy_failing_in_a_forked_process_does_not_stop_the_others(engine,
     assert "all-minilm-l6-v2" in str(failed) and "vector-minilm-v1" in str(failed)
 
 
-class _Unpicklable(BadInputError):
+class _UnpicklableError(BadInputError):
     def __init__(self, message: str, handle: object):
         super().__init__(message)
         self.handle = handle
 
 
 def test_an_error_that_cannot_travel_back_keeps_its_kind_and_message():
-    exc = _Unpicklable("dataset x: bad field", threading.Lock())
+    exc = _UnpicklableError("dataset x: bad field", threading.Lock())
     with pytest.raises(TypeError):
         pickle.dumps(exc)
     back = pickle.loads(pickle.dumps(click.portable(exc)))
     assert type(back) is BadInputError and str(back) == "dataset x: bad field"
     found = NotFoundError("no such run")
     assert click.portable(found) is found, "a picklable error travels as it is"
-    odd = _Unpicklable.__new__(_Unpicklable)  # not a kind's own class, not picklable: a RuntimeError naming it
+    odd = _UnpicklableError.__new__(_UnpicklableError)  # not a kind's own class, not picklable: a RuntimeError naming it
     odd.args, odd.handle = ("half-made",), threading.Lock()
     assert isinstance(click.portable(odd), BadInputError)
 
