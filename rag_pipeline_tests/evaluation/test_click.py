@@ -97,7 +97,7 @@ def test_an_error_that_cannot_travel_back_keeps_its_kind_and_message():
     assert type(back) is BadInputError and str(back) == "dataset x: bad field"
     found = NotFoundError("no such run")
     assert click.portable(found) is found, "a picklable error travels as it is"
-    odd = _UnpicklableError.__new__(_UnpicklableError)  # not a kind's own class, not picklable: a RuntimeError naming it
+    odd = _UnpicklableError.__new__(_UnpicklableError)  # half-made, not picklable: rebuilt as its kind
     odd.args, odd.handle = ("half-made",), threading.Lock()
     assert isinstance(click.portable(odd), BadInputError)
 
