@@ -31,12 +31,29 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     dataset = plan.dataset.dataset
     if args.case is not None and args.case not in {c.case_id for c in dataset.cases}:
         raise CaseNotFoundError(f"--case {args.case!r}: dataset {dataset.name!r} has no such case")
-    paths = _output_paths(args.output, versions)
-    for path in paths:  # before the run: a run stored as current must not end in "cannot write the report"
+    paths = dict(zip(versions, _output_paths(args.output, versions), strict=True))
+    for path in paths.values():  # before the run: a run stored as current must not end in "cannot write the report"
         check_writable(path)
     engine = get_engine(readers=reader_count(args.readers))  # a pool sized for --readers
+    written: dict[str, Path] = {}
+    not_written: list[tuple[str, RagError]] = []
+
+    def write_report(outcome) -> None:
+        """Each report as soon as its run is stored, while the other strategies still run."""
+        path = paths[outcome.strategy_version]
+        if path is None:
+            return
+        try:
+            with atomic_output(path, parents=True) as fp:
+                service.write_report(engine, outcome.run_id, fp, **_report_options(args))
+        except FileWriteError as exc:  # the run is stored: say which, and that its report is not there
+            not_written.append((outcome.run_id, exc))
+            return
+        written[outcome.strategy_version] = path
+
     outcomes = service.evaluate(engine, plan, batch_size=args.batch_size, readers=args.readers, strict=args.strict,
-                                progress=case_progress(args.quiet), on_labels=_print_label_headline)
+                                progress=case_progress(args.quiet), on_labels=_print_label_headline,
+                                on_outcome=write_report)
     summaries = service.run_summaries(engine, [o.run_id for o in outcomes])
     for s in summaries:  # "All metrics are 0: ..." — the dominant reason first
         if s.counts and s.counts.first_line:
@@ -49,17 +66,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     stages = output.stage_table(summaries)
     if stages:
         print("\n" + stages)
-    not_written: list[tuple[str, RagError]] = []
-    for outcome, path in zip(outcomes, paths, strict=True):
-        if path is None:
-            continue
-        try:
-            with atomic_output(path, parents=True) as fp:
-                service.write_report(engine, outcome.run_id, fp, **_report_options(args))
-        except FileWriteError as exc:  # the run is stored: say which, and that its report is not there
-            not_written.append((outcome.run_id, exc))
-            continue
-        print(f"report: {printable(path)}", file=sys.stderr)
+    for outcome in outcomes:
+        if outcome.strategy_version in written:
+            print(f"report: {printable(written[outcome.strategy_version])}", file=sys.stderr)
     if not_written:
         raise ReportNotWrittenError(not_written)
     return 0

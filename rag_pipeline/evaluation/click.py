@@ -107,9 +107,12 @@ def lanes(runs: Sequence[ClickRun], indexes: Sequence[int]) -> list[list[int]]:
 def evaluate_click(engine: sa.Engine, dataset: Dataset, kb: KnowledgeBaseRef, runs: Sequence[ClickRun], *,
                    batch_size: int = BATCH_SIZE, readers: int | None = None, dagster_run_id: str | None = None,
                    progress: Callable[[str, int], Progress | None] | None = None, logger=None,
+                   on_result: Callable[[int, Result], None] | None = None,
                    processes: int | None = None) -> list[Result]:
     """Evaluate every run of the click (see the module doc); each strategy's outcome or error, in order.
-    ``progress(version, cases)`` gives a strategy's progress callback; ``logger`` gets every process's log lines."""
+    ``progress(version, cases)`` gives a strategy's progress callback; ``logger`` gets every process's log lines;
+    ``on_result(i, result)`` is called in this process as soon as ``runs[i]`` is stored or failed (while the
+    others still run; from another thread when ``runs[i]`` ran in a forked process)."""
     logger = logger or log
     runs = tuple(runs)
     options = {"batch_size": batch_size, "readers": readers, "dagster_run_id": dagster_run_id}
@@ -118,6 +121,8 @@ def evaluate_click(engine: sa.Engine, dataset: Dataset, kb: KnowledgeBaseRef, ru
     def here(i: int) -> None:
         results[i] = _evaluate(engine, dataset, kb, runs[i], options, logger,
                                progress(runs[i].strategy.version, len(dataset.cases)) if progress else None)
+        if on_result:
+            on_result(i, results[i])  # type: ignore[arg-type]
 
     fork = [i for i, r in enumerate(runs) if forkable(kb, r.strategy)]
     if len(fork) > 1 and "fork" in multiprocessing.get_all_start_methods():
@@ -128,7 +133,8 @@ def evaluate_click(engine: sa.Engine, dataset: Dataset, kb: KnowledgeBaseRef, ru
     workers = processes if processes is not None else click_processes(len(groups))
     if workers > 1 and len(groups) > 1 and "fork" in multiprocessing.get_all_start_methods():
         load_leg_indexes(engine, kb, [runs[i].strategy for i in fork], readers=readers, logger=logger)
-        for i, result in _in_processes(engine, dataset, kb, runs, groups, workers, options, progress, logger):
+        for i, result in _in_processes(engine, dataset, kb, runs, groups, workers, options, progress, logger,
+                                       on_result):
             results[i] = result
     for i in range(len(runs)):
         if results[i] is None:
@@ -158,15 +164,19 @@ def _evaluate(engine: sa.Engine, dataset: Dataset, kb: KnowledgeBaseRef, run: Cl
 
 def _in_processes(engine: sa.Engine, dataset: Dataset, kb: KnowledgeBaseRef, runs: tuple[ClickRun, ...],
                   groups: list[list[int]], workers: int, options: dict,
-                  progress: Callable[[str, int], Progress | None] | None, logger) -> list[tuple[int, Result]]:
-    """Each group in a forked process (at most ``workers`` at once); their progress and log lines relayed here."""
+                  progress: Callable[[str, int], Progress | None] | None, logger,
+                  on_result: Callable[[int, Result], None] | None) -> list[tuple[int, Result]]:
+    """Each group in a forked process (at most ``workers`` at once); their progress, log lines and results relayed
+    here."""
     global _click  # noqa: PLW0603 - what the forked processes inherit
     context = multiprocessing.get_context("fork")
     events = context.SimpleQueue()
     _click = _Click(engine, dataset, kb, runs, options, events)
     bars = {r.strategy.version: progress(r.strategy.version, len(dataset.cases)) if progress else None
             for i, r in enumerate(runs) if any(i in g for g in groups)}
-    relay = threading.Thread(target=_relay, args=(events, bars, logger), name="rag-click-relay", daemon=True)
+    failed: list[BaseException] = []  # a callback's error on the relay thread, raised here
+    relay = threading.Thread(target=_relay, args=(events, bars, logger, on_result, failed), name="rag-click-relay",
+                             daemon=True)
     relay.start()
     try:
         with ProcessPoolExecutor(workers, mp_context=context, initializer=forget_parent_connections) as pool:
@@ -175,18 +185,29 @@ def _in_processes(engine: sa.Engine, dataset: Dataset, kb: KnowledgeBaseRef, run
         events.put(None)
         relay.join()
         _click = None
+    if failed:
+        raise failed[0]
     return done
 
 
-def _relay(events, bars: dict[str, Progress | None], logger) -> None:
-    """This process's side of the forked processes' events: progress to the bars, log lines to ``logger``."""
+def _relay(events, bars: dict[str, Progress | None], logger, on_result: Callable[[int, Result], None] | None,
+           failed: list[BaseException]) -> None:
+    """This process's side of the forked processes' events: progress to the bars, log lines to ``logger``, each
+    strategy's result to ``on_result``; the first error of a callback is kept in ``failed`` (no more callbacks)."""
     while (event := events.get()) is not None:
+        if failed:
+            continue  # drained to the end: the forked processes never block on a full pipe
         kind, version, *rest = event
-        if kind == "progress" and bars.get(version):
-            bars[version](*rest)  # type: ignore[misc]
-        elif kind == "log":
-            level, message = rest
-            {logging.WARNING: logger.warning, logging.ERROR: logger.error}.get(level, logger.info)(message)
+        try:
+            if kind == "progress" and bars.get(version):
+                bars[version](*rest)  # type: ignore[misc]
+            elif kind == "log":
+                level, message = rest
+                {logging.WARNING: logger.warning, logging.ERROR: logger.error}.get(level, logger.info)(message)
+            elif kind == "result" and on_result:
+                on_result(*rest)
+        except BaseException as exc:  # noqa: BLE001 - raised by the click's own thread once the processes end
+            failed.append(exc)
 
 
 class _RelayedLog:
@@ -224,6 +245,7 @@ def _lane(group: list[int]) -> list[tuple[int, Result]]:
         result = _evaluate(click.engine, click.dataset, click.kb, click.runs[i], click.options,
                            _RelayedLog(click.events, version), progress)
         done.append((i, result if isinstance(result, EvaluationOutcome) else portable(result)))
+        click.events.put(("result", version, *done[-1]))
     return done
 
 

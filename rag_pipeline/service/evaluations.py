@@ -96,18 +96,23 @@ def _checklist(report: LabelReport) -> str:
 
 def evaluate(engine: sa.Engine, plan: EvaluationPlan, *, batch_size: int = BATCH_SIZE, readers: int | None = None,
              strict: bool = False, progress: Callable[[str, int], Progress | None] | None = None,
-             on_labels: Callable[[LabelReport], None] | None = None) -> list[EvaluationOutcome]:
+             on_labels: Callable[[LabelReport], None] | None = None,
+             on_outcome: Callable[[EvaluationOutcome], None] | None = None) -> list[EvaluationOutcome]:
     """Check the labels (seen by ``on_labels``), then run and store every strategy of ``plan`` (at once in forked
     processes: :mod:`~rag_pipeline.evaluation.click`); their outcomes in order, or the first one's error after every
-    strategy ran."""
+    strategy ran. ``on_outcome`` sees each stored run as soon as it is stored (possibly from another thread)."""
     ref = plan.dataset
     with engine.connect() as conn:
         require_runnable(conn, ref.kb, plan.strategies)
     report = check_labels_first(engine, ref, strict=strict)
     if on_labels:
         on_labels(report)
+    def stored(_i: int, result: EvaluationOutcome | BaseException) -> None:
+        if on_outcome and isinstance(result, EvaluationOutcome):
+            on_outcome(result)
+
     results = evaluate_click(engine, ref.dataset, ref.kb, [ClickRun(s) for s in plan.strategies],
-                             batch_size=batch_size, readers=readers, progress=progress)
+                             batch_size=batch_size, readers=readers, progress=progress, on_result=stored)
     for result in results:  # every strategy ran (or failed) by now: the first failure, in the order given
         if isinstance(result, BaseException):
             raise result
@@ -149,10 +154,11 @@ def evaluate_stored_click(engine: sa.Engine, dataset_id: str, runs: Sequence[Sto
     results: list[EvaluationOutcome | BaseException | None] = [None] * len(runs)
     try:
         ref = resolve_dataset(engine, dataset_id, source="stored")
+        registry = load_registry()
         with engine.connect() as conn:
             for i, run in enumerate(runs):
                 try:
-                    strategy = get_strategy(run.strategy_version)
+                    strategy = get_strategy(run.strategy_version, registry)
                     require_runnable(conn, ref.kb, [strategy])
                 except Exception as exc:  # noqa: BLE001 - this strategy's failure; the others run
                     results[i] = exc
@@ -163,8 +169,8 @@ def evaluate_stored_click(engine: sa.Engine, dataset_id: str, runs: Sequence[Sto
         results = [exc] * len(runs)
     todo = [i for i, r in enumerate(results) if r is None]
     if todo:
-        click = [ClickRun(get_strategy(runs[i].strategy_version), runs[i].queued_run_id, runs[i].partition_key)
-                 for i in todo]
+        click = [ClickRun(get_strategy(runs[i].strategy_version, registry), runs[i].queued_run_id,
+                          runs[i].partition_key) for i in todo]
         for i, result in zip(todo, evaluate_click(engine, ref.dataset, ref.kb, click, batch_size=batch_size,
                                                   readers=readers, dagster_run_id=dagster_run_id,
                                                   progress=progress, logger=logger), strict=True):
