@@ -115,6 +115,10 @@ class Settings(BaseSettings):
                           "keyword postings, or one model's exact vectors). Default: a quarter of the machine's "
                           "RAM. An index estimated above it is not loaded: that leg runs its SQL statement "
                           "instead, and the run's log says so.")
+    index_cache_mb: Annotated[int, Field(ge=0)] = Field(
+        2048, description="Disk (MiB) the in-memory leg indexes (BM25 postings, exact-leg vectors) may keep in "
+                          "`<project>/.rag_pipeline/index-cache`: the next process of the same knowledge base "
+                          "version reads them from there instead of the database. 0: not kept.")
     embed_threads: PositiveInt | None = Field(
         None, description="BLAS threads of the USE encoder. Default: every core (ingestion next to a local "
                           "server: one less).")
@@ -253,6 +257,10 @@ def datasets_dir() -> Path:
 def judge_cache_file() -> Path:
     configured = get_settings().judge_cache
     return configured.expanduser().resolve() if configured else project_root() / ".rag_pipeline" / "judge-cache.jsonl"
+
+
+def index_cache_dir() -> Path:
+    return project_root() / ".rag_pipeline" / "index-cache"
 
 
 def reports_dir() -> Path:

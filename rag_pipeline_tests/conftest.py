@@ -50,6 +50,7 @@ else:
     _PGDATA = Path(tempfile.mkdtemp(prefix="rag_test_pg_")) / "pgdata"
     os.environ["RAG_PGDATA"] = str(_PGDATA)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ["RAG_INDEX_CACHE_MB"] = "0"  # no leg index files in the checkout; test_index_files turns them on
 
 
 BENCH_DATA_ENV = "RAG_BENCH_DATA"

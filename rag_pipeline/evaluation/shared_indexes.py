@@ -3,7 +3,8 @@ steps in one process) load a knowledge base's BM25 postings and vectors once.
 
 An index is keyed by what it was built from: the knowledge base, its content version as the run's snapshot sees it
 (searchable chunk ids, content-derived, with their models: the same version is the same chunks and vectors) and
-the index's own parameters (model; k1, b). A run whose snapshot shows another version loads its own. At most
+the index's own parameters (model; k1, b). A run whose snapshot shows another version loads its own. The next
+process reads an index from its file (:mod:`index_files`) instead of the database. At most
 :data:`BUDGET_BYTES` of indexes stay, the least recently used go first; a bigger index is used once, not kept.
 The hits of the SQL vector leg are shared the same way, by content version (:func:`leg_cache`)."""
 
@@ -14,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
+from rag_pipeline.evaluation import index_files
 from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.dense_index import DenseIndex
 from rag_pipeline.retrieval.leg_cache import LegCache
@@ -23,7 +25,7 @@ T = TypeVar("T", Bm25Index, DenseIndex)
 
 _lock = threading.Lock()
 _kept: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()
-loads = {"loaded": 0, "reused": 0}  # process totals, for the benchmarks
+loads = {"loaded": 0, "from_file": 0, "reused": 0}  # process totals, for the benchmarks and tests
 
 
 def size(index: Bm25Index | DenseIndex) -> int:
@@ -40,18 +42,24 @@ def held(key: Hashable) -> bool:
 
 
 def shared(key: Hashable, load: Callable[[], T]) -> T:
-    """The index of ``key``, loaded by ``load()`` unless this process holds it already."""
+    """The index of ``key``: held by this process, else read from its file (:mod:`index_files`), else loaded by
+    ``load()`` (and written to its file)."""
     with _lock:
         if key in _kept:
             _kept.move_to_end(key)
             loads["reused"] += 1
             return _kept[key][0]  # type: ignore[return-value]
-    index = load()
-    if not isinstance(index, Bm25Index | DenseIndex):  # a loader that gave nothing (a test's stand-in): not kept
-        return index
+    # the key names the index's kind, as the loader's
+    index: T | None = index_files.read(key)  # type: ignore[assignment]
+    source = "from_file"
+    if index is None:
+        index, source = load(), "loaded"
+        if not isinstance(index, Bm25Index | DenseIndex):  # a loader that gave nothing (a test's stand-in): not kept
+            return index
+        index_files.write(key, index)
     nbytes = size(index)
     with _lock:
-        loads["loaded"] += 1
+        loads[source] += 1
         if nbytes <= BUDGET_BYTES:
             _kept[key] = (index, nbytes)
             while sum(n for _, n in _kept.values()) > BUDGET_BYTES:

@@ -128,7 +128,7 @@ def test_the_runs_of_one_process_share_the_loaded_indexes(engine, demo_kb, monke
     for version in ("vector-exact-v1", "hybrid-bm25-exact-v1", "bm25-v1"):
         evaluate_dataset(engine, dataset, REGISTRY[version])
     counts = {k: shared_indexes.loads[k] - before[k] for k in before}
-    assert counts == {"loaded": 2, "reused": 2}, "USE vectors once, BM25 postings (k1 0.9, b 0.4) once"
+    assert counts == {"loaded": 2, "from_file": 0, "reused": 2}, "USE vectors once, BM25 postings (k1 0.9, b 0.4) once"
     monkeypatch.setattr(shared_indexes, "BUDGET_BYTES", 0)  # nothing fits: every run loads its own
     shared_indexes.clear()
     evaluate_dataset(engine, dataset, REGISTRY["vector-exact-v1"])

@@ -1,0 +1,128 @@
+"""The in-memory leg indexes on disk: a knowledge base's BM25 postings and exact-leg vectors, written by the first
+process that builds them and read by the next one in a fraction of the time the SQL takes (a CLI run and a Dagster
+run are each a fresh process).
+
+A file holds one index of :mod:`~rag_pipeline.evaluation.shared_indexes`, under the same key: the knowledge base,
+its content version as the run's snapshot sees it (the searchable chunk ids, which are content-derived, with their
+models, and the text search mode: the same version is the same chunks, term statistics and vectors, which ingestion
+changes in the same transaction) and the index's own parameters (model; k1, b). The file is named by a digest of
+that key and of :data:`FORMAT`; the key is stored inside and compared when read, and a file that cannot be read as
+such an index is ignored (and replaced). Arrays only: ``numpy.load(allow_pickle=False)``. Written whole or not at all
+(:func:`~rag_pipeline.storage.files.write_atomic`); at most ``RAG_INDEX_CACHE_MB`` of files stay, the least
+recently used go first; ``RAG_INDEX_CACHE_MB=0`` turns it off. The folder: ``<project>/.rag_pipeline/index-cache``."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import zipfile
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from rag_pipeline.retrieval.bm25_index import Bm25Index
+from rag_pipeline.retrieval.dense_index import DenseIndex
+from rag_pipeline.settings import get_settings, index_cache_dir
+from rag_pipeline.storage.files import FileWriteError, write_atomic
+
+FORMAT = "rag-leg-index-v1"
+log = logging.getLogger(__name__)
+
+
+def budget_bytes() -> int:
+    return get_settings().index_cache_mb * 2**20
+
+
+def path_of(key: Hashable) -> Path:
+    return index_cache_dir() / (hashlib.sha256(f"{FORMAT}\n{key!r}".encode()).hexdigest()[:32] + ".npz")
+
+
+def read(key: Hashable) -> Bm25Index | DenseIndex | None:
+    """The index of ``key`` from its file, or None (no file, turned off, or not a readable index of that key)."""
+    if budget_bytes() <= 0:
+        return None
+    path = path_of(key)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["format"]) != FORMAT or str(z["key"]) != repr(key):
+                return None
+            index = _bm25(z) if str(z["kind"]) == "bm25" else _dense(z)
+        os.utime(path)  # recently used
+        return index
+    except FileNotFoundError:
+        return None
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:  # a torn or foreign file: built again
+        log.info(f"leg index file {path.name} not used ({type(exc).__name__}); the index is read from the database")
+        return None
+
+
+def write(key: Hashable, index: Bm25Index | DenseIndex) -> None:
+    """Keep ``index`` on disk under ``key`` (best effort: a folder that cannot be written only costs the next
+    process the SQL), then trim the folder to the budget."""
+    budget = budget_bytes()
+    if budget <= 0:
+        return
+    arrays = _arrays(index)
+    buffer = io.BytesIO()
+    fields: dict[str, Any] = {"format": np.array(FORMAT), "key": np.array(repr(key)), **arrays}
+    np.savez(buffer, allow_pickle=False, **fields)
+    data = buffer.getvalue()
+    if len(data) > budget:
+        return
+    try:
+        write_atomic(path_of(key), data, parents=True)
+    except FileWriteError as exc:
+        log.info(f"leg index not kept on disk: {exc}")
+        return
+    _trim(index_cache_dir(), budget)
+
+
+def _arrays(index: Bm25Index | DenseIndex) -> dict[str, np.ndarray]:
+    ids = {"chunk_ids": index.chunk_ids.astype(str), "document_ids": index.document_ids.astype(str),
+           "document_names": index.document_names.astype(str), "knowledge_base_id": np.array(index.knowledge_base_id)}
+    if isinstance(index, DenseIndex):
+        return {"kind": np.array("vectors"), "model": np.array(index.model), "vectors": index.vectors,
+                "norms": index.norms, **ids}
+    m, c = index.matrix, index.counts
+    lexemes = np.empty(len(index.term_row), dtype=object)
+    for lexeme, row in index.term_row.items():
+        lexemes[row] = lexeme
+    return {"kind": np.array("bm25"), "k1": np.array(index.k1), "b": np.array(index.b), "weights": m.data,
+            "tf": c.data, "indices": m.indices, "indptr": m.indptr, "shape": np.array(m.shape),
+            "lexemes": lexemes.astype(str), **ids}
+
+
+def _ids(z) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return z["chunk_ids"].astype(object), z["document_ids"].astype(object), z["document_names"].astype(object)
+
+
+def _bm25(z) -> Bm25Index:
+    shape = tuple(int(n) for n in z["shape"])
+    indices, indptr = z["indices"], z["indptr"]
+    return Bm25Index(str(z["knowledge_base_id"]), float(z["k1"]), float(z["b"]),
+                     sp.csr_array((z["weights"], indices, indptr), shape=shape),
+                     {str(lexeme): row for row, lexeme in enumerate(z["lexemes"].tolist())}, *_ids(z),
+                     sp.csr_array((z["tf"], indices, indptr), shape=shape))
+
+
+def _dense(z) -> DenseIndex:
+    return DenseIndex(str(z["knowledge_base_id"]), str(z["model"]), z["vectors"], z["norms"], *_ids(z))
+
+
+def _trim(folder: Path, budget: int) -> None:
+    """Remove the least recently used files until the folder's index files fit ``budget`` bytes."""
+    try:
+        files = sorted((p.stat().st_mtime, p.stat().st_size, p) for p in folder.glob("*.npz"))
+    except OSError:
+        return
+    total = sum(size for _, size, _ in files)
+    for _, size, path in files:
+        if total <= budget:
+            break
+        path.unlink(missing_ok=True)
+        total -= size
