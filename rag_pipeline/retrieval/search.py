@@ -25,6 +25,7 @@ from rag_pipeline.retrieval.strategies import MAX_EF_SEARCH, Strategy
 from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace
 from rag_pipeline.settings import get_settings
 from rag_pipeline.storage.ids import uuid_strings
+from rag_pipeline.storage.vector_params import VectorArray
 
 __all__ = ["Candidate", "LegHit", "RetrievalError", "RetrievalTrace", "StatementTimeout", "fuse_pool",
            "hybrid_search_batch", "text_search_mode"]
@@ -174,8 +175,8 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors, index: Den
         # fetches the rest (the tie margin of vector_cut) costs more than one pass of that size (bench/RESULTS.md)
         ef_search = min(max(strategy.ef_search, limit), MAX_EF_SEARCH)
         retrieval_sql.set_vector_settings(conn, ef_search)
-        rows = retrieval_sql.vector_leg(conn, dimension, {**params, "query_vectors": list(vectors[list(indexes)]),
-                                                          "k": limit}, exact=exact)
+        batch = VectorArray(vectors[list(indexes)])
+        rows = retrieval_sql.vector_leg(conn, dimension, {**params, "query_vectors": batch, "k": limit}, exact=exact)
         return _group(rows, len(indexes))
 
     def available() -> int:

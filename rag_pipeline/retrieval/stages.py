@@ -18,6 +18,7 @@ from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.dense_index import DenseIndex
 from rag_pipeline.retrieval.strategies import Rerank, Strategy, StrategyError
 from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace
+from rag_pipeline.storage.vector_params import VectorArray
 
 
 def uuid_literal(ids) -> str:
@@ -37,7 +38,7 @@ def stored_vector_scores(conn: sa.Connection, kb_id, model: str, query_vectors: 
         raise RetrievalError(f"embedding model {model!r} is not registered in this database")
     vectors = np.asarray(query_vectors, dtype=np.float32)
     rows = retrieval_sql.stored_vector_scores(conn, dimension, {
-        "kb": kb_id, "model": model, "query_vectors": [vectors[i] for i in wanted],
+        "kb": kb_id, "model": model, "query_vectors": VectorArray(vectors[wanted]),
         "chunk_ids": [uuid_literal(chunk_ids[i]) for i in wanted]})
     for row in rows:
         out[wanted[row.query_index - 1]][str(row.chunk_id)] = float(row.score)

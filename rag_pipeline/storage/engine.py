@@ -149,7 +149,10 @@ def _engine_for(url: str, pool_size: int) -> Engine:
         try:
             from pgvector.psycopg import register_vector  # noqa: PLC0415
 
+            from rag_pipeline.storage import vector_params  # noqa: PLC0415 - numpy only once connected
+
             register_vector(dbapi_conn)
+            vector_params.register(dbapi_conn)
         except Exception:  # noqa: BLE001 - the extension does not exist before the first migration
             dbapi_conn.rollback()
 
@@ -172,7 +175,10 @@ def read_only_engine(url: str) -> Engine:
         try:
             from pgvector.psycopg import register_vector  # noqa: PLC0415
 
+            from rag_pipeline.storage import vector_params  # noqa: PLC0415 - numpy only once connected
+
             register_vector(dbapi_conn)
+            vector_params.register(dbapi_conn)
         except Exception:  # noqa: BLE001 - a database without pgvector: the mapping check names it
             dbapi_conn.rollback()
 

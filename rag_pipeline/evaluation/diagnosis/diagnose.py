@@ -22,6 +22,7 @@ from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.retrieval.bm25_sql import bm25_params
 from rag_pipeline.retrieval.search import text_search_mode
 from rag_pipeline.retrieval.strategies import Strategy, StrategyError, get_strategy, strategy_from_mapping
+from rag_pipeline.storage.vector_params import VectorArray
 
 
 def score_chunks(conn: sa.Connection, kb, strategy: Strategy, targets: Sequence[tuple[str, str, str]],
@@ -44,7 +45,7 @@ def score_chunks(conn: sa.Connection, kb, strategy: Strategy, targets: Sequence[
                 vectors = {**vectors, **dict(zip(missing, get_embedder(strategy.embedding_model).embed(missing),
                                                  strict=True))}
             params |= {"model": strategy.embedding_model,
-                       "query_vectors": [np.asarray(vectors[q], dtype=np.float32) for q in questions]}
+                       "query_vectors": VectorArray([np.asarray(vectors[q], dtype=np.float32) for q in questions])}
             rows = queries.vector_scores(conn, params, ranks=ranks)
         else:
             mode = text_search_mode(kb, strategy)
