@@ -79,6 +79,7 @@ class _Click:
 
 
 _click: _Click | None = None
+_forking = threading.Lock()  # one click's processes at a time per process (they inherit the module's _click)
 
 
 def click_processes(lanes: int) -> int:
@@ -168,6 +169,14 @@ def _in_processes(engine: sa.Engine, dataset: Dataset, kb: KnowledgeBaseRef, run
                   on_result: Callable[[int, Result], None] | None) -> list[tuple[int, Result]]:
     """Each group in a forked process (at most ``workers`` at once); their progress, log lines and results relayed
     here."""
+    with _forking:
+        return _fork_lanes(engine, dataset, kb, runs, groups, workers, options, progress, logger, on_result)
+
+
+def _fork_lanes(engine: sa.Engine, dataset: Dataset, kb: KnowledgeBaseRef, runs: tuple[ClickRun, ...],
+                groups: list[list[int]], workers: int, options: dict,
+                progress: Callable[[str, int], Progress | None] | None, logger,
+                on_result: Callable[[int, Result], None] | None) -> list[tuple[int, Result]]:
     global _click  # noqa: PLW0603 - what the forked processes inherit
     context = multiprocessing.get_context("fork")
     events = context.SimpleQueue()

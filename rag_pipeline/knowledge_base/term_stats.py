@@ -16,7 +16,6 @@ import sqlalchemy as sa
 from rag_pipeline.knowledge_base.queries import term_stats as queries
 from rag_pipeline.knowledge_base.queries.term_stats import refresh_term_stats
 
-
 ANALYZE_FROM = 50
 """A change of this many documents or more refreshes the planner's statistics first (a fraction of a second):
 planned on the statistics of the tables before a bulk ingestion, adding its postings took minutes (quadratic in
