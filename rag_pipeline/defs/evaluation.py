@@ -157,12 +157,7 @@ def this_attempts_run(context: dg.AssetExecutionContext | dg.OpExecutionContext,
     """The queued run row this attempt carries out, and whether an earlier attempt already stored it."""
     if context.retry_number == 0:
         return queued_run_id, False
-
-    def waiting(exc: BaseException) -> None:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        context.log.warning(f"retry {context.retry_number}: waiting up to {queued_runs.RETRY_WAIT_S:.0f} s for the "
-                            f"database to answer: {mask_secrets(first)}")
-
+    waiting = _waiting(context)
     if not queued_run_id:
         with fail_fast_unless_transient():
             ended = queued_runs.end_unrecorded_attempts(rag_db.engine(), dagster_run_id=context.run_id,
@@ -180,6 +175,23 @@ def this_attempts_run(context: dg.AssetExecutionContext | dg.OpExecutionContext,
         context.log.info(f"retry {context.retry_number}: evaluation run {attempt.ended} of the failed attempt is "
                          f"failed; this attempt evaluates it again as run {attempt.run_id}")
     return str(attempt.run_id), attempt.stored
+
+
+def _waiting(context: dg.AssetExecutionContext | dg.OpExecutionContext):
+    """What a retried step logs while it waits for the database to answer again."""
+    def waiting(exc: BaseException) -> None:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        context.log.warning(f"retry {context.retry_number}: waiting up to {queued_runs.RETRY_WAIT_S:.0f} s for the "
+                            f"database to answer: {mask_secrets(first)}")
+
+    return waiting
+
+
+def wait_for_the_database(context: dg.AssetExecutionContext | dg.OpExecutionContext, rag_db: RagDatabase) -> None:
+    """A retried step (after a database outage, say) first waits up to ``RETRY_WAIT_S`` for the database."""
+    if context.retry_number > 0:
+        with fail_fast_unless_transient():
+            queued_runs.wait_for_database(rag_db.engine(), _waiting(context))
 
 
 def previous_attempt_error(context: dg.AssetExecutionContext | dg.OpExecutionContext) -> str | None:

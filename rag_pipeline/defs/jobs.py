@@ -15,6 +15,7 @@ from rag_pipeline.defs.evaluation import (
     recorded_metadata,
     stored_metadata,
     this_attempts_run,
+    wait_for_the_database,
 )
 from rag_pipeline.defs.instance import POOL
 from rag_pipeline.defs.lineage import observe_dataset
@@ -66,6 +67,7 @@ class StrategiesConfig(dg.Config):
                    "naming each.")
 def evaluate_click(context: dg.OpExecutionContext, config: StrategiesConfig, rag_db: RagDatabase) -> None:
     engine = rag_db.engine(config.readers or None)
+    wait_for_the_database(context, rag_db)
     with fail_fast_unless_transient():
         if queue_id := context.run.tags.get(QUEUE_TAG):  # this run's rows of the click carry its id from now on
             queued_runs.claim(engine, queue_id, context.run_id, [i for i in config.runs.values() if i])

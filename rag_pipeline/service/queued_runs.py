@@ -121,6 +121,11 @@ def end_gone_runs(engine: sa.Engine, dagster_ended: Callable[[Sequence[str]], Ma
     return ended + run_records.sweep_gone(engine, rows)
 
 
+def wait_for_database(engine: sa.Engine, on_wait: Callable[[BaseException], None] | None = None) -> None:
+    """For a retried step: wait up to :data:`RETRY_WAIT_S` for the database to answer."""
+    run_records.wait_until_reachable(engine, RETRY_WAIT_S, on_wait)
+
+
 def resume_queued_run(engine: sa.Engine, run_id: str, *, dagster_run_id: str, attempt_error: str | None = None,
                       on_wait: Callable[[BaseException], None] | None = None) -> run_records.Attempt:
     """For a retried step: wait up to :data:`RETRY_WAIT_S` for the database, then the row it evaluates."""
