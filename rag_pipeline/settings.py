@@ -118,7 +118,9 @@ class Settings(BaseSettings):
     index_cache_mb: Annotated[int, Field(ge=0)] = Field(
         2048, description="Disk (MiB) the in-memory leg indexes (BM25 postings, exact-leg vectors) may keep in "
                           "`<project>/.rag_pipeline/index-cache`: the next process of the same knowledge base "
-                          "version reads them from there instead of the database. 0: not kept.")
+                          "version reads them from there instead of the database. 0: not kept. Without a project "
+                          "(`RAG_PROJECT_ROOT` unset and no checkout, e.g. a Celery worker in an empty directory) "
+                          "none are kept.")
     embed_threads: PositiveInt | None = Field(
         None, description="BLAS threads of the USE encoder. Default: every core (ingestion next to a local "
                           "server: one less).")
@@ -194,12 +196,16 @@ class Settings(BaseSettings):
                                                         "`docs/console-*.png`.")
 
     def resolved_project_root(self) -> Path:
+        return self.named_project_root() or Path.cwd().resolve()
+
+    def named_project_root(self) -> Path | None:
+        """``RAG_PROJECT_ROOT``, else the checkout this package runs from; None: neither (an installed wheel)."""
         if self.project_root:
             return self.project_root.expanduser().resolve()
         for parent in Path(__file__).resolve().parents:
             if (parent / "pyproject.toml").exists() and (parent / "rag_pipeline").is_dir():
                 return parent
-        return Path.cwd().resolve()
+        return None
 
 
 _MESSAGES = {"greater_than_equal": "must be a positive integer", "int_parsing": "must be a positive integer",
@@ -259,8 +265,11 @@ def judge_cache_file() -> Path:
     return configured.expanduser().resolve() if configured else project_root() / ".rag_pipeline" / "judge-cache.jsonl"
 
 
-def index_cache_dir() -> Path:
-    return project_root() / ".rag_pipeline" / "index-cache"
+def index_cache_dir() -> Path | None:
+    """``<project>/.rag_pipeline/index-cache``; None without a project (``RAG_PROJECT_ROOT`` unset, no checkout: a
+    worker in an empty directory keeps no files)."""
+    root = get_settings().named_project_root()
+    return root / ".rag_pipeline" / "index-cache" if root else None
 
 
 def reports_dir() -> Path:

@@ -9,7 +9,8 @@ changes in the same transaction) and the index's own parameters (model; k1, b). 
 that key and of :data:`FORMAT`; the key is stored inside and compared when read, and a file that cannot be read as
 such an index is ignored (and replaced). Arrays only: ``numpy.load(allow_pickle=False)``. Written whole or not at all
 (:func:`~rag_pipeline.storage.files.write_atomic`); at most ``RAG_INDEX_CACHE_MB`` of files stay, the least
-recently used go first; ``RAG_INDEX_CACHE_MB=0`` turns it off. The folder: ``<project>/.rag_pipeline/index-cache``."""
+recently used go first; ``RAG_INDEX_CACHE_MB=0`` turns it off. The folder: ``<project>/.rag_pipeline/index-cache``;
+without a project (no ``RAG_PROJECT_ROOT``, no checkout: a worker in an empty directory) no files are kept."""
 
 from __future__ import annotations
 
@@ -35,11 +36,14 @@ log = logging.getLogger(__name__)
 
 
 def budget_bytes() -> int:
-    return get_settings().index_cache_mb * 2**20
+    """The folder's budget; 0 without a project folder to keep the files in."""
+    return get_settings().index_cache_mb * 2**20 if index_cache_dir() else 0
 
 
 def path_of(key: Hashable) -> Path:
-    return index_cache_dir() / (hashlib.sha256(f"{FORMAT}\n{key!r}".encode()).hexdigest()[:32] + ".npz")
+    folder = index_cache_dir()
+    assert folder is not None, "no index files without a project folder (budget_bytes() is 0)"
+    return folder / (hashlib.sha256(f"{FORMAT}\n{key!r}".encode()).hexdigest()[:32] + ".npz")
 
 
 def read(key: Hashable) -> Bm25Index | DenseIndex | None:
@@ -79,7 +83,7 @@ def write(key: Hashable, index: Bm25Index | DenseIndex) -> None:
     except FileWriteError as exc:
         log.info(f"leg index not kept on disk: {exc}")
         return
-    _trim(index_cache_dir(), budget)
+    _trim(path_of(key).parent, budget)
 
 
 def _arrays(index: Bm25Index | DenseIndex) -> dict[str, np.ndarray]:

@@ -131,3 +131,18 @@ def test_the_folder_keeps_the_most_recently_used_files_within_its_budget(engine,
     assert sum(p.stat().st_size for p in cache.glob("*.npz")) <= index_files.budget_bytes()
     assert len(kept) == room and index_files.path_of(keys[-1]).name in kept, "the newest stay"
     assert index_files.path_of(keys[0]).name not in kept, "the oldest went first"
+
+
+def test_without_a_project_folder_no_file_is_kept(engine, demo_kb, monkeypatch):
+    from rag_pipeline.settings import get_settings
+
+    monkeypatch.delenv("RAG_PROJECT_ROOT", raising=False)
+    monkeypatch.setenv("RAG_INDEX_CACHE_MB", "64")
+    monkeypatch.setattr(type(get_settings()), "named_project_root", lambda self: None)  # an installed wheel
+    assert index_cache_dir() is None and index_files.budget_bytes() == 0
+    shared_indexes.clear()
+    kb, _ = _kb(engine, demo_kb)
+    load_leg_indexes(engine, kb, [REGISTRY["bm25-v1"]])  # built from the database, kept in memory only
+    [(key, _)] = shared_indexes._kept.items()
+    assert index_files.read(key) is None
+    shared_indexes.clear()
