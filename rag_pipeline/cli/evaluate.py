@@ -51,9 +51,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             return
         written[outcome.strategy_version] = path
 
-    outcomes = service.evaluate(engine, plan, batch_size=args.batch_size, readers=args.readers, strict=args.strict,
-                                progress=case_progress(args.quiet), on_labels=_print_label_headline,
-                                on_outcome=write_report)
+    try:
+        outcomes = service.evaluate(engine, plan, batch_size=args.batch_size, readers=args.readers,
+                                    strict=args.strict, progress=case_progress(args.quiet),
+                                    on_labels=_print_label_headline, on_outcome=write_report)
+    except RagError:  # another strategy failed: the reports of the runs that were stored are there all the same
+        _print_reports(versions, written)
+        raise
     summaries = service.run_summaries(engine, [o.run_id for o in outcomes])
     for s in summaries:  # "All metrics are 0: ..." — the dominant reason first
         if s.counts and s.counts.first_line:
@@ -66,12 +70,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     stages = output.stage_table(summaries)
     if stages:
         print("\n" + stages)
-    for outcome in outcomes:
-        if outcome.strategy_version in written:
-            print(f"report: {printable(written[outcome.strategy_version])}", file=sys.stderr)
+    _print_reports(versions, written)
     if not_written:
         raise ReportNotWrittenError(not_written)
     return 0
+
+
+def _print_reports(versions: list[str], written: dict[str, Path]) -> None:
+    for version in versions:
+        if version in written:
+            print(f"report: {printable(written[version])}", file=sys.stderr)
 
 
 def _print_label_headline(report) -> None:

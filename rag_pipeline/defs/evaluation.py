@@ -9,7 +9,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.dataset import StoredDataset
-from rag_pipeline.contracts.errors import USER_ERRORS
+from rag_pipeline.contracts.errors import USER_ERRORS, RagError
 from rag_pipeline.contracts.metrics import HEADLINE_METRICS
 from rag_pipeline.defs import evaluation_metadata as md
 from rag_pipeline.defs.instance import POOL
@@ -42,6 +42,24 @@ def fail_fast_unless_transient():
         # no cause chain when it would carry an unmasked secret (Dagster stores the chain in the event log)
         cause = None if user or text != str(exc) else exc
         raise dg.Failure(description=message, metadata=metadata, allow_retries=False) from cause
+
+
+def raise_failures(failed: dict[str, BaseException]) -> None:
+    """Nothing when no strategy failed; a transient database error of one (the step is retried: the strategies
+    stored already are not evaluated again); else one error naming each failed strategy and why (the messages
+    are masked by ``fail_fast_unless_transient``)."""
+    if not failed:
+        return
+    for exc in failed.values():
+        if isinstance(exc, TRANSIENT_ERRORS):
+            raise exc
+    raise ClickFailed("; ".join(
+        f"{version}: {exc if isinstance(exc, USER_ERRORS) else f'{type(exc).__name__}: {exc}'}"
+        for version, exc in failed.items()))
+
+
+class ClickFailed(RagError):  # noqa: N818 - reads as the event it reports
+    """Several strategies of one click failed (each one's reason in the message)."""
 
 
 class EvaluationDatasetConfig(dg.Config):

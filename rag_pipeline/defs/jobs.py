@@ -3,7 +3,6 @@
 
 import dagster as dg
 
-from rag_pipeline.contracts.errors import USER_ERRORS, RagError
 from rag_pipeline.defs.evaluation import (
     GROUP,
     RETRY_POLICY,
@@ -12,6 +11,7 @@ from rag_pipeline.defs.evaluation import (
     evaluation_dataset,
     fail_fast_unless_transient,
     name_the_worker,
+    raise_failures,
     recorded_metadata,
     stored_metadata,
     this_attempts_run,
@@ -22,7 +22,6 @@ from rag_pipeline.defs.lineage import observe_dataset
 from rag_pipeline.defs.partitions import answer_partitions, dataset_partitions, evaluation_partitions, partition_key
 from rag_pipeline.defs.resources import RagDatabase
 from rag_pipeline.service import datasets, evaluations, queued_runs, retention
-from rag_pipeline.storage.engine import TRANSIENT_ERRORS
 
 QUEUE_TAG = "rag/queue_id"  # the queue id of the click an ``evaluate_strategies`` run carries out
 ROW_TAG = "rag/evaluation_run"  # the one queued row a run of a spread click carries out (see spreads_clicks)
@@ -108,24 +107,6 @@ def evaluate_click(context: dg.OpExecutionContext, config: StrategiesConfig, rag
                                                       metadata=values))
     with fail_fast_unless_transient():
         raise_failures(failed)
-
-
-def raise_failures(failed: dict[str, BaseException]) -> None:
-    """Nothing when no strategy failed; a transient database error of one (the step is retried: the strategies
-    stored already are not evaluated again); else one error naming each failed strategy and why (the messages
-    are masked by ``fail_fast_unless_transient``)."""
-    if not failed:
-        return
-    for exc in failed.values():
-        if isinstance(exc, TRANSIENT_ERRORS):
-            raise exc
-    raise ClickFailed("; ".join(
-        f"{version}: {exc if isinstance(exc, USER_ERRORS) else f'{type(exc).__name__}: {exc}'}"
-        for version, exc in failed.items()))
-
-
-class ClickFailed(RagError):  # noqa: N818 - reads as the event it reports
-    """Several strategies of one click failed (each one's reason in the message)."""
 
 
 # One step for the click: its strategies run at once in processes forked from it (rag_pipeline/evaluation/click.py).

@@ -125,14 +125,15 @@ def evaluate_click(engine: sa.Engine, dataset: Dataset, kb: KnowledgeBaseRef, ru
         if on_result:
             on_result(i, results[i])  # type: ignore[arg-type]
 
-    fork = [i for i, r in enumerate(runs) if forkable(kb, r.strategy)]
-    if len(fork) > 1 and "fork" in multiprocessing.get_all_start_methods():
+    can_fork = "fork" in multiprocessing.get_all_start_methods()
+    fork = [i for i, r in enumerate(runs) if can_fork and forkable(kb, r.strategy)]
+    if len(fork) > 1:
         for i in _embedding_leads(engine, dataset, runs, fork):  # they embed the questions, stored for the rest
             here(i)
             fork.remove(i)
     groups = lanes(runs, fork)
     workers = processes if processes is not None else click_processes(len(groups))
-    if workers > 1 and len(groups) > 1 and "fork" in multiprocessing.get_all_start_methods():
+    if workers > 1 and len(groups) > 1:
         load_leg_indexes(engine, kb, [runs[i].strategy for i in fork], readers=readers, logger=logger)
         for i, result in _in_processes(engine, dataset, kb, runs, groups, workers, options, progress, logger,
                                        on_result):
@@ -169,31 +170,24 @@ def _in_processes(engine: sa.Engine, dataset: Dataset, kb: KnowledgeBaseRef, run
                   on_result: Callable[[int, Result], None] | None) -> list[tuple[int, Result]]:
     """Each group in a forked process (at most ``workers`` at once); their progress, log lines and results relayed
     here."""
-    with _forking:
-        return _fork_lanes(engine, dataset, kb, runs, groups, workers, options, progress, logger, on_result)
-
-
-def _fork_lanes(engine: sa.Engine, dataset: Dataset, kb: KnowledgeBaseRef, runs: tuple[ClickRun, ...],
-                groups: list[list[int]], workers: int, options: dict,
-                progress: Callable[[str, int], Progress | None] | None, logger,
-                on_result: Callable[[int, Result], None] | None) -> list[tuple[int, Result]]:
     global _click  # noqa: PLW0603 - what the forked processes inherit
     context = multiprocessing.get_context("fork")
     events = context.SimpleQueue()
-    _click = _Click(engine, dataset, kb, runs, options, events)
-    bars = {r.strategy.version: progress(r.strategy.version, len(dataset.cases)) if progress else None
-            for i, r in enumerate(runs) if any(i in g for g in groups)}
+    bars = {runs[i].strategy.version: progress(runs[i].strategy.version, len(dataset.cases)) if progress else None
+            for group in groups for i in group}
     failed: list[BaseException] = []  # a callback's error on the relay thread, raised here
     relay = threading.Thread(target=_relay, args=(events, bars, logger, on_result, failed), name="rag-click-relay",
                              daemon=True)
-    relay.start()
-    try:
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=forget_parent_connections) as pool:
-            done = [item for lane in pool.map(_lane, groups) for item in lane]
-    finally:
-        events.put(None)
-        relay.join()
-        _click = None
+    with _forking:
+        _click = _Click(engine, dataset, kb, runs, options, events)
+        relay.start()
+        try:
+            with ProcessPoolExecutor(workers, mp_context=context, initializer=forget_parent_connections) as pool:
+                done = [item for lane in pool.map(_lane, groups) for item in lane]
+        finally:
+            events.put(None)
+            relay.join()
+            _click = None
     if failed:
         raise failed[0]
     return done

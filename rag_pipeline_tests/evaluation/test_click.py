@@ -3,6 +3,7 @@ bit; a strategy that fails there does not stop the others; progress and log line
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import threading
@@ -108,3 +109,30 @@ def test_lanes_keep_strategies_sharing_an_hnsw_leg_together():
     named = sorted(sorted(CLICK[i] for i in g) for g in groups)
     assert named == [["bm25-v1"], ["hybrid-bm25-v1", "rrf-v1"], ["hybrid-v1", "vector-v1"], ["vector-exact-v1"]]
     assert [len(g) for g in groups] == [2, 2, 1, 1], "the biggest lane first"
+
+
+def test_evaluate_writes_the_reports_of_the_stored_runs_when_another_strategy_fails(engine, demo_kb, capsys,
+                                                                                     tmp_path, monkeypatch):
+    from rag_pipeline.cli import main
+
+    real = click.evaluate_dataset
+
+    def failing(engine, dataset, strategy, **kwargs):  # a fault injected into one strategy, in its process
+        if strategy.version == "vector-v1":
+            raise RetrievalError("case x: retrieval took longer than 60 s (RAG_STATEMENT_TIMEOUT_S)")
+        return real(engine, dataset, strategy, **kwargs)
+
+    monkeypatch.setattr(click, "evaluate_dataset", failing)
+    output = tmp_path / "report.json"
+    capsys.readouterr()
+    rc = main(["evaluate", "--dataset", str(ROOT / "datasets" / "demo.json"), "--strategy", "bm25-v1",
+               "--strategy", "vector-v1", "--strategy", "vector-exact-v1", "--output", str(output), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "RAG_STATEMENT_TIMEOUT_S" in err and "Traceback" not in err
+    assert not (tmp_path / "report-vector-v1.json").exists()
+    for version in ("bm25-v1", "vector-exact-v1"):  # stored, so reported, though another strategy failed
+        written = tmp_path / f"report-{version}.json"
+        assert f"report: {written}" in err, err
+        summary = json.loads(written.read_text(encoding="utf-8"))["summary"]
+        assert (summary["strategy_version"], summary["status"]) == (version, "succeeded")
