@@ -103,8 +103,8 @@ class Settings(BaseSettings):
                           "every core. 1: one strategy after the other in one process.")
     exact_vector_leg: Literal["memory", "sql"] = Field(
         "memory", description="Where an evaluation runs the vector leg of a `vector_search: exact` strategy: "
-                              "`memory` (the knowledge base's vectors loaded once per run, a matrix product per "
-                              "batch) or `sql` (the exact SQL statement, the reference). HNSW strategies always "
+                              "`memory` (the knowledge base's vectors loaded once per run, a float32 matrix "
+                              "product per batch and the candidates it finds scored in float64) or `sql` (the exact SQL statement, the reference). HNSW strategies always "
                               "read the index.")
     keyword_leg: Literal["memory", "sql"] = Field(
         "memory", description="Where an evaluation runs the keyword leg (BM25 or ts_rank_cd): `memory` (the "

@@ -3,7 +3,8 @@
 The same candidates as the SQL exact statement (``sql.VECTOR_LEG_EXACT_SQL``, a strategy with ``vector_search:
 exact``): every searchable vector scored, the top k by (score desc, chunk id asc), ties at the k-th score
 resolved by chunk id. The score is pgvector's expression ``1 - (1 - clamp(cosine similarity))`` evaluated in
-float64 from the stored float32 vectors (one matrix product per batch); pgvector sums in float32, so a score
+float64 from the stored float32 vectors (a float32 matrix product per batch picks each question's candidates,
+which are then scored in float64: :meth:`DenseIndex.top`); pgvector sums in float32, so a score
 differs from the SQL's by about 1e-7 at most, and two chunks closer than that may swap places (a float tie:
 bench/RESULTS.md counts them). Rows are in chunk-id order, so column order is the tie rule's order."""
 
@@ -19,7 +20,7 @@ from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.trace import LegHit, RetrievalError
 
 BLOCK_ROWS = 8192
-"""Vectors scored per matrix product (their float64 copy: 32 MiB at 512 dimensions)."""
+"""(question, chunk) pairs scored exactly at a time (their float64 copies: 64 MiB at 512 dimensions)."""
 
 
 @dataclass(frozen=True)
@@ -60,45 +61,91 @@ class DenseIndex:
             raise ValueError(f"this vector index is of knowledge base {self.knowledge_base_id} and model "
                              f"{self.model!r}, not {knowledge_base_id} and {model!r}")
 
-    def scores(self, query_vectors: np.ndarray) -> np.ndarray:
-        """``(questions, chunks)`` float64 scores: ``1 - cosine distance`` as pgvector computes it."""
-        q = np.asarray(query_vectors, dtype=np.float32)
-        dot = np.empty((len(q), len(self.vectors)))
-        for at in range(0, len(self.vectors), BLOCK_ROWS):  # float64 copies of a block at a time, not of the KB
-            dot[:, at:at + BLOCK_ROWS] = q.astype(np.float64) @ self.vectors[at:at + BLOCK_ROWS].T.astype(np.float64)
-        similarity = dot / np.sqrt(_squared_norms(q)[:, None] * self.norms[None, :])
-        return 1.0 - (1.0 - np.clip(similarity, -1.0, 1.0))
-
     def top(self, query_vectors: np.ndarray, k: int) -> list[list[LegHit]]:
-        """Per question, its top ``k`` by (score desc, chunk id asc)."""
-        scores = self.scores(query_vectors)
-        return [self._top_row(row, k) for row in scores]
+        """Per question, its top ``k`` by (score desc, chunk id asc).
 
-    def _top_row(self, row: np.ndarray, k: int) -> list[LegHit]:
-        row = np.where(np.isnan(row), -np.inf, row)  # a zero vector: pgvector's NaN distance sorts last
-        if len(row) > k:
-            kth = -np.partition(-row, k - 1)[k - 1]
-            keep = np.flatnonzero(row >= kth)
+        One float32 matrix product per batch finds each question's candidates: the chunks whose float32
+        similarity is within :func:`float32_margin` of the question's k-th best. By the error bound of a float32
+        dot product they include the exact top k and every chunk tied with its k-th. Only those are scored
+        exactly (:meth:`pair_scores`, the SQL's expression in float64). A question or chunk whose float32
+        similarity is not finite (a zero vector) is scored exactly as well."""
+        q = np.asarray(query_vectors, dtype=np.float32)
+        n = len(self.vectors)
+        if not len(q):
+            return []
+        everything = np.arange(n)
+        if n <= k:
+            chosen = [everything] * len(q)
         else:
-            keep = np.arange(len(row))
-        order = keep[np.lexsort((keep, -row[keep]))][:k]
-        return list(map(LegHit, self.chunk_ids[order].tolist(), self.document_ids[order].tolist(),
-                        self.document_names[order].tolist(), row[order].tolist()))
+            rough, odd = self._rough_similarity(q)
+            kth = -np.partition(-rough, k - 1, axis=1)[:, k - 1]
+            margin = float32_margin(q.shape[1])
+            chosen = [everything if not np.isfinite(kth[i]) else
+                      np.union1d(np.flatnonzero(row >= kth[i] - margin), odd) if len(odd) else
+                      np.flatnonzero(row >= kth[i] - margin) for i, row in enumerate(rough)]
+        rows = np.repeat(np.arange(len(q)), [len(c) for c in chosen])
+        columns = np.concatenate(chosen) if chosen else np.empty(0, dtype=np.intp)
+        scores = np.split(self.pair_scores(q, rows, columns), np.cumsum([len(c) for c in chosen])[:-1])
+        out = []
+        for cols, row in zip(chosen, scores, strict=True):
+            keep = np.lexsort((cols, -row))[:k]  # cols ascend: chunk-id order
+            out.append(list(map(LegHit, self.chunk_ids[cols[keep]].tolist(), self.document_ids[cols[keep]].tolist(),
+                                self.document_names[cols[keep]].tolist(), row[keep].tolist())))
+        return out
+
+    def _rough_similarity(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(questions, chunks)`` float32 cosine similarities (-inf where not finite), and the columns whose
+        similarity float32 cannot express (a zero vector): those are always scored exactly."""
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            inverse_q = (1.0 / np.sqrt(_squared_norms(q))).astype(np.float32)
+            inverse_v = (1.0 / np.sqrt(self.norms)).astype(np.float32)
+            rough = q @ self.vectors.T
+            rough *= inverse_q[:, None]
+            rough *= inverse_v[None, :]
+        rough[~np.isfinite(rough)] = -np.inf
+        return rough, np.flatnonzero(~np.isfinite(inverse_v))
+
+    def pair_scores(self, query_vectors: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        """float64 scores of question ``rows[i]`` against chunk ``columns[i]``: ``1 - cosine distance`` as pgvector
+        computes it (-inf where undefined: a zero vector, whose NaN distance pgvector sorts last)."""
+        q = np.asarray(query_vectors, dtype=np.float32)
+        q_norms = _squared_norms(q)
+        out = np.empty(len(rows))
+        for at in range(0, len(rows), BLOCK_ROWS):  # float64 copies of a block of pairs at a time
+            r, c = rows[at:at + BLOCK_ROWS], columns[at:at + BLOCK_ROWS]
+            dot = np.einsum("ij,ij->i", q[r].astype(np.float64), self.vectors[c].astype(np.float64))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                similarity = dot / np.sqrt(q_norms[r] * self.norms[c])
+            out[at:at + BLOCK_ROWS] = 1.0 - (1.0 - np.clip(similarity, -1.0, 1.0))
+        out[np.isnan(out)] = -np.inf
+        return out
 
     def chunk_scores(self, query_vectors: np.ndarray, chunk_ids: Sequence[Sequence[str]]) -> list[dict[str, float]]:
         """Per question, ``{chunk id: score}`` of the listed chunks that have a searchable vector (the pool
         completion's look-up, in the leg's own arithmetic)."""
-        out: list[dict[str, float]] = [{} for _ in chunk_ids]
-        wanted = [i for i, ids in enumerate(chunk_ids) if ids]
-        if not wanted:
-            return out
-        scores = self.scores(np.asarray(query_vectors)[wanted])
-        for row, i in zip(scores, wanted, strict=True):
-            ids = np.array(list(chunk_ids[i]), dtype=object)
-            at = np.minimum(np.searchsorted(self.chunk_ids, ids), len(self.chunk_ids) - 1)
-            found = self.chunk_ids[at] == ids
-            out[i] = dict(zip(ids[found].tolist(), row[at[found]].tolist(), strict=True))
-        return out
+        found_ids: list[np.ndarray] = []
+        found_columns: list[np.ndarray] = []
+        for ids in chunk_ids:
+            wanted = np.array(list(ids), dtype=object)
+            at = np.minimum(np.searchsorted(self.chunk_ids, wanted), max(len(self.chunk_ids) - 1, 0))
+            hit = self.chunk_ids[at] == wanted if len(self.chunk_ids) else np.zeros(len(wanted), dtype=bool)
+            found_ids.append(wanted[hit])
+            found_columns.append(at[hit])
+        sizes = [len(c) for c in found_columns]
+        rows = np.repeat(np.arange(len(chunk_ids)), sizes)
+        columns = np.concatenate(found_columns) if found_columns else np.empty(0, dtype=np.intp)
+        scores = np.split(self.pair_scores(query_vectors, rows, columns), np.cumsum(sizes)[:-1]) if sizes else []
+        return [dict(zip(ids.tolist(), row.tolist(), strict=True)) for ids, row in zip(found_ids, scores, strict=True)]
+
+
+def float32_margin(dimension: int) -> float:
+    """How far below a question's k-th float32 similarity a chunk of its exact top k can fall: twice the bound
+    ``gamma_n = n u / (1 - n u)`` (u = 2**-24) on the error of a float32 dot product of length n, in any order of
+    summation, relative to ``|q| |v|`` (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §3.1),
+    with 16 more roundings for the two norm scalings. Twice: the k-th itself may be off by as much."""
+    n = dimension + 16
+    u = float(np.finfo(np.float32).eps) / 2
+    return 2 * n * u / (1 - n * u)
 
 
 def _squared_norms(vectors: np.ndarray) -> np.ndarray:

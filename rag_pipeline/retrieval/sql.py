@@ -30,9 +30,10 @@ SELECT set_config('hnsw.ef_search', CAST(:ef_search AS text), true),
 # the HNSW index delivers the order; :k is the *fetch* limit of retrieval.vector_cut. The inner query walks the KB ×
 # model's partial index alone and checks each visited vector's chunk is searchable by a sub-select (a join makes
 # the planner misestimate and exact-scan a small KB: bench/RESULTS.md, "Vector statement"); the document columns
-# are joined to the k rows afterwards.
+# are joined to the k rows afterwards. The ids are returned as text, the form a hit carries them in.
 VECTOR_LEG_SQL = """
-SELECT q.ord AS query_index, hit.chunk_id, c.document_id, d.original_name AS document_name, hit.score
+SELECT q.ord AS query_index, CAST(hit.chunk_id AS text) AS chunk_id, CAST(c.document_id AS text) AS document_id,
+       d.original_name AS document_name, hit.score
 FROM unnest(CAST(:query_vectors AS vector[])) WITH ORDINALITY AS q(query_vector, ord)
 CROSS JOIN LATERAL (
     SELECT e.chunk_id, 1 - (e.embedding::vector({dim}) <=> q.query_vector) AS score
@@ -51,7 +52,8 @@ JOIN documents d ON d.id = c.document_id
 # The exact search (the fallback when an index scan gave up early): the same rows by a scan of the KB's
 # searchable vectors, ordered by the plain column ``e.embedding``, which no index matches (same distances).
 VECTOR_LEG_EXACT_SQL = """
-SELECT q.ord AS query_index, hit.chunk_id, hit.document_id, hit.document_name, hit.score
+SELECT q.ord AS query_index, CAST(hit.chunk_id AS text) AS chunk_id, CAST(hit.document_id AS text) AS document_id,
+       hit.document_name, hit.score
 FROM unnest(CAST(:query_vectors AS vector[])) WITH ORDINALITY AS q(query_vector, ord)
 CROSS JOIN LATERAL (
     SELECT c.id AS chunk_id, c.document_id, d.original_name AS document_name,

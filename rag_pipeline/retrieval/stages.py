@@ -5,7 +5,6 @@ first-stage rank asc``; every candidate keeps its ``first_stage_rank`` and ``fir
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -85,11 +84,11 @@ def rerank_trace(trace: RetrievalTrace, scores: dict[str, float], rerank: Rerank
     out: list[Candidate] = []
     for index in order:
         c = head[index]
-        out.append(dataclasses.replace(c, rank=len(out) + 1, rerank_score=float(r[index]),
+        out.append(c._replace(rank=len(out) + 1, rerank_score=float(r[index]),
                                        final_score=float(final[index]), first_stage_rank=c.rank,
                                        first_stage_score=c.final_score))
     for c in tail:
-        out.append(dataclasses.replace(c, rank=len(out) + 1, first_stage_rank=c.rank, first_stage_score=c.final_score))
+        out.append(c._replace(rank=len(out) + 1, first_stage_rank=c.rank, first_stage_score=c.final_score))
     return RetrievalTrace(trace.question, out, out[:limit], trace.keyword_targets)
 
 

@@ -138,8 +138,52 @@ def test_the_runs_of_one_process_share_the_loaded_indexes(engine, demo_kb, monke
 
 def test_scoring_in_blocks_gives_the_same_leg(engine, demo, monkeypatch):
     kb_id, questions, vectors, index = demo
-    whole = index.scores(vectors)
+    rows, columns = np.divmod(np.arange(len(questions) * len(index.chunk_ids)), len(index.chunk_ids))
+    whole = index.pair_scores(vectors, rows, columns)
     monkeypatch.setattr(dense_index, "BLOCK_ROWS", 7)  # many blocks, the last one partial
-    assert np.abs(index.scores(vectors) - whole).max() <= 1e-12
+    assert np.array_equal(index.pair_scores(vectors, rows, columns), whole)
     strategy = REGISTRY["vector-exact-v1"].replace(vector_candidate_k=50)
     _assert_equal(*_legs(engine, kb_id, questions, vectors, strategy, index), questions)
+
+
+def _brute_force_top(index: DenseIndex, questions: np.ndarray, k: int) -> list[list[str]]:
+    """Every chunk scored in float64 by one matrix product, the top k by (score desc, chunk id asc): the leg
+    without its float32 preselection."""
+    q = questions.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        similarity = (q @ index.vectors.T.astype(np.float64)) / np.sqrt(
+            (q * q).sum(axis=1)[:, None] * index.norms[None, :])
+    scores = np.nan_to_num(1.0 - (1.0 - np.clip(similarity, -1.0, 1.0)), nan=-np.inf)
+    columns = np.arange(len(index.chunk_ids))
+    return [index.chunk_ids[np.lexsort((columns, -row))[:k]].tolist() for row in scores]
+
+
+@pytest.mark.parametrize(("n", "dimension", "k"), [(4000, 512, 100), (3000, 64, 10), (40, 8, 100)])
+def test_the_float32_preselection_keeps_the_exact_top_k(n, dimension, k):
+    """Near ties on purpose: duplicates, scaled copies, copies nudged by one float32 step, a zero vector; a zero
+    question, a question equal to a chunk. The float32 pass must never drop a chunk of the exact top k."""
+    rng = np.random.default_rng(n)
+    vectors = rng.standard_normal((n, dimension)).astype(np.float32)
+    vectors[1::3] = vectors[0]
+    vectors[2::7] = vectors[5] * 2
+    vectors[4::11] = np.nextafter(vectors[0], np.float32(np.inf))
+    vectors[min(11, n - 1)] = 0
+    ids = np.array([f"{i:036d}" for i in range(n)], dtype=object)
+    index = DenseIndex("kb", "m", vectors, dense_index._squared_norms(vectors), ids, ids, ids)
+    questions = rng.standard_normal((32, dimension)).astype(np.float32)
+    questions[3], questions[4], questions[5] = 0, vectors[0], vectors[5] + np.float32(1e-6)
+    got = [[h.chunk_id for h in hits] for hits in index.top(questions, k)]
+    assert got == _brute_force_top(index, questions, k)
+    assert all(len(hits) == min(k, n) for hits in got)
+
+
+def test_the_margin_bounds_the_float32_error():
+    rng = np.random.default_rng(0)
+    for dimension in (8, 384, 512, 1024):
+        q = rng.standard_normal((16, dimension)).astype(np.float32)
+        v = rng.standard_normal((2000, dimension)).astype(np.float32) * np.float32(1e3)
+        exact = (q.astype(np.float64) @ v.T.astype(np.float64)) / np.sqrt(
+            np.outer((q.astype(np.float64) ** 2).sum(1), (v.astype(np.float64) ** 2).sum(1)))
+        index = DenseIndex("kb", "m", v, dense_index._squared_norms(v), *[np.arange(2000).astype(object)] * 3)
+        rough, _ = index._rough_similarity(q)
+        assert np.abs(rough - exact).max() < dense_index.float32_margin(dimension) / 2

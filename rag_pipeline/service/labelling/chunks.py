@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -105,7 +104,7 @@ def _attached_chunks(conn: sa.Connection, found: attached.AttachedKnowledgeBase,
     with attached.read_only(found) as user:
         [trace] = search_batch(user, found, [search], strategy, [pool], vectors)
     ids = attached.remember(conn, kb, [c.chunk_id for c in trace.candidates])
-    fused = {ids[c.chunk_id]: dataclasses.replace(c, chunk_id=ids[c.chunk_id]) for c in trace.candidates}
+    fused = {ids[c.chunk_id]: c._replace(chunk_id=ids[c.chunk_id]) for c in trace.candidates}
     return _merged(kb.name, str(kb.id), search, None, phrase, fused, attached.chunk_rows(conn, found, list(fused)),
                    limit)
 

@@ -233,7 +233,7 @@ def _attached_traces(conn: sa.Connection, user_kb: attached.AttachedKnowledgeBas
     with attached.read_only(user_kb) as user:
         traces = search_batch(user, user_kb, questions, strategy, [depth] * len(questions), vectors)
     ids = attached.remember(conn, user_kb.kb, sorted({c.chunk_id for t in traces for c in t.candidates}))
-    return [dataclasses.replace(t, candidates=[dataclasses.replace(c, chunk_id=ids[c.chunk_id])
+    return [dataclasses.replace(t, candidates=[c._replace(chunk_id=ids[c.chunk_id])
                                                for c in t.candidates]) for t in traces]
 
 
