@@ -104,8 +104,8 @@ class Settings(BaseSettings):
     exact_vector_leg: Literal["memory", "sql"] = Field(
         "memory", description="Where an evaluation runs the vector leg of a `vector_search: exact` strategy: "
                               "`memory` (the knowledge base's vectors loaded once per run, a float32 matrix "
-                              "product per batch and the candidates it finds scored in float64) or `sql` (the exact SQL statement, the reference). HNSW strategies always "
-                              "read the index.")
+                              "product per batch and the candidates it finds scored in float64) or `sql` (the "
+                              "exact SQL statement, the reference). HNSW strategies always read the index.")
     keyword_leg: Literal["memory", "sql"] = Field(
         "memory", description="Where an evaluation runs the keyword leg (BM25 or ts_rank_cd): `memory` (the "
                               "knowledge base's postings loaded once per run, the same hits and scores as the SQL "

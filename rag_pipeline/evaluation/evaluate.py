@@ -52,6 +52,8 @@ from rag_pipeline.storage.snapshot_readers import SnapshotReaders, check_capacit
 BATCH_SIZE = 64
 TIMING_KEYS = ("embedding_s", "retrieval_wall_s", "retrieval_sql_s", "diagnosis_sql_s", "metrics_s",
                "persistence_s", "total_s")
+PROGRESS_EVERY_S = 0.5
+"""The stored ``cases_done`` of a running run moves at most this often (one commit each)."""
 EXTRA_CONNECTIONS = 3
 """Connections a run holds besides its readers: writes, heartbeat, question-vector store."""
 Progress = Callable[[int, int], None]  # (cases done, cases total)
@@ -245,7 +247,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
         waited, busy = 0.0, 0.0  # the main thread's wait for the readers; the readers' busy seconds
         cases: list[tuple] = []  # the case-result rows, one COPY after the pools'
         chunk_fields: dict[str, bytes] = {}
-        t_loop = time.perf_counter()
+        t_loop = last_progress = time.perf_counter()
         with persistence.candidate_copy(writer) as write_pools:  # the run's pools: one COPY, rows as batches come
             try:
                 for _ in range(readers):
@@ -273,7 +275,9 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                                                        stats))
                     clock.add("candidate_write", _tick(timings, "persistence_s", t) - t)
                     outcome.case_count += len(batch)
-                    run_records.heartbeat(engine, run_id, outcome.case_count)
+                    if time.perf_counter() - last_progress >= PROGRESS_EVERY_S:  # the run's end writes the last
+                        run_records.heartbeat(engine, run_id, outcome.case_count)
+                        last_progress = time.perf_counter()
                     if progress:
                         progress(outcome.case_count, total)
                     if (start // batch_size) % 10 == 9:

@@ -18,6 +18,15 @@ def upsert_version(conn: sa.Connection, *, name: str, knowledge_base: str, conte
         "cases": json.dumps(cases, ensure_ascii=False)}).scalar_one()
 
 
+def touch_version(conn: sa.Connection, *, name: str, knowledge_base: str, content_hash: str) -> object | None:
+    """The id of this stored version, its ``last_seen_at`` moved to now(); None when it is not stored yet (then
+    :func:`upsert_version` sends its cases)."""
+    return conn.execute(sa.text(
+        "UPDATE retrieval_evaluation_datasets SET last_seen_at = now() "
+        "WHERE name = :name AND knowledge_base_name = :kb AND content_hash = :hash RETURNING id"),
+        {"name": name, "kb": knowledge_base, "hash": content_hash}).scalar()
+
+
 def version_by_id(conn: sa.Connection, dataset_id) -> sa.Row | None:
     return conn.execute(sa.text(
         "SELECT name, knowledge_base_name, source_path, content_hash, cases FROM retrieval_evaluation_datasets "

@@ -37,6 +37,10 @@ HTTP_CASE_RESULT_COLUMNS = (*CASE_RESULT_COLUMNS, "latency_ms", "retrieval_error
 def store_dataset(conn: sa.Connection, dataset: Dataset, knowledge_base_name: str) -> object:
     """The id of this dataset version (name, knowledge base, content hash), inserted on first sight; storing the same
     version again moves its ``last_seen_at`` to now() (the latest version of a dataset is the one seen last)."""
+    stored = dataset_queries.touch_version(conn, name=dataset.name, knowledge_base=knowledge_base_name,
+                                           content_hash=dataset.content_hash)
+    if stored is not None:  # every run of a click stores the same version: its cases are sent once
+        return stored
     return dataset_queries.upsert_version(conn, name=dataset.name, knowledge_base=knowledge_base_name,
                                           content_hash=dataset.content_hash, source_path=dataset.source_path,
                                           cases=[c.as_dict() for c in dataset.cases])
