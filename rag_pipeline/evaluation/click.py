@@ -37,6 +37,7 @@ from rag_pipeline.contracts.errors import (
     NotFoundOrInvalidError,
     RagError,
 )
+from rag_pipeline.evaluation import gc_pause
 from rag_pipeline.evaluation.datasets.load import Dataset
 from rag_pipeline.evaluation.evaluate import (
     BATCH_SIZE,
@@ -135,9 +136,10 @@ def evaluate_click(engine: sa.Engine, dataset: Dataset, kb: KnowledgeBaseRef, ru
     workers = processes if processes is not None else click_processes(len(groups))
     if workers > 1 and len(groups) > 1:
         load_leg_indexes(engine, kb, [runs[i].strategy for i in fork], readers=readers, logger=logger)
-        for i, result in _in_processes(engine, dataset, kb, runs, groups, workers, options, progress, logger,
-                                       on_result):
-            results[i] = result
+        with gc_pause.frozen():  # the children share the indexes' pages: their collector leaves them alone
+            for i, result in _in_processes(engine, dataset, kb, runs, groups, workers, options, progress, logger,
+                                           on_result):
+                results[i] = result
     for i in range(len(runs)):
         if results[i] is None:
             here(i)

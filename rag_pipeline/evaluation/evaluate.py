@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import RunCounts, StageTimes
-from rag_pipeline.evaluation import memory_budget, shared_indexes
+from rag_pipeline.evaluation import gc_pause, memory_budget, shared_indexes
 from rag_pipeline.evaluation.datasets.label_check import LabelReport, check_labels, relevant_ids_missing
 from rag_pipeline.evaluation.datasets.load import Dataset, EvaluationCase
 from rag_pipeline.evaluation.datasets.strict_json import DatasetError, DatasetProblem
@@ -248,7 +248,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
         cases: list[tuple] = []  # the case-result rows, one COPY after the pools'
         chunk_fields: dict[str, bytes] = {}
         t_loop = last_progress = time.perf_counter()
-        with persistence.candidate_copy(writer) as write_pools:  # the run's pools: one COPY, rows as batches come
+        with persistence.candidate_copy(writer) as write_pools, gc_pause.frozen():  # the pools: one COPY
             try:
                 for _ in range(readers):
                     submit()
