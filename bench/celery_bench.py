@@ -123,7 +123,7 @@ def click_and_settle(launcher, engine, kb: str, clicks: list[tuple[str, list[str
         time.sleep(0.5)
     quiet = time.perf_counter() - quiet
     meter.mark()
-    begin = time.perf_counter()
+    begin, begin_epoch = time.perf_counter(), time.time()
     runs = [r for dataset_id, strategies in clicks
             for r in launcher.launch_evaluations(engine, kb, dataset_id, strategies).runs]
     summaries = _settle(engine, runs, timeout=3600)
@@ -133,7 +133,11 @@ def click_and_settle(launcher, engine, kb: str, clicks: list[tuple[str, list[str
         raise SystemExit(f"runs failed: {failed}")
     instance = launcher.instance()
     phases = {d: _phases(instance, d) for d in dict.fromkeys(s.dagster_run_id for s in summaries)}
+    enqueued = [e.timestamp for d in phases for e in instance.all_logs(d)
+                if e.dagster_event and e.dagster_event.event_type.name == "RUN_ENQUEUED"]
     return {"settled_s": round(wall, 1), "waited_for_quiet_s": round(quiet, 1), **meter.read(),
+            # the sensor's pickup: from the click to its first Dagster run's RUN_ENQUEUED
+            "click_to_enqueued_s": round(min(enqueued) - begin_epoch, 2) if enqueued else None,
             "dagster_runs": len(phases),
             "workers": sorted({s.worker or "?" for s in summaries}), "phases": phases,
             "sum": {k: round(sum((s.timings or {}).get(k, 0.0) for s in summaries), 1) for k in TIMINGS},

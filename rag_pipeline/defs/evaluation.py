@@ -2,6 +2,7 @@
 the three run assets are one step (one transaction), retried on transient database errors only."""
 
 import contextlib
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -265,14 +266,20 @@ def stored_metadata(engine: sa.Engine, run_id: str, worker: str) -> dict[str, di
     return {key: {**values, "worker": worker} for key, values in md.run_metadata(tables).items()}
 
 
+PROGRESS_LINE_EVERY_S = 1.0
+"""A strategy's progress lines in the run's log are at least this far apart (each is an event-log write)."""
+
+
 def case_progress(context: dg.AssetExecutionContext | dg.OpExecutionContext, version: str):
-    """A progress callback that logs a strategy's cases done, every tenth of them."""
-    step = [0]
+    """A progress callback that logs a strategy's cases done: every tenth of them, at most one line a second, and
+    the last."""
+    step, last = [0], [time.monotonic()]
 
     def progress(done: int, total: int) -> None:
         every = max(1, total // 10)
-        if done == total or done // every != step[0]:
-            step[0] = done // every
+        now = time.monotonic()
+        if done == total or (done // every != step[0] and now - last[0] >= PROGRESS_LINE_EVERY_S):
+            step[0], last[0] = done // every, now
             context.log.info(f"{version}: {done}/{total} cases ({100 * done // max(total, 1)}%)")
 
     return progress
