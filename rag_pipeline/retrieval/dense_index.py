@@ -95,15 +95,22 @@ class DenseIndex:
 
     def _rough_similarity(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(questions, chunks)`` float32 cosine similarities (-inf where not finite), and the columns whose
-        similarity float32 cannot express (a zero vector): those are always scored exactly."""
+        similarity float32 cannot express for some question (a zero vector, or one so long that float32 overflows):
+        those are always scored exactly. A question float32 cannot express is all -inf (scored exactly whole)."""
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             inverse_q = (1.0 / np.sqrt(_squared_norms(q))).astype(np.float32)
             inverse_v = (1.0 / np.sqrt(self.norms)).astype(np.float32)
             rough = q @ self.vectors.T
             rough *= inverse_q[:, None]
             rough *= inverse_v[None, :]
-        rough[~np.isfinite(rough)] = -np.inf
-        return rough, np.flatnonzero(~np.isfinite(inverse_v))
+        bad = ~np.isfinite(rough)
+        if not bad.any():
+            return rough, np.empty(0, dtype=np.intp)
+        comparable = np.isfinite(inverse_q)
+        odd = np.flatnonzero(bad[comparable].any(axis=0))
+        rough[bad] = -np.inf
+        rough[~comparable] = -np.inf
+        return rough, odd
 
     def pair_scores(self, query_vectors: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
         """float64 scores of question ``rows[i]`` against chunk ``columns[i]``: ``1 - cosine distance`` as pgvector

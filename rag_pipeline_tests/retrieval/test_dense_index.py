@@ -160,20 +160,24 @@ def _brute_force_top(index: DenseIndex, questions: np.ndarray, k: int) -> list[l
 
 @pytest.mark.parametrize(("n", "dimension", "k"), [(4000, 512, 100), (3000, 64, 10), (40, 8, 100)])
 def test_the_float32_preselection_keeps_the_exact_top_k(n, dimension, k):
-    """Near ties on purpose: duplicates, scaled copies, copies nudged by one float32 step, a zero vector; a zero
-    question, a question equal to a chunk. The float32 pass must never drop a chunk of the exact top k."""
+    """Near ties on purpose: duplicates, scaled copies, copies nudged by one float32 step, a zero vector, a vector
+    whose float32 products overflow; a zero question, a question equal to a chunk. The float32 pass must never drop
+    a chunk of the exact top k."""
     rng = np.random.default_rng(n)
     vectors = rng.standard_normal((n, dimension)).astype(np.float32)
     vectors[1::3] = vectors[0]
     vectors[2::7] = vectors[5] * 2
     vectors[4::11] = np.nextafter(vectors[0], np.float32(np.inf))
     vectors[min(11, n - 1)] = 0
+    far = rng.standard_normal(dimension).astype(np.float32)
+    vectors[min(13, n - 1)] = far * np.float32(3e37)  # its float32 dot products overflow: scored exactly, kept
     ids = np.array([f"{i:036d}" for i in range(n)], dtype=object)
     index = DenseIndex("kb", "m", vectors, dense_index._squared_norms(vectors), ids, ids, ids)
     questions = rng.standard_normal((32, dimension)).astype(np.float32)
-    questions[3], questions[4], questions[5] = 0, vectors[0], vectors[5] + np.float32(1e-6)
+    questions[3], questions[4], questions[5], questions[6] = 0, vectors[0], vectors[5] + np.float32(1e-6), far
     got = [[h.chunk_id for h in hits] for hits in index.top(questions, k)]
     assert got == _brute_force_top(index, questions, k)
+    assert got[6][0] == ids[min(13, n - 1)], "the vector float32 cannot compare is still found"
     assert all(len(hits) == min(k, n) for hits in got)
 
 
