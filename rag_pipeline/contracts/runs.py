@@ -166,7 +166,8 @@ class RunSummary(Strict, InlineMetrics):
     started_at: str
     finished_at: str | None
     queued_at: str | None
-    cases_done: int = Field(description="Cases evaluated so far (updated per batch); total: `dataset.case_count`.")
+    cases_done: int = Field(description="Cases evaluated so far (updated after a batch, at most every 0.5 s; the "
+                                        "finished run: all); total: `dataset.case_count`.")
 
 
 class RunLinks(BaseModel):
