@@ -7,7 +7,8 @@ Everything is real and fresh: the embedded PostgreSQL listening on 127.0.0.1 wit
 ``dagster-daemon`` per configuration, Celery workers. A click is what the API and the console call
 (:func:`rag_pipeline.service.queued_runs.queue_evaluations`, run by the
 daemon's ``queued_evaluations`` sensor); it is timed from the call to every run row settled, and starts once no
-Dagster run is in progress (the last click's strategy comparison has ended).
+Dagster run is in progress and the last click's strategy comparison, which a run-status sensor launches up to 5 s
+after the click's run, has ended.
 Two shapes per configuration: ``1x8`` (one click of the 8 strategies: one Dagster run, one step, under the
 default launcher; a Dagster run per strategy under Celery, spread over the workers) and ``2x4`` (two clicks at once,
 4 strategies each). Per click: wall seconds, CPU seconds of the PostgreSQL
@@ -135,7 +136,10 @@ def click_and_settle(launcher, engine, kb: str, clicks: list[tuple[str, list[str
     phases = {d: _phases(instance, d) for d in dict.fromkeys(s.dagster_run_id for s in summaries)}
     enqueued = [e.timestamp for d in phases for e in instance.all_logs(d)
                 if e.dagster_event and e.dagster_event.event_type.name == "RUN_ENQUEUED"]
-    return {"settled_s": round(wall, 1), "waited_for_quiet_s": round(quiet, 1), **meter.read(),
+    usage = meter.read()
+    comparisons = _await_comparisons(instance, begin_epoch, len(clicks))
+    return {"settled_s": round(wall, 1), "waited_for_quiet_s": round(quiet, 1), **usage,
+            "comparisons_after": comparisons,
             # the sensor's pickup: from the click to its first Dagster run's RUN_ENQUEUED
             "click_to_enqueued_s": round(min(enqueued) - begin_epoch, 2) if enqueued else None,
             "dagster_runs": len(phases),
@@ -143,6 +147,29 @@ def click_and_settle(launcher, engine, kb: str, clicks: list[tuple[str, list[str
             "sum": {k: round(sum((s.timings or {}).get(k, 0.0) for s in summaries), 1) for k in TIMINGS},
             "metrics": {s.strategy_version: s.metrics.ndcg_at_k for s in summaries},
             "reused": sum((s.question_embeddings or {}).get("reused", 0) for s in summaries)}
+
+
+def _await_comparisons(instance, since_epoch: float, expected: int, timeout_s: float = 20.0) -> dict:
+    """After a click (untimed): wait until the ``compare_strategies`` run(s) its success starts have ended.
+
+    The ``comparison_after_evaluation`` run-status sensor launches them on the daemon's next sensor pass, up to
+    5 s after the click's run ends. Without this wait the next click could start in that gap and share the
+    machine with the comparison's run worker. Gives up after ``timeout_s`` without the expected runs (a comparison
+    that is not ready never comes)."""
+    import datetime
+
+    import dagster as dg
+
+    after = datetime.datetime.fromtimestamp(since_epoch, tz=datetime.UTC)
+    start = time.perf_counter()
+    while True:
+        runs = instance.get_runs(filters=dg.RunsFilter(job_name="compare_strategies", created_after=after))
+        done = len(runs) >= expected and all(r.is_finished for r in runs)
+        if done or (time.perf_counter() - start > timeout_s and all(r.is_finished for r in runs)):
+            return {"runs": len(runs), "waited_s": round(time.perf_counter() - start, 1)}
+        if time.perf_counter() - start > 600:
+            raise SystemExit("compare_strategies runs still in progress after 600 s")
+        time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
