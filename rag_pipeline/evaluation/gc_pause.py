@@ -18,24 +18,32 @@ from contextlib import contextmanager
 ALLOCATIONS = 20_000
 """The first generation's threshold inside a block (CPython's default is 700)."""
 
-_lock = threading.Lock()
-_state: dict = {"depth": 0, "thresholds": gc.get_threshold()}
+class _Pause:
+    """The process's blocks: how deep they nest, and the thresholds the outermost one found."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.thresholds = gc.get_threshold()
+
+
+_pause = _Pause()
 
 
 @contextmanager
 def frozen() -> Iterator[None]:
     """While the block runs, the collector leaves out the objects alive at its start and runs less often."""
-    with _lock:
-        if _state["depth"] == 0:
-            _state["thresholds"] = gc.get_threshold()
+    with _pause.lock:
+        if _pause.depth == 0:
+            _pause.thresholds = gc.get_threshold()
             gc.freeze()
-            gc.set_threshold(max(ALLOCATIONS, _state["thresholds"][0]), *_state["thresholds"][1:])
-        _state["depth"] += 1
+            gc.set_threshold(max(ALLOCATIONS, _pause.thresholds[0]), *_pause.thresholds[1:])
+        _pause.depth += 1
     try:
         yield
     finally:
-        with _lock:
-            _state["depth"] -= 1
-            if _state["depth"] == 0:
+        with _pause.lock:
+            _pause.depth -= 1
+            if _pause.depth == 0:
                 gc.unfreeze()
-                gc.set_threshold(*_state["thresholds"])
+                gc.set_threshold(*_pause.thresholds)

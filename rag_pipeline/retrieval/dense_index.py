@@ -80,9 +80,8 @@ class DenseIndex:
             rough, odd = self._rough_similarity(q)
             kth = -np.partition(-rough, k - 1, axis=1)[:, k - 1]
             margin = float32_margin(q.shape[1])
-            chosen = [everything if not np.isfinite(kth[i]) else
-                      np.union1d(np.flatnonzero(row >= kth[i] - margin), odd) if len(odd) else
-                      np.flatnonzero(row >= kth[i] - margin) for i, row in enumerate(rough)]
+            chosen = [np.union1d(np.flatnonzero(row >= kth[i] - margin), odd) if np.isfinite(kth[i]) else everything
+                      for i, row in enumerate(rough)]
         rows = np.repeat(np.arange(len(q)), [len(c) for c in chosen])
         columns = np.concatenate(chosen) if chosen else np.empty(0, dtype=np.intp)
         scores = np.split(self.pair_scores(q, rows, columns), np.cumsum([len(c) for c in chosen])[:-1])
