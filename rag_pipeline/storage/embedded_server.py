@@ -2,8 +2,8 @@
 
 It listens on a unix socket (and on TCP with ``db start --listen``: :mod:`rag_pipeline.storage.tcp_listener`) and
 runs until ``rag-pipeline db stop``. :func:`start` applies :func:`tuned_settings` (``shared_buffers``: a quarter of
-the memory, at most 1 GB, or ``RAG_PG_SHARED_BUFFERS``) with ``ALTER SYSTEM`` when it boots the server; a running
-server is never restarted."""
+the memory, at most 1 GB, or ``RAG_PG_SHARED_BUFFERS``; ``max_wal_size`` 4 GB, so a large ingestion is not one
+checkpoint every few seconds) with ``ALTER SYSTEM`` when it boots the server; a running server is never restarted."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def tuned_settings() -> dict[str, str]:
     """Server settings for evaluation workloads (see the module docstring)."""
     shared = get_settings().pg_shared_buffers or f"{_shared_buffers_mb()}MB"
     return {"shared_buffers": shared, "effective_cache_size": "4GB", "maintenance_work_mem": "256MB",
-            "work_mem": "16MB"}
+            "work_mem": "16MB", "max_wal_size": "4GB"}
 
 
 def _shared_buffers_mb() -> int:
