@@ -1,8 +1,10 @@
 """Whether a knowledge base's in-memory leg index fits the evaluation's memory budget (``RAG_MEMORY_LEGS_MB``,
 default a quarter of the machine's RAM). An index estimated above it is not loaded: the leg runs its SQL statement,
 which gives the same hits (docs/strategies.md, "Where an evaluation runs each leg"), and the run's log says which
-leg, how big and why. The estimates are the peak bytes of loading an index, measured on SciFact with
-``tracemalloc`` (134 bytes per posting, 12.9 per vector component: bench/RESULTS.md), rounded up."""
+leg, how big and why (and, at info, that an index fits). The estimates are the peak bytes of loading an index,
+measured with ``tracemalloc`` (134 bytes per posting on SciFact; 4.47 per vector component at 1,000,000 × 512, of
+which the float32 matrix is 4 and a block of rows as read 0.2: ``bench/dense_load_bench.py``, bench/RESULTS.md),
+rounded up."""
 
 from __future__ import annotations
 
@@ -13,13 +15,17 @@ import sqlalchemy as sa
 
 from rag_pipeline.retrieval import bm25_sql
 from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.retrieval.dense_index import LOAD_ROWS
 from rag_pipeline.settings import get_settings
 
 POSTING_BYTES = 140
 """Peak bytes per posting while the keyword index loads: the binary rows, the posting and column arrays, the
 BM25 and count matrices, the lexeme and chunk tables."""
-VECTOR_BYTES_PER_VALUE = 13
-"""Peak bytes per vector component while the exact index loads: the binary rows, the float32 matrix, its norms."""
+VECTOR_BYTES_PER_VALUE = 4
+"""Bytes per vector component of the exact index: its float32 matrix (read in blocks into it, not all at once)."""
+VECTOR_ROW_BYTES = 256
+"""Bytes per vector besides its components: its chunk id, document references and norm (the block of rows being
+read adds three copies of its components while it loads)."""
 
 
 def budget_bytes() -> int:
@@ -33,13 +39,18 @@ def keyword_index_bytes(conn: sa.Connection, kb_id) -> int:
 
 def vector_index_bytes(conn: sa.Connection, kb_id, model: str) -> int:
     dimension = retrieval_sql.model_dimension(conn, model) or 0
-    return retrieval_sql.searchable_vectors(conn, kb_id, model) * dimension * VECTOR_BYTES_PER_VALUE
+    vectors = retrieval_sql.searchable_vectors(conn, kb_id, model)
+    # the block being read: its components three times (the driver's rows, their bytes, the joined buffer)
+    block = min(vectors, LOAD_ROWS) * (3 * dimension * VECTOR_BYTES_PER_VALUE + 1024)
+    return vectors * (dimension * VECTOR_BYTES_PER_VALUE + VECTOR_ROW_BYTES) + block
 
 
 def fits(leg: str, need: int, logger: logging.Logger | logging.LoggerAdapter) -> bool:
-    """``need`` bytes within the budget; else logs that ``leg`` runs in SQL and returns False."""
+    """``need`` bytes within the budget (logged at info); else logs that ``leg`` runs in SQL and returns False."""
     budget = budget_bytes()
     if need <= budget:
+        logger.info(f"{leg}: in memory, its index about {need / 2**20:,.1f} MiB to load, within the budget of "
+                    f"{budget / 2**20:,.1f} MiB (RAG_MEMORY_LEGS_MB)")
         return True
     logger.warning(f"{leg}: its in-memory index would take about {need / 2**20:,.1f} MiB, over the budget of "
                    f"{budget / 2**20:,.1f} MiB (RAG_MEMORY_LEGS_MB), so in this run {leg} runs its SQL statement "

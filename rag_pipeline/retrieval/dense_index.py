@@ -21,6 +21,8 @@ from rag_pipeline.retrieval.trace import LegHit, RetrievalError
 
 BLOCK_ROWS = 8192
 """Chunks of one question scored exactly at a time (their float32 rows: 16 MiB at 512 dimensions)."""
+LOAD_ROWS = 16384
+"""Vectors read from the database at a time while loading (32 MiB of binary rows at 512 dimensions)."""
 
 
 @dataclass(frozen=True)
@@ -37,21 +39,37 @@ class DenseIndex:
 
     @classmethod
     def load(cls, conn: sa.Connection, knowledge_base_id, model: str) -> DenseIndex:
-        """Read the KB's searchable vectors of ``model`` on ``conn`` (binary, one row per chunk)."""
+        """Read the KB's searchable vectors of ``model`` on ``conn`` (binary, :data:`LOAD_ROWS` rows at a time, each
+        block converted into a matrix sized by a count first: the peak is about the float32 matrix itself; on a
+        ``conn`` without a snapshot a count that changed meanwhile is still right, only slower)."""
         dimension = retrieval_sql.model_dimension(conn, model)
         if dimension is None:
             raise RetrievalError(f"embedding model {model!r} is not registered in this database")
-        rows = retrieval_sql.searchable_vector_rows(conn, knowledge_base_id, model).all()
-        row_type = np.dtype([("dim", ">i2"), ("unused", ">i2"), ("x", ">f4", (int(dimension),))])
-        data = np.frombuffer(b"".join(bytes(r.data) for r in rows), dtype=row_type)
-        if len(data) and (data["dim"] != dimension).any():
-            raise RetrievalError(f"knowledge base {knowledge_base_id}: a vector of model {model!r} is not "
-                                 f"{dimension}-dimensional")
-        vectors = np.ascontiguousarray(data["x"], dtype=np.float32).reshape(len(rows), int(dimension))
-        return cls(str(knowledge_base_id), model, vectors, _squared_norms(vectors),
-                   np.array([r.chunk_id for r in rows], dtype=object),
-                   np.array([r.document_id for r in rows], dtype=object),
-                   np.array([r.document_name for r in rows], dtype=object))
+        d = int(dimension)
+        row_type = np.dtype([("dim", ">i2"), ("unused", ">i2"), ("x", ">f4", (d,))])
+        vectors = np.empty((retrieval_sql.searchable_vectors(conn, knowledge_base_id, model), d), np.float32)
+        filled = 0
+        chunk_ids: list[str] = []
+        documents: list[tuple[str, str]] = []
+        same: dict[tuple[str, str], tuple[str, str]] = {}  # one (id, name) object per document, not one per chunk
+        result = retrieval_sql.searchable_vector_rows(conn, knowledge_base_id, model, LOAD_ROWS)
+        for rows in result.partitions(LOAD_ROWS):
+            data = np.frombuffer(b"".join(bytes(r.data) for r in rows), dtype=row_type)
+            if (data["dim"] != d).any():
+                raise RetrievalError(f"knowledge base {knowledge_base_id}: a vector of model {model!r} is not "
+                                     f"{dimension}-dimensional")
+            if filled + len(data) > len(vectors):  # more rows than counted (no snapshot): grow
+                vectors = np.concatenate([vectors, np.empty((filled + len(data) - len(vectors), d), np.float32)])
+            vectors[filled:filled + len(data)] = data["x"]  # big-endian to native float32
+            filled += len(data)
+            chunk_ids.extend(r.chunk_id for r in rows)
+            documents.extend(same.setdefault((r.document_id, r.document_name), (r.document_id, r.document_name))
+                             for r in rows)
+        if filled < len(vectors):  # fewer rows than counted (no snapshot)
+            vectors = vectors[:filled].copy()
+        return cls(str(knowledge_base_id), model, vectors, _squared_norms(vectors), np.array(chunk_ids, dtype=object),
+                   np.array([i for i, _ in documents], dtype=object),
+                   np.array([name for _, name in documents], dtype=object))
 
     def fits(self, knowledge_base_id, model: str) -> bool:
         return (self.knowledge_base_id, self.model) == (str(knowledge_base_id), model)
@@ -78,7 +96,7 @@ class DenseIndex:
             chosen = [everything] * len(q)
         else:
             rough, odd = self._rough_similarity(q)
-            kth = -np.partition(-rough, k - 1, axis=1)[:, k - 1]
+            kth = np.partition(rough, n - k, axis=1)[:, n - k]  # the k-th largest (no negated copy of rough)
             margin = float32_margin(q.shape[1])
             chosen = [np.union1d(np.flatnonzero(row >= kth[i] - margin), odd) if np.isfinite(kth[i]) else everything
                       for i, row in enumerate(rough)]

@@ -169,15 +169,17 @@ def searchable_vectors(conn: sa.Connection, kb_id, model: str) -> int:
         f"AND {BASE_FILTERS}"), {"kb": kb_id, "model": model}).scalar_one()
 
 
-def searchable_vector_rows(conn: sa.Connection, kb_id, model: str) -> sa.CursorResult:
+def searchable_vector_rows(conn: sa.Connection, kb_id, model: str, yield_per: int) -> sa.CursorResult:
     """The in-memory exact leg's input (retrieval.dense_index): ``chunk_id, document_id, document_name, data`` of
     the KB's searchable vectors of the model in chunk-id order, ``data`` in pgvector's binary form
-    (``vector_send``: int16 dim, int16 unused, dim big-endian float4)."""
+    (``vector_send``: int16 dim, int16 unused, dim big-endian float4); fetched ``yield_per`` rows at a time
+    (a server-side cursor: ``.partitions(yield_per)`` gives them)."""
     return conn.execute(sa.text(
         "SELECT c.id::text AS chunk_id, c.document_id::text AS document_id, d.original_name AS document_name, "
         "vector_send(e.embedding) AS data FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id "
         "JOIN documents d ON d.id = c.document_id WHERE e.model = :model AND e.knowledge_base_id = :kb "
-        f"AND {BASE_FILTERS} ORDER BY c.id"), {"kb": kb_id, "model": model})
+        f"AND {BASE_FILTERS} ORDER BY c.id"), {"kb": kb_id, "model": model},
+        execution_options={"yield_per": yield_per})
 
 
 def keyword_leg(conn: sa.Connection, statement: str, params: dict) -> sa.CursorResult:

@@ -27,7 +27,12 @@ def test_an_index_over_the_budget_is_not_loaded_and_the_sql_legs_give_the_same_p
                    memory_budget.vector_index_bytes(conn, kb_id, "use-multilingual-v3"))
         assert need > 0
     shared_indexes.clear()
-    in_memory = {v: evaluate_dataset(engine, dataset, REGISTRY[v]) for v in ("hybrid-v1", "vector-exact-v1")}
+    with caplog.at_level(logging.INFO):
+        in_memory = {v: evaluate_dataset(engine, dataset, REGISTRY[v]) for v in ("hybrid-v1", "vector-exact-v1")}
+    said = " ".join(r.getMessage() for r in caplog.records)
+    for leg in ("the keyword leg", "the exact vector leg"):
+        assert f"{leg}: in memory, its index about" in said and "within the budget of" in said, leg
+    caplog.clear()
 
     shared_indexes.clear()
     loaded = shared_indexes.loads["loaded"]

@@ -70,6 +70,23 @@ def test_the_index_holds_every_searchable_vector_in_chunk_id_order(engine, demo)
     assert index.vectors.dtype == np.float32 and index.vectors.shape[0] == count
 
 
+@pytest.mark.parametrize("miscount", [0, -3, 3])
+def test_loading_in_blocks_gives_the_same_index_whatever_the_count_said(engine, demo, monkeypatch, miscount):
+    """Blocks of 7 rows, the last one partial; a count that is off (rows written or removed between the count and
+    the read, on a connection without a snapshot) still gives every row read, in order."""
+    kb_id, _, _, whole = demo
+    monkeypatch.setattr(dense_index, "LOAD_ROWS", 7)
+    counted = dense_index.retrieval_sql.searchable_vectors
+    monkeypatch.setattr(dense_index.retrieval_sql, "searchable_vectors",
+                        lambda *args: counted(*args) + miscount)
+    with engine.connect() as conn:
+        index = DenseIndex.load(conn, kb_id, whole.model)
+    assert len(index.vectors) == len(whole.vectors) > 7 and index.vectors.flags.c_contiguous
+    assert np.array_equal(index.vectors, whole.vectors) and np.array_equal(index.norms, whole.norms)
+    for field in ("chunk_ids", "document_ids", "document_names"):
+        assert list(getattr(index, field)) == list(getattr(whole, field)), field
+
+
 @pytest.mark.parametrize("k", [1, 10, 100, 10_000])
 def test_memory_leg_equals_the_sql_exact_statement(engine, demo, k):
     kb_id, questions, vectors, index = demo
