@@ -185,8 +185,14 @@ def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Seque
             now = time.perf_counter()
             clock.add("diagnosis", now - t_search)
             return _BatchResult(traces, reasons, labels, t_search - t, now - t_search, clock, now - t_task)
-    except (StatementTimeout, sa.exc.OperationalError) as exc:
-        if not isinstance(exc, StatementTimeout) and not is_statement_timeout(exc):
+    except StatementTimeout as exc:
+        if exc.whole_scan:  # every question of the batch takes as long: no culprit to name
+            cases = f"case {batch[0].case_id}" if len(batch) == 1 else \
+                f"the batch of {len(batch)} cases {batch[0].case_id} … {batch[-1].case_id}"
+            raise RetrievalError(f"{cases}: {exc}") from None
+        raise RetrievalError(f"{_cases_label(batch)}: {statement_timeout_message()}") from None
+    except sa.exc.OperationalError as exc:
+        if not is_statement_timeout(exc):
             raise
         raise RetrievalError(f"{_cases_label(batch)}: {statement_timeout_message()}") from None
 

@@ -65,11 +65,18 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
     retrieval_sql.set_statement_timeout(conn, max(1, round(get_settings().statement_timeout_s * 1000)))
     complete = strategy.complete_pool and strategy.vector_candidate_k > 0 and strategy.keyword_candidate_k > 0
     done: list[dict] = [{} for _ in queries]
+    if strategy.vector_search != "exact":
+        vector_index = None
+    exact_scan = bool(strategy.vector_candidate_k) and strategy.vector_search == "exact" and vector_index is None
     try:
-        if strategy.vector_search != "exact":
-            vector_index = None
-        with timed(clock if strategy.vector_candidate_k else None, "vector_leg"):
-            vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors, vector_index, leg_cache)
+        try:
+            with timed(clock if strategy.vector_candidate_k else None, "vector_leg"):
+                vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors, vector_index,
+                                                   leg_cache)
+        except sa.exc.OperationalError as exc:
+            if exact_scan and is_statement_timeout(exc):
+                raise StatementTimeout(exact_scan_timeout_message(len(queries)), whole_scan=True) from None
+            raise
         leg_targets = stages.completion_targets(vector_hits, targets) if complete else targets
         with timed(clock if strategy.keyword_candidate_k else None, "keyword_leg"):
             keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, leg_targets, keyword_index)
@@ -96,7 +103,12 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
 
 
 class StatementTimeout(RetrievalError):  # noqa: N818 - reads as the event it reports
-    """A retrieval statement ran longer than ``RAG_STATEMENT_TIMEOUT_S`` (a hostile or huge question)."""
+    """A retrieval statement ran longer than ``RAG_STATEMENT_TIMEOUT_S``: a hostile or huge question, or
+    (``whole_scan``) the SQL exact vector leg, which reads every vector of the knowledge base for each question."""
+
+    def __init__(self, message: str, *, whole_scan: bool = False):
+        super().__init__(message)
+        self.whole_scan = whole_scan
 
 
 def is_statement_timeout(exc: BaseException) -> bool:
@@ -109,6 +121,14 @@ def is_statement_timeout(exc: BaseException) -> bool:
 def statement_timeout_message() -> str:
     return (f"retrieval took longer than {get_settings().statement_timeout_s:g} s (RAG_STATEMENT_TIMEOUT_S); "
             "shorten the question or raise RAG_STATEMENT_TIMEOUT_S")
+
+
+def exact_scan_timeout_message(questions: int) -> str:
+    return (f"the exact vector leg's SQL statement for {questions} question(s) took longer than "
+            f"{get_settings().statement_timeout_s:g} s (RAG_STATEMENT_TIMEOUT_S): it reads every vector of the "
+            "knowledge base for each question. Let the leg run in memory (RAG_EXACT_VECTOR_LEG=memory, the default, "
+            "with RAG_MEMORY_LEGS_MB above the estimate the run logged), raise RAG_STATEMENT_TIMEOUT_S, or use a "
+            "smaller --batch-size")
 
 
 def _check_limits(limits: Sequence[int] | None, n: int, default: int) -> list[int]:

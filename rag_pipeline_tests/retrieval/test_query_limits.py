@@ -141,6 +141,37 @@ def test_a_statement_over_the_timeout_is_a_clear_retrieval_error(engine, kb, mon
     assert str(exc.value).startswith("retrieval took longer than 0.001 s (RAG_STATEMENT_TIMEOUT_S)")
 
 
+@pytest.fixture
+def chunk_embeddings_locked(engine, kb):
+    """Another session holds ACCESS EXCLUSIVE on ``chunk_embeddings``: a vector leg's statement waits until its
+    statement timeout, whatever the machine."""
+    other = sa.create_engine(engine.url, poolclass=NullPool)
+    try:
+        with other.connect() as conn, conn.begin():
+            conn.execute(sa.text("SET LOCAL lock_timeout = '30s'"))
+            conn.execute(sa.text("LOCK TABLE chunk_embeddings IN ACCESS EXCLUSIVE MODE"))
+            yield
+    finally:
+        other.dispose()
+
+
+@pytest.mark.parametrize(("version", "whole_scan"), [("vector-exact-v1", True), ("vector-v1", False)])
+def test_a_vector_leg_over_the_timeout_says_whether_it_was_the_exact_scan(engine, kb, monkeypatch,
+                                                                          chunk_embeddings_locked, version,
+                                                                          whole_scan):
+    kb_id, _ = kb
+    monkeypatch.setenv("RAG_STATEMENT_TIMEOUT_S", "0.001")
+    with engine.connect() as conn, pytest.raises(StatementTimeout) as exc:
+        hybrid_search_with_trace(conn, knowledge_base_id=kb_id, query="basebackup", strategy=get_strategy(version))
+    assert exc.value.whole_scan is whole_scan
+    if whole_scan:  # the SQL exact leg reads every vector for each question: the question is not the cause
+        assert str(exc.value).startswith("the exact vector leg's SQL statement for 1 question(s) took longer than "
+                                         "0.001 s (RAG_STATEMENT_TIMEOUT_S)")
+        assert "RAG_MEMORY_LEGS_MB" in str(exc.value) and "shorten the question" not in str(exc.value)
+    else:
+        assert str(exc.value).startswith("retrieval took longer than 0.001 s (RAG_STATEMENT_TIMEOUT_S)")
+
+
 def test_an_evaluation_over_the_timeout_fails_naming_the_case(engine, kb, tmp_path, monkeypatch, capsys,
                                                                chunk_terms_locked):
     _, chunks = kb
