@@ -3,7 +3,7 @@ default a quarter of the machine's RAM). An index estimated above it is not load
 which gives the same hits (docs/strategies.md, "Where an evaluation runs each leg"), and the run's log says which
 leg, how big and why (and, at info, that an index fits). The estimates are the peak bytes of loading an index,
 measured with ``tracemalloc`` (134 bytes per posting on SciFact; 4.47 per vector component at 1,000,000 × 512, of
-which the float32 matrix is 4 and a block of rows as read 0.2: ``bench/dense_load_bench.py``, bench/RESULTS.md),
+which the float32 matrix is 4 and a block of rows as read 0.2: ``bench/leg_load_bench.py``, bench/RESULTS.md),
 rounded up."""
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ from rag_pipeline.retrieval.trace import LegHit
 
 _UUID = np.dtype([("hi", ">u8"), ("lo", ">u8")])  # a uuid's 16 bytes as two big-endian integers: same order
 _POSTING = np.dtype([("hi", ">u8"), ("lo", ">u8"), ("tf", ">i4")])
+POSTING_ROWS = 64
+"""Lexemes (rows of their postings) read from the database at a time while loading."""
 
 
 def _columns(keys: np.ndarray, postings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,8 +108,9 @@ class Bm25Index:
         ranges = _lexeme_ranges(terms, parts if borrow is not None else 1)
 
         def read(conn: sa.Connection, first: str | None, after: str | None) -> list:
-            result = bm25_sql.postings(conn, knowledge_base_id, first, after)
-            return [(term_row[r.lexeme], r.n, r.data) for r in result if r.lexeme in term_row]
+            result = bm25_sql.postings(conn, knowledge_base_id, first, after, POSTING_ROWS)
+            return [(term_row[r.lexeme], r.n, r.data) for part in result.partitions(POSTING_ROWS) for r in part
+                    if r.lexeme in term_row]
 
         def read_borrowed(first: str | None, after: str | None) -> list:
             assert borrow is not None, "only ranges beyond the first are borrowed"
@@ -120,15 +123,30 @@ class Bm25Index:
         rows.sort()  # by matrix row: the CSR rows are then built in place
         postings = np.frombuffer(b"".join(r[2] for r in rows), dtype=_POSTING)
         term = np.repeat(np.array([r[0] for r in rows], dtype=np.int64), [r[1] for r in rows])
+        del rows  # each array below is freed once it has been used: the peak is a few arrays of the postings
         keys = np.frombuffer(b"".join(bytes(c.key) for c in chunks), dtype=_UUID)  # uuid order = (hi, lo) order
         col, found = _columns(keys, postings)
-        term, col, tf = term[found], col[found], postings["tf"][found].astype(np.float64)
-        idf = np.array([t.idf for t in terms], dtype=np.float64)[term]
-        dl = np.array([c.token_count for c in chunks], dtype=np.float64)[col]
-        k1, b = float(k1), float(b)
-        # bm25_sql's expression, same operand order: idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
-        weight = idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / float(kb.avgdl or 1.0)))
+        everything = bool(found.all())  # the usual case: every posting's chunk is searchable, nothing to select
+        tf = (postings["tf"] if everything else postings["tf"][found]).astype(np.float64)
+        del postings
+        if not everything:
+            term, col = term[found], col[found]
         indptr = np.concatenate(([0], np.cumsum(np.bincount(term, minlength=len(terms)))))
+        weight = np.array([t.idf for t in terms], dtype=np.float64)[term]
+        del term
+        denominator = np.array([c.token_count for c in chunks], dtype=np.float64)[col]
+        k1, b = float(k1), float(b)
+        # bm25_sql's expression, in place in the same order of operations (the same bits):
+        # idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+        np.multiply(denominator, b, out=denominator)
+        np.divide(denominator, float(kb.avgdl or 1.0), out=denominator)
+        np.add(denominator, 1.0 - b, out=denominator)
+        np.multiply(denominator, k1, out=denominator)
+        np.add(denominator, tf, out=denominator)
+        np.multiply(weight, tf, out=weight)
+        np.multiply(weight, k1 + 1.0, out=weight)
+        np.divide(weight, denominator, out=weight)
+        del denominator
         matrix = sp.csr_array((weight, col, indptr), shape=(len(terms), len(chunks)))
         counts = sp.csr_array((tf.astype(np.int64), col, indptr), shape=(len(terms), len(chunks)))
         return cls(str(knowledge_base_id), k1, b, matrix, term_row,

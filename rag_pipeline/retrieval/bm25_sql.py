@@ -181,9 +181,12 @@ def searchable_postings(conn: sa.Connection, kb_id) -> int:
                                     "WHERE knowledge_base_id = :kb"), {"kb": kb_id}).scalar_one())
 
 
-def postings(conn: sa.Connection, kb_id, first: str | None, after: str | None) -> sa.CursorResult:
-    """The KB's postings of the lexemes in ``[first, after)``, one row per lexeme (see :data:`_POSTINGS_SQL`)."""
-    return conn.execute(sa.text(_POSTINGS_SQL), {"kb": kb_id, "first": first, "after": after})
+def postings(conn: sa.Connection, kb_id, first: str | None, after: str | None,
+             yield_per: int) -> sa.CursorResult:
+    """The KB's postings of the lexemes in ``[first, after)``, one row per lexeme (see :data:`_POSTINGS_SQL`), from a
+    server-side cursor, ``.partitions(yield_per)`` (the driver does not hold the whole range beside the rows)."""
+    return conn.execute(sa.text(_POSTINGS_SQL), {"kb": kb_id, "first": first, "after": after},
+                        execution_options={"yield_per": yield_per})
 
 
 def query_lexemes(conn: sa.Connection, cfg: str, query_texts: Sequence[str]) -> sa.CursorResult:
