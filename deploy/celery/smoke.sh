@@ -145,7 +145,7 @@ for w in w1 w2; do  # a worker writes nothing in its working directory; what it 
 done
 
 log "kill -9 of the worker running a long run; a relaunch on the other worker"
-$API longer "$ROOT/datasets/demo.json" 20 "$WORK/demo-long.json"
+$API longer "$ROOT/datasets/demo.json" 40 "$WORK/demo-long.json"
 RUNS="$($API evaluate "$BASE" demo demo-long "$WORK/demo-long.json" hybrid-v1)"
 LONG="$($API first "$RUNS")"
 VICTIM="$($API running "$BASE" 240 "$LONG")"

@@ -130,9 +130,12 @@ def ids(ids_json: str) -> None:
 
 
 def longer(dataset_file: str, times: str, out: str) -> None:
+    """The dataset's cases ``times`` over, each copy's questions worded apart (a copy of a question would be served
+    from the run's caches at no cost, and the run would end before anyone could catch it running)."""
     with open(dataset_file, encoding="utf-8") as handle:
         data = json.load(handle)
-    data["cases"] = [dict(case, case_id=f"{case['case_id']}-{i}") for i in range(int(times)) for case in data["cases"]]
+    data["cases"] = [dict(case, case_id=f"{case['case_id']}-{i}", question=f"{case['question']} ({i})")
+                     for i in range(int(times)) for case in data["cases"]]
     with open(out, "w", encoding="utf-8") as handle:
         json.dump(data, handle)
 
