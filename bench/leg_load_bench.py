@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rag_pipeline.evaluation import memory_budget
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
 from rag_pipeline.retrieval import bm25_sql
 from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.dense_index import DenseIndex
@@ -34,8 +35,7 @@ READERS = 2
 def measure(engine: sa.Engine, knowledge_base: str, leg: str, model: str = DEFAULT_MODEL) -> dict:
     """``leg``: ``vector`` (``model``'s exact index) or ``keyword`` (BM25, k1 0.9, b 0.4)."""
     with snapshot_readers(engine, READERS) as readers, readers.borrow() as conn:
-        kb_id = conn.execute(sa.text("SELECT id FROM knowledge_bases WHERE name = :n"),
-                             {"n": knowledge_base}).scalar_one()
+        kb_id = resolve_knowledge_base(conn, knowledge_base).id
         if leg == "vector":
             estimate, units = memory_budget.vector_index_bytes(conn, kb_id, model), "component"
         else:
@@ -66,7 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from rag_pipeline.storage.engine import get_engine
 
-    r = measure(get_engine(), args.knowledge_base, args.leg, args.model)
+    try:
+        return _run(get_engine(), args)
+    except KnowledgeBaseError as exc:
+        raise SystemExit(f"{Path(__file__).name}: {exc}") from None
+
+
+def _run(engine: sa.Engine, args: argparse.Namespace) -> int:
+    r = measure(engine, args.knowledge_base, args.leg, args.model)
     print(f"{args.knowledge_base}, {r['leg']} leg: {r['count']:,} {r['units']}s: load {r['load_s']:.1f} s "
           f"(tracemalloc on), peak {r['peak_mib']:,.1f} MiB ({r['peak_bytes_per_unit']:.2f} B/{r['units']}), "
           f"kept {r['kept_mib']:,.1f} MiB ({r['kept_bytes_per_unit']:.2f} B/{r['units']}), budget estimate "

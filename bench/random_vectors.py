@@ -25,6 +25,7 @@ from pgvector.psycopg import register_vector
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL, get_embedder
+from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
 from rag_pipeline.knowledge_base.queries import vectors
 from rag_pipeline.storage.engine import driver_connection, ensure_embedding_model
 
@@ -36,8 +37,7 @@ def add_random_vectors(engine: sa.Engine, knowledge_base: str, model: str, seed:
     real = get_embedder(model)  # the registered name, dimension and backend label
     rng = np.random.default_rng(seed + 2_000_003)
     with engine.begin() as conn:
-        kb_id = conn.execute(sa.text("SELECT id FROM knowledge_bases WHERE name = :n"),
-                             {"n": knowledge_base}).scalar_one()
+        kb_id = resolve_knowledge_base(conn, knowledge_base).id
         ensure_embedding_model(conn, real.name, real.dimension, real.backend)
         ids = [row.id for row in vectors.chunks_without_vector(conn, kb_id, real.name)]
         raw = driver_connection(conn)
@@ -62,8 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from rag_pipeline.storage.engine import get_engine
 
+    try:
+        return _run(get_engine(), args)
+    except KnowledgeBaseError as exc:
+        raise SystemExit(f"{Path(__file__).name}: {exc}") from None
+
+
+def _run(engine: sa.Engine, args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    n = add_random_vectors(get_engine(), args.knowledge_base, args.model, args.seed)
+    n = add_random_vectors(engine, args.knowledge_base, args.model, args.seed)
     print(f"SYNTHETIC {args.knowledge_base}: {n:,} random {args.model} vectors in {time.perf_counter() - t0:.1f} s "
           "(no HNSW index)")
     return 0

@@ -185,25 +185,24 @@ def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Seque
             now = time.perf_counter()
             clock.add("diagnosis", now - t_search)
             return _BatchResult(traces, reasons, labels, t_search - t, now - t_search, clock, now - t_task)
-    except StatementTimeout as exc:
-        if exc.whole_scan:  # every question of the batch takes as long: no culprit to name
-            cases = f"case {batch[0].case_id}" if len(batch) == 1 else \
-                f"the batch of {len(batch)} cases {batch[0].case_id} … {batch[-1].case_id}"
-            raise RetrievalError(f"{cases}: {exc}") from None
-        raise RetrievalError(f"{_cases_label(batch)}: {statement_timeout_message()}") from None
-    except sa.exc.OperationalError as exc:
-        if not is_statement_timeout(exc):
+    except (StatementTimeout, sa.exc.OperationalError) as exc:
+        if not isinstance(exc, StatementTimeout) and not is_statement_timeout(exc):
             raise
+        if isinstance(exc, StatementTimeout) and exc.whole_scan:  # every question takes as long: no culprit
+            raise RetrievalError(f"{_cases_label(batch, culprit=False)}: {exc}") from None
         raise RetrievalError(f"{_cases_label(batch)}: {statement_timeout_message()}") from None
 
 
-def _cases_label(batch: Sequence[EvaluationCase]) -> str:
-    """``case <id>``; in a batch, the case of the longest question (the likely culprit) and the batch's ends."""
-    longest = max(batch, key=lambda c: len(c.question))
+def _cases_label(batch: Sequence[EvaluationCase], *, culprit: bool = True) -> str:
+    """``case <id>``; in a batch, the case of the longest question (the likely culprit) and the batch's ends, or
+    (``culprit=False``) the batch's ends alone."""
     if len(batch) == 1:
-        return f"case {longest.case_id}"
-    return (f"case {longest.case_id} (the longest question of the batch of {len(batch)} cases "
-            f"{batch[0].case_id} … {batch[-1].case_id})")
+        return f"case {batch[0].case_id}"
+    ends = f"the batch of {len(batch)} cases {batch[0].case_id} … {batch[-1].case_id}"
+    if not culprit:
+        return ends
+    longest = max(batch, key=lambda c: len(c.question))
+    return f"case {longest.case_id} (the longest question of {ends})"
 
 
 def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: EvaluationOutcome,

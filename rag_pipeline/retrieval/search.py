@@ -67,16 +67,12 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
     done: list[dict] = [{} for _ in queries]
     if strategy.vector_search != "exact":
         vector_index = None
-    exact_scan = bool(strategy.vector_candidate_k) and strategy.vector_search == "exact" and vector_index is None
+    # the SQL exact vector leg reads every vector for each question: a timeout there is the scan, not the question
+    scanning = bool(strategy.vector_candidate_k) and strategy.vector_search == "exact" and vector_index is None
     try:
-        try:
-            with timed(clock if strategy.vector_candidate_k else None, "vector_leg"):
-                vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors, vector_index,
-                                                   leg_cache)
-        except sa.exc.OperationalError as exc:
-            if exact_scan and is_statement_timeout(exc):
-                raise StatementTimeout(exact_scan_timeout_message(len(queries)), whole_scan=True) from None
-            raise
+        with timed(clock if strategy.vector_candidate_k else None, "vector_leg"):
+            vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors, vector_index, leg_cache)
+        scanning = False
         leg_targets = stages.completion_targets(vector_hits, targets) if complete else targets
         with timed(clock if strategy.keyword_candidate_k else None, "keyword_leg"):
             keyword_hits, keyword_targets = _keyword_leg(conn, kb, queries, strategy, leg_targets, keyword_index)
@@ -94,9 +90,11 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
             with timed(clock, "rerank"):
                 traces = stages.rerank_batch(conn, kb, strategy.version, strategy.rerank, traces, limits)
     except sa.exc.OperationalError as exc:
-        if is_statement_timeout(exc):
-            raise StatementTimeout(statement_timeout_message()) from None
-        raise
+        if not is_statement_timeout(exc):
+            raise
+        if scanning:
+            raise StatementTimeout(exact_scan_timeout_message(len(queries)), whole_scan=True) from None
+        raise StatementTimeout(statement_timeout_message()) from None
     for trace, found in zip(traces, keyword_targets, strict=True):
         trace.keyword_targets.update(found)
     return traces

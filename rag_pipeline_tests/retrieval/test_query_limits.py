@@ -4,9 +4,11 @@ question order, the same for ts_rank_cd and BM25), and every retrieval statement
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import time
+from types import SimpleNamespace
 
 import pytest
 import sqlalchemy as sa
@@ -119,18 +121,25 @@ def test_a_hostile_question_searches_like_its_first_64_words(engine, kb, version
     print(f"{version}: hostile {t_hostile * 1000:.1f} ms, its first 64 words {t_short * 1000:.1f} ms")
 
 
-@pytest.fixture
-def chunk_terms_locked(engine, kb):
-    """Another session holds ACCESS EXCLUSIVE on ``chunk_terms`` (read by the BM25 leg only): a BM25 statement
-    waits until its statement timeout, deterministically, however fast the machine."""
+@contextlib.contextmanager
+def _locked(engine, table: str):
+    """Another session holds ACCESS EXCLUSIVE on ``table``: a statement reading it waits until its statement
+    timeout, deterministically, however fast the machine."""
     other = sa.create_engine(engine.url, poolclass=NullPool)
     try:
         with other.connect() as conn, conn.begin():
             conn.execute(sa.text("SET LOCAL lock_timeout = '30s'"))
-            conn.execute(sa.text("LOCK TABLE chunk_terms IN ACCESS EXCLUSIVE MODE"))
+            conn.execute(sa.text(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))  # a constant of this module
             yield
     finally:
         other.dispose()
+
+
+@pytest.fixture
+def chunk_terms_locked(engine, kb):
+    """``chunk_terms`` locked (read by the BM25 leg only)."""
+    with _locked(engine, "chunk_terms"):
+        yield
 
 
 def test_a_statement_over_the_timeout_is_a_clear_retrieval_error(engine, kb, monkeypatch, chunk_terms_locked):
@@ -143,16 +152,9 @@ def test_a_statement_over_the_timeout_is_a_clear_retrieval_error(engine, kb, mon
 
 @pytest.fixture
 def chunk_embeddings_locked(engine, kb):
-    """Another session holds ACCESS EXCLUSIVE on ``chunk_embeddings``: a vector leg's statement waits until its
-    statement timeout, whatever the machine."""
-    other = sa.create_engine(engine.url, poolclass=NullPool)
-    try:
-        with other.connect() as conn, conn.begin():
-            conn.execute(sa.text("SET LOCAL lock_timeout = '30s'"))
-            conn.execute(sa.text("LOCK TABLE chunk_embeddings IN ACCESS EXCLUSIVE MODE"))
-            yield
-    finally:
-        other.dispose()
+    """``chunk_embeddings`` locked (read by every vector leg)."""
+    with _locked(engine, "chunk_embeddings"):
+        yield
 
 
 @pytest.mark.parametrize(("version", "whole_scan"), [("vector-exact-v1", True), ("vector-v1", False)])
@@ -191,3 +193,10 @@ def test_an_evaluation_over_the_timeout_fails_naming_the_case(engine, kb, tmp_pa
     assert run.status == "failed"
     assert run.error.startswith("RetrievalError: case backup-001: retrieval took longer than 0.001 s")
     assert run_rows(engine, run.id) == (0, 0)
+
+
+def test_a_timeout_names_the_longest_question_or_for_a_whole_scan_the_batch():
+    batch = [SimpleNamespace(case_id=f"c{i}", question="q" * n) for i, n in enumerate((3, 9, 5))]
+    assert runner._cases_label(batch) == "case c1 (the longest question of the batch of 3 cases c0 … c2)"
+    assert runner._cases_label(batch, culprit=False) == "the batch of 3 cases c0 … c2"
+    assert runner._cases_label(batch[:1]) == runner._cases_label(batch[:1], culprit=False) == "case c0"
