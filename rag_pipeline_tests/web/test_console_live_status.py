@@ -77,6 +77,9 @@ def test_the_history_says_what_the_live_table_says(server, engine, browser, stor
         page.wait_for_function(f"document.querySelector('{selector}')?.textContent === 'running'", timeout=20_000)
         history = f'#run-history tr[data-run="{first.run_id}"] .badge'
         page.wait_for_function(f"document.querySelector('{history}')?.textContent === 'running'", timeout=5_000)
+        # the two runs changed in two commits: a refresh between them shows the first running, the second queued
+        refused = f'#run-history tr[data-run="{second.run_id}"] .badge'
+        page.wait_for_function(f"document.querySelector('{refused}')?.textContent === 'failed'", timeout=5_000)
         assert _badge(page, "#run-history", second.run_id) == "failed"
         failed = page.locator(f'#run-history tr[data-run="{second.run_id}"] .run-error').inner_text()
         assert failed == "submitting the Dagster run failed: no such job"
