@@ -8,14 +8,13 @@ models, and the text search mode: the same version is the same chunks, term stat
 changes in the same transaction) and the index's own parameters (model; k1, b). The file is named by a digest of
 that key and of :data:`FORMAT`; the key is stored inside and compared when read, and a file that cannot be read as
 such an index is ignored (and replaced). Arrays only: ``numpy.load(allow_pickle=False)``. Written whole or not at all
-(:func:`~rag_pipeline.storage.files.write_atomic`); at most ``RAG_INDEX_CACHE_MB`` of files stay, the least
+(:func:`~rag_pipeline.storage.files.atomic_output`); at most ``RAG_INDEX_CACHE_MB`` of files stay, the least
 recently used go first; ``RAG_INDEX_CACHE_MB=0`` turns it off. The folder: ``<project>/.rag_pipeline/index-cache``;
 without a project (no ``RAG_PROJECT_ROOT``, no checkout: a worker in an empty directory) no files are kept."""
 
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import zipfile
@@ -29,7 +28,7 @@ import scipy.sparse as sp
 from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.dense_index import DenseIndex
 from rag_pipeline.settings import get_settings, index_cache_dir
-from rag_pipeline.storage.files import FileWriteError, write_atomic
+from rag_pipeline.storage.files import FileWriteError, atomic_output
 
 FORMAT = "rag-leg-index-v1"
 log = logging.getLogger(__name__)
@@ -67,23 +66,30 @@ def read(key: Hashable) -> Bm25Index | DenseIndex | None:
 
 def write(key: Hashable, index: Bm25Index | DenseIndex) -> None:
     """Keep ``index`` on disk under ``key`` (best effort: a folder that cannot be written only costs the next
-    process the SQL), then trim the folder to the budget."""
+    process the SQL), then trim the folder to the budget. The arrays are streamed into the file, not built up in
+    memory first (at 1,000,000 vectors that copy alone was 2 GB); an index larger than the whole budget is not
+    written, and the log says so."""
     budget = budget_bytes()
     if budget <= 0:
         return
-    arrays = _arrays(index)
-    buffer = io.BytesIO()
-    fields: dict[str, Any] = {"format": np.array(FORMAT), "key": np.array(repr(key)), **arrays}
-    np.savez(buffer, allow_pickle=False, **fields)
-    data = buffer.getvalue()
-    if len(data) > budget:
+    arrays: dict[str, Any] = {"format": np.array(FORMAT), "key": np.array(repr(key)), **_arrays(index)}
+    size = file_bytes(arrays)
+    if size > budget:
+        log.info(f"leg index ({size / 2**20:,.1f} MiB) not kept on disk: larger than RAG_INDEX_CACHE_MB "
+                 f"({budget / 2**20:,.0f} MiB); the next process reads it from the database again")
         return
     try:
-        write_atomic(path_of(key), data, parents=True)
+        with atomic_output(path_of(key), binary=True, parents=True) as handle:
+            np.savez(handle, allow_pickle=False, **arrays)
     except FileWriteError as exc:
         log.info(f"leg index not kept on disk: {exc}")
         return
     _trim(path_of(key).parent, budget)
+
+
+def file_bytes(arrays: dict[str, np.ndarray]) -> int:
+    """The size of the ``.npz`` file of ``arrays``, to the array headers and zip entries (under 1 KiB each)."""
+    return sum(a.nbytes + 1024 for a in arrays.values())
 
 
 def _arrays(index: Bm25Index | DenseIndex) -> dict[str, np.ndarray]:

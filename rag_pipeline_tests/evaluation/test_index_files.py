@@ -146,3 +146,43 @@ def test_without_a_project_folder_no_file_is_kept(engine, demo_kb, monkeypatch):
     [(key, _)] = shared_indexes._kept.items()
     assert index_files.read(key) is None
     shared_indexes.clear()
+
+
+def _dense_index(rows: int, dimension: int = 512) -> DenseIndex:
+    """An index of ``rows`` random unit vectors (the writer's arrays, not a search: any values will do)."""
+    vectors = np.random.default_rng(7).standard_normal((rows, dimension), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = np.array([f"{i:08x}-0000-4000-8000-000000000000" for i in range(rows)], dtype=object)
+    return DenseIndex("kb", "use-multilingual-v3", vectors, (vectors.astype(np.float64) ** 2).sum(axis=1), ids,
+                      ids.copy(), np.array(["doc.txt"] * rows, dtype=object))
+
+
+def test_a_file_is_streamed_to_disk_not_built_in_memory_first(cache, monkeypatch):
+    import tracemalloc
+
+    monkeypatch.setenv("RAG_INDEX_CACHE_MB", "512")
+    index = _dense_index(60_000)  # 117 MiB of vectors; the writer's own buffers are about 16 MiB and the ids' text
+    key = ("vectors", "kb", "0" * 64, "use-multilingual-v3")
+    tracemalloc.start()
+    try:
+        index_files.write(key, index)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    size = index_files.path_of(key).stat().st_size
+    assert size > index.vectors.nbytes
+    assert peak < index.vectors.nbytes / 2, f"writing took {peak / 2**20:.1f} MiB for a {size / 2**20:.1f} MiB file"
+    _same(index, index_files.read(key))
+    arrays = {"format": np.array(index_files.FORMAT), "key": np.array(repr(key)), **index_files._arrays(index)}
+    assert size <= index_files.file_bytes(arrays) <= size + 64 * 1024, "the size is known before writing"
+
+
+def test_an_index_larger_than_the_budget_is_not_written_and_the_log_says_so(cache, monkeypatch, caplog):
+    monkeypatch.setenv("RAG_INDEX_CACHE_MB", "1")
+    index = _dense_index(1_000)  # 2 MiB of vectors
+    key = ("vectors", "kb", "1" * 64, "use-multilingual-v3")
+    with caplog.at_level("INFO", logger=index_files.__name__):
+        index_files.write(key, index)
+    assert not index_files.path_of(key).exists() and not list(cache.glob("*"))
+    [message] = [r.getMessage() for r in caplog.records]
+    assert "not kept on disk: larger than RAG_INDEX_CACHE_MB (1 MiB)" in message, message
