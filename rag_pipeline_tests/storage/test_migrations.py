@@ -319,3 +319,29 @@ def test_the_schema_has_one_column_per_metric() -> None:
         assert [c.name for c in table.columns if c.name in METRIC_NAMES] == list(METRIC_NAMES)
     for table in (answer_models.AnswerRunRow.__table__, answer_models.AnswerCaseResultRow.__table__):
         assert tuple(c.name for c in table.columns if c.name in ANSWER_METRIC_NAMES) == ANSWER_METRIC_NAMES
+
+
+def test_a_vector_is_stored_in_its_row_unless_it_is_too_large_for_a_page(engine, demo_kb) -> None:
+    """``toast_tuple_target`` (0016): the demo's 512-dimensional vectors are in their rows (with the
+    default 2 KB target the 512-d ones were in the TOAST table); a 3,072-dimensional one still goes out of line."""
+    stored = sa.text("SELECT vector_dims(e.embedding) AS dims, pg_column_toast_chunk_id(e.embedding) IS NOT NULL AS "
+                     "out_of_line FROM chunk_embeddings e JOIN knowledge_bases k ON k.id = e.knowledge_base_id "
+                     "WHERE k.name = :kb")
+    with engine.connect() as conn:
+        rows = conn.execute(stored, {"kb": demo_kb}).all()
+    assert 512 in {r.dims for r in rows}
+    assert not [r for r in rows if r.out_of_line]
+    with engine.connect() as conn:  # rolled back
+        conn.execute(sa.text("INSERT INTO embedding_models (name, dimension, backend) "
+                             "VALUES ('toast-test-3072', 3072, 'toast-test')"))
+        conn.execute(sa.text(
+            "INSERT INTO chunk_embeddings (chunk_id, model, knowledge_base_id, embedding) "
+            "SELECT c.id, 'toast-test-3072', c.knowledge_base_id, "
+            "       (SELECT array_agg(i::real / 3072) FROM generate_series(1, 3072) AS i)::vector "
+            "FROM document_chunks c JOIN knowledge_bases k ON k.id = c.knowledge_base_id "
+            "WHERE k.name = :kb LIMIT 1"), {"kb": demo_kb})
+        out_of_line = conn.execute(sa.text(
+            "SELECT pg_column_toast_chunk_id(embedding) IS NOT NULL FROM chunk_embeddings "
+            "WHERE model = 'toast-test-3072'")).scalar_one()
+        conn.rollback()
+    assert out_of_line, "a vector larger than a page's row goes to the TOAST table"
