@@ -71,10 +71,12 @@ def child(dataset: Path, strategies: list[str]) -> int:
     from rag_pipeline.storage.engine import get_engine
 
     engine = get_engine()
-    t = time.perf_counter()
+    server = _server_cpu()
+    t, cpu, pg = time.perf_counter(), time.process_time(), server()
     plan = evaluations.plan_evaluation(engine, dataset, strategies)
     outcomes = evaluations.evaluate(engine, plan)
     wall = time.perf_counter() - t
+    cpu, pg = time.process_time() - cpu, server() - pg
     runs = []
     with engine.connect() as conn:
         for o in outcomes:
@@ -82,8 +84,34 @@ def child(dataset: Path, strategies: list[str]) -> int:
             runs.append({"strategy": o.strategy_version, "run_id": o.run_id, "cases": o.case_count,
                          "candidates": o.candidate_count, "stages": o.stages.model_dump() if o.stages else None,
                          "digest": f"{digest.candidates[:12]}/{digest.cases[:12]}"})
-    print(json.dumps({"wall_s": wall, "runs": runs}))
+    print(json.dumps({"wall_s": wall, "process_cpu_s": cpu, "postgres_cpu_s": pg, "runs": runs}))
     return 0
+
+
+def _server_cpu():
+    """A function giving the CPU seconds of the embedded PostgreSQL server so far (postmaster, live backends and the
+    backends it has reaped); NaN-free: 0.0 throughout for a server that is not this machine's embedded one."""
+    import psutil
+
+    from rag_pipeline.settings import pgdata_dir
+
+    try:
+        postmaster = psutil.Process(int((Path(pgdata_dir()) / "postmaster.pid").read_text().split()[0]))
+    except (OSError, ValueError, psutil.Error):
+        return lambda: 0.0
+
+    def total() -> float:
+        t = postmaster.cpu_times()
+        seconds = t.user + t.system + t.children_user + t.children_system
+        for backend in postmaster.children():
+            try:
+                c = backend.cpu_times()
+                seconds += c.user + c.system
+            except psutil.NoSuchProcess:
+                pass
+        return seconds
+
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
             raise SystemExit(f"click {i + 1} failed (exit {proc.returncode})")
         clicks.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        print(f"click {i + 1}: {clicks[-1]['wall_s']:.2f} s, load {os.getloadavg()[0]:.1f}")
+        c = clicks[-1]
+        print(f"click {i + 1}: {c['wall_s']:.2f} s, CPU s: this process {c['process_cpu_s']:.2f}, PostgreSQL "
+              f"{c['postgres_cpu_s']:.2f}; load {os.getloadavg()[0]:.1f}")
     keys = [k for k in clicks[0]["runs"][0]["stages"] if k != "wall_s"] + ["wall_s"]
     summed = {k: statistics.median(sum(r["stages"][k] for r in c["runs"]) for c in clicks) for k in keys}
     print(f"\nper stage, summed over the click's {len(strategies)} runs (median of {len(clicks)} clicks):")
