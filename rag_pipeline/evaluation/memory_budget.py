@@ -22,7 +22,8 @@ POSTING_BYTES = 140
 """Peak bytes per posting while the keyword index loads: the binary rows, the posting and column arrays, the
 BM25 and count matrices, the lexeme and chunk tables."""
 VECTOR_BYTES_PER_VALUE = 4
-"""Bytes per vector component of the exact index: its float32 matrix (read in blocks into it, not all at once)."""
+"""Bytes per vector component of the exact index: its float32 matrix (filled block by block from a binary COPY,
+not read all at once)."""
 VECTOR_ROW_BYTES = 256
 """Bytes per vector besides its components: its chunk id, document references and norm (the block of rows being
 read adds three copies of its components while it loads)."""

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from rag_pipeline.retrieval import sql as retrieval_sql
 from rag_pipeline.retrieval.trace import LegHit, RetrievalError
+from rag_pipeline.storage.engine import BINARY_COPY_SIGNATURE
 
 BLOCK_ROWS = 8192
 """Chunks of one question scored exactly at a time (their float32 rows: 16 MiB at 512 dimensions)."""
@@ -39,37 +40,38 @@ class DenseIndex:
 
     @classmethod
     def load(cls, conn: sa.Connection, knowledge_base_id, model: str) -> DenseIndex:
-        """Read the KB's searchable vectors of ``model`` on ``conn`` (binary, :data:`LOAD_ROWS` rows at a time, each
-        block converted into a matrix sized by a count first: the peak is about the float32 matrix itself; on a
-        ``conn`` without a snapshot a count that changed meanwhile is still right, only slower)."""
+        """Read the KB's searchable vectors of ``model`` on ``conn``: their chunks in chunk-id order first (no
+        vectors), then every vector by binary COPY, :data:`LOAD_ROWS` rows at a time, each put in its chunk's row of
+        the float32 matrix (the peak is about the matrix itself). A vector whose chunk is not searchable is
+        skipped; on a ``conn`` without a snapshot, a chunk whose vector went between the two statements is
+        dropped."""
         dimension = retrieval_sql.model_dimension(conn, model)
         if dimension is None:
             raise RetrievalError(f"embedding model {model!r} is not registered in this database")
         d = int(dimension)
-        row_type = np.dtype([("dim", ">i2"), ("unused", ">i2"), ("x", ">f4", (d,))])
-        vectors = np.empty((retrieval_sql.searchable_vectors(conn, knowledge_base_id, model), d), np.float32)
-        filled = 0
         chunk_ids: list[str] = []
         documents: list[tuple[str, str]] = []
         same: dict[tuple[str, str], tuple[str, str]] = {}  # one (id, name) object per document, not one per chunk
-        result = retrieval_sql.searchable_vector_rows(conn, knowledge_base_id, model, LOAD_ROWS)
-        for rows in result.partitions(LOAD_ROWS):
-            data = np.frombuffer(b"".join(bytes(r.data) for r in rows), dtype=row_type)
-            if (data["dim"] != d).any():
-                raise RetrievalError(f"knowledge base {knowledge_base_id}: a vector of model {model!r} is not "
-                                     f"{dimension}-dimensional")
-            if filled + len(data) > len(vectors):  # more rows than counted (no snapshot): grow
-                vectors = np.concatenate([vectors, np.empty((filled + len(data) - len(vectors), d), np.float32)])
-            vectors[filled:filled + len(data)] = data["x"]  # big-endian to native float32
-            filled += len(data)
-            chunk_ids.extend(r.chunk_id for r in rows)
-            documents.extend(same.setdefault((r.document_id, r.document_name), (r.document_id, r.document_name))
-                             for r in rows)
-        if filled < len(vectors):  # fewer rows than counted (no snapshot)
-            vectors = vectors[:filled].copy()
-        return cls(str(knowledge_base_id), model, vectors, _squared_norms(vectors), np.array(chunk_ids, dtype=object),
-                   np.array([i for i, _ in documents], dtype=object),
-                   np.array([name for _, name in documents], dtype=object))
+        for r in retrieval_sql.searchable_vector_chunks(conn, knowledge_base_id, model):
+            chunk_ids.append(r.chunk_id)
+            documents.append(same.setdefault((r.document_id, r.document_name), (r.document_id, r.document_name)))
+        keys = np.array(chunk_ids, dtype="S36")
+        if len(keys) > 1 and not (keys[:-1] < keys[1:]).all():  # pragma: no cover - uuid order is its text's order
+            raise RetrievalError(f"knowledge base {knowledge_base_id}: chunk ids not in increasing order")
+        vectors = np.empty((len(keys), d), np.float32)
+        filled = np.zeros(len(keys), dtype=bool)
+        reader = _CopyRows(d, lambda rows: _place(rows, keys, vectors, filled, knowledge_base_id, model))
+        for data in retrieval_sql.vector_copy(conn, knowledge_base_id, model):
+            reader.feed(data)
+        reader.end(knowledge_base_id)
+        ids, document_ids, document_names = (np.array(chunk_ids, dtype=object),
+                                             np.array([i for i, _ in documents], dtype=object),
+                                             np.array([name for _, name in documents], dtype=object))
+        if not filled.all():  # listed without a vector (no snapshot): not searchable after all
+            vectors, ids, document_ids, document_names = (a[filled] for a in (vectors, ids, document_ids,
+                                                                                document_names))
+        return cls(str(knowledge_base_id), model, vectors, _squared_norms(vectors), ids, document_ids,
+                   document_names)
 
     def fits(self, knowledge_base_id, model: str) -> bool:
         return (self.knowledge_base_id, self.model) == (str(knowledge_base_id), model)
@@ -180,3 +182,65 @@ def float32_margin(dimension: int) -> float:
 
 def _squared_norms(vectors: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64)
+
+
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_UUID_DIGITS = np.array([*range(8), *range(9, 13), *range(14, 18), *range(19, 23), *range(24, 36)])
+"""The positions of a canonical uuid text's 32 hex digits (the others are dashes)."""
+
+
+class _CopyRows:
+    """Binary COPY rows ``(uuid, vector)`` of dimension ``d`` from data blocks of any size: every
+    :data:`LOAD_ROWS` whole rows go to ``take`` as one structured array (big-endian, as sent)."""
+
+    def __init__(self, d: int, take):
+        self.row = np.dtype([("fields", ">i2"), ("id_size", ">i4"), ("id", "u1", (16,)), ("vector_size", ">i4"),
+                             ("dim", ">i2"), ("unused", ">i2"), ("x", ">f4", (d,))])
+        self.d, self.take, self.buffer, self.header = d, take, bytearray(), True
+
+    def feed(self, data) -> None:
+        self.buffer += data
+        if self.header:
+            if len(self.buffer) < 19:
+                return
+            if bytes(self.buffer[:11]) != BINARY_COPY_SIGNATURE:
+                raise RetrievalError("the vectors' COPY data does not start with the binary COPY signature")
+            skip = 19 + int.from_bytes(self.buffer[15:19], "big")
+            if len(self.buffer) < skip:
+                return
+            del self.buffer[:skip]
+            self.header = False
+        if len(self.buffer) >= LOAD_ROWS * self.row.itemsize:
+            self._rows()
+
+    def _rows(self) -> None:
+        whole = len(self.buffer) // self.row.itemsize
+        if whole:
+            self.take(np.frombuffer(self.buffer, dtype=self.row, count=whole))  # a view, released on return
+            del self.buffer[:whole * self.row.itemsize]
+
+    def end(self, knowledge_base_id) -> None:
+        """The last rows; what is left must be the trailer (int16 -1)."""
+        self._rows()
+        if self.header or bytes(self.buffer) != b"\xff\xff":
+            where = "before its header" if self.header else "out of step with its rows"
+            raise RetrievalError(f"knowledge base {knowledge_base_id}: the vectors' data from the database ended "
+                                 f"{where} ({len(self.buffer)} bytes left)")
+
+
+def _place(rows: np.ndarray, keys: np.ndarray, vectors: np.ndarray, filled: np.ndarray, knowledge_base_id,
+           model: str) -> None:
+    """Put each COPY row's vector in the row of its chunk id in ``keys`` (sorted uuid texts); skip the others."""
+    d = vectors.shape[1]
+    if ((rows["fields"] != 2) | (rows["id_size"] != 16) | (rows["vector_size"] != 4 + 4 * d)
+            | (rows["dim"] != d)).any():
+        raise RetrievalError(f"knowledge base {knowledge_base_id}: a vector of model {model!r} is not "
+                             f"{d}-dimensional")
+    raw = rows["id"]
+    text = np.full((len(rows), 36), ord("-"), dtype=np.uint8)
+    text[:, _UUID_DIGITS] = np.stack([_HEX[raw >> 4], _HEX[raw & 15]], axis=2).reshape(len(rows), 32)
+    ids = text.view("S36").ravel()
+    at = np.minimum(np.searchsorted(keys, ids), max(len(keys) - 1, 0))
+    found = keys[at] == ids if len(keys) else np.zeros(len(ids), dtype=bool)
+    vectors[at[found]] = rows["x"][found]  # big-endian to native float32
+    filled[at[found]] = True

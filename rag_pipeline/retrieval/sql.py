@@ -7,10 +7,13 @@ match the partial HNSW index for it to be used."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base import textsearch
 from rag_pipeline.knowledge_base.queries.documents import SEARCHABLE_DOCUMENT_SQL
+from rag_pipeline.storage.engine import driver_connection
 from rag_pipeline.storage.queries import MODEL_DIMENSION_SQL, model_dimension  # noqa: F401 - the legs' dimension
 
 BASE_FILTERS = f"""c.knowledge_base_id = :kb
@@ -169,17 +172,30 @@ def searchable_vectors(conn: sa.Connection, kb_id, model: str) -> int:
         f"AND {BASE_FILTERS}"), {"kb": kb_id, "model": model}).scalar_one()
 
 
-def searchable_vector_rows(conn: sa.Connection, kb_id, model: str, yield_per: int) -> sa.CursorResult:
-    """The in-memory exact leg's input (retrieval.dense_index): ``chunk_id, document_id, document_name, data`` of
-    the KB's searchable vectors of the model in chunk-id order, ``data`` in pgvector's binary form
-    (``vector_send``: int16 dim, int16 unused, dim big-endian float4); fetched ``yield_per`` rows at a time
-    (a server-side cursor: ``.partitions(yield_per)`` gives them)."""
+def searchable_vector_chunks(conn: sa.Connection, kb_id, model: str) -> Sequence[sa.Row]:
+    """``chunk_id, document_id, document_name`` of the KB's searchable vectors of the model, in chunk-id order: the
+    in-memory exact leg's rows (retrieval.dense_index), whose vectors :func:`vector_copy` streams."""
     return conn.execute(sa.text(
-        "SELECT c.id::text AS chunk_id, c.document_id::text AS document_id, d.original_name AS document_name, "
-        "vector_send(e.embedding) AS data FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id "
+        "SELECT c.id::text AS chunk_id, c.document_id::text AS document_id, d.original_name AS document_name "
+        "FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id "
         "JOIN documents d ON d.id = c.document_id WHERE e.model = :model AND e.knowledge_base_id = :kb "
-        f"AND {BASE_FILTERS} ORDER BY c.id"), {"kb": kb_id, "model": model},
-        execution_options={"yield_per": yield_per})
+        f"AND {BASE_FILTERS} ORDER BY c.id"), {"kb": kb_id, "model": model}).all()
+
+
+# Every vector of the KB × model as ``COPY ... (FORMAT BINARY)`` rows (uuid, vector): in the table's order, unsorted
+# and unjoined, so the server streams them as it reads them. psycopg binds the two values client-side (COPY takes
+# no server-side parameters).
+VECTOR_COPY_SQL = """
+COPY (SELECT e.chunk_id, e.embedding FROM chunk_embeddings e
+      WHERE e.model = %(model)s AND e.knowledge_base_id = %(kb)s) TO STDOUT (FORMAT BINARY)
+"""
+
+
+def vector_copy(conn: sa.Connection, kb_id, model: str) -> Iterator[bytes | bytearray | memoryview]:
+    """The binary COPY data of :data:`VECTOR_COPY_SQL` on ``conn``'s transaction, as the server sends it."""
+    with driver_connection(conn).cursor() as cursor, cursor.copy(VECTOR_COPY_SQL,
+                                                                {"kb": str(kb_id), "model": model}) as copy:
+        yield from copy
 
 
 def keyword_leg(conn: sa.Connection, statement: str, params: dict) -> sa.CursorResult:

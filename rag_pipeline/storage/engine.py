@@ -118,6 +118,11 @@ DEFAULT_POOL_SIZE = 5
 _ENGINES: list[Engine] = []
 
 
+BINARY_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+"""The first 11 bytes of ``COPY ... (FORMAT BINARY)`` data; an int32 of flags and an int32 header extension length
+follow, then the rows, then the trailer int16 -1."""
+
+
 def driver_connection(conn: sa.Connection) -> psycopg.Connection:
     """The psycopg 3 connection of the transaction ``conn`` (for COPY and pgvector's adapters)."""
     raw = conn.connection.driver_connection

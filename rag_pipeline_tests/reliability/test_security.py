@@ -380,7 +380,7 @@ VETTED_QUERY_MODULE_SPLICES = {
     **{("retrieval/sql.py", func, expr): why for func, expr, why in (
         ("<module>", "_TSQUERY", _CONSTANT), ("<module>", "_TS_RANK_CD_MATCHES", _CONSTANT),
         ("<module>", "BASE_FILTERS", _CONSTANT), ("searchable_vectors", "BASE_FILTERS", _CONSTANT),
-        ("searchable_vector_rows", "BASE_FILTERS", _CONSTANT),
+        ("searchable_vector_chunks", "BASE_FILTERS", _CONSTANT),
         ("vector_leg_sql", "dim=int(dimension)", "an int from embedding_models (must match the HNSW index expression)"),
         ("vector_leg_sql", "filters=BASE_FILTERS", _CONSTANT),
         ("stored_vector_scores", "dim=int(dimension)", "an int from embedding_models (a type modifier cannot be a "

@@ -6,6 +6,7 @@ Equal means: the same candidates in the same order (score desc, then chunk id as
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -70,21 +71,69 @@ def test_the_index_holds_every_searchable_vector_in_chunk_id_order(engine, demo)
     assert index.vectors.dtype == np.float32 and index.vectors.shape[0] == count
 
 
-@pytest.mark.parametrize("miscount", [0, -3, 3])
-def test_loading_in_blocks_gives_the_same_index_whatever_the_count_said(engine, demo, monkeypatch, miscount):
-    """Blocks of 7 rows, the last one partial; a count that is off (rows written or removed between the count and
-    the read, on a connection without a snapshot) still gives every row read, in order."""
+def _same_index(index: DenseIndex, whole: DenseIndex, rows=slice(None)) -> None:
+    assert index.vectors.flags.c_contiguous and index.vectors.dtype == np.float32
+    assert np.array_equal(index.vectors, whole.vectors[rows]) and np.array_equal(index.norms, whole.norms[rows])
+    for field in ("chunk_ids", "document_ids", "document_names"):
+        assert list(getattr(index, field)) == list(getattr(whole, field)[rows]), field
+
+
+def test_the_vectors_are_the_stored_ones_bit_for_bit(engine, demo):
+    """The binary COPY read against pgvector's own Python adapter reading the column."""
+    from pgvector.psycopg import register_vector
+
+    from rag_pipeline.storage.engine import driver_connection
+
+    kb_id, _, _, index = demo
+    with engine.connect() as conn:
+        raw = driver_connection(conn)
+        register_vector(raw)
+        stored = dict(raw.execute("SELECT chunk_id::text, embedding FROM chunk_embeddings WHERE knowledge_base_id = "
+                                  "%s AND model = %s", (str(kb_id), index.model)).fetchall())
+    assert np.array_equal(index.vectors, np.stack([stored[c].to_numpy() for c in index.chunk_ids]))
+
+
+@pytest.mark.parametrize("block", [1, 7, 4099])
+def test_any_split_of_the_copy_data_gives_the_same_index(engine, demo, monkeypatch, block):
+    """Blocks of 7 rows, the last one partial; the server's data cut anywhere (inside the header, a row, the
+    trailer)."""
     kb_id, _, _, whole = demo
     monkeypatch.setattr(dense_index, "LOAD_ROWS", 7)
-    counted = dense_index.retrieval_sql.searchable_vectors
-    monkeypatch.setattr(dense_index.retrieval_sql, "searchable_vectors",
-                        lambda *args: counted(*args) + miscount)
+    sent = dense_index.retrieval_sql.vector_copy
+
+    def resplit(*args):
+        data = b"".join(bytes(d) for d in sent(*args))
+        return (data[i:i + block] for i in range(0, len(data), block))
+
+    monkeypatch.setattr(dense_index.retrieval_sql, "vector_copy", resplit)
     with engine.connect() as conn:
         index = DenseIndex.load(conn, kb_id, whole.model)
-    assert len(index.vectors) == len(whole.vectors) > 7 and index.vectors.flags.c_contiguous
-    assert np.array_equal(index.vectors, whole.vectors) and np.array_equal(index.norms, whole.norms)
-    for field in ("chunk_ids", "document_ids", "document_names"):
-        assert list(getattr(index, field)) == list(getattr(whole, field)), field
+    assert len(index.vectors) > 7
+    _same_index(index, whole)
+
+
+def test_data_cut_short_is_an_error(engine, demo, monkeypatch):
+    kb_id, _, _, whole = demo
+    sent = dense_index.retrieval_sql.vector_copy
+    monkeypatch.setattr(dense_index.retrieval_sql, "vector_copy",
+                        lambda *args: [b"".join(bytes(d) for d in sent(*args))[:-1]])
+    with engine.connect() as conn, pytest.raises(dense_index.RetrievalError, match="out of step with its rows"):
+        DenseIndex.load(conn, kb_id, whole.model)
+
+
+def test_chunks_and_vectors_read_apart_keep_only_what_both_have(engine, demo, monkeypatch):
+    """On a connection without a snapshot the chunk list and the COPY may disagree: a vector whose chunk is not
+    listed is skipped, a listed chunk without a vector is dropped."""
+    kb_id, _, _, whole = demo
+    listed = dense_index.retrieval_sql.searchable_vector_chunks
+    gone = {1, 2, len(whole.chunk_ids) - 1}
+    ghost = SimpleNamespace(chunk_id="ffffffff-ffff-4fff-bfff-ffffffffffff", document_id=whole.document_ids[0],
+                            document_name="ghost.txt")
+    monkeypatch.setattr(dense_index.retrieval_sql, "searchable_vector_chunks",
+                        lambda *args: [r for i, r in enumerate(listed(*args)) if i not in gone] + [ghost])
+    with engine.connect() as conn:
+        index = DenseIndex.load(conn, kb_id, whole.model)
+    _same_index(index, whole, [i for i in range(len(whole.chunk_ids)) if i not in gone])
 
 
 @pytest.mark.parametrize("k", [1, 10, 100, 10_000])

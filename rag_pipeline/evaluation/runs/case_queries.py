@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from rag_pipeline.contracts.metrics import Metrics
 from rag_pipeline.contracts.reports import CaseOverview, CaseReport
 from rag_pipeline.evaluation.metrics import METRIC_NAMES
+from rag_pipeline.storage.engine import BINARY_COPY_SIGNATURE
 
 UNANSWERABLE_REASON = ("unanswerable case (\"answerable\": false): no chunk is relevant, so no retrieval metric is "
                        "defined; left out of the run's averages (docs/design.md §12.1)")
@@ -42,7 +43,7 @@ def copy_into(conn: sa.Connection, table: str, columns: Sequence[str],
         yield write
 
 
-_BINARY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)  # PostgreSQL's binary COPY header
+_BINARY_HEADER = BINARY_COPY_SIGNATURE + struct.pack(">ii", 0, 0)  # no flags, no header extension
 _BINARY_TRAILER = struct.pack(">h", -1)
 
 
@@ -56,7 +57,7 @@ def copy_binary(conn: sa.Connection, table: str, columns: Sequence[str]) -> Iter
     if raw is None:
         raise RuntimeError("COPY needs a checked-out DBAPI connection")
     with raw.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT BINARY)") as copy:
-        copy.write(_BINARY_SIGNATURE)
+        copy.write(_BINARY_HEADER)
         yield copy.write
         copy.write(_BINARY_TRAILER)
 
