@@ -68,15 +68,16 @@ def write(key: Hashable, index: Bm25Index | DenseIndex) -> None:
     """Keep ``index`` on disk under ``key`` (best effort: a folder that cannot be written only costs the next
     process the SQL), then trim the folder to the budget. The arrays are streamed into the file, not built up in
     memory first (at 1,000,000 vectors that copy alone was 2 GB); an index larger than the whole budget is not
-    written, and the log says so."""
+    written, and a warning says so."""
     budget = budget_bytes()
     if budget <= 0:
         return
     arrays: dict[str, Any] = {"format": np.array(FORMAT), "key": np.array(repr(key)), **_arrays(index)}
     size = file_bytes(arrays)
     if size > budget:
-        log.info(f"leg index ({size / 2**20:,.1f} MiB) not kept on disk: larger than RAG_INDEX_CACHE_MB "
-                 f"({budget / 2**20:,.0f} MiB); the next process reads it from the database again")
+        log.warning(f"leg index ({size / 2**20:,.1f} MiB) not kept on disk: larger than RAG_INDEX_CACHE_MB "
+                    f"({budget / 2**20:,.0f} MiB), so the next process reads it from the database again (raise "
+                    "RAG_INDEX_CACHE_MB above its size to keep it)")
         return
     try:
         with atomic_output(path_of(key), binary=True, parents=True) as handle:
