@@ -7,7 +7,7 @@ match the partial HNSW index for it to be used."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import sqlalchemy as sa
 
@@ -172,14 +172,14 @@ def searchable_vectors(conn: sa.Connection, kb_id, model: str) -> int:
         f"AND {BASE_FILTERS}"), {"kb": kb_id, "model": model}).scalar_one()
 
 
-def searchable_vector_chunks(conn: sa.Connection, kb_id, model: str) -> Sequence[sa.Row]:
+def searchable_vector_chunks(conn: sa.Connection, kb_id, model: str) -> sa.CursorResult:
     """``chunk_id, document_id, document_name`` of the KB's searchable vectors of the model, in chunk-id order: the
     in-memory exact leg's rows (retrieval.dense_index), whose vectors :func:`vector_copy` streams."""
     return conn.execute(sa.text(
         "SELECT c.id::text AS chunk_id, c.document_id::text AS document_id, d.original_name AS document_name "
         "FROM chunk_embeddings e JOIN document_chunks c ON c.id = e.chunk_id "
         "JOIN documents d ON d.id = c.document_id WHERE e.model = :model AND e.knowledge_base_id = :kb "
-        f"AND {BASE_FILTERS} ORDER BY c.id"), {"kb": kb_id, "model": model}).all()
+        f"AND {BASE_FILTERS} ORDER BY c.id"), {"kb": kb_id, "model": model})
 
 
 # Every vector of the KB × model as ``COPY ... (FORMAT BINARY)`` rows (uuid, vector): in the table's order, unsorted
