@@ -106,11 +106,30 @@ def check_dagster_storage() -> None:
     raise DagsterStorageNotConfigured(problem)
 
 
+DUPLICATE_OBJECT = "42710"
+"""PostgreSQL's ``duplicate_object``: ``type "runs" already exists`` when another process created Dagster's table
+between this one's two catalog checks (dagster-postgres retries ``duplicate_table`` and unique violations only)."""
+CREATE_ATTEMPTS = 3
+
+
 class RagPostgresStorage(DagsterPostgresStorage):
-    """Dagster's PostgreSQL storage; ``dagster.yaml``'s ``storage: custom`` so the storage is checked first."""
+    """Dagster's PostgreSQL storage; ``dagster.yaml``'s ``storage: custom`` so the storage is checked first, and
+    its tables created safely by processes that start together on a new database (a daemon and its workers)."""
 
     @classmethod
     def config_type(cls) -> Any:
         # Called by Dagster before it resolves the config (postgres_url from the environment) and connects.
         check_dagster_storage()
         return super().config_type()
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value):
+        import sqlalchemy as sa  # noqa: PLC0415 - the storage check above runs before Dagster loads
+
+        for attempt in range(1, CREATE_ATTEMPTS + 1):
+            try:
+                return super().from_config_value(inst_data, config_value)
+            except sa.exc.ProgrammingError as exc:  # the tables now exist: the next attempt finds them
+                if attempt == CREATE_ATTEMPTS or getattr(exc.orig, "pgcode", None) != DUPLICATE_OBJECT:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover

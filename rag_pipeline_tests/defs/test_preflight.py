@@ -149,3 +149,52 @@ def test_db_start_rewrites_a_stale_env_for_the_data_directory_in_use_and_says_so
     assert Path(written["RAG_PGDATA"]).resolve() == in_use and written["RAG_DAGSTER_PG_URL"] != url
     assert preflight.storage_problem({"RAG_PGDATA": str(in_use), "RAG_DAGSTER_PG_URL": written["RAG_DAGSTER_PG_URL"]}) \
         is None
+
+
+def _postgres_error(engine, statement: str):
+    """The error PostgreSQL gives ``statement`` (run twice where it needs an existing object), as dagster-postgres
+    sees it: psycopg2 under SQLAlchemy. Rolled back."""
+    import sqlalchemy as sa
+
+    psycopg2_engine = sa.create_engine(engine.url.set(drivername="postgresql+psycopg2"))
+    try:
+        with psycopg2_engine.connect() as conn:
+            try:
+                for _ in range(2):
+                    conn.exec_driver_sql(statement)
+            except sa.exc.ProgrammingError as exc:
+                return exc
+            finally:
+                conn.rollback()
+    finally:
+        psycopg2_engine.dispose()
+    raise AssertionError(f"{statement!r} twice gave no error")
+
+
+@pytest.mark.parametrize(("statement", "retried"), [
+    ("CREATE TYPE preflight_probe AS (a int)", True),  # type "preflight_probe" already exists: 42710
+    ("SELECT FROM", False),  # a syntax error: not a race, raised at once
+])
+def test_tables_created_by_another_process_meanwhile_are_loaded_again(engine, monkeypatch, statement, retried):
+    """Two processes that start together on a new Dagster database both create its tables; the second can get
+    ``type "runs" already exists`` (dagster-postgres retries only ``duplicate_table``): it loads the storage again."""
+    from dagster_postgres import DagsterPostgresStorage
+
+    error = _postgres_error(engine, statement)
+    assert (error.orig.pgcode == preflight.DUPLICATE_OBJECT) is retried
+    calls = []
+
+    def load(cls, inst_data, config_value):
+        calls.append(config_value)
+        if len(calls) == 1:
+            raise error
+        return "the storage"
+
+    monkeypatch.setattr(DagsterPostgresStorage, "from_config_value", classmethod(load))
+    if retried:
+        assert preflight.RagPostgresStorage.from_config_value(None, {"postgres_url": "x"}) == "the storage"
+        assert len(calls) == 2
+    else:
+        with pytest.raises(type(error)):
+            preflight.RagPostgresStorage.from_config_value(None, {"postgres_url": "x"})
+        assert len(calls) == 1

@@ -133,6 +133,7 @@ def test_chunks_and_vectors_read_apart_keep_only_what_both_have(engine, demo, mo
                         lambda *args: [r for i, r in enumerate(listed(*args)) if i not in gone] + [ghost])
     with engine.connect() as conn:
         index = DenseIndex.load(conn, kb_id, whole.model)
+    assert len(index.chunk_ids) == len(whole.chunk_ids) - len(gone) and ghost.chunk_id not in set(index.chunk_ids)
     _same_index(index, whole, [i for i in range(len(whole.chunk_ids)) if i not in gone])
 
 
