@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rag_pipeline.evaluation import memory_budget
 from rag_pipeline.knowledge_base.embedding import DEFAULT_MODEL
 from rag_pipeline.knowledge_base.lifecycle import KnowledgeBaseError, resolve_knowledge_base
+from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.retrieval import bm25_sql
 from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.dense_index import DenseIndex
@@ -37,7 +38,8 @@ def measure(engine: sa.Engine, knowledge_base: str, leg: str, model: str = DEFAU
     with snapshot_readers(engine, READERS) as readers, readers.borrow() as conn:
         kb_id = resolve_knowledge_base(conn, knowledge_base).id
         if leg == "vector":
-            estimate, units = memory_budget.vector_index_bytes(conn, kb_id, model), "component"
+            vectors = content_version(conn, kb_id).embeddings.get(model, 0)
+            estimate, units = memory_budget.vector_index_bytes(conn, model, vectors), "component"
         else:
             estimate, units = memory_budget.keyword_index_bytes(conn, kb_id), "posting"
         tracemalloc.start()

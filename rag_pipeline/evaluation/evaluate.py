@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sqlalchemy as sa
 
+from rag_pipeline.contracts.knowledge_base import KnowledgeBaseVersion
 from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import RunCounts, StageTimes
 from rag_pipeline.evaluation import gc_pause, memory_budget, shared_indexes
@@ -225,8 +226,9 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
         # the version of what every reader sees (one exported snapshot)
         version = workers.submit(_snapshot_version, pool_conns, kb.id)
         t = time.perf_counter()
-        kb_version = version.result()  # keys the indexes this process's runs share (shared_indexes)
-        keyword_index, vector_index = leg_indexes(pool_conns, kb, kb_version, strategy, readers, logger)
+        snapshot = version.result()
+        kb_version = snapshot.version  # keys the indexes this process's runs share (shared_indexes)
+        keyword_index, vector_index = leg_indexes(pool_conns, kb, snapshot, strategy, readers, logger)
         legs = shared_indexes.leg_cache(kb.id, kb_version) if strategy.vector_candidate_k else None
         _tick(timings, "retrieval_sql_s", t)
         clock.add("index_load", time.perf_counter() - t_index)
@@ -318,11 +320,14 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             timings=outcome.timings, summary=outcome.summary, stages=stage_times)
 
 
-def leg_indexes(pool_conns: SnapshotReaders, kb: KnowledgeBaseRef, kb_version: str, strategy: Strategy,
-                readers: int, logger) -> tuple[Bm25Index | None, DenseIndex | None]:
+def leg_indexes(pool_conns: SnapshotReaders, kb: KnowledgeBaseRef, snapshot: KnowledgeBaseVersion,
+                strategy: Strategy, readers: int, logger) -> tuple[Bm25Index | None, DenseIndex | None]:
     """The in-memory indexes ``strategy``'s legs run on (None: that leg runs its SQL statement), from this process's
-    :mod:`shared_indexes` or loaded on ``pool_conns``' snapshot (whose content version is ``kb_version``)."""
+    :mod:`shared_indexes` or loaded on ``pool_conns``' snapshot (whose content version is ``snapshot``: its
+    searchable vectors per model size the exact leg's index)."""
     keyword_index, vector_index = None, None
+    kb_version = snapshot.version
+    model = strategy.embedding_model
 
     def load_postings() -> Bm25Index:
         with pool_conns.borrow() as conn:
@@ -341,7 +346,7 @@ def leg_indexes(pool_conns: SnapshotReaders, kb: KnowledgeBaseRef, kb_version: s
         keyword_index = shared_indexes.shared(keyword_key, load_postings)
     if strategy.vector_candidate_k and exact_in_memory(strategy) and _fits(
             pool_conns, vector_key, "the exact vector leg", logger,
-            lambda conn: memory_budget.vector_index_bytes(conn, kb.id, strategy.embedding_model)):
+            lambda conn: memory_budget.vector_index_bytes(conn, model, snapshot.embeddings.get(model, 0))):
         vector_index = shared_indexes.shared(vector_key, load_vectors)
     return keyword_index, vector_index
 
@@ -352,10 +357,10 @@ def load_leg_indexes(engine: sa.Engine, kb: KnowledgeBaseRef, strategies: Sequen
     (before a click's strategies are handed to forked processes, which then share them); the content version."""
     readers = reader_count(readers)
     with snapshot_readers(engine, readers) as pool_conns:
-        kb_version = _snapshot_version(pool_conns, kb.id)
+        snapshot = _snapshot_version(pool_conns, kb.id)
         for strategy in strategies:
-            leg_indexes(pool_conns, kb, kb_version, strategy, readers, logger or log)
-    return kb_version
+            leg_indexes(pool_conns, kb, snapshot, strategy, readers, logger or log)
+    return snapshot.version
 
 
 def _fits(readers: SnapshotReaders, key, leg: str, logger, need) -> bool:
@@ -376,9 +381,9 @@ def exact_in_memory(strategy: Strategy) -> bool:
     return strategy.vector_search == "exact" and get_settings().exact_vector_leg == "memory"
 
 
-def _snapshot_version(readers: SnapshotReaders, kb_id) -> str:
+def _snapshot_version(readers: SnapshotReaders, kb_id) -> KnowledgeBaseVersion:
     with readers.borrow() as conn:  # the run's KB version, read in its snapshot
-        return content_version(conn, kb_id).version
+        return content_version(conn, kb_id)
 
 
 def _tick(timings: dict[str, float], key: str, since: float) -> float:

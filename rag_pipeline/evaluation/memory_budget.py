@@ -38,9 +38,10 @@ def keyword_index_bytes(conn: sa.Connection, kb_id) -> int:
     return bm25_sql.searchable_postings(conn, kb_id) * POSTING_BYTES
 
 
-def vector_index_bytes(conn: sa.Connection, kb_id, model: str) -> int:
+def vector_index_bytes(conn: sa.Connection, model: str, vectors: int) -> int:
+    """The exact leg's index of ``vectors`` searchable vectors of ``model`` (counted by the run's content version,
+    :func:`~rag_pipeline.knowledge_base.versions.content_version`)."""
     dimension = retrieval_sql.model_dimension(conn, model) or 0
-    vectors = retrieval_sql.searchable_vectors(conn, kb_id, model)
     # the block being read: its components three times (the driver's rows, their bytes, the joined buffer)
     block = min(vectors, LOAD_ROWS) * (3 * dimension * VECTOR_BYTES_PER_VALUE + 1024)
     return vectors * (dimension * VECTOR_BYTES_PER_VALUE + VECTOR_ROW_BYTES) + block

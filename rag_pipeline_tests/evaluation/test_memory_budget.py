@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from rag_pipeline.evaluation import memory_budget, shared_indexes
 from rag_pipeline.evaluation.datasets.load import load_dataset
 from rag_pipeline.evaluation.evaluate import evaluate_dataset
+from rag_pipeline.knowledge_base.versions import content_version
 from rag_pipeline.retrieval.strategies import load_registry
 from rag_pipeline_tests.eval_helpers import stored_pools
 
@@ -24,7 +25,8 @@ def test_an_index_over_the_budget_is_not_loaded_and_the_sql_legs_give_the_same_p
         kb_id = conn.execute(sa.text("SELECT id FROM knowledge_bases WHERE name = :n"),
                              {"n": dataset.knowledge_base}).scalar_one()
         need = min(memory_budget.keyword_index_bytes(conn, kb_id),
-                   memory_budget.vector_index_bytes(conn, kb_id, "use-multilingual-v3"))
+                   memory_budget.vector_index_bytes(conn, "use-multilingual-v3",
+                                                    content_version(conn, kb_id).embeddings["use-multilingual-v3"]))
         assert need > 0
     shared_indexes.clear()
     with caplog.at_level(logging.INFO):
