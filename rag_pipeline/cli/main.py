@@ -38,9 +38,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(next((arg for arg in argv if not arg.startswith("-")), "")).parse_args(argv)
-    from rag_pipeline.cli import database  # noqa: PLC0415 - after the parse: only the chosen command's modules load
+    from rag_pipeline.cli import database, log_lines  # noqa: PLC0415 - after the parse: only what the command needs
     from rag_pipeline.storage import embedded_server  # noqa: PLC0415
 
+    log_lines.show_logged_warnings()
     if database.announce_boot not in embedded_server.BOOT_HOOKS:
         embedded_server.BOOT_HOOKS.append(database.announce_boot)
     with sigterm_as_terminated():

@@ -1,5 +1,5 @@
-"""An in-memory leg index over the memory budget is not loaded: the leg runs its SQL statement, the log says so,
-and the run stores the same pools."""
+"""An in-memory leg index over the memory budget is not loaded: the leg runs its SQL statement, the log (and the
+command line) says so, and the run stores the same pools."""
 
 from __future__ import annotations
 
@@ -62,3 +62,19 @@ def test_the_default_budget_is_a_quarter_of_the_memory_and_the_setting_overrides
     assert memory_budget.budget_bytes() == psutil.virtual_memory().total // 4
     monkeypatch.setenv("RAG_MEMORY_LEGS_MB", "300")
     assert memory_budget.budget_bytes() == 300 * 2**20
+
+
+def test_the_command_line_prints_the_fallback_warning_on_a_line_of_its_own(engine, demo_kb, monkeypatch, capsys):
+    """Not inside the progress bar's line (``\\r``-redrawn), and with the prefix of the command's own warnings."""
+    import re
+
+    from rag_pipeline.cli import main
+
+    monkeypatch.setattr(memory_budget, "budget_bytes", lambda: 1)
+    shared_indexes.clear()
+    assert main(["evaluate", "--knowledge-base", demo_kb, "--dataset", str(ROOT / "datasets" / "demo.json"),
+                 "--strategy", "bm25-v1", "--candidates", "none"]) == 0
+    lines = re.split(r"[\r\n]", capsys.readouterr().err)
+    said = [line for line in lines if line.startswith("rag-pipeline: warning: the keyword leg: its in-memory index")]
+    assert len(said) == 1 and said[0].endswith("(the same hits, slower)"), lines
+    assert not [line for line in lines if "the keyword leg: its in-memory" in line and line not in said], lines
