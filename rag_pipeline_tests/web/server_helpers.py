@@ -82,13 +82,15 @@ def get_json(url: str, timeout: float = 10, headers: dict | None = None) -> tupl
 
 
 def _stop(proc: subprocess.Popen, timeout: float = 30) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    """SIGTERM to the process's group (started in a session of its own), then SIGKILL to whatever is left of it: a
+    daemon's or a server's Dagster code server (``dagster api grpc``) outlived them otherwise."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=timeout)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
 
 
 @contextlib.contextmanager
@@ -99,7 +101,7 @@ def start_server(env: dict[str, str], *, host: str = "127.0.0.1", log: Path, tim
     out = open(log, "ab")  # noqa: SIM115 - handed to the child, closed below
     proc = subprocess.Popen([sys.executable, "-m", "rag_pipeline.cli", "serve", "--host", host, "--port",
                              str(port), *extra_args], env=env, cwd=env.get("DAGSTER_HOME"), stdout=out,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '127.0.0.1') else host}:{port}"
     try:
         deadline = time.monotonic() + timeout
@@ -129,7 +131,7 @@ def start_daemon(env: dict[str, str], *, log: Path, timeout: float = 240) -> Ite
     out = open(log, "ab")  # noqa: SIM115
     proc = subprocess.Popen([str(Path(sys.executable).with_name("dagster-daemon")), "run", "-m",
                              "rag_pipeline.definitions"], env=env, cwd=env["DAGSTER_HOME"], stdout=out,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, start_new_session=True)
     check = ("import dagster as dg, time, json; i = dg.DagsterInstance.get(); "
              "b = i.get_daemon_heartbeats().get('QUEUED_RUN_COORDINATOR'); "
              "print(json.dumps(b is not None and time.time() - b.timestamp < 60))")
