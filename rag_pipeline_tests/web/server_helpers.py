@@ -81,15 +81,22 @@ def get_json(url: str, timeout: float = 10, headers: dict | None = None) -> tupl
         return exc.code, json.loads(exc.read() or b"null")
 
 
-def _stop(proc: subprocess.Popen, timeout: float = 30) -> None:
-    """SIGTERM to the process's group (started in a session of its own), then SIGKILL to whatever is left of it: a
-    daemon's or a server's Dagster code server (``dagster api grpc``) outlived them otherwise."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
+def _stop(proc: subprocess.Popen, timeout: float = 30, *, group: bool = False) -> None:
+    """SIGTERM, then SIGKILL to what is left. ``group``: ``proc`` was started in a session of its own (the server,
+    the daemon) and goes with its whole process group, even when a test has killed it already: its Dagster code
+    server (``dagster api grpc``, which ignores SIGTERM) outlived it otherwise."""
+
+    def send(sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(proc.pid, sig)
+            elif proc.poll() is None:
+                proc.send_signal(sig)
+
+    send(signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=timeout)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    send(signal.SIGKILL)
     proc.wait(timeout=10)
 
 
@@ -118,7 +125,7 @@ def start_server(env: dict[str, str], *, host: str = "127.0.0.1", log: Path, tim
             time.sleep(0.5)
         yield base, proc
     finally:
-        _stop(proc)
+        _stop(proc, group=True)
         out.close()
 
 
@@ -149,5 +156,5 @@ def start_daemon(env: dict[str, str], *, log: Path, timeout: float = 240) -> Ite
             time.sleep(3)
         yield proc
     finally:
-        _stop(proc)
+        _stop(proc, group=True)
         out.close()
