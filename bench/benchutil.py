@@ -37,6 +37,22 @@ def machine_line() -> str:
             f"python={platform.python_version()} numpy={np.__version__}")
 
 
+def postgres_cpu_seconds(postmaster) -> float:
+    """CPU seconds of a PostgreSQL server so far: its postmaster (a ``psutil.Process``), the live backends and the
+    backends it has reaped."""
+    import psutil
+
+    t = postmaster.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in postmaster.children():
+        try:
+            c = child.cpu_times()
+            total += c.user + c.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
 class DagsterQueue:
     """What the benches drive as a click: the API's queue (:func:`rag_pipeline.service.queued_runs.queue_evaluations`,
     which the daemon's ``queued_evaluations`` sensor turns into a Dagster run), the Dagster instance of ``env`` and a

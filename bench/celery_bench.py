@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import psutil
+from benchutil import postgres_cpu_seconds  # bench/ is on sys.path (run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -85,15 +86,7 @@ class CpuMeter:
         self.postmaster = psutil.Process(int((pgdata / "postmaster.pid").read_text().split()[0]))
 
     def _postgres(self) -> float:
-        t = self.postmaster.cpu_times()
-        total = t.user + t.system + t.children_user + t.children_system
-        for child in self.postmaster.children():
-            try:
-                c = child.cpu_times()
-                total += c.user + c.system
-            except psutil.NoSuchProcess:
-                pass
-        return total
+        return postgres_cpu_seconds(self.postmaster)
 
     @staticmethod
     def _machine() -> float:

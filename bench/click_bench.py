@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from benchutil import machine_line  # noqa: E402
+from benchutil import machine_line, postgres_cpu_seconds  # noqa: E402
 
 STRATEGIES = ("hybrid-v1", "vector-v1", "keyword-v1", "bm25-v1", "hybrid-bm25-v1", "rrf-v1", "vector-exact-v1",
               "hybrid-bm25-exact-v1")
@@ -76,7 +76,7 @@ def child(dataset: Path, strategies: list[str]) -> int:
     plan = evaluations.plan_evaluation(engine, dataset, strategies)
     outcomes = evaluations.evaluate(engine, plan)
     wall = time.perf_counter() - t
-    cpu, pg = time.process_time() - cpu, server() - pg
+    cpu, pg = time.process_time() - cpu, (server() - pg if pg is not None else None)
     runs = []
     with engine.connect() as conn:
         for o in outcomes:
@@ -90,7 +90,7 @@ def child(dataset: Path, strategies: list[str]) -> int:
 
 def _server_cpu():
     """A function giving the CPU seconds of the embedded PostgreSQL server so far (postmaster, live backends and the
-    backends it has reaped); NaN-free: 0.0 throughout for a server that is not this machine's embedded one."""
+    backends it has reaped); None throughout for a server that is not this machine's embedded one (not measured)."""
     import psutil
 
     from rag_pipeline.settings import pgdata_dir
@@ -98,20 +98,9 @@ def _server_cpu():
     try:
         postmaster = psutil.Process(int((Path(pgdata_dir()) / "postmaster.pid").read_text().split()[0]))
     except (OSError, ValueError, psutil.Error):
-        return lambda: 0.0
+        return lambda: None
 
-    def total() -> float:
-        t = postmaster.cpu_times()
-        seconds = t.user + t.system + t.children_user + t.children_system
-        for backend in postmaster.children():
-            try:
-                c = backend.cpu_times()
-                seconds += c.user + c.system
-            except psutil.NoSuchProcess:
-                pass
-        return seconds
-
-    return total
+    return lambda: postgres_cpu_seconds(postmaster)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"click {i + 1} failed (exit {proc.returncode})")
         clicks.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         c = clicks[-1]
+        server = "n/a (not this machine's embedded server)" if c["postgres_cpu_s"] is None else \
+            f"{c['postgres_cpu_s']:.2f}"
         print(f"click {i + 1}: {c['wall_s']:.2f} s, CPU s: this process {c['process_cpu_s']:.2f}, PostgreSQL "
-              f"{c['postgres_cpu_s']:.2f}; load {os.getloadavg()[0]:.1f}")
+              f"{server}; load {os.getloadavg()[0]:.1f}")
     keys = [k for k in clicks[0]["runs"][0]["stages"] if k != "wall_s"] + ["wall_s"]
     summed = {k: statistics.median(sum(r["stages"][k] for r in c["runs"]) for c in clicks) for k in keys}
     print(f"\nper stage, summed over the click's {len(strategies)} runs (median of {len(clicks)} clicks):")

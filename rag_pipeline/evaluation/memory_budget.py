@@ -42,7 +42,8 @@ def vector_index_bytes(conn: sa.Connection, model: str, vectors: int) -> int:
     """The exact leg's index of ``vectors`` searchable vectors of ``model`` (counted by the run's content version,
     :func:`~rag_pipeline.knowledge_base.versions.content_version`)."""
     dimension = retrieval_sql.model_dimension(conn, model) or 0
-    # the block being read: its components three times (the driver's rows, their bytes, the joined buffer)
+    # the block being read: its components up to three times (the COPY buffer, the block's vectors picked out of
+    # it, their conversion to native float32)
     block = min(vectors, LOAD_ROWS) * (3 * dimension * VECTOR_BYTES_PER_VALUE + 1024)
     return vectors * (dimension * VECTOR_BYTES_PER_VALUE + VECTOR_ROW_BYTES) + block
 

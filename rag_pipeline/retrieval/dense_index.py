@@ -196,7 +196,7 @@ class _CopyRows:
     def __init__(self, d: int, take):
         self.row = np.dtype([("fields", ">i2"), ("id_size", ">i4"), ("id", "u1", (16,)), ("vector_size", ">i4"),
                              ("dim", ">i2"), ("unused", ">i2"), ("x", ">f4", (d,))])
-        self.d, self.take, self.buffer, self.header = d, take, bytearray(), True
+        self.take, self.buffer, self.header = take, bytearray(), True
 
     def feed(self, data) -> None:
         self.buffer += data
