@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -153,6 +154,12 @@ class Bm25Index:
                    np.array([c.chunk_id for c in chunks], dtype=object),
                    np.array([c.document_id for c in chunks], dtype=object),
                    np.array([c.document_name for c in chunks], dtype=object), counts)
+
+    @cached_property
+    def documents(self) -> dict[str, tuple[str, str]]:
+        """Every searchable chunk of the index's snapshot: chunk id -> (document id, document name)."""
+        return dict(zip(self.chunk_ids.tolist(),
+                        zip(self.document_ids.tolist(), self.document_names.tolist(), strict=True), strict=True))
 
     def fits(self, knowledge_base_id, k1: float, b: float) -> bool:
         return (self.knowledge_base_id, self.k1, self.b) == (str(knowledge_base_id), float(k1), float(b))

@@ -71,7 +71,10 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
     scanning = bool(strategy.vector_candidate_k) and strategy.vector_search == "exact" and vector_index is None
     try:
         with timed(clock if strategy.vector_candidate_k else None, "vector_leg"):
-            vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors, vector_index, leg_cache)
+            documents = keyword_index.documents if keyword_index and keyword_index.knowledge_base_id == str(kb.id) \
+                else None
+            vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors, vector_index, leg_cache,
+                                               documents)
         scanning = False
         leg_targets = stages.completion_targets(vector_hits, targets) if complete else targets
         with timed(clock if strategy.keyword_candidate_k else None, "keyword_leg"):
@@ -167,8 +170,12 @@ def preflight(conn: sa.Connection, kb: sa.Row | KnowledgeBaseRef, strategy: Stra
 
 
 def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors, index: DenseIndex | None = None,
-                cache: LegCache | None = None) -> tuple[list[list[LegHit]], np.ndarray]:
-    """The leg's hits per question, and the questions' vectors (an empty array without the leg)."""
+                cache: LegCache | None = None, documents: dict[str, tuple[str, str]] | None = None,
+                ) -> tuple[list[list[LegHit]], np.ndarray]:
+    """The leg's hits per question, and the questions' vectors (an empty array without the leg). ``documents``:
+    the knowledge base's searchable chunks with their documents, in the caller's snapshot (``Bm25Index.documents``):
+    the HNSW walk then runs without its searchability check and document join (``retrieval_sql.VECTOR_WALK_SQL``),
+    the same rows."""
     if strategy.vector_candidate_k == 0:
         return [[] for _ in queries], np.empty((len(queries), 0), dtype=np.float32)
     model = strategy.embedding_model
@@ -194,8 +201,19 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors, index: Den
         ef_search = min(max(strategy.ef_search, limit), MAX_EF_SEARCH)
         retrieval_sql.set_vector_settings(conn, ef_search)
         batch = VectorArray(vectors[list(indexes)])
-        rows = retrieval_sql.vector_leg(conn, dimension, {**params, "query_vectors": batch, "k": limit}, exact=exact)
-        return _group(rows, len(indexes))
+        if documents is None or exact:
+            rows = retrieval_sql.vector_leg(conn, dimension, {**params, "query_vectors": batch, "k": limit},
+                                            exact=exact)
+            return _group(rows, len(indexes))
+        walk = retrieval_sql.vector_walk(conn, dimension, {**params, "query_vectors": batch, "k": limit})
+        hits, unsearchable = _documented(walk, len(indexes), documents)
+        if unsearchable:  # a row the check would have skipped: that question's rows by the checking statement
+            again = sorted(unsearchable)
+            rows = retrieval_sql.vector_leg(conn, dimension, {**params, "query_vectors": VectorArray(
+                vectors[[indexes[j] for j in again]]), "k": limit})
+            for j, leg in zip(again, _group(rows, len(again)), strict=True):
+                hits[j] = leg
+        return hits
 
     def available() -> int:
         return retrieval_sql.searchable_vectors(conn, kb.id, model)
@@ -252,6 +270,20 @@ def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,
                                                              "keyword_rank": int(row.leg_rank)}
     none = {"keyword_score": None, "keyword_rank": None}
     return _group(top, len(queries)), [{c: v or dict(none) for c, v in found.items()} for found in below]
+
+
+def _documented(rows, n: int, documents: dict[str, tuple[str, str]]) -> tuple[list[list[LegHit]], set[int]]:
+    """:data:`retrieval_sql.VECTOR_WALK_SQL` rows → per question, its hits with their documents (in walk order;
+    ``vector_cut`` sorts them), and the questions with a row whose chunk is not in ``documents``."""
+    hits: list[list[LegHit]] = [[] for _ in range(n)]
+    unsearchable: set[int] = set()
+    for query_index, chunk_id, score in rows:
+        document = documents.get(chunk_id)
+        if document is None:
+            unsearchable.add(query_index - 1)
+        else:
+            hits[query_index - 1].append(LegHit(chunk_id, document[0], document[1], score))
+    return hits, unsearchable
 
 
 def _group(rows, n: int) -> list[list[LegHit]]:

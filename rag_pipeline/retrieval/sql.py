@@ -52,6 +52,24 @@ JOIN document_chunks c ON c.id = hit.chunk_id
 JOIN documents d ON d.id = c.document_id
 """
 
+# The same walk without the searchability check and the document join, for a caller that holds the knowledge base's
+# searchable chunks with their documents already (an in-memory keyword index read in the same snapshot): the rows
+# are the walk's first :k, searchable or not. Where all of a question's rows are searchable they are the rows of
+# VECTOR_LEG_SQL (the check only skips rows; the walk's order does not depend on it); search._vector_leg asks
+# VECTOR_LEG_SQL for the other questions.
+VECTOR_WALK_SQL = """
+SELECT q.ord AS query_index, CAST(hit.chunk_id AS text) AS chunk_id, hit.score
+FROM unnest(CAST(:query_vectors AS vector[])) WITH ORDINALITY AS q(query_vector, ord)
+CROSS JOIN LATERAL (
+    SELECT e.chunk_id, 1 - (e.embedding::vector({dim}) <=> q.query_vector) AS score
+    FROM chunk_embeddings e
+    WHERE e.model = :model
+      AND e.knowledge_base_id = :kb
+    ORDER BY e.embedding::vector({dim}) <=> q.query_vector
+    LIMIT :k
+) AS hit
+"""
+
 # The exact search (the fallback when an index scan gave up early): the same rows by a scan of the KB's
 # searchable vectors, ordered by the plain column ``e.embedding``, which no index matches (same distances).
 VECTOR_LEG_EXACT_SQL = """
@@ -138,6 +156,11 @@ def vector_leg_sql(dimension: int, *, exact: bool = False) -> str:
     return (VECTOR_LEG_EXACT_SQL if exact else VECTOR_LEG_SQL).format(dim=int(dimension), filters=BASE_FILTERS)
 
 
+def vector_walk_sql(dimension: int) -> str:
+    """:data:`VECTOR_WALK_SQL` for a model of ``dimension``."""
+    return VECTOR_WALK_SQL.format(dim=int(dimension))
+
+
 def knowledge_base(conn: sa.Connection, kb_id) -> sa.Row | None:
     """The KB row a search needs (id, name, text_search, chunk_count, avg_chunk_length)."""
     return conn.execute(sa.text(KNOWLEDGE_BASE_SQL), {"kb": kb_id}).first()
@@ -162,6 +185,11 @@ def set_vector_settings(conn: sa.Connection, ef_search: int) -> None:
 
 def vector_leg(conn: sa.Connection, dimension: int, params: dict, *, exact: bool = False) -> sa.CursorResult:
     return conn.execute(sa.text(vector_leg_sql(dimension, exact=exact)), params)
+
+
+def vector_walk(conn: sa.Connection, dimension: int, params: dict) -> sa.CursorResult:
+    """The rows of :data:`VECTOR_WALK_SQL`: ``(query_index, chunk_id, score)``."""
+    return conn.execute(sa.text(vector_walk_sql(dimension)), params)
 
 
 def searchable_vectors(conn: sa.Connection, kb_id, model: str) -> int:

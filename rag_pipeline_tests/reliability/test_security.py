@@ -383,6 +383,8 @@ VETTED_QUERY_MODULE_SPLICES = {
         ("searchable_vector_chunks", "BASE_FILTERS", _CONSTANT),
         ("vector_leg_sql", "dim=int(dimension)", "an int from embedding_models (must match the HNSW index expression)"),
         ("vector_leg_sql", "filters=BASE_FILTERS", _CONSTANT),
+        ("vector_walk_sql", "dim=int(dimension)", "an int from embedding_models (must match the HNSW index "
+                                                  "expression)"),
         ("stored_vector_scores", "dim=int(dimension)", "an int from embedding_models (a type modifier cannot be a "
                                                        "parameter)"))},
     **{("retrieval/bm25_sql.py", "<module>", expr): why for expr, why in (

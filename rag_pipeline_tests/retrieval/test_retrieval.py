@@ -18,6 +18,7 @@ from rag_pipeline.knowledge_base.ingestion import ingest_documents
 from rag_pipeline.knowledge_base.lifecycle import set_document_state
 from rag_pipeline.knowledge_base.sources import SourceDocument
 from rag_pipeline.retrieval import sql as retrieval_sql
+from rag_pipeline.retrieval.bm25_index import Bm25Index
 from rag_pipeline.retrieval.search import (
     LegHit,
     RetrievalError,
@@ -166,6 +167,15 @@ def test_vector_query_uses_the_hnsw_index(engine, kb):
         assert conn.execute(sa.text("SELECT current_setting('hnsw.iterative_scan')")).scalar() == "strict_order"
         assert conn.execute(sa.text("SELECT current_setting('hnsw.ef_search')")).scalar() == "40"
     assert f"Index Scan using {hnsw_index_name(USE, kb_id)} on chunk_embeddings" in plan, plan  # the KB's own
+    with engine.begin() as conn:  # the walk without the searchability check reads the same index
+        conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": 40})
+        conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
+        conn.execute(sa.text("SET LOCAL enable_sort = off"))
+        plan = "\n".join(r[0] for r in conn.execute(
+            sa.text("EXPLAIN " + retrieval_sql.vector_walk_sql(dim)),
+            {"kb": kb_id, "model": USE, "k": 10, "query_vectors": [np.ones(dim, dtype=np.float32)]}))
+    assert f"Index Scan using {hnsw_index_name(USE, kb_id)} on chunk_embeddings" in plan, plan
+    assert "document_chunks" not in plan and "documents" not in plan, plan
     with engine.begin() as conn:  # the exact variant (fallback) cannot use the index, whatever the settings
         conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
         conn.execute(sa.text("SET LOCAL enable_sort = off"))
@@ -216,6 +226,67 @@ def test_vector_leg_falls_back_to_exact_search_when_hnsw_gives_up(engine, monkey
         (full,) = hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=["q"], query_vectors=query,
                                       strategy=strategy.replace(ef_search=100))
     assert [c.chunk_id for c in trace.candidates] == [c.chunk_id for c in full.candidates]
+
+
+def _counting(monkeypatch, name: str) -> list[tuple[int, bool]]:
+    """Count the calls of ``retrieval_sql.<name>``: each call's question count and whether it searched exactly."""
+    calls: list[tuple[int, bool]] = []
+    original = getattr(retrieval_sql, name)
+
+    def counted(conn, dimension, params, **kw):
+        calls.append((len(params["query_vectors"].rows), kw.get("exact", False)))
+        return original(conn, dimension, params, **kw)
+
+    monkeypatch.setattr(retrieval_sql, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("unsearchable", [False, True])
+def test_the_walk_with_the_keyword_index_s_chunks_returns_the_checking_statement_s_rows(engine, monkeypatch,
+                                                                                      unsearchable):
+    """With the keyword leg's in-memory index, the vector leg walks the HNSW index without its searchability check
+    and document join and takes the documents from the index: the same candidates, scores and documents as the
+    checking statement. A question whose walk meets an unsearchable vector (an unpublished copy, a replaced chunk)
+    is asked again by the checking statement; the others are not."""
+    name = f"t-walk-{uuid.uuid4().hex[:8]}"
+    texts = {**CORPUS, **{f"copy-{n}": t for n, t in CORPUS.items()},
+             **{f"star-{n}.md": f"Star catalogue entry {n}: a star of magnitude {n} bound by gravity in a galaxy."
+                for n in range(20)}}
+    kb_id = _ingest(engine, name, texts)
+    if unsearchable:
+        texts["ocean.md"] = "Whales, dolphins and seals are marine mammals of the ocean."
+        _ingest(engine, name, texts)  # the first ocean.md chunk stays, not current
+        with engine.begin() as conn:
+            for n in CORPUS:
+                if n not in ("space.md", "sql.md"):
+                    set_document_state(conn, name, f"copy-{n}", publication_status="UNPUBLISHED")
+    strategy = WIDE_BM25.replace(version="t-walk", vector_candidate_k=5, ef_search=40)
+    questions = ["which animal purrs", "whales in the ocean", "stars and gravity", "a star in a galaxy catalogue"]
+    vectors = get_embedder(USE).embed(questions)
+
+    def search(keyword_index):
+        with engine.begin() as conn:
+            for setting in ("enable_seqscan = off", "enable_sort = off"):  # the HNSW plan even for a tiny KB
+                conn.execute(sa.text(f"SET LOCAL {setting}"))
+            return hybrid_search_batch(conn, knowledge_base_id=kb_id, queries=questions, strategy=strategy,
+                                       query_vectors=vectors, keyword_index=keyword_index)
+
+    checked = search(None)
+    with engine.connect() as conn:
+        index = Bm25Index.load(conn, kb_id, strategy.bm25_k1, strategy.bm25_b)
+    walks, checks = _counting(monkeypatch, "vector_walk"), _counting(monkeypatch, "vector_leg")
+    walked = search(index)
+    assert walks == [(len(questions), False)]
+    assert [[tuple(c) for c in t.candidates] for t in walked] == [[tuple(c) for c in t.candidates] for t in checked]
+    names = {c.document_name for t in walked for c in t.candidates}
+    if unsearchable:  # the animal and ocean questions meet unpublished copies or the replaced chunk
+        # the HNSW statement with the check, for some questions only (the star questions walk among the star
+        # entries); no exact search: the walk's unsearchable rows are not taken for a scan that gave up early
+        assert len(checks) == 1 and 0 < checks[0][0] < len(questions) and not checks[0][1], checks
+        assert not any(n.startswith("copy-") and n not in ("copy-space.md", "copy-sql.md") for n in names)
+    else:
+        assert checks == []
+        assert any(n.startswith("copy-") for n in names)
 
 
 def test_fusion_seed_example_on_a_constructed_pool():
