@@ -20,7 +20,7 @@ from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL, BM25_TARGETS_LEG_SQL, 
 from rag_pipeline.retrieval.dense_index import DenseIndex
 from rag_pipeline.retrieval.leg_cache import LegCache
 from rag_pipeline.retrieval.stage_clock import StageClock, timed
-from rag_pipeline.retrieval.stages import fuse_pool
+from rag_pipeline.retrieval.stages import fuse_pool, fuse_pools
 from rag_pipeline.retrieval.strategies import MAX_EF_SEARCH, Strategy
 from rag_pipeline.retrieval.trace import Candidate, LegHit, RetrievalError, RetrievalTrace
 from rag_pipeline.settings import get_settings
@@ -85,10 +85,9 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
                 completed = {"vector": stages.complete_vector(conn, kb.id, strategy, vectors, vector_hits,
                                                               keyword_hits, vector_index)}
         with timed(clock, "fusion"):
-            traces = [
-                fuse_pool(question, vector_hits[i], keyword_hits[i], strategy, limits[i],
-                          {"keyword": done[i], "vector": completed["vector"][i]} if complete else None)
-                for i, question in enumerate(queries)]
+            traces = fuse_pools(queries, vector_hits, keyword_hits, strategy, limits,
+                                [{"keyword": done[i], "vector": completed["vector"][i]} for i in range(len(queries))]
+                                if complete else None)
         if strategy.rerank is not None:
             with timed(clock, "rerank"):
                 traces = stages.rerank_batch(conn, kb, strategy.version, strategy.rerank, traces, limits)

@@ -154,21 +154,64 @@ def stored_strategy(version: str, params: Mapping | None) -> Strategy | None:
 
 def fuse_pool(question: str, vector: list[LegHit], keyword: list[LegHit], strategy: Strategy, limit: int,
               completed: dict[str, dict[str, float]] | None = None) -> RetrievalTrace:
-    """Merge the two legs' hits (each best first) by chunk id, fuse, order and rank them into a trace (pure).
-    ``completed`` (``complete_pool``) gives leg scores for pooled chunks a leg did not return (no leg rank).
-    The pool's columns are lists in pool order (vector hits first, then the keyword leg's others; None where a
-    leg has no score or rank), read by the fusion as float arrays (None → NaN)."""
+    """One question's :func:`fuse_pools`."""
+    return fuse_pools([question], [vector], [keyword], strategy, [limit], None if completed is None else [completed])[0]
+
+
+_LEG_COLUMNS = ("vector_score", "vector_rank", "keyword_score", "keyword_rank")
+
+
+def fuse_pools(questions: Sequence[str], vector: Sequence[list[LegHit]], keyword: Sequence[list[LegHit]],
+               strategy: Strategy, limits: Sequence[int],
+               completed: Sequence[dict[str, dict[str, float]]] | None = None) -> list[RetrievalTrace]:
+    """Per question, merge the two legs' hits (each best first) by chunk id, fuse, order and rank them into a trace
+    (pure). ``completed`` (``complete_pool``) gives leg scores for pooled chunks a leg did not return (no leg rank).
+    A pool's columns are lists in pool order (vector hits first, then the keyword leg's others; None where a leg
+    has no score or rank); the batch is fused at once as float arrays (None → NaN), padded and masked: the same
+    final scores as each pool alone (:mod:`fusion`'s batch functions)."""
+    pools = [_pool(v, k, None if completed is None else completed[i])
+             for i, (v, k) in enumerate(zip(vector, keyword, strict=True))]
+    width = max((len(hits) for hits, _ in pools), default=0)
+    traces = [RetrievalTrace(q, [], []) for q in questions]
+    if width == 0:
+        return traces
+    grid = {name: np.full((len(pools), width), np.nan) for name in _LEG_COLUMNS}
+    mask = np.zeros((len(pools), width), dtype=bool)
+    for row, (hits, columns) in enumerate(pools):
+        mask[row, :len(hits)] = True
+        for name in _LEG_COLUMNS:
+            grid[name][row, :len(hits)] = np.array(columns[name], dtype=float)
+    final = fusion.fuse_batch(strategy, grid["vector_score"], grid["keyword_score"], grid["vector_rank"],
+                              grid["keyword_rank"], mask)
+    version = strategy.version
+    for row, (hits, columns) in enumerate(pools):
+        n = len(hits)
+        if n == 0:
+            continue
+        finals = final[row, :n]
+        order = fusion.order(finals, grid["vector_score"][row, :n], np.array([h.chunk_id for h in hits]))
+        v_scores, v_ranks = columns["vector_score"], columns["vector_rank"]
+        k_scores, k_ranks = columns["keyword_score"], columns["keyword_rank"]
+        values = finals.tolist()
+        candidates = [
+            Candidate(hits[i].chunk_id, hits[i].document_id, hits[i].document_name, rank, v_scores[i], v_ranks[i],
+                      k_scores[i], k_ranks[i], None, values[i], version)
+            for rank, i in enumerate(order.tolist(), start=1)]
+        traces[row] = RetrievalTrace(questions[row], candidates, candidates[:limits[row]])
+    return traces
+
+
+def _pool(vector: list[LegHit], keyword: list[LegHit],
+          completed: dict[str, dict[str, float]] | None) -> tuple[list[LegHit], dict[str, list]]:
+    """One question's merged hits (vector hits first, then the keyword leg's others) and its leg columns."""
     hits = list(vector)
     slot = {h.chunk_id: i for i, h in enumerate(hits)}
     for h in keyword:
         if h.chunk_id not in slot:
             slot[h.chunk_id] = len(hits)
             hits.append(h)
-    if not hits:
-        return RetrievalTrace(question, [], [])
     n = len(hits)
-    columns: dict[str, list] = {name: [None] * n for name in
-                                ("vector_score", "vector_rank", "keyword_score", "keyword_rank")}
+    columns: dict[str, list] = {name: [None] * n for name in _LEG_COLUMNS}
     for leg, leg_hits in (("vector", vector), ("keyword", keyword)):
         scores, ranks = columns[f"{leg}_score"], columns[f"{leg}_rank"]
         for rank, hit in enumerate(leg_hits, start=1):
@@ -179,18 +222,7 @@ def fuse_pool(question: str, vector: list[LegHit], keyword: list[LegHit], strate
             i = slot.get(chunk_id)
             if i is not None and ranks[i] is None:
                 scores[i] = score
-    vs, vr, ks, kr = (np.array(columns[name], dtype=float) for name in
-                      ("vector_score", "vector_rank", "keyword_score", "keyword_rank"))
-    final = fusion.fuse(strategy, vs, ks, vr, kr)
-    ids = np.array([h.chunk_id for h in hits])
-    finals, version = final.tolist(), strategy.version
-    v_scores, v_ranks = columns["vector_score"], columns["vector_rank"]
-    k_scores, k_ranks = columns["keyword_score"], columns["keyword_rank"]
-    candidates = [
-        Candidate(hits[i].chunk_id, hits[i].document_id, hits[i].document_name, rank, v_scores[i], v_ranks[i],
-                  k_scores[i], k_ranks[i], None, finals[i], version)
-        for rank, i in enumerate(fusion.order(final, vs, ids).tolist(), start=1)]
-    return RetrievalTrace(question, candidates, candidates[:limit])
+    return hits, columns
 
 
 def preflight_rerank(conn: sa.Connection, kb, strategy: Strategy) -> None:

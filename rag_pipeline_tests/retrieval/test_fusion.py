@@ -214,3 +214,59 @@ def test_batch_shape_errors() -> None:
         normalize_batch([1.0, 2.0], "none")
     with pytest.raises(ValueError, match="mask shape"):
         normalize_batch([[1.0, 2.0]], "none", mask=[[True]])
+
+
+def _one_pool(question, vector, keyword, strategy, limit, completed):
+    """A pool fused alone with the 1-D functions: merge by chunk id (vector hits first), fuse, order."""
+    hits = list(vector) + [h for h in keyword if h.chunk_id not in {v.chunk_id for v in vector}]
+    ids = [h.chunk_id for h in hits]
+    columns = {name: [None] * len(hits) for name in ("vs", "vr", "ks", "kr")}
+    for leg, leg_hits in (("v", vector), ("k", keyword)):
+        for rank, h in enumerate(leg_hits, start=1):
+            columns[f"{leg}s"][ids.index(h.chunk_id)] = h.score
+            columns[f"{leg}r"][ids.index(h.chunk_id)] = rank
+    for leg, scores in (completed or {}).items():
+        for chunk_id, score in scores.items():
+            if chunk_id in ids and columns[f"{leg[0]}r"][ids.index(chunk_id)] is None:
+                columns[f"{leg[0]}s"][ids.index(chunk_id)] = score
+    arrays = {k: np.array(v, dtype=float) for k, v in columns.items()}
+    final = fuse(strategy, arrays["vs"], arrays["ks"], arrays["vr"], arrays["kr"])
+    ranked = order(final, arrays["vs"], np.array(ids)) if hits else []
+    return [(ids[i], rank, columns["vs"][i], columns["vr"][i], columns["ks"][i], columns["kr"][i], float(final[i]))
+            for rank, i in enumerate(ranked, start=1)], limit
+
+
+@pytest.mark.parametrize("strategy", [
+    Strategy(version="t-none"), Strategy(version="t-minmax", normalization="minmax"),
+    Strategy(version="t-z", normalization="zscore"), Strategy(version="t-dbsf", normalization="dbsf"),
+    Strategy(version="t-rank", normalization="rank"),
+    Strategy(version="t-rrf", fusion="rrf", normalization="none")])
+def test_a_batch_of_pools_is_fused_as_each_pool_alone(strategy) -> None:
+    """``stages.fuse_pools`` fuses a batch at once, padded and masked: each pool's candidates, scores and order
+    equal the pool fused alone (ties of both scores included, and completed leg scores where scores fuse)."""
+    from rag_pipeline.retrieval.stages import fuse_pools
+    from rag_pipeline.retrieval.trace import LegHit
+
+    rng = np.random.default_rng(7)
+    questions, vectors, keywords, limits, completed = [], [], [], [], []
+    for q in range(9):
+        ids = [f"{q:02d}-{n:03d}" for n in rng.permutation(60)]
+        nv, nk = int(rng.integers(0, 25)), int(rng.integers(0, 25))
+        v = sorted(rng.choice([0.5, 0.25, 0.75], nv) if q % 3 == 0 else rng.random(nv), reverse=True)
+        k = sorted(rng.choice([2.0, 1.0], nk) if q % 4 == 0 else 10 * rng.random(nk), reverse=True)
+        vectors.append([LegHit(i, "d", "n", float(s)) for i, s in zip(ids[:nv], v, strict=True)])
+        keywords.append([LegHit(i, "d", "n", float(s)) for i, s in zip(ids[nv // 2:nv // 2 + nk], k, strict=True)])
+        completed.append({"vector": dict.fromkeys(ids[nv:nv // 2 + nk], 0.1), "keyword": dict.fromkeys(ids[:nv], 0.0)})
+        questions.append(f"q{q}")
+        limits.append(int(rng.integers(1, 10)))
+    if strategy.fusion == "rrf" or strategy.normalization == "rank":  # ranks only: no completed pools
+        completed = [{} for _ in questions]
+    traces = fuse_pools(questions, vectors, keywords, strategy, limits, completed)
+    assert len({len(t.candidates) for t in traces}) > 3  # pools of many sizes: the batch is padded
+    for trace, args in zip(traces, zip(questions, vectors, keywords, [strategy] * 9, limits, completed), strict=True):
+        expected, limit = _one_pool(*args)
+        got = [(c.chunk_id, c.rank, c.vector_score, c.vector_rank, c.keyword_score, c.keyword_rank, c.final_score)
+               for c in trace.candidates]
+        assert got == expected
+        assert trace.selected == trace.candidates[:limit]
+        assert all(c.strategy_version == strategy.version for c in trace.candidates)
