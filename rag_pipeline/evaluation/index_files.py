@@ -7,16 +7,19 @@ its content version as the run's snapshot sees it (the searchable chunk ids, whi
 models, and the text search mode: the same version is the same chunks, term statistics and vectors, which ingestion
 changes in the same transaction) and the index's own parameters (model; k1, b). The file is named by a digest of
 that key and of :data:`FORMAT`; the key is stored inside and compared when read, and a file that cannot be read as
-such an index is ignored (and replaced). Arrays only: ``numpy.load(allow_pickle=False)``. Written whole or not at all
-(:func:`~rag_pipeline.storage.files.atomic_output`); at most ``RAG_INDEX_CACHE_MB`` of files stay, the least
-recently used go first; ``RAG_INDEX_CACHE_MB=0`` turns it off. The folder: ``<project>/.rag_pipeline/index-cache``;
-without a project (no ``RAG_PROJECT_ROOT``, no checkout: a worker in an empty directory) no files are kept."""
+such an index is ignored (and replaced). Arrays only, no Python objects. Written whole or not at all
+(:func:`~rag_pipeline.storage.files.atomic_output`). A large array is mapped from the file, not read
+(:func:`_mapped`): a search reads the postings and vectors it touches. At most ``RAG_INDEX_CACHE_MB`` of files
+stay, the least recently used go first; ``RAG_INDEX_CACHE_MB=0`` turns it off. The folder:
+``<project>/.rag_pipeline/index-cache``; without a project (no ``RAG_PROJECT_ROOT``, no checkout: a worker in an
+empty directory) no files are kept."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
+import struct
 import zipfile
 from collections.abc import Hashable
 from pathlib import Path
@@ -51,15 +54,15 @@ def read(key: Hashable) -> Bm25Index | DenseIndex | None:
         return None
     path = path_of(key)
     try:
-        with np.load(path, allow_pickle=False) as z:
-            if str(z["format"]) != FORMAT or str(z["key"]) != repr(key):
-                return None
-            index = _bm25(z) if str(z["kind"]) == "bm25" else _dense(z)
+        z = _mapped(path)
+        if str(z["format"]) != FORMAT or str(z["key"]) != repr(key):
+            return None
+        index = _bm25(z) if str(z["kind"]) == "bm25" else _dense(z)
         os.utime(path)  # recently used
         return index
     except FileNotFoundError:
         return None
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:  # a torn or foreign file: built again
+    except (OSError, KeyError, ValueError, struct.error, zipfile.BadZipFile) as exc:  # torn or foreign: built again
         log.info(f"leg index file {path.name} not used ({type(exc).__name__}); the index is read from the database")
         return None
 
@@ -106,6 +109,44 @@ def _arrays(index: Bm25Index | DenseIndex) -> dict[str, np.ndarray]:
     return {"kind": np.array("bm25"), "k1": np.array(index.k1), "b": np.array(index.b), "weights": m.data,
             "tf": c.data, "indices": m.indices, "indptr": m.indptr, "shape": np.array(m.shape),
             "lexemes": lexemes.astype(str), **ids}
+
+
+MAPPED_BYTES = 2**20
+"""An array of an index file this large or larger is mapped from the file, not read."""
+_LOCAL_HEADER = struct.Struct("<4s22xHH")  # a zip member's local header: signature ... name length, extra length
+
+
+def _mapped(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an index file by name. ``numpy.savez`` stores each array uncompressed as one ``.npy`` member:
+    a large one is mapped from the file where its data lies (read-only; the pages are read as a search touches them,
+    so a process need not read postings or vectors it never scores), a small one read. Anything else in the file
+    (a compressed member, an object array, which ``numpy.load(allow_pickle=False)`` refuses too) is a
+    ``ValueError``."""
+    arrays: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(path) as archive, open(path, "rb") as raw:
+        for info in archive.infolist():
+            if info.compress_type != zipfile.ZIP_STORED or not info.filename.endswith(".npy"):
+                raise ValueError(f"member {info.filename} is not a stored .npy array")
+            raw.seek(info.header_offset)
+            signature, name_length, extra_length = _LOCAL_HEADER.unpack(raw.read(_LOCAL_HEADER.size))
+            if signature != b"PK\x03\x04":
+                raise ValueError(f"member {info.filename} has no local header")
+            raw.seek(info.header_offset + _LOCAL_HEADER.size + name_length + extra_length)
+            version = np.lib.format.read_magic(raw)
+            shape, fortran, dtype = (np.lib.format.read_array_header_1_0(raw) if version == (1, 0)
+                                     else np.lib.format.read_array_header_2_0(raw))
+            if dtype.hasobject:
+                raise ValueError(f"member {info.filename} holds Python objects")
+            count = int(np.prod(shape))
+            order = "F" if fortran else "C"
+            if count and count * dtype.itemsize >= MAPPED_BYTES:
+                array = np.asarray(np.memmap(path, dtype=dtype, mode="r", offset=raw.tell(), shape=shape, order=order))
+            else:
+                array = np.fromfile(raw, dtype=dtype, count=count).reshape(shape, order=order)
+                if array.size != count:
+                    raise ValueError(f"member {info.filename} is cut short")
+            arrays[info.filename[:-len(".npy")]] = array
+    return arrays
 
 
 def _ids(z) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

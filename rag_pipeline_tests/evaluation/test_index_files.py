@@ -4,6 +4,7 @@ it off; the folder stays within its budget."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import time
 from pathlib import Path
@@ -74,10 +75,40 @@ def test_an_index_read_from_its_file_is_the_one_built_from_the_database(engine, 
     assert shared_indexes.loads["loaded"] == before["loaded"], "nothing read from the database"
 
 
+def _mapped_memory(array: np.ndarray) -> bool:
+    base = array.base
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    return isinstance(base, mmap.mmap)
+
+
+def test_large_arrays_are_mapped_from_the_file_and_read_the_same(engine, demo_kb, cache, monkeypatch):
+    """Every array of at least MAPPED_BYTES is mapped from the file (here: every non-empty one), read-only, and the
+    index is the same; a file cut anywhere inside a mapped array is not used."""
+    monkeypatch.setattr(index_files, "MAPPED_BYTES", 1)
+    kb, _ = _kb(engine, demo_kb)
+    load_leg_indexes(engine, kb, [REGISTRY[v] for v in STRATEGIES])
+    for key, (index, _) in dict(shared_indexes._kept).items():
+        path = index_files.path_of(key)
+        arrays = index_files._mapped(path)
+        big = [name for name, a in arrays.items() if a.size > 1]
+        assert {"chunk_ids", "document_ids"} <= set(big)
+        for name in big:
+            assert _mapped_memory(arrays[name]) and not arrays[name].flags.writeable, name
+        _same(index, index_files.read(key))
+        data = path.read_bytes()
+        for cut in (len(data) // 2, len(data) - 30):
+            path.write_bytes(data[:cut])
+            assert index_files.read(key) is None, cut
+        path.write_bytes(data)
+        assert index_files.read(key) is not None
+
+
 def test_a_run_on_indexes_from_files_stores_the_same_pools(engine, demo_kb, cache, monkeypatch):
     from rag_pipeline.evaluation.evaluate import evaluate_dataset
 
     dataset = load_dataset(ROOT / "datasets" / "demo.json")
+    monkeypatch.setattr(index_files, "MAPPED_BYTES", 1)  # the run searches arrays mapped from the files
     monkeypatch.setenv("RAG_INDEX_CACHE_MB", "0")
     shared_indexes.clear()
     fresh = {v: evaluate_dataset(engine, dataset, REGISTRY[v]) for v in STRATEGIES}
