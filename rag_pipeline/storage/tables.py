@@ -20,6 +20,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -105,6 +106,10 @@ class DocumentChunk(Base):
     created_at: Mapped[datetime] = _now()
     __table_args__ = (
         Index("ix_document_chunks_kb_current", "knowledge_base_id", "is_current"),
+        # a knowledge base's current chunks in id order with their document, from the index alone (0017: the
+        # content version's scan)
+        Index("ix_document_chunks_kb_current_id", "knowledge_base_id", "id", postgresql_include=["document_id"],
+              postgresql_where=text("is_current")),
         Index("ix_document_chunks_tsv", "content_tsvector", postgresql_using="gin"))
 
 
@@ -129,9 +134,11 @@ class ChunkEmbedding(Base):
         ForeignKey("knowledge_bases.id", ondelete="CASCADE"), nullable=False)
     embedding = mapped_column(Vector(), nullable=False)
     created_at: Mapped[datetime] = _now()
-    # Deleting a knowledge base cascades here: without it, one scan of every vector. A vector stays in its row
-    # up to a page's room (toast_tuple_target, migration 0016), not in the TOAST table, which every read paid for.
-    __table_args__ = (Index("ix_chunk_embeddings_knowledge_base_id", "knowledge_base_id"),
+    # A knowledge base's vectors by chunk id and model, from the index alone (0017: the content version's scan);
+    # its first column serves the cascade from a deleted knowledge base (without it, one scan of every vector). A
+    # vector stays in its row up to a page's room (toast_tuple_target, 0016), not in the TOAST table, which every
+    # read paid for.
+    __table_args__ = (Index("ix_chunk_embeddings_kb_chunk_model", "knowledge_base_id", "chunk_id", "model"),
                       {"postgresql_with": {"toast_tuple_target": "8160"}})
 
 
