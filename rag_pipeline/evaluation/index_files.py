@@ -23,7 +23,7 @@ import struct
 import zipfile
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -138,7 +138,7 @@ def _mapped(path: Path) -> dict[str, np.ndarray]:
             if dtype.hasobject:
                 raise ValueError(f"member {info.filename} holds Python objects")
             count = int(np.prod(shape))
-            order = "F" if fortran else "C"
+            order: Literal["C", "F"] = "F" if fortran else "C"
             if count and count * dtype.itemsize >= MAPPED_BYTES:
                 array = np.asarray(np.memmap(path, dtype=dtype, mode="r", offset=raw.tell(), shape=shape, order=order))
             else:

@@ -59,14 +59,14 @@ JOIN documents d ON d.id = c.document_id
 # VECTOR_LEG_SQL for the other questions.
 VECTOR_WALK_SQL = """
 SELECT q.ord AS query_index, CAST(hit.chunk_id AS text) AS chunk_id, hit.score
-FROM unnest(CAST(:query_vectors AS vector[])) WITH ORDINALITY AS q(query_vector, ord)
+FROM unnest(CAST(%(query_vectors)s AS vector[])) WITH ORDINALITY AS q(query_vector, ord)
 CROSS JOIN LATERAL (
     SELECT e.chunk_id, 1 - (e.embedding::vector({dim}) <=> q.query_vector) AS score
     FROM chunk_embeddings e
-    WHERE e.model = :model
-      AND e.knowledge_base_id = :kb
+    WHERE e.model = %(model)s
+      AND e.knowledge_base_id = %(kb)s
     ORDER BY e.embedding::vector({dim}) <=> q.query_vector
-    LIMIT :k
+    LIMIT %(k)s
 ) AS hit
 """
 
@@ -187,9 +187,11 @@ def vector_leg(conn: sa.Connection, dimension: int, params: dict, *, exact: bool
     return conn.execute(sa.text(vector_leg_sql(dimension, exact=exact)), params)
 
 
-def vector_walk(conn: sa.Connection, dimension: int, params: dict) -> sa.CursorResult:
-    """The rows of :data:`VECTOR_WALK_SQL`: ``(query_index, chunk_id, score)``."""
-    return conn.execute(sa.text(vector_walk_sql(dimension)), params)
+def vector_walk(conn: sa.Connection, dimension: int, params: dict) -> list[tuple[int, str, float]]:
+    """The rows of :data:`VECTOR_WALK_SQL` as plain tuples ``(query_index, chunk_id, score)``, on the driver's own
+    cursor of ``conn``'s transaction (a walk returns some 130 rows a question; no row objects are built)."""
+    with driver_connection(conn).cursor() as cursor:
+        return cursor.execute(vector_walk_sql(dimension), params).fetchall()
 
 
 def searchable_vectors(conn: sa.Connection, kb_id, model: str) -> int:

@@ -27,7 +27,8 @@ from rag_pipeline.retrieval.search import (
 )
 from rag_pipeline.retrieval.strategies import Strategy, load_registry
 from rag_pipeline.retrieval.strategy_store import StrategyConflictError, register_strategy
-from rag_pipeline.storage.engine import hnsw_index_name
+from rag_pipeline.storage.engine import driver_connection, hnsw_index_name
+from rag_pipeline.storage.vector_params import VectorArray
 from rag_pipeline_tests.eval_helpers import hybrid_search_with_trace
 
 USE = "use-multilingual-v3"
@@ -171,9 +172,9 @@ def test_vector_query_uses_the_hnsw_index(engine, kb):
         conn.execute(sa.text(retrieval_sql.VECTOR_SETTINGS_SQL), {"ef_search": 40})
         conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
         conn.execute(sa.text("SET LOCAL enable_sort = off"))
-        plan = "\n".join(r[0] for r in conn.execute(
-            sa.text("EXPLAIN " + retrieval_sql.vector_walk_sql(dim)),
-            {"kb": kb_id, "model": USE, "k": 10, "query_vectors": [np.ones(dim, dtype=np.float32)]}))
+        plan = "\n".join(r[0] for r in driver_connection(conn).execute(  # written in the driver's parameter style
+            "EXPLAIN " + retrieval_sql.vector_walk_sql(dim),
+            {"kb": kb_id, "model": USE, "k": 10, "query_vectors": VectorArray([np.ones(dim, dtype=np.float32)])}))
     assert f"Index Scan using {hnsw_index_name(USE, kb_id)} on chunk_embeddings" in plan, plan
     assert "document_chunks" not in plan and "documents" not in plan, plan
     with engine.begin() as conn:  # the exact variant (fallback) cannot use the index, whatever the settings
