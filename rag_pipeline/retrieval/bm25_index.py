@@ -197,7 +197,7 @@ class Bm25Index:
             for t in terms:
                 lo, hi = c.indptr[t], c.indptr[t + 1]
                 n[c.indices[lo:hi]] += c.data[lo:hi]
-            cols = np.flatnonzero(n)
+            cols = np.flatnonzero(n != 0)  # numpy finds the set entries of a boolean array several times faster
             return cols, ts_rank_cd_scores(n[cols])
         if scorer != "bm25":
             raise ValueError(f"unknown keyword scorer {scorer!r}")
@@ -206,7 +206,7 @@ class Bm25Index:
         for t in terms:  # term by term in lexeme order: the SQL's ordered sum, bit for bit
             lo, hi = m.indptr[t], m.indptr[t + 1]
             acc[m.indices[lo:hi]] += m.data[lo:hi]  # a lexeme's postings hold each chunk once
-        cols = np.flatnonzero(acc)  # every contribution is > 0 (idf > 0, tf >= 1)
+        cols = np.flatnonzero(acc != 0)  # every contribution is > 0 (idf > 0, tf >= 1); a boolean array is faster
         return cols, acc[cols]
 
     def top(self, terms: np.ndarray, k: int, targets: Sequence[str] = (),
