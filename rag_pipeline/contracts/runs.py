@@ -111,8 +111,9 @@ class StageTimes(Strict):
 
     prepare_s: float = Field(ge=0, description="Sweeps, dataset and label checks, the strategy's preflight (its "
                                                "embedding model loaded), the run row.")
-    index_load_s: float = Field(ge=0, description="The reader snapshot, the KB version, the in-memory BM25 "
-                                                  "postings and vectors (0 when shared from an earlier run).")
+    index_load_s: float = Field(ge=0, description="The wait for the reader snapshot's KB version and the "
+                                                  "in-memory BM25 postings and vectors (0 when shared from an "
+                                                  "earlier run); the first batches' HNSW walks run meanwhile.")
     question_embedding_s: float = Field(ge=0, description="Question vectors: read from `question_embeddings` or "
                                                           "embedded.")
     vector_leg_s: float = Field(ge=0)

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +43,7 @@ from rag_pipeline.retrieval.search import (
     is_statement_timeout,
     preflight,
     statement_timeout_message,
+    walk_ahead,
 )
 from rag_pipeline.retrieval.stage_clock import StageClock
 from rag_pipeline.retrieval.strategies import Strategy
@@ -166,19 +167,49 @@ class _BatchResult:
     busy_s: float  # the whole task on its thread
 
 
+@dataclass(frozen=True)
+class _Legs:
+    """What a run's batches search with, read in its snapshot: the content version, the in-memory indexes (None:
+    that leg runs its SQL) and the remembered SQL vector legs of that version."""
+
+    snapshot: KnowledgeBaseVersion
+    keyword_index: Bm25Index | None
+    vector_index: DenseIndex | None
+    leg_cache: LegCache | None
+    seconds: float
+
+
+def _prepare_legs(pool_conns: SnapshotReaders, kb: KnowledgeBaseRef, strategy: Strategy, readers: int,
+                  logger) -> _Legs:
+    """Worker thread: the run's :class:`_Legs`, while the other readers walk the first batches' HNSW index."""
+    t = time.perf_counter()
+    snapshot = _snapshot_version(pool_conns, kb.id)
+    keyword_index, vector_index = leg_indexes(pool_conns, kb, snapshot, strategy, readers, logger)
+    legs = shared_indexes.leg_cache(kb.id, snapshot.version) if strategy.vector_candidate_k else None
+    return _Legs(snapshot, keyword_index, vector_index, legs, time.perf_counter() - t)
+
+
 def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Sequence[EvaluationCase],
-                  vectors, keyword_index: Bm25Index | None = None,
-                  vector_index: DenseIndex | None = None, leg_cache: LegCache | None = None) -> _BatchResult:
+                  vectors, prepared: Future[_Legs]) -> _BatchResult:
     """Worker thread: one batch's retrieval and miss diagnosis; a statement timeout is a :class:`RetrievalError`
-    naming the case."""
+    naming the case. A batch that comes before its run's indexes are ready walks the HNSW index already
+    (:func:`~rag_pipeline.retrieval.search.walk_ahead`), on a connection it gives back while it waits."""
     t_task, clock = time.perf_counter(), StageClock()
     try:
+        first_walk, walked_s = None, 0.0
+        if not prepared.done() and strategy.keyword_candidate_k and keyword_in_memory():
+            with readers.borrow() as conn:
+                t = time.perf_counter()
+                first_walk = walk_ahead(conn, kb.id, strategy, vectors)
+                walked_s = time.perf_counter() - t
+                clock.add("vector_leg", walked_s)
+        legs = prepared.result()
         with readers.borrow() as conn:
-            t = time.perf_counter()
+            t = time.perf_counter() - walked_s
             traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in batch],
                                          strategy=strategy, limits=[c.k for c in batch], query_vectors=vectors,
-                                         keyword_index=keyword_index, vector_index=vector_index, clock=clock,
-                                         leg_cache=leg_cache)
+                                         keyword_index=legs.keyword_index, vector_index=legs.vector_index,
+                                         clock=clock, leg_cache=legs.leg_cache, first_walk=first_walk)
             t_search = time.perf_counter()
             labels = check_labels(conn, kb, batch)
             reasons = diagnosis_db.diagnose_batch(conn, kb, strategy, batch, [tr.candidates for tr in traces],
@@ -211,7 +242,6 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
     timings = dict.fromkeys(TIMING_KEYS[:-1], 0.0)
     clock, on_readers = StageClock(), StageClock()  # the main thread's stages; the reader threads' (summed)
     clock.add("prepare", time.perf_counter() - t_start)
-    t_index = time.perf_counter()
     sums = np.zeros(len(METRIC_NAMES))
     stats = RunCounts(batch_size=batch_size, readers=readers, relevant_ids_not_in_kb=missing)
     total = len(dataset.cases)
@@ -223,18 +253,9 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
     pending: deque = deque()
     with snapshot_readers(engine, readers) as pool_conns, engine.begin() as writer, \
             ThreadPoolExecutor(max_workers=readers, thread_name_prefix="rag-eval") as workers:
-        # the version of what every reader sees (one exported snapshot)
-        version = workers.submit(_snapshot_version, pool_conns, kb.id)
-        t = time.perf_counter()
-        snapshot = version.result()
-        kb_version = snapshot.version  # keys the indexes this process's runs share (shared_indexes)
-        keyword_index, vector_index = leg_indexes(pool_conns, kb, snapshot, strategy, readers, logger)
-        legs = shared_indexes.leg_cache(kb.id, kb_version) if strategy.vector_candidate_k else None
-        _tick(timings, "retrieval_sql_s", t)
-        clock.add("index_load", time.perf_counter() - t_index)
-        outcome.knowledge_base_version = kb_version
-        with engine.begin() as conn:
-            run_queries.set_knowledge_base_version(conn, run_id, outcome.knowledge_base_version)
+        # the version of what every reader sees (one exported snapshot) and the indexes, on one reader while the
+        # others start walking the HNSW index
+        prepared = workers.submit(_prepare_legs, pool_conns, kb, strategy, readers, logger)
         todo = iter(starts)
 
         def submit() -> None:
@@ -249,7 +270,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                 vectors = embedder.vectors([c.question for c in batch])
                 clock.add("question_embedding", _tick(timings, "embedding_s", t) - t)
             pending.append((start, batch, workers.submit(_search_batch, pool_conns, kb, strategy, batch, vectors,
-                                                                keyword_index, vector_index, legs)))
+                                                         prepared)))
 
         waited, busy = 0.0, 0.0  # the main thread's wait for the readers; the readers' busy seconds
         cases: list[tuple] = []  # the case-result rows, one COPY after the pools'
@@ -259,6 +280,13 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             try:
                 for _ in range(readers):
                     submit()
+                t = time.perf_counter()
+                legs = prepared.result()
+                clock.add("index_load", time.perf_counter() - t)  # what the run waited for; the walks went on
+                timings["retrieval_sql_s"] += legs.seconds
+                outcome.knowledge_base_version = legs.snapshot.version
+                with engine.begin() as conn:
+                    run_queries.set_knowledge_base_version(conn, run_id, outcome.knowledge_base_version)
                 while pending:
                     start, batch, future = pending.popleft()
                     submit()  # keep every reader busy while this batch is scored and written

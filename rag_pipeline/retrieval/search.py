@@ -28,7 +28,7 @@ from rag_pipeline.storage.ids import uuid_strings
 from rag_pipeline.storage.vector_params import VectorArray
 
 __all__ = ["Candidate", "LegHit", "RetrievalError", "RetrievalTrace", "StatementTimeout", "fuse_pool",
-           "hybrid_search_batch", "text_search_mode"]
+           "hybrid_search_batch", "text_search_mode", "walk_ahead"]
 
 
 def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequence[str], strategy: Strategy,
@@ -36,7 +36,8 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
                         targets: Sequence[Sequence[str]] | None = None,
                         keyword_index: Bm25Index | None = None,
                         vector_index: DenseIndex | None = None,
-                        clock: StageClock | None = None, leg_cache: LegCache | None = None) -> list[RetrievalTrace]:
+                        clock: StageClock | None = None, leg_cache: LegCache | None = None,
+                        first_walk: list[tuple[int, str, float]] | None = None) -> list[RetrievalTrace]:
     """Search many questions: one embedding call and one SQL statement per enabled leg for the batch.
 
     ``conn`` must be in a transaction: the HNSW settings and the statement timeout (``RAG_STATEMENT_TIMEOUT_S``,
@@ -47,7 +48,8 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
     ``vector_search: exact`` leg from memory (the SQL exact statement's candidates, scores within float tolerance;
     an HNSW strategy ignores it); ``clock`` sums the seconds of ``vector_leg``, ``keyword_leg``,
     ``pool_completion``, ``fusion`` and ``rerank``; ``leg_cache`` (of this knowledge base's content version) keeps
-    and gives back the hits of the SQL vector leg (:mod:`leg_cache`)."""
+    and gives back the hits of the SQL vector leg (:mod:`leg_cache`); ``first_walk``: the rows
+    :func:`walk_ahead` read for these questions, taken for the HNSW leg's first search of them all."""
     if strategy.http is not None:
         raise RetrievalError(f"strategy {strategy.version} is an HTTP retriever (kind http): `evaluate` and `suggest` "
                              "ask it; it has no leg of ours to search with")
@@ -74,7 +76,7 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
             documents = keyword_index.documents if keyword_index and keyword_index.knowledge_base_id == str(kb.id) \
                 else None
             vector_hits, vectors = _vector_leg(conn, kb, queries, strategy, query_vectors, vector_index, leg_cache,
-                                               documents)
+                                               documents, first_walk)
         scanning = False
         leg_targets = stages.completion_targets(vector_hits, targets) if complete else targets
         with timed(clock if strategy.keyword_candidate_k else None, "keyword_leg"):
@@ -170,11 +172,11 @@ def preflight(conn: sa.Connection, kb: sa.Row | KnowledgeBaseRef, strategy: Stra
 
 def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors, index: DenseIndex | None = None,
                 cache: LegCache | None = None, documents: dict[str, tuple[str, str]] | None = None,
-                ) -> tuple[list[list[LegHit]], np.ndarray]:
+                first_walk: list[tuple[int, str, float]] | None = None) -> tuple[list[list[LegHit]], np.ndarray]:
     """The leg's hits per question, and the questions' vectors (an empty array without the leg). ``documents``:
     the knowledge base's searchable chunks with their documents, in the caller's snapshot (``Bm25Index.documents``):
     the HNSW walk then runs without its searchability check and document join (``retrieval_sql.VECTOR_WALK_SQL``),
-    the same rows."""
+    the same rows; ``first_walk``, that walk's rows for the first search of every question, read already."""
     if strategy.vector_candidate_k == 0:
         return [[] for _ in queries], np.empty((len(queries), 0), dtype=np.float32)
     model = strategy.embedding_model
@@ -194,17 +196,20 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors, index: Den
         index.check(kb.id, model)
         return index.top(vectors, strategy.vector_candidate_k), vectors
 
+    walked = [first_walk]
+
     def search(indexes, limit: int, exact: bool) -> list[list[LegHit]]:
-        # ef_search >= the rows fetched: one HNSW pass returns at most ef_search rows, and the iterative scan that
-        # fetches the rest (the tie margin of vector_cut) costs more than one pass of that size (bench/RESULTS.md)
-        ef_search = min(max(strategy.ef_search, limit), MAX_EF_SEARCH)
+        ef_search = _ef_search(strategy, limit)
         retrieval_sql.set_vector_settings(conn, ef_search)
         batch = VectorArray(vectors[list(indexes)])
         if documents is None or exact:
             rows = retrieval_sql.vector_leg(conn, dimension, {**params, "query_vectors": batch, "k": limit},
                                             exact=exact)
             return _group(rows, len(indexes))
-        walk = retrieval_sql.vector_walk(conn, dimension, {**params, "query_vectors": batch, "k": limit})
+        walk, walked[0] = walked[0], None
+        if walk is None or limit != vector_cut.fetch_size(strategy.vector_candidate_k) \
+                or list(indexes) != list(range(len(queries))):  # not the search the rows were read for
+            walk = retrieval_sql.vector_walk(conn, dimension, {**params, "query_vectors": batch, "k": limit})
         hits, unsearchable = _documented(walk, len(indexes), documents)
         if unsearchable:  # a row the check would have skipped: that question's rows by the checking statement
             again = sorted(unsearchable)
@@ -230,6 +235,33 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors, index: Den
         for i, hits in zip(todo, found, strict=True):
             legs[i] = hits
     return [list(hits or ()) for hits in legs], vectors
+
+
+def _ef_search(strategy: Strategy, limit: int) -> int:
+    """ef_search >= the rows fetched: one HNSW pass returns at most ef_search rows, and the iterative scan that
+    fetches the rest (the tie margin of vector_cut) costs more than one pass of that size (bench/RESULTS.md)."""
+    return min(max(strategy.ef_search, limit), MAX_EF_SEARCH)
+
+
+def walk_ahead(conn: sa.Connection, knowledge_base_id, strategy: Strategy,
+               query_vectors: np.ndarray) -> list[tuple[int, str, float]] | None:
+    """The rows of the HNSW leg's first search of these questions without its searchability check
+    (``retrieval_sql.VECTOR_WALK_SQL``), read before the keyword leg's index, whose chunks make them the leg's rows,
+    is at hand (an evaluation's first batches while its indexes load): pass them to :func:`hybrid_search_batch`
+    as ``first_walk``. None: the strategy's vector leg does not walk the index that way."""
+    if (strategy.http is not None or not strategy.vector_candidate_k or strategy.vector_search == "exact"
+            or not strategy.keyword_candidate_k):
+        return None
+    dimension = retrieval_sql.model_dimension(conn, strategy.embedding_model)
+    vectors = np.asarray(query_vectors, dtype=np.float32)
+    if dimension is None or vectors.ndim != 2 or vectors.shape[1] != dimension:
+        return None  # hybrid_search_batch says what is wrong
+    limit = vector_cut.fetch_size(strategy.vector_candidate_k)
+    retrieval_sql.set_statement_timeout(conn, max(1, round(get_settings().statement_timeout_s * 1000)))
+    retrieval_sql.set_vector_settings(conn, _ef_search(strategy, limit))
+    return retrieval_sql.vector_walk(conn, dimension, {
+        "kb": knowledge_base_id, "model": strategy.embedding_model, "k": limit,
+        "query_vectors": VectorArray(vectors)})
 
 
 def _keyword_leg(conn, kb, queries, strategy: Strategy, targets=None,
