@@ -4,8 +4,9 @@ A strategy that reads the HNSW index (``vector_search: hnsw``) cannot be faster,
 walking the index for each question. For every HNSW strategy given: the vector leg's statement
 (``retrieval.sql.VECTOR_LEG_SQL`` at the strategy's ``ef_search`` and fetch size, as ``search._vector_leg`` runs
 it) for all the dataset's questions, in the evaluation's batches of 64, on ``RAG_EVAL_READERS`` connections at
-once; and the bare index walk (the same ``ORDER BY ... LIMIT`` without the searchability check, the document
-join and the score). Nothing else: no embedding (the vectors come from ``question_embeddings``, where the
+once; the walk statement the leg runs when the keyword leg's index is in memory (``VECTOR_WALK_SQL``: no
+searchability check, no document join); and the bare index walk (the same ``ORDER BY ... LIMIT`` without the
+score either). Nothing else: no embedding (the vectors come from ``question_embeddings``, where the
 pipeline's runs stored them), no fusion, no write. Prints the questions per second of each, which bounds the
 cases per second of any run of that strategy.
 
@@ -69,6 +70,7 @@ def floor(dataset_path: Path, versions: list[str], readers: int, batch_size: int
         k = vector_cut.fetch_size(strategy.vector_candidate_k)
         ef_search = min(max(strategy.ef_search, k), MAX_EF_SEARCH)
         statements = {"pipeline statement": retrieval_sql.vector_leg_sql(dim),
+                      "walk statement": retrieval_sql.vector_walk_sql(dim),
                       "bare index walk": BARE_SQL.format(dim=dim)}
         batches = [vectors[i:i + batch_size] for i in range(0, len(vectors), batch_size)]
         row = {"strategy": version, "questions": len(questions), "readers": readers, "fetch": k,
@@ -92,10 +94,14 @@ def _search(engine, statement: str, params: dict, ef_search: int, batch) -> int:
     import sqlalchemy as sa
 
     from rag_pipeline.retrieval import sql as retrieval_sql
+    from rag_pipeline.storage.engine import driver_connection
     from rag_pipeline.storage.vector_params import VectorArray
 
     with engine.begin() as conn:
         retrieval_sql.set_vector_settings(conn, ef_search)
+        if "%(" in statement:  # the walk statement, in the driver's parameter style
+            return len(driver_connection(conn).execute(statement, {**params, "query_vectors": VectorArray(batch)})
+                       .fetchall())
         return len(conn.execute(sa.text(statement), {**params, "query_vectors": VectorArray(batch)}).all())
 
 
