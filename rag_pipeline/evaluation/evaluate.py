@@ -15,6 +15,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.knowledge_base import KnowledgeBaseVersion
+from rag_pipeline.contracts.metrics import Judged
 from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import RunCounts, StageTimes
 from rag_pipeline.evaluation import gc_pause, memory_budget, shared_indexes
@@ -26,6 +27,8 @@ from rag_pipeline.evaluation.metrics import METRIC_NAMES, evaluate_many
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.evaluation.runs import queries as run_queries
 from rag_pipeline.evaluation.runs import results as persistence
+from rag_pipeline.evaluation.runs.judged import judged_of_traces
+from rag_pipeline.evaluation.runs.judged import summarize as summarize_judged
 from rag_pipeline.evaluation.stage_times import share_readers, stage_times_of
 from rag_pipeline.knowledge_base import catalogue
 from rag_pipeline.knowledge_base.embedding import get_embedder
@@ -274,6 +277,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
 
         waited, busy = 0.0, 0.0  # the main thread's wait for the readers; the readers' busy seconds
         cases: list[tuple] = []  # the case-result rows, one COPY after the pools'
+        judged: list[Judged] = []  # each answerable case's judged shares, as its pool is written
         chunk_fields: dict[str, bytes] = {}
         t_loop = last_progress = time.perf_counter()
         with persistence.candidate_copy(writer) as write_pools, gc_pause.frozen():  # the pools: one COPY
@@ -308,6 +312,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
                         persistence.candidate_tuples(run_id, start, batch, result.traces, chunk_fields))
                     cases.extend(persistence.case_rows(run_id, start, batch, result.traces, values, result.reasons,
                                                        stats))
+                    judged.extend(judged_of_traces(batch, result.traces))
                     clock.add("candidate_write", _tick(timings, "persistence_s", t) - t)
                     outcome.case_count += len(batch)
                     if time.perf_counter() - last_progress >= PROGRESS_EVERY_S:  # the run's end writes the last
@@ -345,7 +350,7 @@ def _run(engine, run_id, dataset: Dataset, kb, strategy: Strategy, outcome: Eval
             writer, run_id, dataset_name=dataset.name, knowledge_base_name=kb.name,
             strategy_version=strategy.version, case_count=outcome.case_count,
             candidate_count=outcome.candidate_count, averages=outcome.averages,
-            timings=outcome.timings, summary=outcome.summary, stages=stage_times)
+            timings=outcome.timings, summary=outcome.summary, stages=stage_times, judged=summarize_judged(judged))
 
 
 def leg_indexes(pool_conns: SnapshotReaders, kb: KnowledgeBaseRef, snapshot: KnowledgeBaseVersion,

@@ -4,11 +4,14 @@ a chunk is judged when the case's labels grade it (0 included); an unjudged one 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import sqlalchemy as sa
 
 from rag_pipeline.contracts.metrics import Judged, JudgedSummary
+from rag_pipeline.evaluation.datasets.load import EvaluationCase
 from rag_pipeline.evaluation.runs.case_queries import judged_counts
+from rag_pipeline.retrieval.trace import RetrievalTrace
 
 NOTHING_RETRIEVED = "nothing retrieved: Judged@k is undefined (no ranking to judge)"
 EMPTY_POOL = "empty pool: no candidate to judge"
@@ -29,6 +32,31 @@ def summarize(per_case: Sequence[Judged]) -> JudgedSummary:
     return JudgedSummary(at_k=sum(at_k) / len(at_k) if at_k else None, pool=sum(pool) / len(pool) if pool else None,
                          unjudged_at_k=sum(j.unjudged_at_k for j in per_case), cases=len(at_k),
                          undefined=len(per_case) - len(at_k))
+
+
+class JudgedCounts(NamedTuple):
+    """The counts :func:`case_judged` reads (those of :func:`judged_counts`' rows)."""
+
+    top: int
+    judged_top: int
+    pool: int
+    judged_pool: int
+
+
+def judged_of_traces(cases: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace]) -> list[Judged]:
+    """The :class:`Judged` of each answerable case of a batch from its pool as the run stores it (a candidate is
+    judged when the case grades it, the stored ``relevance_grade``): the values :func:`judged_of_cases` reads back
+    from the stored rows, counted while the run writes them."""
+    out = []
+    for case, trace in zip(cases, traces, strict=True):
+        if not case.answerable:
+            continue
+        grades, k = case.grades, case.k
+        judged = [c.chunk_id in grades for c in trace.candidates]
+        top = sum(c.rank <= k for c in trace.candidates)
+        out.append(case_judged(JudgedCounts(top, sum(j for c, j in zip(trace.candidates, judged, strict=True)
+                                                     if c.rank <= k), len(judged), sum(judged))))
+    return out
 
 
 def judged_of_cases(conn: sa.Connection, run_id, case_ids: Sequence[str] | None = None) -> dict[str, Judged]:

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import numpy as np
 import sqlalchemy as sa
 
-from rag_pipeline.contracts.metrics import METRIC_NAMES
+from rag_pipeline.contracts.metrics import METRIC_NAMES, JudgedSummary
 from rag_pipeline.contracts.reports import MissReason
 from rag_pipeline.contracts.runs import RunCounts, StageTimes
 from rag_pipeline.evaluation.datasets import queries as dataset_queries
@@ -87,15 +87,17 @@ def copy_case_results(conn: sa.Connection, rows: Iterable[Sequence],
 def finalize_run(conn: sa.Connection, run_id, *, dataset_name: str, knowledge_base_name: str,
                  strategy_version: str, case_count: int, candidate_count: int,
                  averages: Mapping[str, float], timings: Mapping[str, float], summary: RunCounts,
-                 stages: Callable[[], StageTimes] | None = None) -> None:
+                 stages: Callable[[], StageTimes] | None = None, judged: JudgedSummary | None = None) -> None:
     """Write the summary (with the run's judged shares), mark the run ``succeeded`` and re-elect the current run of
     its dataset × knowledge base × strategy: the latest-started succeeded run on the dataset's latest version (a late
     finisher never wins). ``stages()``, called just before the summary is written: the run's stage times, stored
-    in the summary as ``stages``."""
+    in the summary as ``stages``. ``judged``: the run's judged shares counted as its pools were written (else they are
+    read back from what this transaction wrote)."""
     key = f"rag-eval-current\x1f{dataset_name}\x1f{knowledge_base_name}\x1f{strategy_version}"
     # Serialise concurrent finishers of the same (dataset, KB, strategy) so exactly one run is current.
     run_queries.lock_current_slot(conn, key)
-    summary.judged = judged_of_run(conn, run_id)  # from the pools and case results this transaction wrote
+    # counted while writing, or read back from the pools and case results this transaction wrote
+    summary.judged = judged if judged is not None else judged_of_run(conn, run_id)
     updated = run_queries.mark_succeeded(conn, run_id, averages=averages, case_count=case_count,
                                          candidate_count=candidate_count, timings=json.dumps(dict(timings)),
                                          summary=summary_json(summary, stages() if stages else None))
