@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import psycopg
 import sqlalchemy as sa
 
 from rag_pipeline.knowledge_base import textsearch
@@ -190,8 +191,12 @@ def vector_leg(conn: sa.Connection, dimension: int, params: dict, *, exact: bool
 def vector_walk(conn: sa.Connection, dimension: int, params: dict) -> list[tuple[int, str, float]]:
     """The rows of :data:`VECTOR_WALK_SQL` as plain tuples ``(query_index, chunk_id, score)``, on the driver's own
     cursor of ``conn``'s transaction (a walk returns some 130 rows a question; no row objects are built)."""
-    with driver_connection(conn).cursor() as cursor:
-        return cursor.execute(vector_walk_sql(dimension), params).fetchall()
+    statement = vector_walk_sql(dimension)
+    try:
+        with driver_connection(conn).cursor() as cursor:
+            return cursor.execute(statement, params).fetchall()
+    except psycopg.OperationalError as exc:  # as SQLAlchemy raises it (a cancelled statement: its timeout, 57014)
+        raise sa.exc.OperationalError(statement, params, exc) from exc
 
 
 def searchable_vectors(conn: sa.Connection, kb_id, model: str) -> int:

@@ -18,8 +18,9 @@ from rag_pipeline.cli import main
 from rag_pipeline.evaluation import evaluate as runner
 from rag_pipeline.evaluation.runs import lifecycle as run_records
 from rag_pipeline.knowledge_base import textsearch
+from rag_pipeline.knowledge_base.embedding import get_embedder
 from rag_pipeline.retrieval.bm25_sql import BM25_LEG_SQL
-from rag_pipeline.retrieval.search import StatementTimeout
+from rag_pipeline.retrieval.search import StatementTimeout, is_statement_timeout, walk_ahead
 from rag_pipeline.retrieval.sql import TS_RANK_CD_LEG_SQL
 from rag_pipeline.retrieval.strategies import get_strategy
 from rag_pipeline_tests.eval_helpers import (
@@ -172,6 +173,19 @@ def test_a_vector_leg_over_the_timeout_says_whether_it_was_the_exact_scan(engine
         assert "RAG_MEMORY_LEGS_MB" in str(exc.value) and "shorten the question" not in str(exc.value)
     else:
         assert str(exc.value).startswith("retrieval took longer than 0.001 s (RAG_STATEMENT_TIMEOUT_S)")
+
+
+def test_the_walk_on_the_driver_s_cursor_times_out_as_every_statement_does(engine, kb, monkeypatch,
+                                                                          chunk_embeddings_locked):
+    """The HNSW walk runs on the driver's own cursor (``retrieval_sql.vector_walk``); its timeout comes out as
+    SQLAlchemy's, which the evaluation turns into the message naming the case."""
+    kb_id, _ = kb
+    monkeypatch.setenv("RAG_STATEMENT_TIMEOUT_S", "0.001")
+    strategy = get_strategy("hybrid-bm25-v1")
+    vectors = get_embedder(strategy.embedding_model).embed(["basebackup"])
+    with engine.begin() as conn, pytest.raises(sa.exc.OperationalError) as exc:
+        walk_ahead(conn, kb_id, strategy, vectors)
+    assert is_statement_timeout(exc.value)
 
 
 def test_an_evaluation_over_the_timeout_fails_naming_the_case(engine, kb, tmp_path, monkeypatch, capsys,
