@@ -50,6 +50,7 @@ def _traces():
                                n + 1 if vector else None, 3.25 * n if keyword else None,
                                1000 + n if keyword else None, -0.5 / (n + 1) if rerank else None,
                                1.0 / (n + 3), "v1"))
+    cands[30] = cands[30]._replace(rank=1500, vector_rank=1023, keyword_rank=2000)  # past the packed table
     first, second = cands[:24], cands[24:]
     grades_a = {c.chunk_id: n % 3 for n, c in enumerate(first) if c.chunk_id in judged_ids}
     grades_b = {second[0].chunk_id: 4}

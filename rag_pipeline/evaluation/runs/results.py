@@ -121,6 +121,9 @@ _INT2 = struct.Struct(">ih").pack
 _FLOAT8 = struct.Struct(">id").pack
 _BOOL = {True: struct.pack(">ib", 1, 1), False: struct.pack(">ib", 1, 0)}
 _UUID_LENGTH = struct.pack(">i", 16)
+_PACKED = 1024
+_INT4S = [_INT4(4, n) for n in range(_PACKED)]  # the ranks' fields, packed once
+_INT2S = [_INT2(2, n) for n in range(_PACKED)]
 
 
 def candidate_tuples(run_id, offset: int, batch: Sequence[EvaluationCase], traces: Sequence[RetrievalTrace],
@@ -130,22 +133,23 @@ def candidate_tuples(run_id, offset: int, batch: Sequence[EvaluationCase], trace
     across a run's batches (a chunk is in many pools)."""
     head = struct.pack(">h", len(CANDIDATE_COLUMNS)) + _UUID_LENGTH + uuid.UUID(str(run_id)).bytes
     encoded = {} if chunk_fields is None else chunk_fields
+    int4s, int2s, selected, not_selected = _INT4S, _INT2S, _BOOL[True], _BOOL[False]
     parts: list[bytes] = []
     for i, (case, trace) in enumerate(zip(batch, traces, strict=True)):
         grades = case.grades  # judged grade of a chunk (0 = judged not relevant); not judged: NULL
         n_selected, index = len(trace.selected), _INT4(4, offset + i)
-        for c in trace.candidates:
-            chunk = encoded.get(c.chunk_id)
+        for chunk_id, _, _, rank, vs, vr, ks, kr, rs, final, _, _, _ in trace.candidates:
+            chunk = encoded.get(chunk_id)
             if chunk is None:
-                chunk = encoded[c.chunk_id] = _UUID_LENGTH + uuid.UUID(c.chunk_id).bytes
-            grade = grades.get(c.chunk_id)
-            parts += (head, index, chunk, _INT4(4, c.rank),
-                      _NULL if c.vector_score is None else _FLOAT8(8, c.vector_score),
-                      _NULL if c.vector_rank is None else _INT2(2, c.vector_rank),
-                      _NULL if c.keyword_score is None else _FLOAT8(8, c.keyword_score),
-                      _NULL if c.keyword_rank is None else _INT4(4, c.keyword_rank),
-                      _NULL if c.rerank_score is None else _FLOAT8(8, c.rerank_score),
-                      _FLOAT8(8, c.final_score), _BOOL[c.rank <= n_selected],
+                chunk = encoded[chunk_id] = _UUID_LENGTH + uuid.UUID(chunk_id).bytes
+            grade = grades.get(chunk_id)
+            parts += (head, index, chunk, int4s[rank] if rank < _PACKED else _INT4(4, rank),
+                      _NULL if vs is None else _FLOAT8(8, vs),
+                      _NULL if vr is None else int2s[vr] if 0 <= vr < _PACKED else _INT2(2, vr),
+                      _NULL if ks is None else _FLOAT8(8, ks),
+                      _NULL if kr is None else int4s[kr] if 0 <= kr < _PACKED else _INT4(4, kr),
+                      _NULL if rs is None else _FLOAT8(8, rs),
+                      _FLOAT8(8, final), selected if rank <= n_selected else not_selected,
                       _NULL if grade is None else _INT2(2, grade))
     return b"".join(parts), len(parts) // 12
 
