@@ -208,7 +208,7 @@ def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Seque
                 clock.add("vector_leg", walked_s)
         legs = prepared.result()
         with readers.borrow() as conn:
-            t = time.perf_counter() - walked_s
+            t = time.perf_counter()
             traces = hybrid_search_batch(conn, knowledge_base_id=kb.id, queries=[c.question for c in batch],
                                          strategy=strategy, limits=[c.k for c in batch], query_vectors=vectors,
                                          keyword_index=legs.keyword_index, vector_index=legs.vector_index,
@@ -219,7 +219,7 @@ def _search_batch(readers: SnapshotReaders, kb, strategy: Strategy, batch: Seque
                                                   labels, query_vectors=vectors)
             now = time.perf_counter()
             clock.add("diagnosis", now - t_search)
-            return _BatchResult(traces, reasons, labels, t_search - t, now - t_search, clock, now - t_task)
+            return _BatchResult(traces, reasons, labels, walked_s + t_search - t, now - t_search, clock, now - t_task)
     except (StatementTimeout, sa.exc.OperationalError) as exc:
         if not isinstance(exc, StatementTimeout) and not is_statement_timeout(exc):
             raise

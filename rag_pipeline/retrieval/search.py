@@ -64,7 +64,7 @@ def hybrid_search_batch(conn: sa.Connection, *, knowledge_base_id, queries: Sequ
         raise RetrievalError(f"no knowledge base with id {knowledge_base_id}")
     if targets is not None and len(targets) != len(queries):
         raise ValueError(f"got {len(targets)} target lists for {len(queries)} questions")
-    retrieval_sql.set_statement_timeout(conn, max(1, round(get_settings().statement_timeout_s * 1000)))
+    _bound_statements(conn)
     complete = strategy.complete_pool and strategy.vector_candidate_k > 0 and strategy.keyword_candidate_k > 0
     done: list[dict] = [{} for _ in queries]
     if strategy.vector_search != "exact":
@@ -237,6 +237,11 @@ def _vector_leg(conn, kb, queries, strategy: Strategy, query_vectors, index: Den
     return [list(hits or ()) for hits in legs], vectors
 
 
+def _bound_statements(conn: sa.Connection) -> None:
+    """``RAG_STATEMENT_TIMEOUT_S`` for the rest of ``conn``'s transaction (``SET LOCAL``)."""
+    retrieval_sql.set_statement_timeout(conn, max(1, round(get_settings().statement_timeout_s * 1000)))
+
+
 def _ef_search(strategy: Strategy, limit: int) -> int:
     """ef_search >= the rows fetched: one HNSW pass returns at most ef_search rows, and the iterative scan that
     fetches the rest (the tie margin of vector_cut) costs more than one pass of that size (bench/RESULTS.md)."""
@@ -257,7 +262,7 @@ def walk_ahead(conn: sa.Connection, knowledge_base_id, strategy: Strategy,
     if dimension is None or vectors.ndim != 2 or vectors.shape[1] != dimension:
         return None  # hybrid_search_batch says what is wrong
     limit = vector_cut.fetch_size(strategy.vector_candidate_k)
-    retrieval_sql.set_statement_timeout(conn, max(1, round(get_settings().statement_timeout_s * 1000)))
+    _bound_statements(conn)
     retrieval_sql.set_vector_settings(conn, _ef_search(strategy, limit))
     return retrieval_sql.vector_walk(conn, dimension, {
         "kb": knowledge_base_id, "model": strategy.embedding_model, "k": limit,

@@ -53,9 +53,9 @@ def judged_of_traces(cases: Sequence[EvaluationCase], traces: Sequence[Retrieval
             continue
         grades, k = case.grades, case.k
         judged = [c.chunk_id in grades for c in trace.candidates]
-        top = sum(c.rank <= k for c in trace.candidates)
-        out.append(case_judged(JudgedCounts(top, sum(j for c, j in zip(trace.candidates, judged, strict=True)
-                                                     if c.rank <= k), len(judged), sum(judged))))
+        top = [c.rank <= k for c in trace.candidates]
+        out.append(case_judged(JudgedCounts(sum(top), sum(t and j for t, j in zip(top, judged, strict=True)),
+                                            len(judged), sum(judged))))
     return out
 
 
